@@ -1,0 +1,48 @@
+"""Shared build macros: one place for copts and the protoc/gRPC codegen."""
+
+TESSERA_COPTS = [
+    "-Wall",
+    "-Wextra",
+    "-Wno-sign-compare",
+    "-Wno-unused-parameter",
+    "-Wno-missing-field-initializers",
+]
+
+def tessera_cc_library(name, copts = [], **kwargs):
+    native.cc_library(name = name, copts = TESSERA_COPTS + copts, **kwargs)
+
+def tessera_cc_binary(name, copts = [], **kwargs):
+    native.cc_binary(name = name, copts = TESSERA_COPTS + copts, **kwargs)
+
+def tessera_cc_test(name, copts = [], deps = [], **kwargs):
+    native.cc_test(
+        name = name,
+        copts = TESSERA_COPTS + copts,
+        deps = deps + ["//third_party:gtest_main"],
+        **kwargs
+    )
+
+def tessera_proto_library(name, src, deps = [], grpc = False, visibility = None):
+    """Compiles one .proto with Debian's protoc (and grpc_cpp_plugin when grpc=True)."""
+    base = src[:-len(".proto")]
+    outs = [base + ".pb.h", base + ".pb.cc"]
+    if grpc:
+        outs += [base + ".grpc.pb.h", base + ".grpc.pb.cc"]
+    proto_srcs = [d + "_srcs" for d in deps]
+    grpc_flags = ""
+    if grpc:
+        grpc_flags = " --grpc_out=$(GENDIR) --plugin=protoc-gen-grpc=$$(which grpc_cpp_plugin)"
+    native.filegroup(name = name + "_srcs", srcs = [src], visibility = visibility)
+    native.genrule(
+        name = name + "_gen",
+        srcs = [src] + proto_srcs,
+        outs = outs,
+        cmd = "protoc -I. --cpp_out=$(GENDIR)" + grpc_flags + " $(location " + src + ")",
+    )
+    native.cc_library(
+        name = name,
+        srcs = [o for o in outs if o.endswith(".cc")],
+        hdrs = [o for o in outs if o.endswith(".h")],
+        deps = deps + ["//third_party:protobuf"] + (["//third_party:grpc"] if grpc else []),
+        visibility = visibility,
+    )
