@@ -1,0 +1,243 @@
+#include "coordinator/coordinator.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "core/checked_math.h"
+#include "core/errors.h"
+#include "core/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace tessera {
+
+Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<WorkerControl> workers)
+    : options_(std::move(options)),
+      workers_(std::move(workers)),
+      registry_(options_.lease, options_.clock) {}
+
+absl::StatusOr<RegisterResult> Coordinator::RegisterWorker(
+    const WorkerRegistration& registration, const std::vector<uint64_t>& held_shard_ids) {
+  TESSERA_RETURN_IF_ERROR(CheckWorkerName(registration.name));
+  if (registration.address.empty()) {
+    return absl::InvalidArgumentError("worker registration without an address");
+  }
+  if (registration.rank.has_value() && *registration.rank < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank must be >= 0, got ", *registration.rank));
+  }
+  RegisterResult result;
+  TESSERA_ASSIGN_OR_RETURN(result.rank, registry_.Register(registration));
+  absl::MutexLock lock(&mu_);
+  for (uint64_t id : held_shard_ids) {
+    if (!shard_owner_.contains(id)) result.free_shard_ids.push_back(id);
+  }
+  spdlog::info("worker '{}' rank {} at {} ({}) registered", registration.name, result.rank,
+               registration.address, registration.device.ToString());
+  return result;
+}
+
+bool Coordinator::Heartbeat(const std::string& name, int64_t bytes_used) {
+  return registry_.Heartbeat(name, bytes_used);
+}
+
+std::vector<WorkerRecord> Coordinator::ListWorkers() const { return registry_.List(); }
+
+absl::StatusOr<TensorMetadata> Coordinator::CreateTensor(const CreateTensorArgs& args) {
+  TESSERA_RETURN_IF_ERROR(CheckTensorName(args.name));
+  TESSERA_RETURN_IF_ERROR(ByteSize(args.shape, ItemSize(args.dtype)).status());
+  TESSERA_RETURN_IF_ERROR(CheckInitValue(args.init, args.dtype));
+  TESSERA_ASSIGN_OR_RETURN(std::vector<Box> boxes, LayoutBoxes(args.shape, args.spec));
+
+  auto meta = std::make_shared<TensorMetadata>();
+  meta->name = args.name;
+  meta->shape = args.shape;
+  meta->dtype = args.dtype;
+  meta->requires_grad = args.requires_grad;
+  meta->pin_memory = args.pin_memory;
+  meta->version = 1;
+  meta->shards.resize(boxes.size());
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    TESSERA_ASSIGN_OR_RETURN(WorkerRecord worker, registry_.Resolve(args.spec.placements[i]));
+    if (!worker.alive) {
+      return UnavailableError(absl::StrCat("worker '", worker.name, "' (rank ", worker.rank,
+                                           ") for shard ", i, " is"));
+    }
+    ShardInfo& shard = meta->shards[i];
+    shard.box = std::move(boxes[i]);
+    shard.rank = worker.rank;
+    shard.device = worker.device;
+    shard.worker = worker.name;
+    shard.address = worker.address;
+  }
+
+  {
+    absl::MutexLock lock(&mu_);
+    if (tensors_.count(args.name) > 0) return AlreadyExistsError("tensor", args.name);
+    for (ShardInfo& shard : meta->shards) {
+      shard.shard_id = next_shard_id_++;
+      shard_owner_[shard.shard_id] = args.name;
+    }
+    tensors_[args.name].state = State::kCreating;
+  }
+
+  absl::Status status = AllocateShards(*meta, args.init);
+  absl::MutexLock lock(&mu_);
+  if (!status.ok()) {
+    for (const ShardInfo& shard : meta->shards) shard_owner_.erase(shard.shard_id);
+    tensors_.erase(args.name);
+    return status;
+  }
+  TensorEntry& entry = tensors_[args.name];
+  entry.state = args.pending ? State::kPending : State::kReady;
+  entry.meta = meta;
+  spdlog::info("created tensor '{}' {} {} in {} shards{}", args.name, ShapeToString(args.shape),
+               std::string(DTypeName(args.dtype)), meta->shards.size(), args.pending ? " (pending)" : "");
+  return *meta;
+}
+
+absl::Status Coordinator::AllocateShards(const TensorMetadata& meta, const InitSpec& init) {
+  // One batch per worker, all batches in parallel.
+  std::map<std::string, AllocateBatch> batches;  // by address
+  std::map<std::string, std::string> names;      // address -> worker name
+  for (const ShardInfo& shard : meta.shards) {
+    AllocateBatch& batch = batches[shard.address];
+    if (batch.shards.empty()) {
+      batch.tensor = meta.name;
+      batch.dtype = meta.dtype;
+      batch.tensor_shape = meta.shape;
+      batch.init = init;
+      names[shard.address] = shard.worker;
+    }
+    batch.shards.emplace_back(shard.shard_id, shard.box);
+  }
+  std::vector<std::string> addresses;
+  for (const auto& [address, batch] : batches) addresses.push_back(address);
+  std::vector<absl::StatusOr<int64_t>> results(addresses.size(), absl::UnknownError(""));
+  std::vector<std::thread> threads;
+  threads.reserve(addresses.size());
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    threads.emplace_back(
+        [&, i] { results[i] = workers_->Allocate(addresses[i], batches[addresses[i]]); });
+  }
+  for (std::thread& t : threads) t.join();
+
+  absl::Status first_error;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    if (results[i].ok()) {
+      registry_.SetBytesUsed(names[addresses[i]], *results[i]);
+    } else if (first_error.ok()) {
+      first_error = Annotate(results[i].status(),
+                             absl::StrCat("allocating ", batches[addresses[i]].shards.size(),
+                                          " shard(s) of '", meta.name, "' on worker '",
+                                          names[addresses[i]], "'"));
+    }
+  }
+  if (first_error.ok()) return first_error;
+  // Undo the batches that succeeded (a failed batch undid itself on its worker).
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    if (!results[i].ok()) continue;
+    std::vector<uint64_t> ids;
+    for (const auto& [id, box] : batches[addresses[i]].shards) ids.push_back(id);
+    absl::StatusOr<int64_t> freed = workers_->Free(addresses[i], ids);
+    if (freed.ok()) registry_.SetBytesUsed(names[addresses[i]], *freed);
+  }
+  return first_error;
+}
+
+void Coordinator::FreeShards(const TensorMetadata& meta) {
+  std::map<std::string, std::vector<uint64_t>> by_worker;  // worker name -> ids
+  for (const ShardInfo& shard : meta.shards) by_worker[shard.worker].push_back(shard.shard_id);
+  std::vector<std::thread> threads;
+  for (const auto& [name, ids] : by_worker) {
+    std::optional<WorkerRecord> worker = registry_.Find(name);
+    if (!worker.has_value()) continue;
+    threads.emplace_back([this, worker = *worker, &ids = ids, &meta] {
+      absl::StatusOr<int64_t> freed = workers_->Free(worker.address, ids);
+      if (freed.ok()) {
+        registry_.SetBytesUsed(worker.name, *freed);
+      } else {
+        spdlog::warn("freeing {} shard(s) of '{}' on worker '{}' failed: {}", ids.size(),
+                     meta.name, worker.name, std::string(freed.status().message()));
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+absl::Status Coordinator::CommitTensor(const std::string& name, uint64_t version) {
+  absl::MutexLock lock(&mu_);
+  auto it = tensors_.find(name);
+  if (it == tensors_.end() || it->second.state == State::kCreating) {
+    return NotFoundError("tensor", name);
+  }
+  if (it->second.meta->version != version) {
+    return absl::AbortedError(absl::StrCat("tensor '", name, "' is at version ",
+                                           it->second.meta->version, ", not ", version));
+  }
+  it->second.state = State::kReady;
+  return absl::OkStatus();
+}
+
+void Coordinator::FillWorkerState(TensorMetadata* meta) const {
+  absl::flat_hash_map<std::string, WorkerRecord> workers;
+  for (WorkerRecord& w : registry_.List()) workers[w.name] = std::move(w);
+  for (ShardInfo& shard : meta->shards) {
+    auto it = workers.find(shard.worker);
+    if (it == workers.end()) {
+      shard.available = false;
+      continue;
+    }
+    shard.address = it->second.address;
+    shard.available = it->second.alive;
+  }
+}
+
+absl::StatusOr<TensorMetadata> Coordinator::GetTensor(const std::string& name) const {
+  std::shared_ptr<const TensorMetadata> meta;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = tensors_.find(name);
+    if (it == tensors_.end() || it->second.state != State::kReady) {
+      return NotFoundError("tensor", name);
+    }
+    meta = it->second.meta;
+  }
+  TensorMetadata out = *meta;
+  FillWorkerState(&out);
+  return out;
+}
+
+std::vector<TensorSummary> Coordinator::ListTensors() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<TensorSummary> out;
+  for (const auto& [name, entry] : tensors_) {
+    if (entry.state != State::kReady) continue;
+    TensorSummary summary;
+    summary.name = name;
+    summary.shape = entry.meta->shape;
+    summary.dtype = entry.meta->dtype;
+    summary.version = entry.meta->version;
+    summary.num_shards = static_cast<int64_t>(entry.meta->shards.size());
+    out.push_back(std::move(summary));
+  }
+  return out;
+}
+
+absl::Status Coordinator::DeleteTensor(const std::string& name) {
+  std::shared_ptr<const TensorMetadata> meta;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = tensors_.find(name);
+    if (it == tensors_.end() || it->second.state == State::kCreating) {
+      return NotFoundError("tensor", name);
+    }
+    meta = it->second.meta;
+    tensors_.erase(it);
+    for (const ShardInfo& shard : meta->shards) shard_owner_.erase(shard.shard_id);
+  }
+  FreeShards(*meta);
+  spdlog::info("deleted tensor '{}'", name);
+  return absl::OkStatus();
+}
+
+}  // namespace tessera

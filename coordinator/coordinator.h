@@ -1,0 +1,123 @@
+// Coordinator: the logic behind the Coordinator service — worker membership
+// and the global metadata of every sharded tensor. Core types in, StatusOr
+// out; no gRPC here (workers are reached through WorkerControl).
+//
+// Thread-safe. Locks are never held while talking to workers: a create
+// reserves the name under the lock, allocates on the workers without it, and
+// commits (or undoes) under the lock again.
+#ifndef TESSERA_COORDINATOR_COORDINATOR_H_
+#define TESSERA_COORDINATOR_COORDINATOR_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "coordinator/worker_control.h"
+#include "coordinator/worker_registry.h"
+#include "core/box.h"
+#include "core/dtype.h"
+#include "core/init_fill.h"
+#include "core/layout_spec.h"
+#include "core/tensor_metadata.h"
+
+namespace tessera {
+
+struct CoordinatorOptions {
+  // A worker is dead when it has not heartbeated for this long.
+  absl::Duration lease = absl::Seconds(5);
+  // How often workers heartbeat (sent to them at registration).
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  // Time source; tests inject a fake clock.
+  Clock clock = [] { return absl::Now(); };
+};
+
+struct CreateTensorArgs {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::kFloat32;
+  bool requires_grad = false;
+  bool pin_memory = false;
+  LayoutSpec spec;
+  InitSpec init;
+  // Invisible to list/get until CommitTensor (a put writes the shards first).
+  bool pending = false;
+};
+
+struct RegisterResult {
+  int32_t rank = 0;
+  std::vector<uint64_t> free_shard_ids;  // held shards no tensor references
+};
+
+struct TensorSummary {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::kFloat32;
+  uint64_t version = 0;
+  int64_t num_shards = 0;
+};
+
+class Coordinator {
+ public:
+  Coordinator(CoordinatorOptions options, std::unique_ptr<WorkerControl> workers);
+
+  const CoordinatorOptions& options() const { return options_; }
+
+  absl::StatusOr<RegisterResult> RegisterWorker(const WorkerRegistration& registration,
+                                                const std::vector<uint64_t>& held_shard_ids)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // False when the worker is unknown and must register again.
+  bool Heartbeat(const std::string& name, int64_t bytes_used);
+  std::vector<WorkerRecord> ListWorkers() const;
+
+  // Validates, resolves placements, allocates every shard (all or nothing)
+  // and commits version 1.
+  absl::StatusOr<TensorMetadata> CreateTensor(const CreateTensorArgs& args)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Makes a pending tensor visible.
+  absl::Status CommitTensor(const std::string& name, uint64_t version) ABSL_LOCKS_EXCLUDED(mu_);
+  // Current metadata, with each shard's worker address and availability.
+  absl::StatusOr<TensorMetadata> GetTensor(const std::string& name) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<TensorSummary> ListTensors() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Removes the tensor (visible or pending) and frees its shards.
+  absl::Status DeleteTensor(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  enum class State { kCreating, kPending, kReady };
+  struct TensorEntry {
+    State state = State::kCreating;
+    // Immutable once published; shared so readers copy out cheaply.
+    std::shared_ptr<const TensorMetadata> meta;
+  };
+
+  // Allocates `meta`'s shards on their workers, one batch per worker in
+  // parallel; on failure frees whatever was allocated.
+  absl::Status AllocateShards(const TensorMetadata& meta, const InitSpec& init);
+  // Frees shards on their workers (best effort; failures are logged).
+  void FreeShards(const TensorMetadata& meta);
+  // Fills in addresses and availability from the registry.
+  void FillWorkerState(TensorMetadata* meta) const;
+
+  const CoordinatorOptions options_;
+  const std::unique_ptr<WorkerControl> workers_;
+  WorkerRegistry registry_;
+
+  // Invariants: every name in tensors_ is a valid tensor name; a kReady or
+  // kPending entry has meta != nullptr; every shard id of every entry is in
+  // shard_owner_; shard ids are never reused (next_shard_id_ only grows).
+  mutable absl::Mutex mu_;
+  std::map<std::string, TensorEntry> tensors_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::string> shard_owner_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_shard_id_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_COORDINATOR_H_

@@ -1,0 +1,148 @@
+#include "coordinator/coordinator_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "rpc/convert.h"
+#include "rpc/status.h"
+
+namespace tessera {
+namespace {
+
+absl::StatusOr<LayoutSpec> SpecFromProto(const v1::ShardingSpec& spec) {
+  switch (spec.spec_case()) {
+    case v1::ShardingSpec::kChunk: {
+      std::vector<Placement> placements;
+      for (int i = 0; i < spec.chunk().placements_size(); ++i) {
+        absl::StatusOr<Placement> p = PlacementFromProto(spec.chunk().placements(i));
+        if (!p.ok()) return Annotate(p.status(), absl::StrCat("spec.chunk.placements[", i, "]"));
+        placements.push_back(*std::move(p));
+      }
+      return LayoutSpec::Chunk(spec.chunk().dim(), std::move(placements));
+    }
+    case v1::ShardingSpec::kEnumerable: {
+      std::vector<Box> boxes;
+      std::vector<Placement> placements;
+      for (int i = 0; i < spec.enumerable().shards_size(); ++i) {
+        const v1::ShardMetadata& shard = spec.enumerable().shards(i);
+        const std::string field = absl::StrCat("spec.enumerable.shards[", i, "]");
+        TESSERA_ASSIGN_OR_RETURN(Box box, BoxFromProto(shard.offsets(), shard.sizes(), field));
+        absl::StatusOr<Placement> p = PlacementFromProto(shard.placement());
+        if (!p.ok()) return Annotate(p.status(), field);
+        boxes.push_back(std::move(box));
+        placements.push_back(*std::move(p));
+      }
+      return LayoutSpec::Enumerable(std::move(boxes), std::move(placements));
+    }
+    default:
+      return absl::InvalidArgumentError("spec: neither chunk nor enumerable sharding given");
+  }
+}
+
+}  // namespace
+
+grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext*,
+                                                const v1::RegisterWorkerRequest* request,
+                                                v1::RegisterWorkerResponse* response) {
+  WorkerRegistration registration;
+  registration.name = request->name();
+  if (request->has_rank()) registration.rank = request->rank();
+  registration.address = request->address();
+  absl::StatusOr<Device> device = DeviceFromProto(request->device());
+  if (!device.ok()) return ToGrpcStatus(device.status());
+  registration.device = *device;
+  registration.capacity_bytes = request->capacity_bytes();
+  registration.bytes_used = request->bytes_used();
+  std::vector<uint64_t> held(request->held_shard_ids().begin(), request->held_shard_ids().end());
+  absl::StatusOr<RegisterResult> result = coordinator_->RegisterWorker(registration, held);
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  response->set_rank(result->rank);
+  response->set_heartbeat_interval_ms(
+      absl::ToInt64Milliseconds(coordinator_->options().heartbeat_interval));
+  response->mutable_free_shard_ids()->Assign(result->free_shard_ids.begin(),
+                                             result->free_shard_ids.end());
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*,
+                                           const v1::HeartbeatRequest* request,
+                                           v1::HeartbeatResponse* response) {
+  response->set_reregister(!coordinator_->Heartbeat(request->name(), request->bytes_used()));
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+                                             v1::ListWorkersResponse* response) {
+  for (const WorkerRecord& w : coordinator_->ListWorkers()) {
+    v1::WorkerInfo* info = response->add_workers();
+    info->set_name(w.name);
+    info->set_rank(w.rank);
+    info->set_address(w.address);
+    *info->mutable_device() = DeviceToProto(w.device);
+    info->set_alive(w.alive);
+    info->set_bytes_used(w.bytes_used);
+    info->set_capacity_bytes(w.capacity_bytes);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::CreateTensor(grpc::ServerContext*,
+                                              const v1::CreateTensorRequest* request,
+                                              v1::CreateTensorResponse* response) {
+  absl::StatusOr<TensorMetadata> meta = [&]() -> absl::StatusOr<TensorMetadata> {
+    CreateTensorArgs args;
+    args.name = request->name();
+    TESSERA_ASSIGN_OR_RETURN(args.shape, ShapeFromProto(request->shape(), "shape"));
+    TESSERA_ASSIGN_OR_RETURN(args.dtype, DTypeFromProto(request->properties().dtype()));
+    args.requires_grad = request->properties().requires_grad();
+    args.pin_memory = request->properties().pin_memory();
+    TESSERA_ASSIGN_OR_RETURN(args.spec, SpecFromProto(request->spec()));
+    TESSERA_ASSIGN_OR_RETURN(args.init, InitFromProto(request->init()));
+    args.pending = request->pending();
+    return coordinator_->CreateTensor(args);
+  }();
+  if (!meta.ok()) return ToGrpcStatus(meta.status());
+  TensorMetadataToProto(*meta, response->mutable_tensor());
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::CommitTensor(grpc::ServerContext*,
+                                              const v1::CommitTensorRequest* request,
+                                              v1::CommitTensorResponse*) {
+  return ToGrpcStatus(coordinator_->CommitTensor(request->name(), request->version()));
+}
+
+grpc::Status CoordinatorService::GetTensor(grpc::ServerContext*,
+                                           const v1::GetTensorRequest* request,
+                                           v1::GetTensorResponse* response) {
+  absl::StatusOr<TensorMetadata> meta = coordinator_->GetTensor(request->name());
+  if (!meta.ok()) return ToGrpcStatus(meta.status());
+  TensorMetadataToProto(*meta, response->mutable_tensor());
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::ListTensors(grpc::ServerContext*, const v1::ListTensorsRequest*,
+                                             v1::ListTensorsResponse* response) {
+  for (const TensorSummary& t : coordinator_->ListTensors()) {
+    v1::TensorSummary* out = response->add_tensors();
+    out->set_name(t.name);
+    out->mutable_shape()->Assign(t.shape.begin(), t.shape.end());
+    out->set_dtype(DTypeToProto(t.dtype));
+    out->set_version(t.version);
+    out->set_num_shards(t.num_shards);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::DeleteTensor(grpc::ServerContext*,
+                                              const v1::DeleteTensorRequest* request,
+                                              v1::DeleteTensorResponse*) {
+  return ToGrpcStatus(coordinator_->DeleteTensor(request->name()));
+}
+
+grpc::Status CoordinatorService::ReshardTensor(grpc::ServerContext*,
+                                               const v1::ReshardTensorRequest*,
+                                               v1::ReshardTensorResponse*) {
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "reshard is not available yet");
+}
+
+}  // namespace tessera

@@ -1,0 +1,40 @@
+// The Coordinator gRPC service: each method converts the request (validating
+// it through rpc/convert and core/), calls Coordinator, and converts back.
+#ifndef TESSERA_COORDINATOR_COORDINATOR_SERVICE_H_
+#define TESSERA_COORDINATOR_COORDINATOR_SERVICE_H_
+
+#include "coordinator/coordinator.h"
+#include "proto/coordinator.grpc.pb.h"
+
+namespace tessera {
+
+class CoordinatorService final : public v1::Coordinator::Service {
+ public:
+  explicit CoordinatorService(Coordinator* coordinator) : coordinator_(coordinator) {}
+
+  grpc::Status RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest* request,
+                              v1::RegisterWorkerResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
+                         v1::HeartbeatResponse* response) override;
+  grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest* request,
+                           v1::ListWorkersResponse* response) override;
+  grpc::Status CreateTensor(grpc::ServerContext*, const v1::CreateTensorRequest* request,
+                            v1::CreateTensorResponse* response) override;
+  grpc::Status CommitTensor(grpc::ServerContext*, const v1::CommitTensorRequest* request,
+                            v1::CommitTensorResponse* response) override;
+  grpc::Status GetTensor(grpc::ServerContext*, const v1::GetTensorRequest* request,
+                         v1::GetTensorResponse* response) override;
+  grpc::Status ListTensors(grpc::ServerContext*, const v1::ListTensorsRequest* request,
+                           v1::ListTensorsResponse* response) override;
+  grpc::Status DeleteTensor(grpc::ServerContext*, const v1::DeleteTensorRequest* request,
+                            v1::DeleteTensorResponse* response) override;
+  grpc::Status ReshardTensor(grpc::ServerContext*, const v1::ReshardTensorRequest* request,
+                             v1::ReshardTensorResponse* response) override;
+
+ private:
+  Coordinator* const coordinator_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_COORDINATOR_SERVICE_H_

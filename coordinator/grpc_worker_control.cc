@@ -1,0 +1,69 @@
+#include "coordinator/grpc_worker_control.h"
+
+#include <chrono>
+
+#include "proto/worker.grpc.pb.h"
+#include "rpc/convert.h"
+#include "rpc/status.h"
+
+namespace tessera {
+namespace {
+
+void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
+  context->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> GrpcWorkerControl::Allocate(const std::string& address,
+                                                    const AllocateBatch& batch) {
+  v1::AllocateShardsRequest request;
+  request.set_tensor(batch.tensor);
+  request.set_dtype(DTypeToProto(batch.dtype));
+  request.mutable_tensor_shape()->Assign(batch.tensor_shape.begin(), batch.tensor_shape.end());
+  *request.mutable_init() = InitToProto(batch.init);
+  request.mutable_shards()->Reserve(batch.shards.size());
+  for (const auto& [id, box] : batch.shards) {
+    v1::AllocateShardsRequest::Item* item = request.add_shards();
+    item->set_shard_id(id);
+    BoxToProto(box, item->mutable_offsets(), item->mutable_sizes());
+  }
+  v1::AllocateShardsResponse response;
+  grpc::ClientContext context;
+  SetDeadline(&context, options_.allocate_timeout);
+  absl::Status status = FromGrpcStatus(
+      v1::Worker::NewStub(channels_.Get(address))->AllocateShards(&context, request, &response));
+  if (!status.ok()) return status;
+  return response.bytes_used();
+}
+
+absl::StatusOr<int64_t> GrpcWorkerControl::Free(const std::string& address,
+                                                const std::vector<uint64_t>& shard_ids) {
+  v1::FreeShardsRequest request;
+  request.mutable_shard_ids()->Assign(shard_ids.begin(), shard_ids.end());
+  v1::FreeShardsResponse response;
+  grpc::ClientContext context;
+  SetDeadline(&context, options_.free_timeout);
+  absl::Status status = FromGrpcStatus(
+      v1::Worker::NewStub(channels_.Get(address))->FreeShards(&context, request, &response));
+  if (!status.ok()) return status;
+  return response.bytes_used();
+}
+
+absl::Status GrpcWorkerControl::Pull(const std::string& address, const PullPiece& piece) {
+  v1::PullRegionRequest request;
+  request.set_dst_shard_id(piece.dst_shard_id);
+  request.mutable_dst_offsets()->Assign(piece.dst_offsets.begin(), piece.dst_offsets.end());
+  request.set_src_address(piece.src_address);
+  request.set_src_shard_id(piece.src_shard_id);
+  request.mutable_src_offsets()->Assign(piece.src_offsets.begin(), piece.src_offsets.end());
+  request.mutable_sizes()->Assign(piece.sizes.begin(), piece.sizes.end());
+  v1::PullRegionResponse response;
+  grpc::ClientContext context;
+  SetDeadline(&context, options_.pull_timeout);
+  return FromGrpcStatus(
+      v1::Worker::NewStub(channels_.Get(address))->PullRegion(&context, request, &response));
+}
+
+}  // namespace tessera

@@ -1,0 +1,66 @@
+// tessera-coordinator: worker membership and the global metadata of every
+// sharded tensor.
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/coordinator_service.h"
+#include "coordinator/grpc_worker_control.h"
+#include "rpc/server.h"
+#include "rpc/signals.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "address to serve on, HOST:PORT (port 0 picks one)");
+ABSL_FLAG(std::string, data_dir, "", "directory for durable metadata; empty = in memory only");
+ABSL_FLAG(int64_t, lease_ms, 5000, "a worker silent for this long is marked dead");
+ABSL_FLAG(int64_t, heartbeat_ms, 1000, "how often workers heartbeat");
+
+namespace tessera {
+namespace {
+
+int Run() {
+  if (absl::GetFlag(FLAGS_lease_ms) <= 0 || absl::GetFlag(FLAGS_heartbeat_ms) <= 0) {
+    spdlog::error("--lease_ms and --heartbeat_ms must be > 0");
+    return 2;
+  }
+  CoordinatorOptions options;
+  options.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
+  options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
+  Coordinator coordinator(options,
+                          std::make_unique<GrpcWorkerControl>(GrpcWorkerControl::Options()));
+  CoordinatorService service(&coordinator);
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  absl::StatusOr<RunningServer> server = StartServer(listen, {&service});
+  if (!server.ok()) {
+    spdlog::error("{}", std::string(server.status().message()));
+    return 1;
+  }
+  const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
+  spdlog::info("tessera-coordinator serving on {}", WithPort(listen, server->port));
+  if (data_dir.empty()) {
+    spdlog::info("metadata is kept in memory only (no --data_dir): it is lost on restart");
+  } else {
+    spdlog::warn("--data_dir={}: durable metadata is not implemented in this version; "
+                 "metadata is kept in memory only", data_dir);
+  }
+  const int sig = WaitForTerminationSignal();
+  spdlog::info("signal {} received; shutting down", sig);
+  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->server->Wait();
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  tessera::BlockTerminationSignals();
+  absl::SetProgramUsageMessage("tessera-coordinator --listen=HOST:PORT [--data_dir=DIR]");
+  absl::ParseCommandLine(argc, argv);
+  return tessera::Run();
+}

@@ -1,0 +1,54 @@
+// WorkerControl: how the coordinator asks workers to allocate and free
+// shards. An interface so the coordinator's logic has no gRPC in it; the
+// implementation (grpc_worker_control.h) talks to real workers.
+// Implementations are thread-safe.
+#ifndef TESSERA_COORDINATOR_WORKER_CONTROL_H_
+#define TESSERA_COORDINATOR_WORKER_CONTROL_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/box.h"
+#include "core/dtype.h"
+#include "core/init_fill.h"
+
+namespace tessera {
+
+// Shards of one tensor to allocate on one worker, all or none.
+struct AllocateBatch {
+  std::string tensor;
+  DType dtype = DType::kFloat32;
+  Shape tensor_shape;
+  InitSpec init;
+  std::vector<std::pair<uint64_t, Box>> shards;  // shard id, box in the tensor
+};
+
+// One piece of a reshard: the destination worker copies `sizes` elements
+// from the source shard at src_offsets into its shard at dst_offsets.
+struct PullPiece {
+  uint64_t dst_shard_id = 0;
+  std::vector<int64_t> dst_offsets;
+  std::string src_address;
+  uint64_t src_shard_id = 0;
+  std::vector<int64_t> src_offsets;
+  std::vector<int64_t> sizes;
+};
+
+class WorkerControl {
+ public:
+  virtual ~WorkerControl() = default;
+  // Returns the worker's bytes in use afterwards.
+  virtual absl::StatusOr<int64_t> Allocate(const std::string& address,
+                                           const AllocateBatch& batch) = 0;
+  virtual absl::StatusOr<int64_t> Free(const std::string& address,
+                                       const std::vector<uint64_t>& shard_ids) = 0;
+  // Asks the worker at `address` to pull one piece from a peer.
+  virtual absl::Status Pull(const std::string& address, const PullPiece& piece) = 0;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_WORKER_CONTROL_H_

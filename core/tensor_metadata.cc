@@ -1,0 +1,32 @@
+#include "core/tensor_metadata.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera {
+
+std::string ShardInfo::PlacementString() const {
+  return absl::StrCat("rank:", rank, "/", device.ToString());
+}
+
+std::vector<Box> TensorMetadata::Boxes() const {
+  std::vector<Box> boxes;
+  boxes.reserve(shards.size());
+  for (const ShardInfo& s : shards) boxes.push_back(s.box);
+  return boxes;
+}
+
+int64_t TensorMetadata::NumElements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t TensorMetadata::ByteSize() const {
+  return NumElements() * static_cast<int64_t>(ItemSize(dtype));
+}
+
+std::string TensorMetadata::HandleString(size_t index) const {
+  return absl::StrCat(name, "@v", version, "#", shards[index].shard_id);
+}
+
+}  // namespace tessera

@@ -1,0 +1,52 @@
+// TensorMetadata: the global metadata of one version of a sharded tensor, as
+// the coordinator keeps it and clients see it (PyTorch's
+// ShardedTensorMetadata plus name, version and where each shard lives).
+// A plain value type; not synchronized.
+#ifndef TESSERA_CORE_TENSOR_METADATA_H_
+#define TESSERA_CORE_TENSOR_METADATA_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/box.h"
+#include "core/dtype.h"
+#include "core/placement.h"
+
+namespace tessera {
+
+// One shard: its box in the tensor, the worker and device holding it, and
+// the id of its memory on that worker (the RRef-like handle).
+struct ShardInfo {
+  Box box;
+  int32_t rank = 0;
+  Device device;
+  std::string worker;   // worker name
+  std::string address;  // worker's gRPC address
+  uint64_t shard_id = 0;
+  bool available = true;  // false when the worker is dead or lost the shard
+
+  // "rank:N/DEVICE".
+  std::string PlacementString() const;
+};
+
+struct TensorMetadata {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::kFloat32;
+  bool requires_grad = false;
+  bool pin_memory = false;
+  uint64_t version = 1;
+  std::vector<ShardInfo> shards;  // in the order the spec gave them
+
+  std::vector<Box> Boxes() const;
+  int64_t NumElements() const;  // assumes a validated shape
+  int64_t ByteSize() const;     // assumes a validated shape
+  // Printable handle of shard `index`: "NAME@vVERSION#SHARD_ID".
+  std::string HandleString(size_t index) const;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_CORE_TENSOR_METADATA_H_

@@ -1,0 +1,37 @@
+// gRPC channels with tessera's settings (message limits sized for 1 MiB data
+// chunks, keepalive), and a thread-safe cache so each peer gets one channel.
+#ifndef TESSERA_RPC_CHANNEL_H_
+#define TESSERA_RPC_CHANNEL_H_
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+
+namespace tessera {
+
+// Largest message either side accepts; data chunks are far smaller.
+inline constexpr int kMaxMessageBytes = 64 << 20;
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+
+// Applies tessera's limits to a server under construction.
+void ConfigureServerBuilder(grpc::ServerBuilder* builder);
+
+// One channel per address, created on first use. Safe for concurrent use.
+class ChannelCache {
+ public:
+  std::shared_ptr<grpc::Channel> Get(const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_RPC_CHANNEL_H_

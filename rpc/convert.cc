@@ -1,0 +1,235 @@
+#include "rpc/convert.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/checked_math.h"
+#include "core/status_macros.h"
+
+namespace tessera {
+
+absl::StatusOr<DType> DTypeFromProto(v1::DType dtype) {
+  switch (dtype) {
+    case v1::FLOAT32: return DType::kFloat32;
+    case v1::FLOAT64: return DType::kFloat64;
+    case v1::FLOAT16: return DType::kFloat16;
+    case v1::BFLOAT16: return DType::kBFloat16;
+    case v1::INT8: return DType::kInt8;
+    case v1::UINT8: return DType::kUInt8;
+    case v1::INT16: return DType::kInt16;
+    case v1::INT32: return DType::kInt32;
+    case v1::INT64: return DType::kInt64;
+    case v1::BOOL: return DType::kBool;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("dtype: unknown dtype value ", static_cast<int>(dtype)));
+  }
+}
+
+v1::DType DTypeToProto(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return v1::FLOAT32;
+    case DType::kFloat64: return v1::FLOAT64;
+    case DType::kFloat16: return v1::FLOAT16;
+    case DType::kBFloat16: return v1::BFLOAT16;
+    case DType::kInt8: return v1::INT8;
+    case DType::kUInt8: return v1::UINT8;
+    case DType::kInt16: return v1::INT16;
+    case DType::kInt32: return v1::INT32;
+    case DType::kInt64: return v1::INT64;
+    case DType::kBool: return v1::BOOL;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+absl::StatusOr<Device> DeviceFromProto(const v1::Device& device) {
+  Device out;
+  switch (device.kind()) {
+    case v1::Device::CPU:
+      out.kind = Device::Kind::kCpu;
+      out.index = 0;
+      return out;
+    case v1::Device::CUDA:
+      if (device.index() < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("device: negative cuda index ", device.index()));
+      }
+      out.kind = Device::Kind::kCuda;
+      out.index = device.index();
+      return out;
+    default:
+      return absl::InvalidArgumentError("device: unknown device kind");
+  }
+}
+
+v1::Device DeviceToProto(const Device& device) {
+  v1::Device out;
+  out.set_kind(device.kind == Device::Kind::kCuda ? v1::Device::CUDA : v1::Device::CPU);
+  out.set_index(device.index);
+  return out;
+}
+
+absl::StatusOr<Placement> PlacementFromProto(const v1::Placement& placement) {
+  Placement out;
+  if (placement.has_rank() == !placement.worker().empty()) {
+    return absl::InvalidArgumentError(
+        "placement: exactly one of rank and worker must be set");
+  }
+  if (placement.has_rank()) {
+    if (placement.rank() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("placement: negative rank ", placement.rank()));
+    }
+    out.rank = placement.rank();
+  } else {
+    TESSERA_RETURN_IF_ERROR(CheckWorkerName(placement.worker()));
+    out.worker = placement.worker();
+  }
+  if (placement.has_device()) {
+    TESSERA_ASSIGN_OR_RETURN(Device device, DeviceFromProto(placement.device()));
+    out.device = device;
+  }
+  return out;
+}
+
+v1::Placement PlacementToProto(const Placement& placement) {
+  v1::Placement out;
+  if (placement.rank.has_value()) {
+    out.set_rank(*placement.rank);
+  } else {
+    out.set_worker(placement.worker);
+  }
+  if (placement.device.has_value()) *out.mutable_device() = DeviceToProto(*placement.device);
+  return out;
+}
+
+absl::StatusOr<Shape> ShapeFromProto(const google::protobuf::RepeatedField<int64_t>& dims,
+                                     absl::string_view field) {
+  if (dims.empty() || dims.size() > kMaxRank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": a shape needs 1 to ", kMaxRank, " dims, got ", dims.size()));
+  }
+  Shape shape(dims.begin(), dims.end());
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, "[", i, "]: negative size ", shape[i]));
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(Annotate(NumElements(shape).status(), field));
+  return shape;
+}
+
+absl::StatusOr<Box> BoxFromProto(const google::protobuf::RepeatedField<int64_t>& offsets,
+                                 const google::protobuf::RepeatedField<int64_t>& sizes,
+                                 absl::string_view field) {
+  if (offsets.size() != sizes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": ", offsets.size(), " offsets but ", sizes.size(), " sizes"));
+  }
+  if (offsets.size() > kMaxRank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": more than ", kMaxRank, " dims"));
+  }
+  Box box;
+  box.offsets.assign(offsets.begin(), offsets.end());
+  box.sizes.assign(sizes.begin(), sizes.end());
+  return box;
+}
+
+void BoxToProto(const Box& box, google::protobuf::RepeatedField<int64_t>* offsets,
+                google::protobuf::RepeatedField<int64_t>* sizes) {
+  offsets->Assign(box.offsets.begin(), box.offsets.end());
+  sizes->Assign(box.sizes.begin(), box.sizes.end());
+}
+
+absl::StatusOr<InitSpec> InitFromProto(const v1::InitMode& init) {
+  InitSpec out;
+  switch (init.kind()) {
+    case v1::InitMode::EMPTY: out.kind = InitSpec::Kind::kEmpty; break;
+    case v1::InitMode::ZEROS: out.kind = InitSpec::Kind::kZeros; break;
+    case v1::InitMode::ONES: out.kind = InitSpec::Kind::kOnes; break;
+    case v1::InitMode::FULL: out.kind = InitSpec::Kind::kFull; break;
+    case v1::InitMode::ARANGE: out.kind = InitSpec::Kind::kArange; break;
+    case v1::InitMode::RAND: out.kind = InitSpec::Kind::kRand; break;
+    default:
+      return absl::InvalidArgumentError("init: unknown init mode");
+  }
+  out.value = init.value();
+  out.seed = init.seed();
+  return out;
+}
+
+v1::InitMode InitToProto(const InitSpec& init) {
+  v1::InitMode out;
+  switch (init.kind) {
+    case InitSpec::Kind::kEmpty: out.set_kind(v1::InitMode::EMPTY); break;
+    case InitSpec::Kind::kZeros: out.set_kind(v1::InitMode::ZEROS); break;
+    case InitSpec::Kind::kOnes: out.set_kind(v1::InitMode::ONES); break;
+    case InitSpec::Kind::kFull: out.set_kind(v1::InitMode::FULL); break;
+    case InitSpec::Kind::kArange: out.set_kind(v1::InitMode::ARANGE); break;
+    case InitSpec::Kind::kRand: out.set_kind(v1::InitMode::RAND); break;
+  }
+  out.set_value(init.value);
+  out.set_seed(init.seed);
+  return out;
+}
+
+void TensorMetadataToProto(const TensorMetadata& meta, v1::ShardedTensorMetadata* out) {
+  out->set_name(meta.name);
+  out->mutable_shape()->Assign(meta.shape.begin(), meta.shape.end());
+  out->mutable_properties()->set_dtype(DTypeToProto(meta.dtype));
+  out->mutable_properties()->set_requires_grad(meta.requires_grad);
+  out->mutable_properties()->set_pin_memory(meta.pin_memory);
+  out->set_version(meta.version);
+  out->mutable_shards()->Reserve(meta.shards.size());
+  for (size_t i = 0; i < meta.shards.size(); ++i) {
+    const ShardInfo& s = meta.shards[i];
+    v1::Shard* shard = out->add_shards();
+    BoxToProto(s.box, shard->mutable_metadata()->mutable_offsets(),
+               shard->mutable_metadata()->mutable_sizes());
+    v1::Placement* placement = shard->mutable_metadata()->mutable_placement();
+    placement->set_rank(s.rank);
+    *placement->mutable_device() = DeviceToProto(s.device);
+    v1::ShardHandle* handle = shard->mutable_handle();
+    handle->set_tensor(meta.name);
+    handle->set_version(meta.version);
+    handle->set_shard_id(s.shard_id);
+    handle->set_index(static_cast<int32_t>(i));
+    handle->set_worker(s.worker);
+    handle->set_address(s.address);
+    shard->set_available(s.available);
+  }
+}
+
+absl::StatusOr<TensorMetadata> TensorMetadataFromProto(const v1::ShardedTensorMetadata& meta) {
+  TensorMetadata out;
+  out.name = meta.name();
+  TESSERA_ASSIGN_OR_RETURN(out.shape, ShapeFromProto(meta.shape(), "shape"));
+  TESSERA_ASSIGN_OR_RETURN(out.dtype, DTypeFromProto(meta.properties().dtype()));
+  out.requires_grad = meta.properties().requires_grad();
+  out.pin_memory = meta.properties().pin_memory();
+  out.version = meta.version();
+  out.shards.reserve(meta.shards_size());
+  for (int i = 0; i < meta.shards_size(); ++i) {
+    const v1::Shard& s = meta.shards(i);
+    ShardInfo info;
+    TESSERA_ASSIGN_OR_RETURN(
+        info.box, BoxFromProto(s.metadata().offsets(), s.metadata().sizes(),
+                               absl::StrCat("shards[", i, "]")));
+    if (info.box.rank() != out.shape.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shards[", i, "]: rank does not match the shape"));
+    }
+    info.rank = s.metadata().placement().rank();
+    TESSERA_ASSIGN_OR_RETURN(info.device, DeviceFromProto(s.metadata().placement().device()));
+    info.worker = s.handle().worker();
+    info.address = s.handle().address();
+    info.shard_id = s.handle().shard_id();
+    info.available = s.available();
+    out.shards.push_back(std::move(info));
+  }
+  return out;
+}
+
+}  // namespace tessera

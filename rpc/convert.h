@@ -1,0 +1,53 @@
+// Conversions between the wire messages (proto/) and core types. Every
+// conversion from the wire validates what it reads and names the offending
+// field, so services can trust what they get back.
+#ifndef TESSERA_RPC_CONVERT_H_
+#define TESSERA_RPC_CONVERT_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/box.h"
+#include "core/dtype.h"
+#include "core/init_fill.h"
+#include "core/placement.h"
+#include "core/tensor_metadata.h"
+#include "google/protobuf/repeated_field.h"
+#include "proto/tensor.pb.h"
+
+namespace tessera {
+
+// Upper bound on the number of dims of a tensor.
+inline constexpr int kMaxRank = 32;
+
+absl::StatusOr<DType> DTypeFromProto(v1::DType dtype);
+v1::DType DTypeToProto(DType dtype);
+
+absl::StatusOr<Device> DeviceFromProto(const v1::Device& device);
+v1::Device DeviceToProto(const Device& device);
+
+absl::StatusOr<Placement> PlacementFromProto(const v1::Placement& placement);
+v1::Placement PlacementToProto(const Placement& placement);
+
+// A shape: 1..kMaxRank dims, each >= 0, total bytes within limits.
+absl::StatusOr<Shape> ShapeFromProto(const google::protobuf::RepeatedField<int64_t>& dims,
+                                     absl::string_view field);
+
+// offsets/sizes pair of equal length <= kMaxRank (values are not bounds-checked here).
+absl::StatusOr<Box> BoxFromProto(const google::protobuf::RepeatedField<int64_t>& offsets,
+                                 const google::protobuf::RepeatedField<int64_t>& sizes,
+                                 absl::string_view field);
+void BoxToProto(const Box& box, google::protobuf::RepeatedField<int64_t>* offsets,
+                google::protobuf::RepeatedField<int64_t>* sizes);
+
+absl::StatusOr<InitSpec> InitFromProto(const v1::InitMode& init);
+v1::InitMode InitToProto(const InitSpec& init);
+
+// Full metadata as the coordinator sends it.
+void TensorMetadataToProto(const TensorMetadata& meta, v1::ShardedTensorMetadata* out);
+absl::StatusOr<TensorMetadata> TensorMetadataFromProto(const v1::ShardedTensorMetadata& meta);
+
+}  // namespace tessera
+
+#endif  // TESSERA_RPC_CONVERT_H_

@@ -1,0 +1,34 @@
+#include "rpc/server.h"
+
+#include "absl/strings/str_cat.h"
+#include "rpc/channel.h"
+
+namespace tessera {
+
+absl::StatusOr<RunningServer> StartServer(const std::string& listen,
+                                          const std::vector<grpc::Service*>& services) {
+  if (listen.find(':') == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address '", listen, "' is not HOST:PORT"));
+  }
+  grpc::ServerBuilder builder;
+  ConfigureServerBuilder(&builder);
+  // SO_REUSEPORT would let two daemons share a port by accident.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  RunningServer running;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &running.port);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  running.server = builder.BuildAndStart();
+  if (running.server == nullptr || running.port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", listen, " (address in use or invalid)"));
+  }
+  return running;
+}
+
+std::string WithPort(const std::string& listen, int port) {
+  size_t colon = listen.rfind(':');
+  return absl::StrCat(listen.substr(0, colon), ":", port);
+}
+
+}  // namespace tessera

@@ -1,0 +1,30 @@
+// Starts a gRPC server on a listen address (":0" picks a free port) and
+// reports the port actually bound.
+#ifndef TESSERA_RPC_SERVER_H_
+#define TESSERA_RPC_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+
+namespace tessera {
+
+struct RunningServer {
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;  // the bound port
+};
+
+// `listen` is HOST:PORT. Fails with a clear message when the port is taken.
+absl::StatusOr<RunningServer> StartServer(const std::string& listen,
+                                          const std::vector<grpc::Service*>& services);
+
+// Replaces the port of HOST:PORT (used when listening on port 0).
+std::string WithPort(const std::string& listen, int port);
+
+}  // namespace tessera
+
+#endif  // TESSERA_RPC_SERVER_H_

@@ -1,0 +1,113 @@
+// tessera-worker: holds shards in memory and serves them.
+#include <csignal>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "core/placement.h"
+#include "rpc/server.h"
+#include "rpc/signals.h"
+#include "spdlog/spdlog.h"
+#include "worker/host_shard_store.h"
+#include "worker/registration.h"
+#include "worker/worker_service.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator address HOST:PORT");
+ABSL_FLAG(std::string, listen, "127.0.0.1:7071", "address to serve on, HOST:PORT (port 0 picks one)");
+ABSL_FLAG(std::string, name, "", "unique worker name (letters, digits, _ . -); default w<port>");
+ABSL_FLAG(int32_t, rank, -1, "requested rank; default: the lowest free rank");
+ABSL_FLAG(std::string, device, "cpu", "device holding the shards: cpu or cuda:N");
+ABSL_FLAG(int64_t, capacity_bytes, 0, "most shard bytes this worker holds; 0 = no limit");
+ABSL_FLAG(int64_t, chunk_bytes, 1 << 20, "bytes per data message when streaming regions");
+
+namespace tessera {
+namespace {
+
+int Run() {
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  absl::StatusOr<Device> device = ParseDevice(absl::GetFlag(FLAGS_device));
+  if (!device.ok()) {
+    spdlog::error("--device: {}", std::string(device.status().message()));
+    return 2;
+  }
+  if (device->kind != Device::Kind::kCpu) {
+    spdlog::error("--device={}: this build has no CUDA support; run with --device=cpu or use "
+                  "a build made with --config=cuda",
+                  device->ToString());
+    return 1;
+  }
+  if (absl::GetFlag(FLAGS_capacity_bytes) < 0 || absl::GetFlag(FLAGS_chunk_bytes) <= 0) {
+    spdlog::error("--capacity_bytes must be >= 0 and --chunk_bytes > 0");
+    return 2;
+  }
+  HostShardStore store(absl::GetFlag(FLAGS_capacity_bytes));
+  WorkerServiceOptions service_options;
+  service_options.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  WorkerService service(&store, service_options);
+  absl::StatusOr<RunningServer> server = StartServer(listen, {&service});
+  if (!server.ok()) {
+    spdlog::error("{}", std::string(server.status().message()));
+    return 1;
+  }
+  const std::string address = WithPort(listen, server->port);
+  std::string name = absl::GetFlag(FLAGS_name);
+  if (name.empty()) name = absl::StrCat("w", server->port);
+  if (absl::Status s = CheckWorkerName(name); !s.ok()) {
+    spdlog::error("--name: {}", std::string(s.message()));
+    return 2;
+  }
+  spdlog::info("tessera-worker '{}' serving on {} (device {}, capacity {})", name, address,
+               device->ToString(),
+               absl::GetFlag(FLAGS_capacity_bytes) == 0
+                   ? std::string("unlimited")
+                   : absl::StrCat(absl::GetFlag(FLAGS_capacity_bytes), " bytes"));
+
+  RegistrationOptions options;
+  options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  options.name = name;
+  if (absl::GetFlag(FLAGS_rank) >= 0) options.rank = absl::GetFlag(FLAGS_rank);
+  options.address = address;
+  options.device = *device;
+  options.capacity_bytes = absl::GetFlag(FLAGS_capacity_bytes);
+  absl::Mutex fatal_mu;
+  absl::Status fatal;
+  Registration registration(options, &store, [&](const absl::Status& status) {
+    {
+      absl::MutexLock lock(&fatal_mu);
+      fatal = status;
+    }
+    kill(getpid(), SIGTERM);  // wakes the main thread's signal wait
+  });
+  registration.Start();
+
+  const int sig = WaitForTerminationSignal();
+  registration.Stop();
+  {
+    absl::MutexLock lock(&fatal_mu);
+    if (!fatal.ok()) {
+      server->server->Shutdown();
+      return 1;
+    }
+  }
+  spdlog::info("signal {} received; shutting down", sig);
+  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->server->Wait();
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  tessera::BlockTerminationSignals();
+  absl::SetProgramUsageMessage("tessera-worker --coordinator=HOST:PORT --listen=HOST:PORT --name=NAME");
+  absl::ParseCommandLine(argc, argv);
+  return tessera::Run();
+}

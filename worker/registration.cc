@@ -1,0 +1,120 @@
+#include "worker/registration.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "proto/coordinator.grpc.pb.h"
+#include "rpc/channel.h"
+#include "rpc/convert.h"
+#include "rpc/status.h"
+#include "spdlog/spdlog.h"
+
+namespace tessera {
+namespace {
+
+void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
+  context->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
+}
+
+// Errors that retrying cannot fix.
+bool IsFatal(const absl::Status& status) {
+  return absl::IsAlreadyExists(status) || absl::IsInvalidArgument(status) ||
+         absl::IsFailedPrecondition(status);
+}
+
+}  // namespace
+
+Registration::Registration(RegistrationOptions options, ShardStore* store,
+                           std::function<void(const absl::Status&)> on_fatal)
+    : options_(std::move(options)), store_(store), on_fatal_(std::move(on_fatal)) {}
+
+Registration::~Registration() { Stop(); }
+
+void Registration::Start() { thread_ = std::thread([this] { Run(); }); }
+
+void Registration::Stop() {
+  if (!stop_.HasBeenNotified()) stop_.Notify();
+  if (thread_.joinable()) thread_.join();
+}
+
+int32_t Registration::rank() const {
+  absl::MutexLock lock(&mu_);
+  return rank_;
+}
+
+bool Registration::WaitRegistered(absl::Duration timeout) {
+  return registered_.WaitForNotificationWithTimeout(timeout);
+}
+
+void Registration::Run() {
+  auto stub = v1::Coordinator::NewStub(MakeChannel(options_.coordinator));
+  absl::Duration backoff = absl::Milliseconds(50);
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  bool registered = false;
+  int failures = 0;
+  while (!stop_.HasBeenNotified()) {
+    if (!registered) {
+      v1::RegisterWorkerRequest request;
+      request.set_name(options_.name);
+      if (options_.rank.has_value()) request.set_rank(*options_.rank);
+      request.set_address(options_.address);
+      *request.mutable_device() = DeviceToProto(options_.device);
+      request.set_capacity_bytes(options_.capacity_bytes);
+      request.set_bytes_used(store_->BytesUsed());
+      for (uint64_t id : store_->ShardIds()) request.add_held_shard_ids(id);
+      v1::RegisterWorkerResponse response;
+      grpc::ClientContext context;
+      SetDeadline(&context, options_.rpc_timeout);
+      absl::Status status = FromGrpcStatus(stub->RegisterWorker(&context, request, &response));
+      if (status.ok()) {
+        registered = true;
+        failures = 0;
+        backoff = absl::Milliseconds(50);
+        if (response.heartbeat_interval_ms() > 0) {
+          heartbeat_interval = absl::Milliseconds(response.heartbeat_interval_ms());
+        }
+        for (uint64_t id : response.free_shard_ids()) store_->Free(id).IgnoreError();
+        {
+          absl::MutexLock lock(&mu_);
+          rank_ = response.rank();
+        }
+        spdlog::info("registered with coordinator {} as '{}' rank {}", options_.coordinator,
+                     options_.name, response.rank());
+        if (!registered_.HasBeenNotified()) registered_.Notify();
+        continue;
+      }
+      if (IsFatal(status)) {
+        spdlog::error("coordinator refused registration: {}", std::string(status.message()));
+        on_fatal_(status);
+        return;
+      }
+      if (failures++ % 20 == 0) {
+        spdlog::warn("coordinator {} not reachable yet ({}); retrying", options_.coordinator,
+                     std::string(status.message()));
+      }
+      stop_.WaitForNotificationWithTimeout(backoff);
+      backoff = std::min(backoff * 2, options_.max_backoff);
+      continue;
+    }
+    if (stop_.WaitForNotificationWithTimeout(heartbeat_interval)) break;
+    v1::HeartbeatRequest request;
+    request.set_name(options_.name);
+    request.set_bytes_used(store_->BytesUsed());
+    v1::HeartbeatResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context, options_.rpc_timeout);
+    absl::Status status = FromGrpcStatus(stub->Heartbeat(&context, request, &response));
+    if (status.ok() && response.reregister()) {
+      spdlog::info("coordinator does not know this worker any more; registering again");
+      registered = false;
+    } else if (!status.ok() && failures++ % 20 == 0) {
+      spdlog::warn("heartbeat to coordinator {} failed: {}", options_.coordinator,
+                   std::string(status.message()));
+    } else if (status.ok()) {
+      failures = 0;
+    }
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,67 @@
+// ShardStore: where a worker keeps its shards' bytes. Host memory now; device
+// memory (CUDA) sits behind the same interface, so the service never sees
+// device specifics. Every implementation is safe for concurrent use, and a
+// read that is running when its shard is freed finishes on the old bytes.
+#ifndef TESSERA_WORKER_SHARD_STORE_H_
+#define TESSERA_WORKER_SHARD_STORE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/box.h"
+#include "core/dtype.h"
+#include "core/init_fill.h"
+
+namespace tessera {
+
+// What a shard is: its tensor, element type, and box in the tensor.
+struct ShardDesc {
+  std::string tensor;   // for messages
+  DType dtype = DType::kFloat32;
+  Shape tensor_shape;   // global shape
+  Box box;              // the shard's box in the tensor
+
+  int64_t NumElements() const { return box.NumElements(); }
+  int64_t ByteSize() const { return box.NumElements() * static_cast<int64_t>(ItemSize(dtype)); }
+};
+
+class ShardStore {
+ public:
+  virtual ~ShardStore() = default;
+
+  // Allocates shard `id` and fills it per `init` (values of the global
+  // elements in desc.box). RESOURCE_EXHAUSTED past the capacity,
+  // ALREADY_EXISTS if `id` is taken by a different shard.
+  virtual absl::Status Allocate(uint64_t id, const ShardDesc& desc, const InitSpec& init) = 0;
+
+  // Copies `data` to bytes [byte_offset, byte_offset + size) of the shard
+  // (row-major over its box). OUT_OF_RANGE past the end.
+  virtual absl::Status Write(uint64_t id, int64_t byte_offset, absl::string_view data) = 0;
+
+  // Writes elements [flat_begin, flat_begin + count) of the row-major sub-box
+  // `box` (shard coordinates) from `src`.
+  virtual absl::Status WriteBox(uint64_t id, const Box& box, int64_t flat_begin, int64_t count,
+                                const char* src) = 0;
+
+  // Reads elements [flat_begin, flat_begin + count) of the row-major sub-box
+  // `box` (shard coordinates) into `dst`.
+  virtual absl::Status ReadBox(uint64_t id, const Box& box, int64_t flat_begin, int64_t count,
+                               char* dst) = 0;
+
+  virtual absl::StatusOr<ShardDesc> Describe(uint64_t id) const = 0;
+
+  // Frees shard `id`; freeing an unknown id is OK (frees are retried).
+  virtual absl::Status Free(uint64_t id) = 0;
+
+  // Element bytes of all shards held.
+  virtual int64_t BytesUsed() const = 0;
+  virtual std::vector<uint64_t> ShardIds() const = 0;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_SHARD_STORE_H_
