@@ -6,40 +6,6 @@
 #include "rpc/status.h"
 
 namespace tessera {
-namespace {
-
-absl::StatusOr<LayoutSpec> SpecFromProto(const v1::ShardingSpec& spec) {
-  switch (spec.spec_case()) {
-    case v1::ShardingSpec::kChunk: {
-      std::vector<Placement> placements;
-      for (int i = 0; i < spec.chunk().placements_size(); ++i) {
-        absl::StatusOr<Placement> p = PlacementFromProto(spec.chunk().placements(i));
-        if (!p.ok()) return Annotate(p.status(), absl::StrCat("spec.chunk.placements[", i, "]"));
-        placements.push_back(*std::move(p));
-      }
-      return LayoutSpec::Chunk(spec.chunk().dim(), std::move(placements));
-    }
-    case v1::ShardingSpec::kEnumerable: {
-      std::vector<Box> boxes;
-      std::vector<Placement> placements;
-      for (int i = 0; i < spec.enumerable().shards_size(); ++i) {
-        const v1::ShardMetadata& shard = spec.enumerable().shards(i);
-        const std::string field = absl::StrCat("spec.enumerable.shards[", i, "]");
-        TESSERA_ASSIGN_OR_RETURN(Box box, BoxFromProto(shard.offsets(), shard.sizes(), field));
-        absl::StatusOr<Placement> p = PlacementFromProto(shard.placement());
-        if (!p.ok()) return Annotate(p.status(), field);
-        boxes.push_back(std::move(box));
-        placements.push_back(*std::move(p));
-      }
-      return LayoutSpec::Enumerable(std::move(boxes), std::move(placements));
-    }
-    default:
-      return absl::InvalidArgumentError("spec: neither chunk nor enumerable sharding given");
-  }
-}
-
-}  // namespace
-
 grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext*,
                                                 const v1::RegisterWorkerRequest* request,
                                                 v1::RegisterWorkerResponse* response) {
@@ -95,7 +61,7 @@ grpc::Status CoordinatorService::CreateTensor(grpc::ServerContext*,
     TESSERA_ASSIGN_OR_RETURN(args.dtype, DTypeFromProto(request->properties().dtype()));
     args.requires_grad = request->properties().requires_grad();
     args.pin_memory = request->properties().pin_memory();
-    TESSERA_ASSIGN_OR_RETURN(args.spec, SpecFromProto(request->spec()));
+    TESSERA_ASSIGN_OR_RETURN(args.spec, LayoutSpecFromProto(request->spec()));
     TESSERA_ASSIGN_OR_RETURN(args.init, InitFromProto(request->init()));
     args.pending = request->pending();
     return coordinator_->CreateTensor(args);

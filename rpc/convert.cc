@@ -232,4 +232,49 @@ absl::StatusOr<TensorMetadata> TensorMetadataFromProto(const v1::ShardedTensorMe
   return out;
 }
 
+absl::StatusOr<LayoutSpec> LayoutSpecFromProto(const v1::ShardingSpec& spec) {
+  switch (spec.spec_case()) {
+    case v1::ShardingSpec::kChunk: {
+      std::vector<Placement> placements;
+      for (int i = 0; i < spec.chunk().placements_size(); ++i) {
+        absl::StatusOr<Placement> p = PlacementFromProto(spec.chunk().placements(i));
+        if (!p.ok()) return Annotate(p.status(), absl::StrCat("spec.chunk.placements[", i, "]"));
+        placements.push_back(*std::move(p));
+      }
+      return LayoutSpec::Chunk(spec.chunk().dim(), std::move(placements));
+    }
+    case v1::ShardingSpec::kEnumerable: {
+      std::vector<Box> boxes;
+      std::vector<Placement> placements;
+      for (int i = 0; i < spec.enumerable().shards_size(); ++i) {
+        const v1::ShardMetadata& shard = spec.enumerable().shards(i);
+        const std::string field = absl::StrCat("spec.enumerable.shards[", i, "]");
+        TESSERA_ASSIGN_OR_RETURN(Box box, BoxFromProto(shard.offsets(), shard.sizes(), field));
+        absl::StatusOr<Placement> p = PlacementFromProto(shard.placement());
+        if (!p.ok()) return Annotate(p.status(), field);
+        boxes.push_back(std::move(box));
+        placements.push_back(*std::move(p));
+      }
+      return LayoutSpec::Enumerable(std::move(boxes), std::move(placements));
+    }
+    default:
+      return absl::InvalidArgumentError("spec: neither chunk nor enumerable sharding given");
+  }
+}
+
+void LayoutSpecToProto(const LayoutSpec& spec, v1::ShardingSpec* out) {
+  if (spec.kind == LayoutSpec::Kind::kChunk) {
+    v1::ShardingSpec::Chunk* chunk = out->mutable_chunk();
+    chunk->set_dim(spec.chunk_dim);
+    for (const Placement& p : spec.placements) *chunk->add_placements() = PlacementToProto(p);
+    return;
+  }
+  v1::ShardingSpec::Enumerable* enumerable = out->mutable_enumerable();
+  for (size_t i = 0; i < spec.boxes.size(); ++i) {
+    v1::ShardMetadata* shard = enumerable->add_shards();
+    BoxToProto(spec.boxes[i], shard->mutable_offsets(), shard->mutable_sizes());
+    if (i < spec.placements.size()) *shard->mutable_placement() = PlacementToProto(spec.placements[i]);
+  }
+}
+
 }  // namespace tessera

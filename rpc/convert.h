@@ -11,6 +11,7 @@
 #include "core/box.h"
 #include "core/dtype.h"
 #include "core/init_fill.h"
+#include "core/layout_spec.h"
 #include "core/placement.h"
 #include "core/tensor_metadata.h"
 #include "google/protobuf/repeated_field.h"
@@ -43,6 +44,10 @@ void BoxToProto(const Box& box, google::protobuf::RepeatedField<int64_t>* offset
 
 absl::StatusOr<InitSpec> InitFromProto(const v1::InitMode& init);
 v1::InitMode InitToProto(const InitSpec& init);
+
+// Sharding specs (chunk or enumerable).
+absl::StatusOr<LayoutSpec> LayoutSpecFromProto(const v1::ShardingSpec& spec);
+void LayoutSpecToProto(const LayoutSpec& spec, v1::ShardingSpec* out);
 
 // Full metadata as the coordinator sends it.
 void TensorMetadataToProto(const TensorMetadata& meta, v1::ShardedTensorMetadata* out);

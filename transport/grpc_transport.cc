@@ -17,6 +17,10 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
                         std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
 }
 
+absl::Status WithContext(const absl::Status& status, absl::string_view context_text) {
+  return context_text.empty() ? status : Annotate(status, context_text);
+}
+
 }  // namespace
 
 absl::Status ReadRegion(v1::Worker::StubInterface* stub, uint64_t shard_id, const Box& box,
@@ -49,18 +53,19 @@ absl::Status ReadRegion(v1::Worker::StubInterface* stub, uint64_t shard_id, cons
     received += size;
   }
   absl::Status status = FromGrpcStatus(reader->Finish());
-  if (!sink_status.ok()) return Annotate(sink_status, context_text);
-  if (!status.ok()) return Annotate(status, context_text);
+  if (!sink_status.ok()) return WithContext(sink_status, context_text);
+  if (!status.ok()) return WithContext(status, context_text);
   if (received != total_bytes) {
-    return Annotate(absl::DataLossError(absl::StrCat("stream ended after ", received, " of ",
-                                                     total_bytes, " bytes")),
-                    context_text);
+    return WithContext(absl::DataLossError(absl::StrCat("stream ended after ", received, " of ",
+                                                        total_bytes, " bytes")),
+                       context_text);
   }
   return absl::OkStatus();
 }
 
-absl::Status WriteShard(v1::Worker::StubInterface* stub, uint64_t shard_id, const char* data,
-                        int64_t size, absl::Duration timeout, absl::string_view context_text) {
+absl::Status WriteShard(v1::Worker::StubInterface* stub, uint64_t shard_id, int64_t size,
+                        const ChunkSource& source, absl::Duration timeout,
+                        absl::string_view context_text) {
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
   v1::WriteShardResponse response;
@@ -73,17 +78,19 @@ absl::Status WriteShard(v1::Worker::StubInterface* stub, uint64_t shard_id, cons
   do {
     const int64_t n = std::min(kDefaultChunkBytes, size - offset);
     chunk.set_offset(offset);
-    chunk.set_data(data + offset, static_cast<size_t>(n));
+    std::string* data = chunk.mutable_data();
+    data->resize(static_cast<size_t>(n));
+    if (n > 0) source(offset, absl::MakeSpan(data->data(), data->size()));
     if (!writer->Write(chunk)) break;  // the server ended the stream: Finish says why
     offset += n;
   } while (offset < size);
   writer->WritesDone();
   absl::Status status = FromGrpcStatus(writer->Finish());
-  if (!status.ok()) return Annotate(status, context_text);
+  if (!status.ok()) return WithContext(status, context_text);
   if (response.bytes_written() != size) {
-    return Annotate(absl::DataLossError(absl::StrCat("worker stored ", response.bytes_written(),
-                                                     " of ", size, " bytes")),
-                    context_text);
+    return WithContext(absl::DataLossError(absl::StrCat(
+                           "worker stored ", response.bytes_written(), " of ", size, " bytes")),
+                       context_text);
   }
   return absl::OkStatus();
 }

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "absl/time/time.h"
 #include "core/box.h"
 #include "proto/worker.grpc.pb.h"
@@ -33,9 +34,16 @@ absl::Status ReadRegion(v1::Worker::StubInterface* stub, uint64_t shard_id, cons
                         int64_t total_bytes, absl::Duration timeout, const ChunkSink& sink,
                         absl::string_view context_text);
 
-// Sends `size` bytes as the full contents of shard `shard_id`.
-absl::Status WriteShard(v1::Worker::StubInterface* stub, uint64_t shard_id, const char* data,
-                        int64_t size, absl::Duration timeout, absl::string_view context_text);
+// Produces one outgoing chunk: fills `dst` with bytes
+// [byte_offset, byte_offset + dst.size()) of the shard's row-major contents.
+using ChunkSource = std::function<void(int64_t byte_offset, absl::Span<char> dst)>;
+
+// Streams `size` bytes, produced chunk by chunk by `source`, as the full
+// contents of shard `shard_id`. Each byte is copied once, straight into the
+// outgoing message.
+absl::Status WriteShard(v1::Worker::StubInterface* stub, uint64_t shard_id, int64_t size,
+                        const ChunkSource& source, absl::Duration timeout,
+                        absl::string_view context_text);
 
 }  // namespace tessera
 

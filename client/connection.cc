@@ -1,0 +1,40 @@
+#include "client/connection.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "rpc/status.h"
+
+namespace tessera {
+
+Connection::Connection(std::string coordinator_address, ClientOptions options)
+    : coordinator_address_(std::move(coordinator_address)),
+      options_(options),
+      coordinator_(v1::Coordinator::NewStub(MakeChannel(coordinator_address_))) {}
+
+std::unique_ptr<v1::Worker::Stub> Connection::WorkerStub(const std::string& address) {
+  return v1::Worker::NewStub(workers_.Get(address));
+}
+
+void Connection::PrepareControlCall(grpc::ClientContext* context) const {
+  context->set_deadline(
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.rpc_timeout)));
+}
+
+absl::Status Connection::ControlError(const grpc::Status& status) const {
+  // Errors the coordinator raises itself say "unavailable"; gRPC's own
+  // connection failures do not.
+  const bool transport_failure =
+      (status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+       status.error_message().find("unavailable") == std::string::npos) ||
+      (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+       status.error_message() == "Deadline Exceeded");
+  if (transport_failure) {
+    return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ",
+                                               coordinator_address_, " (is it running?)"));
+  }
+  return FromGrpcStatus(status);
+}
+
+}  // namespace tessera

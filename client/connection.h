@@ -1,0 +1,52 @@
+// Connection: what every SDK object shares — the coordinator stub, one
+// channel per worker, and the client's options. Thread-safe; shared by the
+// Client and the ShardHandles it hands out, so handles outlive nothing.
+#ifndef TESSERA_CLIENT_CONNECTION_H_
+#define TESSERA_CLIENT_CONNECTION_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "proto/worker.grpc.pb.h"
+#include "rpc/channel.h"
+
+namespace tessera {
+
+struct ClientOptions {
+  // Deadline of each control-plane call to the coordinator.
+  absl::Duration rpc_timeout = absl::Seconds(30);
+  // How long to wait for the coordinator when connecting.
+  absl::Duration connect_timeout = absl::Seconds(5);
+  // Deadline of one data stream (a piece of a get, or one shard of a put).
+  absl::Duration data_timeout = absl::Minutes(30);
+  // Most data streams running at once (one thread each).
+  int max_parallel_streams = 16;
+};
+
+class Connection {
+ public:
+  Connection(std::string coordinator_address, ClientOptions options);
+
+  const std::string& coordinator_address() const { return coordinator_address_; }
+  const ClientOptions& options() const { return options_; }
+  v1::Coordinator::Stub* coordinator() { return coordinator_.get(); }
+  std::unique_ptr<v1::Worker::Stub> WorkerStub(const std::string& address);
+
+  // Sets the deadline of a control-plane call.
+  void PrepareControlCall(grpc::ClientContext* context) const;
+  // Turns a failed coordinator call into an error a user understands.
+  absl::Status ControlError(const grpc::Status& status) const;
+
+ private:
+  const std::string coordinator_address_;
+  const ClientOptions options_;
+  std::unique_ptr<v1::Coordinator::Stub> coordinator_;
+  ChannelCache workers_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_CLIENT_CONNECTION_H_

@@ -1,0 +1,268 @@
+#include "client/tessera_client.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "client/data_plane.h"
+#include "core/checked_math.h"
+#include "core/errors.h"
+#include "core/parse.h"
+#include "core/status_macros.h"
+#include "rpc/convert.h"
+#include "rpc/status.h"
+
+namespace tessera {
+
+ShardHandle::ShardHandle(std::shared_ptr<Connection> connection,
+                         std::shared_ptr<const TensorMetadata> meta, size_t index)
+    : connection_(std::move(connection)), meta_(std::move(meta)), index_(index) {}
+
+absl::StatusOr<HostArray> ShardHandle::ToHere() const {
+  HostArray array = HostArray::Allocate(meta_->dtype, shard().box.sizes);
+  absl::Status status = FetchShard(*connection_, *meta_, index_, array.data());
+  if (absl::IsAborted(status)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard handle ", ToString(), " refers to version ", meta_->version,
+                     ", whose shards were freed (the tensor was resharded or deleted); "
+                     "describe the tensor again for current handles"));
+  }
+  if (!status.ok()) return status;
+  return array;
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& coordinator,
+                                                        ClientOptions options) {
+  if (coordinator.empty() || coordinator.find(':') == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("coordinator address '", coordinator, "' is not HOST:PORT"));
+  }
+  auto connection = std::make_shared<Connection>(coordinator, options);
+  // Wait for the connection once here, so later calls fail fast and clearly.
+  std::shared_ptr<grpc::Channel> channel = MakeChannel(coordinator);
+  auto deadline = std::chrono::system_clock::now() +
+                  std::chrono::milliseconds(absl::ToInt64Milliseconds(options.connect_timeout));
+  v1::ListWorkersRequest request;
+  v1::ListWorkersResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(deadline);
+  context.set_wait_for_ready(true);
+  grpc::Status status = connection->coordinator()->ListWorkers(&context, request, &response);
+  if (!status.ok()) {
+    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+        status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ", coordinator,
+                                                 " (is it running?)"));
+    }
+    return connection->ControlError(status);
+  }
+  return std::unique_ptr<Client>(new Client(std::move(connection)));
+}
+
+absl::StatusOr<std::vector<WorkerInfo>> Client::Workers() {
+  v1::ListWorkersRequest request;
+  v1::ListWorkersResponse response;
+  grpc::ClientContext context;
+  connection_->PrepareControlCall(&context);
+  grpc::Status status = connection_->coordinator()->ListWorkers(&context, request, &response);
+  if (!status.ok()) return connection_->ControlError(status);
+  std::vector<WorkerInfo> out;
+  for (const v1::WorkerInfo& w : response.workers()) {
+    WorkerInfo info;
+    info.name = w.name();
+    info.rank = w.rank();
+    info.address = w.address();
+    TESSERA_ASSIGN_OR_RETURN(info.device, DeviceFromProto(w.device()));
+    info.alive = w.alive();
+    info.bytes_used = w.bytes_used();
+    info.capacity_bytes = w.capacity_bytes();
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+absl::StatusOr<TensorMetadata> Client::CreateInternal(const std::string& name,
+                                                      const Shape& shape, DType dtype,
+                                                      const LayoutSpec& spec,
+                                                      const InitSpec& init, bool pending) {
+  v1::CreateTensorRequest request;
+  request.set_name(name);
+  request.mutable_shape()->Assign(shape.begin(), shape.end());
+  request.mutable_properties()->set_dtype(DTypeToProto(dtype));
+  LayoutSpecToProto(spec, request.mutable_spec());
+  *request.mutable_init() = InitToProto(init);
+  request.set_pending(pending);
+  v1::CreateTensorResponse response;
+  grpc::ClientContext context;
+  // Allocation with an init fill of a large tensor can take longer than a plain call.
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(
+                           absl::ToInt64Milliseconds(connection_->options().data_timeout)));
+  grpc::Status status = connection_->coordinator()->CreateTensor(&context, request, &response);
+  if (!status.ok()) return connection_->ControlError(status);
+  return TensorMetadataFromProto(response.tensor());
+}
+
+absl::StatusOr<TensorMetadata> Client::Create(const std::string& name, const Shape& shape,
+                                              DType dtype, const LayoutSpec& spec,
+                                              const InitSpec& init) {
+  return CreateInternal(name, shape, dtype, spec, init, /*pending=*/false);
+}
+
+absl::StatusOr<TensorMetadata> Client::Put(const std::string& name, const Shape& shape,
+                                           DType dtype, const char* data,
+                                           const LayoutSpec& spec) {
+  TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta,
+                           CreateInternal(name, shape, dtype, spec, InitSpec{}, /*pending=*/true));
+  absl::Status status = ScatterTensor(*connection_, meta, data);
+  if (status.ok()) {
+    v1::CommitTensorRequest request;
+    request.set_name(name);
+    request.set_version(meta.version);
+    v1::CommitTensorResponse response;
+    grpc::ClientContext context;
+    connection_->PrepareControlCall(&context);
+    grpc::Status commit = connection_->coordinator()->CommitTensor(&context, request, &response);
+    if (commit.ok()) return meta;
+    status = connection_->ControlError(commit);
+  }
+  // Leave nothing half-made behind.
+  Delete(name).IgnoreError();
+  return status;
+}
+
+absl::StatusOr<TensorMetadata> Client::Describe(const std::string& name) {
+  v1::GetTensorRequest request;
+  request.set_name(name);
+  v1::GetTensorResponse response;
+  grpc::ClientContext context;
+  connection_->PrepareControlCall(&context);
+  grpc::Status status = connection_->coordinator()->GetTensor(&context, request, &response);
+  if (!status.ok()) return connection_->ControlError(status);
+  return TensorMetadataFromProto(response.tensor());
+}
+
+absl::StatusOr<std::vector<TensorInfo>> Client::List() {
+  v1::ListTensorsRequest request;
+  v1::ListTensorsResponse response;
+  grpc::ClientContext context;
+  connection_->PrepareControlCall(&context);
+  grpc::Status status = connection_->coordinator()->ListTensors(&context, request, &response);
+  if (!status.ok()) return connection_->ControlError(status);
+  std::vector<TensorInfo> out;
+  for (const v1::TensorSummary& t : response.tensors()) {
+    TensorInfo info;
+    info.name = t.name();
+    info.shape.assign(t.shape().begin(), t.shape().end());
+    TESSERA_ASSIGN_OR_RETURN(info.dtype, DTypeFromProto(t.dtype()));
+    info.version = t.version();
+    info.num_shards = t.num_shards();
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+absl::Status Client::Delete(const std::string& name) {
+  v1::DeleteTensorRequest request;
+  request.set_name(name);
+  v1::DeleteTensorResponse response;
+  grpc::ClientContext context;
+  connection_->PrepareControlCall(&context);
+  grpc::Status status = connection_->coordinator()->DeleteTensor(&context, request, &response);
+  if (!status.ok()) return connection_->ControlError(status);
+  return absl::OkStatus();
+}
+
+absl::Status Client::ReadRegion(
+    const std::string& name, const std::optional<Box>& region,
+    const std::function<absl::StatusOr<char*>(const TensorMetadata&, const Box&)>& destination) {
+  uint64_t last_version = 0;
+  for (int attempt = 0;; ++attempt) {
+    TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta, Describe(name));
+    Box box = region.has_value() ? *region : WholeBox(meta.shape);
+    TESSERA_RETURN_IF_ERROR(CheckWithin(box, meta.shape, "region"));
+    TESSERA_ASSIGN_OR_RETURN(char* out, destination(meta, box));
+    absl::Status status = GatherRegion(*connection_, meta, box, out);
+    // The version we read was replaced and freed under us: read the new one.
+    if (absl::IsAborted(status) && attempt < 3 && meta.version != last_version) {
+      last_version = meta.version;
+      continue;
+    }
+    return status;
+  }
+}
+
+absl::StatusOr<HostArray> Client::Get(const std::string& name, const std::optional<Box>& region) {
+  HostArray array;
+  TESSERA_RETURN_IF_ERROR(ReadRegion(
+      name, region, [&](const TensorMetadata& meta, const Box& box) -> absl::StatusOr<char*> {
+        if (array.buffer == nullptr || array.shape != box.sizes || array.dtype != meta.dtype) {
+          array = HostArray::Allocate(meta.dtype, box.sizes);
+        }
+        return array.data();
+      }));
+  return array;
+}
+
+absl::Status Client::GetInto(const std::string& name, const std::optional<Box>& region, char* out,
+                             int64_t out_bytes) {
+  return ReadRegion(name, region,
+                    [&](const TensorMetadata& meta, const Box& box) -> absl::StatusOr<char*> {
+                      const int64_t need = box.NumElements() * static_cast<int64_t>(ItemSize(meta.dtype));
+                      if (need != out_bytes) {
+                        return absl::InvalidArgumentError(absl::StrCat(
+                            "output buffer has ", out_bytes, " bytes but region ",
+                            box.ToString(), " of '", name, "' needs ", need));
+                      }
+                      return out;
+                    });
+}
+
+absl::StatusOr<HostArray> Client::GetRegion(const std::string& name,
+                                            const std::string& region_text) {
+  TESSERA_ASSIGN_OR_RETURN(std::vector<DimRange> ranges, ParseRanges(region_text));
+  TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta, Describe(name));
+  TESSERA_ASSIGN_OR_RETURN(Box region, ResolveRegion(ranges, meta.shape));
+  return Get(name, region);
+}
+
+absl::StatusOr<HostArray> Client::GetShard(const std::string& name, int64_t index) {
+  TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta, Describe(name));
+  if (index < 0 || index >= static_cast<int64_t>(meta.shards.size())) {
+    return OutOfBoundsError(absl::StrCat("shard ", index, " of tensor '", name, "', which has ",
+                                         meta.shards.size(), " shards"));
+  }
+  ShardHandle handle(connection_, std::make_shared<const TensorMetadata>(std::move(meta)),
+                     static_cast<size_t>(index));
+  return handle.ToHere();
+}
+
+absl::StatusOr<std::vector<ShardHandle>> Client::Handles(const std::string& name) {
+  TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta, Describe(name));
+  auto shared = std::make_shared<const TensorMetadata>(std::move(meta));
+  std::vector<ShardHandle> handles;
+  for (size_t i = 0; i < shared->shards.size(); ++i) handles.emplace_back(connection_, shared, i);
+  return handles;
+}
+
+absl::StatusOr<ReshardStats> Client::Reshard(const std::string& name, const LayoutSpec& spec) {
+  v1::ReshardTensorRequest request;
+  request.set_name(name);
+  LayoutSpecToProto(spec, request.mutable_spec());
+  v1::ReshardTensorResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(
+                           absl::ToInt64Milliseconds(connection_->options().data_timeout)));
+  grpc::Status status = connection_->coordinator()->ReshardTensor(&context, request, &response);
+  if (!status.ok()) return connection_->ControlError(status);
+  ReshardStats stats;
+  stats.version = response.version();
+  stats.pieces_moved = response.pieces_moved();
+  stats.bytes_moved = response.bytes_moved();
+  stats.bytes_copied_locally = response.bytes_copied_locally();
+  stats.shards_kept = response.shards_kept();
+  stats.seconds = response.seconds();
+  return stats;
+}
+
+}  // namespace tessera

@@ -1,0 +1,145 @@
+// The tessera C++ SDK. A Client talks to the coordinator for metadata and
+// straight to the workers for data:
+//
+//   auto client = Client::Connect("127.0.0.1:7070");
+//   (*client)->Put("emb", array, LayoutSpec::Chunk(0, {rank0, rank1}));
+//   absl::StatusOr<HostArray> rows = (*client)->Get("emb", region);
+//
+// A Client is safe for concurrent use from many threads.
+#ifndef TESSERA_CLIENT_TESSERA_CLIENT_H_
+#define TESSERA_CLIENT_TESSERA_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/connection.h"
+#include "client/host_array.h"
+#include "core/box.h"
+#include "core/dtype.h"
+#include "core/init_fill.h"
+#include "core/layout_spec.h"
+#include "core/tensor_metadata.h"
+
+namespace tessera {
+
+struct WorkerInfo {
+  std::string name;
+  int32_t rank = 0;
+  std::string address;
+  Device device;
+  bool alive = false;
+  int64_t bytes_used = 0;
+  int64_t capacity_bytes = 0;
+};
+
+struct TensorInfo {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::kFloat32;
+  uint64_t version = 0;
+  int64_t num_shards = 0;
+};
+
+struct ReshardStats {
+  uint64_t version = 0;
+  int64_t pieces_moved = 0;
+  int64_t bytes_moved = 0;
+  int64_t bytes_copied_locally = 0;
+  int64_t shards_kept = 0;
+  double seconds = 0;
+};
+
+// RRef-like handle to one shard of one version of a tensor. ToHere() reads
+// the shard's bytes straight from its worker; once that version's shards are
+// freed (tensor deleted or resharded) it fails with a clear error instead of
+// returning other data.
+class ShardHandle {
+ public:
+  ShardHandle(std::shared_ptr<Connection> connection, std::shared_ptr<const TensorMetadata> meta,
+              size_t index);
+
+  const std::string& tensor() const { return meta_->name; }
+  uint64_t version() const { return meta_->version; }
+  size_t index() const { return index_; }
+  const ShardInfo& shard() const { return meta_->shards[index_]; }
+  DType dtype() const { return meta_->dtype; }
+  // "NAME@vVERSION#SHARD_ID", as `describe` prints it.
+  std::string ToString() const { return meta_->HandleString(index_); }
+
+  // The shard's data: an array of the shard's sizes.
+  absl::StatusOr<HostArray> ToHere() const;
+
+ private:
+  std::shared_ptr<Connection> connection_;
+  std::shared_ptr<const TensorMetadata> meta_;
+  size_t index_;
+};
+
+class Client {
+ public:
+  // Connects to the coordinator at HOST:PORT; fails with a clear message
+  // (naming the address) if it cannot be reached within connect_timeout.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& coordinator,
+                                                         ClientOptions options = {});
+
+  absl::StatusOr<std::vector<WorkerInfo>> Workers();
+
+  // Allocates a sharded tensor filled per `init`.
+  absl::StatusOr<TensorMetadata> Create(const std::string& name, const Shape& shape, DType dtype,
+                                        const LayoutSpec& spec, const InitSpec& init = {});
+
+  // Scatters a row-major array of `shape` into a new sharded tensor. The
+  // tensor becomes visible only once every shard is written; on failure it
+  // is removed.
+  absl::StatusOr<TensorMetadata> Put(const std::string& name, const Shape& shape, DType dtype,
+                                     const char* data, const LayoutSpec& spec);
+  absl::StatusOr<TensorMetadata> Put(const std::string& name, const HostArray& array,
+                                     const LayoutSpec& spec) {
+    return Put(name, array.shape, array.dtype, array.data(), spec);
+  }
+
+  absl::StatusOr<TensorMetadata> Describe(const std::string& name);
+  absl::StatusOr<std::vector<TensorInfo>> List();
+  absl::Status Delete(const std::string& name);
+
+  // Gathers the whole tensor, or `region` of it (tensor coordinates).
+  absl::StatusOr<HostArray> Get(const std::string& name,
+                                const std::optional<Box>& region = std::nullopt);
+  // Same, into a caller's buffer of exactly the region's byte size.
+  absl::Status GetInto(const std::string& name, const std::optional<Box>& region, char* out,
+                       int64_t out_bytes);
+  // Region given as text ("0:5,:"; NumPy rules for negatives and open ends).
+  absl::StatusOr<HostArray> GetRegion(const std::string& name, const std::string& region_text);
+  // Shard `index` (0-based in describe order).
+  absl::StatusOr<HostArray> GetShard(const std::string& name, int64_t index);
+
+  // Handles of every shard of the current version.
+  absl::StatusOr<std::vector<ShardHandle>> Handles(const std::string& name);
+
+  // Moves the tensor to a new layout (version + 1).
+  absl::StatusOr<ReshardStats> Reshard(const std::string& name, const LayoutSpec& spec);
+
+  const std::string& coordinator_address() const { return connection_->coordinator_address(); }
+
+ private:
+  explicit Client(std::shared_ptr<Connection> connection) : connection_(std::move(connection)) {}
+  absl::StatusOr<TensorMetadata> CreateInternal(const std::string& name, const Shape& shape,
+                                                DType dtype, const LayoutSpec& spec,
+                                                const InitSpec& init, bool pending);
+  // Reads `region` of `meta` into `out`; retries once on fresh metadata if
+  // the version it read was replaced meanwhile.
+  absl::Status ReadRegion(const std::string& name, const std::optional<Box>& region,
+                          const std::function<absl::StatusOr<char*>(const TensorMetadata&,
+                                                                    const Box&)>& destination);
+
+  std::shared_ptr<Connection> connection_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_CLIENT_TESSERA_CLIENT_H_
