@@ -1,0 +1,217 @@
+#include "tests/cluster.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "client/tessera_client.h"
+
+namespace tessera {
+namespace {
+
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& log_path) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int WaitExit(pid_t pid) {
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0) return -1;
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+int PickFreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+
+std::string TestCluster::BinaryPath(const std::string& target) {
+  if (const char* dir = std::getenv("TESSERA_BIN_DIR"); dir != nullptr && *dir != '\0') {
+    return absl::StrCat(dir, "/", target);
+  }
+  if (const char* srcdir = std::getenv("TEST_SRCDIR"); srcdir != nullptr) {
+    return absl::StrCat(srcdir, "/tessera/", target);
+  }
+  return absl::StrCat("bazel-bin/", target);
+}
+
+int TestCluster::Run(const std::vector<std::string>& argv, std::string* out, std::string* err) {
+  char out_path[] = "/tmp/tessera_run_out_XXXXXX";
+  char err_path[] = "/tmp/tessera_run_err_XXXXXX";
+  int out_fd = mkstemp(out_path);
+  int err_fd = mkstemp(err_path);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out_fd, 1);
+    dup2(err_fd, 2);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(out_fd);
+  close(err_fd);
+  int code = WaitExit(pid);
+  if (out != nullptr) *out = ReadFile(out_path);
+  if (err != nullptr) *err = ReadFile(err_path);
+  unlink(out_path);
+  unlink(err_path);
+  return code;
+}
+
+absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(TestClusterOptions options) {
+  std::unique_ptr<TestCluster> cluster(new TestCluster());
+  cluster->options_ = std::move(options);
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  std::string pattern = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/cluster_XXXXXX");
+  std::vector<char> buf(pattern.begin(), pattern.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) == nullptr) return absl::InternalError("mkdtemp failed");
+  cluster->dir_ = buf.data();
+  if (absl::Status s = cluster->StartCoordinator(); !s.ok()) return s;
+  cluster->workers_.resize(cluster->options_.num_workers);
+  for (int i = 0; i < cluster->options_.num_workers; ++i) {
+    cluster->workers_[i].address = absl::StrCat("127.0.0.1:", PickFreePort());
+    if (absl::Status s = cluster->StartWorker(i); !s.ok()) return s;
+  }
+  if (absl::Status s = cluster->WaitAlive(absl::Seconds(30)); !s.ok()) return s;
+  return cluster;
+}
+
+absl::Status TestCluster::StartCoordinator() {
+  coordinator_address_ = absl::StrCat("127.0.0.1:", PickFreePort());
+  coordinator_.address = coordinator_address_;
+  coordinator_.log = absl::StrCat(dir_, "/coordinator.log");
+  std::vector<std::string> argv = {BinaryPath("coordinator/tessera-coordinator"),
+                                   absl::StrCat("--listen=", coordinator_address_)};
+  for (const std::string& f : options_.coordinator_flags) argv.push_back(f);
+  coordinator_.pid = Spawn(argv, coordinator_.log);
+  return coordinator_.pid > 0 ? absl::OkStatus() : absl::InternalError("fork failed");
+}
+
+absl::Status TestCluster::StartWorker(int i) {
+  Process& w = workers_[i];
+  w.log = absl::StrCat(dir_, "/", worker_name(i), ".log");
+  std::vector<std::string> argv = {BinaryPath("worker/tessera-worker"),
+                                   absl::StrCat("--coordinator=", coordinator_address_),
+                                   absl::StrCat("--listen=", w.address),
+                                   absl::StrCat("--name=", worker_name(i)),
+                                   absl::StrCat("--rank=", i)};
+  for (const std::string& f : options_.worker_flags) argv.push_back(f);
+  w.pid = Spawn(argv, w.log);
+  return w.pid > 0 ? absl::OkStatus() : absl::InternalError("fork failed");
+}
+
+absl::Status TestCluster::WaitAlive(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Status last = absl::UnavailableError("not checked");
+  while (absl::Now() < deadline) {
+    ClientOptions options;
+    options.connect_timeout = absl::Seconds(2);
+    auto client = Client::Connect(coordinator_address_, options);
+    if (client.ok()) {
+      auto workers = (*client)->Workers();
+      if (workers.ok()) {
+        int alive = 0;
+        for (const WorkerInfo& w : *workers) {
+          for (int i = 0; i < num_workers(); ++i) {
+            if (workers_[i].pid > 0 && w.name == worker_name(i) && w.alive &&
+                w.address == workers_[i].address) {
+              ++alive;
+            }
+          }
+        }
+        int expected = 0;
+        for (const Process& p : workers_) expected += p.pid > 0 ? 1 : 0;
+        if (alive == expected) return absl::OkStatus();
+        last = absl::UnavailableError(absl::StrCat(alive, " of ", expected, " workers alive"));
+      } else {
+        last = workers.status();
+      }
+    } else {
+      last = client.status();
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "cluster did not come up: ", last.message(), "\ncoordinator log:\n",
+      ReadFile(coordinator_.log)));
+}
+
+void TestCluster::StopWorker(int i, int sig) {
+  Process& w = workers_[i];
+  if (w.pid <= 0) return;
+  kill(w.pid, sig);
+  WaitExit(w.pid);
+  w.pid = -1;
+}
+
+absl::Status TestCluster::RestartWorker(int i) {
+  StopWorker(i, SIGTERM);
+  if (absl::Status s = StartWorker(i); !s.ok()) return s;
+  return WaitAlive(absl::Seconds(30));
+}
+
+int TestCluster::StopCoordinator(int sig) {
+  if (coordinator_.pid <= 0) return -1;
+  kill(coordinator_.pid, sig);
+  int code = WaitExit(coordinator_.pid);
+  coordinator_.pid = -1;
+  return code;
+}
+
+TestCluster::~TestCluster() {
+  for (Process& w : workers_) {
+    if (w.pid > 0) kill(w.pid, SIGTERM);
+  }
+  for (Process& w : workers_) {
+    if (w.pid > 0) WaitExit(w.pid);
+  }
+  if (coordinator_.pid > 0) {
+    kill(coordinator_.pid, SIGTERM);
+    WaitExit(coordinator_.pid);
+  }
+}
+
+}  // namespace tessera

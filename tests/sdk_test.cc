@@ -1,0 +1,384 @@
+// End-to-end tests of the C++ SDK against a real coordinator and four real
+// workers on 127.0.0.1, following the scenarios of PyTorch's own
+// ShardedTensor tests (test_sharded_tensor.py).
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "client/tessera_client.h"
+#include "core/parse.h"
+#include "core/placement.h"
+#include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/cluster.h"
+
+namespace tessera {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::tessera::testing::StatusIs;
+
+std::vector<Placement> Ranks(std::initializer_list<int> ranks) {
+  std::vector<Placement> out;
+  for (int r : ranks) {
+    Placement p;
+    p.rank = r;
+    out.push_back(p);
+  }
+  return out;
+}
+
+// A row-major array whose element i holds a value derived from i.
+HostArray Iota(DType dtype, const Shape& shape, uint64_t salt = 0) {
+  HostArray a = HostArray::Allocate(dtype, shape);
+  const size_t item = ItemSize(dtype);
+  std::mt19937_64 rng(salt + 17);
+  for (int64_t i = 0; i < a.num_bytes; i += item) {
+    uint64_t v = rng();
+    if (dtype == DType::kBool) v &= 1;
+    if (dtype == DType::kFloat32) {
+      float f = static_cast<float>(i / item) * 0.5f + static_cast<float>(salt);
+      std::memcpy(a.data() + i, &f, 4);
+    } else {
+      std::memcpy(a.data() + i, &v, item);
+    }
+  }
+  return a;
+}
+
+// The sub-box `region` of `src`, computed element by element.
+HostArray Slice(const HostArray& src, const Box& region) {
+  HostArray out = HostArray::Allocate(src.dtype, region.sizes);
+  const size_t item = ItemSize(src.dtype);
+  const size_t rank = region.rank();
+  std::vector<int64_t> idx(rank, 0);
+  for (int64_t n = 0; n < out.NumElements(); ++n) {
+    int64_t flat = 0;
+    for (size_t d = 0; d < rank; ++d) flat = flat * src.shape[d] + region.offsets[d] + idx[d];
+    std::memcpy(out.data() + n * item, src.data() + flat * item, item);
+    for (int d = static_cast<int>(rank) - 1; d >= 0; --d) {
+      if (++idx[d] < region.sizes[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+bool SameBytes(const HostArray& a, const HostArray& b) {
+  return a.dtype == b.dtype && a.shape == b.shape && a.num_bytes == b.num_bytes &&
+         std::memcmp(a.data(), b.data(), a.num_bytes) == 0;
+}
+
+class SdkTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto cluster = TestCluster::Start();
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = cluster->release();
+    auto client = Client::Connect(cluster_->coordinator_address());
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = client->release();
+  }
+  static void TearDownTestSuite() {
+    delete client_;
+    delete cluster_;
+  }
+
+  // Total bytes_used over all workers.
+  static int64_t BytesUsed() {
+    auto workers = client_->Workers();
+    EXPECT_TRUE(workers.ok()) << workers.status();
+    int64_t total = 0;
+    for (const WorkerInfo& w : *workers) total += w.bytes_used;
+    return total;
+  }
+
+  // Puts `array`, reads it back whole and checks every byte.
+  static void RoundTrip(const std::string& name, const HostArray& array, const LayoutSpec& spec) {
+    auto meta = client_->Put(name, array, spec);
+    ASSERT_TRUE(meta.ok()) << meta.status();
+    auto back = client_->Get(name);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_TRUE(SameBytes(array, *back)) << name;
+  }
+
+  static TestCluster* cluster_;
+  static Client* client_;
+};
+
+TestCluster* SdkTest::cluster_ = nullptr;
+Client* SdkTest::client_ = nullptr;
+
+TEST_F(SdkTest, WorkersAreListedAliveByRank) {
+  auto workers = client_->Workers();
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  ASSERT_EQ(workers->size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ((*workers)[i].name, cluster_->worker_name(i));
+    EXPECT_EQ((*workers)[i].rank, i);
+    EXPECT_EQ((*workers)[i].address, cluster_->worker_address(i));
+    EXPECT_TRUE((*workers)[i].alive);
+    EXPECT_EQ((*workers)[i].device.ToString(), "cpu");
+  }
+}
+
+TEST_F(SdkTest, EvenChunkShardingOnRowsRoundTrips) {
+  HostArray a = Iota(DType::kFloat32, {16, 20});
+  RoundTrip("even_rows", a, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3})));
+  auto meta = client_->Describe("even_rows");
+  ASSERT_TRUE(meta.ok());
+  ASSERT_EQ(meta->shards.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_THAT(meta->shards[i].box.offsets, ElementsAre(4 * i, 0));
+    EXPECT_THAT(meta->shards[i].box.sizes, ElementsAre(4, 20));
+    EXPECT_EQ(meta->shards[i].worker, cluster_->worker_name(i));
+    EXPECT_EQ(meta->shards[i].PlacementString(), "rank:" + std::to_string(i) + "/cpu");
+  }
+  EXPECT_EQ(meta->version, 1u);
+}
+
+TEST_F(SdkTest, UnevenChunkShardingOnColumnsRoundTrips) {
+  HostArray a = Iota(DType::kFloat32, {7, 10});
+  RoundTrip("uneven_cols", a, LayoutSpec::Chunk(1, Ranks({0, 1, 2, 3})));
+  auto meta = client_->Describe("uneven_cols");
+  ASSERT_TRUE(meta.ok());
+  // torch.chunk(10, 4): split 3 -> 3, 3, 3, 1.
+  std::vector<int64_t> sizes;
+  for (const ShardInfo& s : meta->shards) sizes.push_back(s.box.sizes[1]);
+  EXPECT_THAT(sizes, ElementsAre(3, 3, 3, 1));
+}
+
+TEST_F(SdkTest, NegativeChunkDimCountsFromTheEnd) {
+  HostArray a = Iota(DType::kFloat32, {3, 8});
+  RoundTrip("negative_dim", a, LayoutSpec::Chunk(-1, Ranks({0, 1})));
+  auto meta = client_->Describe("negative_dim");
+  ASSERT_TRUE(meta.ok());
+  EXPECT_THAT(meta->shards[1].box.offsets, ElementsAre(0, 4));
+}
+
+TEST_F(SdkTest, MorePlacementsThanRowsKeepsEmptyShards) {
+  HostArray a = Iota(DType::kFloat32, {2, 5});
+  RoundTrip("empty_shards", a, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3})));
+  auto meta = client_->Describe("empty_shards");
+  ASSERT_TRUE(meta.ok());
+  ASSERT_EQ(meta->shards.size(), 4u);
+  EXPECT_THAT(meta->shards[2].box.offsets, ElementsAre(2, 0));
+  EXPECT_THAT(meta->shards[2].box.sizes, ElementsAre(0, 5));
+  EXPECT_THAT(meta->shards[3].box.offsets, ElementsAre(3, 0));
+  auto empty = client_->GetShard("empty_shards", 3);
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(empty->num_bytes, 0);
+}
+
+TEST_F(SdkTest, SeveralShardsOnOneWorker) {
+  HostArray a = Iota(DType::kFloat32, {12, 3});
+  RoundTrip("same_worker", a, LayoutSpec::Chunk(0, Ranks({1, 1, 1})));
+  auto meta = client_->Describe("same_worker");
+  ASSERT_TRUE(meta.ok());
+  for (const ShardInfo& s : meta->shards) EXPECT_EQ(s.worker, "w1");
+}
+
+TEST_F(SdkTest, PlacementsOnASubsetOfWorkersByName) {
+  HostArray a = Iota(DType::kFloat32, {9, 4});
+  std::vector<Placement> placements;
+  for (const char* text : {"w3", "w2/cpu"}) {
+    auto p = ParsePlacement(text);
+    ASSERT_TRUE(p.ok());
+    placements.push_back(*p);
+  }
+  RoundTrip("subset", a, LayoutSpec::Chunk(0, placements));
+  auto meta = client_->Describe("subset");
+  ASSERT_TRUE(meta.ok());
+  EXPECT_EQ(meta->shards[0].PlacementString(), "rank:3/cpu");
+  EXPECT_EQ(meta->shards[1].PlacementString(), "rank:2/cpu");
+}
+
+TEST_F(SdkTest, TwoDimensionalGridEnumerableLayout) {
+  HostArray a = Iota(DType::kFloat32, {10, 10});
+  std::vector<Box> boxes = {{{0, 0}, {5, 5}}, {{0, 5}, {5, 5}}, {{5, 0}, {5, 5}}, {{5, 5}, {5, 5}}};
+  RoundTrip("grid", a, LayoutSpec::Enumerable(boxes, Ranks({0, 1, 2, 3})));
+  auto region = client_->Get("grid", Box{{3, 2}, {4, 6}});
+  ASSERT_TRUE(region.ok()) << region.status();
+  EXPECT_TRUE(SameBytes(*region, Slice(a, Box{{3, 2}, {4, 6}})));
+}
+
+TEST_F(SdkTest, UnevenEnumerableLayout) {
+  HostArray a = Iota(DType::kFloat32, {10, 5});
+  std::vector<Box> boxes = {{{0, 0}, {2, 5}}, {{2, 0}, {8, 1}}, {{2, 1}, {1, 4}}, {{3, 1}, {7, 4}}};
+  RoundTrip("uneven_enum", a, LayoutSpec::Enumerable(boxes, Ranks({2, 0, 3, 1})));
+}
+
+TEST_F(SdkTest, PutGetRoundTripsEveryDType) {
+  for (DType dtype : AllDTypes()) {
+    const std::string name = std::string("dtype_") + std::string(DTypeName(dtype));
+    HostArray a = Iota(dtype, {6, 7, 3}, static_cast<uint64_t>(dtype));
+    RoundTrip(name, a, LayoutSpec::Chunk(1, Ranks({0, 1, 2})));
+    auto back = client_->Describe(name);
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(back->dtype, dtype);
+  }
+}
+
+TEST_F(SdkTest, RandomRegionsEqualTheExpectedSlice) {
+  HostArray a = Iota(DType::kFloat32, {37, 23, 5});
+  std::vector<Box> boxes = {{{0, 0, 0}, {20, 23, 5}}, {{20, 0, 0}, {17, 10, 5}},
+                            {{20, 10, 0}, {17, 13, 2}}, {{20, 10, 2}, {17, 13, 3}}};
+  RoundTrip("regions", a, LayoutSpec::Enumerable(boxes, Ranks({0, 1, 2, 3})));
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 40; ++trial) {
+    Box region;
+    for (int64_t n : a.shape) {
+      int64_t lo = rng() % (n + 1);
+      int64_t hi = lo + rng() % (n - lo + 1);
+      region.offsets.push_back(lo);
+      region.sizes.push_back(hi - lo);
+    }
+    auto got = client_->Get("regions", region);
+    ASSERT_TRUE(got.ok()) << got.status() << " for " << region.ToString();
+    EXPECT_TRUE(SameBytes(*got, Slice(a, region))) << region.ToString();
+  }
+}
+
+TEST_F(SdkTest, RegionTextFollowsNumpyRules) {
+  HostArray a = Iota(DType::kFloat32, {8, 6});
+  RoundTrip("region_text", a, LayoutSpec::Chunk(0, Ranks({0, 1, 2})));
+  auto got = client_->GetRegion("region_text", "-3:,1:-1");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(SameBytes(*got, Slice(a, Box{{5, 1}, {3, 4}})));
+  auto rows = client_->GetRegion("region_text", "2:4");  // missing trailing dim = whole
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_TRUE(SameBytes(*rows, Slice(a, Box{{2, 0}, {2, 6}})));
+  EXPECT_THAT(client_->GetRegion("region_text", "0:9").status(),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("out of bounds")));
+  EXPECT_THAT(client_->GetRegion("region_text", "0:1,0:1,0:1").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dims")));
+}
+
+TEST_F(SdkTest, ShardHandlesFetchTheirShard) {
+  HostArray a = Iota(DType::kFloat32, {10, 4});
+  RoundTrip("handles", a, LayoutSpec::Chunk(0, Ranks({3, 2, 1})));
+  auto handles = client_->Handles("handles");
+  ASSERT_TRUE(handles.ok()) << handles.status();
+  ASSERT_EQ(handles->size(), 3u);
+  for (const ShardHandle& h : *handles) {
+    auto data = h.ToHere();
+    ASSERT_TRUE(data.ok()) << data.status();
+    EXPECT_TRUE(SameBytes(*data, Slice(a, h.shard().box)));
+    EXPECT_EQ(h.version(), 1u);
+  }
+  ASSERT_TRUE(client_->Delete("handles").ok());
+  EXPECT_THAT((*handles)[0].ToHere().status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("freed")));
+}
+
+TEST_F(SdkTest, ConcurrentGetsAllSeeTheSameData) {
+  HostArray a = Iota(DType::kFloat32, {256, 64});
+  RoundTrip("concurrent", a, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3})));
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 10; ++i) {
+        Box region{{(t * 13 + i) % 200, 3}, {50, 40}};
+        auto got = client_->Get("concurrent", region);
+        if (!got.ok() || !SameBytes(*got, Slice(a, region))) ++failures;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+TEST_F(SdkTest, GetIntoWritesTheCallersBuffer) {
+  HostArray a = Iota(DType::kInt32, {5, 5});
+  RoundTrip("get_into", a, LayoutSpec::Chunk(0, Ranks({0, 1})));
+  std::vector<char> buf(a.num_bytes);
+  ASSERT_TRUE(client_->GetInto("get_into", std::nullopt, buf.data(), buf.size()).ok());
+  EXPECT_EQ(std::memcmp(buf.data(), a.data(), a.num_bytes), 0);
+  EXPECT_THAT(client_->GetInto("get_into", std::nullopt, buf.data(), 3),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bytes")));
+}
+
+TEST_F(SdkTest, CreateFillsAndDeleteFreesBytes) {
+  const int64_t before = BytesUsed();
+  InitSpec init;
+  init.kind = InitSpec::Kind::kArange;
+  auto meta = client_->Create("created", {100, 10}, DType::kInt64,
+                              LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3})), init);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ(BytesUsed(), before + 100 * 10 * 8);
+  auto got = client_->Get("created", Box{{42, 0}, {1, 10}});
+  ASSERT_TRUE(got.ok());
+  for (int j = 0; j < 10; ++j) EXPECT_EQ(got->As<int64_t>()[j], 420 + j);
+  ASSERT_TRUE(client_->Delete("created").ok());
+  EXPECT_EQ(BytesUsed(), before);
+  EXPECT_THAT(client_->Describe("created").status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("not found")));
+}
+
+TEST_F(SdkTest, BadSpecsAreRejectedAndLeaveNothingBehind) {
+  const int64_t before = BytesUsed();
+  auto list_before = client_->List();
+  ASSERT_TRUE(list_before.ok());
+  const Shape shape = {10, 10};
+  struct Case {
+    LayoutSpec spec;
+    absl::StatusCode code;
+    const char* words;
+  };
+  std::vector<Case> cases = {
+      {LayoutSpec::Chunk(2, Ranks({0, 1})), absl::StatusCode::kInvalidArgument,
+       "invalid sharding dim"},
+      {LayoutSpec::Chunk(0, Ranks({0, 9})), absl::StatusCode::kInvalidArgument, "does not exist"},
+      {LayoutSpec::Enumerable({{{0, 0}, {6, 10}}, {{5, 0}, {5, 10}}}, Ranks({0, 1})),
+       absl::StatusCode::kInvalidArgument, "overlap"},
+      {LayoutSpec::Enumerable({{{0, 0}, {5, 10}}, {{5, 0}, {4, 10}}}, Ranks({0, 1})),
+       absl::StatusCode::kInvalidArgument, "cover"},
+      {LayoutSpec::Enumerable({{{0, 0}, {5, 10}}, {{5, 0}, {6, 10}}}, Ranks({0, 1})),
+       absl::StatusCode::kOutOfRange, "out of bounds"},
+      {LayoutSpec::Enumerable({{{0}, {10}}}, Ranks({0})), absl::StatusCode::kInvalidArgument,
+       "dims"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_THAT(client_->Create("bad", shape, DType::kFloat32, c.spec).status(),
+                StatusIs(c.code, HasSubstr(c.words)));
+  }
+  ASSERT_TRUE(client_->Create("taken", shape, DType::kFloat32, LayoutSpec::Chunk(0, Ranks({0})))
+                  .ok());
+  EXPECT_THAT(
+      client_->Create("taken", shape, DType::kFloat32, LayoutSpec::Chunk(0, Ranks({1}))).status(),
+      StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("already exists")));
+  ASSERT_TRUE(client_->Delete("taken").ok());
+  EXPECT_THAT(client_->Delete("taken"), StatusIs(absl::StatusCode::kNotFound));
+  auto list_after = client_->List();
+  ASSERT_TRUE(list_after.ok());
+  EXPECT_EQ(list_after->size(), list_before->size());
+  EXPECT_EQ(BytesUsed(), before);
+}
+
+TEST_F(SdkTest, HugeTensorsAreRefusedBeforeAllocating) {
+  const int64_t before = BytesUsed();
+  EXPECT_THAT(client_->Create("huge", {int64_t{1} << 40, int64_t{1} << 30}, DType::kFloat32,
+                              LayoutSpec::Chunk(0, Ranks({0})))
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(BytesUsed(), before);
+}
+
+TEST_F(SdkTest, PutOfAnExistingNameChangesNothing) {
+  HostArray a = Iota(DType::kFloat32, {4, 4});
+  RoundTrip("put_twice", a, LayoutSpec::Chunk(0, Ranks({0, 1})));
+  const int64_t before = BytesUsed();
+  HostArray b = Iota(DType::kFloat32, {4, 4}, 99);
+  EXPECT_THAT(client_->Put("put_twice", b, LayoutSpec::Chunk(0, Ranks({2}))).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  auto back = client_->Get("put_twice");
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(SameBytes(a, *back));
+  EXPECT_EQ(BytesUsed(), before);
+}
+
+}  // namespace
+}  // namespace tessera
