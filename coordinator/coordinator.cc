@@ -1,6 +1,10 @@
 #include "coordinator/coordinator.h"
 
+#include <algorithm>
+#include <iterator>
 #include <thread>
+
+#include "absl/cleanup/cleanup.h"
 
 #include "absl/strings/str_cat.h"
 #include "core/checked_math.h"
@@ -13,7 +17,36 @@ namespace tessera {
 Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<WorkerControl> workers)
     : options_(std::move(options)),
       workers_(std::move(workers)),
-      registry_(options_.lease, options_.clock) {}
+      registry_(options_.lease, options_.clock) {
+  retire_thread_ = std::thread([this] { RetireLoop(); });
+}
+
+Coordinator::~Coordinator() {
+  stop_.Notify();
+  retire_thread_.join();
+}
+
+void Coordinator::RetireLoop() {
+  while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
+    std::vector<Retirement> due;
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Time now = options_.clock();
+      auto first_due = std::partition(retirements_.begin(), retirements_.end(),
+                                      [&](const Retirement& r) { return r.due > now; });
+      std::move(first_due, retirements_.end(), std::back_inserter(due));
+      retirements_.erase(first_due, retirements_.end());
+      for (const Retirement& r : due) {
+        for (const ShardInfo& shard : r.shards.shards) shard_owner_.erase(shard.shard_id);
+      }
+    }
+    for (const Retirement& r : due) {
+      FreeShards(r.shards);
+      spdlog::info("freed {} shard(s) of '{}' version {}", r.shards.shards.size(), r.shards.name,
+                   r.shards.version);
+    }
+  }
+}
 
 absl::StatusOr<RegisterResult> Coordinator::RegisterWorker(
     const WorkerRegistration& registration, const std::vector<uint64_t>& held_shard_ids) {
@@ -42,6 +75,25 @@ bool Coordinator::Heartbeat(const std::string& name, int64_t bytes_used) {
 
 std::vector<WorkerRecord> Coordinator::ListWorkers() const { return registry_.List(); }
 
+absl::Status Coordinator::PlaceShards(const LayoutSpec& spec, std::vector<Box> boxes,
+                                      TensorMetadata* meta) {
+  meta->shards.resize(boxes.size());
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    TESSERA_ASSIGN_OR_RETURN(WorkerRecord worker, registry_.Resolve(spec.placements[i]));
+    if (!worker.alive) {
+      return UnavailableError(absl::StrCat("worker '", worker.name, "' (rank ", worker.rank,
+                                           ") for shard ", i, " is"));
+    }
+    ShardInfo& shard = meta->shards[i];
+    shard.box = std::move(boxes[i]);
+    shard.rank = worker.rank;
+    shard.device = worker.device;
+    shard.worker = worker.name;
+    shard.address = worker.address;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TensorMetadata> Coordinator::CreateTensor(const CreateTensorArgs& args) {
   TESSERA_RETURN_IF_ERROR(CheckTensorName(args.name));
   TESSERA_RETURN_IF_ERROR(ByteSize(args.shape, ItemSize(args.dtype)).status());
@@ -55,20 +107,7 @@ absl::StatusOr<TensorMetadata> Coordinator::CreateTensor(const CreateTensorArgs&
   meta->requires_grad = args.requires_grad;
   meta->pin_memory = args.pin_memory;
   meta->version = 1;
-  meta->shards.resize(boxes.size());
-  for (size_t i = 0; i < boxes.size(); ++i) {
-    TESSERA_ASSIGN_OR_RETURN(WorkerRecord worker, registry_.Resolve(args.spec.placements[i]));
-    if (!worker.alive) {
-      return UnavailableError(absl::StrCat("worker '", worker.name, "' (rank ", worker.rank,
-                                           ") for shard ", i, " is"));
-    }
-    ShardInfo& shard = meta->shards[i];
-    shard.box = std::move(boxes[i]);
-    shard.rank = worker.rank;
-    shard.device = worker.device;
-    shard.worker = worker.name;
-    shard.address = worker.address;
-  }
+  TESSERA_RETURN_IF_ERROR(PlaceShards(args.spec, std::move(boxes), meta.get()));
 
   {
     absl::MutexLock lock(&mu_);
@@ -231,12 +270,187 @@ absl::Status Coordinator::DeleteTensor(const std::string& name) {
     if (it == tensors_.end() || it->second.state == State::kCreating) {
       return NotFoundError("tensor", name);
     }
+    if (it->second.resharding) {
+      return absl::AbortedError(absl::StrCat(
+          "tensor '", name, "' is being resharded; delete it once the reshard finishes"));
+    }
     meta = it->second.meta;
     tensors_.erase(it);
     for (const ShardInfo& shard : meta->shards) shard_owner_.erase(shard.shard_id);
   }
   FreeShards(*meta);
   spdlog::info("deleted tensor '{}'", name);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ReshardResult> Coordinator::ReshardTensor(const std::string& name,
+                                                        const LayoutSpec& spec,
+                                                        uint64_t expected_version) {
+  const absl::Time start = absl::Now();
+  std::shared_ptr<const TensorMetadata> old_meta;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = tensors_.find(name);
+    if (it == tensors_.end() || it->second.state != State::kReady) {
+      return NotFoundError("tensor", name);
+    }
+    if (it->second.resharding) {
+      return absl::AbortedError(
+          absl::StrCat("a reshard of tensor '", name, "' is already in progress"));
+    }
+    if (expected_version != 0 && it->second.meta->version != expected_version) {
+      return absl::AbortedError(absl::StrCat("tensor '", name, "' is at version ",
+                                             it->second.meta->version, ", not ",
+                                             expected_version));
+    }
+    it->second.resharding = true;
+    old_meta = it->second.meta;
+  }
+  auto done = absl::MakeCleanup([&] {
+    absl::MutexLock lock(&mu_);
+    auto it = tensors_.find(name);
+    if (it != tensors_.end()) it->second.resharding = false;
+  });
+
+  TESSERA_ASSIGN_OR_RETURN(std::vector<Box> boxes, LayoutBoxes(old_meta->shape, spec));
+  auto new_meta = std::make_shared<TensorMetadata>();
+  new_meta->name = old_meta->name;
+  new_meta->shape = old_meta->shape;
+  new_meta->dtype = old_meta->dtype;
+  new_meta->requires_grad = old_meta->requires_grad;
+  new_meta->pin_memory = old_meta->pin_memory;
+  new_meta->version = old_meta->version + 1;
+  TESSERA_RETURN_IF_ERROR(PlaceShards(spec, std::move(boxes), new_meta.get()));
+
+  // Sources must be readable before anything is allocated.
+  TensorMetadata sources = *old_meta;
+  FillWorkerState(&sources);
+  std::vector<PlacedBox> old_layout, new_layout;
+  for (const ShardInfo& s : sources.shards) old_layout.push_back({s.box, s.worker});
+  for (const ShardInfo& s : new_meta->shards) new_layout.push_back({s.box, s.worker});
+  const ReshardPlan plan = PlanReshard(old_layout, new_layout, ItemSize(old_meta->dtype));
+  for (const ReshardPiece& piece : plan.pieces) {
+    const ShardInfo& src = sources.shards[piece.src_shard];
+    if (!src.available) {
+      return UnavailableError(absl::StrCat("cannot reshard '", name, "': shard ",
+                                           piece.src_shard, " is on worker '", src.worker,
+                                           "', which is"));
+    }
+  }
+
+  // New shards: kept ones take over the old memory; the rest are allocated.
+  TensorMetadata fresh = *new_meta;
+  fresh.shards.clear();
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t j = 0; j < new_meta->shards.size(); ++j) {
+      ShardInfo& shard = new_meta->shards[j];
+      if (plan.kept_from[j] >= 0) {
+        shard.shard_id = old_meta->shards[plan.kept_from[j]].shard_id;
+        continue;
+      }
+      shard.shard_id = next_shard_id_++;
+      shard_owner_[shard.shard_id] = name;
+      fresh.shards.push_back(shard);
+    }
+  }
+  auto forget_fresh = [&] {
+    absl::MutexLock lock(&mu_);
+    for (const ShardInfo& shard : fresh.shards) shard_owner_.erase(shard.shard_id);
+  };
+  absl::Status status = AllocateShards(fresh, InitSpec{});
+  if (!status.ok()) {
+    forget_fresh();
+    return Annotate(status, absl::StrCat("resharding '", name, "'"));
+  }
+  status = MovePieces(sources, *new_meta, plan);
+  if (!status.ok()) {
+    FreeShards(fresh);
+    forget_fresh();
+    return Annotate(status, absl::StrCat("resharding '", name, "' (version ", old_meta->version,
+                                         " is unchanged)"));
+  }
+
+  // Commit N+1; retire N's shards that N+1 does not keep.
+  TensorMetadata retired = *old_meta;
+  retired.shards.clear();
+  std::vector<bool> kept(old_meta->shards.size(), false);
+  for (int64_t k : plan.kept_from) {
+    if (k >= 0) kept[k] = true;
+  }
+  for (size_t i = 0; i < old_meta->shards.size(); ++i) {
+    if (!kept[i]) retired.shards.push_back(old_meta->shards[i]);
+  }
+  bool committed = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = tensors_.find(name);
+    // The resharding flag blocks deletes, so the entry is still ours.
+    if (it != tensors_.end() && it->second.meta == old_meta) {
+      it->second.meta = new_meta;
+      retirements_.push_back({options_.clock() + options_.retire_grace, std::move(retired)});
+      committed = true;
+    }
+  }
+  if (!committed) {
+    FreeShards(fresh);
+    forget_fresh();
+    return absl::AbortedError(absl::StrCat("tensor '", name, "' changed during the reshard"));
+  }
+  ReshardResult result;
+  result.version = new_meta->version;
+  result.pieces_moved = plan.pieces_moved;
+  result.bytes_moved = plan.bytes_moved;
+  result.bytes_copied_locally = plan.bytes_copied_locally;
+  result.shards_kept = plan.shards_kept;
+  result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  spdlog::info("resharded '{}' to version {}: {} piece(s) moved ({} bytes), {} bytes copied "
+               "locally, {} shard(s) kept, {:.3f} s",
+               name, result.version, result.pieces_moved, result.bytes_moved,
+               result.bytes_copied_locally, result.shards_kept, result.seconds);
+  return result;
+}
+
+absl::Status Coordinator::MovePieces(const TensorMetadata& old_meta,
+                                     const TensorMetadata& new_meta, const ReshardPlan& plan) {
+  // Each destination worker pulls its pieces one after another; all
+  // destinations pull in parallel.
+  std::map<std::string, std::vector<const ReshardPiece*>> by_destination;
+  for (const ReshardPiece& piece : plan.pieces) {
+    by_destination[new_meta.shards[piece.dst_shard].address].push_back(&piece);
+  }
+  std::vector<absl::Status> results(by_destination.size());
+  std::vector<std::thread> threads;
+  size_t slot = 0;
+  for (const auto& [address, pieces] : by_destination) {
+    threads.emplace_back([&, slot, address = address, pieces = pieces] {
+      for (const ReshardPiece* piece : pieces) {
+        const ShardInfo& src = old_meta.shards[piece->src_shard];
+        const ShardInfo& dst = new_meta.shards[piece->dst_shard];
+        PullPiece pull;
+        pull.dst_shard_id = dst.shard_id;
+        pull.src_address = src.address;
+        pull.src_shard_id = src.shard_id;
+        pull.sizes = piece->global.sizes;
+        for (size_t d = 0; d < piece->global.rank(); ++d) {
+          pull.dst_offsets.push_back(piece->global.offsets[d] - dst.box.offsets[d]);
+          pull.src_offsets.push_back(piece->global.offsets[d] - src.box.offsets[d]);
+        }
+        absl::Status status = workers_->Pull(address, pull);
+        if (!status.ok()) {
+          results[slot] = Annotate(
+              status, absl::StrCat("moving piece ", piece->global.ToString(), " from worker '",
+                                   src.worker, "' to worker '", dst.worker, "'"));
+          return;
+        }
+      }
+    });
+    ++slot;
+  }
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& status : results) {
+    if (!status.ok()) return status;
+  }
   return absl::OkStatus();
 }
 

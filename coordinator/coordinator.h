@@ -12,12 +12,14 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "coordinator/worker_control.h"
 #include "coordinator/worker_registry.h"
@@ -25,6 +27,7 @@
 #include "core/dtype.h"
 #include "core/init_fill.h"
 #include "core/layout_spec.h"
+#include "core/reshard_plan.h"
 #include "core/tensor_metadata.h"
 
 namespace tessera {
@@ -36,6 +39,20 @@ struct CoordinatorOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   // Time source; tests inject a fake clock.
   Clock clock = [] { return absl::Now(); };
+  // After a reshard commits version N+1, version N's shards stay readable
+  // this long, so gets that started on N finish on N; then they are freed.
+  // A read still running after that fails with ABORTED and the SDK reads
+  // the new version instead: a reader never sees a mix of versions.
+  absl::Duration retire_grace = absl::Seconds(5);
+};
+
+struct ReshardResult {
+  uint64_t version = 0;
+  int64_t pieces_moved = 0;
+  int64_t bytes_moved = 0;
+  int64_t bytes_copied_locally = 0;
+  int64_t shards_kept = 0;
+  double seconds = 0;
 };
 
 struct CreateTensorArgs {
@@ -66,6 +83,7 @@ struct TensorSummary {
 class Coordinator {
  public:
   Coordinator(CoordinatorOptions options, std::unique_ptr<WorkerControl> workers);
+  ~Coordinator();
 
   const CoordinatorOptions& options() const { return options_; }
 
@@ -89,13 +107,36 @@ class Coordinator {
   // Removes the tensor (visible or pending) and frees its shards.
   absl::Status DeleteTensor(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Moves a tensor to a new layout as version N+1: allocates the new shards,
+  // has destination workers pull their pieces from the source workers (in
+  // parallel), then commits atomically. On any failure version N stays
+  // intact and every new shard is freed. One reshard per tensor at a time:
+  // a second one fails with ABORTED. expected_version 0 means any.
+  absl::StatusOr<ReshardResult> ReshardTensor(const std::string& name, const LayoutSpec& spec,
+                                              uint64_t expected_version) ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   enum class State { kCreating, kPending, kReady };
   struct TensorEntry {
     State state = State::kCreating;
+    bool resharding = false;  // a reshard of this tensor is running
     // Immutable once published; shared so readers copy out cheaply.
     std::shared_ptr<const TensorMetadata> meta;
   };
+
+  // Shards of a replaced version, freed once `due` has passed.
+  struct Retirement {
+    absl::Time due;
+    TensorMetadata shards;
+  };
+
+  // Resolves spec.placements[i] for every box into `meta->shards`.
+  absl::Status PlaceShards(const LayoutSpec& spec, std::vector<Box> boxes, TensorMetadata* meta);
+  // Runs the pieces of a reshard: each destination worker pulls its pieces.
+  absl::Status MovePieces(const TensorMetadata& old_meta, const TensorMetadata& new_meta,
+                          const ReshardPlan& plan);
+  // Frees retired versions whose grace period is over; runs on retire_thread_.
+  void RetireLoop();
 
   // Allocates `meta`'s shards on their workers, one batch per worker in
   // parallel; on failure frees whatever was allocated.
@@ -116,6 +157,10 @@ class Coordinator {
   std::map<std::string, TensorEntry> tensors_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::string> shard_owner_ ABSL_GUARDED_BY(mu_);
   uint64_t next_shard_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::vector<Retirement> retirements_ ABSL_GUARDED_BY(mu_);
+
+  absl::Notification stop_;
+  std::thread retire_thread_;
 };
 
 }  // namespace tessera

@@ -106,9 +106,20 @@ grpc::Status CoordinatorService::DeleteTensor(grpc::ServerContext*,
 }
 
 grpc::Status CoordinatorService::ReshardTensor(grpc::ServerContext*,
-                                               const v1::ReshardTensorRequest*,
-                                               v1::ReshardTensorResponse*) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "reshard is not available yet");
+                                               const v1::ReshardTensorRequest* request,
+                                               v1::ReshardTensorResponse* response) {
+  absl::StatusOr<LayoutSpec> spec = LayoutSpecFromProto(request->spec());
+  if (!spec.ok()) return ToGrpcStatus(spec.status());
+  absl::StatusOr<ReshardResult> result =
+      coordinator_->ReshardTensor(request->name(), *spec, request->expected_version());
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  response->set_version(result->version);
+  response->set_pieces_moved(result->pieces_moved);
+  response->set_bytes_moved(result->bytes_moved);
+  response->set_bytes_copied_locally(result->bytes_copied_locally);
+  response->set_shards_kept(result->shards_kept);
+  response->set_seconds(result->seconds);
+  return grpc::Status::OK;
 }
 
 }  // namespace tessera

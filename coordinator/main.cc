@@ -1,5 +1,6 @@
 // tessera-coordinator: worker membership and the global metadata of every
 // sharded tensor.
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -18,6 +19,8 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "address to serve on, HOST:PORT
 ABSL_FLAG(std::string, data_dir, "", "directory for durable metadata; empty = in memory only");
 ABSL_FLAG(int64_t, lease_ms, 5000, "a worker silent for this long is marked dead");
 ABSL_FLAG(int64_t, heartbeat_ms, 1000, "how often workers heartbeat");
+ABSL_FLAG(int64_t, retire_grace_ms, 5000,
+          "after a reshard, how long the replaced version stays readable before it is freed");
 
 namespace tessera {
 namespace {
@@ -30,6 +33,7 @@ int Run() {
   CoordinatorOptions options;
   options.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
   options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
+  options.retire_grace = absl::Milliseconds(std::max<int64_t>(0, absl::GetFlag(FLAGS_retire_grace_ms)));
   Coordinator coordinator(options,
                           std::make_unique<GrpcWorkerControl>(GrpcWorkerControl::Options()));
   CoordinatorService service(&coordinator);

@@ -113,6 +113,24 @@ absl::Status HostShardStore::ReadBox(uint64_t id, const Box& box, int64_t flat_b
   return absl::OkStatus();
 }
 
+absl::Status HostShardStore::CopyLocal(uint64_t src_id, const Box& src_box, uint64_t dst_id,
+                                       absl::Span<const int64_t> dst_offsets) {
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> src, Find(src_id));
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> dst, Find(dst_id));
+  if (src->desc.dtype != dst->desc.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat("copy from a ", DTypeName(src->desc.dtype),
+                                                   " shard into a ", DTypeName(dst->desc.dtype),
+                                                   " shard"));
+  }
+  TESSERA_RETURN_IF_ERROR(CheckWithin(src_box, src->desc.box.sizes, "source region"));
+  Box dst_box{std::vector<int64_t>(dst_offsets.begin(), dst_offsets.end()), src_box.sizes};
+  TESSERA_RETURN_IF_ERROR(CheckWithin(dst_box, dst->desc.box.sizes, "destination region"));
+  if (src_box.NumElements() == 0) return absl::OkStatus();
+  CopyBox(src->data, src->desc.box.sizes, src_box.offsets, dst->data, dst->desc.box.sizes,
+          dst_offsets, src_box.sizes, ItemSize(src->desc.dtype));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ShardDesc> HostShardStore::Describe(uint64_t id) const {
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, Find(id));
   return shard->desc;

@@ -26,6 +26,8 @@ class HostShardStore : public ShardStore {
                         const char* src) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status ReadBox(uint64_t id, const Box& box, int64_t flat_begin, int64_t count,
                        char* dst) override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status CopyLocal(uint64_t src_id, const Box& src_box, uint64_t dst_id,
+                         absl::Span<const int64_t> dst_offsets) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<ShardDesc> Describe(uint64_t id) const override ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Free(uint64_t id) override ABSL_LOCKS_EXCLUDED(mu_);
   int64_t BytesUsed() const override ABSL_LOCKS_EXCLUDED(mu_);

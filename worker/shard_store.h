@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "core/box.h"
 #include "core/dtype.h"
 #include "core/init_fill.h"
@@ -51,6 +52,11 @@ class ShardStore {
   // `box` (shard coordinates) into `dst`.
   virtual absl::Status ReadBox(uint64_t id, const Box& box, int64_t flat_begin, int64_t count,
                                char* dst) = 0;
+
+  // Copies sub-box `src_box` of shard `src_id` into shard `dst_id` at
+  // `dst_offsets` (both in the shards' own coordinates), in memory.
+  virtual absl::Status CopyLocal(uint64_t src_id, const Box& src_box, uint64_t dst_id,
+                                 absl::Span<const int64_t> dst_offsets) = 0;
 
   virtual absl::StatusOr<ShardDesc> Describe(uint64_t id) const = 0;
 

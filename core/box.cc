@@ -1,0 +1,107 @@
+#include "core/box.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/errors.h"
+
+namespace tessera {
+
+std::string ShapeToString(const Shape& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+int64_t Box::NumElements() const {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  return n;
+}
+
+bool Box::IsEmpty() const {
+  for (int64_t s : sizes) {
+    if (s <= 0) return true;
+  }
+  return false;
+}
+
+bool Box::Contains(const Box& other) const {
+  if (other.rank() != rank()) return false;
+  for (size_t d = 0; d < rank(); ++d) {
+    if (other.offsets[d] < offsets[d] ||
+        other.offsets[d] + other.sizes[d] > offsets[d] + sizes[d]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string Box::ToString() const {
+  std::string out;
+  for (size_t d = 0; d < rank(); ++d) {
+    if (d > 0) out += ",";
+    absl::StrAppend(&out, offsets[d], ":", offsets[d] + sizes[d]);
+  }
+  return out;
+}
+
+Box WholeBox(const Shape& shape) {
+  return Box{std::vector<int64_t>(shape.size(), 0), shape};
+}
+
+std::optional<Box> Intersect(const Box& a, const Box& b) {
+  if (a.rank() != b.rank()) return std::nullopt;
+  Box out;
+  out.offsets.resize(a.rank());
+  out.sizes.resize(a.rank());
+  for (size_t d = 0; d < a.rank(); ++d) {
+    const int64_t lo = std::max(a.offsets[d], b.offsets[d]);
+    const int64_t hi =
+        std::min(a.offsets[d] + a.sizes[d], b.offsets[d] + b.sizes[d]);
+    if (hi <= lo) return std::nullopt;
+    out.offsets[d] = lo;
+    out.sizes[d] = hi - lo;
+  }
+  return out;
+}
+
+Box Translate(const Box& b, absl::Span<const int64_t> origin) {
+  Box out = b;
+  for (size_t d = 0; d < out.rank() && d < origin.size(); ++d) {
+    out.offsets[d] -= origin[d];
+  }
+  return out;
+}
+
+absl::Status CheckWithin(const Box& box, const Shape& shape,
+                         absl::string_view what) {
+  if (box.offsets.size() != box.sizes.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " has ", box.offsets.size(), " offsets but ",
+                     box.sizes.size(), " sizes"));
+  }
+  if (box.rank() != shape.size()) {
+    return DimsMismatchError(what, box.rank(), shape.size());
+  }
+  for (size_t d = 0; d < box.rank(); ++d) {
+    const int64_t a = box.offsets[d];
+    const int64_t s = box.sizes[d];
+    const int64_t n = shape[d];
+    // Written to avoid overflow: a + s <= n  <=>  s <= n - a when a >= 0.
+    if (a < 0 || s < 0 || a > n || s > n - a) {
+      std::string range;
+      if (s >= 0 && a <= INT64_MAX - s) {
+        range = absl::StrCat(a, ":", a + s);
+      } else {
+        range = absl::StrCat("offset ", a, " size ", s);
+      }
+      return OutOfBoundsError(
+          what, absl::StrCat("dim ", d, " has range ", range,
+                             " but the tensor's dim ", d, " has size ", n));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tessera

@@ -1,0 +1,150 @@
+#include "core/placement.h"
+
+#include <limits>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace tessera {
+namespace {
+
+constexpr char kPlacementForms[] =
+    "expected rank:N/DEVICE, NAME/DEVICE, rank:N or NAME, with DEVICE cpu or "
+    "cuda:N";
+
+bool IsNameChar(char c, bool allow_slash) {
+  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' ||
+         c == '.' || c == '-' || (allow_slash && c == '/');
+}
+
+bool IsValidName(absl::string_view name, size_t max_len, bool allow_slash) {
+  if (name.empty() || name.size() > max_len) return false;
+  for (char c : name) {
+    if (!IsNameChar(c, allow_slash)) return false;
+  }
+  return true;
+}
+
+// Parses a non-negative decimal number made of digits only.
+bool ParseNonNegative(absl::string_view text, int64_t max, int64_t* out) {
+  if (text.empty() || text.size() > 18) return false;
+  int64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  if (v > max) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+std::string Device::ToString() const {
+  if (kind == Kind::kCpu) return "cpu";
+  return absl::StrCat("cuda:", index);
+}
+
+absl::StatusOr<Device> ParseDevice(absl::string_view text) {
+  Device device;
+  if (text == "cpu") return device;
+  if (text == "cuda") {
+    device.kind = Device::Kind::kCuda;
+    return device;
+  }
+  if (absl::StartsWith(text, "cuda:")) {
+    int64_t index;
+    if (ParseNonNegative(text.substr(5), std::numeric_limits<int>::max(),
+                         &index)) {
+      device.kind = Device::Kind::kCuda;
+      device.index = static_cast<int>(index);
+      return device;
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "invalid device '", text, "' (expected cpu or cuda:N with N >= 0)"));
+}
+
+std::string Placement::ToString() const {
+  std::string out = rank.has_value() ? absl::StrCat("rank:", *rank) : worker;
+  if (device.has_value()) absl::StrAppend(&out, "/", device->ToString());
+  return out;
+}
+
+absl::StatusOr<Placement> ParsePlacement(absl::string_view text) {
+  Placement placement;
+  absl::string_view target = text;
+  const size_t slash = text.find('/');
+  if (slash != absl::string_view::npos) {
+    target = text.substr(0, slash);
+    auto device = ParseDevice(text.substr(slash + 1));
+    if (!device.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "invalid placement '", text, "': ", device.status().message()));
+    }
+    placement.device = *device;
+  }
+  if (absl::StartsWith(target, "rank:")) {
+    int64_t rank;
+    if (!ParseNonNegative(target.substr(5), std::numeric_limits<int32_t>::max(),
+                          &rank)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "invalid placement '", text, "': the rank in '", target,
+          "' must be a non-negative integer (", kPlacementForms, ")"));
+    }
+    placement.rank = static_cast<int32_t>(rank);
+    return placement;
+  }
+  if (!IsValidWorkerName(target)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "invalid placement '", text, "' (", kPlacementForms,
+        "; a worker NAME is 1 to 64 letters, digits, '_', '.' or '-')"));
+  }
+  placement.worker = std::string(target);
+  return placement;
+}
+
+absl::StatusOr<std::vector<Placement>> ParsePlacementList(
+    absl::string_view text) {
+  if (text.empty()) {
+    return absl::InvalidArgumentError(
+        "the placement list is empty (expected P1,P2,... with at least one "
+        "placement)");
+  }
+  std::vector<Placement> out;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    auto placement = ParsePlacement(part);
+    if (!placement.ok()) return placement.status();
+    out.push_back(*std::move(placement));
+  }
+  return out;
+}
+
+bool IsValidWorkerName(absl::string_view name) {
+  return IsValidName(name, 64, /*allow_slash=*/false);
+}
+
+bool IsValidTensorName(absl::string_view name) {
+  return IsValidName(name, 255, /*allow_slash=*/true);
+}
+
+absl::Status CheckTensorName(absl::string_view name) {
+  if (IsValidTensorName(name)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "invalid tensor name '", name,
+      "': a tensor name is 1 to 255 characters of letters, digits, '_', '.', "
+      "'-' or '/'"));
+}
+
+absl::Status CheckWorkerName(absl::string_view name) {
+  if (IsValidWorkerName(name)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "invalid worker name '", name,
+      "': a worker name is 1 to 64 characters of letters, digits, '_', '.' or "
+      "'-'"));
+}
+
+}  // namespace tessera

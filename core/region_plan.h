@@ -1,0 +1,34 @@
+// Region planning: which pieces of which shards make up a region of the
+// tensor, and where each piece sits in the shard, in the region and in the
+// tensor. Pure functions; safe to call from any thread.
+#ifndef TESSERA_CORE_REGION_PLAN_H_
+#define TESSERA_CORE_REGION_PLAN_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "core/box.h"
+
+namespace tessera {
+
+// The non-empty intersection of one shard with the region.
+struct RegionPiece {
+  size_t shard_index;
+  Box in_shard;   // offsets relative to the shard's origin
+  Box in_region;  // offsets relative to the region's origin
+  Box global;     // tensor coordinates
+};
+
+// Every non-empty intersection of `region` with a shard, in shard order. An
+// empty region (or one meeting no shard) gives no pieces.
+std::vector<RegionPiece> PlanRegion(absl::Span<const Box> shard_boxes,
+                                    const Box& region);
+
+// The number of elements in `pieces`.
+int64_t PiecesElements(absl::Span<const RegionPiece> pieces);
+
+}  // namespace tessera
+
+#endif  // TESSERA_CORE_REGION_PLAN_H_

@@ -1,0 +1,53 @@
+// Reshard planning: old layout x new layout -> the pieces to move. A piece is
+// the non-empty intersection of one old shard with one new shard. A new shard
+// identical to an old one (same box, same worker) is kept as it is; a piece
+// whose old and new worker are the same is copied in memory; only pieces
+// that change worker cross the network. Pure functions; thread-safe.
+#ifndef TESSERA_CORE_RESHARD_PLAN_H_
+#define TESSERA_CORE_RESHARD_PLAN_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "core/box.h"
+
+namespace tessera {
+
+// A shard as the planner sees it: its box and the worker holding it.
+struct PlacedBox {
+  Box box;
+  std::string worker;
+};
+
+struct ReshardPiece {
+  size_t src_shard = 0;  // index into the old layout
+  size_t dst_shard = 0;  // index into the new layout
+  Box global;            // the piece in tensor coordinates
+  int64_t bytes = 0;
+  bool local = false;    // old and new worker are the same: an in-memory copy
+};
+
+struct ReshardPlan {
+  // Per new shard: the index of the identical old shard it takes over, or -1.
+  std::vector<int64_t> kept_from;
+  // Pieces that fill the new shards that are not kept, grouped by new shard.
+  std::vector<ReshardPiece> pieces;
+  int64_t shards_kept = 0;
+  int64_t pieces_moved = 0;  // pieces with local == false
+  int64_t bytes_moved = 0;   // their bytes: exactly the bytes that change worker
+  int64_t bytes_copied_locally = 0;
+};
+
+// Plans moving a tensor from `old_layout` to `new_layout`; both must tile the
+// same tensor (validated beforehand). Each old shard is reused by at most one
+// new shard. Runs in O((n + m) log n + pieces) for layouts whose shards do
+// not span many others on dim 0.
+ReshardPlan PlanReshard(absl::Span<const PlacedBox> old_layout,
+                        absl::Span<const PlacedBox> new_layout, size_t item_size);
+
+}  // namespace tessera
+
+#endif  // TESSERA_CORE_RESHARD_PLAN_H_

@@ -1,0 +1,181 @@
+#include "core/strided_copy.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace tessera {
+namespace {
+
+// Number of leading ("outer") dims left after merging the trailing dims
+// whose copy spans the full row of every array involved into one run.
+size_t OuterDims(absl::Span<const int64_t> copy_sizes, const Shape& a,
+                 const Shape* b) {
+  size_t k = copy_sizes.size() - 1;  // dims [k, rank) form the run
+  while (k > 0 && copy_sizes[k] == a[k] &&
+         (b == nullptr || copy_sizes[k] == (*b)[k])) {
+    --k;
+  }
+  return k;
+}
+
+// Byte strides of a row-major array.
+std::vector<int64_t> ByteStrides(const Shape& shape, size_t item_size) {
+  std::vector<int64_t> strides(shape.size());
+  int64_t s = static_cast<int64_t>(item_size);
+  for (size_t d = shape.size(); d-- > 0;) {
+    strides[d] = s;
+    s *= shape[d];
+  }
+  return strides;
+}
+
+int64_t BaseOffset(absl::Span<const int64_t> offsets,
+                   absl::Span<const int64_t> strides) {
+  int64_t base = 0;
+  for (size_t d = 0; d < offsets.size(); ++d) base += offsets[d] * strides[d];
+  return base;
+}
+
+// Walks the runs of one box inside a row-major array: dims [0, outer) are
+// iterated, dims [outer, rank) form contiguous runs of `run_elems`.
+class RunWalker {
+ public:
+  RunWalker(const Shape& shape, absl::Span<const int64_t> offsets,
+            absl::Span<const int64_t> sizes, size_t outer, size_t item_size)
+      : sizes_(sizes.begin(), sizes.begin() + outer),
+        strides_(ByteStrides(shape, item_size)),
+        index_(outer, 0),
+        position_(BaseOffset(offsets, strides_)) {
+    strides_.resize(outer);
+  }
+
+  // Moves to outer run number `run` (row-major over dims [0, outer)).
+  void Seek(int64_t run) {
+    for (size_t d = sizes_.size(); d-- > 0;) {
+      const int64_t i = run % sizes_[d];
+      run /= sizes_[d];
+      position_ += (i - index_[d]) * strides_[d];
+      index_[d] = i;
+    }
+  }
+
+  // Byte offset of the current run's first element.
+  int64_t position() const { return position_; }
+
+  // Advances to the next run (odometer).
+  void Next() {
+    for (size_t d = sizes_.size(); d-- > 0;) {
+      position_ += strides_[d];
+      if (++index_[d] < sizes_[d]) return;
+      position_ -= index_[d] * strides_[d];
+      index_[d] = 0;
+    }
+  }
+
+ private:
+  std::vector<int64_t> sizes_;
+  std::vector<int64_t> strides_;
+  std::vector<int64_t> index_;
+  int64_t position_;
+};
+
+int64_t Product(absl::Span<const int64_t> sizes, size_t from) {
+  int64_t n = 1;
+  for (size_t d = from; d < sizes.size(); ++d) n *= sizes[d];
+  return n;
+}
+
+bool AnyZero(absl::Span<const int64_t> sizes) {
+  for (int64_t s : sizes) {
+    if (s == 0) return true;
+  }
+  return false;
+}
+
+// Copies flat elements [flat_begin, flat_begin + flat_count) of a box
+// between a contiguous chunk and the box's place in `array`.
+void FlatRangeCopy(const Shape& array_shape, absl::Span<const int64_t> offsets,
+                   const Shape& box_sizes, int64_t flat_begin,
+                   int64_t flat_count, char* array, char* chunk,
+                   size_t item_size, bool to_array) {
+  if (flat_count <= 0 || AnyZero(box_sizes)) return;
+  const size_t outer = OuterDims(box_sizes, array_shape, nullptr);
+  const int64_t run = Product(box_sizes, outer);
+  RunWalker walker(array_shape, offsets, box_sizes, outer, item_size);
+  walker.Seek(flat_begin / run);
+  int64_t within = flat_begin % run;
+  int64_t left = flat_count;
+  while (left > 0) {
+    const int64_t n = std::min(run - within, left);
+    char* place =
+        array + walker.position() + within * static_cast<int64_t>(item_size);
+    const size_t bytes = static_cast<size_t>(n) * item_size;
+    if (to_array) {
+      std::memcpy(place, chunk, bytes);
+    } else {
+      std::memcpy(chunk, place, bytes);
+    }
+    chunk += bytes;
+    left -= n;
+    within = 0;
+    walker.Next();
+  }
+}
+
+}  // namespace
+
+void CopyBox(const void* src, const Shape& src_shape,
+             absl::Span<const int64_t> src_offsets, void* dst,
+             const Shape& dst_shape, absl::Span<const int64_t> dst_offsets,
+             absl::Span<const int64_t> copy_sizes, size_t item_size) {
+  if (copy_sizes.empty()) {
+    std::memcpy(dst, src, item_size);
+    return;
+  }
+  if (AnyZero(copy_sizes)) return;
+  const size_t outer = OuterDims(copy_sizes, src_shape, &dst_shape);
+  const size_t run_bytes =
+      static_cast<size_t>(Product(copy_sizes, outer)) * item_size;
+  const int64_t runs = Product(copy_sizes.subspan(0, outer), 0);
+  RunWalker from(src_shape, src_offsets, copy_sizes, outer, item_size);
+  RunWalker to(dst_shape, dst_offsets, copy_sizes, outer, item_size);
+  const char* s = static_cast<const char*>(src);
+  char* d = static_cast<char*>(dst);
+  for (int64_t r = 0; r < runs; ++r) {
+    std::memcpy(d + to.position(), s + from.position(), run_bytes);
+    from.Next();
+    to.Next();
+  }
+}
+
+void CopyFlatRangeToBox(const void* src_chunk, int64_t flat_begin,
+                        int64_t flat_count, const Shape& box_sizes, void* dst,
+                        const Shape& dst_shape,
+                        absl::Span<const int64_t> dst_offsets,
+                        size_t item_size) {
+  if (box_sizes.empty()) {
+    if (flat_count > 0) std::memcpy(dst, src_chunk, item_size);
+    return;
+  }
+  FlatRangeCopy(dst_shape, dst_offsets, box_sizes, flat_begin, flat_count,
+                static_cast<char*>(dst),
+                const_cast<char*>(static_cast<const char*>(src_chunk)),
+                item_size, /*to_array=*/true);
+}
+
+void CopyBoxToFlatRange(const void* src, const Shape& src_shape,
+                        absl::Span<const int64_t> src_offsets,
+                        const Shape& box_sizes, int64_t flat_begin,
+                        int64_t flat_count, void* dst_chunk, size_t item_size) {
+  if (box_sizes.empty()) {
+    if (flat_count > 0) std::memcpy(dst_chunk, src, item_size);
+    return;
+  }
+  FlatRangeCopy(src_shape, src_offsets, box_sizes, flat_begin, flat_count,
+                const_cast<char*>(static_cast<const char*>(src)),
+                static_cast<char*>(dst_chunk), item_size,
+                /*to_array=*/false);
+}
+
+}  // namespace tessera
