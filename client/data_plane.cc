@@ -49,8 +49,7 @@ absl::Status CheckAvailable(const TensorMetadata& meta, size_t index) {
   const ShardInfo& shard = meta.shards[index];
   if (shard.available) return absl::OkStatus();
   return UnavailableError(absl::StrCat("shard ", index, " of tensor '", meta.name,
-                                       "' is on worker '", shard.worker, "' (rank ", shard.rank,
-                                       "), which is"));
+                                       "' on worker '", shard.worker, "' (rank ", shard.rank, ")"));
 }
 
 // Explains a read that failed because the shard's memory is gone.
@@ -63,9 +62,9 @@ absl::Status ExplainRead(absl::Status status, const TensorMetadata& meta, size_t
         "' (the tensor was deleted or resharded): ", status.message()));
   }
   if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
-    return UnavailableError(absl::StrCat("reading shard ", index, " of tensor '", meta.name,
-                                         "' from worker '", shard.worker, "' at ", shard.address,
-                                         " failed (", status.message(), "); the worker is"));
+    return Annotate(UnavailableError(absl::StrCat("worker '", shard.worker, "' at ",
+                                                  shard.address, " (", status.message(), ")")),
+                    absl::StrCat("reading shard ", index, " of tensor '", meta.name, "'"));
   }
   return Annotate(status, absl::StrCat("reading shard ", index, " of tensor '", meta.name,
                                        "' from worker '", shard.worker, "'"));

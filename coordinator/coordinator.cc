@@ -60,6 +60,7 @@ absl::StatusOr<RegisterResult> Coordinator::RegisterWorker(
   }
   RegisterResult result;
   TESSERA_ASSIGN_OR_RETURN(result.rank, registry_.Register(registration));
+  workers_->Reset(registration.address);
   absl::MutexLock lock(&mu_);
   for (uint64_t id : held_shard_ids) {
     if (!shard_owner_.contains(id)) result.free_shard_ids.push_back(id);
@@ -82,7 +83,7 @@ absl::Status Coordinator::PlaceShards(const LayoutSpec& spec, std::vector<Box> b
     TESSERA_ASSIGN_OR_RETURN(WorkerRecord worker, registry_.Resolve(spec.placements[i]));
     if (!worker.alive) {
       return UnavailableError(absl::StrCat("worker '", worker.name, "' (rank ", worker.rank,
-                                           ") for shard ", i, " is"));
+                                           ") for shard ", i));
     }
     ShardInfo& shard = meta->shards[i];
     shard.box = std::move(boxes[i]);
@@ -332,9 +333,8 @@ absl::StatusOr<ReshardResult> Coordinator::ReshardTensor(const std::string& name
   for (const ReshardPiece& piece : plan.pieces) {
     const ShardInfo& src = sources.shards[piece.src_shard];
     if (!src.available) {
-      return UnavailableError(absl::StrCat("cannot reshard '", name, "': shard ",
-                                           piece.src_shard, " is on worker '", src.worker,
-                                           "', which is"));
+      return UnavailableError(absl::StrCat("cannot reshard '", name, "': worker '", src.worker,
+                                           "' holding shard ", piece.src_shard));
     }
   }
 

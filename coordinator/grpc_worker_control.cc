@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
+#include "core/errors.h"
 #include "proto/worker.grpc.pb.h"
 #include "rpc/convert.h"
 #include "rpc/status.h"
@@ -12,6 +14,17 @@ namespace {
 void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
   context->set_deadline(std::chrono::system_clock::now() +
                         std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
+}
+
+// A worker that cannot be reached is reported in the system's own words.
+absl::Status WorkerStatus(const grpc::Status& status, const std::string& address) {
+  const bool said_by_worker = status.error_message().find("unavailable") != std::string::npos;
+  if (!said_by_worker && (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                          status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)) {
+    return UnavailableError(
+        absl::StrCat("worker at ", address, " (", status.error_message(), ")"));
+  }
+  return FromGrpcStatus(status);
 }
 
 }  // namespace
@@ -32,8 +45,9 @@ absl::StatusOr<int64_t> GrpcWorkerControl::Allocate(const std::string& address,
   v1::AllocateShardsResponse response;
   grpc::ClientContext context;
   SetDeadline(&context, options_.allocate_timeout);
-  absl::Status status = FromGrpcStatus(
-      v1::Worker::NewStub(channels_.Get(address))->AllocateShards(&context, request, &response));
+  absl::Status status = WorkerStatus(
+      v1::Worker::NewStub(channels_.Get(address))->AllocateShards(&context, request, &response),
+      address);
   if (!status.ok()) return status;
   return response.bytes_used();
 }
@@ -45,8 +59,9 @@ absl::StatusOr<int64_t> GrpcWorkerControl::Free(const std::string& address,
   v1::FreeShardsResponse response;
   grpc::ClientContext context;
   SetDeadline(&context, options_.free_timeout);
-  absl::Status status = FromGrpcStatus(
-      v1::Worker::NewStub(channels_.Get(address))->FreeShards(&context, request, &response));
+  absl::Status status = WorkerStatus(
+      v1::Worker::NewStub(channels_.Get(address))->FreeShards(&context, request, &response),
+      address);
   if (!status.ok()) return status;
   return response.bytes_used();
 }
@@ -62,8 +77,9 @@ absl::Status GrpcWorkerControl::Pull(const std::string& address, const PullPiece
   v1::PullRegionResponse response;
   grpc::ClientContext context;
   SetDeadline(&context, options_.pull_timeout);
-  return FromGrpcStatus(
-      v1::Worker::NewStub(channels_.Get(address))->PullRegion(&context, request, &response));
+  return WorkerStatus(
+      v1::Worker::NewStub(channels_.Get(address))->PullRegion(&context, request, &response),
+      address);
 }
 
 }  // namespace tessera

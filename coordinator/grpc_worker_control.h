@@ -23,6 +23,7 @@ class GrpcWorkerControl : public WorkerControl {
   absl::StatusOr<int64_t> Free(const std::string& address,
                                const std::vector<uint64_t>& shard_ids) override;
   absl::Status Pull(const std::string& address, const PullPiece& piece) override;
+  void Reset(const std::string& address) override { channels_.Forget(address); }
 
  private:
   const Options options_;

@@ -45,6 +45,8 @@ class WorkerControl {
                                            const AllocateBatch& batch) = 0;
   virtual absl::StatusOr<int64_t> Free(const std::string& address,
                                        const std::vector<uint64_t>& shard_ids) = 0;
+  // The worker at `address` (re)started: forget any connection state.
+  virtual void Reset(const std::string& address) = 0;
   // Asks the worker at `address` to pull one piece from a peer.
   virtual absl::Status Pull(const std::string& address, const PullPiece& piece) = 0;
 };

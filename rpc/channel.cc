@@ -29,4 +29,9 @@ std::shared_ptr<grpc::Channel> ChannelCache::Get(const std::string& address) {
   return channel;
 }
 
+void ChannelCache::Forget(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  channels_.erase(address);
+}
+
 }  // namespace tessera

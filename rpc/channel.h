@@ -26,6 +26,9 @@ void ConfigureServerBuilder(grpc::ServerBuilder* builder);
 class ChannelCache {
  public:
   std::shared_ptr<grpc::Channel> Get(const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops the channel to `address` (its peer restarted): the next Get
+  // connects afresh instead of waiting out a reconnect backoff.
+  void Forget(const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   absl::Mutex mu_;

@@ -189,7 +189,26 @@ void TestCluster::StopWorker(int i, int sig) {
 
 absl::Status TestCluster::RestartWorker(int i) {
   StopWorker(i, SIGTERM);
+  auto registrations = [&] {
+    const std::string log = ReadFile(workers_[i].log);
+    size_t count = 0;
+    for (size_t pos = log.find("registered with coordinator"); pos != std::string::npos;
+         pos = log.find("registered with coordinator", pos + 1)) {
+      ++count;
+    }
+    return count;
+  };
+  const size_t before = registrations();
   if (absl::Status s = StartWorker(i); !s.ok()) return s;
+  // The coordinator may still hold the old process's lease: wait for the new
+  // process itself to register.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (registrations() == before) {
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(worker_name(i), " did not register again"));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
   return WaitAlive(absl::Seconds(30));
 }
 

@@ -158,6 +158,10 @@ grpc::Status WorkerService::PullRegion(grpc::ServerContext*, const v1::PullRegio
                                 static_cast<int64_t>(data.size()) / item, data.data());
       },
       absl::StrCat("pulling shard ", request->src_shard_id(), " from ", request->src_address()));
+  if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
+    status = UnavailableError(absl::StrCat("source worker at ", request->src_address(), " (",
+                                           status.message(), ")"));
+  }
   response->set_bytes(status.ok() ? total_bytes : 0);
   return ToGrpcStatus(status);
 }

@@ -1,0 +1,718 @@
+#include "client/cli_commands.h"
+
+#include <algorithm>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/json_output.h"
+#include "client/npy_file.h"
+#include "client/tessera_client.h"
+#include "core/dtype.h"
+#include "core/init_fill.h"
+#include "core/layout_spec.h"
+#include "core/parse.h"
+#include "core/placement.h"
+#include "core/status_macros.h"
+
+namespace tessera {
+namespace cli {
+namespace {
+
+constexpr char kUsagePayload[] = "tessera.dev/cli-usage";
+constexpr char kDefaultCoordinator[] = "127.0.0.1:7070";
+
+struct FlagDef {
+  const char* name;
+  bool is_bool;
+};
+
+struct CommandDef {
+  const char* name;
+  const char* synopsis;  // after "tessera "
+  const char* summary;
+  int num_positional;
+  std::vector<FlagDef> flags;
+  absl::Status (*run)(const Invocation&, std::ostream&);
+};
+
+constexpr char kSpecHelp[] =
+    "SPEC is --chunk_dim=D --placements=P1,P2,... (torch.chunk split) or\n"
+    "--shards='BOX@P;BOX@P;...' (every shard explicit). A placement is\n"
+    "rank:N/DEVICE, NAME/DEVICE, rank:N or NAME; DEVICE is cpu or cuda:N.\n";
+
+const std::vector<CommandDef>& Commands() {
+  static const auto* commands = new std::vector<CommandDef>{
+      {"workers",
+       "workers [--json]",
+       "list workers",
+       0,
+       {{"json", true}},
+       &RunWorkers},
+      {"create",
+       "create NAME --shape=D0,D1,.. --dtype=T SPEC [--init=I]",
+       "allocate a sharded tensor on the workers",
+       1,
+       {{"shape", false},
+        {"dtype", false},
+        {"init", false},
+        {"chunk_dim", false},
+        {"placements", false},
+        {"shards", false}},
+       &RunCreate},
+      {"put",
+       "put NAME --input=FILE.npy SPEC [--dtype=T]",
+       "scatter a local .npy array into a new sharded tensor",
+       1,
+       {{"input", false},
+        {"dtype", false},
+        {"chunk_dim", false},
+        {"placements", false},
+        {"shards", false}},
+       &RunPut},
+      {"get",
+       "get NAME --output=FILE.npy [--region=R | --shard=K]",
+       "gather the tensor, a region of it, or shard K into a .npy file",
+       1,
+       {{"output", false}, {"region", false}, {"shard", false}},
+       &RunGet},
+      {"describe",
+       "describe NAME [--json]",
+       "the tensor's global metadata and its shards",
+       1,
+       {{"json", true}},
+       &RunDescribe},
+      {"ls", "ls [--json]", "list tensors", 0, {{"json", true}}, &RunList},
+      {"reshard",
+       "reshard NAME SPEC [--json]",
+       "move the tensor to a new sharding (version + 1)",
+       1,
+       {{"chunk_dim", false},
+        {"placements", false},
+        {"shards", false},
+        {"json", true}},
+       &RunReshard},
+      {"rm",
+       "rm NAME",
+       "delete the tensor and free its shards",
+       1,
+       {},
+       &RunRemove},
+  };
+  return *commands;
+}
+
+const CommandDef* FindCommand(absl::string_view name) {
+  for (const CommandDef& c : Commands()) {
+    if (name == c.name) return &c;
+  }
+  return nullptr;
+}
+
+std::string MainUsage() {
+  std::string out =
+      "usage: tessera [--coordinator=HOST:PORT] [--verbose] COMMAND "
+      "[ARGS]\n\n"
+      "--coordinator defaults to $TESSERA_COORDINATOR, then "
+      "127.0.0.1:7070.\n\ncommands:\n";
+  for (const CommandDef& c : Commands()) {
+    absl::StrAppendFormat(&out, "  %-60s %s\n", c.synopsis, c.summary);
+  }
+  out += "\n";
+  out += kSpecHelp;
+  out += "\nRun 'tessera COMMAND --help' for one command.\n";
+  return out;
+}
+
+std::string CommandUsage(const CommandDef& c) {
+  std::string out =
+      absl::StrCat("usage: tessera ", c.synopsis, "\n\n", c.summary, "\n");
+  if (absl::StrContains(c.synopsis, "SPEC")) {
+    out += "\n";
+    out += kSpecHelp;
+  }
+  return out;
+}
+
+std::string FlagList(const CommandDef& c) {
+  if (c.flags.empty()) return "none";
+  std::vector<std::string> names;
+  for (const FlagDef& f : c.flags) names.push_back(absl::StrCat("--", f.name));
+  return absl::StrJoin(names, " ");
+}
+
+absl::StatusOr<bool> ParseBool(absl::string_view flag, absl::string_view v) {
+  if (v == "true" || v == "1") return true;
+  if (v == "false" || v == "0") return false;
+  return UsageError(
+      absl::StrCat("--", flag, "=", v, ": expected true or false"));
+}
+
+// ---- formatting helpers ----------------------------------------------------
+
+std::string FormatBytes(int64_t bytes) {
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  static const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  double value = static_cast<double>(bytes) / 1024;
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  return absl::StrFormat("%.1f %s", value, kUnits[unit]);
+}
+
+std::string FormatRate(int64_t bytes, double seconds) {
+  return absl::StrFormat(
+      "%.3f s, %.2f GB/s", seconds,
+      static_cast<double>(bytes) / std::max(seconds, 1e-9) / 1e9);
+}
+
+std::string ShapeText(const Shape& shape) { return ShapeToString(shape); }
+
+// Prints rows as left-aligned columns separated by three spaces.
+void PrintTable(const std::vector<std::vector<std::string>>& rows,
+                std::ostream& out) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    if (widths.size() < row.size()) widths.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) {
+      widths[i] = std::max(widths[i], row[i].size());
+    }
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line.append(widths[i] - row[i].size() + 3, ' ');
+    }
+    out << line << "\n";
+  }
+}
+
+// ---- argument checks (all usage errors)
+// --------------------------------------
+
+absl::StatusOr<std::string> TensorName(const Invocation& inv) {
+  const std::string& name = inv.positional.at(0);
+  absl::Status status = CheckTensorName(name);
+  if (!status.ok()) return UsageError(status);
+  return name;
+}
+
+absl::StatusOr<std::string> RequiredFlag(const Invocation& inv,
+                                         const std::string& flag,
+                                         absl::string_view what) {
+  std::optional<std::string> value = inv.Get(flag);
+  if (!value.has_value()) {
+    return UsageError(absl::StrCat("missing --", flag, "=", what,
+                                   " (usage: tessera ",
+                                   FindCommand(inv.command)->synopsis, ")"));
+  }
+  return *value;
+}
+
+// A value parsed by a core function; its error becomes a usage error
+// prefixed with the flag.
+template <typename T>
+absl::StatusOr<T> ParseFlag(const std::string& flag, absl::StatusOr<T> parsed) {
+  if (!parsed.ok()) {
+    return UsageError(Annotate(parsed.status(), absl::StrCat("--", flag)));
+  }
+  return parsed;
+}
+
+absl::StatusOr<DType> DTypeFlag(const Invocation& inv) {
+  return ParseFlag("dtype", ParseDType(*inv.Get("dtype")));
+}
+
+// A SPEC as parsed, before it is resolved against a shape.
+struct SpecArgs {
+  bool chunk = true;
+  int64_t chunk_dim = 0;
+  std::vector<Placement> placements;
+  std::vector<ShardText> shards;
+};
+
+absl::StatusOr<SpecArgs> ParseSpec(const Invocation& inv) {
+  const bool chunk = inv.Has("chunk_dim") || inv.Has("placements");
+  const bool shards = inv.Has("shards");
+  if (chunk && shards) {
+    return UsageError(
+        "give either --chunk_dim and --placements, or --shards, not both");
+  }
+  SpecArgs spec;
+  if (shards) {
+    spec.chunk = false;
+    TESSERA_ASSIGN_OR_RETURN(
+        spec.shards, ParseFlag("shards", ParseShardList(*inv.Get("shards"))));
+    return spec;
+  }
+  if (!chunk) {
+    return UsageError(
+        "missing the sharding: give --chunk_dim=D --placements=P1,P2,... or "
+        "--shards='BOX@P;BOX@P;...'");
+  }
+  if (!inv.Has("chunk_dim")) {
+    return UsageError("--placements needs --chunk_dim=D (the dim to split)");
+  }
+  if (!inv.Has("placements")) {
+    return UsageError(
+        "--chunk_dim needs --placements=P1,P2,... (one per shard)");
+  }
+  TESSERA_ASSIGN_OR_RETURN(
+      spec.chunk_dim,
+      ParseFlag("chunk_dim", ParseInt64(*inv.Get("chunk_dim"))));
+  TESSERA_ASSIGN_OR_RETURN(
+      spec.placements,
+      ParseFlag("placements", ParsePlacementList(*inv.Get("placements"))));
+  return spec;
+}
+
+// Resolves the boxes of an enumerable spec against `shape` (errors here are
+// about the tensor: exit 1).
+absl::StatusOr<LayoutSpec> ResolveSpec(const SpecArgs& spec,
+                                       const Shape& shape) {
+  if (spec.chunk) return LayoutSpec::Chunk(spec.chunk_dim, spec.placements);
+  std::vector<Box> boxes;
+  std::vector<Placement> placements;
+  for (const ShardText& shard : spec.shards) {
+    TESSERA_ASSIGN_OR_RETURN(Box box, ResolveBox(shard.ranges, shape));
+    boxes.push_back(std::move(box));
+    placements.push_back(shard.placement);
+  }
+  return LayoutSpec::Enumerable(std::move(boxes), std::move(placements));
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Connect(const Invocation& inv) {
+  return Client::Connect(inv.global.coordinator);
+}
+
+double SecondsSince(absl::Time start) {
+  return absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+std::string InitText(const Invocation& inv) {
+  return inv.Get("init").value_or("empty");
+}
+
+}  // namespace
+
+// ---- usage errors and Invocation
+// ---------------------------------------------
+
+absl::Status UsageError(absl::string_view message) {
+  absl::Status status = absl::InvalidArgumentError(message);
+  status.SetPayload(kUsagePayload, absl::Cord("1"));
+  return status;
+}
+
+absl::Status UsageError(const absl::Status& status) {
+  absl::Status out = status;
+  out.SetPayload(kUsagePayload, absl::Cord("1"));
+  return out;
+}
+
+bool IsUsageError(const absl::Status& status) {
+  return status.GetPayload(kUsagePayload).has_value();
+}
+
+std::optional<std::string> Invocation::Get(const std::string& flag) const {
+  auto it = flags.find(flag);
+  if (it == flags.end()) return std::nullopt;
+  return it->second;
+}
+
+bool Invocation::GetBool(const std::string& flag) const {
+  auto it = flags.find(flag);
+  return it != flags.end() && it->second == "true";
+}
+
+// ---- commands
+// -----------------------------------------------------------------
+
+absl::Status RunWorkers(const Invocation& inv, std::ostream& out) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
+  TESSERA_ASSIGN_OR_RETURN(std::vector<WorkerInfo> workers, client->Workers());
+  if (inv.GetBool("json")) {
+    out << WorkersJson(workers) << "\n";
+    return absl::OkStatus();
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"NAME", "RANK", "ADDRESS", "DEVICE", "ALIVE", "BYTES_USED"}};
+  for (const WorkerInfo& w : workers) {
+    rows.push_back({w.name, absl::StrCat(w.rank), w.address,
+                    w.device.ToString(), w.alive ? "yes" : "no",
+                    FormatBytes(w.bytes_used)});
+  }
+  PrintTable(rows, out);
+  return absl::OkStatus();
+}
+
+absl::Status RunCreate(const Invocation& inv, std::ostream& out) {
+  TESSERA_ASSIGN_OR_RETURN(const std::string name, TensorName(inv));
+  TESSERA_ASSIGN_OR_RETURN(const std::string shape_text,
+                           RequiredFlag(inv, "shape", "D0,D1,..."));
+  TESSERA_ASSIGN_OR_RETURN(const Shape shape,
+                           ParseFlag("shape", ParseShape(shape_text)));
+  TESSERA_RETURN_IF_ERROR(RequiredFlag(inv, "dtype", "T").status());
+  TESSERA_ASSIGN_OR_RETURN(const DType dtype, DTypeFlag(inv));
+  TESSERA_ASSIGN_OR_RETURN(const InitSpec init,
+                           ParseFlag("init", ParseInit(InitText(inv))));
+  absl::Status init_ok = CheckInitValue(init, dtype);
+  if (!init_ok.ok()) return UsageError(Annotate(init_ok, "--init"));
+  TESSERA_ASSIGN_OR_RETURN(const SpecArgs spec_args, ParseSpec(inv));
+
+  TESSERA_ASSIGN_OR_RETURN(const LayoutSpec spec,
+                           ResolveSpec(spec_args, shape));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
+  const absl::Time start = absl::Now();
+  TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta,
+                           client->Create(name, shape, dtype, spec, init));
+  const double seconds = SecondsSince(start);
+  out << "created " << meta.name << ": shape " << ShapeText(meta.shape) << " "
+      << DTypeName(meta.dtype) << ", " << FormatBytes(meta.ByteSize()) << " in "
+      << meta.shards.size() << " shard" << (meta.shards.size() == 1 ? "" : "s")
+      << ", init " << init.ToString() << ", version " << meta.version << ", "
+      << FormatRate(meta.ByteSize(), seconds) << "\n";
+  return absl::OkStatus();
+}
+
+absl::Status RunPut(const Invocation& inv, std::ostream& out) {
+  TESSERA_ASSIGN_OR_RETURN(const std::string name, TensorName(inv));
+  TESSERA_ASSIGN_OR_RETURN(const std::string input,
+                           RequiredFlag(inv, "input", "FILE.npy"));
+  if (input.empty()) return UsageError("--input needs a file name");
+  std::optional<DType> dtype;
+  if (inv.Has("dtype")) {
+    TESSERA_ASSIGN_OR_RETURN(dtype, DTypeFlag(inv));
+  }
+  TESSERA_ASSIGN_OR_RETURN(const SpecArgs spec_args, ParseSpec(inv));
+
+  TESSERA_ASSIGN_OR_RETURN(HostArray array, ReadNpyFile(input, dtype));
+  TESSERA_ASSIGN_OR_RETURN(const LayoutSpec spec,
+                           ResolveSpec(spec_args, array.shape));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
+  const absl::Time start = absl::Now();
+  TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta, client->Put(name, array, spec));
+  const double seconds = SecondsSince(start);
+  out << "put " << meta.name << " from " << input << ": shape "
+      << ShapeText(meta.shape) << " " << DTypeName(meta.dtype) << ", "
+      << FormatBytes(array.num_bytes) << " in " << meta.shards.size()
+      << " shard" << (meta.shards.size() == 1 ? "" : "s") << ", version "
+      << meta.version << ", " << FormatRate(array.num_bytes, seconds) << "\n";
+  return absl::OkStatus();
+}
+
+absl::Status RunGet(const Invocation& inv, std::ostream& out) {
+  TESSERA_ASSIGN_OR_RETURN(const std::string name, TensorName(inv));
+  TESSERA_ASSIGN_OR_RETURN(const std::string output,
+                           RequiredFlag(inv, "output", "FILE.npy"));
+  if (output.empty()) return UsageError("--output needs a file name");
+  if (inv.Has("region") && inv.Has("shard")) {
+    return UsageError("--region and --shard cannot be used together");
+  }
+  std::optional<std::string> region_text = inv.Get("region");
+  if (region_text.has_value()) {
+    TESSERA_RETURN_IF_ERROR(
+        ParseFlag("region", ParseRanges(*region_text)).status());
+  }
+  std::optional<int64_t> shard;
+  if (inv.Has("shard")) {
+    TESSERA_ASSIGN_OR_RETURN(shard,
+                             ParseFlag("shard", ParseInt64(*inv.Get("shard"))));
+  }
+
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
+  const absl::Time start = absl::Now();
+  absl::StatusOr<HostArray> array =
+      shard.has_value()         ? client->GetShard(name, *shard)
+      : region_text.has_value() ? client->GetRegion(name, *region_text)
+                                : client->Get(name);
+  if (!array.ok()) return array.status();
+  const double seconds = SecondsSince(start);
+  TESSERA_RETURN_IF_ERROR(WriteNpyFile(output, *array));
+  std::string what = name;
+  if (shard.has_value()) absl::StrAppend(&what, " shard ", *shard);
+  if (region_text.has_value()) absl::StrAppend(&what, " region ", *region_text);
+  out << "got " << what << " into " << output << ": shape "
+      << ShapeText(array->shape) << " " << DTypeName(array->dtype) << ", "
+      << FormatBytes(array->num_bytes) << ", "
+      << FormatRate(array->num_bytes, seconds) << "\n";
+  return absl::OkStatus();
+}
+
+absl::Status RunDescribe(const Invocation& inv, std::ostream& out) {
+  TESSERA_ASSIGN_OR_RETURN(const std::string name, TensorName(inv));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
+  TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta, client->Describe(name));
+  if (inv.GetBool("json")) {
+    out << DescribeJson(meta) << "\n";
+    return absl::OkStatus();
+  }
+  out << "Name:      " << meta.name << "\n"
+      << "Shape:     " << ShapeText(meta.shape) << "\n"
+      << "DType:     " << DTypeName(meta.dtype) << "\n"
+      << "Version:   " << meta.version << "\n"
+      << "Size:      " << FormatBytes(meta.ByteSize()) << "\n"
+      << "Shards:    " << meta.shards.size() << "\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"SHARD", "BOX", "PLACEMENT", "WORKER", "BYTES", "AVAILABLE", "HANDLE"}};
+  for (size_t i = 0; i < meta.shards.size(); ++i) {
+    const ShardInfo& s = meta.shards[i];
+    rows.push_back({absl::StrCat(i), s.box.ToString(), s.PlacementString(),
+                    s.worker,
+                    FormatBytes(s.box.NumElements() *
+                                static_cast<int64_t>(ItemSize(meta.dtype))),
+                    s.available ? "yes" : "no", meta.HandleString(i)});
+  }
+  PrintTable(rows, out);
+  return absl::OkStatus();
+}
+
+absl::Status RunList(const Invocation& inv, std::ostream& out) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
+  TESSERA_ASSIGN_OR_RETURN(std::vector<TensorInfo> tensors, client->List());
+  if (inv.GetBool("json")) {
+    out << TensorListJson(tensors) << "\n";
+    return absl::OkStatus();
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"NAME", "SHAPE", "DTYPE", "VERSION", "SHARDS"}};
+  for (const TensorInfo& t : tensors) {
+    rows.push_back({t.name, ShapeText(t.shape), std::string(DTypeName(t.dtype)),
+                    absl::StrCat(t.version), absl::StrCat(t.num_shards)});
+  }
+  PrintTable(rows, out);
+  return absl::OkStatus();
+}
+
+absl::Status RunReshard(const Invocation& inv, std::ostream& out) {
+  TESSERA_ASSIGN_OR_RETURN(const std::string name, TensorName(inv));
+  TESSERA_ASSIGN_OR_RETURN(const SpecArgs spec_args, ParseSpec(inv));
+
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
+  Shape shape;
+  if (!spec_args.chunk) {
+    TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta, client->Describe(name));
+    shape = meta.shape;
+  }
+  TESSERA_ASSIGN_OR_RETURN(const LayoutSpec spec,
+                           ResolveSpec(spec_args, shape));
+  TESSERA_ASSIGN_OR_RETURN(ReshardStats stats, client->Reshard(name, spec));
+  if (inv.GetBool("json")) {
+    out << ReshardJson(stats) << "\n";
+    return absl::OkStatus();
+  }
+  out << "resharded " << name << " to version " << stats.version << ": moved "
+      << stats.pieces_moved << " piece" << (stats.pieces_moved == 1 ? "" : "s")
+      << " (" << FormatBytes(stats.bytes_moved) << "), copied "
+      << FormatBytes(stats.bytes_copied_locally) << " locally, kept "
+      << stats.shards_kept << " shard" << (stats.shards_kept == 1 ? "" : "s")
+      << ", " << absl::StrFormat("%.3f s", stats.seconds) << "\n";
+  return absl::OkStatus();
+}
+
+absl::Status RunRemove(const Invocation& inv, std::ostream& out) {
+  TESSERA_ASSIGN_OR_RETURN(const std::string name, TensorName(inv));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
+  TESSERA_RETURN_IF_ERROR(client->Delete(name));
+  out << "deleted " << name << "\n";
+  return absl::OkStatus();
+}
+
+// ---- the command line
+// ------------------------------------------------------------
+
+namespace {
+
+// Parses argv into an Invocation. Returns nullopt after printing help.
+absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
+    const std::vector<std::string>& args, const char* env_coordinator,
+    std::ostream& out) {
+  Invocation inv;
+  if (env_coordinator != nullptr && *env_coordinator != '\0') {
+    inv.global.coordinator = env_coordinator;
+  } else {
+    inv.global.coordinator = kDefaultCoordinator;
+  }
+  // A global flag at args[*i]; true if it was one.
+  auto global_flag = [&](size_t* i) -> absl::StatusOr<bool> {
+    const std::string& arg = args[*i];
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(0, eq);
+    if (name == "--coordinator") {
+      std::string value;
+      if (eq != std::string::npos) {
+        value = arg.substr(eq + 1);
+      } else if (*i + 1 < args.size()) {
+        value = args[++*i];
+      } else {
+        return UsageError("--coordinator needs a value (HOST:PORT)");
+      }
+      if (value.empty() || value.find(':') == std::string::npos) {
+        return UsageError(
+            absl::StrCat("--coordinator='", value, "' is not HOST:PORT"));
+      }
+      inv.global.coordinator = value;
+      return true;
+    }
+    if (name == "--verbose") {
+      if (eq == std::string::npos) {
+        inv.global.verbose = true;
+      } else {
+        TESSERA_ASSIGN_OR_RETURN(inv.global.verbose,
+                                 ParseBool("verbose", arg.substr(eq + 1)));
+      }
+      return true;
+    }
+    return false;
+  };
+
+  size_t i = 0;
+  for (; i < args.size() && absl::StartsWith(args[i], "-"); ++i) {
+    if (args[i] == "--help" || args[i] == "-h") {
+      out << MainUsage();
+      return std::optional<Invocation>();
+    }
+    TESSERA_ASSIGN_OR_RETURN(const bool known, global_flag(&i));
+    if (!known) {
+      return UsageError(absl::StrCat(
+          "unknown flag '", args[i],
+          "' (global flags, before COMMAND: --coordinator=HOST:PORT, "
+          "--verbose, --help)"));
+    }
+  }
+  if (i == args.size()) {
+    return UsageError(
+        "no command given (commands: workers create put get describe ls "
+        "reshard rm; see tessera --help)");
+  }
+  inv.command = args[i++];
+  if (inv.command == "help") {
+    const CommandDef* c = i < args.size() ? FindCommand(args[i]) : nullptr;
+    out << (c != nullptr ? CommandUsage(*c) : MainUsage());
+    return std::optional<Invocation>();
+  }
+  const CommandDef* command = FindCommand(inv.command);
+  if (command == nullptr) {
+    return UsageError(absl::StrCat(
+        "unknown command '", inv.command,
+        "' (commands: workers create put get describe ls reshard rm)"));
+  }
+
+  bool only_positional = false;
+  for (; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (only_positional || arg.size() < 2 || arg[0] != '-') {
+      inv.positional.push_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      only_positional = true;
+      continue;
+    }
+    if (arg == "--help" || arg == "-h") {
+      out << CommandUsage(*command);
+      return std::optional<Invocation>();
+    }
+    // Global flags are also accepted after COMMAND.
+    TESSERA_ASSIGN_OR_RETURN(const bool global, global_flag(&i));
+    if (global) continue;
+    const size_t eq = arg.find('=');
+    const std::string flag = arg.substr(0, eq);
+    const FlagDef* def = nullptr;
+    if (absl::StartsWith(flag, "--")) {
+      for (const FlagDef& f : command->flags) {
+        if (flag.substr(2) == f.name) def = &f;
+      }
+    }
+    if (def == nullptr) {
+      return UsageError(
+          absl::StrCat("unknown flag '", flag, "' for '", command->name,
+                       "' (its flags: ", FlagList(*command), ")"));
+    }
+    const std::string name = def->name;
+    std::string value;
+    if (def->is_bool) {
+      if (eq == std::string::npos) {
+        value = "true";
+      } else {
+        TESSERA_ASSIGN_OR_RETURN(const bool b,
+                                 ParseBool(name, arg.substr(eq + 1)));
+        value = b ? "true" : "false";
+      }
+    } else if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      return UsageError(absl::StrCat("flag --", name, " needs a value"));
+    }
+    inv.flags[name] = value;
+  }
+
+  const size_t want = static_cast<size_t>(command->num_positional);
+  if (inv.positional.size() < want) {
+    return UsageError(
+        absl::StrCat("missing NAME (usage: tessera ", command->synopsis, ")"));
+  }
+  if (inv.positional.size() > want) {
+    return UsageError(absl::StrCat("unexpected argument '",
+                                   inv.positional[want], "' (usage: tessera ",
+                                   command->synopsis, ")"));
+  }
+  return std::optional<Invocation>(std::move(inv));
+}
+
+// The message on one line.
+std::string OneLine(absl::string_view message) {
+  std::string text = absl::StrReplaceAll(message, {{"\r\n", " "}, {"\n", " "}});
+  return text;
+}
+
+}  // namespace
+
+int RunCli(const std::vector<std::string>& args, const char* env_coordinator,
+           std::ostream& out, std::ostream& err) {
+  absl::StatusOr<std::optional<Invocation>> parsed =
+      ParseCommandLine(args, env_coordinator, out);
+  absl::Status status;
+  bool verbose = false;
+  std::string context;
+  if (!parsed.ok()) {
+    status = UsageError(parsed.status());
+    // --verbose may have been given before the error.
+    for (const std::string& a : args) verbose |= a == "--verbose";
+  } else if (!parsed->has_value()) {
+    return kExitOk;  // help was printed
+  } else {
+    const Invocation& inv = **parsed;
+    verbose = inv.global.verbose;
+    context = absl::StrCat("command '", inv.command, "', coordinator ",
+                           inv.global.coordinator);
+    status = FindCommand(inv.command)->run(inv, out);
+  }
+  out.flush();
+  if (status.ok()) return kExitOk;
+  const bool usage = IsUsageError(status);
+  err << "error: " << OneLine(status.message()) << "\n";
+  if (verbose) {
+    err << "  status: " << absl::StatusCodeToString(status.code())
+        << (usage ? " (usage error)" : "");
+    if (!context.empty()) err << "; " << context;
+    err << "\n";
+    if (usage) err << MainUsage();
+  }
+  err.flush();
+  return usage ? kExitUsage : kExitError;
+}
+
+}  // namespace cli
+}  // namespace tessera

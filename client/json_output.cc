@@ -1,0 +1,139 @@
+#include "client/json_output.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace tessera {
+namespace {
+
+std::string JsonIntList(const std::vector<int64_t>& values) {
+  return absl::StrCat("[", absl::StrJoin(values, ", "), "]");
+}
+
+const char* JsonBool(bool value) { return value ? "true" : "false"; }
+
+// A finite double as a JSON number (JSON has no NaN or infinity).
+std::string JsonDouble(double value) {
+  if (!std::isfinite(value)) return "0";
+  return absl::StrFormat("%.6f", value);
+}
+
+// Appends `"key": value` with the separator json.dumps uses.
+void Field(std::string* out, absl::string_view key, absl::string_view value) {
+  if (out->back() != '{') out->append(", ");
+  absl::StrAppend(out, JsonString(key), ": ", value);
+}
+
+}  // namespace
+
+std::string JsonString(absl::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          absl::StrAppendFormat(&out, "\\u%04x", static_cast<unsigned char>(c));
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += "\"";
+  return out;
+}
+
+std::string DescribeJson(const TensorMetadata& meta) {
+  std::string out = "{";
+  Field(&out, "name", JsonString(meta.name));
+  Field(&out, "shape", JsonIntList(meta.shape));
+  Field(&out, "dtype", JsonString(DTypeName(meta.dtype)));
+  Field(&out, "version", absl::StrCat(meta.version));
+  std::vector<std::string> shards;
+  shards.reserve(meta.shards.size());
+  for (size_t i = 0; i < meta.shards.size(); ++i) {
+    const ShardInfo& shard = meta.shards[i];
+    std::string s = "{";
+    Field(&s, "offsets", JsonIntList(shard.box.offsets));
+    Field(&s, "sizes", JsonIntList(shard.box.sizes));
+    Field(&s, "placement", JsonString(shard.PlacementString()));
+    Field(&s, "worker", JsonString(shard.worker));
+    Field(&s, "handle", JsonString(meta.HandleString(i)));
+    Field(&s, "available", JsonBool(shard.available));
+    s += "}";
+    shards.push_back(std::move(s));
+  }
+  Field(&out, "shards", absl::StrCat("[", absl::StrJoin(shards, ", "), "]"));
+  out += "}";
+  return out;
+}
+
+std::string TensorListJson(const std::vector<TensorInfo>& tensors) {
+  std::vector<std::string> items;
+  items.reserve(tensors.size());
+  for (const TensorInfo& t : tensors) {
+    std::string s = "{";
+    Field(&s, "name", JsonString(t.name));
+    Field(&s, "shape", JsonIntList(t.shape));
+    Field(&s, "dtype", JsonString(DTypeName(t.dtype)));
+    Field(&s, "version", absl::StrCat(t.version));
+    Field(&s, "num_shards", absl::StrCat(t.num_shards));
+    s += "}";
+    items.push_back(std::move(s));
+  }
+  return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
+}
+
+std::string WorkersJson(const std::vector<WorkerInfo>& workers) {
+  std::vector<std::string> items;
+  items.reserve(workers.size());
+  for (const WorkerInfo& w : workers) {
+    std::string s = "{";
+    Field(&s, "name", JsonString(w.name));
+    Field(&s, "rank", absl::StrCat(w.rank));
+    Field(&s, "address", JsonString(w.address));
+    Field(&s, "device", JsonString(w.device.ToString()));
+    Field(&s, "alive", JsonBool(w.alive));
+    Field(&s, "bytes_used", absl::StrCat(w.bytes_used));
+    s += "}";
+    items.push_back(std::move(s));
+  }
+  return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
+}
+
+std::string ReshardJson(const ReshardStats& stats) {
+  std::string out = "{";
+  Field(&out, "version", absl::StrCat(stats.version));
+  Field(&out, "pieces_moved", absl::StrCat(stats.pieces_moved));
+  Field(&out, "bytes_moved", absl::StrCat(stats.bytes_moved));
+  Field(&out, "bytes_copied_locally", absl::StrCat(stats.bytes_copied_locally));
+  Field(&out, "shards_kept", absl::StrCat(stats.shards_kept));
+  Field(&out, "seconds", JsonDouble(stats.seconds));
+  out += "}";
+  return out;
+}
+
+}  // namespace tessera

@@ -1,0 +1,37 @@
+// The --json printers of the `tessera` CLI, in exactly the shapes CLI.md
+// gives. Each returns one line of JSON (no trailing newline), formatted as
+// Python's json.dumps does: ", " between items and ": " after keys.
+// Integers are JSON numbers; strings are escaped. Pure functions.
+#ifndef TESSERA_CLIENT_JSON_OUTPUT_H_
+#define TESSERA_CLIENT_JSON_OUTPUT_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "client/tessera_client.h"
+#include "core/tensor_metadata.h"
+
+namespace tessera {
+
+// A JSON string literal, quotes included.
+std::string JsonString(absl::string_view text);
+
+// `describe --json`: {"name", "shape", "dtype", "version", "shards": [
+// {"offsets", "sizes", "placement", "worker", "handle", "available"}, ...]}.
+std::string DescribeJson(const TensorMetadata& meta);
+
+// `ls --json`: [{"name", "shape", "dtype", "version", "num_shards"}, ...].
+std::string TensorListJson(const std::vector<TensorInfo>& tensors);
+
+// `workers --json`: [{"name", "rank", "address", "device", "alive",
+// "bytes_used"}, ...].
+std::string WorkersJson(const std::vector<WorkerInfo>& workers);
+
+// `reshard --json`: {"version", "pieces_moved", "bytes_moved",
+// "bytes_copied_locally", "shards_kept", "seconds"}.
+std::string ReshardJson(const ReshardStats& stats);
+
+}  // namespace tessera
+
+#endif  // TESSERA_CLIENT_JSON_OUTPUT_H_

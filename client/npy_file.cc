@@ -1,0 +1,245 @@
+#include "client/npy_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/npy.h"
+#include "core/status_macros.h"
+
+namespace tessera {
+namespace {
+
+absl::Status FileError(const std::string& path, absl::string_view what,
+                       int err) {
+  const std::string message =
+      absl::StrCat("cannot ", what, " '", path, "': ", std::strerror(err));
+  switch (err) {
+    case ENOENT:
+      return absl::NotFoundError(message);
+    case EACCES:
+    case EPERM:
+      return absl::PermissionDeniedError(message);
+    default:
+      return absl::InvalidArgumentError(message);
+  }
+}
+
+// Closes the descriptor when it goes out of scope.
+class ScopedFd {
+ public:
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ~ScopedFd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  int get() const { return fd_; }
+  // Closes now, reporting the error of close().
+  int Close() {
+    const int rc = close(fd_);
+    fd_ = -1;
+    return rc;
+  }
+
+ private:
+  int fd_;
+};
+
+// Reads up to `n` bytes; returns how many were read (fewer only at the end
+// of the file), or -1 with errno set.
+int64_t ReadFully(int fd, char* out, int64_t n) {
+  int64_t done = 0;
+  while (done < n) {
+    const ssize_t got = read(fd, out + done, static_cast<size_t>(n - done));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    if (got == 0) break;
+    done += got;
+  }
+  return done;
+}
+
+bool WriteFully(int fd, const char* data, int64_t n) {
+  int64_t done = 0;
+  while (done < n) {
+    const ssize_t put = write(fd, data + done, static_cast<size_t>(n - done));
+    if (put < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    done += put;
+  }
+  return true;
+}
+
+std::string DirName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+}  // namespace
+
+absl::StatusOr<HostArray> ReadNpyFile(const std::string& path,
+                                      std::optional<DType> as_dtype) {
+  ScopedFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return FileError(path, "open", errno);
+  struct stat st;
+  if (fstat(fd.get(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is a directory, not a .npy file"));
+  }
+
+  // The fixed prefix: magic, version, header length (2 or 4 bytes).
+  std::string prefix(12, '\0');
+  int64_t got = ReadFully(fd.get(), prefix.data(), 10);
+  if (got < 0) return FileError(path, "read", errno);
+  prefix.resize(got);
+  auto annotate = [&path](const absl::Status& s) {
+    return Annotate(s, absl::StrCat("reading '", path, "'"));
+  };
+  if (got < 10) {
+    // Let the header parser say what is wrong (not .npy, or truncated).
+    return annotate(ParseNpyHeader(prefix).status());
+  }
+  const int major = static_cast<unsigned char>(prefix[6]);
+  if (prefix.compare(0, 6, "\x93NUMPY") != 0 || major < 1 || major > 3 ||
+      prefix[7] != 0) {
+    // Not .npy, or a version we do not read: the parser says which.
+    return annotate(ParseNpyHeader(prefix).status());
+  }
+  size_t header_end;
+  if (major == 1) {
+    header_end =
+        10 +
+        (static_cast<unsigned char>(prefix[8]) |
+         (static_cast<size_t>(static_cast<unsigned char>(prefix[9])) << 8));
+  } else {
+    prefix.resize(12);
+    const int64_t more = ReadFully(fd.get(), prefix.data() + 10, 2);
+    if (more < 0) return FileError(path, "read", errno);
+    prefix.resize(10 + more);
+    if (more < 2) return annotate(ParseNpyHeader(prefix).status());
+    size_t len = 0;
+    for (int i = 3; i >= 0; --i) {
+      len = (len << 8) | static_cast<unsigned char>(prefix[8 + i]);
+    }
+    header_end = 12 + len;
+  }
+  // The header is small (NumPy caps it); refuse absurd declared lengths
+  // before allocating for them.
+  constexpr size_t kMaxHeader = size_t{64} << 20;
+  if (header_end > kMaxHeader) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reading '", path, "': the .npy header declares ",
+                     header_end, " bytes, which is not plausible"));
+  }
+  const size_t have = prefix.size();
+  prefix.resize(header_end);
+  if (header_end > have) {
+    got = ReadFully(fd.get(), prefix.data() + have,
+                    static_cast<int64_t>(header_end - have));
+    if (got < 0) return FileError(path, "read", errno);
+    prefix.resize(have + got);
+  }
+  absl::StatusOr<NpyArray> header = ParseNpyHeader(prefix);
+  if (!header.ok()) return annotate(header.status());
+
+  // Which dtype the caller gets.
+  const DType file_dtype = header->dtype;
+  if (header->raw_uint16) {
+    if (as_dtype != DType::kBFloat16) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", path, "' holds uint16 data ('", header->descr,
+                       "'), which tessera reads only as bfloat16 bits: pass "
+                       "--dtype=bfloat16"));
+    }
+  } else if (as_dtype.has_value() && *as_dtype != file_dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", path, "' holds ", DTypeName(file_dtype), " data ('", header->descr,
+        "') but --dtype=", DTypeName(*as_dtype),
+        " was chosen (without --dtype, put takes the file's dtype; only a "
+        "'<u2' file can be read as bfloat16)"));
+  }
+
+  absl::StatusOr<int64_t> bytes = NpyDataBytes(*header);
+  if (!bytes.ok()) return annotate(bytes.status());
+  HostArray array = HostArray::Allocate(file_dtype, header->shape);
+  if (array.num_bytes != *bytes) {
+    return absl::InternalError(absl::StrCat("reading '", path,
+                                            "': inconsistent data size ",
+                                            array.num_bytes, " vs ", *bytes));
+  }
+  got = ReadFully(fd.get(), array.data(), *bytes);
+  if (got < 0) return FileError(path, "read", errno);
+  if (got < *bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is truncated: its header promises ", *bytes,
+                     " data bytes for shape ", ShapeToString(header->shape),
+                     " of ", header->descr, " but only ", got, " follow"));
+  }
+  char extra;
+  got = ReadFully(fd.get(), &extra, 1);
+  if (got < 0) return FileError(path, "read", errno);
+  if (got > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is longer than its header says: shape ",
+                     ShapeToString(header->shape), " of ", header->descr,
+                     " needs ", *bytes, " data bytes, but more follow"));
+  }
+  absl::Status normalized = NormalizeNpyData(
+      *header, absl::Span<char>(array.data(), static_cast<size_t>(*bytes)));
+  if (!normalized.ok()) return annotate(normalized);
+  return array;
+}
+
+absl::Status WriteNpyFile(const std::string& path, const HostArray& array) {
+  const std::string header = EncodeNpyHeader(array.dtype, array.shape);
+  // A fresh name next to `path` (same file system, so rename is atomic),
+  // created with O_EXCL and mode 0666 so the umask applies as usual.
+  static std::atomic<uint64_t> counter{0};
+  const std::string base = absl::StrCat(
+      DirName(path), "/.", path.substr(path.rfind('/') + 1), ".tmp.", getpid());
+  std::string temp_path;
+  int raw_fd = -1;
+  for (int attempt = 0; attempt < 100 && raw_fd < 0; ++attempt) {
+    temp_path = absl::StrCat(base, ".", counter.fetch_add(1));
+    raw_fd =
+        open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (raw_fd < 0 && errno != EEXIST) break;
+  }
+  ScopedFd fd(raw_fd);
+  if (fd.get() < 0) return FileError(path, "create", errno);
+  bool renamed = false;
+  struct Unlinker {
+    const std::string& path;
+    const bool& renamed;
+    ~Unlinker() {
+      if (!renamed) unlink(path.c_str());
+    }
+  } unlinker{temp_path, renamed};
+
+  if (!WriteFully(fd.get(), header.data(),
+                  static_cast<int64_t>(header.size())) ||
+      !WriteFully(fd.get(), array.data(), array.num_bytes)) {
+    return FileError(path, "write", errno);
+  }
+  if (fd.Close() != 0) return FileError(path, "write", errno);
+  if (rename(temp_path.c_str(), path.c_str()) != 0) {
+    return FileError(path, "write", errno);
+  }
+  renamed = true;
+  return absl::OkStatus();
+}
+
+}  // namespace tessera

@@ -1,0 +1,197 @@
+#include "client/npy_file.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/npy.h"
+#include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+using ::tessera::testing::IsOk;
+using ::tessera::testing::StatusIs;
+using ::testing::HasSubstr;
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteAll(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+}
+
+HostArray Iota(DType dtype, Shape shape) {
+  HostArray a = HostArray::Allocate(dtype, std::move(shape));
+  for (int64_t i = 0; i < a.num_bytes; ++i)
+    a.data()[i] = static_cast<char>(i * 7 + 3);
+  if (dtype == DType::kBool) {
+    for (int64_t i = 0; i < a.num_bytes; ++i) a.data()[i] = i % 3 == 0;
+  }
+  return a;
+}
+
+TEST(NpyFileTest, RoundTripEveryDType) {
+  for (DType dtype : AllDTypes()) {
+    SCOPED_TRACE(DTypeName(dtype));
+    HostArray a = Iota(dtype, {3, 5, 2});
+    const std::string path =
+        TempPath(absl::StrCat("rt_", DTypeName(dtype), ".npy"));
+    ASSERT_THAT(WriteNpyFile(path, a), IsOk());
+    std::optional<DType> as;
+    if (dtype == DType::kBFloat16) as = DType::kBFloat16;
+    absl::StatusOr<HostArray> b = ReadNpyFile(path, as);
+    ASSERT_THAT(b, IsOk());
+    EXPECT_EQ(b->dtype, dtype);
+    EXPECT_EQ(b->shape, a.shape);
+    ASSERT_EQ(b->num_bytes, a.num_bytes);
+    EXPECT_EQ(std::memcmp(a.data(), b->data(), a.num_bytes), 0);
+  }
+}
+
+TEST(NpyFileTest, WritesTheHeaderCoreEncodes) {
+  HostArray a = Iota(DType::kInt16, {4});
+  const std::string path = TempPath("header.npy");
+  ASSERT_THAT(WriteNpyFile(path, a), IsOk());
+  const std::string bytes = ReadAll(path);
+  const std::string header = EncodeNpyHeader(DType::kInt16, {4});
+  EXPECT_EQ(bytes.substr(0, header.size()), header);
+  EXPECT_EQ(bytes.size(), header.size() + 8);
+  EXPECT_EQ(header.size() % 64, 0u);
+}
+
+TEST(NpyFileTest, EmptyArrayRoundTrips) {
+  HostArray a = HostArray::Allocate(DType::kFloat32, {0, 3});
+  const std::string path = TempPath("empty.npy");
+  ASSERT_THAT(WriteNpyFile(path, a), IsOk());
+  absl::StatusOr<HostArray> b = ReadNpyFile(path, std::nullopt);
+  ASSERT_THAT(b, IsOk());
+  EXPECT_EQ(b->shape, (Shape{0, 3}));
+  EXPECT_EQ(b->num_bytes, 0);
+}
+
+TEST(NpyFileTest, BFloat16NeedsToBeAskedFor) {
+  HostArray a = Iota(DType::kBFloat16, {2, 2});
+  const std::string path = TempPath("bf16.npy");
+  ASSERT_THAT(WriteNpyFile(path, a), IsOk());
+  EXPECT_THAT(
+      ReadNpyFile(path, std::nullopt),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bfloat16")));
+  EXPECT_THAT(
+      ReadNpyFile(path, DType::kInt16),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bfloat16")));
+}
+
+TEST(NpyFileTest, ADifferentDTypeIsRefusedNamingBoth) {
+  HostArray a = Iota(DType::kFloat32, {2});
+  const std::string path = TempPath("f32.npy");
+  ASSERT_THAT(WriteNpyFile(path, a), IsOk());
+  EXPECT_THAT(ReadNpyFile(path, DType::kFloat32), IsOk());
+  EXPECT_THAT(
+      ReadNpyFile(path, DType::kFloat64),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               ::testing::AllOf(HasSubstr("float32"), HasSubstr("float64"),
+                                HasSubstr(path))));
+}
+
+TEST(NpyFileTest, TruncatedAndTooLongFilesAreRefused) {
+  HostArray a = Iota(DType::kInt32, {10});
+  const std::string path = TempPath("trunc.npy");
+  ASSERT_THAT(WriteNpyFile(path, a), IsOk());
+  const std::string bytes = ReadAll(path);
+  WriteAll(path, bytes.substr(0, bytes.size() - 1));
+  EXPECT_THAT(
+      ReadNpyFile(path, std::nullopt),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               ::testing::AllOf(HasSubstr("truncated"), HasSubstr(path))));
+  WriteAll(path, bytes + "x");
+  EXPECT_THAT(ReadNpyFile(path, std::nullopt),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::AllOf(HasSubstr("longer"), HasSubstr(path))));
+  WriteAll(path, bytes.substr(0, 20));
+  EXPECT_THAT(ReadNpyFile(path, std::nullopt),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(path)));
+  WriteAll(path, "hello world, not numpy");
+  EXPECT_THAT(
+      ReadNpyFile(path, std::nullopt),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a .npy")));
+}
+
+TEST(NpyFileTest, MissingFileIsNamed) {
+  const std::string path = TempPath("does_not_exist.npy");
+  EXPECT_THAT(ReadNpyFile(path, std::nullopt),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr(path)));
+  EXPECT_THAT(
+      ReadNpyFile(TempPath(""), std::nullopt),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("directory")));
+}
+
+TEST(NpyFileTest, WriteIntoAMissingDirectoryFailsNamingThePath) {
+  HostArray a = Iota(DType::kInt8, {3});
+  const std::string path = TempPath("no/such/dir/out.npy");
+  EXPECT_THAT(WriteNpyFile(path, a),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr(path)));
+}
+
+TEST(NpyFileTest, ReadsBigEndianFortranOrder) {
+  // A 2x3 '>i4' Fortran-order array holding [[0,1,2],[3,4,5]].
+  std::string dict =
+      "{'descr': '>i4', 'fortran_order': True, 'shape': (2, 3), }";
+  std::string header = dict;
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
+  bytes += static_cast<char>(header.size() & 0xff);
+  bytes += static_cast<char>(header.size() >> 8);
+  bytes += header;
+  const int fortran[6] = {0, 3, 1, 4, 2, 5};
+  for (int v : fortran) {
+    bytes += std::string("\0\0\0", 3);
+    bytes += static_cast<char>(v);
+  }
+  const std::string path = TempPath("be_f.npy");
+  WriteAll(path, bytes);
+  absl::StatusOr<HostArray> a = ReadNpyFile(path, std::nullopt);
+  ASSERT_THAT(a, IsOk());
+  EXPECT_EQ(a->dtype, DType::kInt32);
+  EXPECT_EQ(a->shape, (Shape{2, 3}));
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(a->As<int32_t>()[i], i);
+}
+
+TEST(NpyFileTest, ReadsWhatNumPyWrites) {
+  if (access("/usr/bin/python3", X_OK) != 0)
+    GTEST_SKIP() << "no /usr/bin/python3";
+  const std::string path = TempPath("numpy.npy");
+  const std::string cmd = absl::StrCat(
+      "/usr/bin/python3 -c 'import numpy as np; "
+      "np.save(\"",
+      path,
+      "\", np.asfortranarray(np.arange(24, dtype=\">f8\").reshape(2, 3, 4)))' "
+      "2>/dev/null");
+  if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "numpy not available";
+  absl::StatusOr<HostArray> a = ReadNpyFile(path, std::nullopt);
+  ASSERT_THAT(a, IsOk());
+  EXPECT_EQ(a->dtype, DType::kFloat64);
+  EXPECT_EQ(a->shape, (Shape{2, 3, 4}));
+  for (int i = 0; i < 24; ++i) EXPECT_EQ(a->As<double>()[i], i);
+}
+
+}  // namespace
+}  // namespace tessera
