@@ -8,7 +8,8 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-numpy
+  python3 python3-dev python3-numpy python3-pytest pybind11-dev
+  clang libfuzzer-14-dev libclang-rt-14-dev
 )
 
 missing=()
