@@ -174,8 +174,6 @@ std::string FormatRate(int64_t bytes, double seconds) {
       static_cast<double>(bytes) / std::max(seconds, 1e-9) / 1e9);
 }
 
-std::string ShapeText(const Shape& shape) { return ShapeToString(shape); }
-
 // Prints rows as left-aligned columns separated by three spaces.
 void PrintTable(const std::vector<std::vector<std::string>>& rows,
                 std::ostream& out) {
@@ -376,10 +374,11 @@ absl::Status RunCreate(const Invocation& inv, std::ostream& out) {
   TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta,
                            client->Create(name, shape, dtype, spec, init));
   const double seconds = SecondsSince(start);
-  out << "created " << meta.name << ": shape " << ShapeText(meta.shape) << " "
-      << DTypeName(meta.dtype) << ", " << FormatBytes(meta.ByteSize()) << " in "
-      << meta.shards.size() << " shard" << (meta.shards.size() == 1 ? "" : "s")
-      << ", init " << init.ToString() << ", version " << meta.version << ", "
+  out << "created " << meta.name << ": shape " << ShapeToString(meta.shape)
+      << " " << DTypeName(meta.dtype) << ", " << FormatBytes(meta.ByteSize())
+      << " in " << meta.shards.size() << " shard"
+      << (meta.shards.size() == 1 ? "" : "s") << ", init " << init.ToString()
+      << ", version " << meta.version << ", "
       << FormatRate(meta.ByteSize(), seconds) << "\n";
   return absl::OkStatus();
 }
@@ -403,7 +402,7 @@ absl::Status RunPut(const Invocation& inv, std::ostream& out) {
   TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta, client->Put(name, array, spec));
   const double seconds = SecondsSince(start);
   out << "put " << meta.name << " from " << input << ": shape "
-      << ShapeText(meta.shape) << " " << DTypeName(meta.dtype) << ", "
+      << ShapeToString(meta.shape) << " " << DTypeName(meta.dtype) << ", "
       << FormatBytes(array.num_bytes) << " in " << meta.shards.size()
       << " shard" << (meta.shards.size() == 1 ? "" : "s") << ", version "
       << meta.version << ", " << FormatRate(array.num_bytes, seconds) << "\n";
@@ -442,7 +441,7 @@ absl::Status RunGet(const Invocation& inv, std::ostream& out) {
   if (shard.has_value()) absl::StrAppend(&what, " shard ", *shard);
   if (region_text.has_value()) absl::StrAppend(&what, " region ", *region_text);
   out << "got " << what << " into " << output << ": shape "
-      << ShapeText(array->shape) << " " << DTypeName(array->dtype) << ", "
+      << ShapeToString(array->shape) << " " << DTypeName(array->dtype) << ", "
       << FormatBytes(array->num_bytes) << ", "
       << FormatRate(array->num_bytes, seconds) << "\n";
   return absl::OkStatus();
@@ -457,7 +456,7 @@ absl::Status RunDescribe(const Invocation& inv, std::ostream& out) {
     return absl::OkStatus();
   }
   out << "Name:      " << meta.name << "\n"
-      << "Shape:     " << ShapeText(meta.shape) << "\n"
+      << "Shape:     " << ShapeToString(meta.shape) << "\n"
       << "DType:     " << DTypeName(meta.dtype) << "\n"
       << "Version:   " << meta.version << "\n"
       << "Size:      " << FormatBytes(meta.ByteSize()) << "\n"
@@ -486,8 +485,9 @@ absl::Status RunList(const Invocation& inv, std::ostream& out) {
   std::vector<std::vector<std::string>> rows = {
       {"NAME", "SHAPE", "DTYPE", "VERSION", "SHARDS"}};
   for (const TensorInfo& t : tensors) {
-    rows.push_back({t.name, ShapeText(t.shape), std::string(DTypeName(t.dtype)),
-                    absl::StrCat(t.version), absl::StrCat(t.num_shards)});
+    rows.push_back({t.name, ShapeToString(t.shape),
+                    std::string(DTypeName(t.dtype)), absl::StrCat(t.version),
+                    absl::StrCat(t.num_shards)});
   }
   PrintTable(rows, out);
   return absl::OkStatus();

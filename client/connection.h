@@ -19,7 +19,7 @@ struct ClientOptions {
   // Deadline of each control-plane call to the coordinator.
   absl::Duration rpc_timeout = absl::Seconds(30);
   // How long to wait for the coordinator when connecting.
-  absl::Duration connect_timeout = absl::Seconds(5);
+  absl::Duration connect_timeout = absl::Seconds(2);
   // Deadline of one data stream (a piece of a get, or one shard of a put).
   absl::Duration data_timeout = absl::Minutes(30);
   // Most data streams running at once (one thread each).

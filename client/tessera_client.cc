@@ -228,8 +228,10 @@ absl::StatusOr<HostArray> Client::GetRegion(const std::string& name,
 absl::StatusOr<HostArray> Client::GetShard(const std::string& name, int64_t index) {
   TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta, Describe(name));
   if (index < 0 || index >= static_cast<int64_t>(meta.shards.size())) {
-    return OutOfBoundsError(absl::StrCat("shard ", index, " of tensor '", name, "', which has ",
-                                         meta.shards.size(), " shards"));
+    return OutOfBoundsError(
+        absl::StrCat("shard ", index),
+        absl::StrCat("tensor '", name, "' has ", meta.shards.size(),
+                     meta.shards.size() == 1 ? " shard" : " shards"));
   }
   ShardHandle handle(connection_, std::make_shared<const TensorMetadata>(std::move(meta)),
                      static_cast<size_t>(index));
