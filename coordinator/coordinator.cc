@@ -14,9 +14,11 @@
 
 namespace tessera {
 
-Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<WorkerControl> workers)
+Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<WorkerControl> workers,
+                         std::unique_ptr<MetadataStore> store)
     : options_(std::move(options)),
       workers_(std::move(workers)),
+      store_(std::move(store)),
       registry_(options_.lease, options_.clock) {
   retire_thread_ = std::thread([this] { RetireLoop(); });
 }
@@ -39,6 +41,18 @@ void Coordinator::RetireLoop() {
       for (const Retirement& r : due) {
         for (const ShardInfo& shard : r.shards.shards) shard_owner_.erase(shard.shard_id);
       }
+      // Puts whose client never committed are abandoned.
+      for (auto it = tensors_.begin(); it != tensors_.end();) {
+        if (it->second.state == State::kPending &&
+            now - it->second.created > options_.pending_timeout) {
+          spdlog::warn("removing tensor '{}': its put was never completed", it->first);
+          for (const ShardInfo& shard : it->second.meta->shards) shard_owner_.erase(shard.shard_id);
+          due.push_back({now, *it->second.meta});
+          it = tensors_.erase(it);
+        } else {
+          ++it;
+        }
+      }
     }
     for (const Retirement& r : due) {
       FreeShards(r.shards);
@@ -46,6 +60,103 @@ void Coordinator::RetireLoop() {
                    r.shards.version);
     }
   }
+}
+
+absl::Status Coordinator::Recover() {
+  TESSERA_ASSIGN_OR_RETURN(MetadataState state, store_->Load());
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, w] : state.workers) {
+    registry_.Restore(w.name, w.rank, w.address, w.device, w.capacity_bytes);
+  }
+  for (auto& [name, tensor] : state.tensors) {
+    for (const ShardInfo& shard : tensor.shards) {
+      shard_owner_[shard.shard_id] = name;
+      next_shard_id_ = std::max(next_shard_id_, shard.shard_id + 1);
+    }
+    TensorEntry& entry = tensors_[name];
+    entry.state = State::kReady;
+    entry.meta = std::make_shared<const TensorMetadata>(std::move(tensor));
+  }
+  next_shard_id_ = std::max(next_shard_id_, state.shard_id_high_water);
+  shard_id_high_water_ = next_shard_id_;
+  recovered_.tensors = state.tensors.size();
+  recovered_.workers = state.workers.size();
+  // Start the log afresh from one snapshot of what was recovered.
+  state.shard_id_high_water = shard_id_high_water_;
+  return store_->Snapshot(state);
+}
+
+absl::Status Coordinator::Record(const MetadataChange& change) {
+  TESSERA_RETURN_IF_ERROR(Annotate(store_->Append(change), "recording metadata"));
+  if (++records_since_snapshot_ < options_.snapshot_every) return absl::OkStatus();
+  MetadataState state;
+  for (const WorkerRecord& w : registry_.List()) {
+    state.workers[w.name] = KnownWorker{w.name, w.rank, w.address, w.device, w.capacity_bytes};
+  }
+  for (const auto& [name, entry] : tensors_) {
+    if (entry.state == State::kReady) state.tensors[name] = *entry.meta;
+  }
+  state.shard_id_high_water = shard_id_high_water_;
+  records_since_snapshot_ = 0;
+  absl::Status status = store_->Snapshot(state);
+  // The log still holds everything: a failed snapshot loses nothing.
+  if (!status.ok()) spdlog::warn("metadata snapshot failed: {}", std::string(status.message()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> Coordinator::TakeShardIds(size_t n) {
+  const uint64_t first = next_shard_id_;
+  if (first + n > shard_id_high_water_) {
+    MetadataChange change;
+    change.kind = MetadataChange::Kind::kShardIdHighWater;
+    change.shard_id_high_water = first + n + (1 << 16);
+    TESSERA_RETURN_IF_ERROR(Record(change));
+    shard_id_high_water_ = change.shard_id_high_water;
+  }
+  next_shard_id_ += n;
+  return first;
+}
+
+std::vector<uint64_t> Coordinator::Reconcile(const std::string& worker,
+                                             const std::vector<uint64_t>& held) {
+  absl::flat_hash_set<uint64_t> held_set(held.begin(), held.end());
+  auto mark = [&](const TensorMetadata& meta) {
+    for (const ShardInfo& shard : meta.shards) {
+      if (shard.worker != worker) continue;
+      if (held_set.contains(shard.shard_id)) {
+        lost_.erase(shard.shard_id);
+      } else {
+        lost_.insert(shard.shard_id);
+      }
+    }
+  };
+  for (const auto& [name, entry] : tensors_) {
+    if (entry.meta != nullptr) mark(*entry.meta);
+  }
+  for (const Retirement& r : retirements_) mark(r.shards);
+  std::vector<uint64_t> unreferenced;
+  for (uint64_t id : held) {
+    if (!shard_owner_.contains(id)) unreferenced.push_back(id);
+  }
+  return unreferenced;
+}
+
+absl::Status Coordinator::CheckCapacity(const TensorMetadata& shards) const {
+  absl::flat_hash_map<std::string, int64_t> need;
+  for (const ShardInfo& shard : shards.shards) {
+    need[shard.worker] += shard.box.NumElements() * static_cast<int64_t>(ItemSize(shards.dtype));
+  }
+  for (const auto& [name, bytes] : need) {
+    std::optional<WorkerRecord> worker = registry_.Find(name);
+    if (!worker.has_value() || worker->capacity_bytes <= 0) continue;
+    if (worker->bytes_used + bytes > worker->capacity_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "worker '", name, "' has ", worker->capacity_bytes - worker->bytes_used,
+          " bytes free of its ", worker->capacity_bytes, "-byte capacity; the shards of '",
+          shards.name, "' placed on it need ", bytes));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<RegisterResult> Coordinator::RegisterWorker(
@@ -62,8 +173,15 @@ absl::StatusOr<RegisterResult> Coordinator::RegisterWorker(
   TESSERA_ASSIGN_OR_RETURN(result.rank, registry_.Register(registration));
   workers_->Reset(registration.address);
   absl::MutexLock lock(&mu_);
-  for (uint64_t id : held_shard_ids) {
-    if (!shard_owner_.contains(id)) result.free_shard_ids.push_back(id);
+  MetadataChange change;
+  change.kind = MetadataChange::Kind::kWorker;
+  change.worker = KnownWorker{registration.name, result.rank, registration.address,
+                              registration.device, registration.capacity_bytes};
+  TESSERA_RETURN_IF_ERROR(Record(change));
+  result.free_shard_ids = Reconcile(registration.name, held_shard_ids);
+  if (!result.free_shard_ids.empty()) {
+    spdlog::info("worker '{}' holds {} shard(s) no tensor references; freeing them",
+                 registration.name, result.free_shard_ids.size());
   }
   spdlog::info("worker '{}' rank {} at {} ({}) registered", registration.name, result.rank,
                registration.address, registration.device.ToString());
@@ -109,30 +227,45 @@ absl::StatusOr<TensorMetadata> Coordinator::CreateTensor(const CreateTensorArgs&
   meta->pin_memory = args.pin_memory;
   meta->version = 1;
   TESSERA_RETURN_IF_ERROR(PlaceShards(args.spec, std::move(boxes), meta.get()));
+  TESSERA_RETURN_IF_ERROR(CheckCapacity(*meta));
 
   {
     absl::MutexLock lock(&mu_);
     if (tensors_.count(args.name) > 0) return AlreadyExistsError("tensor", args.name);
+    TESSERA_ASSIGN_OR_RETURN(uint64_t first_id, TakeShardIds(meta->shards.size()));
     for (ShardInfo& shard : meta->shards) {
-      shard.shard_id = next_shard_id_++;
+      shard.shard_id = first_id++;
       shard_owner_[shard.shard_id] = args.name;
     }
     tensors_[args.name].state = State::kCreating;
+    tensors_[args.name].created = options_.clock();
   }
 
   absl::Status status = AllocateShards(*meta, args.init);
-  absl::MutexLock lock(&mu_);
-  if (!status.ok()) {
-    for (const ShardInfo& shard : meta->shards) shard_owner_.erase(shard.shard_id);
-    tensors_.erase(args.name);
-    return status;
+  const bool allocated = status.ok();
+  if (allocated) {
+    absl::MutexLock lock(&mu_);
+    if (!args.pending) {
+      MetadataChange change;
+      change.kind = MetadataChange::Kind::kTensor;
+      change.tensor = *meta;
+      status = Record(change);
+    }
+    if (status.ok()) {
+      TensorEntry& entry = tensors_[args.name];
+      entry.state = args.pending ? State::kPending : State::kReady;
+      entry.meta = meta;
+      spdlog::info("created tensor '{}' {} {} in {} shards{}", args.name,
+                   ShapeToString(args.shape), std::string(DTypeName(args.dtype)),
+                   meta->shards.size(), args.pending ? " (pending)" : "");
+      return *meta;
+    }
   }
-  TensorEntry& entry = tensors_[args.name];
-  entry.state = args.pending ? State::kPending : State::kReady;
-  entry.meta = meta;
-  spdlog::info("created tensor '{}' {} {} in {} shards{}", args.name, ShapeToString(args.shape),
-               std::string(DTypeName(args.dtype)), meta->shards.size(), args.pending ? " (pending)" : "");
-  return *meta;
+  if (allocated) FreeShards(*meta);
+  absl::MutexLock lock(&mu_);
+  for (const ShardInfo& shard : meta->shards) shard_owner_.erase(shard.shard_id);
+  tensors_.erase(args.name);
+  return status;
 }
 
 absl::Status Coordinator::AllocateShards(const TensorMetadata& meta, const InitSpec& init) {
@@ -214,6 +347,11 @@ absl::Status Coordinator::CommitTensor(const std::string& name, uint64_t version
     return absl::AbortedError(absl::StrCat("tensor '", name, "' is at version ",
                                            it->second.meta->version, ", not ", version));
   }
+  if (it->second.state == State::kReady) return absl::OkStatus();
+  MetadataChange change;
+  change.kind = MetadataChange::Kind::kTensor;
+  change.tensor = *it->second.meta;
+  TESSERA_RETURN_IF_ERROR(Record(change));
   it->second.state = State::kReady;
   return absl::OkStatus();
 }
@@ -229,6 +367,10 @@ void Coordinator::FillWorkerState(TensorMetadata* meta) const {
     }
     shard.address = it->second.address;
     shard.available = it->second.alive;
+  }
+  absl::MutexLock lock(&mu_);
+  for (ShardInfo& shard : meta->shards) {
+    if (lost_.contains(shard.shard_id)) shard.available = false;
   }
 }
 
@@ -275,9 +417,18 @@ absl::Status Coordinator::DeleteTensor(const std::string& name) {
       return absl::AbortedError(absl::StrCat(
           "tensor '", name, "' is being resharded; delete it once the reshard finishes"));
     }
+    if (it->second.state == State::kReady) {
+      MetadataChange change;
+      change.kind = MetadataChange::Kind::kDeletedTensor;
+      change.deleted_tensor = name;
+      TESSERA_RETURN_IF_ERROR(Record(change));
+    }
     meta = it->second.meta;
     tensors_.erase(it);
-    for (const ShardInfo& shard : meta->shards) shard_owner_.erase(shard.shard_id);
+    for (const ShardInfo& shard : meta->shards) {
+      shard_owner_.erase(shard.shard_id);
+      lost_.erase(shard.shard_id);
+    }
   }
   FreeShards(*meta);
   spdlog::info("deleted tensor '{}'", name);
@@ -343,16 +494,24 @@ absl::StatusOr<ReshardResult> Coordinator::ReshardTensor(const std::string& name
   fresh.shards.clear();
   {
     absl::MutexLock lock(&mu_);
+    const size_t num_fresh = static_cast<size_t>(
+        std::count(plan.kept_from.begin(), plan.kept_from.end(), int64_t{-1}));
+    TESSERA_ASSIGN_OR_RETURN(uint64_t next_id, TakeShardIds(num_fresh));
     for (size_t j = 0; j < new_meta->shards.size(); ++j) {
       ShardInfo& shard = new_meta->shards[j];
       if (plan.kept_from[j] >= 0) {
         shard.shard_id = old_meta->shards[plan.kept_from[j]].shard_id;
         continue;
       }
-      shard.shard_id = next_shard_id_++;
+      shard.shard_id = next_id++;
       shard_owner_[shard.shard_id] = name;
       fresh.shards.push_back(shard);
     }
+  }
+  if (absl::Status status = CheckCapacity(fresh); !status.ok()) {
+    absl::MutexLock lock(&mu_);
+    for (const ShardInfo& shard : fresh.shards) shard_owner_.erase(shard.shard_id);
+    return status;
   }
   auto forget_fresh = [&] {
     absl::MutexLock lock(&mu_);
@@ -382,20 +541,28 @@ absl::StatusOr<ReshardResult> Coordinator::ReshardTensor(const std::string& name
     if (!kept[i]) retired.shards.push_back(old_meta->shards[i]);
   }
   bool committed = false;
+  absl::Status commit_status = absl::AbortedError(
+      absl::StrCat("tensor '", name, "' changed during the reshard"));
   {
     absl::MutexLock lock(&mu_);
     auto it = tensors_.find(name);
     // The resharding flag blocks deletes, so the entry is still ours.
     if (it != tensors_.end() && it->second.meta == old_meta) {
-      it->second.meta = new_meta;
-      retirements_.push_back({options_.clock() + options_.retire_grace, std::move(retired)});
-      committed = true;
+      MetadataChange change;
+      change.kind = MetadataChange::Kind::kTensor;
+      change.tensor = *new_meta;
+      commit_status = Record(change);
+      if (commit_status.ok()) {
+        it->second.meta = new_meta;
+        retirements_.push_back({options_.clock() + options_.retire_grace, std::move(retired)});
+        committed = true;
+      }
     }
   }
   if (!committed) {
     FreeShards(fresh);
     forget_fresh();
-    return absl::AbortedError(absl::StrCat("tensor '", name, "' changed during the reshard"));
+    return commit_status;
   }
   ReshardResult result;
   result.version = new_meta->version;

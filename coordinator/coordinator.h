@@ -17,10 +17,12 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "coordinator/metadata_store.h"
 #include "coordinator/worker_control.h"
 #include "coordinator/worker_registry.h"
 #include "core/box.h"
@@ -37,6 +39,8 @@ struct CoordinatorOptions {
   absl::Duration lease = absl::Seconds(5);
   // How often workers heartbeat (sent to them at registration).
   absl::Duration heartbeat_interval = absl::Seconds(1);
+  // Snapshot the metadata after this many log records.
+  int64_t snapshot_every = 1000;
   // Time source; tests inject a fake clock.
   Clock clock = [] { return absl::Now(); };
   // After a reshard commits version N+1, version N's shards stay readable
@@ -44,6 +48,9 @@ struct CoordinatorOptions {
   // A read still running after that fails with ABORTED and the SDK reads
   // the new version instead: a reader never sees a mix of versions.
   absl::Duration retire_grace = absl::Seconds(5);
+  // A tensor created pending (a put) and never committed is removed after
+  // this long: its client died mid-put.
+  absl::Duration pending_timeout = absl::Minutes(10);
 };
 
 struct ReshardResult {
@@ -82,8 +89,20 @@ struct TensorSummary {
 
 class Coordinator {
  public:
-  Coordinator(CoordinatorOptions options, std::unique_ptr<WorkerControl> workers);
+  Coordinator(CoordinatorOptions options, std::unique_ptr<WorkerControl> workers,
+              std::unique_ptr<MetadataStore> store = std::make_unique<MemoryMetadataStore>());
   ~Coordinator();
+
+  // Loads the metadata the store kept (call once, before serving). Known
+  // workers come back dead until they register again and report the shards
+  // they still hold.
+  absl::Status Recover() ABSL_LOCKS_EXCLUDED(mu_);
+  // Counts of what Recover found, for the start-up log.
+  struct Recovered {
+    size_t tensors = 0;
+    size_t workers = 0;
+  };
+  Recovered recovered() const { return recovered_; }
 
   const CoordinatorOptions& options() const { return options_; }
 
@@ -120,6 +139,7 @@ class Coordinator {
   struct TensorEntry {
     State state = State::kCreating;
     bool resharding = false;  // a reshard of this tensor is running
+    absl::Time created;       // when the create began (for reaping abandoned puts)
     // Immutable once published; shared so readers copy out cheaply.
     std::shared_ptr<const TensorMetadata> meta;
   };
@@ -129,6 +149,17 @@ class Coordinator {
     absl::Time due;
     TensorMetadata shards;
   };
+
+  // Refuses shards that would not fit in their workers' capacity.
+  absl::Status CheckCapacity(const TensorMetadata& shards) const;
+  // Hands out `n` shard ids, recording a new high-water mark first when needed.
+  absl::StatusOr<uint64_t> TakeShardIds(size_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Durably records a change; snapshots every options_.snapshot_every records.
+  absl::Status Record(const MetadataChange& change) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks the shards `worker` should hold as held or lost; returns the held
+  // ids that no tensor references.
+  std::vector<uint64_t> Reconcile(const std::string& worker, const std::vector<uint64_t>& held)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Resolves spec.placements[i] for every box into `meta->shards`.
   absl::Status PlaceShards(const LayoutSpec& spec, std::vector<Box> boxes, TensorMetadata* meta);
@@ -148,7 +179,9 @@ class Coordinator {
 
   const CoordinatorOptions options_;
   const std::unique_ptr<WorkerControl> workers_;
+  const std::unique_ptr<MetadataStore> store_;
   WorkerRegistry registry_;
+  Recovered recovered_;
 
   // Invariants: every name in tensors_ is a valid tensor name; a kReady or
   // kPending entry has meta != nullptr; every shard id of every entry is in
@@ -157,6 +190,11 @@ class Coordinator {
   std::map<std::string, TensorEntry> tensors_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::string> shard_owner_ ABSL_GUARDED_BY(mu_);
   uint64_t next_shard_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Ids below this may have been handed out before a restart; recorded in the store.
+  uint64_t shard_id_high_water_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t records_since_snapshot_ ABSL_GUARDED_BY(mu_) = 0;
+  // Shards whose worker re-registered without them.
+  absl::flat_hash_set<uint64_t> lost_ ABSL_GUARDED_BY(mu_);
   std::vector<Retirement> retirements_ ABSL_GUARDED_BY(mu_);
 
   absl::Notification stop_;

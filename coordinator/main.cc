@@ -10,7 +10,9 @@
 #include "absl/flags/usage.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_service.h"
+#include "coordinator/file_metadata_store.h"
 #include "coordinator/grpc_worker_control.h"
+#include "absl/strings/str_cat.h"
 #include "rpc/server.h"
 #include "rpc/signals.h"
 #include "spdlog/spdlog.h"
@@ -34,8 +36,25 @@ int Run() {
   options.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
   options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
   options.retire_grace = absl::Milliseconds(std::max<int64_t>(0, absl::GetFlag(FLAGS_retire_grace_ms)));
+  const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
+  std::unique_ptr<MetadataStore> store;
+  FileMetadataStore* file_store = nullptr;
+  if (data_dir.empty()) {
+    store = std::make_unique<MemoryMetadataStore>();
+  } else {
+    auto owned = std::make_unique<FileMetadataStore>(data_dir);
+    file_store = owned.get();
+    store = std::move(owned);
+  }
+  const std::string store_description = store->Describe();
   Coordinator coordinator(options,
-                          std::make_unique<GrpcWorkerControl>(GrpcWorkerControl::Options()));
+                          std::make_unique<GrpcWorkerControl>(GrpcWorkerControl::Options()),
+                          std::move(store));
+  if (absl::Status status = coordinator.Recover(); !status.ok()) {
+    spdlog::error("cannot recover metadata from --data_dir={}: {}", data_dir,
+                  std::string(status.message()));
+    return 1;
+  }
   CoordinatorService service(&coordinator);
   const std::string listen = absl::GetFlag(FLAGS_listen);
   absl::StatusOr<RunningServer> server = StartServer(listen, {&service});
@@ -43,13 +62,16 @@ int Run() {
     spdlog::error("{}", std::string(server.status().message()));
     return 1;
   }
-  const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   spdlog::info("tessera-coordinator serving on {}", WithPort(listen, server->port));
-  if (data_dir.empty()) {
-    spdlog::info("metadata is kept in memory only (no --data_dir): it is lost on restart");
-  } else {
-    spdlog::warn("--data_dir={}: durable metadata is not implemented in this version; "
-                 "metadata is kept in memory only", data_dir);
+  spdlog::info("metadata: {}", store_description);
+  if (file_store != nullptr) {
+    spdlog::info("recovered {} tensor(s) and {} worker(s) ({} log records{})",
+                 coordinator.recovered().tensors, coordinator.recovered().workers,
+                 file_store->records_recovered(),
+                 file_store->torn_bytes_dropped() > 0
+                     ? absl::StrCat("; dropped a torn tail of ", file_store->torn_bytes_dropped(),
+                                    " bytes")
+                     : std::string());
   }
   const int sig = WaitForTerminationSignal();
   spdlog::info("signal {} received; shutting down", sig);

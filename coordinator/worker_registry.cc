@@ -12,7 +12,7 @@ WorkerRegistry::WorkerRegistry(absl::Duration lease, Clock clock)
 
 WorkerRecord WorkerRegistry::WithLiveness(const WorkerRecord& record) const {
   WorkerRecord out = record;
-  out.alive = clock_() - record.last_seen <= lease_;
+  out.alive = record.registered && clock_() - record.last_seen <= lease_;
   return out;
 }
 
@@ -22,7 +22,7 @@ absl::StatusOr<int32_t> WorkerRegistry::Register(const WorkerRegistration& regis
   auto existing = workers_.find(registration.name);
   if (existing != workers_.end()) {
     WorkerRecord& record = existing->second;
-    const bool alive = now - record.last_seen <= lease_;
+    const bool alive = record.registered && now - record.last_seen <= lease_;
     if (alive && record.address != registration.address) {
       return absl::AlreadyExistsError(
           absl::StrCat("worker '", registration.name, "' already exists at ", record.address,
@@ -38,6 +38,7 @@ absl::StatusOr<int32_t> WorkerRegistry::Register(const WorkerRegistration& regis
     record.capacity_bytes = registration.capacity_bytes;
     record.bytes_used = registration.bytes_used;
     record.last_seen = now;
+    record.registered = true;
     return record.rank;
   }
   int32_t rank = 0;
@@ -65,10 +66,25 @@ absl::StatusOr<int32_t> WorkerRegistry::Register(const WorkerRegistration& regis
   return rank;
 }
 
+void WorkerRegistry::Restore(const std::string& name, int32_t rank, const std::string& address,
+                             const Device& device, int64_t capacity_bytes) {
+  absl::MutexLock lock(&mu_);
+  WorkerRecord record;
+  record.name = name;
+  record.rank = rank;
+  record.address = address;
+  record.device = device;
+  record.capacity_bytes = capacity_bytes;
+  record.last_seen = absl::InfinitePast();
+  record.registered = false;
+  workers_[name] = record;
+  rank_to_name_[rank] = name;
+}
+
 bool WorkerRegistry::Heartbeat(const std::string& name, int64_t bytes_used) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(name);
-  if (it == workers_.end()) return false;
+  if (it == workers_.end() || !it->second.registered) return false;
   it->second.last_seen = clock_();
   it->second.bytes_used = bytes_used;
   return true;

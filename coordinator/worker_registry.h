@@ -38,6 +38,9 @@ struct WorkerRecord {
   int64_t bytes_used = 0;
   absl::Time last_seen;
   bool alive = false;  // computed from the lease when read
+  // False for a worker remembered from before a coordinator restart that has
+  // not registered since: it must register (and report its shards) again.
+  bool registered = true;
 };
 
 class WorkerRegistry {
@@ -50,7 +53,11 @@ class WorkerRegistry {
   absl::StatusOr<int32_t> Register(const WorkerRegistration& registration)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Renews the lease; false when the name is unknown (it must register).
+  // Remembers a worker from before a restart, dead until it registers again.
+  void Restore(const std::string& name, int32_t rank, const std::string& address,
+               const Device& device, int64_t capacity_bytes) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Renews the lease; false when the worker must register (again) first.
   bool Heartbeat(const std::string& name, int64_t bytes_used) ABSL_LOCKS_EXCLUDED(mu_);
 
   void SetBytesUsed(const std::string& name, int64_t bytes_used) ABSL_LOCKS_EXCLUDED(mu_);

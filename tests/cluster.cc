@@ -109,6 +109,8 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(TestClusterOptio
   buf.push_back('\0');
   if (mkdtemp(buf.data()) == nullptr) return absl::InternalError("mkdtemp failed");
   cluster->dir_ = buf.data();
+  if (cluster->options_.durable) cluster->data_dir_ = absl::StrCat(cluster->dir_, "/metadata");
+  cluster->coordinator_address_ = absl::StrCat("127.0.0.1:", PickFreePort());
   if (absl::Status s = cluster->StartCoordinator(); !s.ok()) return s;
   cluster->workers_.resize(cluster->options_.num_workers);
   for (int i = 0; i < cluster->options_.num_workers; ++i) {
@@ -120,12 +122,12 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(TestClusterOptio
 }
 
 absl::Status TestCluster::StartCoordinator() {
-  coordinator_address_ = absl::StrCat("127.0.0.1:", PickFreePort());
   coordinator_.address = coordinator_address_;
   coordinator_.log = absl::StrCat(dir_, "/coordinator.log");
   std::vector<std::string> argv = {BinaryPath("coordinator/tessera-coordinator"),
                                    absl::StrCat("--listen=", coordinator_address_)};
   for (const std::string& f : options_.coordinator_flags) argv.push_back(f);
+  if (!data_dir_.empty()) argv.push_back(absl::StrCat("--data_dir=", data_dir_));
   coordinator_.pid = Spawn(argv, coordinator_.log);
   return coordinator_.pid > 0 ? absl::OkStatus() : absl::InternalError("fork failed");
 }
@@ -218,6 +220,23 @@ int TestCluster::StopCoordinator(int sig) {
   int code = WaitExit(coordinator_.pid);
   coordinator_.pid = -1;
   return code;
+}
+
+absl::Status TestCluster::RestartCoordinator() {
+  if (coordinator_.pid > 0) StopCoordinator(SIGTERM);
+  if (absl::Status s = StartCoordinator(); !s.ok()) return s;
+  return WaitAlive(absl::Seconds(30));
+}
+
+int64_t TestCluster::ResidentBytes(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) {
+      return std::strtoll(line.c_str() + 6, nullptr, 10) * 1024;
+    }
+  }
+  return -1;
 }
 
 TestCluster::~TestCluster() {

@@ -20,6 +20,8 @@ struct TestClusterOptions {
   // Extra flags for every worker / the coordinator.
   std::vector<std::string> worker_flags;
   std::vector<std::string> coordinator_flags;
+  // Give the coordinator a --data_dir (durable metadata) inside the test's temp dir.
+  bool durable = false;
 };
 
 class TestCluster {
@@ -39,6 +41,16 @@ class TestCluster {
   absl::Status RestartWorker(int i);
   // Sends `sig` to the coordinator and waits for its exit status.
   int StopCoordinator(int sig);
+  // Starts the coordinator again (same address, flags and data dir) and waits
+  // until every running worker has registered with it again.
+  absl::Status RestartCoordinator();
+
+  // The coordinator's --data_dir ("" unless options.durable).
+  const std::string& data_dir() const { return data_dir_; }
+  pid_t coordinator_pid() const { return coordinator_.pid; }
+  pid_t worker_pid(int i) const { return workers_[i].pid; }
+  // Resident memory of a process in bytes (from /proc), or -1.
+  static int64_t ResidentBytes(pid_t pid);
 
   // Path of a binary built by Bazel, e.g. "client/tessera".
   static std::string BinaryPath(const std::string& target);
@@ -58,6 +70,7 @@ class TestCluster {
 
   TestClusterOptions options_;
   std::string dir_;
+  std::string data_dir_;
   std::string coordinator_address_;
   Process coordinator_;
   std::vector<Process> workers_;

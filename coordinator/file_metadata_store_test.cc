@@ -1,0 +1,182 @@
+#include "coordinator/file_metadata_store.h"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+using ::tessera::testing::IsOk;
+using ::tessera::testing::StatusIs;
+using ::testing::HasSubstr;
+
+std::string TempDir() {
+  const char* base = getenv("TEST_TMPDIR");
+  std::string pattern = std::string(base != nullptr ? base : "/tmp") + "/store_XXXXXX";
+  std::vector<char> buf(pattern.begin(), pattern.end());
+  buf.push_back('\0');
+  return mkdtemp(buf.data());
+}
+
+MetadataChange TensorChange(const std::string& name, uint64_t version, int num_shards) {
+  MetadataChange change;
+  change.kind = MetadataChange::Kind::kTensor;
+  change.tensor.name = name;
+  change.tensor.shape = {static_cast<int64_t>(num_shards) * 2, 3};
+  change.tensor.dtype = DType::kInt16;
+  change.tensor.version = version;
+  for (int i = 0; i < num_shards; ++i) {
+    ShardInfo shard;
+    shard.box = Box{{2 * i, 0}, {2, 3}};
+    shard.rank = i;
+    shard.worker = "w" + std::to_string(i);
+    shard.shard_id = 100 * version + i;
+    change.tensor.shards.push_back(shard);
+  }
+  return change;
+}
+
+MetadataChange Deleted(const std::string& name) {
+  MetadataChange change;
+  change.kind = MetadataChange::Kind::kDeletedTensor;
+  change.deleted_tensor = name;
+  return change;
+}
+
+int64_t FileSize(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 ? st.st_size : -1;
+}
+
+TEST(FileMetadataStoreTest, NewDirectoryStartsEmpty) {
+  FileMetadataStore store(TempDir() + "/fresh");
+  auto state = store.Load();
+  ASSERT_THAT(state.status(), IsOk());
+  EXPECT_TRUE(state->tensors.empty());
+  EXPECT_TRUE(state->workers.empty());
+}
+
+TEST(FileMetadataStoreTest, ChangesSurviveAReopen) {
+  const std::string dir = TempDir();
+  {
+    FileMetadataStore store(dir);
+    ASSERT_THAT(store.Load().status(), IsOk());
+    MetadataChange worker;
+    worker.kind = MetadataChange::Kind::kWorker;
+    worker.worker = KnownWorker{"w0", 0, "127.0.0.1:1", Device{}, 0};
+    ASSERT_THAT(store.Append(worker), IsOk());
+    ASSERT_THAT(store.Append(TensorChange("a", 1, 2)), IsOk());
+    ASSERT_THAT(store.Append(TensorChange("b", 1, 3)), IsOk());
+    ASSERT_THAT(store.Append(TensorChange("a", 2, 4)), IsOk());
+    ASSERT_THAT(store.Append(Deleted("b")), IsOk());
+  }
+  FileMetadataStore store(dir);
+  auto state = store.Load();
+  ASSERT_THAT(state.status(), IsOk());
+  EXPECT_EQ(store.records_recovered(), 5);
+  ASSERT_EQ(state->tensors.size(), 1u);
+  const TensorMetadata& a = state->tensors.at("a");
+  EXPECT_EQ(a.version, 2u);
+  ASSERT_EQ(a.shards.size(), 4u);
+  EXPECT_EQ(a.shards[3].shard_id, 203u);
+  EXPECT_EQ(a.shards[3].worker, "w3");
+  EXPECT_EQ(a.dtype, DType::kInt16);
+  EXPECT_EQ(state->workers.at("w0").address, "127.0.0.1:1");
+}
+
+TEST(FileMetadataStoreTest, TornTailIsTruncatedAndEarlierRecordsRecovered) {
+  const std::string dir = TempDir();
+  int64_t size_after_two = 0;
+  {
+    FileMetadataStore store(dir);
+    ASSERT_THAT(store.Load().status(), IsOk());
+    ASSERT_THAT(store.Append(TensorChange("a", 1, 2)), IsOk());
+    ASSERT_THAT(store.Append(TensorChange("b", 1, 2)), IsOk());
+    size_after_two = FileSize(dir + "/log");
+    ASSERT_THAT(store.Append(TensorChange("c", 1, 2)), IsOk());
+  }
+  // A crash in the middle of writing the third record.
+  ASSERT_EQ(truncate((dir + "/log").c_str(), FileSize(dir + "/log") - 5), 0);
+  FileMetadataStore store(dir);
+  auto state = store.Load();
+  ASSERT_THAT(state.status(), IsOk());
+  EXPECT_EQ(state->tensors.size(), 2u);
+  EXPECT_EQ(state->tensors.count("c"), 0u);
+  EXPECT_GT(store.torn_bytes_dropped(), 0);
+  EXPECT_EQ(FileSize(dir + "/log"), size_after_two);
+  // The log continues cleanly after the truncation.
+  ASSERT_THAT(store.Append(TensorChange("d", 1, 1)), IsOk());
+}
+
+TEST(FileMetadataStoreTest, CorruptedLastRecordIsDroppedByItsChecksum) {
+  const std::string dir = TempDir();
+  {
+    FileMetadataStore store(dir);
+    ASSERT_THAT(store.Load().status(), IsOk());
+    ASSERT_THAT(store.Append(TensorChange("a", 1, 2)), IsOk());
+    ASSERT_THAT(store.Append(TensorChange("b", 1, 2)), IsOk());
+  }
+  {
+    std::fstream f(dir + "/log", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(FileSize(dir + "/log") - 3);
+    f.put('\x7f');
+  }
+  FileMetadataStore store(dir);
+  auto state = store.Load();
+  ASSERT_THAT(state.status(), IsOk());
+  EXPECT_EQ(state->tensors.size(), 1u);
+  EXPECT_EQ(state->tensors.count("a"), 1u);
+}
+
+TEST(FileMetadataStoreTest, SnapshotThenLogReplaysToTheSameState) {
+  const std::string dir = TempDir();
+  {
+    FileMetadataStore store(dir);
+    ASSERT_THAT(store.Load().status(), IsOk());
+    MetadataState state;
+    state.tensors["a"] = TensorChange("a", 1, 2).tensor;
+    state.shard_id_high_water = 5000;
+    ASSERT_THAT(store.Snapshot(state), IsOk());
+    EXPECT_EQ(FileSize(dir + "/log"), 0);
+    ASSERT_THAT(store.Append(TensorChange("b", 1, 2)), IsOk());
+  }
+  FileMetadataStore store(dir);
+  auto state = store.Load();
+  ASSERT_THAT(state.status(), IsOk());
+  EXPECT_EQ(state->tensors.size(), 2u);
+  EXPECT_EQ(state->shard_id_high_water, 5000u);
+}
+
+TEST(FileMetadataStoreTest, BrokenSnapshotIsAnErrorNotAnEmptyState) {
+  const std::string dir = TempDir();
+  {
+    FileMetadataStore store(dir);
+    ASSERT_THAT(store.Load().status(), IsOk());
+    MetadataState state;
+    state.tensors["a"] = TensorChange("a", 1, 2).tensor;
+    ASSERT_THAT(store.Snapshot(state), IsOk());
+  }
+  ASSERT_EQ(truncate((dir + "/snapshot").c_str(), FileSize(dir + "/snapshot") - 1), 0);
+  FileMetadataStore store(dir);
+  EXPECT_THAT(store.Load().status(), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("snapshot")));
+}
+
+TEST(FileMetadataStoreTest, TwoCoordinatorsCannotShareADirectory) {
+  const std::string dir = TempDir();
+  FileMetadataStore first(dir);
+  ASSERT_THAT(first.Load().status(), IsOk());
+  FileMetadataStore second(dir);
+  EXPECT_THAT(second.Load().status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("in use")));
+}
+
+}  // namespace
+}  // namespace tessera
