@@ -15,6 +15,10 @@
 #include "rpc/signals.h"
 #include "spdlog/spdlog.h"
 #include "worker/host_shard_store.h"
+#ifdef TESSERA_CUDA
+#include "worker/cuda_shard_store.h"
+#include "worker/cuda_status.h"
+#endif
 #include "worker/registration.h"
 #include "worker/worker_service.h"
 
@@ -36,20 +40,30 @@ int Run() {
     spdlog::error("--device: {}", std::string(device.status().message()));
     return 2;
   }
-  if (device->kind != Device::Kind::kCpu) {
-    spdlog::error("--device={}: this build has no CUDA support; run with --device=cpu or use "
-                  "a build made with --config=cuda",
-                  device->ToString());
-    return 1;
-  }
   if (absl::GetFlag(FLAGS_capacity_bytes) < 0 || absl::GetFlag(FLAGS_chunk_bytes) <= 0) {
     spdlog::error("--capacity_bytes must be >= 0 and --chunk_bytes > 0");
     return 2;
   }
-  HostShardStore store(absl::GetFlag(FLAGS_capacity_bytes));
+  std::unique_ptr<ShardStore> store;
+  if (device->kind == Device::Kind::kCpu) {
+    store = std::make_unique<HostShardStore>(absl::GetFlag(FLAGS_capacity_bytes));
+  } else {
+#ifdef TESSERA_CUDA
+    if (absl::Status s = CheckCudaDevice(device->index); !s.ok()) {
+      spdlog::error("--device={}: {}", device->ToString(), std::string(s.message()));
+      return 1;
+    }
+    store = std::make_unique<CudaShardStore>(device->index, absl::GetFlag(FLAGS_capacity_bytes));
+#else
+    spdlog::error("--device={}: this build has no CUDA support; run with --device=cpu or use "
+                  "a build made with --config=cuda",
+                  device->ToString());
+    return 1;
+#endif
+  }
   WorkerServiceOptions service_options;
   service_options.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
-  WorkerService service(&store, service_options);
+  WorkerService service(store.get(), service_options);
   absl::StatusOr<RunningServer> server = StartServer(listen, {&service});
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
@@ -77,7 +91,7 @@ int Run() {
   options.capacity_bytes = absl::GetFlag(FLAGS_capacity_bytes);
   absl::Mutex fatal_mu;
   absl::Status fatal;
-  Registration registration(options, &store, [&](const absl::Status& status) {
+  Registration registration(options, store.get(), [&](const absl::Status& status) {
     {
       absl::MutexLock lock(&fatal_mu);
       fatal = status;

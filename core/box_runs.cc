@@ -1,0 +1,32 @@
+#include "core/box_runs.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace tessera {
+
+void ForEachBoxRun(const Shape& array_shape, absl::Span<const int64_t> box_offsets,
+                   absl::Span<const int64_t> box_sizes, int64_t flat_begin, int64_t count,
+                   const std::function<void(int64_t, int64_t, int64_t)>& fn) {
+  const size_t rank = array_shape.size();
+  if (count <= 0 || rank == 0) return;
+  std::vector<int64_t> strides(rank, 1);
+  for (size_t d = rank - 1; d > 0; --d) strides[d - 1] = strides[d] * array_shape[d];
+  const int64_t inner = box_sizes[rank - 1];
+  const int64_t end = flat_begin + count;
+  for (int64_t f = flat_begin; f < end;) {
+    int64_t row = f / inner;
+    const int64_t col = f % inner;
+    int64_t element = box_offsets[rank - 1] + col;
+    for (size_t d = rank - 1; d > 0; --d) {
+      const int64_t index = row % box_sizes[d - 1];
+      row /= box_sizes[d - 1];
+      element += (box_offsets[d - 1] + index) * strides[d - 1];
+    }
+    const int64_t n = std::min(inner - col, end - f);
+    fn(element, f - flat_begin, n);
+    f += n;
+  }
+}
+
+}  // namespace tessera
