@@ -407,6 +407,7 @@ std::vector<TensorSummary> Coordinator::ListTensors() const {
 
 absl::Status Coordinator::DeleteTensor(const std::string& name) {
   std::shared_ptr<const TensorMetadata> meta;
+  std::vector<TensorMetadata> retired;
   {
     absl::MutexLock lock(&mu_);
     auto it = tensors_.find(name);
@@ -429,8 +430,18 @@ absl::Status Coordinator::DeleteTensor(const std::string& name) {
       shard_owner_.erase(shard.shard_id);
       lost_.erase(shard.shard_id);
     }
+    // Replaced versions waiting out their grace period go now too.
+    auto first_retired =
+        std::partition(retirements_.begin(), retirements_.end(),
+                       [&](const Retirement& r) { return r.shards.name != name; });
+    for (auto r = first_retired; r != retirements_.end(); ++r) {
+      for (const ShardInfo& shard : r->shards.shards) shard_owner_.erase(shard.shard_id);
+      retired.push_back(std::move(r->shards));
+    }
+    retirements_.erase(first_retired, retirements_.end());
   }
   FreeShards(*meta);
+  for (const TensorMetadata& version : retired) FreeShards(version);
   spdlog::info("deleted tensor '{}'", name);
   return absl::OkStatus();
 }

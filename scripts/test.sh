@@ -11,6 +11,11 @@ bazel build "${BAZEL_FLAGS[@]}" //... || exit 1
 bazel test "${BAZEL_FLAGS[@]}" --test_output=errors //...
 rc=$?
 
+# The Python SDK's tests (pytest) against a real local cluster.
+./client/python/run_tests.sh bazel-testlogs/client/python/pytest/test.xml
+py_rc=$?
+if [ "$py_rc" -ne 0 ]; then rc=$py_rc; fi
+
 passed=0
 failed=0
 for xml in $(find -L bazel-testlogs/ -name test.xml 2>/dev/null); do

@@ -110,7 +110,7 @@ int Run() {
     }
   }
   spdlog::info("signal {} received; shutting down", sig);
-  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->server->Wait();
   spdlog::info("stopped");
   return 0;

@@ -1,0 +1,622 @@
+// _tessera: the pybind11 extension behind the `tessera` Python package. A thin
+// translator over the C++ SDK (client/tessera_client.h): Python values in,
+// core types through the SDK, numpy arrays and plain dicts out. The public
+// API, its docstrings and the exception classes live in tessera/__init__.py.
+//
+// Contracts:
+//  * Every network wait runs with the GIL released, so Python threads that
+//    share one client fetch in parallel (the C++ Client is thread-safe).
+//  * Fetched bytes land in the numpy array's own buffer: get() allocates the
+//    array (or validates the caller's `out`) and Client::GetInto writes into
+//    it; to_here()/get_shard() hand the SDK's buffer to numpy without a copy.
+//  * put() reads straight from the (C-contiguous) numpy buffer.
+//  * A failed absl::Status becomes the Python exception registered for its
+//    code (see _set_error_classes), carrying the C++ message unchanged.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "client/tessera_client.h"
+#include "core/box.h"
+#include "core/dtype.h"
+#include "core/init_fill.h"
+#include "core/layout_spec.h"
+#include "core/parse.h"
+#include "core/placement.h"
+#include "core/tensor_metadata.h"
+
+namespace py = pybind11;
+
+namespace tessera {
+namespace python {
+namespace {
+
+// A failed status on its way to Python; translated by the registered
+// exception translator (the GIL is held again by then).
+struct StatusError : std::exception {
+  explicit StatusError(absl::Status s) : status(std::move(s)) {}
+  const char* what() const noexcept override { return "tessera status error"; }
+  absl::Status status;
+};
+
+void Check(const absl::Status& status) {
+  if (!status.ok()) throw StatusError(status);
+}
+
+template <typename T>
+T Unwrap(absl::StatusOr<T> value) {
+  if (!value.ok()) throw StatusError(value.status());
+  return *std::move(value);
+}
+
+// Runs `fn` (which must not touch Python objects) with the GIL released.
+template <typename Fn>
+auto WithoutGil(Fn&& fn) -> decltype(fn()) {
+  py::gil_scoped_release release;
+  return fn();
+}
+
+// Status code (int) -> Python exception class; filled by _set_error_classes.
+// Leaked on purpose: it must outlive every translation, including at exit.
+py::dict* error_classes = nullptr;
+
+void TranslateStatusError(const StatusError& e) {
+  const std::string message(e.status.message());
+  PyObject* cls = PyExc_RuntimeError;
+  if (error_classes != nullptr) {
+    py::int_ key(static_cast<int>(e.status.code()));
+    if (error_classes->contains(key)) cls = (*error_classes)[key].ptr();
+  }
+  PyErr_SetString(cls, message.c_str());
+}
+
+// numpy's name for the array dtype holding `dtype` (bfloat16 travels as its
+// raw 16-bit words).
+const char* NumpyName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return "float32";
+    case DType::kFloat64: return "float64";
+    case DType::kFloat16: return "float16";
+    case DType::kBFloat16: return "uint16";
+    case DType::kInt8: return "int8";
+    case DType::kUInt8: return "uint8";
+    case DType::kInt16: return "int16";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+    case DType::kBool: return "bool";
+  }
+  return "uint8";
+}
+
+py::dtype NumpyDType(DType dtype) { return py::dtype(NumpyName(dtype)); }
+
+std::vector<py::ssize_t> ToPyShape(const std::vector<int64_t>& v) {
+  return std::vector<py::ssize_t>(v.begin(), v.end());
+}
+
+std::string Str(py::handle h) { return py::str(h).cast<std::string>(); }
+
+py::tuple ToTuple(const std::vector<int64_t>& v) {
+  py::tuple t(v.size());
+  for (size_t i = 0; i < v.size(); ++i) t[i] = py::int_(v[i]);
+  return t;
+}
+
+// A HostArray handed to numpy without copying: the capsule owns the buffer.
+py::array ToNumpy(HostArray array) {
+  auto* owner = new HostArray(std::move(array));
+  py::capsule capsule(owner, [](void* p) { delete static_cast<HostArray*>(p); });
+  return py::array(NumpyDType(owner->dtype), ToPyShape(owner->shape), owner->data(), capsule);
+}
+
+std::optional<int64_t> OptionalInt(py::handle h) {
+  if (h.is_none()) return std::nullopt;
+  return h.cast<int64_t>();
+}
+
+// Ranges given as "0:5,:" or as a sequence of (start|None, stop|None).
+std::vector<DimRange> ToRanges(py::handle obj) {
+  if (py::isinstance<py::str>(obj)) return Unwrap(ParseRanges(obj.cast<std::string>()));
+  std::vector<DimRange> ranges;
+  for (py::handle item : obj) {
+    py::sequence pair = py::reinterpret_borrow<py::sequence>(item);
+    if (pair.size() != 2) {
+      throw StatusError(absl::InvalidArgumentError(
+          "a box dim must be a (start, stop) pair, a slice, or text like '0:5'"));
+    }
+    ranges.push_back(DimRange{OptionalInt(pair[0]), OptionalInt(pair[1])});
+  }
+  return ranges;
+}
+
+std::vector<Placement> ToPlacements(py::handle obj) {
+  if (py::isinstance<py::str>(obj)) return Unwrap(ParsePlacementList(obj.cast<std::string>()));
+  std::vector<Placement> placements;
+  for (py::handle item : obj) placements.push_back(Unwrap(ParsePlacement(item.cast<std::string>())));
+  return placements;
+}
+
+// A sharding as the Python layer hands it over, resolved later against a
+// shape: ("chunk", dim, placements), ("shards", [(ranges, placement), ...])
+// or ("text", "BOX@P;BOX@P").
+struct SpecArgs {
+  bool chunk = true;
+  int64_t chunk_dim = 0;
+  std::vector<Placement> placements;
+  std::vector<std::vector<DimRange>> ranges;  // enumerable only
+};
+
+SpecArgs ToSpecArgs(py::handle obj) {
+  py::tuple t = obj.cast<py::tuple>();
+  const std::string kind = t[0].cast<std::string>();
+  SpecArgs spec;
+  if (kind == "chunk") {
+    spec.chunk_dim = t[1].cast<int64_t>();
+    spec.placements = ToPlacements(t[2]);
+  } else if (kind == "shards") {
+    spec.chunk = false;
+    for (py::handle item : t[1]) {
+      py::tuple shard = item.cast<py::tuple>();
+      spec.ranges.push_back(ToRanges(shard[0]));
+      spec.placements.push_back(Unwrap(ParsePlacement(shard[1].cast<std::string>())));
+    }
+  } else if (kind == "text") {
+    spec.chunk = false;
+    for (ShardText& shard : Unwrap(ParseShardList(t[1].cast<std::string>()))) {
+      spec.ranges.push_back(std::move(shard.ranges));
+      spec.placements.push_back(std::move(shard.placement));
+    }
+  } else {
+    throw StatusError(absl::InvalidArgumentError(absl::StrCat("unknown sharding kind ", kind)));
+  }
+  return spec;
+}
+
+absl::StatusOr<LayoutSpec> ResolveSpec(const SpecArgs& spec, const Shape& shape) {
+  if (spec.chunk) return LayoutSpec::Chunk(spec.chunk_dim, spec.placements);
+  std::vector<Box> boxes;
+  for (const std::vector<DimRange>& ranges : spec.ranges) {
+    absl::StatusOr<Box> box = ResolveBox(ranges, shape);
+    if (!box.ok()) return box.status();
+    boxes.push_back(*std::move(box));
+  }
+  return LayoutSpec::Enumerable(std::move(boxes), spec.placements);
+}
+
+// One dim of a numpy-style key, as tessera/__init__.py encodes it:
+// (start, stop, is_index) or None for an Ellipsis.
+struct KeyItem {
+  bool ellipsis = false;
+  DimRange range;
+  bool is_index = false;
+};
+
+// The region of a get() key: ranges to resolve, and the dims to drop from
+// the result (integer indices, as numpy drops them).
+struct RegionKey {
+  std::optional<std::string> text;
+  std::vector<KeyItem> items;
+  bool whole = true;
+};
+
+RegionKey ToRegionKey(py::handle obj) {
+  RegionKey key;
+  if (obj.is_none()) return key;
+  key.whole = false;
+  if (py::isinstance<py::str>(obj)) {
+    key.text = obj.cast<std::string>();
+    return key;
+  }
+  for (py::handle item : obj) {
+    KeyItem k;
+    if (item.is_none()) {
+      k.ellipsis = true;
+    } else {
+      py::tuple t = item.cast<py::tuple>();
+      k.range = DimRange{OptionalInt(t[0]), OptionalInt(t[1])};
+      k.is_index = t[2].cast<bool>();
+    }
+    key.items.push_back(std::move(k));
+  }
+  return key;
+}
+
+// Resolves `key` against `shape`: the box to fetch and the result's shape.
+absl::Status ResolveKey(const RegionKey& key, const Shape& shape, Box* box,
+                        std::vector<int64_t>* result_shape) {
+  if (key.whole) {
+    *box = WholeBox(shape);
+    *result_shape = shape;
+    return absl::OkStatus();
+  }
+  std::vector<DimRange> ranges;
+  std::vector<bool> drop;
+  if (key.text.has_value()) {
+    absl::StatusOr<std::vector<DimRange>> parsed = ParseRanges(*key.text);
+    if (!parsed.ok()) return parsed.status();
+    ranges = *std::move(parsed);
+    drop.assign(ranges.size(), false);
+  } else {
+    int64_t explicit_dims = 0;
+    int ellipses = 0;
+    for (const KeyItem& k : key.items) {
+      if (k.ellipsis) {
+        ++ellipses;
+      } else {
+        ++explicit_dims;
+      }
+    }
+    if (ellipses > 1) {
+      return absl::InvalidArgumentError("region: an index can only have a single ellipsis ('...')");
+    }
+    for (const KeyItem& k : key.items) {
+      if (k.ellipsis) {
+        const int64_t fill = static_cast<int64_t>(shape.size()) - explicit_dims;
+        for (int64_t i = 0; i < fill; ++i) {
+          ranges.push_back(DimRange{});
+          drop.push_back(false);
+        }
+        continue;
+      }
+      ranges.push_back(k.range);
+      drop.push_back(k.is_index);
+    }
+  }
+  absl::StatusOr<Box> resolved = ResolveRegion(ranges, shape);
+  if (!resolved.ok()) return resolved.status();
+  *box = *std::move(resolved);
+  result_shape->clear();
+  for (size_t d = 0; d < box->sizes.size(); ++d) {
+    if (d < drop.size() && drop[d]) continue;
+    result_shape->push_back(box->sizes[d]);
+  }
+  return absl::OkStatus();
+}
+
+py::dict ShardDict(const TensorMetadata& meta, size_t i, const ShardHandle* handle) {
+  const ShardInfo& s = meta.shards[i];
+  py::dict d;
+  d["index"] = i;
+  d["offsets"] = ToTuple(s.box.offsets);
+  d["sizes"] = ToTuple(s.box.sizes);
+  d["rank"] = s.rank;
+  d["device"] = s.device.ToString();
+  d["worker"] = s.worker;
+  d["address"] = s.address;
+  d["shard_id"] = s.shard_id;
+  d["available"] = s.available;
+  d["placement"] = s.PlacementString();
+  d["handle_string"] = meta.HandleString(i);
+  if (handle != nullptr) {
+    d["handle"] = py::cast(*handle);
+  } else {
+    d["handle"] = py::none();
+  }
+  return d;
+}
+
+py::dict MetaDict(const TensorMetadata& meta, const std::vector<ShardHandle>* handles) {
+  py::dict d;
+  d["name"] = meta.name;
+  d["shape"] = ToTuple(meta.shape);
+  d["dtype"] = std::string(DTypeName(meta.dtype));
+  d["version"] = meta.version;
+  d["requires_grad"] = meta.requires_grad;
+  d["pin_memory"] = meta.pin_memory;
+  d["nbytes"] = meta.ByteSize();
+  py::list shards;
+  for (size_t i = 0; i < meta.shards.size(); ++i) {
+    const ShardHandle* h =
+        handles != nullptr && i < handles->size() ? &(*handles)[i] : nullptr;
+    shards.append(ShardDict(meta, i, h));
+  }
+  d["shards"] = shards;
+  return d;
+}
+
+// Handles that belong to exactly `meta`'s version, or none.
+std::vector<ShardHandle> MatchingHandles(Client& client, const TensorMetadata& meta) {
+  absl::StatusOr<std::vector<ShardHandle>> handles = client.Handles(meta.name);
+  if (!handles.ok() || handles->size() != meta.shards.size() ||
+      (!handles->empty() && (*handles)[0].version() != meta.version)) {
+    return {};
+  }
+  return *std::move(handles);
+}
+
+// The Python-facing client: shares one thread-safe C++ Client.
+class PyClient {
+ public:
+  explicit PyClient(std::shared_ptr<Client> client) : client_(std::move(client)) {}
+
+  static PyClient Connect(const std::string& address, double rpc_timeout_s,
+                          double connect_timeout_s, double data_timeout_s,
+                          int max_parallel_streams) {
+    ClientOptions options;
+    options.rpc_timeout = absl::Seconds(rpc_timeout_s);
+    options.connect_timeout = absl::Seconds(connect_timeout_s);
+    options.data_timeout = absl::Seconds(data_timeout_s);
+    options.max_parallel_streams = max_parallel_streams;
+    absl::StatusOr<std::unique_ptr<Client>> client =
+        WithoutGil([&] { return Client::Connect(address, options); });
+    return PyClient(std::shared_ptr<Client>(Unwrap(std::move(client))));
+  }
+
+  std::string address() const { return client_->coordinator_address(); }
+
+  py::list Workers() {
+    std::vector<WorkerInfo> workers = Unwrap(WithoutGil([&] { return client_->Workers(); }));
+    py::list out;
+    for (const WorkerInfo& w : workers) {
+      py::dict d;
+      d["name"] = w.name;
+      d["rank"] = w.rank;
+      d["address"] = w.address;
+      d["device"] = w.device.ToString();
+      d["alive"] = w.alive;
+      d["bytes_used"] = w.bytes_used;
+      d["capacity_bytes"] = w.capacity_bytes;
+      out.append(d);
+    }
+    return out;
+  }
+
+  py::list List() {
+    std::vector<TensorInfo> tensors = Unwrap(WithoutGil([&] { return client_->List(); }));
+    py::list out;
+    for (const TensorInfo& t : tensors) {
+      py::dict d;
+      d["name"] = t.name;
+      d["shape"] = ToTuple(t.shape);
+      d["dtype"] = std::string(DTypeName(t.dtype));
+      d["version"] = t.version;
+      d["num_shards"] = t.num_shards;
+      out.append(d);
+    }
+    return out;
+  }
+
+  py::dict Describe(const std::string& name) {
+    TensorMetadata meta;
+    std::vector<ShardHandle> handles;
+    absl::Status status = WithoutGil([&]() -> absl::Status {
+      // Describe and Handles are two calls; retry if a reshard slipped between.
+      for (int attempt = 0; attempt < 5; ++attempt) {
+        absl::StatusOr<TensorMetadata> m = client_->Describe(name);
+        if (!m.ok()) return m.status();
+        meta = *std::move(m);
+        handles = MatchingHandles(*client_, meta);
+        if (!handles.empty() || meta.shards.empty()) return absl::OkStatus();
+      }
+      return absl::AbortedError(absl::StrCat("tensor '", name,
+                                             "' kept changing while it was described; retry"));
+    });
+    Check(status);
+    return MetaDict(meta, &handles);
+  }
+
+  void Delete(const std::string& name) {
+    Check(WithoutGil([&] { return client_->Delete(name); }));
+  }
+
+  py::dict Create(const std::string& name, const std::vector<int64_t>& shape,
+                  const std::string& dtype_name, py::handle spec_obj, const std::string& init_text) {
+    const DType dtype = Unwrap(ParseDType(dtype_name));
+    const InitSpec init = Unwrap(ParseInit(init_text));
+    Check(CheckInitValue(init, dtype));
+    const SpecArgs args = ToSpecArgs(spec_obj);
+    const LayoutSpec spec = Unwrap(ResolveSpec(args, shape));
+    TensorMetadata meta;
+    std::vector<ShardHandle> handles;
+    Check(WithoutGil([&]() -> absl::Status {
+      absl::StatusOr<TensorMetadata> m = client_->Create(name, shape, dtype, spec, init);
+      if (!m.ok()) return m.status();
+      meta = *std::move(m);
+      handles = MatchingHandles(*client_, meta);
+      return absl::OkStatus();
+    }));
+    return MetaDict(meta, &handles);
+  }
+
+  py::dict Put(const std::string& name, py::array array, const std::string& dtype_name,
+               py::handle spec_obj) {
+    const DType dtype = Unwrap(ParseDType(dtype_name));
+    if (!(array.flags() & py::array::c_style)) {
+      throw StatusError(absl::InvalidArgumentError("put: the array must be C-contiguous"));
+    }
+    if (static_cast<size_t>(array.itemsize()) != ItemSize(dtype)) {
+      throw StatusError(absl::InvalidArgumentError(absl::StrCat(
+          "put: dtype ", DTypeName(dtype), " has ", ItemSize(dtype), "-byte items but the array has ",
+          array.itemsize(), "-byte items")));
+    }
+    Shape shape(array.shape(), array.shape() + array.ndim());
+    if (shape.empty()) {
+      throw StatusError(absl::InvalidArgumentError(
+          "put: a tensor needs at least one dim (got a 0-d array; reshape it to (1,))"));
+    }
+    const SpecArgs args = ToSpecArgs(spec_obj);
+    const LayoutSpec spec = Unwrap(ResolveSpec(args, shape));
+    const char* data = static_cast<const char*>(array.data());
+    TensorMetadata meta;
+    std::vector<ShardHandle> handles;
+    // `array` stays referenced by this frame while the GIL is released.
+    Check(WithoutGil([&]() -> absl::Status {
+      absl::StatusOr<TensorMetadata> m = client_->Put(name, shape, dtype, data, spec);
+      if (!m.ok()) return m.status();
+      meta = *std::move(m);
+      handles = MatchingHandles(*client_, meta);
+      return absl::OkStatus();
+    }));
+    return MetaDict(meta, &handles);
+  }
+
+  py::array Get(const std::string& name, py::handle region, py::object out) {
+    const RegionKey key = ToRegionKey(region);
+    const TensorMetadata meta = Unwrap(WithoutGil([&] { return client_->Describe(name); }));
+    Box box;
+    std::vector<int64_t> result_shape;
+    Check(ResolveKey(key, meta.shape, &box, &result_shape));
+    const py::dtype dtype = NumpyDType(meta.dtype);
+    py::array array;
+    if (out.is_none()) {
+      array = py::array(dtype, ToPyShape(result_shape));
+    } else {
+      array = ValidateOut(out, dtype, result_shape, meta, box);
+    }
+    char* data = static_cast<char*>(array.mutable_data());
+    const int64_t nbytes = static_cast<int64_t>(array.nbytes());
+    std::optional<Box> fetch;
+    if (!key.whole) fetch = box;
+    Check(WithoutGil([&] { return client_->GetInto(name, fetch, data, nbytes); }));
+    return array;
+  }
+
+  py::array GetShard(const std::string& name, int64_t index) {
+    return ToNumpy(Unwrap(WithoutGil([&] { return client_->GetShard(name, index); })));
+  }
+
+  py::dict Reshard(const std::string& name, py::handle spec_obj) {
+    const SpecArgs args = ToSpecArgs(spec_obj);
+    ReshardStats stats = Unwrap(WithoutGil([&]() -> absl::StatusOr<ReshardStats> {
+      Shape shape;
+      if (!args.chunk) {
+        absl::StatusOr<TensorMetadata> meta = client_->Describe(name);
+        if (!meta.ok()) return meta.status();
+        shape = meta->shape;
+      }
+      absl::StatusOr<LayoutSpec> spec = ResolveSpec(args, shape);
+      if (!spec.ok()) return spec.status();
+      return client_->Reshard(name, *spec);
+    }));
+    py::dict d;
+    d["version"] = stats.version;
+    d["pieces_moved"] = stats.pieces_moved;
+    d["bytes_moved"] = stats.bytes_moved;
+    d["bytes_copied_locally"] = stats.bytes_copied_locally;
+    d["shards_kept"] = stats.shards_kept;
+    d["seconds"] = stats.seconds;
+    return d;
+  }
+
+ private:
+  // The caller's `out`: a writeable, C-contiguous ndarray of exactly the
+  // region's dtype and shape (no casting, no reshaping: those would copy).
+  static py::array ValidateOut(py::object out, const py::dtype& dtype,
+                               const std::vector<int64_t>& shape, const TensorMetadata& meta,
+                               const Box& box) {
+    auto fail = [&](const std::string& why) {
+      return StatusError(absl::InvalidArgumentError(absl::StrCat(
+          "out: ", why, "; region ", box.ToString(), " of '", meta.name, "' needs a writeable ",
+          "C-contiguous numpy array of dtype ", Str(dtype), " and shape ",
+          Str(ToTuple(shape)))));
+    };
+    if (!py::isinstance<py::array>(out)) throw fail("not a numpy array");
+    py::array array = py::reinterpret_borrow<py::array>(out);
+    if (!array.dtype().attr("__eq__")(dtype).cast<bool>()) {
+      throw fail(absl::StrCat("has dtype ", Str(array.dtype())));
+    }
+    if (!(array.dtype().attr("isnative").cast<bool>())) throw fail("is not in native byte order");
+    std::vector<int64_t> got(array.shape(), array.shape() + array.ndim());
+    if (got != shape) throw fail(absl::StrCat("has shape ", Str(ToTuple(got))));
+    if (!(array.flags() & py::array::c_style)) throw fail("is not C-contiguous");
+    if (!array.writeable()) throw fail("is read-only");
+    return array;
+  }
+
+  std::shared_ptr<Client> client_;
+};
+
+}  // namespace
+}  // namespace python
+}  // namespace tessera
+
+PYBIND11_MODULE(_tessera, m) {
+  using namespace tessera;          // NOLINT
+  using namespace tessera::python;  // NOLINT
+  m.doc() = "tessera's C++ SDK bound for Python; use the `tessera` package, not this module.";
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      TranslateStatusError(e);
+    }
+  });
+
+  m.def(
+      "_set_error_classes",
+      [](py::dict classes) {
+        if (error_classes == nullptr) error_classes = new py::dict();
+        error_classes->clear();
+        for (auto item : classes) (*error_classes)[item.first] = item.second;
+      },
+      "Registers {absl status code: exception class}.");
+
+  m.def(
+      "dtype_names",
+      [] {
+        std::vector<std::string> names;
+        for (DType d : AllDTypes()) names.emplace_back(DTypeName(d));
+        return names;
+      },
+      "Every tessera dtype name, in enum order.");
+
+  py::class_<ShardHandle>(m, "ShardHandle",
+                          "RRef-like handle to one shard of one version of a tensor. to_here() "
+                          "reads the shard straight from its worker into a new numpy array; once "
+                          "that version is freed (tensor resharded or deleted) it raises "
+                          "FailedPrecondition instead of returning other data. str(handle) is "
+                          "'NAME@vVERSION#SHARD_ID', as `describe` prints it.")
+      .def_property_readonly("tensor", &ShardHandle::tensor)
+      .def_property_readonly("version", &ShardHandle::version)
+      .def_property_readonly("index", &ShardHandle::index)
+      .def_property_readonly("dtype",
+                             [](const ShardHandle& h) { return std::string(DTypeName(h.dtype())); })
+      .def_property_readonly("offsets",
+                             [](const ShardHandle& h) { return ToTuple(h.shard().box.offsets); })
+      .def_property_readonly("sizes",
+                             [](const ShardHandle& h) { return ToTuple(h.shard().box.sizes); })
+      .def_property_readonly("worker", [](const ShardHandle& h) { return h.shard().worker; })
+      .def_property_readonly("address", [](const ShardHandle& h) { return h.shard().address; })
+      .def_property_readonly("shard_id", [](const ShardHandle& h) { return h.shard().shard_id; })
+      .def(
+          "to_here",
+          [](const ShardHandle& h) {
+            return ToNumpy(Unwrap(WithoutGil([&] { return h.ToHere(); })));
+          },
+          "Fetches this shard's data straight from its worker as a numpy array.")
+      .def("__str__", &ShardHandle::ToString)
+      .def("__repr__", [](const ShardHandle& h) {
+        return absl::StrCat("ShardHandle('", h.ToString(), "')");
+      });
+
+  py::class_<PyClient>(m, "Client")
+      .def_static("connect", &PyClient::Connect, py::arg("address"), py::arg("rpc_timeout_s"),
+                  py::arg("connect_timeout_s"), py::arg("data_timeout_s"),
+                  py::arg("max_parallel_streams"))
+      .def_property_readonly("address", &PyClient::address)
+      .def("workers", &PyClient::Workers)
+      .def("list", &PyClient::List)
+      .def("describe", &PyClient::Describe, py::arg("name"))
+      .def("delete", &PyClient::Delete, py::arg("name"))
+      .def("create", &PyClient::Create, py::arg("name"), py::arg("shape"), py::arg("dtype"),
+           py::arg("spec"), py::arg("init"))
+      .def("put", &PyClient::Put, py::arg("name"), py::arg("array"), py::arg("dtype"),
+           py::arg("spec"))
+      .def("get", &PyClient::Get, py::arg("name"), py::arg("region"), py::arg("out"))
+      .def("get_shard", &PyClient::GetShard, py::arg("name"), py::arg("index"))
+      .def("reshard", &PyClient::Reshard, py::arg("name"), py::arg("spec"));
+}
