@@ -75,8 +75,7 @@ int Run() {
   }
   const int sig = WaitForTerminationSignal();
   spdlog::info("signal {} received; shutting down", sig);
-  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  server->server->Wait();
+  server->Stop(absl::Seconds(2));
   spdlog::info("stopped");
   return 0;
 }

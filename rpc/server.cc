@@ -1,5 +1,7 @@
 #include "rpc/server.h"
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "rpc/channel.h"
 
@@ -24,6 +26,12 @@ absl::StatusOr<RunningServer> StartServer(const std::string& listen,
         absl::StrCat("cannot listen on ", listen, " (address in use or invalid)"));
   }
   return running;
+}
+
+void RunningServer::Stop(absl::Duration grace) {
+  server->Shutdown(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(absl::ToInt64Milliseconds(grace)));
+  server->Wait();
 }
 
 std::string WithPort(const std::string& listen, int port) {

@@ -10,12 +10,17 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace tessera {
 
 struct RunningServer {
   std::unique_ptr<grpc::Server> server;
   int port = 0;  // the bound port
+
+  // Stops accepting calls, gives calls in flight `grace` to finish, cancels
+  // the rest, and waits until every handler has returned.
+  void Stop(absl::Duration grace);
 };
 
 // `listen` is HOST:PORT. Fails with a clear message when the port is taken.

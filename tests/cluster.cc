@@ -65,6 +65,16 @@ int PickFreePort() {
   return port;
 }
 
+int64_t TotalBytesUsed(Client& client) {
+  auto workers = client.Workers();
+  EXPECT_TRUE(workers.ok()) << workers.status();
+  int64_t total = 0;
+  if (workers.ok()) {
+    for (const WorkerInfo& w : *workers) total += w.bytes_used;
+  }
+  return total;
+}
+
 std::string TestCluster::BinaryPath(const std::string& target) {
   if (const char* dir = std::getenv("TESSERA_BIN_DIR"); dir != nullptr && *dir != '\0') {
     return absl::StrCat(dir, "/", target);

@@ -12,6 +12,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/tessera_client.h"
+#include "gtest/gtest.h"
 
 namespace tessera {
 
@@ -78,6 +80,37 @@ class TestCluster {
 
 // A free TCP port on 127.0.0.1 (bound and released).
 int PickFreePort();
+
+// Sum of bytes_used over every worker, as `workers` reports it.
+int64_t TotalBytesUsed(Client& client);
+
+// Base fixture: one real cluster and one connected client shared by every
+// test of a suite. A suite picks its cluster by hiding ClusterOptions().
+template <typename Suite>
+class ClusterSuite : public ::testing::Test {
+ public:
+  static TestClusterOptions ClusterOptions() { return {}; }
+
+ protected:
+  static void SetUpTestSuite() {
+    auto cluster = TestCluster::Start(Suite::ClusterOptions());
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = cluster->release();
+    auto client = Client::Connect(cluster_->coordinator_address());
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = client->release();
+  }
+  static void TearDownTestSuite() {
+    delete client_;
+    delete cluster_;
+    client_ = nullptr;
+    cluster_ = nullptr;
+  }
+  static int64_t BytesUsed() { return TotalBytesUsed(*client_); }
+
+  static inline TestCluster* cluster_ = nullptr;
+  static inline Client* client_ = nullptr;
+};
 
 }  // namespace tessera
 

@@ -54,14 +54,6 @@ void WaitAlive(Client& client, const std::string& name, bool want) {
   FAIL() << name << " never became " << (want ? "alive" : "dead");
 }
 
-int64_t TotalBytesUsed(Client& client) {
-  auto workers = client.Workers();
-  EXPECT_TRUE(workers.ok());
-  int64_t total = 0;
-  for (const WorkerInfo& w : *workers) total += w.bytes_used;
-  return total;
-}
-
 TEST(FailureTest, WorkerKilledMidGatherFailsClearlyAndOthersKeepWorking) {
   auto cluster = TestCluster::Start(FaultOptions());
   ASSERT_TRUE(cluster.ok()) << cluster.status();

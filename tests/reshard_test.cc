@@ -20,31 +20,15 @@ using ::testing::HasSubstr;
 
 constexpr int kGraceMs = 1500;
 
-class ReshardTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
+class ReshardTest : public ClusterSuite<ReshardTest> {
+ public:
+  static TestClusterOptions ClusterOptions() {
     TestClusterOptions options;
     options.coordinator_flags = {"--retire_grace_ms=" + std::to_string(kGraceMs)};
-    auto cluster = TestCluster::Start(options);
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = cluster->release();
-    auto client = Client::Connect(cluster_->coordinator_address());
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = client->release();
-  }
-  static void TearDownTestSuite() {
-    delete client_;
-    delete cluster_;
+    return options;
   }
 
-  static int64_t BytesUsed() {
-    auto workers = client_->Workers();
-    EXPECT_TRUE(workers.ok()) << workers.status();
-    int64_t total = 0;
-    for (const WorkerInfo& w : *workers) total += w.bytes_used;
-    return total;
-  }
-
+ protected:
   // Bytes in use once every retired version has been freed.
   static int64_t SettledBytesUsed() {
     absl::SleepFor(absl::Milliseconds(kGraceMs + 600));
@@ -57,12 +41,7 @@ class ReshardTest : public ::testing::Test {
     EXPECT_TRUE(SameBytes(*got, expected)) << name;
   }
 
-  static TestCluster* cluster_;
-  static Client* client_;
 };
-
-TestCluster* ReshardTest::cluster_ = nullptr;
-Client* ReshardTest::client_ = nullptr;
 
 TEST_F(ReshardTest, RowsToColumnsPreservesDataAndMovesOnlyChangedBytes) {
   HostArray a = Iota(DType::kFloat32, {64, 32});

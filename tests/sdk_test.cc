@@ -21,30 +21,8 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::tessera::testing::StatusIs;
 
-class SdkTest : public ::testing::Test {
+class SdkTest : public ClusterSuite<SdkTest> {
  protected:
-  static void SetUpTestSuite() {
-    auto cluster = TestCluster::Start();
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = cluster->release();
-    auto client = Client::Connect(cluster_->coordinator_address());
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = client->release();
-  }
-  static void TearDownTestSuite() {
-    delete client_;
-    delete cluster_;
-  }
-
-  // Total bytes_used over all workers.
-  static int64_t BytesUsed() {
-    auto workers = client_->Workers();
-    EXPECT_TRUE(workers.ok()) << workers.status();
-    int64_t total = 0;
-    for (const WorkerInfo& w : *workers) total += w.bytes_used;
-    return total;
-  }
-
   // Puts `array`, reads it back whole and checks every byte.
   static void RoundTrip(const std::string& name, const HostArray& array, const LayoutSpec& spec) {
     auto meta = client_->Put(name, array, spec);
@@ -54,12 +32,7 @@ class SdkTest : public ::testing::Test {
     EXPECT_TRUE(SameBytes(array, *back)) << name;
   }
 
-  static TestCluster* cluster_;
-  static Client* client_;
 };
-
-TestCluster* SdkTest::cluster_ = nullptr;
-Client* SdkTest::client_ = nullptr;
 
 TEST_F(SdkTest, WorkersAreListedAliveByRank) {
   auto workers = client_->Workers();

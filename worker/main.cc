@@ -105,13 +105,12 @@ int Run() {
   {
     absl::MutexLock lock(&fatal_mu);
     if (!fatal.ok()) {
-      server->server->Shutdown();
+      server->Stop(absl::ZeroDuration());
       return 1;
     }
   }
   spdlog::info("signal {} received; shutting down", sig);
-  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  server->server->Wait();
+  server->Stop(absl::Seconds(2));
   spdlog::info("stopped");
   return 0;
 }
