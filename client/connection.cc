@@ -16,6 +16,10 @@ std::unique_ptr<v1::Worker::Stub> Connection::WorkerStub(const std::string& addr
   return v1::Worker::NewStub(workers_.Get(address));
 }
 
+std::shared_ptr<grpc::Channel> Connection::WorkerChannel(const std::string& address) {
+  return workers_.Get(address);
+}
+
 void Connection::PrepareControlCall(grpc::ClientContext* context) const {
   context->set_deadline(
       std::chrono::system_clock::now() +

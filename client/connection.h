@@ -22,8 +22,15 @@ struct ClientOptions {
   absl::Duration connect_timeout = absl::Seconds(2);
   // Deadline of one data stream (a piece of a get, or one shard of a put).
   absl::Duration data_timeout = absl::Minutes(30);
+  // Idempotent control-plane calls (describe, list, workers) are retried
+  // this many times, with doubling backoff from 50 ms, while the coordinator
+  // cannot be reached (e.g. it is restarting).
+  int control_retries = 4;
   // Most data streams running at once (one thread each).
   int max_parallel_streams = 16;
+  // Read shards through shared memory when the worker is on this host (and
+  // its shard lives in a shared segment); gRPC otherwise.
+  bool shared_memory = true;
 };
 
 class Connection {
@@ -34,6 +41,8 @@ class Connection {
   const ClientOptions& options() const { return options_; }
   v1::Coordinator::Stub* coordinator() { return coordinator_.get(); }
   std::unique_ptr<v1::Worker::Stub> WorkerStub(const std::string& address);
+  // The one channel to a worker, shared by every call to it.
+  std::shared_ptr<grpc::Channel> WorkerChannel(const std::string& address);
 
   // Sets the deadline of a control-plane call.
   void PrepareControlCall(grpc::ClientContext* context) const;

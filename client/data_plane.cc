@@ -15,9 +15,14 @@
 #include "core/status_macros.h"
 #include "core/strided_copy.h"
 #include "transport/grpc_transport.h"
+#include "transport/shared_memory.h"
 
 namespace tessera {
 namespace {
+
+// Pieces smaller than this are read with one gRPC call even on the same
+// host: mapping a segment costs about as much as the call (see bench/).
+constexpr int64_t kSharedMemoryMinBytes = 1 << 20;
 
 // Runs tasks on up to `parallelism` threads; the first error stops the tasks
 // not yet started and is returned.
@@ -70,6 +75,29 @@ absl::Status ExplainRead(absl::Status status, const TensorMetadata& meta, size_t
                                        "' from worker '", shard.worker, "'"));
 }
 
+// Copies `in_shard` of shard `index` to `in_out` of `out` (of `out_shape`)
+// straight from the worker's shared memory when it is on this host.
+// FAILED_PRECONDITION: not possible here, read it over gRPC instead.
+absl::Status CopyShared(Connection& connection, const std::shared_ptr<grpc::Channel>& channel,
+                        const TensorMetadata& meta, size_t index, const Box& in_shard,
+                        char* out, const Shape& out_shape, absl::Span<const int64_t> in_out) {
+  if (!connection.options().shared_memory) return absl::FailedPreconditionError("disabled");
+  const ShardInfo& shard = meta.shards[index];
+  const int64_t item = static_cast<int64_t>(ItemSize(meta.dtype));
+  if (in_shard.NumElements() * item < kSharedMemoryMinBytes) {
+    return absl::FailedPreconditionError("small: one gRPC call is as fast");
+  }
+  TESSERA_ASSIGN_OR_RETURN(
+      std::unique_ptr<ShardMapping> mapping,
+      MapShardBox(channel, shard.shard_id, in_shard, item, connection.options().data_timeout));
+  if (mapping->shape() != shard.box.sizes) {
+    return absl::FailedPreconditionError("segment's shape differs from the metadata");
+  }
+  CopyBox(mapping->At(0), mapping->shape(), in_shard.offsets, out, out_shape, in_out,
+          in_shard.sizes, static_cast<size_t>(item));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status GatherRegion(Connection& connection, const TensorMetadata& meta, const Box& region,
@@ -88,16 +116,18 @@ absl::Status GatherRegion(Connection& connection, const TensorMetadata& meta, co
   std::vector<std::function<absl::Status()>> tasks;
   for (const auto& [address, worker_pieces] : by_worker) {
     tasks.push_back([&, address = address, worker_pieces = worker_pieces]() -> absl::Status {
-      std::unique_ptr<v1::Worker::Stub> stub = connection.WorkerStub(address);
+      std::shared_ptr<grpc::Channel> channel = connection.WorkerChannel(address);
       for (const RegionPiece* piece : worker_pieces) {
         const ShardInfo& shard = meta.shards[piece->shard_index];
-        const int64_t total = piece->in_shard.NumElements() * static_cast<int64_t>(item);
-        absl::Status status = ReadRegion(
-            stub.get(), shard.shard_id, piece->in_shard, total, connection.options().data_timeout,
+        absl::Status status = CopyShared(connection, channel, meta, piece->shard_index,
+                                         piece->in_shard, out, region.sizes,
+                                         piece->in_region.offsets);
+        if (status.ok()) continue;
+        if (!absl::IsFailedPrecondition(status)) return ExplainRead(status, meta, piece->shard_index);
+        status = ReadRegion(
+            channel, shard.shard_id, piece->in_shard, static_cast<int64_t>(item),
+            connection.options().data_timeout,
             [&](int64_t byte_offset, absl::string_view data) -> absl::Status {
-              if (byte_offset % item != 0 || data.size() % item != 0) {
-                return absl::DataLossError("chunk is not aligned to whole elements");
-              }
               CopyFlatRangeToBox(data.data(), byte_offset / static_cast<int64_t>(item),
                                  static_cast<int64_t>(data.size() / item), piece->in_region.sizes,
                                  out, region.sizes, piece->in_region.offsets, item);
@@ -147,10 +177,13 @@ absl::Status FetchShard(Connection& connection, const TensorMetadata& meta, size
   TESSERA_RETURN_IF_ERROR(CheckAvailable(meta, index));
   const size_t item = ItemSize(meta.dtype);
   Box whole = WholeBox(shard.box.sizes);
-  const int64_t total = whole.NumElements() * static_cast<int64_t>(item);
-  std::unique_ptr<v1::Worker::Stub> stub = connection.WorkerStub(shard.address);
-  absl::Status status = ReadRegion(
-      stub.get(), shard.shard_id, whole, total, connection.options().data_timeout,
+  std::shared_ptr<grpc::Channel> channel = connection.WorkerChannel(shard.address);
+  absl::Status status = CopyShared(connection, channel, meta, index, whole, out, shard.box.sizes,
+                                   whole.offsets);
+  if (status.ok()) return absl::OkStatus();
+  if (!absl::IsFailedPrecondition(status)) return ExplainRead(status, meta, index);
+  status = ReadRegion(
+      channel, shard.shard_id, whole, static_cast<int64_t>(item), connection.options().data_timeout,
       [&](int64_t byte_offset, absl::string_view data) -> absl::Status {
         std::memcpy(out + byte_offset, data.data(), data.size());
         return absl::OkStatus();

@@ -12,6 +12,36 @@
 #include "rpc/status.h"
 
 namespace tessera {
+namespace {
+
+// gRPC's own connection failures; errors the coordinator raises say "unavailable".
+bool CoordinatorUnreachable(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+         status.error_message().find("unavailable") == std::string::npos;
+}
+
+// Runs an idempotent control-plane call, retrying with backoff (a bounded
+// number of times) while the coordinator cannot be reached.
+template <typename Request, typename Response>
+grpc::Status CallIdempotent(
+    Connection& connection,
+    grpc::Status (v1::Coordinator::Stub::*method)(grpc::ClientContext*, const Request&,
+                                                  Response*),
+    const Request& request, Response* response) {
+  absl::Duration backoff = absl::Milliseconds(50);
+  for (int attempt = 0;; ++attempt) {
+    grpc::ClientContext context;
+    connection.PrepareControlCall(&context);
+    grpc::Status status = (connection.coordinator()->*method)(&context, request, response);
+    if (!CoordinatorUnreachable(status) || attempt >= connection.options().control_retries) {
+      return status;
+    }
+    absl::SleepFor(backoff);
+    backoff *= 2;
+  }
+}
+
+}  // namespace
 
 ShardHandle::ShardHandle(std::shared_ptr<Connection> connection,
                          std::shared_ptr<const TensorMetadata> meta, size_t index)
@@ -61,9 +91,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& coord
 absl::StatusOr<std::vector<WorkerInfo>> Client::Workers() {
   v1::ListWorkersRequest request;
   v1::ListWorkersResponse response;
-  grpc::ClientContext context;
-  connection_->PrepareControlCall(&context);
-  grpc::Status status = connection_->coordinator()->ListWorkers(&context, request, &response);
+  grpc::Status status =
+      CallIdempotent(*connection_, &v1::Coordinator::Stub::ListWorkers, request, &response);
   if (!status.ok()) return connection_->ControlError(status);
   std::vector<WorkerInfo> out;
   for (const v1::WorkerInfo& w : response.workers()) {
@@ -134,9 +163,8 @@ absl::StatusOr<TensorMetadata> Client::Describe(const std::string& name) {
   v1::GetTensorRequest request;
   request.set_name(name);
   v1::GetTensorResponse response;
-  grpc::ClientContext context;
-  connection_->PrepareControlCall(&context);
-  grpc::Status status = connection_->coordinator()->GetTensor(&context, request, &response);
+  grpc::Status status =
+      CallIdempotent(*connection_, &v1::Coordinator::Stub::GetTensor, request, &response);
   if (!status.ok()) return connection_->ControlError(status);
   return TensorMetadataFromProto(response.tensor());
 }
@@ -144,9 +172,8 @@ absl::StatusOr<TensorMetadata> Client::Describe(const std::string& name) {
 absl::StatusOr<std::vector<TensorInfo>> Client::List() {
   v1::ListTensorsRequest request;
   v1::ListTensorsResponse response;
-  grpc::ClientContext context;
-  connection_->PrepareControlCall(&context);
-  grpc::Status status = connection_->coordinator()->ListTensors(&context, request, &response);
+  grpc::Status status =
+      CallIdempotent(*connection_, &v1::Coordinator::Stub::ListTensors, request, &response);
   if (!status.ok()) return connection_->ControlError(status);
   std::vector<TensorInfo> out;
   for (const v1::TensorSummary& t : response.tensors()) {

@@ -41,7 +41,13 @@ std::string Box::ToString() const {
   std::string out;
   for (size_t d = 0; d < rank(); ++d) {
     if (d > 0) out += ",";
-    absl::StrAppend(&out, offsets[d], ":", offsets[d] + sizes[d]);
+    int64_t end;
+    if (__builtin_add_overflow(offsets[d], sizes[d], &end)) {
+      // Unvalidated boxes from RPCs may be absurd; describe, don't overflow.
+      absl::StrAppend(&out, "offset ", offsets[d], " size ", sizes[d]);
+    } else {
+      absl::StrAppend(&out, offsets[d], ":", end);
+    }
   }
   return out;
 }

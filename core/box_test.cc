@@ -77,5 +77,13 @@ TEST(BoxTest, CheckWithinReportsDimsThenBounds) {
       StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("out of bounds")));
 }
 
+// Found by fuzz/layout_fuzzer: error messages print unvalidated RPC boxes.
+TEST(BoxTest, ToStringOfAbsurdBoxDoesNotOverflow) {
+  EXPECT_EQ((Box{{INT64_MAX - 1, 2}, {8, 3}}).ToString(),
+            "offset 9223372036854775806 size 8,2:5");
+  EXPECT_EQ((Box{{INT64_MIN}, {-1}}).ToString(),
+            "offset -9223372036854775808 size -1");
+}
+
 }  // namespace
 }  // namespace tessera

@@ -412,6 +412,15 @@ absl::Status FillBox(const InitSpec& spec, DType dtype,
   }
   TESSERA_RETURN_IF_ERROR(CheckInitValue(spec, dtype));
   if (empty) return absl::OkStatus();
+  // Flat indices run over the whole tensor: its element count must fit.
+  int64_t elements = 1;
+  for (int64_t n : tensor_shape) {
+    if (__builtin_mul_overflow(elements, n, &elements)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor of shape ", ShapeToString(tensor_shape),
+                       " has more elements than fit in 64 bits"));
+    }
+  }
   const size_t item = ItemSize(dtype);
   const int64_t count = box.NumElements();
   char* out = static_cast<char*>(dst);

@@ -28,9 +28,15 @@ absl::StatusOr<std::vector<Box>> ChunkBoxes(const Shape& shape, int64_t dim,
   boxes.reserve(num_chunks);
   for (int64_t i = 0; i < num_chunks; ++i) {
     Box box = WholeBox(shape);
-    // i * split <= (k - 1) * ceil(n / k) < n + k: no overflow in practice.
-    const int64_t begin = i * split;
-    const int64_t end = std::min(n, begin + split);
+    // i * split <= (k - 1) * ceil(n / k) < n + k, which overflows only for
+    // dims near INT64_MAX.
+    int64_t begin;
+    if (__builtin_mul_overflow(i, split, &begin)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot chunk dim ", d, " of size ", n, " into ",
+                       num_chunks, " shards: offsets overflow"));
+    }
+    const int64_t end = begin >= n - split ? n : begin + split;
     box.offsets[d] = begin;
     box.sizes[d] = std::max<int64_t>(0, end - begin);
     boxes.push_back(std::move(box));

@@ -2,6 +2,16 @@
 
 namespace tessera {
 
+void ApplyDataPlaneArgs(grpc::ChannelArguments* args) {
+  // Bulk streams: a large fixed flow-control window instead of growing it
+  // from 64 KiB by BDP probes, and big reads off the socket.
+  args->SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
+  args->SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args->SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kMaxFrameBytes);
+  args->SetInt(GRPC_ARG_TCP_MIN_READ_CHUNK_SIZE, 64 << 10);
+  args->SetInt(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 8 << 20);
+}
+
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
@@ -14,12 +24,18 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   // Each channel gets its own TCP connection (no sharing between channels).
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  ApplyDataPlaneArgs(&args);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 
 void ConfigureServerBuilder(grpc::ServerBuilder* builder) {
   builder->SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder->SetMaxSendMessageSize(kMaxMessageBytes);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kMaxFrameBytes);
+  builder->AddChannelArgument(GRPC_ARG_TCP_MIN_READ_CHUNK_SIZE, 64 << 10);
+  builder->AddChannelArgument(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 8 << 20);
 }
 
 std::shared_ptr<grpc::Channel> ChannelCache::Get(const std::string& address) {

@@ -17,7 +17,15 @@ namespace tessera {
 // Largest message either side accepts; data chunks are far smaller.
 inline constexpr int kMaxMessageBytes = 64 << 20;
 
+// HTTP/2 flow-control window per stream and largest frame, for data
+// streams (tuned in bench/: the 64 KiB default window stalls 1 MiB chunks).
+inline constexpr int kStreamWindowBytes = 8 << 20;
+inline constexpr int kMaxFrameBytes = 1 << 20;
+
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+
+// Sets the data-plane window, frame and socket-read sizes on `args`.
+void ApplyDataPlaneArgs(grpc::ChannelArguments* args);
 
 // Applies tessera's limits to a server under construction.
 void ConfigureServerBuilder(grpc::ServerBuilder* builder);

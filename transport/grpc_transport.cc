@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <memory>
+
+#include <grpcpp/impl/client_unary_call.h>
+#include <grpcpp/impl/rpc_method.h>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -11,6 +15,9 @@
 
 namespace tessera {
 namespace {
+
+constexpr char kReadRegionMethod[] = "/tessera.v1.Worker/ReadRegion";
+constexpr char kReadSmallRegionMethod[] = "/tessera.v1.Worker/ReadSmallRegion";
 
 void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
   context->set_deadline(std::chrono::system_clock::now() +
@@ -21,43 +28,223 @@ absl::Status WithContext(const absl::Status& status, absl::string_view context_t
   return context_text.empty() ? status : Annotate(status, context_text);
 }
 
-}  // namespace
+size_t PutVarint(uint64_t v, uint8_t* out) {
+  size_t n = 0;
+  while (v >= 0x80) {
+    out[n++] = static_cast<uint8_t>(v) | 0x80;
+    v >>= 7;
+  }
+  out[n++] = static_cast<uint8_t>(v);
+  return n;
+}
 
-absl::Status ReadRegion(v1::Worker::StubInterface* stub, uint64_t shard_id, const Box& box,
-                        int64_t total_bytes, absl::Duration timeout, const ChunkSink& sink,
-                        absl::string_view context_text) {
-  grpc::ClientContext context;
-  SetDeadline(&context, timeout);
+// Reads bytes across a sequence of slices.
+class SliceCursor {
+ public:
+  explicit SliceCursor(const std::vector<grpc::Slice>& slices) : slices_(slices) { SkipEmpty(); }
+  bool done() const { return index_ >= slices_.size(); }
+  bool Byte(uint8_t* b) {
+    if (done()) return false;
+    *b = slices_[index_].begin()[pos_];
+    Advance(1);
+    return true;
+  }
+  bool Varint(uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      uint8_t b;
+      if (!Byte(&b)) return false;
+      *v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0) return true;
+    }
+    return false;
+  }
+  // Takes the next `n` bytes as views into the slices (or skips them).
+  bool Take(uint64_t n, std::vector<absl::string_view>* views) {
+    while (n > 0) {
+      if (done()) return false;
+      const grpc::Slice& s = slices_[index_];
+      const size_t k = std::min<uint64_t>(n, s.size() - pos_);
+      if (views != nullptr) {
+        views->emplace_back(reinterpret_cast<const char*>(s.begin()) + pos_, k);
+      }
+      Advance(k);
+      n -= k;
+    }
+    return true;
+  }
+
+ private:
+  void Advance(size_t k) {
+    pos_ += k;
+    if (pos_ == slices_[index_].size()) {
+      ++index_;
+      pos_ = 0;
+      SkipEmpty();
+    }
+  }
+  void SkipEmpty() {
+    while (index_ < slices_.size() && slices_[index_].size() == 0) ++index_;
+  }
+  const std::vector<grpc::Slice>& slices_;
+  size_t index_ = 0;
+  size_t pos_ = 0;
+};
+
+// Delivers a message's payload views to the sink in whole elements: an
+// element split across two slices is joined in a small buffer first.
+class AlignedDelivery {
+ public:
+  AlignedDelivery(const ChunkSink& sink, int64_t align) : sink_(sink), align_(align) {}
+
+  absl::Status Deliver(int64_t offset, const std::vector<absl::string_view>& views) {
+    char carry[64];
+    int64_t carried = 0;
+    for (absl::string_view v : views) {
+      if (carried > 0) {
+        const int64_t k = std::min<int64_t>(align_ - carried, v.size());
+        std::memcpy(carry + carried, v.data(), k);
+        carried += k;
+        v.remove_prefix(k);
+        if (carried < align_) continue;
+        TESSERA_RETURN_IF_ERROR(sink_(offset, absl::string_view(carry, align_)));
+        offset += align_;
+        carried = 0;
+      }
+      const int64_t whole = static_cast<int64_t>(v.size()) / align_ * align_;
+      if (whole > 0) {
+        TESSERA_RETURN_IF_ERROR(sink_(offset, v.substr(0, whole)));
+        offset += whole;
+      }
+      v.remove_prefix(whole);
+      std::memcpy(carry, v.data(), v.size());
+      carried = static_cast<int64_t>(v.size());
+    }
+    if (carried != 0) return absl::DataLossError("chunk is not aligned to whole elements");
+    return absl::OkStatus();
+  }
+
+ private:
+  const ChunkSink& sink_;
+  const int64_t align_;
+};
+
+v1::ReadRegionRequest MakeRequest(uint64_t shard_id, const Box& box) {
   v1::ReadRegionRequest request;
   request.set_shard_id(shard_id);
   BoxToProto(box, request.mutable_offsets(), request.mutable_sizes());
-  std::unique_ptr<grpc::ClientReaderInterface<v1::ReadRegionResponse>> reader =
-      stub->ReadRegion(&context, request);
-  v1::ReadRegionResponse chunk;
+  return request;
+}
+
+absl::Status CheckContinues(const RegionChunkView& chunk, int64_t received, int64_t total) {
+  if (chunk.offset != received || chunk.size > total - received) {
+    return absl::DataLossError(absl::StrCat("chunk at byte ", chunk.offset, " of ", chunk.size,
+                                            " bytes does not continue the ", total,
+                                            "-byte stream at byte ", received));
+  }
+  return absl::OkStatus();
+}
+
+// One unary call. Returns UNIMPLEMENTED untouched for workers without it.
+absl::Status ReadSmall(const std::shared_ptr<grpc::Channel>& channel,
+                       const v1::ReadRegionRequest& request, int64_t total, int64_t item_bytes,
+                       absl::Duration timeout, const ChunkSink& sink) {
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout);
+  grpc::internal::RpcMethod method(kReadSmallRegionMethod, grpc::internal::RpcMethod::NORMAL_RPC,
+                                   channel);
+  grpc::ByteBuffer response;
+  grpc::Status rpc = grpc::internal::BlockingUnaryCall<v1::ReadRegionRequest, grpc::ByteBuffer>(
+      channel.get(), method, &context, request, &response);
+  if (!rpc.ok()) return FromGrpcStatus(rpc);
+  TESSERA_ASSIGN_OR_RETURN(RegionChunkView chunk, DecodeRegionChunk(&response));
+  TESSERA_RETURN_IF_ERROR(CheckContinues(chunk, 0, total));
+  if (chunk.size != total) {
+    return absl::DataLossError(absl::StrCat("response has ", chunk.size, " of ", total, " bytes"));
+  }
+  return AlignedDelivery(sink, item_bytes).Deliver(0, chunk.data);
+}
+
+}  // namespace
+
+void EncodeRegionChunk(int64_t offset, std::vector<grpc::Slice> data, grpc::ByteBuffer* out) {
+  size_t size = 0;
+  for (const grpc::Slice& s : data) size += s.size();
+  uint8_t header[24];
+  size_t n = 0;
+  if (offset != 0) {
+    header[n++] = 0x08;  // field 1 (offset), varint
+    n += PutVarint(static_cast<uint64_t>(offset), header + n);
+  }
+  header[n++] = 0x12;  // field 2 (data), length-delimited
+  n += PutVarint(size, header + n);
+  data.insert(data.begin(), grpc::Slice(header, n));
+  grpc::ByteBuffer buffer(data.data(), data.size());
+  out->Swap(&buffer);
+}
+
+absl::StatusOr<RegionChunkView> DecodeRegionChunk(grpc::ByteBuffer* buffer) {
+  RegionChunkView view;
+  if (!buffer->Dump(&view.slices).ok()) return absl::DataLossError("unreadable message");
+  SliceCursor cursor(view.slices);
+  while (!cursor.done()) {
+    uint64_t tag = 0, value = 0;
+    if (!cursor.Varint(&tag)) return absl::DataLossError("truncated field tag");
+    const uint64_t field = tag >> 3, wire = tag & 7;
+    bool ok = true;
+    if (wire == 0) {
+      ok = cursor.Varint(&value);
+      if (field == 1) view.offset = static_cast<int64_t>(value);
+    } else if (wire == 2) {
+      ok = cursor.Varint(&value) && cursor.Take(value, field == 2 ? &view.data : nullptr);
+      if (field == 2) view.size += static_cast<int64_t>(value);
+    } else if (wire == 1 || wire == 5) {
+      ok = cursor.Take(wire == 1 ? 8 : 4, nullptr);
+    } else {
+      ok = false;
+    }
+    if (!ok) return absl::DataLossError("malformed ReadRegionResponse");
+  }
+  return view;
+}
+
+absl::Status ReadRegion(const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id,
+                        const Box& box, int64_t item_bytes, absl::Duration timeout,
+                        const ChunkSink& sink, absl::string_view context_text) {
+  const int64_t total = box.NumElements() * item_bytes;
+  const v1::ReadRegionRequest request = MakeRequest(shard_id, box);
+  if (total > 0 && total <= kSmallRegionBytes) {
+    absl::Status status = ReadSmall(channel, request, total, item_bytes, timeout, sink);
+    if (!absl::IsUnimplemented(status)) return WithContext(status, context_text);
+  }
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout);
+  grpc::internal::RpcMethod method(kReadRegionMethod, grpc::internal::RpcMethod::SERVER_STREAMING,
+                                   channel);
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel.get(), method,
+                                                                    &context, request));
+  AlignedDelivery delivery(sink, item_bytes);
+  grpc::ByteBuffer message;
   int64_t received = 0;
   absl::Status sink_status;
-  while (reader->Read(&chunk)) {
-    const int64_t size = static_cast<int64_t>(chunk.data().size());
-    if (chunk.offset() != received || size > total_bytes - received) {
-      context.TryCancel();
-      sink_status = absl::DataLossError(absl::StrCat(
-          "chunk at byte ", chunk.offset(), " of ", size, " bytes does not continue the ",
-          total_bytes, "-byte stream at byte ", received));
-      break;
-    }
-    sink_status = sink(chunk.offset(), chunk.data());
+  while (reader->Read(&message)) {
+    absl::StatusOr<RegionChunkView> chunk = DecodeRegionChunk(&message);
+    sink_status = chunk.status();
+    if (sink_status.ok()) sink_status = CheckContinues(*chunk, received, total);
+    if (sink_status.ok()) sink_status = delivery.Deliver(chunk->offset, chunk->data);
     if (!sink_status.ok()) {
       context.TryCancel();
       break;
     }
-    received += size;
+    received += chunk->size;
   }
   absl::Status status = FromGrpcStatus(reader->Finish());
   if (!sink_status.ok()) return WithContext(sink_status, context_text);
   if (!status.ok()) return WithContext(status, context_text);
-  if (received != total_bytes) {
+  if (received != total) {
     return WithContext(absl::DataLossError(absl::StrCat("stream ended after ", received, " of ",
-                                                        total_bytes, " bytes")),
+                                                        total, " bytes")),
                        context_text);
   }
   return absl::OkStatus();

@@ -1,7 +1,16 @@
 #include "worker/host_shard_store.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -14,11 +23,87 @@ namespace tessera {
 struct HostShardStore::Shard {
   ShardDesc desc;
   int64_t bytes = 0;
-  char* data = nullptr;  // calloc'd: fresh pages are zero without touching them
-  ~Shard() { std::free(data); }
+  // calloc'd, or mapped from `segment`: either way fresh pages read as zero.
+  char* data = nullptr;
+  std::string segment;  // shared-memory name; empty for calloc'd memory
+  size_t mapped_bytes = 0;
+  ~Shard() {
+    if (segment.empty()) {
+      std::free(data);
+      return;
+    }
+    munmap(data, mapped_bytes);
+    shm_unlink(segment.c_str());  // no-op (ENOENT) when Free already did
+  }
 };
 
-HostShardStore::HostShardStore(int64_t capacity_bytes) : capacity_bytes_(capacity_bytes) {}
+namespace {
+
+constexpr char kSegmentPrefix[] = "tessera-";
+
+// "tessera-<pid namespace inode>-<pid>-": pids are only comparable within
+// one pid namespace, and /dev/shm is often shared across them (sandboxes,
+// containers on one host).
+const std::string& SegmentOwnerPrefix() {
+  static const std::string* prefix = [] {
+    struct stat st {};
+    const unsigned long long ns = stat("/proc/self/ns/pid", &st) == 0 ? st.st_ino : 0;
+    return new std::string(absl::StrCat(kSegmentPrefix, ns, "-"));
+  }();
+  return *prefix;
+}
+
+// Removes segments left by workers of this pid namespace that died without
+// freeing them (their pid no longer runs).
+void RemoveStaleSegments() {
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return;
+  const std::string& mine = SegmentOwnerPrefix();
+  while (dirent* entry = readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.rfind(mine, 0) != 0) continue;
+    const pid_t pid = static_cast<pid_t>(std::atol(name.c_str() + mine.size()));
+    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) shm_unlink(("/" + name).c_str());
+  }
+  closedir(dir);
+}
+
+// Maps `bytes` of a fresh, zeroed shared-memory segment; false (nothing
+// left behind) when there is no room, so the caller uses private memory.
+bool MapSegment(uint64_t id, int64_t bytes, std::string* name, char** data) {
+  static std::mt19937_64 rng{std::random_device{}()};
+  static absl::Mutex rng_mu;
+  uint64_t nonce;
+  {
+    absl::MutexLock lock(&rng_mu);
+    nonce = rng();
+  }
+  *name = absl::StrCat("/", SegmentOwnerPrefix(), getpid(), "-", id, "-", absl::Hex(nonce));
+  const int fd = shm_open(name->c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return false;
+  // Reserve the pages now: a full /dev/shm then fails here, not later as
+  // SIGBUS on first touch.
+  void* map = MAP_FAILED;
+  if (posix_fallocate(fd, 0, bytes) == 0) {
+    map = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  close(fd);
+  if (map == MAP_FAILED) {
+    shm_unlink(name->c_str());
+    return false;
+  }
+  *data = static_cast<char*>(map);
+  return true;
+}
+
+}  // namespace
+
+HostShardStore::HostShardStore(int64_t capacity_bytes)
+    : HostShardStore(HostShardStoreOptions{capacity_bytes}) {}
+
+HostShardStore::HostShardStore(HostShardStoreOptions options) : options_(options) {
+  if (options_.shared_memory) RemoveStaleSegments();
+}
 HostShardStore::~HostShardStore() = default;
 
 absl::Status HostShardStore::Allocate(uint64_t id, const ShardDesc& desc, const InitSpec& init) {
@@ -30,10 +115,10 @@ absl::Status HostShardStore::Allocate(uint64_t id, const ShardDesc& desc, const 
     if (shards_.contains(id)) {
       return AlreadyExistsError("shard id", absl::StrCat(id));
     }
-    if (capacity_bytes_ > 0 && bytes_used_ + shard->bytes > capacity_bytes_) {
+    if (options_.capacity_bytes > 0 && bytes_used_ + shard->bytes > options_.capacity_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "shard of ", shard->bytes, " bytes does not fit: ", bytes_used_, " of ",
-          capacity_bytes_, " bytes in use"));
+          options_.capacity_bytes, " bytes in use"));
     }
     bytes_used_ += shard->bytes;  // reserved while we allocate outside the lock
   }
@@ -41,7 +126,13 @@ absl::Status HostShardStore::Allocate(uint64_t id, const ShardDesc& desc, const 
     absl::MutexLock lock(&mu_);
     bytes_used_ -= shard->bytes;
   });
-  shard->data = static_cast<char*>(std::calloc(std::max<int64_t>(shard->bytes, 1), 1));
+  if (options_.shared_memory && shard->bytes >= options_.shared_memory_min_bytes &&
+      MapSegment(id, shard->bytes, &shard->segment, &shard->data)) {
+    shard->mapped_bytes = static_cast<size_t>(shard->bytes);
+  } else {
+    shard->segment.clear();
+    shard->data = static_cast<char*>(std::calloc(std::max<int64_t>(shard->bytes, 1), 1));
+  }
   if (shard->data == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("out of host memory allocating ", shard->bytes, " bytes"));
@@ -136,6 +227,17 @@ absl::StatusOr<ShardDesc> HostShardStore::Describe(uint64_t id) const {
   return shard->desc;
 }
 
+absl::StatusOr<PinnedShard> HostShardStore::Pin(uint64_t id) {
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, Find(id));
+  PinnedShard pinned;
+  pinned.data = shard->data;
+  pinned.bytes = shard->bytes;
+  pinned.desc = shard->desc;
+  pinned.segment = shard->segment;
+  pinned.keep_alive = std::move(shard);
+  return pinned;
+}
+
 absl::Status HostShardStore::Free(uint64_t id) {
   std::shared_ptr<Shard> shard;  // released after the lock: free() of GBs takes time
   {
@@ -146,6 +248,8 @@ absl::Status HostShardStore::Free(uint64_t id) {
     shards_.erase(it);
     bytes_used_ -= shard->bytes;
   }
+  // No new same-host mappings from now on; existing ones keep the old bytes.
+  if (!shard->segment.empty()) shm_unlink(shard->segment.c_str());
   return absl::OkStatus();
 }
 

@@ -1,5 +1,10 @@
 #include "worker/host_shard_store.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
 #include <vector>
 
@@ -93,6 +98,42 @@ TEST(HostShardStoreTest, OutOfRangeAccessIsAnErrorNotACrash) {
   EXPECT_THAT(store.ReadBox(1, Box{{0, 0}, {1, 1}}, 0, 1, buf),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dims")));
   EXPECT_THAT(store.ReadBox(99, Box{{0}, {1}}, 0, 1, buf), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST(HostShardStoreTest, LargeShardLivesInSharedMemoryUntilFreed) {
+  if (access("/dev/shm", W_OK) != 0) GTEST_SKIP() << "no writable /dev/shm here";
+  HostShardStoreOptions options;
+  options.shared_memory_min_bytes = 0;
+  HostShardStore store(options);
+  ASSERT_THAT(store.Allocate(7, Desc({4, 4}, {{0, 0}, {4, 4}}, DType::kInt32),
+                             InitSpec{InitSpec::Kind::kArange}),
+              IsOk());
+  absl::StatusOr<PinnedShard> pinned = store.Pin(7);
+  ASSERT_THAT(pinned.status(), IsOk());
+  ASSERT_FALSE(pinned->segment.empty());
+  EXPECT_EQ(pinned->bytes, 64);
+  // Another mapping of the segment sees the shard's bytes.
+  const int fd = shm_open(pinned->segment.c_str(), O_RDONLY, 0);
+  ASSERT_GE(fd, 0);
+  void* map = mmap(nullptr, 64, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  ASSERT_NE(map, MAP_FAILED);
+  EXPECT_EQ(static_cast<const int32_t*>(map)[5], 5);
+  // Freed: the name is gone at once, the existing mapping keeps the old bytes.
+  ASSERT_THAT(store.Free(7), IsOk());
+  EXPECT_LT(shm_open(pinned->segment.c_str(), O_RDONLY, 0), 0);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(static_cast<const int32_t*>(map)[5], 5);
+  EXPECT_THAT(store.Pin(7).status(), StatusIs(absl::StatusCode::kNotFound));
+  munmap(map, 64);
+}
+
+TEST(HostShardStoreTest, SmallShardsStayInPrivateMemory) {
+  HostShardStore store;
+  ASSERT_THAT(store.Allocate(1, Desc({4}, {{0}, {4}}), InitSpec{}), IsOk());
+  absl::StatusOr<PinnedShard> pinned = store.Pin(1);
+  ASSERT_THAT(pinned.status(), IsOk());
+  EXPECT_TRUE(pinned->segment.empty());
 }
 
 }  // namespace

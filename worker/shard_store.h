@@ -6,6 +6,7 @@
 #define TESSERA_WORKER_SHARD_STORE_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,18 @@ struct ShardDesc {
 
   int64_t NumElements() const { return box.NumElements(); }
   int64_t ByteSize() const { return box.NumElements() * static_cast<int64_t>(ItemSize(dtype)); }
+};
+
+// A shard's bytes pinned in host memory: `keep_alive` keeps `data` valid
+// after the shard is freed (a read in flight finishes on the old bytes).
+struct PinnedShard {
+  std::shared_ptr<void> keep_alive;
+  char* data = nullptr;  // row-major over desc.box
+  int64_t bytes = 0;
+  ShardDesc desc;
+  // POSIX shared-memory name holding the bytes ("/tessera-..."), unlinked
+  // when the shard is freed; empty when the memory is private.
+  std::string segment;
 };
 
 class ShardStore {
@@ -59,6 +72,13 @@ class ShardStore {
                                  absl::Span<const int64_t> dst_offsets) = 0;
 
   virtual absl::StatusOr<ShardDesc> Describe(uint64_t id) const = 0;
+
+  // Direct access to a shard's bytes, for sending them without copies and
+  // for same-host shared-memory reads. UNIMPLEMENTED for stores whose memory
+  // the host cannot address (device memory); callers then use ReadBox.
+  virtual absl::StatusOr<PinnedShard> Pin(uint64_t id) {
+    return absl::UnimplementedError("this shard store cannot pin host memory");
+  }
 
   // Frees shard `id`; freeing an unknown id is OK (frees are retried).
   virtual absl::Status Free(uint64_t id) = 0;

@@ -9,7 +9,9 @@
 #include "core/status_macros.h"
 #include "rpc/convert.h"
 #include "rpc/status.h"
+#include "core/strided_copy.h"
 #include "transport/grpc_transport.h"
+#include "transport/shared_memory.h"
 
 namespace tessera {
 namespace {
@@ -28,8 +30,16 @@ absl::StatusOr<ShardDesc> DescFromAllocate(const v1::AllocateShardsRequest& requ
     if (s < 0) return OutOfBoundsError(absl::StrCat(field, " has a negative size"));
   }
   // Chunk sharding makes empty shards past the end; only non-empty ones must fit.
-  if (desc.box.NumElements() > 0 || desc.box.rank() != tensor_shape.size()) {
+  // (IsEmpty, not NumElements: the sizes are not validated yet and may overflow.)
+  if (!desc.box.IsEmpty() || desc.box.rank() != tensor_shape.size()) {
     TESSERA_RETURN_IF_ERROR(CheckWithin(desc.box, tensor_shape, field));
+  }
+  // An empty shard's sizes still fit the tensor, so its volume cannot overflow.
+  for (size_t d = 0; d < desc.box.rank(); ++d) {
+    if (desc.box.sizes[d] > tensor_shape[d]) {
+      return OutOfBoundsError(field, absl::StrCat("dim ", d, " has size ", desc.box.sizes[d],
+                                                  " but the tensor's has ", tensor_shape[d]));
+    }
   }
   TESSERA_RETURN_IF_ERROR(ByteSize(desc.box.sizes, ItemSize(dtype)).status());
   return desc;
@@ -50,7 +60,7 @@ absl::StatusOr<Box> SubBox(const ShardDesc& desc,
 WorkerService::WorkerService(ShardStore* store, WorkerServiceOptions options)
     : store_(store), options_(options) {}
 
-grpc::Status WorkerService::AllocateShards(grpc::ServerContext*,
+grpc::Status WorkerService::AllocateShards(grpc::ServerContext* context,
                                            const v1::AllocateShardsRequest* request,
                                            v1::AllocateShardsResponse* response) {
   absl::Status status = [&]() -> absl::Status {
@@ -64,13 +74,24 @@ grpc::Status WorkerService::AllocateShards(grpc::ServerContext*,
       TESSERA_ASSIGN_OR_RETURN(ShardDesc desc, DescFromAllocate(*request, i, dtype, shape));
       descs.push_back(std::move(desc));
     }
-    // All or nothing: undo this call's allocations if one fails.
+    // All or nothing. A caller that went away (the coordinator died
+    // mid-create) will never record these shards: undo them too.
+    auto undo = [&](int allocated) {
+      for (int j = 0; j < allocated; ++j) store_->Free(request->shards(j).shard_id()).IgnoreError();
+    };
+    const absl::Status cancelled = absl::CancelledError("the caller cancelled the allocation");
     for (int i = 0; i < request->shards_size(); ++i) {
-      absl::Status s = store_->Allocate(request->shards(i).shard_id(), descs[i], init);
+      absl::Status s = context->IsCancelled()
+                           ? cancelled
+                           : store_->Allocate(request->shards(i).shard_id(), descs[i], init);
       if (!s.ok()) {
-        for (int j = 0; j < i; ++j) store_->Free(request->shards(j).shard_id()).IgnoreError();
+        undo(i);
         return s;
       }
+    }
+    if (context->IsCancelled()) {
+      undo(request->shards_size());
+      return cancelled;
     }
     return absl::OkStatus();
   }();
@@ -101,31 +122,181 @@ grpc::Status WorkerService::WriteShard(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::ReadRegion(grpc::ServerContext* context,
-                                       const v1::ReadRegionRequest* request,
-                                       grpc::ServerWriter<v1::ReadRegionResponse>* writer) {
-  absl::StatusOr<ShardDesc> desc = store_->Describe(request->shard_id());
-  if (!desc.ok()) return ToGrpcStatus(desc.status());
-  absl::StatusOr<Box> box = SubBox(*desc, request->offsets(), request->sizes(), "region");
-  if (!box.ok()) return ToGrpcStatus(box.status());
-  const int64_t item = static_cast<int64_t>(ItemSize(desc->dtype));
-  const int64_t chunk_bytes =
-      request->chunk_bytes() > 0 ? std::min<int64_t>(request->chunk_bytes(), 4 << 20)
-                                 : options_.chunk_bytes;
-  const int64_t chunk_elements = std::max<int64_t>(1, chunk_bytes / item);
-  const int64_t total = box->NumElements();
-  v1::ReadRegionResponse chunk;
-  for (int64_t begin = 0; begin < total; begin += chunk_elements) {
-    if (context->IsCancelled()) return grpc::Status::CANCELLED;
-    const int64_t count = std::min(chunk_elements, total - begin);
-    std::string* data = chunk.mutable_data();
-    data->resize(static_cast<size_t>(count * item));
-    absl::Status status = store_->ReadBox(request->shard_id(), *box, begin, count, data->data());
-    if (!status.ok()) return ToGrpcStatus(status);
-    chunk.set_offset(begin * item);
-    if (!writer->Write(chunk)) return grpc::Status::CANCELLED;  // the reader went away
+// A validated region read: the shard, the sub-box, and how to cut chunks.
+class WorkerService::RegionReader {
+ public:
+  static absl::StatusOr<RegionReader> Open(ShardStore* store, const grpc::ByteBuffer* request,
+                                           int64_t default_chunk_bytes) {
+    grpc::ByteBuffer copy(*request);
+    v1::ReadRegionRequest proto;
+    if (!grpc::SerializationTraits<v1::ReadRegionRequest>::Deserialize(&copy, &proto).ok()) {
+      return absl::InvalidArgumentError("malformed ReadRegionRequest");
+    }
+    RegionReader reader;
+    reader.store_ = store;
+    reader.id_ = proto.shard_id();
+    TESSERA_ASSIGN_OR_RETURN(ShardDesc desc, store->Describe(proto.shard_id()));
+    TESSERA_ASSIGN_OR_RETURN(reader.box_, SubBox(desc, proto.offsets(), proto.sizes(), "region"));
+    reader.item_ = static_cast<int64_t>(ItemSize(desc.dtype));
+    const int64_t chunk_bytes = proto.chunk_bytes() > 0
+                                    ? std::min<int64_t>(proto.chunk_bytes(), kMaxChunkBytes)
+                                    : default_chunk_bytes;
+    reader.chunk_elements_ = std::max<int64_t>(1, chunk_bytes / reader.item_);
+    reader.total_ = reader.box_.NumElements();
+    // A sub-box whose dims before the last partial one are 1 is one run of
+    // the shard's memory: its chunks are sent straight from there.
+    absl::StatusOr<PinnedShard> pinned = store->Pin(reader.id_);
+    if (pinned.ok() && reader.total_ > 0) {
+      const Shape& shape = pinned->desc.box.sizes;
+      size_t last_partial = 0;
+      for (size_t d = 0; d < shape.size(); ++d) {
+        if (reader.box_.sizes[d] != shape[d]) last_partial = d;
+      }
+      bool contiguous = true;
+      for (size_t d = 0; d < last_partial; ++d) contiguous &= reader.box_.sizes[d] == 1;
+      if (contiguous) {
+        reader.base_ = pinned->data + BoxByteSpan(shape, reader.box_, reader.item_).first;
+        reader.pinned_ = std::move(pinned->keep_alive);
+      }
+    }
+    return reader;
   }
+
+  int64_t total() const { return total_; }
+  int64_t chunk_elements() const { return chunk_elements_; }
+  int64_t item() const { return item_; }
+
+  // Elements [begin, begin + count) as one serialized ReadRegionResponse.
+  absl::Status Chunk(int64_t begin, int64_t count, grpc::ByteBuffer* out) const {
+    const size_t bytes = static_cast<size_t>(count * item_);
+    std::vector<grpc::Slice> data;
+    if (bytes > 0 && base_ != nullptr) {
+      data.emplace_back(base_ + begin * item_, bytes, &ReleasePin,
+                        new std::shared_ptr<void>(pinned_));
+    } else if (bytes > 0) {
+      grpc::Slice slice(bytes);
+      TESSERA_RETURN_IF_ERROR(store_->ReadBox(id_, box_, begin, count,
+                                              reinterpret_cast<char*>(
+                                                  const_cast<uint8_t*>(slice.begin()))));
+      data.push_back(std::move(slice));
+    }
+    EncodeRegionChunk(begin * item_, std::move(data), out);
+    return absl::OkStatus();
+  }
+
+ private:
+  static void ReleasePin(void* pin) { delete static_cast<std::shared_ptr<void>*>(pin); }
+
+  ShardStore* store_ = nullptr;
+  uint64_t id_ = 0;
+  Box box_;
+  int64_t item_ = 1;
+  int64_t chunk_elements_ = 1;
+  int64_t total_ = 0;
+  std::shared_ptr<void> pinned_;  // set with base_
+  char* base_ = nullptr;          // first byte of a contiguous sub-box
+};
+
+// Streams a region with one write in flight; deletes itself when done.
+class WorkerService::RegionStreamer : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  explicit RegionStreamer(absl::StatusOr<RegionReader> reader) : reader_(std::move(reader)) {
+    if (!reader_.ok()) {
+      Finish(ToGrpcStatus(reader_.status()));
+      return;
+    }
+    Next();
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the reader went away"));
+      return;
+    }
+    Next();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void Next() {
+    const int64_t total = reader_->total();
+    if (next_ >= total) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    const int64_t count = std::min(reader_->chunk_elements(), total - next_);
+    absl::Status status = reader_->Chunk(next_, count, &buffer_);
+    if (!status.ok()) {
+      Finish(ToGrpcStatus(status));
+      return;
+    }
+    next_ += count;
+    if (next_ >= total) {
+      StartWriteAndFinish(&buffer_, grpc::WriteOptions(), grpc::Status::OK);
+    } else {
+      StartWrite(&buffer_);
+    }
+  }
+
+  absl::StatusOr<RegionReader> reader_;
+  int64_t next_ = 0;
+  grpc::ByteBuffer buffer_;
+};
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerService::ReadRegion(
+    grpc::CallbackServerContext*, const grpc::ByteBuffer* request) {
+  return new RegionStreamer(RegionReader::Open(store_, request, options_.chunk_bytes));
+}
+
+grpc::ServerUnaryReactor* WorkerService::ReadSmallRegion(grpc::CallbackServerContext* context,
+                                                         const grpc::ByteBuffer* request,
+                                                         grpc::ByteBuffer* response) {
+  absl::Status status = [&]() -> absl::Status {
+    TESSERA_ASSIGN_OR_RETURN(RegionReader reader,
+                             RegionReader::Open(store_, request, options_.chunk_bytes));
+    if (reader.total() * reader.item() > kMaxChunkBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "region of ", reader.total() * reader.item(), " bytes is too large for one message (",
+          kMaxChunkBytes, " bytes at most): use ReadRegion"));
+    }
+    return reader.Chunk(0, reader.total(), response);
+  }();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::Status WorkerService::MapShard(grpc::ServerContext*, const v1::MapShardRequest* request,
+                                     v1::MapShardResponse* response) {
+  absl::StatusOr<PinnedShard> pinned = store_->Pin(request->shard_id());
+  if (absl::IsUnimplemented(pinned.status())) {
+    return ToGrpcStatus(absl::FailedPreconditionError("shards are not in host memory"));
+  }
+  if (!pinned.ok()) return ToGrpcStatus(pinned.status());
+  if (pinned->segment.empty()) {
+    return ToGrpcStatus(absl::FailedPreconditionError(
+        absl::StrCat("shard ", request->shard_id(), " is not in shared memory")));
+  }
+  response->set_host_id(LocalHostId());
+  response->set_segment(pinned->segment);
+  response->set_bytes(pinned->bytes);
+  for (int64_t s : pinned->desc.box.sizes) response->add_shape(s);
+  response->set_item_bytes(static_cast<int64_t>(ItemSize(pinned->desc.dtype)));
   return grpc::Status::OK;
+}
+
+absl::Status WorkerService::PullShared(const v1::PullRegionRequest& request, const Box& src_box,
+                                       const Box& dst_box, int64_t item) {
+  if (!options_.shared_memory_pull) return absl::FailedPreconditionError("disabled");
+  absl::StatusOr<PinnedShard> dst = store_->Pin(request.dst_shard_id());
+  if (!dst.ok()) return absl::FailedPreconditionError(dst.status().message());
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ShardMapping> src,
+                           MapShardBox(peers_.Get(request.src_address()), request.src_shard_id(),
+                                       src_box, item, options_.pull_timeout));
+  if (src_box.NumElements() == 0) return absl::OkStatus();
+  // src->At(0) is the shard's byte 0; only the mapped span is touched.
+  CopyBox(src->At(0), src->shape(), src_box.offsets, dst->data, dst->desc.box.sizes,
+          dst_box.offsets, src_box.sizes, static_cast<size_t>(item));
+  return absl::OkStatus();
 }
 
 grpc::Status WorkerService::PullRegion(grpc::ServerContext*, const v1::PullRegionRequest* request,
@@ -146,18 +317,23 @@ grpc::Status WorkerService::PullRegion(grpc::ServerContext*, const v1::PullRegio
     response->set_bytes(status.ok() ? total_bytes : 0);
     return ToGrpcStatus(status);
   }
-  auto stub = v1::Worker::NewStub(peers_.Get(request->src_address()));
+  const std::string context_text =
+      absl::StrCat("pulling shard ", request->src_shard_id(), " from ", request->src_address());
+  // Same host: one strided copy out of the peer's shared memory.
+  absl::Status status = PullShared(*request, *src_box, *dst_box, item);
+  if (status.ok() || absl::IsNotFound(status)) {
+    response->set_bytes(status.ok() ? total_bytes : 0);
+    return ToGrpcStatus(status.ok() ? status : Annotate(status, context_text));
+  }
   const uint64_t dst_id = request->dst_shard_id();
-  absl::Status status = tessera::ReadRegion(
-      stub.get(), request->src_shard_id(), *src_box, total_bytes, options_.pull_timeout,
+  status = tessera::ReadRegion(
+      peers_.Get(request->src_address()), request->src_shard_id(), *src_box, item,
+      options_.pull_timeout,
       [&](int64_t byte_offset, absl::string_view data) -> absl::Status {
-        if (byte_offset % item != 0 || data.size() % item != 0) {
-          return absl::DataLossError("chunk is not aligned to whole elements");
-        }
         return store_->WriteBox(dst_id, *dst_box, byte_offset / item,
                                 static_cast<int64_t>(data.size()) / item, data.data());
       },
-      absl::StrCat("pulling shard ", request->src_shard_id(), " from ", request->src_address()));
+      context_text);
   if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
     status = UnavailableError(absl::StrCat("source worker at ", request->src_address(), " (",
                                            status.message(), ")"));

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Builds the benchmarks, starts a local cluster (1 coordinator, 4 workers on
+# 127.0.0.1), and prints every figure with the reference measured in the
+# same run and their ratio. Usage:
+#   bench/run.sh            # full sizes (1 GiB tensors; a few minutes on 2 cores)
+#   bench/run.sh --quick    # 64 MiB tensors, short runs (smoke test)
+#   bench/run.sh --update   # full run, and write the table to bench/RESULTS.md
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+quick=""
+update=""
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick="--quick" ;;
+    --update) update=1 ;;
+    *) echo "usage: bench/run.sh [--quick] [--update]" >&2; exit 2 ;;
+  esac
+done
+
+bazel build -c opt //bench:tessera_bench //bench:strided_copy_bench \
+  //coordinator:tessera-coordinator //worker:tessera-worker >&2
+
+out="$(mktemp)"
+trap 'rm -f "$out"' EXIT
+{
+  echo "# command: bench/run.sh $* ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(uname -r))"
+  echo
+  echo "## Figures 1-4 (local cluster)"
+  TESSERA_BIN_DIR="$PWD/bazel-bin" bazel-bin/bench/tessera_bench $quick
+  echo
+  echo "## Figure 5: core/strided_copy vs memcpy of the same bytes (Google Benchmark, medians of 3)"
+  min_time=0.5
+  [ -n "$quick" ] && min_time=0.1
+  bazel-bin/bench/strided_copy_bench --benchmark_min_time=$min_time --benchmark_repetitions=3 \
+    --benchmark_report_aggregates_only=true --benchmark_format=json 2>/dev/null |
+    python3 -c '
+import json, sys
+rows = {b["run_name"]: b["bytes_per_second"] for b in json.load(sys.stdin)["benchmarks"]
+        if b.get("aggregate_name") == "median"}
+ref = rows["BM_Memcpy/real_time"]
+print("| figure | value | reference (same run) | ratio | target | met? |")
+print("|---|---|---|---|---|---|")
+for name, bps in rows.items():
+    if name.startswith("BM_Memcpy"): continue
+    kind, run = name.split("/")[0:2]
+    run = int(run)
+    r = bps / ref
+    label = "CopyBox" if kind == "BM_StridedCopy" else "CopyFlatRangeToBox"
+    target = ">= 0.80x" if run >= 4096 else "-"
+    met = ("yes" if r >= 0.8 else "**no**") if run >= 4096 else "-"
+    size = f"{run // 1024} KiB" if run >= 1024 else f"{run} B"
+    print(f"| 5. {label}, inner run {size} | {bps/1e9:.2f} GB/s | memcpy {ref/1e9:.2f} GB/s | {r:.2f}x | {target} | {met} |")
+'
+} | tee "$out"
+
+if [ -n "$update" ]; then
+  {
+    echo "# Benchmark results"
+    echo
+    echo "Latest output of \`bench/run.sh\` (regenerate with \`bench/run.sh --update\`)."
+    echo "Every ratio compares against a reference measured in the same run, on the same"
+    echo "machine: numbers on shared 2-core machines vary ±20-50 % between runs."
+    echo
+    cat "$out"
+  } > bench/RESULTS.md
+  echo "wrote bench/RESULTS.md" >&2
+fi

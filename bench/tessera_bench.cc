@@ -1,0 +1,537 @@
+// tessera_bench: starts a local cluster (the real coordinator and 4 worker
+// binaries on 127.0.0.1) and measures the data plane and the control plane,
+// each figure next to a reference measured in the same run (raw TCP
+// loopback, memcpy, a bare gRPC unary call), printed as a ratio. Run through
+// bench/run.sh, which builds everything first.
+//
+// Flags are plain argv: --quick (smaller sizes, for a smoke run).
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "bench/bench.grpc.pb.h"
+#include "client/connection.h"
+#include "client/data_plane.h"
+#include "client/tessera_client.h"
+#include "core/layout_spec.h"
+#include "core/placement.h"
+#include "rpc/channel.h"
+#include "rpc/server.h"
+#include "tests/cluster.h"
+
+namespace tessera {
+namespace {
+
+constexpr int kWorkers = 4;
+
+// ---------------------------------------------------------------- reporting
+
+struct Row {
+  std::string figure;
+  std::string value;
+  std::string reference;
+  double ratio = 0;
+  std::string target;  // e.g. ">= 1.0x"
+  bool higher_is_better = true;
+  double threshold = 0;  // ratio target; 0: none
+  std::optional<bool> met;  // for absolute targets (`target` says which)
+};
+
+std::vector<Row>& Rows() {
+  static std::vector<Row> rows;
+  return rows;
+}
+
+void Add(Row row) {
+  std::printf("  %-44s %-16s %-22s %6.2fx\n", row.figure.c_str(), row.value.c_str(),
+              row.reference.c_str(), row.ratio);
+  std::fflush(stdout);
+  Rows().push_back(std::move(row));
+}
+
+void Info(const std::string& figure, const std::string& value) {
+  Row row;
+  row.figure = figure;
+  row.value = value;
+  row.reference = "-";
+  Add(row);
+}
+
+std::string GBps(double bytes, double seconds) {
+  return absl::StrFormat("%.2f GB/s", bytes / seconds / 1e9);
+}
+
+void PrintTable() {
+  std::printf("\n| figure | value | reference (same run) | ratio | target | met? |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  for (const Row& r : Rows()) {
+    std::string target = "-", met = "-", ratio = "-";
+    if (r.reference != "-") ratio = absl::StrFormat("%.2fx", r.ratio);
+    if (r.threshold > 0) {
+      target = absl::StrFormat("%s %.2fx", r.higher_is_better ? ">=" : "<=", r.threshold);
+      const bool ok = r.higher_is_better ? r.ratio >= r.threshold : r.ratio <= r.threshold;
+      met = ok ? "yes" : "**no**";
+    } else if (r.met.has_value()) {
+      target = r.target;
+      met = *r.met ? "yes" : "**no**";
+    }
+    std::printf("| %s | %s | %s | %s | %s | %s |\n", r.figure.c_str(), r.value.c_str(),
+                r.reference.c_str(), ratio.c_str(), target.c_str(), met.c_str());
+  }
+}
+
+// ------------------------------------------------------------- references
+
+// Raw TCP loopback: `streams` sender/receiver pairs move `total` bytes, each
+// receiver reading straight into its part of `dst`. Returns seconds.
+double RawTcpSeconds(int streams, int64_t total, char* dst) {
+  int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  listen(listener, streams);
+  std::vector<int> senders(streams), receivers(streams);
+  for (int i = 0; i < streams; ++i) {
+    senders[i] = socket(AF_INET, SOCK_STREAM, 0);
+    connect(senders[i], reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    receivers[i] = accept(listener, nullptr, nullptr);
+  }
+  close(listener);
+  const int64_t part = total / streams;
+  std::vector<char> source(1 << 20, 'x');
+  std::vector<std::thread> threads;
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < streams; ++i) {
+    threads.emplace_back([&, i] {
+      for (int64_t sent = 0; sent < part;) {
+        const ssize_t n = send(senders[i], source.data(),
+                               std::min<int64_t>(source.size(), part - sent), 0);
+        if (n <= 0) return;
+        sent += n;
+      }
+    });
+    threads.emplace_back([&, i] {
+      char* out = dst + i * part;
+      for (int64_t got = 0; got < part;) {
+        const ssize_t n = recv(receivers[i], out + got, part - got, 0);
+        if (n <= 0) return;
+        got += n;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  for (int i = 0; i < streams; ++i) {
+    close(senders[i]);
+    close(receivers[i]);
+  }
+  return seconds;
+}
+
+double MemcpySeconds(char* dst, const char* src, int64_t bytes) {
+  const absl::Time start = absl::Now();
+  std::memcpy(dst, src, bytes);
+  return absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+// The bare unary reference: returns a payload of the size asked for.
+class EchoService final : public bench::Echo::Service {
+ public:
+  grpc::Status Get(grpc::ServerContext*, const bench::EchoRequest* request,
+                   bench::EchoReply* reply) override {
+    reply->mutable_data()->assign(static_cast<size_t>(request->bytes()), 'e');
+    return grpc::Status::OK;
+  }
+};
+
+struct Latency {
+  double p50_us = 0;
+  double p99_us = 0;
+  double qps = 0;
+};
+
+// Runs `call` from `callers` threads for `duration`; call(caller, i).
+Latency Measure(int callers, absl::Duration duration,
+                const std::function<bool(int, int64_t)>& call) {
+  for (int w = 0; w < 20; ++w) call(0, w);  // warm up channels
+  std::vector<std::vector<double>> samples(callers);
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> threads;
+  const absl::Time start = absl::Now();
+  const absl::Time end = start + duration;
+  for (int c = 0; c < callers; ++c) {
+    threads.emplace_back([&, c] {
+      for (int64_t i = 0; absl::Now() < end; ++i) {
+        const absl::Time t0 = absl::Now();
+        if (!call(c, i)) failed = true;
+        samples[c].push_back(absl::ToDoubleMicroseconds(absl::Now() - t0));
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  std::vector<double> all;
+  for (auto& s : samples) all.insert(all.end(), s.begin(), s.end());
+  std::sort(all.begin(), all.end());
+  Latency l;
+  if (failed) std::fprintf(stderr, "warning: some calls failed\n");
+  if (all.empty()) return l;
+  l.p50_us = all[all.size() / 2];
+  l.p99_us = all[std::min(all.size() - 1, all.size() * 99 / 100)];
+  l.qps = all.size() / seconds;
+  return l;
+}
+
+// ---------------------------------------------------------------- helpers
+
+std::vector<Placement> Ranks(int n) {
+  std::vector<Placement> p(n);
+  for (int i = 0; i < n; ++i) p[i].rank = i;
+  return p;
+}
+
+// The coordinator's pid, found by its --listen flag (for its resident memory).
+pid_t FindPid(const std::string& needle) {
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) return -1;
+  pid_t found = -1;
+  while (dirent* e = readdir(dir)) {
+    const pid_t pid = static_cast<pid_t>(std::atol(e->d_name));
+    if (pid <= 0) continue;
+    std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"));
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find("tessera-coordinator") != std::string::npos &&
+        cmdline.find(needle) != std::string::npos) {
+      found = pid;
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
+int64_t ResidentBytes(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;
+  }
+  return -1;
+}
+
+#define CHECK_OK(expr)                                                          \
+  do {                                                                          \
+    absl::Status _s = (expr);                                                   \
+    if (!_s.ok()) {                                                             \
+      std::fprintf(stderr, "%s failed: %s\n", #expr, _s.ToString().c_str());   \
+      std::exit(1);                                                             \
+    }                                                                           \
+  } while (0)
+
+template <typename T>
+T ValueOrDie(absl::StatusOr<T> v, const char* what) {
+  if (!v.ok()) {
+    std::fprintf(stderr, "%s failed: %s\n", what, v.status().ToString().c_str());
+    std::exit(1);
+  }
+  return std::move(*v);
+}
+
+struct Env {
+  std::unique_ptr<TestCluster> cluster;
+  std::unique_ptr<Client> client;
+  std::string echo_address;
+  bool quick = false;
+};
+
+// ---------------------------------------------------------------- figures
+
+// 1. Gather a chunk-sharded float32 tensor into the client.
+void GatherFigure(Env& env) {
+  const int64_t rows = env.quick ? 16384 : 262144;  // x 1024 float32: 64 MiB / 1 GiB
+  const Shape shape = {rows, 1024};
+  const int64_t bytes = rows * 1024 * 4;
+  ValueOrDie(env.client->Create("gather", shape, DType::kFloat32, LayoutSpec::Chunk(0, Ranks(kWorkers)),
+                                InitSpec{InitSpec::Kind::kOnes}),
+             "create gather tensor");
+  std::unique_ptr<char[]> out(new char[bytes]);
+  std::unique_ptr<char[]> src(new char[bytes]);
+  std::memset(out.get(), 1, bytes);
+  std::memset(src.get(), 2, bytes);
+  const int reps = 3;
+  double tcp = 1e9, grpc_path = 1e9, shm_path = 1e9, copy = 1e9;
+  for (int r = 0; r < reps; ++r) tcp = std::min(tcp, RawTcpSeconds(kWorkers, bytes, out.get()));
+  for (int r = 0; r < reps; ++r) copy = std::min(copy, MemcpySeconds(out.get(), src.get(), bytes));
+  for (bool shm : {false, true}) {
+    ClientOptions options;
+    options.shared_memory = shm;
+    auto client = ValueOrDie(Client::Connect(env.cluster->coordinator_address(), options), "connect");
+    for (int r = 0; r < reps; ++r) {
+      std::memset(out.get(), 0, 4096);
+      const absl::Time start = absl::Now();
+      CHECK_OK(client->GetInto("gather", std::nullopt, out.get(), bytes));
+      const double s = absl::ToDoubleSeconds(absl::Now() - start);
+      float first, last;
+      std::memcpy(&first, out.get(), 4);
+      std::memcpy(&last, out.get() + bytes - 4, 4);
+      if (first != 1.0f || last != 1.0f) {
+        std::fprintf(stderr, "gather returned wrong values\n");
+        std::exit(1);
+      }
+      (shm ? shm_path : grpc_path) = std::min(shm ? shm_path : grpc_path, s);
+    }
+  }
+  const std::string size = env.quick ? "64 MiB" : "1 GiB";
+  Add({absl::StrCat("1. gather ", size, ", 4 workers, gRPC"), GBps(bytes, grpc_path),
+       absl::StrCat("TCP x4 ", GBps(bytes, tcp)), tcp / grpc_path, "", true, 1.0});
+  Add({absl::StrCat("1. gather ", size, ", 4 workers, same-host shm"), GBps(bytes, shm_path),
+       absl::StrCat("memcpy x1 ", GBps(bytes, copy)), copy / shm_path, "", true, 0.7});
+  CHECK_OK(env.client->Delete("gather"));
+}
+
+// 2. Small region fetches: row ranges of 4 KiB and 64 KiB.
+void SmallFetchFigure(Env& env) {
+  const int64_t rows = 16384;  // x 1024 float32 = 64 MiB, 4096 rows per worker
+  ValueOrDie(env.client->Create("small", {rows, 1024}, DType::kFloat32,
+                                LayoutSpec::Chunk(0, Ranks(kWorkers)),
+                                InitSpec{InitSpec::Kind::kArange}),
+             "create small tensor");
+  const TensorMetadata meta = ValueOrDie(env.client->Describe("small"), "describe small");
+  auto echo_channel = MakeChannel(env.echo_address);
+  auto echo = bench::Echo::NewStub(echo_channel);
+  const absl::Duration duration = absl::Milliseconds(env.quick ? 500 : 1500);
+  for (int64_t fetch_rows : {1, 16}) {
+    const int64_t payload = fetch_rows * 1024 * 4;
+    for (bool shm : {false, true}) {
+      ClientOptions options;
+      options.shared_memory = shm;
+      Connection connection(env.cluster->coordinator_address(), options);
+      for (int callers : {1, 16}) {
+        std::vector<std::vector<char>> outs(callers, std::vector<char>(payload));
+        const Latency ref = Measure(callers, duration, [&](int c, int64_t i) {
+          grpc::ClientContext context;
+          bench::EchoRequest request;
+          request.set_bytes(payload);
+          bench::EchoReply reply;
+          return echo->Get(&context, request, &reply).ok();
+        });
+        const Latency got = Measure(callers, duration, [&](int c, int64_t i) {
+          // Rows aligned to the fetch size never straddle two shards.
+          const int64_t start = ((c * 7919 + i * 104729) % (rows / fetch_rows)) * fetch_rows;
+          Box box{{start, 0}, {fetch_rows, 1024}};
+          return GatherRegion(connection, meta, box, outs[c].data()).ok();
+        });
+        const std::string what = absl::StrCat("2. fetch ", payload / 1024, " KiB, ", callers,
+                                              callers == 1 ? " caller" : " callers",
+                                              shm ? ", shm" : ", gRPC");
+        if (callers == 1) {
+          Add({what + " p50", absl::StrFormat("%.0f us", got.p50_us),
+               absl::StrFormat("unary %.0f us", ref.p50_us), got.p50_us / ref.p50_us, "", false,
+               1.3});
+          Add({what + " p99", absl::StrFormat("%.0f us", got.p99_us),
+               absl::StrFormat("unary %.0f us", ref.p99_us), got.p99_us / ref.p99_us, "", false,
+               0});
+        } else {
+          Add({what + " p50", absl::StrFormat("%.0f us", got.p50_us),
+               absl::StrFormat("unary %.0f us", ref.p50_us), got.p50_us / ref.p50_us, "", false,
+               0});
+        }
+        Add({what + " QPS", absl::StrFormat("%.0f/s", got.qps),
+             absl::StrFormat("unary %.0f/s", ref.qps), got.qps / ref.qps, "", true,
+             callers == 16 ? 0.8 : 0});
+      }
+    }
+  }
+  // Through the SDK's Get, which asks the coordinator for metadata each call.
+  {
+    std::vector<char> out(4096);
+    const Latency got = Measure(1, duration, [&](int, int64_t i) {
+      Box box{{(i * 104729) % rows, 0}, {1, 1024}};
+      return env.client->GetInto("small", box, out.data(), out.size()).ok();
+    });
+    const Latency ref = Measure(1, duration, [&](int, int64_t) {
+      grpc::ClientContext context;
+      bench::EchoRequest request;
+      request.set_bytes(4096);
+      bench::EchoReply reply;
+      return echo->Get(&context, request, &reply).ok();
+    });
+    Add({"2. Client::GetInto 4 KiB (describe + fetch) p50", absl::StrFormat("%.0f us", got.p50_us),
+         absl::StrFormat("unary %.0f us", ref.p50_us), got.p50_us / ref.p50_us, "", false, 0});
+  }
+  CHECK_OK(env.client->Delete("small"));
+}
+
+// 3. Reshard rows -> columns.
+void ReshardFigure(Env& env) {
+  const int64_t rows = env.quick ? 16384 : 262144;
+  const int64_t bytes = rows * 1024 * 4;
+  ValueOrDie(env.client->Create("reshard", {rows, 1024}, DType::kFloat32,
+                                LayoutSpec::Chunk(0, Ranks(kWorkers)),
+                                InitSpec{InitSpec::Kind::kOnes}),
+             "create reshard tensor");
+  const absl::Time start = absl::Now();
+  ReshardStats stats =
+      ValueOrDie(env.client->Reshard("reshard", LayoutSpec::Chunk(1, Ranks(kWorkers))), "reshard");
+  const double wall = absl::ToDoubleSeconds(absl::Now() - start);
+  std::unique_ptr<char[]> out(new char[bytes]);
+  std::memset(out.get(), 1, bytes);
+  double tcp = 1e9;
+  for (int r = 0; r < 3; ++r) {
+    tcp = std::min(tcp, RawTcpSeconds(kWorkers, stats.bytes_moved, out.get()));
+  }
+  const std::string size = env.quick ? "64 MiB" : "1 GiB";
+  Add({absl::StrCat("3. reshard ", size, " rows->cols, 4 workers"),
+       absl::StrFormat("%.3f s", wall), "-", 0, "", true, 0});
+  Info("3. reshard bytes moved between workers", absl::StrCat(stats.bytes_moved));
+  Add({"3. reshard GB/s of moved bytes", GBps(stats.bytes_moved, wall),
+       absl::StrCat("TCP x4 ", GBps(stats.bytes_moved, tcp)), tcp / wall, "", true, 0.8});
+  CHECK_OK(env.client->Delete("reshard"));
+}
+
+// 4. Control plane: 100k-shard enumerable tensor, describe, memory, GetTensor QPS.
+void ControlFigure(Env& env) {
+  const int64_t shards = env.quick ? 10000 : 100000;
+  std::vector<Box> boxes;
+  std::vector<Placement> placements;
+  boxes.reserve(shards);
+  for (int64_t i = 0; i < shards; ++i) {
+    boxes.push_back(Box{{i, 0}, {1, 8}});
+    Placement p;
+    p.rank = static_cast<int32_t>(i % kWorkers);
+    placements.push_back(p);
+  }
+  const LayoutSpec spec = LayoutSpec::Enumerable(boxes, placements);
+  const pid_t coordinator = FindPid(absl::StrCat("--listen=", env.cluster->coordinator_address()));
+  const int64_t rss_before = ResidentBytes(coordinator);
+  absl::Time start = absl::Now();
+  ValueOrDie(LayoutBoxes({shards, 8}, spec), "validate layout");
+  const double validate = absl::ToDoubleSeconds(absl::Now() - start);
+  start = absl::Now();
+  ValueOrDie(env.client->Create("many", {shards, 8}, DType::kFloat32, spec), "create 100k");
+  const double create = absl::ToDoubleSeconds(absl::Now() - start);
+  start = absl::Now();
+  const TensorMetadata many = ValueOrDie(env.client->Describe("many"), "describe 100k");
+  const double describe = absl::ToDoubleSeconds(absl::Now() - start);
+  const int64_t rss_after = ResidentBytes(coordinator);
+  const std::string n = env.quick ? "10k" : "100k";
+  Row create_row{absl::StrCat("4. create+validate ", n, " shards (cluster)"),
+                 absl::StrFormat("%.3f s", create), "-", 0, "<= 0.2 s", true, 0, create <= 0.2};
+  Add(create_row);
+  Info(absl::StrCat("4. validate ", n, " shards in core/ only"), absl::StrFormat("%.3f s", validate));
+  Info(absl::StrCat("4. describe ", n, " shards"),
+       absl::StrFormat("%.3f s (%zu shards)", describe, many.shards.size()));
+  const double per_shard = static_cast<double>(rss_after - rss_before) / shards;
+  Row mem_row{"4. coordinator RSS per shard", absl::StrFormat("%.0f B", per_shard), "-", 0,
+              "<= 300 B", true, 0, per_shard <= 300};
+  Add(mem_row);
+  CHECK_OK(env.client->Delete("many"));
+
+  ValueOrDie(env.client->Create("tiny", {16, 16}, DType::kFloat32,
+                                LayoutSpec::Chunk(0, Ranks(kWorkers))),
+             "create tiny");
+  auto echo = bench::Echo::NewStub(MakeChannel(env.echo_address));
+  const absl::Duration duration = absl::Milliseconds(env.quick ? 500 : 1500);
+  for (int callers : {1, 16}) {
+    const Latency ref = Measure(callers, duration, [&](int, int64_t) {
+      grpc::ClientContext context;
+      bench::EchoRequest request;
+      request.set_bytes(0);
+      bench::EchoReply reply;
+      return echo->Get(&context, request, &reply).ok();
+    });
+    const Latency got = Measure(callers, duration, [&](int, int64_t) {
+      return env.client->Describe("tiny").ok();
+    });
+    Add({absl::StrCat("4. GetTensor (describe) small, ", callers, " caller(s) QPS"),
+         absl::StrFormat("%.0f/s", got.qps), absl::StrFormat("unary %.0f/s", ref.qps),
+         got.qps / ref.qps, "", true, 0});
+  }
+  CHECK_OK(env.client->Delete("tiny"));
+}
+
+// Runs the echo reference in a child process, like the workers are, so the
+// unary reference pays the same cross-process wake-ups. Returns its port.
+int StartEchoProcess(pid_t* child) {
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  *child = fork();
+  if (*child == 0) {
+    close(fds[0]);
+    EchoService service;
+    absl::StatusOr<RunningServer> server = StartServer("127.0.0.1:0", {&service});
+    const int port = server.ok() ? server->port : -1;
+    if (write(fds[1], &port, sizeof(port)) != sizeof(port)) _exit(1);
+    close(fds[1]);
+    if (server.ok()) server->server->Wait();  // until the parent kills us
+    _exit(0);
+  }
+  close(fds[1]);
+  int port = -1;
+  if (read(fds[0], &port, sizeof(port)) != sizeof(port)) port = -1;
+  close(fds[0]);
+  return port;
+}
+
+int Main(int argc, char** argv) {
+  Env env;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--quick") env.quick = true;
+  }
+  // Forked before any gRPC state exists in this process.
+  pid_t echo_pid = -1;
+  const int echo_port = StartEchoProcess(&echo_pid);
+  if (echo_port <= 0) {
+    std::fprintf(stderr, "cannot start the echo reference server\n");
+    return 1;
+  }
+  TestClusterOptions cluster_options;
+  cluster_options.num_workers = kWorkers;
+  env.cluster = ValueOrDie(TestCluster::Start(cluster_options), "start cluster");
+  env.client = ValueOrDie(Client::Connect(env.cluster->coordinator_address()), "connect");
+  env.echo_address = absl::StrCat("127.0.0.1:", echo_port);
+
+  std::printf("  %-44s %-16s %-22s %s\n", "figure", "value", "reference", "ratio");
+  GatherFigure(env);
+  SmallFetchFigure(env);
+  ReshardFigure(env);
+  ControlFigure(env);
+  PrintTable();
+  kill(echo_pid, SIGKILL);
+  waitpid(echo_pid, nullptr, 0);
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) { return tessera::Main(argc, argv); }

@@ -1,0 +1,68 @@
+// Same-host shared memory for the data plane. A worker keeps large shards in
+// POSIX shared-memory segments (worker/host_shard_store) and names them
+// through Worker.MapShard; a client on the same host maps the bytes it needs
+// read-only and copies straight from them, instead of streaming them over
+// loopback TCP. Across hosts (or containers with separate /dev/shm) the host
+// ids differ and callers fall back to the gRPC streams.
+//
+// Safety across versions and frees: segment names are never reused (pid,
+// shard id and a random suffix), a freed shard's segment is unlinked at once,
+// and a mapping made before the free keeps showing that shard's bytes until
+// it is unmapped. Callers map per read and never cache mappings.
+#ifndef TESSERA_TRANSPORT_SHARED_MEMORY_H_
+#define TESSERA_TRANSPORT_SHARED_MEMORY_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/box.h"
+
+namespace tessera {
+
+// Identifies this host's shared-memory namespace: the kernel boot id plus
+// the device and inode of /dev/shm. Computed once.
+const std::string& LocalHostId();
+
+// Bytes of one shard mapped read-only; unmapped on destruction.
+class ShardMapping {
+ public:
+  ShardMapping(void* map, size_t map_bytes, int64_t map_offset, Shape shape)
+      : map_(map), map_bytes_(map_bytes), map_offset_(map_offset), shape_(std::move(shape)) {}
+  ~ShardMapping();
+  ShardMapping(const ShardMapping&) = delete;
+  ShardMapping& operator=(const ShardMapping&) = delete;
+
+  // The byte at shard offset `byte_offset`; valid inside the mapped range.
+  const char* At(int64_t byte_offset) const {
+    return static_cast<const char*>(map_) + (byte_offset - map_offset_);
+  }
+  // The shard's box sizes, as the worker reported them.
+  const Shape& shape() const { return shape_; }
+
+ private:
+  void* map_;
+  size_t map_bytes_;
+  int64_t map_offset_;  // shard byte offset of map_ (page-aligned)
+  Shape shape_;
+};
+
+// Maps the bytes of `box` (shard coordinates) of shard `shard_id` held by
+// the worker behind `channel`. FAILED_PRECONDITION means "use gRPC instead"
+// (another host, no segment, an old worker); NOT_FOUND means the shard is
+// not held (freed), exactly as a gRPC read would report it.
+absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardBox(
+    const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id, const Box& box,
+    int64_t item_bytes, absl::Duration timeout);
+
+// Byte range [begin, end) of the shard that `box` touches (row-major over
+// `shape`); {0, 0} for an empty box.
+std::pair<int64_t, int64_t> BoxByteSpan(const Shape& shape, const Box& box, int64_t item_bytes);
+
+}  // namespace tessera
+
+#endif  // TESSERA_TRANSPORT_SHARED_MEMORY_H_

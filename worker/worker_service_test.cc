@@ -1,0 +1,157 @@
+// WorkerService served in-process on 127.0.0.1:0 against a HostShardStore:
+// the raw (zero-copy) region reads, the unary small read, same-host shared
+// memory maps, and a peer pull.
+#include "worker/worker_service.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rpc/channel.h"
+#include "rpc/server.h"
+#include "transport/grpc_transport.h"
+#include "transport/shared_memory.h"
+#include "worker/host_shard_store.h"
+
+namespace tessera {
+namespace {
+
+using ::tessera::testing::IsOk;
+using ::tessera::testing::StatusIs;
+
+constexpr int64_t kRows = 1024, kCols = 512;  // int32: 2 MiB, above the shm threshold
+
+class WorkerServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    service_ = std::make_unique<WorkerService>(&store_, WorkerServiceOptions{});
+    absl::StatusOr<RunningServer> server = StartServer("127.0.0.1:0", {service_.get()});
+    ASSERT_THAT(server.status(), IsOk());
+    server_ = std::move(*server);
+    address_ = absl::StrCat("127.0.0.1:", server_.port);
+    channel_ = MakeChannel(address_);
+    ShardDesc desc;
+    desc.tensor = "t";
+    desc.dtype = DType::kInt32;
+    desc.tensor_shape = {kRows, kCols};
+    desc.box = Box{{0, 0}, {kRows, kCols}};
+    ASSERT_THAT(store_.Allocate(1, desc, InitSpec{InitSpec::Kind::kArange}), IsOk());
+  }
+  void TearDown() override { server_.server->Shutdown(); }
+
+  // Reads `box` of shard 1 through the gRPC transport.
+  std::vector<int32_t> Read(const Box& box) {
+    std::vector<int32_t> out(box.NumElements(), -1);
+    absl::Status status = ReadRegion(
+        channel_, 1, box, 4, absl::Seconds(30),
+        [&](int64_t offset, absl::string_view data) {
+          EXPECT_EQ(offset % 4, 0);
+          EXPECT_EQ(data.size() % 4, 0u);
+          std::memcpy(reinterpret_cast<char*>(out.data()) + offset, data.data(), data.size());
+          return absl::OkStatus();
+        },
+        "");
+    EXPECT_THAT(status, IsOk());
+    return out;
+  }
+
+  static int32_t At(int64_t r, int64_t c) { return static_cast<int32_t>(r * kCols + c); }
+
+  HostShardStore store_;
+  std::unique_ptr<WorkerService> service_;
+  RunningServer server_;
+  std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+TEST_F(WorkerServiceTest, ContiguousRowsStreamFromShardMemory) {
+  const std::vector<int32_t> rows = Read(Box{{100, 0}, {900, kCols}});  // ~1.8 MiB: streamed
+  ASSERT_EQ(rows.size(), 900u * kCols);
+  EXPECT_EQ(rows.front(), At(100, 0));
+  EXPECT_EQ(rows[12345], At(100 + 12345 / kCols, 12345 % kCols));
+  EXPECT_EQ(rows.back(), At(999, kCols - 1));
+}
+
+TEST_F(WorkerServiceTest, StridedBoxIsGatheredIntoChunks) {
+  const std::vector<int32_t> cols = Read(Box{{0, 3}, {kRows, 500}});  // not contiguous
+  EXPECT_EQ(cols[0], At(0, 3));
+  EXPECT_EQ(cols[500], At(1, 3));
+  EXPECT_EQ(cols.back(), At(kRows - 1, 502));
+}
+
+TEST_F(WorkerServiceTest, SmallRegionIsOneUnaryCall) {
+  const std::vector<int32_t> row = Read(Box{{7, 0}, {1, kCols}});
+  EXPECT_EQ(row[0], At(7, 0));
+  EXPECT_EQ(row.back(), At(7, kCols - 1));
+}
+
+TEST_F(WorkerServiceTest, GeneratedProtobufClientStillParsesTheStream) {
+  auto stub = v1::Worker::NewStub(channel_);
+  grpc::ClientContext context;
+  v1::ReadRegionRequest request;
+  request.set_shard_id(1);
+  for (int64_t v : {int64_t{2}, int64_t{0}}) request.add_offsets(v);
+  for (int64_t v : {int64_t{600}, kCols}) request.add_sizes(v);
+  request.set_chunk_bytes(256 << 10);
+  auto reader = stub->ReadRegion(&context, request);
+  v1::ReadRegionResponse chunk;
+  int64_t received = 0;
+  while (reader->Read(&chunk)) {
+    EXPECT_EQ(chunk.offset(), received);
+    int32_t first;
+    std::memcpy(&first, chunk.data().data(), 4);
+    EXPECT_EQ(first, At(2, 0) + received / 4);
+    received += static_cast<int64_t>(chunk.data().size());
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(received, 600 * kCols * 4);
+}
+
+TEST_F(WorkerServiceTest, ReadOfUnknownShardIsNotFound) {
+  absl::Status status = ReadRegion(
+      channel_, 99, Box{{0}, {4}}, 4, absl::Seconds(30),
+      [](int64_t, absl::string_view) { return absl::OkStatus(); }, "");
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(WorkerServiceTest, SameHostClientMapsTheShardUntilItIsFreed) {
+  if (access("/dev/shm", W_OK) != 0) GTEST_SKIP() << "no writable /dev/shm here";
+  const Box box{{10, 0}, {5, kCols}};
+  absl::StatusOr<std::unique_ptr<ShardMapping>> mapping =
+      MapShardBox(channel_, 1, box, 4, absl::Seconds(30));
+  ASSERT_THAT(mapping.status(), IsOk());
+  int32_t value;
+  std::memcpy(&value, (*mapping)->At((12 * kCols + 7) * 4), 4);
+  EXPECT_EQ(value, At(12, 7));
+  EXPECT_EQ((*mapping)->shape(), (Shape{kRows, kCols}));
+  // A wrong element size is refused rather than misread.
+  EXPECT_THAT(MapShardBox(channel_, 1, box, 8, absl::Seconds(30)).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_THAT(store_.Free(1), IsOk());
+  // The old mapping still shows the freed shard's bytes, never other data...
+  std::memcpy(&value, (*mapping)->At((12 * kCols + 7) * 4), 4);
+  EXPECT_EQ(value, At(12, 7));
+  // ...and new maps fail as a gRPC read would.
+  EXPECT_THAT(MapShardBox(channel_, 1, box, 4, absl::Seconds(30)).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(WorkerServiceTest, PrivateShardIsNotOfferedForMapping) {
+  ShardDesc desc;
+  desc.tensor = "small";
+  desc.dtype = DType::kInt32;
+  desc.tensor_shape = {4};
+  desc.box = Box{{0}, {4}};
+  ASSERT_THAT(store_.Allocate(2, desc, InitSpec{}), IsOk());
+  EXPECT_THAT(MapShardBox(channel_, 2, Box{{0}, {4}}, 4, absl::Seconds(30)).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+}  // namespace
+}  // namespace tessera
