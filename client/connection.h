@@ -26,6 +26,9 @@ struct ClientOptions {
   // this many times, with doubling backoff from 50 ms, while the coordinator
   // cannot be reached (e.g. it is restarting).
   int control_retries = 4;
+  // Reuse tensor metadata between reads (see Client); at most this many
+  // tensors are remembered. 0 disables the cache.
+  int metadata_cache_entries = 1024;
   // Most data streams running at once (one thread each).
   int max_parallel_streams = 16;
   // Read shards through shared memory when the worker is on this host (and

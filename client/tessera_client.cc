@@ -189,6 +189,7 @@ absl::StatusOr<std::vector<TensorInfo>> Client::List() {
 }
 
 absl::Status Client::Delete(const std::string& name) {
+  ForgetMetadata(name);
   v1::DeleteTensorRequest request;
   request.set_name(name);
   v1::DeleteTensorResponse response;
@@ -199,19 +200,53 @@ absl::Status Client::Delete(const std::string& name) {
   return absl::OkStatus();
 }
 
+std::shared_ptr<const TensorMetadata> Client::CachedMetadata(const std::string& name) {
+  absl::MutexLock lock(&cache_mu_);
+  auto it = metadata_cache_.find(name);
+  return it == metadata_cache_.end() ? nullptr : it->second;
+}
+
+void Client::CacheMetadata(std::shared_ptr<const TensorMetadata> meta) {
+  const int limit = connection_->options().metadata_cache_entries;
+  if (limit <= 0) return;
+  absl::MutexLock lock(&cache_mu_);
+  if (static_cast<int>(metadata_cache_.size()) >= limit) metadata_cache_.clear();
+  metadata_cache_[meta->name] = std::move(meta);
+}
+
+void Client::ForgetMetadata(const std::string& name) {
+  absl::MutexLock lock(&cache_mu_);
+  metadata_cache_.erase(name);
+}
+
 absl::Status Client::ReadRegion(
     const std::string& name, const std::optional<Box>& region,
     const std::function<absl::StatusOr<char*>(const TensorMetadata&, const Box&)>& destination) {
   uint64_t last_version = 0;
   for (int attempt = 0;; ++attempt) {
-    TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta, Describe(name));
-    Box box = region.has_value() ? *region : WholeBox(meta.shape);
-    TESSERA_RETURN_IF_ERROR(CheckWithin(box, meta.shape, "region"));
-    TESSERA_ASSIGN_OR_RETURN(char* out, destination(meta, box));
-    absl::Status status = GatherRegion(*connection_, meta, box, out);
+    std::shared_ptr<const TensorMetadata> meta = attempt == 0 ? CachedMetadata(name) : nullptr;
+    const bool cached = meta != nullptr;
+    if (!cached) {
+      TESSERA_ASSIGN_OR_RETURN(TensorMetadata fresh, Describe(name));
+      meta = std::make_shared<const TensorMetadata>(std::move(fresh));
+    }
+    const Box box = region.has_value() ? *region : WholeBox(meta->shape);
+    absl::Status status = CheckWithin(box, meta->shape, "region");
+    if (status.ok()) {
+      absl::StatusOr<char*> out = destination(*meta, box);
+      status = out.ok() ? GatherRegion(*connection_, *meta, box, *out) : out.status();
+    }
+    if (status.ok()) {
+      if (!cached) CacheMetadata(meta);
+      return status;
+    }
+    if (cached) {  // perhaps stale: read again on fresh metadata
+      ForgetMetadata(name);
+      continue;
+    }
     // The version we read was replaced and freed under us: read the new one.
-    if (absl::IsAborted(status) && attempt < 3 && meta.version != last_version) {
-      last_version = meta.version;
+    if (absl::IsAborted(status) && attempt < 4 && meta->version != last_version) {
+      last_version = meta->version;
       continue;
     }
     return status;
@@ -274,6 +309,7 @@ absl::StatusOr<std::vector<ShardHandle>> Client::Handles(const std::string& name
 }
 
 absl::StatusOr<ReshardStats> Client::Reshard(const std::string& name, const LayoutSpec& spec) {
+  ForgetMetadata(name);
   v1::ReshardTensorRequest request;
   request.set_name(name);
   LayoutSpecToProto(spec, request.mutable_spec());

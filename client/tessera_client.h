@@ -16,7 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "client/connection.h"
 #include "client/host_array.h"
 #include "core/box.h"
@@ -137,7 +140,22 @@ class Client {
                           const std::function<absl::StatusOr<char*>(const TensorMetadata&,
                                                                     const Box&)>& destination);
 
+  // The cached metadata of `name`, or null.
+  std::shared_ptr<const TensorMetadata> CachedMetadata(const std::string& name)
+      ABSL_LOCKS_EXCLUDED(cache_mu_);
+  void CacheMetadata(std::shared_ptr<const TensorMetadata> meta) ABSL_LOCKS_EXCLUDED(cache_mu_);
+  void ForgetMetadata(const std::string& name) ABSL_LOCKS_EXCLUDED(cache_mu_);
+
   std::shared_ptr<Connection> connection_;
+
+  // Metadata of tensors read recently, so a region fetch is one call to one
+  // worker instead of two round trips. Shard ids are never reused, so a stale
+  // entry cannot return other data — it can only fail (a freed shard, a dead
+  // worker, a region outside an old shape); any failure on a cached entry
+  // drops it and the read is retried once on fresh metadata.
+  absl::Mutex cache_mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<const TensorMetadata>> metadata_cache_
+      ABSL_GUARDED_BY(cache_mu_);
 };
 
 }  // namespace tessera

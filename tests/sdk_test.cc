@@ -303,5 +303,26 @@ TEST_F(SdkTest, PutOfAnExistingNameChangesNothing) {
   EXPECT_EQ(BytesUsed(), before);
 }
 
+TEST_F(SdkTest, CachedMetadataNeverServesAReplacedTensor) {
+  HostArray first = Iota(DType::kFloat32, {8, 8}, 1);
+  RoundTrip("replaced", first, LayoutSpec::Chunk(0, Ranks({0, 1})));  // cached by this client
+  auto other = Client::Connect(cluster_->coordinator_address());
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE((*other)->Delete("replaced").ok());
+  HostArray second = Iota(DType::kFloat32, {20, 8}, 2);
+  ASSERT_TRUE((*other)->Put("replaced", second, LayoutSpec::Chunk(1, Ranks({2, 3}))).ok());
+  auto whole = client_->Get("replaced");
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_TRUE(SameBytes(*whole, second));
+  ASSERT_TRUE((*other)->Delete("replaced").ok());
+  ASSERT_TRUE((*other)->Put("replaced", first, LayoutSpec::Chunk(0, Ranks({3}))).ok());
+  // A region that only the previous shape had is now out of bounds.
+  EXPECT_THAT(client_->Get("replaced", Box{{10, 0}, {5, 8}}).status(),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("out of bounds")));
+  auto back = client_->Get("replaced");
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(SameBytes(*back, first));
+}
+
 }  // namespace
 }  // namespace tessera
