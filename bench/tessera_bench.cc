@@ -4,7 +4,7 @@
 // loopback, memcpy, a bare gRPC unary call), printed as a ratio. Run through
 // bench/run.sh, which builds everything first.
 //
-// Flags are plain argv: --quick (smaller sizes, for a smoke run).
+// Flags are plain argv: --quick (smaller sizes, for a smoke run), --only=1,3 (some figures).
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
@@ -504,9 +504,13 @@ int StartEchoProcess(pid_t* child) {
 
 int Main(int argc, char** argv) {
   Env env;
+  std::string only;  // --only=1,3: run just these figures (for profiling)
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--quick") env.quick = true;
+    const std::string arg = argv[i];
+    if (arg == "--quick") env.quick = true;
+    if (arg.rfind("--only=", 0) == 0) only = arg.substr(7);
   }
+  auto wanted = [&](char figure) { return only.empty() || only.find(figure) != std::string::npos; };
   // Forked before any gRPC state exists in this process.
   pid_t echo_pid = -1;
   const int echo_port = StartEchoProcess(&echo_pid);
@@ -521,10 +525,10 @@ int Main(int argc, char** argv) {
   env.echo_address = absl::StrCat("127.0.0.1:", echo_port);
 
   std::printf("  %-44s %-16s %-22s %s\n", "figure", "value", "reference", "ratio");
-  GatherFigure(env);
-  SmallFetchFigure(env);
-  ReshardFigure(env);
-  ControlFigure(env);
+  if (wanted('1')) GatherFigure(env);
+  if (wanted('2')) SmallFetchFigure(env);
+  if (wanted('3')) ReshardFigure(env);
+  if (wanted('4')) ControlFigure(env);
   PrintTable();
   kill(echo_pid, SIGKILL);
   waitpid(echo_pid, nullptr, 0);
