@@ -39,14 +39,14 @@ void Coordinator::RetireLoop() {
       std::move(first_due, retirements_.end(), std::back_inserter(due));
       retirements_.erase(first_due, retirements_.end());
       for (const Retirement& r : due) {
-        for (const ShardInfo& shard : r.shards.shards) shard_owner_.erase(shard.shard_id);
+        for (const ShardInfo& shard : r.shards.shards) referenced_shards_.erase(shard.shard_id);
       }
       // Puts whose client never committed are abandoned.
       for (auto it = tensors_.begin(); it != tensors_.end();) {
         if (it->second.state == State::kPending &&
             now - it->second.created > options_.pending_timeout) {
           spdlog::warn("removing tensor '{}': its put was never completed", it->first);
-          for (const ShardInfo& shard : it->second.meta->shards) shard_owner_.erase(shard.shard_id);
+          for (const ShardInfo& shard : it->second.meta->shards) referenced_shards_.erase(shard.shard_id);
           due.push_back({now, *it->second.meta});
           it = tensors_.erase(it);
         } else {
@@ -70,7 +70,7 @@ absl::Status Coordinator::Recover() {
   }
   for (auto& [name, tensor] : state.tensors) {
     for (const ShardInfo& shard : tensor.shards) {
-      shard_owner_[shard.shard_id] = name;
+      referenced_shards_.insert(shard.shard_id);
       next_shard_id_ = std::max(next_shard_id_, shard.shard_id + 1);
     }
     TensorEntry& entry = tensors_[name];
@@ -136,7 +136,7 @@ std::vector<uint64_t> Coordinator::Reconcile(const std::string& worker,
   for (const Retirement& r : retirements_) mark(r.shards);
   std::vector<uint64_t> unreferenced;
   for (uint64_t id : held) {
-    if (!shard_owner_.contains(id)) unreferenced.push_back(id);
+    if (!referenced_shards_.contains(id)) unreferenced.push_back(id);
   }
   return unreferenced;
 }
@@ -235,7 +235,7 @@ absl::StatusOr<TensorMetadata> Coordinator::CreateTensor(const CreateTensorArgs&
     TESSERA_ASSIGN_OR_RETURN(uint64_t first_id, TakeShardIds(meta->shards.size()));
     for (ShardInfo& shard : meta->shards) {
       shard.shard_id = first_id++;
-      shard_owner_[shard.shard_id] = args.name;
+      referenced_shards_.insert(shard.shard_id);
     }
     tensors_[args.name].state = State::kCreating;
     tensors_[args.name].created = options_.clock();
@@ -263,7 +263,7 @@ absl::StatusOr<TensorMetadata> Coordinator::CreateTensor(const CreateTensorArgs&
   }
   if (allocated) FreeShards(*meta);
   absl::MutexLock lock(&mu_);
-  for (const ShardInfo& shard : meta->shards) shard_owner_.erase(shard.shard_id);
+  for (const ShardInfo& shard : meta->shards) referenced_shards_.erase(shard.shard_id);
   tensors_.erase(args.name);
   return status;
 }
@@ -427,7 +427,7 @@ absl::Status Coordinator::DeleteTensor(const std::string& name) {
     meta = it->second.meta;
     tensors_.erase(it);
     for (const ShardInfo& shard : meta->shards) {
-      shard_owner_.erase(shard.shard_id);
+      referenced_shards_.erase(shard.shard_id);
       lost_.erase(shard.shard_id);
     }
     // Replaced versions waiting out their grace period go now too.
@@ -435,7 +435,7 @@ absl::Status Coordinator::DeleteTensor(const std::string& name) {
         std::partition(retirements_.begin(), retirements_.end(),
                        [&](const Retirement& r) { return r.shards.name != name; });
     for (auto r = first_retired; r != retirements_.end(); ++r) {
-      for (const ShardInfo& shard : r->shards.shards) shard_owner_.erase(shard.shard_id);
+      for (const ShardInfo& shard : r->shards.shards) referenced_shards_.erase(shard.shard_id);
       retired.push_back(std::move(r->shards));
     }
     retirements_.erase(first_retired, retirements_.end());
@@ -515,18 +515,18 @@ absl::StatusOr<ReshardResult> Coordinator::ReshardTensor(const std::string& name
         continue;
       }
       shard.shard_id = next_id++;
-      shard_owner_[shard.shard_id] = name;
+      referenced_shards_.insert(shard.shard_id);
       fresh.shards.push_back(shard);
     }
   }
   if (absl::Status status = CheckCapacity(fresh); !status.ok()) {
     absl::MutexLock lock(&mu_);
-    for (const ShardInfo& shard : fresh.shards) shard_owner_.erase(shard.shard_id);
+    for (const ShardInfo& shard : fresh.shards) referenced_shards_.erase(shard.shard_id);
     return status;
   }
   auto forget_fresh = [&] {
     absl::MutexLock lock(&mu_);
-    for (const ShardInfo& shard : fresh.shards) shard_owner_.erase(shard.shard_id);
+    for (const ShardInfo& shard : fresh.shards) referenced_shards_.erase(shard.shard_id);
   };
   absl::Status status = AllocateShards(fresh, InitSpec{});
   if (!status.ok()) {

@@ -185,10 +185,10 @@ class Coordinator {
 
   // Invariants: every name in tensors_ is a valid tensor name; a kReady or
   // kPending entry has meta != nullptr; every shard id of every entry is in
-  // shard_owner_; shard ids are never reused (next_shard_id_ only grows).
+  // referenced_shards_; shard ids are never reused (next_shard_id_ only grows).
   mutable absl::Mutex mu_;
   std::map<std::string, TensorEntry> tensors_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, std::string> shard_owner_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> referenced_shards_ ABSL_GUARDED_BY(mu_);
   uint64_t next_shard_id_ ABSL_GUARDED_BY(mu_) = 1;
   // Ids below this may have been handed out before a restart; recorded in the store.
   uint64_t shard_id_high_water_ ABSL_GUARDED_BY(mu_) = 1;

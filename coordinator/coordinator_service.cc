@@ -96,6 +96,7 @@ grpc::Status CoordinatorService::GetTensor(grpc::ServerContext*,
   absl::StatusOr<TensorMetadata> meta = coordinator_->GetTensor(request->name());
   if (!meta.ok()) return ToGrpcStatus(meta.status());
   TensorMetadataToProto(*meta, response->mutable_tensor());
+  ReleaseFreedMemory(meta->shards.size());
   return grpc::Status::OK;
 }
 
