@@ -528,12 +528,15 @@ absl::StatusOr<ReshardResult> Coordinator::ReshardTensor(const std::string& name
     absl::MutexLock lock(&mu_);
     for (const ShardInfo& shard : fresh.shards) referenced_shards_.erase(shard.shard_id);
   };
+  const absl::Time allocate_start = absl::Now();
   absl::Status status = AllocateShards(fresh, InitSpec{});
   if (!status.ok()) {
     forget_fresh();
     return Annotate(status, absl::StrCat("resharding '", name, "'"));
   }
+  const absl::Time move_start = absl::Now();
   status = MovePieces(sources, *new_meta, plan);
+  const absl::Time move_end = absl::Now();
   if (!status.ok()) {
     FreeShards(fresh);
     forget_fresh();
@@ -583,9 +586,12 @@ absl::StatusOr<ReshardResult> Coordinator::ReshardTensor(const std::string& name
   result.shards_kept = plan.shards_kept;
   result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   spdlog::info("resharded '{}' to version {}: {} piece(s) moved ({} bytes), {} bytes copied "
-               "locally, {} shard(s) kept, {:.3f} s",
+               "locally, {} shard(s) kept, {:.3f} s (plan {:.3f}, allocate {:.3f}, move {:.3f})",
                name, result.version, result.pieces_moved, result.bytes_moved,
-               result.bytes_copied_locally, result.shards_kept, result.seconds);
+               result.bytes_copied_locally, result.shards_kept, result.seconds,
+               absl::ToDoubleSeconds(allocate_start - start),
+               absl::ToDoubleSeconds(move_start - allocate_start),
+               absl::ToDoubleSeconds(move_end - move_start));
   return result;
 }
 
