@@ -11,10 +11,21 @@ bazel build "${BAZEL_FLAGS[@]}" //... || exit 1
 bazel test "${BAZEL_FLAGS[@]}" --test_output=errors //...
 rc=$?
 
+# Every parser of outside input under libFuzzer, a short run each.
+fuzz/run.sh 15 || rc=1
+
 # The Python SDK's tests (pytest) against a real local cluster.
 ./client/python/run_tests.sh bazel-testlogs/client/python/pytest/test.xml
 py_rc=$?
 if [ "$py_rc" -ne 0 ]; then rc=$py_rc; fi
+
+# The GPU path must compile even without a GPU (CUDA headers and libraries
+# from /usr/local/cuda). Built last: it relinks bazel-bin/worker/tessera-worker.
+if [ -d /usr/local/cuda/include ]; then
+  bazel build "${BAZEL_FLAGS[@]}" --config=cuda //... || rc=1
+else
+  echo "no /usr/local/cuda: skipping the --config=cuda build"
+fi
 
 passed=0
 failed=0

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets in fuzz/ with clang (ASan + UBSan), outside
+# Bazel: protoc output, tessera's library sources and each *_fuzzer.cc are
+# compiled once into objects under fuzz/out/obj/ (rebuilt only when the
+# source or a header it includes changed, from clang's -MMD files) and
+# linked against Debian's gRPC, Protobuf, Abseil and spdlog.
+#
+#   fuzz/build.sh                 build every target into fuzz/out/
+#   FUZZ_JOBS=4 fuzz/build.sh     more parallel compiles (default 2)
+set -euo pipefail
+shopt -s nullglob
+cd "$(dirname "$0")/.."
+
+OUT=fuzz/out
+OBJ=$OUT/obj
+GEN=$OUT/gen
+JOBS="${FUZZ_JOBS:-2}"
+CXX="${CXX:-clang++}"
+mkdir -p "$OBJ" "$GEN/proto"
+
+SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+CXXFLAGS="-std=c++17 -g -O1 -DSPDLOG_FMT_EXTERNAL -I. -I$GEN -w"
+
+# Abseil libraries: the list Bazel links (third_party/BUILD).
+ABSL=$(sed -n '/^ABSL_LIBS = \[/,/^\]/p' third_party/BUILD | grep -o '"[a-z_0-9]*"' | tr -d '"' |
+  sed 's/^/-labsl_/' | tr '\n' ' ')
+# shellcheck disable=SC2206,SC2207,SC2054
+LIBS=($(pkg-config --libs grpc++ protobuf) -Wl,--start-group $ABSL -Wl,--end-group
+  -lspdlog -lfmt -lpthread -lrt)
+
+# 1. Protobuf / gRPC code for every proto/*.proto.
+for src in proto/*.proto; do
+  base=$GEN/${src%.proto}
+  if [ -f "$base.pb.cc" ] && [ "$base.pb.cc" -nt "$src" ]; then continue; fi
+  echo "protoc $src"
+  if grep -q '^service ' "$src"; then
+    protoc -I. --cpp_out="$GEN" --grpc_out="$GEN" \
+      --plugin=protoc-gen-grpc="$(command -v grpc_cpp_plugin)" "$src"
+  else
+    protoc -I. --cpp_out="$GEN" "$src"
+  fi
+done
+
+# 2. Library sources: every .cc of these packages but tests and mains.
+LIB_SRCS=()
+for f in core/*.cc rpc/*.cc transport/*.cc worker/*.cc coordinator/*.cc "$GEN"/proto/*.cc; do
+  case "$f" in *_test.cc | */main.cc) continue ;; esac
+  case "$f" in *cuda*) continue ;; esac  # no CUDA toolkit here; host paths only
+  LIB_SRCS+=("$f")
+done
+TARGETS=()
+for f in fuzz/*_fuzzer.cc; do TARGETS+=("$(basename "$f" .cc)"); done
+
+obj_of() { echo "$OBJ/$(echo "$1" | sed "s|^$GEN/||; s|/|_|g; s|\.cc$|.o|")"; }
+
+# Compiles $1 into $2 unless $2 is newer than everything in its .d file.
+# shellcheck disable=SC2317  # run by xargs below
+compile() {
+  local src=$1 obj=$2 dep
+  if [ -f "$obj" ] && [ -f "$obj.d" ]; then
+    local stale=0
+    for dep in $(sed 's/^[^:]*://; s/\\$//' "$obj.d"); do
+      if [ ! -e "$dep" ] || [ "$dep" -nt "$obj" ]; then stale=1; break; fi
+    done
+    [ "$stale" = 0 ] && return 0
+  fi
+  echo "compile $src"
+  # shellcheck disable=SC2086
+  local tmp=$obj.$$.tmp  # unique: two builds may run at once
+  if $CXX $CXXFLAGS $SAN -fsanitize=fuzzer-no-link -MMD -MF "$obj.d" -c "$src" -o "$tmp"; then
+    mv "$tmp" "$obj"
+  else
+    rm -f "$obj" "$tmp"  # never link a stale object
+    return 1
+  fi
+}
+export -f compile
+export CXX CXXFLAGS SAN
+
+pairs=()
+for src in "${LIB_SRCS[@]}" "${TARGETS[@]/#/fuzz/}" fuzz/make_seeds; do
+  case "$src" in fuzz/*_fuzzer | fuzz/make_seeds) src=$src.cc ;; esac
+  pairs+=("$src" "$(obj_of "$src")")
+done
+# A failed compile does not stop the others: targets that do not need the
+# object still link (the pure-core ones link core/ only).
+printf '%s\n' "${pairs[@]}" | xargs -d '\n' -n 2 -P "$JOBS" bash -c 'compile "$1" "$2"' _ ||
+  echo "some sources failed to compile (see above)"
+
+LIB_OBJS=()
+CORE_OBJS=()
+for src in "${LIB_SRCS[@]}"; do
+  LIB_OBJS+=("$(obj_of "$src")")
+  case "$src" in core/*) CORE_OBJS+=("$(obj_of "$src")") ;; esac
+done
+status=0
+
+# 3. Link each target.
+for t in "${TARGETS[@]}"; do
+  bin=$OUT/$t
+  case "$t" in
+    worker_* | coordinator_*) objs=("$(obj_of "fuzz/$t.cc")" "${LIB_OBJS[@]}") ;;
+    *) objs=("$(obj_of "fuzz/$t.cc")" "${CORE_OBJS[@]}") ;;
+  esac
+  need=0
+  [ -f "$bin" ] || need=1
+  for o in "${objs[@]}"; do
+    if [ ! -f "$o" ]; then need=missing; break; fi
+    if [ "$o" -nt "$bin" ]; then need=1; fi
+  done
+  if [ "$need" = missing ]; then
+    echo "cannot link $t: $o did not compile"
+    rm -f "$bin"
+    status=1
+  elif [ "$need" = 1 ]; then
+    echo "link $bin"
+    # Linked aside and renamed: a running fuzzer keeps its binary.
+    # shellcheck disable=SC2086
+    if $CXX -fsanitize=fuzzer $SAN -o "$bin.$$.tmp" "${objs[@]}" "${LIBS[@]}"; then
+      mv "$bin.$$.tmp" "$bin"
+    else
+      rm -f "$bin.$$.tmp"
+      status=1
+    fi
+  fi
+done
+# The seed generator (a plain program; see make_seeds.cc).
+seeds_objs=("$(obj_of fuzz/make_seeds.cc)" "${CORE_OBJS[@]}")
+for src in "$GEN"/proto/*.pb.cc rpc/convert.cc; do seeds_objs+=("$(obj_of "$src")"); done
+if [ ! -f "$OUT/make_seeds" ] || [ "${seeds_objs[0]}" -nt "$OUT/make_seeds" ]; then
+  echo "link $OUT/make_seeds"
+  # shellcheck disable=SC2086
+  $CXX $SAN -fsanitize=fuzzer-no-link -o "$OUT/make_seeds" "${seeds_objs[@]}" "${LIBS[@]}" ||
+    status=1
+fi
+[ "$status" = 0 ] && echo "built: ${TARGETS[*]} in $OUT/"
+exit "$status"

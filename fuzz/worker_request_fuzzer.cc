@@ -1,0 +1,197 @@
+// Fuzzes the Worker service's request validation: the input is a sequence
+// of records (fuzz_util.h), each a serialized tessera.v1 request handed to
+// the real WorkerService of one of two workers, A and B, each on a
+// HostShardStore of kCapacity bytes:
+//   op & 7 == 0  AllocateShardsRequest -> AllocateShards (direct call)
+//   op & 7 == 1  ReadRegionRequest     -> ReadRegion (through gRPC, drained)
+//   op & 7 == 2  PullRegionRequest     -> PullRegion (direct); src_address is
+//                replaced by A's or B's real address (bit 4 of op), so both
+//                the local copy and the peer stream are exercised
+//   op & 7 == 3  FreeShardsRequest     -> FreeShards (direct)
+//   op & 7 == 4  WriteShardRequest     -> one message of a WriteShard stream
+//                (consecutive such records form one stream, through gRPC)
+//   otherwise    ignored
+// Bit 3 of op picks the worker (A or B). The streaming handlers need a real
+// ServerReader/ServerWriter, so both workers also serve on 127.0.0.1:0 and
+// are called through it. Every shard is freed after each
+// input, so inputs are independent. Invariants (trap on failure): a worker
+// never uses more than its capacity, and its BytesUsed matches its shards.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "fuzz/fuzz_util.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/worker.grpc.pb.h"
+#include "rpc/channel.h"
+#include "worker/host_shard_store.h"
+#include "worker/worker_service.h"
+
+namespace tessera {
+namespace {
+
+constexpr int64_t kCapacity = 16 << 20;
+
+struct Worker {
+  HostShardStore store{kCapacity};
+  std::unique_ptr<WorkerService> service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+  std::unique_ptr<v1::Worker::Stub> stub;  // to this worker
+
+  Worker() {
+    WorkerServiceOptions options;
+    options.pull_timeout = absl::Seconds(5);
+    service = std::make_unique<WorkerService>(&store, options);
+    grpc::ServerBuilder builder;
+    ConfigureServerBuilder(&builder);
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.RegisterService(service.get());
+    server = builder.BuildAndStart();
+    if (server == nullptr || port == 0)
+      fuzz::Fail("cannot start the worker server");
+    address = absl::StrCat("127.0.0.1:", port);
+    // Over TCP, as a client reaches it: gRPC's in-process transport keeps
+    // both ends of a client stream alive when the server ends it early (a
+    // slow leak that is not the worker's), which TCP does not.
+    stub = v1::Worker::NewStub(MakeChannel(address));
+  }
+
+  void CheckAccounting() {
+    int64_t sum = 0;
+    for (uint64_t id : store.ShardIds()) {
+      absl::StatusOr<ShardDesc> d = store.Describe(id);
+      FUZZ_CHECK(d.ok(), d.status().ToString());
+      sum += d->ByteSize();
+    }
+    FUZZ_CHECK(sum == store.BytesUsed() && sum <= kCapacity,
+               absl::StrCat(sum, " vs ", store.BytesUsed()));
+  }
+
+  void FreeAll() {
+    for (uint64_t id : store.ShardIds()) (void)store.Free(id);
+    FUZZ_CHECK(store.BytesUsed() == 0, absl::StrCat(store.BytesUsed()));
+  }
+};
+
+Worker* workers[2];
+
+std::unique_ptr<grpc::ClientContext> Context() {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::seconds(5));
+  return context;
+}
+
+void FlushWrites(Worker* w, std::vector<v1::WriteShardRequest>* pending) {
+  if (pending->empty()) return;
+  auto context = Context();
+  v1::WriteShardResponse response;
+  auto writer = w->stub->WriteShard(context.get(), &response);
+  for (const v1::WriteShardRequest& m : *pending) {
+    if (!writer->Write(m)) break;
+  }
+  writer->WritesDone();
+  (void)writer->Finish();
+  pending->clear();
+}
+
+void Run(const uint8_t* data, size_t size) {
+  fuzz::Records records(data, size);
+  uint8_t op;
+  absl::string_view bytes;
+  std::vector<v1::WriteShardRequest> pending;
+  Worker* pending_worker = nullptr;
+  while (records.Next(&op, &bytes)) {
+    Worker* w = workers[(op >> 3) & 1];
+    const int kind = op & 7;
+    if (kind != 4 || w != pending_worker) {
+      if (pending_worker != nullptr) FlushWrites(pending_worker, &pending);
+      pending_worker = nullptr;
+    }
+    grpc::ServerContext server_context;
+    switch (kind) {
+      case 0: {
+        v1::AllocateShardsRequest request;
+        if (!request.ParseFromArray(bytes.data(),
+                                    static_cast<int>(bytes.size())))
+          break;
+        v1::AllocateShardsResponse response;
+        (void)w->service->AllocateShards(&server_context, &request, &response);
+        break;
+      }
+      case 1: {
+        v1::ReadRegionRequest request;
+        if (!request.ParseFromArray(bytes.data(),
+                                    static_cast<int>(bytes.size())))
+          break;
+        auto context = Context();
+        auto reader = w->stub->ReadRegion(context.get(), request);
+        v1::ReadRegionResponse chunk;
+        int64_t total = 0;
+        while (reader->Read(&chunk))
+          total += static_cast<int64_t>(chunk.data().size());
+        grpc::Status s = reader->Finish();
+        FUZZ_CHECK(total <= kCapacity, absl::StrCat(total));
+        FUZZ_CHECK(s.error_code() != grpc::StatusCode::UNKNOWN &&
+                       s.error_code() != grpc::StatusCode::INTERNAL,
+                   s.error_message());
+        break;
+      }
+      case 2: {
+        v1::PullRegionRequest request;
+        if (!request.ParseFromArray(bytes.data(),
+                                    static_cast<int>(bytes.size())))
+          break;
+        request.set_src_address(workers[(op >> 4) & 1]->address);
+        v1::PullRegionResponse response;
+        (void)w->service->PullRegion(&server_context, &request, &response);
+        break;
+      }
+      case 3: {
+        v1::FreeShardsRequest request;
+        if (!request.ParseFromArray(bytes.data(),
+                                    static_cast<int>(bytes.size())))
+          break;
+        v1::FreeShardsResponse response;
+        (void)w->service->FreeShards(&server_context, &request, &response);
+        break;
+      }
+      case 4: {
+        v1::WriteShardRequest request;
+        if (!request.ParseFromArray(bytes.data(),
+                                    static_cast<int>(bytes.size())))
+          break;
+        pending.push_back(std::move(request));
+        pending_worker = w;
+        break;
+      }
+      default:
+        break;
+    }
+    workers[0]->CheckAccounting();
+    workers[1]->CheckAccounting();
+  }
+  if (pending_worker != nullptr) FlushWrites(pending_worker, &pending);
+  workers[0]->FreeAll();
+  workers[1]->FreeAll();
+}
+
+}  // namespace
+}  // namespace tessera
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  tessera::workers[0] = new tessera::Worker();  // live for the whole process
+  tessera::workers[1] = new tessera::Worker();
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  tessera::Run(data, size);
+  return 0;
+}
