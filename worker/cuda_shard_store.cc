@@ -27,20 +27,10 @@ struct CudaShardStore::Shard {
 };
 
 CudaShardStore::CudaShardStore(int device, int64_t capacity_bytes)
-    : device_(device), capacity_bytes_(capacity_bytes) {}
+    : device_(device), table_(capacity_bytes, absl::StrCat(" on cuda:", device)) {}
 CudaShardStore::~CudaShardStore() = default;
 
 namespace {
-
-absl::Status CheckRange(const ShardDesc& desc, const Box& box, int64_t flat_begin, int64_t count) {
-  TESSERA_RETURN_IF_ERROR(CheckWithin(box, desc.box.sizes, "region of the shard"));
-  const int64_t n = box.NumElements();
-  if (flat_begin < 0 || count < 0 || flat_begin > n || count > n - flat_begin) {
-    return OutOfBoundsError(absl::StrCat("elements [", flat_begin, ", ", flat_begin + count,
-                                         ") of a region of ", n, " elements"));
-  }
-  return absl::OkStatus();
-}
 
 // Copies elements [flat_begin, +count) of `box` between a shard on the GPU
 // and a dense host buffer, one cudaMemcpy per contiguous run.
@@ -67,20 +57,8 @@ absl::Status CudaShardStore::Allocate(uint64_t id, const ShardDesc& desc, const 
   shard->desc = desc;
   shard->device = device_;
   shard->bytes = desc.ByteSize();
-  {
-    absl::MutexLock lock(&mu_);
-    if (shards_.contains(id)) return AlreadyExistsError("shard id", absl::StrCat(id));
-    if (capacity_bytes_ > 0 && bytes_used_ + shard->bytes > capacity_bytes_) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "shard of ", shard->bytes, " bytes does not fit: ", bytes_used_, " of ",
-          capacity_bytes_, " bytes in use on cuda:", device_));
-    }
-    bytes_used_ += shard->bytes;
-  }
-  auto unreserve = absl::MakeCleanup([&] {
-    absl::MutexLock lock(&mu_);
-    bytes_used_ -= shard->bytes;
-  });
+  TESSERA_RETURN_IF_ERROR(table_.Reserve(id, shard->bytes));
+  auto unreserve = absl::MakeCleanup([&] { table_.Unreserve(shard->bytes); });
   TESSERA_RETURN_IF_ERROR(CudaError("selecting the device", cudaSetDevice(device_)));
   void* data = nullptr;
   TESSERA_RETURN_IF_ERROR(CudaError(absl::StrCat("allocating ", shard->bytes, " bytes"),
@@ -96,24 +74,14 @@ absl::Status CudaShardStore::Allocate(uint64_t id, const ShardDesc& desc, const 
         "uploading initial values",
         cudaMemcpy(shard->data, host.data(), host.size(), cudaMemcpyHostToDevice)));
   }
-  absl::MutexLock lock(&mu_);
-  if (!shards_.emplace(id, shard).second) return AlreadyExistsError("shard id", absl::StrCat(id));
+  TESSERA_RETURN_IF_ERROR(table_.Insert(id, shard));
   std::move(unreserve).Cancel();
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<CudaShardStore::Shard>> CudaShardStore::Find(uint64_t id) const {
-  absl::MutexLock lock(&mu_);
-  auto it = shards_.find(id);
-  if (it == shards_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("shard ", id, " is not held by this worker (freed or never allocated)"));
-  }
-  return it->second;
-}
 
 absl::Status CudaShardStore::Write(uint64_t id, int64_t byte_offset, absl::string_view data) {
-  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, Find(id));
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, table_.Find(id));
   const int64_t size = static_cast<int64_t>(data.size());
   if (byte_offset < 0 || byte_offset > shard->bytes || size > shard->bytes - byte_offset) {
     return OutOfBoundsError(absl::StrCat("write of ", size, " bytes at byte ", byte_offset,
@@ -128,8 +96,8 @@ absl::Status CudaShardStore::Write(uint64_t id, int64_t byte_offset, absl::strin
 
 absl::Status CudaShardStore::WriteBox(uint64_t id, const Box& box, int64_t flat_begin,
                                       int64_t count, const char* src) {
-  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, Find(id));
-  TESSERA_RETURN_IF_ERROR(CheckRange(shard->desc, box, flat_begin, count));
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, table_.Find(id));
+  TESSERA_RETURN_IF_ERROR(CheckShardRange(shard->desc, box, flat_begin, count));
   TESSERA_RETURN_IF_ERROR(CudaError("selecting the device", cudaSetDevice(device_)));
   return CopyRuns(shard->data, shard->desc, box, flat_begin, count, const_cast<char*>(src),
                   cudaMemcpyHostToDevice);
@@ -137,23 +105,23 @@ absl::Status CudaShardStore::WriteBox(uint64_t id, const Box& box, int64_t flat_
 
 absl::Status CudaShardStore::ReadBox(uint64_t id, const Box& box, int64_t flat_begin,
                                      int64_t count, char* dst) {
-  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, Find(id));
-  TESSERA_RETURN_IF_ERROR(CheckRange(shard->desc, box, flat_begin, count));
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, table_.Find(id));
+  TESSERA_RETURN_IF_ERROR(CheckShardRange(shard->desc, box, flat_begin, count));
   TESSERA_RETURN_IF_ERROR(CudaError("selecting the device", cudaSetDevice(device_)));
   return CopyRuns(shard->data, shard->desc, box, flat_begin, count, dst, cudaMemcpyDeviceToHost);
 }
 
 absl::Status CudaShardStore::CopyLocal(uint64_t src_id, const Box& src_box, uint64_t dst_id,
                                        absl::Span<const int64_t> dst_offsets) {
-  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> src, Find(src_id));
-  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> dst, Find(dst_id));
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> src, table_.Find(src_id));
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> dst, table_.Find(dst_id));
   if (src->desc.dtype != dst->desc.dtype) {
     return absl::InvalidArgumentError("copy between shards of different dtypes");
   }
   const int64_t n = src_box.NumElements();
-  TESSERA_RETURN_IF_ERROR(CheckRange(src->desc, src_box, 0, n));
+  TESSERA_RETURN_IF_ERROR(CheckShardRange(src->desc, src_box, 0, n));
   Box dst_box{std::vector<int64_t>(dst_offsets.begin(), dst_offsets.end()), src_box.sizes};
-  TESSERA_RETURN_IF_ERROR(CheckRange(dst->desc, dst_box, 0, n));
+  TESSERA_RETURN_IF_ERROR(CheckShardRange(dst->desc, dst_box, 0, n));
   if (n == 0) return absl::OkStatus();
   // Staged through the host: pieces are rare and the staging keeps it simple.
   std::vector<char> host(static_cast<size_t>(n * static_cast<int64_t>(ItemSize(src->desc.dtype))));
@@ -164,33 +132,17 @@ absl::Status CudaShardStore::CopyLocal(uint64_t src_id, const Box& src_box, uint
 }
 
 absl::StatusOr<ShardDesc> CudaShardStore::Describe(uint64_t id) const {
-  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, Find(id));
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, table_.Find(id));
   return shard->desc;
 }
 
 absl::Status CudaShardStore::Free(uint64_t id) {
-  std::shared_ptr<Shard> shard;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = shards_.find(id);
-    if (it == shards_.end()) return absl::OkStatus();
-    shard = std::move(it->second);
-    shards_.erase(it);
-    bytes_used_ -= shard->bytes;
-  }
+  table_.Remove(id);  // device memory goes when the last reader drops it
   return absl::OkStatus();
 }
 
-int64_t CudaShardStore::BytesUsed() const {
-  absl::MutexLock lock(&mu_);
-  return bytes_used_;
-}
+int64_t CudaShardStore::BytesUsed() const { return table_.BytesUsed(); }
 
-std::vector<uint64_t> CudaShardStore::ShardIds() const {
-  absl::MutexLock lock(&mu_);
-  std::vector<uint64_t> ids;
-  for (const auto& [id, shard] : shards_) ids.push_back(id);
-  return ids;
-}
+std::vector<uint64_t> CudaShardStore::ShardIds() const { return table_.Ids(); }
 
 }  // namespace tessera

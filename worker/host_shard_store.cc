@@ -101,7 +101,8 @@ bool MapSegment(uint64_t id, int64_t bytes, std::string* name, char** data) {
 HostShardStore::HostShardStore(int64_t capacity_bytes)
     : HostShardStore(HostShardStoreOptions{capacity_bytes}) {}
 
-HostShardStore::HostShardStore(HostShardStoreOptions options) : options_(options) {
+HostShardStore::HostShardStore(HostShardStoreOptions options)
+    : options_(options), table_(options.capacity_bytes, "") {
   if (options_.shared_memory) RemoveStaleSegments();
 }
 HostShardStore::~HostShardStore() = default;
@@ -110,22 +111,8 @@ absl::Status HostShardStore::Allocate(uint64_t id, const ShardDesc& desc, const 
   auto shard = std::make_shared<Shard>();
   shard->desc = desc;
   shard->bytes = desc.ByteSize();
-  {
-    absl::MutexLock lock(&mu_);
-    if (shards_.contains(id)) {
-      return AlreadyExistsError("shard id", absl::StrCat(id));
-    }
-    if (options_.capacity_bytes > 0 && bytes_used_ + shard->bytes > options_.capacity_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "shard of ", shard->bytes, " bytes does not fit: ", bytes_used_, " of ",
-          options_.capacity_bytes, " bytes in use"));
-    }
-    bytes_used_ += shard->bytes;  // reserved while we allocate outside the lock
-  }
-  auto unreserve = absl::MakeCleanup([&] {
-    absl::MutexLock lock(&mu_);
-    bytes_used_ -= shard->bytes;
-  });
+  TESSERA_RETURN_IF_ERROR(table_.Reserve(id, shard->bytes));
+  auto unreserve = absl::MakeCleanup([&] { table_.Unreserve(shard->bytes); });
   if (options_.shared_memory && shard->bytes >= options_.shared_memory_min_bytes &&
       MapSegment(id, shard->bytes, &shard->segment, &shard->data)) {
     shard->mapped_bytes = static_cast<size_t>(shard->bytes);
@@ -140,26 +127,14 @@ absl::Status HostShardStore::Allocate(uint64_t id, const ShardDesc& desc, const 
   if (init.kind != InitSpec::Kind::kEmpty && init.kind != InitSpec::Kind::kZeros) {
     TESSERA_RETURN_IF_ERROR(FillBox(init, desc.dtype, desc.tensor_shape, desc.box, shard->data));
   }
-  absl::MutexLock lock(&mu_);
-  if (!shards_.emplace(id, shard).second) {
-    return AlreadyExistsError("shard id", absl::StrCat(id));
-  }
+  TESSERA_RETURN_IF_ERROR(table_.Insert(id, shard));
   std::move(unreserve).Cancel();
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<HostShardStore::Shard>> HostShardStore::Find(uint64_t id) const {
-  absl::MutexLock lock(&mu_);
-  auto it = shards_.find(id);
-  if (it == shards_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("shard ", id, " is not held by this worker (freed or never allocated)"));
-  }
-  return it->second;
-}
 
 absl::Status HostShardStore::Write(uint64_t id, int64_t byte_offset, absl::string_view data) {
-  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, Find(id));
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, table_.Find(id));
   const int64_t size = static_cast<int64_t>(data.size());
   if (byte_offset < 0 || byte_offset > shard->bytes || size > shard->bytes - byte_offset) {
     return OutOfBoundsError(absl::StrCat("write of ", size, " bytes at byte ", byte_offset,
@@ -169,25 +144,11 @@ absl::Status HostShardStore::Write(uint64_t id, int64_t byte_offset, absl::strin
   return absl::OkStatus();
 }
 
-namespace {
-
-absl::Status CheckSubBox(const ShardDesc& desc, const Box& box, int64_t flat_begin,
-                         int64_t count) {
-  TESSERA_RETURN_IF_ERROR(CheckWithin(box, desc.box.sizes, "region of the shard"));
-  const int64_t n = box.NumElements();
-  if (flat_begin < 0 || count < 0 || flat_begin > n || count > n - flat_begin) {
-    return OutOfBoundsError(absl::StrCat("elements [", flat_begin, ", ", flat_begin + count,
-                                         ") of a region of ", n, " elements"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::Status HostShardStore::WriteBox(uint64_t id, const Box& box, int64_t flat_begin,
                                       int64_t count, const char* src) {
-  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, Find(id));
-  TESSERA_RETURN_IF_ERROR(CheckSubBox(shard->desc, box, flat_begin, count));
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, table_.Find(id));
+  TESSERA_RETURN_IF_ERROR(CheckShardRange(shard->desc, box, flat_begin, count));
   if (count == 0) return absl::OkStatus();
   CopyFlatRangeToBox(src, flat_begin, count, box.sizes, shard->data, shard->desc.box.sizes,
                      box.offsets, ItemSize(shard->desc.dtype));
@@ -196,8 +157,8 @@ absl::Status HostShardStore::WriteBox(uint64_t id, const Box& box, int64_t flat_
 
 absl::Status HostShardStore::ReadBox(uint64_t id, const Box& box, int64_t flat_begin,
                                      int64_t count, char* dst) {
-  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, Find(id));
-  TESSERA_RETURN_IF_ERROR(CheckSubBox(shard->desc, box, flat_begin, count));
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, table_.Find(id));
+  TESSERA_RETURN_IF_ERROR(CheckShardRange(shard->desc, box, flat_begin, count));
   if (count == 0) return absl::OkStatus();
   CopyBoxToFlatRange(shard->data, shard->desc.box.sizes, box.offsets, box.sizes, flat_begin,
                      count, dst, ItemSize(shard->desc.dtype));
@@ -206,8 +167,8 @@ absl::Status HostShardStore::ReadBox(uint64_t id, const Box& box, int64_t flat_b
 
 absl::Status HostShardStore::CopyLocal(uint64_t src_id, const Box& src_box, uint64_t dst_id,
                                        absl::Span<const int64_t> dst_offsets) {
-  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> src, Find(src_id));
-  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> dst, Find(dst_id));
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> src, table_.Find(src_id));
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> dst, table_.Find(dst_id));
   if (src->desc.dtype != dst->desc.dtype) {
     return absl::InvalidArgumentError(absl::StrCat("copy from a ", DTypeName(src->desc.dtype),
                                                    " shard into a ", DTypeName(dst->desc.dtype),
@@ -223,12 +184,12 @@ absl::Status HostShardStore::CopyLocal(uint64_t src_id, const Box& src_box, uint
 }
 
 absl::StatusOr<ShardDesc> HostShardStore::Describe(uint64_t id) const {
-  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, Find(id));
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, table_.Find(id));
   return shard->desc;
 }
 
 absl::StatusOr<PinnedShard> HostShardStore::Pin(uint64_t id) {
-  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, Find(id));
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, table_.Find(id));
   PinnedShard pinned;
   pinned.data = shard->data;
   pinned.bytes = shard->bytes;
@@ -239,31 +200,15 @@ absl::StatusOr<PinnedShard> HostShardStore::Pin(uint64_t id) {
 }
 
 absl::Status HostShardStore::Free(uint64_t id) {
-  std::shared_ptr<Shard> shard;  // released after the lock: free() of GBs takes time
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = shards_.find(id);
-    if (it == shards_.end()) return absl::OkStatus();
-    shard = std::move(it->second);
-    shards_.erase(it);
-    bytes_used_ -= shard->bytes;
-  }
+  // Memory is released when the last reader drops it, outside any lock.
+  std::shared_ptr<Shard> shard = table_.Remove(id);
   // No new same-host mappings from now on; existing ones keep the old bytes.
-  if (!shard->segment.empty()) shm_unlink(shard->segment.c_str());
+  if (shard != nullptr && !shard->segment.empty()) shm_unlink(shard->segment.c_str());
   return absl::OkStatus();
 }
 
-int64_t HostShardStore::BytesUsed() const {
-  absl::MutexLock lock(&mu_);
-  return bytes_used_;
-}
+int64_t HostShardStore::BytesUsed() const { return table_.BytesUsed(); }
 
-std::vector<uint64_t> HostShardStore::ShardIds() const {
-  absl::MutexLock lock(&mu_);
-  std::vector<uint64_t> ids;
-  ids.reserve(shards_.size());
-  for (const auto& [id, shard] : shards_) ids.push_back(id);
-  return ids;
-}
+std::vector<uint64_t> HostShardStore::ShardIds() const { return table_.Ids(); }
 
 }  // namespace tessera
