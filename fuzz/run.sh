@@ -15,6 +15,7 @@ cd "$(dirname "$0")/.." || exit 1
 
 SECONDS_EACH="${1:-20}"
 OUT=fuzz/out
+mkdir -p "$OUT"
 fuzz/build.sh >"$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; echo "fuzz build failed"; exit 1; }
 
 targets="${FUZZ_TARGETS:-$(cd fuzz && ls *_fuzzer.cc | sed 's/\.cc$//')}"
