@@ -133,6 +133,11 @@ class WorkerService::RegionReader {
     if (!grpc::SerializationTraits<v1::ReadRegionRequest>::Deserialize(&copy, &proto).ok()) {
       return absl::InvalidArgumentError("malformed ReadRegionRequest");
     }
+    return Open(store, proto, default_chunk_bytes);
+  }
+
+  static absl::StatusOr<RegionReader> Open(ShardStore* store, const v1::ReadRegionRequest& proto,
+                                           int64_t default_chunk_bytes) {
     RegionReader reader;
     reader.store_ = store;
     reader.id_ = proto.shard_id();
@@ -164,6 +169,8 @@ class WorkerService::RegionReader {
   }
 
   int64_t total() const { return total_; }
+  uint64_t id() const { return id_; }
+  const Box& box() const { return box_; }
   int64_t chunk_elements() const { return chunk_elements_; }
   int64_t item() const { return item_; }
 
@@ -248,22 +255,23 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerService::ReadRegion(
   return new RegionStreamer(RegionReader::Open(store_, request, options_.chunk_bytes));
 }
 
-grpc::ServerUnaryReactor* WorkerService::ReadSmallRegion(grpc::CallbackServerContext* context,
-                                                         const grpc::ByteBuffer* request,
-                                                         grpc::ByteBuffer* response) {
+grpc::Status WorkerService::ReadSmallRegion(grpc::ServerContext*,
+                                            const v1::ReadRegionRequest* request,
+                                            v1::ReadRegionResponse* response) {
   absl::Status status = [&]() -> absl::Status {
     TESSERA_ASSIGN_OR_RETURN(RegionReader reader,
-                             RegionReader::Open(store_, request, options_.chunk_bytes));
-    if (reader.total() * reader.item() > kMaxChunkBytes) {
+                             RegionReader::Open(store_, *request, options_.chunk_bytes));
+    const int64_t bytes = reader.total() * reader.item();
+    if (bytes > kMaxChunkBytes) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "region of ", reader.total() * reader.item(), " bytes is too large for one message (",
-          kMaxChunkBytes, " bytes at most): use ReadRegion"));
+          "region of ", bytes, " bytes is too large for one message (", kMaxChunkBytes,
+          " bytes at most): use ReadRegion"));
     }
-    return reader.Chunk(0, reader.total(), response);
+    std::string* data = response->mutable_data();
+    data->resize(static_cast<size_t>(bytes));
+    return store_->ReadBox(reader.id(), reader.box(), 0, reader.total(), data->data());
   }();
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+  return ToGrpcStatus(status);
 }
 
 grpc::Status WorkerService::MapShard(grpc::ServerContext*, const v1::MapShardRequest* request,

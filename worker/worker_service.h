@@ -29,9 +29,10 @@ struct WorkerServiceOptions {
   bool shared_memory_pull = true;
 };
 
-class WorkerService final
-    : public v1::Worker::WithRawCallbackMethod_ReadRegion<
-          v1::Worker::WithRawCallbackMethod_ReadSmallRegion<v1::Worker::Service>> {
+// ReadRegion streams raw ByteBuffers (zero-copy slices over shard memory) on
+// the callback API; small reads stay on a plain synchronous handler, which
+// answers without handing the call to another thread.
+class WorkerService final : public v1::Worker::WithRawCallbackMethod_ReadRegion<v1::Worker::Service> {
  public:
   WorkerService(ShardStore* store, WorkerServiceOptions options);
 
@@ -43,9 +44,8 @@ class WorkerService final
                           v1::WriteShardResponse* response) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* ReadRegion(grpc::CallbackServerContext* context,
                                                          const grpc::ByteBuffer* request) override;
-  grpc::ServerUnaryReactor* ReadSmallRegion(grpc::CallbackServerContext* context,
-                                            const grpc::ByteBuffer* request,
-                                            grpc::ByteBuffer* response) override;
+  grpc::Status ReadSmallRegion(grpc::ServerContext* context, const v1::ReadRegionRequest* request,
+                               v1::ReadRegionResponse* response) override;
   grpc::Status MapShard(grpc::ServerContext* context, const v1::MapShardRequest* request,
                         v1::MapShardResponse* response) override;
   grpc::Status PullRegion(grpc::ServerContext* context, const v1::PullRegionRequest* request,
