@@ -102,7 +102,8 @@ absl::Status CopyShared(Connection& connection, const std::shared_ptr<grpc::Chan
 
 absl::Status GatherRegion(Connection& connection, const TensorMetadata& meta, const Box& region,
                           char* out) {
-  const std::vector<RegionPiece> pieces = PlanRegion(meta.Boxes(), region);
+  const std::vector<RegionPiece> pieces = PlanRegion(
+      meta.shards.size(), [&](size_t i) -> const Box& { return meta.shards[i].box; }, region);
   for (const RegionPiece& piece : pieces) {
     TESSERA_RETURN_IF_ERROR(CheckAvailable(meta, piece.shard_index));
   }

@@ -58,6 +58,14 @@ Box WholeBox(const Shape& shape) {
 
 std::optional<Box> Intersect(const Box& a, const Box& b) {
   if (a.rank() != b.rank()) return std::nullopt;
+  // Most pairs are disjoint (a region against many shards): decide that
+  // before allocating anything.
+  for (size_t d = 0; d < a.rank(); ++d) {
+    if (std::min(a.offsets[d] + a.sizes[d], b.offsets[d] + b.sizes[d]) <=
+        std::max(a.offsets[d], b.offsets[d])) {
+      return std::nullopt;
+    }
+  }
   Box out;
   out.offsets.resize(a.rank());
   out.sizes.resize(a.rank());

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -24,6 +25,12 @@ struct RegionPiece {
 // Every non-empty intersection of `region` with a shard, in shard order. An
 // empty region (or one meeting no shard) gives no pieces.
 std::vector<RegionPiece> PlanRegion(absl::Span<const Box> shard_boxes,
+                                    const Box& region);
+
+// The same for `count` shards whose boxes `box_of(i)` returns, so callers
+// that keep boxes inside larger records need not copy them per request.
+std::vector<RegionPiece> PlanRegion(size_t count,
+                                    const std::function<const Box&(size_t)>& box_of,
                                     const Box& region);
 
 // The number of elements in `pieces`.
