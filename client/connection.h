@@ -12,6 +12,7 @@
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/worker.grpc.pb.h"
 #include "rpc/channel.h"
+#include "transport/shared_memory.h"
 
 namespace tessera {
 
@@ -46,6 +47,8 @@ class Connection {
   std::unique_ptr<v1::Worker::Stub> WorkerStub(const std::string& address);
   // The one channel to a worker, shared by every call to it.
   std::shared_ptr<grpc::Channel> WorkerChannel(const std::string& address);
+  // Same-host shard mappings kept across reads.
+  ShardMappingCache& mappings() { return mappings_; }
 
   // Sets the deadline of a control-plane call.
   void PrepareControlCall(grpc::ClientContext* context) const;
@@ -57,6 +60,7 @@ class Connection {
   const ClientOptions options_;
   std::unique_ptr<v1::Coordinator::Stub> coordinator_;
   ChannelCache workers_;
+  ShardMappingCache mappings_;
 };
 
 }  // namespace tessera

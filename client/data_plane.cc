@@ -87,9 +87,9 @@ absl::Status CopyShared(Connection& connection, const std::shared_ptr<grpc::Chan
   if (in_shard.NumElements() * item < kSharedMemoryMinBytes) {
     return absl::FailedPreconditionError("small: one gRPC call is as fast");
   }
-  TESSERA_ASSIGN_OR_RETURN(
-      std::unique_ptr<ShardMapping> mapping,
-      MapShardBox(channel, shard.shard_id, in_shard, item, connection.options().data_timeout));
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<const ShardMapping> mapping,
+                           connection.mappings().Map(shard.address, channel, shard.shard_id, item,
+                                                     connection.options().data_timeout));
   if (mapping->shape() != shard.box.sizes) {
     return absl::FailedPreconditionError("segment's shape differs from the metadata");
   }

@@ -324,5 +324,23 @@ TEST_F(SdkTest, CachedMetadataNeverServesAReplacedTensor) {
   EXPECT_TRUE(SameBytes(*back, first));
 }
 
+TEST_F(SdkTest, CachedSharedMemoryMappingsNeverServeAFreedShard) {
+  // 4 MiB shards: large enough for same-host shared memory.
+  HostArray first = Iota(DType::kFloat32, {2048, 1024}, 5);
+  RoundTrip("mapped", first, LayoutSpec::Chunk(0, Ranks({0, 1})));
+  auto other = Client::Connect(cluster_->coordinator_address());
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE((*other)->Delete("mapped").ok());
+  HostArray second = Iota(DType::kFloat32, {2048, 1024}, 6);
+  ASSERT_TRUE((*other)->Put("mapped", second, LayoutSpec::Chunk(0, Ranks({0, 1}))).ok());
+  // This client still caches the old metadata and mappings of the freed shards.
+  auto got = client_->Get("mapped");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(SameBytes(*got, second));
+  auto rows = client_->Get("mapped", Box{{1000, 0}, {100, 1024}});
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_TRUE(SameBytes(*rows, Slice(second, Box{{1000, 0}, {100, 1024}})));
+}
+
 }  // namespace
 }  // namespace tessera

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "proto/worker.grpc.pb.h"
 #include "rpc/status.h"
 
@@ -43,9 +44,20 @@ std::pair<int64_t, int64_t> BoxByteSpan(const Shape& shape, const Box& box, int6
   return {first, last + item_bytes};
 }
 
-absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardBox(
-    const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id, const Box& box,
-    int64_t item_bytes, absl::Duration timeout) {
+namespace {
+
+// Where a worker keeps a shard: its segment, size and shape.
+struct Segment {
+  std::string name;
+  int64_t bytes = 0;
+  Shape shape;
+};
+
+// Asks the worker behind `channel` where shard `shard_id` lives.
+// FAILED_PRECONDITION: not reachable through shared memory from here.
+absl::StatusOr<Segment> FindSegment(const std::shared_ptr<grpc::Channel>& channel,
+                                    uint64_t shard_id, int64_t item_bytes,
+                                    absl::Duration timeout) {
   if (LocalHostId().empty()) return absl::FailedPreconditionError("no /dev/shm here");
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
@@ -61,18 +73,22 @@ absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardBox(
   if (response.host_id() != LocalHostId()) {
     return absl::FailedPreconditionError("worker is on another host");
   }
-  Shape shape(response.shape().begin(), response.shape().end());
-  if (response.item_bytes() != item_bytes || shape.size() != box.rank()) {
+  if (response.item_bytes() != item_bytes) {
     return absl::FailedPreconditionError("segment does not match the shard's metadata");
   }
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (box.offsets[d] < 0 || box.sizes[d] < 0 || box.offsets[d] + box.sizes[d] > shape[d]) {
-      return absl::FailedPreconditionError("region is outside the mapped shard");
-    }
-  }
-  const auto [begin, end] = BoxByteSpan(shape, box, item_bytes);
-  if (end > response.bytes()) return absl::FailedPreconditionError("segment is too small");
-  const int fd = shm_open(response.segment().c_str(), O_RDONLY, 0);
+  Segment segment;
+  segment.name = response.segment();
+  segment.bytes = response.bytes();
+  segment.shape.assign(response.shape().begin(), response.shape().end());
+  return segment;
+}
+
+// Maps bytes [begin, end) of `segment` read-only. With `keep_fd`, the open
+// descriptor is handed back (to watch for the segment's unlink).
+absl::StatusOr<std::unique_ptr<ShardMapping>> MapRange(const Segment& segment, uint64_t shard_id,
+                                                       int64_t begin, int64_t end,
+                                                       int* keep_fd) {
+  const int fd = shm_open(segment.name.c_str(), O_RDONLY, 0);
   if (fd < 0) {
     // Unlinked between the RPC and the open: the shard was freed.
     if (errno == ENOENT) {
@@ -80,7 +96,7 @@ absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardBox(
           absl::StrCat("shard ", shard_id, " is not held by this worker (freed)"));
     }
     return absl::FailedPreconditionError(
-        absl::StrCat("shm_open ", response.segment(), ": ", std::strerror(errno)));
+        absl::StrCat("shm_open ", segment.name, ": ", std::strerror(errno)));
   }
   const int64_t page = sysconf(_SC_PAGESIZE);
   const int64_t map_offset = begin / page * page;
@@ -89,12 +105,97 @@ absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardBox(
   const int populate = map_bytes >= (1 << 20) ? MAP_POPULATE : 0;
   void* map = mmap(nullptr, map_bytes, PROT_READ, MAP_SHARED | populate, fd, map_offset);
   const int map_errno = errno;
-  close(fd);
+  if (keep_fd != nullptr && map != MAP_FAILED) {
+    *keep_fd = fd;
+  } else {
+    close(fd);
+  }
   if (map == MAP_FAILED) {
     return absl::FailedPreconditionError(
-        absl::StrCat("mmap ", response.segment(), ": ", std::strerror(map_errno)));
+        absl::StrCat("mmap ", segment.name, ": ", std::strerror(map_errno)));
   }
-  return std::make_unique<ShardMapping>(map, map_bytes, map_offset, std::move(shape));
+  return std::make_unique<ShardMapping>(map, map_bytes, map_offset, segment.shape);
+}
+
+// True when the segment behind `fd` has been unlinked (its shard freed).
+bool Unlinked(int fd) {
+  struct stat st {};
+  return fstat(fd, &st) != 0 || st.st_nlink == 0;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardBox(
+    const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id, const Box& box,
+    int64_t item_bytes, absl::Duration timeout) {
+  TESSERA_ASSIGN_OR_RETURN(Segment segment, FindSegment(channel, shard_id, item_bytes, timeout));
+  if (segment.shape.size() != box.rank()) {
+    return absl::FailedPreconditionError("segment does not match the shard's metadata");
+  }
+  for (size_t d = 0; d < segment.shape.size(); ++d) {
+    if (box.offsets[d] < 0 || box.sizes[d] < 0 ||
+        box.offsets[d] + box.sizes[d] > segment.shape[d]) {
+      return absl::FailedPreconditionError("region is outside the mapped shard");
+    }
+  }
+  const auto [begin, end] = BoxByteSpan(segment.shape, box, item_bytes);
+  if (end > segment.bytes) return absl::FailedPreconditionError("segment is too small");
+  return MapRange(segment, shard_id, begin, end, nullptr);
+}
+
+ShardMappingCache::ShardMappingCache(size_t max_mappings) : max_mappings_(max_mappings) {
+  sweeper_ = std::thread([this] {
+    while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) DropFreed();
+  });
+}
+
+ShardMappingCache::~ShardMappingCache() {
+  stop_.Notify();
+  sweeper_.join();
+  absl::MutexLock lock(&mu_);
+  for (auto& [key, entry] : entries_) close(entry.fd);
+}
+
+void ShardMappingCache::DropFreed() {
+  absl::MutexLock lock(&mu_);
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (Unlinked(it->second.fd)) {
+      close(it->second.fd);
+      entries_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+absl::StatusOr<std::shared_ptr<const ShardMapping>> ShardMappingCache::Map(
+    const std::string& address, const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id,
+    int64_t item_bytes, absl::Duration timeout) {
+  const std::pair<std::string, uint64_t> key(address, shard_id);
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(key);
+    if (it != entries_.end()) {
+      if (!Unlinked(it->second.fd)) return it->second.mapping;
+      close(it->second.fd);
+      entries_.erase(it);
+      return absl::NotFoundError(
+          absl::StrCat("shard ", shard_id, " is not held by this worker (freed)"));
+    }
+  }
+  TESSERA_ASSIGN_OR_RETURN(Segment segment, FindSegment(channel, shard_id, item_bytes, timeout));
+  int fd = -1;
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ShardMapping> mapping,
+                           MapRange(segment, shard_id, 0, segment.bytes, &fd));
+  std::shared_ptr<const ShardMapping> shared = std::move(mapping);
+  absl::MutexLock lock(&mu_);
+  if (entries_.size() >= max_mappings_) {
+    close(entries_.begin()->second.fd);
+    entries_.erase(entries_.begin());
+  }
+  auto [it, inserted] = entries_.emplace(key, Entry{fd, shared});
+  if (!inserted) close(fd);  // another thread mapped it meanwhile
+  return it->second.mapping;
 }
 
 }  // namespace tessera

@@ -8,17 +8,24 @@
 // Safety across versions and frees: segment names are never reused (pid,
 // shard id and a random suffix), a freed shard's segment is unlinked at once,
 // and a mapping made before the free keeps showing that shard's bytes until
-// it is unmapped. Callers map per read and never cache mappings.
+// it is unmapped. Mappings kept across reads (ShardMappingCache) are checked
+// for that unlink before every use.
 #ifndef TESSERA_TRANSPORT_SHARED_MEMORY_H_
 #define TESSERA_TRANSPORT_SHARED_MEMORY_H_
 
 #include <cstdint>
 #include <memory>
+#include <map>
 #include <string>
+#include <thread>
+#include <utility>
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "core/box.h"
 
@@ -58,6 +65,38 @@ class ShardMapping {
 absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardBox(
     const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id, const Box& box,
     int64_t item_bytes, absl::Duration timeout);
+
+// Whole-shard mappings kept across reads, so repeated fetches of the same
+// shards skip the MapShard call and the page-table set-up. Safe because a
+// shard's bytes never change once its tensor is committed, and a freed
+// shard's segment is unlinked at once: before each use, fstat on the kept
+// descriptor (link count 0) turns a freed shard into NOT_FOUND, exactly as a
+// gRPC read reports it, and a sweeper drops freed shards' mappings within a
+// second so their memory goes back to the system. Thread-safe.
+class ShardMappingCache {
+ public:
+  explicit ShardMappingCache(size_t max_mappings = 256);
+  ~ShardMappingCache();
+
+  // The whole of shard `shard_id` of the worker at `address` (reached
+  // through `channel`), mapped read-only. FAILED_PRECONDITION: use gRPC.
+  absl::StatusOr<std::shared_ptr<const ShardMapping>> Map(
+      const std::string& address, const std::shared_ptr<grpc::Channel>& channel,
+      uint64_t shard_id, int64_t item_bytes, absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Entry {
+    int fd = -1;  // the segment, open, to see its unlink
+    std::shared_ptr<const ShardMapping> mapping;
+  };
+  void DropFreed() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const size_t max_mappings_;
+  absl::Mutex mu_;
+  std::map<std::pair<std::string, uint64_t>, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  absl::Notification stop_;
+  std::thread sweeper_;
+};
 
 // Byte range [begin, end) of the shard that `box` touches (row-major over
 // `shape`); {0, 0} for an empty box.
