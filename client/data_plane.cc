@@ -151,9 +151,27 @@ absl::Status ScatterTensor(Connection& connection, const TensorMetadata& meta, c
   for (const auto& [address, indices] : by_worker) {
     tasks.push_back([&, address = address, indices = indices]() -> absl::Status {
       std::unique_ptr<v1::Worker::Stub> stub = connection.WorkerStub(address);
+      std::shared_ptr<grpc::Channel> channel = connection.WorkerChannel(address);
       for (size_t index : indices) {
         const ShardInfo& shard = meta.shards[index];
         const int64_t bytes = shard.box.NumElements() * static_cast<int64_t>(item);
+        // Same host: write into the shard's shared memory directly.
+        if (connection.options().shared_memory && bytes >= kSharedMemoryMinBytes) {
+          absl::StatusOr<std::unique_ptr<ShardMapping>> mapping =
+              MapShardForWrite(channel, shard.shard_id, static_cast<int64_t>(item),
+                               connection.options().data_timeout);
+          if (mapping.ok() && (*mapping)->shape() == shard.box.sizes) {
+            CopyBox(src, meta.shape, shard.box.offsets, (*mapping)->MutableAt(0),
+                    shard.box.sizes, std::vector<int64_t>(shard.box.rank(), 0), shard.box.sizes,
+                    item);
+            continue;
+          }
+          if (!mapping.ok() && !absl::IsFailedPrecondition(mapping.status())) {
+            return Annotate(mapping.status(), absl::StrCat("writing shard ", index, " of tensor '",
+                                                           meta.name, "' to worker '",
+                                                           shard.worker, "'"));
+          }
+        }
         absl::Status status = WriteShard(
             stub.get(), shard.shard_id, bytes,
             [&](int64_t byte_offset, absl::Span<char> dst) {

@@ -1,6 +1,7 @@
 #include "transport/shared_memory.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -51,6 +52,7 @@ struct Segment {
   std::string name;
   int64_t bytes = 0;
   Shape shape;
+  std::string liveness;  // flock'ed by the worker while it runs
 };
 
 // Asks the worker behind `channel` where shard `shard_id` lives.
@@ -80,15 +82,16 @@ absl::StatusOr<Segment> FindSegment(const std::shared_ptr<grpc::Channel>& channe
   segment.name = response.segment();
   segment.bytes = response.bytes();
   segment.shape.assign(response.shape().begin(), response.shape().end());
+  segment.liveness = response.liveness();
   return segment;
 }
 
 // Maps bytes [begin, end) of `segment` read-only. With `keep_fd`, the open
 // descriptor is handed back (to watch for the segment's unlink).
 absl::StatusOr<std::unique_ptr<ShardMapping>> MapRange(const Segment& segment, uint64_t shard_id,
-                                                       int64_t begin, int64_t end,
-                                                       int* keep_fd) {
-  const int fd = shm_open(segment.name.c_str(), O_RDONLY, 0);
+                                                       int64_t begin, int64_t end, int* keep_fd,
+                                                       bool writable = false) {
+  const int fd = shm_open(segment.name.c_str(), writable ? O_RDWR : O_RDONLY, 0);
   if (fd < 0) {
     // Unlinked between the RPC and the open: the shard was freed.
     if (errno == ENOENT) {
@@ -103,7 +106,8 @@ absl::StatusOr<std::unique_ptr<ShardMapping>> MapRange(const Segment& segment, u
   const size_t map_bytes = static_cast<size_t>(std::max<int64_t>(end - map_offset, 1));
   // Prefault the page tables in one go for large spans; small ones fault lazily.
   const int populate = map_bytes >= (1 << 20) ? MAP_POPULATE : 0;
-  void* map = mmap(nullptr, map_bytes, PROT_READ, MAP_SHARED | populate, fd, map_offset);
+  void* map = mmap(nullptr, map_bytes, writable ? PROT_READ | PROT_WRITE : PROT_READ,
+                   MAP_SHARED | populate, fd, map_offset);
   const int map_errno = errno;
   if (keep_fd != nullptr && map != MAP_FAILED) {
     *keep_fd = fd;
@@ -121,6 +125,14 @@ absl::StatusOr<std::unique_ptr<ShardMapping>> MapRange(const Segment& segment, u
 bool Unlinked(int fd) {
   struct stat st {};
   return fstat(fd, &st) != 0 || st.st_nlink == 0;
+}
+
+// True when the worker that held an exclusive flock on `liveness_fd` is gone
+// (the kernel released its lock when it died).
+bool WorkerGone(int liveness_fd) {
+  if (flock(liveness_fd, LOCK_SH | LOCK_NB) != 0) return false;  // still held: alive
+  flock(liveness_fd, LOCK_UN);
+  return true;
 }
 
 }  // namespace
@@ -143,6 +155,13 @@ absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardBox(
   return MapRange(segment, shard_id, begin, end, nullptr);
 }
 
+absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardForWrite(
+    const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id, int64_t item_bytes,
+    absl::Duration timeout) {
+  TESSERA_ASSIGN_OR_RETURN(Segment segment, FindSegment(channel, shard_id, item_bytes, timeout));
+  return MapRange(segment, shard_id, 0, segment.bytes, nullptr, /*writable=*/true);
+}
+
 ShardMappingCache::ShardMappingCache(size_t max_mappings) : max_mappings_(max_mappings) {
   sweeper_ = std::thread([this] {
     while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) DropFreed();
@@ -153,14 +172,19 @@ ShardMappingCache::~ShardMappingCache() {
   stop_.Notify();
   sweeper_.join();
   absl::MutexLock lock(&mu_);
-  for (auto& [key, entry] : entries_) close(entry.fd);
+  for (auto& [key, entry] : entries_) Close(entry);
+}
+
+void ShardMappingCache::Close(const Entry& entry) {
+  close(entry.fd);
+  close(entry.liveness_fd);
 }
 
 void ShardMappingCache::DropFreed() {
   absl::MutexLock lock(&mu_);
   for (auto it = entries_.begin(); it != entries_.end();) {
-    if (Unlinked(it->second.fd)) {
-      close(it->second.fd);
+    if (Unlinked(it->second.fd) || WorkerGone(it->second.liveness_fd)) {
+      Close(it->second);
       entries_.erase(it++);
     } else {
       ++it;
@@ -176,25 +200,45 @@ absl::StatusOr<std::shared_ptr<const ShardMapping>> ShardMappingCache::Map(
     absl::MutexLock lock(&mu_);
     auto it = entries_.find(key);
     if (it != entries_.end()) {
+      // A mapping outlives its worker: ask the worker's lock, as a gRPC read
+      // would find the connection refused.
+      if (WorkerGone(it->second.liveness_fd)) {
+        Close(it->second);
+        entries_.erase(it);
+        return absl::UnavailableError(
+            absl::StrCat("worker at ", address, " has exited (its shared memory is stale)"));
+      }
       if (!Unlinked(it->second.fd)) return it->second.mapping;
-      close(it->second.fd);
+      Close(it->second);
       entries_.erase(it);
       return absl::NotFoundError(
           absl::StrCat("shard ", shard_id, " is not held by this worker (freed)"));
     }
   }
   TESSERA_ASSIGN_OR_RETURN(Segment segment, FindSegment(channel, shard_id, item_bytes, timeout));
+  if (segment.liveness.empty()) {
+    // No way to watch this worker: map for this read only.
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ShardMapping> once,
+                             MapRange(segment, shard_id, 0, segment.bytes, nullptr));
+    return std::shared_ptr<const ShardMapping>(std::move(once));
+  }
+  const int liveness_fd = shm_open(segment.liveness.c_str(), O_RDONLY, 0);
+  if (liveness_fd < 0) return absl::FailedPreconditionError("worker's liveness lock is missing");
   int fd = -1;
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ShardMapping> mapping,
-                           MapRange(segment, shard_id, 0, segment.bytes, &fd));
-  std::shared_ptr<const ShardMapping> shared = std::move(mapping);
+  absl::StatusOr<std::unique_ptr<ShardMapping>> mapping =
+      MapRange(segment, shard_id, 0, segment.bytes, &fd);
+  if (!mapping.ok()) {
+    close(liveness_fd);
+    return mapping.status();
+  }
+  std::shared_ptr<const ShardMapping> shared = *std::move(mapping);
   absl::MutexLock lock(&mu_);
   if (entries_.size() >= max_mappings_) {
-    close(entries_.begin()->second.fd);
+    Close(entries_.begin()->second);
     entries_.erase(entries_.begin());
   }
-  auto [it, inserted] = entries_.emplace(key, Entry{fd, shared});
-  if (!inserted) close(fd);  // another thread mapped it meanwhile
+  auto [it, inserted] = entries_.emplace(key, Entry{fd, liveness_fd, shared});
+  if (!inserted) Close(Entry{fd, liveness_fd, nullptr});  // another thread mapped it meanwhile
   return it->second.mapping;
 }
 

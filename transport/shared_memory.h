@@ -48,6 +48,8 @@ class ShardMapping {
   const char* At(int64_t byte_offset) const {
     return static_cast<const char*>(map_) + (byte_offset - map_offset_);
   }
+  // The same byte, for a mapping made writable (MapShardForWrite).
+  char* MutableAt(int64_t byte_offset) const { return const_cast<char*>(At(byte_offset)); }
   // The shard's box sizes, as the worker reported them.
   const Shape& shape() const { return shape_; }
 
@@ -66,13 +68,22 @@ absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardBox(
     const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id, const Box& box,
     int64_t item_bytes, absl::Duration timeout);
 
+// Maps the whole of shard `shard_id` read-write, so that a put on the same
+// host fills a shard that is not committed yet straight from its source
+// array (one copy) instead of streaming it. FAILED_PRECONDITION: use gRPC.
+absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardForWrite(
+    const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id, int64_t item_bytes,
+    absl::Duration timeout);
+
 // Whole-shard mappings kept across reads, so repeated fetches of the same
 // shards skip the MapShard call and the page-table set-up. Safe because a
 // shard's bytes never change once its tensor is committed, and a freed
 // shard's segment is unlinked at once: before each use, fstat on the kept
 // descriptor (link count 0) turns a freed shard into NOT_FOUND, exactly as a
-// gRPC read reports it, and a sweeper drops freed shards' mappings within a
-// second so their memory goes back to the system. Thread-safe.
+// gRPC read reports it, and a worker that has exited (its flock on the
+// liveness segment released) turns into UNAVAILABLE, as a refused connection
+// would. A sweeper drops such mappings within a second so their memory goes
+// back to the system. Thread-safe.
 class ShardMappingCache {
  public:
   explicit ShardMappingCache(size_t max_mappings = 256);
@@ -86,9 +97,11 @@ class ShardMappingCache {
 
  private:
   struct Entry {
-    int fd = -1;  // the segment, open, to see its unlink
+    int fd = -1;           // the segment, open, to see its unlink
+    int liveness_fd = -1;  // the worker's liveness lock, to see its exit
     std::shared_ptr<const ShardMapping> mapping;
   };
+  static void Close(const Entry& entry);
   void DropFreed() ABSL_LOCKS_EXCLUDED(mu_);
 
   const size_t max_mappings_;

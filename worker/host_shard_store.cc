@@ -1,5 +1,7 @@
 #include "worker/host_shard_store.h"
 
+#include <sys/file.h>
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -103,9 +105,21 @@ HostShardStore::HostShardStore(int64_t capacity_bytes)
 
 HostShardStore::HostShardStore(HostShardStoreOptions options)
     : options_(options), table_(options.capacity_bytes, "") {
-  if (options_.shared_memory) RemoveStaleSegments();
+  if (!options_.shared_memory) return;
+  RemoveStaleSegments();
+  // Held locked for the life of the process: the kernel drops the lock when
+  // the process dies, however it dies.
+  liveness_ = absl::StrCat("/", SegmentOwnerPrefix(), getpid(), "-alive");
+  liveness_fd_ = shm_open(liveness_.c_str(), O_RDWR | O_CREAT, 0600);
+  if (liveness_fd_ < 0 || flock(liveness_fd_, LOCK_EX | LOCK_NB) != 0) liveness_.clear();
 }
-HostShardStore::~HostShardStore() = default;
+
+HostShardStore::~HostShardStore() {
+  if (liveness_fd_ >= 0) {
+    if (!liveness_.empty()) shm_unlink(liveness_.c_str());
+    close(liveness_fd_);
+  }
+}
 
 absl::Status HostShardStore::Allocate(uint64_t id, const ShardDesc& desc, const InitSpec& init) {
   auto shard = std::make_shared<Shard>();
@@ -195,6 +209,7 @@ absl::StatusOr<PinnedShard> HostShardStore::Pin(uint64_t id) {
   pinned.bytes = shard->bytes;
   pinned.desc = shard->desc;
   pinned.segment = shard->segment;
+  pinned.liveness = liveness_;
   pinned.keep_alive = std::move(shard);
   return pinned;
 }

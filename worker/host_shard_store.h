@@ -56,6 +56,9 @@ class HostShardStore : public ShardStore {
 
   const HostShardStoreOptions options_;
   ShardTable<Shard> table_;
+  // See PinnedShard::liveness; empty without shared memory.
+  std::string liveness_;
+  int liveness_fd_ = -1;
 };
 
 }  // namespace tessera

@@ -41,6 +41,9 @@ struct PinnedShard {
   // POSIX shared-memory name holding the bytes ("/tessera-..."), unlinked
   // when the shard is freed; empty when the memory is private.
   std::string segment;
+  // Shared-memory name this worker holds an exclusive flock on while it
+  // runs, so that readers of `segment` can tell a dead worker.
+  std::string liveness;
 };
 
 class ShardStore {

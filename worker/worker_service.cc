@@ -290,6 +290,7 @@ grpc::Status WorkerService::MapShard(grpc::ServerContext*, const v1::MapShardReq
   response->set_bytes(pinned->bytes);
   for (int64_t s : pinned->desc.box.sizes) response->add_shape(s);
   response->set_item_bytes(static_cast<int64_t>(ItemSize(pinned->desc.dtype)));
+  response->set_liveness(pinned->liveness);
   return grpc::Status::OK;
 }
 
