@@ -247,11 +247,35 @@ TEST(FailureTest, DeadCoordinatorIsOneClearError) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto client = Connect(**cluster);
   ASSERT_NE(client, nullptr);
-  (*cluster)->StopCoordinator(SIGTERM);
+  EXPECT_EQ((*cluster)->StopCoordinator(SIGTERM), 0) << "SIGTERM is a clean stop";
   EXPECT_THAT(client->List().status(),
               StatusIs(absl::StatusCode::kUnavailable,
                        AllOf(HasSubstr("coordinator"),
                              HasSubstr((*cluster)->coordinator_address()))));
+}
+
+TEST(FailureTest, WorkerCapacityIsEnforcedBeforeAllocatingAndChangesNothing) {
+  TestClusterOptions options = FaultOptions();
+  options.num_workers = 2;
+  options.worker_flags = {"--capacity_bytes=1048576"};
+  auto cluster = TestCluster::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = Connect(**cluster);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Create("fits", {256, 1024}, DType::kFloat32,
+                             LayoutSpec::Chunk(0, Ranks({0})))
+                  .ok());  // exactly 1 MiB on w0
+  const int64_t before = TotalBytesUsed(*client);
+  EXPECT_THAT(client->Create("too_big", {512, 1024}, DType::kFloat32,
+                             LayoutSpec::Chunk(0, Ranks({0, 1})))
+                  .status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("w0")));
+  EXPECT_THAT(client->Describe("too_big").status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(TotalBytesUsed(*client), before);
+  // w1 still has room.
+  ASSERT_TRUE(client->Create("other", {256, 1024}, DType::kFloat32,
+                             LayoutSpec::Chunk(0, Ranks({1})))
+                  .ok());
 }
 
 }  // namespace
