@@ -80,7 +80,8 @@ absl::Status ExplainRead(absl::Status status, const TensorMetadata& meta, size_t
 // FAILED_PRECONDITION: not possible here, read it over gRPC instead.
 absl::Status CopyShared(Connection& connection, const std::shared_ptr<grpc::Channel>& channel,
                         const TensorMetadata& meta, size_t index, const Box& in_shard,
-                        char* out, const Shape& out_shape, absl::Span<const int64_t> in_out) {
+                        char* out, absl::Span<const int64_t> out_shape,
+                        absl::Span<const int64_t> in_out) {
   if (!connection.options().shared_memory) return absl::FailedPreconditionError("disabled");
   const ShardInfo& shard = meta.shards[index];
   const int64_t item = static_cast<int64_t>(ItemSize(meta.dtype));
@@ -90,7 +91,7 @@ absl::Status CopyShared(Connection& connection, const std::shared_ptr<grpc::Chan
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<const ShardMapping> mapping,
                            connection.mappings().Map(shard.address, channel, shard.shard_id, item,
                                                      connection.options().data_timeout));
-  if (mapping->shape() != shard.box.sizes) {
+  if (!SameDims(mapping->shape(), shard.box.sizes)) {
     return absl::FailedPreconditionError("segment's shape differs from the metadata");
   }
   CopyBox(mapping->At(0), mapping->shape(), in_shard.offsets, out, out_shape, in_out,
@@ -160,7 +161,7 @@ absl::Status ScatterTensor(Connection& connection, const TensorMetadata& meta, c
           absl::StatusOr<std::unique_ptr<ShardMapping>> mapping =
               MapShardForWrite(channel, shard.shard_id, static_cast<int64_t>(item),
                                connection.options().data_timeout);
-          if (mapping.ok() && (*mapping)->shape() == shard.box.sizes) {
+          if (mapping.ok() && SameDims((*mapping)->shape(), shard.box.sizes)) {
             CopyBox(src, meta.shape, shard.box.offsets, (*mapping)->MutableAt(0),
                     shard.box.sizes, std::vector<int64_t>(shard.box.rank(), 0), shard.box.sizes,
                     item);

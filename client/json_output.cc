@@ -9,7 +9,7 @@
 namespace tessera {
 namespace {
 
-std::string JsonIntList(const std::vector<int64_t>& values) {
+std::string JsonIntList(absl::Span<const int64_t> values) {
   return absl::StrCat("[", absl::StrJoin(values, ", "), "]");
 }
 

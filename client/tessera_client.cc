@@ -48,7 +48,7 @@ ShardHandle::ShardHandle(std::shared_ptr<Connection> connection,
     : connection_(std::move(connection)), meta_(std::move(meta)), index_(index) {}
 
 absl::StatusOr<HostArray> ShardHandle::ToHere() const {
-  HostArray array = HostArray::Allocate(meta_->dtype, shard().box.sizes);
+  HostArray array = HostArray::Allocate(meta_->dtype, ToShape(shard().box.sizes));
   absl::Status status = FetchShard(*connection_, *meta_, index_, array.data());
   if (absl::IsAborted(status)) {
     return absl::FailedPreconditionError(
@@ -257,8 +257,9 @@ absl::StatusOr<HostArray> Client::Get(const std::string& name, const std::option
   HostArray array;
   TESSERA_RETURN_IF_ERROR(ReadRegion(
       name, region, [&](const TensorMetadata& meta, const Box& box) -> absl::StatusOr<char*> {
-        if (array.buffer == nullptr || array.shape != box.sizes || array.dtype != meta.dtype) {
-          array = HostArray::Allocate(meta.dtype, box.sizes);
+        if (array.buffer == nullptr || !SameDims(array.shape, box.sizes) ||
+            array.dtype != meta.dtype) {
+          array = HostArray::Allocate(meta.dtype, ToShape(box.sizes));
         }
         return array.data();
       }));

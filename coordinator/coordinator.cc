@@ -615,7 +615,7 @@ absl::Status Coordinator::MovePieces(const TensorMetadata& old_meta,
         pull.dst_shard_id = dst.shard_id;
         pull.src_address = src.address;
         pull.src_shard_id = src.shard_id;
-        pull.sizes = piece->global.sizes;
+        pull.sizes = ToShape(piece->global.sizes);
         for (size_t d = 0; d < piece->global.rank(); ++d) {
           pull.dst_offsets.push_back(piece->global.offsets[d] - dst.box.offsets[d]);
           pull.src_offsets.push_back(piece->global.offsets[d] - src.box.offsets[d]);

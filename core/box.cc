@@ -52,8 +52,11 @@ std::string Box::ToString() const {
   return out;
 }
 
-Box WholeBox(const Shape& shape) {
-  return Box{std::vector<int64_t>(shape.size(), 0), shape};
+Box WholeBox(absl::Span<const int64_t> shape) {
+  Box box;
+  box.offsets.assign(shape.size(), 0);
+  box.sizes.assign(shape.begin(), shape.end());
+  return box;
 }
 
 std::optional<Box> Intersect(const Box& a, const Box& b) {
@@ -88,7 +91,7 @@ Box Translate(const Box& b, absl::Span<const int64_t> origin) {
   return out;
 }
 
-absl::Status CheckWithin(const Box& box, const Shape& shape,
+absl::Status CheckWithin(const Box& box, absl::Span<const int64_t> shape,
                          absl::string_view what) {
   if (box.offsets.size() != box.sizes.size()) {
     return absl::InvalidArgumentError(

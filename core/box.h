@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
+#include "absl/types/span.h"
+
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -22,9 +25,26 @@ using Shape = std::vector<int64_t>;
 // "[10, 20]".
 std::string ShapeToString(const Shape& shape);
 
+// Per-dim coordinates of a box, stored inline up to 4 dims: the coordinator
+// keeps one Box per shard, and 100k shards must not mean 200k allocations.
+using BoxCoords = absl::InlinedVector<int64_t, 4>;
+
+// A copy of `dims` as a Shape.
+inline Shape ToShape(absl::Span<const int64_t> dims) { return Shape(dims.begin(), dims.end()); }
+// True when two dim lists are equal (whatever containers hold them).
+inline bool SameDims(absl::Span<const int64_t> a, absl::Span<const int64_t> b) { return a == b; }
+
 struct Box {
-  std::vector<int64_t> offsets;
-  std::vector<int64_t> sizes;  // offsets.size() == sizes.size()
+  BoxCoords offsets;
+  BoxCoords sizes;  // offsets.size() == sizes.size()
+
+  Box() = default;
+  Box(BoxCoords offsets_in, BoxCoords sizes_in)
+      : offsets(std::move(offsets_in)), sizes(std::move(sizes_in)) {}
+  Box(absl::Span<const int64_t> offsets_in, absl::Span<const int64_t> sizes_in)
+      : offsets(offsets_in.begin(), offsets_in.end()), sizes(sizes_in.begin(), sizes_in.end()) {}
+  Box(std::initializer_list<int64_t> offsets_in, std::initializer_list<int64_t> sizes_in)
+      : offsets(offsets_in), sizes(sizes_in) {}
 
   size_t rank() const { return sizes.size(); }
 
@@ -48,7 +68,7 @@ struct Box {
 };
 
 // The box covering all of `shape` (offsets 0).
-Box WholeBox(const Shape& shape);
+Box WholeBox(absl::Span<const int64_t> shape);
 
 // The intersection of `a` and `b`, or nullopt when it is empty or the ranks
 // differ.
@@ -60,7 +80,7 @@ Box Translate(const Box& b, absl::Span<const int64_t> origin);
 // OK when `box` has the rank of `shape` (else DimsMismatchError) and
 // 0 <= offset, 0 <= size, offset + size <= n on every dim (else
 // OutOfBoundsError naming `what`, the dim and the values).
-absl::Status CheckWithin(const Box& box, const Shape& shape,
+absl::Status CheckWithin(const Box& box, absl::Span<const int64_t> shape,
                          absl::string_view what);
 
 }  // namespace tessera

@@ -5,7 +5,7 @@
 
 namespace tessera {
 
-void ForEachBoxRun(const Shape& array_shape, absl::Span<const int64_t> box_offsets,
+void ForEachBoxRun(absl::Span<const int64_t> array_shape, absl::Span<const int64_t> box_offsets,
                    absl::Span<const int64_t> box_sizes, int64_t flat_begin, int64_t count,
                    const std::function<void(int64_t, int64_t, int64_t)>& fn) {
   const size_t rank = array_shape.size();

@@ -9,8 +9,8 @@ namespace {
 
 // Number of leading ("outer") dims left after merging the trailing dims
 // whose copy spans the full row of every array involved into one run.
-size_t OuterDims(absl::Span<const int64_t> copy_sizes, const Shape& a,
-                 const Shape* b) {
+size_t OuterDims(absl::Span<const int64_t> copy_sizes, absl::Span<const int64_t> a,
+                 const absl::Span<const int64_t>* b) {
   size_t k = copy_sizes.size() - 1;  // dims [k, rank) form the run
   while (k > 0 && copy_sizes[k] == a[k] &&
          (b == nullptr || copy_sizes[k] == (*b)[k])) {
@@ -20,7 +20,7 @@ size_t OuterDims(absl::Span<const int64_t> copy_sizes, const Shape& a,
 }
 
 // Byte strides of a row-major array.
-std::vector<int64_t> ByteStrides(const Shape& shape, size_t item_size) {
+std::vector<int64_t> ByteStrides(absl::Span<const int64_t> shape, size_t item_size) {
   std::vector<int64_t> strides(shape.size());
   int64_t s = static_cast<int64_t>(item_size);
   for (size_t d = shape.size(); d-- > 0;) {
@@ -41,7 +41,7 @@ int64_t BaseOffset(absl::Span<const int64_t> offsets,
 // iterated, dims [outer, rank) form contiguous runs of `run_elems`.
 class RunWalker {
  public:
-  RunWalker(const Shape& shape, absl::Span<const int64_t> offsets,
+  RunWalker(absl::Span<const int64_t> shape, absl::Span<const int64_t> offsets,
             absl::Span<const int64_t> sizes, size_t outer, size_t item_size)
       : sizes_(sizes.begin(), sizes.begin() + outer),
         strides_(ByteStrides(shape, item_size)),
@@ -95,8 +95,8 @@ bool AnyZero(absl::Span<const int64_t> sizes) {
 
 // Copies flat elements [flat_begin, flat_begin + flat_count) of a box
 // between a contiguous chunk and the box's place in `array`.
-void FlatRangeCopy(const Shape& array_shape, absl::Span<const int64_t> offsets,
-                   const Shape& box_sizes, int64_t flat_begin,
+void FlatRangeCopy(absl::Span<const int64_t> array_shape, absl::Span<const int64_t> offsets,
+                   absl::Span<const int64_t> box_sizes, int64_t flat_begin,
                    int64_t flat_count, char* array, char* chunk,
                    size_t item_size, bool to_array) {
   if (flat_count <= 0 || AnyZero(box_sizes)) return;
@@ -125,9 +125,9 @@ void FlatRangeCopy(const Shape& array_shape, absl::Span<const int64_t> offsets,
 
 }  // namespace
 
-void CopyBox(const void* src, const Shape& src_shape,
+void CopyBox(const void* src, absl::Span<const int64_t> src_shape,
              absl::Span<const int64_t> src_offsets, void* dst,
-             const Shape& dst_shape, absl::Span<const int64_t> dst_offsets,
+             absl::Span<const int64_t> dst_shape, absl::Span<const int64_t> dst_offsets,
              absl::Span<const int64_t> copy_sizes, size_t item_size) {
   if (copy_sizes.empty()) {
     std::memcpy(dst, src, item_size);
@@ -150,8 +150,8 @@ void CopyBox(const void* src, const Shape& src_shape,
 }
 
 void CopyFlatRangeToBox(const void* src_chunk, int64_t flat_begin,
-                        int64_t flat_count, const Shape& box_sizes, void* dst,
-                        const Shape& dst_shape,
+                        int64_t flat_count, absl::Span<const int64_t> box_sizes, void* dst,
+                        absl::Span<const int64_t> dst_shape,
                         absl::Span<const int64_t> dst_offsets,
                         size_t item_size) {
   if (box_sizes.empty()) {
@@ -164,9 +164,9 @@ void CopyFlatRangeToBox(const void* src_chunk, int64_t flat_begin,
                 item_size, /*to_array=*/true);
 }
 
-void CopyBoxToFlatRange(const void* src, const Shape& src_shape,
+void CopyBoxToFlatRange(const void* src, absl::Span<const int64_t> src_shape,
                         absl::Span<const int64_t> src_offsets,
-                        const Shape& box_sizes, int64_t flat_begin,
+                        absl::Span<const int64_t> box_sizes, int64_t flat_begin,
                         int64_t flat_count, void* dst_chunk, size_t item_size) {
   if (box_sizes.empty()) {
     if (flat_count > 0) std::memcpy(dst_chunk, src, item_size);

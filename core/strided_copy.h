@@ -18,9 +18,9 @@ namespace tessera {
 // array of `src_shape`) to the box at `dst_offsets` in `dst` (of
 // `dst_shape`). REQUIRES: all of rank >= 1 and equal, both boxes in bounds,
 // src and dst do not overlap in memory.
-void CopyBox(const void* src, const Shape& src_shape,
+void CopyBox(const void* src, absl::Span<const int64_t> src_shape,
              absl::Span<const int64_t> src_offsets, void* dst,
-             const Shape& dst_shape, absl::Span<const int64_t> dst_offsets,
+             absl::Span<const int64_t> dst_shape, absl::Span<const int64_t> dst_offsets,
              absl::Span<const int64_t> copy_sizes, size_t item_size);
 
 // `src_chunk` holds elements [flat_begin, flat_begin + flat_count) of a
@@ -29,17 +29,17 @@ void CopyBox(const void* src, const Shape& src_shape,
 // start and end mid-row. REQUIRES: the box in bounds of dst and
 // flat_begin + flat_count <= the box's element count.
 void CopyFlatRangeToBox(const void* src_chunk, int64_t flat_begin,
-                        int64_t flat_count, const Shape& box_sizes, void* dst,
-                        const Shape& dst_shape,
+                        int64_t flat_count, absl::Span<const int64_t> box_sizes, void* dst,
+                        absl::Span<const int64_t> dst_shape,
                         absl::Span<const int64_t> dst_offsets,
                         size_t item_size);
 
 // The inverse: reads elements [flat_begin, flat_begin + flat_count), in
 // row-major order, of the box of `box_sizes` at `src_offsets` in `src` (of
 // `src_shape`) into the contiguous `dst_chunk`.
-void CopyBoxToFlatRange(const void* src, const Shape& src_shape,
+void CopyBoxToFlatRange(const void* src, absl::Span<const int64_t> src_shape,
                         absl::Span<const int64_t> src_offsets,
-                        const Shape& box_sizes, int64_t flat_begin,
+                        absl::Span<const int64_t> box_sizes, int64_t flat_begin,
                         int64_t flat_count, void* dst_chunk, size_t item_size);
 
 }  // namespace tessera

@@ -83,7 +83,7 @@ Verdict Oracle(const Shape& shape, const std::vector<Box>& boxes,
   std::vector<int> count(static_cast<size_t>(total), 0);
   for (const Box& b : boxes) {
     if (b.IsEmpty()) continue;
-    std::vector<int64_t> idx(b.offsets);
+    std::vector<int64_t> idx(b.offsets.begin(), b.offsets.end());
     for (int64_t e = 0; e < b.NumElements(); ++e) {
       int64_t flat = 0;
       for (size_t d = 0; d < shape.size(); ++d) flat = flat * shape[d] + idx[d];

@@ -35,7 +35,7 @@ HostArray Iota(DType dtype, const Shape& shape, uint64_t salt) {
 
 // The sub-box `region` of `src`, computed element by element.
 HostArray Slice(const HostArray& src, const Box& region) {
-  HostArray out = HostArray::Allocate(src.dtype, region.sizes);
+  HostArray out = HostArray::Allocate(src.dtype, ToShape(region.sizes));
   const size_t item = ItemSize(src.dtype);
   const size_t rank = region.rank();
   std::vector<int64_t> idx(rank, 0);

@@ -34,7 +34,8 @@ ShardMapping::~ShardMapping() {
   if (map_ != nullptr) munmap(map_, map_bytes_);
 }
 
-std::pair<int64_t, int64_t> BoxByteSpan(const Shape& shape, const Box& box, int64_t item_bytes) {
+std::pair<int64_t, int64_t> BoxByteSpan(absl::Span<const int64_t> shape, const Box& box,
+                                        int64_t item_bytes) {
   if (box.NumElements() == 0) return {0, 0};
   int64_t first = 0, last = 0, stride = item_bytes;
   for (size_t d = shape.size(); d-- > 0;) {

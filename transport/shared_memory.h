@@ -113,7 +113,8 @@ class ShardMappingCache {
 
 // Byte range [begin, end) of the shard that `box` touches (row-major over
 // `shape`); {0, 0} for an empty box.
-std::pair<int64_t, int64_t> BoxByteSpan(const Shape& shape, const Box& box, int64_t item_bytes);
+std::pair<int64_t, int64_t> BoxByteSpan(absl::Span<const int64_t> shape, const Box& box,
+                                        int64_t item_bytes);
 
 }  // namespace tessera
 

@@ -153,7 +153,7 @@ class WorkerService::RegionReader {
     // the shard's memory: its chunks are sent straight from there.
     absl::StatusOr<PinnedShard> pinned = store->Pin(reader.id_);
     if (pinned.ok() && reader.total_ > 0) {
-      const Shape& shape = pinned->desc.box.sizes;
+      const BoxCoords& shape = pinned->desc.box.sizes;
       size_t last_partial = 0;
       for (size_t d = 0; d < shape.size(); ++d) {
         if (reader.box_.sizes[d] != shape[d]) last_partial = d;

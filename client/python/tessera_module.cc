@@ -109,7 +109,7 @@ std::vector<py::ssize_t> ToPyShape(const std::vector<int64_t>& v) {
 
 std::string Str(py::handle h) { return py::str(h).cast<std::string>(); }
 
-py::tuple ToTuple(const std::vector<int64_t>& v) {
+py::tuple ToTuple(absl::Span<const int64_t> v) {
   py::tuple t(v.size());
   for (size_t i = 0; i < v.size(); ++i) t[i] = py::int_(v[i]);
   return t;
