@@ -31,8 +31,8 @@ void BM_StridedCopy(benchmark::State& state) {
   Buffers b(2 * kTotalBytes);
   const Shape shape = {rows, 2 * cols};
   for (auto _ : state) {
-    CopyBox(b.src.get(), shape, {0, cols / 2}, b.dst.get(), shape, {0, cols / 2}, {rows, cols},
-            4);
+    CopyBox(b.src.get(), shape, {0, cols / 2}, b.dst.get(), shape,
+            {0, cols / 2}, {rows, cols}, 4);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * kTotalBytes);
@@ -47,7 +47,8 @@ void BM_StridedFlatRange(benchmark::State& state) {
   const Shape shape = {rows, 2 * cols};
   const Shape box = {rows, cols};
   for (auto _ : state) {
-    CopyFlatRangeToBox(b.src.get(), 0, rows * cols, box, b.dst.get(), shape, {0, cols / 2}, 4);
+    CopyFlatRangeToBox(b.src.get(), 0, rows * cols, box, b.dst.get(), shape,
+                       {0, cols / 2}, 4);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * kTotalBytes);
@@ -64,8 +65,14 @@ void BM_Memcpy(benchmark::State& state) {
 }
 
 BENCHMARK(BM_Memcpy)->UseRealTime();
-BENCHMARK(BM_StridedCopy)->RangeMultiplier(4)->Range(256, 1 << 20)->UseRealTime();
-BENCHMARK(BM_StridedFlatRange)->RangeMultiplier(4)->Range(256, 1 << 20)->UseRealTime();
+BENCHMARK(BM_StridedCopy)
+    ->RangeMultiplier(4)
+    ->Range(256, 1 << 20)
+    ->UseRealTime();
+BENCHMARK(BM_StridedFlatRange)
+    ->RangeMultiplier(4)
+    ->Range(256, 1 << 20)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace tessera

@@ -4,9 +4,11 @@
 // loopback, memcpy, a bare gRPC unary call), printed as a ratio. Run through
 // bench/run.sh, which builds everything first.
 //
-// Flags are plain argv: --quick (smaller sizes, for a smoke run), --only=1,3 (some figures).
+// Flags are plain argv: --quick (smaller sizes, for a smoke run), --only=1,3
+// (some figures).
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -26,8 +28,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -58,7 +58,7 @@ struct Row {
   double ratio = 0;
   std::string target;  // e.g. ">= 1.0x"
   bool higher_is_better = true;
-  double threshold = 0;  // ratio target; 0: none
+  double threshold = 0;     // ratio target; 0: none
   std::optional<bool> met;  // for absolute targets (`target` says which)
 };
 
@@ -68,8 +68,8 @@ std::vector<Row>& Rows() {
 }
 
 void Add(Row row) {
-  std::printf("  %-44s %-16s %-22s %6.2fx\n", row.figure.c_str(), row.value.c_str(),
-              row.reference.c_str(), row.ratio);
+  std::printf("  %-44s %-16s %-22s %6.2fx\n", row.figure.c_str(),
+              row.value.c_str(), row.reference.c_str(), row.ratio);
   std::fflush(stdout);
   Rows().push_back(std::move(row));
 }
@@ -87,21 +87,25 @@ std::string GBps(double bytes, double seconds) {
 }
 
 void PrintTable() {
-  std::printf("\n| figure | value | reference (same run) | ratio | target | met? |\n");
+  std::printf(
+      "\n| figure | value | reference (same run) | ratio | target | met? |\n");
   std::printf("|---|---|---|---|---|---|\n");
   for (const Row& r : Rows()) {
     std::string target = "-", met = "-", ratio = "-";
     if (r.reference != "-") ratio = absl::StrFormat("%.2fx", r.ratio);
     if (r.threshold > 0) {
-      target = absl::StrFormat("%s %.2fx", r.higher_is_better ? ">=" : "<=", r.threshold);
-      const bool ok = r.higher_is_better ? r.ratio >= r.threshold : r.ratio <= r.threshold;
+      target = absl::StrFormat("%s %.2fx",
+                               r.higher_is_better ? ">=" : "<=", r.threshold);
+      const bool ok =
+          r.higher_is_better ? r.ratio >= r.threshold : r.ratio <= r.threshold;
       met = ok ? "yes" : "**no**";
     } else if (r.met.has_value()) {
       target = r.target;
       met = *r.met ? "yes" : "**no**";
     }
-    std::printf("| %s | %s | %s | %s | %s | %s |\n", r.figure.c_str(), r.value.c_str(),
-                r.reference.c_str(), ratio.c_str(), target.c_str(), met.c_str());
+    std::printf("| %s | %s | %s | %s | %s | %s |\n", r.figure.c_str(),
+                r.value.c_str(), r.reference.c_str(), ratio.c_str(),
+                target.c_str(), met.c_str());
   }
 }
 
@@ -132,8 +136,9 @@ double RawTcpSeconds(int streams, int64_t total, char* dst) {
   for (int i = 0; i < streams; ++i) {
     threads.emplace_back([&, i] {
       for (int64_t sent = 0; sent < part;) {
-        const ssize_t n = send(senders[i], source.data(),
-                               std::min<int64_t>(source.size(), part - sent), 0);
+        const ssize_t n =
+            send(senders[i], source.data(),
+                 std::min<int64_t>(source.size(), part - sent), 0);
         if (n <= 0) return;
         sent += n;
       }
@@ -227,7 +232,8 @@ pid_t FindPid(const std::string& needle) {
     const pid_t pid = static_cast<pid_t>(std::atol(e->d_name));
     if (pid <= 0) continue;
     std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"));
-    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string cmdline((std::istreambuf_iterator<char>(in)),
+                        std::istreambuf_iterator<char>());
     std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
     if (cmdline.find("tessera-coordinator") != std::string::npos &&
         cmdline.find(needle) != std::string::npos) {
@@ -243,24 +249,26 @@ int64_t ResidentBytes(pid_t pid) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;
+    if (line.rfind("VmRSS:", 0) == 0)
+      return std::atoll(line.c_str() + 6) * 1024;
   }
   return -1;
 }
 
-#define CHECK_OK(expr)                                                          \
-  do {                                                                          \
-    absl::Status _s = (expr);                                                   \
-    if (!_s.ok()) {                                                             \
-      std::fprintf(stderr, "%s failed: %s\n", #expr, _s.ToString().c_str());   \
-      std::exit(1);                                                             \
-    }                                                                           \
+#define CHECK_OK(expr)                                                       \
+  do {                                                                       \
+    absl::Status _s = (expr);                                                \
+    if (!_s.ok()) {                                                          \
+      std::fprintf(stderr, "%s failed: %s\n", #expr, _s.ToString().c_str()); \
+      std::exit(1);                                                          \
+    }                                                                        \
   } while (0)
 
 template <typename T>
 T ValueOrDie(absl::StatusOr<T> v, const char* what) {
   if (!v.ok()) {
-    std::fprintf(stderr, "%s failed: %s\n", what, v.status().ToString().c_str());
+    std::fprintf(stderr, "%s failed: %s\n", what,
+                 v.status().ToString().c_str());
     std::exit(1);
   }
   return std::move(*v);
@@ -277,10 +285,12 @@ struct Env {
 
 // 1. Gather a chunk-sharded float32 tensor into the client.
 void GatherFigure(Env& env) {
-  const int64_t rows = env.quick ? 16384 : 262144;  // x 1024 float32: 64 MiB / 1 GiB
+  const int64_t rows =
+      env.quick ? 16384 : 262144;  // x 1024 float32: 64 MiB / 1 GiB
   const Shape shape = {rows, 1024};
   const int64_t bytes = rows * 1024 * 4;
-  ValueOrDie(env.client->Create("gather", shape, DType::kFloat32, LayoutSpec::Chunk(0, Ranks(kWorkers)),
+  ValueOrDie(env.client->Create("gather", shape, DType::kFloat32,
+                                LayoutSpec::Chunk(0, Ranks(kWorkers)),
                                 InitSpec{InitSpec::Kind::kOnes}),
              "create gather tensor");
   std::unique_ptr<char[]> out(new char[bytes]);
@@ -289,12 +299,16 @@ void GatherFigure(Env& env) {
   std::memset(src.get(), 2, bytes);
   const int reps = 3;
   double tcp = 1e9, grpc_path = 1e9, shm_path = 1e9, copy = 1e9;
-  for (int r = 0; r < reps; ++r) tcp = std::min(tcp, RawTcpSeconds(kWorkers, bytes, out.get()));
-  for (int r = 0; r < reps; ++r) copy = std::min(copy, MemcpySeconds(out.get(), src.get(), bytes));
+  for (int r = 0; r < reps; ++r)
+    tcp = std::min(tcp, RawTcpSeconds(kWorkers, bytes, out.get()));
+  for (int r = 0; r < reps; ++r)
+    copy = std::min(copy, MemcpySeconds(out.get(), src.get(), bytes));
   for (bool shm : {false, true}) {
     ClientOptions options;
     options.shared_memory = shm;
-    auto client = ValueOrDie(Client::Connect(env.cluster->coordinator_address(), options), "connect");
+    auto client =
+        ValueOrDie(Client::Connect(env.cluster->coordinator_address(), options),
+                   "connect");
     for (int r = 0; r < reps; ++r) {
       std::memset(out.get(), 0, 4096);
       const absl::Time start = absl::Now();
@@ -311,10 +325,12 @@ void GatherFigure(Env& env) {
     }
   }
   const std::string size = env.quick ? "64 MiB" : "1 GiB";
-  Add({absl::StrCat("1. gather ", size, ", 4 workers, gRPC"), GBps(bytes, grpc_path),
-       absl::StrCat("TCP x4 ", GBps(bytes, tcp)), tcp / grpc_path, "", true, 1.0});
-  Add({absl::StrCat("1. gather ", size, ", 4 workers, same-host shm"), GBps(bytes, shm_path),
-       absl::StrCat("memcpy x1 ", GBps(bytes, copy)), copy / shm_path, "", true, 0.7});
+  Add({absl::StrCat("1. gather ", size, ", 4 workers, gRPC"),
+       GBps(bytes, grpc_path), absl::StrCat("TCP x4 ", GBps(bytes, tcp)),
+       tcp / grpc_path, "", true, 1.0});
+  Add({absl::StrCat("1. gather ", size, ", 4 workers, same-host shm"),
+       GBps(bytes, shm_path), absl::StrCat("memcpy x1 ", GBps(bytes, copy)),
+       copy / shm_path, "", true, 0.7});
   CHECK_OK(env.client->Delete("gather"));
 }
 
@@ -325,7 +341,8 @@ void SmallFetchFigure(Env& env) {
                                 LayoutSpec::Chunk(0, Ranks(kWorkers)),
                                 InitSpec{InitSpec::Kind::kArange}),
              "create small tensor");
-  const TensorMetadata meta = ValueOrDie(env.client->Describe("small"), "describe small");
+  const TensorMetadata meta =
+      ValueOrDie(env.client->Describe("small"), "describe small");
   auto echo_channel = MakeChannel(env.echo_address);
   auto echo = bench::Echo::NewStub(echo_channel);
   const absl::Duration duration = absl::Milliseconds(env.quick ? 500 : 1500);
@@ -336,7 +353,8 @@ void SmallFetchFigure(Env& env) {
       options.shared_memory = shm;
       Connection connection(env.cluster->coordinator_address(), options);
       for (int callers : {1, 16}) {
-        std::vector<std::vector<char>> outs(callers, std::vector<char>(payload));
+        std::vector<std::vector<char>> outs(callers,
+                                            std::vector<char>(payload));
         const Latency ref = Measure(callers, duration, [&](int c, int64_t i) {
           grpc::ClientContext context;
           bench::EchoRequest request;
@@ -346,28 +364,29 @@ void SmallFetchFigure(Env& env) {
         });
         const Latency got = Measure(callers, duration, [&](int c, int64_t i) {
           // Rows aligned to the fetch size never straddle two shards.
-          const int64_t start = ((c * 7919 + i * 104729) % (rows / fetch_rows)) * fetch_rows;
+          const int64_t start =
+              ((c * 7919 + i * 104729) % (rows / fetch_rows)) * fetch_rows;
           Box box{{start, 0}, {fetch_rows, 1024}};
           return GatherRegion(connection, meta, box, outs[c].data()).ok();
         });
-        const std::string what = absl::StrCat("2. fetch ", payload / 1024, " KiB, ", callers,
-                                              callers == 1 ? " caller" : " callers",
-                                              shm ? ", shm" : ", gRPC");
+        const std::string what = absl::StrCat(
+            "2. fetch ", payload / 1024, " KiB, ", callers,
+            callers == 1 ? " caller" : " callers", shm ? ", shm" : ", gRPC");
         if (callers == 1) {
           Add({what + " p50", absl::StrFormat("%.0f us", got.p50_us),
-               absl::StrFormat("unary %.0f us", ref.p50_us), got.p50_us / ref.p50_us, "", false,
-               1.3});
+               absl::StrFormat("unary %.0f us", ref.p50_us),
+               got.p50_us / ref.p50_us, "", false, 1.3});
           Add({what + " p99", absl::StrFormat("%.0f us", got.p99_us),
-               absl::StrFormat("unary %.0f us", ref.p99_us), got.p99_us / ref.p99_us, "", false,
-               0});
+               absl::StrFormat("unary %.0f us", ref.p99_us),
+               got.p99_us / ref.p99_us, "", false, 0});
         } else {
           Add({what + " p50", absl::StrFormat("%.0f us", got.p50_us),
-               absl::StrFormat("unary %.0f us", ref.p50_us), got.p50_us / ref.p50_us, "", false,
-               0});
+               absl::StrFormat("unary %.0f us", ref.p50_us),
+               got.p50_us / ref.p50_us, "", false, 0});
         }
         Add({what + " QPS", absl::StrFormat("%.0f/s", got.qps),
-             absl::StrFormat("unary %.0f/s", ref.qps), got.qps / ref.qps, "", true,
-             callers == 16 ? 0.8 : 0});
+             absl::StrFormat("unary %.0f/s", ref.qps), got.qps / ref.qps, "",
+             true, callers == 16 ? 0.8 : 0});
       }
     }
   }
@@ -385,8 +404,10 @@ void SmallFetchFigure(Env& env) {
       bench::EchoReply reply;
       return echo->Get(&context, request, &reply).ok();
     });
-    Add({"2. Client::GetInto 4 KiB (describe + fetch) p50", absl::StrFormat("%.0f us", got.p50_us),
-         absl::StrFormat("unary %.0f us", ref.p50_us), got.p50_us / ref.p50_us, "", false, 0});
+    Add({"2. Client::GetInto 4 KiB (describe + fetch) p50",
+         absl::StrFormat("%.0f us", got.p50_us),
+         absl::StrFormat("unary %.0f us", ref.p50_us), got.p50_us / ref.p50_us,
+         "", false, 0});
   }
   CHECK_OK(env.client->Delete("small"));
 }
@@ -400,8 +421,9 @@ void ReshardFigure(Env& env) {
                                 InitSpec{InitSpec::Kind::kOnes}),
              "create reshard tensor");
   const absl::Time start = absl::Now();
-  ReshardStats stats =
-      ValueOrDie(env.client->Reshard("reshard", LayoutSpec::Chunk(1, Ranks(kWorkers))), "reshard");
+  ReshardStats stats = ValueOrDie(
+      env.client->Reshard("reshard", LayoutSpec::Chunk(1, Ranks(kWorkers))),
+      "reshard");
   const double wall = absl::ToDoubleSeconds(absl::Now() - start);
   std::unique_ptr<char[]> out(new char[bytes]);
   std::memset(out.get(), 1, bytes);
@@ -412,13 +434,16 @@ void ReshardFigure(Env& env) {
   const std::string size = env.quick ? "64 MiB" : "1 GiB";
   Add({absl::StrCat("3. reshard ", size, " rows->cols, 4 workers"),
        absl::StrFormat("%.3f s", wall), "-", 0, "", true, 0});
-  Info("3. reshard bytes moved between workers", absl::StrCat(stats.bytes_moved));
+  Info("3. reshard bytes moved between workers",
+       absl::StrCat(stats.bytes_moved));
   Add({"3. reshard GB/s of moved bytes", GBps(stats.bytes_moved, wall),
-       absl::StrCat("TCP x4 ", GBps(stats.bytes_moved, tcp)), tcp / wall, "", true, 0.8});
+       absl::StrCat("TCP x4 ", GBps(stats.bytes_moved, tcp)), tcp / wall, "",
+       true, 0.8});
   CHECK_OK(env.client->Delete("reshard"));
 }
 
-// 4. Control plane: 100k-shard enumerable tensor, describe, memory, GetTensor QPS.
+// 4. Control plane: 100k-shard enumerable tensor, describe, memory, GetTensor
+// QPS.
 void ControlFigure(Env& env) {
   const int64_t shards = env.quick ? 10000 : 100000;
   std::vector<Box> boxes;
@@ -431,28 +456,44 @@ void ControlFigure(Env& env) {
     placements.push_back(p);
   }
   const LayoutSpec spec = LayoutSpec::Enumerable(boxes, placements);
-  const pid_t coordinator = FindPid(absl::StrCat("--listen=", env.cluster->coordinator_address()));
+  const pid_t coordinator =
+      FindPid(absl::StrCat("--listen=", env.cluster->coordinator_address()));
   const int64_t rss_before = ResidentBytes(coordinator);
   absl::Time start = absl::Now();
   ValueOrDie(LayoutBoxes({shards, 8}, spec), "validate layout");
   const double validate = absl::ToDoubleSeconds(absl::Now() - start);
   start = absl::Now();
-  ValueOrDie(env.client->Create("many", {shards, 8}, DType::kFloat32, spec), "create 100k");
+  ValueOrDie(env.client->Create("many", {shards, 8}, DType::kFloat32, spec),
+             "create 100k");
   const double create = absl::ToDoubleSeconds(absl::Now() - start);
   start = absl::Now();
-  const TensorMetadata many = ValueOrDie(env.client->Describe("many"), "describe 100k");
+  const TensorMetadata many =
+      ValueOrDie(env.client->Describe("many"), "describe 100k");
   const double describe = absl::ToDoubleSeconds(absl::Now() - start);
   const int64_t rss_after = ResidentBytes(coordinator);
   const std::string n = env.quick ? "10k" : "100k";
   Row create_row{absl::StrCat("4. create+validate ", n, " shards (cluster)"),
-                 absl::StrFormat("%.3f s", create), "-", 0, "<= 0.2 s", true, 0, create <= 0.2};
+                 absl::StrFormat("%.3f s", create),
+                 "-",
+                 0,
+                 "<= 0.2 s",
+                 true,
+                 0,
+                 create <= 0.2};
   Add(create_row);
-  Info(absl::StrCat("4. validate ", n, " shards in core/ only"), absl::StrFormat("%.3f s", validate));
+  Info(absl::StrCat("4. validate ", n, " shards in core/ only"),
+       absl::StrFormat("%.3f s", validate));
   Info(absl::StrCat("4. describe ", n, " shards"),
        absl::StrFormat("%.3f s (%zu shards)", describe, many.shards.size()));
   const double per_shard = static_cast<double>(rss_after - rss_before) / shards;
-  Row mem_row{"4. coordinator RSS per shard", absl::StrFormat("%.0f B", per_shard), "-", 0,
-              "<= 300 B", true, 0, per_shard <= 300};
+  Row mem_row{"4. coordinator RSS per shard",
+              absl::StrFormat("%.0f B", per_shard),
+              "-",
+              0,
+              "<= 300 B",
+              true,
+              0,
+              per_shard <= 300};
   Add(mem_row);
   CHECK_OK(env.client->Delete("many"));
 
@@ -472,9 +513,11 @@ void ControlFigure(Env& env) {
     const Latency got = Measure(callers, duration, [&](int, int64_t) {
       return env.client->Describe("tiny").ok();
     });
-    Add({absl::StrCat("4. GetTensor (describe) small, ", callers, " caller(s) QPS"),
-         absl::StrFormat("%.0f/s", got.qps), absl::StrFormat("unary %.0f/s", ref.qps),
-         got.qps / ref.qps, "", true, 0});
+    Add({absl::StrCat("4. GetTensor (describe) small, ", callers,
+                      " caller(s) QPS"),
+         absl::StrFormat("%.0f/s", got.qps),
+         absl::StrFormat("unary %.0f/s", ref.qps), got.qps / ref.qps, "", true,
+         0});
   }
   CHECK_OK(env.client->Delete("tiny"));
 }
@@ -488,7 +531,8 @@ int StartEchoProcess(pid_t* child) {
   if (*child == 0) {
     close(fds[0]);
     EchoService service;
-    absl::StatusOr<RunningServer> server = StartServer("127.0.0.1:0", {&service});
+    absl::StatusOr<RunningServer> server =
+        StartServer("127.0.0.1:0", {&service});
     const int port = server.ok() ? server->port : -1;
     if (write(fds[1], &port, sizeof(port)) != sizeof(port)) _exit(1);
     close(fds[1]);
@@ -510,7 +554,9 @@ int Main(int argc, char** argv) {
     if (arg == "--quick") env.quick = true;
     if (arg.rfind("--only=", 0) == 0) only = arg.substr(7);
   }
-  auto wanted = [&](char figure) { return only.empty() || only.find(figure) != std::string::npos; };
+  auto wanted = [&](char figure) {
+    return only.empty() || only.find(figure) != std::string::npos;
+  };
   // Forked before any gRPC state exists in this process.
   pid_t echo_pid = -1;
   const int echo_port = StartEchoProcess(&echo_pid);
@@ -520,11 +566,14 @@ int Main(int argc, char** argv) {
   }
   TestClusterOptions cluster_options;
   cluster_options.num_workers = kWorkers;
-  env.cluster = ValueOrDie(TestCluster::Start(cluster_options), "start cluster");
-  env.client = ValueOrDie(Client::Connect(env.cluster->coordinator_address()), "connect");
+  env.cluster =
+      ValueOrDie(TestCluster::Start(cluster_options), "start cluster");
+  env.client = ValueOrDie(Client::Connect(env.cluster->coordinator_address()),
+                          "connect");
   env.echo_address = absl::StrCat("127.0.0.1:", echo_port);
 
-  std::printf("  %-44s %-16s %-22s %s\n", "figure", "value", "reference", "ratio");
+  std::printf("  %-44s %-16s %-22s %s\n", "figure", "value", "reference",
+              "ratio");
   if (wanted('1')) GatherFigure(env);
   if (wanted('2')) SmallFetchFigure(env);
   if (wanted('3')) ReshardFigure(env);

@@ -10,20 +10,23 @@ namespace tessera {
 Connection::Connection(std::string coordinator_address, ClientOptions options)
     : coordinator_address_(std::move(coordinator_address)),
       options_(options),
-      coordinator_(v1::Coordinator::NewStub(MakeChannel(coordinator_address_))) {}
+      coordinator_(
+          v1::Coordinator::NewStub(MakeChannel(coordinator_address_))) {}
 
-std::unique_ptr<v1::Worker::Stub> Connection::WorkerStub(const std::string& address) {
+std::unique_ptr<v1::Worker::Stub> Connection::WorkerStub(
+    const std::string& address) {
   return v1::Worker::NewStub(workers_.Get(address));
 }
 
-std::shared_ptr<grpc::Channel> Connection::WorkerChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> Connection::WorkerChannel(
+    const std::string& address) {
   return workers_.Get(address);
 }
 
 void Connection::PrepareControlCall(grpc::ClientContext* context) const {
-  context->set_deadline(
-      std::chrono::system_clock::now() +
-      std::chrono::milliseconds(absl::ToInt64Milliseconds(options_.rpc_timeout)));
+  context->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::milliseconds(
+                            absl::ToInt64Milliseconds(options_.rpc_timeout)));
 }
 
 absl::Status Connection::ControlError(const grpc::Status& status) const {
@@ -35,8 +38,9 @@ absl::Status Connection::ControlError(const grpc::Status& status) const {
       (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
        status.error_message() == "Deadline Exceeded");
   if (transport_failure) {
-    return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ",
-                                               coordinator_address_, " (is it running?)"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach the coordinator at ", coordinator_address_,
+                     " (is it running?)"));
   }
   return FromGrpcStatus(status);
 }

@@ -41,7 +41,9 @@ class Connection {
  public:
   Connection(std::string coordinator_address, ClientOptions options);
 
-  const std::string& coordinator_address() const { return coordinator_address_; }
+  const std::string& coordinator_address() const {
+    return coordinator_address_;
+  }
   const ClientOptions& options() const { return options_; }
   v1::Coordinator::Stub* coordinator() { return coordinator_.get(); }
   std::unique_ptr<v1::Worker::Stub> WorkerStub(const std::string& address);

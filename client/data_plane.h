@@ -16,16 +16,18 @@ namespace tessera {
 // `meta` into `out`, a row-major buffer of region.sizes elements. Fails with
 // UNAVAILABLE naming the worker if a needed shard is unavailable; never
 // leaves a hole silently.
-absl::Status GatherRegion(Connection& connection, const TensorMetadata& meta, const Box& region,
-                          char* out);
+absl::Status GatherRegion(Connection& connection, const TensorMetadata& meta,
+                          const Box& region, char* out);
 
-// Writes every shard of `meta` from `src`, a row-major array of the whole tensor.
-absl::Status ScatterTensor(Connection& connection, const TensorMetadata& meta, const char* src);
+// Writes every shard of `meta` from `src`, a row-major array of the whole
+// tensor.
+absl::Status ScatterTensor(Connection& connection, const TensorMetadata& meta,
+                           const char* src);
 
 // Reads the whole of shard `index` of `meta` into `out` (row-major over the
 // shard's box), straight from its worker.
-absl::Status FetchShard(Connection& connection, const TensorMetadata& meta, size_t index,
-                        char* out);
+absl::Status FetchShard(Connection& connection, const TensorMetadata& meta,
+                        size_t index, char* out);
 
 }  // namespace tessera
 

@@ -22,11 +22,17 @@ struct HostArray {
 
   char* data() { return buffer.get(); }
   const char* data() const { return buffer.get(); }
-  int64_t NumElements() const { return num_bytes / static_cast<int64_t>(ItemSize(dtype)); }
+  int64_t NumElements() const {
+    return num_bytes / static_cast<int64_t>(ItemSize(dtype));
+  }
   template <typename T>
-  const T* As() const { return reinterpret_cast<const T*>(buffer.get()); }
+  const T* As() const {
+    return reinterpret_cast<const T*>(buffer.get());
+  }
   template <typename T>
-  T* As() { return reinterpret_cast<T*>(buffer.get()); }
+  T* As() {
+    return reinterpret_cast<T*>(buffer.get());
+  }
 };
 
 inline HostArray HostArray::Allocate(DType dtype, Shape shape) {

@@ -14,7 +14,8 @@
 namespace tessera {
 namespace {
 
-// gRPC's own connection failures; errors the coordinator raises say "unavailable".
+// gRPC's own connection failures; errors the coordinator raises say
+// "unavailable".
 bool CoordinatorUnreachable(const grpc::Status& status) {
   return status.error_code() == grpc::StatusCode::UNAVAILABLE &&
          status.error_message().find("unavailable") == std::string::npos;
@@ -25,15 +26,17 @@ bool CoordinatorUnreachable(const grpc::Status& status) {
 template <typename Request, typename Response>
 grpc::Status CallIdempotent(
     Connection& connection,
-    grpc::Status (v1::Coordinator::Stub::*method)(grpc::ClientContext*, const Request&,
-                                                  Response*),
+    grpc::Status (v1::Coordinator::Stub::*method)(grpc::ClientContext*,
+                                                  const Request&, Response*),
     const Request& request, Response* response) {
   absl::Duration backoff = absl::Milliseconds(50);
   for (int attempt = 0;; ++attempt) {
     grpc::ClientContext context;
     connection.PrepareControlCall(&context);
-    grpc::Status status = (connection.coordinator()->*method)(&context, request, response);
-    if (!CoordinatorUnreachable(status) || attempt >= connection.options().control_retries) {
+    grpc::Status status =
+        (connection.coordinator()->*method)(&context, request, response);
+    if (!CoordinatorUnreachable(status) ||
+        attempt >= connection.options().control_retries) {
       return status;
     }
     absl::SleepFor(backoff);
@@ -44,44 +47,51 @@ grpc::Status CallIdempotent(
 }  // namespace
 
 ShardHandle::ShardHandle(std::shared_ptr<Connection> connection,
-                         std::shared_ptr<const TensorMetadata> meta, size_t index)
-    : connection_(std::move(connection)), meta_(std::move(meta)), index_(index) {}
+                         std::shared_ptr<const TensorMetadata> meta,
+                         size_t index)
+    : connection_(std::move(connection)),
+      meta_(std::move(meta)),
+      index_(index) {}
 
 absl::StatusOr<HostArray> ShardHandle::ToHere() const {
-  HostArray array = HostArray::Allocate(meta_->dtype, ToShape(shard().box.sizes));
+  HostArray array =
+      HostArray::Allocate(meta_->dtype, ToShape(shard().box.sizes));
   absl::Status status = FetchShard(*connection_, *meta_, index_, array.data());
   if (absl::IsAborted(status)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("shard handle ", ToString(), " refers to version ", meta_->version,
-                     ", whose shards were freed (the tensor was resharded or deleted); "
-                     "describe the tensor again for current handles"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shard handle ", ToString(), " refers to version ", meta_->version,
+        ", whose shards were freed (the tensor was resharded or deleted); "
+        "describe the tensor again for current handles"));
   }
   if (!status.ok()) return status;
   return array;
 }
 
-absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& coordinator,
-                                                        ClientOptions options) {
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
+    const std::string& coordinator, ClientOptions options) {
   if (coordinator.empty() || coordinator.find(':') == std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("coordinator address '", coordinator, "' is not HOST:PORT"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "coordinator address '", coordinator, "' is not HOST:PORT"));
   }
   auto connection = std::make_shared<Connection>(coordinator, options);
   // Wait for the connection once here, so later calls fail fast and clearly.
   std::shared_ptr<grpc::Channel> channel = MakeChannel(coordinator);
   auto deadline = std::chrono::system_clock::now() +
-                  std::chrono::milliseconds(absl::ToInt64Milliseconds(options.connect_timeout));
+                  std::chrono::milliseconds(
+                      absl::ToInt64Milliseconds(options.connect_timeout));
   v1::ListWorkersRequest request;
   v1::ListWorkersResponse response;
   grpc::ClientContext context;
   context.set_deadline(deadline);
   context.set_wait_for_ready(true);
-  grpc::Status status = connection->coordinator()->ListWorkers(&context, request, &response);
+  grpc::Status status =
+      connection->coordinator()->ListWorkers(&context, request, &response);
   if (!status.ok()) {
     if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
         status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ", coordinator,
-                                                 " (is it running?)"));
+      return absl::UnavailableError(
+          absl::StrCat("cannot reach the coordinator at ", coordinator,
+                       " (is it running?)"));
     }
     return connection->ControlError(status);
   }
@@ -91,8 +101,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& coord
 absl::StatusOr<std::vector<WorkerInfo>> Client::Workers() {
   v1::ListWorkersRequest request;
   v1::ListWorkersResponse response;
-  grpc::Status status =
-      CallIdempotent(*connection_, &v1::Coordinator::Stub::ListWorkers, request, &response);
+  grpc::Status status = CallIdempotent(
+      *connection_, &v1::Coordinator::Stub::ListWorkers, request, &response);
   if (!status.ok()) return connection_->ControlError(status);
   std::vector<WorkerInfo> out;
   for (const v1::WorkerInfo& w : response.workers()) {
@@ -109,10 +119,9 @@ absl::StatusOr<std::vector<WorkerInfo>> Client::Workers() {
   return out;
 }
 
-absl::StatusOr<TensorMetadata> Client::CreateInternal(const std::string& name,
-                                                      const Shape& shape, DType dtype,
-                                                      const LayoutSpec& spec,
-                                                      const InitSpec& init, bool pending) {
+absl::StatusOr<TensorMetadata> Client::CreateInternal(
+    const std::string& name, const Shape& shape, DType dtype,
+    const LayoutSpec& spec, const InitSpec& init, bool pending) {
   v1::CreateTensorRequest request;
   request.set_name(name);
   request.mutable_shape()->Assign(shape.begin(), shape.end());
@@ -122,26 +131,31 @@ absl::StatusOr<TensorMetadata> Client::CreateInternal(const std::string& name,
   request.set_pending(pending);
   v1::CreateTensorResponse response;
   grpc::ClientContext context;
-  // Allocation with an init fill of a large tensor can take longer than a plain call.
+  // Allocation with an init fill of a large tensor can take longer than a plain
+  // call.
   context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::milliseconds(
-                           absl::ToInt64Milliseconds(connection_->options().data_timeout)));
-  grpc::Status status = connection_->coordinator()->CreateTensor(&context, request, &response);
+                       std::chrono::milliseconds(absl::ToInt64Milliseconds(
+                           connection_->options().data_timeout)));
+  grpc::Status status =
+      connection_->coordinator()->CreateTensor(&context, request, &response);
   if (!status.ok()) return connection_->ControlError(status);
   return TensorMetadataFromProto(response.tensor());
 }
 
-absl::StatusOr<TensorMetadata> Client::Create(const std::string& name, const Shape& shape,
-                                              DType dtype, const LayoutSpec& spec,
+absl::StatusOr<TensorMetadata> Client::Create(const std::string& name,
+                                              const Shape& shape, DType dtype,
+                                              const LayoutSpec& spec,
                                               const InitSpec& init) {
   return CreateInternal(name, shape, dtype, spec, init, /*pending=*/false);
 }
 
-absl::StatusOr<TensorMetadata> Client::Put(const std::string& name, const Shape& shape,
-                                           DType dtype, const char* data,
+absl::StatusOr<TensorMetadata> Client::Put(const std::string& name,
+                                           const Shape& shape, DType dtype,
+                                           const char* data,
                                            const LayoutSpec& spec) {
-  TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta,
-                           CreateInternal(name, shape, dtype, spec, InitSpec{}, /*pending=*/true));
+  TESSERA_ASSIGN_OR_RETURN(
+      TensorMetadata meta,
+      CreateInternal(name, shape, dtype, spec, InitSpec{}, /*pending=*/true));
   absl::Status status = ScatterTensor(*connection_, meta, data);
   if (status.ok()) {
     v1::CommitTensorRequest request;
@@ -150,7 +164,8 @@ absl::StatusOr<TensorMetadata> Client::Put(const std::string& name, const Shape&
     v1::CommitTensorResponse response;
     grpc::ClientContext context;
     connection_->PrepareControlCall(&context);
-    grpc::Status commit = connection_->coordinator()->CommitTensor(&context, request, &response);
+    grpc::Status commit =
+        connection_->coordinator()->CommitTensor(&context, request, &response);
     if (commit.ok()) return meta;
     status = connection_->ControlError(commit);
   }
@@ -163,8 +178,8 @@ absl::StatusOr<TensorMetadata> Client::Describe(const std::string& name) {
   v1::GetTensorRequest request;
   request.set_name(name);
   v1::GetTensorResponse response;
-  grpc::Status status =
-      CallIdempotent(*connection_, &v1::Coordinator::Stub::GetTensor, request, &response);
+  grpc::Status status = CallIdempotent(
+      *connection_, &v1::Coordinator::Stub::GetTensor, request, &response);
   if (!status.ok()) return connection_->ControlError(status);
   return TensorMetadataFromProto(response.tensor());
 }
@@ -172,8 +187,8 @@ absl::StatusOr<TensorMetadata> Client::Describe(const std::string& name) {
 absl::StatusOr<std::vector<TensorInfo>> Client::List() {
   v1::ListTensorsRequest request;
   v1::ListTensorsResponse response;
-  grpc::Status status =
-      CallIdempotent(*connection_, &v1::Coordinator::Stub::ListTensors, request, &response);
+  grpc::Status status = CallIdempotent(
+      *connection_, &v1::Coordinator::Stub::ListTensors, request, &response);
   if (!status.ok()) return connection_->ControlError(status);
   std::vector<TensorInfo> out;
   for (const v1::TensorSummary& t : response.tensors()) {
@@ -195,12 +210,14 @@ absl::Status Client::Delete(const std::string& name) {
   v1::DeleteTensorResponse response;
   grpc::ClientContext context;
   connection_->PrepareControlCall(&context);
-  grpc::Status status = connection_->coordinator()->DeleteTensor(&context, request, &response);
+  grpc::Status status =
+      connection_->coordinator()->DeleteTensor(&context, request, &response);
   if (!status.ok()) return connection_->ControlError(status);
   return absl::OkStatus();
 }
 
-std::shared_ptr<const TensorMetadata> Client::CachedMetadata(const std::string& name) {
+std::shared_ptr<const TensorMetadata> Client::CachedMetadata(
+    const std::string& name) {
   absl::MutexLock lock(&cache_mu_);
   auto it = metadata_cache_.find(name);
   return it == metadata_cache_.end() ? nullptr : it->second;
@@ -210,7 +227,8 @@ void Client::CacheMetadata(std::shared_ptr<const TensorMetadata> meta) {
   const int limit = connection_->options().metadata_cache_entries;
   if (limit <= 0) return;
   absl::MutexLock lock(&cache_mu_);
-  if (static_cast<int>(metadata_cache_.size()) >= limit) metadata_cache_.clear();
+  if (static_cast<int>(metadata_cache_.size()) >= limit)
+    metadata_cache_.clear();
   metadata_cache_[meta->name] = std::move(meta);
 }
 
@@ -221,10 +239,12 @@ void Client::ForgetMetadata(const std::string& name) {
 
 absl::Status Client::ReadRegion(
     const std::string& name, const std::optional<Box>& region,
-    const std::function<absl::StatusOr<char*>(const TensorMetadata&, const Box&)>& destination) {
+    const std::function<absl::StatusOr<char*>(const TensorMetadata&,
+                                              const Box&)>& destination) {
   uint64_t last_version = 0;
   for (int attempt = 0;; ++attempt) {
-    std::shared_ptr<const TensorMetadata> meta = attempt == 0 ? CachedMetadata(name) : nullptr;
+    std::shared_ptr<const TensorMetadata> meta =
+        attempt == 0 ? CachedMetadata(name) : nullptr;
     const bool cached = meta != nullptr;
     if (!cached) {
       TESSERA_ASSIGN_OR_RETURN(TensorMetadata fresh, Describe(name));
@@ -234,7 +254,8 @@ absl::Status Client::ReadRegion(
     absl::Status status = CheckWithin(box, meta->shape, "region");
     if (status.ok()) {
       absl::StatusOr<char*> out = destination(*meta, box);
-      status = out.ok() ? GatherRegion(*connection_, *meta, box, *out) : out.status();
+      status = out.ok() ? GatherRegion(*connection_, *meta, box, *out)
+                        : out.status();
     }
     if (status.ok()) {
       if (!cached) CacheMetadata(meta);
@@ -245,7 +266,8 @@ absl::Status Client::ReadRegion(
       continue;
     }
     // The version we read was replaced and freed under us: read the new one.
-    if (absl::IsAborted(status) && attempt < 4 && meta->version != last_version) {
+    if (absl::IsAborted(status) && attempt < 4 &&
+        meta->version != last_version) {
       last_version = meta->version;
       continue;
     }
@@ -253,10 +275,12 @@ absl::Status Client::ReadRegion(
   }
 }
 
-absl::StatusOr<HostArray> Client::Get(const std::string& name, const std::optional<Box>& region) {
+absl::StatusOr<HostArray> Client::Get(const std::string& name,
+                                      const std::optional<Box>& region) {
   HostArray array;
   TESSERA_RETURN_IF_ERROR(ReadRegion(
-      name, region, [&](const TensorMetadata& meta, const Box& box) -> absl::StatusOr<char*> {
+      name, region,
+      [&](const TensorMetadata& meta, const Box& box) -> absl::StatusOr<char*> {
         if (array.buffer == nullptr || !SameDims(array.shape, box.sizes) ||
             array.dtype != meta.dtype) {
           array = HostArray::Allocate(meta.dtype, ToShape(box.sizes));
@@ -266,29 +290,34 @@ absl::StatusOr<HostArray> Client::Get(const std::string& name, const std::option
   return array;
 }
 
-absl::Status Client::GetInto(const std::string& name, const std::optional<Box>& region, char* out,
+absl::Status Client::GetInto(const std::string& name,
+                             const std::optional<Box>& region, char* out,
                              int64_t out_bytes) {
-  return ReadRegion(name, region,
-                    [&](const TensorMetadata& meta, const Box& box) -> absl::StatusOr<char*> {
-                      const int64_t need = box.NumElements() * static_cast<int64_t>(ItemSize(meta.dtype));
-                      if (need != out_bytes) {
-                        return absl::InvalidArgumentError(absl::StrCat(
-                            "output buffer has ", out_bytes, " bytes but region ",
-                            box.ToString(), " of '", name, "' needs ", need));
-                      }
-                      return out;
-                    });
+  return ReadRegion(
+      name, region,
+      [&](const TensorMetadata& meta, const Box& box) -> absl::StatusOr<char*> {
+        const int64_t need =
+            box.NumElements() * static_cast<int64_t>(ItemSize(meta.dtype));
+        if (need != out_bytes) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "output buffer has ", out_bytes, " bytes but region ",
+              box.ToString(), " of '", name, "' needs ", need));
+        }
+        return out;
+      });
 }
 
 absl::StatusOr<HostArray> Client::GetRegion(const std::string& name,
                                             const std::string& region_text) {
-  TESSERA_ASSIGN_OR_RETURN(std::vector<DimRange> ranges, ParseRanges(region_text));
+  TESSERA_ASSIGN_OR_RETURN(std::vector<DimRange> ranges,
+                           ParseRanges(region_text));
   TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta, Describe(name));
   TESSERA_ASSIGN_OR_RETURN(Box region, ResolveRegion(ranges, meta.shape));
   return Get(name, region);
 }
 
-absl::StatusOr<HostArray> Client::GetShard(const std::string& name, int64_t index) {
+absl::StatusOr<HostArray> Client::GetShard(const std::string& name,
+                                           int64_t index) {
   TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta, Describe(name));
   if (index < 0 || index >= static_cast<int64_t>(meta.shards.size())) {
     return OutOfBoundsError(
@@ -296,20 +325,24 @@ absl::StatusOr<HostArray> Client::GetShard(const std::string& name, int64_t inde
         absl::StrCat("tensor '", name, "' has ", meta.shards.size(),
                      meta.shards.size() == 1 ? " shard" : " shards"));
   }
-  ShardHandle handle(connection_, std::make_shared<const TensorMetadata>(std::move(meta)),
+  ShardHandle handle(connection_,
+                     std::make_shared<const TensorMetadata>(std::move(meta)),
                      static_cast<size_t>(index));
   return handle.ToHere();
 }
 
-absl::StatusOr<std::vector<ShardHandle>> Client::Handles(const std::string& name) {
+absl::StatusOr<std::vector<ShardHandle>> Client::Handles(
+    const std::string& name) {
   TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta, Describe(name));
   auto shared = std::make_shared<const TensorMetadata>(std::move(meta));
   std::vector<ShardHandle> handles;
-  for (size_t i = 0; i < shared->shards.size(); ++i) handles.emplace_back(connection_, shared, i);
+  for (size_t i = 0; i < shared->shards.size(); ++i)
+    handles.emplace_back(connection_, shared, i);
   return handles;
 }
 
-absl::StatusOr<ReshardStats> Client::Reshard(const std::string& name, const LayoutSpec& spec) {
+absl::StatusOr<ReshardStats> Client::Reshard(const std::string& name,
+                                             const LayoutSpec& spec) {
   ForgetMetadata(name);
   v1::ReshardTensorRequest request;
   request.set_name(name);
@@ -317,9 +350,10 @@ absl::StatusOr<ReshardStats> Client::Reshard(const std::string& name, const Layo
   v1::ReshardTensorResponse response;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::milliseconds(
-                           absl::ToInt64Milliseconds(connection_->options().data_timeout)));
-  grpc::Status status = connection_->coordinator()->ReshardTensor(&context, request, &response);
+                       std::chrono::milliseconds(absl::ToInt64Milliseconds(
+                           connection_->options().data_timeout)));
+  grpc::Status status =
+      connection_->coordinator()->ReshardTensor(&context, request, &response);
   if (!status.ok()) return connection_->ControlError(status);
   ReshardStats stats;
   stats.version = response.version();

@@ -63,8 +63,8 @@ struct ReshardStats {
 // returning other data.
 class ShardHandle {
  public:
-  ShardHandle(std::shared_ptr<Connection> connection, std::shared_ptr<const TensorMetadata> meta,
-              size_t index);
+  ShardHandle(std::shared_ptr<Connection> connection,
+              std::shared_ptr<const TensorMetadata> meta, size_t index);
 
   const std::string& tensor() const { return meta_->name; }
   uint64_t version() const { return meta_->version; }
@@ -87,21 +87,25 @@ class Client {
  public:
   // Connects to the coordinator at HOST:PORT; fails with a clear message
   // (naming the address) if it cannot be reached within connect_timeout.
-  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& coordinator,
-                                                         ClientOptions options = {});
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(
+      const std::string& coordinator, ClientOptions options = {});
 
   absl::StatusOr<std::vector<WorkerInfo>> Workers();
 
   // Allocates a sharded tensor filled per `init`.
-  absl::StatusOr<TensorMetadata> Create(const std::string& name, const Shape& shape, DType dtype,
-                                        const LayoutSpec& spec, const InitSpec& init = {});
+  absl::StatusOr<TensorMetadata> Create(const std::string& name,
+                                        const Shape& shape, DType dtype,
+                                        const LayoutSpec& spec,
+                                        const InitSpec& init = {});
 
   // Scatters a row-major array of `shape` into a new sharded tensor. The
   // tensor becomes visible only once every shard is written; on failure it
   // is removed.
-  absl::StatusOr<TensorMetadata> Put(const std::string& name, const Shape& shape, DType dtype,
+  absl::StatusOr<TensorMetadata> Put(const std::string& name,
+                                     const Shape& shape, DType dtype,
                                      const char* data, const LayoutSpec& spec);
-  absl::StatusOr<TensorMetadata> Put(const std::string& name, const HostArray& array,
+  absl::StatusOr<TensorMetadata> Put(const std::string& name,
+                                     const HostArray& array,
                                      const LayoutSpec& spec) {
     return Put(name, array.shape, array.dtype, array.data(), spec);
   }
@@ -111,13 +115,15 @@ class Client {
   absl::Status Delete(const std::string& name);
 
   // Gathers the whole tensor, or `region` of it (tensor coordinates).
-  absl::StatusOr<HostArray> Get(const std::string& name,
-                                const std::optional<Box>& region = std::nullopt);
+  absl::StatusOr<HostArray> Get(
+      const std::string& name, const std::optional<Box>& region = std::nullopt);
   // Same, into a caller's buffer of exactly the region's byte size.
-  absl::Status GetInto(const std::string& name, const std::optional<Box>& region, char* out,
+  absl::Status GetInto(const std::string& name,
+                       const std::optional<Box>& region, char* out,
                        int64_t out_bytes);
   // Region given as text ("0:5,:"; NumPy rules for negatives and open ends).
-  absl::StatusOr<HostArray> GetRegion(const std::string& name, const std::string& region_text);
+  absl::StatusOr<HostArray> GetRegion(const std::string& name,
+                                      const std::string& region_text);
   // Shard `index` (0-based in describe order).
   absl::StatusOr<HostArray> GetShard(const std::string& name, int64_t index);
 
@@ -125,25 +131,33 @@ class Client {
   absl::StatusOr<std::vector<ShardHandle>> Handles(const std::string& name);
 
   // Moves the tensor to a new layout (version + 1).
-  absl::StatusOr<ReshardStats> Reshard(const std::string& name, const LayoutSpec& spec);
+  absl::StatusOr<ReshardStats> Reshard(const std::string& name,
+                                       const LayoutSpec& spec);
 
-  const std::string& coordinator_address() const { return connection_->coordinator_address(); }
+  const std::string& coordinator_address() const {
+    return connection_->coordinator_address();
+  }
 
  private:
-  explicit Client(std::shared_ptr<Connection> connection) : connection_(std::move(connection)) {}
-  absl::StatusOr<TensorMetadata> CreateInternal(const std::string& name, const Shape& shape,
-                                                DType dtype, const LayoutSpec& spec,
-                                                const InitSpec& init, bool pending);
+  explicit Client(std::shared_ptr<Connection> connection)
+      : connection_(std::move(connection)) {}
+  absl::StatusOr<TensorMetadata> CreateInternal(const std::string& name,
+                                                const Shape& shape, DType dtype,
+                                                const LayoutSpec& spec,
+                                                const InitSpec& init,
+                                                bool pending);
   // Reads `region` of `meta` into `out`; retries once on fresh metadata if
   // the version it read was replaced meanwhile.
-  absl::Status ReadRegion(const std::string& name, const std::optional<Box>& region,
-                          const std::function<absl::StatusOr<char*>(const TensorMetadata&,
-                                                                    const Box&)>& destination);
+  absl::Status ReadRegion(const std::string& name,
+                          const std::optional<Box>& region,
+                          const std::function<absl::StatusOr<char*>(
+                              const TensorMetadata&, const Box&)>& destination);
 
   // The cached metadata of `name`, or null.
   std::shared_ptr<const TensorMetadata> CachedMetadata(const std::string& name)
       ABSL_LOCKS_EXCLUDED(cache_mu_);
-  void CacheMetadata(std::shared_ptr<const TensorMetadata> meta) ABSL_LOCKS_EXCLUDED(cache_mu_);
+  void CacheMetadata(std::shared_ptr<const TensorMetadata> meta)
+      ABSL_LOCKS_EXCLUDED(cache_mu_);
   void ForgetMetadata(const std::string& name) ABSL_LOCKS_EXCLUDED(cache_mu_);
 
   std::shared_ptr<Connection> connection_;
@@ -154,8 +168,8 @@ class Client {
   // worker, a region outside an old shape); any failure on a cached entry
   // drops it and the read is retried once on fresh metadata.
   absl::Mutex cache_mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<const TensorMetadata>> metadata_cache_
-      ABSL_GUARDED_BY(cache_mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<const TensorMetadata>>
+      metadata_cache_ ABSL_GUARDED_BY(cache_mu_);
 };
 
 }  // namespace tessera

@@ -5,7 +5,6 @@
 #include <thread>
 
 #include "absl/cleanup/cleanup.h"
-
 #include "absl/strings/str_cat.h"
 #include "core/checked_math.h"
 #include "core/errors.h"
@@ -14,7 +13,8 @@
 
 namespace tessera {
 
-Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<WorkerControl> workers,
+Coordinator::Coordinator(CoordinatorOptions options,
+                         std::unique_ptr<WorkerControl> workers,
                          std::unique_ptr<MetadataStore> store)
     : options_(std::move(options)),
       workers_(std::move(workers)),
@@ -34,19 +34,23 @@ void Coordinator::RetireLoop() {
     {
       absl::MutexLock lock(&mu_);
       const absl::Time now = options_.clock();
-      auto first_due = std::partition(retirements_.begin(), retirements_.end(),
-                                      [&](const Retirement& r) { return r.due > now; });
+      auto first_due =
+          std::partition(retirements_.begin(), retirements_.end(),
+                         [&](const Retirement& r) { return r.due > now; });
       std::move(first_due, retirements_.end(), std::back_inserter(due));
       retirements_.erase(first_due, retirements_.end());
       for (const Retirement& r : due) {
-        for (const ShardInfo& shard : r.shards.shards) referenced_shards_.erase(shard.shard_id);
+        for (const ShardInfo& shard : r.shards.shards)
+          referenced_shards_.erase(shard.shard_id);
       }
       // Puts whose client never committed are abandoned.
       for (auto it = tensors_.begin(); it != tensors_.end();) {
         if (it->second.state == State::kPending &&
             now - it->second.created > options_.pending_timeout) {
-          spdlog::warn("removing tensor '{}': its put was never completed", it->first);
-          for (const ShardInfo& shard : it->second.meta->shards) referenced_shards_.erase(shard.shard_id);
+          spdlog::warn("removing tensor '{}': its put was never completed",
+                       it->first);
+          for (const ShardInfo& shard : it->second.meta->shards)
+            referenced_shards_.erase(shard.shard_id);
           due.push_back({now, *it->second.meta});
           it = tensors_.erase(it);
         } else {
@@ -56,8 +60,8 @@ void Coordinator::RetireLoop() {
     }
     for (const Retirement& r : due) {
       FreeShards(r.shards);
-      spdlog::info("freed {} shard(s) of '{}' version {}", r.shards.shards.size(), r.shards.name,
-                   r.shards.version);
+      spdlog::info("freed {} shard(s) of '{}' version {}",
+                   r.shards.shards.size(), r.shards.name, r.shards.version);
     }
   }
 }
@@ -87,11 +91,14 @@ absl::Status Coordinator::Recover() {
 }
 
 absl::Status Coordinator::Record(const MetadataChange& change) {
-  TESSERA_RETURN_IF_ERROR(Annotate(store_->Append(change), "recording metadata"));
-  if (++records_since_snapshot_ < options_.snapshot_every) return absl::OkStatus();
+  TESSERA_RETURN_IF_ERROR(
+      Annotate(store_->Append(change), "recording metadata"));
+  if (++records_since_snapshot_ < options_.snapshot_every)
+    return absl::OkStatus();
   MetadataState state;
   for (const WorkerRecord& w : registry_.List()) {
-    state.workers[w.name] = KnownWorker{w.name, w.rank, w.address, w.device, w.capacity_bytes};
+    state.workers[w.name] =
+        KnownWorker{w.name, w.rank, w.address, w.device, w.capacity_bytes};
   }
   for (const auto& [name, entry] : tensors_) {
     if (entry.state == State::kReady) state.tensors[name] = *entry.meta;
@@ -100,7 +107,8 @@ absl::Status Coordinator::Record(const MetadataChange& change) {
   records_since_snapshot_ = 0;
   absl::Status status = store_->Snapshot(state);
   // The log still holds everything: a failed snapshot loses nothing.
-  if (!status.ok()) spdlog::warn("metadata snapshot failed: {}", std::string(status.message()));
+  if (!status.ok())
+    spdlog::warn("metadata snapshot failed: {}", std::string(status.message()));
   return absl::OkStatus();
 }
 
@@ -117,8 +125,8 @@ absl::StatusOr<uint64_t> Coordinator::TakeShardIds(size_t n) {
   return first;
 }
 
-std::vector<uint64_t> Coordinator::Reconcile(const std::string& worker,
-                                             const std::vector<uint64_t>& held) {
+std::vector<uint64_t> Coordinator::Reconcile(
+    const std::string& worker, const std::vector<uint64_t>& held) {
   absl::flat_hash_set<uint64_t> held_set(held.begin(), held.end());
   auto mark = [&](const TensorMetadata& meta) {
     for (const ShardInfo& shard : meta.shards) {
@@ -144,15 +152,17 @@ std::vector<uint64_t> Coordinator::Reconcile(const std::string& worker,
 absl::Status Coordinator::CheckCapacity(const TensorMetadata& shards) const {
   absl::flat_hash_map<std::string, int64_t> need;
   for (const ShardInfo& shard : shards.shards) {
-    need[shard.worker] += shard.box.NumElements() * static_cast<int64_t>(ItemSize(shards.dtype));
+    need[shard.worker] +=
+        shard.box.NumElements() * static_cast<int64_t>(ItemSize(shards.dtype));
   }
   for (const auto& [name, bytes] : need) {
     std::optional<WorkerRecord> worker = registry_.Find(name);
     if (!worker.has_value() || worker->capacity_bytes <= 0) continue;
     if (worker->bytes_used + bytes > worker->capacity_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "worker '", name, "' has ", worker->capacity_bytes - worker->bytes_used,
-          " bytes free of its ", worker->capacity_bytes, "-byte capacity; the shards of '",
+          "worker '", name, "' has ",
+          worker->capacity_bytes - worker->bytes_used, " bytes free of its ",
+          worker->capacity_bytes, "-byte capacity; the shards of '",
           shards.name, "' placed on it need ", bytes));
     }
   }
@@ -160,7 +170,8 @@ absl::Status Coordinator::CheckCapacity(const TensorMetadata& shards) const {
 }
 
 absl::StatusOr<RegisterResult> Coordinator::RegisterWorker(
-    const WorkerRegistration& registration, const std::vector<uint64_t>& held_shard_ids) {
+    const WorkerRegistration& registration,
+    const std::vector<uint64_t>& held_shard_ids) {
   TESSERA_RETURN_IF_ERROR(CheckWorkerName(registration.name));
   if (registration.address.empty()) {
     return absl::InvalidArgumentError("worker registration without an address");
@@ -175,16 +186,19 @@ absl::StatusOr<RegisterResult> Coordinator::RegisterWorker(
   absl::MutexLock lock(&mu_);
   MetadataChange change;
   change.kind = MetadataChange::Kind::kWorker;
-  change.worker = KnownWorker{registration.name, result.rank, registration.address,
-                              registration.device, registration.capacity_bytes};
+  change.worker =
+      KnownWorker{registration.name, result.rank, registration.address,
+                  registration.device, registration.capacity_bytes};
   TESSERA_RETURN_IF_ERROR(Record(change));
   result.free_shard_ids = Reconcile(registration.name, held_shard_ids);
   if (!result.free_shard_ids.empty()) {
-    spdlog::info("worker '{}' holds {} shard(s) no tensor references; freeing them",
-                 registration.name, result.free_shard_ids.size());
+    spdlog::info(
+        "worker '{}' holds {} shard(s) no tensor references; freeing them",
+        registration.name, result.free_shard_ids.size());
   }
-  spdlog::info("worker '{}' rank {} at {} ({}) registered", registration.name, result.rank,
-               registration.address, registration.device.ToString());
+  spdlog::info("worker '{}' rank {} at {} ({}) registered", registration.name,
+               result.rank, registration.address,
+               registration.device.ToString());
   return result;
 }
 
@@ -192,16 +206,20 @@ bool Coordinator::Heartbeat(const std::string& name, int64_t bytes_used) {
   return registry_.Heartbeat(name, bytes_used);
 }
 
-std::vector<WorkerRecord> Coordinator::ListWorkers() const { return registry_.List(); }
+std::vector<WorkerRecord> Coordinator::ListWorkers() const {
+  return registry_.List();
+}
 
-absl::Status Coordinator::PlaceShards(const LayoutSpec& spec, std::vector<Box> boxes,
+absl::Status Coordinator::PlaceShards(const LayoutSpec& spec,
+                                      std::vector<Box> boxes,
                                       TensorMetadata* meta) {
   meta->shards.resize(boxes.size());
   for (size_t i = 0; i < boxes.size(); ++i) {
-    TESSERA_ASSIGN_OR_RETURN(WorkerRecord worker, registry_.Resolve(spec.placements[i]));
+    TESSERA_ASSIGN_OR_RETURN(WorkerRecord worker,
+                             registry_.Resolve(spec.placements[i]));
     if (!worker.alive) {
-      return UnavailableError(absl::StrCat("worker '", worker.name, "' (rank ", worker.rank,
-                                           ") for shard ", i));
+      return UnavailableError(absl::StrCat("worker '", worker.name, "' (rank ",
+                                           worker.rank, ") for shard ", i));
     }
     ShardInfo& shard = meta->shards[i];
     shard.box = std::move(boxes[i]);
@@ -213,11 +231,13 @@ absl::Status Coordinator::PlaceShards(const LayoutSpec& spec, std::vector<Box> b
   return absl::OkStatus();
 }
 
-absl::StatusOr<TensorMetadata> Coordinator::CreateTensor(const CreateTensorArgs& args) {
+absl::StatusOr<TensorMetadata> Coordinator::CreateTensor(
+    const CreateTensorArgs& args) {
   TESSERA_RETURN_IF_ERROR(CheckTensorName(args.name));
   TESSERA_RETURN_IF_ERROR(ByteSize(args.shape, ItemSize(args.dtype)).status());
   TESSERA_RETURN_IF_ERROR(CheckInitValue(args.init, args.dtype));
-  TESSERA_ASSIGN_OR_RETURN(std::vector<Box> boxes, LayoutBoxes(args.shape, args.spec));
+  TESSERA_ASSIGN_OR_RETURN(std::vector<Box> boxes,
+                           LayoutBoxes(args.shape, args.spec));
 
   auto meta = std::make_shared<TensorMetadata>();
   meta->name = args.name;
@@ -231,8 +251,10 @@ absl::StatusOr<TensorMetadata> Coordinator::CreateTensor(const CreateTensorArgs&
 
   {
     absl::MutexLock lock(&mu_);
-    if (tensors_.count(args.name) > 0) return AlreadyExistsError("tensor", args.name);
-    TESSERA_ASSIGN_OR_RETURN(uint64_t first_id, TakeShardIds(meta->shards.size()));
+    if (tensors_.count(args.name) > 0)
+      return AlreadyExistsError("tensor", args.name);
+    TESSERA_ASSIGN_OR_RETURN(uint64_t first_id,
+                             TakeShardIds(meta->shards.size()));
     for (ShardInfo& shard : meta->shards) {
       shard.shard_id = first_id++;
       referenced_shards_.insert(shard.shard_id);
@@ -256,19 +278,22 @@ absl::StatusOr<TensorMetadata> Coordinator::CreateTensor(const CreateTensorArgs&
       entry.state = args.pending ? State::kPending : State::kReady;
       entry.meta = meta;
       spdlog::info("created tensor '{}' {} {} in {} shards{}", args.name,
-                   ShapeToString(args.shape), std::string(DTypeName(args.dtype)),
-                   meta->shards.size(), args.pending ? " (pending)" : "");
+                   ShapeToString(args.shape),
+                   std::string(DTypeName(args.dtype)), meta->shards.size(),
+                   args.pending ? " (pending)" : "");
       return *meta;
     }
   }
   if (allocated) FreeShards(*meta);
   absl::MutexLock lock(&mu_);
-  for (const ShardInfo& shard : meta->shards) referenced_shards_.erase(shard.shard_id);
+  for (const ShardInfo& shard : meta->shards)
+    referenced_shards_.erase(shard.shard_id);
   tensors_.erase(args.name);
   return status;
 }
 
-absl::Status Coordinator::AllocateShards(const TensorMetadata& meta, const InitSpec& init) {
+absl::Status Coordinator::AllocateShards(const TensorMetadata& meta,
+                                         const InitSpec& init) {
   // One batch per worker, all batches in parallel.
   std::map<std::string, AllocateBatch> batches;  // by address
   std::map<std::string, std::string> names;      // address -> worker name
@@ -285,12 +310,14 @@ absl::Status Coordinator::AllocateShards(const TensorMetadata& meta, const InitS
   }
   std::vector<std::string> addresses;
   for (const auto& [address, batch] : batches) addresses.push_back(address);
-  std::vector<absl::StatusOr<int64_t>> results(addresses.size(), absl::UnknownError(""));
+  std::vector<absl::StatusOr<int64_t>> results(addresses.size(),
+                                               absl::UnknownError(""));
   std::vector<std::thread> threads;
   threads.reserve(addresses.size());
   for (size_t i = 0; i < addresses.size(); ++i) {
-    threads.emplace_back(
-        [&, i] { results[i] = workers_->Allocate(addresses[i], batches[addresses[i]]); });
+    threads.emplace_back([&, i] {
+      results[i] = workers_->Allocate(addresses[i], batches[addresses[i]]);
+    });
   }
   for (std::thread& t : threads) t.join();
 
@@ -299,18 +326,21 @@ absl::Status Coordinator::AllocateShards(const TensorMetadata& meta, const InitS
     if (results[i].ok()) {
       registry_.SetBytesUsed(names[addresses[i]], *results[i]);
     } else if (first_error.ok()) {
-      first_error = Annotate(results[i].status(),
-                             absl::StrCat("allocating ", batches[addresses[i]].shards.size(),
-                                          " shard(s) of '", meta.name, "' on worker '",
-                                          names[addresses[i]], "'"));
+      first_error = Annotate(
+          results[i].status(),
+          absl::StrCat("allocating ", batches[addresses[i]].shards.size(),
+                       " shard(s) of '", meta.name, "' on worker '",
+                       names[addresses[i]], "'"));
     }
   }
   if (first_error.ok()) return first_error;
-  // Undo the batches that succeeded (a failed batch undid itself on its worker).
+  // Undo the batches that succeeded (a failed batch undid itself on its
+  // worker).
   for (size_t i = 0; i < addresses.size(); ++i) {
     if (!results[i].ok()) continue;
     std::vector<uint64_t> ids;
-    for (const auto& [id, box] : batches[addresses[i]].shards) ids.push_back(id);
+    for (const auto& [id, box] : batches[addresses[i]].shards)
+      ids.push_back(id);
     absl::StatusOr<int64_t> freed = workers_->Free(addresses[i], ids);
     if (freed.ok()) registry_.SetBytesUsed(names[addresses[i]], *freed);
   }
@@ -319,7 +349,8 @@ absl::Status Coordinator::AllocateShards(const TensorMetadata& meta, const InitS
 
 void Coordinator::FreeShards(const TensorMetadata& meta) {
   std::map<std::string, std::vector<uint64_t>> by_worker;  // worker name -> ids
-  for (const ShardInfo& shard : meta.shards) by_worker[shard.worker].push_back(shard.shard_id);
+  for (const ShardInfo& shard : meta.shards)
+    by_worker[shard.worker].push_back(shard.shard_id);
   std::vector<std::thread> threads;
   for (const auto& [name, ids] : by_worker) {
     std::optional<WorkerRecord> worker = registry_.Find(name);
@@ -329,15 +360,17 @@ void Coordinator::FreeShards(const TensorMetadata& meta) {
       if (freed.ok()) {
         registry_.SetBytesUsed(worker.name, *freed);
       } else {
-        spdlog::warn("freeing {} shard(s) of '{}' on worker '{}' failed: {}", ids.size(),
-                     meta.name, worker.name, std::string(freed.status().message()));
+        spdlog::warn("freeing {} shard(s) of '{}' on worker '{}' failed: {}",
+                     ids.size(), meta.name, worker.name,
+                     std::string(freed.status().message()));
       }
     });
   }
   for (std::thread& t : threads) t.join();
 }
 
-absl::Status Coordinator::CommitTensor(const std::string& name, uint64_t version) {
+absl::Status Coordinator::CommitTensor(const std::string& name,
+                                       uint64_t version) {
   absl::MutexLock lock(&mu_);
   auto it = tensors_.find(name);
   if (it == tensors_.end() || it->second.state == State::kCreating) {
@@ -345,7 +378,8 @@ absl::Status Coordinator::CommitTensor(const std::string& name, uint64_t version
   }
   if (it->second.meta->version != version) {
     return absl::AbortedError(absl::StrCat("tensor '", name, "' is at version ",
-                                           it->second.meta->version, ", not ", version));
+                                           it->second.meta->version, ", not ",
+                                           version));
   }
   if (it->second.state == State::kReady) return absl::OkStatus();
   MetadataChange change;
@@ -374,7 +408,8 @@ void Coordinator::FillWorkerState(TensorMetadata* meta) const {
   }
 }
 
-absl::StatusOr<TensorMetadata> Coordinator::GetTensor(const std::string& name) const {
+absl::StatusOr<TensorMetadata> Coordinator::GetTensor(
+    const std::string& name) const {
   std::shared_ptr<const TensorMetadata> meta;
   {
     absl::MutexLock lock(&mu_);
@@ -416,7 +451,8 @@ absl::Status Coordinator::DeleteTensor(const std::string& name) {
     }
     if (it->second.resharding) {
       return absl::AbortedError(absl::StrCat(
-          "tensor '", name, "' is being resharded; delete it once the reshard finishes"));
+          "tensor '", name,
+          "' is being resharded; delete it once the reshard finishes"));
     }
     if (it->second.state == State::kReady) {
       MetadataChange change;
@@ -431,11 +467,12 @@ absl::Status Coordinator::DeleteTensor(const std::string& name) {
       lost_.erase(shard.shard_id);
     }
     // Replaced versions waiting out their grace period go now too.
-    auto first_retired =
-        std::partition(retirements_.begin(), retirements_.end(),
-                       [&](const Retirement& r) { return r.shards.name != name; });
+    auto first_retired = std::partition(
+        retirements_.begin(), retirements_.end(),
+        [&](const Retirement& r) { return r.shards.name != name; });
     for (auto r = first_retired; r != retirements_.end(); ++r) {
-      for (const ShardInfo& shard : r->shards.shards) referenced_shards_.erase(shard.shard_id);
+      for (const ShardInfo& shard : r->shards.shards)
+        referenced_shards_.erase(shard.shard_id);
       retired.push_back(std::move(r->shards));
     }
     retirements_.erase(first_retired, retirements_.end());
@@ -446,9 +483,9 @@ absl::Status Coordinator::DeleteTensor(const std::string& name) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ReshardResult> Coordinator::ReshardTensor(const std::string& name,
-                                                        const LayoutSpec& spec,
-                                                        uint64_t expected_version) {
+absl::StatusOr<ReshardResult> Coordinator::ReshardTensor(
+    const std::string& name, const LayoutSpec& spec,
+    uint64_t expected_version) {
   const absl::Time start = absl::Now();
   std::shared_ptr<const TensorMetadata> old_meta;
   {
@@ -458,13 +495,13 @@ absl::StatusOr<ReshardResult> Coordinator::ReshardTensor(const std::string& name
       return NotFoundError("tensor", name);
     }
     if (it->second.resharding) {
-      return absl::AbortedError(
-          absl::StrCat("a reshard of tensor '", name, "' is already in progress"));
+      return absl::AbortedError(absl::StrCat("a reshard of tensor '", name,
+                                             "' is already in progress"));
     }
     if (expected_version != 0 && it->second.meta->version != expected_version) {
-      return absl::AbortedError(absl::StrCat("tensor '", name, "' is at version ",
-                                             it->second.meta->version, ", not ",
-                                             expected_version));
+      return absl::AbortedError(
+          absl::StrCat("tensor '", name, "' is at version ",
+                       it->second.meta->version, ", not ", expected_version));
     }
     it->second.resharding = true;
     old_meta = it->second.meta;
@@ -475,7 +512,8 @@ absl::StatusOr<ReshardResult> Coordinator::ReshardTensor(const std::string& name
     if (it != tensors_.end()) it->second.resharding = false;
   });
 
-  TESSERA_ASSIGN_OR_RETURN(std::vector<Box> boxes, LayoutBoxes(old_meta->shape, spec));
+  TESSERA_ASSIGN_OR_RETURN(std::vector<Box> boxes,
+                           LayoutBoxes(old_meta->shape, spec));
   auto new_meta = std::make_shared<TensorMetadata>();
   new_meta->name = old_meta->name;
   new_meta->shape = old_meta->shape;
@@ -489,14 +527,18 @@ absl::StatusOr<ReshardResult> Coordinator::ReshardTensor(const std::string& name
   TensorMetadata sources = *old_meta;
   FillWorkerState(&sources);
   std::vector<PlacedBox> old_layout, new_layout;
-  for (const ShardInfo& s : sources.shards) old_layout.push_back({s.box, s.worker});
-  for (const ShardInfo& s : new_meta->shards) new_layout.push_back({s.box, s.worker});
-  const ReshardPlan plan = PlanReshard(old_layout, new_layout, ItemSize(old_meta->dtype));
+  for (const ShardInfo& s : sources.shards)
+    old_layout.push_back({s.box, s.worker});
+  for (const ShardInfo& s : new_meta->shards)
+    new_layout.push_back({s.box, s.worker});
+  const ReshardPlan plan =
+      PlanReshard(old_layout, new_layout, ItemSize(old_meta->dtype));
   for (const ReshardPiece& piece : plan.pieces) {
     const ShardInfo& src = sources.shards[piece.src_shard];
     if (!src.available) {
-      return UnavailableError(absl::StrCat("cannot reshard '", name, "': worker '", src.worker,
-                                           "' holding shard ", piece.src_shard));
+      return UnavailableError(
+          absl::StrCat("cannot reshard '", name, "': worker '", src.worker,
+                       "' holding shard ", piece.src_shard));
     }
   }
 
@@ -521,12 +563,14 @@ absl::StatusOr<ReshardResult> Coordinator::ReshardTensor(const std::string& name
   }
   if (absl::Status status = CheckCapacity(fresh); !status.ok()) {
     absl::MutexLock lock(&mu_);
-    for (const ShardInfo& shard : fresh.shards) referenced_shards_.erase(shard.shard_id);
+    for (const ShardInfo& shard : fresh.shards)
+      referenced_shards_.erase(shard.shard_id);
     return status;
   }
   auto forget_fresh = [&] {
     absl::MutexLock lock(&mu_);
-    for (const ShardInfo& shard : fresh.shards) referenced_shards_.erase(shard.shard_id);
+    for (const ShardInfo& shard : fresh.shards)
+      referenced_shards_.erase(shard.shard_id);
   };
   const absl::Time allocate_start = absl::Now();
   absl::Status status = AllocateShards(fresh, InitSpec{});
@@ -540,8 +584,8 @@ absl::StatusOr<ReshardResult> Coordinator::ReshardTensor(const std::string& name
   if (!status.ok()) {
     FreeShards(fresh);
     forget_fresh();
-    return Annotate(status, absl::StrCat("resharding '", name, "' (version ", old_meta->version,
-                                         " is unchanged)"));
+    return Annotate(status, absl::StrCat("resharding '", name, "' (version ",
+                                         old_meta->version, " is unchanged)"));
   }
 
   // Commit N+1; retire N's shards that N+1 does not keep.
@@ -568,7 +612,8 @@ absl::StatusOr<ReshardResult> Coordinator::ReshardTensor(const std::string& name
       commit_status = Record(change);
       if (commit_status.ok()) {
         it->second.meta = new_meta;
-        retirements_.push_back({options_.clock() + options_.retire_grace, std::move(retired)});
+        retirements_.push_back(
+            {options_.clock() + options_.retire_grace, std::move(retired)});
         committed = true;
       }
     }
@@ -585,18 +630,22 @@ absl::StatusOr<ReshardResult> Coordinator::ReshardTensor(const std::string& name
   result.bytes_copied_locally = plan.bytes_copied_locally;
   result.shards_kept = plan.shards_kept;
   result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  spdlog::info("resharded '{}' to version {}: {} piece(s) moved ({} bytes), {} bytes copied "
-               "locally, {} shard(s) kept, {:.3f} s (plan {:.3f}, allocate {:.3f}, move {:.3f})",
-               name, result.version, result.pieces_moved, result.bytes_moved,
-               result.bytes_copied_locally, result.shards_kept, result.seconds,
-               absl::ToDoubleSeconds(allocate_start - start),
-               absl::ToDoubleSeconds(move_start - allocate_start),
-               absl::ToDoubleSeconds(move_end - move_start));
+  spdlog::info(
+      "resharded '{}' to version {}: {} piece(s) moved ({} bytes), {} bytes "
+      "copied "
+      "locally, {} shard(s) kept, {:.3f} s (plan {:.3f}, allocate {:.3f}, move "
+      "{:.3f})",
+      name, result.version, result.pieces_moved, result.bytes_moved,
+      result.bytes_copied_locally, result.shards_kept, result.seconds,
+      absl::ToDoubleSeconds(allocate_start - start),
+      absl::ToDoubleSeconds(move_start - allocate_start),
+      absl::ToDoubleSeconds(move_end - move_start));
   return result;
 }
 
 absl::Status Coordinator::MovePieces(const TensorMetadata& old_meta,
-                                     const TensorMetadata& new_meta, const ReshardPlan& plan) {
+                                     const TensorMetadata& new_meta,
+                                     const ReshardPlan& plan) {
   // Each destination worker pulls its pieces one after another; all
   // destinations pull in parallel.
   std::map<std::string, std::vector<const ReshardPiece*>> by_destination;
@@ -617,14 +666,17 @@ absl::Status Coordinator::MovePieces(const TensorMetadata& old_meta,
         pull.src_shard_id = src.shard_id;
         pull.sizes = ToShape(piece->global.sizes);
         for (size_t d = 0; d < piece->global.rank(); ++d) {
-          pull.dst_offsets.push_back(piece->global.offsets[d] - dst.box.offsets[d]);
-          pull.src_offsets.push_back(piece->global.offsets[d] - src.box.offsets[d]);
+          pull.dst_offsets.push_back(piece->global.offsets[d] -
+                                     dst.box.offsets[d]);
+          pull.src_offsets.push_back(piece->global.offsets[d] -
+                                     src.box.offsets[d]);
         }
         absl::Status status = workers_->Pull(address, pull);
         if (!status.ok()) {
           results[slot] = Annotate(
-              status, absl::StrCat("moving piece ", piece->global.ToString(), " from worker '",
-                                   src.worker, "' to worker '", dst.worker, "'"));
+              status, absl::StrCat("moving piece ", piece->global.ToString(),
+                                   " from worker '", src.worker,
+                                   "' to worker '", dst.worker, "'"));
           return;
         }
       }

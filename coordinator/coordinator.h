@@ -89,8 +89,10 @@ struct TensorSummary {
 
 class Coordinator {
  public:
-  Coordinator(CoordinatorOptions options, std::unique_ptr<WorkerControl> workers,
-              std::unique_ptr<MetadataStore> store = std::make_unique<MemoryMetadataStore>());
+  Coordinator(CoordinatorOptions options,
+              std::unique_ptr<WorkerControl> workers,
+              std::unique_ptr<MetadataStore> store =
+                  std::make_unique<MemoryMetadataStore>());
   ~Coordinator();
 
   // Loads the metadata the store kept (call once, before serving). Known
@@ -106,9 +108,9 @@ class Coordinator {
 
   const CoordinatorOptions& options() const { return options_; }
 
-  absl::StatusOr<RegisterResult> RegisterWorker(const WorkerRegistration& registration,
-                                                const std::vector<uint64_t>& held_shard_ids)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<RegisterResult> RegisterWorker(
+      const WorkerRegistration& registration,
+      const std::vector<uint64_t>& held_shard_ids) ABSL_LOCKS_EXCLUDED(mu_);
   // False when the worker is unknown and must register again.
   bool Heartbeat(const std::string& name, int64_t bytes_used);
   std::vector<WorkerRecord> ListWorkers() const;
@@ -118,7 +120,8 @@ class Coordinator {
   absl::StatusOr<TensorMetadata> CreateTensor(const CreateTensorArgs& args)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Makes a pending tensor visible.
-  absl::Status CommitTensor(const std::string& name, uint64_t version) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status CommitTensor(const std::string& name, uint64_t version)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Current metadata, with each shard's worker address and availability.
   absl::StatusOr<TensorMetadata> GetTensor(const std::string& name) const
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -131,15 +134,17 @@ class Coordinator {
   // parallel), then commits atomically. On any failure version N stays
   // intact and every new shard is freed. One reshard per tensor at a time:
   // a second one fails with ABORTED. expected_version 0 means any.
-  absl::StatusOr<ReshardResult> ReshardTensor(const std::string& name, const LayoutSpec& spec,
-                                              uint64_t expected_version) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<ReshardResult> ReshardTensor(const std::string& name,
+                                              const LayoutSpec& spec,
+                                              uint64_t expected_version)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   enum class State { kCreating, kPending, kReady };
   struct TensorEntry {
     State state = State::kCreating;
     bool resharding = false;  // a reshard of this tensor is running
-    absl::Time created;       // when the create began (for reaping abandoned puts)
+    absl::Time created;  // when the create began (for reaping abandoned puts)
     // Immutable once published; shared so readers copy out cheaply.
     std::shared_ptr<const TensorMetadata> meta;
   };
@@ -153,18 +158,23 @@ class Coordinator {
   // Refuses shards that would not fit in their workers' capacity.
   absl::Status CheckCapacity(const TensorMetadata& shards) const;
   // Hands out `n` shard ids, recording a new high-water mark first when needed.
-  absl::StatusOr<uint64_t> TakeShardIds(size_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<uint64_t> TakeShardIds(size_t n)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Durably records a change; snapshots every options_.snapshot_every records.
-  absl::Status Record(const MetadataChange& change) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Record(const MetadataChange& change)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks the shards `worker` should hold as held or lost; returns the held
   // ids that no tensor references.
-  std::vector<uint64_t> Reconcile(const std::string& worker, const std::vector<uint64_t>& held)
+  std::vector<uint64_t> Reconcile(const std::string& worker,
+                                  const std::vector<uint64_t>& held)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Resolves spec.placements[i] for every box into `meta->shards`.
-  absl::Status PlaceShards(const LayoutSpec& spec, std::vector<Box> boxes, TensorMetadata* meta);
+  absl::Status PlaceShards(const LayoutSpec& spec, std::vector<Box> boxes,
+                           TensorMetadata* meta);
   // Runs the pieces of a reshard: each destination worker pulls its pieces.
-  absl::Status MovePieces(const TensorMetadata& old_meta, const TensorMetadata& new_meta,
+  absl::Status MovePieces(const TensorMetadata& old_meta,
+                          const TensorMetadata& new_meta,
                           const ReshardPlan& plan);
   // Frees retired versions whose grace period is over; runs on retire_thread_.
   void RetireLoop();
@@ -190,7 +200,8 @@ class Coordinator {
   std::map<std::string, TensorEntry> tensors_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> referenced_shards_ ABSL_GUARDED_BY(mu_);
   uint64_t next_shard_id_ ABSL_GUARDED_BY(mu_) = 1;
-  // Ids below this may have been handed out before a restart; recorded in the store.
+  // Ids below this may have been handed out before a restart; recorded in the
+  // store.
   uint64_t shard_id_high_water_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t records_since_snapshot_ ABSL_GUARDED_BY(mu_) = 0;
   // Shards whose worker re-registered without them.

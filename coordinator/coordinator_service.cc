@@ -18,9 +18,9 @@ void ReleaseFreedMemory(size_t shards) {
 }
 
 }  // namespace
-grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext*,
-                                                const v1::RegisterWorkerRequest* request,
-                                                v1::RegisterWorkerResponse* response) {
+grpc::Status CoordinatorService::RegisterWorker(
+    grpc::ServerContext*, const v1::RegisterWorkerRequest* request,
+    v1::RegisterWorkerResponse* response) {
   WorkerRegistration registration;
   registration.name = request->name();
   if (request->has_rank()) registration.rank = request->rank();
@@ -30,8 +30,10 @@ grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext*,
   registration.device = *device;
   registration.capacity_bytes = request->capacity_bytes();
   registration.bytes_used = request->bytes_used();
-  std::vector<uint64_t> held(request->held_shard_ids().begin(), request->held_shard_ids().end());
-  absl::StatusOr<RegisterResult> result = coordinator_->RegisterWorker(registration, held);
+  std::vector<uint64_t> held(request->held_shard_ids().begin(),
+                             request->held_shard_ids().end());
+  absl::StatusOr<RegisterResult> result =
+      coordinator_->RegisterWorker(registration, held);
   if (!result.ok()) return ToGrpcStatus(result.status());
   response->set_rank(result->rank);
   response->set_heartbeat_interval_ms(
@@ -44,12 +46,14 @@ grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext*,
 grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*,
                                            const v1::HeartbeatRequest* request,
                                            v1::HeartbeatResponse* response) {
-  response->set_reregister(!coordinator_->Heartbeat(request->name(), request->bytes_used()));
+  response->set_reregister(
+      !coordinator_->Heartbeat(request->name(), request->bytes_used()));
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
-                                             v1::ListWorkersResponse* response) {
+grpc::Status CoordinatorService::ListWorkers(
+    grpc::ServerContext*, const v1::ListWorkersRequest*,
+    v1::ListWorkersResponse* response) {
   for (const WorkerRecord& w : coordinator_->ListWorkers()) {
     v1::WorkerInfo* info = response->add_workers();
     info->set_name(w.name);
@@ -63,14 +67,17 @@ grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext*, const v1::Lis
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::CreateTensor(grpc::ServerContext*,
-                                              const v1::CreateTensorRequest* request,
-                                              v1::CreateTensorResponse* response) {
-  absl::StatusOr<TensorMetadata> meta = [&]() -> absl::StatusOr<TensorMetadata> {
+grpc::Status CoordinatorService::CreateTensor(
+    grpc::ServerContext*, const v1::CreateTensorRequest* request,
+    v1::CreateTensorResponse* response) {
+  absl::StatusOr<TensorMetadata> meta =
+      [&]() -> absl::StatusOr<TensorMetadata> {
     CreateTensorArgs args;
     args.name = request->name();
-    TESSERA_ASSIGN_OR_RETURN(args.shape, ShapeFromProto(request->shape(), "shape"));
-    TESSERA_ASSIGN_OR_RETURN(args.dtype, DTypeFromProto(request->properties().dtype()));
+    TESSERA_ASSIGN_OR_RETURN(args.shape,
+                             ShapeFromProto(request->shape(), "shape"));
+    TESSERA_ASSIGN_OR_RETURN(args.dtype,
+                             DTypeFromProto(request->properties().dtype()));
     args.requires_grad = request->properties().requires_grad();
     args.pin_memory = request->properties().pin_memory();
     TESSERA_ASSIGN_OR_RETURN(args.spec, LayoutSpecFromProto(request->spec()));
@@ -84,24 +91,27 @@ grpc::Status CoordinatorService::CreateTensor(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::CommitTensor(grpc::ServerContext*,
-                                              const v1::CommitTensorRequest* request,
-                                              v1::CommitTensorResponse*) {
-  return ToGrpcStatus(coordinator_->CommitTensor(request->name(), request->version()));
+grpc::Status CoordinatorService::CommitTensor(
+    grpc::ServerContext*, const v1::CommitTensorRequest* request,
+    v1::CommitTensorResponse*) {
+  return ToGrpcStatus(
+      coordinator_->CommitTensor(request->name(), request->version()));
 }
 
 grpc::Status CoordinatorService::GetTensor(grpc::ServerContext*,
                                            const v1::GetTensorRequest* request,
                                            v1::GetTensorResponse* response) {
-  absl::StatusOr<TensorMetadata> meta = coordinator_->GetTensor(request->name());
+  absl::StatusOr<TensorMetadata> meta =
+      coordinator_->GetTensor(request->name());
   if (!meta.ok()) return ToGrpcStatus(meta.status());
   TensorMetadataToProto(*meta, response->mutable_tensor());
   ReleaseFreedMemory(meta->shards.size());
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::ListTensors(grpc::ServerContext*, const v1::ListTensorsRequest*,
-                                             v1::ListTensorsResponse* response) {
+grpc::Status CoordinatorService::ListTensors(
+    grpc::ServerContext*, const v1::ListTensorsRequest*,
+    v1::ListTensorsResponse* response) {
   for (const TensorSummary& t : coordinator_->ListTensors()) {
     v1::TensorSummary* out = response->add_tensors();
     out->set_name(t.name);
@@ -113,19 +123,19 @@ grpc::Status CoordinatorService::ListTensors(grpc::ServerContext*, const v1::Lis
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::DeleteTensor(grpc::ServerContext*,
-                                              const v1::DeleteTensorRequest* request,
-                                              v1::DeleteTensorResponse*) {
+grpc::Status CoordinatorService::DeleteTensor(
+    grpc::ServerContext*, const v1::DeleteTensorRequest* request,
+    v1::DeleteTensorResponse*) {
   return ToGrpcStatus(coordinator_->DeleteTensor(request->name()));
 }
 
-grpc::Status CoordinatorService::ReshardTensor(grpc::ServerContext*,
-                                               const v1::ReshardTensorRequest* request,
-                                               v1::ReshardTensorResponse* response) {
+grpc::Status CoordinatorService::ReshardTensor(
+    grpc::ServerContext*, const v1::ReshardTensorRequest* request,
+    v1::ReshardTensorResponse* response) {
   absl::StatusOr<LayoutSpec> spec = LayoutSpecFromProto(request->spec());
   if (!spec.ok()) return ToGrpcStatus(spec.status());
-  absl::StatusOr<ReshardResult> result =
-      coordinator_->ReshardTensor(request->name(), *spec, request->expected_version());
+  absl::StatusOr<ReshardResult> result = coordinator_->ReshardTensor(
+      request->name(), *spec, request->expected_version());
   if (!result.ok()) return ToGrpcStatus(result.status());
   response->set_version(result->version);
   response->set_pieces_moved(result->pieces_moved);

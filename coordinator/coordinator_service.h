@@ -10,25 +10,35 @@ namespace tessera {
 
 class CoordinatorService final : public v1::Coordinator::Service {
  public:
-  explicit CoordinatorService(Coordinator* coordinator) : coordinator_(coordinator) {}
+  explicit CoordinatorService(Coordinator* coordinator)
+      : coordinator_(coordinator) {}
 
-  grpc::Status RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest* request,
+  grpc::Status RegisterWorker(grpc::ServerContext*,
+                              const v1::RegisterWorkerRequest* request,
                               v1::RegisterWorkerResponse* response) override;
-  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
+  grpc::Status Heartbeat(grpc::ServerContext*,
+                         const v1::HeartbeatRequest* request,
                          v1::HeartbeatResponse* response) override;
-  grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest* request,
+  grpc::Status ListWorkers(grpc::ServerContext*,
+                           const v1::ListWorkersRequest* request,
                            v1::ListWorkersResponse* response) override;
-  grpc::Status CreateTensor(grpc::ServerContext*, const v1::CreateTensorRequest* request,
+  grpc::Status CreateTensor(grpc::ServerContext*,
+                            const v1::CreateTensorRequest* request,
                             v1::CreateTensorResponse* response) override;
-  grpc::Status CommitTensor(grpc::ServerContext*, const v1::CommitTensorRequest* request,
+  grpc::Status CommitTensor(grpc::ServerContext*,
+                            const v1::CommitTensorRequest* request,
                             v1::CommitTensorResponse* response) override;
-  grpc::Status GetTensor(grpc::ServerContext*, const v1::GetTensorRequest* request,
+  grpc::Status GetTensor(grpc::ServerContext*,
+                         const v1::GetTensorRequest* request,
                          v1::GetTensorResponse* response) override;
-  grpc::Status ListTensors(grpc::ServerContext*, const v1::ListTensorsRequest* request,
+  grpc::Status ListTensors(grpc::ServerContext*,
+                           const v1::ListTensorsRequest* request,
                            v1::ListTensorsResponse* response) override;
-  grpc::Status DeleteTensor(grpc::ServerContext*, const v1::DeleteTensorRequest* request,
+  grpc::Status DeleteTensor(grpc::ServerContext*,
+                            const v1::DeleteTensorRequest* request,
                             v1::DeleteTensorResponse* response) override;
-  grpc::Status ReshardTensor(grpc::ServerContext*, const v1::ReshardTensorRequest* request,
+  grpc::Status ReshardTensor(grpc::ServerContext*,
+                             const v1::ReshardTensorRequest* request,
                              v1::ReshardTensorResponse* response) override;
 
  private:

@@ -19,7 +19,8 @@ namespace tessera {
 namespace {
 
 constexpr char kSnapshotMagic[4] = {'T', 'S', 'N', 'P'};
-// A record larger than this is corrupt, not real (100k-shard tensors are ~10 MB).
+// A record larger than this is corrupt, not real (100k-shard tensors are ~10
+// MB).
 constexpr uint32_t kMaxRecordBytes = 1u << 30;
 
 absl::Status PosixError(absl::string_view context, int err) {
@@ -28,22 +29,27 @@ absl::Status PosixError(absl::string_view context, int err) {
 
 uint32_t Checksum(const std::string& bytes) {
   return static_cast<uint32_t>(
-      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
+      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()),
+            static_cast<uInt>(bytes.size())));
 }
 
 void PutU32(std::string* out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  for (int i = 0; i < 4; ++i)
+    out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 void PutU64(std::string* out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  for (int i = 0; i < 8; ++i)
+    out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 uint64_t GetLE(const char* p, int n) {
   uint64_t v = 0;
-  for (int i = 0; i < n; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  for (int i = 0; i < n; ++i)
+    v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
   return v;
 }
 
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path, bool* exists) {
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path,
+                                          bool* exists) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) {
@@ -89,7 +95,8 @@ absl::Status FsyncDir(const std::string& dir) {
   int rc = fsync(fd);
   int err = errno;
   close(fd);
-  return rc == 0 ? absl::OkStatus() : PosixError(absl::StrCat("syncing ", dir), err);
+  return rc == 0 ? absl::OkStatus()
+                 : PosixError(absl::StrCat("syncing ", dir), err);
 }
 
 v1::WorkerInfo WorkerToProto(const KnownWorker& w) {
@@ -131,7 +138,8 @@ v1::MetadataRecord ChangeToProto(const MetadataChange& change) {
   return record;
 }
 
-absl::StatusOr<MetadataChange> ChangeFromProto(const v1::MetadataRecord& record) {
+absl::StatusOr<MetadataChange> ChangeFromProto(
+    const v1::MetadataRecord& record) {
   MetadataChange change;
   switch (record.change_case()) {
     case v1::MetadataRecord::kWorker: {
@@ -141,7 +149,8 @@ absl::StatusOr<MetadataChange> ChangeFromProto(const v1::MetadataRecord& record)
     }
     case v1::MetadataRecord::kTensor: {
       change.kind = MetadataChange::Kind::kTensor;
-      TESSERA_ASSIGN_OR_RETURN(change.tensor, TensorMetadataFromProto(record.tensor()));
+      TESSERA_ASSIGN_OR_RETURN(change.tensor,
+                               TensorMetadataFromProto(record.tensor()));
       return change;
     }
     case v1::MetadataRecord::kDeletedTensor:
@@ -178,7 +187,8 @@ absl::StatusOr<MetadataState> FileMetadataStore::Load() {
   }
   const std::string lock_path = absl::StrCat(dir_, "/LOCK");
   lock_fd_ = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd_ < 0) return PosixError(absl::StrCat("opening ", lock_path), errno);
+  if (lock_fd_ < 0)
+    return PosixError(absl::StrCat("opening ", lock_path), errno);
   if (flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("--data_dir ", dir_, " is in use by another coordinator"));
@@ -187,23 +197,29 @@ absl::StatusOr<MetadataState> FileMetadataStore::Load() {
   MetadataState state;
   const std::string snapshot_path = absl::StrCat(dir_, "/snapshot");
   bool exists = false;
-  TESSERA_ASSIGN_OR_RETURN(std::string snapshot, ReadWholeFile(snapshot_path, &exists));
+  TESSERA_ASSIGN_OR_RETURN(std::string snapshot,
+                           ReadWholeFile(snapshot_path, &exists));
   if (exists) {
-    if (snapshot.size() < 16 || std::memcmp(snapshot.data(), kSnapshotMagic, 4) != 0 ||
+    if (snapshot.size() < 16 ||
+        std::memcmp(snapshot.data(), kSnapshotMagic, 4) != 0 ||
         GetLE(snapshot.data() + 8, 8) != snapshot.size() - 16) {
-      return absl::DataLossError(absl::StrCat(snapshot_path, " is not a complete snapshot"));
+      return absl::DataLossError(
+          absl::StrCat(snapshot_path, " is not a complete snapshot"));
     }
     const std::string payload = snapshot.substr(16);
     v1::MetadataSnapshot proto;
-    if (Checksum(payload) != GetLE(snapshot.data() + 4, 4) || !proto.ParseFromString(payload)) {
-      return absl::DataLossError(absl::StrCat(snapshot_path, " fails its checksum"));
+    if (Checksum(payload) != GetLE(snapshot.data() + 4, 4) ||
+        !proto.ParseFromString(payload)) {
+      return absl::DataLossError(
+          absl::StrCat(snapshot_path, " fails its checksum"));
     }
     for (const v1::WorkerInfo& w : proto.workers()) {
       TESSERA_ASSIGN_OR_RETURN(KnownWorker worker, WorkerFromProto(w));
       state.workers[worker.name] = worker;
     }
     for (const v1::ShardedTensorMetadata& t : proto.tensors()) {
-      TESSERA_ASSIGN_OR_RETURN(TensorMetadata tensor, TensorMetadataFromProto(t));
+      TESSERA_ASSIGN_OR_RETURN(TensorMetadata tensor,
+                               TensorMetadataFromProto(t));
       state.tensors[tensor.name] = std::move(tensor);
     }
     state.shard_id_high_water = proto.shard_id_high_water();
@@ -231,8 +247,10 @@ absl::StatusOr<MetadataState> FileMetadataStore::Load() {
   log_fd_ = open(log_path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (log_fd_ < 0) return PosixError(absl::StrCat("opening ", log_path), errno);
   if (torn_bytes_dropped_ > 0) {
-    if (ftruncate(log_fd_, static_cast<off_t>(good)) != 0 || fsync(log_fd_) != 0) {
-      return PosixError(absl::StrCat("truncating the torn tail of ", log_path), errno);
+    if (ftruncate(log_fd_, static_cast<off_t>(good)) != 0 ||
+        fsync(log_fd_) != 0) {
+      return PosixError(absl::StrCat("truncating the torn tail of ", log_path),
+                        errno);
     }
   }
   if (lseek(log_fd_, static_cast<off_t>(good), SEEK_SET) < 0) {
@@ -252,17 +270,21 @@ absl::Status FileMetadataStore::Append(const MetadataChange& change) {
   PutU32(&record, Checksum(payload));
   record += payload;
   absl::MutexLock lock(&mu_);
-  if (log_fd_ < 0) return absl::FailedPreconditionError("metadata store is not loaded");
+  if (log_fd_ < 0)
+    return absl::FailedPreconditionError("metadata store is not loaded");
   const std::string path = absl::StrCat(dir_, "/log");
   TESSERA_RETURN_IF_ERROR(WriteAll(log_fd_, record, path));
-  if (fdatasync(log_fd_) != 0) return PosixError(absl::StrCat("syncing ", path), errno);
+  if (fdatasync(log_fd_) != 0)
+    return PosixError(absl::StrCat("syncing ", path), errno);
   return absl::OkStatus();
 }
 
 absl::Status FileMetadataStore::Snapshot(const MetadataState& state) {
   v1::MetadataSnapshot proto;
-  for (const auto& [name, worker] : state.workers) *proto.add_workers() = WorkerToProto(worker);
-  for (const auto& [name, tensor] : state.tensors) TensorMetadataToProto(tensor, proto.add_tensors());
+  for (const auto& [name, worker] : state.workers)
+    *proto.add_workers() = WorkerToProto(worker);
+  for (const auto& [name, tensor] : state.tensors)
+    TensorMetadataToProto(tensor, proto.add_tensors());
   proto.set_shard_id_high_water(state.shard_id_high_water);
   std::string payload;
   if (!proto.SerializeToString(&payload)) {
@@ -274,13 +296,15 @@ absl::Status FileMetadataStore::Snapshot(const MetadataState& state) {
   file += payload;
 
   absl::MutexLock lock(&mu_);
-  if (log_fd_ < 0) return absl::FailedPreconditionError("metadata store is not loaded");
+  if (log_fd_ < 0)
+    return absl::FailedPreconditionError("metadata store is not loaded");
   const std::string path = absl::StrCat(dir_, "/snapshot");
   const std::string tmp = path + ".tmp";
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return PosixError(absl::StrCat("creating ", tmp), errno);
   absl::Status status = WriteAll(fd, file, tmp);
-  if (status.ok() && fsync(fd) != 0) status = PosixError(absl::StrCat("syncing ", tmp), errno);
+  if (status.ok() && fsync(fd) != 0)
+    status = PosixError(absl::StrCat("syncing ", tmp), errno);
   close(fd);
   TESSERA_RETURN_IF_ERROR(status);
   if (rename(tmp.c_str(), path.c_str()) != 0) {
@@ -288,7 +312,8 @@ absl::Status FileMetadataStore::Snapshot(const MetadataState& state) {
   }
   TESSERA_RETURN_IF_ERROR(FsyncDir(dir_));
   // The snapshot holds everything the log held.
-  if (ftruncate(log_fd_, 0) != 0 || lseek(log_fd_, 0, SEEK_SET) < 0 || fsync(log_fd_) != 0) {
+  if (ftruncate(log_fd_, 0) != 0 || lseek(log_fd_, 0, SEEK_SET) < 0 ||
+      fsync(log_fd_) != 0) {
     return PosixError(absl::StrCat("truncating ", dir_, "/log"), errno);
   }
   return absl::OkStatus();

@@ -30,8 +30,10 @@ class FileMetadataStore : public MetadataStore {
   ~FileMetadataStore() override;
 
   absl::StatusOr<MetadataState> Load() override ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status Append(const MetadataChange& change) override ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status Snapshot(const MetadataState& state) override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Append(const MetadataChange& change) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Snapshot(const MetadataState& state) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   std::string Describe() const override;
 
   // What the last Load found (for the start-up log and tests).

@@ -20,13 +20,15 @@ using ::testing::HasSubstr;
 
 std::string TempDir() {
   const char* base = getenv("TEST_TMPDIR");
-  std::string pattern = std::string(base != nullptr ? base : "/tmp") + "/store_XXXXXX";
+  std::string pattern =
+      std::string(base != nullptr ? base : "/tmp") + "/store_XXXXXX";
   std::vector<char> buf(pattern.begin(), pattern.end());
   buf.push_back('\0');
   return mkdtemp(buf.data());
 }
 
-MetadataChange TensorChange(const std::string& name, uint64_t version, int num_shards) {
+MetadataChange TensorChange(const std::string& name, uint64_t version,
+                            int num_shards) {
   MetadataChange change;
   change.kind = MetadataChange::Kind::kTensor;
   change.tensor.name = name;
@@ -125,7 +127,8 @@ TEST(FileMetadataStoreTest, CorruptedLastRecordIsDroppedByItsChecksum) {
     ASSERT_THAT(store.Append(TensorChange("b", 1, 2)), IsOk());
   }
   {
-    std::fstream f(dir + "/log", std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(dir + "/log",
+                   std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(FileSize(dir + "/log") - 3);
     f.put('\x7f');
   }
@@ -164,9 +167,12 @@ TEST(FileMetadataStoreTest, BrokenSnapshotIsAnErrorNotAnEmptyState) {
     state.tensors["a"] = TensorChange("a", 1, 2).tensor;
     ASSERT_THAT(store.Snapshot(state), IsOk());
   }
-  ASSERT_EQ(truncate((dir + "/snapshot").c_str(), FileSize(dir + "/snapshot") - 1), 0);
+  ASSERT_EQ(
+      truncate((dir + "/snapshot").c_str(), FileSize(dir + "/snapshot") - 1),
+      0);
   FileMetadataStore store(dir);
-  EXPECT_THAT(store.Load().status(), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("snapshot")));
+  EXPECT_THAT(store.Load().status(),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("snapshot")));
 }
 
 TEST(FileMetadataStoreTest, TwoCoordinatorsCannotShareADirectory) {
@@ -174,8 +180,9 @@ TEST(FileMetadataStoreTest, TwoCoordinatorsCannotShareADirectory) {
   FileMetadataStore first(dir);
   ASSERT_THAT(first.Load().status(), IsOk());
   FileMetadataStore second(dir);
-  EXPECT_THAT(second.Load().status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("in use")));
+  EXPECT_THAT(
+      second.Load().status(),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("in use")));
 }
 
 }  // namespace

@@ -12,15 +12,19 @@ namespace tessera {
 namespace {
 
 void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
-  context->set_deadline(std::chrono::system_clock::now() +
-                        std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
+  context->set_deadline(
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
 }
 
 // A worker that cannot be reached is reported in the system's own words.
-absl::Status WorkerStatus(const grpc::Status& status, const std::string& address) {
-  const bool said_by_worker = status.error_message().find("unavailable") != std::string::npos;
-  if (!said_by_worker && (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                          status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)) {
+absl::Status WorkerStatus(const grpc::Status& status,
+                          const std::string& address) {
+  const bool said_by_worker =
+      status.error_message().find("unavailable") != std::string::npos;
+  if (!said_by_worker &&
+      (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+       status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)) {
     return UnavailableError(
         absl::StrCat("worker at ", address, " (", status.error_message(), ")"));
   }
@@ -29,12 +33,13 @@ absl::Status WorkerStatus(const grpc::Status& status, const std::string& address
 
 }  // namespace
 
-absl::StatusOr<int64_t> GrpcWorkerControl::Allocate(const std::string& address,
-                                                    const AllocateBatch& batch) {
+absl::StatusOr<int64_t> GrpcWorkerControl::Allocate(
+    const std::string& address, const AllocateBatch& batch) {
   v1::AllocateShardsRequest request;
   request.set_tensor(batch.tensor);
   request.set_dtype(DTypeToProto(batch.dtype));
-  request.mutable_tensor_shape()->Assign(batch.tensor_shape.begin(), batch.tensor_shape.end());
+  request.mutable_tensor_shape()->Assign(batch.tensor_shape.begin(),
+                                         batch.tensor_shape.end());
   *request.mutable_init() = InitToProto(batch.init);
   request.mutable_shards()->Reserve(batch.shards.size());
   for (const auto& [id, box] : batch.shards) {
@@ -45,41 +50,46 @@ absl::StatusOr<int64_t> GrpcWorkerControl::Allocate(const std::string& address,
   v1::AllocateShardsResponse response;
   grpc::ClientContext context;
   SetDeadline(&context, options_.allocate_timeout);
-  absl::Status status = WorkerStatus(
-      v1::Worker::NewStub(channels_.Get(address))->AllocateShards(&context, request, &response),
-      address);
+  absl::Status status =
+      WorkerStatus(v1::Worker::NewStub(channels_.Get(address))
+                       ->AllocateShards(&context, request, &response),
+                   address);
   if (!status.ok()) return status;
   return response.bytes_used();
 }
 
-absl::StatusOr<int64_t> GrpcWorkerControl::Free(const std::string& address,
-                                                const std::vector<uint64_t>& shard_ids) {
+absl::StatusOr<int64_t> GrpcWorkerControl::Free(
+    const std::string& address, const std::vector<uint64_t>& shard_ids) {
   v1::FreeShardsRequest request;
   request.mutable_shard_ids()->Assign(shard_ids.begin(), shard_ids.end());
   v1::FreeShardsResponse response;
   grpc::ClientContext context;
   SetDeadline(&context, options_.free_timeout);
-  absl::Status status = WorkerStatus(
-      v1::Worker::NewStub(channels_.Get(address))->FreeShards(&context, request, &response),
-      address);
+  absl::Status status =
+      WorkerStatus(v1::Worker::NewStub(channels_.Get(address))
+                       ->FreeShards(&context, request, &response),
+                   address);
   if (!status.ok()) return status;
   return response.bytes_used();
 }
 
-absl::Status GrpcWorkerControl::Pull(const std::string& address, const PullPiece& piece) {
+absl::Status GrpcWorkerControl::Pull(const std::string& address,
+                                     const PullPiece& piece) {
   v1::PullRegionRequest request;
   request.set_dst_shard_id(piece.dst_shard_id);
-  request.mutable_dst_offsets()->Assign(piece.dst_offsets.begin(), piece.dst_offsets.end());
+  request.mutable_dst_offsets()->Assign(piece.dst_offsets.begin(),
+                                        piece.dst_offsets.end());
   request.set_src_address(piece.src_address);
   request.set_src_shard_id(piece.src_shard_id);
-  request.mutable_src_offsets()->Assign(piece.src_offsets.begin(), piece.src_offsets.end());
+  request.mutable_src_offsets()->Assign(piece.src_offsets.begin(),
+                                        piece.src_offsets.end());
   request.mutable_sizes()->Assign(piece.sizes.begin(), piece.sizes.end());
   v1::PullRegionResponse response;
   grpc::ClientContext context;
   SetDeadline(&context, options_.pull_timeout);
-  return WorkerStatus(
-      v1::Worker::NewStub(channels_.Get(address))->PullRegion(&context, request, &response),
-      address);
+  return WorkerStatus(v1::Worker::NewStub(channels_.Get(address))
+                          ->PullRegion(&context, request, &response),
+                      address);
 }
 
 }  // namespace tessera

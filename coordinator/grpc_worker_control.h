@@ -12,7 +12,8 @@ namespace tessera {
 class GrpcWorkerControl : public WorkerControl {
  public:
   struct Options {
-    absl::Duration allocate_timeout = absl::Minutes(2);  // init fills of large shards take time
+    absl::Duration allocate_timeout =
+        absl::Minutes(2);  // init fills of large shards take time
     absl::Duration free_timeout = absl::Seconds(10);
     absl::Duration pull_timeout = absl::Minutes(10);
   };
@@ -22,7 +23,8 @@ class GrpcWorkerControl : public WorkerControl {
                                    const AllocateBatch& batch) override;
   absl::StatusOr<int64_t> Free(const std::string& address,
                                const std::vector<uint64_t>& shard_ids) override;
-  absl::Status Pull(const std::string& address, const PullPiece& piece) override;
+  absl::Status Pull(const std::string& address,
+                    const PullPiece& piece) override;
   void Reset(const std::string& address) override { channels_.Forget(address); }
 
  private:

@@ -8,34 +8,41 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/file_metadata_store.h"
 #include "coordinator/grpc_worker_control.h"
-#include "absl/strings/str_cat.h"
 #include "rpc/server.h"
 #include "rpc/signals.h"
 #include "spdlog/spdlog.h"
 
-ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "address to serve on, HOST:PORT (port 0 picks one)");
-ABSL_FLAG(std::string, data_dir, "", "directory for durable metadata; empty = in memory only");
-ABSL_FLAG(int64_t, lease_ms, 5000, "a worker silent for this long is marked dead");
+ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
+          "address to serve on, HOST:PORT (port 0 picks one)");
+ABSL_FLAG(std::string, data_dir, "",
+          "directory for durable metadata; empty = in memory only");
+ABSL_FLAG(int64_t, lease_ms, 5000,
+          "a worker silent for this long is marked dead");
 ABSL_FLAG(int64_t, heartbeat_ms, 1000, "how often workers heartbeat");
 ABSL_FLAG(int64_t, retire_grace_ms, 5000,
-          "after a reshard, how long the replaced version stays readable before it is freed");
+          "after a reshard, how long the replaced version stays readable "
+          "before it is freed");
 
 namespace tessera {
 namespace {
 
 int Run() {
-  if (absl::GetFlag(FLAGS_lease_ms) <= 0 || absl::GetFlag(FLAGS_heartbeat_ms) <= 0) {
+  if (absl::GetFlag(FLAGS_lease_ms) <= 0 ||
+      absl::GetFlag(FLAGS_heartbeat_ms) <= 0) {
     spdlog::error("--lease_ms and --heartbeat_ms must be > 0");
     return 2;
   }
   CoordinatorOptions options;
   options.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
-  options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
-  options.retire_grace = absl::Milliseconds(std::max<int64_t>(0, absl::GetFlag(FLAGS_retire_grace_ms)));
+  options.heartbeat_interval =
+      absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
+  options.retire_grace = absl::Milliseconds(
+      std::max<int64_t>(0, absl::GetFlag(FLAGS_retire_grace_ms)));
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   std::unique_ptr<MetadataStore> store;
   FileMetadataStore* file_store = nullptr;
@@ -47,9 +54,10 @@ int Run() {
     store = std::move(owned);
   }
   const std::string store_description = store->Describe();
-  Coordinator coordinator(options,
-                          std::make_unique<GrpcWorkerControl>(GrpcWorkerControl::Options()),
-                          std::move(store));
+  Coordinator coordinator(
+      options,
+      std::make_unique<GrpcWorkerControl>(GrpcWorkerControl::Options()),
+      std::move(store));
   if (absl::Status status = coordinator.Recover(); !status.ok()) {
     spdlog::error("cannot recover metadata from --data_dir={}: {}", data_dir,
                   std::string(status.message()));
@@ -62,15 +70,17 @@ int Run() {
     spdlog::error("{}", std::string(server.status().message()));
     return 1;
   }
-  spdlog::info("tessera-coordinator serving on {}", WithPort(listen, server->port));
+  spdlog::info("tessera-coordinator serving on {}",
+               WithPort(listen, server->port));
   spdlog::info("metadata: {}", store_description);
   if (file_store != nullptr) {
     spdlog::info("recovered {} tensor(s) and {} worker(s) ({} log records{})",
-                 coordinator.recovered().tensors, coordinator.recovered().workers,
+                 coordinator.recovered().tensors,
+                 coordinator.recovered().workers,
                  file_store->records_recovered(),
                  file_store->torn_bytes_dropped() > 0
-                     ? absl::StrCat("; dropped a torn tail of ", file_store->torn_bytes_dropped(),
-                                    " bytes")
+                     ? absl::StrCat("; dropped a torn tail of ",
+                                    file_store->torn_bytes_dropped(), " bytes")
                      : std::string());
   }
   const int sig = WaitForTerminationSignal();
@@ -85,7 +95,8 @@ int Run() {
 
 int main(int argc, char** argv) {
   tessera::BlockTerminationSignals();
-  absl::SetProgramUsageMessage("tessera-coordinator --listen=HOST:PORT [--data_dir=DIR]");
+  absl::SetProgramUsageMessage(
+      "tessera-coordinator --listen=HOST:PORT [--data_dir=DIR]");
   absl::ParseCommandLine(argc, argv);
   return tessera::Run();
 }

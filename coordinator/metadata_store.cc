@@ -16,7 +16,8 @@ void MetadataState::Apply(const MetadataChange& change) {
       tensors.erase(change.deleted_tensor);
       return;
     case MetadataChange::Kind::kShardIdHighWater:
-      shard_id_high_water = std::max(shard_id_high_water, change.shard_id_high_water);
+      shard_id_high_water =
+          std::max(shard_id_high_water, change.shard_id_high_water);
       return;
   }
 }

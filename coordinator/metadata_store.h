@@ -30,10 +30,10 @@ struct KnownWorker {
 struct MetadataChange {
   enum class Kind { kWorker, kTensor, kDeletedTensor, kShardIdHighWater };
   Kind kind = Kind::kTensor;
-  KnownWorker worker;               // kWorker
-  TensorMetadata tensor;            // kTensor: the tensor's new current version
-  std::string deleted_tensor;       // kDeletedTensor
-  uint64_t shard_id_high_water = 0; // kShardIdHighWater
+  KnownWorker worker;          // kWorker
+  TensorMetadata tensor;       // kTensor: the tensor's new current version
+  std::string deleted_tensor;  // kDeletedTensor
+  uint64_t shard_id_high_water = 0;  // kShardIdHighWater
 };
 
 struct MetadataState {
@@ -62,9 +62,15 @@ class MetadataStore {
 class MemoryMetadataStore : public MetadataStore {
  public:
   absl::StatusOr<MetadataState> Load() override { return MetadataState{}; }
-  absl::Status Append(const MetadataChange&) override { return absl::OkStatus(); }
-  absl::Status Snapshot(const MetadataState&) override { return absl::OkStatus(); }
-  std::string Describe() const override { return "in memory only (lost on restart)"; }
+  absl::Status Append(const MetadataChange&) override {
+    return absl::OkStatus();
+  }
+  absl::Status Snapshot(const MetadataState&) override {
+    return absl::OkStatus();
+  }
+  std::string Describe() const override {
+    return "in memory only (lost on restart)";
+  }
 };
 
 }  // namespace tessera

@@ -43,12 +43,13 @@ class WorkerControl {
   // Returns the worker's bytes in use afterwards.
   virtual absl::StatusOr<int64_t> Allocate(const std::string& address,
                                            const AllocateBatch& batch) = 0;
-  virtual absl::StatusOr<int64_t> Free(const std::string& address,
-                                       const std::vector<uint64_t>& shard_ids) = 0;
+  virtual absl::StatusOr<int64_t> Free(
+      const std::string& address, const std::vector<uint64_t>& shard_ids) = 0;
   // The worker at `address` (re)started: forget any connection state.
   virtual void Reset(const std::string& address) = 0;
   // Asks the worker at `address` to pull one piece from a peer.
-  virtual absl::Status Pull(const std::string& address, const PullPiece& piece) = 0;
+  virtual absl::Status Pull(const std::string& address,
+                            const PullPiece& piece) = 0;
 };
 
 }  // namespace tessera

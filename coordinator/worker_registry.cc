@@ -16,7 +16,8 @@ WorkerRecord WorkerRegistry::WithLiveness(const WorkerRecord& record) const {
   return out;
 }
 
-absl::StatusOr<int32_t> WorkerRegistry::Register(const WorkerRegistration& registration) {
+absl::StatusOr<int32_t> WorkerRegistry::Register(
+    const WorkerRegistration& registration) {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_();
   auto existing = workers_.find(registration.name);
@@ -25,13 +26,13 @@ absl::StatusOr<int32_t> WorkerRegistry::Register(const WorkerRegistration& regis
     const bool alive = record.registered && now - record.last_seen <= lease_;
     if (alive && record.address != registration.address) {
       return absl::AlreadyExistsError(
-          absl::StrCat("worker '", registration.name, "' already exists at ", record.address,
-                       " and is alive"));
+          absl::StrCat("worker '", registration.name, "' already exists at ",
+                       record.address, " and is alive"));
     }
     if (registration.rank.has_value() && *registration.rank != record.rank) {
       return absl::AlreadyExistsError(absl::StrCat(
-          "worker '", registration.name, "' already exists with rank ", record.rank,
-          "; it cannot come back as rank ", *registration.rank));
+          "worker '", registration.name, "' already exists with rank ",
+          record.rank, "; it cannot come back as rank ", *registration.rank));
     }
     record.address = registration.address;
     record.device = registration.device;
@@ -47,8 +48,8 @@ absl::StatusOr<int32_t> WorkerRegistry::Register(const WorkerRegistration& regis
     auto taken = rank_to_name_.find(rank);
     if (taken != rank_to_name_.end()) {
       return absl::AlreadyExistsError(
-          absl::StrCat("rank ", rank, " already exists: it belongs to worker '", taken->second,
-                       "'"));
+          absl::StrCat("rank ", rank, " already exists: it belongs to worker '",
+                       taken->second, "'"));
     }
   } else {
     while (rank_to_name_.contains(rank)) ++rank;
@@ -66,8 +67,9 @@ absl::StatusOr<int32_t> WorkerRegistry::Register(const WorkerRegistration& regis
   return rank;
 }
 
-void WorkerRegistry::Restore(const std::string& name, int32_t rank, const std::string& address,
-                             const Device& device, int64_t capacity_bytes) {
+void WorkerRegistry::Restore(const std::string& name, int32_t rank,
+                             const std::string& address, const Device& device,
+                             int64_t capacity_bytes) {
   absl::MutexLock lock(&mu_);
   WorkerRecord record;
   record.name = name;
@@ -100,20 +102,25 @@ std::vector<WorkerRecord> WorkerRegistry::List() const {
   absl::MutexLock lock(&mu_);
   std::vector<WorkerRecord> out;
   out.reserve(workers_.size());
-  for (const auto& [name, record] : workers_) out.push_back(WithLiveness(record));
+  for (const auto& [name, record] : workers_)
+    out.push_back(WithLiveness(record));
   std::sort(out.begin(), out.end(),
-            [](const WorkerRecord& a, const WorkerRecord& b) { return a.rank < b.rank; });
+            [](const WorkerRecord& a, const WorkerRecord& b) {
+              return a.rank < b.rank;
+            });
   return out;
 }
 
-std::optional<WorkerRecord> WorkerRegistry::Find(const std::string& name) const {
+std::optional<WorkerRecord> WorkerRegistry::Find(
+    const std::string& name) const {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(name);
   if (it == workers_.end()) return std::nullopt;
   return WithLiveness(it->second);
 }
 
-absl::StatusOr<WorkerRecord> WorkerRegistry::Resolve(const Placement& placement) const {
+absl::StatusOr<WorkerRecord> WorkerRegistry::Resolve(
+    const Placement& placement) const {
   absl::MutexLock lock(&mu_);
   const WorkerRecord* record = nullptr;
   if (placement.rank.has_value()) {
@@ -124,15 +131,16 @@ absl::StatusOr<WorkerRecord> WorkerRegistry::Resolve(const Placement& placement)
     if (it != workers_.end()) record = &it->second;
   }
   if (record == nullptr) {
-    return DoesNotExistError(absl::StrCat(
-        "placement ", placement.ToString(), ": ",
-        placement.rank.has_value() ? absl::StrCat("worker rank ", *placement.rank)
-                                   : absl::StrCat("worker '", placement.worker, "'")));
+    return DoesNotExistError(
+        absl::StrCat("placement ", placement.ToString(), ": ",
+                     placement.rank.has_value()
+                         ? absl::StrCat("worker rank ", *placement.rank)
+                         : absl::StrCat("worker '", placement.worker, "'")));
   }
   if (placement.device.has_value() && !(*placement.device == record->device)) {
-    return DoesNotExistError(absl::StrCat("placement ", placement.ToString(), ": device ",
-                                          placement.device->ToString(), " of worker '",
-                                          record->name, "'"));
+    return DoesNotExistError(absl::StrCat(
+        "placement ", placement.ToString(), ": device ",
+        placement.device->ToString(), " of worker '", record->name, "'"));
   }
   return WithLiveness(*record);
 }

@@ -54,18 +54,22 @@ class WorkerRegistry {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Remembers a worker from before a restart, dead until it registers again.
-  void Restore(const std::string& name, int32_t rank, const std::string& address,
-               const Device& device, int64_t capacity_bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  void Restore(const std::string& name, int32_t rank,
+               const std::string& address, const Device& device,
+               int64_t capacity_bytes) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Renews the lease; false when the worker must register (again) first.
-  bool Heartbeat(const std::string& name, int64_t bytes_used) ABSL_LOCKS_EXCLUDED(mu_);
+  bool Heartbeat(const std::string& name, int64_t bytes_used)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
-  void SetBytesUsed(const std::string& name, int64_t bytes_used) ABSL_LOCKS_EXCLUDED(mu_);
+  void SetBytesUsed(const std::string& name, int64_t bytes_used)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // All workers ordered by rank.
   std::vector<WorkerRecord> List() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  std::optional<WorkerRecord> Find(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
+  std::optional<WorkerRecord> Find(const std::string& name) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // The worker a placement names; DoesNotExist when no such worker is
   // registered or it has no such device.

@@ -87,12 +87,14 @@ TEST(WorkerRegistryTest, ResolveChecksWorkerAndDevice) {
   Placement missing;
   missing.rank = 3;
   EXPECT_THAT(registry.Resolve(missing).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("does not exist")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("does not exist")));
   Placement by_name;
   by_name.worker = "w0";
   by_name.device = Device{Device::Kind::kCuda, 0};
   EXPECT_THAT(registry.Resolve(by_name).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("does not exist")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("does not exist")));
 }
 
 }  // namespace

@@ -11,8 +11,6 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
-#include "absl/types/span.h"
-
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -30,9 +28,13 @@ std::string ShapeToString(const Shape& shape);
 using BoxCoords = absl::InlinedVector<int64_t, 4>;
 
 // A copy of `dims` as a Shape.
-inline Shape ToShape(absl::Span<const int64_t> dims) { return Shape(dims.begin(), dims.end()); }
+inline Shape ToShape(absl::Span<const int64_t> dims) {
+  return Shape(dims.begin(), dims.end());
+}
 // True when two dim lists are equal (whatever containers hold them).
-inline bool SameDims(absl::Span<const int64_t> a, absl::Span<const int64_t> b) { return a == b; }
+inline bool SameDims(absl::Span<const int64_t> a, absl::Span<const int64_t> b) {
+  return a == b;
+}
 
 struct Box {
   BoxCoords offsets;
@@ -42,8 +44,10 @@ struct Box {
   Box(BoxCoords offsets_in, BoxCoords sizes_in)
       : offsets(std::move(offsets_in)), sizes(std::move(sizes_in)) {}
   Box(absl::Span<const int64_t> offsets_in, absl::Span<const int64_t> sizes_in)
-      : offsets(offsets_in.begin(), offsets_in.end()), sizes(sizes_in.begin(), sizes_in.end()) {}
-  Box(std::initializer_list<int64_t> offsets_in, std::initializer_list<int64_t> sizes_in)
+      : offsets(offsets_in.begin(), offsets_in.end()),
+        sizes(sizes_in.begin(), sizes_in.end()) {}
+  Box(std::initializer_list<int64_t> offsets_in,
+      std::initializer_list<int64_t> sizes_in)
       : offsets(offsets_in), sizes(sizes_in) {}
 
   size_t rank() const { return sizes.size(); }

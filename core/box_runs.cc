@@ -5,13 +5,16 @@
 
 namespace tessera {
 
-void ForEachBoxRun(absl::Span<const int64_t> array_shape, absl::Span<const int64_t> box_offsets,
-                   absl::Span<const int64_t> box_sizes, int64_t flat_begin, int64_t count,
+void ForEachBoxRun(absl::Span<const int64_t> array_shape,
+                   absl::Span<const int64_t> box_offsets,
+                   absl::Span<const int64_t> box_sizes, int64_t flat_begin,
+                   int64_t count,
                    const std::function<void(int64_t, int64_t, int64_t)>& fn) {
   const size_t rank = array_shape.size();
   if (count <= 0 || rank == 0) return;
   std::vector<int64_t> strides(rank, 1);
-  for (size_t d = rank - 1; d > 0; --d) strides[d - 1] = strides[d] * array_shape[d];
+  for (size_t d = rank - 1; d > 0; --d)
+    strides[d - 1] = strides[d] * array_shape[d];
   const int64_t inner = box_sizes[rank - 1];
   const int64_t end = flat_begin + count;
   for (int64_t f = flat_begin; f < end;) {

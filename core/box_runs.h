@@ -18,10 +18,12 @@ namespace tessera {
 // the run's first element in the array, `range_element` its position counted
 // from flat_begin. Preconditions: the box lies in the array; the range lies
 // in the box.
-void ForEachBoxRun(absl::Span<const int64_t> array_shape, absl::Span<const int64_t> box_offsets,
-                   absl::Span<const int64_t> box_sizes, int64_t flat_begin, int64_t count,
-                   const std::function<void(int64_t array_element, int64_t range_element,
-                                            int64_t num_elements)>& fn);
+void ForEachBoxRun(
+    absl::Span<const int64_t> array_shape,
+    absl::Span<const int64_t> box_offsets, absl::Span<const int64_t> box_sizes,
+    int64_t flat_begin, int64_t count,
+    const std::function<void(int64_t array_element, int64_t range_element,
+                             int64_t num_elements)>& fn);
 
 }  // namespace tessera
 

@@ -15,28 +15,36 @@ using ::testing::ElementsAre;
 struct BoxRun {
   int64_t array_element, range_element, n;
   bool operator==(const BoxRun& o) const {
-    return array_element == o.array_element && range_element == o.range_element && n == o.n;
+    return array_element == o.array_element &&
+           range_element == o.range_element && n == o.n;
   }
 };
 
-std::vector<BoxRun> Runs(const Shape& shape, std::vector<int64_t> offsets, std::vector<int64_t> sizes,
-                      int64_t begin, int64_t count) {
+std::vector<BoxRun> Runs(const Shape& shape, std::vector<int64_t> offsets,
+                         std::vector<int64_t> sizes, int64_t begin,
+                         int64_t count) {
   std::vector<BoxRun> runs;
   ForEachBoxRun(shape, offsets, sizes, begin, count,
-                [&](int64_t a, int64_t r, int64_t n) { runs.push_back({a, r, n}); });
+                [&](int64_t a, int64_t r, int64_t n) {
+                  runs.push_back({a, r, n});
+                });
   return runs;
 }
 
 TEST(BoxRunsTest, SubBoxOfAMatrixIsOneRunPerRow) {
   // 2x2 box at (1, 1) of a 3x4 array: elements 5,6 and 9,10.
-  EXPECT_THAT(Runs({3, 4}, {1, 1}, {2, 2}, 0, 4), ElementsAre(BoxRun{5, 0, 2}, BoxRun{9, 2, 2}));
+  EXPECT_THAT(Runs({3, 4}, {1, 1}, {2, 2}, 0, 4),
+              ElementsAre(BoxRun{5, 0, 2}, BoxRun{9, 2, 2}));
 }
 
 TEST(BoxRunsTest, RangeStartingMidRowIsSplitAtRowEnds) {
-  EXPECT_THAT(Runs({3, 4}, {0, 0}, {3, 4}, 3, 6), ElementsAre(BoxRun{3, 0, 1}, BoxRun{4, 1, 4}, BoxRun{8, 5, 1}));
+  EXPECT_THAT(Runs({3, 4}, {0, 0}, {3, 4}, 3, 6),
+              ElementsAre(BoxRun{3, 0, 1}, BoxRun{4, 1, 4}, BoxRun{8, 5, 1}));
 }
 
-TEST(BoxRunsTest, EmptyRangeVisitsNothing) { EXPECT_TRUE(Runs({3, 4}, {0, 0}, {3, 4}, 2, 0).empty()); }
+TEST(BoxRunsTest, EmptyRangeVisitsNothing) {
+  EXPECT_TRUE(Runs({3, 4}, {0, 0}, {3, 4}, 2, 0).empty());
+}
 
 TEST(BoxRunsTest, AgreesWithCopyBoxToFlatRangeOnRandomBoxes) {
   std::mt19937 rng(11);
@@ -57,10 +65,12 @@ TEST(BoxRunsTest, AgreesWithCopyBoxToFlatRangeOnRandomBoxes) {
     const int64_t begin = rng() % box_elements;
     const int64_t count = rng() % (box_elements - begin + 1);
     std::vector<int32_t> want(count), got(count, -1);
-    CopyBoxToFlatRange(array.data(), shape, offsets, sizes, begin, count, want.data(), 4);
-    ForEachBoxRun(shape, offsets, sizes, begin, count, [&](int64_t a, int64_t r, int64_t n) {
-      for (int64_t k = 0; k < n; ++k) got[r + k] = array[a + k];
-    });
+    CopyBoxToFlatRange(array.data(), shape, offsets, sizes, begin, count,
+                       want.data(), 4);
+    ForEachBoxRun(shape, offsets, sizes, begin, count,
+                  [&](int64_t a, int64_t r, int64_t n) {
+                    for (int64_t k = 0; k < n; ++k) got[r + k] = array[a + k];
+                  });
     EXPECT_EQ(got, want) << "trial " << trial;
   }
 }

@@ -263,9 +263,10 @@ TEST(InitFillTest, ShapesWhoseElementCountOverflowsAreRejected) {
   InitSpec arange;
   arange.kind = InitSpec::Kind::kArange;
   char buf[64] = {0};
-  EXPECT_THAT(FillBox(arange, DType::kInt8, {INT64_MAX - 4, 13, 3, 31},
-                      Box{{0, 0, 0, 0}, {1, 1, 1, 2}}, buf),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("64 bits")));
+  EXPECT_THAT(
+      FillBox(arange, DType::kInt8, {INT64_MAX - 4, 13, 3, 31},
+              Box{{0, 0, 0, 0}, {1, 1, 1, 2}}, buf),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("64 bits")));
   // A tensor with a zero dim has no elements: an empty box is fine.
   EXPECT_THAT(FillBox(arange, DType::kInt8, {INT64_MAX, INT64_MAX, 0},
                       Box{{0, 0, 0}, {1, 1, 0}}, buf),

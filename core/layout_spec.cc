@@ -15,7 +15,8 @@ LayoutSpec LayoutSpec::Chunk(int64_t dim, std::vector<Placement> placements) {
   return spec;
 }
 
-LayoutSpec LayoutSpec::Enumerable(std::vector<Box> boxes, std::vector<Placement> placements) {
+LayoutSpec LayoutSpec::Enumerable(std::vector<Box> boxes,
+                                  std::vector<Placement> placements) {
   LayoutSpec spec;
   spec.kind = Kind::kEnumerable;
   spec.boxes = std::move(boxes);
@@ -23,27 +24,32 @@ LayoutSpec LayoutSpec::Enumerable(std::vector<Box> boxes, std::vector<Placement>
   return spec;
 }
 
-absl::StatusOr<std::vector<Box>> LayoutBoxes(const Shape& shape, const LayoutSpec& spec) {
+absl::StatusOr<std::vector<Box>> LayoutBoxes(const Shape& shape,
+                                             const LayoutSpec& spec) {
   if (spec.placements.empty()) {
-    return absl::InvalidArgumentError("a sharding spec needs at least one placement");
+    return absl::InvalidArgumentError(
+        "a sharding spec needs at least one placement");
   }
   if (static_cast<int64_t>(spec.placements.size()) > kMaxShardsPerTensor) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "too many shards: ", spec.placements.size(), " (at most ", kMaxShardsPerTensor, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("too many shards: ", spec.placements.size(), " (at most ",
+                     kMaxShardsPerTensor, ")"));
   }
   if (spec.kind == LayoutSpec::Kind::kChunk) {
     TESSERA_ASSIGN_OR_RETURN(
         std::vector<Box> boxes,
-        ChunkBoxes(shape, spec.chunk_dim, static_cast<int64_t>(spec.placements.size())));
+        ChunkBoxes(shape, spec.chunk_dim,
+                   static_cast<int64_t>(spec.placements.size())));
     TESSERA_RETURN_IF_ERROR(ValidateLayout(shape, boxes, LayoutKind::kChunk));
     return boxes;
   }
   if (spec.boxes.size() != spec.placements.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "enumerable spec has ", spec.boxes.size(), " boxes but ", spec.placements.size(),
-        " placements"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("enumerable spec has ", spec.boxes.size(), " boxes but ",
+                     spec.placements.size(), " placements"));
   }
-  TESSERA_RETURN_IF_ERROR(ValidateLayout(shape, spec.boxes, LayoutKind::kEnumerable));
+  TESSERA_RETURN_IF_ERROR(
+      ValidateLayout(shape, spec.boxes, LayoutKind::kEnumerable));
   return spec.boxes;
 }
 

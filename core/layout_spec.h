@@ -22,16 +22,18 @@ struct LayoutSpec {
   Kind kind = Kind::kChunk;
   int64_t chunk_dim = 0;              // kChunk: may be negative
   std::vector<Placement> placements;  // one per shard
-  std::vector<Box> boxes;             // kEnumerable: boxes[i] goes to placements[i]
+  std::vector<Box> boxes;  // kEnumerable: boxes[i] goes to placements[i]
 
   static LayoutSpec Chunk(int64_t dim, std::vector<Placement> placements);
-  static LayoutSpec Enumerable(std::vector<Box> boxes, std::vector<Placement> placements);
+  static LayoutSpec Enumerable(std::vector<Box> boxes,
+                               std::vector<Placement> placements);
 };
 
 // The shard boxes of `spec` on a tensor of `shape`, validated in the order
 // the CLI contract gives: dims, chunk dim, bounds, overlap, cover.
 // (Placements are checked against the cluster afterwards, by the caller.)
-absl::StatusOr<std::vector<Box>> LayoutBoxes(const Shape& shape, const LayoutSpec& spec);
+absl::StatusOr<std::vector<Box>> LayoutBoxes(const Shape& shape,
+                                             const LayoutSpec& spec);
 
 }  // namespace tessera
 

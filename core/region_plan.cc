@@ -7,12 +7,13 @@ namespace tessera {
 std::vector<RegionPiece> PlanRegion(absl::Span<const Box> shard_boxes,
                                     const Box& region) {
   return PlanRegion(
-      shard_boxes.size(), [&](size_t i) -> const Box& { return shard_boxes[i]; }, region);
+      shard_boxes.size(),
+      [&](size_t i) -> const Box& { return shard_boxes[i]; }, region);
 }
 
-std::vector<RegionPiece> PlanRegion(size_t count,
-                                    const std::function<const Box&(size_t)>& box_of,
-                                    const Box& region) {
+std::vector<RegionPiece> PlanRegion(
+    size_t count, const std::function<const Box&(size_t)>& box_of,
+    const Box& region) {
   std::vector<RegionPiece> pieces;
   if (region.IsEmpty()) return pieces;
   for (size_t i = 0; i < count; ++i) {

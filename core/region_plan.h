@@ -29,9 +29,9 @@ std::vector<RegionPiece> PlanRegion(absl::Span<const Box> shard_boxes,
 
 // The same for `count` shards whose boxes `box_of(i)` returns, so callers
 // that keep boxes inside larger records need not copy them per request.
-std::vector<RegionPiece> PlanRegion(size_t count,
-                                    const std::function<const Box&(size_t)>& box_of,
-                                    const Box& region);
+std::vector<RegionPiece> PlanRegion(
+    size_t count, const std::function<const Box&(size_t)>& box_of,
+    const Box& region);
 
 // The number of elements in `pieces`.
 int64_t PiecesElements(absl::Span<const RegionPiece> pieces);

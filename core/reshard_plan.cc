@@ -11,7 +11,9 @@ namespace {
 struct BoxKey {
   const Box* box;
   const std::string* worker;
-  bool operator==(const BoxKey& o) const { return *box == *o.box && *worker == *o.worker; }
+  bool operator==(const BoxKey& o) const {
+    return *box == *o.box && *worker == *o.worker;
+  }
   template <typename H>
   friend H AbslHashValue(H h, const BoxKey& k) {
     return H::combine(std::move(h), k.box->offsets, k.box->sizes, *k.worker);
@@ -21,7 +23,8 @@ struct BoxKey {
 }  // namespace
 
 ReshardPlan PlanReshard(absl::Span<const PlacedBox> old_layout,
-                        absl::Span<const PlacedBox> new_layout, size_t item_size) {
+                        absl::Span<const PlacedBox> new_layout,
+                        size_t item_size) {
   ReshardPlan plan;
   plan.kept_from.assign(new_layout.size(), -1);
 
@@ -31,7 +34,8 @@ ReshardPlan PlanReshard(absl::Span<const PlacedBox> old_layout,
     old_by_key.emplace(BoxKey{&old_layout[i].box, &old_layout[i].worker}, i);
   }
   for (size_t j = 0; j < new_layout.size(); ++j) {
-    auto it = old_by_key.find(BoxKey{&new_layout[j].box, &new_layout[j].worker});
+    auto it =
+        old_by_key.find(BoxKey{&new_layout[j].box, &new_layout[j].worker});
     if (it == old_by_key.end()) continue;
     plan.kept_from[j] = static_cast<int64_t>(it->second);
     old_by_key.erase(it);  // one taker per old shard
@@ -55,10 +59,11 @@ ReshardPlan PlanReshard(absl::Span<const PlacedBox> old_layout,
     if (plan.kept_from[j] >= 0 || dst.box.NumElements() == 0) continue;
     const int64_t lo = dst.box.offsets[0] - max_extent0;
     const int64_t hi = dst.box.offsets[0] + dst.box.sizes[0];
-    auto first = std::lower_bound(order.begin(), order.end(), lo, [&](size_t i, int64_t v) {
-      return old_layout[i].box.offsets[0] < v;
-    });
-    for (auto it = first; it != order.end() && old_layout[*it].box.offsets[0] < hi; ++it) {
+    auto first = std::lower_bound(
+        order.begin(), order.end(), lo,
+        [&](size_t i, int64_t v) { return old_layout[i].box.offsets[0] < v; });
+    for (auto it = first;
+         it != order.end() && old_layout[*it].box.offsets[0] < hi; ++it) {
       const PlacedBox& src = old_layout[*it];
       std::optional<Box> piece = Intersect(src.box, dst.box);
       if (!piece.has_value()) continue;

@@ -27,7 +27,7 @@ struct ReshardPiece {
   size_t dst_shard = 0;  // index into the new layout
   Box global;            // the piece in tensor coordinates
   int64_t bytes = 0;
-  bool local = false;    // old and new worker are the same: an in-memory copy
+  bool local = false;  // old and new worker are the same: an in-memory copy
 };
 
 struct ReshardPlan {
@@ -37,7 +37,7 @@ struct ReshardPlan {
   std::vector<ReshardPiece> pieces;
   int64_t shards_kept = 0;
   int64_t pieces_moved = 0;  // pieces with local == false
-  int64_t bytes_moved = 0;   // their bytes: exactly the bytes that change worker
+  int64_t bytes_moved = 0;  // their bytes: exactly the bytes that change worker
   int64_t bytes_copied_locally = 0;
 };
 
@@ -46,7 +46,8 @@ struct ReshardPlan {
 // new shard. Runs in O((n + m) log n + pieces) for layouts whose shards do
 // not span many others on dim 0.
 ReshardPlan PlanReshard(absl::Span<const PlacedBox> old_layout,
-                        absl::Span<const PlacedBox> new_layout, size_t item_size);
+                        absl::Span<const PlacedBox> new_layout,
+                        size_t item_size);
 
 }  // namespace tessera
 

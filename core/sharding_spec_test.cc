@@ -76,7 +76,8 @@ TEST(ShardingSpecTest, AtLeastOneChunkIsNeeded) {
 
 // Found by fuzz/parse_text_fuzzer: "9223372036854775807,2" chunked in two.
 TEST(ShardingSpecTest, HugeDimDoesNotOverflow) {
-  ExpectSplit(INT64_MAX, 2, {0, int64_t{1} << 62}, {int64_t{1} << 62, (int64_t{1} << 62) - 1});
+  ExpectSplit(INT64_MAX, 2, {0, int64_t{1} << 62},
+              {int64_t{1} << 62, (int64_t{1} << 62) - 1});
   ExpectSplit(INT64_MAX, 3, {0, 3074457345618258603, 6148914691236517206},
               {3074457345618258603, 3074457345618258603, 3074457345618258601});
   EXPECT_THAT(ChunkBoxes({INT64_MAX - 1, 2}, -2, 1000), IsOk());

@@ -9,7 +9,8 @@ namespace {
 
 // Number of leading ("outer") dims left after merging the trailing dims
 // whose copy spans the full row of every array involved into one run.
-size_t OuterDims(absl::Span<const int64_t> copy_sizes, absl::Span<const int64_t> a,
+size_t OuterDims(absl::Span<const int64_t> copy_sizes,
+                 absl::Span<const int64_t> a,
                  const absl::Span<const int64_t>* b) {
   size_t k = copy_sizes.size() - 1;  // dims [k, rank) form the run
   while (k > 0 && copy_sizes[k] == a[k] &&
@@ -20,7 +21,8 @@ size_t OuterDims(absl::Span<const int64_t> copy_sizes, absl::Span<const int64_t>
 }
 
 // Byte strides of a row-major array.
-std::vector<int64_t> ByteStrides(absl::Span<const int64_t> shape, size_t item_size) {
+std::vector<int64_t> ByteStrides(absl::Span<const int64_t> shape,
+                                 size_t item_size) {
   std::vector<int64_t> strides(shape.size());
   int64_t s = static_cast<int64_t>(item_size);
   for (size_t d = shape.size(); d-- > 0;) {
@@ -95,7 +97,8 @@ bool AnyZero(absl::Span<const int64_t> sizes) {
 
 // Copies flat elements [flat_begin, flat_begin + flat_count) of a box
 // between a contiguous chunk and the box's place in `array`.
-void FlatRangeCopy(absl::Span<const int64_t> array_shape, absl::Span<const int64_t> offsets,
+void FlatRangeCopy(absl::Span<const int64_t> array_shape,
+                   absl::Span<const int64_t> offsets,
                    absl::Span<const int64_t> box_sizes, int64_t flat_begin,
                    int64_t flat_count, char* array, char* chunk,
                    size_t item_size, bool to_array) {
@@ -127,7 +130,8 @@ void FlatRangeCopy(absl::Span<const int64_t> array_shape, absl::Span<const int64
 
 void CopyBox(const void* src, absl::Span<const int64_t> src_shape,
              absl::Span<const int64_t> src_offsets, void* dst,
-             absl::Span<const int64_t> dst_shape, absl::Span<const int64_t> dst_offsets,
+             absl::Span<const int64_t> dst_shape,
+             absl::Span<const int64_t> dst_offsets,
              absl::Span<const int64_t> copy_sizes, size_t item_size) {
   if (copy_sizes.empty()) {
     std::memcpy(dst, src, item_size);
@@ -150,8 +154,8 @@ void CopyBox(const void* src, absl::Span<const int64_t> src_shape,
 }
 
 void CopyFlatRangeToBox(const void* src_chunk, int64_t flat_begin,
-                        int64_t flat_count, absl::Span<const int64_t> box_sizes, void* dst,
-                        absl::Span<const int64_t> dst_shape,
+                        int64_t flat_count, absl::Span<const int64_t> box_sizes,
+                        void* dst, absl::Span<const int64_t> dst_shape,
                         absl::Span<const int64_t> dst_offsets,
                         size_t item_size) {
   if (box_sizes.empty()) {

@@ -20,7 +20,8 @@ namespace tessera {
 // src and dst do not overlap in memory.
 void CopyBox(const void* src, absl::Span<const int64_t> src_shape,
              absl::Span<const int64_t> src_offsets, void* dst,
-             absl::Span<const int64_t> dst_shape, absl::Span<const int64_t> dst_offsets,
+             absl::Span<const int64_t> dst_shape,
+             absl::Span<const int64_t> dst_offsets,
              absl::Span<const int64_t> copy_sizes, size_t item_size);
 
 // `src_chunk` holds elements [flat_begin, flat_begin + flat_count) of a
@@ -29,8 +30,8 @@ void CopyBox(const void* src, absl::Span<const int64_t> src_shape,
 // start and end mid-row. REQUIRES: the box in bounds of dst and
 // flat_begin + flat_count <= the box's element count.
 void CopyFlatRangeToBox(const void* src_chunk, int64_t flat_begin,
-                        int64_t flat_count, absl::Span<const int64_t> box_sizes, void* dst,
-                        absl::Span<const int64_t> dst_shape,
+                        int64_t flat_count, absl::Span<const int64_t> box_sizes,
+                        void* dst, absl::Span<const int64_t> dst_shape,
                         absl::Span<const int64_t> dst_offsets,
                         size_t item_size);
 

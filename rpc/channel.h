@@ -3,10 +3,10 @@
 #ifndef TESSERA_RPC_CHANNEL_H_
 #define TESSERA_RPC_CHANNEL_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -33,14 +33,16 @@ void ConfigureServerBuilder(grpc::ServerBuilder* builder);
 // One channel per address, created on first use. Safe for concurrent use.
 class ChannelCache {
  public:
-  std::shared_ptr<grpc::Channel> Get(const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);
+  std::shared_ptr<grpc::Channel> Get(const std::string& address)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Drops the channel to `address` (its peer restarted): the next Get
   // connects afresh instead of waiting out a reconnect backoff.
   void Forget(const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera

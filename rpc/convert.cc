@@ -10,16 +10,26 @@ namespace tessera {
 
 absl::StatusOr<DType> DTypeFromProto(v1::DType dtype) {
   switch (dtype) {
-    case v1::FLOAT32: return DType::kFloat32;
-    case v1::FLOAT64: return DType::kFloat64;
-    case v1::FLOAT16: return DType::kFloat16;
-    case v1::BFLOAT16: return DType::kBFloat16;
-    case v1::INT8: return DType::kInt8;
-    case v1::UINT8: return DType::kUInt8;
-    case v1::INT16: return DType::kInt16;
-    case v1::INT32: return DType::kInt32;
-    case v1::INT64: return DType::kInt64;
-    case v1::BOOL: return DType::kBool;
+    case v1::FLOAT32:
+      return DType::kFloat32;
+    case v1::FLOAT64:
+      return DType::kFloat64;
+    case v1::FLOAT16:
+      return DType::kFloat16;
+    case v1::BFLOAT16:
+      return DType::kBFloat16;
+    case v1::INT8:
+      return DType::kInt8;
+    case v1::UINT8:
+      return DType::kUInt8;
+    case v1::INT16:
+      return DType::kInt16;
+    case v1::INT32:
+      return DType::kInt32;
+    case v1::INT64:
+      return DType::kInt64;
+    case v1::BOOL:
+      return DType::kBool;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("dtype: unknown dtype value ", static_cast<int>(dtype)));
@@ -28,16 +38,26 @@ absl::StatusOr<DType> DTypeFromProto(v1::DType dtype) {
 
 v1::DType DTypeToProto(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return v1::FLOAT32;
-    case DType::kFloat64: return v1::FLOAT64;
-    case DType::kFloat16: return v1::FLOAT16;
-    case DType::kBFloat16: return v1::BFLOAT16;
-    case DType::kInt8: return v1::INT8;
-    case DType::kUInt8: return v1::UINT8;
-    case DType::kInt16: return v1::INT16;
-    case DType::kInt32: return v1::INT32;
-    case DType::kInt64: return v1::INT64;
-    case DType::kBool: return v1::BOOL;
+    case DType::kFloat32:
+      return v1::FLOAT32;
+    case DType::kFloat64:
+      return v1::FLOAT64;
+    case DType::kFloat16:
+      return v1::FLOAT16;
+    case DType::kBFloat16:
+      return v1::BFLOAT16;
+    case DType::kInt8:
+      return v1::INT8;
+    case DType::kUInt8:
+      return v1::UINT8;
+    case DType::kInt16:
+      return v1::INT16;
+    case DType::kInt32:
+      return v1::INT32;
+    case DType::kInt64:
+      return v1::INT64;
+    case DType::kBool:
+      return v1::BOOL;
   }
   return v1::DTYPE_UNSPECIFIED;
 }
@@ -64,7 +84,8 @@ absl::StatusOr<Device> DeviceFromProto(const v1::Device& device) {
 
 v1::Device DeviceToProto(const Device& device) {
   v1::Device out;
-  out.set_kind(device.kind == Device::Kind::kCuda ? v1::Device::CUDA : v1::Device::CPU);
+  out.set_kind(device.kind == Device::Kind::kCuda ? v1::Device::CUDA
+                                                  : v1::Device::CPU);
   out.set_index(device.index);
   return out;
 }
@@ -86,7 +107,8 @@ absl::StatusOr<Placement> PlacementFromProto(const v1::Placement& placement) {
     out.worker = placement.worker();
   }
   if (placement.has_device()) {
-    TESSERA_ASSIGN_OR_RETURN(Device device, DeviceFromProto(placement.device()));
+    TESSERA_ASSIGN_OR_RETURN(Device device,
+                             DeviceFromProto(placement.device()));
     out.device = device;
   }
   return out;
@@ -99,12 +121,14 @@ v1::Placement PlacementToProto(const Placement& placement) {
   } else {
     out.set_worker(placement.worker);
   }
-  if (placement.device.has_value()) *out.mutable_device() = DeviceToProto(*placement.device);
+  if (placement.device.has_value())
+    *out.mutable_device() = DeviceToProto(*placement.device);
   return out;
 }
 
-absl::StatusOr<Shape> ShapeFromProto(const google::protobuf::RepeatedField<int64_t>& dims,
-                                     absl::string_view field) {
+absl::StatusOr<Shape> ShapeFromProto(
+    const google::protobuf::RepeatedField<int64_t>& dims,
+    absl::string_view field) {
   if (dims.empty() || dims.size() > kMaxRank) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ": a shape needs 1 to ", kMaxRank, " dims, got ", dims.size()));
@@ -120,9 +144,10 @@ absl::StatusOr<Shape> ShapeFromProto(const google::protobuf::RepeatedField<int64
   return shape;
 }
 
-absl::StatusOr<Box> BoxFromProto(const google::protobuf::RepeatedField<int64_t>& offsets,
-                                 const google::protobuf::RepeatedField<int64_t>& sizes,
-                                 absl::string_view field) {
+absl::StatusOr<Box> BoxFromProto(
+    const google::protobuf::RepeatedField<int64_t>& offsets,
+    const google::protobuf::RepeatedField<int64_t>& sizes,
+    absl::string_view field) {
   if (offsets.size() != sizes.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ": ", offsets.size(), " offsets but ", sizes.size(), " sizes"));
@@ -137,7 +162,8 @@ absl::StatusOr<Box> BoxFromProto(const google::protobuf::RepeatedField<int64_t>&
   return box;
 }
 
-void BoxToProto(const Box& box, google::protobuf::RepeatedField<int64_t>* offsets,
+void BoxToProto(const Box& box,
+                google::protobuf::RepeatedField<int64_t>* offsets,
                 google::protobuf::RepeatedField<int64_t>* sizes) {
   offsets->Assign(box.offsets.begin(), box.offsets.end());
   sizes->Assign(box.sizes.begin(), box.sizes.end());
@@ -146,12 +172,24 @@ void BoxToProto(const Box& box, google::protobuf::RepeatedField<int64_t>* offset
 absl::StatusOr<InitSpec> InitFromProto(const v1::InitMode& init) {
   InitSpec out;
   switch (init.kind()) {
-    case v1::InitMode::EMPTY: out.kind = InitSpec::Kind::kEmpty; break;
-    case v1::InitMode::ZEROS: out.kind = InitSpec::Kind::kZeros; break;
-    case v1::InitMode::ONES: out.kind = InitSpec::Kind::kOnes; break;
-    case v1::InitMode::FULL: out.kind = InitSpec::Kind::kFull; break;
-    case v1::InitMode::ARANGE: out.kind = InitSpec::Kind::kArange; break;
-    case v1::InitMode::RAND: out.kind = InitSpec::Kind::kRand; break;
+    case v1::InitMode::EMPTY:
+      out.kind = InitSpec::Kind::kEmpty;
+      break;
+    case v1::InitMode::ZEROS:
+      out.kind = InitSpec::Kind::kZeros;
+      break;
+    case v1::InitMode::ONES:
+      out.kind = InitSpec::Kind::kOnes;
+      break;
+    case v1::InitMode::FULL:
+      out.kind = InitSpec::Kind::kFull;
+      break;
+    case v1::InitMode::ARANGE:
+      out.kind = InitSpec::Kind::kArange;
+      break;
+    case v1::InitMode::RAND:
+      out.kind = InitSpec::Kind::kRand;
+      break;
     default:
       return absl::InvalidArgumentError("init: unknown init mode");
   }
@@ -163,19 +201,32 @@ absl::StatusOr<InitSpec> InitFromProto(const v1::InitMode& init) {
 v1::InitMode InitToProto(const InitSpec& init) {
   v1::InitMode out;
   switch (init.kind) {
-    case InitSpec::Kind::kEmpty: out.set_kind(v1::InitMode::EMPTY); break;
-    case InitSpec::Kind::kZeros: out.set_kind(v1::InitMode::ZEROS); break;
-    case InitSpec::Kind::kOnes: out.set_kind(v1::InitMode::ONES); break;
-    case InitSpec::Kind::kFull: out.set_kind(v1::InitMode::FULL); break;
-    case InitSpec::Kind::kArange: out.set_kind(v1::InitMode::ARANGE); break;
-    case InitSpec::Kind::kRand: out.set_kind(v1::InitMode::RAND); break;
+    case InitSpec::Kind::kEmpty:
+      out.set_kind(v1::InitMode::EMPTY);
+      break;
+    case InitSpec::Kind::kZeros:
+      out.set_kind(v1::InitMode::ZEROS);
+      break;
+    case InitSpec::Kind::kOnes:
+      out.set_kind(v1::InitMode::ONES);
+      break;
+    case InitSpec::Kind::kFull:
+      out.set_kind(v1::InitMode::FULL);
+      break;
+    case InitSpec::Kind::kArange:
+      out.set_kind(v1::InitMode::ARANGE);
+      break;
+    case InitSpec::Kind::kRand:
+      out.set_kind(v1::InitMode::RAND);
+      break;
   }
   out.set_value(init.value);
   out.set_seed(init.seed);
   return out;
 }
 
-void TensorMetadataToProto(const TensorMetadata& meta, v1::ShardedTensorMetadata* out) {
+void TensorMetadataToProto(const TensorMetadata& meta,
+                           v1::ShardedTensorMetadata* out) {
   out->set_name(meta.name);
   out->mutable_shape()->Assign(meta.shape.begin(), meta.shape.end());
   out->mutable_properties()->set_dtype(DTypeToProto(meta.dtype));
@@ -202,11 +253,13 @@ void TensorMetadataToProto(const TensorMetadata& meta, v1::ShardedTensorMetadata
   }
 }
 
-absl::StatusOr<TensorMetadata> TensorMetadataFromProto(const v1::ShardedTensorMetadata& meta) {
+absl::StatusOr<TensorMetadata> TensorMetadataFromProto(
+    const v1::ShardedTensorMetadata& meta) {
   TensorMetadata out;
   out.name = meta.name();
   TESSERA_ASSIGN_OR_RETURN(out.shape, ShapeFromProto(meta.shape(), "shape"));
-  TESSERA_ASSIGN_OR_RETURN(out.dtype, DTypeFromProto(meta.properties().dtype()));
+  TESSERA_ASSIGN_OR_RETURN(out.dtype,
+                           DTypeFromProto(meta.properties().dtype()));
   out.requires_grad = meta.properties().requires_grad();
   out.pin_memory = meta.properties().pin_memory();
   out.version = meta.version();
@@ -222,7 +275,8 @@ absl::StatusOr<TensorMetadata> TensorMetadataFromProto(const v1::ShardedTensorMe
           absl::StrCat("shards[", i, "]: rank does not match the shape"));
     }
     info.rank = s.metadata().placement().rank();
-    TESSERA_ASSIGN_OR_RETURN(info.device, DeviceFromProto(s.metadata().placement().device()));
+    TESSERA_ASSIGN_OR_RETURN(
+        info.device, DeviceFromProto(s.metadata().placement().device()));
     info.worker = s.handle().worker();
     info.address = s.handle().address();
     info.shard_id = s.handle().shard_id();
@@ -237,8 +291,11 @@ absl::StatusOr<LayoutSpec> LayoutSpecFromProto(const v1::ShardingSpec& spec) {
     case v1::ShardingSpec::kChunk: {
       std::vector<Placement> placements;
       for (int i = 0; i < spec.chunk().placements_size(); ++i) {
-        absl::StatusOr<Placement> p = PlacementFromProto(spec.chunk().placements(i));
-        if (!p.ok()) return Annotate(p.status(), absl::StrCat("spec.chunk.placements[", i, "]"));
+        absl::StatusOr<Placement> p =
+            PlacementFromProto(spec.chunk().placements(i));
+        if (!p.ok())
+          return Annotate(p.status(),
+                          absl::StrCat("spec.chunk.placements[", i, "]"));
         placements.push_back(*std::move(p));
       }
       return LayoutSpec::Chunk(spec.chunk().dim(), std::move(placements));
@@ -248,8 +305,10 @@ absl::StatusOr<LayoutSpec> LayoutSpecFromProto(const v1::ShardingSpec& spec) {
       std::vector<Placement> placements;
       for (int i = 0; i < spec.enumerable().shards_size(); ++i) {
         const v1::ShardMetadata& shard = spec.enumerable().shards(i);
-        const std::string field = absl::StrCat("spec.enumerable.shards[", i, "]");
-        TESSERA_ASSIGN_OR_RETURN(Box box, BoxFromProto(shard.offsets(), shard.sizes(), field));
+        const std::string field =
+            absl::StrCat("spec.enumerable.shards[", i, "]");
+        TESSERA_ASSIGN_OR_RETURN(
+            Box box, BoxFromProto(shard.offsets(), shard.sizes(), field));
         absl::StatusOr<Placement> p = PlacementFromProto(shard.placement());
         if (!p.ok()) return Annotate(p.status(), field);
         boxes.push_back(std::move(box));
@@ -258,7 +317,8 @@ absl::StatusOr<LayoutSpec> LayoutSpecFromProto(const v1::ShardingSpec& spec) {
       return LayoutSpec::Enumerable(std::move(boxes), std::move(placements));
     }
     default:
-      return absl::InvalidArgumentError("spec: neither chunk nor enumerable sharding given");
+      return absl::InvalidArgumentError(
+          "spec: neither chunk nor enumerable sharding given");
   }
 }
 
@@ -266,14 +326,16 @@ void LayoutSpecToProto(const LayoutSpec& spec, v1::ShardingSpec* out) {
   if (spec.kind == LayoutSpec::Kind::kChunk) {
     v1::ShardingSpec::Chunk* chunk = out->mutable_chunk();
     chunk->set_dim(spec.chunk_dim);
-    for (const Placement& p : spec.placements) *chunk->add_placements() = PlacementToProto(p);
+    for (const Placement& p : spec.placements)
+      *chunk->add_placements() = PlacementToProto(p);
     return;
   }
   v1::ShardingSpec::Enumerable* enumerable = out->mutable_enumerable();
   for (size_t i = 0; i < spec.boxes.size(); ++i) {
     v1::ShardMetadata* shard = enumerable->add_shards();
     BoxToProto(spec.boxes[i], shard->mutable_offsets(), shard->mutable_sizes());
-    if (i < spec.placements.size()) *shard->mutable_placement() = PlacementToProto(spec.placements[i]);
+    if (i < spec.placements.size())
+      *shard->mutable_placement() = PlacementToProto(spec.placements[i]);
   }
 }
 

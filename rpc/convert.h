@@ -32,14 +32,18 @@ absl::StatusOr<Placement> PlacementFromProto(const v1::Placement& placement);
 v1::Placement PlacementToProto(const Placement& placement);
 
 // A shape: 1..kMaxRank dims, each >= 0, total bytes within limits.
-absl::StatusOr<Shape> ShapeFromProto(const google::protobuf::RepeatedField<int64_t>& dims,
-                                     absl::string_view field);
+absl::StatusOr<Shape> ShapeFromProto(
+    const google::protobuf::RepeatedField<int64_t>& dims,
+    absl::string_view field);
 
-// offsets/sizes pair of equal length <= kMaxRank (values are not bounds-checked here).
-absl::StatusOr<Box> BoxFromProto(const google::protobuf::RepeatedField<int64_t>& offsets,
-                                 const google::protobuf::RepeatedField<int64_t>& sizes,
-                                 absl::string_view field);
-void BoxToProto(const Box& box, google::protobuf::RepeatedField<int64_t>* offsets,
+// offsets/sizes pair of equal length <= kMaxRank (values are not bounds-checked
+// here).
+absl::StatusOr<Box> BoxFromProto(
+    const google::protobuf::RepeatedField<int64_t>& offsets,
+    const google::protobuf::RepeatedField<int64_t>& sizes,
+    absl::string_view field);
+void BoxToProto(const Box& box,
+                google::protobuf::RepeatedField<int64_t>* offsets,
                 google::protobuf::RepeatedField<int64_t>* sizes);
 
 absl::StatusOr<InitSpec> InitFromProto(const v1::InitMode& init);
@@ -50,8 +54,10 @@ absl::StatusOr<LayoutSpec> LayoutSpecFromProto(const v1::ShardingSpec& spec);
 void LayoutSpecToProto(const LayoutSpec& spec, v1::ShardingSpec* out);
 
 // Full metadata as the coordinator sends it.
-void TensorMetadataToProto(const TensorMetadata& meta, v1::ShardedTensorMetadata* out);
-absl::StatusOr<TensorMetadata> TensorMetadataFromProto(const v1::ShardedTensorMetadata& meta);
+void TensorMetadataToProto(const TensorMetadata& meta,
+                           v1::ShardedTensorMetadata* out);
+absl::StatusOr<TensorMetadata> TensorMetadataFromProto(
+    const v1::ShardedTensorMetadata& meta);
 
 }  // namespace tessera
 

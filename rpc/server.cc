@@ -7,8 +7,8 @@
 
 namespace tessera {
 
-absl::StatusOr<RunningServer> StartServer(const std::string& listen,
-                                          const std::vector<grpc::Service*>& services) {
+absl::StatusOr<RunningServer> StartServer(
+    const std::string& listen, const std::vector<grpc::Service*>& services) {
   if (listen.find(':') == std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("listen address '", listen, "' is not HOST:PORT"));
@@ -18,12 +18,13 @@ absl::StatusOr<RunningServer> StartServer(const std::string& listen,
   // SO_REUSEPORT would let two daemons share a port by accident.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   RunningServer running;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &running.port);
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
+                           &running.port);
   for (grpc::Service* service : services) builder.RegisterService(service);
   running.server = builder.BuildAndStart();
   if (running.server == nullptr || running.port == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", listen, " (address in use or invalid)"));
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", listen,
+                                               " (address in use or invalid)"));
   }
   return running;
 }

@@ -3,11 +3,11 @@
 #ifndef TESSERA_RPC_SERVER_H_
 #define TESSERA_RPC_SERVER_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -24,8 +24,8 @@ struct RunningServer {
 };
 
 // `listen` is HOST:PORT. Fails with a clear message when the port is taken.
-absl::StatusOr<RunningServer> StartServer(const std::string& listen,
-                                          const std::vector<grpc::Service*>& services);
+absl::StatusOr<RunningServer> StartServer(
+    const std::string& listen, const std::vector<grpc::Service*>& services);
 
 // Replaces the port of HOST:PORT (used when listening on port 0).
 std::string WithPort(const std::string& listen, int port);

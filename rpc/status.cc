@@ -6,22 +6,38 @@ namespace tessera {
 namespace {
 
 static_assert(static_cast<int>(absl::StatusCode::kOk) == grpc::StatusCode::OK);
-static_assert(static_cast<int>(absl::StatusCode::kCancelled) == grpc::StatusCode::CANCELLED);
-static_assert(static_cast<int>(absl::StatusCode::kUnknown) == grpc::StatusCode::UNKNOWN);
-static_assert(static_cast<int>(absl::StatusCode::kInvalidArgument) == grpc::StatusCode::INVALID_ARGUMENT);
-static_assert(static_cast<int>(absl::StatusCode::kDeadlineExceeded) == grpc::StatusCode::DEADLINE_EXCEEDED);
-static_assert(static_cast<int>(absl::StatusCode::kNotFound) == grpc::StatusCode::NOT_FOUND);
-static_assert(static_cast<int>(absl::StatusCode::kAlreadyExists) == grpc::StatusCode::ALREADY_EXISTS);
-static_assert(static_cast<int>(absl::StatusCode::kPermissionDenied) == grpc::StatusCode::PERMISSION_DENIED);
-static_assert(static_cast<int>(absl::StatusCode::kResourceExhausted) == grpc::StatusCode::RESOURCE_EXHAUSTED);
-static_assert(static_cast<int>(absl::StatusCode::kFailedPrecondition) == grpc::StatusCode::FAILED_PRECONDITION);
-static_assert(static_cast<int>(absl::StatusCode::kAborted) == grpc::StatusCode::ABORTED);
-static_assert(static_cast<int>(absl::StatusCode::kOutOfRange) == grpc::StatusCode::OUT_OF_RANGE);
-static_assert(static_cast<int>(absl::StatusCode::kUnimplemented) == grpc::StatusCode::UNIMPLEMENTED);
-static_assert(static_cast<int>(absl::StatusCode::kInternal) == grpc::StatusCode::INTERNAL);
-static_assert(static_cast<int>(absl::StatusCode::kUnavailable) == grpc::StatusCode::UNAVAILABLE);
-static_assert(static_cast<int>(absl::StatusCode::kDataLoss) == grpc::StatusCode::DATA_LOSS);
-static_assert(static_cast<int>(absl::StatusCode::kUnauthenticated) == grpc::StatusCode::UNAUTHENTICATED);
+static_assert(static_cast<int>(absl::StatusCode::kCancelled) ==
+              grpc::StatusCode::CANCELLED);
+static_assert(static_cast<int>(absl::StatusCode::kUnknown) ==
+              grpc::StatusCode::UNKNOWN);
+static_assert(static_cast<int>(absl::StatusCode::kInvalidArgument) ==
+              grpc::StatusCode::INVALID_ARGUMENT);
+static_assert(static_cast<int>(absl::StatusCode::kDeadlineExceeded) ==
+              grpc::StatusCode::DEADLINE_EXCEEDED);
+static_assert(static_cast<int>(absl::StatusCode::kNotFound) ==
+              grpc::StatusCode::NOT_FOUND);
+static_assert(static_cast<int>(absl::StatusCode::kAlreadyExists) ==
+              grpc::StatusCode::ALREADY_EXISTS);
+static_assert(static_cast<int>(absl::StatusCode::kPermissionDenied) ==
+              grpc::StatusCode::PERMISSION_DENIED);
+static_assert(static_cast<int>(absl::StatusCode::kResourceExhausted) ==
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
+static_assert(static_cast<int>(absl::StatusCode::kFailedPrecondition) ==
+              grpc::StatusCode::FAILED_PRECONDITION);
+static_assert(static_cast<int>(absl::StatusCode::kAborted) ==
+              grpc::StatusCode::ABORTED);
+static_assert(static_cast<int>(absl::StatusCode::kOutOfRange) ==
+              grpc::StatusCode::OUT_OF_RANGE);
+static_assert(static_cast<int>(absl::StatusCode::kUnimplemented) ==
+              grpc::StatusCode::UNIMPLEMENTED);
+static_assert(static_cast<int>(absl::StatusCode::kInternal) ==
+              grpc::StatusCode::INTERNAL);
+static_assert(static_cast<int>(absl::StatusCode::kUnavailable) ==
+              grpc::StatusCode::UNAVAILABLE);
+static_assert(static_cast<int>(absl::StatusCode::kDataLoss) ==
+              grpc::StatusCode::DATA_LOSS);
+static_assert(static_cast<int>(absl::StatusCode::kUnauthenticated) ==
+              grpc::StatusCode::UNAUTHENTICATED);
 
 }  // namespace
 

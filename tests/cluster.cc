@@ -27,7 +27,8 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::string& log_path) {
       dup2(fd, 2);
     }
     std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    for (const std::string& a : argv)
+      args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
     execv(args[0], args.data());
     _exit(127);
@@ -76,7 +77,8 @@ int64_t TotalBytesUsed(Client& client) {
 }
 
 std::string TestCluster::BinaryPath(const std::string& target) {
-  if (const char* dir = std::getenv("TESSERA_BIN_DIR"); dir != nullptr && *dir != '\0') {
+  if (const char* dir = std::getenv("TESSERA_BIN_DIR");
+      dir != nullptr && *dir != '\0') {
     return absl::StrCat(dir, "/", target);
   }
   if (const char* srcdir = std::getenv("TEST_SRCDIR"); srcdir != nullptr) {
@@ -85,7 +87,8 @@ std::string TestCluster::BinaryPath(const std::string& target) {
   return absl::StrCat("bazel-bin/", target);
 }
 
-int TestCluster::Run(const std::vector<std::string>& argv, std::string* out, std::string* err) {
+int TestCluster::Run(const std::vector<std::string>& argv, std::string* out,
+                     std::string* err) {
   char out_path[] = "/tmp/tessera_run_out_XXXXXX";
   char err_path[] = "/tmp/tessera_run_err_XXXXXX";
   int out_fd = mkstemp(out_path);
@@ -95,7 +98,8 @@ int TestCluster::Run(const std::vector<std::string>& argv, std::string* out, std
     dup2(out_fd, 1);
     dup2(err_fd, 2);
     std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    for (const std::string& a : argv)
+      args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
     execv(args[0], args.data());
     _exit(127);
@@ -110,16 +114,20 @@ int TestCluster::Run(const std::vector<std::string>& argv, std::string* out, std
   return code;
 }
 
-absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(TestClusterOptions options) {
+absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
+    TestClusterOptions options) {
   std::unique_ptr<TestCluster> cluster(new TestCluster());
   cluster->options_ = std::move(options);
   const char* tmp = std::getenv("TEST_TMPDIR");
-  std::string pattern = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/cluster_XXXXXX");
+  std::string pattern =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/cluster_XXXXXX");
   std::vector<char> buf(pattern.begin(), pattern.end());
   buf.push_back('\0');
-  if (mkdtemp(buf.data()) == nullptr) return absl::InternalError("mkdtemp failed");
+  if (mkdtemp(buf.data()) == nullptr)
+    return absl::InternalError("mkdtemp failed");
   cluster->dir_ = buf.data();
-  if (cluster->options_.durable) cluster->data_dir_ = absl::StrCat(cluster->dir_, "/metadata");
+  if (cluster->options_.durable)
+    cluster->data_dir_ = absl::StrCat(cluster->dir_, "/metadata");
   cluster->coordinator_address_ = absl::StrCat("127.0.0.1:", PickFreePort());
   if (absl::Status s = cluster->StartCoordinator(); !s.ok()) return s;
   cluster->workers_.resize(cluster->options_.num_workers);
@@ -134,22 +142,25 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(TestClusterOptio
 absl::Status TestCluster::StartCoordinator() {
   coordinator_.address = coordinator_address_;
   coordinator_.log = absl::StrCat(dir_, "/coordinator.log");
-  std::vector<std::string> argv = {BinaryPath("coordinator/tessera-coordinator"),
-                                   absl::StrCat("--listen=", coordinator_address_)};
+  std::vector<std::string> argv = {
+      BinaryPath("coordinator/tessera-coordinator"),
+      absl::StrCat("--listen=", coordinator_address_)};
   for (const std::string& f : options_.coordinator_flags) argv.push_back(f);
-  if (!data_dir_.empty()) argv.push_back(absl::StrCat("--data_dir=", data_dir_));
+  if (!data_dir_.empty())
+    argv.push_back(absl::StrCat("--data_dir=", data_dir_));
   coordinator_.pid = Spawn(argv, coordinator_.log);
-  return coordinator_.pid > 0 ? absl::OkStatus() : absl::InternalError("fork failed");
+  return coordinator_.pid > 0 ? absl::OkStatus()
+                              : absl::InternalError("fork failed");
 }
 
 absl::Status TestCluster::StartWorker(int i) {
   Process& w = workers_[i];
   w.log = absl::StrCat(dir_, "/", worker_name(i), ".log");
-  std::vector<std::string> argv = {BinaryPath("worker/tessera-worker"),
-                                   absl::StrCat("--coordinator=", coordinator_address_),
-                                   absl::StrCat("--listen=", w.address),
-                                   absl::StrCat("--name=", worker_name(i)),
-                                   absl::StrCat("--rank=", i)};
+  std::vector<std::string> argv = {
+      BinaryPath("worker/tessera-worker"),
+      absl::StrCat("--coordinator=", coordinator_address_),
+      absl::StrCat("--listen=", w.address),
+      absl::StrCat("--name=", worker_name(i)), absl::StrCat("--rank=", i)};
   for (const std::string& f : options_.worker_flags) argv.push_back(f);
   w.pid = Spawn(argv, w.log);
   return w.pid > 0 ? absl::OkStatus() : absl::InternalError("fork failed");
@@ -177,7 +188,8 @@ absl::Status TestCluster::WaitAlive(absl::Duration timeout) {
         int expected = 0;
         for (const Process& p : workers_) expected += p.pid > 0 ? 1 : 0;
         if (alive == expected) return absl::OkStatus();
-        last = absl::UnavailableError(absl::StrCat(alive, " of ", expected, " workers alive"));
+        last = absl::UnavailableError(
+            absl::StrCat(alive, " of ", expected, " workers alive"));
       } else {
         last = workers.status();
       }
@@ -186,9 +198,9 @@ absl::Status TestCluster::WaitAlive(absl::Duration timeout) {
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
-  return absl::DeadlineExceededError(absl::StrCat(
-      "cluster did not come up: ", last.message(), "\ncoordinator log:\n",
-      ReadFile(coordinator_.log)));
+  return absl::DeadlineExceededError(
+      absl::StrCat("cluster did not come up: ", last.message(),
+                   "\ncoordinator log:\n", ReadFile(coordinator_.log)));
 }
 
 void TestCluster::StopWorker(int i, int sig) {
@@ -204,7 +216,8 @@ absl::Status TestCluster::RestartWorker(int i) {
   auto registrations = [&] {
     const std::string log = ReadFile(workers_[i].log);
     size_t count = 0;
-    for (size_t pos = log.find("registered with coordinator"); pos != std::string::npos;
+    for (size_t pos = log.find("registered with coordinator");
+         pos != std::string::npos;
          pos = log.find("registered with coordinator", pos + 1)) {
       ++count;
     }
@@ -217,7 +230,8 @@ absl::Status TestCluster::RestartWorker(int i) {
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   while (registrations() == before) {
     if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(worker_name(i), " did not register again"));
+      return absl::DeadlineExceededError(
+          absl::StrCat(worker_name(i), " did not register again"));
     }
     absl::SleepFor(absl::Milliseconds(20));
   }

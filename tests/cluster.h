@@ -22,16 +22,20 @@ struct TestClusterOptions {
   // Extra flags for every worker / the coordinator.
   std::vector<std::string> worker_flags;
   std::vector<std::string> coordinator_flags;
-  // Give the coordinator a --data_dir (durable metadata) inside the test's temp dir.
+  // Give the coordinator a --data_dir (durable metadata) inside the test's temp
+  // dir.
   bool durable = false;
 };
 
 class TestCluster {
  public:
-  static absl::StatusOr<std::unique_ptr<TestCluster>> Start(TestClusterOptions options = {});
+  static absl::StatusOr<std::unique_ptr<TestCluster>> Start(
+      TestClusterOptions options = {});
   ~TestCluster();
 
-  const std::string& coordinator_address() const { return coordinator_address_; }
+  const std::string& coordinator_address() const {
+    return coordinator_address_;
+  }
   int num_workers() const { return static_cast<int>(workers_.size()); }
   // Worker i is named "w<i>", has rank i, and listens on worker_address(i).
   std::string worker_name(int i) const { return "w" + std::to_string(i); }
@@ -57,7 +61,8 @@ class TestCluster {
   // Path of a binary built by Bazel, e.g. "client/tessera".
   static std::string BinaryPath(const std::string& target);
   // Runs a command, capturing stdout and stderr; returns the exit status.
-  static int Run(const std::vector<std::string>& argv, std::string* out, std::string* err);
+  static int Run(const std::vector<std::string>& argv, std::string* out,
+                 std::string* err);
 
  private:
   struct Process {

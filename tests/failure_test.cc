@@ -29,8 +29,8 @@ constexpr int kLeaseMs = 1000;
 TestClusterOptions FaultOptions() {
   TestClusterOptions options;
   options.durable = true;
-  options.coordinator_flags = {"--lease_ms=" + std::to_string(kLeaseMs), "--heartbeat_ms=200",
-                               "--retire_grace_ms=200"};
+  options.coordinator_flags = {"--lease_ms=" + std::to_string(kLeaseMs),
+                               "--heartbeat_ms=200", "--retire_grace_ms=200"};
   return options;
 }
 
@@ -60,16 +60,20 @@ TEST(FailureTest, WorkerKilledMidGatherFailsClearlyAndOthersKeepWorking) {
   auto client = Connect(**cluster);
   ASSERT_NE(client, nullptr);
   HostArray small = Iota(DType::kFloat32, {64, 64});
-  ASSERT_TRUE(client->Put("elsewhere", small, LayoutSpec::Chunk(0, Ranks({0, 2, 3}))).ok());
+  ASSERT_TRUE(
+      client->Put("elsewhere", small, LayoutSpec::Chunk(0, Ranks({0, 2, 3})))
+          .ok());
   HostArray big = Iota(DType::kFloat32, {16384, 4096});  // 256 MiB
-  ASSERT_TRUE(client->Put("big", big, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))).ok());
+  ASSERT_TRUE(
+      client->Put("big", big, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))).ok());
 
   absl::Status gather_status;
   absl::Duration elapsed;
   std::thread reader([&] {
     const absl::Time start = absl::Now();
     HostArray out = HostArray::Allocate(DType::kFloat32, big.shape);
-    gather_status = client->GetInto("big", std::nullopt, out.data(), out.num_bytes);
+    gather_status =
+        client->GetInto("big", std::nullopt, out.data(), out.num_bytes);
     elapsed = absl::Now() - start;
     if (gather_status.ok()) EXPECT_TRUE(SameBytes(out, big));
   });
@@ -80,19 +84,23 @@ TEST(FailureTest, WorkerKilledMidGatherFailsClearlyAndOthersKeepWorking) {
     // The gather won the race; the next one must fail.
     gather_status = client->Get("big").status();
   }
-  EXPECT_THAT(gather_status, StatusIs(absl::StatusCode::kUnavailable,
-                                      AllOf(HasSubstr("w1"), HasSubstr("unavailable"))));
-  EXPECT_LT(elapsed, absl::Milliseconds(kLeaseMs) + absl::Seconds(4)) << "the gather hung";
+  EXPECT_THAT(gather_status,
+              StatusIs(absl::StatusCode::kUnavailable,
+                       AllOf(HasSubstr("w1"), HasSubstr("unavailable"))));
+  EXPECT_LT(elapsed, absl::Milliseconds(kLeaseMs) + absl::Seconds(4))
+      << "the gather hung";
 
-  // Once the lease expires, reads fail fast before any transfer, naming the worker.
+  // Once the lease expires, reads fail fast before any transfer, naming the
+  // worker.
   WaitAlive(*client, "w1", false);
   auto meta = client->Describe("big");
   ASSERT_TRUE(meta.ok());
   EXPECT_FALSE(meta->shards[1].available);
   EXPECT_TRUE(meta->shards[0].available);
-  EXPECT_THAT(client->Get("big", Box{{5000, 0}, {10, 10}}).status(),
-              StatusIs(absl::StatusCode::kUnavailable,
-                       AllOf(HasSubstr("big"), HasSubstr("shard 1"), HasSubstr("w1"))));
+  EXPECT_THAT(
+      client->Get("big", Box{{5000, 0}, {10, 10}}).status(),
+      StatusIs(absl::StatusCode::kUnavailable,
+               AllOf(HasSubstr("big"), HasSubstr("shard 1"), HasSubstr("w1"))));
   // Regions and tensors that avoid w1 keep working.
   auto rows = client->Get("big", Box{{0, 0}, {100, 4096}});
   ASSERT_TRUE(rows.ok()) << rows.status();
@@ -138,11 +146,15 @@ TEST(FailureTest, CoordinatorKilledAndRestartedServesEveryTensorAgain) {
     for (int i = 0; i < 5; ++i) {
       arrays.push_back(Iota(DType::kFloat64, {30 + i, 7}, i));
       ASSERT_TRUE(client
-                      ->Put("model.layers." + std::to_string(i) + ".weight", arrays.back(),
+                      ->Put("model.layers." + std::to_string(i) + ".weight",
+                            arrays.back(),
                             LayoutSpec::Chunk(i % 2, Ranks({0, 1, 2, 3})))
                       .ok());
     }
-    ASSERT_TRUE(client->Reshard("model.layers.0.weight", LayoutSpec::Chunk(0, Ranks({3}))).ok());
+    ASSERT_TRUE(
+        client
+            ->Reshard("model.layers.0.weight", LayoutSpec::Chunk(0, Ranks({3})))
+            .ok());
     ASSERT_TRUE(client->Delete("model.layers.4.weight").ok());
   }
   EXPECT_EQ((*cluster)->StopCoordinator(SIGKILL), 128 + SIGKILL);
@@ -163,7 +175,10 @@ TEST(FailureTest, CoordinatorKilledAndRestartedServesEveryTensorAgain) {
   EXPECT_EQ(meta->version, 2u);
   EXPECT_EQ(meta->shards.size(), 1u);
   // New work after the restart gets fresh shard ids and works.
-  ASSERT_TRUE(client->Put("after_restart", arrays[1], LayoutSpec::Chunk(0, Ranks({2, 1}))).ok());
+  ASSERT_TRUE(
+      client
+          ->Put("after_restart", arrays[1], LayoutSpec::Chunk(0, Ranks({2, 1})))
+          .ok());
   auto after = client->Get("after_restart");
   ASSERT_TRUE(after.ok());
   EXPECT_TRUE(SameBytes(*after, arrays[1]));
@@ -176,7 +191,9 @@ TEST(FailureTest, CoordinatorKilledDuringACreateLeavesNoTrace) {
   {
     auto client = Connect(**cluster);
     ASSERT_NE(client, nullptr);
-    ASSERT_TRUE(client->Put("kept", Iota(DType::kFloat32, {8, 8}), LayoutSpec::Chunk(0, Ranks({0})))
+    ASSERT_TRUE(client
+                    ->Put("kept", Iota(DType::kFloat32, {8, 8}),
+                          LayoutSpec::Chunk(0, Ranks({0})))
                     .ok());
     before = TotalBytesUsed(*client);
     std::thread creator([&] {
@@ -184,8 +201,9 @@ TEST(FailureTest, CoordinatorKilledDuringACreateLeavesNoTrace) {
       rand.kind = InitSpec::Kind::kRand;
       rand.seed = 3;
       // 1 GiB of random fill: long enough to be cut short.
-      client->Create("half_made", {1 << 16, 4096}, DType::kFloat32,
-                     LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3})), rand)
+      client
+          ->Create("half_made", {1 << 16, 4096}, DType::kFloat32,
+                   LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3})), rand)
           .IgnoreError();
     });
     absl::SleepFor(absl::Milliseconds(30));
@@ -195,12 +213,14 @@ TEST(FailureTest, CoordinatorKilledDuringACreateLeavesNoTrace) {
   ASSERT_TRUE((*cluster)->RestartCoordinator().ok());
   auto client = Connect(**cluster);
   ASSERT_NE(client, nullptr);
-  EXPECT_THAT(client->Describe("half_made").status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(client->Describe("half_made").status(),
+              StatusIs(absl::StatusCode::kNotFound));
   auto list = client->List();
   ASSERT_TRUE(list.ok());
   ASSERT_EQ(list->size(), 1u);
   EXPECT_EQ((*list)[0].name, "kept");
-  // Shards the workers allocated for it are freed (reported within a heartbeat or two).
+  // Shards the workers allocated for it are freed (reported within a heartbeat
+  // or two).
   int64_t after = -1;
   for (int i = 0; i < 100 && after != before; ++i) {
     absl::SleepFor(absl::Milliseconds(100));
@@ -216,8 +236,10 @@ TEST(FailureTest, CorruptedLastLogRecordRecoversUpToTheRecordBefore) {
   {
     auto client = Connect(**cluster);
     ASSERT_NE(client, nullptr);
-    ASSERT_TRUE(client->Put("first", a, LayoutSpec::Chunk(0, Ranks({0, 1}))).ok());
-    ASSERT_TRUE(client->Put("second", a, LayoutSpec::Chunk(1, Ranks({2, 3}))).ok());
+    ASSERT_TRUE(
+        client->Put("first", a, LayoutSpec::Chunk(0, Ranks({0, 1}))).ok());
+    ASSERT_TRUE(
+        client->Put("second", a, LayoutSpec::Chunk(1, Ranks({2, 3}))).ok());
   }
   (*cluster)->StopCoordinator(SIGKILL);
   const std::string log = (*cluster)->data_dir() + "/log";
@@ -247,7 +269,8 @@ TEST(FailureTest, DeadCoordinatorIsOneClearError) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto client = Connect(**cluster);
   ASSERT_NE(client, nullptr);
-  EXPECT_EQ((*cluster)->StopCoordinator(SIGTERM), 0) << "SIGTERM is a clean stop";
+  EXPECT_EQ((*cluster)->StopCoordinator(SIGTERM), 0)
+      << "SIGTERM is a clean stop";
   EXPECT_THAT(client->List().status(),
               StatusIs(absl::StatusCode::kUnavailable,
                        AllOf(HasSubstr("coordinator"),
@@ -262,19 +285,23 @@ TEST(FailureTest, WorkerCapacityIsEnforcedBeforeAllocatingAndChangesNothing) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto client = Connect(**cluster);
   ASSERT_NE(client, nullptr);
-  ASSERT_TRUE(client->Create("fits", {256, 1024}, DType::kFloat32,
-                             LayoutSpec::Chunk(0, Ranks({0})))
+  ASSERT_TRUE(client
+                  ->Create("fits", {256, 1024}, DType::kFloat32,
+                           LayoutSpec::Chunk(0, Ranks({0})))
                   .ok());  // exactly 1 MiB on w0
   const int64_t before = TotalBytesUsed(*client);
-  EXPECT_THAT(client->Create("too_big", {512, 1024}, DType::kFloat32,
-                             LayoutSpec::Chunk(0, Ranks({0, 1})))
+  EXPECT_THAT(client
+                  ->Create("too_big", {512, 1024}, DType::kFloat32,
+                           LayoutSpec::Chunk(0, Ranks({0, 1})))
                   .status(),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("w0")));
-  EXPECT_THAT(client->Describe("too_big").status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(client->Describe("too_big").status(),
+              StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(TotalBytesUsed(*client), before);
   // w1 still has room.
-  ASSERT_TRUE(client->Create("other", {256, 1024}, DType::kFloat32,
-                             LayoutSpec::Chunk(0, Ranks({1})))
+  ASSERT_TRUE(client
+                  ->Create("other", {256, 1024}, DType::kFloat32,
+                           LayoutSpec::Chunk(0, Ranks({1})))
                   .ok());
 }
 

@@ -24,7 +24,8 @@ class ReshardTest : public ClusterSuite<ReshardTest> {
  public:
   static TestClusterOptions ClusterOptions() {
     TestClusterOptions options;
-    options.coordinator_flags = {"--retire_grace_ms=" + std::to_string(kGraceMs)};
+    options.coordinator_flags = {"--retire_grace_ms=" +
+                                 std::to_string(kGraceMs)};
     return options;
   }
 
@@ -40,13 +41,15 @@ class ReshardTest : public ClusterSuite<ReshardTest> {
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_TRUE(SameBytes(*got, expected)) << name;
   }
-
 };
 
 TEST_F(ReshardTest, RowsToColumnsPreservesDataAndMovesOnlyChangedBytes) {
   HostArray a = Iota(DType::kFloat32, {64, 32});
-  ASSERT_TRUE(client_->Put("rows_to_cols", a, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))).ok());
-  auto stats = client_->Reshard("rows_to_cols", LayoutSpec::Chunk(1, Ranks({0, 1, 2, 3})));
+  ASSERT_TRUE(
+      client_->Put("rows_to_cols", a, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3})))
+          .ok());
+  auto stats = client_->Reshard("rows_to_cols",
+                                LayoutSpec::Chunk(1, Ranks({0, 1, 2, 3})));
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->version, 2u);
   EXPECT_EQ(stats->shards_kept, 0);
@@ -62,8 +65,12 @@ TEST_F(ReshardTest, RowsToColumnsPreservesDataAndMovesOnlyChangedBytes) {
 
 TEST_F(ReshardTest, FourWorkersToThree) {
   HostArray a = Iota(DType::kInt64, {50, 7}, 3);
-  ASSERT_TRUE(client_->Put("four_to_three", a, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))).ok());
-  auto stats = client_->Reshard("four_to_three", LayoutSpec::Chunk(0, Ranks({0, 1, 2})));
+  ASSERT_TRUE(
+      client_
+          ->Put("four_to_three", a, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3})))
+          .ok());
+  auto stats =
+      client_->Reshard("four_to_three", LayoutSpec::Chunk(0, Ranks({0, 1, 2})));
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->bytes_moved + stats->bytes_copied_locally, a.num_bytes);
   ExpectData("four_to_three", a);
@@ -71,12 +78,20 @@ TEST_F(ReshardTest, FourWorkersToThree) {
 
 TEST_F(ReshardTest, EnumerableToChunkAndChunkToGrid) {
   HostArray a = Iota(DType::kFloat32, {12, 12});
-  std::vector<Box> uneven = {{{0, 0}, {3, 12}}, {{3, 0}, {9, 5}}, {{3, 5}, {9, 7}}};
-  ASSERT_TRUE(client_->Put("enum_chunk", a, LayoutSpec::Enumerable(uneven, Ranks({2, 0, 1}))).ok());
-  ASSERT_TRUE(client_->Reshard("enum_chunk", LayoutSpec::Chunk(0, Ranks({3, 2, 1, 0}))).ok());
+  std::vector<Box> uneven = {
+      {{0, 0}, {3, 12}}, {{3, 0}, {9, 5}}, {{3, 5}, {9, 7}}};
+  ASSERT_TRUE(client_
+                  ->Put("enum_chunk", a,
+                        LayoutSpec::Enumerable(uneven, Ranks({2, 0, 1})))
+                  .ok());
+  ASSERT_TRUE(
+      client_->Reshard("enum_chunk", LayoutSpec::Chunk(0, Ranks({3, 2, 1, 0})))
+          .ok());
   ExpectData("enum_chunk", a);
-  std::vector<Box> grid = {{{0, 0}, {6, 6}}, {{0, 6}, {6, 6}}, {{6, 0}, {6, 6}}, {{6, 6}, {6, 6}}};
-  auto stats = client_->Reshard("enum_chunk", LayoutSpec::Enumerable(grid, Ranks({0, 1, 2, 3})));
+  std::vector<Box> grid = {
+      {{0, 0}, {6, 6}}, {{0, 6}, {6, 6}}, {{6, 0}, {6, 6}}, {{6, 6}, {6, 6}}};
+  auto stats = client_->Reshard(
+      "enum_chunk", LayoutSpec::Enumerable(grid, Ranks({0, 1, 2, 3})));
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->version, 3u);
   ExpectData("enum_chunk", a);
@@ -87,7 +102,9 @@ TEST_F(ReshardTest, EnumerableToChunkAndChunkToGrid) {
 
 TEST_F(ReshardTest, GatherOntoOneWorker) {
   HostArray a = Iota(DType::kFloat16, {40, 9}, 5);
-  ASSERT_TRUE(client_->Put("gather_one", a, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))).ok());
+  ASSERT_TRUE(
+      client_->Put("gather_one", a, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3})))
+          .ok());
   auto stats = client_->Reshard("gather_one", LayoutSpec::Chunk(0, Ranks({2})));
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->pieces_moved, 3);
@@ -117,30 +134,38 @@ TEST_F(ReshardTest, NoOpReshardMovesNothingButBumpsTheVersion) {
   auto after = client_->Describe("noop");
   ASSERT_TRUE(after.ok());
   for (size_t i = 0; i < 4; ++i) {
-    EXPECT_EQ(after->shards[i].shard_id, before->shards[i].shard_id);  // same memory
+    EXPECT_EQ(after->shards[i].shard_id,
+              before->shards[i].shard_id);  // same memory
   }
   ExpectData("noop", a);
 }
 
-TEST_F(ReshardTest, OldVersionStaysReadableForTheGracePeriodThenHandlesFailClearly) {
+TEST_F(ReshardTest,
+       OldVersionStaysReadableForTheGracePeriodThenHandlesFailClearly) {
   HostArray a = Iota(DType::kFloat32, {8, 8});
-  ASSERT_TRUE(client_->Put("versions", a, LayoutSpec::Chunk(0, Ranks({0, 1}))).ok());
+  ASSERT_TRUE(
+      client_->Put("versions", a, LayoutSpec::Chunk(0, Ranks({0, 1}))).ok());
   auto handles = client_->Handles("versions");
   ASSERT_TRUE(handles.ok());
-  ASSERT_TRUE(client_->Reshard("versions", LayoutSpec::Chunk(1, Ranks({2, 3}))).ok());
+  ASSERT_TRUE(
+      client_->Reshard("versions", LayoutSpec::Chunk(1, Ranks({2, 3}))).ok());
   // A reader of version 1 that started before the commit finishes on version 1.
   auto early = (*handles)[1].ToHere();
   ASSERT_TRUE(early.ok()) << early.status();
   EXPECT_TRUE(SameBytes(*early, Slice(a, Box{{4, 0}, {4, 8}})));
   absl::SleepFor(absl::Milliseconds(kGraceMs + 600));
-  EXPECT_THAT((*handles)[1].ToHere().status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("version 1")));
+  EXPECT_THAT(
+      (*handles)[1].ToHere().status(),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("version 1")));
   ExpectData("versions", a);
 }
 
 TEST_F(ReshardTest, GetsDuringTwentyReshardsAlwaysSeeTheSourceData) {
   HostArray a = Iota(DType::kFloat32, {512, 128});
-  ASSERT_TRUE(client_->Put("back_and_forth", a, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))).ok());
+  ASSERT_TRUE(
+      client_
+          ->Put("back_and_forth", a, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3})))
+          .ok());
   std::atomic<bool> stop{false};
   std::atomic<int> gets{0}, bad{0};
   std::vector<std::thread> readers;
@@ -172,14 +197,19 @@ TEST_F(ReshardTest, GetsDuringTwentyReshardsAlwaysSeeTheSourceData) {
 }
 
 TEST_F(ReshardTest, ConcurrentReshardsOfOneTensorOneWinsTheOtherIsAborted) {
-  HostArray a = Iota(DType::kFloat32, {2048, 1024});  // 8 MiB: the reshards overlap
-  ASSERT_TRUE(client_->Put("racing", a, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))).ok());
-  std::vector<absl::StatusOr<ReshardStats>> results(2, absl::UnknownError("not run"));
+  HostArray a =
+      Iota(DType::kFloat32, {2048, 1024});  // 8 MiB: the reshards overlap
+  ASSERT_TRUE(
+      client_->Put("racing", a, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3})))
+          .ok());
+  std::vector<absl::StatusOr<ReshardStats>> results(
+      2, absl::UnknownError("not run"));
   std::vector<std::thread> threads;
   for (int t = 0; t < 2; ++t) {
     threads.emplace_back([&, t] {
-      results[t] = client_->Reshard("racing", t == 0 ? LayoutSpec::Chunk(1, Ranks({0, 1, 2, 3}))
-                                                     : LayoutSpec::Chunk(0, Ranks({3, 2, 1, 0})));
+      results[t] = client_->Reshard(
+          "racing", t == 0 ? LayoutSpec::Chunk(1, Ranks({0, 1, 2, 3}))
+                           : LayoutSpec::Chunk(0, Ranks({3, 2, 1, 0})));
     });
   }
   for (std::thread& t : threads) t.join();
@@ -188,7 +218,8 @@ TEST_F(ReshardTest, ConcurrentReshardsOfOneTensorOneWinsTheOtherIsAborted) {
     if (r.ok()) {
       ++ok;
     } else {
-      EXPECT_THAT(r.status(), StatusIs(absl::StatusCode::kAborted, HasSubstr("in progress")));
+      EXPECT_THAT(r.status(), StatusIs(absl::StatusCode::kAborted,
+                                       HasSubstr("in progress")));
     }
   }
   EXPECT_GE(ok, 1);
@@ -200,18 +231,25 @@ TEST_F(ReshardTest, ConcurrentReshardsOfOneTensorOneWinsTheOtherIsAborted) {
 
 TEST_F(ReshardTest, BadSpecChangesNothing) {
   HostArray a = Iota(DType::kFloat32, {6, 6});
-  ASSERT_TRUE(client_->Put("bad_reshard", a, LayoutSpec::Chunk(0, Ranks({0, 1}))).ok());
+  ASSERT_TRUE(
+      client_->Put("bad_reshard", a, LayoutSpec::Chunk(0, Ranks({0, 1}))).ok());
   const int64_t before = SettledBytesUsed();
-  EXPECT_THAT(client_->Reshard("bad_reshard", LayoutSpec::Chunk(5, Ranks({0}))).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("invalid sharding dim")));
-  EXPECT_THAT(client_->Reshard("bad_reshard", LayoutSpec::Chunk(0, Ranks({7}))).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("does not exist")));
+  EXPECT_THAT(client_->Reshard("bad_reshard", LayoutSpec::Chunk(5, Ranks({0})))
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("invalid sharding dim")));
+  EXPECT_THAT(client_->Reshard("bad_reshard", LayoutSpec::Chunk(0, Ranks({7})))
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("does not exist")));
+  EXPECT_THAT(client_
+                  ->Reshard("bad_reshard", LayoutSpec::Enumerable(
+                                               {{{0, 0}, {4, 6}}}, Ranks({0})))
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cover")));
   EXPECT_THAT(
-      client_->Reshard("bad_reshard", LayoutSpec::Enumerable({{{0, 0}, {4, 6}}}, Ranks({0})))
-          .status(),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cover")));
-  EXPECT_THAT(client_->Reshard("missing", LayoutSpec::Chunk(0, Ranks({0}))).status(),
-              StatusIs(absl::StatusCode::kNotFound, HasSubstr("not found")));
+      client_->Reshard("missing", LayoutSpec::Chunk(0, Ranks({0}))).status(),
+      StatusIs(absl::StatusCode::kNotFound, HasSubstr("not found")));
   auto meta = client_->Describe("bad_reshard");
   ASSERT_TRUE(meta.ok());
   EXPECT_EQ(meta->version, 1u);
@@ -220,16 +258,20 @@ TEST_F(ReshardTest, BadSpecChangesNothing) {
 }
 
 // Runs last: it kills a worker.
-TEST_F(ReshardTest, ZZWorkerDyingDuringReshardLeavesVersionNReadableAndNothingLeaked) {
+TEST_F(ReshardTest,
+       ZZWorkerDyingDuringReshardLeavesVersionNReadableAndNothingLeaked) {
   HostArray a = Iota(DType::kFloat32, {256, 256});
-  ASSERT_TRUE(client_->Put("killed", a, LayoutSpec::Chunk(0, Ranks({0, 1}))).ok());
+  ASSERT_TRUE(
+      client_->Put("killed", a, LayoutSpec::Chunk(0, Ranks({0, 1}))).ok());
   const int64_t before = SettledBytesUsed();
   auto workers_before = client_->Workers();
   ASSERT_TRUE(workers_before.ok());
   // w3 dies; its lease has not expired, so the coordinator still plans onto it.
   cluster_->StopWorker(3, SIGKILL);
-  auto stats = client_->Reshard("killed", LayoutSpec::Chunk(1, Ranks({1, 2, 3})));
-  EXPECT_THAT(stats.status(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("w3")));
+  auto stats =
+      client_->Reshard("killed", LayoutSpec::Chunk(1, Ranks({1, 2, 3})));
+  EXPECT_THAT(stats.status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("w3")));
   auto meta = client_->Describe("killed");
   ASSERT_TRUE(meta.ok());
   EXPECT_EQ(meta->version, 1u);
@@ -243,7 +285,8 @@ TEST_F(ReshardTest, ZZWorkerDyingDuringReshardLeavesVersionNReadableAndNothingLe
   }
   (void)before;
   ASSERT_TRUE(cluster_->RestartWorker(3).ok());
-  auto again = client_->Reshard("killed", LayoutSpec::Chunk(1, Ranks({1, 2, 3})));
+  auto again =
+      client_->Reshard("killed", LayoutSpec::Chunk(1, Ranks({1, 2, 3})));
   ASSERT_TRUE(again.ok()) << again.status();
   ExpectData("killed", a);
 }

@@ -17,21 +17,21 @@
 namespace tessera {
 namespace {
 
+using ::tessera::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using ::tessera::testing::StatusIs;
 
 class SdkTest : public ClusterSuite<SdkTest> {
  protected:
   // Puts `array`, reads it back whole and checks every byte.
-  static void RoundTrip(const std::string& name, const HostArray& array, const LayoutSpec& spec) {
+  static void RoundTrip(const std::string& name, const HostArray& array,
+                        const LayoutSpec& spec) {
     auto meta = client_->Put(name, array, spec);
     ASSERT_TRUE(meta.ok()) << meta.status();
     auto back = client_->Get(name);
     ASSERT_TRUE(back.ok()) << back.status();
     EXPECT_TRUE(SameBytes(array, *back)) << name;
   }
-
 };
 
 TEST_F(SdkTest, WorkersAreListedAliveByRank) {
@@ -57,7 +57,8 @@ TEST_F(SdkTest, EvenChunkShardingOnRowsRoundTrips) {
     EXPECT_THAT(meta->shards[i].box.offsets, ElementsAre(4 * i, 0));
     EXPECT_THAT(meta->shards[i].box.sizes, ElementsAre(4, 20));
     EXPECT_EQ(meta->shards[i].worker, cluster_->worker_name(i));
-    EXPECT_EQ(meta->shards[i].PlacementString(), "rank:" + std::to_string(i) + "/cpu");
+    EXPECT_EQ(meta->shards[i].PlacementString(),
+              "rank:" + std::to_string(i) + "/cpu");
   }
   EXPECT_EQ(meta->version, 1u);
 }
@@ -120,7 +121,8 @@ TEST_F(SdkTest, PlacementsOnASubsetOfWorkersByName) {
 
 TEST_F(SdkTest, TwoDimensionalGridEnumerableLayout) {
   HostArray a = Iota(DType::kFloat32, {10, 10});
-  std::vector<Box> boxes = {{{0, 0}, {5, 5}}, {{0, 5}, {5, 5}}, {{5, 0}, {5, 5}}, {{5, 5}, {5, 5}}};
+  std::vector<Box> boxes = {
+      {{0, 0}, {5, 5}}, {{0, 5}, {5, 5}}, {{5, 0}, {5, 5}}, {{5, 5}, {5, 5}}};
   RoundTrip("grid", a, LayoutSpec::Enumerable(boxes, Ranks({0, 1, 2, 3})));
   auto region = client_->Get("grid", Box{{3, 2}, {4, 6}});
   ASSERT_TRUE(region.ok()) << region.status();
@@ -129,13 +131,16 @@ TEST_F(SdkTest, TwoDimensionalGridEnumerableLayout) {
 
 TEST_F(SdkTest, UnevenEnumerableLayout) {
   HostArray a = Iota(DType::kFloat32, {10, 5});
-  std::vector<Box> boxes = {{{0, 0}, {2, 5}}, {{2, 0}, {8, 1}}, {{2, 1}, {1, 4}}, {{3, 1}, {7, 4}}};
-  RoundTrip("uneven_enum", a, LayoutSpec::Enumerable(boxes, Ranks({2, 0, 3, 1})));
+  std::vector<Box> boxes = {
+      {{0, 0}, {2, 5}}, {{2, 0}, {8, 1}}, {{2, 1}, {1, 4}}, {{3, 1}, {7, 4}}};
+  RoundTrip("uneven_enum", a,
+            LayoutSpec::Enumerable(boxes, Ranks({2, 0, 3, 1})));
 }
 
 TEST_F(SdkTest, PutGetRoundTripsEveryDType) {
   for (DType dtype : AllDTypes()) {
-    const std::string name = std::string("dtype_") + std::string(DTypeName(dtype));
+    const std::string name =
+        std::string("dtype_") + std::string(DTypeName(dtype));
     HostArray a = Iota(dtype, {6, 7, 3}, static_cast<uint64_t>(dtype));
     RoundTrip(name, a, LayoutSpec::Chunk(1, Ranks({0, 1, 2})));
     auto back = client_->Describe(name);
@@ -146,8 +151,10 @@ TEST_F(SdkTest, PutGetRoundTripsEveryDType) {
 
 TEST_F(SdkTest, RandomRegionsEqualTheExpectedSlice) {
   HostArray a = Iota(DType::kFloat32, {37, 23, 5});
-  std::vector<Box> boxes = {{{0, 0, 0}, {20, 23, 5}}, {{20, 0, 0}, {17, 10, 5}},
-                            {{20, 10, 0}, {17, 13, 2}}, {{20, 10, 2}, {17, 13, 3}}};
+  std::vector<Box> boxes = {{{0, 0, 0}, {20, 23, 5}},
+                            {{20, 0, 0}, {17, 10, 5}},
+                            {{20, 10, 0}, {17, 13, 2}},
+                            {{20, 10, 2}, {17, 13, 3}}};
   RoundTrip("regions", a, LayoutSpec::Enumerable(boxes, Ranks({0, 1, 2, 3})));
   std::mt19937 rng(7);
   for (int trial = 0; trial < 40; ++trial) {
@@ -170,11 +177,13 @@ TEST_F(SdkTest, RegionTextFollowsNumpyRules) {
   auto got = client_->GetRegion("region_text", "-3:,1:-1");
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_TRUE(SameBytes(*got, Slice(a, Box{{5, 1}, {3, 4}})));
-  auto rows = client_->GetRegion("region_text", "2:4");  // missing trailing dim = whole
+  auto rows =
+      client_->GetRegion("region_text", "2:4");  // missing trailing dim = whole
   ASSERT_TRUE(rows.ok()) << rows.status();
   EXPECT_TRUE(SameBytes(*rows, Slice(a, Box{{2, 0}, {2, 6}})));
-  EXPECT_THAT(client_->GetRegion("region_text", "0:9").status(),
-              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("out of bounds")));
+  EXPECT_THAT(
+      client_->GetRegion("region_text", "0:9").status(),
+      StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("out of bounds")));
   EXPECT_THAT(client_->GetRegion("region_text", "0:1,0:1,0:1").status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dims")));
 }
@@ -192,8 +201,9 @@ TEST_F(SdkTest, ShardHandlesFetchTheirShard) {
     EXPECT_EQ(h.version(), 1u);
   }
   ASSERT_TRUE(client_->Delete("handles").ok());
-  EXPECT_THAT((*handles)[0].ToHere().status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("freed")));
+  EXPECT_THAT(
+      (*handles)[0].ToHere().status(),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("freed")));
 }
 
 TEST_F(SdkTest, ConcurrentGetsAllSeeTheSameData) {
@@ -218,7 +228,8 @@ TEST_F(SdkTest, GetIntoWritesTheCallersBuffer) {
   HostArray a = Iota(DType::kInt32, {5, 5});
   RoundTrip("get_into", a, LayoutSpec::Chunk(0, Ranks({0, 1})));
   std::vector<char> buf(a.num_bytes);
-  ASSERT_TRUE(client_->GetInto("get_into", std::nullopt, buf.data(), buf.size()).ok());
+  ASSERT_TRUE(
+      client_->GetInto("get_into", std::nullopt, buf.data(), buf.size()).ok());
   EXPECT_EQ(std::memcmp(buf.data(), a.data(), a.num_bytes), 0);
   EXPECT_THAT(client_->GetInto("get_into", std::nullopt, buf.data(), 3),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bytes")));
@@ -254,24 +265,33 @@ TEST_F(SdkTest, BadSpecsAreRejectedAndLeaveNothingBehind) {
   std::vector<Case> cases = {
       {LayoutSpec::Chunk(2, Ranks({0, 1})), absl::StatusCode::kInvalidArgument,
        "invalid sharding dim"},
-      {LayoutSpec::Chunk(0, Ranks({0, 9})), absl::StatusCode::kInvalidArgument, "does not exist"},
-      {LayoutSpec::Enumerable({{{0, 0}, {6, 10}}, {{5, 0}, {5, 10}}}, Ranks({0, 1})),
+      {LayoutSpec::Chunk(0, Ranks({0, 9})), absl::StatusCode::kInvalidArgument,
+       "does not exist"},
+      {LayoutSpec::Enumerable({{{0, 0}, {6, 10}}, {{5, 0}, {5, 10}}},
+                              Ranks({0, 1})),
        absl::StatusCode::kInvalidArgument, "overlap"},
-      {LayoutSpec::Enumerable({{{0, 0}, {5, 10}}, {{5, 0}, {4, 10}}}, Ranks({0, 1})),
+      {LayoutSpec::Enumerable({{{0, 0}, {5, 10}}, {{5, 0}, {4, 10}}},
+                              Ranks({0, 1})),
        absl::StatusCode::kInvalidArgument, "cover"},
-      {LayoutSpec::Enumerable({{{0, 0}, {5, 10}}, {{5, 0}, {6, 10}}}, Ranks({0, 1})),
+      {LayoutSpec::Enumerable({{{0, 0}, {5, 10}}, {{5, 0}, {6, 10}}},
+                              Ranks({0, 1})),
        absl::StatusCode::kOutOfRange, "out of bounds"},
-      {LayoutSpec::Enumerable({{{0}, {10}}}, Ranks({0})), absl::StatusCode::kInvalidArgument,
-       "dims"},
+      {LayoutSpec::Enumerable({{{0}, {10}}}, Ranks({0})),
+       absl::StatusCode::kInvalidArgument, "dims"},
   };
   for (const Case& c : cases) {
     EXPECT_THAT(client_->Create("bad", shape, DType::kFloat32, c.spec).status(),
                 StatusIs(c.code, HasSubstr(c.words)));
   }
-  ASSERT_TRUE(client_->Create("taken", shape, DType::kFloat32, LayoutSpec::Chunk(0, Ranks({0})))
+  ASSERT_TRUE(client_
+                  ->Create("taken", shape, DType::kFloat32,
+                           LayoutSpec::Chunk(0, Ranks({0})))
                   .ok());
   EXPECT_THAT(
-      client_->Create("taken", shape, DType::kFloat32, LayoutSpec::Chunk(0, Ranks({1}))).status(),
+      client_
+          ->Create("taken", shape, DType::kFloat32,
+                   LayoutSpec::Chunk(0, Ranks({1})))
+          .status(),
       StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("already exists")));
   ASSERT_TRUE(client_->Delete("taken").ok());
   EXPECT_THAT(client_->Delete("taken"), StatusIs(absl::StatusCode::kNotFound));
@@ -283,8 +303,9 @@ TEST_F(SdkTest, BadSpecsAreRejectedAndLeaveNothingBehind) {
 
 TEST_F(SdkTest, HugeTensorsAreRefusedBeforeAllocating) {
   const int64_t before = BytesUsed();
-  EXPECT_THAT(client_->Create("huge", {int64_t{1} << 40, int64_t{1} << 30}, DType::kFloat32,
-                              LayoutSpec::Chunk(0, Ranks({0})))
+  EXPECT_THAT(client_
+                  ->Create("huge", {int64_t{1} << 40, int64_t{1} << 30},
+                           DType::kFloat32, LayoutSpec::Chunk(0, Ranks({0})))
                   .status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(BytesUsed(), before);
@@ -295,8 +316,9 @@ TEST_F(SdkTest, PutOfAnExistingNameChangesNothing) {
   RoundTrip("put_twice", a, LayoutSpec::Chunk(0, Ranks({0, 1})));
   const int64_t before = BytesUsed();
   HostArray b = Iota(DType::kFloat32, {4, 4}, 99);
-  EXPECT_THAT(client_->Put("put_twice", b, LayoutSpec::Chunk(0, Ranks({2}))).status(),
-              StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(
+      client_->Put("put_twice", b, LayoutSpec::Chunk(0, Ranks({2}))).status(),
+      StatusIs(absl::StatusCode::kAlreadyExists));
   auto back = client_->Get("put_twice");
   ASSERT_TRUE(back.ok());
   EXPECT_TRUE(SameBytes(a, *back));
@@ -305,20 +327,25 @@ TEST_F(SdkTest, PutOfAnExistingNameChangesNothing) {
 
 TEST_F(SdkTest, CachedMetadataNeverServesAReplacedTensor) {
   HostArray first = Iota(DType::kFloat32, {8, 8}, 1);
-  RoundTrip("replaced", first, LayoutSpec::Chunk(0, Ranks({0, 1})));  // cached by this client
+  RoundTrip("replaced", first,
+            LayoutSpec::Chunk(0, Ranks({0, 1})));  // cached by this client
   auto other = Client::Connect(cluster_->coordinator_address());
   ASSERT_TRUE(other.ok());
   ASSERT_TRUE((*other)->Delete("replaced").ok());
   HostArray second = Iota(DType::kFloat32, {20, 8}, 2);
-  ASSERT_TRUE((*other)->Put("replaced", second, LayoutSpec::Chunk(1, Ranks({2, 3}))).ok());
+  ASSERT_TRUE((*other)
+                  ->Put("replaced", second, LayoutSpec::Chunk(1, Ranks({2, 3})))
+                  .ok());
   auto whole = client_->Get("replaced");
   ASSERT_TRUE(whole.ok()) << whole.status();
   EXPECT_TRUE(SameBytes(*whole, second));
   ASSERT_TRUE((*other)->Delete("replaced").ok());
-  ASSERT_TRUE((*other)->Put("replaced", first, LayoutSpec::Chunk(0, Ranks({3}))).ok());
+  ASSERT_TRUE(
+      (*other)->Put("replaced", first, LayoutSpec::Chunk(0, Ranks({3}))).ok());
   // A region that only the previous shape had is now out of bounds.
-  EXPECT_THAT(client_->Get("replaced", Box{{10, 0}, {5, 8}}).status(),
-              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("out of bounds")));
+  EXPECT_THAT(
+      client_->Get("replaced", Box{{10, 0}, {5, 8}}).status(),
+      StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("out of bounds")));
   auto back = client_->Get("replaced");
   ASSERT_TRUE(back.ok());
   EXPECT_TRUE(SameBytes(*back, first));
@@ -332,7 +359,9 @@ TEST_F(SdkTest, CachedSharedMemoryMappingsNeverServeAFreedShard) {
   ASSERT_TRUE(other.ok());
   ASSERT_TRUE((*other)->Delete("mapped").ok());
   HostArray second = Iota(DType::kFloat32, {2048, 1024}, 6);
-  ASSERT_TRUE((*other)->Put("mapped", second, LayoutSpec::Chunk(0, Ranks({0, 1}))).ok());
+  ASSERT_TRUE((*other)
+                  ->Put("mapped", second, LayoutSpec::Chunk(0, Ranks({0, 1})))
+                  .ok());
   // This client still caches the old metadata and mappings of the freed shards.
   auto got = client_->Get("mapped");
   ASSERT_TRUE(got.ok()) << got.status();

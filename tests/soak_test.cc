@@ -27,7 +27,8 @@ TEST(SoakTest, SixteenClientsMixedWorkloadNoErrorsAndNoLeaks) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto admin = Client::Connect((*cluster)->coordinator_address());
   ASSERT_TRUE(admin.ok());
-  const int64_t coordinator_rss_start = TestCluster::ResidentBytes((*cluster)->coordinator_pid());
+  const int64_t coordinator_rss_start =
+      TestCluster::ResidentBytes((*cluster)->coordinator_pid());
 
   const absl::Time deadline = absl::Now() + absl::Seconds(SoakSeconds());
   std::atomic<int64_t> ops{0}, errors{0};
@@ -46,25 +47,30 @@ TEST(SoakTest, SixteenClientsMixedWorkloadNoErrorsAndNoLeaks) {
         ADD_FAILURE() << "client " << c << " " << what << ": " << status;
       };
       for (int round = 0; absl::Now() < deadline; ++round) {
-        const std::string name = "soak/" + std::to_string(c) + "/" + std::to_string(round);
-        const Shape shape = {static_cast<int64_t>(16 + rng() % 200), static_cast<int64_t>(1 + rng() % 64)};
+        const std::string name =
+            "soak/" + std::to_string(c) + "/" + std::to_string(round);
+        const Shape shape = {static_cast<int64_t>(16 + rng() % 200),
+                             static_cast<int64_t>(1 + rng() % 64)};
         const DType dtype = AllDTypes()[rng() % AllDTypes().size()];
         HostArray data = Iota(dtype, shape, rng());
         const int workers = 1 + rng() % 4;
         std::vector<Placement> placements;
-        for (int i = 0; i < workers; ++i) placements.push_back(Ranks({static_cast<int>(rng() % 4)})[0]);
+        for (int i = 0; i < workers; ++i)
+          placements.push_back(Ranks({static_cast<int>(rng() % 4)})[0]);
         if (rng() % 4 == 0) {
           // create + check the init values of a region
           InitSpec init;
           init.kind = InitSpec::Kind::kArange;
-          auto meta = (*client)->Create(name, shape, DType::kInt64,
-                                        LayoutSpec::Chunk(rng() % 2, placements), init);
+          auto meta =
+              (*client)->Create(name, shape, DType::kInt64,
+                                LayoutSpec::Chunk(rng() % 2, placements), init);
           ++ops;
           if (!meta.ok()) {
             fail("create", meta.status());
             continue;
           }
-          auto row = (*client)->Get(name, Box{{shape[0] / 2, 0}, {1, shape[1]}});
+          auto row =
+              (*client)->Get(name, Box{{shape[0] / 2, 0}, {1, shape[1]}});
           ++ops;
           if (!row.ok()) {
             fail("get row", row.status());
@@ -77,7 +83,8 @@ TEST(SoakTest, SixteenClientsMixedWorkloadNoErrorsAndNoLeaks) {
             }
           }
         } else {
-          auto meta = (*client)->Put(name, data, LayoutSpec::Chunk(rng() % 2, placements));
+          auto meta = (*client)->Put(name, data,
+                                     LayoutSpec::Chunk(rng() % 2, placements));
           ++ops;
           if (!meta.ok()) {
             fail("put", meta.status());
@@ -99,7 +106,8 @@ TEST(SoakTest, SixteenClientsMixedWorkloadNoErrorsAndNoLeaks) {
             }
           }
           if (rng() % 2 == 0) {
-            auto stats = (*client)->Reshard(name, LayoutSpec::Chunk(rng() % 2, Ranks({3, 1, 0})));
+            auto stats = (*client)->Reshard(
+                name, LayoutSpec::Chunk(rng() % 2, Ranks({3, 1, 0})));
             ++ops;
             if (!stats.ok()) fail("reshard", stats.status());
             auto whole = (*client)->Get(name);
@@ -133,12 +141,15 @@ TEST(SoakTest, SixteenClientsMixedWorkloadNoErrorsAndNoLeaks) {
     for (const WorkerInfo& w : *workers) held += w.bytes_used;
   }
   EXPECT_EQ(held, 0);
-  const int64_t coordinator_rss_end = TestCluster::ResidentBytes((*cluster)->coordinator_pid());
-  std::printf("soak: %d s, %lld operations, %lld errors; coordinator RSS %lld -> %lld KiB\n",
-              SoakSeconds(), static_cast<long long>(ops.load()),
-              static_cast<long long>(errors.load()),
-              static_cast<long long>(coordinator_rss_start / 1024),
-              static_cast<long long>(coordinator_rss_end / 1024));
+  const int64_t coordinator_rss_end =
+      TestCluster::ResidentBytes((*cluster)->coordinator_pid());
+  std::printf(
+      "soak: %d s, %lld operations, %lld errors; coordinator RSS %lld -> %lld "
+      "KiB\n",
+      SoakSeconds(), static_cast<long long>(ops.load()),
+      static_cast<long long>(errors.load()),
+      static_cast<long long>(coordinator_rss_start / 1024),
+      static_cast<long long>(coordinator_rss_end / 1024));
   EXPECT_EQ(errors.load(), 0);
   EXPECT_GT(ops.load(), 100);
 }

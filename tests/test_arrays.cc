@@ -41,7 +41,8 @@ HostArray Slice(const HostArray& src, const Box& region) {
   std::vector<int64_t> idx(rank, 0);
   for (int64_t n = 0; n < out.NumElements(); ++n) {
     int64_t flat = 0;
-    for (size_t d = 0; d < rank; ++d) flat = flat * src.shape[d] + region.offsets[d] + idx[d];
+    for (size_t d = 0; d < rank; ++d)
+      flat = flat * src.shape[d] + region.offsets[d] + idx[d];
     std::memcpy(out.data() + n * item, src.data() + flat * item, item);
     for (int d = static_cast<int>(rank) - 1; d >= 0; --d) {
       if (++idx[d] < region.sizes[d]) break;
@@ -52,7 +53,8 @@ HostArray Slice(const HostArray& src, const Box& region) {
 }
 
 bool SameBytes(const HostArray& a, const HostArray& b) {
-  return a.dtype == b.dtype && a.shape == b.shape && a.num_bytes == b.num_bytes &&
+  return a.dtype == b.dtype && a.shape == b.shape &&
+         a.num_bytes == b.num_bytes &&
          std::memcmp(a.data(), b.data(), a.num_bytes) == 0;
 }
 

@@ -1,12 +1,12 @@
 #include "transport/grpc_transport.h"
 
+#include <grpcpp/impl/client_unary_call.h>
+#include <grpcpp/impl/rpc_method.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
-
-#include <grpcpp/impl/client_unary_call.h>
-#include <grpcpp/impl/rpc_method.h>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -20,11 +20,13 @@ constexpr char kReadRegionMethod[] = "/tessera.v1.Worker/ReadRegion";
 constexpr char kReadSmallRegionMethod[] = "/tessera.v1.Worker/ReadSmallRegion";
 
 void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
-  context->set_deadline(std::chrono::system_clock::now() +
-                        std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
+  context->set_deadline(
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
 }
 
-absl::Status WithContext(const absl::Status& status, absl::string_view context_text) {
+absl::Status WithContext(const absl::Status& status,
+                         absl::string_view context_text) {
   return context_text.empty() ? status : Annotate(status, context_text);
 }
 
@@ -41,7 +43,10 @@ size_t PutVarint(uint64_t v, uint8_t* out) {
 // Reads bytes across a sequence of slices.
 class SliceCursor {
  public:
-  explicit SliceCursor(const std::vector<grpc::Slice>& slices) : slices_(slices) { SkipEmpty(); }
+  explicit SliceCursor(const std::vector<grpc::Slice>& slices)
+      : slices_(slices) {
+    SkipEmpty();
+  }
   bool done() const { return index_ >= slices_.size(); }
   bool Byte(uint8_t* b) {
     if (done()) return false;
@@ -95,9 +100,11 @@ class SliceCursor {
 // element split across two slices is joined in a small buffer first.
 class AlignedDelivery {
  public:
-  AlignedDelivery(const ChunkSink& sink, int64_t align) : sink_(sink), align_(align) {}
+  AlignedDelivery(const ChunkSink& sink, int64_t align)
+      : sink_(sink), align_(align) {}
 
-  absl::Status Deliver(int64_t offset, const std::vector<absl::string_view>& views) {
+  absl::Status Deliver(int64_t offset,
+                       const std::vector<absl::string_view>& views) {
     char carry[64];
     int64_t carried = 0;
     for (absl::string_view v : views) {
@@ -107,7 +114,8 @@ class AlignedDelivery {
         carried += k;
         v.remove_prefix(k);
         if (carried < align_) continue;
-        TESSERA_RETURN_IF_ERROR(sink_(offset, absl::string_view(carry, align_)));
+        TESSERA_RETURN_IF_ERROR(
+            sink_(offset, absl::string_view(carry, align_)));
         offset += align_;
         carried = 0;
       }
@@ -120,7 +128,8 @@ class AlignedDelivery {
       std::memcpy(carry, v.data(), v.size());
       carried = static_cast<int64_t>(v.size());
     }
-    if (carried != 0) return absl::DataLossError("chunk is not aligned to whole elements");
+    if (carried != 0)
+      return absl::DataLossError("chunk is not aligned to whole elements");
     return absl::OkStatus();
   }
 
@@ -136,38 +145,44 @@ v1::ReadRegionRequest MakeRequest(uint64_t shard_id, const Box& box) {
   return request;
 }
 
-absl::Status CheckContinues(const RegionChunkView& chunk, int64_t received, int64_t total) {
+absl::Status CheckContinues(const RegionChunkView& chunk, int64_t received,
+                            int64_t total) {
   if (chunk.offset != received || chunk.size > total - received) {
-    return absl::DataLossError(absl::StrCat("chunk at byte ", chunk.offset, " of ", chunk.size,
-                                            " bytes does not continue the ", total,
-                                            "-byte stream at byte ", received));
+    return absl::DataLossError(
+        absl::StrCat("chunk at byte ", chunk.offset, " of ", chunk.size,
+                     " bytes does not continue the ", total,
+                     "-byte stream at byte ", received));
   }
   return absl::OkStatus();
 }
 
 // One unary call. Returns UNIMPLEMENTED untouched for workers without it.
 absl::Status ReadSmall(const std::shared_ptr<grpc::Channel>& channel,
-                       const v1::ReadRegionRequest& request, int64_t total, int64_t item_bytes,
-                       absl::Duration timeout, const ChunkSink& sink) {
+                       const v1::ReadRegionRequest& request, int64_t total,
+                       int64_t item_bytes, absl::Duration timeout,
+                       const ChunkSink& sink) {
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
-  grpc::internal::RpcMethod method(kReadSmallRegionMethod, grpc::internal::RpcMethod::NORMAL_RPC,
-                                   channel);
+  grpc::internal::RpcMethod method(
+      kReadSmallRegionMethod, grpc::internal::RpcMethod::NORMAL_RPC, channel);
   grpc::ByteBuffer response;
-  grpc::Status rpc = grpc::internal::BlockingUnaryCall<v1::ReadRegionRequest, grpc::ByteBuffer>(
+  grpc::Status rpc = grpc::internal::BlockingUnaryCall<v1::ReadRegionRequest,
+                                                       grpc::ByteBuffer>(
       channel.get(), method, &context, request, &response);
   if (!rpc.ok()) return FromGrpcStatus(rpc);
   TESSERA_ASSIGN_OR_RETURN(RegionChunkView chunk, DecodeRegionChunk(&response));
   TESSERA_RETURN_IF_ERROR(CheckContinues(chunk, 0, total));
   if (chunk.size != total) {
-    return absl::DataLossError(absl::StrCat("response has ", chunk.size, " of ", total, " bytes"));
+    return absl::DataLossError(
+        absl::StrCat("response has ", chunk.size, " of ", total, " bytes"));
   }
   return AlignedDelivery(sink, item_bytes).Deliver(0, chunk.data);
 }
 
 }  // namespace
 
-void EncodeRegionChunk(int64_t offset, std::vector<grpc::Slice> data, grpc::ByteBuffer* out) {
+void EncodeRegionChunk(int64_t offset, std::vector<grpc::Slice> data,
+                       grpc::ByteBuffer* out) {
   size_t size = 0;
   for (const grpc::Slice& s : data) size += s.size();
   uint8_t header[24];
@@ -185,7 +200,8 @@ void EncodeRegionChunk(int64_t offset, std::vector<grpc::Slice> data, grpc::Byte
 
 absl::StatusOr<RegionChunkView> DecodeRegionChunk(grpc::ByteBuffer* buffer) {
   RegionChunkView view;
-  if (!buffer->Dump(&view.slices).ok()) return absl::DataLossError("unreadable message");
+  if (!buffer->Dump(&view.slices).ok())
+    return absl::DataLossError("unreadable message");
   SliceCursor cursor(view.slices);
   while (!cursor.done()) {
     uint64_t tag = 0, value = 0;
@@ -196,7 +212,8 @@ absl::StatusOr<RegionChunkView> DecodeRegionChunk(grpc::ByteBuffer* buffer) {
       ok = cursor.Varint(&value);
       if (field == 1) view.offset = static_cast<int64_t>(value);
     } else if (wire == 2) {
-      ok = cursor.Varint(&value) && cursor.Take(value, field == 2 ? &view.data : nullptr);
+      ok = cursor.Varint(&value) &&
+           cursor.Take(value, field == 2 ? &view.data : nullptr);
       if (field == 2) view.size += static_cast<int64_t>(value);
     } else if (wire == 1 || wire == 5) {
       ok = cursor.Take(wire == 1 ? 8 : 4, nullptr);
@@ -208,22 +225,25 @@ absl::StatusOr<RegionChunkView> DecodeRegionChunk(grpc::ByteBuffer* buffer) {
   return view;
 }
 
-absl::Status ReadRegion(const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id,
-                        const Box& box, int64_t item_bytes, absl::Duration timeout,
-                        const ChunkSink& sink, absl::string_view context_text) {
+absl::Status ReadRegion(const std::shared_ptr<grpc::Channel>& channel,
+                        uint64_t shard_id, const Box& box, int64_t item_bytes,
+                        absl::Duration timeout, const ChunkSink& sink,
+                        absl::string_view context_text) {
   const int64_t total = box.NumElements() * item_bytes;
   const v1::ReadRegionRequest request = MakeRequest(shard_id, box);
   if (total > 0 && total <= kSmallRegionBytes) {
-    absl::Status status = ReadSmall(channel, request, total, item_bytes, timeout, sink);
-    if (!absl::IsUnimplemented(status)) return WithContext(status, context_text);
+    absl::Status status =
+        ReadSmall(channel, request, total, item_bytes, timeout, sink);
+    if (!absl::IsUnimplemented(status))
+      return WithContext(status, context_text);
   }
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
-  grpc::internal::RpcMethod method(kReadRegionMethod, grpc::internal::RpcMethod::SERVER_STREAMING,
-                                   channel);
+  grpc::internal::RpcMethod method(
+      kReadRegionMethod, grpc::internal::RpcMethod::SERVER_STREAMING, channel);
   std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel.get(), method,
-                                                                    &context, request));
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+          channel.get(), method, &context, request));
   AlignedDelivery delivery(sink, item_bytes);
   grpc::ByteBuffer message;
   int64_t received = 0;
@@ -232,7 +252,8 @@ absl::Status ReadRegion(const std::shared_ptr<grpc::Channel>& channel, uint64_t 
     absl::StatusOr<RegionChunkView> chunk = DecodeRegionChunk(&message);
     sink_status = chunk.status();
     if (sink_status.ok()) sink_status = CheckContinues(*chunk, received, total);
-    if (sink_status.ok()) sink_status = delivery.Deliver(chunk->offset, chunk->data);
+    if (sink_status.ok())
+      sink_status = delivery.Deliver(chunk->offset, chunk->data);
     if (!sink_status.ok()) {
       context.TryCancel();
       break;
@@ -243,15 +264,17 @@ absl::Status ReadRegion(const std::shared_ptr<grpc::Channel>& channel, uint64_t 
   if (!sink_status.ok()) return WithContext(sink_status, context_text);
   if (!status.ok()) return WithContext(status, context_text);
   if (received != total) {
-    return WithContext(absl::DataLossError(absl::StrCat("stream ended after ", received, " of ",
-                                                        total, " bytes")),
-                       context_text);
+    return WithContext(
+        absl::DataLossError(absl::StrCat("stream ended after ", received,
+                                         " of ", total, " bytes")),
+        context_text);
   }
   return absl::OkStatus();
 }
 
-absl::Status WriteShard(v1::Worker::StubInterface* stub, uint64_t shard_id, int64_t size,
-                        const ChunkSource& source, absl::Duration timeout,
+absl::Status WriteShard(v1::Worker::StubInterface* stub, uint64_t shard_id,
+                        int64_t size, const ChunkSource& source,
+                        absl::Duration timeout,
                         absl::string_view context_text) {
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
@@ -268,7 +291,8 @@ absl::Status WriteShard(v1::Worker::StubInterface* stub, uint64_t shard_id, int6
     std::string* data = chunk.mutable_data();
     data->resize(static_cast<size_t>(n));
     if (n > 0) source(offset, absl::MakeSpan(data->data(), data->size()));
-    if (!writer->Write(chunk)) break;  // the server ended the stream: Finish says why
+    if (!writer->Write(chunk))
+      break;  // the server ended the stream: Finish says why
     offset += n;
   } while (offset < size);
   writer->WritesDone();
@@ -276,7 +300,8 @@ absl::Status WriteShard(v1::Worker::StubInterface* stub, uint64_t shard_id, int6
   if (!status.ok()) return WithContext(status, context_text);
   if (response.bytes_written() != size) {
     return WithContext(absl::DataLossError(absl::StrCat(
-                           "worker stored ", response.bytes_written(), " of ", size, " bytes")),
+                           "worker stored ", response.bytes_written(), " of ",
+                           size, " bytes")),
                        context_text);
   }
   return absl::OkStatus();

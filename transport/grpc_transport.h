@@ -11,19 +11,19 @@
 #ifndef TESSERA_TRANSPORT_GRPC_TRANSPORT_H_
 #define TESSERA_TRANSPORT_GRPC_TRANSPORT_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/types/span.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "core/box.h"
 #include "proto/worker.grpc.pb.h"
 
@@ -40,39 +40,43 @@ inline constexpr int64_t kMaxChunkBytes = 4 << 20;
 // Receives bytes [byte_offset, byte_offset + data.size()) of the row-major
 // sub-box. Calls arrive in order and each covers whole elements (a multiple
 // of the item size); one message may arrive in several calls.
-using ChunkSink = std::function<absl::Status(int64_t byte_offset, absl::string_view data)>;
+using ChunkSink =
+    std::function<absl::Status(int64_t byte_offset, absl::string_view data)>;
 
 // Reads `box` (in the shard's own coordinates) of shard `shard_id`, whose
 // elements are `item_bytes` wide, from the worker behind `channel` into
 // `sink`. Fails if the stream ends early or a chunk falls outside the box's
 // bytes; `context_text` prefixes errors ("reading shard 3 of 'emb' from w1").
-absl::Status ReadRegion(const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id,
-                        const Box& box, int64_t item_bytes, absl::Duration timeout,
-                        const ChunkSink& sink, absl::string_view context_text);
+absl::Status ReadRegion(const std::shared_ptr<grpc::Channel>& channel,
+                        uint64_t shard_id, const Box& box, int64_t item_bytes,
+                        absl::Duration timeout, const ChunkSink& sink,
+                        absl::string_view context_text);
 
 // Produces one outgoing chunk: fills `dst` with bytes
 // [byte_offset, byte_offset + dst.size()) of the shard's row-major contents.
-using ChunkSource = std::function<void(int64_t byte_offset, absl::Span<char> dst)>;
+using ChunkSource =
+    std::function<void(int64_t byte_offset, absl::Span<char> dst)>;
 
 // Streams `size` bytes, produced chunk by chunk by `source`, as the full
 // contents of shard `shard_id`. Each byte is copied once, straight into the
 // outgoing message.
-absl::Status WriteShard(v1::Worker::StubInterface* stub, uint64_t shard_id, int64_t size,
-                        const ChunkSource& source, absl::Duration timeout,
-                        absl::string_view context_text);
+absl::Status WriteShard(v1::Worker::StubInterface* stub, uint64_t shard_id,
+                        int64_t size, const ChunkSource& source,
+                        absl::Duration timeout, absl::string_view context_text);
 
 // Serializes a ReadRegionResponse whose `data` is the concatenation of
 // `data` (slices that may point into a shard's memory: no copy is made) into
 // `out`, in the wire format protobuf itself would produce.
-void EncodeRegionChunk(int64_t offset, std::vector<grpc::Slice> data, grpc::ByteBuffer* out);
+void EncodeRegionChunk(int64_t offset, std::vector<grpc::Slice> data,
+                       grpc::ByteBuffer* out);
 
 // The inverse, without copying: `offset` and the byte ranges of `data` as
 // they lie in `buffer`'s slices. The views stay valid while `slices` lives.
 struct RegionChunkView {
   int64_t offset = 0;
-  std::vector<grpc::Slice> slices;            // keeps the views alive
-  std::vector<absl::string_view> data;        // the payload, in order
-  int64_t size = 0;                           // total payload bytes
+  std::vector<grpc::Slice> slices;      // keeps the views alive
+  std::vector<absl::string_view> data;  // the payload, in order
+  int64_t size = 0;                     // total payload bytes
 };
 absl::StatusOr<RegionChunkView> DecodeRegionChunk(grpc::ByteBuffer* buffer);
 

@@ -13,14 +13,17 @@ std::string Flatten(const grpc::ByteBuffer& buffer) {
   std::vector<grpc::Slice> slices;
   EXPECT_TRUE(buffer.Dump(&slices).ok());
   std::string out;
-  for (const grpc::Slice& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  for (const grpc::Slice& s : slices)
+    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
   return out;
 }
 
 TEST(RegionChunkTest, EncodedChunkParsesAsTheProtobufMessage) {
   grpc::ByteBuffer buffer;
-  EncodeRegionChunk(1 << 20, {grpc::Slice(std::string("abc")), grpc::Slice(std::string("defg"))},
-                    &buffer);
+  EncodeRegionChunk(
+      1 << 20,
+      {grpc::Slice(std::string("abc")), grpc::Slice(std::string("defg"))},
+      &buffer);
   v1::ReadRegionResponse parsed;
   ASSERT_TRUE(parsed.ParseFromString(Flatten(buffer)));
   EXPECT_EQ(parsed.offset(), 1 << 20);
@@ -34,7 +37,8 @@ TEST(RegionChunkTest, DecodesProtobufSerializationSplitAcrossSlices) {
   const std::string wire = message.SerializeAsString();
   // Cut the wire bytes into 7-byte slices, so fields straddle slice edges.
   std::vector<grpc::Slice> slices;
-  for (size_t i = 0; i < wire.size(); i += 7) slices.emplace_back(wire.substr(i, 7));
+  for (size_t i = 0; i < wire.size(); i += 7)
+    slices.emplace_back(wire.substr(i, 7));
   grpc::ByteBuffer buffer(slices.data(), slices.size());
   absl::StatusOr<RegionChunkView> view = DecodeRegionChunk(&buffer);
   ASSERT_TRUE(view.ok()) << view.status();
@@ -58,7 +62,8 @@ TEST(RegionChunkTest, TruncatedMessageIsDataLoss) {
   const std::string wire = "\x12\x10short";  // says 16 bytes, has 5
   grpc::Slice slice(wire);
   grpc::ByteBuffer buffer(&slice, 1);
-  EXPECT_EQ(DecodeRegionChunk(&buffer).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeRegionChunk(&buffer).status().code(),
+            absl::StatusCode::kDataLoss);
 }
 
 }  // namespace

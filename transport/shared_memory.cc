@@ -24,7 +24,8 @@ const std::string& LocalHostId() {
     std::string boot;
     std::getline(in, boot);
     struct stat st {};
-    if (boot.empty() || stat("/dev/shm", &st) != 0) return new std::string();  // never matches
+    if (boot.empty() || stat("/dev/shm", &st) != 0)
+      return new std::string();  // never matches
     return new std::string(absl::StrCat(boot, "/", st.st_dev, ":", st.st_ino));
   }();
   return *id;
@@ -34,8 +35,8 @@ ShardMapping::~ShardMapping() {
   if (map_ != nullptr) munmap(map_, map_bytes_);
 }
 
-std::pair<int64_t, int64_t> BoxByteSpan(absl::Span<const int64_t> shape, const Box& box,
-                                        int64_t item_bytes) {
+std::pair<int64_t, int64_t> BoxByteSpan(absl::Span<const int64_t> shape,
+                                        const Box& box, int64_t item_bytes) {
   if (box.NumElements() == 0) return {0, 0};
   int64_t first = 0, last = 0, stride = item_bytes;
   for (size_t d = shape.size(); d-- > 0;) {
@@ -58,17 +59,20 @@ struct Segment {
 
 // Asks the worker behind `channel` where shard `shard_id` lives.
 // FAILED_PRECONDITION: not reachable through shared memory from here.
-absl::StatusOr<Segment> FindSegment(const std::shared_ptr<grpc::Channel>& channel,
-                                    uint64_t shard_id, int64_t item_bytes,
-                                    absl::Duration timeout) {
-  if (LocalHostId().empty()) return absl::FailedPreconditionError("no /dev/shm here");
+absl::StatusOr<Segment> FindSegment(
+    const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id,
+    int64_t item_bytes, absl::Duration timeout) {
+  if (LocalHostId().empty())
+    return absl::FailedPreconditionError("no /dev/shm here");
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
+  context.set_deadline(
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
   v1::MapShardRequest request;
   request.set_shard_id(shard_id);
   v1::MapShardResponse response;
-  grpc::Status rpc = v1::Worker::NewStub(channel)->MapShard(&context, request, &response);
+  grpc::Status rpc =
+      v1::Worker::NewStub(channel)->MapShard(&context, request, &response);
   if (rpc.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
     return absl::FailedPreconditionError("worker does not offer shared memory");
   }
@@ -77,7 +81,8 @@ absl::StatusOr<Segment> FindSegment(const std::shared_ptr<grpc::Channel>& channe
     return absl::FailedPreconditionError("worker is on another host");
   }
   if (response.item_bytes() != item_bytes) {
-    return absl::FailedPreconditionError("segment does not match the shard's metadata");
+    return absl::FailedPreconditionError(
+        "segment does not match the shard's metadata");
   }
   Segment segment;
   segment.name = response.segment();
@@ -89,26 +94,30 @@ absl::StatusOr<Segment> FindSegment(const std::shared_ptr<grpc::Channel>& channe
 
 // Maps bytes [begin, end) of `segment` read-only. With `keep_fd`, the open
 // descriptor is handed back (to watch for the segment's unlink).
-absl::StatusOr<std::unique_ptr<ShardMapping>> MapRange(const Segment& segment, uint64_t shard_id,
-                                                       int64_t begin, int64_t end, int* keep_fd,
-                                                       bool writable = false) {
-  const int fd = shm_open(segment.name.c_str(), writable ? O_RDWR : O_RDONLY, 0);
+absl::StatusOr<std::unique_ptr<ShardMapping>> MapRange(
+    const Segment& segment, uint64_t shard_id, int64_t begin, int64_t end,
+    int* keep_fd, bool writable = false) {
+  const int fd =
+      shm_open(segment.name.c_str(), writable ? O_RDWR : O_RDONLY, 0);
   if (fd < 0) {
     // Unlinked between the RPC and the open: the shard was freed.
     if (errno == ENOENT) {
-      return absl::NotFoundError(
-          absl::StrCat("shard ", shard_id, " is not held by this worker (freed)"));
+      return absl::NotFoundError(absl::StrCat(
+          "shard ", shard_id, " is not held by this worker (freed)"));
     }
     return absl::FailedPreconditionError(
         absl::StrCat("shm_open ", segment.name, ": ", std::strerror(errno)));
   }
   const int64_t page = sysconf(_SC_PAGESIZE);
   const int64_t map_offset = begin / page * page;
-  const size_t map_bytes = static_cast<size_t>(std::max<int64_t>(end - map_offset, 1));
-  // Prefault the page tables in one go for large spans; small ones fault lazily.
+  const size_t map_bytes =
+      static_cast<size_t>(std::max<int64_t>(end - map_offset, 1));
+  // Prefault the page tables in one go for large spans; small ones fault
+  // lazily.
   const int populate = map_bytes >= (1 << 20) ? MAP_POPULATE : 0;
-  void* map = mmap(nullptr, map_bytes, writable ? PROT_READ | PROT_WRITE : PROT_READ,
-                   MAP_SHARED | populate, fd, map_offset);
+  void* map =
+      mmap(nullptr, map_bytes, writable ? PROT_READ | PROT_WRITE : PROT_READ,
+           MAP_SHARED | populate, fd, map_offset);
   const int map_errno = errno;
   if (keep_fd != nullptr && map != MAP_FAILED) {
     *keep_fd = fd;
@@ -119,7 +128,8 @@ absl::StatusOr<std::unique_ptr<ShardMapping>> MapRange(const Segment& segment, u
     return absl::FailedPreconditionError(
         absl::StrCat("mmap ", segment.name, ": ", std::strerror(map_errno)));
   }
-  return std::make_unique<ShardMapping>(map, map_bytes, map_offset, segment.shape);
+  return std::make_unique<ShardMapping>(map, map_bytes, map_offset,
+                                        segment.shape);
 }
 
 // True when the segment behind `fd` has been unlinked (its shard freed).
@@ -131,7 +141,8 @@ bool Unlinked(int fd) {
 // True when the worker that held an exclusive flock on `liveness_fd` is gone
 // (the kernel released its lock when it died).
 bool WorkerGone(int liveness_fd) {
-  if (flock(liveness_fd, LOCK_SH | LOCK_NB) != 0) return false;  // still held: alive
+  if (flock(liveness_fd, LOCK_SH | LOCK_NB) != 0)
+    return false;  // still held: alive
   flock(liveness_fd, LOCK_UN);
   return true;
 }
@@ -139,31 +150,38 @@ bool WorkerGone(int liveness_fd) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardBox(
-    const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id, const Box& box,
-    int64_t item_bytes, absl::Duration timeout) {
-  TESSERA_ASSIGN_OR_RETURN(Segment segment, FindSegment(channel, shard_id, item_bytes, timeout));
+    const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id,
+    const Box& box, int64_t item_bytes, absl::Duration timeout) {
+  TESSERA_ASSIGN_OR_RETURN(Segment segment,
+                           FindSegment(channel, shard_id, item_bytes, timeout));
   if (segment.shape.size() != box.rank()) {
-    return absl::FailedPreconditionError("segment does not match the shard's metadata");
+    return absl::FailedPreconditionError(
+        "segment does not match the shard's metadata");
   }
   for (size_t d = 0; d < segment.shape.size(); ++d) {
     if (box.offsets[d] < 0 || box.sizes[d] < 0 ||
         box.offsets[d] + box.sizes[d] > segment.shape[d]) {
-      return absl::FailedPreconditionError("region is outside the mapped shard");
+      return absl::FailedPreconditionError(
+          "region is outside the mapped shard");
     }
   }
   const auto [begin, end] = BoxByteSpan(segment.shape, box, item_bytes);
-  if (end > segment.bytes) return absl::FailedPreconditionError("segment is too small");
+  if (end > segment.bytes)
+    return absl::FailedPreconditionError("segment is too small");
   return MapRange(segment, shard_id, begin, end, nullptr);
 }
 
 absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardForWrite(
-    const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id, int64_t item_bytes,
-    absl::Duration timeout) {
-  TESSERA_ASSIGN_OR_RETURN(Segment segment, FindSegment(channel, shard_id, item_bytes, timeout));
-  return MapRange(segment, shard_id, 0, segment.bytes, nullptr, /*writable=*/true);
+    const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id,
+    int64_t item_bytes, absl::Duration timeout) {
+  TESSERA_ASSIGN_OR_RETURN(Segment segment,
+                           FindSegment(channel, shard_id, item_bytes, timeout));
+  return MapRange(segment, shard_id, 0, segment.bytes, nullptr,
+                  /*writable=*/true);
 }
 
-ShardMappingCache::ShardMappingCache(size_t max_mappings) : max_mappings_(max_mappings) {
+ShardMappingCache::ShardMappingCache(size_t max_mappings)
+    : max_mappings_(max_mappings) {
   sweeper_ = std::thread([this] {
     while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) DropFreed();
   });
@@ -194,8 +212,8 @@ void ShardMappingCache::DropFreed() {
 }
 
 absl::StatusOr<std::shared_ptr<const ShardMapping>> ShardMappingCache::Map(
-    const std::string& address, const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id,
-    int64_t item_bytes, absl::Duration timeout) {
+    const std::string& address, const std::shared_ptr<grpc::Channel>& channel,
+    uint64_t shard_id, int64_t item_bytes, absl::Duration timeout) {
   const std::pair<std::string, uint64_t> key(address, shard_id);
   {
     absl::MutexLock lock(&mu_);
@@ -206,25 +224,28 @@ absl::StatusOr<std::shared_ptr<const ShardMapping>> ShardMappingCache::Map(
       if (WorkerGone(it->second.liveness_fd)) {
         Close(it->second);
         entries_.erase(it);
-        return absl::UnavailableError(
-            absl::StrCat("worker at ", address, " has exited (its shared memory is stale)"));
+        return absl::UnavailableError(absl::StrCat(
+            "worker at ", address, " has exited (its shared memory is stale)"));
       }
       if (!Unlinked(it->second.fd)) return it->second.mapping;
       Close(it->second);
       entries_.erase(it);
-      return absl::NotFoundError(
-          absl::StrCat("shard ", shard_id, " is not held by this worker (freed)"));
+      return absl::NotFoundError(absl::StrCat(
+          "shard ", shard_id, " is not held by this worker (freed)"));
     }
   }
-  TESSERA_ASSIGN_OR_RETURN(Segment segment, FindSegment(channel, shard_id, item_bytes, timeout));
+  TESSERA_ASSIGN_OR_RETURN(Segment segment,
+                           FindSegment(channel, shard_id, item_bytes, timeout));
   if (segment.liveness.empty()) {
     // No way to watch this worker: map for this read only.
-    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ShardMapping> once,
-                             MapRange(segment, shard_id, 0, segment.bytes, nullptr));
+    TESSERA_ASSIGN_OR_RETURN(
+        std::unique_ptr<ShardMapping> once,
+        MapRange(segment, shard_id, 0, segment.bytes, nullptr));
     return std::shared_ptr<const ShardMapping>(std::move(once));
   }
   const int liveness_fd = shm_open(segment.liveness.c_str(), O_RDONLY, 0);
-  if (liveness_fd < 0) return absl::FailedPreconditionError("worker's liveness lock is missing");
+  if (liveness_fd < 0)
+    return absl::FailedPreconditionError("worker's liveness lock is missing");
   int fd = -1;
   absl::StatusOr<std::unique_ptr<ShardMapping>> mapping =
       MapRange(segment, shard_id, 0, segment.bytes, &fd);
@@ -239,7 +260,9 @@ absl::StatusOr<std::shared_ptr<const ShardMapping>> ShardMappingCache::Map(
     entries_.erase(entries_.begin());
   }
   auto [it, inserted] = entries_.emplace(key, Entry{fd, liveness_fd, shared});
-  if (!inserted) Close(Entry{fd, liveness_fd, nullptr});  // another thread mapped it meanwhile
+  if (!inserted)
+    Close(
+        Entry{fd, liveness_fd, nullptr});  // another thread mapped it meanwhile
   return it->second.mapping;
 }
 

@@ -13,14 +13,14 @@
 #ifndef TESSERA_TRANSPORT_SHARED_MEMORY_H_
 #define TESSERA_TRANSPORT_SHARED_MEMORY_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <cstdint>
-#include <memory>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -39,7 +39,10 @@ const std::string& LocalHostId();
 class ShardMapping {
  public:
   ShardMapping(void* map, size_t map_bytes, int64_t map_offset, Shape shape)
-      : map_(map), map_bytes_(map_bytes), map_offset_(map_offset), shape_(std::move(shape)) {}
+      : map_(map),
+        map_bytes_(map_bytes),
+        map_offset_(map_offset),
+        shape_(std::move(shape)) {}
   ~ShardMapping();
   ShardMapping(const ShardMapping&) = delete;
   ShardMapping& operator=(const ShardMapping&) = delete;
@@ -49,7 +52,9 @@ class ShardMapping {
     return static_cast<const char*>(map_) + (byte_offset - map_offset_);
   }
   // The same byte, for a mapping made writable (MapShardForWrite).
-  char* MutableAt(int64_t byte_offset) const { return const_cast<char*>(At(byte_offset)); }
+  char* MutableAt(int64_t byte_offset) const {
+    return const_cast<char*>(At(byte_offset));
+  }
   // The shard's box sizes, as the worker reported them.
   const Shape& shape() const { return shape_; }
 
@@ -65,15 +70,15 @@ class ShardMapping {
 // (another host, no segment, an old worker); NOT_FOUND means the shard is
 // not held (freed), exactly as a gRPC read would report it.
 absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardBox(
-    const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id, const Box& box,
-    int64_t item_bytes, absl::Duration timeout);
+    const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id,
+    const Box& box, int64_t item_bytes, absl::Duration timeout);
 
 // Maps the whole of shard `shard_id` read-write, so that a put on the same
 // host fills a shard that is not committed yet straight from its source
 // array (one copy) instead of streaming it. FAILED_PRECONDITION: use gRPC.
 absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardForWrite(
-    const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id, int64_t item_bytes,
-    absl::Duration timeout);
+    const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id,
+    int64_t item_bytes, absl::Duration timeout);
 
 // Whole-shard mappings kept across reads, so repeated fetches of the same
 // shards skip the MapShard call and the page-table set-up. Safe because a
@@ -93,7 +98,8 @@ class ShardMappingCache {
   // through `channel`), mapped read-only. FAILED_PRECONDITION: use gRPC.
   absl::StatusOr<std::shared_ptr<const ShardMapping>> Map(
       const std::string& address, const std::shared_ptr<grpc::Channel>& channel,
-      uint64_t shard_id, int64_t item_bytes, absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
+      uint64_t shard_id, int64_t item_bytes, absl::Duration timeout)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Entry {
@@ -106,15 +112,16 @@ class ShardMappingCache {
 
   const size_t max_mappings_;
   absl::Mutex mu_;
-  std::map<std::pair<std::string, uint64_t>, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, uint64_t>, Entry> entries_
+      ABSL_GUARDED_BY(mu_);
   absl::Notification stop_;
   std::thread sweeper_;
 };
 
 // Byte range [begin, end) of the shard that `box` touches (row-major over
 // `shape`); {0, 0} for an empty box.
-std::pair<int64_t, int64_t> BoxByteSpan(absl::Span<const int64_t> shape, const Box& box,
-                                        int64_t item_bytes);
+std::pair<int64_t, int64_t> BoxByteSpan(absl::Span<const int64_t> shape,
+                                        const Box& box, int64_t item_bytes);
 
 }  // namespace tessera
 

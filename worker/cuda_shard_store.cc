@@ -27,108 +27,132 @@ struct CudaShardStore::Shard {
 };
 
 CudaShardStore::CudaShardStore(int device, int64_t capacity_bytes)
-    : device_(device), table_(capacity_bytes, absl::StrCat(" on cuda:", device)) {}
+    : device_(device),
+      table_(capacity_bytes, absl::StrCat(" on cuda:", device)) {}
 CudaShardStore::~CudaShardStore() = default;
 
 namespace {
 
 // Copies elements [flat_begin, +count) of `box` between a shard on the GPU
 // and a dense host buffer, one cudaMemcpy per contiguous run.
-absl::Status CopyRuns(char* device, const ShardDesc& desc, const Box& box, int64_t flat_begin,
-                      int64_t count, char* host, cudaMemcpyKind kind) {
+absl::Status CopyRuns(char* device, const ShardDesc& desc, const Box& box,
+                      int64_t flat_begin, int64_t count, char* host,
+                      cudaMemcpyKind kind) {
   const int64_t item = static_cast<int64_t>(ItemSize(desc.dtype));
   cudaError_t error = cudaSuccess;
-  ForEachBoxRun(desc.box.sizes, box.offsets, box.sizes, flat_begin, count,
-                [&](int64_t shard_element, int64_t range_element, int64_t n) {
-                  if (error != cudaSuccess) return;
-                  char* d = device + shard_element * item;
-                  char* h = host + range_element * item;
-                  error = kind == cudaMemcpyDeviceToHost
-                              ? cudaMemcpy(h, d, static_cast<size_t>(n * item), kind)
-                              : cudaMemcpy(d, h, static_cast<size_t>(n * item), kind);
-                });
+  ForEachBoxRun(
+      desc.box.sizes, box.offsets, box.sizes, flat_begin, count,
+      [&](int64_t shard_element, int64_t range_element, int64_t n) {
+        if (error != cudaSuccess) return;
+        char* d = device + shard_element * item;
+        char* h = host + range_element * item;
+        error = kind == cudaMemcpyDeviceToHost
+                    ? cudaMemcpy(h, d, static_cast<size_t>(n * item), kind)
+                    : cudaMemcpy(d, h, static_cast<size_t>(n * item), kind);
+      });
   return CudaError("copying a region between host and GPU", error);
 }
 
 }  // namespace
 
-absl::Status CudaShardStore::Allocate(uint64_t id, const ShardDesc& desc, const InitSpec& init) {
+absl::Status CudaShardStore::Allocate(uint64_t id, const ShardDesc& desc,
+                                      const InitSpec& init) {
   auto shard = std::make_shared<Shard>();
   shard->desc = desc;
   shard->device = device_;
   shard->bytes = desc.ByteSize();
   TESSERA_RETURN_IF_ERROR(table_.Reserve(id, shard->bytes));
   auto unreserve = absl::MakeCleanup([&] { table_.Unreserve(shard->bytes); });
-  TESSERA_RETURN_IF_ERROR(CudaError("selecting the device", cudaSetDevice(device_)));
+  TESSERA_RETURN_IF_ERROR(
+      CudaError("selecting the device", cudaSetDevice(device_)));
   void* data = nullptr;
-  TESSERA_RETURN_IF_ERROR(CudaError(absl::StrCat("allocating ", shard->bytes, " bytes"),
-                                    cudaMalloc(&data, std::max<int64_t>(shard->bytes, 1))));
+  TESSERA_RETURN_IF_ERROR(
+      CudaError(absl::StrCat("allocating ", shard->bytes, " bytes"),
+                cudaMalloc(&data, std::max<int64_t>(shard->bytes, 1))));
   shard->data = static_cast<char*>(data);
-  if (init.kind == InitSpec::Kind::kEmpty || init.kind == InitSpec::Kind::kZeros) {
-    TESSERA_RETURN_IF_ERROR(
-        CudaError("zeroing a shard", cudaMemset(shard->data, 0, static_cast<size_t>(shard->bytes))));
+  if (init.kind == InitSpec::Kind::kEmpty ||
+      init.kind == InitSpec::Kind::kZeros) {
+    TESSERA_RETURN_IF_ERROR(CudaError(
+        "zeroing a shard",
+        cudaMemset(shard->data, 0, static_cast<size_t>(shard->bytes))));
   } else if (shard->bytes > 0) {
     std::vector<char> host(static_cast<size_t>(shard->bytes));
-    TESSERA_RETURN_IF_ERROR(FillBox(init, desc.dtype, desc.tensor_shape, desc.box, host.data()));
-    TESSERA_RETURN_IF_ERROR(CudaError(
-        "uploading initial values",
-        cudaMemcpy(shard->data, host.data(), host.size(), cudaMemcpyHostToDevice)));
+    TESSERA_RETURN_IF_ERROR(
+        FillBox(init, desc.dtype, desc.tensor_shape, desc.box, host.data()));
+    TESSERA_RETURN_IF_ERROR(
+        CudaError("uploading initial values",
+                  cudaMemcpy(shard->data, host.data(), host.size(),
+                             cudaMemcpyHostToDevice)));
   }
   TESSERA_RETURN_IF_ERROR(table_.Insert(id, shard));
   std::move(unreserve).Cancel();
   return absl::OkStatus();
 }
 
-
-absl::Status CudaShardStore::Write(uint64_t id, int64_t byte_offset, absl::string_view data) {
+absl::Status CudaShardStore::Write(uint64_t id, int64_t byte_offset,
+                                   absl::string_view data) {
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, table_.Find(id));
   const int64_t size = static_cast<int64_t>(data.size());
-  if (byte_offset < 0 || byte_offset > shard->bytes || size > shard->bytes - byte_offset) {
-    return OutOfBoundsError(absl::StrCat("write of ", size, " bytes at byte ", byte_offset,
-                                         " into a shard of ", shard->bytes, " bytes"));
+  if (byte_offset < 0 || byte_offset > shard->bytes ||
+      size > shard->bytes - byte_offset) {
+    return OutOfBoundsError(absl::StrCat("write of ", size, " bytes at byte ",
+                                         byte_offset, " into a shard of ",
+                                         shard->bytes, " bytes"));
   }
   if (size == 0) return absl::OkStatus();
-  TESSERA_RETURN_IF_ERROR(CudaError("selecting the device", cudaSetDevice(device_)));
+  TESSERA_RETURN_IF_ERROR(
+      CudaError("selecting the device", cudaSetDevice(device_)));
   return CudaError("writing a shard",
-                   cudaMemcpy(shard->data + byte_offset, data.data(), data.size(),
-                              cudaMemcpyHostToDevice));
+                   cudaMemcpy(shard->data + byte_offset, data.data(),
+                              data.size(), cudaMemcpyHostToDevice));
 }
 
-absl::Status CudaShardStore::WriteBox(uint64_t id, const Box& box, int64_t flat_begin,
-                                      int64_t count, const char* src) {
+absl::Status CudaShardStore::WriteBox(uint64_t id, const Box& box,
+                                      int64_t flat_begin, int64_t count,
+                                      const char* src) {
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, table_.Find(id));
   TESSERA_RETURN_IF_ERROR(CheckShardRange(shard->desc, box, flat_begin, count));
-  TESSERA_RETURN_IF_ERROR(CudaError("selecting the device", cudaSetDevice(device_)));
-  return CopyRuns(shard->data, shard->desc, box, flat_begin, count, const_cast<char*>(src),
-                  cudaMemcpyHostToDevice);
+  TESSERA_RETURN_IF_ERROR(
+      CudaError("selecting the device", cudaSetDevice(device_)));
+  return CopyRuns(shard->data, shard->desc, box, flat_begin, count,
+                  const_cast<char*>(src), cudaMemcpyHostToDevice);
 }
 
-absl::Status CudaShardStore::ReadBox(uint64_t id, const Box& box, int64_t flat_begin,
-                                     int64_t count, char* dst) {
+absl::Status CudaShardStore::ReadBox(uint64_t id, const Box& box,
+                                     int64_t flat_begin, int64_t count,
+                                     char* dst) {
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, table_.Find(id));
   TESSERA_RETURN_IF_ERROR(CheckShardRange(shard->desc, box, flat_begin, count));
-  TESSERA_RETURN_IF_ERROR(CudaError("selecting the device", cudaSetDevice(device_)));
-  return CopyRuns(shard->data, shard->desc, box, flat_begin, count, dst, cudaMemcpyDeviceToHost);
+  TESSERA_RETURN_IF_ERROR(
+      CudaError("selecting the device", cudaSetDevice(device_)));
+  return CopyRuns(shard->data, shard->desc, box, flat_begin, count, dst,
+                  cudaMemcpyDeviceToHost);
 }
 
-absl::Status CudaShardStore::CopyLocal(uint64_t src_id, const Box& src_box, uint64_t dst_id,
+absl::Status CudaShardStore::CopyLocal(uint64_t src_id, const Box& src_box,
+                                       uint64_t dst_id,
                                        absl::Span<const int64_t> dst_offsets) {
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> src, table_.Find(src_id));
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> dst, table_.Find(dst_id));
   if (src->desc.dtype != dst->desc.dtype) {
-    return absl::InvalidArgumentError("copy between shards of different dtypes");
+    return absl::InvalidArgumentError(
+        "copy between shards of different dtypes");
   }
   const int64_t n = src_box.NumElements();
   TESSERA_RETURN_IF_ERROR(CheckShardRange(src->desc, src_box, 0, n));
-  Box dst_box{std::vector<int64_t>(dst_offsets.begin(), dst_offsets.end()), src_box.sizes};
+  Box dst_box{std::vector<int64_t>(dst_offsets.begin(), dst_offsets.end()),
+              src_box.sizes};
   TESSERA_RETURN_IF_ERROR(CheckShardRange(dst->desc, dst_box, 0, n));
   if (n == 0) return absl::OkStatus();
   // Staged through the host: pieces are rare and the staging keeps it simple.
-  std::vector<char> host(static_cast<size_t>(n * static_cast<int64_t>(ItemSize(src->desc.dtype))));
-  TESSERA_RETURN_IF_ERROR(CudaError("selecting the device", cudaSetDevice(device_)));
+  std::vector<char> host(
+      static_cast<size_t>(n * static_cast<int64_t>(ItemSize(src->desc.dtype))));
   TESSERA_RETURN_IF_ERROR(
-      CopyRuns(src->data, src->desc, src_box, 0, n, host.data(), cudaMemcpyDeviceToHost));
-  return CopyRuns(dst->data, dst->desc, dst_box, 0, n, host.data(), cudaMemcpyHostToDevice);
+      CudaError("selecting the device", cudaSetDevice(device_)));
+  TESSERA_RETURN_IF_ERROR(CopyRuns(src->data, src->desc, src_box, 0, n,
+                                   host.data(), cudaMemcpyDeviceToHost));
+  return CopyRuns(dst->data, dst->desc, dst_box, 0, n, host.data(),
+                  cudaMemcpyHostToDevice);
 }
 
 absl::StatusOr<ShardDesc> CudaShardStore::Describe(uint64_t id) const {

@@ -7,7 +7,8 @@ namespace tessera {
 absl::Status CudaError(absl::string_view context, cudaError_t error) {
   if (error == cudaSuccess) return absl::OkStatus();
   const std::string message =
-      absl::StrCat(context, ": ", cudaGetErrorName(error), " (", cudaGetErrorString(error), ")");
+      absl::StrCat(context, ": ", cudaGetErrorName(error), " (",
+                   cudaGetErrorString(error), ")");
   switch (error) {
     case cudaErrorMemoryAllocation:
       return absl::ResourceExhaustedError(message);
@@ -24,14 +25,17 @@ absl::Status CheckCudaDevice(int index) {
   int count = 0;
   cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess) {
-    return absl::UnavailableError(absl::StrCat(
-        "no usable GPU: ", cudaGetErrorString(error), "; run this worker with --device=cpu"));
+    return absl::UnavailableError(
+        absl::StrCat("no usable GPU: ", cudaGetErrorString(error),
+                     "; run this worker with --device=cpu"));
   }
   if (index < 0 || index >= count) {
-    return absl::UnavailableError(absl::StrCat("cuda:", index, " does not exist on this machine (",
-                                               count, " CUDA device(s))"));
+    return absl::UnavailableError(
+        absl::StrCat("cuda:", index, " does not exist on this machine (", count,
+                     " CUDA device(s))"));
   }
-  return CudaError(absl::StrCat("selecting cuda:", index), cudaSetDevice(index));
+  return CudaError(absl::StrCat("selecting cuda:", index),
+                   cudaSetDevice(index));
 }
 
 }  // namespace tessera

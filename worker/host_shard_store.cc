@@ -1,10 +1,9 @@
 #include "worker/host_shard_store.h"
 
-#include <sys/file.h>
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -49,7 +48,8 @@ constexpr char kSegmentPrefix[] = "tessera-";
 const std::string& SegmentOwnerPrefix() {
   static const std::string* prefix = [] {
     struct stat st {};
-    const unsigned long long ns = stat("/proc/self/ns/pid", &st) == 0 ? st.st_ino : 0;
+    const unsigned long long ns =
+        stat("/proc/self/ns/pid", &st) == 0 ? st.st_ino : 0;
     return new std::string(absl::StrCat(kSegmentPrefix, ns, "-"));
   }();
   return *prefix;
@@ -65,7 +65,8 @@ void RemoveStaleSegments() {
     const std::string name = entry->d_name;
     if (name.rfind(mine, 0) != 0) continue;
     const pid_t pid = static_cast<pid_t>(std::atol(name.c_str() + mine.size()));
-    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) shm_unlink(("/" + name).c_str());
+    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
+      shm_unlink(("/" + name).c_str());
   }
   closedir(dir);
 }
@@ -80,14 +81,16 @@ bool MapSegment(uint64_t id, int64_t bytes, std::string* name, char** data) {
     absl::MutexLock lock(&rng_mu);
     nonce = rng();
   }
-  *name = absl::StrCat("/", SegmentOwnerPrefix(), getpid(), "-", id, "-", absl::Hex(nonce));
+  *name = absl::StrCat("/", SegmentOwnerPrefix(), getpid(), "-", id, "-",
+                       absl::Hex(nonce));
   const int fd = shm_open(name->c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   if (fd < 0) return false;
   // Reserve the pages now: a full /dev/shm then fails here, not later as
   // SIGBUS on first touch.
   void* map = MAP_FAILED;
   if (posix_fallocate(fd, 0, bytes) == 0) {
-    map = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    map = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
+               MAP_SHARED, fd, 0);
   }
   close(fd);
   if (map == MAP_FAILED) {
@@ -111,7 +114,8 @@ HostShardStore::HostShardStore(HostShardStoreOptions options)
   // the process dies, however it dies.
   liveness_ = absl::StrCat("/", SegmentOwnerPrefix(), getpid(), "-alive");
   liveness_fd_ = shm_open(liveness_.c_str(), O_RDWR | O_CREAT, 0600);
-  if (liveness_fd_ < 0 || flock(liveness_fd_, LOCK_EX | LOCK_NB) != 0) liveness_.clear();
+  if (liveness_fd_ < 0 || flock(liveness_fd_, LOCK_EX | LOCK_NB) != 0)
+    liveness_.clear();
 }
 
 HostShardStore::~HostShardStore() {
@@ -121,79 +125,94 @@ HostShardStore::~HostShardStore() {
   }
 }
 
-absl::Status HostShardStore::Allocate(uint64_t id, const ShardDesc& desc, const InitSpec& init) {
+absl::Status HostShardStore::Allocate(uint64_t id, const ShardDesc& desc,
+                                      const InitSpec& init) {
   auto shard = std::make_shared<Shard>();
   shard->desc = desc;
   shard->bytes = desc.ByteSize();
   TESSERA_RETURN_IF_ERROR(table_.Reserve(id, shard->bytes));
   auto unreserve = absl::MakeCleanup([&] { table_.Unreserve(shard->bytes); });
-  if (options_.shared_memory && shard->bytes >= options_.shared_memory_min_bytes &&
+  if (options_.shared_memory &&
+      shard->bytes >= options_.shared_memory_min_bytes &&
       MapSegment(id, shard->bytes, &shard->segment, &shard->data)) {
     shard->mapped_bytes = static_cast<size_t>(shard->bytes);
   } else {
     shard->segment.clear();
-    shard->data = static_cast<char*>(std::calloc(std::max<int64_t>(shard->bytes, 1), 1));
+    shard->data =
+        static_cast<char*>(std::calloc(std::max<int64_t>(shard->bytes, 1), 1));
   }
   if (shard->data == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("out of host memory allocating ", shard->bytes, " bytes"));
   }
-  if (init.kind != InitSpec::Kind::kEmpty && init.kind != InitSpec::Kind::kZeros) {
-    TESSERA_RETURN_IF_ERROR(FillBox(init, desc.dtype, desc.tensor_shape, desc.box, shard->data));
+  if (init.kind != InitSpec::Kind::kEmpty &&
+      init.kind != InitSpec::Kind::kZeros) {
+    TESSERA_RETURN_IF_ERROR(
+        FillBox(init, desc.dtype, desc.tensor_shape, desc.box, shard->data));
   }
   TESSERA_RETURN_IF_ERROR(table_.Insert(id, shard));
   std::move(unreserve).Cancel();
   return absl::OkStatus();
 }
 
-
-absl::Status HostShardStore::Write(uint64_t id, int64_t byte_offset, absl::string_view data) {
+absl::Status HostShardStore::Write(uint64_t id, int64_t byte_offset,
+                                   absl::string_view data) {
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, table_.Find(id));
   const int64_t size = static_cast<int64_t>(data.size());
-  if (byte_offset < 0 || byte_offset > shard->bytes || size > shard->bytes - byte_offset) {
-    return OutOfBoundsError(absl::StrCat("write of ", size, " bytes at byte ", byte_offset,
-                                         " into a shard of ", shard->bytes, " bytes"));
+  if (byte_offset < 0 || byte_offset > shard->bytes ||
+      size > shard->bytes - byte_offset) {
+    return OutOfBoundsError(absl::StrCat("write of ", size, " bytes at byte ",
+                                         byte_offset, " into a shard of ",
+                                         shard->bytes, " bytes"));
   }
-  if (size > 0) std::memcpy(shard->data + byte_offset, data.data(), data.size());
+  if (size > 0)
+    std::memcpy(shard->data + byte_offset, data.data(), data.size());
   return absl::OkStatus();
 }
 
-
-absl::Status HostShardStore::WriteBox(uint64_t id, const Box& box, int64_t flat_begin,
-                                      int64_t count, const char* src) {
+absl::Status HostShardStore::WriteBox(uint64_t id, const Box& box,
+                                      int64_t flat_begin, int64_t count,
+                                      const char* src) {
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, table_.Find(id));
   TESSERA_RETURN_IF_ERROR(CheckShardRange(shard->desc, box, flat_begin, count));
   if (count == 0) return absl::OkStatus();
-  CopyFlatRangeToBox(src, flat_begin, count, box.sizes, shard->data, shard->desc.box.sizes,
-                     box.offsets, ItemSize(shard->desc.dtype));
+  CopyFlatRangeToBox(src, flat_begin, count, box.sizes, shard->data,
+                     shard->desc.box.sizes, box.offsets,
+                     ItemSize(shard->desc.dtype));
   return absl::OkStatus();
 }
 
-absl::Status HostShardStore::ReadBox(uint64_t id, const Box& box, int64_t flat_begin,
-                                     int64_t count, char* dst) {
+absl::Status HostShardStore::ReadBox(uint64_t id, const Box& box,
+                                     int64_t flat_begin, int64_t count,
+                                     char* dst) {
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, table_.Find(id));
   TESSERA_RETURN_IF_ERROR(CheckShardRange(shard->desc, box, flat_begin, count));
   if (count == 0) return absl::OkStatus();
-  CopyBoxToFlatRange(shard->data, shard->desc.box.sizes, box.offsets, box.sizes, flat_begin,
-                     count, dst, ItemSize(shard->desc.dtype));
+  CopyBoxToFlatRange(shard->data, shard->desc.box.sizes, box.offsets, box.sizes,
+                     flat_begin, count, dst, ItemSize(shard->desc.dtype));
   return absl::OkStatus();
 }
 
-absl::Status HostShardStore::CopyLocal(uint64_t src_id, const Box& src_box, uint64_t dst_id,
+absl::Status HostShardStore::CopyLocal(uint64_t src_id, const Box& src_box,
+                                       uint64_t dst_id,
                                        absl::Span<const int64_t> dst_offsets) {
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> src, table_.Find(src_id));
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> dst, table_.Find(dst_id));
   if (src->desc.dtype != dst->desc.dtype) {
-    return absl::InvalidArgumentError(absl::StrCat("copy from a ", DTypeName(src->desc.dtype),
-                                                   " shard into a ", DTypeName(dst->desc.dtype),
-                                                   " shard"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("copy from a ", DTypeName(src->desc.dtype),
+                     " shard into a ", DTypeName(dst->desc.dtype), " shard"));
   }
-  TESSERA_RETURN_IF_ERROR(CheckWithin(src_box, src->desc.box.sizes, "source region"));
-  Box dst_box{std::vector<int64_t>(dst_offsets.begin(), dst_offsets.end()), src_box.sizes};
-  TESSERA_RETURN_IF_ERROR(CheckWithin(dst_box, dst->desc.box.sizes, "destination region"));
+  TESSERA_RETURN_IF_ERROR(
+      CheckWithin(src_box, src->desc.box.sizes, "source region"));
+  Box dst_box{std::vector<int64_t>(dst_offsets.begin(), dst_offsets.end()),
+              src_box.sizes};
+  TESSERA_RETURN_IF_ERROR(
+      CheckWithin(dst_box, dst->desc.box.sizes, "destination region"));
   if (src_box.NumElements() == 0) return absl::OkStatus();
-  CopyBox(src->data, src->desc.box.sizes, src_box.offsets, dst->data, dst->desc.box.sizes,
-          dst_offsets, src_box.sizes, ItemSize(src->desc.dtype));
+  CopyBox(src->data, src->desc.box.sizes, src_box.offsets, dst->data,
+          dst->desc.box.sizes, dst_offsets, src_box.sizes,
+          ItemSize(src->desc.dtype));
   return absl::OkStatus();
 }
 
@@ -218,7 +237,8 @@ absl::Status HostShardStore::Free(uint64_t id) {
   // Memory is released when the last reader drops it, outside any lock.
   std::shared_ptr<Shard> shard = table_.Remove(id);
   // No new same-host mappings from now on; existing ones keep the old bytes.
-  if (shard != nullptr && !shard->segment.empty()) shm_unlink(shard->segment.c_str());
+  if (shard != nullptr && !shard->segment.empty())
+    shm_unlink(shard->segment.c_str());
   return absl::OkStatus();
 }
 

@@ -35,14 +35,14 @@ class HostShardStore : public ShardStore {
   explicit HostShardStore(HostShardStoreOptions options);
   ~HostShardStore() override;
 
-  absl::Status Allocate(uint64_t id, const ShardDesc& desc, const InitSpec& init) override
-     ;
-  absl::Status Write(uint64_t id, int64_t byte_offset, absl::string_view data) override
-     ;
-  absl::Status WriteBox(uint64_t id, const Box& box, int64_t flat_begin, int64_t count,
-                        const char* src) override;
-  absl::Status ReadBox(uint64_t id, const Box& box, int64_t flat_begin, int64_t count,
-                       char* dst) override;
+  absl::Status Allocate(uint64_t id, const ShardDesc& desc,
+                        const InitSpec& init) override;
+  absl::Status Write(uint64_t id, int64_t byte_offset,
+                     absl::string_view data) override;
+  absl::Status WriteBox(uint64_t id, const Box& box, int64_t flat_begin,
+                        int64_t count, const char* src) override;
+  absl::Status ReadBox(uint64_t id, const Box& box, int64_t flat_begin,
+                       int64_t count, char* dst) override;
   absl::Status CopyLocal(uint64_t src_id, const Box& src_box, uint64_t dst_id,
                          absl::Span<const int64_t> dst_offsets) override;
   absl::StatusOr<ShardDesc> Describe(uint64_t id) const override;

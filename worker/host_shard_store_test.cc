@@ -30,8 +30,10 @@ ShardDesc Desc(Shape tensor_shape, Box box, DType dtype = DType::kFloat32) {
 
 TEST(HostShardStoreTest, AllocateCountsBytesAndFreeReturnsThem) {
   HostShardStore store;
-  ASSERT_THAT(store.Allocate(1, Desc({4, 4}, {{0, 0}, {2, 4}}), InitSpec{}), IsOk());
-  ASSERT_THAT(store.Allocate(2, Desc({4, 4}, {{2, 0}, {2, 4}}), InitSpec{}), IsOk());
+  ASSERT_THAT(store.Allocate(1, Desc({4, 4}, {{0, 0}, {2, 4}}), InitSpec{}),
+              IsOk());
+  ASSERT_THAT(store.Allocate(2, Desc({4, 4}, {{2, 0}, {2, 4}}), InitSpec{}),
+              IsOk());
   EXPECT_EQ(store.BytesUsed(), 64);
   EXPECT_THAT(store.Free(1), IsOk());
   EXPECT_EQ(store.BytesUsed(), 32);
@@ -51,7 +53,8 @@ TEST(HostShardStoreTest, CapacityIsEnforcedBeforeAllocating) {
   HostShardStore store(/*capacity_bytes=*/100);
   ASSERT_THAT(store.Allocate(1, Desc({20}, {{0}, {20}}), InitSpec{}), IsOk());
   EXPECT_THAT(store.Allocate(2, Desc({20}, {{0}, {20}}), InitSpec{}),
-              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("does not fit")));
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("does not fit")));
   EXPECT_EQ(store.BytesUsed(), 80);
 }
 
@@ -59,27 +62,39 @@ TEST(HostShardStoreTest, InitFillUsesGlobalIndices) {
   HostShardStore store;
   InitSpec arange;
   arange.kind = InitSpec::Kind::kArange;
-  ASSERT_THAT(store.Allocate(7, Desc({4, 3}, {{2, 0}, {2, 3}}, DType::kInt32), arange), IsOk());
+  ASSERT_THAT(
+      store.Allocate(7, Desc({4, 3}, {{2, 0}, {2, 3}}, DType::kInt32), arange),
+      IsOk());
   std::vector<int32_t> out(6);
-  ASSERT_THAT(store.ReadBox(7, Box{{0, 0}, {2, 3}}, 0, 6, reinterpret_cast<char*>(out.data())),
+  ASSERT_THAT(store.ReadBox(7, Box{{0, 0}, {2, 3}}, 0, 6,
+                            reinterpret_cast<char*>(out.data())),
               IsOk());
   EXPECT_THAT(out, ::testing::ElementsAre(6, 7, 8, 9, 10, 11));
 }
 
 TEST(HostShardStoreTest, WriteThenReadSubBoxInChunks) {
   HostShardStore store;
-  ASSERT_THAT(store.Allocate(3, Desc({3, 4}, {{0, 0}, {3, 4}}, DType::kInt32), InitSpec{}), IsOk());
+  ASSERT_THAT(store.Allocate(3, Desc({3, 4}, {{0, 0}, {3, 4}}, DType::kInt32),
+                             InitSpec{}),
+              IsOk());
   std::vector<int32_t> values(12);
   for (int i = 0; i < 12; ++i) values[i] = i;
-  ASSERT_THAT(store.Write(3, 0, absl::string_view(reinterpret_cast<char*>(values.data()), 20)),
-              IsOk());
-  ASSERT_THAT(store.Write(3, 20, absl::string_view(reinterpret_cast<char*>(values.data()) + 20, 28)),
+  ASSERT_THAT(
+      store.Write(
+          3, 0, absl::string_view(reinterpret_cast<char*>(values.data()), 20)),
+      IsOk());
+  ASSERT_THAT(store.Write(3, 20,
+                          absl::string_view(
+                              reinterpret_cast<char*>(values.data()) + 20, 28)),
               IsOk());
   // Sub-box rows 1..2, cols 1..2, read in two uneven chunks.
   Box box{{1, 1}, {2, 2}};
   std::vector<int32_t> out(4);
-  ASSERT_THAT(store.ReadBox(3, box, 0, 3, reinterpret_cast<char*>(out.data())), IsOk());
-  ASSERT_THAT(store.ReadBox(3, box, 3, 1, reinterpret_cast<char*>(out.data() + 3)), IsOk());
+  ASSERT_THAT(store.ReadBox(3, box, 0, 3, reinterpret_cast<char*>(out.data())),
+              IsOk());
+  ASSERT_THAT(
+      store.ReadBox(3, box, 3, 1, reinterpret_cast<char*>(out.data() + 3)),
+      IsOk());
   EXPECT_THAT(out, ::testing::ElementsAre(5, 6, 9, 10));
 }
 
@@ -87,21 +102,25 @@ TEST(HostShardStoreTest, OutOfRangeAccessIsAnErrorNotACrash) {
   HostShardStore store;
   ASSERT_THAT(store.Allocate(1, Desc({4}, {{0}, {4}}), InitSpec{}), IsOk());
   char buf[64];
-  EXPECT_THAT(store.Write(1, 12, absl::string_view(buf, 8)),
-              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("out of bounds")));
+  EXPECT_THAT(
+      store.Write(1, 12, absl::string_view(buf, 8)),
+      StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("out of bounds")));
   EXPECT_THAT(store.Write(1, -1, absl::string_view(buf, 1)),
               StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(store.ReadBox(1, Box{{2}, {3}}, 0, 3, buf),
-              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("out of bounds")));
+  EXPECT_THAT(
+      store.ReadBox(1, Box{{2}, {3}}, 0, 3, buf),
+      StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("out of bounds")));
   EXPECT_THAT(store.ReadBox(1, Box{{0}, {4}}, 2, 3, buf),
               StatusIs(absl::StatusCode::kOutOfRange));
   EXPECT_THAT(store.ReadBox(1, Box{{0, 0}, {1, 1}}, 0, 1, buf),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dims")));
-  EXPECT_THAT(store.ReadBox(99, Box{{0}, {1}}, 0, 1, buf), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store.ReadBox(99, Box{{0}, {1}}, 0, 1, buf),
+              StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST(HostShardStoreTest, LargeShardLivesInSharedMemoryUntilFreed) {
-  if (access("/dev/shm", W_OK) != 0) GTEST_SKIP() << "no writable /dev/shm here";
+  if (access("/dev/shm", W_OK) != 0)
+    GTEST_SKIP() << "no writable /dev/shm here";
   HostShardStoreOptions options;
   options.shared_memory_min_bytes = 0;
   HostShardStore store(options);

@@ -22,13 +22,19 @@
 #include "worker/registration.h"
 #include "worker/worker_service.h"
 
-ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator address HOST:PORT");
-ABSL_FLAG(std::string, listen, "127.0.0.1:7071", "address to serve on, HOST:PORT (port 0 picks one)");
-ABSL_FLAG(std::string, name, "", "unique worker name (letters, digits, _ . -); default w<port>");
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070",
+          "coordinator address HOST:PORT");
+ABSL_FLAG(std::string, listen, "127.0.0.1:7071",
+          "address to serve on, HOST:PORT (port 0 picks one)");
+ABSL_FLAG(std::string, name, "",
+          "unique worker name (letters, digits, _ . -); default w<port>");
 ABSL_FLAG(int32_t, rank, -1, "requested rank; default: the lowest free rank");
-ABSL_FLAG(std::string, device, "cpu", "device holding the shards: cpu or cuda:N");
-ABSL_FLAG(int64_t, capacity_bytes, 0, "most shard bytes this worker holds; 0 = no limit");
-ABSL_FLAG(int64_t, chunk_bytes, 1 << 20, "bytes per data message when streaming regions");
+ABSL_FLAG(std::string, device, "cpu",
+          "device holding the shards: cpu or cuda:N");
+ABSL_FLAG(int64_t, capacity_bytes, 0,
+          "most shard bytes this worker holds; 0 = no limit");
+ABSL_FLAG(int64_t, chunk_bytes, 1 << 20,
+          "bytes per data message when streaming regions");
 
 namespace tessera {
 namespace {
@@ -40,24 +46,30 @@ int Run() {
     spdlog::error("--device: {}", std::string(device.status().message()));
     return 2;
   }
-  if (absl::GetFlag(FLAGS_capacity_bytes) < 0 || absl::GetFlag(FLAGS_chunk_bytes) <= 0) {
+  if (absl::GetFlag(FLAGS_capacity_bytes) < 0 ||
+      absl::GetFlag(FLAGS_chunk_bytes) <= 0) {
     spdlog::error("--capacity_bytes must be >= 0 and --chunk_bytes > 0");
     return 2;
   }
   std::unique_ptr<ShardStore> store;
   if (device->kind == Device::Kind::kCpu) {
-    store = std::make_unique<HostShardStore>(absl::GetFlag(FLAGS_capacity_bytes));
+    store =
+        std::make_unique<HostShardStore>(absl::GetFlag(FLAGS_capacity_bytes));
   } else {
 #ifdef TESSERA_CUDA
     if (absl::Status s = CheckCudaDevice(device->index); !s.ok()) {
-      spdlog::error("--device={}: {}", device->ToString(), std::string(s.message()));
+      spdlog::error("--device={}: {}", device->ToString(),
+                    std::string(s.message()));
       return 1;
     }
-    store = std::make_unique<CudaShardStore>(device->index, absl::GetFlag(FLAGS_capacity_bytes));
+    store = std::make_unique<CudaShardStore>(
+        device->index, absl::GetFlag(FLAGS_capacity_bytes));
 #else
-    spdlog::error("--device={}: this build has no CUDA support; run with --device=cpu or use "
-                  "a build made with --config=cuda",
-                  device->ToString());
+    spdlog::error(
+        "--device={}: this build has no CUDA support; run with --device=cpu or "
+        "use "
+        "a build made with --config=cuda",
+        device->ToString());
     return 1;
 #endif
   }
@@ -76,11 +88,12 @@ int Run() {
     spdlog::error("--name: {}", std::string(s.message()));
     return 2;
   }
-  spdlog::info("tessera-worker '{}' serving on {} (device {}, capacity {})", name, address,
-               device->ToString(),
-               absl::GetFlag(FLAGS_capacity_bytes) == 0
-                   ? std::string("unlimited")
-                   : absl::StrCat(absl::GetFlag(FLAGS_capacity_bytes), " bytes"));
+  spdlog::info(
+      "tessera-worker '{}' serving on {} (device {}, capacity {})", name,
+      address, device->ToString(),
+      absl::GetFlag(FLAGS_capacity_bytes) == 0
+          ? std::string("unlimited")
+          : absl::StrCat(absl::GetFlag(FLAGS_capacity_bytes), " bytes"));
 
   RegistrationOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
@@ -91,13 +104,14 @@ int Run() {
   options.capacity_bytes = absl::GetFlag(FLAGS_capacity_bytes);
   absl::Mutex fatal_mu;
   absl::Status fatal;
-  Registration registration(options, store.get(), [&](const absl::Status& status) {
-    {
-      absl::MutexLock lock(&fatal_mu);
-      fatal = status;
-    }
-    kill(getpid(), SIGTERM);  // wakes the main thread's signal wait
-  });
+  Registration registration(
+      options, store.get(), [&](const absl::Status& status) {
+        {
+          absl::MutexLock lock(&fatal_mu);
+          fatal = status;
+        }
+        kill(getpid(), SIGTERM);  // wakes the main thread's signal wait
+      });
   registration.Start();
 
   const int sig = WaitForTerminationSignal();
@@ -120,7 +134,8 @@ int Run() {
 
 int main(int argc, char** argv) {
   tessera::BlockTerminationSignals();
-  absl::SetProgramUsageMessage("tessera-worker --coordinator=HOST:PORT --listen=HOST:PORT --name=NAME");
+  absl::SetProgramUsageMessage(
+      "tessera-worker --coordinator=HOST:PORT --listen=HOST:PORT --name=NAME");
   absl::ParseCommandLine(argc, argv);
   return tessera::Run();
 }

@@ -13,8 +13,9 @@ namespace tessera {
 namespace {
 
 void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
-  context->set_deadline(std::chrono::system_clock::now() +
-                        std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
+  context->set_deadline(
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
 }
 
 // Errors that retrying cannot fix.
@@ -27,11 +28,15 @@ bool IsFatal(const absl::Status& status) {
 
 Registration::Registration(RegistrationOptions options, ShardStore* store,
                            std::function<void(const absl::Status&)> on_fatal)
-    : options_(std::move(options)), store_(store), on_fatal_(std::move(on_fatal)) {}
+    : options_(std::move(options)),
+      store_(store),
+      on_fatal_(std::move(on_fatal)) {}
 
 Registration::~Registration() { Stop(); }
 
-void Registration::Start() { thread_ = std::thread([this] { Run(); }); }
+void Registration::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
 
 void Registration::Stop() {
   if (!stop_.HasBeenNotified()) stop_.Notify();
@@ -66,32 +71,36 @@ void Registration::Run() {
       v1::RegisterWorkerResponse response;
       grpc::ClientContext context;
       SetDeadline(&context, options_.rpc_timeout);
-      absl::Status status = FromGrpcStatus(stub->RegisterWorker(&context, request, &response));
+      absl::Status status =
+          FromGrpcStatus(stub->RegisterWorker(&context, request, &response));
       if (status.ok()) {
         registered = true;
         failures = 0;
         backoff = absl::Milliseconds(50);
         if (response.heartbeat_interval_ms() > 0) {
-          heartbeat_interval = absl::Milliseconds(response.heartbeat_interval_ms());
+          heartbeat_interval =
+              absl::Milliseconds(response.heartbeat_interval_ms());
         }
-        for (uint64_t id : response.free_shard_ids()) store_->Free(id).IgnoreError();
+        for (uint64_t id : response.free_shard_ids())
+          store_->Free(id).IgnoreError();
         {
           absl::MutexLock lock(&mu_);
           rank_ = response.rank();
         }
-        spdlog::info("registered with coordinator {} as '{}' rank {}", options_.coordinator,
-                     options_.name, response.rank());
+        spdlog::info("registered with coordinator {} as '{}' rank {}",
+                     options_.coordinator, options_.name, response.rank());
         if (!registered_.HasBeenNotified()) registered_.Notify();
         continue;
       }
       if (IsFatal(status)) {
-        spdlog::error("coordinator refused registration: {}", std::string(status.message()));
+        spdlog::error("coordinator refused registration: {}",
+                      std::string(status.message()));
         on_fatal_(status);
         return;
       }
       if (failures++ % 20 == 0) {
-        spdlog::warn("coordinator {} not reachable yet ({}); retrying", options_.coordinator,
-                     std::string(status.message()));
+        spdlog::warn("coordinator {} not reachable yet ({}); retrying",
+                     options_.coordinator, std::string(status.message()));
       }
       stop_.WaitForNotificationWithTimeout(backoff);
       backoff = std::min(backoff * 2, options_.max_backoff);
@@ -104,13 +113,15 @@ void Registration::Run() {
     v1::HeartbeatResponse response;
     grpc::ClientContext context;
     SetDeadline(&context, options_.rpc_timeout);
-    absl::Status status = FromGrpcStatus(stub->Heartbeat(&context, request, &response));
+    absl::Status status =
+        FromGrpcStatus(stub->Heartbeat(&context, request, &response));
     if (status.ok() && response.reregister()) {
-      spdlog::info("coordinator does not know this worker any more; registering again");
+      spdlog::info(
+          "coordinator does not know this worker any more; registering again");
       registered = false;
     } else if (!status.ok() && failures++ % 20 == 0) {
-      spdlog::warn("heartbeat to coordinator {} failed: {}", options_.coordinator,
-                   std::string(status.message()));
+      spdlog::warn("heartbeat to coordinator {} failed: {}",
+                   options_.coordinator, std::string(status.message()));
     } else if (status.ok()) {
       failures = 0;
     }

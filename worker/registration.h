@@ -21,12 +21,12 @@
 namespace tessera {
 
 struct RegistrationOptions {
-  std::string coordinator;         // HOST:PORT of the coordinator
-  std::string name;                // this worker's name
-  std::optional<int32_t> rank;     // requested rank; none = lowest free
-  std::string address;             // where this worker serves
-  Device device;                   // this worker's device
-  int64_t capacity_bytes = 0;      // 0 = unlimited
+  std::string coordinator;      // HOST:PORT of the coordinator
+  std::string name;             // this worker's name
+  std::optional<int32_t> rank;  // requested rank; none = lowest free
+  std::string address;          // where this worker serves
+  Device device;                // this worker's device
+  int64_t capacity_bytes = 0;   // 0 = unlimited
   absl::Duration rpc_timeout = absl::Seconds(5);
   absl::Duration max_backoff = absl::Seconds(2);
 };

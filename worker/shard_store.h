@@ -22,13 +22,15 @@ namespace tessera {
 
 // What a shard is: its tensor, element type, and box in the tensor.
 struct ShardDesc {
-  std::string tensor;   // for messages
+  std::string tensor;  // for messages
   DType dtype = DType::kFloat32;
-  Shape tensor_shape;   // global shape
-  Box box;              // the shard's box in the tensor
+  Shape tensor_shape;  // global shape
+  Box box;             // the shard's box in the tensor
 
   int64_t NumElements() const { return box.NumElements(); }
-  int64_t ByteSize() const { return box.NumElements() * static_cast<int64_t>(ItemSize(dtype)); }
+  int64_t ByteSize() const {
+    return box.NumElements() * static_cast<int64_t>(ItemSize(dtype));
+  }
 };
 
 // A shard's bytes pinned in host memory: `keep_alive` keeps `data` valid
@@ -53,25 +55,28 @@ class ShardStore {
   // Allocates shard `id` and fills it per `init` (values of the global
   // elements in desc.box). RESOURCE_EXHAUSTED past the capacity,
   // ALREADY_EXISTS if `id` is taken by a different shard.
-  virtual absl::Status Allocate(uint64_t id, const ShardDesc& desc, const InitSpec& init) = 0;
+  virtual absl::Status Allocate(uint64_t id, const ShardDesc& desc,
+                                const InitSpec& init) = 0;
 
   // Copies `data` to bytes [byte_offset, byte_offset + size) of the shard
   // (row-major over its box). OUT_OF_RANGE past the end.
-  virtual absl::Status Write(uint64_t id, int64_t byte_offset, absl::string_view data) = 0;
+  virtual absl::Status Write(uint64_t id, int64_t byte_offset,
+                             absl::string_view data) = 0;
 
   // Writes elements [flat_begin, flat_begin + count) of the row-major sub-box
   // `box` (shard coordinates) from `src`.
-  virtual absl::Status WriteBox(uint64_t id, const Box& box, int64_t flat_begin, int64_t count,
-                                const char* src) = 0;
+  virtual absl::Status WriteBox(uint64_t id, const Box& box, int64_t flat_begin,
+                                int64_t count, const char* src) = 0;
 
   // Reads elements [flat_begin, flat_begin + count) of the row-major sub-box
   // `box` (shard coordinates) into `dst`.
-  virtual absl::Status ReadBox(uint64_t id, const Box& box, int64_t flat_begin, int64_t count,
-                               char* dst) = 0;
+  virtual absl::Status ReadBox(uint64_t id, const Box& box, int64_t flat_begin,
+                               int64_t count, char* dst) = 0;
 
   // Copies sub-box `src_box` of shard `src_id` into shard `dst_id` at
   // `dst_offsets` (both in the shards' own coordinates), in memory.
-  virtual absl::Status CopyLocal(uint64_t src_id, const Box& src_box, uint64_t dst_id,
+  virtual absl::Status CopyLocal(uint64_t src_id, const Box& src_box,
+                                 uint64_t dst_id,
                                  absl::Span<const int64_t> dst_offsets) = 0;
 
   virtual absl::StatusOr<ShardDesc> Describe(uint64_t id) const = 0;

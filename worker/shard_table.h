@@ -23,12 +23,14 @@ namespace tessera {
 
 // OK when elements [flat_begin, flat_begin + count) of the row-major sub-box
 // `box` lie inside a shard described by `desc`.
-inline absl::Status CheckShardRange(const ShardDesc& desc, const Box& box, int64_t flat_begin,
-                                    int64_t count) {
-  TESSERA_RETURN_IF_ERROR(CheckWithin(box, desc.box.sizes, "region of the shard"));
+inline absl::Status CheckShardRange(const ShardDesc& desc, const Box& box,
+                                    int64_t flat_begin, int64_t count) {
+  TESSERA_RETURN_IF_ERROR(
+      CheckWithin(box, desc.box.sizes, "region of the shard"));
   const int64_t n = box.NumElements();
   if (flat_begin < 0 || count < 0 || flat_begin > n || count > n - flat_begin) {
-    return OutOfBoundsError(absl::StrCat("elements [", flat_begin, ", ", flat_begin + count,
+    return OutOfBoundsError(absl::StrCat("elements [", flat_begin, ", ",
+                                         flat_begin + count,
                                          ") of a region of ", n, " elements"));
   }
   return absl::OkStatus();
@@ -38,7 +40,8 @@ inline absl::Status CheckShardRange(const ShardDesc& desc, const Box& box, int64
 template <typename Shard>
 class ShardTable {
  public:
-  // capacity_bytes = 0: no limit. `where` names the memory in errors ("cuda:0").
+  // capacity_bytes = 0: no limit. `where` names the memory in errors
+  // ("cuda:0").
   ShardTable(int64_t capacity_bytes, std::string where)
       : capacity_bytes_(capacity_bytes), where_(std::move(where)) {}
 
@@ -46,11 +49,12 @@ class ShardTable {
   // ALREADY_EXISTS if the id is taken, RESOURCE_EXHAUSTED past the capacity.
   absl::Status Reserve(uint64_t id, int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    if (shards_.contains(id)) return AlreadyExistsError("shard id", absl::StrCat(id));
+    if (shards_.contains(id))
+      return AlreadyExistsError("shard id", absl::StrCat(id));
     if (capacity_bytes_ > 0 && bytes_used_ + bytes > capacity_bytes_) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "shard of ", bytes, " bytes does not fit: ", bytes_used_, " of ", capacity_bytes_,
-          " bytes in use", where_));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("shard of ", bytes, " bytes does not fit: ", bytes_used_,
+                       " of ", capacity_bytes_, " bytes in use", where_));
     }
     bytes_used_ += bytes;
     return absl::OkStatus();
@@ -63,7 +67,8 @@ class ShardTable {
   }
 
   // Publishes a reserved shard.
-  absl::Status Insert(uint64_t id, std::shared_ptr<Shard> shard) ABSL_LOCKS_EXCLUDED(mu_) {
+  absl::Status Insert(uint64_t id, std::shared_ptr<Shard> shard)
+      ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     if (!shards_.emplace(id, std::move(shard)).second) {
       return AlreadyExistsError("shard id", absl::StrCat(id));
@@ -71,12 +76,14 @@ class ShardTable {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<std::shared_ptr<Shard>> Find(uint64_t id) const ABSL_LOCKS_EXCLUDED(mu_) {
+  absl::StatusOr<std::shared_ptr<Shard>> Find(uint64_t id) const
+      ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     auto it = shards_.find(id);
     if (it == shards_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("shard ", id, " is not held by this worker (freed or never allocated)"));
+      return absl::NotFoundError(absl::StrCat(
+          "shard ", id,
+          " is not held by this worker (freed or never allocated)"));
     }
     return it->second;
   }
@@ -112,7 +119,8 @@ class ShardTable {
   // Invariant: bytes_used_ == sum of `bytes` over shards_ plus reservations
   // of allocations in progress.
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<uint64_t, std::shared_ptr<Shard>> shards_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Shard>> shards_
+      ABSL_GUARDED_BY(mu_);
   int64_t bytes_used_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

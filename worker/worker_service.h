@@ -32,7 +32,8 @@ struct WorkerServiceOptions {
 // ReadRegion streams raw ByteBuffers (zero-copy slices over shard memory) on
 // the callback API; small reads stay on a plain synchronous handler, which
 // answers without handing the call to another thread.
-class WorkerService final : public v1::Worker::WithRawCallbackMethod_ReadRegion<v1::Worker::Service> {
+class WorkerService final
+    : public v1::Worker::WithRawCallbackMethod_ReadRegion<v1::Worker::Service> {
  public:
   WorkerService(ShardStore* store, WorkerServiceOptions options);
 
@@ -42,15 +43,20 @@ class WorkerService final : public v1::Worker::WithRawCallbackMethod_ReadRegion<
   grpc::Status WriteShard(grpc::ServerContext* context,
                           grpc::ServerReader<v1::WriteShardRequest>* reader,
                           v1::WriteShardResponse* response) override;
-  grpc::ServerWriteReactor<grpc::ByteBuffer>* ReadRegion(grpc::CallbackServerContext* context,
-                                                         const grpc::ByteBuffer* request) override;
-  grpc::Status ReadSmallRegion(grpc::ServerContext* context, const v1::ReadRegionRequest* request,
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* ReadRegion(
+      grpc::CallbackServerContext* context,
+      const grpc::ByteBuffer* request) override;
+  grpc::Status ReadSmallRegion(grpc::ServerContext* context,
+                               const v1::ReadRegionRequest* request,
                                v1::ReadRegionResponse* response) override;
-  grpc::Status MapShard(grpc::ServerContext* context, const v1::MapShardRequest* request,
+  grpc::Status MapShard(grpc::ServerContext* context,
+                        const v1::MapShardRequest* request,
                         v1::MapShardResponse* response) override;
-  grpc::Status PullRegion(grpc::ServerContext* context, const v1::PullRegionRequest* request,
+  grpc::Status PullRegion(grpc::ServerContext* context,
+                          const v1::PullRegionRequest* request,
                           v1::PullRegionResponse* response) override;
-  grpc::Status FreeShards(grpc::ServerContext* context, const v1::FreeShardsRequest* request,
+  grpc::Status FreeShards(grpc::ServerContext* context,
+                          const v1::FreeShardsRequest* request,
                           v1::FreeShardsResponse* response) override;
 
  private:
@@ -58,8 +64,8 @@ class WorkerService final : public v1::Worker::WithRawCallbackMethod_ReadRegion<
   class RegionStreamer;
   // Copies a piece from a same-host peer's shared memory; FAILED_PRECONDITION
   // when that path is not available (the caller then streams it).
-  absl::Status PullShared(const v1::PullRegionRequest& request, const Box& src_box,
-                          const Box& dst_box, int64_t item);
+  absl::Status PullShared(const v1::PullRegionRequest& request,
+                          const Box& src_box, const Box& dst_box, int64_t item);
 
   ShardStore* const store_;
   const WorkerServiceOptions options_;

@@ -25,13 +25,15 @@ namespace {
 using ::tessera::testing::IsOk;
 using ::tessera::testing::StatusIs;
 
-constexpr int64_t kRows = 1024, kCols = 512;  // int32: 2 MiB, above the shm threshold
+constexpr int64_t kRows = 1024,
+                  kCols = 512;  // int32: 2 MiB, above the shm threshold
 
 class WorkerServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     service_ = std::make_unique<WorkerService>(&store_, WorkerServiceOptions{});
-    absl::StatusOr<RunningServer> server = StartServer("127.0.0.1:0", {service_.get()});
+    absl::StatusOr<RunningServer> server =
+        StartServer("127.0.0.1:0", {service_.get()});
     ASSERT_THAT(server.status(), IsOk());
     server_ = std::move(*server);
     address_ = absl::StrCat("127.0.0.1:", server_.port);
@@ -41,7 +43,8 @@ class WorkerServiceTest : public ::testing::Test {
     desc.dtype = DType::kInt32;
     desc.tensor_shape = {kRows, kCols};
     desc.box = Box{{0, 0}, {kRows, kCols}};
-    ASSERT_THAT(store_.Allocate(1, desc, InitSpec{InitSpec::Kind::kArange}), IsOk());
+    ASSERT_THAT(store_.Allocate(1, desc, InitSpec{InitSpec::Kind::kArange}),
+                IsOk());
   }
   void TearDown() override { server_.server->Shutdown(); }
 
@@ -53,7 +56,8 @@ class WorkerServiceTest : public ::testing::Test {
         [&](int64_t offset, absl::string_view data) {
           EXPECT_EQ(offset % 4, 0);
           EXPECT_EQ(data.size() % 4, 0u);
-          std::memcpy(reinterpret_cast<char*>(out.data()) + offset, data.data(), data.size());
+          std::memcpy(reinterpret_cast<char*>(out.data()) + offset, data.data(),
+                      data.size());
           return absl::OkStatus();
         },
         "");
@@ -61,7 +65,9 @@ class WorkerServiceTest : public ::testing::Test {
     return out;
   }
 
-  static int32_t At(int64_t r, int64_t c) { return static_cast<int32_t>(r * kCols + c); }
+  static int32_t At(int64_t r, int64_t c) {
+    return static_cast<int32_t>(r * kCols + c);
+  }
 
   HostShardStore store_;
   std::unique_ptr<WorkerService> service_;
@@ -71,7 +77,8 @@ class WorkerServiceTest : public ::testing::Test {
 };
 
 TEST_F(WorkerServiceTest, ContiguousRowsStreamFromShardMemory) {
-  const std::vector<int32_t> rows = Read(Box{{100, 0}, {900, kCols}});  // ~1.8 MiB: streamed
+  const std::vector<int32_t> rows =
+      Read(Box{{100, 0}, {900, kCols}});  // ~1.8 MiB: streamed
   ASSERT_EQ(rows.size(), 900u * kCols);
   EXPECT_EQ(rows.front(), At(100, 0));
   EXPECT_EQ(rows[12345], At(100 + 12345 / kCols, 12345 % kCols));
@@ -79,7 +86,8 @@ TEST_F(WorkerServiceTest, ContiguousRowsStreamFromShardMemory) {
 }
 
 TEST_F(WorkerServiceTest, StridedBoxIsGatheredIntoChunks) {
-  const std::vector<int32_t> cols = Read(Box{{0, 3}, {kRows, 500}});  // not contiguous
+  const std::vector<int32_t> cols =
+      Read(Box{{0, 3}, {kRows, 500}});  // not contiguous
   EXPECT_EQ(cols[0], At(0, 3));
   EXPECT_EQ(cols[500], At(1, 3));
   EXPECT_EQ(cols.back(), At(kRows - 1, 502));
@@ -121,7 +129,8 @@ TEST_F(WorkerServiceTest, ReadOfUnknownShardIsNotFound) {
 }
 
 TEST_F(WorkerServiceTest, SameHostClientMapsTheShardUntilItIsFreed) {
-  if (access("/dev/shm", W_OK) != 0) GTEST_SKIP() << "no writable /dev/shm here";
+  if (access("/dev/shm", W_OK) != 0)
+    GTEST_SKIP() << "no writable /dev/shm here";
   const Box box{{10, 0}, {5, kCols}};
   absl::StatusOr<std::unique_ptr<ShardMapping>> mapping =
       MapShardBox(channel_, 1, box, 4, absl::Seconds(30));
@@ -149,8 +158,9 @@ TEST_F(WorkerServiceTest, PrivateShardIsNotOfferedForMapping) {
   desc.tensor_shape = {4};
   desc.box = Box{{0}, {4}};
   ASSERT_THAT(store_.Allocate(2, desc, InitSpec{}), IsOk());
-  EXPECT_THAT(MapShardBox(channel_, 2, Box{{0}, {4}}, 4, absl::Seconds(30)).status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(
+      MapShardBox(channel_, 2, Box{{0}, {4}}, 4, absl::Seconds(30)).status(),
+      StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 }  // namespace

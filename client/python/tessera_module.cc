@@ -87,16 +87,26 @@ void TranslateStatusError(const StatusError& e) {
 // raw 16-bit words).
 const char* NumpyName(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return "float32";
-    case DType::kFloat64: return "float64";
-    case DType::kFloat16: return "float16";
-    case DType::kBFloat16: return "uint16";
-    case DType::kInt8: return "int8";
-    case DType::kUInt8: return "uint8";
-    case DType::kInt16: return "int16";
-    case DType::kInt32: return "int32";
-    case DType::kInt64: return "int64";
-    case DType::kBool: return "bool";
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat64:
+      return "float64";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kBFloat16:
+      return "uint16";
+    case DType::kInt8:
+      return "int8";
+    case DType::kUInt8:
+      return "uint8";
+    case DType::kInt16:
+      return "int16";
+    case DType::kInt32:
+      return "int32";
+    case DType::kInt64:
+      return "int64";
+    case DType::kBool:
+      return "bool";
   }
   return "uint8";
 }
@@ -118,8 +128,10 @@ py::tuple ToTuple(absl::Span<const int64_t> v) {
 // A HostArray handed to numpy without copying: the capsule owns the buffer.
 py::array ToNumpy(HostArray array) {
   auto* owner = new HostArray(std::move(array));
-  py::capsule capsule(owner, [](void* p) { delete static_cast<HostArray*>(p); });
-  return py::array(NumpyDType(owner->dtype), ToPyShape(owner->shape), owner->data(), capsule);
+  py::capsule capsule(owner,
+                      [](void* p) { delete static_cast<HostArray*>(p); });
+  return py::array(NumpyDType(owner->dtype), ToPyShape(owner->shape),
+                   owner->data(), capsule);
 }
 
 std::optional<int64_t> OptionalInt(py::handle h) {
@@ -129,13 +141,15 @@ std::optional<int64_t> OptionalInt(py::handle h) {
 
 // Ranges given as "0:5,:" or as a sequence of (start|None, stop|None).
 std::vector<DimRange> ToRanges(py::handle obj) {
-  if (py::isinstance<py::str>(obj)) return Unwrap(ParseRanges(obj.cast<std::string>()));
+  if (py::isinstance<py::str>(obj))
+    return Unwrap(ParseRanges(obj.cast<std::string>()));
   std::vector<DimRange> ranges;
   for (py::handle item : obj) {
     py::sequence pair = py::reinterpret_borrow<py::sequence>(item);
     if (pair.size() != 2) {
-      throw StatusError(absl::InvalidArgumentError(
-          "a box dim must be a (start, stop) pair, a slice, or text like '0:5'"));
+      throw StatusError(
+          absl::InvalidArgumentError("a box dim must be a (start, stop) pair, "
+                                     "a slice, or text like '0:5'"));
     }
     ranges.push_back(DimRange{OptionalInt(pair[0]), OptionalInt(pair[1])});
   }
@@ -143,9 +157,11 @@ std::vector<DimRange> ToRanges(py::handle obj) {
 }
 
 std::vector<Placement> ToPlacements(py::handle obj) {
-  if (py::isinstance<py::str>(obj)) return Unwrap(ParsePlacementList(obj.cast<std::string>()));
+  if (py::isinstance<py::str>(obj))
+    return Unwrap(ParsePlacementList(obj.cast<std::string>()));
   std::vector<Placement> placements;
-  for (py::handle item : obj) placements.push_back(Unwrap(ParsePlacement(item.cast<std::string>())));
+  for (py::handle item : obj)
+    placements.push_back(Unwrap(ParsePlacement(item.cast<std::string>())));
   return placements;
 }
 
@@ -171,7 +187,8 @@ SpecArgs ToSpecArgs(py::handle obj) {
     for (py::handle item : t[1]) {
       py::tuple shard = item.cast<py::tuple>();
       spec.ranges.push_back(ToRanges(shard[0]));
-      spec.placements.push_back(Unwrap(ParsePlacement(shard[1].cast<std::string>())));
+      spec.placements.push_back(
+          Unwrap(ParsePlacement(shard[1].cast<std::string>())));
     }
   } else if (kind == "text") {
     spec.chunk = false;
@@ -180,12 +197,14 @@ SpecArgs ToSpecArgs(py::handle obj) {
       spec.placements.push_back(std::move(shard.placement));
     }
   } else {
-    throw StatusError(absl::InvalidArgumentError(absl::StrCat("unknown sharding kind ", kind)));
+    throw StatusError(absl::InvalidArgumentError(
+        absl::StrCat("unknown sharding kind ", kind)));
   }
   return spec;
 }
 
-absl::StatusOr<LayoutSpec> ResolveSpec(const SpecArgs& spec, const Shape& shape) {
+absl::StatusOr<LayoutSpec> ResolveSpec(const SpecArgs& spec,
+                                       const Shape& shape) {
   if (spec.chunk) return LayoutSpec::Chunk(spec.chunk_dim, spec.placements);
   std::vector<Box> boxes;
   for (const std::vector<DimRange>& ranges : spec.ranges) {
@@ -260,7 +279,8 @@ absl::Status ResolveKey(const RegionKey& key, const Shape& shape, Box* box,
       }
     }
     if (ellipses > 1) {
-      return absl::InvalidArgumentError("region: an index can only have a single ellipsis ('...')");
+      return absl::InvalidArgumentError(
+          "region: an index can only have a single ellipsis ('...')");
     }
     for (const KeyItem& k : key.items) {
       if (k.ellipsis) {
@@ -286,7 +306,8 @@ absl::Status ResolveKey(const RegionKey& key, const Shape& shape, Box* box,
   return absl::OkStatus();
 }
 
-py::dict ShardDict(const TensorMetadata& meta, size_t i, const ShardHandle* handle) {
+py::dict ShardDict(const TensorMetadata& meta, size_t i,
+                   const ShardHandle* handle) {
   const ShardInfo& s = meta.shards[i];
   py::dict d;
   d["index"] = i;
@@ -308,7 +329,8 @@ py::dict ShardDict(const TensorMetadata& meta, size_t i, const ShardHandle* hand
   return d;
 }
 
-py::dict MetaDict(const TensorMetadata& meta, const std::vector<ShardHandle>* handles) {
+py::dict MetaDict(const TensorMetadata& meta,
+                  const std::vector<ShardHandle>* handles) {
   py::dict d;
   d["name"] = meta.name;
   d["shape"] = ToTuple(meta.shape);
@@ -328,7 +350,8 @@ py::dict MetaDict(const TensorMetadata& meta, const std::vector<ShardHandle>* ha
 }
 
 // Handles that belong to exactly `meta`'s version, or none.
-std::vector<ShardHandle> MatchingHandles(Client& client, const TensorMetadata& meta) {
+std::vector<ShardHandle> MatchingHandles(Client& client,
+                                         const TensorMetadata& meta) {
   absl::StatusOr<std::vector<ShardHandle>> handles = client.Handles(meta.name);
   if (!handles.ok() || handles->size() != meta.shards.size() ||
       (!handles->empty() && (*handles)[0].version() != meta.version)) {
@@ -340,7 +363,8 @@ std::vector<ShardHandle> MatchingHandles(Client& client, const TensorMetadata& m
 // The Python-facing client: shares one thread-safe C++ Client.
 class PyClient {
  public:
-  explicit PyClient(std::shared_ptr<Client> client) : client_(std::move(client)) {}
+  explicit PyClient(std::shared_ptr<Client> client)
+      : client_(std::move(client)) {}
 
   static PyClient Connect(const std::string& address, double rpc_timeout_s,
                           double connect_timeout_s, double data_timeout_s,
@@ -358,7 +382,8 @@ class PyClient {
   std::string address() const { return client_->coordinator_address(); }
 
   py::list Workers() {
-    std::vector<WorkerInfo> workers = Unwrap(WithoutGil([&] { return client_->Workers(); }));
+    std::vector<WorkerInfo> workers =
+        Unwrap(WithoutGil([&] { return client_->Workers(); }));
     py::list out;
     for (const WorkerInfo& w : workers) {
       py::dict d;
@@ -375,7 +400,8 @@ class PyClient {
   }
 
   py::list List() {
-    std::vector<TensorInfo> tensors = Unwrap(WithoutGil([&] { return client_->List(); }));
+    std::vector<TensorInfo> tensors =
+        Unwrap(WithoutGil([&] { return client_->List(); }));
     py::list out;
     for (const TensorInfo& t : tensors) {
       py::dict d;
@@ -401,8 +427,8 @@ class PyClient {
         handles = MatchingHandles(*client_, meta);
         if (!handles.empty() || meta.shards.empty()) return absl::OkStatus();
       }
-      return absl::AbortedError(absl::StrCat("tensor '", name,
-                                             "' kept changing while it was described; retry"));
+      return absl::AbortedError(absl::StrCat(
+          "tensor '", name, "' kept changing while it was described; retry"));
     });
     Check(status);
     return MetaDict(meta, &handles);
@@ -413,7 +439,8 @@ class PyClient {
   }
 
   py::dict Create(const std::string& name, const std::vector<int64_t>& shape,
-                  const std::string& dtype_name, py::handle spec_obj, const std::string& init_text) {
+                  const std::string& dtype_name, py::handle spec_obj,
+                  const std::string& init_text) {
     const DType dtype = Unwrap(ParseDType(dtype_name));
     const InitSpec init = Unwrap(ParseInit(init_text));
     Check(CheckInitValue(init, dtype));
@@ -422,7 +449,8 @@ class PyClient {
     TensorMetadata meta;
     std::vector<ShardHandle> handles;
     Check(WithoutGil([&]() -> absl::Status {
-      absl::StatusOr<TensorMetadata> m = client_->Create(name, shape, dtype, spec, init);
+      absl::StatusOr<TensorMetadata> m =
+          client_->Create(name, shape, dtype, spec, init);
       if (!m.ok()) return m.status();
       meta = *std::move(m);
       handles = MatchingHandles(*client_, meta);
@@ -431,21 +459,23 @@ class PyClient {
     return MetaDict(meta, &handles);
   }
 
-  py::dict Put(const std::string& name, py::array array, const std::string& dtype_name,
-               py::handle spec_obj) {
+  py::dict Put(const std::string& name, py::array array,
+               const std::string& dtype_name, py::handle spec_obj) {
     const DType dtype = Unwrap(ParseDType(dtype_name));
     if (!(array.flags() & py::array::c_style)) {
-      throw StatusError(absl::InvalidArgumentError("put: the array must be C-contiguous"));
+      throw StatusError(
+          absl::InvalidArgumentError("put: the array must be C-contiguous"));
     }
     if (static_cast<size_t>(array.itemsize()) != ItemSize(dtype)) {
       throw StatusError(absl::InvalidArgumentError(absl::StrCat(
-          "put: dtype ", DTypeName(dtype), " has ", ItemSize(dtype), "-byte items but the array has ",
-          array.itemsize(), "-byte items")));
+          "put: dtype ", DTypeName(dtype), " has ", ItemSize(dtype),
+          "-byte items but the array has ", array.itemsize(), "-byte items")));
     }
     Shape shape(array.shape(), array.shape() + array.ndim());
     if (shape.empty()) {
-      throw StatusError(absl::InvalidArgumentError(
-          "put: a tensor needs at least one dim (got a 0-d array; reshape it to (1,))"));
+      throw StatusError(
+          absl::InvalidArgumentError("put: a tensor needs at least one dim "
+                                     "(got a 0-d array; reshape it to (1,))"));
     }
     const SpecArgs args = ToSpecArgs(spec_obj);
     const LayoutSpec spec = Unwrap(ResolveSpec(args, shape));
@@ -454,7 +484,8 @@ class PyClient {
     std::vector<ShardHandle> handles;
     // `array` stays referenced by this frame while the GIL is released.
     Check(WithoutGil([&]() -> absl::Status {
-      absl::StatusOr<TensorMetadata> m = client_->Put(name, shape, dtype, data, spec);
+      absl::StatusOr<TensorMetadata> m =
+          client_->Put(name, shape, dtype, data, spec);
       if (!m.ok()) return m.status();
       meta = *std::move(m);
       handles = MatchingHandles(*client_, meta);
@@ -465,7 +496,8 @@ class PyClient {
 
   py::array Get(const std::string& name, py::handle region, py::object out) {
     const RegionKey key = ToRegionKey(region);
-    const TensorMetadata meta = Unwrap(WithoutGil([&] { return client_->Describe(name); }));
+    const TensorMetadata meta =
+        Unwrap(WithoutGil([&] { return client_->Describe(name); }));
     Box box;
     std::vector<int64_t> result_shape;
     Check(ResolveKey(key, meta.shape, &box, &result_shape));
@@ -480,27 +512,30 @@ class PyClient {
     const int64_t nbytes = static_cast<int64_t>(array.nbytes());
     std::optional<Box> fetch;
     if (!key.whole) fetch = box;
-    Check(WithoutGil([&] { return client_->GetInto(name, fetch, data, nbytes); }));
+    Check(WithoutGil(
+        [&] { return client_->GetInto(name, fetch, data, nbytes); }));
     return array;
   }
 
   py::array GetShard(const std::string& name, int64_t index) {
-    return ToNumpy(Unwrap(WithoutGil([&] { return client_->GetShard(name, index); })));
+    return ToNumpy(
+        Unwrap(WithoutGil([&] { return client_->GetShard(name, index); })));
   }
 
   py::dict Reshard(const std::string& name, py::handle spec_obj) {
     const SpecArgs args = ToSpecArgs(spec_obj);
-    ReshardStats stats = Unwrap(WithoutGil([&]() -> absl::StatusOr<ReshardStats> {
-      Shape shape;
-      if (!args.chunk) {
-        absl::StatusOr<TensorMetadata> meta = client_->Describe(name);
-        if (!meta.ok()) return meta.status();
-        shape = meta->shape;
-      }
-      absl::StatusOr<LayoutSpec> spec = ResolveSpec(args, shape);
-      if (!spec.ok()) return spec.status();
-      return client_->Reshard(name, *spec);
-    }));
+    ReshardStats stats =
+        Unwrap(WithoutGil([&]() -> absl::StatusOr<ReshardStats> {
+          Shape shape;
+          if (!args.chunk) {
+            absl::StatusOr<TensorMetadata> meta = client_->Describe(name);
+            if (!meta.ok()) return meta.status();
+            shape = meta->shape;
+          }
+          absl::StatusOr<LayoutSpec> spec = ResolveSpec(args, shape);
+          if (!spec.ok()) return spec.status();
+          return client_->Reshard(name, *spec);
+        }));
     py::dict d;
     d["version"] = stats.version;
     d["pieces_moved"] = stats.pieces_moved;
@@ -515,23 +550,25 @@ class PyClient {
   // The caller's `out`: a writeable, C-contiguous ndarray of exactly the
   // region's dtype and shape (no casting, no reshaping: those would copy).
   static py::array ValidateOut(py::object out, const py::dtype& dtype,
-                               const std::vector<int64_t>& shape, const TensorMetadata& meta,
-                               const Box& box) {
+                               const std::vector<int64_t>& shape,
+                               const TensorMetadata& meta, const Box& box) {
     auto fail = [&](const std::string& why) {
       return StatusError(absl::InvalidArgumentError(absl::StrCat(
-          "out: ", why, "; region ", box.ToString(), " of '", meta.name, "' needs a writeable ",
-          "C-contiguous numpy array of dtype ", Str(dtype), " and shape ",
-          Str(ToTuple(shape)))));
+          "out: ", why, "; region ", box.ToString(), " of '", meta.name,
+          "' needs a writeable ", "C-contiguous numpy array of dtype ",
+          Str(dtype), " and shape ", Str(ToTuple(shape)))));
     };
     if (!py::isinstance<py::array>(out)) throw fail("not a numpy array");
     py::array array = py::reinterpret_borrow<py::array>(out);
     if (!array.dtype().attr("__eq__")(dtype).cast<bool>()) {
       throw fail(absl::StrCat("has dtype ", Str(array.dtype())));
     }
-    if (!(array.dtype().attr("isnative").cast<bool>())) throw fail("is not in native byte order");
+    if (!(array.dtype().attr("isnative").cast<bool>()))
+      throw fail("is not in native byte order");
     std::vector<int64_t> got(array.shape(), array.shape() + array.ndim());
     if (got != shape) throw fail(absl::StrCat("has shape ", Str(ToTuple(got))));
-    if (!(array.flags() & py::array::c_style)) throw fail("is not C-contiguous");
+    if (!(array.flags() & py::array::c_style))
+      throw fail("is not C-contiguous");
     if (!array.writeable()) throw fail("is read-only");
     return array;
   }
@@ -546,7 +583,9 @@ class PyClient {
 PYBIND11_MODULE(_tessera, m) {
   using namespace tessera;          // NOLINT
   using namespace tessera::python;  // NOLINT
-  m.doc() = "tessera's C++ SDK bound for Python; use the `tessera` package, not this module.";
+  m.doc() =
+      "tessera's C++ SDK bound for Python; use the `tessera` package, not this "
+      "module.";
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {
@@ -574,49 +613,59 @@ PYBIND11_MODULE(_tessera, m) {
       },
       "Every tessera dtype name, in enum order.");
 
-  py::class_<ShardHandle>(m, "ShardHandle",
-                          "RRef-like handle to one shard of one version of a tensor. to_here() "
-                          "reads the shard straight from its worker into a new numpy array; once "
-                          "that version is freed (tensor resharded or deleted) it raises "
-                          "FailedPrecondition instead of returning other data. str(handle) is "
-                          "'NAME@vVERSION#SHARD_ID', as `describe` prints it.")
+  py::class_<ShardHandle>(
+      m, "ShardHandle",
+      "RRef-like handle to one shard of one version of a tensor. to_here() "
+      "reads the shard straight from its worker into a new numpy array; once "
+      "that version is freed (tensor resharded or deleted) it raises "
+      "FailedPrecondition instead of returning other data. str(handle) is "
+      "'NAME@vVERSION#SHARD_ID', as `describe` prints it.")
       .def_property_readonly("tensor", &ShardHandle::tensor)
       .def_property_readonly("version", &ShardHandle::version)
       .def_property_readonly("index", &ShardHandle::index)
       .def_property_readonly("dtype",
-                             [](const ShardHandle& h) { return std::string(DTypeName(h.dtype())); })
-      .def_property_readonly("offsets",
-                             [](const ShardHandle& h) { return ToTuple(h.shard().box.offsets); })
-      .def_property_readonly("sizes",
-                             [](const ShardHandle& h) { return ToTuple(h.shard().box.sizes); })
-      .def_property_readonly("worker", [](const ShardHandle& h) { return h.shard().worker; })
-      .def_property_readonly("address", [](const ShardHandle& h) { return h.shard().address; })
-      .def_property_readonly("shard_id", [](const ShardHandle& h) { return h.shard().shard_id; })
+                             [](const ShardHandle& h) {
+                               return std::string(DTypeName(h.dtype()));
+                             })
+      .def_property_readonly(
+          "offsets",
+          [](const ShardHandle& h) { return ToTuple(h.shard().box.offsets); })
+      .def_property_readonly(
+          "sizes",
+          [](const ShardHandle& h) { return ToTuple(h.shard().box.sizes); })
+      .def_property_readonly(
+          "worker", [](const ShardHandle& h) { return h.shard().worker; })
+      .def_property_readonly(
+          "address", [](const ShardHandle& h) { return h.shard().address; })
+      .def_property_readonly(
+          "shard_id", [](const ShardHandle& h) { return h.shard().shard_id; })
       .def(
           "to_here",
           [](const ShardHandle& h) {
             return ToNumpy(Unwrap(WithoutGil([&] { return h.ToHere(); })));
           },
-          "Fetches this shard's data straight from its worker as a numpy array.")
+          "Fetches this shard's data straight from its worker as a numpy "
+          "array.")
       .def("__str__", &ShardHandle::ToString)
       .def("__repr__", [](const ShardHandle& h) {
         return absl::StrCat("ShardHandle('", h.ToString(), "')");
       });
 
   py::class_<PyClient>(m, "Client")
-      .def_static("connect", &PyClient::Connect, py::arg("address"), py::arg("rpc_timeout_s"),
-                  py::arg("connect_timeout_s"), py::arg("data_timeout_s"),
-                  py::arg("max_parallel_streams"))
+      .def_static("connect", &PyClient::Connect, py::arg("address"),
+                  py::arg("rpc_timeout_s"), py::arg("connect_timeout_s"),
+                  py::arg("data_timeout_s"), py::arg("max_parallel_streams"))
       .def_property_readonly("address", &PyClient::address)
       .def("workers", &PyClient::Workers)
       .def("list", &PyClient::List)
       .def("describe", &PyClient::Describe, py::arg("name"))
       .def("delete", &PyClient::Delete, py::arg("name"))
-      .def("create", &PyClient::Create, py::arg("name"), py::arg("shape"), py::arg("dtype"),
-           py::arg("spec"), py::arg("init"))
-      .def("put", &PyClient::Put, py::arg("name"), py::arg("array"), py::arg("dtype"),
-           py::arg("spec"))
-      .def("get", &PyClient::Get, py::arg("name"), py::arg("region"), py::arg("out"))
+      .def("create", &PyClient::Create, py::arg("name"), py::arg("shape"),
+           py::arg("dtype"), py::arg("spec"), py::arg("init"))
+      .def("put", &PyClient::Put, py::arg("name"), py::arg("array"),
+           py::arg("dtype"), py::arg("spec"))
+      .def("get", &PyClient::Get, py::arg("name"), py::arg("region"),
+           py::arg("out"))
       .def("get_shard", &PyClient::GetShard, py::arg("name"), py::arg("index"))
       .def("reshard", &PyClient::Reshard, py::arg("name"), py::arg("spec"));
 }
