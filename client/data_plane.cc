@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/errors.h"
@@ -49,6 +50,21 @@ absl::Status RunParallel(std::vector<std::function<absl::Status()>> tasks,
   worker();
   for (std::thread& t : threads) t.join();
   return first_error;
+}
+
+// A fresh channel's first connect can fail transiently; before calling a
+// worker unreachable, try the (idempotent) operation twice more, briefly.
+absl::Status WithConnectRetries(const std::function<absl::Status()>& op) {
+  absl::Duration backoff = absl::Milliseconds(50);
+  for (int attempt = 0;; ++attempt) {
+    absl::Status status = op();
+    const bool connect_failure =
+        absl::IsUnavailable(status) &&
+        absl::StrContains(status.message(), "failed to connect");
+    if (!connect_failure || attempt == 2) return status;
+    absl::SleepFor(backoff);
+    backoff *= 3;
+  }
 }
 
 absl::Status CheckAvailable(const TensorMetadata& meta, size_t index) {
@@ -135,24 +151,24 @@ absl::Status GatherRegion(Connection& connection, const TensorMetadata& meta,
           connection.WorkerChannel(address);
       for (const RegionPiece* piece : worker_pieces) {
         const ShardInfo& shard = meta.shards[piece->shard_index];
-        absl::Status status = CopyShared(
-            connection, channel, meta, piece->shard_index, piece->in_shard, out,
-            region.sizes, piece->in_region.offsets);
-        if (status.ok()) continue;
-        if (!absl::IsFailedPrecondition(status))
-          return ExplainRead(status, meta, piece->shard_index);
-        status = ReadRegion(
-            channel, shard.shard_id, piece->in_shard,
-            static_cast<int64_t>(item), connection.options().data_timeout,
-            [&](int64_t byte_offset, absl::string_view data) -> absl::Status {
-              CopyFlatRangeToBox(data.data(),
-                                 byte_offset / static_cast<int64_t>(item),
-                                 static_cast<int64_t>(data.size() / item),
-                                 piece->in_region.sizes, out, region.sizes,
-                                 piece->in_region.offsets, item);
-              return absl::OkStatus();
-            },
-            "");
+        absl::Status status = WithConnectRetries([&]() -> absl::Status {
+          absl::Status shared = CopyShared(
+              connection, channel, meta, piece->shard_index, piece->in_shard,
+              out, region.sizes, piece->in_region.offsets);
+          if (!absl::IsFailedPrecondition(shared)) return shared;
+          return ReadRegion(
+              channel, shard.shard_id, piece->in_shard,
+              static_cast<int64_t>(item), connection.options().data_timeout,
+              [&](int64_t byte_offset, absl::string_view data) -> absl::Status {
+                CopyFlatRangeToBox(data.data(),
+                                   byte_offset / static_cast<int64_t>(item),
+                                   static_cast<int64_t>(data.size() / item),
+                                   piece->in_region.sizes, out, region.sizes,
+                                   piece->in_region.offsets, item);
+                return absl::OkStatus();
+              },
+              "");
+        });
         if (!status.ok()) return ExplainRead(status, meta, piece->shard_index);
       }
       return absl::OkStatus();
@@ -179,38 +195,40 @@ absl::Status ScatterTensor(Connection& connection, const TensorMetadata& meta,
         const ShardInfo& shard = meta.shards[index];
         const int64_t bytes =
             shard.box.NumElements() * static_cast<int64_t>(item);
-        // Same host: write into the shard's shared memory directly.
-        if (connection.options().shared_memory &&
-            bytes >= kSharedMemoryMinBytes) {
-          absl::StatusOr<std::unique_ptr<ShardMapping>> mapping =
-              MapShardForWrite(channel, shard.shard_id,
-                               static_cast<int64_t>(item),
-                               connection.options().data_timeout);
-          if (mapping.ok() && SameDims((*mapping)->shape(), shard.box.sizes)) {
-            CopyBox(src, meta.shape, shard.box.offsets,
-                    (*mapping)->MutableAt(0), shard.box.sizes,
-                    std::vector<int64_t>(shard.box.rank(), 0), shard.box.sizes,
-                    item);
-            continue;
-          }
-          if (!mapping.ok() && !absl::IsFailedPrecondition(mapping.status())) {
-            return Annotate(
-                mapping.status(),
-                absl::StrCat("writing shard ", index, " of tensor '", meta.name,
-                             "' to worker '", shard.worker, "'"));
-          }
-        }
-        absl::Status status = WriteShard(
-            stub.get(), shard.shard_id, bytes,
-            [&](int64_t byte_offset, absl::Span<char> dst) {
-              CopyBoxToFlatRange(
-                  src, meta.shape, shard.box.offsets, shard.box.sizes,
-                  byte_offset / static_cast<int64_t>(item),
-                  static_cast<int64_t>(dst.size() / item), dst.data(), item);
-            },
-            connection.options().data_timeout,
+        const std::string context =
             absl::StrCat("writing shard ", index, " of tensor '", meta.name,
-                         "' to worker '", shard.worker, "'"));
+                         "' to worker '", shard.worker, "'");
+        absl::Status status = WithConnectRetries([&]() -> absl::Status {
+          // Same host: write into the shard's shared memory directly.
+          if (connection.options().shared_memory &&
+              bytes >= kSharedMemoryMinBytes) {
+            absl::StatusOr<std::unique_ptr<ShardMapping>> mapping =
+                MapShardForWrite(channel, shard.shard_id,
+                                 static_cast<int64_t>(item),
+                                 connection.options().data_timeout);
+            if (mapping.ok() &&
+                SameDims((*mapping)->shape(), shard.box.sizes)) {
+              CopyBox(src, meta.shape, shard.box.offsets,
+                      (*mapping)->MutableAt(0), shard.box.sizes,
+                      std::vector<int64_t>(shard.box.rank(), 0),
+                      shard.box.sizes, item);
+              return absl::OkStatus();
+            }
+            if (!mapping.ok() &&
+                !absl::IsFailedPrecondition(mapping.status())) {
+              return Annotate(mapping.status(), context);
+            }
+          }
+          return WriteShard(
+              stub.get(), shard.shard_id, bytes,
+              [&](int64_t byte_offset, absl::Span<char> dst) {
+                CopyBoxToFlatRange(
+                    src, meta.shape, shard.box.offsets, shard.box.sizes,
+                    byte_offset / static_cast<int64_t>(item),
+                    static_cast<int64_t>(dst.size() / item), dst.data(), item);
+              },
+              connection.options().data_timeout, context);
+        });
         if (!status.ok()) return status;
       }
       return absl::OkStatus();
@@ -228,19 +246,19 @@ absl::Status FetchShard(Connection& connection, const TensorMetadata& meta,
   Box whole = WholeBox(shard.box.sizes);
   std::shared_ptr<grpc::Channel> channel =
       connection.WorkerChannel(shard.address);
-  absl::Status status = CopyShared(connection, channel, meta, index, whole, out,
-                                   shard.box.sizes, whole.offsets);
-  if (status.ok()) return absl::OkStatus();
-  if (!absl::IsFailedPrecondition(status))
-    return ExplainRead(status, meta, index);
-  status = ReadRegion(
-      channel, shard.shard_id, whole, static_cast<int64_t>(item),
-      connection.options().data_timeout,
-      [&](int64_t byte_offset, absl::string_view data) -> absl::Status {
-        std::memcpy(out + byte_offset, data.data(), data.size());
-        return absl::OkStatus();
-      },
-      "");
+  absl::Status status = WithConnectRetries([&]() -> absl::Status {
+    absl::Status shared = CopyShared(connection, channel, meta, index, whole,
+                                     out, shard.box.sizes, whole.offsets);
+    if (!absl::IsFailedPrecondition(shared)) return shared;
+    return ReadRegion(
+        channel, shard.shard_id, whole, static_cast<int64_t>(item),
+        connection.options().data_timeout,
+        [&](int64_t byte_offset, absl::string_view data) -> absl::Status {
+          std::memcpy(out + byte_offset, data.data(), data.size());
+          return absl::OkStatus();
+        },
+        "");
+  });
   if (!status.ok()) return ExplainRead(status, meta, index);
   return absl::OkStatus();
 }

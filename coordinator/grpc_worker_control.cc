@@ -31,6 +31,23 @@ absl::Status WorkerStatus(const grpc::Status& status,
   return FromGrpcStatus(status);
 }
 
+// Runs one call, again up to twice after a short pause when the connection
+// itself failed (a fresh channel's first connect can fail transiently; the
+// call never reached the worker, so repeating it is safe).
+template <typename Call>
+grpc::Status CallWithConnectRetries(const Call& call) {
+  absl::Duration backoff = absl::Milliseconds(50);
+  for (int attempt = 0;; ++attempt) {
+    grpc::Status status = call();
+    const bool connect_failure =
+        status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+        status.error_message().find("failed to connect") != std::string::npos;
+    if (!connect_failure || attempt == 2) return status;
+    absl::SleepFor(backoff);
+    backoff *= 3;
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<int64_t> GrpcWorkerControl::Allocate(
@@ -48,11 +65,13 @@ absl::StatusOr<int64_t> GrpcWorkerControl::Allocate(
     BoxToProto(box, item->mutable_offsets(), item->mutable_sizes());
   }
   v1::AllocateShardsResponse response;
-  grpc::ClientContext context;
-  SetDeadline(&context, options_.allocate_timeout);
   absl::Status status =
-      WorkerStatus(v1::Worker::NewStub(channels_.Get(address))
-                       ->AllocateShards(&context, request, &response),
+      WorkerStatus(CallWithConnectRetries([&] {
+                     grpc::ClientContext context;
+                     SetDeadline(&context, options_.allocate_timeout);
+                     return v1::Worker::NewStub(channels_.Get(address))
+                         ->AllocateShards(&context, request, &response);
+                   }),
                    address);
   if (!status.ok()) return status;
   return response.bytes_used();
@@ -63,11 +82,13 @@ absl::StatusOr<int64_t> GrpcWorkerControl::Free(
   v1::FreeShardsRequest request;
   request.mutable_shard_ids()->Assign(shard_ids.begin(), shard_ids.end());
   v1::FreeShardsResponse response;
-  grpc::ClientContext context;
-  SetDeadline(&context, options_.free_timeout);
   absl::Status status =
-      WorkerStatus(v1::Worker::NewStub(channels_.Get(address))
-                       ->FreeShards(&context, request, &response),
+      WorkerStatus(CallWithConnectRetries([&] {
+                     grpc::ClientContext context;
+                     SetDeadline(&context, options_.free_timeout);
+                     return v1::Worker::NewStub(channels_.Get(address))
+                         ->FreeShards(&context, request, &response);
+                   }),
                    address);
   if (!status.ok()) return status;
   return response.bytes_used();
@@ -85,10 +106,12 @@ absl::Status GrpcWorkerControl::Pull(const std::string& address,
                                         piece.src_offsets.end());
   request.mutable_sizes()->Assign(piece.sizes.begin(), piece.sizes.end());
   v1::PullRegionResponse response;
-  grpc::ClientContext context;
-  SetDeadline(&context, options_.pull_timeout);
-  return WorkerStatus(v1::Worker::NewStub(channels_.Get(address))
-                          ->PullRegion(&context, request, &response),
+  return WorkerStatus(CallWithConnectRetries([&] {
+                        grpc::ClientContext context;
+                        SetDeadline(&context, options_.pull_timeout);
+                        return v1::Worker::NewStub(channels_.Get(address))
+                            ->PullRegion(&context, request, &response);
+                      }),
                       address);
 }
 
