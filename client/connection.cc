@@ -24,17 +24,14 @@ std::shared_ptr<grpc::Channel> Connection::WorkerChannel(
 }
 
 void Connection::PrepareControlCall(grpc::ClientContext* context) const {
-  context->set_deadline(std::chrono::system_clock::now() +
-                        std::chrono::milliseconds(
-                            absl::ToInt64Milliseconds(options_.rpc_timeout)));
+  SetDeadline(context, options_.rpc_timeout);
 }
 
 absl::Status Connection::ControlError(const grpc::Status& status) const {
   // Errors the coordinator raises itself say "unavailable"; gRPC's own
   // connection failures do not.
   const bool transport_failure =
-      (status.error_code() == grpc::StatusCode::UNAVAILABLE &&
-       status.error_message().find("unavailable") == std::string::npos) ||
+      IsTransportFailure(status) ||
       (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
        status.error_message() == "Deadline Exceeded");
   if (transport_failure) {

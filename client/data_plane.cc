@@ -15,6 +15,7 @@
 #include "core/region_plan.h"
 #include "core/status_macros.h"
 #include "core/strided_copy.h"
+#include "rpc/status.h"
 #include "transport/grpc_transport.h"
 #include "transport/shared_memory.h"
 
@@ -50,21 +51,6 @@ absl::Status RunParallel(std::vector<std::function<absl::Status()>> tasks,
   worker();
   for (std::thread& t : threads) t.join();
   return first_error;
-}
-
-// A fresh channel's first connect can fail transiently; before calling a
-// worker unreachable, try the (idempotent) operation twice more, briefly.
-absl::Status WithConnectRetries(const std::function<absl::Status()>& op) {
-  absl::Duration backoff = absl::Milliseconds(50);
-  for (int attempt = 0;; ++attempt) {
-    absl::Status status = op();
-    const bool connect_failure =
-        absl::IsUnavailable(status) &&
-        absl::StrContains(status.message(), "failed to connect");
-    if (!connect_failure || attempt == 2) return status;
-    absl::SleepFor(backoff);
-    backoff *= 3;
-  }
 }
 
 absl::Status CheckAvailable(const TensorMetadata& meta, size_t index) {
@@ -151,7 +137,7 @@ absl::Status GatherRegion(Connection& connection, const TensorMetadata& meta,
           connection.WorkerChannel(address);
       for (const RegionPiece* piece : worker_pieces) {
         const ShardInfo& shard = meta.shards[piece->shard_index];
-        absl::Status status = WithConnectRetries([&]() -> absl::Status {
+        absl::Status status = RetryConnectFailures([&]() -> absl::Status {
           absl::Status shared = CopyShared(
               connection, channel, meta, piece->shard_index, piece->in_shard,
               out, region.sizes, piece->in_region.offsets);
@@ -198,7 +184,7 @@ absl::Status ScatterTensor(Connection& connection, const TensorMetadata& meta,
         const std::string context =
             absl::StrCat("writing shard ", index, " of tensor '", meta.name,
                          "' to worker '", shard.worker, "'");
-        absl::Status status = WithConnectRetries([&]() -> absl::Status {
+        absl::Status status = RetryConnectFailures([&]() -> absl::Status {
           // Same host: write into the shard's shared memory directly.
           if (connection.options().shared_memory &&
               bytes >= kSharedMemoryMinBytes) {
@@ -246,7 +232,7 @@ absl::Status FetchShard(Connection& connection, const TensorMetadata& meta,
   Box whole = WholeBox(shard.box.sizes);
   std::shared_ptr<grpc::Channel> channel =
       connection.WorkerChannel(shard.address);
-  absl::Status status = WithConnectRetries([&]() -> absl::Status {
+  absl::Status status = RetryConnectFailures([&]() -> absl::Status {
     absl::Status shared = CopyShared(connection, channel, meta, index, whole,
                                      out, shard.box.sizes, whole.offsets);
     if (!absl::IsFailedPrecondition(shared)) return shared;

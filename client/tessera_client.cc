@@ -14,13 +14,6 @@
 namespace tessera {
 namespace {
 
-// gRPC's own connection failures; errors the coordinator raises say
-// "unavailable".
-bool CoordinatorUnreachable(const grpc::Status& status) {
-  return status.error_code() == grpc::StatusCode::UNAVAILABLE &&
-         status.error_message().find("unavailable") == std::string::npos;
-}
-
 // Runs an idempotent control-plane call, retrying with backoff (a bounded
 // number of times) while the coordinator cannot be reached.
 template <typename Request, typename Response>
@@ -35,7 +28,7 @@ grpc::Status CallIdempotent(
     connection.PrepareControlCall(&context);
     grpc::Status status =
         (connection.coordinator()->*method)(&context, request, response);
-    if (!CoordinatorUnreachable(status) ||
+    if (!IsTransportFailure(status) ||
         attempt >= connection.options().control_retries) {
       return status;
     }
@@ -75,14 +68,10 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   }
   auto connection = std::make_shared<Connection>(coordinator, options);
   // Wait for the connection once here, so later calls fail fast and clearly.
-  std::shared_ptr<grpc::Channel> channel = MakeChannel(coordinator);
-  auto deadline = std::chrono::system_clock::now() +
-                  std::chrono::milliseconds(
-                      absl::ToInt64Milliseconds(options.connect_timeout));
   v1::ListWorkersRequest request;
   v1::ListWorkersResponse response;
   grpc::ClientContext context;
-  context.set_deadline(deadline);
+  SetDeadline(&context, options.connect_timeout);
   context.set_wait_for_ready(true);
   grpc::Status status =
       connection->coordinator()->ListWorkers(&context, request, &response);
@@ -133,9 +122,7 @@ absl::StatusOr<TensorMetadata> Client::CreateInternal(
   grpc::ClientContext context;
   // Allocation with an init fill of a large tensor can take longer than a plain
   // call.
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::milliseconds(absl::ToInt64Milliseconds(
-                           connection_->options().data_timeout)));
+  SetDeadline(&context, connection_->options().data_timeout);
   grpc::Status status =
       connection_->coordinator()->CreateTensor(&context, request, &response);
   if (!status.ok()) return connection_->ControlError(status);
@@ -349,9 +336,7 @@ absl::StatusOr<ReshardStats> Client::Reshard(const std::string& name,
   LayoutSpecToProto(spec, request.mutable_spec());
   v1::ReshardTensorResponse response;
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::milliseconds(absl::ToInt64Milliseconds(
-                           connection_->options().data_timeout)));
+  SetDeadline(&context, connection_->options().data_timeout);
   grpc::Status status =
       connection_->coordinator()->ReshardTensor(&context, request, &response);
   if (!status.ok()) return connection_->ControlError(status);

@@ -11,41 +11,15 @@
 namespace tessera {
 namespace {
 
-void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
-  context->set_deadline(
-      std::chrono::system_clock::now() +
-      std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
-}
-
 // A worker that cannot be reached is reported in the system's own words.
 absl::Status WorkerStatus(const grpc::Status& status,
                           const std::string& address) {
-  const bool said_by_worker =
-      status.error_message().find("unavailable") != std::string::npos;
-  if (!said_by_worker &&
-      (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-       status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)) {
+  if (IsTransportFailure(status) ||
+      status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     return UnavailableError(
         absl::StrCat("worker at ", address, " (", status.error_message(), ")"));
   }
   return FromGrpcStatus(status);
-}
-
-// Runs one call, again up to twice after a short pause when the connection
-// itself failed (a fresh channel's first connect can fail transiently; the
-// call never reached the worker, so repeating it is safe).
-template <typename Call>
-grpc::Status CallWithConnectRetries(const Call& call) {
-  absl::Duration backoff = absl::Milliseconds(50);
-  for (int attempt = 0;; ++attempt) {
-    grpc::Status status = call();
-    const bool connect_failure =
-        status.error_code() == grpc::StatusCode::UNAVAILABLE &&
-        status.error_message().find("failed to connect") != std::string::npos;
-    if (!connect_failure || attempt == 2) return status;
-    absl::SleepFor(backoff);
-    backoff *= 3;
-  }
 }
 
 }  // namespace
@@ -65,14 +39,13 @@ absl::StatusOr<int64_t> GrpcWorkerControl::Allocate(
     BoxToProto(box, item->mutable_offsets(), item->mutable_sizes());
   }
   v1::AllocateShardsResponse response;
-  absl::Status status =
-      WorkerStatus(CallWithConnectRetries([&] {
-                     grpc::ClientContext context;
-                     SetDeadline(&context, options_.allocate_timeout);
-                     return v1::Worker::NewStub(channels_.Get(address))
-                         ->AllocateShards(&context, request, &response);
-                   }),
-                   address);
+  absl::Status status = RetryConnectFailures([&]() -> absl::Status {
+    grpc::ClientContext context;
+    SetDeadline(&context, options_.allocate_timeout);
+    return WorkerStatus(v1::Worker::NewStub(channels_.Get(address))
+                            ->AllocateShards(&context, request, &response),
+                        address);
+  });
   if (!status.ok()) return status;
   return response.bytes_used();
 }
@@ -82,14 +55,13 @@ absl::StatusOr<int64_t> GrpcWorkerControl::Free(
   v1::FreeShardsRequest request;
   request.mutable_shard_ids()->Assign(shard_ids.begin(), shard_ids.end());
   v1::FreeShardsResponse response;
-  absl::Status status =
-      WorkerStatus(CallWithConnectRetries([&] {
-                     grpc::ClientContext context;
-                     SetDeadline(&context, options_.free_timeout);
-                     return v1::Worker::NewStub(channels_.Get(address))
-                         ->FreeShards(&context, request, &response);
-                   }),
-                   address);
+  absl::Status status = RetryConnectFailures([&]() -> absl::Status {
+    grpc::ClientContext context;
+    SetDeadline(&context, options_.free_timeout);
+    return WorkerStatus(v1::Worker::NewStub(channels_.Get(address))
+                            ->FreeShards(&context, request, &response),
+                        address);
+  });
   if (!status.ok()) return status;
   return response.bytes_used();
 }
@@ -106,13 +78,13 @@ absl::Status GrpcWorkerControl::Pull(const std::string& address,
                                         piece.src_offsets.end());
   request.mutable_sizes()->Assign(piece.sizes.begin(), piece.sizes.end());
   v1::PullRegionResponse response;
-  return WorkerStatus(CallWithConnectRetries([&] {
-                        grpc::ClientContext context;
-                        SetDeadline(&context, options_.pull_timeout);
-                        return v1::Worker::NewStub(channels_.Get(address))
-                            ->PullRegion(&context, request, &response);
-                      }),
-                      address);
+  return RetryConnectFailures([&]() -> absl::Status {
+    grpc::ClientContext context;
+    SetDeadline(&context, options_.pull_timeout);
+    return WorkerStatus(v1::Worker::NewStub(channels_.Get(address))
+                            ->PullRegion(&context, request, &response),
+                        address);
+  });
 }
 
 }  // namespace tessera

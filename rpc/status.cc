@@ -1,6 +1,9 @@
 #include "rpc/status.h"
 
+#include <chrono>
 #include <string>
+
+#include "absl/strings/match.h"
 
 namespace tessera {
 namespace {
@@ -51,6 +54,30 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                       status.error_message());
+}
+
+void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
+  context->set_deadline(
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
+}
+
+bool IsTransportFailure(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+         status.error_message().find("unavailable") == std::string::npos;
+}
+
+absl::Status RetryConnectFailures(const std::function<absl::Status()>& call) {
+  absl::Duration backoff = absl::Milliseconds(50);
+  for (int attempt = 0;; ++attempt) {
+    absl::Status status = call();
+    const bool connect_failure =
+        absl::IsUnavailable(status) &&
+        absl::StrContains(status.message(), "failed to connect");
+    if (!connect_failure || attempt == 2) return status;
+    absl::SleepFor(backoff);
+    backoff *= 3;
+  }
 }
 
 }  // namespace tessera

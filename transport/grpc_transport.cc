@@ -19,12 +19,6 @@ namespace {
 constexpr char kReadRegionMethod[] = "/tessera.v1.Worker/ReadRegion";
 constexpr char kReadSmallRegionMethod[] = "/tessera.v1.Worker/ReadSmallRegion";
 
-void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
-  context->set_deadline(
-      std::chrono::system_clock::now() +
-      std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
-}
-
 absl::Status WithContext(const absl::Status& status,
                          absl::string_view context_text) {
   return context_text.empty() ? status : Annotate(status, context_text);

@@ -65,9 +65,7 @@ absl::StatusOr<Segment> FindSegment(
   if (LocalHostId().empty())
     return absl::FailedPreconditionError("no /dev/shm here");
   grpc::ClientContext context;
-  context.set_deadline(
-      std::chrono::system_clock::now() +
-      std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
+  SetDeadline(&context, timeout);
   v1::MapShardRequest request;
   request.set_shard_id(shard_id);
   v1::MapShardResponse response;

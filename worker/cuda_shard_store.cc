@@ -93,12 +93,7 @@ absl::Status CudaShardStore::Write(uint64_t id, int64_t byte_offset,
                                    absl::string_view data) {
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, table_.Find(id));
   const int64_t size = static_cast<int64_t>(data.size());
-  if (byte_offset < 0 || byte_offset > shard->bytes ||
-      size > shard->bytes - byte_offset) {
-    return OutOfBoundsError(absl::StrCat("write of ", size, " bytes at byte ",
-                                         byte_offset, " into a shard of ",
-                                         shard->bytes, " bytes"));
-  }
+  TESSERA_RETURN_IF_ERROR(CheckShardWrite(shard->bytes, byte_offset, size));
   if (size == 0) return absl::OkStatus();
   TESSERA_RETURN_IF_ERROR(
       CudaError("selecting the device", cudaSetDevice(device_)));

@@ -12,12 +12,6 @@
 namespace tessera {
 namespace {
 
-void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
-  context->set_deadline(
-      std::chrono::system_clock::now() +
-      std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
-}
-
 // Errors that retrying cannot fix.
 bool IsFatal(const absl::Status& status) {
   return absl::IsAlreadyExists(status) || absl::IsInvalidArgument(status) ||

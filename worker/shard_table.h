@@ -36,6 +36,19 @@ inline absl::Status CheckShardRange(const ShardDesc& desc, const Box& box,
   return absl::OkStatus();
 }
 
+// OK when a write of `size` bytes at `byte_offset` fits a shard of
+// `shard_bytes` bytes.
+inline absl::Status CheckShardWrite(int64_t shard_bytes, int64_t byte_offset,
+                                    int64_t size) {
+  if (byte_offset < 0 || byte_offset > shard_bytes ||
+      size > shard_bytes - byte_offset) {
+    return OutOfBoundsError(absl::StrCat("write of ", size, " bytes at byte ",
+                                         byte_offset, " into a shard of ",
+                                         shard_bytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
 // `Shard` must have an `int64_t bytes` member.
 template <typename Shard>
 class ShardTable {
