@@ -42,7 +42,7 @@ TEST(WorkerRegistryTest, RanksDefaultToTheLowestFree) {
 TEST(WorkerRegistryTest, TakenRankIsRefused) {
   FakeClock clock;
   WorkerRegistry registry(absl::Seconds(5), clock.AsClock());
-  ASSERT_TRUE(registry.Register(Worker("a", 0, "h:1")).ok());
+  ASSERT_OK(registry.Register(Worker("a", 0, "h:1")));
   EXPECT_THAT(registry.Register(Worker("b", 0, "h:2")).status(),
               StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("rank 0")));
 }
@@ -50,7 +50,7 @@ TEST(WorkerRegistryTest, TakenRankIsRefused) {
 TEST(WorkerRegistryTest, LeaseExpiresWithoutHeartbeats) {
   FakeClock clock;
   WorkerRegistry registry(absl::Seconds(5), clock.AsClock());
-  ASSERT_TRUE(registry.Register(Worker("a", 0, "h:1")).ok());
+  ASSERT_OK(registry.Register(Worker("a", 0, "h:1")));
   EXPECT_TRUE(registry.Find("a")->alive);
   clock.now += absl::Seconds(4);
   EXPECT_TRUE(registry.Heartbeat("a", 10));
@@ -80,7 +80,7 @@ TEST(WorkerRegistryTest, RestartedWorkerKeepsItsRank) {
 TEST(WorkerRegistryTest, ResolveChecksWorkerAndDevice) {
   FakeClock clock;
   WorkerRegistry registry(absl::Seconds(5), clock.AsClock());
-  ASSERT_TRUE(registry.Register(Worker("w0", 0, "h:1")).ok());
+  ASSERT_OK(registry.Register(Worker("w0", 0, "h:1")));
   Placement by_rank;
   by_rank.rank = 0;
   EXPECT_EQ(registry.Resolve(by_rank)->name, "w0");

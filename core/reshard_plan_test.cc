@@ -1,6 +1,7 @@
 #include "core/reshard_plan.h"
 
 #include "core/sharding_spec.h"
+#include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -10,7 +11,7 @@ namespace {
 std::vector<PlacedBox> Chunked(const Shape& shape, int64_t dim,
                                const std::vector<std::string>& workers) {
   auto boxes = ChunkBoxes(shape, dim, static_cast<int64_t>(workers.size()));
-  EXPECT_TRUE(boxes.ok());
+  EXPECT_OK(boxes);
   std::vector<PlacedBox> out;
   for (size_t i = 0; i < workers.size(); ++i)
     out.push_back({(*boxes)[i], workers[i]});

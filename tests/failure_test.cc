@@ -60,12 +60,10 @@ TEST(FailureTest, WorkerKilledMidGatherFailsClearlyAndOthersKeepWorking) {
   auto client = Connect(**cluster);
   ASSERT_NE(client, nullptr);
   HostArray small = Iota(DType::kFloat32, {64, 64});
-  ASSERT_TRUE(
-      client->Put("elsewhere", small, LayoutSpec::Chunk(0, Ranks({0, 2, 3})))
-          .ok());
+  ASSERT_OK(
+      client->Put("elsewhere", small, LayoutSpec::Chunk(0, Ranks({0, 2, 3}))));
   HostArray big = Iota(DType::kFloat32, {16384, 4096});  // 256 MiB
-  ASSERT_TRUE(
-      client->Put("big", big, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))).ok());
+  ASSERT_OK(client->Put("big", big, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))));
 
   absl::Status gather_status;
   absl::Duration elapsed;
@@ -94,7 +92,7 @@ TEST(FailureTest, WorkerKilledMidGatherFailsClearlyAndOthersKeepWorking) {
   // worker.
   WaitAlive(*client, "w1", false);
   auto meta = client->Describe("big");
-  ASSERT_TRUE(meta.ok());
+  ASSERT_OK(meta);
   EXPECT_FALSE(meta->shards[1].available);
   EXPECT_TRUE(meta->shards[0].available);
   EXPECT_THAT(
@@ -116,23 +114,23 @@ TEST(FailureTest, RestartedWorkerWithoutItsShardsLeavesThemLostNeverZeros) {
   auto client = Connect(**cluster);
   ASSERT_NE(client, nullptr);
   HostArray a = Iota(DType::kInt32, {40, 10}, 4);
-  ASSERT_TRUE(client->Put("lost", a, LayoutSpec::Chunk(0, Ranks({0, 1}))).ok());
+  ASSERT_OK(client->Put("lost", a, LayoutSpec::Chunk(0, Ranks({0, 1}))));
   (*cluster)->StopWorker(1, SIGKILL);
-  ASSERT_TRUE((*cluster)->RestartWorker(1).ok());
+  ASSERT_OK((*cluster)->RestartWorker(1));
   WaitAlive(*client, "w1", true);
   auto meta = client->Describe("lost");
-  ASSERT_TRUE(meta.ok());
+  ASSERT_OK(meta);
   EXPECT_TRUE(meta->shards[0].available);
   EXPECT_FALSE(meta->shards[1].available);
   EXPECT_THAT(client->Get("lost").status(),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("w1")));
   auto first_half = client->Get("lost", Box{{0, 0}, {20, 10}});
-  ASSERT_TRUE(first_half.ok());
+  ASSERT_OK(first_half);
   EXPECT_TRUE(SameBytes(*first_half, Slice(a, Box{{0, 0}, {20, 10}})));
   // New tensors can use the restarted worker.
-  ASSERT_TRUE(client->Put("fresh", a, LayoutSpec::Chunk(0, Ranks({1}))).ok());
+  ASSERT_OK(client->Put("fresh", a, LayoutSpec::Chunk(0, Ranks({1}))));
   auto fresh = client->Get("fresh");
-  ASSERT_TRUE(fresh.ok());
+  ASSERT_OK(fresh);
   EXPECT_TRUE(SameBytes(*fresh, a));
 }
 
@@ -145,20 +143,16 @@ TEST(FailureTest, CoordinatorKilledAndRestartedServesEveryTensorAgain) {
     ASSERT_NE(client, nullptr);
     for (int i = 0; i < 5; ++i) {
       arrays.push_back(Iota(DType::kFloat64, {30 + i, 7}, i));
-      ASSERT_TRUE(client
-                      ->Put("model.layers." + std::to_string(i) + ".weight",
+      ASSERT_OK(client->Put("model.layers." + std::to_string(i) + ".weight",
                             arrays.back(),
-                            LayoutSpec::Chunk(i % 2, Ranks({0, 1, 2, 3})))
-                      .ok());
+                            LayoutSpec::Chunk(i % 2, Ranks({0, 1, 2, 3}))));
     }
-    ASSERT_TRUE(
-        client
-            ->Reshard("model.layers.0.weight", LayoutSpec::Chunk(0, Ranks({3})))
-            .ok());
-    ASSERT_TRUE(client->Delete("model.layers.4.weight").ok());
+    ASSERT_OK(client->Reshard("model.layers.0.weight",
+                              LayoutSpec::Chunk(0, Ranks({3}))));
+    ASSERT_OK(client->Delete("model.layers.4.weight"));
   }
   EXPECT_EQ((*cluster)->StopCoordinator(SIGKILL), 128 + SIGKILL);
-  ASSERT_TRUE((*cluster)->RestartCoordinator().ok());
+  ASSERT_OK((*cluster)->RestartCoordinator());
   auto client = Connect(**cluster);
   ASSERT_NE(client, nullptr);
   auto list = client->List();
@@ -171,16 +165,14 @@ TEST(FailureTest, CoordinatorKilledAndRestartedServesEveryTensorAgain) {
     EXPECT_TRUE(SameBytes(*got, arrays[i])) << name;
   }
   auto meta = client->Describe("model.layers.0.weight");
-  ASSERT_TRUE(meta.ok());
+  ASSERT_OK(meta);
   EXPECT_EQ(meta->version, 2u);
   EXPECT_EQ(meta->shards.size(), 1u);
   // New work after the restart gets fresh shard ids and works.
-  ASSERT_TRUE(
-      client
-          ->Put("after_restart", arrays[1], LayoutSpec::Chunk(0, Ranks({2, 1})))
-          .ok());
+  ASSERT_OK(client->Put("after_restart", arrays[1],
+                        LayoutSpec::Chunk(0, Ranks({2, 1}))));
   auto after = client->Get("after_restart");
-  ASSERT_TRUE(after.ok());
+  ASSERT_OK(after);
   EXPECT_TRUE(SameBytes(*after, arrays[1]));
 }
 
@@ -191,10 +183,8 @@ TEST(FailureTest, CoordinatorKilledDuringACreateLeavesNoTrace) {
   {
     auto client = Connect(**cluster);
     ASSERT_NE(client, nullptr);
-    ASSERT_TRUE(client
-                    ->Put("kept", Iota(DType::kFloat32, {8, 8}),
-                          LayoutSpec::Chunk(0, Ranks({0})))
-                    .ok());
+    ASSERT_OK(client->Put("kept", Iota(DType::kFloat32, {8, 8}),
+                          LayoutSpec::Chunk(0, Ranks({0}))));
     before = TotalBytesUsed(*client);
     std::thread creator([&] {
       InitSpec rand;
@@ -210,13 +200,13 @@ TEST(FailureTest, CoordinatorKilledDuringACreateLeavesNoTrace) {
     (*cluster)->StopCoordinator(SIGKILL);
     creator.join();
   }
-  ASSERT_TRUE((*cluster)->RestartCoordinator().ok());
+  ASSERT_OK((*cluster)->RestartCoordinator());
   auto client = Connect(**cluster);
   ASSERT_NE(client, nullptr);
   EXPECT_THAT(client->Describe("half_made").status(),
               StatusIs(absl::StatusCode::kNotFound));
   auto list = client->List();
-  ASSERT_TRUE(list.ok());
+  ASSERT_OK(list);
   ASSERT_EQ(list->size(), 1u);
   EXPECT_EQ((*list)[0].name, "kept");
   // Shards the workers allocated for it are freed (reported within a heartbeat
@@ -236,10 +226,8 @@ TEST(FailureTest, CorruptedLastLogRecordRecoversUpToTheRecordBefore) {
   {
     auto client = Connect(**cluster);
     ASSERT_NE(client, nullptr);
-    ASSERT_TRUE(
-        client->Put("first", a, LayoutSpec::Chunk(0, Ranks({0, 1}))).ok());
-    ASSERT_TRUE(
-        client->Put("second", a, LayoutSpec::Chunk(1, Ranks({2, 3}))).ok());
+    ASSERT_OK(client->Put("first", a, LayoutSpec::Chunk(0, Ranks({0, 1}))));
+    ASSERT_OK(client->Put("second", a, LayoutSpec::Chunk(1, Ranks({2, 3}))));
   }
   (*cluster)->StopCoordinator(SIGKILL);
   const std::string log = (*cluster)->data_dir() + "/log";
@@ -250,11 +238,11 @@ TEST(FailureTest, CorruptedLastLogRecordRecoversUpToTheRecordBefore) {
     f.seekp(st.st_size - 4);
     f.put('\x55');
   }
-  ASSERT_TRUE((*cluster)->RestartCoordinator().ok());
+  ASSERT_OK((*cluster)->RestartCoordinator());
   auto client = Connect(**cluster);
   ASSERT_NE(client, nullptr);
   auto list = client->List();
-  ASSERT_TRUE(list.ok());
+  ASSERT_OK(list);
   ASSERT_EQ(list->size(), 1u);
   EXPECT_EQ((*list)[0].name, "first");
   auto got = client->Get("first");
@@ -285,10 +273,9 @@ TEST(FailureTest, WorkerCapacityIsEnforcedBeforeAllocatingAndChangesNothing) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto client = Connect(**cluster);
   ASSERT_NE(client, nullptr);
-  ASSERT_TRUE(client
-                  ->Create("fits", {256, 1024}, DType::kFloat32,
-                           LayoutSpec::Chunk(0, Ranks({0})))
-                  .ok());  // exactly 1 MiB on w0
+  ASSERT_OK(
+      client->Create("fits", {256, 1024}, DType::kFloat32,
+                     LayoutSpec::Chunk(0, Ranks({0}))));  // exactly 1 MiB on w0
   const int64_t before = TotalBytesUsed(*client);
   EXPECT_THAT(client
                   ->Create("too_big", {512, 1024}, DType::kFloat32,
@@ -299,10 +286,8 @@ TEST(FailureTest, WorkerCapacityIsEnforcedBeforeAllocatingAndChangesNothing) {
               StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(TotalBytesUsed(*client), before);
   // w1 still has room.
-  ASSERT_TRUE(client
-                  ->Create("other", {256, 1024}, DType::kFloat32,
-                           LayoutSpec::Chunk(0, Ranks({1})))
-                  .ok());
+  ASSERT_OK(client->Create("other", {256, 1024}, DType::kFloat32,
+                           LayoutSpec::Chunk(0, Ranks({1}))));
 }
 
 }  // namespace

@@ -45,9 +45,8 @@ class ReshardTest : public ClusterSuite<ReshardTest> {
 
 TEST_F(ReshardTest, RowsToColumnsPreservesDataAndMovesOnlyChangedBytes) {
   HostArray a = Iota(DType::kFloat32, {64, 32});
-  ASSERT_TRUE(
-      client_->Put("rows_to_cols", a, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3})))
-          .ok());
+  ASSERT_OK(client_->Put("rows_to_cols", a,
+                         LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))));
   auto stats = client_->Reshard("rows_to_cols",
                                 LayoutSpec::Chunk(1, Ranks({0, 1, 2, 3})));
   ASSERT_TRUE(stats.ok()) << stats.status();
@@ -58,17 +57,15 @@ TEST_F(ReshardTest, RowsToColumnsPreservesDataAndMovesOnlyChangedBytes) {
   EXPECT_EQ(stats->bytes_copied_locally, a.num_bytes / 4);
   ExpectData("rows_to_cols", a);
   auto meta = client_->Describe("rows_to_cols");
-  ASSERT_TRUE(meta.ok());
+  ASSERT_OK(meta);
   EXPECT_EQ(meta->version, 2u);
   EXPECT_EQ(meta->shards[1].box.offsets[1], 8);
 }
 
 TEST_F(ReshardTest, FourWorkersToThree) {
   HostArray a = Iota(DType::kInt64, {50, 7}, 3);
-  ASSERT_TRUE(
-      client_
-          ->Put("four_to_three", a, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3})))
-          .ok());
+  ASSERT_OK(client_->Put("four_to_three", a,
+                         LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))));
   auto stats =
       client_->Reshard("four_to_three", LayoutSpec::Chunk(0, Ranks({0, 1, 2})));
   ASSERT_TRUE(stats.ok()) << stats.status();
@@ -80,13 +77,10 @@ TEST_F(ReshardTest, EnumerableToChunkAndChunkToGrid) {
   HostArray a = Iota(DType::kFloat32, {12, 12});
   std::vector<Box> uneven = {
       {{0, 0}, {3, 12}}, {{3, 0}, {9, 5}}, {{3, 5}, {9, 7}}};
-  ASSERT_TRUE(client_
-                  ->Put("enum_chunk", a,
-                        LayoutSpec::Enumerable(uneven, Ranks({2, 0, 1})))
-                  .ok());
-  ASSERT_TRUE(
-      client_->Reshard("enum_chunk", LayoutSpec::Chunk(0, Ranks({3, 2, 1, 0})))
-          .ok());
+  ASSERT_OK(client_->Put("enum_chunk", a,
+                         LayoutSpec::Enumerable(uneven, Ranks({2, 0, 1}))));
+  ASSERT_OK(client_->Reshard("enum_chunk",
+                             LayoutSpec::Chunk(0, Ranks({3, 2, 1, 0}))));
   ExpectData("enum_chunk", a);
   std::vector<Box> grid = {
       {{0, 0}, {6, 6}}, {{0, 6}, {6, 6}}, {{6, 0}, {6, 6}}, {{6, 6}, {6, 6}}};
@@ -96,21 +90,20 @@ TEST_F(ReshardTest, EnumerableToChunkAndChunkToGrid) {
   EXPECT_EQ(stats->version, 3u);
   ExpectData("enum_chunk", a);
   auto region = client_->Get("enum_chunk", Box{{4, 3}, {5, 8}});
-  ASSERT_TRUE(region.ok());
+  ASSERT_OK(region);
   EXPECT_TRUE(SameBytes(*region, Slice(a, Box{{4, 3}, {5, 8}})));
 }
 
 TEST_F(ReshardTest, GatherOntoOneWorker) {
   HostArray a = Iota(DType::kFloat16, {40, 9}, 5);
-  ASSERT_TRUE(
-      client_->Put("gather_one", a, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3})))
-          .ok());
+  ASSERT_OK(
+      client_->Put("gather_one", a, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))));
   auto stats = client_->Reshard("gather_one", LayoutSpec::Chunk(0, Ranks({2})));
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->pieces_moved, 3);
   EXPECT_EQ(stats->bytes_copied_locally, a.num_bytes / 4);
   auto meta = client_->Describe("gather_one");
-  ASSERT_TRUE(meta.ok());
+  ASSERT_OK(meta);
   ASSERT_EQ(meta->shards.size(), 1u);
   EXPECT_EQ(meta->shards[0].worker, "w2");
   auto whole = client_->GetShard("gather_one", 0);
@@ -121,9 +114,9 @@ TEST_F(ReshardTest, GatherOntoOneWorker) {
 TEST_F(ReshardTest, NoOpReshardMovesNothingButBumpsTheVersion) {
   HostArray a = Iota(DType::kInt32, {16, 4}, 9);
   const LayoutSpec spec = LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}));
-  ASSERT_TRUE(client_->Put("noop", a, spec).ok());
+  ASSERT_OK(client_->Put("noop", a, spec));
   auto before = client_->Describe("noop");
-  ASSERT_TRUE(before.ok());
+  ASSERT_OK(before);
   auto stats = client_->Reshard("noop", spec);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->version, 2u);
@@ -132,7 +125,7 @@ TEST_F(ReshardTest, NoOpReshardMovesNothingButBumpsTheVersion) {
   EXPECT_EQ(stats->bytes_moved, 0);
   EXPECT_EQ(stats->bytes_copied_locally, 0);
   auto after = client_->Describe("noop");
-  ASSERT_TRUE(after.ok());
+  ASSERT_OK(after);
   for (size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(after->shards[i].shard_id,
               before->shards[i].shard_id);  // same memory
@@ -143,12 +136,10 @@ TEST_F(ReshardTest, NoOpReshardMovesNothingButBumpsTheVersion) {
 TEST_F(ReshardTest,
        OldVersionStaysReadableForTheGracePeriodThenHandlesFailClearly) {
   HostArray a = Iota(DType::kFloat32, {8, 8});
-  ASSERT_TRUE(
-      client_->Put("versions", a, LayoutSpec::Chunk(0, Ranks({0, 1}))).ok());
+  ASSERT_OK(client_->Put("versions", a, LayoutSpec::Chunk(0, Ranks({0, 1}))));
   auto handles = client_->Handles("versions");
-  ASSERT_TRUE(handles.ok());
-  ASSERT_TRUE(
-      client_->Reshard("versions", LayoutSpec::Chunk(1, Ranks({2, 3}))).ok());
+  ASSERT_OK(handles);
+  ASSERT_OK(client_->Reshard("versions", LayoutSpec::Chunk(1, Ranks({2, 3}))));
   // A reader of version 1 that started before the commit finishes on version 1.
   auto early = (*handles)[1].ToHere();
   ASSERT_TRUE(early.ok()) << early.status();
@@ -162,10 +153,8 @@ TEST_F(ReshardTest,
 
 TEST_F(ReshardTest, GetsDuringTwentyReshardsAlwaysSeeTheSourceData) {
   HostArray a = Iota(DType::kFloat32, {512, 128});
-  ASSERT_TRUE(
-      client_
-          ->Put("back_and_forth", a, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3})))
-          .ok());
+  ASSERT_OK(client_->Put("back_and_forth", a,
+                         LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))));
   std::atomic<bool> stop{false};
   std::atomic<int> gets{0}, bad{0};
   std::vector<std::thread> readers;
@@ -199,9 +188,8 @@ TEST_F(ReshardTest, GetsDuringTwentyReshardsAlwaysSeeTheSourceData) {
 TEST_F(ReshardTest, ConcurrentReshardsOfOneTensorOneWinsTheOtherIsAborted) {
   HostArray a =
       Iota(DType::kFloat32, {2048, 1024});  // 8 MiB: the reshards overlap
-  ASSERT_TRUE(
-      client_->Put("racing", a, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3})))
-          .ok());
+  ASSERT_OK(
+      client_->Put("racing", a, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))));
   std::vector<absl::StatusOr<ReshardStats>> results(
       2, absl::UnknownError("not run"));
   std::vector<std::thread> threads;
@@ -224,15 +212,15 @@ TEST_F(ReshardTest, ConcurrentReshardsOfOneTensorOneWinsTheOtherIsAborted) {
   }
   EXPECT_GE(ok, 1);
   auto meta = client_->Describe("racing");
-  ASSERT_TRUE(meta.ok());
+  ASSERT_OK(meta);
   EXPECT_EQ(meta->version, static_cast<uint64_t>(1 + ok));
   ExpectData("racing", a);
 }
 
 TEST_F(ReshardTest, BadSpecChangesNothing) {
   HostArray a = Iota(DType::kFloat32, {6, 6});
-  ASSERT_TRUE(
-      client_->Put("bad_reshard", a, LayoutSpec::Chunk(0, Ranks({0, 1}))).ok());
+  ASSERT_OK(
+      client_->Put("bad_reshard", a, LayoutSpec::Chunk(0, Ranks({0, 1}))));
   const int64_t before = SettledBytesUsed();
   EXPECT_THAT(client_->Reshard("bad_reshard", LayoutSpec::Chunk(5, Ranks({0})))
                   .status(),
@@ -251,7 +239,7 @@ TEST_F(ReshardTest, BadSpecChangesNothing) {
       client_->Reshard("missing", LayoutSpec::Chunk(0, Ranks({0}))).status(),
       StatusIs(absl::StatusCode::kNotFound, HasSubstr("not found")));
   auto meta = client_->Describe("bad_reshard");
-  ASSERT_TRUE(meta.ok());
+  ASSERT_OK(meta);
   EXPECT_EQ(meta->version, 1u);
   EXPECT_EQ(BytesUsed(), before);
   ExpectData("bad_reshard", a);
@@ -261,11 +249,10 @@ TEST_F(ReshardTest, BadSpecChangesNothing) {
 TEST_F(ReshardTest,
        ZZWorkerDyingDuringReshardLeavesVersionNReadableAndNothingLeaked) {
   HostArray a = Iota(DType::kFloat32, {256, 256});
-  ASSERT_TRUE(
-      client_->Put("killed", a, LayoutSpec::Chunk(0, Ranks({0, 1}))).ok());
+  ASSERT_OK(client_->Put("killed", a, LayoutSpec::Chunk(0, Ranks({0, 1}))));
   const int64_t before = SettledBytesUsed();
   auto workers_before = client_->Workers();
-  ASSERT_TRUE(workers_before.ok());
+  ASSERT_OK(workers_before);
   // w3 dies; its lease has not expired, so the coordinator still plans onto it.
   cluster_->StopWorker(3, SIGKILL);
   auto stats =
@@ -273,18 +260,18 @@ TEST_F(ReshardTest,
   EXPECT_THAT(stats.status(),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("w3")));
   auto meta = client_->Describe("killed");
-  ASSERT_TRUE(meta.ok());
+  ASSERT_OK(meta);
   EXPECT_EQ(meta->version, 1u);
   ExpectData("killed", a);
   // Live workers hold exactly what they held before.
   auto workers_after = client_->Workers();
-  ASSERT_TRUE(workers_after.ok());
+  ASSERT_OK(workers_after);
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_EQ((*workers_after)[i].bytes_used, (*workers_before)[i].bytes_used)
         << (*workers_after)[i].name;
   }
   (void)before;
-  ASSERT_TRUE(cluster_->RestartWorker(3).ok());
+  ASSERT_OK(cluster_->RestartWorker(3));
   auto again =
       client_->Reshard("killed", LayoutSpec::Chunk(1, Ranks({1, 2, 3})));
   ASSERT_TRUE(again.ok()) << again.status();

@@ -51,7 +51,7 @@ TEST_F(SdkTest, EvenChunkShardingOnRowsRoundTrips) {
   HostArray a = Iota(DType::kFloat32, {16, 20});
   RoundTrip("even_rows", a, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3})));
   auto meta = client_->Describe("even_rows");
-  ASSERT_TRUE(meta.ok());
+  ASSERT_OK(meta);
   ASSERT_EQ(meta->shards.size(), 4u);
   for (int i = 0; i < 4; ++i) {
     EXPECT_THAT(meta->shards[i].box.offsets, ElementsAre(4 * i, 0));
@@ -67,7 +67,7 @@ TEST_F(SdkTest, UnevenChunkShardingOnColumnsRoundTrips) {
   HostArray a = Iota(DType::kFloat32, {7, 10});
   RoundTrip("uneven_cols", a, LayoutSpec::Chunk(1, Ranks({0, 1, 2, 3})));
   auto meta = client_->Describe("uneven_cols");
-  ASSERT_TRUE(meta.ok());
+  ASSERT_OK(meta);
   // torch.chunk(10, 4): split 3 -> 3, 3, 3, 1.
   std::vector<int64_t> sizes;
   for (const ShardInfo& s : meta->shards) sizes.push_back(s.box.sizes[1]);
@@ -78,7 +78,7 @@ TEST_F(SdkTest, NegativeChunkDimCountsFromTheEnd) {
   HostArray a = Iota(DType::kFloat32, {3, 8});
   RoundTrip("negative_dim", a, LayoutSpec::Chunk(-1, Ranks({0, 1})));
   auto meta = client_->Describe("negative_dim");
-  ASSERT_TRUE(meta.ok());
+  ASSERT_OK(meta);
   EXPECT_THAT(meta->shards[1].box.offsets, ElementsAre(0, 4));
 }
 
@@ -86,7 +86,7 @@ TEST_F(SdkTest, MorePlacementsThanRowsKeepsEmptyShards) {
   HostArray a = Iota(DType::kFloat32, {2, 5});
   RoundTrip("empty_shards", a, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3})));
   auto meta = client_->Describe("empty_shards");
-  ASSERT_TRUE(meta.ok());
+  ASSERT_OK(meta);
   ASSERT_EQ(meta->shards.size(), 4u);
   EXPECT_THAT(meta->shards[2].box.offsets, ElementsAre(2, 0));
   EXPECT_THAT(meta->shards[2].box.sizes, ElementsAre(0, 5));
@@ -100,7 +100,7 @@ TEST_F(SdkTest, SeveralShardsOnOneWorker) {
   HostArray a = Iota(DType::kFloat32, {12, 3});
   RoundTrip("same_worker", a, LayoutSpec::Chunk(0, Ranks({1, 1, 1})));
   auto meta = client_->Describe("same_worker");
-  ASSERT_TRUE(meta.ok());
+  ASSERT_OK(meta);
   for (const ShardInfo& s : meta->shards) EXPECT_EQ(s.worker, "w1");
 }
 
@@ -109,12 +109,12 @@ TEST_F(SdkTest, PlacementsOnASubsetOfWorkersByName) {
   std::vector<Placement> placements;
   for (const char* text : {"w3", "w2/cpu"}) {
     auto p = ParsePlacement(text);
-    ASSERT_TRUE(p.ok());
+    ASSERT_OK(p);
     placements.push_back(*p);
   }
   RoundTrip("subset", a, LayoutSpec::Chunk(0, placements));
   auto meta = client_->Describe("subset");
-  ASSERT_TRUE(meta.ok());
+  ASSERT_OK(meta);
   EXPECT_EQ(meta->shards[0].PlacementString(), "rank:3/cpu");
   EXPECT_EQ(meta->shards[1].PlacementString(), "rank:2/cpu");
 }
@@ -144,7 +144,7 @@ TEST_F(SdkTest, PutGetRoundTripsEveryDType) {
     HostArray a = Iota(dtype, {6, 7, 3}, static_cast<uint64_t>(dtype));
     RoundTrip(name, a, LayoutSpec::Chunk(1, Ranks({0, 1, 2})));
     auto back = client_->Describe(name);
-    ASSERT_TRUE(back.ok());
+    ASSERT_OK(back);
     EXPECT_EQ(back->dtype, dtype);
   }
 }
@@ -200,7 +200,7 @@ TEST_F(SdkTest, ShardHandlesFetchTheirShard) {
     EXPECT_TRUE(SameBytes(*data, Slice(a, h.shard().box)));
     EXPECT_EQ(h.version(), 1u);
   }
-  ASSERT_TRUE(client_->Delete("handles").ok());
+  ASSERT_OK(client_->Delete("handles"));
   EXPECT_THAT(
       (*handles)[0].ToHere().status(),
       StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("freed")));
@@ -228,8 +228,7 @@ TEST_F(SdkTest, GetIntoWritesTheCallersBuffer) {
   HostArray a = Iota(DType::kInt32, {5, 5});
   RoundTrip("get_into", a, LayoutSpec::Chunk(0, Ranks({0, 1})));
   std::vector<char> buf(a.num_bytes);
-  ASSERT_TRUE(
-      client_->GetInto("get_into", std::nullopt, buf.data(), buf.size()).ok());
+  ASSERT_OK(client_->GetInto("get_into", std::nullopt, buf.data(), buf.size()));
   EXPECT_EQ(std::memcmp(buf.data(), a.data(), a.num_bytes), 0);
   EXPECT_THAT(client_->GetInto("get_into", std::nullopt, buf.data(), 3),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bytes")));
@@ -244,9 +243,9 @@ TEST_F(SdkTest, CreateFillsAndDeleteFreesBytes) {
   ASSERT_TRUE(meta.ok()) << meta.status();
   EXPECT_EQ(BytesUsed(), before + 100 * 10 * 8);
   auto got = client_->Get("created", Box{{42, 0}, {1, 10}});
-  ASSERT_TRUE(got.ok());
+  ASSERT_OK(got);
   for (int j = 0; j < 10; ++j) EXPECT_EQ(got->As<int64_t>()[j], 420 + j);
-  ASSERT_TRUE(client_->Delete("created").ok());
+  ASSERT_OK(client_->Delete("created"));
   EXPECT_EQ(BytesUsed(), before);
   EXPECT_THAT(client_->Describe("created").status(),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("not found")));
@@ -255,7 +254,7 @@ TEST_F(SdkTest, CreateFillsAndDeleteFreesBytes) {
 TEST_F(SdkTest, BadSpecsAreRejectedAndLeaveNothingBehind) {
   const int64_t before = BytesUsed();
   auto list_before = client_->List();
-  ASSERT_TRUE(list_before.ok());
+  ASSERT_OK(list_before);
   const Shape shape = {10, 10};
   struct Case {
     LayoutSpec spec;
@@ -283,20 +282,18 @@ TEST_F(SdkTest, BadSpecsAreRejectedAndLeaveNothingBehind) {
     EXPECT_THAT(client_->Create("bad", shape, DType::kFloat32, c.spec).status(),
                 StatusIs(c.code, HasSubstr(c.words)));
   }
-  ASSERT_TRUE(client_
-                  ->Create("taken", shape, DType::kFloat32,
-                           LayoutSpec::Chunk(0, Ranks({0})))
-                  .ok());
+  ASSERT_OK(client_->Create("taken", shape, DType::kFloat32,
+                            LayoutSpec::Chunk(0, Ranks({0}))));
   EXPECT_THAT(
       client_
           ->Create("taken", shape, DType::kFloat32,
                    LayoutSpec::Chunk(0, Ranks({1})))
           .status(),
       StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("already exists")));
-  ASSERT_TRUE(client_->Delete("taken").ok());
+  ASSERT_OK(client_->Delete("taken"));
   EXPECT_THAT(client_->Delete("taken"), StatusIs(absl::StatusCode::kNotFound));
   auto list_after = client_->List();
-  ASSERT_TRUE(list_after.ok());
+  ASSERT_OK(list_after);
   EXPECT_EQ(list_after->size(), list_before->size());
   EXPECT_EQ(BytesUsed(), before);
 }
@@ -320,7 +317,7 @@ TEST_F(SdkTest, PutOfAnExistingNameChangesNothing) {
       client_->Put("put_twice", b, LayoutSpec::Chunk(0, Ranks({2}))).status(),
       StatusIs(absl::StatusCode::kAlreadyExists));
   auto back = client_->Get("put_twice");
-  ASSERT_TRUE(back.ok());
+  ASSERT_OK(back);
   EXPECT_TRUE(SameBytes(a, *back));
   EXPECT_EQ(BytesUsed(), before);
 }
@@ -330,24 +327,22 @@ TEST_F(SdkTest, CachedMetadataNeverServesAReplacedTensor) {
   RoundTrip("replaced", first,
             LayoutSpec::Chunk(0, Ranks({0, 1})));  // cached by this client
   auto other = Client::Connect(cluster_->coordinator_address());
-  ASSERT_TRUE(other.ok());
-  ASSERT_TRUE((*other)->Delete("replaced").ok());
+  ASSERT_OK(other);
+  ASSERT_OK((*other)->Delete("replaced"));
   HostArray second = Iota(DType::kFloat32, {20, 8}, 2);
-  ASSERT_TRUE((*other)
-                  ->Put("replaced", second, LayoutSpec::Chunk(1, Ranks({2, 3})))
-                  .ok());
+  ASSERT_OK(
+      (*other)->Put("replaced", second, LayoutSpec::Chunk(1, Ranks({2, 3}))));
   auto whole = client_->Get("replaced");
   ASSERT_TRUE(whole.ok()) << whole.status();
   EXPECT_TRUE(SameBytes(*whole, second));
-  ASSERT_TRUE((*other)->Delete("replaced").ok());
-  ASSERT_TRUE(
-      (*other)->Put("replaced", first, LayoutSpec::Chunk(0, Ranks({3}))).ok());
+  ASSERT_OK((*other)->Delete("replaced"));
+  ASSERT_OK((*other)->Put("replaced", first, LayoutSpec::Chunk(0, Ranks({3}))));
   // A region that only the previous shape had is now out of bounds.
   EXPECT_THAT(
       client_->Get("replaced", Box{{10, 0}, {5, 8}}).status(),
       StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("out of bounds")));
   auto back = client_->Get("replaced");
-  ASSERT_TRUE(back.ok());
+  ASSERT_OK(back);
   EXPECT_TRUE(SameBytes(*back, first));
 }
 
@@ -356,12 +351,11 @@ TEST_F(SdkTest, CachedSharedMemoryMappingsNeverServeAFreedShard) {
   HostArray first = Iota(DType::kFloat32, {2048, 1024}, 5);
   RoundTrip("mapped", first, LayoutSpec::Chunk(0, Ranks({0, 1})));
   auto other = Client::Connect(cluster_->coordinator_address());
-  ASSERT_TRUE(other.ok());
-  ASSERT_TRUE((*other)->Delete("mapped").ok());
+  ASSERT_OK(other);
+  ASSERT_OK((*other)->Delete("mapped"));
   HostArray second = Iota(DType::kFloat32, {2048, 1024}, 6);
-  ASSERT_TRUE((*other)
-                  ->Put("mapped", second, LayoutSpec::Chunk(0, Ranks({0, 1})))
-                  .ok());
+  ASSERT_OK(
+      (*other)->Put("mapped", second, LayoutSpec::Chunk(0, Ranks({0, 1}))));
   // This client still caches the old metadata and mappings of the freed shards.
   auto got = client_->Get("mapped");
   ASSERT_TRUE(got.ok()) << got.status();

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "client/tessera_client.h"
+#include "core/testing/status_matchers.h"
 #include "gtest/gtest.h"
 #include "tests/cluster.h"
 #include "tests/test_arrays.h"
@@ -26,7 +27,7 @@ TEST(SoakTest, SixteenClientsMixedWorkloadNoErrorsAndNoLeaks) {
   auto cluster = TestCluster::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto admin = Client::Connect((*cluster)->coordinator_address());
-  ASSERT_TRUE(admin.ok());
+  ASSERT_OK(admin);
   const int64_t coordinator_rss_start =
       TestCluster::ResidentBytes((*cluster)->coordinator_pid());
 
@@ -130,13 +131,13 @@ TEST(SoakTest, SixteenClientsMixedWorkloadNoErrorsAndNoLeaks) {
   // Everything was removed: the list is empty and, once retired versions
   // pass their grace period, every worker holds 0 bytes.
   auto list = (*admin)->List();
-  ASSERT_TRUE(list.ok());
+  ASSERT_OK(list);
   EXPECT_TRUE(list->empty());
   int64_t held = -1;
   for (int i = 0; i < 60 && held != 0; ++i) {
     absl::SleepFor(absl::Milliseconds(100));
     auto workers = (*admin)->Workers();
-    ASSERT_TRUE(workers.ok());
+    ASSERT_OK(workers);
     held = 0;
     for (const WorkerInfo& w : *workers) held += w.bytes_used;
   }

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "core/testing/status_matchers.h"
 #include "gtest/gtest.h"
 #include "proto/worker.pb.h"
 
@@ -53,7 +54,7 @@ TEST(RegionChunkTest, ZeroOffsetAndEmptyDataRoundTrip) {
   grpc::ByteBuffer buffer;
   EncodeRegionChunk(0, {}, &buffer);
   absl::StatusOr<RegionChunkView> view = DecodeRegionChunk(&buffer);
-  ASSERT_TRUE(view.ok());
+  ASSERT_OK(view);
   EXPECT_EQ(view->offset, 0);
   EXPECT_EQ(view->size, 0);
 }

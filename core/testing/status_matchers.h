@@ -189,4 +189,8 @@ internal::IsOkAndHoldsMatcher<std::decay_t<InnerMatcher>> IsOkAndHolds(
 }  // namespace testing
 }  // namespace tessera
 
+// Assert/expect that a Status or StatusOr is OK; a failure prints the status.
+#define ASSERT_OK(expr) ASSERT_THAT((expr), ::tessera::testing::IsOk())
+#define EXPECT_OK(expr) EXPECT_THAT((expr), ::tessera::testing::IsOk())
+
 #endif  // TESSERA_CORE_TESTING_STATUS_MATCHERS_H_
