@@ -24,7 +24,9 @@ using ::tessera::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-constexpr int kLeaseMs = 1000;
+// Long enough that a worker starved of CPU on a loaded 2-core machine still
+// heartbeats in time; short enough that lease expiry is quick to observe.
+constexpr int kLeaseMs = 2500;
 
 TestClusterOptions FaultOptions() {
   TestClusterOptions options;
