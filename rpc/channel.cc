@@ -1,6 +1,15 @@
 #include "rpc/channel.h"
 
+#include "absl/base/call_once.h"
+
 namespace tessera {
+
+void DisableLockDebuggingOnce() {
+  static absl::once_flag once;
+  absl::call_once(once, [] {
+    absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  });
+}
 
 void ApplyDataPlaneArgs(grpc::ChannelArguments* args) {
   // Bulk streams: a large fixed flow-control window instead of growing it
@@ -13,6 +22,7 @@ void ApplyDataPlaneArgs(grpc::ChannelArguments* args) {
 }
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  DisableLockDebuggingOnce();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -31,6 +41,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
 }
 
 void ConfigureServerBuilder(grpc::ServerBuilder* builder) {
+  DisableLockDebuggingOnce();
   builder->SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder->SetMaxSendMessageSize(kMaxMessageBytes);
   builder->AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,

@@ -27,6 +27,13 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 // Sets the data-plane window, frame and socket-read sizes on `args`.
 void ApplyDataPlaneArgs(grpc::ChannelArguments* args);
 
+// Debian builds Abseil without NDEBUG, so every absl::Mutex -- gRPC's own
+// locks included -- checks for deadlock cycles through one process-wide
+// graph lock. Turns that off for the process; MakeChannel and
+// ConfigureServerBuilder call it, so any process that speaks gRPC through
+// tessera gets it. Idempotent.
+void DisableLockDebuggingOnce();
+
 // Applies tessera's limits to a server under construction.
 void ConfigureServerBuilder(grpc::ServerBuilder* builder);
 
