@@ -277,7 +277,9 @@ T ValueOrDie(absl::StatusOr<T> v, const char* what) {
 struct Env {
   std::unique_ptr<TestCluster> cluster;
   std::unique_ptr<Client> client;
-  std::string echo_address;
+  // One echo server per worker: a reference call goes to the server the
+  // same-numbered fetch would, so both pay the same cross-process spread.
+  std::vector<std::string> echo_addresses;
   bool quick = false;
 };
 
@@ -343,10 +345,16 @@ void SmallFetchFigure(Env& env) {
              "create small tensor");
   const TensorMetadata meta =
       ValueOrDie(env.client->Describe("small"), "describe small");
-  auto echo_channel = MakeChannel(env.echo_address);
-  auto echo = bench::Echo::NewStub(echo_channel);
+  std::vector<std::unique_ptr<bench::Echo::Stub>> echoes;
+  for (const std::string& address : env.echo_addresses)
+    echoes.push_back(bench::Echo::NewStub(MakeChannel(address)));
+  auto& echo = echoes.front();
   const absl::Duration duration = absl::Milliseconds(env.quick ? 500 : 1500);
   for (int64_t fetch_rows : {1, 16}) {
+    // Rows aligned to the fetch size never straddle two shards.
+    auto start_row = [&](int c, int64_t i) {
+      return ((c * 7919 + i * 104729) % (rows / fetch_rows)) * fetch_rows;
+    };
     const int64_t payload = fetch_rows * 1024 * 4;
     for (bool shm : {false, true}) {
       ClientOptions options;
@@ -360,13 +368,11 @@ void SmallFetchFigure(Env& env) {
           bench::EchoRequest request;
           request.set_bytes(payload);
           bench::EchoReply reply;
-          return echo->Get(&context, request, &reply).ok();
+          const int64_t server = start_row(c, i) * kWorkers / rows;
+          return echoes[server]->Get(&context, request, &reply).ok();
         });
         const Latency got = Measure(callers, duration, [&](int c, int64_t i) {
-          // Rows aligned to the fetch size never straddle two shards.
-          const int64_t start =
-              ((c * 7919 + i * 104729) % (rows / fetch_rows)) * fetch_rows;
-          Box box{{start, 0}, {fetch_rows, 1024}};
+          Box box{{start_row(c, i), 0}, {fetch_rows, 1024}};
           return GatherRegion(connection, meta, box, outs[c].data()).ok();
         });
         const std::string what = absl::StrCat(
@@ -500,7 +506,7 @@ void ControlFigure(Env& env) {
   ValueOrDie(env.client->Create("tiny", {16, 16}, DType::kFloat32,
                                 LayoutSpec::Chunk(0, Ranks(kWorkers))),
              "create tiny");
-  auto echo = bench::Echo::NewStub(MakeChannel(env.echo_address));
+  auto echo = bench::Echo::NewStub(MakeChannel(env.echo_addresses.front()));
   const absl::Duration duration = absl::Milliseconds(env.quick ? 500 : 1500);
   for (int callers : {1, 16}) {
     const Latency ref = Measure(callers, duration, [&](int, int64_t) {
@@ -558,11 +564,14 @@ int Main(int argc, char** argv) {
     return only.empty() || only.find(figure) != std::string::npos;
   };
   // Forked before any gRPC state exists in this process.
-  pid_t echo_pid = -1;
-  const int echo_port = StartEchoProcess(&echo_pid);
-  if (echo_port <= 0) {
-    std::fprintf(stderr, "cannot start the echo reference server\n");
-    return 1;
+  std::vector<pid_t> echo_pids(kWorkers, -1);
+  for (pid_t& pid : echo_pids) {
+    const int port = StartEchoProcess(&pid);
+    if (port <= 0) {
+      std::fprintf(stderr, "cannot start the echo reference server\n");
+      return 1;
+    }
+    env.echo_addresses.push_back(absl::StrCat("127.0.0.1:", port));
   }
   TestClusterOptions cluster_options;
   cluster_options.num_workers = kWorkers;
@@ -570,7 +579,6 @@ int Main(int argc, char** argv) {
       ValueOrDie(TestCluster::Start(cluster_options), "start cluster");
   env.client = ValueOrDie(Client::Connect(env.cluster->coordinator_address()),
                           "connect");
-  env.echo_address = absl::StrCat("127.0.0.1:", echo_port);
 
   std::printf("  %-44s %-16s %-22s %s\n", "figure", "value", "reference",
               "ratio");
@@ -579,8 +587,10 @@ int Main(int argc, char** argv) {
   if (wanted('3')) ReshardFigure(env);
   if (wanted('4')) ControlFigure(env);
   PrintTable();
-  kill(echo_pid, SIGKILL);
-  waitpid(echo_pid, nullptr, 0);
+  for (pid_t pid : echo_pids) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
   return 0;
 }
 

@@ -64,7 +64,24 @@ absl::StatusOr<Box> SubBox(
 }  // namespace
 
 WorkerService::WorkerService(ShardStore* store, WorkerServiceOptions options)
-    : store_(store), options_(options) {}
+    : store_(store), options_(options) {
+  // Same method, but chunks go out as ByteBuffers of slices over the shard's
+  // memory instead of protobuf copies. (Server streaming, as gRPC's
+  // split-streaming handler runs it: one read, then the writes.)
+  MarkMethodStreamed(
+      v1::ReadRegionRequest::descriptor()
+          ->file()
+          ->FindServiceByName("Worker")
+          ->FindMethodByName("ReadRegion")
+          ->index(),
+      new grpc::internal::SplitServerStreamingHandler<v1::ReadRegionRequest,
+                                                      grpc::ByteBuffer>(
+          [this](grpc::ServerContext* context,
+                 grpc::ServerSplitStreamer<v1::ReadRegionRequest,
+                                           grpc::ByteBuffer>* stream) {
+            return StreamRegion(context, stream);
+          }));
+}
 
 grpc::Status WorkerService::AllocateShards(
     grpc::ServerContext* context, const v1::AllocateShardsRequest* request,
@@ -139,19 +156,6 @@ grpc::Status WorkerService::WriteShard(
 // A validated region read: the shard, the sub-box, and how to cut chunks.
 class WorkerService::RegionReader {
  public:
-  static absl::StatusOr<RegionReader> Open(ShardStore* store,
-                                           const grpc::ByteBuffer* request,
-                                           int64_t default_chunk_bytes) {
-    grpc::ByteBuffer copy(*request);
-    v1::ReadRegionRequest proto;
-    if (!grpc::SerializationTraits<v1::ReadRegionRequest>::Deserialize(&copy,
-                                                                       &proto)
-             .ok()) {
-      return absl::InvalidArgumentError("malformed ReadRegionRequest");
-    }
-    return Open(store, proto, default_chunk_bytes);
-  }
-
   static absl::StatusOr<RegionReader> Open(ShardStore* store,
                                            const v1::ReadRegionRequest& proto,
                                            int64_t default_chunk_bytes) {
@@ -229,57 +233,33 @@ class WorkerService::RegionReader {
   char* base_ = nullptr;          // first byte of a contiguous sub-box
 };
 
-// Streams a region with one write in flight; deletes itself when done.
-class WorkerService::RegionStreamer
-    : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
- public:
-  explicit RegionStreamer(absl::StatusOr<RegionReader> reader)
-      : reader_(std::move(reader)) {
-    if (!reader_.ok()) {
-      Finish(ToGrpcStatus(reader_.status()));
-      return;
-    }
-    Next();
+grpc::Status WorkerService::StreamRegion(
+    grpc::ServerContext*,
+    grpc::ServerSplitStreamer<v1::ReadRegionRequest, grpc::ByteBuffer>*
+        stream) {
+  v1::ReadRegionRequest request;
+  if (!stream->Read(&request)) {
+    return ToGrpcStatus(
+        absl::InvalidArgumentError("malformed or missing ReadRegionRequest"));
   }
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the reader went away"));
-      return;
-    }
-    Next();
-  }
-  void OnDone() override { delete this; }
-
- private:
-  void Next() {
-    const int64_t total = reader_->total();
-    if (next_ >= total) {
-      Finish(grpc::Status::OK);
-      return;
-    }
-    const int64_t count = std::min(reader_->chunk_elements(), total - next_);
-    absl::Status status = reader_->Chunk(next_, count, &buffer_);
-    if (!status.ok()) {
-      Finish(ToGrpcStatus(status));
-      return;
-    }
-    next_ += count;
-    if (next_ >= total) {
-      StartWriteAndFinish(&buffer_, grpc::WriteOptions(), grpc::Status::OK);
-    } else {
-      StartWrite(&buffer_);
+  absl::StatusOr<RegionReader> reader =
+      RegionReader::Open(store_, request, options_.chunk_bytes);
+  if (!reader.ok()) return ToGrpcStatus(reader.status());
+  const int64_t total = reader->total();
+  grpc::ByteBuffer buffer;
+  for (int64_t next = 0; next < total;) {
+    const int64_t count = std::min(reader->chunk_elements(), total - next);
+    absl::Status status = reader->Chunk(next, count, &buffer);
+    if (!status.ok()) return ToGrpcStatus(status);
+    next += count;
+    grpc::WriteOptions options;
+    if (next >= total) options.set_last_message();
+    // Write fails once the reader has gone (cancelled, disconnected).
+    if (!stream->Write(buffer, options)) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the reader went away");
     }
   }
-
-  absl::StatusOr<RegionReader> reader_;
-  int64_t next_ = 0;
-  grpc::ByteBuffer buffer_;
-};
-
-grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerService::ReadRegion(
-    grpc::CallbackServerContext*, const grpc::ByteBuffer* request) {
-  return new RegionStreamer(
-      RegionReader::Open(store_, request, options_.chunk_bytes));
+  return grpc::Status::OK;
 }
 
 grpc::Status WorkerService::ReadSmallRegion(
