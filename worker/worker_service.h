@@ -33,8 +33,7 @@ struct WorkerServiceOptions {
 // from a synchronous handler put in place of the generated one. Every
 // method stays on the synchronous API: registering any callback method costs
 // every call on the server about 40 us of p50 latency (measured in bench/).
-class WorkerService final
-    : public v1::Worker::Service {
+class WorkerService final : public v1::Worker::Service {
  public:
   WorkerService(ShardStore* store, WorkerServiceOptions options);
 
