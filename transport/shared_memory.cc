@@ -106,6 +106,14 @@ absl::StatusOr<std::unique_ptr<ShardMapping>> MapRange(
     return absl::FailedPreconditionError(
         absl::StrCat("shm_open ", segment.name, ": ", std::strerror(errno)));
   }
+  // Touching a mapping past the file's end raises SIGBUS: check the size
+  // the worker reported against the file itself.
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || st.st_size < end) {
+    close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "segment ", segment.name, " is smaller than the shard it names"));
+  }
   const int64_t page = sysconf(_SC_PAGESIZE);
   const int64_t map_offset = begin / page * page;
   const size_t map_bytes =
