@@ -233,6 +233,7 @@ absl::Status Coordinator::PlaceShards(const LayoutSpec& spec,
 
 absl::StatusOr<TensorMetadata> Coordinator::CreateTensor(
     const CreateTensorArgs& args) {
+  const absl::Time start = absl::Now();
   TESSERA_RETURN_IF_ERROR(CheckTensorName(args.name));
   TESSERA_RETURN_IF_ERROR(ByteSize(args.shape, ItemSize(args.dtype)).status());
   TESSERA_RETURN_IF_ERROR(CheckInitValue(args.init, args.dtype));
@@ -263,7 +264,9 @@ absl::StatusOr<TensorMetadata> Coordinator::CreateTensor(
     tensors_[args.name].created = options_.clock();
   }
 
+  const absl::Time allocate_start = absl::Now();
   absl::Status status = AllocateShards(*meta, args.init);
+  const absl::Time allocate_end = absl::Now();
   const bool allocated = status.ok();
   if (allocated) {
     absl::MutexLock lock(&mu_);
@@ -277,10 +280,16 @@ absl::StatusOr<TensorMetadata> Coordinator::CreateTensor(
       TensorEntry& entry = tensors_[args.name];
       entry.state = args.pending ? State::kPending : State::kReady;
       entry.meta = meta;
-      spdlog::info("created tensor '{}' {} {} in {} shards{}", args.name,
-                   ShapeToString(args.shape),
-                   std::string(DTypeName(args.dtype)), meta->shards.size(),
-                   args.pending ? " (pending)" : "");
+      spdlog::info(
+          "created tensor '{}' {} {} in {} shards{}, {:.3f} s (layout and "
+          "placement {:.3f}, allocate {:.3f}, record {:.3f})",
+          args.name, ShapeToString(args.shape),
+          std::string(DTypeName(args.dtype)), meta->shards.size(),
+          args.pending ? " (pending)" : "",
+          absl::ToDoubleSeconds(absl::Now() - start),
+          absl::ToDoubleSeconds(allocate_start - start),
+          absl::ToDoubleSeconds(allocate_end - allocate_start),
+          absl::ToDoubleSeconds(absl::Now() - allocate_end));
       return *meta;
     }
   }
