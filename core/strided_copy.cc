@@ -82,6 +82,24 @@ class RunWalker {
   int64_t position_;
 };
 
+// Hardware prefetchers stop at 4 KiB page boundaries and need a few lines to
+// pick a stream up again, so strided runs of 0.5-16 KiB ran at 0.4-0.55x of
+// one long memcpy. Prefetching the next run while copying this one brings
+// them to ~0.7x (bench/strided_copy_bench). Longer runs stream well alone.
+constexpr size_t kPrefetchMinRun = 512;
+constexpr size_t kPrefetchMaxRun = 16 << 10;
+
+inline void PrefetchRun(const char* run, size_t bytes, bool for_write) {
+  if (bytes < kPrefetchMinRun || bytes > kPrefetchMaxRun) return;
+  for (size_t b = 0; b < bytes; b += 64) {
+    if (for_write) {
+      __builtin_prefetch(run + b, 1, 3);
+    } else {
+      __builtin_prefetch(run + b, 0, 3);
+    }
+  }
+}
+
 int64_t Product(absl::Span<const int64_t> sizes, size_t from) {
   int64_t n = 1;
   for (size_t d = from; d < sizes.size(); ++d) n *= sizes[d];
@@ -114,6 +132,12 @@ void FlatRangeCopy(absl::Span<const int64_t> array_shape,
     char* place =
         array + walker.position() + within * static_cast<int64_t>(item_size);
     const size_t bytes = static_cast<size_t>(n) * item_size;
+    walker.Next();
+    if (left > n) {
+      PrefetchRun(array + walker.position(),
+                  static_cast<size_t>(std::min(run, left - n)) * item_size,
+                  to_array);
+    }
     if (to_array) {
       std::memcpy(place, chunk, bytes);
     } else {
@@ -122,7 +146,6 @@ void FlatRangeCopy(absl::Span<const int64_t> array_shape,
     chunk += bytes;
     left -= n;
     within = 0;
-    walker.Next();
   }
 }
 
@@ -147,9 +170,12 @@ void CopyBox(const void* src, absl::Span<const int64_t> src_shape,
   const char* s = static_cast<const char*>(src);
   char* d = static_cast<char*>(dst);
   for (int64_t r = 0; r < runs; ++r) {
-    std::memcpy(d + to.position(), s + from.position(), run_bytes);
+    const char* run_src = s + from.position();
+    char* run_dst = d + to.position();
     from.Next();
     to.Next();
+    if (r + 1 < runs) PrefetchRun(s + from.position(), run_bytes, false);
+    std::memcpy(run_dst, run_src, run_bytes);
   }
 }
 
