@@ -184,8 +184,17 @@ struct Latency {
 };
 
 // Runs `call` from `callers` threads for `duration`; call(caller, i).
-Latency Measure(int callers, absl::Duration duration,
-                const std::function<bool(int, int64_t)>& call) {
+// Latencies of every call made, and the seconds the callers ran.
+struct Samples {
+  std::vector<double> us;
+  double seconds = 0;
+  bool failed = false;
+};
+
+// `callers` threads call `call` back to back for `duration`; appends to
+// `into`.
+void RunCallers(int callers, absl::Duration duration,
+                const std::function<bool(int, int64_t)>& call, Samples* into) {
   for (int w = 0; w < 20; ++w) call(0, w);  // warm up channels
   std::vector<std::vector<double>> samples(callers);
   std::atomic<bool> failed{false};
@@ -202,17 +211,39 @@ Latency Measure(int callers, absl::Duration duration,
     });
   }
   for (std::thread& t : threads) t.join();
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  std::vector<double> all;
-  for (auto& s : samples) all.insert(all.end(), s.begin(), s.end());
-  std::sort(all.begin(), all.end());
+  into->seconds += absl::ToDoubleSeconds(absl::Now() - start);
+  for (auto& s : samples) into->us.insert(into->us.end(), s.begin(), s.end());
+  into->failed |= failed.load();
+}
+
+Latency Summarize(Samples samples) {
   Latency l;
-  if (failed) std::fprintf(stderr, "warning: some calls failed\n");
+  if (samples.failed) std::fprintf(stderr, "warning: some calls failed\n");
+  std::vector<double>& all = samples.us;
   if (all.empty()) return l;
+  std::sort(all.begin(), all.end());
   l.p50_us = all[all.size() / 2];
   l.p99_us = all[std::min(all.size() - 1, all.size() * 99 / 100)];
-  l.qps = all.size() / seconds;
+  l.qps = all.size() / samples.seconds;
   return l;
+}
+
+// Many callers: reference and measured runs alternate in short rounds, so
+// the slow drift of a shared machine hits both alike.
+std::pair<Latency, Latency> MeasureInRounds(
+    int callers, absl::Duration duration,
+    const std::function<bool(int, int64_t)>& ref,
+    const std::function<bool(int, int64_t)>& got) {
+  constexpr int kRounds = 6;
+  Samples ref_samples, got_samples;
+  for (int r = 0; r < kRounds; ++r) {
+    const bool ref_first = r % 2 == 0;
+    RunCallers(callers, duration / kRounds, ref_first ? ref : got,
+               ref_first ? &ref_samples : &got_samples);
+    RunCallers(callers, duration / kRounds, ref_first ? got : ref,
+               ref_first ? &got_samples : &ref_samples);
+  }
+  return {Summarize(std::move(ref_samples)), Summarize(std::move(got_samples))};
 }
 
 // One caller alternating a reference call and a measured call, so that both
@@ -413,8 +444,8 @@ void SmallFetchFigure(Env& env) {
           std::tie(ref, got) =
               MeasureAlternating(duration, ref_call, fetch_call);
         } else {
-          ref = Measure(callers, duration, ref_call);
-          got = Measure(callers, duration, fetch_call);
+          std::tie(ref, got) =
+              MeasureInRounds(callers, duration, ref_call, fetch_call);
         }
         const std::string what = absl::StrCat(
             "2. fetch ", payload / 1024, " KiB, ", callers,
@@ -553,16 +584,16 @@ void ControlFigure(Env& env) {
   auto echo = bench::Echo::NewStub(MakeChannel(env.echo_addresses.front()));
   const absl::Duration duration = absl::Milliseconds(env.quick ? 500 : 1500);
   for (int callers : {1, 16}) {
-    const Latency ref = Measure(callers, duration, [&](int, int64_t) {
-      grpc::ClientContext context;
-      bench::EchoRequest request;
-      request.set_bytes(0);
-      bench::EchoReply reply;
-      return echo->Get(&context, request, &reply).ok();
-    });
-    const Latency got = Measure(callers, duration, [&](int, int64_t) {
-      return env.client->Describe("tiny").ok();
-    });
+    const auto [ref, got] = MeasureInRounds(
+        callers, duration,
+        [&](int, int64_t) {
+          grpc::ClientContext context;
+          bench::EchoRequest request;
+          request.set_bytes(0);
+          bench::EchoReply reply;
+          return echo->Get(&context, request, &reply).ok();
+        },
+        [&](int, int64_t) { return env.client->Describe("tiny").ok(); });
     Add({absl::StrCat("4. GetTensor (describe) small, ", callers,
                       " caller(s) QPS"),
          absl::StrFormat("%.0f/s", got.qps),
