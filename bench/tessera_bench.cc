@@ -551,6 +551,9 @@ void ControlFigure(Env& env) {
   const TensorMetadata many =
       ValueOrDie(env.client->Describe("many"), "describe 100k");
   const double describe = absl::ToDoubleSeconds(absl::Now() - start);
+  // What the coordinator keeps, not the reply buffers in flight: it hands
+  // those back within 0.2 s of a reply for this many shards.
+  absl::SleepFor(absl::Milliseconds(500));
   const int64_t rss_after = ResidentBytes(coordinator);
   const std::string n = env.quick ? "10k" : "100k";
   Row create_row{absl::StrCat("4. create+validate ", n, " shards (cluster)"),

@@ -8,16 +8,41 @@
 #include "rpc/status.h"
 
 namespace tessera {
-namespace {
 
-// Requests and replies for tensors with very many shards leave megabytes of
-// freed protobuf memory in malloc's arenas; hand it back so the
-// coordinator's resident memory tracks the metadata it actually keeps.
-void ReleaseFreedMemory(size_t shards) {
-  if (shards >= 10000) malloc_trim(0);
+CoordinatorService::MemoryReleaser::MemoryReleaser()
+    : thread_([this] { Run(); }) {}
+
+CoordinatorService::MemoryReleaser::~MemoryReleaser() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    wake_.Signal();
+  }
+  thread_.join();
 }
 
-}  // namespace
+void CoordinatorService::MemoryReleaser::AfterReplyOf(size_t shards) {
+  if (shards < 10000) return;
+  // Debounced: one trim 0.2 s after the last such reply.
+  absl::MutexLock lock(&mu_);
+  due_ = absl::Now() + absl::Milliseconds(200);
+  wake_.Signal();
+}
+
+void CoordinatorService::MemoryReleaser::Run() {
+  absl::MutexLock lock(&mu_);
+  while (!stop_) {
+    if (absl::Now() >= due_) {
+      due_ = absl::InfiniteFuture();
+      mu_.Unlock();
+      malloc_trim(0);
+      mu_.Lock();
+      continue;
+    }
+    wake_.WaitWithDeadline(&mu_, due_);
+  }
+}
+
 grpc::Status CoordinatorService::RegisterWorker(
     grpc::ServerContext*, const v1::RegisterWorkerRequest* request,
     v1::RegisterWorkerResponse* response) {
@@ -87,7 +112,7 @@ grpc::Status CoordinatorService::CreateTensor(
   }();
   if (!meta.ok()) return ToGrpcStatus(meta.status());
   TensorMetadataToProto(*meta, response->mutable_tensor());
-  ReleaseFreedMemory(meta->shards.size());
+  releaser_.AfterReplyOf(meta->shards.size());
   return grpc::Status::OK;
 }
 
@@ -105,7 +130,7 @@ grpc::Status CoordinatorService::GetTensor(grpc::ServerContext*,
       coordinator_->GetTensor(request->name());
   if (!meta.ok()) return ToGrpcStatus(meta.status());
   TensorMetadataToProto(*meta, response->mutable_tensor());
-  ReleaseFreedMemory(meta->shards.size());
+  releaser_.AfterReplyOf(meta->shards.size());
   return grpc::Status::OK;
 }
 

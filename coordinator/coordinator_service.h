@@ -3,6 +3,10 @@
 #ifndef TESSERA_COORDINATOR_COORDINATOR_SERVICE_H_
 #define TESSERA_COORDINATOR_COORDINATOR_SERVICE_H_
 
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "coordinator/coordinator.h"
 #include "proto/coordinator.grpc.pb.h"
 
@@ -42,7 +46,27 @@ class CoordinatorService final : public v1::Coordinator::Service {
                              v1::ReshardTensorResponse* response) override;
 
  private:
+  // Hands freed memory back to the system shortly after a reply for a
+  // tensor of very many shards. Deferred because gRPC frees the reply's
+  // buffers only after the handler returns; trimming inside the handler
+  // left megabytes of them resident.
+  class MemoryReleaser {
+   public:
+    MemoryReleaser();
+    ~MemoryReleaser();
+    void AfterReplyOf(size_t shards) ABSL_LOCKS_EXCLUDED(mu_);
+
+   private:
+    void Run() ABSL_LOCKS_EXCLUDED(mu_);
+    absl::Mutex mu_;
+    absl::CondVar wake_;
+    absl::Time due_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+    bool stop_ ABSL_GUARDED_BY(mu_) = false;
+    std::thread thread_;
+  };
+
   Coordinator* const coordinator_;
+  MemoryReleaser releaser_;
 };
 
 }  // namespace tessera
