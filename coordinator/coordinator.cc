@@ -214,9 +214,22 @@ absl::Status Coordinator::PlaceShards(const LayoutSpec& spec,
                                       std::vector<Box> boxes,
                                       TensorMetadata* meta) {
   meta->shards.resize(boxes.size());
+  // Specs name few distinct placements (one per worker or device), so each
+  // is resolved once rather than once per shard.
+  std::vector<std::pair<const Placement*, WorkerRecord>> resolved;
   for (size_t i = 0; i < boxes.size(); ++i) {
-    TESSERA_ASSIGN_OR_RETURN(WorkerRecord worker,
-                             registry_.Resolve(spec.placements[i]));
+    const Placement& placement = spec.placements[i];
+    auto known =
+        std::find_if(resolved.begin(), resolved.end(),
+                     [&](const auto& r) { return *r.first == placement; });
+    if (known == resolved.end()) {
+      TESSERA_ASSIGN_OR_RETURN(WorkerRecord record,
+                               registry_.Resolve(placement));
+      if (resolved.size() == 16) resolved.erase(resolved.begin());
+      resolved.emplace_back(&placement, std::move(record));
+      known = std::prev(resolved.end());
+    }
+    const WorkerRecord& worker = known->second;
     if (!worker.alive) {
       return UnavailableError(absl::StrCat("worker '", worker.name, "' (rank ",
                                            worker.rank, ") for shard ", i));
