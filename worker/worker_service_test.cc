@@ -3,6 +3,8 @@
 // memory maps, and a peer pull.
 #include "worker/worker_service.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -149,6 +151,24 @@ TEST_F(WorkerServiceTest, SameHostClientMapsTheShardUntilItIsFreed) {
   // ...and new maps fail as a gRPC read would.
   EXPECT_THAT(MapShardBox(channel_, 1, box, 4, absl::Seconds(30)).status(),
               StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(WorkerServiceTest, SegmentShorterThanReportedIsAnErrorNotSigbus) {
+  if (access("/dev/shm", W_OK) != 0)
+    GTEST_SKIP() << "no writable /dev/shm here";
+  absl::StatusOr<PinnedShard> pinned = store_.Pin(1);
+  ASSERT_OK(pinned);
+  ASSERT_FALSE(pinned->segment.empty());
+  // Something else cut the segment to half its size.
+  const int fd = shm_open(pinned->segment.c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, kRows * kCols * 4 / 2), 0);
+  close(fd);
+  const Box last_rows{{kRows - 4, 0}, {4, kCols}};
+  EXPECT_THAT(
+      MapShardBox(channel_, 1, last_rows, 4, absl::Seconds(30)).status(),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               ::testing::HasSubstr("smaller than the shard")));
 }
 
 TEST_F(WorkerServiceTest, PrivateShardIsNotOfferedForMapping) {
