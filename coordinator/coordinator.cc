@@ -244,7 +244,7 @@ absl::Status Coordinator::PlaceShards(const LayoutSpec& spec,
   return absl::OkStatus();
 }
 
-absl::StatusOr<TensorMetadata> Coordinator::CreateTensor(
+absl::StatusOr<std::shared_ptr<const TensorMetadata>> Coordinator::CreateTensor(
     const CreateTensorArgs& args) {
   const absl::Time start = absl::Now();
   TESSERA_RETURN_IF_ERROR(CheckTensorName(args.name));
@@ -303,7 +303,7 @@ absl::StatusOr<TensorMetadata> Coordinator::CreateTensor(
           absl::ToDoubleSeconds(allocate_start - start),
           absl::ToDoubleSeconds(allocate_end - allocate_start),
           absl::ToDoubleSeconds(absl::Now() - allocate_end));
-      return *meta;
+      return std::shared_ptr<const TensorMetadata>(meta);
     }
   }
   if (allocated) FreeShards(*meta);

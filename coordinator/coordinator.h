@@ -116,9 +116,10 @@ class Coordinator {
   std::vector<WorkerRecord> ListWorkers() const;
 
   // Validates, resolves placements, allocates every shard (all or nothing)
-  // and commits version 1.
-  absl::StatusOr<TensorMetadata> CreateTensor(const CreateTensorArgs& args)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // and commits version 1. Returns the committed (immutable) metadata itself,
+  // not a copy: it can hold very many shards.
+  absl::StatusOr<std::shared_ptr<const TensorMetadata>> CreateTensor(
+      const CreateTensorArgs& args) ABSL_LOCKS_EXCLUDED(mu_);
   // Makes a pending tensor visible.
   absl::Status CommitTensor(const std::string& name, uint64_t version)
       ABSL_LOCKS_EXCLUDED(mu_);

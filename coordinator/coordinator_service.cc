@@ -95,8 +95,8 @@ grpc::Status CoordinatorService::ListWorkers(
 grpc::Status CoordinatorService::CreateTensor(
     grpc::ServerContext*, const v1::CreateTensorRequest* request,
     v1::CreateTensorResponse* response) {
-  absl::StatusOr<TensorMetadata> meta =
-      [&]() -> absl::StatusOr<TensorMetadata> {
+  absl::StatusOr<std::shared_ptr<const TensorMetadata>> meta =
+      [&]() -> absl::StatusOr<std::shared_ptr<const TensorMetadata>> {
     CreateTensorArgs args;
     args.name = request->name();
     TESSERA_ASSIGN_OR_RETURN(args.shape,
@@ -111,8 +111,8 @@ grpc::Status CoordinatorService::CreateTensor(
     return coordinator_->CreateTensor(args);
   }();
   if (!meta.ok()) return ToGrpcStatus(meta.status());
-  TensorMetadataToProto(*meta, response->mutable_tensor());
-  releaser_.AfterReplyOf(meta->shards.size());
+  TensorMetadataToProto(**meta, response->mutable_tensor());
+  releaser_.AfterReplyOf((*meta)->shards.size());
   return grpc::Status::OK;
 }
 
