@@ -37,6 +37,53 @@ grpc::Status CallIdempotent(
   }
 }
 
+absl::StatusOr<WorkerInfo> WorkerInfoFromProto(const v1::WorkerInfo& w) {
+  WorkerInfo info;
+  info.name = w.name();
+  info.rank = w.rank();
+  info.address = w.address();
+  TESSERA_ASSIGN_OR_RETURN(info.device, DeviceFromProto(w.device()));
+  info.alive = w.alive();
+  info.bytes_used = w.bytes_used();
+  info.capacity_bytes = w.capacity_bytes();
+  return info;
+}
+
+// Rebuilds the shard list a create with brief_reply left out of the reply.
+absl::Status AddShardsFromBriefReply(const v1::CreateTensorResponse& response,
+                                     const std::vector<Box>& boxes,
+                                     TensorMetadata* meta) {
+  if (static_cast<size_t>(response.worker_of_size()) != boxes.size()) {
+    return absl::DataLossError(
+        absl::StrCat("create reply places ", response.worker_of_size(),
+                     " shards, the spec has ", boxes.size()));
+  }
+  std::vector<ShardInfo> workers;  // one template per worker of the reply
+  for (const v1::WorkerInfo& w : response.workers()) {
+    TESSERA_ASSIGN_OR_RETURN(WorkerInfo info, WorkerInfoFromProto(w));
+    ShardInfo shard;
+    shard.worker = std::move(info.name);
+    shard.rank = info.rank;
+    shard.address = std::move(info.address);
+    shard.device = info.device;
+    shard.available = info.alive;
+    workers.push_back(std::move(shard));
+  }
+  meta->shards.reserve(boxes.size());
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    const int32_t w = response.worker_of(static_cast<int>(i));
+    if (w < 0 || static_cast<size_t>(w) >= workers.size()) {
+      return absl::DataLossError(
+          absl::StrCat("create reply: shard ", i, " has no worker"));
+    }
+    ShardInfo shard = workers[static_cast<size_t>(w)];
+    shard.box = boxes[i];
+    shard.shard_id = response.first_shard_id() + i;
+    meta->shards.push_back(std::move(shard));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 ShardHandle::ShardHandle(std::shared_ptr<Connection> connection,
@@ -95,14 +142,7 @@ absl::StatusOr<std::vector<WorkerInfo>> Client::Workers() {
   if (!status.ok()) return connection_->ControlError(status);
   std::vector<WorkerInfo> out;
   for (const v1::WorkerInfo& w : response.workers()) {
-    WorkerInfo info;
-    info.name = w.name();
-    info.rank = w.rank();
-    info.address = w.address();
-    TESSERA_ASSIGN_OR_RETURN(info.device, DeviceFromProto(w.device()));
-    info.alive = w.alive();
-    info.bytes_used = w.bytes_used();
-    info.capacity_bytes = w.capacity_bytes();
+    TESSERA_ASSIGN_OR_RETURN(WorkerInfo info, WorkerInfoFromProto(w));
     out.push_back(std::move(info));
   }
   return out;
@@ -118,6 +158,7 @@ absl::StatusOr<TensorMetadata> Client::CreateInternal(
   LayoutSpecToProto(spec, request.mutable_spec());
   *request.mutable_init() = InitToProto(init);
   request.set_pending(pending);
+  request.set_brief_reply(true);
   v1::CreateTensorResponse response;
   grpc::ClientContext context;
   // Allocation with an init fill of a large tensor can take longer than a plain
@@ -126,7 +167,18 @@ absl::StatusOr<TensorMetadata> Client::CreateInternal(
   grpc::Status status =
       connection_->coordinator()->CreateTensor(&context, request, &response);
   if (!status.ok()) return connection_->ControlError(status);
-  return TensorMetadataFromProto(response.tensor());
+  TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta,
+                           TensorMetadataFromProto(response.tensor()));
+  if (!meta.shards.empty() || response.worker_of_size() == 0) return meta;
+  // Brief reply: the boxes are the spec's (the coordinator validated them).
+  std::vector<Box> boxes;
+  if (spec.kind == LayoutSpec::Kind::kEnumerable) {
+    boxes = spec.boxes;
+  } else {
+    TESSERA_ASSIGN_OR_RETURN(boxes, LayoutBoxes(shape, spec));
+  }
+  TESSERA_RETURN_IF_ERROR(AddShardsFromBriefReply(response, boxes, &meta));
+  return meta;
 }
 
 absl::StatusOr<TensorMetadata> Client::Create(const std::string& name,

@@ -1,7 +1,9 @@
 #include "rpc/convert.h"
 
 #include <string>
+#include <tuple>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/checked_math.h"
 #include "core/status_macros.h"
@@ -286,6 +288,57 @@ absl::StatusOr<TensorMetadata> TensorMetadataFromProto(
   return out;
 }
 
+namespace {
+
+absl::StatusOr<LayoutSpec> PackedShardsFromProto(
+    const v1::ShardingSpec::PackedShards& packed) {
+  constexpr absl::string_view kField = "spec.enumerable.packed";
+  const int64_t n = packed.placement_of_size();
+  if (packed.offsets_size() != packed.sizes_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kField, ": ", packed.offsets_size(), " offsets but ",
+                     packed.sizes_size(), " sizes"));
+  }
+  if (n == 0 ? packed.offsets_size() != 0 : packed.offsets_size() % n != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kField, ": ", packed.offsets_size(), " offsets do not split into ", n,
+        " shards of equal rank"));
+  }
+  const int64_t rank = n == 0 ? 0 : packed.offsets_size() / n;
+  if (rank > kMaxRank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kField, ": more than ", kMaxRank, " dims"));
+  }
+  std::vector<Placement> distinct;
+  distinct.reserve(packed.placements_size());
+  for (int i = 0; i < packed.placements_size(); ++i) {
+    absl::StatusOr<Placement> p = PlacementFromProto(packed.placements(i));
+    if (!p.ok()) {
+      return Annotate(p.status(), absl::StrCat(kField, ".placements[", i, "]"));
+    }
+    distinct.push_back(*std::move(p));
+  }
+  std::vector<Box> boxes(static_cast<size_t>(n));
+  std::vector<Placement> placements;
+  placements.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t which = packed.placement_of(static_cast<int>(i));
+    if (which < 0 || which >= static_cast<int32_t>(distinct.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kField, ".placement_of[", i, "]: ", which, " is not an index into ",
+          distinct.size(), " placements"));
+    }
+    placements.push_back(distinct[static_cast<size_t>(which)]);
+    const int64_t* offsets = packed.offsets().data() + i * rank;
+    const int64_t* sizes = packed.sizes().data() + i * rank;
+    boxes[static_cast<size_t>(i)].offsets.assign(offsets, offsets + rank);
+    boxes[static_cast<size_t>(i)].sizes.assign(sizes, sizes + rank);
+  }
+  return LayoutSpec::Enumerable(std::move(boxes), std::move(placements));
+}
+
+}  // namespace
+
 absl::StatusOr<LayoutSpec> LayoutSpecFromProto(const v1::ShardingSpec& spec) {
   switch (spec.spec_case()) {
     case v1::ShardingSpec::kChunk: {
@@ -301,6 +354,13 @@ absl::StatusOr<LayoutSpec> LayoutSpecFromProto(const v1::ShardingSpec& spec) {
       return LayoutSpec::Chunk(spec.chunk().dim(), std::move(placements));
     }
     case v1::ShardingSpec::kEnumerable: {
+      if (spec.enumerable().has_packed()) {
+        if (spec.enumerable().shards_size() > 0) {
+          return absl::InvalidArgumentError(
+              "spec.enumerable: give either shards or packed, not both");
+        }
+        return PackedShardsFromProto(spec.enumerable().packed());
+      }
       std::vector<Box> boxes;
       std::vector<Placement> placements;
       for (int i = 0; i < spec.enumerable().shards_size(); ++i) {
@@ -330,12 +390,49 @@ void LayoutSpecToProto(const LayoutSpec& spec, v1::ShardingSpec* out) {
       *chunk->add_placements() = PlacementToProto(p);
     return;
   }
+  // The packed encoding; a spec whose boxes differ in rank (invalid, but
+  // the coordinator must be the one to say so) goes shard by shard.
+  const size_t rank = spec.boxes.empty() ? 0 : spec.boxes[0].rank();
+  bool uniform = spec.placements.size() == spec.boxes.size();
+  for (const Box& box : spec.boxes) uniform &= box.rank() == rank;
   v1::ShardingSpec::Enumerable* enumerable = out->mutable_enumerable();
+  if (!uniform) {
+    for (size_t i = 0; i < spec.boxes.size(); ++i) {
+      v1::ShardMetadata* shard = enumerable->add_shards();
+      BoxToProto(spec.boxes[i], shard->mutable_offsets(),
+                 shard->mutable_sizes());
+      if (i < spec.placements.size())
+        *shard->mutable_placement() = PlacementToProto(spec.placements[i]);
+    }
+    return;
+  }
+  v1::ShardingSpec::PackedShards* packed = enumerable->mutable_packed();
+  packed->mutable_offsets()->Reserve(
+      static_cast<int>(spec.boxes.size() * rank));
+  packed->mutable_sizes()->Reserve(static_cast<int>(spec.boxes.size() * rank));
+  packed->mutable_placement_of()->Reserve(static_cast<int>(spec.boxes.size()));
+  // Distinct placements, keyed by every field (set or not).
+  using Key = std::tuple<bool, int32_t, std::string, bool, int, int>;
+  auto key_of = [](const Placement& p) {
+    return Key(p.rank.has_value(), p.rank.value_or(0), p.worker,
+               p.device.has_value(),
+               p.device.has_value() ? static_cast<int>(p.device->kind) : 0,
+               p.device.has_value() ? p.device->index : 0);
+  };
+  absl::flat_hash_map<Key, int32_t> index;
+  int32_t previous = -1;
   for (size_t i = 0; i < spec.boxes.size(); ++i) {
-    v1::ShardMetadata* shard = enumerable->add_shards();
-    BoxToProto(spec.boxes[i], shard->mutable_offsets(), shard->mutable_sizes());
-    if (i < spec.placements.size())
-      *shard->mutable_placement() = PlacementToProto(spec.placements[i]);
+    for (int64_t v : spec.boxes[i].offsets) packed->add_offsets(v);
+    for (int64_t v : spec.boxes[i].sizes) packed->add_sizes(v);
+    const Placement& placement = spec.placements[i];
+    // Neighbouring shards usually share a placement: skip the lookup.
+    if (previous < 0 || spec.placements[i - 1] != placement) {
+      auto [it, inserted] =
+          index.try_emplace(key_of(placement), packed->placements_size());
+      if (inserted) *packed->add_placements() = PlacementToProto(placement);
+      previous = it->second;
+    }
+    packed->add_placement_of(previous);
   }
 }
 

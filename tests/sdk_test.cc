@@ -11,6 +11,9 @@
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "rpc/channel.h"
+#include "rpc/convert.h"
 #include "tests/cluster.h"
 #include "tests/test_arrays.h"
 
@@ -33,6 +36,88 @@ class SdkTest : public ClusterSuite<SdkTest> {
     EXPECT_TRUE(SameBytes(array, *back)) << name;
   }
 };
+
+// Every field a caller reads from a shard, compared one by one.
+void ExpectSameShards(const TensorMetadata& got, const TensorMetadata& want) {
+  EXPECT_EQ(got.name, want.name);
+  EXPECT_EQ(got.version, want.version);
+  EXPECT_EQ(got.shape, want.shape);
+  EXPECT_EQ(got.dtype, want.dtype);
+  ASSERT_EQ(got.shards.size(), want.shards.size());
+  for (size_t i = 0; i < got.shards.size(); ++i) {
+    const ShardInfo& a = got.shards[i];
+    const ShardInfo& b = want.shards[i];
+    EXPECT_EQ(a.box.ToString(), b.box.ToString()) << "shard " << i;
+    EXPECT_EQ(a.shard_id, b.shard_id) << "shard " << i;
+    EXPECT_EQ(a.worker, b.worker) << "shard " << i;
+    EXPECT_EQ(a.rank, b.rank) << "shard " << i;
+    EXPECT_EQ(a.address, b.address) << "shard " << i;
+    EXPECT_EQ(a.device, b.device) << "shard " << i;
+    EXPECT_EQ(a.available, b.available) << "shard " << i;
+  }
+}
+
+// The SDK sends enumerable specs packed and asks for a brief create reply
+// (no shard list); what it rebuilds must be what describe shows.
+TEST_F(SdkTest, CreateMetadataIsWhatDescribeShows) {
+  std::vector<Box> boxes;
+  std::vector<Placement> placements;
+  for (int64_t r = 0; r < 8; ++r) {
+    for (int64_t c = 0; c < 4; ++c) {
+      boxes.push_back(Box{{r * 8, c * 8}, {8, 8}});
+      Placement p;
+      if ((r + c) % 3 == 0) {
+        p.worker = cluster_->worker_name(static_cast<int>(c));
+      } else {
+        p.rank = static_cast<int32_t>((r * 4 + c) % 4);
+      }
+      placements.push_back(p);
+    }
+  }
+  auto grid = client_->Create("packed_grid", {64, 32}, DType::kFloat32,
+                              LayoutSpec::Enumerable(boxes, placements));
+  ASSERT_OK(grid);
+  auto described = client_->Describe("packed_grid");
+  ASSERT_OK(described);
+  ExpectSameShards(*grid, *described);
+
+  auto rows = client_->Create("brief_rows", {10, 3}, DType::kInt64,
+                              LayoutSpec::Chunk(0, Ranks({3, 1, 2})));
+  ASSERT_OK(rows);
+  auto rows_described = client_->Describe("brief_rows");
+  ASSERT_OK(rows_described);
+  ExpectSameShards(*rows, *rows_described);
+}
+
+// Other clients may send the per-shard encoding and want the full reply.
+TEST_F(SdkTest, CoordinatorStillTakesPerShardSpecsAndGivesFullReplies) {
+  auto stub =
+      v1::Coordinator::NewStub(MakeChannel(cluster_->coordinator_address()));
+  v1::CreateTensorRequest request;
+  request.set_name("per_shard");
+  request.add_shape(8);
+  request.add_shape(4);
+  request.mutable_properties()->set_dtype(DTypeToProto(DType::kFloat32));
+  for (int i = 0; i < 4; ++i) {
+    v1::ShardMetadata* shard =
+        request.mutable_spec()->mutable_enumerable()->add_shards();
+    shard->add_offsets(2 * i);
+    shard->add_offsets(0);
+    shard->add_sizes(2);
+    shard->add_sizes(4);
+    shard->mutable_placement()->set_rank(3 - i);
+  }
+  v1::CreateTensorResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub->CreateTensor(&context, request, &response).ok());
+  EXPECT_EQ(response.worker_of_size(), 0);
+  auto full = TensorMetadataFromProto(response.tensor());
+  ASSERT_OK(full);
+  auto described = client_->Describe("per_shard");
+  ASSERT_OK(described);
+  ExpectSameShards(*full, *described);
+  EXPECT_EQ(described->shards[0].rank, 3);
+}
 
 TEST_F(SdkTest, WorkersAreListedAliveByRank) {
   auto workers = client_->Workers();

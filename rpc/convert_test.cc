@@ -1,0 +1,113 @@
+// The wire forms of a layout spec: the packed enumerable encoding the SDK
+// sends, and the errors a malformed one gets.
+#include "rpc/convert.h"
+
+#include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+using ::tessera::testing::StatusIs;
+using ::testing::HasSubstr;
+
+Placement Rank(int32_t rank) {
+  Placement p;
+  p.rank = rank;
+  return p;
+}
+
+Placement Named(const std::string& worker) {
+  Placement p;
+  p.worker = worker;
+  return p;
+}
+
+TEST(ConvertTest, EnumerableSpecsTravelPackedAndComeBackEqual) {
+  std::vector<Box> boxes;
+  std::vector<Placement> placements;
+  for (int64_t i = 0; i < 6; ++i) {
+    boxes.push_back(Box{{i * 2, 0}, {2, 5}});
+    placements.push_back(i % 3 == 0 ? Named("w1") : Rank(i % 2));
+  }
+  v1::ShardingSpec proto;
+  LayoutSpecToProto(LayoutSpec::Enumerable(boxes, placements), &proto);
+  ASSERT_TRUE(proto.enumerable().has_packed());
+  EXPECT_EQ(proto.enumerable().shards_size(), 0);
+  EXPECT_EQ(proto.enumerable().packed().placements_size(), 3);
+  EXPECT_EQ(proto.enumerable().packed().offsets_size(), 12);
+
+  auto back = LayoutSpecFromProto(proto);
+  ASSERT_OK(back);
+  ASSERT_EQ(back->kind, LayoutSpec::Kind::kEnumerable);
+  ASSERT_EQ(back->boxes.size(), boxes.size());
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    EXPECT_EQ(back->boxes[i].ToString(), boxes[i].ToString());
+    EXPECT_EQ(back->placements[i], placements[i]) << i;
+  }
+}
+
+TEST(ConvertTest, BoxesOfDifferentRanksGoShardByShard) {
+  // Invalid, but the coordinator is the one to say so, naming the shard.
+  v1::ShardingSpec proto;
+  LayoutSpecToProto(LayoutSpec::Enumerable({Box{{0}, {2}}, Box{{0, 0}, {2, 2}}},
+                                           {Rank(0), Rank(1)}),
+                    &proto);
+  EXPECT_FALSE(proto.enumerable().has_packed());
+  EXPECT_EQ(proto.enumerable().shards_size(), 2);
+}
+
+// A valid packed spec of two 1-D shards, to break one field at a time.
+v1::ShardingSpec TwoPackedShards() {
+  v1::ShardingSpec proto;
+  LayoutSpecToProto(LayoutSpec::Enumerable({Box{{0}, {2}}, Box{{2}, {2}}},
+                                           {Rank(0), Rank(1)}),
+                    &proto);
+  return proto;
+}
+
+TEST(ConvertTest, MalformedPackedSpecsAreInvalidArgumentsNamingTheField) {
+  ASSERT_OK(LayoutSpecFromProto(TwoPackedShards()));
+
+  v1::ShardingSpec uneven = TwoPackedShards();
+  uneven.mutable_enumerable()->mutable_packed()->add_offsets(7);
+  EXPECT_THAT(LayoutSpecFromProto(uneven),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("3 offsets but 2 sizes")));
+
+  v1::ShardingSpec ragged = TwoPackedShards();
+  ragged.mutable_enumerable()->mutable_packed()->add_offsets(7);
+  ragged.mutable_enumerable()->mutable_packed()->add_sizes(7);
+  EXPECT_THAT(LayoutSpecFromProto(ragged),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("do not split into 2 shards")));
+
+  v1::ShardingSpec bad_index = TwoPackedShards();
+  bad_index.mutable_enumerable()->mutable_packed()->set_placement_of(1, 5);
+  EXPECT_THAT(LayoutSpecFromProto(bad_index),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("spec.enumerable.packed.placement_of[1]")));
+
+  v1::ShardingSpec both = TwoPackedShards();
+  both.mutable_enumerable()->add_shards();
+  EXPECT_THAT(LayoutSpecFromProto(both),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("either shards or packed")));
+
+  v1::ShardingSpec deep;
+  v1::ShardingSpec::PackedShards* packed =
+      deep.mutable_enumerable()->mutable_packed();
+  for (int d = 0; d < 33; ++d) {
+    packed->add_offsets(0);
+    packed->add_sizes(1);
+  }
+  packed->add_placements()->set_rank(0);
+  packed->add_placement_of(0);
+  EXPECT_THAT(LayoutSpecFromProto(deep),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("more than 32 dims")));
+}
+
+}  // namespace
+}  // namespace tessera
