@@ -96,9 +96,16 @@ TEST_F(WorkerServiceTest, StridedBoxIsGatheredIntoChunks) {
 }
 
 TEST_F(WorkerServiceTest, SmallRegionIsOneUnaryCall) {
+  // One run of the shard: copied straight from its memory.
   const std::vector<int32_t> row = Read(Box{{7, 0}, {1, kCols}});
   EXPECT_EQ(row[0], At(7, 0));
   EXPECT_EQ(row.back(), At(7, kCols - 1));
+  // Strided: gathered run by run.
+  const std::vector<int32_t> block = Read(Box{{7, 5}, {3, 4}});
+  ASSERT_EQ(block.size(), 12u);
+  EXPECT_EQ(block[0], At(7, 5));
+  EXPECT_EQ(block[4], At(8, 5));
+  EXPECT_EQ(block.back(), At(9, 8));
 }
 
 TEST_F(WorkerServiceTest, GeneratedProtobufClientStillParsesTheStream) {
