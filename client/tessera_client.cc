@@ -49,41 +49,6 @@ absl::StatusOr<WorkerInfo> WorkerInfoFromProto(const v1::WorkerInfo& w) {
   return info;
 }
 
-// Rebuilds the shard list a create with brief_reply left out of the reply.
-absl::Status AddShardsFromBriefReply(const v1::CreateTensorResponse& response,
-                                     const std::vector<Box>& boxes,
-                                     TensorMetadata* meta) {
-  if (static_cast<size_t>(response.worker_of_size()) != boxes.size()) {
-    return absl::DataLossError(
-        absl::StrCat("create reply places ", response.worker_of_size(),
-                     " shards, the spec has ", boxes.size()));
-  }
-  std::vector<ShardInfo> workers;  // one template per worker of the reply
-  for (const v1::WorkerInfo& w : response.workers()) {
-    TESSERA_ASSIGN_OR_RETURN(WorkerInfo info, WorkerInfoFromProto(w));
-    ShardInfo shard;
-    shard.worker = std::move(info.name);
-    shard.rank = info.rank;
-    shard.address = std::move(info.address);
-    shard.device = info.device;
-    shard.available = info.alive;
-    workers.push_back(std::move(shard));
-  }
-  meta->shards.reserve(boxes.size());
-  for (size_t i = 0; i < boxes.size(); ++i) {
-    const int32_t w = response.worker_of(static_cast<int>(i));
-    if (w < 0 || static_cast<size_t>(w) >= workers.size()) {
-      return absl::DataLossError(
-          absl::StrCat("create reply: shard ", i, " has no worker"));
-    }
-    ShardInfo shard = workers[static_cast<size_t>(w)];
-    shard.box = boxes[i];
-    shard.shard_id = response.first_shard_id() + i;
-    meta->shards.push_back(std::move(shard));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 ShardHandle::ShardHandle(std::shared_ptr<Connection> connection,
@@ -158,7 +123,7 @@ absl::StatusOr<TensorMetadata> Client::CreateInternal(
   LayoutSpecToProto(spec, request.mutable_spec());
   *request.mutable_init() = InitToProto(init);
   request.set_pending(pending);
-  request.set_brief_reply(true);
+  request.set_packed_reply(true);
   v1::CreateTensorResponse response;
   grpc::ClientContext context;
   // Allocation with an init fill of a large tensor can take longer than a plain
@@ -167,18 +132,7 @@ absl::StatusOr<TensorMetadata> Client::CreateInternal(
   grpc::Status status =
       connection_->coordinator()->CreateTensor(&context, request, &response);
   if (!status.ok()) return connection_->ControlError(status);
-  TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta,
-                           TensorMetadataFromProto(response.tensor()));
-  if (!meta.shards.empty() || response.worker_of_size() == 0) return meta;
-  // Brief reply: the boxes are the spec's (the coordinator validated them).
-  std::vector<Box> boxes;
-  if (spec.kind == LayoutSpec::Kind::kEnumerable) {
-    boxes = spec.boxes;
-  } else {
-    TESSERA_ASSIGN_OR_RETURN(boxes, LayoutBoxes(shape, spec));
-  }
-  TESSERA_RETURN_IF_ERROR(AddShardsFromBriefReply(response, boxes, &meta));
-  return meta;
+  return TensorMetadataFromProto(response.tensor());
 }
 
 absl::StatusOr<TensorMetadata> Client::Create(const std::string& name,
@@ -216,6 +170,7 @@ absl::StatusOr<TensorMetadata> Client::Put(const std::string& name,
 absl::StatusOr<TensorMetadata> Client::Describe(const std::string& name) {
   v1::GetTensorRequest request;
   request.set_name(name);
+  request.set_packed_reply(true);
   v1::GetTensorResponse response;
   grpc::Status status = CallIdempotent(
       *connection_, &v1::Coordinator::Stub::GetTensor, request, &response);

@@ -2,7 +2,6 @@
 
 #include <malloc.h>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "rpc/convert.h"
@@ -11,41 +10,8 @@
 namespace tessera {
 namespace {
 
-// The reply to a create with brief_reply: the tensor without its shard list,
-// plus each shard's worker as an index into a table of the workers used.
-// False (nothing written) when the shard ids are not consecutive, which the
-// brief form cannot express.
-bool BriefCreateReply(const TensorMetadata& meta,
-                      v1::CreateTensorResponse* response) {
-  const std::vector<ShardInfo>& shards = meta.shards;
-  for (size_t i = 1; i < shards.size(); ++i) {
-    if (shards[i].shard_id != shards[0].shard_id + i) return false;
-  }
-  TensorMetadata header;
-  header.name = meta.name;
-  header.shape = meta.shape;
-  header.dtype = meta.dtype;
-  header.requires_grad = meta.requires_grad;
-  header.pin_memory = meta.pin_memory;
-  header.version = meta.version;
-  TensorMetadataToProto(header, response->mutable_tensor());
-  response->set_first_shard_id(shards.empty() ? 0 : shards[0].shard_id);
-  response->mutable_worker_of()->Reserve(static_cast<int>(shards.size()));
-  absl::flat_hash_map<absl::string_view, int32_t> index;
-  for (const ShardInfo& shard : shards) {
-    auto [it, inserted] =
-        index.try_emplace(shard.worker, response->workers_size());
-    if (inserted) {
-      v1::WorkerInfo* worker = response->add_workers();
-      worker->set_name(shard.worker);
-      worker->set_rank(shard.rank);
-      worker->set_address(shard.address);
-      *worker->mutable_device() = DeviceToProto(shard.device);
-      worker->set_alive(shard.available);
-    }
-    response->add_worker_of(it->second);
-  }
-  return true;
+ShardEncoding EncodingFor(bool packed_reply) {
+  return packed_reply ? ShardEncoding::kPacked : ShardEncoding::kPerShard;
 }
 
 }  // namespace
@@ -152,8 +118,8 @@ grpc::Status CoordinatorService::CreateTensor(
     return coordinator_->CreateTensor(args);
   }();
   if (!meta.ok()) return ToGrpcStatus(meta.status());
-  if (!request->brief_reply() || !BriefCreateReply(**meta, response))
-    TensorMetadataToProto(**meta, response->mutable_tensor());
+  TensorMetadataToProto(**meta, response->mutable_tensor(),
+                        EncodingFor(request->packed_reply()));
   releaser_.AfterReplyOf((*meta)->shards.size());
   return grpc::Status::OK;
 }
@@ -171,7 +137,8 @@ grpc::Status CoordinatorService::GetTensor(grpc::ServerContext*,
   absl::StatusOr<TensorMetadata> meta =
       coordinator_->GetTensor(request->name());
   if (!meta.ok()) return ToGrpcStatus(meta.status());
-  TensorMetadataToProto(*meta, response->mutable_tensor());
+  TensorMetadataToProto(*meta, response->mutable_tensor(),
+                        EncodingFor(request->packed_reply()));
   releaser_.AfterReplyOf(meta->shards.size());
   return grpc::Status::OK;
 }

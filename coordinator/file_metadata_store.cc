@@ -126,7 +126,8 @@ v1::MetadataRecord ChangeToProto(const MetadataChange& change) {
       *record.mutable_worker() = WorkerToProto(change.worker);
       break;
     case MetadataChange::Kind::kTensor:
-      TensorMetadataToProto(change.tensor, record.mutable_tensor());
+      TensorMetadataToProto(change.tensor, record.mutable_tensor(),
+                            ShardEncoding::kPacked);
       break;
     case MetadataChange::Kind::kDeletedTensor:
       record.set_deleted_tensor(change.deleted_tensor);
@@ -284,7 +285,7 @@ absl::Status FileMetadataStore::Snapshot(const MetadataState& state) {
   for (const auto& [name, worker] : state.workers)
     *proto.add_workers() = WorkerToProto(worker);
   for (const auto& [name, tensor] : state.tensors)
-    TensorMetadataToProto(tensor, proto.add_tensors());
+    TensorMetadataToProto(tensor, proto.add_tensors(), ShardEncoding::kPacked);
   proto.set_shard_id_high_water(state.shard_id_high_water);
   std::string payload;
   if (!proto.SerializeToString(&payload)) {

@@ -1,5 +1,7 @@
 // tessera-coordinator: worker membership and the global metadata of every
 // sharded tensor.
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -95,6 +97,11 @@ int Run() {
 
 int main(int argc, char** argv) {
   tessera::BlockTerminationSignals();
+  // Blocks of 1 MiB and up (the shard lists of big tensors, their replies)
+  // get their own mappings, returned to the system when freed. By default
+  // glibc raises this threshold after the first such free, and later big
+  // blocks then stay resident in its arenas.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
   absl::SetProgramUsageMessage(
       "tessera-coordinator --listen=HOST:PORT [--data_dir=DIR]");
   absl::ParseCommandLine(argc, argv);

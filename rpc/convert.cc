@@ -227,14 +227,105 @@ v1::InitMode InitToProto(const InitSpec& init) {
   return out;
 }
 
+namespace {
+
+void PackShards(const std::vector<ShardInfo>& shards,
+                v1::PackedShardList* out) {
+  const int n = static_cast<int>(shards.size());
+  const int rank = shards.empty() ? 0 : static_cast<int>(shards[0].box.rank());
+  out->mutable_offsets()->Reserve(n * rank);
+  out->mutable_sizes()->Reserve(n * rank);
+  out->mutable_shard_ids()->Reserve(n);
+  out->mutable_worker_of()->Reserve(n);
+  absl::flat_hash_map<absl::string_view, int32_t> index;  // by worker name
+  for (int i = 0; i < n; ++i) {
+    const ShardInfo& s = shards[static_cast<size_t>(i)];
+    for (int64_t v : s.box.offsets) out->add_offsets(v);
+    for (int64_t v : s.box.sizes) out->add_sizes(v);
+    out->add_shard_ids(s.shard_id);
+    auto [it, inserted] = index.try_emplace(s.worker, out->workers_size());
+    if (inserted) {
+      v1::PackedShardList::Worker* worker = out->add_workers();
+      worker->set_name(s.worker);
+      worker->set_rank(s.rank);
+      worker->set_address(s.address);
+      *worker->mutable_device() = DeviceToProto(s.device);
+    }
+    out->add_worker_of(it->second);
+    if (!s.available) out->add_unavailable(i);
+  }
+}
+
+absl::Status UnpackShards(const v1::PackedShardList& packed, size_t rank,
+                          std::vector<ShardInfo>* shards) {
+  constexpr absl::string_view kField = "packed_shards";
+  const size_t n = static_cast<size_t>(packed.shard_ids_size());
+  if (static_cast<size_t>(packed.worker_of_size()) != n ||
+      static_cast<size_t>(packed.offsets_size()) != n * rank ||
+      static_cast<size_t>(packed.sizes_size()) != n * rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kField, ": ", n, " shard ids, ", packed.worker_of_size(), " workers, ",
+        packed.offsets_size(), " offsets and ", packed.sizes_size(),
+        " sizes do not describe shards of rank ", rank));
+  }
+  std::vector<ShardInfo> workers;  // a template per worker of the table
+  for (int w = 0; w < packed.workers_size(); ++w) {
+    ShardInfo shard;
+    shard.worker = packed.workers(w).name();
+    shard.rank = packed.workers(w).rank();
+    shard.address = packed.workers(w).address();
+    absl::StatusOr<Device> device = DeviceFromProto(packed.workers(w).device());
+    if (!device.ok()) {
+      return Annotate(device.status(),
+                      absl::StrCat(kField, ".workers[", w, "]"));
+    }
+    shard.device = *device;
+    workers.push_back(std::move(shard));
+  }
+  shards->reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t w = packed.worker_of(static_cast<int>(i));
+    if (w < 0 || static_cast<size_t>(w) >= workers.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kField, ".worker_of[", i, "]: ", w,
+                       " is not an index into ", workers.size(), " workers"));
+    }
+    ShardInfo shard = workers[static_cast<size_t>(w)];
+    const int64_t* offsets = packed.offsets().data() + i * rank;
+    const int64_t* sizes = packed.sizes().data() + i * rank;
+    shard.box.offsets.assign(offsets, offsets + rank);
+    shard.box.sizes.assign(sizes, sizes + rank);
+    shard.shard_id = packed.shard_ids(static_cast<int>(i));
+    shards->push_back(std::move(shard));
+  }
+  for (int32_t i : packed.unavailable()) {
+    if (i < 0 || static_cast<size_t>(i) >= n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kField, ".unavailable: ", i, " is not a shard index"));
+    }
+    (*shards)[static_cast<size_t>(i)].available = false;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 void TensorMetadataToProto(const TensorMetadata& meta,
-                           v1::ShardedTensorMetadata* out) {
+                           v1::ShardedTensorMetadata* out,
+                           ShardEncoding encoding) {
   out->set_name(meta.name);
   out->mutable_shape()->Assign(meta.shape.begin(), meta.shape.end());
   out->mutable_properties()->set_dtype(DTypeToProto(meta.dtype));
   out->mutable_properties()->set_requires_grad(meta.requires_grad);
   out->mutable_properties()->set_pin_memory(meta.pin_memory);
   out->set_version(meta.version);
+  bool same_rank = true;
+  for (const ShardInfo& s : meta.shards)
+    same_rank &= s.box.rank() == meta.shape.size();
+  if (encoding == ShardEncoding::kPacked && same_rank) {
+    PackShards(meta.shards, out->mutable_packed_shards());
+    return;
+  }
   out->mutable_shards()->Reserve(meta.shards.size());
   for (size_t i = 0; i < meta.shards.size(); ++i) {
     const ShardInfo& s = meta.shards[i];
@@ -265,6 +356,15 @@ absl::StatusOr<TensorMetadata> TensorMetadataFromProto(
   out.requires_grad = meta.properties().requires_grad();
   out.pin_memory = meta.properties().pin_memory();
   out.version = meta.version();
+  if (meta.has_packed_shards()) {
+    if (meta.shards_size() > 0) {
+      return absl::InvalidArgumentError(
+          "give either shards or packed_shards, not both");
+    }
+    TESSERA_RETURN_IF_ERROR(
+        UnpackShards(meta.packed_shards(), out.shape.size(), &out.shards));
+    return out;
+  }
   out.shards.reserve(meta.shards_size());
   for (int i = 0; i < meta.shards_size(); ++i) {
     const v1::Shard& s = meta.shards(i);

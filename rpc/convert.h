@@ -53,9 +53,15 @@ v1::InitMode InitToProto(const InitSpec& init);
 absl::StatusOr<LayoutSpec> LayoutSpecFromProto(const v1::ShardingSpec& spec);
 void LayoutSpecToProto(const LayoutSpec& spec, v1::ShardingSpec* out);
 
-// Full metadata as the coordinator sends it.
+// How a shard list goes on the wire: a message per shard (what other
+// clients read), or packed columns (small and fast for very many shards).
+enum class ShardEncoding { kPerShard, kPacked };
+
+// Full metadata as the coordinator sends it (and its store records it).
 void TensorMetadataToProto(const TensorMetadata& meta,
-                           v1::ShardedTensorMetadata* out);
+                           v1::ShardedTensorMetadata* out,
+                           ShardEncoding encoding = ShardEncoding::kPerShard);
+// Reads either encoding.
 absl::StatusOr<TensorMetadata> TensorMetadataFromProto(
     const v1::ShardedTensorMetadata& meta);
 

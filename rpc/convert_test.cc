@@ -109,5 +109,77 @@ TEST(ConvertTest, MalformedPackedSpecsAreInvalidArgumentsNamingTheField) {
                        HasSubstr("more than 32 dims")));
 }
 
+TensorMetadata ThreeShards() {
+  TensorMetadata meta;
+  meta.name = "t";
+  meta.shape = {6, 2};
+  meta.version = 3;
+  for (int64_t i = 0; i < 3; ++i) {
+    ShardInfo shard;
+    shard.box = Box{{i * 2, 0}, {2, 2}};
+    shard.rank = static_cast<int32_t>(i % 2);
+    shard.worker = i % 2 == 0 ? "w0" : "w1";
+    shard.address = i % 2 == 0 ? "10.0.0.1:7001" : "10.0.0.2:7001";
+    shard.shard_id = 100 + static_cast<uint64_t>(i) * 7;
+    shard.available = i != 1;
+    meta.shards.push_back(shard);
+  }
+  return meta;
+}
+
+TEST(ConvertTest, PackedShardListsReadBackAsThePerShardOnes) {
+  const TensorMetadata meta = ThreeShards();
+  v1::ShardedTensorMetadata packed, per_shard;
+  TensorMetadataToProto(meta, &packed, ShardEncoding::kPacked);
+  TensorMetadataToProto(meta, &per_shard);
+  EXPECT_EQ(packed.shards_size(), 0);
+  EXPECT_EQ(packed.packed_shards().workers_size(), 2);
+  EXPECT_EQ(per_shard.shards_size(), 3);
+  auto a = TensorMetadataFromProto(packed);
+  auto b = TensorMetadataFromProto(per_shard);
+  ASSERT_OK(a);
+  ASSERT_OK(b);
+  ASSERT_EQ(a->shards.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    for (const TensorMetadata* m : {&*a, &*b}) {
+      EXPECT_EQ(m->shards[i].box.ToString(), meta.shards[i].box.ToString());
+      EXPECT_EQ(m->shards[i].worker, meta.shards[i].worker);
+      EXPECT_EQ(m->shards[i].address, meta.shards[i].address);
+      EXPECT_EQ(m->shards[i].rank, meta.shards[i].rank);
+      EXPECT_EQ(m->shards[i].shard_id, meta.shards[i].shard_id);
+      EXPECT_EQ(m->shards[i].available, meta.shards[i].available) << i;
+    }
+  }
+}
+
+TEST(ConvertTest, MalformedPackedShardListsAreRefused) {
+  v1::ShardedTensorMetadata good;
+  TensorMetadataToProto(ThreeShards(), &good, ShardEncoding::kPacked);
+
+  v1::ShardedTensorMetadata short_sizes = good;
+  short_sizes.mutable_packed_shards()->mutable_sizes()->RemoveLast();
+  EXPECT_THAT(TensorMetadataFromProto(short_sizes),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("do not describe shards of rank 2")));
+
+  v1::ShardedTensorMetadata bad_worker = good;
+  bad_worker.mutable_packed_shards()->set_worker_of(2, 9);
+  EXPECT_THAT(TensorMetadataFromProto(bad_worker),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("packed_shards.worker_of[2]")));
+
+  v1::ShardedTensorMetadata bad_unavailable = good;
+  bad_unavailable.mutable_packed_shards()->add_unavailable(3);
+  EXPECT_THAT(TensorMetadataFromProto(bad_unavailable),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("3 is not a shard index")));
+
+  v1::ShardedTensorMetadata both = good;
+  both.add_shards();
+  EXPECT_THAT(
+      TensorMetadataFromProto(both),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not both")));
+}
+
 }  // namespace
 }  // namespace tessera

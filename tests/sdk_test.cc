@@ -57,8 +57,8 @@ void ExpectSameShards(const TensorMetadata& got, const TensorMetadata& want) {
   }
 }
 
-// The SDK sends enumerable specs packed and asks for a brief create reply
-// (no shard list); what it rebuilds must be what describe shows.
+// The SDK sends enumerable specs packed and asks for packed shard lists;
+// what it reads must be what the per-shard encoding says.
 TEST_F(SdkTest, CreateMetadataIsWhatDescribeShows) {
   std::vector<Box> boxes;
   std::vector<Placement> placements;
@@ -81,12 +81,26 @@ TEST_F(SdkTest, CreateMetadataIsWhatDescribeShows) {
   ASSERT_OK(described);
   ExpectSameShards(*grid, *described);
 
-  auto rows = client_->Create("brief_rows", {10, 3}, DType::kInt64,
+  auto rows = client_->Create("packed_rows", {10, 3}, DType::kInt64,
                               LayoutSpec::Chunk(0, Ranks({3, 1, 2})));
   ASSERT_OK(rows);
-  auto rows_described = client_->Describe("brief_rows");
+  auto rows_described = client_->Describe("packed_rows");
   ASSERT_OK(rows_described);
   ExpectSameShards(*rows, *rows_described);
+
+  // The per-shard encoding, as other clients ask for it.
+  auto stub =
+      v1::Coordinator::NewStub(MakeChannel(cluster_->coordinator_address()));
+  v1::GetTensorRequest request;
+  request.set_name("packed_grid");
+  v1::GetTensorResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub->GetTensor(&context, request, &response).ok());
+  EXPECT_EQ(response.tensor().shards_size(), 32);
+  EXPECT_FALSE(response.tensor().has_packed_shards());
+  auto per_shard = TensorMetadataFromProto(response.tensor());
+  ASSERT_OK(per_shard);
+  ExpectSameShards(*grid, *per_shard);
 }
 
 // Other clients may send the per-shard encoding and want the full reply.
@@ -110,7 +124,7 @@ TEST_F(SdkTest, CoordinatorStillTakesPerShardSpecsAndGivesFullReplies) {
   v1::CreateTensorResponse response;
   grpc::ClientContext context;
   ASSERT_TRUE(stub->CreateTensor(&context, request, &response).ok());
-  EXPECT_EQ(response.worker_of_size(), 0);
+  EXPECT_FALSE(response.tensor().has_packed_shards());
   auto full = TensorMetadataFromProto(response.tensor());
   ASSERT_OK(full);
   auto described = client_->Describe("per_shard");
