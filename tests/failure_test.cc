@@ -75,7 +75,9 @@ TEST(FailureTest, WorkerKilledMidGatherFailsClearlyAndOthersKeepWorking) {
     gather_status =
         client->GetInto("big", std::nullopt, out.data(), out.num_bytes);
     elapsed = absl::Now() - start;
-    if (gather_status.ok()) EXPECT_TRUE(SameBytes(out, big));
+    if (gather_status.ok()) {
+      EXPECT_TRUE(SameBytes(out, big));
+    }
   });
   absl::SleepFor(absl::Milliseconds(20));
   (*cluster)->StopWorker(1, SIGKILL);
