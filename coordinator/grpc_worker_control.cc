@@ -24,8 +24,7 @@ absl::Status WorkerStatus(const grpc::Status& status,
 
 }  // namespace
 
-absl::StatusOr<int64_t> GrpcWorkerControl::Allocate(
-    const std::string& address, const AllocateBatch& batch) {
+v1::AllocateShardsRequest AllocateRequestFor(const AllocateBatch& batch) {
   v1::AllocateShardsRequest request;
   request.set_tensor(batch.tensor);
   request.set_dtype(DTypeToProto(batch.dtype));
@@ -38,6 +37,25 @@ absl::StatusOr<int64_t> GrpcWorkerControl::Allocate(
     item->set_shard_id(id);
     BoxToProto(box, item->mutable_offsets(), item->mutable_sizes());
   }
+  return request;
+}
+
+v1::PullRegionRequest PullRequestFor(const PullPiece& piece) {
+  v1::PullRegionRequest request;
+  request.set_dst_shard_id(piece.dst_shard_id);
+  request.mutable_dst_offsets()->Assign(piece.dst_offsets.begin(),
+                                        piece.dst_offsets.end());
+  request.set_src_address(piece.src_address);
+  request.set_src_shard_id(piece.src_shard_id);
+  request.mutable_src_offsets()->Assign(piece.src_offsets.begin(),
+                                        piece.src_offsets.end());
+  request.mutable_sizes()->Assign(piece.sizes.begin(), piece.sizes.end());
+  return request;
+}
+
+absl::StatusOr<int64_t> GrpcWorkerControl::Allocate(
+    const std::string& address, const AllocateBatch& batch) {
+  const v1::AllocateShardsRequest request = AllocateRequestFor(batch);
   v1::AllocateShardsResponse response;
   absl::Status status = RetryConnectFailures([&]() -> absl::Status {
     grpc::ClientContext context;
@@ -68,15 +86,7 @@ absl::StatusOr<int64_t> GrpcWorkerControl::Free(
 
 absl::Status GrpcWorkerControl::Pull(const std::string& address,
                                      const PullPiece& piece) {
-  v1::PullRegionRequest request;
-  request.set_dst_shard_id(piece.dst_shard_id);
-  request.mutable_dst_offsets()->Assign(piece.dst_offsets.begin(),
-                                        piece.dst_offsets.end());
-  request.set_src_address(piece.src_address);
-  request.set_src_shard_id(piece.src_shard_id);
-  request.mutable_src_offsets()->Assign(piece.src_offsets.begin(),
-                                        piece.src_offsets.end());
-  request.mutable_sizes()->Assign(piece.sizes.begin(), piece.sizes.end());
+  const v1::PullRegionRequest request = PullRequestFor(piece);
   v1::PullRegionResponse response;
   return RetryConnectFailures([&]() -> absl::Status {
     grpc::ClientContext context;

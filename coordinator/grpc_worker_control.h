@@ -5,9 +5,14 @@
 
 #include "absl/time/time.h"
 #include "coordinator/worker_control.h"
+#include "proto/worker.pb.h"
 #include "rpc/channel.h"
 
 namespace tessera {
+
+// The Worker requests that carry a batch allocation and a piece pull.
+v1::AllocateShardsRequest AllocateRequestFor(const AllocateBatch& batch);
+v1::PullRegionRequest PullRequestFor(const PullPiece& piece);
 
 class GrpcWorkerControl : public WorkerControl {
  public:

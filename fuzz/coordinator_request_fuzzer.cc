@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_service.h"
+#include "coordinator/grpc_worker_control.h"
 #include "core/checked_math.h"
 #include "core/errors.h"
 #include "fuzz/fuzz_util.h"
@@ -61,17 +62,7 @@ class InProcessWorkerControl : public WorkerControl {
                                    const AllocateBatch& batch) override {
     FakeWorker* w = Find(address);
     if (w == nullptr) return Unreachable(address);
-    v1::AllocateShardsRequest request;
-    request.set_tensor(batch.tensor);
-    request.set_dtype(DTypeToProto(batch.dtype));
-    request.mutable_tensor_shape()->Assign(batch.tensor_shape.begin(),
-                                           batch.tensor_shape.end());
-    *request.mutable_init() = InitToProto(batch.init);
-    for (const auto& [id, box] : batch.shards) {
-      v1::AllocateShardsRequest::Item* item = request.add_shards();
-      item->set_shard_id(id);
-      BoxToProto(box, item->mutable_offsets(), item->mutable_sizes());
-    }
+    v1::AllocateShardsRequest request = AllocateRequestFor(batch);
     v1::AllocateShardsResponse response;
     grpc::ServerContext context;
     absl::Status s =
@@ -104,15 +95,7 @@ class InProcessWorkerControl : public WorkerControl {
     FakeWorker* src = Find(piece.src_address);
     if (src == nullptr) return Unreachable(piece.src_address);
     if (src == dst) {  // the worker's own local-copy path
-      v1::PullRegionRequest request;
-      request.set_dst_shard_id(piece.dst_shard_id);
-      request.mutable_dst_offsets()->Assign(piece.dst_offsets.begin(),
-                                            piece.dst_offsets.end());
-      request.set_src_address(piece.src_address);
-      request.set_src_shard_id(piece.src_shard_id);
-      request.mutable_src_offsets()->Assign(piece.src_offsets.begin(),
-                                            piece.src_offsets.end());
-      request.mutable_sizes()->Assign(piece.sizes.begin(), piece.sizes.end());
+      v1::PullRegionRequest request = PullRequestFor(piece);
       v1::PullRegionResponse response;
       grpc::ServerContext context;
       return FromGrpc(dst->service.PullRegion(&context, &request, &response));
