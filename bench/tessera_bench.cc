@@ -256,28 +256,19 @@ std::pair<Latency, Latency> MeasureAlternating(
     ref(0, w);
     got(0, w);
   }
-  std::vector<double> samples[2];
-  bool failed = false;
+  // Each side's seconds are the time spent in its own calls.
+  Samples samples[2];
   const absl::Time end = absl::Now() + duration;
   for (int64_t i = 0; absl::Now() < end; ++i) {
     for (int k = 0; k < 2; ++k) {
       const absl::Time t0 = absl::Now();
-      if (!(k == 0 ? ref : got)(0, i)) failed = true;
-      samples[k].push_back(absl::ToDoubleMicroseconds(absl::Now() - t0));
+      if (!(k == 0 ? ref : got)(0, i)) samples[k].failed = true;
+      const absl::Duration took = absl::Now() - t0;
+      samples[k].us.push_back(absl::ToDoubleMicroseconds(took));
+      samples[k].seconds += absl::ToDoubleSeconds(took);
     }
   }
-  if (failed) std::fprintf(stderr, "warning: some calls failed\n");
-  Latency out[2];
-  for (int k = 0; k < 2; ++k) {
-    std::vector<double>& all = samples[k];
-    double sum = 0;
-    for (double v : all) sum += v;
-    std::sort(all.begin(), all.end());
-    out[k].p50_us = all[all.size() / 2];
-    out[k].p99_us = all[std::min(all.size() - 1, all.size() * 99 / 100)];
-    out[k].qps = 1e6 * static_cast<double>(all.size()) / sum;
-  }
-  return {out[0], out[1]};
+  return {Summarize(std::move(samples[0])), Summarize(std::move(samples[1]))};
 }
 
 // ---------------------------------------------------------------- helpers
