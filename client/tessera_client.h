@@ -27,18 +27,10 @@
 #include "core/init_fill.h"
 #include "core/layout_spec.h"
 #include "core/tensor_metadata.h"
+#include "core/transfer.h"
+#include "core/worker_info.h"
 
 namespace tessera {
-
-struct WorkerInfo {
-  std::string name;
-  int32_t rank = 0;
-  std::string address;
-  Device device;
-  bool alive = false;
-  int64_t bytes_used = 0;
-  int64_t capacity_bytes = 0;
-};
 
 struct TensorInfo {
   std::string name;
@@ -48,14 +40,8 @@ struct TensorInfo {
   int64_t num_shards = 0;
 };
 
-struct ReshardStats {
-  uint64_t version = 0;
-  int64_t pieces_moved = 0;
-  int64_t bytes_moved = 0;
-  int64_t bytes_copied_locally = 0;
-  int64_t shards_kept = 0;
-  double seconds = 0;
-};
+// What a reshard cost (CLI.md "reshard --json").
+using ReshardStats = ReshardResult;
 
 // RRef-like handle to one shard of one version of a tensor. ToHere() reads
 // the shard's bytes straight from its worker; once that version's shards are

@@ -668,39 +668,39 @@ absl::StatusOr<ReshardResult> Coordinator::ReshardTensor(
 absl::Status Coordinator::MovePieces(const TensorMetadata& old_meta,
                                      const TensorMetadata& new_meta,
                                      const ReshardPlan& plan) {
-  // Each destination worker pulls its pieces one after another; all
-  // destinations pull in parallel.
-  std::map<std::string, std::vector<const ReshardPiece*>> by_destination;
+  // One batch per (source, destination) pair of workers; all batches run in
+  // parallel.
+  std::map<std::pair<std::string, std::string>, TransferBatch> batches;
   for (const ReshardPiece& piece : plan.pieces) {
-    by_destination[new_meta.shards[piece.dst_shard].address].push_back(&piece);
+    const ShardInfo& src = old_meta.shards[piece.src_shard];
+    const ShardInfo& dst = new_meta.shards[piece.dst_shard];
+    TransferBatch& batch = batches[{src.worker, dst.worker}];
+    if (batch.pieces.empty()) {
+      batch.src_worker = src.worker;
+      batch.src_address = src.address;
+      batch.dst_worker = dst.worker;
+      batch.dst_address = dst.address;
+    }
+    TransferPiece& move = batch.pieces.emplace_back();
+    move.src_shard_id = src.shard_id;
+    move.dst_shard_id = dst.shard_id;
+    move.sizes = ToShape(piece.global.sizes);
+    for (size_t d = 0; d < piece.global.rank(); ++d) {
+      move.dst_offsets.push_back(piece.global.offsets[d] - dst.box.offsets[d]);
+      move.src_offsets.push_back(piece.global.offsets[d] - src.box.offsets[d]);
+    }
   }
-  std::vector<absl::Status> results(by_destination.size());
+  std::vector<absl::Status> results(batches.size());
   std::vector<std::thread> threads;
   size_t slot = 0;
-  for (const auto& [address, pieces] : by_destination) {
-    threads.emplace_back([&, slot, address = address, pieces = pieces] {
-      for (const ReshardPiece* piece : pieces) {
-        const ShardInfo& src = old_meta.shards[piece->src_shard];
-        const ShardInfo& dst = new_meta.shards[piece->dst_shard];
-        PullPiece pull;
-        pull.dst_shard_id = dst.shard_id;
-        pull.src_address = src.address;
-        pull.src_shard_id = src.shard_id;
-        pull.sizes = ToShape(piece->global.sizes);
-        for (size_t d = 0; d < piece->global.rank(); ++d) {
-          pull.dst_offsets.push_back(piece->global.offsets[d] -
-                                     dst.box.offsets[d]);
-          pull.src_offsets.push_back(piece->global.offsets[d] -
-                                     src.box.offsets[d]);
-        }
-        absl::Status status = workers_->Pull(address, pull);
-        if (!status.ok()) {
-          results[slot] = Annotate(
-              status, absl::StrCat("moving piece ", piece->global.ToString(),
-                                   " from worker '", src.worker,
-                                   "' to worker '", dst.worker, "'"));
-          return;
-        }
+  for (const auto& [pair, batch] : batches) {
+    threads.emplace_back([&, slot, &batch = batch] {
+      absl::Status status = workers_->Transfer(batch);
+      if (!status.ok()) {
+        results[slot] = Annotate(
+            status, absl::StrCat("moving ", batch.pieces.size(),
+                                 " piece(s) from worker '", batch.src_worker,
+                                 "' to worker '", batch.dst_worker, "'"));
       }
     });
     ++slot;

@@ -53,15 +53,6 @@ struct CoordinatorOptions {
   absl::Duration pending_timeout = absl::Minutes(10);
 };
 
-struct ReshardResult {
-  uint64_t version = 0;
-  int64_t pieces_moved = 0;
-  int64_t bytes_moved = 0;
-  int64_t bytes_copied_locally = 0;
-  int64_t shards_kept = 0;
-  double seconds = 0;
-};
-
 struct CreateTensorArgs {
   std::string name;
   Shape shape;

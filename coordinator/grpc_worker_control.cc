@@ -40,19 +40,6 @@ v1::AllocateShardsRequest AllocateRequestFor(const AllocateBatch& batch) {
   return request;
 }
 
-v1::PullRegionRequest PullRequestFor(const PullPiece& piece) {
-  v1::PullRegionRequest request;
-  request.set_dst_shard_id(piece.dst_shard_id);
-  request.mutable_dst_offsets()->Assign(piece.dst_offsets.begin(),
-                                        piece.dst_offsets.end());
-  request.set_src_address(piece.src_address);
-  request.set_src_shard_id(piece.src_shard_id);
-  request.mutable_src_offsets()->Assign(piece.src_offsets.begin(),
-                                        piece.src_offsets.end());
-  request.mutable_sizes()->Assign(piece.sizes.begin(), piece.sizes.end());
-  return request;
-}
-
 absl::StatusOr<int64_t> GrpcWorkerControl::Allocate(
     const std::string& address, const AllocateBatch& batch) {
   const v1::AllocateShardsRequest request = AllocateRequestFor(batch);
@@ -84,16 +71,16 @@ absl::StatusOr<int64_t> GrpcWorkerControl::Free(
   return response.bytes_used();
 }
 
-absl::Status GrpcWorkerControl::Pull(const std::string& address,
-                                     const PullPiece& piece) {
-  const v1::PullRegionRequest request = PullRequestFor(piece);
-  v1::PullRegionResponse response;
+absl::Status GrpcWorkerControl::Transfer(const TransferBatch& batch) {
+  v1::TransferRequest request;
+  TransferBatchToProto(batch, &request);
+  v1::TransferResponse response;
   return RetryConnectFailures([&]() -> absl::Status {
     grpc::ClientContext context;
-    SetDeadline(&context, options_.pull_timeout);
-    return WorkerStatus(v1::Worker::NewStub(channels_.Get(address))
-                            ->PullRegion(&context, request, &response),
-                        address);
+    SetDeadline(&context, options_.transfer_timeout);
+    return WorkerStatus(v1::Worker::NewStub(channels_.Get(batch.dst_address))
+                            ->Transfer(&context, request, &response),
+                        batch.dst_address);
   });
 }
 

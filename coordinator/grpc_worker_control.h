@@ -10,9 +10,8 @@
 
 namespace tessera {
 
-// The Worker requests that carry a batch allocation and a piece pull.
+// The Worker request that carries a batch allocation.
 v1::AllocateShardsRequest AllocateRequestFor(const AllocateBatch& batch);
-v1::PullRegionRequest PullRequestFor(const PullPiece& piece);
 
 class GrpcWorkerControl : public WorkerControl {
  public:
@@ -20,7 +19,7 @@ class GrpcWorkerControl : public WorkerControl {
     absl::Duration allocate_timeout =
         absl::Minutes(2);  // init fills of large shards take time
     absl::Duration free_timeout = absl::Seconds(10);
-    absl::Duration pull_timeout = absl::Minutes(10);
+    absl::Duration transfer_timeout = absl::Minutes(10);
   };
   explicit GrpcWorkerControl(Options options) : options_(options) {}
 
@@ -28,8 +27,7 @@ class GrpcWorkerControl : public WorkerControl {
                                    const AllocateBatch& batch) override;
   absl::StatusOr<int64_t> Free(const std::string& address,
                                const std::vector<uint64_t>& shard_ids) override;
-  absl::Status Pull(const std::string& address,
-                    const PullPiece& piece) override;
+  absl::Status Transfer(const TransferBatch& batch) override;
   void Reset(const std::string& address) override { channels_.Forget(address); }
 
  private:

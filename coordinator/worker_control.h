@@ -14,6 +14,7 @@
 #include "core/box.h"
 #include "core/dtype.h"
 #include "core/init_fill.h"
+#include "core/transfer.h"
 
 namespace tessera {
 
@@ -26,17 +27,6 @@ struct AllocateBatch {
   std::vector<std::pair<uint64_t, Box>> shards;  // shard id, box in the tensor
 };
 
-// One piece of a reshard: the destination worker copies `sizes` elements
-// from the source shard at src_offsets into its shard at dst_offsets.
-struct PullPiece {
-  uint64_t dst_shard_id = 0;
-  std::vector<int64_t> dst_offsets;
-  std::string src_address;
-  uint64_t src_shard_id = 0;
-  std::vector<int64_t> src_offsets;
-  std::vector<int64_t> sizes;
-};
-
 class WorkerControl {
  public:
   virtual ~WorkerControl() = default;
@@ -47,9 +37,9 @@ class WorkerControl {
       const std::string& address, const std::vector<uint64_t>& shard_ids) = 0;
   // The worker at `address` (re)started: forget any connection state.
   virtual void Reset(const std::string& address) = 0;
-  // Asks the worker at `address` to pull one piece from a peer.
-  virtual absl::Status Pull(const std::string& address,
-                            const PullPiece& piece) = 0;
+  // Moves every piece of `batch` from its source worker into shards of its
+  // destination worker (one request for the pair).
+  virtual absl::Status Transfer(const TransferBatch& batch) = 0;
 };
 
 }  // namespace tessera

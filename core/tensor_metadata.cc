@@ -29,4 +29,11 @@ std::string TensorMetadata::HandleString(size_t index) const {
   return absl::StrCat(name, "@v", version, "#", shards[index].shard_id);
 }
 
+std::vector<ShardLocation> ReadLocations(const TensorMetadata& meta,
+                                         size_t index) {
+  const ShardInfo& shard = meta.shards[index];
+  return {ShardLocation{shard.worker, shard.address, shard.shard_id,
+                        shard.available}};
+}
+
 }  // namespace tessera

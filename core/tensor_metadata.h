@@ -47,6 +47,21 @@ struct TensorMetadata {
   std::string HandleString(size_t index) const;
 };
 
+// Where a shard's bytes can be read: a worker, its address, and the id of
+// the shard's memory there.
+struct ShardLocation {
+  std::string worker;
+  std::string address;
+  uint64_t shard_id = 0;
+  bool available = true;
+};
+
+// Every place shard `index` of `meta` can be read from, best first. Today a
+// shard has one owner; replicas will add entries here, and every reader
+// goes through this function.
+std::vector<ShardLocation> ReadLocations(const TensorMetadata& meta,
+                                         size_t index);
+
 }  // namespace tessera
 
 #endif  // TESSERA_CORE_TENSOR_METADATA_H_

@@ -88,33 +88,30 @@ class InProcessWorkerControl : public WorkerControl {
 
   void Reset(const std::string&) override {}
 
-  absl::Status Pull(const std::string& address,
-                    const PullPiece& piece) override {
-    FakeWorker* dst = Find(address);
-    if (dst == nullptr) return Unreachable(address);
-    FakeWorker* src = Find(piece.src_address);
-    if (src == nullptr) return Unreachable(piece.src_address);
-    if (src == dst) {  // the worker's own local-copy path
-      v1::PullRegionRequest request = PullRequestFor(piece);
-      v1::PullRegionResponse response;
-      grpc::ServerContext context;
-      return FromGrpc(dst->service.PullRegion(&context, &request, &response));
+  absl::Status Transfer(const TransferBatch& batch) override {
+    FakeWorker* dst = Find(batch.dst_address);
+    if (dst == nullptr) return Unreachable(batch.dst_address);
+    FakeWorker* src = Find(batch.src_address);
+    if (src == nullptr) return Unreachable(batch.src_address);
+    for (const TransferPiece& piece : batch.pieces) {
+      // A peer pull, as the worker does it: read the source box, write it.
+      absl::StatusOr<ShardDesc> desc = src->store.Describe(piece.src_shard_id);
+      if (!desc.ok()) return desc.status();
+      const Box src_box = piece.SrcBox();
+      const Box dst_box = piece.DstBox();
+      absl::Status s = CheckWithin(src_box, desc->box.sizes, "source piece");
+      if (!s.ok()) return s;
+      absl::StatusOr<int64_t> bytes =
+          ByteSize(piece.sizes, ItemSize(desc->dtype));
+      if (!bytes.ok()) return bytes.status();
+      std::string buf(static_cast<size_t>(*bytes), '\0');
+      const int64_t n = src_box.NumElements();
+      s = src->store.ReadBox(piece.src_shard_id, src_box, 0, n, buf.data());
+      if (!s.ok()) return s;
+      s = dst->store.WriteBox(piece.dst_shard_id, dst_box, 0, n, buf.data());
+      if (!s.ok()) return s;
     }
-    // A peer pull, as the worker does it: read the source box, write it.
-    absl::StatusOr<ShardDesc> desc = src->store.Describe(piece.src_shard_id);
-    if (!desc.ok()) return desc.status();
-    Box src_box{piece.src_offsets, piece.sizes};
-    Box dst_box{piece.dst_offsets, piece.sizes};
-    absl::Status s = CheckWithin(src_box, desc->box.sizes, "source piece");
-    if (!s.ok()) return s;
-    absl::StatusOr<int64_t> bytes =
-        ByteSize(piece.sizes, ItemSize(desc->dtype));
-    if (!bytes.ok()) return bytes.status();
-    std::string buf(static_cast<size_t>(*bytes), '\0');
-    const int64_t n = src_box.NumElements();
-    s = src->store.ReadBox(piece.src_shard_id, src_box, 0, n, buf.data());
-    if (!s.ok()) return s;
-    return dst->store.WriteBox(piece.dst_shard_id, dst_box, 0, n, buf.data());
+    return absl::OkStatus();
   }
 
  private:

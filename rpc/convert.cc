@@ -536,4 +536,62 @@ void LayoutSpecToProto(const LayoutSpec& spec, v1::ShardingSpec* out) {
   }
 }
 
+void TransferBatchToProto(const TransferBatch& batch,
+                          v1::TransferRequest* out) {
+  out->set_src_worker(batch.src_worker);
+  out->set_src_address(batch.src_address);
+  out->set_dst_worker(batch.dst_worker);
+  out->set_dst_address(batch.dst_address);
+  out->mutable_pieces()->Reserve(static_cast<int>(batch.pieces.size()));
+  for (const TransferPiece& piece : batch.pieces) {
+    v1::TransferPiece* p = out->add_pieces();
+    p->set_src_shard_id(piece.src_shard_id);
+    p->mutable_src_offsets()->Assign(piece.src_offsets.begin(),
+                                     piece.src_offsets.end());
+    p->set_dst_shard_id(piece.dst_shard_id);
+    p->mutable_dst_offsets()->Assign(piece.dst_offsets.begin(),
+                                     piece.dst_offsets.end());
+    p->mutable_sizes()->Assign(piece.sizes.begin(), piece.sizes.end());
+  }
+}
+
+absl::StatusOr<TransferBatch> TransferBatchFromProto(
+    const v1::TransferRequest& request) {
+  TransferBatch batch;
+  batch.src_worker = request.src_worker();
+  batch.src_address = request.src_address();
+  batch.dst_worker = request.dst_worker();
+  batch.dst_address = request.dst_address();
+  batch.pieces.reserve(request.pieces_size());
+  for (int i = 0; i < request.pieces_size(); ++i) {
+    const v1::TransferPiece& p = request.pieces(i);
+    const std::string field = absl::StrCat("pieces[", i, "]");
+    const int rank = p.sizes_size();
+    if (rank > kMaxRank) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": more than ", kMaxRank, " dims"));
+    }
+    if (p.src_offsets_size() != rank || p.dst_offsets_size() != rank) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": ", p.src_offsets_size(), " source and ",
+                       p.dst_offsets_size(), " destination offsets for ", rank,
+                       " sizes"));
+    }
+    for (int64_t size : p.sizes()) {
+      if (size < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ": negative size ", size));
+      }
+    }
+    TransferPiece piece;
+    piece.src_shard_id = p.src_shard_id();
+    piece.src_offsets.assign(p.src_offsets().begin(), p.src_offsets().end());
+    piece.dst_shard_id = p.dst_shard_id();
+    piece.dst_offsets.assign(p.dst_offsets().begin(), p.dst_offsets().end());
+    piece.sizes.assign(p.sizes().begin(), p.sizes().end());
+    batch.pieces.push_back(std::move(piece));
+  }
+  return batch;
+}
+
 }  // namespace tessera

@@ -14,8 +14,10 @@
 #include "core/layout_spec.h"
 #include "core/placement.h"
 #include "core/tensor_metadata.h"
+#include "core/transfer.h"
 #include "google/protobuf/repeated_field.h"
 #include "proto/tensor.pb.h"
+#include "proto/worker.pb.h"
 
 namespace tessera {
 
@@ -64,6 +66,13 @@ void TensorMetadataToProto(const TensorMetadata& meta,
 // Reads either encoding.
 absl::StatusOr<TensorMetadata> TensorMetadataFromProto(
     const v1::ShardedTensorMetadata& meta);
+
+// A batch of pieces moving between two workers. From the wire: at most
+// kMaxRank dims per piece, offsets and sizes of equal length, sizes >= 0
+// (bounds against the shards are checked where the shards are known).
+void TransferBatchToProto(const TransferBatch& batch, v1::TransferRequest* out);
+absl::StatusOr<TransferBatch> TransferBatchFromProto(
+    const v1::TransferRequest& request);
 
 }  // namespace tessera
 

@@ -374,6 +374,27 @@ grpc::Status WorkerService::PullRegion(grpc::ServerContext*,
   return ToGrpcStatus(status);
 }
 
+grpc::Status WorkerService::Transfer(grpc::ServerContext* context,
+                                     const v1::TransferRequest* request,
+                                     v1::TransferResponse* response) {
+  int64_t bytes = 0;
+  for (const v1::TransferPiece& piece : request->pieces()) {
+    v1::PullRegionRequest pull;
+    pull.set_dst_shard_id(piece.dst_shard_id());
+    *pull.mutable_dst_offsets() = piece.dst_offsets();
+    pull.set_src_address(request->src_address());
+    pull.set_src_shard_id(piece.src_shard_id());
+    *pull.mutable_src_offsets() = piece.src_offsets();
+    *pull.mutable_sizes() = piece.sizes();
+    v1::PullRegionResponse pulled;
+    grpc::Status status = PullRegion(context, &pull, &pulled);
+    if (!status.ok()) return status;
+    bytes += pulled.bytes();
+  }
+  response->set_bytes(bytes);
+  return grpc::Status::OK;
+}
+
 grpc::Status WorkerService::FreeShards(grpc::ServerContext*,
                                        const v1::FreeShardsRequest* request,
                                        v1::FreeShardsResponse* response) {

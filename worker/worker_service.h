@@ -56,6 +56,9 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status PullRegion(grpc::ServerContext* context,
                           const v1::PullRegionRequest* request,
                           v1::PullRegionResponse* response) override;
+  grpc::Status Transfer(grpc::ServerContext* context,
+                        const v1::TransferRequest* request,
+                        v1::TransferResponse* response) override;
   grpc::Status FreeShards(grpc::ServerContext* context,
                           const v1::FreeShardsRequest* request,
                           v1::FreeShardsResponse* response) override;

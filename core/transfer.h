@@ -1,0 +1,60 @@
+// Moving bytes between two workers: the pieces of a reshard (or any move)
+// grouped per pair of workers, and what a reshard cost. Shared by the
+// coordinator (which plans and orders moves), the worker (which executes
+// them) and the SDK (which reports the cost).
+#ifndef TESSERA_CORE_TRANSFER_H_
+#define TESSERA_CORE_TRANSFER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "core/box.h"
+
+namespace tessera {
+
+// One piece: `sizes` elements of the source shard at `src_offsets` land in
+// the destination shard at `dst_offsets` (each in its shard's own
+// coordinates).
+struct TransferPiece {
+  uint64_t src_shard_id = 0;
+  std::vector<int64_t> src_offsets;
+  uint64_t dst_shard_id = 0;
+  std::vector<int64_t> dst_offsets;
+  std::vector<int64_t> sizes;
+
+  Box SrcBox() const {
+    return Box(absl::Span<const int64_t>(src_offsets),
+               absl::Span<const int64_t>(sizes));
+  }
+  Box DstBox() const {
+    return Box(absl::Span<const int64_t>(dst_offsets),
+               absl::Span<const int64_t>(sizes));
+  }
+};
+
+// Every piece that moves from one worker to another, named with both ends
+// so that a transport needing both ends to act (send/recv) can be driven
+// from one batch.
+struct TransferBatch {
+  std::string src_worker;
+  std::string src_address;
+  std::string dst_worker;
+  std::string dst_address;
+  std::vector<TransferPiece> pieces;
+};
+
+// What a reshard did (CLI.md "reshard --json").
+struct ReshardResult {
+  uint64_t version = 0;
+  int64_t pieces_moved = 0;
+  int64_t bytes_moved = 0;
+  int64_t bytes_copied_locally = 0;
+  int64_t shards_kept = 0;
+  double seconds = 0;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_CORE_TRANSFER_H_

@@ -1,0 +1,26 @@
+// WorkerInfo: what the cluster knows of one worker — identity, where it is
+// reached, its device, and its memory. The coordinator's registry, its
+// durable metadata and the SDK's `workers` listing all use this one type.
+#ifndef TESSERA_CORE_WORKER_INFO_H_
+#define TESSERA_CORE_WORKER_INFO_H_
+
+#include <cstdint>
+#include <string>
+
+#include "core/placement.h"
+
+namespace tessera {
+
+struct WorkerInfo {
+  std::string name;
+  int32_t rank = 0;
+  std::string address;  // the gRPC address clients and peers dial
+  Device device;        // the worker's default device
+  int64_t capacity_bytes = 0;  // 0: unlimited
+  int64_t bytes_used = 0;      // element bytes of the shards it holds
+  bool alive = false;          // its lease is current (not durable)
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_CORE_WORKER_INFO_H_
