@@ -9,33 +9,13 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "client/client_options.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/worker.grpc.pb.h"
 #include "rpc/channel.h"
 #include "transport/shared_memory.h"
 
 namespace tessera {
-
-struct ClientOptions {
-  // Deadline of each control-plane call to the coordinator.
-  absl::Duration rpc_timeout = absl::Seconds(30);
-  // How long to wait for the coordinator when connecting.
-  absl::Duration connect_timeout = absl::Seconds(2);
-  // Deadline of one data stream (a piece of a get, or one shard of a put).
-  absl::Duration data_timeout = absl::Minutes(30);
-  // Idempotent control-plane calls (describe, list, workers) are retried
-  // this many times, with doubling backoff from 50 ms, while the coordinator
-  // cannot be reached (e.g. it is restarting).
-  int control_retries = 4;
-  // Reuse tensor metadata between reads (see Client); at most this many
-  // tensors are remembered. 0 disables the cache.
-  int metadata_cache_entries = 1024;
-  // Most data streams running at once (one thread each).
-  int max_parallel_streams = 16;
-  // Read shards through shared memory when the worker is on this host (and
-  // its shard lives in a shared segment); gRPC otherwise.
-  bool shared_memory = true;
-};
 
 class Connection {
  public:

@@ -1,40 +1,45 @@
 #include "client/tessera_client.h"
 
-#include <chrono>
-
 #include "absl/strings/str_cat.h"
 #include "client/data_plane.h"
 #include "core/checked_math.h"
 #include "core/errors.h"
 #include "core/parse.h"
 #include "core/status_macros.h"
+#include "client/connection.h"
+#include "rpc/call.h"
 #include "rpc/convert.h"
-#include "rpc/status.h"
 
 namespace tessera {
 namespace {
 
-// Runs an idempotent control-plane call, retrying with backoff (a bounded
-// number of times) while the coordinator cannot be reached.
-template <typename Request, typename Response>
-grpc::Status CallIdempotent(
-    Connection& connection,
-    grpc::Status (v1::Coordinator::Stub::*method)(grpc::ClientContext*,
-                                                  const Request&, Response*),
-    const Request& request, Response* response) {
-  absl::Duration backoff = absl::Milliseconds(50);
-  for (int attempt = 0;; ++attempt) {
-    grpc::ClientContext context;
-    connection.PrepareControlCall(&context);
-    grpc::Status status =
-        (connection.coordinator()->*method)(&context, request, response);
-    if (!IsTransportFailure(status) ||
-        attempt >= connection.options().control_retries) {
-      return status;
-    }
-    absl::SleepFor(backoff);
-    backoff *= 2;
-  }
+// How the SDK calls the coordinator: its own deadline, retries for
+// idempotent calls (describe, list, workers) while it cannot be reached, and
+// one error a user understands when it cannot be reached at all.
+CallOptions CoordinatorCall(const Connection& connection, bool idempotent,
+                            absl::Duration timeout) {
+  CallOptions options;
+  options.timeout = timeout;
+  options.idempotent = idempotent;
+  options.attempts = connection.options().control_retries + 1;
+  const std::string address = connection.coordinator_address();
+  options.unreachable = [address](const grpc::Status&) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach the coordinator at ", address, " (is it running?)"));
+  };
+  return options;
+}
+
+CallOptions ControlCall(const Connection& connection, bool idempotent) {
+  return CoordinatorCall(connection, idempotent,
+                         connection.options().rpc_timeout);
+}
+
+// Creates with an init fill and reshards of large tensors take longer than a
+// plain call.
+CallOptions LongControlCall(const Connection& connection) {
+  return CoordinatorCall(connection, /*idempotent=*/false,
+                         connection.options().data_timeout);
 }
 
 absl::StatusOr<WorkerInfo> WorkerInfoFromProto(const v1::WorkerInfo& w) {
@@ -72,6 +77,10 @@ absl::StatusOr<HostArray> ShardHandle::ToHere() const {
   return array;
 }
 
+const std::string& Client::coordinator_address() const {
+  return connection_->coordinator_address();
+}
+
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
     const std::string& coordinator, ClientOptions options) {
   if (coordinator.empty() || coordinator.find(':') == std::string::npos) {
@@ -82,29 +91,24 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   // Wait for the connection once here, so later calls fail fast and clearly.
   v1::ListWorkersRequest request;
   v1::ListWorkersResponse response;
-  grpc::ClientContext context;
-  SetDeadline(&context, options.connect_timeout);
-  context.set_wait_for_ready(true);
-  grpc::Status status =
-      connection->coordinator()->ListWorkers(&context, request, &response);
-  if (!status.ok()) {
-    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
-        status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot reach the coordinator at ", coordinator,
-                       " (is it running?)"));
-    }
-    return connection->ControlError(status);
-  }
+  CallOptions call =
+      CoordinatorCall(*connection, /*idempotent=*/false, options.connect_timeout);
+  call.wait_for_ready = true;
+  TESSERA_RETURN_IF_ERROR(Call(call, [&](grpc::ClientContext* context) {
+    return connection->coordinator()->ListWorkers(context, request, &response);
+  }));
   return std::unique_ptr<Client>(new Client(std::move(connection)));
 }
 
 absl::StatusOr<std::vector<WorkerInfo>> Client::Workers() {
   v1::ListWorkersRequest request;
   v1::ListWorkersResponse response;
-  grpc::Status status = CallIdempotent(
-      *connection_, &v1::Coordinator::Stub::ListWorkers, request, &response);
-  if (!status.ok()) return connection_->ControlError(status);
+  TESSERA_RETURN_IF_ERROR(Call(
+      ControlCall(*connection_, /*idempotent=*/true),
+      [&](grpc::ClientContext* context) {
+        return connection_->coordinator()->ListWorkers(context, request,
+                                                       &response);
+      }));
   std::vector<WorkerInfo> out;
   for (const v1::WorkerInfo& w : response.workers()) {
     TESSERA_ASSIGN_OR_RETURN(WorkerInfo info, WorkerInfoFromProto(w));
@@ -125,13 +129,11 @@ absl::StatusOr<TensorMetadata> Client::CreateInternal(
   request.set_pending(pending);
   request.set_packed_reply(true);
   v1::CreateTensorResponse response;
-  grpc::ClientContext context;
-  // Allocation with an init fill of a large tensor can take longer than a plain
-  // call.
-  SetDeadline(&context, connection_->options().data_timeout);
-  grpc::Status status =
-      connection_->coordinator()->CreateTensor(&context, request, &response);
-  if (!status.ok()) return connection_->ControlError(status);
+  TESSERA_RETURN_IF_ERROR(
+      Call(LongControlCall(*connection_), [&](grpc::ClientContext* context) {
+        return connection_->coordinator()->CreateTensor(context, request,
+                                                        &response);
+      }));
   return TensorMetadataFromProto(response.tensor());
 }
 
@@ -155,12 +157,12 @@ absl::StatusOr<TensorMetadata> Client::Put(const std::string& name,
     request.set_name(name);
     request.set_version(meta.version);
     v1::CommitTensorResponse response;
-    grpc::ClientContext context;
-    connection_->PrepareControlCall(&context);
-    grpc::Status commit =
-        connection_->coordinator()->CommitTensor(&context, request, &response);
-    if (commit.ok()) return meta;
-    status = connection_->ControlError(commit);
+    status = Call(ControlCall(*connection_, /*idempotent=*/false),
+                  [&](grpc::ClientContext* context) {
+                    return connection_->coordinator()->CommitTensor(
+                        context, request, &response);
+                  });
+    if (status.ok()) return meta;
   }
   // Leave nothing half-made behind.
   Delete(name).IgnoreError();
@@ -172,18 +174,24 @@ absl::StatusOr<TensorMetadata> Client::Describe(const std::string& name) {
   request.set_name(name);
   request.set_packed_reply(true);
   v1::GetTensorResponse response;
-  grpc::Status status = CallIdempotent(
-      *connection_, &v1::Coordinator::Stub::GetTensor, request, &response);
-  if (!status.ok()) return connection_->ControlError(status);
+  TESSERA_RETURN_IF_ERROR(Call(
+      ControlCall(*connection_, /*idempotent=*/true),
+      [&](grpc::ClientContext* context) {
+        return connection_->coordinator()->GetTensor(context, request,
+                                                     &response);
+      }));
   return TensorMetadataFromProto(response.tensor());
 }
 
 absl::StatusOr<std::vector<TensorInfo>> Client::List() {
   v1::ListTensorsRequest request;
   v1::ListTensorsResponse response;
-  grpc::Status status = CallIdempotent(
-      *connection_, &v1::Coordinator::Stub::ListTensors, request, &response);
-  if (!status.ok()) return connection_->ControlError(status);
+  TESSERA_RETURN_IF_ERROR(Call(
+      ControlCall(*connection_, /*idempotent=*/true),
+      [&](grpc::ClientContext* context) {
+        return connection_->coordinator()->ListTensors(context, request,
+                                                       &response);
+      }));
   std::vector<TensorInfo> out;
   for (const v1::TensorSummary& t : response.tensors()) {
     TensorInfo info;
@@ -202,12 +210,11 @@ absl::Status Client::Delete(const std::string& name) {
   v1::DeleteTensorRequest request;
   request.set_name(name);
   v1::DeleteTensorResponse response;
-  grpc::ClientContext context;
-  connection_->PrepareControlCall(&context);
-  grpc::Status status =
-      connection_->coordinator()->DeleteTensor(&context, request, &response);
-  if (!status.ok()) return connection_->ControlError(status);
-  return absl::OkStatus();
+  return Call(ControlCall(*connection_, /*idempotent=*/false),
+              [&](grpc::ClientContext* context) {
+                return connection_->coordinator()->DeleteTensor(
+                    context, request, &response);
+              });
 }
 
 std::shared_ptr<const TensorMetadata> Client::CachedMetadata(
@@ -342,11 +349,11 @@ absl::StatusOr<ReshardStats> Client::Reshard(const std::string& name,
   request.set_name(name);
   LayoutSpecToProto(spec, request.mutable_spec());
   v1::ReshardTensorResponse response;
-  grpc::ClientContext context;
-  SetDeadline(&context, connection_->options().data_timeout);
-  grpc::Status status =
-      connection_->coordinator()->ReshardTensor(&context, request, &response);
-  if (!status.ok()) return connection_->ControlError(status);
+  TESSERA_RETURN_IF_ERROR(
+      Call(LongControlCall(*connection_), [&](grpc::ClientContext* context) {
+        return connection_->coordinator()->ReshardTensor(context, request,
+                                                         &response);
+      }));
   ReshardStats stats;
   stats.version = response.version();
   stats.pieces_moved = response.pieces_moved();

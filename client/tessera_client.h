@@ -20,7 +20,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "client/connection.h"
+#include "client/client_options.h"
 #include "client/host_array.h"
 #include "core/box.h"
 #include "core/dtype.h"
@@ -31,6 +31,8 @@
 #include "core/worker_info.h"
 
 namespace tessera {
+
+class Connection;  // client/connection.h: channels, stubs, data plane
 
 struct TensorInfo {
   std::string name;
@@ -120,9 +122,7 @@ class Client {
   absl::StatusOr<ReshardStats> Reshard(const std::string& name,
                                        const LayoutSpec& spec);
 
-  const std::string& coordinator_address() const {
-    return connection_->coordinator_address();
-  }
+  const std::string& coordinator_address() const;
 
  private:
   explicit Client(std::shared_ptr<Connection> connection)

@@ -8,17 +8,21 @@
 namespace tessera {
 
 absl::StatusOr<RunningServer> StartServer(
-    const std::string& listen, const std::vector<grpc::Service*>& services) {
+    const std::string& listen, const std::vector<grpc::Service*>& services,
+    const ServerOptions& options) {
   if (listen.find(':') == std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("listen address '", listen, "' is not HOST:PORT"));
   }
   grpc::ServerBuilder builder;
-  ConfigureServerBuilder(&builder);
+  ConfigureServerBuilder(&builder, options);
   // SO_REUSEPORT would let two daemons share a port by accident.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   RunningServer running;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(listen,
+                           options.credentials != nullptr
+                               ? options.credentials
+                               : grpc::InsecureServerCredentials(),
                            &running.port);
   for (grpc::Service* service : services) builder.RegisterService(service);
   running.server = builder.BuildAndStart();

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "rpc/channel.h"
 
 namespace tessera {
 
@@ -25,7 +26,8 @@ struct RunningServer {
 
 // `listen` is HOST:PORT. Fails with a clear message when the port is taken.
 absl::StatusOr<RunningServer> StartServer(
-    const std::string& listen, const std::vector<grpc::Service*>& services);
+    const std::string& listen, const std::vector<grpc::Service*>& services,
+    const ServerOptions& options = {});
 
 // Replaces the port of HOST:PORT (used when listening on port 0).
 std::string WithPort(const std::string& listen, int port);

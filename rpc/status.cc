@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/string_view.h"
 
 namespace tessera {
 namespace {
@@ -42,12 +43,32 @@ static_assert(static_cast<int>(absl::StatusCode::kDataLoss) ==
 static_assert(static_cast<int>(absl::StatusCode::kUnauthenticated) ==
               grpc::StatusCode::UNAUTHENTICATED);
 
+// A google.rpc.Status {code = 1, message = 2} in protobuf wire format.
+std::string EncodeRpcStatus(int code, absl::string_view message) {
+  std::string out;
+  auto varint = [&out](uint64_t v) {
+    while (v >= 0x80) {
+      out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+      v >>= 7;
+    }
+    out.push_back(static_cast<char>(v));
+  };
+  out.push_back(0x08);
+  varint(static_cast<uint64_t>(code));
+  out.push_back(0x12);
+  varint(message.size());
+  out.append(message.data(), message.size());
+  return out;
+}
+
 }  // namespace
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+  const int code = static_cast<int>(status.code());
+  return grpc::Status(static_cast<grpc::StatusCode>(code),
+                      std::string(status.message()),
+                      EncodeRpcStatus(code, status.message()));
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
@@ -63,8 +84,9 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
 }
 
 bool IsTransportFailure(const grpc::Status& status) {
-  return status.error_code() == grpc::StatusCode::UNAVAILABLE &&
-         status.error_message().find("unavailable") == std::string::npos;
+  return (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+          status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) &&
+         status.error_details().empty();
 }
 
 absl::Status RetryConnectFailures(const std::function<absl::Status()>& call) {

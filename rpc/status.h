@@ -14,20 +14,23 @@
 
 namespace tessera {
 
+// Errors leave with their code and message, plus error details (a
+// google.rpc.Status of the same code and message) that mark them as raised
+// by a tessera service rather than by gRPC's transport (IsTransportFailure).
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
 // Sets the deadline of a call `timeout` from now.
 void SetDeadline(grpc::ClientContext* context, absl::Duration timeout);
 
-// True for gRPC's own transport failures (no connection, peer gone), as
-// opposed to UNAVAILABLE raised by a tessera service: those messages say
-// "unavailable" (core/errors.h).
+// True for failures gRPC raised itself because no tessera server answered
+// (no connection, peer gone, gRPC's own deadline): such statuses carry no
+// error details, while every error a tessera service returns does
+// (ToGrpcStatus). Decided on the code and the details, never the text.
 bool IsTransportFailure(const grpc::Status& status);
 
-// Runs `call`, and runs it again up to twice (after 50 and 150 ms) while it
-// failed to connect at all: a fresh channel's first connect can fail
-// transiently, and a call that never reached its server is safe to repeat.
+// Deprecated: use Call (rpc/call.h). Runs `call` up to three times while it
+// failed to connect at all.
 absl::Status RetryConnectFailures(const std::function<absl::Status()>& call);
 
 }  // namespace tessera

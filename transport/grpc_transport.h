@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "core/box.h"
+#include "core/limits.h"
 #include "proto/worker.grpc.pb.h"
 
 namespace tessera {
@@ -34,8 +35,6 @@ namespace tessera {
 inline constexpr int64_t kDefaultChunkBytes = 1 << 20;
 // Regions up to this size are read with one unary call instead of a stream.
 inline constexpr int64_t kSmallRegionBytes = 1 << 20;
-// Largest chunk or small region a worker serves in one message.
-inline constexpr int64_t kMaxChunkBytes = 4 << 20;
 
 // Receives bytes [byte_offset, byte_offset + data.size()) of the row-major
 // sub-box. Calls arrive in order and each covers whole elements (a multiple

@@ -1,0 +1,33 @@
+// ClientOptions: how an SDK client talks to the cluster. Plain values (no
+// gRPC types), so the SDK's public header does not pull in gRPC.
+#ifndef TESSERA_CLIENT_CLIENT_OPTIONS_H_
+#define TESSERA_CLIENT_CLIENT_OPTIONS_H_
+
+#include "absl/time/time.h"
+
+namespace tessera {
+
+struct ClientOptions {
+  // Deadline of each control-plane call to the coordinator.
+  absl::Duration rpc_timeout = absl::Seconds(30);
+  // How long to wait for the coordinator when connecting.
+  absl::Duration connect_timeout = absl::Seconds(2);
+  // Deadline of one data stream (a piece of a get, or one shard of a put).
+  absl::Duration data_timeout = absl::Minutes(30);
+  // Idempotent control-plane calls (describe, list, workers) are retried
+  // this many times, with doubling backoff from 50 ms, while the coordinator
+  // cannot be reached (e.g. it is restarting).
+  int control_retries = 4;
+  // Reuse tensor metadata between reads (see Client); at most this many
+  // tensors are remembered. 0 disables the cache.
+  int metadata_cache_entries = 1024;
+  // Most data streams running at once (one thread each).
+  int max_parallel_streams = 16;
+  // Read shards through shared memory when the worker is on this host (and
+  // its shard lives in a shared segment); gRPC otherwise.
+  bool shared_memory = true;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_CLIENT_CLIENT_OPTIONS_H_

@@ -1,0 +1,34 @@
+#include "rpc/call.h"
+
+#include "absl/strings/str_cat.h"
+#include "rpc/status.h"
+
+namespace tessera {
+
+absl::Status Call(
+    const CallOptions& options,
+    absl::FunctionRef<grpc::Status(grpc::ClientContext*)> attempt) {
+  absl::Duration backoff = options.backoff;
+  grpc::Status status;
+  for (int tries = 1;; ++tries) {
+    grpc::ClientContext context;
+    SetDeadline(&context, options.timeout);
+    if (options.wait_for_ready) context.set_wait_for_ready(true);
+    status = attempt(&context);
+    // Only UNAVAILABLE is worth another try: an expired deadline already
+    // spent the caller's time.
+    const bool retry = options.idempotent && tries < options.attempts &&
+                       status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+                       IsTransportFailure(status);
+    if (!retry) break;
+    absl::SleepFor(backoff);
+    backoff *= 2;
+  }
+  if (status.ok() || !IsTransportFailure(status)) return FromGrpcStatus(status);
+  if (options.unreachable) return options.unreachable(status);
+  if (options.peer.empty()) return FromGrpcStatus(status);
+  return absl::UnavailableError(absl::StrCat(
+      options.peer, " is unavailable (", status.error_message(), ")"));
+}
+
+}  // namespace tessera
