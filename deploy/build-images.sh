@@ -121,20 +121,23 @@ fi
 # ---- (3) the build context and the image --------------------------------------
 # The Debian packages that hold the binaries' libraries (libc6 is in every
 # base), and for the GPU variant the CUDA libraries to bundle.
-mkdir -p "$TMP/context/bin" "$TMP/context/cuda"
+mkdir -p "$TMP/context/usr-local/bin"
 declare -A needed=()  # library path -> the binary that needs it
 for b in "${BINARIES[@]}"; do
   name=$(basename "$b")
-  cp -L "$BIN/$b" "$TMP/context/bin/$name"
-  chmod 0755 "$TMP/context/bin/$name"
+  cp -L "$BIN/$b" "$TMP/context/usr-local/bin/$name"
+  chmod 0755 "$TMP/context/usr-local/bin/$name"
   while read -r lib path; do
     case "$path" in
       /usr/local/cuda/*)
-        if [ "$VARIANT" = cuda ]; then cp -L "$path" "$TMP/context/cuda/$lib"; fi ;;
+        if [ "$VARIANT" = cuda ]; then
+          mkdir -p "$TMP/context/usr-local/cuda/lib64"
+          cp -L "$path" "$TMP/context/usr-local/cuda/lib64/$lib"
+        fi ;;
       /*) needed[$path]="$name" ;;
       *) log "$name needs $lib, which this host does not have (ldd: not found)"; exit 1 ;;
     esac
-  done < <(ldd "$TMP/context/bin/$name" | awk '$2 == "=>" { print $1, $3 }')
+  done < <(ldd "$TMP/context/usr-local/bin/$name" | awk '$2 == "=>" { print $1, $3 }')
 done
 # One dpkg query for every spelling of every path (/lib or /usr/lib, links
 # resolved): dpkg knows each file under the name its package ships.
@@ -158,6 +161,8 @@ RUNTIME_PACKAGES=$(printf '%s\n' "${packages[@]}" | grep -vx 'libc6' | sort -u |
 REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 SOURCE="${TESSERA_SOURCE:-$(git config --get remote.origin.url 2>/dev/null || true)}"
 
+# The labels go in as --label too: buildah 1.28 takes a LABEL step from its
+# cache even when the build arguments it uses changed.
 log "building $TAG from $BASE (variant $VARIANT; packages: $RUNTIME_PACKAGES)"
 "${PODMAN[@]}" build --isolation chroot --network host \
   -f deploy/Containerfile \
@@ -167,6 +172,10 @@ log "building $TAG from $BASE (variant $VARIANT; packages: $RUNTIME_PACKAGES)"
   --build-arg VERSION="$VERSION" \
   --build-arg REVISION="$REVISION" \
   --build-arg SOURCE="$SOURCE" \
+  --label org.opencontainers.image.version="$VERSION" \
+  --label org.opencontainers.image.revision="$REVISION" \
+  --label org.opencontainers.image.source="$SOURCE" \
+  --label io.tessera.variant="$VARIANT" \
   -t "$TAG" -t "$LATEST" \
   "$TMP/context" >"$TMP/build.log" 2>&1 || {
   tail -40 "$TMP/build.log" >&2
