@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Starts a containerised tessera cluster on this host: one coordinator (its
+# metadata on the volume CLUSTER-data) and N workers, as podman containers on
+# the host network serving loopback ports, the same cluster as
+# deploy/compose.yaml (which has N=4). Returns once `tessera workers` lists
+# every worker alive, printing the coordinator's address and a ready line.
+#
+#   deploy/build-images.sh          # first: localhost/tessera:latest
+#   deploy/cluster-up.sh [N]        # default 4 workers
+#   bazel-bin/client/tessera --coordinator=127.0.0.1:7070 workers
+#   deploy/cluster-down.sh [--volumes]
+#
+# Ports: coordinator $TESSERA_PORT (default 7070), worker i on port+1+i.
+# Environment:
+#   TESSERA_CLUSTER=NAME        container/volume name prefix and label (default tessera)
+#   TESSERA_PORT=P              coordinator port (default 7070)
+#   TESSERA_IMAGE_REF=IMAGE     image (default localhost/tessera:latest)
+#   TESSERA_CLI=PATH            host CLI for the readiness check (default
+#                               bazel-bin/client/tessera; without one the
+#                               check runs the CLI in a container)
+#   TESSERA_COORDINATOR_FLAGS, TESSERA_WORKER_FLAGS   extra daemon flags
+#   TESSERA_READY_TIMEOUT=S     how long to wait for the workers (default 60)
+#   TESSERA_PODMAN_ROOT=DIR     private podman store (see deploy/podman_env.sh)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=deploy/podman_env.sh
+source deploy/podman_env.sh
+
+N="${1:-4}"
+if ! [[ "$N" =~ ^[1-9][0-9]*$ ]]; then
+  echo "usage: $0 [NUM_WORKERS]   (a positive number, default 4)" >&2
+  exit 2
+fi
+CLUSTER="${TESSERA_CLUSTER:-tessera}"
+PORT="${TESSERA_PORT:-7070}"
+IMAGE="${TESSERA_IMAGE_REF:-$TESSERA_IMAGE:latest}"
+CLI="${TESSERA_CLI:-bazel-bin/client/tessera}"
+COORDINATOR="127.0.0.1:$PORT"
+TIMEOUT="${TESSERA_READY_TIMEOUT:-60}"
+
+if [ -n "$("${PODMAN[@]}" ps -aq --filter "label=io.tessera.cluster=$CLUSTER")" ]; then
+  echo "cluster '$CLUSTER' has containers already; stop it first: deploy/cluster-down.sh" >&2
+  exit 1
+fi
+if ! "${PODMAN[@]}" image exists "$IMAGE"; then
+  echo "no image $IMAGE; build it first: deploy/build-images.sh" >&2
+  exit 1
+fi
+
+# The daemons as the Kubernetes manifests run them: non-root (the image's
+# user), read-only root filesystem, no capabilities; --init forwards SIGTERM.
+RUN=("${PODMAN[@]}" run -d --init --network host --read-only --cap-drop ALL
+  --security-opt no-new-privileges --label "io.tessera.cluster=$CLUSTER")
+
+"${PODMAN[@]}" volume exists "$CLUSTER-data" ||
+  "${PODMAN[@]}" volume create --label "io.tessera.cluster=$CLUSTER" "$CLUSTER-data" >/dev/null
+# shellcheck disable=SC2086
+"${RUN[@]}" --name "$CLUSTER-coordinator" --label io.tessera.role=coordinator \
+  -v "$CLUSTER-data:/var/lib/tessera" "$IMAGE" \
+  tessera-coordinator --listen="$COORDINATOR" --data_dir=/var/lib/tessera \
+  ${TESSERA_COORDINATOR_FLAGS:-} >/dev/null
+for ((i = 0; i < N; i++)); do
+  # shellcheck disable=SC2086
+  "${RUN[@]}" --name "$CLUSTER-w$i" --label io.tessera.role=worker "$IMAGE" \
+    tessera-worker --coordinator="$COORDINATOR" --listen="127.0.0.1:$((PORT + 1 + i))" \
+    --name="w$i" --rank="$i" ${TESSERA_WORKER_FLAGS:-} >/dev/null
+done
+echo "coordinator: $COORDINATOR"
+
+workers_json() {
+  if [ -x "$CLI" ]; then
+    "$CLI" --coordinator="$COORDINATOR" workers --json 2>/dev/null
+  else
+    "${PODMAN[@]}" run --rm --network host "$IMAGE" tessera --coordinator="$COORDINATOR" workers --json 2>/dev/null
+  fi
+}
+
+deadline=$((SECONDS + TIMEOUT))
+while ((SECONDS < deadline)); do
+  alive=$(workers_json | grep -o '"alive": *true' | wc -l || true)
+  if [ "$alive" -eq "$N" ]; then
+    echo "cluster '$CLUSTER' ready: $N workers alive (containers $CLUSTER-coordinator, $CLUSTER-w0..w$((N - 1)))"
+    exit 0
+  fi
+  exited=$("${PODMAN[@]}" ps -a --filter "label=io.tessera.cluster=$CLUSTER" --filter status=exited --format '{{.Names}}')
+  [ -z "$exited" ] || { echo "containers exited during start-up: $exited" >&2; break; }
+  sleep 0.2
+done
+echo "cluster '$CLUSTER' did not come up ($alive of $N workers alive); last log lines:" >&2
+for name in $("${PODMAN[@]}" ps -a --filter "label=io.tessera.cluster=$CLUSTER" --format '{{.Names}}'); do
+  echo "--- $name" >&2
+  "${PODMAN[@]}" logs --tail 5 "$name" >&2 2>&1 || true
+done
+deploy/cluster-down.sh >/dev/null 2>&1 || true
+exit 1
