@@ -1,0 +1,407 @@
+#!/usr/bin/python3
+"""Offline check of tessera's Kubernetes manifests (no cluster needed).
+
+    python3 deploy/k8s/check.py [PATH ...] [--renderer=auto|kubectl|builtin]
+
+PATH is a kustomize directory (default: deploy/k8s) or a YAML file of
+rendered objects. A directory is rendered with `kubectl kustomize` when
+kubectl is installed, else by a built-in renderer that concatenates the
+`resources` of kustomization.yaml (the only key it accepts); with kubectl
+present both run and must agree. deploy/k8s/secrets.example.yaml is checked
+alongside the default base.
+
+Every object is then validated against the Kubernetes object schema of
+Debian's python3-kubernetes: it is built into the client's V1* models field
+by field, so unknown fields, wrong types and missing required fields are
+errors. That client (22.6) predates gRPC probes (Kubernetes 1.24); the one
+field it lacks that we use, Probe.grpc {port (required), service}, is added
+below and nothing else.
+
+Our rules on top of the schema:
+  * every container has a livenessProbe and a readinessProbe (whose port the
+    container declares) and resources.limits for cpu and memory;
+  * Secrets reach containers only as files: no env from secretKeyRef or
+    envFrom secretRef, no plain env value under a secret-looking name, and no
+    Secret value (from any Secret checked) in an env value, command or args;
+  * every workload runs as non-root (runAsNonRoot true, runAsUser not 0) with
+    a read-only root filesystem, no privilege escalation and ALL capabilities
+    dropped; no daemon is started with --insecure;
+  * references hold: a StatefulSet's serviceName, Service and
+    PodDisruptionBudget selectors and named targetPorts match a workload.
+
+Prints one line per problem and a closing "k8s check: ..." line; exits 1 when
+anything fails.
+"""
+
+import argparse
+import base64
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import yaml
+
+try:
+    from kubernetes import client as k8s_client
+    from kubernetes.client import models as k8s_models
+except ImportError:  # pragma: no cover - depends on the machine
+    sys.exit("k8s check: needs python3-kubernetes (apt-get install python3-kubernetes; "
+             "scripts/setup.sh installs it); run it with /usr/bin/python3")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod"}
+SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSW|PRIVATE|CREDENTIAL|(^|_)KEY$|APIKEY)", re.I)
+
+# Fields newer than the installed client, as (python attribute, JSON name, type).
+GRPC_ACTION = "TesseraGRPCAction"
+EXTRA_FIELDS = {"V1Probe": [("grpc", "grpc", GRPC_ACTION)]}
+EXTRA_MODELS = {GRPC_ACTION: {"required": {"port"}, "fields": {"port": "int", "service": "str"}}}
+
+
+class Problems:
+    def __init__(self):
+        self.items = []
+
+    def add(self, where, what):
+        self.items.append(f"{where}: {what}")
+
+
+# ---- rendering -----------------------------------------------------------------
+
+def load_yaml_docs(path):
+    with open(path) as f:
+        return [d for d in yaml.safe_load_all(f) if d is not None]
+
+
+def render_builtin(directory):
+    kfile = next((os.path.join(directory, n) for n in
+                  ("kustomization.yaml", "kustomization.yml", "Kustomization")
+                  if os.path.exists(os.path.join(directory, n))), None)
+    if kfile is None:
+        raise ValueError(f"{directory}: no kustomization.yaml")
+    with open(kfile) as f:
+        k = yaml.safe_load(f) or {}
+    extra = set(k) - {"apiVersion", "kind", "resources"}
+    if extra:
+        raise ValueError(f"{kfile}: the built-in renderer only concatenates `resources`; "
+                         f"it cannot apply {sorted(extra)} (install kubectl, or keep the base plain)")
+    docs = []
+    for r in k.get("resources") or []:
+        p = os.path.join(directory, r)
+        docs.extend(render_builtin(p) if os.path.isdir(p) else load_yaml_docs(p))
+    return docs
+
+
+def render_kubectl(directory):
+    out = subprocess.run(["kubectl", "kustomize", directory], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise ValueError(f"kubectl kustomize {directory} failed: {out.stderr.strip()}")
+    return [d for d in yaml.safe_load_all(out.stdout) if d is not None]
+
+
+def object_key(o):
+    meta = o.get("metadata") or {}
+    return (str(o.get("apiVersion")), str(o.get("kind")), str(meta.get("name")))
+
+
+def render(path, renderer, problems):
+    if os.path.isfile(path):
+        return load_yaml_docs(path)
+    have_kubectl = shutil.which("kubectl") is not None
+    if renderer == "kubectl" or (renderer == "auto" and have_kubectl):
+        docs = render_kubectl(path)
+        try:
+            builtin = render_builtin(path)
+        except ValueError:
+            return docs  # the base uses kustomize features: kubectl's render is the truth
+        a = {object_key(o): o for o in docs}
+        b = {object_key(o): o for o in builtin}
+        if a != b:
+            differ = sorted(set(a) ^ set(b)) or sorted(k for k in a if a[k] != b.get(k))
+            problems.add(path, f"the built-in renderer and kubectl kustomize disagree on {differ}")
+        return docs
+    return render_builtin(path)
+
+
+# ---- schema --------------------------------------------------------------------
+
+def model_class(api_version, kind):
+    """The client's model for apiVersion/kind, checking that the group serves the kind."""
+    group, _, version = api_version.rpartition("/")
+    cls_name = version[:1].upper() + version[1:] + kind
+    cls = getattr(k8s_models, cls_name, None)
+    api_name = "".join(p.capitalize() for p in (group.split(".")[0] if group else "core").split("-"))
+    api = getattr(k8s_client, f"{api_name}{version[:1].upper() + version[1:]}Api", None)
+    snake = re.sub(r"(?<!^)(?=[A-Z])", "_", kind).lower()
+    if cls is None or api is None or not (hasattr(api, f"create_namespaced_{snake}") or
+                                          hasattr(api, f"create_{snake}")):
+        return None
+    return cls
+
+
+def build(value, type_name, path, problems, parent_attr=""):
+    """Builds the client model for `value` of openapi type `type_name`; records problems."""
+    if type_name.startswith("list["):
+        if not isinstance(value, list):
+            problems.add(path, f"expected a list, got {type(value).__name__}")
+            return None
+        return [build(v, type_name[5:-1], f"{path}[{i}]", problems) for i, v in enumerate(value)]
+    if type_name.startswith("dict("):
+        inner = type_name[type_name.index(",") + 1:-1].strip()
+        if not isinstance(value, dict):
+            problems.add(path, f"expected a mapping, got {type(value).__name__}")
+            return None
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                problems.add(path, f"key {k!r} is not a string")
+            # Quantities (resource limits/requests) may be written as numbers.
+            if inner == "str" and parent_attr in ("limits", "requests") and \
+                    isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[k] = str(v)
+            else:
+                out[k] = build(v, inner, f"{path}.{k}", problems)
+        return out
+    if type_name == "object":
+        return value
+    if type_name in ("str", "datetime", "date"):
+        if not isinstance(value, str):
+            problems.add(path, f"expected a string, got {type(value).__name__} {value!r}")
+        return value
+    if type_name == "int":
+        if not isinstance(value, int) or isinstance(value, bool):
+            problems.add(path, f"expected an integer, got {type(value).__name__} {value!r}")
+        return value
+    if type_name == "float":
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            problems.add(path, f"expected a number, got {value!r}")
+        return value
+    if type_name == "bool":
+        if not isinstance(value, bool):
+            problems.add(path, f"expected true or false, got {value!r}")
+        return value
+    if type_name in EXTRA_MODELS:
+        spec = EXTRA_MODELS[type_name]
+        if not isinstance(value, dict):
+            problems.add(path, f"expected an object ({type_name}), got {type(value).__name__}")
+            return None
+        for k in sorted(set(value) - set(spec["fields"])):
+            problems.add(f"{path}.{k}", "unknown field")
+        for k in sorted(spec["required"] - set(value)):
+            problems.add(f"{path}.{k}", "required field missing")
+        for k, t in spec["fields"].items():
+            if k in value:
+                build(value[k], t, f"{path}.{k}", problems)
+        return value
+    cls = getattr(k8s_models, type_name, None)
+    if cls is None:
+        problems.add(path, f"no model {type_name} in python3-kubernetes")
+        return None
+    if not isinstance(value, dict):
+        problems.add(path, f"expected an object ({type_name}), got {type(value).__name__}")
+        return None
+    json_to_attr = {j: a for a, j in cls.attribute_map.items()}
+    extra = {j: (a, t) for a, j, t in EXTRA_FIELDS.get(type_name, []) if j not in json_to_attr}
+    kwargs = {}
+    for key, v in value.items():
+        if key in extra:
+            build(v, extra[key][1], f"{path}.{key}", problems)
+            continue
+        attr = json_to_attr.get(key)
+        if attr is None:
+            problems.add(f"{path}.{key}", f"unknown field (not in {type_name})")
+            continue
+        kwargs[attr] = build(v, cls.openapi_types[attr], f"{path}.{key}", problems, attr)
+    try:
+        return cls(**kwargs)  # the models check required fields and enums
+    except (ValueError, TypeError) as e:
+        problems.add(path, f"{type_name}: {e}")
+        return None
+
+
+def validate_schema(obj, where, problems):
+    api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    if not isinstance(api_version, str) or not isinstance(kind, str):
+        problems.add(where, "apiVersion and kind are required")
+        return
+    cls = model_class(api_version, kind)
+    if cls is None:
+        problems.add(where, f"{api_version} {kind} is not a Kubernetes kind python3-kubernetes knows")
+        return
+    if not (obj.get("metadata") or {}).get("name"):
+        problems.add(where, "metadata.name is required")
+    build(obj, cls.__name__, where, problems)
+
+
+# ---- our rules -----------------------------------------------------------------
+
+def pod_spec_of(obj):
+    kind, spec = obj.get("kind"), obj.get("spec") or {}
+    if kind == "Pod":
+        return spec
+    if kind == "CronJob":
+        return (((spec.get("jobTemplate") or {}).get("spec") or {}).get("template") or {}).get("spec")
+    return (spec.get("template") or {}).get("spec")
+
+
+def pod_labels_of(obj):
+    if obj.get("kind") == "Pod":
+        return (obj.get("metadata") or {}).get("labels") or {}
+    return (((obj.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels") or {}
+
+
+def secret_values(objects):
+    values = set()
+    for o in objects:
+        if o.get("kind") != "Secret":
+            continue
+        for v in (o.get("stringData") or {}).values():
+            values.add(str(v))
+        for v in (o.get("data") or {}).values():
+            try:
+                values.add(base64.b64decode(str(v)).decode("utf-8", "replace"))
+            except ValueError:
+                pass
+    # Every non-trivial line too (a tokens file holds one secret per line).
+    for v in list(values):
+        for line in v.splitlines():
+            for word in line.split():
+                if len(word) >= 8:
+                    values.add(word)
+    return {v for v in values if len(v.strip()) >= 8}
+
+
+def check_container(c, pod_sc, where, secrets, problems):
+    name = c.get("name", "?")
+    w = f"{where} container {name}"
+    ports = {p.get("name"): p.get("containerPort") for p in c.get("ports") or []}
+    if not c.get("_init"):
+        for probe in ("livenessProbe", "readinessProbe"):
+            p = c.get(probe)
+            if not p:
+                problems.add(w, f"no {probe}")
+                continue
+            action = p.get("grpc") or p.get("httpGet") or p.get("tcpSocket")
+            port = (action or {}).get("port")
+            if action is not None and port not in ports.values() and port not in ports:
+                problems.add(w, f"{probe} port {port!r} is not a port the container declares")
+    limits = (c.get("resources") or {}).get("limits") or {}
+    for r in ("cpu", "memory"):
+        if r not in limits:
+            problems.add(w, f"no resources.limits.{r}")
+    for e in c.get("env") or []:
+        vf = e.get("valueFrom") or {}
+        if "secretKeyRef" in vf:
+            problems.add(w, f"env {e.get('name')} comes from a Secret; mount Secrets as files")
+        if "value" in e:
+            value = str(e["value"])
+            if SECRET_NAME.search(str(e.get("name", ""))):
+                problems.add(w, f"env {e.get('name')} holds a plain value under a secret-looking name")
+            if any(s in value for s in secrets):
+                problems.add(w, f"env {e.get('name')} holds a Secret's value in plain text")
+    for e in c.get("envFrom") or []:
+        if "secretRef" in e:
+            problems.add(w, "envFrom a Secret; mount Secrets as files")
+    words = [str(x) for x in (c.get("command") or []) + (c.get("args") or [])]
+    if any(s in x for s in secrets for x in words):
+        problems.add(w, "command/args hold a Secret's value in plain text")
+    if any(re.search(r"--insecure\b", x) for x in words):
+        problems.add(w, "starts a daemon with --insecure")
+    sc = c.get("securityContext") or {}
+    non_root = sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot"))
+    user = sc.get("runAsUser", pod_sc.get("runAsUser"))
+    if non_root is not True:
+        problems.add(w, "does not set runAsNonRoot: true (pod or container securityContext)")
+    if user == 0:
+        problems.add(w, "runs as uid 0")
+    if sc.get("readOnlyRootFilesystem") is not True:
+        problems.add(w, "no readOnlyRootFilesystem: true")
+    if sc.get("allowPrivilegeEscalation") is not False:
+        problems.add(w, "no allowPrivilegeEscalation: false")
+    if sc.get("privileged"):
+        problems.add(w, "privileged")
+    if "ALL" not in ((sc.get("capabilities") or {}).get("drop") or []):
+        problems.add(w, "does not drop ALL capabilities")
+
+
+def selects(selector, labels):
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def check_rules(objects, problems):
+    secrets = secret_values(objects)
+    workloads = [o for o in objects if o.get("kind") in WORKLOAD_KINDS]
+    services = {(o.get("metadata") or {}).get("name"): o for o in objects if o.get("kind") == "Service"}
+    for o in workloads:
+        where = f"{o.get('kind')}/{(o.get('metadata') or {}).get('name')}"
+        spec = pod_spec_of(o) or {}
+        pod_sc = spec.get("securityContext") or {}
+        if not spec.get("containers"):
+            problems.add(where, "no containers")
+        for c in spec.get("initContainers") or []:
+            check_container(dict(c, _init=True), pod_sc, where, secrets, problems)
+        for c in spec.get("containers") or []:
+            check_container(c, pod_sc, where, secrets, problems)
+        if o.get("kind") == "StatefulSet":
+            svc = (o.get("spec") or {}).get("serviceName")
+            if svc not in services:
+                problems.add(where, f"serviceName {svc!r} is not a Service in the manifests")
+            sel = ((o.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+            if not selects(sel, pod_labels_of(o)):
+                problems.add(where, "spec.selector does not match the pod template's labels")
+    for o in objects:
+        kind, name = o.get("kind"), (o.get("metadata") or {}).get("name")
+        if kind == "Service":
+            sel = (o.get("spec") or {}).get("selector") or {}
+            targets = [w for w in workloads if selects(sel, pod_labels_of(w))]
+            if not targets:
+                problems.add(f"Service/{name}", "its selector matches no workload")
+            names = {p.get("name") for w in targets for c in (pod_spec_of(w) or {}).get("containers") or []
+                     for p in c.get("ports") or []}
+            for p in (o.get("spec") or {}).get("ports") or []:
+                t = p.get("targetPort")
+                if isinstance(t, str) and targets and t not in names:
+                    problems.add(f"Service/{name}", f"targetPort {t!r} is no container port name")
+        if kind == "PodDisruptionBudget":
+            sel = ((o.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+            if not any(selects(sel, pod_labels_of(w)) for w in workloads):
+                problems.add(f"PodDisruptionBudget/{name}", "its selector matches no workload")
+    return workloads
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("paths", nargs="*")
+    ap.add_argument("--renderer", choices=("auto", "kubectl", "builtin"), default="auto")
+    args = ap.parse_args()
+    paths = args.paths or [HERE, os.path.join(HERE, "secrets.example.yaml")]
+
+    problems = Problems()
+    objects = []
+    for p in paths:
+        try:
+            docs = render(p, args.renderer, problems)
+        except (OSError, ValueError, yaml.YAMLError) as e:
+            problems.add(p, f"cannot render: {e}")
+            continue
+        for i, d in enumerate(docs):
+            if not isinstance(d, dict):
+                problems.add(f"{p}[{i}]", "not a Kubernetes object")
+                continue
+            objects.append(d)
+    for o in objects:
+        validate_schema(o, f"{o.get('kind')}/{(o.get('metadata') or {}).get('name')}", problems)
+    workloads = check_rules(objects, problems)
+
+    for line in problems.items:
+        print(f"  FAIL {line}")
+    n = len(problems.items)
+    print(f"k8s check: {len(objects)} objects ({len(workloads)} workloads), "
+          f"{n} problem{'s' if n != 1 else ''}{'' if n else ': ok'}")
+    return 1 if n else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
