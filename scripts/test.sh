@@ -19,6 +19,33 @@ fuzz/run.sh 15 || rc=1
 py_rc=$?
 if [ "$py_rc" -ne 0 ]; then rc=$py_rc; fi
 
+# Deployment: the Kubernetes manifests checked offline, and a real cluster of
+# containers (skipped, not failed, where podman cannot run containers). Before
+# the CUDA build below, which relinks the worker the image is made from.
+deploy_passed=0
+deploy_failed=0
+# counted NAME COMMAND...: runs COMMAND and adds its closing
+# "NAME: N passed, M failed" line to the totals (else one test, by exit status).
+counted() {
+  local name="$1" log status p f
+  shift
+  log=$(mktemp)
+  "$@" 2>&1 | tee "$log"
+  status=${PIPESTATUS[0]}
+  read -r p f < <(sed -n "s/^$name: \([0-9]*\) passed, \([0-9]*\) failed.*/\1 \2/p" "$log" | tail -1)
+  rm -f "$log"
+  if [ -z "${p:-}" ]; then
+    if [ "$status" -eq 0 ]; then p=1 f=0; else p=0 f=1; fi
+  fi
+  if [ "$status" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+  deploy_passed=$((deploy_passed + p))
+  deploy_failed=$((deploy_failed + f))
+  if [ "$status" -ne 0 ]; then rc=1; fi
+}
+counted "k8s check" /usr/bin/python3 deploy/k8s/check.py
+counted check_test deploy/k8s/check_test.sh
+counted container_test deploy/container_test.sh
+
 # The GPU path must compile even without a GPU (CUDA headers and libraries
 # from /usr/local/cuda). Built last: it relinks bazel-bin/worker/tessera-worker.
 if [ -d /usr/local/cuda/include ]; then
@@ -35,6 +62,8 @@ for xml in $(find -L bazel-testlogs/ -name test.xml 2>/dev/null); do
   passed=$((passed + t - f))
   failed=$((failed + f))
 done
+passed=$((passed + deploy_passed))
+failed=$((failed + deploy_failed))
 if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
 echo "tests: ${passed} passed, ${failed} failed"
 exit "$rc"
