@@ -16,7 +16,7 @@
 # make the next run warm); TESSERA_PODMAN_ROOT=DIR keeps everything in a
 # private store instead (deploy/podman_env.sh).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=deploy/podman_env.sh
 source deploy/podman_env.sh
 

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the deploy/ container scripts: how podman runs on these machines.
 #
 # * runtime runc (Debian's default crun fails here: "cgroups in hybrid mode

@@ -2,7 +2,7 @@
 # Tests deploy/k8s/check.py: the base passes, and each broken copy of it fails
 # with the rule's message. Prints "check_test: N passed, M failed".
 set -uo pipefail
-cd "$(dirname "$0")"
+cd "$(dirname "$0")" || exit 1
 PY=/usr/bin/python3
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/tessera-k8s-check.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
@@ -68,6 +68,7 @@ broken runs-as-root coordinator.yaml \
   '        runAsNonRoot: true|||        runAsNonRoot: false' 'runAsNonRoot'
 broken writable-root worker.yaml \
   'readOnlyRootFilesystem: true|||readOnlyRootFilesystem: false' 'readOnlyRootFilesystem'
+# shellcheck disable=SC1003  # the backslashes are the text to find
 broken insecure coordinator.yaml \
   '--listen=0.0.0.0:7070 \|||--listen=0.0.0.0:7070 --insecure \' '--insecure'
 broken unknown-field worker.yaml \
