@@ -48,8 +48,10 @@ if ! "${PODMAN[@]}" image exists "$IMAGE"; then
 fi
 
 # The daemons as the Kubernetes manifests run them: non-root (the image's
-# user), read-only root filesystem, no capabilities; --init forwards SIGTERM.
-RUN=("${PODMAN[@]}" run -d --init --network host --read-only --cap-drop ALL
+# user), read-only root filesystem without the writable /tmp and /run podman
+# would add (Kubernetes adds none either), no capabilities; --init forwards
+# SIGTERM.
+RUN=("${PODMAN[@]}" run -d --init --network host --read-only --read-only-tmpfs=false --cap-drop ALL
   --security-opt no-new-privileges --label "io.tessera.cluster=$CLUSTER")
 
 "${PODMAN[@]}" volume exists "$CLUSTER-data" ||

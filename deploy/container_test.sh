@@ -9,8 +9,9 @@
 #
 #   deploy/container_test.sh
 #
-# Prints one line per step, the timings (cold = the base or the image had to
-# be built), and last "container_test: N passed, M failed". Exits 1 when a
+# Prints one line per step, the timings (whether the Debian base had to be
+# made, the slow part of a cold run), and last "container_test: N passed,
+# M failed". Exits 1 when a
 # step failed. Where podman cannot run containers at all it says why, counts
 # nothing and exits 0. The images stay (they are build-images.sh's output and
 # make the next run warm); TESSERA_PODMAN_ROOT=DIR keeps everything in a
@@ -35,7 +36,10 @@ now() { date +%s.%N; }
 since() { awk -v s="$1" -v e="$(now)" 'BEGIN { printf "%.1f", e - s }'; }
 
 summary() {
-  local IFS=,; echo "container_test: timings: ${timings[*]:-none}; whole run $((SECONDS - START)) s"
+  local t
+  t=$(printf '%s, ' "${timings[@]}")
+  t=${t%, }
+  echo "container_test: timings: ${t:-none}; whole run $((SECONDS - START)) s"
   echo "container_test: $passed passed, $failed failed"
 }
 
@@ -92,8 +96,8 @@ fi
 # ---- the image ---------------------------------------------------------------------
 VERSION=$(tessera_image_version)
 IMAGE="$TESSERA_IMAGE:$VERSION"
-cold=warm
-"${PODMAN[@]}" image exists "$BASE" && "${PODMAN[@]}" image exists "$IMAGE" || cold=cold
+base_state="base cached"
+"${PODMAN[@]}" image exists "$BASE" || base_state="base made"
 t0=$(now)
 if ! step build-image deploy/build-images.sh; then
   # Say "cannot run containers" only when that is the reason.
@@ -104,7 +108,7 @@ if ! step build-image deploy/build-images.sh; then
   summary
   exit 1
 fi
-timings+=("build-images $(since "$t0") s ($cold)")
+timings+=("build-images $(since "$t0") s ($base_state)")
 grep '^image ' "$WORK/logs/build-image.log" | sed 's/^/         /'
 export TESSERA_IMAGE_REF="$IMAGE"
 
