@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "core/strided_copy.h"
 #include "rpc/convert.h"
 #include "rpc/status.h"
 
@@ -225,7 +226,7 @@ absl::Status ReadRegion(const std::shared_ptr<grpc::Channel>& channel,
                         absl::string_view context_text) {
   const int64_t total = box.NumElements() * item_bytes;
   const v1::ReadRegionRequest request = MakeRequest(shard_id, box);
-  if (total > 0 && total <= kSmallRegionBytes) {
+  if (total > 0 && total <= kChunkBytes) {
     absl::Status status =
         ReadSmall(channel, request, total, item_bytes, timeout, sink);
     if (!absl::IsUnimplemented(status))
@@ -280,7 +281,7 @@ absl::Status WriteShard(v1::Worker::StubInterface* stub, uint64_t shard_id,
   int64_t offset = 0;
   // An empty shard still sends one message so the worker sees the shard id.
   do {
-    const int64_t n = std::min(kDefaultChunkBytes, size - offset);
+    const int64_t n = std::min(kChunkBytes, size - offset);
     chunk.set_offset(offset);
     std::string* data = chunk.mutable_data();
     data->resize(static_cast<size_t>(n));
@@ -299,6 +300,47 @@ absl::Status WriteShard(v1::Worker::StubInterface* stub, uint64_t shard_id,
                        context_text);
   }
   return absl::OkStatus();
+}
+
+GrpcTransport::GrpcTransport(ChannelCache* channels,
+                             GrpcTransportOptions options)
+    : channels_(channels), options_(options) {}
+
+const std::string& GrpcTransport::name() const {
+  static const std::string* name = new std::string("grpc");
+  return *name;
+}
+
+absl::Status GrpcTransport::Read(const RemoteShard& shard, const Box& box,
+                                 const ReadTarget& target) {
+  const int64_t item = shard.item_bytes;
+  return ReadRegion(
+      channels_->Get(shard.location.address), shard.location.shard_id, box,
+      item, options_.timeout,
+      [&](int64_t byte_offset, absl::string_view data) {
+        return target.Deliver(box.sizes, byte_offset / item,
+                              static_cast<int64_t>(data.size()) / item,
+                              data.data(), static_cast<size_t>(item));
+      },
+      "");
+}
+
+absl::Status GrpcTransport::Write(const RemoteShard& shard,
+                                  const WriteSource& source) {
+  const size_t item = static_cast<size_t>(shard.item_bytes);
+  const Box whole = WholeBox(shard.shape);
+  std::unique_ptr<v1::Worker::Stub> stub =
+      v1::Worker::NewStub(channels_->Get(shard.location.address));
+  return WriteShard(
+      stub.get(), shard.location.shard_id,
+      whole.NumElements() * shard.item_bytes,
+      [&](int64_t byte_offset, absl::Span<char> dst) {
+        CopyBoxToFlatRange(source.data, source.shape, source.offsets,
+                           whole.sizes, byte_offset / shard.item_bytes,
+                           static_cast<int64_t>(dst.size()) / shard.item_bytes,
+                           dst.data(), item);
+      },
+      options_.timeout, "");
 }
 
 }  // namespace tessera

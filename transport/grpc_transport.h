@@ -1,9 +1,10 @@
 // The host data plane over gRPC: read a sub-box of a remote shard as a
 // stream of bounded row-major chunks (or one unary call when it fits one
-// message), or write a whole shard. Used by the client (gather, region fetch,
-// put) and by workers (pulling reshard pieces), so both move bytes the same
-// way. Functions are thread-safe; run one per stream and as many streams in
-// parallel as there are peers.
+// message), or write a whole shard. GrpcTransport is the ShardTransport over
+// these functions, used by the client (gather, region fetch, put) and by
+// workers (pulling reshard pieces), so both move bytes the same way.
+// Everything here is thread-safe; run one call per stream and as many
+// streams in parallel as there are peers.
 //
 // Reads skip protobuf's string copies: responses arrive as grpc::ByteBuffer
 // slices and the ReadRegionResponse wire format is walked in place, so each
@@ -27,14 +28,10 @@
 #include "core/box.h"
 #include "core/limits.h"
 #include "proto/worker.grpc.pb.h"
+#include "rpc/channel.h"
+#include "transport/shard_transport.h"
 
 namespace tessera {
-
-// Bytes per data message. Well under gRPC's 4 MiB default message limit;
-// 1 MiB measured best in bench/ (256 KiB..4 MiB within noise, smaller worse).
-inline constexpr int64_t kDefaultChunkBytes = 1 << 20;
-// Regions up to this size are read with one unary call instead of a stream.
-inline constexpr int64_t kSmallRegionBytes = 1 << 20;
 
 // Receives bytes [byte_offset, byte_offset + data.size()) of the row-major
 // sub-box. Calls arrive in order and each covers whole elements (a multiple
@@ -44,7 +41,7 @@ using ChunkSink =
 
 // Reads `box` (in the shard's own coordinates) of shard `shard_id`, whose
 // elements are `item_bytes` wide, from the worker behind `channel` into
-// `sink`. Fails if the stream ends early or a chunk falls outside the box's
+// `sink`: one unary call up to kChunkBytes, a stream of chunks beyond. Fails if the stream ends early or a chunk falls outside the box's
 // bytes; `context_text` prefixes errors ("reading shard 3 of 'emb' from w1").
 absl::Status ReadRegion(const std::shared_ptr<grpc::Channel>& channel,
                         uint64_t shard_id, const Box& box, int64_t item_bytes,
@@ -56,8 +53,8 @@ absl::Status ReadRegion(const std::shared_ptr<grpc::Channel>& channel,
 using ChunkSource =
     std::function<void(int64_t byte_offset, absl::Span<char> dst)>;
 
-// Streams `size` bytes, produced chunk by chunk by `source`, as the full
-// contents of shard `shard_id`. Each byte is copied once, straight into the
+// Streams `size` bytes, produced chunk by chunk (kChunkBytes each) by
+// `source`, as the full contents of shard `shard_id`. Each byte is copied once, straight into the
 // outgoing message.
 absl::Status WriteShard(v1::Worker::StubInterface* stub, uint64_t shard_id,
                         int64_t size, const ChunkSource& source,
@@ -78,6 +75,30 @@ struct RegionChunkView {
   int64_t size = 0;                     // total payload bytes
 };
 absl::StatusOr<RegionChunkView> DecodeRegionChunk(grpc::ByteBuffer* buffer);
+
+struct GrpcTransportOptions {
+  // Deadline of one read or write stream.
+  absl::Duration timeout = absl::Minutes(30);
+};
+
+// ShardTransport over the Worker service's ReadRegion / ReadSmallRegion /
+// WriteShard calls: reaches any worker, so it ends every TransportChain.
+// Never answers FAILED_PRECONDITION of its own. Thread-safe.
+class GrpcTransport : public ShardTransport {
+ public:
+  // `channels` (not owned, outlives this) gives one channel per worker.
+  GrpcTransport(ChannelCache* channels, GrpcTransportOptions options);
+
+  const std::string& name() const override;
+  absl::Status Read(const RemoteShard& shard, const Box& box,
+                    const ReadTarget& target) override;
+  absl::Status Write(const RemoteShard& shard,
+                     const WriteSource& source) override;
+
+ private:
+  ChannelCache* const channels_;
+  const GrpcTransportOptions options_;
+};
 
 }  // namespace tessera
 

@@ -9,27 +9,16 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <fstream>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/limits.h"
 #include "core/status_macros.h"
+#include "core/strided_copy.h"
 #include "proto/worker.grpc.pb.h"
 #include "rpc/status.h"
 
 namespace tessera {
-
-const std::string& LocalHostId() {
-  static const std::string* id = [] {
-    std::ifstream in("/proc/sys/kernel/random/boot_id");
-    std::string boot;
-    std::getline(in, boot);
-    struct stat st {};
-    if (boot.empty() || stat("/dev/shm", &st) != 0)
-      return new std::string();  // never matches
-    return new std::string(absl::StrCat(boot, "/", st.st_dev, ":", st.st_ino));
-  }();
-  return *id;
-}
 
 ShardMapping::~ShardMapping() {
   if (map_ != nullptr) munmap(map_, map_bytes_);
@@ -138,6 +127,57 @@ absl::StatusOr<std::unique_ptr<ShardMapping>> MapRange(
                                         segment.shape);
 }
 
+// FAILED_PRECONDITION unless `box` lies in a shard of `shape` (the worker's
+// own answer comes from gRPC then).
+absl::Status CheckInside(const Shape& shape, const Box& box) {
+  if (shape.size() != box.rank()) {
+    return absl::FailedPreconditionError(
+        "segment does not match the shard's metadata");
+  }
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (box.offsets[d] < 0 || box.sizes[d] < 0 ||
+        box.offsets[d] > shape[d] - box.sizes[d]) {
+      return absl::FailedPreconditionError(
+          "region is outside the mapped shard");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Copies `box` of a shard of `shape`, whose byte 0 is at `base`, to
+// `target`: one strided copy into a host array, or bounded chunks to a sink.
+absl::Status CopyOut(const char* base, const Shape& shape, const Box& box,
+                     const ReadTarget& target, size_t item) {
+  const int64_t total = box.NumElements();
+  if (total == 0) return absl::OkStatus();
+  if (target.is_host_array()) {
+    CopyBox(base, shape, box.offsets, target.data(), target.shape(),
+            target.offsets(), box.sizes, item);
+    return absl::OkStatus();
+  }
+  const int64_t per_chunk =
+      std::max<int64_t>(1, kChunkBytes / static_cast<int64_t>(item));
+  std::vector<char> chunk(static_cast<size_t>(std::min(total, per_chunk)) *
+                          item);
+  for (int64_t first = 0; first < total;) {
+    const int64_t n = std::min(per_chunk, total - first);
+    CopyBoxToFlatRange(base, shape, box.offsets, box.sizes, first, n,
+                       chunk.data(), item);
+    TESSERA_RETURN_IF_ERROR(
+        target.Deliver(box.sizes, first, n, chunk.data(), item));
+    first += n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckShape(const Shape& found, const Shape& expected) {
+  if (!expected.empty() && !SameDims(found, expected)) {
+    return absl::FailedPreconditionError(
+        "segment's shape differs from the metadata");
+  }
+  return absl::OkStatus();
+}
+
 // True when the segment behind `fd` has been unlinked (its shard freed).
 bool Unlinked(int fd) {
   struct stat st {};
@@ -160,17 +200,7 @@ absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardBox(
     const Box& box, int64_t item_bytes, absl::Duration timeout) {
   TESSERA_ASSIGN_OR_RETURN(Segment segment,
                            FindSegment(channel, shard_id, item_bytes, timeout));
-  if (segment.shape.size() != box.rank()) {
-    return absl::FailedPreconditionError(
-        "segment does not match the shard's metadata");
-  }
-  for (size_t d = 0; d < segment.shape.size(); ++d) {
-    if (box.offsets[d] < 0 || box.sizes[d] < 0 ||
-        box.offsets[d] + box.sizes[d] > segment.shape[d]) {
-      return absl::FailedPreconditionError(
-          "region is outside the mapped shard");
-    }
-  }
+  TESSERA_RETURN_IF_ERROR(CheckInside(segment.shape, box));
   const auto [begin, end] = BoxByteSpan(segment.shape, box, item_bytes);
   if (end > segment.bytes)
     return absl::FailedPreconditionError("segment is too small");
@@ -270,6 +300,60 @@ absl::StatusOr<std::shared_ptr<const ShardMapping>> ShardMappingCache::Map(
     Close(
         Entry{fd, liveness_fd, nullptr});  // another thread mapped it meanwhile
   return it->second.mapping;
+}
+
+SharedMemoryTransport::SharedMemoryTransport(
+    ChannelCache* channels, SharedMemoryTransportOptions options)
+    : channels_(channels),
+      options_(options),
+      cache_(options.cache_mappings ? std::make_unique<ShardMappingCache>()
+                                    : nullptr) {}
+
+const std::string& SharedMemoryTransport::name() const {
+  static const std::string* name = new std::string("shm");
+  return *name;
+}
+
+absl::Status SharedMemoryTransport::Read(const RemoteShard& shard,
+                                         const Box& box,
+                                         const ReadTarget& target) {
+  const ShardLocation& at = shard.location;
+  const size_t item = static_cast<size_t>(shard.item_bytes);
+  if (cache_ != nullptr) {
+    TESSERA_ASSIGN_OR_RETURN(
+        std::shared_ptr<const ShardMapping> mapping,
+        cache_->Map(at.address, channels_->Get(at.address), at.shard_id,
+                    shard.item_bytes, options_.timeout));
+    TESSERA_RETURN_IF_ERROR(CheckShape(mapping->shape(), shard.shape));
+    TESSERA_RETURN_IF_ERROR(CheckInside(mapping->shape(), box));
+    return CopyOut(mapping->At(0), mapping->shape(), box, target, item);
+  }
+  TESSERA_ASSIGN_OR_RETURN(
+      std::unique_ptr<ShardMapping> mapping,
+      MapShardBox(channels_->Get(at.address), at.shard_id, box,
+                  shard.item_bytes, options_.timeout));
+  TESSERA_RETURN_IF_ERROR(CheckShape(mapping->shape(), shard.shape));
+  // At(0) is the shard's byte 0; only the box's mapped span is touched.
+  return CopyOut(mapping->At(0), mapping->shape(), box, target, item);
+}
+
+absl::Status SharedMemoryTransport::Write(const RemoteShard& shard,
+                                          const WriteSource& source) {
+  if (shard.shape.empty()) {
+    return absl::FailedPreconditionError(
+        "writing through shared memory needs the shard's shape");
+  }
+  const ShardLocation& at = shard.location;
+  TESSERA_ASSIGN_OR_RETURN(
+      std::unique_ptr<ShardMapping> mapping,
+      MapShardForWrite(channels_->Get(at.address), at.shard_id,
+                       shard.item_bytes, options_.timeout));
+  TESSERA_RETURN_IF_ERROR(CheckShape(mapping->shape(), shard.shape));
+  if (WholeBox(shard.shape).NumElements() == 0) return absl::OkStatus();
+  CopyBox(source.data, source.shape, source.offsets, mapping->MutableAt(0),
+          shard.shape, std::vector<int64_t>(shard.shape.size(), 0),
+          shard.shape, static_cast<size_t>(shard.item_bytes));
+  return absl::OkStatus();
 }
 
 }  // namespace tessera

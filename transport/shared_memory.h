@@ -1,9 +1,10 @@
 // Same-host shared memory for the data plane. A worker keeps large shards in
-// POSIX shared-memory segments (worker/host_shard_store) and names them
-// through Worker.MapShard; a client on the same host maps the bytes it needs
-// read-only and copies straight from them, instead of streaming them over
-// loopback TCP. Across hosts (or containers with separate /dev/shm) the host
-// ids differ and callers fall back to the gRPC streams.
+// POSIX shared-memory segments (transport/shared_memory_arena.h) and names
+// them through Worker.MapShard; a client on the same host maps the bytes it
+// needs and copies straight from (or into) them, instead of streaming them
+// over loopback TCP. Across hosts (or containers with separate /dev/shm) the
+// host ids differ and SharedMemoryTransport answers FAILED_PRECONDITION, so
+// TransportChain goes on to gRPC.
 //
 // Safety across versions and frees: segment names are never reused (pid,
 // shard id and a random suffix), a freed shard's segment is unlinked at once,
@@ -28,12 +29,11 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "core/box.h"
+#include "rpc/channel.h"
+#include "transport/shard_transport.h"
+#include "transport/shared_memory_arena.h"
 
 namespace tessera {
-
-// Identifies this host's shared-memory namespace: the kernel boot id plus
-// the device and inode of /dev/shm. Computed once.
-const std::string& LocalHostId();
 
 // Bytes of one shard mapped read-only; unmapped on destruction.
 class ShardMapping {
@@ -122,6 +122,39 @@ class ShardMappingCache {
 // `shape`); {0, 0} for an empty box.
 std::pair<int64_t, int64_t> BoxByteSpan(absl::Span<const int64_t> shape,
                                         const Box& box, int64_t item_bytes);
+
+struct SharedMemoryTransportOptions {
+  // Deadline of the MapShard call that names a shard's segment.
+  absl::Duration timeout = absl::Minutes(30);
+  // Keep whole-shard mappings across reads (ShardMappingCache): a client
+  // reads the same shards again and again. Off: map each read's byte span
+  // and unmap it after (a worker pulling reshard pieces once).
+  bool cache_mappings = true;
+};
+
+// ShardTransport over same-host shared memory: reads are one strided copy
+// out of the worker's segment, writes one copy into it (MapShardForWrite).
+// FAILED_PRECONDITION whenever the shard cannot be mapped from here: another
+// host, a shard in private or device memory, a shape or element size that
+// differs from the caller's metadata, or a box outside the mapped shard
+// (gRPC then reports the worker's own error). Thread-safe.
+class SharedMemoryTransport : public ShardTransport {
+ public:
+  // `channels` (not owned, outlives this) reaches the workers' MapShard.
+  SharedMemoryTransport(ChannelCache* channels,
+                        SharedMemoryTransportOptions options);
+
+  const std::string& name() const override;
+  absl::Status Read(const RemoteShard& shard, const Box& box,
+                    const ReadTarget& target) override;
+  absl::Status Write(const RemoteShard& shard,
+                     const WriteSource& source) override;
+
+ private:
+  ChannelCache* const channels_;
+  const SharedMemoryTransportOptions options_;
+  std::unique_ptr<ShardMappingCache> cache_;  // null unless cache_mappings
+};
 
 }  // namespace tessera
 

@@ -1,0 +1,92 @@
+// TransportChain: the data plane's one place of choice. It holds transports
+// in order of preference (same-host shared memory first, then gRPC, which
+// reaches everything) and, for each read or write, tries them in turn: a
+// transport that answers FAILED_PRECONDITION ("not possible from here") is
+// counted as a fallback and the next one is tried; any other answer is
+// final. A transport may be skipped for small moves (`min_bytes`): pieces
+// under kChunkBytes go by one gRPC call even on the same host, since mapping
+// a segment costs about as much as the call (bench/).
+//
+// It counts the bytes each transport moved and the fallbacks, for `get
+// --json` and metrics. It is itself a ShardTransport (its Transfer reads each
+// piece through the chain), so callers hold one object. Thread-safe.
+#ifndef TESSERA_TRANSPORT_TRANSPORT_CHAIN_H_
+#define TESSERA_TRANSPORT_TRANSPORT_CHAIN_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "core/limits.h"
+#include "transport/shard_transport.h"
+
+namespace tessera {
+
+class ChannelCache;  // rpc/channel.h; this header stays free of gRPC
+
+struct DataPlaneOptions {
+  // Deadline of one read or write (one piece, one shard).
+  absl::Duration timeout = absl::Minutes(30);
+  // Try same-host shared memory before gRPC. Off: gRPC only.
+  bool shared_memory = true;
+  // Keep whole-shard mappings across reads (a client reading the same
+  // shards again and again); off: map each piece's span once (a worker
+  // pulling reshard pieces).
+  bool cache_mappings = true;
+  // Reads and writes smaller than this skip shared memory.
+  int64_t shared_memory_min_bytes = kChunkBytes;
+};
+
+// What a chain has moved since it was made.
+struct DataPlaneStats {
+  std::map<std::string, int64_t> bytes;      // by transport name
+  std::map<std::string, int64_t> fallbacks;  // by the transport that declined
+};
+
+class TransportChain : public ShardTransport {
+ public:
+  struct Link {
+    std::unique_ptr<ShardTransport> transport;
+    // Moves of fewer bytes skip this transport.
+    int64_t min_bytes = 0;
+  };
+
+  // Tries `links` in order; the last should reach every worker.
+  explicit TransportChain(std::vector<Link> links);
+
+  // The standard chain: shared memory (if options.shared_memory), then
+  // gRPC, both reaching workers through `channels` (not owned; outlives
+  // the chain).
+  static std::unique_ptr<TransportChain> Make(ChannelCache* channels,
+                                              const DataPlaneOptions& options);
+
+  const std::string& name() const override;
+  absl::Status Read(const RemoteShard& shard, const Box& box,
+                    const ReadTarget& target) override;
+  absl::Status Write(const RemoteShard& shard,
+                     const WriteSource& source) override;
+
+  DataPlaneStats Stats() const;
+
+ private:
+  struct Counted {
+    Link link;
+    std::atomic<int64_t> bytes{0};
+    std::atomic<int64_t> fallbacks{0};
+  };
+
+  // Runs `op` on each eligible transport until one does not decline.
+  template <typename Op>
+  absl::Status Run(int64_t bytes, const Op& op);
+
+  // Fixed at construction; only the counters change.
+  std::vector<std::unique_ptr<Counted>> links_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_TRANSPORT_TRANSPORT_CHAIN_H_

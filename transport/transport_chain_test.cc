@@ -1,0 +1,180 @@
+// TransportChain's choice, fallback and counting, with scripted transports
+// standing in for shared memory and gRPC (the real ones pass the contract in
+// transport_contract_test).
+#include "transport/transport_chain.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+using ::tessera::testing::IsOk;
+using ::tessera::testing::StatusIs;
+
+// Answers every call with `answer` (copying zeros on success) and counts
+// the calls it got.
+class ScriptedTransport : public ShardTransport {
+ public:
+  ScriptedTransport(std::string name, absl::Status answer, int* calls)
+      : name_(std::move(name)), answer_(std::move(answer)), calls_(calls) {}
+  const std::string& name() const override { return name_; }
+  absl::Status Read(const RemoteShard& shard, const Box& box,
+                    const ReadTarget& target) override {
+    ++*calls_;
+    if (!answer_.ok()) return answer_;
+    std::string zeros(box.NumElements() * shard.item_bytes, '\0');
+    return target.Deliver(box.sizes, 0, box.NumElements(), zeros.data(),
+                          shard.item_bytes);
+  }
+  absl::Status Write(const RemoteShard&, const WriteSource&) override {
+    ++*calls_;
+    return answer_;
+  }
+
+ private:
+  const std::string name_;
+  const absl::Status answer_;
+  int* const calls_;
+};
+
+class TransportChainTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<TransportChain> Chain(absl::Status first, int64_t min_bytes,
+                                        absl::Status second) {
+    std::vector<TransportChain::Link> links;
+    links.push_back(TransportChain::Link{
+        std::make_unique<ScriptedTransport>("near", first, &near_calls_),
+        min_bytes});
+    links.push_back(TransportChain::Link{
+        std::make_unique<ScriptedTransport>("far", second, &far_calls_), 0});
+    return std::make_unique<TransportChain>(std::move(links));
+  }
+
+  // Reads `n` int32 elements.
+  absl::Status ReadN(TransportChain& chain, int64_t n) {
+    out_.assign(static_cast<size_t>(n) * 4, 'x');
+    RemoteShard shard;
+    shard.location.address = "w:1";
+    shard.item_bytes = 4;
+    return chain.Read(shard, WholeBox({n}),
+                      ReadTarget::HostArray(out_.data(), {n}, {0}));
+  }
+
+  int near_calls_ = 0;
+  int far_calls_ = 0;
+  std::string out_;
+};
+
+TEST_F(TransportChainTest, FirstTransportThatCanMovesTheBytes) {
+  auto chain = Chain(absl::OkStatus(), 0, absl::OkStatus());
+  ASSERT_THAT(ReadN(*chain, 10), IsOk());
+  EXPECT_EQ(near_calls_, 1);
+  EXPECT_EQ(far_calls_, 0);
+  EXPECT_EQ(out_, std::string(40, '\0'));
+  const DataPlaneStats stats = chain->Stats();
+  EXPECT_EQ(stats.bytes.at("near"), 40);
+  EXPECT_EQ(stats.bytes.at("far"), 0);
+  EXPECT_EQ(stats.fallbacks.at("near"), 0);
+}
+
+TEST_F(TransportChainTest, FailedPreconditionFallsBackAndIsCounted) {
+  auto chain = Chain(absl::FailedPreconditionError("another host"), 0,
+                     absl::OkStatus());
+  ASSERT_THAT(ReadN(*chain, 10), IsOk());
+  ASSERT_THAT(ReadN(*chain, 5), IsOk());
+  EXPECT_EQ(far_calls_, 2);
+  const DataPlaneStats stats = chain->Stats();
+  EXPECT_EQ(stats.bytes.at("near"), 0);
+  EXPECT_EQ(stats.bytes.at("far"), 60);
+  EXPECT_EQ(stats.fallbacks.at("near"), 2);
+}
+
+TEST_F(TransportChainTest, OtherErrorsAreFinal) {
+  for (absl::Status error :
+       {absl::NotFoundError("freed"), absl::UnavailableError("gone"),
+        absl::OutOfRangeError("outside")}) {
+    auto chain = Chain(error, 0, absl::OkStatus());
+    EXPECT_THAT(ReadN(*chain, 10), StatusIs(error.code()));
+    EXPECT_EQ(chain->Stats().fallbacks.at("near"), 0);
+  }
+  EXPECT_EQ(far_calls_, 0);
+}
+
+TEST_F(TransportChainTest, SmallMovesSkipATransportWithAMinimum) {
+  auto chain = Chain(absl::OkStatus(), /*min_bytes=*/1 << 20, absl::OkStatus());
+  ASSERT_THAT(ReadN(*chain, 1024), IsOk());  // 4 KiB
+  EXPECT_EQ(near_calls_, 0);
+  EXPECT_EQ(far_calls_, 1);
+  ASSERT_THAT(ReadN(*chain, 1 << 18), IsOk());  // 1 MiB
+  EXPECT_EQ(near_calls_, 1);
+  const DataPlaneStats stats = chain->Stats();
+  EXPECT_EQ(stats.bytes.at("far"), 4096);
+  EXPECT_EQ(stats.bytes.at("near"), 1 << 20);
+  EXPECT_EQ(stats.fallbacks.at("near"), 0);  // skipping is no fallback
+}
+
+TEST_F(TransportChainTest, LastTransportsAnswerIsReturned) {
+  auto chain = Chain(absl::FailedPreconditionError("another host"), 0,
+                     absl::FailedPreconditionError("cannot either"));
+  EXPECT_THAT(ReadN(*chain, 10),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       ::testing::HasSubstr("cannot either")));
+}
+
+TEST_F(TransportChainTest, WritesChooseByTheShardsSize) {
+  auto chain = Chain(absl::FailedPreconditionError("no segment"), 0,
+                     absl::OkStatus());
+  RemoteShard shard;
+  shard.item_bytes = 2;
+  shard.shape = {3, 7};
+  std::string src(42, 'a');
+  ASSERT_THAT(chain->Write(shard, WriteSource{src.data(), {3, 7}, {0, 0}}),
+              IsOk());
+  const DataPlaneStats stats = chain->Stats();
+  EXPECT_EQ(stats.bytes.at("far"), 42);
+  EXPECT_EQ(stats.fallbacks.at("near"), 1);
+}
+
+TEST_F(TransportChainTest, TransferReadsEachPieceThroughTheChain) {
+  auto chain = Chain(absl::FailedPreconditionError("another host"), 0,
+                     absl::OkStatus());
+  class Receiver : public TransferReceiver {
+   public:
+    absl::StatusOr<PieceTarget> TargetFor(const TransferPiece&) override {
+      return PieceTarget{ReadTarget::HostArray(buffer, {16}, {0}), 4, nullptr};
+    }
+    char buffer[64];
+  } receiver;
+  TransferBatch batch;
+  batch.src_address = "w:1";
+  batch.pieces.push_back(TransferPiece{1, {0}, 2, {0}, {4}});
+  batch.pieces.push_back(TransferPiece{1, {4}, 2, {4}, {12}});
+  absl::StatusOr<int64_t> moved = chain->Transfer(batch, receiver);
+  ASSERT_THAT(moved.status(), IsOk());
+  EXPECT_EQ(*moved, 64);
+  EXPECT_EQ(chain->Stats().bytes.at("far"), 64);
+  EXPECT_EQ(chain->Stats().fallbacks.at("near"), 2);
+}
+
+TEST(TransportChainMakeTest, SharedMemoryOffLeavesGrpcOnly) {
+  DataPlaneOptions options;
+  options.shared_memory = false;
+  auto chain = TransportChain::Make(nullptr, options);
+  const DataPlaneStats stats = chain->Stats();
+  ASSERT_EQ(stats.bytes.size(), 1u);
+  EXPECT_EQ(stats.bytes.begin()->first, "grpc");
+  options.shared_memory = true;
+  const DataPlaneStats both = TransportChain::Make(nullptr, options)->Stats();
+  EXPECT_EQ(both.bytes.size(), 2u);
+  EXPECT_EQ(both.bytes.count("shm"), 1u);
+}
+
+}  // namespace
+}  // namespace tessera
