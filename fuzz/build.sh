@@ -25,8 +25,9 @@ CXXFLAGS="-std=c++17 -g -O1 -DSPDLOG_FMT_EXTERNAL -I. -I$GEN -w"
 ABSL=$(sed -n '/^ABSL_LIBS = \[/,/^\]/p' third_party/BUILD | grep -o '"[a-z_0-9]*"' | tr -d '"' |
   sed 's/^/-labsl_/' | tr '\n' ' ')
 # shellcheck disable=SC2206,SC2207,SC2054
-LIBS=($(pkg-config --libs grpc++ protobuf) -Wl,--start-group $ABSL -Wl,--end-group
-  -lspdlog -lfmt -lpthread -lrt)
+# grpc++_reflection: rpc/server registers server reflection.
+LIBS=($(pkg-config --libs grpc++ protobuf) -lgrpc++_reflection
+  -Wl,--start-group $ABSL -Wl,--end-group -lspdlog -lfmt -lpthread -lrt)
 
 # 1. Protobuf / gRPC code for every proto/*.proto.
 for src in proto/*.proto; do

@@ -5,11 +5,12 @@
 //           4 GetTensor  5 ListTensors + ListWorkers  6 DeleteTensor
 //           7 ReshardTensor  8 ListWorkers
 // Each input gets a fresh Coordinator whose WorkerControl is in-process:
-// three workers ("fake:0".."fake:2", registered as w0..w2) each with a real
-// HostShardStore of kCapacity bytes behind a real WorkerService, called
-// directly (AllocateShards, FreeShards, PullRegion for local pieces; a
-// ReadBox/WriteBox copy between the two stores for remote ones). Any other
-// address is UNAVAILABLE. Invariants (trap on failure): no worker holds more
+// three workers ("fake:0".."fake:2", registered as w0..w2) each a real
+// WorkerNode on a HostShardStore of kCapacity bytes behind a real
+// WorkerService, called directly (AllocateShards and FreeShards through the
+// service; Transfer through WorkerNode::Transfer, which copies pieces held
+// by the destination in memory and reads the others from the source node
+// through an in-process ShardTransport). Any other address is UNAVAILABLE. Invariants (trap on failure): no worker holds more
 // than its capacity; a CreateTensor or ReshardTensor that fails leaves no new
 // shard on any worker (all or nothing); DeleteTensor of every name used
 // leaves no tensor listed.
@@ -25,13 +26,14 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/grpc_worker_control.h"
-#include "core/checked_math.h"
 #include "core/errors.h"
 #include "fuzz/fuzz_util.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "rpc/convert.h"
 #include "spdlog/spdlog.h"
+#include "transport/shard_transport.h"
 #include "worker/host_shard_store.h"
+#include "worker/worker_node.h"
 #include "worker/worker_service.h"
 
 namespace tessera {
@@ -45,10 +47,46 @@ absl::Status FromGrpc(const grpc::Status& s) {
                       s.error_message());
 }
 
-// One fake worker: a real store behind a real service, called directly.
+absl::Status Unreachable(const std::string& address) {
+  return UnavailableError(absl::StrCat("worker at ", address));
+}
+
+using NodeMap = std::map<std::string, WorkerNode*>;
+
+// The data plane between in-process workers: reads a box straight out of
+// the source node, as the gRPC transport reads it from the source's server.
+// Thread-safe: the nodes are, and the map is fixed before any transfer.
+class InProcessTransport : public ShardTransport {
+ public:
+  explicit InProcessTransport(const NodeMap* nodes) : nodes_(nodes) {}
+  const std::string& name() const override {
+    static const std::string* name = new std::string("in-process");
+    return *name;
+  }
+  absl::Status Read(const RemoteShard& shard, const Box& box,
+                    const ReadTarget& target) override {
+    auto it = nodes_->find(shard.location.address);
+    if (it == nodes_->end()) return Unreachable(shard.location.address);
+    return it->second->ReadRegion(shard.location.shard_id, box,
+                                  shard.item_bytes, target);
+  }
+  absl::Status Write(const RemoteShard&, const WriteSource&) override {
+    return absl::UnimplementedError("in-process workers are written directly");
+  }
+
+ private:
+  const NodeMap* const nodes_;
+};
+
+// One fake worker: a real store and node behind a real service, called
+// directly; it reads from its peers in `nodes`.
 struct FakeWorker {
+  explicit FakeWorker(const NodeMap* nodes)
+      : node(&store, WorkerNodeOptions(),
+             std::make_unique<InProcessTransport>(nodes)) {}
   HostShardStore store{kCapacity};
-  WorkerService service{&store, WorkerServiceOptions()};
+  WorkerNode node;
+  WorkerService service{&node};
 };
 
 // WorkerControl over in-process workers. Thread-safe: the stores are, and
@@ -91,27 +129,7 @@ class InProcessWorkerControl : public WorkerControl {
   absl::Status Transfer(const TransferBatch& batch) override {
     FakeWorker* dst = Find(batch.dst_address);
     if (dst == nullptr) return Unreachable(batch.dst_address);
-    FakeWorker* src = Find(batch.src_address);
-    if (src == nullptr) return Unreachable(batch.src_address);
-    for (const TransferPiece& piece : batch.pieces) {
-      // A peer pull, as the worker does it: read the source box, write it.
-      absl::StatusOr<ShardDesc> desc = src->store.Describe(piece.src_shard_id);
-      if (!desc.ok()) return desc.status();
-      const Box src_box = piece.SrcBox();
-      const Box dst_box = piece.DstBox();
-      absl::Status s = CheckWithin(src_box, desc->box.sizes, "source piece");
-      if (!s.ok()) return s;
-      absl::StatusOr<int64_t> bytes =
-          ByteSize(piece.sizes, ItemSize(desc->dtype));
-      if (!bytes.ok()) return bytes.status();
-      std::string buf(static_cast<size_t>(*bytes), '\0');
-      const int64_t n = src_box.NumElements();
-      s = src->store.ReadBox(piece.src_shard_id, src_box, 0, n, buf.data());
-      if (!s.ok()) return s;
-      s = dst->store.WriteBox(piece.dst_shard_id, dst_box, 0, n, buf.data());
-      if (!s.ok()) return s;
-    }
-    return absl::OkStatus();
+    return dst->node.Transfer(batch).status();
   }
 
  private:
@@ -119,19 +137,16 @@ class InProcessWorkerControl : public WorkerControl {
     auto it = workers_.find(address);
     return it == workers_.end() ? nullptr : it->second;
   }
-  static absl::Status Unreachable(const std::string& address) {
-    return UnavailableError(absl::StrCat("worker at ", address));
-  }
 
   const std::map<std::string, FakeWorker*> workers_;
 };
 
 using ShardSets = std::vector<std::vector<uint64_t>>;
 
-ShardSets Snapshot(FakeWorker* fakes) {
+ShardSets Snapshot(FakeWorker* const* fakes) {
   ShardSets out;
   for (int i = 0; i < kWorkers; ++i) {
-    std::vector<uint64_t> ids = fakes[i].store.ShardIds();
+    std::vector<uint64_t> ids = fakes[i]->store.ShardIds();
     std::sort(ids.begin(), ids.end());
     out.push_back(std::move(ids));
   }
@@ -140,7 +155,7 @@ ShardSets Snapshot(FakeWorker* fakes) {
 
 // After a failed call: every shard held now was held before (the retire
 // thread may have freed some meanwhile).
-void CheckNothingAdded(const ShardSets& before, FakeWorker* fakes,
+void CheckNothingAdded(const ShardSets& before, FakeWorker* const* fakes,
                        const grpc::Status& s) {
   if (s.ok()) return;
   const ShardSets after = Snapshot(fakes);
@@ -158,10 +173,16 @@ bool Parse(absl::string_view bytes, Request* request) {
 }
 
 void Run(const uint8_t* data, size_t size) {
-  FakeWorker fakes[kWorkers];
+  NodeMap nodes;
+  std::vector<std::unique_ptr<FakeWorker>> owned;
+  FakeWorker* fakes[kWorkers];
   std::map<std::string, FakeWorker*> by_address;
-  for (int i = 0; i < kWorkers; ++i)
-    by_address[absl::StrCat("fake:", i)] = &fakes[i];
+  for (int i = 0; i < kWorkers; ++i) {
+    owned.push_back(std::make_unique<FakeWorker>(&nodes));
+    fakes[i] = owned.back().get();
+    by_address[absl::StrCat("fake:", i)] = fakes[i];
+    nodes[absl::StrCat("fake:", i)] = &fakes[i]->node;
+  }
   CoordinatorOptions options;
   options.retire_grace = absl::ZeroDuration();
   auto coordinator = std::make_unique<Coordinator>(
@@ -253,9 +274,9 @@ void Run(const uint8_t* data, size_t size) {
         break;
       }
     }
-    for (FakeWorker& f : fakes) {
-      FUZZ_CHECK(f.store.BytesUsed() <= kCapacity,
-                 absl::StrCat(f.store.BytesUsed()));
+    for (FakeWorker* f : fakes) {
+      FUZZ_CHECK(f->store.BytesUsed() <= kCapacity,
+                 absl::StrCat(f->store.BytesUsed()));
     }
   }
 

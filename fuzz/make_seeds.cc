@@ -177,13 +177,19 @@ void WorkerSeeds() {
   read.mutable_sizes()->Add(2);
   read.mutable_sizes()->Add(3);
   read.set_chunk_bytes(8);
-  v1::PullRegionRequest pull;
-  pull.set_dst_shard_id(2);
-  pull.set_src_shard_id(1);
-  for (int d = 0; d < 2; ++d) {
-    pull.add_dst_offsets(0);
-    pull.add_src_offsets(d);
-    pull.add_sizes(2);
+  // Two pieces from shard 1 into shard 2 (the fuzzer fills src_address).
+  v1::TransferRequest pull;
+  pull.set_src_worker("a");
+  pull.set_dst_worker("b");
+  for (int p = 0; p < 2; ++p) {
+    v1::TransferPiece* piece = pull.add_pieces();
+    piece->set_dst_shard_id(2);
+    piece->set_src_shard_id(1);
+    for (int d = 0; d < 2; ++d) {
+      piece->add_dst_offsets(p * 2);
+      piece->add_src_offsets(d + p);
+      piece->add_sizes(2);
+    }
   }
   v1::FreeShardsRequest free_req;
   free_req.add_shard_ids(1);
@@ -206,13 +212,24 @@ void WorkerSeeds() {
   fuzz::AppendRecord(&s, A | 0, Bytes(alloc2));
   fuzz::AppendRecord(&s, A | 2, Bytes(pull));  // local copy
   fuzz::AppendRecord(&s, A | 3, Bytes(free_req));
-  Write("worker_request_fuzzer", "alloc_pull_local_free", s);
+  Write("worker_request_fuzzer", "alloc_transfer_local_free", s);
   s.clear();
   fuzz::AppendRecord(&s, A | 0, Bytes(alloc1));
   fuzz::AppendRecord(&s, B | 0, Bytes(alloc2));
   fuzz::AppendRecord(&s, B | 2,
                      Bytes(pull));  // B pulls from A (bit 4 clear = A)
-  Write("worker_request_fuzzer", "pull_peer", s);
+  Write("worker_request_fuzzer", "transfer_peer", s);
+  s.clear();
+  // A shard large enough for shared memory on A, pulled by B.
+  fuzz::AppendRecord(&s, A | 0,
+                     Bytes(Allocate(v1::FLOAT32, {1024, 512},
+                                    v1::InitMode::ARANGE, 1, {0, 0},
+                                    {1024, 512})));
+  fuzz::AppendRecord(&s, B | 0,
+                     Bytes(Allocate(v1::FLOAT32, {8, 8}, v1::InitMode::ZEROS,
+                                    2, {4, 0}, {4, 8})));
+  fuzz::AppendRecord(&s, B | 2, Bytes(pull));
+  Write("worker_request_fuzzer", "transfer_peer_shared", s);
   s.clear();
   fuzz::AppendRecord(&s, A | 0, Bytes(alloc1));
   fuzz::AppendRecord(&s, A | 4, Bytes(w1));

@@ -1,12 +1,14 @@
-// Fuzzes the Worker service's request validation: the input is a sequence
-// of records (fuzz_util.h), each a serialized tessera.v1 request handed to
-// the real WorkerService of one of two workers, A and B, each on a
-// HostShardStore of kCapacity bytes:
+// Fuzzes the Worker service's request validation and the worker's logic:
+// the input is a sequence of records (fuzz_util.h), each a serialized
+// tessera.v1 request handed to one of two workers, A and B, each a real
+// WorkerNode (behind a real WorkerService) on a HostShardStore of kCapacity
+// bytes whose large shards live in shared memory:
 //   op & 7 == 0  AllocateShardsRequest -> AllocateShards (direct call)
 //   op & 7 == 1  ReadRegionRequest     -> ReadRegion (through gRPC, drained)
-//   op & 7 == 2  PullRegionRequest     -> PullRegion (direct); src_address is
-//                replaced by A's or B's real address (bit 4 of op), so both
-//                the local copy and the peer stream are exercised
+//   op & 7 == 2  TransferRequest       -> TransferBatchFromProto, then
+//                WorkerNode::Transfer; src_address is replaced by A's or
+//                B's real address (bit 4 of op), so local copies and peer
+//                reads (shared memory and gRPC) are all exercised
 //   op & 7 == 3  FreeShardsRequest     -> FreeShards (direct)
 //   op & 7 == 4  WriteShardRequest     -> one message of a WriteShard stream
 //                (consecutive such records form one stream, through gRPC)
@@ -27,7 +29,10 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/worker.grpc.pb.h"
 #include "rpc/channel.h"
+#include "rpc/convert.h"
+#include "transport/shared_memory_arena.h"
 #include "worker/host_shard_store.h"
+#include "worker/worker_node.h"
 #include "worker/worker_service.h"
 
 namespace tessera {
@@ -35,17 +40,38 @@ namespace {
 
 constexpr int64_t kCapacity = 16 << 20;
 
+// One per process (it holds the process's liveness lock), shared by both
+// workers' stores.
+std::shared_ptr<SharedMemoryArena> Arena() {
+  static auto* arena = new std::shared_ptr<SharedMemoryArena>(
+      std::make_shared<SharedMemoryArena>());
+  return *arena;
+}
+
+HostShardStoreOptions StoreOptions() {
+  HostShardStoreOptions options;
+  options.capacity_bytes = kCapacity;
+  options.arena = Arena();
+  return options;
+}
+
+WorkerNodeOptions NodeOptions() {
+  WorkerNodeOptions options;
+  options.peers.timeout = absl::Seconds(5);
+  options.arena = Arena();
+  return options;
+}
+
 struct Worker {
-  HostShardStore store{kCapacity};
+  HostShardStore store{StoreOptions()};
+  WorkerNode node{&store, NodeOptions()};
   std::unique_ptr<WorkerService> service;
   std::unique_ptr<grpc::Server> server;
   std::string address;
   std::unique_ptr<v1::Worker::Stub> stub;  // to this worker
 
   Worker() {
-    WorkerServiceOptions options;
-    options.pull_timeout = absl::Seconds(5);
-    service = std::make_unique<WorkerService>(&store, options);
+    service = std::make_unique<WorkerService>(&node);
     grpc::ServerBuilder builder;
     ConfigureServerBuilder(&builder);
     int port = 0;
@@ -144,13 +170,19 @@ void Run(const uint8_t* data, size_t size) {
         break;
       }
       case 2: {
-        v1::PullRegionRequest request;
+        v1::TransferRequest request;
         if (!request.ParseFromArray(bytes.data(),
                                     static_cast<int>(bytes.size())))
           break;
         request.set_src_address(workers[(op >> 4) & 1]->address);
-        v1::PullRegionResponse response;
-        (void)w->service->PullRegion(&server_context, &request, &response);
+        absl::StatusOr<TransferBatch> batch = TransferBatchFromProto(request);
+        if (!batch.ok()) break;
+        absl::StatusOr<int64_t> moved = w->node.Transfer(*batch);
+        FUZZ_CHECK(moved.ok() || (moved.status().code() !=
+                                      absl::StatusCode::kUnknown &&
+                                  moved.status().code() !=
+                                      absl::StatusCode::kInternal),
+                   moved.status().ToString());
         break;
       }
       case 3: {

@@ -1,17 +1,9 @@
 #include "worker/host_shard_store.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/file.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <random>
+#include <utility>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -24,106 +16,21 @@ namespace tessera {
 struct HostShardStore::Shard {
   ShardDesc desc;
   int64_t bytes = 0;
-  // calloc'd, or mapped from `segment`: either way fresh pages read as zero.
+  // From `block`, or calloc'd: either way fresh pages read as zero.
   char* data = nullptr;
-  std::string segment;  // shared-memory name; empty for calloc'd memory
-  size_t mapped_bytes = 0;
+  std::unique_ptr<SharedBlock> block;  // null for calloc'd memory
   ~Shard() {
-    if (segment.empty()) {
-      std::free(data);
-      return;
-    }
-    munmap(data, mapped_bytes);
-    shm_unlink(segment.c_str());  // no-op (ENOENT) when Free already did
+    if (block == nullptr) std::free(data);
   }
 };
-
-namespace {
-
-constexpr char kSegmentPrefix[] = "tessera-";
-
-// "tessera-<pid namespace inode>-<pid>-": pids are only comparable within
-// one pid namespace, and /dev/shm is often shared across them (sandboxes,
-// containers on one host).
-const std::string& SegmentOwnerPrefix() {
-  static const std::string* prefix = [] {
-    struct stat st {};
-    const unsigned long long ns =
-        stat("/proc/self/ns/pid", &st) == 0 ? st.st_ino : 0;
-    return new std::string(absl::StrCat(kSegmentPrefix, ns, "-"));
-  }();
-  return *prefix;
-}
-
-// Removes segments left by workers of this pid namespace that died without
-// freeing them (their pid no longer runs).
-void RemoveStaleSegments() {
-  DIR* dir = opendir("/dev/shm");
-  if (dir == nullptr) return;
-  const std::string& mine = SegmentOwnerPrefix();
-  while (dirent* entry = readdir(dir)) {
-    const std::string name = entry->d_name;
-    if (name.rfind(mine, 0) != 0) continue;
-    const pid_t pid = static_cast<pid_t>(std::atol(name.c_str() + mine.size()));
-    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
-      shm_unlink(("/" + name).c_str());
-  }
-  closedir(dir);
-}
-
-// Maps `bytes` of a fresh, zeroed shared-memory segment; false (nothing
-// left behind) when there is no room, so the caller uses private memory.
-bool MapSegment(uint64_t id, int64_t bytes, std::string* name, char** data) {
-  static std::mt19937_64 rng{std::random_device{}()};
-  static absl::Mutex rng_mu;
-  uint64_t nonce;
-  {
-    absl::MutexLock lock(&rng_mu);
-    nonce = rng();
-  }
-  *name = absl::StrCat("/", SegmentOwnerPrefix(), getpid(), "-", id, "-",
-                       absl::Hex(nonce));
-  const int fd = shm_open(name->c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) return false;
-  // Reserve the pages now: a full /dev/shm then fails here, not later as
-  // SIGBUS on first touch.
-  void* map = MAP_FAILED;
-  if (posix_fallocate(fd, 0, bytes) == 0) {
-    map = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
-               MAP_SHARED, fd, 0);
-  }
-  close(fd);
-  if (map == MAP_FAILED) {
-    shm_unlink(name->c_str());
-    return false;
-  }
-  *data = static_cast<char*>(map);
-  return true;
-}
-
-}  // namespace
 
 HostShardStore::HostShardStore(int64_t capacity_bytes)
     : HostShardStore(HostShardStoreOptions{capacity_bytes}) {}
 
 HostShardStore::HostShardStore(HostShardStoreOptions options)
-    : options_(options), table_(options.capacity_bytes, "") {
-  if (!options_.shared_memory) return;
-  RemoveStaleSegments();
-  // Held locked for the life of the process: the kernel drops the lock when
-  // the process dies, however it dies.
-  liveness_ = absl::StrCat("/", SegmentOwnerPrefix(), getpid(), "-alive");
-  liveness_fd_ = shm_open(liveness_.c_str(), O_RDWR | O_CREAT, 0600);
-  if (liveness_fd_ < 0 || flock(liveness_fd_, LOCK_EX | LOCK_NB) != 0)
-    liveness_.clear();
-}
+    : options_(std::move(options)), table_(options_.capacity_bytes, "") {}
 
-HostShardStore::~HostShardStore() {
-  if (liveness_fd_ >= 0) {
-    if (!liveness_.empty()) shm_unlink(liveness_.c_str());
-    close(liveness_fd_);
-  }
-}
+HostShardStore::~HostShardStore() = default;
 
 absl::Status HostShardStore::Allocate(uint64_t id, const ShardDesc& desc,
                                       const InitSpec& init) {
@@ -132,12 +39,13 @@ absl::Status HostShardStore::Allocate(uint64_t id, const ShardDesc& desc,
   shard->bytes = desc.ByteSize();
   TESSERA_RETURN_IF_ERROR(table_.Reserve(id, shard->bytes));
   auto unreserve = absl::MakeCleanup([&] { table_.Unreserve(shard->bytes); });
-  if (options_.shared_memory &&
-      shard->bytes >= options_.shared_memory_min_bytes &&
-      MapSegment(id, shard->bytes, &shard->segment, &shard->data)) {
-    shard->mapped_bytes = static_cast<size_t>(shard->bytes);
+  if (options_.arena != nullptr && shard->bytes > 0 &&
+      shard->bytes >= options_.shared_memory_min_bytes) {
+    shard->block = options_.arena->Allocate(shard->bytes, id);
+  }
+  if (shard->block != nullptr) {
+    shard->data = shard->block->data();
   } else {
-    shard->segment.clear();
     shard->data =
         static_cast<char*>(std::calloc(std::max<int64_t>(shard->bytes, 1), 1));
   }
@@ -222,8 +130,6 @@ absl::StatusOr<PinnedShard> HostShardStore::Pin(uint64_t id) {
   pinned.data = shard->data;
   pinned.bytes = shard->bytes;
   pinned.desc = shard->desc;
-  pinned.segment = shard->segment;
-  pinned.liveness = liveness_;
   pinned.keep_alive = std::move(shard);
   return pinned;
 }
@@ -232,8 +138,7 @@ absl::Status HostShardStore::Free(uint64_t id) {
   // Memory is released when the last reader drops it, outside any lock.
   std::shared_ptr<Shard> shard = table_.Remove(id);
   // No new same-host mappings from now on; existing ones keep the old bytes.
-  if (shard != nullptr && !shard->segment.empty())
-    shm_unlink(shard->segment.c_str());
+  if (shard != nullptr && shard->block != nullptr) shard->block->Unlink();
   return absl::OkStatus();
 }
 

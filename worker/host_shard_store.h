@@ -1,18 +1,19 @@
 // HostShardStore: shards in host memory. Thread-safe. Each shard's buffer is
 // reference-counted, so reads in flight keep it alive after Free.
 //
-// Large shards live in POSIX shared-memory segments (/dev/shm), so that a
-// client on the same host can map them read-only (Worker.MapShard) instead of
-// streaming them over TCP. Segment names carry the worker's pid and a random
-// suffix and are never reused; a segment is unlinked when its shard is freed
-// (existing mappings keep the old bytes), and segments of dead workers are
-// removed when a store starts. Without /dev/shm space the store falls back
-// to private memory.
+// Given a SharedMemoryArena, large shards live in its shared-memory blocks,
+// so that a process on the same host can map them (Worker.MapShard and the
+// arena name the block behind a pinned shard) instead of streaming them over
+// TCP; a shard's block is unlinked when the shard is freed (existing
+// mappings keep the old bytes). Without an arena, or without room in
+// /dev/shm, shards live in private memory.
 #ifndef TESSERA_WORKER_HOST_SHARD_STORE_H_
 #define TESSERA_WORKER_HOST_SHARD_STORE_H_
 
 #include <memory>
 
+#include "core/limits.h"
+#include "transport/shared_memory_arena.h"
 #include "worker/shard_store.h"
 #include "worker/shard_table.h"
 
@@ -21,16 +22,18 @@ namespace tessera {
 struct HostShardStoreOptions {
   // Most shard bytes held; 0 = no limit beyond what the system gives.
   int64_t capacity_bytes = 0;
-  // Keep shards of at least `shared_memory_min_bytes` in shared memory.
-  // Smaller ones stay private: a segment per tiny shard costs a file and a
-  // mapping each, and small reads gain nothing from it.
-  bool shared_memory = true;
-  int64_t shared_memory_min_bytes = 1 << 20;
+  // Where shards of at least `shared_memory_min_bytes` live; null: all
+  // shards in private memory. Smaller ones stay private: a segment per tiny
+  // shard costs a file and a mapping each, and small reads gain nothing
+  // from it (they go by one gRPC call).
+  std::shared_ptr<SharedMemoryArena> arena;
+  int64_t shared_memory_min_bytes = kChunkBytes;
 };
 
 class HostShardStore : public ShardStore {
  public:
-  // capacity_bytes = 0: no limit beyond what the system gives.
+  // Private memory only. capacity_bytes = 0: no limit beyond what the
+  // system gives.
   explicit HostShardStore(int64_t capacity_bytes = 0);
   explicit HostShardStore(HostShardStoreOptions options);
   ~HostShardStore() override;
@@ -56,9 +59,6 @@ class HostShardStore : public ShardStore {
 
   const HostShardStoreOptions options_;
   ShardTable<Shard> table_;
-  // See PinnedShard::liveness; empty without shared memory.
-  std::string liveness_;
-  int liveness_fd_ = -1;
 };
 
 }  // namespace tessera

@@ -6,11 +6,14 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "transport/shared_memory_arena.h"
 
 namespace tessera {
 namespace {
@@ -122,6 +125,7 @@ TEST(HostShardStoreTest, LargeShardLivesInSharedMemoryUntilFreed) {
   if (access("/dev/shm", W_OK) != 0)
     GTEST_SKIP() << "no writable /dev/shm here";
   HostShardStoreOptions options;
+  options.arena = std::make_shared<SharedMemoryArena>();
   options.shared_memory_min_bytes = 0;
   HostShardStore store(options);
   ASSERT_THAT(store.Allocate(7, Desc({4, 4}, {{0, 0}, {4, 4}}, DType::kInt32),
@@ -129,18 +133,22 @@ TEST(HostShardStoreTest, LargeShardLivesInSharedMemoryUntilFreed) {
               IsOk());
   absl::StatusOr<PinnedShard> pinned = store.Pin(7);
   ASSERT_THAT(pinned.status(), IsOk());
-  ASSERT_FALSE(pinned->segment.empty());
+  std::optional<SegmentInfo> segment = options.arena->Find(pinned->data);
+  ASSERT_TRUE(segment.has_value());
+  EXPECT_EQ(segment->bytes, 64);
   EXPECT_EQ(pinned->bytes, 64);
   // Another mapping of the segment sees the shard's bytes.
-  const int fd = shm_open(pinned->segment.c_str(), O_RDONLY, 0);
+  const int fd = shm_open(segment->name.c_str(), O_RDONLY, 0);
   ASSERT_GE(fd, 0);
   void* map = mmap(nullptr, 64, PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
   ASSERT_NE(map, MAP_FAILED);
   EXPECT_EQ(static_cast<const int32_t*>(map)[5], 5);
-  // Freed: the name is gone at once, the existing mapping keeps the old bytes.
+  // Freed: the name is gone at once (the arena no longer names it either),
+  // the existing mapping keeps the old bytes.
   ASSERT_THAT(store.Free(7), IsOk());
-  EXPECT_LT(shm_open(pinned->segment.c_str(), O_RDONLY, 0), 0);
+  EXPECT_FALSE(options.arena->Find(pinned->data).has_value());
+  EXPECT_LT(shm_open(segment->name.c_str(), O_RDONLY, 0), 0);
   EXPECT_EQ(errno, ENOENT);
   EXPECT_EQ(static_cast<const int32_t*>(map)[5], 5);
   EXPECT_THAT(store.Pin(7).status(), StatusIs(absl::StatusCode::kNotFound));
@@ -148,11 +156,23 @@ TEST(HostShardStoreTest, LargeShardLivesInSharedMemoryUntilFreed) {
 }
 
 TEST(HostShardStoreTest, SmallShardsStayInPrivateMemory) {
-  HostShardStore store;
+  HostShardStoreOptions options;
+  options.arena = std::make_shared<SharedMemoryArena>();
+  HostShardStore store(options);
   ASSERT_THAT(store.Allocate(1, Desc({4}, {{0}, {4}}), InitSpec{}), IsOk());
   absl::StatusOr<PinnedShard> pinned = store.Pin(1);
   ASSERT_THAT(pinned.status(), IsOk());
-  EXPECT_TRUE(pinned->segment.empty());
+  EXPECT_FALSE(options.arena->Find(pinned->data).has_value());
+}
+
+TEST(HostShardStoreTest, WithoutAnArenaLargeShardsArePrivate) {
+  HostShardStoreOptions options;
+  options.shared_memory_min_bytes = 0;
+  HostShardStore store(options);
+  ASSERT_THAT(store.Allocate(1, Desc({4}, {{0}, {4}}), InitSpec{}), IsOk());
+  absl::StatusOr<PinnedShard> pinned = store.Pin(1);
+  ASSERT_THAT(pinned.status(), IsOk());
+  EXPECT_EQ(pinned->bytes, 16);
 }
 
 }  // namespace

@@ -10,16 +10,19 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/limits.h"
 #include "core/placement.h"
 #include "rpc/server.h"
 #include "rpc/signals.h"
 #include "spdlog/spdlog.h"
+#include "transport/shared_memory_arena.h"
 #include "worker/host_shard_store.h"
 #ifdef TESSERA_CUDA
 #include "worker/cuda_shard_store.h"
 #include "worker/cuda_status.h"
 #endif
 #include "worker/registration.h"
+#include "worker/worker_node.h"
 #include "worker/worker_service.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070",
@@ -33,7 +36,7 @@ ABSL_FLAG(std::string, device, "cpu",
           "device holding the shards: cpu or cuda:N");
 ABSL_FLAG(int64_t, capacity_bytes, 0,
           "most shard bytes this worker holds; 0 = no limit");
-ABSL_FLAG(int64_t, chunk_bytes, 1 << 20,
+ABSL_FLAG(int64_t, chunk_bytes, tessera::kChunkBytes,
           "bytes per data message when streaming regions");
 
 namespace tessera {
@@ -52,9 +55,14 @@ int Run() {
     return 2;
   }
   std::unique_ptr<ShardStore> store;
+  // Large host shards live in shared memory, for same-host readers.
+  std::shared_ptr<SharedMemoryArena> arena;
   if (device->kind == Device::Kind::kCpu) {
-    store =
-        std::make_unique<HostShardStore>(absl::GetFlag(FLAGS_capacity_bytes));
+    arena = std::make_shared<SharedMemoryArena>();
+    HostShardStoreOptions store_options;
+    store_options.capacity_bytes = absl::GetFlag(FLAGS_capacity_bytes);
+    store_options.arena = arena;
+    store = std::make_unique<HostShardStore>(store_options);
   } else {
 #ifdef TESSERA_CUDA
     if (absl::Status s = CheckCudaDevice(device->index); !s.ok()) {
@@ -73,9 +81,11 @@ int Run() {
     return 1;
 #endif
   }
-  WorkerServiceOptions service_options;
-  service_options.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
-  WorkerService service(store.get(), service_options);
+  WorkerNodeOptions node_options;
+  node_options.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  node_options.arena = arena;
+  WorkerNode node(store.get(), node_options);
+  WorkerService service(&node);
   absl::StatusOr<RunningServer> server = StartServer(listen, {&service});
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));

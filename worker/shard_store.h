@@ -40,12 +40,6 @@ struct PinnedShard {
   char* data = nullptr;  // row-major over desc.box
   int64_t bytes = 0;
   ShardDesc desc;
-  // POSIX shared-memory name holding the bytes ("/tessera-..."), unlinked
-  // when the shard is freed; empty when the memory is private.
-  std::string segment;
-  // Shared-memory name this worker holds an exclusive flock on while it
-  // runs, so that readers of `segment` can tell a dead worker.
-  std::string liveness;
 };
 
 class ShardStore {
@@ -81,8 +75,8 @@ class ShardStore {
 
   virtual absl::StatusOr<ShardDesc> Describe(uint64_t id) const = 0;
 
-  // Direct access to a shard's bytes, for sending them without copies and
-  // for same-host shared-memory reads. UNIMPLEMENTED for stores whose memory
+  // Direct access to a shard's bytes, for sending and receiving them
+  // without copies (and for same-host reads, when the memory is shared). UNIMPLEMENTED for stores whose memory
   // the host cannot address (device memory); callers then use ReadBox.
   virtual absl::StatusOr<PinnedShard> Pin(uint64_t id) {
     return absl::UnimplementedError("this shard store cannot pin host memory");

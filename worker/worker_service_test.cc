@@ -1,6 +1,6 @@
-// WorkerService served in-process on 127.0.0.1:0 against a HostShardStore:
-// the raw (zero-copy) region reads, the unary small read, same-host shared
-// memory maps, and a peer pull.
+// WorkerService served in-process on 127.0.0.1:0 over a WorkerNode on a
+// HostShardStore with shared memory: the raw (zero-copy) region reads, the
+// unary small read, and same-host shared memory maps.
 #include "worker/worker_service.h"
 
 #include <fcntl.h>
@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -19,7 +20,9 @@
 #include "rpc/server.h"
 #include "transport/grpc_transport.h"
 #include "transport/shared_memory.h"
+#include "transport/shared_memory_arena.h"
 #include "worker/host_shard_store.h"
+#include "worker/worker_node.h"
 
 namespace tessera {
 namespace {
@@ -33,7 +36,13 @@ constexpr int64_t kRows = 1024,
 class WorkerServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    service_ = std::make_unique<WorkerService>(&store_, WorkerServiceOptions{});
+    HostShardStoreOptions store_options;
+    store_options.arena = arena_;
+    store_ = std::make_unique<HostShardStore>(store_options);
+    WorkerNodeOptions node_options;
+    node_options.arena = arena_;
+    node_ = std::make_unique<WorkerNode>(store_.get(), node_options);
+    service_ = std::make_unique<WorkerService>(node_.get());
     absl::StatusOr<RunningServer> server =
         StartServer("127.0.0.1:0", {service_.get()});
     ASSERT_THAT(server.status(), IsOk());
@@ -45,7 +54,7 @@ class WorkerServiceTest : public ::testing::Test {
     desc.dtype = DType::kInt32;
     desc.tensor_shape = {kRows, kCols};
     desc.box = Box{{0, 0}, {kRows, kCols}};
-    ASSERT_THAT(store_.Allocate(1, desc, InitSpec{InitSpec::Kind::kArange}),
+    ASSERT_THAT(store_->Allocate(1, desc, InitSpec{InitSpec::Kind::kArange}),
                 IsOk());
   }
   void TearDown() override { server_.server->Shutdown(); }
@@ -71,7 +80,10 @@ class WorkerServiceTest : public ::testing::Test {
     return static_cast<int32_t>(r * kCols + c);
   }
 
-  HostShardStore store_;
+  std::shared_ptr<SharedMemoryArena> arena_ =
+      std::make_shared<SharedMemoryArena>();
+  std::unique_ptr<HostShardStore> store_;
+  std::unique_ptr<WorkerNode> node_;
   std::unique_ptr<WorkerService> service_;
   RunningServer server_;
   std::string address_;
@@ -151,7 +163,7 @@ TEST_F(WorkerServiceTest, SameHostClientMapsTheShardUntilItIsFreed) {
   // A wrong element size is refused rather than misread.
   EXPECT_THAT(MapShardBox(channel_, 1, box, 8, absl::Seconds(30)).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition));
-  ASSERT_THAT(store_.Free(1), IsOk());
+  ASSERT_THAT(store_->Free(1), IsOk());
   // The old mapping still shows the freed shard's bytes, never other data...
   std::memcpy(&value, (*mapping)->At((12 * kCols + 7) * 4), 4);
   EXPECT_EQ(value, At(12, 7));
@@ -163,11 +175,12 @@ TEST_F(WorkerServiceTest, SameHostClientMapsTheShardUntilItIsFreed) {
 TEST_F(WorkerServiceTest, SegmentShorterThanReportedIsAnErrorNotSigbus) {
   if (access("/dev/shm", W_OK) != 0)
     GTEST_SKIP() << "no writable /dev/shm here";
-  absl::StatusOr<PinnedShard> pinned = store_.Pin(1);
+  absl::StatusOr<PinnedShard> pinned = store_->Pin(1);
   ASSERT_OK(pinned);
-  ASSERT_FALSE(pinned->segment.empty());
+  std::optional<SegmentInfo> segment = arena_->Find(pinned->data);
+  ASSERT_TRUE(segment.has_value());
   // Something else cut the segment to half its size.
-  const int fd = shm_open(pinned->segment.c_str(), O_RDWR, 0);
+  const int fd = shm_open(segment->name.c_str(), O_RDWR, 0);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(ftruncate(fd, kRows * kCols * 4 / 2), 0);
   close(fd);
@@ -184,7 +197,7 @@ TEST_F(WorkerServiceTest, PrivateShardIsNotOfferedForMapping) {
   desc.dtype = DType::kInt32;
   desc.tensor_shape = {4};
   desc.box = Box{{0}, {4}};
-  ASSERT_THAT(store_.Allocate(2, desc, InitSpec{}), IsOk());
+  ASSERT_THAT(store_->Allocate(2, desc, InitSpec{}), IsOk());
   EXPECT_THAT(
       MapShardBox(channel_, 2, Box{{0}, {4}}, 4, absl::Seconds(30)).status(),
       StatusIs(absl::StatusCode::kFailedPrecondition));

@@ -1,0 +1,254 @@
+#include "worker/worker_node.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/errors.h"
+#include "core/status_macros.h"
+#include "rpc/channel.h"
+
+namespace tessera {
+namespace {
+
+// Byte offset of `box`'s first element in a row-major array of `shape`.
+int64_t FirstByte(absl::Span<const int64_t> shape, const Box& box,
+                  int64_t item) {
+  int64_t first = 0, stride = item;
+  for (size_t d = shape.size(); d-- > 0;) {
+    first += box.offsets[d] * stride;
+    stride *= shape[d];
+  }
+  return first;
+}
+
+}  // namespace
+
+absl::Status RegionReader::Read(int64_t begin, int64_t count,
+                                char* dst) const {
+  return store_->ReadBox(id_, box_, begin, count, dst);
+}
+
+absl::Status RegionReader::ReadAll(std::string* out) const {
+  const int64_t bytes = total_ * item_;
+  if (bytes > kMaxChunkBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "region of ", bytes, " bytes is too large for one message (",
+        kMaxChunkBytes, " bytes at most): use ReadRegion"));
+  }
+  out->resize(static_cast<size_t>(bytes));
+  return Read(0, total_, out->data());
+}
+
+// Where transfer pieces land: straight into the destination shard's host
+// memory when the store can pin it, else through the store's WriteBox.
+class WorkerNode::Receiver : public TransferReceiver {
+ public:
+  explicit Receiver(ShardStore* store) : store_(store) {}
+
+  absl::StatusOr<PieceTarget> TargetFor(const TransferPiece& piece) override {
+    const uint64_t id = piece.dst_shard_id;
+    const Box box = piece.DstBox();
+    absl::StatusOr<PinnedShard> pinned = store_->Pin(id);
+    if (pinned.ok()) {
+      TESSERA_RETURN_IF_ERROR(
+          CheckWithin(box, pinned->desc.box.sizes, "destination region"));
+      PieceTarget out{
+          ReadTarget::HostArray(pinned->data, pinned->desc.box.sizes,
+                                box.offsets),
+          static_cast<int64_t>(ItemSize(pinned->desc.dtype)),
+          std::move(pinned->keep_alive)};
+      return out;
+    }
+    if (!absl::IsUnimplemented(pinned.status())) return pinned.status();
+    TESSERA_ASSIGN_OR_RETURN(ShardDesc desc, store_->Describe(id));
+    TESSERA_RETURN_IF_ERROR(
+        CheckWithin(box, desc.box.sizes, "destination region"));
+    ShardStore* store = store_;
+    return PieceTarget{
+        ReadTarget::Sink([store, id, box](int64_t first, int64_t count,
+                                          const char* data) {
+          return store->WriteBox(id, box, first, count, data);
+        }),
+        static_cast<int64_t>(ItemSize(desc.dtype)), nullptr};
+  }
+
+ private:
+  ShardStore* const store_;
+};
+
+WorkerNode::WorkerNode(ShardStore* store, WorkerNodeOptions options,
+                       std::unique_ptr<ShardTransport> peers)
+    : store_(store), options_(std::move(options)), peers_(std::move(peers)) {
+  if (peers_ == nullptr) {
+    channels_ = std::make_unique<ChannelCache>();
+    std::unique_ptr<TransportChain> chain =
+        TransportChain::Make(channels_.get(), options_.peers);
+    chain_ = chain.get();
+    peers_ = std::move(chain);
+  }
+}
+
+DataPlaneStats WorkerNode::PeerStats() const {
+  return chain_ != nullptr ? chain_->Stats() : DataPlaneStats{};
+}
+
+WorkerNode::~WorkerNode() {
+  peers_.reset();  // before the channels it uses
+}
+
+absl::Status WorkerNode::Allocate(absl::Span<const ShardAllocation> shards,
+                                  const InitSpec& init,
+                                  const std::function<bool()>& cancelled) {
+  auto undo = [&](size_t allocated) {
+    for (size_t j = 0; j < allocated; ++j)
+      store_->Free(shards[j].id).IgnoreError();
+  };
+  const absl::Status cancel_error =
+      absl::CancelledError("the caller cancelled the allocation");
+  // Polling for cancellation can be slow (tens of µs for gRPC): ask every
+  // 1024 shards, and once at the end.
+  for (size_t i = 0; i < shards.size(); ++i) {
+    absl::Status s = i % 1024 == 1023 && cancelled && cancelled()
+                         ? cancel_error
+                         : store_->Allocate(shards[i].id, shards[i].desc, init);
+    if (!s.ok()) {
+      undo(i);
+      return s;
+    }
+  }
+  if (cancelled && cancelled()) {
+    undo(shards.size());
+    return cancel_error;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WorkerNode::Write(uint64_t id, int64_t byte_offset,
+                               absl::string_view data) {
+  return store_->Write(id, byte_offset, data);
+}
+
+absl::StatusOr<RegionReader> WorkerNode::OpenRegion(uint64_t id,
+                                                    const Box& box,
+                                                    int64_t chunk_bytes) const {
+  TESSERA_ASSIGN_OR_RETURN(ShardDesc desc, store_->Describe(id));
+  TESSERA_RETURN_IF_ERROR(CheckWithin(box, desc.box.sizes, "region"));
+  RegionReader reader;
+  reader.store_ = store_;
+  reader.id_ = id;
+  reader.box_ = box;
+  reader.item_ = static_cast<int64_t>(ItemSize(desc.dtype));
+  const int64_t bytes = chunk_bytes > 0
+                            ? std::min<int64_t>(chunk_bytes, kMaxChunkBytes)
+                            : options_.chunk_bytes;
+  reader.chunk_elements_ = std::max<int64_t>(1, bytes / reader.item_);
+  reader.total_ = box.NumElements();
+  // A sub-box whose dims before the last partial one are 1 is one run of
+  // the shard's memory: its chunks can be sent straight from there.
+  absl::StatusOr<PinnedShard> pinned = store_->Pin(id);
+  if (pinned.ok() && reader.total_ > 0) {
+    const BoxCoords& shape = pinned->desc.box.sizes;
+    size_t last_partial = 0;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (box.sizes[d] != shape[d]) last_partial = d;
+    }
+    bool contiguous = true;
+    for (size_t d = 0; d < last_partial; ++d) contiguous &= box.sizes[d] == 1;
+    if (contiguous) {
+      reader.base_ = pinned->data + FirstByte(shape, box, reader.item_);
+      reader.pinned_ = std::move(pinned->keep_alive);
+    }
+  }
+  return reader;
+}
+
+absl::Status WorkerNode::ReadRegion(uint64_t id, const Box& box,
+                                    int64_t item_bytes,
+                                    const ReadTarget& target) const {
+  TESSERA_ASSIGN_OR_RETURN(RegionReader reader,
+                           OpenRegion(id, box, kChunkBytes));
+  if (reader.item() != item_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard ", id, " has ", reader.item(),
+                     "-byte elements, not ", item_bytes));
+  }
+  const int64_t total = reader.total();
+  std::string chunk(
+      static_cast<size_t>(std::min(total, reader.chunk_elements()) *
+                          reader.item()),
+      '\0');
+  for (int64_t first = 0; first < total;) {
+    const int64_t n = std::min(reader.chunk_elements(), total - first);
+    TESSERA_RETURN_IF_ERROR(reader.Read(first, n, chunk.data()));
+    TESSERA_RETURN_IF_ERROR(target.Deliver(box.sizes, first, n, chunk.data(),
+                                           static_cast<size_t>(reader.item())));
+    first += n;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SharedShardInfo> WorkerNode::MapShard(uint64_t id) const {
+  absl::StatusOr<PinnedShard> pinned = store_->Pin(id);
+  if (absl::IsUnimplemented(pinned.status())) {
+    return absl::FailedPreconditionError("shards are not in host memory");
+  }
+  TESSERA_RETURN_IF_ERROR(pinned.status());
+  std::optional<SegmentInfo> segment;
+  if (options_.arena != nullptr) segment = options_.arena->Find(pinned->data);
+  if (!segment.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard ", id, " is not in shared memory"));
+  }
+  SharedShardInfo info;
+  info.host_id = LocalHostId();
+  info.segment = *std::move(segment);
+  info.shape = ToShape(pinned->desc.box.sizes);
+  info.item_bytes = static_cast<int64_t>(ItemSize(pinned->desc.dtype));
+  return info;
+}
+
+absl::StatusOr<int64_t> WorkerNode::Transfer(const TransferBatch& batch) {
+  int64_t bytes = 0;
+  TransferBatch remote;
+  remote.src_worker = batch.src_worker;
+  remote.src_address = batch.src_address;
+  remote.dst_worker = batch.dst_worker;
+  remote.dst_address = batch.dst_address;
+  for (size_t i = 0; i < batch.pieces.size(); ++i) {
+    const TransferPiece& piece = batch.pieces[i];
+    TESSERA_ASSIGN_OR_RETURN(ShardDesc dst, store_->Describe(piece.dst_shard_id));
+    const Box dst_box = piece.DstBox();
+    TESSERA_RETURN_IF_ERROR(CheckWithin(
+        dst_box, dst.box.sizes, absl::StrCat("pieces[", i, "] destination")));
+    // Shard ids are unique across the cluster: a source held here is copied
+    // in memory, never over the network.
+    if (store_->Describe(piece.src_shard_id).ok()) {
+      TESSERA_RETURN_IF_ERROR(store_->CopyLocal(
+          piece.src_shard_id, piece.SrcBox(), piece.dst_shard_id,
+          piece.dst_offsets));
+      bytes += dst_box.NumElements() * static_cast<int64_t>(ItemSize(dst.dtype));
+    } else {
+      remote.pieces.push_back(piece);
+    }
+  }
+  if (remote.pieces.empty()) return bytes;
+  Receiver receiver(store_);
+  absl::StatusOr<int64_t> moved = peers_->Transfer(remote, receiver);
+  if (absl::IsUnavailable(moved.status()) ||
+      absl::IsDeadlineExceeded(moved.status())) {
+    return UnavailableError(absl::StrCat("source worker at ",
+                                         batch.src_address, " (",
+                                         moved.status().message(), ")"));
+  }
+  TESSERA_RETURN_IF_ERROR(moved.status());
+  return bytes + *moved;
+}
+
+absl::Status WorkerNode::Free(absl::Span<const uint64_t> ids) {
+  absl::Status status;
+  for (uint64_t id : ids) status.Update(store_->Free(id));
+  return status;
+}
+
+}  // namespace tessera

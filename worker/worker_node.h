@@ -1,0 +1,168 @@
+// WorkerNode: what a worker does, in core types and without gRPC. It
+// allocates shards (all or none), writes them, plans region reads, names the
+// shared-memory segment behind a shard for same-host readers, executes
+// transfers (pieces whose source is held here are copied in memory, the
+// others are read from the source worker through the data plane), and frees
+// shards. WorkerService is a thin gRPC layer over it; the fuzzers drive it
+// directly.
+//
+// Thread-safe: the store and the data plane are, and the node's own state
+// is fixed at construction.
+#ifndef TESSERA_WORKER_WORKER_NODE_H_
+#define TESSERA_WORKER_WORKER_NODE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "core/box.h"
+#include "core/init_fill.h"
+#include "core/limits.h"
+#include "core/transfer.h"
+#include "transport/shard_transport.h"
+#include "transport/shared_memory_arena.h"
+#include "transport/transport_chain.h"
+#include "worker/shard_store.h"
+
+namespace tessera {
+
+class ChannelCache;  // rpc/channel.h
+
+struct WorkerNodeOptions {
+  // Bytes per chunk of a region read when the reader asks for none; tuned
+  // in bench/.
+  int64_t chunk_bytes = kChunkBytes;
+  // How pieces held by other workers are read. A reshard reads each piece
+  // once, so whole-shard mappings are not kept.
+  DataPlaneOptions peers = [] {
+    DataPlaneOptions options;
+    options.timeout = absl::Minutes(10);
+    options.cache_mappings = false;
+    return options;
+  }();
+  // The shared memory holding the store's large shards (the same arena the
+  // HostShardStore was given), so MapShard can name a shard's segment.
+  // Null: no shard is offered for mapping.
+  std::shared_ptr<SharedMemoryArena> arena;
+};
+
+// One shard of an allocation.
+struct ShardAllocation {
+  uint64_t id = 0;
+  ShardDesc desc;
+};
+
+// What a same-host reader needs to map a shard's bytes.
+struct SharedShardInfo {
+  std::string host_id;  // LocalHostId() of this worker
+  SegmentInfo segment;  // name, size, liveness lock
+  Shape shape;          // the shard's box sizes
+  int64_t item_bytes = 1;
+};
+
+// A validated read of a sub-box of one shard, cut into chunks of whole
+// elements. When the sub-box is one run of the shard's host memory,
+// `contiguous_base()` points at its first byte, kept valid by
+// `keep_alive()` even after the shard is freed, so chunks can be sent
+// without copying. A value; safe to use from one thread at a time.
+class RegionReader {
+ public:
+  uint64_t id() const { return id_; }
+  const Box& box() const { return box_; }
+  int64_t item() const { return item_; }
+  int64_t total() const { return total_; }  // elements
+  int64_t chunk_elements() const { return chunk_elements_; }
+  const char* contiguous_base() const { return base_; }
+  const std::shared_ptr<void>& keep_alive() const { return pinned_; }
+
+  // Copies elements [begin, begin + count) of the row-major sub-box to `dst`.
+  absl::Status Read(int64_t begin, int64_t count, char* dst) const;
+  // The whole sub-box into `out`, if it fits one message (kMaxChunkBytes;
+  // INVALID_ARGUMENT beyond).
+  absl::Status ReadAll(std::string* out) const;
+
+ private:
+  friend class WorkerNode;
+  ShardStore* store_ = nullptr;
+  uint64_t id_ = 0;
+  Box box_;
+  int64_t item_ = 1;
+  int64_t chunk_elements_ = 1;
+  int64_t total_ = 0;
+  std::shared_ptr<void> pinned_;  // set with base_
+  const char* base_ = nullptr;
+};
+
+class WorkerNode {
+ public:
+  // `store` is not owned and outlives the node. `peers` reads transfer
+  // pieces from other workers; null: the standard chain (same-host shared
+  // memory, then gRPC) per options.peers, over the node's own channels.
+  WorkerNode(ShardStore* store, WorkerNodeOptions options,
+             std::unique_ptr<ShardTransport> peers = nullptr);
+  ~WorkerNode();
+
+  ShardStore& store() const { return *store_; }
+
+  // Allocates every shard and fills it per `init`, or none: on any failure,
+  // or when `cancelled` (polled now and then, may be empty) turns true, the
+  // shards allocated so far are freed again.
+  absl::Status Allocate(absl::Span<const ShardAllocation> shards,
+                        const InitSpec& init,
+                        const std::function<bool()>& cancelled = {});
+
+  // Copies `data` to bytes [byte_offset, +size) of shard `id`.
+  absl::Status Write(uint64_t id, int64_t byte_offset, absl::string_view data);
+
+  // Plans a read of `box` (shard coordinates) of shard `id`, in chunks of
+  // about `chunk_bytes` (0: the node's default; at most kMaxChunkBytes).
+  // NOT_FOUND for a shard not held, OUT_OF_RANGE for a box outside it.
+  absl::StatusOr<RegionReader> OpenRegion(uint64_t id, const Box& box,
+                                          int64_t chunk_bytes) const;
+
+  // Reads `box` of shard `id`, whose elements the caller expects to be
+  // `item_bytes` wide, into `target`, in this process (chunk by chunk
+  // through a bounded buffer). INVALID_ARGUMENT when the element size
+  // differs.
+  absl::Status ReadRegion(uint64_t id, const Box& box, int64_t item_bytes,
+                          const ReadTarget& target) const;
+
+  // Names the shared-memory segment holding shard `id`. FAILED_PRECONDITION
+  // when the shard is not in shared memory; NOT_FOUND when it is not held.
+  absl::StatusOr<SharedShardInfo> MapShard(uint64_t id) const;
+
+  // Moves every piece of `batch` into shards held here and returns the
+  // bytes written. Destination boxes are checked against their shards
+  // first. Fails with UNAVAILABLE naming the source worker when it cannot be
+  // reached; stops at the first failure.
+  absl::StatusOr<int64_t> Transfer(const TransferBatch& batch);
+
+  // Frees the shards; unknown ids are fine (frees are retried).
+  absl::Status Free(absl::Span<const uint64_t> ids);
+
+  int64_t BytesUsed() const { return store_->BytesUsed(); }
+
+  // Bytes the node's own data plane read from peers, per transport (empty
+  // when the node was given its `peers` transport).
+  DataPlaneStats PeerStats() const;
+
+ private:
+  class Receiver;
+
+  ShardStore* const store_;
+  const WorkerNodeOptions options_;
+  std::unique_ptr<ChannelCache> channels_;  // to peers; with the own chain
+  std::unique_ptr<ShardTransport> peers_;
+  TransportChain* chain_ = nullptr;  // peers_, when the node made it
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_WORKER_NODE_H_

@@ -1,0 +1,293 @@
+// WorkerNode without its gRPC layer: allocation all or none, region
+// planning, shared-memory naming, and transfers (local copies, and pieces
+// read from a real source worker served on 127.0.0.1:0, through shared
+// memory or gRPC).
+#include "worker/worker_node.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rpc/server.h"
+#include "transport/shared_memory_arena.h"
+#include "worker/host_shard_store.h"
+#include "worker/worker_service.h"
+
+namespace tessera {
+namespace {
+
+using ::tessera::testing::IsOk;
+using ::tessera::testing::StatusIs;
+using ::testing::HasSubstr;
+
+ShardDesc Desc(Shape shape, DType dtype = DType::kInt32) {
+  ShardDesc desc;
+  desc.tensor = "t";
+  desc.dtype = dtype;
+  desc.tensor_shape = shape;
+  desc.box = WholeBox(shape);
+  return desc;
+}
+
+const InitSpec kArange{InitSpec::Kind::kArange};
+
+std::vector<int32_t> ReadAll(ShardStore& store, uint64_t id, int64_t n) {
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  absl::Status status = store.ReadBox(id, WholeBox(store.Describe(id)->box.sizes),
+                                      0, n, reinterpret_cast<char*>(out.data()));
+  EXPECT_THAT(status, IsOk());
+  return out;
+}
+
+// A store whose memory the host cannot address, as a GPU store: Pin is
+// UNIMPLEMENTED, so transfers land through WriteBox.
+class UnpinnableStore : public HostShardStore {
+ public:
+  absl::StatusOr<PinnedShard> Pin(uint64_t) override {
+    return absl::UnimplementedError("device memory");
+  }
+};
+
+TEST(WorkerNodeTest, AllocationIsAllOrNothing) {
+  HostShardStore store;
+  WorkerNode node(&store, WorkerNodeOptions{});
+  ASSERT_THAT(store.Allocate(7, Desc({4}), InitSpec{}), IsOk());
+  const std::vector<ShardAllocation> shards = {
+      {1, Desc({100})}, {2, Desc({100})}, {7, Desc({4})}};
+  EXPECT_THAT(node.Allocate(shards, kArange),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(store.ShardIds(), ::testing::ElementsAre(7));
+  EXPECT_EQ(node.BytesUsed(), 16);
+}
+
+TEST(WorkerNodeTest, CancelledAllocationLeavesNothing) {
+  HostShardStore store;
+  WorkerNode node(&store, WorkerNodeOptions{});
+  EXPECT_THAT(node.Allocate({{1, Desc({10})}}, kArange, [] { return true; }),
+              StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_EQ(node.BytesUsed(), 0);
+  EXPECT_THAT(node.Allocate({{1, Desc({10})}}, kArange, [] { return false; }),
+              IsOk());
+  EXPECT_EQ(node.BytesUsed(), 40);
+}
+
+TEST(WorkerNodeTest, RegionReaderSendsContiguousBoxesFromShardMemory) {
+  HostShardStore store;
+  WorkerNode node(&store, WorkerNodeOptions{});
+  ASSERT_THAT(node.Allocate({{1, Desc({64, 32})}}, kArange), IsOk());
+  absl::StatusOr<RegionReader> rows = node.OpenRegion(1, Box{{3, 0}, {5, 32}}, 0);
+  ASSERT_THAT(rows.status(), IsOk());
+  ASSERT_NE(rows->contiguous_base(), nullptr);
+  int32_t first;
+  std::memcpy(&first, rows->contiguous_base(), 4);
+  EXPECT_EQ(first, 3 * 32);
+  EXPECT_EQ(rows->total(), 5 * 32);
+  EXPECT_EQ(rows->chunk_elements(), kChunkBytes / 4);
+  // Part of one row is contiguous too; columns are not.
+  EXPECT_NE(node.OpenRegion(1, Box{{3, 4}, {1, 8}}, 0)->contiguous_base(),
+            nullptr);
+  absl::StatusOr<RegionReader> cols = node.OpenRegion(1, Box{{0, 4}, {64, 2}}, 64);
+  ASSERT_THAT(cols.status(), IsOk());
+  EXPECT_EQ(cols->contiguous_base(), nullptr);
+  EXPECT_EQ(cols->chunk_elements(), 16);
+  std::vector<int32_t> got(4);
+  ASSERT_THAT(cols->Read(2, 4, reinterpret_cast<char*>(got.data())), IsOk());
+  EXPECT_THAT(got, ::testing::ElementsAre(32 + 4, 32 + 5, 64 + 4, 64 + 5));
+}
+
+TEST(WorkerNodeTest, RegionOutsideTheShardOrOfAnUnknownShardIsRefused) {
+  HostShardStore store;
+  WorkerNode node(&store, WorkerNodeOptions{});
+  ASSERT_THAT(node.Allocate({{1, Desc({8, 8})}}, kArange), IsOk());
+  EXPECT_THAT(node.OpenRegion(1, Box{{4, 0}, {5, 8}}, 0).status(),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("region")));
+  EXPECT_THAT(node.OpenRegion(2, Box{{0, 0}, {1, 1}}, 0).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST(WorkerNodeTest, ReadAllRefusesRegionsLargerThanOneMessage) {
+  HostShardStore store;
+  WorkerNode node(&store, WorkerNodeOptions{});
+  ASSERT_THAT(node.Allocate({{1, Desc({kMaxChunkBytes / 4 + 1})}}, InitSpec{}),
+              IsOk());
+  std::string out;
+  EXPECT_THAT(node.OpenRegion(1, Box{{0}, {kMaxChunkBytes / 4 + 1}}, 0)
+                  ->ReadAll(&out),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("too large for one message")));
+  ASSERT_THAT(node.OpenRegion(1, Box{{1}, {kMaxChunkBytes / 4}}, 0)
+                  ->ReadAll(&out),
+              IsOk());
+  EXPECT_EQ(out.size(), static_cast<size_t>(kMaxChunkBytes));
+}
+
+TEST(WorkerNodeTest, MapShardNamesTheSegmentOfASharedShard) {
+  if (access("/dev/shm", W_OK) != 0) GTEST_SKIP() << "no writable /dev/shm";
+  auto arena = std::make_shared<SharedMemoryArena>();
+  HostShardStoreOptions store_options;
+  store_options.arena = arena;
+  HostShardStore store(store_options);
+  WorkerNodeOptions options;
+  options.arena = arena;
+  WorkerNode node(&store, options);
+  ASSERT_THAT(node.Allocate({{1, Desc({512, 1024})}, {2, Desc({4})}}, kArange),
+              IsOk());
+  absl::StatusOr<SharedShardInfo> info = node.MapShard(1);
+  ASSERT_THAT(info.status(), IsOk());
+  EXPECT_EQ(info->host_id, LocalHostId());
+  EXPECT_THAT(info->segment.name, HasSubstr("tessera-"));
+  EXPECT_EQ(info->segment.bytes, 512 * 1024 * 4);
+  EXPECT_EQ(info->segment.liveness, arena->liveness());
+  EXPECT_EQ(info->shape, (Shape{512, 1024}));
+  EXPECT_EQ(info->item_bytes, 4);
+  // Small shards are private; freed ones are not found.
+  EXPECT_THAT(node.MapShard(2).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("not in shared memory")));
+  ASSERT_THAT(node.Free({1}), IsOk());
+  EXPECT_THAT(node.MapShard(1).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+  // A node that was given no arena offers nothing for mapping.
+  WorkerNode plain(&store, WorkerNodeOptions{});
+  EXPECT_THAT(plain.MapShard(2).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST(WorkerNodeTest, TransferCopiesPiecesHeldHereInMemory) {
+  HostShardStore store;
+  WorkerNode node(&store, WorkerNodeOptions{});
+  ASSERT_THAT(node.Allocate({{1, Desc({8, 8})}, {2, Desc({4, 4})}}, kArange),
+              IsOk());
+  ASSERT_THAT(store.Free(2), IsOk());
+  ASSERT_THAT(node.Allocate({{2, Desc({4, 4})}}, InitSpec{}), IsOk());
+  TransferBatch batch;
+  batch.src_address = "127.0.0.1:1";  // never dialled: the source is here
+  batch.pieces.push_back(TransferPiece{1, {2, 3}, 2, {0, 0}, {2, 2}});
+  batch.pieces.push_back(TransferPiece{1, {7, 7}, 2, {3, 3}, {1, 1}});
+  absl::StatusOr<int64_t> bytes = node.Transfer(batch);
+  ASSERT_THAT(bytes.status(), IsOk());
+  EXPECT_EQ(*bytes, 5 * 4);
+  EXPECT_THAT(ReadAll(store, 2, 16),
+              ::testing::ElementsAre(19, 20, 0, 0, 27, 28, 0, 0, 0, 0, 0, 0, 0,
+                                     0, 0, 63));
+}
+
+TEST(WorkerNodeTest, TransferChecksDestinationsFirst) {
+  HostShardStore store;
+  WorkerNode node(&store, WorkerNodeOptions{});
+  ASSERT_THAT(node.Allocate({{1, Desc({8})}, {2, Desc({4})}}, kArange), IsOk());
+  TransferBatch batch;
+  batch.src_address = "127.0.0.1:1";
+  batch.pieces.push_back(TransferPiece{1, {0}, 3, {0}, {2}});
+  EXPECT_THAT(node.Transfer(batch).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+  batch.pieces[0] = TransferPiece{1, {0}, 2, {3}, {2}};
+  EXPECT_THAT(node.Transfer(batch).status(),
+              StatusIs(absl::StatusCode::kOutOfRange,
+                       HasSubstr("pieces[0] destination")));
+}
+
+// A source worker served for real, and a destination node that pulls.
+class WorkerNodeTransferTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    const bool shared_memory = GetParam();
+    if (shared_memory && access("/dev/shm", W_OK) != 0)
+      GTEST_SKIP() << "no writable /dev/shm";
+    HostShardStoreOptions source_options;
+    source_options.arena = arena_;
+    source_options.shared_memory_min_bytes = 0;
+    source_store_ = std::make_unique<HostShardStore>(source_options);
+    WorkerNodeOptions node_options;
+    node_options.arena = arena_;
+    source_ = std::make_unique<WorkerNode>(source_store_.get(), node_options);
+    service_ = std::make_unique<WorkerService>(source_.get());
+    absl::StatusOr<RunningServer> server =
+        StartServer("127.0.0.1:0", {service_.get()});
+    ASSERT_THAT(server.status(), IsOk());
+    server_ = std::move(*server);
+    address_ = absl::StrCat("127.0.0.1:", server_.port);
+    WorkerNodeOptions dst_options;
+    dst_options.peers.shared_memory = shared_memory;
+    dst_options.peers.shared_memory_min_bytes = 0;
+    dst_options.peers.timeout = absl::Seconds(30);
+    node_ = std::make_unique<WorkerNode>(&store_, dst_options);
+  }
+  void TearDown() override {
+    if (server_.server != nullptr) server_.server->Shutdown();
+  }
+
+  TransferBatch Batch() {
+    TransferBatch batch;
+    batch.src_worker = "w0";
+    batch.src_address = address_;
+    batch.dst_worker = "w1";
+    batch.dst_address = "127.0.0.1:2";
+    return batch;
+  }
+
+  std::shared_ptr<SharedMemoryArena> arena_ =
+      std::make_shared<SharedMemoryArena>();
+  std::unique_ptr<HostShardStore> source_store_;
+  std::unique_ptr<WorkerNode> source_;
+  std::unique_ptr<WorkerService> service_;
+  RunningServer server_;
+  std::string address_;
+  UnpinnableStore store_;  // the destination: lands through WriteBox
+  std::unique_ptr<WorkerNode> node_;
+};
+
+TEST_P(WorkerNodeTransferTest, RemotePiecesAreReadFromTheSourceWorker) {
+  ASSERT_THAT(source_->Allocate({{1, Desc({8, 8})}}, kArange), IsOk());
+  ASSERT_THAT(node_->Allocate({{2, Desc({4, 4})}, {3, Desc({2})}}, InitSpec{}),
+              IsOk());
+  ASSERT_THAT(node_->Allocate({{4, Desc({3})}}, kArange), IsOk());
+  TransferBatch batch = Batch();
+  batch.pieces.push_back(TransferPiece{1, {2, 3}, 2, {0, 0}, {2, 2}});
+  batch.pieces.push_back(TransferPiece{1, {7, 7}, 2, {3, 3}, {1, 1}});
+  batch.pieces.push_back(TransferPiece{4, {2}, 3, {1}, {1}});  // held here
+  absl::StatusOr<int64_t> bytes = node_->Transfer(batch);
+  ASSERT_THAT(bytes.status(), IsOk());
+  EXPECT_EQ(*bytes, 6 * 4);
+  EXPECT_THAT(ReadAll(store_, 2, 16),
+              ::testing::ElementsAre(19, 20, 0, 0, 27, 28, 0, 0, 0, 0, 0, 0, 0,
+                                     0, 0, 63));
+  EXPECT_THAT(ReadAll(store_, 3, 2), ::testing::ElementsAre(0, 2));
+  // The remote bytes went by the transport the options chose.
+  const DataPlaneStats stats = node_->PeerStats();
+  EXPECT_EQ(stats.bytes.at(GetParam() ? "shm" : "grpc"), 5 * 4);
+}
+
+TEST_P(WorkerNodeTransferTest, FreedSourceIsNotFound) {
+  ASSERT_THAT(node_->Allocate({{2, Desc({4})}}, InitSpec{}), IsOk());
+  TransferBatch batch = Batch();
+  batch.pieces.push_back(TransferPiece{1, {0}, 2, {0}, {4}});
+  EXPECT_THAT(node_->Transfer(batch).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("shard 1")));
+}
+
+TEST_P(WorkerNodeTransferTest, UnreachableSourceIsUnavailable) {
+  ASSERT_THAT(node_->Allocate({{2, Desc({4})}}, InitSpec{}), IsOk());
+  TransferBatch batch = Batch();
+  batch.src_address = "127.0.0.1:1";  // nothing listens there
+  batch.pieces.push_back(TransferPiece{1, {0}, 2, {0}, {4}});
+  EXPECT_THAT(node_->Transfer(batch).status(),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("source worker at 127.0.0.1:1")));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, WorkerNodeTransferTest,
+                         ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "SharedMemory" : "Grpc";
+                         });
+
+}  // namespace
+}  // namespace tessera
