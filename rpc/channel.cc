@@ -1,6 +1,7 @@
 #include "rpc/channel.h"
 
 #include "absl/base/call_once.h"
+#include "rpc/metrics_interceptor.h"
 
 namespace tessera {
 namespace {
@@ -74,8 +75,15 @@ void ConfigureServerBuilder(grpc::ServerBuilder* builder,
     builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                                 options.max_concurrent_streams);
   }
-  if (options.interceptors) {
-    builder->experimental().SetInterceptorCreators(options.interceptors());
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  if (options.interceptors) interceptors = options.interceptors();
+  if (options.metrics != nullptr) {
+    interceptors.push_back(MakeRpcMetricsInterceptorFactory(options.metrics));
+  }
+  if (!interceptors.empty()) {
+    builder->experimental().SetInterceptorCreators(std::move(interceptors));
   }
 }
 

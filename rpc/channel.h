@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/limits.h"
+#include "core/metrics.h"
 
 namespace tessera {
 
@@ -48,10 +49,18 @@ struct ChannelOptions {
 struct ServerOptions {
   // Transport security; null means plaintext (insecure credentials).
   std::shared_ptr<grpc::ServerCredentials> credentials;
-  // Server interceptors (authorization, metrics); gRPC takes ownership.
+  // Server interceptors (authorization); gRPC takes ownership. Run before
+  // the metrics interceptor.
   std::function<std::vector<std::unique_ptr<
       grpc::experimental::ServerInterceptorFactoryInterface>>()>
       interceptors;
+  // When set, every call is counted and timed into it, per method and
+  // status code (rpc/metrics_interceptor.h). Not owned; outlives the server.
+  MetricsRegistry* metrics = nullptr;
+  // Serve grpc.health.v1.Health (NOT_SERVING until RunningServer::SetServing)
+  // and server reflection.
+  bool health = true;
+  bool reflection = true;
   // Largest message either side accepts.
   int max_message_bytes = kMaxMessageBytes;
   // Most concurrent streams per client connection; 0: gRPC's default.

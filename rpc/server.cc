@@ -2,6 +2,9 @@
 
 #include <chrono>
 
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
 #include "absl/strings/str_cat.h"
 #include "rpc/channel.h"
 
@@ -14,6 +17,9 @@ absl::StatusOr<RunningServer> StartServer(
     return absl::InvalidArgumentError(
         absl::StrCat("listen address '", listen, "' is not HOST:PORT"));
   }
+  // Both are process-wide switches that take effect for servers built after.
+  if (options.health) grpc::EnableDefaultHealthCheckService(true);
+  if (options.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(&builder, options);
   // SO_REUSEPORT would let two daemons share a port by accident.
@@ -30,10 +36,17 @@ absl::StatusOr<RunningServer> StartServer(
     return absl::UnavailableError(absl::StrCat("cannot listen on ", listen,
                                                " (address in use or invalid)"));
   }
+  running.SetServing(false);
   return running;
 }
 
+void RunningServer::SetServing(bool serving) {
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  if (health != nullptr) health->SetServingStatus(serving);
+}
+
 void RunningServer::Stop(absl::Duration grace) {
+  SetServing(false);
   server->Shutdown(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(absl::ToInt64Milliseconds(grace)));
   server->Wait();

@@ -20,8 +20,14 @@ struct RunningServer {
   int port = 0;  // the bound port
 
   // Stops accepting calls, gives calls in flight `grace` to finish, cancels
-  // the rest, and waits until every handler has returned.
+  // the rest, and waits until every handler has returned. Health turns
+  // NOT_SERVING first, so probes see the drain.
   void Stop(absl::Duration grace);
+
+  // What grpc.health.v1.Health answers for the server as a whole and every
+  // service: SERVING only once the daemon can do its job (metadata
+  // recovered; worker registered). Starts NOT_SERVING.
+  void SetServing(bool serving);
 };
 
 // `listen` is HOST:PORT. Fails with a clear message when the port is taken.

@@ -1,0 +1,25 @@
+// How a daemon's log lines look: "text" (spdlog's default, for people) or
+// "json" (one object per line, for log pipelines):
+//   {"time":"2026-11-23T01:02:03.456789Z","level":"info","process":"tessera-worker","msg":"..."}
+#ifndef TESSERA_OPS_LOGGING_H_
+#define TESSERA_OPS_LOGGING_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace tessera {
+
+// Sets the default logger's format; INVALID_ARGUMENT names the accepted
+// values for anything but "text" or "json".
+absl::Status ConfigureLogging(absl::string_view format,
+                              const std::string& process);
+
+// `text` as a JSON string body (quotes, backslashes and control characters
+// escaped; other bytes as they are).
+std::string JsonEscape(absl::string_view text);
+
+}  // namespace tessera
+
+#endif  // TESSERA_OPS_LOGGING_H_

@@ -1,0 +1,45 @@
+#include "ops/logging.h"
+
+#include <memory>
+#include <sstream>
+
+#include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
+
+namespace tessera {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::ContainsRegex;
+using ::testing::EndsWith;
+using ::testing::StartsWith;
+using ::tessera::testing::IsOk;
+using ::tessera::testing::StatusIs;
+
+TEST(LoggingTest, JsonLinesAreOneEscapedObject) {
+  std::ostringstream out;
+  auto logger = std::make_shared<spdlog::logger>(
+      "test", std::make_shared<spdlog::sinks::ostream_sink_mt>(out));
+  spdlog::set_default_logger(logger);
+  ASSERT_THAT(ConfigureLogging("json", "tessera-worker"), IsOk());
+  spdlog::warn("shard \"a\\b\"\nnext\x01");
+  const std::string line = out.str();
+  EXPECT_THAT(line, StartsWith(R"({"time":")"));
+  EXPECT_THAT(line, ContainsRegex("\"time\":\"[0-9]+-[0-9]+-[0-9]+T[0-9:.]+Z\""));
+  EXPECT_THAT(line, HasSubstr(R"("level":"warning","process":"tessera-worker",)"));
+  EXPECT_THAT(line, EndsWith("\"}\n"));
+  EXPECT_EQ(line.find('\n'), line.size() - 1);  // one line
+  EXPECT_THAT(line, HasSubstr(R"("msg":"shard \"a\\b\"\nnext\u0001"})"));
+}
+
+TEST(LoggingTest, UnknownFormatIsRefused) {
+  EXPECT_THAT(ConfigureLogging("xml", "p"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("text or json")));
+}
+
+}  // namespace
+}  // namespace tessera

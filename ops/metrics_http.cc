@@ -1,0 +1,54 @@
+#include "ops/metrics_http.h"
+
+#include <httplib.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace tessera {
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
+    const std::string& listen, MetricsRegistry* registry) {
+  const size_t colon = listen.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(listen.substr(colon + 1), &port) || port < 0 ||
+      port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics_listen '", listen, "' is not HOST:PORT"));
+  }
+  std::string host = listen.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+
+  auto out = std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer());
+  out->server_ = std::make_unique<httplib::Server>();
+  httplib::Server& server = *out->server_;
+  server.set_payload_max_length(4096);
+  server.set_read_timeout(5, 0);
+  server.set_write_timeout(5, 0);
+  server.set_keep_alive_max_count(16);
+  server.Get("/metrics", [registry](const httplib::Request&,
+                                    httplib::Response& response) {
+    response.set_content(registry->Render(),
+                         "text/plain; version=0.0.4; charset=utf-8");
+  });
+  if (port == 0) {
+    out->port_ = server.bind_to_any_port(host);
+  } else if (server.bind_to_port(host, port)) {
+    out->port_ = port;
+  }
+  if (out->port_ <= 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot serve metrics on ", listen, " (address in use or invalid)"));
+  }
+  out->thread_ = std::thread([&server] { server.listen_after_bind(); });
+  return out;
+}
+
+MetricsHttpServer::~MetricsHttpServer() {
+  if (server_ != nullptr) server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace tessera

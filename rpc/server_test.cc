@@ -1,0 +1,135 @@
+// StartServer on 127.0.0.1:0: the standard health service follows
+// SetServing and Stop, reflection is served, and with a registry every call
+// is counted and timed per method and status code.
+#include "rpc/server.h"
+
+#include <memory>
+
+#include "core/errors.h"
+#include "core/metrics.h"
+#include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include <grpcpp/generic/generic_stub.h>
+
+#include "proto/health.grpc.pb.h"
+#include "proto/worker.grpc.pb.h"
+#include "rpc/channel.h"
+#include "rpc/status.h"
+
+namespace tessera {
+namespace {
+
+using ::grpc::health::v1::HealthCheckRequest;
+using ::grpc::health::v1::HealthCheckResponse;
+using ::testing::HasSubstr;
+using ::tessera::testing::IsOk;
+
+class FreeOnly final : public v1::Worker::Service {
+ public:
+  grpc::Status FreeShards(grpc::ServerContext*,
+                          const v1::FreeShardsRequest* request,
+                          v1::FreeShardsResponse*) override {
+    if (request->shard_ids_size() > 0) {
+      return ToGrpcStatus(NotFoundError("shard", "7"));
+    }
+    return grpc::Status::OK;
+  }
+};
+
+HealthCheckResponse::ServingStatus Check(grpc::health::v1::Health::Stub* stub) {
+  grpc::ClientContext context;
+  HealthCheckRequest request;
+  HealthCheckResponse response;
+  grpc::Status status = stub->Check(&context, request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return response.status();
+}
+
+TEST(ServerTest, HealthIsNotServingUntilToldAndAfterStop) {
+  FreeOnly service;
+  absl::StatusOr<RunningServer> server = StartServer("127.0.0.1:0", {&service});
+  ASSERT_THAT(server.status(), IsOk());
+  auto channel = MakeChannel(WithPort("127.0.0.1:0", server->port));
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  EXPECT_EQ(Check(health.get()), HealthCheckResponse::NOT_SERVING);
+  server->SetServing(true);
+  EXPECT_EQ(Check(health.get()), HealthCheckResponse::SERVING);
+  server->SetServing(false);
+  EXPECT_EQ(Check(health.get()), HealthCheckResponse::NOT_SERVING);
+  server->Stop(absl::ZeroDuration());
+}
+
+TEST(ServerTest, ReflectionListsTheServices) {
+  FreeOnly service;
+  absl::StatusOr<RunningServer> server = StartServer("127.0.0.1:0", {&service});
+  ASSERT_THAT(server.status(), IsOk());
+  // ServerReflectionInfo is a bidi stream; ask list_services over the raw
+  // wire format: ServerReflectionRequest{list_services = 7: ""}.
+  auto channel = MakeChannel(WithPort("127.0.0.1:0", server->port));
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  grpc::CompletionQueue cq;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call = stub.PrepareCall(
+      &context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+      &cq);
+  void* tag;
+  bool ok;
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  const char request_bytes[] = {0x3a, 0x00};  // field 7, empty string
+  grpc::Slice slice(request_bytes, sizeof(request_bytes));
+  grpc::ByteBuffer request(&slice, 1);
+  call->Write(request, reinterpret_cast<void*>(2));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  grpc::ByteBuffer reply;
+  call->Read(&reply, reinterpret_cast<void*>(3));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(reply.Dump(&slices).ok());
+  std::string text;
+  for (const grpc::Slice& s : slices)
+    text.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  EXPECT_THAT(text, HasSubstr("tessera.v1.Worker"));
+  EXPECT_THAT(text, HasSubstr("grpc.health.v1.Health"));
+  context.TryCancel();
+  grpc::Status finished;
+  call->Finish(&finished, reinterpret_cast<void*>(4));
+  while (cq.Next(&tag, &ok)) {
+    if (tag == reinterpret_cast<void*>(4)) break;
+  }
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  server->Stop(absl::ZeroDuration());
+}
+
+TEST(ServerTest, MetricsCountCallsPerMethodAndCode) {
+  FreeOnly service;
+  MetricsRegistry registry;
+  ServerOptions options;
+  options.metrics = &registry;
+  absl::StatusOr<RunningServer> server =
+      StartServer("127.0.0.1:0", {&service}, options);
+  ASSERT_THAT(server.status(), IsOk());
+  auto stub =
+      v1::Worker::NewStub(MakeChannel(WithPort("127.0.0.1:0", server->port)));
+  for (int i = 0; i < 3; ++i) {
+    grpc::ClientContext context;
+    v1::FreeShardsRequest request;
+    v1::FreeShardsResponse response;
+    if (i == 2) request.add_shard_ids(7);
+    stub->FreeShards(&context, request, &response);
+  }
+  server->Stop(absl::ZeroDuration());
+  const std::string text = registry.Render();
+  EXPECT_THAT(text, HasSubstr("tessera_rpc_requests_total{method=\"/tessera.v1."
+                              "Worker/FreeShards\",code=\"OK\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("tessera_rpc_requests_total{method=\"/tessera.v1."
+                              "Worker/FreeShards\",code=\"NOT_FOUND\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("tessera_rpc_duration_seconds_count{method=\"/"
+                              "tessera.v1.Worker/FreeShards\",code=\"OK\"} 2\n"));
+}
+
+}  // namespace
+}  // namespace tessera
