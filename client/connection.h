@@ -1,5 +1,6 @@
 // Connection: what every SDK object shares — the coordinator stub, one
-// channel per worker, and the client's options. Thread-safe; shared by the
+// channel per worker, the data plane (which moves shard bytes and counts
+// them per transport), and the client's options. Thread-safe; shared by the
 // Client and the ShardHandles it hands out, so handles outlive nothing.
 #ifndef TESSERA_CLIENT_CONNECTION_H_
 #define TESSERA_CLIENT_CONNECTION_H_
@@ -13,7 +14,7 @@
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/worker.grpc.pb.h"
 #include "rpc/channel.h"
-#include "transport/shared_memory.h"
+#include "transport/transport_chain.h"
 
 namespace tessera {
 
@@ -29,8 +30,9 @@ class Connection {
   std::unique_ptr<v1::Worker::Stub> WorkerStub(const std::string& address);
   // The one channel to a worker, shared by every call to it.
   std::shared_ptr<grpc::Channel> WorkerChannel(const std::string& address);
-  // Same-host shard mappings kept across reads.
-  ShardMappingCache& mappings() { return mappings_; }
+  // Moves shard bytes to and from workers: same-host shared memory when
+  // options().shared_memory allows, else gRPC; counts bytes per transport.
+  TransportChain& data_plane() { return *data_plane_; }
 
   // Sets the deadline of a control-plane call.
   void PrepareControlCall(grpc::ClientContext* context) const;
@@ -42,7 +44,7 @@ class Connection {
   const ClientOptions options_;
   std::unique_ptr<v1::Coordinator::Stub> coordinator_;
   ChannelCache workers_;
-  ShardMappingCache mappings_;
+  const std::unique_ptr<TransportChain> data_plane_;  // uses workers_
 };
 
 }  // namespace tessera

@@ -14,17 +14,13 @@
 #include "core/errors.h"
 #include "core/region_plan.h"
 #include "core/status_macros.h"
-#include "core/strided_copy.h"
+#include "core/tensor_metadata.h"
 #include "rpc/status.h"
-#include "transport/grpc_transport.h"
-#include "transport/shared_memory.h"
+#include "transport/shard_transport.h"
+#include "transport/transport_chain.h"
 
 namespace tessera {
 namespace {
-
-// Pieces smaller than this are read with one gRPC call even on the same
-// host: mapping a segment costs about as much as the call (see bench/).
-constexpr int64_t kSharedMemoryMinBytes = 1 << 20;
 
 // Runs tasks on up to `parallelism` threads; the first error stops the tasks
 // not yet started and is returned.
@@ -83,33 +79,30 @@ absl::Status ExplainRead(absl::Status status, const TensorMetadata& meta,
                            "' from worker '", shard.worker, "'"));
 }
 
-// Copies `in_shard` of shard `index` to `in_out` of `out` (of `out_shape`)
-// straight from the worker's shared memory when it is on this host.
-// FAILED_PRECONDITION: not possible here, read it over gRPC instead.
-absl::Status CopyShared(Connection& connection,
-                        const std::shared_ptr<grpc::Channel>& channel,
-                        const TensorMetadata& meta, size_t index,
-                        const Box& in_shard, char* out,
-                        absl::Span<const int64_t> out_shape,
-                        absl::Span<const int64_t> in_out) {
-  if (!connection.options().shared_memory)
-    return absl::FailedPreconditionError("disabled");
-  const ShardInfo& shard = meta.shards[index];
-  const int64_t item = static_cast<int64_t>(ItemSize(meta.dtype));
-  if (in_shard.NumElements() * item < kSharedMemoryMinBytes) {
-    return absl::FailedPreconditionError("small: one gRPC call is as fast");
+// The data plane's view of shard `index` of `meta` at `location`.
+RemoteShard ShardAt(const TensorMetadata& meta, size_t index,
+                    const ShardLocation& location) {
+  RemoteShard shard;
+  shard.location = location;
+  shard.item_bytes = static_cast<int64_t>(ItemSize(meta.dtype));
+  shard.shape = ToShape(meta.shards[index].box.sizes);
+  return shard;
+}
+
+// Reads `in_shard` (shard coordinates) of shard `index` into `target`, from
+// the first place that holds it.
+absl::Status ReadShardBox(Connection& connection, const TensorMetadata& meta,
+                          size_t index, const Box& in_shard,
+                          const ReadTarget& target) {
+  absl::Status status = absl::OkStatus();
+  for (const ShardLocation& location : ReadLocations(meta, index)) {
+    const RemoteShard shard = ShardAt(meta, index, location);
+    status = RetryConnectFailures([&] {
+      return connection.data_plane().Read(shard, in_shard, target);
+    });
+    if (status.ok()) return status;
   }
-  TESSERA_ASSIGN_OR_RETURN(
-      std::shared_ptr<const ShardMapping> mapping,
-      connection.mappings().Map(shard.address, channel, shard.shard_id, item,
-                                connection.options().data_timeout));
-  if (!SameDims(mapping->shape(), shard.box.sizes)) {
-    return absl::FailedPreconditionError(
-        "segment's shape differs from the metadata");
-  }
-  CopyBox(mapping->At(0), mapping->shape(), in_shard.offsets, out, out_shape,
-          in_out, in_shard.sizes, static_cast<size_t>(item));
-  return absl::OkStatus();
+  return ExplainRead(status, meta, index);
 }
 
 }  // namespace
@@ -122,7 +115,6 @@ absl::Status GatherRegion(Connection& connection, const TensorMetadata& meta,
   for (const RegionPiece& piece : pieces) {
     TESSERA_RETURN_IF_ERROR(CheckAvailable(meta, piece.shard_index));
   }
-  const size_t item = ItemSize(meta.dtype);
   // Pieces grouped by worker, so each worker serves one stream at a time
   // and all workers stream in parallel.
   std::map<std::string, std::vector<const RegionPiece*>> by_worker;
@@ -131,31 +123,12 @@ absl::Status GatherRegion(Connection& connection, const TensorMetadata& meta,
   }
   std::vector<std::function<absl::Status()>> tasks;
   for (const auto& [address, worker_pieces] : by_worker) {
-    tasks.push_back([&, address = address,
-                     worker_pieces = worker_pieces]() -> absl::Status {
-      std::shared_ptr<grpc::Channel> channel =
-          connection.WorkerChannel(address);
+    tasks.push_back([&, worker_pieces = worker_pieces]() -> absl::Status {
       for (const RegionPiece* piece : worker_pieces) {
-        const ShardInfo& shard = meta.shards[piece->shard_index];
-        absl::Status status = RetryConnectFailures([&]() -> absl::Status {
-          absl::Status shared = CopyShared(
-              connection, channel, meta, piece->shard_index, piece->in_shard,
-              out, region.sizes, piece->in_region.offsets);
-          if (!absl::IsFailedPrecondition(shared)) return shared;
-          return ReadRegion(
-              channel, shard.shard_id, piece->in_shard,
-              static_cast<int64_t>(item), connection.options().data_timeout,
-              [&](int64_t byte_offset, absl::string_view data) -> absl::Status {
-                CopyFlatRangeToBox(data.data(),
-                                   byte_offset / static_cast<int64_t>(item),
-                                   static_cast<int64_t>(data.size() / item),
-                                   piece->in_region.sizes, out, region.sizes,
-                                   piece->in_region.offsets, item);
-                return absl::OkStatus();
-              },
-              "");
-        });
-        if (!status.ok()) return ExplainRead(status, meta, piece->shard_index);
+        TESSERA_RETURN_IF_ERROR(ReadShardBox(
+            connection, meta, piece->shard_index, piece->in_shard,
+            ReadTarget::HostArray(out, region.sizes,
+                                  piece->in_region.offsets)));
       }
       return absl::OkStatus();
     });
@@ -166,56 +139,30 @@ absl::Status GatherRegion(Connection& connection, const TensorMetadata& meta,
 
 absl::Status ScatterTensor(Connection& connection, const TensorMetadata& meta,
                            const char* src) {
-  const size_t item = ItemSize(meta.dtype);
   std::map<std::string, std::vector<size_t>> by_worker;
   for (size_t i = 0; i < meta.shards.size(); ++i)
     by_worker[meta.shards[i].address].push_back(i);
   std::vector<std::function<absl::Status()>> tasks;
   for (const auto& [address, indices] : by_worker) {
-    tasks.push_back([&, address = address,
-                     indices = indices]() -> absl::Status {
-      std::unique_ptr<v1::Worker::Stub> stub = connection.WorkerStub(address);
-      std::shared_ptr<grpc::Channel> channel =
-          connection.WorkerChannel(address);
+    tasks.push_back([&, indices = indices]() -> absl::Status {
       for (size_t index : indices) {
-        const ShardInfo& shard = meta.shards[index];
-        const int64_t bytes =
-            shard.box.NumElements() * static_cast<int64_t>(item);
-        const std::string context =
-            absl::StrCat("writing shard ", index, " of tensor '", meta.name,
-                         "' to worker '", shard.worker, "'");
-        absl::Status status = RetryConnectFailures([&]() -> absl::Status {
-          // Same host: write into the shard's shared memory directly.
-          if (connection.options().shared_memory &&
-              bytes >= kSharedMemoryMinBytes) {
-            absl::StatusOr<std::unique_ptr<ShardMapping>> mapping =
-                MapShardForWrite(channel, shard.shard_id,
-                                 static_cast<int64_t>(item),
-                                 connection.options().data_timeout);
-            if (mapping.ok() &&
-                SameDims((*mapping)->shape(), shard.box.sizes)) {
-              CopyBox(src, meta.shape, shard.box.offsets,
-                      (*mapping)->MutableAt(0), shard.box.sizes,
-                      std::vector<int64_t>(shard.box.rank(), 0),
-                      shard.box.sizes, item);
-              return absl::OkStatus();
-            }
-            if (!mapping.ok() &&
-                !absl::IsFailedPrecondition(mapping.status())) {
-              return Annotate(mapping.status(), context);
-            }
-          }
-          return WriteShard(
-              stub.get(), shard.shard_id, bytes,
-              [&](int64_t byte_offset, absl::Span<char> dst) {
-                CopyBoxToFlatRange(
-                    src, meta.shape, shard.box.offsets, shard.box.sizes,
-                    byte_offset / static_cast<int64_t>(item),
-                    static_cast<int64_t>(dst.size() / item), dst.data(), item);
-              },
-              connection.options().data_timeout, context);
-        });
-        if (!status.ok()) return status;
+        const ShardInfo& info = meta.shards[index];
+        const RemoteShard shard =
+            ShardAt(meta, index,
+                    ShardLocation{info.worker, info.address, info.shard_id,
+                                  info.available});
+        WriteSource source;
+        source.data = src;
+        source.shape = meta.shape;
+        source.offsets.assign(info.box.offsets.begin(), info.box.offsets.end());
+        absl::Status status = RetryConnectFailures(
+            [&] { return connection.data_plane().Write(shard, source); });
+        if (!status.ok()) {
+          return Annotate(status,
+                          absl::StrCat("writing shard ", index, " of tensor '",
+                                       meta.name, "' to worker '", info.worker,
+                                       "'"));
+        }
       }
       return absl::OkStatus();
     });
@@ -228,25 +175,9 @@ absl::Status FetchShard(Connection& connection, const TensorMetadata& meta,
                         size_t index, char* out) {
   const ShardInfo& shard = meta.shards[index];
   TESSERA_RETURN_IF_ERROR(CheckAvailable(meta, index));
-  const size_t item = ItemSize(meta.dtype);
-  Box whole = WholeBox(shard.box.sizes);
-  std::shared_ptr<grpc::Channel> channel =
-      connection.WorkerChannel(shard.address);
-  absl::Status status = RetryConnectFailures([&]() -> absl::Status {
-    absl::Status shared = CopyShared(connection, channel, meta, index, whole,
-                                     out, shard.box.sizes, whole.offsets);
-    if (!absl::IsFailedPrecondition(shared)) return shared;
-    return ReadRegion(
-        channel, shard.shard_id, whole, static_cast<int64_t>(item),
-        connection.options().data_timeout,
-        [&](int64_t byte_offset, absl::string_view data) -> absl::Status {
-          std::memcpy(out + byte_offset, data.data(), data.size());
-          return absl::OkStatus();
-        },
-        "");
-  });
-  if (!status.ok()) return ExplainRead(status, meta, index);
-  return absl::OkStatus();
+  const Box whole = WholeBox(shard.box.sizes);
+  return ReadShardBox(connection, meta, index, whole,
+                      ReadTarget::HostArray(out, whole.sizes, whole.offsets));
 }
 
 }  // namespace tessera
