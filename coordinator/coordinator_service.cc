@@ -54,14 +54,14 @@ grpc::Status CoordinatorService::RegisterWorker(
     grpc::ServerContext*, const v1::RegisterWorkerRequest* request,
     v1::RegisterWorkerResponse* response) {
   WorkerRegistration registration;
-  registration.name = request->name();
+  registration.worker.name = request->name();
   if (request->has_rank()) registration.rank = request->rank();
-  registration.address = request->address();
+  registration.worker.address = request->address();
   absl::StatusOr<Device> device = DeviceFromProto(request->device());
   if (!device.ok()) return ToGrpcStatus(device.status());
-  registration.device = *device;
-  registration.capacity_bytes = request->capacity_bytes();
-  registration.bytes_used = request->bytes_used();
+  registration.worker.device = *device;
+  registration.worker.capacity_bytes = request->capacity_bytes();
+  registration.worker.bytes_used = request->bytes_used();
   std::vector<uint64_t> held(request->held_shard_ids().begin(),
                              request->held_shard_ids().end());
   absl::StatusOr<RegisterResult> result =

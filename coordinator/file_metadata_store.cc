@@ -99,7 +99,7 @@ absl::Status FsyncDir(const std::string& dir) {
                  : PosixError(absl::StrCat("syncing ", dir), err);
 }
 
-v1::WorkerInfo WorkerToProto(const KnownWorker& w) {
+v1::WorkerInfo WorkerToProto(const WorkerInfo& w) {
   v1::WorkerInfo out;
   out.set_name(w.name);
   out.set_rank(w.rank);
@@ -109,8 +109,8 @@ v1::WorkerInfo WorkerToProto(const KnownWorker& w) {
   return out;
 }
 
-absl::StatusOr<KnownWorker> WorkerFromProto(const v1::WorkerInfo& w) {
-  KnownWorker out;
+absl::StatusOr<WorkerInfo> WorkerFromProto(const v1::WorkerInfo& w) {
+  WorkerInfo out;
   out.name = w.name();
   out.rank = w.rank();
   out.address = w.address();
@@ -126,7 +126,7 @@ v1::MetadataRecord ChangeToProto(const MetadataChange& change) {
       *record.mutable_worker() = WorkerToProto(change.worker);
       break;
     case MetadataChange::Kind::kTensor:
-      TensorMetadataToProto(change.tensor, record.mutable_tensor(),
+      TensorMetadataToProto(*change.tensor, record.mutable_tensor(),
                             ShardEncoding::kPacked);
       break;
     case MetadataChange::Kind::kDeletedTensor:
@@ -150,8 +150,9 @@ absl::StatusOr<MetadataChange> ChangeFromProto(
     }
     case v1::MetadataRecord::kTensor: {
       change.kind = MetadataChange::Kind::kTensor;
-      TESSERA_ASSIGN_OR_RETURN(change.tensor,
+      TESSERA_ASSIGN_OR_RETURN(TensorMetadata tensor,
                                TensorMetadataFromProto(record.tensor()));
+      change.tensor = std::make_shared<const TensorMetadata>(std::move(tensor));
       return change;
     }
     case v1::MetadataRecord::kDeletedTensor:
@@ -215,13 +216,15 @@ absl::StatusOr<MetadataState> FileMetadataStore::Load() {
           absl::StrCat(snapshot_path, " fails its checksum"));
     }
     for (const v1::WorkerInfo& w : proto.workers()) {
-      TESSERA_ASSIGN_OR_RETURN(KnownWorker worker, WorkerFromProto(w));
+      TESSERA_ASSIGN_OR_RETURN(WorkerInfo worker, WorkerFromProto(w));
       state.workers[worker.name] = worker;
     }
     for (const v1::ShardedTensorMetadata& t : proto.tensors()) {
       TESSERA_ASSIGN_OR_RETURN(TensorMetadata tensor,
                                TensorMetadataFromProto(t));
-      state.tensors[tensor.name] = std::move(tensor);
+      std::string name = tensor.name;
+      state.tensors[name] =
+          std::make_shared<const TensorMetadata>(std::move(tensor));
     }
     state.shard_id_high_water = proto.shard_id_high_water();
   }
@@ -257,26 +260,52 @@ absl::StatusOr<MetadataState> FileMetadataStore::Load() {
   if (lseek(log_fd_, static_cast<off_t>(good), SEEK_SET) < 0) {
     return PosixError(absl::StrCat("seeking in ", log_path), errno);
   }
+  log_size_ = good;
   return state;
 }
 
-absl::Status FileMetadataStore::Append(const MetadataChange& change) {
-  std::string payload;
-  if (!ChangeToProto(change).SerializeToString(&payload)) {
-    return absl::InternalError("cannot serialize a metadata record");
+absl::Status FileMetadataStore::Append(
+    absl::Span<const MetadataChange> changes) {
+  std::string records;
+  for (const MetadataChange& change : changes) {
+    std::string payload;
+    if (!ChangeToProto(change).SerializeToString(&payload)) {
+      return absl::InternalError("cannot serialize a metadata record");
+    }
+    PutU32(&records, static_cast<uint32_t>(payload.size()));
+    PutU32(&records, Checksum(payload));
+    records += payload;
   }
-  std::string record;
-  record.reserve(payload.size() + 8);
-  PutU32(&record, static_cast<uint32_t>(payload.size()));
-  PutU32(&record, Checksum(payload));
-  record += payload;
   absl::MutexLock lock(&mu_);
+  TESSERA_RETURN_IF_ERROR(CheckWritable());
+  const std::string path = absl::StrCat(dir_, "/log");
+  if (absl::Status status = WriteAll(log_fd_, records, path); !status.ok()) {
+    // Take back whatever part of the batch was written, so that none of it
+    // is replayed after a restart.
+    if (ftruncate(log_fd_, static_cast<off_t>(log_size_)) != 0 ||
+        lseek(log_fd_, static_cast<off_t>(log_size_), SEEK_SET) < 0) {
+      broken_ = Annotate(status, "the log could not be cut back after");
+    }
+    return status;
+  }
+  if (fdatasync(log_fd_) != 0) {
+    // What reached the disk is unknown now: refuse everything after.
+    broken_ = PosixError(absl::StrCat("syncing ", path), errno);
+    return broken_;
+  }
+  log_size_ += records.size();
+  return absl::OkStatus();
+}
+
+absl::Status FileMetadataStore::CheckWritable() const {
   if (log_fd_ < 0)
     return absl::FailedPreconditionError("metadata store is not loaded");
-  const std::string path = absl::StrCat(dir_, "/log");
-  TESSERA_RETURN_IF_ERROR(WriteAll(log_fd_, record, path));
-  if (fdatasync(log_fd_) != 0)
-    return PosixError(absl::StrCat("syncing ", path), errno);
+  if (!broken_.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the metadata log in ", dir_,
+                     " refuses changes after an earlier failure: ",
+                     broken_.message()));
+  }
   return absl::OkStatus();
 }
 
@@ -285,7 +314,7 @@ absl::Status FileMetadataStore::Snapshot(const MetadataState& state) {
   for (const auto& [name, worker] : state.workers)
     *proto.add_workers() = WorkerToProto(worker);
   for (const auto& [name, tensor] : state.tensors)
-    TensorMetadataToProto(tensor, proto.add_tensors(), ShardEncoding::kPacked);
+    TensorMetadataToProto(*tensor, proto.add_tensors(), ShardEncoding::kPacked);
   proto.set_shard_id_high_water(state.shard_id_high_water);
   std::string payload;
   if (!proto.SerializeToString(&payload)) {
@@ -297,8 +326,7 @@ absl::Status FileMetadataStore::Snapshot(const MetadataState& state) {
   file += payload;
 
   absl::MutexLock lock(&mu_);
-  if (log_fd_ < 0)
-    return absl::FailedPreconditionError("metadata store is not loaded");
+  TESSERA_RETURN_IF_ERROR(CheckWritable());
   const std::string path = absl::StrCat(dir_, "/snapshot");
   const std::string tmp = path + ".tmp";
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -315,8 +343,12 @@ absl::Status FileMetadataStore::Snapshot(const MetadataState& state) {
   // The snapshot holds everything the log held.
   if (ftruncate(log_fd_, 0) != 0 || lseek(log_fd_, 0, SEEK_SET) < 0 ||
       fsync(log_fd_) != 0) {
-    return PosixError(absl::StrCat("truncating ", dir_, "/log"), errno);
+    // The snapshot holds every record, so replaying what is left of the log
+    // over it is harmless; but where the next record lands is unknown.
+    broken_ = PosixError(absl::StrCat("truncating ", dir_, "/log"), errno);
+    return broken_;
   }
+  log_size_ = 0;
   return absl::OkStatus();
 }
 

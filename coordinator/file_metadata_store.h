@@ -5,7 +5,10 @@
 //   DIR/log       records: u32 length | u32 crc32(payload) | MetadataRecord
 //   DIR/LOCK      flock'ed while a coordinator uses the directory
 //
-// Append writes one record and fdatasync()s before returning. Load replays
+// Append writes a batch of records and fdatasync()s once before returning;
+// a batch that cannot be written whole is cut off the log again, and after a
+// failed fdatasync the store refuses further changes (what reached the disk
+// is unknown). Load replays
 // the snapshot and then the log; a record that is cut short or fails its
 // checksum ends the log (a torn write from a crash): it and anything after
 // it are truncated away, and everything before it is recovered. Records are
@@ -29,12 +32,14 @@ class FileMetadataStore : public MetadataStore {
   explicit FileMetadataStore(std::string dir);
   ~FileMetadataStore() override;
 
+  using MetadataStore::Append;
   absl::StatusOr<MetadataState> Load() override ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status Append(const MetadataChange& change) override
+  absl::Status Append(absl::Span<const MetadataChange> changes) override
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Snapshot(const MetadataState& state) override
       ABSL_LOCKS_EXCLUDED(mu_);
   std::string Describe() const override;
+  const std::string& dir() const { return dir_; }
 
   // What the last Load found (for the start-up log and tests).
   int64_t records_recovered() const { return records_recovered_; }
@@ -45,8 +50,14 @@ class FileMetadataStore : public MetadataStore {
   int lock_fd_ = -1;
   int64_t records_recovered_ = 0;
   int64_t torn_bytes_dropped_ = 0;
+  // OK, or why the log takes no more changes.
+  absl::Status CheckWritable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   absl::Mutex mu_;
   int log_fd_ ABSL_GUARDED_BY(mu_) = -1;
+  // Bytes of whole records in the log: where the next batch starts.
+  uint64_t log_size_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera

@@ -1,44 +1,53 @@
 // MetadataStore: where the coordinator keeps its metadata so that it survives
-// a restart. Every change is appended as a record and is durable when
-// Append returns; Snapshot replaces the history with one state. Two
-// implementations: in memory (no --data_dir; nothing survives) and a
-// checksummed append-only log with snapshots in a directory.
-// Implementations are thread-safe.
+// a restart. Changes are appended as records, in batches that are durable
+// when Append returns; Snapshot replaces the history with one state. Two
+// implementations: in memory (no --data_dir; survives only within the
+// process) and a checksummed append-only log with snapshots in a directory.
+// Every implementation passes metadata_store_contract_test.h.
+//
+// Implementations are thread-safe, but the coordinator calls Append and
+// Snapshot from one thread at a time (its record writer, metadata_log.h).
 #ifndef TESSERA_COORDINATOR_METADATA_STORE_H_
 #define TESSERA_COORDINATOR_METADATA_STORE_H_
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "core/placement.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "core/tensor_metadata.h"
+#include "core/worker_info.h"
 
 namespace tessera {
 
-// A worker as remembered across restarts (liveness is not remembered).
-struct KnownWorker {
-  std::string name;
-  int32_t rank = 0;
-  std::string address;
-  Device device;
-  int64_t capacity_bytes = 0;
-};
-
+// One change. Tensors are shared, immutable metadata: a record of a
+// 100k-shard tensor does not copy its shards.
 struct MetadataChange {
   enum class Kind { kWorker, kTensor, kDeletedTensor, kShardIdHighWater };
   Kind kind = Kind::kTensor;
-  KnownWorker worker;          // kWorker
-  TensorMetadata tensor;       // kTensor: the tensor's new current version
-  std::string deleted_tensor;  // kDeletedTensor
+  // kWorker: a worker as remembered across restarts (name, rank, address,
+  // device, capacity_bytes; bytes_used and alive are not durable).
+  WorkerInfo worker;
+  // kTensor: the tensor's new current version (never null for kTensor).
+  std::shared_ptr<const TensorMetadata> tensor;
+  std::string deleted_tensor;        // kDeletedTensor
   uint64_t shard_id_high_water = 0;  // kShardIdHighWater
+
+  static MetadataChange Worker(WorkerInfo worker);
+  static MetadataChange Tensor(std::shared_ptr<const TensorMetadata> tensor);
+  static MetadataChange DeletedTensor(std::string name);
+  static MetadataChange ShardIdHighWater(uint64_t high_water);
 };
 
+// The whole metadata at one point. Copies share the tensors.
 struct MetadataState {
-  std::map<std::string, KnownWorker> workers;     // by name
-  std::map<std::string, TensorMetadata> tensors;  // by name
+  std::map<std::string, WorkerInfo> workers;  // by name
+  std::map<std::string, std::shared_ptr<const TensorMetadata>> tensors;
   uint64_t shard_id_high_water = 0;
 
   // Applies one change (the log's replay rule, in one place).
@@ -48,29 +57,41 @@ struct MetadataState {
 class MetadataStore {
  public:
   virtual ~MetadataStore() = default;
-  // The state recovered at start-up (empty for a new store).
+  // The state recovered at start-up (empty for a new store). Call once,
+  // before anything else.
   virtual absl::StatusOr<MetadataState> Load() = 0;
-  // Durably records one change.
-  virtual absl::Status Append(const MetadataChange& change) = 0;
-  // Durably replaces the history with `state`.
+  // Durably records `changes`, in order, all or none: on error none of them
+  // counts as recorded. A store that cannot tell what reached the disk (a
+  // failed fsync) refuses every later Append and Snapshot.
+  virtual absl::Status Append(absl::Span<const MetadataChange> changes) = 0;
+  absl::Status Append(const MetadataChange& change) {
+    return Append(absl::MakeConstSpan(&change, 1));
+  }
+  // Durably replaces the history with `state`, which must hold every change
+  // appended so far. Not to be called while an Append runs.
   virtual absl::Status Snapshot(const MetadataState& state) = 0;
   // For the start-up log: "in memory only" or "log and snapshot in DIR".
   virtual std::string Describe() const = 0;
 };
 
-// Keeps nothing: the coordinator's state lives and dies with the process.
+// Keeps the state in memory: it lives and dies with the process. Load gives
+// back what was appended to this object (same process only; a new
+// MemoryMetadataStore starts empty).
 class MemoryMetadataStore : public MetadataStore {
  public:
-  absl::StatusOr<MetadataState> Load() override { return MetadataState{}; }
-  absl::Status Append(const MetadataChange&) override {
-    return absl::OkStatus();
-  }
-  absl::Status Snapshot(const MetadataState&) override {
-    return absl::OkStatus();
-  }
+  using MetadataStore::Append;
+  absl::StatusOr<MetadataState> Load() override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Append(absl::Span<const MetadataChange> changes) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Snapshot(const MetadataState& state) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   std::string Describe() const override {
     return "in memory only (lost on restart)";
   }
+
+ private:
+  absl::Mutex mu_;
+  MetadataState state_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera

@@ -16,71 +16,92 @@ WorkerRecord WorkerRegistry::WithLiveness(const WorkerRecord& record) const {
   return out;
 }
 
-absl::StatusOr<int32_t> WorkerRegistry::Register(
+absl::StatusOr<WorkerInfo> WorkerRegistry::Reserve(
     const WorkerRegistration& registration) {
+  const std::string& name = registration.worker.name;
   absl::MutexLock lock(&mu_);
-  const absl::Time now = clock_();
-  auto existing = workers_.find(registration.name);
+  auto not_reserved = [this, &name]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !reserved_.contains(name);
+  };
+  mu_.Await(absl::Condition(&not_reserved));
+  WorkerInfo out = registration.worker;
+  out.alive = true;
+  auto existing = workers_.find(name);
   if (existing != workers_.end()) {
-    WorkerRecord& record = existing->second;
-    const bool alive = record.registered && now - record.last_seen <= lease_;
-    if (alive && record.address != registration.address) {
+    const WorkerRecord& record = existing->second;
+    const bool alive =
+        record.registered && clock_() - record.last_seen <= lease_;
+    if (alive && record.address != registration.worker.address) {
       return absl::AlreadyExistsError(
-          absl::StrCat("worker '", registration.name, "' already exists at ",
+          absl::StrCat("worker '", name, "' already exists at ",
                        record.address, " and is alive"));
     }
     if (registration.rank.has_value() && *registration.rank != record.rank) {
       return absl::AlreadyExistsError(absl::StrCat(
-          "worker '", registration.name, "' already exists with rank ",
-          record.rank, "; it cannot come back as rank ", *registration.rank));
+          "worker '", name, "' already exists with rank ", record.rank,
+          "; it cannot come back as rank ", *registration.rank));
     }
-    record.address = registration.address;
-    record.device = registration.device;
-    record.capacity_bytes = registration.capacity_bytes;
-    record.bytes_used = registration.bytes_used;
-    record.last_seen = now;
-    record.registered = true;
-    return record.rank;
+    out.rank = record.rank;
+    reserved_[name] = out.rank;
+    return out;
   }
-  int32_t rank = 0;
-  if (registration.rank.has_value()) {
-    rank = *registration.rank;
+  auto rank_owner = [this](int32_t rank) -> const std::string* {
+    mu_.AssertHeld();
     auto taken = rank_to_name_.find(rank);
-    if (taken != rank_to_name_.end()) {
+    if (taken != rank_to_name_.end()) return &taken->second;
+    for (const auto& [other, reserved_rank] : reserved_) {
+      if (reserved_rank == rank) return &other;
+    }
+    return nullptr;
+  };
+  if (registration.rank.has_value()) {
+    out.rank = *registration.rank;
+    if (const std::string* owner = rank_owner(out.rank); owner != nullptr) {
       return absl::AlreadyExistsError(
-          absl::StrCat("rank ", rank, " already exists: it belongs to worker '",
-                       taken->second, "'"));
+          absl::StrCat("rank ", out.rank,
+                       " already exists: it belongs to worker '", *owner, "'"));
     }
   } else {
-    while (rank_to_name_.contains(rank)) ++rank;
+    out.rank = 0;
+    while (rank_owner(out.rank) != nullptr) ++out.rank;
   }
-  WorkerRecord record;
-  record.name = registration.name;
-  record.rank = rank;
-  record.address = registration.address;
-  record.device = registration.device;
-  record.capacity_bytes = registration.capacity_bytes;
-  record.bytes_used = registration.bytes_used;
-  record.last_seen = now;
-  workers_[record.name] = record;
-  rank_to_name_[rank] = record.name;
-  return rank;
+  reserved_[name] = out.rank;
+  return out;
 }
 
-void WorkerRegistry::Restore(const std::string& name, int32_t rank,
-                             const std::string& address, const Device& device,
-                             int64_t capacity_bytes) {
+void WorkerRegistry::Complete(const WorkerInfo& worker) {
+  absl::MutexLock lock(&mu_);
+  reserved_.erase(worker.name);
+  WorkerRecord& record = workers_[worker.name];
+  static_cast<WorkerInfo&>(record) = worker;
+  record.last_seen = clock_();
+  record.registered = true;
+  rank_to_name_[worker.rank] = worker.name;
+}
+
+void WorkerRegistry::Abort(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  reserved_.erase(name);
+}
+
+absl::StatusOr<int32_t> WorkerRegistry::Register(
+    const WorkerRegistration& registration) {
+  absl::StatusOr<WorkerInfo> worker = Reserve(registration);
+  if (!worker.ok()) return worker.status();
+  Complete(*worker);
+  return worker->rank;
+}
+
+void WorkerRegistry::Restore(const WorkerInfo& worker) {
   absl::MutexLock lock(&mu_);
   WorkerRecord record;
-  record.name = name;
-  record.rank = rank;
-  record.address = address;
-  record.device = device;
-  record.capacity_bytes = capacity_bytes;
+  static_cast<WorkerInfo&>(record) = worker;
+  record.bytes_used = 0;
+  record.alive = false;
   record.last_seen = absl::InfinitePast();
   record.registered = false;
-  workers_[name] = record;
-  rank_to_name_[rank] = name;
+  workers_[worker.name] = record;
+  rank_to_name_[worker.rank] = worker.name;
 }
 
 bool WorkerRegistry::Heartbeat(const std::string& name, int64_t bytes_used) {

@@ -1,5 +1,13 @@
 // WorkerRegistry: the membership of workers — name, rank, address, device,
-// memory use — and their leases on an injected clock. Thread-safe.
+// memory use — and their leases on an injected clock.
+//
+// A registration whose record must be durable before the worker shows is
+// made in two steps: Reserve checks it and sets its name and rank aside
+// (invisible to List, Find and Resolve; a second registration of the same
+// name waits until the first is completed or aborted), then Complete
+// publishes it or Abort drops it. Register does both at once.
+//
+// Thread-safe; mu_ is a leaf lock (nothing is called while it is held).
 #ifndef TESSERA_COORDINATOR_WORKER_REGISTRY_H_
 #define TESSERA_COORDINATOR_WORKER_REGISTRY_H_
 
@@ -15,29 +23,24 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/placement.h"
+#include "core/worker_info.h"
 
 namespace tessera {
 
 using Clock = std::function<absl::Time()>;
 
+// A worker asking to join.
 struct WorkerRegistration {
-  std::string name;
-  std::optional<int32_t> rank;  // none: lowest free rank
-  std::string address;
-  Device device;
-  int64_t capacity_bytes = 0;
-  int64_t bytes_used = 0;
+  // What the worker says of itself: name, address, device, capacity_bytes,
+  // bytes_used. Its rank and liveness are the registry's to set.
+  WorkerInfo worker;
+  std::optional<int32_t> rank;  // the rank asked for; none: lowest free
 };
 
-struct WorkerRecord {
-  std::string name;
-  int32_t rank = 0;
-  std::string address;
-  Device device;
-  int64_t capacity_bytes = 0;
-  int64_t bytes_used = 0;
+// A registered (or remembered) worker: its WorkerInfo, with `alive` computed
+// from the lease when read.
+struct WorkerRecord : WorkerInfo {
   absl::Time last_seen;
-  bool alive = false;  // computed from the lease when read
   // False for a worker remembered from before a coordinator restart that has
   // not registered since: it must register (and report its shards) again.
   bool registered = true;
@@ -47,16 +50,23 @@ class WorkerRegistry {
  public:
   WorkerRegistry(absl::Duration lease, Clock clock);
 
-  // Adds a worker or takes back a known name (a restarted worker keeps its
-  // rank). ALREADY_EXISTS when the requested rank belongs to another worker,
-  // or the name belongs to a live worker at another address.
+  // Checks a registration and reserves its name and rank: a new worker gets
+  // the requested or lowest free rank, a known name keeps its rank (a
+  // restarted worker). ALREADY_EXISTS when the requested rank belongs to
+  // another worker, or the name belongs to a live worker at another
+  // address. Returns the worker as it will be registered.
+  absl::StatusOr<WorkerInfo> Reserve(const WorkerRegistration& registration)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Publishes a reservation: the worker is listed, alive from now.
+  void Complete(const WorkerInfo& worker) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops a reservation; a known worker stays as it was.
+  void Abort(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+  // Reserve and Complete; returns the rank.
   absl::StatusOr<int32_t> Register(const WorkerRegistration& registration)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Remembers a worker from before a restart, dead until it registers again.
-  void Restore(const std::string& name, int32_t rank,
-               const std::string& address, const Device& device,
-               int64_t capacity_bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  void Restore(const WorkerInfo& worker) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Renews the lease; false when the worker must register (again) first.
   bool Heartbeat(const std::string& name, int64_t bytes_used)
@@ -81,10 +91,14 @@ class WorkerRegistry {
 
   const absl::Duration lease_;
   const Clock clock_;
-  // Invariants: names and ranks are unique; rank_to_name_ mirrors workers_.
+  // Invariants: names and ranks are unique across workers_ and reserved_;
+  // rank_to_name_ mirrors workers_; a reserved name that is in workers_
+  // keeps its rank.
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, WorkerRecord> workers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int32_t, std::string> rank_to_name_ ABSL_GUARDED_BY(mu_);
+  // Registrations whose record is being written: name -> rank.
+  absl::flat_hash_map<std::string, int32_t> reserved_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera

@@ -21,9 +21,9 @@ struct FakeClock {
 WorkerRegistration Worker(const std::string& name, std::optional<int32_t> rank,
                           const std::string& address) {
   WorkerRegistration r;
-  r.name = name;
+  r.worker.name = name;
   r.rank = rank;
-  r.address = address;
+  r.worker.address = address;
   return r;
 }
 
@@ -95,6 +95,58 @@ TEST(WorkerRegistryTest, ResolveChecksWorkerAndDevice) {
   EXPECT_THAT(registry.Resolve(by_name).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("does not exist")));
+}
+
+TEST(WorkerRegistryTest, ReservedWorkerIsInvisibleUntilCompleted) {
+  FakeClock clock;
+  WorkerRegistry registry(absl::Seconds(5), clock.AsClock());
+  auto reserved = registry.Reserve(Worker("a", std::nullopt, "h:1"));
+  ASSERT_OK(reserved);
+  EXPECT_EQ(reserved->rank, 0);
+  EXPECT_TRUE(registry.List().empty());
+  EXPECT_FALSE(registry.Find("a").has_value());
+  EXPECT_FALSE(registry.Heartbeat("a", 0));
+  // Its rank is set aside meanwhile.
+  EXPECT_EQ(*registry.Register(Worker("b", std::nullopt, "h:2")), 1);
+  EXPECT_THAT(registry.Register(Worker("c", 0, "h:3")).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("'a'")));
+  registry.Complete(*reserved);
+  ASSERT_TRUE(registry.Find("a").has_value());
+  EXPECT_TRUE(registry.Find("a")->alive);
+  EXPECT_EQ(registry.Find("a")->rank, 0);
+}
+
+TEST(WorkerRegistryTest, AbortedReservationLeavesTheWorkerAsItWas) {
+  FakeClock clock;
+  WorkerRegistry registry(absl::Seconds(5), clock.AsClock());
+  ASSERT_OK(registry.Register(Worker("a", std::nullopt, "h:1")));
+  clock.now += absl::Seconds(10);  // dead: may come back elsewhere
+  auto moved = registry.Reserve(Worker("a", std::nullopt, "h:2"));
+  ASSERT_OK(moved);
+  registry.Abort("a");
+  EXPECT_EQ(registry.Find("a")->address, "h:1");
+  EXPECT_FALSE(registry.Find("a")->alive);
+  // A new worker's aborted reservation frees its rank.
+  auto fresh = registry.Reserve(Worker("b", 5, "h:3"));
+  ASSERT_OK(fresh);
+  registry.Abort("b");
+  EXPECT_FALSE(registry.Find("b").has_value());
+  EXPECT_EQ(*registry.Register(Worker("c", 5, "h:4")), 5);
+}
+
+TEST(WorkerRegistryTest, RestoredWorkerIsDeadUntilItRegisters) {
+  FakeClock clock;
+  WorkerRegistry registry(absl::Seconds(5), clock.AsClock());
+  WorkerInfo known;
+  known.name = "a";
+  known.rank = 3;
+  known.address = "h:1";
+  known.capacity_bytes = 100;
+  registry.Restore(known);
+  EXPECT_FALSE(registry.Find("a")->alive);
+  EXPECT_FALSE(registry.Heartbeat("a", 0));
+  EXPECT_EQ(*registry.Register(Worker("a", std::nullopt, "h:1")), 3);
+  EXPECT_TRUE(registry.Find("a")->alive);
 }
 
 }  // namespace

@@ -1,0 +1,143 @@
+#include "coordinator/fake_worker_control.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/errors.h"
+
+namespace tessera {
+
+void FakeWorkerControl::AddWorker(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  workers_[address];
+}
+
+void FakeWorkerControl::FailNext(const std::string& address,
+                                 absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  workers_[address].fail_next = std::move(status);
+}
+
+std::vector<uint64_t> FakeWorkerControl::Held(
+    const std::string& address) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> out;
+  auto it = workers_.find(address);
+  if (it == workers_.end()) return out;
+  for (const auto& [id, bytes] : it->second.shards) out.push_back(id);
+  return out;
+}
+
+size_t FakeWorkerControl::TotalHeld() const {
+  absl::MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const auto& [address, worker] : workers_) n += worker.shards.size();
+  return n;
+}
+
+int64_t FakeWorkerControl::BytesUsed(const std::string& address) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(address);
+  return it == workers_.end() ? 0 : it->second.bytes_used;
+}
+
+FakeWorkerControl::Counts FakeWorkerControl::counts(
+    const std::string& address) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(address);
+  return it == workers_.end() ? Counts{} : it->second.counts;
+}
+
+std::vector<TransferBatch> FakeWorkerControl::transfers() const {
+  absl::MutexLock lock(&mu_);
+  return transfers_;
+}
+
+void FakeWorkerControl::Hold(const std::string& address, uint64_t shard_id,
+                             int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  Worker& worker = workers_[address];
+  worker.shards[shard_id] = bytes;
+  worker.bytes_used += bytes;
+}
+
+absl::StatusOr<FakeWorkerControl::Worker*> FakeWorkerControl::Reach(
+    const std::string& address) {
+  auto it = workers_.find(address);
+  if (it == workers_.end()) {
+    return UnavailableError(absl::StrCat("worker at ", address));
+  }
+  Worker* worker = &it->second;
+  if (!worker->fail_next.ok()) {
+    absl::Status status = std::move(worker->fail_next);
+    worker->fail_next = absl::OkStatus();
+    return status;
+  }
+  return worker;
+}
+
+absl::StatusOr<int64_t> FakeWorkerControl::Allocate(
+    const std::string& address, const AllocateBatch& batch) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(address);
+  if (it != workers_.end()) ++it->second.counts.allocate;
+  absl::StatusOr<Worker*> worker = Reach(address);
+  if (!worker.ok()) return worker.status();
+  for (const auto& [id, box] : batch.shards) {
+    if ((*worker)->shards.count(id) > 0) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("shard ", id, " already exists on ", address));
+    }
+  }
+  for (const auto& [id, box] : batch.shards) {
+    const int64_t bytes =
+        box.NumElements() * static_cast<int64_t>(ItemSize(batch.dtype));
+    (*worker)->shards[id] = bytes;
+    (*worker)->bytes_used += bytes;
+  }
+  return (*worker)->bytes_used;
+}
+
+absl::StatusOr<int64_t> FakeWorkerControl::Free(
+    const std::string& address, const std::vector<uint64_t>& shard_ids) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(address);
+  if (it != workers_.end()) ++it->second.counts.free;
+  absl::StatusOr<Worker*> worker = Reach(address);
+  if (!worker.ok()) return worker.status();
+  for (uint64_t id : shard_ids) {
+    auto shard = (*worker)->shards.find(id);
+    if (shard == (*worker)->shards.end()) continue;
+    (*worker)->bytes_used -= shard->second;
+    (*worker)->shards.erase(shard);
+  }
+  return (*worker)->bytes_used;
+}
+
+void FakeWorkerControl::Reset(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(address);
+  if (it != workers_.end()) ++it->second.counts.reset;
+}
+
+absl::Status FakeWorkerControl::Transfer(const TransferBatch& batch) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(batch.dst_address);
+  if (it != workers_.end()) ++it->second.counts.transfer;
+  absl::StatusOr<Worker*> dst = Reach(batch.dst_address);
+  if (!dst.ok()) return dst.status();
+  absl::StatusOr<Worker*> src = Reach(batch.src_address);
+  if (!src.ok()) return src.status();
+  for (const TransferPiece& piece : batch.pieces) {
+    if ((*src)->shards.count(piece.src_shard_id) == 0) {
+      return NotFoundError(
+          "shard", absl::StrCat(piece.src_shard_id, " on ", batch.src_address));
+    }
+    if ((*dst)->shards.count(piece.dst_shard_id) == 0) {
+      return NotFoundError(
+          "shard", absl::StrCat(piece.dst_shard_id, " on ", batch.dst_address));
+    }
+  }
+  transfers_.push_back(batch);
+  return absl::OkStatus();
+}
+
+}  // namespace tessera

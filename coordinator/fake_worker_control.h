@@ -1,0 +1,79 @@
+// FakeWorkerControl: in-memory workers for the coordinator's unit tests.
+// Each worker, named by its address, holds shard ids with their sizes;
+// every call is counted, every Transfer kept, and a worker can be told to
+// fail its next call. No bytes move: a Transfer checks that both ends hold
+// the shards it names. Test-only; thread-safe.
+#ifndef TESSERA_COORDINATOR_FAKE_WORKER_CONTROL_H_
+#define TESSERA_COORDINATOR_FAKE_WORKER_CONTROL_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/worker_control.h"
+
+namespace tessera {
+
+class FakeWorkerControl : public WorkerControl {
+ public:
+  // Calls per worker.
+  struct Counts {
+    int allocate = 0;
+    int free = 0;
+    int reset = 0;
+    int transfer = 0;  // Transfers whose destination is this worker
+  };
+
+  // Adds an empty worker; calls to addresses never added are UNAVAILABLE.
+  void AddWorker(const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);
+  // The next call to `address` (Allocate, Free, or a Transfer to or from
+  // it) fails with `status` and changes nothing; later calls work again.
+  void FailNext(const std::string& address, absl::Status status)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Shard ids the worker holds, ascending.
+  std::vector<uint64_t> Held(const std::string& address) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Shards held on every worker together.
+  size_t TotalHeld() const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t BytesUsed(const std::string& address) const ABSL_LOCKS_EXCLUDED(mu_);
+  Counts counts(const std::string& address) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Every Transfer that succeeded, in order.
+  std::vector<TransferBatch> transfers() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Puts a shard on a worker directly (a shard left over from before).
+  void Hold(const std::string& address, uint64_t shard_id, int64_t bytes)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  absl::StatusOr<int64_t> Allocate(const std::string& address,
+                                   const AllocateBatch& batch) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<int64_t> Free(const std::string& address,
+                               const std::vector<uint64_t>& shard_ids) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Reset(const std::string& address) override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Transfer(const TransferBatch& batch) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Worker {
+    std::map<uint64_t, int64_t> shards;  // id -> bytes
+    int64_t bytes_used = 0;
+    absl::Status fail_next;
+    Counts counts;
+  };
+  // The worker at `address`, or UNAVAILABLE; consumes a queued failure.
+  absl::StatusOr<Worker*> Reach(const std::string& address)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);
+  std::vector<TransferBatch> transfers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_FAKE_WORKER_CONTROL_H_

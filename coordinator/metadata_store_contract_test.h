@@ -1,0 +1,234 @@
+// The contract every MetadataStore passes: one parameterised suite, run
+// against each implementation by instantiating it with a factory, e.g.
+//
+//   INSTANTIATE_TEST_SUITE_P(File, MetadataStoreContractTest,
+//                            ::testing::Values(FileStoreFactory()),
+//                            MetadataStoreContractTest::Name);
+//
+// What "after a restart" means differs by kind, and the factory says it:
+// a durable store (file log, etcd) is reopened as a new object on the same
+// place after the old one is destroyed; the memory store cannot outlive its
+// process, so its `reopen` hands back the same object and the suite reloads
+// through it ("same process" durability). Everything else is the same for
+// both: Load of a new store is empty; appended changes come back applied in
+// order; a batch is applied in order; Snapshot replaces the history; appends
+// after a snapshot survive it; the shard-id high-water mark never goes down.
+// Torn tails are a file-log matter and are tested in its own test.
+#ifndef TESSERA_COORDINATOR_METADATA_STORE_CONTRACT_TEST_H_
+#define TESSERA_COORDINATOR_METADATA_STORE_CONTRACT_TEST_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coordinator/metadata_store.h"
+#include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace testing {
+
+struct MetadataStoreFactory {
+  std::string name;  // a valid gtest name: "Memory", "File"
+  // A new, empty store in a place of its own (not yet loaded).
+  std::function<std::unique_ptr<MetadataStore>()> make;
+  // What a restart gives: takes the store (and may destroy it) and returns
+  // a store, not yet loaded, on the same place.
+  std::function<std::unique_ptr<MetadataStore>(std::unique_ptr<MetadataStore>)>
+      reopen;
+};
+
+class MetadataStoreContractTest
+    : public ::testing::TestWithParam<MetadataStoreFactory> {
+ public:
+  static std::string Name(
+      const ::testing::TestParamInfo<MetadataStoreFactory>& info) {
+    return info.param.name;
+  }
+
+ protected:
+  // A new store, loaded.
+  std::unique_ptr<MetadataStore> Open() {
+    std::unique_ptr<MetadataStore> store = GetParam().make();
+    auto state = store->Load();
+    EXPECT_TRUE(state.ok()) << state.status();
+    return store;
+  }
+  // The store after a restart, and what it loads.
+  MetadataState Reload(std::unique_ptr<MetadataStore>* store) {
+    *store = GetParam().reopen(std::move(*store));
+    auto state = (*store)->Load();
+    EXPECT_TRUE(state.ok()) << state.status();
+    return state.ok() ? *std::move(state) : MetadataState{};
+  }
+
+  static std::shared_ptr<const TensorMetadata> Tensor(const std::string& name,
+                                                      uint64_t version,
+                                                      int num_shards) {
+    auto tensor = std::make_shared<TensorMetadata>();
+    tensor->name = name;
+    tensor->shape = {static_cast<int64_t>(num_shards) * 4, 3};
+    tensor->dtype = DType::kInt32;
+    tensor->requires_grad = version % 2 == 0;
+    tensor->version = version;
+    for (int i = 0; i < num_shards; ++i) {
+      ShardInfo shard;
+      shard.box = Box{{4 * i, 0}, {4, 3}};
+      shard.rank = i;
+      shard.worker = "w" + std::to_string(i);
+      shard.shard_id = 1000 * version + static_cast<uint64_t>(i);
+      tensor->shards.push_back(shard);
+    }
+    return tensor;
+  }
+  static WorkerInfo Worker(const std::string& name, int32_t rank) {
+    WorkerInfo w;
+    w.name = name;
+    w.rank = rank;
+    w.address = "127.0.0.1:" + std::to_string(7000 + rank);
+    w.device = Device{Device::Kind::kCuda, rank};
+    w.capacity_bytes = 1 << 20;
+    return w;
+  }
+  // The durable fields of two tensors agree.
+  static void ExpectSameTensor(const TensorMetadata& got,
+                               const TensorMetadata& want) {
+    EXPECT_EQ(got.name, want.name);
+    EXPECT_EQ(got.shape, want.shape);
+    EXPECT_EQ(got.dtype, want.dtype);
+    EXPECT_EQ(got.requires_grad, want.requires_grad);
+    EXPECT_EQ(got.pin_memory, want.pin_memory);
+    EXPECT_EQ(got.version, want.version);
+    ASSERT_EQ(got.shards.size(), want.shards.size()) << want.name;
+    for (size_t i = 0; i < want.shards.size(); ++i) {
+      EXPECT_EQ(got.shards[i].box, want.shards[i].box);
+      EXPECT_EQ(got.shards[i].rank, want.shards[i].rank);
+      EXPECT_EQ(got.shards[i].device, want.shards[i].device);
+      EXPECT_EQ(got.shards[i].worker, want.shards[i].worker);
+      EXPECT_EQ(got.shards[i].shard_id, want.shards[i].shard_id);
+    }
+  }
+  static std::vector<std::string> Names(const MetadataState& state) {
+    std::vector<std::string> out;
+    for (const auto& [name, tensor] : state.tensors) out.push_back(name);
+    return out;
+  }
+};
+
+TEST_P(MetadataStoreContractTest, NewStoreLoadsEmpty) {
+  std::unique_ptr<MetadataStore> store = GetParam().make();
+  auto state = store->Load();
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_TRUE(state->tensors.empty());
+  EXPECT_TRUE(state->workers.empty());
+  EXPECT_EQ(state->shard_id_high_water, 0u);
+  EXPECT_FALSE(store->Describe().empty());
+}
+
+TEST_P(MetadataStoreContractTest, AppendedChangesComeBackApplied) {
+  std::unique_ptr<MetadataStore> store = Open();
+  ASSERT_OK(store->Append(MetadataChange::Worker(Worker("w0", 0))));
+  ASSERT_OK(store->Append(MetadataChange::Worker(Worker("w1", 1))));
+  ASSERT_OK(store->Append(MetadataChange::Tensor(Tensor("a", 1, 2))));
+  ASSERT_OK(store->Append(MetadataChange::Tensor(Tensor("b", 1, 3))));
+  ASSERT_OK(store->Append(MetadataChange::Tensor(Tensor("a", 2, 4))));
+  ASSERT_OK(store->Append(MetadataChange::DeletedTensor("b")));
+  ASSERT_OK(store->Append(MetadataChange::ShardIdHighWater(70000)));
+  WorkerInfo moved = Worker("w1", 1);
+  moved.address = "127.0.0.1:9999";
+  ASSERT_OK(store->Append(MetadataChange::Worker(moved)));
+
+  const MetadataState state = Reload(&store);
+  EXPECT_THAT(Names(state), ::testing::ElementsAre("a"));
+  ExpectSameTensor(*state.tensors.at("a"), *Tensor("a", 2, 4));
+  ASSERT_EQ(state.workers.size(), 2u);
+  const WorkerInfo& w0 = state.workers.at("w0");
+  EXPECT_EQ(w0.rank, 0);
+  EXPECT_EQ(w0.address, "127.0.0.1:7000");
+  EXPECT_EQ(w0.device, (Device{Device::Kind::kCuda, 0}));
+  EXPECT_EQ(w0.capacity_bytes, 1 << 20);
+  EXPECT_EQ(state.workers.at("w1").address, "127.0.0.1:9999");
+  EXPECT_EQ(state.shard_id_high_water, 70000u);
+}
+
+TEST_P(MetadataStoreContractTest, ABatchIsAppliedInOrder) {
+  std::unique_ptr<MetadataStore> store = Open();
+  const std::vector<MetadataChange> batch = {
+      MetadataChange::Tensor(Tensor("a", 1, 1)),
+      MetadataChange::Tensor(Tensor("b", 1, 1)),
+      MetadataChange::DeletedTensor("a"),
+      MetadataChange::Tensor(Tensor("b", 2, 2)),
+      MetadataChange::Tensor(Tensor("c", 1, 1)),
+  };
+  ASSERT_OK(store->Append(batch));
+  ASSERT_OK(store->Append(std::vector<MetadataChange>{}));  // empty: no-op
+  const MetadataState state = Reload(&store);
+  EXPECT_THAT(Names(state), ::testing::ElementsAre("b", "c"));
+  EXPECT_EQ(state.tensors.at("b")->version, 2u);
+}
+
+TEST_P(MetadataStoreContractTest, SnapshotReplacesTheHistory) {
+  std::unique_ptr<MetadataStore> store = Open();
+  ASSERT_OK(store->Append(MetadataChange::Tensor(Tensor("a", 1, 2))));
+  ASSERT_OK(store->Append(MetadataChange::Worker(Worker("w0", 0))));
+  ASSERT_OK(store->Append(MetadataChange::ShardIdHighWater(5000)));
+  MetadataState snapshot;
+  snapshot.tensors["c"] = Tensor("c", 3, 2);
+  snapshot.workers["w1"] = Worker("w1", 1);
+  snapshot.shard_id_high_water = 9000;
+  ASSERT_OK(store->Snapshot(snapshot));
+  const MetadataState state = Reload(&store);
+  EXPECT_THAT(Names(state), ::testing::ElementsAre("c"));
+  ExpectSameTensor(*state.tensors.at("c"), *Tensor("c", 3, 2));
+  ASSERT_EQ(state.workers.size(), 1u);
+  EXPECT_EQ(state.workers.count("w1"), 1u);
+  EXPECT_EQ(state.shard_id_high_water, 9000u);
+}
+
+TEST_P(MetadataStoreContractTest, AppendsAfterASnapshotSurviveIt) {
+  std::unique_ptr<MetadataStore> store = Open();
+  ASSERT_OK(store->Append(MetadataChange::Tensor(Tensor("old", 1, 1))));
+  MetadataState snapshot;
+  snapshot.tensors["a"] = Tensor("a", 1, 2);
+  snapshot.tensors["b"] = Tensor("b", 1, 2);
+  ASSERT_OK(store->Snapshot(snapshot));
+  ASSERT_OK(store->Append(MetadataChange::DeletedTensor("a")));
+  ASSERT_OK(store->Append(MetadataChange::Tensor(Tensor("b", 2, 3))));
+  ASSERT_OK(store->Append(MetadataChange::Tensor(Tensor("c", 1, 1))));
+  MetadataState state = Reload(&store);
+  EXPECT_THAT(Names(state), ::testing::ElementsAre("b", "c"));
+  ExpectSameTensor(*state.tensors.at("b"), *Tensor("b", 2, 3));
+  // And once more: the reopened store keeps appending where it was.
+  ASSERT_OK(store->Append(MetadataChange::DeletedTensor("c")));
+  state = Reload(&store);
+  EXPECT_THAT(Names(state), ::testing::ElementsAre("b"));
+}
+
+TEST_P(MetadataStoreContractTest, SnapshotOfTheLoadedStateKeepsEverything) {
+  // What the coordinator does at every start: load, then snapshot what was
+  // loaded. Three starts in a row must give the same state.
+  std::unique_ptr<MetadataStore> store = Open();
+  ASSERT_OK(store->Append(MetadataChange::Tensor(Tensor("a", 1, 2))));
+  ASSERT_OK(store->Append(MetadataChange::Worker(Worker("w0", 0))));
+  for (int start = 0; start < 3; ++start) {
+    MetadataState state = Reload(&store);
+    ASSERT_THAT(Names(state), ::testing::ElementsAre("a")) << start;
+    ExpectSameTensor(*state.tensors.at("a"), *Tensor("a", 1, 2));
+    EXPECT_EQ(state.workers.count("w0"), 1u);
+    ASSERT_OK(store->Snapshot(state));
+  }
+}
+
+TEST_P(MetadataStoreContractTest, ShardIdHighWaterNeverGoesDown) {
+  std::unique_ptr<MetadataStore> store = Open();
+  ASSERT_OK(store->Append(MetadataChange::ShardIdHighWater(100)));
+  ASSERT_OK(store->Append(MetadataChange::ShardIdHighWater(50)));
+  EXPECT_EQ(Reload(&store).shard_id_high_water, 100u);
+}
+
+}  // namespace testing
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_METADATA_STORE_CONTRACT_TEST_H_

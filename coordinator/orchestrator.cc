@@ -1,0 +1,402 @@
+#include "coordinator/orchestrator.h"
+
+#include <algorithm>
+#include <iterator>
+#include <map>
+#include <thread>
+#include <utility>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "core/checked_math.h"
+#include "core/errors.h"
+#include "core/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace tessera {
+
+Orchestrator::Orchestrator(WorkerRegistry* registry, TensorTable* table,
+                           MetadataLog* log, WorkerControl* workers)
+    : registry_(registry), table_(table), log_(log), workers_(workers) {}
+
+absl::Status Orchestrator::PlaceShards(const LayoutSpec& spec,
+                                       std::vector<Box> boxes,
+                                       TensorMetadata* meta) const {
+  meta->shards.resize(boxes.size());
+  // Specs name few distinct placements (one per worker or device), so each
+  // is resolved once rather than once per shard.
+  std::vector<std::pair<const Placement*, WorkerRecord>> resolved;
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    const Placement& placement = spec.placements[i];
+    auto known =
+        std::find_if(resolved.begin(), resolved.end(),
+                     [&](const auto& r) { return *r.first == placement; });
+    if (known == resolved.end()) {
+      TESSERA_ASSIGN_OR_RETURN(WorkerRecord record,
+                               registry_->Resolve(placement));
+      if (resolved.size() == 16) resolved.erase(resolved.begin());
+      resolved.emplace_back(&placement, std::move(record));
+      known = std::prev(resolved.end());
+    }
+    const WorkerRecord& worker = known->second;
+    if (!worker.alive) {
+      return UnavailableError(absl::StrCat("worker '", worker.name, "' (rank ",
+                                           worker.rank, ") for shard ", i));
+    }
+    ShardInfo& shard = meta->shards[i];
+    shard.box = std::move(boxes[i]);
+    shard.rank = worker.rank;
+    shard.device = worker.device;
+    shard.worker = worker.name;
+    shard.address = worker.address;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Orchestrator::CheckCapacity(const TensorMetadata& shards) const {
+  absl::flat_hash_map<std::string, int64_t> need;
+  for (const ShardInfo& shard : shards.shards) {
+    need[shard.worker] +=
+        shard.box.NumElements() * static_cast<int64_t>(ItemSize(shards.dtype));
+  }
+  for (const auto& [name, bytes] : need) {
+    std::optional<WorkerRecord> worker = registry_->Find(name);
+    if (!worker.has_value() || worker->capacity_bytes <= 0) continue;
+    if (worker->bytes_used + bytes > worker->capacity_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "worker '", name, "' has ",
+          worker->capacity_bytes - worker->bytes_used, " bytes free of its ",
+          worker->capacity_bytes, "-byte capacity; the shards of '",
+          shards.name, "' placed on it need ", bytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TensorMetadataPtr> Orchestrator::Create(
+    const CreateTensorArgs& args) {
+  const absl::Time start = absl::Now();
+  TESSERA_RETURN_IF_ERROR(CheckTensorName(args.name));
+  TESSERA_RETURN_IF_ERROR(ByteSize(args.shape, ItemSize(args.dtype)).status());
+  TESSERA_RETURN_IF_ERROR(CheckInitValue(args.init, args.dtype));
+  TESSERA_ASSIGN_OR_RETURN(std::vector<Box> boxes,
+                           LayoutBoxes(args.shape, args.spec));
+
+  auto meta = std::make_shared<TensorMetadata>();
+  meta->name = args.name;
+  meta->shape = args.shape;
+  meta->dtype = args.dtype;
+  meta->requires_grad = args.requires_grad;
+  meta->pin_memory = args.pin_memory;
+  meta->version = 1;
+  TESSERA_RETURN_IF_ERROR(PlaceShards(args.spec, std::move(boxes), meta.get()));
+  TESSERA_RETURN_IF_ERROR(CheckCapacity(*meta));
+
+  TESSERA_RETURN_IF_ERROR(table_->ReserveName(args.name));
+  const MetadataLog::Ticket ids = table_->ReserveIds(absl::MakeSpan(meta->shards));
+  bool allocated = false;
+  auto undo = absl::MakeCleanup([&] {
+    if (allocated) FreeShards(*meta);
+    table_->AbandonCreate(*meta);
+  });
+  // The ids reach the workers only once their high-water mark is durable.
+  TESSERA_RETURN_IF_ERROR(log_->Wait(ids));
+
+  const absl::Time allocate_start = absl::Now();
+  TESSERA_RETURN_IF_ERROR(AllocateShards(*meta, args.init));
+  allocated = true;
+  const absl::Time allocate_end = absl::Now();
+
+  // A put's tensor stays pending (no record) until CommitTensor.
+  TESSERA_RETURN_IF_ERROR(log_->Wait(table_->CommitCreate(meta, args.pending)));
+  if (!args.pending) table_->FinishCreate(args.name);
+  std::move(undo).Cancel();
+  spdlog::info(
+      "created tensor '{}' {} {} in {} shards{}, {:.3f} s (layout and "
+      "placement {:.3f}, allocate {:.3f}, record {:.3f})",
+      args.name, ShapeToString(args.shape), std::string(DTypeName(args.dtype)),
+      meta->shards.size(), args.pending ? " (pending)" : "",
+      absl::ToDoubleSeconds(absl::Now() - start),
+      absl::ToDoubleSeconds(allocate_start - start),
+      absl::ToDoubleSeconds(allocate_end - allocate_start),
+      absl::ToDoubleSeconds(absl::Now() - allocate_end));
+  return TensorMetadataPtr(std::move(meta));
+}
+
+absl::Status Orchestrator::AllocateShards(const TensorMetadata& meta,
+                                          const InitSpec& init) {
+  // One batch per worker, all batches in parallel.
+  std::map<std::string, AllocateBatch> batches;  // by address
+  std::map<std::string, std::string> names;      // address -> worker name
+  for (const ShardInfo& shard : meta.shards) {
+    AllocateBatch& batch = batches[shard.address];
+    if (batch.shards.empty()) {
+      batch.tensor = meta.name;
+      batch.dtype = meta.dtype;
+      batch.tensor_shape = meta.shape;
+      batch.init = init;
+      names[shard.address] = shard.worker;
+    }
+    batch.shards.emplace_back(shard.shard_id, shard.box);
+  }
+  std::vector<std::string> addresses;
+  for (const auto& [address, batch] : batches) addresses.push_back(address);
+  std::vector<absl::StatusOr<int64_t>> results(addresses.size(),
+                                               absl::UnknownError(""));
+  std::vector<std::thread> threads;
+  threads.reserve(addresses.size());
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    threads.emplace_back([&, i] {
+      results[i] = workers_->Allocate(addresses[i], batches[addresses[i]]);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+
+  absl::Status first_error;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    if (results[i].ok()) {
+      registry_->SetBytesUsed(names[addresses[i]], *results[i]);
+    } else if (first_error.ok()) {
+      first_error = Annotate(
+          results[i].status(),
+          absl::StrCat("allocating ", batches[addresses[i]].shards.size(),
+                       " shard(s) of '", meta.name, "' on worker '",
+                       names[addresses[i]], "'"));
+    }
+  }
+  if (first_error.ok()) return first_error;
+  // Undo the batches that succeeded (a failed batch undid itself on its
+  // worker).
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    if (!results[i].ok()) continue;
+    std::vector<uint64_t> ids;
+    for (const auto& [id, box] : batches[addresses[i]].shards)
+      ids.push_back(id);
+    absl::StatusOr<int64_t> freed = workers_->Free(addresses[i], ids);
+    if (freed.ok()) registry_->SetBytesUsed(names[addresses[i]], *freed);
+  }
+  return first_error;
+}
+
+void Orchestrator::FreeShards(const TensorMetadata& meta) {
+  std::map<std::string, std::vector<uint64_t>> by_worker;  // worker name -> ids
+  for (const ShardInfo& shard : meta.shards)
+    by_worker[shard.worker].push_back(shard.shard_id);
+  std::vector<std::thread> threads;
+  for (const auto& [name, ids] : by_worker) {
+    std::optional<WorkerRecord> worker = registry_->Find(name);
+    if (!worker.has_value()) continue;
+    threads.emplace_back([this, worker = *worker, &ids = ids, &meta] {
+      absl::StatusOr<int64_t> freed = workers_->Free(worker.address, ids);
+      if (freed.ok()) {
+        registry_->SetBytesUsed(worker.name, *freed);
+      } else {
+        spdlog::warn("freeing {} shard(s) of '{}' on worker '{}' failed: {}",
+                     ids.size(), meta.name, worker.name,
+                     std::string(freed.status().message()));
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+absl::Status Orchestrator::Commit(const std::string& name, uint64_t version) {
+  TESSERA_ASSIGN_OR_RETURN(MetadataLog::Ticket ticket,
+                           table_->BeginCommit(name, version));
+  if (ticket == 0) return absl::OkStatus();  // ready already
+  absl::Status status = log_->Wait(ticket);
+  table_->FinishCommit(name, status);
+  return status;
+}
+
+absl::Status Orchestrator::Delete(const std::string& name) {
+  TESSERA_ASSIGN_OR_RETURN(MetadataLog::Ticket ticket,
+                           table_->BeginDelete(name));
+  TESSERA_ASSIGN_OR_RETURN(std::vector<TensorMetadataPtr> versions,
+                           table_->FinishDelete(name, log_->Wait(ticket)));
+  for (const TensorMetadataPtr& version : versions) FreeShards(*version);
+  spdlog::info("deleted tensor '{}'", name);
+  return absl::OkStatus();
+}
+
+void Orchestrator::FreeDue() {
+  for (const TensorMetadataPtr& shards : table_->TakeDue()) {
+    FreeShards(*shards);
+    spdlog::info("freed {} shard(s) of '{}' version {}", shards->shards.size(),
+                 shards->name, shards->version);
+  }
+}
+
+void Orchestrator::FillWorkerState(TensorMetadata* meta) const {
+  absl::flat_hash_map<std::string, WorkerRecord> workers;
+  for (WorkerRecord& w : registry_->List()) workers[w.name] = std::move(w);
+  for (ShardInfo& shard : meta->shards) {
+    auto it = workers.find(shard.worker);
+    if (it == workers.end()) {
+      shard.available = false;
+      continue;
+    }
+    shard.address = it->second.address;
+    shard.available = it->second.alive;
+  }
+  table_->MarkLost(meta);
+}
+
+absl::StatusOr<ReshardResult> Orchestrator::Reshard(
+    const std::string& name, const LayoutSpec& spec,
+    uint64_t expected_version) {
+  const absl::Time start = absl::Now();
+  TESSERA_ASSIGN_OR_RETURN(TensorMetadataPtr old_meta,
+                           table_->BeginReshard(name, expected_version));
+  auto done = absl::MakeCleanup([&] { table_->EndReshard(name); });
+
+  TESSERA_ASSIGN_OR_RETURN(std::vector<Box> boxes,
+                           LayoutBoxes(old_meta->shape, spec));
+  auto new_meta = std::make_shared<TensorMetadata>();
+  new_meta->name = old_meta->name;
+  new_meta->shape = old_meta->shape;
+  new_meta->dtype = old_meta->dtype;
+  new_meta->requires_grad = old_meta->requires_grad;
+  new_meta->pin_memory = old_meta->pin_memory;
+  new_meta->version = old_meta->version + 1;
+  TESSERA_RETURN_IF_ERROR(PlaceShards(spec, std::move(boxes), new_meta.get()));
+
+  // Sources must be readable before anything is allocated.
+  TensorMetadata sources = *old_meta;
+  FillWorkerState(&sources);
+  std::vector<PlacedBox> old_layout, new_layout;
+  for (const ShardInfo& s : sources.shards)
+    old_layout.push_back({s.box, s.worker});
+  for (const ShardInfo& s : new_meta->shards)
+    new_layout.push_back({s.box, s.worker});
+  const ReshardPlan plan =
+      PlanReshard(old_layout, new_layout, ItemSize(old_meta->dtype));
+  for (const ReshardPiece& piece : plan.pieces) {
+    const ShardInfo& src = sources.shards[piece.src_shard];
+    if (!src.available) {
+      return UnavailableError(
+          absl::StrCat("cannot reshard '", name, "': worker '", src.worker,
+                       "' holding shard ", piece.src_shard));
+    }
+  }
+
+  // New shards: kept ones take over the old memory; the rest are allocated.
+  TensorMetadata fresh = *new_meta;
+  fresh.shards.clear();
+  std::vector<size_t> fresh_index;  // fresh.shards[k] is new_meta->shards[..]
+  for (size_t j = 0; j < new_meta->shards.size(); ++j) {
+    ShardInfo& shard = new_meta->shards[j];
+    if (plan.kept_from[j] >= 0) {
+      shard.shard_id = old_meta->shards[plan.kept_from[j]].shard_id;
+    } else {
+      fresh.shards.push_back(shard);
+      fresh_index.push_back(j);
+    }
+  }
+  const MetadataLog::Ticket ids =
+      table_->ReserveIds(absl::MakeSpan(fresh.shards));
+  for (size_t k = 0; k < fresh.shards.size(); ++k)
+    new_meta->shards[fresh_index[k]].shard_id = fresh.shards[k].shard_id;
+  bool allocated = false;
+  auto undo = absl::MakeCleanup([&] {
+    if (allocated) FreeShards(fresh);
+    table_->ReleaseIds(fresh.shards);
+  });
+  TESSERA_RETURN_IF_ERROR(CheckCapacity(fresh));
+  TESSERA_RETURN_IF_ERROR(log_->Wait(ids));
+  const absl::Time allocate_start = absl::Now();
+  TESSERA_RETURN_IF_ERROR(Annotate(AllocateShards(fresh, InitSpec{}),
+                                   absl::StrCat("resharding '", name, "'")));
+  allocated = true;
+  const absl::Time move_start = absl::Now();
+  TESSERA_RETURN_IF_ERROR(Annotate(
+      MovePieces(sources, *new_meta, plan),
+      absl::StrCat("resharding '", name, "' (version ", old_meta->version,
+                   " is unchanged)")));
+  const absl::Time move_end = absl::Now();
+
+  // Commit N+1; retire N's shards that N+1 does not keep.
+  TensorMetadata retired = *old_meta;
+  retired.shards.clear();
+  std::vector<bool> kept(old_meta->shards.size(), false);
+  for (int64_t k : plan.kept_from) {
+    if (k >= 0) kept[k] = true;
+  }
+  for (size_t i = 0; i < old_meta->shards.size(); ++i) {
+    if (!kept[i]) retired.shards.push_back(old_meta->shards[i]);
+  }
+  TESSERA_ASSIGN_OR_RETURN(MetadataLog::Ticket ticket,
+                           table_->CommitReshard(old_meta, new_meta));
+  const absl::Status recorded = log_->Wait(ticket);
+  table_->FinishReshard(new_meta, std::move(retired), recorded);
+  TESSERA_RETURN_IF_ERROR(recorded);
+  std::move(undo).Cancel();
+
+  ReshardResult result;
+  result.version = new_meta->version;
+  result.pieces_moved = plan.pieces_moved;
+  result.bytes_moved = plan.bytes_moved;
+  result.bytes_copied_locally = plan.bytes_copied_locally;
+  result.shards_kept = plan.shards_kept;
+  result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  spdlog::info(
+      "resharded '{}' to version {}: {} piece(s) moved ({} bytes), {} bytes "
+      "copied locally, {} shard(s) kept, {:.3f} s (plan {:.3f}, allocate "
+      "{:.3f}, move {:.3f})",
+      name, result.version, result.pieces_moved, result.bytes_moved,
+      result.bytes_copied_locally, result.shards_kept, result.seconds,
+      absl::ToDoubleSeconds(allocate_start - start),
+      absl::ToDoubleSeconds(move_start - allocate_start),
+      absl::ToDoubleSeconds(move_end - move_start));
+  return result;
+}
+
+absl::Status Orchestrator::MovePieces(const TensorMetadata& old_meta,
+                                      const TensorMetadata& new_meta,
+                                      const ReshardPlan& plan) {
+  // One batch per (source, destination) pair of workers; all batches run in
+  // parallel.
+  std::map<std::pair<std::string, std::string>, TransferBatch> batches;
+  for (const ReshardPiece& piece : plan.pieces) {
+    const ShardInfo& src = old_meta.shards[piece.src_shard];
+    const ShardInfo& dst = new_meta.shards[piece.dst_shard];
+    TransferBatch& batch = batches[{src.worker, dst.worker}];
+    if (batch.pieces.empty()) {
+      batch.src_worker = src.worker;
+      batch.src_address = src.address;
+      batch.dst_worker = dst.worker;
+      batch.dst_address = dst.address;
+    }
+    TransferPiece& move = batch.pieces.emplace_back();
+    move.src_shard_id = src.shard_id;
+    move.dst_shard_id = dst.shard_id;
+    move.sizes = ToShape(piece.global.sizes);
+    for (size_t d = 0; d < piece.global.rank(); ++d) {
+      move.dst_offsets.push_back(piece.global.offsets[d] - dst.box.offsets[d]);
+      move.src_offsets.push_back(piece.global.offsets[d] - src.box.offsets[d]);
+    }
+  }
+  std::vector<absl::Status> results(batches.size());
+  std::vector<std::thread> threads;
+  size_t slot = 0;
+  for (const auto& [pair, batch] : batches) {
+    threads.emplace_back([&, slot, &batch = batch] {
+      absl::Status status = workers_->Transfer(batch);
+      if (!status.ok()) {
+        results[slot] = Annotate(
+            status, absl::StrCat("moving ", batch.pieces.size(),
+                                 " piece(s) from worker '", batch.src_worker,
+                                 "' to worker '", batch.dst_worker, "'"));
+      }
+    });
+    ++slot;
+  }
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& status : results) {
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tessera

@@ -1,0 +1,270 @@
+#include "coordinator/orchestrator.h"
+
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "coordinator/coordinator_testutil.h"
+#include "coordinator/fake_worker_control.h"
+#include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+using ::tessera::testing::ChunkOver;
+using ::tessera::testing::ControlledStore;
+using ::tessera::testing::FakeClock;
+using ::tessera::testing::StatusIs;
+using ::tessera::testing::TestWorker;
+using ::tessera::testing::WorkerAddress;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+constexpr int kWorkers = 3;
+
+class OrchestratorTest : public ::testing::Test {
+ protected:
+  OrchestratorTest()
+      : store_(std::make_unique<MemoryMetadataStore>()),
+        log_(&store_, MetadataLog::Options()),
+        registry_(absl::Seconds(5), clock_.AsClock()),
+        table_(TableOptions(), &log_),
+        orchestrator_(&registry_, &table_, &log_, &workers_) {
+    for (int i = 0; i < kWorkers; ++i) {
+      workers_.AddWorker(WorkerAddress(i));
+      EXPECT_OK(registry_.Register(TestWorker(i, /*capacity_bytes=*/1 << 20)));
+    }
+  }
+
+  TensorTable::Options TableOptions() {
+    TensorTable::Options options;
+    options.clock = clock_.AsClock();
+    options.retire_grace = absl::Seconds(5);
+    options.pending_timeout = absl::Minutes(10);
+    return options;
+  }
+
+  static CreateTensorArgs Args(const std::string& name, int64_t rows,
+                               const std::vector<int32_t>& ranks) {
+    CreateTensorArgs args;
+    args.name = name;
+    args.shape = {rows, 2};
+    args.dtype = DType::kFloat32;
+    args.spec = ChunkOver(ranks);
+    return args;
+  }
+
+  std::vector<uint64_t> Held(int i) const {
+    return workers_.Held(WorkerAddress(i));
+  }
+  size_t TotalHeld() const { return workers_.TotalHeld(); }
+
+  FakeClock clock_;
+  FakeWorkerControl workers_;
+  ControlledStore store_;
+  MetadataLog log_;
+  WorkerRegistry registry_;
+  TensorTable table_;
+  Orchestrator orchestrator_;
+};
+
+TEST_F(OrchestratorTest, CreateAllocatesOneBatchPerWorkerAndRecordsIt) {
+  auto meta = orchestrator_.Create(Args("a", 8, {0, 0, 1, 2}));
+  ASSERT_OK(meta);
+  EXPECT_EQ((*meta)->version, 1u);
+  EXPECT_THAT(Held(0), SizeIs(2));
+  EXPECT_THAT(Held(1), SizeIs(1));
+  EXPECT_THAT(Held(2), SizeIs(1));
+  for (int i = 0; i < kWorkers; ++i)
+    EXPECT_EQ(workers_.counts(WorkerAddress(i)).allocate, 1) << i;
+  EXPECT_EQ(registry_.Find("w0")->bytes_used, 2 * 2 * 2 * 4);
+  EXPECT_OK(table_.Get("a"));
+  EXPECT_EQ(log_.DurableState().tensors.count("a"), 1u);
+}
+
+TEST_F(OrchestratorTest, CreateIsAllOrNothingWhenOneWorkerFails) {
+  workers_.FailNext(WorkerAddress(1), absl::UnavailableError("w1 is gone"));
+  EXPECT_THAT(orchestrator_.Create(Args("a", 6, {0, 1, 2})).status(),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       AllOf(HasSubstr("allocating"), HasSubstr("w1"))));
+  EXPECT_EQ(TotalHeld(), 0u) << "the batches that succeeded were freed";
+  EXPECT_THAT(table_.Get("a").status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(log_.DurableState().tensors, IsEmpty());
+  // The name is free again.
+  EXPECT_OK(orchestrator_.Create(Args("a", 6, {0, 1, 2})));
+}
+
+TEST_F(OrchestratorTest, CreateWhoseRecordFailsFreesItsShards) {
+  ASSERT_OK(orchestrator_.Create(Args("first", 2, {0})));  // high water set
+  const size_t before = TotalHeld();
+  store_.FailAppends(1, absl::InternalError("no space left"));
+  EXPECT_THAT(orchestrator_.Create(Args("a", 4, {0, 1})).status(),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("no space")));
+  EXPECT_EQ(TotalHeld(), before);
+  EXPECT_THAT(table_.Get("a").status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_OK(orchestrator_.Create(Args("a", 4, {0, 1})));
+}
+
+TEST_F(OrchestratorTest, CreateBeyondCapacityAllocatesNothing) {
+  auto args = Args("big", 1 << 18, {0});  // 2 MiB on a 1 MiB worker
+  EXPECT_THAT(orchestrator_.Create(args).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("w0")));
+  EXPECT_EQ(workers_.counts(WorkerAddress(0)).allocate, 0);
+}
+
+TEST_F(OrchestratorTest, ReshardSendsOneTransferPerPairOfWorkers) {
+  // Four shards, two on w0 and two on w1, become two shards on w2.
+  auto v1 = orchestrator_.Create(Args("a", 8, {0, 0, 1, 1}));
+  ASSERT_OK(v1);
+  auto result = orchestrator_.Reshard("a", ChunkOver({2, 2}), 1);
+  ASSERT_OK(result);
+  EXPECT_EQ(result->version, 2u);
+  EXPECT_EQ(result->pieces_moved, 4);
+  const std::vector<TransferBatch> transfers = workers_.transfers();
+  ASSERT_THAT(transfers, SizeIs(2));
+  std::set<std::pair<std::string, std::string>> pairs;
+  for (const TransferBatch& t : transfers) {
+    pairs.insert({t.src_worker, t.dst_worker});
+    EXPECT_THAT(t.pieces, SizeIs(2));
+    EXPECT_EQ(t.dst_address, WorkerAddress(2));
+  }
+  EXPECT_EQ(pairs, (std::set<std::pair<std::string, std::string>>{
+                       {"w0", "w2"}, {"w1", "w2"}}));
+  EXPECT_EQ((*table_.Get("a"))->version, 2u);
+  // Version 1's shards stay readable for the grace period, then go.
+  EXPECT_THAT(Held(0), SizeIs(2));
+  orchestrator_.FreeDue();
+  EXPECT_THAT(Held(0), SizeIs(2));
+  clock_.Advance(absl::Seconds(6));
+  orchestrator_.FreeDue();
+  EXPECT_THAT(Held(0), IsEmpty());
+  EXPECT_THAT(Held(1), IsEmpty());
+  EXPECT_THAT(Held(2), SizeIs(2));
+}
+
+TEST_F(OrchestratorTest, ReshardKeepsShardsThatDoNotMove) {
+  auto v1 = orchestrator_.Create(Args("a", 4, {0, 1}));
+  ASSERT_OK(v1);
+  // Same layout: every shard is kept, nothing moves or is allocated.
+  auto result = orchestrator_.Reshard("a", ChunkOver({0, 1}), 0);
+  ASSERT_OK(result);
+  EXPECT_EQ(result->shards_kept, 2);
+  EXPECT_THAT(workers_.transfers(), IsEmpty());
+  EXPECT_EQ((*table_.Get("a"))->shards[0].shard_id,
+            (*v1)->shards[0].shard_id);
+  clock_.Advance(absl::Seconds(6));
+  orchestrator_.FreeDue();
+  EXPECT_THAT(Held(0), SizeIs(1));
+}
+
+TEST_F(OrchestratorTest, FailedMoveLeavesVersionNAndFreesTheNewShards) {
+  auto v1 = orchestrator_.Create(Args("a", 8, {0, 0, 1, 1}));
+  ASSERT_OK(v1);
+  const std::vector<uint64_t> held0 = Held(0), held1 = Held(1);
+  // The pull from w0 fails (its allocation on w2 succeeds first).
+  workers_.FailNext(WorkerAddress(0), absl::UnavailableError("w0 is gone"));
+  EXPECT_THAT(orchestrator_.Reshard("a", ChunkOver({2, 2}), 1).status(),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       AllOf(HasSubstr("version 1 is unchanged"),
+                             HasSubstr("w0"))));
+  auto current = table_.Get("a");
+  ASSERT_OK(current);
+  EXPECT_EQ(*current, *v1);
+  EXPECT_THAT(Held(2), IsEmpty()) << "new shards freed";
+  EXPECT_EQ(Held(0), held0);
+  EXPECT_EQ(Held(1), held1);
+  EXPECT_EQ(log_.DurableState().tensors.at("a")->version, 1u);
+  // A later reshard works.
+  EXPECT_OK(orchestrator_.Reshard("a", ChunkOver({2, 2}), 1));
+}
+
+TEST_F(OrchestratorTest, ReshardWhoseRecordFailsLeavesVersionN) {
+  auto v1 = orchestrator_.Create(Args("a", 4, {0, 1}));
+  ASSERT_OK(v1);
+  store_.FailAppends(1, absl::InternalError("no space left"));
+  EXPECT_THAT(orchestrator_.Reshard("a", ChunkOver({2}), 0).status(),
+              StatusIs(absl::StatusCode::kInternal));
+  EXPECT_EQ(*table_.Get("a"), *v1);
+  EXPECT_THAT(Held(2), IsEmpty());
+  EXPECT_EQ(table_.NumRetired(), 0u);
+}
+
+TEST_F(OrchestratorTest, ReshardToAnUnavailableWorkerAllocatesNothing) {
+  ASSERT_OK(orchestrator_.Create(Args("a", 4, {0, 1})));
+  clock_.Advance(absl::Seconds(10));  // every lease expires
+  EXPECT_THAT(orchestrator_.Reshard("a", ChunkOver({2}), 0).status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("w2")));
+  EXPECT_EQ(workers_.counts(WorkerAddress(2)).allocate, 0);
+}
+
+TEST_F(OrchestratorTest, DeleteFreesEveryVersionIncludingRetiredOnes) {
+  ASSERT_OK(orchestrator_.Create(Args("a", 4, {0, 1})));
+  ASSERT_OK(orchestrator_.Reshard("a", ChunkOver({2}), 0));
+  ASSERT_OK(orchestrator_.Create(Args("kept", 2, {1})));
+  EXPECT_THAT(Held(0), SizeIs(1)) << "version 1 is still in its grace";
+  ASSERT_OK(orchestrator_.Delete("a"));
+  EXPECT_THAT(Held(0), IsEmpty());
+  EXPECT_THAT(Held(1), SizeIs(1));  // only "kept"
+  EXPECT_THAT(Held(2), IsEmpty());
+  EXPECT_THAT(table_.Get("a").status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(log_.DurableState().tensors.count("a"), 0u);
+  EXPECT_THAT(orchestrator_.Delete("a"),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(OrchestratorTest, DeleteWhoseRecordFailsFreesNothing) {
+  ASSERT_OK(orchestrator_.Create(Args("a", 4, {0, 1})));
+  store_.FailAppends(1, absl::InternalError("no space left"));
+  EXPECT_THAT(orchestrator_.Delete("a"),
+              StatusIs(absl::StatusCode::kInternal));
+  EXPECT_EQ(TotalHeld(), 2u);
+  EXPECT_OK(table_.Get("a"));
+}
+
+TEST_F(OrchestratorTest, APutIsInvisibleUntilCommittedAndReapedIfNeverCommitted) {
+  CreateTensorArgs put = Args("p", 4, {0, 1});
+  put.pending = true;
+  ASSERT_OK(orchestrator_.Create(put));
+  EXPECT_THAT(log_.DurableState().tensors, IsEmpty()) << "no record yet";
+  EXPECT_THAT(table_.Get("p").status(), StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_OK(orchestrator_.Commit("p", 1));
+  EXPECT_OK(table_.Get("p"));
+  EXPECT_EQ(log_.DurableState().tensors.count("p"), 1u);
+
+  CreateTensorArgs abandoned = Args("q", 2, {2});
+  abandoned.pending = true;
+  ASSERT_OK(orchestrator_.Create(abandoned));
+  EXPECT_THAT(Held(2), SizeIs(1));
+  clock_.Advance(absl::Minutes(11));
+  orchestrator_.FreeDue();
+  EXPECT_THAT(Held(2), IsEmpty());
+  EXPECT_THAT(orchestrator_.Commit("q", 1),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(OrchestratorTest, FillWorkerStateReportsDeadWorkersAndLostShards) {
+  auto meta = orchestrator_.Create(Args("a", 4, {0, 1}));
+  ASSERT_OK(meta);
+  TensorMetadata filled = **meta;
+  orchestrator_.FillWorkerState(&filled);
+  EXPECT_TRUE(filled.shards[0].available);
+  table_.Reconcile("w1", {});  // w1 came back without its shard
+  filled = **meta;
+  orchestrator_.FillWorkerState(&filled);
+  EXPECT_TRUE(filled.shards[0].available);
+  EXPECT_FALSE(filled.shards[1].available);
+  clock_.Advance(absl::Seconds(10));
+  filled = **meta;
+  orchestrator_.FillWorkerState(&filled);
+  EXPECT_FALSE(filled.shards[0].available) << "w0's lease expired";
+}
+
+}  // namespace
+}  // namespace tessera

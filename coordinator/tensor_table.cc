@@ -1,0 +1,325 @@
+#include "coordinator/tensor_table.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/errors.h"
+#include "spdlog/spdlog.h"
+
+namespace tessera {
+
+TensorTable::TensorTable(Options options, MetadataLog* log)
+    : options_(std::move(options)), log_(log) {}
+
+void TensorTable::Restore(const MetadataState& state) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, meta] : state.tensors) {
+    for (const ShardInfo& shard : meta->shards) {
+      referenced_.insert(shard.shard_id);
+      next_id_ = std::max(next_id_, shard.shard_id + 1);
+    }
+    Entry& entry = tensors_[name];
+    entry.state = State::kReady;
+    entry.meta = meta;
+  }
+  next_id_ = std::max(next_id_, state.shard_id_high_water);
+  high_water_ = std::max(high_water_, next_id_);
+}
+
+absl::StatusOr<TensorMetadataPtr> TensorTable::Get(
+    const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = tensors_.find(name);
+  if (it == tensors_.end() || it->second.state != State::kReady) {
+    return NotFoundError("tensor", name);
+  }
+  return it->second.meta;
+}
+
+std::vector<TensorSummary> TensorTable::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<TensorSummary> out;
+  for (const auto& [name, entry] : tensors_) {
+    if (entry.state != State::kReady) continue;
+    TensorSummary summary;
+    summary.name = name;
+    summary.shape = entry.meta->shape;
+    summary.dtype = entry.meta->dtype;
+    summary.version = entry.meta->version;
+    summary.num_shards = static_cast<int64_t>(entry.meta->shards.size());
+    out.push_back(std::move(summary));
+  }
+  return out;
+}
+
+void TensorTable::MarkLost(TensorMetadata* meta) const {
+  absl::MutexLock lock(&mu_);
+  if (lost_.empty()) return;
+  for (ShardInfo& shard : meta->shards) {
+    if (lost_.contains(shard.shard_id)) shard.available = false;
+  }
+}
+
+TensorTable::Ticket TensorTable::ReserveIds(absl::Span<ShardInfo> shards) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t n = shards.size();
+  // A high-water record that failed covers nothing: record a new one.
+  const bool lost_high_water =
+      high_water_ticket_ != 0 && log_->Failed(high_water_ticket_);
+  if (next_id_ + n > high_water_ || lost_high_water) {
+    high_water_ = next_id_ + n + options_.high_water_step;
+    high_water_ticket_ =
+        log_->Enqueue(MetadataChange::ShardIdHighWater(high_water_));
+  }
+  for (ShardInfo& shard : shards) {
+    shard.shard_id = next_id_++;
+    referenced_.insert(shard.shard_id);
+  }
+  return high_water_ticket_;
+}
+
+void TensorTable::ReleaseIds(absl::Span<const ShardInfo> shards) {
+  absl::MutexLock lock(&mu_);
+  for (const ShardInfo& shard : shards) referenced_.erase(shard.shard_id);
+}
+
+absl::Status TensorTable::ReserveName(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  auto [it, inserted] = tensors_.try_emplace(name);
+  if (!inserted) return AlreadyExistsError("tensor", name);
+  it->second.state = State::kCreating;
+  it->second.created = options_.clock();
+  return absl::OkStatus();
+}
+
+TensorTable::Ticket TensorTable::CommitCreate(TensorMetadataPtr meta,
+                                              bool pending) {
+  absl::MutexLock lock(&mu_);
+  Entry& entry = tensors_.at(meta->name);
+  if (pending) {
+    entry.state = State::kPending;
+    entry.meta = std::move(meta);
+    return 0;
+  }
+  entry.state = State::kCommitting;
+  entry.busy = true;
+  entry.meta = meta;
+  return log_->Enqueue(MetadataChange::Tensor(std::move(meta)));
+}
+
+void TensorTable::FinishCreate(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  Entry& entry = tensors_.at(name);
+  entry.state = State::kReady;
+  entry.busy = false;
+}
+
+void TensorTable::AbandonCreate(const TensorMetadata& meta) {
+  absl::MutexLock lock(&mu_);
+  Unreference(meta);
+  tensors_.erase(meta.name);
+}
+
+absl::StatusOr<TensorTable::Ticket> TensorTable::BeginCommit(
+    const std::string& name, uint64_t version) {
+  absl::MutexLock lock(&mu_);
+  Entry* entry = WaitIdle(name);
+  if (entry == nullptr || entry->state == State::kCreating) {
+    return NotFoundError("tensor", name);
+  }
+  if (entry->meta->version != version) {
+    return absl::AbortedError(absl::StrCat("tensor '", name, "' is at version ",
+                                           entry->meta->version, ", not ",
+                                           version));
+  }
+  if (entry->state == State::kReady) return 0;
+  entry->busy = true;
+  return log_->Enqueue(MetadataChange::Tensor(entry->meta));
+}
+
+void TensorTable::FinishCommit(const std::string& name,
+                               const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  Entry& entry = tensors_.at(name);
+  entry.busy = false;
+  if (status.ok()) entry.state = State::kReady;
+}
+
+absl::StatusOr<TensorTable::Ticket> TensorTable::BeginDelete(
+    const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  Entry* entry = WaitIdle(name);
+  if (entry == nullptr || entry->state == State::kCreating) {
+    return NotFoundError("tensor", name);
+  }
+  if (entry->resharding) {
+    return absl::AbortedError(absl::StrCat(
+        "tensor '", name,
+        "' is being resharded; delete it once the reshard finishes"));
+  }
+  entry->busy = true;
+  if (entry->state == State::kPending) return 0;  // a put has no record yet
+  return log_->Enqueue(MetadataChange::DeletedTensor(name));
+}
+
+absl::StatusOr<std::vector<TensorMetadataPtr>> TensorTable::FinishDelete(
+    const std::string& name, const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  auto it = tensors_.find(name);
+  it->second.busy = false;
+  if (!status.ok()) return status;
+  std::vector<TensorMetadataPtr> out;
+  out.push_back(it->second.meta);
+  tensors_.erase(it);
+  // Replaced versions waiting out their grace period go now too.
+  auto first_retired = std::partition(
+      retirements_.begin(), retirements_.end(),
+      [&](const Retirement& r) { return r.name != name; });
+  for (auto r = first_retired; r != retirements_.end(); ++r)
+    out.push_back(std::move(r->shards));
+  retirements_.erase(first_retired, retirements_.end());
+  for (const TensorMetadataPtr& meta : out) {
+    Unreference(*meta);
+    for (const ShardInfo& shard : meta->shards) lost_.erase(shard.shard_id);
+  }
+  return out;
+}
+
+absl::StatusOr<TensorMetadataPtr> TensorTable::BeginReshard(
+    const std::string& name, uint64_t expected_version) {
+  absl::MutexLock lock(&mu_);
+  Entry* entry = WaitIdle(name);
+  if (entry == nullptr || entry->state != State::kReady) {
+    return NotFoundError("tensor", name);
+  }
+  if (entry->resharding) {
+    return absl::AbortedError(absl::StrCat("a reshard of tensor '", name,
+                                           "' is already in progress"));
+  }
+  if (expected_version != 0 && entry->meta->version != expected_version) {
+    return absl::AbortedError(
+        absl::StrCat("tensor '", name, "' is at version ",
+                     entry->meta->version, ", not ", expected_version));
+  }
+  entry->resharding = true;
+  return entry->meta;
+}
+
+absl::StatusOr<TensorTable::Ticket> TensorTable::CommitReshard(
+    const TensorMetadataPtr& old_meta, TensorMetadataPtr new_meta) {
+  absl::MutexLock lock(&mu_);
+  Entry* entry = WaitIdle(old_meta->name);
+  // The resharding flag blocks deletes, so the entry is still ours.
+  if (entry == nullptr || entry->meta != old_meta) {
+    return absl::AbortedError(absl::StrCat(
+        "tensor '", old_meta->name, "' changed during the reshard"));
+  }
+  entry->busy = true;
+  return log_->Enqueue(MetadataChange::Tensor(std::move(new_meta)));
+}
+
+void TensorTable::FinishReshard(const TensorMetadataPtr& new_meta,
+                                TensorMetadata retired,
+                                const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  Entry& entry = tensors_.at(new_meta->name);
+  entry.busy = false;
+  if (!status.ok()) return;
+  entry.meta = new_meta;
+  if (!retired.shards.empty()) {
+    retirements_.push_back(
+        {options_.clock() + options_.retire_grace, new_meta->name,
+         std::make_shared<const TensorMetadata>(std::move(retired))});
+  }
+}
+
+void TensorTable::EndReshard(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  auto it = tensors_.find(name);
+  if (it != tensors_.end()) it->second.resharding = false;
+}
+
+std::vector<TensorMetadataPtr> TensorTable::TakeDue() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = options_.clock();
+  std::vector<TensorMetadataPtr> due;
+  auto first_due =
+      std::partition(retirements_.begin(), retirements_.end(),
+                     [&](const Retirement& r) { return r.due > now; });
+  for (auto r = first_due; r != retirements_.end(); ++r)
+    due.push_back(std::move(r->shards));
+  retirements_.erase(first_due, retirements_.end());
+  // Puts whose client never committed are abandoned.
+  for (auto it = tensors_.begin(); it != tensors_.end();) {
+    const Entry& entry = it->second;
+    if (entry.state == State::kPending && !entry.busy &&
+        now - entry.created > options_.pending_timeout) {
+      spdlog::warn("removing tensor '{}': its put was never completed",
+                   it->first);
+      due.push_back(entry.meta);
+      it = tensors_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (const TensorMetadataPtr& meta : due) {
+    Unreference(*meta);
+    for (const ShardInfo& shard : meta->shards) lost_.erase(shard.shard_id);
+  }
+  return due;
+}
+
+Reconciliation TensorTable::Reconcile(const std::string& worker,
+                                      absl::Span<const uint64_t> held) {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> expected;
+  auto collect = [&](const TensorMetadata& meta) {
+    for (const ShardInfo& shard : meta.shards) {
+      if (shard.worker == worker) expected.push_back(shard.shard_id);
+    }
+  };
+  for (const auto& [name, entry] : tensors_) {
+    if (entry.meta != nullptr) collect(*entry.meta);
+  }
+  for (const Retirement& r : retirements_) collect(*r.shards);
+  Reconciliation result =
+      ReconcileShards(expected, held, [this](uint64_t id) {
+        mu_.AssertHeld();
+        return referenced_.contains(id);
+      });
+  for (uint64_t id : result.lost) lost_.insert(id);
+  for (uint64_t id : result.found) lost_.erase(id);
+  return result;
+}
+
+bool TensorTable::IsReferenced(uint64_t id) const {
+  absl::MutexLock lock(&mu_);
+  return referenced_.contains(id);
+}
+
+bool TensorTable::IsLost(uint64_t id) const {
+  absl::MutexLock lock(&mu_);
+  return lost_.contains(id);
+}
+
+size_t TensorTable::NumRetired() const {
+  absl::MutexLock lock(&mu_);
+  return retirements_.size();
+}
+
+TensorTable::Entry* TensorTable::WaitIdle(const std::string& name) {
+  auto idle = [this, &name]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = tensors_.find(name);
+    return it == tensors_.end() || !it->second.busy;
+  };
+  mu_.Await(absl::Condition(&idle));
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+void TensorTable::Unreference(const TensorMetadata& meta) {
+  for (const ShardInfo& shard : meta.shards) referenced_.erase(shard.shard_id);
+}
+
+}  // namespace tessera

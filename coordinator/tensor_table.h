@@ -1,0 +1,226 @@
+// TensorTable: every tensor the coordinator knows, by name — its state, its
+// current (published) version, the shard ids handed out and still
+// referenced, shards their worker lost, replaced versions waiting out their
+// grace period, and puts never committed. In memory only; no worker calls
+// and no disk I/O.
+//
+// Durability: a change that must be recorded is made in two steps. The
+// Begin*/Commit* call checks it and enqueues its record on the MetadataLog
+// under mu_ (so the log's order is the table's order) and marks the tensor
+// busy; the caller waits for the record without any lock, then calls the
+// Finish* step, which publishes the change (or undoes it when the record
+// failed). Readers see only published changes: a create in flight is
+// invisible, a reshard in flight shows version N, a delete in flight still
+// shows the tensor. A second change of a busy tensor waits until the first
+// is finished (not the readers: they never wait on the disk).
+//
+// Shard ids only grow and are never reused. Ids below the recorded high-water
+// mark may be in use after a restart, so ids reach workers only once the
+// high-water record that covers them is durable (Reserve* return its
+// ticket).
+//
+// Thread-safe. Lock order: mu_ -> MetadataLog's lock (Enqueue only).
+#ifndef TESSERA_COORDINATOR_TENSOR_TABLE_H_
+#define TESSERA_COORDINATOR_TENSOR_TABLE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "coordinator/metadata_log.h"
+#include "coordinator/reconciliation.h"
+#include "core/tensor_metadata.h"
+
+namespace tessera {
+
+using Clock = std::function<absl::Time()>;
+using TensorMetadataPtr = std::shared_ptr<const TensorMetadata>;
+
+// One line of ListTensors.
+struct TensorSummary {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::kFloat32;
+  uint64_t version = 0;
+  int64_t num_shards = 0;
+};
+
+class TensorTable {
+ public:
+  using Ticket = MetadataLog::Ticket;
+
+  struct Options {
+    Clock clock = [] { return absl::Now(); };
+    // How long a replaced version stays readable before it is freed.
+    absl::Duration retire_grace = absl::Seconds(5);
+    // A put never committed for this long is removed.
+    absl::Duration pending_timeout = absl::Minutes(10);
+    // How far past the ids in use a new high-water record reaches.
+    uint64_t high_water_step = 1 << 16;
+  };
+
+  // `log` must outlive the table.
+  TensorTable(Options options, MetadataLog* log);
+
+  // Every tensor of a recovered state becomes ready; new ids start at its
+  // shard_id_high_water. Call before serving.
+  void Restore(const MetadataState& state) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Reads: never wait on the disk. ---
+
+  // The published metadata; NOT_FOUND unless the tensor is ready.
+  absl::StatusOr<TensorMetadataPtr> Get(const std::string& name) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<TensorSummary> List() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Marks shards whose worker lost them as unavailable.
+  void MarkLost(TensorMetadata* meta) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Shard ids ---
+
+  // Gives each shard a fresh id and counts it as referenced. Returns the
+  // ticket of the high-water record to Wait for before the ids reach a
+  // worker (0: none).
+  Ticket ReserveIds(absl::Span<ShardInfo> shards) ABSL_LOCKS_EXCLUDED(mu_);
+  // Ids reserved for shards that will not be used after all.
+  void ReleaseIds(absl::Span<const ShardInfo> shards) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Create (and put) ---
+
+  // Sets the name aside (ALREADY_EXISTS when taken); the tensor is
+  // invisible until FinishCreate.
+  absl::Status ReserveName(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+  // The shards are allocated: a put (`pending`) becomes pending at once and
+  // needs no record (returns 0); otherwise the tensor's record is enqueued.
+  Ticket CommitCreate(TensorMetadataPtr meta, bool pending)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The record is durable: the tensor becomes ready.
+  void FinishCreate(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+  // The create failed (its shards are freed or were never allocated): the
+  // name and the ids of `meta` are forgotten.
+  void AbandonCreate(const TensorMetadata& meta) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Commit of a put ---
+
+  // Enqueues the record that makes a pending tensor ready. Returns 0 when it
+  // is ready already. NOT_FOUND, or ABORTED for another version.
+  absl::StatusOr<Ticket> BeginCommit(const std::string& name, uint64_t version)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Ready when `status` is OK, pending again otherwise.
+  void FinishCommit(const std::string& name, const absl::Status& status)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Delete ---
+
+  // Starts deleting a tensor: enqueues its record (0 for a pending tensor,
+  // which has none). NOT_FOUND; ABORTED while a reshard of it runs.
+  absl::StatusOr<Ticket> BeginDelete(const std::string& name)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // When `status` is OK, removes the tensor and returns every version whose
+  // shards are now to be freed (current and retired); otherwise the tensor
+  // stays and `status` is returned.
+  absl::StatusOr<std::vector<TensorMetadataPtr>> FinishDelete(
+      const std::string& name, const absl::Status& status)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Reshard ---
+
+  // Marks a ready tensor as being resharded and returns its current version.
+  // NOT_FOUND; ABORTED when a reshard already runs or `expected_version`
+  // (0: any) is not current.
+  absl::StatusOr<TensorMetadataPtr> BeginReshard(const std::string& name,
+                                                 uint64_t expected_version)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Enqueues the record of version N+1; ABORTED when `old_meta` is no longer
+  // current.
+  absl::StatusOr<Ticket> CommitReshard(const TensorMetadataPtr& old_meta,
+                                       TensorMetadataPtr new_meta)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // When `status` is OK, publishes `new_meta` and retires `retired` (version
+  // N's shards that N+1 does not keep) for retire_grace.
+  void FinishReshard(const TensorMetadataPtr& new_meta, TensorMetadata retired,
+                     const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  // The reshard is over (committed or not).
+  void EndReshard(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Background ---
+
+  // Takes the retired versions whose grace is over and the puts abandoned
+  // for longer than pending_timeout; their shards are unreferenced now and
+  // are the caller's to free.
+  std::vector<TensorMetadataPtr> TakeDue() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Workers ---
+
+  // A worker registered holding `held`: marks the shards of every tensor
+  // version placed on it as lost or found, and returns what it holds that
+  // nothing references.
+  Reconciliation Reconcile(const std::string& worker,
+                           absl::Span<const uint64_t> held)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // For tests: is `id` counted as referenced / lost?
+  bool IsReferenced(uint64_t id) const ABSL_LOCKS_EXCLUDED(mu_);
+  bool IsLost(uint64_t id) const ABSL_LOCKS_EXCLUDED(mu_);
+  size_t NumRetired() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  enum class State {
+    kCreating,    // name reserved, shards being allocated; invisible
+    kCommitting,  // create's record in flight; invisible
+    kPending,     // a put: shards allocated, waiting for CommitTensor
+    kReady,       // visible
+  };
+  struct Entry {
+    State state = State::kCreating;
+    // A record of this tensor is in flight (or a delete is finishing):
+    // other changes wait.
+    bool busy = false;
+    bool resharding = false;
+    absl::Time created;  // for reaping abandoned puts
+    // Null while kCreating; immutable once set.
+    TensorMetadataPtr meta;
+  };
+  struct Retirement {
+    absl::Time due;
+    std::string name;
+    TensorMetadataPtr shards;  // only the shards to free
+  };
+
+  // Waits (releasing mu_) until `name` is absent or not busy; returns it or
+  // null.
+  Entry* WaitIdle(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unreference(const TensorMetadata& meta)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Options options_;
+  MetadataLog* const log_;
+
+  // Invariants: a kCommitting/kPending/kReady entry has meta != nullptr and
+  // its name is meta->name; a kCommitting entry is busy; every shard id of
+  // every entry and retirement is in referenced_ (plus ids reserved for
+  // allocations in progress); next_id_ only grows; ids in
+  // [next_id_, high_water_) were never handed out, and high_water_ has been
+  // enqueued (by the record high_water_ticket_, 0 once known durable at
+  // Restore).
+  mutable absl::Mutex mu_;
+  std::map<std::string, Entry> tensors_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> referenced_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> lost_ ABSL_GUARDED_BY(mu_);
+  std::vector<Retirement> retirements_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t high_water_ ABSL_GUARDED_BY(mu_) = 1;
+  Ticket high_water_ticket_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_TENSOR_TABLE_H_

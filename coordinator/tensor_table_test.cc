@@ -1,0 +1,355 @@
+#include "coordinator/tensor_table.h"
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coordinator/coordinator_testutil.h"
+#include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+using ::tessera::testing::ControlledStore;
+using ::tessera::testing::FakeClock;
+using ::tessera::testing::IsOkAndHolds;
+using ::tessera::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::UnorderedElementsAre;
+
+class TensorTableTest : public ::testing::Test {
+ protected:
+  TensorTableTest()
+      : store_(std::make_unique<MemoryMetadataStore>()),
+        log_(&store_, MetadataLog::Options()),
+        table_(Options(), &log_) {}
+
+  TensorTable::Options Options() {
+    TensorTable::Options options;
+    options.clock = clock_.AsClock();
+    options.retire_grace = absl::Seconds(5);
+    options.pending_timeout = absl::Minutes(10);
+    return options;
+  }
+
+  // A tensor of `n` one-row shards on workers w0, w1, ... (ids not yet set).
+  static std::shared_ptr<TensorMetadata> Meta(const std::string& name, int n,
+                                              uint64_t version = 1) {
+    auto meta = std::make_shared<TensorMetadata>();
+    meta->name = name;
+    meta->shape = {n, 2};
+    meta->version = version;
+    for (int i = 0; i < n; ++i) {
+      ShardInfo shard;
+      shard.box = Box{{i, 0}, {1, 2}};
+      shard.rank = i;
+      shard.worker = absl::StrCat("w", i);
+      meta->shards.push_back(shard);
+    }
+    return meta;
+  }
+
+  // Runs a whole create through the table (as the orchestrator does).
+  TensorMetadataPtr Create(const std::string& name, int n,
+                           bool pending = false) {
+    std::shared_ptr<TensorMetadata> meta = Meta(name, n);
+    EXPECT_OK(table_.ReserveName(name));
+    EXPECT_OK(log_.Wait(table_.ReserveIds(absl::MakeSpan(meta->shards))));
+    EXPECT_OK(log_.Wait(table_.CommitCreate(meta, pending)));
+    if (!pending) table_.FinishCreate(name);
+    return meta;
+  }
+
+  // Version N+1 of `old` on `n` new shards, committed; returns it.
+  TensorMetadataPtr Reshard(const TensorMetadataPtr& old, int n) {
+    EXPECT_OK(table_.BeginReshard(old->name, 0));
+    std::shared_ptr<TensorMetadata> next = Meta(old->name, n, old->version + 1);
+    EXPECT_OK(log_.Wait(table_.ReserveIds(absl::MakeSpan(next->shards))));
+    auto ticket = table_.CommitReshard(old, next);
+    EXPECT_OK(ticket);
+    table_.FinishReshard(next, *old, log_.Wait(*ticket));
+    table_.EndReshard(old->name);
+    return next;
+  }
+
+  FakeClock clock_;
+  ControlledStore store_;
+  MetadataLog log_;
+  TensorTable table_;
+};
+
+TEST_F(TensorTableTest, ACreateIsInvisibleUntilItsRecordIsDurable) {
+  std::shared_ptr<TensorMetadata> meta = Meta("a", 2);
+  ASSERT_OK(table_.ReserveName("a"));
+  EXPECT_THAT(table_.Get("a").status(), StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_OK(log_.Wait(table_.ReserveIds(absl::MakeSpan(meta->shards))));
+  store_.Hold();
+  const TensorTable::Ticket ticket = table_.CommitCreate(meta, false);
+  store_.WaitUntilBlocked();
+  EXPECT_THAT(table_.Get("a").status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(table_.List(), IsEmpty());
+  store_.Release();
+  ASSERT_OK(log_.Wait(ticket));
+  // Durable, but published only by FinishCreate.
+  EXPECT_THAT(table_.Get("a").status(), StatusIs(absl::StatusCode::kNotFound));
+  table_.FinishCreate("a");
+  ASSERT_OK(table_.Get("a"));
+  EXPECT_EQ((*table_.Get("a"))->shards.size(), 2u);
+  ASSERT_EQ(table_.List().size(), 1u);
+  EXPECT_EQ(table_.List()[0].num_shards, 2);
+}
+
+TEST_F(TensorTableTest, ANameIsTakenFromItsReservation) {
+  ASSERT_OK(table_.ReserveName("a"));
+  EXPECT_THAT(table_.ReserveName("a"),
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("'a'")));
+  table_.AbandonCreate(*Meta("a", 1));
+  EXPECT_OK(table_.ReserveName("a"));
+}
+
+TEST_F(TensorTableTest, ShardIdsOnlyGrowAndTheirHighWaterIsRecordedFirst) {
+  std::vector<ShardInfo> first(3), second(2);
+  const TensorTable::Ticket t1 = table_.ReserveIds(absl::MakeSpan(first));
+  const TensorTable::Ticket t2 = table_.ReserveIds(absl::MakeSpan(second));
+  EXPECT_NE(t1, 0u);
+  EXPECT_EQ(t2, t1) << "one high-water record covers many ids";
+  EXPECT_EQ(first[0].shard_id, 1u);
+  EXPECT_EQ(first[2].shard_id, 3u);
+  EXPECT_EQ(second[0].shard_id, 4u);
+  ASSERT_OK(log_.Wait(t2));
+  EXPECT_GT(log_.DurableState().shard_id_high_water, 5u);
+  EXPECT_TRUE(table_.IsReferenced(5));
+  table_.ReleaseIds(second);
+  EXPECT_FALSE(table_.IsReferenced(5));
+  // Released ids are not handed out again.
+  std::vector<ShardInfo> third(1);
+  table_.ReserveIds(absl::MakeSpan(third));
+  EXPECT_EQ(third[0].shard_id, 6u);
+}
+
+TEST_F(TensorTableTest, AFailedHighWaterRecordIsRecordedAgain) {
+  store_.FailAppends(1, absl::InternalError("no space"));
+  std::vector<ShardInfo> shards(1);
+  const TensorTable::Ticket t1 = table_.ReserveIds(absl::MakeSpan(shards));
+  EXPECT_THAT(log_.Wait(t1), StatusIs(absl::StatusCode::kInternal));
+  const TensorTable::Ticket t2 = table_.ReserveIds(absl::MakeSpan(shards));
+  EXPECT_NE(t2, t1);
+  EXPECT_OK(log_.Wait(t2));
+  EXPECT_GT(log_.DurableState().shard_id_high_water, shards[0].shard_id);
+}
+
+TEST_F(TensorTableTest, RestoreContinuesIdsAfterTheRecoveredHighWater) {
+  MetadataState state;
+  std::shared_ptr<TensorMetadata> meta = Meta("a", 2);
+  meta->shards[0].shard_id = 10;
+  meta->shards[1].shard_id = 11;
+  state.tensors["a"] = meta;
+  state.shard_id_high_water = 500;
+  table_.Restore(state);
+  EXPECT_THAT(table_.Get("a"), IsOkAndHolds(TensorMetadataPtr(meta)));
+  EXPECT_TRUE(table_.IsReferenced(11));
+  std::vector<ShardInfo> shards(1);
+  table_.ReserveIds(absl::MakeSpan(shards));
+  EXPECT_EQ(shards[0].shard_id, 500u);
+}
+
+TEST_F(TensorTableTest, AReshardShowsVersionNUntilNPlus1IsDurable) {
+  TensorMetadataPtr v1 = Create("a", 2);
+  ASSERT_OK(table_.BeginReshard("a", 1));
+  std::shared_ptr<TensorMetadata> v2 = Meta("a", 1, 2);
+  ASSERT_OK(log_.Wait(table_.ReserveIds(absl::MakeSpan(v2->shards))));
+  store_.Hold();
+  auto ticket = table_.CommitReshard(v1, v2);
+  ASSERT_OK(ticket);
+  store_.WaitUntilBlocked();
+  EXPECT_EQ((*table_.Get("a"))->version, 1u);
+  store_.Release();
+  table_.FinishReshard(v2, *v1, log_.Wait(*ticket));
+  table_.EndReshard("a");
+  EXPECT_EQ((*table_.Get("a"))->version, 2u);
+  EXPECT_EQ(table_.List()[0].version, 2u);
+}
+
+TEST_F(TensorTableTest, ReplacedVersionIsRetiredAfterItsGrace) {
+  TensorMetadataPtr v1 = Create("a", 2);
+  TensorMetadataPtr v2 = Reshard(v1, 1);
+  EXPECT_EQ(table_.NumRetired(), 1u);
+  EXPECT_TRUE(table_.IsReferenced(v1->shards[0].shard_id));
+  clock_.Advance(absl::Seconds(4));
+  EXPECT_THAT(table_.TakeDue(), IsEmpty());
+  clock_.Advance(absl::Seconds(2));
+  std::vector<TensorMetadataPtr> due = table_.TakeDue();
+  ASSERT_EQ(due.size(), 1u);
+  EXPECT_EQ(due[0]->version, 1u);
+  EXPECT_EQ(due[0]->shards.size(), 2u);
+  EXPECT_FALSE(table_.IsReferenced(v1->shards[0].shard_id));
+  EXPECT_TRUE(table_.IsReferenced(v2->shards[0].shard_id));
+  EXPECT_EQ(table_.NumRetired(), 0u);
+}
+
+TEST_F(TensorTableTest, AReshardWhoseRecordFailedKeepsVersionN) {
+  TensorMetadataPtr v1 = Create("a", 2);
+  ASSERT_OK(table_.BeginReshard("a", 0));
+  std::shared_ptr<TensorMetadata> v2 = Meta("a", 1, 2);
+  ASSERT_OK(log_.Wait(table_.ReserveIds(absl::MakeSpan(v2->shards))));
+  store_.FailAppends(1, absl::InternalError("no space"));
+  auto ticket = table_.CommitReshard(v1, v2);
+  ASSERT_OK(ticket);
+  const absl::Status recorded = log_.Wait(*ticket);
+  EXPECT_THAT(recorded, StatusIs(absl::StatusCode::kInternal));
+  table_.FinishReshard(v2, *v1, recorded);
+  table_.EndReshard("a");
+  EXPECT_EQ((*table_.Get("a"))->version, 1u);
+  EXPECT_EQ(table_.NumRetired(), 0u);
+  EXPECT_EQ(log_.DurableState().tensors.at("a")->version, 1u);
+}
+
+TEST_F(TensorTableTest, OneReshardAtATimeAndOnlyOfTheExpectedVersion) {
+  Create("a", 2);
+  EXPECT_THAT(table_.BeginReshard("a", 7),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("version 1")));
+  ASSERT_OK(table_.BeginReshard("a", 1));
+  EXPECT_THAT(table_.BeginReshard("a", 0),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("in progress")));
+  EXPECT_THAT(table_.BeginDelete("a").status(),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("resharded")));
+  table_.EndReshard("a");
+  EXPECT_OK(table_.BeginReshard("a", 1));
+  EXPECT_THAT(table_.BeginReshard("missing", 0).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(TensorTableTest, APutIsPendingUntilCommitted) {
+  TensorMetadataPtr meta = Create("a", 2, /*pending=*/true);
+  EXPECT_THAT(table_.Get("a").status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(table_.BeginCommit("a", 2).status(),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("version 1")));
+  auto ticket = table_.BeginCommit("a", 1);
+  ASSERT_OK(ticket);
+  ASSERT_NE(*ticket, 0u);
+  table_.FinishCommit("a", log_.Wait(*ticket));
+  EXPECT_OK(table_.Get("a"));
+  // Committing again is a no-op.
+  EXPECT_THAT(table_.BeginCommit("a", 1), IsOkAndHolds(0u));
+  EXPECT_THAT(table_.BeginCommit("b", 1).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(TensorTableTest, ACommitWhoseRecordFailedLeavesThePutPending) {
+  Create("a", 1, /*pending=*/true);
+  store_.FailAppends(1, absl::InternalError("no space"));
+  auto ticket = table_.BeginCommit("a", 1);
+  ASSERT_OK(ticket);
+  table_.FinishCommit("a", log_.Wait(*ticket));
+  EXPECT_THAT(table_.Get("a").status(), StatusIs(absl::StatusCode::kNotFound));
+  ticket = table_.BeginCommit("a", 1);
+  ASSERT_OK(ticket);
+  table_.FinishCommit("a", log_.Wait(*ticket));
+  EXPECT_OK(table_.Get("a"));
+}
+
+TEST_F(TensorTableTest, APutNeverCommittedIsRemovedAfterItsTimeout) {
+  TensorMetadataPtr meta = Create("a", 2, /*pending=*/true);
+  clock_.Advance(absl::Minutes(9));
+  EXPECT_THAT(table_.TakeDue(), IsEmpty());
+  clock_.Advance(absl::Minutes(2));
+  std::vector<TensorMetadataPtr> due = table_.TakeDue();
+  ASSERT_EQ(due.size(), 1u);
+  EXPECT_EQ(due[0], meta);
+  EXPECT_FALSE(table_.IsReferenced(meta->shards[0].shard_id));
+  EXPECT_THAT(table_.BeginCommit("a", 1).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_OK(table_.ReserveName("a"));
+}
+
+TEST_F(TensorTableTest, DeleteReturnsTheCurrentAndEveryRetiredVersion) {
+  TensorMetadataPtr v1 = Create("a", 2);
+  TensorMetadataPtr v2 = Reshard(v1, 3);
+  TensorMetadataPtr v3 = Reshard(v2, 1);
+  Create("b", 1);
+  auto ticket = table_.BeginDelete("a");
+  ASSERT_OK(ticket);
+  // Visible until the delete is durable and finished.
+  EXPECT_OK(table_.Get("a"));
+  auto versions = table_.FinishDelete("a", log_.Wait(*ticket));
+  ASSERT_OK(versions);
+  std::vector<uint64_t> numbers;
+  for (const TensorMetadataPtr& v : *versions) numbers.push_back(v->version);
+  EXPECT_THAT(numbers, UnorderedElementsAre(1u, 2u, 3u));
+  EXPECT_THAT(table_.Get("a").status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(table_.NumRetired(), 0u);
+  for (const TensorMetadataPtr& v : {v1, v2, v3}) {
+    for (const ShardInfo& s : v->shards)
+      EXPECT_FALSE(table_.IsReferenced(s.shard_id));
+  }
+  EXPECT_THAT(table_.List().size(), 1u);
+}
+
+TEST_F(TensorTableTest, ADeleteWhoseRecordFailedKeepsTheTensor) {
+  Create("a", 1);
+  store_.FailAppends(1, absl::InternalError("no space"));
+  auto ticket = table_.BeginDelete("a");
+  ASSERT_OK(ticket);
+  EXPECT_THAT(table_.FinishDelete("a", log_.Wait(*ticket)).status(),
+              StatusIs(absl::StatusCode::kInternal));
+  EXPECT_OK(table_.Get("a"));
+  ticket = table_.BeginDelete("a");
+  ASSERT_OK(ticket);
+  EXPECT_OK(table_.FinishDelete("a", log_.Wait(*ticket)));
+}
+
+TEST_F(TensorTableTest, ADeleteWaitsForTheCreateInFlight) {
+  std::shared_ptr<TensorMetadata> meta = Meta("a", 1);
+  ASSERT_OK(table_.ReserveName("a"));
+  ASSERT_OK(log_.Wait(table_.ReserveIds(absl::MakeSpan(meta->shards))));
+  const TensorTable::Ticket create = table_.CommitCreate(meta, false);
+  absl::StatusOr<TensorTable::Ticket> deletion;
+  std::thread deleter([&] { deletion = table_.BeginDelete("a"); });
+  ASSERT_OK(log_.Wait(create));
+  table_.FinishCreate("a");
+  deleter.join();
+  ASSERT_OK(deletion);  // it saw the finished create, not a half-made one
+  EXPECT_OK(table_.FinishDelete("a", log_.Wait(*deletion)));
+  EXPECT_THAT(log_.DurableState().tensors, IsEmpty());
+}
+
+TEST_F(TensorTableTest, ReconcileMarksMissingShardsLostAndReturnsStrays) {
+  TensorMetadataPtr a = Create("a", 2);  // a shard on w0 and one on w1
+  TensorMetadataPtr b = Create("b", 1);  // a shard on w0
+  const uint64_t a0 = a->shards[0].shard_id;
+  const uint64_t a1 = a->shards[1].shard_id;
+  const uint64_t b0 = b->shards[0].shard_id;
+  Reconciliation r = table_.Reconcile("w0", {a0, 9999});
+  EXPECT_THAT(r.unreferenced, ElementsAre(9999u));
+  EXPECT_THAT(r.lost, ElementsAre(b0));
+  EXPECT_THAT(r.found, ElementsAre(a0));
+  EXPECT_TRUE(table_.IsLost(b0));
+  EXPECT_FALSE(table_.IsLost(a1)) << "another worker's shard";
+  TensorMetadata copy = *b;
+  table_.MarkLost(&copy);
+  EXPECT_FALSE(copy.shards[0].available);
+  // It comes back with the shard.
+  r = table_.Reconcile("w0", {a0, b0});
+  EXPECT_THAT(r.unreferenced, IsEmpty());
+  EXPECT_FALSE(table_.IsLost(b0));
+}
+
+TEST_F(TensorTableTest, ReconcileCountsRetiredVersionsAndAllocationsInProgress) {
+  TensorMetadataPtr v1 = Create("a", 2);
+  Reshard(v1, 1);  // v1's shard on w1 is retired, still held
+  std::vector<ShardInfo> in_progress(1);
+  table_.ReserveIds(absl::MakeSpan(in_progress));  // being allocated
+  const uint64_t retired = v1->shards[1].shard_id;
+  Reconciliation r =
+      table_.Reconcile("w1", {retired, in_progress[0].shard_id});
+  EXPECT_THAT(r.unreferenced, IsEmpty());
+  EXPECT_THAT(r.found, ElementsAre(retired));
+}
+
+}  // namespace
+}  // namespace tessera
