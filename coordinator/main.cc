@@ -26,6 +26,8 @@ ABSL_FLAG(std::string, data_dir, "",
 ABSL_FLAG(int64_t, lease_ms, 5000,
           "a worker silent for this long is marked dead");
 ABSL_FLAG(int64_t, heartbeat_ms, 1000, "how often workers heartbeat");
+ABSL_FLAG(int64_t, snapshot_every, 1000,
+          "write a metadata snapshot after this many log records");
 ABSL_FLAG(int64_t, retire_grace_ms, 5000,
           "after a reshard, how long the replaced version stays readable "
           "before it is freed");
@@ -35,14 +37,16 @@ namespace {
 
 int Run() {
   if (absl::GetFlag(FLAGS_lease_ms) <= 0 ||
-      absl::GetFlag(FLAGS_heartbeat_ms) <= 0) {
-    spdlog::error("--lease_ms and --heartbeat_ms must be > 0");
+      absl::GetFlag(FLAGS_heartbeat_ms) <= 0 ||
+      absl::GetFlag(FLAGS_snapshot_every) <= 0) {
+    spdlog::error("--lease_ms, --heartbeat_ms and --snapshot_every must be > 0");
     return 2;
   }
   CoordinatorOptions options;
   options.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
   options.heartbeat_interval =
       absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
+  options.snapshot_every = absl::GetFlag(FLAGS_snapshot_every);
   options.retire_grace = absl::Milliseconds(
       std::max<int64_t>(0, absl::GetFlag(FLAGS_retire_grace_ms)));
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
