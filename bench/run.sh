@@ -52,6 +52,10 @@ for name, bps in rows.items():
     size = f"{run // 1024} KiB" if run >= 1024 else f"{run} B"
     print(f"| 5. {label}, inner run {size} | {bps/1e9:.2f} GB/s | memcpy {ref/1e9:.2f} GB/s | {r:.2f}x | {target} | {met} |")
 '
+  echo
+  echo "## Metadata durability: creates and reads with and without --data_dir (group commit)"
+  bazel build -c opt //bench:metadata_bench >&2
+  TESSERA_BIN_DIR="$PWD/bazel-bin" bazel-bin/bench/metadata_bench $quick
 } | tee "$out"
 
 if [ -n "$update" ]; then
