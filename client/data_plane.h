@@ -1,7 +1,9 @@
 // The client's data plane: gather a region of a tensor from the workers that
 // own it, and scatter a host array into a tensor's shards. Bytes flow
-// directly between this process and the workers, one stream per piece, in
-// parallel across workers, each byte landing straight in its final place.
+// directly between this process and the workers through the Connection's
+// TransportChain (same-host shared memory when allowed, else gRPC), one
+// piece at a time per worker, in parallel across workers, each byte landing
+// straight in its final place.
 #ifndef TESSERA_CLIENT_DATA_PLANE_H_
 #define TESSERA_CLIENT_DATA_PLANE_H_
 

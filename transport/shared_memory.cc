@@ -107,9 +107,10 @@ absl::StatusOr<std::unique_ptr<ShardMapping>> MapRange(
   const int64_t map_offset = begin / page * page;
   const size_t map_bytes =
       static_cast<size_t>(std::max<int64_t>(end - map_offset, 1));
-  // Prefault the page tables in one go for large spans; small ones fault
-  // lazily.
-  const int populate = map_bytes >= (1 << 20) ? MAP_POPULATE : 0;
+  // Prefault the page tables in one go for spans of a chunk or more; small
+  // ones fault lazily.
+  const int populate =
+      static_cast<int64_t>(map_bytes) >= kChunkBytes ? MAP_POPULATE : 0;
   void* map =
       mmap(nullptr, map_bytes, writable ? PROT_READ | PROT_WRITE : PROT_READ,
            MAP_SHARED | populate, fd, map_offset);

@@ -40,11 +40,14 @@ struct WorkerNodeOptions {
   // in bench/.
   int64_t chunk_bytes = kChunkBytes;
   // How pieces held by other workers are read. A reshard reads each piece
-  // once, so whole-shard mappings are not kept.
+  // once, so whole-shard mappings are not kept; a same-host piece of any
+  // size is copied out of the source's shared memory (only the piece's span
+  // is mapped, so small pieces cost no more than a gRPC call).
   DataPlaneOptions peers = [] {
     DataPlaneOptions options;
     options.timeout = absl::Minutes(10);
     options.cache_mappings = false;
+    options.shared_memory_min_bytes = 0;
     return options;
   }();
   // The shared memory holding the store's large shards (the same arena the

@@ -216,7 +216,6 @@ class WorkerNodeTransferTest : public ::testing::TestWithParam<bool> {
     address_ = absl::StrCat("127.0.0.1:", server_.port);
     WorkerNodeOptions dst_options;
     dst_options.peers.shared_memory = shared_memory;
-    dst_options.peers.shared_memory_min_bytes = 0;
     dst_options.peers.timeout = absl::Seconds(30);
     node_ = std::make_unique<WorkerNode>(&store_, dst_options);
   }
