@@ -1,9 +1,11 @@
 #include "ops/metrics_http.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace tessera {
 
@@ -28,6 +30,12 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   server.set_read_timeout(5, 0);
   server.set_write_timeout(5, 0);
   server.set_keep_alive_max_count(16);
+  // httplib's default also sets SO_REUSEPORT, which would let a second
+  // daemon bind the same port without an error.
+  server.set_socket_options([](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   server.Get("/metrics", [registry](const httplib::Request&,
                                     httplib::Response& response) {
     response.set_content(registry->Render(),
@@ -43,6 +51,9 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
         "cannot serve metrics on ", listen, " (address in use or invalid)"));
   }
   out->thread_ = std::thread([&server] { server.listen_after_bind(); });
+  // Return only once it serves, so that a stop right after Start is not
+  // lost (stop() before the loop runs would leave the thread listening).
+  for (int i = 0; i < 5000 && !server.is_running(); ++i) absl::SleepFor(absl::Milliseconds(1));
   return out;
 }
 
