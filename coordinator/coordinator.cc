@@ -10,6 +10,7 @@ namespace {
 MetadataLog::Options LogOptions(const CoordinatorOptions& options) {
   MetadataLog::Options out;
   out.snapshot_every = options.snapshot_every;
+  out.metrics = options.metrics;
   return out;
 }
 
@@ -35,6 +36,26 @@ Coordinator::Coordinator(CoordinatorOptions options,
       orchestrator_(&registry_, &table_, &log_, workers_.get()),
       reconciler_(&registry_, &table_, &log_, workers_.get()) {
   retire_thread_ = std::thread([this] { RetireLoop(); });
+  if (options_.metrics != nullptr) {
+    options_.metrics->AddCollector([this](MetricsRegistry& metrics) {
+      int64_t alive = 0;
+      for (const WorkerRecord& w : registry_.List()) alive += w.alive ? 1 : 0;
+      metrics.Gauge("tessera_workers_alive", "Workers whose lease is current.")
+          ->Set(static_cast<double>(alive));
+      int64_t shards = 0;
+      const std::vector<TensorSummary> tensors = table_.List();
+      for (const TensorSummary& t : tensors) shards += t.num_shards;
+      metrics.Gauge("tessera_tensors", "Tensors listed.")
+          ->Set(static_cast<double>(tensors.size()));
+      metrics.Gauge("tessera_tensor_shards",
+                    "Shards of the current versions of all tensors.")
+          ->Set(static_cast<double>(shards));
+      metrics
+          .Gauge("tessera_retired_versions",
+                 "Replaced tensor versions waiting to be freed.")
+          ->Set(static_cast<double>(table_.NumRetired()));
+    });
+  }
 }
 
 Coordinator::~Coordinator() {

@@ -35,6 +35,7 @@
 #include "coordinator/worker_reconciler.h"
 #include "coordinator/worker_registry.h"
 #include "core/layout_spec.h"
+#include "core/metrics.h"
 #include "core/tensor_metadata.h"
 #include "core/transfer.h"
 
@@ -58,6 +59,10 @@ struct CoordinatorOptions {
   // A tensor created pending (a put) and never committed is removed after
   // this long: its client died mid-put.
   absl::Duration pending_timeout = absl::Minutes(10);
+  // When set, the coordinator reports into it (metadata log latency; at
+  // each scrape: workers alive, tensors, shards, retired versions waiting).
+  // Not owned; outlives the coordinator.
+  MetricsRegistry* metrics = nullptr;
 };
 
 class Coordinator {

@@ -1,25 +1,22 @@
 #include "coordinator/grpc_worker_control.h"
 
-#include <chrono>
-
 #include "absl/strings/str_cat.h"
-#include "core/errors.h"
+#include "core/status_macros.h"
 #include "proto/worker.grpc.pb.h"
 #include "rpc/convert.h"
-#include "rpc/status.h"
+#include "rpc/call.h"
 
 namespace tessera {
 namespace {
 
-// A worker that cannot be reached is reported in the system's own words.
-absl::Status WorkerStatus(const grpc::Status& status,
-                          const std::string& address) {
-  if (IsTransportFailure(status) ||
-      status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-    return UnavailableError(
-        absl::StrCat("worker at ", address, " (", status.error_message(), ")"));
-  }
-  return FromGrpcStatus(status);
+// Every order to a worker is idempotent (the same ids, the same bytes), so a
+// call that could not reach the worker is tried again.
+CallOptions WorkerCall(const std::string& address, absl::Duration timeout) {
+  CallOptions options;
+  options.timeout = timeout;
+  options.idempotent = true;
+  options.peer = absl::StrCat("worker at ", address);
+  return options;
 }
 
 }  // namespace
@@ -44,14 +41,12 @@ absl::StatusOr<int64_t> GrpcWorkerControl::Allocate(
     const std::string& address, const AllocateBatch& batch) {
   const v1::AllocateShardsRequest request = AllocateRequestFor(batch);
   v1::AllocateShardsResponse response;
-  absl::Status status = RetryConnectFailures([&]() -> absl::Status {
-    grpc::ClientContext context;
-    SetDeadline(&context, options_.allocate_timeout);
-    return WorkerStatus(v1::Worker::NewStub(channels_.Get(address))
-                            ->AllocateShards(&context, request, &response),
-                        address);
-  });
-  if (!status.ok()) return status;
+  auto stub = v1::Worker::NewStub(channels_.Get(address));
+  TESSERA_RETURN_IF_ERROR(Call(WorkerCall(address, options_.allocate_timeout),
+                               [&](grpc::ClientContext* context) {
+                                 return stub->AllocateShards(context, request,
+                                                             &response);
+                               }));
   return response.bytes_used();
 }
 
@@ -60,14 +55,12 @@ absl::StatusOr<int64_t> GrpcWorkerControl::Free(
   v1::FreeShardsRequest request;
   request.mutable_shard_ids()->Assign(shard_ids.begin(), shard_ids.end());
   v1::FreeShardsResponse response;
-  absl::Status status = RetryConnectFailures([&]() -> absl::Status {
-    grpc::ClientContext context;
-    SetDeadline(&context, options_.free_timeout);
-    return WorkerStatus(v1::Worker::NewStub(channels_.Get(address))
-                            ->FreeShards(&context, request, &response),
-                        address);
-  });
-  if (!status.ok()) return status;
+  auto stub = v1::Worker::NewStub(channels_.Get(address));
+  TESSERA_RETURN_IF_ERROR(Call(WorkerCall(address, options_.free_timeout),
+                               [&](grpc::ClientContext* context) {
+                                 return stub->FreeShards(context, request,
+                                                         &response);
+                               }));
   return response.bytes_used();
 }
 
@@ -75,13 +68,11 @@ absl::Status GrpcWorkerControl::Transfer(const TransferBatch& batch) {
   v1::TransferRequest request;
   TransferBatchToProto(batch, &request);
   v1::TransferResponse response;
-  return RetryConnectFailures([&]() -> absl::Status {
-    grpc::ClientContext context;
-    SetDeadline(&context, options_.transfer_timeout);
-    return WorkerStatus(v1::Worker::NewStub(channels_.Get(batch.dst_address))
-                            ->Transfer(&context, request, &response),
-                        batch.dst_address);
-  });
+  auto stub = v1::Worker::NewStub(channels_.Get(batch.dst_address));
+  return Call(WorkerCall(batch.dst_address, options_.transfer_timeout),
+              [&](grpc::ClientContext* context) {
+                return stub->Transfer(context, request, &response);
+              });
 }
 
 }  // namespace tessera

@@ -15,6 +15,9 @@
 #include "coordinator/coordinator_service.h"
 #include "coordinator/file_metadata_store.h"
 #include "coordinator/grpc_worker_control.h"
+#include "ops/logging.h"
+#include "ops/metrics_http.h"
+#include "ops/version.h"
 #include "rpc/server.h"
 #include "rpc/signals.h"
 #include "spdlog/spdlog.h"
@@ -28,6 +31,10 @@ ABSL_FLAG(int64_t, lease_ms, 5000,
 ABSL_FLAG(int64_t, heartbeat_ms, 1000, "how often workers heartbeat");
 ABSL_FLAG(int64_t, snapshot_every, 1000,
           "write a metadata snapshot after this many log records");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "serve Prometheus metrics at http://HOST:PORT/metrics; empty = off");
+ABSL_FLAG(std::string, log_format, "text", "log lines as text or json");
+ABSL_FLAG(bool, version, false, "print the version and exit");
 ABSL_FLAG(int64_t, retire_grace_ms, 5000,
           "after a reshard, how long the replaced version stays readable "
           "before it is freed");
@@ -36,6 +43,16 @@ namespace tessera {
 namespace {
 
 int Run() {
+  if (absl::GetFlag(FLAGS_version)) {
+    PrintVersion("tessera-coordinator");
+    return 0;
+  }
+  if (absl::Status s = ConfigureLogging(absl::GetFlag(FLAGS_log_format),
+                                        "tessera-coordinator");
+      !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_lease_ms) <= 0 ||
       absl::GetFlag(FLAGS_heartbeat_ms) <= 0 ||
       absl::GetFlag(FLAGS_snapshot_every) <= 0) {
@@ -49,6 +66,20 @@ int Run() {
   options.snapshot_every = absl::GetFlag(FLAGS_snapshot_every);
   options.retire_grace = absl::Milliseconds(
       std::max<int64_t>(0, absl::GetFlag(FLAGS_retire_grace_ms)));
+  MetricsRegistry metrics;
+  options.metrics = &metrics;
+  std::unique_ptr<MetricsHttpServer> metrics_server;
+  if (const std::string at = absl::GetFlag(FLAGS_metrics_listen); !at.empty()) {
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> started =
+        MetricsHttpServer::Start(at, &metrics);
+    if (!started.ok()) {
+      spdlog::error("{}", std::string(started.status().message()));
+      return 1;
+    }
+    metrics_server = std::move(*started);
+    spdlog::info("metrics at http://{}/metrics",
+                 WithPort(at, metrics_server->port()));
+  }
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   std::unique_ptr<MetadataStore> store;
   FileMetadataStore* file_store = nullptr;
@@ -71,7 +102,10 @@ int Run() {
   }
   CoordinatorService service(&coordinator);
   const std::string listen = absl::GetFlag(FLAGS_listen);
-  absl::StatusOr<RunningServer> server = StartServer(listen, {&service});
+  ServerOptions server_options;
+  server_options.metrics = &metrics;
+  absl::StatusOr<RunningServer> server =
+      StartServer(listen, {&service}, server_options);
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
     return 1;
@@ -89,6 +123,8 @@ int Run() {
                                     file_store->torn_bytes_dropped(), " bytes")
                      : std::string());
   }
+  // Recovered and serving: health says so.
+  server->SetServing(true);
   const int sig = WaitForTerminationSignal();
   spdlog::info("signal {} received; shutting down", sig);
   server->Stop(absl::Seconds(2));

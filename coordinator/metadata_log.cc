@@ -110,7 +110,15 @@ void MetadataLog::WriterLoop() {
     }
     const Ticket last = first + batch.size() - 1;
 
+    const absl::Time append_start = absl::Now();
     absl::Status status = store_->Append(batch);
+    if (options_.metrics != nullptr) {
+      options_.metrics
+          ->Histogram("tessera_metadata_append_seconds",
+                      "Time to append one batch of metadata records and make "
+                      "it durable (one fsync for the file store).")
+          ->Observe(absl::ToDoubleSeconds(absl::Now() - append_start));
+    }
     if (status.ok()) {
       absl::MutexLock lock(&mirror_mu_);
       for (const MetadataChange& change : batch) mirror_.Apply(change);
@@ -147,7 +155,14 @@ void MetadataLog::WriterLoop() {
 void MetadataLog::WriteSnapshot() {
   records_since_snapshot_ = 0;
   MetadataState state = DurableState();  // shares the tensors
+  const absl::Time start = absl::Now();
   absl::Status status = store_->Snapshot(state);
+  if (options_.metrics != nullptr) {
+    options_.metrics
+        ->Histogram("tessera_metadata_snapshot_seconds",
+                    "Time to write one metadata snapshot.")
+        ->Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  }
   // The log still holds everything: a failed snapshot loses nothing.
   if (!status.ok()) {
     spdlog::warn("metadata snapshot failed: {}",
