@@ -124,8 +124,10 @@ class ControlledStore : public MetadataStore {
   int64_t snapshots_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// Worker i of a test: named "w<i>", rank i, at address "fake:<i>".
-inline std::string WorkerAddress(int i) { return absl::StrCat("fake:", i); }
+// Worker i of a test: named "w<i>", rank i, at address "fake:<7000+i>".
+inline std::string WorkerAddress(int i) {
+  return absl::StrCat("fake:", 7000 + i);
+}
 inline WorkerRegistration TestWorker(int i, int64_t capacity_bytes = 0) {
   WorkerRegistration r;
   r.worker.name = absl::StrCat("w", i);

@@ -17,9 +17,7 @@ absl::StatusOr<RegisterResult> WorkerReconciler::Register(
     const std::vector<uint64_t>& held_shard_ids) {
   const WorkerInfo& claimed = registration.worker;
   TESSERA_RETURN_IF_ERROR(CheckWorkerName(claimed.name));
-  if (claimed.address.empty()) {
-    return absl::InvalidArgumentError("worker registration without an address");
-  }
+  TESSERA_RETURN_IF_ERROR(CheckDialAddress(claimed.address, "worker address"));
   if (registration.rank.has_value() && *registration.rank < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank must be >= 0, got ", *registration.rank));

@@ -147,4 +147,46 @@ absl::Status CheckWorkerName(absl::string_view name) {
       "'-'"));
 }
 
+absl::Status CheckDialAddress(absl::string_view address,
+                              absl::string_view field) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " '", address.substr(0, 64),
+                     address.size() > 64 ? "...'" : "'",
+                     " is not an address others can dial (HOST:PORT): ", why));
+  };
+  if (address.size() > kMaxAddressBytes) {
+    return bad(absl::StrCat("longer than ", kMaxAddressBytes, " bytes"));
+  }
+  const size_t colon = address.rfind(':');
+  if (colon == absl::string_view::npos) return bad("no port");
+  absl::string_view host = address.substr(0, colon);
+  const absl::string_view port_text = address.substr(colon + 1);
+  int port = 0;
+  if (!absl::SimpleAtoi(port_text, &port) || port < 1 || port > 65535 ||
+      port_text.size() > 5) {
+    return bad("the port must be 1 to 65535");
+  }
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+    if (host.empty() || host == "::") return bad("a wildcard host");
+    for (char c : host) {
+      if (!absl::ascii_isxdigit(static_cast<unsigned char>(c)) && c != ':' &&
+          c != '.') {
+        return bad("not an IPv6 address");
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (host.empty()) return bad("no host");
+  if (host == "0.0.0.0") return bad("a wildcard host");
+  for (char c : host) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' &&
+        c != '-' && c != '_') {
+      return bad("the host has characters a host name cannot have");
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace tessera

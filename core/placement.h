@@ -68,6 +68,15 @@ bool IsValidTensorName(absl::string_view name);
 absl::Status CheckTensorName(absl::string_view name);
 absl::Status CheckWorkerName(absl::string_view name);
 
+// Longest address a worker may register.
+inline constexpr size_t kMaxAddressBytes = 255;
+
+// An address others can dial: HOST:PORT with a host name, IPv4 or [IPv6]
+// address (not a wildcard such as 0.0.0.0), a port 1..65535, at most
+// kMaxAddressBytes. `field` names it in the error.
+absl::Status CheckDialAddress(absl::string_view address,
+                              absl::string_view field);
+
 }  // namespace tessera
 
 #endif  // TESSERA_CORE_PLACEMENT_H_

@@ -110,5 +110,32 @@ TEST(PlacementTest, NameRules) {
   EXPECT_THAT(CheckWorkerName("w0"), IsOk());
 }
 
+TEST(CheckDialAddressTest, AcceptsHostsAndAddressesOthersCanDial) {
+  EXPECT_THAT(CheckDialAddress("127.0.0.1:7071", "a"), IsOk());
+  EXPECT_THAT(CheckDialAddress("worker-0.tessera.svc:7071", "a"), IsOk());
+  EXPECT_THAT(CheckDialAddress("[::1]:7071", "a"), IsOk());
+  EXPECT_THAT(CheckDialAddress("[fd00::1:2]:65535", "a"), IsOk());
+}
+
+TEST(CheckDialAddressTest, RefusesWhatCannotBeDialled) {
+  for (const char* bad :
+       {"", "host", "host:", ":7071", "host:0", "host:65536", "host:-1",
+        "host:7o71", "0.0.0.0:7071", "[::]:7071", "ho st:7071", "h/x:1",
+        "[zz::1]:7071", "host:0000007071"}) {
+    EXPECT_THAT(CheckDialAddress(bad, "--advertise"),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("--advertise")))
+        << bad;
+  }
+}
+
+TEST(CheckDialAddressTest, RefusesAddressesLongerThan255Bytes) {
+  const std::string host(251, 'a');
+  EXPECT_THAT(CheckDialAddress(host + ":123", "a"), IsOk());  // 255 bytes
+  EXPECT_THAT(CheckDialAddress(host + ":1234", "a"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("longer than 255 bytes")));
+}
+
 }  // namespace
 }  // namespace tessera

@@ -5,7 +5,7 @@
 //           4 GetTensor  5 ListTensors + ListWorkers  6 DeleteTensor
 //           7 ReshardTensor  8 ListWorkers
 // Each input gets a fresh Coordinator whose WorkerControl is in-process:
-// three workers ("fake:0".."fake:2", registered as w0..w2) each a real
+// three workers ("fake:7000".."fake:7002", registered as w0..w2) each a real
 // WorkerNode on a HostShardStore of kCapacity bytes behind a real
 // WorkerService, called directly (AllocateShards and FreeShards through the
 // service; Transfer through WorkerNode::Transfer, which copies pieces held
@@ -180,8 +180,8 @@ void Run(const uint8_t* data, size_t size) {
   for (int i = 0; i < kWorkers; ++i) {
     owned.push_back(std::make_unique<FakeWorker>(&nodes));
     fakes[i] = owned.back().get();
-    by_address[absl::StrCat("fake:", i)] = fakes[i];
-    nodes[absl::StrCat("fake:", i)] = &fakes[i]->node;
+    by_address[absl::StrCat("fake:", 7000 + i)] = fakes[i];
+    nodes[absl::StrCat("fake:", 7000 + i)] = &fakes[i]->node;
   }
   CoordinatorOptions options;
   options.retire_grace = absl::ZeroDuration();
@@ -193,7 +193,7 @@ void Run(const uint8_t* data, size_t size) {
     v1::RegisterWorkerRequest request;
     request.set_name(absl::StrCat("w", i));
     request.set_rank(i);
-    request.set_address(absl::StrCat("fake:", i));
+    request.set_address(absl::StrCat("fake:", 7000 + i));
     request.set_capacity_bytes(kCapacity);
     v1::RegisterWorkerResponse response;
     grpc::Status s = service.RegisterWorker(&context, &request, &response);

@@ -12,6 +12,12 @@
 #include "absl/synchronization/mutex.h"
 #include "core/limits.h"
 #include "core/placement.h"
+#include "core/errors.h"
+#include "core/metrics.h"
+#include "core/status_macros.h"
+#include "ops/logging.h"
+#include "ops/metrics_http.h"
+#include "ops/version.h"
 #include "rpc/server.h"
 #include "rpc/signals.h"
 #include "spdlog/spdlog.h"
@@ -36,13 +42,49 @@ ABSL_FLAG(std::string, device, "cpu",
           "device holding the shards: cpu or cuda:N");
 ABSL_FLAG(int64_t, capacity_bytes, 0,
           "most shard bytes this worker holds; 0 = no limit");
+ABSL_FLAG(std::string, advertise, "",
+          "address clients and peers dial, HOST:PORT, when it differs from "
+          "--listen (e.g. --listen=0.0.0.0:7071); default: the --listen "
+          "address");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "serve Prometheus metrics at http://HOST:PORT/metrics; empty = off");
+ABSL_FLAG(std::string, log_format, "text", "log lines as text or json");
+ABSL_FLAG(bool, version, false, "print the version and exit");
 ABSL_FLAG(int64_t, chunk_bytes, tessera::kChunkBytes,
           "bytes per data message when streaming regions");
 
 namespace tessera {
 namespace {
 
+// The address this worker registers: --advertise, else the bound --listen
+// address, which must then be one others can dial.
+absl::StatusOr<std::string> AdvertisedAddress(const std::string& bound) {
+  std::string address = absl::GetFlag(FLAGS_advertise);
+  if (address.empty()) {
+    const std::string host = bound.substr(0, bound.rfind(':'));
+    if (host == "0.0.0.0" || host == "[::]" || host == "::" || host.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--listen=", bound,
+          " is a wildcard address that clients cannot dial; give "
+          "--advertise=HOST:PORT"));
+    }
+    return bound;
+  }
+  TESSERA_RETURN_IF_ERROR(CheckDialAddress(address, "--advertise"));
+  return address;
+}
+
 int Run() {
+  if (absl::GetFlag(FLAGS_version)) {
+    PrintVersion("tessera-worker");
+    return 0;
+  }
+  if (absl::Status s =
+          ConfigureLogging(absl::GetFlag(FLAGS_log_format), "tessera-worker");
+      !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return 2;
+  }
   const std::string listen = absl::GetFlag(FLAGS_listen);
   absl::StatusOr<Device> device = ParseDevice(absl::GetFlag(FLAGS_device));
   if (!device.ok()) {
@@ -86,12 +128,60 @@ int Run() {
   node_options.arena = arena;
   WorkerNode node(store.get(), node_options);
   WorkerService service(&node);
-  absl::StatusOr<RunningServer> server = StartServer(listen, {&service});
+  MetricsRegistry metrics;
+  ServerOptions server_options;
+  server_options.metrics = &metrics;
+  absl::StatusOr<RunningServer> server =
+      StartServer(listen, {&service}, server_options);
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
     return 1;
   }
-  const std::string address = WithPort(listen, server->port);
+  absl::StatusOr<std::string> advertised =
+      AdvertisedAddress(WithPort(listen, server->port));
+  if (!advertised.ok()) {
+    spdlog::error("{}", std::string(advertised.status().message()));
+    server->Stop(absl::ZeroDuration());
+    return 2;
+  }
+  const std::string address = *advertised;
+  metrics.AddCollector([&](MetricsRegistry& m) {
+    m.Gauge("tessera_worker_bytes_held",
+            "Element bytes of the shards this worker holds.")
+        ->Set(static_cast<double>(store->BytesUsed()));
+    m.Gauge("tessera_worker_shards_held", "Shards this worker holds.")
+        ->Set(static_cast<double>(store->ShardIds().size()));
+    m.Gauge("tessera_worker_capacity_bytes",
+            "Most shard bytes this worker holds (0: no limit).")
+        ->Set(static_cast<double>(absl::GetFlag(FLAGS_capacity_bytes)));
+    const DataPlaneStats moved = node.PeerStats();
+    for (const auto& [transport, bytes] : moved.bytes) {
+      m.Gauge("tessera_transfer_bytes_total",
+              "Bytes this worker pulled from peers, by transport.",
+              {{"transport", transport}})
+          ->Set(static_cast<double>(bytes));
+    }
+    for (const auto& [transport, count] : moved.fallbacks) {
+      m.Gauge("tessera_transfer_fallbacks_total",
+              "Pulls a transport declined and left to the next, by the "
+              "transport that declined.",
+              {{"transport", transport}})
+          ->Set(static_cast<double>(count));
+    }
+  });
+  std::unique_ptr<MetricsHttpServer> metrics_server;
+  if (const std::string at = absl::GetFlag(FLAGS_metrics_listen); !at.empty()) {
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> started =
+        MetricsHttpServer::Start(at, &metrics);
+    if (!started.ok()) {
+      spdlog::error("{}", std::string(started.status().message()));
+      server->Stop(absl::ZeroDuration());
+      return 1;
+    }
+    metrics_server = std::move(*started);
+    spdlog::info("metrics at http://{}/metrics",
+                 WithPort(at, metrics_server->port()));
+  }
   std::string name = absl::GetFlag(FLAGS_name);
   if (name.empty()) name = absl::StrCat("w", server->port);
   if (absl::Status s = CheckWorkerName(name); !s.ok()) {
@@ -99,8 +189,8 @@ int Run() {
     return 2;
   }
   spdlog::info(
-      "tessera-worker '{}' serving on {} (device {}, capacity {})", name,
-      address, device->ToString(),
+      "tessera-worker '{}' serving on {} as {} (device {}, capacity {})", name,
+      WithPort(listen, server->port), address, device->ToString(),
       absl::GetFlag(FLAGS_capacity_bytes) == 0
           ? std::string("unlimited")
           : absl::StrCat(absl::GetFlag(FLAGS_capacity_bytes), " bytes"));
@@ -112,6 +202,10 @@ int Run() {
   options.address = address;
   options.device = *device;
   options.capacity_bytes = absl::GetFlag(FLAGS_capacity_bytes);
+  // Health: SERVING while registered with the coordinator.
+  options.on_registered = [&](bool registered) {
+    server->SetServing(registered);
+  };
   absl::Mutex fatal_mu;
   absl::Status fatal;
   Registration registration(

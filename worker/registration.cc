@@ -3,10 +3,11 @@
 #include <algorithm>
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "rpc/channel.h"
 #include "rpc/convert.h"
-#include "rpc/status.h"
+#include "rpc/call.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera {
@@ -46,6 +47,13 @@ bool Registration::WaitRegistered(absl::Duration timeout) {
   return registered_.WaitForNotificationWithTimeout(timeout);
 }
 
+CallOptions Registration::CoordinatorCall() const {
+  CallOptions call;
+  call.timeout = options_.rpc_timeout;
+  call.peer = absl::StrCat("coordinator at ", options_.coordinator);
+  return call;
+}
+
 void Registration::Run() {
   auto stub = v1::Coordinator::NewStub(MakeChannel(options_.coordinator));
   absl::Duration backoff = absl::Milliseconds(50);
@@ -63,12 +71,13 @@ void Registration::Run() {
       request.set_bytes_used(store_->BytesUsed());
       for (uint64_t id : store_->ShardIds()) request.add_held_shard_ids(id);
       v1::RegisterWorkerResponse response;
-      grpc::ClientContext context;
-      SetDeadline(&context, options_.rpc_timeout);
       absl::Status status =
-          FromGrpcStatus(stub->RegisterWorker(&context, request, &response));
+          Call(CoordinatorCall(), [&](grpc::ClientContext* context) {
+            return stub->RegisterWorker(context, request, &response);
+          });
       if (status.ok()) {
         registered = true;
+        if (options_.on_registered) options_.on_registered(true);
         failures = 0;
         backoff = absl::Milliseconds(50);
         if (response.heartbeat_interval_ms() > 0) {
@@ -105,14 +114,15 @@ void Registration::Run() {
     request.set_name(options_.name);
     request.set_bytes_used(store_->BytesUsed());
     v1::HeartbeatResponse response;
-    grpc::ClientContext context;
-    SetDeadline(&context, options_.rpc_timeout);
     absl::Status status =
-        FromGrpcStatus(stub->Heartbeat(&context, request, &response));
+        Call(CoordinatorCall(), [&](grpc::ClientContext* context) {
+          return stub->Heartbeat(context, request, &response);
+        });
     if (status.ok() && response.reregister()) {
       spdlog::info(
           "coordinator does not know this worker any more; registering again");
       registered = false;
+      if (options_.on_registered) options_.on_registered(false);
     } else if (!status.ok() && failures++ % 20 == 0) {
       spdlog::warn("heartbeat to coordinator {} failed: {}",
                    options_.coordinator, std::string(status.message()));

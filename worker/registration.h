@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "rpc/call.h"
 #include "core/placement.h"
 #include "worker/shard_store.h"
 
@@ -29,6 +30,11 @@ struct RegistrationOptions {
   int64_t capacity_bytes = 0;   // 0 = unlimited
   absl::Duration rpc_timeout = absl::Seconds(5);
   absl::Duration max_backoff = absl::Seconds(2);
+  // Told (on the registration thread) each time the worker becomes
+  // registered (true) or is told to register again (false); the worker's
+  // health follows it. A coordinator that is merely unreachable changes
+  // nothing: the worker keeps serving what it holds.
+  std::function<void(bool registered)> on_registered;
 };
 
 class Registration {
@@ -49,6 +55,9 @@ class Registration {
 
  private:
   void Run();
+
+  // Register and heartbeat are tried once per round; the loop retries.
+  CallOptions CoordinatorCall() const;
 
   const RegistrationOptions options_;
   ShardStore* const store_;
