@@ -28,23 +28,4 @@ std::shared_ptr<grpc::Channel> Connection::WorkerChannel(
   return workers_.Get(address);
 }
 
-void Connection::PrepareControlCall(grpc::ClientContext* context) const {
-  SetDeadline(context, options_.rpc_timeout);
-}
-
-absl::Status Connection::ControlError(const grpc::Status& status) const {
-  // Errors the coordinator raises itself say "unavailable"; gRPC's own
-  // connection failures do not.
-  const bool transport_failure =
-      IsTransportFailure(status) ||
-      (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
-       status.error_message() == "Deadline Exceeded");
-  if (transport_failure) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot reach the coordinator at ", coordinator_address_,
-                     " (is it running?)"));
-  }
-  return FromGrpcStatus(status);
-}
-
 }  // namespace tessera

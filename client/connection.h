@@ -34,11 +34,6 @@ class Connection {
   // options().shared_memory allows, else gRPC; counts bytes per transport.
   TransportChain& data_plane() { return *data_plane_; }
 
-  // Sets the deadline of a control-plane call.
-  void PrepareControlCall(grpc::ClientContext* context) const;
-  // Turns a failed coordinator call into an error a user understands.
-  absl::Status ControlError(const grpc::Status& status) const;
-
  private:
   const std::string coordinator_address_;
   const ClientOptions options_;

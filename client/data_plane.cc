@@ -97,7 +97,7 @@ absl::Status ReadShardBox(Connection& connection, const TensorMetadata& meta,
   absl::Status status = absl::OkStatus();
   for (const ShardLocation& location : ReadLocations(meta, index)) {
     const RemoteShard shard = ShardAt(meta, index, location);
-    status = RetryConnectFailures([&] {
+    status = RetryTransportFailures([&] {
       return connection.data_plane().Read(shard, in_shard, target);
     });
     if (status.ok()) return status;
@@ -155,7 +155,7 @@ absl::Status ScatterTensor(Connection& connection, const TensorMetadata& meta,
         source.data = src;
         source.shape = meta.shape;
         source.offsets.assign(info.box.offsets.begin(), info.box.offsets.end());
-        absl::Status status = RetryConnectFailures(
+        absl::Status status = RetryTransportFailures(
             [&] { return connection.data_plane().Write(shard, source); });
         if (!status.ok()) {
           return Annotate(status,

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "core/errors.h"
+#include "core/status_macros.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -110,6 +111,30 @@ TEST_F(CallTest, ServiceErrorsCarryDetailsTransportFailuresDoNot) {
   status = stub_->FreeShards(&refused, request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_TRUE(IsTransportFailure(status));
+}
+
+TEST_F(CallTest, TheMarkSurvivesConversionAndAnnotation) {
+  worker_.reply = UnavailableError("worker 'w3'");
+  v1::FreeShardsRequest request;
+  v1::FreeShardsResponse response;
+  grpc::ClientContext answered;
+  const absl::Status service =
+      FromGrpcStatus(stub_->FreeShards(&answered, request, &response));
+  EXPECT_FALSE(IsTransportFailure(service));
+
+  server_.Stop(absl::ZeroDuration());
+  int attempts = 0;
+  const absl::Status refused = RetryTransportFailures([&] {
+    ++attempts;
+    grpc::ClientContext context;
+    return Annotate(
+        FromGrpcStatus(stub_->FreeShards(&context, request, &response)),
+        "reading shard 3");
+  });
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kUnavailable,
+                                HasSubstr("reading shard 3")));
+  EXPECT_TRUE(IsTransportFailure(refused));
+  EXPECT_EQ(attempts, 3);
 }
 
 TEST_F(CallTest, IdempotentCallIsTriedAgainWhileThePeerCannotBeReached) {

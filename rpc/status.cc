@@ -3,7 +3,7 @@
 #include <chrono>
 #include <string>
 
-#include "absl/strings/match.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/string_view.h"
 
 namespace tessera {
@@ -71,10 +71,18 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
                       EncodeRpcStatus(code, status.message()));
 }
 
+constexpr char kTransportFailureUrl[] = "tessera.dev/transport-failure";
+
 absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
+  absl::Status out(static_cast<absl::StatusCode>(status.error_code()),
+                   status.error_message());
+  if (IsTransportFailure(status)) out.SetPayload(kTransportFailureUrl, absl::Cord());
+  return out;
+}
+
+bool IsTransportFailure(const absl::Status& status) {
+  return status.GetPayload(kTransportFailureUrl).has_value();
 }
 
 void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
@@ -89,14 +97,15 @@ bool IsTransportFailure(const grpc::Status& status) {
          status.error_details().empty();
 }
 
-absl::Status RetryConnectFailures(const std::function<absl::Status()>& call) {
+absl::Status RetryTransportFailures(
+    const std::function<absl::Status()>& call) {
   absl::Duration backoff = absl::Milliseconds(50);
   for (int attempt = 0;; ++attempt) {
     absl::Status status = call();
-    const bool connect_failure =
-        absl::IsUnavailable(status) &&
-        absl::StrContains(status.message(), "failed to connect");
-    if (!connect_failure || attempt == 2) return status;
+    if (!absl::IsUnavailable(status) || !IsTransportFailure(status) ||
+        attempt == 2) {
+      return status;
+    }
     absl::SleepFor(backoff);
     backoff *= 3;
   }

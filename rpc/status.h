@@ -18,6 +18,9 @@ namespace tessera {
 // google.rpc.Status of the same code and message) that mark them as raised
 // by a tessera service rather than by gRPC's transport (IsTransportFailure).
 grpc::Status ToGrpcStatus(const absl::Status& status);
+// A transport failure (IsTransportFailure below) comes back marked with a
+// payload, so that layers which only see absl::Status can still tell it
+// from a service's own UNAVAILABLE (IsTransportFailure on absl::Status).
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
 // Sets the deadline of a call `timeout` from now.
@@ -29,9 +32,15 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration timeout);
 // (ToGrpcStatus). Decided on the code and the details, never the text.
 bool IsTransportFailure(const grpc::Status& status);
 
-// Deprecated: use Call (rpc/call.h). Runs `call` up to three times while it
-// failed to connect at all.
-absl::Status RetryConnectFailures(const std::function<absl::Status()>& call);
+// The same question for a status converted by FromGrpcStatus (and
+// annotated on the way up: payloads survive Annotate).
+bool IsTransportFailure(const absl::Status& status);
+
+// Runs `call` (an idempotent operation that returns absl::Status, such as a
+// whole data stream) up to three times, after 50 and 150 ms, while it fails
+// with UNAVAILABLE because gRPC could not reach the peer. Unary calls use
+// Call (rpc/call.h) instead.
+absl::Status RetryTransportFailures(const std::function<absl::Status()>& call);
 
 }  // namespace tessera
 
