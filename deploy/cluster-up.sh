@@ -60,14 +60,16 @@ RUN=("${PODMAN[@]}" run -d --init --network host --read-only --read-only-tmpfs=f
 "${RUN[@]}" --name "$CLUSTER-coordinator" --label io.tessera.role=coordinator \
   -v "$CLUSTER-data:/var/lib/tessera" "$IMAGE" \
   tessera-coordinator --listen="$COORDINATOR" --data_dir=/var/lib/tessera \
-  ${TESSERA_COORDINATOR_FLAGS:-} >/dev/null
+  --metrics_listen="127.0.0.1:$((PORT + 1000))" ${TESSERA_COORDINATOR_FLAGS:-} >/dev/null
 for ((i = 0; i < N; i++)); do
   # shellcheck disable=SC2086
   "${RUN[@]}" --name "$CLUSTER-w$i" --label io.tessera.role=worker "$IMAGE" \
     tessera-worker --coordinator="$COORDINATOR" --listen="127.0.0.1:$((PORT + 1 + i))" \
-    --name="w$i" --rank="$i" ${TESSERA_WORKER_FLAGS:-} >/dev/null
+    --name="w$i" --rank="$i" --metrics_listen="127.0.0.1:$((PORT + 1001 + i))" \
+    ${TESSERA_WORKER_FLAGS:-} >/dev/null
 done
 echo "coordinator: $COORDINATOR"
+echo "metrics: http://127.0.0.1:$((PORT + 1000))/metrics (coordinator); ports $((PORT + 1001))-$((PORT + 1000 + N)) (workers)"
 
 workers_json() {
   if [ -x "$CLI" ]; then

@@ -3,7 +3,9 @@
 # coordinator and 3 workers as containers on free loopback ports
 # (deploy/cluster-up.sh), drives the demo's steps with the CLI from a client
 # container (create, put, get, region and shard gets, reshard, a coordinator
-# restart on its volume, rm), compares the bytes on the host with numpy, stops
+# restart on its volume, rm), compares the bytes on the host with numpy,
+# checks every daemon's grpc.health.v1 status and /metrics (promtool) and
+# has a real Prometheus scrape them and answer queries, stops
 # everything (deploy/cluster-down.sh: every daemon must exit 0 on SIGTERM) and
 # checks nothing it created is left.
 #
@@ -125,7 +127,7 @@ step image-runs-as-uid-10001 image_user
 step image-has-oci-labels image_labels
 
 # ---- a cluster on free loopback ports -------------------------------------------
-free_port_base() {  # N+1 consecutive free ports on 127.0.0.1
+free_port_base() {  # N+2 consecutive free ports on 127.0.0.1, and N+2 more 1000 up (metrics, Prometheus)
   $PY - "$((N_WORKERS + 1))" <<'PYEOF'
 import random, socket, sys
 n = int(sys.argv[1])
@@ -133,7 +135,7 @@ for _ in range(200):
     base = random.randrange(20000, 60000 - n)
     socks = []
     try:
-        for p in range(base, base + n):
+        for p in [*range(base, base + n + 1), *range(base + 1000, base + 1001 + n)]:
             s = socket.socket()
             s.bind(("127.0.0.1", p))
             socks.append(s)
@@ -217,7 +219,9 @@ for service, spec in compose["services"].items():
     if name not in running:
         continue  # compose has 4 workers, this run fewer
     c = running.pop(name)
-    want = [re.sub(r"127\.0\.0\.1:(70\d\d)", lambda m: f"127.0.0.1:{int(m[1]) - 7070 + port}", a)
+    # gRPC ports 70xx and metrics ports 80xx (gRPC + 1000) move with the run.
+    want = [re.sub(r"127\.0\.0\.1:([78]0\d\d)",
+                   lambda m: f"127.0.0.1:{int(m[1]) - 7070 + port}", a)
             for a in spec["command"]]
     if c["Config"]["Cmd"] != want:
         bad.append(f"{service}: compose runs {want}, cluster-up ran {c['Config']['Cmd']}")
@@ -249,11 +253,87 @@ PYEOF
 }
 not_listed() { ! tessera ls --json | grep -q '"emb"'; }
 
-# The Prometheus /metrics and grpc.health.v1 checks go here, as steps that can
-# fail (e.g. `step coordinator-metrics curl_metrics ...`), once the daemons
-# serve --metrics_listen and the health service (CLI.md "Operations").
+# CLI.md "Operations": every daemon answers grpc.health.v1 (a real gRPC
+# client: python3-grpcio), serves /metrics that promtool accepts, and a real
+# Prometheus scrapes them all and answers queries about the cluster.
+health_serving() {  # ADDRESS...
+  $PY - "$@" <<'PYEOF'
+import sys, grpc
+for address in sys.argv[1:]:
+    with grpc.insecure_channel(address) as channel:
+        check = channel.unary_unary("/grpc.health.v1.Health/Check")
+        reply = check(b"", timeout=5)  # HealthCheckRequest{service: ""}
+        # HealthCheckResponse{status: SERVING (1)} is the two bytes 08 01.
+        print(address, reply.hex())
+        if reply != b"\x08\x01":
+            sys.exit(f"{address} is not SERVING: {reply.hex()}")
+PYEOF
+}
+metrics_valid() {  # PORT
+  local text
+  text=$(curl -sf "http://127.0.0.1:$1/metrics") || { echo "no /metrics on port $1"; return 1; }
+  grep -q '^tessera_rpc_requests_total{' <<<"$text" || { echo "no RPC counts on port $1"; return 1; }
+  promtool check metrics <<<"$text"
+}
+PROM_PID=""
+PROM_PORT=0
+prometheus_up() {
+  PROM_PORT=$((TESSERA_PORT + 1000 + N_WORKERS + 1))
+  local targets="'127.0.0.1:$((TESSERA_PORT + 1000))'"
+  for ((i = 0; i < N_WORKERS; i++)); do targets="$targets, '127.0.0.1:$((TESSERA_PORT + 1001 + i))'"; done
+  printf '%s\n' "global: {scrape_interval: 1s, evaluation_interval: 1s}" \
+    "scrape_configs:" \
+    "  - job_name: tessera" \
+    "    static_configs: [{targets: [$targets]}]" >"$WORK/prometheus.yml"
+  promtool check config "$WORK/prometheus.yml" || return 1
+  prometheus --config.file="$WORK/prometheus.yml" --storage.tsdb.path="$WORK/prometheus" \
+    --web.listen-address="127.0.0.1:$PROM_PORT" >"$WORK/logs/prometheus.out" 2>&1 &
+  PROM_PID=$!
+}
+# Waits up to 30 s for the first value of PROMQL to equal EXPECTED.
+prometheus_query() {  # PROMQL EXPECTED
+  local deadline=$((SECONDS + 30)) got=""
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    got=$(curl -sf --get "http://127.0.0.1:$PROM_PORT/api/v1/query" --data-urlencode "query=$1" |
+      $PY -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else "")' 2>/dev/null)
+    [ "$got" = "$2" ] && { echo "$1 = $got"; return 0; }
+    sleep 1
+  done
+  echo "$1: got '$got', want '$2'"
+  return 1
+}
+prometheus_down() {
+  [ -n "$PROM_PID" ] || return 1
+  kill "$PROM_PID" && wait "$PROM_PID"
+  local rc=$?
+  PROM_PID=""
+  [ "$rc" -eq 0 ] || [ "$rc" -eq 143 ]
+}
+# Prometheus' sum of the workers' bytes held equals what `workers` reports
+# (both are read afresh each second: a retired version may be freed meanwhile).
+prometheus_bytes_held() {
+  local deadline=$((SECONDS + 30)) got="" want=""
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    want=$(tessera workers --json | $PY -c 'import json,sys; print(sum(w["bytes_used"] for w in json.load(sys.stdin)))')
+    got=$(curl -sf --get "http://127.0.0.1:$PROM_PORT/api/v1/query" --data-urlencode "query=sum(tessera_worker_bytes_held)" |
+      $PY -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else "")' 2>/dev/null)
+    [ -n "$want" ] && [ "$want" != 0 ] && [ "$got" = "$want" ] && { echo "bytes held: $got"; return 0; }
+    sleep 1
+  done
+  echo "Prometheus says the workers hold '$got' bytes, workers --json says '$want'"
+  return 1
+}
 operations_steps() {
-  :
+  local addresses=("$COORDINATOR")
+  for ((i = 0; i < N_WORKERS; i++)); do addresses+=("127.0.0.1:$((TESSERA_PORT + 1 + i))"); done
+  step health-serving health_serving "${addresses[@]}"
+  step coordinator-metrics-valid metrics_valid $((TESSERA_PORT + 1000))
+  step worker-metrics-valid metrics_valid $((TESSERA_PORT + 1001))
+  step prometheus-starts prometheus_up
+  step prometheus-scrapes-every-daemon prometheus_query 'count(up == 1)' "$((N_WORKERS + 1))"
+  step prometheus-workers-alive prometheus_query 'tessera_workers_alive' "$N_WORKERS"
+  step prometheus-bytes-held prometheus_bytes_held
+  step prometheus-stops prometheus_down
 }
 
 step compose-yaml-matches-cluster-up compose_matches

@@ -11,7 +11,7 @@ PACKAGES=(
   python3 python3-dev python3-numpy python3-pytest pybind11-dev
   clang libfuzzer-14-dev libclang-rt-14-dev
   podman runc debootstrap catatonit podman-compose python3-kubernetes openssl
-  prometheus python3-grpcio
+  prometheus python3-grpcio curl
 )
 
 missing=()

@@ -156,13 +156,14 @@ int Run() {
         ->Set(static_cast<double>(absl::GetFlag(FLAGS_capacity_bytes)));
     const DataPlaneStats moved = node.PeerStats();
     for (const auto& [transport, bytes] : moved.bytes) {
-      m.Gauge("tessera_transfer_bytes_total",
+      // Counters read from the chain's own monotonic counts.
+      m.Counter("tessera_transfer_bytes_total",
               "Bytes this worker pulled from peers, by transport.",
               {{"transport", transport}})
           ->Set(static_cast<double>(bytes));
     }
     for (const auto& [transport, count] : moved.fallbacks) {
-      m.Gauge("tessera_transfer_fallbacks_total",
+      m.Counter("tessera_transfer_fallbacks_total",
               "Pulls a transport declined and left to the next, by the "
               "transport that declined.",
               {{"transport", transport}})
