@@ -10,12 +10,10 @@
 
 #include "absl/strings/string_view.h"
 #include "client/tessera_client.h"
+#include "core/json.h"
 #include "core/tensor_metadata.h"
 
 namespace tessera {
-
-// A JSON string literal, quotes included.
-std::string JsonString(absl::string_view text);
 
 // `describe --json`: {"name", "shape", "dtype", "version", "shards": [
 // {"offsets", "sizes", "placement", "worker", "handle", "available"}, ...]}.

@@ -1,12 +1,12 @@
 #include "client/tessera_client.h"
 
 #include "absl/strings/str_cat.h"
+#include "client/connection.h"
 #include "client/data_plane.h"
 #include "core/checked_math.h"
 #include "core/errors.h"
 #include "core/parse.h"
 #include "core/status_macros.h"
-#include "client/connection.h"
 #include "rpc/call.h"
 #include "rpc/convert.h"
 
@@ -91,8 +91,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   // Wait for the connection once here, so later calls fail fast and clearly.
   v1::ListWorkersRequest request;
   v1::ListWorkersResponse response;
-  CallOptions call =
-      CoordinatorCall(*connection, /*idempotent=*/false, options.connect_timeout);
+  CallOptions call = CoordinatorCall(*connection, /*idempotent=*/false,
+                                     options.connect_timeout);
   call.wait_for_ready = true;
   TESSERA_RETURN_IF_ERROR(Call(call, [&](grpc::ClientContext* context) {
     return connection->coordinator()->ListWorkers(context, request, &response);
@@ -103,12 +103,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
 absl::StatusOr<std::vector<WorkerInfo>> Client::Workers() {
   v1::ListWorkersRequest request;
   v1::ListWorkersResponse response;
-  TESSERA_RETURN_IF_ERROR(Call(
-      ControlCall(*connection_, /*idempotent=*/true),
-      [&](grpc::ClientContext* context) {
-        return connection_->coordinator()->ListWorkers(context, request,
-                                                       &response);
-      }));
+  TESSERA_RETURN_IF_ERROR(Call(ControlCall(*connection_, /*idempotent=*/true),
+                               [&](grpc::ClientContext* context) {
+                                 return connection_->coordinator()->ListWorkers(
+                                     context, request, &response);
+                               }));
   std::vector<WorkerInfo> out;
   for (const v1::WorkerInfo& w : response.workers()) {
     TESSERA_ASSIGN_OR_RETURN(WorkerInfo info, WorkerInfoFromProto(w));
@@ -174,24 +173,22 @@ absl::StatusOr<TensorMetadata> Client::Describe(const std::string& name) {
   request.set_name(name);
   request.set_packed_reply(true);
   v1::GetTensorResponse response;
-  TESSERA_RETURN_IF_ERROR(Call(
-      ControlCall(*connection_, /*idempotent=*/true),
-      [&](grpc::ClientContext* context) {
-        return connection_->coordinator()->GetTensor(context, request,
-                                                     &response);
-      }));
+  TESSERA_RETURN_IF_ERROR(Call(ControlCall(*connection_, /*idempotent=*/true),
+                               [&](grpc::ClientContext* context) {
+                                 return connection_->coordinator()->GetTensor(
+                                     context, request, &response);
+                               }));
   return TensorMetadataFromProto(response.tensor());
 }
 
 absl::StatusOr<std::vector<TensorInfo>> Client::List() {
   v1::ListTensorsRequest request;
   v1::ListTensorsResponse response;
-  TESSERA_RETURN_IF_ERROR(Call(
-      ControlCall(*connection_, /*idempotent=*/true),
-      [&](grpc::ClientContext* context) {
-        return connection_->coordinator()->ListTensors(context, request,
-                                                       &response);
-      }));
+  TESSERA_RETURN_IF_ERROR(Call(ControlCall(*connection_, /*idempotent=*/true),
+                               [&](grpc::ClientContext* context) {
+                                 return connection_->coordinator()->ListTensors(
+                                     context, request, &response);
+                               }));
   std::vector<TensorInfo> out;
   for (const v1::TensorSummary& t : response.tensors()) {
     TensorInfo info;

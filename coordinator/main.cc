@@ -56,7 +56,8 @@ int Run() {
   if (absl::GetFlag(FLAGS_lease_ms) <= 0 ||
       absl::GetFlag(FLAGS_heartbeat_ms) <= 0 ||
       absl::GetFlag(FLAGS_snapshot_every) <= 0) {
-    spdlog::error("--lease_ms, --heartbeat_ms and --snapshot_every must be > 0");
+    spdlog::error(
+        "--lease_ms, --heartbeat_ms and --snapshot_every must be > 0");
     return 2;
   }
   CoordinatorOptions options;
@@ -68,17 +69,11 @@ int Run() {
       std::max<int64_t>(0, absl::GetFlag(FLAGS_retire_grace_ms)));
   MetricsRegistry metrics;
   options.metrics = &metrics;
-  std::unique_ptr<MetricsHttpServer> metrics_server;
-  if (const std::string at = absl::GetFlag(FLAGS_metrics_listen); !at.empty()) {
-    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> started =
-        MetricsHttpServer::Start(at, &metrics);
-    if (!started.ok()) {
-      spdlog::error("{}", std::string(started.status().message()));
-      return 1;
-    }
-    metrics_server = std::move(*started);
-    spdlog::info("metrics at http://{}/metrics",
-                 WithPort(at, metrics_server->port()));
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics_server =
+      ServeMetricsIfAsked(absl::GetFlag(FLAGS_metrics_listen), &metrics);
+  if (!metrics_server.ok()) {
+    spdlog::error("{}", std::string(metrics_server.status().message()));
+    return 1;
   }
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   std::unique_ptr<MetadataStore> store;

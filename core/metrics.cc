@@ -68,9 +68,9 @@ void MetricHistogram::Observe(double value) {
 }
 
 std::vector<double> LatencyBuckets() {
-  return {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
-          0.025,   0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,
-          10,      30,     60};
+  return {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+          0.01,    0.025,  0.05,    0.1,    0.25,  0.5,    1,
+          2.5,     5,      10,      30,     60};
 }
 
 std::string RenderLabels(const MetricLabels& labels) {
@@ -119,9 +119,10 @@ MetricHistogram* MetricsRegistry::Histogram(const std::string& name,
                                             const MetricLabels& labels,
                                             std::vector<double> bounds) {
   absl::MutexLock lock(&mu_);
-  auto& slot = FamilyFor(name, Type::kHistogram, help)
-                   .histograms[RenderLabels(labels)];
-  if (slot == nullptr) slot = std::make_unique<MetricHistogram>(std::move(bounds));
+  auto& slot =
+      FamilyFor(name, Type::kHistogram, help).histograms[RenderLabels(labels)];
+  if (slot == nullptr)
+    slot = std::make_unique<MetricHistogram>(std::move(bounds));
   return slot.get();
 }
 

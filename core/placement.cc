@@ -150,10 +150,9 @@ absl::Status CheckWorkerName(absl::string_view name) {
 absl::Status CheckDialAddress(absl::string_view address,
                               absl::string_view field) {
   auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, " '", address.substr(0, 64),
-                     address.size() > 64 ? "...'" : "'",
-                     " is not an address others can dial (HOST:PORT): ", why));
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " '", address.substr(0, 64), address.size() > 64 ? "...'" : "'",
+        " is not an address others can dial (HOST:PORT): ", why));
   };
   if (address.size() > kMaxAddressBytes) {
     return bad(absl::StrCat("longer than ", kMaxAddressBytes, " bytes"));

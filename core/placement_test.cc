@@ -122,9 +122,9 @@ TEST(CheckDialAddressTest, RefusesWhatCannotBeDialled) {
        {"", "host", "host:", ":7071", "host:0", "host:65536", "host:-1",
         "host:7o71", "0.0.0.0:7071", "[::]:7071", "ho st:7071", "h/x:1",
         "[zz::1]:7071", "host:0000007071"}) {
-    EXPECT_THAT(CheckDialAddress(bad, "--advertise"),
-                StatusIs(absl::StatusCode::kInvalidArgument,
-                         HasSubstr("--advertise")))
+    EXPECT_THAT(
+        CheckDialAddress(bad, "--advertise"),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--advertise")))
         << bad;
   }
 }

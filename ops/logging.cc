@@ -3,7 +3,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "core/json.h"
 #include "spdlog/pattern_formatter.h"
 #include "spdlog/spdlog.h"
 
@@ -26,49 +26,18 @@ class JsonMessageFlag : public spdlog::custom_flag_formatter {
 
 }  // namespace
 
-std::string JsonEscape(absl::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (unsigned char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          absl::StrAppendFormat(&out, "\\u%04x", c);
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out;
-}
-
 absl::Status ConfigureLogging(absl::string_view format,
                               const std::string& process) {
   if (format == "text") return absl::OkStatus();
   if (format != "json") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--log_format must be text or json, got '", format, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--log_format must be text or json, got '", format, "'"));
   }
   auto formatter = std::make_unique<spdlog::pattern_formatter>(
       spdlog::pattern_time_type::utc, std::string("\n"));
-  formatter->add_flag<JsonMessageFlag>('*').set_pattern(
-      absl::StrCat(R"({"time":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","process":")",
-                   JsonEscape(process), R"(","msg":"%*"})"));
+  formatter->add_flag<JsonMessageFlag>('*').set_pattern(absl::StrCat(
+      R"({"time":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","process":")",
+      JsonEscape(process), R"(","msg":"%*"})"));
   spdlog::set_formatter(std::move(formatter));
   return absl::OkStatus();
 }

@@ -16,10 +16,6 @@ namespace tessera {
 absl::Status ConfigureLogging(absl::string_view format,
                               const std::string& process);
 
-// `text` as a JSON string body (quotes, backslashes and control characters
-// escaped; other bytes as they are).
-std::string JsonEscape(absl::string_view text);
-
 }  // namespace tessera
 
 #endif  // TESSERA_OPS_LOGGING_H_

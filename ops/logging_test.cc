@@ -12,12 +12,12 @@
 namespace tessera {
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::ContainsRegex;
-using ::testing::EndsWith;
-using ::testing::StartsWith;
 using ::tessera::testing::IsOk;
 using ::tessera::testing::StatusIs;
+using ::testing::ContainsRegex;
+using ::testing::EndsWith;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
 
 TEST(LoggingTest, JsonLinesAreOneEscapedObject) {
   std::ostringstream out;
@@ -28,17 +28,19 @@ TEST(LoggingTest, JsonLinesAreOneEscapedObject) {
   spdlog::warn("shard \"a\\b\"\nnext\x01");
   const std::string line = out.str();
   EXPECT_THAT(line, StartsWith(R"({"time":")"));
-  EXPECT_THAT(line, ContainsRegex("\"time\":\"[0-9]+-[0-9]+-[0-9]+T[0-9:.]+Z\""));
-  EXPECT_THAT(line, HasSubstr(R"("level":"warning","process":"tessera-worker",)"));
+  EXPECT_THAT(line,
+              ContainsRegex("\"time\":\"[0-9]+-[0-9]+-[0-9]+T[0-9:.]+Z\""));
+  EXPECT_THAT(line,
+              HasSubstr(R"("level":"warning","process":"tessera-worker",)"));
   EXPECT_THAT(line, EndsWith("\"}\n"));
   EXPECT_EQ(line.find('\n'), line.size() - 1);  // one line
   EXPECT_THAT(line, HasSubstr(R"("msg":"shard \"a\\b\"\nnext\u0001"})"));
 }
 
 TEST(LoggingTest, UnknownFormatIsRefused) {
-  EXPECT_THAT(ConfigureLogging("xml", "p"),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("text or json")));
+  EXPECT_THAT(
+      ConfigureLogging("xml", "p"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("text or json")));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "spdlog/spdlog.h"
 
 namespace tessera {
 
@@ -16,8 +17,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   if (colon == std::string::npos || colon == 0 ||
       !absl::SimpleAtoi(listen.substr(colon + 1), &port) || port < 0 ||
       port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--metrics_listen '", listen, "' is not HOST:PORT"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics_listen '", listen, "' is not HOST:PORT"));
   }
   std::string host = listen.substr(0, colon);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']')
@@ -36,11 +37,11 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
-  server.Get("/metrics", [registry](const httplib::Request&,
-                                    httplib::Response& response) {
-    response.set_content(registry->Render(),
-                         "text/plain; version=0.0.4; charset=utf-8");
-  });
+  server.Get("/metrics",
+             [registry](const httplib::Request&, httplib::Response& response) {
+               response.set_content(registry->Render(),
+                                    "text/plain; version=0.0.4; charset=utf-8");
+             });
   if (port == 0) {
     out->port_ = server.bind_to_any_port(host);
   } else if (server.bind_to_port(host, port)) {
@@ -53,8 +54,21 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   out->thread_ = std::thread([&server] { server.listen_after_bind(); });
   // Return only once it serves, so that a stop right after Start is not
   // lost (stop() before the loop runs would leave the thread listening).
-  for (int i = 0; i < 5000 && !server.is_running(); ++i) absl::SleepFor(absl::Milliseconds(1));
+  for (int i = 0; i < 5000 && !server.is_running(); ++i)
+    absl::SleepFor(absl::Milliseconds(1));
   return out;
+}
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> ServeMetricsIfAsked(
+    const std::string& listen, MetricsRegistry* registry) {
+  if (listen.empty()) return nullptr;
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
+      MetricsHttpServer::Start(listen, registry);
+  if (server.ok()) {
+    spdlog::info("metrics at http://{}:{}/metrics",
+                 listen.substr(0, listen.rfind(':')), (*server)->port());
+  }
+  return server;
 }
 
 MetricsHttpServer::~MetricsHttpServer() {

@@ -36,6 +36,11 @@ class MetricsHttpServer {
   int port_ = 0;
 };
 
+// The daemons' --metrics_listen: serves `registry` at `listen` and logs
+// where; null (metrics off) when `listen` is empty.
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> ServeMetricsIfAsked(
+    const std::string& listen, MetricsRegistry* registry);
+
 }  // namespace tessera
 
 #endif  // TESSERA_OPS_METRICS_HTTP_H_

@@ -10,9 +10,9 @@
 namespace tessera {
 namespace {
 
-using ::testing::HasSubstr;
 using ::tessera::testing::IsOk;
 using ::tessera::testing::StatusIs;
+using ::testing::HasSubstr;
 
 TEST(MetricsHttpTest, ServesTheRegistryAtMetrics) {
   MetricsRegistry registry;
@@ -34,15 +34,15 @@ TEST(MetricsHttpTest, ServesTheRegistryAtMetrics) {
 
 TEST(MetricsHttpTest, BadOrTakenAddressIsAClearError) {
   MetricsRegistry registry;
-  EXPECT_THAT(MetricsHttpServer::Start("nonsense", &registry).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("not HOST:PORT")));
+  EXPECT_THAT(
+      MetricsHttpServer::Start("nonsense", &registry).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not HOST:PORT")));
   absl::StatusOr<std::unique_ptr<MetricsHttpServer>> first =
       MetricsHttpServer::Start("127.0.0.1:0", &registry);
   ASSERT_THAT(first.status(), IsOk());
   EXPECT_THAT(
-      MetricsHttpServer::Start(
-          "127.0.0.1:" + std::to_string((*first)->port()), &registry)
+      MetricsHttpServer::Start("127.0.0.1:" + std::to_string((*first)->port()),
+                               &registry)
           .status(),
       StatusIs(absl::StatusCode::kUnavailable, HasSubstr("cannot serve")));
 }

@@ -7,8 +7,8 @@
 namespace tessera {
 
 std::string VersionLine(const std::string& program) {
-  return absl::StrCat(program, " ", kVersion, " (wire protocol ",
-                      kWireProtocol, ")");
+  return absl::StrCat(program, " ", kVersion, " (wire protocol ", kWireProtocol,
+                      ")");
 }
 
 void PrintVersion(const std::string& program) {

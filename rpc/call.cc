@@ -27,8 +27,8 @@ absl::Status Call(
   if (status.ok() || !IsTransportFailure(status)) return FromGrpcStatus(status);
   if (options.unreachable) return options.unreachable(status);
   if (options.peer.empty()) return FromGrpcStatus(status);
-  return absl::UnavailableError(absl::StrCat(
-      options.peer, " is unavailable (", status.error_message(), ")"));
+  return absl::UnavailableError(absl::StrCat(options.peer, " is unavailable (",
+                                             status.error_message(), ")"));
 }
 
 }  // namespace tessera

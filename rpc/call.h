@@ -24,8 +24,9 @@ struct CallOptions {
   absl::Duration timeout = absl::Seconds(30);
   // An idempotent call is tried again, up to `attempts` times in all with
   // backoff doubling from `backoff`, when it fails in transport (gRPC could
-  // not reach a tessera server: see IsTransportFailure in rpc/status.h). Other calls are
-  // tried once: they may have taken effect before the connection broke.
+  // not reach a tessera server: see IsTransportFailure in rpc/status.h). Other
+  // calls are tried once: they may have taken effect before the connection
+  // broke.
   bool idempotent = false;
   int attempts = 3;
   absl::Duration backoff = absl::Milliseconds(50);
@@ -43,8 +44,9 @@ struct CallOptions {
 
 // Runs `attempt` with a fresh ClientContext per try, as `options` say, and
 // returns the result as an absl::Status.
-absl::Status Call(const CallOptions& options,
-                  absl::FunctionRef<grpc::Status(grpc::ClientContext*)> attempt);
+absl::Status Call(
+    const CallOptions& options,
+    absl::FunctionRef<grpc::Status(grpc::ClientContext*)> attempt);
 
 }  // namespace tessera
 

@@ -20,9 +20,9 @@
 namespace tessera {
 namespace {
 
-using ::testing::HasSubstr;
 using ::tessera::testing::IsOk;
 using ::tessera::testing::StatusIs;
+using ::testing::HasSubstr;
 
 // Answers FreeShards with a status the test sets, counting calls.
 class ScriptedWorker final : public v1::Worker::Service {
@@ -44,8 +44,8 @@ class CallTest : public ::testing::Test {
         StartServer("127.0.0.1:0", {&worker_});
     ASSERT_THAT(server.status(), IsOk());
     server_ = std::move(*server);
-    stub_ = v1::Worker::NewStub(
-        MakeChannel(WithPort("127.0.0.1:0", server_.port)));
+    stub_ =
+        v1::Worker::NewStub(MakeChannel(WithPort("127.0.0.1:0", server_.port)));
   }
   void TearDown() override { server_.Stop(absl::ZeroDuration()); }
 

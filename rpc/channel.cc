@@ -32,7 +32,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
               Millis(options.initial_reconnect_backoff));
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
-              Millis(options.initial_reconnect_backoff));
+              Millis(options.connect_timeout));
   // Each channel gets its own TCP connection (no sharing between channels).
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   // Bulk streams: a large fixed flow-control window instead of growing it
@@ -68,8 +68,9 @@ void ConfigureServerBuilder(grpc::ServerBuilder* builder,
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
                               Millis(options.keepalive_timeout));
   // Clients ping idle connections every keepalive_time: allow it.
-  builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
-                              Millis(options.keepalive_time) / 2);
+  builder->AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+      Millis(options.keepalive_time) / 2);
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   if (options.max_concurrent_streams > 0) {
     builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,

@@ -44,6 +44,11 @@ struct ChannelOptions {
   // Reconnect quickly after a peer restarts instead of gRPC's 20 s ceiling.
   absl::Duration initial_reconnect_backoff = absl::Milliseconds(100);
   absl::Duration max_reconnect_backoff = absl::Seconds(1);
+  // How long one connection attempt may take, handshake included. gRPC
+  // reads it from GRPC_ARG_MIN_RECONNECT_BACKOFF_MS; too short and a peer
+  // busy moving a reshard's bytes fails the handshake ("connection attempt
+  // timed out before receiving SETTINGS frame").
+  absl::Duration connect_timeout = absl::Seconds(10);
 };
 
 struct ServerOptions {
@@ -51,8 +56,8 @@ struct ServerOptions {
   std::shared_ptr<grpc::ServerCredentials> credentials;
   // Server interceptors (authorization); gRPC takes ownership. Run before
   // the metrics interceptor.
-  std::function<std::vector<std::unique_ptr<
-      grpc::experimental::ServerInterceptorFactoryInterface>>()>
+  std::function<std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>()>
       interceptors;
   // When set, every call is counted and timed into it, per method and
   // status code (rpc/metrics_interceptor.h). Not owned; outlives the server.

@@ -572,10 +572,9 @@ absl::StatusOr<TransferBatch> TransferBatchFromProto(
           absl::StrCat(field, ": more than ", kMaxRank, " dims"));
     }
     if (p.src_offsets_size() != rank || p.dst_offsets_size() != rank) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": ", p.src_offsets_size(), " source and ",
-                       p.dst_offsets_size(), " destination offsets for ", rank,
-                       " sizes"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": ", p.src_offsets_size(), " source and ",
+          p.dst_offsets_size(), " destination offsets for ", rank, " sizes"));
     }
     for (int64_t size : p.sizes()) {
       if (size < 0) {

@@ -17,7 +17,8 @@ class RpcMetricsInterceptor : public grpc::experimental::Interceptor {
         registry_(registry),
         start_(absl::Now()) {}
 
-  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_SEND_STATUS)) {
       const MetricLabels labels = {
@@ -65,13 +66,23 @@ MakeRpcMetricsInterceptorFactory(MetricsRegistry* registry) {
 }
 
 const char* GrpcCodeName(int code) {
-  static const char* const kNames[] = {
-      "OK",           "CANCELLED",         "UNKNOWN",
-      "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-      "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-      "FAILED_PRECONDITION", "ABORTED",    "OUT_OF_RANGE",
-      "UNIMPLEMENTED", "INTERNAL",         "UNAVAILABLE",
-      "DATA_LOSS",    "UNAUTHENTICATED"};
+  static const char* const kNames[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
   if (code < 0 || code >= static_cast<int>(sizeof(kNames) / sizeof(*kNames)))
     return "UNKNOWN";
   return kNames[code];

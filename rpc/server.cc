@@ -1,9 +1,9 @@
 #include "rpc/server.h"
 
-#include <chrono>
-
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "rpc/channel.h"
@@ -19,7 +19,8 @@ absl::StatusOr<RunningServer> StartServer(
   }
   // Both are process-wide switches that take effect for servers built after.
   if (options.health) grpc::EnableDefaultHealthCheckService(true);
-  if (options.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  if (options.reflection)
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(&builder, options);
   // SO_REUSEPORT would let two daemons share a port by accident.

@@ -3,6 +3,8 @@
 // is counted and timed per method and status code.
 #include "rpc/server.h"
 
+#include <grpcpp/generic/generic_stub.h>
+
 #include <memory>
 
 #include "core/errors.h"
@@ -10,8 +12,6 @@
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include <grpcpp/generic/generic_stub.h>
-
 #include "proto/health.grpc.pb.h"
 #include "proto/worker.grpc.pb.h"
 #include "rpc/channel.h"
@@ -22,8 +22,8 @@ namespace {
 
 using ::grpc::health::v1::HealthCheckRequest;
 using ::grpc::health::v1::HealthCheckResponse;
-using ::testing::HasSubstr;
 using ::tessera::testing::IsOk;
+using ::testing::HasSubstr;
 
 class FreeOnly final : public v1::Worker::Service {
  public:
@@ -71,8 +71,8 @@ TEST(ServerTest, ReflectionListsTheServices) {
   grpc::ClientContext context;
   grpc::CompletionQueue cq;
   std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call = stub.PrepareCall(
-      &context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-      &cq);
+      &context,
+      "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
   void* tag;
   bool ok;
   call->StartCall(reinterpret_cast<void*>(1));
@@ -127,8 +127,9 @@ TEST(ServerTest, MetricsCountCallsPerMethodAndCode) {
                               "Worker/FreeShards\",code=\"OK\"} 2\n"));
   EXPECT_THAT(text, HasSubstr("tessera_rpc_requests_total{method=\"/tessera.v1."
                               "Worker/FreeShards\",code=\"NOT_FOUND\"} 1\n"));
-  EXPECT_THAT(text, HasSubstr("tessera_rpc_duration_seconds_count{method=\"/"
-                              "tessera.v1.Worker/FreeShards\",code=\"OK\"} 2\n"));
+  EXPECT_THAT(text,
+              HasSubstr("tessera_rpc_duration_seconds_count{method=\"/"
+                        "tessera.v1.Worker/FreeShards\",code=\"OK\"} 2\n"));
 }
 
 }  // namespace

@@ -77,7 +77,8 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
   absl::Status out(static_cast<absl::StatusCode>(status.error_code()),
                    status.error_message());
-  if (IsTransportFailure(status)) out.SetPayload(kTransportFailureUrl, absl::Cord());
+  if (IsTransportFailure(status))
+    out.SetPayload(kTransportFailureUrl, absl::Cord());
   return out;
 }
 
@@ -97,8 +98,7 @@ bool IsTransportFailure(const grpc::Status& status) {
          status.error_details().empty();
 }
 
-absl::Status RetryTransportFailures(
-    const std::function<absl::Status()>& call) {
+absl::Status RetryTransportFailures(const std::function<absl::Status()>& call) {
   absl::Duration backoff = absl::Milliseconds(50);
   for (int attempt = 0;; ++attempt) {
     absl::Status status = call();

@@ -10,10 +10,10 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "core/limits.h"
-#include "core/placement.h"
 #include "core/errors.h"
+#include "core/limits.h"
 #include "core/metrics.h"
+#include "core/placement.h"
 #include "core/status_macros.h"
 #include "ops/logging.h"
 #include "ops/metrics_http.h"
@@ -63,10 +63,10 @@ absl::StatusOr<std::string> AdvertisedAddress(const std::string& bound) {
   if (address.empty()) {
     const std::string host = bound.substr(0, bound.rfind(':'));
     if (host == "0.0.0.0" || host == "[::]" || host == "::" || host.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--listen=", bound,
-          " is a wildcard address that clients cannot dial; give "
-          "--advertise=HOST:PORT"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--listen=", bound,
+                       " is a wildcard address that clients cannot dial; give "
+                       "--advertise=HOST:PORT"));
     }
     return bound;
   }
@@ -158,30 +158,24 @@ int Run() {
     for (const auto& [transport, bytes] : moved.bytes) {
       // Counters read from the chain's own monotonic counts.
       m.Counter("tessera_transfer_bytes_total",
-              "Bytes this worker pulled from peers, by transport.",
-              {{"transport", transport}})
+                "Bytes this worker pulled from peers, by transport.",
+                {{"transport", transport}})
           ->Set(static_cast<double>(bytes));
     }
     for (const auto& [transport, count] : moved.fallbacks) {
       m.Counter("tessera_transfer_fallbacks_total",
-              "Pulls a transport declined and left to the next, by the "
-              "transport that declined.",
-              {{"transport", transport}})
+                "Pulls a transport declined and left to the next, by the "
+                "transport that declined.",
+                {{"transport", transport}})
           ->Set(static_cast<double>(count));
     }
   });
-  std::unique_ptr<MetricsHttpServer> metrics_server;
-  if (const std::string at = absl::GetFlag(FLAGS_metrics_listen); !at.empty()) {
-    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> started =
-        MetricsHttpServer::Start(at, &metrics);
-    if (!started.ok()) {
-      spdlog::error("{}", std::string(started.status().message()));
-      server->Stop(absl::ZeroDuration());
-      return 1;
-    }
-    metrics_server = std::move(*started);
-    spdlog::info("metrics at http://{}/metrics",
-                 WithPort(at, metrics_server->port()));
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics_server =
+      ServeMetricsIfAsked(absl::GetFlag(FLAGS_metrics_listen), &metrics);
+  if (!metrics_server.ok()) {
+    spdlog::error("{}", std::string(metrics_server.status().message()));
+    server->Stop(absl::ZeroDuration());
+    return 1;
   }
   std::string name = absl::GetFlag(FLAGS_name);
   if (name.empty()) name = absl::StrCat("w", server->port);
