@@ -166,8 +166,11 @@ TEST(CoordinatorTest, EverySnapshotIntervalKeepsEveryChangeAcrossRestarts) {
       ASSERT_OK(life->CreateTensor(Args("e")));
       ASSERT_OK(life->ReshardTensor("d", ChunkOver({0}), 0));
       for (const char* name : {"b", "d", "e", "p"}) {
-        for (const ShardInfo& s : life->GetTensor(name)->shards)
-          ids_before.push_back(s.shard_id);
+        // Held in a local: a range-for over a member of the temporary
+        // StatusOr would outlive it.
+        const absl::StatusOr<TensorMetadata> meta = life->GetTensor(name);
+        ASSERT_OK(meta);
+        for (const ShardInfo& s : meta->shards) ids_before.push_back(s.shard_id);
       }
     }
     Life life(workers, std::make_unique<FileMetadataStore>(dir), every);
