@@ -97,9 +97,8 @@ absl::Status ReadShardBox(Connection& connection, const TensorMetadata& meta,
   absl::Status status = absl::OkStatus();
   for (const ShardLocation& location : ReadLocations(meta, index)) {
     const RemoteShard shard = ShardAt(meta, index, location);
-    status = RetryTransportFailures([&] {
-      return connection.data_plane().Read(shard, in_shard, target);
-    });
+    status = RetryTransportFailures(
+        [&] { return connection.data_plane().Read(shard, in_shard, target); });
     if (status.ok()) return status;
   }
   return ExplainRead(status, meta, index);
@@ -125,10 +124,10 @@ absl::Status GatherRegion(Connection& connection, const TensorMetadata& meta,
   for (const auto& [address, worker_pieces] : by_worker) {
     tasks.push_back([&, worker_pieces = worker_pieces]() -> absl::Status {
       for (const RegionPiece* piece : worker_pieces) {
-        TESSERA_RETURN_IF_ERROR(ReadShardBox(
-            connection, meta, piece->shard_index, piece->in_shard,
-            ReadTarget::HostArray(out, region.sizes,
-                                  piece->in_region.offsets)));
+        TESSERA_RETURN_IF_ERROR(
+            ReadShardBox(connection, meta, piece->shard_index, piece->in_shard,
+                         ReadTarget::HostArray(out, region.sizes,
+                                               piece->in_region.offsets)));
       }
       return absl::OkStatus();
     });
@@ -158,10 +157,10 @@ absl::Status ScatterTensor(Connection& connection, const TensorMetadata& meta,
         absl::Status status = RetryTransportFailures(
             [&] { return connection.data_plane().Write(shard, source); });
         if (!status.ok()) {
-          return Annotate(status,
-                          absl::StrCat("writing shard ", index, " of tensor '",
-                                       meta.name, "' to worker '", info.worker,
-                                       "'"));
+          return Annotate(
+              status,
+              absl::StrCat("writing shard ", index, " of tensor '", meta.name,
+                           "' to worker '", info.worker, "'"));
         }
       }
       return absl::OkStatus();

@@ -102,7 +102,8 @@ CreateTensorArgs Args(const std::string& name, int64_t rows = 4) {
 
 std::vector<std::string> Listed(const Coordinator& coordinator) {
   std::vector<std::string> out;
-  for (const TensorSummary& t : coordinator.ListTensors()) out.push_back(t.name);
+  for (const TensorSummary& t : coordinator.ListTensors())
+    out.push_back(t.name);
   return out;
 }
 
@@ -170,7 +171,8 @@ TEST(CoordinatorTest, EverySnapshotIntervalKeepsEveryChangeAcrossRestarts) {
         // StatusOr would outlive it.
         const absl::StatusOr<TensorMetadata> meta = life->GetTensor(name);
         ASSERT_OK(meta);
-        for (const ShardInfo& s : meta->shards) ids_before.push_back(s.shard_id);
+        for (const ShardInfo& s : meta->shards)
+          ids_before.push_back(s.shard_id);
       }
     }
     Life life(workers, std::make_unique<FileMetadataStore>(dir), every);
