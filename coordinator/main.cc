@@ -69,12 +69,6 @@ int Run() {
       std::max<int64_t>(0, absl::GetFlag(FLAGS_retire_grace_ms)));
   MetricsRegistry metrics;
   options.metrics = &metrics;
-  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics_server =
-      ServeMetricsIfAsked(absl::GetFlag(FLAGS_metrics_listen), &metrics);
-  if (!metrics_server.ok()) {
-    spdlog::error("{}", std::string(metrics_server.status().message()));
-    return 1;
-  }
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   std::unique_ptr<MetadataStore> store;
   FileMetadataStore* file_store = nullptr;
@@ -90,6 +84,14 @@ int Run() {
       options,
       std::make_unique<GrpcWorkerControl>(GrpcWorkerControl::Options()),
       std::move(store));
+  // Declared after the coordinator, so it stops serving (and calling the
+  // coordinator's collector) before the coordinator is destroyed.
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics_server =
+      ServeMetricsIfAsked(absl::GetFlag(FLAGS_metrics_listen), &metrics);
+  if (!metrics_server.ok()) {
+    spdlog::error("{}", std::string(metrics_server.status().message()));
+    return 1;
+  }
   if (absl::Status status = coordinator.Recover(); !status.ok()) {
     spdlog::error("cannot recover metadata from --data_dir={}: {}", data_dir,
                   std::string(status.message()));
