@@ -1,16 +1,63 @@
 // `tessera`: the command-line client (see shared/CLI.md and cli_commands.h).
+//
+// Running out of memory is an error like any other: one `error: out of
+// memory ...` line on stderr and exit 1, never a signal. std::bad_alloc on
+// the main thread is caught around the command; on any other thread (the
+// data plane's parallel reads) it would reach std::terminate, whose handler
+// here says the same and exits 1.
+#include <unistd.h>
+
 #include <cstdlib>
+#include <exception>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
 #include "client/cli_commands.h"
 
+namespace {
+
+// The handler std::terminate had before ours: other exceptions go there.
+std::terminate_handler g_previous_terminate = nullptr;
+
+void ReportOutOfMemory() {
+  // write(2) of a constant: nothing here may allocate again.
+  static const char kLine[] =
+      "error: out of memory (the array, or a buffer it needs, does not fit "
+      "in this machine's memory)\n";
+  ssize_t unused = write(STDERR_FILENO, kLine, sizeof(kLine) - 1);
+  (void)unused;
+}
+
+[[noreturn]] void OnTerminate() {
+  if (std::exception_ptr current = std::current_exception()) {
+    try {
+      std::rethrow_exception(current);
+    } catch (const std::bad_alloc&) {
+      ReportOutOfMemory();
+      std::_Exit(tessera::cli::kExitError);
+    } catch (...) {
+    }
+  }
+  if (g_previous_terminate != nullptr) g_previous_terminate();
+  std::abort();
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  g_previous_terminate = std::set_terminate(OnTerminate);
   // gRPC's own logging would add lines to stderr; the CLI reports errors
   // itself, in one line. GRPC_VERBOSITY set by the user still wins.
   setenv("GRPC_VERBOSITY", "NONE", /*overwrite=*/0);
-  std::vector<std::string> args(argv + 1, argv + argc);
-  return tessera::cli::RunCli(args, std::getenv("TESSERA_COORDINATOR"),
-                              std::cout, std::cerr);
+  try {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    return tessera::cli::RunCli(args, std::getenv("TESSERA_COORDINATOR"),
+                                std::cout, std::cerr);
+  } catch (const std::bad_alloc&) {
+    std::cout.flush();
+    ReportOutOfMemory();
+    return tessera::cli::kExitError;
+  }
 }

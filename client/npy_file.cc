@@ -4,9 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -81,6 +83,13 @@ bool WriteFully(int fd, const char* data, int64_t n) {
   return true;
 }
 
+// RESOURCE_EXHAUSTED: the array does not fit in this process's memory.
+absl::Status OutOfMemory(const std::string& path, int64_t bytes) {
+  return absl::ResourceExhaustedError(
+      absl::StrCat("out of memory: reading '", path, "' needs ", bytes,
+                   " bytes for its data, more than this machine can give"));
+}
+
 std::string DirName(const std::string& path) {
   const size_t slash = path.rfind('/');
   if (slash == std::string::npos) return ".";
@@ -94,11 +103,13 @@ absl::StatusOr<HostArray> ReadNpyFile(const std::string& path,
                                       std::optional<DType> as_dtype) {
   ScopedFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return FileError(path, "open", errno);
-  struct stat st;
-  if (fstat(fd.get(), &st) == 0 && S_ISDIR(st.st_mode)) {
+  struct stat st {};
+  const bool stat_ok = fstat(fd.get(), &st) == 0;
+  if (stat_ok && S_ISDIR(st.st_mode)) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", path, "' is a directory, not a .npy file"));
   }
+  const bool regular = stat_ok && S_ISREG(st.st_mode);
 
   // The fixed prefix: magic, version, header length (2 or 4 bytes).
   std::string prefix(12, '\0');
@@ -172,30 +183,70 @@ absl::StatusOr<HostArray> ReadNpyFile(const std::string& path,
         "'<u2' file can be read as bfloat16)"));
   }
 
-  absl::StatusOr<int64_t> bytes = NpyDataBytes(*header);
+  // A regular file's size is known: a header that promises more (or less)
+  // data than the file holds is refused before anything is allocated for
+  // it. Other files (pipes) are read in steps, so memory follows the bytes
+  // that actually arrive, not what the header claims.
+  absl::StatusOr<int64_t> bytes =
+      regular ? NpyDataBytesInFile(*header, st.st_size) : NpyDataBytes(*header);
   if (!bytes.ok()) return annotate(bytes.status());
-  HostArray array = HostArray::Allocate(file_dtype, header->shape);
+  std::string staged;  // a non-regular file's data, read before allocating
+  if (!regular) {
+    constexpr int64_t kStep = int64_t{64} << 20;
+    while (true) {
+      const int64_t want = std::min<int64_t>(
+          kStep, *bytes + 1 - static_cast<int64_t>(staged.size()));
+      if (want <= 0) break;
+      const size_t have_now = staged.size();
+      try {
+        staged.resize(have_now + static_cast<size_t>(want));
+      } catch (const std::bad_alloc&) {
+        return OutOfMemory(path, *bytes);
+      }
+      got = ReadFully(fd.get(), staged.data() + have_now, want);
+      if (got < 0) return FileError(path, "read", errno);
+      staged.resize(have_now + static_cast<size_t>(got));
+      if (got < want) break;
+    }
+    const int64_t follow = static_cast<int64_t>(staged.size());
+    if (follow != *bytes) {
+      return annotate(
+          NpyDataBytesInFile(*header,
+                             static_cast<int64_t>(header->data_offset) + follow)
+              .status());
+    }
+  }
+  HostArray array;
+  try {
+    array = HostArray::Allocate(file_dtype, header->shape);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory(path, *bytes);
+  }
   if (array.num_bytes != *bytes) {
     return absl::InternalError(absl::StrCat("reading '", path,
                                             "': inconsistent data size ",
                                             array.num_bytes, " vs ", *bytes));
   }
-  got = ReadFully(fd.get(), array.data(), *bytes);
-  if (got < 0) return FileError(path, "read", errno);
-  if (got < *bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", path, "' is truncated: its header promises ", *bytes,
-                     " data bytes for shape ", ShapeToString(header->shape),
-                     " of ", header->descr, " but only ", got, " follow"));
-  }
-  char extra;
-  got = ReadFully(fd.get(), &extra, 1);
-  if (got < 0) return FileError(path, "read", errno);
-  if (got > 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", path, "' is longer than its header says: shape ",
-                     ShapeToString(header->shape), " of ", header->descr,
-                     " needs ", *bytes, " data bytes, but more follow"));
+  if (!regular) {
+    if (*bytes > 0) std::memcpy(array.data(), staged.data(), staged.size());
+  } else {
+    got = ReadFully(fd.get(), array.data(), *bytes);
+    if (got < 0) return FileError(path, "read", errno);
+    if (got < *bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", path, "' is truncated: its header promises ", *bytes,
+          " data bytes for shape ", ShapeToString(header->shape), " of ",
+          header->descr, " but only ", got, " follow"));
+    }
+    char extra;
+    got = ReadFully(fd.get(), &extra, 1);
+    if (got < 0) return FileError(path, "read", errno);
+    if (got > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", path, "' is longer than its header says: shape ",
+                       ShapeToString(header->shape), " of ", header->descr,
+                       " needs ", *bytes, " data bytes, but more follow"));
+    }
   }
   absl::Status normalized = NormalizeNpyData(
       *header, absl::Span<char>(array.data(), static_cast<size_t>(*bytes)));

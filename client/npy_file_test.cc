@@ -1,12 +1,15 @@
 #include "client/npy_file.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "core/npy.h"
@@ -132,6 +135,71 @@ TEST(NpyFileTest, TruncatedAndTooLongFilesAreRefused) {
   EXPECT_THAT(
       ReadNpyFile(path, std::nullopt),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a .npy")));
+}
+
+// A 118-byte file whose header declares 2^47 float32 elements (512 TiB).
+std::string HugeHeaderFile() {
+  std::string dict =
+      "{'descr': '<f4', 'fortran_order': False, 'shape': (140737488355328,), "
+      "}";
+  dict.append(118 - 10 - dict.size() - 1, ' ');
+  dict.push_back('\n');
+  std::string file("\x93NUMPY\x01\x00", 8);
+  file.push_back(static_cast<char>(dict.size() & 0xff));
+  file.push_back(static_cast<char>(dict.size() >> 8));
+  return file + dict;
+}
+
+TEST(NpyFileTest, HeaderPromisingMoreThanTheFileIsRefusedBeforeAllocating) {
+  const std::string file = HugeHeaderFile();
+  ASSERT_EQ(file.size(), 118u);
+  const std::string path = TempPath("huge_header.npy");
+  WriteAll(path, file);
+  // Allocating first would throw std::bad_alloc (2^49 bytes): the file's
+  // size is checked before.
+  EXPECT_THAT(ReadNpyFile(path, std::nullopt),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::AllOf(HasSubstr("truncated"),
+                                        HasSubstr("140737488355328"),
+                                        HasSubstr(path))));
+}
+
+TEST(NpyFileTest, HugeHeaderThroughAPipeAllocatesOnlyWhatArrives) {
+  const std::string path = TempPath("huge_header.fifo");
+  unlink(path.c_str());
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
+  std::thread writer([&] {
+    std::ofstream out(path, std::ios::binary);
+    out << HugeHeaderFile() << std::string(1000, 'x');
+  });
+  absl::StatusOr<HostArray> read = ReadNpyFile(path, std::nullopt);
+  writer.join();
+  unlink(path.c_str());
+  EXPECT_THAT(read.status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      ::testing::AllOf(HasSubstr("truncated"),
+                                                       HasSubstr("1000 follow"),
+                                                       HasSubstr(path))));
+}
+
+TEST(NpyFileTest, APipeDeliveringTheWholeArrayIsRead) {
+  HostArray a = Iota(DType::kInt32, {3, 4});
+  const std::string file_path = TempPath("pipe_source.npy");
+  ASSERT_THAT(WriteNpyFile(file_path, a), IsOk());
+  const std::string bytes = ReadAll(file_path);
+  const std::string path = TempPath("whole.fifo");
+  unlink(path.c_str());
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
+  std::thread writer([&] {
+    std::ofstream out(path, std::ios::binary);
+    out << bytes;
+  });
+  absl::StatusOr<HostArray> b = ReadNpyFile(path, std::nullopt);
+  writer.join();
+  unlink(path.c_str());
+  ASSERT_THAT(b, IsOk());
+  EXPECT_EQ(b->shape, a.shape);
+  ASSERT_EQ(b->num_bytes, a.num_bytes);
+  EXPECT_EQ(std::memcmp(a.data(), b->data(), a.num_bytes), 0);
 }
 
 TEST(NpyFileTest, MissingFileIsNamed) {

@@ -270,6 +270,26 @@ absl::StatusOr<int64_t> NpyDataBytes(const NpyArray& header) {
   return ByteSize(header.shape, ItemSize(header.dtype));
 }
 
+absl::StatusOr<int64_t> NpyDataBytesInFile(const NpyArray& header,
+                                           int64_t file_bytes) {
+  TESSERA_ASSIGN_OR_RETURN(const int64_t bytes, NpyDataBytes(header));
+  const int64_t offset = static_cast<int64_t>(header.data_offset);
+  const int64_t follow = file_bytes < offset ? 0 : file_bytes - offset;
+  if (follow < bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(".npy data is truncated: the header promises ", bytes,
+                     " data bytes for shape ", ShapeToString(header.shape),
+                     " of ", header.descr, " but only ", follow, " follow"));
+  }
+  if (follow > bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(".npy file is longer than its header says: shape ",
+                     ShapeToString(header.shape), " of ", header.descr,
+                     " needs ", bytes, " data bytes, but ", follow, " follow"));
+  }
+  return bytes;
+}
+
 std::string EncodeNpyHeader(DType dtype, const Shape& shape) {
   absl::string_view descr;
   switch (dtype) {

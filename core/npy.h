@@ -40,6 +40,15 @@ absl::StatusOr<NpyArray> ParseNpyHeader(absl::string_view file_prefix);
 // The number of data bytes after the header.
 absl::StatusOr<int64_t> NpyDataBytes(const NpyArray& header);
 
+// The number of data bytes after the header, checked against the size of
+// the whole file (`file_bytes`, header included) so that a reader allocates
+// nothing for a header that promises more than the file holds (a 118-byte
+// file may declare 2^47 elements). INVALID_ARGUMENT: "truncated" when fewer
+// bytes follow the header than it promises, "longer than its header says"
+// when more do.
+absl::StatusOr<int64_t> NpyDataBytesInFile(const NpyArray& header,
+                                           int64_t file_bytes);
+
 // A header for a C-order little-endian array, as NumPy writes it: version
 // 1.0 (2.0 only when the header exceeds 65535 bytes), padded with spaces and
 // ending in '\n' so that the data start at a multiple of 64 bytes.

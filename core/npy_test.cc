@@ -396,6 +396,43 @@ TEST(NpyTest, ShortDataIsReportedNotRead) {
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("truncated")));
 }
 
+TEST(NpyTest, DataBytesAreCheckedAgainstTheFileSize) {
+  const std::string file = Bytes(kCFloat32Hex);  // 2x3 float32, 24 data bytes
+  auto header = ParseNpyHeader(file);
+  ASSERT_THAT(header, IsOk());
+  const int64_t end = static_cast<int64_t>(header->data_offset) + 24;
+  EXPECT_THAT(NpyDataBytesInFile(*header, end), IsOkAndHolds(24));
+  EXPECT_THAT(
+      NpyDataBytesInFile(*header, end - 1),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("truncated")));
+  EXPECT_THAT(
+      NpyDataBytesInFile(*header, 0),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("truncated")));
+  EXPECT_THAT(NpyDataBytesInFile(*header, end + 1),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("longer than its header says")));
+}
+
+TEST(NpyTest, AHeaderDeclaringTwoToThe47ElementsInA118ByteFileIsTruncated) {
+  std::string dict =
+      "{'descr': '<f4', 'fortran_order': False, 'shape': (140737488355328,), "
+      "}";
+  dict.append(118 - 10 - dict.size() - 1, ' ');
+  dict.push_back('\n');
+  std::string file("\x93NUMPY\x01\x00", 8);
+  file.push_back(static_cast<char>(dict.size()));
+  file.push_back(0);
+  file += dict;
+  ASSERT_EQ(file.size(), 118u);
+  auto header = ParseNpyHeader(file);
+  ASSERT_THAT(header, IsOk());  // a legal header: 2^49 bytes is under the cap
+  EXPECT_THAT(NpyDataBytesInFile(*header, 118),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::AllOf(HasSubstr("truncated"),
+                                        HasSubstr("562949953421312"),
+                                        HasSubstr("only 0 follow"))));
+}
+
 TEST(NpyTest, RandomBytesNeverCrashTheParser) {
   uint64_t state = 12345;
   for (int iter = 0; iter < 20000; ++iter) {
