@@ -1,0 +1,211 @@
+#include "core/auth.h"
+
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace tessera {
+namespace {
+
+std::array<unsigned char, 32> Digest(absl::string_view secret) {
+  std::array<unsigned char, 32> digest;
+  SHA256(reinterpret_cast<const unsigned char*>(secret.data()), secret.size(),
+         digest.data());
+  return digest;
+}
+
+// The one table: each coordinator method and the least role it needs.
+// Workers take no user calls at all (they obey capabilities), so only the
+// coordinator's methods are here.
+const absl::flat_hash_map<std::string, Role>& MethodTable() {
+  static const auto* table = new absl::flat_hash_map<std::string, Role>{
+      {"/tessera.v1.Coordinator/RegisterWorker", Role::kWorker},
+      {"/tessera.v1.Coordinator/Heartbeat", Role::kWorker},
+      {"/tessera.v1.Coordinator/ListWorkers", Role::kRead},
+      {"/tessera.v1.Coordinator/GetTensor", Role::kRead},
+      {"/tessera.v1.Coordinator/ListTensors", Role::kRead},
+      {"/tessera.v1.Coordinator/CreateTensor", Role::kWrite},
+      {"/tessera.v1.Coordinator/CommitTensor", Role::kWrite},
+      {"/tessera.v1.Coordinator/DeleteTensor", Role::kWrite},
+      {"/tessera.v1.Coordinator/ReshardTensor", Role::kWrite},
+  };
+  return *table;
+}
+
+}  // namespace
+
+absl::StatusOr<Role> ParseRole(absl::string_view text) {
+  if (text == "read") return Role::kRead;
+  if (text == "write") return Role::kWrite;
+  if (text == "admin") return Role::kAdmin;
+  if (text == "worker") return Role::kWorker;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown role '", text, "' (expected read, write, admin or worker)"));
+}
+
+absl::string_view RoleName(Role role) {
+  switch (role) {
+    case Role::kRead:
+      return "read";
+    case Role::kWrite:
+      return "write";
+    case Role::kAdmin:
+      return "admin";
+    case Role::kWorker:
+      return "worker";
+  }
+  return "unknown";
+}
+
+bool RoleCovers(Role have, Role need) {
+  if (have == Role::kWorker || need == Role::kWorker) return have == need;
+  return static_cast<int>(have) >= static_cast<int>(need);
+}
+
+absl::StatusOr<Role> RequiredRole(absl::string_view full_method) {
+  const auto& table = MethodTable();
+  auto it = table.find(std::string(full_method));
+  if (it == table.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("no role is granted method ", full_method));
+  }
+  return it->second;
+}
+
+std::vector<std::string> MethodsWithRoles() {
+  std::vector<std::string> methods;
+  for (const auto& [method, role] : MethodTable()) methods.push_back(method);
+  return methods;
+}
+
+absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text) {
+  TokenTable table;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    if (size_t hash = line.find('#'); hash != absl::string_view::npos) {
+      line = line.substr(0, hash);
+    }
+    std::vector<absl::string_view> fields =
+        absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
+    if (fields.empty()) continue;
+    if (fields.size() != 3) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tokens line ", line_number, ": expected NAME ROLE SECRET, got ",
+          fields.size(), " fields"));
+    }
+    absl::StatusOr<Role> role = ParseRole(fields[1]);
+    if (!role.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tokens line ", line_number, ": ", role.status().message()));
+    }
+    if (fields[2].size() < 16) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tokens line ", line_number,
+                       ": the secret is shorter than 16 characters"));
+    }
+    Entry entry{Principal{std::string(fields[0]), *role}, Digest(fields[2])};
+    for (const Entry& other : table.entries_) {
+      if (other.principal.name == entry.principal.name) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tokens line ", line_number, ": principal '",
+                         entry.principal.name, "' is listed twice"));
+      }
+      if (other.digest == entry.digest) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tokens line ", line_number, ": two principals share one secret"));
+      }
+    }
+    table.entries_.push_back(std::move(entry));
+  }
+  if (table.entries_.empty()) {
+    return absl::InvalidArgumentError("the tokens file names no principal");
+  }
+  return table;
+}
+
+absl::StatusOr<TokenTable> TokenTable::Load(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat("cannot read tokens file ", path,
+                                            ": ", std::strerror(errno)));
+  }
+  if ((st.st_mode & 077) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "tokens file ", path,
+        " has permissions readable by group or others; chmod 600 it"));
+  }
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot read tokens file ", path));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<TokenTable> table = Parse(text.str());
+  if (!table.ok()) {
+    return absl::Status(table.status().code(),
+                        absl::StrCat(path, ": ", table.status().message()));
+  }
+  return table;
+}
+
+std::optional<Principal> TokenTable::Authenticate(
+    absl::string_view secret) const {
+  const std::array<unsigned char, 32> digest = Digest(secret);
+  const Entry* match = nullptr;
+  // Every entry is compared, in constant time each, whatever matches.
+  for (const Entry& entry : entries_) {
+    if (CRYPTO_memcmp(entry.digest.data(), digest.data(), digest.size()) == 0) {
+      match = &entry;
+    }
+  }
+  if (match == nullptr) return std::nullopt;
+  return match->principal;
+}
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot read token file ", path,
+                                            ": ", std::strerror(errno)));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string secret(absl::StripAsciiWhitespace(text.str()));
+  if (secret.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("token file ", path, " is empty"));
+  }
+  for (char c : secret) {
+    if (c < 0x21 || c > 0x7e) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token file ", path,
+          " holds more than one printable word (it must hold only the "
+          "secret)"));
+    }
+  }
+  return secret;
+}
+
+bool PrincipalMayBeWorker(absl::string_view principal_name,
+                          absl::string_view worker_name) {
+  if (absl::EndsWith(principal_name, "*")) {
+    principal_name.remove_suffix(1);
+    return absl::StartsWith(worker_name, principal_name) &&
+           worker_name.size() > principal_name.size();
+  }
+  return principal_name == worker_name;
+}
+
+}  // namespace tessera

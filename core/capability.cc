@@ -1,0 +1,128 @@
+#include "core/capability.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace tessera {
+namespace {
+
+std::string Hmac(absl::string_view key, absl::string_view data) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(data.data()), data.size(), mac,
+       &length);
+  return std::string(reinterpret_cast<char*>(mac), length);
+}
+
+// Fields are length-prefixed so no name can shift another field.
+std::string Encode(const Capability& c) {
+  return absl::StrCat("v1|", c.worker.size(), ":", c.worker, "|",
+                      c.tensor.size(), ":", c.tensor, "|", c.version, "|",
+                      c.rights, "|", c.expires_ms);
+}
+
+bool TakeString(absl::string_view* in, std::string* out) {
+  size_t colon = in->find(':');
+  size_t length = 0;
+  if (colon == absl::string_view::npos ||
+      !absl::SimpleAtoi(in->substr(0, colon), &length)) {
+    return false;
+  }
+  in->remove_prefix(colon + 1);
+  if (in->size() < length + 1 || (*in)[length] != '|') return false;
+  *out = std::string(in->substr(0, length));
+  in->remove_prefix(length + 1);
+  return true;
+}
+
+bool Decode(absl::string_view in, Capability* c) {
+  if (in.substr(0, 3) != "v1|") return false;
+  in.remove_prefix(3);
+  if (!TakeString(&in, &c->worker) || !TakeString(&in, &c->tensor)) {
+    return false;
+  }
+  std::vector<absl::string_view> rest = absl::StrSplit(in, '|');
+  return rest.size() == 3 && absl::SimpleAtoi(rest[0], &c->version) &&
+         absl::SimpleAtoi(rest[1], &c->rights) &&
+         absl::SimpleAtoi(rest[2], &c->expires_ms);
+}
+
+absl::Status Denied(absl::string_view why) {
+  return absl::PermissionDeniedError(absl::StrCat("capability refused: ", why));
+}
+
+}  // namespace
+
+std::string MintCapability(const Capability& capability,
+                           absl::string_view key) {
+  const std::string payload = Encode(capability);
+  return absl::StrCat(absl::WebSafeBase64Escape(payload), ".",
+                      absl::WebSafeBase64Escape(Hmac(key, payload)));
+}
+
+absl::StatusOr<Capability> VerifyCapability(absl::string_view token,
+                                            absl::string_view key,
+                                            absl::string_view worker,
+                                            absl::Time now) {
+  if (token.empty()) return Denied("none presented");
+  if (token.size() > 4096) return Denied("longer than 4096 bytes");
+  std::vector<absl::string_view> parts = absl::StrSplit(token, '.');
+  std::string payload;
+  std::string mac;
+  if (parts.size() != 2 || !absl::WebSafeBase64Unescape(parts[0], &payload) ||
+      !absl::WebSafeBase64Unescape(parts[1], &mac)) {
+    return Denied("malformed");
+  }
+  const std::string expected = Hmac(key, payload);
+  if (key.empty() || mac.size() != expected.size() ||
+      CRYPTO_memcmp(mac.data(), expected.data(), mac.size()) != 0) {
+    return Denied("bad signature (not issued by this cluster's coordinator)");
+  }
+  Capability capability;
+  if (!Decode(payload, &capability)) return Denied("malformed");
+  if (capability.worker != worker) {
+    return Denied(absl::StrCat("issued for worker '", capability.worker,
+                               "', not '", worker, "'"));
+  }
+  if (absl::FromUnixMillis(capability.expires_ms) <= now) {
+    return Denied("expired (fetch the tensor's metadata again)");
+  }
+  return capability;
+}
+
+std::string DeriveWorkerKey(absl::string_view cluster_secret,
+                            absl::string_view worker) {
+  return Hmac(cluster_secret, absl::StrCat("tessera worker key|", worker));
+}
+
+std::string RandomBytes(size_t n) {
+  std::string bytes(n, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(bytes.data()),
+                 static_cast<int>(n)) != 1) {
+    // The OS CSPRNG failing is not something to run on.
+    std::abort();
+  }
+  return bytes;
+}
+
+uint64_t RandomId() {
+  for (;;) {
+    uint64_t id = 0;
+    const std::string bytes = RandomBytes(sizeof(id));
+    std::memcpy(&id, bytes.data(), sizeof(id));
+    if (id != 0) return id;
+  }
+}
+
+}  // namespace tessera

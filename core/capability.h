@@ -1,0 +1,66 @@
+// Capabilities: what the coordinator lets a caller do on one worker, signed
+// so the worker can check it alone (as HDFS DataNodes check NameNode-issued
+// block tokens). A capability names the worker, a tensor version, rights and
+// an expiry, and carries an HMAC-SHA256 under the key that worker received
+// at registration. Keys are derived per worker from the cluster secret, so a
+// worker cannot forge capabilities for another.
+//
+// Clients get read capabilities with the metadata and write capabilities
+// with a put's pending version; the coordinator signs its own orders
+// (allocate, free, transfer) with `kOrder`.
+#ifndef TESSERA_CORE_CAPABILITY_H_
+#define TESSERA_CORE_CAPABILITY_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace tessera {
+
+enum Right : uint32_t {
+  kRightRead = 1,   // read shards of the named tensor version
+  kRightWrite = 2,  // write shards of the named (pending) tensor version
+  kRightOrder = 4,  // allocate, free and transfer: the coordinator only
+};
+
+struct Capability {
+  std::string worker;      // the worker that honours it
+  std::string tensor;      // empty for orders
+  uint64_t version = 0;    // the tensor version (0 for orders)
+  uint32_t rights = 0;     // Right bits
+  int64_t expires_ms = 0;  // Unix time in milliseconds
+
+  bool Allows(Right right) const { return (rights & right) != 0; }
+};
+
+// How long a capability stays valid: long enough for a 1 TiB get, short
+// enough that a leaked one soon stops working.
+inline constexpr absl::Duration kCapabilityLifetime = absl::Hours(1);
+
+// Signs `capability` under `key`: "PAYLOAD.MAC", both URL-safe base64, so
+// it travels as gRPC metadata.
+std::string MintCapability(const Capability& capability, absl::string_view key);
+
+// The capability `token` names, when its MAC under `key` is right, it names
+// `worker`, and it has not expired at `now`. PERMISSION_DENIED otherwise,
+// with the reason; the token itself is never quoted.
+absl::StatusOr<Capability> VerifyCapability(absl::string_view token,
+                                            absl::string_view key,
+                                            absl::string_view worker,
+                                            absl::Time now);
+
+// The key worker `worker` signs and checks with, from the cluster secret.
+std::string DeriveWorkerKey(absl::string_view cluster_secret,
+                            absl::string_view worker);
+
+// `n` bytes from the operating system's CSPRNG (OpenSSL's RAND_bytes).
+std::string RandomBytes(size_t n);
+// A random non-zero 64-bit id (shard ids are not guessable).
+uint64_t RandomId();
+
+}  // namespace tessera
+
+#endif  // TESSERA_CORE_CAPABILITY_H_
