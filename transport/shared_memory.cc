@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/checked_math.h"
 #include "core/limits.h"
 #include "core/status_macros.h"
 #include "core/strided_copy.h"
@@ -38,17 +39,24 @@ std::pair<int64_t, int64_t> BoxByteSpan(absl::Span<const int64_t> shape,
 
 namespace {
 
-// Where a worker keeps a shard: its segment, size and shape.
-struct Segment {
-  std::string name;
-  int64_t bytes = 0;
-  Shape shape;
-  std::string liveness;  // flock'ed by the worker while it runs
-};
+// INTERNAL: a MapShard reply that cannot be true.
+absl::Status InconsistentReply(absl::string_view what) {
+  return absl::InternalError(
+      absl::StrCat("worker's MapShard reply is inconsistent: ", what));
+}
 
-// Asks the worker behind `channel` where shard `shard_id` lives.
-// FAILED_PRECONDITION: not reachable through shared memory from here.
-absl::StatusOr<Segment> FindSegment(
+// One POSIX shared-memory object: "/name", no other '/', no NUL, within
+// NAME_MAX. Anything else could name a path shm_open does not mean.
+bool IsShmName(absl::string_view name) {
+  return name.size() >= 2 && name.size() <= 255 && name[0] == '/' &&
+         name.find('/', 1) == absl::string_view::npos &&
+         name.find('\0') == absl::string_view::npos;
+}
+
+// Asks the worker behind `channel` where shard `shard_id` lives, and checks
+// its answer. FAILED_PRECONDITION: not reachable through shared memory from
+// here.
+absl::StatusOr<SharedSegment> FindSegment(
     const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id,
     int64_t item_bytes, absl::Duration timeout) {
   if (LocalHostId().empty())
@@ -64,74 +72,50 @@ absl::StatusOr<Segment> FindSegment(
     return absl::FailedPreconditionError("worker does not offer shared memory");
   }
   if (!rpc.ok()) return FromGrpcStatus(rpc);
-  if (response.host_id() != LocalHostId()) {
-    return absl::FailedPreconditionError("worker is on another host");
+  absl::StatusOr<SharedSegment> segment =
+      ValidateMapShardReply(response, LocalHostId(), item_bytes);
+  if (!segment.ok()) {
+    return Annotate(segment.status(), absl::StrCat("mapping shard ", shard_id));
   }
-  if (response.item_bytes() != item_bytes) {
-    return absl::FailedPreconditionError(
-        "segment does not match the shard's metadata");
-  }
-  Segment segment;
-  segment.name = response.segment();
-  segment.bytes = response.bytes();
-  segment.shape.assign(response.shape().begin(), response.shape().end());
-  segment.liveness = response.liveness();
   return segment;
 }
 
-// Maps bytes [begin, end) of `segment` read-only. With `keep_fd`, the open
-// descriptor is handed back (to watch for the segment's unlink).
+// Opens the segment's object. NOT_FOUND when it is gone (the shard freed
+// between the RPC and the open).
+absl::StatusOr<int> OpenSegment(const SharedSegment& segment, uint64_t shard_id,
+                                bool writable) {
+  const int fd = shm_open(segment.name.c_str(),
+                          (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
+  if (fd >= 0) return fd;
+  if (errno == ENOENT) {
+    return absl::NotFoundError(absl::StrCat(
+        "shard ", shard_id, " is not held by this worker (freed)"));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("shm_open ", segment.name, ": ", std::strerror(errno)));
+}
+
+// Maps bytes [begin, end) of `segment`. With `keep_fd`, the open descriptor
+// is handed back (to watch for the segment's unlink).
 absl::StatusOr<std::unique_ptr<ShardMapping>> MapRange(
-    const Segment& segment, uint64_t shard_id, int64_t begin, int64_t end,
+    const SharedSegment& segment, uint64_t shard_id, int64_t begin, int64_t end,
     int* keep_fd, bool writable = false) {
-  const int fd =
-      shm_open(segment.name.c_str(), writable ? O_RDWR : O_RDONLY, 0);
-  if (fd < 0) {
-    // Unlinked between the RPC and the open: the shard was freed.
-    if (errno == ENOENT) {
-      return absl::NotFoundError(absl::StrCat(
-          "shard ", shard_id, " is not held by this worker (freed)"));
-    }
-    return absl::FailedPreconditionError(
-        absl::StrCat("shm_open ", segment.name, ": ", std::strerror(errno)));
-  }
-  // Touching a mapping past the file's end raises SIGBUS: check the size
-  // the worker reported against the file itself.
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || st.st_size < end) {
-    close(fd);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "segment ", segment.name, " is smaller than the shard it names"));
-  }
-  const int64_t page = sysconf(_SC_PAGESIZE);
-  const int64_t map_offset = begin / page * page;
-  const size_t map_bytes =
-      static_cast<size_t>(std::max<int64_t>(end - map_offset, 1));
-  // Prefault the page tables in one go for spans of a chunk or more; small
-  // ones fault lazily.
-  const int populate =
-      static_cast<int64_t>(map_bytes) >= kChunkBytes ? MAP_POPULATE : 0;
-  void* map =
-      mmap(nullptr, map_bytes, writable ? PROT_READ | PROT_WRITE : PROT_READ,
-           MAP_SHARED | populate, fd, map_offset);
-  const int map_errno = errno;
-  if (keep_fd != nullptr && map != MAP_FAILED) {
+  TESSERA_ASSIGN_OR_RETURN(const int fd,
+                           OpenSegment(segment, shard_id, writable));
+  absl::StatusOr<std::unique_ptr<ShardMapping>> mapping =
+      MapSegmentRange(fd, segment, begin, end, writable);
+  if (keep_fd != nullptr && mapping.ok()) {
     *keep_fd = fd;
   } else {
     close(fd);
   }
-  if (map == MAP_FAILED) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("mmap ", segment.name, ": ", std::strerror(map_errno)));
-  }
-  return std::make_unique<ShardMapping>(map, map_bytes, map_offset,
-                                        segment.shape);
+  return mapping;
 }
 
 // FAILED_PRECONDITION unless `box` lies in a shard of `shape` (the worker's
 // own answer comes from gRPC then).
 absl::Status CheckInside(const Shape& shape, const Box& box) {
-  if (shape.size() != box.rank()) {
+  if (shape.size() != box.rank() || box.offsets.size() != box.sizes.size()) {
     return absl::FailedPreconditionError(
         "segment does not match the shard's metadata");
   }
@@ -196,22 +180,138 @@ bool WorkerGone(int liveness_fd) {
 
 }  // namespace
 
+absl::StatusOr<SharedSegment> ValidateMapShardReply(
+    const v1::MapShardResponse& reply, absl::string_view local_host_id,
+    int64_t item_bytes) {
+  if (item_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("element size ", item_bytes, " is not positive"));
+  }
+  if (local_host_id.empty() || reply.host_id() != local_host_id) {
+    return absl::FailedPreconditionError("worker is on another host");
+  }
+  if (reply.item_bytes() != item_bytes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "segment does not match the shard's metadata (elements of ",
+        reply.item_bytes(), " bytes, expected ", item_bytes, ")"));
+  }
+  if (!IsShmName(reply.segment())) {
+    return InconsistentReply(
+        "the segment name is not one shared-memory object");
+  }
+  if (!reply.liveness().empty() && !IsShmName(reply.liveness())) {
+    return InconsistentReply(
+        "the liveness name is not one shared-memory object");
+  }
+  SharedSegment segment;
+  segment.shape.assign(reply.shape().begin(), reply.shape().end());
+  if (segment.shape.empty()) return InconsistentReply("the shard has no dims");
+  int64_t bytes = item_bytes;
+  for (int64_t d : segment.shape) {
+    if (d < 0) {
+      return InconsistentReply(absl::StrCat(
+          "shape ", ShapeToString(segment.shape), " has a negative size"));
+    }
+    absl::StatusOr<int64_t> product = CheckedMul(bytes, d);
+    if (!product.ok()) {
+      return InconsistentReply(absl::StrCat(
+          "shape ", ShapeToString(segment.shape), " overflows a byte size"));
+    }
+    bytes = *product;
+  }
+  if (reply.bytes() != bytes) {
+    return InconsistentReply(
+        absl::StrCat("a segment of ", reply.bytes(), " bytes for shape ",
+                     ShapeToString(segment.shape), " of ", item_bytes,
+                     "-byte elements, which needs ", bytes));
+  }
+  segment.name = reply.segment();
+  segment.bytes = bytes;
+  segment.liveness = reply.liveness();
+  return segment;
+}
+
+absl::StatusOr<std::unique_ptr<ShardMapping>> MapSegmentRange(
+    int fd, const SharedSegment& segment, int64_t begin, int64_t end,
+    bool writable) {
+  if (begin < 0 || begin > end || end > segment.bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bytes [", begin, ", ", end, ") are not inside the ",
+                     segment.bytes, "-byte segment ", segment.name));
+  }
+  // Touching a mapping past the file's end raises SIGBUS: check the size
+  // the worker reported against the object itself.
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("fstat ", segment.name, ": ", std::strerror(errno)));
+  }
+  if (st.st_size < segment.bytes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "segment ", segment.name, " is smaller than the shard it names (",
+        static_cast<int64_t>(st.st_size), " of ", segment.bytes, " bytes)"));
+  }
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  const int64_t map_offset = begin / page * page;
+  const size_t map_bytes =
+      static_cast<size_t>(std::max<int64_t>(end - map_offset, 1));
+  // Prefault the page tables in one go for spans of a chunk or more; small
+  // ones fault lazily.
+  const int populate =
+      static_cast<int64_t>(map_bytes) >= kChunkBytes ? MAP_POPULATE : 0;
+  void* map =
+      mmap(nullptr, map_bytes, writable ? PROT_READ | PROT_WRITE : PROT_READ,
+           MAP_SHARED | populate, fd, map_offset);
+  if (map == MAP_FAILED) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("mmap ", segment.name, ": ", std::strerror(errno)));
+  }
+  return std::make_unique<ShardMapping>(map, map_bytes, map_offset, end,
+                                        segment.shape);
+}
+
+absl::StatusOr<std::unique_ptr<ShardMapping>> MapSegmentBox(
+    int fd, const SharedSegment& segment, const Box& box, int64_t item_bytes) {
+  TESSERA_RETURN_IF_ERROR(CheckInside(segment.shape, box));
+  const auto [begin, end] = BoxByteSpan(segment.shape, box, item_bytes);
+  return MapSegmentRange(fd, segment, begin, end, /*writable=*/false);
+}
+
+absl::Status CopyBoxFromMapping(const ShardMapping& mapping,
+                                const Shape& expected_shape, const Box& box,
+                                const ReadTarget& target, int64_t item_bytes) {
+  TESSERA_RETURN_IF_ERROR(CheckShape(mapping.shape(), expected_shape));
+  TESSERA_RETURN_IF_ERROR(CheckInside(mapping.shape(), box));
+  if (box.NumElements() == 0) return absl::OkStatus();
+  const auto [begin, end] = BoxByteSpan(mapping.shape(), box, item_bytes);
+  if (!mapping.Covers(begin, end)) {
+    return absl::InternalError(
+        absl::StrCat("bytes [", begin, ", ", end, ") of box ", box.ToString(),
+                     " are not all in the mapped segment"));
+  }
+  // At(0) is the shard's byte 0; only the box's mapped span is touched.
+  return CopyOut(mapping.At(0), mapping.shape(), box, target,
+                 static_cast<size_t>(item_bytes));
+}
+
 absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardBox(
     const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id,
     const Box& box, int64_t item_bytes, absl::Duration timeout) {
-  TESSERA_ASSIGN_OR_RETURN(Segment segment,
+  TESSERA_ASSIGN_OR_RETURN(SharedSegment segment,
                            FindSegment(channel, shard_id, item_bytes, timeout));
   TESSERA_RETURN_IF_ERROR(CheckInside(segment.shape, box));
-  const auto [begin, end] = BoxByteSpan(segment.shape, box, item_bytes);
-  if (end > segment.bytes)
-    return absl::FailedPreconditionError("segment is too small");
-  return MapRange(segment, shard_id, begin, end, nullptr);
+  TESSERA_ASSIGN_OR_RETURN(const int fd,
+                           OpenSegment(segment, shard_id, /*writable=*/false));
+  absl::StatusOr<std::unique_ptr<ShardMapping>> mapping =
+      MapSegmentBox(fd, segment, box, item_bytes);
+  close(fd);
+  return mapping;
 }
 
 absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardForWrite(
     const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id,
     int64_t item_bytes, absl::Duration timeout) {
-  TESSERA_ASSIGN_OR_RETURN(Segment segment,
+  TESSERA_ASSIGN_OR_RETURN(SharedSegment segment,
                            FindSegment(channel, shard_id, item_bytes, timeout));
   return MapRange(segment, shard_id, 0, segment.bytes, nullptr,
                   /*writable=*/true);
@@ -271,7 +371,7 @@ absl::StatusOr<std::shared_ptr<const ShardMapping>> ShardMappingCache::Map(
           "shard ", shard_id, " is not held by this worker (freed)"));
     }
   }
-  TESSERA_ASSIGN_OR_RETURN(Segment segment,
+  TESSERA_ASSIGN_OR_RETURN(SharedSegment segment,
                            FindSegment(channel, shard_id, item_bytes, timeout));
   if (segment.liveness.empty()) {
     // No way to watch this worker: map for this read only.
@@ -280,7 +380,8 @@ absl::StatusOr<std::shared_ptr<const ShardMapping>> ShardMappingCache::Map(
         MapRange(segment, shard_id, 0, segment.bytes, nullptr));
     return std::shared_ptr<const ShardMapping>(std::move(once));
   }
-  const int liveness_fd = shm_open(segment.liveness.c_str(), O_RDONLY, 0);
+  const int liveness_fd =
+      shm_open(segment.liveness.c_str(), O_RDONLY | O_CLOEXEC, 0);
   if (liveness_fd < 0)
     return absl::FailedPreconditionError("worker's liveness lock is missing");
   int fd = -1;
@@ -319,23 +420,20 @@ absl::Status SharedMemoryTransport::Read(const RemoteShard& shard,
                                          const Box& box,
                                          const ReadTarget& target) {
   const ShardLocation& at = shard.location;
-  const size_t item = static_cast<size_t>(shard.item_bytes);
   if (cache_ != nullptr) {
     TESSERA_ASSIGN_OR_RETURN(
         std::shared_ptr<const ShardMapping> mapping,
         cache_->Map(at.address, channels_->Get(at.address), at.shard_id,
                     shard.item_bytes, options_.timeout));
-    TESSERA_RETURN_IF_ERROR(CheckShape(mapping->shape(), shard.shape));
-    TESSERA_RETURN_IF_ERROR(CheckInside(mapping->shape(), box));
-    return CopyOut(mapping->At(0), mapping->shape(), box, target, item);
+    return CopyBoxFromMapping(*mapping, shard.shape, box, target,
+                              shard.item_bytes);
   }
   TESSERA_ASSIGN_OR_RETURN(
       std::unique_ptr<ShardMapping> mapping,
       MapShardBox(channels_->Get(at.address), at.shard_id, box,
                   shard.item_bytes, options_.timeout));
-  TESSERA_RETURN_IF_ERROR(CheckShape(mapping->shape(), shard.shape));
-  // At(0) is the shard's byte 0; only the box's mapped span is touched.
-  return CopyOut(mapping->At(0), mapping->shape(), box, target, item);
+  return CopyBoxFromMapping(*mapping, shard.shape, box, target,
+                            shard.item_bytes);
 }
 
 absl::Status SharedMemoryTransport::Write(const RemoteShard& shard,
@@ -350,10 +448,15 @@ absl::Status SharedMemoryTransport::Write(const RemoteShard& shard,
       MapShardForWrite(channels_->Get(at.address), at.shard_id,
                        shard.item_bytes, options_.timeout));
   TESSERA_RETURN_IF_ERROR(CheckShape(mapping->shape(), shard.shape));
-  if (WholeBox(shard.shape).NumElements() == 0) return absl::OkStatus();
+  const int64_t bytes = WholeBox(shard.shape).NumElements() * shard.item_bytes;
+  if (bytes == 0) return absl::OkStatus();
+  if (!mapping->Covers(0, bytes)) {
+    return absl::InternalError(absl::StrCat(
+        "the ", bytes, "-byte shard is not all in the mapped segment"));
+  }
   CopyBox(source.data, source.shape, source.offsets, mapping->MutableAt(0),
-          shard.shape, std::vector<int64_t>(shard.shape.size(), 0),
-          shard.shape, static_cast<size_t>(shard.item_bytes));
+          shard.shape, std::vector<int64_t>(shard.shape.size(), 0), shard.shape,
+          static_cast<size_t>(shard.item_bytes));
   return absl::OkStatus();
 }
 

@@ -11,6 +11,24 @@
 // and a mapping made before the free keeps showing that shard's bytes until
 // it is unmapped. Mappings kept across reads (ShardMappingCache) are checked
 // for that unlink before every use.
+//
+// A worker's MapShard reply is outside input: every field is checked before
+// anything is opened, mapped or copied (ValidateMapShardReply), the mapped
+// object's size is checked with fstat, and every copy checks that the bytes
+// it touches lie inside the mapping. Errors, per shard_transport.h:
+//   FAILED_PRECONDITION  a true reply that says "not from here": another
+//                        host, no segment, an element size or shape other
+//                        than the caller's metadata, a box outside the shard,
+//                        a segment file shorter than the reply says (cut by
+//                        something else): TransportChain falls back to gRPC,
+//                        which gives the worker's own answer.
+//   INTERNAL             a reply that contradicts itself (byte size not
+//                        shape x element size, negative or overflowing sizes,
+//                        no dims, a segment name that is not one shared-
+//                        memory object), or a copy whose bytes would leave
+//                        the mapping. A worker that says this is broken or
+//                        hostile; reading on through another transport could
+//                        hide corruption, so the read fails, naming it.
 #ifndef TESSERA_TRANSPORT_SHARED_MEMORY_H_
 #define TESSERA_TRANSPORT_SHARED_MEMORY_H_
 
@@ -24,11 +42,14 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "core/box.h"
+#include "proto/worker.pb.h"
 #include "rpc/channel.h"
 #include "transport/shard_transport.h"
 #include "transport/shared_memory_arena.h"
@@ -38,10 +59,14 @@ namespace tessera {
 // Bytes of one shard mapped read-only; unmapped on destruction.
 class ShardMapping {
  public:
-  ShardMapping(void* map, size_t map_bytes, int64_t map_offset, Shape shape)
+  // `map` holds `map_bytes` bytes mapped from shard byte `map_offset` on;
+  // shard bytes [map_offset, valid_end) lie inside the segment's file.
+  ShardMapping(void* map, size_t map_bytes, int64_t map_offset,
+               int64_t valid_end, Shape shape)
       : map_(map),
         map_bytes_(map_bytes),
         map_offset_(map_offset),
+        valid_end_(valid_end),
         shape_(std::move(shape)) {}
   ~ShardMapping();
   ShardMapping(const ShardMapping&) = delete;
@@ -57,13 +82,57 @@ class ShardMapping {
   }
   // The shard's box sizes, as the worker reported them.
   const Shape& shape() const { return shape_; }
+  // True when shard bytes [begin, end) are mapped and inside the file, so
+  // touching them can neither fault nor read another object.
+  bool Covers(int64_t begin, int64_t end) const {
+    return map_offset_ <= begin && begin <= end && end <= valid_end_;
+  }
 
  private:
   void* map_;
   size_t map_bytes_;
   int64_t map_offset_;  // shard byte offset of map_ (page-aligned)
+  int64_t valid_end_;   // shard byte offset just past the usable bytes
   Shape shape_;
 };
+
+// What a MapShard reply says, once ValidateMapShardReply has checked it.
+struct SharedSegment {
+  std::string name;      // "/name": one POSIX shared-memory object
+  int64_t bytes = 0;     // exactly NumElements(shape) * item_bytes
+  Shape shape;           // the shard's box sizes: at least one dim, all >= 0
+  std::string liveness;  // empty, or a name like `name`
+};
+
+// Checks every field of a worker's MapShard `reply` for a caller on host
+// `local_host_id` that expects elements of `item_bytes`, before anything is
+// opened or mapped. FAILED_PRECONDITION: another host or element size (use
+// gRPC). INTERNAL: the reply contradicts itself (see the file comment).
+absl::StatusOr<SharedSegment> ValidateMapShardReply(
+    const v1::MapShardResponse& reply, absl::string_view local_host_id,
+    int64_t item_bytes);
+
+// Maps shard bytes [begin, end) of `segment`, whose object is open on `fd`
+// (not taken over), read-only or read-write. The object's size is checked
+// with fstat against the whole segment first: touching a mapping past the
+// end of its file raises SIGBUS. FAILED_PRECONDITION when it is shorter;
+// INVALID_ARGUMENT when [begin, end) is not inside the segment.
+absl::StatusOr<std::unique_ptr<ShardMapping>> MapSegmentRange(
+    int fd, const SharedSegment& segment, int64_t begin, int64_t end,
+    bool writable);
+
+// Maps just the bytes that `box` (shard coordinates) of `segment` touches:
+// FAILED_PRECONDITION when the box is not inside the segment's shape.
+absl::StatusOr<std::unique_ptr<ShardMapping>> MapSegmentBox(
+    int fd, const SharedSegment& segment, const Box& box, int64_t item_bytes);
+
+// Copies `box` of the mapped shard into `target`, after checking it:
+// FAILED_PRECONDITION when the mapping's shape differs from
+// `expected_shape` (unless that is empty: not known) or the box is not
+// inside it; INTERNAL when the box's bytes are not all mapped.
+absl::Status CopyBoxFromMapping(const ShardMapping& mapping,
+                                const Shape& expected_shape, const Box& box,
+                                const ReadTarget& target, int64_t item_bytes);
 
 // Maps the bytes of `box` (shard coordinates) of shard `shard_id` held by
 // the worker behind `channel`. FAILED_PRECONDITION means "use gRPC instead"
