@@ -1,0 +1,326 @@
+// SharedMemoryTransport against worker replies that lie. A real worker cannot
+// be made to lie, so a FakeWorker (a real Worker service on a real gRPC
+// server on 127.0.0.1:0) answers MapShard with a crafted reply naming a real
+// shared-memory segment this test made, of whatever size the case needs.
+// Every lie must be an error with the code of shared_memory.h's contract,
+// never a fault in the reading process.
+#include "transport/shared_memory.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/worker.grpc.pb.h"
+#include "rpc/channel.h"
+#include "rpc/server.h"
+#include "transport/shared_memory_arena.h"
+#include "transport/transport_chain.h"
+
+namespace tessera {
+namespace {
+
+using ::tessera::testing::IsOk;
+using ::tessera::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// A Worker service whose MapShard answers whatever the test set. Every other
+// call is UNIMPLEMENTED, so a fallback to gRPC shows as that code.
+class FakeWorker : public v1::Worker::Service {
+ public:
+  void SetReply(v1::MapShardResponse reply) {
+    absl::MutexLock lock(&mu_);
+    reply_ = std::move(reply);
+  }
+  grpc::Status MapShard(grpc::ServerContext*, const v1::MapShardRequest*,
+                        v1::MapShardResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    *response = reply_;
+    return grpc::Status::OK;
+  }
+
+ private:
+  absl::Mutex mu_;
+  v1::MapShardResponse reply_ ABSL_GUARDED_BY(mu_);
+};
+
+// A shared-memory object of `bytes` bytes holding 0, 1, 2, ... (mod 256);
+// unlinked on destruction.
+class Segment {
+ public:
+  explicit Segment(int64_t bytes) {
+    static int counter = 0;
+    name_ = absl::StrCat("/tessera-shm-test-", getpid(), "-", counter++);
+    const int fd = shm_open(name_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    EXPECT_GE(fd, 0) << std::strerror(errno);
+    std::string data(static_cast<size_t>(bytes), '\0');
+    for (int64_t i = 0; i < bytes; ++i) data[i] = static_cast<char>(i);
+    EXPECT_EQ(write(fd, data.data(), data.size()),
+              static_cast<ssize_t>(data.size()));
+    close(fd);
+  }
+  ~Segment() { shm_unlink(name_.c_str()); }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+};
+
+class SharedMemoryTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (access("/dev/shm", W_OK) != 0 || LocalHostId().empty())
+      GTEST_SKIP() << "no writable /dev/shm here";
+    absl::StatusOr<RunningServer> server =
+        StartServer("127.0.0.1:0", {&worker_});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    address_ = absl::StrCat("127.0.0.1:", server_.port);
+    SharedMemoryTransportOptions options;
+    options.cache_mappings = GetParam();
+    transport_ = std::make_unique<SharedMemoryTransport>(&channels_, options);
+  }
+  void TearDown() override {
+    transport_.reset();
+    if (server_.server != nullptr) server_.server->Shutdown();
+  }
+
+  // A reply as a worker on this host would give for `segment`.
+  static v1::MapShardResponse Reply(const Segment& segment, int64_t bytes,
+                                    const Shape& shape, int64_t item_bytes) {
+    v1::MapShardResponse reply;
+    reply.set_host_id(LocalHostId());
+    reply.set_segment(segment.name());
+    reply.set_bytes(bytes);
+    for (int64_t d : shape) reply.add_shape(d);
+    reply.set_item_bytes(item_bytes);
+    return reply;
+  }
+
+  RemoteShard Shard(const Shape& shape, int64_t item_bytes) const {
+    RemoteShard shard;
+    shard.location.worker = "fake";
+    shard.location.address = address_;
+    shard.location.shard_id = 7;
+    shard.item_bytes = item_bytes;
+    shard.shape = shape;
+    return shard;
+  }
+
+  // Reads `box` of `shard` into a fresh array of the box's sizes.
+  absl::Status ReadInto(std::vector<char>* out, const RemoteShard& shard,
+                        const Box& box) {
+    out->assign(static_cast<size_t>(box.NumElements() * shard.item_bytes), 0);
+    const Shape sizes(box.sizes.begin(), box.sizes.end());
+    return transport_->Read(
+        shard, box,
+        ReadTarget::HostArray(out->data(), sizes,
+                              std::vector<int64_t>(sizes.size(), 0)));
+  }
+
+  FakeWorker worker_;
+  RunningServer server_;
+  std::string address_;
+  ChannelCache channels_;
+  std::unique_ptr<SharedMemoryTransport> transport_;
+};
+
+TEST_P(SharedMemoryTest, TruthfulReplyIsReadByteExact) {
+  Segment segment(6 * 8 * 4);
+  worker_.SetReply(Reply(segment, 6 * 8 * 4, {6, 8}, 4));
+  std::vector<char> out;
+  ASSERT_THAT(ReadInto(&out, Shard({6, 8}, 4), Box{{2, 3}, {3, 4}}), IsOk());
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 4 * 4; ++c) {
+      EXPECT_EQ(out[r * 16 + c], static_cast<char>(((2 + r) * 8 + 3) * 4 + c))
+          << r << "," << c;
+    }
+  }
+}
+
+// The crash this guards against: a 4 KiB segment whose reply claims a
+// 1000 x 1000 shape made the copy run 4 MB past the mapping (SIGSEGV).
+TEST_P(SharedMemoryTest, ShapeNeedingMoreBytesThanTheReplySaysIsInternal) {
+  Segment segment(4096);
+  worker_.SetReply(Reply(segment, 4096, {1000, 1000}, 4));
+  std::vector<char> out;
+  EXPECT_THAT(ReadInto(&out, Shard({1000, 1000}, 4), WholeBox({1000, 1000})),
+              StatusIs(absl::StatusCode::kInternal,
+                       ::testing::AllOf(HasSubstr("inconsistent"),
+                                        HasSubstr("4096 bytes"),
+                                        HasSubstr("[1000, 1000]"))));
+  // A worker pulling a reshard piece does not know the shard's shape.
+  EXPECT_THAT(ReadInto(&out, Shard({}, 4), Box{{999, 0}, {1, 1000}}),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("inconsistent")));
+}
+
+TEST_P(SharedMemoryTest, ZeroByteReplyForANonEmptyShapeIsInternal) {
+  Segment segment(64);
+  worker_.SetReply(Reply(segment, 0, {16}, 4));
+  std::vector<char> out;
+  EXPECT_THAT(ReadInto(&out, Shard({16}, 4), WholeBox({16})),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("inconsistent")));
+}
+
+TEST_P(SharedMemoryTest, SegmentShorterThanAConsistentReplyFallsBack) {
+  Segment segment(100);  // the reply says 4000
+  worker_.SetReply(Reply(segment, 4000, {1000}, 4));
+  std::vector<char> out;
+  EXPECT_THAT(ReadInto(&out, Shard({1000}, 4), Box{{0}, {10}}),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("smaller than the shard")));
+}
+
+TEST_P(SharedMemoryTest, NegativeAndOverflowingSizesAreInternal) {
+  Segment segment(64);
+  worker_.SetReply(Reply(segment, 64, {-4, -4}, 4));
+  std::vector<char> out;
+  EXPECT_THAT(ReadInto(&out, Shard({}, 4), Box{{0, 0}, {1, 1}}),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("negative")));
+  worker_.SetReply(Reply(segment, 64, {int64_t{1} << 62, int64_t{1} << 62}, 4));
+  EXPECT_THAT(ReadInto(&out, Shard({}, 4), Box{{0, 0}, {1, 1}}),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("overflows")));
+  worker_.SetReply(Reply(segment, 64, {}, 4));
+  EXPECT_THAT(ReadInto(&out, Shard({}, 4), Box{{0}, {1}}),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("no dims")));
+}
+
+TEST_P(SharedMemoryTest, SegmentNamesThatAreNotOneObjectAreInternal) {
+  Segment segment(64);
+  std::vector<char> out;
+  for (const std::string& name :
+       {std::string("/../../etc/passwd"), std::string("relative"),
+        std::string("/"), std::string(""), std::string("/a\0b", 4),
+        "/" + std::string(300, 'x')}) {
+    v1::MapShardResponse reply = Reply(segment, 64, {16}, 4);
+    reply.set_segment(name);
+    worker_.SetReply(reply);
+    EXPECT_THAT(ReadInto(&out, Shard({16}, 4), WholeBox({16})),
+                StatusIs(absl::StatusCode::kInternal,
+                         HasSubstr("not one shared-memory object")))
+        << name;
+  }
+  v1::MapShardResponse reply = Reply(segment, 64, {16}, 4);
+  reply.set_liveness("/x/y");
+  worker_.SetReply(reply);
+  EXPECT_THAT(ReadInto(&out, Shard({16}, 4), WholeBox({16})),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("liveness")));
+}
+
+TEST_P(SharedMemoryTest, TrueRepliesThatDoNotFitTheCallerFallBack) {
+  Segment segment(64);
+  std::vector<char> out;
+  // Another element size than the metadata's.
+  worker_.SetReply(Reply(segment, 64, {8}, 8));
+  EXPECT_THAT(ReadInto(&out, Shard({16}, 4), WholeBox({16})),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  // Another shape than the metadata's.
+  worker_.SetReply(Reply(segment, 64, {4, 4}, 4));
+  EXPECT_THAT(ReadInto(&out, Shard({16}, 4), WholeBox({16})),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  // A box outside the shard the worker names.
+  worker_.SetReply(Reply(segment, 64, {16}, 4));
+  EXPECT_THAT(
+      ReadInto(&out, Shard({}, 4), Box{{10}, {10}}),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("outside")));
+  // Another host.
+  v1::MapShardResponse reply = Reply(segment, 64, {16}, 4);
+  reply.set_host_id("elsewhere");
+  worker_.SetReply(reply);
+  EXPECT_THAT(ReadInto(&out, Shard({16}, 4), WholeBox({16})),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("another host")));
+}
+
+TEST_P(SharedMemoryTest, WriteThroughALyingReplyIsInternal) {
+  Segment segment(4096);
+  worker_.SetReply(Reply(segment, 4096, {1000, 1000}, 4));
+  std::vector<char> source(1000 * 1000 * 4, 'x');
+  WriteSource write{source.data(), {1000, 1000}, {0, 0}};
+  EXPECT_THAT(transport_->Write(Shard({1000, 1000}, 4), write),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("inconsistent")));
+}
+
+TEST_P(SharedMemoryTest, ChainDoesNotFallBackPastALyingReply) {
+  Segment segment(4096);
+  worker_.SetReply(Reply(segment, 4096, {1000, 1000}, 4));
+  DataPlaneOptions options;
+  options.shared_memory = true;
+  options.shared_memory_min_bytes = 0;
+  options.cache_mappings = GetParam();
+  std::unique_ptr<TransportChain> chain =
+      TransportChain::Make(&channels_, options);
+  std::vector<char> out(1000 * 4);
+  // gRPC would answer UNIMPLEMENTED here (FakeWorker): the error is the
+  // shared-memory one, not a silent retry elsewhere.
+  EXPECT_THAT(chain->Read(Shard({1000, 1000}, 4), Box{{0, 0}, {1, 1000}},
+                          ReadTarget::HostArray(out.data(), {1, 1000}, {0, 0})),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("inconsistent")));
+}
+
+INSTANTIATE_TEST_SUITE_P(Mapping, SharedMemoryTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Cached" : "PerRead";
+                         });
+
+// The checks after the RPC, without a network: the segment is a memfd.
+TEST(CopyBoxFromMappingTest, BoxOutsideTheMappedSpanIsInternal) {
+  const int fd = memfd_create("segment", 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 64), 0);
+  SharedSegment segment;
+  segment.name = "/memfd";
+  segment.bytes = 64;
+  segment.shape = {16};
+  // Map only the bytes of elements 0..3, then ask for 8..11.
+  absl::StatusOr<std::unique_ptr<ShardMapping>> mapping =
+      MapSegmentBox(fd, segment, Box{{0}, {4}}, 4);
+  close(fd);
+  ASSERT_THAT(mapping, IsOk());
+  std::vector<char> out(16);
+  EXPECT_THAT(
+      CopyBoxFromMapping(**mapping, {16}, Box{{8}, {4}},
+                         ReadTarget::HostArray(out.data(), {4}, {0}), 4),
+      StatusIs(absl::StatusCode::kInternal,
+               HasSubstr("not all in the mapped")));
+  EXPECT_THAT(
+      CopyBoxFromMapping(**mapping, {16}, Box{{0}, {4}},
+                         ReadTarget::HostArray(out.data(), {4}, {0}), 4),
+      IsOk());
+}
+
+TEST(ValidateMapShardReplyTest, ChecksEveryField) {
+  v1::MapShardResponse reply;
+  reply.set_host_id("h");
+  reply.set_segment("/s");
+  reply.set_bytes(24);
+  reply.add_shape(2);
+  reply.add_shape(3);
+  reply.set_item_bytes(4);
+  absl::StatusOr<SharedSegment> ok = ValidateMapShardReply(reply, "h", 4);
+  ASSERT_THAT(ok, IsOk());
+  EXPECT_EQ(ok->bytes, 24);
+  EXPECT_EQ(ok->shape, (Shape{2, 3}));
+  EXPECT_THAT(ValidateMapShardReply(reply, "", 4).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(ValidateMapShardReply(reply, "h", 0).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  reply.set_bytes(25);
+  EXPECT_THAT(ValidateMapShardReply(reply, "h", 4).status(),
+              StatusIs(absl::StatusCode::kInternal));
+  reply.set_bytes(-24);
+  EXPECT_THAT(ValidateMapShardReply(reply, "h", 4).status(),
+              StatusIs(absl::StatusCode::kInternal));
+}
+
+}  // namespace
+}  // namespace tessera
