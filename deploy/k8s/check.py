@@ -26,6 +26,11 @@ Our rules on top of the schema:
   * every workload runs as non-root (runAsNonRoot true, runAsUser not 0) with
     a read-only root filesystem, no privilege escalation and ALL capabilities
     dropped; no daemon is started with --insecure;
+  * a daemon with TLS has all of --tls_ca/--tls_cert/--tls_key and its tokens
+    (coordinator --tokens, worker --token_file); its probes are not the
+    kubelet's `grpc` probes (plaintext, no client certificate: they cannot
+    pass against mutual TLS), and a worker does not advertise its pod IP
+    (no certificate made ahead of time can name it);
   * references hold: a StatefulSet's serviceName, Service and
     PodDisruptionBudget selectors and named targetPorts match a workload.
 
@@ -309,6 +314,7 @@ def check_container(c, pod_sc, where, secrets, problems):
         problems.add(w, "command/args hold a Secret's value in plain text")
     if any(re.search(r"--insecure\b", x) for x in words):
         problems.add(w, "starts a daemon with --insecure")
+    check_security(c, " ".join(words), w, problems)
     sc = c.get("securityContext") or {}
     non_root = sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot"))
     user = sc.get("runAsUser", pod_sc.get("runAsUser"))
@@ -324,6 +330,34 @@ def check_container(c, pod_sc, where, secrets, problems):
         problems.add(w, "privileged")
     if "ALL" not in ((sc.get("capabilities") or {}).get("drop") or []):
         problems.add(w, "does not drop ALL capabilities")
+
+
+def check_security(c, text, w, problems):
+    """The TLS and token flags of a daemon started by this container (CLI.md "Security")."""
+    started = re.search(r"(?:^|[\s/\"'])(tessera-coordinator|tessera-worker)(?:\s|$)", text)
+    if started is None:
+        return
+    daemon = started.group(1)
+    tls = [f for f in ("--tls_ca", "--tls_cert", "--tls_key") if re.search(f + r"=", text)]
+    if not tls:
+        return
+    for f in sorted({"--tls_ca", "--tls_cert", "--tls_key"} - set(tls)):
+        problems.add(w, f"{daemon} has TLS flags but no {f}")
+    token_flag = "--tokens" if daemon == "tessera-coordinator" else "--token_file"
+    if not re.search(token_flag + r"=", text):
+        problems.add(w, f"{daemon} has TLS but no {token_flag} (tokens say who may do what)")
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        if "grpc" in (c.get(probe) or {}):
+            problems.add(w, f"{probe} is a gRPC probe, which cannot pass against mutual TLS "
+                            "(the kubelet's gRPC probe has no TLS); use tcpSocket or exec")
+    pod_ip_vars = {e.get("name") for e in c.get("env") or []
+                   if (((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+                       == "status.podIP")}
+    advertise = re.search(r"--advertise=(\S+)", text)
+    if advertise and any(re.search(r"\$\{?\(?" + re.escape(v) + r"\b", advertise.group(1))
+                         for v in pod_ip_vars):
+        problems.add(w, f"{daemon} advertises its pod IP under TLS; no certificate made "
+                        "ahead of time names it: advertise the pod's DNS name")
 
 
 def selects(selector, labels):

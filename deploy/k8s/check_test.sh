@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Tests deploy/k8s/check.py: the base passes, and each broken copy of it fails
-# with the rule's message. Prints "check_test: N passed, M failed".
+# with the rule's message; and the certificates, tokens and Secrets that
+# deploy/make-certs.sh and make-secrets.sh make. Prints "check_test: N passed,
+# M failed".
 set -uo pipefail
 cd "$(dirname "$0")" || exit 1
 PY=/usr/bin/python3
@@ -77,24 +79,107 @@ broken unknown-field worker.yaml \
 broken wrong-type coordinator.yaml \
   'prometheus.io/port: "9090"|||prometheus.io/port: 9090' 'expected a string'
 broken grpc-probe-without-port worker.yaml \
-  'grpc: {port: 7071}|||grpc: {service: tessera}' 'required field missing'
+  'tcpSocket: {port: 7071}|||grpc: {service: tessera}' 'required field missing'
+broken grpc-probe-under-tls coordinator.yaml \
+  'tcpSocket: {port: 7070}|||grpc: {port: 7070}' 'cannot pass against mutual TLS'
+# shellcheck disable=SC1003  # the backslashes are the text to find
+broken tls-without-tokens coordinator.yaml \
+  '--tokens=/run/tessera/tokens \|||\' 'no --tokens'
+# shellcheck disable=SC1003
+broken tls-without-key worker.yaml \
+  '--tls_key=/etc/tessera/tls/tls.key \|||\' 'no --tls_key'
+# shellcheck disable=SC2016  # $(...) is Kubernetes' syntax, not the shell's
+broken advertises-pod-ip worker.yaml \
+  '              value: "$(POD_NAME).tessera-worker.$(POD_NAMESPACE).svc.cluster.local:7071"|||              valueFrom: {fieldRef: {fieldPath: status.podIP}}' 'advertises its pod IP'
 broken missing-service worker.yaml \
   'serviceName: tessera-worker|||serviceName: tessera-workers' 'is not a Service'
 
-# Secrets from make-secrets.sh are valid objects, and the base passes with them.
-if command -v openssl >/dev/null; then
-  if ! out=$(./make-secrets.sh "$TMP/secrets" test 2>&1); then
-    bad "make-secrets.sh failed: $out"
-  elif ! openssl verify -CAfile "$TMP/secrets/ca.crt" "$TMP/secrets/coordinator.crt" \
-      "$TMP/secrets/worker.crt" "$TMP/secrets/client.crt" >/dev/null; then
-    bad "make-secrets.sh: certificates do not verify against its CA"
-  elif ! out=$($PY check.py . "$TMP/secrets/secrets.yaml" 2>&1); then
-    bad "the base with make-secrets.sh's Secrets fails: $out"
-  else
-    ok "make-secrets.sh makes valid Secrets and certificates"
+# verifies CA FILE PURPOSE [NAME]: FILE chains to CA for PURPOSE (sslserver,
+# sslclient) and, given NAME, matches it (an IP address or a DNS name).
+verifies() {
+  local name_flag=()
+  if [ -n "${4:-}" ]; then
+    if [[ "$4" =~ ^[0-9.]+$ ]]; then name_flag=(-verify_ip "$4"); else name_flag=(-verify_hostname "$4"); fi
   fi
+  openssl verify -CAfile "$1" -purpose "$3" "${name_flag[@]}" "$2" >/dev/null 2>&1
+}
+
+# deploy/make-certs.sh (which make-secrets.sh, local_cluster.sh --secure and
+# the container scripts use): chains, names, key usages, modes, tokens.
+make_certs_checks() {
+  local d="$TMP/certs" problems=()
+  if ! out=$(../make-certs.sh "$d" --workers 2 --san 'tessera-%n' --san 10.1.2.3 2>&1); then
+    bad "make-certs.sh failed: $out"
+    return
+  fi
+  [ "$(stat -c %a "$d")" = 700 ] || problems+=("OUTDIR is $(stat -c %a "$d"), not 700")
+  for f in "$d"/*.key "$d"/*.token "$d/tokens"; do
+    [ "$(stat -c %a "$f")" = 600 ] || problems+=("$(basename "$f") is $(stat -c %a "$f"), not 600")
+  done
+  for who in coordinator w0 w1; do
+    for name in localhost 127.0.0.1 "tessera-$who" 10.1.2.3; do
+      verifies "$d/ca.crt" "$d/$who.crt" sslserver "$name" || problems+=("$who: not a server for $name")
+    done
+    verifies "$d/ca.crt" "$d/$who.crt" sslclient || problems+=("$who: not a TLS client")
+  done
+  verifies "$d/ca.crt" "$d/w0.crt" sslserver w0 || problems+=("w0: no DNS:w0")
+  verifies "$d/ca.crt" "$d/w0.crt" sslserver w1 && problems+=("w0's certificate names w1")
+  verifies "$d/ca.crt" "$d/w0.crt" sslserver tessera-w1 && problems+=("w0's certificate names tessera-w1")
+  verifies "$d/ca.crt" "$d/user.crt" sslclient || problems+=("user: not a TLS client")
+  verifies "$d/ca.crt" "$d/user.crt" sslserver && problems+=("user: usable as a server")
+  [ "$(openssl x509 -in "$d/w1.crt" -noout -subject)" = "subject=CN = w1" ] || problems+=("w1: CN is not w1")
+  local want="admin admin
+writer write
+reader read
+w0 worker
+w1 worker"
+  [ "$(grep -v '^#' "$d/tokens" | cut -d' ' -f1,2)" = "$want" ] || problems+=("tokens has other principals: $(cut -d' ' -f1,2 "$d/tokens")")
+  for p in admin writer reader w0 w1; do
+    grep -qx "$p [a-z]* $(cat "$d/$p.token")" "$d/tokens" || problems+=("$p.token is not $p's secret in tokens")
+    [[ "$(cat "$d/$p.token")" =~ ^[0-9a-f]{64}$ ]] || problems+=("$p.token is not 64 hex digits alone")
+  done
+  [ "$(cut -d' ' -f3 "$d/tokens" | sort -u | wc -l)" -eq 6 ] || problems+=("secrets repeat")
+  if ../make-certs.sh "$d" >/dev/null 2>&1; then problems+=("it overwrote an existing CA"); fi
+  if [ ${#problems[@]} -eq 0 ]; then
+    ok "make-certs.sh: chains, names, key usages, modes and tokens"
+  else
+    bad "make-certs.sh: $(printf '%s; ' "${problems[@]}")"
+  fi
+}
+
+# Secrets from make-secrets.sh are valid objects, and the base passes with
+# them; the certificates name what the manifests dial.
+make_secrets_checks() {
+  local d="$TMP/secrets" problems=()
+  if ! out=$(./make-secrets.sh "$d" test 2>&1); then
+    bad "make-secrets.sh failed: $out"
+    return
+  fi
+  for name in tessera-coordinator tessera-coordinator.test.svc.cluster.local 127.0.0.1; do
+    verifies "$d/ca.crt" "$d/coordinator.crt" sslserver "$name" || problems+=("coordinator: not a server for $name")
+  done
+  for name in tessera-worker-0.tessera-worker.test.svc.cluster.local tessera-worker-7.tessera-worker.test.svc; do
+    verifies "$d/ca.crt" "$d/tessera-worker.crt" sslserver "$name" || problems+=("workers: not a server for $name")
+  done
+  verifies "$d/ca.crt" "$d/tessera-worker.crt" sslclient || problems+=("workers: not TLS clients")
+  verifies "$d/ca.crt" "$d/user.crt" sslclient || problems+=("user: not a TLS client")
+  grep -qx "tessera-worker-\* worker $(cat "$d/tessera-worker.token")" "$d/tokens" ||
+    problems+=("no principal tessera-worker-* with the workers' token")
+  if ! out=$($PY check.py . "$d/secrets.yaml" 2>&1); then
+    problems+=("the base with make-secrets.sh's Secrets fails: $out")
+  fi
+  if [ ${#problems[@]} -eq 0 ]; then
+    ok "make-secrets.sh makes valid Secrets and certificates"
+  else
+    bad "make-secrets.sh: $(printf '%s; ' "${problems[@]}")"
+  fi
+}
+
+if command -v openssl >/dev/null; then
+  make_certs_checks
+  make_secrets_checks
 else
-  echo "  skip make-secrets.sh (no openssl)"
+  echo "  skip make-certs.sh and make-secrets.sh (no openssl)"
 fi
 
 echo "check_test: $passed passed, $failed failed"
