@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "core/checked_math.h"
 #include "core/status_macros.h"
 #include "core/strided_copy.h"
 #include "rpc/convert.h"
@@ -165,13 +166,13 @@ absl::Status ReadSmall(const std::shared_ptr<grpc::Channel>& channel,
                                                        grpc::ByteBuffer>(
       channel.get(), method, &context, request, &response);
   if (!rpc.ok()) return FromGrpcStatus(rpc);
-  TESSERA_ASSIGN_OR_RETURN(RegionChunkView chunk, DecodeRegionChunk(&response));
-  TESSERA_RETURN_IF_ERROR(CheckContinues(chunk, 0, total));
-  if (chunk.size != total) {
-    return absl::DataLossError(
-        absl::StrCat("response has ", chunk.size, " of ", total, " bytes"));
+  RegionReceiver receiver(total, item_bytes, sink);
+  TESSERA_RETURN_IF_ERROR(receiver.Receive(&response));
+  if (receiver.received() != total) {
+    return absl::DataLossError(absl::StrCat(
+        "response has ", receiver.received(), " of ", total, " bytes"));
   }
-  return AlignedDelivery(sink, item_bytes).Deliver(0, chunk.data);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -220,11 +221,61 @@ absl::StatusOr<RegionChunkView> DecodeRegionChunk(grpc::ByteBuffer* buffer) {
   return view;
 }
 
+absl::StatusOr<int64_t> RegionBytes(const Box& box, int64_t item_bytes) {
+  if (item_bytes < 1 || item_bytes > kMaxItemBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "element size ", item_bytes, " is not in [1, ", kMaxItemBytes, "]"));
+  }
+  if (box.offsets.size() != box.sizes.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("box has ", box.offsets.size(), " offsets but ",
+                     box.sizes.size(), " sizes"));
+  }
+  int64_t bytes = item_bytes;
+  for (int64_t size : box.sizes) {
+    if (size < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("box ", box.ToString(), " has a negative size"));
+    }
+    TESSERA_ASSIGN_OR_RETURN(bytes, CheckedMul(bytes, size));
+  }
+  return bytes;
+}
+
+absl::Status RegionReceiver::Receive(grpc::ByteBuffer* message) {
+  TESSERA_ASSIGN_OR_RETURN(RegionChunkView chunk, DecodeRegionChunk(message));
+  TESSERA_RETURN_IF_ERROR(CheckContinues(chunk, received_, total_));
+  TESSERA_RETURN_IF_ERROR(
+      AlignedDelivery(sink_, item_).Deliver(chunk.offset, chunk.data));
+  received_ += chunk.size;
+  return absl::OkStatus();
+}
+
+absl::Status RegionReceiver::Finish() const {
+  if (received_ != total_) {
+    return absl::DataLossError(absl::StrCat("stream ended after ", received_,
+                                            " of ", total_, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+ChunkSink SinkToTarget(const Box& box, int64_t item_bytes,
+                       const ReadTarget& target) {
+  return
+      [&box, item_bytes, &target](int64_t byte_offset, absl::string_view data) {
+        return target.Deliver(box.sizes, byte_offset / item_bytes,
+                              static_cast<int64_t>(data.size()) / item_bytes,
+                              data.data(), static_cast<size_t>(item_bytes));
+      };
+}
+
 absl::Status ReadRegion(const std::shared_ptr<grpc::Channel>& channel,
                         uint64_t shard_id, const Box& box, int64_t item_bytes,
                         absl::Duration timeout, const ChunkSink& sink,
                         absl::string_view context_text) {
-  const int64_t total = box.NumElements() * item_bytes;
+  absl::StatusOr<int64_t> bytes = RegionBytes(box, item_bytes);
+  if (!bytes.ok()) return WithContext(bytes.status(), context_text);
+  const int64_t total = *bytes;
   const v1::ReadRegionRequest request = MakeRequest(shard_id, box);
   if (total > 0 && total <= kChunkBytes) {
     absl::Status status =
@@ -239,32 +290,20 @@ absl::Status ReadRegion(const std::shared_ptr<grpc::Channel>& channel,
   std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
       grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
           channel.get(), method, &context, request));
-  AlignedDelivery delivery(sink, item_bytes);
+  RegionReceiver receiver(total, item_bytes, sink);
   grpc::ByteBuffer message;
-  int64_t received = 0;
   absl::Status sink_status;
   while (reader->Read(&message)) {
-    absl::StatusOr<RegionChunkView> chunk = DecodeRegionChunk(&message);
-    sink_status = chunk.status();
-    if (sink_status.ok()) sink_status = CheckContinues(*chunk, received, total);
-    if (sink_status.ok())
-      sink_status = delivery.Deliver(chunk->offset, chunk->data);
+    sink_status = receiver.Receive(&message);
     if (!sink_status.ok()) {
       context.TryCancel();
       break;
     }
-    received += chunk->size;
   }
   absl::Status status = FromGrpcStatus(reader->Finish());
   if (!sink_status.ok()) return WithContext(sink_status, context_text);
   if (!status.ok()) return WithContext(status, context_text);
-  if (received != total) {
-    return WithContext(
-        absl::DataLossError(absl::StrCat("stream ended after ", received,
-                                         " of ", total, " bytes")),
-        context_text);
-  }
-  return absl::OkStatus();
+  return WithContext(receiver.Finish(), context_text);
 }
 
 absl::Status WriteShard(v1::Worker::StubInterface* stub, uint64_t shard_id,
@@ -313,16 +352,10 @@ const std::string& GrpcTransport::name() const {
 
 absl::Status GrpcTransport::Read(const RemoteShard& shard, const Box& box,
                                  const ReadTarget& target) {
-  const int64_t item = shard.item_bytes;
-  return ReadRegion(
-      channels_->Get(shard.location.address), shard.location.shard_id, box,
-      item, options_.timeout,
-      [&](int64_t byte_offset, absl::string_view data) {
-        return target.Deliver(box.sizes, byte_offset / item,
-                              static_cast<int64_t>(data.size()) / item,
-                              data.data(), static_cast<size_t>(item));
-      },
-      "");
+  return ReadRegion(channels_->Get(shard.location.address),
+                    shard.location.shard_id, box, shard.item_bytes,
+                    options_.timeout,
+                    SinkToTarget(box, shard.item_bytes, target), "");
 }
 
 absl::Status GrpcTransport::Write(const RemoteShard& shard,

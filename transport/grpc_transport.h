@@ -41,8 +41,11 @@ using ChunkSink =
 
 // Reads `box` (in the shard's own coordinates) of shard `shard_id`, whose
 // elements are `item_bytes` wide, from the worker behind `channel` into
-// `sink`: one unary call up to kChunkBytes, a stream of chunks beyond. Fails if the stream ends early or a chunk falls outside the box's
-// bytes; `context_text` prefixes errors ("reading shard 3 of 'emb' from w1").
+// `sink`: one unary call up to kChunkBytes, a stream of chunks beyond.
+// INVALID_ARGUMENT when RegionBytes refuses the box or item size; DATA_LOSS
+// when the stream ends early or a chunk falls outside the box's bytes
+// (RegionReceiver). `context_text` prefixes errors ("reading shard 3 of
+// 'emb' from w1").
 absl::Status ReadRegion(const std::shared_ptr<grpc::Channel>& channel,
                         uint64_t shard_id, const Box& box, int64_t item_bytes,
                         absl::Duration timeout, const ChunkSink& sink,
@@ -54,8 +57,8 @@ using ChunkSource =
     std::function<void(int64_t byte_offset, absl::Span<char> dst)>;
 
 // Streams `size` bytes, produced chunk by chunk (kChunkBytes each) by
-// `source`, as the full contents of shard `shard_id`. Each byte is copied once, straight into the
-// outgoing message.
+// `source`, as the full contents of shard `shard_id`. Each byte is copied once,
+// straight into the outgoing message.
 absl::Status WriteShard(v1::Worker::StubInterface* stub, uint64_t shard_id,
                         int64_t size, const ChunkSource& source,
                         absl::Duration timeout, absl::string_view context_text);
@@ -75,6 +78,50 @@ struct RegionChunkView {
   int64_t size = 0;                     // total payload bytes
 };
 absl::StatusOr<RegionChunkView> DecodeRegionChunk(grpc::ByteBuffer* buffer);
+
+// Largest element size a read handles (an element split across two slices
+// is joined in a buffer of this size). Every dtype is far smaller.
+inline constexpr int64_t kMaxItemBytes = 64;
+
+// The byte size of `box` of `item_bytes`-wide elements, checked before a
+// read asks for it: INVALID_ARGUMENT when the item size is not in
+// [1, kMaxItemBytes], the box's offsets and sizes differ in rank, a size is
+// negative, or the count or byte size overflows.
+absl::StatusOr<int64_t> RegionBytes(const Box& box, int64_t item_bytes);
+
+// The receiving side of a region read, without the network: checks every
+// message a worker sends against the `total_bytes` of the requested box
+// (each must continue the stream where the last ended, fit in what is left,
+// and hold whole elements) and hands its payload to `sink` in whole
+// elements. A message that does not fit is DATA_LOSS, and no byte outside
+// [0, total_bytes) ever reaches the sink. ReadRegion runs every message of
+// a read through one; fuzz/pull_reply_fuzzer.cc feeds one arbitrary bytes.
+// `sink` is not copied and must outlive this. Not thread-safe: one per
+// stream.
+class RegionReceiver {
+ public:
+  // REQUIRES: total_bytes == RegionBytes(box, item_bytes) of the read.
+  RegionReceiver(int64_t total_bytes, int64_t item_bytes, const ChunkSink& sink)
+      : total_(total_bytes), item_(item_bytes), sink_(sink) {}
+
+  // Takes the next message of the stream (a ReadRegionResponse).
+  absl::Status Receive(grpc::ByteBuffer* message);
+  // OK once all `total_bytes` arrived, else DATA_LOSS naming how many did.
+  absl::Status Finish() const;
+  int64_t received() const { return received_; }
+
+ private:
+  const int64_t total_;
+  const int64_t item_;
+  const ChunkSink& sink_;
+  int64_t received_ = 0;
+};
+
+// The sink through which GrpcTransport::Read places the bytes of the
+// row-major `box` (shard coordinates) into `target`. The three are
+// referenced, not copied: they must outlive the sink.
+ChunkSink SinkToTarget(const Box& box, int64_t item_bytes,
+                       const ReadTarget& target);
 
 struct GrpcTransportOptions {
   // Deadline of one read or write stream.

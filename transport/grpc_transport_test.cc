@@ -1,14 +1,28 @@
 #include "transport/grpc_transport.h"
 
+#include <cstring>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/worker.grpc.pb.h"
 #include "proto/worker.pb.h"
+#include "rpc/channel.h"
+#include "rpc/server.h"
 
 namespace tessera {
 namespace {
+
+using ::tessera::testing::IsOk;
+using ::tessera::testing::IsOkAndHolds;
+using ::tessera::testing::StatusIs;
+using ::testing::HasSubstr;
 
 std::string Flatten(const grpc::ByteBuffer& buffer) {
   std::vector<grpc::Slice> slices;
@@ -65,6 +79,201 @@ TEST(RegionChunkTest, TruncatedMessageIsDataLoss) {
   grpc::ByteBuffer buffer(&slice, 1);
   EXPECT_EQ(DecodeRegionChunk(&buffer).status().code(),
             absl::StatusCode::kDataLoss);
+}
+
+// One serialized ReadRegionResponse as a worker would send it.
+grpc::ByteBuffer Chunk(int64_t offset, const std::string& data) {
+  v1::ReadRegionResponse message;
+  message.set_offset(offset);
+  message.set_data(data);
+  grpc::Slice slice(message.SerializeAsString());
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+// What a RegionReceiver's sink was given.
+struct Received {
+  std::vector<std::pair<int64_t, std::string>> calls;
+  ChunkSink sink() {
+    return [this](int64_t offset, absl::string_view data) {
+      calls.emplace_back(offset, std::string(data));
+      return absl::OkStatus();
+    };
+  }
+};
+
+TEST(RegionReceiverTest, ChunksThatContinueTheStreamAreDelivered) {
+  Received got;
+  ChunkSink sink = got.sink();
+  RegionReceiver receiver(12, 4, sink);
+  grpc::ByteBuffer a = Chunk(0, "abcdefgh"), b = Chunk(8, "ijkl");
+  ASSERT_THAT(receiver.Receive(&a), IsOk());
+  EXPECT_THAT(receiver.Finish(), StatusIs(absl::StatusCode::kDataLoss,
+                                          HasSubstr("after 8 of 12")));
+  ASSERT_THAT(receiver.Receive(&b), IsOk());
+  EXPECT_THAT(receiver.Finish(), IsOk());
+  ASSERT_EQ(got.calls.size(), 2u);
+  EXPECT_EQ(got.calls[1], std::make_pair(int64_t{8}, std::string("ijkl")));
+}
+
+TEST(RegionReceiverTest, ChunksThatDoNotFitTheBoxAreDataLossAndNotDelivered) {
+  const std::vector<std::pair<int64_t, std::string>> lies = {
+      {4, "abcd"},                 // skips bytes
+      {-4, "abcd"},                // before the box
+      {0, std::string(16, 'x')},   // more than the box holds
+      {int64_t{1} << 62, "abcd"},  // far past it
+      {0, "abc"},                  // not whole elements
+  };
+  for (const auto& [offset, data] : lies) {
+    Received got;
+    ChunkSink sink = got.sink();
+    RegionReceiver receiver(12, 4, sink);
+    grpc::ByteBuffer message = Chunk(offset, data);
+    EXPECT_THAT(receiver.Receive(&message),
+                StatusIs(absl::StatusCode::kDataLoss))
+        << offset << " " << data.size();
+    for (const auto& [at, bytes] : got.calls) {
+      EXPECT_GE(at, 0);
+      EXPECT_LE(at + static_cast<int64_t>(bytes.size()), 12);
+    }
+  }
+}
+
+TEST(RegionReceiverTest, GarbageIsDataLoss) {
+  Received got;
+  ChunkSink sink = got.sink();
+  RegionReceiver receiver(12, 4, sink);
+  grpc::Slice slice(
+      std::string("\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"));
+  grpc::ByteBuffer message(&slice, 1);
+  EXPECT_THAT(receiver.Receive(&message),
+              StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_TRUE(got.calls.empty());
+}
+
+TEST(RegionBytesTest, RefusesWhatAReadCannotAskFor) {
+  EXPECT_THAT(RegionBytes(Box{{0, 0}, {3, 4}}, 8), IsOkAndHolds(96));
+  EXPECT_THAT(RegionBytes(Box{{0}, {3}}, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(RegionBytes(Box{{0}, {3}}, kMaxItemBytes + 1),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(
+      RegionBytes(Box{{0}, {-3}}, 4),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("negative")));
+  EXPECT_THAT(RegionBytes(Box{{0, 0}, {int64_t{1} << 40, int64_t{1} << 40}}, 4),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// A Worker service that answers reads with the chunks the test set, true or
+// not: a real worker cannot be made to send chunks outside the box.
+class LyingWorker : public v1::Worker::Service {
+ public:
+  void Set(std::vector<std::pair<int64_t, std::string>> chunks,
+           bool small_too) {
+    absl::MutexLock lock(&mu_);
+    chunks_ = std::move(chunks);
+    small_too_ = small_too;
+  }
+  grpc::Status ReadRegion(
+      grpc::ServerContext*, const v1::ReadRegionRequest*,
+      grpc::ServerWriter<v1::ReadRegionResponse>* writer) override {
+    for (const auto& [offset, data] : Chunks()) {
+      v1::ReadRegionResponse message;
+      message.set_offset(offset);
+      message.set_data(data);
+      if (!writer->Write(message)) break;
+    }
+    return grpc::Status::OK;
+  }
+  grpc::Status ReadSmallRegion(grpc::ServerContext*,
+                               const v1::ReadRegionRequest*,
+                               v1::ReadRegionResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    if (!small_too_ || chunks_.empty()) {
+      return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "stream it");
+    }
+    response->set_offset(chunks_[0].first);
+    response->set_data(chunks_[0].second);
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::vector<std::pair<int64_t, std::string>> Chunks() {
+    absl::MutexLock lock(&mu_);
+    return chunks_;
+  }
+  absl::Mutex mu_;
+  std::vector<std::pair<int64_t, std::string>> chunks_ ABSL_GUARDED_BY(mu_);
+  bool small_too_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class GrpcTransportLyingWorkerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<RunningServer> server =
+        StartServer("127.0.0.1:0", {&worker_});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    transport_ =
+        std::make_unique<GrpcTransport>(&channels_, GrpcTransportOptions{});
+    shard_.location.address = absl::StrCat("127.0.0.1:", server_.port);
+    shard_.location.shard_id = 1;
+    shard_.item_bytes = 4;
+  }
+  void TearDown() override {
+    transport_.reset();
+    if (server_.server != nullptr) server_.server->Shutdown();
+  }
+
+  // Reads a 2x3 box into the middle of a guarded array: the 24 bytes of
+  // the box lie between 64 guard bytes on each side, which must stay 'G'.
+  absl::Status Read() {
+    buffer_.assign(64 + 24 + 64, 'G');
+    return transport_->Read(
+        shard_, Box{{0, 0}, {2, 3}},
+        ReadTarget::HostArray(buffer_.data() + 64, {2, 3}, {0, 0}));
+  }
+  bool GuardsIntact() const {
+    for (int i = 0; i < 64; ++i) {
+      if (buffer_[i] != 'G' || buffer_[64 + 24 + i] != 'G') return false;
+    }
+    return true;
+  }
+
+  LyingWorker worker_;
+  RunningServer server_;
+  ChannelCache channels_;
+  std::unique_ptr<GrpcTransport> transport_;
+  RemoteShard shard_;
+  std::string buffer_;
+};
+
+TEST_F(GrpcTransportLyingWorkerTest, TruthfulChunksAreRead) {
+  worker_.Set({{0, std::string(16, 'a')}, {16, std::string(8, 'b')}},
+              /*small_too=*/false);
+  ASSERT_THAT(Read(), IsOk());
+  EXPECT_EQ(buffer_.substr(64, 24), std::string(16, 'a') + std::string(8, 'b'));
+  EXPECT_TRUE(GuardsIntact());
+}
+
+TEST_F(GrpcTransportLyingWorkerTest, ChunksOutsideTheBoxAreDataLoss) {
+  const std::vector<std::vector<std::pair<int64_t, std::string>>> lies = {
+      {{0, std::string(4096, 'x')}},  // too much
+      {{0, std::string(16, 'a')}, {16, std::string(64, 'x')}},
+      {{8, std::string(8, 'x')}},                             // skips
+      {{-64, std::string(64, 'x')}},                          // before the box
+      {{0, std::string(16, 'a')}, {0, std::string(8, 'x')}},  // repeats
+      {{0, std::string(10, 'x')}},                            // half an element
+      {{0, std::string(16, 'a')}},                            // ends early
+  };
+  for (bool small : {false, true}) {
+    for (const auto& chunks : lies) {
+      worker_.Set(chunks, small);
+      absl::Status status = Read();
+      EXPECT_THAT(status, StatusIs(absl::StatusCode::kDataLoss))
+          << chunks.size() << " chunks, first " << chunks[0].second.size();
+      EXPECT_TRUE(GuardsIntact());
+    }
+  }
 }
 
 }  // namespace
