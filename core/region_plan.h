@@ -1,6 +1,11 @@
 // Region planning: which pieces of which shards make up a region of the
 // tensor, and where each piece sits in the shard, in the region and in the
 // tensor. Pure functions; safe to call from any thread.
+//
+// The overloads without a BoxIndex look at every shard (O(n) per region).
+// A caller that plans many regions of one tensor version builds a BoxIndex
+// of its shard boxes once (O(n log n)) and passes it: each region then
+// costs about O(log n + pieces).
 #ifndef TESSERA_CORE_REGION_PLAN_H_
 #define TESSERA_CORE_REGION_PLAN_H_
 
@@ -11,6 +16,7 @@
 
 #include "absl/types/span.h"
 #include "core/box.h"
+#include "core/box_index.h"
 
 namespace tessera {
 
@@ -31,6 +37,15 @@ std::vector<RegionPiece> PlanRegion(absl::Span<const Box> shard_boxes,
 // that keep boxes inside larger records need not copy them per request.
 std::vector<RegionPiece> PlanRegion(
     size_t count, const std::function<const Box&(size_t)>& box_of,
+    const Box& region);
+
+// The same answers, found through `index`, a BoxIndex built from exactly
+// these shard boxes (`shard_boxes` or `box_of`, in the same order).
+std::vector<RegionPiece> PlanRegion(const BoxIndex& index,
+                                    absl::Span<const Box> shard_boxes,
+                                    const Box& region);
+std::vector<RegionPiece> PlanRegion(
+    const BoxIndex& index, const std::function<const Box&(size_t)>& box_of,
     const Box& region);
 
 // The number of elements in `pieces`.

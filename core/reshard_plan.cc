@@ -1,9 +1,13 @@
 #include "core/reshard_plan.h"
 
 #include <algorithm>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
+#include "core/box_index.h"
 
 namespace tessera {
 namespace {
@@ -42,45 +46,46 @@ ReshardPlan PlanReshard(absl::Span<const PlacedBox> old_layout,
     ++plan.shards_kept;
   }
 
-  // Old non-empty shards sorted by their start on dim 0, for range lookups.
-  std::vector<size_t> order;
-  int64_t max_extent0 = 0;
-  for (size_t i = 0; i < old_layout.size(); ++i) {
-    if (old_layout[i].box.NumElements() == 0) continue;
-    order.push_back(i);
-    max_extent0 = std::max(max_extent0, old_layout[i].box.sizes[0]);
-  }
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return old_layout[a].box.offsets[0] < old_layout[b].box.offsets[0];
+  // Every (old, new) pair of boxes that meet, new shards that are kept
+  // left out, found by one pair search over both layouts.
+  const BoxIndex old_index(old_layout.size(), [&](size_t i) -> const Box& {
+    return old_layout[i].box;
   });
-
-  for (size_t j = 0; j < new_layout.size(); ++j) {
+  const Box nothing({0}, {0});  // stands for kept new shards: empty
+  const BoxIndex new_index(new_layout.size(), [&](size_t j) -> const Box& {
+    return plan.kept_from[j] >= 0 ? nothing : new_layout[j].box;
+  });
+  std::vector<std::pair<size_t, size_t>> pairs;  // (new, old)
+  (void)new_index.ForEachIntersectingPair(old_index, [&](size_t j, size_t i) {
+    pairs.push_back({j, i});
+    return true;
+  });
+  // Grouped by new shard; within one, old shards by their start on dim 0.
+  std::sort(pairs.begin(), pairs.end(), [&](const auto& a, const auto& b) {
+    if (a.first != b.first) return a.first < b.first;
+    const int64_t sa = old_layout[a.second].box.offsets[0];
+    const int64_t sb = old_layout[b.second].box.offsets[0];
+    return sa != sb ? sa < sb : a.second < b.second;
+  });
+  plan.pieces.reserve(pairs.size());
+  for (const auto& [j, i] : pairs) {
+    const PlacedBox& src = old_layout[i];
     const PlacedBox& dst = new_layout[j];
-    if (plan.kept_from[j] >= 0 || dst.box.NumElements() == 0) continue;
-    const int64_t lo = dst.box.offsets[0] - max_extent0;
-    const int64_t hi = dst.box.offsets[0] + dst.box.sizes[0];
-    auto first = std::lower_bound(
-        order.begin(), order.end(), lo,
-        [&](size_t i, int64_t v) { return old_layout[i].box.offsets[0] < v; });
-    for (auto it = first;
-         it != order.end() && old_layout[*it].box.offsets[0] < hi; ++it) {
-      const PlacedBox& src = old_layout[*it];
-      std::optional<Box> piece = Intersect(src.box, dst.box);
-      if (!piece.has_value()) continue;
-      ReshardPiece p;
-      p.src_shard = *it;
-      p.dst_shard = j;
-      p.bytes = piece->NumElements() * static_cast<int64_t>(item_size);
-      p.global = *std::move(piece);
-      p.local = src.worker == dst.worker;
-      if (p.local) {
-        plan.bytes_copied_locally += p.bytes;
-      } else {
-        ++plan.pieces_moved;
-        plan.bytes_moved += p.bytes;
-      }
-      plan.pieces.push_back(std::move(p));
+    std::optional<Box> piece = Intersect(src.box, dst.box);
+    if (!piece.has_value()) continue;
+    ReshardPiece p;
+    p.src_shard = i;
+    p.dst_shard = j;
+    p.bytes = piece->NumElements() * static_cast<int64_t>(item_size);
+    p.global = *std::move(piece);
+    p.local = src.worker == dst.worker;
+    if (p.local) {
+      plan.bytes_copied_locally += p.bytes;
+    } else {
+      ++plan.pieces_moved;
+      plan.bytes_moved += p.bytes;
     }
+    plan.pieces.push_back(std::move(p));
   }
   return plan;
 }

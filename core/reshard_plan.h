@@ -43,8 +43,10 @@ struct ReshardPlan {
 
 // Plans moving a tensor from `old_layout` to `new_layout`; both must tile the
 // same tensor (validated beforehand). Each old shard is reused by at most one
-// new shard. Runs in O((n + m) log n + pieces) for layouts whose shards do
-// not span many others on dim 0.
+// new shard. Pieces are grouped by new shard, and within one ordered by the
+// old shard's start on dim 0 (then its index). One BoxIndex pair search
+// finds them: O(N log^r N + pieces) for N shards of rank r in all, whatever
+// the layouts.
 ReshardPlan PlanReshard(absl::Span<const PlacedBox> old_layout,
                         absl::Span<const PlacedBox> new_layout,
                         size_t item_size);

@@ -1,6 +1,7 @@
 // Validation of a shard layout against its tensor: ranks, bounds, overlap
-// (found by a sweep, O(n log n) for 2-D layouts) and coverage. Pure
-// functions; safe to call from any thread.
+// and coverage. Overlap is found by BoxIndex's pair search: O(n log^r n) for
+// n boxes of rank r whatever their arrangement, stopping at the first
+// overlapping pair. Pure functions; safe to call from any thread.
 #ifndef TESSERA_CORE_SHARD_LAYOUT_H_
 #define TESSERA_CORE_SHARD_LAYOUT_H_
 
@@ -11,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/box.h"
+#include "core/box_index.h"
 
 namespace tessera {
 
@@ -29,6 +31,10 @@ enum class LayoutKind {
 //     elements are left uncovered).
 absl::Status ValidateLayout(const Shape& shape, absl::Span<const Box> boxes,
                             LayoutKind kind);
+// The same, giving up with CANCELLED or DEADLINE_EXCEEDED when `stop` says
+// so during the overlap search (the only step that is not linear).
+absl::Status ValidateLayout(const Shape& shape, absl::Span<const Box> boxes,
+                            LayoutKind kind, const StopCondition& stop);
 
 // The sum of the boxes' byte sizes (overflow-checked).
 absl::StatusOr<int64_t> TotalShardBytes(absl::Span<const Box> boxes,
