@@ -26,6 +26,12 @@ LayoutSpec LayoutSpec::Enumerable(std::vector<Box> boxes,
 
 absl::StatusOr<std::vector<Box>> LayoutBoxes(const Shape& shape,
                                              const LayoutSpec& spec) {
+  return LayoutBoxes(shape, spec, StopCondition());
+}
+
+absl::StatusOr<std::vector<Box>> LayoutBoxes(const Shape& shape,
+                                             const LayoutSpec& spec,
+                                             const StopCondition& stop) {
   if (spec.placements.empty()) {
     return absl::InvalidArgumentError(
         "a sharding spec needs at least one placement");
@@ -40,7 +46,8 @@ absl::StatusOr<std::vector<Box>> LayoutBoxes(const Shape& shape,
         std::vector<Box> boxes,
         ChunkBoxes(shape, spec.chunk_dim,
                    static_cast<int64_t>(spec.placements.size())));
-    TESSERA_RETURN_IF_ERROR(ValidateLayout(shape, boxes, LayoutKind::kChunk));
+    TESSERA_RETURN_IF_ERROR(
+        ValidateLayout(shape, boxes, LayoutKind::kChunk, stop));
     return boxes;
   }
   if (spec.boxes.size() != spec.placements.size()) {
@@ -49,7 +56,7 @@ absl::StatusOr<std::vector<Box>> LayoutBoxes(const Shape& shape,
                      spec.placements.size(), " placements"));
   }
   TESSERA_RETURN_IF_ERROR(
-      ValidateLayout(shape, spec.boxes, LayoutKind::kEnumerable));
+      ValidateLayout(shape, spec.boxes, LayoutKind::kEnumerable, stop));
   return spec.boxes;
 }
 

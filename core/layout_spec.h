@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/box.h"
+#include "core/box_index.h"
 #include "core/placement.h"
 
 namespace tessera {
@@ -34,6 +35,11 @@ struct LayoutSpec {
 // (Placements are checked against the cluster afterwards, by the caller.)
 absl::StatusOr<std::vector<Box>> LayoutBoxes(const Shape& shape,
                                              const LayoutSpec& spec);
+// The same, giving up with CANCELLED or DEADLINE_EXCEEDED when `stop` says
+// so while validating (see ValidateLayout).
+absl::StatusOr<std::vector<Box>> LayoutBoxes(const Shape& shape,
+                                             const LayoutSpec& spec,
+                                             const StopCondition& stop);
 
 }  // namespace tessera
 

@@ -1,8 +1,12 @@
 #include "core/shard_layout.h"
 
+#include <algorithm>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "core/sharding_spec.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -187,6 +191,191 @@ TEST(ShardLayoutTest, HundredThousandColumnsValidate) {
   std::vector<Box> boxes;
   for (int64_t c = 0; c < 100000; ++c) boxes.push_back({{0, c}, {7, 1}});
   EXPECT_THAT(ValidateLayout({7, 100000}, boxes, kEnum), IsOk());
+}
+
+// Adversarial layouts: tilings whose boxes are long on several dims, so a
+// sweep along any one dim keeps most of them active at once and their
+// extents on any other dim overlap (a sort-and-sweep goes quadratic).
+
+// Nested corner shells of [m]^rank: shell p = {x : min_d x_d = p}, cut into
+// `rank` boxes; box j spans [p+1, m) on the dims before j, [p, p+1) on dim j
+// and [p, m) on the dims after it. rank * (m - 1) + 1 boxes.
+std::vector<Box> Shells(size_t rank, int64_t m) {
+  std::vector<Box> boxes;
+  for (int64_t p = 0; p < m; ++p) {
+    for (size_t j = 0; j < rank; ++j) {
+      Box b;
+      for (size_t d = 0; d < rank; ++d) {
+        const int64_t lo = d < j ? p + 1 : p;
+        const int64_t hi = d == j ? p + 1 : m;
+        b.offsets.push_back(lo);
+        b.sizes.push_back(hi - lo);
+      }
+      if (!b.IsEmpty()) boxes.push_back(b);
+    }
+  }
+  return boxes;
+}
+
+// In an [m,m,m,m] tensor, the boxes [p:m, q:m, p, q] for every p, q:
+// disjoint, but their projections on dims 0 and 1 all overlap. With `fill`,
+// also [0:p, 0:m, p, q] and [p:m, 0:q, p, q], which make it a tiling
+// (3m^2 - 2m boxes).
+std::vector<Box> Suffixes(int64_t m, bool fill) {
+  std::vector<Box> boxes;
+  for (int64_t p = 0; p < m; ++p) {
+    for (int64_t q = 0; q < m; ++q) {
+      boxes.push_back({{p, q, p, q}, {m - p, m - q, 1, 1}});
+      if (!fill) continue;
+      if (p > 0) boxes.push_back({{0, 0, p, q}, {p, m, 1, 1}});
+      if (q > 0) boxes.push_back({{p, 0, p, q}, {m - p, q, 1, 1}});
+    }
+  }
+  return boxes;
+}
+
+struct Adversarial {
+  Shape shape;
+  std::vector<Box> boxes;
+};
+
+std::vector<Adversarial> AdversarialTilings() {
+  return {{{3000, 3000}, Shells(2, 3000)},
+          {{900, 900, 900}, Shells(3, 900)},
+          {{40, 40, 40, 40}, Suffixes(40, true)}};
+}
+
+TEST(ShardLayoutTest, AdversarialTilingsValidateInRanksTwoThreeAndFour) {
+  for (const Adversarial& a : AdversarialTilings()) {
+    EXPECT_THAT(ValidateLayout(a.shape, a.boxes, kEnum), IsOk())
+        << ShapeToString(a.shape);
+  }
+}
+
+TEST(ShardLayoutTest, AdversarialTilingsWithOneHoleAreNotCovered) {
+  for (Adversarial a : AdversarialTilings()) {
+    const size_t gone = a.boxes.size() / 2;
+    const int64_t volume = a.boxes[gone].NumElements();
+    a.boxes.erase(a.boxes.begin() + gone);
+    EXPECT_THAT(ValidateLayout(a.shape, a.boxes, kEnum),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("cover"),
+                               HasSubstr(absl::StrCat(volume, " of the ")))))
+        << ShapeToString(a.shape);
+  }
+}
+
+TEST(ShardLayoutTest, AdversarialTilingsWithOneOverlapNameBothShards) {
+  for (Adversarial a : AdversarialTilings()) {
+    for (size_t victim : {size_t{0}, a.boxes.size() / 3, a.boxes.size() - 1}) {
+      // One element more, inside shard `victim` only.
+      Box extra = a.boxes[victim];
+      std::fill(extra.sizes.begin(), extra.sizes.end(), 1);
+      std::vector<Box> boxes = a.boxes;
+      boxes.push_back(extra);
+      EXPECT_THAT(
+          ValidateLayout(a.shape, boxes, kEnum),
+          StatusIs(
+              absl::StatusCode::kInvalidArgument,
+              AllOf(HasSubstr("overlap"),
+                    HasSubstr(absl::StrCat("shard ", victim, " (")),
+                    HasSubstr(absl::StrCat("shard ", boxes.size() - 1, " (")),
+                    HasSubstr(absl::StrCat("both hold ", extra.ToString())))))
+          << ShapeToString(a.shape) << " victim " << victim;
+    }
+  }
+}
+
+TEST(ShardLayoutTest, HundredThousandShardAdversarialTilingsValidate) {
+  EXPECT_THAT(ValidateLayout({50000, 50000}, Shells(2, 50000), kEnum), IsOk());
+  EXPECT_THAT(ValidateLayout({33334, 33334, 33334}, Shells(3, 33334), kEnum),
+              IsOk());
+  EXPECT_THAT(ValidateLayout({183, 183, 183, 183}, Suffixes(183, true), kEnum),
+              IsOk());
+}
+
+TEST(ShardLayoutTest, DisjointSuffixBoxesAreFoundDisjointButNotCovering) {
+  // 65,536 disjoint shards whose projections overlap heavily: no overlap,
+  // and exactly the elements outside them are reported uncovered.
+  const int64_t m = 256;
+  const int64_t covered = (m * (m + 1) / 2) * (m * (m + 1) / 2);
+  const int64_t total = m * m * m * m;
+  EXPECT_THAT(ValidateLayout({m, m, m, m}, Suffixes(m, false), kEnum),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(absl::StrCat(total - covered, " of the ",
+                                              total, " elements"))));
+}
+
+TEST(ShardLayoutTest, LongValidationStopsWhenCancelledOrPastItsDeadline) {
+  const std::vector<Box> boxes = Suffixes(100, true);
+  StopCondition cancelled;
+  cancelled.cancelled = [] { return true; };
+  EXPECT_THAT(ValidateLayout({100, 100, 100, 100}, boxes, kEnum, cancelled),
+              StatusIs(absl::StatusCode::kCancelled));
+  StopCondition late;
+  late.deadline = absl::Now() - absl::Seconds(1);
+  EXPECT_THAT(ValidateLayout({100, 100, 100, 100}, boxes, kEnum, late),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
+  StopCondition never;
+  never.deadline = absl::Now() + absl::Hours(1);
+  never.cancelled = [] { return false; };
+  EXPECT_THAT(ValidateLayout({100, 100, 100, 100}, boxes, kEnum, never),
+              IsOk());
+  // Errors found before the search still come first.
+  std::vector<Box> bad = boxes;
+  bad.push_back({{0, 0, 0}, {1, 1, 1}});
+  EXPECT_THAT(ValidateLayout({100, 100, 100, 100}, bad, kEnum, cancelled),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dims")));
+}
+
+// The brute-force verdict: dims, bounds, overlap, cover, by counting how
+// often each element is held.
+std::string Oracle(const Shape& shape, const std::vector<Box>& boxes) {
+  for (const Box& b : boxes) {
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (b.offsets[d] < 0 || b.sizes[d] < 0 ||
+          b.offsets[d] + b.sizes[d] > shape[d]) {
+        return "bounds";
+      }
+    }
+  }
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    for (size_t j = i + 1; j < boxes.size(); ++j) {
+      if (Intersect(boxes[i], boxes[j]).has_value()) return "overlap";
+    }
+  }
+  int64_t covered = 0, total = 1;
+  for (const Box& b : boxes) covered += b.IsEmpty() ? 0 : b.NumElements();
+  for (int64_t n : shape) total *= n;
+  return covered == total ? "ok" : "cover";
+}
+
+std::string Verdict(const absl::Status& s) {
+  if (s.ok()) return "ok";
+  if (absl::IsOutOfRange(s)) return "bounds";
+  if (s.message().find("overlap") != absl::string_view::npos) return "overlap";
+  if (s.message().find("cover") != absl::string_view::npos) return "cover";
+  return std::string(s.message());
+}
+
+TEST(ShardLayoutTest, AgreesWithBruteForceOnRandomSmallLayouts) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int64_t> coord(0, 4);
+  for (int round = 0; round < 3000; ++round) {
+    const size_t rank = 1 + round % 4;
+    Shape shape(rank);
+    for (int64_t& n : shape) n = 1 + coord(rng) % 4;
+    std::vector<Box> boxes(1 + round % 9);
+    for (Box& b : boxes) {
+      for (size_t d = 0; d < rank; ++d) {
+        b.offsets.push_back(coord(rng) % shape[d]);
+        b.sizes.push_back(coord(rng) % (shape[d] - b.offsets[d] + 1));
+      }
+    }
+    const absl::Status got = ValidateLayout(shape, boxes, kEnum);
+    ASSERT_EQ(Verdict(got), Oracle(shape, boxes))
+        << ShapeToString(shape) << " round " << round << ": " << got;
+  }
 }
 
 TEST(ShardLayoutTest, TotalShardBytesSumsEveryBox) {
