@@ -47,8 +47,9 @@ Coordinator::Coordinator(CoordinatorOptions options,
       for (const TensorSummary& t : tensors) shards += t.num_shards;
       metrics.Gauge("tessera_tensors", "Tensors listed.")
           ->Set(static_cast<double>(tensors.size()));
-      metrics.Gauge("tessera_tensor_shards",
-                    "Shards of the current versions of all tensors.")
+      metrics
+          .Gauge("tessera_tensor_shards",
+                 "Shards of the current versions of all tensors.")
           ->Set(static_cast<double>(shards));
       metrics
           .Gauge("tessera_retired_versions",
@@ -98,8 +99,9 @@ absl::StatusOr<std::shared_ptr<const TensorMetadata>> Coordinator::CreateTensor(
 }
 
 absl::Status Coordinator::CommitTensor(const std::string& name,
-                                       uint64_t version) {
-  return orchestrator_.Commit(name, version);
+                                       uint64_t version,
+                                       const std::string& principal) {
+  return orchestrator_.Commit(name, version, principal);
 }
 
 absl::StatusOr<TensorMetadata> Coordinator::GetTensor(

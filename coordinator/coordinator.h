@@ -95,12 +95,14 @@ class Coordinator {
 
   // Validates, resolves placements, allocates every shard (all or nothing)
   // and commits version 1, returning once its record is durable (a put's
-  // pending tensor needs no record until CommitTensor). Returns the committed (immutable) metadata itself,
-  // not a copy: it can hold very many shards.
+  // pending tensor needs no record until CommitTensor). Returns the committed
+  // (immutable) metadata itself, not a copy: it can hold very many shards.
   absl::StatusOr<std::shared_ptr<const TensorMetadata>> CreateTensor(
       const CreateTensorArgs& args);
   // Makes a pending tensor visible once its record is durable.
-  absl::Status CommitTensor(const std::string& name, uint64_t version);
+  // Only the principal that created it may (empty: no tokens).
+  absl::Status CommitTensor(const std::string& name, uint64_t version,
+                            const std::string& principal = "");
   // Current metadata, with each shard's worker address and availability.
   absl::StatusOr<TensorMetadata> GetTensor(const std::string& name) const;
   std::vector<TensorSummary> ListTensors() const;

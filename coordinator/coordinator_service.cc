@@ -16,6 +16,31 @@ ShardEncoding EncodingFor(bool packed_reply) {
 
 }  // namespace
 
+CoordinatorService::CoordinatorService(Coordinator* coordinator,
+                                       const ClusterAuthority* authority)
+    : coordinator_(coordinator),
+      open_authority_(authority != nullptr
+                          ? nullptr
+                          : std::make_unique<ClusterAuthority>(
+                                std::nullopt, RandomBytes(32))),
+      authority_(authority != nullptr ? authority : open_authority_.get()) {}
+
+absl::StatusOr<Principal> CoordinatorService::Admit(
+    grpc::ServerContext* context, const char* method) const {
+  return authority_->Admit(*context,
+                           absl::StrCat("/tessera.v1.Coordinator/", method));
+}
+
+void CoordinatorService::AddGrants(
+    const TensorMetadata& meta, uint32_t rights,
+    google::protobuf::RepeatedPtrField<v1::WorkerCapability>* out) const {
+  for (const auto& [worker, token] : authority_->GrantTensor(meta, rights)) {
+    v1::WorkerCapability* grant = out->Add();
+    grant->set_worker(worker);
+    grant->set_token(token);
+  }
+}
+
 CoordinatorService::MemoryReleaser::MemoryReleaser()
     : thread_([this] { Run(); }) {}
 
@@ -51,8 +76,16 @@ void CoordinatorService::MemoryReleaser::Run() {
 }
 
 grpc::Status CoordinatorService::RegisterWorker(
-    grpc::ServerContext*, const v1::RegisterWorkerRequest* request,
+    grpc::ServerContext* context, const v1::RegisterWorkerRequest* request,
     v1::RegisterWorkerResponse* response) {
+  absl::StatusOr<Principal> principal = Admit(context, "RegisterWorker");
+  if (!principal.ok()) return ToGrpcStatus(principal.status());
+  // A worker name is bound to its credential: nobody else may claim it.
+  if (absl::Status bound =
+          authority_->CheckWorkerName(*principal, request->name());
+      !bound.ok()) {
+    return ToGrpcStatus(bound);
+  }
   WorkerRegistration registration;
   registration.worker.name = request->name();
   if (request->has_rank()) registration.rank = request->rank();
@@ -72,20 +105,31 @@ grpc::Status CoordinatorService::RegisterWorker(
       absl::ToInt64Milliseconds(coordinator_->options().heartbeat_interval));
   response->mutable_free_shard_ids()->Assign(result->free_shard_ids.begin(),
                                              result->free_shard_ids.end());
+  response->set_capability_key(authority_->WorkerKey(request->name()));
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*,
+grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context,
                                            const v1::HeartbeatRequest* request,
                                            v1::HeartbeatResponse* response) {
+  absl::StatusOr<Principal> principal = Admit(context, "Heartbeat");
+  if (!principal.ok()) return ToGrpcStatus(principal.status());
+  if (absl::Status bound =
+          authority_->CheckWorkerName(*principal, request->name());
+      !bound.ok()) {
+    return ToGrpcStatus(bound);
+  }
   response->set_reregister(
       !coordinator_->Heartbeat(request->name(), request->bytes_used()));
   return grpc::Status::OK;
 }
 
 grpc::Status CoordinatorService::ListWorkers(
-    grpc::ServerContext*, const v1::ListWorkersRequest*,
+    grpc::ServerContext* context, const v1::ListWorkersRequest*,
     v1::ListWorkersResponse* response) {
+  if (absl::StatusOr<Principal> p = Admit(context, "ListWorkers"); !p.ok()) {
+    return ToGrpcStatus(p.status());
+  }
   for (const WorkerRecord& w : coordinator_->ListWorkers()) {
     v1::WorkerInfo* info = response->add_workers();
     info->set_name(w.name);
@@ -100,11 +144,14 @@ grpc::Status CoordinatorService::ListWorkers(
 }
 
 grpc::Status CoordinatorService::CreateTensor(
-    grpc::ServerContext*, const v1::CreateTensorRequest* request,
+    grpc::ServerContext* context, const v1::CreateTensorRequest* request,
     v1::CreateTensorResponse* response) {
+  absl::StatusOr<Principal> principal = Admit(context, "CreateTensor");
+  if (!principal.ok()) return ToGrpcStatus(principal.status());
   absl::StatusOr<std::shared_ptr<const TensorMetadata>> meta =
       [&]() -> absl::StatusOr<std::shared_ptr<const TensorMetadata>> {
     CreateTensorArgs args;
+    args.owner = principal->name;
     args.name = request->name();
     TESSERA_ASSIGN_OR_RETURN(args.shape,
                              ShapeFromProto(request->shape(), "shape"));
@@ -120,32 +167,45 @@ grpc::Status CoordinatorService::CreateTensor(
   if (!meta.ok()) return ToGrpcStatus(meta.status());
   TensorMetadataToProto(**meta, response->mutable_tensor(),
                         EncodingFor(request->packed_reply()));
+  // A put's client writes its shards once; everyone reads.
+  AddGrants(**meta,
+            request->pending() ? (kRightRead | kRightWrite) : kRightRead,
+            response->mutable_capabilities());
   releaser_.AfterReplyOf((*meta)->shards.size());
   return grpc::Status::OK;
 }
 
 grpc::Status CoordinatorService::CommitTensor(
-    grpc::ServerContext*, const v1::CommitTensorRequest* request,
+    grpc::ServerContext* context, const v1::CommitTensorRequest* request,
     v1::CommitTensorResponse*) {
-  return ToGrpcStatus(
-      coordinator_->CommitTensor(request->name(), request->version()));
+  absl::StatusOr<Principal> principal = Admit(context, "CommitTensor");
+  if (!principal.ok()) return ToGrpcStatus(principal.status());
+  return ToGrpcStatus(coordinator_->CommitTensor(
+      request->name(), request->version(), principal->name));
 }
 
-grpc::Status CoordinatorService::GetTensor(grpc::ServerContext*,
+grpc::Status CoordinatorService::GetTensor(grpc::ServerContext* context,
                                            const v1::GetTensorRequest* request,
                                            v1::GetTensorResponse* response) {
+  if (absl::StatusOr<Principal> p = Admit(context, "GetTensor"); !p.ok()) {
+    return ToGrpcStatus(p.status());
+  }
   absl::StatusOr<TensorMetadata> meta =
       coordinator_->GetTensor(request->name());
   if (!meta.ok()) return ToGrpcStatus(meta.status());
   TensorMetadataToProto(*meta, response->mutable_tensor(),
                         EncodingFor(request->packed_reply()));
+  AddGrants(*meta, kRightRead, response->mutable_capabilities());
   releaser_.AfterReplyOf(meta->shards.size());
   return grpc::Status::OK;
 }
 
 grpc::Status CoordinatorService::ListTensors(
-    grpc::ServerContext*, const v1::ListTensorsRequest*,
+    grpc::ServerContext* context, const v1::ListTensorsRequest*,
     v1::ListTensorsResponse* response) {
+  if (absl::StatusOr<Principal> p = Admit(context, "ListTensors"); !p.ok()) {
+    return ToGrpcStatus(p.status());
+  }
   for (const TensorSummary& t : coordinator_->ListTensors()) {
     v1::TensorSummary* out = response->add_tensors();
     out->set_name(t.name);
@@ -158,14 +218,20 @@ grpc::Status CoordinatorService::ListTensors(
 }
 
 grpc::Status CoordinatorService::DeleteTensor(
-    grpc::ServerContext*, const v1::DeleteTensorRequest* request,
+    grpc::ServerContext* context, const v1::DeleteTensorRequest* request,
     v1::DeleteTensorResponse*) {
+  if (absl::StatusOr<Principal> p = Admit(context, "DeleteTensor"); !p.ok()) {
+    return ToGrpcStatus(p.status());
+  }
   return ToGrpcStatus(coordinator_->DeleteTensor(request->name()));
 }
 
 grpc::Status CoordinatorService::ReshardTensor(
-    grpc::ServerContext*, const v1::ReshardTensorRequest* request,
+    grpc::ServerContext* context, const v1::ReshardTensorRequest* request,
     v1::ReshardTensorResponse* response) {
+  if (absl::StatusOr<Principal> p = Admit(context, "ReshardTensor"); !p.ok()) {
+    return ToGrpcStatus(p.status());
+  }
   absl::StatusOr<LayoutSpec> spec = LayoutSpecFromProto(request->spec());
   if (!spec.ok()) return ToGrpcStatus(spec.status());
   absl::StatusOr<ReshardResult> result = coordinator_->ReshardTensor(

@@ -7,6 +7,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "coordinator/cluster_authority.h"
 #include "coordinator/coordinator.h"
 #include "proto/coordinator.grpc.pb.h"
 
@@ -14,8 +15,10 @@ namespace tessera {
 
 class CoordinatorService final : public v1::Coordinator::Service {
  public:
-  explicit CoordinatorService(Coordinator* coordinator)
-      : coordinator_(coordinator) {}
+  // `authority` (not owned; outlives the service) admits each call and
+  // signs capabilities; null: an open one (no tokens, a random secret).
+  explicit CoordinatorService(Coordinator* coordinator,
+                              const ClusterAuthority* authority = nullptr);
 
   grpc::Status RegisterWorker(grpc::ServerContext*,
                               const v1::RegisterWorkerRequest* request,
@@ -65,7 +68,16 @@ class CoordinatorService final : public v1::Coordinator::Service {
     std::thread thread_;
   };
 
+  // Every handler starts here: core/auth.h's table decides.
+  absl::StatusOr<Principal> Admit(grpc::ServerContext* context,
+                                  const char* method) const;
+  void AddGrants(
+      const TensorMetadata& meta, uint32_t rights,
+      google::protobuf::RepeatedPtrField<v1::WorkerCapability>* out) const;
+
   Coordinator* const coordinator_;
+  std::unique_ptr<ClusterAuthority> open_authority_;  // when given none
+  const ClusterAuthority* const authority_;
   MemoryReleaser releaser_;
 };
 

@@ -3,8 +3,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "proto/worker.grpc.pb.h"
-#include "rpc/convert.h"
 #include "rpc/call.h"
+#include "rpc/convert.h"
 
 namespace tessera {
 namespace {
@@ -21,9 +21,21 @@ CallOptions WorkerCall(const std::string& address, absl::Duration timeout) {
 
 }  // namespace
 
+std::string GrpcWorkerControl::WorkerAt(const std::string& address) const {
+  absl::MutexLock lock(&mu_);
+  return worker_at_ ? worker_at_(address) : std::string();
+}
+
+void GrpcWorkerControl::SignOrder(grpc::ClientContext* context,
+                                  const std::string& worker) const {
+  context->AddMetadata(kCapabilityHeader, authority_->Order(worker));
+}
+
 v1::AllocateShardsRequest AllocateRequestFor(const AllocateBatch& batch) {
   v1::AllocateShardsRequest request;
   request.set_tensor(batch.tensor);
+  request.set_version(batch.version);
+  request.set_writable(batch.writable);
   request.set_dtype(DTypeToProto(batch.dtype));
   request.mutable_tensor_shape()->Assign(batch.tensor_shape.begin(),
                                          batch.tensor_shape.end());
@@ -42,8 +54,10 @@ absl::StatusOr<int64_t> GrpcWorkerControl::Allocate(
   const v1::AllocateShardsRequest request = AllocateRequestFor(batch);
   v1::AllocateShardsResponse response;
   auto stub = v1::Worker::NewStub(channels_.Get(address));
+  const std::string worker = WorkerAt(address);
   TESSERA_RETURN_IF_ERROR(Call(WorkerCall(address, options_.allocate_timeout),
                                [&](grpc::ClientContext* context) {
+                                 SignOrder(context, worker);
                                  return stub->AllocateShards(context, request,
                                                              &response);
                                }));
@@ -56,8 +70,10 @@ absl::StatusOr<int64_t> GrpcWorkerControl::Free(
   request.mutable_shard_ids()->Assign(shard_ids.begin(), shard_ids.end());
   v1::FreeShardsResponse response;
   auto stub = v1::Worker::NewStub(channels_.Get(address));
+  const std::string worker = WorkerAt(address);
   TESSERA_RETURN_IF_ERROR(Call(WorkerCall(address, options_.free_timeout),
                                [&](grpc::ClientContext* context) {
+                                 SignOrder(context, worker);
                                  return stub->FreeShards(context, request,
                                                          &response);
                                }));
@@ -67,10 +83,14 @@ absl::StatusOr<int64_t> GrpcWorkerControl::Free(
 absl::Status GrpcWorkerControl::Transfer(const TransferBatch& batch) {
   v1::TransferRequest request;
   TransferBatchToProto(batch, &request);
+  // The destination reads the pieces from the source with this.
+  request.set_src_capability(authority_->Grant(batch.src_worker, batch.tensor,
+                                               batch.src_version, kRightRead));
   v1::TransferResponse response;
   auto stub = v1::Worker::NewStub(channels_.Get(batch.dst_address));
   return Call(WorkerCall(batch.dst_address, options_.transfer_timeout),
               [&](grpc::ClientContext* context) {
+                SignOrder(context, batch.dst_worker);
                 return stub->Transfer(context, request, &response);
               });
 }

@@ -3,7 +3,12 @@
 #ifndef TESSERA_COORDINATOR_GRPC_WORKER_CONTROL_H_
 #define TESSERA_COORDINATOR_GRPC_WORKER_CONTROL_H_
 
+#include <functional>
+#include <string>
+
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "coordinator/cluster_authority.h"
 #include "coordinator/worker_control.h"
 #include "proto/worker.pb.h"
 #include "rpc/channel.h"
@@ -21,7 +26,21 @@ class GrpcWorkerControl : public WorkerControl {
     absl::Duration free_timeout = absl::Seconds(10);
     absl::Duration transfer_timeout = absl::Minutes(10);
   };
-  explicit GrpcWorkerControl(Options options) : options_(options) {}
+  // Every order is signed by `authority` (not owned; outlives this) for
+  // the worker it goes to; `channels` carry the coordinator's TLS.
+  GrpcWorkerControl(Options options, const ClusterAuthority* authority,
+                    ChannelOptions channels = {})
+      : options_(options),
+        authority_(authority),
+        channels_(std::move(channels)) {}
+
+  // Which worker serves at an address (the registry knows; set once the
+  // coordinator exists, before serving).
+  void SetWorkerLookup(
+      std::function<std::string(const std::string& address)> worker_at) {
+    absl::MutexLock lock(&mu_);
+    worker_at_ = std::move(worker_at);
+  }
 
   absl::StatusOr<int64_t> Allocate(const std::string& address,
                                    const AllocateBatch& batch) override;
@@ -31,8 +50,16 @@ class GrpcWorkerControl : public WorkerControl {
   void Reset(const std::string& address) override { channels_.Forget(address); }
 
  private:
+  // The order capability for the worker at `address`, as call metadata.
+  void SignOrder(grpc::ClientContext* context, const std::string& worker) const;
+  std::string WorkerAt(const std::string& address) const;
+
   const Options options_;
+  const ClusterAuthority* const authority_;
   ChannelCache channels_;
+  mutable absl::Mutex mu_;
+  std::function<std::string(const std::string&)> worker_at_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera

@@ -11,10 +11,12 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/cluster_authority.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/file_metadata_store.h"
 #include "coordinator/grpc_worker_control.h"
+#include "ops/daemon_security.h"
 #include "ops/logging.h"
 #include "ops/metrics_http.h"
 #include "ops/version.h"
@@ -35,6 +37,9 @@ ABSL_FLAG(std::string, metrics_listen, "",
           "serve Prometheus metrics at http://HOST:PORT/metrics; empty = off");
 ABSL_FLAG(std::string, log_format, "text", "log lines as text or json");
 ABSL_FLAG(bool, version, false, "print the version and exit");
+ABSL_FLAG(std::string, tokens, "",
+          "file of principals, one `NAME ROLE SECRET` per line (mode 0600); "
+          "turns authorization on");
 ABSL_FLAG(int64_t, retire_grace_ms, 5000,
           "after a reshard, how long the replaced version stays readable "
           "before it is freed");
@@ -69,7 +74,33 @@ int Run() {
       std::max<int64_t>(0, absl::GetFlag(FLAGS_retire_grace_ms)));
   MetricsRegistry metrics;
   options.metrics = &metrics;
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  const std::string tokens_path = absl::GetFlag(FLAGS_tokens);
+  std::optional<TokenTable> tokens;
+  if (!tokens_path.empty()) {
+    absl::StatusOr<TokenTable> table = TokenTable::Load(tokens_path);
+    if (!table.ok()) {
+      spdlog::error("--tokens: {}", std::string(table.status().message()));
+      return 1;
+    }
+    tokens = *std::move(table);
+  }
+  absl::StatusOr<DaemonSecurity> security =
+      DaemonSecurityFromFlags(listen, tokens.has_value());
+  if (!security.ok()) {
+    spdlog::error("{}", std::string(security.status().message()));
+    return 1;
+  }
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
+  absl::StatusOr<std::string> cluster_secret =
+      LoadOrMakeClusterSecret(data_dir);
+  if (!cluster_secret.ok()) {
+    spdlog::error("{}", std::string(cluster_secret.status().message()));
+    return 1;
+  }
+  const bool authorization = tokens.has_value();
+  const size_t principals = authorization ? tokens->size() : 0;
+  ClusterAuthority authority(std::move(tokens), *std::move(cluster_secret));
   std::unique_ptr<MetadataStore> store;
   FileMetadataStore* file_store = nullptr;
   if (data_dir.empty()) {
@@ -80,10 +111,19 @@ int Run() {
     store = std::move(owned);
   }
   const std::string store_description = store->Describe();
-  Coordinator coordinator(
-      options,
-      std::make_unique<GrpcWorkerControl>(GrpcWorkerControl::Options()),
-      std::move(store));
+  ChannelOptions worker_channels;
+  worker_channels.credentials = security->channel_credentials;
+  auto control = std::make_unique<GrpcWorkerControl>(
+      GrpcWorkerControl::Options(), &authority, std::move(worker_channels));
+  GrpcWorkerControl* control_ptr = control.get();
+  Coordinator coordinator(options, std::move(control), std::move(store));
+  // Orders are signed for the worker serving at the address they go to.
+  control_ptr->SetWorkerLookup([&coordinator](const std::string& address) {
+    for (const WorkerRecord& w : coordinator.ListWorkers()) {
+      if (w.address == address) return w.name;
+    }
+    return std::string();
+  });
   // Declared after the coordinator, so it stops serving (and calling the
   // coordinator's collector) before the coordinator is destroyed.
   absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics_server =
@@ -97,10 +137,10 @@ int Run() {
                   std::string(status.message()));
     return 1;
   }
-  CoordinatorService service(&coordinator);
-  const std::string listen = absl::GetFlag(FLAGS_listen);
+  CoordinatorService service(&coordinator, &authority);
   ServerOptions server_options;
   server_options.metrics = &metrics;
+  server_options.credentials = security->server_credentials;
   absl::StatusOr<RunningServer> server =
       StartServer(listen, {&service}, server_options);
   if (!server.ok()) {
@@ -110,6 +150,10 @@ int Run() {
   spdlog::info("tessera-coordinator serving on {}",
                WithPort(listen, server->port));
   spdlog::info("metadata: {}", store_description);
+  spdlog::info("security: {}, {}", security->tls ? "mutual TLS" : "plaintext",
+               authorization
+                   ? absl::StrCat("tokens for ", principals, " principal(s)")
+                   : std::string("no tokens (every caller is trusted)"));
   if (file_store != nullptr) {
     spdlog::info("recovered {} tensor(s) and {} worker(s) ({} log records{})",
                  coordinator.recovered().tensors,

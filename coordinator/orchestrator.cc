@@ -93,8 +93,9 @@ absl::StatusOr<TensorMetadataPtr> Orchestrator::Create(
   TESSERA_RETURN_IF_ERROR(PlaceShards(args.spec, std::move(boxes), meta.get()));
   TESSERA_RETURN_IF_ERROR(CheckCapacity(*meta));
 
-  TESSERA_RETURN_IF_ERROR(table_->ReserveName(args.name));
-  const MetadataLog::Ticket ids = table_->ReserveIds(absl::MakeSpan(meta->shards));
+  TESSERA_RETURN_IF_ERROR(table_->ReserveName(args.name, args.owner));
+  const MetadataLog::Ticket ids =
+      table_->ReserveIds(absl::MakeSpan(meta->shards));
   bool allocated = false;
   auto undo = absl::MakeCleanup([&] {
     if (allocated) FreeShards(*meta);
@@ -104,7 +105,7 @@ absl::StatusOr<TensorMetadataPtr> Orchestrator::Create(
   TESSERA_RETURN_IF_ERROR(log_->Wait(ids));
 
   const absl::Time allocate_start = absl::Now();
-  TESSERA_RETURN_IF_ERROR(AllocateShards(*meta, args.init));
+  TESSERA_RETURN_IF_ERROR(AllocateShards(*meta, args.init, args.pending));
   allocated = true;
   const absl::Time allocate_end = absl::Now();
 
@@ -125,7 +126,7 @@ absl::StatusOr<TensorMetadataPtr> Orchestrator::Create(
 }
 
 absl::Status Orchestrator::AllocateShards(const TensorMetadata& meta,
-                                          const InitSpec& init) {
+                                          const InitSpec& init, bool writable) {
   // One batch per worker, all batches in parallel.
   std::map<std::string, AllocateBatch> batches;  // by address
   std::map<std::string, std::string> names;      // address -> worker name
@@ -133,6 +134,8 @@ absl::Status Orchestrator::AllocateShards(const TensorMetadata& meta,
     AllocateBatch& batch = batches[shard.address];
     if (batch.shards.empty()) {
       batch.tensor = meta.name;
+      batch.version = meta.version;
+      batch.writable = writable;
       batch.dtype = meta.dtype;
       batch.tensor_shape = meta.shape;
       batch.init = init;
@@ -201,9 +204,10 @@ void Orchestrator::FreeShards(const TensorMetadata& meta) {
   for (std::thread& t : threads) t.join();
 }
 
-absl::Status Orchestrator::Commit(const std::string& name, uint64_t version) {
+absl::Status Orchestrator::Commit(const std::string& name, uint64_t version,
+                                  const std::string& principal) {
   TESSERA_ASSIGN_OR_RETURN(MetadataLog::Ticket ticket,
-                           table_->BeginCommit(name, version));
+                           table_->BeginCommit(name, version, principal));
   if (ticket == 0) return absl::OkStatus();  // ready already
   absl::Status status = log_->Wait(ticket);
   table_->FinishCommit(name, status);
@@ -243,9 +247,9 @@ void Orchestrator::FillWorkerState(TensorMetadata* meta) const {
   table_->MarkLost(meta);
 }
 
-absl::StatusOr<ReshardResult> Orchestrator::Reshard(
-    const std::string& name, const LayoutSpec& spec,
-    uint64_t expected_version) {
+absl::StatusOr<ReshardResult> Orchestrator::Reshard(const std::string& name,
+                                                    const LayoutSpec& spec,
+                                                    uint64_t expected_version) {
   const absl::Time start = absl::Now();
   TESSERA_ASSIGN_OR_RETURN(TensorMetadataPtr old_meta,
                            table_->BeginReshard(name, expected_version));
@@ -306,14 +310,15 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(
   TESSERA_RETURN_IF_ERROR(CheckCapacity(fresh));
   TESSERA_RETURN_IF_ERROR(log_->Wait(ids));
   const absl::Time allocate_start = absl::Now();
-  TESSERA_RETURN_IF_ERROR(Annotate(AllocateShards(fresh, InitSpec{}),
-                                   absl::StrCat("resharding '", name, "'")));
+  TESSERA_RETURN_IF_ERROR(
+      Annotate(AllocateShards(fresh, InitSpec{}, /*writable=*/false),
+               absl::StrCat("resharding '", name, "'")));
   allocated = true;
   const absl::Time move_start = absl::Now();
-  TESSERA_RETURN_IF_ERROR(Annotate(
-      MovePieces(sources, *new_meta, plan),
-      absl::StrCat("resharding '", name, "' (version ", old_meta->version,
-                   " is unchanged)")));
+  TESSERA_RETURN_IF_ERROR(
+      Annotate(MovePieces(sources, *new_meta, plan),
+               absl::StrCat("resharding '", name, "' (version ",
+                            old_meta->version, " is unchanged)")));
   const absl::Time move_end = absl::Now();
 
   // Commit N+1; retire N's shards that N+1 does not keep.
@@ -363,6 +368,8 @@ absl::Status Orchestrator::MovePieces(const TensorMetadata& old_meta,
     const ShardInfo& dst = new_meta.shards[piece.dst_shard];
     TransferBatch& batch = batches[{src.worker, dst.worker}];
     if (batch.pieces.empty()) {
+      batch.tensor = old_meta.name;
+      batch.src_version = old_meta.version;
       batch.src_worker = src.worker;
       batch.src_address = src.address;
       batch.dst_worker = dst.worker;

@@ -42,6 +42,9 @@ struct CreateTensorArgs {
   InitSpec init;
   // Invisible to list/get until CommitTensor (a put writes the shards first).
   bool pending = false;
+  // The principal creating it (empty without tokens): only it may commit a
+  // pending tensor.
+  std::string owner;
 };
 
 class Orchestrator {
@@ -52,7 +55,8 @@ class Orchestrator {
 
   // See Coordinator for each operation's contract.
   absl::StatusOr<TensorMetadataPtr> Create(const CreateTensorArgs& args);
-  absl::Status Commit(const std::string& name, uint64_t version);
+  absl::Status Commit(const std::string& name, uint64_t version,
+                      const std::string& principal = "");
   absl::Status Delete(const std::string& name);
   absl::StatusOr<ReshardResult> Reshard(const std::string& name,
                                         const LayoutSpec& spec,
@@ -72,7 +76,9 @@ class Orchestrator {
   absl::Status CheckCapacity(const TensorMetadata& shards) const;
   // Allocates `meta`'s shards, one batch per worker in parallel; on failure
   // frees whatever was allocated.
-  absl::Status AllocateShards(const TensorMetadata& meta, const InitSpec& init);
+  // `writable`: a put's shards, which its client writes once.
+  absl::Status AllocateShards(const TensorMetadata& meta, const InitSpec& init,
+                              bool writable);
   // Frees shards on their workers (best effort; failures are logged).
   void FreeShards(const TensorMetadata& meta);
   // Runs the pieces of a reshard: one Transfer per pair of workers, all in

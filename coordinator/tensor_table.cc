@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/capability.h"
 #include "core/errors.h"
 #include "spdlog/spdlog.h"
 
@@ -17,14 +18,11 @@ void TensorTable::Restore(const MetadataState& state) {
   for (const auto& [name, meta] : state.tensors) {
     for (const ShardInfo& shard : meta->shards) {
       referenced_.insert(shard.shard_id);
-      next_id_ = std::max(next_id_, shard.shard_id + 1);
     }
     Entry& entry = tensors_[name];
     entry.state = State::kReady;
     entry.meta = meta;
   }
-  next_id_ = std::max(next_id_, state.shard_id_high_water);
-  high_water_ = std::max(high_water_, next_id_);
 }
 
 absl::StatusOr<TensorMetadataPtr> TensorTable::Get(
@@ -63,20 +61,14 @@ void TensorTable::MarkLost(TensorMetadata* meta) const {
 
 TensorTable::Ticket TensorTable::ReserveIds(absl::Span<ShardInfo> shards) {
   absl::MutexLock lock(&mu_);
-  const uint64_t n = shards.size();
-  // A high-water record that failed covers nothing: record a new one.
-  const bool lost_high_water =
-      high_water_ticket_ != 0 && log_->Failed(high_water_ticket_);
-  if (next_id_ + n > high_water_ || lost_high_water) {
-    high_water_ = next_id_ + n + options_.high_water_step;
-    high_water_ticket_ =
-        log_->Enqueue(MetadataChange::ShardIdHighWater(high_water_));
-  }
   for (ShardInfo& shard : shards) {
-    shard.shard_id = next_id_++;
-    referenced_.insert(shard.shard_id);
+    // Random, so a caller cannot guess another tensor's shards (and an id
+    // from before a crash is not handed out again); never one in use.
+    do {
+      shard.shard_id = RandomId();
+    } while (!referenced_.insert(shard.shard_id).second);
   }
-  return high_water_ticket_;
+  return 0;
 }
 
 void TensorTable::ReleaseIds(absl::Span<const ShardInfo> shards) {
@@ -84,12 +76,14 @@ void TensorTable::ReleaseIds(absl::Span<const ShardInfo> shards) {
   for (const ShardInfo& shard : shards) referenced_.erase(shard.shard_id);
 }
 
-absl::Status TensorTable::ReserveName(const std::string& name) {
+absl::Status TensorTable::ReserveName(const std::string& name,
+                                      const std::string& owner) {
   absl::MutexLock lock(&mu_);
   auto [it, inserted] = tensors_.try_emplace(name);
   if (!inserted) return AlreadyExistsError("tensor", name);
   it->second.state = State::kCreating;
   it->second.created = options_.clock();
+  it->second.owner = owner;
   return absl::OkStatus();
 }
 
@@ -122,11 +116,17 @@ void TensorTable::AbandonCreate(const TensorMetadata& meta) {
 }
 
 absl::StatusOr<TensorTable::Ticket> TensorTable::BeginCommit(
-    const std::string& name, uint64_t version) {
+    const std::string& name, uint64_t version, const std::string& principal) {
   absl::MutexLock lock(&mu_);
   Entry* entry = WaitIdle(name);
   if (entry == nullptr || entry->state == State::kCreating) {
     return NotFoundError("tensor", name);
+  }
+  if (entry->state == State::kPending && entry->owner != principal) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("tensor '", name,
+                     "' is being put by another principal; only it may "
+                     "commit"));
   }
   if (entry->meta->version != version) {
     return absl::AbortedError(absl::StrCat("tensor '", name, "' is at version ",
@@ -173,9 +173,9 @@ absl::StatusOr<std::vector<TensorMetadataPtr>> TensorTable::FinishDelete(
   out.push_back(it->second.meta);
   tensors_.erase(it);
   // Replaced versions waiting out their grace period go now too.
-  auto first_retired = std::partition(
-      retirements_.begin(), retirements_.end(),
-      [&](const Retirement& r) { return r.name != name; });
+  auto first_retired =
+      std::partition(retirements_.begin(), retirements_.end(),
+                     [&](const Retirement& r) { return r.name != name; });
   for (auto r = first_retired; r != retirements_.end(); ++r)
     out.push_back(std::move(r->shards));
   retirements_.erase(first_retired, retirements_.end());
@@ -198,9 +198,9 @@ absl::StatusOr<TensorMetadataPtr> TensorTable::BeginReshard(
                                            "' is already in progress"));
   }
   if (expected_version != 0 && entry->meta->version != expected_version) {
-    return absl::AbortedError(
-        absl::StrCat("tensor '", name, "' is at version ",
-                     entry->meta->version, ", not ", expected_version));
+    return absl::AbortedError(absl::StrCat("tensor '", name, "' is at version ",
+                                           entry->meta->version, ", not ",
+                                           expected_version));
   }
   entry->resharding = true;
   return entry->meta;
@@ -212,8 +212,8 @@ absl::StatusOr<TensorTable::Ticket> TensorTable::CommitReshard(
   Entry* entry = WaitIdle(old_meta->name);
   // The resharding flag blocks deletes, so the entry is still ours.
   if (entry == nullptr || entry->meta != old_meta) {
-    return absl::AbortedError(absl::StrCat(
-        "tensor '", old_meta->name, "' changed during the reshard"));
+    return absl::AbortedError(absl::StrCat("tensor '", old_meta->name,
+                                           "' changed during the reshard"));
   }
   entry->busy = true;
   return log_->Enqueue(MetadataChange::Tensor(std::move(new_meta)));
@@ -283,11 +283,10 @@ Reconciliation TensorTable::Reconcile(const std::string& worker,
     if (entry.meta != nullptr) collect(*entry.meta);
   }
   for (const Retirement& r : retirements_) collect(*r.shards);
-  Reconciliation result =
-      ReconcileShards(expected, held, [this](uint64_t id) {
-        mu_.AssertHeld();
-        return referenced_.contains(id);
-      });
+  Reconciliation result = ReconcileShards(expected, held, [this](uint64_t id) {
+    mu_.AssertHeld();
+    return referenced_.contains(id);
+  });
   for (uint64_t id : result.lost) lost_.insert(id);
   for (uint64_t id : result.found) lost_.erase(id);
   return result;

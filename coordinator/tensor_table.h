@@ -64,15 +64,12 @@ class TensorTable {
     absl::Duration retire_grace = absl::Seconds(5);
     // A put never committed for this long is removed.
     absl::Duration pending_timeout = absl::Minutes(10);
-    // How far past the ids in use a new high-water record reaches.
-    uint64_t high_water_step = 1 << 16;
   };
 
   // `log` must outlive the table.
   TensorTable(Options options, MetadataLog* log);
 
-  // Every tensor of a recovered state becomes ready; new ids start at its
-  // shard_id_high_water. Call before serving.
+  // Every tensor of a recovered state becomes ready. Call before serving.
   void Restore(const MetadataState& state) ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- Reads: never wait on the disk. ---
@@ -86,9 +83,9 @@ class TensorTable {
 
   // --- Shard ids ---
 
-  // Gives each shard a fresh id and counts it as referenced. Returns the
-  // ticket of the high-water record to Wait for before the ids reach a
-  // worker (0: none).
+  // Gives each shard a fresh random id and counts it as referenced. Returns
+  // the ticket of a record to Wait for before the ids reach a worker (0:
+  // none; random ids need none).
   Ticket ReserveIds(absl::Span<ShardInfo> shards) ABSL_LOCKS_EXCLUDED(mu_);
   // Ids reserved for shards that will not be used after all.
   void ReleaseIds(absl::Span<const ShardInfo> shards) ABSL_LOCKS_EXCLUDED(mu_);
@@ -97,7 +94,10 @@ class TensorTable {
 
   // Sets the name aside (ALREADY_EXISTS when taken); the tensor is
   // invisible until FinishCreate.
-  absl::Status ReserveName(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+  // `owner` is the principal creating it: only it may commit a put.
+  absl::Status ReserveName(const std::string& name,
+                           const std::string& owner = "")
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The shards are allocated: a put (`pending`) becomes pending at once and
   // needs no record (returns 0); otherwise the tensor's record is enqueued.
   Ticket CommitCreate(TensorMetadataPtr meta, bool pending)
@@ -112,7 +112,9 @@ class TensorTable {
 
   // Enqueues the record that makes a pending tensor ready. Returns 0 when it
   // is ready already. NOT_FOUND, or ABORTED for another version.
-  absl::StatusOr<Ticket> BeginCommit(const std::string& name, uint64_t version)
+  // PERMISSION_DENIED when `principal` is not the put's owner.
+  absl::StatusOr<Ticket> BeginCommit(const std::string& name, uint64_t version,
+                                     const std::string& principal = "")
       ABSL_LOCKS_EXCLUDED(mu_);
   // Ready when `status` is OK, pending again otherwise.
   void FinishCommit(const std::string& name, const absl::Status& status)
@@ -186,6 +188,7 @@ class TensorTable {
     bool busy = false;
     bool resharding = false;
     absl::Time created;  // for reaping abandoned puts
+    std::string owner;   // the principal that created it
     // Null while kCreating; immutable once set.
     TensorMetadataPtr meta;
   };
@@ -207,18 +210,12 @@ class TensorTable {
   // Invariants: a kCommitting/kPending/kReady entry has meta != nullptr and
   // its name is meta->name; a kCommitting entry is busy; every shard id of
   // every entry and retirement is in referenced_ (plus ids reserved for
-  // allocations in progress); next_id_ only grows; ids in
-  // [next_id_, high_water_) were never handed out, and high_water_ has been
-  // enqueued (by the record high_water_ticket_, 0 once known durable at
-  // Restore).
+  // allocations in progress).
   mutable absl::Mutex mu_;
   std::map<std::string, Entry> tensors_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> referenced_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> lost_ ABSL_GUARDED_BY(mu_);
   std::vector<Retirement> retirements_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t high_water_ ABSL_GUARDED_BY(mu_) = 1;
-  Ticket high_water_ticket_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tessera

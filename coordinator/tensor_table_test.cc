@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "coordinator/coordinator_testutil.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -112,50 +113,48 @@ TEST_F(TensorTableTest, ANameIsTakenFromItsReservation) {
   EXPECT_OK(table_.ReserveName("a"));
 }
 
-TEST_F(TensorTableTest, ShardIdsOnlyGrowAndTheirHighWaterIsRecordedFirst) {
-  std::vector<ShardInfo> first(3), second(2);
-  const TensorTable::Ticket t1 = table_.ReserveIds(absl::MakeSpan(first));
-  const TensorTable::Ticket t2 = table_.ReserveIds(absl::MakeSpan(second));
-  EXPECT_NE(t1, 0u);
-  EXPECT_EQ(t2, t1) << "one high-water record covers many ids";
-  EXPECT_EQ(first[0].shard_id, 1u);
-  EXPECT_EQ(first[2].shard_id, 3u);
-  EXPECT_EQ(second[0].shard_id, 4u);
-  ASSERT_OK(log_.Wait(t2));
-  EXPECT_GT(log_.DurableState().shard_id_high_water, 5u);
-  EXPECT_TRUE(table_.IsReferenced(5));
+TEST_F(TensorTableTest, ShardIdsAreRandomDistinctAndNeedNoRecord) {
+  std::vector<ShardInfo> first(1000), second(2);
+  EXPECT_EQ(table_.ReserveIds(absl::MakeSpan(first)), 0u);
+  table_.ReserveIds(absl::MakeSpan(second));
+  absl::flat_hash_set<uint64_t> seen;
+  int small = 0;
+  for (const ShardInfo& s : first) {
+    EXPECT_NE(s.shard_id, 0u);
+    EXPECT_TRUE(seen.insert(s.shard_id).second);
+    if (s.shard_id < (uint64_t{1} << 32)) ++small;
+  }
+  // Not a counter: almost all ids use the high bits.
+  EXPECT_LT(small, 5);
+  EXPECT_TRUE(table_.IsReferenced(second[1].shard_id));
   table_.ReleaseIds(second);
-  EXPECT_FALSE(table_.IsReferenced(5));
-  // Released ids are not handed out again.
-  std::vector<ShardInfo> third(1);
-  table_.ReserveIds(absl::MakeSpan(third));
-  EXPECT_EQ(third[0].shard_id, 6u);
+  EXPECT_FALSE(table_.IsReferenced(second[1].shard_id));
 }
 
-TEST_F(TensorTableTest, AFailedHighWaterRecordIsRecordedAgain) {
-  store_.FailAppends(1, absl::InternalError("no space"));
-  std::vector<ShardInfo> shards(1);
-  const TensorTable::Ticket t1 = table_.ReserveIds(absl::MakeSpan(shards));
-  EXPECT_THAT(log_.Wait(t1), StatusIs(absl::StatusCode::kInternal));
-  const TensorTable::Ticket t2 = table_.ReserveIds(absl::MakeSpan(shards));
-  EXPECT_NE(t2, t1);
-  EXPECT_OK(log_.Wait(t2));
-  EXPECT_GT(log_.DurableState().shard_id_high_water, shards[0].shard_id);
-}
-
-TEST_F(TensorTableTest, RestoreContinuesIdsAfterTheRecoveredHighWater) {
+TEST_F(TensorTableTest, RestoreKeepsRecoveredIdsReferenced) {
   MetadataState state;
   std::shared_ptr<TensorMetadata> meta = Meta("a", 2);
   meta->shards[0].shard_id = 10;
   meta->shards[1].shard_id = 11;
   state.tensors["a"] = meta;
-  state.shard_id_high_water = 500;
   table_.Restore(state);
   EXPECT_THAT(table_.Get("a"), IsOkAndHolds(TensorMetadataPtr(meta)));
   EXPECT_TRUE(table_.IsReferenced(11));
-  std::vector<ShardInfo> shards(1);
-  table_.ReserveIds(absl::MakeSpan(shards));
-  EXPECT_EQ(shards[0].shard_id, 500u);
+}
+
+TEST_F(TensorTableTest, OnlyTheOwnerOfAPutCommitsIt) {
+  ASSERT_OK(table_.ReserveName("p", "alice"));
+  std::shared_ptr<TensorMetadata> meta = Meta("p", 1);
+  ASSERT_OK(log_.Wait(table_.ReserveIds(absl::MakeSpan(meta->shards))));
+  EXPECT_EQ(table_.CommitCreate(meta, /*pending=*/true), 0u);
+  EXPECT_THAT(table_.BeginCommit("p", 1, "mallory"),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(table_.Get("p"), StatusIs(absl::StatusCode::kNotFound));
+  absl::StatusOr<TensorTable::Ticket> ticket =
+      table_.BeginCommit("p", 1, "alice");
+  ASSERT_OK(ticket);
+  table_.FinishCommit("p", log_.Wait(*ticket));
+  EXPECT_OK(table_.Get("p"));
 }
 
 TEST_F(TensorTableTest, AReshardShowsVersionNUntilNPlus1IsDurable) {
@@ -339,14 +338,14 @@ TEST_F(TensorTableTest, ReconcileMarksMissingShardsLostAndReturnsStrays) {
   EXPECT_FALSE(table_.IsLost(b0));
 }
 
-TEST_F(TensorTableTest, ReconcileCountsRetiredVersionsAndAllocationsInProgress) {
+TEST_F(TensorTableTest,
+       ReconcileCountsRetiredVersionsAndAllocationsInProgress) {
   TensorMetadataPtr v1 = Create("a", 2);
   Reshard(v1, 1);  // v1's shard on w1 is retired, still held
   std::vector<ShardInfo> in_progress(1);
   table_.ReserveIds(absl::MakeSpan(in_progress));  // being allocated
   const uint64_t retired = v1->shards[1].shard_id;
-  Reconciliation r =
-      table_.Reconcile("w1", {retired, in_progress[0].shard_id});
+  Reconciliation r = table_.Reconcile("w1", {retired, in_progress[0].shard_id});
   EXPECT_THAT(r.unreferenced, IsEmpty());
   EXPECT_THAT(r.found, ElementsAre(retired));
 }

@@ -21,6 +21,8 @@ namespace tessera {
 // Shards of one tensor to allocate on one worker, all or none.
 struct AllocateBatch {
   std::string tensor;
+  uint64_t version = 0;   // the tensor version the shards belong to
+  bool writable = false;  // a put's shards: clients write them once
   DType dtype = DType::kFloat32;
   Shape tensor_shape;
   InitSpec init;

@@ -64,6 +64,26 @@ absl::Status Denied(absl::string_view why) {
 
 }  // namespace
 
+absl::StatusOr<Right> RequiredRight(absl::string_view full_method) {
+  static constexpr struct {
+    const char* method;
+    Right right;
+  } kTable[] = {
+      {"/tessera.v1.Worker/AllocateShards", kRightOrder},
+      {"/tessera.v1.Worker/FreeShards", kRightOrder},
+      {"/tessera.v1.Worker/Transfer", kRightOrder},
+      {"/tessera.v1.Worker/WriteShard", kRightWrite},
+      {"/tessera.v1.Worker/ReadRegion", kRightRead},
+      {"/tessera.v1.Worker/ReadSmallRegion", kRightRead},
+      {"/tessera.v1.Worker/MapShard", kRightRead},
+  };
+  for (const auto& row : kTable) {
+    if (full_method == row.method) return row.right;
+  }
+  return absl::NotFoundError(
+      absl::StrCat("no right is granted method ", full_method));
+}
+
 std::string MintCapability(const Capability& capability,
                            absl::string_view key) {
   const std::string payload = Encode(capability);

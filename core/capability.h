@@ -36,6 +36,11 @@ struct Capability {
   bool Allows(Right right) const { return (rights & right) != 0; }
 };
 
+// The right each Worker method needs, by its full gRPC name: the workers'
+// half of the one table (core/auth.h has the coordinator's). NOT_FOUND for a
+// method missing from it: the worker denies it.
+absl::StatusOr<Right> RequiredRight(absl::string_view full_method);
+
 // How long a capability stays valid: long enough for a 1 TiB get, short
 // enough that a leaked one soon stops working.
 inline constexpr absl::Duration kCapabilityLifetime = absl::Hours(1);

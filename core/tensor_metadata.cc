@@ -32,8 +32,11 @@ std::string TensorMetadata::HandleString(size_t index) const {
 std::vector<ShardLocation> ReadLocations(const TensorMetadata& meta,
                                          size_t index) {
   const ShardInfo& shard = meta.shards[index];
-  return {ShardLocation{shard.worker, shard.address, shard.shard_id,
-                        shard.available}};
+  auto capability = meta.capabilities.find(shard.worker);
+  return {ShardLocation{
+      shard.worker, shard.address, shard.shard_id, shard.available,
+      capability == meta.capabilities.end() ? std::string()
+                                            : capability->second}};
 }
 
 }  // namespace tessera

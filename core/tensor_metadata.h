@@ -6,6 +6,7 @@
 #define TESSERA_CORE_TENSOR_METADATA_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,10 @@ struct TensorMetadata {
   bool pin_memory = false;
   uint64_t version = 1;
   std::vector<ShardInfo> shards;  // in the order the spec gave them
+  // What the holder of this copy may do on each worker (worker name ->
+  // signed capability, core/capability.h). Issued by the coordinator with
+  // each reply; never stored.
+  std::map<std::string, std::string> capabilities;
 
   std::vector<Box> Boxes() const;
   int64_t NumElements() const;  // assumes a validated shape
@@ -54,6 +59,7 @@ struct ShardLocation {
   std::string address;
   uint64_t shard_id = 0;
   bool available = true;
+  std::string capability;  // presented to the worker with each call
 };
 
 // Every place shard `index` of `meta` can be read from, best first. Today a

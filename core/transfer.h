@@ -38,11 +38,16 @@ struct TransferPiece {
 // so that a transport needing both ends to act (send/recv) can be driven
 // from one batch.
 struct TransferBatch {
+  std::string tensor;        // whose pieces move (for capabilities, messages)
+  uint64_t src_version = 0;  // the version the pieces are read from
   std::string src_worker;
   std::string src_address;
   std::string dst_worker;
   std::string dst_address;
   std::vector<TransferPiece> pieces;
+  // Lets the destination read the pieces from the source (a read
+  // capability for the source worker, core/capability.h).
+  std::string src_capability;
 };
 
 // What a reshard did (CLI.md "reshard --json").

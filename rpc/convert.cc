@@ -542,6 +542,7 @@ void TransferBatchToProto(const TransferBatch& batch,
   out->set_src_address(batch.src_address);
   out->set_dst_worker(batch.dst_worker);
   out->set_dst_address(batch.dst_address);
+  out->set_src_capability(batch.src_capability);
   out->mutable_pieces()->Reserve(static_cast<int>(batch.pieces.size()));
   for (const TransferPiece& piece : batch.pieces) {
     v1::TransferPiece* p = out->add_pieces();
@@ -562,6 +563,7 @@ absl::StatusOr<TransferBatch> TransferBatchFromProto(
   batch.src_address = request.src_address();
   batch.dst_worker = request.dst_worker();
   batch.dst_address = request.dst_address();
+  batch.src_capability = request.src_capability();
   batch.pieces.reserve(request.pieces_size());
   for (int i = 0; i < request.pieces_size(); ++i) {
     const v1::TransferPiece& p = request.pieces(i);

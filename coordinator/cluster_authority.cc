@@ -1,0 +1,145 @@
+#include "coordinator/cluster_authority.h"
+
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "rpc/security.h"
+#include "spdlog/spdlog.h"
+
+namespace tessera {
+namespace {
+
+// Orders are minted per call, so they can be short-lived.
+constexpr absl::Duration kOrderLifetime = absl::Minutes(15);
+constexpr size_t kSecretBytes = 32;
+
+absl::Status FileError(absl::string_view what, const std::string& path) {
+  return absl::FailedPreconditionError(
+      absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+}
+
+}  // namespace
+
+ClusterAuthority::ClusterAuthority(std::optional<TokenTable> tokens,
+                                   std::string cluster_secret,
+                                   std::function<absl::Time()> clock)
+    : tokens_(std::move(tokens)),
+      secret_(std::move(cluster_secret)),
+      clock_(std::move(clock)) {}
+
+absl::StatusOr<Principal> ClusterAuthority::Admit(
+    const grpc::ServerContext& context, absl::string_view full_method) const {
+  absl::StatusOr<Role> need = RequiredRole(full_method);
+  if (!need.ok()) return absl::PermissionDeniedError(need.status().message());
+  if (!tokens_.has_value()) return Principal{"", Role::kAdmin};
+  const std::string secret = BearerToken(context);
+  if (secret.empty()) {
+    return absl::UnauthenticatedError(
+        "unauthenticated: no token presented (pass --token_file)");
+  }
+  std::optional<Principal> principal = tokens_->Authenticate(secret);
+  if (!principal.has_value()) {
+    spdlog::warn("refused {} from {}: unknown token", std::string(full_method),
+                 context.peer());
+    return absl::UnauthenticatedError(
+        "unauthenticated: the token is not valid for this cluster");
+  }
+  if (!RoleCovers(principal->role, *need)) {
+    spdlog::warn("refused {} to '{}' (role {})", std::string(full_method),
+                 principal->name, std::string(RoleName(principal->role)));
+    const size_t slash = full_method.rfind('/');
+    return absl::PermissionDeniedError(absl::StrCat(
+        "permission denied: '", principal->name, "' (role ",
+        RoleName(principal->role), ") may not ", full_method.substr(slash + 1),
+        "; it needs role ", RoleName(*need)));
+  }
+  return *principal;
+}
+
+absl::Status ClusterAuthority::CheckWorkerName(const Principal& principal,
+                                               absl::string_view worker) const {
+  if (!tokens_.has_value() || PrincipalMayBeWorker(principal.name, worker)) {
+    return absl::OkStatus();
+  }
+  spdlog::warn("refused principal '{}' acting as worker '{}'", principal.name,
+               std::string(worker));
+  return absl::PermissionDeniedError(
+      absl::StrCat("permission denied: principal '", principal.name,
+                   "' may not act as worker '", worker, "'"));
+}
+
+std::string ClusterAuthority::WorkerKey(absl::string_view worker) const {
+  return DeriveWorkerKey(secret_, worker);
+}
+
+std::string ClusterAuthority::Order(absl::string_view worker) const {
+  Capability order;
+  order.worker = std::string(worker);
+  order.rights = kRightOrder;
+  order.expires_ms = absl::ToUnixMillis(clock_() + kOrderLifetime);
+  return MintCapability(order, WorkerKey(worker));
+}
+
+std::string ClusterAuthority::Grant(absl::string_view worker,
+                                    absl::string_view tensor, uint64_t version,
+                                    uint32_t rights) const {
+  Capability grant;
+  grant.worker = std::string(worker);
+  grant.tensor = std::string(tensor);
+  grant.version = version;
+  grant.rights = rights;
+  grant.expires_ms = absl::ToUnixMillis(clock_() + kCapabilityLifetime);
+  return MintCapability(grant, WorkerKey(worker));
+}
+
+std::map<std::string, std::string> ClusterAuthority::GrantTensor(
+    const TensorMetadata& meta, uint32_t rights) const {
+  std::map<std::string, std::string> grants;
+  for (const ShardInfo& shard : meta.shards) {
+    if (grants.count(shard.worker) != 0) continue;
+    grants[shard.worker] = Grant(shard.worker, meta.name, meta.version, rights);
+  }
+  return grants;
+}
+
+absl::StatusOr<std::string> LoadOrMakeClusterSecret(
+    const std::string& data_dir) {
+  if (data_dir.empty()) return RandomBytes(kSecretBytes);
+  if (mkdir(data_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return FileError("cannot create --data_dir", data_dir);
+  }
+  const std::string path = absl::StrCat(data_dir, "/cluster_secret");
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    std::string secret(kSecretBytes, '\0');
+    const ssize_t n = read(fd, secret.data(), secret.size());
+    close(fd);
+    if (n != static_cast<ssize_t>(kSecretBytes)) {
+      return absl::DataLossError(
+          absl::StrCat(path, " is not a ", kSecretBytes, "-byte secret"));
+    }
+    return secret;
+  }
+  if (errno != ENOENT) return FileError("cannot read", path);
+  // Written aside and renamed, so a crash never leaves half a secret.
+  const std::string temp = path + ".tmp";
+  std::string secret = RandomBytes(kSecretBytes);
+  fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return FileError("cannot write", temp);
+  const bool written = write(fd, secret.data(), secret.size()) ==
+                           static_cast<ssize_t>(secret.size()) &&
+                       fsync(fd) == 0;
+  close(fd);
+  if (!written || rename(temp.c_str(), path.c_str()) != 0) {
+    return FileError("cannot write", path);
+  }
+  return secret;
+}
+
+}  // namespace tessera

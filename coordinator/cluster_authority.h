@@ -1,0 +1,72 @@
+// ClusterAuthority: the coordinator's side of security. It authenticates
+// callers (bearer tokens against the --tokens table; without one, every
+// caller is trusted as admin: protected mode or TLS alone), applies the one
+// method -> role table of core/auth.h, binds worker names to principals,
+// and signs the capabilities workers check (core/capability.h) under keys
+// derived from the cluster secret. Thread-safe (immutable after
+// construction).
+#ifndef TESSERA_COORDINATOR_CLUSTER_AUTHORITY_H_
+#define TESSERA_COORDINATOR_CLUSTER_AUTHORITY_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "core/auth.h"
+#include "core/capability.h"
+#include "core/tensor_metadata.h"
+
+namespace grpc {
+class ServerContext;
+}
+
+namespace tessera {
+
+class ClusterAuthority {
+ public:
+  // `tokens`: nullopt turns authorization off. `cluster_secret`: the root of
+  // every worker key (random per cluster; kept in --data_dir).
+  ClusterAuthority(std::optional<TokenTable> tokens, std::string cluster_secret,
+                   std::function<absl::Time()> clock = absl::Now);
+
+  bool authorization_on() const { return tokens_.has_value(); }
+
+  // Who is calling `full_method`, if the table lets them:
+  // UNAUTHENTICATED without a valid token, PERMISSION_DENIED for a role
+  // that may not. Without tokens: an anonymous admin.
+  absl::StatusOr<Principal> Admit(const grpc::ServerContext& context,
+                                  absl::string_view full_method) const;
+  // OK when `principal` may act as worker `worker` (always, without tokens).
+  absl::Status CheckWorkerName(const Principal& principal,
+                               absl::string_view worker) const;
+
+  // The key worker `worker` checks capabilities with.
+  std::string WorkerKey(absl::string_view worker) const;
+  // An order (allocate, free, transfer) for `worker`.
+  std::string Order(absl::string_view worker) const;
+  // `rights` on `tensor` version `version` at `worker`.
+  std::string Grant(absl::string_view worker, absl::string_view tensor,
+                    uint64_t version, uint32_t rights) const;
+  // One grant per worker holding a shard of `meta`.
+  std::map<std::string, std::string> GrantTensor(const TensorMetadata& meta,
+                                                 uint32_t rights) const;
+
+ private:
+  const std::optional<TokenTable> tokens_;
+  const std::string secret_;
+  const std::function<absl::Time()> clock_;
+};
+
+// The cluster secret kept in `data_dir` (made, mode 0600, on first start);
+// empty `data_dir`: a fresh random secret (lives as long as the process).
+absl::StatusOr<std::string> LoadOrMakeClusterSecret(
+    const std::string& data_dir);
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_CLUSTER_AUTHORITY_H_

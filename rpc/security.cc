@@ -1,0 +1,241 @@
+#include "rpc/security.h"
+
+#include <arpa/inet.h>
+#include <openssl/bio.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/auth.h"
+#include "core/placement.h"
+
+namespace tessera {
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const std::string& path,
+                                    absl::string_view what) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("cannot read ", what, " file ", path));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+struct X509Free {
+  void operator()(X509* x) const { X509_free(x); }
+};
+struct KeyFree {
+  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+
+std::unique_ptr<X509, X509Free> ParseCert(const std::string& pem) {
+  std::unique_ptr<BIO, BioFree> bio(
+      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  return std::unique_ptr<X509, X509Free>(
+      PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+}
+
+absl::Status CheckValidNow(X509* cert, const std::string& path) {
+  if (X509_cmp_current_time(X509_get0_notAfter(cert)) <= 0) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("certificate ", path, " has expired"));
+  }
+  if (X509_cmp_current_time(X509_get0_notBefore(cert)) >= 0) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("certificate ", path, " is not valid yet"));
+  }
+  return absl::OkStatus();
+}
+
+class BearerInterceptor : public grpc::experimental::Interceptor {
+ public:
+  explicit BearerInterceptor(const std::string* header) : header_(header) {}
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::
+                PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->insert(
+          {kAuthorizationHeader, *header_});
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string* header_;
+};
+
+class BearerInterceptorFactory
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit BearerInterceptorFactory(std::shared_ptr<const std::string> header)
+      : header_(std::move(header)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo*) override {
+    return new BearerInterceptor(header_.get());
+  }
+
+ private:
+  std::shared_ptr<const std::string> header_;
+};
+
+std::string MetadataValue(const grpc::ServerContext& context,
+                          absl::string_view key) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(grpc::string_ref(key.data(), key.size()));
+  if (it == metadata.end()) return "";
+  return std::string(it->second.data(), it->second.size());
+}
+
+}  // namespace
+
+absl::StatusOr<ClientCertPolicy> ParseClientCertPolicy(absl::string_view text) {
+  if (text == "require") return ClientCertPolicy::kRequire;
+  if (text == "optional") return ClientCertPolicy::kOptional;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--tls_client_cert must be require or optional, got '", text, "'"));
+}
+
+absl::StatusOr<TlsMaterial> LoadTls(const TlsFiles& files, bool need_cert) {
+  if (files.ca.empty()) {
+    return absl::InvalidArgumentError(
+        "TLS needs --tls_ca (the cluster CA that signed every certificate)");
+  }
+  if (files.cert.empty() != files.key.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+  }
+  if (need_cert && files.cert.empty()) {
+    return absl::InvalidArgumentError(
+        "a daemon with TLS needs --tls_cert and --tls_key");
+  }
+  TlsMaterial tls;
+  absl::StatusOr<std::string> ca = ReadPem(files.ca, "CA");
+  if (!ca.ok()) return ca.status();
+  tls.ca_pem = *std::move(ca);
+  if (ParseCert(tls.ca_pem) == nullptr) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("--tls_ca=", files.ca, " holds no PEM certificate"));
+  }
+  if (files.cert.empty()) return tls;
+  absl::StatusOr<std::string> cert = ReadPem(files.cert, "certificate");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadPem(files.key, "key");
+  if (!key.ok()) return key.status();
+  tls.cert_pem = *std::move(cert);
+  tls.key_pem = *std::move(key);
+  std::unique_ptr<X509, X509Free> x509 = ParseCert(tls.cert_pem);
+  if (x509 == nullptr) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("--tls_cert=", files.cert, " holds no PEM certificate"));
+  }
+  std::unique_ptr<BIO, BioFree> bio(BIO_new_mem_buf(
+      tls.key_pem.data(), static_cast<int>(tls.key_pem.size())));
+  std::unique_ptr<EVP_PKEY, KeyFree> pkey(
+      PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
+  if (pkey == nullptr) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("--tls_key=", files.key, " holds no PEM private key"));
+  }
+  if (X509_check_private_key(x509.get(), pkey.get()) != 1) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        "--tls_key=", files.key, " does not match --tls_cert=", files.cert));
+  }
+  if (absl::Status valid = CheckValidNow(x509.get(), files.cert); !valid.ok()) {
+    return valid;
+  }
+  return tls;
+}
+
+std::shared_ptr<grpc::ChannelCredentials> ChannelCredentialsFor(
+    const TlsMaterial& tls) {
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = tls.ca_pem;
+  options.pem_private_key = tls.key_pem;
+  options.pem_cert_chain = tls.cert_pem;
+  return grpc::SslCredentials(options);
+}
+
+std::shared_ptr<grpc::ServerCredentials> ServerCredentialsFor(
+    const TlsMaterial& tls, ClientCertPolicy policy) {
+  grpc::SslServerCredentialsOptions options(
+      policy == ClientCertPolicy::kRequire
+          ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+          : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+  options.pem_root_certs = tls.ca_pem;
+  options.pem_key_cert_pairs.push_back({tls.key_pem, tls.cert_pem});
+  return grpc::SslServerCredentials(options);
+}
+
+bool IsLoopbackHost(absl::string_view host) {
+  if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (absl::AsciiStrToLower(host) == "localhost") return true;
+  in_addr v4;
+  if (inet_pton(AF_INET, std::string(host).c_str(), &v4) == 1) {
+    return (ntohl(v4.s_addr) >> 24) == 127;
+  }
+  in6_addr v6;
+  if (inet_pton(AF_INET6, std::string(host).c_str(), &v6) == 1) {
+    return IN6_IS_ADDR_LOOPBACK(&v6);
+  }
+  return false;
+}
+
+absl::Status CheckProtectedMode(absl::string_view listen, bool secured,
+                                bool insecure) {
+  if (secured || insecure) return absl::OkStatus();
+  const size_t colon = listen.rfind(':');
+  const absl::string_view host =
+      colon == absl::string_view::npos ? listen : listen.substr(0, colon);
+  if (IsLoopbackHost(host)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "refusing to serve on ", listen,
+      " without TLS or tokens: anyone who reaches it would own the cluster "
+      "(insecure). Pass --tls_ca/--tls_cert/--tls_key and tokens, listen on "
+      "loopback, or pass --insecure on a network you trust"));
+}
+
+std::function<ClientInterceptorFactories()> BearerTokenInterceptors(
+    std::string token) {
+  auto header =
+      std::make_shared<const std::string>(absl::StrCat(kBearerPrefix, token));
+  return [header] {
+    ClientInterceptorFactories factories;
+    factories.push_back(std::make_unique<BearerInterceptorFactory>(header));
+    return factories;
+  };
+}
+
+std::string BearerToken(const grpc::ServerContext& context) {
+  std::string value = MetadataValue(context, kAuthorizationHeader);
+  if (!absl::StartsWith(value, kBearerPrefix)) return "";
+  return value.substr(sizeof(kBearerPrefix) - 1);
+}
+
+std::string PresentedCapability(const grpc::ServerContext& context) {
+  return MetadataValue(context, kCapabilityHeader);
+}
+
+bool IsTlsHandshakeFailure(absl::string_view message) {
+  for (absl::string_view word :
+       {"handshake", "SSL_ERROR", "certificate", "CERTIFICATE", "tlsv1 alert",
+        "sslv3 alert", "TSI_"}) {
+    if (absl::StrContains(message, word)) return true;
+  }
+  return false;
+}
+
+}  // namespace tessera
