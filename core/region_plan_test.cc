@@ -1,5 +1,6 @@
 #include "core/region_plan.h"
 
+#include <random>
 #include <vector>
 
 #include "core/sharding_spec.h"
@@ -61,6 +62,49 @@ TEST(RegionPlanTest, EnumerableShardsInTheirGivenOrder) {
   EXPECT_EQ(pieces[1].shard_index, 1u);
   EXPECT_EQ(pieces[1].in_shard, (Box{{1, 8}, {2, 2}}));
   EXPECT_EQ(pieces[1].in_region, (Box{{0, 0}, {2, 2}}));
+}
+
+TEST(RegionPlanTest, PrebuiltIndexGivesTheSamePiecesAsTheScan) {
+  std::mt19937 rng(13);
+  for (int round = 0; round < 40; ++round) {
+    const size_t rank = 1 + round % 4;
+    Shape shape(rank, rank == 1 ? 5000 : 30);
+    // A grid, a row split and a column split, in turn, with a few empty
+    // boxes from the chunking.
+    auto shards = ChunkBoxes(shape, round % rank, 7 + round);
+    ASSERT_THAT(shards, IsOk());
+    if (round % 3 == 0 && rank > 1) {
+      std::vector<Box> grid;
+      for (const Box& b : *shards) {
+        auto sub = ChunkBoxes(ToShape(b.sizes), (round + 1) % rank, 5);
+        for (Box s : *sub) {
+          for (size_t d = 0; d < rank; ++d) s.offsets[d] += b.offsets[d];
+          grid.push_back(s);
+        }
+      }
+      *shards = grid;
+    }
+    const BoxIndex index(*shards);
+    for (int q = 0; q < 50; ++q) {
+      Box region;
+      for (size_t d = 0; d < rank; ++d) {
+        const int64_t lo =
+            std::uniform_int_distribution<int64_t>(0, shape[d])(rng);
+        region.offsets.push_back(lo);
+        region.sizes.push_back(
+            std::uniform_int_distribution<int64_t>(0, shape[d] - lo)(rng));
+      }
+      const std::vector<RegionPiece> want = PlanRegion(*shards, region);
+      const std::vector<RegionPiece> got = PlanRegion(index, *shards, region);
+      ASSERT_EQ(got.size(), want.size()) << region.ToString();
+      for (size_t k = 0; k < want.size(); ++k) {
+        EXPECT_EQ(got[k].shard_index, want[k].shard_index);
+        EXPECT_EQ(got[k].in_shard, want[k].in_shard);
+        EXPECT_EQ(got[k].in_region, want[k].in_region);
+        EXPECT_EQ(got[k].global, want[k].global);
+      }
+    }
+  }
 }
 
 }  // namespace

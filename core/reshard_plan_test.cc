@@ -1,5 +1,11 @@
 #include "core/reshard_plan.h"
 
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
 #include "core/sharding_spec.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -101,6 +107,130 @@ TEST(ReshardPlanTest, PartialKeepMixesKeptAndMovedShards) {
   EXPECT_EQ(plan.kept_from[0], 0);
   EXPECT_EQ(plan.bytes_copied_locally, 8);
   EXPECT_EQ(plan.bytes_moved, 8);
+}
+
+// A random guillotine tiling of `shape` into about n boxes.
+std::vector<Box> RandomTiling(std::mt19937& rng, const Shape& shape, size_t n) {
+  std::vector<Box> boxes = {WholeBox(shape)};
+  for (size_t tries = 0; boxes.size() < n && tries < 20 * n; ++tries) {
+    Box& b =
+        boxes[std::uniform_int_distribution<size_t>(0, boxes.size() - 1)(rng)];
+    const size_t d =
+        std::uniform_int_distribution<size_t>(0, shape.size() - 1)(rng);
+    if (b.sizes[d] < 2) continue;
+    const int64_t cut =
+        std::uniform_int_distribution<int64_t>(1, b.sizes[d] - 1)(rng);
+    Box right = b;
+    right.offsets[d] += cut;
+    right.sizes[d] -= cut;
+    b.sizes[d] = cut;
+    boxes.push_back(right);
+  }
+  std::shuffle(boxes.begin(), boxes.end(), rng);
+  return boxes;
+}
+
+// The plan as the planner defined it before it had an index: every pair
+// tested, old shards taken in order of their start on dim 0.
+std::vector<ReshardPiece> BrutePieces(const std::vector<PlacedBox>& from,
+                                      const std::vector<PlacedBox>& to,
+                                      const ReshardPlan& plan, size_t item) {
+  std::vector<size_t> order(from.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return from[a].box.offsets[0] < from[b].box.offsets[0];
+  });
+  std::vector<ReshardPiece> out;
+  for (size_t j = 0; j < to.size(); ++j) {
+    if (plan.kept_from[j] >= 0) continue;
+    for (size_t i : order) {
+      std::optional<Box> common = Intersect(from[i].box, to[j].box);
+      if (!common.has_value()) continue;
+      ReshardPiece p;
+      p.src_shard = i;
+      p.dst_shard = j;
+      p.bytes = common->NumElements() * static_cast<int64_t>(item);
+      p.global = *common;
+      p.local = from[i].worker == to[j].worker;
+      out.push_back(p);
+    }
+  }
+  return out;
+}
+
+TEST(ReshardPlanTest, SamePiecesInTheSameOrderAsTestingEveryPair) {
+  std::mt19937 rng(9);
+  for (int round = 0; round < 80; ++round) {
+    const size_t rank = 1 + round % 4;
+    Shape shape(rank, rank == 1 ? 3000 : 24);
+    std::vector<PlacedBox> from, to;
+    std::vector<Box> a = RandomTiling(rng, shape, 150);
+    std::vector<Box> b = RandomTiling(rng, shape, 120);
+    for (size_t i = 0; i < a.size(); ++i)
+      from.push_back({a[i], std::string(1, 'a' + i % 3)});
+    for (size_t j = 0; j < b.size(); ++j)
+      to.push_back({b[j], std::string(1, 'a' + j % 4)});
+    to.push_back(from[round % from.size()]);  // kept as it is
+    ReshardPlan plan = PlanReshard(from, to, 2);
+    EXPECT_EQ(plan.kept_from.back(), round % from.size());
+    std::vector<ReshardPiece> want = BrutePieces(from, to, plan, 2);
+    ASSERT_EQ(plan.pieces.size(), want.size()) << "round " << round;
+    int64_t moved = 0;
+    for (size_t k = 0; k < want.size(); ++k) {
+      EXPECT_EQ(plan.pieces[k].src_shard, want[k].src_shard);
+      EXPECT_EQ(plan.pieces[k].dst_shard, want[k].dst_shard);
+      EXPECT_EQ(plan.pieces[k].global, want[k].global);
+      EXPECT_EQ(plan.pieces[k].bytes, want[k].bytes);
+      EXPECT_EQ(plan.pieces[k].local, want[k].local);
+      if (!want[k].local) moved += want[k].bytes;
+    }
+    EXPECT_EQ(plan.bytes_moved, moved);
+  }
+}
+
+// Nested corner shells of [m]^2: column p from row p down, row p right of
+// column p. A sort on dim 0 with a bound on extents scans them all.
+std::vector<PlacedBox> Shells2(int64_t m, bool transposed) {
+  std::vector<PlacedBox> out;
+  for (int64_t p = 0; p < m; ++p) {
+    Box column{{p, p}, {m - p, 1}};
+    Box row{{p, p + 1}, {1, m - p - 1}};
+    for (Box b : {column, row}) {
+      if (b.IsEmpty()) continue;
+      if (transposed) {
+        std::swap(b.offsets[0], b.offsets[1]);
+        std::swap(b.sizes[0], b.sizes[1]);
+      }
+      out.push_back({b, transposed ? "w1" : "w0"});
+    }
+  }
+  return out;
+}
+
+TEST(ReshardPlanTest, TransposingCornerShellsMovesEveryElementOnce) {
+  const int64_t m = 20000;
+  ReshardPlan plan = PlanReshard(Shells2(m, false), Shells2(m, true), 1);
+  EXPECT_EQ(plan.shards_kept, 0);
+  EXPECT_EQ(PieceBytes(plan), m * m);
+  EXPECT_EQ(plan.bytes_moved, m * m);
+  EXPECT_EQ(plan.pieces.size(), 3u * (m - 1) + 1);  // the corner cell: one
+}
+
+TEST(ReshardPlanTest, ColumnChunksToFewerColumnChunks) {
+  const int64_t n = 20000;
+  auto boxes = ChunkBoxes({16, 8 * n}, 1, n);
+  auto fewer = ChunkBoxes({16, 8 * n}, 1, n - 1);  // 9 columns each
+  std::vector<PlacedBox> from, to;
+  for (const Box& b : *boxes) from.push_back({b, "a"});
+  for (const Box& b : *fewer) to.push_back({b, "b"});
+  ReshardPlan plan = PlanReshard(from, to, 4);
+  EXPECT_EQ(PieceBytes(plan), 16 * 8 * n * 4);
+  for (size_t k = 1; k < plan.pieces.size(); ++k) {
+    const ReshardPiece& a = plan.pieces[k - 1];
+    const ReshardPiece& b = plan.pieces[k];
+    EXPECT_TRUE(a.dst_shard < b.dst_shard ||
+                (a.dst_shard == b.dst_shard && a.src_shard < b.src_shard));
+  }
 }
 
 }  // namespace
