@@ -5,9 +5,13 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -85,8 +89,8 @@ TEST_F(TransportChainTest, FirstTransportThatCanMovesTheBytes) {
 }
 
 TEST_F(TransportChainTest, FailedPreconditionFallsBackAndIsCounted) {
-  auto chain = Chain(absl::FailedPreconditionError("another host"), 0,
-                     absl::OkStatus());
+  auto chain =
+      Chain(absl::FailedPreconditionError("another host"), 0, absl::OkStatus());
   ASSERT_THAT(ReadN(*chain, 10), IsOk());
   ASSERT_THAT(ReadN(*chain, 5), IsOk());
   EXPECT_EQ(far_calls_, 2);
@@ -129,8 +133,8 @@ TEST_F(TransportChainTest, LastTransportsAnswerIsReturned) {
 }
 
 TEST_F(TransportChainTest, WritesChooseByTheShardsSize) {
-  auto chain = Chain(absl::FailedPreconditionError("no segment"), 0,
-                     absl::OkStatus());
+  auto chain =
+      Chain(absl::FailedPreconditionError("no segment"), 0, absl::OkStatus());
   RemoteShard shard;
   shard.item_bytes = 2;
   shard.shape = {3, 7};
@@ -143,8 +147,8 @@ TEST_F(TransportChainTest, WritesChooseByTheShardsSize) {
 }
 
 TEST_F(TransportChainTest, TransferReadsEachPieceThroughTheChain) {
-  auto chain = Chain(absl::FailedPreconditionError("another host"), 0,
-                     absl::OkStatus());
+  auto chain =
+      Chain(absl::FailedPreconditionError("another host"), 0, absl::OkStatus());
   class Receiver : public TransferReceiver {
    public:
     absl::StatusOr<PieceTarget> TargetFor(const TransferPiece&) override {
@@ -161,6 +165,71 @@ TEST_F(TransportChainTest, TransferReadsEachPieceThroughTheChain) {
   EXPECT_EQ(*moved, 64);
   EXPECT_EQ(chain->Stats().bytes.at("far"), 64);
   EXPECT_EQ(chain->Stats().fallbacks.at("near"), 2);
+}
+
+// Holds every read until `expected` reads are in flight at once, then lets
+// them all finish; a read that waits 10 s for the others fails.
+class RendezvousTransport : public ShardTransport {
+ public:
+  explicit RendezvousTransport(int expected) : expected_(expected) {}
+  const std::string& name() const override { return name_; }
+  absl::Status Read(const RemoteShard& shard, const Box& box,
+                    const ReadTarget& target) override {
+    {
+      absl::MutexLock lock(&mu_);
+      ++arrived_;
+      if (!mu_.AwaitWithTimeout(
+              absl::Condition(this, &RendezvousTransport::AllArrived),
+              absl::Seconds(10))) {
+        return absl::DeadlineExceededError("reads did not overlap");
+      }
+    }
+    std::string zeros(box.NumElements() * shard.item_bytes, '\0');
+    return target.Deliver(box.sizes, 0, box.NumElements(), zeros.data(),
+                          shard.item_bytes);
+  }
+  absl::Status Write(const RemoteShard&, const WriteSource&) override {
+    return absl::OkStatus();
+  }
+
+ private:
+  bool AllArrived() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return arrived_ >= expected_;
+  }
+
+  const std::string name_ = "near";
+  const int expected_;
+  absl::Mutex mu_;
+  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// A gather reads every worker's pieces from its own thread through one
+// chain: the chain must let those reads run side by side (a lock held
+// across a read would make the copies serial).
+TEST(TransportChainConcurrencyTest, ReadsFromManyThreadsOverlap) {
+  constexpr int kReaders = 4;
+  std::vector<TransportChain::Link> links;
+  links.push_back(
+      TransportChain::Link{std::make_unique<RendezvousTransport>(kReaders), 0});
+  TransportChain chain(std::move(links));
+  std::vector<std::string> outs(kReaders, std::string(40, 'x'));
+  std::vector<absl::Status> results(kReaders);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kReaders; ++i) {
+    threads.emplace_back([&, i] {
+      RemoteShard shard;
+      shard.location.address = absl::StrCat("w:", i);
+      shard.item_bytes = 4;
+      results[i] = chain.Read(shard, WholeBox({10}),
+                              ReadTarget::HostArray(outs[i].data(), {10}, {0}));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < kReaders; ++i) {
+    EXPECT_THAT(results[i], IsOk()) << "reader " << i;
+    EXPECT_EQ(outs[i], std::string(40, '\0'));
+  }
+  EXPECT_EQ(chain.Stats().bytes.at("near"), kReaders * 40);
 }
 
 TEST(TransportChainMakeTest, SharedMemoryOffLeavesGrpcOnly) {
