@@ -3,7 +3,9 @@
 # workers, then to the coordinator, each given TESSERA_STOP_TIMEOUT seconds
 # (default 10) before podman kills it; prints every daemon's exit status and
 # removes the containers. The coordinator's metadata volume stays (a later
-# cluster-up continues the same cluster) unless --volumes is given.
+# cluster-up continues the same cluster) unless --volumes is given. A
+# --secure cluster's per-container copies of its certificates and tokens are
+# removed; the originals in $TESSERA_SECRETS stay for the next cluster-up.
 #
 #   deploy/cluster-down.sh [--volumes]
 #
@@ -29,6 +31,12 @@ names() {  # containers of this cluster with role $1
 }
 workers=$(names worker)
 coordinator=$(names coordinator)
+secrets=""
+for name in $coordinator $workers; do
+  secrets=$("${PODMAN[@]}" inspect --format '{{index .Config.Labels "io.tessera.secrets"}}' "$name" 2>/dev/null || true)
+  [ "$secrets" = "<no value>" ] && secrets=""
+  [ -z "$secrets" ] || break
+done
 failed=0
 for group in "$workers" "$coordinator"; do
   [ -n "$group" ] || continue
@@ -46,6 +54,9 @@ for name in $workers $coordinator; do
   fi
   "${PODMAN[@]}" rm -f "$name" >/dev/null || failed=1
 done
+if [ -n "$secrets" ]; then
+  deploy/container-secrets.sh --remove "$secrets" || failed=1
+fi
 if [ -n "$volumes" ] && "${PODMAN[@]}" volume exists "$CLUSTER-data"; then
   "${PODMAN[@]}" volume rm "$CLUSTER-data" >/dev/null || failed=1
   echo "removed volume $CLUSTER-data"

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # A real container test: builds the image (deploy/build-images.sh), starts a
-# coordinator and 3 workers as containers on free loopback ports
-# (deploy/cluster-up.sh), drives the demo's steps with the CLI from a client
-# container (create, put, get, region and shard gets, reshard, a coordinator
-# restart on its volume, rm), compares the bytes on the host with numpy,
-# checks every daemon's grpc.health.v1 status and /metrics (promtool) and
+# secured coordinator and 3 workers as containers on free loopback ports
+# (deploy/cluster-up.sh --secure: mutual TLS and tokens from
+# deploy/make-certs.sh), drives the demo's steps with the CLI from a client
+# container with the admin token (create, put, get, region and shard gets,
+# reshard, a coordinator restart on its volume, rm), checks that a CLI without
+# a token or a certificate is unauthenticated and that the read role may get
+# but not create or rm, compares the bytes on the host with numpy,
+# checks every daemon's grpc.health.v1 status over TLS (and that plaintext is
+# refused) and /metrics (promtool) and
 # has a real Prometheus scrape them and answer queries, stops
 # everything (deploy/cluster-down.sh: every daemon must exit 0 on SIGTERM) and
 # checks nothing it created is left.
@@ -30,6 +34,9 @@ export TESSERA_CLUSTER="tessera-ctest-$$"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/tessera-container-test.XXXXXX")
 chmod 0777 "$WORK"  # the client container (uid 10001) writes its outputs here
 mkdir -p "$WORK/logs"
+# Certificates and tokens (cluster-up.sh --secure makes them here, 0700).
+export TESSERA_SECRETS="$WORK/secrets"
+CLI="${TESSERA_CLI:-bazel-bin/client/tessera}"
 passed=0
 failed=0
 timings=()
@@ -153,16 +160,51 @@ TESSERA_PORT=$(free_port_base) || { echo "container_test: no free loopback ports
 export TESSERA_PORT
 COORDINATOR="127.0.0.1:$TESSERA_PORT"
 t0=$(now)
-if step cluster-up deploy/cluster-up.sh "$N_WORKERS"; then
+if step cluster-up deploy/cluster-up.sh "$N_WORKERS" --secure; then
   timings+=("cluster-up $(since "$t0") s")
   sed 's/^/         /' "$WORK/logs/cluster-up.log"
 fi
 
-# The CLI from a client container: non-root, read-only root, $WORK at /work.
-tessera() {
+# The CLI from a client container: non-root, read-only root, $WORK at /work,
+# the user's certificate and the tokens (cluster-up's copies owned by the
+# image's user) at /etc/tessera. tessera_as WHO: WHO is admin, writer or
+# reader (its token), no-token (certificate, no token) or no-cert (the CA and
+# the admin token, no client certificate); tessera is tessera_as admin.
+tessera_as() {
+  local who="$1" env=(-e TESSERA_TLS_CA=/etc/tessera/ca.crt)
+  shift
+  case "$who" in
+    no-cert) env+=(-e TESSERA_TOKEN_FILE=/etc/tessera/admin.token) ;;
+    no-token) env+=(-e TESSERA_TLS_CERT=/etc/tessera/tls.crt -e TESSERA_TLS_KEY=/etc/tessera/tls.key) ;;
+    *) env+=(-e TESSERA_TLS_CERT=/etc/tessera/tls.crt -e TESSERA_TLS_KEY=/etc/tessera/tls.key
+      -e "TESSERA_TOKEN_FILE=/etc/tessera/$who.token") ;;
+  esac
   "${PODMAN[@]}" run --rm --network host --read-only --cap-drop ALL \
-    --security-opt no-new-privileges -v "$WORK:/work" -w /work "$IMAGE" \
+    --security-opt no-new-privileges -v "$WORK:/work" -w /work \
+    -v "$TESSERA_SECRETS/containers/client:/etc/tessera:ro" "${env[@]}" "$IMAGE" \
     tessera --coordinator="$COORDINATOR" "$@"
+}
+tessera() { tessera_as admin "$@"; }
+# fails_with WORDS WHO ARGS...: the CLI as WHO exits 1 with WORDS in its error.
+fails_with() {
+  local words="$1" out rc
+  shift
+  out=$(tessera_as "$@" 2>&1)
+  rc=$?
+  echo "exit $rc: $out"
+  [ "$rc" -eq 1 ] && grep -q "^error: .*$words" <<<"$out"
+}
+# The line cluster-up printed points the host's CLI at the cluster.
+host_cli_env_line() {
+  local line
+  line=$(grep '^export TESSERA_COORDINATOR=' "$WORK/logs/cluster-up.log") ||
+    { echo "cluster-up printed no export line"; return 1; }
+  [ -x "$CLI" ] || { echo "no host CLI at $CLI: only the line is checked"; return 0; }
+  (
+    unset TESSERA_TLS_CA TESSERA_TLS_CERT TESSERA_TLS_KEY TESSERA_TOKEN_FILE
+    eval "$line"
+    "$CLI" workers
+  )
 }
 # same FILE_A FILE_B: the two .npy files hold the same array (shape, dtype, bytes).
 same() {
@@ -201,18 +243,19 @@ restart_coordinator() {
   for _ in $(seq 1 100); do workers_alive 2>/dev/null && break; sleep 0.3; done
   tessera describe emb
 }
-# deploy/compose.yaml describes the cluster cluster-up.sh started: the same
-# commands (ports shifted from 7070 to this run's), volume, init, read-only
-# root, no capabilities, no-new-privileges, host network.
+# deploy/compose.yaml describes the cluster cluster-up.sh --secure started:
+# the same commands (ports shifted from 7070 to this run's), volume, secrets
+# mounts, init, read-only root, no capabilities, no-new-privileges, host
+# network.
 compose_matches() {
   local names=("$TESSERA_CLUSTER-coordinator")
   for ((i = 0; i < N_WORKERS; i++)); do names+=("$TESSERA_CLUSTER-w$i"); done
   "${PODMAN[@]}" inspect "${names[@]}" >"$WORK/inspect.json" || return 1
-  $PY - deploy/compose.yaml "$WORK/inspect.json" "$TESSERA_PORT" "$TESSERA_CLUSTER" <<'PYEOF'
+  $PY - deploy/compose.yaml "$WORK/inspect.json" "$TESSERA_PORT" "$TESSERA_CLUSTER" "$TESSERA_SECRETS" <<'PYEOF'
 import json, re, sys, yaml
 compose = yaml.safe_load(open(sys.argv[1]))
 running = {c["Name"]: c for c in json.load(open(sys.argv[2]))}
-port, cluster = int(sys.argv[3]), sys.argv[4]
+port, cluster, secrets = int(sys.argv[3]), sys.argv[4], sys.argv[5]
 bad = []
 for service, spec in compose["services"].items():
     name = spec["container_name"].replace("tessera", cluster, 1)
@@ -241,10 +284,14 @@ for service, spec in compose["services"].items():
             v = v.replace("tessera", cluster, 1)
         checks[f"label {k}={v}"] = labels.get(k) == v
     bad += [f"{service}: {k} differs" for k, ok in checks.items() if not ok]
-    mounts = sorted(f"{m['Name'].replace(cluster, 'tessera', 1)}:{m['Destination']}"
-                    for m in c.get("Mounts") or [] if m.get("Type") == "volume")
-    if mounts != sorted(spec.get("volumes") or []):
-        bad.append(f"{service}: volumes {mounts} vs compose {spec.get('volumes')}")
+    mounts = sorted([f"{m['Name'].replace(cluster, 'tessera', 1)}:{m['Destination']}"
+                     for m in c.get("Mounts") or [] if m.get("Type") == "volume"] +
+                    [f"{m['Source']}:{m['Destination']}" + ("" if m.get("RW") else ":ro")
+                     for m in c.get("Mounts") or [] if m.get("Type") == "bind"])
+    want_mounts = sorted(re.sub(r"^\$\{TESSERA_SECRETS[^}]*\}", secrets, v)
+                         for v in spec.get("volumes") or [])
+    if mounts != want_mounts:
+        bad.append(f"{service}: volumes {mounts} vs compose {want_mounts}")
 if running:
     bad.append(f"containers compose does not describe: {sorted(running)}")
 print("\n".join(bad) or "compose.yaml matches the running cluster")
@@ -256,17 +303,34 @@ not_listed() { ! tessera ls --json | grep -q '"emb"'; }
 # CLI.md "Operations": every daemon answers grpc.health.v1 (a real gRPC
 # client: python3-grpcio), serves /metrics that promtool accepts, and a real
 # Prometheus scrapes them all and answers queries about the cluster.
+# Over mutual TLS with the user's certificate; a plaintext caller is refused.
 health_serving() {  # ADDRESS...
-  $PY - "$@" <<'PYEOF'
+  $PY - "$TESSERA_SECRETS" "$@" <<'PYEOF'
 import sys, grpc
-for address in sys.argv[1:]:
-    with grpc.insecure_channel(address) as channel:
+d = sys.argv[1]
+read = lambda name: open(f"{d}/{name}", "rb").read()
+creds = grpc.ssl_channel_credentials(read("ca.crt"), read("user.key"), read("user.crt"))
+for address in sys.argv[2:]:
+    with grpc.secure_channel(address, creds) as channel:
         check = channel.unary_unary("/grpc.health.v1.Health/Check")
         reply = check(b"", timeout=5)  # HealthCheckRequest{service: ""}
         # HealthCheckResponse{status: SERVING (1)} is the two bytes 08 01.
         print(address, reply.hex())
         if reply != b"\x08\x01":
             sys.exit(f"{address} is not SERVING: {reply.hex()}")
+PYEOF
+}
+plaintext_refused() {  # ADDRESS...
+  $PY - "$@" <<'PYEOF'
+import sys, grpc
+for address in sys.argv[1:]:
+    with grpc.insecure_channel(address) as channel:
+        try:
+            channel.unary_unary("/grpc.health.v1.Health/Check")(b"", timeout=3)
+        except grpc.RpcError as e:
+            print(address, "refused a plaintext caller:", e.code())
+            continue
+        sys.exit(f"{address} answered a plaintext caller")
 PYEOF
 }
 metrics_valid() {  # PORT
@@ -326,7 +390,8 @@ prometheus_bytes_held() {
 operations_steps() {
   local addresses=("$COORDINATOR")
   for ((i = 0; i < N_WORKERS; i++)); do addresses+=("127.0.0.1:$((TESSERA_PORT + 1 + i))"); done
-  step health-serving health_serving "${addresses[@]}"
+  step health-serving-over-tls health_serving "${addresses[@]}"
+  step plaintext-refused plaintext_refused "${addresses[@]}"
   step coordinator-metrics-valid metrics_valid $((TESSERA_PORT + 1000))
   step worker-metrics-valid metrics_valid $((TESSERA_PORT + 1001))
   step prometheus-starts prometheus_up
@@ -337,12 +402,22 @@ operations_steps() {
 }
 
 step compose-yaml-matches-cluster-up compose_matches
+step host-cli-env-line host_cli_env_line
 step workers-alive-from-client-container workers_alive
+# CLI.md "Security": no token or no certificate is unauthenticated; the read
+# role may read but not create or rm.
+step no-token-unauthenticated fails_with unauthenticated no-token ls
+step no-cert-unauthenticated fails_with unauthenticated no-cert ls
+step reader-create-permission-denied fails_with 'permission denied' reader \
+  create denied --shape=4 --dtype=int32 --chunk_dim=0 --placements=rank:0
 step make-input make_input
 step create-arange tessera create ar --shape=48,10 --dtype=int32 --chunk_dim=0 \
   --placements=rank:0,rank:1,rank:2 --init=arange
 step get-arange tessera get ar --output=/work/got_arange.npy
 step arange-matches same got_arange.npy want_arange.npy
+step reader-get tessera_as reader get ar --output=/work/got_arange_reader.npy
+step reader-get-matches same got_arange_reader.npy want_arange.npy
+step reader-rm-permission-denied fails_with 'permission denied' reader rm ar
 step put tessera put emb --input=/work/src.npy --chunk_dim=0 --placements=rank:0,rank:1,rank:2
 step describe want_shard
 step get-whole tessera get emb --output=/work/got_full.npy
