@@ -65,6 +65,7 @@ cleanup() {
   # shellcheck disable=SC2086
   [ -z "$ids" ] || "${PODMAN[@]}" rm -f $ids >/dev/null 2>&1
   "${PODMAN[@]}" volume rm -f "$TESSERA_CLUSTER-data" >/dev/null 2>&1
+  deploy/container-secrets.sh --remove "$TESSERA_SECRETS" >/dev/null 2>&1
   rm -rf "$WORK"
 }
 trap cleanup EXIT

@@ -4,6 +4,8 @@
 # table chunk-sharded on dim 0, fetches row ranges and a column block,
 # reshards it rows -> columns, gathers the whole table, checks every byte
 # against the source, and stops the cluster cleanly.
+#
+#   deploy/demo.sh [--secure]     # --secure: mutual TLS and tokens, the CLI as admin
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,13 +17,21 @@ T="bazel-bin/client/tessera"
 WORK="$TESSERA_RUN_DIR/data"
 mkdir -p "$WORK"
 
+SECURE=""
+case "${1:-}" in
+  "") ;;
+  --secure) SECURE=--secure ;;
+  *) echo "usage: $0 [--secure]" >&2; exit 2 ;;
+esac
+
 cleanup() { deploy/local_cluster.sh stop >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
 step() { printf '\n== %s\n' "$*"; }
 
 step "starting a local cluster"
-deploy/local_cluster.sh start 4
+deploy/local_cluster.sh start 4 $SECURE
+if [ -n "$SECURE" ]; then eval "$(deploy/local_cluster.sh env)"; fi
 $T workers
 
 ROWS=65536
