@@ -44,12 +44,18 @@ struct StopCondition {
 
 class BoxIndex {
  public:
+  // What the index will be asked. kPairsOnly skips building the k-d tree
+  // (a third of the build time); ForEachIntersecting then looks at every box.
+  enum class Use { kQueriesAndPairs, kPairsOnly };
+
   // Indexes the non-empty ones among `boxes`, which should all have one
   // rank (a non-empty box of another rank than the first non-empty one is
   // left out). Indices in answers are positions in `boxes`. O(n log n).
-  explicit BoxIndex(absl::Span<const Box> boxes);
+  explicit BoxIndex(absl::Span<const Box> boxes,
+                    Use use = Use::kQueriesAndPairs);
   // The same for `count` boxes that `box_of(i)` returns.
-  BoxIndex(size_t count, const std::function<const Box&(size_t)>& box_of);
+  BoxIndex(size_t count, const std::function<const Box&(size_t)>& box_of,
+           Use use = Use::kQueriesAndPairs);
 
   BoxIndex(BoxIndex&&) = default;
   BoxIndex& operator=(BoxIndex&&) = default;
@@ -90,7 +96,8 @@ class BoxIndex {
     int32_t left = -1;            // children left, left + 1; -1: a leaf
   };
 
-  void Build(size_t count, const std::function<const Box&(size_t)>& box_of);
+  void Build(size_t count, const std::function<const Box&(size_t)>& box_of,
+             Use use);
   int64_t Lo(size_t item, size_t d) const {
     return coords_[item * 2 * rank_ + 2 * d];
   }

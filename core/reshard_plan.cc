@@ -34,6 +34,7 @@ ReshardPlan PlanReshard(absl::Span<const PlacedBox> old_layout,
 
   // New shards identical to an old shard keep its memory.
   absl::flat_hash_map<BoxKey, size_t> old_by_key;
+  old_by_key.reserve(old_layout.size());
   for (size_t i = 0; i < old_layout.size(); ++i) {
     old_by_key.emplace(BoxKey{&old_layout[i].box, &old_layout[i].worker}, i);
   }
@@ -48,44 +49,62 @@ ReshardPlan PlanReshard(absl::Span<const PlacedBox> old_layout,
 
   // Every (old, new) pair of boxes that meet, new shards that are kept
   // left out, found by one pair search over both layouts.
-  const BoxIndex old_index(old_layout.size(), [&](size_t i) -> const Box& {
-    return old_layout[i].box;
-  });
+  const BoxIndex old_index(
+      old_layout.size(),
+      [&](size_t i) -> const Box& { return old_layout[i].box; },
+      BoxIndex::Use::kPairsOnly);
   const Box nothing({0}, {0});  // stands for kept new shards: empty
-  const BoxIndex new_index(new_layout.size(), [&](size_t j) -> const Box& {
-    return plan.kept_from[j] >= 0 ? nothing : new_layout[j].box;
-  });
-  std::vector<std::pair<size_t, size_t>> pairs;  // (new, old)
+  const BoxIndex new_index(
+      new_layout.size(),
+      [&](size_t j) -> const Box& {
+        return plan.kept_from[j] >= 0 ? nothing : new_layout[j].box;
+      },
+      BoxIndex::Use::kPairsOnly);
+  std::vector<std::pair<uint32_t, uint32_t>> pairs;  // (new, old)
   (void)new_index.ForEachIntersectingPair(old_index, [&](size_t j, size_t i) {
-    pairs.push_back({j, i});
+    pairs.push_back({static_cast<uint32_t>(j), static_cast<uint32_t>(i)});
     return true;
   });
-  // Grouped by new shard; within one, old shards by their start on dim 0.
-  std::sort(pairs.begin(), pairs.end(), [&](const auto& a, const auto& b) {
-    if (a.first != b.first) return a.first < b.first;
-    const int64_t sa = old_layout[a.second].box.offsets[0];
-    const int64_t sb = old_layout[b.second].box.offsets[0];
-    return sa != sb ? sa < sb : a.second < b.second;
-  });
-  plan.pieces.reserve(pairs.size());
-  for (const auto& [j, i] : pairs) {
-    const PlacedBox& src = old_layout[i];
+  // Grouped by new shard (a counting sort); within one, old shards by their
+  // start on dim 0, then index.
+  std::vector<size_t> first(new_layout.size() + 1, 0);
+  for (const auto& pair : pairs) ++first[pair.first + 1];
+  for (size_t j = 0; j < new_layout.size(); ++j) first[j + 1] += first[j];
+  std::vector<uint32_t> sources(pairs.size());
+  {
+    std::vector<size_t> next(first.begin(), first.end() - 1);
+    for (const auto& [j, i] : pairs) sources[next[j]++] = i;
+  }
+  pairs.clear();
+  pairs.shrink_to_fit();
+  plan.pieces.reserve(sources.size());
+  for (size_t j = 0; j < new_layout.size(); ++j) {
+    const auto begin = sources.begin() + first[j];
+    const auto end = sources.begin() + first[j + 1];
+    std::sort(begin, end, [&](uint32_t a, uint32_t b) {
+      const int64_t sa = old_layout[a].box.offsets[0];
+      const int64_t sb = old_layout[b].box.offsets[0];
+      return sa != sb ? sa < sb : a < b;
+    });
     const PlacedBox& dst = new_layout[j];
-    std::optional<Box> piece = Intersect(src.box, dst.box);
-    if (!piece.has_value()) continue;
-    ReshardPiece p;
-    p.src_shard = i;
-    p.dst_shard = j;
-    p.bytes = piece->NumElements() * static_cast<int64_t>(item_size);
-    p.global = *std::move(piece);
-    p.local = src.worker == dst.worker;
-    if (p.local) {
-      plan.bytes_copied_locally += p.bytes;
-    } else {
-      ++plan.pieces_moved;
-      plan.bytes_moved += p.bytes;
+    for (auto it = begin; it != end; ++it) {
+      const PlacedBox& src = old_layout[*it];
+      std::optional<Box> piece = Intersect(src.box, dst.box);
+      if (!piece.has_value()) continue;
+      ReshardPiece p;
+      p.src_shard = *it;
+      p.dst_shard = j;
+      p.bytes = piece->NumElements() * static_cast<int64_t>(item_size);
+      p.global = *std::move(piece);
+      p.local = src.worker == dst.worker;
+      if (p.local) {
+        plan.bytes_copied_locally += p.bytes;
+      } else {
+        ++plan.pieces_moved;
+        plan.bytes_moved += p.bytes;
+      }
+      plan.pieces.push_back(std::move(p));
     }
-    plan.pieces.push_back(std::move(p));
   }
   return plan;
 }

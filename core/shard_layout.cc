@@ -27,6 +27,46 @@ absl::Status OverlapBetween(absl::Span<const Box> boxes, size_t i, size_t j) {
       common.has_value() ? common->ToString() : "elements"));
 }
 
+// Some pair of boxes among boxes[0, end) that share an element, if any.
+absl::StatusOr<std::optional<std::pair<size_t, size_t>>> AnyOverlap(
+    absl::Span<const Box> boxes, size_t end, const StopCondition& stop) {
+  std::optional<std::pair<size_t, size_t>> pair;
+  const BoxIndex index(boxes.subspan(0, end), BoxIndex::Use::kPairsOnly);
+  TESSERA_RETURN_IF_ERROR(index.ForEachIntersectingPair(
+      [&](size_t i, size_t j) {
+        pair.emplace(i, j);
+        return false;
+      },
+      stop));
+  return pair;
+}
+
+// The first box that shares an element with an earlier one, if any: the
+// last box of the shortest prefix that holds an overlap. One pair search
+// when there is no overlap, two when the first pair found ends that
+// prefix (one overlap alone, say), and O(log n) in general.
+absl::StatusOr<std::optional<size_t>> FirstOverlapping(
+    absl::Span<const Box> boxes, const StopCondition& stop) {
+  TESSERA_ASSIGN_OR_RETURN(auto pair, AnyOverlap(boxes, boxes.size(), stop));
+  if (!pair.has_value()) return std::nullopt;
+  // Prefixes of length `without` hold no overlap, of length `with` one.
+  size_t without = 1;
+  size_t with = pair->second + 1;
+  bool first_probe = true;
+  while (with - without > 1) {
+    // Try the prefix just short of `with` first: often the answer.
+    const size_t mid = first_probe ? with - 1 : without + (with - without) / 2;
+    first_probe = false;
+    TESSERA_ASSIGN_OR_RETURN(pair, AnyOverlap(boxes, mid, stop));
+    if (pair.has_value()) {
+      with = std::min(mid, pair->second + 1);
+    } else {
+      without = mid;
+    }
+  }
+  return with - 1;
+}
+
 }  // namespace
 
 absl::Status ValidateLayout(const Shape& shape, absl::Span<const Box> boxes,
@@ -64,17 +104,15 @@ absl::Status ValidateLayout(const Shape& shape, absl::Span<const Box> boxes,
       return OverlapBetween(boxes, non_empty[0], non_empty[1]);
     }
   } else if (non_empty.size() > 1) {
-    // The first pair of non-empty boxes that share an element, if any.
-    std::optional<std::pair<size_t, size_t>> pair;
-    const BoxIndex index(boxes);
-    TESSERA_RETURN_IF_ERROR(index.ForEachIntersectingPair(
-        [&](size_t i, size_t j) {
-          pair.emplace(i, j);
-          return false;
-        },
-        stop));
-    if (pair.has_value())
-      return OverlapBetween(boxes, pair->first, pair->second);
+    TESSERA_ASSIGN_OR_RETURN(const std::optional<size_t> j,
+                             FirstOverlapping(boxes, stop));
+    if (j.has_value()) {
+      for (size_t i = 0; i < *j; ++i) {
+        if (Intersect(boxes[i], boxes[*j]).has_value()) {
+          return OverlapBetween(boxes, i, *j);
+        }
+      }
+    }
   }
   // In bounds and disjoint: the sum of volumes is at most `total`.
   int64_t covered = 0;

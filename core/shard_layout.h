@@ -26,7 +26,9 @@ enum class LayoutKind {
 //  2. bounds (OutOfBoundsError naming the shard and its box): for
 //     kEnumerable every box, size-0 ones included; for kChunk only the
 //     non-empty boxes;
-//  3. no two non-empty boxes overlap (OverlapError naming both shards);
+//  3. no two non-empty boxes overlap (OverlapError naming both shards: the
+//     first shard that overlaps an earlier one, and the first earlier one
+//     it overlaps);
 //  4. the non-empty boxes cover the tensor (NotCoveredError saying how many
 //     elements are left uncovered).
 absl::Status ValidateLayout(const Shape& shape, absl::Span<const Box> boxes,

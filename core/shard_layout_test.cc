@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "core/sharding_spec.h"
 #include "core/testing/status_matchers.h"
@@ -339,9 +340,12 @@ std::string Oracle(const Shape& shape, const std::vector<Box>& boxes) {
       }
     }
   }
-  for (size_t i = 0; i < boxes.size(); ++i) {
-    for (size_t j = i + 1; j < boxes.size(); ++j) {
-      if (Intersect(boxes[i], boxes[j]).has_value()) return "overlap";
+  // The first shard that overlaps an earlier one, and the first such one.
+  for (size_t j = 0; j < boxes.size(); ++j) {
+    for (size_t i = 0; i < j; ++i) {
+      if (Intersect(boxes[i], boxes[j]).has_value()) {
+        return absl::StrCat("overlap: shard ", i, " and shard ", j);
+      }
     }
   }
   int64_t covered = 0, total = 1;
@@ -353,12 +357,18 @@ std::string Oracle(const Shape& shape, const std::vector<Box>& boxes) {
 std::string Verdict(const absl::Status& s) {
   if (s.ok()) return "ok";
   if (absl::IsOutOfRange(s)) return "bounds";
-  if (s.message().find("overlap") != absl::string_view::npos) return "overlap";
+  if (s.message().find("overlap") != absl::string_view::npos) {
+    // "shards overlap: shard I (...) and shard J (...) both hold ..."
+    std::vector<std::string> words = absl::StrSplit(s.message(), ' ');
+    return absl::StrCat("overlap: shard ", words[3], " and shard ", words[7]);
+  }
   if (s.message().find("cover") != absl::string_view::npos) return "cover";
   return std::string(s.message());
 }
 
 TEST(ShardLayoutTest, AgreesWithBruteForceOnRandomSmallLayouts) {
+  // Overlaps name the first shard that overlaps an earlier one, and the
+  // first earlier one it overlaps.
   std::mt19937 rng(5);
   std::uniform_int_distribution<int64_t> coord(0, 4);
   for (int round = 0; round < 3000; ++round) {
