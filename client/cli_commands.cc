@@ -1,6 +1,7 @@
 #include "client/cli_commands.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <utility>
 
@@ -14,12 +15,14 @@
 #include "client/json_output.h"
 #include "client/npy_file.h"
 #include "client/tessera_client.h"
+#include "core/auth.h"
 #include "core/dtype.h"
 #include "core/init_fill.h"
 #include "core/layout_spec.h"
 #include "core/parse.h"
 #include "core/placement.h"
 #include "core/status_macros.h"
+#include "ops/version.h"
 
 namespace tessera {
 namespace cli {
@@ -117,10 +120,15 @@ const CommandDef* FindCommand(absl::string_view name) {
 
 std::string MainUsage() {
   std::string out =
-      "usage: tessera [--coordinator=HOST:PORT] [--verbose] COMMAND "
-      "[ARGS]\n\n"
+      "usage: tessera [--coordinator=HOST:PORT] [--verbose] "
+      "[--tls_ca=CA.pem --tls_cert=U.pem --tls_key=U.key] "
+      "[--token_file=U.token] COMMAND [ARGS]\n"
+      "       tessera --version\n\n"
       "--coordinator defaults to $TESSERA_COORDINATOR, then "
-      "127.0.0.1:7070.\n\ncommands:\n";
+      "127.0.0.1:7070.\n"
+      "--tls_ca, --tls_cert, --tls_key and --token_file default to "
+      "$TESSERA_TLS_CA,\n$TESSERA_TLS_CERT, $TESSERA_TLS_KEY and "
+      "$TESSERA_TOKEN_FILE.\n\ncommands:\n";
   for (const CommandDef& c : Commands()) {
     absl::StrAppendFormat(&out, "  %-60s %s\n", c.synopsis, c.summary);
   }
@@ -289,7 +297,15 @@ absl::StatusOr<LayoutSpec> ResolveSpec(const SpecArgs& spec,
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Connect(const Invocation& inv) {
-  return Client::Connect(inv.global.coordinator);
+  ClientOptions options;
+  options.tls_ca = inv.global.tls_ca;
+  options.tls_cert = inv.global.tls_cert;
+  options.tls_key = inv.global.tls_key;
+  if (!inv.global.token_file.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(options.token,
+                             ReadTokenFile(inv.global.token_file));
+  }
+  return Client::Connect(inv.global.coordinator, options);
 }
 
 double SecondsSince(absl::Time start) {
@@ -537,6 +553,14 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
     const std::vector<std::string>& args, const char* env_coordinator,
     std::ostream& out) {
   Invocation inv;
+  auto env = [](const char* name) {
+    const char* value = std::getenv(name);
+    return value == nullptr ? std::string() : std::string(value);
+  };
+  inv.global.tls_ca = env("TESSERA_TLS_CA");
+  inv.global.tls_cert = env("TESSERA_TLS_CERT");
+  inv.global.tls_key = env("TESSERA_TLS_KEY");
+  inv.global.token_file = env("TESSERA_TOKEN_FILE");
   if (env_coordinator != nullptr && *env_coordinator != '\0') {
     inv.global.coordinator = env_coordinator;
   } else {
@@ -563,6 +587,22 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
       inv.global.coordinator = value;
       return true;
     }
+    // Security flags: a file each (flags win over the environment).
+    for (auto [flag, field] :
+         {std::pair<const char*, std::string*>{"--tls_ca", &inv.global.tls_ca},
+          {"--tls_cert", &inv.global.tls_cert},
+          {"--tls_key", &inv.global.tls_key},
+          {"--token_file", &inv.global.token_file}}) {
+      if (name != flag) continue;
+      if (eq != std::string::npos) {
+        *field = arg.substr(eq + 1);
+      } else if (*i + 1 < args.size()) {
+        *field = args[++*i];
+      } else {
+        return UsageError(absl::StrCat(flag, " needs a file name"));
+      }
+      return true;
+    }
     if (name == "--verbose") {
       if (eq == std::string::npos) {
         inv.global.verbose = true;
@@ -581,12 +621,17 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
       out << MainUsage();
       return std::optional<Invocation>();
     }
+    if (args[i] == "--version") {
+      out << VersionLine("tessera") << "\n";
+      return std::optional<Invocation>();
+    }
     TESSERA_ASSIGN_OR_RETURN(const bool known, global_flag(&i));
     if (!known) {
       return UsageError(absl::StrCat(
           "unknown flag '", args[i],
           "' (global flags, before COMMAND: --coordinator=HOST:PORT, "
-          "--verbose, --help)"));
+          "--tls_ca, --tls_cert, --tls_key, --token_file, --verbose, "
+          "--version, --help)"));
     }
   }
   if (i == args.size()) {

@@ -40,6 +40,12 @@ struct GlobalOptions {
   std::string coordinator = "127.0.0.1:7070";
   // Print detail after the error line.
   bool verbose = false;
+  // CLI.md "Security": from the flags, else $TESSERA_TLS_CA,
+  // $TESSERA_TLS_CERT, $TESSERA_TLS_KEY and $TESSERA_TOKEN_FILE.
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string token_file;
 };
 
 // One parsed command line: COMMAND, its positional arguments and its flags

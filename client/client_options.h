@@ -3,6 +3,8 @@
 #ifndef TESSERA_CLIENT_CLIENT_OPTIONS_H_
 #define TESSERA_CLIENT_CLIENT_OPTIONS_H_
 
+#include <string>
+
 #include "absl/time/time.h"
 
 namespace tessera {
@@ -26,6 +28,15 @@ struct ClientOptions {
   // Read shards through shared memory when the worker is on this host (and
   // its shard lives in a shared segment); gRPC otherwise.
   bool shared_memory = true;
+  // Mutual TLS (CLI.md "Security"): PEM files of the cluster CA, this
+  // client's certificate and key. All empty: plaintext. Only `tls_ca`: TLS
+  // without a client certificate (where the daemons allow it).
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+  // The secret presented to the coordinator when it has --tokens (the
+  // contents of a --token_file). Never sent to workers.
+  std::string token;
 };
 
 }  // namespace tessera

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/client_options.h"
 #include "proto/coordinator.grpc.pb.h"
@@ -20,7 +21,13 @@ namespace tessera {
 
 class Connection {
  public:
-  Connection(std::string coordinator_address, ClientOptions options);
+  // Fails when the TLS files cannot be used (UNAUTHENTICATED for an expired
+  // or unreadable certificate).
+  static absl::StatusOr<std::shared_ptr<Connection>> Make(
+      std::string coordinator_address, ClientOptions options);
+  Connection(std::string coordinator_address, ClientOptions options,
+             ChannelOptions coordinator_channel,
+             ChannelOptions worker_channels);
 
   const std::string& coordinator_address() const {
     return coordinator_address_;

@@ -147,9 +147,7 @@ absl::Status ScatterTensor(Connection& connection, const TensorMetadata& meta,
       for (size_t index : indices) {
         const ShardInfo& info = meta.shards[index];
         const RemoteShard shard =
-            ShardAt(meta, index,
-                    ShardLocation{info.worker, info.address, info.shard_id,
-                                  info.available});
+            ShardAt(meta, index, OwnerLocation(meta, index));
         WriteSource source;
         source.data = src;
         source.shape = meta.shape;

@@ -13,6 +13,18 @@
 namespace tessera {
 namespace {
 
+// The capabilities that came with the metadata, kept beside it for the
+// data plane (ReadLocations hands them to the transports).
+absl::StatusOr<TensorMetadata> WithCapabilities(
+    absl::StatusOr<TensorMetadata> meta,
+    const google::protobuf::RepeatedPtrField<v1::WorkerCapability>& grants) {
+  if (!meta.ok()) return meta;
+  for (const v1::WorkerCapability& grant : grants) {
+    meta->capabilities[grant.worker()] = grant.token();
+  }
+  return meta;
+}
+
 // How the SDK calls the coordinator: its own deadline, retries for
 // idempotent calls (describe, list, workers) while it cannot be reached, and
 // one error a user understands when it cannot be reached at all.
@@ -87,7 +99,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
     return absl::InvalidArgumentError(absl::StrCat(
         "coordinator address '", coordinator, "' is not HOST:PORT"));
   }
-  auto connection = std::make_shared<Connection>(coordinator, options);
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Connection> connection,
+                           Connection::Make(coordinator, options));
   // Wait for the connection once here, so later calls fail fast and clearly.
   v1::ListWorkersRequest request;
   v1::ListWorkersResponse response;
@@ -133,7 +146,8 @@ absl::StatusOr<TensorMetadata> Client::CreateInternal(
         return connection_->coordinator()->CreateTensor(context, request,
                                                         &response);
       }));
-  return TensorMetadataFromProto(response.tensor());
+  return WithCapabilities(TensorMetadataFromProto(response.tensor()),
+                          response.capabilities());
 }
 
 absl::StatusOr<TensorMetadata> Client::Create(const std::string& name,
@@ -178,7 +192,8 @@ absl::StatusOr<TensorMetadata> Client::Describe(const std::string& name) {
                                  return connection_->coordinator()->GetTensor(
                                      context, request, &response);
                                }));
-  return TensorMetadataFromProto(response.tensor());
+  return WithCapabilities(TensorMetadataFromProto(response.tensor()),
+                          response.capabilities());
 }
 
 absl::StatusOr<std::vector<TensorInfo>> Client::List() {

@@ -29,14 +29,18 @@ std::string TensorMetadata::HandleString(size_t index) const {
   return absl::StrCat(name, "@v", version, "#", shards[index].shard_id);
 }
 
-std::vector<ShardLocation> ReadLocations(const TensorMetadata& meta,
-                                         size_t index) {
+ShardLocation OwnerLocation(const TensorMetadata& meta, size_t index) {
   const ShardInfo& shard = meta.shards[index];
   auto capability = meta.capabilities.find(shard.worker);
-  return {ShardLocation{
+  return ShardLocation{
       shard.worker, shard.address, shard.shard_id, shard.available,
       capability == meta.capabilities.end() ? std::string()
-                                            : capability->second}};
+                                            : capability->second};
+}
+
+std::vector<ShardLocation> ReadLocations(const TensorMetadata& meta,
+                                         size_t index) {
+  return {OwnerLocation(meta, index)};
 }
 
 }  // namespace tessera

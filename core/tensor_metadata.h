@@ -67,6 +67,9 @@ struct ShardLocation {
 // goes through this function.
 std::vector<ShardLocation> ReadLocations(const TensorMetadata& meta,
                                          size_t index);
+// Where shard `index` of `meta` is written: its owner, with the capability
+// the metadata carries for it.
+ShardLocation OwnerLocation(const TensorMetadata& meta, size_t index);
 
 }  // namespace tessera
 

@@ -1,6 +1,7 @@
 #include "rpc/call.h"
 
 #include "absl/strings/str_cat.h"
+#include "rpc/security.h"
 #include "rpc/status.h"
 
 namespace tessera {
@@ -25,6 +26,15 @@ absl::Status Call(
     backoff *= 2;
   }
   if (status.ok() || !IsTransportFailure(status)) return FromGrpcStatus(status);
+  // A refused certificate looks like an unreachable peer to gRPC; say what
+  // it is.
+  if (IsTlsHandshakeFailure(status.error_message())) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        "unauthenticated: the TLS handshake with ",
+        options.peer.empty() ? std::string("the peer") : options.peer,
+        " failed (", status.error_message(),
+        "); check --tls_ca, --tls_cert and --tls_key"));
+  }
   if (options.unreachable) return options.unreachable(status);
   if (options.peer.empty()) return FromGrpcStatus(status);
   return absl::UnavailableError(absl::StrCat(options.peer, " is unavailable (",

@@ -219,6 +219,13 @@ std::function<ClientInterceptorFactories()> BearerTokenInterceptors(
   };
 }
 
+void PresentCapability(grpc::ClientContext* context,
+                       absl::string_view capability) {
+  if (!capability.empty()) {
+    context->AddMetadata(kCapabilityHeader, std::string(capability));
+  }
+}
+
 std::string BearerToken(const grpc::ServerContext& context) {
   std::string value = MetadataValue(context, kAuthorizationHeader);
   if (!absl::StartsWith(value, kBearerPrefix)) return "";

@@ -60,6 +60,10 @@ bool IsLoopbackHost(absl::string_view host);
 std::function<ClientInterceptorFactories()> BearerTokenInterceptors(
     std::string token);
 
+// Presents `capability` (when there is one) on a call to a worker.
+void PresentCapability(grpc::ClientContext* context,
+                       absl::string_view capability);
+
 // Server side: what the caller presented (empty when nothing).
 std::string BearerToken(const grpc::ServerContext& context);
 std::string PresentedCapability(const grpc::ServerContext& context);

@@ -13,6 +13,7 @@
 #include "core/status_macros.h"
 #include "core/strided_copy.h"
 #include "rpc/convert.h"
+#include "rpc/security.h"
 #include "rpc/status.h"
 
 namespace tessera {
@@ -156,8 +157,9 @@ absl::Status CheckContinues(const RegionChunkView& chunk, int64_t received,
 absl::Status ReadSmall(const std::shared_ptr<grpc::Channel>& channel,
                        const v1::ReadRegionRequest& request, int64_t total,
                        int64_t item_bytes, absl::Duration timeout,
-                       const ChunkSink& sink) {
+                       const ChunkSink& sink, absl::string_view capability) {
   grpc::ClientContext context;
+  PresentCapability(&context, capability);
   SetDeadline(&context, timeout);
   grpc::internal::RpcMethod method(
       kReadSmallRegionMethod, grpc::internal::RpcMethod::NORMAL_RPC, channel);
@@ -272,19 +274,21 @@ ChunkSink SinkToTarget(const Box& box, int64_t item_bytes,
 absl::Status ReadRegion(const std::shared_ptr<grpc::Channel>& channel,
                         uint64_t shard_id, const Box& box, int64_t item_bytes,
                         absl::Duration timeout, const ChunkSink& sink,
-                        absl::string_view context_text) {
+                        absl::string_view context_text,
+                        absl::string_view capability) {
   absl::StatusOr<int64_t> bytes = RegionBytes(box, item_bytes);
   if (!bytes.ok()) return WithContext(bytes.status(), context_text);
   const int64_t total = *bytes;
   const v1::ReadRegionRequest request = MakeRequest(shard_id, box);
   if (total > 0 && total <= kChunkBytes) {
-    absl::Status status =
-        ReadSmall(channel, request, total, item_bytes, timeout, sink);
+    absl::Status status = ReadSmall(channel, request, total, item_bytes,
+                                    timeout, sink, capability);
     if (!absl::IsUnimplemented(status))
       return WithContext(status, context_text);
   }
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
+  PresentCapability(&context, capability);
   grpc::internal::RpcMethod method(
       kReadRegionMethod, grpc::internal::RpcMethod::SERVER_STREAMING, channel);
   std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
@@ -308,10 +312,11 @@ absl::Status ReadRegion(const std::shared_ptr<grpc::Channel>& channel,
 
 absl::Status WriteShard(v1::Worker::StubInterface* stub, uint64_t shard_id,
                         int64_t size, const ChunkSource& source,
-                        absl::Duration timeout,
-                        absl::string_view context_text) {
+                        absl::Duration timeout, absl::string_view context_text,
+                        absl::string_view capability) {
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
+  PresentCapability(&context, capability);
   v1::WriteShardResponse response;
   std::unique_ptr<grpc::ClientWriterInterface<v1::WriteShardRequest>> writer =
       stub->WriteShard(&context, &response);
@@ -355,7 +360,8 @@ absl::Status GrpcTransport::Read(const RemoteShard& shard, const Box& box,
   return ReadRegion(channels_->Get(shard.location.address),
                     shard.location.shard_id, box, shard.item_bytes,
                     options_.timeout,
-                    SinkToTarget(box, shard.item_bytes, target), "");
+                    SinkToTarget(box, shard.item_bytes, target), "",
+                    shard.location.capability);
 }
 
 absl::Status GrpcTransport::Write(const RemoteShard& shard,
@@ -373,7 +379,7 @@ absl::Status GrpcTransport::Write(const RemoteShard& shard,
                            static_cast<int64_t>(dst.size()) / shard.item_bytes,
                            dst.data(), item);
       },
-      options_.timeout, "");
+      options_.timeout, "", shard.location.capability);
 }
 
 }  // namespace tessera

@@ -45,11 +45,12 @@ using ChunkSink =
 // INVALID_ARGUMENT when RegionBytes refuses the box or item size; DATA_LOSS
 // when the stream ends early or a chunk falls outside the box's bytes
 // (RegionReceiver). `context_text` prefixes errors ("reading shard 3 of
-// 'emb' from w1").
+// 'emb' from w1"). `capability` is presented to the worker (core/capability.h).
 absl::Status ReadRegion(const std::shared_ptr<grpc::Channel>& channel,
                         uint64_t shard_id, const Box& box, int64_t item_bytes,
                         absl::Duration timeout, const ChunkSink& sink,
-                        absl::string_view context_text);
+                        absl::string_view context_text,
+                        absl::string_view capability = {});
 
 // Produces one outgoing chunk: fills `dst` with bytes
 // [byte_offset, byte_offset + dst.size()) of the shard's row-major contents.
@@ -61,7 +62,8 @@ using ChunkSource =
 // straight into the outgoing message.
 absl::Status WriteShard(v1::Worker::StubInterface* stub, uint64_t shard_id,
                         int64_t size, const ChunkSource& source,
-                        absl::Duration timeout, absl::string_view context_text);
+                        absl::Duration timeout, absl::string_view context_text,
+                        absl::string_view capability = {});
 
 // Serializes a ReadRegionResponse whose `data` is the concatenation of
 // `data` (slices that may point into a shard's memory: no copy is made) into

@@ -42,6 +42,7 @@ absl::StatusOr<int64_t> ShardTransport::Transfer(const TransferBatch& batch,
     source.location.worker = batch.src_worker;
     source.location.address = batch.src_address;
     source.location.shard_id = piece.src_shard_id;
+    source.location.capability = batch.src_capability;
     source.item_bytes = target.item_bytes;
     const Box box = piece.SrcBox();
     absl::Status status = Read(source, box, target.target);

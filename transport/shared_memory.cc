@@ -17,6 +17,7 @@
 #include "core/status_macros.h"
 #include "core/strided_copy.h"
 #include "proto/worker.grpc.pb.h"
+#include "rpc/security.h"
 #include "rpc/status.h"
 
 namespace tessera {
@@ -58,11 +59,12 @@ bool IsShmName(absl::string_view name) {
 // here.
 absl::StatusOr<SharedSegment> FindSegment(
     const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id,
-    int64_t item_bytes, absl::Duration timeout) {
+    int64_t item_bytes, absl::Duration timeout, absl::string_view capability) {
   if (LocalHostId().empty())
     return absl::FailedPreconditionError("no /dev/shm here");
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
+  PresentCapability(&context, capability);
   v1::MapShardRequest request;
   request.set_shard_id(shard_id);
   v1::MapShardResponse response;
@@ -294,11 +296,33 @@ absl::Status CopyBoxFromMapping(const ShardMapping& mapping,
                  static_cast<size_t>(item_bytes));
 }
 
+absl::Status CopyShardToMapping(const ShardMapping& mapping,
+                                const Shape& shard_shape,
+                                const WriteSource& source, int64_t item_bytes) {
+  if (shard_shape.empty()) {
+    return absl::FailedPreconditionError(
+        "writing through shared memory needs the shard's shape");
+  }
+  TESSERA_RETURN_IF_ERROR(CheckShape(mapping.shape(), shard_shape));
+  const int64_t bytes = WholeBox(shard_shape).NumElements() * item_bytes;
+  if (bytes == 0) return absl::OkStatus();
+  if (!mapping.Covers(0, bytes)) {
+    return absl::InternalError(absl::StrCat(
+        "the ", bytes, "-byte shard is not all in the mapped segment"));
+  }
+  CopyBox(source.data, source.shape, source.offsets, mapping.MutableAt(0),
+          shard_shape, std::vector<int64_t>(shard_shape.size(), 0), shard_shape,
+          static_cast<size_t>(item_bytes));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardBox(
     const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id,
-    const Box& box, int64_t item_bytes, absl::Duration timeout) {
-  TESSERA_ASSIGN_OR_RETURN(SharedSegment segment,
-                           FindSegment(channel, shard_id, item_bytes, timeout));
+    const Box& box, int64_t item_bytes, absl::Duration timeout,
+    absl::string_view capability) {
+  TESSERA_ASSIGN_OR_RETURN(
+      SharedSegment segment,
+      FindSegment(channel, shard_id, item_bytes, timeout, capability));
   TESSERA_RETURN_IF_ERROR(CheckInside(segment.shape, box));
   TESSERA_ASSIGN_OR_RETURN(const int fd,
                            OpenSegment(segment, shard_id, /*writable=*/false));
@@ -310,9 +334,10 @@ absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardBox(
 
 absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardForWrite(
     const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id,
-    int64_t item_bytes, absl::Duration timeout) {
-  TESSERA_ASSIGN_OR_RETURN(SharedSegment segment,
-                           FindSegment(channel, shard_id, item_bytes, timeout));
+    int64_t item_bytes, absl::Duration timeout, absl::string_view capability) {
+  TESSERA_ASSIGN_OR_RETURN(
+      SharedSegment segment,
+      FindSegment(channel, shard_id, item_bytes, timeout, capability));
   return MapRange(segment, shard_id, 0, segment.bytes, nullptr,
                   /*writable=*/true);
 }
@@ -350,7 +375,8 @@ void ShardMappingCache::DropFreed() {
 
 absl::StatusOr<std::shared_ptr<const ShardMapping>> ShardMappingCache::Map(
     const std::string& address, const std::shared_ptr<grpc::Channel>& channel,
-    uint64_t shard_id, int64_t item_bytes, absl::Duration timeout) {
+    uint64_t shard_id, int64_t item_bytes, absl::Duration timeout,
+    absl::string_view capability) {
   const std::pair<std::string, uint64_t> key(address, shard_id);
   {
     absl::MutexLock lock(&mu_);
@@ -371,8 +397,9 @@ absl::StatusOr<std::shared_ptr<const ShardMapping>> ShardMappingCache::Map(
           "shard ", shard_id, " is not held by this worker (freed)"));
     }
   }
-  TESSERA_ASSIGN_OR_RETURN(SharedSegment segment,
-                           FindSegment(channel, shard_id, item_bytes, timeout));
+  TESSERA_ASSIGN_OR_RETURN(
+      SharedSegment segment,
+      FindSegment(channel, shard_id, item_bytes, timeout, capability));
   if (segment.liveness.empty()) {
     // No way to watch this worker: map for this read only.
     TESSERA_ASSIGN_OR_RETURN(
@@ -424,14 +451,14 @@ absl::Status SharedMemoryTransport::Read(const RemoteShard& shard,
     TESSERA_ASSIGN_OR_RETURN(
         std::shared_ptr<const ShardMapping> mapping,
         cache_->Map(at.address, channels_->Get(at.address), at.shard_id,
-                    shard.item_bytes, options_.timeout));
+                    shard.item_bytes, options_.timeout, at.capability));
     return CopyBoxFromMapping(*mapping, shard.shape, box, target,
                               shard.item_bytes);
   }
   TESSERA_ASSIGN_OR_RETURN(
       std::unique_ptr<ShardMapping> mapping,
       MapShardBox(channels_->Get(at.address), at.shard_id, box,
-                  shard.item_bytes, options_.timeout));
+                  shard.item_bytes, options_.timeout, at.capability));
   return CopyBoxFromMapping(*mapping, shard.shape, box, target,
                             shard.item_bytes);
 }
@@ -446,18 +473,8 @@ absl::Status SharedMemoryTransport::Write(const RemoteShard& shard,
   TESSERA_ASSIGN_OR_RETURN(
       std::unique_ptr<ShardMapping> mapping,
       MapShardForWrite(channels_->Get(at.address), at.shard_id,
-                       shard.item_bytes, options_.timeout));
-  TESSERA_RETURN_IF_ERROR(CheckShape(mapping->shape(), shard.shape));
-  const int64_t bytes = WholeBox(shard.shape).NumElements() * shard.item_bytes;
-  if (bytes == 0) return absl::OkStatus();
-  if (!mapping->Covers(0, bytes)) {
-    return absl::InternalError(absl::StrCat(
-        "the ", bytes, "-byte shard is not all in the mapped segment"));
-  }
-  CopyBox(source.data, source.shape, source.offsets, mapping->MutableAt(0),
-          shard.shape, std::vector<int64_t>(shard.shape.size(), 0), shard.shape,
-          static_cast<size_t>(shard.item_bytes));
-  return absl::OkStatus();
+                       shard.item_bytes, options_.timeout, at.capability));
+  return CopyShardToMapping(*mapping, shard.shape, source, shard.item_bytes);
 }
 
 }  // namespace tessera

@@ -134,20 +134,29 @@ absl::Status CopyBoxFromMapping(const ShardMapping& mapping,
                                 const Shape& expected_shape, const Box& box,
                                 const ReadTarget& target, int64_t item_bytes);
 
+// Copies the whole shard of `shard_shape` (the metadata's, required) from
+// `source` into a writable mapping: FAILED_PRECONDITION when the mapping's
+// shape differs, INTERNAL when the shard's bytes are not all mapped.
+absl::Status CopyShardToMapping(const ShardMapping& mapping,
+                                const Shape& shard_shape,
+                                const WriteSource& source, int64_t item_bytes);
+
 // Maps the bytes of `box` (shard coordinates) of shard `shard_id` held by
 // the worker behind `channel`. FAILED_PRECONDITION means "use gRPC instead"
 // (another host, no segment, an old worker); NOT_FOUND means the shard is
 // not held (freed), exactly as a gRPC read would report it.
 absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardBox(
     const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id,
-    const Box& box, int64_t item_bytes, absl::Duration timeout);
+    const Box& box, int64_t item_bytes, absl::Duration timeout,
+    absl::string_view capability = {});
 
 // Maps the whole of shard `shard_id` read-write, so that a put on the same
 // host fills a shard that is not committed yet straight from its source
 // array (one copy) instead of streaming it. FAILED_PRECONDITION: use gRPC.
 absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardForWrite(
     const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id,
-    int64_t item_bytes, absl::Duration timeout);
+    int64_t item_bytes, absl::Duration timeout,
+    absl::string_view capability = {});
 
 // Whole-shard mappings kept across reads, so repeated fetches of the same
 // shards skip the MapShard call and the page-table set-up. Safe because a
@@ -165,10 +174,11 @@ class ShardMappingCache {
 
   // The whole of shard `shard_id` of the worker at `address` (reached
   // through `channel`), mapped read-only. FAILED_PRECONDITION: use gRPC.
+  // `capability` lets the worker name the segment (core/capability.h).
   absl::StatusOr<std::shared_ptr<const ShardMapping>> Map(
       const std::string& address, const std::shared_ptr<grpc::Channel>& channel,
-      uint64_t shard_id, int64_t item_bytes, absl::Duration timeout)
-      ABSL_LOCKS_EXCLUDED(mu_);
+      uint64_t shard_id, int64_t item_bytes, absl::Duration timeout,
+      absl::string_view capability = {}) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Entry {

@@ -10,11 +10,13 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/auth.h"
 #include "core/errors.h"
 #include "core/limits.h"
 #include "core/metrics.h"
 #include "core/placement.h"
 #include "core/status_macros.h"
+#include "ops/daemon_security.h"
 #include "ops/logging.h"
 #include "ops/metrics_http.h"
 #include "ops/version.h"
@@ -50,6 +52,9 @@ ABSL_FLAG(std::string, metrics_listen, "",
           "serve Prometheus metrics at http://HOST:PORT/metrics; empty = off");
 ABSL_FLAG(std::string, log_format, "text", "log lines as text or json");
 ABSL_FLAG(bool, version, false, "print the version and exit");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding this worker's secret (a `worker` principal of the "
+          "coordinator's --tokens)");
 ABSL_FLAG(int64_t, chunk_bytes, tessera::kChunkBytes,
           "bytes per data message when streaming regions");
 
@@ -96,6 +101,21 @@ int Run() {
     spdlog::error("--capacity_bytes must be >= 0 and --chunk_bytes > 0");
     return 2;
   }
+  std::string token;
+  if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
+    absl::StatusOr<std::string> secret = ReadTokenFile(path);
+    if (!secret.ok()) {
+      spdlog::error("--token_file: {}", std::string(secret.status().message()));
+      return 1;
+    }
+    token = *std::move(secret);
+  }
+  absl::StatusOr<DaemonSecurity> security =
+      DaemonSecurityFromFlags(listen, !token.empty());
+  if (!security.ok()) {
+    spdlog::error("{}", std::string(security.status().message()));
+    return 1;
+  }
   std::unique_ptr<ShardStore> store;
   // Large host shards live in shared memory, for same-host readers.
   std::shared_ptr<SharedMemoryArena> arena;
@@ -126,11 +146,13 @@ int Run() {
   WorkerNodeOptions node_options;
   node_options.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   node_options.arena = arena;
+  node_options.channels.credentials = security->channel_credentials;
   WorkerNode node(store.get(), node_options);
   WorkerService service(&node);
   MetricsRegistry metrics;
   ServerOptions server_options;
   server_options.metrics = &metrics;
+  server_options.credentials = security->server_credentials;
   absl::StatusOr<RunningServer> server =
       StartServer(listen, {&service}, server_options);
   if (!server.ok()) {
@@ -184,11 +206,12 @@ int Run() {
     return 2;
   }
   spdlog::info(
-      "tessera-worker '{}' serving on {} as {} (device {}, capacity {})", name,
-      WithPort(listen, server->port), address, device->ToString(),
+      "tessera-worker '{}' serving on {} as {} (device {}, capacity {}, {})",
+      name, WithPort(listen, server->port), address, device->ToString(),
       absl::GetFlag(FLAGS_capacity_bytes) == 0
           ? std::string("unlimited")
-          : absl::StrCat(absl::GetFlag(FLAGS_capacity_bytes), " bytes"));
+          : absl::StrCat(absl::GetFlag(FLAGS_capacity_bytes), " bytes"),
+      security->tls ? "mutual TLS" : "plaintext");
 
   RegistrationOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
@@ -197,6 +220,13 @@ int Run() {
   options.address = address;
   options.device = *device;
   options.capacity_bytes = absl::GetFlag(FLAGS_capacity_bytes);
+  options.channel.credentials = security->channel_credentials;
+  if (!token.empty())
+    options.channel.interceptors = BearerTokenInterceptors(token);
+  // Capabilities are checked with the key of the latest registration.
+  options.on_key = [&node, name](const std::string& key) {
+    node.SetIdentity(name, key);
+  };
   // Health: SERVING while registered with the coordinator.
   options.on_registered = [&](bool registered) {
     server->SetServing(registered);

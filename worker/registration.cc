@@ -5,9 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "rpc/call.h"
 #include "rpc/channel.h"
 #include "rpc/convert.h"
-#include "rpc/call.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera {
@@ -16,7 +16,8 @@ namespace {
 // Errors that retrying cannot fix.
 bool IsFatal(const absl::Status& status) {
   return absl::IsAlreadyExists(status) || absl::IsInvalidArgument(status) ||
-         absl::IsFailedPrecondition(status);
+         absl::IsFailedPrecondition(status) ||
+         absl::IsUnauthenticated(status) || absl::IsPermissionDenied(status);
 }
 
 }  // namespace
@@ -55,7 +56,8 @@ CallOptions Registration::CoordinatorCall() const {
 }
 
 void Registration::Run() {
-  auto stub = v1::Coordinator::NewStub(MakeChannel(options_.coordinator));
+  auto stub = v1::Coordinator::NewStub(
+      MakeChannel(options_.coordinator, options_.channel));
   absl::Duration backoff = absl::Milliseconds(50);
   absl::Duration heartbeat_interval = absl::Seconds(1);
   bool registered = false;
@@ -77,6 +79,7 @@ void Registration::Run() {
           });
       if (status.ok()) {
         registered = true;
+        if (options_.on_key) options_.on_key(response.capability_key());
         if (options_.on_registered) options_.on_registered(true);
         failures = 0;
         backoff = absl::Milliseconds(50);

@@ -15,8 +15,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "rpc/call.h"
 #include "core/placement.h"
+#include "rpc/call.h"
+#include "rpc/channel.h"
 #include "worker/shard_store.h"
 
 namespace tessera {
@@ -35,6 +36,12 @@ struct RegistrationOptions {
   // health follows it. A coordinator that is merely unreachable changes
   // nothing: the worker keeps serving what it holds.
   std::function<void(bool registered)> on_registered;
+  // Told the key this worker checks capabilities with, at each
+  // registration, before on_registered(true).
+  std::function<void(const std::string& key)> on_key;
+  // The channel to the coordinator: TLS credentials and the interceptors
+  // that present this worker's token.
+  ChannelOptions channel;
 };
 
 class Registration {

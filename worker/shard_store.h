@@ -22,7 +22,9 @@ namespace tessera {
 
 // What a shard is: its tensor, element type, and box in the tensor.
 struct ShardDesc {
-  std::string tensor;  // for messages
+  std::string tensor;     // whose shard (capabilities name it)
+  uint64_t version = 0;   // the tensor version it belongs to
+  bool writable = false;  // a put's shard: its client may write it once
   DType dtype = DType::kFloat32;
   Shape tensor_shape;  // global shape
   Box box;             // the shard's box in the tensor
@@ -76,8 +78,9 @@ class ShardStore {
   virtual absl::StatusOr<ShardDesc> Describe(uint64_t id) const = 0;
 
   // Direct access to a shard's bytes, for sending and receiving them
-  // without copies (and for same-host reads, when the memory is shared). UNIMPLEMENTED for stores whose memory
-  // the host cannot address (device memory); callers then use ReadBox.
+  // without copies (and for same-host reads, when the memory is shared).
+  // UNIMPLEMENTED for stores whose memory the host cannot address (device
+  // memory); callers then use ReadBox.
   virtual absl::StatusOr<PinnedShard> Pin(uint64_t id) {
     return absl::UnimplementedError("this shard store cannot pin host memory");
   }

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/capability.h"
 #include "core/errors.h"
 #include "core/status_macros.h"
 #include "rpc/channel.h"
@@ -24,8 +25,7 @@ int64_t FirstByte(absl::Span<const int64_t> shape, const Box& box,
 
 }  // namespace
 
-absl::Status RegionReader::Read(int64_t begin, int64_t count,
-                                char* dst) const {
+absl::Status RegionReader::Read(int64_t begin, int64_t count, char* dst) const {
   return store_->ReadBox(id_, box_, begin, count, dst);
 }
 
@@ -53,11 +53,10 @@ class WorkerNode::Receiver : public TransferReceiver {
     if (pinned.ok()) {
       TESSERA_RETURN_IF_ERROR(
           CheckWithin(box, pinned->desc.box.sizes, "destination region"));
-      PieceTarget out{
-          ReadTarget::HostArray(pinned->data, pinned->desc.box.sizes,
-                                box.offsets),
-          static_cast<int64_t>(ItemSize(pinned->desc.dtype)),
-          std::move(pinned->keep_alive)};
+      PieceTarget out{ReadTarget::HostArray(
+                          pinned->data, pinned->desc.box.sizes, box.offsets),
+                      static_cast<int64_t>(ItemSize(pinned->desc.dtype)),
+                      std::move(pinned->keep_alive)};
       return out;
     }
     if (!absl::IsUnimplemented(pinned.status())) return pinned.status();
@@ -66,10 +65,10 @@ class WorkerNode::Receiver : public TransferReceiver {
         CheckWithin(box, desc.box.sizes, "destination region"));
     ShardStore* store = store_;
     return PieceTarget{
-        ReadTarget::Sink([store, id, box](int64_t first, int64_t count,
-                                          const char* data) {
-          return store->WriteBox(id, box, first, count, data);
-        }),
+        ReadTarget::Sink(
+            [store, id, box](int64_t first, int64_t count, const char* data) {
+              return store->WriteBox(id, box, first, count, data);
+            }),
         static_cast<int64_t>(ItemSize(desc.dtype)), nullptr};
   }
 
@@ -81,7 +80,7 @@ WorkerNode::WorkerNode(ShardStore* store, WorkerNodeOptions options,
                        std::unique_ptr<ShardTransport> peers)
     : store_(store), options_(std::move(options)), peers_(std::move(peers)) {
   if (peers_ == nullptr) {
-    channels_ = std::make_unique<ChannelCache>();
+    channels_ = std::make_unique<ChannelCache>(options_.channels);
     std::unique_ptr<TransportChain> chain =
         TransportChain::Make(channels_.get(), options_.peers);
     chain_ = chain.get();
@@ -129,8 +128,7 @@ absl::Status WorkerNode::Write(uint64_t id, int64_t byte_offset,
   return store_->Write(id, byte_offset, data);
 }
 
-absl::StatusOr<RegionReader> WorkerNode::OpenRegion(uint64_t id,
-                                                    const Box& box,
+absl::StatusOr<RegionReader> WorkerNode::OpenRegion(uint64_t id, const Box& box,
                                                     int64_t chunk_bytes) const {
   TESSERA_ASSIGN_OR_RETURN(ShardDesc desc, store_->Describe(id));
   TESSERA_RETURN_IF_ERROR(CheckWithin(box, desc.box.sizes, "region"));
@@ -211,23 +209,28 @@ absl::StatusOr<SharedShardInfo> WorkerNode::MapShard(uint64_t id) const {
 absl::StatusOr<int64_t> WorkerNode::Transfer(const TransferBatch& batch) {
   int64_t bytes = 0;
   TransferBatch remote;
+  remote.tensor = batch.tensor;
+  remote.src_version = batch.src_version;
+  remote.src_capability = batch.src_capability;
   remote.src_worker = batch.src_worker;
   remote.src_address = batch.src_address;
   remote.dst_worker = batch.dst_worker;
   remote.dst_address = batch.dst_address;
   for (size_t i = 0; i < batch.pieces.size(); ++i) {
     const TransferPiece& piece = batch.pieces[i];
-    TESSERA_ASSIGN_OR_RETURN(ShardDesc dst, store_->Describe(piece.dst_shard_id));
+    TESSERA_ASSIGN_OR_RETURN(ShardDesc dst,
+                             store_->Describe(piece.dst_shard_id));
     const Box dst_box = piece.DstBox();
     TESSERA_RETURN_IF_ERROR(CheckWithin(
         dst_box, dst.box.sizes, absl::StrCat("pieces[", i, "] destination")));
     // Shard ids are unique across the cluster: a source held here is copied
     // in memory, never over the network.
     if (store_->Describe(piece.src_shard_id).ok()) {
-      TESSERA_RETURN_IF_ERROR(store_->CopyLocal(
-          piece.src_shard_id, piece.SrcBox(), piece.dst_shard_id,
-          piece.dst_offsets));
-      bytes += dst_box.NumElements() * static_cast<int64_t>(ItemSize(dst.dtype));
+      TESSERA_RETURN_IF_ERROR(
+          store_->CopyLocal(piece.src_shard_id, piece.SrcBox(),
+                            piece.dst_shard_id, piece.dst_offsets));
+      bytes +=
+          dst_box.NumElements() * static_cast<int64_t>(ItemSize(dst.dtype));
     } else {
       remote.pieces.push_back(piece);
     }
@@ -237,9 +240,8 @@ absl::StatusOr<int64_t> WorkerNode::Transfer(const TransferBatch& batch) {
   absl::StatusOr<int64_t> moved = peers_->Transfer(remote, receiver);
   if (absl::IsUnavailable(moved.status()) ||
       absl::IsDeadlineExceeded(moved.status())) {
-    return UnavailableError(absl::StrCat("source worker at ",
-                                         batch.src_address, " (",
-                                         moved.status().message(), ")"));
+    return UnavailableError(absl::StrCat("source worker at ", batch.src_address,
+                                         " (", moved.status().message(), ")"));
   }
   TESSERA_RETURN_IF_ERROR(moved.status());
   return bytes + *moved;
@@ -248,7 +250,65 @@ absl::StatusOr<int64_t> WorkerNode::Transfer(const TransferBatch& batch) {
 absl::Status WorkerNode::Free(absl::Span<const uint64_t> ids) {
   absl::Status status;
   for (uint64_t id : ids) status.Update(store_->Free(id));
+  absl::MutexLock lock(&mu_);
+  for (uint64_t id : ids) sealed_.erase(id);
   return status;
+}
+
+void WorkerNode::SetIdentity(std::string name, std::string key) {
+  absl::MutexLock lock(&mu_);
+  name_ = std::move(name);
+  key_ = std::move(key);
+}
+
+void WorkerNode::Seal(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  sealed_.insert(id);
+}
+
+absl::Status WorkerNode::Admit(absl::string_view token,
+                               absl::string_view full_method,
+                               absl::Span<const uint64_t> ids) const {
+  TESSERA_ASSIGN_OR_RETURN(Right right, RequiredRight(full_method));
+  std::string name;
+  std::string key;
+  {
+    absl::MutexLock lock(&mu_);
+    name = name_;
+    key = key_;
+  }
+  if (key.empty()) {
+    return absl::UnavailableError(
+        "this worker is not registered with its coordinator yet");
+  }
+  TESSERA_ASSIGN_OR_RETURN(Capability capability,
+                           VerifyCapability(token, key, name, absl::Now()));
+  if (!capability.Allows(right)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("permission denied: the capability does not allow ",
+                     full_method.substr(full_method.rfind('/') + 1)));
+  }
+  if (right == kRightOrder) return absl::OkStatus();
+  for (uint64_t id : ids) {
+    absl::StatusOr<ShardDesc> desc = store_->Describe(id);
+    // Not held: the caller learns no more than it would with a capability.
+    if (!desc.ok()) return desc.status();
+    if (desc->tensor != capability.tensor ||
+        desc->version != capability.version) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("permission denied: shard ", id, " is not part of '",
+                       capability.tensor, "' version ", capability.version));
+    }
+    if (right == kRightWrite) {
+      absl::MutexLock lock(&mu_);
+      if (!desc->writable || sealed_.contains(id)) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("permission denied: shard ", id,
+                         " is sealed (a committed shard never changes)"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace tessera

@@ -17,15 +17,19 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "core/box.h"
 #include "core/init_fill.h"
 #include "core/limits.h"
 #include "core/transfer.h"
+#include "rpc/channel.h"
 #include "transport/shard_transport.h"
 #include "transport/shared_memory_arena.h"
 #include "transport/transport_chain.h"
@@ -33,12 +37,12 @@
 
 namespace tessera {
 
-class ChannelCache;  // rpc/channel.h
-
 struct WorkerNodeOptions {
   // Bytes per chunk of a region read when the reader asks for none; tuned
   // in bench/.
   int64_t chunk_bytes = kChunkBytes;
+  // The links to peers (TLS credentials).
+  ChannelOptions channels;
   // How pieces held by other workers are read. A reshard reads each piece
   // once, so whole-shard mappings are not kept; a same-host piece of any
   // size is copied out of the source's shared memory (only the piece's span
@@ -150,6 +154,22 @@ class WorkerNode {
   // Frees the shards; unknown ids are fine (frees are retried).
   absl::Status Free(absl::Span<const uint64_t> ids);
 
+  // --- Obeying only the cluster (core/capability.h) ---
+
+  // This worker's name and the key its capabilities are checked with, from
+  // each registration. Until the first, every call is refused.
+  void SetIdentity(std::string name, std::string key) ABSL_LOCKS_EXCLUDED(mu_);
+  // OK when the capability `token` lets its bearer call `full_method` on
+  // shards `ids`: signed for this worker, unexpired, with the method's right
+  // (core/capability.h's table) and, for reads and writes, naming each
+  // shard's tensor version; a write also needs a writable, unsealed shard.
+  // PERMISSION_DENIED (UNAVAILABLE before registration) otherwise.
+  absl::Status Admit(absl::string_view token, absl::string_view full_method,
+                     absl::Span<const uint64_t> ids) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // A put's shard was written whole: no write reaches it again.
+  void Seal(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+
   int64_t BytesUsed() const { return store_->BytesUsed(); }
 
   // Bytes the node's own data plane read from peers, per transport (empty
@@ -161,6 +181,10 @@ class WorkerNode {
 
   ShardStore* const store_;
   const WorkerNodeOptions options_;
+  mutable absl::Mutex mu_;
+  std::string name_ ABSL_GUARDED_BY(mu_);
+  std::string key_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> sealed_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<ChannelCache> channels_;  // to peers; with the own chain
   std::unique_ptr<ShardTransport> peers_;
   TransportChain* chain_ = nullptr;  // peers_, when the node made it

@@ -10,6 +10,7 @@
 #include "core/errors.h"
 #include "core/status_macros.h"
 #include "rpc/convert.h"
+#include "rpc/security.h"
 #include "rpc/status.h"
 #include "transport/grpc_transport.h"
 
@@ -24,6 +25,8 @@ absl::StatusOr<ShardDesc> DescFromAllocate(
   const std::string field = absl::StrCat("shards[", index, "]");
   ShardDesc desc;
   desc.tensor = request.tensor();
+  desc.version = request.version();
+  desc.writable = request.writable();
   desc.dtype = dtype;
   desc.tensor_shape = tensor_shape;
   TESSERA_ASSIGN_OR_RETURN(desc.box,
@@ -63,9 +66,9 @@ absl::Status EncodeChunk(const RegionReader& reader, int64_t begin,
   const size_t bytes = static_cast<size_t>(count * item);
   std::vector<grpc::Slice> data;
   if (bytes > 0 && reader.contiguous_base() != nullptr) {
-    data.emplace_back(const_cast<char*>(reader.contiguous_base()) + begin * item,
-                      bytes, &ReleasePin,
-                      new std::shared_ptr<void>(reader.keep_alive()));
+    data.emplace_back(
+        const_cast<char*>(reader.contiguous_base()) + begin * item, bytes,
+        &ReleasePin, new std::shared_ptr<void>(reader.keep_alive()));
   } else if (bytes > 0) {
     grpc::Slice slice(bytes);
     TESSERA_RETURN_IF_ERROR(reader.Read(
@@ -82,6 +85,14 @@ absl::StatusOr<RegionReader> OpenRegion(const WorkerNode& node,
   TESSERA_ASSIGN_OR_RETURN(
       Box box, BoxFromProto(request.offsets(), request.sizes(), "region"));
   return node.OpenRegion(request.shard_id(), box, request.chunk_bytes());
+}
+
+// Every handler starts here: the caller's capability, checked against
+// core/capability.h's table for `method` and the shards it names.
+absl::Status Admit(const WorkerNode& node, const grpc::ServerContext& context,
+                   const char* method, absl::Span<const uint64_t> ids = {}) {
+  return node.Admit(PresentedCapability(context),
+                    absl::StrCat("/tessera.v1.Worker/", method), ids);
 }
 
 }  // namespace
@@ -109,6 +120,7 @@ grpc::Status WorkerService::AllocateShards(
     grpc::ServerContext* context, const v1::AllocateShardsRequest* request,
     v1::AllocateShardsResponse* response) {
   absl::Status status = [&]() -> absl::Status {
+    TESSERA_RETURN_IF_ERROR(Admit(*node_, *context, "AllocateShards"));
     TESSERA_ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(request->dtype()));
     TESSERA_ASSIGN_OR_RETURN(
         Shape shape, ShapeFromProto(request->tensor_shape(), "tensor_shape"));
@@ -133,7 +145,8 @@ grpc::Status WorkerService::AllocateShards(
 }
 
 grpc::Status WorkerService::WriteShard(
-    grpc::ServerContext*, grpc::ServerReader<v1::WriteShardRequest>* reader,
+    grpc::ServerContext* context,
+    grpc::ServerReader<v1::WriteShardRequest>* reader,
     v1::WriteShardResponse* response) {
   v1::WriteShardRequest chunk;
   int64_t written = 0;
@@ -143,6 +156,8 @@ grpc::Status WorkerService::WriteShard(
     if (first) {
       shard_id = chunk.shard_id();
       first = false;
+      absl::Status admitted = Admit(*node_, *context, "WriteShard", {shard_id});
+      if (!admitted.ok()) return ToGrpcStatus(admitted);
     } else if (chunk.shard_id() != shard_id) {
       return ToGrpcStatus(absl::InvalidArgumentError(
           absl::StrCat("write stream switched from shard ", shard_id,
@@ -153,17 +168,25 @@ grpc::Status WorkerService::WriteShard(
     written += static_cast<int64_t>(chunk.data().size());
   }
   response->set_bytes_written(written);
+  // Written whole: sealed, as its version is about to be committed.
+  absl::StatusOr<ShardDesc> desc = node_->store().Describe(shard_id);
+  if (!first && desc.ok() && written >= desc->ByteSize()) node_->Seal(shard_id);
   return grpc::Status::OK;
 }
 
 grpc::Status WorkerService::StreamRegion(
-    grpc::ServerContext*,
+    grpc::ServerContext* context,
     grpc::ServerSplitStreamer<v1::ReadRegionRequest, grpc::ByteBuffer>*
         stream) {
   v1::ReadRegionRequest request;
   if (!stream->Read(&request)) {
     return ToGrpcStatus(
         absl::InvalidArgumentError("malformed or missing ReadRegionRequest"));
+  }
+  if (absl::Status admitted =
+          Admit(*node_, *context, "ReadRegion", {request.shard_id()});
+      !admitted.ok()) {
+    return ToGrpcStatus(admitted);
   }
   absl::StatusOr<RegionReader> reader = OpenRegion(*node_, request);
   if (!reader.ok()) return ToGrpcStatus(reader.status());
@@ -185,19 +208,26 @@ grpc::Status WorkerService::StreamRegion(
 }
 
 grpc::Status WorkerService::ReadSmallRegion(
-    grpc::ServerContext*, const v1::ReadRegionRequest* request,
+    grpc::ServerContext* context, const v1::ReadRegionRequest* request,
     v1::ReadRegionResponse* response) {
   absl::Status status = [&]() -> absl::Status {
-    TESSERA_ASSIGN_OR_RETURN(RegionReader reader,
-                             OpenRegion(*node_, *request));
+    TESSERA_RETURN_IF_ERROR(
+        Admit(*node_, *context, "ReadSmallRegion", {request->shard_id()}));
+    TESSERA_ASSIGN_OR_RETURN(RegionReader reader, OpenRegion(*node_, *request));
     return reader.ReadAll(response->mutable_data());
   }();
   return ToGrpcStatus(status);
 }
 
-grpc::Status WorkerService::MapShard(grpc::ServerContext*,
+grpc::Status WorkerService::MapShard(grpc::ServerContext* context,
                                      const v1::MapShardRequest* request,
                                      v1::MapShardResponse* response) {
+  // Segments are named only to holders of a read capability.
+  if (absl::Status admitted =
+          Admit(*node_, *context, "MapShard", {request->shard_id()});
+      !admitted.ok()) {
+    return ToGrpcStatus(admitted);
+  }
   absl::StatusOr<SharedShardInfo> info = node_->MapShard(request->shard_id());
   if (!info.ok()) return ToGrpcStatus(info.status());
   response->set_host_id(info->host_id);
@@ -209,9 +239,15 @@ grpc::Status WorkerService::MapShard(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::Transfer(grpc::ServerContext*,
+grpc::Status WorkerService::Transfer(grpc::ServerContext* context,
                                      const v1::TransferRequest* request,
                                      v1::TransferResponse* response) {
+  // Only the coordinator orders a transfer, so its source (address and
+  // capability) comes from the cluster's registry, never from a stranger.
+  if (absl::Status admitted = Admit(*node_, *context, "Transfer");
+      !admitted.ok()) {
+    return ToGrpcStatus(admitted);
+  }
   absl::StatusOr<TransferBatch> batch = TransferBatchFromProto(*request);
   if (!batch.ok()) return ToGrpcStatus(batch.status());
   absl::StatusOr<int64_t> bytes = node_->Transfer(*batch);
@@ -220,9 +256,13 @@ grpc::Status WorkerService::Transfer(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::FreeShards(grpc::ServerContext*,
+grpc::Status WorkerService::FreeShards(grpc::ServerContext* context,
                                        const v1::FreeShardsRequest* request,
                                        v1::FreeShardsResponse* response) {
+  if (absl::Status admitted = Admit(*node_, *context, "FreeShards");
+      !admitted.ok()) {
+    return ToGrpcStatus(admitted);
+  }
   absl::Status status = node_->Free(absl::MakeConstSpan(
       request->shard_ids().data(), request->shard_ids().size()));
   response->set_bytes_used(node_->BytesUsed());
