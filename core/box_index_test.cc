@@ -149,6 +149,24 @@ TEST(BoxIndexTest, AgreesWithBruteForceOnRandomBoxes) {
   }
 }
 
+TEST(BoxIndexTest, AgreesWithBruteForceInHighRanks) {
+  std::mt19937 rng(17);
+  for (size_t rank : {6, 8, 9, 12}) {
+    for (int round = 0; round < 20; ++round) {
+      std::vector<Box> boxes = RandomBoxes(rng, rank, 150, 6);
+      std::vector<Box> others = RandomBoxes(rng, rank, 60, 6);
+      BoxIndex index(boxes);
+      BoxIndex other(others);
+      ASSERT_EQ(SelfPairs(index), BruteSelf(boxes)) << "rank " << rank;
+      ASSERT_EQ(CrossPairs(index, other), BruteCross(boxes, others))
+          << "rank " << rank;
+      for (const Box& q : others) {
+        ASSERT_EQ(index.Intersecting(q), BruteQuery(boxes, q));
+      }
+    }
+  }
+}
+
 TEST(BoxIndexTest, AgreesWithBruteForceOnRandomTilings) {
   std::mt19937 rng(11);
   for (int round = 0; round < 60; ++round) {
