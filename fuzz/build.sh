@@ -100,7 +100,8 @@ status=0
 for t in "${TARGETS[@]}"; do
   bin=$OUT/$t
   case "$t" in
-    worker_* | coordinator_*) objs=("$(obj_of "fuzz/$t.cc")" "${LIB_OBJS[@]}") ;;
+    # Targets that run the transports or the daemons' code link it all.
+    worker_* | coordinator_* | shm_* | pull_*) objs=("$(obj_of "fuzz/$t.cc")" "${LIB_OBJS[@]}") ;;
     *) objs=("$(obj_of "fuzz/$t.cc")" "${CORE_OBJS[@]}") ;;
   esac
   need=0

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -221,13 +222,13 @@ void WorkerSeeds() {
   Write("worker_request_fuzzer", "transfer_peer", s);
   s.clear();
   // A shard large enough for shared memory on A, pulled by B.
-  fuzz::AppendRecord(&s, A | 0,
-                     Bytes(Allocate(v1::FLOAT32, {1024, 512},
-                                    v1::InitMode::ARANGE, 1, {0, 0},
-                                    {1024, 512})));
+  fuzz::AppendRecord(
+      &s, A | 0,
+      Bytes(Allocate(v1::FLOAT32, {1024, 512}, v1::InitMode::ARANGE, 1, {0, 0},
+                     {1024, 512})));
   fuzz::AppendRecord(&s, B | 0,
-                     Bytes(Allocate(v1::FLOAT32, {8, 8}, v1::InitMode::ZEROS,
-                                    2, {4, 0}, {4, 8})));
+                     Bytes(Allocate(v1::FLOAT32, {8, 8}, v1::InitMode::ZEROS, 2,
+                                    {4, 0}, {4, 8})));
   fuzz::AppendRecord(&s, B | 2, Bytes(pull));
   Write("worker_request_fuzzer", "transfer_peer_shared", s);
   s.clear();
@@ -363,6 +364,117 @@ void CoordinatorSeeds() {
   Write("coordinator_request_fuzzer", "reshard_twice", s);
 }
 
+// shm_reply_fuzzer: [0x80: reply, host id replaced][1: segment][2: params]
+// (see the fuzzer for the parameter bytes).
+void ShmReplySeeds() {
+  auto reply = [](const Shape& shape, int64_t item, int64_t bytes,
+                  const std::string& name) {
+    v1::MapShardResponse r;
+    r.set_segment(name);
+    r.set_bytes(bytes);
+    for (int64_t d : shape) r.add_shape(d);
+    r.set_item_bytes(item);
+    return r.SerializeAsString();
+  };
+  auto params = [](uint8_t flags, int64_t item, int64_t file_bytes,
+                   const std::vector<std::pair<int8_t, uint8_t>>& box,
+                   const std::vector<uint8_t>& expected) {
+    std::string p;
+    p.push_back(static_cast<char>(flags));
+    p.push_back(static_cast<char>(item - 1));
+    for (int i = 0; i < 3; ++i)
+      p.push_back(static_cast<char>((file_bytes >> (8 * i)) & 0xff));
+    p.push_back(static_cast<char>(box.size()));
+    for (const auto& [offset, size] : box) {
+      p.push_back(static_cast<char>(offset));
+      p.push_back(static_cast<char>(size));
+    }
+    for (uint8_t d : expected) p.push_back(static_cast<char>(d));
+    return p;
+  };
+  std::string segment(6 * 8 * 4, '\0');
+  for (size_t i = 0; i < segment.size(); ++i) segment[i] = static_cast<char>(i);
+  struct Case {
+    const char* name;
+    std::string reply;
+    std::string params;
+  };
+  const Case kCases[] = {
+      {"box_host_array", reply({6, 8}, 4, 192, "/tessera-1-7-ab"),
+       params(4, 4, 192, {{2, 3}, {3, 4}}, {6, 8})},
+      {"whole_sink", reply({6, 8}, 4, 192, "/tessera-1-7-ab"),
+       params(1 | 2 | 4, 4, 192, {{0, 6}, {0, 8}}, {6, 8})},
+      {"pull_unknown_shape", reply({48}, 4, 192, "/s"),
+       params(0, 4, 192, {{40, 8}}, {})},
+      {"write", reply({6, 8}, 4, 192, "/s"),
+       params(1 | 4 | 8, 4, 192, {{0, 6}, {0, 8}}, {6, 8})},
+      {"bytes_lie", reply({1000, 1000}, 4, 4096, "/s"),
+       params(1 | 4, 4, 4096, {{0, 200}, {0, 200}}, {200, 200})},
+      {"short_file", reply({6, 8}, 4, 192, "/s"),
+       params(1, 4, 100, {{5, 1}, {0, 8}}, {})},
+      {"negative_dims", reply({-6, -8}, 4, 192, "/s"),
+       params(1, 4, 192, {{0, 1}, {0, 1}}, {})},
+      {"empty_dim", reply({0, 8}, 2, 0, "/s"),
+       params(1 | 4, 2, 0, {{0, 0}, {0, 8}}, {0, 8})},
+      {"bad_name", reply({48}, 4, 192, "/../x"),
+       params(1, 4, 192, {{0, 48}}, {})},
+      {"rank_4", reply({2, 3, 2, 4}, 1, 48, "/s"),
+       params(0, 1, 48, {{1, 1}, {1, 2}, {0, 2}, {1, 3}}, {2, 3, 2, 4})},
+  };
+  for (const Case& c : kCases) {
+    std::string s;
+    fuzz::AppendRecord(&s, 0x80, c.reply);
+    fuzz::AppendRecord(&s, 1, segment);
+    fuzz::AppendRecord(&s, 2, c.params);
+    Write("shm_reply_fuzzer", c.name, s);
+  }
+}
+
+// pull_reply_fuzzer: [0: piece][2: well-formed message]... or raw [1: ...].
+void PullReplySeeds() {
+  auto le64 = [](int64_t v) {
+    std::string out(8, '\0');
+    for (int i = 0; i < 8; ++i)
+      out[i] = static_cast<char>((static_cast<uint64_t>(v) >> (8 * i)) & 0xff);
+    return out;
+  };
+  // A 3x4 box of 4-byte items (48 bytes) inside a 5x6 destination.
+  const std::string piece = {4, 1, 3, 1, 1, 4, 2, 0, 0};
+  {
+    std::string s;
+    fuzz::AppendRecord(&s, 0, piece);
+    fuzz::AppendRecord(&s, 2, le64(0) + std::string(32, 'a'));
+    fuzz::AppendRecord(&s, 2 | (5 << 2), le64(32) + std::string(16, 'b'));
+    Write("pull_reply_fuzzer", "two_chunks", s);
+  }
+  {
+    std::string s;
+    const std::string sink_piece = {4, 1, 3, 1, 1, 4, 2, 0, 1};
+    fuzz::AppendRecord(&s, 0, sink_piece);
+    v1::ReadRegionResponse m;
+    m.set_data(std::string(48, 'c'));
+    fuzz::AppendRecord(&s, 1 | (3 << 2), m.SerializeAsString());
+    Write("pull_reply_fuzzer", "one_raw_sink", s);
+  }
+  {
+    std::string s;
+    fuzz::AppendRecord(&s, 0, piece);
+    fuzz::AppendRecord(&s, 2, le64(0) + std::string(16, 'a'));
+    fuzz::AppendRecord(&s, 2, le64(8) + std::string(64, 'x'));
+    Write("pull_reply_fuzzer", "overlap_overrun", s);
+  }
+  {
+    std::string s;
+    // A 2x2x3 box of 8-byte items (96 bytes).
+    const std::string rank3 = {8, 2, 2, 0, 1, 2, 1, 0, 3, 0, 0, 0};
+    fuzz::AppendRecord(&s, 0, rank3);
+    fuzz::AppendRecord(&s, 2, le64(0) + std::string(40, 'd'));
+    fuzz::AppendRecord(&s, 2, le64(40) + std::string(7, 'e'));
+    fuzz::AppendRecord(&s, 3, le64(123456) + "round trip");
+    Write("pull_reply_fuzzer", "misaligned_rank3", s);
+  }
+}
+
 }  // namespace
 }  // namespace tessera
 
@@ -377,5 +489,7 @@ int main(int argc, char** argv) {
   tessera::LayoutSeeds();
   tessera::WorkerSeeds();
   tessera::CoordinatorSeeds();
+  tessera::ShmReplySeeds();
+  tessera::PullReplySeeds();
   return 0;
 }
