@@ -56,6 +56,44 @@ for name, bps in rows.items():
   echo "## Metadata durability: creates and reads with and without --data_dir (group commit)"
   bazel build -c opt //bench:metadata_bench >&2
   TESSERA_BIN_DIR="$PWD/bazel-bin" bazel-bin/bench/metadata_bench $quick
+  echo
+  echo "## Figure 6: geometry planning at 100k shards on adversarial layouts (Google Benchmark, medians of 3, CPU time)"
+  echo "Reference: the same boxes sorted once by their offsets (region: a scan of every shard)."
+  bazel build -c opt //bench:planning_bench >&2
+  min_time=0.5
+  [ -n "$quick" ] && min_time=0.05
+  bazel-bin/bench/planning_bench --benchmark_min_time=$min_time --benchmark_repetitions=3 \
+    --benchmark_report_aggregates_only=true --benchmark_format=json 2>/dev/null |
+    python3 -c '
+import json, sys
+unit = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+rows = {}
+for b in json.load(sys.stdin)["benchmarks"]:
+    if b.get("aggregate_name") == "median":
+        rows[b["run_name"].replace("/real_time", "")] = (
+            b["cpu_time"] * unit[b["time_unit"]], b.get("shards", 0), b.get("pieces"))
+def fmt(t):
+    return f"{t*1e3:.1f} ms" if t >= 1e-3 else f"{t*1e6:.2f} us"
+print("| figure | value | reference (same run) | ratio | target | met? |")
+print("|---|---|---|---|---|---|")
+def row(label, name, ref_label, ref, limit):
+    t, shards, pieces = rows[name]
+    r = t / rows[ref][0]
+    extra = f", {int(pieces):,} pieces" if pieces else ""
+    target = f"<= {fmt(limit)}" if limit else "-"
+    met = ("yes" if t <= limit else "**no**") if limit else "-"
+    print(f"| 6. {label} ({int(shards):,} shards{extra}) | {fmt(t)} | {ref_label} {fmt(rows[ref][0])} | {r:.2g}x | {target} | {met} |")
+for layout in ("rank2_shells", "rank3_shells", "rank4_suffix_tiling", "rank4_suffix_boxes"):
+    sort = "Sort/" + layout
+    row(f"validate {layout}", "Validate/" + layout, "sort", sort, 0.2)
+    if "Reshard/" + layout in rows:
+        row(f"reshard {layout} to its mirror", "Reshard/" + layout, "sort", sort, 0.2)
+for n in (2500, 10000, 100000):
+    row(f"reshard {n} column chunks to {n - 1}", f"ReshardColumns/{n}", "sort", f"SortColumns/{n}",
+        0.2 if n == 100000 else None)
+row("plan a 4 KiB region, prebuilt index", "RegionIndexed", "scan", "RegionScan", 20e-6)
+row("build that index (once per layout)", "IndexBuild", "scan", "RegionScan", None)
+'
 } | tee "$out"
 
 if [ -n "$update" ]; then
