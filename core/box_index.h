@@ -13,7 +13,9 @@
 //    boxes, and it stops at the first pair when asked to.
 //
 // Boxes are half-open; empty boxes (some size <= 0) are not indexed and meet
-// nothing. Immutable once built: safe to query from many threads at once.
+// nothing. REQUIRES: offset + size fits in int64 on every dim of every box
+// and query (true of boxes validated against a shape), and fewer than 2^31
+// boxes. Immutable once built: safe to query from many threads at once.
 #ifndef TESSERA_CORE_BOX_INDEX_H_
 #define TESSERA_CORE_BOX_INDEX_H_
 
