@@ -1,0 +1,128 @@
+// The `tessera` binary on files it cannot hold: a header that promises more
+// than the file has, and an array larger than the memory the process may
+// use. Each must end in one `error: ...` line and exit 1, never a signal.
+// Neither needs a cluster: `put` reads its file before it connects.
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/dtype.h"
+#include "core/npy.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
+}
+
+std::string BinaryPath() {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  return srcdir != nullptr ? absl::StrCat(srcdir, "/tessera/client/tessera")
+                           : "bazel-bin/client/tessera";
+}
+
+struct Outcome {
+  bool exited = false;  // false: killed by a signal
+  int code = -1;        // the exit code, or the signal
+  std::string err;
+};
+
+// Runs the CLI with `args`, its address space limited to `limit_bytes`
+// (0: no limit), and collects how it ended and its stderr.
+Outcome RunCli(const std::vector<std::string>& args, rlim_t limit_bytes) {
+  const std::string err_path = TempPath("cli_err");
+  const int err_fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(err_fd, 2);
+    if (limit_bytes > 0) {
+      rlimit limit{limit_bytes, limit_bytes};
+      setrlimit(RLIMIT_AS, &limit);
+    }
+    std::vector<std::string> all = {BinaryPath(), "--coordinator=127.0.0.1:1"};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(err_fd);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  Outcome outcome;
+  outcome.exited = WIFEXITED(status);
+  outcome.code = outcome.exited ? WEXITSTATUS(status) : WTERMSIG(status);
+  std::ifstream in(err_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  outcome.err = text.str();
+  return outcome;
+}
+
+TEST(CliMainTest, HeaderDeclaringTwoToThe47ElementsIsAnErrorLine) {
+  std::string dict =
+      "{'descr': '<f4', 'fortran_order': False, 'shape': (140737488355328,), "
+      "}";
+  dict.append(118 - 10 - dict.size() - 1, ' ');
+  dict.push_back('\n');
+  const std::string path = TempPath("huge.npy");
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << std::string("\x93NUMPY\x01\x00", 8) << static_cast<char>(dict.size())
+        << '\0' << dict;
+  }
+  const Outcome outcome = RunCli(
+      {"put", "t", "--input", path, "--chunk_dim=0", "--placements=rank:0"}, 0);
+  ASSERT_TRUE(outcome.exited) << "killed by signal " << outcome.code;
+  EXPECT_EQ(outcome.code, 1);
+  EXPECT_THAT(outcome.err, StartsWith("error: "));
+  EXPECT_THAT(outcome.err, HasSubstr("truncated"));
+  EXPECT_EQ(std::vector<std::string>(absl::StrSplit(outcome.err, '\n')).size(),
+            2u)
+      << outcome.err;
+}
+
+TEST(CliMainTest, ArrayLargerThanTheMemoryLimitIsAnOutOfMemoryLine) {
+  // A valid 4 GiB file (sparse: it takes no disk) and 1 GiB of address
+  // space for the whole process.
+  constexpr int64_t kElements = int64_t{1} << 30;
+  const std::string header = EncodeNpyHeader(DType::kFloat32, {kElements});
+  const std::string path = TempPath("big.npy");
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << header;
+  }
+  ASSERT_EQ(
+      truncate(path.c_str(), static_cast<off_t>(header.size()) + kElements * 4),
+      0);
+  const Outcome outcome = RunCli(
+      {"put", "t", "--input", path, "--chunk_dim=0", "--placements=rank:0"},
+      rlim_t{1} << 30);
+  unlink(path.c_str());
+  ASSERT_TRUE(outcome.exited) << "killed by signal " << outcome.code;
+  EXPECT_EQ(outcome.code, 1);
+  EXPECT_THAT(outcome.err, StartsWith("error: out of memory"));
+  EXPECT_EQ(std::vector<std::string>(absl::StrSplit(outcome.err, '\n')).size(),
+            2u)
+      << outcome.err;
+}
+
+}  // namespace
+}  // namespace tessera
