@@ -414,7 +414,10 @@ void SmallFetchFigure(Env& env) {
     for (bool shm : {false, true}) {
       ClientOptions options;
       options.shared_memory = shm;
-      Connection connection(env.cluster->coordinator_address(), options);
+      std::shared_ptr<Connection> shared = ValueOrDie(
+          Connection::Make(env.cluster->coordinator_address(), options),
+          "connect");
+      Connection& connection = *shared;
       for (int callers : {1, 16}) {
         std::vector<std::vector<char>> outs(callers,
                                             std::vector<char>(payload));

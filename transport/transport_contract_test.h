@@ -27,6 +27,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/box.h"
+#include "core/capability.h"
 #include "core/dtype.h"
 #include "core/init_fill.h"
 #include "core/strided_copy.h"
@@ -73,8 +74,7 @@ class StoreReceiver : public TransferReceiver {
     return PieceTarget{
         ReadTarget::HostArray(pinned->data, pinned->desc.box.sizes,
                               piece.dst_offsets),
-        static_cast<int64_t>(ItemSize(pinned->desc.dtype)),
-        pinned->keep_alive};
+        static_cast<int64_t>(ItemSize(pinned->desc.dtype)), pinned->keep_alive};
   }
 
  private:
@@ -94,6 +94,7 @@ class TransportContractTest
     WorkerNodeOptions node_options;
     node_options.arena = arena_;
     node_ = std::make_unique<WorkerNode>(store_.get(), node_options);
+    node_->SetIdentity("w0", kWorkerKey);
     service_ = std::make_unique<WorkerService>(node_.get());
     absl::StatusOr<RunningServer> server =
         StartServer("127.0.0.1:0", {service_.get()});
@@ -112,6 +113,8 @@ class TransportContractTest
   void Allocate(uint64_t id, Shape shape, DType dtype) {
     ShardDesc desc;
     desc.tensor = "t";
+    desc.version = 1;
+    desc.writable = true;  // as a put's shards are
     desc.dtype = dtype;
     desc.tensor_shape = shape;
     desc.box = WholeBox(shape);
@@ -133,25 +136,38 @@ class TransportContractTest
     shard.location.worker = "w0";
     shard.location.address = address.empty() ? address_ : address;
     shard.location.shard_id = id;
+    shard.location.capability = Grant(kRightRead | kRightWrite);
     shard.item_bytes = static_cast<int64_t>(ItemSize(dtype));
     shard.shape = shape;
     return shard;
   }
+
+  // What the coordinator would grant on tensor "t" version 1 at w0.
+  static std::string Grant(uint32_t rights) {
+    Capability grant;
+    grant.worker = "w0";
+    grant.tensor = "t";
+    grant.version = 1;
+    grant.rights = rights;
+    grant.expires_ms = absl::ToUnixMillis(absl::Now() + absl::Hours(1));
+    return MintCapability(grant, kWorkerKey);
+  }
+  static constexpr char kWorkerKey[] = "contract-test-key";
 
   // Reads `box` of shard `id` into an array of `dst_shape` at `dst_offsets`
   // (prefilled with 0x5a) and checks every byte against the store's.
   void ExpectReadExact(uint64_t id, const Shape& shape, DType dtype,
                        const Box& box, const Shape& dst_shape,
                        const std::vector<int64_t>& dst_offsets) {
-    SCOPED_TRACE(absl::StrCat("shard ", ShapeToString(shape), " box ",
-                              box.ToString()));
+    SCOPED_TRACE(
+        absl::StrCat("shard ", ShapeToString(shape), " box ", box.ToString()));
     const size_t item = ItemSize(dtype);
     int64_t dst_elements = 1;
     for (int64_t d : dst_shape) dst_elements *= d;
     std::string got(static_cast<size_t>(dst_elements) * item, '\x5a');
-    ASSERT_THAT(transport_->Read(At(id, shape, dtype), box,
-                                 ReadTarget::HostArray(got.data(), dst_shape,
-                                                       dst_offsets)),
+    ASSERT_THAT(transport_->Read(
+                    At(id, shape, dtype), box,
+                    ReadTarget::HostArray(got.data(), dst_shape, dst_offsets)),
                 ::tessera::testing::IsOk());
     std::string want(got.size(), '\x5a');
     const std::string shard = Bytes(id);
@@ -206,15 +222,15 @@ TEST_P(TransportContractTest, SinkReceivesTheBoxInRowMajorOrder) {
   std::string got(static_cast<size_t>(box.NumElements()) * 2, '\0');
   int64_t next = 0;
   ASSERT_THAT(
-      transport_->Read(At(2, {64, 48}, DType::kInt16), box,
-                       ReadTarget::Sink([&](int64_t first, int64_t count,
-                                            const char* data) {
-                         EXPECT_EQ(first, next);
-                         std::memcpy(got.data() + first * 2, data,
-                                     static_cast<size_t>(count) * 2);
-                         next = first + count;
-                         return absl::OkStatus();
-                       })),
+      transport_->Read(
+          At(2, {64, 48}, DType::kInt16), box,
+          ReadTarget::Sink([&](int64_t first, int64_t count, const char* data) {
+            EXPECT_EQ(first, next);
+            std::memcpy(got.data() + first * 2, data,
+                        static_cast<size_t>(count) * 2);
+            next = first + count;
+            return absl::OkStatus();
+          })),
       ::tessera::testing::IsOk());
   EXPECT_EQ(next, box.NumElements());
   std::string want(got.size(), '\0');
@@ -227,11 +243,10 @@ TEST_P(TransportContractTest, SinkReceivesTheBoxInRowMajorOrder) {
 TEST_P(TransportContractTest, EmptyBoxReadsNothing) {
   Allocate(2, {64, 48}, DType::kInt16);
   std::string out(16, '\x5a');
-  ASSERT_THAT(transport_->Read(At(2, {64, 48}, DType::kInt16),
-                               Box{{3, 0}, {0, 48}},
-                               ReadTarget::HostArray(out.data(), {2, 4},
-                                                     {0, 0})),
-              ::tessera::testing::IsOk());
+  ASSERT_THAT(
+      transport_->Read(At(2, {64, 48}, DType::kInt16), Box{{3, 0}, {0, 48}},
+                       ReadTarget::HostArray(out.data(), {2, 4}, {0, 0})),
+      ::tessera::testing::IsOk());
   EXPECT_EQ(out, std::string(16, '\x5a'));
 }
 
@@ -248,16 +263,14 @@ TEST_P(TransportContractTest, ReadOfFreedShardIsNotFound) {
   EXPECT_THAT(transport_->Read(At(1, {1000}, DType::kInt32), WholeBox({1000}),
                                ReadTarget::HostArray(out.data(), {1000}, {0})),
               ::tessera::testing::StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_THAT(transport_->Read(At(2, {64, 48}, DType::kInt16),
-                               Box{{0, 0}, {1, 4}},
-                               ReadTarget::HostArray(out.data(), {1, 4},
-                                                     {0, 0})),
-              ::tessera::testing::StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_THAT(transport_->Read(At(2, {64, 48}, DType::kInt16),
-                               Box{{0, 0}, {0, 4}},
-                               ReadTarget::HostArray(out.data(), {1, 4},
-                                                     {0, 0})),
-              ::tessera::testing::StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(
+      transport_->Read(At(2, {64, 48}, DType::kInt16), Box{{0, 0}, {1, 4}},
+                       ReadTarget::HostArray(out.data(), {1, 4}, {0, 0})),
+      ::tessera::testing::StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(
+      transport_->Read(At(2, {64, 48}, DType::kInt16), Box{{0, 0}, {0, 4}},
+                       ReadTarget::HostArray(out.data(), {1, 4}, {0, 0})),
+      ::tessera::testing::StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_P(TransportContractTest, UnreachableWorkerIsUnavailable) {
@@ -297,8 +310,8 @@ TEST_P(TransportContractTest, WriteThenReadBack) {
   WriteSource flat{reinterpret_cast<const char*>(values.data()), {1000}, {0}};
   ASSERT_THAT(transport_->Write(At(1, {1000}, DType::kInt32), flat),
               ::tessera::testing::IsOk());
-  EXPECT_TRUE(Bytes(1) == std::string(reinterpret_cast<char*>(values.data()),
-                                      4000));
+  EXPECT_TRUE(Bytes(1) ==
+              std::string(reinterpret_cast<char*>(values.data()), 4000));
 }
 
 TEST_P(TransportContractTest, TransferBatchOfSeveralPieces) {
@@ -322,6 +335,7 @@ TEST_P(TransportContractTest, TransferBatchOfSeveralPieces) {
   batch.src_address = address_;
   batch.dst_worker = "w1";
   batch.dst_address = "here";
+  batch.src_capability = Grant(kRightRead);
   batch.pieces.push_back(TransferPiece{2, {0, 0}, 20, {0, 0}, {10, 40}});
   batch.pieces.push_back(TransferPiece{2, {30, 5}, 20, {20, 3}, {15, 30}});
   batch.pieces.push_back(TransferPiece{1, {100}, 10, {50}, {200}});

@@ -293,8 +293,13 @@ absl::Status WorkerNode::Admit(absl::string_view token,
     absl::StatusOr<ShardDesc> desc = store_->Describe(id);
     // Not held: the caller learns no more than it would with a capability.
     if (!desc.ok()) return desc.status();
-    if (desc->tensor != capability.tensor ||
-        desc->version != capability.version) {
+    // A reshard keeps unchanged shards of earlier versions (no copy), so a
+    // read grant for version N covers the tensor's shards made at N or
+    // before; a write grant covers only the put's own version.
+    const bool version_ok = right == kRightWrite
+                                ? desc->version == capability.version
+                                : desc->version <= capability.version;
+    if (desc->tensor != capability.tensor || !version_ok) {
       return absl::PermissionDeniedError(
           absl::StrCat("permission denied: shard ", id, " is not part of '",
                        capability.tensor, "' version ", capability.version));

@@ -162,7 +162,9 @@ class WorkerNode {
   // OK when the capability `token` lets its bearer call `full_method` on
   // shards `ids`: signed for this worker, unexpired, with the method's right
   // (core/capability.h's table) and, for reads and writes, naming each
-  // shard's tensor version; a write also needs a writable, unsealed shard.
+  // shard's tensor (reads: at the shard's version or later, since a reshard
+  // keeps unchanged shards; writes: exactly its version); a write also
+  // needs a writable, unsealed shard.
   // PERMISSION_DENIED (UNAVAILABLE before registration) otherwise.
   absl::Status Admit(absl::string_view token, absl::string_view full_method,
                      absl::Span<const uint64_t> ids) const

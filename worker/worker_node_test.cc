@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/capability.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -40,8 +41,9 @@ const InitSpec kArange{InitSpec::Kind::kArange};
 
 std::vector<int32_t> ReadAll(ShardStore& store, uint64_t id, int64_t n) {
   std::vector<int32_t> out(static_cast<size_t>(n));
-  absl::Status status = store.ReadBox(id, WholeBox(store.Describe(id)->box.sizes),
-                                      0, n, reinterpret_cast<char*>(out.data()));
+  absl::Status status =
+      store.ReadBox(id, WholeBox(store.Describe(id)->box.sizes), 0, n,
+                    reinterpret_cast<char*>(out.data()));
   EXPECT_THAT(status, IsOk());
   return out;
 }
@@ -82,7 +84,8 @@ TEST(WorkerNodeTest, RegionReaderSendsContiguousBoxesFromShardMemory) {
   HostShardStore store;
   WorkerNode node(&store, WorkerNodeOptions{});
   ASSERT_THAT(node.Allocate({{1, Desc({64, 32})}}, kArange), IsOk());
-  absl::StatusOr<RegionReader> rows = node.OpenRegion(1, Box{{3, 0}, {5, 32}}, 0);
+  absl::StatusOr<RegionReader> rows =
+      node.OpenRegion(1, Box{{3, 0}, {5, 32}}, 0);
   ASSERT_THAT(rows.status(), IsOk());
   ASSERT_NE(rows->contiguous_base(), nullptr);
   int32_t first;
@@ -93,7 +96,8 @@ TEST(WorkerNodeTest, RegionReaderSendsContiguousBoxesFromShardMemory) {
   // Part of one row is contiguous too; columns are not.
   EXPECT_NE(node.OpenRegion(1, Box{{3, 4}, {1, 8}}, 0)->contiguous_base(),
             nullptr);
-  absl::StatusOr<RegionReader> cols = node.OpenRegion(1, Box{{0, 4}, {64, 2}}, 64);
+  absl::StatusOr<RegionReader> cols =
+      node.OpenRegion(1, Box{{0, 4}, {64, 2}}, 64);
   ASSERT_THAT(cols.status(), IsOk());
   EXPECT_EQ(cols->contiguous_base(), nullptr);
   EXPECT_EQ(cols->chunk_elements(), 16);
@@ -118,13 +122,13 @@ TEST(WorkerNodeTest, ReadAllRefusesRegionsLargerThanOneMessage) {
   ASSERT_THAT(node.Allocate({{1, Desc({kMaxChunkBytes / 4 + 1})}}, InitSpec{}),
               IsOk());
   std::string out;
-  EXPECT_THAT(node.OpenRegion(1, Box{{0}, {kMaxChunkBytes / 4 + 1}}, 0)
-                  ->ReadAll(&out),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("too large for one message")));
-  ASSERT_THAT(node.OpenRegion(1, Box{{1}, {kMaxChunkBytes / 4}}, 0)
-                  ->ReadAll(&out),
-              IsOk());
+  EXPECT_THAT(
+      node.OpenRegion(1, Box{{0}, {kMaxChunkBytes / 4 + 1}}, 0)->ReadAll(&out),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("too large for one message")));
+  ASSERT_THAT(
+      node.OpenRegion(1, Box{{1}, {kMaxChunkBytes / 4}}, 0)->ReadAll(&out),
+      IsOk());
   EXPECT_EQ(out.size(), static_cast<size_t>(kMaxChunkBytes));
 }
 
@@ -152,8 +156,7 @@ TEST(WorkerNodeTest, MapShardNamesTheSegmentOfASharedShard) {
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("not in shared memory")));
   ASSERT_THAT(node.Free({1}), IsOk());
-  EXPECT_THAT(node.MapShard(1).status(),
-              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(node.MapShard(1).status(), StatusIs(absl::StatusCode::kNotFound));
   // A node that was given no arena offers nothing for mapping.
   WorkerNode plain(&store, WorkerNodeOptions{});
   EXPECT_THAT(plain.MapShard(2).status(),
@@ -208,6 +211,7 @@ class WorkerNodeTransferTest : public ::testing::TestWithParam<bool> {
     WorkerNodeOptions node_options;
     node_options.arena = arena_;
     source_ = std::make_unique<WorkerNode>(source_store_.get(), node_options);
+    source_->SetIdentity("w0", "node-test-key");
     service_ = std::make_unique<WorkerService>(source_.get());
     absl::StatusOr<RunningServer> server =
         StartServer("127.0.0.1:0", {service_.get()});
@@ -226,6 +230,14 @@ class WorkerNodeTransferTest : public ::testing::TestWithParam<bool> {
   TransferBatch Batch() {
     TransferBatch batch;
     batch.src_worker = "w0";
+    // What the coordinator grants the destination on the source.
+    Capability grant;
+    grant.worker = "w0";
+    grant.tensor = "t";
+    grant.version = 1;
+    grant.rights = kRightRead;
+    grant.expires_ms = absl::ToUnixMillis(absl::Now() + absl::Hours(1));
+    batch.src_capability = MintCapability(grant, "node-test-key");
     batch.src_address = address_;
     batch.dst_worker = "w1";
     batch.dst_address = "127.0.0.1:2";

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/auth.h"
+#include "core/capability.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -42,6 +44,7 @@ class WorkerServiceTest : public ::testing::Test {
     WorkerNodeOptions node_options;
     node_options.arena = arena_;
     node_ = std::make_unique<WorkerNode>(store_.get(), node_options);
+    node_->SetIdentity("w0", kKey);
     service_ = std::make_unique<WorkerService>(node_.get());
     absl::StatusOr<RunningServer> server =
         StartServer("127.0.0.1:0", {service_.get()});
@@ -59,6 +62,19 @@ class WorkerServiceTest : public ::testing::Test {
   }
   void TearDown() override { server_.server->Shutdown(); }
 
+  // What the coordinator would grant on tensor "t" version 1 at w0.
+  static std::string Grant(uint32_t rights = kRightRead,
+                           const std::string& tensor = "t") {
+    Capability grant;
+    grant.worker = "w0";
+    grant.tensor = tensor;
+    grant.version = 1;
+    grant.rights = rights;
+    grant.expires_ms = absl::ToUnixMillis(absl::Now() + absl::Hours(1));
+    return MintCapability(grant, kKey);
+  }
+  static constexpr char kKey[] = "worker-service-test-key";
+
   // Reads `box` of shard 1 through the gRPC transport.
   std::vector<int32_t> Read(const Box& box) {
     std::vector<int32_t> out(box.NumElements(), -1);
@@ -71,7 +87,7 @@ class WorkerServiceTest : public ::testing::Test {
                       data.size());
           return absl::OkStatus();
         },
-        "");
+        "", Grant());
     EXPECT_THAT(status, IsOk());
     return out;
   }
@@ -123,6 +139,7 @@ TEST_F(WorkerServiceTest, SmallRegionIsOneUnaryCall) {
 TEST_F(WorkerServiceTest, GeneratedProtobufClientStillParsesTheStream) {
   auto stub = v1::Worker::NewStub(channel_);
   grpc::ClientContext context;
+  context.AddMetadata(kCapabilityHeader, Grant());
   v1::ReadRegionRequest request;
   request.set_shard_id(1);
   for (int64_t v : {int64_t{2}, int64_t{0}}) request.add_offsets(v);
@@ -145,7 +162,7 @@ TEST_F(WorkerServiceTest, GeneratedProtobufClientStillParsesTheStream) {
 TEST_F(WorkerServiceTest, ReadOfUnknownShardIsNotFound) {
   absl::Status status = ReadRegion(
       channel_, 99, Box{{0}, {4}}, 4, absl::Seconds(30),
-      [](int64_t, absl::string_view) { return absl::OkStatus(); }, "");
+      [](int64_t, absl::string_view) { return absl::OkStatus(); }, "", Grant());
   EXPECT_THAT(status, StatusIs(absl::StatusCode::kNotFound));
 }
 
@@ -154,22 +171,24 @@ TEST_F(WorkerServiceTest, SameHostClientMapsTheShardUntilItIsFreed) {
     GTEST_SKIP() << "no writable /dev/shm here";
   const Box box{{10, 0}, {5, kCols}};
   absl::StatusOr<std::unique_ptr<ShardMapping>> mapping =
-      MapShardBox(channel_, 1, box, 4, absl::Seconds(30));
+      MapShardBox(channel_, 1, box, 4, absl::Seconds(30), Grant());
   ASSERT_THAT(mapping.status(), IsOk());
   int32_t value;
   std::memcpy(&value, (*mapping)->At((12 * kCols + 7) * 4), 4);
   EXPECT_EQ(value, At(12, 7));
   EXPECT_EQ((*mapping)->shape(), (Shape{kRows, kCols}));
   // A wrong element size is refused rather than misread.
-  EXPECT_THAT(MapShardBox(channel_, 1, box, 8, absl::Seconds(30)).status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(
+      MapShardBox(channel_, 1, box, 8, absl::Seconds(30), Grant()).status(),
+      StatusIs(absl::StatusCode::kFailedPrecondition));
   ASSERT_THAT(store_->Free(1), IsOk());
   // The old mapping still shows the freed shard's bytes, never other data...
   std::memcpy(&value, (*mapping)->At((12 * kCols + 7) * 4), 4);
   EXPECT_EQ(value, At(12, 7));
   // ...and new maps fail as a gRPC read would.
-  EXPECT_THAT(MapShardBox(channel_, 1, box, 4, absl::Seconds(30)).status(),
-              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(
+      MapShardBox(channel_, 1, box, 4, absl::Seconds(30), Grant()).status(),
+      StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(WorkerServiceTest, SegmentShorterThanReportedIsAnErrorNotSigbus) {
@@ -185,22 +204,68 @@ TEST_F(WorkerServiceTest, SegmentShorterThanReportedIsAnErrorNotSigbus) {
   ASSERT_EQ(ftruncate(fd, kRows * kCols * 4 / 2), 0);
   close(fd);
   const Box last_rows{{kRows - 4, 0}, {4, kCols}};
-  EXPECT_THAT(
-      MapShardBox(channel_, 1, last_rows, 4, absl::Seconds(30)).status(),
-      StatusIs(absl::StatusCode::kFailedPrecondition,
-               ::testing::HasSubstr("smaller than the shard")));
+  EXPECT_THAT(MapShardBox(channel_, 1, last_rows, 4, absl::Seconds(30), Grant())
+                  .status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       ::testing::HasSubstr("smaller than the shard")));
 }
 
 TEST_F(WorkerServiceTest, PrivateShardIsNotOfferedForMapping) {
   ShardDesc desc;
-  desc.tensor = "small";
+  desc.tensor = "t";
   desc.dtype = DType::kInt32;
   desc.tensor_shape = {4};
   desc.box = Box{{0}, {4}};
   ASSERT_THAT(store_->Allocate(2, desc, InitSpec{}), IsOk());
   EXPECT_THAT(
-      MapShardBox(channel_, 2, Box{{0}, {4}}, 4, absl::Seconds(30)).status(),
+      MapShardBox(channel_, 2, Box{{0}, {4}}, 4, absl::Seconds(30), Grant())
+          .status(),
       StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST_F(WorkerServiceTest, CallsWithoutTheRightCapabilityChangeNothing) {
+  auto read = [&](const std::string& capability) {
+    return ReadRegion(
+        channel_, 1, Box{{0, 0}, {1, 1}}, 4, absl::Seconds(30),
+        [](int64_t, absl::string_view) { return absl::OkStatus(); }, "",
+        capability);
+  };
+  EXPECT_THAT(read(""), StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(read(Grant(kRightRead, "other")),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(read("forged.token"),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(read(Grant(kRightRead)), IsOk());
+  // A read grant is no order: the shard survives a free.
+  auto stub = v1::Worker::NewStub(channel_);
+  for (const std::string& capability : {std::string(), Grant(kRightRead)}) {
+    grpc::ClientContext context;
+    if (!capability.empty()) context.AddMetadata(kCapabilityHeader, capability);
+    v1::FreeShardsRequest request;
+    request.add_shard_ids(1);
+    v1::FreeShardsResponse response;
+    EXPECT_EQ(stub->FreeShards(&context, request, &response).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+  EXPECT_TRUE(store_->Describe(1).ok());
+  // Nor may a reader write: the shard is not a put's, and it is sealed.
+  grpc::ClientContext context;
+  context.AddMetadata(kCapabilityHeader, Grant(kRightRead | kRightWrite));
+  v1::WriteShardResponse response;
+  auto writer = stub->WriteShard(&context, &response);
+  v1::WriteShardRequest chunk;
+  chunk.set_shard_id(1);
+  chunk.set_data(std::string(16, 'x'));
+  writer->Write(chunk);
+  writer->WritesDone();
+  EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Read(Box{{0, 0}, {1, 4}}), (std::vector<int32_t>{0, 1, 2, 3}));
 }
 
 }  // namespace
