@@ -216,7 +216,9 @@ struct SharedMemoryTransportOptions {
 // FAILED_PRECONDITION whenever the shard cannot be mapped from here: another
 // host, a shard in private or device memory, a shape or element size that
 // differs from the caller's metadata, or a box outside the mapped shard
-// (gRPC then reports the worker's own error). Thread-safe.
+// (gRPC then reports the worker's own error). INTERNAL, with no fallback,
+// when the worker's reply contradicts itself (see the top of this file).
+// Thread-safe.
 class SharedMemoryTransport : public ShardTransport {
  public:
   // `channels` (not owned, outlives this) reaches the workers' MapShard.
