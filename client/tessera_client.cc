@@ -1,5 +1,6 @@
 #include "client/tessera_client.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/connection.h"
 #include "client/data_plane.h"
@@ -35,7 +36,18 @@ CallOptions CoordinatorCall(const Connection& connection, bool idempotent,
   options.idempotent = idempotent;
   options.attempts = connection.options().control_retries + 1;
   const std::string address = connection.coordinator_address();
-  options.unreachable = [address](const grpc::Status&) {
+  // A TLS client without a certificate sees its handshake complete and the
+  // socket then closed by a coordinator that requires one (TLS 1.3).
+  const bool tls_without_cert = !connection.options().tls_ca.empty() &&
+                                connection.options().tls_cert.empty();
+  options.unreachable = [address, tls_without_cert](const grpc::Status& s) {
+    if (tls_without_cert &&
+        absl::StrContains(s.error_message(), "Socket closed")) {
+      return absl::UnauthenticatedError(absl::StrCat(
+          "unauthenticated: the coordinator at ", address,
+          " closed the connection: it requires a client certificate (pass "
+          "--tls_cert and --tls_key)"));
+    }
     return absl::UnavailableError(absl::StrCat(
         "cannot reach the coordinator at ", address, " (is it running?)"));
   };
