@@ -119,9 +119,19 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   CallOptions call = CoordinatorCall(*connection, /*idempotent=*/false,
                                      options.connect_timeout);
   call.wait_for_ready = true;
-  TESSERA_RETURN_IF_ERROR(Call(call, [&](grpc::ClientContext* context) {
+  auto list = [&](grpc::ClientContext* context) {
     return connection->coordinator()->ListWorkers(context, request, &response);
-  }));
+  };
+  absl::Status status = Call(call, list);
+  if (absl::IsUnavailable(status) && !options.tls_ca.empty()) {
+    // Waiting for the connection hides why it failed; one plain attempt
+    // tells a refused certificate from a coordinator that is down.
+    CallOptions probe = CoordinatorCall(*connection, /*idempotent=*/false,
+                                        options.connect_timeout);
+    absl::Status detail = Call(probe, list);
+    if (absl::IsUnauthenticated(detail)) status = detail;
+  }
+  TESSERA_RETURN_IF_ERROR(status);
   return std::unique_ptr<Client>(new Client(std::move(connection)));
 }
 

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "client/tessera_client.h"
 
 namespace tessera {
@@ -161,7 +162,9 @@ absl::Status TestCluster::StartWorker(int i) {
       absl::StrCat("--coordinator=", coordinator_address_),
       absl::StrCat("--listen=", w.address),
       absl::StrCat("--name=", worker_name(i)), absl::StrCat("--rank=", i)};
-  for (const std::string& f : options_.worker_flags) argv.push_back(f);
+  for (const std::string& f : options_.worker_flags) {
+    argv.push_back(absl::StrReplaceAll(f, {{"{name}", worker_name(i)}}));
+  }
   w.pid = Spawn(argv, w.log);
   return w.pid > 0 ? absl::OkStatus() : absl::InternalError("fork failed");
 }
@@ -170,7 +173,7 @@ absl::Status TestCluster::WaitAlive(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   absl::Status last = absl::UnavailableError("not checked");
   while (absl::Now() < deadline) {
-    ClientOptions options;
+    ClientOptions options = options_.client;
     options.connect_timeout = absl::Seconds(2);
     auto client = Client::Connect(coordinator_address_, options);
     if (client.ok()) {

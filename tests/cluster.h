@@ -19,12 +19,15 @@ namespace tessera {
 
 struct TestClusterOptions {
   int num_workers = 4;
-  // Extra flags for every worker / the coordinator.
+  // Extra flags for every worker (`{name}` becomes the worker's name) / the
+  // coordinator.
   std::vector<std::string> worker_flags;
   std::vector<std::string> coordinator_flags;
   // Give the coordinator a --data_dir (durable metadata) inside the test's temp
   // dir.
   bool durable = false;
+  // How the cluster's own readiness checks connect (TLS files, a token).
+  ClientOptions client;
 };
 
 class TestCluster {

@@ -1,0 +1,317 @@
+// A cluster with mutual TLS and tokens (certificates from
+// deploy/make-certs.sh), attacked as CLI.md's "Security" says it must
+// withstand: each role does exactly what the table allows, bad credentials
+// are refused, and callers without the coordinator's say-so cannot read,
+// write, free or allocate on a worker, claim a worker's name, or commit
+// another principal's put. Every refusal changes nothing.
+#include "rpc/security.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "client/tessera_client.h"
+#include "core/auth.h"
+#include "gtest/gtest.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "proto/worker.grpc.pb.h"
+#include "rpc/channel.h"
+#include "tests/cluster.h"
+#include "tests/test_arrays.h"
+
+namespace tessera {
+namespace {
+
+std::string Dir() { return absl::StrCat(std::getenv("TEST_TMPDIR"), "/sec"); }
+std::string File(const std::string& name) {
+  return absl::StrCat(Dir(), "/", name);
+}
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+ClientOptions As(const std::string& principal, bool cert = true) {
+  ClientOptions options;
+  options.tls_ca = File("ca.crt");
+  if (cert) {
+    options.tls_cert = File("user.crt");
+    options.tls_key = File("user.key");
+  }
+  if (!principal.empty()) {
+    options.token = *ReadTokenFile(File(principal + ".token"));
+  }
+  options.connect_timeout = absl::Seconds(5);
+  options.control_retries = 0;
+  return options;
+}
+
+class SecurityTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string script = absl::StrCat(std::getenv("TEST_SRCDIR"),
+                                            "/tessera/deploy/make-certs.sh");
+    std::string out;
+    ASSERT_EQ(TestCluster::Run({"/bin/bash", script, Dir(), "--workers", "2"},
+                               &out, &out),
+              0)
+        << out;
+    TestClusterOptions options;
+    options.num_workers = 2;
+    options.coordinator_flags = {
+        absl::StrCat("--tls_ca=", File("ca.crt")),
+        absl::StrCat("--tls_cert=", File("coordinator.crt")),
+        absl::StrCat("--tls_key=", File("coordinator.key")),
+        absl::StrCat("--tokens=", File("tokens"))};
+    options.worker_flags = {
+        absl::StrCat("--tls_ca=", File("ca.crt")),
+        absl::StrCat("--tls_cert=", Dir(), "/{name}.crt"),
+        absl::StrCat("--tls_key=", Dir(), "/{name}.key"),
+        absl::StrCat("--token_file=", Dir(), "/{name}.token")};
+    options.client = As("admin");
+    auto cluster = TestCluster::Start(options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = cluster->release();
+    auto admin = Client::Connect(cluster_->coordinator_address(), As("admin"));
+    ASSERT_TRUE(admin.ok()) << admin.status();
+    admin_ = admin->release();
+    InitSpec init;
+    init.kind = InitSpec::Kind::kArange;
+    ASSERT_TRUE(admin_
+                    ->Create("t", {8, 4}, DType::kInt32,
+                             LayoutSpec::Chunk(0, Ranks({0, 1})), init)
+                    .ok());
+  }
+  static void TearDownTestSuite() {
+    delete admin_;
+    delete cluster_;
+  }
+
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(
+      const ClientOptions& options) {
+    return Client::Connect(cluster_->coordinator_address(), options);
+  }
+  // A raw channel with the user's certificate: what an attacker holding a
+  // valid certificate (but no capability) can do.
+  static std::shared_ptr<grpc::Channel> RawChannel(const std::string& address,
+                                                   const std::string& token) {
+    ChannelOptions options;
+    options.credentials = ChannelCredentialsFor(
+        *LoadTls({File("ca.crt"), File("user.crt"), File("user.key")}, false));
+    if (!token.empty()) options.interceptors = BearerTokenInterceptors(token);
+    return MakeChannel(address, options);
+  }
+  // Shard 0 of "t" still holds 0, 1, 2, ... (nothing was changed).
+  static void ExpectIntact() {
+    absl::StatusOr<HostArray> got = admin_->Get("t", std::nullopt);
+    ASSERT_TRUE(got.ok()) << got.status();
+    for (int i = 0; i < 32; ++i) ASSERT_EQ(got->As<int32_t>()[i], i);
+  }
+
+  static TestCluster* cluster_;
+  static Client* admin_;
+};
+TestCluster* SecurityTest::cluster_ = nullptr;
+Client* SecurityTest::admin_ = nullptr;
+
+TEST_F(SecurityTest, EachRoleDoesExactlyWhatTheTableSays) {
+  auto reader = Connect(As("reader"));
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_TRUE((*reader)->Workers().ok());
+  EXPECT_TRUE((*reader)->List().ok());
+  EXPECT_TRUE((*reader)->Describe("t").ok());
+  EXPECT_TRUE((*reader)->Get("t", std::nullopt).ok());
+  const LayoutSpec spec = LayoutSpec::Chunk(0, Ranks({0}));
+  absl::Status create =
+      (*reader)->Create("r", {4}, DType::kInt8, spec, InitSpec{}).status();
+  EXPECT_EQ(create.code(), absl::StatusCode::kPermissionDenied) << create;
+  EXPECT_NE(create.message().find("permission denied"), std::string::npos);
+  EXPECT_EQ((*reader)->Delete("t").code(), absl::StatusCode::kPermissionDenied);
+
+  auto writer = Connect(As("writer"));
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE(
+      (*writer)->Create("wt", {4}, DType::kInt8, spec, InitSpec{}).ok());
+  EXPECT_TRUE((*writer)->Delete("wt").ok());
+
+  // A worker's token is for registering, nothing a user does.
+  auto worker = Connect(As("w0"));
+  if (worker.ok()) {
+    EXPECT_EQ((*worker)->List().status().code(),
+              absl::StatusCode::kPermissionDenied);
+  } else {
+    EXPECT_EQ(worker.status().code(), absl::StatusCode::kPermissionDenied);
+  }
+  ExpectIntact();
+}
+
+TEST_F(SecurityTest, BadCredentialsAreUnauthenticated) {
+  // No token.
+  auto none = Connect(As(""));
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kUnauthenticated)
+      << none.status();
+  // A wrong token.
+  ClientOptions wrong = As("");
+  wrong.token = "not-a-token-of-this-cluster";
+  EXPECT_EQ(Connect(wrong).status().code(), absl::StatusCode::kUnauthenticated);
+  // No certificate, to daemons that require one.
+  auto no_cert = Connect(As("admin", /*cert=*/false));
+  EXPECT_EQ(no_cert.status().code(), absl::StatusCode::kUnauthenticated)
+      << no_cert.status();
+  // Another CA's certificate.
+  std::string out;
+  ASSERT_EQ(TestCluster::Run({"/bin/bash",
+                              absl::StrCat(std::getenv("TEST_SRCDIR"),
+                                           "/tessera/deploy/make-certs.sh"),
+                              Dir() + "-other", "--workers", "0"},
+                             &out, &out),
+            0)
+      << out;
+  ClientOptions other = As("admin");
+  other.tls_ca = Dir() + "-other/ca.crt";
+  other.tls_cert = Dir() + "-other/user.crt";
+  other.tls_key = Dir() + "-other/user.key";
+  auto foreign = Connect(other);
+  EXPECT_EQ(foreign.status().code(), absl::StatusCode::kUnauthenticated)
+      << foreign.status();
+  // Plaintext.
+  ClientOptions plain;
+  plain.token = *ReadTokenFile(File("admin.token"));
+  plain.connect_timeout = absl::Seconds(2);
+  plain.control_retries = 0;
+  EXPECT_FALSE(Connect(plain).ok());
+  ExpectIntact();
+}
+
+TEST_F(SecurityTest, WorkersObeyOnlyTheCluster) {
+  absl::StatusOr<TensorMetadata> meta = admin_->Describe("t");
+  ASSERT_TRUE(meta.ok());
+  const ShardInfo& shard = meta->shards[0];
+  auto stub = v1::Worker::NewStub(RawChannel(shard.address, ""));
+  // A read without the coordinator's capability.
+  {
+    grpc::ClientContext context;
+    v1::ReadRegionRequest request;
+    request.set_shard_id(shard.shard_id);
+    request.add_offsets(0);
+    request.add_offsets(0);
+    request.add_sizes(1);
+    request.add_sizes(4);
+    v1::ReadRegionResponse response;
+    EXPECT_EQ(stub->ReadSmallRegion(&context, request, &response).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+  // Free and allocate orders from a client, even one holding a read grant.
+  for (const std::string& grant :
+       {std::string(), meta->capabilities.at(shard.worker)}) {
+    grpc::ClientContext free_context;
+    if (!grant.empty()) free_context.AddMetadata(kCapabilityHeader, grant);
+    v1::FreeShardsRequest free;
+    free.add_shard_ids(shard.shard_id);
+    v1::FreeShardsResponse freed;
+    EXPECT_EQ(stub->FreeShards(&free_context, free, &freed).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+    grpc::ClientContext alloc_context;
+    if (!grant.empty()) alloc_context.AddMetadata(kCapabilityHeader, grant);
+    v1::AllocateShardsRequest alloc;
+    alloc.set_tensor("x");
+    v1::AllocateShardsResponse allocated;
+    EXPECT_EQ(
+        stub->AllocateShards(&alloc_context, alloc, &allocated).error_code(),
+        grpc::StatusCode::PERMISSION_DENIED);
+  }
+  // Rewriting a committed shard with the read grant the metadata carries.
+  {
+    grpc::ClientContext context;
+    context.AddMetadata(kCapabilityHeader, meta->capabilities.at(shard.worker));
+    v1::WriteShardResponse response;
+    auto writer = stub->WriteShard(&context, &response);
+    v1::WriteShardRequest chunk;
+    chunk.set_shard_id(shard.shard_id);
+    chunk.set_data(std::string(16, '\xff'));
+    writer->Write(chunk);
+    writer->WritesDone();
+    EXPECT_EQ(writer->Finish().error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+  // Shard ids are not a counter.
+  EXPECT_GT(shard.shard_id, uint64_t{1} << 20);
+  ExpectIntact();
+}
+
+TEST_F(SecurityTest, AWorkerNameIsBoundToItsCredential) {
+  // w1's token claiming w0's name, with an empty held list.
+  auto stub = v1::Coordinator::NewStub(RawChannel(
+      cluster_->coordinator_address(), *ReadTokenFile(File("w1.token"))));
+  grpc::ClientContext context;
+  v1::RegisterWorkerRequest request;
+  request.set_name("w0");
+  request.set_address("127.0.0.1:1");
+  request.mutable_device()->set_kind(v1::Device::CPU);
+  v1::RegisterWorkerResponse response;
+  grpc::Status status = stub->RegisterWorker(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+      << status.error_message();
+  EXPECT_TRUE(response.capability_key().empty());
+  // Nor can it keep w0 alive.
+  grpc::ClientContext beat_context;
+  v1::HeartbeatRequest beat;
+  beat.set_name("w0");
+  v1::HeartbeatResponse beat_response;
+  EXPECT_EQ(stub->Heartbeat(&beat_context, beat, &beat_response).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  // An admin is no worker either.
+  auto admin_stub = v1::Coordinator::NewStub(RawChannel(
+      cluster_->coordinator_address(), *ReadTokenFile(File("admin.token"))));
+  grpc::ClientContext admin_context;
+  EXPECT_EQ(admin_stub->RegisterWorker(&admin_context, request, &response)
+                .error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  // w0 is still the real one.
+  auto workers = admin_->Workers();
+  ASSERT_TRUE(workers.ok());
+  for (const WorkerInfo& w : *workers) {
+    EXPECT_TRUE(w.alive) << w.name;
+    EXPECT_NE(w.address, "127.0.0.1:1");
+  }
+  ExpectIntact();
+}
+
+TEST_F(SecurityTest, OnlyThePutsCreatorCommitsIt) {
+  auto writer = v1::Coordinator::NewStub(RawChannel(
+      cluster_->coordinator_address(), *ReadTokenFile(File("writer.token"))));
+  grpc::ClientContext context;
+  v1::CreateTensorRequest create;
+  create.set_name("pending");
+  create.add_shape(4);
+  create.mutable_properties()->set_dtype(v1::INT8);
+  create.mutable_spec()->mutable_chunk()->set_dim(0);
+  create.mutable_spec()->mutable_chunk()->add_placements()->set_rank(0);
+  create.set_pending(true);
+  v1::CreateTensorResponse created;
+  grpc::Status status = writer->CreateTensor(&context, create, &created);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  auto admin = v1::Coordinator::NewStub(RawChannel(
+      cluster_->coordinator_address(), *ReadTokenFile(File("admin.token"))));
+  grpc::ClientContext commit_context;
+  v1::CommitTensorRequest commit;
+  commit.set_name("pending");
+  commit.set_version(created.tensor().version());
+  v1::CommitTensorResponse committed;
+  EXPECT_EQ(
+      admin->CommitTensor(&commit_context, commit, &committed).error_code(),
+      grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(admin_->Describe("pending").status().code(),
+            absl::StatusCode::kNotFound);
+  grpc::ClientContext own_context;
+  EXPECT_TRUE(writer->CommitTensor(&own_context, commit, &committed).ok());
+  EXPECT_TRUE(admin_->Describe("pending").ok());
+}
+
+}  // namespace
+}  // namespace tessera
