@@ -65,11 +65,11 @@ class Life {
    public:
     explicit SharedControl(std::shared_ptr<FakeWorkerControl> inner)
         : inner_(std::move(inner)) {}
-    absl::StatusOr<int64_t> Allocate(const std::string& a,
+    absl::StatusOr<int64_t> Allocate(const WorkerRef& a,
                                      const AllocateBatch& b) override {
       return inner_->Allocate(a, b);
     }
-    absl::StatusOr<int64_t> Free(const std::string& a,
+    absl::StatusOr<int64_t> Free(const WorkerRef& a,
                                  const std::vector<uint64_t>& ids) override {
       return inner_->Free(a, ids);
     }

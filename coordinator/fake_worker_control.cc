@@ -75,7 +75,8 @@ absl::StatusOr<FakeWorkerControl::Worker*> FakeWorkerControl::Reach(
 }
 
 absl::StatusOr<int64_t> FakeWorkerControl::Allocate(
-    const std::string& address, const AllocateBatch& batch) {
+    const WorkerRef& ref, const AllocateBatch& batch) {
+  const std::string& address = ref.address;
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(address);
   if (it != workers_.end()) ++it->second.counts.allocate;
@@ -97,7 +98,8 @@ absl::StatusOr<int64_t> FakeWorkerControl::Allocate(
 }
 
 absl::StatusOr<int64_t> FakeWorkerControl::Free(
-    const std::string& address, const std::vector<uint64_t>& shard_ids) {
+    const WorkerRef& ref, const std::vector<uint64_t>& shard_ids) {
+  const std::string& address = ref.address;
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(address);
   if (it != workers_.end()) ++it->second.counts.free;

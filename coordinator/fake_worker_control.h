@@ -48,10 +48,10 @@ class FakeWorkerControl : public WorkerControl {
   void Hold(const std::string& address, uint64_t shard_id, int64_t bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  absl::StatusOr<int64_t> Allocate(const std::string& address,
+  absl::StatusOr<int64_t> Allocate(const WorkerRef& worker,
                                    const AllocateBatch& batch) override
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<int64_t> Free(const std::string& address,
+  absl::StatusOr<int64_t> Free(const WorkerRef& worker,
                                const std::vector<uint64_t>& shard_ids) override
       ABSL_LOCKS_EXCLUDED(mu_);
   void Reset(const std::string& address) override ABSL_LOCKS_EXCLUDED(mu_);

@@ -21,11 +21,6 @@ CallOptions WorkerCall(const std::string& address, absl::Duration timeout) {
 
 }  // namespace
 
-std::string GrpcWorkerControl::WorkerAt(const std::string& address) const {
-  absl::MutexLock lock(&mu_);
-  return worker_at_ ? worker_at_(address) : std::string();
-}
-
 void GrpcWorkerControl::SignOrder(grpc::ClientContext* context,
                                   const std::string& worker) const {
   context->AddMetadata(kCapabilityHeader, authority_->Order(worker));
@@ -50,33 +45,31 @@ v1::AllocateShardsRequest AllocateRequestFor(const AllocateBatch& batch) {
 }
 
 absl::StatusOr<int64_t> GrpcWorkerControl::Allocate(
-    const std::string& address, const AllocateBatch& batch) {
+    const WorkerRef& worker, const AllocateBatch& batch) {
   const v1::AllocateShardsRequest request = AllocateRequestFor(batch);
   v1::AllocateShardsResponse response;
-  auto stub = v1::Worker::NewStub(channels_.Get(address));
-  const std::string worker = WorkerAt(address);
-  TESSERA_RETURN_IF_ERROR(Call(WorkerCall(address, options_.allocate_timeout),
-                               [&](grpc::ClientContext* context) {
-                                 SignOrder(context, worker);
-                                 return stub->AllocateShards(context, request,
-                                                             &response);
-                               }));
+  auto stub = v1::Worker::NewStub(channels_.Get(worker.address));
+  TESSERA_RETURN_IF_ERROR(
+      Call(WorkerCall(worker.address, options_.allocate_timeout),
+           [&](grpc::ClientContext* context) {
+             SignOrder(context, worker.name);
+             return stub->AllocateShards(context, request, &response);
+           }));
   return response.bytes_used();
 }
 
 absl::StatusOr<int64_t> GrpcWorkerControl::Free(
-    const std::string& address, const std::vector<uint64_t>& shard_ids) {
+    const WorkerRef& worker, const std::vector<uint64_t>& shard_ids) {
   v1::FreeShardsRequest request;
   request.mutable_shard_ids()->Assign(shard_ids.begin(), shard_ids.end());
   v1::FreeShardsResponse response;
-  auto stub = v1::Worker::NewStub(channels_.Get(address));
-  const std::string worker = WorkerAt(address);
-  TESSERA_RETURN_IF_ERROR(Call(WorkerCall(address, options_.free_timeout),
-                               [&](grpc::ClientContext* context) {
-                                 SignOrder(context, worker);
-                                 return stub->FreeShards(context, request,
-                                                         &response);
-                               }));
+  auto stub = v1::Worker::NewStub(channels_.Get(worker.address));
+  TESSERA_RETURN_IF_ERROR(
+      Call(WorkerCall(worker.address, options_.free_timeout),
+           [&](grpc::ClientContext* context) {
+             SignOrder(context, worker.name);
+             return stub->FreeShards(context, request, &response);
+           }));
   return response.bytes_used();
 }
 

@@ -3,10 +3,8 @@
 #ifndef TESSERA_COORDINATOR_GRPC_WORKER_CONTROL_H_
 #define TESSERA_COORDINATOR_GRPC_WORKER_CONTROL_H_
 
-#include <functional>
 #include <string>
 
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/cluster_authority.h"
 #include "coordinator/worker_control.h"
@@ -34,32 +32,20 @@ class GrpcWorkerControl : public WorkerControl {
         authority_(authority),
         channels_(std::move(channels)) {}
 
-  // Which worker serves at an address (the registry knows; set once the
-  // coordinator exists, before serving).
-  void SetWorkerLookup(
-      std::function<std::string(const std::string& address)> worker_at) {
-    absl::MutexLock lock(&mu_);
-    worker_at_ = std::move(worker_at);
-  }
-
-  absl::StatusOr<int64_t> Allocate(const std::string& address,
+  absl::StatusOr<int64_t> Allocate(const WorkerRef& worker,
                                    const AllocateBatch& batch) override;
-  absl::StatusOr<int64_t> Free(const std::string& address,
+  absl::StatusOr<int64_t> Free(const WorkerRef& worker,
                                const std::vector<uint64_t>& shard_ids) override;
   absl::Status Transfer(const TransferBatch& batch) override;
   void Reset(const std::string& address) override { channels_.Forget(address); }
 
  private:
-  // The order capability for the worker at `address`, as call metadata.
+  // The order capability for `worker`, as call metadata.
   void SignOrder(grpc::ClientContext* context, const std::string& worker) const;
-  std::string WorkerAt(const std::string& address) const;
 
   const Options options_;
   const ClusterAuthority* const authority_;
   ChannelCache channels_;
-  mutable absl::Mutex mu_;
-  std::function<std::string(const std::string&)> worker_at_
-      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera

@@ -115,15 +115,7 @@ int Run() {
   worker_channels.credentials = security->channel_credentials;
   auto control = std::make_unique<GrpcWorkerControl>(
       GrpcWorkerControl::Options(), &authority, std::move(worker_channels));
-  GrpcWorkerControl* control_ptr = control.get();
   Coordinator coordinator(options, std::move(control), std::move(store));
-  // Orders are signed for the worker serving at the address they go to.
-  control_ptr->SetWorkerLookup([&coordinator](const std::string& address) {
-    for (const WorkerRecord& w : coordinator.ListWorkers()) {
-      if (w.address == address) return w.name;
-    }
-    return std::string();
-  });
   // Declared after the coordinator, so it stops serving (and calling the
   // coordinator's collector) before the coordinator is destroyed.
   absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics_server =

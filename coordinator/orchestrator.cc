@@ -151,7 +151,8 @@ absl::Status Orchestrator::AllocateShards(const TensorMetadata& meta,
   threads.reserve(addresses.size());
   for (size_t i = 0; i < addresses.size(); ++i) {
     threads.emplace_back([&, i] {
-      results[i] = workers_->Allocate(addresses[i], batches[addresses[i]]);
+      results[i] = workers_->Allocate(
+          WorkerRef{names[addresses[i]], addresses[i]}, batches[addresses[i]]);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -176,7 +177,8 @@ absl::Status Orchestrator::AllocateShards(const TensorMetadata& meta,
     std::vector<uint64_t> ids;
     for (const auto& [id, box] : batches[addresses[i]].shards)
       ids.push_back(id);
-    absl::StatusOr<int64_t> freed = workers_->Free(addresses[i], ids);
+    absl::StatusOr<int64_t> freed =
+        workers_->Free(WorkerRef{names[addresses[i]], addresses[i]}, ids);
     if (freed.ok()) registry_->SetBytesUsed(names[addresses[i]], *freed);
   }
   return first_error;
@@ -191,7 +193,8 @@ void Orchestrator::FreeShards(const TensorMetadata& meta) {
     std::optional<WorkerRecord> worker = registry_->Find(name);
     if (!worker.has_value()) continue;
     threads.emplace_back([this, worker = *worker, &ids = ids, &meta] {
-      absl::StatusOr<int64_t> freed = workers_->Free(worker.address, ids);
+      absl::StatusOr<int64_t> freed =
+          workers_->Free(WorkerRef{worker.name, worker.address}, ids);
       if (freed.ok()) {
         registry_->SetBytesUsed(worker.name, *freed);
       } else {

@@ -18,6 +18,13 @@
 
 namespace tessera {
 
+// A worker as the coordinator orders it: its name (each order is signed for
+// it) and the address it serves on.
+struct WorkerRef {
+  std::string name;
+  std::string address;
+};
+
 // Shards of one tensor to allocate on one worker, all or none.
 struct AllocateBatch {
   std::string tensor;
@@ -33,10 +40,10 @@ class WorkerControl {
  public:
   virtual ~WorkerControl() = default;
   // Returns the worker's bytes in use afterwards.
-  virtual absl::StatusOr<int64_t> Allocate(const std::string& address,
+  virtual absl::StatusOr<int64_t> Allocate(const WorkerRef& worker,
                                            const AllocateBatch& batch) = 0;
   virtual absl::StatusOr<int64_t> Free(
-      const std::string& address, const std::vector<uint64_t>& shard_ids) = 0;
+      const WorkerRef& worker, const std::vector<uint64_t>& shard_ids) = 0;
   // The worker at `address` (re)started: forget any connection state.
   virtual void Reset(const std::string& address) = 0;
   // Moves every piece of `batch` from its source worker into shards of its
