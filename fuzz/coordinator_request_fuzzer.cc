@@ -7,13 +7,14 @@
 // Each input gets a fresh Coordinator whose WorkerControl is in-process:
 // three workers ("fake:7000".."fake:7002", registered as w0..w2) each a real
 // WorkerNode on a HostShardStore of kCapacity bytes behind a real
-// WorkerService, called directly (AllocateShards and FreeShards through the
-// service; Transfer through WorkerNode::Transfer, which copies pieces held
+// WorkerService, called directly (WorkerService::Allocate and Free, with
+// orders signed by the same ClusterAuthority the coordinator grants with;
+// Transfer through WorkerNode::Transfer, which copies pieces held
 // by the destination in memory and reads the others from the source node
-// through an in-process ShardTransport). Any other address is UNAVAILABLE. Invariants (trap on failure): no worker holds more
-// than its capacity; a CreateTensor or ReshardTensor that fails leaves no new
-// shard on any worker (all or nothing); DeleteTensor of every name used
-// leaves no tensor listed.
+// through an in-process ShardTransport). Any other address is UNAVAILABLE.
+// Invariants (trap on failure): no worker holds more than its capacity; a
+// CreateTensor or ReshardTensor that fails leaves no new shard on any worker
+// (all or nothing); DeleteTensor of every name used leaves no tensor listed.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -23,10 +24,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/cluster_authority.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/grpc_worker_control.h"
 #include "core/errors.h"
+#include "core/status_macros.h"
 #include "fuzz/fuzz_util.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "rpc/convert.h"
@@ -41,11 +44,6 @@ namespace {
 
 constexpr int64_t kCapacity = 16 << 20;
 constexpr int kWorkers = 3;
-
-absl::Status FromGrpc(const grpc::Status& s) {
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      s.error_message());
-}
 
 absl::Status Unreachable(const std::string& address) {
   return UnavailableError(absl::StrCat("worker at ", address));
@@ -78,12 +76,22 @@ class InProcessTransport : public ShardTransport {
   const NodeMap* const nodes_;
 };
 
+// The cluster's signer: the coordinator grants with it, the fake workers
+// check with the keys it derives, and orders are signed by it.
+const ClusterAuthority& Authority() {
+  static const auto* authority =
+      new ClusterAuthority(std::nullopt, "coordinator-fuzzer-secret");
+  return *authority;
+}
+
 // One fake worker: a real store and node behind a real service, called
 // directly; it reads from its peers in `nodes`.
 struct FakeWorker {
-  explicit FakeWorker(const NodeMap* nodes)
+  FakeWorker(const std::string& name, const NodeMap* nodes)
       : node(&store, WorkerNodeOptions(),
-             std::make_unique<InProcessTransport>(nodes)) {}
+             std::make_unique<InProcessTransport>(nodes)) {
+    node.SetIdentity(name, Authority().WorkerKey(name));
+  }
   HostShardStore store{kCapacity};
   WorkerNode node;
   WorkerService service{&node};
@@ -96,31 +104,27 @@ class InProcessWorkerControl : public WorkerControl {
   explicit InProcessWorkerControl(std::map<std::string, FakeWorker*> workers)
       : workers_(std::move(workers)) {}
 
-  absl::StatusOr<int64_t> Allocate(const std::string& address,
+  absl::StatusOr<int64_t> Allocate(const WorkerRef& worker,
                                    const AllocateBatch& batch) override {
-    FakeWorker* w = Find(address);
-    if (w == nullptr) return Unreachable(address);
-    v1::AllocateShardsRequest request = AllocateRequestFor(batch);
+    FakeWorker* w = Find(worker.address);
+    if (w == nullptr) return Unreachable(worker.address);
     v1::AllocateShardsResponse response;
-    grpc::ServerContext context;
-    absl::Status s =
-        FromGrpc(w->service.AllocateShards(&context, &request, &response));
-    if (!s.ok()) return s;
+    TESSERA_RETURN_IF_ERROR(w->service.Allocate(Authority().Order(worker.name),
+                                                AllocateRequestFor(batch), {},
+                                                &response));
     return response.bytes_used();
   }
 
   absl::StatusOr<int64_t> Free(
-      const std::string& address,
+      const WorkerRef& worker,
       const std::vector<uint64_t>& shard_ids) override {
-    FakeWorker* w = Find(address);
-    if (w == nullptr) return Unreachable(address);
+    FakeWorker* w = Find(worker.address);
+    if (w == nullptr) return Unreachable(worker.address);
     v1::FreeShardsRequest request;
     request.mutable_shard_ids()->Assign(shard_ids.begin(), shard_ids.end());
     v1::FreeShardsResponse response;
-    grpc::ServerContext context;
-    absl::Status s =
-        FromGrpc(w->service.FreeShards(&context, &request, &response));
-    if (!s.ok()) return s;
+    TESSERA_RETURN_IF_ERROR(
+        w->service.Free(Authority().Order(worker.name), request, &response));
     return response.bytes_used();
   }
 
@@ -178,7 +182,7 @@ void Run(const uint8_t* data, size_t size) {
   FakeWorker* fakes[kWorkers];
   std::map<std::string, FakeWorker*> by_address;
   for (int i = 0; i < kWorkers; ++i) {
-    owned.push_back(std::make_unique<FakeWorker>(&nodes));
+    owned.push_back(std::make_unique<FakeWorker>(absl::StrCat("w", i), &nodes));
     fakes[i] = owned.back().get();
     by_address[absl::StrCat("fake:", 7000 + i)] = fakes[i];
     nodes[absl::StrCat("fake:", 7000 + i)] = &fakes[i]->node;
@@ -187,7 +191,7 @@ void Run(const uint8_t* data, size_t size) {
   options.retire_grace = absl::ZeroDuration();
   auto coordinator = std::make_unique<Coordinator>(
       options, std::make_unique<InProcessWorkerControl>(by_address));
-  CoordinatorService service(coordinator.get());
+  CoordinatorService service(coordinator.get(), &Authority());
   grpc::ServerContext context;
   for (int i = 0; i < kWorkers; ++i) {
     v1::RegisterWorkerRequest request;

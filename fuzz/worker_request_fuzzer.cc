@@ -3,17 +3,20 @@
 // tessera.v1 request handed to one of two workers, A and B, each a real
 // WorkerNode (behind a real WorkerService) on a HostShardStore of kCapacity
 // bytes whose large shards live in shared memory:
-//   op & 7 == 0  AllocateShardsRequest -> AllocateShards (direct call)
+//   op & 7 == 0  AllocateShardsRequest -> WorkerService::Allocate (direct)
 //   op & 7 == 1  ReadRegionRequest     -> ReadRegion (through gRPC, drained)
 //   op & 7 == 2  TransferRequest       -> TransferBatchFromProto, then
 //                WorkerNode::Transfer; src_address is replaced by A's or
 //                B's real address (bit 4 of op), so local copies and peer
 //                reads (shared memory and gRPC) are all exercised
-//   op & 7 == 3  FreeShardsRequest     -> FreeShards (direct)
+//   op & 7 == 3  FreeShardsRequest     -> WorkerService::Free (direct)
 //   op & 7 == 4  WriteShardRequest     -> one message of a WriteShard stream
 //                (consecutive such records form one stream, through gRPC)
 //   otherwise    ignored
-// Bit 3 of op picks the worker (A or B). The streaming handlers need a real
+// Bit 3 of op picks the worker (A or B). Each call carries what an honest
+// coordinator would grant (an order; a read or write grant for the named
+// shard's tensor version), unless bit 5 of op is set: then none, which the
+// worker must refuse. The streaming handlers need a real
 // ServerReader/ServerWriter, so both workers also serve on 127.0.0.1:0 and
 // are called through it. Every shard is freed after each
 // input, so inputs are independent. Invariants (trap on failure): a worker
@@ -25,6 +28,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/auth.h"
+#include "core/capability.h"
 #include "fuzz/fuzz_util.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/worker.grpc.pb.h"
@@ -39,6 +44,7 @@ namespace tessera {
 namespace {
 
 constexpr int64_t kCapacity = 16 << 20;
+constexpr char kKey[] = "worker-fuzzer-key";
 
 // One per process (it holds the process's liveness lock), shared by both
 // workers' stores.
@@ -63,6 +69,7 @@ WorkerNodeOptions NodeOptions() {
 }
 
 struct Worker {
+  std::string name;
   HostShardStore store{StoreOptions()};
   WorkerNode node{&store, NodeOptions()};
   std::unique_ptr<WorkerService> service;
@@ -70,7 +77,8 @@ struct Worker {
   std::string address;
   std::unique_ptr<v1::Worker::Stub> stub;  // to this worker
 
-  Worker() {
+  explicit Worker(std::string worker_name) : name(std::move(worker_name)) {
+    node.SetIdentity(name, kKey);
     service = std::make_unique<WorkerService>(&node);
     grpc::ServerBuilder builder;
     ConfigureServerBuilder(&builder);
@@ -107,6 +115,20 @@ struct Worker {
 
 Worker* workers[2];
 
+// What the coordinator would sign for `w`: `rights` on the tensor version
+// shard `id` belongs to (any, for an order or a shard not held).
+std::string Grant(const Worker& w, uint64_t id, uint32_t rights) {
+  Capability grant;
+  grant.worker = w.name;
+  grant.rights = rights;
+  grant.expires_ms = absl::ToUnixMillis(absl::Now() + absl::Hours(1));
+  if (absl::StatusOr<ShardDesc> desc = w.store.Describe(id); desc.ok()) {
+    grant.tensor = desc->tensor;
+    grant.version = desc->version;
+  }
+  return MintCapability(grant, kKey);
+}
+
 std::unique_ptr<grpc::ClientContext> Context() {
   auto context = std::make_unique<grpc::ClientContext>();
   context->set_deadline(std::chrono::system_clock::now() +
@@ -114,9 +136,14 @@ std::unique_ptr<grpc::ClientContext> Context() {
   return context;
 }
 
-void FlushWrites(Worker* w, std::vector<v1::WriteShardRequest>* pending) {
+void FlushWrites(Worker* w, std::vector<v1::WriteShardRequest>* pending,
+                 bool granted) {
   if (pending->empty()) return;
   auto context = Context();
+  if (granted) {
+    context->AddMetadata(kCapabilityHeader,
+                         Grant(*w, pending->front().shard_id(), kRightWrite));
+  }
   v1::WriteShardResponse response;
   auto writer = w->stub->WriteShard(context.get(), &response);
   for (const v1::WriteShardRequest& m : *pending) {
@@ -133,14 +160,17 @@ void Run(const uint8_t* data, size_t size) {
   absl::string_view bytes;
   std::vector<v1::WriteShardRequest> pending;
   Worker* pending_worker = nullptr;
+  bool pending_granted = true;
   while (records.Next(&op, &bytes)) {
     Worker* w = workers[(op >> 3) & 1];
     const int kind = op & 7;
+    const bool granted = (op & 32) == 0;
+    const std::string order = granted ? Grant(*w, 0, kRightOrder) : "";
     if (kind != 4 || w != pending_worker) {
-      if (pending_worker != nullptr) FlushWrites(pending_worker, &pending);
+      if (pending_worker != nullptr)
+        FlushWrites(pending_worker, &pending, pending_granted);
       pending_worker = nullptr;
     }
-    grpc::ServerContext server_context;
     switch (kind) {
       case 0: {
         v1::AllocateShardsRequest request;
@@ -148,7 +178,7 @@ void Run(const uint8_t* data, size_t size) {
                                     static_cast<int>(bytes.size())))
           break;
         v1::AllocateShardsResponse response;
-        (void)w->service->AllocateShards(&server_context, &request, &response);
+        (void)w->service->Allocate(order, request, {}, &response);
         break;
       }
       case 1: {
@@ -157,6 +187,10 @@ void Run(const uint8_t* data, size_t size) {
                                     static_cast<int>(bytes.size())))
           break;
         auto context = Context();
+        if (granted) {
+          context->AddMetadata(kCapabilityHeader,
+                               Grant(*w, request.shard_id(), kRightRead));
+        }
         auto reader = w->stub->ReadRegion(context.get(), request);
         v1::ReadRegionResponse chunk;
         int64_t total = 0;
@@ -174,14 +208,18 @@ void Run(const uint8_t* data, size_t size) {
         if (!request.ParseFromArray(bytes.data(),
                                     static_cast<int>(bytes.size())))
           break;
-        request.set_src_address(workers[(op >> 4) & 1]->address);
+        const Worker& src = *workers[(op >> 4) & 1];
+        request.set_src_address(src.address);
         absl::StatusOr<TransferBatch> batch = TransferBatchFromProto(request);
         if (!batch.ok()) break;
+        if (granted && !batch->pieces.empty()) {
+          batch->src_capability =
+              Grant(src, batch->pieces[0].src_shard_id, kRightRead);
+        }
         absl::StatusOr<int64_t> moved = w->node.Transfer(*batch);
-        FUZZ_CHECK(moved.ok() || (moved.status().code() !=
-                                      absl::StatusCode::kUnknown &&
-                                  moved.status().code() !=
-                                      absl::StatusCode::kInternal),
+        FUZZ_CHECK(moved.ok() ||
+                       (moved.status().code() != absl::StatusCode::kUnknown &&
+                        moved.status().code() != absl::StatusCode::kInternal),
                    moved.status().ToString());
         break;
       }
@@ -191,7 +229,7 @@ void Run(const uint8_t* data, size_t size) {
                                     static_cast<int>(bytes.size())))
           break;
         v1::FreeShardsResponse response;
-        (void)w->service->FreeShards(&server_context, &request, &response);
+        (void)w->service->Free(order, request, &response);
         break;
       }
       case 4: {
@@ -201,6 +239,7 @@ void Run(const uint8_t* data, size_t size) {
           break;
         pending.push_back(std::move(request));
         pending_worker = w;
+        pending_granted = granted;
         break;
       }
       default:
@@ -209,7 +248,8 @@ void Run(const uint8_t* data, size_t size) {
     workers[0]->CheckAccounting();
     workers[1]->CheckAccounting();
   }
-  if (pending_worker != nullptr) FlushWrites(pending_worker, &pending);
+  if (pending_worker != nullptr)
+    FlushWrites(pending_worker, &pending, pending_granted);
   workers[0]->FreeAll();
   workers[1]->FreeAll();
 }
@@ -218,8 +258,9 @@ void Run(const uint8_t* data, size_t size) {
 }  // namespace tessera
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  tessera::workers[0] = new tessera::Worker();  // live for the whole process
-  tessera::workers[1] = new tessera::Worker();
+  // Live for the whole process.
+  tessera::workers[0] = new tessera::Worker("A");
+  tessera::workers[1] = new tessera::Worker("B");
   return 0;
 }
 

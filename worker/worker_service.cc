@@ -119,29 +119,38 @@ WorkerService::WorkerService(WorkerNode* node) : node_(node) {
 grpc::Status WorkerService::AllocateShards(
     grpc::ServerContext* context, const v1::AllocateShardsRequest* request,
     v1::AllocateShardsResponse* response) {
+  // A caller that went away (the coordinator died mid-create) will never
+  // record these shards: the node undoes them too.
+  return ToGrpcStatus(Allocate(
+      PresentedCapability(*context), *request,
+      [context] { return context->IsCancelled(); }, response));
+}
+
+absl::Status WorkerService::Allocate(absl::string_view capability,
+                                     const v1::AllocateShardsRequest& request,
+                                     const std::function<bool()>& cancelled,
+                                     v1::AllocateShardsResponse* response) {
   absl::Status status = [&]() -> absl::Status {
-    TESSERA_RETURN_IF_ERROR(Admit(*node_, *context, "AllocateShards"));
-    TESSERA_ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(request->dtype()));
+    TESSERA_RETURN_IF_ERROR(
+        node_->Admit(capability, "/tessera.v1.Worker/AllocateShards", {}));
+    TESSERA_ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(request.dtype()));
     TESSERA_ASSIGN_OR_RETURN(
-        Shape shape, ShapeFromProto(request->tensor_shape(), "tensor_shape"));
-    TESSERA_ASSIGN_OR_RETURN(InitSpec init, InitFromProto(request->init()));
+        Shape shape, ShapeFromProto(request.tensor_shape(), "tensor_shape"));
+    TESSERA_ASSIGN_OR_RETURN(InitSpec init, InitFromProto(request.init()));
     TESSERA_RETURN_IF_ERROR(CheckInitValue(init, dtype));
     std::vector<ShardAllocation> shards;
-    shards.reserve(request->shards_size());
-    for (int i = 0; i < request->shards_size(); ++i) {
+    shards.reserve(request.shards_size());
+    for (int i = 0; i < request.shards_size(); ++i) {
       ShardAllocation shard;
-      shard.id = request->shards(i).shard_id();
+      shard.id = request.shards(i).shard_id();
       TESSERA_ASSIGN_OR_RETURN(shard.desc,
-                               DescFromAllocate(*request, i, dtype, shape));
+                               DescFromAllocate(request, i, dtype, shape));
       shards.push_back(std::move(shard));
     }
-    // A caller that went away (the coordinator died mid-create) will never
-    // record these shards: the node undoes them too.
-    return node_->Allocate(shards, init,
-                           [context] { return context->IsCancelled(); });
+    return node_->Allocate(shards, init, cancelled);
   }();
   response->set_bytes_used(node_->BytesUsed());
-  return ToGrpcStatus(status);
+  return status;
 }
 
 grpc::Status WorkerService::WriteShard(
@@ -259,14 +268,20 @@ grpc::Status WorkerService::Transfer(grpc::ServerContext* context,
 grpc::Status WorkerService::FreeShards(grpc::ServerContext* context,
                                        const v1::FreeShardsRequest* request,
                                        v1::FreeShardsResponse* response) {
-  if (absl::Status admitted = Admit(*node_, *context, "FreeShards");
-      !admitted.ok()) {
-    return ToGrpcStatus(admitted);
+  return ToGrpcStatus(Free(PresentedCapability(*context), *request, response));
+}
+
+absl::Status WorkerService::Free(absl::string_view capability,
+                                 const v1::FreeShardsRequest& request,
+                                 v1::FreeShardsResponse* response) {
+  absl::Status status =
+      node_->Admit(capability, "/tessera.v1.Worker/FreeShards", {});
+  if (status.ok()) {
+    status = node_->Free(absl::MakeConstSpan(request.shard_ids().data(),
+                                             request.shard_ids().size()));
   }
-  absl::Status status = node_->Free(absl::MakeConstSpan(
-      request->shard_ids().data(), request->shard_ids().size()));
   response->set_bytes_used(node_->BytesUsed());
-  return ToGrpcStatus(status);
+  return status;
 }
 
 }  // namespace tessera

@@ -11,6 +11,9 @@
 #ifndef TESSERA_WORKER_WORKER_SERVICE_H_
 #define TESSERA_WORKER_WORKER_SERVICE_H_
 
+#include <functional>
+
+#include "absl/strings/string_view.h"
 #include "proto/worker.grpc.pb.h"
 #include "worker/worker_node.h"
 
@@ -48,6 +51,17 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status FreeShards(grpc::ServerContext* context,
                           const v1::FreeShardsRequest* request,
                           v1::FreeShardsResponse* response) override;
+
+  // What AllocateShards and FreeShards do, with the caller's capability
+  // given rather than read from call metadata: for in-process callers (the
+  // fuzzers drive a worker this way).
+  absl::Status Allocate(absl::string_view capability,
+                        const v1::AllocateShardsRequest& request,
+                        const std::function<bool()>& cancelled,
+                        v1::AllocateShardsResponse* response);
+  absl::Status Free(absl::string_view capability,
+                    const v1::FreeShardsRequest& request,
+                    v1::FreeShardsResponse* response);
 
  private:
   WorkerNode* const node_;
