@@ -1,8 +1,10 @@
 #include "core/auth.h"
 
+#include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -136,23 +138,35 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text) {
 }
 
 absl::StatusOr<TokenTable> TokenTable::Load(const std::string& path) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) {
+  // The mode is checked on the file that is read (fstat of the open file).
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
     return absl::NotFoundError(absl::StrCat("cannot read tokens file ", path,
                                             ": ", std::strerror(errno)));
   }
-  if ((st.st_mode & 077) != 0) {
+  struct stat st;
+  std::string text;
+  bool read_ok = fstat(fd, &st) == 0;
+  if (read_ok && (st.st_mode & 077) == 0) {
+    char buffer[4096];
+    ssize_t n;
+    while ((n = read(fd, buffer, sizeof(buffer))) > 0) {
+      text.append(buffer, static_cast<size_t>(n));
+      if (text.size() > (1 << 20)) break;
+    }
+    read_ok = n == 0;
+  }
+  close(fd);
+  if (read_ok && (st.st_mode & 077) != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "tokens file ", path,
         " has permissions readable by group or others; chmod 600 it"));
   }
-  std::ifstream in(path);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot read tokens file ", path));
+  if (!read_ok) {
+    return absl::NotFoundError(absl::StrCat("cannot read tokens file ", path,
+                                            " (unreadable or over 1 MiB)"));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<TokenTable> table = Parse(text.str());
+  absl::StatusOr<TokenTable> table = Parse(text);
   if (!table.ok()) {
     return absl::Status(table.status().code(),
                         absl::StrCat(path, ": ", table.status().message()));
