@@ -30,46 +30,10 @@
 #include "core/reshard_plan.h"
 #include "core/shard_layout.h"
 #include "core/sharding_spec.h"
+#include "core/testing/adversarial_layouts.h"
 
 namespace tessera {
 namespace {
-
-// Nested corner shells of [m]^rank: shell p = {x : min_d x_d = p}, cut into
-// `rank` boxes; box j spans [p+1, m) on the dims before j, [p, p+1) on dim j
-// and [p, m) on the dims after it. A sweep along any dim keeps about half
-// the boxes active, with extents up to m on every other dim.
-std::vector<Box> Shells(size_t rank, int64_t m) {
-  std::vector<Box> boxes;
-  for (int64_t p = 0; p < m; ++p) {
-    for (size_t j = 0; j < rank; ++j) {
-      Box b;
-      for (size_t d = 0; d < rank; ++d) {
-        const int64_t lo = d < j ? p + 1 : p;
-        const int64_t hi = d == j ? p + 1 : m;
-        b.offsets.push_back(lo);
-        b.sizes.push_back(hi - lo);
-      }
-      if (!b.IsEmpty()) boxes.push_back(b);
-    }
-  }
-  return boxes;
-}
-
-// [m,m,m,m]: the boxes [p:m, q:m, p, q] (disjoint, projections on dims 0
-// and 1 all overlapping); with `fill` also [0:p, 0:m, p, q] and
-// [p:m, 0:q, p, q], which make a tiling.
-std::vector<Box> Suffixes(int64_t m, bool fill) {
-  std::vector<Box> boxes;
-  for (int64_t p = 0; p < m; ++p) {
-    for (int64_t q = 0; q < m; ++q) {
-      boxes.push_back({{p, q, p, q}, {m - p, m - q, 1, 1}});
-      if (!fill) continue;
-      if (p > 0) boxes.push_back({{0, 0, p, q}, {p, m, 1, 1}});
-      if (q > 0) boxes.push_back({{p, 0, p, q}, {m - p, q, 1, 1}});
-    }
-  }
-  return boxes;
-}
 
 struct Layout {
   std::string name;

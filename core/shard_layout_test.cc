@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "core/sharding_spec.h"
+#include "core/testing/adversarial_layouts.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -192,47 +193,6 @@ TEST(ShardLayoutTest, HundredThousandColumnsValidate) {
   std::vector<Box> boxes;
   for (int64_t c = 0; c < 100000; ++c) boxes.push_back({{0, c}, {7, 1}});
   EXPECT_THAT(ValidateLayout({7, 100000}, boxes, kEnum), IsOk());
-}
-
-// Adversarial layouts: tilings whose boxes are long on several dims, so a
-// sweep along any one dim keeps most of them active at once and their
-// extents on any other dim overlap (a sort-and-sweep goes quadratic).
-
-// Nested corner shells of [m]^rank: shell p = {x : min_d x_d = p}, cut into
-// `rank` boxes; box j spans [p+1, m) on the dims before j, [p, p+1) on dim j
-// and [p, m) on the dims after it. rank * (m - 1) + 1 boxes.
-std::vector<Box> Shells(size_t rank, int64_t m) {
-  std::vector<Box> boxes;
-  for (int64_t p = 0; p < m; ++p) {
-    for (size_t j = 0; j < rank; ++j) {
-      Box b;
-      for (size_t d = 0; d < rank; ++d) {
-        const int64_t lo = d < j ? p + 1 : p;
-        const int64_t hi = d == j ? p + 1 : m;
-        b.offsets.push_back(lo);
-        b.sizes.push_back(hi - lo);
-      }
-      if (!b.IsEmpty()) boxes.push_back(b);
-    }
-  }
-  return boxes;
-}
-
-// In an [m,m,m,m] tensor, the boxes [p:m, q:m, p, q] for every p, q:
-// disjoint, but their projections on dims 0 and 1 all overlap. With `fill`,
-// also [0:p, 0:m, p, q] and [p:m, 0:q, p, q], which make it a tiling
-// (3m^2 - 2m boxes).
-std::vector<Box> Suffixes(int64_t m, bool fill) {
-  std::vector<Box> boxes;
-  for (int64_t p = 0; p < m; ++p) {
-    for (int64_t q = 0; q < m; ++q) {
-      boxes.push_back({{p, q, p, q}, {m - p, m - q, 1, 1}});
-      if (!fill) continue;
-      if (p > 0) boxes.push_back({{0, 0, p, q}, {p, m, 1, 1}});
-      if (q > 0) boxes.push_back({{p, 0, p, q}, {m - p, q, 1, 1}});
-    }
-  }
-  return boxes;
 }
 
 struct Adversarial {
