@@ -30,6 +30,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "client/tessera_client.h"
+#include "core/auth.h"
 #include "core/box.h"
 #include "core/dtype.h"
 #include "core/init_fill.h"
@@ -368,12 +369,19 @@ class PyClient {
 
   static PyClient Connect(const std::string& address, double rpc_timeout_s,
                           double connect_timeout_s, double data_timeout_s,
-                          int max_parallel_streams) {
+                          int max_parallel_streams, const std::string& tls_ca,
+                          const std::string& tls_cert,
+                          const std::string& tls_key,
+                          const std::string& token_file) {
     ClientOptions options;
     options.rpc_timeout = absl::Seconds(rpc_timeout_s);
     options.connect_timeout = absl::Seconds(connect_timeout_s);
     options.data_timeout = absl::Seconds(data_timeout_s);
     options.max_parallel_streams = max_parallel_streams;
+    options.tls_ca = tls_ca;
+    options.tls_cert = tls_cert;
+    options.tls_key = tls_key;
+    if (!token_file.empty()) options.token = Unwrap(ReadTokenFile(token_file));
     absl::StatusOr<std::unique_ptr<Client>> client =
         WithoutGil([&] { return Client::Connect(address, options); });
     return PyClient(std::shared_ptr<Client>(Unwrap(std::move(client))));
@@ -654,7 +662,9 @@ PYBIND11_MODULE(_tessera, m) {
   py::class_<PyClient>(m, "Client")
       .def_static("connect", &PyClient::Connect, py::arg("address"),
                   py::arg("rpc_timeout_s"), py::arg("connect_timeout_s"),
-                  py::arg("data_timeout_s"), py::arg("max_parallel_streams"))
+                  py::arg("data_timeout_s"), py::arg("max_parallel_streams"),
+                  py::arg("tls_ca"), py::arg("tls_cert"), py::arg("tls_key"),
+                  py::arg("token_file"))
       .def_property_readonly("address", &PyClient::address)
       .def("workers", &PyClient::Workers)
       .def("list", &PyClient::List)

@@ -42,13 +42,27 @@ def free_port() -> int:
 class Cluster:
     """One coordinator and `num_workers` workers, as real processes."""
 
-    def __init__(self, num_workers: int = 4, retire_grace_ms: int = 200) -> None:
+    def __init__(self, num_workers: int = 4, retire_grace_ms: int = 200,
+                 secure: bool = False) -> None:
         self.dir = tempfile.mkdtemp(prefix="tessera_py_")
         self.address = f"127.0.0.1:{free_port()}"
+        # secure: mutual TLS and tokens from deploy/make-certs.sh (in
+        # self.secrets); the readiness check connects as admin.
+        self.secrets = os.path.join(self.dir, "secrets")
+        self.admin = {}
+        coordinator_flags: List[str] = []
+        if secure:
+            subprocess.run(["bash", os.path.join(REPO, "deploy", "make-certs.sh"),
+                            self.secrets, "--workers", str(num_workers)],
+                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            coordinator_flags = self._tls("coordinator") + [
+                f"--tokens={self.secret('tokens')}"]
+            self.admin = self.credentials("admin")
         self.coordinator = self._spawn(
             "coordinator",
             [os.path.join(BIN_DIR, "coordinator", "tessera-coordinator"),
-             f"--listen={self.address}", f"--retire_grace_ms={retire_grace_ms}"])
+             f"--listen={self.address}", f"--retire_grace_ms={retire_grace_ms}"]
+            + coordinator_flags)
         self.worker_addresses: List[str] = []
         self.workers: List[Optional[subprocess.Popen]] = []
         for i in range(num_workers):
@@ -58,8 +72,26 @@ class Cluster:
                 f"w{i}",
                 [os.path.join(BIN_DIR, "worker", "tessera-worker"),
                  f"--coordinator={self.address}", f"--listen={addr}", f"--name=w{i}",
-                 f"--rank={i}"]))
+                 f"--rank={i}"]
+                + (self._tls(f"w{i}") + [f"--token_file={self.secret(f'w{i}.token')}"]
+                   if secure else [])))
         self._wait_alive(num_workers, timeout=30.0)
+
+    def secret(self, name: str) -> str:
+        return os.path.join(self.secrets, name)
+
+    def _tls(self, name: str) -> List[str]:
+        return [f"--tls_ca={self.secret('ca.crt')}", f"--tls_cert={self.secret(name + '.crt')}",
+                f"--tls_key={self.secret(name + '.key')}"]
+
+    def credentials(self, principal: Optional[str], cert: bool = True) -> dict:
+        """connect() arguments for the user certificate and `principal`'s token."""
+        out = {"tls_ca": self.secret("ca.crt")}
+        if cert:
+            out.update(tls_cert=self.secret("user.crt"), tls_key=self.secret("user.key"))
+        if principal is not None:
+            out["token_file"] = self.secret(principal + ".token")
+        return out
 
     def _spawn(self, name: str, argv: List[str]) -> subprocess.Popen:
         log = open(os.path.join(self.dir, name + ".log"), "ab")
@@ -70,7 +102,7 @@ class Cluster:
         last: object = None
         while time.monotonic() < deadline:
             try:
-                c = tessera.connect(self.address, connect_timeout=2.0)
+                c = tessera.connect(self.address, connect_timeout=2.0, **self.admin)
                 alive = [w for w in c.workers() if w.alive]
                 if len(alive) == n:
                     return

@@ -620,15 +620,30 @@ class Client:
 
 def connect(address: Optional[str] = None, *, connect_timeout: float = 5.0,
             rpc_timeout: float = 30.0, data_timeout: float = 1800.0,
-            max_parallel_streams: int = 16) -> Client:
+            max_parallel_streams: int = 16, tls_ca: Optional[str] = None,
+            tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
+            token_file: Optional[str] = None) -> Client:
     """Connects to the coordinator at HOST:PORT.
 
     ``address`` defaults to ``$TESSERA_COORDINATOR``, then ``127.0.0.1:7070``.
     Raises Unavailable (naming the coordinator) if it cannot be reached within
     ``connect_timeout`` seconds. Timeouts are in seconds: ``rpc_timeout`` per
     control call, ``data_timeout`` per data stream.
+
+    Security (as the CLI): ``tls_ca``, ``tls_cert``, ``tls_key`` are PEM files
+    for mutual TLS and ``token_file`` holds this client's secret; each defaults
+    to ``$TESSERA_TLS_CA``, ``$TESSERA_TLS_CERT``, ``$TESSERA_TLS_KEY`` and
+    ``$TESSERA_TOKEN_FILE``. A refused certificate or token raises
+    Unauthenticated; a role that may not, PermissionDenied.
     """
     if address is None:
         address = os.environ.get("TESSERA_COORDINATOR") or DEFAULT_COORDINATOR
-    return Client(_tessera.Client.connect(address, float(rpc_timeout), float(connect_timeout),
-                                          float(data_timeout), int(max_parallel_streams)))
+
+    def setting(value: Optional[str], env: str) -> str:
+        return value if value is not None else os.environ.get(env, "")
+
+    return Client(_tessera.Client.connect(
+        address, float(rpc_timeout), float(connect_timeout), float(data_timeout),
+        int(max_parallel_streams), setting(tls_ca, "TESSERA_TLS_CA"),
+        setting(tls_cert, "TESSERA_TLS_CERT"), setting(tls_key, "TESSERA_TLS_KEY"),
+        setting(token_file, "TESSERA_TOKEN_FILE")))
