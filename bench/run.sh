@@ -26,7 +26,7 @@ trap 'rm -f "$out"' EXIT
 {
   echo "# command: bench/run.sh $* ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(uname -r))"
   echo
-  echo "## Figures 1-4 (local cluster)"
+  echo "## Figures 1-4 and 7 (local cluster; 7: the cost of mutual TLS and tokens)"
   TESSERA_BIN_DIR="$PWD/bazel-bin" bazel-bin/bench/tessera_bench $quick
   echo
   echo "## Figure 5: core/strided_copy vs memcpy of the same bytes (Google Benchmark, medians of 3)"

@@ -5,7 +5,7 @@
 // bench/run.sh, which builds everything first.
 //
 // Flags are plain argv: --quick (smaller sizes, for a smoke run), --only=1,3
-// (some figures).
+// (some figures: 1-4, and 7 for the cost of TLS).
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <grpcpp/grpcpp.h>
@@ -38,6 +38,7 @@
 #include "client/connection.h"
 #include "client/data_plane.h"
 #include "client/tessera_client.h"
+#include "core/auth.h"
 #include "core/layout_spec.h"
 #include "core/placement.h"
 #include "rpc/channel.h"
@@ -624,6 +625,109 @@ int StartEchoProcess(pid_t* child) {
   return port;
 }
 
+// 7. What mutual TLS and tokens cost: the same gather (over gRPC) and 4 KiB
+// fetch against a second cluster that runs with TLS and tokens
+// (deploy/make-certs.sh), the plaintext cluster of this run as reference.
+void TlsFigure(Env& env) {
+  const std::string dir = absl::StrCat(
+      std::getenv("TMPDIR") != nullptr ? std::getenv("TMPDIR") : "/tmp",
+      "/tessera-bench-tls-", getpid());
+  std::string out;
+  if (TestCluster::Run({"/bin/bash", "deploy/make-certs.sh", dir, "--workers",
+                        std::to_string(kWorkers)},
+                       &out, &out) != 0) {
+    std::fprintf(stderr, "deploy/make-certs.sh failed:\n%s\n", out.c_str());
+    std::exit(1);
+  }
+  auto file = [&](const std::string& name) {
+    return absl::StrCat(dir, "/", name);
+  };
+  TestClusterOptions options;
+  options.num_workers = kWorkers;
+  options.coordinator_flags = {
+      absl::StrCat("--tls_ca=", file("ca.crt")),
+      absl::StrCat("--tls_cert=", file("coordinator.crt")),
+      absl::StrCat("--tls_key=", file("coordinator.key")),
+      absl::StrCat("--tokens=", file("tokens"))};
+  options.worker_flags = {absl::StrCat("--tls_ca=", file("ca.crt")),
+                          absl::StrCat("--tls_cert=", dir, "/{name}.crt"),
+                          absl::StrCat("--tls_key=", dir, "/{name}.key"),
+                          absl::StrCat("--token_file=", dir, "/{name}.token")};
+  options.client.tls_ca = file("ca.crt");
+  options.client.tls_cert = file("user.crt");
+  options.client.tls_key = file("user.key");
+  options.client.token =
+      ValueOrDie(ReadTokenFile(file("admin.token")), "token");
+  options.client.shared_memory = false;  // every byte through the TLS link
+  std::unique_ptr<TestCluster> secure =
+      ValueOrDie(TestCluster::Start(options), "start the TLS cluster");
+  ClientOptions plain_options;
+  plain_options.shared_memory = false;
+  std::unique_ptr<Client> plain = ValueOrDie(
+      Client::Connect(env.cluster->coordinator_address(), plain_options),
+      "connect");
+  std::unique_ptr<Client> tls =
+      ValueOrDie(Client::Connect(secure->coordinator_address(), options.client),
+                 "connect with TLS");
+
+  const int64_t rows = env.quick ? 4096 : 65536;  // x 1024 float32
+  const int64_t bytes = rows * 1024 * 4;
+  for (Client* c : {plain.get(), tls.get()}) {
+    ValueOrDie(c->Create("tls", {rows, 1024}, DType::kFloat32,
+                         LayoutSpec::Chunk(0, Ranks(kWorkers)),
+                         InitSpec{InitSpec::Kind::kArange}),
+               "create tls tensor");
+  }
+  std::unique_ptr<char[]> buffer(new char[bytes]);
+  double plain_s = 1e9, tls_s = 1e9;
+  for (int r = 0; r < 3; ++r) {
+    for (Client* c : {plain.get(), tls.get()}) {
+      const absl::Time start = absl::Now();
+      CHECK_OK(c->GetInto("tls", std::nullopt, buffer.get(), bytes));
+      double& best = c == tls.get() ? tls_s : plain_s;
+      best = std::min(best, absl::ToDoubleSeconds(absl::Now() - start));
+    }
+  }
+  const std::string size = env.quick ? "16 MiB" : "256 MiB";
+  Add({absl::StrCat("7. gather ", size, ", gRPC, mutual TLS"),
+       GBps(bytes, tls_s), absl::StrCat("plaintext ", GBps(bytes, plain_s)),
+       plain_s / tls_s, "", true, 0});
+
+  const TensorMetadata plain_meta =
+      ValueOrDie(plain->Describe("tls"), "describe");
+  const TensorMetadata tls_meta = ValueOrDie(tls->Describe("tls"), "describe");
+  std::shared_ptr<Connection> plain_conn = ValueOrDie(
+      Connection::Make(env.cluster->coordinator_address(), plain_options),
+      "connect");
+  std::shared_ptr<Connection> tls_conn = ValueOrDie(
+      Connection::Make(secure->coordinator_address(), options.client),
+      "connect with TLS");
+  std::vector<char> a(4096), b(4096);
+  auto row = [&](int64_t i) { return (i * 104729) % rows; };
+  const auto [ref, got] = MeasureAlternating(
+      absl::Milliseconds(env.quick ? 500 : 1500),
+      [&](int, int64_t i) {
+        return GatherRegion(*plain_conn, plain_meta,
+                            Box{{row(i), 0}, {1, 1024}}, a.data())
+            .ok();
+      },
+      [&](int, int64_t i) {
+        return GatherRegion(*tls_conn, tls_meta, Box{{row(i), 0}, {1, 1024}},
+                            b.data())
+            .ok();
+      });
+  Add({"7. fetch 4 KiB, 1 caller, gRPC, mutual TLS p50",
+       absl::StrFormat("%.0f us", got.p50_us),
+       absl::StrFormat("plaintext %.0f us", ref.p50_us),
+       got.p50_us / ref.p50_us, "", false, 0});
+  Add({"7. fetch 4 KiB, 1 caller, gRPC, mutual TLS p99",
+       absl::StrFormat("%.0f us", got.p99_us),
+       absl::StrFormat("plaintext %.0f us", ref.p99_us),
+       got.p99_us / ref.p99_us, "", false, 0});
+  CHECK_OK(plain->Delete("tls"));
+  TestCluster::Run({"/bin/rm", "-rf", dir}, &out, &out);
+}
+
 int Main(int argc, char** argv) {
   Env env;
   std::string only;  // --only=1,3: run just these figures (for profiling)
@@ -658,6 +762,7 @@ int Main(int argc, char** argv) {
   if (wanted('2')) SmallFetchFigure(env);
   if (wanted('3')) ReshardFigure(env);
   if (wanted('4')) ControlFigure(env);
+  if (wanted('7')) TlsFigure(env);
   PrintTable();
   for (pid_t pid : echo_pids) {
     kill(pid, SIGKILL);
