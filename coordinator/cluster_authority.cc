@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -18,6 +19,24 @@ namespace {
 // Orders are minted per call, so they can be short-lived.
 constexpr absl::Duration kOrderLifetime = absl::Minutes(15);
 constexpr size_t kSecretBytes = 32;
+
+// Refusals are logged at most once a second (with how many were not), so a
+// caller hammering the coordinator with bad tokens cannot flood its log.
+template <typename... Args>
+void LogRefusal(fmt::format_string<Args...> format, Args&&... args) {
+  static std::atomic<int64_t> next_ms{0};
+  static std::atomic<int64_t> suppressed{0};
+  const int64_t now = absl::ToUnixMillis(absl::Now());
+  int64_t due = next_ms.load();
+  if (now < due || !next_ms.compare_exchange_strong(due, now + 1000)) {
+    suppressed.fetch_add(1);
+    return;
+  }
+  const int64_t quiet = suppressed.exchange(0);
+  spdlog::warn("{}{}", fmt::format(format, std::forward<Args>(args)...),
+               quiet > 0 ? fmt::format(" ({} more refusals not logged)", quiet)
+                         : std::string());
+}
 
 absl::Status FileError(absl::string_view what, const std::string& path) {
   return absl::FailedPreconditionError(
@@ -45,14 +64,14 @@ absl::StatusOr<Principal> ClusterAuthority::Admit(
   }
   std::optional<Principal> principal = tokens_->Authenticate(secret);
   if (!principal.has_value()) {
-    spdlog::warn("refused {} from {}: unknown token", std::string(full_method),
-                 context.peer());
+    LogRefusal("refused {} from {}: unknown token", std::string(full_method),
+               context.peer());
     return absl::UnauthenticatedError(
         "unauthenticated: the token is not valid for this cluster");
   }
   if (!RoleCovers(principal->role, *need)) {
-    spdlog::warn("refused {} to '{}' (role {})", std::string(full_method),
-                 principal->name, std::string(RoleName(principal->role)));
+    LogRefusal("refused {} to '{}' (role {})", std::string(full_method),
+               principal->name, std::string(RoleName(principal->role)));
     const size_t slash = full_method.rfind('/');
     return absl::PermissionDeniedError(absl::StrCat(
         "permission denied: '", principal->name, "' (role ",
@@ -67,8 +86,8 @@ absl::Status ClusterAuthority::CheckWorkerName(const Principal& principal,
   if (!tokens_.has_value() || PrincipalMayBeWorker(principal.name, worker)) {
     return absl::OkStatus();
   }
-  spdlog::warn("refused principal '{}' acting as worker '{}'", principal.name,
-               std::string(worker));
+  LogRefusal("refused principal '{}' acting as worker '{}'", principal.name,
+             std::string(worker));
   return absl::PermissionDeniedError(
       absl::StrCat("permission denied: principal '", principal.name,
                    "' may not act as worker '", worker, "'"));
