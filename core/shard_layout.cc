@@ -104,12 +104,25 @@ absl::Status ValidateLayout(const Shape& shape, absl::Span<const Box> boxes,
       return OverlapBetween(boxes, non_empty[0], non_empty[1]);
     }
   } else if (non_empty.size() > 1) {
+    // Only non-empty boxes can overlap, and only they were checked against
+    // the shape (an empty chunk shard may name any offsets): search those,
+    // in their order.
+    std::vector<Box> compact;
+    absl::Span<const Box> candidates = boxes;
+    if (non_empty.size() < boxes.size()) {
+      compact.reserve(non_empty.size());
+      for (size_t i : non_empty) compact.push_back(boxes[i]);
+      candidates = compact;
+    }
+    auto original = [&](size_t k) {
+      return candidates.data() == boxes.data() ? k : non_empty[k];
+    };
     TESSERA_ASSIGN_OR_RETURN(const std::optional<size_t> j,
-                             FirstOverlapping(boxes, stop));
+                             FirstOverlapping(candidates, stop));
     if (j.has_value()) {
       for (size_t i = 0; i < *j; ++i) {
-        if (Intersect(boxes[i], boxes[*j]).has_value()) {
-          return OverlapBetween(boxes, i, *j);
+        if (Intersect(candidates[i], candidates[*j]).has_value()) {
+          return OverlapBetween(boxes, original(i), original(*j));
         }
       }
     }

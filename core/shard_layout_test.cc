@@ -1,6 +1,7 @@
 #include "core/shard_layout.h"
 
 #include <algorithm>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -352,6 +353,27 @@ TEST(ShardLayoutTest, TotalShardBytesSumsEveryBox) {
   std::vector<Box> boxes = {
       {{0, 0}, {5, 20}}, {{5, 0}, {5, 20}}, {{10, 0}, {0, 20}}};
   EXPECT_THAT(TotalShardBytes(boxes, 4), IsOkAndHolds(800));
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Empty chunk shards are not checked against the shape (they may lie past
+// its end), so the overlap search must leave them out: their offsets and
+// sizes may be anything. Overlaps are still named by the caller's indices.
+TEST(ShardLayoutTest, EmptyChunkShardsStayOutOfTheOverlapSearch) {
+  const int64_t kMin = std::numeric_limits<int64_t>::min();
+  const std::vector<Box> tiling = {
+      {{0, 0}, {2, 4}}, {{kMin + 4, 5}, {kMin + 1, 0}}, {{2, 0}, {2, 4}}};
+  EXPECT_THAT(ValidateLayout({4, 4}, tiling, LayoutKind::kChunk), IsOk());
+  const std::vector<Box> overlapping = {
+      {{0, 0}, {3, 4}}, {{kMin + 4, 5}, {kMin + 1, 0}}, {{2, 0}, {2, 4}}};
+  EXPECT_THAT(ValidateLayout({4, 4}, overlapping, LayoutKind::kChunk),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("shard 0"), HasSubstr("shard 2"))));
 }
 
 }  // namespace
