@@ -1,5 +1,9 @@
 #include "rpc/channel.h"
 
+#include <grpcpp/resource_quota.h>
+
+#include <algorithm>
+
 #include "absl/base/call_once.h"
 #include "rpc/metrics_interceptor.h"
 
@@ -10,7 +14,162 @@ int Millis(absl::Duration d) {
   return static_cast<int>(absl::ToInt64Milliseconds(d));
 }
 
+thread_local absl::Time current_call_deadline = absl::InfiniteFuture();
+
+using grpc::experimental::InterceptionHookPoints;
+
+// Cancels its call when it makes no progress (no message sent or received)
+// for `idle`, or at the deadline of the ScopedCallDeadline it started under.
+// gRPC may run the hooks of one call from two threads (a read and a write).
+class IdleCallInterceptor : public grpc::experimental::Interceptor {
+ public:
+  IdleCallInterceptor(grpc::ClientContext* context, absl::Duration idle,
+                      absl::Time deadline)
+      : context_(context), idle_(idle), deadline_(deadline) {}
+  ~IdleCallInterceptor() override { Stop(); }
+
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            InterceptionHookPoints::POST_RECV_STATUS)) {
+      Stop();
+    } else if (methods->QueryInterceptionHookPoint(
+                   InterceptionHookPoints::PRE_SEND_INITIAL_METADATA) ||
+               methods->QueryInterceptionHookPoint(
+                   InterceptionHookPoints::PRE_SEND_MESSAGE) ||
+               methods->QueryInterceptionHookPoint(
+                   InterceptionHookPoints::POST_RECV_INITIAL_METADATA) ||
+               methods->QueryInterceptionHookPoint(
+                   InterceptionHookPoints::POST_RECV_MESSAGE)) {
+      Rearm();
+    }
+    methods->Proceed();
+  }
+
+ private:
+  void Rearm() {
+    absl::MutexLock lock(&mu_);
+    if (done_) return;
+    if (alarm_ != 0) Watchdog::Default().Disarm(alarm_);
+    grpc::ClientContext* context = context_;
+    alarm_ = Watchdog::Default().Arm(std::min(absl::Now() + idle_, deadline_),
+                                     [context] { context->TryCancel(); });
+  }
+
+  // The call ended: its context may go once this returns.
+  void Stop() {
+    absl::MutexLock lock(&mu_);
+    done_ = true;
+    if (alarm_ != 0) Watchdog::Default().Disarm(alarm_);
+    alarm_ = 0;
+  }
+
+  grpc::ClientContext* const context_;
+  const absl::Duration idle_;
+  const absl::Time deadline_;
+  absl::Mutex mu_;
+  uint64_t alarm_ ABSL_GUARDED_BY(mu_) = 0;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class IdleCallInterceptorFactory
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit IdleCallInterceptorFactory(absl::Duration idle) : idle_(idle) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* info) override {
+    // Made on the thread that starts the call: its scope's deadline.
+    return new IdleCallInterceptor(info->client_context(), idle_,
+                                   ScopedCallDeadline::Current());
+  }
+
+ private:
+  const absl::Duration idle_;
+};
+
 }  // namespace
+
+Watchdog::Watchdog() : thread_([this] { Loop(); }) {}
+
+Watchdog::~Watchdog() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+Watchdog& Watchdog::Default() {
+  static Watchdog* const watchdog = new Watchdog();
+  return *watchdog;
+}
+
+uint64_t Watchdog::Arm(absl::Time deadline, std::function<void()> fire) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t id = next_id_++;
+  alarms_.emplace(std::make_pair(deadline, id), std::move(fire));
+  deadlines_.emplace(id, deadline);
+  return id;
+}
+
+bool Watchdog::Disarm(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = deadlines_.find(id);
+  if (it != deadlines_.end()) {
+    alarms_.erase(std::make_pair(it->second, id));
+    deadlines_.erase(it);
+    return true;
+  }
+  // Firing now: wait it out (unless this is the firing callback itself).
+  if (std::this_thread::get_id() != thread_.get_id()) {
+    auto done = [this, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return firing_ != id;
+    };
+    mu_.Await(absl::Condition(&done));
+  }
+  return false;
+}
+
+void Watchdog::Loop() {
+  absl::MutexLock lock(&mu_);
+  while (!stop_) {
+    // Sleep until the earliest alarm, an earlier one, or stop.
+    if (alarms_.empty()) {
+      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || !alarms_.empty();
+      };
+      mu_.Await(absl::Condition(&woken));
+      continue;
+    }
+    const absl::Time next = alarms_.begin()->first.first;
+    if (next > absl::Now()) {
+      auto woken = [this, next]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || alarms_.empty() || alarms_.begin()->first.first < next;
+      };
+      mu_.AwaitWithDeadline(absl::Condition(&woken), next);
+      continue;
+    }
+    auto first = alarms_.begin();
+    const uint64_t id = first->first.second;
+    std::function<void()> fire = std::move(first->second);
+    alarms_.erase(first);
+    deadlines_.erase(id);
+    firing_ = id;
+    mu_.Unlock();
+    fire();
+    mu_.Lock();
+    firing_ = 0;
+  }
+}
+
+ScopedCallDeadline::ScopedCallDeadline(absl::Time deadline)
+    : previous_(current_call_deadline) {
+  current_call_deadline = std::min(previous_, deadline);
+}
+
+ScopedCallDeadline::~ScopedCallDeadline() { current_call_deadline = previous_; }
+
+absl::Time ScopedCallDeadline::Current() { return current_call_deadline; }
 
 void DisableLockDebuggingOnce() {
   static absl::once_flag once;
@@ -45,9 +204,15 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   std::shared_ptr<grpc::ChannelCredentials> credentials =
       options.credentials != nullptr ? options.credentials
                                      : grpc::InsecureChannelCredentials();
-  if (options.interceptors) {
+  ClientInterceptorFactories interceptors;
+  if (options.interceptors) interceptors = options.interceptors();
+  if (options.idle_timeout != absl::InfiniteDuration()) {
+    interceptors.push_back(
+        std::make_unique<IdleCallInterceptorFactory>(options.idle_timeout));
+  }
+  if (!interceptors.empty()) {
     return grpc::experimental::CreateCustomChannelWithInterceptors(
-        address, credentials, args, options.interceptors());
+        address, credentials, args, std::move(interceptors));
   }
   return grpc::CreateCustomChannel(address, credentials, args);
 }
@@ -76,6 +241,11 @@ void ConfigureServerBuilder(grpc::ServerBuilder* builder,
     builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                                 options.max_concurrent_streams);
   }
+  if (options.max_threads > 0) {
+    grpc::ResourceQuota quota("tessera-server");
+    quota.SetMaxThreads(options.max_threads);
+    builder->SetResourceQuota(quota);
+  }
   std::vector<
       std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
       interceptors;
@@ -89,15 +259,39 @@ void ConfigureServerBuilder(grpc::ServerBuilder* builder,
 }
 
 std::shared_ptr<grpc::Channel> ChannelCache::Get(const std::string& address) {
+  std::shared_ptr<grpc::Channel> evicted;  // released outside the lock
   absl::MutexLock lock(&mu_);
-  auto& channel = channels_[address];
-  if (channel == nullptr) channel = MakeChannel(address, options_);
-  return channel;
+  auto it = channels_.find(address);
+  if (it != channels_.end()) {
+    uses_.splice(uses_.begin(), uses_, it->second.use);
+    return it->second.channel;
+  }
+  if (max_channels_ > 0 && channels_.size() >= max_channels_) {
+    auto oldest = channels_.find(uses_.back());
+    evicted = std::move(oldest->second.channel);
+    channels_.erase(oldest);
+    uses_.pop_back();
+  }
+  uses_.push_front(address);
+  Entry& entry = channels_[address];
+  entry.channel = MakeChannel(address, options_);
+  entry.use = uses_.begin();
+  return entry.channel;
 }
 
 void ChannelCache::Forget(const std::string& address) {
+  std::shared_ptr<grpc::Channel> forgotten;  // released outside the lock
   absl::MutexLock lock(&mu_);
-  channels_.erase(address);
+  auto it = channels_.find(address);
+  if (it == channels_.end()) return;
+  forgotten = std::move(it->second.channel);
+  uses_.erase(it->second.use);
+  channels_.erase(it);
+}
+
+size_t ChannelCache::size() const {
+  absl::MutexLock lock(&mu_);
+  return channels_.size();
 }
 
 }  // namespace tessera

@@ -1,7 +1,7 @@
 // gRPC channels with tessera's settings, built from one options struct: the
 // credentials, interceptors, message limits, flow-control windows and
 // keepalive of every link a tessera process opens. A thread-safe cache gives
-// each peer one channel.
+// each peer one channel. A watchdog cancels calls that stall.
 #ifndef TESSERA_RPC_CHANNEL_H_
 #define TESSERA_RPC_CHANNEL_H_
 
@@ -9,8 +9,12 @@
 #include <grpcpp/support/client_interceptor.h>
 
 #include <functional>
+#include <list>
+#include <map>
 #include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -49,6 +53,11 @@ struct ChannelOptions {
   // busy moving a reshard's bytes fails the handshake ("connection attempt
   // timed out before receiving SETTINGS frame").
   absl::Duration connect_timeout = absl::Seconds(10);
+  // A call that sends and receives no message for this long is cancelled
+  // (CANCELLED): a peer that is alive, answers keepalive pings, but stalls.
+  // Calls on channels with a finite idle timeout also honour the
+  // ScopedCallDeadline of the thread that starts them. Infinite: neither.
+  absl::Duration idle_timeout = absl::InfiniteDuration();
 };
 
 struct ServerOptions {
@@ -68,8 +77,13 @@ struct ServerOptions {
   bool reflection = true;
   // Largest message either side accepts.
   int max_message_bytes = kMaxMessageBytes;
-  // Most concurrent streams per client connection; 0: gRPC's default.
-  int max_concurrent_streams = 0;
+  // Most concurrent streams per client connection (more wait on the client
+  // for a free slot); 0: gRPC's default, unlimited.
+  int max_concurrent_streams = 256;
+  // Most threads the server may run (handlers and gRPC's pollers, through
+  // grpc::ResourceQuota); a call that finds none free is answered
+  // RESOURCE_EXHAUSTED at once instead of queueing. 0: no limit.
+  int max_threads = 512;
   absl::Duration keepalive_time = absl::Seconds(30);
   absl::Duration keepalive_timeout = absl::Seconds(10);
 };
@@ -89,12 +103,71 @@ void DisableLockDebuggingOnce();
 void ConfigureServerBuilder(grpc::ServerBuilder* builder,
                             const ServerOptions& options = {});
 
+// Runs callbacks at their deadlines on one background thread, unless
+// disarmed first: how idle streams and stalled calls are cancelled without a
+// thread each. Thread-safe.
+class Watchdog {
+ public:
+  Watchdog();
+  // Joins the thread; alarms still armed never fire.
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  // The process-wide watchdog (never destroyed).
+  static Watchdog& Default();
+
+  // Calls `fire` once, on the watchdog's thread, at `deadline`, unless
+  // Disarm(id) comes first. `fire` must be quick and must not call Disarm.
+  uint64_t Arm(absl::Time deadline, std::function<void()> fire)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Cancels alarm `id`; if it is firing now, waits until it has returned,
+  // so that afterwards whatever `fire` touches may go. True when the alarm
+  // had not fired. Unknown ids are fine.
+  bool Disarm(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Invariants: `alarms_` and `deadlines_` hold the same armed ids;
+  // `firing_` is the id whose callback runs now (0: none).
+  absl::Mutex mu_;
+  std::map<std::pair<absl::Time, uint64_t>, std::function<void()>> alarms_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, absl::Time> deadlines_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t firing_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+// While it lives, calls that this thread starts on channels with a finite
+// idle_timeout are cancelled at `deadline` (the earliest of nested scopes):
+// one deadline for all the calls of one piece of work, such as a worker's
+// pull of many pieces for one order.
+class ScopedCallDeadline {
+ public:
+  explicit ScopedCallDeadline(absl::Time deadline);
+  ~ScopedCallDeadline();
+  ScopedCallDeadline(const ScopedCallDeadline&) = delete;
+  ScopedCallDeadline& operator=(const ScopedCallDeadline&) = delete;
+
+  // The deadline in force on this thread (infinite future: none).
+  static absl::Time Current();
+
+ private:
+  const absl::Time previous_;
+};
+
 // One channel per address, created on first use with the cache's options.
+// With `max_channels` > 0 it keeps at most that many, dropping the least
+// recently used (calls in flight keep their channel until they end), so a
+// process sent many addresses does not hold a connection to each forever.
 // Safe for concurrent use.
 class ChannelCache {
  public:
-  explicit ChannelCache(ChannelOptions options = {})
-      : options_(std::move(options)) {}
+  explicit ChannelCache(ChannelOptions options = {}, size_t max_channels = 0)
+      : options_(std::move(options)), max_channels_(max_channels) {}
 
   std::shared_ptr<grpc::Channel> Get(const std::string& address)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -103,12 +176,22 @@ class ChannelCache {
   void Forget(const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);
 
   const ChannelOptions& options() const { return options_; }
+  // Channels kept now.
+  size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  struct Entry {
+    std::shared_ptr<grpc::Channel> channel;
+    std::list<std::string>::iterator use;  // its place in `uses_`
+  };
+
   const ChannelOptions options_;
-  absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_
-      ABSL_GUARDED_BY(mu_);
+  const size_t max_channels_;
+  // Invariant: `uses_` lists the keys of `channels_`, most recently used
+  // first.
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Entry> channels_ ABSL_GUARDED_BY(mu_);
+  std::list<std::string> uses_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera

@@ -4,8 +4,11 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <chrono>
+#include <memory>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "rpc/channel.h"
 
 namespace tessera {
@@ -46,11 +49,26 @@ void RunningServer::SetServing(bool serving) {
   if (health != nullptr) health->SetServingStatus(serving);
 }
 
-void RunningServer::Stop(absl::Duration grace) {
+bool RunningServer::Stop(absl::Duration grace, absl::Duration margin) {
   SetServing(false);
-  server->Shutdown(std::chrono::system_clock::now() +
-                   std::chrono::milliseconds(absl::ToInt64Milliseconds(grace)));
-  server->Wait();
+  // gRPC's Shutdown cancels the calls left at the deadline, then waits for
+  // every handler to return, however long one ignores its cancellation:
+  // wait for it here only as long as promised.
+  auto stopped = std::make_shared<absl::Notification>();
+  grpc::Server* const grpc_server = server.get();
+  const auto deadline =
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(absl::ToInt64Milliseconds(grace));
+  std::thread([grpc_server, deadline, stopped] {
+    grpc_server->Shutdown(deadline);
+    grpc_server->Wait();
+    stopped->Notify();
+  }).detach();
+  if (stopped->WaitForNotificationWithTimeout(grace + margin)) return true;
+  // Handlers still run and use the server: it must outlive them, so it is
+  // left to the process's exit.
+  server.release();
+  return false;
 }
 
 std::string WithPort(const std::string& listen, int port) {

@@ -20,9 +20,13 @@ struct RunningServer {
   int port = 0;  // the bound port
 
   // Stops accepting calls, gives calls in flight `grace` to finish, cancels
-  // the rest, and waits until every handler has returned. Health turns
-  // NOT_SERVING first, so probes see the drain.
-  void Stop(absl::Duration grace);
+  // the rest, and waits until every handler has returned, but no longer
+  // than `grace` + `margin`: true when it stopped in time. False means a
+  // handler ignores its cancellation; `server` is then released (left
+  // running) and the process should exit without destroying what the
+  // handlers use (std::_Exit). Health turns NOT_SERVING first, so probes
+  // see the drain.
+  bool Stop(absl::Duration grace, absl::Duration margin = absl::Seconds(1));
 
   // What grpc.health.v1.Health answers for the server as a whole and every
   // service: SERVING only once the daemon can do its job (metadata

@@ -5,8 +5,14 @@
 
 #include <grpcpp/generic/generic_stub.h>
 
+#include <algorithm>
+#include <atomic>
 #include <memory>
+#include <thread>
+#include <vector>
 
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "core/errors.h"
 #include "core/metrics.h"
 #include "core/testing/status_matchers.h"
@@ -130,6 +136,86 @@ TEST(ServerTest, MetricsCountCallsPerMethodAndCode) {
   EXPECT_THAT(text,
               HasSubstr("tessera_rpc_duration_seconds_count{method=\"/"
                         "tessera.v1.Worker/FreeShards\",code=\"OK\"} 2\n"));
+}
+
+// Holds FreeShards until released, whatever its cancellation says.
+class Stubborn final : public v1::Worker::Service {
+ public:
+  grpc::Status FreeShards(grpc::ServerContext*, const v1::FreeShardsRequest*,
+                          v1::FreeShardsResponse*) override {
+    running_.fetch_add(1);
+    if (!entered_once_.exchange(true)) entered_.Notify();
+    release_.WaitForNotification();
+    running_.fetch_sub(1);
+    return grpc::Status::OK;
+  }
+  absl::Notification entered_;
+  absl::Notification release_;
+  std::atomic<int> running_{0};
+  std::atomic<bool> entered_once_{false};
+};
+
+TEST(ServerTest, StopReturnsWithinTheGraceWhateverHandlersDo) {
+  auto* service = new Stubborn();  // outlives the server left running
+  absl::StatusOr<RunningServer> server = StartServer("127.0.0.1:0", {service});
+  ASSERT_THAT(server.status(), IsOk());
+  auto stub =
+      v1::Worker::NewStub(MakeChannel(WithPort("127.0.0.1:0", server->port)));
+  std::thread caller([&] {
+    grpc::ClientContext context;
+    v1::FreeShardsRequest request;
+    v1::FreeShardsResponse response;
+    stub->FreeShards(&context, request, &response);
+  });
+  ASSERT_TRUE(
+      service->entered_.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  const absl::Time start = absl::Now();
+  EXPECT_FALSE(server->Stop(absl::Milliseconds(100), absl::Milliseconds(200)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_EQ(server->server, nullptr);  // left to the process's exit
+  service->release_.Notify();
+  caller.join();
+}
+
+TEST(ServerTest, HandlerThreadsAreBounded) {
+  auto* service = new Stubborn();  // outlives the server's threads
+  ServerOptions options;
+  options.max_threads = 4;
+  absl::StatusOr<RunningServer> server =
+      StartServer("127.0.0.1:0", {service}, options);
+  ASSERT_THAT(server.status(), IsOk());
+  auto stub =
+      v1::Worker::NewStub(MakeChannel(WithPort("127.0.0.1:0", server->port)));
+  constexpr int kCalls = 8;
+  std::atomic<int> exhausted{0};
+  std::atomic<int> answered{0};
+  int most_running = 0;
+  std::vector<std::thread> callers;
+  for (int i = 0; i < kCalls; ++i) {
+    callers.emplace_back([&] {
+      grpc::ClientContext context;
+      v1::FreeShardsRequest request;
+      v1::FreeShardsResponse response;
+      grpc::Status status = stub->FreeShards(&context, request, &response);
+      if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED)
+        exhausted.fetch_add(1);
+      answered.fetch_add(1);
+    });
+  }
+  // Wait until every call is either running or refused.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (service->running_.load() + exhausted.load() < kCalls &&
+         absl::Now() < deadline) {
+    most_running = std::max(most_running, service->running_.load());
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  most_running = std::max(most_running, service->running_.load());
+  EXPECT_GT(exhausted.load(), 0);
+  EXPECT_LE(most_running, options.max_threads);
+  service->release_.Notify();
+  for (std::thread& t : callers) t.join();
+  EXPECT_EQ(answered.load(), kCalls);
+  EXPECT_TRUE(server->Stop(absl::Seconds(1)));
 }
 
 }  // namespace
