@@ -399,8 +399,33 @@ absl::Status CheckInitValue(const InitSpec& spec, DType dtype) {
   return absl::OkStatus();
 }
 
-absl::Status FillBox(const InitSpec& spec, DType dtype,
-                     const Shape& tensor_shape, const Box& box, void* dst) {
+absl::StatusOr<InitFill> InitFill::Make(const InitSpec& spec, DType dtype) {
+  InitFill fill;
+  fill.kind_ = spec.kind;
+  fill.dtype_ = dtype;
+  fill.seed_ = spec.seed;
+  switch (spec.kind) {
+    case InitSpec::Kind::kOnes:
+      StoreInt(1, dtype, fill.pattern_);
+      break;
+    case InitSpec::Kind::kFull: {
+      TESSERA_RETURN_IF_ERROR(CheckInitValue(spec, dtype));
+      TESSERA_ASSIGN_OR_RETURN(const FullValue v, ParseFullValue(spec.value));
+      if (v.is_integer) {
+        StoreInt(v.integer, dtype, fill.pattern_);
+      } else {
+        StoreDouble(v.real, dtype, fill.pattern_);
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  return fill;
+}
+
+absl::Status InitFill::Fill(const Shape& tensor_shape, const Box& box,
+                            void* dst) const {
   // Chunk sharding makes empty shards past the end: they hold nothing to
   // fill and are never out of bounds.
   const bool empty = box.IsEmpty() && !box.sizes.empty() &&
@@ -410,7 +435,6 @@ absl::Status FillBox(const InitSpec& spec, DType dtype,
     TESSERA_RETURN_IF_ERROR(
         CheckWithin(box, tensor_shape, absl::StrCat("box ", box.ToString())));
   }
-  TESSERA_RETURN_IF_ERROR(CheckInitValue(spec, dtype));
   if (empty) return absl::OkStatus();
   // Flat indices run over the whole tensor: its element count must fit.
   int64_t elements = 1;
@@ -421,44 +445,42 @@ absl::Status FillBox(const InitSpec& spec, DType dtype,
                        " has more elements than fit in 64 bits"));
     }
   }
+  const DType dtype = dtype_;
   const size_t item = ItemSize(dtype);
   const int64_t count = box.NumElements();
   char* out = static_cast<char*>(dst);
-  char pattern[8] = {0};
-  switch (spec.kind) {
+  switch (kind_) {
     case InitSpec::Kind::kEmpty:
       return absl::OkStatus();
     case InitSpec::Kind::kZeros:
       std::memset(out, 0, static_cast<size_t>(count) * item);
       return absl::OkStatus();
     case InitSpec::Kind::kOnes:
-      StoreInt(1, dtype, pattern);
-      FillPattern(out, count, pattern, item);
+    case InitSpec::Kind::kFull:
+      FillPattern(out, count, pattern_, item);
       return absl::OkStatus();
-    case InitSpec::Kind::kFull: {
-      TESSERA_ASSIGN_OR_RETURN(const FullValue v, ParseFullValue(spec.value));
-      if (v.is_integer) {
-        StoreInt(v.integer, dtype, pattern);
-      } else {
-        StoreDouble(v.real, dtype, pattern);
-      }
-      FillPattern(out, count, pattern, item);
-      return absl::OkStatus();
-    }
     case InitSpec::Kind::kArange:
       ForEachRow(tensor_shape, box, out, item,
                  [dtype](int64_t first, int64_t n, char* row) {
                    ArangeRow(dtype, first, n, row);
                  });
       return absl::OkStatus();
-    case InitSpec::Kind::kRand:
+    case InitSpec::Kind::kRand: {
+      const uint64_t seed = seed_;
       ForEachRow(tensor_shape, box, out, item,
-                 [dtype, &spec](int64_t first, int64_t n, char* row) {
-                   RandRow(dtype, spec.seed, first, n, row);
+                 [dtype, seed](int64_t first, int64_t n, char* row) {
+                   RandRow(dtype, seed, first, n, row);
                  });
       return absl::OkStatus();
+    }
   }
   return absl::OkStatus();
+}
+
+absl::Status FillBox(const InitSpec& spec, DType dtype,
+                     const Shape& tensor_shape, const Box& box, void* dst) {
+  TESSERA_ASSIGN_OR_RETURN(const InitFill fill, InitFill::Make(spec, dtype));
+  return fill.Fill(tensor_shape, box, dst);
 }
 
 }  // namespace tessera

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -255,6 +256,53 @@ TEST(InitFillTest, SixtyFourMebibyteShardFillsQuickly) {
                       out.data()),
               IsOk());
   EXPECT_EQ(out[4096 * 4096 - 1], 16777215.0f);
+}
+
+TEST(InitFillTest, PreparedFillWritesWhatFillBoxWrites) {
+  const Shape shape = {5, 7};
+  const Box box{{1, 2}, {3, 4}};
+  for (const char* text : {"empty", "zeros", "ones", "full:-3", "full:2.75",
+                           "full:true", "full:-inf", "arange", "rand:9"}) {
+    for (DType dtype : AllDTypes()) {
+      const InitSpec spec = Init(text);
+      absl::StatusOr<InitFill> fill = InitFill::Make(spec, dtype);
+      if (!CheckInitValue(spec, dtype).ok()) {
+        EXPECT_THAT(fill.status(), StatusIs(absl::StatusCode::kInvalidArgument))
+            << text << " " << DTypeName(dtype);
+        continue;
+      }
+      ASSERT_THAT(fill.status(), IsOk()) << text;
+      EXPECT_EQ(fill->kind(), spec.kind);
+      EXPECT_EQ(fill->dtype(), dtype);
+      const size_t bytes = 12 * ItemSize(dtype);
+      std::vector<char> want(bytes, 'x'), got(bytes, 'x');
+      ASSERT_THAT(FillBox(spec, dtype, shape, box, want.data()), IsOk());
+      ASSERT_THAT(fill->Fill(shape, box, got.data()), IsOk());
+      EXPECT_EQ(got, want) << text << " " << DTypeName(dtype);
+    }
+  }
+  // Bounds are still checked per box.
+  absl::StatusOr<InitFill> ones = InitFill::Make(Init("ones"), DType::kFloat32);
+  ASSERT_THAT(ones.status(), IsOk());
+  std::vector<float> out(8);
+  EXPECT_THAT(
+      ones->Fill({4}, Box{{2}, {5}}, out.data()),
+      StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("out of bounds")));
+}
+
+TEST(InitFillTest, PreparedHugeValueFillsManyBoxesQuickly) {
+  // A 4 MiB V is parsed once by Make, not once per box.
+  InitSpec spec{InitSpec::Kind::kFull};
+  spec.value = "2." + std::string(4 << 20, '0');
+  absl::StatusOr<InitFill> fill = InitFill::Make(spec, DType::kInt16);
+  ASSERT_THAT(fill.status(), IsOk());
+  const absl::Time start = absl::Now();
+  int16_t v = 0;
+  for (int64_t i = 0; i < 1000; ++i) {
+    ASSERT_THAT(fill->Fill({1000}, Box{{i}, {1}}, &v), IsOk());
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_EQ(v, 2);
 }
 
 // Found by fuzz/parse_text_fuzzer: arange over "9223372036854775803,13,3,31"
