@@ -1,8 +1,10 @@
 #include "coordinator/file_metadata_store.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -10,10 +12,13 @@
 #include <cstring>
 #include <string>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "proto/metadata.pb.h"
 #include "rpc/convert.h"
+#include "spdlog/spdlog.h"
 
 namespace tessera {
 namespace {
@@ -76,10 +81,11 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path,
   return data;
 }
 
-absl::Status WriteAll(int fd, const std::string& data, absl::string_view path) {
+absl::Status WriteAll(const FileOps& ops, int fd, const std::string& data,
+                      absl::string_view path) {
   size_t done = 0;
   while (done < data.size()) {
-    ssize_t n = write(fd, data.data() + done, data.size() - done);
+    ssize_t n = ops.write(fd, data.data() + done, data.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
       return PosixError(absl::StrCat("writing ", path), errno);
@@ -97,6 +103,25 @@ absl::Status FsyncDir(const std::string& dir) {
   close(fd);
   return rc == 0 ? absl::OkStatus()
                  : PosixError(absl::StrCat("syncing ", dir), err);
+}
+
+// Writes `data` to `path` whole or not at all: into a 0600 temporary file,
+// synced, renamed over `path`, and the directory synced.
+absl::Status WriteFileAtomically(const FileOps& ops, const std::string& dir,
+                                 const std::string& path,
+                                 const std::string& data) {
+  const std::string tmp = path + ".tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return PosixError(absl::StrCat("creating ", tmp), errno);
+  absl::Status status = WriteAll(ops, fd, data, tmp);
+  if (status.ok() && ops.sync(fd) != 0)
+    status = PosixError(absl::StrCat("syncing ", tmp), errno);
+  close(fd);
+  TESSERA_RETURN_IF_ERROR(status);
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    return PosixError(absl::StrCat("renaming ", tmp), errno);
+  }
+  return FsyncDir(dir);
 }
 
 v1::WorkerInfo WorkerToProto(const WorkerInfo& w) {
@@ -170,7 +195,86 @@ absl::StatusOr<MetadataChange> ChangeFromProto(
 
 }  // namespace
 
-FileMetadataStore::FileMetadataStore(std::string dir) : dir_(std::move(dir)) {}
+absl::Status PrepareDataDir(const std::string& dir) {
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return PosixError(absl::StrCat("creating --data_dir ", dir), errno);
+  }
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) {
+    return PosixError(absl::StrCat("checking --data_dir ", dir), errno);
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--data_dir ", dir, " is not a directory"));
+  }
+  if (st.st_uid != geteuid()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--data_dir ", dir, " belongs to uid ", st.st_uid,
+        ", not to this user (uid ", geteuid(),
+        "): the cluster's metadata and secret must be private to the "
+        "coordinator's user"));
+  }
+  if ((st.st_mode & 0777) != 0700) {
+    if (chmod(dir.c_str(), 0700) != 0) {
+      return PosixError(
+          absl::StrCat("making --data_dir ", dir, " private (mode 0700)"),
+          errno);
+    }
+    spdlog::warn("--data_dir {} had mode {:04o}; tightened to 0700", dir,
+                 st.st_mode & 07777);
+  }
+  DIR* listing = opendir(dir.c_str());
+  if (listing == nullptr) {
+    return PosixError(absl::StrCat("listing --data_dir ", dir), errno);
+  }
+  absl::Status status;
+  while (const dirent* entry = readdir(listing)) {
+    const std::string path = absl::StrCat(dir, "/", entry->d_name);
+    struct stat file;
+    if (lstat(path.c_str(), &file) != 0 || !S_ISREG(file.st_mode)) continue;
+    if ((file.st_mode & 0177) == 0) continue;
+    if (chmod(path.c_str(), 0600) != 0) {
+      status = PosixError(absl::StrCat("making ", path, " private (mode 0600)"),
+                          errno);
+      break;
+    }
+    spdlog::warn("{} had mode {:04o}; tightened to 0600", path,
+                 file.st_mode & 07777);
+  }
+  closedir(listing);
+  return status;
+}
+
+absl::StatusOr<std::string> LoadOrMakeClusterId(const std::string& dir,
+                                                bool* created) {
+  *created = false;
+  const std::string path = absl::StrCat(dir, "/cluster_id");
+  bool exists = false;
+  TESSERA_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path, &exists));
+  if (exists) {
+    const std::string id(absl::StripAsciiWhitespace(text));
+    if (id.size() != 32 ||
+        id.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      return absl::DataLossError(absl::StrCat(
+          path,
+          " does not hold a cluster id (32 hex digits); refusing to "
+          "start a coordinator whose cluster cannot be told"));
+    }
+    return id;
+  }
+  char random[16];
+  if (getrandom(random, sizeof(random), 0) != sizeof(random)) {
+    return PosixError("drawing a random cluster id", errno);
+  }
+  const std::string id =
+      absl::BytesToHexString(absl::string_view(random, sizeof(random)));
+  TESSERA_RETURN_IF_ERROR(WriteFileAtomically(FileOps(), dir, path, id + "\n"));
+  *created = true;
+  return id;
+}
+
+FileMetadataStore::FileMetadataStore(std::string dir, FileOps ops)
+    : dir_(std::move(dir)), ops_(std::move(ops)) {}
 
 FileMetadataStore::~FileMetadataStore() {
   absl::MutexLock lock(&mu_);
@@ -184,11 +288,9 @@ std::string FileMetadataStore::Describe() const {
 
 absl::StatusOr<MetadataState> FileMetadataStore::Load() {
   absl::MutexLock lock(&mu_);
-  if (mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST) {
-    return PosixError(absl::StrCat("creating --data_dir ", dir_), errno);
-  }
+  TESSERA_RETURN_IF_ERROR(PrepareDataDir(dir_));
   const std::string lock_path = absl::StrCat(dir_, "/LOCK");
-  lock_fd_ = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  lock_fd_ = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (lock_fd_ < 0)
     return PosixError(absl::StrCat("opening ", lock_path), errno);
   if (flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
@@ -197,6 +299,8 @@ absl::StatusOr<MetadataState> FileMetadataStore::Load() {
   }
 
   MetadataState state;
+  TESSERA_ASSIGN_OR_RETURN(state.cluster_id,
+                           LoadOrMakeClusterId(dir_, &cluster_id_created_));
   const std::string snapshot_path = absl::StrCat(dir_, "/snapshot");
   bool exists = false;
   TESSERA_ASSIGN_OR_RETURN(std::string snapshot,
@@ -248,7 +352,7 @@ absl::StatusOr<MetadataState> FileMetadataStore::Load() {
   }
   torn_bytes_dropped_ = static_cast<int64_t>(log.size() - good);
 
-  log_fd_ = open(log_path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  log_fd_ = open(log_path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
   if (log_fd_ < 0) return PosixError(absl::StrCat("opening ", log_path), errno);
   if (torn_bytes_dropped_ > 0) {
     if (ftruncate(log_fd_, static_cast<off_t>(good)) != 0 ||
@@ -279,32 +383,36 @@ absl::Status FileMetadataStore::Append(
   absl::MutexLock lock(&mu_);
   TESSERA_RETURN_IF_ERROR(CheckWritable());
   const std::string path = absl::StrCat(dir_, "/log");
-  if (absl::Status status = WriteAll(log_fd_, records, path); !status.ok()) {
-    // Take back whatever part of the batch was written, so that none of it
-    // is replayed after a restart.
-    if (ftruncate(log_fd_, static_cast<off_t>(log_size_)) != 0 ||
-        lseek(log_fd_, static_cast<off_t>(log_size_), SEEK_SET) < 0) {
-      broken_ = Annotate(status, "the log could not be cut back after");
-    }
+  absl::Status status = WriteAll(ops_, log_fd_, records, path);
+  if (status.ok() && ops_.sync(log_fd_) != 0) {
+    status = PosixError(absl::StrCat("syncing ", path), errno);
+  }
+  if (status.ok()) {
+    log_size_ += records.size();
+    return absl::OkStatus();
+  }
+  // Take back whatever part of the batch was written (whole records of it
+  // too, whether or not they reached the disk), and make the cut durable, so
+  // that none of it is replayed after a restart: the caller undoes the
+  // change. The log then holds exactly the batches acknowledged before.
+  if (ftruncate(log_fd_, static_cast<off_t>(log_size_)) == 0 &&
+      lseek(log_fd_, static_cast<off_t>(log_size_), SEEK_SET) >= 0 &&
+      ops_.sync(log_fd_) == 0) {
     return status;
   }
-  if (fdatasync(log_fd_) != 0) {
-    // What reached the disk is unknown now: refuse everything after.
-    broken_ = PosixError(absl::StrCat("syncing ", path), errno);
-    return broken_;
-  }
-  log_size_ += records.size();
-  return absl::OkStatus();
+  // Whether the batch is on the disk is unknown: refuse everything after.
+  broken_ = Annotate(status, "the log could not be cut back after");
+  return absl::DataLossError(absl::StrCat(
+      "the outcome of a metadata record is unknown: ", broken_.message()));
 }
 
 absl::Status FileMetadataStore::CheckWritable() const {
   if (log_fd_ < 0)
     return absl::FailedPreconditionError("metadata store is not loaded");
   if (!broken_.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the metadata log in ", dir_,
-                     " refuses changes after an earlier failure: ",
-                     broken_.message()));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the metadata log in ", dir_,
+        " refuses changes after an earlier failure: ", broken_.message()));
   }
   return absl::OkStatus();
 }
@@ -327,19 +435,8 @@ absl::Status FileMetadataStore::Snapshot(const MetadataState& state) {
 
   absl::MutexLock lock(&mu_);
   TESSERA_RETURN_IF_ERROR(CheckWritable());
-  const std::string path = absl::StrCat(dir_, "/snapshot");
-  const std::string tmp = path + ".tmp";
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return PosixError(absl::StrCat("creating ", tmp), errno);
-  absl::Status status = WriteAll(fd, file, tmp);
-  if (status.ok() && fsync(fd) != 0)
-    status = PosixError(absl::StrCat("syncing ", tmp), errno);
-  close(fd);
-  TESSERA_RETURN_IF_ERROR(status);
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    return PosixError(absl::StrCat("renaming ", tmp), errno);
-  }
-  TESSERA_RETURN_IF_ERROR(FsyncDir(dir_));
+  TESSERA_RETURN_IF_ERROR(
+      WriteFileAtomically(ops_, dir_, absl::StrCat(dir_, "/snapshot"), file));
   // The snapshot holds everything the log held.
   if (ftruncate(log_fd_, 0) != 0 || lseek(log_fd_, 0, SEEK_SET) < 0 ||
       fsync(log_fd_) != 0) {

@@ -4,11 +4,20 @@
 //   DIR/snapshot  "TSNP" | u32 crc32(payload) | u64 length | MetadataSnapshot
 //   DIR/log       records: u32 length | u32 crc32(payload) | MetadataRecord
 //   DIR/LOCK      flock'ed while a coordinator uses the directory
+//   DIR/cluster_id  32 hex digits, drawn at random when the directory is
+//                 first used (a new cluster) and never changed after
 //
-// Append writes a batch of records and fdatasync()s once before returning;
-// a batch that cannot be written whole is cut off the log again, and after a
-// failed fdatasync the store refuses further changes (what reached the disk
-// is unknown). Load replays
+// The directory is private to the coordinator's user: Load (and
+// PrepareDataDir) create it 0700, tighten an existing one with looser
+// permissions to 0700 and every file in it to 0600 (logging what changed),
+// and refuse one that belongs to another user. Every file is created 0600.
+//
+// Append writes a batch of records and fdatasync()s once before returning.
+// A batch that cannot be written whole or synced (ENOSPC, EIO) is cut off
+// the log again and the cut is synced, so it never replays after a restart
+// and later batches follow the last acknowledged one. If even that fails,
+// the batch's fate is unknown: Append returns DATA_LOSS and the store
+// refuses every later change. Load replays
 // the snapshot and then the log; a record that is cut short or fails its
 // checksum ends the log (a torn write from a crash): it and anything after
 // it are truncated away, and everything before it is recovered. Records are
@@ -18,7 +27,10 @@
 #ifndef TESSERA_COORDINATOR_FILE_METADATA_STORE_H_
 #define TESSERA_COORDINATOR_FILE_METADATA_STORE_H_
 
+#include <unistd.h>
+
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -27,9 +39,31 @@
 
 namespace tessera {
 
+// The system calls the store writes its files through. Tests inject faults
+// here (a short write then ENOSPC, EIO from a sync); the defaults are the
+// real calls.
+struct FileOps {
+  std::function<ssize_t(int fd, const void* data, size_t size)> write =
+      [](int fd, const void* data, size_t size) {
+        return ::write(fd, data, size);
+      };
+  std::function<int(int fd)> sync = [](int fd) { return ::fdatasync(fd); };
+};
+
+// Makes `dir` fit to hold the metadata: creates it (mode 0700; its parent
+// must exist), or tightens it to 0700 and each file in it to 0600.
+// FAILED_PRECONDITION when it is not a directory or belongs to another user.
+absl::Status PrepareDataDir(const std::string& dir);
+
+// The cluster id kept in `dir`/cluster_id; when there is none, a new random
+// one, written atomically (`*created` then true). DATA_LOSS for a file that
+// holds no id.
+absl::StatusOr<std::string> LoadOrMakeClusterId(const std::string& dir,
+                                                bool* created);
+
 class FileMetadataStore : public MetadataStore {
  public:
-  explicit FileMetadataStore(std::string dir);
+  explicit FileMetadataStore(std::string dir, FileOps ops = FileOps());
   ~FileMetadataStore() override;
 
   using MetadataStore::Append;
@@ -40,16 +74,21 @@ class FileMetadataStore : public MetadataStore {
       ABSL_LOCKS_EXCLUDED(mu_);
   std::string Describe() const override;
   const std::string& dir() const { return dir_; }
+  const FileOps& ops() const { return ops_; }
 
   // What the last Load found (for the start-up log and tests).
   int64_t records_recovered() const { return records_recovered_; }
   int64_t torn_bytes_dropped() const { return torn_bytes_dropped_; }
+  // True when the last Load drew a new cluster id (a new cluster).
+  bool cluster_id_created() const { return cluster_id_created_; }
 
  private:
   const std::string dir_;
+  const FileOps ops_;
   int lock_fd_ = -1;
   int64_t records_recovered_ = 0;
   int64_t torn_bytes_dropped_ = 0;
+  bool cluster_id_created_ = false;
   // OK, or why the log takes no more changes.
   absl::Status CheckWritable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -1,10 +1,12 @@
 #include "coordinator/file_metadata_store.h"
 
+#include <dirent.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "coordinator/metadata_store_contract_test.h"
@@ -63,11 +65,20 @@ testing::MetadataStoreFactory FileStoreFactory() {
   factory.make = [] {
     return std::make_unique<FileMetadataStore>(TempDir() + "/data");
   };
+  factory.make_faulty = [](testing::FaultPlan* faults) {
+    FileOps ops;
+    ops.write = [faults](int fd, const void* data, size_t size) {
+      return faults->Write(fd, data, size);
+    };
+    ops.sync = [faults](int fd) { return faults->Sync(fd); };
+    return std::make_unique<FileMetadataStore>(TempDir() + "/data", ops);
+  };
   factory.reopen = [](std::unique_ptr<MetadataStore> store) {
-    const std::string dir =
-        static_cast<FileMetadataStore*>(store.get())->dir();
+    auto* file = static_cast<FileMetadataStore*>(store.get());
+    const std::string dir = file->dir();
+    const FileOps ops = file->ops();
     store.reset();  // releases the directory's lock
-    return std::make_unique<FileMetadataStore>(dir);
+    return std::make_unique<FileMetadataStore>(dir, ops);
   };
   return factory;
 }
@@ -243,9 +254,139 @@ TEST(FileMetadataStoreTest, TornBatchKeepsTheRecordsBeforeTheTear) {
 
 TEST(FileMetadataStoreTest, AppendBeforeLoadIsRefused) {
   FileMetadataStore store(TempDir());
-  EXPECT_THAT(store.Append(TensorChange("a", 1, 1)),
+  EXPECT_THAT(
+      store.Append(TensorChange("a", 1, 1)),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not loaded")));
+}
+
+TEST(FileMetadataStoreTest,
+     ABatchThatCannotBeCutBackIsDataLossAndStopsChanges) {
+  testing::FaultPlan faults;
+  FileOps ops;
+  ops.write = [&](int fd, const void* data, size_t size) {
+    return faults.Write(fd, data, size);
+  };
+  ops.sync = [&](int fd) { return faults.Sync(fd); };
+  const std::string dir = TempDir();
+  FileMetadataStore store(dir, ops);
+  ASSERT_THAT(store.Load().status(), IsOk());
+  ASSERT_THAT(store.Append(TensorChange("a", 1, 2)), IsOk());
+  faults.FailSyncs(2, EIO);  // the sync, then the sync of the cut
+  EXPECT_THAT(store.Append(TensorChange("b", 1, 2)),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("unknown")));
+  EXPECT_THAT(store.Append(TensorChange("c", 1, 2)),
               StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("not loaded")));
+                       HasSubstr("refuses changes")));
+}
+
+int Mode(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 ? static_cast<int>(st.st_mode & 07777)
+                                      : -1;
+}
+
+// Every regular file in `dir` and its mode.
+std::map<std::string, int> FileModes(const std::string& dir) {
+  std::map<std::string, int> out;
+  DIR* listing = opendir(dir.c_str());
+  if (listing == nullptr) return out;
+  while (const dirent* entry = readdir(listing)) {
+    const std::string path = dir + "/" + entry->d_name;
+    struct stat st;
+    if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+      out[entry->d_name] = static_cast<int>(st.st_mode & 07777);
+  }
+  closedir(listing);
+  return out;
+}
+
+// Sets the umask for a scope, so that modes asked of open/mkdir show as they
+// are (the metadata used to be created 0755/0644 and relied on the umask).
+class ScopedUmask {
+ public:
+  explicit ScopedUmask(mode_t mask) : old_(umask(mask)) {}
+  ~ScopedUmask() { umask(old_); }
+
+ private:
+  mode_t old_;
+};
+
+TEST(FileMetadataStoreTest, NewDataDirAndEveryFileInItArePrivate) {
+  ScopedUmask open_umask(0);
+  const std::string dir = TempDir() + "/data";
+  {
+    FileMetadataStore store(dir);
+    ASSERT_THAT(store.Load().status(), IsOk());
+    ASSERT_THAT(store.Append(TensorChange("a", 1, 2)), IsOk());
+    MetadataState state;
+    state.tensors["a"] = TensorChange("a", 1, 2).tensor;
+    ASSERT_THAT(store.Snapshot(state), IsOk());
+    ASSERT_THAT(store.Append(TensorChange("b", 1, 2)), IsOk());
+  }
+  EXPECT_EQ(Mode(dir), 0700);
+  const std::map<std::string, int> files = FileModes(dir);
+  for (const char* name : {"LOCK", "log", "snapshot", "cluster_id"}) {
+    EXPECT_EQ(files.count(name), 1u) << name;
+  }
+  for (const auto& [name, mode] : files) {
+    EXPECT_EQ(mode, 0600) << name;
+  }
+}
+
+TEST(FileMetadataStoreTest, LooserExistingDataDirIsTightened) {
+  ScopedUmask open_umask(0);
+  const std::string dir = TempDir() + "/data";
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  {
+    std::ofstream log(dir + "/log");
+    std::ofstream other(dir + "/notes");
+  }
+  ASSERT_EQ(chmod((dir + "/log").c_str(), 0644), 0);
+  ASSERT_EQ(chmod((dir + "/notes").c_str(), 0666), 0);
+  FileMetadataStore store(dir);
+  ASSERT_THAT(store.Load().status(), IsOk());
+  EXPECT_EQ(Mode(dir), 0700);
+  EXPECT_EQ(Mode(dir + "/log"), 0600);
+  EXPECT_EQ(Mode(dir + "/notes"), 0600);
+}
+
+TEST(FileMetadataStoreTest, DataDirThatIsAFileIsRefused) {
+  const std::string path = TempDir() + "/file";
+  { std::ofstream file(path); }
+  FileMetadataStore store(path);
+  EXPECT_THAT(store.Load().status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("not a directory")));
+}
+
+TEST(FileMetadataStoreTest, ClusterIdIsMadeOnceAndKeptInTheDirectory) {
+  const std::string dir = TempDir();
+  std::string id;
+  {
+    FileMetadataStore store(dir);
+    auto state = store.Load();
+    ASSERT_THAT(state.status(), IsOk());
+    EXPECT_TRUE(store.cluster_id_created());
+    id = state->cluster_id;
+  }
+  {
+    FileMetadataStore store(dir);
+    auto state = store.Load();
+    ASSERT_THAT(state.status(), IsOk());
+    EXPECT_FALSE(store.cluster_id_created());
+    EXPECT_EQ(state->cluster_id, id);
+  }
+  std::ifstream in(dir + "/cluster_id");
+  std::string text;
+  std::getline(in, text);
+  EXPECT_EQ(text, id);
+  {
+    std::ofstream garbled(dir + "/cluster_id");
+    garbled << "not an id";
+  }
+  FileMetadataStore store(dir);
+  EXPECT_THAT(store.Load().status(),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("cluster id")));
 }
 
 }  // namespace

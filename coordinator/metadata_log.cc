@@ -1,6 +1,7 @@
 #include "coordinator/metadata_log.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <utility>
 
 #include "core/status_macros.h"
@@ -64,9 +65,9 @@ bool MetadataLog::Failed(Ticket ticket) const {
 
 absl::Status MetadataLog::OutcomeOf(Ticket ticket) const {
   // The first failure that ends at or after `ticket`.
-  auto it = std::lower_bound(
-      failures_.begin(), failures_.end(), ticket,
-      [](const Failure& f, Ticket t) { return f.last < t; });
+  auto it =
+      std::lower_bound(failures_.begin(), failures_.end(), ticket,
+                       [](const Failure& f, Ticket t) { return f.last < t; });
   if (it != failures_.end() && it->first <= ticket) return it->status;
   return absl::OkStatus();
 }
@@ -125,6 +126,19 @@ void MetadataLog::WriterLoop() {
     } else {
       spdlog::error("writing {} metadata record(s) failed: {}", batch.size(),
                     std::string(status.message()));
+      if (absl::IsDataLoss(status)) {
+        if (options_.on_unknown_outcome) {
+          options_.on_unknown_outcome(status);
+        } else {
+          spdlog::critical(
+              "stopping: whether {} metadata record(s) are durable is "
+              "unknown, so their changes can be neither kept nor undone; "
+              "the next start recovers from --data_dir",
+              batch.size());
+          spdlog::shutdown();
+          std::abort();
+        }
+      }
     }
     {
       absl::MutexLock lock(&mu_);
@@ -165,8 +179,7 @@ void MetadataLog::WriteSnapshot() {
   }
   // The log still holds everything: a failed snapshot loses nothing.
   if (!status.ok()) {
-    spdlog::warn("metadata snapshot failed: {}",
-                 std::string(status.message()));
+    spdlog::warn("metadata snapshot failed: {}", std::string(status.message()));
     return;
   }
   absl::MutexLock lock(&mu_);

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -54,6 +55,13 @@ class MetadataLog {
     // snapshot is timed into it: tessera_metadata_append_seconds and
     // tessera_metadata_snapshot_seconds. Not owned.
     MetricsRegistry* metrics = nullptr;
+    // Called (on the writer thread) when the store cannot tell whether a
+    // batch is durable (DATA_LOSS from Append: a failed sync whose batch
+    // could not be cut off the log). The callers cannot undo their changes
+    // then, since the batch may replay at the next start; the default ends
+    // the process at once, so that the next start recovers from what the
+    // disk holds (crash-only, as databases do after a failed fsync).
+    std::function<void(const absl::Status&)> on_unknown_outcome;
   };
 
   struct Stats {
@@ -98,7 +106,8 @@ class MetadataLog {
   };
 
   // The failure that covers a ticket whose outcome is known, or OK.
-  absl::Status OutcomeOf(Ticket ticket) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status OutcomeOf(Ticket ticket) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WriterLoop() ABSL_LOCKS_EXCLUDED(mu_, mirror_mu_);
   // Writes the mirror as the store's snapshot (writer thread only).
   void WriteSnapshot() ABSL_LOCKS_EXCLUDED(mirror_mu_);

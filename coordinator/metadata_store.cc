@@ -1,7 +1,11 @@
 #include "coordinator/metadata_store.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
 #include <utility>
+
+#include "absl/strings/escaping.h"
 
 namespace tessera {
 
@@ -54,6 +58,17 @@ void MetadataState::Apply(const MetadataChange& change) {
   }
 }
 
+MemoryMetadataStore::MemoryMetadataStore() {
+  char random[16] = {};
+  size_t got = 0;
+  while (got < sizeof(random)) {
+    const ssize_t n = getrandom(random + got, sizeof(random) - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  state_.cluster_id =
+      absl::BytesToHexString(absl::string_view(random, sizeof(random)));
+}
+
 absl::StatusOr<MetadataState> MemoryMetadataStore::Load() {
   absl::MutexLock lock(&mu_);
   return state_;
@@ -68,7 +83,9 @@ absl::Status MemoryMetadataStore::Append(
 
 absl::Status MemoryMetadataStore::Snapshot(const MetadataState& state) {
   absl::MutexLock lock(&mu_);
+  const std::string cluster_id = std::move(state_.cluster_id);
   state_ = state;
+  state_.cluster_id = cluster_id;
   return absl::OkStatus();
 }
 

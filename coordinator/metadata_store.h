@@ -49,6 +49,11 @@ struct MetadataState {
   std::map<std::string, WorkerInfo> workers;  // by name
   std::map<std::string, std::shared_ptr<const TensorMetadata>> tensors;
   uint64_t shard_id_high_water = 0;
+  // The cluster this metadata belongs to: drawn at random when the store is
+  // new, the same at every Load after (not changed by records or
+  // snapshots). Workers never free shards on the word of a coordinator
+  // whose cluster id differs from the one they serve.
+  std::string cluster_id;
 
   // Applies one change (the log's replay rule, in one place).
   void Apply(const MetadataChange& change);
@@ -79,6 +84,8 @@ class MetadataStore {
 // MemoryMetadataStore starts empty).
 class MemoryMetadataStore : public MetadataStore {
  public:
+  // Draws this object's cluster id.
+  MemoryMetadataStore();
   using MetadataStore::Append;
   absl::StatusOr<MetadataState> Load() override ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Append(absl::Span<const MetadataChange> changes) override

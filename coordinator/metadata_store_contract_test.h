@@ -12,16 +12,26 @@
 // through it ("same process" durability). Everything else is the same for
 // both: Load of a new store is empty; appended changes come back applied in
 // order; a batch is applied in order; Snapshot replaces the history; appends
-// after a snapshot survive it; the shard-id high-water mark never goes down.
+// after a snapshot survive it; the shard-id high-water mark never goes down;
+// a new store draws a cluster id of its own, and keeps it at every reload.
 // Torn tails are a file-log matter and are tested in its own test.
 #ifndef TESSERA_COORDINATOR_METADATA_STORE_CONTRACT_TEST_H_
 #define TESSERA_COORDINATOR_METADATA_STORE_CONTRACT_TEST_H_
 
+#include <errno.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "coordinator/metadata_store.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -30,10 +40,129 @@
 namespace tessera {
 namespace testing {
 
+// Faults for a store's writes, as a disk makes them: a write that stops
+// short and fails (ENOSPC), a sync that fails (EIO). A file store takes
+// them as the system calls it writes through (Write, Sync); any store takes
+// them through FaultInjectingMetadataStore. Thread-safe.
+class FaultPlan {
+ public:
+  // The next `n` writes write half of what they are given (at least one
+  // byte), then the one after fails with `err`.
+  void FailWrites(int n, int err) {
+    absl::MutexLock lock(&mu_);
+    write_faults_ = n;
+    write_errno_ = err;
+    short_written_ = false;
+  }
+  // The next `n` syncs fail with `err`.
+  void FailSyncs(int n, int err) {
+    absl::MutexLock lock(&mu_);
+    sync_faults_ = n;
+    sync_errno_ = err;
+  }
+  int faults_injected() const {
+    absl::MutexLock lock(&mu_);
+    return injected_;
+  }
+
+  // write(2) and fdatasync(2) with the planned faults.
+  ssize_t Write(int fd, const void* data, size_t size) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (write_faults_ > 0) {
+        if (short_written_ && size > 0) {
+          short_written_ = false;
+          --write_faults_;
+          ++injected_;
+          errno = write_errno_;
+          return -1;
+        }
+        short_written_ = true;
+        size = std::max<size_t>(1, size / 2);
+      }
+    }
+    return ::write(fd, data, size);
+  }
+  int Sync(int fd) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (sync_faults_ > 0) {
+        --sync_faults_;
+        ++injected_;
+        errno = sync_errno_;
+        return -1;
+      }
+    }
+    return ::fdatasync(fd);
+  }
+
+  // For a store without files: takes the next planned fault, if any (a
+  // write fault whole: the short part is a file matter). OK when none.
+  absl::Status TakeFault(absl::string_view what) {
+    absl::MutexLock lock(&mu_);
+    int err = 0;
+    if (write_faults_ > 0) {
+      --write_faults_;
+      err = write_errno_;
+    } else if (sync_faults_ > 0) {
+      --sync_faults_;
+      err = sync_errno_;
+    } else {
+      return absl::OkStatus();
+    }
+    ++injected_;
+    return absl::InternalError(absl::StrCat(what, ": ", std::strerror(err)));
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  int write_faults_ ABSL_GUARDED_BY(mu_) = 0;
+  int write_errno_ ABSL_GUARDED_BY(mu_) = 0;
+  bool short_written_ ABSL_GUARDED_BY(mu_) = false;
+  int sync_faults_ ABSL_GUARDED_BY(mu_) = 0;
+  int sync_errno_ ABSL_GUARDED_BY(mu_) = 0;
+  int injected_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Wraps a store: an Append or Snapshot meeting a planned fault fails as the
+// contract says a store fails (nothing of it recorded) without reaching the
+// inner store; everything else is passed on.
+class FaultInjectingMetadataStore : public MetadataStore {
+ public:
+  using MetadataStore::Append;
+  FaultInjectingMetadataStore(std::unique_ptr<MetadataStore> inner,
+                              FaultPlan* faults)
+      : inner_(std::move(inner)), faults_(faults) {}
+
+  absl::StatusOr<MetadataState> Load() override { return inner_->Load(); }
+  absl::Status Append(absl::Span<const MetadataChange> changes) override {
+    if (absl::Status fault = faults_->TakeFault("writing the log");
+        !fault.ok()) {
+      return fault;
+    }
+    return inner_->Append(changes);
+  }
+  absl::Status Snapshot(const MetadataState& state) override {
+    if (absl::Status fault = faults_->TakeFault("writing the snapshot");
+        !fault.ok()) {
+      return fault;
+    }
+    return inner_->Snapshot(state);
+  }
+  std::string Describe() const override { return inner_->Describe(); }
+
+ private:
+  const std::unique_ptr<MetadataStore> inner_;
+  FaultPlan* const faults_;
+};
+
 struct MetadataStoreFactory {
   std::string name;  // a valid gtest name: "Memory", "File"
   // A new, empty store in a place of its own (not yet loaded).
   std::function<std::unique_ptr<MetadataStore>()> make;
+  // The same, its writes meeting the faults of `faults` (which outlives it).
+  // A restart (`reopen`) gives a store without faults.
+  std::function<std::unique_ptr<MetadataStore>(FaultPlan* faults)> make_faulty;
   // What a restart gives: takes the store (and may destroy it) and returns
   // a store, not yet loaded, on the same place.
   std::function<std::unique_ptr<MetadataStore>(std::unique_ptr<MetadataStore>)>
@@ -226,6 +355,108 @@ TEST_P(MetadataStoreContractTest, ShardIdHighWaterNeverGoesDown) {
   ASSERT_OK(store->Append(MetadataChange::ShardIdHighWater(100)));
   ASSERT_OK(store->Append(MetadataChange::ShardIdHighWater(50)));
   EXPECT_EQ(Reload(&store).shard_id_high_water, 100u);
+}
+
+TEST_P(MetadataStoreContractTest, ClusterIdIsDrawnOnceAndKept) {
+  std::unique_ptr<MetadataStore> store = GetParam().make();
+  auto first = store->Load();
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string id = first->cluster_id;
+  EXPECT_EQ(id.size(), 32u) << id;
+  ASSERT_OK(store->Append(MetadataChange::Tensor(Tensor("a", 1, 1))));
+  EXPECT_EQ(Reload(&store).cluster_id, id);
+  MetadataState snapshot;
+  snapshot.tensors["b"] = Tensor("b", 1, 1);
+  ASSERT_OK(store->Snapshot(snapshot));
+  EXPECT_EQ(Reload(&store).cluster_id, id);
+  // Another new store is another cluster.
+  std::unique_ptr<MetadataStore> other = GetParam().make();
+  auto other_state = other->Load();
+  ASSERT_TRUE(other_state.ok()) << other_state.status();
+  EXPECT_NE(other_state->cluster_id, id);
+}
+
+TEST_P(MetadataStoreContractTest, AFailedWriteLeavesNothingAndTheLogGoesOn) {
+  FaultPlan faults;
+  std::unique_ptr<MetadataStore> store = GetParam().make_faulty(&faults);
+  ASSERT_OK(store->Load().status());
+  ASSERT_OK(store->Append(MetadataChange::Tensor(Tensor("a", 1, 2))));
+  faults.FailWrites(1, ENOSPC);
+  EXPECT_THAT(store->Append(std::vector<MetadataChange>{
+                  MetadataChange::Tensor(Tensor("b", 1, 2)),
+                  MetadataChange::Tensor(Tensor("c", 1, 30))}),
+              StatusIs(absl::StatusCode::kInternal,
+                       ::testing::HasSubstr("No space left")));
+  EXPECT_EQ(faults.faults_injected(), 1);
+  // Space is back: what is acknowledged now follows what was before.
+  ASSERT_OK(store->Append(MetadataChange::Tensor(Tensor("d", 1, 2))));
+  const MetadataState state = Reload(&store);
+  EXPECT_THAT(Names(state), ::testing::ElementsAre("a", "d"));
+  ExpectSameTensor(*state.tensors.at("d"), *Tensor("d", 1, 2));
+}
+
+TEST_P(MetadataStoreContractTest, AFailedSyncIsNotReplayedAfterARestart) {
+  FaultPlan faults;
+  std::unique_ptr<MetadataStore> store = GetParam().make_faulty(&faults);
+  ASSERT_OK(store->Load().status());
+  ASSERT_OK(store->Append(MetadataChange::Tensor(Tensor("a", 1, 2))));
+  faults.FailSyncs(1, EIO);
+  // The caller undoes "b": it must not come back at the next start.
+  EXPECT_THAT(store->Append(MetadataChange::Tensor(Tensor("b", 1, 2))),
+              StatusIs(absl::StatusCode::kInternal,
+                       ::testing::HasSubstr("Input/output error")));
+  absl::Status later = store->Append(MetadataChange::DeletedTensor("a"));
+  const MetadataState state = Reload(&store);
+  EXPECT_EQ(state.tensors.count("b"), 0u);
+  // A change acknowledged after the fault is kept; a refused one is not.
+  EXPECT_EQ(state.tensors.count("a"), later.ok() ? 0u : 1u) << later;
+}
+
+// A seeded random run of batches, snapshots, faults and restarts: after each
+// restart the store holds exactly the changes it acknowledged.
+TEST_P(MetadataStoreContractTest,
+       RandomFaultsKeepExactlyTheAcknowledgedChanges) {
+  for (uint32_t seed = 1; seed <= 3; ++seed) {
+    SCOPED_TRACE(absl::StrCat("seed ", seed));
+    std::mt19937 random(seed);
+    FaultPlan faults;
+    std::unique_ptr<MetadataStore> store = GetParam().make_faulty(&faults);
+    ASSERT_OK(store->Load().status());
+    std::map<std::string, uint64_t> want;  // name -> version acknowledged
+    for (int step = 0; step < 60; ++step) {
+      const int fault = static_cast<int>(random() % 6);
+      if (fault == 0) faults.FailWrites(1, ENOSPC);
+      if (fault == 1) faults.FailSyncs(1, EIO);
+      std::vector<MetadataChange> batch;
+      std::map<std::string, uint64_t> after = want;
+      const int size = 1 + static_cast<int>(random() % 3);
+      for (int i = 0; i < size; ++i) {
+        const std::string name = absl::StrCat("t", random() % 8);
+        if (random() % 4 == 0 && after.count(name) != 0) {
+          batch.push_back(MetadataChange::DeletedTensor(name));
+          after.erase(name);
+        } else {
+          const uint64_t version = after.count(name) ? after[name] + 1 : 1;
+          batch.push_back(MetadataChange::Tensor(
+              Tensor(name, version, 1 + static_cast<int>(random() % 4))));
+          after[name] = version;
+        }
+      }
+      if (store->Append(batch).ok()) want = std::move(after);
+      faults.FailWrites(0, 0);
+      faults.FailSyncs(0, 0);
+      if (random() % 10 == 0 || step == 59) {
+        MetadataState state = Reload(&store);
+        std::map<std::string, uint64_t> got;
+        for (const auto& [name, tensor] : state.tensors)
+          got[name] = tensor->version;
+        ASSERT_EQ(got, want) << "step " << step;
+        if (random() % 2 == 0) {
+          ASSERT_OK(store->Snapshot(state));
+        }
+      }
+    }
+  }
 }
 
 }  // namespace testing

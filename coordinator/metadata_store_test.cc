@@ -1,8 +1,9 @@
 // The memory store against the MetadataStore contract ("same process"
 // durability: a restart is a reload through the same object).
+#include "coordinator/metadata_store.h"
+
 #include <memory>
 
-#include "coordinator/metadata_store.h"
 #include "coordinator/metadata_store_contract_test.h"
 
 namespace tessera {
@@ -13,6 +14,10 @@ MetadataStoreFactory MemoryStoreFactory() {
   MetadataStoreFactory factory;
   factory.name = "Memory";
   factory.make = [] { return std::make_unique<MemoryMetadataStore>(); };
+  factory.make_faulty = [](FaultPlan* faults) {
+    return std::make_unique<FaultInjectingMetadataStore>(
+        std::make_unique<MemoryMetadataStore>(), faults);
+  };
   factory.reopen = [](std::unique_ptr<MetadataStore> store) { return store; };
   return factory;
 }
