@@ -239,6 +239,26 @@ TEST_F(SecurityTest, WorkersObeyOnlyTheCluster) {
     EXPECT_EQ(writer->Finish().error_code(),
               grpc::StatusCode::PERMISSION_DENIED);
   }
+  // A transfer order from a client: its source would be whatever the
+  // caller names (another worker's shared memory, a fake peer).
+  {
+    grpc::ClientContext context;
+    context.AddMetadata(kCapabilityHeader, meta->capabilities.at(shard.worker));
+    v1::TransferRequest request;
+    request.set_src_worker("evil");
+    request.set_src_address("127.0.0.1:1");
+    v1::TransferPiece* piece = request.add_pieces();
+    piece->set_src_shard_id(1);
+    piece->set_dst_shard_id(shard.shard_id);
+    for (int d = 0; d < 2; ++d) {
+      piece->add_src_offsets(0);
+      piece->add_dst_offsets(0);
+      piece->add_sizes(1);
+    }
+    v1::TransferResponse response;
+    EXPECT_EQ(stub->Transfer(&context, request, &response).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
   // Shard ids are not a counter.
   EXPECT_GT(shard.shard_id, uint64_t{1} << 20);
   ExpectIntact();
