@@ -1,8 +1,10 @@
 #include "coordinator/coordinator.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "core/status_macros.h"
+#include "spdlog/spdlog.h"
 
 namespace tessera {
 namespace {
@@ -24,6 +26,17 @@ TensorTable::Options TableOptions(const CoordinatorOptions& options) {
 
 }  // namespace
 
+TensorLimits LimitsOf(const CoordinatorOptions& options) {
+  TensorLimits out;
+  out.max_shards = options.max_shards_per_tensor;
+  out.max_metadata_bytes = options.max_tensor_metadata_bytes;
+  out.max_reply_bytes =
+      std::min<int64_t>(options.max_reply_bytes, kMaxMessageBytes);
+  out.max_workers = options.max_workers;
+  out.plan_budget = options.plan_budget;
+  return out;
+}
+
 Coordinator::Coordinator(CoordinatorOptions options,
                          std::unique_ptr<WorkerControl> workers,
                          std::unique_ptr<MetadataStore> store)
@@ -31,9 +44,10 @@ Coordinator::Coordinator(CoordinatorOptions options,
       workers_(std::move(workers)),
       store_(std::move(store)),
       log_(store_.get(), LogOptions(options_)),
-      registry_(options_.lease, options_.clock),
+      registry_(options_.lease, options_.clock, options_.max_workers),
       table_(TableOptions(options_), &log_),
-      orchestrator_(&registry_, &table_, &log_, workers_.get()),
+      orchestrator_(&registry_, &table_, &log_, workers_.get(),
+                    LimitsOf(options_)),
       reconciler_(&registry_, &table_, &log_, workers_.get()) {
   retire_thread_ = std::thread([this] { RetireLoop(); });
   if (options_.metrics != nullptr) {
@@ -72,7 +86,12 @@ void Coordinator::RetireLoop() {
 
 absl::Status Coordinator::Recover() {
   TESSERA_ASSIGN_OR_RETURN(MetadataState state, log_.Recover());
-  for (const auto& [name, worker] : state.workers) registry_.Restore(worker);
+  for (const auto& [name, worker] : state.workers) {
+    // Records written before names and addresses were checked.
+    if (absl::Status s = registry_.Restore(worker); !s.ok()) {
+      spdlog::warn("forgetting a recorded worker: {}", std::string(s.message()));
+    }
+  }
   table_.Restore(state);
   recovered_.tensors = state.tensors.size();
   recovered_.workers = state.workers.size();
@@ -121,9 +140,9 @@ absl::Status Coordinator::DeleteTensor(const std::string& name) {
 }
 
 absl::StatusOr<ReshardResult> Coordinator::ReshardTensor(
-    const std::string& name, const LayoutSpec& spec,
-    uint64_t expected_version) {
-  return orchestrator_.Reshard(name, spec, expected_version);
+    const std::string& name, const LayoutSpec& spec, uint64_t expected_version,
+    const StopCondition& stop) {
+  return orchestrator_.Reshard(name, spec, expected_version, stop);
 }
 
 }  // namespace tessera

@@ -63,7 +63,30 @@ struct CoordinatorOptions {
   // each scrape: workers alive, tensors, shards, retired versions waiting).
   // Not owned; outlives the coordinator.
   MetricsRegistry* metrics = nullptr;
+
+  // Limits, so that no request exhausts the coordinator's memory or CPU and
+  // every reply fits in one message:
+  // The most workers known at once, dead ones included (clamped to
+  // 1..kMaxWorkersCeiling); a new name beyond gets RESOURCE_EXHAUSTED.
+  size_t max_workers = kDefaultMaxWorkers;
+  // The most shards one tensor version may have (at most 2^20).
+  int64_t max_shards_per_tensor = kMaxShardsPerTensor;
+  // The most coordinator memory the metadata of one tensor version may
+  // take, counted before anything is built as shards x (192 + 16 x rank)
+  // bytes; a bigger create or reshard gets RESOURCE_EXHAUSTED.
+  int64_t max_tensor_metadata_bytes = int64_t{256} << 20;
+  // The largest reply the coordinator sends (at most kMaxMessageBytes): a
+  // layout whose packed describe could exceed it is refused at create and
+  // reshard, and a reply that would exceed it fails with RESOURCE_EXHAUSTED.
+  int64_t max_reply_bytes = kMaxMessageBytes;
+  // The longest the coordinator validates one layout or plans one reshard,
+  // even when its caller set no deadline (DEADLINE_EXCEEDED after).
+  absl::Duration plan_budget = absl::Seconds(30);
 };
+
+// The TensorLimits `options` set (max_reply_bytes clamped to
+// kMaxMessageBytes).
+TensorLimits LimitsOf(const CoordinatorOptions& options);
 
 class Coordinator {
  public:
@@ -114,9 +137,11 @@ class Coordinator {
   // parallel), then commits atomically. On any failure version N stays
   // intact and every new shard is freed. One reshard per tensor at a time:
   // a second one fails with ABORTED. expected_version 0 means any.
+  // `stop`: when the caller gives up (its deadline or cancellation).
   absl::StatusOr<ReshardResult> ReshardTensor(const std::string& name,
                                               const LayoutSpec& spec,
-                                              uint64_t expected_version);
+                                              uint64_t expected_version,
+                                              const StopCondition& stop = {});
 
  private:
   // Frees retired versions and abandoned puts; runs on retire_thread_.

@@ -2,7 +2,12 @@
 
 #include <malloc.h>
 
+#include <algorithm>
+#include <chrono>
+#include <limits>
+
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "core/status_macros.h"
 #include "rpc/convert.h"
 #include "rpc/status.h"
@@ -14,16 +19,81 @@ ShardEncoding EncodingFor(bool packed_reply) {
   return packed_reply ? ShardEncoding::kPacked : ShardEncoding::kPerShard;
 }
 
+// Stops when the call's deadline passes or it is cancelled (the client gave
+// up, or the server is shutting down). Valid while the call runs.
+StopCondition CallerStop(grpc::ServerContext* context) {
+  StopCondition stop;
+  const std::chrono::system_clock::time_point deadline = context->deadline();
+  if (deadline != std::chrono::system_clock::time_point::max()) {
+    stop.deadline = absl::FromChrono(deadline);
+  }
+  stop.cancelled = [context] { return context->IsCancelled(); };
+  return stop;
+}
+
+// How many shards a spec gives and the most dims one of its boxes has, read
+// from the request without converting it.
+struct SpecSize {
+  int64_t shards = 0;
+  int64_t dims = 0;
+};
+
+SpecSize SizeOf(const v1::ShardingSpec& spec) {
+  SpecSize out;
+  if (spec.has_chunk()) {
+    out.shards = spec.chunk().placements_size();
+  } else if (spec.has_enumerable() && spec.enumerable().has_packed()) {
+    const v1::ShardingSpec::PackedShards& packed = spec.enumerable().packed();
+    out.shards = packed.placement_of_size();
+    if (out.shards > 0) {
+      out.dims =
+          std::max(packed.offsets_size(), packed.sizes_size()) / out.shards;
+    }
+  } else if (spec.has_enumerable()) {
+    out.shards = spec.enumerable().shards_size();
+    for (const v1::ShardMetadata& shard : spec.enumerable().shards()) {
+      out.dims = std::max<int64_t>(
+          out.dims, std::max(shard.offsets_size(), shard.sizes_size()));
+    }
+  }
+  // More dims than any tensor has are refused by the conversion, cheaply.
+  out.dims = std::min<int64_t>(out.dims, kMaxRank);
+  return out;
+}
+
 }  // namespace
 
 CoordinatorService::CoordinatorService(Coordinator* coordinator,
                                        const ClusterAuthority* authority)
     : coordinator_(coordinator),
+      limits_(LimitsOf(coordinator->options())),
       open_authority_(authority != nullptr
                           ? nullptr
                           : std::make_unique<ClusterAuthority>(
                                 std::nullopt, RandomBytes(32))),
       authority_(authority != nullptr ? authority : open_authority_.get()) {}
+
+TensorLimits CoordinatorService::SizeLimits() const {
+  // The reply's bound needs the workers and the dims the coordinator knows:
+  // it checks that one itself.
+  TensorLimits out = limits_;
+  out.max_reply_bytes = std::numeric_limits<int64_t>::max();
+  return out;
+}
+
+absl::Status CoordinatorService::CheckReplySize(
+    const google::protobuf::Message& reply, absl::string_view what,
+    absl::string_view hint) const {
+  const size_t bytes = reply.ByteSizeLong();
+  if (static_cast<int64_t>(bytes) <= limits_.max_reply_bytes) {
+    return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat(what, " takes ", bytes,
+                   " bytes, more than one reply may "
+                   "carry (",
+                   limits_.max_reply_bytes, " bytes)", hint));
+}
 
 absl::StatusOr<Principal> CoordinatorService::Admit(
     grpc::ServerContext* context, const char* method) const {
@@ -140,6 +210,13 @@ grpc::Status CoordinatorService::ListWorkers(
     info->set_bytes_used(w.bytes_used);
     info->set_capacity_bytes(w.capacity_bytes);
   }
+  // Never fails while names and addresses are checked and max_workers
+  // holds (coordinator_service_test proves it); kept as a last guard.
+  if (absl::Status size = CheckReplySize(*response, "the list of workers", "");
+      !size.ok()) {
+    response->Clear();
+    return ToGrpcStatus(size);
+  }
   return grpc::Status::OK;
 }
 
@@ -155,6 +232,10 @@ grpc::Status CoordinatorService::CreateTensor(
     args.name = request->name();
     TESSERA_ASSIGN_OR_RETURN(args.shape,
                              ShapeFromProto(request->shape(), "shape"));
+    // Sizes first: nothing of a huge spec is converted.
+    const SpecSize size = SizeOf(request->spec());
+    TESSERA_RETURN_IF_ERROR(
+        CheckLayoutSize(args.shape, size.shards, SizeLimits(), size.dims));
     TESSERA_ASSIGN_OR_RETURN(args.dtype,
                              DTypeFromProto(request->properties().dtype()));
     args.requires_grad = request->properties().requires_grad();
@@ -162,6 +243,7 @@ grpc::Status CoordinatorService::CreateTensor(
     TESSERA_ASSIGN_OR_RETURN(args.spec, LayoutSpecFromProto(request->spec()));
     TESSERA_ASSIGN_OR_RETURN(args.init, InitFromProto(request->init()));
     args.pending = request->pending();
+    args.stop = CallerStop(context);
     return coordinator_->CreateTensor(args);
   }();
   if (!meta.ok()) return ToGrpcStatus(meta.status());
@@ -172,6 +254,19 @@ grpc::Status CoordinatorService::CreateTensor(
             request->pending() ? (kRightRead | kRightWrite) : kRightRead,
             response->mutable_capabilities());
   releaser_.AfterReplyOf((*meta)->shards.size());
+  // Only a reply shard by shard can be too large: packed ones are bounded
+  // at create.
+  if (absl::Status size = CheckReplySize(
+          *response,
+          absl::StrCat("tensor '", request->name(),
+                       "' was created, but its "
+                       "metadata (",
+                       (*meta)->shards.size(), " shards) shard by shard"),
+          "; describe it with a packed reply");
+      !size.ok()) {
+    response->Clear();
+    return ToGrpcStatus(size);
+  }
   return grpc::Status::OK;
 }
 
@@ -197,6 +292,16 @@ grpc::Status CoordinatorService::GetTensor(grpc::ServerContext* context,
                         EncodingFor(request->packed_reply()));
   AddGrants(*meta, kRightRead, response->mutable_capabilities());
   releaser_.AfterReplyOf(meta->shards.size());
+  if (absl::Status size = CheckReplySize(
+          *response,
+          absl::StrCat("the metadata of tensor '", request->name(), "' (",
+                       meta->shards.size(), " shards",
+                       request->packed_reply() ? ", packed" : "", ")"),
+          request->packed_reply() ? "" : "; ask for a packed reply");
+      !size.ok()) {
+    response->Clear();
+    return ToGrpcStatus(size);
+  }
   return grpc::Status::OK;
 }
 
@@ -232,10 +337,17 @@ grpc::Status CoordinatorService::ReshardTensor(
   if (absl::StatusOr<Principal> p = Admit(context, "ReshardTensor"); !p.ok()) {
     return ToGrpcStatus(p.status());
   }
+  // Sizes first (the tensor's dims are checked by the coordinator).
+  const SpecSize size = SizeOf(request->spec());
+  if (absl::Status s =
+          CheckLayoutSize({}, size.shards, SizeLimits(), size.dims);
+      !s.ok()) {
+    return ToGrpcStatus(s);
+  }
   absl::StatusOr<LayoutSpec> spec = LayoutSpecFromProto(request->spec());
   if (!spec.ok()) return ToGrpcStatus(spec.status());
   absl::StatusOr<ReshardResult> result = coordinator_->ReshardTensor(
-      request->name(), *spec, request->expected_version());
+      request->name(), *spec, request->expected_version(), CallerStop(context));
   if (!result.ok()) return ToGrpcStatus(result.status());
   response->set_version(result->version);
   response->set_pieces_moved(result->pieces_moved);

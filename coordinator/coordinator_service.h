@@ -1,5 +1,12 @@
 // The Coordinator gRPC service: each method converts the request (validating
 // it through rpc/convert and core/), calls Coordinator, and converts back.
+//
+// Bounded: a create's or reshard's size (shards, dims) is checked from the
+// request before any of it is converted; the caller's deadline and
+// cancellation reach the coordinator as a StopCondition, so long validation
+// stops when the caller gives up or the server shuts down; a reply larger
+// than max_reply_bytes fails with RESOURCE_EXHAUSTED instead of reaching
+// clients that cannot take it.
 #ifndef TESSERA_COORDINATOR_COORDINATOR_SERVICE_H_
 #define TESSERA_COORDINATOR_COORDINATOR_SERVICE_H_
 
@@ -75,7 +82,17 @@ class CoordinatorService final : public v1::Coordinator::Service {
       const TensorMetadata& meta, uint32_t rights,
       google::protobuf::RepeatedPtrField<v1::WorkerCapability>* out) const;
 
+  // OK, or RESOURCE_EXHAUSTED when `reply` is larger than one reply may be.
+  // The limits a request's size is checked against before it is converted:
+  // shards and memory (the coordinator checks the reply's bound).
+  TensorLimits SizeLimits() const;
+  // `what` names the reply in the error, `hint` ends it.
+  absl::Status CheckReplySize(const google::protobuf::Message& reply,
+                              absl::string_view what,
+                              absl::string_view hint) const;
+
   Coordinator* const coordinator_;
+  const TensorLimits limits_;
   std::unique_ptr<ClusterAuthority> open_authority_;  // when given none
   const ClusterAuthority* const authority_;
   MemoryReleaser releaser_;

@@ -28,6 +28,7 @@ using ::tessera::testing::TempDir;
 using ::tessera::testing::TestWorker;
 using ::tessera::testing::WorkerAddress;
 using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
 
 constexpr int kWorkers = 2;
 
@@ -248,6 +249,75 @@ TEST(CoordinatorTest, ConcurrentCreatesShareAppendsAndAllSurviveARestart) {
   Life life(workers, std::make_unique<FileMetadataStore>(dir));
   ASSERT_OK(life.Start(*workers));
   EXPECT_EQ(life->ListTensors().size(), size_t{kClients * kEach});
+}
+
+// Bug: two RegisterWorker calls with 33 MiB addresses pushed ListWorkers
+// past the message limit, and the addresses were in the metadata log, so a
+// restart did not help. Records like these are forgotten at recovery.
+TEST(CoordinatorTest, RecoveryForgetsWorkersRecordedWithBadAddresses) {
+  auto store = std::make_unique<MemoryMetadataStore>();
+  WorkerInfo huge;
+  huge.name = "huge";
+  huge.rank = 7;
+  huge.address = std::string(33 << 20, 'h') + ":1";
+  ASSERT_OK(store->Append(MetadataChange::Worker(huge)));
+  WorkerInfo fine;
+  fine.name = "w0";
+  fine.rank = 0;
+  fine.address = WorkerAddress(0);
+  ASSERT_OK(store->Append(MetadataChange::Worker(fine)));
+  Coordinator coordinator(CoordinatorOptions(),
+                          std::make_unique<FakeWorkerControl>(),
+                          std::move(store));
+  ASSERT_OK(coordinator.Recover());
+  const std::vector<WorkerRecord> listed = coordinator.ListWorkers();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].name, "w0");
+  // The forgotten name may register again, at a dialable address.
+  WorkerRegistration again = TestWorker(7);
+  again.worker.name = "huge";
+  EXPECT_OK(coordinator.RegisterWorker(again, {}));
+}
+
+TEST(CoordinatorTest, OptionsBoundTheWorkersAndTheLayouts) {
+  CoordinatorOptions options;
+  options.max_workers = 2;
+  options.max_shards_per_tensor = 3;
+  auto workers = std::make_unique<FakeWorkerControl>();
+  for (int i = 0; i < 3; ++i) workers->AddWorker(WorkerAddress(i));
+  Coordinator coordinator(options, std::move(workers));
+  ASSERT_OK(coordinator.Recover());
+  ASSERT_OK(coordinator.RegisterWorker(TestWorker(0), {}));
+  ASSERT_OK(coordinator.RegisterWorker(TestWorker(1), {}));
+  EXPECT_THAT(
+      coordinator.RegisterWorker(TestWorker(2), {}).status(),
+      StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("max_workers")));
+  EXPECT_EQ(coordinator.ListWorkers().size(), 2u);
+  CreateTensorArgs args = Args("t", 8);
+  args.spec = ChunkOver({0, 1, 0, 1});
+  EXPECT_THAT(coordinator.CreateTensor(args).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("too many shards: 4 (at most 3")));
+  args.spec = ChunkOver({0, 1, 0});
+  ASSERT_OK(coordinator.CreateTensor(args));
+  EXPECT_THAT(
+      coordinator.ReshardTensor("t", ChunkOver({1, 0, 1, 0}), 0).status(),
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               HasSubstr("too many shards")));
+}
+
+TEST(CoordinatorTest, AReshardWhoseCallerGaveUpChangesNothing) {
+  auto workers = Workers();
+  Life life(workers, std::make_unique<MemoryMetadataStore>());
+  ASSERT_OK(life.Start(*workers));
+  ASSERT_OK(life->CreateTensor(Args("t", 8)));
+  StopCondition gone;
+  gone.deadline = absl::Now() - absl::Seconds(1);
+  EXPECT_THAT(
+      life->ReshardTensor("t", ChunkOver({1, 0}), 1, gone).status(),
+      StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("gave up")));
+  EXPECT_EQ(life->GetTensor("t")->version, 1u);
+  EXPECT_OK(life->ReshardTensor("t", ChunkOver({1, 0}), 1));
 }
 
 }  // namespace

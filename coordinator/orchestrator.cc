@@ -9,16 +9,124 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "core/checked_math.h"
 #include "core/errors.h"
 #include "core/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera {
+namespace {
+
+// Bytes of one read capability in a reply (worker name, signed token),
+// at most: the token names the worker, the tensor and its version.
+constexpr int64_t kCapabilityBytesBound = 1024;
+// A reply's tensor name, shape, properties, version and field tags, at most.
+constexpr int64_t kReplyHeaderBytes = 1024;
+
+int64_t VarintBytes(uint64_t v) {
+  int64_t n = 1;
+  while (v >= 128) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+// Says what stopped a layout's validation or a reshard's planning: the
+// caller, or the coordinator's own budget.
+absl::Status GaveUp(const absl::Status& status, absl::string_view what,
+                    const StopCondition& caller, const TensorLimits& limits) {
+  if (!absl::IsCancelled(status) && !absl::IsDeadlineExceeded(status)) {
+    return status;
+  }
+  const bool budget = absl::IsDeadlineExceeded(status) &&
+                      caller.deadline == absl::InfiniteFuture();
+  return Annotate(
+      status,
+      absl::StrCat("gave up ", what,
+                   budget
+                       ? absl::StrCat(" after ",
+                                      absl::FormatDuration(limits.plan_budget),
+                                      " (the coordinator's plan_budget)")
+                       : std::string()));
+}
+
+}  // namespace
+
+int64_t PackedDescribeBytesBound(const Shape& shape, int64_t num_shards,
+                                 size_t max_workers) {
+  num_shards = std::max<int64_t>(num_shards, 0);
+  // Per shard: its id (a uint64), its worker's index and, when unavailable,
+  // its index; per dim its offset (below the dim + the number of shards:
+  // chunks past the end included) and its size (at most the dim).
+  int64_t per_shard = 10 + 5 + 5;
+  for (int64_t n : shape) {
+    const uint64_t dim = static_cast<uint64_t>(std::max<int64_t>(n, 0));
+    per_shard +=
+        VarintBytes(dim + static_cast<uint64_t>(num_shards)) + VarintBytes(dim);
+  }
+  const int64_t workers =
+      std::min<int64_t>(num_shards, static_cast<int64_t>(max_workers));
+  return kReplyHeaderBytes + num_shards * per_shard +
+         workers * static_cast<int64_t>(kWorkerInfoBytesBound +
+                                        kCapabilityBytesBound);
+}
+
+absl::Status CheckLayoutSize(const Shape& shape, int64_t num_shards,
+                             const TensorLimits& limits, int64_t spec_rank) {
+  const int64_t max_shards = std::min(limits.max_shards, kMaxShardsPerTensor);
+  if (num_shards > max_shards) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("too many shards: ", num_shards, " (at most ", max_shards,
+                     " per tensor)"));
+  }
+  const int64_t rank = std::max(static_cast<int64_t>(shape.size()), spec_rank);
+  const int64_t memory =
+      num_shards * (kShardMetadataBytes + rank * kShardMetadataBytesPerDim);
+  if (memory > limits.max_metadata_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the metadata of ", num_shards, " shards of rank ", rank,
+        " would take about ", memory >> 20,
+        " MiB of coordinator memory, more than its max_tensor_metadata_bytes (",
+        limits.max_metadata_bytes >> 20, " MiB); use fewer shards"));
+  }
+  const int64_t reply =
+      PackedDescribeBytesBound(shape, num_shards, limits.max_workers);
+  if (reply > limits.max_reply_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the metadata of ", num_shards, " shards of rank ", rank,
+                     " could take up to ", reply,
+                     " bytes to describe, more than one reply "
+                     "may carry (",
+                     limits.max_reply_bytes, " bytes); use fewer shards"));
+  }
+  return absl::OkStatus();
+}
 
 Orchestrator::Orchestrator(WorkerRegistry* registry, TensorTable* table,
-                           MetadataLog* log, WorkerControl* workers)
-    : registry_(registry), table_(table), log_(log), workers_(workers) {}
+                           MetadataLog* log, WorkerControl* workers,
+                           TensorLimits limits)
+    : registry_(registry),
+      table_(table),
+      log_(log),
+      workers_(workers),
+      limits_(limits) {}
+
+TensorLimits Orchestrator::CurrentLimits() const {
+  TensorLimits out = limits_;
+  out.max_workers = std::min(out.max_workers, registry_->NumWorkers());
+  return out;
+}
+
+StopCondition Orchestrator::WithBudget(const StopCondition& stop) const {
+  StopCondition out = stop;
+  if (limits_.plan_budget != absl::InfiniteDuration()) {
+    out.deadline = std::min(out.deadline, absl::Now() + limits_.plan_budget);
+  }
+  return out;
+}
 
 absl::Status Orchestrator::PlaceShards(const LayoutSpec& spec,
                                        std::vector<Box> boxes,
@@ -79,9 +187,24 @@ absl::StatusOr<TensorMetadataPtr> Orchestrator::Create(
   const absl::Time start = absl::Now();
   TESSERA_RETURN_IF_ERROR(CheckTensorName(args.name));
   TESSERA_RETURN_IF_ERROR(ByteSize(args.shape, ItemSize(args.dtype)).status());
+  // Sizes first: nothing of the layout is built before they pass.
+  const int64_t num_shards = static_cast<int64_t>(
+      std::max(args.spec.placements.size(), args.spec.boxes.size()));
+  TESSERA_RETURN_IF_ERROR(
+      CheckLayoutSize(args.shape, num_shards, CurrentLimits()));
   TESSERA_RETURN_IF_ERROR(CheckInitValue(args.init, args.dtype));
-  TESSERA_ASSIGN_OR_RETURN(std::vector<Box> boxes,
-                           LayoutBoxes(args.shape, args.spec));
+  const StopCondition stop = WithBudget(args.stop);
+  absl::Status early = stop.Check();
+  absl::StatusOr<std::vector<Box>> laid_out =
+      early.ok() ? LayoutBoxes(args.shape, args.spec, stop)
+                 : absl::StatusOr<std::vector<Box>>(early);
+  if (!laid_out.ok()) {
+    return GaveUp(laid_out.status(),
+                  absl::StrCat("validating the layout of '", args.name, "' (",
+                               num_shards, " shards)"),
+                  args.stop, limits_);
+  }
+  std::vector<Box> boxes = *std::move(laid_out);
 
   auto meta = std::make_shared<TensorMetadata>();
   meta->name = args.name;
@@ -92,6 +215,10 @@ absl::StatusOr<TensorMetadataPtr> Orchestrator::Create(
   meta->version = 1;
   TESSERA_RETURN_IF_ERROR(PlaceShards(args.spec, std::move(boxes), meta.get()));
   TESSERA_RETURN_IF_ERROR(CheckCapacity(*meta));
+  // A caller that gave up gets nothing allocated.
+  TESSERA_RETURN_IF_ERROR(GaveUp(args.stop.Check(),
+                                 absl::StrCat("creating '", args.name, "'"),
+                                 args.stop, limits_));
 
   TESSERA_RETURN_IF_ERROR(table_->ReserveName(args.name, args.owner));
   const MetadataLog::Ticket ids =
@@ -250,16 +377,30 @@ void Orchestrator::FillWorkerState(TensorMetadata* meta) const {
   table_->MarkLost(meta);
 }
 
-absl::StatusOr<ReshardResult> Orchestrator::Reshard(const std::string& name,
-                                                    const LayoutSpec& spec,
-                                                    uint64_t expected_version) {
+absl::StatusOr<ReshardResult> Orchestrator::Reshard(
+    const std::string& name, const LayoutSpec& spec, uint64_t expected_version,
+    const StopCondition& caller) {
   const absl::Time start = absl::Now();
   TESSERA_ASSIGN_OR_RETURN(TensorMetadataPtr old_meta,
                            table_->BeginReshard(name, expected_version));
   auto done = absl::MakeCleanup([&] { table_->EndReshard(name); });
 
-  TESSERA_ASSIGN_OR_RETURN(std::vector<Box> boxes,
-                           LayoutBoxes(old_meta->shape, spec));
+  const int64_t num_shards =
+      static_cast<int64_t>(std::max(spec.placements.size(), spec.boxes.size()));
+  TESSERA_RETURN_IF_ERROR(
+      CheckLayoutSize(old_meta->shape, num_shards, CurrentLimits()));
+  const StopCondition stop = WithBudget(caller);
+  absl::Status early = stop.Check();
+  absl::StatusOr<std::vector<Box>> laid_out =
+      early.ok() ? LayoutBoxes(old_meta->shape, spec, stop)
+                 : absl::StatusOr<std::vector<Box>>(early);
+  if (!laid_out.ok()) {
+    return GaveUp(laid_out.status(),
+                  absl::StrCat("validating the new layout of '", name, "' (",
+                               num_shards, " shards)"),
+                  caller, limits_);
+  }
+  std::vector<Box> boxes = *std::move(laid_out);
   auto new_meta = std::make_shared<TensorMetadata>();
   new_meta->name = old_meta->name;
   new_meta->shape = old_meta->shape;
@@ -277,8 +418,14 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(const std::string& name,
     old_layout.push_back({s.box, s.worker});
   for (const ShardInfo& s : new_meta->shards)
     new_layout.push_back({s.box, s.worker});
-  const ReshardPlan plan =
-      PlanReshard(old_layout, new_layout, ItemSize(old_meta->dtype));
+  absl::StatusOr<ReshardPlan> planned =
+      PlanReshard(old_layout, new_layout, ItemSize(old_meta->dtype), stop);
+  if (!planned.ok()) {
+    return GaveUp(planned.status(),
+                  absl::StrCat("planning the reshard of '", name, "'"), caller,
+                  limits_);
+  }
+  const ReshardPlan plan = *std::move(planned);
   for (const ReshardPiece& piece : plan.pieces) {
     const ShardInfo& src = sources.shards[piece.src_shard];
     if (!src.available) {
@@ -311,6 +458,10 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(const std::string& name,
     table_->ReleaseIds(fresh.shards);
   });
   TESSERA_RETURN_IF_ERROR(CheckCapacity(fresh));
+  // A caller that gave up gets nothing allocated.
+  TESSERA_RETURN_IF_ERROR(GaveUp(caller.Check(),
+                                 absl::StrCat("resharding '", name, "'"),
+                                 caller, limits_));
   TESSERA_RETURN_IF_ERROR(log_->Wait(ids));
   const absl::Time allocate_start = absl::Now();
   TESSERA_RETURN_IF_ERROR(

@@ -8,6 +8,12 @@
 // allocated; a reshard that fails leaves version N intact and frees every
 // new shard; a change whose record fails is undone.
 //
+// Bounded: before anything is expanded, a layout's size is checked against
+// TensorLimits (shards, metadata bytes in memory, the describe reply), and
+// the layout's validation and the reshard's planning stop when the caller
+// gives up (StopCondition: its deadline, its cancellation) or after
+// plan_budget, whichever comes first.
+//
 // Thread-safe, and holds no lock of its own: the table's lock is taken in
 // short sections, never across a worker call or a wait for the disk.
 #ifndef TESSERA_COORDINATOR_ORCHESTRATOR_H_
@@ -18,14 +24,17 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "coordinator/metadata_log.h"
 #include "coordinator/tensor_table.h"
 #include "coordinator/worker_control.h"
 #include "coordinator/worker_registry.h"
 #include "core/box.h"
+#include "core/box_index.h"
 #include "core/dtype.h"
 #include "core/init_fill.h"
 #include "core/layout_spec.h"
+#include "core/limits.h"
 #include "core/reshard_plan.h"
 #include "core/tensor_metadata.h"
 #include "core/transfer.h"
@@ -45,22 +54,63 @@ struct CreateTensorArgs {
   // The principal creating it (empty without tokens): only it may commit a
   // pending tensor.
   std::string owner;
+  // When the caller gives up (its deadline, its cancellation): validating
+  // the layout stops then, and nothing is allocated after. Default: never.
+  StopCondition stop;
 };
+
+// How large one tensor's layout may be and how long the coordinator works
+// on one. CoordinatorOptions documents each (it sets them).
+struct TensorLimits {
+  int64_t max_shards = kMaxShardsPerTensor;
+  int64_t max_metadata_bytes = int64_t{256} << 20;
+  int64_t max_reply_bytes = kMaxMessageBytes;
+  size_t max_workers = kDefaultMaxWorkers;
+  absl::Duration plan_budget = absl::Seconds(30);
+};
+
+// In-memory bytes the coordinator counts per shard of rank r:
+// kShardMetadataBytes + r * kShardMetadataBytesPerDim (the ShardInfo, its
+// box's two vectors and their allocations).
+inline constexpr int64_t kShardMetadataBytes = 192;
+inline constexpr int64_t kShardMetadataBytesPerDim = 16;
+
+// An upper bound on the bytes of a packed describe (or create) reply for a
+// tensor of `shape` in `num_shards` shards on at most `max_workers` workers:
+// the varints of every shard's box, id and worker, the workers, and one
+// read capability per worker. Computed from the sizes alone.
+int64_t PackedDescribeBytesBound(const Shape& shape, int64_t num_shards,
+                                 size_t max_workers);
+
+// Checks a layout of `num_shards` shards on a tensor of `shape` against
+// `limits` before anything of it is built: RESOURCE_EXHAUSTED naming the
+// limit when it has too many shards, would take more than
+// max_metadata_bytes of coordinator memory, or could not be described in
+// one reply of max_reply_bytes. `spec_rank`: the most dims a box of the
+// spec has, when it may exceed the tensor's (memory is counted for the
+// larger). REQUIRES: a validated shape.
+absl::Status CheckLayoutSize(const Shape& shape, int64_t num_shards,
+                             const TensorLimits& limits, int64_t spec_rank = 0);
 
 class Orchestrator {
  public:
   // Every pointer must outlive the orchestrator.
   Orchestrator(WorkerRegistry* registry, TensorTable* table, MetadataLog* log,
-               WorkerControl* workers);
+               WorkerControl* workers, TensorLimits limits = {});
+
+  const TensorLimits& limits() const { return limits_; }
 
   // See Coordinator for each operation's contract.
   absl::StatusOr<TensorMetadataPtr> Create(const CreateTensorArgs& args);
   absl::Status Commit(const std::string& name, uint64_t version,
                       const std::string& principal = "");
   absl::Status Delete(const std::string& name);
+  // `stop`: when the caller gives up (validation and planning stop then;
+  // nothing is allocated after).
   absl::StatusOr<ReshardResult> Reshard(const std::string& name,
                                         const LayoutSpec& spec,
-                                        uint64_t expected_version);
+                                        uint64_t expected_version,
+                                        const StopCondition& stop = {});
   // Frees retired versions and abandoned puts that are due.
   void FreeDue();
 
@@ -87,10 +137,17 @@ class Orchestrator {
                           const TensorMetadata& new_meta,
                           const ReshardPlan& plan);
 
+  // `stop`, also stopping once plan_budget has passed from now.
+  StopCondition WithBudget(const StopCondition& stop) const;
+  // limits_, with max_workers lowered to the workers known now (a layout
+  // can only use those).
+  TensorLimits CurrentLimits() const;
+
   WorkerRegistry* const registry_;
   TensorTable* const table_;
   MetadataLog* const log_;
   WorkerControl* const workers_;
+  const TensorLimits limits_;
 };
 
 }  // namespace tessera

@@ -8,6 +8,7 @@
 
 #include "coordinator/coordinator_testutil.h"
 #include "coordinator/fake_worker_control.h"
+#include "core/testing/adversarial_layouts.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -157,8 +158,7 @@ TEST_F(OrchestratorTest, ReshardKeepsShardsThatDoNotMove) {
   ASSERT_OK(result);
   EXPECT_EQ(result->shards_kept, 2);
   EXPECT_THAT(workers_.transfers(), IsEmpty());
-  EXPECT_EQ((*table_.Get("a"))->shards[0].shard_id,
-            (*v1)->shards[0].shard_id);
+  EXPECT_EQ((*table_.Get("a"))->shards[0].shard_id, (*v1)->shards[0].shard_id);
   clock_.Advance(absl::Seconds(6));
   orchestrator_.FreeDue();
   EXPECT_THAT(Held(0), SizeIs(1));
@@ -170,10 +170,10 @@ TEST_F(OrchestratorTest, FailedMoveLeavesVersionNAndFreesTheNewShards) {
   const std::vector<uint64_t> held0 = Held(0), held1 = Held(1);
   // The pull from w0 fails (its allocation on w2 succeeds first).
   workers_.FailNext(WorkerAddress(0), absl::UnavailableError("w0 is gone"));
-  EXPECT_THAT(orchestrator_.Reshard("a", ChunkOver({2, 2}), 1).status(),
-              StatusIs(absl::StatusCode::kUnavailable,
-                       AllOf(HasSubstr("version 1 is unchanged"),
-                             HasSubstr("w0"))));
+  EXPECT_THAT(
+      orchestrator_.Reshard("a", ChunkOver({2, 2}), 1).status(),
+      StatusIs(absl::StatusCode::kUnavailable,
+               AllOf(HasSubstr("version 1 is unchanged"), HasSubstr("w0"))));
   auto current = table_.Get("a");
   ASSERT_OK(current);
   EXPECT_EQ(*current, *v1);
@@ -215,20 +215,19 @@ TEST_F(OrchestratorTest, DeleteFreesEveryVersionIncludingRetiredOnes) {
   EXPECT_THAT(Held(2), IsEmpty());
   EXPECT_THAT(table_.Get("a").status(), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(log_.DurableState().tensors.count("a"), 0u);
-  EXPECT_THAT(orchestrator_.Delete("a"),
-              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(orchestrator_.Delete("a"), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(OrchestratorTest, DeleteWhoseRecordFailsFreesNothing) {
   ASSERT_OK(orchestrator_.Create(Args("a", 4, {0, 1})));
   store_.FailAppends(1, absl::InternalError("no space left"));
-  EXPECT_THAT(orchestrator_.Delete("a"),
-              StatusIs(absl::StatusCode::kInternal));
+  EXPECT_THAT(orchestrator_.Delete("a"), StatusIs(absl::StatusCode::kInternal));
   EXPECT_EQ(TotalHeld(), 2u);
   EXPECT_OK(table_.Get("a"));
 }
 
-TEST_F(OrchestratorTest, APutIsInvisibleUntilCommittedAndReapedIfNeverCommitted) {
+TEST_F(OrchestratorTest,
+       APutIsInvisibleUntilCommittedAndReapedIfNeverCommitted) {
   CreateTensorArgs put = Args("p", 4, {0, 1});
   put.pending = true;
   ASSERT_OK(orchestrator_.Create(put));
@@ -264,6 +263,161 @@ TEST_F(OrchestratorTest, FillWorkerStateReportsDeadWorkersAndLostShards) {
   filled = **meta;
   orchestrator_.FillWorkerState(&filled);
   EXPECT_FALSE(filled.shards[0].available) << "w0's lease expired";
+}
+
+// The spec of Suffixes(m, true): a valid tiling of [m]^4 whose overlap
+// search is the costliest of the adversarial layouts, all on rank 0.
+LayoutSpec AdversarialSpec(int64_t m) {
+  std::vector<Box> boxes = Suffixes(m, /*fill=*/true);
+  Placement rank0;
+  rank0.rank = 0;
+  std::vector<Placement> placements(boxes.size(), rank0);
+  return LayoutSpec::Enumerable(std::move(boxes), std::move(placements));
+}
+
+CreateTensorArgs AdversarialArgs(const std::string& name, int64_t m) {
+  CreateTensorArgs args;
+  args.name = name;
+  args.shape = {m, m, m, m};
+  args.dtype = DType::kInt8;
+  args.spec = AdversarialSpec(m);
+  return args;
+}
+
+TEST_F(OrchestratorTest, CreateStopsWhenItsCallerHasGivenUp) {
+  CreateTensorArgs args = AdversarialArgs("a", 60);
+  args.stop.cancelled = [] { return true; };
+  EXPECT_THAT(orchestrator_.Create(args).status(),
+              StatusIs(absl::StatusCode::kCancelled,
+                       HasSubstr("gave up validating the layout of 'a'")));
+  args.stop = StopCondition();
+  args.stop.deadline = absl::Now() - absl::Seconds(1);
+  EXPECT_THAT(orchestrator_.Create(args).status(),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("gave up validating the layout of 'a'")));
+  // A small layout is validated before anyone looks, but nothing is
+  // allocated for a caller that gave up.
+  CreateTensorArgs small = Args("b", 4, {0, 1});
+  int polls = 0;
+  small.stop.cancelled = [&] { return ++polls > 1; };
+  EXPECT_THAT(orchestrator_.Create(small).status(),
+              StatusIs(absl::StatusCode::kCancelled,
+                       HasSubstr("gave up creating 'b'")));
+  EXPECT_EQ(TotalHeld(), 0u);
+  EXPECT_EQ(workers_.counts(WorkerAddress(0)).allocate, 0);
+  EXPECT_THAT(table_.Get("b").status(), StatusIs(absl::StatusCode::kNotFound));
+  // The name is free again.
+  EXPECT_OK(orchestrator_.Create(Args("b", 4, {0, 1})));
+}
+
+TEST_F(OrchestratorTest, CreateStopsPartWayThroughALongValidation) {
+  CreateTensorArgs args = AdversarialArgs("a", 100);
+  int polls = 0;
+  args.stop.cancelled = [&] { return ++polls >= 2; };
+  EXPECT_THAT(orchestrator_.Create(args).status(),
+              StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_EQ(polls, 2) << "stopped at the first poll that said so";
+}
+
+TEST_F(OrchestratorTest, ValidationStopsAfterThePlanBudget) {
+  TensorLimits limits;
+  limits.plan_budget = absl::Milliseconds(1);
+  Orchestrator budgeted(&registry_, &table_, &log_, &workers_, limits);
+  // No deadline from the caller: the budget alone stops it.
+  EXPECT_THAT(budgeted.Create(AdversarialArgs("a", 100)).status(),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       AllOf(HasSubstr("gave up validating the layout of 'a'"),
+                             HasSubstr("plan_budget"))));
+  EXPECT_EQ(TotalHeld(), 0u);
+}
+
+TEST_F(OrchestratorTest, ReshardStopsWhenItsCallerHasGivenUp) {
+  ASSERT_OK(orchestrator_.Create(Args("a", 8, {0, 0, 1, 1})));
+  const size_t held = TotalHeld();
+  StopCondition cancelled;
+  cancelled.cancelled = [] { return true; };
+  EXPECT_THAT(
+      orchestrator_.Reshard("a", ChunkOver({2, 2}), 1, cancelled).status(),
+      StatusIs(absl::StatusCode::kCancelled, HasSubstr("gave up")));
+  EXPECT_EQ((*table_.Get("a"))->version, 1u);
+  EXPECT_EQ(TotalHeld(), held) << "nothing allocated";
+  EXPECT_THAT(workers_.transfers(), IsEmpty());
+  // Not held up: the next reshard goes through.
+  EXPECT_OK(orchestrator_.Reshard("a", ChunkOver({2, 2}), 1));
+}
+
+TEST_F(OrchestratorTest, AHugeRank32CreateFailsBeforeAnythingIsBuilt) {
+  // 2^20 placements on a rank-32 tensor: a 4 MiB request that once took
+  // the coordinator from 17 to 945 MiB before it failed.
+  CreateTensorArgs args;
+  args.name = "huge";
+  args.shape = Shape(32, 1);
+  args.dtype = DType::kInt8;
+  Placement rank0;
+  rank0.rank = 0;
+  args.spec = LayoutSpec::Chunk(0, std::vector<Placement>(1 << 20, rank0));
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(orchestrator_.Create(args).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("1048576 shards of rank 32"),
+                             HasSubstr("max_tensor_metadata_bytes"))));
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(500));
+  EXPECT_EQ(workers_.counts(WorkerAddress(0)).allocate, 0);
+}
+
+TEST_F(OrchestratorTest, LayoutsAreSizedBeforeTheyAreBuilt) {
+  TensorLimits limits;
+  limits.max_shards = 100;
+  limits.max_metadata_bytes = 100 * (kShardMetadataBytes + 2 * 16);
+  limits.max_reply_bytes = 1 << 20;
+  Orchestrator limited(&registry_, &table_, &log_, &workers_, limits);
+  std::vector<int32_t> ranks(101, 0);
+  EXPECT_THAT(limited.Create(Args("a", 200, ranks)).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("too many shards: 101 (at most 100")));
+  ranks.resize(100);
+  EXPECT_OK(limited.Create(Args("a", 200, ranks)));
+  // Rank 3 takes more memory per shard than the limit allows for 100.
+  CreateTensorArgs deeper = Args("b", 200, ranks);
+  deeper.shape = {200, 2, 1};
+  EXPECT_THAT(limited.Create(deeper).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("max_tensor_metadata_bytes")));
+  // Reshards are held to the same limits.
+  ranks.push_back(1);
+  EXPECT_THAT(limited.Reshard("a", ChunkOver(ranks), 0).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("too many shards")));
+  EXPECT_EQ((*table_.Get("a"))->version, 1u);
+}
+
+TEST_F(OrchestratorTest, LayoutsThatCouldNotBeDescribedInOneReplyAreRefused) {
+  TensorLimits limits;
+  limits.max_reply_bytes = 64 << 10;
+  Orchestrator limited(&registry_, &table_, &log_, &workers_, limits);
+  std::vector<int32_t> ranks(4000, 0);
+  EXPECT_THAT(
+      limited.Create(Args("a", 4000, ranks)).status(),
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               AllOf(HasSubstr("to describe"), HasSubstr("(65536 bytes)"))));
+  ranks.resize(1000);
+  EXPECT_OK(limited.Create(Args("a", 4000, ranks)));
+}
+
+TEST(PackedDescribeBytesBoundTest, GrowsWithShardsDimsAndWorkers) {
+  const int64_t one = PackedDescribeBytesBound({100}, 1, 4096);
+  EXPECT_LT(PackedDescribeBytesBound({100}, 10, 4096),
+            PackedDescribeBytesBound({100}, 100, 4096));
+  EXPECT_LT(one, PackedDescribeBytesBound({100, 100}, 1, 4096));
+  EXPECT_LT(one, PackedDescribeBytesBound({int64_t{1} << 40}, 1, 4096));
+  // Workers are counted once each, at most max_workers of them.
+  EXPECT_EQ(PackedDescribeBytesBound({100}, 1000000, 1) -
+                PackedDescribeBytesBound({100}, 1000000, 0),
+            PackedDescribeBytesBound({100}, 1, 1) -
+                PackedDescribeBytesBound({100}, 1, 0));
+  // The largest tensors the defaults allow describe in one message.
+  EXPECT_LE(PackedDescribeBytesBound({1 << 20, 1 << 20}, 1 << 20, 4096),
+            kMaxMessageBytes);
 }
 
 }  // namespace

@@ -4,11 +4,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/errors.h"
+#include "core/placement.h"
 
 namespace tessera {
 
-WorkerRegistry::WorkerRegistry(absl::Duration lease, Clock clock)
-    : lease_(lease), clock_(std::move(clock)) {}
+WorkerRegistry::WorkerRegistry(absl::Duration lease, Clock clock,
+                               size_t max_workers)
+    : lease_(lease),
+      clock_(std::move(clock)),
+      max_workers_(std::clamp<size_t>(max_workers, 1, kMaxWorkersCeiling)) {}
 
 WorkerRecord WorkerRegistry::WithLiveness(const WorkerRecord& record) const {
   WorkerRecord out = record;
@@ -19,6 +23,12 @@ WorkerRecord WorkerRegistry::WithLiveness(const WorkerRecord& record) const {
 absl::StatusOr<WorkerInfo> WorkerRegistry::Reserve(
     const WorkerRegistration& registration) {
   const std::string& name = registration.worker.name;
+  if (absl::Status s = CheckWorkerName(name); !s.ok()) return s;
+  if (absl::Status s =
+          CheckDialAddress(registration.worker.address, "worker address");
+      !s.ok()) {
+    return s;
+  }
   absl::MutexLock lock(&mu_);
   auto not_reserved = [this, &name]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !reserved_.contains(name);
@@ -33,8 +43,8 @@ absl::StatusOr<WorkerInfo> WorkerRegistry::Reserve(
         record.registered && clock_() - record.last_seen <= lease_;
     if (alive && record.address != registration.worker.address) {
       return absl::AlreadyExistsError(
-          absl::StrCat("worker '", name, "' already exists at ",
-                       record.address, " and is alive"));
+          absl::StrCat("worker '", name, "' already exists at ", record.address,
+                       " and is alive"));
     }
     if (registration.rank.has_value() && *registration.rank != record.rank) {
       return absl::AlreadyExistsError(absl::StrCat(
@@ -44,6 +54,20 @@ absl::StatusOr<WorkerInfo> WorkerRegistry::Reserve(
     out.rank = record.rank;
     reserved_[name] = out.rank;
     return out;
+  }
+  // A new name: reservations of other new names count too.
+  size_t known = workers_.size();
+  for (const auto& [other, rank] : reserved_) {
+    if (!workers_.contains(other)) ++known;
+  }
+  if (known >= max_workers_) {
+    size_t dead = 0;
+    for (const auto& [other, record] : workers_) {
+      if (!record.registered || clock_() - record.last_seen > lease_) ++dead;
+    }
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot register worker '", name, "': the coordinator knows ", known,
+        " workers already (", dead, " of them dead), its max_workers"));
   }
   auto rank_owner = [this](int32_t rank) -> const std::string* {
     mu_.AssertHeld();
@@ -92,7 +116,12 @@ absl::StatusOr<int32_t> WorkerRegistry::Register(
   return worker->rank;
 }
 
-void WorkerRegistry::Restore(const WorkerInfo& worker) {
+absl::Status WorkerRegistry::Restore(const WorkerInfo& worker) {
+  if (absl::Status s = CheckWorkerName(worker.name); !s.ok()) return s;
+  if (absl::Status s = CheckDialAddress(worker.address, "worker address");
+      !s.ok()) {
+    return s;
+  }
   absl::MutexLock lock(&mu_);
   WorkerRecord record;
   static_cast<WorkerInfo&>(record) = worker;
@@ -102,6 +131,7 @@ void WorkerRegistry::Restore(const WorkerInfo& worker) {
   record.registered = false;
   workers_[worker.name] = record;
   rank_to_name_[worker.rank] = worker.name;
+  return absl::OkStatus();
 }
 
 bool WorkerRegistry::Heartbeat(const std::string& name, int64_t bytes_used) {
@@ -130,6 +160,11 @@ std::vector<WorkerRecord> WorkerRegistry::List() const {
               return a.rank < b.rank;
             });
   return out;
+}
+
+size_t WorkerRegistry::NumWorkers() const {
+  absl::MutexLock lock(&mu_);
+  return workers_.size();
 }
 
 std::optional<WorkerRecord> WorkerRegistry::Find(

@@ -7,6 +7,11 @@
 // name waits until the first is completed or aborted), then Complete
 // publishes it or Abort drops it. Register does both at once.
 //
+// Bounded: names and addresses are checked (core/placement.h: a name of at
+// most 64 characters, a HOST:PORT address of at most kMaxAddressBytes), and
+// at most `max_workers` workers are known at once, so the listing of all
+// workers stays far below one message (WorkerInfoBytesBound).
+//
 // Thread-safe; mu_ is a leaf lock (nothing is called while it is held).
 #ifndef TESSERA_COORDINATOR_WORKER_REGISTRY_H_
 #define TESSERA_COORDINATOR_WORKER_REGISTRY_H_
@@ -29,6 +34,17 @@ namespace tessera {
 
 using Clock = std::function<absl::Time()>;
 
+// Default for the most workers one coordinator knows (alive or dead).
+inline constexpr size_t kDefaultMaxWorkers = 4096;
+// The most workers any coordinator knows, whatever it is configured with:
+// their listing stays under 24 MiB (WorkerInfoBytesBound each).
+inline constexpr size_t kMaxWorkersCeiling = 65536;
+// An upper bound on the bytes one registered worker takes in a listing
+// (ListWorkers) or in a tensor's packed describe: a name of at most 64
+// bytes, an address of at most kMaxAddressBytes, a rank, a device and two
+// byte counts, with their field tags and lengths.
+inline constexpr size_t kWorkerInfoBytesBound = 400;
+
 // A worker asking to join.
 struct WorkerRegistration {
   // What the worker says of itself: name, address, device, capacity_bytes,
@@ -48,13 +64,20 @@ struct WorkerRecord : WorkerInfo {
 
 class WorkerRegistry {
  public:
-  WorkerRegistry(absl::Duration lease, Clock clock);
+  // `max_workers` (clamped to 1..kMaxWorkersCeiling): how many distinct
+  // workers may be known at once, dead ones included.
+  WorkerRegistry(absl::Duration lease, Clock clock,
+                 size_t max_workers = kDefaultMaxWorkers);
+
+  size_t max_workers() const { return max_workers_; }
 
   // Checks a registration and reserves its name and rank: a new worker gets
   // the requested or lowest free rank, a known name keeps its rank (a
-  // restarted worker). ALREADY_EXISTS when the requested rank belongs to
-  // another worker, or the name belongs to a live worker at another
-  // address. Returns the worker as it will be registered.
+  // restarted worker). INVALID_ARGUMENT for a bad name or address;
+  // RESOURCE_EXHAUSTED for a new name when max_workers are known already;
+  // ALREADY_EXISTS when the requested rank belongs to another worker, or the
+  // name belongs to a live worker at another address. Returns the worker as
+  // it will be registered.
   absl::StatusOr<WorkerInfo> Reserve(const WorkerRegistration& registration)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Publishes a reservation: the worker is listed, alive from now.
@@ -66,7 +89,10 @@ class WorkerRegistry {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Remembers a worker from before a restart, dead until it registers again.
-  void Restore(const WorkerInfo& worker) ABSL_LOCKS_EXCLUDED(mu_);
+  // A record with a bad name or address (written before they were checked)
+  // is not remembered: its status says why, and the worker must register
+  // again under valid ones.
+  absl::Status Restore(const WorkerInfo& worker) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Renews the lease; false when the worker must register (again) first.
   bool Heartbeat(const std::string& name, int64_t bytes_used)
@@ -77,6 +103,8 @@ class WorkerRegistry {
 
   // All workers ordered by rank.
   std::vector<WorkerRecord> List() const ABSL_LOCKS_EXCLUDED(mu_);
+  // How many workers List would return.
+  size_t NumWorkers() const ABSL_LOCKS_EXCLUDED(mu_);
 
   std::optional<WorkerRecord> Find(const std::string& name) const
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -91,6 +119,7 @@ class WorkerRegistry {
 
   const absl::Duration lease_;
   const Clock clock_;
+  const size_t max_workers_;
   // Invariants: names and ranks are unique across workers_ and reserved_;
   // rank_to_name_ mirrors workers_; a reserved name that is in workers_
   // keeps its rank.

@@ -8,6 +8,7 @@ namespace tessera {
 namespace {
 
 using ::tessera::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 // A clock the test advances by hand.
@@ -142,11 +143,92 @@ TEST(WorkerRegistryTest, RestoredWorkerIsDeadUntilItRegisters) {
   known.rank = 3;
   known.address = "h:1";
   known.capacity_bytes = 100;
-  registry.Restore(known);
+  EXPECT_OK(registry.Restore(known));
   EXPECT_FALSE(registry.Find("a")->alive);
   EXPECT_FALSE(registry.Heartbeat("a", 0));
   EXPECT_EQ(*registry.Register(Worker("a", std::nullopt, "h:1")), 3);
   EXPECT_TRUE(registry.Find("a")->alive);
+}
+
+TEST(WorkerRegistryTest, NewWorkersBeyondTheMaximumAreRefused) {
+  FakeClock clock;
+  WorkerRegistry registry(absl::Seconds(5), clock.AsClock(),
+                          /*max_workers=*/3);
+  ASSERT_OK(registry.Register(Worker("a", std::nullopt, "h:1")));
+  ASSERT_OK(registry.Register(Worker("b", std::nullopt, "h:2")));
+  // A reservation of a new name counts while its record is written.
+  ASSERT_OK(registry.Reserve(Worker("c", std::nullopt, "h:3")));
+  EXPECT_THAT(registry.Register(Worker("d", std::nullopt, "h:4")),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("'d'"), HasSubstr("3 workers"),
+                             HasSubstr("max_workers"))));
+  registry.Abort("c");
+  ASSERT_OK(registry.Register(Worker("d", std::nullopt, "h:4")));
+  // Dead workers count (their shards may come back), and known names may
+  // always register again.
+  clock.now += absl::Seconds(60);
+  EXPECT_THAT(registry.Register(Worker("e", std::nullopt, "h:5")),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("3 of them dead")));
+  EXPECT_OK(registry.Register(Worker("a", std::nullopt, "h:9")));
+  EXPECT_EQ(registry.List().size(), 3u);
+}
+
+TEST(WorkerRegistryTest, TheMaximumIsClampedToTheCeiling) {
+  FakeClock clock;
+  EXPECT_EQ(WorkerRegistry(absl::Seconds(5), clock.AsClock(), 0).max_workers(),
+            1u);
+  EXPECT_EQ(
+      WorkerRegistry(absl::Seconds(5), clock.AsClock(), 1u << 30).max_workers(),
+      kMaxWorkersCeiling);
+  EXPECT_EQ(WorkerRegistry(absl::Seconds(5), clock.AsClock()).max_workers(),
+            kDefaultMaxWorkers);
+}
+
+TEST(WorkerRegistryTest, HugeAddressesAndBadNamesAreRefused) {
+  FakeClock clock;
+  WorkerRegistry registry(absl::Seconds(5), clock.AsClock());
+  const std::string huge = std::string(33 << 20, 'a') + ":1";
+  EXPECT_THAT(registry.Register(Worker("a", std::nullopt, huge)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("longer than 255 bytes")));
+  EXPECT_THAT(
+      registry.Register(Worker("a", std::nullopt, "no-port")),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("HOST:PORT")));
+  EXPECT_THAT(registry.Register(Worker(std::string(65, 'n'), 0, "h:1")),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("invalid worker name")));
+  EXPECT_THAT(registry.Register(Worker("a b", 0, "h:1")),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("invalid worker name")));
+  EXPECT_TRUE(registry.List().empty());
+}
+
+TEST(WorkerRegistryTest, RestoreForgetsRecordsWithBadAddresses) {
+  // Records written before addresses were checked must not come back: one
+  // 33 MiB address alone makes every listing of the workers too large.
+  FakeClock clock;
+  WorkerRegistry registry(absl::Seconds(5), clock.AsClock());
+  WorkerInfo huge;
+  huge.name = "big";
+  huge.rank = 0;
+  huge.address = std::string(33 << 20, 'a') + ":1";
+  EXPECT_THAT(registry.Restore(huge),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("longer than 255 bytes")));
+  WorkerInfo named = huge;
+  named.name = "bad name";
+  named.address = "h:1";
+  EXPECT_THAT(registry.Restore(named),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  WorkerInfo fine = named;
+  fine.name = "ok";
+  EXPECT_OK(registry.Restore(fine));
+  ASSERT_EQ(registry.List().size(), 1u);
+  EXPECT_EQ(registry.List()[0].name, "ok");
+  // The forgotten name registers again as a new worker, with a valid
+  // address, at the lowest free rank.
+  EXPECT_EQ(*registry.Register(Worker("big", std::nullopt, "h:2")), 1);
 }
 
 }  // namespace

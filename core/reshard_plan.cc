@@ -12,6 +12,9 @@
 namespace tessera {
 namespace {
 
+// New shards between two polls of the StopCondition while pieces are cut.
+constexpr size_t kShardsPerCheck = 4096;
+
 struct BoxKey {
   const Box* box;
   const std::string* worker;
@@ -29,6 +32,15 @@ struct BoxKey {
 ReshardPlan PlanReshard(absl::Span<const PlacedBox> old_layout,
                         absl::Span<const PlacedBox> new_layout,
                         size_t item_size) {
+  // Never stops, so never fails.
+  return *PlanReshard(old_layout, new_layout, item_size, StopCondition());
+}
+
+absl::StatusOr<ReshardPlan> PlanReshard(absl::Span<const PlacedBox> old_layout,
+                                        absl::Span<const PlacedBox> new_layout,
+                                        size_t item_size,
+                                        const StopCondition& stop) {
+  if (absl::Status s = stop.Check(); !s.ok()) return s;
   ReshardPlan plan;
   plan.kept_from.assign(new_layout.size(), -1);
 
@@ -61,10 +73,14 @@ ReshardPlan PlanReshard(absl::Span<const PlacedBox> old_layout,
       },
       BoxIndex::Use::kPairsOnly);
   std::vector<std::pair<uint32_t, uint32_t>> pairs;  // (new, old)
-  (void)new_index.ForEachIntersectingPair(old_index, [&](size_t j, size_t i) {
-    pairs.push_back({static_cast<uint32_t>(j), static_cast<uint32_t>(i)});
-    return true;
-  });
+  absl::Status searched = new_index.ForEachIntersectingPair(
+      old_index,
+      [&](size_t j, size_t i) {
+        pairs.push_back({static_cast<uint32_t>(j), static_cast<uint32_t>(i)});
+        return true;
+      },
+      stop);
+  if (!searched.ok()) return searched;
   // Grouped by new shard (a counting sort); within one, old shards by their
   // start on dim 0, then index.
   std::vector<size_t> first(new_layout.size() + 1, 0);
@@ -79,6 +95,9 @@ ReshardPlan PlanReshard(absl::Span<const PlacedBox> old_layout,
   pairs.shrink_to_fit();
   plan.pieces.reserve(sources.size());
   for (size_t j = 0; j < new_layout.size(); ++j) {
+    if (j % kShardsPerCheck == kShardsPerCheck - 1) {
+      if (absl::Status s = stop.Check(); !s.ok()) return s;
+    }
     const auto begin = sources.begin() + first[j];
     const auto end = sources.begin() + first[j + 1];
     std::sort(begin, end, [&](uint32_t a, uint32_t b) {

@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/box.h"
+#include "core/box_index.h"
 
 namespace tessera {
 
@@ -50,6 +52,12 @@ struct ReshardPlan {
 ReshardPlan PlanReshard(absl::Span<const PlacedBox> old_layout,
                         absl::Span<const PlacedBox> new_layout,
                         size_t item_size);
+// The same, giving up with CANCELLED or DEADLINE_EXCEEDED when `stop` says
+// so during the pair search or while the pieces are cut.
+absl::StatusOr<ReshardPlan> PlanReshard(absl::Span<const PlacedBox> old_layout,
+                                        absl::Span<const PlacedBox> new_layout,
+                                        size_t item_size,
+                                        const StopCondition& stop);
 
 }  // namespace tessera
 

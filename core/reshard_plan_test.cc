@@ -14,6 +14,8 @@
 namespace tessera {
 namespace {
 
+using ::tessera::testing::StatusIs;
+
 std::vector<PlacedBox> Chunked(const Shape& shape, int64_t dim,
                                const std::vector<std::string>& workers) {
   auto boxes = ChunkBoxes(shape, dim, static_cast<int64_t>(workers.size()));
@@ -231,6 +233,45 @@ TEST(ReshardPlanTest, ColumnChunksToFewerColumnChunks) {
     EXPECT_TRUE(a.dst_shard < b.dst_shard ||
                 (a.dst_shard == b.dst_shard && a.src_shard < b.src_shard));
   }
+}
+
+TEST(ReshardPlanTest, CancellationAndDeadlineStopALongPlan) {
+  const int64_t m = 20000;
+  const std::vector<PlacedBox> from = Shells2(m, false);
+  const std::vector<PlacedBox> to = Shells2(m, true);
+  StopCondition cancelled;
+  cancelled.cancelled = [] { return true; };
+  EXPECT_THAT(PlanReshard(from, to, 1, cancelled),
+              StatusIs(absl::StatusCode::kCancelled));
+  StopCondition late;
+  late.deadline = absl::Now() - absl::Seconds(1);
+  EXPECT_THAT(PlanReshard(from, to, 1, late),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
+  // Cancelled only once the pair search runs: stopped on the way.
+  int polls = 0;
+  StopCondition midway;
+  midway.cancelled = [&] { return ++polls > 1; };
+  EXPECT_THAT(PlanReshard(from, to, 1, midway),
+              StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_GT(polls, 1);
+}
+
+TEST(ReshardPlanTest, AStopThatNeverComesGivesTheSamePlan) {
+  auto rows = Chunked({8, 8}, 0, {"a", "b", "c", "d"});
+  auto cols = Chunked({8, 8}, 1, {"a", "b", "c", "d"});
+  StopCondition far;
+  far.deadline = absl::Now() + absl::Hours(1);
+  far.cancelled = [] { return false; };
+  absl::StatusOr<ReshardPlan> stoppable = PlanReshard(rows, cols, 4, far);
+  ASSERT_OK(stoppable);
+  const ReshardPlan plain = PlanReshard(rows, cols, 4);
+  ASSERT_EQ(stoppable->pieces.size(), plain.pieces.size());
+  for (size_t k = 0; k < plain.pieces.size(); ++k) {
+    EXPECT_EQ(stoppable->pieces[k].src_shard, plain.pieces[k].src_shard);
+    EXPECT_EQ(stoppable->pieces[k].dst_shard, plain.pieces[k].dst_shard);
+    EXPECT_EQ(stoppable->pieces[k].global, plain.pieces[k].global);
+  }
+  EXPECT_EQ(stoppable->bytes_moved, plain.bytes_moved);
 }
 
 }  // namespace
