@@ -59,6 +59,10 @@ struct CoordinatorOptions {
   // A tensor created pending (a put) and never committed is removed after
   // this long: its client died mid-put.
   absl::Duration pending_timeout = absl::Minutes(10);
+  // A worker whose heartbeat digest of held shards differs from what the
+  // coordinator wants it to hold is asked for its list of shard ids at most
+  // this often (worker_reconciler.h); unreferenced ones are then freed.
+  absl::Duration held_check_interval = absl::Seconds(2);
   // When set, the coordinator reports into it (metadata log latency; at
   // each scrape: workers alive, tensors, shards, retired versions waiting).
   // Not owned; outlives the coordinator.
@@ -106,6 +110,10 @@ class Coordinator {
     size_t workers = 0;
   };
   Recovered recovered() const { return recovered_; }
+  // The cluster the recovered metadata belongs to (empty before Recover).
+  // Sent to workers at registration: they free shards only on the word of
+  // their own cluster's coordinator.
+  const std::string& cluster_id() const { return cluster_id_; }
 
   const CoordinatorOptions& options() const { return options_; }
 
@@ -114,6 +122,10 @@ class Coordinator {
       const std::vector<uint64_t>& held_shard_ids);
   // False when the worker is unknown and must register again.
   bool Heartbeat(const std::string& name, int64_t bytes_used);
+  // Renews the lease and checks the digest of what the worker holds: asks
+  // for its list on a mismatch and frees what no tensor references.
+  HeartbeatResult Heartbeat(const std::string& name, int64_t bytes_used,
+                            const HeldReport& held);
   std::vector<WorkerRecord> ListWorkers() const;
 
   // Validates, resolves placements, allocates every shard (all or nothing)
@@ -151,6 +163,8 @@ class Coordinator {
   // Destroyed in reverse: the retire thread stops first, the log drains its
   // queue before the store goes.
   const std::unique_ptr<WorkerControl> workers_;
+  // Every order goes through it: what each worker should hold.
+  HeldShardTracker held_;
   const std::unique_ptr<MetadataStore> store_;
   MetadataLog log_;
   WorkerRegistry registry_;
@@ -158,6 +172,7 @@ class Coordinator {
   Orchestrator orchestrator_;
   WorkerReconciler reconciler_;
   Recovered recovered_;
+  std::string cluster_id_;
 
   absl::Notification stop_;
   std::thread retire_thread_;

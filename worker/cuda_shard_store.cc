@@ -4,7 +4,6 @@
 
 #include <vector>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "core/box_runs.h"
 #include "core/errors.h"
@@ -18,6 +17,7 @@ struct CudaShardStore::Shard {
   int device = 0;
   int64_t bytes = 0;
   char* data = nullptr;  // device memory
+  ShardCharge charge;    // against the capacity, until the memory is gone
   ~Shard() {
     if (data != nullptr) {
       cudaSetDevice(device);
@@ -56,13 +56,18 @@ absl::Status CopyRuns(char* device, const ShardDesc& desc, const Box& box,
 }  // namespace
 
 absl::Status CudaShardStore::Allocate(uint64_t id, const ShardDesc& desc,
-                                      const InitSpec& init) {
+                                      const InitFill& init) {
+  if (init.dtype() != desc.dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("init made for ", DTypeName(init.dtype()),
+                     ", not the shard's ", DTypeName(desc.dtype)));
+  }
   auto shard = std::make_shared<Shard>();
   shard->desc = desc;
   shard->device = device_;
   shard->bytes = desc.ByteSize();
-  TESSERA_RETURN_IF_ERROR(table_.Reserve(id, shard->bytes));
-  auto unreserve = absl::MakeCleanup([&] { table_.Unreserve(shard->bytes); });
+  // Dropping the shard on failure gives the charge back.
+  TESSERA_ASSIGN_OR_RETURN(shard->charge, table_.Reserve(id, shard->bytes));
   TESSERA_RETURN_IF_ERROR(
       CudaError("selecting the device", cudaSetDevice(device_)));
   void* data = nullptr;
@@ -70,23 +75,21 @@ absl::Status CudaShardStore::Allocate(uint64_t id, const ShardDesc& desc,
       CudaError(absl::StrCat("allocating ", shard->bytes, " bytes"),
                 cudaMalloc(&data, std::max<int64_t>(shard->bytes, 1))));
   shard->data = static_cast<char*>(data);
-  if (init.kind == InitSpec::Kind::kEmpty ||
-      init.kind == InitSpec::Kind::kZeros) {
+  if (init.kind() == InitSpec::Kind::kEmpty ||
+      init.kind() == InitSpec::Kind::kZeros) {
     TESSERA_RETURN_IF_ERROR(CudaError(
         "zeroing a shard",
         cudaMemset(shard->data, 0, static_cast<size_t>(shard->bytes))));
   } else if (shard->bytes > 0) {
     std::vector<char> host(static_cast<size_t>(shard->bytes));
     TESSERA_RETURN_IF_ERROR(
-        FillBox(init, desc.dtype, desc.tensor_shape, desc.box, host.data()));
+        init.Fill(desc.tensor_shape, desc.box, host.data()));
     TESSERA_RETURN_IF_ERROR(
         CudaError("uploading initial values",
                   cudaMemcpy(shard->data, host.data(), host.size(),
                              cudaMemcpyHostToDevice)));
   }
-  TESSERA_RETURN_IF_ERROR(table_.Insert(id, shard));
-  std::move(unreserve).Cancel();
-  return absl::OkStatus();
+  return table_.Insert(id, std::move(shard));
 }
 
 absl::Status CudaShardStore::Write(uint64_t id, int64_t byte_offset,
@@ -161,6 +164,10 @@ absl::Status CudaShardStore::Free(uint64_t id) {
 }
 
 int64_t CudaShardStore::BytesUsed() const { return table_.BytesUsed(); }
+
+int64_t CudaShardStore::ChargedBytes() const { return table_.ChargedBytes(); }
+
+int64_t CudaShardStore::PinnedBytes() const { return table_.PinnedBytes(); }
 
 std::vector<uint64_t> CudaShardStore::ShardIds() const { return table_.Ids(); }
 

@@ -19,8 +19,9 @@ class CudaShardStore : public ShardStore {
   CudaShardStore(int device, int64_t capacity_bytes);
   ~CudaShardStore() override;
 
+  using ShardStore::Allocate;
   absl::Status Allocate(uint64_t id, const ShardDesc& desc,
-                        const InitSpec& init) override;
+                        const InitFill& init) override;
   absl::Status Write(uint64_t id, int64_t byte_offset,
                      absl::string_view data) override;
   absl::Status WriteBox(uint64_t id, const Box& box, int64_t flat_begin,
@@ -32,6 +33,8 @@ class CudaShardStore : public ShardStore {
   absl::StatusOr<ShardDesc> Describe(uint64_t id) const override;
   absl::Status Free(uint64_t id) override;
   int64_t BytesUsed() const override;
+  int64_t ChargedBytes() const override;
+  int64_t PinnedBytes() const override;
   std::vector<uint64_t> ShardIds() const override;
 
  private:

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <utility>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "core/errors.h"
 #include "core/status_macros.h"
@@ -19,6 +18,7 @@ struct HostShardStore::Shard {
   // From `block`, or calloc'd: either way fresh pages read as zero.
   char* data = nullptr;
   std::unique_ptr<SharedBlock> block;  // null for calloc'd memory
+  ShardCharge charge;  // against the capacity, until the memory is gone
   ~Shard() {
     if (block == nullptr) std::free(data);
   }
@@ -28,17 +28,23 @@ HostShardStore::HostShardStore(int64_t capacity_bytes)
     : HostShardStore(HostShardStoreOptions{capacity_bytes}) {}
 
 HostShardStore::HostShardStore(HostShardStoreOptions options)
-    : options_(std::move(options)), table_(options_.capacity_bytes, "") {}
+    : options_(std::move(options)),
+      table_(options_.capacity_bytes, "", options_.shard_charge_bytes) {}
 
 HostShardStore::~HostShardStore() = default;
 
 absl::Status HostShardStore::Allocate(uint64_t id, const ShardDesc& desc,
-                                      const InitSpec& init) {
+                                      const InitFill& init) {
+  if (init.dtype() != desc.dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("init made for ", DTypeName(init.dtype()),
+                     ", not the shard's ", DTypeName(desc.dtype)));
+  }
   auto shard = std::make_shared<Shard>();
   shard->desc = desc;
   shard->bytes = desc.ByteSize();
-  TESSERA_RETURN_IF_ERROR(table_.Reserve(id, shard->bytes));
-  auto unreserve = absl::MakeCleanup([&] { table_.Unreserve(shard->bytes); });
+  // Dropping the shard on failure gives the charge back.
+  TESSERA_ASSIGN_OR_RETURN(shard->charge, table_.Reserve(id, shard->bytes));
   if (options_.arena != nullptr && shard->bytes > 0 &&
       shard->bytes >= options_.shared_memory_min_bytes) {
     shard->block = options_.arena->Allocate(shard->bytes, id);
@@ -53,14 +59,12 @@ absl::Status HostShardStore::Allocate(uint64_t id, const ShardDesc& desc,
     return absl::ResourceExhaustedError(
         absl::StrCat("out of host memory allocating ", shard->bytes, " bytes"));
   }
-  if (init.kind != InitSpec::Kind::kEmpty &&
-      init.kind != InitSpec::Kind::kZeros) {
+  if (init.kind() != InitSpec::Kind::kEmpty &&
+      init.kind() != InitSpec::Kind::kZeros) {
     TESSERA_RETURN_IF_ERROR(
-        FillBox(init, desc.dtype, desc.tensor_shape, desc.box, shard->data));
+        init.Fill(desc.tensor_shape, desc.box, shard->data));
   }
-  TESSERA_RETURN_IF_ERROR(table_.Insert(id, shard));
-  std::move(unreserve).Cancel();
-  return absl::OkStatus();
+  return table_.Insert(id, std::move(shard));
 }
 
 absl::Status HostShardStore::Write(uint64_t id, int64_t byte_offset,
@@ -143,6 +147,10 @@ absl::Status HostShardStore::Free(uint64_t id) {
 }
 
 int64_t HostShardStore::BytesUsed() const { return table_.BytesUsed(); }
+
+int64_t HostShardStore::ChargedBytes() const { return table_.ChargedBytes(); }
+
+int64_t HostShardStore::PinnedBytes() const { return table_.PinnedBytes(); }
 
 std::vector<uint64_t> HostShardStore::ShardIds() const { return table_.Ids(); }
 

@@ -21,7 +21,10 @@ namespace tessera {
 
 struct HostShardStoreOptions {
   // Most shard bytes held; 0 = no limit beyond what the system gives.
+  // Counted as ShardStore::ChargedBytes says: each shard at least
+  // `shard_charge_bytes`, freed shards until their readers let go.
   int64_t capacity_bytes = 0;
+  int64_t shard_charge_bytes = kShardChargeBytes;
   // Where shards of at least `shared_memory_min_bytes` live; null: all
   // shards in private memory. Smaller ones stay private: a segment per tiny
   // shard costs a file and a mapping each, and small reads gain nothing
@@ -38,8 +41,9 @@ class HostShardStore : public ShardStore {
   explicit HostShardStore(HostShardStoreOptions options);
   ~HostShardStore() override;
 
+  using ShardStore::Allocate;
   absl::Status Allocate(uint64_t id, const ShardDesc& desc,
-                        const InitSpec& init) override;
+                        const InitFill& init) override;
   absl::Status Write(uint64_t id, int64_t byte_offset,
                      absl::string_view data) override;
   absl::Status WriteBox(uint64_t id, const Box& box, int64_t flat_begin,
@@ -52,6 +56,8 @@ class HostShardStore : public ShardStore {
   absl::StatusOr<PinnedShard> Pin(uint64_t id) override;
   absl::Status Free(uint64_t id) override;
   int64_t BytesUsed() const override;
+  int64_t ChargedBytes() const override;
+  int64_t PinnedBytes() const override;
   std::vector<uint64_t> ShardIds() const override;
 
  private:

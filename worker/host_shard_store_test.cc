@@ -53,12 +53,70 @@ TEST(HostShardStoreTest, DuplicateIdIsRejected) {
 }
 
 TEST(HostShardStoreTest, CapacityIsEnforcedBeforeAllocating) {
-  HostShardStore store(/*capacity_bytes=*/100);
+  HostShardStoreOptions options;
+  options.capacity_bytes = 100;
+  options.shard_charge_bytes = 0;  // element bytes only
+  HostShardStore store(options);
   ASSERT_THAT(store.Allocate(1, Desc({20}, {{0}, {20}}), InitSpec{}), IsOk());
   EXPECT_THAT(store.Allocate(2, Desc({20}, {{0}, {20}}), InitSpec{}),
               StatusIs(absl::StatusCode::kResourceExhausted,
                        HasSubstr("does not fit")));
   EXPECT_EQ(store.BytesUsed(), 80);
+}
+
+TEST(HostShardStoreTest, EmptyShardsAreChargedTheirBookkeeping) {
+  // 5000 empty shards on a 1 MiB worker: each costs kShardChargeBytes, so
+  // the worker fills up instead of holding any number of them for free.
+  HostShardStore store(/*capacity_bytes=*/1 << 20);
+  const ShardDesc empty = Desc({4, 4}, {{4, 0}, {0, 4}});
+  int held = 0;
+  absl::Status status;
+  for (uint64_t id = 1; id <= 5000 && status.ok(); ++id) {
+    status = store.Allocate(id, empty, InitSpec{});
+    if (status.ok()) ++held;
+  }
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kResourceExhausted,
+                               HasSubstr("does not fit")));
+  EXPECT_EQ(held, (1 << 20) / kShardChargeBytes);
+  EXPECT_EQ(store.BytesUsed(), 0);  // element bytes
+  EXPECT_EQ(store.ChargedBytes(), held * kShardChargeBytes);
+  // A large shard is charged its bytes, not more.
+  HostShardStore other(/*capacity_bytes=*/4096);
+  EXPECT_THAT(other.Allocate(1, Desc({1024}, {{0}, {1024}}), InitSpec{}),
+              IsOk());
+  EXPECT_EQ(other.ChargedBytes(), 4096);
+  for (uint64_t id : store.ShardIds()) ASSERT_THAT(store.Free(id), IsOk());
+  EXPECT_EQ(store.ChargedBytes(), 0);
+}
+
+TEST(HostShardStoreTest, FreedShardStaysChargedWhileAReaderPinsIt) {
+  HostShardStore store(/*capacity_bytes=*/1 << 20);
+  const ShardDesc big = Desc({160 << 10}, {{0}, {160 << 10}});  // 640 KiB
+  ASSERT_THAT(store.Allocate(1, big, InitSpec{}), IsOk());
+  absl::StatusOr<PinnedShard> pinned = store.Pin(1);
+  ASSERT_THAT(pinned.status(), IsOk());
+  ASSERT_THAT(store.Free(1), IsOk());
+  // Freed, but its memory is still held for the reader: it still counts.
+  EXPECT_EQ(store.BytesUsed(), 0);
+  EXPECT_EQ(store.PinnedBytes(), 640 << 10);
+  EXPECT_EQ(store.ChargedBytes(), 640 << 10);
+  EXPECT_THAT(store.Allocate(2, big, InitSpec{}),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("pinned by readers")));
+  pinned->keep_alive.reset();  // the reader lets go
+  EXPECT_EQ(store.PinnedBytes(), 0);
+  EXPECT_EQ(store.ChargedBytes(), 0);
+  EXPECT_THAT(store.Allocate(2, big, InitSpec{}), IsOk());
+}
+
+TEST(HostShardStoreTest, InitMadeForAnotherDTypeIsRefused) {
+  HostShardStore store;
+  absl::StatusOr<InitFill> fill =
+      InitFill::Make(InitSpec{InitSpec::Kind::kOnes}, DType::kInt8);
+  ASSERT_THAT(fill.status(), IsOk());
+  EXPECT_THAT(store.Allocate(1, Desc({4}, {{0}, {4}}), *fill),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("int8")));
+  EXPECT_EQ(store.ChargedBytes(), 0);
 }
 
 TEST(HostShardStoreTest, InitFillUsesGlobalIndices) {

@@ -20,9 +20,49 @@
 
 namespace tessera {
 
+// A tensor's name as shards keep it: copies share one string, so the many
+// shards of one allocation hold the name once (a request of 10^5 shards
+// would otherwise keep 10^5 copies). Reads as a std::string.
+class SharedName {
+ public:
+  SharedName() = default;
+  SharedName(std::string name)  // NOLINT: implicit, as a string is
+      : name_(std::make_shared<const std::string>(std::move(name))) {}
+  SharedName(const char* name) : SharedName(std::string(name)) {}  // NOLINT
+
+  const std::string& str() const { return name_ != nullptr ? *name_ : Empty(); }
+  operator const std::string&() const { return str(); }  // NOLINT
+
+  // Whether two names share one string (copies of one name do).
+  bool SharesStorageWith(const SharedName& other) const {
+    return name_ != nullptr && name_ == other.name_;
+  }
+
+  friend bool operator==(const SharedName& a, const SharedName& b) {
+    return a.str() == b.str();
+  }
+  friend bool operator==(const SharedName& a, const std::string& b) {
+    return a.str() == b;
+  }
+  friend bool operator==(const SharedName& a, const char* b) {
+    return a.str() == b;
+  }
+  template <typename T>
+  friend bool operator!=(const SharedName& a, const T& b) {
+    return !(a == b);
+  }
+
+ private:
+  static const std::string& Empty() {
+    static const std::string* const kEmpty = new std::string();
+    return *kEmpty;
+  }
+  std::shared_ptr<const std::string> name_;
+};
+
 // What a shard is: its tensor, element type, and box in the tensor.
 struct ShardDesc {
-  std::string tensor;     // whose shard (capabilities name it)
+  SharedName tensor;      // whose shard (capabilities name it)
   uint64_t version = 0;   // the tensor version it belongs to
   bool writable = false;  // a put's shard: its client may write it once
   DType dtype = DType::kFloat32;
@@ -49,10 +89,19 @@ class ShardStore {
   virtual ~ShardStore() = default;
 
   // Allocates shard `id` and fills it per `init` (values of the global
-  // elements in desc.box). RESOURCE_EXHAUSTED past the capacity,
-  // ALREADY_EXISTS if `id` is taken by a different shard.
+  // elements in desc.box; made for desc.dtype, else INVALID_ARGUMENT).
+  // RESOURCE_EXHAUSTED past the capacity, ALREADY_EXISTS if `id` is taken
+  // by a different shard.
   virtual absl::Status Allocate(uint64_t id, const ShardDesc& desc,
-                                const InitSpec& init) = 0;
+                                const InitFill& init) = 0;
+  // The same with `init` checked and made ready for this one shard. (To
+  // allocate many shards, make the InitFill once.)
+  absl::Status Allocate(uint64_t id, const ShardDesc& desc,
+                        const InitSpec& init) {
+    absl::StatusOr<InitFill> fill = InitFill::Make(init, desc.dtype);
+    if (!fill.ok()) return fill.status();
+    return Allocate(id, desc, *fill);
+  }
 
   // Copies `data` to bytes [byte_offset, byte_offset + size) of the shard
   // (row-major over its box). OUT_OF_RANGE past the end.
@@ -90,6 +139,12 @@ class ShardStore {
 
   // Element bytes of all shards held.
   virtual int64_t BytesUsed() const = 0;
+  // What counts against the capacity: each shard held charged its element
+  // bytes but at least the store's per-shard charge (its bookkeeping), and
+  // freed shards whose memory readers still pin, until they let go.
+  virtual int64_t ChargedBytes() const { return BytesUsed(); }
+  // The part of ChargedBytes that freed shards still pinned by readers hold.
+  virtual int64_t PinnedBytes() const { return 0; }
   virtual std::vector<uint64_t> ShardIds() const = 0;
 };
 
