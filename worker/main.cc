@@ -10,6 +10,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "core/auth.h"
 #include "core/errors.h"
 #include "core/limits.h"
@@ -57,6 +58,39 @@ ABSL_FLAG(std::string, token_file, "",
           "coordinator's --tokens)");
 ABSL_FLAG(int64_t, chunk_bytes, tessera::kChunkBytes,
           "bytes per data message when streaming regions");
+// Limits (README "Limits"); the defaults are the options' own.
+ABSL_FLAG(int64_t, shard_charge_bytes, tessera::kShardChargeBytes,
+          "least bytes each shard counts against --capacity_bytes (its "
+          "bookkeeping)");
+ABSL_FLAG(int64_t, max_shards_per_request,
+          tessera::WorkerNodeOptions().max_shards_per_request,
+          "most shards one allocation may name");
+ABSL_FLAG(int32_t, max_streams, tessera::WorkerNodeOptions().max_streams,
+          "most region reads and shard writes streamed at once");
+ABSL_FLAG(absl::Duration, stream_idle_timeout,
+          tessera::WorkerNodeOptions().stream_idle_timeout,
+          "a stream whose peer reads or sends nothing for this long is "
+          "cancelled");
+ABSL_FLAG(absl::Duration, pull_timeout,
+          tessera::WorkerNodeOptions().pull_timeout,
+          "most time one transfer order may spend pulling from a peer when "
+          "the order carries no deadline");
+ABSL_FLAG(absl::Duration, pull_idle_timeout,
+          tessera::WorkerNodeOptions().pull_idle_timeout,
+          "a peer that sends nothing for this long during a pull is given "
+          "up on");
+ABSL_FLAG(int32_t, max_peer_channels,
+          static_cast<int32_t>(tessera::WorkerNodeOptions().max_peer_channels),
+          "most connections to peers kept open (least recently used closed)");
+ABSL_FLAG(int32_t, max_threads, tessera::ServerOptions().max_threads,
+          "most threads serving calls; calls beyond are refused with "
+          "RESOURCE_EXHAUSTED");
+ABSL_FLAG(int32_t, max_streams_per_connection,
+          tessera::ServerOptions().max_concurrent_streams,
+          "most concurrent calls per client connection (more wait)");
+ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(2),
+          "on SIGTERM, how long calls in flight may finish before they are "
+          "cancelled; the process exits within this plus 1 s whatever runs");
 
 namespace tessera {
 namespace {
@@ -101,6 +135,23 @@ int Run() {
     spdlog::error("--capacity_bytes must be >= 0 and --chunk_bytes > 0");
     return 2;
   }
+  if (absl::GetFlag(FLAGS_shard_charge_bytes) < 0 ||
+      absl::GetFlag(FLAGS_max_shards_per_request) <= 0 ||
+      absl::GetFlag(FLAGS_max_streams) <= 0 ||
+      absl::GetFlag(FLAGS_max_peer_channels) <= 0 ||
+      absl::GetFlag(FLAGS_max_threads) < 0 ||
+      absl::GetFlag(FLAGS_max_streams_per_connection) < 0 ||
+      absl::GetFlag(FLAGS_stream_idle_timeout) <= absl::ZeroDuration() ||
+      absl::GetFlag(FLAGS_pull_timeout) <= absl::ZeroDuration() ||
+      absl::GetFlag(FLAGS_pull_idle_timeout) <= absl::ZeroDuration() ||
+      absl::GetFlag(FLAGS_shutdown_grace) < absl::ZeroDuration()) {
+    spdlog::error(
+        "--shard_charge_bytes, --max_threads and "
+        "--max_streams_per_connection must be >= 0 (0: no limit for the "
+        "last two); --max_shards_per_request, --max_streams, "
+        "--max_peer_channels and the timeouts must be > 0");
+    return 2;
+  }
   std::string token;
   if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
     absl::StatusOr<std::string> secret = ReadTokenFile(path);
@@ -123,6 +174,7 @@ int Run() {
     arena = std::make_shared<SharedMemoryArena>();
     HostShardStoreOptions store_options;
     store_options.capacity_bytes = absl::GetFlag(FLAGS_capacity_bytes);
+    store_options.shard_charge_bytes = absl::GetFlag(FLAGS_shard_charge_bytes);
     store_options.arena = arena;
     store = std::make_unique<HostShardStore>(store_options);
   } else {
@@ -145,6 +197,14 @@ int Run() {
   }
   WorkerNodeOptions node_options;
   node_options.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  node_options.max_shards_per_request =
+      absl::GetFlag(FLAGS_max_shards_per_request);
+  node_options.max_streams = absl::GetFlag(FLAGS_max_streams);
+  node_options.stream_idle_timeout = absl::GetFlag(FLAGS_stream_idle_timeout);
+  node_options.pull_timeout = absl::GetFlag(FLAGS_pull_timeout);
+  node_options.pull_idle_timeout = absl::GetFlag(FLAGS_pull_idle_timeout);
+  node_options.max_peer_channels =
+      static_cast<size_t>(absl::GetFlag(FLAGS_max_peer_channels));
   node_options.arena = arena;
   node_options.channels.credentials = security->channel_credentials;
   WorkerNode node(store.get(), node_options);
@@ -153,6 +213,9 @@ int Run() {
   ServerOptions server_options;
   server_options.metrics = &metrics;
   server_options.credentials = security->server_credentials;
+  server_options.max_threads = absl::GetFlag(FLAGS_max_threads);
+  server_options.max_concurrent_streams =
+      absl::GetFlag(FLAGS_max_streams_per_connection);
   absl::StatusOr<RunningServer> server =
       StartServer(listen, {&service}, server_options);
   if (!server.ok()) {
@@ -173,6 +236,14 @@ int Run() {
         ->Set(static_cast<double>(store->BytesUsed()));
     m.Gauge("tessera_worker_shards_held", "Shards this worker holds.")
         ->Set(static_cast<double>(store->ShardIds().size()));
+    m.Gauge("tessera_worker_charged_bytes",
+            "Bytes counted against the capacity: shards held (each at least "
+            "its bookkeeping charge) and freed shards readers still pin.")
+        ->Set(static_cast<double>(store->ChargedBytes()));
+    m.Gauge("tessera_worker_pinned_bytes",
+            "Bytes of freed shards that readers still pin (counted against "
+            "the capacity until released).")
+        ->Set(static_cast<double>(store->PinnedBytes()));
     m.Gauge("tessera_worker_capacity_bytes",
             "Most shard bytes this worker holds (0: no limit).")
         ->Set(static_cast<double>(absl::GetFlag(FLAGS_capacity_bytes)));
@@ -248,12 +319,18 @@ int Run() {
   {
     absl::MutexLock lock(&fatal_mu);
     if (!fatal.ok()) {
-      server->Stop(absl::ZeroDuration());
+      if (!server->Stop(absl::ZeroDuration())) std::_Exit(1);
       return 1;
     }
   }
   spdlog::info("signal {} received; shutting down", sig);
-  server->Stop(absl::Seconds(2));
+  if (!server->Stop(absl::GetFlag(FLAGS_shutdown_grace))) {
+    // A handler ignores its cancellation: the grace bounds the exit, and
+    // what the handlers use must not be destroyed under them.
+    spdlog::warn("calls still running after the shutdown grace; exiting");
+    spdlog::default_logger()->flush();
+    std::_Exit(0);
+  }
   spdlog::info("stopped");
   return 0;
 }

@@ -1,6 +1,7 @@
 #include "worker/worker_node.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -23,6 +24,15 @@ int64_t FirstByte(absl::Span<const int64_t> shape, const Box& box,
   return first;
 }
 
+// The options as the node uses them: the peer links and reads are bounded
+// by the pull limits.
+WorkerNodeOptions Normalized(WorkerNodeOptions options) {
+  options.channels.idle_timeout =
+      std::min(options.channels.idle_timeout, options.pull_idle_timeout);
+  options.peers.timeout = std::min(options.peers.timeout, options.pull_timeout);
+  return options;
+}
+
 }  // namespace
 
 absl::Status RegionReader::Read(int64_t begin, int64_t count, char* dst) const {
@@ -42,11 +52,20 @@ absl::Status RegionReader::ReadAll(std::string* out) const {
 
 // Where transfer pieces land: straight into the destination shard's host
 // memory when the store can pin it, else through the store's WriteBox.
+// Between pieces it checks the order's deadline and cancellation.
 class WorkerNode::Receiver : public TransferReceiver {
  public:
-  explicit Receiver(ShardStore* store) : store_(store) {}
+  Receiver(ShardStore* store, absl::Time deadline,
+           const std::function<bool()>& cancelled)
+      : store_(store), deadline_(deadline), cancelled_(cancelled) {}
 
   absl::StatusOr<PieceTarget> TargetFor(const TransferPiece& piece) override {
+    if (cancelled_ && cancelled_()) {
+      return absl::CancelledError("the caller cancelled the transfer");
+    }
+    if (absl::Now() >= deadline_) {
+      return absl::DeadlineExceededError("the transfer's deadline passed");
+    }
     const uint64_t id = piece.dst_shard_id;
     const Box box = piece.DstBox();
     absl::StatusOr<PinnedShard> pinned = store_->Pin(id);
@@ -74,13 +93,18 @@ class WorkerNode::Receiver : public TransferReceiver {
 
  private:
   ShardStore* const store_;
+  const absl::Time deadline_;
+  const std::function<bool()>& cancelled_;
 };
 
 WorkerNode::WorkerNode(ShardStore* store, WorkerNodeOptions options,
                        std::unique_ptr<ShardTransport> peers)
-    : store_(store), options_(std::move(options)), peers_(std::move(peers)) {
+    : store_(store),
+      options_(Normalized(std::move(options))),
+      peers_(std::move(peers)) {
   if (peers_ == nullptr) {
-    channels_ = std::make_unique<ChannelCache>(options_.channels);
+    channels_ = std::make_unique<ChannelCache>(options_.channels,
+                                               options_.max_peer_channels);
     std::unique_ptr<TransportChain> chain =
         TransportChain::Make(channels_.get(), options_.peers);
     chain_ = chain.get();
@@ -103,14 +127,29 @@ absl::Status WorkerNode::Allocate(absl::Span<const ShardAllocation> shards,
     for (size_t j = 0; j < allocated; ++j)
       store_->Free(shards[j].id).IgnoreError();
   };
+  if (static_cast<int64_t>(shards.size()) > options_.max_shards_per_request) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "allocation of ", shards.size(), " shards: a worker takes at most ",
+        options_.max_shards_per_request, " per request"));
+  }
   const absl::Status cancel_error =
       absl::CancelledError("the caller cancelled the allocation");
+  // The init value is parsed once per dtype, not once per shard (a 4 MiB
+  // full:V costs milliseconds).
+  std::optional<InitFill> fill;
   // Polling for cancellation can be slow (tens of µs for gRPC): ask every
   // 1024 shards, and once at the end.
   for (size_t i = 0; i < shards.size(); ++i) {
-    absl::Status s = i % 1024 == 1023 && cancelled && cancelled()
-                         ? cancel_error
-                         : store_->Allocate(shards[i].id, shards[i].desc, init);
+    const ShardDesc& desc = shards[i].desc;
+    absl::Status s;
+    if (i % 1024 == 1023 && cancelled && cancelled()) {
+      s = cancel_error;
+    } else if (!fill.has_value() || fill->dtype() != desc.dtype) {
+      absl::StatusOr<InitFill> made = InitFill::Make(init, desc.dtype);
+      s = made.status();
+      if (made.ok()) fill = *std::move(made);
+    }
+    if (s.ok()) s = store_->Allocate(shards[i].id, desc, *fill);
     if (!s.ok()) {
       undo(i);
       return s;
@@ -206,7 +245,13 @@ absl::StatusOr<SharedShardInfo> WorkerNode::MapShard(uint64_t id) const {
   return info;
 }
 
-absl::StatusOr<int64_t> WorkerNode::Transfer(const TransferBatch& batch) {
+absl::StatusOr<int64_t> WorkerNode::Transfer(
+    const TransferBatch& batch, absl::Time deadline,
+    const std::function<bool()>& cancelled) {
+  // One bound for every read of this order (the peer channels' interceptor
+  // cancels calls started under it), not one per piece or per transport.
+  deadline = std::min(deadline, absl::Now() + options_.pull_timeout);
+  const ScopedCallDeadline scope(deadline);
   int64_t bytes = 0;
   TransferBatch remote;
   remote.tensor = batch.tensor;
@@ -236,8 +281,20 @@ absl::StatusOr<int64_t> WorkerNode::Transfer(const TransferBatch& batch) {
     }
   }
   if (remote.pieces.empty()) return bytes;
-  Receiver receiver(store_);
+  Receiver receiver(store_, deadline, cancelled);
   absl::StatusOr<int64_t> moved = peers_->Transfer(remote, receiver);
+  if (absl::IsCancelled(moved.status()) && !(cancelled && cancelled())) {
+    // Our own watchdog cancelled a read: the source stalled, or the order's
+    // deadline passed.
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("pulling from the source worker at ", batch.src_address,
+                       ": the transfer's deadline passed"));
+    }
+    return UnavailableError(absl::StrCat(
+        "source worker at ", batch.src_address, " (it sent nothing for ",
+        absl::FormatDuration(options_.pull_idle_timeout), ")"));
+  }
   if (absl::IsUnavailable(moved.status()) ||
       absl::IsDeadlineExceeded(moved.status())) {
     return UnavailableError(absl::StrCat("source worker at ", batch.src_address,
@@ -299,7 +356,7 @@ absl::Status WorkerNode::Admit(absl::string_view token,
     const bool version_ok = right == kRightWrite
                                 ? desc->version == capability.version
                                 : desc->version <= capability.version;
-    if (desc->tensor != capability.tensor || !version_ok) {
+    if (desc->tensor.str() != capability.tensor || !version_ok) {
       return absl::PermissionDeniedError(
           absl::StrCat("permission denied: shard ", id, " is not part of '",
                        capability.tensor, "' version ", capability.version));

@@ -27,6 +27,7 @@
 #include "absl/types/span.h"
 #include "core/box.h"
 #include "core/init_fill.h"
+#include "core/layout_spec.h"
 #include "core/limits.h"
 #include "core/transfer.h"
 #include "rpc/channel.h"
@@ -37,19 +38,46 @@
 
 namespace tessera {
 
+// The worker's options, its limits among them (README "Limits").
 struct WorkerNodeOptions {
   // Bytes per chunk of a region read when the reader asks for none; tuned
   // in bench/.
   int64_t chunk_bytes = kChunkBytes;
-  // The links to peers (TLS credentials).
+
+  // --- Limits on what one caller can make the worker hold ---
+
+  // Most shards one AllocateShards may name (more: INVALID_ARGUMENT). The
+  // coordinator sends all of a tensor's shards on one worker in one
+  // request, so this is at least kMaxShardsPerTensor.
+  int64_t max_shards_per_request = kMaxShardsPerTensor;
+  // A ReadRegion or WriteShard stream whose peer takes or sends no message
+  // for this long is cancelled, which releases its thread and the shard
+  // memory its chunks pin (a reader that never reads).
+  absl::Duration stream_idle_timeout = absl::Seconds(30);
+  // Most ReadRegion and WriteShard streams served at once; more are
+  // refused with RESOURCE_EXHAUSTED (unary calls keep their threads).
+  int max_streams = 128;
+
+  // --- Pulls from peers (reshard transfers) ---
+
+  // A pull is bounded once: by the order's deadline (the coordinator's),
+  // and by `pull_timeout` when the order has none. A peer that sends
+  // nothing for `pull_idle_timeout` is given up on (UNAVAILABLE).
+  absl::Duration pull_timeout = absl::Minutes(10);
+  absl::Duration pull_idle_timeout = absl::Seconds(30);
+  // Most peer channels kept (least recently used dropped): an order names
+  // any address, and each channel holds a connection.
+  size_t max_peer_channels = 64;
+  // The links to peers (TLS credentials). Its idle_timeout is at most
+  // pull_idle_timeout.
   ChannelOptions channels;
   // How pieces held by other workers are read. A reshard reads each piece
   // once, so whole-shard mappings are not kept; a same-host piece of any
   // size is copied out of the source's shared memory (only the piece's span
-  // is mapped, so small pieces cost no more than a gRPC call).
+  // is mapped, so small pieces cost no more than a gRPC call). Its timeout
+  // is at most pull_timeout.
   DataPlaneOptions peers = [] {
     DataPlaneOptions options;
-    options.timeout = absl::Minutes(10);
     options.cache_mappings = false;
     options.shared_memory_min_bytes = 0;
     return options;
@@ -117,10 +145,12 @@ class WorkerNode {
   ~WorkerNode();
 
   ShardStore& store() const { return *store_; }
+  const WorkerNodeOptions& options() const { return options_; }
 
   // Allocates every shard and fills it per `init`, or none: on any failure,
   // or when `cancelled` (polled now and then, may be empty) turns true, the
-  // shards allocated so far are freed again.
+  // shards allocated so far are freed again. INVALID_ARGUMENT for more than
+  // options().max_shards_per_request shards. `init` is parsed once.
   absl::Status Allocate(absl::Span<const ShardAllocation> shards,
                         const InitSpec& init,
                         const std::function<bool()>& cancelled = {});
@@ -148,8 +178,13 @@ class WorkerNode {
   // Moves every piece of `batch` into shards held here and returns the
   // bytes written. Destination boxes are checked against their shards
   // first. Fails with UNAVAILABLE naming the source worker when it cannot be
-  // reached; stops at the first failure.
-  absl::StatusOr<int64_t> Transfer(const TransferBatch& batch);
+  // reached or stalls (options().pull_idle_timeout); stops at the first
+  // failure. Every read from the source ends by `deadline` (at the latest
+  // options().pull_timeout from now): DEADLINE_EXCEEDED after it; CANCELLED
+  // once `cancelled` (checked between pieces; may be empty) turns true.
+  absl::StatusOr<int64_t> Transfer(const TransferBatch& batch,
+                                   absl::Time deadline = absl::InfiniteFuture(),
+                                   const std::function<bool()>& cancelled = {});
 
   // Frees the shards; unknown ids are fine (frees are retried).
   absl::Status Free(absl::Span<const uint64_t> ids);

@@ -12,10 +12,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "core/capability.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/worker.grpc.pb.h"
 #include "rpc/server.h"
 #include "transport/shared_memory_arena.h"
 #include "worker/host_shard_store.h"
@@ -26,6 +29,7 @@ namespace {
 
 using ::tessera::testing::IsOk;
 using ::tessera::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 ShardDesc Desc(Shape shape, DType dtype = DType::kInt32) {
@@ -78,6 +82,44 @@ TEST(WorkerNodeTest, CancelledAllocationLeavesNothing) {
   EXPECT_THAT(node.Allocate({{1, Desc({10})}}, kArange, [] { return false; }),
               IsOk());
   EXPECT_EQ(node.BytesUsed(), 40);
+}
+
+TEST(WorkerNodeTest, AllocateParsesTheInitValueOncePerRequest) {
+  // 1000 one-byte shards with a 4 MiB full:V ("1.000...0"): parsing V costs
+  // milliseconds, so parsing it per shard would take many seconds.
+  HostShardStore store;
+  WorkerNode node(&store, WorkerNodeOptions{});
+  InitSpec init{InitSpec::Kind::kFull};
+  init.value = "1." + std::string(4 << 20, '0');
+  std::vector<ShardAllocation> shards;
+  for (int64_t i = 0; i < 1000; ++i) {
+    ShardDesc desc;
+    desc.tensor = "t";
+    desc.dtype = DType::kInt8;
+    desc.tensor_shape = {1000};
+    desc.box = Box{{i}, {1}};
+    shards.push_back({static_cast<uint64_t>(i + 1), desc});
+  }
+  const absl::Time start = absl::Now();
+  ASSERT_THAT(node.Allocate(shards, init), IsOk());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  char value = 0;
+  ASSERT_THAT(store.ReadBox(500, Box{{0}, {1}}, 0, 1, &value), IsOk());
+  EXPECT_EQ(value, 1);
+}
+
+TEST(WorkerNodeTest, AllocateRefusesMoreShardsThanOneRequestMayName) {
+  HostShardStore store;
+  WorkerNodeOptions options;
+  EXPECT_GE(options.max_shards_per_request, kMaxShardsPerTensor);
+  options.max_shards_per_request = 2;
+  WorkerNode node(&store, options);
+  EXPECT_THAT(
+      node.Allocate({{1, Desc({1})}, {2, Desc({1})}, {3, Desc({1})}}, kArange),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("at most 2 per request")));
+  EXPECT_TRUE(store.ShardIds().empty());
+  EXPECT_THAT(node.Allocate({{1, Desc({1})}, {2, Desc({1})}}, kArange), IsOk());
 }
 
 TEST(WorkerNodeTest, RegionReaderSendsContiguousBoxesFromShardMemory) {
@@ -293,6 +335,103 @@ TEST_P(WorkerNodeTransferTest, UnreachableSourceIsUnavailable) {
               StatusIs(absl::StatusCode::kUnavailable,
                        HasSubstr("source worker at 127.0.0.1:1")));
 }
+
+// A source worker that accepts reads and then sends nothing (alive, and
+// answering keepalive pings): a stalled peer.
+class StalledWorker final : public v1::Worker::Service {
+ public:
+  grpc::Status ReadSmallRegion(grpc::ServerContext* context,
+                               const v1::ReadRegionRequest*,
+                               v1::ReadRegionResponse*) override {
+    return Stall(context);
+  }
+  grpc::Status ReadRegion(
+      grpc::ServerContext* context, const v1::ReadRegionRequest*,
+      grpc::ServerWriter<v1::ReadRegionResponse>*) override {
+    return Stall(context);
+  }
+  grpc::Status MapShard(grpc::ServerContext* context,
+                        const v1::MapShardRequest*,
+                        v1::MapShardResponse*) override {
+    return Stall(context);
+  }
+  void Release() { release_.Notify(); }
+
+ private:
+  grpc::Status Stall(grpc::ServerContext* context) {
+    while (!context->IsCancelled() &&
+           !release_.WaitForNotificationWithTimeout(absl::Milliseconds(10))) {
+    }
+    return grpc::Status(grpc::StatusCode::CANCELLED, "released");
+  }
+  absl::Notification release_;
+};
+
+class StalledPeerTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<RunningServer> server =
+        StartServer("127.0.0.1:0", {&stalled_});
+    ASSERT_THAT(server.status(), IsOk());
+    server_ = std::move(*server);
+    ASSERT_THAT(store_.Allocate(2, Desc({4}), InitSpec{}), IsOk());
+  }
+  void TearDown() override {
+    stalled_.Release();
+    if (server_.server != nullptr) server_.server->Shutdown();
+  }
+
+  // Pulls one piece from the stalled worker; returns how long it took.
+  absl::Duration Pull(const WorkerNodeOptions& options, absl::Time deadline,
+                      absl::Status* status) {
+    WorkerNode node(&store_, options);
+    TransferBatch batch;
+    batch.src_worker = "w0";
+    batch.src_address = absl::StrCat("127.0.0.1:", server_.port);
+    batch.pieces.push_back(TransferPiece{1, {0}, 2, {0}, {4}});
+    const absl::Time start = absl::Now();
+    *status = node.Transfer(batch, deadline).status();
+    return absl::Now() - start;
+  }
+
+  WorkerNodeOptions Options() const {
+    WorkerNodeOptions options;
+    options.peers.shared_memory = GetParam();
+    // Without the limits under test, the pull would wait this long.
+    options.pull_timeout = absl::Seconds(20);
+    return options;
+  }
+
+  StalledWorker stalled_;
+  RunningServer server_;
+  HostShardStore store_;
+};
+
+TEST_P(StalledPeerTest, PeerThatSendsNothingIsGivenUpOnAfterTheIdleTimeout) {
+  WorkerNodeOptions options = Options();
+  options.pull_idle_timeout = absl::Milliseconds(300);
+  absl::Status status;
+  EXPECT_LT(Pull(options, absl::InfiniteFuture(), &status), absl::Seconds(5));
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kUnavailable,
+                               AllOf(HasSubstr("source worker at 127.0.0.1:"),
+                                     HasSubstr("sent nothing for 300ms"))));
+}
+
+TEST_P(StalledPeerTest, PullEndsAtTheOrdersDeadline) {
+  // One deadline for the whole order (the coordinator's), not a fresh
+  // timeout per piece and per transport.
+  absl::Status status;
+  EXPECT_LT(Pull(Options(), absl::Now() + absl::Milliseconds(300), &status),
+            absl::Seconds(5));
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kDeadlineExceeded,
+                               HasSubstr("deadline")));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, StalledPeerTest,
+                         ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "SharedMemory" : "Grpc";
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Transports, WorkerNodeTransferTest,
                          ::testing::Values(false, true),

@@ -1,14 +1,19 @@
 #include "worker/worker_service.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "core/checked_math.h"
 #include "core/errors.h"
+#include "core/placement.h"
 #include "core/status_macros.h"
+#include "rpc/channel.h"
 #include "rpc/convert.h"
 #include "rpc/security.h"
 #include "rpc/status.h"
@@ -17,14 +22,15 @@
 namespace tessera {
 namespace {
 
-// Validates one shard of an allocation request.
+// Validates one shard of an allocation request. Every shard shares
+// `tensor`'s one string.
 absl::StatusOr<ShardDesc> DescFromAllocate(
-    const v1::AllocateShardsRequest& request, int index, DType dtype,
-    const Shape& tensor_shape) {
+    const v1::AllocateShardsRequest& request, int index,
+    const SharedName& tensor, DType dtype, const Shape& tensor_shape) {
   const v1::AllocateShardsRequest::Item& item = request.shards(index);
   const std::string field = absl::StrCat("shards[", index, "]");
   ShardDesc desc;
-  desc.tensor = request.tensor();
+  desc.tensor = tensor;
   desc.version = request.version();
   desc.writable = request.writable();
   desc.dtype = dtype;
@@ -87,6 +93,78 @@ absl::StatusOr<RegionReader> OpenRegion(const WorkerNode& node,
   return node.OpenRegion(request.shard_id(), box, request.chunk_bytes());
 }
 
+// Counts a stream against options().max_streams while it lives.
+class StreamSlot {
+ public:
+  StreamSlot(std::atomic<int>* active, int max)
+      : active_(active), ok_(active->fetch_add(1) < max) {}
+  ~StreamSlot() { active_->fetch_sub(1); }
+  // RESOURCE_EXHAUSTED when the stream is one too many.
+  absl::Status status(int max) const {
+    if (ok_) return absl::OkStatus();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("this worker serves at most ", max,
+                     " streams at once; try again when one ends"));
+  }
+
+ private:
+  std::atomic<int>* const active_;
+  const bool ok_;
+};
+
+// Cancels its call when one read or write of the stream takes longer than
+// `idle` (a peer that stopped reading or sending): the blocked operation
+// then fails, the handler returns, and the chunks gRPC still held (pinning
+// shard memory) are dropped.
+class IdleLimit {
+ public:
+  IdleLimit(grpc::ServerContext* context, absl::Duration idle)
+      : context_(context), idle_(idle) {}
+  // Runs `op` (a blocking read or write) under the limit.
+  template <typename Op>
+  bool Run(const Op& op) {
+    grpc::ServerContext* context = context_;
+    const uint64_t alarm = Watchdog::Default().Arm(
+        absl::Now() + idle_, [context] { context->TryCancel(); });
+    const bool ok = op();
+    if (!Watchdog::Default().Disarm(alarm)) fired_ = true;
+    return ok;
+  }
+  // Whether the limit cancelled the call.
+  bool fired() const { return fired_; }
+  grpc::Status Expired(const char* what) const {
+    return grpc::Status(
+        grpc::StatusCode::DEADLINE_EXCEEDED,
+        absl::StrCat("the peer ", what, " nothing for ",
+                     absl::FormatDuration(idle_), "; stream cancelled"));
+  }
+
+ private:
+  grpc::ServerContext* const context_;
+  const absl::Duration idle_;
+  bool fired_ = false;
+};
+
+// The coordinator's rule for tensor names (core/placement.h), without
+// echoing a name far too long to be one: the error goes back in the call's
+// trailers.
+absl::Status CheckRequestTensorName(const std::string& name) {
+  constexpr size_t kShown = 64;
+  if (name.size() <= 4 * kShown) return CheckTensorName(name);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "invalid tensor name '", absl::CEscape(name.substr(0, kShown)), "...' (",
+      name.size(), " characters): a tensor name is at most 255 characters"));
+}
+
+// The caller's deadline (infinite future: none).
+absl::Time CallDeadline(const grpc::ServerContext& context) {
+  const auto deadline = context.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) {
+    return absl::InfiniteFuture();
+  }
+  return absl::FromChrono(deadline);
+}
+
 // Every handler starts here: the caller's capability, checked against
 // core/capability.h's table for `method` and the shards it names.
 absl::Status Admit(const WorkerNode& node, const grpc::ServerContext& context,
@@ -133,6 +211,16 @@ absl::Status WorkerService::Allocate(absl::string_view capability,
   absl::Status status = [&]() -> absl::Status {
     TESSERA_RETURN_IF_ERROR(
         node_->Admit(capability, "/tessera.v1.Worker/AllocateShards", {}));
+    // The same rule the coordinator applies; the name is kept once for all
+    // the shards.
+    TESSERA_RETURN_IF_ERROR(CheckRequestTensorName(request.tensor()));
+    const SharedName tensor(request.tensor());
+    const int64_t max_shards = node_->options().max_shards_per_request;
+    if (request.shards_size() > max_shards) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "allocation of ", request.shards_size(),
+          " shards: a worker takes at most ", max_shards, " per request"));
+    }
     TESSERA_ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(request.dtype()));
     TESSERA_ASSIGN_OR_RETURN(
         Shape shape, ShapeFromProto(request.tensor_shape(), "tensor_shape"));
@@ -143,8 +231,8 @@ absl::Status WorkerService::Allocate(absl::string_view capability,
     for (int i = 0; i < request.shards_size(); ++i) {
       ShardAllocation shard;
       shard.id = request.shards(i).shard_id();
-      TESSERA_ASSIGN_OR_RETURN(shard.desc,
-                               DescFromAllocate(request, i, dtype, shape));
+      TESSERA_ASSIGN_OR_RETURN(
+          shard.desc, DescFromAllocate(request, i, tensor, dtype, shape));
       shards.push_back(std::move(shard));
     }
     return node_->Allocate(shards, init, cancelled);
@@ -157,11 +245,16 @@ grpc::Status WorkerService::WriteShard(
     grpc::ServerContext* context,
     grpc::ServerReader<v1::WriteShardRequest>* reader,
     v1::WriteShardResponse* response) {
+  const StreamSlot slot(&active_streams_, node_->options().max_streams);
+  if (absl::Status s = slot.status(node_->options().max_streams); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  IdleLimit limit(context, node_->options().stream_idle_timeout);
   v1::WriteShardRequest chunk;
   int64_t written = 0;
   uint64_t shard_id = 0;
   bool first = true;
-  while (reader->Read(&chunk)) {
+  while (limit.Run([&] { return reader->Read(&chunk); })) {
     if (first) {
       shard_id = chunk.shard_id();
       first = false;
@@ -176,6 +269,7 @@ grpc::Status WorkerService::WriteShard(
     if (!status.ok()) return ToGrpcStatus(status);
     written += static_cast<int64_t>(chunk.data().size());
   }
+  if (limit.fired()) return limit.Expired("sent");
   response->set_bytes_written(written);
   // Written whole: sealed, as its version is about to be committed.
   absl::StatusOr<ShardDesc> desc = node_->store().Describe(shard_id);
@@ -187,6 +281,11 @@ grpc::Status WorkerService::StreamRegion(
     grpc::ServerContext* context,
     grpc::ServerSplitStreamer<v1::ReadRegionRequest, grpc::ByteBuffer>*
         stream) {
+  const StreamSlot slot(&active_streams_, node_->options().max_streams);
+  if (absl::Status s = slot.status(node_->options().max_streams); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  IdleLimit limit(context, node_->options().stream_idle_timeout);
   v1::ReadRegionRequest request;
   if (!stream->Read(&request)) {
     return ToGrpcStatus(
@@ -208,8 +307,10 @@ grpc::Status WorkerService::StreamRegion(
     next += count;
     grpc::WriteOptions options;
     if (next >= total) options.set_last_message();
-    // Write fails once the reader has gone (cancelled, disconnected).
-    if (!stream->Write(buffer, options)) {
+    // Write fails once the reader has gone (cancelled, disconnected) or
+    // stopped reading for the idle limit.
+    if (!limit.Run([&] { return stream->Write(buffer, options); })) {
+      if (limit.fired()) return limit.Expired("read");
       return grpc::Status(grpc::StatusCode::CANCELLED, "the reader went away");
     }
   }
@@ -259,7 +360,10 @@ grpc::Status WorkerService::Transfer(grpc::ServerContext* context,
   }
   absl::StatusOr<TransferBatch> batch = TransferBatchFromProto(*request);
   if (!batch.ok()) return ToGrpcStatus(batch.status());
-  absl::StatusOr<int64_t> bytes = node_->Transfer(*batch);
+  // The pull ends with the order: at its deadline, or when it is cancelled.
+  absl::StatusOr<int64_t> bytes =
+      node_->Transfer(*batch, CallDeadline(*context),
+                      [context] { return context->IsCancelled(); });
   if (!bytes.ok()) return ToGrpcStatus(bytes.status());
   response->set_bytes(*bytes);
   return grpc::Status::OK;

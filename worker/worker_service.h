@@ -8,9 +8,14 @@
 // memory (kept alive until gRPC releases it), so the worker copies nothing;
 // other chunks are gathered once into a fresh slice. One write is in flight
 // per stream.
+//
+// Streams are bounded (WorkerNodeOptions): at most max_streams at once, and
+// one whose peer stops reading or sending for stream_idle_timeout is
+// cancelled, releasing its thread and the shard memory its chunks pin.
 #ifndef TESSERA_WORKER_WORKER_SERVICE_H_
 #define TESSERA_WORKER_WORKER_SERVICE_H_
 
+#include <atomic>
 #include <functional>
 
 #include "absl/strings/string_view.h"
@@ -65,6 +70,9 @@ class WorkerService final : public v1::Worker::Service {
 
  private:
   WorkerNode* const node_;
+  // ReadRegion and WriteShard streams being served (node options'
+  // max_streams).
+  std::atomic<int> active_streams_{0};
 };
 
 }  // namespace tessera

@@ -229,6 +229,175 @@ TEST_F(WorkerServiceTest, PrivateShardIsNotOfferedForMapping) {
 namespace tessera {
 namespace {
 
+// --- Bounded under hostile input: allocation requests ---
+
+v1::AllocateShardsRequest OneByteShards(const std::string& tensor, int n) {
+  v1::AllocateShardsRequest request;
+  request.set_tensor(tensor);
+  request.set_version(1);
+  request.set_dtype(v1::INT8);
+  request.add_tensor_shape(n);
+  for (int i = 0; i < n; ++i) {
+    v1::AllocateShardsRequest::Item* item = request.add_shards();
+    item->set_shard_id(100 + i);
+    item->add_offsets(i);
+    item->add_sizes(1);
+  }
+  return request;
+}
+
+TEST_F(WorkerServiceTest, AllocateRefusesAnInvalidTensorName) {
+  v1::AllocateShardsResponse response;
+  for (const std::string& name :
+       {std::string(256 << 10, 'n'), std::string("bad name"), std::string()}) {
+    EXPECT_THAT(service_->Allocate(Grant(kRightOrder), OneByteShards(name, 3),
+                                   {}, &response),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         ::testing::HasSubstr("invalid tensor name")));
+  }
+  EXPECT_THAT(store_->ShardIds(), ::testing::ElementsAre(1));
+}
+
+TEST_F(WorkerServiceTest, ShardsOfOneAllocationShareOneNameString) {
+  const std::string name(255, 'n');
+  v1::AllocateShardsResponse response;
+  ASSERT_THAT(service_->Allocate(Grant(kRightOrder), OneByteShards(name, 100),
+                                 {}, &response),
+              IsOk());
+  absl::StatusOr<ShardDesc> first = store_->Describe(100);
+  absl::StatusOr<ShardDesc> last = store_->Describe(199);
+  ASSERT_THAT(first.status(), IsOk());
+  ASSERT_THAT(last.status(), IsOk());
+  EXPECT_EQ(first->tensor.str(), name);
+  EXPECT_TRUE(first->tensor.SharesStorageWith(last->tensor));
+}
+
+// --- Bounded under hostile input: streams ---
+
+// A worker with tight stream limits over a 64 MiB shard (private memory),
+// more than the flow-control windows and socket buffers hold: a reader
+// that never reads stalls the worker's writes.
+class WorkerStreamLimitsTest : public ::testing::Test {
+ protected:
+  static constexpr int64_t kBigBytes = int64_t{64} << 20;
+
+  // Serves with the given idle limit and at most 2 streams.
+  void Start(absl::Duration idle) {
+    WorkerNodeOptions options;
+    options.stream_idle_timeout = idle;
+    options.max_streams = 2;
+    node_ = std::make_unique<WorkerNode>(&store_, options);
+    node_->SetIdentity("w0", kKey);
+    service_ = std::make_unique<WorkerService>(node_.get());
+    absl::StatusOr<RunningServer> server =
+        StartServer("127.0.0.1:0", {service_.get()});
+    ASSERT_THAT(server.status(), IsOk());
+    server_ = std::move(*server);
+    channel_ = MakeChannel(absl::StrCat("127.0.0.1:", server_.port));
+    ShardDesc desc;
+    desc.tensor = "t";
+    desc.version = 1;
+    desc.dtype = DType::kInt8;
+    desc.tensor_shape = {kBigBytes};
+    desc.box = Box{{0}, {kBigBytes}};
+    ASSERT_THAT(store_.Allocate(1, desc, InitSpec{}), IsOk());
+  }
+  void TearDown() override {
+    if (server_.server != nullptr) server_.server->Shutdown();
+  }
+
+  static std::string Grant() {
+    Capability grant;
+    grant.worker = "w0";
+    grant.tensor = "t";
+    grant.version = 1;
+    grant.rights = kRightRead;
+    grant.expires_ms = absl::ToUnixMillis(absl::Now() + absl::Hours(1));
+    return MintCapability(grant, kKey);
+  }
+  static constexpr char kKey[] = "stream-limits-test-key";
+
+  // A ReadRegion of the whole shard that reads one chunk, then nothing.
+  struct StalledReader {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReader<v1::ReadRegionResponse>> reader;
+    ~StalledReader() { context.TryCancel(); }
+  };
+  std::unique_ptr<StalledReader> Stall() {
+    auto stalled = std::make_unique<StalledReader>();
+    stalled->context.AddMetadata(kCapabilityHeader, Grant());
+    v1::ReadRegionRequest request;
+    request.set_shard_id(1);
+    request.add_offsets(0);
+    request.add_sizes(kBigBytes);
+    stalled->reader =
+        v1::Worker::NewStub(channel_)->ReadRegion(&stalled->context, request);
+    v1::ReadRegionResponse chunk;
+    EXPECT_TRUE(stalled->reader->Read(&chunk));  // the handler runs
+    return stalled;
+  }
+
+  HostShardStore store_;
+  std::unique_ptr<WorkerNode> node_;
+  std::unique_ptr<WorkerService> service_;
+  RunningServer server_;
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+TEST_F(WorkerStreamLimitsTest, ReaderThatNeverReadsIsCutOffAndItsPinReleased) {
+  Start(absl::Milliseconds(300));
+  std::unique_ptr<StalledReader> stalled = Stall();
+  ASSERT_THAT(store_.Free(1), IsOk());
+  // The chunks the worker has queued pin the freed shard, which still
+  // counts against the capacity...
+  EXPECT_GT(store_.PinnedBytes(), 0);
+  EXPECT_EQ(store_.BytesUsed(), 0);
+  // ...until the idle limit cancels the stream and gRPC drops them.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (store_.PinnedBytes() > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(store_.PinnedBytes(), 0);
+  EXPECT_EQ(store_.ChargedBytes(), 0);
+  v1::ReadRegionResponse chunk;
+  while (stalled->reader->Read(&chunk)) {
+  }
+  EXPECT_NE(stalled->reader->Finish().error_code(), grpc::StatusCode::OK);
+}
+
+TEST_F(WorkerStreamLimitsTest, StreamsBeyondTheCapAreRefused) {
+  Start(absl::Seconds(30));
+  std::unique_ptr<StalledReader> a = Stall();
+  std::unique_ptr<StalledReader> b = Stall();
+  grpc::ClientContext context;
+  context.AddMetadata(kCapabilityHeader, Grant());
+  v1::ReadRegionRequest request;
+  request.set_shard_id(1);
+  request.add_offsets(0);
+  request.add_sizes(16);
+  auto reader = v1::Worker::NewStub(channel_)->ReadRegion(&context, request);
+  v1::ReadRegionResponse chunk;
+  EXPECT_FALSE(reader->Read(&chunk));
+  const grpc::Status refused = reader->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(), ::testing::HasSubstr("at most 2"));
+  // Unary reads are not streams: still served.
+  EXPECT_THAT(ReadRegion(
+                  channel_, 1, Box{{0}, {16}}, 1, absl::Seconds(10),
+                  [&](int64_t, absl::string_view) { return absl::OkStatus(); },
+                  "", Grant()),
+              IsOk());
+}
+
+TEST_F(WorkerStreamLimitsTest, StopEndsAStalledStreamWithinTheGrace) {
+  Start(absl::Seconds(30));
+  std::unique_ptr<StalledReader> stalled = Stall();
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(server_.Stop(absl::Milliseconds(100)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  server_.server.reset();
+}
+
 TEST_F(WorkerServiceTest, CallsWithoutTheRightCapabilityChangeNothing) {
   auto read = [&](const std::string& capability) {
     return ReadRegion(
