@@ -42,13 +42,14 @@ Coordinator::Coordinator(CoordinatorOptions options,
                          std::unique_ptr<MetadataStore> store)
     : options_(std::move(options)),
       workers_(std::move(workers)),
+      held_(workers_.get()),
       store_(std::move(store)),
       log_(store_.get(), LogOptions(options_)),
       registry_(options_.lease, options_.clock, options_.max_workers),
       table_(TableOptions(options_), &log_),
-      orchestrator_(&registry_, &table_, &log_, workers_.get(),
-                    LimitsOf(options_)),
-      reconciler_(&registry_, &table_, &log_, workers_.get()) {
+      orchestrator_(&registry_, &table_, &log_, &held_, LimitsOf(options_)),
+      reconciler_(&registry_, &table_, &log_, &held_, &held_,
+                  options_.held_check_interval, options_.clock) {
   retire_thread_ = std::thread([this] { RetireLoop(); });
   if (options_.metrics != nullptr) {
     options_.metrics->AddCollector([this](MetricsRegistry& metrics) {
@@ -95,17 +96,27 @@ absl::Status Coordinator::Recover() {
   table_.Restore(state);
   recovered_.tensors = state.tensors.size();
   recovered_.workers = state.workers.size();
+  cluster_id_ = state.cluster_id;
   return absl::OkStatus();
 }
 
 absl::StatusOr<RegisterResult> Coordinator::RegisterWorker(
     const WorkerRegistration& registration,
     const std::vector<uint64_t>& held_shard_ids) {
-  return reconciler_.Register(registration, held_shard_ids);
+  TESSERA_ASSIGN_OR_RETURN(RegisterResult result,
+                           reconciler_.Register(registration, held_shard_ids));
+  result.cluster_id = cluster_id_;
+  return result;
 }
 
 bool Coordinator::Heartbeat(const std::string& name, int64_t bytes_used) {
   return registry_.Heartbeat(name, bytes_used);
+}
+
+HeartbeatResult Coordinator::Heartbeat(const std::string& name,
+                                       int64_t bytes_used,
+                                       const HeldReport& held) {
+  return reconciler_.Heartbeat(name, bytes_used, held);
 }
 
 std::vector<WorkerRecord> Coordinator::ListWorkers() const {

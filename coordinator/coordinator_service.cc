@@ -176,6 +176,7 @@ grpc::Status CoordinatorService::RegisterWorker(
   response->mutable_free_shard_ids()->Assign(result->free_shard_ids.begin(),
                                              result->free_shard_ids.end());
   response->set_capability_key(authority_->WorkerKey(request->name()));
+  response->set_cluster_id(result->cluster_id);
   return grpc::Status::OK;
 }
 
@@ -189,8 +190,20 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context,
       !bound.ok()) {
     return ToGrpcStatus(bound);
   }
-  response->set_reregister(
-      !coordinator_->Heartbeat(request->name(), request->bytes_used()));
+  HeldReport held;
+  held.count = request->held_count();
+  held.xor_ids = request->held_xor();
+  if (request->held_list()) {
+    held.ids.emplace(request->held_shard_ids().begin(),
+                     request->held_shard_ids().end());
+  }
+  const HeartbeatResult result =
+      coordinator_->Heartbeat(request->name(), request->bytes_used(), held);
+  response->set_reregister(!result.known);
+  response->set_send_held_shards(result.send_held);
+  response->mutable_free_shard_ids()->Assign(result.free_shard_ids.begin(),
+                                             result.free_shard_ids.end());
+  response->set_cluster_id(coordinator_->cluster_id());
   return grpc::Status::OK;
 }
 

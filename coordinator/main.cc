@@ -92,6 +92,13 @@ int Run() {
     return 1;
   }
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
+  // The directory is private (0700, files 0600) before the secret goes in.
+  if (!data_dir.empty()) {
+    if (absl::Status status = PrepareDataDir(data_dir); !status.ok()) {
+      spdlog::error("--data_dir: {}", std::string(status.message()));
+      return 1;
+    }
+  }
   absl::StatusOr<std::string> cluster_secret =
       LoadOrMakeClusterSecret(data_dir);
   if (!cluster_secret.ok()) {
@@ -155,6 +162,25 @@ int Run() {
                      ? absl::StrCat("; dropped a torn tail of ",
                                     file_store->torn_bytes_dropped(), " bytes")
                      : std::string());
+  }
+  if (file_store == nullptr || file_store->cluster_id_created()) {
+    spdlog::warn(
+        "NEW CLUSTER {}: {}. Workers that served another cluster keep its "
+        "shards quarantined (never freed on this coordinator's word) until "
+        "that cluster's coordinator is back; if you meant to continue an "
+        "existing cluster, stop now and give its --data_dir",
+        coordinator.cluster_id(),
+        file_store == nullptr
+            ? std::string("no --data_dir, so metadata and cluster live only "
+                          "as long as this process")
+        : coordinator.recovered().tensors + coordinator.recovered().workers == 0
+            ? absl::StrCat("--data_dir=", data_dir,
+                           " held no cluster, so a new, empty one "
+                           "starts there")
+            : absl::StrCat("the metadata in --data_dir=", data_dir,
+                           " had no cluster id; this is its id now"));
+  } else {
+    spdlog::info("cluster {}", coordinator.cluster_id());
   }
   // Recovered and serving: health says so.
   server->SetServing(true);

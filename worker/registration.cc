@@ -48,6 +48,91 @@ bool Registration::WaitRegistered(absl::Duration timeout) {
   return registered_.WaitForNotificationWithTimeout(timeout);
 }
 
+std::string Registration::cluster_id() const {
+  absl::MutexLock lock(&mu_);
+  return cluster_id_.value_or("");
+}
+
+int64_t Registration::quarantined() const {
+  absl::MutexLock lock(&mu_);
+  if (!cluster_id_.has_value()) return 0;
+  int64_t count = 0;
+  for (const auto& [id, owner] : owner_) count += owner != *cluster_id_;
+  return count;
+}
+
+std::vector<uint64_t> Registration::Attribute() {
+  std::vector<uint64_t> held = store_->ShardIds();
+  absl::MutexLock lock(&mu_);
+  absl::flat_hash_map<uint64_t, std::string> owner;
+  owner.reserve(held.size());
+  for (uint64_t id : held) {
+    auto it = owner_.find(id);
+    if (it != owner_.end()) {
+      owner.emplace(id, std::move(it->second));
+    } else {
+      owner.emplace(id, cluster_id_.value_or(""));
+    }
+  }
+  owner_ = std::move(owner);
+  return held;
+}
+
+void Registration::Serve(const std::string& cluster_id) {
+  absl::MutexLock lock(&mu_);
+  if (!cluster_id_.has_value()) {
+    spdlog::info("serving cluster {}", cluster_id);
+  } else if (*cluster_id_ != cluster_id) {
+    spdlog::warn(
+        "the coordinator at {} now serves cluster {}, not cluster {} as "
+        "before (a coordinator started on another --data_dir?)",
+        options_.coordinator, cluster_id, *cluster_id_);
+  }
+  cluster_id_ = cluster_id;
+  int64_t quarantined = 0;
+  for (const auto& [id, owner] : owner_) quarantined += owner != cluster_id;
+  if (quarantined > 0) {
+    spdlog::error(
+        "{} shard(s) held here belong to another cluster than {}: they stay "
+        "quarantined (kept, never freed on this coordinator's word) until "
+        "their own cluster's coordinator is back at {}",
+        quarantined, cluster_id, options_.coordinator);
+  } else if (quarantined_logged_ > 0) {
+    spdlog::info("rejoined cluster {}: no shard is quarantined any more",
+                 cluster_id);
+  }
+  quarantined_logged_ = quarantined;
+}
+
+int64_t Registration::FreeOwn(const std::vector<uint64_t>& ids) {
+  std::vector<uint64_t> own;
+  int64_t kept = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    for (uint64_t id : ids) {
+      auto it = owner_.find(id);
+      if (it == owner_.end()) continue;  // not held (freed already)
+      if (cluster_id_.has_value() && it->second == *cluster_id_) {
+        own.push_back(id);
+      } else {
+        ++kept;
+      }
+    }
+  }
+  for (uint64_t id : own) store_->Free(id).IgnoreError();
+  return kept;
+}
+
+std::vector<uint64_t> Registration::OwnShards() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> own;
+  if (!cluster_id_.has_value()) return own;
+  for (const auto& [id, owner] : owner_) {
+    if (owner == *cluster_id_) own.push_back(id);
+  }
+  return own;
+}
+
 CallOptions Registration::CoordinatorCall() const {
   CallOptions call;
   call.timeout = options_.rpc_timeout;
@@ -61,6 +146,7 @@ void Registration::Run() {
   absl::Duration backoff = absl::Milliseconds(50);
   absl::Duration heartbeat_interval = absl::Seconds(1);
   bool registered = false;
+  bool send_held = false;  // list the held shards in the next heartbeat
   int failures = 0;
   while (!stop_.HasBeenNotified()) {
     if (!registered) {
@@ -71,7 +157,9 @@ void Registration::Run() {
       *request.mutable_device() = DeviceToProto(options_.device);
       request.set_capacity_bytes(options_.capacity_bytes);
       request.set_bytes_used(store_->BytesUsed());
-      for (uint64_t id : store_->ShardIds()) request.add_held_shard_ids(id);
+      // Shards made since the last heartbeat belong to the cluster served
+      // until now; the reply may name another.
+      for (uint64_t id : Attribute()) request.add_held_shard_ids(id);
       v1::RegisterWorkerResponse response;
       absl::Status status =
           Call(CoordinatorCall(), [&](grpc::ClientContext* context) {
@@ -79,6 +167,9 @@ void Registration::Run() {
           });
       if (status.ok()) {
         registered = true;
+        send_held = false;
+        Attribute();
+        Serve(response.cluster_id());
         if (options_.on_key) options_.on_key(response.capability_key());
         if (options_.on_registered) options_.on_registered(true);
         failures = 0;
@@ -87,8 +178,8 @@ void Registration::Run() {
           heartbeat_interval =
               absl::Milliseconds(response.heartbeat_interval_ms());
         }
-        for (uint64_t id : response.free_shard_ids())
-          store_->Free(id).IgnoreError();
+        FreeOwn(std::vector<uint64_t>(response.free_shard_ids().begin(),
+                                      response.free_shard_ids().end()));
         {
           absl::MutexLock lock(&mu_);
           rank_ = response.rank();
@@ -112,16 +203,46 @@ void Registration::Run() {
       backoff = std::min(backoff * 2, options_.max_backoff);
       continue;
     }
-    if (stop_.WaitForNotificationWithTimeout(heartbeat_interval)) break;
+    // A list the coordinator asked for goes at once.
+    if (!send_held && stop_.WaitForNotificationWithTimeout(heartbeat_interval))
+      break;
     v1::HeartbeatRequest request;
     request.set_name(options_.name);
     request.set_bytes_used(store_->BytesUsed());
+    Attribute();
+    uint64_t held_xor = 0;
+    const std::vector<uint64_t> own = OwnShards();
+    for (uint64_t id : own) held_xor ^= id;
+    request.set_held_count(static_cast<int64_t>(own.size()));
+    request.set_held_xor(held_xor);
+    if (send_held) {
+      request.set_held_list(true);
+      request.mutable_held_shard_ids()->Assign(own.begin(), own.end());
+    }
+    send_held = false;
     v1::HeartbeatResponse response;
     absl::Status status =
         Call(CoordinatorCall(), [&](grpc::ClientContext* context) {
           return stub->Heartbeat(context, request, &response);
         });
-    if (status.ok() && response.reregister()) {
+    if (status.ok() && !response.reregister() &&
+        !response.cluster_id().empty() &&
+        response.cluster_id() != cluster_id()) {
+      // Not the coordinator this worker registered with: learn who it is.
+      spdlog::warn("coordinator {} answers for cluster {}; registering again",
+                   options_.coordinator, response.cluster_id());
+      registered = false;
+      if (options_.on_registered) options_.on_registered(false);
+    } else if (status.ok() && !response.reregister()) {
+      if (!response.free_shard_ids().empty()) {
+        spdlog::info("coordinator frees {} shard(s) no tensor references",
+                     response.free_shard_ids_size());
+        FreeOwn(std::vector<uint64_t>(response.free_shard_ids().begin(),
+                                      response.free_shard_ids().end()));
+      }
+      send_held = response.send_held_shards();
+      failures = 0;
+    } else if (status.ok() && response.reregister()) {
       spdlog::info(
           "coordinator does not know this worker any more; registering again");
       registered = false;

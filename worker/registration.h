@@ -2,15 +2,33 @@
 // start-up (retrying with backoff until the coordinator is reachable), then
 // heartbeats; registers again when the coordinator no longer knows it (after
 // a coordinator restart). Runs on its own thread; Stop() joins it.
+//
+// Cluster identity: each registration's reply names the coordinator's
+// cluster. Every shard belongs to the cluster this worker served when the
+// shard appeared (only that cluster's coordinator can order an allocation:
+// the capability key comes with the registration). A coordinator of another
+// cluster (one started on an empty or mistyped --data_dir) is served, but
+// its orders to free shards of a different cluster are not obeyed: those
+// shards stay quarantined (kept, counted in the log) and are left out of
+// what heartbeats report. When this worker registers again with their own
+// cluster's coordinator (it keeps re-registering whenever the coordinator
+// at --coordinator does not know it), they are its shards again.
+//
+// Heartbeats carry the count and XOR of the ids of the shards held for the
+// cluster served; when the coordinator asks, the next heartbeat lists them,
+// and the reply names those to free (coordinator/worker_reconciler.h).
 #ifndef TESSERA_WORKER_REGISTRATION_H_
 #define TESSERA_WORKER_REGISTRATION_H_
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -59,9 +77,24 @@ class Registration {
   int32_t rank() const ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until the first successful registration or `timeout`.
   bool WaitRegistered(absl::Duration timeout);
+  // The cluster id of the coordinator this worker registered with last
+  // ("" before the first registration).
+  std::string cluster_id() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Shards held that belong to another cluster than the one served now.
+  int64_t quarantined() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void Run();
+  // Attributes every held shard not yet attributed to the cluster served
+  // now, and forgets shards no longer held. Returns the ids held.
+  std::vector<uint64_t> Attribute() ABSL_LOCKS_EXCLUDED(mu_);
+  // Switches to the cluster a registration reply names, logging changes.
+  void Serve(const std::string& cluster_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Frees those of `ids` that belong to the cluster served; returns how
+  // many were kept because they belong to another.
+  int64_t FreeOwn(const std::vector<uint64_t>& ids) ABSL_LOCKS_EXCLUDED(mu_);
+  // The held shards of the cluster served (Attribute first).
+  std::vector<uint64_t> OwnShards() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Register and heartbeat are tried once per round; the loop retries.
   CallOptions CoordinatorCall() const;
@@ -74,6 +107,11 @@ class Registration {
   std::thread thread_;
   mutable absl::Mutex mu_;
   int32_t rank_ ABSL_GUARDED_BY(mu_) = -1;
+  // The cluster served; nullopt until the first registration.
+  std::optional<std::string> cluster_id_ ABSL_GUARDED_BY(mu_);
+  // The cluster each held shard belongs to.
+  absl::flat_hash_map<uint64_t, std::string> owner_ ABSL_GUARDED_BY(mu_);
+  int64_t quarantined_logged_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tessera

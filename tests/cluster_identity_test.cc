@@ -1,0 +1,106 @@
+// Cluster identity on real processes: a coordinator started on an empty
+// --data_dir is a new cluster, and workers never free the shards of their
+// own cluster on its word. They keep them (quarantined), serve the new
+// cluster meanwhile, and give them back to their own coordinator when it
+// returns on its original --data_dir.
+#include <signal.h>
+#include <stdio.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "client/tessera_client.h"
+#include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/cluster.h"
+#include "tests/test_arrays.h"
+
+namespace tessera {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::unique_ptr<Client> Connect(const TestCluster& cluster) {
+  auto client = Client::Connect(cluster.coordinator_address());
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? *std::move(client) : nullptr;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+TEST(ClusterIdentityTest, ACoordinatorOfAnotherClusterNeverFreesTheShards) {
+  TestClusterOptions options;
+  options.num_workers = 2;
+  options.durable = true;
+  options.coordinator_flags = {"--heartbeat_ms=200"};
+  auto cluster = TestCluster::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string data_dir = (*cluster)->data_dir();
+  const HostArray array = Iota(DType::kFloat32, {64, 33}, 7);
+  int64_t bytes = 0;
+  {
+    auto client = Connect(**cluster);
+    ASSERT_NE(client, nullptr);
+    ASSERT_OK(client->Put("t", array, LayoutSpec::Chunk(0, Ranks({0, 1}))));
+    bytes = TotalBytesUsed(*client);
+    ASSERT_EQ(bytes, 64 * 33 * 4);
+  }
+
+  // The same coordinator address, an empty --data_dir: another cluster.
+  ASSERT_EQ((*cluster)->StopCoordinator(SIGTERM), 0);
+  ASSERT_EQ(rename(data_dir.c_str(), (data_dir + ".own").c_str()), 0);
+  ASSERT_OK((*cluster)->RestartCoordinator());
+  {
+    auto client = Connect(**cluster);
+    ASSERT_NE(client, nullptr);
+    auto list = client->List();
+    ASSERT_OK(list);
+    EXPECT_TRUE(list->empty());
+    // Several heartbeats: the workers were told to free every shard they
+    // hold, and keep them.
+    absl::SleepFor(absl::Seconds(1.5));
+    EXPECT_EQ(TotalBytesUsed(*client), bytes);
+  }
+  std::string logs;
+  for (int i = 0; i < 2; ++i) {
+    logs += ReadFile(std::filesystem::path(data_dir).parent_path() /
+                     ((*cluster)->worker_name(i) + ".log"));
+  }
+  EXPECT_THAT(logs, HasSubstr("quarantined"));
+  EXPECT_THAT(ReadFile(std::filesystem::path(data_dir).parent_path() /
+                       "coordinator.log"),
+              HasSubstr("NEW CLUSTER"));
+
+  // Their own coordinator returns: the tensor is whole, nothing was lost.
+  ASSERT_EQ((*cluster)->StopCoordinator(SIGTERM), 0);
+  std::filesystem::remove_all(data_dir);
+  ASSERT_EQ(rename((data_dir + ".own").c_str(), data_dir.c_str()), 0);
+  ASSERT_OK((*cluster)->RestartCoordinator());
+  auto client = Connect(**cluster);
+  ASSERT_NE(client, nullptr);
+  auto got = client->Get("t");
+  ASSERT_OK(got);
+  EXPECT_TRUE(SameBytes(*got, array));
+  EXPECT_EQ(TotalBytesUsed(*client), bytes);
+  logs.clear();
+  for (int i = 0; i < 2; ++i) {
+    logs += ReadFile(std::filesystem::path(data_dir).parent_path() /
+                     ((*cluster)->worker_name(i) + ".log"));
+  }
+  EXPECT_THAT(logs, HasSubstr("rejoined cluster"));
+  // And it frees them when told to by its own cluster.
+  ASSERT_OK(client->Delete("t"));
+  EXPECT_EQ(TotalBytesUsed(*client), 0);
+}
+
+}  // namespace
+}  // namespace tessera
