@@ -108,9 +108,18 @@ absl::Status ReadShardBox(Connection& connection, const TensorMetadata& meta,
 
 absl::Status GatherRegion(Connection& connection, const TensorMetadata& meta,
                           const Box& region, char* out) {
-  const std::vector<RegionPiece> pieces = PlanRegion(
-      meta.shards.size(),
-      [&](size_t i) -> const Box& { return meta.shards[i].box; }, region);
+  return GatherRegion(connection, meta, nullptr, region, out);
+}
+
+absl::Status GatherRegion(Connection& connection, const TensorMetadata& meta,
+                          const BoxIndex* index, const Box& region, char* out) {
+  const std::function<const Box&(size_t)> box_of = [&](size_t i) -> const Box& {
+    return meta.shards[i].box;
+  };
+  const std::vector<RegionPiece> pieces =
+      index != nullptr && index->size() == meta.shards.size()
+          ? PlanRegion(*index, box_of, region)
+          : PlanRegion(meta.shards.size(), box_of, region);
   for (const RegionPiece& piece : pieces) {
     TESSERA_RETURN_IF_ERROR(CheckAvailable(meta, piece.shard_index));
   }

@@ -14,6 +14,10 @@
 namespace tessera {
 namespace {
 
+// Cached tensors of at least this many shards get a BoxIndex: below, a look
+// at every shard costs about as much as a query.
+constexpr size_t kIndexFromShards = 64;
+
 // The capabilities that came with the metadata, kept beside it for the
 // data plane (ReadLocations hands them to the transports).
 absl::StatusOr<TensorMetadata> WithCapabilities(
@@ -251,11 +255,29 @@ absl::Status Client::Delete(const std::string& name) {
               });
 }
 
-std::shared_ptr<const TensorMetadata> Client::CachedMetadata(
-    const std::string& name) {
+Client::CachedTensor Client::CachedMetadata(const std::string& name) {
+  CachedTensor entry;
+  {
+    absl::MutexLock lock(&cache_mu_);
+    auto it = metadata_cache_.find(name);
+    if (it == metadata_cache_.end()) return entry;
+    entry = it->second;
+  }
+  if (entry.index != nullptr || entry.meta->shards.size() < kIndexFromShards) {
+    return entry;
+  }
+  // Built once per cached version, outside the lock; a racing reader may
+  // build another, and either one serves.
+  const TensorMetadata& meta = *entry.meta;
+  entry.index = std::make_shared<const BoxIndex>(
+      meta.shards.size(),
+      [&](size_t i) -> const Box& { return meta.shards[i].box; });
   absl::MutexLock lock(&cache_mu_);
   auto it = metadata_cache_.find(name);
-  return it == metadata_cache_.end() ? nullptr : it->second;
+  if (it != metadata_cache_.end() && it->second.meta == entry.meta) {
+    it->second.index = entry.index;
+  }
+  return entry;
 }
 
 void Client::CacheMetadata(std::shared_ptr<const TensorMetadata> meta) {
@@ -264,7 +286,8 @@ void Client::CacheMetadata(std::shared_ptr<const TensorMetadata> meta) {
   absl::MutexLock lock(&cache_mu_);
   if (static_cast<int>(metadata_cache_.size()) >= limit)
     metadata_cache_.clear();
-  metadata_cache_[meta->name] = std::move(meta);
+  const std::string name = meta->name;
+  metadata_cache_[name] = CachedTensor{std::move(meta), nullptr};
 }
 
 void Client::ForgetMetadata(const std::string& name) {
@@ -278,8 +301,9 @@ absl::Status Client::ReadRegion(
                                               const Box&)>& destination) {
   uint64_t last_version = 0;
   for (int attempt = 0;; ++attempt) {
-    std::shared_ptr<const TensorMetadata> meta =
-        attempt == 0 ? CachedMetadata(name) : nullptr;
+    CachedTensor entry;
+    if (attempt == 0) entry = CachedMetadata(name);
+    std::shared_ptr<const TensorMetadata> meta = entry.meta;
     const bool cached = meta != nullptr;
     if (!cached) {
       TESSERA_ASSIGN_OR_RETURN(TensorMetadata fresh, Describe(name));
@@ -289,7 +313,8 @@ absl::Status Client::ReadRegion(
     absl::Status status = CheckWithin(box, meta->shape, "region");
     if (status.ok()) {
       absl::StatusOr<char*> out = destination(*meta, box);
-      status = out.ok() ? GatherRegion(*connection_, *meta, box, *out)
+      status = out.ok() ? GatherRegion(*connection_, *meta, entry.index.get(),
+                                       box, *out)
                         : out.status();
     }
     if (status.ok()) {

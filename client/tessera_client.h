@@ -23,6 +23,7 @@
 #include "client/client_options.h"
 #include "client/host_array.h"
 #include "core/box.h"
+#include "core/box_index.h"
 #include "core/dtype.h"
 #include "core/init_fill.h"
 #include "core/layout_spec.h"
@@ -139,8 +140,17 @@ class Client {
                           const std::function<absl::StatusOr<char*>(
                               const TensorMetadata&, const Box&)>& destination);
 
-  // The cached metadata of `name`, or null.
-  std::shared_ptr<const TensorMetadata> CachedMetadata(const std::string& name)
+  // Metadata of one tensor version, and once it is read from the cache, a
+  // BoxIndex of its shard boxes, so each region fetch finds its shards in
+  // O(log n + pieces) rather than by looking at all n.
+  struct CachedTensor {
+    std::shared_ptr<const TensorMetadata> meta;
+    std::shared_ptr<const BoxIndex> index;  // null until first needed
+  };
+
+  // The cached metadata of `name` (null meta when none), with its index
+  // built if the tensor has enough shards for it to pay.
+  CachedTensor CachedMetadata(const std::string& name)
       ABSL_LOCKS_EXCLUDED(cache_mu_);
   void CacheMetadata(std::shared_ptr<const TensorMetadata> meta)
       ABSL_LOCKS_EXCLUDED(cache_mu_);
@@ -154,8 +164,8 @@ class Client {
   // worker, a region outside an old shape); any failure on a cached entry
   // drops it and the read is retried once on fresh metadata.
   absl::Mutex cache_mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<const TensorMetadata>>
-      metadata_cache_ ABSL_GUARDED_BY(cache_mu_);
+  absl::flat_hash_map<std::string, CachedTensor> metadata_cache_
+      ABSL_GUARDED_BY(cache_mu_);
 };
 
 }  // namespace tessera

@@ -21,6 +21,7 @@
 #include "coordinator/coordinator_testutil.h"
 #include "coordinator/fake_worker_control.h"
 #include "core/limits.h"
+#include "core/testing/adversarial_layouts.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -286,6 +287,80 @@ TEST_F(CoordinatorServiceTest, HugeSpecsAreSizedBeforeTheyAreConverted) {
       FromGrpcStatus(stub_->ReshardTensor(&context, reshard, &response)),
       StatusIs(absl::StatusCode::kResourceExhausted,
                HasSubstr("too many shards: 1048577")));
+}
+
+// A valid tiling of [m]^4 whose overlap search is the costliest of the
+// adversarial layouts (core/testing/adversarial_layouts.h), all on rank 0.
+v1::CreateTensorRequest AdversarialCreate(const std::string& name, int64_t m) {
+  std::vector<Box> boxes = Suffixes(m, /*fill=*/true);
+  Placement rank0;
+  rank0.rank = 0;
+  std::vector<Placement> placements(boxes.size(), rank0);
+  v1::CreateTensorRequest request;
+  request.set_name(name);
+  for (int d = 0; d < 4; ++d) request.add_shape(m);
+  request.mutable_properties()->set_dtype(DTypeToProto(DType::kInt8));
+  LayoutSpecToProto(LayoutSpec::Enumerable(std::move(boxes), placements),
+                    request.mutable_spec());
+  request.set_packed_reply(true);
+  return request;
+}
+
+constexpr int64_t kSlowM = 300;
+
+TEST_F(CoordinatorServiceTest, ALongValidationStopsWhenItsCallerGivesUp) {
+  Start();
+  // How long the whole create takes when nobody gives up.
+  const absl::Time start = absl::Now();
+  ASSERT_OK(Create(AdversarialCreate("whole", kSlowM)));
+  const absl::Duration whole = absl::Now() - start;
+  RecordProperty("create_ms",
+                 static_cast<int>(absl::ToInt64Milliseconds(whole)));
+
+  // A caller whose deadline passes a quarter of the way in: nothing is made.
+  EXPECT_THAT(Create(AdversarialCreate("late", kSlowM), whole / 4),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
+  // A caller that cancels a quarter of the way in: nothing is made either.
+  {
+    grpc::ClientContext context;
+    v1::CreateTensorResponse response;
+    std::thread cancel([&] {
+      absl::SleepFor(whole / 4);
+      context.TryCancel();
+    });
+    const grpc::Status status = stub_->CreateTensor(
+        &context, AdversarialCreate("cancelled", kSlowM), &response);
+    cancel.join();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+  }
+  // Had the coordinator carried on, both would be listed by now.
+  absl::SleepFor(whole * 2);
+  EXPECT_FALSE(Listed("late"));
+  EXPECT_FALSE(Listed("cancelled"));
+}
+
+TEST_F(CoordinatorServiceTest, ShutdownIsNotHeldUpByALongValidation) {
+  Start();
+  const absl::Time start = absl::Now();
+  ASSERT_OK(Create(AdversarialCreate("whole", kSlowM)));
+  const absl::Duration whole = absl::Now() - start;
+  std::thread call([&] {
+    // Fails once the server shuts down.
+    (void)Create(AdversarialCreate("slow", kSlowM));
+  });
+  absl::SleepFor(whole / 4);
+  // Calls in flight are cancelled at once; the handler must notice.
+  const absl::Time stop_start = absl::Now();
+  const bool stopped = server_.Stop(absl::ZeroDuration(), whole / 3);
+  const absl::Duration stopping = absl::Now() - stop_start;
+  call.join();
+  RecordProperty("stop_ms",
+                 static_cast<int>(absl::ToInt64Milliseconds(stopping)));
+  EXPECT_TRUE(stopped) << "stopping took " << stopping << "; a create takes "
+                       << whole;
+  if (!stopped) absl::SleepFor(whole * 2);  // let the handler finish first
+  EXPECT_FALSE(Listed("slow"));
+  server_.server = nullptr;
 }
 
 }  // namespace
