@@ -1,0 +1,400 @@
+// Crash harness: a seeded random sequence of create / put / reshard / rm on
+// a real durable cluster, with the coordinator killed (SIGKILL) at random
+// points — between requests and inside them — and sometimes a worker with
+// it; then a restart, and a model that checks after each restart:
+//
+//   * every acknowledged change is there (tensors, their versions' data);
+//   * a change that was not acknowledged is there whole or not at all;
+//   * every tensor reads back byte-exact;
+//   * every worker's bytes_used equals what the tensors it holds need (no
+//     orphan, no missed free), within a few heartbeats.
+//
+// A worker killed with the coordinator comes back empty: the tensors with a
+// shard on it are lost, which the model checks is reported, then removes.
+//
+// Short by default (CI); the environment sets a longer run:
+//   TESSERA_CRASH_CYCLES (default 20), TESSERA_CRASH_SEED (default 1).
+// scripts/crash_harness.sh runs 200+ cycles. The last line printed is the
+// summary: cycles, changes acknowledged, lost, leaked bytes.
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/tessera_client.h"
+#include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/cluster.h"
+#include "tests/test_arrays.h"
+
+namespace tessera {
+namespace {
+
+constexpr int kWorkers = 3;
+
+int64_t EnvInt(const char* name, int64_t fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? std::atoll(value) : fallback;
+}
+
+// What the model knows of one tensor.
+struct Expected {
+  std::shared_ptr<const HostArray> data;
+  uint64_t version = 1;
+};
+
+// A change sent but not acknowledged: after a restart the tensor is in one
+// of these states (nullopt: absent).
+struct Uncertain {
+  std::vector<std::optional<Expected>> allowed;
+};
+
+class Harness {
+ public:
+  Harness(TestCluster* cluster, uint32_t seed)
+      : cluster_(cluster), random_(seed) {}
+
+  // One cycle: some requests, a kill inside the last one, a restart, the
+  // checks. False on the first failed check (gtest has the details).
+  bool Cycle(int cycle) {
+    SCOPED_TRACE(absl::StrCat("cycle ", cycle));
+    auto client = Client::Connect(cluster_->coordinator_address());
+    EXPECT_TRUE(client.ok()) << client.status();
+    if (!client.ok()) return false;
+    const int requests = 1 + static_cast<int>(random_() % 4);
+    for (int i = 0; i + 1 < requests; ++i) RunOne(**client, /*kill=*/false);
+    // The last request races the kill.
+    const bool kill_worker = random_() % 8 == 0;
+    const int victim = static_cast<int>(random_() % kWorkers);
+    RunOne(**client, /*kill=*/true, kill_worker ? victim : -1);
+    client->reset();
+    EXPECT_OK(cluster_->RestartCoordinator());
+    if (kill_worker) {
+      EXPECT_OK(cluster_->RestartWorker(victim));
+    }
+    return Check(kill_worker ? victim : -1);
+  }
+
+  int64_t acknowledged() const { return acknowledged_; }
+  int64_t lost() const { return lost_; }
+  int64_t leaked_bytes() const { return leaked_bytes_; }
+  int64_t unacknowledged() const { return unacknowledged_; }
+  int64_t lost_to_worker_kills() const { return lost_to_worker_kills_; }
+
+ private:
+  std::string NewName() { return absl::StrCat("t", next_name_++); }
+  std::vector<Placement> RandomPlacements() {
+    std::vector<int> ranks;
+    const int n = 1 + static_cast<int>(random_() % 4);
+    for (int i = 0; i < n; ++i)
+      ranks.push_back(static_cast<int>(random_() % kWorkers));
+    std::vector<Placement> out;
+    for (int r : ranks) out.push_back(Ranks({r})[0]);
+    return out;
+  }
+  // Mostly small; one in three large enough (up to ~1 MiB) that the kill
+  // often lands inside the request.
+  Shape RandomShape() {
+    if (random_() % 3 == 0) {
+      return {64 + static_cast<int64_t>(random_() % 2000),
+              1 + static_cast<int64_t>(random_() % 64)};
+    }
+    return {4 + static_cast<int64_t>(random_() % 60),
+            1 + static_cast<int64_t>(random_() % 9)};
+  }
+  std::string AnyName() {
+    auto it = model_.begin();
+    std::advance(it, random_() % model_.size());
+    return it->first;
+  }
+
+  // Sends one random request; with `kill`, kills the coordinator (and worker
+  // `victim`, unless -1) at a random moment while it runs.
+  void RunOne(Client& client, bool kill, int victim = -1) {
+    int op = static_cast<int>(random_() % 10);
+    if (model_.empty()) op = op % 2;  // create or put
+    std::string name;
+    std::function<absl::Status()> call;
+    std::optional<Expected> before, after;
+    if (op <= 1 || op == 9) {
+      name = NewName();
+      const Shape shape = RandomShape();
+      const LayoutSpec spec = LayoutSpec::Chunk(
+          static_cast<int64_t>(random_() % 2), RandomPlacements());
+      Expected created;
+      if (op == 0) {
+        auto zeros = std::make_shared<HostArray>(
+            HostArray::Allocate(DType::kInt32, shape));
+        std::fill(zeros->data(), zeros->data() + zeros->num_bytes, 0);
+        created.data = zeros;
+        call = [&client, name, shape, spec] {
+          InitSpec init;
+          init.kind = InitSpec::Kind::kZeros;
+          return client.Create(name, shape, DType::kInt32, spec, init).status();
+        };
+      } else {
+        created.data = std::make_shared<HostArray>(Iota(
+            random_() % 2 ? DType::kFloat32 : DType::kInt64, shape, random_()));
+        auto data = created.data;
+        call = [&client, name, data, spec] {
+          return client.Put(name, *data, spec).status();
+        };
+      }
+      after = created;
+    } else if (op <= 6) {
+      name = AnyName();
+      before = model_.at(name);
+      const LayoutSpec spec = LayoutSpec::Chunk(
+          static_cast<int64_t>(random_() % 2), RandomPlacements());
+      call = [&client, name, spec] {
+        return client.Reshard(name, spec).status();
+      };
+      after = before;
+      after->version += 1;
+    } else {
+      name = AnyName();
+      before = model_.at(name);
+      call = [&client, name] { return client.Delete(name); };
+    }
+
+    absl::Status status;
+    if (!kill) {
+      status = call();
+    } else {
+      std::thread request([&] { status = call(); });
+      absl::SleepFor(absl::Microseconds(random_() % 20000));
+      cluster_->StopCoordinator(SIGKILL);
+      if (victim >= 0) cluster_->StopWorker(victim, SIGKILL);
+      request.join();
+    }
+    if (status.ok()) {
+      ++acknowledged_;
+      Set(name, after);
+    } else if (kill) {
+      ++unacknowledged_;
+      uncertain_[name].allowed = {before, after};
+      Set(name, std::nullopt);
+    } else {
+      // Without a crash every request here is valid and must succeed.
+      ADD_FAILURE() << "request on '" << name << "' failed: " << status;
+    }
+  }
+
+  void Set(const std::string& name, const std::optional<Expected>& state) {
+    if (state.has_value()) {
+      model_[name] = *state;
+    } else {
+      model_.erase(name);
+    }
+  }
+
+  bool Check(int lost_worker) {
+    auto client_or = Client::Connect(cluster_->coordinator_address());
+    EXPECT_TRUE(client_or.ok()) << client_or.status();
+    if (!client_or.ok()) return false;
+    Client& client = **client_or;
+    auto list = client.List();
+    EXPECT_TRUE(list.ok()) << list.status();
+    if (!list.ok()) return false;
+    std::map<std::string, uint64_t> listed;
+    for (const TensorInfo& t : *list) listed[t.name] = t.version;
+
+    // Tensors with a shard on a worker that came back empty are lost: their
+    // reads fail; they are removed (and leave the model).
+    if (lost_worker >= 0) {
+      const std::string worker = cluster_->worker_name(lost_worker);
+      for (const auto& [name, version] : listed) {
+        auto meta = client.Describe(name);
+        EXPECT_TRUE(meta.ok()) << name << ": " << meta.status();
+        if (!meta.ok()) return false;
+        bool on_it = false;
+        for (const ShardInfo& s : meta->shards) on_it |= s.worker == worker;
+        if (!on_it) continue;
+        // Reads of a lost shard must fail, never return wrong bytes.
+        if (meta->shards.size() > 0) {
+          auto got = client.Get(name);
+          const bool nonempty_lost = [&] {
+            for (const ShardInfo& s : meta->shards) {
+              if (s.worker == worker && s.box.NumElements() > 0) return true;
+            }
+            return false;
+          }();
+          if (nonempty_lost) {
+            EXPECT_FALSE(got.ok()) << name << " read despite a lost shard";
+          }
+        }
+        EXPECT_OK(client.Delete(name));
+        model_.erase(name);
+        uncertain_.erase(name);
+        ++lost_to_worker_kills_;
+      }
+      list = client.List();
+      EXPECT_TRUE(list.ok()) << list.status();
+      if (!list.ok()) return false;
+      listed.clear();
+      for (const TensorInfo& t : *list) listed[t.name] = t.version;
+    }
+
+    bool ok = true;
+    // Every acknowledged tensor, exact.
+    for (const auto& [name, want] : model_) {
+      auto it = listed.find(name);
+      if (it == listed.end()) {
+        ADD_FAILURE() << "acknowledged tensor '" << name << "' is gone";
+        ++lost_;
+        ok = false;
+        continue;
+      }
+      if (it->second != want.version) {
+        ADD_FAILURE() << "'" << name << "' is at version " << it->second
+                      << ", acknowledged " << want.version;
+        ++lost_;
+        ok = false;
+      }
+      auto got = client.Get(name);
+      if (!got.ok() || !SameBytes(*got, *want.data)) {
+        ADD_FAILURE() << "'" << name
+                      << "' does not read back exactly: " << got.status();
+        ++lost_;
+        ok = false;
+      }
+    }
+    // Every other tensor: an unacknowledged change, whole.
+    for (const auto& [name, version] : listed) {
+      if (model_.count(name) != 0) continue;
+      auto it = uncertain_.find(name);
+      if (it == uncertain_.end()) {
+        ADD_FAILURE() << "'" << name << "' exists but was never created";
+        ok = false;
+        continue;
+      }
+      bool matched = false;
+      auto got = client.Get(name);
+      for (const std::optional<Expected>& allowed : it->second.allowed) {
+        if (!allowed.has_value() || allowed->version != version) continue;
+        if (got.ok() && SameBytes(*got, *allowed->data)) {
+          model_[name] = *allowed;
+          matched = true;
+        }
+      }
+      if (!matched) {
+        ADD_FAILURE() << "'" << name << "' version " << version
+                      << " is half there: " << got.status();
+        ok = false;
+      }
+    }
+    // Uncertain changes whose tensor is absent: allowed only if absence is.
+    for (const auto& [name, uncertain] : uncertain_) {
+      if (listed.count(name) != 0) continue;
+      bool absent_allowed = false;
+      for (const auto& allowed : uncertain.allowed)
+        absent_allowed |= !allowed.has_value();
+      if (!absent_allowed) {
+        ADD_FAILURE() << "'" << name << "' vanished on an unacknowledged "
+                      << "reshard";
+        ++lost_;
+        ok = false;
+      }
+    }
+    uncertain_.clear();
+    if (!ok) return false;
+    return CheckBytes(client);
+  }
+
+  // Every worker's bytes_used equals the bytes of the shards it should hold,
+  // within a few heartbeats (frees of retired versions and orphans).
+  bool CheckBytes(Client& client) {
+    std::map<std::string, int64_t> want;
+    for (int i = 0; i < kWorkers; ++i) want[cluster_->worker_name(i)] = 0;
+    for (const auto& [name, expected] : model_) {
+      auto meta = client.Describe(name);
+      EXPECT_TRUE(meta.ok()) << meta.status();
+      if (!meta.ok()) return false;
+      for (const ShardInfo& s : meta->shards) {
+        want[s.worker] +=
+            s.box.NumElements() * static_cast<int64_t>(ItemSize(meta->dtype));
+      }
+    }
+    std::map<std::string, int64_t> got;
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (true) {
+      got.clear();
+      auto workers = client.Workers();
+      if (workers.ok()) {
+        for (const WorkerInfo& w : *workers) got[w.name] = w.bytes_used;
+      }
+      if (got == want || absl::Now() > deadline) break;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    if (got == want) return true;
+    for (const auto& [name, bytes] : want) {
+      leaked_bytes_ += got[name] - bytes;
+      ADD_FAILURE() << "worker " << name << " uses " << got[name]
+                    << " bytes; its shards need " << bytes;
+    }
+    return false;
+  }
+
+  TestCluster* const cluster_;
+  std::mt19937 random_;
+  int next_name_ = 0;
+  std::map<std::string, Expected> model_;
+  std::map<std::string, Uncertain> uncertain_;
+  int64_t acknowledged_ = 0;
+  int64_t unacknowledged_ = 0;
+  int64_t lost_ = 0;
+  int64_t leaked_bytes_ = 0;
+  int64_t lost_to_worker_kills_ = 0;
+};
+
+TEST(CrashHarnessTest, KillsAndRestartsLoseNothingAcknowledgedAndLeakNothing) {
+  const int cycles = static_cast<int>(EnvInt("TESSERA_CRASH_CYCLES", 20));
+  const uint32_t seed = static_cast<uint32_t>(EnvInt("TESSERA_CRASH_SEED", 1));
+  std::mt19937 pick(seed);
+  TestClusterOptions options;
+  options.num_workers = kWorkers;
+  options.durable = true;
+  options.coordinator_flags = {
+      "--heartbeat_ms=200", "--lease_ms=3000", "--retire_grace_ms=100",
+      absl::StrCat("--snapshot_every=", 1 + pick() % 6)};
+  auto cluster = TestCluster::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  Harness harness(cluster->get(), seed);
+  int done = 0;
+  const absl::Time start = absl::Now();
+  for (int cycle = 0; cycle < cycles; ++cycle) {
+    const bool ok = harness.Cycle(cycle);
+    ++done;
+    if (!ok) break;
+  }
+  std::printf(
+      "crash harness: seed %u, %d crash/restart cycles in %.0f s, %lld "
+      "changes acknowledged, %lld unacknowledged, %lld tensors lost with "
+      "killed workers (expected), %lld acknowledged changes lost, %lld bytes "
+      "leaked\n",
+      seed, done, absl::ToDoubleSeconds(absl::Now() - start),
+      static_cast<long long>(harness.acknowledged()),
+      static_cast<long long>(harness.unacknowledged()),
+      static_cast<long long>(harness.lost_to_worker_kills()),
+      static_cast<long long>(harness.lost()),
+      static_cast<long long>(harness.leaked_bytes()));
+  EXPECT_EQ(done, cycles);
+  EXPECT_EQ(harness.lost(), 0);
+  EXPECT_EQ(harness.leaked_bytes(), 0);
+}
+
+}  // namespace
+}  // namespace tessera
