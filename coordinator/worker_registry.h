@@ -10,7 +10,7 @@
 // Bounded: names and addresses are checked (core/placement.h: a name of at
 // most 64 characters, a HOST:PORT address of at most kMaxAddressBytes), and
 // at most `max_workers` workers are known at once, so the listing of all
-// workers stays far below one message (WorkerInfoBytesBound).
+// workers stays far below one message (kWorkerInfoBytesBound).
 //
 // Thread-safe; mu_ is a leaf lock (nothing is called while it is held).
 #ifndef TESSERA_COORDINATOR_WORKER_REGISTRY_H_
@@ -37,7 +37,7 @@ using Clock = std::function<absl::Time()>;
 // Default for the most workers one coordinator knows (alive or dead).
 inline constexpr size_t kDefaultMaxWorkers = 4096;
 // The most workers any coordinator knows, whatever it is configured with:
-// their listing stays under 24 MiB (WorkerInfoBytesBound each).
+// their listing stays within 25 MiB (kWorkerInfoBytesBound each).
 inline constexpr size_t kMaxWorkersCeiling = 65536;
 // An upper bound on the bytes one registered worker takes in a listing
 // (ListWorkers) or in a tensor's packed describe: a name of at most 64
