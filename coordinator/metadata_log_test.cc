@@ -93,7 +93,8 @@ TEST(MetadataLogTest, RecordsReachTheStoreInEnqueueOrder) {
   log.Enqueue(MetadataChange::DeletedTensor("a"));
   log.Enqueue(TensorChange("b", 1));
   log.Enqueue(TensorChange("a", 2));
-  const MetadataLog::Ticket last = log.Enqueue(MetadataChange::DeletedTensor("b"));
+  const MetadataLog::Ticket last =
+      log.Enqueue(MetadataChange::DeletedTensor("b"));
   store.Release();
   ASSERT_OK(log.Wait(last));
   const MetadataState state = log.DurableState();
@@ -111,8 +112,8 @@ TEST(MetadataLogTest, AFailedBatchFailsItsRecordsOnlyAndLeavesTheMirror) {
   const MetadataLog::Ticket a = log.Enqueue(TensorChange("a"));
   const MetadataLog::Ticket b = log.Enqueue(TensorChange("b"));
   store.Release();
-  EXPECT_THAT(log.Wait(x), StatusIs(absl::StatusCode::kInternal,
-                                    HasSubstr("disk on fire")));
+  EXPECT_THAT(log.Wait(x),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("disk on fire")));
   EXPECT_THAT(log.Wait(a), StatusIs(absl::StatusCode::kInternal,
                                     HasSubstr("recording metadata")));
   EXPECT_THAT(log.Wait(b), StatusIs(absl::StatusCode::kInternal));
@@ -127,11 +128,42 @@ TEST(MetadataLogTest, AFailedBatchFailsItsRecordsOnlyAndLeavesTheMirror) {
   EXPECT_EQ(log.stats().records, 1);
 }
 
+TEST(MetadataLogTest, ABatchOfUnknownOutcomeStopsInsteadOfFailing) {
+  ControlledStore store(std::make_unique<MemoryMetadataStore>());
+  MetadataLog::Options options;
+  std::atomic<int> stops{0};
+  options.on_unknown_outcome = [&](const absl::Status& status) {
+    EXPECT_THAT(status, StatusIs(absl::StatusCode::kDataLoss));
+    ++stops;
+  };
+  MetadataLog log(&store, options);
+  store.FailAppends(1, absl::InternalError("no space left on device"));
+  EXPECT_THAT(log.Append(TensorChange("a")),
+              StatusIs(absl::StatusCode::kInternal));
+  EXPECT_EQ(stops.load(), 0);  // known not written: the caller undoes it
+  store.FailAppends(1, absl::DataLossError("outcome unknown"));
+  EXPECT_THAT(log.Append(TensorChange("b")),
+              StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_EQ(stops.load(), 1);
+}
+
+TEST(MetadataLogTest, ABatchOfUnknownOutcomeEndsTheProcessByDefault) {
+  EXPECT_DEATH(
+      {
+        ControlledStore store(std::make_unique<MemoryMetadataStore>());
+        MetadataLog log(&store, MetadataLog::Options());
+        store.FailAppends(1, absl::DataLossError("outcome unknown"));
+        log.Append(TensorChange("b")).IgnoreError();
+      },
+      "");
+}
+
 TEST(MetadataLogTest, DestroyingTheLogWritesWhatIsQueued) {
   ControlledStore store(std::make_unique<MemoryMetadataStore>());
   {
     MetadataLog log(&store, MetadataLog::Options());
-    for (int i = 0; i < 20; ++i) log.Enqueue(TensorChange(absl::StrCat("t", i)));
+    for (int i = 0; i < 20; ++i)
+      log.Enqueue(TensorChange(absl::StrCat("t", i)));
   }
   auto stored = store.Load();
   ASSERT_OK(stored);
