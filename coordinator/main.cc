@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -40,6 +41,23 @@ ABSL_FLAG(bool, version, false, "print the version and exit");
 ABSL_FLAG(std::string, tokens, "",
           "file of principals, one `NAME ROLE SECRET` per line (mode 0600); "
           "turns authorization on");
+// Limits (README "Limits"); the defaults are CoordinatorOptions' own.
+ABSL_FLAG(int64_t, max_workers,
+          static_cast<int64_t>(tessera::CoordinatorOptions().max_workers),
+          "most workers known at once, dead ones included");
+ABSL_FLAG(int64_t, max_shards_per_tensor,
+          tessera::CoordinatorOptions().max_shards_per_tensor,
+          "most shards one tensor version may have");
+ABSL_FLAG(
+    int64_t, max_tensor_metadata_bytes,
+    tessera::CoordinatorOptions().max_tensor_metadata_bytes,
+    "most coordinator memory the metadata of one tensor version may take");
+ABSL_FLAG(absl::Duration, plan_budget,
+          tessera::CoordinatorOptions().plan_budget,
+          "longest the coordinator validates one layout or plans one reshard");
+ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(2),
+          "on SIGTERM, how long calls in flight may finish before the "
+          "process exits regardless");
 ABSL_FLAG(int64_t, retire_grace_ms, 5000,
           "after a reshard, how long the replaced version stays readable "
           "before it is freed");
@@ -72,6 +90,21 @@ int Run() {
   options.snapshot_every = absl::GetFlag(FLAGS_snapshot_every);
   options.retire_grace = absl::Milliseconds(
       std::max<int64_t>(0, absl::GetFlag(FLAGS_retire_grace_ms)));
+  if (absl::GetFlag(FLAGS_max_workers) <= 0 ||
+      absl::GetFlag(FLAGS_max_shards_per_tensor) <= 0 ||
+      absl::GetFlag(FLAGS_max_tensor_metadata_bytes) <= 0 ||
+      absl::GetFlag(FLAGS_plan_budget) <= absl::ZeroDuration() ||
+      absl::GetFlag(FLAGS_shutdown_grace) < absl::ZeroDuration()) {
+    spdlog::error(
+        "--max_workers, --max_shards_per_tensor, --max_tensor_metadata_bytes "
+        "and --plan_budget must be > 0, --shutdown_grace >= 0");
+    return 2;
+  }
+  options.max_workers = static_cast<size_t>(absl::GetFlag(FLAGS_max_workers));
+  options.max_shards_per_tensor = absl::GetFlag(FLAGS_max_shards_per_tensor);
+  options.max_tensor_metadata_bytes =
+      absl::GetFlag(FLAGS_max_tensor_metadata_bytes);
+  options.plan_budget = absl::GetFlag(FLAGS_plan_budget);
   MetricsRegistry metrics;
   options.metrics = &metrics;
   const std::string listen = absl::GetFlag(FLAGS_listen);
@@ -186,7 +219,14 @@ int Run() {
   server->SetServing(true);
   const int sig = WaitForTerminationSignal();
   spdlog::info("signal {} received; shutting down", sig);
-  server->Stop(absl::Seconds(2));
+  if (!server->Stop(absl::GetFlag(FLAGS_shutdown_grace))) {
+    // A handler ignores its cancellation: the grace bounds the exit, and
+    // what the handlers use must not be destroyed under them. Every
+    // acknowledged change is durable already.
+    spdlog::warn("calls still running after the shutdown grace; exiting");
+    spdlog::default_logger()->flush();
+    std::_Exit(0);
+  }
   spdlog::info("stopped");
   return 0;
 }
