@@ -173,6 +173,7 @@ int Run() {
   ServerOptions server_options;
   server_options.metrics = &metrics;
   server_options.credentials = security->server_credentials;
+  server_options.health_listen = security->health_listen;
   absl::StatusOr<RunningServer> server =
       StartServer(listen, {&service}, server_options);
   if (!server.ok()) {
@@ -181,6 +182,10 @@ int Run() {
   }
   spdlog::info("tessera-coordinator serving on {}",
                WithPort(listen, server->port));
+  if (server->health_port > 0) {
+    spdlog::info("health (plaintext, grpc.health.v1 only) on {}",
+                 WithPort(security->health_listen, server->health_port));
+  }
   spdlog::info("metadata: {}", store_description);
   spdlog::info("security: {}, {}", security->tls ? "mutual TLS" : "plaintext",
                authorization

@@ -12,6 +12,10 @@ ABSL_FLAG(std::string, tls_client_cert, "require",
           "require: callers must present a certificate signed by --tls_ca; "
           "optional: callers without one are let in (tokens then identify "
           "them)");
+ABSL_FLAG(std::string, health_listen, "",
+          "HOST:PORT of a plaintext port serving only grpc.health.v1, for "
+          "probes that cannot present a client certificate (the kubelet's "
+          "gRPC probe); empty = none");
 ABSL_FLAG(bool, insecure, false,
           "serve a non-loopback address without TLS or tokens (only on a "
           "network you trust)");
@@ -27,6 +31,7 @@ absl::StatusOr<DaemonSecurity> DaemonSecurityFromFlags(
       ParseClientCertPolicy(absl::GetFlag(FLAGS_tls_client_cert)));
   DaemonSecurity security;
   security.tls = files.enabled();
+  security.health_listen = absl::GetFlag(FLAGS_health_listen);
   TESSERA_RETURN_IF_ERROR(CheckProtectedMode(listen, security.tls || tokens,
                                              absl::GetFlag(FLAGS_insecure)));
   if (!security.tls) return security;

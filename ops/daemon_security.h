@@ -19,6 +19,9 @@ struct DaemonSecurity {
   // Null without TLS (plaintext).
   std::shared_ptr<grpc::ServerCredentials> server_credentials;
   std::shared_ptr<grpc::ChannelCredentials> channel_credentials;
+  // --health_listen: a plaintext port serving grpc.health.v1 alone, for
+  // probes that cannot speak mutual TLS (ServerOptions::health_listen).
+  std::string health_listen;
 };
 
 // Reads the shared flags. `tokens`: the daemon authenticates with tokens

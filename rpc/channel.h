@@ -75,6 +75,11 @@ struct ServerOptions {
   // and server reflection.
   bool health = true;
   bool reflection = true;
+  // HOST:PORT of a second, plaintext port serving grpc.health.v1 alone (and
+  // reflection): for probes that cannot speak the main port's mutual TLS,
+  // like the kubelet's gRPC probe. It answers what the main port's health
+  // does; no other service is reachable on it. Empty: none.
+  std::string health_listen;
   // Largest message either side accepts.
   int max_message_bytes = kMaxMessageBytes;
   // Most concurrent streams per client connection (more wait on the client

@@ -40,17 +40,44 @@ absl::StatusOr<RunningServer> StartServer(
     return absl::UnavailableError(absl::StrCat("cannot listen on ", listen,
                                                " (address in use or invalid)"));
   }
+  if (!options.health_listen.empty()) {
+    if (!options.health) {
+      return absl::InvalidArgumentError(
+          "a health port needs the health service (ServerOptions::health)");
+    }
+    grpc::ServerBuilder health_builder;
+    health_builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    health_builder.AddListeningPort(options.health_listen,
+                                    grpc::InsecureServerCredentials(),
+                                    &running.health_port);
+    running.health_server = health_builder.BuildAndStart();
+    if (running.health_server == nullptr || running.health_port == 0) {
+      running.server->Shutdown();
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on health address ",
+                       options.health_listen, " (address in use or invalid)"));
+    }
+  }
   running.SetServing(false);
   return running;
 }
 
 void RunningServer::SetServing(bool serving) {
-  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
-  if (health != nullptr) health->SetServingStatus(serving);
+  for (grpc::Server* s : {server.get(), health_server.get()}) {
+    if (s == nullptr) continue;
+    grpc::HealthCheckServiceInterface* health = s->GetHealthCheckService();
+    if (health != nullptr) health->SetServingStatus(serving);
+  }
 }
 
 bool RunningServer::Stop(absl::Duration grace, absl::Duration margin) {
   SetServing(false);
+  // Probes see NOT_SERVING, then nothing: the health port holds no calls
+  // worth a grace.
+  if (health_server != nullptr) {
+    health_server->Shutdown(std::chrono::system_clock::now());
+    health_server->Wait();
+  }
   // gRPC's Shutdown cancels the calls left at the deadline, then waits for
   // every handler to return, however long one ignores its cancellation:
   // wait for it here only as long as promised.

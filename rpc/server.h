@@ -18,6 +18,10 @@ namespace tessera {
 struct RunningServer {
   std::unique_ptr<grpc::Server> server;
   int port = 0;  // the bound port
+  // The plaintext health-only server of ServerOptions::health_listen, and
+  // its bound port (null and 0 without one).
+  std::unique_ptr<grpc::Server> health_server;
+  int health_port = 0;
 
   // Stops accepting calls, gives calls in flight `grace` to finish, cancels
   // the rest, and waits until every handler has returned, but no longer

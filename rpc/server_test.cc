@@ -66,6 +66,36 @@ TEST(ServerTest, HealthIsNotServingUntilToldAndAfterStop) {
   server->Stop(absl::ZeroDuration());
 }
 
+TEST(ServerTest, HealthPortAnswersAsTheMainPortAndServesNothingElse) {
+  FreeOnly service;
+  ServerOptions options;
+  options.health_listen = "127.0.0.1:0";
+  absl::StatusOr<RunningServer> server =
+      StartServer("127.0.0.1:0", {&service}, options);
+  ASSERT_THAT(server.status(), IsOk());
+  ASSERT_GT(server->health_port, 0);
+  ASSERT_NE(server->health_port, server->port);
+  auto channel = MakeChannel(WithPort("127.0.0.1:0", server->health_port));
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  EXPECT_EQ(Check(health.get()), HealthCheckResponse::NOT_SERVING);
+  server->SetServing(true);
+  EXPECT_EQ(Check(health.get()), HealthCheckResponse::SERVING);
+  // The daemon's own services are not reachable on the health port.
+  auto worker = v1::Worker::NewStub(channel);
+  grpc::ClientContext context;
+  v1::FreeShardsRequest request;
+  v1::FreeShardsResponse response;
+  EXPECT_EQ(worker->FreeShards(&context, request, &response).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_TRUE(server->Stop(absl::ZeroDuration()));
+  // Stopped: the health port is closed too.
+  grpc::ClientContext after;
+  after.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(500));
+  HealthCheckResponse answer;
+  EXPECT_FALSE(health->Check(&after, HealthCheckRequest(), &answer).ok());
+}
+
 TEST(ServerTest, ReflectionListsTheServices) {
   FreeOnly service;
   absl::StatusOr<RunningServer> server = StartServer("127.0.0.1:0", {&service});

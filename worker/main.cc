@@ -213,6 +213,7 @@ int Run() {
   ServerOptions server_options;
   server_options.metrics = &metrics;
   server_options.credentials = security->server_credentials;
+  server_options.health_listen = security->health_listen;
   server_options.max_threads = absl::GetFlag(FLAGS_max_threads);
   server_options.max_concurrent_streams =
       absl::GetFlag(FLAGS_max_streams_per_connection);
@@ -283,6 +284,10 @@ int Run() {
           ? std::string("unlimited")
           : absl::StrCat(absl::GetFlag(FLAGS_capacity_bytes), " bytes"),
       security->tls ? "mutual TLS" : "plaintext");
+  if (server->health_port > 0) {
+    spdlog::info("health (plaintext, grpc.health.v1 only) on {}",
+                 WithPort(security->health_listen, server->health_port));
+  }
 
   RegistrationOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
