@@ -346,10 +346,21 @@ def check_security(c, text, w, problems):
     token_flag = "--tokens" if daemon == "tessera-coordinator" else "--token_file"
     if not re.search(token_flag + r"=", text):
         problems.add(w, f"{daemon} has TLS but no {token_flag} (tokens say who may do what)")
+    # The kubelet's gRPC probe speaks plaintext: under TLS it must target the
+    # daemon's plaintext health port (--health_listen), never the main one.
+    health = re.search(r"--health_listen=\S*:(\d+)", text)
+    health_port = int(health.group(1)) if health else None
+    named = {p.get("name"): p.get("containerPort") for p in c.get("ports") or []}
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-        if "grpc" in (c.get(probe) or {}):
-            problems.add(w, f"{probe} is a gRPC probe, which cannot pass against mutual TLS "
-                            "(the kubelet's gRPC probe has no TLS); use tcpSocket or exec")
+        grpc_action = (c.get(probe) or {}).get("grpc")
+        if grpc_action is None:
+            continue
+        port = grpc_action.get("port")
+        port = named.get(port, port)
+        if health_port is None or port != health_port:
+            problems.add(w, f"{probe} is a gRPC probe on port {port!r}, which cannot pass "
+                            "against mutual TLS (the kubelet's gRPC probe has no TLS); "
+                            "probe the --health_listen port")
     pod_ip_vars = {e.get("name") for e in c.get("env") or []
                    if (((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
                        == "status.podIP")}

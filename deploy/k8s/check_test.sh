@@ -82,6 +82,9 @@ broken grpc-probe-without-port worker.yaml \
   'tcpSocket: {port: 7071}|||grpc: {service: tessera}' 'required field missing'
 broken grpc-probe-under-tls coordinator.yaml \
   'tcpSocket: {port: 7070}|||grpc: {port: 7070}' 'cannot pass against mutual TLS'
+# shellcheck disable=SC1003
+broken grpc-probe-without-health-port worker.yaml \
+  '--health_listen=0.0.0.0:8071 \|||\' 'probe the --health_listen port'
 # shellcheck disable=SC1003  # the backslashes are the text to find
 broken tls-without-tokens coordinator.yaml \
   '--tokens=/run/tessera/tokens \|||\' 'no --tokens'
