@@ -12,6 +12,7 @@ PACKAGES=(
   clang libfuzzer-14-dev libclang-rt-14-dev
   podman runc debootstrap catatonit podman-compose python3-kubernetes openssl
   prometheus python3-grpcio curl
+  libucx-dev ucx-utils nlohmann-json3-dev python3-torch
 )
 
 missing=()
