@@ -109,6 +109,10 @@ const std::string& Client::coordinator_address() const {
   return connection_->coordinator_address();
 }
 
+DataPlaneStats Client::TransferStats() const {
+  return connection_->data_plane().Stats();
+}
+
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
     const std::string& coordinator, ClientOptions options) {
   if (coordinator.empty() || coordinator.find(':') == std::string::npos) {

@@ -30,6 +30,7 @@
 #include "core/tensor_metadata.h"
 #include "core/transfer.h"
 #include "core/worker_info.h"
+#include "transport/transport_chain.h"
 
 namespace tessera {
 
@@ -124,6 +125,11 @@ class Client {
                                        const LayoutSpec& spec);
 
   const std::string& coordinator_address() const;
+
+  // Bytes each transport moved for this client since it connected, and the
+  // times a transport declined a move (a fallback), by transport name
+  // ("shm", "ucx", "grpc"): what `get --json` reports and metrics count.
+  DataPlaneStats TransferStats() const;
 
  private:
   explicit Client(std::shared_ptr<Connection> connection)
