@@ -1,0 +1,179 @@
+// The safetensors file format, read and written with every size checked:
+//
+//   [N: 8 bytes, little-endian uint64][N bytes: JSON header][data section]
+//
+//   header = {"NAME": {"dtype": "F32", "shape": [2, 3], "data_offsets": [B, E]},
+//             ..., "__metadata__": {"key": "value", ...}}   (metadata optional)
+//
+// Offsets are relative to the data section, entries are row-major and
+// little-endian, and they tile the data section exactly: no overlap, no
+// hole, nothing after the last (as the reference implementation requires).
+// Every problem is INVALID_ARGUMENT with "safetensors" in its message (plus
+// file errors from open/mmap, which name the file).
+//
+// ParseSafetensors works on bytes (no files; the fuzzer drives it).
+// SafetensorsReader maps a file read-only and hands out pointers into the
+// mapping (no copy of the data). SafetensorsWriter lays a file out from the
+// entries' names, dtypes and shapes, maps a temporary file of the final
+// size next to the destination, lets the caller fill each entry in place,
+// and renames it into place on Commit(); without Commit() nothing is left.
+//
+// Free functions are pure and thread-safe. A Reader is immutable after Open
+// and may be read from any thread; a Writer's entries may be filled from
+// several threads (disjoint ranges), but Commit() is called once, by one.
+#ifndef TESSERA_CLIENT_SAFETENSORS_FILE_H_
+#define TESSERA_CLIENT_SAFETENSORS_FILE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/box.h"
+#include "core/dtype.h"
+
+namespace tessera {
+
+// Largest JSON header accepted (the reference implementation's limit).
+inline constexpr int64_t kSafetensorsMaxHeaderBytes = 100'000'000;
+// Most entries in one file (a model has thousands; this bounds the
+// bookkeeping a hostile header can make us build).
+inline constexpr int64_t kSafetensorsMaxEntries = 1 << 20;
+// Most dims of one entry.
+inline constexpr int64_t kSafetensorsMaxRank = 64;
+// Most "__metadata__" pairs.
+inline constexpr int64_t kSafetensorsMaxMetadata = 1 << 16;
+
+// The reserved key of the header's string-to-string metadata.
+inline constexpr char kSafetensorsMetadataKey[] = "__metadata__";
+
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  Shape shape;  // may be empty (a 0-d scalar)
+  // [begin, end) in the data section.
+  int64_t begin = 0;
+  int64_t end = 0;
+
+  int64_t num_bytes() const { return end - begin; }
+};
+
+using SafetensorsMetadata = std::vector<std::pair<std::string, std::string>>;
+
+struct SafetensorsHeader {
+  // In data order (ascending `begin`; entries of 0 bytes by name among
+  // those at the same offset).
+  std::vector<SafetensorsEntry> entries;
+  SafetensorsMetadata metadata;  // in the header's order
+  int64_t data_offset = 0;       // 8 + N: where the data section starts
+  int64_t data_bytes = 0;        // the data section's size
+};
+
+// The safetensors dtype code ("F32", "BF16", "BOOL", ...) of a tessera
+// dtype, and back. F32 F64 F16 BF16 I8 U8 I16 I32 I64 BOOL map one to one;
+// other codes (U16, U32, U64, F8_*) are refused with a message naming them.
+absl::string_view SafetensorsDTypeCode(DType dtype);
+absl::StatusOr<DType> DTypeFromSafetensors(absl::string_view code);
+
+// Parses and validates a whole file held in `file` (header and data).
+// Checks: the 8-byte length (<= kSafetensorsMaxHeaderBytes and within the
+// file), well-formed JSON (an object, valid UTF-8, no duplicate keys, no
+// unknown fields), each entry's dtype, shape (<= kSafetensorsMaxRank dims,
+// each >= 0, element count x item size without overflow) and data_offsets
+// (begin <= end, size equal to the shape's bytes), names unique and
+// non-empty, at most kSafetensorsMaxEntries entries, and that the entries
+// cover the data section exactly (no overlap, no hole, no trailing bytes).
+absl::StatusOr<SafetensorsHeader> ParseSafetensors(absl::string_view file);
+
+// What a writer is given for each entry.
+struct SafetensorsTensor {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  Shape shape;
+};
+
+// A file laid out for writing: the header bytes (length prefix included,
+// JSON padded with spaces so the data starts at a multiple of 8) and each
+// entry's place in the data section.
+struct SafetensorsLayout {
+  std::string header;
+  // In file order: larger items first, then by name, so every entry's data
+  // is aligned to its item size.
+  std::vector<SafetensorsEntry> entries;
+  int64_t file_bytes = 0;
+};
+
+// Lays out `tensors` (names unique, non-empty, not "__metadata__"; at most
+// kSafetensorsMaxEntries; sizes without overflow) with optional metadata.
+// The same input always gives the same bytes.
+absl::StatusOr<SafetensorsLayout> LayoutSafetensors(
+    std::vector<SafetensorsTensor> tensors,
+    const SafetensorsMetadata& metadata = {});
+
+// A safetensors file mapped read-only, validated by ParseSafetensors.
+class SafetensorsReader {
+ public:
+  static absl::StatusOr<std::unique_ptr<SafetensorsReader>> Open(
+      const std::string& path);
+  ~SafetensorsReader();
+  SafetensorsReader(const SafetensorsReader&) = delete;
+  SafetensorsReader& operator=(const SafetensorsReader&) = delete;
+
+  const std::string& path() const { return path_; }
+  const SafetensorsHeader& header() const { return header_; }
+  const std::vector<SafetensorsEntry>& entries() const {
+    return header_.entries;
+  }
+  // The bytes of `entry` (one of entries()) inside the mapping.
+  const char* data(const SafetensorsEntry& entry) const {
+    return base_ + header_.data_offset + entry.begin;
+  }
+
+ private:
+  SafetensorsReader() = default;
+  std::string path_;
+  const char* base_ = nullptr;
+  int64_t size_ = 0;
+  SafetensorsHeader header_;
+};
+
+// Writes a laid-out file through a shared mapping of a temporary file in
+// the destination's directory (same file system, so the rename is atomic).
+class SafetensorsWriter {
+ public:
+  static absl::StatusOr<std::unique_ptr<SafetensorsWriter>> Create(
+      const std::string& path, SafetensorsLayout layout);
+  // Unmaps and, unless committed, removes the temporary file.
+  ~SafetensorsWriter();
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+
+  const std::vector<SafetensorsEntry>& entries() const {
+    return layout_.entries;
+  }
+  // Where entries()[i]'s bytes go.
+  char* data(size_t i) {
+    return base_ + layout_.header.size() + layout_.entries[i].begin;
+  }
+  int64_t file_bytes() const { return layout_.file_bytes; }
+
+  // Unmaps, closes and renames the file to its destination.
+  absl::Status Commit();
+
+ private:
+  SafetensorsWriter() = default;
+  std::string path_;
+  std::string temp_path_;
+  int fd_ = -1;
+  char* base_ = nullptr;
+  SafetensorsLayout layout_;
+  bool committed_ = false;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_CLIENT_SAFETENSORS_FILE_H_
