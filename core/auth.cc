@@ -41,6 +41,7 @@ const absl::flat_hash_map<std::string, Role>& MethodTable() {
       {"/tessera.v1.Coordinator/CommitTensor", Role::kWrite},
       {"/tessera.v1.Coordinator/DeleteTensor", Role::kWrite},
       {"/tessera.v1.Coordinator/ReshardTensor", Role::kWrite},
+      {"/tessera.v1.Coordinator/UpdateTensor", Role::kWrite},
   };
   return *table;
 }

@@ -76,6 +76,7 @@ absl::StatusOr<Right> RequiredRight(absl::string_view full_method) {
       {"/tessera.v1.Worker/ReadRegion", kRightRead},
       {"/tessera.v1.Worker/ReadSmallRegion", kRightRead},
       {"/tessera.v1.Worker/MapShard", kRightRead},
+      {"/tessera.v1.Worker/ReadRows", kRightRead},
   };
   for (const auto& row : kTable) {
     if (full_method == row.method) return row.right;

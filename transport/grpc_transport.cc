@@ -313,7 +313,7 @@ absl::Status ReadRegion(const std::shared_ptr<grpc::Channel>& channel,
 absl::Status WriteShard(v1::Worker::StubInterface* stub, uint64_t shard_id,
                         int64_t size, const ChunkSource& source,
                         absl::Duration timeout, absl::string_view context_text,
-                        absl::string_view capability) {
+                        absl::string_view capability, const Box* part) {
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
   PresentCapability(&context, capability);
@@ -322,6 +322,11 @@ absl::Status WriteShard(v1::Worker::StubInterface* stub, uint64_t shard_id,
       stub->WriteShard(&context, &response);
   v1::WriteShardRequest chunk;
   chunk.set_shard_id(shard_id);
+  if (part != nullptr) {
+    chunk.mutable_box_offsets()->Assign(part->offsets.begin(),
+                                        part->offsets.end());
+    chunk.mutable_box_sizes()->Assign(part->sizes.begin(), part->sizes.end());
+  }
   int64_t offset = 0;
   // An empty shard still sends one message so the worker sees the shard id.
   do {
@@ -380,6 +385,101 @@ absl::Status GrpcTransport::Write(const RemoteShard& shard,
                            dst.data(), item);
       },
       options_.timeout, "", shard.location.capability);
+}
+
+absl::Status GrpcTransport::ReadRows(absl::Span<const ShardRows> entries,
+                                     const RowSink& sink) {
+  if (entries.empty()) return absl::OkStatus();
+  const ShardLocation& first = entries[0].shard.location;
+  std::unique_ptr<v1::Worker::Stub> stub =
+      v1::Worker::NewStub(channels_->Get(first.address));
+  // The rows of the call being filled, in request order.
+  struct Slot {
+    size_t entry;
+    size_t k;
+    int64_t bytes;
+  };
+  std::vector<Slot> slots;
+  v1::ReadRowsRequest request;
+  int64_t request_bytes = 0;
+  auto send = [&]() -> absl::Status {
+    if (slots.empty()) return absl::OkStatus();
+    grpc::ClientContext context;
+    SetDeadline(&context, options_.timeout);
+    PresentCapability(&context, first.capability);
+    v1::ReadRowsResponse response;
+    TESSERA_RETURN_IF_ERROR(
+        FromGrpcStatus(stub->ReadRows(&context, request, &response)));
+    // Outside input: exactly the bytes asked for, or nothing is delivered.
+    if (static_cast<int64_t>(response.data().size()) != request_bytes) {
+      return absl::DataLossError(absl::StrCat(
+          "worker at ", first.address, " returned ", response.data().size(),
+          " bytes for ", slots.size(), " rows of ", request_bytes, " bytes"));
+    }
+    const char* at = response.data().data();
+    for (const Slot& slot : slots) {
+      sink(slot.entry, slot.k, at);
+      at += slot.bytes;
+    }
+    slots.clear();
+    request.Clear();
+    request_bytes = 0;
+    return absl::OkStatus();
+  };
+  std::string big_row;  // a row too large for one call
+  for (size_t e = 0; e < entries.size(); ++e) {
+    const ShardRows& entry = entries[e];
+    const RemoteShard& shard = entry.shard;
+    if (shard.location.address != first.address || shard.shape.empty()) {
+      return absl::InvalidArgumentError(
+          "a row read names shards of one worker, with their shapes");
+    }
+    const int64_t row_bytes = RowBytes(shard.shape, shard.item_bytes);
+    v1::ReadRowsRequest::Shard* out = nullptr;
+    for (size_t k = 0; k < entry.rows.size(); ++k) {
+      if (row_bytes > kMaxChunkBytes) {
+        Box row = WholeBox(shard.shape);
+        row.offsets[0] = entry.rows[k];
+        row.sizes[0] = 1;
+        big_row.resize(static_cast<size_t>(row_bytes));
+        TESSERA_RETURN_IF_ERROR(
+            Read(shard, row,
+                 ReadTarget::HostArray(big_row.data(), row.sizes,
+                                       std::vector<int64_t>(row.rank(), 0))));
+        sink(e, k, big_row.data());
+        continue;
+      }
+      if (static_cast<int64_t>(slots.size()) == kMaxRowsPerRead ||
+          request_bytes + row_bytes > kMaxChunkBytes) {
+        TESSERA_RETURN_IF_ERROR(send());
+        out = nullptr;
+      }
+      if (out == nullptr) {
+        out = request.add_shards();
+        out->set_shard_id(shard.location.shard_id);
+      }
+      out->add_rows(entry.rows[k]);
+      slots.push_back({e, k, row_bytes});
+      request_bytes += row_bytes;
+    }
+  }
+  return send();
+}
+
+absl::Status GrpcTransport::WriteBox(const RemoteShard& shard, const Box& box,
+                                     const WriteSource& source) {
+  const size_t item = static_cast<size_t>(shard.item_bytes);
+  std::unique_ptr<v1::Worker::Stub> stub =
+      v1::Worker::NewStub(channels_->Get(shard.location.address));
+  return WriteShard(
+      stub.get(), shard.location.shard_id, box.NumElements() * shard.item_bytes,
+      [&](int64_t byte_offset, absl::Span<char> dst) {
+        CopyBoxToFlatRange(source.data, source.shape, source.offsets,
+                           box.sizes, byte_offset / shard.item_bytes,
+                           static_cast<int64_t>(dst.size()) / shard.item_bytes,
+                           dst.data(), item);
+      },
+      options_.timeout, "", shard.location.capability, &box);
 }
 
 }  // namespace tessera

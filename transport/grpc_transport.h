@@ -60,10 +60,13 @@ using ChunkSource =
 // Streams `size` bytes, produced chunk by chunk (kChunkBytes each) by
 // `source`, as the full contents of shard `shard_id`. Each byte is copied once,
 // straight into the outgoing message.
+// With `part`, the bytes are those of that sub-box of the shard (shard
+// coordinates), the rest of the shard left as it is.
 absl::Status WriteShard(v1::Worker::StubInterface* stub, uint64_t shard_id,
                         int64_t size, const ChunkSource& source,
                         absl::Duration timeout, absl::string_view context_text,
-                        absl::string_view capability = {});
+                        absl::string_view capability = {},
+                        const Box* part = nullptr);
 
 // Serializes a ReadRegionResponse whose `data` is the concatenation of
 // `data` (slices that may point into a shard's memory: no copy is made) into
@@ -143,6 +146,12 @@ class GrpcTransport : public ShardTransport {
                     const ReadTarget& target) override;
   absl::Status Write(const RemoteShard& shard,
                      const WriteSource& source) override;
+  // Worker.ReadRows calls of up to kMaxChunkBytes and kMaxRowsPerRead rows
+  // each; a row larger than kMaxChunkBytes is streamed by itself.
+  absl::Status ReadRows(absl::Span<const ShardRows> entries,
+                        const RowSink& sink) override;
+  absl::Status WriteBox(const RemoteShard& shard, const Box& box,
+                        const WriteSource& source) override;
 
  private:
   ChannelCache* const channels_;

@@ -33,6 +33,25 @@ absl::Status ReadTarget::Deliver(absl::Span<const int64_t> box_sizes,
   return absl::OkStatus();
 }
 
+int64_t RowBytes(const Shape& shape, int64_t item_bytes) {
+  if (shape.empty()) return 0;
+  int64_t bytes = item_bytes;
+  for (size_t d = 1; d < shape.size(); ++d) bytes *= shape[d];
+  return bytes;
+}
+
+absl::Status ShardTransport::ReadRows(absl::Span<const ShardRows> entries,
+                                      const RowSink& sink) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("the ", name(), " transport does not read rows"));
+}
+
+absl::Status ShardTransport::WriteBox(const RemoteShard& shard, const Box& box,
+                                      const WriteSource& source) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("the ", name(), " transport does not write sub-boxes"));
+}
+
 absl::StatusOr<int64_t> ShardTransport::Transfer(const TransferBatch& batch,
                                                  TransferReceiver& receiver) {
   int64_t bytes = 0;

@@ -86,6 +86,21 @@ struct RemoteShard {
   Shape shape;
 };
 
+// Whole rows (dim 0, shard coordinates) of one shard, for ReadRows.
+struct ShardRows {
+  RemoteShard shard;  // shard.shape required: it gives the row size
+  std::vector<int64_t> rows;
+};
+
+// Receives row `k` of entry `entry` of a ReadRows call: the row's bytes,
+// whole, valid only during the call. Calls may come in any order, from one
+// thread at a time; a row may be delivered again after a fallback.
+using RowSink =
+    std::function<void(size_t entry, size_t k, const char* row_bytes)>;
+
+// Bytes of one whole row (dim 0) of a shard of `shape`; 0 for a 0-d shape.
+int64_t RowBytes(const Shape& shape, int64_t item_bytes);
+
 // Where one piece of a transfer lands on the receiving worker.
 struct PieceTarget {
   ReadTarget target;
@@ -118,6 +133,20 @@ class ShardTransport {
   // Writes the whole of `shard` (shard.shape required) from `source`.
   virtual absl::Status Write(const RemoteShard& shard,
                              const WriteSource& source) = 0;
+
+  // Reads whole rows of several shards that one worker holds, each row
+  // handed to `sink`, in as few calls as the transport can (never one per
+  // row): a row gather's share of that worker. The default declines
+  // (FAILED_PRECONDITION).
+  virtual absl::Status ReadRows(absl::Span<const ShardRows> entries,
+                                const RowSink& sink);
+
+  // Writes sub-box `box` (shard coordinates) of `shard` from `source`,
+  // whose sizes are the box's: a regional update's patch of a shard whose
+  // other bytes are already in place. The default declines
+  // (FAILED_PRECONDITION).
+  virtual absl::Status WriteBox(const RemoteShard& shard, const Box& box,
+                                const WriteSource& source);
 
   // Moves every piece of `batch` from its source worker into destination
   // shards held by `receiver` (the batch's destination worker, the caller).

@@ -477,4 +477,41 @@ absl::Status SharedMemoryTransport::Write(const RemoteShard& shard,
   return CopyShardToMapping(*mapping, shard.shape, source, shard.item_bytes);
 }
 
+absl::Status SharedMemoryTransport::ReadRows(absl::Span<const ShardRows> entries,
+                                             const RowSink& sink) {
+  if (cache_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "rows are read through shared memory only with kept mappings");
+  }
+  for (size_t e = 0; e < entries.size(); ++e) {
+    const RemoteShard& shard = entries[e].shard;
+    const ShardLocation& at = shard.location;
+    TESSERA_ASSIGN_OR_RETURN(
+        std::shared_ptr<const ShardMapping> mapping,
+        cache_->Map(at.address, channels_->Get(at.address), at.shard_id,
+                    shard.item_bytes, options_.timeout, at.capability));
+    TESSERA_RETURN_IF_ERROR(CheckShape(mapping->shape(), shard.shape));
+    if (shard.shape.empty()) {
+      return absl::FailedPreconditionError("a 0-d shard has no rows");
+    }
+    const int64_t row_bytes = RowBytes(shard.shape, shard.item_bytes);
+    const std::vector<int64_t>& rows = entries[e].rows;
+    for (size_t k = 0; k < rows.size(); ++k) {
+      // Out of range: the worker's own answer comes from gRPC.
+      if (rows[k] < 0 || rows[k] >= shard.shape[0]) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "row ", rows[k], " is outside shard ", at.shard_id));
+      }
+      const int64_t begin = rows[k] * row_bytes;
+      if (!mapping->Covers(begin, begin + row_bytes)) {
+        return absl::InternalError(
+            absl::StrCat("row ", rows[k], " of shard ", at.shard_id,
+                         " is not all in the mapped segment"));
+      }
+      sink(e, k, mapping->At(begin));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace tessera

@@ -230,6 +230,10 @@ class SharedMemoryTransport : public ShardTransport {
                     const ReadTarget& target) override;
   absl::Status Write(const RemoteShard& shard,
                      const WriteSource& source) override;
+  // Rows straight out of kept whole-shard mappings (cache_mappings only; a
+  // lookup service reads the same shards again and again).
+  absl::Status ReadRows(absl::Span<const ShardRows> entries,
+                        const RowSink& sink) override;
 
  private:
   ChannelCache* const channels_;

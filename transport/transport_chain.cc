@@ -40,12 +40,12 @@ const std::string& TransportChain::name() const {
 }
 
 template <typename Op>
-absl::Status TransportChain::Run(int64_t bytes, const Op& op) {
+absl::Status TransportChain::Run(int64_t bytes, const Op& op, bool by_size) {
   absl::Status status = absl::FailedPreconditionError(
       "no transport of this data plane can move these bytes");
   for (size_t i = 0; i < links_.size(); ++i) {
     Counted& c = *links_[i];
-    if (bytes < c.link.min_bytes) continue;
+    if (by_size && bytes < c.link.min_bytes) continue;
     status = op(*c.link.transport);
     if (status.ok()) {
       c.bytes.fetch_add(bytes, std::memory_order_relaxed);
@@ -68,6 +68,25 @@ absl::Status TransportChain::Write(const RemoteShard& shard,
                                    const WriteSource& source) {
   return Run(WholeBox(shard.shape).NumElements() * shard.item_bytes,
              [&](ShardTransport& t) { return t.Write(shard, source); });
+}
+
+absl::Status TransportChain::ReadRows(absl::Span<const ShardRows> entries,
+                                      const RowSink& sink) {
+  int64_t bytes = 0;
+  for (const ShardRows& entry : entries) {
+    bytes += static_cast<int64_t>(entry.rows.size()) *
+             RowBytes(entry.shard.shape, entry.shard.item_bytes);
+  }
+  return Run(
+      bytes, [&](ShardTransport& t) { return t.ReadRows(entries, sink); },
+      /*by_size=*/false);
+}
+
+absl::Status TransportChain::WriteBox(const RemoteShard& shard, const Box& box,
+                                      const WriteSource& source) {
+  return Run(box.NumElements() * shard.item_bytes, [&](ShardTransport& t) {
+    return t.WriteBox(shard, box, source);
+  });
 }
 
 DataPlaneStats TransportChain::Stats() const {

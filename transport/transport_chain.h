@@ -69,6 +69,12 @@ class TransportChain : public ShardTransport {
                     const ReadTarget& target) override;
   absl::Status Write(const RemoteShard& shard,
                      const WriteSource& source) override;
+  // Rows skip no link for their size: they come out of kept mappings, so
+  // even small lookups are cheaper than a call.
+  absl::Status ReadRows(absl::Span<const ShardRows> entries,
+                        const RowSink& sink) override;
+  absl::Status WriteBox(const RemoteShard& shard, const Box& box,
+                        const WriteSource& source) override;
 
   DataPlaneStats Stats() const;
 
@@ -79,9 +85,10 @@ class TransportChain : public ShardTransport {
     std::atomic<int64_t> fallbacks{0};
   };
 
-  // Runs `op` on each eligible transport until one does not decline.
+  // Runs `op` on each eligible transport until one does not decline. With
+  // `by_size` false, no link is skipped for moving fewer than min_bytes.
   template <typename Op>
-  absl::Status Run(int64_t bytes, const Op& op);
+  absl::Status Run(int64_t bytes, const Op& op, bool by_size = true);
 
   // Fixed at construction; only the counters change.
   std::vector<std::unique_ptr<Counted>> links_;

@@ -1,6 +1,7 @@
 #include "worker/worker_node.h"
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 #include <utility>
 
@@ -165,6 +166,101 @@ absl::Status WorkerNode::Allocate(absl::Span<const ShardAllocation> shards,
 absl::Status WorkerNode::Write(uint64_t id, int64_t byte_offset,
                                absl::string_view data) {
   return store_->Write(id, byte_offset, data);
+}
+
+absl::Status WorkerNode::WriteBox(uint64_t id, const Box& box,
+                                  int64_t byte_offset, absl::string_view data) {
+  TESSERA_ASSIGN_OR_RETURN(ShardDesc desc, store_->Describe(id));
+  TESSERA_RETURN_IF_ERROR(CheckWithin(box, desc.box.sizes, "written region"));
+  const int64_t item = static_cast<int64_t>(ItemSize(desc.dtype));
+  const int64_t size = static_cast<int64_t>(data.size());
+  if (byte_offset < 0 || byte_offset % item != 0 || size % item != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "write of ", size, " bytes at byte ", byte_offset, " of shard ", id,
+        " splits its ", item, "-byte elements"));
+  }
+  const int64_t box_bytes = box.NumElements() * item;
+  if (byte_offset > box_bytes || size > box_bytes - byte_offset) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "write of ", size, " bytes at byte ", byte_offset, " runs past the ",
+        box_bytes, "-byte region ", box.ToString(), " of shard ", id));
+  }
+  if (size == 0) return absl::OkStatus();
+  return store_->WriteBox(id, box, byte_offset / item, size / item,
+                          data.data());
+}
+
+absl::Status WorkerNode::ReadRows(absl::Span<const ShardRows> shards,
+                                  std::string* out) const {
+  out->clear();
+  // Everything is checked before a byte is copied, so the reply is sized
+  // once and a bad row costs no copying.
+  struct Part {
+    int64_t row_elements = 0;
+    int64_t row_bytes = 0;
+    Box row_box;  // row 0 of the shard, whole
+  };
+  std::vector<Part> parts(shards.size());
+  int64_t rows_total = 0, bytes_total = 0;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const ShardRows& entry = shards[i];
+    TESSERA_ASSIGN_OR_RETURN(ShardDesc desc, store_->Describe(entry.id));
+    const BoxCoords& sizes = desc.box.sizes;
+    if (sizes.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard ", entry.id, " is 0-d: it has no rows"));
+    }
+    Part& part = parts[i];
+    part.row_elements = 1;
+    for (size_t d = 1; d < sizes.size(); ++d) part.row_elements *= sizes[d];
+    part.row_bytes =
+        part.row_elements * static_cast<int64_t>(ItemSize(desc.dtype));
+    std::vector<int64_t> offsets(sizes.size(), 0), row_sizes(sizes.begin(),
+                                                             sizes.end());
+    row_sizes[0] = 1;
+    part.row_box = Box(absl::Span<const int64_t>(offsets),
+                       absl::Span<const int64_t>(row_sizes));
+    for (int64_t row : entry.rows) {
+      if (row < 0 || row >= sizes[0]) {
+        return absl::OutOfRangeError(
+            absl::StrCat("row ", row, " is out of bounds for shard ", entry.id,
+                         " of ", sizes[0], " rows"));
+      }
+    }
+    rows_total += static_cast<int64_t>(entry.rows.size());
+    bytes_total += static_cast<int64_t>(entry.rows.size()) * part.row_bytes;
+    if (rows_total > kMaxRowsPerRead || bytes_total > kMaxChunkBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a row read returns at most ", kMaxChunkBytes, " bytes and ",
+          kMaxRowsPerRead, " rows per call; split the rows"));
+    }
+  }
+  out->resize(static_cast<size_t>(bytes_total));
+  char* dst = out->data();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const ShardRows& entry = shards[i];
+    const Part& part = parts[i];
+    if (part.row_bytes == 0 || entry.rows.empty()) continue;
+    absl::StatusOr<PinnedShard> pinned = store_->Pin(entry.id);
+    if (pinned.ok()) {
+      for (int64_t row : entry.rows) {
+        std::memcpy(dst, pinned->data + row * part.row_bytes,
+                    static_cast<size_t>(part.row_bytes));
+        dst += part.row_bytes;
+      }
+      continue;
+    }
+    // Memory the host cannot address (device memory): row by row.
+    if (!absl::IsUnimplemented(pinned.status())) return pinned.status();
+    Box row_box = part.row_box;
+    for (int64_t row : entry.rows) {
+      row_box.offsets[0] = row;
+      TESSERA_RETURN_IF_ERROR(
+          store_->ReadBox(entry.id, row_box, 0, part.row_elements, dst));
+      dst += part.row_bytes;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<RegionReader> WorkerNode::OpenRegion(uint64_t id, const Box& box,

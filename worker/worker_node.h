@@ -157,6 +157,25 @@ class WorkerNode {
 
   // Copies `data` to bytes [byte_offset, +size) of shard `id`.
   absl::Status Write(uint64_t id, int64_t byte_offset, absl::string_view data);
+  // Copies `data` to bytes [byte_offset, +size) of the row-major sub-box
+  // `box` (shard coordinates) of shard `id`: a regional update's patch.
+  // OUT_OF_RANGE for a box outside the shard or bytes past its end;
+  // INVALID_ARGUMENT for a part of an element.
+  absl::Status WriteBox(uint64_t id, const Box& box, int64_t byte_offset,
+                        absl::string_view data);
+
+  // Rows of one shard for ReadRows: whole rows (dim 0, shard coordinates).
+  struct ShardRows {
+    uint64_t id = 0;
+    std::vector<int64_t> rows;
+  };
+  // Appends every row of every entry to `out`, whole and in order: one
+  // call serves a row gather's rows on this worker. NOT_FOUND for a shard
+  // not held, OUT_OF_RANGE for a row outside its shard, INVALID_ARGUMENT
+  // for a 0-d shard or more than kMaxChunkBytes of rows (or
+  // kMaxRowsPerRead rows) in one call. `out` is cleared first.
+  absl::Status ReadRows(absl::Span<const ShardRows> shards,
+                        std::string* out) const;
 
   // Plans a read of `box` (shard coordinates) of shard `id`, in chunks of
   // about `chunk_bytes` (0: the node's default; at most kMaxChunkBytes).

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -254,26 +255,39 @@ grpc::Status WorkerService::WriteShard(
   int64_t written = 0;
   uint64_t shard_id = 0;
   bool first = true;
+  std::optional<Box> part;  // a patch of a sub-box, else the whole shard
   while (limit.Run([&] { return reader->Read(&chunk); })) {
     if (first) {
       shard_id = chunk.shard_id();
       first = false;
       absl::Status admitted = Admit(*node_, *context, "WriteShard", {shard_id});
       if (!admitted.ok()) return ToGrpcStatus(admitted);
+      if (chunk.box_sizes_size() > 0 || chunk.box_offsets_size() > 0) {
+        absl::StatusOr<Box> box = BoxFromProto(chunk.box_offsets(),
+                                               chunk.box_sizes(), "box");
+        if (!box.ok()) return ToGrpcStatus(box.status());
+        part = *std::move(box);
+      }
     } else if (chunk.shard_id() != shard_id) {
       return ToGrpcStatus(absl::InvalidArgumentError(
           absl::StrCat("write stream switched from shard ", shard_id,
                        " to shard ", chunk.shard_id())));
     }
-    absl::Status status = node_->Write(shard_id, chunk.offset(), chunk.data());
+    absl::Status status =
+        part.has_value()
+            ? node_->WriteBox(shard_id, *part, chunk.offset(), chunk.data())
+            : node_->Write(shard_id, chunk.offset(), chunk.data());
     if (!status.ok()) return ToGrpcStatus(status);
     written += static_cast<int64_t>(chunk.data().size());
   }
   if (limit.fired()) return limit.Expired("sent");
   response->set_bytes_written(written);
-  // Written whole: sealed, as its version is about to be committed.
+  // Written whole: sealed, as its version is about to be committed. (A
+  // patch never seals: the rest of its shard was copied in by the
+  // coordinator's order.)
   absl::StatusOr<ShardDesc> desc = node_->store().Describe(shard_id);
-  if (!first && desc.ok() && written >= desc->ByteSize()) node_->Seal(shard_id);
+  if (!first && !part.has_value() && desc.ok() && written >= desc->ByteSize())
+    node_->Seal(shard_id);
   return grpc::Status::OK;
 }
 
@@ -326,6 +340,36 @@ grpc::Status WorkerService::ReadSmallRegion(
     TESSERA_ASSIGN_OR_RETURN(RegionReader reader, OpenRegion(*node_, *request));
     return reader.ReadAll(response->mutable_data());
   }();
+  return ToGrpcStatus(status);
+}
+
+grpc::Status WorkerService::ReadRows(grpc::ServerContext* context,
+                                     const v1::ReadRowsRequest* request,
+                                     v1::ReadRowsResponse* response) {
+  absl::Status status = [&]() -> absl::Status {
+    if (request->shards_size() > node_->options().max_shards_per_request) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a row read names at most ",
+          node_->options().max_shards_per_request, " shards"));
+    }
+    std::vector<uint64_t> ids;
+    std::vector<WorkerNode::ShardRows> shards(request->shards_size());
+    int64_t rows = 0;
+    for (int i = 0; i < request->shards_size(); ++i) {
+      const v1::ReadRowsRequest::Shard& in = request->shards(i);
+      rows += in.rows_size();
+      if (rows > kMaxRowsPerRead) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "a row read names at most ", kMaxRowsPerRead, " rows"));
+      }
+      ids.push_back(in.shard_id());
+      shards[i].id = in.shard_id();
+      shards[i].rows.assign(in.rows().begin(), in.rows().end());
+    }
+    TESSERA_RETURN_IF_ERROR(Admit(*node_, *context, "ReadRows", ids));
+    return node_->ReadRows(shards, response->mutable_data());
+  }();
+  if (!status.ok()) response->Clear();
   return ToGrpcStatus(status);
 }
 

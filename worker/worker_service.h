@@ -53,6 +53,9 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status Transfer(grpc::ServerContext* context,
                         const v1::TransferRequest* request,
                         v1::TransferResponse* response) override;
+  grpc::Status ReadRows(grpc::ServerContext* context,
+                        const v1::ReadRowsRequest* request,
+                        v1::ReadRowsResponse* response) override;
   grpc::Status FreeShards(grpc::ServerContext* context,
                           const v1::FreeShardsRequest* request,
                           v1::FreeShardsResponse* response) override;
