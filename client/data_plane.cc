@@ -1,6 +1,7 @@
 #include "client/data_plane.h"
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <functional>
 #include <map>
@@ -14,6 +15,7 @@
 #include "core/errors.h"
 #include "core/region_plan.h"
 #include "core/status_macros.h"
+#include "core/strided_copy.h"
 #include "core/tensor_metadata.h"
 #include "rpc/status.h"
 #include "transport/shard_transport.h"
@@ -168,6 +170,136 @@ absl::Status ScatterTensor(Connection& connection, const TensorMetadata& meta,
               status,
               absl::StrCat("writing shard ", index, " of tensor '", meta.name,
                            "' to worker '", info.worker, "'"));
+        }
+      }
+      return absl::OkStatus();
+    });
+  }
+  return RunParallel(std::move(tasks),
+                     connection.options().max_parallel_streams);
+}
+
+absl::Status GatherRows(Connection& connection, const TensorMetadata& meta,
+                        const RowPlan& plan, char* out) {
+  if (meta.shape.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", meta.name, "' is 0-d: it has no rows"));
+  }
+  const int64_t item = static_cast<int64_t>(ItemSize(meta.dtype));
+  // The output: one row of the tensor per position.
+  Shape out_shape = meta.shape;
+  out_shape[0] = static_cast<int64_t>(plan.positions.size());
+  const int64_t out_row_bytes = RowBytes(out_shape, item);
+  if (plan.rows.empty() || out_row_bytes == 0) return absl::OkStatus();
+
+  // Each shard's share: the distinct rows inside it, batched per worker.
+  struct Share {
+    size_t shard_index;
+    size_t first_row;  // index into plan.rows of the entry's first row
+  };
+  std::map<std::string, std::pair<std::vector<ShardRows>, std::vector<Share>>>
+      by_worker;
+  for (size_t i = 0; i < meta.shards.size(); ++i) {
+    const Box& box = meta.shards[i].box;
+    const auto [lo, hi] =
+        plan.Within(box.offsets[0], box.offsets[0] + box.sizes[0]);
+    if (lo == hi || box.NumElements() == 0) continue;
+    TESSERA_RETURN_IF_ERROR(CheckAvailable(meta, i));
+    const ShardLocation location = ReadLocations(meta, i).front();
+    auto& [entries, shares] = by_worker[location.address];
+    ShardRows& entry = entries.emplace_back();
+    entry.shard = ShardAt(meta, i, location);
+    entry.rows.reserve(hi - lo);
+    for (size_t r = lo; r < hi; ++r)
+      entry.rows.push_back(plan.rows[r] - box.offsets[0]);
+    shares.push_back({i, lo});
+  }
+  std::vector<std::function<absl::Status()>> tasks;
+  for (auto& [address, work] : by_worker) {
+    tasks.push_back([&, &entries = work.first,
+                     &shares = work.second]() -> absl::Status {
+      // Lands row k of entry e at every position of its tensor row: a
+      // shard spanning whole rows is one copy per position, else its part
+      // of the row goes to its columns.
+      const RowSink sink = [&](size_t e, size_t k, const char* row) {
+        const ShardInfo& shard = meta.shards[shares[e].shard_index];
+        const size_t r = shares[e].first_row + k;
+        const int64_t shard_row_bytes = RowBytes(shard.box.sizes, item);
+        const bool whole_rows = shard_row_bytes == out_row_bytes;
+        std::vector<int64_t> sizes(shard.box.sizes.begin(),
+                                   shard.box.sizes.end());
+        sizes[0] = 1;
+        std::vector<int64_t> offsets(shard.box.offsets.begin(),
+                                     shard.box.offsets.end());
+        for (int64_t p = plan.first[r]; p < plan.first[r + 1]; ++p) {
+          const int64_t position = plan.positions[p];
+          if (whole_rows) {
+            std::memcpy(out + position * out_row_bytes, row,
+                        static_cast<size_t>(out_row_bytes));
+            continue;
+          }
+          offsets[0] = position;
+          CopyFlatRangeToBox(row, 0, shard_row_bytes / item, sizes, out,
+                             out_shape, offsets, static_cast<size_t>(item));
+        }
+      };
+      absl::Status status = RetryTransportFailures(
+          [&] { return connection.data_plane().ReadRows(entries, sink); });
+      if (status.ok()) return status;
+      return ExplainRead(status, meta, shares.front().shard_index);
+    });
+  }
+  return RunParallel(std::move(tasks),
+                     connection.options().max_parallel_streams);
+}
+
+absl::Status ScatterUpdate(Connection& connection, const TensorMetadata& meta,
+                           const std::optional<Box>& region, const char* src,
+                           int64_t* bytes_written) {
+  const int64_t item = static_cast<int64_t>(ItemSize(meta.dtype));
+  const Box source_box = region.has_value() ? *region : WholeBox(meta.shape);
+  struct Part {
+    size_t index;
+    Box in_shard;
+    bool whole;
+  };
+  std::map<std::string, std::vector<Part>> by_worker;
+  for (size_t i = 0; i < meta.shards.size(); ++i) {
+    Box in_shard;
+    const UpdateAction action =
+        ClassifyForUpdate(meta.shards[i].box, region, &in_shard);
+    if (action == UpdateAction::kKeep) continue;
+    by_worker[meta.shards[i].address].push_back(
+        {i, in_shard, action == UpdateAction::kRewrite});
+    *bytes_written += in_shard.NumElements() * item;
+  }
+  std::vector<std::function<absl::Status()>> tasks;
+  for (const auto& [address, parts] : by_worker) {
+    tasks.push_back([&, &parts = parts]() -> absl::Status {
+      for (const Part& part : parts) {
+        const ShardInfo& info = meta.shards[part.index];
+        const RemoteShard shard =
+            ShardAt(meta, part.index, OwnerLocation(meta, part.index));
+        // The part's bytes in `src`: its tensor box relative to the region.
+        WriteSource source;
+        source.data = src;
+        source.shape = ToShape(source_box.sizes);
+        for (size_t d = 0; d < info.box.rank(); ++d) {
+          source.offsets.push_back(info.box.offsets[d] +
+                                   part.in_shard.offsets[d] -
+                                   source_box.offsets[d]);
+        }
+        absl::Status status = RetryTransportFailures([&] {
+          return part.whole
+                     ? connection.data_plane().Write(shard, source)
+                     : connection.data_plane().WriteBox(shard, part.in_shard,
+                                                        source);
+        });
+        if (!status.ok()) {
+          return Annotate(status, absl::StrCat("writing shard ", part.index,
+                                               " of tensor '", meta.name,
+                                               "' to worker '", info.worker,
+                                               "'"));
         }
       }
       return absl::OkStatus();

@@ -7,10 +7,14 @@
 #ifndef TESSERA_CLIENT_DATA_PLANE_H_
 #define TESSERA_CLIENT_DATA_PLANE_H_
 
+#include <cstdint>
+#include <optional>
+
 #include "absl/status/status.h"
 #include "client/connection.h"
 #include "core/box.h"
 #include "core/box_index.h"
+#include "core/region_plan.h"
 #include "core/tensor_metadata.h"
 
 namespace tessera {
@@ -31,6 +35,23 @@ absl::Status GatherRegion(Connection& connection, const TensorMetadata& meta,
 // tensor.
 absl::Status ScatterTensor(Connection& connection, const TensorMetadata& meta,
                            const char* src);
+
+// Reads the rows `plan` names (tensor rows, checked against meta's dim 0)
+// into `out`, a row-major array of shape [num_positions] + shape[1:], row
+// plan.rows[i] landing at each of its positions. Each distinct row is read
+// once, from every shard it spans (rows split across column shards too),
+// with one batched row read per worker, all workers in parallel.
+absl::Status GatherRows(Connection& connection, const TensorMetadata& meta,
+                        const RowPlan& plan, char* out);
+
+// Writes the new contents of an update into the shards of version N+1
+// (`meta`): `src` is a row-major array of `region`'s sizes (none: the
+// whole tensor). Shards outside the region are skipped (taken over from N),
+// shards inside it written whole, shards partly inside patched with their
+// part. Adds the bytes sent to `*bytes_written`.
+absl::Status ScatterUpdate(Connection& connection, const TensorMetadata& meta,
+                           const std::optional<Box>& region, const char* src,
+                           int64_t* bytes_written);
 
 // Reads the whole of shard `index` of `meta` into `out` (row-major over the
 // shard's box), straight from its worker.

@@ -299,10 +299,10 @@ void Client::ForgetMetadata(const std::string& name) {
   metadata_cache_.erase(name);
 }
 
-absl::Status Client::ReadRegion(
-    const std::string& name, const std::optional<Box>& region,
-    const std::function<absl::StatusOr<char*>(const TensorMetadata&,
-                                              const Box&)>& destination) {
+absl::Status Client::ReadWithRetry(
+    const std::string& name,
+    const std::function<absl::Status(const TensorMetadata&, const BoxIndex*)>&
+        read) {
   uint64_t last_version = 0;
   for (int attempt = 0;; ++attempt) {
     CachedTensor entry;
@@ -313,14 +313,7 @@ absl::Status Client::ReadRegion(
       TESSERA_ASSIGN_OR_RETURN(TensorMetadata fresh, Describe(name));
       meta = std::make_shared<const TensorMetadata>(std::move(fresh));
     }
-    const Box box = region.has_value() ? *region : WholeBox(meta->shape);
-    absl::Status status = CheckWithin(box, meta->shape, "region");
-    if (status.ok()) {
-      absl::StatusOr<char*> out = destination(*meta, box);
-      status = out.ok() ? GatherRegion(*connection_, *meta, entry.index.get(),
-                                       box, *out)
-                        : out.status();
-    }
+    absl::Status status = read(*meta, entry.index.get());
     if (status.ok()) {
       if (!cached) CacheMetadata(meta);
       return status;
@@ -337,6 +330,66 @@ absl::Status Client::ReadRegion(
     }
     return status;
   }
+}
+
+absl::Status Client::ReadRegion(
+    const std::string& name, const std::optional<Box>& region,
+    const std::function<absl::StatusOr<char*>(const TensorMetadata&,
+                                              const Box&)>& destination) {
+  return ReadWithRetry(
+      name, [&](const TensorMetadata& meta, const BoxIndex* index) {
+        const Box box = region.has_value() ? *region : WholeBox(meta.shape);
+        TESSERA_RETURN_IF_ERROR(CheckWithin(box, meta.shape, "region"));
+        TESSERA_ASSIGN_OR_RETURN(char* out, destination(meta, box));
+        return GatherRegion(*connection_, meta, index, box, out);
+      });
+}
+
+absl::StatusOr<HostArray> Client::GatherRows(
+    const std::string& name, absl::Span<const int64_t> indices) {
+  HostArray array;
+  TESSERA_RETURN_IF_ERROR(ReadWithRetry(
+      name, [&](const TensorMetadata& meta, const BoxIndex*) -> absl::Status {
+        if (meta.shape.empty()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("tensor '", name, "' is 0-d: it has no rows"));
+        }
+        TESSERA_ASSIGN_OR_RETURN(RowPlan plan,
+                                 PlanRows(indices, meta.shape[0]));
+        Shape shape = meta.shape;
+        shape[0] = static_cast<int64_t>(indices.size());
+        TESSERA_RETURN_IF_ERROR(ByteSize(shape, ItemSize(meta.dtype)).status());
+        if (array.buffer == nullptr || array.shape != shape ||
+            array.dtype != meta.dtype) {
+          array = HostArray::Allocate(meta.dtype, shape);
+        }
+        return tessera::GatherRows(*connection_, meta, plan, array.data());
+      }));
+  return array;
+}
+
+absl::Status Client::GatherRowsInto(const std::string& name,
+                                    absl::Span<const int64_t> indices,
+                                    char* out, int64_t out_bytes) {
+  return ReadWithRetry(
+      name, [&](const TensorMetadata& meta, const BoxIndex*) -> absl::Status {
+        if (meta.shape.empty()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("tensor '", name, "' is 0-d: it has no rows"));
+        }
+        TESSERA_ASSIGN_OR_RETURN(RowPlan plan,
+                                 PlanRows(indices, meta.shape[0]));
+        Shape shape = meta.shape;
+        shape[0] = static_cast<int64_t>(indices.size());
+        TESSERA_ASSIGN_OR_RETURN(int64_t need,
+                                 ByteSize(shape, ItemSize(meta.dtype)));
+        if (need != out_bytes) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "output buffer has ", out_bytes, " bytes but ", indices.size(),
+              " rows of '", name, "' need ", need));
+        }
+        return tessera::GatherRows(*connection_, meta, plan, out);
+      });
 }
 
 absl::StatusOr<HostArray> Client::Get(const std::string& name,
@@ -403,6 +456,86 @@ absl::StatusOr<std::vector<ShardHandle>> Client::Handles(
   for (size_t i = 0; i < shared->shards.size(); ++i)
     handles.emplace_back(connection_, shared, i);
   return handles;
+}
+
+absl::StatusOr<UpdateStats> Client::Update(const std::string& name,
+                                           const Shape& shape, DType dtype,
+                                           const char* data,
+                                           const std::optional<Box>& region) {
+  const absl::Time start = absl::Now();
+  // Checked against the current version, which the update then expects: a
+  // change made in between aborts it rather than being overwritten.
+  ForgetMetadata(name);
+  TESSERA_ASSIGN_OR_RETURN(TensorMetadata current, Describe(name));
+  if (dtype != current.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dtype mismatch: tensor '", name, "' is ", DTypeName(current.dtype),
+        ", the new contents are ", DTypeName(dtype)));
+  }
+  const Box target = region.has_value() ? *region : WholeBox(current.shape);
+  TESSERA_RETURN_IF_ERROR(CheckWithin(target, current.shape, "region"));
+  if (!SameDims(shape, target.sizes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shape mismatch: the new contents are ", ShapeToString(shape), ", ",
+        region.has_value() ? "the region " + target.ToString() + " is "
+                           : "tensor '" + name + "' is ",
+        ShapeToString(ToShape(target.sizes))));
+  }
+
+  v1::UpdateTensorRequest request;
+  request.set_name(name);
+  request.set_expected_version(current.version);
+  if (region.has_value()) {
+    request.set_has_region(true);
+    request.mutable_region_offsets()->Assign(region->offsets.begin(),
+                                             region->offsets.end());
+    request.mutable_region_sizes()->Assign(region->sizes.begin(),
+                                           region->sizes.end());
+  }
+  request.set_packed_reply(true);
+  v1::UpdateTensorResponse response;
+  TESSERA_RETURN_IF_ERROR(
+      Call(LongControlCall(*connection_), [&](grpc::ClientContext* context) {
+        return connection_->coordinator()->UpdateTensor(context, request,
+                                                        &response);
+      }));
+  TESSERA_ASSIGN_OR_RETURN(
+      TensorMetadata next,
+      WithCapabilities(TensorMetadataFromProto(response.tensor()),
+                       response.capabilities()));
+  UpdateStats stats;
+  stats.version = next.version;
+  stats.shards_kept = response.shards_kept();
+  absl::Status status = ScatterUpdate(*connection_, next, region, data,
+                                      &stats.bytes_written);
+  if (status.ok()) {
+    v1::CommitTensorRequest commit;
+    commit.set_name(name);
+    commit.set_version(next.version);
+    v1::CommitTensorResponse committed;
+    status = Call(ControlCall(*connection_, /*idempotent=*/false),
+                  [&](grpc::ClientContext* context) {
+                    return connection_->coordinator()->CommitTensor(
+                        context, commit, &committed);
+                  });
+  }
+  if (!status.ok()) {
+    // Leave nothing half-made: version N stays, N+1's new shards go.
+    v1::CommitTensorRequest abandon;
+    abandon.set_name(name);
+    abandon.set_version(next.version);
+    abandon.set_abandon(true);
+    v1::CommitTensorResponse abandoned;
+    Call(ControlCall(*connection_, /*idempotent=*/false),
+         [&](grpc::ClientContext* context) {
+           return connection_->coordinator()->CommitTensor(context, abandon,
+                                                           &abandoned);
+         })
+        .IgnoreError();
+    return status;
+  }
+  stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return stats;
 }
 
 absl::StatusOr<ReshardStats> Client::Reshard(const std::string& name,

@@ -20,6 +20,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "client/client_options.h"
 #include "client/host_array.h"
 #include "core/box.h"
@@ -46,6 +47,14 @@ struct TensorInfo {
 
 // What a reshard cost (CLI.md "reshard --json").
 using ReshardStats = ReshardResult;
+
+// What an update did (CLI.md "put --update --json").
+struct UpdateStats {
+  uint64_t version = 0;        // the version written
+  int64_t bytes_written = 0;   // bytes sent to the workers
+  int64_t shards_kept = 0;     // shards taken over unchanged (no copy)
+  double seconds = 0;
+};
 
 // RRef-like handle to one shard of one version of a tensor. ToHere() reads
 // the shard's bytes straight from its worker; once that version's shards are
@@ -114,6 +123,32 @@ class Client {
   // Region given as text ("0:5,:"; NumPy rules for negatives and open ends).
   absl::StatusOr<HostArray> GetRegion(const std::string& name,
                                       const std::string& region_text);
+  // Rows `indices` of dim 0 (any order, repeats allowed; negatives count
+  // from the end), as an array of shape [indices.size()] + shape[1:], row i
+  // being row indices[i]. Each distinct row is read once, with one batched
+  // request per worker. OUT_OF_RANGE "out of bounds" for an index outside.
+  absl::StatusOr<HostArray> GatherRows(const std::string& name,
+                                       absl::Span<const int64_t> indices);
+  // Same, into a caller's buffer of exactly that array's byte size.
+  absl::Status GatherRowsInto(const std::string& name,
+                              absl::Span<const int64_t> indices, char* out,
+                              int64_t out_bytes);
+
+  // Writes new contents into an existing tensor as version N+1, keeping its
+  // layout: `data` is a row-major array of `shape`, which must equal the
+  // tensor's (or, with `region`, the region's sizes), of the tensor's
+  // dtype. With a region, shards outside it are taken over unchanged.
+  // Readers see all of N or all of N+1. Of two concurrent changes of one
+  // tensor one gets ABORTED and leaves nothing behind.
+  absl::StatusOr<UpdateStats> Update(
+      const std::string& name, const Shape& shape, DType dtype,
+      const char* data, const std::optional<Box>& region = std::nullopt);
+  absl::StatusOr<UpdateStats> Update(
+      const std::string& name, const HostArray& array,
+      const std::optional<Box>& region = std::nullopt) {
+    return Update(name, array.shape, array.dtype, array.data(), region);
+  }
+
   // Shard `index` (0-based in describe order).
   absl::StatusOr<HostArray> GetShard(const std::string& name, int64_t index);
 
@@ -139,8 +174,15 @@ class Client {
                                                 const LayoutSpec& spec,
                                                 const InitSpec& init,
                                                 bool pending);
-  // Reads `region` of `meta` into `out`; retries once on fresh metadata if
-  // the version it read was replaced meanwhile.
+  // Runs `read` on the tensor's metadata (cached, else fresh) and the
+  // cached BoxIndex (may be null). A failure on cached metadata is retried
+  // on fresh metadata, and a read of a version replaced and freed meanwhile
+  // (ABORTED) on the new version, so a read sees one version whole.
+  absl::Status ReadWithRetry(
+      const std::string& name,
+      const std::function<absl::Status(const TensorMetadata&,
+                                       const BoxIndex*)>& read);
+  // Reads `region` of the tensor into the buffer `destination` gives.
   absl::Status ReadRegion(const std::string& name,
                           const std::optional<Box>& region,
                           const std::function<absl::StatusOr<char*>(

@@ -1,7 +1,11 @@
 #include "core/region_plan.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/errors.h"
 
 namespace tessera {
 
@@ -60,6 +64,55 @@ int64_t PiecesElements(absl::Span<const RegionPiece> pieces) {
   int64_t total = 0;
   for (const RegionPiece& piece : pieces) total += piece.global.NumElements();
   return total;
+}
+
+std::pair<size_t, size_t> RowPlan::Within(int64_t begin, int64_t end) const {
+  const auto lo = std::lower_bound(rows.begin(), rows.end(), begin);
+  const auto hi = std::lower_bound(lo, rows.end(), end);
+  return {static_cast<size_t>(lo - rows.begin()),
+          static_cast<size_t>(hi - rows.begin())};
+}
+
+absl::StatusOr<RowPlan> PlanRows(absl::Span<const int64_t> indices,
+                                 int64_t num_rows) {
+  // (row, output position), sorted by row: duplicates become neighbours.
+  std::vector<std::pair<int64_t, int64_t>> wanted;
+  wanted.reserve(indices.size());
+  for (size_t i = 0; i < indices.size(); ++i) {
+    int64_t row = indices[i];
+    if (row < 0 && row >= -num_rows) row += num_rows;
+    if (row < 0 || row >= num_rows) {
+      return OutOfBoundsError(
+          absl::StrCat("row index ", indices[i], " (at position ", i, ")"),
+          absl::StrCat("dim 0 has ", num_rows, " rows"));
+    }
+    wanted.emplace_back(row, static_cast<int64_t>(i));
+  }
+  std::sort(wanted.begin(), wanted.end());
+  RowPlan plan;
+  plan.positions.reserve(wanted.size());
+  for (const auto& [row, position] : wanted) {
+    if (plan.rows.empty() || plan.rows.back() != row) {
+      plan.rows.push_back(row);
+      plan.first.push_back(static_cast<int64_t>(plan.positions.size()));
+    }
+    plan.positions.push_back(position);
+  }
+  plan.first.push_back(static_cast<int64_t>(plan.positions.size()));
+  return plan;
+}
+
+UpdateAction ClassifyForUpdate(const Box& shard,
+                               const std::optional<Box>& region,
+                               Box* in_shard) {
+  if (!region.has_value()) {
+    *in_shard = WholeBox(shard.sizes);
+    return UpdateAction::kRewrite;
+  }
+  const std::optional<Box> inside = Intersect(shard, *region);
+  if (!inside.has_value()) return UpdateAction::kKeep;
+  *in_shard = Translate(*inside, shard.offsets);
+  return *inside == shard ? UpdateAction::kRewrite : UpdateAction::kPatch;
 }
 
 }  // namespace tessera

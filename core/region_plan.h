@@ -12,8 +12,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/box.h"
 #include "core/box_index.h"
@@ -50,6 +53,42 @@ std::vector<RegionPiece> PlanRegion(
 
 // The number of elements in `pieces`.
 int64_t PiecesElements(absl::Span<const RegionPiece> pieces);
+
+// --- Row gathers ---
+
+// What a gather of rows (dim 0) reads: each distinct row once, and the
+// output positions each one fills.
+struct RowPlan {
+  std::vector<int64_t> rows;  // distinct tensor rows, ascending
+  // rows[i] fills output positions positions[first[i] .. first[i + 1]).
+  std::vector<int64_t> first;
+  std::vector<int64_t> positions;
+
+  // The slice of `rows` inside [begin, end) (a shard's rows), as indices.
+  std::pair<size_t, size_t> Within(int64_t begin, int64_t end) const;
+};
+
+// Plans rows `indices` of a dim 0 of `num_rows` (negatives count from the
+// end, as in NumPy). OUT_OF_RANGE "out of bounds" naming the first index
+// outside.
+absl::StatusOr<RowPlan> PlanRows(absl::Span<const int64_t> indices,
+                                 int64_t num_rows);
+
+// --- Updates ---
+
+// What version N+1 of an update does with each shard of the (unchanged)
+// layout, given the region that changes (none: the whole tensor).
+enum class UpdateAction {
+  kKeep,     // outside the region: N's shard is taken over, no copy
+  kRewrite,  // inside it: a new shard, written whole
+  kPatch,    // partly inside: a new shard holding N's bytes, then the
+             // region's part (`in_shard`) written over them
+};
+// `in_shard` receives the part of the shard inside the region, in shard
+// coordinates (for kRewrite the whole shard).
+UpdateAction ClassifyForUpdate(const Box& shard,
+                               const std::optional<Box>& region,
+                               Box* in_shard);
 
 }  // namespace tessera
 

@@ -107,5 +107,52 @@ TEST(RegionPlanTest, PrebuiltIndexGivesTheSamePiecesAsTheScan) {
   }
 }
 
+TEST(PlanRows, DistinctRowsOnceWithEveryPositionTheyFill) {
+  absl::StatusOr<RowPlan> planned = PlanRows({5, -1, 0, 5, 9, 0}, 10);
+  ASSERT_OK(planned.status());
+  const RowPlan& plan = *planned;
+  EXPECT_EQ(plan.rows, (std::vector<int64_t>{0, 5, 9}));
+  EXPECT_EQ(plan.first, (std::vector<int64_t>{0, 2, 4, 6}));
+  // Row 0 fills positions 2 and 5, row 5 positions 0 and 3, row 9 (-1 and 9).
+  EXPECT_EQ(plan.positions, (std::vector<int64_t>{2, 5, 0, 3, 1, 4}));
+  EXPECT_EQ(plan.Within(1, 9), (std::pair<size_t, size_t>{1, 2}));
+  EXPECT_EQ(plan.Within(0, 10), (std::pair<size_t, size_t>{0, 3}));
+  EXPECT_EQ(plan.Within(6, 9), (std::pair<size_t, size_t>{2, 2}));
+}
+
+TEST(PlanRows, EmptyAndOutOfBounds) {
+  absl::StatusOr<RowPlan> planned = PlanRows({}, 10);
+  ASSERT_OK(planned.status());
+  const RowPlan& empty = *planned;
+  EXPECT_TRUE(empty.rows.empty());
+  EXPECT_EQ(empty.first, (std::vector<int64_t>{0}));
+  for (int64_t bad : {int64_t{10}, int64_t{-11}, INT64_MIN, INT64_MAX}) {
+    absl::StatusOr<RowPlan> plan = PlanRows({1, bad}, 10);
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kOutOfRange) << bad;
+    EXPECT_THAT(std::string(plan.status().message()),
+                ::testing::HasSubstr("out of bounds"));
+  }
+  EXPECT_EQ(PlanRows({0}, 0).status().code(), absl::StatusCode::kOutOfRange);
+}
+
+TEST(ClassifyForUpdate, KeepRewriteOrPatch) {
+  const Box shard({10, 0}, {10, 8});
+  Box in_shard;
+  EXPECT_EQ(ClassifyForUpdate(shard, std::nullopt, &in_shard),
+            UpdateAction::kRewrite);
+  EXPECT_EQ(in_shard, Box({0, 0}, {10, 8}));
+  EXPECT_EQ(ClassifyForUpdate(shard, Box({0, 0}, {10, 8}), &in_shard),
+            UpdateAction::kKeep);
+  EXPECT_EQ(ClassifyForUpdate(shard, Box({5, 0}, {30, 8}), &in_shard),
+            UpdateAction::kRewrite);
+  EXPECT_EQ(in_shard, Box({0, 0}, {10, 8}));
+  EXPECT_EQ(ClassifyForUpdate(shard, Box({12, 2}, {3, 4}), &in_shard),
+            UpdateAction::kPatch);
+  EXPECT_EQ(in_shard, Box({2, 2}, {3, 4}));
+  // An empty region changes nothing.
+  EXPECT_EQ(ClassifyForUpdate(shard, Box({12, 2}, {0, 4}), &in_shard),
+            UpdateAction::kKeep);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -33,7 +33,7 @@ absl::Status ReadTarget::Deliver(absl::Span<const int64_t> box_sizes,
   return absl::OkStatus();
 }
 
-int64_t RowBytes(const Shape& shape, int64_t item_bytes) {
+int64_t RowBytes(absl::Span<const int64_t> shape, int64_t item_bytes) {
   if (shape.empty()) return 0;
   int64_t bytes = item_bytes;
   for (size_t d = 1; d < shape.size(); ++d) bytes *= shape[d];

@@ -99,7 +99,7 @@ using RowSink =
     std::function<void(size_t entry, size_t k, const char* row_bytes)>;
 
 // Bytes of one whole row (dim 0) of a shard of `shape`; 0 for a 0-d shape.
-int64_t RowBytes(const Shape& shape, int64_t item_bytes);
+int64_t RowBytes(absl::Span<const int64_t> shape, int64_t item_bytes);
 
 // Where one piece of a transfer lands on the receiving worker.
 struct PieceTarget {
