@@ -25,8 +25,16 @@ struct ClientOptions {
   int metadata_cache_entries = 1024;
   // Most data streams running at once (one thread each).
   int max_parallel_streams = 16;
-  // Read shards through shared memory when the worker is on this host (and
-  // its shard lives in a shared segment); gRPC otherwise.
+  // How shard bytes move: "auto" (shared memory for workers on this host,
+  // else UCX, else gRPC), or "shm", "ucx" or "grpc" to force one; a forced
+  // transport that cannot reach a worker fails the call (FAILED_PRECONDITION
+  // or UNAVAILABLE naming the transport and the worker). Anything else:
+  // INVALID_ARGUMENT at connect. TESSERA_UCX=0 in the environment leaves UCX
+  // out of "auto"; so does TLS (UCX would carry the bytes outside it).
+  std::string transport = "auto";
+  // With "auto": read shards through shared memory when the worker is on
+  // this host (and its shard lives in a shared segment). False: no
+  // shared-memory link.
   bool shared_memory = true;
   // Mutual TLS (CLI.md "Security"): PEM files of the cluster CA, this
   // client's certificate and key. All empty: plaintext. Only `tls_ca`: TLS

@@ -12,6 +12,9 @@ absl::StatusOr<std::shared_ptr<Connection>> Connection::Make(
     std::string coordinator_address, ClientOptions options) {
   ChannelOptions coordinator_channel;
   ChannelOptions worker_channels;
+  if (absl::Status s = CheckTransportName(options.transport); !s.ok()) {
+    return s;
+  }
   const TlsFiles files{options.tls_ca, options.tls_cert, options.tls_key};
   if (files.enabled()) {
     absl::StatusOr<TlsMaterial> tls = LoadTls(files, /*need_cert=*/false);
@@ -40,6 +43,7 @@ Connection::Connection(std::string coordinator_address, ClientOptions options,
         DataPlaneOptions data;
         data.timeout = options_.data_timeout;
         data.shared_memory = options_.shared_memory;
+        data.transport = options_.transport;
         return data;
       }())) {}
 

@@ -22,7 +22,8 @@ namespace tessera {
 class Connection {
  public:
   // Fails when the TLS files cannot be used (UNAUTHENTICATED for an expired
-  // or unreadable certificate).
+  // or unreadable certificate), or with INVALID_ARGUMENT for an unknown
+  // options.transport.
   static absl::StatusOr<std::shared_ptr<Connection>> Make(
       std::string coordinator_address, ClientOptions options);
   Connection(std::string coordinator_address, ClientOptions options,
@@ -37,8 +38,8 @@ class Connection {
   std::unique_ptr<v1::Worker::Stub> WorkerStub(const std::string& address);
   // The one channel to a worker, shared by every call to it.
   std::shared_ptr<grpc::Channel> WorkerChannel(const std::string& address);
-  // Moves shard bytes to and from workers: same-host shared memory when
-  // options().shared_memory allows, else gRPC; counts bytes per transport.
+  // Moves shard bytes to and from workers as options().transport says:
+  // same-host shared memory, UCX, gRPC; counts bytes per transport.
   TransportChain& data_plane() { return *data_plane_; }
 
  private:

@@ -2,13 +2,24 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "rpc/channel.h"
 #include "transport/grpc_transport.h"
 #include "transport/shared_memory.h"
+#include "transport/ucx_common.h"
+#include "transport/ucx_transport.h"
 
 namespace tessera {
 
-TransportChain::TransportChain(std::vector<Link> links) {
+absl::Status CheckTransportName(const std::string& name) {
+  if (name == "auto" || name == "shm" || name == "ucx" || name == "grpc")
+    return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown transport '", name, "': use auto, shm, ucx or grpc"));
+}
+
+TransportChain::TransportChain(std::vector<Link> links, bool forced)
+    : forced_(forced) {
   links_.reserve(links.size());
   for (Link& link : links) {
     auto counted = std::make_unique<Counted>();
@@ -19,19 +30,32 @@ TransportChain::TransportChain(std::vector<Link> links) {
 
 std::unique_ptr<TransportChain> TransportChain::Make(
     ChannelCache* channels, const DataPlaneOptions& options) {
+  const std::string& choice =
+      CheckTransportName(options.transport).ok() ? options.transport : "auto";
+  const bool automatic = choice == "auto";
   std::vector<Link> links;
-  if (options.shared_memory) {
+  if (choice == "shm" || (automatic && options.shared_memory)) {
     SharedMemoryTransportOptions shm;
     shm.timeout = options.timeout;
     shm.cache_mappings = options.cache_mappings;
     links.push_back(
         Link{std::make_unique<SharedMemoryTransport>(channels, shm),
-             options.shared_memory_min_bytes});
+             automatic ? options.shared_memory_min_bytes : 0});
   }
-  GrpcTransportOptions grpc;
-  grpc.timeout = options.timeout;
-  links.push_back(Link{std::make_unique<GrpcTransport>(channels, grpc), 0});
-  return std::make_unique<TransportChain>(std::move(links));
+  // UCX bytes would travel outside the channels' TLS: only when asked for.
+  const bool tls = channels != nullptr && channels->options().credentials;
+  if (choice == "ucx" ||
+      (automatic && options.ucx && !tls && UcxAllowedByEnvironment())) {
+    UcxTransportOptions ucx;
+    ucx.timeout = options.timeout;
+    links.push_back(Link{std::make_unique<UcxTransport>(channels, ucx), 0});
+  }
+  if (choice == "grpc" || automatic) {
+    GrpcTransportOptions grpc;
+    grpc.timeout = options.timeout;
+    links.push_back(Link{std::make_unique<GrpcTransport>(channels, grpc), 0});
+  }
+  return std::make_unique<TransportChain>(std::move(links), !automatic);
 }
 
 const std::string& TransportChain::name() const {
@@ -40,7 +64,8 @@ const std::string& TransportChain::name() const {
 }
 
 template <typename Op>
-absl::Status TransportChain::Run(int64_t bytes, const Op& op, bool by_size) {
+absl::Status TransportChain::Run(const RemoteShard& shard, int64_t bytes,
+                                 const Op& op, bool by_size) {
   absl::Status status = absl::FailedPreconditionError(
       "no transport of this data plane can move these bytes");
   for (size_t i = 0; i < links_.size(); ++i) {
@@ -51,22 +76,30 @@ absl::Status TransportChain::Run(int64_t bytes, const Op& op, bool by_size) {
       c.bytes.fetch_add(bytes, std::memory_order_relaxed);
       return status;
     }
-    if (!absl::IsFailedPrecondition(status) || i + 1 == links_.size())
-      return status;
+    if (!absl::IsFailedPrecondition(status) || i + 1 == links_.size()) break;
     c.fallbacks.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (forced_ && !links_.empty() &&
+      (absl::IsFailedPrecondition(status) || absl::IsUnavailable(status))) {
+    // The user named the transport: say which one could not, and where.
+    return absl::Status(
+        status.code(),
+        absl::StrCat("the ", links_.front()->link.transport->name(),
+                     " transport cannot reach worker ", shard.location.worker,
+                     " (", shard.location.address, "): ", status.message()));
   }
   return status;
 }
 
 absl::Status TransportChain::Read(const RemoteShard& shard, const Box& box,
                                   const ReadTarget& target) {
-  return Run(box.NumElements() * shard.item_bytes,
+  return Run(shard, box.NumElements() * shard.item_bytes,
              [&](ShardTransport& t) { return t.Read(shard, box, target); });
 }
 
 absl::Status TransportChain::Write(const RemoteShard& shard,
                                    const WriteSource& source) {
-  return Run(WholeBox(shard.shape).NumElements() * shard.item_bytes,
+  return Run(shard, WholeBox(shard.shape).NumElements() * shard.item_bytes,
              [&](ShardTransport& t) { return t.Write(shard, source); });
 }
 
@@ -77,14 +110,16 @@ absl::Status TransportChain::ReadRows(absl::Span<const ShardRows> entries,
     bytes += static_cast<int64_t>(entry.rows.size()) *
              RowBytes(entry.shard.shape, entry.shard.item_bytes);
   }
+  const RemoteShard none;
   return Run(
-      bytes, [&](ShardTransport& t) { return t.ReadRows(entries, sink); },
+      entries.empty() ? none : entries.front().shard, bytes,
+      [&](ShardTransport& t) { return t.ReadRows(entries, sink); },
       /*by_size=*/false);
 }
 
 absl::Status TransportChain::WriteBox(const RemoteShard& shard, const Box& box,
                                       const WriteSource& source) {
-  return Run(box.NumElements() * shard.item_bytes, [&](ShardTransport& t) {
+  return Run(shard, box.NumElements() * shard.item_bytes, [&](ShardTransport& t) {
     return t.WriteBox(shard, box, source);
   });
 }

@@ -1,6 +1,7 @@
 // TransportChain: the data plane's one place of choice. It holds transports
-// in order of preference (same-host shared memory first, then gRPC, which
-// reaches everything) and, for each read or write, tries them in turn: a
+// in order of preference (same-host shared memory first, then UCX, then
+// gRPC, which reaches everything) and, for each read or write, tries them in
+// turn: a
 // transport that answers FAILED_PRECONDITION ("not possible from here") is
 // counted as a fallback and the next one is tried; any other answer is
 // final. A transport may be skipped for small moves (`min_bytes`): pieces
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "core/limits.h"
 #include "transport/shard_transport.h"
@@ -28,11 +30,25 @@ namespace tessera {
 
 class ChannelCache;  // rpc/channel.h; this header stays free of gRPC
 
+// The transports a chain may use, by name: "auto" (shared memory for
+// workers on this host, else UCX, else gRPC), or "shm", "ucx" or "grpc"
+// alone. INVALID_ARGUMENT for any other name.
+absl::Status CheckTransportName(const std::string& name);
+
 struct DataPlaneOptions {
   // Deadline of one read or write (one piece, one shard).
   absl::Duration timeout = absl::Minutes(30);
-  // Try same-host shared memory before gRPC. Off: gRPC only.
+  // "auto", or one transport forced (see CheckTransportName). A forced
+  // transport that cannot reach a worker fails the move (FAILED_PRECONDITION
+  // or UNAVAILABLE naming the transport and the worker); nothing falls back.
+  std::string transport = "auto";
+  // Try same-host shared memory first ("auto" only). Off: no shared-memory
+  // link.
   bool shared_memory = true;
+  // Try UCX before gRPC ("auto" only). Off, or TESSERA_UCX=0 in the
+  // environment: no UCX link. "auto" also leaves UCX out when the channels
+  // use TLS, since UCX would carry the bytes outside it.
+  bool ucx = true;
   // Keep whole-shard mappings across reads (a client reading the same
   // shards again and again); off: map each piece's span once (a worker
   // pulling reshard pieces).
@@ -55,12 +71,15 @@ class TransportChain : public ShardTransport {
     int64_t min_bytes = 0;
   };
 
-  // Tries `links` in order; the last should reach every worker.
-  explicit TransportChain(std::vector<Link> links);
+  // Tries `links` in order; the last should reach every worker. A `forced`
+  // chain (one transport named by the user) words its failures to name the
+  // transport and the worker.
+  explicit TransportChain(std::vector<Link> links, bool forced = false);
 
-  // The standard chain: shared memory (if options.shared_memory), then
-  // gRPC, both reaching workers through `channels` (not owned; outlives
-  // the chain).
+  // The standard chain per options.transport: for "auto", shared memory
+  // (if options.shared_memory), then UCX (if options.ucx), then gRPC, all
+  // reaching workers through `channels` (not owned; outlives the chain).
+  // An unknown transport name is taken as "auto" (check it first).
   static std::unique_ptr<TransportChain> Make(ChannelCache* channels,
                                               const DataPlaneOptions& options);
 
@@ -87,11 +106,14 @@ class TransportChain : public ShardTransport {
 
   // Runs `op` on each eligible transport until one does not decline. With
   // `by_size` false, no link is skipped for moving fewer than min_bytes.
+  // `shard` names the worker in the errors of a forced chain.
   template <typename Op>
-  absl::Status Run(int64_t bytes, const Op& op, bool by_size = true);
+  absl::Status Run(const RemoteShard& shard, int64_t bytes, const Op& op,
+                   bool by_size = true);
 
   // Fixed at construction; only the counters change.
   std::vector<std::unique_ptr<Counted>> links_;
+  const bool forced_;
 };
 
 }  // namespace tessera

@@ -232,17 +232,78 @@ TEST(TransportChainConcurrencyTest, ReadsFromManyThreadsOverlap) {
   EXPECT_EQ(chain.Stats().bytes.at("near"), kReaders * 40);
 }
 
-TEST(TransportChainMakeTest, SharedMemoryOffLeavesGrpcOnly) {
+TEST(TransportChainMakeTest, AutoTriesSharedMemoryThenUcxThenGrpc) {
   DataPlaneOptions options;
+  const DataPlaneStats all = TransportChain::Make(nullptr, options)->Stats();
+  EXPECT_EQ(all.bytes.size(), 3u);
+  EXPECT_EQ(all.bytes.count("shm"), 1u);
+  EXPECT_EQ(all.bytes.count("ucx"), 1u);
+  EXPECT_EQ(all.bytes.count("grpc"), 1u);
   options.shared_memory = false;
-  auto chain = TransportChain::Make(nullptr, options);
-  const DataPlaneStats stats = chain->Stats();
-  ASSERT_EQ(stats.bytes.size(), 1u);
-  EXPECT_EQ(stats.bytes.begin()->first, "grpc");
-  options.shared_memory = true;
-  const DataPlaneStats both = TransportChain::Make(nullptr, options)->Stats();
-  EXPECT_EQ(both.bytes.size(), 2u);
-  EXPECT_EQ(both.bytes.count("shm"), 1u);
+  const DataPlaneStats no_shm = TransportChain::Make(nullptr, options)->Stats();
+  EXPECT_EQ(no_shm.bytes.size(), 2u);
+  EXPECT_EQ(no_shm.bytes.count("shm"), 0u);
+  options.ucx = false;
+  const DataPlaneStats grpc = TransportChain::Make(nullptr, options)->Stats();
+  ASSERT_EQ(grpc.bytes.size(), 1u);
+  EXPECT_EQ(grpc.bytes.begin()->first, "grpc");
+}
+
+TEST(TransportChainMakeTest, NamingATransportForcesItAlone) {
+  for (const std::string name : {"shm", "ucx", "grpc"}) {
+    DataPlaneOptions options;
+    options.transport = name;
+    options.shared_memory = false;  // ignored when one is named
+    options.ucx = false;
+    const DataPlaneStats stats =
+        TransportChain::Make(nullptr, options)->Stats();
+    ASSERT_EQ(stats.bytes.size(), 1u) << name;
+    EXPECT_EQ(stats.bytes.begin()->first, name);
+  }
+}
+
+TEST(TransportChainMakeTest, UnknownTransportNamesAreRefused) {
+  EXPECT_THAT(CheckTransportName("auto"), IsOk());
+  EXPECT_THAT(CheckTransportName("ucx"), IsOk());
+  EXPECT_THAT(CheckTransportName("rdma"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("auto, shm, ucx or grpc")));
+}
+
+TEST(TransportChainForcedTest, FailuresNameTheTransportAndTheWorker) {
+  int calls = 0;
+  for (absl::Status answer : {absl::FailedPreconditionError("another host"),
+                              absl::UnavailableError("connection refused")}) {
+    std::vector<TransportChain::Link> links;
+    links.push_back(TransportChain::Link{
+        std::make_unique<ScriptedTransport>("shm", answer, &calls), 0});
+    TransportChain chain(std::move(links), /*forced=*/true);
+    RemoteShard shard;
+    shard.location.worker = "w7";
+    shard.location.address = "h:1";
+    shard.item_bytes = 4;
+    std::string out(40, 'x');
+    EXPECT_THAT(chain.Read(shard, WholeBox({10}),
+                           ReadTarget::HostArray(out.data(), {10}, {0})),
+                StatusIs(answer.code(),
+                         ::testing::AllOf(
+                             ::testing::HasSubstr("shm transport"),
+                             ::testing::HasSubstr("w7"),
+                             ::testing::HasSubstr(std::string(answer.message())))));
+  }
+  // Other answers are the worker's own, untouched.
+  std::vector<TransportChain::Link> links;
+  links.push_back(TransportChain::Link{
+      std::make_unique<ScriptedTransport>("shm", absl::NotFoundError("freed"),
+                                          &calls),
+      0});
+  TransportChain chain(std::move(links), /*forced=*/true);
+  RemoteShard shard;
+  shard.item_bytes = 4;
+  std::string out(40, 'x');
+  EXPECT_THAT(chain.Read(shard, WholeBox({10}),
+                         ReadTarget::HostArray(out.data(), {10}, {0})),
+              StatusIs(absl::StatusCode::kNotFound, "freed"));
 }
 
 }  // namespace

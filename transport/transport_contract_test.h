@@ -53,6 +53,11 @@ struct TransportFactory {
   std::function<std::unique_ptr<ShardTransport>(ChannelCache* channels)> make;
   // Skip where /dev/shm cannot be written (the transport cannot work).
   bool needs_shared_memory = false;
+  // Services the worker serves beside its Worker service for this transport
+  // (UCX's keys), made from the node before the server starts and dropped
+  // after it stops. Empty: none.
+  std::function<std::vector<std::shared_ptr<grpc::Service>>(WorkerNode* node)>
+      services;
 };
 
 inline std::string FactoryName(
@@ -96,8 +101,11 @@ class TransportContractTest
     node_ = std::make_unique<WorkerNode>(store_.get(), node_options);
     node_->SetIdentity("w0", kWorkerKey);
     service_ = std::make_unique<WorkerService>(node_.get());
+    std::vector<grpc::Service*> services = {service_.get()};
+    if (GetParam().services) extra_services_ = GetParam().services(node_.get());
+    for (const auto& extra : extra_services_) services.push_back(extra.get());
     absl::StatusOr<RunningServer> server =
-        StartServer("127.0.0.1:0", {service_.get()});
+        StartServer("127.0.0.1:0", services);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
     address_ = absl::StrCat("127.0.0.1:", server_.port);
@@ -107,6 +115,7 @@ class TransportContractTest
   void TearDown() override {
     transport_.reset();
     if (server_.server != nullptr) server_.server->Shutdown();
+    extra_services_.clear();
   }
 
   // Allocates shard `id`: a whole tensor of `shape`, values 0, 1, 2, ...
@@ -187,6 +196,7 @@ class TransportContractTest
   std::string address_;
   ChannelCache channels_;
   std::unique_ptr<ShardTransport> transport_;
+  std::vector<std::shared_ptr<grpc::Service>> extra_services_;
 };
 
 TEST_P(TransportContractTest, WholeShardReadsAreByteExact) {

@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -30,7 +31,10 @@
 #include "worker/cuda_shard_store.h"
 #include "worker/cuda_status.h"
 #endif
+#include "transport/ucx_common.h"
+#include "transport/ucx_server.h"
 #include "worker/registration.h"
+#include "worker/ucx_service.h"
 #include "worker/worker_node.h"
 #include "worker/worker_service.h"
 
@@ -56,6 +60,12 @@ ABSL_FLAG(bool, version, false, "print the version and exit");
 ABSL_FLAG(std::string, token_file, "",
           "file holding this worker's secret (a `worker` principal of the "
           "coordinator's --tokens)");
+ABSL_FLAG(bool, ucx, true,
+          "serve shard bytes to readers and peers over UCX one-sided gets "
+          "(RDMA where the hardware has it, TCP otherwise) and pull reshard "
+          "pieces through it; false (or TESSERA_UCX=0) leaves shared memory "
+          "and gRPC. Off when the worker runs TLS: UCX would carry shard "
+          "bytes outside it");
 ABSL_FLAG(int64_t, chunk_bytes, tessera::kChunkBytes,
           "bytes per data message when streaming regions");
 // Limits (README "Limits"); the defaults are the options' own.
@@ -207,8 +217,37 @@ int Run() {
       static_cast<size_t>(absl::GetFlag(FLAGS_max_peer_channels));
   node_options.arena = arena;
   node_options.channels.credentials = security->channel_credentials;
+  // UCX: both serving keys and pulling from peers, or neither.
+  const bool ucx_wanted = absl::GetFlag(FLAGS_ucx) && UcxAllowedByEnvironment();
+  const bool ucx_allowed = ucx_wanted && !security->tls &&
+                           device->kind == Device::Kind::kCpu;
+  node_options.peers.ucx = ucx_allowed;
   WorkerNode node(store.get(), node_options);
   WorkerService service(&node);
+  std::unique_ptr<UcxServer> ucx;
+  std::unique_ptr<UcxDataService> ucx_service;
+  if (!ucx_wanted) {
+    spdlog::info("UCX off (--ucx=false or TESSERA_UCX=0): shard bytes move "
+                 "over shared memory and gRPC");
+  } else if (!ucx_allowed) {
+    spdlog::info("UCX off: {}; shard bytes move over shared memory and gRPC",
+                 security->tls ? "this worker runs TLS, and UCX would carry "
+                                 "shard bytes outside it"
+                               : "shards are not in host memory");
+  } else if (absl::StatusOr<std::unique_ptr<UcxServer>> started =
+                 StartUcxServer(&node);
+             !started.ok()) {
+    spdlog::warn("UCX cannot start here ({}); shard bytes move over shared "
+                 "memory and gRPC",
+                 std::string(started.status().message()));
+  } else {
+    ucx = *std::move(started);
+    ucx_service = std::make_unique<UcxDataService>(&node, ucx.get());
+    spdlog::info("UCX on: readers and peers get shard bytes one-sided "
+                 "(UcxData keys on the gRPC port)");
+  }
+  std::vector<grpc::Service*> services = {&service};
+  if (ucx_service != nullptr) services.push_back(ucx_service.get());
   MetricsRegistry metrics;
   ServerOptions server_options;
   server_options.metrics = &metrics;
@@ -218,7 +257,7 @@ int Run() {
   server_options.max_concurrent_streams =
       absl::GetFlag(FLAGS_max_streams_per_connection);
   absl::StatusOr<RunningServer> server =
-      StartServer(listen, {&service}, server_options);
+      StartServer(listen, services, server_options);
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
     return 1;
@@ -245,6 +284,15 @@ int Run() {
             "Bytes of freed shards that readers still pin (counted against "
             "the capacity until released).")
         ->Set(static_cast<double>(store->PinnedBytes()));
+    if (ucx != nullptr) {
+      const auto [live, dead] = ucx->Counts();
+      m.Gauge("tessera_worker_ucx_keys",
+              "Shard registrations handed out over UCX, live.")
+          ->Set(static_cast<double>(live));
+      m.Gauge("tessera_worker_ucx_retired_keys",
+              "Registrations of freed shards still pinned for their grace.")
+          ->Set(static_cast<double>(dead));
+    }
     m.Gauge("tessera_worker_capacity_bytes",
             "Most shard bytes this worker holds (0: no limit).")
         ->Set(static_cast<double>(absl::GetFlag(FLAGS_capacity_bytes)));

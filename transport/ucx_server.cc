@@ -1,0 +1,352 @@
+#include "transport/ucx_server.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/capability.h"
+
+namespace tessera {
+namespace {
+
+void ReplySent(void* request, ucs_status_t /*status*/, void* user_data) {
+  delete static_cast<UcxCheckReply*>(user_data);
+  ucp_request_free(request);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<UcxServer>> UcxServer::Start(
+    UcxServerOptions options) {
+  if (options.pin == nullptr || options.held == nullptr) {
+    return absl::InvalidArgumentError("UcxServer needs `pin` and `held`");
+  }
+  absl::StatusOr<ucp_context_h> context = MakeUcpContext("tessera-worker");
+  if (!context.ok()) return context.status();
+  absl::StatusOr<UcpWorker> worker = MakeUcpWorker(*context);
+  if (!worker.ok()) {
+    ucp_cleanup(*context);
+    return worker.status();
+  }
+  absl::StatusOr<std::string> address = UcpWorkerAddress(worker->worker);
+  const int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+  const int wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  absl::Status status = address.status();
+  if (status.ok() && (epoll_fd < 0 || wake_fd < 0)) {
+    status = absl::InternalError(
+        absl::StrCat("epoll/eventfd: ", std::strerror(errno)));
+  }
+  if (status.ok()) {
+    for (int fd : {worker->efd, wake_fd}) {
+      epoll_event event{};
+      event.events = EPOLLIN;
+      event.data.fd = fd;
+      if (epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &event) != 0) {
+        status = absl::InternalError(
+            absl::StrCat("epoll_ctl: ", std::strerror(errno)));
+      }
+    }
+  }
+  if (!status.ok()) {
+    if (epoll_fd >= 0) close(epoll_fd);
+    if (wake_fd >= 0) close(wake_fd);
+    ucp_worker_destroy(worker->worker);
+    ucp_cleanup(*context);
+    return status;
+  }
+  std::unique_ptr<UcxServer> server(
+      new UcxServer(std::move(options), *context, *worker, *std::move(address),
+                    epoll_fd, wake_fd));
+  ucp_am_handler_param_t handler{};
+  handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                       UCP_AM_HANDLER_PARAM_FIELD_CB |
+                       UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  handler.id = kUcxCheckAm;
+  handler.cb = &UcxServer::OnCheck;
+  handler.arg = server.get();
+  const ucs_status_t set =
+      ucp_worker_set_am_recv_handler(server->worker_.worker, &handler);
+  if (set != UCS_OK) return UcxError("setting the UCX check handler", set);
+  server->progress_ = std::thread([s = server.get()] { s->Progress(); });
+  server->sweeper_ = std::thread([s = server.get()] {
+    while (!s->stop_.WaitForNotificationWithTimeout(s->options_.sweep_interval))
+      s->Sweep();
+  });
+  return server;
+}
+
+UcxServer::UcxServer(UcxServerOptions options, ucp_context_h context,
+                     UcpWorker worker, std::string address, int epoll_fd,
+                     int wake_fd)
+    : options_(std::move(options)),
+      context_(context),
+      worker_(worker),
+      address_(std::move(address)),
+      epoll_fd_(epoll_fd),
+      wake_fd_(wake_fd) {}
+
+UcxServer::~UcxServer() {
+  stop_.Notify();
+  const uint64_t one = 1;
+  if (write(wake_fd_, &one, sizeof(one)) < 0) {
+    // The eventfd cannot be full here; the thread also polls stop_.
+  }
+  if (progress_.joinable()) progress_.join();
+  if (sweeper_.joinable()) sweeper_.join();
+  std::vector<std::shared_ptr<Registration>> all;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [key, r] : live_) all.push_back(r);
+    for (auto& [nonce, r] : dead_) all.push_back(r);
+    live_.clear();
+    by_nonce_.clear();
+    dead_.clear();
+  }
+  for (auto& r : all) Unmap(*r);
+  ucp_worker_destroy(worker_.worker);
+  ucp_cleanup(context_);
+  close(epoll_fd_);
+  close(wake_fd_);
+}
+
+absl::StatusOr<UcxKey> UcxServer::Register(uint64_t id, bool write) {
+  auto key_of = [](const Registration& r) {
+    UcxKey key;
+    key.shard_id = r.shard_id;
+    key.base = reinterpret_cast<uint64_t>(r.pinned.data);
+    key.bytes = r.pinned.bytes;
+    key.rkey = r.rkey;
+    key.registration = r.nonce;
+    key.shape = r.pinned.shape;
+    key.item_bytes = r.pinned.item_bytes;
+    return key;
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = live_.find({id, write});
+    if (it != live_.end()) {
+      it->second->last_use = ++tick_;
+      return key_of(*it->second);
+    }
+  }
+  absl::StatusOr<UcxPinnedShard> pinned = options_.pin(id);
+  if (!pinned.ok()) {
+    if (absl::IsUnimplemented(pinned.status())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "shard ", id, " is not in host memory: UCX cannot reach it"));
+    }
+    return pinned.status();
+  }
+  auto r = std::make_shared<Registration>();
+  r->shard_id = id;
+  r->write = write;
+  r->nonce = RandomId();
+  r->pinned = *std::move(pinned);
+  if (r->pinned.bytes > 0) {
+    ucp_mem_map_params_t params{};
+    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                        UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                        UCP_MEM_MAP_PARAM_FIELD_PROT;
+    params.address = r->pinned.data;
+    params.length = static_cast<size_t>(r->pinned.bytes);
+    params.prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE |
+                  UCP_MEM_MAP_PROT_REMOTE_READ |
+                  (write ? UCP_MEM_MAP_PROT_REMOTE_WRITE : 0);
+    ucs_status_t status = ucp_mem_map(context_, &params, &r->memh);
+    if (status != UCS_OK) {
+      return UcxError(absl::StrCat("registering shard ", id), status);
+    }
+    void* packed = nullptr;
+    size_t packed_size = 0;
+    status = ucp_rkey_pack(context_, r->memh, &packed, &packed_size);
+    if (status != UCS_OK) {
+      Unmap(*r);
+      return UcxError(absl::StrCat("packing the key of shard ", id), status);
+    }
+    r->rkey.assign(static_cast<const char*>(packed), packed_size);
+    ucp_rkey_buffer_release(packed);
+  }
+  std::shared_ptr<Registration> evicted, duplicate;
+  UcxKey key;
+  {
+    absl::MutexLock lock(&mu_);
+    auto [it, inserted] = live_.emplace(std::make_pair(id, write), r);
+    if (!inserted) {
+      duplicate = r;  // another call registered it meanwhile
+    } else {
+      by_nonce_[r->nonce] = r;
+      if (live_.size() > options_.max_registrations) {
+        auto oldest = live_.end();
+        for (auto i = live_.begin(); i != live_.end(); ++i) {
+          if (i->second != r && (oldest == live_.end() ||
+                                 i->second->last_use < oldest->second->last_use))
+            oldest = i;
+        }
+        if (oldest != live_.end()) Kill(*oldest->second, /*freed=*/false);
+      }
+    }
+    it->second->last_use = ++tick_;
+    key = key_of(*it->second);
+  }
+  if (duplicate != nullptr) Unmap(*duplicate);
+  return key;
+}
+
+void UcxServer::FinishWrite(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = live_.find({id, true});
+  if (it != live_.end()) Kill(*it->second, /*freed=*/false);
+}
+
+std::pair<size_t, size_t> UcxServer::Counts() const {
+  absl::MutexLock lock(&mu_);
+  return {live_.size(), dead_.size()};
+}
+
+void UcxServer::Kill(Registration& r, bool freed) {
+  if (r.dead) return;
+  r.dead = true;
+  r.freed = freed;
+  r.dead_since = absl::Now();
+  auto it = by_nonce_.find(r.nonce);
+  if (it == by_nonce_.end()) return;
+  std::shared_ptr<Registration> keep = it->second;
+  by_nonce_.erase(it);
+  live_.erase({r.shard_id, r.write});
+  dead_[r.nonce] = std::move(keep);
+}
+
+void UcxServer::Unmap(Registration& r) {
+  if (r.memh != nullptr) ucp_mem_unmap(context_, r.memh);
+  r.memh = nullptr;
+  r.pinned.keep_alive.reset();
+}
+
+void UcxServer::Sweep() {
+  std::vector<uint64_t> ids;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, r] : live_) {
+      if (ids.empty() || ids.back() != key.first) ids.push_back(key.first);
+    }
+  }
+  std::vector<uint64_t> freed;
+  for (uint64_t id : ids) {
+    if (!options_.held(id)) freed.push_back(id);
+  }
+  std::vector<std::shared_ptr<Registration>> expired;
+  {
+    absl::MutexLock lock(&mu_);
+    for (uint64_t id : freed) {
+      for (bool write : {false, true}) {
+        auto it = live_.find({id, write});
+        if (it != live_.end()) Kill(*it->second, /*freed=*/true);
+      }
+    }
+    const absl::Time now = absl::Now();
+    for (auto it = dead_.begin(); it != dead_.end();) {
+      if (now - it->second->dead_since >= options_.grace) {
+        expired.push_back(it->second);
+        dead_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& r : expired) Unmap(*r);
+}
+
+UcxCheckAnswer UcxServer::Check(uint64_t shard_id, uint64_t nonce) {
+  std::shared_ptr<Registration> r;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = by_nonce_.find(nonce);
+    if (it == by_nonce_.end()) {
+      auto dead = dead_.find(nonce);
+      if (dead != dead_.end() && dead->second->shard_id == shard_id &&
+          dead->second->freed) {
+        return UcxCheckAnswer::kFreed;
+      }
+      return UcxCheckAnswer::kStale;
+    }
+    r = it->second;
+  }
+  if (r->shard_id != shard_id) return UcxCheckAnswer::kStale;
+  if (!options_.held(shard_id)) {
+    absl::MutexLock lock(&mu_);
+    Kill(*r, /*freed=*/true);
+    return UcxCheckAnswer::kFreed;
+  }
+  return UcxCheckAnswer::kHeld;
+}
+
+ucs_status_t UcxServer::OnCheck(void* arg, const void* header,
+                                size_t header_length, void* /*data*/,
+                                size_t /*length*/,
+                                const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxServer*>(arg);
+  // Anything that is not a well-formed check with a way to answer is
+  // dropped: the peer's check then times out.
+  if (header_length != sizeof(UcxCheckRequest) ||
+      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0 ||
+      param->reply_ep == nullptr) {
+    return UCS_OK;
+  }
+  UcxCheckRequest request;
+  std::memcpy(&request, header, sizeof(request));
+  if (request.magic != kUcxCheckMagic) return UCS_OK;
+  Reply reply{param->reply_ep, {}};
+  reply.body.request_id = request.request_id;
+  reply.body.answer = static_cast<uint32_t>(
+      self->Check(request.shard_id, request.registration));
+  // Sent once the progress call returns, not from inside it.
+  self->replies_.push_back(reply);
+  return UCS_OK;
+}
+
+void UcxServer::SendReplies() {
+  std::vector<Reply> replies;
+  replies.swap(replies_);
+  for (const Reply& reply : replies) {
+    auto* body = new UcxCheckReply(reply.body);
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.send = &ReplySent;
+    param.user_data = body;
+    ucs_status_ptr_t request = ucp_am_send_nbx(
+        reply.ep, kUcxCheckReplyAm, body, sizeof(*body), nullptr, 0, &param);
+    // Done at once (or failed: the reader times out and retries).
+    if (!UCS_PTR_IS_PTR(request)) delete body;
+  }
+}
+
+void UcxServer::Progress() {
+  for (;;) {
+    while (ucp_worker_progress(worker_.worker) != 0) {
+    }
+    if (!replies_.empty()) {
+      SendReplies();
+      continue;
+    }
+    if (stop_.HasBeenNotified()) return;
+    const ucs_status_t armed = ucp_worker_arm(worker_.worker);
+    if (armed == UCS_ERR_BUSY) continue;
+    epoll_event events[2];
+    const int n = epoll_wait(epoll_fd_, events, 2, armed == UCS_OK ? -1 : 10);
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.fd == wake_fd_) {
+        uint64_t value;
+        if (read(wake_fd_, &value, sizeof(value)) < 0) {
+          // Nonblocking: nothing to drain.
+        }
+      }
+    }
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,171 @@
+// The worker's side of the UCX data plane: it registers shard memory with
+// UCX (ucp_mem_map) and hands out the packed remote keys through which
+// readers get (and writers of a pending shard put) the bytes with one-sided
+// operations, and it answers their liveness checks. worker/ucx_service.h
+// hands the keys out over gRPC, only against a capability.
+//
+// Safety across frees: a registration keeps its shard's memory pinned. When
+// the shard is freed (seen by a check, or by the sweeper within
+// `sweep_interval`) the registration turns dead: every later check of it
+// answers kFreed, so a reader holding its key fails with NOT_FOUND instead
+// of returning the bytes. A dead registration is unmapped and its pin let go
+// only `grace` later, so a get already issued through a stale key reads the
+// old shard's bytes (which the check then refuses), never memory reused for
+// something else. UCX over TCP emulates gets in software and does not check
+// addresses against registrations; the pin and the grace are what keep such
+// a stale get harmless there.
+//
+// Idle cost: one progress thread that sleeps in epoll on the UCX worker's
+// event fd, and a sweeper that wakes every `sweep_interval`.
+//
+// Thread-safe.
+#ifndef TESSERA_TRANSPORT_UCX_SERVER_H_
+#define TESSERA_TRANSPORT_UCX_SERVER_H_
+
+#include <ucp/api/ucp.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "core/box.h"
+#include "transport/ucx_common.h"
+
+namespace tessera {
+
+// A shard's bytes in host memory, kept valid by `keep_alive` even after the
+// shard is freed.
+struct UcxPinnedShard {
+  std::shared_ptr<void> keep_alive;
+  char* data = nullptr;
+  int64_t bytes = 0;
+  Shape shape;  // the shard's box sizes
+  int64_t item_bytes = 1;
+};
+
+// What a reader needs to reach one shard (proto/ucx.proto UcxShardKey).
+struct UcxKey {
+  uint64_t shard_id = 0;
+  uint64_t base = 0;
+  int64_t bytes = 0;
+  std::string rkey;  // packed; empty when bytes == 0
+  uint64_t registration = 0;
+  Shape shape;
+  int64_t item_bytes = 1;
+};
+
+struct UcxServerOptions {
+  // Pins shard `id`: NOT_FOUND when not held, UNIMPLEMENTED when its bytes
+  // are not in host memory. Required.
+  std::function<absl::StatusOr<UcxPinnedShard>(uint64_t id)> pin;
+  // Whether shard `id` is still held. Required; called from the progress
+  // thread and the sweeper, so it must be quick.
+  std::function<bool(uint64_t id)> held;
+  // Most live registrations; the least recently handed out is withdrawn
+  // beyond (its readers ask again).
+  size_t max_registrations = 16384;
+  // How often freed shards are looked for.
+  absl::Duration sweep_interval = absl::Milliseconds(250);
+  // How long a dead registration stays mapped and pinned (see above). Longer
+  // than a reader's key lifetime plus its stall timeout.
+  absl::Duration grace = absl::Minutes(2);
+};
+
+class UcxServer {
+ public:
+  // Starts UCX and the progress thread. FAILED_PRECONDITION or UNAVAILABLE
+  // when UCX cannot start here (the worker then serves without it).
+  static absl::StatusOr<std::unique_ptr<UcxServer>> Start(
+      UcxServerOptions options);
+  ~UcxServer();
+  UcxServer(const UcxServer&) = delete;
+  UcxServer& operator=(const UcxServer&) = delete;
+
+  // The UCX worker address readers connect to.
+  const std::string& address() const { return address_; }
+
+  // A key to shard `id`: for gets, or for puts when `write` (a separate
+  // registration, withdrawn by FinishWrite). Reuses the live registration
+  // when there is one. Errors as `pin` answers them.
+  absl::StatusOr<UcxKey> Register(uint64_t id, bool write)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Withdraws the write registration of shard `id` (its write is done).
+  void FinishWrite(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Registrations now: live ones, and dead ones waiting out their grace.
+  std::pair<size_t, size_t> Counts() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Registration {
+    uint64_t shard_id = 0;
+    bool write = false;
+    uint64_t nonce = 0;
+    UcxPinnedShard pinned;
+    ucp_mem_h memh = nullptr;
+    std::string rkey;
+    bool dead = false;
+    bool freed = false;  // dead because the shard was freed
+    absl::Time dead_since;
+    uint64_t last_use = 0;  // LRU tick
+  };
+  struct Reply {
+    ucp_ep_h ep;
+    UcxCheckReply body;
+  };
+
+  UcxServer(UcxServerOptions options, ucp_context_h context, UcpWorker worker,
+            std::string address, int epoll_fd, int wake_fd);
+
+  void Progress();
+  void Sweep() ABSL_LOCKS_EXCLUDED(mu_);
+  static ucs_status_t OnCheck(void* arg, const void* header,
+                              size_t header_length, void* data, size_t length,
+                              const ucp_am_recv_param_t* param);
+  UcxCheckAnswer Check(uint64_t shard_id, uint64_t nonce)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void SendReplies();  // progress thread only
+  void Kill(Registration& r, bool freed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unmap(Registration& r);
+
+  const UcxServerOptions options_;
+  ucp_context_h context_;
+  UcpWorker worker_;
+  const std::string address_;
+  const int epoll_fd_;
+  const int wake_fd_;  // eventfd: wakes the progress thread to stop
+
+  // Guards the registrations. Invariants: `live_` and `by_nonce_` name the
+  // same live registrations; every dead one is in `dead_` (by nonce) and in
+  // no other map; nonces are never reused.
+  mutable absl::Mutex mu_;
+  std::map<std::pair<uint64_t, bool>, std::shared_ptr<Registration>> live_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Registration>> by_nonce_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Registration>> dead_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t tick_ ABSL_GUARDED_BY(mu_) = 0;
+
+  std::vector<Reply> replies_;  // progress thread only
+  bool stopping_ = false;       // progress thread only
+  absl::Notification stop_;
+  std::thread progress_;
+  std::thread sweeper_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_TRANSPORT_UCX_SERVER_H_

@@ -1,0 +1,135 @@
+// Test helpers for the UCX data plane: the UcxData service a contract-test
+// worker serves, and a small in-process worker (WorkerNode on a
+// HostShardStore in private memory, behind real gRPC on 127.0.0.1:0) that
+// serves UCX or not.
+#ifndef TESSERA_TRANSPORT_UCX_TESTUTIL_H_
+#define TESSERA_TRANSPORT_UCX_TESTUTIL_H_
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/capability.h"
+#include "core/dtype.h"
+#include "core/init_fill.h"
+#include "gtest/gtest.h"
+#include "rpc/server.h"
+#include "transport/shard_transport.h"
+#include "transport/ucx_server.h"
+#include "worker/host_shard_store.h"
+#include "worker/ucx_service.h"
+#include "worker/worker_node.h"
+#include "worker/worker_service.h"
+
+namespace tessera {
+namespace testing {
+
+// The UcxData service over `node`, owning its UcxServer; empty (and a test
+// failure) when UCX cannot start.
+inline std::vector<std::shared_ptr<grpc::Service>> UcxServices(
+    WorkerNode* node, UcxServerOptions options = {}) {
+  struct Served {
+    std::unique_ptr<UcxServer> server;
+    std::unique_ptr<UcxDataService> service;
+  };
+  absl::StatusOr<std::unique_ptr<UcxServer>> started =
+      StartUcxServer(node, std::move(options));
+  if (!started.ok()) {
+    ADD_FAILURE() << "UCX cannot start: " << started.status();
+    return {};
+  }
+  auto served = std::make_shared<Served>();
+  served->server = *std::move(started);
+  served->service =
+      std::make_unique<UcxDataService>(node, served->server.get());
+  return {std::shared_ptr<grpc::Service>(served, served->service.get())};
+}
+
+// A worker named "w0" in this process, on 127.0.0.1:0.
+class LocalWorker {
+ public:
+  static constexpr char kKey[] = "ucx-test-key";
+
+  // Serves UcxData when `ucx`, with `options`.
+  explicit LocalWorker(bool ucx, UcxServerOptions options = {}) {
+    node_ = std::make_unique<WorkerNode>(&store_, WorkerNodeOptions{});
+    node_->SetIdentity("w0", kKey);
+    service_ = std::make_unique<WorkerService>(node_.get());
+    std::vector<grpc::Service*> services = {service_.get()};
+    if (ucx) {
+      absl::StatusOr<std::unique_ptr<UcxServer>> started =
+          StartUcxServer(node_.get(), std::move(options));
+      EXPECT_TRUE(started.ok()) << started.status();
+      if (started.ok()) {
+        ucx_ = *std::move(started);
+        ucx_service_ = std::make_unique<UcxDataService>(node_.get(), ucx_.get());
+        services.push_back(ucx_service_.get());
+      }
+    }
+    absl::StatusOr<RunningServer> server = StartServer("127.0.0.1:0", services);
+    EXPECT_TRUE(server.ok()) << server.status();
+    if (server.ok()) server_ = std::move(*server);
+    address_ = absl::StrCat("127.0.0.1:", server_.port);
+  }
+  ~LocalWorker() {
+    if (server_.server != nullptr) server_.server->Shutdown();
+    ucx_service_.reset();
+    ucx_.reset();
+  }
+
+  // Shard `id`: a whole tensor "t" v1 of `shape`, values 0, 1, 2, ...
+  absl::Status Allocate(uint64_t id, Shape shape, DType dtype) {
+    ShardDesc desc;
+    desc.tensor = "t";
+    desc.version = 1;
+    desc.writable = true;
+    desc.dtype = dtype;
+    desc.tensor_shape = shape;
+    desc.box = WholeBox(shape);
+    return store_.Allocate(id, desc, InitSpec{InitSpec::Kind::kArange});
+  }
+
+  std::string Bytes(uint64_t id) {
+    absl::StatusOr<PinnedShard> pinned = store_.Pin(id);
+    if (!pinned.ok()) return "";
+    return std::string(pinned->data, static_cast<size_t>(pinned->bytes));
+  }
+
+  RemoteShard At(uint64_t id, const Shape& shape, DType dtype) const {
+    RemoteShard shard;
+    shard.location.worker = "w0";
+    shard.location.address = address_;
+    shard.location.shard_id = id;
+    Capability grant;
+    grant.worker = "w0";
+    grant.tensor = "t";
+    grant.version = 1;
+    grant.rights = kRightRead | kRightWrite;
+    grant.expires_ms = absl::ToUnixMillis(absl::Now() + absl::Hours(1));
+    shard.location.capability = MintCapability(grant, kKey);
+    shard.item_bytes = static_cast<int64_t>(ItemSize(dtype));
+    shard.shape = shape;
+    return shard;
+  }
+
+  HostShardStore& store() { return store_; }
+  UcxServer* ucx() { return ucx_.get(); }
+  const std::string& address() const { return address_; }
+
+ private:
+  HostShardStore store_;
+  std::unique_ptr<WorkerNode> node_;
+  std::unique_ptr<WorkerService> service_;
+  std::unique_ptr<UcxServer> ucx_;
+  std::unique_ptr<UcxDataService> ucx_service_;
+  RunningServer server_;
+  std::string address_;
+};
+
+}  // namespace testing
+}  // namespace tessera
+
+#endif  // TESSERA_TRANSPORT_UCX_TESTUTIL_H_

@@ -1,0 +1,961 @@
+#include "transport/ucx_transport.h"
+
+#include <poll.h>
+#include <ucp/api/ucp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/checked_math.h"
+#include "core/status_macros.h"
+#include "core/strided_copy.h"
+#include "proto/ucx.grpc.pb.h"
+#include "rpc/security.h"
+#include "rpc/status.h"
+#include "spdlog/spdlog.h"
+#include "transport/ucx_common.h"
+
+namespace tessera {
+namespace {
+
+// Bounds on what a worker's Describe reply may carry.
+constexpr size_t kMaxWorkerAddressBytes = 64 << 10;
+constexpr size_t kMaxRkeyBytes = 16 << 10;
+constexpr int kMaxRank = 64;
+constexpr int64_t kMaxItemBytes = 64;
+// How long a lane spins on progress before it sleeps on its event fd.
+constexpr absl::Duration kSpin = absl::Microseconds(50);
+
+absl::Status Inconsistent(absl::string_view what) {
+  return absl::InternalError(
+      absl::StrCat("worker's UcxData reply is inconsistent: ", what));
+}
+
+// Outstanding operations of one call; completions arrive on the lane's
+// thread, inside ucp_worker_progress.
+struct Ops {
+  int pending = 0;
+  int64_t completed = 0;
+  ucs_status_t error = UCS_OK;
+};
+
+void OpDone(void* request, ucs_status_t status, void* user_data) {
+  auto* ops = static_cast<Ops*>(user_data);
+  --ops->pending;
+  ++ops->completed;
+  if (status != UCS_OK && ops->error == UCS_OK) ops->error = status;
+  ucp_request_free(request);
+}
+
+// A key as the reply gives it, once checked.
+struct DescribedKey {
+  std::string worker_address;
+  uint64_t base = 0;
+  int64_t bytes = 0;
+  std::string rkey;
+  uint64_t registration = 0;
+  Shape shape;
+  int64_t item_bytes = 1;
+};
+
+absl::StatusOr<DescribedKey> ValidateDescribe(
+    const v1::UcxDescribeResponse& reply, uint64_t shard_id) {
+  if (reply.worker_address().empty() ||
+      reply.worker_address().size() > kMaxWorkerAddressBytes) {
+    return Inconsistent(absl::StrCat("a UCX address of ",
+                                     reply.worker_address().size(), " bytes"));
+  }
+  if (reply.shards_size() != 1 || reply.shards(0).shard_id() != shard_id) {
+    return Inconsistent("the keys do not answer the shards asked for");
+  }
+  const v1::UcxShardKey& k = reply.shards(0);
+  if (k.item_bytes() < 1 || k.item_bytes() > kMaxItemBytes) {
+    return Inconsistent(absl::StrCat("element size ", k.item_bytes()));
+  }
+  if (k.shape_size() < 1 || k.shape_size() > kMaxRank) {
+    return Inconsistent(absl::StrCat("a shard of ", k.shape_size(), " dims"));
+  }
+  DescribedKey key;
+  key.shape.assign(k.shape().begin(), k.shape().end());
+  int64_t bytes = k.item_bytes();
+  for (int64_t d : key.shape) {
+    if (d < 0) return Inconsistent("a negative shard size");
+    absl::StatusOr<int64_t> product = CheckedMul(bytes, d);
+    if (!product.ok()) return Inconsistent("a shard size that overflows");
+    bytes = *product;
+  }
+  if (k.bytes() != bytes) {
+    return Inconsistent(absl::StrCat(k.bytes(), " bytes for shape ",
+                                     ShapeToString(key.shape), " which needs ",
+                                     bytes));
+  }
+  if (k.rkey().size() > kMaxRkeyBytes || (bytes > 0) == k.rkey().empty()) {
+    return Inconsistent(absl::StrCat("a remote key of ", k.rkey().size(),
+                                     " bytes for ", bytes, " shard bytes"));
+  }
+  if (bytes > 0 && (k.base() == 0 ||
+                    k.base() > std::numeric_limits<uint64_t>::max() -
+                                   static_cast<uint64_t>(bytes))) {
+    return Inconsistent("a shard address that wraps around");
+  }
+  key.worker_address = reply.worker_address();
+  key.base = k.base();
+  key.bytes = bytes;
+  key.rkey = k.rkey();
+  key.registration = k.registration();
+  key.item_bytes = k.item_bytes();
+  return key;
+}
+
+bool IsPeerFailure(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
+         absl::IsInternal(status);
+}
+
+}  // namespace
+
+// One thread's UCX worker, with its endpoints and unpacked keys. Used by one
+// call at a time (taken from the transport's pool), so it needs no lock.
+class UcxTransport::Lane {
+ public:
+  struct Key {
+    uint64_t base = 0;
+    int64_t bytes = 0;
+    Shape shape;
+    int64_t item_bytes = 1;
+    ucp_rkey_h rkey = nullptr;
+    uint64_t registration = 0;
+    absl::Time validated;
+    uint64_t last_use = 0;
+  };
+  struct Peer {
+    std::string address;      // gRPC address: the cache's key
+    std::string ucx_address;  // the worker's UCX address
+    ucp_ep_h ep = nullptr;
+    ucs_status_t error = UCS_OK;  // set by the endpoint's error handler
+    std::map<uint64_t, Key> keys;
+    uint64_t last_use = 0;
+  };
+
+  Lane(UcpWorker worker, const UcxTransportOptions& options,
+       ChannelCache* channels, UcxTransport* owner)
+      : worker_(worker), options_(options), channels_(channels),
+        owner_(owner) {}
+
+  ~Lane() {
+    while (!peers_.empty()) DropPeer(peers_.begin()->first);
+    ucp_worker_destroy(worker_.worker);
+  }
+
+  absl::Status SetHandler() {
+    ucp_am_handler_param_t handler{};
+    handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                         UCP_AM_HANDLER_PARAM_FIELD_CB |
+                         UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    handler.id = kUcxCheckReplyAm;
+    handler.cb = &Lane::OnReply;
+    handler.arg = this;
+    const ucs_status_t s =
+        ucp_worker_set_am_recv_handler(worker_.worker, &handler);
+    if (s != UCS_OK) return UcxError("setting the UCX reply handler", s);
+    return absl::OkStatus();
+  }
+
+  absl::Status Read(const RemoteShard& shard, const Box& box,
+                    const ReadTarget& target);
+  absl::Status Write(const RemoteShard& shard, const WriteSource& source);
+
+ private:
+  // Asks the worker for a key to `shard` (gRPC).
+  absl::StatusOr<DescribedKey> Describe(const RemoteShard& shard, bool write);
+  // The cached key to `shard`, or a fresh one when `fresh`, the cached one
+  // is older than key_ttl, or there is none; connects when needed.
+  absl::StatusOr<std::pair<Peer*, Key*>> KeyFor(const RemoteShard& shard,
+                                                bool fresh);
+  absl::StatusOr<Peer*> Connect(const std::string& address,
+                                const std::string& ucx_address);
+  absl::StatusOr<ucp_rkey_h> Unpack(Peer& peer, const std::string& packed);
+  void DropPeer(const std::string& address);
+  void DropKey(Peer& peer, uint64_t shard_id);
+
+  // Progresses the worker until `done`, failing when the peer fails, when
+  // `progress` (a completion counter) stands still for stall_timeout, or
+  // past `deadline`.
+  absl::Status Wait(const std::function<bool()>& done, const Peer& peer,
+                    const int64_t* progress);
+  // Posts one get (or put) of `bytes` bytes, cut into max_get_bytes
+  // pieces, waiting while max_in_flight are outstanding.
+  absl::Status Post(bool put, Peer& peer, const Key& key, char* local,
+                    uint64_t remote, int64_t bytes, Ops& ops);
+  absl::Status Drain(Peer& peer, Ops& ops);
+  absl::Status Gets(Peer& peer, const Key& key, uint64_t shard_id,
+                    const Box& box, const ReadTarget& target);
+  // OK when the worker still vouches for the key; NOT_FOUND when the shard
+  // was freed, UNAVAILABLE when the key was withdrawn.
+  absl::Status StillHeld(Peer& peer, uint64_t shard_id, uint64_t registration);
+  // After a failure with operations of `ops` outstanding: drops the peer,
+  // which cancels them, and waits for their callbacks (which touch `ops`).
+  void Abandon(const std::string& address, Ops& ops);
+  absl::Status StagedGets(Peer& peer, const Key& key, const Box& box,
+                          const ReadTarget& target);
+  absl::StatusOr<UcxCheckAnswer> Check(Peer& peer, uint64_t shard_id,
+                                       uint64_t registration);
+  absl::Status Flush(Peer& peer);
+
+  static ucs_status_t OnReply(void* arg, const void* header,
+                              size_t header_length, void* data, size_t length,
+                              const ucp_am_recv_param_t* param);
+  static void OnPeerError(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  const UcpWorker worker_;
+  const UcxTransportOptions& options_;
+  ChannelCache* const channels_;
+  UcxTransport* const owner_;
+  std::map<std::string, std::unique_ptr<Peer>> peers_;
+  uint64_t tick_ = 0;
+  absl::Time deadline_ = absl::InfiniteFuture();  // of the current call
+  // The one check in flight: its id, and its answer once it came.
+  uint64_t next_request_ = 0;
+  uint64_t awaited_ = 0;
+  bool answered_ = false;
+  uint32_t answer_ = 0;
+  int64_t replies_ = 0;
+};
+
+ucs_status_t UcxTransport::Lane::OnReply(void* arg, const void* header,
+                                         size_t header_length, void*, size_t,
+                                         const ucp_am_recv_param_t*) {
+  auto* lane = static_cast<Lane*>(arg);
+  if (header_length != sizeof(UcxCheckReply)) return UCS_OK;
+  UcxCheckReply reply;
+  std::memcpy(&reply, header, sizeof(reply));
+  // Late answers to checks given up on are dropped.
+  if (reply.magic != kUcxCheckMagic || reply.request_id != lane->awaited_ ||
+      lane->answered_) {
+    return UCS_OK;
+  }
+  lane->answered_ = true;
+  lane->answer_ = reply.answer;
+  ++lane->replies_;
+  return UCS_OK;
+}
+
+void UcxTransport::Lane::OnPeerError(void* arg, ucp_ep_h, ucs_status_t status) {
+  static_cast<Peer*>(arg)->error = status;
+}
+
+absl::Status UcxTransport::Lane::Wait(const std::function<bool()>& done,
+                                      const Peer& peer,
+                                      const int64_t* progress) {
+  int64_t seen = progress != nullptr ? *progress : 0;
+  absl::Time last = absl::Now();
+  for (;;) {
+    while (ucp_worker_progress(worker_.worker) != 0) {
+    }
+    if (done()) return absl::OkStatus();
+    if (peer.error != UCS_OK) {
+      return UcxError(absl::StrCat("UCX link to ", peer.address), peer.error);
+    }
+    const absl::Time now = absl::Now();
+    if (progress != nullptr && *progress != seen) {
+      seen = *progress;
+      last = now;
+    }
+    if (now >= deadline_) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("UCX transfer with ", peer.address, " ran past its deadline"));
+    }
+    if (now - last >= options_.stall_timeout) {
+      return absl::UnavailableError(absl::StrCat(
+          "UCX transfer with ", peer.address, " made no progress for ",
+          absl::FormatDuration(options_.stall_timeout)));
+    }
+    if (now - last < kSpin) continue;
+    // Idle for a while: sleep until the worker has events.
+    if (ucp_worker_arm(worker_.worker) == UCS_ERR_BUSY) continue;
+    pollfd fd{worker_.efd, POLLIN, 0};
+    const int64_t ms = std::clamp<int64_t>(
+        absl::ToInt64Milliseconds(std::min(deadline_ - now, absl::Milliseconds(100))), 1, 100);
+    poll(&fd, 1, static_cast<int>(ms));
+  }
+}
+
+absl::Status UcxTransport::Lane::Post(bool put, Peer& peer, const Key& key,
+                                      char* local, uint64_t remote,
+                                      int64_t bytes, Ops& ops) {
+  while (bytes > 0) {
+    if (ops.pending >= options_.max_in_flight) {
+      TESSERA_RETURN_IF_ERROR(Wait(
+          [&] { return ops.pending < options_.max_in_flight; }, peer,
+          &ops.completed));
+    }
+    if (ops.error != UCS_OK) break;
+    const int64_t n = std::min(bytes, options_.max_get_bytes);
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.send = &OpDone;
+    param.user_data = &ops;
+    ucs_status_ptr_t request =
+        put ? ucp_put_nbx(peer.ep, local, static_cast<size_t>(n), remote,
+                          key.rkey, &param)
+            : ucp_get_nbx(peer.ep, local, static_cast<size_t>(n), remote,
+                          key.rkey, &param);
+    if (UCS_PTR_IS_ERR(request)) {
+      ops.error = UCS_PTR_STATUS(request);
+      break;
+    }
+    if (request != nullptr) ++ops.pending;
+    local += n;
+    remote += static_cast<uint64_t>(n);
+    bytes -= n;
+  }
+  if (ops.error != UCS_OK) {
+    return UcxError(absl::StrCat(put ? "UCX put to " : "UCX get from ",
+                                 peer.address),
+                    ops.error);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status UcxTransport::Lane::Drain(Peer& peer, Ops& ops) {
+  TESSERA_RETURN_IF_ERROR(
+      Wait([&] { return ops.pending == 0; }, peer, &ops.completed));
+  if (ops.error != UCS_OK) {
+    return UcxError(absl::StrCat("UCX transfer with ", peer.address), ops.error);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status UcxTransport::Lane::Gets(Peer& peer, const Key& key,
+                                      uint64_t shard_id, const Box& box,
+                                      const ReadTarget& target) {
+  const std::string address = peer.address;
+  const int64_t item = key.item_bytes;
+  const int64_t total = box.NumElements();
+  if (total == 0) return absl::OkStatus();
+  const std::vector<int64_t> zeros(box.rank(), 0);
+  const std::vector<int64_t> sizes(box.sizes.begin(), box.sizes.end());
+  const std::vector<int64_t> offsets(box.offsets.begin(), box.offsets.end());
+  Ops ops;
+  absl::Status status;
+  if (target.is_host_array()) {
+    const RunPlan plan(sizes, key.shape, offsets, target.shape(),
+                       target.offsets());
+    if (plan.runs() > 1 && plan.run() * item < options_.min_run_bytes) {
+      return StagedGets(peer, key, box, target);
+    }
+    absl::Time checked = absl::Now();
+    plan.ForEach(0, total, [&](int64_t src, int64_t dst, int64_t, int64_t n) {
+      if (!status.ok()) return;
+      status = Post(false, peer, key, target.data() + dst * item,
+                    key.base + static_cast<uint64_t>(src * item), n * item, ops);
+      // A long read checks now and then that its shard is still held, so
+      // no get is issued through a key much older than key_ttl.
+      if (status.ok() && absl::Now() - checked > options_.key_ttl) {
+        checked = absl::Now();
+        status = Drain(peer, ops);
+        if (status.ok()) status = StillHeld(peer, shard_id, key.registration);
+      }
+    });
+    if (status.ok()) status = Drain(peer, ops);
+    if (!status.ok()) Abandon(address, ops);
+    return status;
+  }
+  // A sink: the box in flat ranges of the staging buffer, in order.
+  const RunPlan plan(sizes, key.shape, offsets, sizes, zeros);
+  if (plan.runs() > 1 && plan.run() * item < options_.min_run_bytes) {
+    return StagedGets(peer, key, box, target);
+  }
+  const int64_t chunk = std::max<int64_t>(1, options_.stage_bytes / item);
+  std::vector<char> stage(static_cast<size_t>(std::min(chunk, total) * item));
+  for (int64_t f = 0; f < total; f += chunk) {
+    const int64_t count = std::min(chunk, total - f);
+    plan.ForEach(f, count, [&](int64_t src, int64_t dst, int64_t, int64_t n) {
+      if (!status.ok()) return;
+      status = Post(false, peer, key, stage.data() + (dst - f) * item,
+                    key.base + static_cast<uint64_t>(src * item), n * item, ops);
+    });
+    if (status.ok()) status = Drain(peer, ops);
+    if (!status.ok()) {
+      Abandon(address, ops);
+      return status;
+    }
+    TESSERA_RETURN_IF_ERROR(
+        target.Deliver(box.sizes, f, count, stage.data(), static_cast<size_t>(item)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status UcxTransport::Lane::StagedGets(Peer& peer, const Key& key,
+                                            const Box& box,
+                                            const ReadTarget& target) {
+  const std::string address = peer.address;
+  const int64_t item = key.item_bytes;
+  const size_t rank = key.shape.size();
+  int64_t row_elements = 1, inner = 1;
+  for (size_t d = 1; d < rank; ++d) {
+    row_elements *= key.shape[d];
+    inner *= box.sizes[d];
+  }
+  const int64_t row_bytes = row_elements * item;
+  const int64_t box_bytes = box.NumElements() * item;
+  const int64_t read_bytes = box.sizes[0] * row_bytes;
+  if ((read_bytes > options_.max_stage_inflation * box_bytes &&
+       read_bytes > options_.stage_bytes) ||
+      row_bytes > 16 * options_.stage_bytes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "box ", box.ToString(), " of shard ", ShapeToString(key.shape),
+        " is too sparse for one-sided reads"));
+  }
+  const int64_t rows_per = std::max<int64_t>(1, options_.stage_bytes / row_bytes);
+  const int64_t rows = std::min(rows_per, box.sizes[0]);
+  std::vector<char> stage(static_cast<size_t>(rows * row_bytes));
+  std::vector<char> flat(static_cast<size_t>(rows * inner * item));
+  Shape slab_shape(key.shape.begin(), key.shape.end());
+  std::vector<int64_t> slab_offsets(box.offsets.begin(), box.offsets.end());
+  std::vector<int64_t> slab_sizes(box.sizes.begin(), box.sizes.end());
+  slab_offsets[0] = 0;
+  for (int64_t i0 = 0; i0 < box.sizes[0]; i0 += rows_per) {
+    const int64_t n = std::min(rows_per, box.sizes[0] - i0);
+    Ops ops;
+    absl::Status status =
+        Post(false, peer, key, stage.data(),
+             key.base + static_cast<uint64_t>((box.offsets[0] + i0) * row_bytes),
+             n * row_bytes, ops);
+    if (status.ok()) status = Drain(peer, ops);
+    if (!status.ok()) {
+      Abandon(address, ops);
+      return status;
+    }
+    slab_shape[0] = n;
+    slab_sizes[0] = n;
+    CopyBoxToFlatRange(stage.data(), slab_shape, slab_offsets, slab_sizes, 0,
+                       n * inner, flat.data(), static_cast<size_t>(item));
+    TESSERA_RETURN_IF_ERROR(target.Deliver(box.sizes, i0 * inner, n * inner,
+                                           flat.data(),
+                                           static_cast<size_t>(item)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<UcxCheckAnswer> UcxTransport::Lane::Check(Peer& peer,
+                                                         uint64_t shard_id,
+                                                         uint64_t registration) {
+  UcxCheckRequest request;
+  request.request_id = ++next_request_;
+  request.shard_id = shard_id;
+  request.registration = registration;
+  awaited_ = request.request_id;
+  answered_ = false;
+  Ops ops;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                       UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  param.cb.send = &OpDone;
+  param.user_data = &ops;
+  param.flags = UCP_AM_SEND_FLAG_REPLY;
+  ucs_status_ptr_t sent = ucp_am_send_nbx(peer.ep, kUcxCheckAm, &request,
+                                          sizeof(request), nullptr, 0, &param);
+  if (UCS_PTR_IS_ERR(sent)) {
+    return UcxError(absl::StrCat("UCX check to ", peer.address),
+                    UCS_PTR_STATUS(sent));
+  }
+  if (sent != nullptr) ++ops.pending;
+  absl::Status waited = Wait(
+      [&] { return ops.pending == 0 && answered_; }, peer, &ops.completed);
+  awaited_ = 0;
+  if (!waited.ok()) {
+    // The send must not outlive `request`: dropping the peer cancels it.
+    Abandon(peer.address, ops);
+    return waited;
+  }
+  if (ops.error != UCS_OK) {
+    return UcxError(absl::StrCat("UCX check to ", peer.address), ops.error);
+  }
+  if (answer_ > static_cast<uint32_t>(UcxCheckAnswer::kStale)) {
+    return absl::InternalError(
+        absl::StrCat("worker at ", peer.address, " answered a check with ", answer_));
+  }
+  return static_cast<UcxCheckAnswer>(answer_);
+}
+
+absl::Status UcxTransport::Lane::Flush(Peer& peer) {
+  Ops ops;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = &OpDone;
+  param.user_data = &ops;
+  ucs_status_ptr_t request = ucp_ep_flush_nbx(peer.ep, &param);
+  if (UCS_PTR_IS_ERR(request)) {
+    return UcxError(absl::StrCat("UCX flush to ", peer.address),
+                    UCS_PTR_STATUS(request));
+  }
+  if (request != nullptr) ++ops.pending;
+  absl::Status status = Drain(peer, ops);
+  if (!status.ok()) Abandon(peer.address, ops);
+  return status;
+}
+
+absl::Status UcxTransport::Lane::StillHeld(Peer& peer, uint64_t shard_id,
+                                           uint64_t registration) {
+  TESSERA_ASSIGN_OR_RETURN(UcxCheckAnswer answer,
+                           Check(peer, shard_id, registration));
+  switch (answer) {
+    case UcxCheckAnswer::kHeld:
+      return absl::OkStatus();
+    case UcxCheckAnswer::kFreed:
+      return absl::NotFoundError(absl::StrCat(
+          "shard ", shard_id, " is not held by this worker (freed)"));
+    case UcxCheckAnswer::kStale:
+      break;
+  }
+  return absl::UnavailableError("the worker withdrew the key");
+}
+
+void UcxTransport::Lane::Abandon(const std::string& address, Ops& ops) {
+  DropPeer(std::string(address));
+  const absl::Time until = absl::Now() + absl::Seconds(1);
+  while (ops.pending > 0 && absl::Now() < until) {
+    ucp_worker_progress(worker_.worker);
+  }
+}
+
+absl::StatusOr<DescribedKey> UcxTransport::Lane::Describe(
+    const RemoteShard& shard, bool write) {
+  const ShardLocation& at = shard.location;
+  grpc::ClientContext context;
+  SetDeadline(&context, std::min(options_.timeout,
+                                 std::max(deadline_ - absl::Now(),
+                                          absl::ZeroDuration())));
+  PresentCapability(&context, at.capability);
+  v1::UcxDescribeRequest request;
+  request.add_shard_ids(at.shard_id);
+  request.set_write(write);
+  v1::UcxDescribeResponse reply;
+  const grpc::Status rpc = v1::UcxData::NewStub(channels_->Get(at.address))
+                               ->Describe(&context, request, &reply);
+  if (rpc.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+    owner_->MarkNoUcx(at.address);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", at.worker, " at ", at.address, " offers no UCX transport"));
+  }
+  if (!rpc.ok()) return FromGrpcStatus(rpc);
+  return ValidateDescribe(reply, at.shard_id);
+}
+
+absl::StatusOr<UcxTransport::Lane::Peer*> UcxTransport::Lane::Connect(
+    const std::string& address, const std::string& ucx_address) {
+  DropPeer(address);
+  if (peers_.size() >= options_.max_peers) {
+    auto oldest = peers_.begin();
+    for (auto it = peers_.begin(); it != peers_.end(); ++it) {
+      if (it->second->last_use < oldest->second->last_use) oldest = it;
+    }
+    DropPeer(oldest->first);
+  }
+  auto peer = std::make_unique<Peer>();
+  peer->address = address;
+  peer->ucx_address = ucx_address;
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.address = reinterpret_cast<const ucp_address_t*>(peer->ucx_address.data());
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = &Lane::OnPeerError;
+  params.err_handler.arg = peer.get();
+  const ucs_status_t s = ucp_ep_create(worker_.worker, &params, &peer->ep);
+  if (s != UCS_OK) {
+    return UcxError(absl::StrCat("connecting to ", address, " over UCX"), s);
+  }
+  Peer* raw = peer.get();
+  peers_[address] = std::move(peer);
+  return raw;
+}
+
+absl::StatusOr<ucp_rkey_h> UcxTransport::Lane::Unpack(Peer& peer,
+                                                      const std::string& packed) {
+  ucp_rkey_h rkey = nullptr;
+  const ucs_status_t s = ucp_ep_rkey_unpack(peer.ep, packed.data(), &rkey);
+  if (s != UCS_OK) {
+    return UcxError(absl::StrCat("unpacking a key from ", peer.address), s);
+  }
+  return rkey;
+}
+
+void UcxTransport::Lane::DropKey(Peer& peer, uint64_t shard_id) {
+  auto it = peer.keys.find(shard_id);
+  if (it == peer.keys.end()) return;
+  if (it->second.rkey != nullptr) ucp_rkey_destroy(it->second.rkey);
+  peer.keys.erase(it);
+}
+
+void UcxTransport::Lane::DropPeer(const std::string& address) {
+  auto it = peers_.find(address);
+  if (it == peers_.end()) return;
+  Peer& peer = *it->second;
+  for (auto& [id, key] : peer.keys) {
+    if (key.rkey != nullptr) ucp_rkey_destroy(key.rkey);
+  }
+  peer.keys.clear();
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  ucs_status_ptr_t request = ucp_ep_close_nbx(peer.ep, &param);
+  if (UCS_PTR_IS_PTR(request)) {
+    const absl::Time until = absl::Now() + absl::Seconds(1);
+    while (ucp_request_check_status(request) == UCS_INPROGRESS &&
+           absl::Now() < until) {
+      ucp_worker_progress(worker_.worker);
+    }
+    ucp_request_free(request);
+  }
+  peers_.erase(it);
+}
+
+absl::StatusOr<std::pair<UcxTransport::Lane::Peer*, UcxTransport::Lane::Key*>>
+UcxTransport::Lane::KeyFor(const RemoteShard& shard, bool fresh) {
+  const ShardLocation& at = shard.location;
+  auto found = peers_.find(at.address);
+  Peer* peer = found != peers_.end() ? found->second.get() : nullptr;
+  if (peer != nullptr && peer->error != UCS_OK) {
+    DropPeer(at.address);
+    peer = nullptr;
+  }
+  if (peer != nullptr && !fresh) {
+    auto key = peer->keys.find(at.shard_id);
+    if (key != peer->keys.end() &&
+        absl::Now() - key->second.validated < options_.key_ttl) {
+      peer->last_use = key->second.last_use = ++tick_;
+      return std::make_pair(peer, &key->second);
+    }
+  }
+  TESSERA_ASSIGN_OR_RETURN(DescribedKey described, Describe(shard, false));
+  if (peer == nullptr || peer->ucx_address != described.worker_address) {
+    // First contact, or the worker restarted behind the same address.
+    TESSERA_ASSIGN_OR_RETURN(peer, Connect(at.address, described.worker_address));
+  }
+  peer->last_use = ++tick_;
+  auto existing = peer->keys.find(at.shard_id);
+  if (existing != peer->keys.end() &&
+      existing->second.registration == described.registration) {
+    existing->second.validated = absl::Now();
+    existing->second.last_use = tick_;
+    return std::make_pair(peer, &existing->second);
+  }
+  DropKey(*peer, at.shard_id);
+  if (peer->keys.size() >= options_.max_keys) {
+    auto oldest = peer->keys.begin();
+    for (auto it = peer->keys.begin(); it != peer->keys.end(); ++it) {
+      if (it->second.last_use < oldest->second.last_use) oldest = it;
+    }
+    DropKey(*peer, oldest->first);
+  }
+  Key key;
+  key.base = described.base;
+  key.bytes = described.bytes;
+  key.shape = std::move(described.shape);
+  key.item_bytes = described.item_bytes;
+  key.registration = described.registration;
+  key.validated = absl::Now();
+  key.last_use = tick_;
+  if (!described.rkey.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(key.rkey, Unpack(*peer, described.rkey));
+  }
+  Key& stored = peer->keys[at.shard_id] = std::move(key);
+  return std::make_pair(peer, &stored);
+}
+
+absl::Status UcxTransport::Lane::Read(const RemoteShard& shard, const Box& box,
+                                      const ReadTarget& target) {
+  deadline_ = absl::Now() + options_.timeout;
+  const ShardLocation& at = shard.location;
+  const std::string where =
+      absl::StrCat("reading shard ", at.shard_id, " from ", at.worker, " (",
+                   at.address, ") over UCX");
+  absl::Status last;
+  bool fresh = false;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    absl::StatusOr<std::pair<Peer*, Key*>> found = KeyFor(shard, fresh);
+    if (!found.ok()) return Annotate(found.status(), where);
+    Peer& peer = *found->first;
+    Key& key = *found->second;
+    if (key.item_bytes != shard.item_bytes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          where, ": the worker holds ", key.item_bytes,
+          "-byte elements, not ", shard.item_bytes));
+    }
+    if (!shard.shape.empty() && shard.shape != key.shape) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          where, ": the worker's shard is ", ShapeToString(key.shape),
+          ", not ", ShapeToString(shard.shape)));
+    }
+    TESSERA_RETURN_IF_ERROR(CheckWithin(box, key.shape, "region"));
+    const uint64_t registration = key.registration;
+    absl::Status status = Gets(peer, key, at.shard_id, box, target);
+    absl::StatusOr<UcxCheckAnswer> answer = UcxCheckAnswer::kHeld;
+    if (status.ok()) {
+      answer = Check(peer, at.shard_id, registration);
+      status = answer.status();
+    }
+    if (!status.ok()) {
+      if (!IsPeerFailure(status)) return Annotate(status, where);
+      // Whatever the link had (endpoint, keys) is suspect: start afresh.
+      DropPeer(at.address);
+      last = status;
+      fresh = true;
+      continue;
+    }
+    switch (*answer) {
+      case UcxCheckAnswer::kHeld: {
+        auto p = peers_.find(at.address);
+        if (p != peers_.end()) {
+          auto k = p->second->keys.find(at.shard_id);
+          if (k != p->second->keys.end()) k->second.validated = absl::Now();
+        }
+        return absl::OkStatus();
+      }
+      case UcxCheckAnswer::kFreed:
+        DropKey(peer, at.shard_id);
+        return absl::NotFoundError(absl::StrCat(
+            "shard ", at.shard_id, " is not held by this worker (freed)"));
+      case UcxCheckAnswer::kStale:
+        DropKey(peer, at.shard_id);
+        last = absl::UnavailableError("the worker withdrew the key");
+        fresh = true;
+        continue;
+    }
+  }
+  return absl::UnavailableError(
+      absl::StrCat(where, ": ", last.message()));
+}
+
+absl::Status UcxTransport::Lane::Write(const RemoteShard& shard,
+                                       const WriteSource& source) {
+  deadline_ = absl::Now() + options_.timeout;
+  const ShardLocation& at = shard.location;
+  const std::string where =
+      absl::StrCat("writing shard ", at.shard_id, " to ", at.worker, " (",
+                   at.address, ") over UCX");
+  absl::StatusOr<DescribedKey> described = Describe(shard, true);
+  if (!described.ok()) return Annotate(described.status(), where);
+  if (described->item_bytes != shard.item_bytes ||
+      described->shape != shard.shape) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, ": the worker's shard is ",
+                     ShapeToString(described->shape), " of ",
+                     described->item_bytes, "-byte elements"));
+  }
+  auto found = peers_.find(at.address);
+  Peer* peer = found != peers_.end() ? found->second.get() : nullptr;
+  if (peer == nullptr || peer->error != UCS_OK ||
+      peer->ucx_address != described->worker_address) {
+    absl::StatusOr<Peer*> connected =
+        Connect(at.address, described->worker_address);
+    if (!connected.ok()) return Annotate(connected.status(), where);
+    peer = *connected;
+  }
+  peer->last_use = ++tick_;
+  Key key;
+  key.base = described->base;
+  key.item_bytes = described->item_bytes;
+  if (!described->rkey.empty()) {
+    absl::StatusOr<ucp_rkey_h> rkey = Unpack(*peer, described->rkey);
+    if (!rkey.ok()) return Annotate(rkey.status(), where);
+    key.rkey = *rkey;
+  }
+  const int64_t item = shard.item_bytes;
+  const int64_t total = described->bytes / item;
+  const std::vector<int64_t> zeros(shard.shape.size(), 0);
+  const RunPlan plan(shard.shape, source.shape, source.offsets, shard.shape,
+                     zeros);
+  Ops ops;
+  absl::Status status;
+  if (total > 0 && plan.runs() > 1 && plan.run() * item < options_.min_run_bytes) {
+    // Short runs: packed into the staging buffer first.
+    const int64_t chunk = std::max<int64_t>(1, options_.stage_bytes / item);
+    std::vector<char> stage(static_cast<size_t>(std::min(chunk, total) * item));
+    for (int64_t f = 0; f < total && status.ok(); f += chunk) {
+      const int64_t count = std::min(chunk, total - f);
+      CopyBoxToFlatRange(source.data, source.shape, source.offsets,
+                         shard.shape, f, count, stage.data(),
+                         static_cast<size_t>(item));
+      status = Post(true, *peer, key, stage.data(),
+                    key.base + static_cast<uint64_t>(f * item), count * item,
+                    ops);
+      if (status.ok()) status = Drain(*peer, ops);
+    }
+  } else if (total > 0) {
+    plan.ForEach(0, total, [&](int64_t src, int64_t dst, int64_t, int64_t n) {
+      if (!status.ok()) return;
+      status = Post(true, *peer, key, const_cast<char*>(source.data) + src * item,
+                    key.base + static_cast<uint64_t>(dst * item), n * item, ops);
+    });
+    if (status.ok()) status = Drain(*peer, ops);
+  }
+  // Puts complete locally; the flush makes them land before the worker
+  // seals the shard.
+  if (status.ok() && total > 0) status = Flush(*peer);
+  if (!status.ok()) Abandon(at.address, ops);
+  if (key.rkey != nullptr) ucp_rkey_destroy(key.rkey);
+  if (!status.ok()) {
+    return Annotate(IsPeerFailure(status) ? absl::UnavailableError(status.message())
+                                          : status,
+                    where);
+  }
+  grpc::ClientContext context;
+  SetDeadline(&context, options_.timeout);
+  PresentCapability(&context, at.capability);
+  v1::UcxFinishWriteRequest request;
+  request.set_shard_id(at.shard_id);
+  request.set_bytes_written(described->bytes);
+  v1::UcxFinishWriteResponse reply;
+  const grpc::Status rpc = v1::UcxData::NewStub(channels_->Get(at.address))
+                               ->FinishWrite(&context, request, &reply);
+  if (!rpc.ok()) return Annotate(FromGrpcStatus(rpc), where);
+  return absl::OkStatus();
+}
+
+// ------------------------------------------------------------ UcxTransport
+
+UcxTransport::UcxTransport(ChannelCache* channels, UcxTransportOptions options)
+    : channels_(channels), options_(options) {}
+
+UcxTransport::~UcxTransport() {
+  absl::MutexLock lock(&mu_);
+  idle_.clear();  // every lane is idle once no call runs
+  if (context_ != nullptr) ucp_cleanup(static_cast<ucp_context_h>(context_));
+}
+
+const std::string& UcxTransport::name() const {
+  static const std::string* name = new std::string("ucx");
+  return *name;
+}
+
+bool UcxTransport::started() const {
+  absl::MutexLock lock(&mu_);
+  return context_ != nullptr;
+}
+
+absl::Status UcxTransport::EnsureStarted() {
+  absl::MutexLock lock(&mu_);
+  if (start_tried_) return start_status_;
+  start_tried_ = true;
+  if (!UcxAllowedByEnvironment()) {
+    start_status_ = absl::FailedPreconditionError(
+        "the UCX transport is turned off (TESSERA_UCX)");
+    spdlog::info("UCX transport off (TESSERA_UCX); data moves over the other transports");
+    return start_status_;
+  }
+  absl::StatusOr<ucp_context_h> context = MakeUcpContext("tessera");
+  if (!context.ok()) {
+    start_status_ = absl::FailedPreconditionError(absl::StrCat(
+        "the UCX transport cannot start here: ", context.status().message()));
+    spdlog::warn("{}; data moves over the other transports",
+                 std::string(start_status_.message()));
+    return start_status_;
+  }
+  context_ = *context;
+  return absl::OkStatus();
+}
+
+bool UcxTransport::NoUcxAt(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  auto it = no_ucx_until_.find(address);
+  if (it == no_ucx_until_.end()) return false;
+  if (absl::Now() < it->second) return true;
+  no_ucx_until_.erase(it);
+  return false;
+}
+
+void UcxTransport::MarkNoUcx(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  if (no_ucx_until_.size() >= 4096) no_ucx_until_.clear();
+  no_ucx_until_[address] = absl::Now() + options_.no_ucx_ttl;
+}
+
+absl::StatusOr<std::unique_ptr<UcxTransport::Lane>> UcxTransport::AcquireLane() {
+  void* context = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    auto available = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !idle_.empty() || lanes_made_ < options_.max_lanes;
+    };
+    mu_.Await(absl::Condition(&available));
+    if (!idle_.empty()) {
+      std::unique_ptr<Lane> lane = std::move(idle_.back());
+      idle_.pop_back();
+      return lane;
+    }
+    ++lanes_made_;
+    context = context_;
+  }
+  absl::StatusOr<UcpWorker> worker =
+      MakeUcpWorker(static_cast<ucp_context_h>(context));
+  absl::Status status = worker.status();
+  std::unique_ptr<Lane> lane;
+  if (status.ok()) {
+    lane = std::make_unique<Lane>(*worker, options_, channels_, this);
+    status = lane->SetHandler();
+  }
+  if (!status.ok()) {
+    lane.reset();
+    absl::MutexLock lock(&mu_);
+    --lanes_made_;
+    return status;
+  }
+  return lane;
+}
+
+void UcxTransport::ReleaseLane(std::unique_ptr<Lane> lane) {
+  absl::MutexLock lock(&mu_);
+  idle_.push_back(std::move(lane));
+}
+
+absl::Status UcxTransport::Read(const RemoteShard& shard, const Box& box,
+                                const ReadTarget& target) {
+  TESSERA_RETURN_IF_ERROR(EnsureStarted());
+  if (shard.item_bytes < 1 || shard.item_bytes > kMaxItemBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "element size ", shard.item_bytes, " is not in [1, ", kMaxItemBytes, "]"));
+  }
+  if (NoUcxAt(shard.location.address)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", shard.location.worker, " at ",
+                     shard.location.address, " offers no UCX transport"));
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Lane> lane, AcquireLane());
+  absl::Status status = lane->Read(shard, box, target);
+  ReleaseLane(std::move(lane));
+  return status;
+}
+
+absl::Status UcxTransport::Write(const RemoteShard& shard,
+                                 const WriteSource& source) {
+  TESSERA_RETURN_IF_ERROR(EnsureStarted());
+  if (shard.shape.empty()) {
+    return absl::FailedPreconditionError(
+        "writing through UCX needs the shard's shape");
+  }
+  if (shard.item_bytes < 1 || shard.item_bytes > kMaxItemBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "element size ", shard.item_bytes, " is not in [1, ", kMaxItemBytes, "]"));
+  }
+  if (NoUcxAt(shard.location.address)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", shard.location.worker, " at ",
+                     shard.location.address, " offers no UCX transport"));
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Lane> lane, AcquireLane());
+  absl::Status status = lane->Write(shard, source);
+  ReleaseLane(std::move(lane));
+  return status;
+}
+
+}  // namespace tessera

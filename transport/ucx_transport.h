@@ -1,0 +1,127 @@
+// ShardTransport over UCX (name "ucx"): one-sided gets straight from a
+// worker's registered shard memory into the caller's destination, and puts
+// into a pending shard. RDMA where the hardware has it; TCP, or shared
+// memory and CMA on one host, otherwise.
+//
+// A read asks the worker's UcxData service (proto/ucx.proto, over the
+// worker's gRPC channel, presenting the same capability as the other
+// transports) for the worker's UCX address and the shard's packed remote
+// key, connects, and posts gets: one per contiguous run of the box (a run
+// longer than `max_get_bytes` is cut), up to `max_in_flight` at once. A box
+// whose runs are short is read as whole shard rows into a staging buffer and
+// copied out. Endpoints and unpacked keys are cached per worker and shard
+// (bounded, least recently used dropped) and dropped on any failure; a key
+// is asked for again after `key_ttl`.
+//
+// After the gets, the reader asks the worker (a UCX active message) whether
+// the key's shard is still held: a shard freed meanwhile fails the read with
+// NOT_FOUND, a withdrawn key is asked for again once, so a stale key never
+// returns bytes the worker no longer vouches for (ucx_server.h).
+//
+// Errors, per shard_transport.h:
+//   FAILED_PRECONDITION  UCX is off or cannot start here, the worker offers
+//                        no UCX (no UcxData service), the shard is not in
+//                        host memory, or the caller's shape or element size
+//                        differs from the worker's: the chain falls back.
+//   NOT_FOUND            the shard is not held (freed).
+//   UNAVAILABLE          the worker cannot be reached (gRPC or UCX), or a
+//                        UCX operation stalls for `stall_timeout`.
+//   OUT_OF_RANGE         the box lies outside the shard.
+// Every field of a worker's reply is checked before it is used.
+//
+// Threads: each call takes a lane (a UCX worker with its endpoints and keys)
+// for itself and progresses it while it waits, spinning briefly and then
+// sleeping on the lane's event fd. Thread-safe.
+#ifndef TESSERA_TRANSPORT_UCX_TRANSPORT_H_
+#define TESSERA_TRANSPORT_UCX_TRANSPORT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/box.h"
+#include "rpc/channel.h"
+#include "transport/shard_transport.h"
+
+namespace tessera {
+
+struct UcxTransportOptions {
+  // Deadline of one read or write, and of each UcxData call.
+  absl::Duration timeout = absl::Minutes(30);
+  // A UCX operation that makes no progress for this long fails the call
+  // with UNAVAILABLE (the peer is dropped).
+  absl::Duration stall_timeout = absl::Seconds(30);
+  // Most lanes (threads moving bytes at once); more calls wait for one.
+  int max_lanes = 16;
+  // Per lane: most workers with an endpoint, and most keys per worker.
+  size_t max_peers = 64;
+  size_t max_keys = 1024;
+  // A cached key is asked for again after this long (and a long read checks
+  // its shard this often).
+  absl::Duration key_ttl = absl::Seconds(10);
+  // Largest single get or put, and most in flight on one lane.
+  int64_t max_get_bytes = int64_t{4} << 20;
+  int max_in_flight = 32;
+  // Boxes whose contiguous runs are shorter are staged (whole rows).
+  int64_t min_run_bytes = 2048;
+  // Staging buffer size.
+  int64_t stage_bytes = int64_t{4} << 20;
+  // A staged read may read at most this many times the box's bytes (else
+  // FAILED_PRECONDITION: the worker's own gather over gRPC is better).
+  int64_t max_stage_inflation = 16;
+  // A worker that offers no UCX is not asked again for this long.
+  absl::Duration no_ucx_ttl = absl::Seconds(10);
+};
+
+class UcxTransport : public ShardTransport {
+ public:
+  // `channels` (not owned, outlives this) reaches the workers' UcxData
+  // service. UCX itself starts at the first call; when it cannot (or the
+  // environment turns it off, TESSERA_UCX=0) every call answers
+  // FAILED_PRECONDITION and that is logged once.
+  UcxTransport(ChannelCache* channels, UcxTransportOptions options);
+  ~UcxTransport() override;
+
+  const std::string& name() const override;
+  absl::Status Read(const RemoteShard& shard, const Box& box,
+                    const ReadTarget& target) override;
+  absl::Status Write(const RemoteShard& shard,
+                     const WriteSource& source) override;
+
+  // Whether UCX started (after a first call); for tests and reports.
+  bool started() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  class Lane;  // ucx_transport.cc
+
+ private:
+  absl::Status EnsureStarted() ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::unique_ptr<Lane>> AcquireLane() ABSL_LOCKS_EXCLUDED(mu_);
+  void ReleaseLane(std::unique_ptr<Lane> lane) ABSL_LOCKS_EXCLUDED(mu_);
+  bool NoUcxAt(const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);
+  void MarkNoUcx(const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);
+
+  ChannelCache* const channels_;
+  const UcxTransportOptions options_;
+
+  // Guards the start, the idle lanes and the workers without UCX.
+  // Invariant: lanes_made_ counts idle_ plus the lanes taken by calls.
+  mutable absl::Mutex mu_;
+  bool start_tried_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status start_status_ ABSL_GUARDED_BY(mu_);
+  void* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // ucp_context_h
+  std::vector<std::unique_ptr<Lane>> idle_ ABSL_GUARDED_BY(mu_);
+  int lanes_made_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<std::string, absl::Time> no_ucx_until_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_TRANSPORT_UCX_TRANSPORT_H_

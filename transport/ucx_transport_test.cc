@@ -1,0 +1,258 @@
+// UcxTransport against real workers in this process (real gRPC and UCX on
+// 127.0.0.1): the transport contract (transport_contract_test.h) for UCX
+// alone, a chain forced to UCX and the automatic chain; then what UCX adds:
+// byte-exact large and strided moves, keys of freed shards, withdrawn keys,
+// and workers that offer no UCX. ucx_transport_tcp_test runs this file with
+// UCX_TLS=tcp, the path between hosts.
+#include "transport/ucx_transport.h"
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "core/strided_copy.h"
+#include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "transport/transport_chain.h"
+#include "transport/transport_contract_test.h"
+#include "transport/ucx_testutil.h"
+
+namespace tessera {
+namespace testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kTimeout = absl::Seconds(30);
+
+UcxTransportOptions TestOptions() {
+  UcxTransportOptions options;
+  options.timeout = kTimeout;
+  options.stall_timeout = absl::Seconds(10);
+  return options;
+}
+
+std::vector<std::shared_ptr<grpc::Service>> Served(WorkerNode* node) {
+  return UcxServices(node);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ucx, TransportContractTest,
+    ::testing::Values(
+        TransportFactory{
+            "ucx",
+            [](ChannelCache* channels) -> std::unique_ptr<ShardTransport> {
+              return std::make_unique<UcxTransport>(channels, TestOptions());
+            },
+            false, Served},
+        TransportFactory{
+            "forced_ucx_chain",
+            [](ChannelCache* channels) -> std::unique_ptr<ShardTransport> {
+              DataPlaneOptions options;
+              options.timeout = kTimeout;
+              options.transport = "ucx";
+              return TransportChain::Make(channels, options);
+            },
+            false, Served},
+        TransportFactory{
+            "auto_chain",
+            [](ChannelCache* channels) -> std::unique_ptr<ShardTransport> {
+              DataPlaneOptions options;
+              options.timeout = kTimeout;
+              return TransportChain::Make(channels, options);
+            },
+            false, Served}),
+    FactoryName);
+
+// Fills `n` bytes with a pattern that differs from the workers' arange.
+std::string Pattern(size_t n) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>(i * 7 + 13);
+  return s;
+}
+
+TEST(UcxTransportTest, ForcedUcxReadsAndWritesLargeShardsByteExact) {
+  LocalWorker worker(/*ucx=*/true);
+  ChannelCache channels;
+  DataPlaneOptions options;
+  options.timeout = kTimeout;
+  options.transport = "ucx";
+  auto chain = TransportChain::Make(&channels, options);
+  // 2048 x 2048 float32: 16 MiB, several gets in flight.
+  const Shape shape{2048, 2048};
+  ASSERT_THAT(worker.Allocate(1, shape, DType::kFloat32), IsOk());
+  // The shard is the box at {3, 5} of a larger source array.
+  const Shape src_shape{2051, 2060};
+  const std::string src = Pattern(2051 * 2060 * 4);
+  ASSERT_THAT(chain->Write(worker.At(1, shape, DType::kFloat32),
+                           WriteSource{src.data(), src_shape, {3, 5}}),
+              IsOk());
+  std::string want(2048 * 2048 * 4, '\0');
+  CopyBox(src.data(), src_shape, {3, 5}, want.data(), shape, {0, 0}, shape, 4);
+  ASSERT_TRUE(worker.Bytes(1) == want) << "the worker holds other bytes";
+
+  std::string whole(want.size(), '\0');
+  ASSERT_THAT(chain->Read(worker.At(1, shape, DType::kFloat32), WholeBox(shape),
+                          ReadTarget::HostArray(whole.data(), shape, {0, 0})),
+              IsOk());
+  EXPECT_TRUE(whole == want) << "whole read differs";
+  // Columns 100..1124 of every row: 4 KiB runs, one get each.
+  const Box columns{{0, 100}, {2048, 1024}};
+  std::string got(2048 * 1024 * 4, '\x5a');
+  ASSERT_THAT(chain->Read(worker.At(1, shape, DType::kFloat32), columns,
+                          ReadTarget::HostArray(got.data(), {2048, 1024}, {0, 0})),
+              IsOk());
+  std::string cols(got.size(), '\0');
+  CopyBox(want.data(), shape, {0, 100}, cols.data(), Shape{2048, 1024}, {0, 0},
+          Shape{2048, 1024}, 4);
+  EXPECT_TRUE(got == cols) << "strided read differs";
+
+  const DataPlaneStats stats = chain->Stats();
+  // The write, the whole read and the columns.
+  EXPECT_EQ(stats.bytes.at("ucx"),
+            2 * int64_t{2048} * 2048 * 4 + int64_t{2048} * 1024 * 4);
+  EXPECT_EQ(stats.fallbacks.at("ucx"), 0);
+}
+
+TEST(UcxTransportTest, SinkTargetsReceiveTheBoxInOrder) {
+  LocalWorker worker(/*ucx=*/true);
+  ChannelCache channels;
+  UcxTransportOptions options = TestOptions();
+  options.stage_bytes = 64 << 10;  // several staged chunks
+  UcxTransport ucx(&channels, options);
+  const Shape shape{512, 300};
+  ASSERT_THAT(worker.Allocate(1, shape, DType::kInt32), IsOk());
+  const std::string shard = worker.Bytes(1);
+  // Whole rows (direct gets), and short runs (staged in row slabs).
+  for (const Box& box : {Box{{7, 0}, {400, 300}}, Box{{1, 2}, {500, 290}},
+                         Box{{3, 150}, {100, 150}}}) {
+    SCOPED_TRACE(box.ToString());
+    std::string got(static_cast<size_t>(box.NumElements()) * 4, '\0');
+    int64_t next = 0;
+    ASSERT_THAT(
+        ucx.Read(worker.At(1, shape, DType::kInt32), box,
+                 ReadTarget::Sink([&](int64_t first, int64_t count,
+                                      const char* data) {
+                   EXPECT_EQ(first, next);
+                   std::memcpy(got.data() + first * 4, data, count * 4);
+                   next = first + count;
+                   return absl::OkStatus();
+                 })),
+        IsOk());
+    EXPECT_EQ(next, box.NumElements());
+    std::string want(got.size(), '\0');
+    CopyBoxToFlatRange(shard.data(), shape, box.offsets, box.sizes, 0,
+                       box.NumElements(), want.data(), 4);
+    EXPECT_TRUE(got == want) << "bytes differ";
+  }
+  // A thin column would read far more than it needs: declined, so a chain
+  // asks the worker to gather it (gRPC).
+  std::vector<char> out(100 * 7 * 4);
+  EXPECT_THAT(ucx.Read(worker.At(1, shape, DType::kInt32), Box{{3, 5}, {100, 7}},
+                       ReadTarget::HostArray(out.data(), {100, 7}, {0, 0})),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("too sparse")));
+}
+
+TEST(UcxTransportTest, FreedShardThroughCachedKeyFailsCleanly) {
+  UcxServerOptions server;
+  server.sweep_interval = absl::Milliseconds(20);
+  server.grace = absl::Milliseconds(200);
+  LocalWorker worker(/*ucx=*/true, server);
+  ChannelCache channels;
+  UcxTransportOptions options = TestOptions();
+  options.key_ttl = absl::Milliseconds(100);  // below the worker's grace
+  UcxTransport ucx(&channels, options);
+  ASSERT_THAT(worker.Allocate(1, {1000}, DType::kInt32), IsOk());
+  ASSERT_THAT(worker.Allocate(2, {1000}, DType::kInt32), IsOk());
+  std::vector<char> out(4000);
+  auto read = [&](uint64_t id) {
+    return ucx.Read(worker.At(id, {1000}, DType::kInt32), WholeBox({1000}),
+                    ReadTarget::HostArray(out.data(), {1000}, {0}));
+  };
+  ASSERT_THAT(read(1), IsOk());
+  ASSERT_THAT(worker.store().Free(1), IsOk());
+  // The key is cached and fresh: the gets run, the check refuses them.
+  EXPECT_THAT(read(1), StatusIs(absl::StatusCode::kNotFound,
+                                HasSubstr("not held")));
+  // Once the worker has unmapped the shard, the reader no longer trusts its
+  // old key and asks again: still NOT_FOUND, and nothing faults.
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(worker.ucx()->Counts().second, 0u) << "grace not over";
+  EXPECT_THAT(read(1), StatusIs(absl::StatusCode::kNotFound));
+  // The lane is fine for other shards.
+  ASSERT_THAT(read(2), IsOk());
+  EXPECT_TRUE(std::string(out.data(), out.size()) == worker.Bytes(2));
+}
+
+TEST(UcxTransportTest, WithdrawnKeyIsAskedForAgain) {
+  UcxServerOptions server;
+  server.max_registrations = 1;  // a second shard's key withdraws the first
+  LocalWorker worker(/*ucx=*/true, server);
+  ChannelCache channels;
+  UcxTransport ucx(&channels, TestOptions());
+  ASSERT_THAT(worker.Allocate(1, {64, 64}, DType::kInt16), IsOk());
+  ASSERT_THAT(worker.Allocate(2, {64, 64}, DType::kInt16), IsOk());
+  std::string out(64 * 64 * 2, '\0');
+  auto read = [&](uint64_t id) {
+    return ucx.Read(worker.At(id, {64, 64}, DType::kInt16), WholeBox({64, 64}),
+                    ReadTarget::HostArray(out.data(), {64, 64}, {0, 0}));
+  };
+  ASSERT_THAT(read(1), IsOk());
+  ASSERT_THAT(read(2), IsOk());
+  // Shard 1's cached key was withdrawn: the check says so and a fresh key
+  // reads the right bytes.
+  ASSERT_THAT(read(1), IsOk());
+  EXPECT_TRUE(out == worker.Bytes(1));
+}
+
+TEST(UcxTransportTest, WorkerWithoutUcxFallsBackToGrpcAndCountsIt) {
+  LocalWorker worker(/*ucx=*/false);
+  ChannelCache channels;
+  DataPlaneOptions options;
+  options.timeout = kTimeout;
+  options.shared_memory = false;
+  auto chain = TransportChain::Make(&channels, options);
+  ASSERT_THAT(worker.Allocate(1, {1000}, DType::kInt32), IsOk());
+  std::vector<char> out(4000);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_THAT(chain->Read(worker.At(1, {1000}, DType::kInt32),
+                            WholeBox({1000}),
+                            ReadTarget::HostArray(out.data(), {1000}, {0})),
+                IsOk());
+  }
+  EXPECT_TRUE(std::string(out.data(), out.size()) == worker.Bytes(1));
+  const DataPlaneStats stats = chain->Stats();
+  EXPECT_EQ(stats.bytes.at("ucx"), 0);
+  EXPECT_EQ(stats.bytes.at("grpc"), 8000);
+  EXPECT_EQ(stats.fallbacks.at("ucx"), 2);
+}
+
+TEST(UcxTransportTest, ForcedUcxNamesTheTransportAndWorkerItCannotReach) {
+  LocalWorker worker(/*ucx=*/false);
+  ChannelCache channels;
+  DataPlaneOptions options;
+  options.timeout = kTimeout;
+  options.transport = "ucx";
+  auto chain = TransportChain::Make(&channels, options);
+  ASSERT_THAT(worker.Allocate(1, {1000}, DType::kInt32), IsOk());
+  std::vector<char> out(4000);
+  EXPECT_THAT(
+      chain->Read(worker.At(1, {1000}, DType::kInt32), WholeBox({1000}),
+                  ReadTarget::HostArray(out.data(), {1000}, {0})),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               ::testing::AllOf(HasSubstr("ucx transport"), HasSubstr("w0"))));
+  RemoteShard gone = worker.At(1, {1000}, DType::kInt32);
+  gone.location.address = "127.0.0.1:1";
+  EXPECT_THAT(chain->Read(gone, WholeBox({1000}),
+                          ReadTarget::HostArray(out.data(), {1000}, {0})),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       ::testing::AllOf(HasSubstr("transport"), HasSubstr("w0"))));
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace tessera
