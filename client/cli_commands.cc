@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "client/json_output.h"
 #include "client/npy_file.h"
+#include "client/safetensors_io.h"
 #include "client/tessera_client.h"
 #include "core/auth.h"
 #include "core/dtype.h"
@@ -43,6 +44,10 @@ struct CommandDef {
   int num_positional;
   std::vector<FlagDef> flags;
   absl::Status (*run)(const Invocation&, std::ostream&);
+  // What the first positional argument is, for "missing ..." messages.
+  const char* positional_name = "NAME";
+  // More positional arguments than num_positional are allowed.
+  bool more_positional = false;
 };
 
 constexpr char kSpecHelp[] =
@@ -107,6 +112,25 @@ const std::vector<CommandDef>& Commands() {
        1,
        {},
        &RunRemove},
+      {"import",
+       "import FILE.safetensors SPEC [--prefix=P] [--json]",
+       "create one tensor per entry of a .safetensors file (all or nothing)",
+       1,
+       {{"prefix", false},
+        {"chunk_dim", false},
+        {"placements", false},
+        {"shards", false},
+        {"json", true}},
+       &RunImport,
+       "FILE.safetensors"},
+      {"export",
+       "export FILE.safetensors (NAME... | --prefix=P) [--json]",
+       "write tensors into one .safetensors file",
+       1,
+       {{"prefix", false}, {"json", true}},
+       &RunExport,
+       "FILE.safetensors",
+       /*more_positional=*/true},
   };
   return *commands;
 }
@@ -543,6 +567,82 @@ absl::Status RunRemove(const Invocation& inv, std::ostream& out) {
   return absl::OkStatus();
 }
 
+absl::Status RunImport(const Invocation& inv, std::ostream& out) {
+  const std::string& file = inv.positional.at(0);
+  if (file.empty()) return UsageError("import needs a file name");
+  const std::string prefix = inv.Get("prefix").value_or("");
+  TESSERA_ASSIGN_OR_RETURN(const SpecArgs spec_args, ParseSpec(inv));
+
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
+  TESSERA_ASSIGN_OR_RETURN(
+      SafetensorsImportResult result,
+      ImportSafetensors(
+          *client, file,
+          [&spec_args](const SafetensorsEntry& e) {
+            return ResolveSpec(spec_args, e.shape);
+          },
+          prefix));
+  if (inv.GetBool("json")) {
+    out << ImportJson(file, result) << "\n";
+    return absl::OkStatus();
+  }
+  out << "imported " << result.tensors.size() << " tensor"
+      << (result.tensors.size() == 1 ? "" : "s") << " from " << file << ", "
+      << FormatBytes(result.bytes) << ", "
+      << FormatRate(result.bytes, result.seconds) << "\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"NAME", "SHAPE", "DTYPE", "VERSION", "SHARDS"}};
+  for (const TensorMetadata& t : result.tensors) {
+    rows.push_back({t.name, ShapeToString(t.shape),
+                    std::string(DTypeName(t.dtype)), absl::StrCat(t.version),
+                    absl::StrCat(t.shards.size())});
+  }
+  PrintTable(rows, out);
+  return absl::OkStatus();
+}
+
+absl::Status RunExport(const Invocation& inv, std::ostream& out) {
+  const std::string& file = inv.positional.at(0);
+  if (file.empty()) return UsageError("export needs a file name");
+  std::vector<std::string> names(inv.positional.begin() + 1,
+                                 inv.positional.end());
+  const std::optional<std::string> prefix = inv.Get("prefix");
+  if (prefix.has_value() && !names.empty()) {
+    return UsageError("give either tensor NAMEs or --prefix=P, not both");
+  }
+  if (!prefix.has_value() && names.empty()) {
+    return UsageError(
+        "missing what to export: give tensor NAMEs or --prefix=P (usage: "
+        "tessera export FILE.safetensors (NAME... | --prefix=P))");
+  }
+  for (const std::string& name : names) {
+    if (absl::Status s = CheckTensorName(name); !s.ok()) return UsageError(s);
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
+  TESSERA_ASSIGN_OR_RETURN(
+      SafetensorsExportResult result,
+      ExportSafetensors(*client, file,
+                        prefix.has_value()
+                            ? SafetensorsSelection::Prefix(*prefix)
+                            : SafetensorsSelection::Names(names)));
+  if (inv.GetBool("json")) {
+    out << ExportJson(file, result) << "\n";
+    return absl::OkStatus();
+  }
+  out << "exported " << result.entries.size() << " tensor"
+      << (result.entries.size() == 1 ? "" : "s") << " into " << file << ", "
+      << FormatBytes(result.file_bytes) << ", "
+      << FormatRate(result.bytes, result.seconds) << "\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"ENTRY", "TENSOR", "SHAPE", "DTYPE"}};
+  for (const SafetensorsExportedEntry& e : result.entries) {
+    rows.push_back({e.entry, e.tensor, ShapeToString(e.shape),
+                    std::string(DTypeName(e.dtype))});
+  }
+  PrintTable(rows, out);
+  return absl::OkStatus();
+}
+
 // ---- the command line
 // ------------------------------------------------------------
 
@@ -637,7 +737,7 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
   if (i == args.size()) {
     return UsageError(
         "no command given (commands: workers create put get describe ls "
-        "reshard rm; see tessera --help)");
+        "reshard rm import export; see tessera --help)");
   }
   inv.command = args[i++];
   if (inv.command == "help") {
@@ -649,7 +749,8 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
   if (command == nullptr) {
     return UsageError(absl::StrCat(
         "unknown command '", inv.command,
-        "' (commands: workers create put get describe ls reshard rm)"));
+        "' (commands: workers create put get describe ls reshard rm import "
+        "export)"));
   }
 
   bool only_positional = false;
@@ -705,10 +806,11 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
 
   const size_t want = static_cast<size_t>(command->num_positional);
   if (inv.positional.size() < want) {
-    return UsageError(
-        absl::StrCat("missing NAME (usage: tessera ", command->synopsis, ")"));
+    return UsageError(absl::StrCat("missing ", command->positional_name,
+                                   " (usage: tessera ", command->synopsis,
+                                   ")"));
   }
-  if (inv.positional.size() > want) {
+  if (inv.positional.size() > want && !command->more_positional) {
     return UsageError(absl::StrCat("unexpected argument '",
                                    inv.positional[want], "' (usage: tessera ",
                                    command->synopsis, ")"));

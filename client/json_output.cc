@@ -99,4 +99,50 @@ std::string ReshardJson(const ReshardStats& stats) {
   return out;
 }
 
+std::string ImportJson(const std::string& file,
+                       const SafetensorsImportResult& result) {
+  std::vector<std::string> items;
+  items.reserve(result.tensors.size());
+  for (const TensorMetadata& t : result.tensors) {
+    std::string s = "{";
+    Field(&s, "name", JsonString(t.name));
+    Field(&s, "shape", JsonIntList(t.shape));
+    Field(&s, "dtype", JsonString(DTypeName(t.dtype)));
+    Field(&s, "version", absl::StrCat(t.version));
+    Field(&s, "num_shards", absl::StrCat(t.shards.size()));
+    s += "}";
+    items.push_back(std::move(s));
+  }
+  std::string out = "{";
+  Field(&out, "file", JsonString(file));
+  Field(&out, "tensors", absl::StrCat("[", absl::StrJoin(items, ", "), "]"));
+  Field(&out, "bytes", absl::StrCat(result.bytes));
+  Field(&out, "seconds", JsonDouble(result.seconds));
+  out += "}";
+  return out;
+}
+
+std::string ExportJson(const std::string& file,
+                       const SafetensorsExportResult& result) {
+  std::vector<std::string> items;
+  items.reserve(result.entries.size());
+  for (const SafetensorsExportedEntry& e : result.entries) {
+    std::string s = "{";
+    Field(&s, "entry", JsonString(e.entry));
+    Field(&s, "tensor", JsonString(e.tensor));
+    Field(&s, "shape", JsonIntList(e.shape));
+    Field(&s, "dtype", JsonString(DTypeName(e.dtype)));
+    s += "}";
+    items.push_back(std::move(s));
+  }
+  std::string out = "{";
+  Field(&out, "file", JsonString(file));
+  Field(&out, "entries", absl::StrCat("[", absl::StrJoin(items, ", "), "]"));
+  Field(&out, "bytes", absl::StrCat(result.bytes));
+  Field(&out, "file_bytes", absl::StrCat(result.file_bytes));
+  Field(&out, "seconds", JsonDouble(result.seconds));
+  out += "}";
+  return out;
+}
+
 }  // namespace tessera

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "client/safetensors_io.h"
 #include "client/tessera_client.h"
 #include "core/json.h"
 #include "core/tensor_metadata.h"
@@ -29,6 +30,16 @@ std::string WorkersJson(const std::vector<WorkerInfo>& workers);
 // `reshard --json`: {"version", "pieces_moved", "bytes_moved",
 // "bytes_copied_locally", "shards_kept", "seconds"}.
 std::string ReshardJson(const ReshardStats& stats);
+
+// `import --json`: {"file", "tensors": [{"name", "shape", "dtype",
+// "version", "num_shards"}, ...], "bytes", "seconds"}.
+std::string ImportJson(const std::string& file,
+                       const SafetensorsImportResult& result);
+
+// `export --json`: {"file", "entries": [{"entry", "tensor", "shape",
+// "dtype"}, ...], "bytes", "file_bytes", "seconds"} (bytes: the data).
+std::string ExportJson(const std::string& file,
+                       const SafetensorsExportResult& result);
 
 }  // namespace tessera
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/safetensors_file.h"
 #include "core/npy.h"
 #include "fuzz/fuzz_util.h"
 #include "proto/coordinator.pb.h"
@@ -125,6 +126,78 @@ void NpySeeds() {
   Write("npy_fuzzer", "truncated",
         v1("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 0)
             .substr(0, 40));
+}
+
+void SafetensorsSeeds() {
+  // Files as LayoutSafetensors writes them, data filled with a pattern.
+  struct Case {
+    const char* name;
+    std::vector<SafetensorsTensor> tensors;
+    SafetensorsMetadata metadata;
+  };
+  const Case kCases[] = {
+      {"one_f32", {{"w", DType::kFloat32, {2, 3}}}, {}},
+      {"every_dtype",
+       {{"f32", DType::kFloat32, {2}},
+        {"f64", DType::kFloat64, {1, 2}},
+        {"f16", DType::kFloat16, {3}},
+        {"bf16", DType::kBFloat16, {2, 2}},
+        {"i8", DType::kInt8, {5}},
+        {"u8", DType::kUInt8, {1, 1, 3}},
+        {"i16", DType::kInt16, {2}},
+        {"i32", DType::kInt32, {2, 1}},
+        {"i64", DType::kInt64, {1}},
+        {"mask", DType::kBool, {4}}},
+       {{"format", "pt"}}},
+      {"scalar_and_empty",
+       {{"step", DType::kInt64, {}}, {"none", DType::kFloat32, {0, 4}}},
+       {{"a", "b"}, {"c", ""}}},
+      {"model_names",
+       {{"model.layers.0.q_proj.weight", DType::kBFloat16, {4, 4}},
+        {"model.layers.0.q_proj.bias", DType::kBFloat16, {4}},
+        {"model.embed_tokens.weight", DType::kFloat16, {8, 4}}},
+       {}},
+  };
+  for (const Case& c : kCases) {
+    absl::StatusOr<SafetensorsLayout> layout =
+        LayoutSafetensors(c.tensors, c.metadata);
+    if (!layout.ok()) {
+      std::fprintf(stderr, "%s\n", layout.status().ToString().c_str());
+      std::exit(1);
+    }
+    std::string file = layout->header;
+    for (int64_t i = static_cast<int64_t>(file.size()); i < layout->file_bytes;
+         ++i) {
+      file.push_back(static_cast<char>(i * 13 + 5));
+    }
+    Write("safetensors_fuzzer", c.name, file);
+  }
+  // Hand-written headers: unpadded, escapes, and nearly valid ones.
+  auto raw = [](const std::string& json, const std::string& data) {
+    std::string out(8, '\0');
+    for (int i = 0; i < 8; ++i) {
+      out[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
+    }
+    return out + json + data;
+  };
+  Write("safetensors_fuzzer", "unpadded",
+        raw(R"({"a":{"dtype":"I16","shape":[2],"data_offsets":[0,4]}})",
+            "abcd"));
+  Write("safetensors_fuzzer", "escaped",
+        raw(R"({"a\u00e9\n":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
+            R"( "__metadata__" : {"k\"":"v\\"}})",
+            "z"));
+  Write("safetensors_fuzzer", "overlap",
+        raw(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+            R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+            "12345678"));
+  Write("safetensors_fuzzer", "hole",
+        raw(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+            "12345678"));
+  Write("safetensors_fuzzer", "bad_dtype",
+        raw(R"({"a":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]}})",
+            "1"));
+  Write("safetensors_fuzzer", "empty", raw("{}", ""));
 }
 
 void LayoutSeeds() {
@@ -486,6 +559,7 @@ int main(int argc, char** argv) {
   tessera::dir = argv[1];
   tessera::TextSeeds();
   tessera::NpySeeds();
+  tessera::SafetensorsSeeds();
   tessera::LayoutSeeds();
   tessera::WorkerSeeds();
   tessera::CoordinatorSeeds();

@@ -1,0 +1,176 @@
+#include "client/safetensors_io.h"
+
+#include <algorithm>
+#include <memory>
+#include <utility>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "core/errors.h"
+#include "core/json.h"
+#include "core/placement.h"
+#include "core/status_macros.h"
+
+namespace tessera {
+namespace {
+
+std::string EntryContext(const std::string& path, const SafetensorsEntry& e) {
+  return absl::StrCat("safetensors file '", path, "', entry ",
+                      JsonString(e.name));
+}
+
+}  // namespace
+
+absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
+    Client& client, const std::string& path, const LayoutSpec& spec,
+    const std::string& prefix) {
+  return ImportSafetensors(
+      client, path,
+      [&spec](const SafetensorsEntry&) -> absl::StatusOr<LayoutSpec> {
+        return spec;
+      },
+      prefix);
+}
+
+absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
+    Client& client, const std::string& path, const SafetensorsSpecFn& spec_for,
+    const std::string& prefix) {
+  const absl::Time start = absl::Now();
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsReader> file,
+                           SafetensorsReader::Open(path));
+  const std::vector<SafetensorsEntry>& entries = file->entries();
+
+  // Everything that can be checked before a tensor exists.
+  std::vector<LayoutSpec> specs;
+  specs.reserve(entries.size());
+  absl::flat_hash_set<std::string> names;
+  for (const SafetensorsEntry& e : entries) {
+    const std::string context = EntryContext(path, e);
+    const std::string name = prefix + e.name;
+    if (absl::Status s = CheckTensorName(name); !s.ok()) {
+      return Annotate(s, absl::StrCat(context, " as tensor ", JsonString(name)));
+    }
+    if (e.shape.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          context,
+          " is a 0-d scalar; tessera tensors have at least one dim (save it "
+          "with shape [1])"));
+    }
+    absl::StatusOr<LayoutSpec> spec = spec_for(e);
+    if (!spec.ok()) return Annotate(spec.status(), context);
+    if (absl::Status s = LayoutBoxes(e.shape, *spec).status(); !s.ok()) {
+      return Annotate(s, context);
+    }
+    specs.push_back(*std::move(spec));
+    names.insert(name);
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::vector<TensorInfo> existing, client.List());
+  for (const TensorInfo& t : existing) {
+    if (names.contains(t.name)) {
+      return Annotate(AlreadyExistsError("tensor", t.name),
+                      absl::StrCat("importing safetensors file '", path, "'"));
+    }
+  }
+
+  // All or nothing: what was made is deleted unless every entry went in.
+  SafetensorsImportResult result;
+  bool done = false;
+  absl::Cleanup undo = [&] {
+    if (done) return;
+    for (auto it = result.tensors.rbegin(); it != result.tensors.rend(); ++it) {
+      client.Delete(it->name).IgnoreError();
+    }
+  };
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const SafetensorsEntry& e = entries[i];
+    absl::StatusOr<TensorMetadata> meta =
+        client.Put(prefix + e.name, e.shape, e.dtype, file->data(e), specs[i]);
+    if (!meta.ok()) return Annotate(meta.status(), EntryContext(path, e));
+    result.tensors.push_back(*std::move(meta));
+    result.bytes += e.num_bytes();
+  }
+  done = true;
+  result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return result;
+}
+
+absl::StatusOr<SafetensorsExportResult> ExportSafetensors(
+    Client& client, const std::string& path,
+    const SafetensorsSelection& selection,
+    const SafetensorsMetadata& metadata) {
+  const absl::Time start = absl::Now();
+  SafetensorsExportResult result;
+  // Tensor name by entry name, and the entries to lay out.
+  std::vector<SafetensorsTensor> tensors;
+  std::vector<std::string> tensor_names;
+  if (selection.by_prefix) {
+    TESSERA_ASSIGN_OR_RETURN(std::vector<TensorInfo> all, client.List());
+    std::sort(all.begin(), all.end(),
+              [](const TensorInfo& a, const TensorInfo& b) {
+                return a.name < b.name;
+              });
+    for (const TensorInfo& t : all) {
+      if (!absl::StartsWith(t.name, selection.prefix)) continue;
+      if (t.name.size() == selection.prefix.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "safetensors export: tensor ", JsonString(t.name),
+            " equals the prefix, so its entry name would be empty"));
+      }
+      tensors.push_back(
+          {t.name.substr(selection.prefix.size()), t.dtype, t.shape});
+      tensor_names.push_back(t.name);
+    }
+    if (tensors.empty()) {
+      return absl::NotFoundError(absl::StrCat(
+          "safetensors export: no tensor name starts with prefix ",
+          JsonString(selection.prefix), " (tensors not found)"));
+    }
+  } else {
+    if (selection.names.empty()) {
+      return absl::InvalidArgumentError(
+          "safetensors export: no tensor named (give names or a prefix)");
+    }
+    absl::flat_hash_set<std::string> seen;
+    for (const std::string& name : selection.names) {
+      if (!seen.insert(name).second) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "safetensors export: tensor ", JsonString(name),
+            " is named twice"));
+      }
+      TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta, client.Describe(name));
+      tensors.push_back({name, meta.dtype, meta.shape});
+      tensor_names.push_back(name);
+    }
+  }
+  absl::flat_hash_map<std::string, std::string> tensor_of;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    tensor_of[tensors[i].name] = tensor_names[i];
+  }
+
+  TESSERA_ASSIGN_OR_RETURN(SafetensorsLayout layout,
+                           LayoutSafetensors(std::move(tensors), metadata));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsWriter> writer,
+                           SafetensorsWriter::Create(path, std::move(layout)));
+  for (size_t i = 0; i < writer->entries().size(); ++i) {
+    const SafetensorsEntry& e = writer->entries()[i];
+    const std::string& tensor = tensor_of.at(e.name);
+    // The whole tensor; GetInto refuses a size other than the one laid out.
+    TESSERA_RETURN_IF_ERROR(Annotate(
+        client.GetInto(tensor, std::nullopt, writer->data(i), e.num_bytes()),
+        absl::StrCat("exporting tensor ", JsonString(tensor),
+                     " to safetensors file '", path, "'")));
+    result.entries.push_back({tensor, e.name, e.dtype, e.shape});
+    result.bytes += e.num_bytes();
+  }
+  result.file_bytes = writer->file_bytes();
+  TESSERA_RETURN_IF_ERROR(writer->Commit());
+  result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return result;
+}
+
+}  // namespace tessera
