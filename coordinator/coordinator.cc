@@ -156,4 +156,15 @@ absl::StatusOr<ReshardResult> Coordinator::ReshardTensor(
   return orchestrator_.Reshard(name, spec, expected_version, stop);
 }
 
+absl::StatusOr<StagedUpdate> Coordinator::UpdateTensor(
+    const UpdateArgs& args) {
+  return orchestrator_.BeginUpdate(args);
+}
+
+absl::Status Coordinator::AbandonUpdate(const std::string& name,
+                                        uint64_t version,
+                                        const std::string& principal) {
+  return orchestrator_.AbandonUpdate(name, version, principal);
+}
+
 }  // namespace tessera

@@ -155,6 +155,17 @@ class Coordinator {
                                               uint64_t expected_version,
                                               const StopCondition& stop = {});
 
+  // Starts version N+1 of a tensor with N's layout for the caller to write
+  // (CLI.md "Updates"): shards the region meets (all, without one) are new
+  // and writable, those it meets in part already hold N's bytes, the rest
+  // are N's own. Readers see N until CommitTensor(N+1); AbandonUpdate (or
+  // pending_timeout, or a delete) gives it up. One change of a tensor at a
+  // time: ABORTED while another runs or when expected_version is not
+  // current. The reply's shards carry today's worker addresses.
+  absl::StatusOr<StagedUpdate> UpdateTensor(const UpdateArgs& args);
+  absl::Status AbandonUpdate(const std::string& name, uint64_t version,
+                             const std::string& principal = "");
+
  private:
   // Frees retired versions and abandoned puts; runs on retire_thread_.
   void RetireLoop();

@@ -288,6 +288,10 @@ grpc::Status CoordinatorService::CommitTensor(
     v1::CommitTensorResponse*) {
   absl::StatusOr<Principal> principal = Admit(context, "CommitTensor");
   if (!principal.ok()) return ToGrpcStatus(principal.status());
+  if (request->abandon()) {
+    return ToGrpcStatus(coordinator_->AbandonUpdate(
+        request->name(), request->version(), principal->name));
+  }
   return ToGrpcStatus(coordinator_->CommitTensor(
       request->name(), request->version(), principal->name));
 }
@@ -368,6 +372,53 @@ grpc::Status CoordinatorService::ReshardTensor(
   response->set_bytes_copied_locally(result->bytes_copied_locally);
   response->set_shards_kept(result->shards_kept);
   response->set_seconds(result->seconds);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::UpdateTensor(
+    grpc::ServerContext* context, const v1::UpdateTensorRequest* request,
+    v1::UpdateTensorResponse* response) {
+  absl::StatusOr<Principal> principal = Admit(context, "UpdateTensor");
+  if (!principal.ok()) return ToGrpcStatus(principal.status());
+  absl::StatusOr<StagedUpdate> staged = [&]() -> absl::StatusOr<StagedUpdate> {
+    UpdateArgs args;
+    args.name = request->name();
+    args.expected_version = request->expected_version();
+    args.owner = principal->name;
+    args.stop = CallerStop(context);
+    if (request->has_region()) {
+      TESSERA_ASSIGN_OR_RETURN(
+          args.region, BoxFromProto(request->region_offsets(),
+                                    request->region_sizes(), "region"));
+    } else if (request->region_offsets_size() > 0 ||
+               request->region_sizes_size() > 0) {
+      return absl::InvalidArgumentError(
+          "region offsets or sizes without has_region");
+    }
+    return coordinator_->UpdateTensor(args);
+  }();
+  if (!staged.ok()) return ToGrpcStatus(staged.status());
+  TensorMetadataToProto(*staged->meta, response->mutable_tensor(),
+                        EncodingFor(request->packed_reply()));
+  // The caller writes N+1's new shards once; everyone reads.
+  AddGrants(*staged->meta, kRightRead | kRightWrite,
+            response->mutable_capabilities());
+  response->set_shards_kept(staged->shards_kept);
+  releaser_.AfterReplyOf(staged->meta->shards.size());
+  if (absl::Status size = CheckReplySize(
+          *response,
+          absl::StrCat("the update of tensor '", request->name(),
+                       "' was started, but its metadata (",
+                       staged->meta->shards.size(), " shards) shard by shard"),
+          "; ask for a packed reply");
+      !size.ok()) {
+    response->Clear();
+    coordinator_
+        ->AbandonUpdate(request->name(), staged->meta->version,
+                        principal->name)
+        .IgnoreError();
+    return ToGrpcStatus(size);
+  }
   return grpc::Status::OK;
 }
 

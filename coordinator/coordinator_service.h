@@ -54,6 +54,9 @@ class CoordinatorService final : public v1::Coordinator::Service {
   grpc::Status ReshardTensor(grpc::ServerContext*,
                              const v1::ReshardTensorRequest* request,
                              v1::ReshardTensorResponse* response) override;
+  grpc::Status UpdateTensor(grpc::ServerContext* context,
+                            const v1::UpdateTensorRequest* request,
+                            v1::UpdateTensorResponse* response) override;
 
  private:
   // Hands freed memory back to the system shortly after a reply for a

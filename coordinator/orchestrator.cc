@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "core/checked_math.h"
 #include "core/errors.h"
+#include "core/region_plan.h"
 #include "core/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -509,6 +510,103 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(
       absl::ToDoubleSeconds(move_start - allocate_start),
       absl::ToDoubleSeconds(move_end - move_start));
   return result;
+}
+
+absl::StatusOr<StagedUpdate> Orchestrator::BeginUpdate(
+    const UpdateArgs& args) {
+  const absl::Time start = absl::Now();
+  TESSERA_ASSIGN_OR_RETURN(TensorMetadataPtr old_meta,
+                           table_->BeginReshard(args.name,
+                                                args.expected_version));
+  bool staged = false;
+  auto done = absl::MakeCleanup([&] {
+    if (!staged) table_->EndReshard(args.name);
+  });
+  if (args.region.has_value()) {
+    TESSERA_RETURN_IF_ERROR(
+        CheckWithin(*args.region, old_meta->shape, "region"));
+  }
+  // N+1: N's layout on today's addresses; every shard the region meets is
+  // new, those it meets in part start as copies of N's.
+  TensorMetadata sources = *old_meta;
+  FillWorkerState(&sources);
+  auto new_meta = std::make_shared<TensorMetadata>(sources);
+  new_meta->version = old_meta->version + 1;
+  TensorMetadata fresh = *new_meta;
+  fresh.shards.clear();
+  std::vector<size_t> fresh_index;  // fresh.shards[k] is new_meta->shards[..]
+  ReshardPlan patches;
+  int64_t kept = 0;
+  const int64_t item = static_cast<int64_t>(ItemSize(old_meta->dtype));
+  for (size_t j = 0; j < new_meta->shards.size(); ++j) {
+    ShardInfo& shard = new_meta->shards[j];
+    shard.available = true;
+    Box in_shard;
+    const UpdateAction action =
+        ClassifyForUpdate(shard.box, args.region, &in_shard);
+    if (action == UpdateAction::kKeep) {
+      ++kept;
+      continue;
+    }
+    if (action == UpdateAction::kPatch) {
+      if (!sources.shards[j].available) {
+        return UnavailableError(absl::StrCat(
+            "cannot update '", args.name, "': worker '", shard.worker,
+            "' holding shard ", j));
+      }
+      ReshardPiece& piece = patches.pieces.emplace_back();
+      piece.src_shard = j;
+      piece.dst_shard = j;
+      piece.global = shard.box;
+      piece.bytes = shard.box.NumElements() * item;
+      piece.local = true;
+    }
+    fresh.shards.push_back(shard);
+    fresh_index.push_back(j);
+  }
+  const MetadataLog::Ticket ids =
+      table_->ReserveIds(absl::MakeSpan(fresh.shards));
+  for (size_t k = 0; k < fresh.shards.size(); ++k)
+    new_meta->shards[fresh_index[k]].shard_id = fresh.shards[k].shard_id;
+  bool allocated = false;
+  auto undo = absl::MakeCleanup([&] {
+    if (allocated) FreeShards(fresh);
+    table_->ReleaseIds(fresh.shards);
+  });
+  TESSERA_RETURN_IF_ERROR(CheckCapacity(fresh));
+  TESSERA_RETURN_IF_ERROR(GaveUp(args.stop.Check(),
+                                 absl::StrCat("updating '", args.name, "'"),
+                                 args.stop, limits_));
+  TESSERA_RETURN_IF_ERROR(log_->Wait(ids));
+  TESSERA_RETURN_IF_ERROR(
+      Annotate(AllocateShards(fresh, InitSpec{}, /*writable=*/true),
+               absl::StrCat("updating '", args.name, "'")));
+  allocated = true;
+  if (!patches.pieces.empty()) {
+    TESSERA_RETURN_IF_ERROR(
+        Annotate(MovePieces(sources, *new_meta, patches),
+                 absl::StrCat("updating '", args.name, "' (version ",
+                              old_meta->version, " is unchanged)")));
+  }
+  table_->StageUpdate(new_meta, std::move(fresh), args.owner);
+  staged = true;
+  std::move(undo).Cancel();
+  spdlog::info(
+      "update of '{}' to version {} staged: {} new shard(s) ({} patched), {} "
+      "kept, {:.3f} s",
+      args.name, new_meta->version, new_meta->shards.size() - kept,
+      patches.pieces.size(), kept, absl::ToDoubleSeconds(absl::Now() - start));
+  return StagedUpdate{std::move(new_meta), kept};
+}
+
+absl::Status Orchestrator::AbandonUpdate(const std::string& name,
+                                         uint64_t version,
+                                         const std::string& principal) {
+  TESSERA_ASSIGN_OR_RETURN(TensorMetadataPtr fresh,
+                           table_->AbandonUpdate(name, version, principal));
+  FreeShards(*fresh);
+  spdlog::info("abandoned the update of '{}' to version {}", name, version);
+  return absl::OkStatus();
 }
 
 absl::Status Orchestrator::MovePieces(const TensorMetadata& old_meta,

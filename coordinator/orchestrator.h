@@ -20,6 +20,7 @@
 #define TESSERA_COORDINATOR_ORCHESTRATOR_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,22 @@ struct CreateTensorArgs {
   // When the caller gives up (its deadline, its cancellation): validating
   // the layout stops then, and nothing is allocated after. Default: never.
   StopCondition stop;
+};
+
+struct UpdateArgs {
+  std::string name;
+  uint64_t expected_version = 0;  // 0: any
+  // The region that changes (tensor coordinates); none: the whole tensor.
+  std::optional<Box> region;
+  // The principal updating (empty without tokens): only it may commit.
+  std::string owner;
+  StopCondition stop;
+};
+
+// Version N+1 of an update, allocated and waiting for its caller's writes.
+struct StagedUpdate {
+  TensorMetadataPtr meta;
+  int64_t shards_kept = 0;  // N's shards it takes over unchanged
 };
 
 // How large one tensor's layout may be and how long the coordinator works
@@ -111,6 +128,14 @@ class Orchestrator {
                                         const LayoutSpec& spec,
                                         uint64_t expected_version,
                                         const StopCondition& stop = {});
+  // Starts an update (see Coordinator::UpdateTensor): allocates N+1's new
+  // shards as writable, has the workers copy N's bytes into those only
+  // partly inside the region, and stages N+1 for CommitTensor. On failure
+  // nothing stays allocated and N is untouched.
+  absl::StatusOr<StagedUpdate> BeginUpdate(const UpdateArgs& args);
+  // Gives up a staged update and frees its new shards.
+  absl::Status AbandonUpdate(const std::string& name, uint64_t version,
+                             const std::string& principal);
   // Frees retired versions and abandoned puts that are due.
   void FreeDue();
 

@@ -128,6 +128,17 @@ absl::StatusOr<TensorTable::Ticket> TensorTable::BeginCommit(
                      "' is being put by another principal; only it may "
                      "commit"));
   }
+  if (entry->state == State::kReady && entry->update != nullptr &&
+      entry->update->version == version) {
+    if (entry->update_owner != principal) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("tensor '", name,
+                       "' is being updated by another principal; only it "
+                       "may commit"));
+    }
+    entry->busy = true;
+    return log_->Enqueue(MetadataChange::Tensor(entry->update));
+  }
   if (entry->meta->version != version) {
     return absl::AbortedError(absl::StrCat("tensor '", name, "' is at version ",
                                            entry->meta->version, ", not ",
@@ -143,7 +154,71 @@ void TensorTable::FinishCommit(const std::string& name,
   absl::MutexLock lock(&mu_);
   Entry& entry = tensors_.at(name);
   entry.busy = false;
-  if (status.ok()) entry.state = State::kReady;
+  if (!status.ok()) return;
+  if (entry.state == State::kReady && entry.update != nullptr) {
+    // N+1 is current; N's shards it does not keep wait out their grace.
+    absl::flat_hash_set<uint64_t> kept;
+    for (const ShardInfo& shard : entry.update->shards)
+      kept.insert(shard.shard_id);
+    TensorMetadata retired = *entry.meta;
+    retired.shards.clear();
+    for (const ShardInfo& shard : entry.meta->shards) {
+      if (!kept.contains(shard.shard_id)) retired.shards.push_back(shard);
+    }
+    entry.meta = entry.update;
+    DropUpdate(&entry);
+    if (!retired.shards.empty()) {
+      retirements_.push_back(
+          {options_.clock() + options_.retire_grace, name,
+           std::make_shared<const TensorMetadata>(std::move(retired))});
+    }
+    return;
+  }
+  entry.state = State::kReady;
+}
+
+void TensorTable::StageUpdate(TensorMetadataPtr next, TensorMetadata fresh,
+                              const std::string& owner) {
+  absl::MutexLock lock(&mu_);
+  // The resharding flag blocks other changes and deletes, so the entry is
+  // still the one BeginReshard marked.
+  Entry& entry = tensors_.at(next->name);
+  entry.update = std::move(next);
+  entry.update_fresh = std::make_shared<const TensorMetadata>(std::move(fresh));
+  entry.update_owner = owner;
+  entry.update_staged = options_.clock();
+}
+
+absl::StatusOr<TensorMetadataPtr> TensorTable::AbandonUpdate(
+    const std::string& name, uint64_t version, const std::string& principal) {
+  absl::MutexLock lock(&mu_);
+  Entry* entry = WaitIdle(name);
+  if (entry == nullptr || entry->update == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("tensor '", name, "' has no update in progress"));
+  }
+  if (entry->update->version != version) {
+    return absl::AbortedError(absl::StrCat("the update of tensor '", name,
+                                           "' in progress is to version ",
+                                           entry->update->version, ", not ",
+                                           version));
+  }
+  if (entry->update_owner != principal) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "tensor '", name, "' is being updated by another principal"));
+  }
+  TensorMetadataPtr fresh = DropUpdate(entry);
+  Unreference(*fresh);
+  return fresh;
+}
+
+TensorMetadataPtr TensorTable::DropUpdate(Entry* entry) {
+  TensorMetadataPtr fresh = std::move(entry->update_fresh);
+  entry->update = nullptr;
+  entry->update_fresh = nullptr;
+  entry->update_owner.clear();
+  entry->resharding = false;
+  return fresh;
 }
 
 absl::StatusOr<TensorTable::Ticket> TensorTable::BeginDelete(
@@ -153,7 +228,8 @@ absl::StatusOr<TensorTable::Ticket> TensorTable::BeginDelete(
   if (entry == nullptr || entry->state == State::kCreating) {
     return NotFoundError("tensor", name);
   }
-  if (entry->resharding) {
+  // A staged update's caller may be gone: a delete takes it along.
+  if (entry->resharding && entry->update == nullptr) {
     return absl::AbortedError(absl::StrCat(
         "tensor '", name,
         "' is being resharded; delete it once the reshard finishes"));
@@ -171,6 +247,7 @@ absl::StatusOr<std::vector<TensorMetadataPtr>> TensorTable::FinishDelete(
   if (!status.ok()) return status;
   std::vector<TensorMetadataPtr> out;
   out.push_back(it->second.meta);
+  if (it->second.update != nullptr) out.push_back(DropUpdate(&it->second));
   tensors_.erase(it);
   // Replaced versions waiting out their grace period go now too.
   auto first_retired =
@@ -250,9 +327,16 @@ std::vector<TensorMetadataPtr> TensorTable::TakeDue() {
   for (auto r = first_due; r != retirements_.end(); ++r)
     due.push_back(std::move(r->shards));
   retirements_.erase(first_due, retirements_.end());
-  // Puts whose client never committed are abandoned.
+  // Puts and updates whose client never committed are abandoned.
   for (auto it = tensors_.begin(); it != tensors_.end();) {
-    const Entry& entry = it->second;
+    Entry& entry = it->second;
+    if (entry.update != nullptr && !entry.busy &&
+        now - entry.update_staged > options_.pending_timeout) {
+      spdlog::warn("abandoning the update of tensor '{}' to version {}: it "
+                   "was never committed",
+                   it->first, entry.update->version);
+      due.push_back(DropUpdate(&entry));
+    }
     if (entry.state == State::kPending && !entry.busy &&
         now - entry.created > options_.pending_timeout) {
       spdlog::warn("removing tensor '{}': its put was never completed",
@@ -281,6 +365,7 @@ Reconciliation TensorTable::Reconcile(const std::string& worker,
   };
   for (const auto& [name, entry] : tensors_) {
     if (entry.meta != nullptr) collect(*entry.meta);
+    if (entry.update_fresh != nullptr) collect(*entry.update_fresh);
   }
   for (const Retirement& r : retirements_) collect(*r.shards);
   Reconciliation result = ReconcileShards(expected, held, [this](uint64_t id) {

@@ -110,13 +110,15 @@ class TensorTable {
 
   // --- Commit of a put ---
 
-  // Enqueues the record that makes a pending tensor ready. Returns 0 when it
-  // is ready already. NOT_FOUND, or ABORTED for another version.
-  // PERMISSION_DENIED when `principal` is not the put's owner.
+  // Enqueues the record that makes a pending tensor ready, or a staged
+  // update current. Returns 0 when it is so already. NOT_FOUND, or ABORTED
+  // for another version. PERMISSION_DENIED when `principal` is not the
+  // put's (or the update's) owner.
   absl::StatusOr<Ticket> BeginCommit(const std::string& name, uint64_t version,
                                      const std::string& principal = "")
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Ready when `status` is OK, pending again otherwise.
+  // Ready (an update: published, N's unkept shards retired) when `status`
+  // is OK; pending (staged) again otherwise.
   void FinishCommit(const std::string& name, const absl::Status& status)
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -152,6 +154,27 @@ class TensorTable {
                      const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
   // The reshard is over (committed or not).
   void EndReshard(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Update: version N+1 with N's layout, written by its caller ---
+  //
+  // Begun with BeginReshard (one change of a tensor at a time). Once N+1's
+  // new shards are allocated, StageUpdate holds it until its caller's
+  // CommitTensor(N+1) (BeginCommit/FinishCommit, which publish it and
+  // retire N's shards it does not keep), AbandonUpdate, a delete, or
+  // pending_timeout (TakeDue). Readers see N meanwhile.
+
+  // `next` is version N+1; `fresh` holds its shards not taken over from N.
+  // `owner`: the principal updating (only it may commit or abandon).
+  void StageUpdate(TensorMetadataPtr next, TensorMetadata fresh,
+                   const std::string& owner) ABSL_LOCKS_EXCLUDED(mu_);
+  // Gives up the staged update to `version` and returns its new shards,
+  // now unreferenced and the caller's to free. NOT_FOUND when none is
+  // staged; ABORTED for another version; PERMISSION_DENIED for another
+  // principal.
+  absl::StatusOr<TensorMetadataPtr> AbandonUpdate(const std::string& name,
+                                                  uint64_t version,
+                                                  const std::string& principal)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- Background ---
 
@@ -191,6 +214,12 @@ class TensorTable {
     std::string owner;   // the principal that created it
     // Null while kCreating; immutable once set.
     TensorMetadataPtr meta;
+    // An update staged for its caller's commit (null: none), its shards
+    // not taken over from `meta`, its owner and when it was staged.
+    TensorMetadataPtr update;
+    TensorMetadataPtr update_fresh;
+    std::string update_owner;
+    absl::Time update_staged;
   };
   struct Retirement {
     absl::Time due;
@@ -203,13 +232,16 @@ class TensorTable {
   Entry* WaitIdle(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unreference(const TensorMetadata& meta)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops `entry`'s staged update, returning its new shards (still
+  // referenced) and ending the change.
+  static TensorMetadataPtr DropUpdate(Entry* entry);
 
   const Options options_;
   MetadataLog* const log_;
 
   // Invariants: a kCommitting/kPending/kReady entry has meta != nullptr and
   // its name is meta->name; a kCommitting entry is busy; every shard id of
-  // every entry and retirement is in referenced_ (plus ids reserved for
+  // every entry, staged update and retirement is in referenced_ (plus ids reserved for
   // allocations in progress).
   mutable absl::Mutex mu_;
   std::map<std::string, Entry> tensors_ ABSL_GUARDED_BY(mu_);

@@ -165,6 +165,10 @@ absl::Status TestCluster::StartWorker(int i) {
   for (const std::string& f : options_.worker_flags) {
     argv.push_back(absl::StrReplaceAll(f, {{"{name}", worker_name(i)}}));
   }
+  if (options_.per_worker_flags) {
+    for (std::string& f : options_.per_worker_flags(i))
+      argv.push_back(std::move(f));
+  }
   w.pid = Spawn(argv, w.log);
   return w.pid > 0 ? absl::OkStatus() : absl::InternalError("fork failed");
 }

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,8 @@ struct TestClusterOptions {
   // Extra flags for every worker (`{name}` becomes the worker's name) / the
   // coordinator.
   std::vector<std::string> worker_flags;
+  // More flags for worker i alone (e.g. its own --metrics_listen port).
+  std::function<std::vector<std::string>(int)> per_worker_flags;
   std::vector<std::string> coordinator_flags;
   // Give the coordinator a --data_dir (durable metadata) inside the test's temp
   // dir.

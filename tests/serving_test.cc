@@ -1,0 +1,484 @@
+// End-to-end serving tests on a real local cluster: row gathers against a
+// reference built element by element (repeats, negatives, out-of-range,
+// empty lists, any layout, bfloat16), one batched row read per worker, and
+// version-atomic updates — whole and regional, under concurrent readers,
+// racing each other, abandoned — that leave nothing behind.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <set>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/tessera_client.h"
+#include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "rpc/channel.h"
+#include "tests/cluster.h"
+#include "tests/test_arrays.h"
+
+namespace tessera {
+namespace {
+
+using ::tessera::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr int kGraceMs = 800;
+
+// The metrics ports of the suite's workers.
+std::vector<int>& MetricsPorts() {
+  static auto* ports = new std::vector<int>;
+  return *ports;
+}
+
+// GET http://127.0.0.1:PORT/metrics, the body ("" on failure).
+std::string FetchMetrics(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request =
+        "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (write(fd, request.data(), request.size()) ==
+        static_cast<ssize_t>(request.size())) {
+      char buf[16384];
+      for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;)
+        response.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  return response;
+}
+
+// Calls of `method` a worker has served, from its metrics (any status).
+int64_t CallsServed(int worker, absl::string_view method) {
+  const std::string text = FetchMetrics(MetricsPorts()[worker]);
+  const std::string key = absl::StrCat("tessera_rpc_requests_total{method=\"",
+                                       "/tessera.v1.Worker/", method, "\"");
+  int64_t total = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::StartsWith(line, key)) continue;
+    const size_t space = line.rfind(' ');
+    double value = 0;
+    if (space != absl::string_view::npos &&
+        absl::SimpleAtod(line.substr(space + 1), &value)) {
+      total += static_cast<int64_t>(value);
+    }
+  }
+  return total;
+}
+
+// The reference row gather: row i of the result is row rows[i] of `src`
+// (negatives from the end), copied element by element through Slice.
+HostArray ReferenceRows(const HostArray& src, const std::vector<int64_t>& rows) {
+  Shape shape = src.shape;
+  shape[0] = static_cast<int64_t>(rows.size());
+  HostArray out = HostArray::Allocate(src.dtype, shape);
+  const int64_t row_bytes =
+      rows.empty() ? 0 : out.num_bytes / static_cast<int64_t>(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int64_t r = rows[i] < 0 ? rows[i] + src.shape[0] : rows[i];
+    std::vector<int64_t> offsets(src.shape.size(), 0);
+    std::vector<int64_t> sizes(src.shape.begin(), src.shape.end());
+    offsets[0] = r;
+    sizes[0] = 1;
+    HostArray row = Slice(src, Box(offsets, sizes));
+    std::memcpy(out.data() + i * row_bytes, row.data(),
+                static_cast<size_t>(row_bytes));
+  }
+  return out;
+}
+
+// `base` with `region` replaced by `patch` (element by element).
+HostArray Patched(const HostArray& base, const Box& region,
+                  const HostArray& patch) {
+  HostArray out = HostArray::Allocate(base.dtype, base.shape);
+  std::memcpy(out.data(), base.data(), static_cast<size_t>(base.num_bytes));
+  const int64_t item = static_cast<int64_t>(ItemSize(base.dtype));
+  const int64_t n = patch.num_bytes / item;
+  std::vector<int64_t> at(region.rank(), 0);
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t flat = 0;
+    for (size_t d = 0; d < region.rank(); ++d)
+      flat = flat * base.shape[d] + region.offsets[d] + at[d];
+    std::memcpy(out.data() + flat * item, patch.data() + e * item,
+                static_cast<size_t>(item));
+    for (size_t d = region.rank(); d-- > 0;) {
+      if (++at[d] < region.sizes[d]) break;
+      at[d] = 0;
+    }
+  }
+  return out;
+}
+
+// An array of `shape` whose every float32 element is `value`.
+HostArray Filled(const Shape& shape, float value) {
+  HostArray out = HostArray::Allocate(DType::kFloat32, shape);
+  float* p = reinterpret_cast<float*>(out.data());
+  for (int64_t i = 0; i < out.num_bytes / 4; ++i) p[i] = value;
+  return out;
+}
+
+// The one value every float32 element of `a` has, or NaN when they differ.
+float UniformValue(const HostArray& a) {
+  const float* p = reinterpret_cast<const float*>(a.data());
+  const int64_t n = a.num_bytes / 4;
+  if (n == 0) return 0;
+  for (int64_t i = 1; i < n; ++i) {
+    if (p[i] != p[0]) return std::nanf("");
+  }
+  return p[0];
+}
+
+class ServingTest : public ClusterSuite<ServingTest> {
+ public:
+  static TestClusterOptions ClusterOptions() {
+    TestClusterOptions options;
+    options.coordinator_flags = {"--retire_grace_ms=" +
+                                 std::to_string(kGraceMs)};
+    MetricsPorts().clear();
+    for (int i = 0; i < options.num_workers; ++i)
+      MetricsPorts().push_back(PickFreePort());
+    options.per_worker_flags = [](int i) {
+      return std::vector<std::string>{
+          absl::StrCat("--metrics_listen=127.0.0.1:", MetricsPorts()[i])};
+    };
+    return options;
+  }
+
+ protected:
+  // Bytes in use once every retired version has been freed.
+  static int64_t SettledBytesUsed() {
+    absl::SleepFor(absl::Milliseconds(kGraceMs + 1500));
+    return BytesUsed();
+  }
+
+  // A client that moves bytes over gRPC only, so every row read is a call.
+  static std::unique_ptr<Client> GrpcOnlyClient() {
+    ClientOptions options;
+    options.shared_memory = false;
+    auto client = Client::Connect(cluster_->coordinator_address(), options);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? *std::move(client) : nullptr;
+  }
+
+  static void ExpectRows(Client& client, const std::string& name,
+                         const HostArray& table,
+                         const std::vector<int64_t>& rows) {
+    auto got = client.GatherRows(name, rows);
+    ASSERT_TRUE(got.ok()) << got.status();
+    const HostArray want = ReferenceRows(table, rows);
+    EXPECT_EQ(got->shape, want.shape);
+    EXPECT_TRUE(SameBytes(*got, want)) << name;
+  }
+};
+
+TEST_F(ServingTest, RowsInAnyOrderWithRepeatsAndNegatives) {
+  const HostArray table = Iota(DType::kFloat32, {1000, 24});
+  ASSERT_OK(client_->Put("rows_table", table,
+                         LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))));
+  const std::vector<int64_t> rows = {999, 0, 3, 3, -1, 250, 251, 249, -1000,
+                                     500, 3, 748, 749, 750, 751, 0};
+  ExpectRows(*client_, "rows_table", table, rows);
+  std::unique_ptr<Client> grpc = GrpcOnlyClient();
+  ASSERT_NE(grpc, nullptr);
+  ExpectRows(*grpc, "rows_table", table, rows);
+  // Into a caller's buffer, and a wrong size is refused.
+  const HostArray want = ReferenceRows(table, rows);
+  std::string buffer(static_cast<size_t>(want.num_bytes), '\0');
+  ASSERT_OK(client_->GatherRowsInto("rows_table", rows, buffer.data(),
+                                    want.num_bytes));
+  EXPECT_EQ(std::memcmp(buffer.data(), want.data(), buffer.size()), 0);
+  EXPECT_THAT(client_->GatherRowsInto("rows_table", rows, buffer.data(),
+                                      want.num_bytes - 4),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(ServingTest, RowsOfColumnShardsGridsAndUnevenLayouts) {
+  const HostArray table = Iota(DType::kInt32, {97, 10}, 5);
+  ASSERT_OK(client_->Put("rows_cols", table,
+                         LayoutSpec::Chunk(1, Ranks({0, 1, 2, 3}))));
+  const std::vector<int64_t> rows = {96, 1, 50, 1, -2, 0, 77};
+  ExpectRows(*client_, "rows_cols", table, rows);
+  std::vector<Box> grid = {{{0, 0}, {40, 4}},
+                           {{0, 4}, {40, 6}},
+                           {{40, 0}, {57, 7}},
+                           {{40, 7}, {57, 3}}};
+  ASSERT_OK(client_->Put("rows_grid", table,
+                         LayoutSpec::Enumerable(grid, Ranks({3, 2, 1, 0}))));
+  ExpectRows(*client_, "rows_grid", table, rows);
+  std::unique_ptr<Client> grpc = GrpcOnlyClient();
+  ASSERT_NE(grpc, nullptr);
+  ExpectRows(*grpc, "rows_grid", table, rows);
+  // 3-d, bfloat16, rows of 2 x 3 elements.
+  const HostArray bf16 = Iota(DType::kBFloat16, {33, 2, 3}, 9);
+  ASSERT_OK(client_->Put("rows_bf16", bf16,
+                         LayoutSpec::Chunk(0, Ranks({1, 2}))));
+  ExpectRows(*client_, "rows_bf16", bf16, {32, 0, 16, 17, 16, -33});
+}
+
+TEST_F(ServingTest, EmptyAndOutOfRangeIndices) {
+  const HostArray table = Iota(DType::kFloat64, {20, 3});
+  ASSERT_OK(client_->Put("rows_edges", table,
+                         LayoutSpec::Chunk(0, Ranks({0, 1}))));
+  auto empty = client_->GatherRows("rows_edges", {});
+  ASSERT_OK(empty.status());
+  EXPECT_EQ(empty->shape, (Shape{0, 3}));
+  for (int64_t bad : {int64_t{20}, int64_t{-21}, int64_t{1} << 40}) {
+    EXPECT_THAT(client_->GatherRows("rows_edges", {0, bad}),
+                StatusIs(absl::StatusCode::kOutOfRange,
+                         HasSubstr("out of bounds")))
+        << bad;
+  }
+  EXPECT_THAT(client_->GatherRows("no_such_table", {0}),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(ServingTest, OneBatchedRowReadPerWorkerNeverOnePerRow) {
+  const HostArray table = Iota(DType::kFloat32, {4096, 64});
+  ASSERT_OK(client_->Put("rows_batched", table,
+                         LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))));
+  std::unique_ptr<Client> grpc = GrpcOnlyClient();
+  ASSERT_NE(grpc, nullptr);
+  std::vector<int64_t> before(4);
+  for (int w = 0; w < 4; ++w) before[w] = CallsServed(w, "ReadRows");
+  // 2000 rows, spread over every worker, some repeated.
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i < 2000; ++i) rows.push_back((i * 7919) % 4096);
+  ExpectRows(*grpc, "rows_batched", table, rows);
+  for (int w = 0; w < 4; ++w) {
+    EXPECT_EQ(CallsServed(w, "ReadRows") - before[w], 1) << "worker " << w;
+  }
+}
+
+TEST_F(ServingTest, WholeUpdateWritesVersionTwoAndFreesVersionOne) {
+  const int64_t before = SettledBytesUsed();
+  const HostArray v1 = Iota(DType::kFloat32, {64, 16}, 1);
+  const HostArray v2 = Iota(DType::kFloat32, {64, 16}, 2);
+  ASSERT_OK(client_->Put("upd_whole", v1,
+                         LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))));
+  auto stats = client_->Update("upd_whole", v2);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->version, 2u);
+  EXPECT_EQ(stats->bytes_written, v2.num_bytes);
+  EXPECT_EQ(stats->shards_kept, 0);
+  auto got = client_->Get("upd_whole");
+  ASSERT_OK(got.status());
+  EXPECT_TRUE(SameBytes(*got, v2));
+  EXPECT_EQ(client_->Describe("upd_whole")->version, 2u);
+  EXPECT_EQ(SettledBytesUsed() - before, v2.num_bytes);
+  ASSERT_OK(client_->Delete("upd_whole"));
+}
+
+TEST_F(ServingTest, RegionalUpdateKeepsUntouchedShardsHandles) {
+  const HostArray v1 = Iota(DType::kFloat32, {40, 8}, 3);
+  ASSERT_OK(client_->Put("upd_region", v1,
+                         LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))));
+  auto old_meta = client_->Describe("upd_region");
+  ASSERT_OK(old_meta.status());
+  // Rows 12..17, columns 2..6: inside shard 1 (rows 10..19) only, in part.
+  const Box region({12, 2}, {6, 5});
+  const HostArray patch = Iota(DType::kFloat32, {6, 5}, 77);
+  auto stats = client_->Update("upd_region", patch, region);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->version, 2u);
+  EXPECT_EQ(stats->shards_kept, 3);
+  EXPECT_EQ(stats->bytes_written, patch.num_bytes);
+  auto new_meta = client_->Describe("upd_region");
+  ASSERT_OK(new_meta.status());
+  for (int i : {0, 2, 3}) {
+    EXPECT_EQ(new_meta->shards[i].shard_id, old_meta->shards[i].shard_id)
+        << "shard " << i << " was copied, not kept";
+  }
+  EXPECT_NE(new_meta->shards[1].shard_id, old_meta->shards[1].shard_id);
+  auto got = client_->Get("upd_region");
+  ASSERT_OK(got.status());
+  EXPECT_TRUE(SameBytes(*got, Patched(v1, region, patch)));
+
+  // A region across shards 0..2, whole rows: shards 0 and 2 patched, 1
+  // rewritten, 3 kept.
+  const Box across({5, 0}, {20, 8});
+  const HostArray patch2 = Iota(DType::kFloat32, {20, 8}, 78);
+  stats = client_->Update("upd_region", patch2, across);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->version, 3u);
+  EXPECT_EQ(stats->shards_kept, 1);
+  got = client_->Get("upd_region");
+  ASSERT_OK(got.status());
+  EXPECT_TRUE(
+      SameBytes(*got, Patched(Patched(v1, region, patch), across, patch2)));
+  ASSERT_OK(client_->Delete("upd_region"));
+}
+
+TEST_F(ServingTest, UpdateOfAnotherShapeOrDtypeChangesNothing) {
+  const HostArray v1 = Iota(DType::kFloat32, {16, 4}, 4);
+  ASSERT_OK(client_->Put("upd_bad", v1, LayoutSpec::Chunk(0, Ranks({0, 1}))));
+  EXPECT_THAT(client_->Update("upd_bad", Iota(DType::kFloat32, {16, 5}, 5)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("shape")));
+  EXPECT_THAT(client_->Update("upd_bad", Iota(DType::kInt32, {16, 4}, 5)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dtype")));
+  EXPECT_THAT(client_->Update("upd_bad", Iota(DType::kFloat32, {2, 2}, 5),
+                              Box({15, 3}, {2, 2})),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(client_->Update("upd_bad", Iota(DType::kFloat32, {2, 3}, 5),
+                              Box({0, 0}, {2, 2})),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("shape")));
+  EXPECT_EQ(client_->Describe("upd_bad")->version, 1u);
+  auto got = client_->Get("upd_bad");
+  ASSERT_OK(got.status());
+  EXPECT_TRUE(SameBytes(*got, v1));
+  ASSERT_OK(client_->Delete("upd_bad"));
+}
+
+TEST_F(ServingTest, ReadersSeeAllOfOneVersionUnderUpdates) {
+  const Shape shape = {256, 64};
+  ASSERT_OK(client_->Put("upd_readers", Filled(shape, 1),
+                         LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))));
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> reads{0}, mixed{0}, failed{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 4; ++r) {
+    readers.emplace_back([&, r] {
+      auto client = Client::Connect(cluster_->coordinator_address());
+      if (!client.ok()) {
+        ++failed;
+        return;
+      }
+      while (!stop.load()) {
+        // Whole gets, and row gathers across every shard.
+        absl::StatusOr<HostArray> got =
+            r % 2 == 0 ? (*client)->Get("upd_readers")
+                       : (*client)->GatherRows("upd_readers",
+                                               {255, 0, 64, 128, 192, 63});
+        if (!got.ok()) {
+          ++failed;
+          continue;
+        }
+        ++reads;
+        if (std::isnan(UniformValue(*got))) ++mixed;
+      }
+    });
+  }
+  for (int v = 2; v <= 12; ++v) {
+    auto stats = client_->Update("upd_readers", Filled(shape, v));
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(stats->version, static_cast<uint64_t>(v));
+  }
+  stop = true;
+  for (std::thread& t : readers) t.join();
+  EXPECT_GT(reads.load(), 0);
+  EXPECT_EQ(mixed.load(), 0) << "a read saw parts of two versions";
+  EXPECT_EQ(failed.load(), 0);
+  auto last = client_->Get("upd_readers");
+  ASSERT_OK(last.status());
+  EXPECT_EQ(UniformValue(*last), 12.0f);
+  ASSERT_OK(client_->Delete("upd_readers"));
+}
+
+TEST_F(ServingTest, RacingUpdatesOneWinsTheOtherIsAbortedNothingLeaks) {
+  const int64_t before = SettledBytesUsed();
+  const Shape shape = {512, 32};
+  ASSERT_OK(client_->Put("upd_race", Filled(shape, 0),
+                         LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))));
+  std::atomic<int> ok{0}, aborted{0}, other{0};
+  std::vector<std::thread> writers;
+  for (int w = 1; w <= 2; ++w) {
+    writers.emplace_back([&, w] {
+      auto client = Client::Connect(cluster_->coordinator_address());
+      ASSERT_TRUE(client.ok());
+      for (int i = 0; i < 10; ++i) {
+        absl::StatusOr<UpdateStats> s =
+            (*client)->Update("upd_race", Filled(shape, w));
+        if (s.ok()) {
+          ++ok;
+        } else if (absl::IsAborted(s.status())) {
+          ++aborted;
+        } else {
+          ++other;
+          ADD_FAILURE() << s.status();
+        }
+      }
+    });
+  }
+  for (std::thread& t : writers) t.join();
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(ok.load() + aborted.load(), 20);
+  auto meta = client_->Describe("upd_race");
+  ASSERT_OK(meta.status());
+  EXPECT_EQ(meta->version, static_cast<uint64_t>(1 + ok.load()));
+  auto got = client_->Get("upd_race");
+  ASSERT_OK(got.status());
+  const float value = UniformValue(*got);
+  EXPECT_TRUE(value == 1.0f || value == 2.0f) << value;
+  EXPECT_EQ(SettledBytesUsed() - before, 512 * 32 * 4);
+  ASSERT_OK(client_->Delete("upd_race"));
+}
+
+TEST_F(ServingTest, AStagedUpdateBlocksOthersUntilAbandonedAndLeavesNothing) {
+  const int64_t before = SettledBytesUsed();
+  const HostArray v1 = Iota(DType::kFloat32, {32, 8}, 6);
+  ASSERT_OK(client_->Put("upd_staged", v1,
+                         LayoutSpec::Chunk(0, Ranks({0, 1}))));
+  // A caller that starts an update and goes quiet.
+  auto stub = v1::Coordinator::NewStub(
+      MakeChannel(cluster_->coordinator_address(), ChannelOptions{}));
+  v1::UpdateTensorRequest start;
+  start.set_name("upd_staged");
+  v1::UpdateTensorResponse staged;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub->UpdateTensor(&context, start, &staged).ok());
+  }
+  EXPECT_EQ(staged.tensor().version(), 2u);
+  EXPECT_GT(BytesUsed() - before, v1.num_bytes);
+  // Another update, or a reshard, is refused meanwhile; readers see N.
+  EXPECT_THAT(client_->Update("upd_staged", Iota(DType::kFloat32, {32, 8}, 7)),
+              StatusIs(absl::StatusCode::kAborted));
+  EXPECT_THAT(
+      client_->Reshard("upd_staged", LayoutSpec::Chunk(1, Ranks({0, 1}))),
+      StatusIs(absl::StatusCode::kAborted));
+  auto got = client_->Get("upd_staged");
+  ASSERT_OK(got.status());
+  EXPECT_TRUE(SameBytes(*got, v1));
+  // Abandoned: N+1's shards are freed, and updates work again.
+  v1::CommitTensorRequest abandon;
+  abandon.set_name("upd_staged");
+  abandon.set_version(2);
+  abandon.set_abandon(true);
+  v1::CommitTensorResponse abandoned;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub->CommitTensor(&context, abandon, &abandoned).ok());
+  }
+  EXPECT_EQ(BytesUsed() - before, v1.num_bytes);
+  const HostArray v2 = Iota(DType::kFloat32, {32, 8}, 8);
+  auto stats = client_->Update("upd_staged", v2);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->version, 2u);
+  got = client_->Get("upd_staged");
+  ASSERT_OK(got.status());
+  EXPECT_TRUE(SameBytes(*got, v2));
+
+  // A delete takes a staged update along.
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub->UpdateTensor(&context, start, &staged).ok());
+  }
+  ASSERT_OK(client_->Delete("upd_staged"));
+  EXPECT_EQ(SettledBytesUsed(), before);
+}
+
+}  // namespace
+}  // namespace tessera
