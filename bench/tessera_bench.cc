@@ -5,7 +5,9 @@
 // bench/run.sh, which builds everything first.
 //
 // Flags are plain argv: --quick (smaller sizes, for a smoke run), --only=1,3
-// (some figures: 1-4, and 7 for the cost of TLS).
+// (some figures: 1-4, 7 for the cost of TLS, 8 for UCX), --transport=
+// ucx|grpc|auto|shm (the gather of figure 1 through that transport alone;
+// default: gRPC, same-host shared memory and UCX each).
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <grpcpp/grpcpp.h>
@@ -19,6 +21,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -302,6 +305,33 @@ pid_t FindPid(const std::string& needle) {
   return found;
 }
 
+// What UCX_TLS says UCX may use, for the figures' names.
+std::string UcxTlsName() {
+  const char* tls = std::getenv("UCX_TLS");
+  return tls != nullptr && *tls != '\0' ? absl::StrCat("UCX_TLS=", tls)
+                                         : "UCX's own choice";
+}
+
+// CPU seconds (user + system) a process has used, from /proc/PID/stat;
+// -1 when it cannot be read.
+double CpuSeconds(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string field;
+  long long utime = -1, stime = -1;
+  // Fields after the name start at 3 (state); utime is 14, stime 15.
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14) utime = std::atoll(field.c_str());
+    if (i == 15) stime = std::atoll(field.c_str());
+  }
+  if (utime < 0 || stime < 0) return -1;
+  return static_cast<double>(utime + stime) / sysconf(_SC_CLK_TCK);
+}
+
 int64_t ResidentBytes(pid_t pid) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
   std::string line;
@@ -338,7 +368,14 @@ struct Env {
   // same-numbered fetch would, so both pay the same cross-process spread.
   std::vector<std::string> echo_addresses;
   bool quick = false;
+  std::string transport;  // --transport: figure 1 through this one alone
 };
+
+// The bytes `stats` counts for `transport`.
+int64_t MovedBy(const DataPlaneStats& stats, const std::string& transport) {
+  auto it = stats.bytes.find(transport);
+  return it == stats.bytes.end() ? 0 : it->second;
+}
 
 // ---------------------------------------------------------------- figures
 
@@ -362,12 +399,22 @@ void GatherFigure(Env& env) {
     tcp = std::min(tcp, RawTcpSeconds(kWorkers, bytes, out.get()));
   for (int r = 0; r < reps; ++r)
     copy = std::min(copy, MemcpySeconds(out.get(), src.get(), bytes));
-  for (bool shm : {false, true}) {
+  double ucx_path = 1e9, auto_path = 1e9;
+  // "shm" is the automatic chain as it was before UCX: shared memory on
+  // this host, gRPC for the rest.
+  std::vector<std::string> modes = {"grpc", "shm", "ucx"};
+  if (!env.transport.empty()) modes = {env.transport};
+  for (const std::string& mode : modes) {
     ClientOptions options;
-    options.shared_memory = shm;
+    options.transport = mode == "shm" ? "auto" : mode;
+    if (mode == "shm") options.shared_memory = true;
     auto client =
         ValueOrDie(Client::Connect(env.cluster->coordinator_address(), options),
                    "connect");
+    double& best = mode == "grpc"  ? grpc_path
+                   : mode == "shm" ? shm_path
+                   : mode == "ucx" ? ucx_path
+                                   : auto_path;
     for (int r = 0; r < reps; ++r) {
       std::memset(out.get(), 0, 4096);
       const absl::Time start = absl::Now();
@@ -380,16 +427,37 @@ void GatherFigure(Env& env) {
         std::fprintf(stderr, "gather returned wrong values\n");
         std::exit(1);
       }
-      (shm ? shm_path : grpc_path) = std::min(shm ? shm_path : grpc_path, s);
+      best = std::min(best, s);
+    }
+    if (mode == "ucx" && MovedBy(client->TransferStats(), "ucx") < bytes) {
+      std::fprintf(stderr, "warning: the UCX gather moved %lld of %lld bytes "
+                           "over UCX\n",
+                   static_cast<long long>(MovedBy(client->TransferStats(), "ucx")),
+                   static_cast<long long>(bytes));
     }
   }
   const std::string size = env.quick ? "64 MiB" : "1 GiB";
-  Add({absl::StrCat("1. gather ", size, ", 4 workers, gRPC"),
-       GBps(bytes, grpc_path), absl::StrCat("TCP x4 ", GBps(bytes, tcp)),
-       tcp / grpc_path, "", true, 1.0});
-  Add({absl::StrCat("1. gather ", size, ", 4 workers, same-host shm"),
-       GBps(bytes, shm_path), absl::StrCat("memcpy x1 ", GBps(bytes, copy)),
-       copy / shm_path, "", true, 0.7});
+  if (grpc_path < 1e9) {
+    Add({absl::StrCat("1. gather ", size, ", 4 workers, gRPC"),
+         GBps(bytes, grpc_path), absl::StrCat("TCP x4 ", GBps(bytes, tcp)),
+         tcp / grpc_path, "", true, 1.0});
+  }
+  if (shm_path < 1e9) {
+    Add({absl::StrCat("1. gather ", size, ", 4 workers, same-host shm"),
+         GBps(bytes, shm_path), absl::StrCat("memcpy x1 ", GBps(bytes, copy)),
+         copy / shm_path, "", true, 0.7});
+  }
+  if (ucx_path < 1e9) {
+    Add({absl::StrCat("1. gather ", size, ", 4 workers, UCX (",
+                      UcxTlsName(), ")"),
+         GBps(bytes, ucx_path), absl::StrCat("TCP x4 ", GBps(bytes, tcp)),
+         tcp / ucx_path, "", true, 1.0});
+  }
+  if (auto_path < 1e9) {
+    Add({absl::StrCat("1. gather ", size, ", 4 workers, auto"),
+         GBps(bytes, auto_path), absl::StrCat("TCP x4 ", GBps(bytes, tcp)),
+         tcp / auto_path, "", true, 0});
+  }
   CHECK_OK(env.client->Delete("gather"));
 }
 
@@ -414,6 +482,9 @@ void SmallFetchFigure(Env& env) {
     const int64_t payload = fetch_rows * 1024 * 4;
     for (bool shm : {false, true}) {
       ClientOptions options;
+      // gRPC alone, or the automatic chain (shared memory for large reads,
+      // UCX or gRPC for these small ones).
+      options.transport = shm ? "auto" : "grpc";
       options.shared_memory = shm;
       std::shared_ptr<Connection> shared = ValueOrDie(
           Connection::Make(env.cluster->coordinator_address(), options),
@@ -444,7 +515,7 @@ void SmallFetchFigure(Env& env) {
         }
         const std::string what = absl::StrCat(
             "2. fetch ", payload / 1024, " KiB, ", callers,
-            callers == 1 ? " caller" : " callers", shm ? ", shm" : ", gRPC");
+            callers == 1 ? " caller" : " callers", shm ? ", auto" : ", gRPC");
         if (callers == 1) {
           Add({what + " p50", absl::StrFormat("%.0f us", got.p50_us),
                absl::StrFormat("unary %.0f us", ref.p50_us),
@@ -601,6 +672,115 @@ void ControlFigure(Env& env) {
   CHECK_OK(env.client->Delete("tiny"));
 }
 
+// 8. UCX: a 4 KiB fetch through UCX alone against a bare gRPC unary call,
+// a reshard whose workers pull over UCX alone (a second cluster run with
+// --peer_transport=ucx), and what an idle worker of that cluster costs
+// after serving it (CPU over 10 s, from /proc).
+void UcxFigure(Env& env) {
+  const int64_t rows = 16384;  // x 1024 float32: 64 MiB, 4096 rows a worker
+  ValueOrDie(env.client->Create("ucx_small", {rows, 1024}, DType::kFloat32,
+                                LayoutSpec::Chunk(0, Ranks(kWorkers)),
+                                InitSpec{InitSpec::Kind::kArange}),
+             "create ucx_small");
+  const TensorMetadata meta =
+      ValueOrDie(env.client->Describe("ucx_small"), "describe ucx_small");
+  std::vector<std::unique_ptr<bench::Echo::Stub>> echoes;
+  for (const std::string& address : env.echo_addresses)
+    echoes.push_back(bench::Echo::NewStub(MakeChannel(address)));
+  ClientOptions options;
+  options.transport = "ucx";
+  std::shared_ptr<Connection> connection = ValueOrDie(
+      Connection::Make(env.cluster->coordinator_address(), options), "connect");
+  std::vector<char> out(4096);
+  auto row = [&](int64_t i) { return (i * 104729) % rows; };
+  const auto [ref, got] = MeasureAlternating(
+      absl::Milliseconds(env.quick ? 500 : 3000),
+      [&](int, int64_t i) {
+        grpc::ClientContext context;
+        bench::EchoRequest request;
+        request.set_bytes(4096);
+        bench::EchoReply reply;
+        return echoes[row(i) * kWorkers / rows]
+            ->Get(&context, request, &reply)
+            .ok();
+      },
+      [&](int, int64_t i) {
+        return GatherRegion(*connection, meta, Box{{row(i), 0}, {1, 1024}},
+                            out.data())
+            .ok();
+      });
+  const DataPlaneStats fetched = connection->data_plane().Stats();
+  if (MovedBy(fetched, "ucx") == 0) {
+    std::fprintf(stderr, "warning: no fetch went over UCX\n");
+  }
+  const std::string tls = UcxTlsName();
+  Add({absl::StrCat("8. fetch 4 KiB, 1 caller, UCX (", tls, ") p50"),
+       absl::StrFormat("%.0f us", got.p50_us),
+       absl::StrFormat("unary %.0f us", ref.p50_us), got.p50_us / ref.p50_us,
+       "", false, 1.0});
+  Add({absl::StrCat("8. fetch 4 KiB, 1 caller, UCX (", tls, ") p99"),
+       absl::StrFormat("%.0f us", got.p99_us),
+       absl::StrFormat("unary %.0f us", ref.p99_us), got.p99_us / ref.p99_us,
+       "", false, 0});
+  CHECK_OK(env.client->Delete("ucx_small"));
+
+  // Reshard on a cluster whose workers pull from each other over UCX only.
+  TestClusterOptions cluster_options;
+  cluster_options.num_workers = kWorkers;
+  cluster_options.worker_flags = {"--peer_transport=ucx"};
+  std::unique_ptr<TestCluster> cluster =
+      ValueOrDie(TestCluster::Start(cluster_options), "start the UCX cluster");
+  std::unique_ptr<Client> client = ValueOrDie(
+      Client::Connect(cluster->coordinator_address()), "connect (UCX cluster)");
+  const int64_t big_rows = env.quick ? 16384 : 262144;
+  const int64_t bytes = big_rows * 1024 * 4;
+  ValueOrDie(client->Create("reshard_ucx", {big_rows, 1024}, DType::kFloat32,
+                            LayoutSpec::Chunk(0, Ranks(kWorkers)),
+                            InitSpec{InitSpec::Kind::kOnes}),
+             "create reshard_ucx");
+  const absl::Time start = absl::Now();
+  ReshardStats stats = ValueOrDie(
+      client->Reshard("reshard_ucx", LayoutSpec::Chunk(1, Ranks(kWorkers))),
+      "reshard over UCX");
+  const double wall = absl::ToDoubleSeconds(absl::Now() - start);
+  std::unique_ptr<char[]> buffer(new char[bytes]);
+  double tcp = 1e9;
+  for (int r = 0; r < 3; ++r) {
+    tcp = std::min(tcp,
+                   RawTcpSeconds(kWorkers, stats.bytes_moved, buffer.get()));
+  }
+  const std::string size = env.quick ? "64 MiB" : "1 GiB";
+  Add({absl::StrCat("8. reshard ", size, " rows->cols, pulls over UCX (", tls,
+                    ")"),
+       absl::StrFormat("%.3f s", wall), "-", 0, "", true, 0});
+  Add({"8. reshard GB/s of moved bytes, UCX", GBps(stats.bytes_moved, wall),
+       absl::StrCat("TCP x4 ", GBps(stats.bytes_moved, tcp)), tcp / wall, "",
+       true, 0.8});
+  CHECK_OK(client->Delete("reshard_ucx"));
+
+  // An idle worker that has served UCX: its progress thread must sleep.
+  absl::SleepFor(absl::Seconds(1));
+  std::vector<double> before(kWorkers);
+  for (int i = 0; i < kWorkers; ++i) before[i] = CpuSeconds(cluster->worker_pid(i));
+  const absl::Time idle_start = absl::Now();
+  absl::SleepFor(absl::Seconds(10));
+  const double idle_wall = absl::ToDoubleSeconds(absl::Now() - idle_start);
+  double worst = 0;
+  for (int i = 0; i < kWorkers; ++i) {
+    const double used = CpuSeconds(cluster->worker_pid(i)) - before[i];
+    worst = std::max(worst, used / idle_wall * 100);
+  }
+  Row idle{"8. idle worker CPU over 10 s (busiest of 4, UCX on)",
+           absl::StrFormat("%.2f %% of a core", worst),
+           "-",
+           0,
+           "< 1 %",
+           true,
+           0,
+           worst < 1.0};
+  Add(idle);
+}
+
 // Runs the echo reference in a child process, like the workers are, so the
 // unary reference pays the same cross-process wake-ups. Returns its port.
 int StartEchoProcess(pid_t* child) {
@@ -663,6 +843,7 @@ void TlsFigure(Env& env) {
       ValueOrDie(TestCluster::Start(options), "start the TLS cluster");
   ClientOptions plain_options;
   plain_options.shared_memory = false;
+  plain_options.transport = "grpc";  // the same path as the TLS cluster's
   std::unique_ptr<Client> plain = ValueOrDie(
       Client::Connect(env.cluster->coordinator_address(), plain_options),
       "connect");
@@ -735,6 +916,14 @@ int Main(int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg == "--quick") env.quick = true;
     if (arg.rfind("--only=", 0) == 0) only = arg.substr(7);
+    if (arg.rfind("--transport=", 0) == 0) {
+      env.transport = arg.substr(12);
+      if (env.transport != "ucx" && env.transport != "grpc" &&
+          env.transport != "auto" && env.transport != "shm") {
+        std::fprintf(stderr, "--transport: use ucx, grpc, auto or shm\n");
+        return 2;
+      }
+    }
   }
   auto wanted = [&](char figure) {
     return only.empty() || only.find(figure) != std::string::npos;
@@ -763,6 +952,7 @@ int Main(int argc, char** argv) {
   if (wanted('3')) ReshardFigure(env);
   if (wanted('4')) ControlFigure(env);
   if (wanted('7')) TlsFigure(env);
+  if (wanted('8')) UcxFigure(env);
   PrintTable();
   for (pid_t pid : echo_pids) {
     kill(pid, SIGKILL);

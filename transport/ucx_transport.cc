@@ -681,7 +681,9 @@ absl::Status UcxTransport::Lane::Read(const RemoteShard& shard, const Box& box,
                    at.address, ") over UCX");
   absl::Status last;
   bool fresh = false;
-  for (int attempt = 0; attempt < 3; ++attempt) {
+  // Once more on fresh keys and a fresh endpoint after a failure or a
+  // withdrawn key.
+  for (int attempt = 0; attempt < 2; ++attempt) {
     absl::StatusOr<std::pair<Peer*, Key*>> found = KeyFor(shard, fresh);
     if (!found.ok()) return Annotate(found.status(), where);
     Peer& peer = *found->first;
@@ -732,8 +734,11 @@ absl::Status UcxTransport::Lane::Read(const RemoteShard& shard, const Box& box,
         continue;
     }
   }
-  return absl::UnavailableError(
-      absl::StrCat(where, ": ", last.message()));
+  // The worker answers gRPC (it handed out keys) but UCX cannot reach it
+  // from here: another transport can.
+  owner_->MarkNoUcx(at.address);
+  return absl::FailedPreconditionError(
+      absl::StrCat(where, ": UCX cannot reach the worker: ", last.message()));
 }
 
 absl::Status UcxTransport::Lane::Write(const RemoteShard& shard,
@@ -805,9 +810,11 @@ absl::Status UcxTransport::Lane::Write(const RemoteShard& shard,
   if (!status.ok()) Abandon(at.address, ops);
   if (key.rkey != nullptr) ucp_rkey_destroy(key.rkey);
   if (!status.ok()) {
-    return Annotate(IsPeerFailure(status) ? absl::UnavailableError(status.message())
-                                          : status,
-                    where);
+    if (!IsPeerFailure(status)) return Annotate(status, where);
+    // The worker answered gRPC: another transport can write the shard.
+    owner_->MarkNoUcx(at.address);
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, ": UCX cannot reach the worker: ", status.message()));
   }
   grpc::ClientContext context;
   SetDeadline(&context, options_.timeout);

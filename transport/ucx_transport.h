@@ -24,8 +24,11 @@
 //                        host memory, or the caller's shape or element size
 //                        differs from the worker's: the chain falls back.
 //   NOT_FOUND            the shard is not held (freed).
-//   UNAVAILABLE          the worker cannot be reached (gRPC or UCX), or a
-//                        UCX operation stalls for `stall_timeout`.
+//                        Also when the worker answers gRPC but UCX cannot
+//                        reach it (after one retry on a fresh endpoint, or a
+//                        UCX operation stalled for `stall_timeout`); the
+//                        worker is then not tried over UCX for no_ucx_ttl.
+//   UNAVAILABLE          the worker cannot be reached at all.
 //   OUT_OF_RANGE         the box lies outside the shard.
 // Every field of a worker's reply is checked before it is used.
 //

@@ -31,6 +31,7 @@
 #include "worker/cuda_shard_store.h"
 #include "worker/cuda_status.h"
 #endif
+#include "transport/transport_chain.h"
 #include "transport/ucx_common.h"
 #include "transport/ucx_server.h"
 #include "worker/registration.h"
@@ -66,6 +67,9 @@ ABSL_FLAG(bool, ucx, true,
           "pieces through it; false (or TESSERA_UCX=0) leaves shared memory "
           "and gRPC. Off when the worker runs TLS: UCX would carry shard "
           "bytes outside it");
+ABSL_FLAG(std::string, peer_transport, "auto",
+          "how reshard pieces are pulled from peers: auto (shared memory on "
+          "this host, else UCX, else gRPC), or shm, ucx or grpc alone");
 ABSL_FLAG(int64_t, chunk_bytes, tessera::kChunkBytes,
           "bytes per data message when streaming regions");
 // Limits (README "Limits"); the defaults are the options' own.
@@ -222,6 +226,12 @@ int Run() {
   const bool ucx_allowed = ucx_wanted && !security->tls &&
                            device->kind == Device::Kind::kCpu;
   node_options.peers.ucx = ucx_allowed;
+  node_options.peers.transport = absl::GetFlag(FLAGS_peer_transport);
+  if (absl::Status s = CheckTransportName(node_options.peers.transport);
+      !s.ok()) {
+    spdlog::error("--peer_transport: {}", std::string(s.message()));
+    return 2;
+  }
   WorkerNode node(store.get(), node_options);
   WorkerService service(&node);
   std::unique_ptr<UcxServer> ucx;
