@@ -266,6 +266,84 @@ TEST_F(TensorTableTest, APutNeverCommittedIsRemovedAfterItsTimeout) {
   EXPECT_OK(table_.ReserveName("a"));
 }
 
+// Stages an update of `old` whose shard 0 is new and the rest kept.
+TensorMetadataPtr StageUpdateOf(TensorTable& table,
+                                              MetadataLog& log,
+                                              const TensorMetadataPtr& old,
+                                              const std::string& owner) {
+  EXPECT_OK(table.BeginReshard(old->name, old->version));
+  auto next = std::make_shared<TensorMetadata>(*old);
+  next->version = old->version + 1;
+  TensorMetadata fresh = *next;
+  fresh.shards.resize(1);
+  EXPECT_OK(log.Wait(table.ReserveIds(absl::MakeSpan(fresh.shards))));
+  next->shards[0].shard_id = fresh.shards[0].shard_id;
+  table.StageUpdate(next, std::move(fresh), owner);
+  return next;
+}
+
+TEST_F(TensorTableTest, AStagedUpdateIsInvisibleUntilCommittedThenRetiresN) {
+  TensorMetadataPtr v1 = Create("a", 3);
+  TensorMetadataPtr v2 = StageUpdateOf(table_, log_, v1, "p");
+  EXPECT_EQ((*table_.Get("a"))->version, 1u);
+  // One change at a time; only its owner commits.
+  EXPECT_THAT(table_.BeginReshard("a", 0).status(),
+              StatusIs(absl::StatusCode::kAborted));
+  EXPECT_THAT(table_.BeginCommit("a", 2, "q").status(),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  auto ticket = table_.BeginCommit("a", 2, "p");
+  ASSERT_OK(ticket);
+  ASSERT_NE(*ticket, 0u);
+  table_.FinishCommit("a", log_.Wait(*ticket));
+  EXPECT_EQ((*table_.Get("a"))->version, 2u);
+  EXPECT_EQ(log_.DurableState().tensors.at("a")->version, 2u);
+  EXPECT_THAT(table_.BeginCommit("a", 2, "p"), IsOkAndHolds(0u));
+  // Only the replaced shard retires; the kept ones stay referenced.
+  clock_.Advance(absl::Seconds(6));
+  std::vector<TensorMetadataPtr> due = table_.TakeDue();
+  ASSERT_EQ(due.size(), 1u);
+  ASSERT_EQ(due[0]->shards.size(), 1u);
+  EXPECT_EQ(due[0]->shards[0].shard_id, v1->shards[0].shard_id);
+  EXPECT_FALSE(table_.IsReferenced(v1->shards[0].shard_id));
+  EXPECT_TRUE(table_.IsReferenced(v1->shards[1].shard_id));
+  EXPECT_TRUE(table_.IsReferenced(v2->shards[0].shard_id));
+  EXPECT_OK(table_.BeginReshard("a", 2));
+}
+
+TEST_F(TensorTableTest, AStagedUpdateIsAbandonedExplicitlyOrAfterItsTimeout) {
+  TensorMetadataPtr v1 = Create("a", 2);
+  TensorMetadataPtr v2 = StageUpdateOf(table_, log_, v1, "");
+  EXPECT_THAT(table_.AbandonUpdate("a", 3, "").status(),
+              StatusIs(absl::StatusCode::kAborted));
+  auto fresh = table_.AbandonUpdate("a", 2, "");
+  ASSERT_OK(fresh);
+  ASSERT_EQ((*fresh)->shards.size(), 1u);
+  EXPECT_FALSE(table_.IsReferenced(v2->shards[0].shard_id));
+  EXPECT_TRUE(table_.IsReferenced(v1->shards[0].shard_id));
+  EXPECT_THAT(table_.AbandonUpdate("a", 2, "").status(),
+              StatusIs(absl::StatusCode::kNotFound));
+  // Staged again and left: freed after pending_timeout, N untouched.
+  TensorMetadataPtr again = StageUpdateOf(table_, log_, v1, "");
+  clock_.Advance(absl::Minutes(11));
+  std::vector<TensorMetadataPtr> due = table_.TakeDue();
+  ASSERT_EQ(due.size(), 1u);
+  EXPECT_EQ(due[0]->shards[0].shard_id, again->shards[0].shard_id);
+  EXPECT_EQ((*table_.Get("a"))->version, 1u);
+  EXPECT_OK(table_.BeginReshard("a", 1));
+}
+
+TEST_F(TensorTableTest, ADeleteTakesAStagedUpdateAlong) {
+  TensorMetadataPtr v1 = Create("a", 2);
+  TensorMetadataPtr v2 = StageUpdateOf(table_, log_, v1, "");
+  auto ticket = table_.BeginDelete("a");
+  ASSERT_OK(ticket);
+  auto freed = table_.FinishDelete("a", log_.Wait(*ticket));
+  ASSERT_OK(freed);
+  ASSERT_EQ(freed->size(), 2u);
+  EXPECT_FALSE(table_.IsReferenced(v1->shards[1].shard_id));
+  EXPECT_FALSE(table_.IsReferenced(v2->shards[0].shard_id));
+}
+
 TEST_F(TensorTableTest, DeleteReturnsTheCurrentAndEveryRetiredVersion) {
   TensorMetadataPtr v1 = Create("a", 2);
   TensorMetadataPtr v2 = Reshard(v1, 3);
