@@ -5,16 +5,21 @@
 #   bench/run.sh            # full sizes (1 GiB tensors; a few minutes on 2 cores)
 #   bench/run.sh --quick    # 64 MiB tensors, short runs (smoke test)
 #   bench/run.sh --update   # full run, and write the table to bench/RESULTS.md
+#   bench/run.sh --transport=ucx   # figure 1's gather through one transport
+#                                  # (ucx, grpc, auto or shm) instead of each
+# Figures 1 and 8 run once more with UCX_TLS=tcp: UCX as between hosts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 quick=""
 update=""
+transport=""
 for arg in "$@"; do
   case "$arg" in
     --quick) quick="--quick" ;;
     --update) update=1 ;;
-    *) echo "usage: bench/run.sh [--quick] [--update]" >&2; exit 2 ;;
+    --transport=*) transport="$arg" ;;
+    *) echo "usage: bench/run.sh [--quick] [--update] [--transport=ucx|grpc|auto|shm]" >&2; exit 2 ;;
   esac
 done
 
@@ -26,8 +31,12 @@ trap 'rm -f "$out"' EXIT
 {
   echo "# command: bench/run.sh $* ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(uname -r))"
   echo
-  echo "## Figures 1-4 and 7 (local cluster; 7: the cost of mutual TLS and tokens)"
-  TESSERA_BIN_DIR="$PWD/bazel-bin" bazel-bin/bench/tessera_bench $quick
+  echo "## Figures 1-4, 7 and 8 (local cluster; 7: the cost of mutual TLS and tokens; 8: UCX)"
+  TESSERA_BIN_DIR="$PWD/bazel-bin" bazel-bin/bench/tessera_bench $quick $transport
+  echo
+  echo "## Figures 1 and 8 with UCX over TCP only (UCX_TLS=tcp), as between hosts"
+  UCX_TLS=tcp TESSERA_BIN_DIR="$PWD/bazel-bin" bazel-bin/bench/tessera_bench $quick \
+    --only=18 --transport=ucx
   echo
   echo "## Figure 5: core/strided_copy vs memcpy of the same bytes (Google Benchmark, medians of 3)"
   min_time=0.5

@@ -170,8 +170,16 @@ class UcxTransport::Lane {
   absl::Status Read(const RemoteShard& shard, const Box& box,
                     const ReadTarget& target);
   absl::Status Write(const RemoteShard& shard, const WriteSource& source);
+  absl::Status ReadRows(absl::Span<const ShardRows> entries,
+                        const RowSink& sink);
 
  private:
+  // Runs `body` (which ends with StillHeld) on a key to `shard` that has
+  // the caller's shape and element size; once more on a fresh key after a
+  // withdrawn key (ABORTED) or a link failure (on a fresh endpoint, too).
+  // A worker reachable over gRPC but not over UCX: FAILED_PRECONDITION.
+  absl::Status WithKey(const RemoteShard& shard, const std::string& where,
+                       const std::function<absl::Status(Peer&, Key&)>& body);
   // Asks the worker for a key to `shard` (gRPC).
   absl::StatusOr<DescribedKey> Describe(const RemoteShard& shard, bool write);
   // The cached key to `shard`, or a fresh one when `fresh`, the cached one
@@ -197,7 +205,7 @@ class UcxTransport::Lane {
   absl::Status Gets(Peer& peer, const Key& key, uint64_t shard_id,
                     const Box& box, const ReadTarget& target);
   // OK when the worker still vouches for the key; NOT_FOUND when the shard
-  // was freed, UNAVAILABLE when the key was withdrawn.
+  // was freed, ABORTED when the key was withdrawn.
   absl::Status StillHeld(Peer& peer, uint64_t shard_id, uint64_t registration);
   // After a failure with operations of `ops` outstanding: drops the peer,
   // which cancels them, and waits for their callbacks (which touch `ops`).
@@ -515,7 +523,7 @@ absl::Status UcxTransport::Lane::StillHeld(Peer& peer, uint64_t shard_id,
     case UcxCheckAnswer::kStale:
       break;
   }
-  return absl::UnavailableError("the worker withdrew the key");
+  return absl::AbortedError("the worker withdrew the key");
 }
 
 void UcxTransport::Lane::Abandon(const std::string& address, Ops& ops) {
@@ -672,17 +680,13 @@ UcxTransport::Lane::KeyFor(const RemoteShard& shard, bool fresh) {
   return std::make_pair(peer, &stored);
 }
 
-absl::Status UcxTransport::Lane::Read(const RemoteShard& shard, const Box& box,
-                                      const ReadTarget& target) {
-  deadline_ = absl::Now() + options_.timeout;
+absl::Status UcxTransport::Lane::WithKey(
+    const RemoteShard& shard, const std::string& where,
+    const std::function<absl::Status(Peer&, Key&)>& body) {
   const ShardLocation& at = shard.location;
-  const std::string where =
-      absl::StrCat("reading shard ", at.shard_id, " from ", at.worker, " (",
-                   at.address, ") over UCX");
   absl::Status last;
   bool fresh = false;
-  // Once more on fresh keys and a fresh endpoint after a failure or a
-  // withdrawn key.
+  // Once more on a fresh key (and, after a link failure, a fresh endpoint).
   for (int attempt = 0; attempt < 2; ++attempt) {
     absl::StatusOr<std::pair<Peer*, Key*>> found = KeyFor(shard, fresh);
     if (!found.ok()) return Annotate(found.status(), where);
@@ -698,47 +702,109 @@ absl::Status UcxTransport::Lane::Read(const RemoteShard& shard, const Box& box,
           where, ": the worker's shard is ", ShapeToString(key.shape),
           ", not ", ShapeToString(shard.shape)));
     }
-    TESSERA_RETURN_IF_ERROR(CheckWithin(box, key.shape, "region"));
-    const uint64_t registration = key.registration;
-    absl::Status status = Gets(peer, key, at.shard_id, box, target);
-    absl::StatusOr<UcxCheckAnswer> answer = UcxCheckAnswer::kHeld;
+    absl::Status status = body(peer, key);
     if (status.ok()) {
-      answer = Check(peer, at.shard_id, registration);
-      status = answer.status();
+      auto p = peers_.find(at.address);
+      if (p != peers_.end()) {
+        auto k = p->second->keys.find(at.shard_id);
+        if (k != p->second->keys.end()) k->second.validated = absl::Now();
+      }
+      return status;
     }
-    if (!status.ok()) {
-      if (!IsPeerFailure(status)) return Annotate(status, where);
-      // Whatever the link had (endpoint, keys) is suspect: start afresh.
-      DropPeer(at.address);
-      last = status;
-      fresh = true;
+    fresh = true;
+    last = status;
+    if (absl::IsAborted(status)) {
+      // The worker withdrew the key: ask for a new one.
+      auto p = peers_.find(at.address);
+      if (p != peers_.end()) DropKey(*p->second, at.shard_id);
       continue;
     }
-    switch (*answer) {
-      case UcxCheckAnswer::kHeld: {
-        auto p = peers_.find(at.address);
-        if (p != peers_.end()) {
-          auto k = p->second->keys.find(at.shard_id);
-          if (k != p->second->keys.end()) k->second.validated = absl::Now();
-        }
-        return absl::OkStatus();
-      }
-      case UcxCheckAnswer::kFreed:
-        DropKey(peer, at.shard_id);
-        return absl::NotFoundError(absl::StrCat(
-            "shard ", at.shard_id, " is not held by this worker (freed)"));
-      case UcxCheckAnswer::kStale:
-        DropKey(peer, at.shard_id);
-        last = absl::UnavailableError("the worker withdrew the key");
-        fresh = true;
-        continue;
+    if (absl::IsNotFound(status)) {
+      auto p = peers_.find(at.address);
+      if (p != peers_.end()) DropKey(*p->second, at.shard_id);
+      return status;
     }
+    if (!IsPeerFailure(status)) return Annotate(status, where);
+    // Whatever the link had (endpoint, keys) is suspect: start afresh.
+    DropPeer(at.address);
   }
   // The worker answers gRPC (it handed out keys) but UCX cannot reach it
   // from here: another transport can.
   owner_->MarkNoUcx(at.address);
   return absl::FailedPreconditionError(
       absl::StrCat(where, ": UCX cannot reach the worker: ", last.message()));
+}
+
+absl::Status UcxTransport::Lane::Read(const RemoteShard& shard, const Box& box,
+                                      const ReadTarget& target) {
+  deadline_ = absl::Now() + options_.timeout;
+  const ShardLocation& at = shard.location;
+  const std::string where =
+      absl::StrCat("reading shard ", at.shard_id, " from ", at.worker, " (",
+                   at.address, ") over UCX");
+  return WithKey(shard, where, [&](Peer& peer, Key& key) -> absl::Status {
+    TESSERA_RETURN_IF_ERROR(CheckWithin(box, key.shape, "region"));
+    const uint64_t registration = key.registration;
+    TESSERA_RETURN_IF_ERROR(Gets(peer, key, at.shard_id, box, target));
+    // `peer` may be gone after a failed get; Gets returned then.
+    return StillHeld(peer, at.shard_id, registration);
+  });
+}
+
+absl::Status UcxTransport::Lane::ReadRows(absl::Span<const ShardRows> entries,
+                                          const RowSink& sink) {
+  deadline_ = absl::Now() + options_.timeout;
+  for (size_t e = 0; e < entries.size(); ++e) {
+    const RemoteShard& shard = entries[e].shard;
+    const ShardLocation& at = shard.location;
+    const std::vector<int64_t>& rows = entries[e].rows;
+    if (shard.shape.empty()) {
+      return absl::FailedPreconditionError("a 0-d shard has no rows");
+    }
+    for (int64_t row : rows) {
+      // Out of range: the worker's own answer comes from gRPC.
+      if (row < 0 || row >= shard.shape[0]) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("row ", row, " is outside shard ", at.shard_id));
+      }
+    }
+    if (rows.empty()) continue;
+    const std::string where =
+        absl::StrCat("reading rows of shard ", at.shard_id, " from ",
+                     at.worker, " (", at.address, ") over UCX");
+    TESSERA_RETURN_IF_ERROR(WithKey(
+        shard, where, [&](Peer& peer, Key& key) -> absl::Status {
+          const std::string address = peer.address;
+          const int64_t row_bytes = RowBytes(key.shape, key.item_bytes);
+          const size_t per =
+              static_cast<size_t>(std::max<int64_t>(1, options_.stage_bytes / std::max<int64_t>(row_bytes, 1)));
+          std::vector<char> stage(std::min(per, rows.size()) *
+                                  static_cast<size_t>(row_bytes));
+          for (size_t k0 = 0; k0 < rows.size(); k0 += per) {
+            const size_t n = std::min(per, rows.size() - k0);
+            Ops ops;
+            absl::Status status;
+            for (size_t j = 0; j < n && status.ok(); ++j) {
+              status = Post(false, peer, key, stage.data() + j * row_bytes,
+                            key.base + static_cast<uint64_t>(rows[k0 + j] * row_bytes),
+                            row_bytes, ops);
+            }
+            if (status.ok()) status = Drain(peer, ops);
+            if (!status.ok()) {
+              Abandon(address, ops);
+              return status;
+            }
+            // The rows are the shard's only if it is still held now.
+            TESSERA_RETURN_IF_ERROR(
+                StillHeld(peer, at.shard_id, key.registration));
+            for (size_t j = 0; j < n; ++j) {
+              sink(e, k0 + j, stage.data() + j * row_bytes);
+            }
+          }
+          return absl::OkStatus();
+        }));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status UcxTransport::Lane::Write(const RemoteShard& shard,
@@ -939,6 +1005,28 @@ absl::Status UcxTransport::Read(const RemoteShard& shard, const Box& box,
   }
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Lane> lane, AcquireLane());
   absl::Status status = lane->Read(shard, box, target);
+  ReleaseLane(std::move(lane));
+  return status;
+}
+
+absl::Status UcxTransport::ReadRows(absl::Span<const ShardRows> entries,
+                                    const RowSink& sink) {
+  TESSERA_RETURN_IF_ERROR(EnsureStarted());
+  for (const ShardRows& entry : entries) {
+    const RemoteShard& shard = entry.shard;
+    if (shard.item_bytes < 1 || shard.item_bytes > kMaxItemBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "element size ", shard.item_bytes, " is not in [1, ", kMaxItemBytes,
+          "]"));
+    }
+    if (NoUcxAt(shard.location.address)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", shard.location.worker, " at ",
+                       shard.location.address, " offers no UCX transport"));
+    }
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Lane> lane, AcquireLane());
+  absl::Status status = lane->ReadRows(entries, sink);
   ReleaseLane(std::move(lane));
   return status;
 }

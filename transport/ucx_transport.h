@@ -97,6 +97,11 @@ class UcxTransport : public ShardTransport {
                     const ReadTarget& target) override;
   absl::Status Write(const RemoteShard& shard,
                      const WriteSource& source) override;
+  // Whole rows, one get each (many in flight), checked per staging buffer
+  // before they reach `sink`. Rows outside a shard: FAILED_PRECONDITION
+  // (gRPC gives the worker's own answer).
+  absl::Status ReadRows(absl::Span<const ShardRows> entries,
+                        const RowSink& sink) override;
 
   // Whether UCX started (after a first call); for tests and reports.
   bool started() const ABSL_LOCKS_EXCLUDED(mu_);

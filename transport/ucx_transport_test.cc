@@ -209,6 +209,43 @@ TEST(UcxTransportTest, WithdrawnKeyIsAskedForAgain) {
   EXPECT_TRUE(out == worker.Bytes(1));
 }
 
+TEST(UcxTransportTest, RowsOfSeveralShardsArriveWhole) {
+  LocalWorker worker(/*ucx=*/true);
+  ChannelCache channels;
+  UcxTransportOptions options = TestOptions();
+  options.stage_bytes = 4096;  // several staged batches of rows
+  UcxTransport ucx(&channels, options);
+  ASSERT_THAT(worker.Allocate(1, {100, 300}, DType::kInt32), IsOk());
+  ASSERT_THAT(worker.Allocate(2, {50, 7}, DType::kFloat64), IsOk());
+  std::vector<ShardRows> entries(2);
+  entries[0].shard = worker.At(1, {100, 300}, DType::kInt32);
+  entries[0].rows = {99, 0, 5, 5, 42, 17, 63};
+  entries[1].shard = worker.At(2, {50, 7}, DType::kFloat64);
+  entries[1].rows = {3, 49};
+  const std::string one = worker.Bytes(1), two = worker.Bytes(2);
+  int delivered = 0;
+  ASSERT_THAT(ucx.ReadRows(entries,
+                           [&](size_t e, size_t k, const char* row) {
+                             const int64_t bytes = e == 0 ? 1200 : 56;
+                             const std::string& shard = e == 0 ? one : two;
+                             EXPECT_EQ(std::string(row, bytes),
+                                       shard.substr(entries[e].rows[k] * bytes,
+                                                    bytes))
+                                 << "entry " << e << " row " << k;
+                             ++delivered;
+                           }),
+              IsOk());
+  EXPECT_EQ(delivered, 9);
+  entries[1].rows = {50};
+  EXPECT_THAT(ucx.ReadRows(entries, [](size_t, size_t, const char*) {}),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("outside")));
+  entries.resize(1);
+  ASSERT_THAT(worker.store().Free(1), IsOk());
+  EXPECT_THAT(ucx.ReadRows(entries, [](size_t, size_t, const char*) {}),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
 TEST(UcxTransportTest, WorkerWithoutUcxFallsBackToGrpcAndCountsIt) {
   LocalWorker worker(/*ucx=*/false);
   ChannelCache channels;
