@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "client/safetensors_io.h"
 #include "client/tessera_client.h"
 #include "core/auth.h"
 #include "core/box.h"
@@ -525,6 +526,137 @@ class PyClient {
     return array;
   }
 
+  // Rows `indices` (a C-contiguous int64 array, checked by the Python
+  // layer) of dim 0. Without `out` the SDK's buffer becomes the array (no
+  // copy); with `out`, the rows land in it.
+  py::array GetRows(const std::string& name,
+                    py::array_t<int64_t, py::array::c_style> indices,
+                    py::object out) {
+    const absl::Span<const int64_t> span(indices.data(),
+                                         static_cast<size_t>(indices.size()));
+    if (out.is_none()) {
+      return ToNumpy(
+          Unwrap(WithoutGil([&] { return client_->GatherRows(name, span); })));
+    }
+    const TensorMetadata meta =
+        Unwrap(WithoutGil([&] { return client_->Describe(name); }));
+    if (meta.shape.empty()) {
+      throw StatusError(absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "' is 0-d: it has no rows")));
+    }
+    std::vector<int64_t> shape = meta.shape;
+    shape[0] = static_cast<int64_t>(span.size());
+    Box box = WholeBox(meta.shape);
+    box.sizes[0] = shape[0];
+    py::array array = ValidateOut(out, NumpyDType(meta.dtype), shape, meta, box);
+    char* data = static_cast<char*>(array.mutable_data());
+    const int64_t nbytes = static_cast<int64_t>(array.nbytes());
+    Check(WithoutGil(
+        [&] { return client_->GatherRowsInto(name, span, data, nbytes); }));
+    return array;
+  }
+
+  // New contents for `name` (or `region` of it, a numpy-style key) as
+  // version N+1. The array's shape must equal the region's, with the dims
+  // that integer indices drop left out.
+  py::dict Update(const std::string& name, py::array array,
+                  const std::string& dtype_name, py::handle region) {
+    const DType dtype = Unwrap(ParseDType(dtype_name));
+    if (!(array.flags() & py::array::c_style)) {
+      throw StatusError(
+          absl::InvalidArgumentError("update: the array must be C-contiguous"));
+    }
+    if (static_cast<size_t>(array.itemsize()) != ItemSize(dtype)) {
+      throw StatusError(absl::InvalidArgumentError(absl::StrCat(
+          "update: dtype ", DTypeName(dtype), " has ", ItemSize(dtype),
+          "-byte items but the array has ", array.itemsize(), "-byte items")));
+    }
+    const Shape array_shape(array.shape(), array.shape() + array.ndim());
+    const RegionKey key = ToRegionKey(region);
+    std::optional<Box> box;
+    Shape shape = array_shape;
+    if (!key.whole) {
+      const TensorMetadata meta =
+          Unwrap(WithoutGil([&] { return client_->Describe(name); }));
+      Box resolved;
+      std::vector<int64_t> result_shape;
+      Check(ResolveKey(key, meta.shape, &resolved, &result_shape));
+      if (array_shape != result_shape) {
+        throw StatusError(absl::InvalidArgumentError(absl::StrCat(
+            "update: shape mismatch: the array is ",
+            Str(ToTuple(array_shape)), " but region ", resolved.ToString(),
+            " of '", name, "' is ", Str(ToTuple(result_shape)))));
+      }
+      // The same bytes, with the dims integer indices dropped as size 1.
+      shape.assign(resolved.sizes.begin(), resolved.sizes.end());
+      box = std::move(resolved);
+    }
+    const char* data = static_cast<const char*>(array.data());
+    UpdateStats stats = Unwrap(WithoutGil(
+        [&] { return client_->Update(name, shape, dtype, data, box); }));
+    py::dict d;
+    d["version"] = stats.version;
+    d["bytes_written"] = stats.bytes_written;
+    d["shards_kept"] = stats.shards_kept;
+    d["seconds"] = stats.seconds;
+    return d;
+  }
+
+  // One tensor per entry of a .safetensors file (all or nothing); the
+  // sharding is resolved against each entry's shape.
+  py::list ImportSafetensors(const std::string& path, py::handle spec_obj,
+                             const std::string& prefix) {
+    const SpecArgs args = ToSpecArgs(spec_obj);
+    SafetensorsImportResult result = Unwrap(WithoutGil([&] {
+      return tessera::ImportSafetensors(
+          *client_, path,
+          [&args](const SafetensorsEntry& e) { return ResolveSpec(args, e.shape); },
+          prefix);
+    }));
+    py::list out;
+    for (const TensorMetadata& t : result.tensors) {
+      py::dict d;
+      d["name"] = t.name;
+      d["shape"] = ToTuple(t.shape);
+      d["dtype"] = std::string(DTypeName(t.dtype));
+      d["version"] = t.version;
+      d["num_shards"] = t.shards.size();
+      out.append(d);
+    }
+    return out;
+  }
+
+  // The named tensors (or those starting with `prefix`) into one
+  // .safetensors file, gathered straight into its mapping.
+  py::dict ExportSafetensors(const std::string& path, py::object names,
+                             py::object prefix,
+                             const std::vector<std::pair<std::string, std::string>>&
+                                 metadata) {
+    SafetensorsSelection selection =
+        prefix.is_none()
+            ? SafetensorsSelection::Names(names.cast<std::vector<std::string>>())
+            : SafetensorsSelection::Prefix(prefix.cast<std::string>());
+    SafetensorsExportResult result = Unwrap(WithoutGil([&] {
+      return tessera::ExportSafetensors(*client_, path, selection, metadata);
+    }));
+    py::list entries;
+    for (const SafetensorsExportedEntry& e : result.entries) {
+      py::dict d;
+      d["entry"] = e.entry;
+      d["tensor"] = e.tensor;
+      d["shape"] = ToTuple(e.shape);
+      d["dtype"] = std::string(DTypeName(e.dtype));
+      entries.append(d);
+    }
+    py::dict d;
+    d["path"] = path;
+    d["entries"] = entries;
+    d["bytes"] = result.bytes;
+    d["file_bytes"] = result.file_bytes;
+    d["seconds"] = result.seconds;
+    return d;
+  }
+
   py::array GetShard(const std::string& name, int64_t index) {
     return ToNumpy(
         Unwrap(WithoutGil([&] { return client_->GetShard(name, index); })));
@@ -677,5 +809,13 @@ PYBIND11_MODULE(_tessera, m) {
       .def("get", &PyClient::Get, py::arg("name"), py::arg("region"),
            py::arg("out"))
       .def("get_shard", &PyClient::GetShard, py::arg("name"), py::arg("index"))
+      .def("get_rows", &PyClient::GetRows, py::arg("name"), py::arg("indices"),
+           py::arg("out"))
+      .def("update", &PyClient::Update, py::arg("name"), py::arg("array"),
+           py::arg("dtype"), py::arg("region"))
+      .def("import_safetensors", &PyClient::ImportSafetensors, py::arg("path"),
+           py::arg("spec"), py::arg("prefix"))
+      .def("export_safetensors", &PyClient::ExportSafetensors, py::arg("path"),
+           py::arg("names"), py::arg("prefix"), py::arg("metadata"))
       .def("reshard", &PyClient::Reshard, py::arg("name"), py::arg("spec"));
 }

@@ -30,8 +30,17 @@ widens them (exactly), and ``float32_to_bfloat16`` makes words to ``put`` with
 also works; torch users can do
 ``torch.from_numpy(words.view(np.int16)).view(torch.bfloat16)``.
 
-torch: ``torch.from_numpy(c.get("emb"))`` shares the array's memory (no copy);
-tessera itself does not depend on torch.
+torch: ``c.get("emb", torch=True)`` (also ``get_rows`` and ``get_shard``)
+returns a ``torch.Tensor`` sharing the fetched buffer (``torch.from_numpy``, no
+copy); a bfloat16 tensor comes back as ``torch.bfloat16`` (a view of the same
+16-bit words). ``put``/``update`` also take CPU torch tensors (bfloat16
+included). tessera imports torch only when asked to; without it, ``torch=True``
+raises ImportError.
+
+safetensors: ``c.import_safetensors(path, chunk_dim=0, placements=[...],
+prefix="m/")`` makes one tensor per entry (all or nothing);
+``c.export_safetensors(path, prefix="m/")`` (or ``names=[...]``) writes them
+back, gathered straight into the file.
 
 Errors raise subclasses of ``TesseraError`` whose message is the C++ SDK's
 (the same words as the CLI): ``NotFound`` (also a ``KeyError``),
@@ -61,6 +70,8 @@ __all__ = [
     "TensorInfo",
     "WorkerInfo",
     "ReshardStats",
+    "UpdateStats",
+    "SafetensorsExport",
     "DTYPES",
     "numpy_dtype",
     "bfloat16_to_float32",
@@ -337,6 +348,27 @@ class ReshardStats:
     seconds: float
 
 
+@dataclasses.dataclass(frozen=True)
+class UpdateStats:
+    """What an update cost: the new version, bytes sent, shards taken over unchanged."""
+
+    version: int
+    bytes_written: int
+    shards_kept: int
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class SafetensorsExport:
+    """What ``export_safetensors`` wrote: entries as dicts (entry, tensor, shape, dtype)."""
+
+    path: str
+    entries: List[dict]
+    bytes: int
+    file_bytes: int
+    seconds: float
+
+
 def _meta(d: dict) -> TensorMeta:
     shards = [ShardMeta(**s) for s in d.pop("shards")]
     return TensorMeta(shards=shards, **d)
@@ -421,6 +453,98 @@ def _placements(placements: Placements) -> Any:
     if isinstance(placements, str):
         return placements
     return [str(p) for p in placements]
+
+
+# --------------------------------------------------------------------------
+# torch (imported only when asked for)
+# --------------------------------------------------------------------------
+
+
+def _torch() -> Any:
+    try:
+        import torch  # noqa: PLC0415 (optional dependency)
+    except ImportError as e:
+        raise ImportError(
+            f"torch=True needs PyTorch, which cannot be imported here ({e}); "
+            "install it or use the numpy result") from None
+    return torch
+
+
+def _is_torch_tensor(x: Any) -> bool:
+    # Checked without importing torch: only a torch user can pass one.
+    return type(x).__module__.split(".")[0] == "torch" and hasattr(x, "numpy")
+
+
+def _to_torch(arr: np.ndarray, dtype: str) -> Any:
+    """``arr`` as a torch tensor sharing its memory; bfloat16 words as torch.bfloat16."""
+    torch = _torch()
+    if dtype == "bfloat16":
+        return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(arr)
+
+
+def _from_torch(t: Any) -> Tuple[np.ndarray, Optional[str]]:
+    """A CPU torch tensor as a numpy view of its memory, and its tessera dtype if bfloat16."""
+    torch = _torch()
+    if t.device.type != "cpu":
+        raise InvalidArgument(
+            f"a torch tensor on {t.device} cannot be read in place; move it with .cpu() first")
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        return t.contiguous().view(torch.int16).numpy().view(np.uint16), "bfloat16"
+    return t.contiguous().numpy(), None
+
+
+def _out_array(out: Any) -> Any:
+    """``out`` as the numpy array the extension writes into (a torch tensor's memory)."""
+    if out is None or not _is_torch_tensor(out):
+        return out
+    torch = _torch()
+    if out.device.type != "cpu" or not out.is_contiguous():
+        raise InvalidArgument("out: a torch tensor must be on the CPU and contiguous")
+    if out.dtype == torch.bfloat16:
+        return out.view(torch.int16).numpy().view(np.uint16)
+    return out.numpy()
+
+
+def _rows(indices: Any) -> np.ndarray:
+    """Row indices as a C-contiguous int64 array (1-D, integers only)."""
+    if _is_torch_tensor(indices):
+        indices = indices.detach().cpu().numpy()
+    idx = np.asarray(indices)
+    if idx.ndim != 1:
+        raise InvalidArgument(f"rows: indices must be 1-D, got shape {idx.shape}")
+    if idx.size == 0:
+        idx = idx.astype(np.int64)
+    if idx.dtype == np.bool_ or not np.issubdtype(idx.dtype, np.integer):
+        raise InvalidArgument(f"rows: indices must be integers, got {idx.dtype}")
+    if idx.dtype == np.uint64 and idx.size and int(idx.max()) > np.iinfo(np.int64).max:
+        raise OutOfBounds("rows: an index is out of bounds (beyond int64)")
+    return np.ascontiguousarray(idx, dtype=np.int64)
+
+
+def _array_and_dtype(array: Any, dtype: Optional[str], what: str) -> Tuple[np.ndarray, str]:
+    """A C-contiguous native-order numpy array and its tessera dtype (no casting)."""
+    if _is_torch_tensor(array):
+        array, torch_dtype = _from_torch(array)
+        if torch_dtype is not None and dtype is None:
+            dtype = torch_dtype
+    arr = np.asarray(array)
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    if dtype is None:
+        dtype = _TESSERA_OF.get(arr.dtype)
+        if dtype is None:
+            raise InvalidArgument(
+                f"{what}: numpy dtype {arr.dtype} has no tessera dtype (expected one of "
+                f"{', '.join(str(d) for d in _TESSERA_OF)}; for bfloat16 pass uint16 "
+                "words with dtype='bfloat16')")
+    elif arr.dtype != numpy_dtype(dtype):
+        raise InvalidArgument(
+            f"{what}: dtype '{dtype}' needs a {numpy_dtype(dtype)} array, got {arr.dtype} "
+            "(convert it first; tessera does not cast)")
+    # (ascontiguousarray would turn a 0-d array into 1-d.)
+    return (arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)), dtype
 
 
 # --------------------------------------------------------------------------
@@ -512,31 +636,18 @@ class Client:
         """Scatters ``array`` into a new sharded tensor ``name`` (shape and dtype from it).
 
         The bytes are read straight from the array's buffer (a non C-contiguous
-        array is made contiguous first). ``dtype`` defaults to the array's; give
+        array is made contiguous first); a CPU torch tensor works too (bfloat16
+        included). ``dtype`` defaults to the array's; give
         ``dtype="bfloat16"`` with a uint16 array of bfloat16 words (see
         :func:`float32_to_bfloat16`). The tensor becomes visible only once every
         shard is written. Raises AlreadyExists if ``name`` exists, InvalidArgument
         for a bad sharding ("overlap", "cover", "invalid sharding dim", "does not
         exist", ...).
         """
-        arr = np.asarray(array)
-        if not arr.dtype.isnative:
-            arr = arr.astype(arr.dtype.newbyteorder("="))
-        if dtype is None:
-            dtype = _TESSERA_OF.get(arr.dtype)
-            if dtype is None:
-                raise InvalidArgument(
-                    f"put: numpy dtype {arr.dtype} has no tessera dtype (expected one of "
-                    f"{', '.join(str(d) for d in _TESSERA_OF)}; for bfloat16 pass uint16 "
-                    "words with dtype='bfloat16')")
-        elif arr.dtype != numpy_dtype(dtype):
-            raise InvalidArgument(
-                f"put: dtype '{dtype}' needs a {numpy_dtype(dtype)} array, got {arr.dtype} "
-                "(convert it first; tessera does not cast)")
+        arr, dtype = _array_and_dtype(array, dtype, "put")
         if arr.ndim == 0:
             raise InvalidArgument(
                 "put: a tensor needs at least one dim (got a 0-d array; reshape it to (1,))")
-        arr = np.ascontiguousarray(arr)
         spec = self._spec(chunk_dim, placements, shards, default_all=True)
         return _meta(self._impl.put(name, arr, dtype, spec))
 
@@ -555,7 +666,8 @@ class Client:
         spec = self._spec(chunk_dim, placements, shards, default_all=True)
         return _meta(self._impl.create(name, shape, str(dtype), spec, init))
 
-    def get(self, name: str, region: Region = None, *, out: Optional[np.ndarray] = None) -> np.ndarray:
+    def get(self, name: str, region: Region = None, *, out: Optional[Any] = None,
+            torch: bool = False) -> Any:
         """Fetches the tensor, or ``region`` of it, straight from its workers.
 
         ``region`` uses numpy's basic indexing: ``np.s_[1000:2000, :]``,
@@ -569,12 +681,102 @@ class Client:
         writeable, C-contiguous ndarray of exactly the result's dtype and shape
         (else InvalidArgument); it is returned. Otherwise a new array is
         returned. bfloat16 tensors come back as uint16 words.
-        """
-        return self._impl.get(name, _region_key(region), out)
 
-    def get_shard(self, name: str, index: int) -> np.ndarray:
+        ``torch=True`` returns a ``torch.Tensor`` sharing the result's memory
+        (bfloat16 as ``torch.bfloat16``); ``out`` may then also be a contiguous
+        CPU torch tensor of the result's dtype and shape. Raises ImportError
+        when torch cannot be imported.
+        """
+        if torch:
+            _torch()
+        arr = self._impl.get(name, _region_key(region), _out_array(out))
+        if not torch:
+            return arr
+        if out is not None and _is_torch_tensor(out):
+            return out
+        return _to_torch(arr, self._dtype_of(name, arr))
+
+    def get_rows(self, name: str, indices: Any, *, out: Optional[Any] = None,
+                 torch: bool = False) -> Any:
+        """Rows ``indices`` of dim 0, as an array of shape ``(len(indices),) + shape[1:]``.
+
+        ``indices``: a 1-D sequence or array of integers (any order, repeats
+        allowed, negative counts from the end; empty gives 0 rows). Row i of
+        the result is row ``indices[i]``; each distinct row is read once, with
+        one batched request per worker. An index outside the tensor raises
+        OutOfBounds ("out of bounds"); non-integer or non-1-D indices raise
+        InvalidArgument. ``out`` and ``torch`` as for :meth:`get`.
+        """
+        if torch:
+            _torch()
+        idx = _rows(indices)
+        arr = self._impl.get_rows(name, idx, _out_array(out))
+        if not torch:
+            return arr
+        if out is not None and _is_torch_tensor(out):
+            return out
+        return _to_torch(arr, self._dtype_of(name, arr))
+
+    def get_shard(self, name: str, index: int, *, torch: bool = False) -> Any:
         """Shard ``index`` (in describe order) of the current version."""
-        return self._impl.get_shard(name, operator.index(index))
+        if torch:
+            _torch()
+        arr = self._impl.get_shard(name, operator.index(index))
+        return _to_torch(arr, self._dtype_of(name, arr)) if torch else arr
+
+    def update(self, name: str, array: Any, region: Region = None, *,
+               dtype: Optional[str] = None) -> UpdateStats:
+        """Writes new contents into tensor ``name`` as version N+1, keeping its layout.
+
+        Without ``region`` the array must have the tensor's shape; with one
+        (numpy basic indexing, as :meth:`get`), the region's shape (dims that
+        integer indices drop left out), and only that region changes: shards
+        that do not intersect it are taken over without a copy. The dtype must
+        be the tensor's (no casting; bfloat16 as uint16 words or a torch
+        bfloat16 tensor). Readers see all of version N or all of N+1. A shape
+        or dtype mismatch raises InvalidArgument ("shape", "dtype").
+        """
+        arr, dtype = _array_and_dtype(array, dtype, "update")
+        key = None if region is None else _region_key(region)
+        return UpdateStats(**self._impl.update(name, arr, dtype, key))
+
+    def import_safetensors(self, path: str, *, chunk_dim: Optional[int] = None,
+                           placements: Optional[Placements] = None,
+                           shards: Optional[Union[str, Iterable[Tuple[Box, str]]]] = None,
+                           prefix: str = "") -> List[TensorInfo]:
+        """Creates one tensor per entry of the .safetensors file at ``path``.
+
+        Each tensor is named ``prefix`` + the entry's name and laid out by the
+        sharding (as :meth:`put`; boxes are resolved against each entry's
+        shape; with none, chunked along dim 0 over every alive worker). All or
+        nothing: the file, every name, every layout and that no name is taken
+        are checked before anything is created, and a failure later deletes
+        what was made. A malformed file raises InvalidArgument naming
+        "safetensors"; a chunk dim beyond an entry's dims, "invalid sharding
+        dim". The data is read from a mapping of the file (no copy).
+        """
+        spec = self._spec(chunk_dim, placements, shards, default_all=True)
+        return [TensorInfo(**t) for t in self._impl.import_safetensors(str(path), spec, prefix)]
+
+    def export_safetensors(self, path: str, names: Optional[Sequence[str]] = None, *,
+                           prefix: Optional[str] = None,
+                           metadata: Optional[dict] = None) -> SafetensorsExport:
+        """Writes tensors into one new .safetensors file at ``path`` (atomically).
+
+        Give ``names`` (entry names are the tensor names) or ``prefix`` (every
+        tensor whose name starts with it; entry names are the rest). dtypes
+        map to F32 F64 F16 BF16 I8 U8 I16 I32 I64 BOOL; ``metadata`` (str to
+        str) becomes the file's ``__metadata__``. Each tensor is gathered
+        straight into the file's mapping; a failed export leaves no file.
+        """
+        if (names is None) == (prefix is None):
+            raise InvalidArgument("export_safetensors: give names or prefix, not both or neither")
+        if isinstance(names, str):
+            names = [names]
+        meta = [(str(k), str(v)) for k, v in (metadata or {}).items()]
+        d = self._impl.export_safetensors(
+            str(path), None if names is None else [str(n) for n in names], prefix, meta)
+        return SafetensorsExport(**d)
 
     def reshard(self, name: str, *, chunk_dim: Optional[int] = None,
                 placements: Optional[Placements] = None,
@@ -588,6 +790,12 @@ class Client:
         return ReshardStats(**self._impl.reshard(name, spec))
 
     # -- helpers -----------------------------------------------------------
+
+    def _dtype_of(self, name: str, arr: np.ndarray) -> str:
+        """The tessera dtype of a fetched array: uint16 words are only ever bfloat16."""
+        if arr.dtype == np.uint16:
+            return "bfloat16"
+        return _TESSERA_OF[arr.dtype]
 
     def _spec(self, chunk_dim: Optional[int], placements: Optional[Placements],
               shards: Any, default_all: bool) -> tuple:
