@@ -1,13 +1,6 @@
 #include "client/safetensors_file.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -339,33 +332,6 @@ uint64_t LoadLittleEndian64(const char* p) {
   return v;
 }
 
-absl::Status FileError(const std::string& path, absl::string_view what,
-                       int err) {
-  const std::string message = absl::StrCat("safetensors file '", path,
-                                           "': cannot ", what, ": ",
-                                           std::strerror(err));
-  switch (err) {
-    case ENOENT:
-      return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(message);
-    case ENOSPC:
-    case EDQUOT:
-    case ENOMEM:
-      return absl::ResourceExhaustedError(message);
-    default:
-      return absl::InvalidArgumentError(message);
-  }
-}
-
-std::string DirName(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
 }  // namespace
 
 absl::string_view SafetensorsDTypeCode(DType dtype) {
@@ -599,42 +565,16 @@ absl::StatusOr<SafetensorsLayout> LayoutSafetensors(
   return layout;
 }
 
-// ---- SafetensorsReader -----------------------------------------------------
+// ---- SafetensorsReader and SafetensorsWriter -------------------------------
 
 absl::StatusOr<std::unique_ptr<SafetensorsReader>> SafetensorsReader::Open(
     const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return FileError(path, "open it", errno);
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    const int err = errno;
-    close(fd);
-    return FileError(path, "stat it", err);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(
-        "safetensors file '", path, "' is not a regular file"));
-  }
   std::unique_ptr<SafetensorsReader> reader(new SafetensorsReader());
   reader->path_ = path;
-  reader->size_ = st.st_size;
-  if (st.st_size > 0) {
-    void* base = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ,
-                      MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED) {
-      const int err = errno;
-      close(fd);
-      return FileError(path, "map it", err);
-    }
-    reader->base_ = static_cast<const char*>(base);
-    // Entries are read front to back, once.
-    madvise(base, static_cast<size_t>(st.st_size), MADV_SEQUENTIAL);
-  }
-  close(fd);  // the mapping keeps the file
-  absl::StatusOr<SafetensorsHeader> header = ParseSafetensors(
-      absl::string_view(reader->base_ != nullptr ? reader->base_ : "",
-                        static_cast<size_t>(reader->size_)));
+  TESSERA_ASSIGN_OR_RETURN(reader->file_,
+                           MappedInputFile::Open(path, "safetensors file"));
+  absl::StatusOr<SafetensorsHeader> header =
+      ParseSafetensors(reader->file_->bytes());
   if (!header.ok()) {
     return Annotate(header.status(), absl::StrCat("reading '", path, "'"));
   }
@@ -642,75 +582,16 @@ absl::StatusOr<std::unique_ptr<SafetensorsReader>> SafetensorsReader::Open(
   return reader;
 }
 
-SafetensorsReader::~SafetensorsReader() {
-  if (base_ != nullptr) {
-    munmap(const_cast<char*>(base_), static_cast<size_t>(size_));
-  }
-}
-
-// ---- SafetensorsWriter -----------------------------------------------------
-
 absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(
     const std::string& path, SafetensorsLayout layout) {
   std::unique_ptr<SafetensorsWriter> writer(new SafetensorsWriter());
-  writer->path_ = path;
+  TESSERA_ASSIGN_OR_RETURN(
+      writer->file_,
+      MappedOutputFile::Create(path, layout.file_bytes, "safetensors file"));
   writer->layout_ = std::move(layout);
-  // A fresh name next to `path`, created with O_EXCL and mode 0666 so the
-  // umask applies as usual.
-  static std::atomic<uint64_t> counter{0};
-  const size_t slash = path.rfind('/');
-  const std::string base =
-      absl::StrCat(DirName(path), "/.",
-                   path.substr(slash == std::string::npos ? 0 : slash + 1),
-                   ".tmp.", getpid());
-  for (int attempt = 0; attempt < 100 && writer->fd_ < 0; ++attempt) {
-    writer->temp_path_ = absl::StrCat(base, ".", counter.fetch_add(1));
-    writer->fd_ = open(writer->temp_path_.c_str(),
-                       O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (writer->fd_ < 0 && errno != EEXIST) break;
-  }
-  if (writer->fd_ < 0) {
-    const int err = errno;
-    writer->temp_path_.clear();
-    return FileError(path, "create it", err);
-  }
-  const int64_t size = writer->layout_.file_bytes;
-  // Reserve the blocks now: a full disk is an error here, not a SIGBUS
-  // while the mapping is written.
-  int rc = posix_fallocate(writer->fd_, 0, size);
-  if (rc == EOPNOTSUPP || rc == EINVAL) {
-    rc = ftruncate(writer->fd_, size) == 0 ? 0 : errno;
-  }
-  if (rc != 0) return FileError(path, "reserve its size", rc);
-  void* mapped = mmap(nullptr, static_cast<size_t>(size),
-                      PROT_READ | PROT_WRITE, MAP_SHARED, writer->fd_, 0);
-  if (mapped == MAP_FAILED) return FileError(path, "map it", errno);
-  writer->base_ = static_cast<char*>(mapped);
-  std::memcpy(writer->base_, writer->layout_.header.data(),
+  std::memcpy(writer->file_->data(), writer->layout_.header.data(),
               writer->layout_.header.size());
   return writer;
-}
-
-absl::Status SafetensorsWriter::Commit() {
-  if (committed_) return absl::FailedPreconditionError("already committed");
-  if (base_ != nullptr) {
-    munmap(base_, static_cast<size_t>(layout_.file_bytes));
-    base_ = nullptr;
-  }
-  const int fd = fd_;
-  fd_ = -1;
-  if (close(fd) != 0) return FileError(path_, "write it", errno);
-  if (rename(temp_path_.c_str(), path_.c_str()) != 0) {
-    return FileError(path_, "rename it into place", errno);
-  }
-  committed_ = true;
-  return absl::OkStatus();
-}
-
-SafetensorsWriter::~SafetensorsWriter() {
-  if (base_ != nullptr) munmap(base_, static_cast<size_t>(layout_.file_bytes));
-  if (fd_ >= 0) close(fd_);
-  if (!committed_ && !temp_path_.empty()) unlink(temp_path_.c_str());
 }
 
 }  // namespace tessera

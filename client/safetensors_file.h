@@ -33,6 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "client/mapped_file.h"
 #include "core/box.h"
 #include "core/dtype.h"
 
@@ -119,7 +120,6 @@ class SafetensorsReader {
  public:
   static absl::StatusOr<std::unique_ptr<SafetensorsReader>> Open(
       const std::string& path);
-  ~SafetensorsReader();
   SafetensorsReader(const SafetensorsReader&) = delete;
   SafetensorsReader& operator=(const SafetensorsReader&) = delete;
 
@@ -130,14 +130,13 @@ class SafetensorsReader {
   }
   // The bytes of `entry` (one of entries()) inside the mapping.
   const char* data(const SafetensorsEntry& entry) const {
-    return base_ + header_.data_offset + entry.begin;
+    return file_->data() + header_.data_offset + entry.begin;
   }
 
  private:
   SafetensorsReader() = default;
   std::string path_;
-  const char* base_ = nullptr;
-  int64_t size_ = 0;
+  std::unique_ptr<MappedInputFile> file_;
   SafetensorsHeader header_;
 };
 
@@ -147,8 +146,6 @@ class SafetensorsWriter {
  public:
   static absl::StatusOr<std::unique_ptr<SafetensorsWriter>> Create(
       const std::string& path, SafetensorsLayout layout);
-  // Unmaps and, unless committed, removes the temporary file.
-  ~SafetensorsWriter();
   SafetensorsWriter(const SafetensorsWriter&) = delete;
   SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
 
@@ -157,21 +154,18 @@ class SafetensorsWriter {
   }
   // Where entries()[i]'s bytes go.
   char* data(size_t i) {
-    return base_ + layout_.header.size() + layout_.entries[i].begin;
+    return file_->data() + layout_.header.size() + layout_.entries[i].begin;
   }
   int64_t file_bytes() const { return layout_.file_bytes; }
 
-  // Unmaps, closes and renames the file to its destination.
-  absl::Status Commit();
+  // Unmaps, closes and renames the file to its destination. Without it,
+  // destroying the writer removes the temporary file.
+  absl::Status Commit() { return file_->Commit(); }
 
  private:
   SafetensorsWriter() = default;
-  std::string path_;
-  std::string temp_path_;
-  int fd_ = -1;
-  char* base_ = nullptr;
+  std::unique_ptr<MappedOutputFile> file_;
   SafetensorsLayout layout_;
-  bool committed_ = false;
 };
 
 }  // namespace tessera

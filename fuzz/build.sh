@@ -26,7 +26,7 @@ ABSL=$(sed -n '/^ABSL_LIBS = \[/,/^\]/p' third_party/BUILD | grep -o '"[a-z_0-9]
   sed 's/^/-labsl_/' | tr '\n' ' ')
 # shellcheck disable=SC2206,SC2207,SC2054
 # grpc++_reflection: rpc/server registers server reflection.
-LIBS=($(pkg-config --libs grpc++ protobuf) -lgrpc++_reflection
+LIBS=($(pkg-config --libs grpc++ protobuf ucx) -lgrpc++_reflection
   -Wl,--start-group $ABSL -Wl,--end-group -lspdlog -lfmt -lpthread -lrt)
 
 # 1. Protobuf / gRPC code for every proto/*.proto.
@@ -50,7 +50,7 @@ for f in core/*.cc rpc/*.cc transport/*.cc worker/*.cc coordinator/*.cc "$GEN"/p
   LIB_SRCS+=("$f")
 done
 # Client sources that read files users hand the CLI (no gRPC in them).
-CLIENT_SRCS=(client/safetensors_file.cc)
+CLIENT_SRCS=(client/mapped_file.cc client/safetensors_file.cc)
 TARGETS=()
 for f in fuzz/*_fuzzer.cc; do TARGETS+=("$(basename "$f" .cc)"); done
 

@@ -1,0 +1,89 @@
+// Whole files through mappings, for the CLI's and SDK's file formats
+// (.npy, .safetensors), so that arrays larger than the client's memory go
+// between the cluster and a file without a copy in between:
+//
+//  * MappedInputFile: a regular file mapped read-only.
+//  * MappedOutputFile: a new file of a size known up front, written through
+//    a shared mapping of a temporary file next to its destination (same
+//    directory, so the rename is atomic) and renamed into place by Commit().
+//    Its blocks are reserved at creation, so a full disk is an error there
+//    rather than a SIGBUS while the mapping is written. Without Commit()
+//    nothing is left behind.
+//
+// Errors name the file and say what failed, prefixed with `kind` (".npy
+// file", "safetensors file"). A file changed by another process while
+// mapped is the caller's risk (as with any mapping). Neither class is
+// thread-safe for mutation; the bytes of a mapping may be read (input) or
+// filled in disjoint ranges (output) from any thread.
+#ifndef TESSERA_CLIENT_MAPPED_FILE_H_
+#define TESSERA_CLIENT_MAPPED_FILE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace tessera {
+
+class MappedInputFile {
+ public:
+  // Maps the regular file at `path` (a 0-byte file maps to no bytes).
+  static absl::StatusOr<std::unique_ptr<MappedInputFile>> Open(
+      const std::string& path, absl::string_view kind);
+  ~MappedInputFile();
+  MappedInputFile(const MappedInputFile&) = delete;
+  MappedInputFile& operator=(const MappedInputFile&) = delete;
+
+  const char* data() const { return data_ != nullptr ? data_ : ""; }
+  int64_t size() const { return size_; }
+  absl::string_view bytes() const {
+    return absl::string_view(data(), static_cast<size_t>(size_));
+  }
+
+ private:
+  MappedInputFile() = default;
+  const char* data_ = nullptr;
+  int64_t size_ = 0;
+};
+
+class MappedOutputFile {
+ public:
+  // A temporary file of `size` bytes (> 0) next to `path`, mapped
+  // read-write.
+  static absl::StatusOr<std::unique_ptr<MappedOutputFile>> Create(
+      const std::string& path, int64_t size, absl::string_view kind);
+  // Unmaps and, unless committed, removes the temporary file.
+  ~MappedOutputFile();
+  MappedOutputFile(const MappedOutputFile&) = delete;
+  MappedOutputFile& operator=(const MappedOutputFile&) = delete;
+
+  char* data() { return data_; }
+  int64_t size() const { return size_; }
+
+  // Unmaps, closes and renames the file to its destination (replacing a
+  // file there).
+  absl::Status Commit();
+
+ private:
+  MappedOutputFile() = default;
+  std::string path_;
+  std::string kind_;
+  std::string temp_path_;
+  int fd_ = -1;
+  char* data_ = nullptr;
+  int64_t size_ = 0;
+  bool committed_ = false;
+};
+
+// INVALID_ARGUMENT etc. for errno `err`: "<kind> '<path>': cannot <what>:
+// <strerror>" (NOT_FOUND for ENOENT, PERMISSION_DENIED for EACCES/EPERM,
+// RESOURCE_EXHAUSTED for ENOSPC/EDQUOT/ENOMEM).
+absl::Status MappedFileError(absl::string_view kind, const std::string& path,
+                             absl::string_view what, int err);
+
+}  // namespace tessera
+
+#endif  // TESSERA_CLIENT_MAPPED_FILE_H_
