@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/checked_math.h"
 #include "core/npy.h"
 #include "core/status_macros.h"
 
@@ -97,6 +98,26 @@ std::string DirName(const std::string& path) {
   return path.substr(0, slash);
 }
 
+// Whether the file's dtype may be read as `as_dtype` (see ReadNpyFile).
+absl::Status CheckDType(const std::string& path, const NpyArray& header,
+                        std::optional<DType> as_dtype) {
+  if (header.raw_uint16) {
+    if (as_dtype != DType::kBFloat16) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", path, "' holds uint16 data ('", header.descr,
+                       "'), which tessera reads only as bfloat16 bits: pass "
+                       "--dtype=bfloat16"));
+    }
+  } else if (as_dtype.has_value() && *as_dtype != header.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", path, "' holds ", DTypeName(header.dtype), " data ('",
+        header.descr, "') but --dtype=", DTypeName(*as_dtype),
+        " was chosen (without --dtype, put takes the file's dtype; only a "
+        "'<u2' file can be read as bfloat16)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<HostArray> ReadNpyFile(const std::string& path,
@@ -168,20 +189,7 @@ absl::StatusOr<HostArray> ReadNpyFile(const std::string& path,
 
   // Which dtype the caller gets.
   const DType file_dtype = header->dtype;
-  if (header->raw_uint16) {
-    if (as_dtype != DType::kBFloat16) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", path, "' holds uint16 data ('", header->descr,
-                       "'), which tessera reads only as bfloat16 bits: pass "
-                       "--dtype=bfloat16"));
-    }
-  } else if (as_dtype.has_value() && *as_dtype != file_dtype) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "'", path, "' holds ", DTypeName(file_dtype), " data ('", header->descr,
-        "') but --dtype=", DTypeName(*as_dtype),
-        " was chosen (without --dtype, put takes the file's dtype; only a "
-        "'<u2' file can be read as bfloat16)"));
-  }
+  TESSERA_RETURN_IF_ERROR(CheckDType(path, *header, as_dtype));
 
   // A regular file's size is known: a header that promises more (or less)
   // data than the file holds is refused before anything is allocated for
@@ -291,6 +299,63 @@ absl::Status WriteNpyFile(const std::string& path, const HostArray& array) {
   }
   renamed = true;
   return absl::OkStatus();
+}
+
+absl::StatusOr<NpyInput> OpenNpyFile(const std::string& path,
+                                     std::optional<DType> as_dtype) {
+  auto read_whole = [&]() -> absl::StatusOr<NpyInput> {
+    NpyInput input;
+    TESSERA_ASSIGN_OR_RETURN(input.array, ReadNpyFile(path, as_dtype));
+    input.dtype = input.array.dtype;
+    input.shape = input.array.shape;
+    input.num_bytes = input.array.num_bytes;
+    return input;
+  };
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return read_whole();  // its errors, or a pipe read in steps
+  }
+  absl::StatusOr<std::unique_ptr<MappedInputFile>> mapping =
+      MappedInputFile::Open(path, ".npy file");
+  if (!mapping.ok()) return read_whole();
+  // The header lies within its first bytes (ParseNpyHeader bounds it).
+  absl::StatusOr<NpyArray> header = ParseNpyHeader((*mapping)->bytes());
+  if (!header.ok()) return read_whole();  // the same error, from the reader
+  const bool in_place =
+      !header->byte_swapped &&
+      (!header->fortran_order || header->shape.size() <= 1);
+  if (!in_place) return read_whole();
+  TESSERA_RETURN_IF_ERROR(CheckDType(path, *header, as_dtype));
+  absl::StatusOr<int64_t> bytes =
+      NpyDataBytesInFile(*header, (*mapping)->size());
+  if (!bytes.ok()) {
+    return Annotate(bytes.status(), absl::StrCat("reading '", path, "'"));
+  }
+  NpyInput input;
+  input.dtype = header->dtype;
+  input.shape = header->shape;
+  input.num_bytes = *bytes;
+  input.mapped = true;
+  input.offset = static_cast<int64_t>(header->data_offset);
+  input.mapping = *std::move(mapping);
+  return input;
+}
+
+absl::StatusOr<std::unique_ptr<NpyFileWriter>> NpyFileWriter::Create(
+    const std::string& path, DType dtype, const Shape& shape) {
+  absl::StatusOr<int64_t> bytes = ByteSize(shape, ItemSize(dtype));
+  if (!bytes.ok()) {
+    return Annotate(bytes.status(), absl::StrCat("writing '", path, "'"));
+  }
+  const std::string header = EncodeNpyHeader(dtype, shape);
+  std::unique_ptr<NpyFileWriter> writer(new NpyFileWriter());
+  writer->header_bytes_ = static_cast<int64_t>(header.size());
+  TESSERA_ASSIGN_OR_RETURN(
+      writer->file_,
+      MappedOutputFile::Create(
+          path, writer->header_bytes_ + *bytes, ".npy file"));
+  std::memcpy(writer->file_->data(), header.data(), header.size());
+  return writer;
 }
 
 }  // namespace tessera

@@ -11,12 +11,16 @@
 #ifndef TESSERA_CLIENT_NPY_FILE_H_
 #define TESSERA_CLIENT_NPY_FILE_H_
 
+#include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/host_array.h"
+#include "client/mapped_file.h"
+#include "core/box.h"
 #include "core/dtype.h"
 
 namespace tessera {
@@ -32,6 +36,51 @@ absl::StatusOr<HostArray> ReadNpyFile(const std::string& path,
 // Writes `array` to `path` through a temporary file in the same directory
 // that is renamed into place, so `path` never holds a partial file.
 absl::Status WriteNpyFile(const std::string& path, const HostArray& array);
+
+// An array from a .npy file, for use where it lies: a regular file in C
+// order and little-endian (what NumPy writes by default) is mapped and
+// data() points into the mapping, so the file's bytes are never copied into
+// this process's memory; any other file (Fortran order, big-endian, a pipe)
+// is read and converted as ReadNpyFile does. Same checks and errors as
+// ReadNpyFile. Move-only; data() stays valid while the NpyInput lives.
+struct NpyInput {
+  DType dtype = DType::kFloat32;
+  Shape shape;
+  int64_t num_bytes = 0;
+  bool mapped = false;  // data() is in the file's mapping
+
+  const char* data() const {
+    return mapped ? mapping->data() + offset : array.data();
+  }
+
+  std::unique_ptr<MappedInputFile> mapping;
+  int64_t offset = 0;  // of the data in the mapping
+  HostArray array;     // when not mapped
+};
+absl::StatusOr<NpyInput> OpenNpyFile(const std::string& path,
+                                     std::optional<DType> as_dtype);
+
+// A new .npy file (format 1.0, or 2.0 when the header needs it; C order,
+// little-endian; bfloat16 as '<u2') written through a mapping of a
+// temporary file in the destination's directory: the header is in place,
+// the caller fills data() with data_bytes() bytes and calls Commit(), which
+// renames it to `path`. Without Commit() no file is left (a failed get
+// leaves no file). The size is known before any byte moves, so arrays
+// larger than memory go straight to disk.
+class NpyFileWriter {
+ public:
+  static absl::StatusOr<std::unique_ptr<NpyFileWriter>> Create(
+      const std::string& path, DType dtype, const Shape& shape);
+
+  char* data() { return file_->data() + header_bytes_; }
+  int64_t data_bytes() const { return file_->size() - header_bytes_; }
+  absl::Status Commit() { return file_->Commit(); }
+
+ private:
+  NpyFileWriter() = default;
+  std::unique_ptr<MappedOutputFile> file_;
+  int64_t header_bytes_ = 0;
+};
 
 }  // namespace tessera
 

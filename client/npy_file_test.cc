@@ -263,3 +263,112 @@ TEST(NpyFileTest, ReadsWhatNumPyWrites) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(OpenNpyFileTest, CFileIsMappedInPlace) {
+  HostArray a = Iota(DType::kFloat32, {4, 6});
+  const std::string path = TempPath("mapped.npy");
+  ASSERT_THAT(WriteNpyFile(path, a), IsOk());
+  absl::StatusOr<NpyInput> in = OpenNpyFile(path, std::nullopt);
+  ASSERT_THAT(in.status(), IsOk());
+  EXPECT_TRUE(in->mapped);
+  EXPECT_EQ(in->dtype, DType::kFloat32);
+  EXPECT_EQ(in->shape, (Shape{4, 6}));
+  ASSERT_EQ(in->num_bytes, a.num_bytes);
+  EXPECT_EQ(std::memcmp(in->data(), a.data(), a.num_bytes), 0);
+}
+
+TEST(OpenNpyFileTest, BigEndianFortranIsConvertedInMemory) {
+  std::string dict =
+      "{'descr': '>i2', 'fortran_order': True, 'shape': (2, 2), }";
+  while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
+  dict += '\n';
+  std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
+  bytes += static_cast<char>(dict.size());
+  bytes += '\0';
+  bytes += dict;
+  for (int v : {0, 2, 1, 3}) bytes += std::string{'\0', static_cast<char>(v)};
+  const std::string path = TempPath("be_fortran_open.npy");
+  WriteAll(path, bytes);
+  absl::StatusOr<NpyInput> in = OpenNpyFile(path, std::nullopt);
+  ASSERT_THAT(in.status(), IsOk());
+  EXPECT_FALSE(in->mapped);
+  const int16_t* v = reinterpret_cast<const int16_t*>(in->data());
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(v[i], i);
+}
+
+TEST(OpenNpyFileTest, SameChecksAsReadNpyFile) {
+  HostArray a = Iota(DType::kBFloat16, {3});
+  const std::string path = TempPath("bf16_open.npy");
+  ASSERT_THAT(WriteNpyFile(path, a), IsOk());
+  EXPECT_THAT(OpenNpyFile(path, std::nullopt).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--dtype=bfloat16")));
+  absl::StatusOr<NpyInput> in = OpenNpyFile(path, DType::kBFloat16);
+  ASSERT_THAT(in.status(), IsOk());
+  EXPECT_EQ(in->dtype, DType::kBFloat16);
+  EXPECT_THAT(OpenNpyFile(path, DType::kInt16).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("int16")));
+  // Truncated: refused, naming the file.
+  const std::string whole = ReadAll(path);
+  const std::string cut = TempPath("cut_open.npy");
+  WriteAll(cut, whole.substr(0, whole.size() - 1));
+  EXPECT_THAT(OpenNpyFile(cut, DType::kBFloat16).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("truncated")));
+  EXPECT_THAT(OpenNpyFile(TempPath("absent_open.npy"), std::nullopt).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST(NpyFileWriterTest, WritesWhatReadNpyFileReads) {
+  const std::string path = TempPath("writer.npy");
+  absl::StatusOr<std::unique_ptr<NpyFileWriter>> w =
+      NpyFileWriter::Create(path, DType::kInt16, {3, 5});
+  ASSERT_THAT(w.status(), IsOk());
+  ASSERT_EQ((*w)->data_bytes(), 30);
+  for (int i = 0; i < 15; ++i) {
+    reinterpret_cast<int16_t*>((*w)->data())[i] = static_cast<int16_t>(i - 7);
+  }
+  EXPECT_NE(access(path.c_str(), F_OK), 0);  // nothing before Commit
+  ASSERT_THAT((*w)->Commit(), IsOk());
+  absl::StatusOr<HostArray> back = ReadNpyFile(path, std::nullopt);
+  ASSERT_THAT(back.status(), IsOk());
+  EXPECT_EQ(back->shape, (Shape{3, 5}));
+  for (int i = 0; i < 15; ++i) EXPECT_EQ(back->As<int16_t>()[i], i - 7);
+  // Byte for byte what WriteNpyFile writes.
+  const std::string copy = TempPath("writer_copy.npy");
+  ASSERT_THAT(WriteNpyFile(copy, *back), IsOk());
+  EXPECT_EQ(ReadAll(copy), ReadAll(path));
+}
+
+TEST(NpyFileWriterTest, UncommittedLeavesNothingAndEmptyArraysWork) {
+  const std::string dir = TempPath("npy_writer_dir");
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  {
+    absl::StatusOr<std::unique_ptr<NpyFileWriter>> w =
+        NpyFileWriter::Create(dir + "/x.npy", DType::kFloat64, {1000});
+    ASSERT_THAT(w.status(), IsOk());
+  }
+  EXPECT_EQ(rmdir(dir.c_str()), 0) << "a temporary file was left behind";
+  const std::string empty = TempPath("empty_writer.npy");
+  absl::StatusOr<std::unique_ptr<NpyFileWriter>> w =
+      NpyFileWriter::Create(empty, DType::kFloat32, {0, 3});
+  ASSERT_THAT(w.status(), IsOk());
+  EXPECT_EQ((*w)->data_bytes(), 0);
+  ASSERT_THAT((*w)->Commit(), IsOk());
+  absl::StatusOr<HostArray> back = ReadNpyFile(empty, std::nullopt);
+  ASSERT_THAT(back.status(), IsOk());
+  EXPECT_EQ(back->shape, (Shape{0, 3}));
+  EXPECT_THAT(NpyFileWriter::Create(TempPath("no/dir/x.npy"), DType::kInt8, {1})
+                  .status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("no/dir/x.npy")));
+  EXPECT_THAT(
+      NpyFileWriter::Create(TempPath("huge.npy"), DType::kInt64,
+                            {int64_t{1} << 40, int64_t{1} << 40})
+          .status(),
+      StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace tessera
