@@ -43,10 +43,18 @@ absl::Status UcxError(absl::string_view what, ucs_status_t status) {
   }
 }
 
-absl::StatusOr<ucp_context_h> MakeUcpContext(absl::string_view name) {
+absl::StatusOr<ucp_context_h> MakeUcpContext(absl::string_view name,
+                                             bool loopback_only) {
   ucp_config_t* config = nullptr;
   ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
   if (status != UCS_OK) return UcxError("reading the UCX configuration", status);
+  if (loopback_only && std::getenv("UCX_NET_DEVICES") == nullptr) {
+    status = ucp_config_modify(config, "NET_DEVICES", "lo");
+    if (status != UCS_OK) {
+      ucp_config_release(config);
+      return UcxError("keeping UCX on the loopback device", status);
+    }
+  }
   const std::string context_name(name);
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES |

@@ -31,8 +31,11 @@ bool UcxAllowedByEnvironment();
 absl::Status UcxError(absl::string_view what, ucs_status_t status);
 
 // A UCP context with one-sided access, active messages and wake-ups,
-// shared by several threads' workers. Null on failure.
-absl::StatusOr<ucp_context_h> MakeUcpContext(absl::string_view name);
+// shared by several threads' workers. `loopback_only`: its network devices
+// are the loopback one alone (unless UCX_NET_DEVICES says otherwise), for a
+// worker that serves loopback only.
+absl::StatusOr<ucp_context_h> MakeUcpContext(absl::string_view name,
+                                             bool loopback_only = false);
 
 // A worker of `context` for one thread at a time, with an event fd for
 // sleeping until it has work (ucp_worker_get_efd).

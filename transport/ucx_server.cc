@@ -25,7 +25,8 @@ absl::StatusOr<std::unique_ptr<UcxServer>> UcxServer::Start(
   if (options.pin == nullptr || options.held == nullptr) {
     return absl::InvalidArgumentError("UcxServer needs `pin` and `held`");
   }
-  absl::StatusOr<ucp_context_h> context = MakeUcpContext("tessera-worker");
+  absl::StatusOr<ucp_context_h> context =
+      MakeUcpContext("tessera-worker", options.loopback_only);
   if (!context.ok()) return context.status();
   absl::StatusOr<UcpWorker> worker = MakeUcpWorker(*context);
   if (!worker.ok()) {

@@ -77,10 +77,14 @@ struct UcxServerOptions {
   // beyond (its readers ask again).
   size_t max_registrations = 16384;
   // How often freed shards are looked for.
-  absl::Duration sweep_interval = absl::Milliseconds(250);
-  // How long a dead registration stays mapped and pinned (see above). Longer
-  // than a reader's key lifetime plus its stall timeout.
-  absl::Duration grace = absl::Minutes(2);
+  absl::Duration sweep_interval = absl::Milliseconds(500);
+  // How long a dead registration stays mapped and pinned (see above), and
+  // so counted against the store's capacity as pinned bytes. Well beyond a
+  // reader's key lifetime (UcxTransportOptions::key_ttl, 10 s).
+  absl::Duration grace = absl::Minutes(1);
+  // Listen for UCX peers on the loopback device only (a worker that serves
+  // loopback only); shared-memory transports are unaffected.
+  bool loopback_only = false;
 };
 
 class UcxServer {

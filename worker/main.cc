@@ -22,6 +22,7 @@
 #include "ops/logging.h"
 #include "ops/metrics_http.h"
 #include "ops/version.h"
+#include "rpc/security.h"
 #include "rpc/server.h"
 #include "rpc/signals.h"
 #include "spdlog/spdlog.h"
@@ -245,7 +246,12 @@ int Run() {
                                  "shard bytes outside it"
                                : "shards are not in host memory");
   } else if (absl::StatusOr<std::unique_ptr<UcxServer>> started =
-                 StartUcxServer(&node);
+                 StartUcxServer(&node, [&] {
+                   UcxServerOptions ucx_options;
+                   ucx_options.loopback_only =
+                       IsLoopbackHost(listen.substr(0, listen.rfind(':')));
+                   return ucx_options;
+                 }());
              !started.ok()) {
     spdlog::warn("UCX cannot start here ({}); shard bytes move over shared "
                  "memory and gRPC",
@@ -255,6 +261,12 @@ int Run() {
     ucx_service = std::make_unique<UcxDataService>(&node, ucx.get());
     spdlog::info("UCX on: readers and peers get shard bytes one-sided "
                  "(UcxData keys on the gRPC port)");
+    if (!IsLoopbackHost(listen.substr(0, listen.rfind(':')))) {
+      spdlog::warn(
+          "UCX over TCP emulates one-sided access in this process without "
+          "checking capabilities: serve UCX only on a trusted network "
+          "(--ucx=false turns it off)");
+    }
   }
   std::vector<grpc::Service*> services = {&service};
   if (ucx_service != nullptr) services.push_back(ucx_service.get());
