@@ -333,6 +333,27 @@ void WorkerSeeds() {
       &s, A | 0,
       Bytes(Allocate(v1::FLOAT32, {4, 4}, v1::InitMode::ONES, 7, {0}, {4})));
   Write("worker_request_fuzzer", "bad_allocs", s);
+  s.clear();
+  // A patch of rows 1..2, columns 3..5 of shard 1, then rows of shards 1
+  // and 2 in one call.
+  v1::WriteShardRequest patch;
+  patch.set_shard_id(1);
+  patch.set_offset(0);
+  patch.set_data(std::string(24, 'p'));
+  for (int64_t v : {1, 3}) patch.add_box_offsets(v);
+  for (int64_t v : {2, 3}) patch.add_box_sizes(v);
+  v1::ReadRowsRequest rows;
+  auto* rows1 = rows.add_shards();
+  rows1->set_shard_id(1);
+  for (int64_t r : {3, 0, 1, 0}) rows1->add_rows(r);
+  auto* rows2 = rows.add_shards();
+  rows2->set_shard_id(2);
+  rows2->add_rows(2);
+  fuzz::AppendRecord(&s, A | 0, Bytes(alloc1));
+  fuzz::AppendRecord(&s, A | 0, Bytes(alloc2));
+  fuzz::AppendRecord(&s, A | 4, Bytes(patch));
+  fuzz::AppendRecord(&s, A | 5, Bytes(rows));
+  Write("worker_request_fuzzer", "patch_rows", s);
 }
 
 v1::CreateTensorRequest Create(const std::string& name,

@@ -11,7 +11,10 @@
 //                reads (shared memory and gRPC) are all exercised
 //   op & 7 == 3  FreeShardsRequest     -> WorkerService::Free (direct)
 //   op & 7 == 4  WriteShardRequest     -> one message of a WriteShard stream
-//                (consecutive such records form one stream, through gRPC)
+//                (consecutive such records form one stream, through gRPC;
+//                with box_* set, a patch of a sub-box)
+//   op & 7 == 5  ReadRowsRequest       -> ReadRows (through gRPC), the reply
+//                bounded by 4 MiB
 //   otherwise    ignored
 // Bit 3 of op picks the worker (A or B). Each call carries what an honest
 // coordinator would grant (an order; a read or write grant for the named
@@ -30,6 +33,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/auth.h"
 #include "core/capability.h"
+#include "core/limits.h"
 #include "fuzz/fuzz_util.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/worker.grpc.pb.h"
@@ -240,6 +244,27 @@ void Run(const uint8_t* data, size_t size) {
         pending.push_back(std::move(request));
         pending_worker = w;
         pending_granted = granted;
+        break;
+      }
+      case 5: {
+        v1::ReadRowsRequest request;
+        if (!request.ParseFromArray(bytes.data(),
+                                    static_cast<int>(bytes.size())))
+          break;
+        auto context = Context();
+        if (granted && request.shards_size() > 0) {
+          context->AddMetadata(
+              kCapabilityHeader,
+              Grant(*w, request.shards(0).shard_id(), kRightRead));
+        }
+        v1::ReadRowsResponse response;
+        grpc::Status s = w->stub->ReadRows(context.get(), request, &response);
+        FUZZ_CHECK(static_cast<int64_t>(response.data().size()) <=
+                       kMaxChunkBytes,
+                   absl::StrCat(response.data().size()));
+        FUZZ_CHECK(s.error_code() != grpc::StatusCode::UNKNOWN &&
+                       s.error_code() != grpc::StatusCode::INTERNAL,
+                   s.error_message());
         break;
       }
       default:
