@@ -48,7 +48,8 @@ std::unique_ptr<TransportChain> TransportChain::Make(
       (automatic && options.ucx && !tls && UcxAllowedByEnvironment())) {
     UcxTransportOptions ucx;
     ucx.timeout = options.timeout;
-    links.push_back(Link{std::make_unique<UcxTransport>(channels, ucx), 0});
+    links.push_back(Link{std::make_unique<UcxTransport>(channels, ucx), 0,
+                         automatic ? options.ucx_min_write_bytes : 0});
   }
   if (choice == "grpc" || automatic) {
     GrpcTransportOptions grpc;
@@ -65,12 +66,13 @@ const std::string& TransportChain::name() const {
 
 template <typename Op>
 absl::Status TransportChain::Run(const RemoteShard& shard, int64_t bytes,
-                                 const Op& op, bool by_size) {
+                                 const Op& op, bool by_size, bool write) {
   absl::Status status = absl::FailedPreconditionError(
       "no transport of this data plane can move these bytes");
   for (size_t i = 0; i < links_.size(); ++i) {
     Counted& c = *links_[i];
     if (by_size && bytes < c.link.min_bytes) continue;
+    if (write && bytes < c.link.min_write_bytes) continue;
     status = op(*c.link.transport);
     if (status.ok()) {
       c.bytes.fetch_add(bytes, std::memory_order_relaxed);
@@ -99,8 +101,10 @@ absl::Status TransportChain::Read(const RemoteShard& shard, const Box& box,
 
 absl::Status TransportChain::Write(const RemoteShard& shard,
                                    const WriteSource& source) {
-  return Run(shard, WholeBox(shard.shape).NumElements() * shard.item_bytes,
-             [&](ShardTransport& t) { return t.Write(shard, source); });
+  return Run(
+      shard, WholeBox(shard.shape).NumElements() * shard.item_bytes,
+      [&](ShardTransport& t) { return t.Write(shard, source); },
+      /*by_size=*/true, /*write=*/true);
 }
 
 absl::Status TransportChain::ReadRows(absl::Span<const ShardRows> entries,

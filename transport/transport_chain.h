@@ -55,6 +55,10 @@ struct DataPlaneOptions {
   bool cache_mappings = true;
   // Reads and writes smaller than this skip shared memory.
   int64_t shared_memory_min_bytes = kChunkBytes;
+  // Whole-shard writes smaller than this skip UCX ("auto" only): a put
+  // costs two calls around it (keys, then the seal), one stream more than
+  // gRPC's WriteShard, which wins for small shards.
+  int64_t ucx_min_write_bytes = kChunkBytes;
 };
 
 // What a chain has moved since it was made.
@@ -69,6 +73,8 @@ class TransportChain : public ShardTransport {
     std::unique_ptr<ShardTransport> transport;
     // Moves of fewer bytes skip this transport.
     int64_t min_bytes = 0;
+    // Whole-shard writes of fewer bytes skip this transport too.
+    int64_t min_write_bytes = 0;
   };
 
   // Tries `links` in order; the last should reach every worker. A `forced`
@@ -106,10 +112,11 @@ class TransportChain : public ShardTransport {
 
   // Runs `op` on each eligible transport until one does not decline. With
   // `by_size` false, no link is skipped for moving fewer than min_bytes.
-  // `shard` names the worker in the errors of a forced chain.
+  // `shard` names the worker in the errors of a forced chain. `write`: a
+  // whole-shard write (min_write_bytes applies too).
   template <typename Op>
   absl::Status Run(const RemoteShard& shard, int64_t bytes, const Op& op,
-                   bool by_size = true);
+                   bool by_size = true, bool write = false);
 
   // Fixed at construction; only the counters change.
   std::vector<std::unique_ptr<Counted>> links_;

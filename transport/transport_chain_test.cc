@@ -249,6 +249,30 @@ TEST(TransportChainMakeTest, AutoTriesSharedMemoryThenUcxThenGrpc) {
   EXPECT_EQ(grpc.bytes.begin()->first, "grpc");
 }
 
+TEST_F(TransportChainTest, SmallWritesSkipALinkWithAWriteMinimum) {
+  std::vector<TransportChain::Link> links;
+  links.push_back(TransportChain::Link{
+      std::make_unique<ScriptedTransport>("near", absl::OkStatus(),
+                                          &near_calls_),
+      0, /*min_write_bytes=*/1000});
+  links.push_back(TransportChain::Link{
+      std::make_unique<ScriptedTransport>("far", absl::OkStatus(), &far_calls_),
+      0});
+  TransportChain chain(std::move(links));
+  RemoteShard shard;
+  shard.item_bytes = 4;
+  std::string src(4000, 'a');
+  shard.shape = {10};  // 40 bytes: skips "near"
+  ASSERT_THAT(chain.Write(shard, WriteSource{src.data(), {10}, {0}}), IsOk());
+  shard.shape = {1000};  // 4000 bytes
+  ASSERT_THAT(chain.Write(shard, WriteSource{src.data(), {1000}, {0}}), IsOk());
+  // Reads of any size still take it.
+  ASSERT_THAT(ReadN(chain, 10), IsOk());
+  EXPECT_EQ(far_calls_, 1);
+  EXPECT_EQ(near_calls_, 2);
+  EXPECT_EQ(chain.Stats().fallbacks.at("near"), 0);
+}
+
 TEST(TransportChainMakeTest, NamingATransportForcesItAlone) {
   for (const std::string name : {"shm", "ucx", "grpc"}) {
     DataPlaneOptions options;
