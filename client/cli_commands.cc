@@ -1,8 +1,13 @@
 #include "client/cli_commands.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <iostream>
 #include <memory>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -10,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/json_output.h"
@@ -18,6 +24,7 @@
 #include "client/tessera_client.h"
 #include "core/auth.h"
 #include "core/dtype.h"
+#include "core/errors.h"
 #include "core/init_fill.h"
 #include "core/layout_spec.h"
 #include "core/parse.h"
@@ -64,7 +71,7 @@ const std::vector<CommandDef>& Commands() {
        {{"json", true}},
        &RunWorkers},
       {"create",
-       "create NAME --shape=D0,D1,.. --dtype=T SPEC [--init=I]",
+       "create NAME --shape=D0,D1,.. --dtype=T SPEC [--init=I] [--json]",
        "allocate a sharded tensor on the workers",
        1,
        {{"shape", false},
@@ -72,23 +79,35 @@ const std::vector<CommandDef>& Commands() {
         {"init", false},
         {"chunk_dim", false},
         {"placements", false},
-        {"shards", false}},
+        {"shards", false},
+        {"json", true}},
        &RunCreate},
       {"put",
-       "put NAME --input=FILE.npy SPEC [--dtype=T]",
-       "scatter a local .npy array into a new sharded tensor",
+       "put NAME --input=FILE.npy (SPEC | --update [--region=R]) [--dtype=T] "
+       "[--json]",
+       "scatter a local .npy array into a new sharded tensor, or (--update) "
+       "write it into an existing one as its next version",
        1,
        {{"input", false},
         {"dtype", false},
         {"chunk_dim", false},
         {"placements", false},
-        {"shards", false}},
+        {"shards", false},
+        {"update", true},
+        {"region", false},
+        {"json", true}},
        &RunPut},
       {"get",
-       "get NAME --output=FILE.npy [--region=R | --shard=K]",
-       "gather the tensor, a region of it, or shard K into a .npy file",
+       "get NAME --output=FILE.npy [--region=R | --shard=K | --rows=IDX.npy] "
+       "[--json]",
+       "gather the tensor, a region of it, shard K, or rows of dim 0 into a "
+       ".npy file",
        1,
-       {{"output", false}, {"region", false}, {"shard", false}},
+       {{"output", false},
+        {"region", false},
+        {"shard", false},
+        {"rows", false},
+        {"json", true}},
        &RunGet},
       {"describe",
        "describe NAME [--json]",
@@ -107,10 +126,10 @@ const std::vector<CommandDef>& Commands() {
         {"json", true}},
        &RunReshard},
       {"rm",
-       "rm NAME",
+       "rm NAME [--json]",
        "delete the tensor and free its shards",
        1,
-       {},
+       {{"json", true}},
        &RunRemove},
       {"import",
        "import FILE.safetensors SPEC [--prefix=P] [--json]",
@@ -145,6 +164,7 @@ const CommandDef* FindCommand(absl::string_view name) {
 std::string MainUsage() {
   std::string out =
       "usage: tessera [--coordinator=HOST:PORT] [--verbose] "
+      "[--transport=auto|shm|ucx|grpc] "
       "[--tls_ca=CA.pem --tls_cert=U.pem --tls_key=U.key] "
       "[--token_file=U.token] COMMAND [ARGS]\n"
       "       tessera --version\n\n"
@@ -152,7 +172,8 @@ std::string MainUsage() {
       "127.0.0.1:7070.\n"
       "--tls_ca, --tls_cert, --tls_key and --token_file default to "
       "$TESSERA_TLS_CA,\n$TESSERA_TLS_CERT, $TESSERA_TLS_KEY and "
-      "$TESSERA_TOKEN_FILE.\n\ncommands:\n";
+      "$TESSERA_TOKEN_FILE.\n--transport (how bytes move to and from "
+      "workers) defaults to $TESSERA_TRANSPORT, then auto.\n\ncommands:\n";
   for (const CommandDef& c : Commands()) {
     absl::StrAppendFormat(&out, "  %-60s %s\n", c.synopsis, c.summary);
   }
@@ -325,6 +346,7 @@ absl::StatusOr<std::unique_ptr<Client>> Connect(const Invocation& inv) {
   options.tls_ca = inv.global.tls_ca;
   options.tls_cert = inv.global.tls_cert;
   options.tls_key = inv.global.tls_key;
+  options.transport = inv.global.transport;
   if (!inv.global.token_file.empty()) {
     TESSERA_ASSIGN_OR_RETURN(options.token,
                              ReadTokenFile(inv.global.token_file));
@@ -338,6 +360,121 @@ double SecondsSince(absl::Time start) {
 
 std::string InitText(const Invocation& inv) {
   return inv.Get("init").value_or("empty");
+}
+
+int64_t TotalBytes(const DataPlaneStats& stats) {
+  int64_t total = 0;
+  for (const auto& [transport, bytes] : stats.bytes) total += bytes;
+  return total;
+}
+
+// Bytes per transport moved since `before`.
+DataPlaneStats Since(const DataPlaneStats& before, DataPlaneStats now) {
+  for (auto& [transport, bytes] : now.bytes) {
+    auto it = before.bytes.find(transport);
+    if (it != before.bytes.end()) bytes -= it->second;
+  }
+  return now;
+}
+
+// A progress line on stderr while a transfer of `total` bytes runs, once it
+// has run for a second, when stderr is a terminal and the output is not
+// JSON (CLI.md "Data plane and output"). Bytes are counted by the client's
+// transports as pieces complete.
+class Progress {
+ public:
+  Progress(const Client& client, std::string what, int64_t total,
+           bool enabled)
+      : client_(client),
+        what_(std::move(what)),
+        total_(total),
+        start_(absl::Now()),
+        base_(TotalBytes(client.TransferStats())) {
+    if (enabled && isatty(STDERR_FILENO) == 1) {
+      thread_ = std::thread([this] { Run(); });
+    }
+  }
+  ~Progress() {
+    {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+ private:
+  void Run() {
+    bool printed = false;
+    absl::MutexLock lock(&mu_);
+    while (!mu_.AwaitWithTimeout(absl::Condition(&done_),
+                                 absl::Milliseconds(250))) {
+      const double seconds = absl::ToDoubleSeconds(absl::Now() - start_);
+      if (seconds < 1) continue;
+      const int64_t done = std::min(
+          total_, TotalBytes(client_.TransferStats()) - base_);
+      std::cerr << "\r" << what_ << ": " << FormatBytes(done) << " of "
+                << FormatBytes(total_) << " ("
+                << (total_ > 0 ? done * 100 / total_ : 100) << "%), "
+                << absl::StrFormat("%.2f GB/s", done / seconds / 1e9)
+                << "    " << std::flush;
+      printed = true;
+    }
+    if (printed) std::cerr << "\n" << std::flush;
+  }
+
+  const Client& client_;
+  const std::string what_;
+  const int64_t total_;
+  const absl::Time start_;
+  const int64_t base_;
+  absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+// Most indices a --rows file may hold (what one get may ask for).
+constexpr int64_t kMaxRowIndices = int64_t{1} << 28;
+
+// The indices of a --rows file: a 1-D .npy of int32 or int64. Errors say
+// "rows" (exit 1: the file parsed as a flag but is wrong).
+absl::StatusOr<std::vector<int64_t>> ReadRowsFile(const std::string& path) {
+  absl::StatusOr<NpyInput> file = OpenNpyFile(path, std::nullopt);
+  if (!file.ok()) {
+    return Annotate(file.status(),
+                    absl::StrCat("--rows=", path, ": cannot read the rows"));
+  }
+  if (file->shape.size() != 1 ||
+      (file->dtype != DType::kInt32 && file->dtype != DType::kInt64)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rows=", path, ": the rows must be a 1-D array of int32 or int64 "
+        "indices, but the file holds ", DTypeName(file->dtype),
+        " of shape ", ShapeToString(file->shape)));
+  }
+  const int64_t n = file->shape[0];
+  if (n > kMaxRowIndices) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rows=", path, ": ", n, " rows are more than one get may ask for (",
+        kMaxRowIndices, ")"));
+  }
+  std::vector<int64_t> rows(static_cast<size_t>(n));
+  if (file->dtype == DType::kInt64) {
+    if (n > 0) std::memcpy(rows.data(), file->data(), n * sizeof(int64_t));
+  } else {
+    const char* data = file->data();
+    for (int64_t i = 0; i < n; ++i) {
+      int32_t v;
+      std::memcpy(&v, data + i * sizeof(int32_t), sizeof(v));
+      rows[i] = v;
+    }
+  }
+  return rows;
+}
+
+// SPEC flags are given.
+bool HasSpec(const Invocation& inv) {
+  return inv.Has("chunk_dim") || inv.Has("placements") || inv.Has("shards");
 }
 
 }  // namespace
@@ -414,12 +551,56 @@ absl::Status RunCreate(const Invocation& inv, std::ostream& out) {
   TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta,
                            client->Create(name, shape, dtype, spec, init));
   const double seconds = SecondsSince(start);
+  if (inv.GetBool("json")) {
+    out << TensorJson(meta, meta.ByteSize(), seconds) << "\n";
+    return absl::OkStatus();
+  }
   out << "created " << meta.name << ": shape " << ShapeToString(meta.shape)
       << " " << DTypeName(meta.dtype) << ", " << FormatBytes(meta.ByteSize())
       << " in " << meta.shards.size() << " shard"
       << (meta.shards.size() == 1 ? "" : "s") << ", init " << init.ToString()
       << ", version " << meta.version << ", "
       << FormatRate(meta.ByteSize(), seconds) << "\n";
+  return absl::OkStatus();
+}
+
+// put --update: new contents for an existing tensor, as its next version.
+absl::Status RunUpdate(const Invocation& inv, const std::string& name,
+                       const std::string& input, std::optional<DType> dtype,
+                       std::ostream& out) {
+  std::optional<std::vector<DimRange>> ranges;
+  if (inv.Has("region")) {
+    TESSERA_ASSIGN_OR_RETURN(
+        ranges, ParseFlag("region", ParseRanges(*inv.Get("region"))));
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
+  TESSERA_ASSIGN_OR_RETURN(const TensorMetadata meta, client->Describe(name));
+  std::optional<Box> region;
+  if (ranges.has_value()) {
+    TESSERA_ASSIGN_OR_RETURN(region, ResolveRegion(*ranges, meta.shape));
+  }
+  // A bfloat16 tensor takes a '<u2' file as its bits without --dtype.
+  absl::StatusOr<NpyInput> file =
+      !dtype.has_value() && meta.dtype == DType::kBFloat16
+          ? OpenNpyFile(input, DType::kBFloat16)
+          : OpenNpyFile(input, dtype);
+  if (!file.ok() && !dtype.has_value() && meta.dtype == DType::kBFloat16) {
+    file = OpenNpyFile(input, std::nullopt);  // then Update names the dtypes
+  }
+  if (!file.ok()) return file.status();
+  TESSERA_ASSIGN_OR_RETURN(
+      UpdateStats stats,
+      client->Update(name, file->shape, file->dtype, file->data(), region));
+  if (inv.GetBool("json")) {
+    out << UpdateJson(stats) << "\n";
+    return absl::OkStatus();
+  }
+  out << "updated " << name;
+  if (region.has_value()) out << " region " << region->ToString();
+  out << " from " << input << " to version " << stats.version << ": wrote "
+      << FormatBytes(stats.bytes_written) << ", kept " << stats.shards_kept
+      << " shard" << (stats.shards_kept == 1 ? "" : "s") << ", "
+      << FormatRate(stats.bytes_written, stats.seconds) << "\n";
   return absl::OkStatus();
 }
 
@@ -432,15 +613,41 @@ absl::Status RunPut(const Invocation& inv, std::ostream& out) {
   if (inv.Has("dtype")) {
     TESSERA_ASSIGN_OR_RETURN(dtype, DTypeFlag(inv));
   }
+  if (inv.GetBool("update")) {
+    if (HasSpec(inv)) {
+      return UsageError(
+          "put --update keeps the tensor's layout: leave out --chunk_dim, "
+          "--placements and --shards");
+    }
+    return RunUpdate(inv, name, input, dtype, out);
+  }
+  if (inv.Has("region")) {
+    return UsageError(
+        "--region needs --update (put --update --region=R writes only that "
+        "region of an existing tensor)");
+  }
   TESSERA_ASSIGN_OR_RETURN(const SpecArgs spec_args, ParseSpec(inv));
 
-  TESSERA_ASSIGN_OR_RETURN(HostArray array, ReadNpyFile(input, dtype));
+  // The file is used where it lies (mapped) when it is C order and
+  // little-endian, so a put needs no memory for the array.
+  TESSERA_ASSIGN_OR_RETURN(NpyInput array, OpenNpyFile(input, dtype));
   TESSERA_ASSIGN_OR_RETURN(const LayoutSpec spec,
                            ResolveSpec(spec_args, array.shape));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
   const absl::Time start = absl::Now();
-  TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta, client->Put(name, array, spec));
+  absl::StatusOr<TensorMetadata> put;
+  {
+    Progress progress(*client, absl::StrCat("put ", name), array.num_bytes,
+                      !inv.GetBool("json"));
+    put = client->Put(name, array.shape, array.dtype, array.data(), spec);
+  }
+  if (!put.ok()) return put.status();
+  const TensorMetadata& meta = *put;
   const double seconds = SecondsSince(start);
+  if (inv.GetBool("json")) {
+    out << TensorJson(meta, array.num_bytes, seconds) << "\n";
+    return absl::OkStatus();
+  }
   out << "put " << meta.name << " from " << input << ": shape "
       << ShapeToString(meta.shape) << " " << DTypeName(meta.dtype) << ", "
       << FormatBytes(array.num_bytes) << " in " << meta.shards.size()
@@ -457,33 +664,82 @@ absl::Status RunGet(const Invocation& inv, std::ostream& out) {
   if (inv.Has("region") && inv.Has("shard")) {
     return UsageError("--region and --shard cannot be used together");
   }
+  if (inv.Has("rows") && (inv.Has("region") || inv.Has("shard"))) {
+    return UsageError(
+        "--rows cannot be used with --region or --shard (it picks rows of "
+        "the whole tensor)");
+  }
   std::optional<std::string> region_text = inv.Get("region");
+  std::optional<std::vector<DimRange>> ranges;
   if (region_text.has_value()) {
-    TESSERA_RETURN_IF_ERROR(
-        ParseFlag("region", ParseRanges(*region_text)).status());
+    TESSERA_ASSIGN_OR_RETURN(ranges,
+                             ParseFlag("region", ParseRanges(*region_text)));
   }
   std::optional<int64_t> shard;
   if (inv.Has("shard")) {
     TESSERA_ASSIGN_OR_RETURN(shard,
                              ParseFlag("shard", ParseInt64(*inv.Get("shard"))));
   }
+  std::optional<std::string> rows_path = inv.Get("rows");
+  if (rows_path.has_value() && rows_path->empty()) {
+    return UsageError("--rows needs a file name (a 1-D .npy of indices)");
+  }
+  std::vector<int64_t> rows;
+  if (rows_path.has_value()) {
+    TESSERA_ASSIGN_OR_RETURN(rows, ReadRowsFile(*rows_path));
+  }
 
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
   const absl::Time start = absl::Now();
-  absl::StatusOr<HostArray> array =
-      shard.has_value()         ? client->GetShard(name, *shard)
-      : region_text.has_value() ? client->GetRegion(name, *region_text)
-                                : client->Get(name);
-  if (!array.ok()) return array.status();
+  const DataPlaneStats before = client->TransferStats();
+  TESSERA_ASSIGN_OR_RETURN(const TensorMetadata meta, client->Describe(name));
+  // What is fetched, and so the output's shape, is known before a byte
+  // moves: the file is sized and mapped, and the data lands in it.
+  Shape shape = meta.shape;
+  std::optional<Box> box;
+  if (ranges.has_value()) {
+    TESSERA_ASSIGN_OR_RETURN(box, ResolveRegion(*ranges, meta.shape));
+  } else if (shard.has_value()) {
+    if (*shard < 0 || *shard >= static_cast<int64_t>(meta.shards.size())) {
+      return OutOfBoundsError(
+          absl::StrCat("--shard=", *shard),
+          absl::StrCat("tensor '", name, "' has ", meta.shards.size(),
+                       meta.shards.size() == 1 ? " shard" : " shards"));
+    }
+    box = meta.shards[static_cast<size_t>(*shard)].box;
+  } else if (rows_path.has_value()) {
+    shape[0] = static_cast<int64_t>(rows.size());
+  }
+  if (box.has_value()) shape.assign(box->sizes.begin(), box->sizes.end());
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<NpyFileWriter> file,
+                           NpyFileWriter::Create(output, meta.dtype, shape));
+  const int64_t bytes = file->data_bytes();
+  absl::Status status;
+  {
+    Progress progress(*client, absl::StrCat("get ", name), bytes,
+                      !inv.GetBool("json"));
+    status = rows_path.has_value()
+                 ? client->GatherRowsInto(name, rows, file->data(), bytes)
+                 : client->GetInto(name, box, file->data(), bytes);
+  }
+  if (!status.ok()) return status;  // the file is removed with `file`
+  TESSERA_RETURN_IF_ERROR(file->Commit());
   const double seconds = SecondsSince(start);
-  TESSERA_RETURN_IF_ERROR(WriteNpyFile(output, *array));
+  if (inv.GetBool("json")) {
+    out << GetJson(name, shape, meta.dtype, meta.version, bytes, seconds,
+                   Since(before, client->TransferStats()))
+        << "\n";
+    return absl::OkStatus();
+  }
   std::string what = name;
   if (shard.has_value()) absl::StrAppend(&what, " shard ", *shard);
   if (region_text.has_value()) absl::StrAppend(&what, " region ", *region_text);
+  if (rows_path.has_value()) {
+    absl::StrAppend(&what, " rows of ", *rows_path);
+  }
   out << "got " << what << " into " << output << ": shape "
-      << ShapeToString(array->shape) << " " << DTypeName(array->dtype) << ", "
-      << FormatBytes(array->num_bytes) << ", "
-      << FormatRate(array->num_bytes, seconds) << "\n";
+      << ShapeToString(shape) << " " << DTypeName(meta.dtype) << ", "
+      << FormatBytes(bytes) << ", " << FormatRate(bytes, seconds) << "\n";
   return absl::OkStatus();
 }
 
@@ -563,6 +819,10 @@ absl::Status RunRemove(const Invocation& inv, std::ostream& out) {
   TESSERA_ASSIGN_OR_RETURN(const std::string name, TensorName(inv));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
   TESSERA_RETURN_IF_ERROR(client->Delete(name));
+  if (inv.GetBool("json")) {
+    out << RemoveJson(name) << "\n";
+    return absl::OkStatus();
+  }
   out << "deleted " << name << "\n";
   return absl::OkStatus();
 }
@@ -661,6 +921,9 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
   inv.global.tls_cert = env("TESSERA_TLS_CERT");
   inv.global.tls_key = env("TESSERA_TLS_KEY");
   inv.global.token_file = env("TESSERA_TOKEN_FILE");
+  if (const std::string t = env("TESSERA_TRANSPORT"); !t.empty()) {
+    inv.global.transport = t;
+  }
   if (env_coordinator != nullptr && *env_coordinator != '\0') {
     inv.global.coordinator = env_coordinator;
   } else {
@@ -703,6 +966,16 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
       }
       return true;
     }
+    if (name == "--transport") {
+      if (eq != std::string::npos) {
+        inv.global.transport = arg.substr(eq + 1);
+      } else if (*i + 1 < args.size()) {
+        inv.global.transport = args[++*i];
+      } else {
+        return UsageError("--transport needs a value (auto, shm, ucx, grpc)");
+      }
+      return true;
+    }
     if (name == "--verbose") {
       if (eq == std::string::npos) {
         inv.global.verbose = true;
@@ -730,8 +1003,8 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
       return UsageError(absl::StrCat(
           "unknown flag '", args[i],
           "' (global flags, before COMMAND: --coordinator=HOST:PORT, "
-          "--tls_ca, --tls_cert, --tls_key, --token_file, --verbose, "
-          "--version, --help)"));
+          "--transport, --tls_ca, --tls_cert, --tls_key, --token_file, "
+          "--verbose, --version, --help)"));
     }
   }
   if (i == args.size()) {
@@ -814,6 +1087,14 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
     return UsageError(absl::StrCat("unexpected argument '",
                                    inv.positional[want], "' (usage: tessera ",
                                    command->synopsis, ")"));
+  }
+  const std::string& transport = inv.global.transport;
+  if (transport != "auto" && transport != "shm" && transport != "ucx" &&
+      transport != "grpc") {
+    return UsageError(absl::StrCat(
+        "--transport='", transport,
+        "' is not a transport (auto, shm, ucx or grpc; the default comes from "
+        "$TESSERA_TRANSPORT)"));
   }
   return std::optional<Invocation>(std::move(inv));
 }

@@ -46,6 +46,9 @@ struct GlobalOptions {
   std::string tls_cert;
   std::string tls_key;
   std::string token_file;
+  // CLI.md "Data plane and output": from --transport, else
+  // $TESSERA_TRANSPORT, else auto; one of auto shm ucx grpc.
+  std::string transport = "auto";
 };
 
 // One parsed command line: COMMAND, its positional arguments and its flags

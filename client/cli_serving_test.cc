@@ -1,12 +1,16 @@
 // The `tessera` binary's serving commands (CLI.md "Serving (v2)") against
 // a real cluster: import/export of .safetensors files, with their --json
 // output, exit codes and error words.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -18,6 +22,7 @@
 #include "client/safetensors_file.h"
 #include "client/testing/local_cluster.h"
 #include "client/tessera_client.h"
+#include "core/init_fill.h"
 #include "core/npy.h"
 #include "core/placement.h"
 #include "core/testing/status_matchers.h"
@@ -269,6 +274,385 @@ TEST_F(CliServingTest, FailedExportLeavesNoFile) {
   ExpectError(Tessera({"export", out, "--prefix=nothing-here/"}), 1,
               {"safetensors", "nothing-here/"});
   EXPECT_FALSE(Exists(out));
+}
+
+
+// ---- get --rows, put --update, --json, --transport --------------------------
+
+HostArray Int64Array(std::vector<int64_t> values) {
+  HostArray a = HostArray::Allocate(DType::kInt64,
+                                    {static_cast<int64_t>(values.size())});
+  if (!values.empty()) std::memcpy(a.data(), values.data(), a.num_bytes);
+  return a;
+}
+
+HostArray Int32Array(std::vector<int32_t> values) {
+  HostArray a = HostArray::Allocate(DType::kInt32,
+                                    {static_cast<int64_t>(values.size())});
+  if (!values.empty()) std::memcpy(a.data(), values.data(), a.num_bytes);
+  return a;
+}
+
+// A 10x3 int32 tensor holding arange(30), in three shards.
+void MakeTable(Client& client, const std::string& name) {
+  ASSERT_THAT(client
+                  .Create(name, {10, 3}, DType::kInt32,
+                          LayoutSpec::Chunk(0, {*ParsePlacement("rank:0"),
+                                                *ParsePlacement("rank:1"),
+                                                *ParsePlacement("rank:2")}),
+                          *ParseInit("arange"))
+                  .status(),
+              IsOk());
+}
+
+std::vector<int32_t> Values(const std::string& npy) {
+  absl::StatusOr<HostArray> a = ReadNpyFile(npy, std::nullopt);
+  EXPECT_THAT(a.status(), IsOk());
+  if (!a.ok()) return {};
+  const int32_t* v = a->As<int32_t>();
+  return std::vector<int32_t>(v, v + a->NumElements());
+}
+
+TEST_F(CliServingTest, GetRowsInAnyOrderWithRepeatsAndNegatives) {
+  MakeTable(*client_, "rows/t");
+  const std::string idx = Path("idx.npy");
+  ASSERT_THAT(WriteNpyFile(idx, Int64Array({9, 0, 0, -1, 3})), IsOk());
+  const std::string out = Path("rows_out.npy");
+  LocalCluster::Result r =
+      Tessera({"get", "rows/t", "--rows=" + idx, "--output=" + out});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(Values(out), (std::vector<int32_t>{27, 28, 29, 0, 1, 2, 0, 1, 2,
+                                                27, 28, 29, 9, 10, 11}));
+  absl::StatusOr<HostArray> shaped = ReadNpyFile(out, std::nullopt);
+  ASSERT_THAT(shaped.status(), IsOk());
+  EXPECT_EQ(shaped->shape, (Shape{5, 3}));
+
+  // int32 indices, and --json.
+  const std::string idx32 = Path("idx32.npy");
+  ASSERT_THAT(WriteNpyFile(idx32, Int32Array({2, -10})), IsOk());
+  r = Tessera({"get", "rows/t", "--rows", idx32, "--output", out, "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith("{\"name\": \"rows/t\", \"shape\": [2, 3], "
+                                "\"dtype\": \"int32\", \"version\": 1, "
+                                "\"bytes\": 24, \"seconds\": "));
+  EXPECT_THAT(r.out, HasSubstr("\"transport\": {"));
+  EXPECT_EQ(Values(out), (std::vector<int32_t>{6, 7, 8, 0, 1, 2}));
+
+  // No indices: zero rows.
+  const std::string none = Path("none.npy");
+  ASSERT_THAT(WriteNpyFile(none, Int64Array({})), IsOk());
+  r = Tessera({"get", "rows/t", "--rows=" + none, "--output=" + out});
+  ASSERT_EQ(r.code, 0) << r.err;
+  shaped = ReadNpyFile(out, std::nullopt);
+  ASSERT_THAT(shaped.status(), IsOk());
+  EXPECT_EQ(shaped->shape, (Shape{0, 3}));
+}
+
+TEST_F(CliServingTest, GetRowsErrors) {
+  MakeTable(*client_, "rows/e");
+  const std::string out = Path("rows_err.npy");
+  const std::string far = Path("far.npy");
+  ASSERT_THAT(WriteNpyFile(far, Int64Array({1, 10})), IsOk());
+  ExpectError(Tessera({"get", "rows/e", "--rows=" + far, "--output=" + out}),
+              1, {"out of bounds"});
+  const std::string neg = Path("neg.npy");
+  ASSERT_THAT(WriteNpyFile(neg, Int64Array({-11})), IsOk());
+  ExpectError(Tessera({"get", "rows/e", "--rows=" + neg, "--output=" + out}),
+              1, {"out of bounds"});
+  EXPECT_FALSE(Exists(out));
+
+  HostArray floats = HostArray::Allocate(DType::kFloat32, {2});
+  std::memset(floats.data(), 0, floats.num_bytes);
+  const std::string f = Path("float_rows.npy");
+  ASSERT_THAT(WriteNpyFile(f, floats), IsOk());
+  ExpectError(Tessera({"get", "rows/e", "--rows=" + f, "--output=" + out}), 1,
+              {"rows", "int32 or int64"});
+  HostArray matrix = HostArray::Allocate(DType::kInt64, {2, 2});
+  std::memset(matrix.data(), 0, matrix.num_bytes);
+  const std::string m = Path("matrix_rows.npy");
+  ASSERT_THAT(WriteNpyFile(m, matrix), IsOk());
+  ExpectError(Tessera({"get", "rows/e", "--rows=" + m, "--output=" + out}), 1,
+              {"rows", "1-D"});
+  const std::string junk = Path("junk_rows.npy");
+  WriteAll(junk, "not a npy file");
+  ExpectError(Tessera({"get", "rows/e", "--rows=" + junk, "--output=" + out}),
+              1, {"rows"});
+  ExpectError(Tessera({"get", "rows/e", "--rows=" + Path("absent.npy"),
+                       "--output=" + out}),
+              1, {"rows"});
+  EXPECT_FALSE(Exists(out));
+
+  ExpectError(Tessera({"get", "rows/e", "--rows=" + far, "--region=0:1",
+                       "--output=" + out}),
+              2, {"--rows"});
+  ExpectError(Tessera({"get", "rows/e", "--rows=" + far, "--shard=0",
+                       "--output=" + out}),
+              2, {"--rows"});
+}
+
+TEST_F(CliServingTest, PutUpdateWholeAndRegion) {
+  MakeTable(*client_, "upd/t");
+  HostArray whole = HostArray::Allocate(DType::kInt32, {10, 3});
+  for (int i = 0; i < 30; ++i) whole.As<int32_t>()[i] = 100 + i;
+  const std::string in = Path("upd_whole.npy");
+  ASSERT_THAT(WriteNpyFile(in, whole), IsOk());
+  LocalCluster::Result r =
+      Tessera({"put", "upd/t", "--input=" + in, "--update", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith("{\"version\": 2, \"bytes_written\": 120, "
+                                "\"shards_kept\": 0, \"seconds\": "));
+  const std::string out = Path("upd_out.npy");
+  ASSERT_EQ(Tessera({"get", "upd/t", "--output=" + out}).code, 0);
+  EXPECT_EQ(Values(out)[29], 129);
+
+  // Rows 4:6 lie in the second of three shards: the other two are kept.
+  HostArray patch = HostArray::Allocate(DType::kInt32, {2, 3});
+  for (int i = 0; i < 6; ++i) patch.As<int32_t>()[i] = -1;
+  const std::string p = Path("upd_patch.npy");
+  ASSERT_THAT(WriteNpyFile(p, patch), IsOk());
+  r = Tessera({"put", "upd/t", "--input=" + p, "--update", "--region=4:6,:",
+               "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith("{\"version\": 3, \"bytes_written\": 24, "
+                                "\"shards_kept\": 2, \"seconds\": "));
+  ASSERT_EQ(Tessera({"get", "upd/t", "--output=" + out}).code, 0);
+  std::vector<int32_t> want(30);
+  for (int i = 0; i < 30; ++i) want[i] = (i >= 12 && i < 18) ? -1 : 100 + i;
+  EXPECT_EQ(Values(out), want);
+  r = Tessera({"put", "upd/t", "--input=" + p, "--update", "--region=-2:"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith("updated upd/t region 8:10,0:3 from "));
+}
+
+TEST_F(CliServingTest, PutUpdateErrorsChangeNothing) {
+  MakeTable(*client_, "upd/e");
+  HostArray small = HostArray::Allocate(DType::kInt32, {9, 3});
+  std::memset(small.data(), 0, small.num_bytes);
+  const std::string s9 = Path("upd_small.npy");
+  ASSERT_THAT(WriteNpyFile(s9, small), IsOk());
+  ExpectError(Tessera({"put", "upd/e", "--input=" + s9, "--update"}), 1,
+              {"shape"});
+  ExpectError(Tessera({"put", "upd/e", "--input=" + s9, "--update",
+                       "--region=0:2,:"}),
+              1, {"shape"});
+  ExpectError(Tessera({"put", "upd/e", "--input=" + s9, "--update",
+                       "--region=5:15,:"}),
+              1, {"out of bounds"});
+  HostArray wide = HostArray::Allocate(DType::kInt64, {10, 3});
+  std::memset(wide.data(), 0, wide.num_bytes);
+  const std::string w = Path("upd_wide.npy");
+  ASSERT_THAT(WriteNpyFile(w, wide), IsOk());
+  ExpectError(Tessera({"put", "upd/e", "--input=" + w, "--update"}), 1,
+              {"dtype"});
+  ExpectError(Tessera({"put", "upd/missing", "--input=" + w, "--update"}), 1,
+              {"not found"});
+  absl::StatusOr<TensorMetadata> meta = client_->Describe("upd/e");
+  ASSERT_THAT(meta.status(), IsOk());
+  EXPECT_EQ(meta->version, 1u);
+
+  ExpectError(Tessera({"put", "upd/e", "--input=" + w, "--update",
+                       "--chunk_dim=0", "--placements=rank:0"}),
+              2, {"--update"});
+  ExpectError(Tessera({"put", "upd/e", "--input=" + w, "--region=0:1",
+                       "--chunk_dim=0", "--placements=rank:0"}),
+              2, {"--region needs --update"});
+  ExpectError(Tessera({"put", "upd/e", "--input=" + w, "--update",
+                       "--region=0:x"}),
+              2, {"--region"});
+}
+
+TEST_F(CliServingTest, UpdateBFloat16FromWordsWithoutDType) {
+  ASSERT_THAT(client_
+                  ->Create("upd/bf", {4}, DType::kBFloat16,
+                           LayoutSpec::Chunk(0, {*ParsePlacement("rank:0")}),
+                           *ParseInit("zeros"))
+                  .status(),
+              IsOk());
+  HostArray words = HostArray::Allocate(DType::kBFloat16, {4});
+  for (int i = 0; i < 4; ++i) words.As<uint16_t>()[i] = 0x3f80;  // 1.0
+  const std::string in = Path("bf_words.npy");
+  ASSERT_THAT(WriteNpyFile(in, words), IsOk());
+  LocalCluster::Result r =
+      Tessera({"put", "upd/bf", "--input=" + in, "--update"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  absl::StatusOr<HostArray> back = client_->Get("upd/bf");
+  ASSERT_THAT(back.status(), IsOk());
+  EXPECT_EQ(back->As<uint16_t>()[3], 0x3f80);
+  HostArray f32 = HostArray::Allocate(DType::kFloat32, {4});
+  std::memset(f32.data(), 0, f32.num_bytes);
+  const std::string f = Path("bf_f32.npy");
+  ASSERT_THAT(WriteNpyFile(f, f32), IsOk());
+  ExpectError(Tessera({"put", "upd/bf", "--input=" + f, "--update"}), 1,
+              {"dtype"});
+}
+
+TEST_F(CliServingTest, JsonOnEveryWritingCommand) {
+  LocalCluster::Result r =
+      Tessera({"create", "js/a", "--shape=4,2", "--dtype=float64",
+               "--chunk_dim=0", "--placements=rank:0,rank:1", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith("{\"name\": \"js/a\", \"shape\": [4, 2], "
+                                "\"dtype\": \"float64\", \"version\": 1, "
+                                "\"num_shards\": 2, \"bytes\": 64, "
+                                "\"seconds\": "));
+  const std::string npy = Path("js.npy");
+  ASSERT_THAT(WriteNpyFile(npy, Int64Array({5, 6, 7})), IsOk());
+  r = Tessera({"put", "js/b", "--input=" + npy, "--chunk_dim=0",
+               "--placements=rank:2", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith("{\"name\": \"js/b\", \"shape\": [3], "
+                                "\"dtype\": \"int64\", \"version\": 1, "
+                                "\"num_shards\": 1, \"bytes\": 24, "));
+  const std::string out = Path("js_out.npy");
+  r = Tessera({"get", "js/b", "--output=" + out, "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith("{\"name\": \"js/b\", \"shape\": [3], "
+                                "\"dtype\": \"int64\", \"version\": 1, "
+                                "\"bytes\": 24, \"seconds\": "));
+  EXPECT_THAT(r.out, HasSubstr(", \"transport\": {\""));
+  EXPECT_EQ(r.out.back(), '\n');
+  EXPECT_EQ(r.err, "");  // no progress lines with --json
+  r = Tessera({"rm", "js/a", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "{\"name\": \"js/a\", \"deleted\": true}\n");
+}
+
+TEST_F(CliServingTest, TransportFlag) {
+  MakeTable(*client_, "tr/t");
+  const std::string out = Path("tr.npy");
+  LocalCluster::Result r = Tessera(
+      {"--transport=grpc", "get", "tr/t", "--output=" + out, "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"transport\": {\"grpc\": 120}"));
+  r = LocalCluster::Run({"/usr/bin/env", "TESSERA_TRANSPORT=grpc",
+                         LocalCluster::BinaryPath("client/tessera"),
+                         "--coordinator=" + cluster_->coordinator_address(),
+                         "get", "tr/t", "--region=0:1", "--output=" + out,
+                         "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"transport\": {\"grpc\": 12}"));
+  ExpectError(Tessera({"--transport=carrier-pigeon", "ls"}), 2,
+              {"transport", "carrier-pigeon"});
+  ExpectError(Tessera({"ls", "--transport"}), 2, {"--transport"});
+}
+
+TEST_F(CliServingTest, FailedGetLeavesNoFileAndKeepsAnOldOne) {
+  MakeTable(*client_, "fail/t");
+  const std::string out = Path("fail.npy");
+  ExpectError(Tessera({"get", "fail/none", "--output=" + out}), 1,
+              {"not found"});
+  ExpectError(Tessera({"get", "fail/t", "--region=0:11", "--output=" + out}),
+              1, {"out of bounds"});
+  ExpectError(Tessera({"get", "fail/t", "--shard=3", "--output=" + out}), 1,
+              {"out of bounds"});
+  EXPECT_FALSE(Exists(out));
+  WriteAll(out, "old contents");
+  ExpectError(Tessera({"get", "fail/t", "--region=-11:", "--output=" + out}),
+              1, {"out of bounds"});
+  EXPECT_EQ(ReadAll(out), "old contents");
+  // Nothing else was left in the directory either.
+  LocalCluster::Result ls = LocalCluster::Run(
+      {"/bin/sh", "-c", "ls -a " + cluster_->dir() + " | grep -c '^\\.fail' || true"});
+  EXPECT_EQ(ls.out, "0\n");
+}
+
+// Peak anonymous memory of a CLI run, sampled from /proc every millisecond.
+struct Sampled {
+  int code = -1;
+  int64_t peak_anon_bytes = 0;
+  std::string err;
+};
+
+Sampled RunSampled(const std::vector<std::string>& argv) {
+  const std::string err_path = absl::StrCat(
+      std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp",
+      "/sampled.err");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  Sampled s;
+  const std::string status_path = absl::StrCat("/proc/", pid, "/status");
+  while (true) {
+    std::ifstream in(status_path);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("RssAnon:", 0) == 0) {
+        s.peak_anon_bytes = std::max<int64_t>(
+            s.peak_anon_bytes, std::strtoll(line.c_str() + 8, nullptr, 10) * 1024);
+      }
+    }
+    int status = 0;
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) {
+      s.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      break;
+    }
+    usleep(1000);
+  }
+  s.err = ReadAll(err_path);
+  return s;
+}
+
+TEST_F(CliServingTest, LargeGetAndPutGoThroughTheFileNotMemory) {
+  constexpr int64_t kElements = int64_t{64} << 20;  // 256 MiB of float32
+  constexpr int64_t kBytes = kElements * 4;
+  ASSERT_THAT(client_
+                  ->Create("big/t", {kElements}, DType::kFloat32,
+                           LayoutSpec::Chunk(0, {*ParsePlacement("rank:0"),
+                                                 *ParsePlacement("rank:1"),
+                                                 *ParsePlacement("rank:2")}),
+                           *ParseInit("arange"))
+                  .status(),
+              IsOk());
+  const std::string out = Path("big.npy");
+  for (const char* transport : {"auto", "grpc"}) {
+    SCOPED_TRACE(transport);
+    Sampled s = RunSampled({LocalCluster::BinaryPath("client/tessera"),
+                            "--coordinator=" + cluster_->coordinator_address(),
+                            absl::StrCat("--transport=", transport), "get",
+                            "big/t", "--output=" + out});
+    ASSERT_EQ(s.code, 0) << s.err;
+    std::cout << "get --transport=" << transport << " of " << (kBytes >> 20)
+              << " MiB: peak RssAnon " << (s.peak_anon_bytes >> 20) << " MiB\n";
+    EXPECT_GT(s.peak_anon_bytes, 0) << "no sample was taken";
+    EXPECT_LT(s.peak_anon_bytes, kBytes / 4)
+        << "peak RssAnon " << s.peak_anon_bytes << " for a " << kBytes
+        << "-byte get";
+    absl::StatusOr<NpyInput> got = OpenNpyFile(out, std::nullopt);
+    ASSERT_THAT(got.status(), IsOk());
+    ASSERT_EQ(got->num_bytes, kBytes);
+    const float* v = reinterpret_cast<const float*>(got->data());
+    EXPECT_EQ(v[0], 0.0f);
+    EXPECT_EQ(v[12345678], 12345678.0f);
+    EXPECT_EQ(v[kElements - 1], static_cast<float>(kElements - 1));
+  }
+  // And back in: put reads the file through its mapping.
+  Sampled s = RunSampled({LocalCluster::BinaryPath("client/tessera"),
+                          "--coordinator=" + cluster_->coordinator_address(),
+                          "put", "big/copy", "--input=" + out, "--chunk_dim=0",
+                          "--placements=rank:0,rank:1"});
+  ASSERT_EQ(s.code, 0) << s.err;
+  std::cout << "put of " << (kBytes >> 20) << " MiB: peak RssAnon "
+            << (s.peak_anon_bytes >> 20) << " MiB\n";
+  EXPECT_GT(s.peak_anon_bytes, 0) << "no sample was taken";
+  EXPECT_LT(s.peak_anon_bytes, kBytes / 4)
+      << "peak RssAnon " << s.peak_anon_bytes << " for a " << kBytes
+      << "-byte put";
+  absl::StatusOr<HostArray> tail = client_->Get("big/copy", Box({kElements - 2}, {2}));
+  ASSERT_THAT(tail.status(), IsOk());
+  EXPECT_EQ(tail->As<float>()[1], static_cast<float>(kElements - 1));
+  unlink(out.c_str());
+  ASSERT_THAT(client_->Delete("big/t"), IsOk());
+  ASSERT_THAT(client_->Delete("big/copy"), IsOk());
 }
 
 }  // namespace

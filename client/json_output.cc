@@ -99,6 +99,66 @@ std::string ReshardJson(const ReshardStats& stats) {
   return out;
 }
 
+std::string TensorJson(const TensorMetadata& meta, int64_t bytes,
+                       double seconds) {
+  std::string out = "{";
+  Field(&out, "name", JsonString(meta.name));
+  Field(&out, "shape", JsonIntList(meta.shape));
+  Field(&out, "dtype", JsonString(DTypeName(meta.dtype)));
+  Field(&out, "version", absl::StrCat(meta.version));
+  Field(&out, "num_shards", absl::StrCat(meta.shards.size()));
+  Field(&out, "bytes", absl::StrCat(bytes));
+  Field(&out, "seconds", JsonDouble(seconds));
+  out += "}";
+  return out;
+}
+
+std::string UpdateJson(const UpdateStats& stats) {
+  std::string out = "{";
+  Field(&out, "version", absl::StrCat(stats.version));
+  Field(&out, "bytes_written", absl::StrCat(stats.bytes_written));
+  Field(&out, "shards_kept", absl::StrCat(stats.shards_kept));
+  Field(&out, "seconds", JsonDouble(stats.seconds));
+  out += "}";
+  return out;
+}
+
+std::string RemoveJson(const std::string& name) {
+  std::string out = "{";
+  Field(&out, "name", JsonString(name));
+  Field(&out, "deleted", "true");
+  out += "}";
+  return out;
+}
+
+std::string GetJson(const std::string& name, const Shape& shape, DType dtype,
+                    uint64_t version, int64_t bytes, double seconds,
+                    const DataPlaneStats& moved) {
+  // The transports in the order CLI.md lists them, then any other.
+  std::string transport = "{";
+  auto add = [&](const std::string& key, int64_t value) {
+    if (value > 0) Field(&transport, key, absl::StrCat(value));
+  };
+  for (const char* key : {"shm", "ucx", "grpc"}) {
+    auto it = moved.bytes.find(key);
+    if (it != moved.bytes.end()) add(key, it->second);
+  }
+  for (const auto& [key, value] : moved.bytes) {
+    if (key != "shm" && key != "ucx" && key != "grpc") add(key, value);
+  }
+  transport += "}";
+  std::string out = "{";
+  Field(&out, "name", JsonString(name));
+  Field(&out, "shape", JsonIntList(shape));
+  Field(&out, "dtype", JsonString(DTypeName(dtype)));
+  Field(&out, "version", absl::StrCat(version));
+  Field(&out, "bytes", absl::StrCat(bytes));
+  Field(&out, "seconds", JsonDouble(seconds));
+  Field(&out, "transport", transport);
+  out += "}";
+  return out;
+}
+
 std::string ImportJson(const std::string& file,
                        const SafetensorsImportResult& result) {
   std::vector<std::string> items;

@@ -31,6 +31,26 @@ std::string WorkersJson(const std::vector<WorkerInfo>& workers);
 // "bytes_copied_locally", "shards_kept", "seconds"}.
 std::string ReshardJson(const ReshardStats& stats);
 
+// `create --json` and `put --json`: {"name", "shape", "dtype", "version",
+// "num_shards", "bytes", "seconds"}.
+std::string TensorJson(const TensorMetadata& meta, int64_t bytes,
+                       double seconds);
+
+// `put --update --json`: {"version", "bytes_written", "shards_kept",
+// "seconds"}.
+std::string UpdateJson(const UpdateStats& stats);
+
+// `rm --json`: {"name", "deleted": true}.
+std::string RemoveJson(const std::string& name);
+
+// `get --json`: {"name", "shape", "dtype", "version", "bytes", "seconds",
+// "transport": {"shm": B, "ucx": B, "grpc": B}} (the output's shape; bytes
+// per transport as moved for this get, transports that moved nothing left
+// out).
+std::string GetJson(const std::string& name, const Shape& shape, DType dtype,
+                    uint64_t version, int64_t bytes, double seconds,
+                    const DataPlaneStats& moved);
+
 // `import --json`: {"file", "tensors": [{"name", "shape", "dtype",
 // "version", "num_shards"}, ...], "bytes", "seconds"}.
 std::string ImportJson(const std::string& file,
