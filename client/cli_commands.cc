@@ -718,9 +718,13 @@ absl::Status RunGet(const Invocation& inv, std::ostream& out) {
   {
     Progress progress(*client, absl::StrCat("get ", name), bytes,
                       !inv.GetBool("json"));
-    status = rows_path.has_value()
-                 ? client->GatherRowsInto(name, rows, file->data(), bytes)
-                 : client->GetInto(name, box, file->data(), bytes);
+    if (rows_path.has_value()) {
+      status = client->GatherRowsInto(name, rows, file->data(), bytes);
+    } else if (bytes > 0) {
+      status = client->GetInto(name, box, file->data(), bytes);
+    }
+    // else nothing to move: an empty shard (chunk sharding lists trailing
+    // empty shards, at offsets past the end) or an empty region.
   }
   if (!status.ok()) return status;  // the file is removed with `file`
   TESSERA_RETURN_IF_ERROR(file->Commit());

@@ -556,6 +556,31 @@ TEST_F(CliServingTest, FailedGetLeavesNoFileAndKeepsAnOldOne) {
   EXPECT_EQ(ls.out, "0\n");
 }
 
+TEST_F(CliServingTest, EmptyTrailingShardAndEmptyRegionWriteEmptyFiles) {
+  // torch.chunk of 5 rows over 4: the last shard is empty, at offset 6.
+  ASSERT_THAT(client_
+                  ->Create("empty/t", {5}, DType::kInt64,
+                           LayoutSpec::Chunk(0, {*ParsePlacement("rank:0"),
+                                                 *ParsePlacement("rank:1"),
+                                                 *ParsePlacement("rank:2"),
+                                                 *ParsePlacement("rank:0")}))
+                  .status(),
+              IsOk());
+  const std::string out = Path("empty_shard.npy");
+  LocalCluster::Result r =
+      Tessera({"get", "empty/t", "--shard=3", "--output=" + out, "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"shape\": [0], "));
+  absl::StatusOr<HostArray> a = ReadNpyFile(out, std::nullopt);
+  ASSERT_THAT(a.status(), IsOk());
+  EXPECT_EQ(a->shape, (Shape{0}));
+  r = Tessera({"get", "empty/t", "--region=2:2", "--output=" + out});
+  ASSERT_EQ(r.code, 0) << r.err;
+  a = ReadNpyFile(out, std::nullopt);
+  ASSERT_THAT(a.status(), IsOk());
+  EXPECT_EQ(a->shape, (Shape{0}));
+}
+
 // Peak anonymous memory of a CLI run, sampled from /proc every millisecond.
 struct Sampled {
   int code = -1;
