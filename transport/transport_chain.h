@@ -1,12 +1,12 @@
 // TransportChain: the data plane's one place of choice. It holds transports
 // in order of preference (same-host shared memory first, then UCX, then
 // gRPC, which reaches everything) and, for each read or write, tries them in
-// turn: a
-// transport that answers FAILED_PRECONDITION ("not possible from here") is
-// counted as a fallback and the next one is tried; any other answer is
-// final. A transport may be skipped for small moves (`min_bytes`): pieces
-// under kChunkBytes go by one gRPC call even on the same host, since mapping
-// a segment costs about as much as the call (bench/).
+// turn: a transport that answers FAILED_PRECONDITION ("not possible from
+// here") is counted as a fallback and the next one is tried; any other
+// answer is final. A transport may be skipped for small moves (`min_bytes`,
+// `min_write_bytes`): pieces under kChunkBytes skip shared memory even on
+// the same host, since mapping a segment costs about as much as a call
+// (bench/), and small whole-shard writes skip UCX.
 //
 // It counts the bytes each transport moved and the fallbacks, for `get
 // --json` and metrics. It is itself a ShardTransport (its Transfer reads each
