@@ -406,7 +406,7 @@ class Progress {
 
  private:
   void Run() {
-    bool printed = false;
+    size_t printed = 0;  // length of the line on screen
     absl::MutexLock lock(&mu_);
     while (!mu_.AwaitWithTimeout(absl::Condition(&done_),
                                  absl::Milliseconds(250))) {
@@ -414,14 +414,18 @@ class Progress {
       if (seconds < 1) continue;
       const int64_t done = std::min(
           total_, TotalBytes(client_.TransferStats()) - base_);
-      std::cerr << "\r" << what_ << ": " << FormatBytes(done) << " of "
-                << FormatBytes(total_) << " ("
-                << (total_ > 0 ? done * 100 / total_ : 100) << "%), "
-                << absl::StrFormat("%.2f GB/s", done / seconds / 1e9)
-                << "    " << std::flush;
-      printed = true;
+      std::string line = absl::StrCat(
+          what_, ": ", FormatBytes(done), " of ", FormatBytes(total_), " (",
+          total_ > 0 ? done * 100 / total_ : 100, "%), ",
+          absl::StrFormat("%.2f GB/s", done / seconds / 1e9));
+      if (line.size() < printed) line.append(printed - line.size(), ' ');
+      std::cerr << "\r" << line << std::flush;
+      printed = line.size();
     }
-    if (printed) std::cerr << "\n" << std::flush;
+    // Clear the line: the command's own result line follows.
+    if (printed > 0) {
+      std::cerr << "\r" << std::string(printed, ' ') << "\r" << std::flush;
+    }
   }
 
   const Client& client_;
