@@ -676,6 +676,29 @@ TEST_F(CliServingTest, LargeGetAndPutGoThroughTheFileNotMemory) {
   ASSERT_THAT(tail.status(), IsOk());
   EXPECT_EQ(tail->As<float>()[1], static_cast<float>(kElements - 1));
   unlink(out.c_str());
+
+  // safetensors both ways: gathered into, and put from, the file's mapping.
+  const std::string st = Path("big.safetensors");
+  s = RunSampled({LocalCluster::BinaryPath("client/tessera"),
+                  "--coordinator=" + cluster_->coordinator_address(), "export",
+                  st, "big/t"});
+  ASSERT_EQ(s.code, 0) << s.err;
+  std::cout << "export of " << (kBytes >> 20) << " MiB: peak RssAnon "
+            << (s.peak_anon_bytes >> 20) << " MiB\n";
+  EXPECT_LT(s.peak_anon_bytes, kBytes / 4);
+  s = RunSampled({LocalCluster::BinaryPath("client/tessera"),
+                  "--coordinator=" + cluster_->coordinator_address(), "import",
+                  st, "--chunk_dim=0", "--placements=rank:1,rank:2",
+                  "--prefix=imported/"});
+  ASSERT_EQ(s.code, 0) << s.err;
+  std::cout << "import of " << (kBytes >> 20) << " MiB: peak RssAnon "
+            << (s.peak_anon_bytes >> 20) << " MiB\n";
+  EXPECT_LT(s.peak_anon_bytes, kBytes / 4);
+  tail = client_->Get("imported/big/t", Box({kElements - 2}, {2}));
+  ASSERT_THAT(tail.status(), IsOk());
+  EXPECT_EQ(tail->As<float>()[1], static_cast<float>(kElements - 1));
+  unlink(st.c_str());
+  ASSERT_THAT(client_->Delete("imported/big/t"), IsOk());
   ASSERT_THAT(client_->Delete("big/t"), IsOk());
   ASSERT_THAT(client_->Delete("big/copy"), IsOk());
 }
