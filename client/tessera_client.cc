@@ -213,9 +213,29 @@ absl::StatusOr<TensorMetadata> Client::Put(const std::string& name,
 }
 
 absl::StatusOr<TensorMetadata> Client::Describe(const std::string& name) {
+  return DescribeInternal(name, /*lease=*/false);
+}
+
+void Client::ReleaseRead(const std::string& name, uint64_t version) {
+  v1::ReleaseReadRequest request;
+  request.set_name(name);
+  request.set_version(version);
+  v1::ReleaseReadResponse response;
+  // Best effort: a lease not released just expires.
+  Call(ControlCall(*connection_, /*idempotent=*/false),
+       [&](grpc::ClientContext* context) {
+         return connection_->coordinator()->ReleaseRead(context, request,
+                                                        &response);
+       })
+      .IgnoreError();
+}
+
+absl::StatusOr<TensorMetadata> Client::DescribeInternal(const std::string& name,
+                                                        bool lease) {
   v1::GetTensorRequest request;
   request.set_name(name);
   request.set_packed_reply(true);
+  request.set_lease(lease);
   v1::GetTensorResponse response;
   TESSERA_RETURN_IF_ERROR(Call(ControlCall(*connection_, /*idempotent=*/true),
                                [&](grpc::ClientContext* context) {
@@ -310,10 +330,14 @@ absl::Status Client::ReadWithRetry(
     std::shared_ptr<const TensorMetadata> meta = entry.meta;
     const bool cached = meta != nullptr;
     if (!cached) {
-      TESSERA_ASSIGN_OR_RETURN(TensorMetadata fresh, Describe(name));
+      // Leased: the version is not freed under this read even if it is
+      // replaced meanwhile.
+      TESSERA_ASSIGN_OR_RETURN(TensorMetadata fresh,
+                               DescribeInternal(name, /*lease=*/true));
       meta = std::make_shared<const TensorMetadata>(std::move(fresh));
     }
     absl::Status status = read(*meta, entry.index.get());
+    if (!cached) ReleaseRead(name, meta->version);
     if (status.ok()) {
       if (!cached) CacheMetadata(meta);
       return status;

@@ -169,6 +169,11 @@ class Client {
  private:
   explicit Client(std::shared_ptr<Connection> connection)
       : connection_(std::move(connection)) {}
+  // Describe; with `lease`, the version is held for this read until
+  // ReleaseRead (or the coordinator's lease time).
+  absl::StatusOr<TensorMetadata> DescribeInternal(const std::string& name,
+                                                  bool lease);
+  void ReleaseRead(const std::string& name, uint64_t version);
   absl::StatusOr<TensorMetadata> CreateInternal(const std::string& name,
                                                 const Shape& shape, DType dtype,
                                                 const LayoutSpec& spec,

@@ -142,6 +142,18 @@ absl::StatusOr<TensorMetadata> Coordinator::GetTensor(
   return out;
 }
 
+absl::StatusOr<TensorMetadata> Coordinator::GetTensorForRead(
+    const std::string& name) {
+  TESSERA_ASSIGN_OR_RETURN(TensorMetadataPtr meta, table_.GetLeased(name));
+  TensorMetadata out = *meta;
+  orchestrator_.FillWorkerState(&out);
+  return out;
+}
+
+void Coordinator::ReleaseRead(const std::string& name, uint64_t version) {
+  table_.ReleaseRead(name, version);
+}
+
 std::vector<TensorSummary> Coordinator::ListTensors() const {
   return table_.List();
 }

@@ -51,10 +51,12 @@ struct CoordinatorOptions {
   int64_t snapshot_every = 1000;
   // Time source; tests inject a fake clock.
   Clock clock = [] { return absl::Now(); };
-  // After a reshard commits version N+1, version N's shards stay readable
-  // this long, so gets that started on N finish on N; then they are freed.
-  // A read still running after that fails with ABORTED and the SDK reads
-  // the new version instead: a reader never sees a mix of versions.
+  // How long a read lease lasts. After a reshard or update commits version
+  // N+1, version N's shards stay readable until the last reader that
+  // fetched N's metadata releases its lease (at once when none did), at
+  // most this long; then they are freed. A read still running after that
+  // fails with ABORTED and the SDK reads the new version instead: a reader
+  // never sees a mix of versions.
   absl::Duration retire_grace = absl::Seconds(5);
   // A tensor created pending (a put) and never committed is removed after
   // this long: its client died mid-put.
@@ -140,6 +142,10 @@ class Coordinator {
                             const std::string& principal = "");
   // Current metadata, with each shard's worker address and availability.
   absl::StatusOr<TensorMetadata> GetTensor(const std::string& name) const;
+  // The same, leasing the version for a read (TensorTable "Read leases"):
+  // it stays until ReleaseRead or retire_grace, even once replaced.
+  absl::StatusOr<TensorMetadata> GetTensorForRead(const std::string& name);
+  void ReleaseRead(const std::string& name, uint64_t version);
   std::vector<TensorSummary> ListTensors() const;
   // Removes the tensor (visible or pending) and frees its shards.
   absl::Status DeleteTensor(const std::string& name);

@@ -303,8 +303,13 @@ grpc::Status CoordinatorService::GetTensor(grpc::ServerContext* context,
     return ToGrpcStatus(p.status());
   }
   absl::StatusOr<TensorMetadata> meta =
-      coordinator_->GetTensor(request->name());
+      request->lease() ? coordinator_->GetTensorForRead(request->name())
+                       : coordinator_->GetTensor(request->name());
   if (!meta.ok()) return ToGrpcStatus(meta.status());
+  if (request->lease()) {
+    response->set_lease_ms(
+        absl::ToInt64Milliseconds(coordinator_->options().retire_grace));
+  }
   TensorMetadataToProto(*meta, response->mutable_tensor(),
                         EncodingFor(request->packed_reply()));
   AddGrants(*meta, kRightRead, response->mutable_capabilities());
@@ -319,6 +324,16 @@ grpc::Status CoordinatorService::GetTensor(grpc::ServerContext* context,
     response->Clear();
     return ToGrpcStatus(size);
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::ReleaseRead(
+    grpc::ServerContext* context, const v1::ReleaseReadRequest* request,
+    v1::ReleaseReadResponse*) {
+  if (absl::StatusOr<Principal> p = Admit(context, "ReleaseRead"); !p.ok()) {
+    return ToGrpcStatus(p.status());
+  }
+  coordinator_->ReleaseRead(request->name(), request->version());
   return grpc::Status::OK;
 }
 

@@ -54,6 +54,9 @@ class CoordinatorService final : public v1::Coordinator::Service {
   grpc::Status ReshardTensor(grpc::ServerContext*,
                              const v1::ReshardTensorRequest* request,
                              v1::ReshardTensorResponse* response) override;
+  grpc::Status ReleaseRead(grpc::ServerContext* context,
+                           const v1::ReleaseReadRequest* request,
+                           v1::ReleaseReadResponse* response) override;
   grpc::Status UpdateTensor(grpc::ServerContext* context,
                             const v1::UpdateTensorRequest* request,
                             v1::UpdateTensorResponse* response) override;

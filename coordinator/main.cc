@@ -59,8 +59,9 @@ ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(2),
           "on SIGTERM, how long calls in flight may finish before the "
           "process exits regardless");
 ABSL_FLAG(int64_t, retire_grace_ms, 5000,
-          "after a reshard, how long the replaced version stays readable "
-          "before it is freed");
+          "how long a reader's lease on a tensor version lasts: a version "
+          "replaced by a reshard or update is freed once its last reader "
+          "is done (at once when nobody reads it), at most this long after");
 
 namespace tessera {
 namespace {

@@ -124,6 +124,7 @@ TEST_F(OrchestratorTest, ReshardSendsOneTransferPerPairOfWorkers) {
   // Four shards, two on w0 and two on w1, become two shards on w2.
   auto v1 = orchestrator_.Create(Args("a", 8, {0, 0, 1, 1}));
   ASSERT_OK(v1);
+  ASSERT_OK(table_.GetLeased("a"));  // a reader of version 1, never done
   auto result = orchestrator_.Reshard("a", ChunkOver({2, 2}), 1);
   ASSERT_OK(result);
   EXPECT_EQ(result->version, 2u);
@@ -139,7 +140,7 @@ TEST_F(OrchestratorTest, ReshardSendsOneTransferPerPairOfWorkers) {
   EXPECT_EQ(pairs, (std::set<std::pair<std::string, std::string>>{
                        {"w0", "w2"}, {"w1", "w2"}}));
   EXPECT_EQ((*table_.Get("a"))->version, 2u);
-  // Version 1's shards stay readable for the grace period, then go.
+  // Version 1's shards stay readable while its reader's lease lasts.
   EXPECT_THAT(Held(0), SizeIs(2));
   orchestrator_.FreeDue();
   EXPECT_THAT(Held(0), SizeIs(2));

@@ -165,16 +165,63 @@ void TensorTable::FinishCommit(const std::string& name,
     for (const ShardInfo& shard : entry.meta->shards) {
       if (!kept.contains(shard.shard_id)) retired.shards.push_back(shard);
     }
+    const uint64_t old_version = entry.meta->version;
     entry.meta = entry.update;
     DropUpdate(&entry);
-    if (!retired.shards.empty()) {
-      retirements_.push_back(
-          {options_.clock() + options_.retire_grace, name,
-           std::make_shared<const TensorMetadata>(std::move(retired))});
-    }
+    Retire(name, old_version, std::move(retired));
     return;
   }
   entry.state = State::kReady;
+}
+
+absl::StatusOr<TensorMetadataPtr> TensorTable::GetLeased(
+    const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  auto it = tensors_.find(name);
+  if (it == tensors_.end() || it->second.state != State::kReady) {
+    return NotFoundError("tensor", name);
+  }
+  const TensorMetadataPtr& meta = it->second.meta;
+  const absl::Time now = options_.clock();
+  Leases& leases = leases_[{name, meta->version}];
+  if (leases.expiry <= now) leases.count = 0;  // every earlier one expired
+  ++leases.count;
+  leases.expiry = now + options_.retire_grace;
+  return meta;
+}
+
+void TensorTable::ReleaseRead(const std::string& name, uint64_t version) {
+  absl::MutexLock lock(&mu_);
+  auto it = leases_.find({name, version});
+  if (it == leases_.end() || it->second.count == 0) return;
+  if (--it->second.count > 0) return;
+  it->second.expiry = absl::InfinitePast();
+  // The last reader of a replaced version is done: free it now.
+  const absl::Time now = options_.clock();
+  for (Retirement& r : retirements_) {
+    if (r.name == name && r.version == version) r.due = std::min(r.due, now);
+  }
+}
+
+void TensorTable::Retire(const std::string& name, uint64_t version,
+                         TensorMetadata shards) {
+  const absl::Time now = options_.clock();
+  absl::Time due = now;
+  auto it = leases_.find({name, version});
+  if (it != leases_.end() && it->second.count > 0 && it->second.expiry > now)
+    due = it->second.expiry;
+  if (shards.shards.empty()) {
+    leases_.erase({name, version});
+    return;
+  }
+  retirements_.push_back(
+      {due, name, version,
+       std::make_shared<const TensorMetadata>(std::move(shards))});
+}
+
+void TensorTable::ForgetLeases(const std::string& name) {
+  auto it = leases_.lower_bound({name, 0});
+  while (it != leases_.end() && it->first.first == name) it = leases_.erase(it);
 }
 
 void TensorTable::StageUpdate(TensorMetadataPtr next, TensorMetadata fresh,
@@ -256,6 +303,7 @@ absl::StatusOr<std::vector<TensorMetadataPtr>> TensorTable::FinishDelete(
   for (auto r = first_retired; r != retirements_.end(); ++r)
     out.push_back(std::move(r->shards));
   retirements_.erase(first_retired, retirements_.end());
+  ForgetLeases(name);
   for (const TensorMetadataPtr& meta : out) {
     Unreference(*meta);
     for (const ShardInfo& shard : meta->shards) lost_.erase(shard.shard_id);
@@ -303,12 +351,9 @@ void TensorTable::FinishReshard(const TensorMetadataPtr& new_meta,
   Entry& entry = tensors_.at(new_meta->name);
   entry.busy = false;
   if (!status.ok()) return;
+  const uint64_t old_version = entry.meta->version;
   entry.meta = new_meta;
-  if (!retired.shards.empty()) {
-    retirements_.push_back(
-        {options_.clock() + options_.retire_grace, new_meta->name,
-         std::make_shared<const TensorMetadata>(std::move(retired))});
-  }
+  Retire(new_meta->name, old_version, std::move(retired));
 }
 
 void TensorTable::EndReshard(const std::string& name) {
@@ -324,8 +369,10 @@ std::vector<TensorMetadataPtr> TensorTable::TakeDue() {
   auto first_due =
       std::partition(retirements_.begin(), retirements_.end(),
                      [&](const Retirement& r) { return r.due > now; });
-  for (auto r = first_due; r != retirements_.end(); ++r)
+  for (auto r = first_due; r != retirements_.end(); ++r) {
+    leases_.erase({r->name, r->version});
     due.push_back(std::move(r->shards));
+  }
   retirements_.erase(first_due, retirements_.end());
   // Puts and updates whose client never committed are abandoned.
   for (auto it = tensors_.begin(); it != tensors_.end();) {

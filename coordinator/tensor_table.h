@@ -60,7 +60,9 @@ class TensorTable {
 
   struct Options {
     Clock clock = [] { return absl::Now(); };
-    // How long a replaced version stays readable before it is freed.
+    // How long a read lease lasts (TakeReadLease): a replaced version is
+    // freed once its last lease is released or expires, so at most this
+    // long after it is replaced, and at once when nobody reads it.
     absl::Duration retire_grace = absl::Seconds(5);
     // A put never committed for this long is removed.
     absl::Duration pending_timeout = absl::Minutes(10);
@@ -80,6 +82,23 @@ class TensorTable {
   std::vector<TensorSummary> List() const ABSL_LOCKS_EXCLUDED(mu_);
   // Marks shards whose worker lost them as unavailable.
   void MarkLost(TensorMetadata* meta) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Read leases ---
+  //
+  // A reader that fetched version N's metadata (GetLeased) holds a lease on
+  // N until it releases it or retire_grace passes. A replaced version is
+  // freed when its last lease ends (at once when it has none); a reader
+  // still on it then gets ABORTED and re-reads the new version. Per version the table
+  // keeps a count and the latest expiry only: O(1) memory per version
+  // however many readers, and a lease never released just expires.
+
+  // Get, with a lease on the version returned for retire_grace.
+  absl::StatusOr<TensorMetadataPtr> GetLeased(const std::string& name)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends one lease on `version` of `name` (none held: no effect). The last
+  // one on a replaced version makes it due now.
+  void ReleaseRead(const std::string& name, uint64_t version)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- Shard ids ---
 
@@ -149,7 +168,7 @@ class TensorTable {
                                        TensorMetadataPtr new_meta)
       ABSL_LOCKS_EXCLUDED(mu_);
   // When `status` is OK, publishes `new_meta` and retires `retired` (version
-  // N's shards that N+1 does not keep) for retire_grace.
+  // N's shards that N+1 does not keep) until N's read leases end.
   void FinishReshard(const TensorMetadataPtr& new_meta, TensorMetadata retired,
                      const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
   // The reshard is over (committed or not).
@@ -224,13 +243,27 @@ class TensorTable {
   struct Retirement {
     absl::Time due;
     std::string name;
+    uint64_t version = 0;
     TensorMetadataPtr shards;  // only the shards to free
   };
+  // The read leases on one version of one tensor.
+  struct Leases {
+    int64_t count = 0;
+    absl::Time expiry = absl::InfinitePast();  // of the latest one
+  };
+  using VersionKey = std::pair<std::string, uint64_t>;
 
   // Waits (releasing mu_) until `name` is absent or not busy; returns it or
   // null.
   Entry* WaitIdle(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unreference(const TensorMetadata& meta)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Retires `shards` of version `version` of `name`: due when its read
+  // leases end (now when none is live).
+  void Retire(const std::string& name, uint64_t version,
+              TensorMetadata shards) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets the leases of every version of `name`.
+  void ForgetLeases(const std::string& name)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops `entry`'s staged update, returning its new shards (still
   // referenced) and ending the change.
@@ -248,6 +281,7 @@ class TensorTable {
   absl::flat_hash_set<uint64_t> referenced_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> lost_ ABSL_GUARDED_BY(mu_);
   std::vector<Retirement> retirements_ ABSL_GUARDED_BY(mu_);
+  std::map<VersionKey, Leases> leases_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera

@@ -176,6 +176,7 @@ TEST_F(TensorTableTest, AReshardShowsVersionNUntilNPlus1IsDurable) {
 
 TEST_F(TensorTableTest, ReplacedVersionIsRetiredAfterItsGrace) {
   TensorMetadataPtr v1 = Create("a", 2);
+  ASSERT_OK(table_.GetLeased("a"));  // a reader that never says it is done
   TensorMetadataPtr v2 = Reshard(v1, 1);
   EXPECT_EQ(table_.NumRetired(), 1u);
   EXPECT_TRUE(table_.IsReferenced(v1->shards[0].shard_id));
@@ -342,6 +343,46 @@ TEST_F(TensorTableTest, ADeleteTakesAStagedUpdateAlong) {
   ASSERT_EQ(freed->size(), 2u);
   EXPECT_FALSE(table_.IsReferenced(v1->shards[1].shard_id));
   EXPECT_FALSE(table_.IsReferenced(v2->shards[0].shard_id));
+}
+
+TEST_F(TensorTableTest, AReplacedVersionNobodyReadsIsDueAtOnce) {
+  TensorMetadataPtr v1 = Create("a", 2);
+  Reshard(v1, 1);
+  std::vector<TensorMetadataPtr> due = table_.TakeDue();
+  ASSERT_EQ(due.size(), 1u);
+  EXPECT_EQ(due[0]->version, 1u);
+}
+
+TEST_F(TensorTableTest, AReplacedVersionWaitsForItsReadLeases) {
+  TensorMetadataPtr v1 = Create("a", 2);
+  ASSERT_OK(table_.GetLeased("a"));
+  ASSERT_OK(table_.GetLeased("a"));
+  TensorMetadataPtr v2 = Reshard(v1, 1);
+  EXPECT_THAT(table_.TakeDue(), IsEmpty());
+  // A lease on the new version, or a stray release, changes nothing for N.
+  ASSERT_OK(table_.GetLeased("a"));
+  table_.ReleaseRead("a", 7);
+  table_.ReleaseRead("missing", 1);
+  table_.ReleaseRead("a", 1);
+  EXPECT_THAT(table_.TakeDue(), IsEmpty());
+  // The last reader of N is done: N is due now, long before its leases
+  // would have expired.
+  clock_.Advance(absl::Seconds(1));
+  table_.ReleaseRead("a", 1);
+  std::vector<TensorMetadataPtr> due = table_.TakeDue();
+  ASSERT_EQ(due.size(), 1u);
+  EXPECT_EQ(due[0]->version, 1u);
+  // Leases never released expire: v2 replaced while leased is due after the
+  // lease time.
+  TensorMetadataPtr v3 = Reshard(v2, 2);  // v2's lease ends at second 5
+  clock_.Advance(absl::Seconds(3));
+  EXPECT_THAT(table_.TakeDue(), IsEmpty());
+  clock_.Advance(absl::Seconds(2));
+  due = table_.TakeDue();
+  ASSERT_EQ(due.size(), 1u);
+  EXPECT_EQ(due[0]->version, 2u);
+  EXPECT_THAT(table_.GetLeased("missing").status(),
+              StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(TensorTableTest, DeleteReturnsTheCurrentAndEveryRetiredVersion) {

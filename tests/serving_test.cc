@@ -168,7 +168,7 @@ class ServingTest : public ClusterSuite<ServingTest> {
   // A client that moves bytes over gRPC only, so every row read is a call.
   static std::unique_ptr<Client> GrpcOnlyClient() {
     ClientOptions options;
-    options.shared_memory = false;
+    options.transport = "grpc";
     auto client = Client::Connect(cluster_->coordinator_address(), options);
     EXPECT_TRUE(client.ok()) << client.status();
     return client.ok() ? *std::move(client) : nullptr;
@@ -478,6 +478,85 @@ TEST_F(ServingTest, AStagedUpdateBlocksOthersUntilAbandonedAndLeavesNothing) {
   }
   ASSERT_OK(client_->Delete("upd_staged"));
   EXPECT_EQ(SettledBytesUsed(), before);
+}
+
+// Read leases with a long lease time: a replaced version nobody reads is
+// freed at once, one a reader leased stays until that reader is done.
+class LeaseTest : public ClusterSuite<LeaseTest> {
+ public:
+  static TestClusterOptions ClusterOptions() {
+    TestClusterOptions options;
+    options.num_workers = 2;
+    options.coordinator_flags = {"--retire_grace_ms=60000"};
+    return options;
+  }
+
+ protected:
+  // Polls `workers` until the bytes in use equal `want`; false after 3 s.
+  static bool BytesUsedBecomes(int64_t want) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(3);
+    while (absl::Now() < deadline) {
+      if (BytesUsed() == want) return true;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return BytesUsed() == want;
+  }
+};
+
+TEST_F(LeaseTest, AReplacedVersionNobodyReadsIsFreedAtOnce) {
+  const int64_t before = BytesUsed();
+  const HostArray v1 = Iota(DType::kFloat32, {128, 64}, 1);
+  ASSERT_OK(client_->Put("lease_none", v1, LayoutSpec::Chunk(0, Ranks({0, 1}))));
+  // Read through the SDK (it leases and releases), then replaced twice.
+  ASSERT_OK(client_->Get("lease_none").status());
+  ASSERT_OK(client_->Update("lease_none", Iota(DType::kFloat32, {128, 64}, 2)));
+  ASSERT_OK(client_->Reshard("lease_none", LayoutSpec::Chunk(1, Ranks({1, 0}))));
+  // Within the 2 s `workers` promises, not the 60 s lease time.
+  EXPECT_TRUE(BytesUsedBecomes(before + v1.num_bytes)) << BytesUsed();
+  ASSERT_OK(client_->Delete("lease_none"));
+}
+
+TEST_F(LeaseTest, AVersionALeasedReaderHoldsStaysUntilReleased) {
+  const int64_t before = BytesUsed();
+  const HostArray v1 = Iota(DType::kFloat32, {128, 64}, 3);
+  ASSERT_OK(client_->Put("lease_held", v1, LayoutSpec::Chunk(0, Ranks({0, 1}))));
+  // A reader leases version 1 and reads it after version 2 is committed.
+  auto stub = v1::Coordinator::NewStub(
+      MakeChannel(cluster_->coordinator_address(), ChannelOptions{}));
+  v1::GetTensorRequest get;
+  get.set_name("lease_held");
+  get.set_lease(true);
+  v1::GetTensorResponse leased;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub->GetTensor(&context, get, &leased).ok());
+  }
+  EXPECT_EQ(leased.lease_ms(), 60000);
+  ASSERT_GT(leased.tensor().shards_size(), 0);
+  const uint64_t old_shard = leased.tensor().shards(0).handle().shard_id();
+  auto old_handles = client_->Handles("lease_held");
+  ASSERT_OK(old_handles.status());
+  ASSERT_EQ((*old_handles)[0].shard().shard_id, old_shard);
+  ASSERT_OK(client_->Update("lease_held", Iota(DType::kFloat32, {128, 64}, 4)));
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(BytesUsed() - before, 2 * v1.num_bytes);
+  auto still = (*old_handles)[0].ToHere();
+  ASSERT_OK(still.status());
+  EXPECT_TRUE(SameBytes(*still, Slice(v1, Box({0, 0}, {64, 64}))));
+  // Done: version 1 goes now.
+  v1::ReleaseReadRequest release;
+  release.set_name("lease_held");
+  release.set_version(1);
+  v1::ReleaseReadResponse released;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub->ReleaseRead(&context, release, &released).ok());
+  }
+  EXPECT_TRUE(BytesUsedBecomes(before + v1.num_bytes)) << BytesUsed();
+  EXPECT_THAT((*old_handles)[0].ToHere(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("freed")));
+  ASSERT_OK(client_->Delete("lease_held"));
 }
 
 }  // namespace
