@@ -85,8 +85,8 @@ const std::vector<CommandDef>& Commands() {
       {"put",
        "put NAME --input=FILE.npy (SPEC | --update [--region=R]) [--dtype=T] "
        "[--json]",
-       "scatter a local .npy array into a new sharded tensor, or (--update) "
-       "write it into an existing one as its next version",
+       "scatter a .npy array into a new tensor (--update: into an existing "
+       "one, as its next version)",
        1,
        {{"input", false},
         {"dtype", false},
@@ -100,8 +100,7 @@ const std::vector<CommandDef>& Commands() {
       {"get",
        "get NAME --output=FILE.npy [--region=R | --shard=K | --rows=IDX.npy] "
        "[--json]",
-       "gather the tensor, a region of it, shard K, or rows of dim 0 into a "
-       ".npy file",
+       "gather the tensor, a region, shard K or rows of dim 0 into a .npy",
        1,
        {{"output", false},
         {"region", false},
@@ -133,7 +132,7 @@ const std::vector<CommandDef>& Commands() {
        &RunRemove},
       {"import",
        "import FILE.safetensors SPEC [--prefix=P] [--json]",
-       "create one tensor per entry of a .safetensors file (all or nothing)",
+       "one tensor per entry of a .safetensors file (all or nothing)",
        1,
        {{"prefix", false},
         {"chunk_dim", false},
@@ -172,10 +171,17 @@ std::string MainUsage() {
       "127.0.0.1:7070.\n"
       "--tls_ca, --tls_cert, --tls_key and --token_file default to "
       "$TESSERA_TLS_CA,\n$TESSERA_TLS_CERT, $TESSERA_TLS_KEY and "
-      "$TESSERA_TOKEN_FILE.\n--transport (how bytes move to and from "
-      "workers) defaults to $TESSERA_TRANSPORT, then auto.\n\ncommands:\n";
+      "$TESSERA_TOKEN_FILE.\n--transport (how bytes move between workers "
+      "and this client) defaults to\n$TESSERA_TRANSPORT, then auto.\n\n"
+      "commands:\n";
   for (const CommandDef& c : Commands()) {
-    absl::StrAppendFormat(&out, "  %-60s %s\n", c.synopsis, c.summary);
+    // A long synopsis gets its own line; the summary goes under it.
+    if (std::strlen(c.synopsis) > 60) {
+      absl::StrAppendFormat(&out, "  %s\n  %-60s %s\n", c.synopsis, "",
+                            c.summary);
+    } else {
+      absl::StrAppendFormat(&out, "  %-60s %s\n", c.synopsis, c.summary);
+    }
   }
   out += "\n";
   out += kSpecHelp;
