@@ -106,6 +106,10 @@ ABSL_FLAG(int32_t, max_streams_per_connection,
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(2),
           "on SIGTERM, how long calls in flight may finish before they are "
           "cancelled; the process exits within this plus 1 s whatever runs");
+ABSL_FLAG(absl::Duration, quarantine_grace,
+          tessera::RegistrationOptions().quarantine_grace,
+          "shards kept for another cluster than the coordinator's (never "
+          "freed on its word) are freed after this long");
 
 namespace tessera {
 namespace {
@@ -366,6 +370,7 @@ int Run() {
   options.address = address;
   options.device = *device;
   options.capacity_bytes = absl::GetFlag(FLAGS_capacity_bytes);
+  options.quarantine_grace = absl::GetFlag(FLAGS_quarantine_grace);
   options.channel.credentials = security->channel_credentials;
   if (!token.empty())
     options.channel.interceptors = BearerTokenInterceptors(token);
