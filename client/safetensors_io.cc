@@ -1,14 +1,18 @@
 #include "client/safetensors_io.h"
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
+#include <optional>
+#include <thread>
 #include <utility>
+#include <vector>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/errors.h"
@@ -22,6 +26,39 @@ namespace {
 std::string EntryContext(const std::string& path, const SafetensorsEntry& e) {
   return absl::StrCat("safetensors file '", path, "', entry ",
                       JsonString(e.name));
+}
+
+// Runs fn(0..n-1) on up to kSafetensorsParallelEntries threads (this one
+// included). After a failure no new index starts; the first failure seen is
+// returned once every running call has finished.
+absl::Status ForEachEntry(size_t n,
+                          const std::function<absl::Status(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  absl::Mutex mu;
+  absl::Status first;
+  auto work = [&] {
+    while (!failed.load()) {
+      const size_t i = next.fetch_add(1);
+      if (i >= n) return;
+      absl::Status s = fn(i);
+      if (!s.ok()) {
+        absl::MutexLock lock(&mu);
+        if (first.ok()) first = std::move(s);
+        failed.store(true);
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  const size_t helpers =
+      std::min<size_t>(n, kSafetensorsParallelEntries) > 0
+          ? std::min<size_t>(n, kSafetensorsParallelEntries) - 1
+          : 0;
+  for (size_t t = 0; t < helpers; ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  absl::MutexLock lock(&mu);
+  return first;
 }
 
 }  // namespace
@@ -78,23 +115,26 @@ absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
   }
 
   // All or nothing: what was made is deleted unless every entry went in.
-  SafetensorsImportResult result;
-  bool done = false;
-  absl::Cleanup undo = [&] {
-    if (done) return;
-    for (auto it = result.tensors.rbegin(); it != result.tensors.rend(); ++it) {
-      client.Delete(it->name).IgnoreError();
-    }
-  };
-  for (size_t i = 0; i < entries.size(); ++i) {
+  std::vector<std::optional<TensorMetadata>> made(entries.size());
+  absl::Status status = ForEachEntry(entries.size(), [&](size_t i) {
     const SafetensorsEntry& e = entries[i];
     absl::StatusOr<TensorMetadata> meta =
         client.Put(prefix + e.name, e.shape, e.dtype, file->data(e), specs[i]);
     if (!meta.ok()) return Annotate(meta.status(), EntryContext(path, e));
-    result.tensors.push_back(*std::move(meta));
-    result.bytes += e.num_bytes();
+    made[i] = *std::move(meta);
+    return absl::OkStatus();
+  });
+  if (!status.ok()) {
+    for (const std::optional<TensorMetadata>& meta : made) {
+      if (meta.has_value()) client.Delete(meta->name).IgnoreError();
+    }
+    return status;
   }
-  done = true;
+  SafetensorsImportResult result;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    result.tensors.push_back(*std::move(made[i]));
+    result.bytes += entries[i].num_bytes();
+  }
   result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return result;
 }
@@ -156,15 +196,22 @@ absl::StatusOr<SafetensorsExportResult> ExportSafetensors(
                            LayoutSafetensors(std::move(tensors), metadata));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsWriter> writer,
                            SafetensorsWriter::Create(path, std::move(layout)));
-  for (size_t i = 0; i < writer->entries().size(); ++i) {
-    const SafetensorsEntry& e = writer->entries()[i];
-    const std::string& tensor = tensor_of.at(e.name);
-    // The whole tensor; GetInto refuses a size other than the one laid out.
-    TESSERA_RETURN_IF_ERROR(Annotate(
-        client.GetInto(tensor, std::nullopt, writer->data(i), e.num_bytes()),
-        absl::StrCat("exporting tensor ", JsonString(tensor),
-                     " to safetensors file '", path, "'")));
-    result.entries.push_back({tensor, e.name, e.dtype, e.shape});
+  // Entries fill disjoint ranges of the mapping, several at a time.
+  TESSERA_RETURN_IF_ERROR(
+      ForEachEntry(writer->entries().size(), [&](size_t i) -> absl::Status {
+        const SafetensorsEntry& e = writer->entries()[i];
+        const std::string& tensor = tensor_of.at(e.name);
+        if (e.num_bytes() == 0) return absl::OkStatus();
+        // The whole tensor; GetInto refuses a size other than the one laid
+        // out.
+        return Annotate(
+            client.GetInto(tensor, std::nullopt, writer->data(i),
+                           e.num_bytes()),
+            absl::StrCat("exporting tensor ", JsonString(tensor),
+                         " to safetensors file '", path, "'"));
+      }));
+  for (const SafetensorsEntry& e : writer->entries()) {
+    result.entries.push_back({tensor_of.at(e.name), e.name, e.dtype, e.shape});
     result.bytes += e.num_bytes();
   }
   result.file_bytes = writer->file_bytes();

@@ -30,6 +30,10 @@
 
 namespace tessera {
 
+// How many entries an import puts, or an export gathers, at once (each
+// one's shards move in parallel too, up to ClientOptions::max_parallel_streams).
+inline constexpr size_t kSafetensorsParallelEntries = 8;
+
 // The layout of the tensor made from `entry` (e.g. enumerable boxes
 // resolved against the entry's shape).
 using SafetensorsSpecFn =
@@ -46,8 +50,9 @@ struct SafetensorsImportResult {
 // name (CheckTensorName), that no entry is a 0-d scalar (tessera tensors
 // have at least one dim), each entry's layout (LayoutBoxes: dims, "invalid
 // sharding dim", bounds, overlap, cover) and that no name is taken
-// ("already exists"). Then each entry is put straight from the mapped file;
-// if any put fails, the tensors already created are deleted.
+// ("already exists"). Then the entries are put straight from the mapped
+// file, several at once; if any put fails, no further one starts and every
+// tensor this import created is deleted.
 absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
     Client& client, const std::string& path, const LayoutSpec& spec,
     const std::string& prefix = "");
