@@ -79,6 +79,8 @@ absl::StatusOr<WorkerInfo> WorkerInfoFromProto(const v1::WorkerInfo& w) {
   info.alive = w.alive();
   info.bytes_used = w.bytes_used();
   info.capacity_bytes = w.capacity_bytes();
+  info.quarantined_shards = w.quarantined_shards();
+  info.quarantined_bytes = w.quarantined_bytes();
   return info;
 }
 

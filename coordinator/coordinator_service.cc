@@ -197,6 +197,8 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context,
     held.ids.emplace(request->held_shard_ids().begin(),
                      request->held_shard_ids().end());
   }
+  held.quarantined_shards = request->quarantined_shards();
+  held.quarantined_bytes = request->quarantined_bytes();
   const HeartbeatResult result =
       coordinator_->Heartbeat(request->name(), request->bytes_used(), held);
   response->set_reregister(!result.known);
@@ -222,6 +224,8 @@ grpc::Status CoordinatorService::ListWorkers(
     info->set_alive(w.alive);
     info->set_bytes_used(w.bytes_used);
     info->set_capacity_bytes(w.capacity_bytes);
+    info->set_quarantined_shards(w.quarantined_shards);
+    info->set_quarantined_bytes(w.quarantined_bytes);
   }
   // Never fails while names and addresses are checked and max_workers
   // holds (coordinator_service_test proves it); kept as a last guard.

@@ -126,6 +126,10 @@ HeartbeatResult WorkerReconciler::Heartbeat(const std::string& name,
                                             const HeldReport& held) {
   HeartbeatResult result;
   result.known = registry_->Heartbeat(name, bytes_used);
+  if (result.known) {
+    registry_->SetQuarantined(name, held.quarantined_shards,
+                              held.quarantined_bytes);
+  }
   if (!result.known || held_ == nullptr) return result;
   if (held.ids.has_value()) {
     std::vector<uint64_t> kept;

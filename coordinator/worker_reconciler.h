@@ -58,6 +58,9 @@ struct HeldReport {
   uint64_t xor_ids = 0;  // XOR of every held shard id
   // Every held id, when the coordinator asked for them.
   std::optional<std::vector<uint64_t>> ids;
+  // What the worker keeps for another cluster (left out of the above).
+  int64_t quarantined_shards = 0;
+  int64_t quarantined_bytes = 0;
 };
 
 struct HeartbeatResult {

@@ -149,6 +149,15 @@ void WorkerRegistry::SetBytesUsed(const std::string& name, int64_t bytes_used) {
   if (it != workers_.end()) it->second.bytes_used = bytes_used;
 }
 
+void WorkerRegistry::SetQuarantined(const std::string& name, int64_t shards,
+                                    int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(name);
+  if (it == workers_.end()) return;
+  it->second.quarantined_shards = std::max<int64_t>(0, shards);
+  it->second.quarantined_bytes = std::max<int64_t>(0, bytes);
+}
+
 std::vector<WorkerRecord> WorkerRegistry::List() const {
   absl::MutexLock lock(&mu_);
   std::vector<WorkerRecord> out;

@@ -100,6 +100,9 @@ class WorkerRegistry {
 
   void SetBytesUsed(const std::string& name, int64_t bytes_used)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // What the worker keeps quarantined for another cluster (its heartbeat).
+  void SetQuarantined(const std::string& name, int64_t shards, int64_t bytes)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // All workers ordered by rank.
   std::vector<WorkerRecord> List() const ABSL_LOCKS_EXCLUDED(mu_);

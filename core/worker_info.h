@@ -19,6 +19,9 @@ struct WorkerInfo {
   int64_t capacity_bytes = 0;  // 0: unlimited
   int64_t bytes_used = 0;      // element bytes of the shards it holds
   bool alive = false;          // its lease is current (not durable)
+  // Shards it keeps for another cluster (quarantined; not durable).
+  int64_t quarantined_shards = 0;
+  int64_t quarantined_bytes = 0;
 };
 
 }  // namespace tessera

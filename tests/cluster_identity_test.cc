@@ -69,6 +69,15 @@ TEST(ClusterIdentityTest, ACoordinatorOfAnotherClusterNeverFreesTheShards) {
     // hold, and keep them.
     absl::SleepFor(absl::Seconds(1.5));
     EXPECT_EQ(TotalBytesUsed(*client), bytes);
+    // `workers` shows what each keeps for its own cluster.
+    auto workers = client->Workers();
+    ASSERT_OK(workers);
+    int64_t quarantined_bytes = 0;
+    for (const WorkerInfo& w : *workers) {
+      EXPECT_EQ(w.quarantined_shards, 1) << w.name;
+      quarantined_bytes += w.quarantined_bytes;
+    }
+    EXPECT_EQ(quarantined_bytes, bytes);
   }
   std::string logs;
   for (int i = 0; i < 2; ++i) {
@@ -97,9 +106,53 @@ TEST(ClusterIdentityTest, ACoordinatorOfAnotherClusterNeverFreesTheShards) {
                      ((*cluster)->worker_name(i) + ".log"));
   }
   EXPECT_THAT(logs, HasSubstr("rejoined cluster"));
+  absl::SleepFor(absl::Milliseconds(600));
+  auto workers = client->Workers();
+  ASSERT_OK(workers);
+  for (const WorkerInfo& w : *workers) {
+    EXPECT_EQ(w.quarantined_shards, 0) << w.name;
+    EXPECT_EQ(w.quarantined_bytes, 0) << w.name;
+  }
   // And it frees them when told to by its own cluster.
   ASSERT_OK(client->Delete("t"));
   EXPECT_EQ(TotalBytesUsed(*client), 0);
+}
+
+TEST(ClusterIdentityTest, QuarantinedShardsAreFreedAfterTheGrace) {
+  TestClusterOptions options;
+  options.num_workers = 1;
+  options.durable = true;
+  options.coordinator_flags = {"--heartbeat_ms=200"};
+  options.worker_flags = {"--quarantine_grace=2s"};
+  auto cluster = TestCluster::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string data_dir = (*cluster)->data_dir();
+  {
+    auto client = Connect(**cluster);
+    ASSERT_NE(client, nullptr);
+    ASSERT_OK(client->Put("t", Iota(DType::kFloat32, {16, 16}),
+                          LayoutSpec::Chunk(0, Ranks({0}))));
+  }
+  // Another cluster's coordinator, and the own one never returns.
+  ASSERT_EQ((*cluster)->StopCoordinator(SIGTERM), 0);
+  std::filesystem::remove_all(data_dir);
+  ASSERT_OK((*cluster)->RestartCoordinator());
+  auto client = Connect(**cluster);
+  ASSERT_NE(client, nullptr);
+  absl::SleepFor(absl::Milliseconds(600));
+  EXPECT_EQ(TotalBytesUsed(*client), 16 * 16 * 4);
+  // Past the grace: freed, and `workers` shows nothing kept.
+  const absl::Time deadline = absl::Now() + absl::Seconds(6);
+  while (absl::Now() < deadline && TotalBytesUsed(*client) != 0)
+    absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(TotalBytesUsed(*client), 0);
+  absl::SleepFor(absl::Milliseconds(600));
+  auto workers = client->Workers();
+  ASSERT_OK(workers);
+  EXPECT_EQ((*workers)[0].quarantined_shards, 0);
+  EXPECT_THAT(ReadFile(std::filesystem::path(data_dir).parent_path() /
+                       ((*cluster)->worker_name(0) + ".log")),
+              HasSubstr("--quarantine_grace"));
 }
 
 }  // namespace

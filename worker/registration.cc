@@ -61,6 +61,37 @@ int64_t Registration::quarantined() const {
   return count;
 }
 
+std::vector<uint64_t> Registration::QuarantinedShards() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> ids;
+  if (!cluster_id_.has_value()) return ids;
+  for (const auto& [id, owner] : owner_) {
+    if (owner != *cluster_id_) ids.push_back(id);
+  }
+  return ids;
+}
+
+void Registration::ExpireQuarantine() {
+  std::vector<uint64_t> ids;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!quarantined_since_.has_value() ||
+        absl::Now() - *quarantined_since_ < options_.quarantine_grace) {
+      return;
+    }
+    for (const auto& [id, owner] : owner_) {
+      if (cluster_id_.has_value() && owner != *cluster_id_) ids.push_back(id);
+    }
+    quarantined_since_.reset();
+  }
+  spdlog::error(
+      "freeing {} shard(s) quarantined for another cluster for longer than "
+      "--quarantine_grace ({}): their cluster's coordinator never came back",
+      ids.size(), absl::FormatDuration(options_.quarantine_grace));
+  for (uint64_t id : ids) store_->Free(id).IgnoreError();
+  Attribute();
+}
+
 std::vector<uint64_t> Registration::Attribute() {
   std::vector<uint64_t> held = store_->ShardIds();
   absl::MutexLock lock(&mu_);
@@ -102,6 +133,11 @@ void Registration::Serve(const std::string& cluster_id) {
                  cluster_id);
   }
   quarantined_logged_ = quarantined;
+  if (quarantined == 0) {
+    quarantined_since_.reset();
+  } else if (!quarantined_since_.has_value()) {
+    quarantined_since_ = absl::Now();
+  }
 }
 
 int64_t Registration::FreeOwn(const std::vector<uint64_t>& ids) {
@@ -219,6 +255,16 @@ void Registration::Run() {
       request.set_held_list(true);
       request.mutable_held_shard_ids()->Assign(own.begin(), own.end());
     }
+    // What is kept for another cluster, so `workers` shows it.
+    ExpireQuarantine();
+    int64_t quarantined_bytes = 0;
+    const std::vector<uint64_t> quarantined = QuarantinedShards();
+    for (uint64_t id : quarantined) {
+      absl::StatusOr<ShardDesc> desc = store_->Describe(id);
+      if (desc.ok()) quarantined_bytes += desc->ByteSize();
+    }
+    request.set_quarantined_shards(static_cast<int64_t>(quarantined.size()));
+    request.set_quarantined_bytes(quarantined_bytes);
     send_held = false;
     v1::HeartbeatResponse response;
     absl::Status status =

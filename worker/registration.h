@@ -60,6 +60,10 @@ struct RegistrationOptions {
   // The channel to the coordinator: TLS credentials and the interceptors
   // that present this worker's token.
   ChannelOptions channel;
+  // Shards quarantined for another cluster this long (their own cluster's
+  // coordinator never came back) are freed, loudly. README "Cluster
+  // identity".
+  absl::Duration quarantine_grace = absl::Hours(7 * 24);
 };
 
 class Registration {
@@ -82,6 +86,8 @@ class Registration {
   std::string cluster_id() const ABSL_LOCKS_EXCLUDED(mu_);
   // Shards held that belong to another cluster than the one served now.
   int64_t quarantined() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Their ids, and their bytes.
+  std::vector<uint64_t> QuarantinedShards() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void Run();
@@ -112,6 +118,11 @@ class Registration {
   // The cluster each held shard belongs to.
   absl::flat_hash_map<uint64_t, std::string> owner_ ABSL_GUARDED_BY(mu_);
   int64_t quarantined_logged_ ABSL_GUARDED_BY(mu_) = 0;
+  // Since when some shard has been quarantined (none: nothing is).
+  std::optional<absl::Time> quarantined_since_ ABSL_GUARDED_BY(mu_);
+
+  // Frees the quarantined shards once quarantine_grace has passed.
+  void ExpireQuarantine() ABSL_LOCKS_EXCLUDED(mu_);
 };
 
 }  // namespace tessera
