@@ -290,6 +290,36 @@ TEST_F(SafetensorsIoTest, TakenNameOrFailedPutLeavesNothingNew) {
   EXPECT_EQ(Names(), before);
 }
 
+TEST_F(SafetensorsIoTest, OneFailureAmongManyEntriesInFlightUndoesAll) {
+  std::vector<SafetensorsTensor> tensors;
+  for (int i = 0; i < 40; ++i) {
+    tensors.push_back({absl::StrCat("e", i), DType::kFloat32, {16, 4}});
+  }
+  const std::string in = Path("many.safetensors");
+  MakeFile(in, tensors, 6);
+  const std::vector<std::string> before = Names();
+  EXPECT_THAT(
+      ImportSafetensors(
+          *client_, in,
+          [](const SafetensorsEntry& e) -> absl::StatusOr<LayoutSpec> {
+            return LayoutSpec::Chunk(
+                0, {*ParsePlacement(e.name == "e23" ? "rank:9" : "rank:1"),
+                    *ParsePlacement("rank:2")});
+          },
+          "many/")
+          .status(),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("\"e23\"")));
+  EXPECT_EQ(Names(), before);
+  // And all of them when nothing fails.
+  absl::StatusOr<SafetensorsImportResult> ok = ImportSafetensors(
+      *client_, in, LayoutSpec::Chunk(0, Ranks(3)), "many/");
+  ASSERT_THAT(ok.status(), IsOk());
+  ASSERT_EQ(ok->tensors.size(), 40u);
+  EXPECT_EQ(ok->tensors[0].name, "many/e0");  // in the file's order
+  EXPECT_EQ(Names().size(), before.size() + 40);
+}
+
 TEST_F(SafetensorsIoTest, FailedExportLeavesNoFile) {
   ASSERT_THAT(client_->Create("ex/a", {4}, DType::kFloat32,
                               LayoutSpec::Chunk(0, Ranks(2)),
