@@ -1,0 +1,104 @@
+#include "client/mapped_file.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+using ::testing::HasSubstr;
+using ::tessera::testing::IsOk;
+using ::tessera::testing::StatusIs;
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(MappedInputFileTest, MapsTheWholeFile) {
+  const std::string path = TempPath("in.bin");
+  std::ofstream(path, std::ios::binary) << "hello, mapping";
+  absl::StatusOr<std::unique_ptr<MappedInputFile>> f =
+      MappedInputFile::Open(path, "test file");
+  ASSERT_THAT(f.status(), IsOk());
+  EXPECT_EQ((*f)->bytes(), "hello, mapping");
+  const std::string empty = TempPath("empty.bin");
+  std::ofstream(empty, std::ios::binary) << "";
+  f = MappedInputFile::Open(empty, "test file");
+  ASSERT_THAT(f.status(), IsOk());
+  EXPECT_EQ((*f)->size(), 0);
+  EXPECT_EQ((*f)->bytes(), "");
+}
+
+TEST(MappedInputFileTest, ErrorsNameTheKindAndFile) {
+  EXPECT_THAT(MappedInputFile::Open(TempPath("absent.bin"), "test file").status(),
+              StatusIs(absl::StatusCode::kNotFound,
+                       HasSubstr("test file '")));
+  EXPECT_THAT(MappedInputFile::Open(TempPath(""), "test file").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("not a regular file")));
+}
+
+TEST(MappedOutputFileTest, CommitRenamesIntoPlaceReplacingAnOldFile) {
+  const std::string path = TempPath("out.bin");
+  std::ofstream(path, std::ios::binary) << "old";
+  absl::StatusOr<std::unique_ptr<MappedOutputFile>> f =
+      MappedOutputFile::Create(path, 5, "test file");
+  ASSERT_THAT(f.status(), IsOk());
+  std::memcpy((*f)->data(), "fresh", 5);
+  EXPECT_EQ(ReadAll(path), "old");  // untouched until Commit
+  ASSERT_THAT((*f)->Commit(), IsOk());
+  EXPECT_EQ(ReadAll(path), "fresh");
+  EXPECT_THAT((*f)->Commit(), StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST(MappedOutputFileTest, WithoutCommitNothingIsLeft) {
+  const std::string dir = TempPath("out_dir");
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  {
+    absl::StatusOr<std::unique_ptr<MappedOutputFile>> f =
+        MappedOutputFile::Create(dir + "/x.bin", 1 << 20, "test file");
+    ASSERT_THAT(f.status(), IsOk());
+    (*f)->data()[(1 << 20) - 1] = 'z';
+  }
+  EXPECT_EQ(rmdir(dir.c_str()), 0) << "the temporary file was left behind";
+}
+
+TEST(MappedOutputFileTest, Errors) {
+  EXPECT_THAT(
+      MappedOutputFile::Create(TempPath("no/such/dir/x.bin"), 8, "test file")
+          .status(),
+      StatusIs(absl::StatusCode::kNotFound, HasSubstr("no/such/dir/x.bin")));
+  EXPECT_THAT(MappedOutputFile::Create(TempPath("zero.bin"), 0, "test file")
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  // More than any disk: refused when the blocks are reserved, not later.
+  const absl::Status huge =
+      MappedOutputFile::Create(TempPath("huge.bin"), int64_t{1} << 60,
+                               "test file")
+          .status();
+  EXPECT_FALSE(huge.ok());
+  EXPECT_THAT(std::string(huge.message()), HasSubstr("test file"));
+  EXPECT_NE(access(TempPath("huge.bin").c_str(), F_OK), 0);
+}
+
+}  // namespace
+}  // namespace tessera
