@@ -847,11 +847,14 @@ absl::Status RunImport(const Invocation& inv, std::ostream& out) {
   const std::string prefix = inv.Get("prefix").value_or("");
   TESSERA_ASSIGN_OR_RETURN(const SpecArgs spec_args, ParseSpec(inv));
 
+  // The file is checked before the cluster is contacted, as put does.
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsReader> reader,
+                           SafetensorsReader::Open(file));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
   TESSERA_ASSIGN_OR_RETURN(
       SafetensorsImportResult result,
       ImportSafetensors(
-          *client, file,
+          *client, *reader,
           [&spec_args](const SafetensorsEntry& e) {
             return ResolveSpec(spec_args, e.shape);
           },

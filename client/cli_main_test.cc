@@ -124,5 +124,52 @@ TEST(CliMainTest, ArrayLargerThanTheMemoryLimitIsAnOutOfMemoryLine) {
       << outcome.err;
 }
 
+TEST(CliMainTest, MalformedSafetensorsIsAnErrorLineBeforeAnyCluster) {
+  // A header length of 2^63: refused from the first 8 bytes.
+  const std::string path = TempPath("huge.safetensors");
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << std::string("\0\0\0\0\0\0\0\x80{}", 10);
+  }
+  Outcome outcome = RunCli({"import", path, "--chunk_dim=0",
+                            "--placements=rank:0"},
+                           0);
+  ASSERT_TRUE(outcome.exited) << "killed by signal " << outcome.code;
+  EXPECT_EQ(outcome.code, 1);
+  EXPECT_THAT(outcome.err, StartsWith("error: "));
+  EXPECT_THAT(outcome.err, HasSubstr("safetensors"));
+  EXPECT_THAT(outcome.err, HasSubstr("exceeds the limit"));
+  EXPECT_EQ(std::vector<std::string>(absl::StrSplit(outcome.err, '\n')).size(),
+            2u)
+      << outcome.err;
+  // A 4 GiB file (sparse) whose header promises more than is there, with
+  // 1 GiB of address space: refused in one line, whether the mapping or the
+  // header check says so first.
+  const std::string big = TempPath("big.safetensors");
+  {
+    std::ofstream out(big, std::ios::binary);
+    const std::string json =
+        R"({"w":{"dtype":"F32","shape":[1073741824,2],"data_offsets":[0,8589934592]}})";
+    std::string length(8, '\0');
+    for (int i = 0; i < 8; ++i) length[i] = static_cast<char>(json.size() >> (8 * i));
+    out << length << json;
+  }
+  ASSERT_EQ(truncate(big.c_str(), int64_t{1} << 32), 0);
+  outcome = RunCli({"import", big, "--chunk_dim=0", "--placements=rank:0"},
+                   rlim_t{1} << 30);
+  ASSERT_TRUE(outcome.exited) << "killed by signal " << outcome.code;
+  EXPECT_EQ(outcome.code, 1);
+  EXPECT_THAT(outcome.err, StartsWith("error: "));
+  EXPECT_THAT(outcome.err, HasSubstr("safetensors"));
+  EXPECT_EQ(std::vector<std::string>(absl::StrSplit(outcome.err, '\n')).size(),
+            2u)
+      << outcome.err;
+  // Without the limit, the header's own problem is named.
+  outcome = RunCli({"import", big, "--chunk_dim=0", "--placements=rank:0"}, 0);
+  EXPECT_EQ(outcome.code, 1);
+  EXPECT_THAT(outcome.err, HasSubstr("outside the data section"));
+  unlink(big.c_str());
+}
+
 }  // namespace
 }  // namespace tessera

@@ -77,9 +77,17 @@ absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
 absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
     Client& client, const std::string& path, const SafetensorsSpecFn& spec_for,
     const std::string& prefix) {
-  const absl::Time start = absl::Now();
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsReader> file,
                            SafetensorsReader::Open(path));
+  return ImportSafetensors(client, *file, spec_for, prefix);
+}
+
+absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
+    Client& client, const SafetensorsReader& reader,
+    const SafetensorsSpecFn& spec_for, const std::string& prefix) {
+  const absl::Time start = absl::Now();
+  const SafetensorsReader* file = &reader;
+  const std::string& path = reader.path();
   const std::vector<SafetensorsEntry>& entries = file->entries();
 
   // Everything that can be checked before a tensor exists.

@@ -59,6 +59,11 @@ absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
 absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
     Client& client, const std::string& path, const SafetensorsSpecFn& spec_for,
     const std::string& prefix = "");
+// The same from a file already opened (and so validated), e.g. before a
+// connection was made.
+absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
+    Client& client, const SafetensorsReader& file,
+    const SafetensorsSpecFn& spec_for, const std::string& prefix = "");
 
 // Which tensors an export writes: the named ones (entry name = tensor
 // name), or every tensor whose name starts with a prefix (entry name = the
