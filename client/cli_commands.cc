@@ -589,18 +589,15 @@ absl::Status RunUpdate(const Invocation& inv, const std::string& name,
   if (ranges.has_value()) {
     TESSERA_ASSIGN_OR_RETURN(region, ResolveRegion(*ranges, meta.shape));
   }
-  // A bfloat16 tensor takes a '<u2' file as its bits without --dtype.
-  absl::StatusOr<NpyInput> file =
-      !dtype.has_value() && meta.dtype == DType::kBFloat16
-          ? OpenNpyFile(input, DType::kBFloat16)
-          : OpenNpyFile(input, dtype);
-  if (!file.ok() && !dtype.has_value() && meta.dtype == DType::kBFloat16) {
-    file = OpenNpyFile(input, std::nullopt);  // then Update names the dtypes
-  }
-  if (!file.ok()) return file.status();
+  // A bfloat16 tensor takes a '<u2' file as its bits without --dtype; any
+  // other file keeps its dtype (and Update names both if they differ).
+  TESSERA_ASSIGN_OR_RETURN(
+      const NpyInput file,
+      OpenNpyFile(input, dtype,
+                  /*uint16_as_bfloat16=*/meta.dtype == DType::kBFloat16));
   TESSERA_ASSIGN_OR_RETURN(
       UpdateStats stats,
-      client->Update(name, file->shape, file->dtype, file->data(), region));
+      client->Update(name, file.shape, file.dtype, file.data(), region));
   if (inv.GetBool("json")) {
     out << UpdateJson(stats) << "\n";
     return absl::OkStatus();

@@ -302,7 +302,8 @@ absl::Status WriteNpyFile(const std::string& path, const HostArray& array) {
 }
 
 absl::StatusOr<NpyInput> OpenNpyFile(const std::string& path,
-                                     std::optional<DType> as_dtype) {
+                                     std::optional<DType> as_dtype,
+                                     bool uint16_as_bfloat16) {
   auto read_whole = [&]() -> absl::StatusOr<NpyInput> {
     NpyInput input;
     TESSERA_ASSIGN_OR_RETURN(input.array, ReadNpyFile(path, as_dtype));
@@ -321,6 +322,9 @@ absl::StatusOr<NpyInput> OpenNpyFile(const std::string& path,
   // The header lies within its first bytes (ParseNpyHeader bounds it).
   absl::StatusOr<NpyArray> header = ParseNpyHeader((*mapping)->bytes());
   if (!header.ok()) return read_whole();  // the same error, from the reader
+  if (uint16_as_bfloat16 && !as_dtype.has_value() && header->raw_uint16) {
+    as_dtype = DType::kBFloat16;  // read_whole sees it too
+  }
   const bool in_place =
       !header->byte_swapped &&
       (!header->fortran_order || header->shape.size() <= 1);

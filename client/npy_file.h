@@ -57,8 +57,12 @@ struct NpyInput {
   int64_t offset = 0;  // of the data in the mapping
   HostArray array;     // when not mapped
 };
+// With `uint16_as_bfloat16` (and no `as_dtype`), a '<u2' regular file is
+// taken as bfloat16 bits rather than refused (for a bfloat16 tensor's
+// update, where the file's dtype has only that one meaning).
 absl::StatusOr<NpyInput> OpenNpyFile(const std::string& path,
-                                     std::optional<DType> as_dtype);
+                                     std::optional<DType> as_dtype,
+                                     bool uint16_as_bfloat16 = false);
 
 // A new .npy file (format 1.0, or 2.0 when the header needs it; C order,
 // little-endian; bfloat16 as '<u2') written through a mapping of a

@@ -309,6 +309,9 @@ TEST(OpenNpyFileTest, SameChecksAsReadNpyFile) {
   absl::StatusOr<NpyInput> in = OpenNpyFile(path, DType::kBFloat16);
   ASSERT_THAT(in.status(), IsOk());
   EXPECT_EQ(in->dtype, DType::kBFloat16);
+  in = OpenNpyFile(path, std::nullopt, /*uint16_as_bfloat16=*/true);
+  ASSERT_THAT(in.status(), IsOk());
+  EXPECT_EQ(in->dtype, DType::kBFloat16);
   EXPECT_THAT(OpenNpyFile(path, DType::kInt16).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("int16")));
   // Truncated: refused, naming the file.
@@ -316,6 +319,8 @@ TEST(OpenNpyFileTest, SameChecksAsReadNpyFile) {
   const std::string cut = TempPath("cut_open.npy");
   WriteAll(cut, whole.substr(0, whole.size() - 1));
   EXPECT_THAT(OpenNpyFile(cut, DType::kBFloat16).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("truncated")));
+  EXPECT_THAT(OpenNpyFile(cut, std::nullopt, /*uint16_as_bfloat16=*/true).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("truncated")));
   EXPECT_THAT(OpenNpyFile(TempPath("absent_open.npy"), std::nullopt).status(),
               StatusIs(absl::StatusCode::kNotFound));
