@@ -198,20 +198,26 @@ absl::StatusOr<TensorMetadata> Client::Put(const std::string& name,
       CreateInternal(name, shape, dtype, spec, InitSpec{}, /*pending=*/true));
   absl::Status status = ScatterTensor(*connection_, meta, data);
   if (status.ok()) {
-    v1::CommitTensorRequest request;
-    request.set_name(name);
-    request.set_version(meta.version);
-    v1::CommitTensorResponse response;
-    status = Call(ControlCall(*connection_, /*idempotent=*/false),
-                  [&](grpc::ClientContext* context) {
-                    return connection_->coordinator()->CommitTensor(
-                        context, request, &response);
-                  });
+    status = CommitVersion(name, meta.version, /*abandon=*/false);
     if (status.ok()) return meta;
   }
   // Leave nothing half-made behind.
   Delete(name).IgnoreError();
   return status;
+}
+
+absl::Status Client::CommitVersion(const std::string& name, uint64_t version,
+                                   bool abandon) {
+  v1::CommitTensorRequest request;
+  request.set_name(name);
+  request.set_version(version);
+  request.set_abandon(abandon);
+  v1::CommitTensorResponse response;
+  return Call(ControlCall(*connection_, /*idempotent=*/false),
+              [&](grpc::ClientContext* context) {
+                return connection_->coordinator()->CommitTensor(
+                    context, request, &response);
+              });
 }
 
 absl::StatusOr<TensorMetadata> Client::Describe(const std::string& name) {
@@ -534,30 +540,10 @@ absl::StatusOr<UpdateStats> Client::Update(const std::string& name,
   stats.shards_kept = response.shards_kept();
   absl::Status status = ScatterUpdate(*connection_, next, region, data,
                                       &stats.bytes_written);
-  if (status.ok()) {
-    v1::CommitTensorRequest commit;
-    commit.set_name(name);
-    commit.set_version(next.version);
-    v1::CommitTensorResponse committed;
-    status = Call(ControlCall(*connection_, /*idempotent=*/false),
-                  [&](grpc::ClientContext* context) {
-                    return connection_->coordinator()->CommitTensor(
-                        context, commit, &committed);
-                  });
-  }
+  if (status.ok()) status = CommitVersion(name, next.version, false);
   if (!status.ok()) {
     // Leave nothing half-made: version N stays, N+1's new shards go.
-    v1::CommitTensorRequest abandon;
-    abandon.set_name(name);
-    abandon.set_version(next.version);
-    abandon.set_abandon(true);
-    v1::CommitTensorResponse abandoned;
-    Call(ControlCall(*connection_, /*idempotent=*/false),
-         [&](grpc::ClientContext* context) {
-           return connection_->coordinator()->CommitTensor(context, abandon,
-                                                           &abandoned);
-         })
-        .IgnoreError();
+    CommitVersion(name, next.version, /*abandon=*/true).IgnoreError();
     return status;
   }
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);

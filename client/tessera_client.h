@@ -174,6 +174,10 @@ class Client {
   absl::StatusOr<TensorMetadata> DescribeInternal(const std::string& name,
                                                   bool lease);
   void ReleaseRead(const std::string& name, uint64_t version);
+  // Commits version `version` of a put or an update, or abandons the
+  // update.
+  absl::Status CommitVersion(const std::string& name, uint64_t version,
+                             bool abandon);
   absl::StatusOr<TensorMetadata> CreateInternal(const std::string& name,
                                                 const Shape& shape, DType dtype,
                                                 const LayoutSpec& spec,

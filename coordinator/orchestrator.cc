@@ -378,6 +378,51 @@ void Orchestrator::FillWorkerState(TensorMetadata* meta) const {
   table_->MarkLost(meta);
 }
 
+Orchestrator::NewShards::~NewShards() {
+  if (kept_) return;
+  if (allocated) orchestrator_->FreeShards(meta);
+  orchestrator_->table_->ReleaseIds(meta.shards);
+}
+
+TensorMetadata Orchestrator::NewShards::Keep() {
+  kept_ = true;
+  return std::move(meta);
+}
+
+absl::Status Orchestrator::MakeNewShards(TensorMetadata* next,
+                                         absl::Span<const size_t> fresh_index,
+                                         bool writable,
+                                         const TensorMetadata& sources,
+                                         const ReshardPlan& plan,
+                                         const StopCondition& caller,
+                                         const std::string& what,
+                                         uint64_t old_version,
+                                         NewShards* out) {
+  out->meta = *next;
+  out->meta.shards.clear();
+  for (size_t j : fresh_index) out->meta.shards.push_back(next->shards[j]);
+  const MetadataLog::Ticket ids =
+      table_->ReserveIds(absl::MakeSpan(out->meta.shards));
+  for (size_t k = 0; k < fresh_index.size(); ++k)
+    next->shards[fresh_index[k]].shard_id = out->meta.shards[k].shard_id;
+  TESSERA_RETURN_IF_ERROR(CheckCapacity(out->meta));
+  // A caller that gave up gets nothing allocated.
+  TESSERA_RETURN_IF_ERROR(GaveUp(caller.Check(), what, caller, limits_));
+  TESSERA_RETURN_IF_ERROR(log_->Wait(ids));
+  out->allocate_start = absl::Now();
+  TESSERA_RETURN_IF_ERROR(
+      Annotate(AllocateShards(out->meta, InitSpec{}, writable), what));
+  out->allocated = true;
+  out->move_start = absl::Now();
+  if (!plan.pieces.empty()) {
+    TESSERA_RETURN_IF_ERROR(Annotate(
+        MovePieces(sources, *next, plan),
+        absl::StrCat(what, " (version ", old_version, " is unchanged)")));
+  }
+  out->move_end = absl::Now();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ReshardResult> Orchestrator::Reshard(
     const std::string& name, const LayoutSpec& spec, uint64_t expected_version,
     const StopCondition& caller) {
@@ -437,44 +482,19 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(
   }
 
   // New shards: kept ones take over the old memory; the rest are allocated.
-  TensorMetadata fresh = *new_meta;
-  fresh.shards.clear();
-  std::vector<size_t> fresh_index;  // fresh.shards[k] is new_meta->shards[..]
+  std::vector<size_t> fresh_index;
   for (size_t j = 0; j < new_meta->shards.size(); ++j) {
-    ShardInfo& shard = new_meta->shards[j];
     if (plan.kept_from[j] >= 0) {
-      shard.shard_id = old_meta->shards[plan.kept_from[j]].shard_id;
+      new_meta->shards[j].shard_id =
+          old_meta->shards[plan.kept_from[j]].shard_id;
     } else {
-      fresh.shards.push_back(shard);
       fresh_index.push_back(j);
     }
   }
-  const MetadataLog::Ticket ids =
-      table_->ReserveIds(absl::MakeSpan(fresh.shards));
-  for (size_t k = 0; k < fresh.shards.size(); ++k)
-    new_meta->shards[fresh_index[k]].shard_id = fresh.shards[k].shard_id;
-  bool allocated = false;
-  auto undo = absl::MakeCleanup([&] {
-    if (allocated) FreeShards(fresh);
-    table_->ReleaseIds(fresh.shards);
-  });
-  TESSERA_RETURN_IF_ERROR(CheckCapacity(fresh));
-  // A caller that gave up gets nothing allocated.
-  TESSERA_RETURN_IF_ERROR(GaveUp(caller.Check(),
-                                 absl::StrCat("resharding '", name, "'"),
-                                 caller, limits_));
-  TESSERA_RETURN_IF_ERROR(log_->Wait(ids));
-  const absl::Time allocate_start = absl::Now();
-  TESSERA_RETURN_IF_ERROR(
-      Annotate(AllocateShards(fresh, InitSpec{}, /*writable=*/false),
-               absl::StrCat("resharding '", name, "'")));
-  allocated = true;
-  const absl::Time move_start = absl::Now();
-  TESSERA_RETURN_IF_ERROR(
-      Annotate(MovePieces(sources, *new_meta, plan),
-               absl::StrCat("resharding '", name, "' (version ",
-                            old_meta->version, " is unchanged)")));
-  const absl::Time move_end = absl::Now();
+  NewShards fresh(this);
+  TESSERA_RETURN_IF_ERROR(MakeNewShards(
+      new_meta.get(), fresh_index, /*writable=*/false, sources, plan, caller,
+      absl::StrCat("resharding '", name, "'"), old_meta->version, &fresh));
 
   // Commit N+1; retire N's shards that N+1 does not keep.
   TensorMetadata retired = *old_meta;
@@ -491,7 +511,7 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(
   const absl::Status recorded = log_->Wait(ticket);
   table_->FinishReshard(new_meta, std::move(retired), recorded);
   TESSERA_RETURN_IF_ERROR(recorded);
-  std::move(undo).Cancel();
+  fresh.Keep();
 
   ReshardResult result;
   result.version = new_meta->version;
@@ -506,9 +526,9 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(
       "{:.3f}, move {:.3f})",
       name, result.version, result.pieces_moved, result.bytes_moved,
       result.bytes_copied_locally, result.shards_kept, result.seconds,
-      absl::ToDoubleSeconds(allocate_start - start),
-      absl::ToDoubleSeconds(move_start - allocate_start),
-      absl::ToDoubleSeconds(move_end - move_start));
+      absl::ToDoubleSeconds(fresh.allocate_start - start),
+      absl::ToDoubleSeconds(fresh.move_start - fresh.allocate_start),
+      absl::ToDoubleSeconds(fresh.move_end - fresh.move_start));
   return result;
 }
 
@@ -532,9 +552,7 @@ absl::StatusOr<StagedUpdate> Orchestrator::BeginUpdate(
   FillWorkerState(&sources);
   auto new_meta = std::make_shared<TensorMetadata>(sources);
   new_meta->version = old_meta->version + 1;
-  TensorMetadata fresh = *new_meta;
-  fresh.shards.clear();
-  std::vector<size_t> fresh_index;  // fresh.shards[k] is new_meta->shards[..]
+  std::vector<size_t> fresh_index;
   ReshardPlan patches;
   int64_t kept = 0;
   const int64_t item = static_cast<int64_t>(ItemSize(old_meta->dtype));
@@ -561,36 +579,15 @@ absl::StatusOr<StagedUpdate> Orchestrator::BeginUpdate(
       piece.bytes = shard.box.NumElements() * item;
       piece.local = true;
     }
-    fresh.shards.push_back(shard);
     fresh_index.push_back(j);
   }
-  const MetadataLog::Ticket ids =
-      table_->ReserveIds(absl::MakeSpan(fresh.shards));
-  for (size_t k = 0; k < fresh.shards.size(); ++k)
-    new_meta->shards[fresh_index[k]].shard_id = fresh.shards[k].shard_id;
-  bool allocated = false;
-  auto undo = absl::MakeCleanup([&] {
-    if (allocated) FreeShards(fresh);
-    table_->ReleaseIds(fresh.shards);
-  });
-  TESSERA_RETURN_IF_ERROR(CheckCapacity(fresh));
-  TESSERA_RETURN_IF_ERROR(GaveUp(args.stop.Check(),
-                                 absl::StrCat("updating '", args.name, "'"),
-                                 args.stop, limits_));
-  TESSERA_RETURN_IF_ERROR(log_->Wait(ids));
-  TESSERA_RETURN_IF_ERROR(
-      Annotate(AllocateShards(fresh, InitSpec{}, /*writable=*/true),
-               absl::StrCat("updating '", args.name, "'")));
-  allocated = true;
-  if (!patches.pieces.empty()) {
-    TESSERA_RETURN_IF_ERROR(
-        Annotate(MovePieces(sources, *new_meta, patches),
-                 absl::StrCat("updating '", args.name, "' (version ",
-                              old_meta->version, " is unchanged)")));
-  }
-  table_->StageUpdate(new_meta, std::move(fresh), args.owner);
+  NewShards fresh(this);
+  TESSERA_RETURN_IF_ERROR(MakeNewShards(
+      new_meta.get(), fresh_index, /*writable=*/true, sources, patches,
+      args.stop, absl::StrCat("updating '", args.name, "'"),
+      old_meta->version, &fresh));
+  table_->StageUpdate(new_meta, fresh.Keep(), args.owner);
   staged = true;
-  std::move(undo).Cancel();
   spdlog::info(
       "update of '{}' to version {} staged: {} new shard(s) ({} patched), {} "
       "kept, {:.3f} s",

@@ -156,6 +156,40 @@ class Orchestrator {
                               bool writable);
   // Frees shards on their workers (best effort; failures are logged).
   void FreeShards(const TensorMetadata& meta);
+  // The shards of a new version that are not taken over from the old one
+  // (a reshard's or an update's), as MakeNewShards made them. Until Keep(),
+  // destroying it frees them on their workers (if allocated) and releases
+  // their ids: a failed change leaves nothing behind.
+  class NewShards {
+   public:
+    explicit NewShards(Orchestrator* orchestrator)
+        : orchestrator_(orchestrator) {}
+    NewShards(const NewShards&) = delete;
+    NewShards& operator=(const NewShards&) = delete;
+    ~NewShards();
+    // The change is committed (or staged): they stay. Returns them.
+    TensorMetadata Keep();
+
+    TensorMetadata meta;  // only the new shards
+    bool allocated = false;
+    absl::Time allocate_start, move_start, move_end;
+
+   private:
+    Orchestrator* const orchestrator_;
+    bool kept_ = false;
+  };
+  // Gives the shards of `next` at `fresh_index` new ids (written back into
+  // `next`), checks capacity and the caller, allocates them (`writable`: an
+  // update's, which its caller writes) and has the workers move `plan`'s
+  // pieces from `sources` into them. `what` ("resharding 'x'") prefixes
+  // errors.
+  absl::Status MakeNewShards(TensorMetadata* next,
+                             absl::Span<const size_t> fresh_index,
+                             bool writable, const TensorMetadata& sources,
+                             const ReshardPlan& plan,
+                             const StopCondition& caller,
+                             const std::string& what, uint64_t old_version,
+                             NewShards* out);
   // Runs the pieces of a reshard: one Transfer per pair of workers, all in
   // parallel.
   absl::Status MovePieces(const TensorMetadata& old_meta,
