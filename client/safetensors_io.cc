@@ -86,9 +86,8 @@ absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
     Client& client, const SafetensorsReader& reader,
     const SafetensorsSpecFn& spec_for, const std::string& prefix) {
   const absl::Time start = absl::Now();
-  const SafetensorsReader* file = &reader;
   const std::string& path = reader.path();
-  const std::vector<SafetensorsEntry>& entries = file->entries();
+  const std::vector<SafetensorsEntry>& entries = reader.entries();
 
   // Everything that can be checked before a tensor exists.
   std::vector<LayoutSpec> specs;
@@ -127,7 +126,7 @@ absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
   absl::Status status = ForEachEntry(entries.size(), [&](size_t i) {
     const SafetensorsEntry& e = entries[i];
     absl::StatusOr<TensorMetadata> meta =
-        client.Put(prefix + e.name, e.shape, e.dtype, file->data(e), specs[i]);
+        client.Put(prefix + e.name, e.shape, e.dtype, reader.data(e), specs[i]);
     if (!meta.ok()) return Annotate(meta.status(), EntryContext(path, e));
     made[i] = *std::move(meta);
     return absl::OkStatus();
