@@ -1,7 +1,6 @@
 #include "rpc/server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include <chrono>
 #include <memory>
@@ -20,21 +19,25 @@ absl::StatusOr<RunningServer> StartServer(
     return absl::InvalidArgumentError(
         absl::StrCat("listen address '", listen, "' is not HOST:PORT"));
   }
-  // Both are process-wide switches that take effect for servers built after.
-  if (options.health) grpc::EnableDefaultHealthCheckService(true);
+  // A process-wide switch that takes effect for servers built after.
   if (options.reflection)
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  RunningServer running;
+  running.health = std::make_shared<HealthState>();
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(&builder, options);
   // SO_REUSEPORT would let two daemons share a port by accident.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  RunningServer running;
   builder.AddListeningPort(listen,
                            options.credentials != nullptr
                                ? options.credentials
                                : grpc::InsecureServerCredentials(),
                            &running.port);
   for (grpc::Service* service : services) builder.RegisterService(service);
+  if (options.health) {
+    running.health_service = std::make_unique<HealthService>(running.health);
+    builder.RegisterService(running.health_service.get());
+  }
   running.server = builder.BuildAndStart();
   if (running.server == nullptr || running.port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", listen,
@@ -50,6 +53,9 @@ absl::StatusOr<RunningServer> StartServer(
     health_builder.AddListeningPort(options.health_listen,
                                     grpc::InsecureServerCredentials(),
                                     &running.health_port);
+    running.health_port_service =
+        std::make_unique<HealthService>(running.health);
+    health_builder.RegisterService(running.health_port_service.get());
     running.health_server = health_builder.BuildAndStart();
     if (running.health_server == nullptr || running.health_port == 0) {
       running.server->Shutdown();
@@ -63,15 +69,12 @@ absl::StatusOr<RunningServer> StartServer(
 }
 
 void RunningServer::SetServing(bool serving) {
-  for (grpc::Server* s : {server.get(), health_server.get()}) {
-    if (s == nullptr) continue;
-    grpc::HealthCheckServiceInterface* health = s->GetHealthCheckService();
-    if (health != nullptr) health->SetServingStatus(serving);
-  }
+  if (health != nullptr) health->SetServing(serving);
 }
 
 bool RunningServer::Stop(absl::Duration grace, absl::Duration margin) {
-  SetServing(false);
+  // Watches see NOT_SERVING and end, so they hold up no drain.
+  if (health != nullptr) health->Shutdown();
   // Probes see NOT_SERVING, then nothing: the health port holds no calls
   // worth a grace.
   if (health_server != nullptr) {

@@ -66,6 +66,39 @@ TEST(ServerTest, HealthIsNotServingUntilToldAndAfterStop) {
   server->Stop(absl::ZeroDuration());
 }
 
+TEST(ServerTest, HealthWatchStreamsEachChangeAndEndsAtStop) {
+  FreeOnly service;
+  absl::StatusOr<RunningServer> server = StartServer("127.0.0.1:0", {&service});
+  ASSERT_THAT(server.status(), IsOk());
+  auto channel = MakeChannel(WithPort("127.0.0.1:0", server->port));
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  // Unknown services are not answered for.
+  {
+    grpc::ClientContext context;
+    HealthCheckRequest request;
+    request.set_service("no.such.Service");
+    HealthCheckResponse response;
+    EXPECT_EQ(health->Check(&context, request, &response).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  grpc::ClientContext context;
+  auto watch = health->Watch(&context, HealthCheckRequest());
+  HealthCheckResponse seen;
+  ASSERT_TRUE(watch->Read(&seen));
+  EXPECT_EQ(seen.status(), HealthCheckResponse::NOT_SERVING);
+  server->SetServing(true);
+  ASSERT_TRUE(watch->Read(&seen));
+  EXPECT_EQ(seen.status(), HealthCheckResponse::SERVING);
+  // Stopping ends the watch with NOT_SERVING at once: it does not hold the
+  // drain for its whole grace.
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(server->Stop(absl::Seconds(30)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+  ASSERT_TRUE(watch->Read(&seen));
+  EXPECT_EQ(seen.status(), HealthCheckResponse::NOT_SERVING);
+  EXPECT_FALSE(watch->Read(&seen));
+}
+
 TEST(ServerTest, HealthPortAnswersAsTheMainPortAndServesNothingElse) {
   FreeOnly service;
   ServerOptions options;
