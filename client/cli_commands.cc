@@ -537,6 +537,14 @@ absl::Status RunWorkers(const Invocation& inv, std::ostream& out) {
                     FormatBytes(w.bytes_used)});
   }
   PrintTable(rows, out);
+  // Shards kept for another cluster (README "Cluster identity"): rare, and
+  // an operator must see them.
+  for (const WorkerInfo& w : workers) {
+    if (w.quarantined_shards == 0) continue;
+    out << "worker " << w.name << " keeps " << w.quarantined_shards
+        << " shard(s) (" << FormatBytes(w.quarantined_bytes)
+        << ") quarantined for another cluster\n";
+  }
   return absl::OkStatus();
 }
 

@@ -78,6 +78,22 @@ TEST(ClusterIdentityTest, ACoordinatorOfAnotherClusterNeverFreesTheShards) {
       quarantined_bytes += w.quarantined_bytes;
     }
     EXPECT_EQ(quarantined_bytes, bytes);
+    // And so does the CLI.
+    const std::string coordinator =
+        "--coordinator=" + (*cluster)->coordinator_address();
+    std::string out, err;
+    ASSERT_EQ(TestCluster::Run({TestCluster::BinaryPath("client/tessera"),
+                                coordinator, "workers"},
+                               &out, &err),
+              0)
+        << err;
+    EXPECT_THAT(out, HasSubstr("quarantined for another cluster"));
+    ASSERT_EQ(TestCluster::Run({TestCluster::BinaryPath("client/tessera"),
+                                coordinator, "workers", "--json"},
+                               &out, &err),
+              0)
+        << err;
+    EXPECT_THAT(out, HasSubstr("\"quarantined_shards\": 1"));
   }
   std::string logs;
   for (int i = 0; i < 2; ++i) {
