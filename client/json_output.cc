@@ -81,8 +81,6 @@ std::string WorkersJson(const std::vector<WorkerInfo>& workers) {
     Field(&s, "device", JsonString(w.device.ToString()));
     Field(&s, "alive", JsonBool(w.alive));
     Field(&s, "bytes_used", absl::StrCat(w.bytes_used));
-    Field(&s, "quarantined_shards", absl::StrCat(w.quarantined_shards));
-    Field(&s, "quarantined_bytes", absl::StrCat(w.quarantined_bytes));
     s += "}";
     items.push_back(std::move(s));
   }

@@ -1,4 +1,5 @@
-// Crash harness: a seeded random sequence of create / put / reshard / rm on
+// Crash harness: a seeded random sequence of create / put / reshard / update
+// (whole or regional) / rm on
 // a real durable cluster, with the coordinator killed (SIGKILL) at random
 // points — between requests and inside them — and sometimes a worker with
 // it; then a restart, and a model that checks after each restart:
@@ -154,7 +155,37 @@ class Harness {
         };
       }
       after = created;
-    } else if (op <= 6) {
+    } else if (op == 7 || op == 8) {
+      // An update: the whole tensor, or a random region of it.
+      name = AnyName();
+      before = model_.at(name);
+      const HostArray& old = *before->data;
+      std::optional<Box> region;
+      Shape patch_shape = old.shape;
+      if (op == 8) {
+        std::vector<int64_t> offsets, sizes;
+        for (int64_t n : old.shape) {
+          const int64_t begin = static_cast<int64_t>(random_() % n);
+          offsets.push_back(begin);
+          sizes.push_back(1 + static_cast<int64_t>(random_() % (n - begin)));
+        }
+        region = Box(offsets, sizes);
+        patch_shape = sizes;
+      }
+      auto patch = std::make_shared<HostArray>(
+          Iota(old.dtype, patch_shape, random_()));
+      after = before;
+      after->version += 1;
+      if (region.has_value()) {
+        after->data =
+            std::make_shared<HostArray>(Patched(old, *region, *patch));
+      } else {
+        after->data = patch;
+      }
+      call = [&client, name, patch, region] {
+        return client.Update(name, *patch, region).status();
+      };
+    } else if (op <= 5) {
       name = AnyName();
       before = model_.at(name);
       const LayoutSpec spec = LayoutSpec::Chunk(

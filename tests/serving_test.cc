@@ -101,28 +101,6 @@ HostArray ReferenceRows(const HostArray& src, const std::vector<int64_t>& rows) 
   return out;
 }
 
-// `base` with `region` replaced by `patch` (element by element).
-HostArray Patched(const HostArray& base, const Box& region,
-                  const HostArray& patch) {
-  HostArray out = HostArray::Allocate(base.dtype, base.shape);
-  std::memcpy(out.data(), base.data(), static_cast<size_t>(base.num_bytes));
-  const int64_t item = static_cast<int64_t>(ItemSize(base.dtype));
-  const int64_t n = patch.num_bytes / item;
-  std::vector<int64_t> at(region.rank(), 0);
-  for (int64_t e = 0; e < n; ++e) {
-    int64_t flat = 0;
-    for (size_t d = 0; d < region.rank(); ++d)
-      flat = flat * base.shape[d] + region.offsets[d] + at[d];
-    std::memcpy(out.data() + flat * item, patch.data() + e * item,
-                static_cast<size_t>(item));
-    for (size_t d = region.rank(); d-- > 0;) {
-      if (++at[d] < region.sizes[d]) break;
-      at[d] = 0;
-    }
-  }
-  return out;
-}
-
 // An array of `shape` whose every float32 element is `value`.
 HostArray Filled(const Shape& shape, float value) {
   HostArray out = HostArray::Allocate(DType::kFloat32, shape);

@@ -52,6 +52,26 @@ HostArray Slice(const HostArray& src, const Box& region) {
   return out;
 }
 
+HostArray Patched(const HostArray& base, const Box& region,
+                  const HostArray& patch) {
+  HostArray out = HostArray::Allocate(base.dtype, base.shape);
+  std::memcpy(out.data(), base.data(), static_cast<size_t>(base.num_bytes));
+  const size_t item = ItemSize(base.dtype);
+  const size_t rank = region.rank();
+  std::vector<int64_t> idx(rank, 0);
+  for (int64_t n = 0; n < patch.NumElements(); ++n) {
+    int64_t flat = 0;
+    for (size_t d = 0; d < rank; ++d)
+      flat = flat * base.shape[d] + region.offsets[d] + idx[d];
+    std::memcpy(out.data() + flat * item, patch.data() + n * item, item);
+    for (int d = static_cast<int>(rank) - 1; d >= 0; --d) {
+      if (++idx[d] < region.sizes[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
 bool SameBytes(const HostArray& a, const HostArray& b) {
   return a.dtype == b.dtype && a.shape == b.shape &&
          a.num_bytes == b.num_bytes &&

@@ -22,6 +22,11 @@ HostArray Iota(DType dtype, const Shape& shape, uint64_t salt = 0);
 // The sub-box `region` of `src`, computed element by element.
 HostArray Slice(const HostArray& src, const Box& region);
 
+// `base` with `region` replaced by `patch` (of the region's sizes), element
+// by element: what an update of that region should leave.
+HostArray Patched(const HostArray& base, const Box& region,
+                  const HostArray& patch);
+
 bool SameBytes(const HostArray& a, const HostArray& b);
 
 }  // namespace tessera
