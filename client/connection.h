@@ -38,6 +38,10 @@ class Connection {
   std::unique_ptr<v1::Worker::Stub> WorkerStub(const std::string& address);
   // The one channel to a worker, shared by every call to it.
   std::shared_ptr<grpc::Channel> WorkerChannel(const std::string& address);
+  // Drops the channel to a worker that could not be reached (it may have
+  // restarted): the next call connects afresh instead of waiting out
+  // gRPC's reconnect backoff.
+  void ForgetWorker(const std::string& address) { workers_.Forget(address); }
   // Moves shard bytes to and from workers as options().transport says:
   // same-host shared memory, UCX, gRPC; counts bytes per transport.
   TransportChain& data_plane() { return *data_plane_; }

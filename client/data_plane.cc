@@ -81,6 +81,18 @@ absl::Status ExplainRead(absl::Status status, const TensorMetadata& meta,
                            "' from worker '", shard.worker, "'"));
 }
 
+// Runs `call` (a move to or from the worker at `address`), retrying while
+// the worker cannot be reached; if it still cannot, once more on a fresh
+// channel (a restarted worker leaves the old one in reconnect backoff).
+absl::Status RetryOnFreshChannel(Connection& connection,
+                                 const std::string& address,
+                                 const std::function<absl::Status()>& call) {
+  absl::Status status = RetryTransportFailures(call);
+  if (!IsTransportFailure(status)) return status;
+  connection.ForgetWorker(address);
+  return RetryTransportFailures(call);
+}
+
 // The data plane's view of shard `index` of `meta` at `location`.
 RemoteShard ShardAt(const TensorMetadata& meta, size_t index,
                     const ShardLocation& location) {
@@ -99,8 +111,9 @@ absl::Status ReadShardBox(Connection& connection, const TensorMetadata& meta,
   absl::Status status = absl::OkStatus();
   for (const ShardLocation& location : ReadLocations(meta, index)) {
     const RemoteShard shard = ShardAt(meta, index, location);
-    status = RetryTransportFailures(
-        [&] { return connection.data_plane().Read(shard, in_shard, target); });
+    status = RetryOnFreshChannel(connection, location.address, [&] {
+      return connection.data_plane().Read(shard, in_shard, target);
+    });
     if (status.ok()) return status;
   }
   return ExplainRead(status, meta, index);
@@ -154,7 +167,8 @@ absl::Status ScatterTensor(Connection& connection, const TensorMetadata& meta,
     by_worker[meta.shards[i].address].push_back(i);
   std::vector<std::function<absl::Status()>> tasks;
   for (const auto& [address, indices] : by_worker) {
-    tasks.push_back([&, indices = indices]() -> absl::Status {
+    tasks.push_back([&, address = address,
+                     indices = indices]() -> absl::Status {
       for (size_t index : indices) {
         const ShardInfo& info = meta.shards[index];
         const RemoteShard shard =
@@ -163,7 +177,8 @@ absl::Status ScatterTensor(Connection& connection, const TensorMetadata& meta,
         source.data = src;
         source.shape = meta.shape;
         source.offsets.assign(info.box.offsets.begin(), info.box.offsets.end());
-        absl::Status status = RetryTransportFailures(
+        absl::Status status = RetryOnFreshChannel(
+            connection, address,
             [&] { return connection.data_plane().Write(shard, source); });
         if (!status.ok()) {
           return Annotate(
@@ -216,7 +231,7 @@ absl::Status GatherRows(Connection& connection, const TensorMetadata& meta,
   }
   std::vector<std::function<absl::Status()>> tasks;
   for (auto& [address, work] : by_worker) {
-    tasks.push_back([&, &entries = work.first,
+    tasks.push_back([&, address = address, &entries = work.first,
                      &shares = work.second]() -> absl::Status {
       // Lands row k of entry e at every position of its tensor row: a
       // shard spanning whole rows is one copy per position, else its part
@@ -243,7 +258,8 @@ absl::Status GatherRows(Connection& connection, const TensorMetadata& meta,
                              out_shape, offsets, static_cast<size_t>(item));
         }
       };
-      absl::Status status = RetryTransportFailures(
+      absl::Status status = RetryOnFreshChannel(
+          connection, address,
           [&] { return connection.data_plane().ReadRows(entries, sink); });
       if (status.ok()) return status;
       return ExplainRead(status, meta, shares.front().shard_index);
@@ -275,7 +291,8 @@ absl::Status ScatterUpdate(Connection& connection, const TensorMetadata& meta,
   }
   std::vector<std::function<absl::Status()>> tasks;
   for (const auto& [address, parts] : by_worker) {
-    tasks.push_back([&, &parts = parts]() -> absl::Status {
+    tasks.push_back(
+        [&, address = address, &parts = parts]() -> absl::Status {
       for (const Part& part : parts) {
         const ShardInfo& info = meta.shards[part.index];
         const RemoteShard shard =
@@ -289,7 +306,7 @@ absl::Status ScatterUpdate(Connection& connection, const TensorMetadata& meta,
                                    part.in_shard.offsets[d] -
                                    source_box.offsets[d]);
         }
-        absl::Status status = RetryTransportFailures([&] {
+        absl::Status status = RetryOnFreshChannel(connection, address, [&] {
           return part.whole
                      ? connection.data_plane().Write(shard, source)
                      : connection.data_plane().WriteBox(shard, part.in_shard,

@@ -10,6 +10,7 @@
 #include "core/errors.h"
 #include "core/status_macros.h"
 #include "rpc/channel.h"
+#include "rpc/status.h"
 
 namespace tessera {
 namespace {
@@ -379,6 +380,15 @@ absl::StatusOr<int64_t> WorkerNode::Transfer(
   if (remote.pieces.empty()) return bytes;
   Receiver receiver(store_, deadline, cancelled);
   absl::StatusOr<int64_t> moved = peers_->Transfer(remote, receiver);
+  // A source that restarted leaves our channel to it waiting out gRPC's
+  // reconnect backoff: connect afresh and pull again (each piece lands
+  // whole in its place, so pulling it twice is harmless).
+  if (!moved.ok() && IsTransportFailure(moved.status()) &&
+      channels_ != nullptr && absl::Now() < deadline &&
+      !(cancelled && cancelled())) {
+    channels_->Forget(batch.src_address);
+    moved = peers_->Transfer(remote, receiver);
+  }
   if (absl::IsCancelled(moved.status()) && !(cancelled && cancelled())) {
     // Our own watchdog cancelled a read: the source stalled, or the order's
     // deadline passed.
