@@ -1,9 +1,10 @@
 // Fuzzes the Coordinator service's request validation: the input is a
 // sequence of records (fuzz_util.h), each a serialized tessera.v1 request
 // handed to the real CoordinatorService handler:
-//   op % 9: 0 RegisterWorker  1 Heartbeat  2 CreateTensor  3 CommitTensor
-//           4 GetTensor  5 ListTensors + ListWorkers  6 DeleteTensor
-//           7 ReshardTensor  8 ListWorkers
+//   op % 11: 0 RegisterWorker  1 Heartbeat  2 CreateTensor  3 CommitTensor
+//            (a put's commit, an update's commit or abandon)  4 GetTensor
+//            5 ListTensors + ListWorkers  6 DeleteTensor  7 ReshardTensor
+//            8 ListWorkers  9 UpdateTensor  10 ReleaseRead
 // Each input gets a fresh Coordinator whose WorkerControl is in-process:
 // three workers ("fake:7000".."fake:7002", registered as w0..w2) each a real
 // WorkerNode on a HostShardStore of kCapacity bytes behind a real
@@ -13,8 +14,9 @@
 // by the destination in memory and reads the others from the source node
 // through an in-process ShardTransport). Any other address is UNAVAILABLE.
 // Invariants (trap on failure): no worker holds more than its capacity; a
-// CreateTensor or ReshardTensor that fails leaves no new shard on any worker
-// (all or nothing); DeleteTensor of every name used leaves no tensor listed.
+// CreateTensor, ReshardTensor or UpdateTensor that fails leaves no new shard
+// on any worker (all or nothing); DeleteTensor of every name used leaves no
+// tensor listed (staged updates go with their tensor).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -210,7 +212,7 @@ void Run(const uint8_t* data, size_t size) {
   absl::string_view bytes;
   while (records.Next(&op, &bytes)) {
     grpc::ServerContext ctx;
-    switch (op % 9) {
+    switch (op % 11) {
       case 0: {
         v1::RegisterWorkerRequest request;
         v1::RegisterWorkerResponse response;
@@ -269,6 +271,23 @@ void Run(const uint8_t* data, size_t size) {
         const ShardSets before = Snapshot(fakes);
         CheckNothingAdded(before, fakes,
                           service.ReshardTensor(&ctx, &request, &response));
+        break;
+      }
+      case 9: {
+        v1::UpdateTensorRequest request;
+        v1::UpdateTensorResponse response;
+        if (!Parse(bytes, &request)) break;
+        names.push_back(request.name());
+        const ShardSets before = Snapshot(fakes);
+        CheckNothingAdded(before, fakes,
+                          service.UpdateTensor(&ctx, &request, &response));
+        break;
+      }
+      case 10: {
+        v1::ReleaseReadRequest request;
+        v1::ReleaseReadResponse response;
+        if (Parse(bytes, &request))
+          (void)service.ReleaseRead(&ctx, &request, &response);
         break;
       }
       default: {

@@ -456,6 +456,35 @@ void CoordinatorSeeds() {
   fuzz::AppendRecord(&s, 7, Bytes(r2));
   fuzz::AppendRecord(&s, 7, Bytes(r2));
   Write("coordinator_request_fuzzer", "reshard_twice", s);
+  s.clear();
+  // A regional update staged, a second refused, committed; another staged
+  // and abandoned; a leased read released.
+  v1::UpdateTensorRequest update;
+  update.set_name("e");
+  update.set_has_region(true);
+  for (int64_t v : {1, 2}) update.add_region_offsets(v);
+  for (int64_t v : {3, 2}) update.add_region_sizes(v);
+  v1::CommitTensorRequest commit_update;
+  commit_update.set_name("e");
+  commit_update.set_version(2);
+  v1::CommitTensorRequest abandon = commit_update;
+  abandon.set_version(3);
+  abandon.set_abandon(true);
+  v1::GetTensorRequest leased;
+  leased.set_name("e");
+  leased.set_lease(true);
+  v1::ReleaseReadRequest release;
+  release.set_name("e");
+  release.set_version(2);
+  fuzz::AppendRecord(&s, 2, Bytes(c2));
+  fuzz::AppendRecord(&s, 9, Bytes(update));
+  fuzz::AppendRecord(&s, 9, Bytes(update));
+  fuzz::AppendRecord(&s, 3, Bytes(commit_update));
+  fuzz::AppendRecord(&s, 4, Bytes(leased));
+  fuzz::AppendRecord(&s, 9, Bytes(update));
+  fuzz::AppendRecord(&s, 3, Bytes(abandon));
+  fuzz::AppendRecord(&s, 10, Bytes(release));
+  Write("coordinator_request_fuzzer", "update_commit_abandon", s);
 }
 
 // shm_reply_fuzzer: [0x80: reply, host id replaced][1: segment][2: params]
