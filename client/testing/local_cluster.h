@@ -1,8 +1,8 @@
 // LocalCluster: the real tessera-coordinator and tessera-worker binaries on
-// 127.0.0.1 (free ports) for the client's end-to-end tests; waits until
-// every worker is alive and stops them with SIGTERM when destroyed. Also
-// runs the `tessera` CLI and collects its output. Test-only; not
-// thread-safe.
+// 127.0.0.1 for the client's end-to-end tests (a TestCluster, tests/
+// cluster.h, which starts, waits for and stops them), plus a scratch
+// directory and the `tessera` CLI run against it with its output
+// collected. Test-only; not thread-safe.
 #ifndef TESSERA_CLIENT_TESTING_LOCAL_CLUSTER_H_
 #define TESSERA_CLIENT_TESTING_LOCAL_CLUSTER_H_
 
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "tests/cluster.h"
 
 namespace tessera {
 
@@ -45,12 +46,10 @@ class LocalCluster {
 
  private:
   LocalCluster() = default;
-  absl::Status WaitAlive(int num_workers);
 
+  std::unique_ptr<TestCluster> cluster_;
   std::string dir_;
   std::string address_;
-  pid_t coordinator_ = -1;
-  std::vector<pid_t> workers_;
 };
 
 }  // namespace tessera
