@@ -580,7 +580,12 @@ absl::StatusOr<UcxTransport::Lane::Peer*> UcxTransport::Lane::Connect(
   params.err_handler.arg = peer.get();
   const ucs_status_t s = ucp_ep_create(worker_.worker, &params, &peer->ep);
   if (s != UCS_OK) {
-    return UcxError(absl::StrCat("connecting to ", address, " over UCX"), s);
+    // The worker answered gRPC but shares no UCX transport with this
+    // process (e.g. UCX_TLS differs): another transport can reach it.
+    owner_->MarkNoUcx(address);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "UCX cannot reach the worker at ", address, ": ",
+        ucs_status_string(s)));
   }
   Peer* raw = peer.get();
   peers_[address] = std::move(peer);
@@ -592,7 +597,9 @@ absl::StatusOr<ucp_rkey_h> UcxTransport::Lane::Unpack(Peer& peer,
   ucp_rkey_h rkey = nullptr;
   const ucs_status_t s = ucp_ep_rkey_unpack(peer.ep, packed.data(), &rkey);
   if (s != UCS_OK) {
-    return UcxError(absl::StrCat("unpacking a key from ", peer.address), s);
+    // A key this process cannot use (no transport reaches that memory).
+    return absl::FailedPreconditionError(absl::StrCat(
+        "unpacking a UCX key from ", peer.address, ": ", ucs_status_string(s)));
   }
   return rkey;
 }
