@@ -574,8 +574,11 @@ absl::StatusOr<UcxTransport::Lane::Peer*> UcxTransport::Lane::Connect(
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
                       UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  // Without peer-failure handling UCX may use shared memory and CMA on one
+  // host; a dead peer then shows as a stall (stall_timeout).
   params.address = reinterpret_cast<const ucp_address_t*>(peer->ucx_address.data());
-  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_mode = options_.detect_peer_failure ? UCP_ERR_HANDLING_MODE_PEER
+                                                 : UCP_ERR_HANDLING_MODE_NONE;
   params.err_handler.cb = &Lane::OnPeerError;
   params.err_handler.arg = peer.get();
   const ucs_status_t s = ucp_ep_create(worker_.worker, &params, &peer->ep);

@@ -79,6 +79,11 @@ struct UcxTransportOptions {
   // A staged read may read at most this many times the box's bytes (else
   // FAILED_PRECONDITION: the worker's own gather over gRPC is better).
   int64_t max_stage_inflation = 16;
+  // Ask UCX to report a failed peer (UCP_ERR_HANDLING_MODE_PEER). UCX 1.13
+  // then leaves out transports that cannot detect one, shared memory and
+  // CMA among them, so on one host the bytes go over TCP loopback (about
+  // half the throughput, bench/). Off: a dead peer shows as a stall.
+  bool detect_peer_failure = false;
   // A worker that offers no UCX is not asked again for this long.
   absl::Duration no_ucx_ttl = absl::Seconds(10);
 };
