@@ -936,7 +936,12 @@ absl::Status UcxTransport::EnsureStarted() {
     spdlog::info("UCX transport off (TESSERA_UCX); data moves over the other transports");
     return start_status_;
   }
-  absl::StatusOr<ucp_context_h> context = MakeUcpContext("tessera");
+  // UCX over TCP serves one-sided reads of this process's memory to any
+  // peer that reaches its port, unchecked: a reader listens on loopback
+  // alone unless the operator names its devices (UCX_NET_DEVICES), which
+  // is the opt-in to UCX between hosts on a trusted network.
+  absl::StatusOr<ucp_context_h> context =
+      MakeUcpContext("tessera", /*loopback_only=*/true);
   if (!context.ok()) {
     start_status_ = absl::FailedPreconditionError(absl::StrCat(
         "the UCX transport cannot start here: ", context.status().message()));
