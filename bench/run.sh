@@ -24,19 +24,19 @@ for arg in "$@"; do
 done
 
 bazel build -c opt //bench:tessera_bench //bench:strided_copy_bench \
-  //coordinator:tessera-coordinator //worker:tessera-worker >&2
+  //coordinator:tessera-coordinator //worker:tessera-worker //client:tessera >&2
 
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
 {
   echo "# command: bench/run.sh $* ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(uname -r))"
   echo
-  echo "## Figures 1-4, 7 and 8 (local cluster; 7: the cost of mutual TLS and tokens; 8: UCX)"
+  echo "## Figures 1-4 and 7-11 (local cluster; 7: the cost of mutual TLS and tokens; 8: UCX; 9-11: serving and the CLI)"
   TESSERA_BIN_DIR="$PWD/bazel-bin" bazel-bin/bench/tessera_bench $quick $transport
   echo
   echo "## Figures 1 and 8 with UCX over TCP only (UCX_TLS=tcp), as between hosts"
   UCX_TLS=tcp TESSERA_BIN_DIR="$PWD/bazel-bin" bazel-bin/bench/tessera_bench $quick \
-    --only=18 --transport=ucx
+    --only=1,8 --transport=ucx
   echo
   echo "## Figure 5: core/strided_copy vs memcpy of the same bytes (Google Benchmark, medians of 3)"
   min_time=0.5

@@ -5,9 +5,10 @@
 // bench/run.sh, which builds everything first.
 //
 // Flags are plain argv: --quick (smaller sizes, for a smoke run), --only=1,3
-// (some figures: 1-4, 7 for the cost of TLS, 8 for UCX), --transport=
-// ucx|grpc|auto|shm (the gather of figure 1 through that transport alone;
-// default: gRPC, same-host shared memory and UCX each).
+// (some figures: 1-4, 7 for the cost of TLS, 8 for UCX, 9 row gathers, 10
+// updates, 11 the CLI's get into a file), --transport=ucx|grpc|auto|shm
+// (the gather of figure 1 through that transport alone; default: gRPC,
+// same-host shared memory and UCX each).
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <grpcpp/grpcpp.h>
@@ -15,6 +16,7 @@
 #include <netinet/tcp.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -35,6 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/bench.grpc.pb.h"
@@ -909,6 +913,225 @@ void TlsFigure(Env& env) {
   TestCluster::Run({"/bin/rm", "-rf", dir}, &out, &out);
 }
 
+// 9. Row gather: 4096 random rows of 1 KiB from a 1 GiB table on 4 workers,
+// against bare unary calls carrying the same bytes per worker (one call to
+// each worker's echo server, in parallel, as the gather makes them).
+void RowsFigure(Env& env) {
+  const int64_t rows = env.quick ? 65536 : 1048576;  // x 1 KiB: 64 MiB / 1 GiB
+  const int64_t row_bytes = 1024;
+  const int64_t per_call = 4096;
+  ValueOrDie(env.client->Create("rows", {rows, row_bytes / 4}, DType::kFloat32,
+                                LayoutSpec::Chunk(0, Ranks(kWorkers)),
+                                InitSpec{InitSpec::Kind::kArange}),
+             "create rows table");
+  std::vector<std::unique_ptr<bench::Echo::Stub>> echoes;
+  for (const std::string& address : env.echo_addresses)
+    echoes.push_back(bench::Echo::NewStub(MakeChannel(address)));
+  const absl::Duration duration = absl::Milliseconds(env.quick ? 600 : 2000);
+  // Index lists drawn once (a multiplicative walk over the table).
+  std::vector<std::vector<int64_t>> lists(64);
+  for (size_t l = 0; l < lists.size(); ++l) {
+    for (int64_t i = 0; i < per_call; ++i)
+      lists[l].push_back(((l * 7919 + i) * 2654435761u) % rows);
+  }
+  // What each worker sends for one list: its rows, 1 KiB each.
+  std::vector<int64_t> per_worker_bytes(kWorkers, 0);
+  for (int64_t r : lists[0]) per_worker_bytes[r * kWorkers / rows] += row_bytes;
+  for (const char* transport : {"grpc", "auto"}) {
+    ClientOptions options;
+    options.transport = transport;
+    std::unique_ptr<Client> client = ValueOrDie(
+        Client::Connect(env.cluster->coordinator_address(), options),
+        "connect");
+    const int64_t out_bytes = per_call * row_bytes;
+    for (int callers : {1, 16}) {
+      std::vector<std::vector<char>> outs(callers,
+                                          std::vector<char>(out_bytes));
+      auto ref_call = [&](int, int64_t) {
+        std::atomic<bool> ok{true};
+        std::vector<std::thread> threads;
+        auto one = [&](int w) {
+          grpc::ClientContext context;
+          bench::EchoRequest request;
+          request.set_bytes(per_worker_bytes[w]);
+          bench::EchoReply reply;
+          if (!echoes[w]->Get(&context, request, &reply).ok()) ok = false;
+        };
+        for (int w = 1; w < kWorkers; ++w) threads.emplace_back(one, w);
+        one(0);
+        for (std::thread& t : threads) t.join();
+        return ok.load();
+      };
+      auto rows_call = [&](int c, int64_t i) {
+        const std::vector<int64_t>& list = lists[(c * 31 + i) % lists.size()];
+        return client
+            ->GatherRowsInto("rows", list, outs[c].data(), out_bytes)
+            .ok();
+      };
+      Latency ref, got;
+      if (callers == 1) {
+        std::tie(ref, got) = MeasureAlternating(duration, ref_call, rows_call);
+      } else {
+        std::tie(ref, got) =
+            MeasureInRounds(callers, duration, ref_call, rows_call);
+      }
+      const std::string what =
+          absl::StrCat("9. rows 4096 x 1 KiB, ", callers,
+                       callers == 1 ? " caller, " : " callers, ", transport);
+      Add({what + " rows/s", absl::StrFormat("%.0f", got.qps * per_call),
+           absl::StrFormat("unary %.0f", ref.qps * per_call),
+           got.qps / ref.qps, "", true, 0});
+      if (callers == 1) {
+        Add({what + " p50", absl::StrFormat("%.0f us", got.p50_us),
+             absl::StrFormat("unary %.0f us", ref.p50_us),
+             got.p50_us / ref.p50_us, "", false, 0});
+      }
+    }
+  }
+  CHECK_OK(env.client->Delete("rows"));
+}
+
+// 10. Updates of a 1 GiB tensor on 4 workers: a 1% regional update (rows
+// spanning one shard's edge) against a full update of the same tensor.
+void UpdateFigure(Env& env) {
+  const int64_t rows = env.quick ? 16384 : 262144;  // x 1024 float32
+  const Shape shape = {rows, 1024};
+  const int64_t bytes = rows * 1024 * 4;
+  ValueOrDie(env.client->Create("updated", shape, DType::kFloat32,
+                                LayoutSpec::Chunk(0, Ranks(kWorkers)),
+                                InitSpec{InitSpec::Kind::kOnes}),
+             "create updated tensor");
+  std::unique_ptr<char[]> full(new char[bytes]);
+  std::memset(full.get(), 3, bytes);
+  const int64_t region_rows = rows / 100;
+  // Across the edge of shards 0 and 1: both are patched, 2 and 3 kept.
+  const Box region({rows / kWorkers - region_rows / 2, 0}, {region_rows, 1024});
+  std::unique_ptr<char[]> patch(new char[region_rows * 1024 * 4]);
+  std::memset(patch.get(), 4, region_rows * 1024 * 4);
+  double full_s = 1e9, region_s = 1e9;
+  int64_t full_written = 0, region_written = 0, kept = 0;
+  for (int r = 0; r < 3; ++r) {
+    absl::Time start = absl::Now();
+    const UpdateStats f = ValueOrDie(
+        env.client->Update("updated", shape, DType::kFloat32, full.get()),
+        "full update");
+    full_s = std::min(full_s, absl::ToDoubleSeconds(absl::Now() - start));
+    full_written = f.bytes_written;
+    start = absl::Now();
+    const UpdateStats g = ValueOrDie(
+        env.client->Update("updated", ToShape(region.sizes), DType::kFloat32,
+                           patch.get(), region),
+        "regional update");
+    region_s = std::min(region_s, absl::ToDoubleSeconds(absl::Now() - start));
+    region_written = g.bytes_written;
+    kept = g.shards_kept;
+  }
+  const std::string n = env.quick ? "64 MiB" : "1 GiB";
+  Add({absl::StrCat("10. 1% regional update of ", n, ": bytes written"),
+       absl::StrFormat("%.1f MiB", region_written / 1048576.0),
+       absl::StrFormat("full %.1f MiB", full_written / 1048576.0),
+       static_cast<double>(region_written) / full_written, "", false, 0});
+  Add({absl::StrCat("10. 1% regional update of ", n, ": wall time"),
+       absl::StrFormat("%.3f s", region_s),
+       absl::StrFormat("full %.3f s", full_s), region_s / full_s, "", false,
+       0});
+  Info("10. regional update: shards kept (no copy)", absl::StrCat(kept));
+  Info(absl::StrCat("10. full update of ", n, " rate"),
+       GBps(static_cast<double>(bytes), full_s));
+  CHECK_OK(env.client->Delete("updated"));
+}
+
+// Peak RssAnon (kB -> bytes) of a child process while it runs, polled every
+// millisecond, and its wall time; -1 on failure.
+struct ChildRun {
+  double seconds = -1;
+  int64_t peak_anon_bytes = -1;
+  int exit_code = -1;
+};
+ChildRun RunAndWatch(const std::vector<std::string>& argv) {
+  ChildRun run;
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const absl::Time start = absl::Now();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    dup2(devnull, 2);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  if (pid < 0) return run;
+  int64_t peak = 0;
+  int status = 0;
+  // Until execv, the child is a copy of this process (and of its buffers).
+  const std::string program = argv[0].substr(argv[0].rfind('/') + 1);
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+    std::string line;
+    std::getline(in, line);  // "Name:\t<comm>"
+    if (line != "Name:\t" + program.substr(0, 15)) continue;
+    while (std::getline(in, line)) {
+      if (line.rfind("RssAnon:", 0) == 0) {
+        peak = std::max<int64_t>(peak, std::atoll(line.c_str() + 8) * 1024);
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  run.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  run.peak_anon_bytes = peak;
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
+// 11. The CLI's `get` of 1 GiB into a file: the whole process's wall time
+// against the SDK's gather of the same tensor (in this process, into
+// memory), and the CLI's peak private memory.
+void CliGetFigure(Env& env) {
+  const int64_t rows = env.quick ? 16384 : 262144;  // x 1024 float32
+  ValueOrDie(env.client->Create("cli_get", {rows, 1024}, DType::kFloat32,
+                                LayoutSpec::Chunk(0, Ranks(kWorkers)),
+                                InitSpec{InitSpec::Kind::kOnes}),
+             "create cli_get tensor");
+  const std::string file =
+      absl::StrCat(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp",
+                   "/tessera_bench_cli_get.npy");
+  const std::string cli = TestCluster::BinaryPath("client/tessera");
+  double sdk = 1e9, wall = 1e9;
+  int64_t peak = 0;
+  for (int r = 0; r < 3; ++r) {
+    // The SDK's gather as a program would make it: into a new array.
+    absl::Time start = absl::Now();
+    CHECK_OK(env.client->Get("cli_get").status());
+    sdk = std::min(sdk, absl::ToDoubleSeconds(absl::Now() - start));
+    const ChildRun run = RunAndWatch(
+        {cli, "--coordinator=" + env.cluster->coordinator_address(), "get",
+         "cli_get", "--output=" + file});
+    if (run.exit_code != 0) {
+      std::fprintf(stderr, "tessera get failed (exit %d)\n", run.exit_code);
+      std::exit(1);
+    }
+    wall = std::min(wall, run.seconds);
+    peak = std::max(peak, run.peak_anon_bytes);
+    std::remove(file.c_str());
+  }
+  const std::string n = env.quick ? "64 MiB" : "1 GiB";
+  Add({absl::StrCat("11. CLI get ", n, " into a file: process wall"),
+       absl::StrFormat("%.3f s", wall),
+       absl::StrFormat("SDK gather %.3f s", sdk), wall / sdk, "", false, 1.3});
+  Row mem{absl::StrCat("11. CLI get ", n, ": peak RssAnon"),
+          absl::StrFormat("%.1f MiB", peak / 1048576.0),
+          "-",
+          0,
+          "<= 64 MiB",
+          false,
+          0,
+          peak <= (int64_t{64} << 20)};
+  Add(mem);
+  CHECK_OK(env.client->Delete("cli_get"));
+}
+
 int Main(int argc, char** argv) {
   Env env;
   std::string only;  // --only=1,3: run just these figures (for profiling)
@@ -925,8 +1148,11 @@ int Main(int argc, char** argv) {
       }
     }
   }
-  auto wanted = [&](char figure) {
-    return only.empty() || only.find(figure) != std::string::npos;
+  std::set<std::string> figures;
+  for (absl::string_view f : absl::StrSplit(only, ',', absl::SkipEmpty()))
+    figures.insert(std::string(f));
+  auto wanted = [&](int figure) {
+    return figures.empty() || figures.count(absl::StrCat(figure)) > 0;
   };
   // Forked before any gRPC state exists in this process.
   std::vector<pid_t> echo_pids(kWorkers, -1);
@@ -947,12 +1173,15 @@ int Main(int argc, char** argv) {
 
   std::printf("  %-44s %-16s %-22s %s\n", "figure", "value", "reference",
               "ratio");
-  if (wanted('1')) GatherFigure(env);
-  if (wanted('2')) SmallFetchFigure(env);
-  if (wanted('3')) ReshardFigure(env);
-  if (wanted('4')) ControlFigure(env);
-  if (wanted('7')) TlsFigure(env);
-  if (wanted('8')) UcxFigure(env);
+  if (wanted(1)) GatherFigure(env);
+  if (wanted(2)) SmallFetchFigure(env);
+  if (wanted(3)) ReshardFigure(env);
+  if (wanted(4)) ControlFigure(env);
+  if (wanted(7)) TlsFigure(env);
+  if (wanted(8)) UcxFigure(env);
+  if (wanted(9)) RowsFigure(env);
+  if (wanted(10)) UpdateFigure(env);
+  if (wanted(11)) CliGetFigure(env);
   PrintTable();
   for (pid_t pid : echo_pids) {
     kill(pid, SIGKILL);

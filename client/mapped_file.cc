@@ -116,8 +116,16 @@ absl::StatusOr<std::unique_ptr<MappedOutputFile>> MappedOutputFile::Create(
     rc = ftruncate(file->fd_, size) == 0 ? 0 : errno;
   }
   if (rc != 0) return MappedFileError(kind, path, "reserve its size", rc);
+  // Faulting the pages in up front, in one call, costs a fraction of taking
+  // a fault per page as the bytes land (bench/ figure 11: 0.70 s -> 0.29 s
+  // for 1 GiB). Not for outputs that are a large part of the machine's
+  // memory, whose pages must come and go as they are written.
+  const int64_t memory =
+      static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  const int populate = size <= memory / 4 ? MAP_POPULATE : 0;
   void* mapped = mmap(nullptr, static_cast<size_t>(size),
-                      PROT_READ | PROT_WRITE, MAP_SHARED, file->fd_, 0);
+                      PROT_READ | PROT_WRITE, MAP_SHARED | populate, file->fd_,
+                      0);
   if (mapped == MAP_FAILED) return MappedFileError(kind, path, "map it", errno);
   file->data_ = static_cast<char*>(mapped);
   return file;
