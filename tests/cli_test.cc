@@ -383,6 +383,20 @@ class CliTest : public ::testing::Test {
     s.bytes_used = BytesUsed();
     return s;
   }
+  // The state once the frees of versions replaced just before have landed
+  // (a version nobody reads is freed at once, but not in the same call):
+  // two snapshots 300 ms apart that agree.
+  static State SettledSnapshot() {
+    State last = Snapshot();
+    const absl::Time deadline = absl::Now() + absl::Seconds(3);
+    while (absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(300));
+      State now = Snapshot();
+      if (now == last) return now;
+      last = std::move(now);
+    }
+    return last;
+  }
   // bytes_used is current within 2 s: wait that long for it to match.
   static void ExpectState(const State& want) {
     State got;
@@ -812,7 +826,7 @@ TEST_F(CliTest, PutTakesTheFilesDType) {
   HostArray array = Iota(DType::kFloat32, {4, 4}, 3);
   const std::string in = TempPath("dtype_in.npy");
   ASSERT_THAT(WriteNpyFile(in, array), IsOk());
-  const State before = Snapshot();
+  const State before = SettledSnapshot();
   // A different --dtype than the file's is refused, naming both.
   ExpectError(Tessera({"put", "dtype_t", "--input=" + in, "--dtype=float64",
                        "--chunk_dim=0", "--placements=w0"}),
@@ -866,7 +880,7 @@ TEST_F(CliTest, GetRegionFollowsNumPy) {
     EXPECT_TRUE(SameBytes(got, Slice(array, c.box)));
   }
   // Out of bounds (no clamping) and too many dims: exit 1, no output file.
-  const State before = Snapshot();
+  const State before = SettledSnapshot();
   for (const std::string region : {"0:7", "-7:", "3:2", ":,:,0:5", "2:1,:"}) {
     SCOPED_TRACE(region);
     ExpectError(Tessera({"get", "region_t", "--output=" + TempPath("never.npy"),
@@ -1001,7 +1015,7 @@ TEST_F(CliTest, ReshardJsonAndDataPreserved) {
 
   // A failed reshard changes neither version nor handles.
   const Json before = Describe("reshard_t");
-  const State state = Snapshot();
+  const State state = SettledSnapshot();
   ExpectError(
       Tessera({"reshard", "reshard_t", "--chunk_dim=2", "--placements=w0"}), 1,
       {"invalid sharding dim"});
@@ -1033,7 +1047,7 @@ TEST_F(CliTest, ReshardJsonAndDataPreserved) {
 TEST_F(CliTest, EveryErrorOfTheTableLeavesNothingBehind) {
   Ok({"create", "taken_t", "--shape=4,4", "--dtype=float32", "--chunk_dim=0",
       "--placements=w0,w1", "--init=ones"});
-  const State before = Snapshot();
+  const State before = SettledSnapshot();
   const std::vector<std::string> create = {"create", "err_t", "--shape=4,4",
                                            "--dtype=float32"};
   auto with = [&](std::vector<std::string> extra) {
@@ -1126,7 +1140,7 @@ TEST_F(CliTest, EveryErrorOfTheTableLeavesNothingBehind) {
 }
 
 TEST_F(CliTest, ValidationOrderReportsTheFirstFailure) {
-  const State before = Snapshot();
+  const State before = SettledSnapshot();
   auto create = [](const std::string& spec_flag) {
     return Tessera(
         {"create", "order_t", "--shape=4,4", "--dtype=int8", spec_flag});
