@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -790,8 +791,12 @@ void UcxFigure(Env& env) {
 int StartEchoProcess(pid_t* child) {
   int fds[2];
   if (pipe(fds) != 0) return -1;
+  const pid_t parent = getpid();
   *child = fork();
   if (*child == 0) {
+    // Dies with the benchmark, even when it is killed.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
     close(fds[0]);
     EchoService service;
     absl::StatusOr<RunningServer> server =

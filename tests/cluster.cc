@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,8 +21,14 @@ namespace tessera {
 namespace {
 
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& log_path) {
+  const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid == 0) {
+    // A test or benchmark killed midway (a timeout) takes its daemons along
+    // instead of leaving them running. (Spawned from the main thread, which
+    // lives as long as the process.)
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
     int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       dup2(fd, 1);

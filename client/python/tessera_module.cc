@@ -403,6 +403,8 @@ class PyClient {
       d["alive"] = w.alive;
       d["bytes_used"] = w.bytes_used;
       d["capacity_bytes"] = w.capacity_bytes;
+      d["quarantined_shards"] = w.quarantined_shards;
+      d["quarantined_bytes"] = w.quarantined_bytes;
       out.append(d);
     }
     return out;

@@ -238,6 +238,8 @@ def test_list_workers_delete(client, cluster, name):
     assert [w.name for w in workers] == ["w0", "w1", "w2", "w3"]
     assert [w.address for w in workers] == cluster.worker_addresses
     assert all(w.alive and w.device == "cpu" and w.bytes_used >= 0 for w in workers)
+    # One cluster all along: nothing is kept for another.
+    assert all(w.quarantined_shards == 0 and w.quarantined_bytes == 0 for w in workers)
     client.delete(name)
     assert name not in {t.name for t in client.list()}
     with pytest.raises(tessera.NotFound):

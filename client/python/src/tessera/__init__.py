@@ -334,6 +334,10 @@ class WorkerInfo:
     alive: bool
     bytes_used: int
     capacity_bytes: int
+    # Shards (and their bytes) kept for another cluster than the
+    # coordinator's: quarantined, never freed on its word.
+    quarantined_shards: int = 0
+    quarantined_bytes: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
