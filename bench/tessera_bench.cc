@@ -11,13 +11,13 @@
 // same-host shared memory and UCX each).
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -314,7 +314,7 @@ pid_t FindPid(const std::string& needle) {
 std::string UcxTlsName() {
   const char* tls = std::getenv("UCX_TLS");
   return tls != nullptr && *tls != '\0' ? absl::StrCat("UCX_TLS=", tls)
-                                         : "UCX's own choice";
+                                        : "UCX's own choice";
 }
 
 // CPU seconds (user + system) a process has used, from /proc/PID/stat;
@@ -435,10 +435,12 @@ void GatherFigure(Env& env) {
       best = std::min(best, s);
     }
     if (mode == "ucx" && MovedBy(client->TransferStats(), "ucx") < bytes) {
-      std::fprintf(stderr, "warning: the UCX gather moved %lld of %lld bytes "
-                           "over UCX\n",
-                   static_cast<long long>(MovedBy(client->TransferStats(), "ucx")),
-                   static_cast<long long>(bytes));
+      std::fprintf(
+          stderr,
+          "warning: the UCX gather moved %lld of %lld bytes "
+          "over UCX\n",
+          static_cast<long long>(MovedBy(client->TransferStats(), "ucx")),
+          static_cast<long long>(bytes));
     }
   }
   const std::string size = env.quick ? "64 MiB" : "1 GiB";
@@ -453,8 +455,8 @@ void GatherFigure(Env& env) {
          copy / shm_path, "", true, 0.7});
   }
   if (ucx_path < 1e9) {
-    Add({absl::StrCat("1. gather ", size, ", 4 workers, UCX (",
-                      UcxTlsName(), ")"),
+    Add({absl::StrCat("1. gather ", size, ", 4 workers, UCX (", UcxTlsName(),
+                      ")"),
          GBps(bytes, ucx_path), absl::StrCat("TCP x4 ", GBps(bytes, tcp)),
          tcp / ucx_path, "", true, 1.0});
   }
@@ -751,8 +753,8 @@ void UcxFigure(Env& env) {
   std::unique_ptr<char[]> buffer(new char[bytes]);
   double tcp = 1e9;
   for (int r = 0; r < 3; ++r) {
-    tcp = std::min(tcp,
-                   RawTcpSeconds(kWorkers, stats.bytes_moved, buffer.get()));
+    tcp =
+        std::min(tcp, RawTcpSeconds(kWorkers, stats.bytes_moved, buffer.get()));
   }
   const std::string size = env.quick ? "64 MiB" : "1 GiB";
   Add({absl::StrCat("8. reshard ", size, " rows->cols, pulls over UCX (", tls,
@@ -766,7 +768,8 @@ void UcxFigure(Env& env) {
   // An idle worker that has served UCX: its progress thread must sleep.
   absl::SleepFor(absl::Seconds(1));
   std::vector<double> before(kWorkers);
-  for (int i = 0; i < kWorkers; ++i) before[i] = CpuSeconds(cluster->worker_pid(i));
+  for (int i = 0; i < kWorkers; ++i)
+    before[i] = CpuSeconds(cluster->worker_pid(i));
   const absl::Time idle_start = absl::Now();
   absl::SleepFor(absl::Seconds(10));
   const double idle_wall = absl::ToDoubleSeconds(absl::Now() - idle_start);
@@ -945,9 +948,9 @@ void RowsFigure(Env& env) {
   for (const char* transport : {"grpc", "auto"}) {
     ClientOptions options;
     options.transport = transport;
-    std::unique_ptr<Client> client = ValueOrDie(
-        Client::Connect(env.cluster->coordinator_address(), options),
-        "connect");
+    std::unique_ptr<Client> client =
+        ValueOrDie(Client::Connect(env.cluster->coordinator_address(), options),
+                   "connect");
     const int64_t out_bytes = per_call * row_bytes;
     for (int callers : {1, 16}) {
       std::vector<std::vector<char>> outs(callers,
@@ -969,8 +972,7 @@ void RowsFigure(Env& env) {
       };
       auto rows_call = [&](int c, int64_t i) {
         const std::vector<int64_t>& list = lists[(c * 31 + i) % lists.size()];
-        return client
-            ->GatherRowsInto("rows", list, outs[c].data(), out_bytes)
+        return client->GatherRowsInto("rows", list, outs[c].data(), out_bytes)
             .ok();
       };
       Latency ref, got;
@@ -984,8 +986,8 @@ void RowsFigure(Env& env) {
           absl::StrCat("9. rows 4096 x 1 KiB, ", callers,
                        callers == 1 ? " caller, " : " callers, ", transport);
       Add({what + " rows/s", absl::StrFormat("%.0f", got.qps * per_call),
-           absl::StrFormat("unary %.0f", ref.qps * per_call),
-           got.qps / ref.qps, "", true, 0});
+           absl::StrFormat("unary %.0f", ref.qps * per_call), got.qps / ref.qps,
+           "", true, 0});
       if (callers == 1) {
         Add({what + " p50", absl::StrFormat("%.0f us", got.p50_us),
              absl::StrFormat("unary %.0f us", ref.p50_us),
@@ -1023,10 +1025,10 @@ void UpdateFigure(Env& env) {
     full_s = std::min(full_s, absl::ToDoubleSeconds(absl::Now() - start));
     full_written = f.bytes_written;
     start = absl::Now();
-    const UpdateStats g = ValueOrDie(
-        env.client->Update("updated", ToShape(region.sizes), DType::kFloat32,
-                           patch.get(), region),
-        "regional update");
+    const UpdateStats g =
+        ValueOrDie(env.client->Update("updated", ToShape(region.sizes),
+                                      DType::kFloat32, patch.get(), region),
+                   "regional update");
     region_s = std::min(region_s, absl::ToDoubleSeconds(absl::Now() - start));
     region_written = g.bytes_written;
     kept = g.shards_kept;
@@ -1056,7 +1058,8 @@ struct ChildRun {
 ChildRun RunAndWatch(const std::vector<std::string>& argv) {
   ChildRun run;
   std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  for (const std::string& a : argv)
+    args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   const absl::Time start = absl::Now();
   const pid_t pid = fork();
@@ -1110,9 +1113,9 @@ void CliGetFigure(Env& env) {
     absl::Time start = absl::Now();
     CHECK_OK(env.client->Get("cli_get").status());
     sdk = std::min(sdk, absl::ToDoubleSeconds(absl::Now() - start));
-    const ChildRun run = RunAndWatch(
-        {cli, "--coordinator=" + env.cluster->coordinator_address(), "get",
-         "cli_get", "--output=" + file});
+    const ChildRun run =
+        RunAndWatch({cli, "--coordinator=" + env.cluster->coordinator_address(),
+                     "get", "cli_get", "--output=" + file});
     if (run.exit_code != 0) {
       std::fprintf(stderr, "tessera get failed (exit %d)\n", run.exit_code);
       std::exit(1);

@@ -389,8 +389,7 @@ DataPlaneStats Since(const DataPlaneStats& before, DataPlaneStats now) {
 // transports as pieces complete.
 class Progress {
  public:
-  Progress(const Client& client, std::string what, int64_t total,
-           bool enabled)
+  Progress(const Client& client, std::string what, int64_t total, bool enabled)
       : client_(client),
         what_(std::move(what)),
         total_(total),
@@ -418,8 +417,8 @@ class Progress {
                                  absl::Milliseconds(250))) {
       const double seconds = absl::ToDoubleSeconds(absl::Now() - start_);
       if (seconds < 1) continue;
-      const int64_t done = std::min(
-          total_, TotalBytes(client_.TransferStats()) - base_);
+      const int64_t done =
+          std::min(total_, TotalBytes(client_.TransferStats()) - base_);
       std::string line = absl::StrCat(
           what_, ": ", FormatBytes(done), " of ", FormatBytes(total_), " (",
           total_ > 0 ? done * 100 / total_ : 100, "%), ",
@@ -458,9 +457,10 @@ absl::StatusOr<std::vector<int64_t>> ReadRowsFile(const std::string& path) {
   if (file->shape.size() != 1 ||
       (file->dtype != DType::kInt32 && file->dtype != DType::kInt64)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--rows=", path, ": the rows must be a 1-D array of int32 or int64 "
-        "indices, but the file holds ", DTypeName(file->dtype),
-        " of shape ", ShapeToString(file->shape)));
+        "--rows=", path,
+        ": the rows must be a 1-D array of int32 or int64 "
+        "indices, but the file holds ",
+        DTypeName(file->dtype), " of shape ", ShapeToString(file->shape)));
   }
   const int64_t n = file->shape[0];
   if (n > kMaxRowIndices) {
@@ -856,14 +856,13 @@ absl::Status RunImport(const Invocation& inv, std::ostream& out) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsReader> reader,
                            SafetensorsReader::Open(file));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
-  TESSERA_ASSIGN_OR_RETURN(
-      SafetensorsImportResult result,
-      ImportSafetensors(
-          *client, *reader,
-          [&spec_args](const SafetensorsEntry& e) {
-            return ResolveSpec(spec_args, e.shape);
-          },
-          prefix));
+  TESSERA_ASSIGN_OR_RETURN(SafetensorsImportResult result,
+                           ImportSafetensors(
+                               *client, *reader,
+                               [&spec_args](const SafetensorsEntry& e) {
+                                 return ResolveSpec(spec_args, e.shape);
+                               },
+                               prefix));
   if (inv.GetBool("json")) {
     out << ImportJson(file, result) << "\n";
     return absl::OkStatus();

@@ -131,9 +131,8 @@ TEST(CliMainTest, MalformedSafetensorsIsAnErrorLineBeforeAnyCluster) {
     std::ofstream out(path, std::ios::binary);
     out << std::string("\0\0\0\0\0\0\0\x80{}", 10);
   }
-  Outcome outcome = RunCli({"import", path, "--chunk_dim=0",
-                            "--placements=rank:0"},
-                           0);
+  Outcome outcome =
+      RunCli({"import", path, "--chunk_dim=0", "--placements=rank:0"}, 0);
   ASSERT_TRUE(outcome.exited) << "killed by signal " << outcome.code;
   EXPECT_EQ(outcome.code, 1);
   EXPECT_THAT(outcome.err, StartsWith("error: "));
@@ -151,7 +150,8 @@ TEST(CliMainTest, MalformedSafetensorsIsAnErrorLineBeforeAnyCluster) {
     const std::string json =
         R"({"w":{"dtype":"F32","shape":[1073741824,2],"data_offsets":[0,8589934592]}})";
     std::string length(8, '\0');
-    for (int i = 0; i < 8; ++i) length[i] = static_cast<char>(json.size() >> (8 * i));
+    for (int i = 0; i < 8; ++i)
+      length[i] = static_cast<char>(json.size() >> (8 * i));
     out << length << json;
   }
   ASSERT_EQ(truncate(big.c_str(), int64_t{1} << 32), 0);

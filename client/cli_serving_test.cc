@@ -20,8 +20,8 @@
 #include "absl/strings/str_split.h"
 #include "client/npy_file.h"
 #include "client/safetensors_file.h"
-#include "client/testing/local_cluster.h"
 #include "client/tessera_client.h"
+#include "client/testing/local_cluster.h"
 #include "core/init_fill.h"
 #include "core/npy.h"
 #include "core/placement.h"
@@ -32,9 +32,9 @@
 namespace tessera {
 namespace {
 
+using ::tessera::testing::IsOk;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-using ::tessera::testing::IsOk;
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -52,8 +52,7 @@ bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
 // The bytes of a safetensors file of `tensors` as LayoutSafetensors lays
 // it out, each entry's byte b being (b * 7 + seed) (bools 0/1).
-std::string SafetensorsBytes(std::vector<SafetensorsTensor> tensors,
-                             int seed) {
+std::string SafetensorsBytes(std::vector<SafetensorsTensor> tensors, int seed) {
   absl::StatusOr<SafetensorsLayout> layout =
       LayoutSafetensors(std::move(tensors));
   EXPECT_THAT(layout.status(), IsOk());
@@ -169,16 +168,15 @@ TEST_F(CliServingTest, ImportThenExportRoundTripsBytes) {
   const std::string two = Path("two.safetensors");
   r = Tessera({"export", two, "gpt/pos", "gpt/wte", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(
-      r.out,
-      StartsWith(absl::StrCat(
-          "{\"file\": \"", two,
-          "\", \"entries\": [{\"entry\": \"gpt/pos\", \"tensor\": "
-          "\"gpt/pos\", \"shape\": [5, 1], \"dtype\": \"int64\"}, "
-          "{\"entry\": \"gpt/wte\", \"tensor\": \"gpt/wte\", "
-          "\"shape\": [10, 4], \"dtype\": \"float32\"}], "
-          "\"bytes\": 200, \"file_bytes\": ",
-          ReadAll(two).size(), ", \"seconds\": ")));
+  EXPECT_THAT(r.out,
+              StartsWith(absl::StrCat(
+                  "{\"file\": \"", two,
+                  "\", \"entries\": [{\"entry\": \"gpt/pos\", \"tensor\": "
+                  "\"gpt/pos\", \"shape\": [5, 1], \"dtype\": \"int64\"}, "
+                  "{\"entry\": \"gpt/wte\", \"tensor\": \"gpt/wte\", "
+                  "\"shape\": [10, 4], \"dtype\": \"float32\"}], "
+                  "\"bytes\": 200, \"file_bytes\": ",
+                  ReadAll(two).size(), ", \"seconds\": ")));
   absl::StatusOr<std::unique_ptr<SafetensorsReader>> back =
       SafetensorsReader::Open(two);
   ASSERT_THAT(back.status(), IsOk());
@@ -187,9 +185,9 @@ TEST_F(CliServingTest, ImportThenExportRoundTripsBytes) {
 
 TEST_F(CliServingTest, ImportWithShardsSpecResolvesPerEntry) {
   const std::string in = Path("boxes.safetensors");
-  WriteAll(in, SafetensorsBytes({{"a", DType::kInt32, {4, 2}},
-                                 {"b", DType::kInt32, {6, 3}}},
-                                5));
+  WriteAll(
+      in, SafetensorsBytes(
+              {{"a", DType::kInt32, {4, 2}}, {"b", DType::kInt32, {6, 3}}}, 5));
   LocalCluster::Result r = Tessera(
       {"import", in, "--shards=0:2,:@rank:0;2:,:@rank:1", "--prefix=boxes/"});
   ASSERT_EQ(r.code, 0) << r.err;
@@ -223,8 +221,8 @@ TEST_F(CliServingTest, MalformedFilesExitOneAndCreateNothing) {
     const std::string path = Path("bad_" + what + ".safetensors");
     WriteAll(path, bytes);
     SCOPED_TRACE(what);
-    ExpectError(Tessera({"import", path, "--chunk_dim=0",
-                         "--placements=rank:0", "--prefix=bad/"}),
+    ExpectError(Tessera({"import", path, "--chunk_dim=0", "--placements=rank:0",
+                         "--prefix=bad/"}),
                 1, {"safetensors"});
   }
   ExpectError(Tessera({"import", Path("missing.safetensors"), "--chunk_dim=0",
@@ -254,8 +252,8 @@ TEST_F(CliServingTest, UsageErrorsExitTwo) {
   const std::string f = Path("u.safetensors");
   ExpectError(Tessera({"import"}), 2, {"missing FILE.safetensors"});
   ExpectError(Tessera({"import", f}), 2, {"missing the sharding"});
-  ExpectError(Tessera({"import", f, "--chunk_dim=x", "--placements=rank:0"}),
-              2, {"--chunk_dim"});
+  ExpectError(Tessera({"import", f, "--chunk_dim=x", "--placements=rank:0"}), 2,
+              {"--chunk_dim"});
   ExpectError(Tessera({"export", f}), 2, {"NAME", "--prefix"});
   ExpectError(Tessera({"export", f, "a", "--prefix=p/"}), 2, {"not both"});
   ExpectError(Tessera({"export", f, "bad name"}), 2, {"bad name"});
@@ -263,8 +261,9 @@ TEST_F(CliServingTest, UsageErrorsExitTwo) {
 }
 
 TEST_F(CliServingTest, FailedExportLeavesNoFile) {
-  ASSERT_THAT(client_->Create("exp/a", {3}, DType::kInt8,
-                              LayoutSpec::Chunk(0, {*ParsePlacement("rank:0")}))
+  ASSERT_THAT(client_
+                  ->Create("exp/a", {3}, DType::kInt8,
+                           LayoutSpec::Chunk(0, {*ParsePlacement("rank:0")}))
                   .status(),
               IsOk());
   const std::string out = Path("never.safetensors");
@@ -276,19 +275,18 @@ TEST_F(CliServingTest, FailedExportLeavesNoFile) {
   EXPECT_FALSE(Exists(out));
 }
 
-
 // ---- get --rows, put --update, --json, --transport --------------------------
 
 HostArray Int64Array(std::vector<int64_t> values) {
-  HostArray a = HostArray::Allocate(DType::kInt64,
-                                    {static_cast<int64_t>(values.size())});
+  HostArray a =
+      HostArray::Allocate(DType::kInt64, {static_cast<int64_t>(values.size())});
   if (!values.empty()) std::memcpy(a.data(), values.data(), a.num_bytes);
   return a;
 }
 
 HostArray Int32Array(std::vector<int32_t> values) {
-  HostArray a = HostArray::Allocate(DType::kInt32,
-                                    {static_cast<int64_t>(values.size())});
+  HostArray a =
+      HostArray::Allocate(DType::kInt32, {static_cast<int64_t>(values.size())});
   if (!values.empty()) std::memcpy(a.data(), values.data(), a.num_bytes);
   return a;
 }
@@ -321,8 +319,8 @@ TEST_F(CliServingTest, GetRowsInAnyOrderWithRepeatsAndNegatives) {
   LocalCluster::Result r =
       Tessera({"get", "rows/t", "--rows=" + idx, "--output=" + out});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(Values(out), (std::vector<int32_t>{27, 28, 29, 0, 1, 2, 0, 1, 2,
-                                                27, 28, 29, 9, 10, 11}));
+  EXPECT_EQ(Values(out), (std::vector<int32_t>{27, 28, 29, 0, 1, 2, 0, 1, 2, 27,
+                                               28, 29, 9, 10, 11}));
   absl::StatusOr<HostArray> shaped = ReadNpyFile(out, std::nullopt);
   ASSERT_THAT(shaped.status(), IsOk());
   EXPECT_EQ(shaped->shape, (Shape{5, 3}));
@@ -353,12 +351,12 @@ TEST_F(CliServingTest, GetRowsErrors) {
   const std::string out = Path("rows_err.npy");
   const std::string far = Path("far.npy");
   ASSERT_THAT(WriteNpyFile(far, Int64Array({1, 10})), IsOk());
-  ExpectError(Tessera({"get", "rows/e", "--rows=" + far, "--output=" + out}),
-              1, {"out of bounds"});
+  ExpectError(Tessera({"get", "rows/e", "--rows=" + far, "--output=" + out}), 1,
+              {"out of bounds"});
   const std::string neg = Path("neg.npy");
   ASSERT_THAT(WriteNpyFile(neg, Int64Array({-11})), IsOk());
-  ExpectError(Tessera({"get", "rows/e", "--rows=" + neg, "--output=" + out}),
-              1, {"out of bounds"});
+  ExpectError(Tessera({"get", "rows/e", "--rows=" + neg, "--output=" + out}), 1,
+              {"out of bounds"});
   EXPECT_FALSE(Exists(out));
 
   HostArray floats = HostArray::Allocate(DType::kFloat32, {2});
@@ -410,8 +408,8 @@ TEST_F(CliServingTest, PutUpdateWholeAndRegion) {
   for (int i = 0; i < 6; ++i) patch.As<int32_t>()[i] = -1;
   const std::string p = Path("upd_patch.npy");
   ASSERT_THAT(WriteNpyFile(p, patch), IsOk());
-  r = Tessera({"put", "upd/t", "--input=" + p, "--update", "--region=4:6,:",
-               "--json"});
+  r = Tessera(
+      {"put", "upd/t", "--input=" + p, "--update", "--region=4:6,:", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, StartsWith("{\"version\": 3, \"bytes_written\": 24, "
                                 "\"shards_kept\": 2, \"seconds\": "));
@@ -432,12 +430,12 @@ TEST_F(CliServingTest, PutUpdateErrorsChangeNothing) {
   ASSERT_THAT(WriteNpyFile(s9, small), IsOk());
   ExpectError(Tessera({"put", "upd/e", "--input=" + s9, "--update"}), 1,
               {"shape"});
-  ExpectError(Tessera({"put", "upd/e", "--input=" + s9, "--update",
-                       "--region=0:2,:"}),
-              1, {"shape"});
-  ExpectError(Tessera({"put", "upd/e", "--input=" + s9, "--update",
-                       "--region=5:15,:"}),
-              1, {"out of bounds"});
+  ExpectError(
+      Tessera({"put", "upd/e", "--input=" + s9, "--update", "--region=0:2,:"}),
+      1, {"shape"});
+  ExpectError(
+      Tessera({"put", "upd/e", "--input=" + s9, "--update", "--region=5:15,:"}),
+      1, {"out of bounds"});
   HostArray wide = HostArray::Allocate(DType::kInt64, {10, 3});
   std::memset(wide.data(), 0, wide.num_bytes);
   const std::string w = Path("upd_wide.npy");
@@ -456,9 +454,9 @@ TEST_F(CliServingTest, PutUpdateErrorsChangeNothing) {
   ExpectError(Tessera({"put", "upd/e", "--input=" + w, "--region=0:1",
                        "--chunk_dim=0", "--placements=rank:0"}),
               2, {"--region needs --update"});
-  ExpectError(Tessera({"put", "upd/e", "--input=" + w, "--update",
-                       "--region=0:x"}),
-              2, {"--region"});
+  ExpectError(
+      Tessera({"put", "upd/e", "--input=" + w, "--update", "--region=0:x"}), 2,
+      {"--region"});
 }
 
 TEST_F(CliServingTest, UpdateBFloat16FromWordsWithoutDType) {
@@ -520,8 +518,8 @@ TEST_F(CliServingTest, JsonOnEveryWritingCommand) {
 TEST_F(CliServingTest, TransportFlag) {
   MakeTable(*client_, "tr/t");
   const std::string out = Path("tr.npy");
-  LocalCluster::Result r = Tessera(
-      {"--transport=grpc", "get", "tr/t", "--output=" + out, "--json"});
+  LocalCluster::Result r =
+      Tessera({"--transport=grpc", "get", "tr/t", "--output=" + out, "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("\"transport\": {\"grpc\": 120}"));
   r = LocalCluster::Run({"/usr/bin/env", "TESSERA_TRANSPORT=grpc",
@@ -541,18 +539,19 @@ TEST_F(CliServingTest, FailedGetLeavesNoFileAndKeepsAnOldOne) {
   const std::string out = Path("fail.npy");
   ExpectError(Tessera({"get", "fail/none", "--output=" + out}), 1,
               {"not found"});
-  ExpectError(Tessera({"get", "fail/t", "--region=0:11", "--output=" + out}),
-              1, {"out of bounds"});
+  ExpectError(Tessera({"get", "fail/t", "--region=0:11", "--output=" + out}), 1,
+              {"out of bounds"});
   ExpectError(Tessera({"get", "fail/t", "--shard=3", "--output=" + out}), 1,
               {"out of bounds"});
   EXPECT_FALSE(Exists(out));
   WriteAll(out, "old contents");
-  ExpectError(Tessera({"get", "fail/t", "--region=-11:", "--output=" + out}),
-              1, {"out of bounds"});
+  ExpectError(Tessera({"get", "fail/t", "--region=-11:", "--output=" + out}), 1,
+              {"out of bounds"});
   EXPECT_EQ(ReadAll(out), "old contents");
   // Nothing else was left in the directory either.
   LocalCluster::Result ls = LocalCluster::Run(
-      {"/bin/sh", "-c", "ls -a " + cluster_->dir() + " | grep -c '^\\.fail' || true"});
+      {"/bin/sh", "-c",
+       "ls -a " + cluster_->dir() + " | grep -c '^\\.fail' || true"});
   EXPECT_EQ(ls.out, "0\n");
 }
 
@@ -599,7 +598,8 @@ Sampled RunSampled(const std::vector<std::string>& argv) {
     const int null = open("/dev/null", O_WRONLY);
     dup2(null, 1);
     std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    for (const std::string& a : argv)
+      args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
     execv(args[0], args.data());
     _exit(127);
@@ -612,7 +612,8 @@ Sampled RunSampled(const std::vector<std::string>& argv) {
     while (std::getline(in, line)) {
       if (line.rfind("RssAnon:", 0) == 0) {
         s.peak_anon_bytes = std::max<int64_t>(
-            s.peak_anon_bytes, std::strtoll(line.c_str() + 8, nullptr, 10) * 1024);
+            s.peak_anon_bytes,
+            std::strtoll(line.c_str() + 8, nullptr, 10) * 1024);
       }
     }
     int status = 0;
@@ -672,7 +673,8 @@ TEST_F(CliServingTest, LargeGetAndPutGoThroughTheFileNotMemory) {
   EXPECT_LT(s.peak_anon_bytes, kBytes / 4)
       << "peak RssAnon " << s.peak_anon_bytes << " for a " << kBytes
       << "-byte put";
-  absl::StatusOr<HostArray> tail = client_->Get("big/copy", Box({kElements - 2}, {2}));
+  absl::StatusOr<HostArray> tail =
+      client_->Get("big/copy", Box({kElements - 2}, {2}));
   ASSERT_THAT(tail.status(), IsOk());
   EXPECT_EQ(tail->As<float>()[1], static_cast<float>(kElements - 1));
   unlink(out.c_str());

@@ -1,8 +1,8 @@
 #include "client/data_plane.h"
 
 #include <algorithm>
-#include <cstring>
 #include <atomic>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <string>
@@ -177,9 +177,9 @@ absl::Status ScatterTensor(Connection& connection, const TensorMetadata& meta,
         source.data = src;
         source.shape = meta.shape;
         source.offsets.assign(info.box.offsets.begin(), info.box.offsets.end());
-        absl::Status status = RetryOnFreshChannel(
-            connection, address,
-            [&] { return connection.data_plane().Write(shard, source); });
+        absl::Status status = RetryOnFreshChannel(connection, address, [&] {
+          return connection.data_plane().Write(shard, source);
+        });
         if (!status.ok()) {
           return Annotate(
               status,
@@ -258,9 +258,9 @@ absl::Status GatherRows(Connection& connection, const TensorMetadata& meta,
                              out_shape, offsets, static_cast<size_t>(item));
         }
       };
-      absl::Status status = RetryOnFreshChannel(
-          connection, address,
-          [&] { return connection.data_plane().ReadRows(entries, sink); });
+      absl::Status status = RetryOnFreshChannel(connection, address, [&] {
+        return connection.data_plane().ReadRows(entries, sink);
+      });
       if (status.ok()) return status;
       return ExplainRead(status, meta, shares.front().shard_index);
     });
@@ -291,8 +291,7 @@ absl::Status ScatterUpdate(Connection& connection, const TensorMetadata& meta,
   }
   std::vector<std::function<absl::Status()>> tasks;
   for (const auto& [address, parts] : by_worker) {
-    tasks.push_back(
-        [&, address = address, &parts = parts]() -> absl::Status {
+    tasks.push_back([&, address = address, &parts = parts]() -> absl::Status {
       for (const Part& part : parts) {
         const ShardInfo& info = meta.shards[part.index];
         const RemoteShard shard =
@@ -307,16 +306,15 @@ absl::Status ScatterUpdate(Connection& connection, const TensorMetadata& meta,
                                    source_box.offsets[d]);
         }
         absl::Status status = RetryOnFreshChannel(connection, address, [&] {
-          return part.whole
-                     ? connection.data_plane().Write(shard, source)
-                     : connection.data_plane().WriteBox(shard, part.in_shard,
-                                                        source);
+          return part.whole ? connection.data_plane().Write(shard, source)
+                            : connection.data_plane().WriteBox(
+                                  shard, part.in_shard, source);
         });
         if (!status.ok()) {
-          return Annotate(status, absl::StrCat("writing shard ", part.index,
-                                               " of tensor '", meta.name,
-                                               "' to worker '", info.worker,
-                                               "'"));
+          return Annotate(
+              status,
+              absl::StrCat("writing shard ", part.index, " of tensor '",
+                           meta.name, "' to worker '", info.worker, "'"));
         }
       }
       return absl::OkStatus();

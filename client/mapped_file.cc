@@ -25,8 +25,8 @@ std::string DirName(const std::string& path) {
 
 absl::Status MappedFileError(absl::string_view kind, const std::string& path,
                              absl::string_view what, int err) {
-  const std::string message = absl::StrCat(kind, " '", path, "': cannot ",
-                                           what, ": ", std::strerror(err));
+  const std::string message = absl::StrCat(kind, " '", path, "': cannot ", what,
+                                           ": ", std::strerror(err));
   switch (err) {
     case ENOENT:
       return absl::NotFoundError(message);
@@ -123,9 +123,9 @@ absl::StatusOr<std::unique_ptr<MappedOutputFile>> MappedOutputFile::Create(
   const int64_t memory =
       static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
   const int populate = size <= memory / 4 ? MAP_POPULATE : 0;
-  void* mapped = mmap(nullptr, static_cast<size_t>(size),
-                      PROT_READ | PROT_WRITE, MAP_SHARED | populate, file->fd_,
-                      0);
+  void* mapped =
+      mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE,
+           MAP_SHARED | populate, file->fd_, 0);
   if (mapped == MAP_FAILED) return MappedFileError(kind, path, "map it", errno);
   file->data_ = static_cast<char*>(mapped);
   return file;

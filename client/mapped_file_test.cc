@@ -17,9 +17,9 @@
 namespace tessera {
 namespace {
 
-using ::testing::HasSubstr;
 using ::tessera::testing::IsOk;
 using ::tessera::testing::StatusIs;
+using ::testing::HasSubstr;
 
 std::string TempPath(const std::string& name) {
   const char* dir = std::getenv("TEST_TMPDIR");
@@ -49,9 +49,9 @@ TEST(MappedInputFileTest, MapsTheWholeFile) {
 }
 
 TEST(MappedInputFileTest, ErrorsNameTheKindAndFile) {
-  EXPECT_THAT(MappedInputFile::Open(TempPath("absent.bin"), "test file").status(),
-              StatusIs(absl::StatusCode::kNotFound,
-                       HasSubstr("test file '")));
+  EXPECT_THAT(
+      MappedInputFile::Open(TempPath("absent.bin"), "test file").status(),
+      StatusIs(absl::StatusCode::kNotFound, HasSubstr("test file '")));
   EXPECT_THAT(MappedInputFile::Open(TempPath(""), "test file").status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("not a regular file")));
@@ -87,9 +87,9 @@ TEST(MappedOutputFileTest, Errors) {
       MappedOutputFile::Create(TempPath("no/such/dir/x.bin"), 8, "test file")
           .status(),
       StatusIs(absl::StatusCode::kNotFound, HasSubstr("no/such/dir/x.bin")));
-  EXPECT_THAT(MappedOutputFile::Create(TempPath("zero.bin"), 0, "test file")
-                  .status(),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(
+      MappedOutputFile::Create(TempPath("zero.bin"), 0, "test file").status(),
+      StatusIs(absl::StatusCode::kInvalidArgument));
   // More than any disk: refused when the blocks are reserved, not later.
   const absl::Status huge =
       MappedOutputFile::Create(TempPath("huge.bin"), int64_t{1} << 60,

@@ -325,9 +325,8 @@ absl::StatusOr<NpyInput> OpenNpyFile(const std::string& path,
   if (uint16_as_bfloat16 && !as_dtype.has_value() && header->raw_uint16) {
     as_dtype = DType::kBFloat16;  // read_whole sees it too
   }
-  const bool in_place =
-      !header->byte_swapped &&
-      (!header->fortran_order || header->shape.size() <= 1);
+  const bool in_place = !header->byte_swapped &&
+                        (!header->fortran_order || header->shape.size() <= 1);
   if (!in_place) return read_whole();
   TESSERA_RETURN_IF_ERROR(CheckDType(path, *header, as_dtype));
   absl::StatusOr<int64_t> bytes =
@@ -355,9 +354,8 @@ absl::StatusOr<std::unique_ptr<NpyFileWriter>> NpyFileWriter::Create(
   std::unique_ptr<NpyFileWriter> writer(new NpyFileWriter());
   writer->header_bytes_ = static_cast<int64_t>(header.size());
   TESSERA_ASSIGN_OR_RETURN(
-      writer->file_,
-      MappedOutputFile::Create(
-          path, writer->header_bytes_ + *bytes, ".npy file"));
+      writer->file_, MappedOutputFile::Create(
+                         path, writer->header_bytes_ + *bytes, ".npy file"));
   std::memcpy(writer->file_->data(), header.data(), header.size());
   return writer;
 }

@@ -318,10 +318,12 @@ TEST(OpenNpyFileTest, SameChecksAsReadNpyFile) {
   const std::string whole = ReadAll(path);
   const std::string cut = TempPath("cut_open.npy");
   WriteAll(cut, whole.substr(0, whole.size() - 1));
-  EXPECT_THAT(OpenNpyFile(cut, DType::kBFloat16).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("truncated")));
-  EXPECT_THAT(OpenNpyFile(cut, std::nullopt, /*uint16_as_bfloat16=*/true).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("truncated")));
+  EXPECT_THAT(
+      OpenNpyFile(cut, DType::kBFloat16).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("truncated")));
+  EXPECT_THAT(
+      OpenNpyFile(cut, std::nullopt, /*uint16_as_bfloat16=*/true).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("truncated")));
   EXPECT_THAT(OpenNpyFile(TempPath("absent_open.npy"), std::nullopt).status(),
               StatusIs(absl::StatusCode::kNotFound));
 }
@@ -368,11 +370,10 @@ TEST(NpyFileWriterTest, UncommittedLeavesNothingAndEmptyArraysWork) {
   EXPECT_THAT(NpyFileWriter::Create(TempPath("no/dir/x.npy"), DType::kInt8, {1})
                   .status(),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("no/dir/x.npy")));
-  EXPECT_THAT(
-      NpyFileWriter::Create(TempPath("huge.npy"), DType::kInt64,
-                            {int64_t{1} << 40, int64_t{1} << 40})
-          .status(),
-      StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(NpyFileWriter::Create(TempPath("huge.npy"), DType::kInt64,
+                                    {int64_t{1} << 40, int64_t{1} << 40})
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace

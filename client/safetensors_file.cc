@@ -83,9 +83,10 @@ class HeaderHandler : public nlohmann::json_sax<nlohmann::json> {
     }
     RawEntry& e = Current();
     if (value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return Fail(absl::StrCat("entry ", Quoted(e.name), " has ",
-                               state_ == State::kShape ? "a dim " : "an offset ",
-                               value, ", which does not fit in 63 bits"));
+      return Fail(
+          absl::StrCat("entry ", Quoted(e.name), " has ",
+                       state_ == State::kShape ? "a dim " : "an offset ", value,
+                       ", which does not fit in 63 bits"));
     }
     if (state_ == State::kShape) {
       if (static_cast<int64_t>(e.shape.size()) >= kSafetensorsMaxRank) {
@@ -178,9 +179,9 @@ class HeaderHandler : public nlohmann::json_sax<nlohmann::json> {
           field_ = Field::kOffsets;
           seen = &e.has_offsets;
         } else {
-          return Fail(absl::StrCat(
-              "entry ", Quoted(e.name), " has an unknown field ", Quoted(k),
-              " (expected dtype, shape, data_offsets)"));
+          return Fail(absl::StrCat("entry ", Quoted(e.name),
+                                   " has an unknown field ", Quoted(k),
+                                   " (expected dtype, shape, data_offsets)"));
         }
         if (*seen) {
           return Fail(absl::StrCat("entry ", Quoted(e.name), " gives ",
@@ -206,13 +207,13 @@ class HeaderHandler : public nlohmann::json_sax<nlohmann::json> {
         return true;
       case State::kEntryKey: {
         const RawEntry& e = Current();
-        for (auto [has, field] : {std::pair<bool, const char*>{e.has_dtype,
-                                                               "dtype"},
-                                  {e.has_shape, "shape"},
-                                  {e.has_offsets, "data_offsets"}}) {
+        for (auto [has, field] :
+             {std::pair<bool, const char*>{e.has_dtype, "dtype"},
+              {e.has_shape, "shape"},
+              {e.has_offsets, "data_offsets"}}) {
           if (!has) {
-            return Fail(absl::StrCat("entry ", Quoted(e.name), " has no ",
-                                     field));
+            return Fail(
+                absl::StrCat("entry ", Quoted(e.name), " has no ", field));
           }
         }
         state_ = State::kTopKey;
@@ -299,9 +300,9 @@ class HeaderHandler : public nlohmann::json_sax<nlohmann::json> {
                                  Quoted(metadata.back().first), " is ", got,
                                  ", not a string"));
       case State::kEntryValue: {
-        const char* want = field_ == Field::kDType ? "a string"
-                                                   : "an array of integers";
-        const char* name = field_ == Field::kDType  ? "dtype"
+        const char* want =
+            field_ == Field::kDType ? "a string" : "an array of integers";
+        const char* name = field_ == Field::kDType   ? "dtype"
                            : field_ == Field::kShape ? "shape"
                                                      : "data_offsets";
         return Fail(absl::StrCat("entry ", Quoted(Current().name), ": ", name,
@@ -309,11 +310,10 @@ class HeaderHandler : public nlohmann::json_sax<nlohmann::json> {
       }
       case State::kShape:
       case State::kOffsets:
-        return Fail(absl::StrCat("entry ", Quoted(Current().name), ": ",
-                                 state_ == State::kShape ? "shape"
-                                                         : "data_offsets",
-                                 " holds ", got,
-                                 ", not a non-negative integer"));
+        return Fail(
+            absl::StrCat("entry ", Quoted(Current().name), ": ",
+                         state_ == State::kShape ? "shape" : "data_offsets",
+                         " holds ", got, ", not a non-negative integer"));
       default:
         return Fail(absl::StrCat("unexpected ", got, " in the header"));
     }
@@ -412,14 +412,13 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensors(absl::string_view file) {
     e.end = raw.offsets[1];
     if (e.begin > e.end) {
       return Malformed(absl::StrCat("entry ", Quoted(e.name),
-                                    " has data_offsets [", e.begin, ", ",
-                                    e.end, "] that end before they begin"));
+                                    " has data_offsets [", e.begin, ", ", e.end,
+                                    "] that end before they begin"));
     }
     if (e.end > header.data_bytes) {
       return Malformed(absl::StrCat(
-          "entry ", Quoted(e.name), " has data_offsets [", e.begin, ", ",
-          e.end, "] outside the data section of ", header.data_bytes,
-          " bytes"));
+          "entry ", Quoted(e.name), " has data_offsets [", e.begin, ", ", e.end,
+          "] outside the data section of ", header.data_bytes, " bytes"));
     }
     if (e.end - e.begin != *bytes) {
       return Malformed(absl::StrCat(
@@ -442,10 +441,10 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensors(absl::string_view file) {
   const SafetensorsEntry* previous = nullptr;
   for (const SafetensorsEntry& e : header.entries) {
     if (e.begin < covered) {
-      return Malformed(absl::StrCat(
-          "entries ", Quoted(previous->name), " [", previous->begin, ", ",
-          previous->end, ") and ", Quoted(e.name), " [", e.begin, ", ", e.end,
-          ") overlap"));
+      return Malformed(absl::StrCat("entries ", Quoted(previous->name), " [",
+                                    previous->begin, ", ", previous->end,
+                                    ") and ", Quoted(e.name), " [", e.begin,
+                                    ", ", e.end, ") overlap"));
     }
     if (e.begin > covered) {
       return Malformed(absl::StrCat("bytes [", covered, ", ", e.begin,
@@ -468,7 +467,8 @@ absl::StatusOr<SafetensorsLayout> LayoutSafetensors(
     std::vector<SafetensorsTensor> tensors,
     const SafetensorsMetadata& metadata) {
   if (static_cast<int64_t>(tensors.size()) > kSafetensorsMaxEntries) {
-    return Malformed(absl::StrCat(tensors.size(), " entries exceed the limit of ",
+    return Malformed(absl::StrCat(tensors.size(),
+                                  " entries exceed the limit of ",
                                   kSafetensorsMaxEntries));
   }
   if (static_cast<int64_t>(metadata.size()) > kSafetensorsMaxMetadata) {
@@ -517,7 +517,8 @@ absl::StatusOr<SafetensorsLayout> LayoutSafetensors(
     nlohmann::ordered_json meta = nlohmann::ordered_json::object();
     for (const auto& [key, value] : metadata) {
       if (meta.contains(key)) {
-        return Malformed(absl::StrCat("metadata names ", Quoted(key), " twice"));
+        return Malformed(
+            absl::StrCat("metadata names ", Quoted(key), " twice"));
       }
       meta[key] = value;
     }

@@ -2,7 +2,8 @@
 //
 //   [N: 8 bytes, little-endian uint64][N bytes: JSON header][data section]
 //
-//   header = {"NAME": {"dtype": "F32", "shape": [2, 3], "data_offsets": [B, E]},
+//   header = {"NAME": {"dtype": "F32", "shape": [2, 3], "data_offsets": [B,
+//   E]},
 //             ..., "__metadata__": {"key": "value", ...}}   (metadata optional)
 //
 // Offsets are relative to the data section, entries are row-major and

@@ -18,10 +18,10 @@
 namespace tessera {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using ::tessera::testing::IsOk;
 using ::tessera::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
 // A file as the format defines it: 8-byte little-endian length, the JSON
 // text, then `data`.
@@ -56,9 +56,9 @@ TEST(SafetensorsDTypeTest, CodesMapBothWays) {
   }
   EXPECT_EQ(SafetensorsDTypeCode(DType::kBFloat16), "BF16");
   EXPECT_EQ(SafetensorsDTypeCode(DType::kBool), "BOOL");
-  EXPECT_THAT(DTypeFromSafetensors("U16"),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("safetensors")));
+  EXPECT_THAT(
+      DTypeFromSafetensors("U16"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("safetensors")));
 }
 
 TEST(ParseSafetensorsTest, ReadsWhatTheReferenceWrites) {
@@ -126,20 +126,24 @@ TEST(ParseSafetensorsTest, RefusesMalformedFiles) {
       {"entry not object", File(R"({"a":3})"), "not an object"},
       {"metadata not object", File(R"({"__metadata__":[]})"), "not an object"},
       {"metadata value", File(R"({"__metadata__":{"k":1}})"), "not a string"},
-      {"bad dtype", File(R"({"a":{"dtype":"U16","shape":[1],"data_offsets":[0,2]}})", "xx"),
+      {"bad dtype",
+       File(R"({"a":{"dtype":"U16","shape":[1],"data_offsets":[0,2]}})", "xx"),
        "dtype \"U16\""},
       {"dtype not string",
        File(R"({"a":{"dtype":7,"shape":[1],"data_offsets":[0,4]}})", "xxxx"),
        "not a string"},
       {"negative dim",
-       File(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", "xxxx"),
+       File(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})",
+            "xxxx"),
        "negative dim"},
       {"float dim",
-       File(R"({"a":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})", "xxxx"),
+       File(R"({"a":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})",
+            "xxxx"),
        "not a non-negative integer"},
       {"overflow",
-       File(R"({"a":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,8]}})",
-            "xxxxxxxx"),
+       File(
+           R"({"a":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,8]}})",
+           "xxxxxxxx"),
        "overflow"},
       {"missing field", File(R"({"a":{"dtype":"F32","shape":[1]}})"),
        "no data_offsets"},
@@ -148,25 +152,30 @@ TEST(ParseSafetensorsTest, RefusesMalformedFiles) {
             "xxxx"),
        "unknown field"},
       {"duplicate field",
-       File(R"({"a":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
-            "xxxx"),
+       File(
+           R"({"a":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+           "xxxx"),
        "twice"},
-      {"duplicate name", File("{" + ok_entry + "," + ok_entry + "}", "12345678"),
-       "twice"},
+      {"duplicate name",
+       File("{" + ok_entry + "," + ok_entry + "}", "12345678"), "twice"},
       {"empty name",
        File(R"({"":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", "xxxx"),
        "empty name"},
       {"three offsets",
-       File(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}})", "xxxx"),
+       File(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}})",
+            "xxxx"),
        "[begin, end]"},
       {"reversed offsets",
-       File(R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[4,0]}})", "xxxx"),
+       File(R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[4,0]}})",
+            "xxxx"),
        "end before they begin"},
       {"offsets out of range",
-       File(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", "xxxx"),
+       File(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+            "xxxx"),
        "outside the data section"},
       {"size mismatch",
-       File(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", "xxxxxxxx"),
+       File(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})",
+            "xxxxxxxx"),
        "needs 12"},
       {"overlap",
        File(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
@@ -174,11 +183,13 @@ TEST(ParseSafetensorsTest, RefusesMalformedFiles) {
             "xxxxxxxx"),
        "overlap"},
       {"hole",
-       File(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", "xxxxxxxx"),
+       File(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+            "xxxxxxxx"),
        "belong to no entry"},
       {"trailing data", File("{" + ok_entry + "}", "xxxxxxxxx"),
        "at the end of the data section"},
-      {"deep nesting", File("{\"a\":{\"shape\":[[[[[[1]]]]]]}}"), "not a non-negative"},
+      {"deep nesting", File("{\"a\":{\"shape\":[[[[[[1]]]]]]}}"),
+       "not a non-negative"},
   };
   for (const BadCase& c : cases) {
     absl::StatusOr<SafetensorsHeader> h = ParseSafetensors(c.file);
@@ -206,18 +217,15 @@ TEST(ParseSafetensorsTest, BoundsEntriesAndRank) {
 
 TEST(LayoutSafetensorsTest, DeterministicAlignedAndParsesBack) {
   std::vector<SafetensorsTensor> tensors = {
-      {"w.b", DType::kInt8, {3}},
-      {"w.a", DType::kFloat16, {2, 2}},
-      {"emb", DType::kFloat64, {1, 3}},
-      {"mask", DType::kBool, {5}},
-      {"big", DType::kInt64, {2}},
-      {"e", DType::kFloat32, {0, 7}},
+      {"w.b", DType::kInt8, {3}},       {"w.a", DType::kFloat16, {2, 2}},
+      {"emb", DType::kFloat64, {1, 3}}, {"mask", DType::kBool, {5}},
+      {"big", DType::kInt64, {2}},      {"e", DType::kFloat32, {0, 7}},
   };
   absl::StatusOr<SafetensorsLayout> layout =
       LayoutSafetensors(tensors, {{"format", "pt"}});
   ASSERT_THAT(layout.status(), IsOk());
-  absl::StatusOr<SafetensorsLayout> again = LayoutSafetensors(
-      {tensors.rbegin(), tensors.rend()}, {{"format", "pt"}});
+  absl::StatusOr<SafetensorsLayout> again =
+      LayoutSafetensors({tensors.rbegin(), tensors.rend()}, {{"format", "pt"}});
   ASSERT_THAT(again.status(), IsOk());
   EXPECT_EQ(layout->header, again->header);
   EXPECT_EQ(layout->header.size() % 8, 0u);
@@ -245,21 +253,20 @@ TEST(LayoutSafetensorsTest, DeterministicAlignedAndParsesBack) {
 }
 
 TEST(LayoutSafetensorsTest, RefusesBadNames) {
-  EXPECT_THAT(LayoutSafetensors({{"a", DType::kInt8, {1}},
-                                 {"a", DType::kInt8, {1}}})
-                  .status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("safetensors: two entries")));
-  EXPECT_THAT(LayoutSafetensors({{"", DType::kInt8, {1}}}).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("empty name")));
-  EXPECT_THAT(LayoutSafetensors({{"__metadata__", DType::kInt8, {1}}}).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("safetensors")));
-  EXPECT_THAT(LayoutSafetensors({{"a", DType::kInt64, {int64_t{1} << 62}}})
-                  .status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("safetensors")));
+  EXPECT_THAT(
+      LayoutSafetensors({{"a", DType::kInt8, {1}}, {"a", DType::kInt8, {1}}})
+          .status(),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("safetensors: two entries")));
+  EXPECT_THAT(
+      LayoutSafetensors({{"", DType::kInt8, {1}}}).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("empty name")));
+  EXPECT_THAT(
+      LayoutSafetensors({{"__metadata__", DType::kInt8, {1}}}).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("safetensors")));
+  EXPECT_THAT(
+      LayoutSafetensors({{"a", DType::kInt64, {int64_t{1} << 62}}}).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("safetensors")));
 }
 
 TEST(SafetensorsFileTest, WriterThenReaderRoundTrip) {
@@ -305,9 +312,9 @@ TEST(SafetensorsFileTest, UncommittedWriterLeavesNoFile) {
 }
 
 TEST(SafetensorsFileTest, ReaderErrorsNameTheFile) {
-  EXPECT_THAT(SafetensorsReader::Open(TempPath("missing.safetensors")).status(),
-              StatusIs(absl::StatusCode::kNotFound,
-                       HasSubstr("safetensors file")));
+  EXPECT_THAT(
+      SafetensorsReader::Open(TempPath("missing.safetensors")).status(),
+      StatusIs(absl::StatusCode::kNotFound, HasSubstr("safetensors file")));
   const std::string empty = TempPath("empty.safetensors");
   WriteAll(empty, "");
   EXPECT_THAT(SafetensorsReader::Open(empty).status(),

@@ -97,7 +97,8 @@ absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
     const std::string context = EntryContext(path, e);
     const std::string name = prefix + e.name;
     if (absl::Status s = CheckTensorName(name); !s.ok()) {
-      return Annotate(s, absl::StrCat(context, " as tensor ", JsonString(name)));
+      return Annotate(s,
+                      absl::StrCat(context, " as tensor ", JsonString(name)));
     }
     if (e.shape.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -173,9 +174,9 @@ absl::StatusOr<SafetensorsExportResult> ExportSafetensors(
       tensor_names.push_back(t.name);
     }
     if (tensors.empty()) {
-      return absl::NotFoundError(absl::StrCat(
-          "safetensors export: no tensor name starts with prefix ",
-          JsonString(selection.prefix), " (tensors not found)"));
+      return absl::NotFoundError(
+          absl::StrCat("safetensors export: no tensor name starts with prefix ",
+                       JsonString(selection.prefix), " (tensors not found)"));
     }
   } else {
     if (selection.names.empty()) {
@@ -185,9 +186,9 @@ absl::StatusOr<SafetensorsExportResult> ExportSafetensors(
     absl::flat_hash_set<std::string> seen;
     for (const std::string& name : selection.names) {
       if (!seen.insert(name).second) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "safetensors export: tensor ", JsonString(name),
-            " is named twice"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("safetensors export: tensor ", JsonString(name),
+                         " is named twice"));
       }
       TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta, client.Describe(name));
       tensors.push_back({name, meta.dtype, meta.shape});
@@ -211,11 +212,10 @@ absl::StatusOr<SafetensorsExportResult> ExportSafetensors(
         if (e.num_bytes() == 0) return absl::OkStatus();
         // The whole tensor; GetInto refuses a size other than the one laid
         // out.
-        return Annotate(
-            client.GetInto(tensor, std::nullopt, writer->data(i),
-                           e.num_bytes()),
-            absl::StrCat("exporting tensor ", JsonString(tensor),
-                         " to safetensors file '", path, "'"));
+        return Annotate(client.GetInto(tensor, std::nullopt, writer->data(i),
+                                       e.num_bytes()),
+                        absl::StrCat("exporting tensor ", JsonString(tensor),
+                                     " to safetensors file '", path, "'"));
       }));
   for (const SafetensorsEntry& e : writer->entries()) {
     result.entries.push_back({tensor_of.at(e.name), e.name, e.dtype, e.shape});

@@ -3,7 +3,8 @@
 //   ImportSafetensors(client, "model.safetensors", spec, "m/")
 //       one tensor per entry, named "m/" + the entry's name, each laid out by
 //       `spec`; all or nothing.
-//   ExportSafetensors(client, "out.safetensors", SafetensorsSelection::Prefix("m/"))
+//   ExportSafetensors(client, "out.safetensors",
+//   SafetensorsSelection::Prefix("m/"))
 //       the selected tensors gathered straight into a mapping of the new
 //       file (no copy through host buffers); a failed export leaves no file.
 //
@@ -31,7 +32,8 @@
 namespace tessera {
 
 // How many entries an import puts, or an export gathers, at once (each
-// one's shards move in parallel too, up to ClientOptions::max_parallel_streams).
+// one's shards move in parallel too, up to
+// ClientOptions::max_parallel_streams).
 inline constexpr size_t kSafetensorsParallelEntries = 8;
 
 // The layout of the tensor made from `entry` (e.g. enumerable boxes
@@ -91,8 +93,8 @@ struct SafetensorsExportedEntry {
 
 struct SafetensorsExportResult {
   std::vector<SafetensorsExportedEntry> entries;  // in the file's data order
-  int64_t bytes = 0;       // data bytes
-  int64_t file_bytes = 0;  // header included
+  int64_t bytes = 0;                              // data bytes
+  int64_t file_bytes = 0;                         // header included
   double seconds = 0;
 };
 

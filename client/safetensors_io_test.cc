@@ -16,8 +16,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/safetensors_file.h"
-#include "client/testing/local_cluster.h"
 #include "client/tessera_client.h"
+#include "client/testing/local_cluster.h"
 #include "core/init_fill.h"
 #include "core/placement.h"
 #include "core/testing/status_matchers.h"
@@ -27,9 +27,9 @@
 namespace tessera {
 namespace {
 
-using ::testing::HasSubstr;
 using ::tessera::testing::IsOk;
 using ::tessera::testing::StatusIs;
+using ::testing::HasSubstr;
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -128,8 +128,8 @@ class SafetensorsIoTest : public ::testing::Test {
 TEST_F(SafetensorsIoTest, ImportIsByteExactAndExportWritesTheSameFile) {
   const std::string in = Path("model.safetensors");
   MakeFile(in, ModelTensors(), 1);
-  absl::StatusOr<SafetensorsImportResult> imported = ImportSafetensors(
-      *client_, in, LayoutSpec::Chunk(0, Ranks(3)), "m1/");
+  absl::StatusOr<SafetensorsImportResult> imported =
+      ImportSafetensors(*client_, in, LayoutSpec::Chunk(0, Ranks(3)), "m1/");
   ASSERT_THAT(imported.status(), IsOk());
   ASSERT_EQ(imported->tensors.size(), ModelTensors().size());
 
@@ -234,14 +234,14 @@ TEST_F(SafetensorsIoTest, MalformedFilesCreateNothing) {
 
 TEST_F(SafetensorsIoTest, InvalidShardingDimCreatesNothing) {
   const std::string in = Path("dims.safetensors");
-  MakeFile(in,
-           {{"a2", DType::kFloat32, {4, 4}}, {"b1", DType::kInt32, {8}}}, 2);
+  MakeFile(in, {{"a2", DType::kFloat32, {4, 4}}, {"b1", DType::kInt32, {8}}},
+           2);
   const std::vector<std::string> before = Names();
-  EXPECT_THAT(ImportSafetensors(*client_, in, LayoutSpec::Chunk(1, Ranks(2)),
-                                "dims/")
-                  .status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("invalid sharding dim")));
+  EXPECT_THAT(
+      ImportSafetensors(*client_, in, LayoutSpec::Chunk(1, Ranks(2)), "dims/")
+          .status(),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("invalid sharding dim")));
   EXPECT_EQ(Names(), before);
 }
 
@@ -254,20 +254,22 @@ TEST_F(SafetensorsIoTest, ScalarsAndBadNamesAreRefusedBeforeAnything) {
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("0-d scalar")));
   const std::string spaced = Path("spaced.safetensors");
   MakeFile(spaced, {{"a b", DType::kFloat32, {4}}}, 3);
-  EXPECT_THAT(ImportSafetensors(*client_, spaced, LayoutSpec::Chunk(0, Ranks(1)))
-                  .status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("safetensors file")));
+  EXPECT_THAT(
+      ImportSafetensors(*client_, spaced, LayoutSpec::Chunk(0, Ranks(1)))
+          .status(),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("safetensors file")));
   EXPECT_EQ(Names(), before);
 }
 
 TEST_F(SafetensorsIoTest, TakenNameOrFailedPutLeavesNothingNew) {
   const std::string in = Path("taken.safetensors");
   MakeFile(in, {{"x", DType::kFloat32, {4}}, {"y", DType::kFloat32, {6}}}, 4);
-  ASSERT_THAT(client_->Create("taken/y", {2}, DType::kInt8,
-                              LayoutSpec::Chunk(0, Ranks(1)))
-                  .status(),
-              IsOk());
+  ASSERT_THAT(
+      client_
+          ->Create("taken/y", {2}, DType::kInt8, LayoutSpec::Chunk(0, Ranks(1)))
+          .status(),
+      IsOk());
   const std::vector<std::string> before = Names();
   EXPECT_THAT(
       ImportSafetensors(*client_, in, LayoutSpec::Chunk(0, Ranks(2)), "taken/")
@@ -277,16 +279,17 @@ TEST_F(SafetensorsIoTest, TakenNameOrFailedPutLeavesNothingNew) {
 
   // The second entry's placement names no worker: its put fails after the
   // first tensor was made, which is then deleted.
-  EXPECT_THAT(
-      ImportSafetensors(
-          *client_, in,
-          [](const SafetensorsEntry& e) -> absl::StatusOr<LayoutSpec> {
-            return LayoutSpec::Chunk(
-                0, {*ParsePlacement(e.name == "x" ? "rank:0" : "rank:9")});
-          },
-          "partial/")
-          .status(),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("does not exist")));
+  EXPECT_THAT(ImportSafetensors(
+                  *client_, in,
+                  [](const SafetensorsEntry& e) -> absl::StatusOr<LayoutSpec> {
+                    return LayoutSpec::Chunk(
+                        0,
+                        {*ParsePlacement(e.name == "x" ? "rank:0" : "rank:9")});
+                  },
+                  "partial/")
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("does not exist")));
   EXPECT_EQ(Names(), before);
 }
 
@@ -308,12 +311,11 @@ TEST_F(SafetensorsIoTest, OneFailureAmongManyEntriesInFlightUndoesAll) {
           },
           "many/")
           .status(),
-      StatusIs(absl::StatusCode::kInvalidArgument,
-               HasSubstr("\"e23\"")));
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"e23\"")));
   EXPECT_EQ(Names(), before);
   // And all of them when nothing fails.
-  absl::StatusOr<SafetensorsImportResult> ok = ImportSafetensors(
-      *client_, in, LayoutSpec::Chunk(0, Ranks(3)), "many/");
+  absl::StatusOr<SafetensorsImportResult> ok =
+      ImportSafetensors(*client_, in, LayoutSpec::Chunk(0, Ranks(3)), "many/");
   ASSERT_THAT(ok.status(), IsOk());
   ASSERT_EQ(ok->tensors.size(), 40u);
   EXPECT_EQ(ok->tensors[0].name, "many/e0");  // in the file's order
@@ -321,16 +323,17 @@ TEST_F(SafetensorsIoTest, OneFailureAmongManyEntriesInFlightUndoesAll) {
 }
 
 TEST_F(SafetensorsIoTest, FailedExportLeavesNoFile) {
-  ASSERT_THAT(client_->Create("ex/a", {4}, DType::kFloat32,
-                              LayoutSpec::Chunk(0, Ranks(2)),
-                              *ParseInit("arange"))
+  ASSERT_THAT(client_
+                  ->Create("ex/a", {4}, DType::kFloat32,
+                           LayoutSpec::Chunk(0, Ranks(2)), *ParseInit("arange"))
                   .status(),
               IsOk());
   const std::string out = Path("failed.safetensors");
-  EXPECT_THAT(ExportSafetensors(*client_, out,
-                                SafetensorsSelection::Names({"ex/a", "ex/nope"}))
-                  .status(),
-              StatusIs(absl::StatusCode::kNotFound, HasSubstr("not found")));
+  EXPECT_THAT(
+      ExportSafetensors(*client_, out,
+                        SafetensorsSelection::Names({"ex/a", "ex/nope"}))
+          .status(),
+      StatusIs(absl::StatusCode::kNotFound, HasSubstr("not found")));
   EXPECT_FALSE(Exists(out));
   EXPECT_THAT(
       ExportSafetensors(*client_, out, SafetensorsSelection::Prefix("nothing/"))
@@ -342,11 +345,11 @@ TEST_F(SafetensorsIoTest, FailedExportLeavesNoFile) {
                   .status(),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("safetensors")));
 
-  EXPECT_THAT(ExportSafetensors(*client_, out,
-                                SafetensorsSelection::Names({"ex/a", "ex/a"}))
-                  .status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("named twice")));
+  EXPECT_THAT(
+      ExportSafetensors(*client_, out,
+                        SafetensorsSelection::Names({"ex/a", "ex/a"}))
+          .status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("named twice")));
   EXPECT_FALSE(Exists(out));
 }
 
@@ -357,14 +360,15 @@ TEST(SafetensorsExportFaultTest, DeadWorkerLeavesNoFile) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto client = Client::Connect((*cluster)->coordinator_address());
   ASSERT_TRUE(client.ok()) << client.status();
-  ASSERT_THAT((*client)->Create("f/a", {64}, DType::kFloat32,
-                                LayoutSpec::Chunk(0, Ranks(1)),
-                                *ParseInit("arange"))
+  ASSERT_THAT((*client)
+                  ->Create("f/a", {64}, DType::kFloat32,
+                           LayoutSpec::Chunk(0, Ranks(1)), *ParseInit("arange"))
                   .status(),
               IsOk());
-  ASSERT_THAT((*client)->Create("f/b", {64}, DType::kFloat32,
-                                LayoutSpec::Chunk(0, {*ParsePlacement("rank:1")}),
-                                *ParseInit("arange"))
+  ASSERT_THAT((*client)
+                  ->Create("f/b", {64}, DType::kFloat32,
+                           LayoutSpec::Chunk(0, {*ParsePlacement("rank:1")}),
+                           *ParseInit("arange"))
                   .status(),
               IsOk());
   (*cluster)->KillWorker(1);

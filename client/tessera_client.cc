@@ -230,12 +230,10 @@ void Client::ReleaseRead(const std::string& name, uint64_t version) {
   request.set_version(version);
   v1::ReleaseReadResponse response;
   // Best effort: a lease not released just expires.
-  Call(ControlCall(*connection_, /*idempotent=*/false),
-       [&](grpc::ClientContext* context) {
-         return connection_->coordinator()->ReleaseRead(context, request,
-                                                        &response);
-       })
-      .IgnoreError();
+  Call(ControlCall(*connection_, /*idempotent=*/false), [&](grpc::ClientContext*
+                                                                context) {
+    return connection_->coordinator()->ReleaseRead(context, request, &response);
+  }).IgnoreError();
 }
 
 absl::StatusOr<TensorMetadata> Client::DescribeInternal(const std::string& name,
@@ -538,8 +536,8 @@ absl::StatusOr<UpdateStats> Client::Update(const std::string& name,
   UpdateStats stats;
   stats.version = next.version;
   stats.shards_kept = response.shards_kept();
-  absl::Status status = ScatterUpdate(*connection_, next, region, data,
-                                      &stats.bytes_written);
+  absl::Status status =
+      ScatterUpdate(*connection_, next, region, data, &stats.bytes_written);
   if (status.ok()) status = CommitVersion(name, next.version, false);
   if (!status.ok()) {
     // Leave nothing half-made: version N stays, N+1's new shards go.

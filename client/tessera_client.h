@@ -50,9 +50,9 @@ using ReshardStats = ReshardResult;
 
 // What an update did (CLI.md "put --update --json").
 struct UpdateStats {
-  uint64_t version = 0;        // the version written
-  int64_t bytes_written = 0;   // bytes sent to the workers
-  int64_t shards_kept = 0;     // shards taken over unchanged (no copy)
+  uint64_t version = 0;       // the version written
+  int64_t bytes_written = 0;  // bytes sent to the workers
+  int64_t shards_kept = 0;    // shards taken over unchanged (no copy)
   double seconds = 0;
 };
 
@@ -189,8 +189,8 @@ class Client {
   // (ABORTED) on the new version, so a read sees one version whole.
   absl::Status ReadWithRetry(
       const std::string& name,
-      const std::function<absl::Status(const TensorMetadata&,
-                                       const BoxIndex*)>& read);
+      const std::function<absl::Status(const TensorMetadata&, const BoxIndex*)>&
+          read);
   // Reads `region` of the tensor into the buffer `destination` gives.
   absl::Status ReadRegion(const std::string& name,
                           const std::optional<Box>& region,

@@ -90,7 +90,8 @@ absl::Status Coordinator::Recover() {
   for (const auto& [name, worker] : state.workers) {
     // Records written before names and addresses were checked.
     if (absl::Status s = registry_.Restore(worker); !s.ok()) {
-      spdlog::warn("forgetting a recorded worker: {}", std::string(s.message()));
+      spdlog::warn("forgetting a recorded worker: {}",
+                   std::string(s.message()));
     }
   }
   table_.Restore(state);
@@ -168,8 +169,7 @@ absl::StatusOr<ReshardResult> Coordinator::ReshardTensor(
   return orchestrator_.Reshard(name, spec, expected_version, stop);
 }
 
-absl::StatusOr<StagedUpdate> Coordinator::UpdateTensor(
-    const UpdateArgs& args) {
+absl::StatusOr<StagedUpdate> Coordinator::UpdateTensor(const UpdateArgs& args) {
   return orchestrator_.BeginUpdate(args);
 }
 

@@ -406,9 +406,9 @@ grpc::Status CoordinatorService::UpdateTensor(
     args.owner = principal->name;
     args.stop = CallerStop(context);
     if (request->has_region()) {
-      TESSERA_ASSIGN_OR_RETURN(
-          args.region, BoxFromProto(request->region_offsets(),
-                                    request->region_sizes(), "region"));
+      TESSERA_ASSIGN_OR_RETURN(args.region,
+                               BoxFromProto(request->region_offsets(),
+                                            request->region_sizes(), "region"));
     } else if (request->region_offsets_size() > 0 ||
                request->region_sizes_size() > 0) {
       return absl::InvalidArgumentError(
@@ -433,8 +433,7 @@ grpc::Status CoordinatorService::UpdateTensor(
       !size.ok()) {
     response->Clear();
     coordinator_
-        ->AbandonUpdate(request->name(), staged->meta->version,
-                        principal->name)
+        ->AbandonUpdate(request->name(), staged->meta->version, principal->name)
         .IgnoreError();
     return ToGrpcStatus(size);
   }

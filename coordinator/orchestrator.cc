@@ -389,15 +389,11 @@ TensorMetadata Orchestrator::NewShards::Keep() {
   return std::move(meta);
 }
 
-absl::Status Orchestrator::MakeNewShards(TensorMetadata* next,
-                                         absl::Span<const size_t> fresh_index,
-                                         bool writable,
-                                         const TensorMetadata& sources,
-                                         const ReshardPlan& plan,
-                                         const StopCondition& caller,
-                                         const std::string& what,
-                                         uint64_t old_version,
-                                         NewShards* out) {
+absl::Status Orchestrator::MakeNewShards(
+    TensorMetadata* next, absl::Span<const size_t> fresh_index, bool writable,
+    const TensorMetadata& sources, const ReshardPlan& plan,
+    const StopCondition& caller, const std::string& what, uint64_t old_version,
+    NewShards* out) {
   out->meta = *next;
   out->meta.shards.clear();
   for (size_t j : fresh_index) out->meta.shards.push_back(next->shards[j]);
@@ -532,12 +528,11 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(
   return result;
 }
 
-absl::StatusOr<StagedUpdate> Orchestrator::BeginUpdate(
-    const UpdateArgs& args) {
+absl::StatusOr<StagedUpdate> Orchestrator::BeginUpdate(const UpdateArgs& args) {
   const absl::Time start = absl::Now();
-  TESSERA_ASSIGN_OR_RETURN(TensorMetadataPtr old_meta,
-                           table_->BeginReshard(args.name,
-                                                args.expected_version));
+  TESSERA_ASSIGN_OR_RETURN(
+      TensorMetadataPtr old_meta,
+      table_->BeginReshard(args.name, args.expected_version));
   bool staged = false;
   auto done = absl::MakeCleanup([&] {
     if (!staged) table_->EndReshard(args.name);
@@ -568,9 +563,9 @@ absl::StatusOr<StagedUpdate> Orchestrator::BeginUpdate(
     }
     if (action == UpdateAction::kPatch) {
       if (!sources.shards[j].available) {
-        return UnavailableError(absl::StrCat(
-            "cannot update '", args.name, "': worker '", shard.worker,
-            "' holding shard ", j));
+        return UnavailableError(absl::StrCat("cannot update '", args.name,
+                                             "': worker '", shard.worker,
+                                             "' holding shard ", j));
       }
       ReshardPiece& piece = patches.pieces.emplace_back();
       piece.src_shard = j;
@@ -584,8 +579,8 @@ absl::StatusOr<StagedUpdate> Orchestrator::BeginUpdate(
   NewShards fresh(this);
   TESSERA_RETURN_IF_ERROR(MakeNewShards(
       new_meta.get(), fresh_index, /*writable=*/true, sources, patches,
-      args.stop, absl::StrCat("updating '", args.name, "'"),
-      old_meta->version, &fresh));
+      args.stop, absl::StrCat("updating '", args.name, "'"), old_meta->version,
+      &fresh));
   table_->StageUpdate(new_meta, fresh.Keep(), args.owner);
   staged = true;
   spdlog::info(

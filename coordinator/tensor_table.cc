@@ -245,10 +245,9 @@ absl::StatusOr<TensorMetadataPtr> TensorTable::AbandonUpdate(
         absl::StrCat("tensor '", name, "' has no update in progress"));
   }
   if (entry->update->version != version) {
-    return absl::AbortedError(absl::StrCat("the update of tensor '", name,
-                                           "' in progress is to version ",
-                                           entry->update->version, ", not ",
-                                           version));
+    return absl::AbortedError(absl::StrCat(
+        "the update of tensor '", name, "' in progress is to version ",
+        entry->update->version, ", not ", version));
   }
   if (entry->update_owner != principal) {
     return absl::PermissionDeniedError(absl::StrCat(
@@ -379,9 +378,10 @@ std::vector<TensorMetadataPtr> TensorTable::TakeDue() {
     Entry& entry = it->second;
     if (entry.update != nullptr && !entry.busy &&
         now - entry.update_staged > options_.pending_timeout) {
-      spdlog::warn("abandoning the update of tensor '{}' to version {}: it "
-                   "was never committed",
-                   it->first, entry.update->version);
+      spdlog::warn(
+          "abandoning the update of tensor '{}' to version {}: it "
+          "was never committed",
+          it->first, entry.update->version);
       due.push_back(DropUpdate(&entry));
     }
     if (entry.state == State::kPending && !entry.busy &&

@@ -88,8 +88,8 @@ class TensorTable {
   // A reader that fetched version N's metadata (GetLeased) holds a lease on
   // N until it releases it or retire_grace passes. A replaced version is
   // freed when its last lease ends (at once when it has none); a reader
-  // still on it then gets ABORTED and re-reads the new version. Per version the table
-  // keeps a count and the latest expiry only: O(1) memory per version
+  // still on it then gets ABORTED and re-reads the new version. Per version the
+  // table keeps a count and the latest expiry only: O(1) memory per version
   // however many readers, and a lease never released just expires.
 
   // Get, with a lease on the version returned for retire_grace.
@@ -260,11 +260,10 @@ class TensorTable {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Retires `shards` of version `version` of `name`: due when its read
   // leases end (now when none is live).
-  void Retire(const std::string& name, uint64_t version,
-              TensorMetadata shards) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Forgets the leases of every version of `name`.
-  void ForgetLeases(const std::string& name)
+  void Retire(const std::string& name, uint64_t version, TensorMetadata shards)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets the leases of every version of `name`.
+  void ForgetLeases(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops `entry`'s staged update, returning its new shards (still
   // referenced) and ending the change.
   static TensorMetadataPtr DropUpdate(Entry* entry);
@@ -274,8 +273,8 @@ class TensorTable {
 
   // Invariants: a kCommitting/kPending/kReady entry has meta != nullptr and
   // its name is meta->name; a kCommitting entry is busy; every shard id of
-  // every entry, staged update and retirement is in referenced_ (plus ids reserved for
-  // allocations in progress).
+  // every entry, staged update and retirement is in referenced_ (plus ids
+  // reserved for allocations in progress).
   mutable absl::Mutex mu_;
   std::map<std::string, Entry> tensors_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> referenced_ ABSL_GUARDED_BY(mu_);

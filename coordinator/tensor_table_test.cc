@@ -268,10 +268,9 @@ TEST_F(TensorTableTest, APutNeverCommittedIsRemovedAfterItsTimeout) {
 }
 
 // Stages an update of `old` whose shard 0 is new and the rest kept.
-TensorMetadataPtr StageUpdateOf(TensorTable& table,
-                                              MetadataLog& log,
-                                              const TensorMetadataPtr& old,
-                                              const std::string& owner) {
+TensorMetadataPtr StageUpdateOf(TensorTable& table, MetadataLog& log,
+                                const TensorMetadataPtr& old,
+                                const std::string& owner) {
   EXPECT_OK(table.BeginReshard(old->name, old->version));
   auto next = std::make_shared<TensorMetadata>(*old);
   next->version = old->version + 1;

@@ -87,8 +87,7 @@ enum class UpdateAction {
 // `in_shard` receives the part of the shard inside the region, in shard
 // coordinates (for kRewrite the whole shard).
 UpdateAction ClassifyForUpdate(const Box& shard,
-                               const std::optional<Box>& region,
-                               Box* in_shard);
+                               const std::optional<Box>& region, Box* in_shard);
 
 }  // namespace tessera
 

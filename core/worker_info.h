@@ -14,8 +14,8 @@ namespace tessera {
 struct WorkerInfo {
   std::string name;
   int32_t rank = 0;
-  std::string address;  // the gRPC address clients and peers dial
-  Device device;        // the worker's default device
+  std::string address;         // the gRPC address clients and peers dial
+  Device device;               // the worker's default device
   int64_t capacity_bytes = 0;  // 0: unlimited
   int64_t bytes_used = 0;      // element bytes of the shards it holds
   bool alive = false;          // its lease is current (not durable)

@@ -180,9 +180,9 @@ void SafetensorsSeeds() {
     }
     return out + json + data;
   };
-  Write("safetensors_fuzzer", "unpadded",
-        raw(R"({"a":{"dtype":"I16","shape":[2],"data_offsets":[0,4]}})",
-            "abcd"));
+  Write(
+      "safetensors_fuzzer", "unpadded",
+      raw(R"({"a":{"dtype":"I16","shape":[2],"data_offsets":[0,4]}})", "abcd"));
   Write("safetensors_fuzzer", "escaped",
         raw(R"({"a\u00e9\n":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
             R"( "__metadata__" : {"k\"":"v\\"}})",

@@ -36,10 +36,10 @@ void Run(const uint8_t* data, size_t size) {
         header.status().ToString());
     return;
   }
-  FUZZ_CHECK(header->data_offset >= 8 &&
-                 header->data_offset + header->data_bytes ==
-                     static_cast<int64_t>(size),
-             absl::StrCat(header->data_offset, " ", header->data_bytes));
+  FUZZ_CHECK(
+      header->data_offset >= 8 && header->data_offset + header->data_bytes ==
+                                      static_cast<int64_t>(size),
+      absl::StrCat(header->data_offset, " ", header->data_bytes));
   std::set<std::string> names;
   int64_t covered = 0;
   for (const SafetensorsEntry& e : header->entries) {

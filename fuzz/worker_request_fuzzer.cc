@@ -259,9 +259,9 @@ void Run(const uint8_t* data, size_t size) {
         }
         v1::ReadRowsResponse response;
         grpc::Status s = w->stub->ReadRows(context.get(), request, &response);
-        FUZZ_CHECK(static_cast<int64_t>(response.data().size()) <=
-                       kMaxChunkBytes,
-                   absl::StrCat(response.data().size()));
+        FUZZ_CHECK(
+            static_cast<int64_t>(response.data().size()) <= kMaxChunkBytes,
+            absl::StrCat(response.data().size()));
         FUZZ_CHECK(s.error_code() != grpc::StatusCode::UNKNOWN &&
                        s.error_code() != grpc::StatusCode::INTERNAL,
                    s.error_message());

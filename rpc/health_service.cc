@@ -75,9 +75,8 @@ grpc::Status HealthService::Watch(
       if (!first && state.changes_ == seen && !shutdown) continue;
       seen = state.changes_;
       response.set_status(!known ? HealthCheckResponse::SERVICE_UNKNOWN
-                          : state.serving_
-                              ? HealthCheckResponse::SERVING
-                              : HealthCheckResponse::NOT_SERVING);
+                          : state.serving_ ? HealthCheckResponse::SERVING
+                                           : HealthCheckResponse::NOT_SERVING);
     }
     first = false;
     if (!writer->Write(response) || shutdown) break;

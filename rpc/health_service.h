@@ -58,11 +58,10 @@ class HealthService final : public grpc::health::v1::Health::Service {
   grpc::Status Check(grpc::ServerContext* context,
                      const grpc::health::v1::HealthCheckRequest* request,
                      grpc::health::v1::HealthCheckResponse* response) override;
-  grpc::Status Watch(
-      grpc::ServerContext* context,
-      const grpc::health::v1::HealthCheckRequest* request,
-      grpc::ServerWriter<grpc::health::v1::HealthCheckResponse>* writer)
-      override;
+  grpc::Status Watch(grpc::ServerContext* context,
+                     const grpc::health::v1::HealthCheckRequest* request,
+                     grpc::ServerWriter<grpc::health::v1::HealthCheckResponse>*
+                         writer) override;
 
  private:
   const std::shared_ptr<HealthState> state_;

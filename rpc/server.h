@@ -19,8 +19,8 @@ namespace tessera {
 struct RunningServer {
   // Declared first, destroyed last: the servers' health services use it.
   std::shared_ptr<HealthState> health;
-  std::unique_ptr<HealthService> health_service;         // on `server`
-  std::unique_ptr<HealthService> health_port_service;    // on health_server
+  std::unique_ptr<HealthService> health_service;       // on `server`
+  std::unique_ptr<HealthService> health_port_service;  // on health_server
   std::unique_ptr<grpc::Server> server;
   int port = 0;  // the bound port
   // The plaintext health-only server of ServerOptions::health_listen, and

@@ -172,8 +172,8 @@ class Harness {
         region = Box(offsets, sizes);
         patch_shape = sizes;
       }
-      auto patch = std::make_shared<HostArray>(
-          Iota(old.dtype, patch_shape, random_()));
+      auto patch =
+          std::make_shared<HostArray>(Iota(old.dtype, patch_shape, random_()));
       after = before;
       after->version += 1;
       if (region.has_value()) {

@@ -82,7 +82,8 @@ int64_t CallsServed(int worker, absl::string_view method) {
 
 // The reference row gather: row i of the result is row rows[i] of `src`
 // (negatives from the end), copied element by element through Slice.
-HostArray ReferenceRows(const HostArray& src, const std::vector<int64_t>& rows) {
+HostArray ReferenceRows(const HostArray& src,
+                        const std::vector<int64_t>& rows) {
   Shape shape = src.shape;
   shape[0] = static_cast<int64_t>(rows.size());
   HostArray out = HostArray::Allocate(src.dtype, shape);
@@ -167,8 +168,8 @@ TEST_F(ServingTest, RowsInAnyOrderWithRepeatsAndNegatives) {
   const HostArray table = Iota(DType::kFloat32, {1000, 24});
   ASSERT_OK(client_->Put("rows_table", table,
                          LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))));
-  const std::vector<int64_t> rows = {999, 0, 3, 3, -1, 250, 251, 249, -1000,
-                                     500, 3, 748, 749, 750, 751, 0};
+  const std::vector<int64_t> rows = {999,   0,   3, 3,   -1,  250, 251, 249,
+                                     -1000, 500, 3, 748, 749, 750, 751, 0};
   ExpectRows(*client_, "rows_table", table, rows);
   std::unique_ptr<Client> grpc = GrpcOnlyClient();
   ASSERT_NE(grpc, nullptr);
@@ -202,22 +203,22 @@ TEST_F(ServingTest, RowsOfColumnShardsGridsAndUnevenLayouts) {
   ExpectRows(*grpc, "rows_grid", table, rows);
   // 3-d, bfloat16, rows of 2 x 3 elements.
   const HostArray bf16 = Iota(DType::kBFloat16, {33, 2, 3}, 9);
-  ASSERT_OK(client_->Put("rows_bf16", bf16,
-                         LayoutSpec::Chunk(0, Ranks({1, 2}))));
+  ASSERT_OK(
+      client_->Put("rows_bf16", bf16, LayoutSpec::Chunk(0, Ranks({1, 2}))));
   ExpectRows(*client_, "rows_bf16", bf16, {32, 0, 16, 17, 16, -33});
 }
 
 TEST_F(ServingTest, EmptyAndOutOfRangeIndices) {
   const HostArray table = Iota(DType::kFloat64, {20, 3});
-  ASSERT_OK(client_->Put("rows_edges", table,
-                         LayoutSpec::Chunk(0, Ranks({0, 1}))));
+  ASSERT_OK(
+      client_->Put("rows_edges", table, LayoutSpec::Chunk(0, Ranks({0, 1}))));
   auto empty = client_->GatherRows("rows_edges", {});
   ASSERT_OK(empty.status());
   EXPECT_EQ(empty->shape, (Shape{0, 3}));
   for (int64_t bad : {int64_t{20}, int64_t{-21}, int64_t{1} << 40}) {
-    EXPECT_THAT(client_->GatherRows("rows_edges", {0, bad}),
-                StatusIs(absl::StatusCode::kOutOfRange,
-                         HasSubstr("out of bounds")))
+    EXPECT_THAT(
+        client_->GatherRows("rows_edges", {0, bad}),
+        StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("out of bounds")))
         << bad;
   }
   EXPECT_THAT(client_->GatherRows("no_such_table", {0}),
@@ -245,8 +246,8 @@ TEST_F(ServingTest, WholeUpdateWritesVersionTwoAndFreesVersionOne) {
   const int64_t before = SettledBytesUsed();
   const HostArray v1 = Iota(DType::kFloat32, {64, 16}, 1);
   const HostArray v2 = Iota(DType::kFloat32, {64, 16}, 2);
-  ASSERT_OK(client_->Put("upd_whole", v1,
-                         LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))));
+  ASSERT_OK(
+      client_->Put("upd_whole", v1, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))));
   auto stats = client_->Update("upd_whole", v2);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->version, 2u);
@@ -407,8 +408,8 @@ TEST_F(ServingTest, RacingUpdatesOneWinsTheOtherIsAbortedNothingLeaks) {
 TEST_F(ServingTest, AStagedUpdateBlocksOthersUntilAbandonedAndLeavesNothing) {
   const int64_t before = SettledBytesUsed();
   const HostArray v1 = Iota(DType::kFloat32, {32, 8}, 6);
-  ASSERT_OK(client_->Put("upd_staged", v1,
-                         LayoutSpec::Chunk(0, Ranks({0, 1}))));
+  ASSERT_OK(
+      client_->Put("upd_staged", v1, LayoutSpec::Chunk(0, Ranks({0, 1}))));
   // A caller that starts an update and goes quiet.
   auto stub = v1::Coordinator::NewStub(
       MakeChannel(cluster_->coordinator_address(), ChannelOptions{}));
@@ -484,11 +485,13 @@ class LeaseTest : public ClusterSuite<LeaseTest> {
 TEST_F(LeaseTest, AReplacedVersionNobodyReadsIsFreedAtOnce) {
   const int64_t before = BytesUsed();
   const HostArray v1 = Iota(DType::kFloat32, {128, 64}, 1);
-  ASSERT_OK(client_->Put("lease_none", v1, LayoutSpec::Chunk(0, Ranks({0, 1}))));
+  ASSERT_OK(
+      client_->Put("lease_none", v1, LayoutSpec::Chunk(0, Ranks({0, 1}))));
   // Read through the SDK (it leases and releases), then replaced twice.
   ASSERT_OK(client_->Get("lease_none").status());
   ASSERT_OK(client_->Update("lease_none", Iota(DType::kFloat32, {128, 64}, 2)));
-  ASSERT_OK(client_->Reshard("lease_none", LayoutSpec::Chunk(1, Ranks({1, 0}))));
+  ASSERT_OK(
+      client_->Reshard("lease_none", LayoutSpec::Chunk(1, Ranks({1, 0}))));
   // Within the 2 s `workers` promises, not the 60 s lease time.
   EXPECT_TRUE(BytesUsedBecomes(before + v1.num_bytes)) << BytesUsed();
   ASSERT_OK(client_->Delete("lease_none"));
@@ -497,7 +500,8 @@ TEST_F(LeaseTest, AReplacedVersionNobodyReadsIsFreedAtOnce) {
 TEST_F(LeaseTest, AVersionALeasedReaderHoldsStaysUntilReleased) {
   const int64_t before = BytesUsed();
   const HostArray v1 = Iota(DType::kFloat32, {128, 64}, 3);
-  ASSERT_OK(client_->Put("lease_held", v1, LayoutSpec::Chunk(0, Ranks({0, 1}))));
+  ASSERT_OK(
+      client_->Put("lease_held", v1, LayoutSpec::Chunk(0, Ranks({0, 1}))));
   // A reader leases version 1 and reads it after version 2 is committed.
   auto stub = v1::Coordinator::NewStub(
       MakeChannel(cluster_->coordinator_address(), ChannelOptions{}));
@@ -531,9 +535,9 @@ TEST_F(LeaseTest, AVersionALeasedReaderHoldsStaysUntilReleased) {
     ASSERT_TRUE(stub->ReleaseRead(&context, release, &released).ok());
   }
   EXPECT_TRUE(BytesUsedBecomes(before + v1.num_bytes)) << BytesUsed();
-  EXPECT_THAT((*old_handles)[0].ToHere(),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("freed")));
+  EXPECT_THAT(
+      (*old_handles)[0].ToHere(),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("freed")));
   ASSERT_OK(client_->Delete("lease_held"));
 }
 

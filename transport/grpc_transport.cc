@@ -474,8 +474,8 @@ absl::Status GrpcTransport::WriteBox(const RemoteShard& shard, const Box& box,
   return WriteShard(
       stub.get(), shard.location.shard_id, box.NumElements() * shard.item_bytes,
       [&](int64_t byte_offset, absl::Span<char> dst) {
-        CopyBoxToFlatRange(source.data, source.shape, source.offsets,
-                           box.sizes, byte_offset / shard.item_bytes,
+        CopyBoxToFlatRange(source.data, source.shape, source.offsets, box.sizes,
+                           byte_offset / shard.item_bytes,
                            static_cast<int64_t>(dst.size()) / shard.item_bytes,
                            dst.data(), item);
       },

@@ -477,8 +477,8 @@ absl::Status SharedMemoryTransport::Write(const RemoteShard& shard,
   return CopyShardToMapping(*mapping, shard.shape, source, shard.item_bytes);
 }
 
-absl::Status SharedMemoryTransport::ReadRows(absl::Span<const ShardRows> entries,
-                                             const RowSink& sink) {
+absl::Status SharedMemoryTransport::ReadRows(
+    absl::Span<const ShardRows> entries, const RowSink& sink) {
   if (cache_ == nullptr) {
     return absl::FailedPreconditionError(
         "rows are read through shared memory only with kept mappings");
@@ -499,8 +499,8 @@ absl::Status SharedMemoryTransport::ReadRows(absl::Span<const ShardRows> entries
     for (size_t k = 0; k < rows.size(); ++k) {
       // Out of range: the worker's own answer comes from gRPC.
       if (rows[k] < 0 || rows[k] >= shard.shape[0]) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "row ", rows[k], " is outside shard ", at.shard_id));
+        return absl::FailedPreconditionError(
+            absl::StrCat("row ", rows[k], " is outside shard ", at.shard_id));
       }
       const int64_t begin = rows[k] * row_bytes;
       if (!mapping->Covers(begin, begin + row_bytes)) {

@@ -38,9 +38,8 @@ std::unique_ptr<TransportChain> TransportChain::Make(
     SharedMemoryTransportOptions shm;
     shm.timeout = options.timeout;
     shm.cache_mappings = options.cache_mappings;
-    links.push_back(
-        Link{std::make_unique<SharedMemoryTransport>(channels, shm),
-             automatic ? options.shared_memory_min_bytes : 0});
+    links.push_back(Link{std::make_unique<SharedMemoryTransport>(channels, shm),
+                         automatic ? options.shared_memory_min_bytes : 0});
   }
   // UCX bytes would travel outside the channels' TLS: only when asked for.
   const bool tls = channels != nullptr && channels->options().credentials;
@@ -123,9 +122,8 @@ absl::Status TransportChain::ReadRows(absl::Span<const ShardRows> entries,
 
 absl::Status TransportChain::WriteBox(const RemoteShard& shard, const Box& box,
                                       const WriteSource& source) {
-  return Run(shard, box.NumElements() * shard.item_bytes, [&](ShardTransport& t) {
-    return t.WriteBox(shard, box, source);
-  });
+  return Run(shard, box.NumElements() * shard.item_bytes,
+             [&](ShardTransport& t) { return t.WriteBox(shard, box, source); });
 }
 
 DataPlaneStats TransportChain::Stats() const {

@@ -251,10 +251,10 @@ TEST(TransportChainMakeTest, AutoTriesSharedMemoryThenUcxThenGrpc) {
 
 TEST_F(TransportChainTest, SmallWritesSkipALinkWithAWriteMinimum) {
   std::vector<TransportChain::Link> links;
-  links.push_back(TransportChain::Link{
-      std::make_unique<ScriptedTransport>("near", absl::OkStatus(),
-                                          &near_calls_),
-      0, /*min_write_bytes=*/1000});
+  links.push_back(
+      TransportChain::Link{std::make_unique<ScriptedTransport>(
+                               "near", absl::OkStatus(), &near_calls_),
+                           0, /*min_write_bytes=*/1000});
   links.push_back(TransportChain::Link{
       std::make_unique<ScriptedTransport>("far", absl::OkStatus(), &far_calls_),
       0});
@@ -310,17 +310,17 @@ TEST(TransportChainForcedTest, FailuresNameTheTransportAndTheWorker) {
     EXPECT_THAT(chain.Read(shard, WholeBox({10}),
                            ReadTarget::HostArray(out.data(), {10}, {0})),
                 StatusIs(answer.code(),
-                         ::testing::AllOf(
-                             ::testing::HasSubstr("shm transport"),
-                             ::testing::HasSubstr("w7"),
-                             ::testing::HasSubstr(std::string(answer.message())))));
+                         ::testing::AllOf(::testing::HasSubstr("shm transport"),
+                                          ::testing::HasSubstr("w7"),
+                                          ::testing::HasSubstr(
+                                              std::string(answer.message())))));
   }
   // Other answers are the worker's own, untouched.
   std::vector<TransportChain::Link> links;
-  links.push_back(TransportChain::Link{
-      std::make_unique<ScriptedTransport>("shm", absl::NotFoundError("freed"),
-                                          &calls),
-      0});
+  links.push_back(
+      TransportChain::Link{std::make_unique<ScriptedTransport>(
+                               "shm", absl::NotFoundError("freed"), &calls),
+                           0});
   TransportChain chain(std::move(links), /*forced=*/true);
   RemoteShard shard;
   shard.item_bytes = 4;

@@ -104,8 +104,7 @@ class TransportContractTest
     std::vector<grpc::Service*> services = {service_.get()};
     if (GetParam().services) extra_services_ = GetParam().services(node_.get());
     for (const auto& extra : extra_services_) services.push_back(extra.get());
-    absl::StatusOr<RunningServer> server =
-        StartServer("127.0.0.1:0", services);
+    absl::StatusOr<RunningServer> server = StartServer("127.0.0.1:0", services);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
     address_ = absl::StrCat("127.0.0.1:", server_.port);

@@ -47,7 +47,8 @@ absl::StatusOr<ucp_context_h> MakeUcpContext(absl::string_view name,
                                              bool loopback_only) {
   ucp_config_t* config = nullptr;
   ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
-  if (status != UCS_OK) return UcxError("reading the UCX configuration", status);
+  if (status != UCS_OK)
+    return UcxError("reading the UCX configuration", status);
   if (loopback_only && std::getenv("UCX_NET_DEVICES") == nullptr) {
     status = ucp_config_modify(config, "NET_DEVICES", "lo");
     if (status != UCS_OK) {

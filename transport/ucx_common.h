@@ -90,16 +90,16 @@ class RunPlan {
           absl::Span<const int64_t> dst_shape,
           absl::Span<const int64_t> dst_offsets);
 
-  int64_t run() const { return run_; }        // elements per run
-  int64_t total() const { return total_; }    // elements of the box
+  int64_t run() const { return run_; }      // elements per run
+  int64_t total() const { return total_; }  // elements of the box
   int64_t runs() const { return run_ > 0 ? total_ / run_ : 0; }
 
   // Calls fn(src_element, dst_element, flat, count) for the pieces of box
   // elements [begin, begin + count) in row-major order: each piece lies in
   // one run (it is cut where a run ends).
   void ForEach(int64_t begin, int64_t count,
-               const std::function<void(int64_t src, int64_t dst,
-                                        int64_t flat, int64_t n)>& fn) const;
+               const std::function<void(int64_t src, int64_t dst, int64_t flat,
+                                        int64_t n)>& fn) const;
 
  private:
   int64_t run_ = 0;

@@ -59,9 +59,9 @@ absl::StatusOr<std::unique_ptr<UcxServer>> UcxServer::Start(
     ucp_cleanup(*context);
     return status;
   }
-  std::unique_ptr<UcxServer> server(
-      new UcxServer(std::move(options), *context, *worker, *std::move(address),
-                    epoll_fd, wake_fd));
+  std::unique_ptr<UcxServer> server(new UcxServer(std::move(options), *context,
+                                                  *worker, *std::move(address),
+                                                  epoll_fd, wake_fd));
   ucp_am_handler_param_t handler{};
   handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
                        UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -183,8 +183,9 @@ absl::StatusOr<UcxKey> UcxServer::Register(uint64_t id, bool write) {
       if (live_.size() > options_.max_registrations) {
         auto oldest = live_.end();
         for (auto i = live_.begin(); i != live_.end(); ++i) {
-          if (i->second != r && (oldest == live_.end() ||
-                                 i->second->last_use < oldest->second->last_use))
+          if (i->second != r &&
+              (oldest == live_.end() ||
+               i->second->last_use < oldest->second->last_use))
             oldest = i;
         }
         if (oldest != live_.end()) Kill(*oldest->second, /*freed=*/false);

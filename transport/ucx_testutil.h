@@ -65,7 +65,8 @@ class LocalWorker {
       EXPECT_TRUE(started.ok()) << started.status();
       if (started.ok()) {
         ucx_ = *std::move(started);
-        ucx_service_ = std::make_unique<UcxDataService>(node_.get(), ucx_.get());
+        ucx_service_ =
+            std::make_unique<UcxDataService>(node_.get(), ucx_.get());
         services.push_back(ucx_service_.get());
       }
     }

@@ -99,9 +99,9 @@ absl::StatusOr<DescribedKey> ValidateDescribe(
     return Inconsistent(absl::StrCat("a remote key of ", k.rkey().size(),
                                      " bytes for ", bytes, " shard bytes"));
   }
-  if (bytes > 0 && (k.base() == 0 ||
-                    k.base() > std::numeric_limits<uint64_t>::max() -
-                                   static_cast<uint64_t>(bytes))) {
+  if (bytes > 0 &&
+      (k.base() == 0 || k.base() > std::numeric_limits<uint64_t>::max() -
+                                       static_cast<uint64_t>(bytes))) {
     return Inconsistent("a shard address that wraps around");
   }
   key.worker_address = reply.worker_address();
@@ -145,7 +145,9 @@ class UcxTransport::Lane {
 
   Lane(UcpWorker worker, const UcxTransportOptions& options,
        ChannelCache* channels, UcxTransport* owner)
-      : worker_(worker), options_(options), channels_(channels),
+      : worker_(worker),
+        options_(options),
+        channels_(channels),
         owner_(owner) {}
 
   ~Lane() {
@@ -276,8 +278,8 @@ absl::Status UcxTransport::Lane::Wait(const std::function<bool()>& done,
       last = now;
     }
     if (now >= deadline_) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("UCX transfer with ", peer.address, " ran past its deadline"));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "UCX transfer with ", peer.address, " ran past its deadline"));
     }
     if (now - last >= options_.stall_timeout) {
       return absl::UnavailableError(absl::StrCat(
@@ -288,8 +290,10 @@ absl::Status UcxTransport::Lane::Wait(const std::function<bool()>& done,
     // Idle for a while: sleep until the worker has events.
     if (ucp_worker_arm(worker_.worker) == UCS_ERR_BUSY) continue;
     pollfd fd{worker_.efd, POLLIN, 0};
-    const int64_t ms = std::clamp<int64_t>(
-        absl::ToInt64Milliseconds(std::min(deadline_ - now, absl::Milliseconds(100))), 1, 100);
+    const int64_t ms =
+        std::clamp<int64_t>(absl::ToInt64Milliseconds(std::min(
+                                deadline_ - now, absl::Milliseconds(100))),
+                            1, 100);
     poll(&fd, 1, static_cast<int>(ms));
   }
 }
@@ -299,14 +303,15 @@ absl::Status UcxTransport::Lane::Post(bool put, Peer& peer, const Key& key,
                                       int64_t bytes, Ops& ops) {
   while (bytes > 0) {
     if (ops.pending >= options_.max_in_flight) {
-      TESSERA_RETURN_IF_ERROR(Wait(
-          [&] { return ops.pending < options_.max_in_flight; }, peer,
-          &ops.completed));
+      TESSERA_RETURN_IF_ERROR(
+          Wait([&] { return ops.pending < options_.max_in_flight; }, peer,
+               &ops.completed));
     }
     if (ops.error != UCS_OK) break;
     const int64_t n = std::min(bytes, options_.max_get_bytes);
     ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.send = &OpDone;
     param.user_data = &ops;
     ucs_status_ptr_t request =
@@ -324,9 +329,9 @@ absl::Status UcxTransport::Lane::Post(bool put, Peer& peer, const Key& key,
     bytes -= n;
   }
   if (ops.error != UCS_OK) {
-    return UcxError(absl::StrCat(put ? "UCX put to " : "UCX get from ",
-                                 peer.address),
-                    ops.error);
+    return UcxError(
+        absl::StrCat(put ? "UCX put to " : "UCX get from ", peer.address),
+        ops.error);
   }
   return absl::OkStatus();
 }
@@ -335,7 +340,8 @@ absl::Status UcxTransport::Lane::Drain(Peer& peer, Ops& ops) {
   TESSERA_RETURN_IF_ERROR(
       Wait([&] { return ops.pending == 0; }, peer, &ops.completed));
   if (ops.error != UCS_OK) {
-    return UcxError(absl::StrCat("UCX transfer with ", peer.address), ops.error);
+    return UcxError(absl::StrCat("UCX transfer with ", peer.address),
+                    ops.error);
   }
   return absl::OkStatus();
 }
@@ -361,8 +367,9 @@ absl::Status UcxTransport::Lane::Gets(Peer& peer, const Key& key,
     absl::Time checked = absl::Now();
     plan.ForEach(0, total, [&](int64_t src, int64_t dst, int64_t, int64_t n) {
       if (!status.ok()) return;
-      status = Post(false, peer, key, target.data() + dst * item,
-                    key.base + static_cast<uint64_t>(src * item), n * item, ops);
+      status =
+          Post(false, peer, key, target.data() + dst * item,
+               key.base + static_cast<uint64_t>(src * item), n * item, ops);
       // A long read checks now and then that its shard is still held, so
       // no get is issued through a key much older than key_ttl.
       if (status.ok() && absl::Now() - checked > options_.key_ttl) {
@@ -386,16 +393,17 @@ absl::Status UcxTransport::Lane::Gets(Peer& peer, const Key& key,
     const int64_t count = std::min(chunk, total - f);
     plan.ForEach(f, count, [&](int64_t src, int64_t dst, int64_t, int64_t n) {
       if (!status.ok()) return;
-      status = Post(false, peer, key, stage.data() + (dst - f) * item,
-                    key.base + static_cast<uint64_t>(src * item), n * item, ops);
+      status =
+          Post(false, peer, key, stage.data() + (dst - f) * item,
+               key.base + static_cast<uint64_t>(src * item), n * item, ops);
     });
     if (status.ok()) status = Drain(peer, ops);
     if (!status.ok()) {
       Abandon(address, ops);
       return status;
     }
-    TESSERA_RETURN_IF_ERROR(
-        target.Deliver(box.sizes, f, count, stage.data(), static_cast<size_t>(item)));
+    TESSERA_RETURN_IF_ERROR(target.Deliver(box.sizes, f, count, stage.data(),
+                                           static_cast<size_t>(item)));
   }
   return absl::OkStatus();
 }
@@ -421,7 +429,8 @@ absl::Status UcxTransport::Lane::StagedGets(Peer& peer, const Key& key,
         "box ", box.ToString(), " of shard ", ShapeToString(key.shape),
         " is too sparse for one-sided reads"));
   }
-  const int64_t rows_per = std::max<int64_t>(1, options_.stage_bytes / row_bytes);
+  const int64_t rows_per =
+      std::max<int64_t>(1, options_.stage_bytes / row_bytes);
   const int64_t rows = std::min(rows_per, box.sizes[0]);
   std::vector<char> stage(static_cast<size_t>(rows * row_bytes));
   std::vector<char> flat(static_cast<size_t>(rows * inner * item));
@@ -432,10 +441,10 @@ absl::Status UcxTransport::Lane::StagedGets(Peer& peer, const Key& key,
   for (int64_t i0 = 0; i0 < box.sizes[0]; i0 += rows_per) {
     const int64_t n = std::min(rows_per, box.sizes[0] - i0);
     Ops ops;
-    absl::Status status =
-        Post(false, peer, key, stage.data(),
-             key.base + static_cast<uint64_t>((box.offsets[0] + i0) * row_bytes),
-             n * row_bytes, ops);
+    absl::Status status = Post(
+        false, peer, key, stage.data(),
+        key.base + static_cast<uint64_t>((box.offsets[0] + i0) * row_bytes),
+        n * row_bytes, ops);
     if (status.ok()) status = Drain(peer, ops);
     if (!status.ok()) {
       Abandon(address, ops);
@@ -452,9 +461,8 @@ absl::Status UcxTransport::Lane::StagedGets(Peer& peer, const Key& key,
   return absl::OkStatus();
 }
 
-absl::StatusOr<UcxCheckAnswer> UcxTransport::Lane::Check(Peer& peer,
-                                                         uint64_t shard_id,
-                                                         uint64_t registration) {
+absl::StatusOr<UcxCheckAnswer> UcxTransport::Lane::Check(
+    Peer& peer, uint64_t shard_id, uint64_t registration) {
   UcxCheckRequest request;
   request.request_id = ++next_request_;
   request.shard_id = shard_id;
@@ -475,8 +483,8 @@ absl::StatusOr<UcxCheckAnswer> UcxTransport::Lane::Check(Peer& peer,
                     UCS_PTR_STATUS(sent));
   }
   if (sent != nullptr) ++ops.pending;
-  absl::Status waited = Wait(
-      [&] { return ops.pending == 0 && answered_; }, peer, &ops.completed);
+  absl::Status waited =
+      Wait([&] { return ops.pending == 0 && answered_; }, peer, &ops.completed);
   awaited_ = 0;
   if (!waited.ok()) {
     // The send must not outlive `request`: dropping the peer cancels it.
@@ -487,8 +495,8 @@ absl::StatusOr<UcxCheckAnswer> UcxTransport::Lane::Check(Peer& peer,
     return UcxError(absl::StrCat("UCX check to ", peer.address), ops.error);
   }
   if (answer_ > static_cast<uint32_t>(UcxCheckAnswer::kStale)) {
-    return absl::InternalError(
-        absl::StrCat("worker at ", peer.address, " answered a check with ", answer_));
+    return absl::InternalError(absl::StrCat(
+        "worker at ", peer.address, " answered a check with ", answer_));
   }
   return static_cast<UcxCheckAnswer>(answer_);
 }
@@ -538,9 +546,9 @@ absl::StatusOr<DescribedKey> UcxTransport::Lane::Describe(
     const RemoteShard& shard, bool write) {
   const ShardLocation& at = shard.location;
   grpc::ClientContext context;
-  SetDeadline(&context, std::min(options_.timeout,
-                                 std::max(deadline_ - absl::Now(),
-                                          absl::ZeroDuration())));
+  SetDeadline(&context,
+              std::min(options_.timeout, std::max(deadline_ - absl::Now(),
+                                                  absl::ZeroDuration())));
   PresentCapability(&context, at.capability);
   v1::UcxDescribeRequest request;
   request.add_shard_ids(at.shard_id);
@@ -576,7 +584,8 @@ absl::StatusOr<UcxTransport::Lane::Peer*> UcxTransport::Lane::Connect(
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
   // Without peer-failure handling UCX may use shared memory and CMA on one
   // host; a dead peer then shows as a stall (stall_timeout).
-  params.address = reinterpret_cast<const ucp_address_t*>(peer->ucx_address.data());
+  params.address =
+      reinterpret_cast<const ucp_address_t*>(peer->ucx_address.data());
   params.err_mode = options_.detect_peer_failure ? UCP_ERR_HANDLING_MODE_PEER
                                                  : UCP_ERR_HANDLING_MODE_NONE;
   params.err_handler.cb = &Lane::OnPeerError;
@@ -586,17 +595,17 @@ absl::StatusOr<UcxTransport::Lane::Peer*> UcxTransport::Lane::Connect(
     // The worker answered gRPC but shares no UCX transport with this
     // process (e.g. UCX_TLS differs): another transport can reach it.
     owner_->MarkNoUcx(address);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "UCX cannot reach the worker at ", address, ": ",
-        ucs_status_string(s)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("UCX cannot reach the worker at ", address, ": ",
+                     ucs_status_string(s)));
   }
   Peer* raw = peer.get();
   peers_[address] = std::move(peer);
   return raw;
 }
 
-absl::StatusOr<ucp_rkey_h> UcxTransport::Lane::Unpack(Peer& peer,
-                                                      const std::string& packed) {
+absl::StatusOr<ucp_rkey_h> UcxTransport::Lane::Unpack(
+    Peer& peer, const std::string& packed) {
   ucp_rkey_h rkey = nullptr;
   const ucs_status_t s = ucp_ep_rkey_unpack(peer.ep, packed.data(), &rkey);
   if (s != UCS_OK) {
@@ -657,7 +666,8 @@ UcxTransport::Lane::KeyFor(const RemoteShard& shard, bool fresh) {
   TESSERA_ASSIGN_OR_RETURN(DescribedKey described, Describe(shard, false));
   if (peer == nullptr || peer->ucx_address != described.worker_address) {
     // First contact, or the worker restarted behind the same address.
-    TESSERA_ASSIGN_OR_RETURN(peer, Connect(at.address, described.worker_address));
+    TESSERA_ASSIGN_OR_RETURN(peer,
+                             Connect(at.address, described.worker_address));
   }
   peer->last_use = ++tick_;
   auto existing = peer->keys.find(at.shard_id);
@@ -703,14 +713,14 @@ absl::Status UcxTransport::Lane::WithKey(
     Peer& peer = *found->first;
     Key& key = *found->second;
     if (key.item_bytes != shard.item_bytes) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          where, ": the worker holds ", key.item_bytes,
-          "-byte elements, not ", shard.item_bytes));
+      return absl::FailedPreconditionError(
+          absl::StrCat(where, ": the worker holds ", key.item_bytes,
+                       "-byte elements, not ", shard.item_bytes));
     }
     if (!shard.shape.empty() && shard.shape != key.shape) {
       return absl::FailedPreconditionError(absl::StrCat(
-          where, ": the worker's shard is ", ShapeToString(key.shape),
-          ", not ", ShapeToString(shard.shape)));
+          where, ": the worker's shard is ", ShapeToString(key.shape), ", not ",
+          ShapeToString(shard.shape)));
     }
     absl::Status status = body(peer, key);
     if (status.ok()) {
@@ -780,14 +790,14 @@ absl::Status UcxTransport::Lane::ReadRows(absl::Span<const ShardRows> entries,
     }
     if (rows.empty()) continue;
     const std::string where =
-        absl::StrCat("reading rows of shard ", at.shard_id, " from ",
-                     at.worker, " (", at.address, ") over UCX");
-    TESSERA_RETURN_IF_ERROR(WithKey(
-        shard, where, [&](Peer& peer, Key& key) -> absl::Status {
+        absl::StrCat("reading rows of shard ", at.shard_id, " from ", at.worker,
+                     " (", at.address, ") over UCX");
+    TESSERA_RETURN_IF_ERROR(
+        WithKey(shard, where, [&](Peer& peer, Key& key) -> absl::Status {
           const std::string address = peer.address;
           const int64_t row_bytes = RowBytes(key.shape, key.item_bytes);
-          const size_t per =
-              static_cast<size_t>(std::max<int64_t>(1, options_.stage_bytes / std::max<int64_t>(row_bytes, 1)));
+          const size_t per = static_cast<size_t>(std::max<int64_t>(
+              1, options_.stage_bytes / std::max<int64_t>(row_bytes, 1)));
           std::vector<char> stage(std::min(per, rows.size()) *
                                   static_cast<size_t>(row_bytes));
           for (size_t k0 = 0; k0 < rows.size(); k0 += per) {
@@ -795,9 +805,10 @@ absl::Status UcxTransport::Lane::ReadRows(absl::Span<const ShardRows> entries,
             Ops ops;
             absl::Status status;
             for (size_t j = 0; j < n && status.ok(); ++j) {
-              status = Post(false, peer, key, stage.data() + j * row_bytes,
-                            key.base + static_cast<uint64_t>(rows[k0 + j] * row_bytes),
-                            row_bytes, ops);
+              status = Post(
+                  false, peer, key, stage.data() + j * row_bytes,
+                  key.base + static_cast<uint64_t>(rows[k0 + j] * row_bytes),
+                  row_bytes, ops);
             }
             if (status.ok()) status = Drain(peer, ops);
             if (!status.ok()) {
@@ -828,10 +839,9 @@ absl::Status UcxTransport::Lane::Write(const RemoteShard& shard,
   if (!described.ok()) return Annotate(described.status(), where);
   if (described->item_bytes != shard.item_bytes ||
       described->shape != shard.shape) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(where, ": the worker's shard is ",
-                     ShapeToString(described->shape), " of ",
-                     described->item_bytes, "-byte elements"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, ": the worker's shard is ", ShapeToString(described->shape),
+        " of ", described->item_bytes, "-byte elements"));
   }
   auto found = peers_.find(at.address);
   Peer* peer = found != peers_.end() ? found->second.get() : nullptr;
@@ -858,25 +868,26 @@ absl::Status UcxTransport::Lane::Write(const RemoteShard& shard,
                      zeros);
   Ops ops;
   absl::Status status;
-  if (total > 0 && plan.runs() > 1 && plan.run() * item < options_.min_run_bytes) {
+  if (total > 0 && plan.runs() > 1 &&
+      plan.run() * item < options_.min_run_bytes) {
     // Short runs: packed into the staging buffer first.
     const int64_t chunk = std::max<int64_t>(1, options_.stage_bytes / item);
     std::vector<char> stage(static_cast<size_t>(std::min(chunk, total) * item));
     for (int64_t f = 0; f < total && status.ok(); f += chunk) {
       const int64_t count = std::min(chunk, total - f);
-      CopyBoxToFlatRange(source.data, source.shape, source.offsets,
-                         shard.shape, f, count, stage.data(),
-                         static_cast<size_t>(item));
-      status = Post(true, *peer, key, stage.data(),
-                    key.base + static_cast<uint64_t>(f * item), count * item,
-                    ops);
+      CopyBoxToFlatRange(source.data, source.shape, source.offsets, shard.shape,
+                         f, count, stage.data(), static_cast<size_t>(item));
+      status =
+          Post(true, *peer, key, stage.data(),
+               key.base + static_cast<uint64_t>(f * item), count * item, ops);
       if (status.ok()) status = Drain(*peer, ops);
     }
   } else if (total > 0) {
     plan.ForEach(0, total, [&](int64_t src, int64_t dst, int64_t, int64_t n) {
       if (!status.ok()) return;
-      status = Post(true, *peer, key, const_cast<char*>(source.data) + src * item,
-                    key.base + static_cast<uint64_t>(dst * item), n * item, ops);
+      status =
+          Post(true, *peer, key, const_cast<char*>(source.data) + src * item,
+               key.base + static_cast<uint64_t>(dst * item), n * item, ops);
     });
     if (status.ok()) status = Drain(*peer, ops);
   }
@@ -889,8 +900,8 @@ absl::Status UcxTransport::Lane::Write(const RemoteShard& shard,
     if (!IsPeerFailure(status)) return Annotate(status, where);
     // The worker answered gRPC: another transport can write the shard.
     owner_->MarkNoUcx(at.address);
-    return absl::FailedPreconditionError(
-        absl::StrCat(where, ": UCX cannot reach the worker: ", status.message()));
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, ": UCX cannot reach the worker: ", status.message()));
   }
   grpc::ClientContext context;
   SetDeadline(&context, options_.timeout);
@@ -933,7 +944,9 @@ absl::Status UcxTransport::EnsureStarted() {
   if (!UcxAllowedByEnvironment()) {
     start_status_ = absl::FailedPreconditionError(
         "the UCX transport is turned off (TESSERA_UCX)");
-    spdlog::info("UCX transport off (TESSERA_UCX); data moves over the other transports");
+    spdlog::info(
+        "UCX transport off (TESSERA_UCX); data moves over the other "
+        "transports");
     return start_status_;
   }
   // UCX over TCP serves one-sided reads of this process's memory to any
@@ -968,7 +981,8 @@ void UcxTransport::MarkNoUcx(const std::string& address) {
   no_ucx_until_[address] = absl::Now() + options_.no_ucx_ttl;
 }
 
-absl::StatusOr<std::unique_ptr<UcxTransport::Lane>> UcxTransport::AcquireLane() {
+absl::StatusOr<std::unique_ptr<UcxTransport::Lane>>
+UcxTransport::AcquireLane() {
   void* context = nullptr;
   {
     absl::MutexLock lock(&mu_);
@@ -1010,8 +1024,9 @@ absl::Status UcxTransport::Read(const RemoteShard& shard, const Box& box,
                                 const ReadTarget& target) {
   TESSERA_RETURN_IF_ERROR(EnsureStarted());
   if (shard.item_bytes < 1 || shard.item_bytes > kMaxItemBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "element size ", shard.item_bytes, " is not in [1, ", kMaxItemBytes, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("element size ", shard.item_bytes, " is not in [1, ",
+                     kMaxItemBytes, "]"));
   }
   if (NoUcxAt(shard.location.address)) {
     return absl::FailedPreconditionError(
@@ -1030,9 +1045,9 @@ absl::Status UcxTransport::ReadRows(absl::Span<const ShardRows> entries,
   for (const ShardRows& entry : entries) {
     const RemoteShard& shard = entry.shard;
     if (shard.item_bytes < 1 || shard.item_bytes > kMaxItemBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "element size ", shard.item_bytes, " is not in [1, ", kMaxItemBytes,
-          "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("element size ", shard.item_bytes, " is not in [1, ",
+                       kMaxItemBytes, "]"));
     }
     if (NoUcxAt(shard.location.address)) {
       return absl::FailedPreconditionError(
@@ -1054,8 +1069,9 @@ absl::Status UcxTransport::Write(const RemoteShard& shard,
         "writing through UCX needs the shard's shape");
   }
   if (shard.item_bytes < 1 || shard.item_bytes > kMaxItemBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "element size ", shard.item_bytes, " is not in [1, ", kMaxItemBytes, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("element size ", shard.item_bytes, " is not in [1, ",
+                     kMaxItemBytes, "]"));
   }
   if (NoUcxAt(shard.location.address)) {
     return absl::FailedPreconditionError(

@@ -102,9 +102,10 @@ TEST(UcxTransportTest, ForcedUcxReadsAndWritesLargeShardsByteExact) {
   // Columns 100..1124 of every row: 4 KiB runs, one get each.
   const Box columns{{0, 100}, {2048, 1024}};
   std::string got(2048 * 1024 * 4, '\x5a');
-  ASSERT_THAT(chain->Read(worker.At(1, shape, DType::kFloat32), columns,
-                          ReadTarget::HostArray(got.data(), {2048, 1024}, {0, 0})),
-              IsOk());
+  ASSERT_THAT(
+      chain->Read(worker.At(1, shape, DType::kFloat32), columns,
+                  ReadTarget::HostArray(got.data(), {2048, 1024}, {0, 0})),
+      IsOk());
   std::string cols(got.size(), '\0');
   CopyBox(want.data(), shape, {0, 100}, cols.data(), Shape{2048, 1024}, {0, 0},
           Shape{2048, 1024}, 4);
@@ -132,16 +133,15 @@ TEST(UcxTransportTest, SinkTargetsReceiveTheBoxInOrder) {
     SCOPED_TRACE(box.ToString());
     std::string got(static_cast<size_t>(box.NumElements()) * 4, '\0');
     int64_t next = 0;
-    ASSERT_THAT(
-        ucx.Read(worker.At(1, shape, DType::kInt32), box,
-                 ReadTarget::Sink([&](int64_t first, int64_t count,
-                                      const char* data) {
-                   EXPECT_EQ(first, next);
-                   std::memcpy(got.data() + first * 4, data, count * 4);
-                   next = first + count;
-                   return absl::OkStatus();
-                 })),
-        IsOk());
+    ASSERT_THAT(ucx.Read(worker.At(1, shape, DType::kInt32), box,
+                         ReadTarget::Sink([&](int64_t first, int64_t count,
+                                              const char* data) {
+                           EXPECT_EQ(first, next);
+                           std::memcpy(got.data() + first * 4, data, count * 4);
+                           next = first + count;
+                           return absl::OkStatus();
+                         })),
+                IsOk());
     EXPECT_EQ(next, box.NumElements());
     std::string want(got.size(), '\0');
     CopyBoxToFlatRange(shard.data(), shape, box.offsets, box.sizes, 0,
@@ -151,10 +151,10 @@ TEST(UcxTransportTest, SinkTargetsReceiveTheBoxInOrder) {
   // A thin column would read far more than it needs: declined, so a chain
   // asks the worker to gather it (gRPC).
   std::vector<char> out(100 * 7 * 4);
-  EXPECT_THAT(ucx.Read(worker.At(1, shape, DType::kInt32), Box{{3, 5}, {100, 7}},
-                       ReadTarget::HostArray(out.data(), {100, 7}, {0, 0})),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("too sparse")));
+  EXPECT_THAT(
+      ucx.Read(worker.At(1, shape, DType::kInt32), Box{{3, 5}, {100, 7}},
+               ReadTarget::HostArray(out.data(), {100, 7}, {0, 0})),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("too sparse")));
 }
 
 TEST(UcxTransportTest, FreedShardThroughCachedKeyFailsCleanly) {
@@ -176,8 +176,8 @@ TEST(UcxTransportTest, FreedShardThroughCachedKeyFailsCleanly) {
   ASSERT_THAT(read(1), IsOk());
   ASSERT_THAT(worker.store().Free(1), IsOk());
   // The key is cached and fresh: the gets run, the check refuses them.
-  EXPECT_THAT(read(1), StatusIs(absl::StatusCode::kNotFound,
-                                HasSubstr("not held")));
+  EXPECT_THAT(read(1),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("not held")));
   // Once the worker has unmapped the shard, the reader no longer trusts its
   // old key and asks again: still NOT_FOUND, and nothing faults.
   absl::SleepFor(absl::Milliseconds(500));
@@ -224,22 +224,22 @@ TEST(UcxTransportTest, RowsOfSeveralShardsArriveWhole) {
   entries[1].rows = {3, 49};
   const std::string one = worker.Bytes(1), two = worker.Bytes(2);
   int delivered = 0;
-  ASSERT_THAT(ucx.ReadRows(entries,
-                           [&](size_t e, size_t k, const char* row) {
-                             const int64_t bytes = e == 0 ? 1200 : 56;
-                             const std::string& shard = e == 0 ? one : two;
-                             EXPECT_EQ(std::string(row, bytes),
-                                       shard.substr(entries[e].rows[k] * bytes,
-                                                    bytes))
-                                 << "entry " << e << " row " << k;
-                             ++delivered;
-                           }),
-              IsOk());
+  ASSERT_THAT(
+      ucx.ReadRows(entries,
+                   [&](size_t e, size_t k, const char* row) {
+                     const int64_t bytes = e == 0 ? 1200 : 56;
+                     const std::string& shard = e == 0 ? one : two;
+                     EXPECT_EQ(std::string(row, bytes),
+                               shard.substr(entries[e].rows[k] * bytes, bytes))
+                         << "entry " << e << " row " << k;
+                     ++delivered;
+                   }),
+      IsOk());
   EXPECT_EQ(delivered, 9);
   entries[1].rows = {50};
-  EXPECT_THAT(ucx.ReadRows(entries, [](size_t, size_t, const char*) {}),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("outside")));
+  EXPECT_THAT(
+      ucx.ReadRows(entries, [](size_t, size_t, const char*) {}),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("outside")));
   entries.resize(1);
   ASSERT_THAT(worker.store().Free(1), IsOk());
   EXPECT_THAT(ucx.ReadRows(entries, [](size_t, size_t, const char*) {}),
@@ -256,10 +256,10 @@ TEST(UcxTransportTest, WorkerWithoutUcxFallsBackToGrpcAndCountsIt) {
   ASSERT_THAT(worker.Allocate(1, {1000}, DType::kInt32), IsOk());
   std::vector<char> out(4000);
   for (int i = 0; i < 2; ++i) {
-    ASSERT_THAT(chain->Read(worker.At(1, {1000}, DType::kInt32),
-                            WholeBox({1000}),
-                            ReadTarget::HostArray(out.data(), {1000}, {0})),
-                IsOk());
+    ASSERT_THAT(
+        chain->Read(worker.At(1, {1000}, DType::kInt32), WholeBox({1000}),
+                    ReadTarget::HostArray(out.data(), {1000}, {0})),
+        IsOk());
   }
   EXPECT_TRUE(std::string(out.data(), out.size()) == worker.Bytes(1));
   const DataPlaneStats stats = chain->Stats();
@@ -284,10 +284,11 @@ TEST(UcxTransportTest, ForcedUcxNamesTheTransportAndWorkerItCannotReach) {
                ::testing::AllOf(HasSubstr("ucx transport"), HasSubstr("w0"))));
   RemoteShard gone = worker.At(1, {1000}, DType::kInt32);
   gone.location.address = "127.0.0.1:1";
-  EXPECT_THAT(chain->Read(gone, WholeBox({1000}),
-                          ReadTarget::HostArray(out.data(), {1000}, {0})),
-              StatusIs(absl::StatusCode::kUnavailable,
-                       ::testing::AllOf(HasSubstr("transport"), HasSubstr("w0"))));
+  EXPECT_THAT(
+      chain->Read(gone, WholeBox({1000}),
+                  ReadTarget::HostArray(out.data(), {1000}, {0})),
+      StatusIs(absl::StatusCode::kUnavailable,
+               ::testing::AllOf(HasSubstr("transport"), HasSubstr("w0"))));
 }
 
 }  // namespace

@@ -228,8 +228,8 @@ int Run() {
   node_options.channels.credentials = security->channel_credentials;
   // UCX: both serving keys and pulling from peers, or neither.
   const bool ucx_wanted = absl::GetFlag(FLAGS_ucx) && UcxAllowedByEnvironment();
-  const bool ucx_allowed = ucx_wanted && !security->tls &&
-                           device->kind == Device::Kind::kCpu;
+  const bool ucx_allowed =
+      ucx_wanted && !security->tls && device->kind == Device::Kind::kCpu;
   node_options.peers.ucx = ucx_allowed;
   node_options.peers.transport = absl::GetFlag(FLAGS_peer_transport);
   if (absl::Status s = CheckTransportName(node_options.peers.transport);
@@ -242,29 +242,33 @@ int Run() {
   std::unique_ptr<UcxServer> ucx;
   std::unique_ptr<UcxDataService> ucx_service;
   if (!ucx_wanted) {
-    spdlog::info("UCX off (--ucx=false or TESSERA_UCX=0): shard bytes move "
-                 "over shared memory and gRPC");
+    spdlog::info(
+        "UCX off (--ucx=false or TESSERA_UCX=0): shard bytes move "
+        "over shared memory and gRPC");
   } else if (!ucx_allowed) {
     spdlog::info("UCX off: {}; shard bytes move over shared memory and gRPC",
                  security->tls ? "this worker runs TLS, and UCX would carry "
                                  "shard bytes outside it"
                                : "shards are not in host memory");
   } else if (absl::StatusOr<std::unique_ptr<UcxServer>> started =
-                 StartUcxServer(&node, [&] {
-                   UcxServerOptions ucx_options;
-                   ucx_options.loopback_only =
-                       IsLoopbackHost(listen.substr(0, listen.rfind(':')));
-                   return ucx_options;
-                 }());
+                 StartUcxServer(&node,
+                                [&] {
+                                  UcxServerOptions ucx_options;
+                                  ucx_options.loopback_only = IsLoopbackHost(
+                                      listen.substr(0, listen.rfind(':')));
+                                  return ucx_options;
+                                }());
              !started.ok()) {
-    spdlog::warn("UCX cannot start here ({}); shard bytes move over shared "
-                 "memory and gRPC",
-                 std::string(started.status().message()));
+    spdlog::warn(
+        "UCX cannot start here ({}); shard bytes move over shared "
+        "memory and gRPC",
+        std::string(started.status().message()));
   } else {
     ucx = *std::move(started);
     ucx_service = std::make_unique<UcxDataService>(&node, ucx.get());
-    spdlog::info("UCX on: readers and peers get shard bytes one-sided "
-                 "(UcxData keys on the gRPC port)");
+    spdlog::info(
+        "UCX on: readers and peers get shard bytes one-sided "
+        "(UcxData keys on the gRPC port)");
     if (!IsLoopbackHost(listen.substr(0, listen.rfind(':')))) {
       spdlog::warn(
           "UCX over TCP emulates one-sided access in this process without "

@@ -27,7 +27,8 @@ absl::StatusOr<std::unique_ptr<UcxServer>> StartUcxServer(
     out.keep_alive = std::move(pinned.keep_alive);
     out.data = pinned.data;
     out.bytes = pinned.bytes;
-    out.shape.assign(pinned.desc.box.sizes.begin(), pinned.desc.box.sizes.end());
+    out.shape.assign(pinned.desc.box.sizes.begin(),
+                     pinned.desc.box.sizes.end());
     out.item_bytes = static_cast<int64_t>(ItemSize(pinned.desc.dtype));
     return out;
   };
@@ -41,9 +42,9 @@ grpc::Status UcxDataService::Describe(grpc::ServerContext* context,
   absl::Status status = [&]() -> absl::Status {
     const int n = request->shard_ids_size();
     if (n == 0 || n > kMaxUcxDescribeShards) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("UcxData.Describe names ", n, " shards; give 1 to ",
-                       kMaxUcxDescribeShards));
+      return absl::InvalidArgumentError(absl::StrCat("UcxData.Describe names ",
+                                                     n, " shards; give 1 to ",
+                                                     kMaxUcxDescribeShards));
     }
     const std::vector<uint64_t> ids(request->shard_ids().begin(),
                                     request->shard_ids().end());
@@ -52,7 +53,8 @@ grpc::Status UcxDataService::Describe(grpc::ServerContext* context,
                      request->write() ? kWriteMethod : kReadMethod, ids));
     response->set_worker_address(server_->address());
     for (uint64_t id : ids) {
-      TESSERA_ASSIGN_OR_RETURN(UcxKey key, server_->Register(id, request->write()));
+      TESSERA_ASSIGN_OR_RETURN(UcxKey key,
+                               server_->Register(id, request->write()));
       v1::UcxShardKey* out = response->add_shards();
       out->set_shard_id(id);
       out->set_base(key.base);

@@ -96,9 +96,9 @@ TEST_F(UcxServiceTest, RequestsAreBounded) {
   EXPECT_THAT(Describe(Grant(kRightRead), {}, false).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
   std::vector<uint64_t> many(kMaxUcxDescribeShards + 1, 1);
-  EXPECT_THAT(Describe(Grant(kRightRead), many, false).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("shards")));
+  EXPECT_THAT(
+      Describe(Grant(kRightRead), many, false).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("shards")));
 }
 
 TEST_F(UcxServiceTest, FinishWriteSealsTheShardAndWithdrawsItsWriteKey) {
@@ -111,9 +111,9 @@ TEST_F(UcxServiceTest, FinishWriteSealsTheShardAndWithdrawsItsWriteKey) {
   ASSERT_THAT(FinishWrite(write, 1, 64 * 64 * 4), IsOk());
   EXPECT_EQ(worker_.ucx()->Counts().first, 0u);
   // Sealed: no further write key, and no second seal.
-  EXPECT_THAT(Describe(write, {1}, true).status(),
-              StatusIs(absl::StatusCode::kPermissionDenied,
-                       HasSubstr("sealed")));
+  EXPECT_THAT(
+      Describe(write, {1}, true).status(),
+      StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("sealed")));
   EXPECT_THAT(FinishWrite(write, 1, 64 * 64 * 4),
               StatusIs(absl::StatusCode::kPermissionDenied));
   // Reads go on.

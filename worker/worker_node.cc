@@ -176,9 +176,9 @@ absl::Status WorkerNode::WriteBox(uint64_t id, const Box& box,
   const int64_t item = static_cast<int64_t>(ItemSize(desc.dtype));
   const int64_t size = static_cast<int64_t>(data.size());
   if (byte_offset < 0 || byte_offset % item != 0 || size % item != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "write of ", size, " bytes at byte ", byte_offset, " of shard ", id,
-        " splits its ", item, "-byte elements"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("write of ", size, " bytes at byte ", byte_offset,
+                     " of shard ", id, " splits its ", item, "-byte elements"));
   }
   const int64_t box_bytes = box.NumElements() * item;
   if (byte_offset > box_bytes || size > box_bytes - byte_offset) {
@@ -216,8 +216,8 @@ absl::Status WorkerNode::ReadRows(absl::Span<const ShardRows> shards,
     for (size_t d = 1; d < sizes.size(); ++d) part.row_elements *= sizes[d];
     part.row_bytes =
         part.row_elements * static_cast<int64_t>(ItemSize(desc.dtype));
-    std::vector<int64_t> offsets(sizes.size(), 0), row_sizes(sizes.begin(),
-                                                             sizes.end());
+    std::vector<int64_t> offsets(sizes.size(), 0),
+        row_sizes(sizes.begin(), sizes.end());
     row_sizes[0] = 1;
     part.row_box = Box(absl::Span<const int64_t>(offsets),
                        absl::Span<const int64_t>(row_sizes));

@@ -263,8 +263,8 @@ grpc::Status WorkerService::WriteShard(
       absl::Status admitted = Admit(*node_, *context, "WriteShard", {shard_id});
       if (!admitted.ok()) return ToGrpcStatus(admitted);
       if (chunk.box_sizes_size() > 0 || chunk.box_offsets_size() > 0) {
-        absl::StatusOr<Box> box = BoxFromProto(chunk.box_offsets(),
-                                               chunk.box_sizes(), "box");
+        absl::StatusOr<Box> box =
+            BoxFromProto(chunk.box_offsets(), chunk.box_sizes(), "box");
         if (!box.ok()) return ToGrpcStatus(box.status());
         part = *std::move(box);
       }
@@ -348,9 +348,9 @@ grpc::Status WorkerService::ReadRows(grpc::ServerContext* context,
                                      v1::ReadRowsResponse* response) {
   absl::Status status = [&]() -> absl::Status {
     if (request->shards_size() > node_->options().max_shards_per_request) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "a row read names at most ",
-          node_->options().max_shards_per_request, " shards"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("a row read names at most ",
+                       node_->options().max_shards_per_request, " shards"));
     }
     std::vector<uint64_t> ids;
     std::vector<WorkerNode::ShardRows> shards(request->shards_size());

@@ -550,7 +550,8 @@ class PyClient {
     shape[0] = static_cast<int64_t>(span.size());
     Box box = WholeBox(meta.shape);
     box.sizes[0] = shape[0];
-    py::array array = ValidateOut(out, NumpyDType(meta.dtype), shape, meta, box);
+    py::array array =
+        ValidateOut(out, NumpyDType(meta.dtype), shape, meta, box);
     char* data = static_cast<char*>(array.mutable_data());
     const int64_t nbytes = static_cast<int64_t>(array.nbytes());
     Check(WithoutGil(
@@ -585,9 +586,9 @@ class PyClient {
       Check(ResolveKey(key, meta.shape, &resolved, &result_shape));
       if (array_shape != result_shape) {
         throw StatusError(absl::InvalidArgumentError(absl::StrCat(
-            "update: shape mismatch: the array is ",
-            Str(ToTuple(array_shape)), " but region ", resolved.ToString(),
-            " of '", name, "' is ", Str(ToTuple(result_shape)))));
+            "update: shape mismatch: the array is ", Str(ToTuple(array_shape)),
+            " but region ", resolved.ToString(), " of '", name, "' is ",
+            Str(ToTuple(result_shape)))));
       }
       // The same bytes, with the dims integer indices dropped as size 1.
       shape.assign(resolved.sizes.begin(), resolved.sizes.end());
@@ -612,7 +613,9 @@ class PyClient {
     SafetensorsImportResult result = Unwrap(WithoutGil([&] {
       return tessera::ImportSafetensors(
           *client_, path,
-          [&args](const SafetensorsEntry& e) { return ResolveSpec(args, e.shape); },
+          [&args](const SafetensorsEntry& e) {
+            return ResolveSpec(args, e.shape);
+          },
           prefix);
     }));
     py::list out;
@@ -630,13 +633,13 @@ class PyClient {
 
   // The named tensors (or those starting with `prefix`) into one
   // .safetensors file, gathered straight into its mapping.
-  py::dict ExportSafetensors(const std::string& path, py::object names,
-                             py::object prefix,
-                             const std::vector<std::pair<std::string, std::string>>&
-                                 metadata) {
+  py::dict ExportSafetensors(
+      const std::string& path, py::object names, py::object prefix,
+      const std::vector<std::pair<std::string, std::string>>& metadata) {
     SafetensorsSelection selection =
         prefix.is_none()
-            ? SafetensorsSelection::Names(names.cast<std::vector<std::string>>())
+            ? SafetensorsSelection::Names(
+                  names.cast<std::vector<std::string>>())
             : SafetensorsSelection::Prefix(prefix.cast<std::string>());
     SafetensorsExportResult result = Unwrap(WithoutGil([&] {
       return tessera::ExportSafetensors(*client_, path, selection, metadata);

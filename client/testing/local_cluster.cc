@@ -20,8 +20,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   local->cluster_ = *std::move(cluster);
   local->address_ = local->cluster_->coordinator_address();
   const char* tmp = std::getenv("TEST_TMPDIR");
-  std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp",
-                                 "/local_cluster_XXXXXX");
+  std::string dir =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/local_cluster_XXXXXX");
   if (mkdtemp(dir.data()) == nullptr) {
     return absl::InternalError("mkdtemp failed");
   }
