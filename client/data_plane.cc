@@ -240,20 +240,20 @@ absl::Status GatherRows(Connection& connection, const TensorMetadata& meta,
         const ShardInfo& shard = meta.shards[shares[e].shard_index];
         const size_t r = shares[e].first_row + k;
         const int64_t shard_row_bytes = RowBytes(shard.box.sizes, item);
-        const bool whole_rows = shard_row_bytes == out_row_bytes;
+        if (shard_row_bytes == out_row_bytes) {  // whole rows: one copy each
+          for (int64_t p = plan.first[r]; p < plan.first[r + 1]; ++p) {
+            std::memcpy(out + plan.positions[p] * out_row_bytes, row,
+                        static_cast<size_t>(out_row_bytes));
+          }
+          return;
+        }
         std::vector<int64_t> sizes(shard.box.sizes.begin(),
                                    shard.box.sizes.end());
         sizes[0] = 1;
         std::vector<int64_t> offsets(shard.box.offsets.begin(),
                                      shard.box.offsets.end());
         for (int64_t p = plan.first[r]; p < plan.first[r + 1]; ++p) {
-          const int64_t position = plan.positions[p];
-          if (whole_rows) {
-            std::memcpy(out + position * out_row_bytes, row,
-                        static_cast<size_t>(out_row_bytes));
-            continue;
-          }
-          offsets[0] = position;
+          offsets[0] = plan.positions[p];
           CopyFlatRangeToBox(row, 0, shard_row_bytes / item, sizes, out,
                              out_shape, offsets, static_cast<size_t>(item));
         }

@@ -375,32 +375,10 @@ absl::Status Client::ReadRegion(
       });
 }
 
-absl::StatusOr<HostArray> Client::GatherRows(
-    const std::string& name, absl::Span<const int64_t> indices) {
-  HostArray array;
-  TESSERA_RETURN_IF_ERROR(ReadWithRetry(
-      name, [&](const TensorMetadata& meta, const BoxIndex*) -> absl::Status {
-        if (meta.shape.empty()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("tensor '", name, "' is 0-d: it has no rows"));
-        }
-        TESSERA_ASSIGN_OR_RETURN(RowPlan plan,
-                                 PlanRows(indices, meta.shape[0]));
-        Shape shape = meta.shape;
-        shape[0] = static_cast<int64_t>(indices.size());
-        TESSERA_RETURN_IF_ERROR(ByteSize(shape, ItemSize(meta.dtype)).status());
-        if (array.buffer == nullptr || array.shape != shape ||
-            array.dtype != meta.dtype) {
-          array = HostArray::Allocate(meta.dtype, shape);
-        }
-        return tessera::GatherRows(*connection_, meta, plan, array.data());
-      }));
-  return array;
-}
-
-absl::Status Client::GatherRowsInto(const std::string& name,
-                                    absl::Span<const int64_t> indices,
-                                    char* out, int64_t out_bytes) {
+absl::Status Client::ReadRows(
+    const std::string& name, absl::Span<const int64_t> indices,
+    const std::function<absl::StatusOr<char*>(const TensorMetadata&,
+                                              const Shape&)>& destination) {
   return ReadWithRetry(
       name, [&](const TensorMetadata& meta, const BoxIndex*) -> absl::Status {
         if (meta.shape.empty()) {
@@ -411,15 +389,42 @@ absl::Status Client::GatherRowsInto(const std::string& name,
                                  PlanRows(indices, meta.shape[0]));
         Shape shape = meta.shape;
         shape[0] = static_cast<int64_t>(indices.size());
-        TESSERA_ASSIGN_OR_RETURN(int64_t need,
-                                 ByteSize(shape, ItemSize(meta.dtype)));
-        if (need != out_bytes) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "output buffer has ", out_bytes, " bytes but ", indices.size(),
-              " rows of '", name, "' need ", need));
-        }
+        TESSERA_RETURN_IF_ERROR(ByteSize(shape, ItemSize(meta.dtype)).status());
+        TESSERA_ASSIGN_OR_RETURN(char* out, destination(meta, shape));
         return tessera::GatherRows(*connection_, meta, plan, out);
       });
+}
+
+absl::StatusOr<HostArray> Client::GatherRows(
+    const std::string& name, absl::Span<const int64_t> indices) {
+  HostArray array;
+  TESSERA_RETURN_IF_ERROR(
+      ReadRows(name, indices,
+               [&](const TensorMetadata& meta,
+                   const Shape& shape) -> absl::StatusOr<char*> {
+                 if (array.buffer == nullptr || array.shape != shape ||
+                     array.dtype != meta.dtype) {
+                   array = HostArray::Allocate(meta.dtype, shape);
+                 }
+                 return array.data();
+               }));
+  return array;
+}
+
+absl::Status Client::GatherRowsInto(const std::string& name,
+                                    absl::Span<const int64_t> indices,
+                                    char* out, int64_t out_bytes) {
+  return ReadRows(name, indices,
+                  [&](const TensorMetadata& meta,
+                      const Shape& shape) -> absl::StatusOr<char*> {
+                    const int64_t need = *ByteSize(shape, ItemSize(meta.dtype));
+                    if (need != out_bytes) {
+                      return absl::InvalidArgumentError(absl::StrCat(
+                          "output buffer has ", out_bytes, " bytes but ",
+                          indices.size(), " rows of '", name, "' need ", need));
+                    }
+                    return out;
+                  });
 }
 
 absl::StatusOr<HostArray> Client::Get(const std::string& name,

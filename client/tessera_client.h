@@ -191,6 +191,12 @@ class Client {
       const std::string& name,
       const std::function<absl::Status(const TensorMetadata&, const BoxIndex*)>&
           read);
+  // Reads rows `indices` of the tensor (an array of `shape`: [n] +
+  // shape[1:], checked) into the buffer `destination` gives.
+  absl::Status ReadRows(const std::string& name,
+                        absl::Span<const int64_t> indices,
+                        const std::function<absl::StatusOr<char*>(
+                            const TensorMetadata&, const Shape&)>& destination);
   // Reads `region` of the tensor into the buffer `destination` gives.
   absl::Status ReadRegion(const std::string& name,
                           const std::optional<Box>& region,
