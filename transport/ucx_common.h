@@ -54,6 +54,9 @@ absl::StatusOr<std::string> UcpWorkerAddress(ucp_worker_h worker);
 // returning bytes the worker no longer vouches for.
 inline constexpr unsigned kUcxCheckAm = 17;
 inline constexpr unsigned kUcxCheckReplyAm = 18;
+// The same check for a staging lease (UcxData.Stage), which also ends the
+// lease: the reader's gets of it are done. Answered with kUcxCheckReplyAm.
+inline constexpr unsigned kUcxCheckReleaseAm = 19;
 inline constexpr uint64_t kUcxCheckMagic = 0x7465737365726131;  // "tessera1"
 
 struct UcxCheckRequest {

@@ -2,13 +2,17 @@
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "core/capability.h"
+#include "core/checked_math.h"
+#include "core/strided_copy.h"
 
 namespace tessera {
 namespace {
@@ -69,9 +73,13 @@ absl::StatusOr<std::unique_ptr<UcxServer>> UcxServer::Start(
   handler.id = kUcxCheckAm;
   handler.cb = &UcxServer::OnCheck;
   handler.arg = server.get();
-  const ucs_status_t set =
+  ucs_status_t set =
       ucp_worker_set_am_recv_handler(server->worker_.worker, &handler);
   if (set != UCS_OK) return UcxError("setting the UCX check handler", set);
+  handler.id = kUcxCheckReleaseAm;
+  handler.cb = &UcxServer::OnCheckRelease;
+  set = ucp_worker_set_am_recv_handler(server->worker_.worker, &handler);
+  if (set != UCS_OK) return UcxError("setting the UCX release handler", set);
   server->progress_ = std::thread([s = server.get()] { s->Progress(); });
   server->sweeper_ = std::thread([s = server.get()] {
     while (!s->stop_.WaitForNotificationWithTimeout(s->options_.sweep_interval))
@@ -106,6 +114,8 @@ UcxServer::~UcxServer() {
     live_.clear();
     by_nonce_.clear();
     dead_.clear();
+    leases_.clear();
+    DropStaging();
   }
   for (auto& r : all) Unmap(*r);
   ucp_worker_destroy(worker_.worker);
@@ -198,6 +208,167 @@ absl::StatusOr<UcxKey> UcxServer::Register(uint64_t id, bool write) {
   return key;
 }
 
+absl::Status UcxServer::EnsureStaging() {
+  if (staging_ != nullptr) return absl::OkStatus();
+  const size_t bytes = static_cast<size_t>(options_.staging_bytes);
+  void* map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (map == MAP_FAILED) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("mapping ", bytes,
+                     " bytes of UCX staging memory: ", std::strerror(errno)));
+  }
+  ucp_mem_map_params_t params{};
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                      UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_PROT;
+  params.address = map;
+  params.length = bytes;
+  params.prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE |
+                UCP_MEM_MAP_PROT_REMOTE_READ;
+  ucp_mem_h memh = nullptr;
+  ucs_status_t status = ucp_mem_map(context_, &params, &memh);
+  if (status != UCS_OK) {
+    munmap(map, bytes);
+    return UcxError("registering the UCX staging memory", status);
+  }
+  void* packed = nullptr;
+  size_t packed_size = 0;
+  status = ucp_rkey_pack(context_, memh, &packed, &packed_size);
+  if (status != UCS_OK) {
+    ucp_mem_unmap(context_, memh);
+    munmap(map, bytes);
+    return UcxError("packing the key of the UCX staging memory", status);
+  }
+  staging_rkey_.assign(static_cast<const char*>(packed), packed_size);
+  ucp_rkey_buffer_release(packed);
+  staging_ = static_cast<char*>(map);
+  staging_memh_ = memh;
+  slot_taken_.assign(
+      static_cast<size_t>(options_.staging_bytes / options_.staging_slot_bytes),
+      false);
+  return absl::OkStatus();
+}
+
+void UcxServer::DropStaging() {
+  if (staging_ == nullptr) return;
+  ucp_mem_unmap(context_, staging_memh_);
+  munmap(staging_, static_cast<size_t>(options_.staging_bytes));
+  staging_ = nullptr;
+  staging_memh_ = nullptr;
+  staging_rkey_.clear();
+  slot_taken_.clear();
+}
+
+void UcxServer::EndLease(uint64_t lease) {
+  auto it = leases_.find(lease);
+  if (it == leases_.end()) return;
+  for (size_t i = 0; i < it->second.slots; ++i) {
+    slot_taken_[it->second.first_slot + i] = false;
+  }
+  leased_bytes_ -=
+      static_cast<int64_t>(it->second.slots) * options_.staging_slot_bytes;
+  leases_.erase(it);
+}
+
+absl::StatusOr<UcxStaged> UcxServer::Stage(uint64_t id, const Box& box,
+                                           int64_t first, int64_t count) {
+  if (options_.staging_bytes <= 0 || options_.staging_slot_bytes <= 0 ||
+      options_.staging_bytes < options_.staging_slot_bytes) {
+    return absl::FailedPreconditionError("this worker stages nothing");
+  }
+  absl::StatusOr<UcxPinnedShard> pinned = options_.pin(id);
+  if (!pinned.ok()) {
+    if (absl::IsUnimplemented(pinned.status())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "shard ", id, " is not in host memory: UCX cannot reach it"));
+    }
+    return pinned.status();
+  }
+  const Shape& shape = pinned->shape;
+  const int64_t item = pinned->item_bytes;
+  if (box.rank() != shape.size() || shape.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a box of rank ", box.rank(), " for shard ", id,
+                     " of shape ", ShapeToString(shape)));
+  }
+  if (absl::Status within = CheckWithin(box, shape, "staged box");
+      !within.ok()) {
+    return absl::OutOfRangeError(within.message());
+  }
+  const int64_t total = box.NumElements();
+  if (first < 0 || count < 1 || first > total || count > total - first) {
+    return absl::OutOfRangeError(
+        absl::StrCat("elements [", first, ", +", count, ") are not inside box ",
+                     box.ToString(), " (", total, " elements)"));
+  }
+  absl::StatusOr<int64_t> bytes = CheckedMul(count, item);
+  const int64_t most =
+      std::min(options_.max_stage_bytes, options_.staging_bytes);
+  if (!bytes.ok() || *bytes > most) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("staging ", count, " elements of ", item,
+                     " bytes: at most ", most, " bytes a lease"));
+  }
+  const size_t want = static_cast<size_t>(
+      (*bytes + options_.staging_slot_bytes - 1) / options_.staging_slot_bytes);
+  UcxStaged staged;
+  char* dst = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::Status ready = EnsureStaging();
+    if (!ready.ok()) return ready;
+    // First fit: `want` free slots in a row.
+    size_t run = 0, start = 0;
+    bool found = false;
+    for (size_t i = 0; i < slot_taken_.size(); ++i) {
+      if (slot_taken_[i]) {
+        run = 0;
+        continue;
+      }
+      if (run++ == 0) start = i;
+      if (run == want) {
+        found = true;
+        break;
+      }
+    }
+    if (!found) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the worker's UCX staging memory is leased (", leased_bytes_, " of ",
+          options_.staging_bytes, " bytes)"));
+    }
+    for (size_t i = start; i < start + want; ++i) slot_taken_[i] = true;
+    Lease lease;
+    lease.shard_id = id;
+    lease.first_slot = start;
+    lease.slots = want;
+    lease.expires = absl::Now() + options_.staging_ttl;
+    uint64_t nonce = RandomId();
+    while (nonce == 0 || leases_.contains(nonce) || by_nonce_.contains(nonce) ||
+           dead_.contains(nonce)) {
+      nonce = RandomId();
+    }
+    leases_[nonce] = lease;
+    leased_bytes_ += static_cast<int64_t>(want) * options_.staging_slot_bytes;
+    staging_used_ = absl::Now();
+    dst = staging_ + start * static_cast<size_t>(options_.staging_slot_bytes);
+    staged.lease = nonce;
+    staged.base = reinterpret_cast<uint64_t>(dst);
+    staged.bytes = *bytes;
+    staged.rkey = staging_rkey_;
+  }
+  // Outside the lock: the slots are this lease's, and the region stays
+  // mapped while any lease is held.
+  CopyBoxToFlatRange(pinned->data, shape, box.offsets, box.sizes, first, count,
+                     dst, static_cast<size_t>(item));
+  return staged;
+}
+
+std::pair<size_t, int64_t> UcxServer::StagingCounts() const {
+  absl::MutexLock lock(&mu_);
+  return {leases_.size(), leased_bytes_};
+}
+
 void UcxServer::FinishWrite(uint64_t id) {
   absl::MutexLock lock(&mu_);
   auto it = live_.find({id, true});
@@ -250,6 +421,15 @@ void UcxServer::Sweep() {
       }
     }
     const absl::Time now = absl::Now();
+    std::vector<uint64_t> lapsed;
+    for (const auto& [nonce, lease] : leases_) {
+      if (now >= lease.expires) lapsed.push_back(nonce);
+    }
+    for (uint64_t nonce : lapsed) EndLease(nonce);
+    if (staging_ != nullptr && leases_.empty() &&
+        now - staging_used_ >= options_.grace) {
+      DropStaging();
+    }
     for (auto it = dead_.begin(); it != dead_.end();) {
       if (now - it->second->dead_since >= options_.grace) {
         expired.push_back(it->second);
@@ -262,7 +442,26 @@ void UcxServer::Sweep() {
   for (auto& r : expired) Unmap(*r);
 }
 
-UcxCheckAnswer UcxServer::Check(uint64_t shard_id, uint64_t nonce) {
+UcxCheckAnswer UcxServer::Check(uint64_t shard_id, uint64_t nonce,
+                                bool release) {
+  bool leased = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto lease = leases_.find(nonce);
+    leased = lease != leases_.end() && lease->second.shard_id == shard_id;
+  }
+  if (leased) {
+    // The bytes were staged while the shard was held; they are its bytes
+    // only if it still is. (`held` is called outside the lock.)
+    const bool held = options_.held(shard_id);
+    absl::MutexLock lock(&mu_);
+    // Lapsed meanwhile: its slots may hold another lease's bytes now.
+    if (!leases_.contains(nonce)) return UcxCheckAnswer::kStale;
+    if (release) EndLease(nonce);
+    return held ? UcxCheckAnswer::kHeld : UcxCheckAnswer::kFreed;
+  }
+  // A release names a lease: anything else is stale.
+  if (release) return UcxCheckAnswer::kStale;
   std::shared_ptr<Registration> r;
   {
     absl::MutexLock lock(&mu_);
@@ -290,24 +489,38 @@ ucs_status_t UcxServer::OnCheck(void* arg, const void* header,
                                 size_t header_length, void* /*data*/,
                                 size_t /*length*/,
                                 const ucp_am_recv_param_t* param) {
-  auto* self = static_cast<UcxServer*>(arg);
+  static_cast<UcxServer*>(arg)->AnswerCheck(header, header_length, param,
+                                            /*release=*/false);
+  return UCS_OK;
+}
+
+ucs_status_t UcxServer::OnCheckRelease(void* arg, const void* header,
+                                       size_t header_length, void* /*data*/,
+                                       size_t /*length*/,
+                                       const ucp_am_recv_param_t* param) {
+  static_cast<UcxServer*>(arg)->AnswerCheck(header, header_length, param,
+                                            /*release=*/true);
+  return UCS_OK;
+}
+
+void UcxServer::AnswerCheck(const void* header, size_t header_length,
+                            const ucp_am_recv_param_t* param, bool release) {
   // Anything that is not a well-formed check with a way to answer is
   // dropped: the peer's check then times out.
   if (header_length != sizeof(UcxCheckRequest) ||
       (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0 ||
       param->reply_ep == nullptr) {
-    return UCS_OK;
+    return;
   }
   UcxCheckRequest request;
   std::memcpy(&request, header, sizeof(request));
-  if (request.magic != kUcxCheckMagic) return UCS_OK;
+  if (request.magic != kUcxCheckMagic) return;
   Reply reply{param->reply_ep, {}};
   reply.body.request_id = request.request_id;
   reply.body.answer = static_cast<uint32_t>(
-      self->Check(request.shard_id, request.registration));
+      Check(request.shard_id, request.registration, release));
   // Sent once the progress call returns, not from inside it.
-  self->replies_.push_back(reply);
-  return UCS_OK;
+  replies_.push_back(reply);
 }
 
 void UcxServer::SendReplies() {

@@ -15,6 +15,19 @@
 // addresses against registrations; the pin and the grace are what keep such
 // a stale get harmless there.
 //
+// Staging: a reader whose box has short contiguous runs (a rows -> columns
+// reshard's piece reads 1 KiB of every row) asks the worker to pack a range
+// of the box into staging memory (Stage), gets it with a few large gets,
+// and ends the lease with a check-and-release. The staging memory is one
+// region of `staging_bytes`, mapped and registered at the first Stage and
+// cut into `staging_slot_bytes` slots, so memory use is bounded and a
+// reshard does not fault in fresh pages per piece; it is unmapped once no
+// lease has been taken for `grace`. A lease's slots go back to the pool
+// when it is released or lapses (`staging_ttl`); a reader still getting
+// through a lapsed lease may read bytes staged for another lease, and its
+// check then answers kStale, so such bytes are never returned. A check of a
+// lease answers kFreed when its shard was freed since it was staged.
+//
 // Idle cost: one progress thread that sleeps in epoll on the UCX worker's
 // event fd, and a sweeper that wakes every `sweep_interval`.
 //
@@ -55,6 +68,14 @@ struct UcxPinnedShard {
   int64_t item_bytes = 1;
 };
 
+// A staged range (proto/ucx.proto UcxStageResponse).
+struct UcxStaged {
+  uint64_t lease = 0;
+  uint64_t base = 0;
+  int64_t bytes = 0;
+  std::string rkey;
+};
+
 // What a reader needs to reach one shard (proto/ucx.proto UcxShardKey).
 struct UcxKey {
   uint64_t shard_id = 0;
@@ -82,6 +103,13 @@ struct UcxServerOptions {
   // so counted against the store's capacity as pinned bytes. Well beyond a
   // reader's key lifetime (UcxTransportOptions::key_ttl, 10 s).
   absl::Duration grace = absl::Minutes(1);
+  // Staging memory (see above); 0: Stage answers FAILED_PRECONDITION.
+  int64_t staging_bytes = int64_t{256} << 20;
+  int64_t staging_slot_bytes = int64_t{1} << 20;
+  // Most bytes one lease may hold.
+  int64_t max_stage_bytes = int64_t{32} << 20;
+  // A lease not released for this long lapses.
+  absl::Duration staging_ttl = absl::Seconds(30);
   // Listen for UCX peers on the loopback device only (a worker that serves
   // loopback only); shared-memory transports are unaffected.
   bool loopback_only = false;
@@ -109,6 +137,15 @@ class UcxServer {
   // Withdraws the write registration of shard `id` (its write is done).
   void FinishWrite(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Packs elements [first, first + count) of `box` of shard `id` into
+  // staging memory and leases them (see above). Errors as UcxData.Stage
+  // (proto/ucx.proto) gives them.
+  absl::StatusOr<UcxStaged> Stage(uint64_t id, const Box& box, int64_t first,
+                                  int64_t count) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Leases now, and staging bytes they hold (for tests and metrics).
+  std::pair<size_t, int64_t> StagingCounts() const ABSL_LOCKS_EXCLUDED(mu_);
+
   // Registrations now: live ones, and dead ones waiting out their grace.
   std::pair<size_t, size_t> Counts() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -125,6 +162,12 @@ class UcxServer {
     absl::Time dead_since;
     uint64_t last_use = 0;  // LRU tick
   };
+  struct Lease {
+    uint64_t shard_id = 0;
+    size_t first_slot = 0;
+    size_t slots = 0;
+    absl::Time expires;
+  };
   struct Reply {
     ucp_ep_h ep;
     UcxCheckReply body;
@@ -138,8 +181,18 @@ class UcxServer {
   static ucs_status_t OnCheck(void* arg, const void* header,
                               size_t header_length, void* data, size_t length,
                               const ucp_am_recv_param_t* param);
-  UcxCheckAnswer Check(uint64_t shard_id, uint64_t nonce)
+  static ucs_status_t OnCheckRelease(void* arg, const void* header,
+                                     size_t header_length, void* data,
+                                     size_t length,
+                                     const ucp_am_recv_param_t* param);
+  void AnswerCheck(const void* header, size_t header_length,
+                   const ucp_am_recv_param_t* param, bool release);
+  UcxCheckAnswer Check(uint64_t shard_id, uint64_t nonce, bool release)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Maps and registers the staging region if it is not.
+  absl::Status EnsureStaging() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropStaging() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndLease(uint64_t lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendReplies();  // progress thread only
   void Kill(Registration& r, bool freed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unmap(Registration& r);
@@ -162,6 +215,17 @@ class UcxServer {
   absl::flat_hash_map<uint64_t, std::shared_ptr<Registration>> dead_
       ABSL_GUARDED_BY(mu_);
   uint64_t tick_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Staging: the region (null until the first Stage), its registration and
+  // packed key, which slots are leased, and the leases by their nonce.
+  // Invariant: a slot is marked taken iff exactly one lease holds it.
+  char* staging_ ABSL_GUARDED_BY(mu_) = nullptr;
+  ucp_mem_h staging_memh_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::string staging_rkey_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> slot_taken_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
+  int64_t leased_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time staging_used_ ABSL_GUARDED_BY(mu_);  // last lease taken
 
   std::vector<Reply> replies_;  // progress thread only
   bool stopping_ = false;       // progress thread only

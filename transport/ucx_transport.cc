@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -204,18 +205,33 @@ class UcxTransport::Lane {
   absl::Status Post(bool put, Peer& peer, const Key& key, char* local,
                     uint64_t remote, int64_t bytes, Ops& ops);
   absl::Status Drain(Peer& peer, Ops& ops);
-  absl::Status Gets(Peer& peer, const Key& key, uint64_t shard_id,
+  absl::Status Gets(Peer& peer, const Key& key, const RemoteShard& shard,
                     const Box& box, const ReadTarget& target);
   // OK when the worker still vouches for the key; NOT_FOUND when the shard
-  // was freed, ABORTED when the key was withdrawn.
-  absl::Status StillHeld(Peer& peer, uint64_t shard_id, uint64_t registration);
+  // was freed, ABORTED when the key was withdrawn. `release`: the key is a
+  // staging lease, which the check ends.
+  absl::Status StillHeld(Peer& peer, uint64_t shard_id, uint64_t registration,
+                         bool release = false);
   // After a failure with operations of `ops` outstanding: drops the peer,
   // which cancels them, and waits for their callbacks (which touch `ops`).
   void Abandon(const std::string& address, Ops& ops);
+  // A box whose runs are short: packed by the worker when it can, else
+  // read as whole rows.
+  absl::Status ShortRunGets(Peer& peer, const Key& key,
+                            const RemoteShard& shard, const Box& box,
+                            const ReadTarget& target);
   absl::Status StagedGets(Peer& peer, const Key& key, const Box& box,
                           const ReadTarget& target);
+  // The box packed by the worker (UcxData.Stage) remote_stage_bytes at a
+  // time, each range read with large gets (straight into a host array whose
+  // runs are long, else through a buffer) and its lease checked and ended.
+  // Sets `declined` (and returns OK) when the worker stages nothing for the
+  // first range: the caller reads another way.
+  absl::Status RemoteStagedGets(Peer& peer, const Key& key,
+                                const RemoteShard& shard, const Box& box,
+                                const ReadTarget& target, bool* declined);
   absl::StatusOr<UcxCheckAnswer> Check(Peer& peer, uint64_t shard_id,
-                                       uint64_t registration);
+                                       uint64_t registration, bool release);
   absl::Status Flush(Peer& peer);
 
   static ucs_status_t OnReply(void* arg, const void* header,
@@ -347,8 +363,9 @@ absl::Status UcxTransport::Lane::Drain(Peer& peer, Ops& ops) {
 }
 
 absl::Status UcxTransport::Lane::Gets(Peer& peer, const Key& key,
-                                      uint64_t shard_id, const Box& box,
+                                      const RemoteShard& shard, const Box& box,
                                       const ReadTarget& target) {
+  const uint64_t shard_id = shard.location.shard_id;
   const std::string address = peer.address;
   const int64_t item = key.item_bytes;
   const int64_t total = box.NumElements();
@@ -362,7 +379,7 @@ absl::Status UcxTransport::Lane::Gets(Peer& peer, const Key& key,
     const RunPlan plan(sizes, key.shape, offsets, target.shape(),
                        target.offsets());
     if (plan.runs() > 1 && plan.run() * item < options_.min_run_bytes) {
-      return StagedGets(peer, key, box, target);
+      return ShortRunGets(peer, key, shard, box, target);
     }
     absl::Time checked = absl::Now();
     plan.ForEach(0, total, [&](int64_t src, int64_t dst, int64_t, int64_t n) {
@@ -385,7 +402,7 @@ absl::Status UcxTransport::Lane::Gets(Peer& peer, const Key& key,
   // A sink: the box in flat ranges of the staging buffer, in order.
   const RunPlan plan(sizes, key.shape, offsets, sizes, zeros);
   if (plan.runs() > 1 && plan.run() * item < options_.min_run_bytes) {
-    return StagedGets(peer, key, box, target);
+    return ShortRunGets(peer, key, shard, box, target);
   }
   const int64_t chunk = std::max<int64_t>(1, options_.stage_bytes / item);
   std::vector<char> stage(static_cast<size_t>(std::min(chunk, total) * item));
@@ -404,6 +421,139 @@ absl::Status UcxTransport::Lane::Gets(Peer& peer, const Key& key,
     }
     TESSERA_RETURN_IF_ERROR(target.Deliver(box.sizes, f, count, stage.data(),
                                            static_cast<size_t>(item)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status UcxTransport::Lane::ShortRunGets(Peer& peer, const Key& key,
+                                              const RemoteShard& shard,
+                                              const Box& box,
+                                              const ReadTarget& target) {
+  if (options_.remote_stage_bytes > 0) {
+    bool declined = false;
+    absl::Status status =
+        RemoteStagedGets(peer, key, shard, box, target, &declined);
+    if (!declined) return status;
+  }
+  return StagedGets(peer, key, box, target);
+}
+
+absl::Status UcxTransport::Lane::RemoteStagedGets(Peer& peer, const Key& key,
+                                                  const RemoteShard& shard,
+                                                  const Box& box,
+                                                  const ReadTarget& target,
+                                                  bool* declined) {
+  *declined = false;
+  const std::string address = peer.address;
+  const ShardLocation& at = shard.location;
+  const int64_t item = key.item_bytes;
+  const int64_t total = box.NumElements();
+  const int64_t per = std::max<int64_t>(1, options_.remote_stage_bytes / item);
+  const std::vector<int64_t> zeros(box.rank(), 0);
+  const std::vector<int64_t> sizes(box.sizes.begin(), box.sizes.end());
+  // The staged bytes are the box in row-major order: they go straight to
+  // a host array whose runs are long, else through `local`.
+  std::optional<RunPlan> direct;
+  if (target.is_host_array()) {
+    RunPlan plan(sizes, sizes, zeros, target.shape(), target.offsets());
+    if (plan.runs() <= 1 || plan.run() * item >= options_.min_run_bytes) {
+      direct = std::move(plan);
+    }
+  }
+  std::vector<char> local;
+  if (!direct.has_value()) {
+    local.resize(static_cast<size_t>(std::min(per, total) * item));
+  }
+  std::unique_ptr<v1::UcxData::Stub> stub =
+      v1::UcxData::NewStub(channels_->Get(at.address));
+  absl::Time busy_since = absl::InfiniteFuture();
+  for (int64_t f = 0; f < total;) {
+    const int64_t n = std::min(per, total - f);
+    v1::UcxStageRequest request;
+    request.set_shard_id(at.shard_id);
+    for (int64_t o : box.offsets) request.add_offsets(o);
+    for (int64_t z : box.sizes) request.add_sizes(z);
+    request.set_first(f);
+    request.set_count(n);
+    v1::UcxStageResponse reply;
+    grpc::ClientContext context;
+    SetDeadline(&context,
+                std::min(options_.timeout, std::max(deadline_ - absl::Now(),
+                                                    absl::ZeroDuration())));
+    PresentCapability(&context, at.capability);
+    const grpc::Status rpc = stub->Stage(&context, request, &reply);
+    if (!rpc.ok()) {
+      const grpc::StatusCode code = rpc.error_code();
+      const bool cannot = code == grpc::StatusCode::UNIMPLEMENTED ||
+                          code == grpc::StatusCode::FAILED_PRECONDITION;
+      const bool busy = code == grpc::StatusCode::RESOURCE_EXHAUSTED;
+      if ((cannot || busy) && f == 0) {
+        // Nothing delivered yet: the caller reads another way.
+        *declined = true;
+        return absl::OkStatus();
+      }
+      if (busy) {
+        // Part of the box is delivered (a sink must not see it again):
+        // wait for staging memory, up to stall_timeout.
+        const absl::Time now = absl::Now();
+        if (busy_since == absl::InfiniteFuture()) busy_since = now;
+        if (now - busy_since >= options_.stall_timeout || now >= deadline_) {
+          return absl::UnavailableError(
+              absl::StrCat("the worker at ", at.address,
+                           " had no UCX staging memory free for ",
+                           absl::FormatDuration(now - busy_since)));
+        }
+        absl::SleepFor(absl::Milliseconds(1));
+        continue;
+      }
+      return FromGrpcStatus(rpc);
+    }
+    busy_since = absl::InfiniteFuture();
+    // Every field is checked before it is used.
+    if (reply.worker_address() != peer.ucx_address) {
+      // The worker restarted behind its address: ask for a fresh key.
+      return absl::AbortedError("the worker's UCX address changed");
+    }
+    if (reply.lease() == 0 || reply.bytes() != n * item || reply.base() == 0 ||
+        reply.base() > std::numeric_limits<uint64_t>::max() -
+                           static_cast<uint64_t>(reply.bytes()) ||
+        reply.rkey().empty() || reply.rkey().size() > kMaxRkeyBytes) {
+      return Inconsistent(absl::StrCat("a staged range of ", reply.bytes(),
+                                       " bytes for ", n * item, " asked"));
+    }
+    TESSERA_ASSIGN_OR_RETURN(ucp_rkey_h rkey, Unpack(peer, reply.rkey()));
+    Key staged;
+    staged.rkey = rkey;
+    const uint64_t base = reply.base();
+    Ops ops;
+    absl::Status status;
+    if (direct.has_value()) {
+      direct->ForEach(
+          f, n, [&](int64_t src, int64_t dst, int64_t, int64_t count) {
+            if (!status.ok()) return;
+            status = Post(false, peer, staged, target.data() + dst * item,
+                          base + static_cast<uint64_t>((src - f) * item),
+                          count * item, ops);
+          });
+    } else {
+      status = Post(false, peer, staged, local.data(), base, n * item, ops);
+    }
+    if (status.ok()) status = Drain(peer, ops);
+    if (!status.ok()) {
+      Abandon(address, ops);
+      ucp_rkey_destroy(rkey);
+      return status;
+    }
+    ucp_rkey_destroy(rkey);
+    // The staged bytes are the shard's only if it is still held now; the
+    // check ends the lease.
+    TESSERA_RETURN_IF_ERROR(
+        StillHeld(peer, at.shard_id, reply.lease(), /*release=*/true));
+    if (!direct.has_value()) {
+      TESSERA_RETURN_IF_ERROR(target.Deliver(box.sizes, f, n, local.data(),
+                                             static_cast<size_t>(item)));
+    }
+    f += n;
   }
   return absl::OkStatus();
 }
@@ -461,8 +611,10 @@ absl::Status UcxTransport::Lane::StagedGets(Peer& peer, const Key& key,
   return absl::OkStatus();
 }
 
-absl::StatusOr<UcxCheckAnswer> UcxTransport::Lane::Check(
-    Peer& peer, uint64_t shard_id, uint64_t registration) {
+absl::StatusOr<UcxCheckAnswer> UcxTransport::Lane::Check(Peer& peer,
+                                                         uint64_t shard_id,
+                                                         uint64_t registration,
+                                                         bool release) {
   UcxCheckRequest request;
   request.request_id = ++next_request_;
   request.shard_id = shard_id;
@@ -476,8 +628,9 @@ absl::StatusOr<UcxCheckAnswer> UcxTransport::Lane::Check(
   param.cb.send = &OpDone;
   param.user_data = &ops;
   param.flags = UCP_AM_SEND_FLAG_REPLY;
-  ucs_status_ptr_t sent = ucp_am_send_nbx(peer.ep, kUcxCheckAm, &request,
-                                          sizeof(request), nullptr, 0, &param);
+  ucs_status_ptr_t sent =
+      ucp_am_send_nbx(peer.ep, release ? kUcxCheckReleaseAm : kUcxCheckAm,
+                      &request, sizeof(request), nullptr, 0, &param);
   if (UCS_PTR_IS_ERR(sent)) {
     return UcxError(absl::StrCat("UCX check to ", peer.address),
                     UCS_PTR_STATUS(sent));
@@ -519,9 +672,10 @@ absl::Status UcxTransport::Lane::Flush(Peer& peer) {
 }
 
 absl::Status UcxTransport::Lane::StillHeld(Peer& peer, uint64_t shard_id,
-                                           uint64_t registration) {
+                                           uint64_t registration,
+                                           bool release) {
   TESSERA_ASSIGN_OR_RETURN(UcxCheckAnswer answer,
-                           Check(peer, shard_id, registration));
+                           Check(peer, shard_id, registration, release));
   switch (answer) {
     case UcxCheckAnswer::kHeld:
       return absl::OkStatus();
@@ -765,7 +919,7 @@ absl::Status UcxTransport::Lane::Read(const RemoteShard& shard, const Box& box,
   return WithKey(shard, where, [&](Peer& peer, Key& key) -> absl::Status {
     TESSERA_RETURN_IF_ERROR(CheckWithin(box, key.shape, "region"));
     const uint64_t registration = key.registration;
-    TESSERA_RETURN_IF_ERROR(Gets(peer, key, at.shard_id, box, target));
+    TESSERA_RETURN_IF_ERROR(Gets(peer, key, shard, box, target));
     // `peer` may be gone after a failed get; Gets returned then.
     return StillHeld(peer, at.shard_id, registration);
   });

@@ -8,10 +8,14 @@
 // transports) for the worker's UCX address and the shard's packed remote
 // key, connects, and posts gets: one per contiguous run of the box (a run
 // longer than `max_get_bytes` is cut), up to `max_in_flight` at once. A box
-// whose runs are short is read as whole shard rows into a staging buffer and
-// copied out. Endpoints and unpacked keys are cached per worker and shard
-// (bounded, least recently used dropped) and dropped on any failure; a key
-// is asked for again after `key_ttl`.
+// whose runs are short is packed by the worker into its registered staging
+// memory (UcxData.Stage, a lease checked and ended like a key, see
+// ucx_server.h) and read with a few large gets, straight into the caller's
+// array where its runs are long; a worker that stages nothing has the box
+// read as whole shard rows into a staging buffer and copied out. Endpoints and
+// unpacked keys are cached per worker and shard (bounded, least recently used
+// dropped) and dropped on any failure; a key is asked for again after
+// `key_ttl`.
 //
 // After the gets, the reader asks the worker (a UCX active message) whether
 // the key's shard is still held: a shard freed meanwhile fails the read with
@@ -78,6 +82,10 @@ struct UcxTransportOptions {
   int64_t min_run_bytes = 2048;
   // Staging buffer size.
   int64_t stage_bytes = int64_t{4} << 20;
+  // A box with short runs is first asked of the worker packed (UcxData.Stage)
+  // this many bytes at a time, read with a few large gets; whole rows are
+  // read only when the worker stages nothing. 0: never asked.
+  int64_t remote_stage_bytes = int64_t{16} << 20;
   // A staged read may read at most this many times the box's bytes (else
   // FAILED_PRECONDITION: the worker's own gather over gRPC is better).
   int64_t max_stage_inflation = 16;

@@ -148,12 +148,23 @@ TEST(UcxTransportTest, SinkTargetsReceiveTheBoxInOrder) {
                        box.NumElements(), want.data(), 4);
     EXPECT_TRUE(got == want) << "bytes differ";
   }
-  // A thin column would read far more than it needs: declined, so a chain
-  // asks the worker to gather it (gRPC).
+  // A thin column: the worker packs it (UcxData.Stage) ...
   std::vector<char> out(100 * 7 * 4);
+  const Box thin{{3, 5}, {100, 7}};
+  ASSERT_THAT(ucx.Read(worker.At(1, shape, DType::kInt32), thin,
+                       ReadTarget::HostArray(out.data(), {100, 7}, {0, 0})),
+              IsOk());
+  std::string want(out.size(), '\0');
+  CopyBoxToFlatRange(shard.data(), shape, thin.offsets, thin.sizes, 0,
+                     thin.NumElements(), want.data(), 4);
+  EXPECT_TRUE(std::string(out.data(), out.size()) == want) << "bytes differ";
+  // ... and without that, whole rows would read far more than it needs:
+  // declined, so a chain asks the worker to gather it (gRPC).
+  options.remote_stage_bytes = 0;
+  UcxTransport rows_only(&channels, options);
   EXPECT_THAT(
-      ucx.Read(worker.At(1, shape, DType::kInt32), Box{{3, 5}, {100, 7}},
-               ReadTarget::HostArray(out.data(), {100, 7}, {0, 0})),
+      rows_only.Read(worker.At(1, shape, DType::kInt32), thin,
+                     ReadTarget::HostArray(out.data(), {100, 7}, {0, 0})),
       StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("too sparse")));
 }
 

@@ -92,4 +92,35 @@ grpc::Status UcxDataService::FinishWrite(
   return ToGrpcStatus(status);
 }
 
+grpc::Status UcxDataService::Stage(grpc::ServerContext* context,
+                                   const v1::UcxStageRequest* request,
+                                   v1::UcxStageResponse* response) {
+  const uint64_t id = request->shard_id();
+  absl::Status status = [&]() -> absl::Status {
+    TESSERA_RETURN_IF_ERROR(
+        node_->Admit(PresentedCapability(*context), kReadMethod, {id}));
+    const int rank = request->sizes_size();
+    if (rank < 1 || rank > kMaxUcxStageRank ||
+        request->offsets_size() != rank) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "UcxData.Stage: a box of ", request->offsets_size(), " offsets and ",
+          rank, " sizes; give 1 to ", kMaxUcxStageRank, " of each"));
+    }
+    Box box;
+    box.offsets.assign(request->offsets().begin(), request->offsets().end());
+    box.sizes.assign(request->sizes().begin(), request->sizes().end());
+    TESSERA_ASSIGN_OR_RETURN(
+        UcxStaged staged,
+        server_->Stage(id, box, request->first(), request->count()));
+    response->set_worker_address(server_->address());
+    response->set_lease(staged.lease);
+    response->set_base(staged.base);
+    response->set_bytes(staged.bytes);
+    response->set_rkey(staged.rkey);
+    return absl::OkStatus();
+  }();
+  if (!status.ok()) response->Clear();
+  return ToGrpcStatus(status);
+}
+
 }  // namespace tessera

@@ -18,6 +18,8 @@ namespace tessera {
 
 // Most shards one Describe may name.
 inline constexpr int kMaxUcxDescribeShards = 64;
+// Most dims of a box one Stage may name.
+inline constexpr int kMaxUcxStageRank = 64;
 
 // Starts UCX for `node` (not owned, outlives the server): shards are pinned
 // through its store; freed ones are seen by the store no longer holding
@@ -37,6 +39,9 @@ class UcxDataService final : public v1::UcxData::Service {
   grpc::Status FinishWrite(grpc::ServerContext* context,
                            const v1::UcxFinishWriteRequest* request,
                            v1::UcxFinishWriteResponse* response) override;
+  grpc::Status Stage(grpc::ServerContext* context,
+                     const v1::UcxStageRequest* request,
+                     v1::UcxStageResponse* response) override;
 
  private:
   WorkerNode* const node_;
