@@ -545,6 +545,13 @@ absl::Status RunWorkers(const Invocation& inv, std::ostream& out) {
         << " shard(s) (" << FormatBytes(w.quarantined_bytes)
         << ") quarantined for another cluster\n";
   }
+  // GPU workers: how full their device is (all users of the GPU counted).
+  for (const WorkerInfo& w : workers) {
+    if (w.device_total_bytes == 0) continue;
+    out << "worker " << w.name << " " << w.device.ToString() << ": "
+        << FormatBytes(w.device_total_bytes - w.device_free_bytes) << " of "
+        << FormatBytes(w.device_total_bytes) << " device memory in use\n";
+  }
   return absl::OkStatus();
 }
 

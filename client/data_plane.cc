@@ -93,7 +93,8 @@ absl::Status RetryOnFreshChannel(Connection& connection,
   return RetryTransportFailures(call);
 }
 
-// The data plane's view of shard `index` of `meta` at `location`.
+}  // namespace
+
 RemoteShard ShardAt(const TensorMetadata& meta, size_t index,
                     const ShardLocation& location) {
   RemoteShard shard;
@@ -102,6 +103,8 @@ RemoteShard ShardAt(const TensorMetadata& meta, size_t index,
   shard.shape = ToShape(meta.shards[index].box.sizes);
   return shard;
 }
+
+namespace {
 
 // Reads `in_shard` (shard coordinates) of shard `index` into `target`, from
 // the first place that holds it.
@@ -326,11 +329,16 @@ absl::Status ScatterUpdate(Connection& connection, const TensorMetadata& meta,
 
 absl::Status FetchShard(Connection& connection, const TensorMetadata& meta,
                         size_t index, char* out) {
-  const ShardInfo& shard = meta.shards[index];
+  return FetchShardBox(connection, meta, index,
+                       WholeBox(meta.shards[index].box.sizes), out);
+}
+
+absl::Status FetchShardBox(Connection& connection, const TensorMetadata& meta,
+                           size_t index, const Box& in_shard, char* out) {
   TESSERA_RETURN_IF_ERROR(CheckAvailable(meta, index));
-  const Box whole = WholeBox(shard.box.sizes);
-  return ReadShardBox(connection, meta, index, whole,
-                      ReadTarget::HostArray(out, whole.sizes, whole.offsets));
+  const std::vector<int64_t> zeros(in_shard.rank(), 0);
+  return ReadShardBox(connection, meta, index, in_shard,
+                      ReadTarget::HostArray(out, in_shard.sizes, zeros));
 }
 
 }  // namespace tessera

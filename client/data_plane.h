@@ -57,6 +57,14 @@ absl::Status ScatterUpdate(Connection& connection, const TensorMetadata& meta,
 // shard's box), straight from its worker.
 absl::Status FetchShard(Connection& connection, const TensorMetadata& meta,
                         size_t index, char* out);
+// Reads sub-box `in_shard` (shard coordinates) of shard `index` into `out`,
+// row-major over the sub-box.
+absl::Status FetchShardBox(Connection& connection, const TensorMetadata& meta,
+                           size_t index, const Box& in_shard, char* out);
+
+// The data plane's view of shard `index` of `meta` at `location`.
+RemoteShard ShardAt(const TensorMetadata& meta, size_t index,
+                    const ShardLocation& location);
 
 }  // namespace tessera
 

@@ -4,6 +4,9 @@
 #include "absl/strings/str_cat.h"
 #include "client/connection.h"
 #include "client/data_plane.h"
+#ifdef TESSERA_CUDA
+#include "client/device_reader.h"
+#endif
 #include "core/checked_math.h"
 #include "core/errors.h"
 #include "core/parse.h"
@@ -81,6 +84,8 @@ absl::StatusOr<WorkerInfo> WorkerInfoFromProto(const v1::WorkerInfo& w) {
   info.capacity_bytes = w.capacity_bytes();
   info.quarantined_shards = w.quarantined_shards();
   info.quarantined_bytes = w.quarantined_bytes();
+  info.device_total_bytes = w.device_total_bytes();
+  info.device_free_bytes = w.device_free_bytes();
   return info;
 }
 
@@ -111,8 +116,73 @@ const std::string& Client::coordinator_address() const {
   return connection_->coordinator_address();
 }
 
+Client::Client(std::shared_ptr<Connection> connection)
+    : connection_(std::move(connection)) {}
+
 DataPlaneStats Client::TransferStats() const {
-  return connection_->data_plane().Stats();
+  DataPlaneStats stats = connection_->data_plane().Stats();
+#ifdef TESSERA_CUDA
+  absl::MutexLock lock(&const_cast<Client*>(this)->device_mu_);
+  if (device_ != nullptr && device_->ipc_bytes() > 0) {
+    stats.bytes["cuda_ipc"] += device_->ipc_bytes();
+  }
+#endif
+  return stats;
+}
+
+absl::StatusOr<DeviceReader*> Client::Device() {
+#ifdef TESSERA_CUDA
+  absl::MutexLock lock(&device_mu_);
+  if (device_ == nullptr) {
+    TESSERA_RETURN_IF_ERROR(CheckCudaAvailable());
+    device_ = std::make_shared<DeviceReader>(connection_.get());
+  }
+  return device_.get();
+#else
+  return absl::FailedPreconditionError(
+      "this SDK was built without CUDA (build it with --config=cuda)");
+#endif
+}
+
+absl::Status Client::GetIntoDevice(const std::string& name,
+                                   const std::optional<Box>& region, void* dst,
+                                   int64_t dst_bytes, int device) {
+  TESSERA_ASSIGN_OR_RETURN(DeviceReader * reader, Device());
+#ifdef TESSERA_CUDA
+  return ReadWithRetry(
+      name, [&](const TensorMetadata& meta, const BoxIndex* index) {
+        const Box box = region.has_value() ? *region : WholeBox(meta.shape);
+        TESSERA_RETURN_IF_ERROR(CheckWithin(box, meta.shape, "region"));
+        const int64_t need =
+            box.NumElements() * static_cast<int64_t>(ItemSize(meta.dtype));
+        if (need != dst_bytes) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "device buffer has ", dst_bytes, " bytes but region ",
+              box.ToString(), " of '", name, "' needs ", need));
+        }
+        return reader->GatherRegion(meta, index, box, static_cast<char*>(dst),
+                                    device);
+      });
+#else
+  (void)reader;
+  return absl::InternalError("unreachable");
+#endif
+}
+
+absl::StatusOr<std::vector<DeviceShardView>> Client::MapDevice(
+    const std::string& name) {
+  TESSERA_ASSIGN_OR_RETURN(DeviceReader * reader, Device());
+  std::vector<DeviceShardView> views;
+#ifdef TESSERA_CUDA
+  TESSERA_RETURN_IF_ERROR(ReadWithRetry(
+      name, [&](const TensorMetadata& meta, const BoxIndex*) -> absl::Status {
+        TESSERA_ASSIGN_OR_RETURN(views, reader->Map(meta));
+        return absl::OkStatus();
+      }));
+#else
+  (void)reader;
+#endif
+  return views;
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(

@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "client/client_options.h"
+#include "client/device_view.h"
 #include "client/host_array.h"
 #include "core/box.h"
 #include "core/box_index.h"
@@ -35,7 +36,8 @@
 
 namespace tessera {
 
-class Connection;  // client/connection.h: channels, stubs, data plane
+class Connection;    // client/connection.h: channels, stubs, data plane
+class DeviceReader;  // client/device_reader.h: CUDA IPC (CUDA builds only)
 
 struct TensorInfo {
   std::string name;
@@ -161,14 +163,34 @@ class Client {
 
   const std::string& coordinator_address() const;
 
+  // --- GPU. An SDK built without --config=cuda, or a process without a
+  // usable GPU, answers FAILED_PRECONDITION saying so. ---
+
+  // Copies the whole tensor, or `region` of it, into `dst`: device memory
+  // of exactly the region's byte size on CUDA device `device`, row-major.
+  // Shards that a worker on this host keeps in GPU memory are copied device
+  // to device through CUDA IPC (no host copy); the others are read through
+  // the host and copied up.
+  absl::Status GetIntoDevice(const std::string& name,
+                             const std::optional<Box>& region, void* dst,
+                             int64_t dst_bytes, int device);
+  // Opens every shard of the tensor in this process, zero copy: each view
+  // points at the worker's own device memory (held by a worker on this
+  // host), valid until its valid_until; call again to renew. The weight
+  // cache of an inference engine that restarts.
+  absl::StatusOr<std::vector<DeviceShardView>> MapDevice(
+      const std::string& name);
+
   // Bytes each transport moved for this client since it connected, and the
   // times a transport declined a move (a fallback), by transport name
-  // ("shm", "ucx", "grpc"): what `get --json` reports and metrics count.
+  // ("shm", "ucx", "grpc", and "cuda_ipc" for device-to-device copies):
+  // what `get --json` reports and metrics count.
   DataPlaneStats TransferStats() const;
 
  private:
-  explicit Client(std::shared_ptr<Connection> connection)
-      : connection_(std::move(connection)) {}
+  explicit Client(std::shared_ptr<Connection> connection);
+  // The GPU side, made on first use (null without CUDA).
+  absl::StatusOr<DeviceReader*> Device();
   // Describe; with `lease`, the version is held for this read until
   // ReleaseRead (or the coordinator's lease time).
   absl::StatusOr<TensorMetadata> DescribeInternal(const std::string& name,
@@ -226,6 +248,8 @@ class Client {
   // entry cannot return other data — it can only fail (a freed shard, a dead
   // worker, a region outside an old shape); any failure on a cached entry
   // drops it and the read is retried once on fresh metadata.
+  absl::Mutex device_mu_;
+  std::shared_ptr<DeviceReader> device_ ABSL_GUARDED_BY(device_mu_);
   absl::Mutex cache_mu_;
   absl::flat_hash_map<std::string, CachedTensor> metadata_cache_
       ABSL_GUARDED_BY(cache_mu_);

@@ -199,6 +199,8 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context,
   }
   held.quarantined_shards = request->quarantined_shards();
   held.quarantined_bytes = request->quarantined_bytes();
+  held.device_total_bytes = request->device_total_bytes();
+  held.device_free_bytes = request->device_free_bytes();
   const HeartbeatResult result =
       coordinator_->Heartbeat(request->name(), request->bytes_used(), held);
   response->set_reregister(!result.known);
@@ -226,6 +228,8 @@ grpc::Status CoordinatorService::ListWorkers(
     info->set_capacity_bytes(w.capacity_bytes);
     info->set_quarantined_shards(w.quarantined_shards);
     info->set_quarantined_bytes(w.quarantined_bytes);
+    info->set_device_total_bytes(w.device_total_bytes);
+    info->set_device_free_bytes(w.device_free_bytes);
   }
   // Never fails while names and addresses are checked and max_workers
   // holds (coordinator_service_test proves it); kept as a last guard.

@@ -129,6 +129,8 @@ HeartbeatResult WorkerReconciler::Heartbeat(const std::string& name,
   if (result.known) {
     registry_->SetQuarantined(name, held.quarantined_shards,
                               held.quarantined_bytes);
+    registry_->SetDeviceMemory(name, held.device_total_bytes,
+                               held.device_free_bytes);
   }
   if (!result.known || held_ == nullptr) return result;
   if (held.ids.has_value()) {

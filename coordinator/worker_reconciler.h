@@ -61,6 +61,9 @@ struct HeldReport {
   // What the worker keeps for another cluster (left out of the above).
   int64_t quarantined_shards = 0;
   int64_t quarantined_bytes = 0;
+  // A GPU worker's device memory.
+  int64_t device_total_bytes = 0;
+  int64_t device_free_bytes = 0;
 };
 
 struct HeartbeatResult {

@@ -158,6 +158,17 @@ void WorkerRegistry::SetQuarantined(const std::string& name, int64_t shards,
   it->second.quarantined_bytes = std::max<int64_t>(0, bytes);
 }
 
+void WorkerRegistry::SetDeviceMemory(const std::string& name,
+                                     int64_t total_bytes, int64_t free_bytes) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(name);
+  if (it == workers_.end()) return;
+  // A worker's word, kept within sense: 0 <= free <= total.
+  it->second.device_total_bytes = std::max<int64_t>(0, total_bytes);
+  it->second.device_free_bytes =
+      std::clamp<int64_t>(free_bytes, 0, it->second.device_total_bytes);
+}
+
 std::vector<WorkerRecord> WorkerRegistry::List() const {
   absl::MutexLock lock(&mu_);
   std::vector<WorkerRecord> out;

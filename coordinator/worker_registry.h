@@ -103,6 +103,9 @@ class WorkerRegistry {
   // What the worker keeps quarantined for another cluster (its heartbeat).
   void SetQuarantined(const std::string& name, int64_t shards, int64_t bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // A GPU worker's device memory (its heartbeat).
+  void SetDeviceMemory(const std::string& name, int64_t total_bytes,
+                       int64_t free_bytes) ABSL_LOCKS_EXCLUDED(mu_);
 
   // All workers ordered by rank.
   std::vector<WorkerRecord> List() const ABSL_LOCKS_EXCLUDED(mu_);

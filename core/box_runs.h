@@ -25,6 +25,21 @@ void ForEachBoxRun(
     const std::function<void(int64_t array_element, int64_t range_element,
                              int64_t num_elements)>& fn);
 
+// The same runs gathered into 2-D blocks, for copy engines that take a
+// pitched copy in one call (cudaMemcpy2D): fn(array_element, range_element,
+// run_elements, rows, array_pitch) covers `rows` runs of `run_elements`
+// each, run i at array element array_element + i * array_pitch and range
+// position range_element + i * run_elements. Consecutive runs of equal
+// length and equal spacing in the array join one block; a block whose
+// pitch equals its run length is one contiguous span.
+void ForEachBoxBlock(
+    absl::Span<const int64_t> array_shape,
+    absl::Span<const int64_t> box_offsets, absl::Span<const int64_t> box_sizes,
+    int64_t flat_begin, int64_t count,
+    const std::function<void(int64_t array_element, int64_t range_element,
+                             int64_t run_elements, int64_t rows,
+                             int64_t array_pitch)>& fn);
+
 }  // namespace tessera
 
 #endif  // TESSERA_CORE_BOX_RUNS_H_

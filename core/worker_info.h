@@ -22,6 +22,10 @@ struct WorkerInfo {
   // Shards it keeps for another cluster (quarantined; not durable).
   int64_t quarantined_shards = 0;
   int64_t quarantined_bytes = 0;
+  // A GPU worker's device memory: its size and what is free on it (not
+  // durable; 0 for host workers).
+  int64_t device_total_bytes = 0;
+  int64_t device_free_bytes = 0;
 };
 
 }  // namespace tessera

@@ -19,6 +19,7 @@
 #include "proto/worker.grpc.pb.h"
 #include "rpc/security.h"
 #include "rpc/status.h"
+#include "transport/staged_read.h"
 
 namespace tessera {
 
@@ -192,6 +193,7 @@ absl::StatusOr<SharedSegment> ValidateMapShardReply(
   if (local_host_id.empty() || reply.host_id() != local_host_id) {
     return absl::FailedPreconditionError("worker is on another host");
   }
+  if (!reply.device().empty()) return DeviceShardError(reply.device());
   if (reply.item_bytes() != item_bytes) {
     return absl::FailedPreconditionError(absl::StrCat(
         "segment does not match the shard's metadata (elements of ",
@@ -446,6 +448,31 @@ const std::string& SharedMemoryTransport::name() const {
 absl::Status SharedMemoryTransport::Read(const RemoteShard& shard,
                                          const Box& box,
                                          const ReadTarget& target) {
+  const ShardLocation& at = shard.location;
+  const std::pair<std::string, uint64_t> key(at.address, at.shard_id);
+  bool on_device = false;
+  {
+    absl::MutexLock lock(&device_mu_);
+    on_device = device_shards_.count(key) > 0;
+  }
+  if (!on_device) {
+    absl::Status status = ReadMapped(shard, box, target);
+    if (!IsDeviceShard(status)) return status;
+    absl::MutexLock lock(&device_mu_);
+    if (device_shards_.size() >= kMaxDeviceShards) device_shards_.clear();
+    device_shards_.insert(key);
+  }
+  StagedReadOptions staged;
+  staged.timeout = options_.timeout;
+  staged.mappings = &staging_mappings_;
+  // A sink takes its ranges in order, from one thread.
+  if (!target.is_host_array()) staged.max_streams = 1;
+  return StagedRead(channels_->Get(at.address), shard, box, target, staged);
+}
+
+absl::Status SharedMemoryTransport::ReadMapped(const RemoteShard& shard,
+                                               const Box& box,
+                                               const ReadTarget& target) {
   const ShardLocation& at = shard.location;
   if (cache_ != nullptr) {
     TESSERA_ASSIGN_OR_RETURN(

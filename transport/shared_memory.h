@@ -36,6 +36,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <thread>
@@ -53,6 +54,7 @@
 #include "rpc/channel.h"
 #include "transport/shard_transport.h"
 #include "transport/shared_memory_arena.h"
+#include "transport/staged_read.h"
 
 namespace tessera {
 
@@ -213,6 +215,9 @@ struct SharedMemoryTransportOptions {
 
 // ShardTransport over same-host shared memory: reads are one strided copy
 // out of the worker's segment, writes one copy into it (MapShardForWrite).
+// Shards a same-host worker holds in GPU memory are read through staging
+// slots in shared memory (transport/staged_read.h); the transport remembers
+// which shards those are.
 // FAILED_PRECONDITION whenever the shard cannot be mapped from here: another
 // host, a shard in private or device memory, a shape or element size that
 // differs from the caller's metadata, or a box outside the mapped shard
@@ -236,9 +241,21 @@ class SharedMemoryTransport : public ShardTransport {
                         const RowSink& sink) override;
 
  private:
+  // A read out of the shard's segment (or the worker's word that it has
+  // none: a device shard is FAILED_PRECONDITION marked IsDeviceShard).
+  absl::Status ReadMapped(const RemoteShard& shard, const Box& box,
+                          const ReadTarget& target);
+
+  static constexpr size_t kMaxDeviceShards = 4096;
+
   ChannelCache* const channels_;
   const SharedMemoryTransportOptions options_;
   std::unique_ptr<ShardMappingCache> cache_;  // null unless cache_mappings
+  StagingMappings staging_mappings_;
+  absl::Mutex device_mu_;
+  // Shards (address, id) found in GPU memory: read staged, without asking.
+  std::set<std::pair<std::string, uint64_t>> device_shards_
+      ABSL_GUARDED_BY(device_mu_);
 };
 
 }  // namespace tessera

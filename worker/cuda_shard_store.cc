@@ -2,6 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <mutex>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +20,9 @@ struct CudaShardStore::Shard {
   int64_t bytes = 0;
   char* data = nullptr;  // device memory
   ShardCharge charge;    // against the capacity, until the memory is gone
+  std::once_flag exported;
+  std::string ipc_handle;  // set once, by the first export
+  cudaError_t export_error = cudaSuccess;
   ~Shard() {
     if (data != nullptr) {
       cudaSetDevice(device);
@@ -28,27 +33,119 @@ struct CudaShardStore::Shard {
 
 CudaShardStore::CudaShardStore(int device, int64_t capacity_bytes)
     : device_(device),
-      table_(capacity_bytes, absl::StrCat(" on cuda:", device)) {}
-CudaShardStore::~CudaShardStore() = default;
+      table_(capacity_bytes, absl::StrCat(" on cuda:", device)) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device_) == cudaSuccess) {
+    uuid_.assign(prop.uuid.bytes, sizeof(prop.uuid.bytes));
+  }
+  sweeper_ = std::thread([this] {
+    while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) {
+      DropExpiredHolds();
+    }
+  });
+}
+
+CudaShardStore::~CudaShardStore() {
+  stop_.Notify();
+  sweeper_.join();
+}
+
+void CudaShardStore::DropExpiredHolds() {
+  std::vector<std::shared_ptr<Shard>> expired;  // freed outside the lock
+  absl::MutexLock lock(&holds_mu_);
+  const absl::Time now = absl::Now();
+  for (auto it = holds_.begin(); it != holds_.end();) {
+    if (it->second.until <= now) {
+      expired.push_back(std::move(it->second.shard));
+      it = holds_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+std::optional<DeviceInfo> CudaShardStore::Device() const {
+  DeviceInfo info;
+  info.index = device_;
+  info.uuid = uuid_;
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  if (cudaSetDevice(device_) == cudaSuccess &&
+      cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+    info.total_bytes = static_cast<int64_t>(total_bytes);
+    info.free_bytes = static_cast<int64_t>(free_bytes);
+  }
+  return info;
+}
+
+absl::StatusOr<std::string> CudaShardStore::ExportDevice(uint64_t id,
+                                                         absl::Duration hold) {
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, table_.Find(id));
+  std::call_once(shard->exported, [&] {
+    cudaIpcMemHandle_t handle{};
+    shard->export_error = cudaSetDevice(device_);
+    if (shard->export_error == cudaSuccess) {
+      shard->export_error = cudaIpcGetMemHandle(&handle, shard->data);
+    }
+    if (shard->export_error == cudaSuccess) {
+      shard->ipc_handle.assign(handle.reserved, sizeof(handle.reserved));
+    }
+  });
+  TESSERA_RETURN_IF_ERROR(CudaError(
+      absl::StrCat("exporting shard ", id, " for CUDA IPC"),
+      shard->export_error));
+  absl::MutexLock lock(&holds_mu_);
+  Hold& held = holds_[id];
+  held.until = std::max(held.until, absl::Now() + hold);
+  held.shard = shard;
+  return shard->ipc_handle;
+}
+
+absl::StatusOr<std::shared_ptr<void>> CudaShardStore::RegisterStaging(
+    void* data, int64_t bytes) {
+  if (data == nullptr || bytes <= 0) {
+    return absl::InvalidArgumentError("no staging memory to register");
+  }
+  TESSERA_RETURN_IF_ERROR(
+      CudaError("selecting the device", cudaSetDevice(device_)));
+  TESSERA_RETURN_IF_ERROR(CudaError(
+      absl::StrCat("page-locking ", bytes, " bytes of staging memory"),
+      cudaHostRegister(data, static_cast<size_t>(bytes),
+                       cudaHostRegisterPortable)));
+  return std::shared_ptr<void>(data, [](void* p) { cudaHostUnregister(p); });
+}
 
 namespace {
 
 // Copies elements [flat_begin, +count) of `box` between a shard on the GPU
-// and a dense host buffer, one cudaMemcpy per contiguous run.
+// and a dense host buffer: one pitched copy per block of equally spaced rows
+// (core/box_runs), so a strided sub-box costs a few calls, not one per row.
 absl::Status CopyRuns(char* device, const ShardDesc& desc, const Box& box,
                       int64_t flat_begin, int64_t count, char* host,
                       cudaMemcpyKind kind) {
   const int64_t item = static_cast<int64_t>(ItemSize(desc.dtype));
   cudaError_t error = cudaSuccess;
-  ForEachBoxRun(
+  ForEachBoxBlock(
       desc.box.sizes, box.offsets, box.sizes, flat_begin, count,
-      [&](int64_t shard_element, int64_t range_element, int64_t n) {
+      [&](int64_t shard_element, int64_t range_element, int64_t run,
+          int64_t rows, int64_t pitch) {
         if (error != cudaSuccess) return;
         char* d = device + shard_element * item;
         char* h = host + range_element * item;
-        error = kind == cudaMemcpyDeviceToHost
-                    ? cudaMemcpy(h, d, static_cast<size_t>(n * item), kind)
-                    : cudaMemcpy(d, h, static_cast<size_t>(n * item), kind);
+        const size_t width = static_cast<size_t>(run * item);
+        const size_t d_pitch = static_cast<size_t>(pitch * item);
+        if (rows == 1 || pitch == run) {
+          const size_t bytes = width * static_cast<size_t>(rows);
+          error = kind == cudaMemcpyDeviceToHost
+                      ? cudaMemcpy(h, d, bytes, kind)
+                      : cudaMemcpy(d, h, bytes, kind);
+        } else {
+          error = kind == cudaMemcpyDeviceToHost
+                      ? cudaMemcpy2D(h, width, d, d_pitch, width,
+                                     static_cast<size_t>(rows), kind)
+                      : cudaMemcpy2D(d, d_pitch, h, width, width,
+                                     static_cast<size_t>(rows), kind);
+        }
       });
   return CudaError("copying a region between host and GPU", error);
 }

@@ -1,12 +1,19 @@
 // CudaShardStore: shards in one GPU's memory. Host-side CUDA runtime calls
 // only (no kernels): allocation, memset, and one cudaMemcpy per contiguous
 // run of a strided sub-box. Thread-safe; a read in flight keeps its shard's
-// device memory alive after Free. Only built with --config=cuda.
+// device memory alive after Free, and so does an IPC export until its hold
+// ends (a sweeper thread lets go within a second of that). Only built with
+// --config=cuda.
 #ifndef TESSERA_WORKER_CUDA_SHARD_STORE_H_
 #define TESSERA_WORKER_CUDA_SHARD_STORE_H_
 
+#include <map>
 #include <memory>
+#include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "worker/shard_store.h"
 #include "worker/shard_table.h"
 
@@ -37,11 +44,28 @@ class CudaShardStore : public ShardStore {
   int64_t PinnedBytes() const override;
   std::vector<uint64_t> ShardIds() const override;
 
+  std::optional<DeviceInfo> Device() const override;
+  absl::StatusOr<std::string> ExportDevice(uint64_t id,
+                                           absl::Duration hold) override;
+  absl::StatusOr<std::shared_ptr<void>> RegisterStaging(void* data,
+                                                        int64_t bytes) override;
+
  private:
   struct Shard;
+  // An exported shard's memory, kept until `until`.
+  struct Hold {
+    std::shared_ptr<Shard> shard;
+    absl::Time until;
+  };
+  void DropExpiredHolds() ABSL_LOCKS_EXCLUDED(holds_mu_);
 
   const int device_;
+  std::string uuid_;  // the device's, read once
   ShardTable<Shard> table_;
+  absl::Mutex holds_mu_;
+  std::map<uint64_t, Hold> holds_ ABSL_GUARDED_BY(holds_mu_);
+  absl::Notification stop_;
+  std::thread sweeper_;
 };
 
 }  // namespace tessera

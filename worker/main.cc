@@ -97,6 +97,14 @@ ABSL_FLAG(absl::Duration, pull_idle_timeout,
 ABSL_FLAG(int32_t, max_peer_channels,
           static_cast<int32_t>(tessera::WorkerNodeOptions().max_peer_channels),
           "most connections to peers kept open (least recently used closed)");
+ABSL_FLAG(absl::Duration, device_export_hold,
+          tessera::WorkerNodeOptions().device_export_hold,
+          "GPU workers: how long a CUDA IPC export keeps a shard's device "
+          "memory after a client maps it, freed or not (clients renew)");
+ABSL_FLAG(int64_t, max_staging_bytes,
+          tessera::WorkerNodeOptions().max_staging_bytes,
+          "GPU workers: most bytes of page-locked shared memory staging "
+          "device reads for same-host clients at once");
 ABSL_FLAG(int32_t, max_threads, tessera::ServerOptions().max_threads,
           "most threads serving calls; calls beyond are refused with "
           "RESOURCE_EXHAUSTED");
@@ -187,10 +195,10 @@ int Run() {
     return 1;
   }
   std::unique_ptr<ShardStore> store;
-  // Large host shards live in shared memory, for same-host readers.
-  std::shared_ptr<SharedMemoryArena> arena;
+  // Large host shards live in shared memory, for same-host readers; a GPU
+  // worker stages device reads for them there.
+  auto arena = std::make_shared<SharedMemoryArena>();
   if (device->kind == Device::Kind::kCpu) {
-    arena = std::make_shared<SharedMemoryArena>();
     HostShardStoreOptions store_options;
     store_options.capacity_bytes = absl::GetFlag(FLAGS_capacity_bytes);
     store_options.shard_charge_bytes = absl::GetFlag(FLAGS_shard_charge_bytes);
@@ -225,6 +233,8 @@ int Run() {
   node_options.max_peer_channels =
       static_cast<size_t>(absl::GetFlag(FLAGS_max_peer_channels));
   node_options.arena = arena;
+  node_options.device_export_hold = absl::GetFlag(FLAGS_device_export_hold);
+  node_options.max_staging_bytes = absl::GetFlag(FLAGS_max_staging_bytes);
   node_options.channels.credentials = security->channel_credentials;
   // UCX: both serving keys and pulling from peers, or neither.
   const bool ucx_wanted = absl::GetFlag(FLAGS_ucx) && UcxAllowedByEnvironment();

@@ -7,12 +7,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "core/box.h"
 #include "core/dtype.h"
@@ -84,6 +86,14 @@ struct PinnedShard {
   ShardDesc desc;
 };
 
+// The GPU that holds a device store's shards, and its memory now.
+struct DeviceInfo {
+  int index = 0;           // the CUDA ordinal in the worker's process
+  std::string uuid;        // 16 bytes, the same in every process
+  int64_t total_bytes = 0;  // the device's memory
+  int64_t free_bytes = 0;   // not allocated by anyone, as CUDA reports it
+};
+
 class ShardStore {
  public:
   virtual ~ShardStore() = default;
@@ -132,6 +142,30 @@ class ShardStore {
   // memory); callers then use ReadBox.
   virtual absl::StatusOr<PinnedShard> Pin(uint64_t id) {
     return absl::UnimplementedError("this shard store cannot pin host memory");
+  }
+
+  // Stores whose shards live in GPU memory: that GPU. nullopt: host memory.
+  virtual std::optional<DeviceInfo> Device() const { return std::nullopt; }
+
+  // The CUDA IPC handle (cudaIpcMemHandle_t bytes) of shard `id`'s device
+  // memory, whose first byte is the shard's, for another process on this
+  // host to map. The memory stays allocated at least `hold` from now, even
+  // if the shard is freed meanwhile (counted as pinned until then), so such
+  // a mapping never shows reused memory. FAILED_PRECONDITION for stores in
+  // host memory; NOT_FOUND for a shard not held.
+  virtual absl::StatusOr<std::string> ExportDevice(uint64_t id,
+                                                   absl::Duration hold) {
+    return absl::FailedPreconditionError(
+        "shards are in host memory: there is no device handle");
+  }
+
+  // Page-locks host memory [data, data + bytes) so that ReadBox into it
+  // copies from the device at full speed (a staging buffer), until the
+  // returned handle is dropped; drop it before the memory goes. Host
+  // stores have nothing to do and return null.
+  virtual absl::StatusOr<std::shared_ptr<void>> RegisterStaging(
+      void* data, int64_t bytes) {
+    return nullptr;
   }
 
   // Frees shard `id`; freeing an unknown id is OK (frees are retried).

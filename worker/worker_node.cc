@@ -104,6 +104,11 @@ WorkerNode::WorkerNode(ShardStore* store, WorkerNodeOptions options,
     : store_(store),
       options_(Normalized(std::move(options))),
       peers_(std::move(peers)) {
+  if (options_.arena != nullptr) {
+    staging_ = std::make_unique<StagingPool>(
+        options_.arena, store_, options_.max_staging_bytes,
+        options_.max_staging_bytes / 4);
+  }
   if (peers_ == nullptr) {
     channels_ = std::make_unique<ChannelCache>(options_.channels,
                                                options_.max_peer_channels);
@@ -322,7 +327,23 @@ absl::Status WorkerNode::ReadRegion(uint64_t id, const Box& box,
   return absl::OkStatus();
 }
 
-absl::StatusOr<SharedShardInfo> WorkerNode::MapShard(uint64_t id) const {
+absl::StatusOr<SharedShardInfo> WorkerNode::MapShard(
+    uint64_t id, bool device_handle) const {
+  if (std::optional<DeviceInfo> device = store_->Device(); device) {
+    TESSERA_ASSIGN_OR_RETURN(ShardDesc desc, store_->Describe(id));
+    SharedShardInfo info;
+    info.host_id = LocalHostId();
+    info.shape = ToShape(desc.box.sizes);
+    info.item_bytes = static_cast<int64_t>(ItemSize(desc.dtype));
+    info.device = std::move(device);
+    if (device_handle) {
+      TESSERA_ASSIGN_OR_RETURN(
+          info.ipc_handle,
+          store_->ExportDevice(id, options_.device_export_hold));
+      info.hold = options_.device_export_hold;
+    }
+    return info;
+  }
   absl::StatusOr<PinnedShard> pinned = store_->Pin(id);
   if (absl::IsUnimplemented(pinned.status())) {
     return absl::FailedPreconditionError("shards are not in host memory");
@@ -340,6 +361,53 @@ absl::StatusOr<SharedShardInfo> WorkerNode::MapShard(uint64_t id) const {
   info.shape = ToShape(pinned->desc.box.sizes);
   info.item_bytes = static_cast<int64_t>(ItemSize(pinned->desc.dtype));
   return info;
+}
+
+absl::StatusOr<int64_t> StagedRegion::Fill(int64_t first, int64_t count,
+                                           int slot) {
+  if (slot != 0 && slot != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slot ", slot, ": a staged read has slots 0 and 1"));
+  }
+  const int64_t total = reader_.total();
+  if (first < 0 || count < 0 || first > total || count > total - first) {
+    return OutOfBoundsError(absl::StrCat("elements [", first, ", ",
+                                         first + count, ") of a region of ",
+                                         total, " elements"));
+  }
+  const int64_t bytes = count * reader_.item();  // <= the region's bytes
+  if (bytes > slot_bytes_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a chunk of ", bytes, " bytes does not fit a slot of ",
+                     slot_bytes_));
+  }
+  TESSERA_RETURN_IF_ERROR(
+      reader_.Read(first, count, block_->shared->data() + slot * slot_bytes_));
+  return bytes;
+}
+
+absl::StatusOr<std::unique_ptr<StagedRegion>> WorkerNode::OpenStaged(
+    uint64_t id, const Box& box, int64_t slot_bytes) const {
+  if (!store_->Device().has_value()) {
+    return absl::FailedPreconditionError(
+        "shards are in host memory: map them (MapShard) instead");
+  }
+  if (staging_ == nullptr || LocalHostId().empty()) {
+    return absl::FailedPreconditionError("this worker has no shared memory");
+  }
+  TESSERA_ASSIGN_OR_RETURN(RegionReader reader,
+                           OpenRegion(id, box, kChunkBytes));
+  if (slot_bytes <= 0 || slot_bytes > kMaxStageSlotBytes ||
+      slot_bytes % reader.item() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a staging slot of ", slot_bytes, " bytes: it must hold whole ",
+        reader.item(), "-byte elements and at most ", kMaxStageSlotBytes,
+        " bytes"));
+  }
+  TESSERA_ASSIGN_OR_RETURN(StagingPool::Lease block,
+                           staging_->Acquire(2 * slot_bytes));
+  return std::unique_ptr<StagedRegion>(
+      new StagedRegion(std::move(reader), std::move(block), slot_bytes));
 }
 
 absl::StatusOr<int64_t> WorkerNode::Transfer(

@@ -11,9 +11,11 @@
 #ifndef TESSERA_WORKER_WORKER_NODE_H_
 #define TESSERA_WORKER_WORKER_NODE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,7 @@
 #include "transport/shared_memory_arena.h"
 #include "transport/transport_chain.h"
 #include "worker/shard_store.h"
+#include "worker/staging_pool.h"
 
 namespace tessera {
 
@@ -83,9 +86,21 @@ struct WorkerNodeOptions {
     return options;
   }();
   // The shared memory holding the store's large shards (the same arena the
-  // HostShardStore was given), so MapShard can name a shard's segment.
-  // Null: no shard is offered for mapping.
+  // HostShardStore was given), so MapShard can name a shard's segment, and
+  // the staging slots of StageRead. Null: no shard is offered for mapping,
+  // and shards in GPU memory are read over gRPC only.
   std::shared_ptr<SharedMemoryArena> arena;
+
+  // --- Shards in GPU memory ---
+
+  // How long a CUDA IPC export keeps a shard's device memory after the
+  // MapShard that asked for it, freed or not: a client's mapping is valid
+  // that long, and renews it by asking again.
+  absl::Duration device_export_hold = absl::Minutes(1);
+  // Most bytes of page-locked staging blocks (StageRead) at once; a stream
+  // past it is refused (RESOURCE_EXHAUSTED) and its client reads over gRPC
+  // instead. Up to a quarter of it stays made between reads.
+  int64_t max_staging_bytes = int64_t{1} << 30;
 };
 
 // One shard of an allocation.
@@ -97,9 +112,14 @@ struct ShardAllocation {
 // What a same-host reader needs to map a shard's bytes.
 struct SharedShardInfo {
   std::string host_id;  // LocalHostId() of this worker
-  SegmentInfo segment;  // name, size, liveness lock
+  SegmentInfo segment;  // name, size, liveness lock (host shards)
   Shape shape;          // the shard's box sizes
   int64_t item_bytes = 1;
+  // A shard in GPU memory has no segment: the device instead, and, when
+  // asked for, its CUDA IPC handle, valid `hold` from now.
+  std::optional<DeviceInfo> device;
+  std::string ipc_handle;
+  absl::Duration hold;
 };
 
 // A validated read of a sub-box of one shard, cut into chunks of whole
@@ -133,6 +153,42 @@ class RegionReader {
   int64_t total_ = 0;
   std::shared_ptr<void> pinned_;  // set with base_
   const char* base_ = nullptr;
+};
+
+// Largest staging slot a StageRead stream may ask for.
+inline constexpr int64_t kMaxStageSlotBytes = int64_t{64} << 20;
+
+// A sub-box of a shard in GPU memory, read through two page-locked slots of
+// a shared-memory block lent by the worker's StagingPool, which a client on
+// this host maps (Worker.StageRead): each chunk is copied from the device
+// straight into a slot, at the full speed of the link. Destroying it gives
+// the block back. Used by one stream, from one thread at a time.
+class StagedRegion {
+ public:
+  ~StagedRegion() = default;
+  StagedRegion(const StagedRegion&) = delete;
+  StagedRegion& operator=(const StagedRegion&) = delete;
+
+  const SegmentInfo& segment() const { return block_->segment; }
+  int64_t slot_bytes() const { return slot_bytes_; }
+  int64_t total() const { return reader_.total(); }  // elements
+
+  // Copies elements [first, first + count) of the row-major sub-box into
+  // slot `slot` (0 or 1) and returns their bytes. OUT_OF_RANGE outside the
+  // sub-box; INVALID_ARGUMENT for another slot or more than a slot.
+  absl::StatusOr<int64_t> Fill(int64_t first, int64_t count, int slot);
+
+ private:
+  friend class WorkerNode;
+  StagedRegion(RegionReader reader, StagingPool::Lease block,
+               int64_t slot_bytes)
+      : reader_(std::move(reader)),
+        block_(std::move(block)),
+        slot_bytes_(slot_bytes) {}
+
+  RegionReader reader_;
+  StagingPool::Lease block_;
+  int64_t slot_bytes_;
 };
 
 class WorkerNode {
@@ -190,9 +246,21 @@ class WorkerNode {
   absl::Status ReadRegion(uint64_t id, const Box& box, int64_t item_bytes,
                           const ReadTarget& target) const;
 
-  // Names the shared-memory segment holding shard `id`. FAILED_PRECONDITION
-  // when the shard is not in shared memory; NOT_FOUND when it is not held.
-  absl::StatusOr<SharedShardInfo> MapShard(uint64_t id) const;
+  // Names the shared-memory segment holding shard `id`, or, for a shard in
+  // GPU memory, the device (and with `device_handle` its CUDA IPC handle,
+  // the memory held options().device_export_hold from now).
+  // FAILED_PRECONDITION when the shard is in private host memory; NOT_FOUND
+  // when it is not held.
+  absl::StatusOr<SharedShardInfo> MapShard(uint64_t id,
+                                           bool device_handle = false) const;
+
+  // Opens a staged read of `box` (shard coordinates) of shard `id`, held in
+  // GPU memory, with two slots of `slot_bytes` (whole elements, at most
+  // kMaxStageSlotBytes). FAILED_PRECONDITION for shards in host memory (map
+  // them) or a worker without shared memory; RESOURCE_EXHAUSTED past
+  // options().max_staging_bytes; NOT_FOUND / OUT_OF_RANGE as OpenRegion.
+  absl::StatusOr<std::unique_ptr<StagedRegion>> OpenStaged(
+      uint64_t id, const Box& box, int64_t slot_bytes) const;
 
   // Moves every piece of `batch` into shards held here and returns the
   // bytes written. Destination boxes are checked against their shards
@@ -237,6 +305,8 @@ class WorkerNode {
 
   ShardStore* const store_;
   const WorkerNodeOptions options_;
+  // Lends the staging blocks of StageRead (null without an arena).
+  std::unique_ptr<StagingPool> staging_;
   mutable absl::Mutex mu_;
   std::string name_ ABSL_GUARDED_BY(mu_);
   std::string key_ ABSL_GUARDED_BY(mu_);

@@ -376,13 +376,15 @@ grpc::Status WorkerService::ReadRows(grpc::ServerContext* context,
 grpc::Status WorkerService::MapShard(grpc::ServerContext* context,
                                      const v1::MapShardRequest* request,
                                      v1::MapShardResponse* response) {
-  // Segments are named only to holders of a read capability.
+  // Segments and device handles are named only to holders of a read
+  // capability.
   if (absl::Status admitted =
           Admit(*node_, *context, "MapShard", {request->shard_id()});
       !admitted.ok()) {
     return ToGrpcStatus(admitted);
   }
-  absl::StatusOr<SharedShardInfo> info = node_->MapShard(request->shard_id());
+  absl::StatusOr<SharedShardInfo> info =
+      node_->MapShard(request->shard_id(), request->device_handle());
   if (!info.ok()) return ToGrpcStatus(info.status());
   response->set_host_id(info->host_id);
   response->set_segment(info->segment.name);
@@ -390,6 +392,64 @@ grpc::Status WorkerService::MapShard(grpc::ServerContext* context,
   for (int64_t s : info->shape) response->add_shape(s);
   response->set_item_bytes(info->item_bytes);
   response->set_liveness(info->segment.liveness);
+  if (info->device.has_value()) {
+    // A held shard's size is known to fit.
+    response->set_bytes(
+        ByteSize(info->shape, static_cast<size_t>(info->item_bytes))
+            .value_or(0));
+    response->set_device(absl::StrCat("cuda:", info->device->index));
+    response->set_device_uuid(info->device->uuid);
+    response->set_ipc_handle(info->ipc_handle);
+    response->set_hold_ms(absl::ToInt64Milliseconds(info->hold));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::StageRead(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::StageReadResponse, v1::StageReadRequest>*
+        stream) {
+  const StreamSlot slot(&active_streams_, node_->options().max_streams);
+  if (absl::Status s = slot.status(node_->options().max_streams); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  IdleLimit limit(context, node_->options().stream_idle_timeout);
+  v1::StageReadRequest request;
+  if (!limit.Run([&] { return stream->Read(&request); })) {
+    if (limit.fired()) return limit.Expired("sent");
+    return ToGrpcStatus(
+        absl::InvalidArgumentError("malformed or missing StageReadRequest"));
+  }
+  if (absl::Status admitted =
+          Admit(*node_, *context, "StageRead", {request.shard_id()});
+      !admitted.ok()) {
+    return ToGrpcStatus(admitted);
+  }
+  absl::StatusOr<Box> box =
+      BoxFromProto(request.offsets(), request.sizes(), "region");
+  if (!box.ok()) return ToGrpcStatus(box.status());
+  absl::StatusOr<std::unique_ptr<StagedRegion>> staged =
+      node_->OpenStaged(request.shard_id(), *box, request.slot_bytes());
+  if (!staged.ok()) return ToGrpcStatus(staged.status());
+  v1::StageReadResponse reply;
+  reply.set_host_id(LocalHostId());
+  reply.set_segment((*staged)->segment().name);
+  reply.set_segment_bytes((*staged)->segment().bytes);
+  reply.set_liveness((*staged)->segment().liveness);
+  if (!limit.Run([&] { return stream->Write(reply); })) {
+    return limit.fired() ? limit.Expired("read") : grpc::Status::OK;
+  }
+  // One chunk per request, in order; the client's half-close ends it.
+  while (limit.Run([&] { return stream->Read(&request); })) {
+    absl::StatusOr<int64_t> bytes =
+        (*staged)->Fill(request.first(), request.count(), request.slot());
+    if (!bytes.ok()) return ToGrpcStatus(bytes.status());
+    reply.Clear();
+    reply.set_slot(request.slot());
+    reply.set_bytes(*bytes);
+    if (!limit.Run([&] { return stream->Write(reply); })) break;
+  }
+  if (limit.fired()) return limit.Expired("took or sent");
   return grpc::Status::OK;
 }
 

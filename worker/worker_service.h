@@ -59,6 +59,10 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status FreeShards(grpc::ServerContext* context,
                           const v1::FreeShardsRequest* request,
                           v1::FreeShardsResponse* response) override;
+  grpc::Status StageRead(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::StageReadResponse, v1::StageReadRequest>*
+          stream) override;
 
   // What AllocateShards and FreeShards do, with the caller's capability
   // given rather than read from call metadata: for in-process callers (the
@@ -73,8 +77,8 @@ class WorkerService final : public v1::Worker::Service {
 
  private:
   WorkerNode* const node_;
-  // ReadRegion and WriteShard streams being served (node options'
-  // max_streams).
+  // ReadRegion, WriteShard and StageRead streams being served (node
+  // options' max_streams).
   std::atomic<int> active_streams_{0};
 };
 

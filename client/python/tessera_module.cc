@@ -405,6 +405,8 @@ class PyClient {
       d["capacity_bytes"] = w.capacity_bytes;
       d["quarantined_shards"] = w.quarantined_shards;
       d["quarantined_bytes"] = w.quarantined_bytes;
+      d["device_total_bytes"] = w.device_total_bytes;
+      d["device_free_bytes"] = w.device_free_bytes;
       out.append(d);
     }
     return out;

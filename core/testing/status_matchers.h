@@ -193,4 +193,16 @@ internal::IsOkAndHoldsMatcher<std::decay_t<InnerMatcher>> IsOkAndHolds(
 #define ASSERT_OK(expr) ASSERT_THAT((expr), ::tessera::testing::IsOk())
 #define EXPECT_OK(expr) EXPECT_THAT((expr), ::tessera::testing::IsOk())
 
+// ASSERT_OK_AND_ASSIGN(T x, expr): fails the test with the status unless
+// the StatusOr `expr` is OK, else moves its value into `x`.
+#define TESSERA_TESTING_CONCAT_INNER_(a, b) a##b
+#define TESSERA_TESTING_CONCAT_(a, b) TESSERA_TESTING_CONCAT_INNER_(a, b)
+#define ASSERT_OK_AND_ASSIGN(lhs, expr)                                     \
+  ASSERT_OK_AND_ASSIGN_IMPL_(                                               \
+      TESSERA_TESTING_CONCAT_(status_or_value_, __LINE__), lhs, expr)
+#define ASSERT_OK_AND_ASSIGN_IMPL_(statusor, lhs, expr) \
+  auto statusor = (expr);                               \
+  ASSERT_TRUE(statusor.ok()) << statusor.status();      \
+  lhs = std::move(*statusor)
+
 #endif  // TESSERA_CORE_TESTING_STATUS_MATCHERS_H_

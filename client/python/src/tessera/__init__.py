@@ -338,6 +338,9 @@ class WorkerInfo:
     # coordinator's: quarantined, never freed on its word.
     quarantined_shards: int = 0
     quarantined_bytes: int = 0
+    # A GPU worker's device memory: its size and what is free (0: host).
+    device_total_bytes: int = 0
+    device_free_bytes: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,280 @@
+#include "transport/staged_read.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "proto/worker.grpc.pb.h"
+#include "rpc/security.h"
+#include "rpc/status.h"
+#include "transport/shared_memory_arena.h"
+
+namespace tessera {
+namespace {
+
+constexpr char kDevicePayload[] = "tessera.dev/device-shard";
+
+bool IsShmName(absl::string_view name) {
+  return name.size() >= 2 && name.size() <= 255 && name[0] == '/' &&
+         name.find('/', 1) == absl::string_view::npos &&
+         name.find('\0') == absl::string_view::npos;
+}
+
+absl::Status Inconsistent(absl::string_view what) {
+  return absl::InternalError(
+      absl::StrCat("worker's StageRead reply is inconsistent: ", what));
+}
+
+// Maps segment `name` of at least `bytes`, checked with fstat.
+absl::StatusOr<std::shared_ptr<const StagingSegment>> MapSegment(
+    const std::string& name, int64_t bytes, int* keep_fd) {
+  const int fd = shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shm_open ", name, ": ", std::strerror(errno)));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || st.st_size < bytes) {
+    close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat("staging segment ", name, " is too short"));
+  }
+  void* map = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ, MAP_SHARED,
+                   fd, 0);
+  if (map == MAP_FAILED) {
+    close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat("mmap of staging: ", std::strerror(errno)));
+  }
+  if (keep_fd != nullptr) {
+    *keep_fd = fd;
+  } else {
+    close(fd);
+  }
+  return std::make_shared<const StagingSegment>(static_cast<const char*>(map),
+                                                static_cast<size_t>(bytes));
+}
+
+bool Unlinked(int fd) {
+  struct stat st {};
+  return fstat(fd, &st) != 0 || st.st_nlink == 0;
+}
+
+// Checks a StageRead's first reply and maps its segment.
+absl::StatusOr<std::shared_ptr<const StagingSegment>> OpenSlots(
+    const v1::StageReadResponse& reply, int64_t slot_bytes,
+    StagingMappings* mappings) {
+  if (LocalHostId().empty() || reply.host_id() != LocalHostId()) {
+    return absl::FailedPreconditionError("worker is on another host");
+  }
+  if (!IsShmName(reply.segment()) ||
+      (!reply.liveness().empty() && !IsShmName(reply.liveness()))) {
+    return Inconsistent("a name is not one shared-memory object");
+  }
+  // Two slots, in a block of at most twice that and one rounding step.
+  if (reply.segment_bytes() < 2 * slot_bytes ||
+      reply.segment_bytes() > 4 * slot_bytes + (int64_t{2} << 20)) {
+    return Inconsistent(absl::StrCat("a segment of ", reply.segment_bytes(),
+                                     " bytes for two slots of ", slot_bytes));
+  }
+  if (mappings != nullptr) {
+    return mappings->Map(reply.segment(), reply.segment_bytes());
+  }
+  return MapSegment(reply.segment(), reply.segment_bytes(), nullptr);
+}
+
+// What a failed stream means for the chain: staging that cannot happen here
+// is a FAILED_PRECONDITION (read over gRPC instead).
+absl::Status StreamError(const grpc::Status& status) {
+  switch (status.error_code()) {
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return absl::FailedPreconditionError("worker does not stage reads");
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker cannot stage now: ", status.error_message()));
+    default:
+      return FromGrpcStatus(status);
+  }
+}
+
+// Elements [first, first + count) of the box through one stream.
+absl::Status StagePart(const std::shared_ptr<grpc::Channel>& channel,
+                       const RemoteShard& shard, const Box& box, int64_t first,
+                       int64_t count, const ReadTarget& target,
+                       const StagedReadOptions& options) {
+  const int64_t item = shard.item_bytes;
+  const int64_t slot_elements =
+      std::max<int64_t>(1, std::min(count, options.slot_bytes / item));
+  const int64_t slot_bytes = slot_elements * item;
+  grpc::ClientContext context;
+  SetDeadline(&context, options.timeout);
+  PresentCapability(&context, shard.location.capability);
+  auto stream = v1::Worker::NewStub(channel)->StageRead(&context);
+  // Ends the stream and returns the worker's word on it when it has one.
+  const auto finish = [&](absl::Status local) {
+    stream->WritesDone();
+    const grpc::Status rpc = stream->Finish();
+    if (!rpc.ok()) return StreamError(rpc);
+    return local;
+  };
+  v1::StageReadRequest request;
+  request.set_shard_id(shard.location.shard_id);
+  for (size_t d = 0; d < box.rank(); ++d) {
+    request.add_offsets(box.offsets[d]);
+    request.add_sizes(box.sizes[d]);
+  }
+  request.set_slot_bytes(slot_bytes);
+  v1::StageReadResponse reply;
+  if (!stream->Write(request) || !stream->Read(&reply)) {
+    return finish(absl::UnavailableError("staging stream ended early"));
+  }
+  absl::StatusOr<std::shared_ptr<const StagingSegment>> segment =
+      OpenSlots(reply, slot_bytes, options.mappings);
+  if (!segment.ok()) {
+    context.TryCancel();
+    stream->Finish();
+    return segment.status();
+  }
+  const char* const slots = (*segment)->data();
+  struct Chunk {
+    int64_t first;
+    int64_t count;
+    int slot;
+  };
+  std::deque<Chunk> in_flight;
+  int64_t next = first;
+  const int64_t end = first + count;
+  // A slot is asked for again only once its chunk has been copied out, and
+  // the worker fills chunks in order: the two never race.
+  const auto ask = [&](int slot) {
+    const Chunk chunk{next, std::min(slot_elements, end - next), slot};
+    request.Clear();
+    request.set_first(chunk.first);
+    request.set_count(chunk.count);
+    request.set_slot(slot);
+    next += chunk.count;
+    in_flight.push_back(chunk);
+    return stream->Write(request);
+  };
+  for (int slot = 0; slot < 2 && next < end; ++slot) {
+    if (!ask(slot)) return finish(absl::UnavailableError("staging stopped"));
+  }
+  while (!in_flight.empty()) {
+    const Chunk chunk = in_flight.front();
+    in_flight.pop_front();
+    if (!stream->Read(&reply)) {
+      return finish(absl::UnavailableError("staging stream ended early"));
+    }
+    if (reply.slot() != chunk.slot || reply.bytes() != chunk.count * item) {
+      context.TryCancel();
+      stream->Finish();
+      return Inconsistent(absl::StrCat("slot ", reply.slot(), " with ",
+                                       reply.bytes(), " bytes for slot ",
+                                       chunk.slot, " of ", chunk.count * item));
+    }
+    TESSERA_RETURN_IF_ERROR(target.Deliver(box.sizes, chunk.first,
+                                           chunk.count, slots + chunk.slot * slot_bytes,
+                                           static_cast<size_t>(item)));
+    if (next < end && !ask(chunk.slot)) {
+      return finish(absl::UnavailableError("staging stopped"));
+    }
+  }
+  return finish(absl::OkStatus());
+}
+
+}  // namespace
+
+StagingSegment::~StagingSegment() {
+  munmap(const_cast<char*>(data_), bytes_);
+}
+
+StagingMappings::~StagingMappings() {
+  for (const auto& [name, entry] : entries_) close(entry.fd);
+}
+
+absl::StatusOr<std::shared_ptr<const StagingSegment>> StagingMappings::Map(
+    const std::string& name, int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  // Segments their workers dropped go first.
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (Unlinked(it->second.fd)) {
+      close(it->second.fd);
+      it = entries_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  auto it = entries_.find(name);
+  if (it != entries_.end() && it->second.segment->bytes() == bytes) {
+    return it->second.segment;
+  }
+  if (it != entries_.end()) {
+    close(it->second.fd);
+    entries_.erase(it);
+  }
+  int fd = -1;
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<const StagingSegment> segment,
+                           MapSegment(name, bytes, &fd));
+  if (entries_.size() >= kMaxSegments) {
+    close(entries_.begin()->second.fd);
+    entries_.erase(entries_.begin());
+  }
+  entries_[name] = Entry{fd, segment};
+  return segment;
+}
+
+absl::Status DeviceShardError(absl::string_view device) {
+  absl::Status status = absl::FailedPreconditionError(
+      absl::StrCat("the shard is in GPU memory (", device, ")"));
+  status.SetPayload(kDevicePayload, absl::Cord(device));
+  return status;
+}
+
+bool IsDeviceShard(const absl::Status& status) {
+  return absl::IsFailedPrecondition(status) &&
+         status.GetPayload(kDevicePayload).has_value();
+}
+
+absl::Status StagedRead(const std::shared_ptr<grpc::Channel>& channel,
+                        const RemoteShard& shard, const Box& box,
+                        const ReadTarget& target,
+                        const StagedReadOptions& options) {
+  const int64_t total = box.NumElements();
+  if (total == 0 || shard.item_bytes <= 0) {
+    return absl::FailedPreconditionError("nothing to stage");
+  }
+  const int64_t bytes = total * shard.item_bytes;
+  const int64_t streams = std::clamp<int64_t>(
+      bytes / std::max<int64_t>(1, options.min_stream_bytes), 1,
+      std::max(1, options.max_streams));
+  const int64_t per_stream = (total + streams - 1) / streams;
+  std::vector<absl::Status> results(static_cast<size_t>(streams));
+  std::vector<std::thread> threads;
+  const auto run = [&](int64_t k) {
+    const int64_t first = k * per_stream;
+    const int64_t count = std::min(per_stream, total - first);
+    if (count > 0) {
+      results[k] =
+          StagePart(channel, shard, box, first, count, target, options);
+    }
+  };
+  for (int64_t k = 1; k < streams; ++k) threads.emplace_back(run, k);
+  run(0);
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& s : results) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tessera
