@@ -49,7 +49,10 @@ counted container_test deploy/container_test.sh
 # The GPU path must compile even without a GPU (CUDA headers and libraries
 # from /usr/local/cuda). Built last: it relinks bazel-bin/worker/tessera-worker.
 if [ -d /usr/local/cuda/include ]; then
-  bazel build "${BAZEL_FLAGS[@]}" --config=cuda //... || rc=1
+  # The GPU suite and bench are "manual" (they need a GPU to run) but are
+  # built here, so they compile in CI.
+  bazel build "${BAZEL_FLAGS[@]}" --config=cuda //... //tests:gpu_test \
+    //bench:gpu_bench || rc=1
 else
   echo "no /usr/local/cuda: skipping the --config=cuda build"
 fi

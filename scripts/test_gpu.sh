@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# The GPU suite: builds --config=cuda, starts a coordinator and two workers
-# whose shards live on cuda:0 (two workers share one GPU), and runs create /
-# put / get / region / reshard / rows / regional update through the Python
-# SDK, byte-exact against numpy (scripts/gpu_check.py). Without a usable GPU
-# it says why and exits 0.
-#   scripts/test_gpu.sh
+# The GPU suite: builds --config=cuda, then
+#  1. tests/gpu_test: a coordinator and two workers whose shards live on
+#     cuda:0 (two workers share one GPU), driven through the C++ SDK: put /
+#     get / region / rows over every transport, reshard and regional update,
+#     CUDA IPC (GetIntoDevice, MapDevice and the export hold), device memory
+#     in `workers`, all byte-exact against host arrays;
+#  2. scripts/gpu_check.py: the same kind of cluster through the Python SDK,
+#     byte-exact against numpy;
+#  3. with --bench, bench/gpu_bench (figures 12-13).
+# Without a usable GPU it says why and exits 0.
+#   scripts/test_gpu.sh [--bench]
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -18,7 +23,16 @@ if [ ! -d /usr/local/cuda ]; then
 fi
 
 bazel build --config=cuda //coordinator:tessera-coordinator \
-  //worker:tessera-worker //client/python:all || exit 1
+  //worker:tessera-worker //client/python:all //tests:gpu_test \
+  //bench:gpu_bench || exit 1
+
+TESSERA_BIN_DIR="$PWD/bazel-bin" bazel-bin/tests/gpu_test || {
+  echo "test_gpu: tests/gpu_test FAILED"
+  exit 1
+}
+if [ "${1:-}" = "--bench" ]; then
+  TESSERA_BIN_DIR="$PWD/bazel-bin" bazel-bin/bench/gpu_bench || exit 1
+fi
 
 dir=$(mktemp -d)
 pids=()

@@ -50,8 +50,10 @@ class GpuTest : public ClusterSuite<GpuTest> {
   static TestClusterOptions ClusterOptions() {
     TestClusterOptions options;
     options.num_workers = 2;
-    // A short export hold, so the test can watch one end.
-    options.worker_flags = {"--device=cuda:0", "--device_export_hold=3s"};
+    // A short export hold, so the test can watch one end, and a capacity
+    // that shows what the hold keeps.
+    options.worker_flags = {"--device=cuda:0", "--device_export_hold=3s",
+                            "--capacity_bytes=67108864"};
     return options;
   }
 
@@ -213,32 +215,29 @@ TEST_F(GpuTest, MappedShardsStayReadableUntilTheirHoldEndsAfterADelete) {
   ASSERT_OK(client_->Delete("gpu_views_next"));
 }
 
-TEST_F(GpuTest, ExportsOfADeletedTensorAreFreedWhenTheHoldEnds) {
-  const std::vector<WorkerInfo> start = WorkersWithDeviceMemory(*client_);
-  ASSERT_GT(start[0].device_free_bytes, 0);
-  const HostArray array = Iota(DType::kFloat32, {4096, 4096}, 13);  // 64 MiB
+TEST_F(GpuTest, AnExportHoldsDeviceMemoryUntilItEnds) {
+  // 48 MiB per worker of a 64 MiB capacity.
+  const HostArray array = Iota(DType::kFloat32, {6144, 4096}, 13);
   ASSERT_OK(client_->Put("gpu_hold", array, LayoutSpec::Chunk(0, Ranks({0, 1}))));
   ASSERT_OK(client_->MapDevice("gpu_hold").status());
   ASSERT_OK(client_->Delete("gpu_hold"));
-  // The 64 MiB stay in use for the hold (heartbeats come every second)...
-  const int64_t in_use = start[0].device_free_bytes - (int64_t{48} << 20);
-  bool seen_in_use = false;
-  for (int i = 0; i < 20 && !seen_in_use; ++i) {
-    ASSERT_OK_AND_ASSIGN(std::vector<WorkerInfo> now, client_->Workers());
-    seen_in_use = now[0].device_free_bytes <= in_use;
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  EXPECT_TRUE(seen_in_use);
-  // ... and are back within a few seconds of its end.
-  int64_t free_now = 0;
+  // Still held for the export: a second tensor as large does not fit...
+  EXPECT_THAT(client_->Put("gpu_hold_next", array,
+                           LayoutSpec::Chunk(0, Ranks({0, 1}))),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  // ... until the 3 s hold ends and the worker lets the memory go.
+  absl::Status put = absl::UnknownError("not tried");
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (absl::Now() < deadline) {
-    ASSERT_OK_AND_ASSIGN(std::vector<WorkerInfo> now, client_->Workers());
-    free_now = now[0].device_free_bytes;
-    if (free_now >= start[0].device_free_bytes - (int64_t{16} << 20)) break;
-    absl::SleepFor(absl::Milliseconds(250));
+  while (!put.ok() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(500));
+    put = client_->Put("gpu_hold_next", array,
+                       LayoutSpec::Chunk(0, Ranks({0, 1})))
+              .status();
   }
-  EXPECT_GE(free_now, start[0].device_free_bytes - (int64_t{16} << 20));
+  ASSERT_OK(put);
+  ASSERT_OK_AND_ASSIGN(HostArray back, client_->Get("gpu_hold_next"));
+  EXPECT_TRUE(SameBytes(back, array));
+  ASSERT_OK(client_->Delete("gpu_hold_next"));
 }
 
 }  // namespace

@@ -205,6 +205,30 @@ TEST(WorkerNodeTest, MapShardNamesTheSegmentOfASharedShard) {
               StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
+TEST(WorkerNodeTest, OnlyShardsInDeviceMemoryAreStagedOrExported) {
+  if (access("/dev/shm", W_OK) != 0) GTEST_SKIP() << "no writable /dev/shm";
+  auto arena = std::make_shared<SharedMemoryArena>();
+  HostShardStoreOptions store_options;
+  store_options.arena = arena;
+  HostShardStore store(store_options);
+  WorkerNodeOptions options;
+  options.arena = arena;
+  WorkerNode node(&store, options);
+  ASSERT_THAT(node.Allocate({{1, Desc({512, 1024})}}, kArange), IsOk());
+  // Host shards are mapped, never staged: StageRead says so.
+  EXPECT_THAT(node.OpenStaged(1, Box{{0, 0}, {512, 1024}}, 1 << 20).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("host memory")));
+  // Asking for a device handle of a host shard names its segment as ever.
+  absl::StatusOr<SharedShardInfo> info = node.MapShard(1, true);
+  ASSERT_THAT(info.status(), IsOk());
+  EXPECT_FALSE(info->device.has_value());
+  EXPECT_TRUE(info->ipc_handle.empty());
+  EXPECT_THAT(info->segment.name, HasSubstr("tessera-"));
+  EXPECT_THAT(store.ExportDevice(1, absl::Seconds(1)).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
 TEST(WorkerNodeTest, TransferCopiesPiecesHeldHereInMemory) {
   HostShardStore store;
   WorkerNode node(&store, WorkerNodeOptions{});
