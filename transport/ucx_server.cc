@@ -211,39 +211,67 @@ absl::StatusOr<UcxKey> UcxServer::Register(uint64_t id, bool write) {
 absl::Status UcxServer::EnsureStaging() {
   if (staging_ != nullptr) return absl::OkStatus();
   const size_t bytes = static_cast<size_t>(options_.staging_bytes);
-  void* map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (map == MAP_FAILED) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("mapping ", bytes,
-                     " bytes of UCX staging memory: ", std::strerror(errno)));
-  }
+  const unsigned prot = UCP_MEM_MAP_PROT_LOCAL_READ |
+                        UCP_MEM_MAP_PROT_LOCAL_WRITE |
+                        UCP_MEM_MAP_PROT_REMOTE_READ;
+  // Allocated by UCX first: on one host that is shared memory a reader
+  // attaches and copies from itself, where memory UCX did not allocate is
+  // read through this worker's progress thread (UCX emulates the gets).
   ucp_mem_map_params_t params{};
-  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
-                      UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                      UCP_MEM_MAP_PARAM_FIELD_PROT;
-  params.address = map;
+  params.field_mask =
+      UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+      UCP_MEM_MAP_PARAM_FIELD_FLAGS | UCP_MEM_MAP_PARAM_FIELD_PROT;
+  params.address = nullptr;
   params.length = bytes;
-  params.prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE |
-                UCP_MEM_MAP_PROT_REMOTE_READ;
+  params.flags = UCP_MEM_MAP_ALLOCATE;
+  params.prot = prot;
   ucp_mem_h memh = nullptr;
+  void* map = nullptr;
+  bool ours = false;  // mapped here rather than by UCX
   ucs_status_t status = ucp_mem_map(context_, &params, &memh);
-  if (status != UCS_OK) {
-    munmap(map, bytes);
-    return UcxError("registering the UCX staging memory", status);
+  if (status == UCS_OK) {
+    ucp_mem_attr_t attr{};
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    status = ucp_mem_query(memh, &attr);
+    if (status == UCS_OK && attr.address != nullptr && attr.length >= bytes) {
+      map = attr.address;
+    } else {
+      ucp_mem_unmap(context_, memh);
+      memh = nullptr;
+    }
+  }
+  if (map == nullptr) {
+    map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (map == MAP_FAILED) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("mapping ", bytes,
+                       " bytes of UCX staging memory: ", std::strerror(errno)));
+    }
+    ours = true;
+    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                        UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                        UCP_MEM_MAP_PARAM_FIELD_PROT;
+    params.address = map;
+    status = ucp_mem_map(context_, &params, &memh);
+    if (status != UCS_OK) {
+      munmap(map, bytes);
+      return UcxError("registering the UCX staging memory", status);
+    }
   }
   void* packed = nullptr;
   size_t packed_size = 0;
   status = ucp_rkey_pack(context_, memh, &packed, &packed_size);
   if (status != UCS_OK) {
     ucp_mem_unmap(context_, memh);
-    munmap(map, bytes);
+    if (ours) munmap(map, bytes);
     return UcxError("packing the key of the UCX staging memory", status);
   }
   staging_rkey_.assign(static_cast<const char*>(packed), packed_size);
   ucp_rkey_buffer_release(packed);
   staging_ = static_cast<char*>(map);
   staging_memh_ = memh;
+  staging_mapped_here_ = ours;
   slot_taken_.assign(
       static_cast<size_t>(options_.staging_bytes / options_.staging_slot_bytes),
       false);
@@ -252,8 +280,11 @@ absl::Status UcxServer::EnsureStaging() {
 
 void UcxServer::DropStaging() {
   if (staging_ == nullptr) return;
+  // Memory UCX allocated goes with its registration.
   ucp_mem_unmap(context_, staging_memh_);
-  munmap(staging_, static_cast<size_t>(options_.staging_bytes));
+  if (staging_mapped_here_) {
+    munmap(staging_, static_cast<size_t>(options_.staging_bytes));
+  }
   staging_ = nullptr;
   staging_memh_ = nullptr;
   staging_rkey_.clear();

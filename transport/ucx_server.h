@@ -221,6 +221,7 @@ class UcxServer {
   // Invariant: a slot is marked taken iff exactly one lease holds it.
   char* staging_ ABSL_GUARDED_BY(mu_) = nullptr;
   ucp_mem_h staging_memh_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool staging_mapped_here_ ABSL_GUARDED_BY(mu_) = false;  // else by UCX
   std::string staging_rkey_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> slot_taken_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
