@@ -46,32 +46,49 @@ TEST(BoxRunsTest, EmptyRangeVisitsNothing) {
   EXPECT_TRUE(Runs({3, 4}, {0, 0}, {3, 4}, 2, 0).empty());
 }
 
+// A random range of a random sub-box of an array holding 0, 1, 2, ...;
+// `want` is what CopyBoxToFlatRange reads for it.
+struct RandomCase {
+  Shape shape;
+  std::vector<int64_t> offsets, sizes;
+  int64_t begin = 0, count = 0;
+  std::vector<int32_t> array, want;
+};
+
+RandomCase MakeRandomCase(std::mt19937& rng) {
+  RandomCase c;
+  const size_t rank = 1 + rng() % 4;
+  c.shape.resize(rank);
+  c.offsets.resize(rank);
+  c.sizes.resize(rank);
+  int64_t box_elements = 1, total = 1;
+  for (size_t d = 0; d < rank; ++d) {
+    c.shape[d] = 1 + rng() % 6;
+    c.offsets[d] = rng() % c.shape[d];
+    c.sizes[d] = 1 + rng() % (c.shape[d] - c.offsets[d]);
+    box_elements *= c.sizes[d];
+    total *= c.shape[d];
+  }
+  c.array.resize(total);
+  for (int64_t i = 0; i < total; ++i) c.array[i] = static_cast<int32_t>(i);
+  c.begin = rng() % box_elements;
+  c.count = rng() % (box_elements - c.begin + 1);
+  c.want.resize(c.count);
+  CopyBoxToFlatRange(c.array.data(), c.shape, c.offsets, c.sizes, c.begin,
+                     c.count, c.want.data(), 4);
+  return c;
+}
+
 TEST(BoxRunsTest, AgreesWithCopyBoxToFlatRangeOnRandomBoxes) {
   std::mt19937 rng(11);
   for (int trial = 0; trial < 200; ++trial) {
-    const size_t rank = 1 + rng() % 4;
-    Shape shape(rank);
-    std::vector<int64_t> offsets(rank), sizes(rank);
-    int64_t box_elements = 1, total = 1;
-    for (size_t d = 0; d < rank; ++d) {
-      shape[d] = 1 + rng() % 6;
-      offsets[d] = rng() % shape[d];
-      sizes[d] = 1 + rng() % (shape[d] - offsets[d]);
-      box_elements *= sizes[d];
-      total *= shape[d];
-    }
-    std::vector<int32_t> array(total);
-    for (int64_t i = 0; i < total; ++i) array[i] = static_cast<int32_t>(i);
-    const int64_t begin = rng() % box_elements;
-    const int64_t count = rng() % (box_elements - begin + 1);
-    std::vector<int32_t> want(count), got(count, -1);
-    CopyBoxToFlatRange(array.data(), shape, offsets, sizes, begin, count,
-                       want.data(), 4);
-    ForEachBoxRun(shape, offsets, sizes, begin, count,
+    const RandomCase c = MakeRandomCase(rng);
+    std::vector<int32_t> got(c.count, -1);
+    ForEachBoxRun(c.shape, c.offsets, c.sizes, c.begin, c.count,
                   [&](int64_t a, int64_t r, int64_t n) {
-                    for (int64_t k = 0; k < n; ++k) got[r + k] = array[a + k];
+                    for (int64_t k = 0; k < n; ++k) got[r + k] = c.array[a + k];
                   });
-    EXPECT_EQ(got, want) << "trial " << trial;
+    EXPECT_EQ(got, c.want) << "trial " << trial;
   }
 }
 
@@ -114,35 +131,19 @@ TEST(BoxBlocksTest, PartialRowsStandAlone) {
 TEST(BoxBlocksTest, AgreesWithCopyBoxToFlatRangeOnRandomBoxes) {
   std::mt19937 rng(12);
   for (int trial = 0; trial < 300; ++trial) {
-    const size_t rank = 1 + rng() % 4;
-    Shape shape(rank);
-    std::vector<int64_t> offsets(rank), sizes(rank);
-    int64_t box_elements = 1, total = 1;
-    for (size_t d = 0; d < rank; ++d) {
-      shape[d] = 1 + rng() % 6;
-      offsets[d] = rng() % shape[d];
-      sizes[d] = 1 + rng() % (shape[d] - offsets[d]);
-      box_elements *= sizes[d];
-      total *= shape[d];
-    }
-    std::vector<int32_t> array(total);
-    for (int64_t i = 0; i < total; ++i) array[i] = static_cast<int32_t>(i);
-    const int64_t begin = rng() % box_elements;
-    const int64_t count = rng() % (box_elements - begin + 1);
-    std::vector<int32_t> want(count), got(count, -1);
-    CopyBoxToFlatRange(array.data(), shape, offsets, sizes, begin, count,
-                       want.data(), 4);
-    ForEachBoxBlock(shape, offsets, sizes, begin, count,
+    const RandomCase c = MakeRandomCase(rng);
+    std::vector<int32_t> got(c.count, -1);
+    ForEachBoxBlock(c.shape, c.offsets, c.sizes, c.begin, c.count,
                     [&](int64_t e, int64_t r, int64_t run, int64_t rows,
                         int64_t pitch) {
                       ASSERT_GE(pitch, run);
                       for (int64_t i = 0; i < rows; ++i) {
                         for (int64_t j = 0; j < run; ++j) {
-                          got[r + i * run + j] = array[e + i * pitch + j];
+                          got[r + i * run + j] = c.array[e + i * pitch + j];
                         }
                       }
                     });
-    EXPECT_EQ(got, want) << "trial " << trial;
+    EXPECT_EQ(got, c.want) << "trial " << trial;
   }
 }
 
