@@ -8,7 +8,8 @@
 // (some figures: 1-4, 7 for the cost of TLS, 8 for UCX, 9 row gathers, 10
 // updates, 11 the CLI's get into a file), --transport=ucx|grpc|auto|shm
 // (the gather of figure 1 through that transport alone; default: gRPC,
-// same-host shared memory and UCX each).
+// same-host shared memory and UCX each), --reps=N (figure 1's gathers per
+// transport, the best kept; default 3), --verbose (each of them on stderr).
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -373,6 +374,8 @@ struct Env {
   // same-numbered fetch would, so both pay the same cross-process spread.
   std::vector<std::string> echo_addresses;
   bool quick = false;
+  int reps = 3;  // --reps: gathers of figure 1 per transport (best kept)
+  bool verbose = false;   // --verbose: every rep's time on stderr
   std::string transport;  // --transport: figure 1 through this one alone
 };
 
@@ -398,7 +401,7 @@ void GatherFigure(Env& env) {
   std::unique_ptr<char[]> src(new char[bytes]);
   std::memset(out.get(), 1, bytes);
   std::memset(src.get(), 2, bytes);
-  const int reps = 3;
+  const int reps = env.reps;
   double tcp = 1e9, grpc_path = 1e9, shm_path = 1e9, copy = 1e9;
   for (int r = 0; r < reps; ++r)
     tcp = std::min(tcp, RawTcpSeconds(kWorkers, bytes, out.get()));
@@ -433,6 +436,10 @@ void GatherFigure(Env& env) {
         std::exit(1);
       }
       best = std::min(best, s);
+      if (env.verbose) {
+        std::fprintf(stderr, "figure 1 %s rep %d: %.3f s (%.2f GB/s)\n",
+                     mode.c_str(), r, s, bytes / s / 1e9);
+      }
     }
     if (mode == "ucx" && MovedBy(client->TransferStats(), "ucx") < bytes) {
       std::fprintf(
@@ -1146,6 +1153,14 @@ int Main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quick") env.quick = true;
+    if (arg == "--verbose") env.verbose = true;
+    if (arg.rfind("--reps=", 0) == 0) {
+      env.reps = std::atoi(arg.c_str() + 7);
+      if (env.reps < 1 || env.reps > 100) {
+        std::fprintf(stderr, "--reps: give 1 to 100\n");
+        return 2;
+      }
+    }
     if (arg.rfind("--only=", 0) == 0) only = arg.substr(7);
     if (arg.rfind("--transport=", 0) == 0) {
       env.transport = arg.substr(12);
