@@ -354,6 +354,27 @@ void WorkerSeeds() {
   fuzz::AppendRecord(&s, A | 4, Bytes(patch));
   fuzz::AppendRecord(&s, A | 5, Bytes(rows));
   Write("worker_request_fuzzer", "patch_rows", s);
+  s.clear();
+  // B reports a GPU: a staged read of its shard, and A pulling from it.
+  v1::StageReadRequest stage;
+  stage.set_shard_id(1);
+  for (int64_t v : {0, 0}) stage.add_offsets(v);
+  for (int64_t v : {1024, 512}) stage.add_sizes(v);
+  stage.set_slot_bytes(1 << 20);
+  stage.set_item_bytes(4);
+  stage.set_first(1000);
+  stage.set_count(1 << 18);
+  stage.set_slot(1);
+  fuzz::AppendRecord(
+      &s, B | 0,
+      Bytes(Allocate(v1::FLOAT32, {1024, 512}, v1::InitMode::ARANGE, 1, {0, 0},
+                     {1024, 512})));
+  fuzz::AppendRecord(&s, B | 6, Bytes(stage));
+  fuzz::AppendRecord(&s, A | 0,
+                     Bytes(Allocate(v1::FLOAT32, {8, 8}, v1::InitMode::ZEROS, 2,
+                                    {4, 0}, {4, 8})));
+  fuzz::AppendRecord(&s, A | 2 | 16, Bytes(pull));  // A pulls from B
+  Write("worker_request_fuzzer", "stage_read", s);
 }
 
 v1::CreateTensorRequest Create(const std::string& name,

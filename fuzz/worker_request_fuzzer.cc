@@ -15,7 +15,13 @@
 //                with box_* set, a patch of a sub-box)
 //   op & 7 == 5  ReadRowsRequest       -> ReadRows (through gRPC), the reply
 //                bounded by 4 MiB
+//   op & 7 == 6  StageReadRequest      -> a StageRead stream (through gRPC):
+//                the message opens it, then asks for its own first/count/
+//                slot; each reply's bytes are bounded by the slot
 //   otherwise    ignored
+// Worker B's store reports a GPU (worker/testing/device_like_store.h, host
+// bytes behind it): its shards answer MapShard as device shards, are read
+// staged, and A's pulls from B go through staging too.
 // Bit 3 of op picks the worker (A or B). Each call carries what an honest
 // coordinator would grant (an order; a read or write grant for the named
 // shard's tensor version), unless bit 5 of op is set: then none, which the
@@ -41,6 +47,7 @@
 #include "rpc/convert.h"
 #include "transport/shared_memory_arena.h"
 #include "worker/host_shard_store.h"
+#include "worker/testing/device_like_store.h"
 #include "worker/worker_node.h"
 #include "worker/worker_service.h"
 
@@ -69,19 +76,30 @@ WorkerNodeOptions NodeOptions() {
   WorkerNodeOptions options;
   options.peers.timeout = absl::Seconds(5);
   options.arena = Arena();
+  options.max_staging_bytes = 64 << 20;
   return options;
+}
+
+std::unique_ptr<HostShardStore> MakeStore(bool device) {
+  if (device) return std::make_unique<DeviceLikeStore>(StoreOptions());
+  return std::make_unique<HostShardStore>(StoreOptions());
 }
 
 struct Worker {
   std::string name;
-  HostShardStore store{StoreOptions()};
-  WorkerNode node{&store, NodeOptions()};
+  std::unique_ptr<HostShardStore> owned_store;
+  HostShardStore& store;
+  WorkerNode node;
   std::unique_ptr<WorkerService> service;
   std::unique_ptr<grpc::Server> server;
   std::string address;
   std::unique_ptr<v1::Worker::Stub> stub;  // to this worker
 
-  explicit Worker(std::string worker_name) : name(std::move(worker_name)) {
+  Worker(std::string worker_name, bool device)
+      : name(std::move(worker_name)),
+        owned_store(MakeStore(device)),
+        store(*owned_store),
+        node(&store, NodeOptions()) {
     node.SetIdentity(name, kKey);
     service = std::make_unique<WorkerService>(&node);
     grpc::ServerBuilder builder;
@@ -267,6 +285,35 @@ void Run(const uint8_t* data, size_t size) {
                    s.error_message());
         break;
       }
+      case 6: {
+        v1::StageReadRequest request;
+        if (!request.ParseFromArray(bytes.data(),
+                                    static_cast<int>(bytes.size())))
+          break;
+        auto context = Context();
+        if (granted) {
+          context->AddMetadata(kCapabilityHeader,
+                               Grant(*w, request.shard_id(), kRightRead));
+        }
+        auto stream = w->stub->StageRead(context.get());
+        v1::StageReadResponse reply;
+        if (stream->Write(request) && stream->Read(&reply)) {
+          FUZZ_CHECK(reply.segment_bytes() >= 2 * request.slot_bytes(),
+                     absl::StrCat(reply.segment_bytes()));
+          if (stream->Write(request) && stream->Read(&reply)) {
+            FUZZ_CHECK(reply.bytes() >= 0 &&
+                           reply.bytes() <= request.slot_bytes() &&
+                           reply.slot() == request.slot(),
+                       absl::StrCat(reply.bytes(), " in slot ", reply.slot()));
+          }
+        }
+        stream->WritesDone();
+        grpc::Status s = stream->Finish();
+        FUZZ_CHECK(s.error_code() != grpc::StatusCode::UNKNOWN &&
+                       s.error_code() != grpc::StatusCode::INTERNAL,
+                   s.error_message());
+        break;
+      }
       default:
         break;
     }
@@ -284,8 +331,8 @@ void Run(const uint8_t* data, size_t size) {
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   // Live for the whole process.
-  tessera::workers[0] = new tessera::Worker("A");
-  tessera::workers[1] = new tessera::Worker("B");
+  tessera::workers[0] = new tessera::Worker("A", /*device=*/false);
+  tessera::workers[1] = new tessera::Worker("B", /*device=*/true);
   return 0;
 }
 

@@ -193,12 +193,12 @@ absl::StatusOr<SharedSegment> ValidateMapShardReply(
   if (local_host_id.empty() || reply.host_id() != local_host_id) {
     return absl::FailedPreconditionError("worker is on another host");
   }
-  if (!reply.device().empty()) return DeviceShardError(reply.device());
   if (reply.item_bytes() != item_bytes) {
     return absl::FailedPreconditionError(absl::StrCat(
         "segment does not match the shard's metadata (elements of ",
         reply.item_bytes(), " bytes, expected ", item_bytes, ")"));
   }
+  if (!reply.device().empty()) return DeviceShardError(reply.device());
   if (!IsShmName(reply.segment())) {
     return InconsistentReply(
         "the segment name is not one shared-memory object");

@@ -134,6 +134,7 @@ absl::Status StagePart(const std::shared_ptr<grpc::Channel>& channel,
     request.add_sizes(box.sizes[d]);
   }
   request.set_slot_bytes(slot_bytes);
+  request.set_item_bytes(item);
   v1::StageReadResponse reply;
   if (!stream->Write(request) || !stream->Read(&reply)) {
     return finish(absl::UnavailableError("staging stream ended early"));

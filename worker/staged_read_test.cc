@@ -22,6 +22,7 @@
 #include "transport/shared_memory.h"
 #include "transport/staged_read.h"
 #include "worker/host_shard_store.h"
+#include "worker/testing/device_like_store.h"
 #include "worker/worker_node.h"
 #include "worker/worker_service.h"
 
@@ -33,19 +34,6 @@ using ::tessera::testing::StatusIs;
 using ::testing::HasSubstr;
 
 constexpr int64_t kRows = 1024, kCols = 1024;  // int32: 4 MiB
-
-// Host memory that says it is a GPU's.
-class DeviceLikeStore : public HostShardStore {
- public:
-  using HostShardStore::HostShardStore;
-  std::optional<DeviceInfo> Device() const override {
-    DeviceInfo info;
-    info.uuid = std::string(16, 'u');
-    info.total_bytes = int64_t{1} << 30;
-    info.free_bytes = int64_t{1} << 29;
-    return info;
-  }
-};
 
 class StagedReadTest : public ::testing::Test {
  protected:
@@ -221,6 +209,7 @@ v1::StageReadRequest Open(int64_t slot_bytes) {
   request.add_sizes(kRows);
   request.add_sizes(kCols);
   request.set_slot_bytes(slot_bytes);
+  request.set_item_bytes(4);
   return request;
 }
 
@@ -245,6 +234,11 @@ TEST_F(StagedReadTest, HostileRequestsAreRefusedAndChangeNothing) {
                 StatusIs(absl::StatusCode::kInvalidArgument))
         << slot_bytes;
   }
+  v1::StageReadRequest other_item = Open(1 << 20);
+  other_item.set_item_bytes(2);  // the reader thinks they are int16
+  EXPECT_THAT(refused(Grant(), other_item, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("4-byte elements")));
   v1::StageReadRequest outside = Open(1 << 20);
   outside.set_offsets(0, 1);
   EXPECT_THAT(refused(Grant(), outside, {}),

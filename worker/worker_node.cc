@@ -387,7 +387,8 @@ absl::StatusOr<int64_t> StagedRegion::Fill(int64_t first, int64_t count,
 }
 
 absl::StatusOr<std::unique_ptr<StagedRegion>> WorkerNode::OpenStaged(
-    uint64_t id, const Box& box, int64_t slot_bytes) const {
+    uint64_t id, const Box& box, int64_t slot_bytes,
+    int64_t item_bytes) const {
   if (!store_->Device().has_value()) {
     return absl::FailedPreconditionError(
         "shards are in host memory: map them (MapShard) instead");
@@ -397,6 +398,11 @@ absl::StatusOr<std::unique_ptr<StagedRegion>> WorkerNode::OpenStaged(
   }
   TESSERA_ASSIGN_OR_RETURN(RegionReader reader,
                            OpenRegion(id, box, kChunkBytes));
+  if (reader.item() != item_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard ", id, " has ", reader.item(),
+                     "-byte elements, not ", item_bytes));
+  }
   if (slot_bytes <= 0 || slot_bytes > kMaxStageSlotBytes ||
       slot_bytes % reader.item() != 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -216,7 +216,7 @@ TEST(WorkerNodeTest, OnlyShardsInDeviceMemoryAreStagedOrExported) {
   WorkerNode node(&store, options);
   ASSERT_THAT(node.Allocate({{1, Desc({512, 1024})}}, kArange), IsOk());
   // Host shards are mapped, never staged: StageRead says so.
-  EXPECT_THAT(node.OpenStaged(1, Box{{0, 0}, {512, 1024}}, 1 << 20).status(),
+  EXPECT_THAT(node.OpenStaged(1, Box{{0, 0}, {512, 1024}}, 1 << 20, 4).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("host memory")));
   // Asking for a device handle of a host shard names its segment as ever.

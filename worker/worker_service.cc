@@ -428,8 +428,8 @@ grpc::Status WorkerService::StageRead(
   absl::StatusOr<Box> box =
       BoxFromProto(request.offsets(), request.sizes(), "region");
   if (!box.ok()) return ToGrpcStatus(box.status());
-  absl::StatusOr<std::unique_ptr<StagedRegion>> staged =
-      node_->OpenStaged(request.shard_id(), *box, request.slot_bytes());
+  absl::StatusOr<std::unique_ptr<StagedRegion>> staged = node_->OpenStaged(
+      request.shard_id(), *box, request.slot_bytes(), request.item_bytes());
   if (!staged.ok()) return ToGrpcStatus(staged.status());
   v1::StageReadResponse reply;
   reply.set_host_id(LocalHostId());

@@ -1,0 +1,30 @@
+// DeviceLikeStore: a HostShardStore that reports a GPU. Its bytes stay in
+// host memory, so the paths a worker takes for device shards — staged reads
+// (Worker.StageRead), device answers to MapShard, peers pulling staged — run
+// on machines without a GPU. Tests and fuzzers only; the CUDA copies behind
+// those paths run in tests/gpu_test.
+#ifndef TESSERA_WORKER_TESTING_DEVICE_LIKE_STORE_H_
+#define TESSERA_WORKER_TESTING_DEVICE_LIKE_STORE_H_
+
+#include <optional>
+#include <string>
+
+#include "worker/host_shard_store.h"
+
+namespace tessera {
+
+class DeviceLikeStore : public HostShardStore {
+ public:
+  using HostShardStore::HostShardStore;
+  std::optional<DeviceInfo> Device() const override {
+    DeviceInfo info;
+    info.uuid = std::string(16, 'u');
+    info.total_bytes = int64_t{1} << 30;
+    info.free_bytes = int64_t{1} << 29;
+    return info;
+  }
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_TESTING_DEVICE_LIKE_STORE_H_
