@@ -9,6 +9,10 @@
 // Needs a GPU; without one it says so and exits 0.
 //   bazel build --config=cuda //bench:gpu_bench && bazel-bin/bench/gpu_bench
 #include <cuda_runtime_api.h>
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -17,23 +21,17 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
-#include <fcntl.h>
-#include <grpcpp/grpcpp.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
-#include <thread>
-
 #include "client/data_plane.h"
 #include "client/device_reader.h"
-#include "transport/staged_read.h"
 #include "client/tessera_client.h"
 #include "tests/cluster.h"
+#include "transport/staged_read.h"
 
 ABSL_FLAG(int64_t, bytes, int64_t{1} << 30, "tensor size in bytes");
 ABSL_FLAG(int, repeats, 5, "timed runs per figure (the median is reported)");
@@ -44,8 +42,7 @@ namespace {
 double Seconds(const std::function<void()>& body) {
   const auto start = std::chrono::steady_clock::now();
   body();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                       start)
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
       .count();
 }
 
@@ -229,10 +226,11 @@ int Run() {
         }
         for (std::thread& w : workers) w.join();
       });
-      std::printf("  %-52s %-14s\n",
-                  absl::StrFormat("13x. memcpy shm -> host, %d threads", threads)
-                      .c_str(),
-                  GBps(part, t).c_str());
+      std::printf(
+          "  %-52s %-14s\n",
+          absl::StrFormat("13x. memcpy shm -> host, %d threads", threads)
+              .c_str(),
+          GBps(part, t).c_str());
     }
     Check(cudaHostUnregister(shm), "cudaHostUnregister");
     munmap(shm, part);
@@ -247,8 +245,8 @@ int Run() {
     const std::vector<int64_t> zeros(box.rank(), 0);
     StagingMappings mappings;
     for (int streams : {2, 4, 8, 16}) {
-      for (int64_t slot : {int64_t{4} << 20, int64_t{8} << 20,
-                           int64_t{16} << 20}) {
+      for (int64_t slot :
+           {int64_t{4} << 20, int64_t{8} << 20, int64_t{16} << 20}) {
         StagedReadOptions staged_options;
         staged_options.mappings = &mappings;
         staged_options.max_streams = streams;
@@ -260,11 +258,12 @@ int Run() {
                            staged_options),
                 "StagedRead");
         });
-        std::printf("  %-52s %-14s\n",
-                    absl::StrFormat("13x. one shard staged, %d streams, %d MiB slots",
-                                    streams, slot >> 20)
-                        .c_str(),
-                    GBps(shard_bytes, t).c_str());
+        std::printf(
+            "  %-52s %-14s\n",
+            absl::StrFormat("13x. one shard staged, %d streams, %d MiB slots",
+                            streams, slot >> 20)
+                .c_str(),
+            GBps(shard_bytes, t).c_str());
       }
     }
   }
@@ -275,13 +274,15 @@ int Run() {
   for (const auto& [name, n] : stats.bytes) {
     std::printf(" %s=%lld", name.c_str(), static_cast<long long>(n));
   }
-  std::printf("\n\n| figure | value | reference (same run) | ratio | target | met? |\n");
+  std::printf(
+      "\n\n| figure | value | reference (same run) | ratio | target | met? "
+      "|\n");
   std::printf("|---|---|---|---|---|---|\n");
   for (const Row& r : table) {
     std::string target = "-", met = "-";
     if (r.target > 0) {
-      target = absl::StrFormat("%s %.2fx", r.higher_is_better ? ">=" : "<=",
-                               r.target);
+      target = absl::StrFormat("%s %.2fx",
+                               r.higher_is_better ? ">=" : "<=", r.target);
       met = (r.higher_is_better ? r.ratio >= r.target : r.ratio <= r.target)
                 ? "yes"
                 : "**no**";

@@ -89,15 +89,13 @@ absl::Status CopyBoxAsync(const char* src, const Shape& src_shape,
       s_off += at[d] * src_stride[d + 1];
       d_off += at[d] * dst_stride[d + 1];
     }
-    TESSERA_RETURN_IF_ERROR(Cuda(
-        "copying a region",
-        cudaMemcpy2DAsync(dst0 + d_off,
-                          static_cast<size_t>(dst_stride[row_dim + 1]),
-                          src0 + s_off,
-                          static_cast<size_t>(src_stride[row_dim + 1]),
-                          static_cast<size_t>(run),
-                          static_cast<size_t>(rows), cudaMemcpyDefault,
-                          stream)));
+    TESSERA_RETURN_IF_ERROR(
+        Cuda("copying a region",
+             cudaMemcpy2DAsync(
+                 dst0 + d_off, static_cast<size_t>(dst_stride[row_dim + 1]),
+                 src0 + s_off, static_cast<size_t>(src_stride[row_dim + 1]),
+                 static_cast<size_t>(run), static_cast<size_t>(rows),
+                 cudaMemcpyDefault, stream)));
     size_t d = row_dim;
     while (d > 0 && ++at[d - 1] == sizes[d - 1]) {
       at[d - 1] = 0;
@@ -115,7 +113,8 @@ class CallStream {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
   absl::Status Create(int device) {
-    TESSERA_RETURN_IF_ERROR(Cuda("selecting the device", cudaSetDevice(device)));
+    TESSERA_RETURN_IF_ERROR(
+        Cuda("selecting the device", cudaSetDevice(device)));
     return Cuda("creating a stream",
                 cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
@@ -133,8 +132,8 @@ class PinnedBuffer {
   }
   absl::Status Allocate(int64_t bytes) {
     return Cuda(absl::StrCat("allocating ", bytes, " bytes of pinned memory"),
-                cudaMallocHost(&data_, static_cast<size_t>(
-                                           std::max<int64_t>(bytes, 1))));
+                cudaMallocHost(
+                    &data_, static_cast<size_t>(std::max<int64_t>(bytes, 1))));
   }
   char* data() const { return static_cast<char*>(data_); }
 
@@ -205,10 +204,10 @@ int DeviceReader::DeviceWithUuid(const std::string& uuid) {
     }
     for (int i = 0; i < count; ++i) {
       cudaDeviceProp prop{};
-      uuids_.push_back(cudaGetDeviceProperties(&prop, i) == cudaSuccess
-                           ? std::string(prop.uuid.bytes,
-                                         sizeof(prop.uuid.bytes))
-                           : std::string());
+      uuids_.push_back(
+          cudaGetDeviceProperties(&prop, i) == cudaSuccess
+              ? std::string(prop.uuid.bytes, sizeof(prop.uuid.bytes))
+              : std::string());
     }
   }
   for (size_t i = 0; i < uuids_.size(); ++i) {
@@ -240,9 +239,8 @@ absl::StatusOr<std::shared_ptr<DeviceReader::Opened>> DeviceReader::Open(
   request.set_shard_id(shard.location.shard_id);
   request.set_device_handle(true);
   v1::MapShardResponse reply;
-  const grpc::Status rpc =
-      connection_->WorkerStub(shard.location.address)
-          ->MapShard(&context, request, &reply);
+  const grpc::Status rpc = connection_->WorkerStub(shard.location.address)
+                               ->MapShard(&context, request, &reply);
   if (!rpc.ok()) {
     absl::Status status = FromGrpcStatus(rpc);
     if (absl::IsNotFound(status)) {
@@ -259,8 +257,8 @@ absl::StatusOr<std::shared_ptr<DeviceReader::Opened>> DeviceReader::Open(
   }
   cudaIpcMemHandle_t handle{};
   if (reply.ipc_handle().size() != sizeof(handle.reserved)) {
-    return Inconsistent(absl::StrCat("an IPC handle of ",
-                                     reply.ipc_handle().size(), " bytes"));
+    return Inconsistent(
+        absl::StrCat("an IPC handle of ", reply.ipc_handle().size(), " bytes"));
   }
   if (reply.device_uuid().size() != 16) {
     return Inconsistent(absl::StrCat("a device UUID of ",
@@ -277,8 +275,8 @@ absl::StatusOr<std::shared_ptr<DeviceReader::Opened>> DeviceReader::Open(
   absl::StatusOr<int64_t> bytes =
       ByteSize(shape, static_cast<size_t>(shard.item_bytes));
   if (!bytes.ok() || *bytes != reply.bytes()) {
-    return Inconsistent(absl::StrCat(reply.bytes(), " bytes for shape ",
-                                     ShapeToString(shape)));
+    return Inconsistent(
+        absl::StrCat(reply.bytes(), " bytes for shape ", ShapeToString(shape)));
   }
   // Renew at 90 % of the hold, counted from before the call.
   const absl::Time valid_until =
@@ -290,10 +288,10 @@ absl::StatusOr<std::shared_ptr<DeviceReader::Opened>> DeviceReader::Open(
   }
   const int device = DeviceWithUuid(reply.device_uuid());
   if (device < 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the worker's GPU (", reply.device(), ", UUID ",
-        absl::BytesToHexString(reply.device_uuid()),
-        ") is not visible to this process"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the worker's GPU (", reply.device(), ", UUID ",
+                     absl::BytesToHexString(reply.device_uuid()),
+                     ") is not visible to this process"));
   }
   auto opened = std::make_shared<Opened>();
   opened->device = device;
@@ -303,8 +301,8 @@ absl::StatusOr<std::shared_ptr<DeviceReader::Opened>> DeviceReader::Open(
               sizeof(handle.reserved));
   TESSERA_RETURN_IF_ERROR(Cuda("selecting the device", cudaSetDevice(device)));
   void* data = nullptr;
-  if (cudaError_t e = cudaIpcOpenMemHandle(&data, handle,
-                                           cudaIpcMemLazyEnablePeerAccess);
+  if (cudaError_t e =
+          cudaIpcOpenMemHandle(&data, handle, cudaIpcMemLazyEnablePeerAccess);
       e != cudaSuccess) {
     cudaGetLastError();
     return absl::FailedPreconditionError(absl::StrCat(
@@ -333,10 +331,10 @@ absl::StatusOr<std::vector<DeviceShardView>> DeviceReader::Map(
     const RemoteShard shard = ShardAt(meta, i, OwnerLocation(meta, i));
     absl::StatusOr<std::shared_ptr<Opened>> opened = Open(shard);
     if (!opened.ok()) {
-      return Annotate(opened.status(),
-                      absl::StrCat("mapping shard ", i, " of tensor '",
-                                   meta.name, "' from worker '", info.worker,
-                                   "'"));
+      return Annotate(
+          opened.status(),
+          absl::StrCat("mapping shard ", i, " of tensor '", meta.name,
+                       "' from worker '", info.worker, "'"));
     }
     DeviceShardView view;
     view.index = i;
@@ -371,14 +369,14 @@ absl::Status DeviceReader::GatherRegion(const TensorMetadata& meta,
   int64_t ipc_bytes = 0;
   for (size_t p = 0; p < pieces.size(); ++p) {
     const RegionPiece& piece = pieces[p];
-    const RemoteShard shard =
-        ShardAt(meta, piece.shard_index, OwnerLocation(meta, piece.shard_index));
+    const RemoteShard shard = ShardAt(meta, piece.shard_index,
+                                      OwnerLocation(meta, piece.shard_index));
     absl::StatusOr<std::shared_ptr<Opened>> opened = Open(shard);
     if (opened.ok()) {
-      TESSERA_RETURN_IF_ERROR(CopyBoxAsync(
-          (*opened)->data, shard.shape, piece.in_shard.offsets, dst,
-          region_shape, piece.in_region.offsets, piece.in_shard.sizes, item,
-          stream.get()));
+      TESSERA_RETURN_IF_ERROR(
+          CopyBoxAsync((*opened)->data, shard.shape, piece.in_shard.offsets,
+                       dst, region_shape, piece.in_region.offsets,
+                       piece.in_shard.sizes, item, stream.get()));
       in_use.push_back(*std::move(opened));
       ipc_bytes += piece.in_shard.NumElements() * item;
       continue;
@@ -392,9 +390,8 @@ absl::Status DeviceReader::GatherRegion(const TensorMetadata& meta,
     const Shape piece_shape = ToShape(piece.in_shard.sizes);
     TESSERA_RETURN_IF_ERROR(
         staged[p].Allocate(piece.in_shard.NumElements() * item));
-    TESSERA_RETURN_IF_ERROR(FetchShardBox(*connection_, meta,
-                                          piece.shard_index, piece.in_shard,
-                                          staged[p].data()));
+    TESSERA_RETURN_IF_ERROR(FetchShardBox(*connection_, meta, piece.shard_index,
+                                          piece.in_shard, staged[p].data()));
     const std::vector<int64_t> zeros(piece_shape.size(), 0);
     TESSERA_RETURN_IF_ERROR(CopyBoxAsync(
         staged[p].data(), piece_shape, zeros, dst, region_shape,

@@ -32,36 +32,36 @@ void ForEachBoxRun(absl::Span<const int64_t> array_shape,
   }
 }
 
-void ForEachBoxBlock(
-    absl::Span<const int64_t> array_shape,
-    absl::Span<const int64_t> box_offsets, absl::Span<const int64_t> box_sizes,
-    int64_t flat_begin, int64_t count,
-    const std::function<void(int64_t, int64_t, int64_t, int64_t, int64_t)>&
-        fn) {
+void ForEachBoxBlock(absl::Span<const int64_t> array_shape,
+                     absl::Span<const int64_t> box_offsets,
+                     absl::Span<const int64_t> box_sizes, int64_t flat_begin,
+                     int64_t count,
+                     const std::function<void(int64_t, int64_t, int64_t,
+                                              int64_t, int64_t)>& fn) {
   // The block being gathered; `last` is where its last run starts.
   int64_t element = 0, range = 0, run = 0, rows = 0, pitch = 0, last = 0;
   const auto flush = [&] {
     if (rows > 0) fn(element, range, run, rows, rows > 1 ? pitch : run);
     rows = 0;
   };
-  ForEachBoxRun(array_shape, box_offsets, box_sizes, flat_begin, count,
-                [&](int64_t at, int64_t position, int64_t n) {
-                  if (rows > 0 && n == run && position == range + rows * run) {
-                    const int64_t step = at - last;
-                    if ((rows == 1 && step >= n) ||
-                        (rows > 1 && step == pitch)) {
-                      pitch = step;
-                      ++rows;
-                      last = at;
-                      return;
-                    }
-                  }
-                  flush();
-                  element = last = at;
-                  range = position;
-                  run = n;
-                  rows = 1;
-                });
+  ForEachBoxRun(
+      array_shape, box_offsets, box_sizes, flat_begin, count,
+      [&](int64_t at, int64_t position, int64_t n) {
+        if (rows > 0 && n == run && position == range + rows * run) {
+          const int64_t step = at - last;
+          if ((rows == 1 && step >= n) || (rows > 1 && step == pitch)) {
+            pitch = step;
+            ++rows;
+            last = at;
+            return;
+          }
+        }
+        flush();
+        element = last = at;
+        range = position;
+        run = n;
+        rows = 1;
+      });
   flush();
 }
 

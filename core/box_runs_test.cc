@@ -104,11 +104,11 @@ std::vector<Block> Blocks(const Shape& shape, std::vector<int64_t> offsets,
                           std::vector<int64_t> sizes, int64_t begin,
                           int64_t count) {
   std::vector<Block> blocks;
-  ForEachBoxBlock(shape, offsets, sizes, begin, count,
-                  [&](int64_t e, int64_t r, int64_t run, int64_t rows,
-                      int64_t pitch) {
-                    blocks.push_back({e, r, run, rows, pitch});
-                  });
+  ForEachBoxBlock(
+      shape, offsets, sizes, begin, count,
+      [&](int64_t e, int64_t r, int64_t run, int64_t rows, int64_t pitch) {
+        blocks.push_back({e, r, run, rows, pitch});
+      });
   return blocks;
 }
 
@@ -133,16 +133,16 @@ TEST(BoxBlocksTest, AgreesWithCopyBoxToFlatRangeOnRandomBoxes) {
   for (int trial = 0; trial < 300; ++trial) {
     const RandomCase c = MakeRandomCase(rng);
     std::vector<int32_t> got(c.count, -1);
-    ForEachBoxBlock(c.shape, c.offsets, c.sizes, c.begin, c.count,
-                    [&](int64_t e, int64_t r, int64_t run, int64_t rows,
-                        int64_t pitch) {
-                      ASSERT_GE(pitch, run);
-                      for (int64_t i = 0; i < rows; ++i) {
-                        for (int64_t j = 0; j < run; ++j) {
-                          got[r + i * run + j] = c.array[e + i * pitch + j];
-                        }
-                      }
-                    });
+    ForEachBoxBlock(
+        c.shape, c.offsets, c.sizes, c.begin, c.count,
+        [&](int64_t e, int64_t r, int64_t run, int64_t rows, int64_t pitch) {
+          ASSERT_GE(pitch, run);
+          for (int64_t i = 0; i < rows; ++i) {
+            for (int64_t j = 0; j < run; ++j) {
+              got[r + i * run + j] = c.array[e + i * pitch + j];
+            }
+          }
+        });
     EXPECT_EQ(got, c.want) << "trial " << trial;
   }
 }

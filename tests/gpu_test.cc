@@ -89,7 +89,8 @@ TEST_F(GpuTest, WorkersHoldShardsOnTheGpuAndShowItsMemory) {
     EXPECT_LE(w.device_free_bytes, w.device_total_bytes) << w.name;
   }
   const HostArray array = Iota(DType::kFloat32, {1024, 256});
-  ASSERT_OK(client_->Put("gpu_placed", array, LayoutSpec::Chunk(0, Ranks({0, 1}))));
+  ASSERT_OK(
+      client_->Put("gpu_placed", array, LayoutSpec::Chunk(0, Ranks({0, 1}))));
   ASSERT_OK_AND_ASSIGN(TensorMetadata meta, client_->Describe("gpu_placed"));
   for (const ShardInfo& shard : meta.shards) {
     EXPECT_EQ(shard.device.ToString(), "cuda:0");
@@ -100,15 +101,15 @@ TEST_F(GpuTest, WorkersHoldShardsOnTheGpuAndShowItsMemory) {
 TEST_F(GpuTest, PutGetRegionAndRowsAreExactForEveryTransport) {
   ClientOptions grpc_only;
   grpc_only.transport = "grpc";
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> over_grpc,
-                       Client::Connect(cluster_->coordinator_address(),
-                                       grpc_only));
-  for (DType dtype : {DType::kFloat32, DType::kInt32, DType::kBFloat16,
-                      DType::kFloat64}) {
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<Client> over_grpc,
+      Client::Connect(cluster_->coordinator_address(), grpc_only));
+  for (DType dtype :
+       {DType::kFloat32, DType::kInt32, DType::kBFloat16, DType::kFloat64}) {
     SCOPED_TRACE(DTypeName(dtype));
     const HostArray array = Iota(dtype, {1000, 300}, 7);
-    ASSERT_OK(client_->Put("gpu_exact", array,
-                           LayoutSpec::Chunk(0, Ranks({0, 1}))));
+    ASSERT_OK(
+        client_->Put("gpu_exact", array, LayoutSpec::Chunk(0, Ranks({0, 1}))));
     for (Client* client : {client_, over_grpc.get()}) {
       ASSERT_OK_AND_ASSIGN(HostArray whole, client->Get("gpu_exact"));
       EXPECT_TRUE(SameBytes(whole, array));
@@ -116,12 +117,13 @@ TEST_F(GpuTest, PutGetRegionAndRowsAreExactForEveryTransport) {
       ASSERT_OK_AND_ASSIGN(HostArray part, client->Get("gpu_exact", region));
       EXPECT_TRUE(SameBytes(part, Slice(array, region)));
       const std::vector<int64_t> rows = {5, 999, -1, 5, 500, 0};
-      ASSERT_OK_AND_ASSIGN(HostArray got, client->GatherRows("gpu_exact", rows));
+      ASSERT_OK_AND_ASSIGN(HostArray got,
+                           client->GatherRows("gpu_exact", rows));
       for (size_t i = 0; i < rows.size(); ++i) {
         const int64_t r = rows[i] < 0 ? 1000 + rows[i] : rows[i];
-        EXPECT_TRUE(SameBytes(Slice(got, Box{{static_cast<int64_t>(i), 0},
-                                             {1, 300}}),
-                              Slice(array, Box{{r, 0}, {1, 300}})))
+        EXPECT_TRUE(
+            SameBytes(Slice(got, Box{{static_cast<int64_t>(i), 0}, {1, 300}}),
+                      Slice(array, Box{{r, 0}, {1, 300}})))
             << "row " << rows[i];
       }
     }
@@ -136,17 +138,17 @@ TEST_F(GpuTest, PutGetRegionAndRowsAreExactForEveryTransport) {
 
 TEST_F(GpuTest, ReshardAndRegionalUpdateKeepEveryByte) {
   const HostArray array = Iota(DType::kFloat32, {512, 1024}, 3);
-  ASSERT_OK(client_->Put("gpu_moved", array,
-                         LayoutSpec::Chunk(0, Ranks({0, 1}))));
+  ASSERT_OK(
+      client_->Put("gpu_moved", array, LayoutSpec::Chunk(0, Ranks({0, 1}))));
   ASSERT_OK(client_->Reshard("gpu_moved", LayoutSpec::Chunk(1, Ranks({0, 1}))));
   ASSERT_OK_AND_ASSIGN(HostArray after, client_->Get("gpu_moved"));
   EXPECT_TRUE(SameBytes(after, array));
   // Rows -> columns -> a grid of uneven boxes on both workers.
   ASSERT_OK(client_->Reshard(
-      "gpu_moved",
-      LayoutSpec::Enumerable({Box{{0, 0}, {300, 1024}}, Box{{300, 0}, {212, 700}},
-                              Box{{300, 700}, {212, 324}}},
-                             Ranks({1, 0, 1}))));
+      "gpu_moved", LayoutSpec::Enumerable(
+                       {Box{{0, 0}, {300, 1024}}, Box{{300, 0}, {212, 700}},
+                        Box{{300, 700}, {212, 324}}},
+                       Ranks({1, 0, 1}))));
   ASSERT_OK_AND_ASSIGN(after, client_->Get("gpu_moved"));
   EXPECT_TRUE(SameBytes(after, array));
 
@@ -160,20 +162,21 @@ TEST_F(GpuTest, ReshardAndRegionalUpdateKeepEveryByte) {
 
 TEST_F(GpuTest, GetIntoDeviceCopiesDeviceToDeviceThroughIpc) {
   const HostArray array = Iota(DType::kFloat32, {2048, 1024}, 5);
-  ASSERT_OK(client_->Put("gpu_ipc", array, LayoutSpec::Chunk(0, Ranks({0, 1}))));
+  ASSERT_OK(
+      client_->Put("gpu_ipc", array, LayoutSpec::Chunk(0, Ranks({0, 1}))));
   const int64_t before = client_->TransferStats().bytes["cuda_ipc"];
 
   DeviceBuffer whole(array.num_bytes);
   ASSERT_OK(client_->GetIntoDevice("gpu_ipc", std::nullopt, whole.data(),
                                    whole.bytes(), 0));
-  EXPECT_TRUE(SameBytes(FromDevice(whole.data(), array.dtype, array.shape),
-                        array));
+  EXPECT_TRUE(
+      SameBytes(FromDevice(whole.data(), array.dtype, array.shape), array));
 
   // A region across both shards, strided in both.
   const Box region{{1000, 100}, {100, 300}};
   DeviceBuffer part(100 * 300 * 4);
-  ASSERT_OK(client_->GetIntoDevice("gpu_ipc", region, part.data(),
-                                   part.bytes(), 0));
+  ASSERT_OK(
+      client_->GetIntoDevice("gpu_ipc", region, part.data(), part.bytes(), 0));
   EXPECT_TRUE(SameBytes(FromDevice(part.data(), DType::kFloat32, {100, 300}),
                         Slice(array, region)));
   EXPECT_EQ(client_->TransferStats().bytes["cuda_ipc"] - before,
@@ -181,15 +184,14 @@ TEST_F(GpuTest, GetIntoDeviceCopiesDeviceToDeviceThroughIpc) {
 
   EXPECT_THAT(client_->GetIntoDevice("gpu_ipc", region, part.data(),
                                      part.bytes() - 4, 0),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("needs")));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs")));
   ASSERT_OK(client_->Delete("gpu_ipc"));
 }
 
 TEST_F(GpuTest, MappedShardsStayReadableUntilTheirHoldEndsAfterADelete) {
   const HostArray array = Iota(DType::kFloat32, {1024, 512}, 11);
-  ASSERT_OK(client_->Put("gpu_views", array,
-                         LayoutSpec::Chunk(0, Ranks({0, 1}))));
+  ASSERT_OK(
+      client_->Put("gpu_views", array, LayoutSpec::Chunk(0, Ranks({0, 1}))));
   ASSERT_OK_AND_ASSIGN(std::vector<DeviceShardView> views,
                        client_->MapDevice("gpu_views"));
   ASSERT_EQ(views.size(), 2u);
@@ -202,7 +204,8 @@ TEST_F(GpuTest, MappedShardsStayReadableUntilTheirHoldEndsAfterADelete) {
   // The tensor goes; the worker keeps the exported memory for its hold, so
   // a view still shows the tensor's bytes, never reused memory.
   ASSERT_OK(client_->Delete("gpu_views"));
-  ASSERT_OK(client_->Put("gpu_views_next", Iota(DType::kFloat32, {1024, 512}, 12),
+  ASSERT_OK(client_->Put("gpu_views_next",
+                         Iota(DType::kFloat32, {1024, 512}, 12),
                          LayoutSpec::Chunk(0, Ranks({0, 1}))));
   for (const DeviceShardView& view : views) {
     ASSERT_LT(absl::Now(), view.valid_until);
@@ -218,20 +221,21 @@ TEST_F(GpuTest, MappedShardsStayReadableUntilTheirHoldEndsAfterADelete) {
 TEST_F(GpuTest, AnExportHoldsDeviceMemoryUntilItEnds) {
   // 48 MiB per worker of a 64 MiB capacity.
   const HostArray array = Iota(DType::kFloat32, {6144, 4096}, 13);
-  ASSERT_OK(client_->Put("gpu_hold", array, LayoutSpec::Chunk(0, Ranks({0, 1}))));
+  ASSERT_OK(
+      client_->Put("gpu_hold", array, LayoutSpec::Chunk(0, Ranks({0, 1}))));
   ASSERT_OK(client_->MapDevice("gpu_hold").status());
   ASSERT_OK(client_->Delete("gpu_hold"));
   // Still held for the export: a second tensor as large does not fit...
-  EXPECT_THAT(client_->Put("gpu_hold_next", array,
-                           LayoutSpec::Chunk(0, Ranks({0, 1}))),
-              StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(
+      client_->Put("gpu_hold_next", array, LayoutSpec::Chunk(0, Ranks({0, 1}))),
+      StatusIs(absl::StatusCode::kResourceExhausted));
   // ... until the 3 s hold ends and the worker lets the memory go.
   absl::Status put = absl::UnknownError("not tried");
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
   while (!put.ok() && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(500));
-    put = client_->Put("gpu_hold_next", array,
-                       LayoutSpec::Chunk(0, Ranks({0, 1})))
+    put = client_
+              ->Put("gpu_hold_next", array, LayoutSpec::Chunk(0, Ranks({0, 1})))
               .status();
   }
   ASSERT_OK(put);

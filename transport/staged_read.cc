@@ -49,8 +49,8 @@ absl::StatusOr<std::shared_ptr<const StagingSegment>> MapSegment(
     return absl::FailedPreconditionError(
         absl::StrCat("staging segment ", name, " is too short"));
   }
-  void* map = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ, MAP_SHARED,
-                   fd, 0);
+  void* map =
+      mmap(nullptr, static_cast<size_t>(bytes), PROT_READ, MAP_SHARED, fd, 0);
   if (map == MAP_FAILED) {
     close(fd);
     return absl::FailedPreconditionError(
@@ -183,8 +183,8 @@ absl::Status StagePart(const std::shared_ptr<grpc::Channel>& channel,
                                        reply.bytes(), " bytes for slot ",
                                        chunk.slot, " of ", chunk.count * item));
     }
-    TESSERA_RETURN_IF_ERROR(target.Deliver(box.sizes, chunk.first,
-                                           chunk.count, slots + chunk.slot * slot_bytes,
+    TESSERA_RETURN_IF_ERROR(target.Deliver(box.sizes, chunk.first, chunk.count,
+                                           slots + chunk.slot * slot_bytes,
                                            static_cast<size_t>(item)));
     if (next < end && !ask(chunk.slot)) {
       return finish(absl::UnavailableError("staging stopped"));
@@ -195,9 +195,7 @@ absl::Status StagePart(const std::shared_ptr<grpc::Channel>& channel,
 
 }  // namespace
 
-StagingSegment::~StagingSegment() {
-  munmap(const_cast<char*>(data_), bytes_);
-}
+StagingSegment::~StagingSegment() { munmap(const_cast<char*>(data_), bytes_); }
 
 StagingMappings::~StagingMappings() {
   for (const auto& [name, entry] : entries_) close(entry.fd);

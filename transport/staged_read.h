@@ -75,8 +75,8 @@ class StagingMappings {
 
 struct StagedReadOptions {
   absl::Duration timeout = absl::Minutes(30);
-  int64_t slot_bytes = int64_t{8} << 20;  // per slot; two per stream
-  int max_streams = 8;                    // streams per read
+  int64_t slot_bytes = int64_t{8} << 20;         // per slot; two per stream
+  int max_streams = 8;                           // streams per read
   int64_t min_stream_bytes = int64_t{16} << 20;  // smaller parts share one
   StagingMappings* mappings = nullptr;  // kept mappings; null: map per read
 };

@@ -91,9 +91,9 @@ absl::StatusOr<std::string> CudaShardStore::ExportDevice(uint64_t id,
       shard->ipc_handle.assign(handle.reserved, sizeof(handle.reserved));
     }
   });
-  TESSERA_RETURN_IF_ERROR(CudaError(
-      absl::StrCat("exporting shard ", id, " for CUDA IPC"),
-      shard->export_error));
+  TESSERA_RETURN_IF_ERROR(
+      CudaError(absl::StrCat("exporting shard ", id, " for CUDA IPC"),
+                shard->export_error));
   absl::MutexLock lock(&holds_mu_);
   Hold& held = holds_[id];
   held.until = std::max(held.until, absl::Now() + hold);
@@ -125,28 +125,28 @@ absl::Status CopyRuns(char* device, const ShardDesc& desc, const Box& box,
                       cudaMemcpyKind kind) {
   const int64_t item = static_cast<int64_t>(ItemSize(desc.dtype));
   cudaError_t error = cudaSuccess;
-  ForEachBoxBlock(
-      desc.box.sizes, box.offsets, box.sizes, flat_begin, count,
-      [&](int64_t shard_element, int64_t range_element, int64_t run,
-          int64_t rows, int64_t pitch) {
-        if (error != cudaSuccess) return;
-        char* d = device + shard_element * item;
-        char* h = host + range_element * item;
-        const size_t width = static_cast<size_t>(run * item);
-        const size_t d_pitch = static_cast<size_t>(pitch * item);
-        if (rows == 1 || pitch == run) {
-          const size_t bytes = width * static_cast<size_t>(rows);
-          error = kind == cudaMemcpyDeviceToHost
-                      ? cudaMemcpy(h, d, bytes, kind)
-                      : cudaMemcpy(d, h, bytes, kind);
-        } else {
-          error = kind == cudaMemcpyDeviceToHost
-                      ? cudaMemcpy2D(h, width, d, d_pitch, width,
-                                     static_cast<size_t>(rows), kind)
-                      : cudaMemcpy2D(d, d_pitch, h, width, width,
-                                     static_cast<size_t>(rows), kind);
-        }
-      });
+  ForEachBoxBlock(desc.box.sizes, box.offsets, box.sizes, flat_begin, count,
+                  [&](int64_t shard_element, int64_t range_element, int64_t run,
+                      int64_t rows, int64_t pitch) {
+                    if (error != cudaSuccess) return;
+                    char* d = device + shard_element * item;
+                    char* h = host + range_element * item;
+                    const size_t width = static_cast<size_t>(run * item);
+                    const size_t d_pitch = static_cast<size_t>(pitch * item);
+                    if (rows == 1 || pitch == run) {
+                      const size_t bytes = width * static_cast<size_t>(rows);
+                      error = kind == cudaMemcpyDeviceToHost
+                                  ? cudaMemcpy(h, d, bytes, kind)
+                                  : cudaMemcpy(d, h, bytes, kind);
+                    } else {
+                      error =
+                          kind == cudaMemcpyDeviceToHost
+                              ? cudaMemcpy2D(h, width, d, d_pitch, width,
+                                             static_cast<size_t>(rows), kind)
+                              : cudaMemcpy2D(d, d_pitch, h, width, width,
+                                             static_cast<size_t>(rows), kind);
+                    }
+                  });
   return CudaError("copying a region between host and GPU", error);
 }
 

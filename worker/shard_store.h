@@ -88,8 +88,8 @@ struct PinnedShard {
 
 // The GPU that holds a device store's shards, and its memory now.
 struct DeviceInfo {
-  int index = 0;           // the CUDA ordinal in the worker's process
-  std::string uuid;        // 16 bytes, the same in every process
+  int index = 0;            // the CUDA ordinal in the worker's process
+  std::string uuid;         // 16 bytes, the same in every process
   int64_t total_bytes = 0;  // the device's memory
   int64_t free_bytes = 0;   // not allocated by anyone, as CUDA reports it
 };
@@ -163,8 +163,8 @@ class ShardStore {
   // copies from the device at full speed (a staging buffer), until the
   // returned handle is dropped; drop it before the memory goes. Host
   // stores have nothing to do and return null.
-  virtual absl::StatusOr<std::shared_ptr<void>> RegisterStaging(
-      void* data, int64_t bytes) {
+  virtual absl::StatusOr<std::shared_ptr<void>> RegisterStaging(void* data,
+                                                                int64_t bytes) {
     return nullptr;
   }
 

@@ -3,6 +3,8 @@
 // its bytes in host memory but reports a device, so the protocol — slots,
 // pipelining, parallel streams, checks, budget — runs on any machine; the
 // CUDA copies behind it run in tests/gpu_test on a GPU.
+#include "transport/staged_read.h"
+
 #include <grpcpp/grpcpp.h>
 
 #include <cstring>
@@ -20,7 +22,6 @@
 #include "rpc/security.h"
 #include "rpc/server.h"
 #include "transport/shared_memory.h"
-#include "transport/staged_read.h"
 #include "worker/host_shard_store.h"
 #include "worker/testing/device_like_store.h"
 #include "worker/worker_node.h"
@@ -139,26 +140,26 @@ TEST_F(StagedReadTest, SharedMemoryTransportStagesDeviceShards) {
   const Box box{{10, 0}, {500, kCols}};
   std::vector<int32_t> got(box.NumElements(), -1);
   const std::vector<int64_t> zeros(2, 0);
-  ASSERT_THAT(transport.Read(Shard(), box,
-                             ReadTarget::HostArray(
-                                 reinterpret_cast<char*>(got.data()), box.sizes,
-                                 zeros)),
-              IsOk());
+  ASSERT_THAT(
+      transport.Read(Shard(), box,
+                     ReadTarget::HostArray(reinterpret_cast<char*>(got.data()),
+                                           box.sizes, zeros)),
+      IsOk());
   EXPECT_EQ(got, Expected(box));
   // A sink takes its ranges in order.
   int64_t next = 0;
   std::vector<int32_t> sunk;
-  ASSERT_THAT(transport.Read(Shard(), box,
-                             ReadTarget::Sink([&](int64_t first, int64_t count,
-                                                  const char* data) {
-                               EXPECT_EQ(first, next);
-                               next += count;
-                               const int32_t* v =
-                                   reinterpret_cast<const int32_t*>(data);
-                               sunk.insert(sunk.end(), v, v + count);
-                               return absl::OkStatus();
-                             })),
-              IsOk());
+  ASSERT_THAT(
+      transport.Read(
+          Shard(), box,
+          ReadTarget::Sink([&](int64_t first, int64_t count, const char* data) {
+            EXPECT_EQ(first, next);
+            next += count;
+            const int32_t* v = reinterpret_cast<const int32_t*>(data);
+            sunk.insert(sunk.end(), v, v + count);
+            return absl::OkStatus();
+          })),
+      IsOk());
   EXPECT_EQ(sunk, Expected(box));
   // No segment for writes: the chain goes on to gRPC.
   WriteSource source;
@@ -189,9 +190,9 @@ class RawStream {
     stream_->WritesDone();
     const grpc::Status status = stream_->Finish();
     return status.ok() ? absl::OkStatus()
-                       : absl::Status(static_cast<absl::StatusCode>(
-                                          status.error_code()),
-                                      status.error_message());
+                       : absl::Status(
+                             static_cast<absl::StatusCode>(status.error_code()),
+                             status.error_message());
   }
 
  private:
@@ -228,8 +229,8 @@ TEST_F(StagedReadTest, HostileRequestsAreRefusedAndChangeNothing) {
   };
   EXPECT_THAT(refused("", Open(1 << 20), {}),
               StatusIs(absl::StatusCode::kPermissionDenied));
-  for (int64_t slot_bytes : {int64_t{0}, int64_t{-4}, int64_t{6},
-                             int64_t{128} << 20}) {
+  for (int64_t slot_bytes :
+       {int64_t{0}, int64_t{-4}, int64_t{6}, int64_t{128} << 20}) {
     EXPECT_THAT(refused(Grant(), Open(slot_bytes), {}),
                 StatusIs(absl::StatusCode::kInvalidArgument))
         << slot_bytes;
@@ -274,9 +275,9 @@ TEST_F(StagedReadTest, PastTheStagingBudgetTheClientFallsBack) {
     ASSERT_TRUE(b.Send(Open(16 << 20)) && b.Receive(&reply));
     std::vector<int32_t> got;
     // FAILED_PRECONDITION: the chain reads over gRPC instead.
-    EXPECT_THAT(Read(Box{{0, 0}, {kRows, kCols}}, &got, StagedReadOptions{}),
-                StatusIs(absl::StatusCode::kFailedPrecondition,
-                         HasSubstr("staging")));
+    EXPECT_THAT(
+        Read(Box{{0, 0}, {kRows, kCols}}, &got, StagedReadOptions{}),
+        StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("staging")));
     EXPECT_THAT(a.Finish(), IsOk());
     EXPECT_THAT(b.Finish(), IsOk());
   }

@@ -72,9 +72,9 @@ absl::StatusOr<StagingPool::Lease> StagingPool::Acquire(int64_t bytes) {
       state_->idle.pop_back();
     }
     if (state_->total + rounded > max_bytes_) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "this worker's staging memory (", max_bytes_,
-          " bytes) is in use; read over gRPC or try again"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("this worker's staging memory (", max_bytes_,
+                       " bytes) is in use; read over gRPC or try again"));
     }
     state_->total += rounded;
   }

@@ -96,7 +96,8 @@ TEST_F(StagingPoolTest, IdleBlocksPastTheirBudgetAreUnlinked) {
 }
 
 TEST_F(StagingPoolTest, ALeaseMayOutliveItsPool) {
-  auto pool = std::make_unique<StagingPool>(arena_, &store_, 8 * kMiB, 8 * kMiB);
+  auto pool =
+      std::make_unique<StagingPool>(arena_, &store_, 8 * kMiB, 8 * kMiB);
   absl::StatusOr<StagingPool::Lease> lease = pool->Acquire(kMiB);
   ASSERT_THAT(lease.status(), IsOk());
   pool.reset();

@@ -105,9 +105,9 @@ WorkerNode::WorkerNode(ShardStore* store, WorkerNodeOptions options,
       options_(Normalized(std::move(options))),
       peers_(std::move(peers)) {
   if (options_.arena != nullptr) {
-    staging_ = std::make_unique<StagingPool>(
-        options_.arena, store_, options_.max_staging_bytes,
-        options_.max_staging_bytes / 4);
+    staging_ = std::make_unique<StagingPool>(options_.arena, store_,
+                                             options_.max_staging_bytes,
+                                             options_.max_staging_bytes / 4);
   }
   if (peers_ == nullptr) {
     channels_ = std::make_unique<ChannelCache>(options_.channels,
@@ -327,8 +327,8 @@ absl::Status WorkerNode::ReadRegion(uint64_t id, const Box& box,
   return absl::OkStatus();
 }
 
-absl::StatusOr<SharedShardInfo> WorkerNode::MapShard(
-    uint64_t id, bool device_handle) const {
+absl::StatusOr<SharedShardInfo> WorkerNode::MapShard(uint64_t id,
+                                                     bool device_handle) const {
   if (std::optional<DeviceInfo> device = store_->Device(); device) {
     TESSERA_ASSIGN_OR_RETURN(ShardDesc desc, store_->Describe(id));
     SharedShardInfo info;
@@ -377,9 +377,8 @@ absl::StatusOr<int64_t> StagedRegion::Fill(int64_t first, int64_t count,
   }
   const int64_t bytes = count * reader_.item();  // <= the region's bytes
   if (bytes > slot_bytes_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a chunk of ", bytes, " bytes does not fit a slot of ",
-                     slot_bytes_));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a chunk of ", bytes, " bytes does not fit a slot of ", slot_bytes_));
   }
   TESSERA_RETURN_IF_ERROR(
       reader_.Read(first, count, block_->shared->data() + slot * slot_bytes_));
@@ -387,8 +386,7 @@ absl::StatusOr<int64_t> StagedRegion::Fill(int64_t first, int64_t count,
 }
 
 absl::StatusOr<std::unique_ptr<StagedRegion>> WorkerNode::OpenStaged(
-    uint64_t id, const Box& box, int64_t slot_bytes,
-    int64_t item_bytes) const {
+    uint64_t id, const Box& box, int64_t slot_bytes, int64_t item_bytes) const {
   if (!store_->Device().has_value()) {
     return absl::FailedPreconditionError(
         "shards are in host memory: map them (MapShard) instead");

@@ -257,9 +257,10 @@ class WorkerNode {
   // Opens a staged read of `box` (shard coordinates) of shard `id`, held in
   // GPU memory, with two slots of `slot_bytes` (whole elements, at most
   // kMaxStageSlotBytes), for a reader of `item_bytes`-byte elements
-  // (INVALID_ARGUMENT when the shard's differ). FAILED_PRECONDITION for shards in host memory (map
-  // them) or a worker without shared memory; RESOURCE_EXHAUSTED past
-  // options().max_staging_bytes; NOT_FOUND / OUT_OF_RANGE as OpenRegion.
+  // (INVALID_ARGUMENT when the shard's differ). FAILED_PRECONDITION for shards
+  // in host memory (map them) or a worker without shared memory;
+  // RESOURCE_EXHAUSTED past options().max_staging_bytes; NOT_FOUND /
+  // OUT_OF_RANGE as OpenRegion.
   absl::StatusOr<std::unique_ptr<StagedRegion>> OpenStaged(
       uint64_t id, const Box& box, int64_t slot_bytes,
       int64_t item_bytes) const;

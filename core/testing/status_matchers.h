@@ -197,8 +197,8 @@ internal::IsOkAndHoldsMatcher<std::decay_t<InnerMatcher>> IsOkAndHolds(
 // the StatusOr `expr` is OK, else moves its value into `x`.
 #define TESSERA_TESTING_CONCAT_INNER_(a, b) a##b
 #define TESSERA_TESTING_CONCAT_(a, b) TESSERA_TESTING_CONCAT_INNER_(a, b)
-#define ASSERT_OK_AND_ASSIGN(lhs, expr)                                     \
-  ASSERT_OK_AND_ASSIGN_IMPL_(                                               \
+#define ASSERT_OK_AND_ASSIGN(lhs, expr) \
+  ASSERT_OK_AND_ASSIGN_IMPL_(           \
       TESSERA_TESTING_CONCAT_(status_or_value_, __LINE__), lhs, expr)
 #define ASSERT_OK_AND_ASSIGN_IMPL_(statusor, lhs, expr) \
   auto statusor = (expr);                               \
