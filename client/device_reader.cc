@@ -160,8 +160,8 @@ absl::Status CheckCudaAvailable() {
 struct DeviceReader::Opened {
   char* data = nullptr;
   int device = 0;
-  std::string handle;  // the IPC handle it was opened from
-  absl::Time valid_until;
+  std::string handle;      // the IPC handle it was opened from
+  absl::Time valid_until;  // guarded by the reader's mu_: renewals move it
   ~Opened() {
     if (data != nullptr) {
       cudaSetDevice(device);
@@ -220,14 +220,16 @@ absl::StatusOr<std::shared_ptr<DeviceReader::Opened>> DeviceReader::Open(
     const RemoteShard& shard) {
   const std::pair<std::string, uint64_t> key(shard.location.address,
                                              shard.location.shard_id);
+  const absl::Time asked = absl::Now();
   std::shared_ptr<Opened> known;
   {
     absl::MutexLock lock(&mu_);
     auto it = opened_.find(key);
-    if (it != opened_.end()) known = it->second;
+    if (it != opened_.end()) {
+      known = it->second;
+      if (asked < known->valid_until) return known;
+    }
   }
-  const absl::Time asked = absl::Now();
-  if (known != nullptr && asked < known->valid_until) return known;
 
   if (LocalHostId().empty()) {
     return absl::FailedPreconditionError("no shared memory host id here");
@@ -342,7 +344,10 @@ absl::StatusOr<std::vector<DeviceShardView>> DeviceReader::Map(
     view.data = (*opened)->data;
     view.device = (*opened)->device;
     view.worker = info.worker;
-    view.valid_until = (*opened)->valid_until;
+    {
+      absl::MutexLock lock(&mu_);
+      view.valid_until = (*opened)->valid_until;
+    }
     view.mapping = *opened;
     views.push_back(std::move(view));
   }

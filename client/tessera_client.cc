@@ -122,7 +122,7 @@ Client::Client(std::shared_ptr<Connection> connection)
 DataPlaneStats Client::TransferStats() const {
   DataPlaneStats stats = connection_->data_plane().Stats();
 #ifdef TESSERA_CUDA
-  absl::MutexLock lock(&const_cast<Client*>(this)->device_mu_);
+  absl::MutexLock lock(&device_mu_);
   if (device_ != nullptr && device_->ipc_bytes() > 0) {
     stats.bytes["cuda_ipc"] += device_->ipc_bytes();
   }
@@ -130,25 +130,20 @@ DataPlaneStats Client::TransferStats() const {
   return stats;
 }
 
-absl::StatusOr<DeviceReader*> Client::Device() {
 #ifdef TESSERA_CUDA
+absl::StatusOr<DeviceReader*> Client::Device() {
   absl::MutexLock lock(&device_mu_);
   if (device_ == nullptr) {
     TESSERA_RETURN_IF_ERROR(CheckCudaAvailable());
     device_ = std::make_shared<DeviceReader>(connection_.get());
   }
   return device_.get();
-#else
-  return absl::FailedPreconditionError(
-      "this SDK was built without CUDA (build it with --config=cuda)");
-#endif
 }
 
 absl::Status Client::GetIntoDevice(const std::string& name,
                                    const std::optional<Box>& region, void* dst,
                                    int64_t dst_bytes, int device) {
   TESSERA_ASSIGN_OR_RETURN(DeviceReader * reader, Device());
-#ifdef TESSERA_CUDA
   return ReadWithRetry(
       name, [&](const TensorMetadata& meta, const BoxIndex* index) {
         const Box box = region.has_value() ? *region : WholeBox(meta.shape);
@@ -163,27 +158,36 @@ absl::Status Client::GetIntoDevice(const std::string& name,
         return reader->GatherRegion(meta, index, box, static_cast<char*>(dst),
                                     device);
       });
-#else
-  (void)reader;
-  return absl::InternalError("unreachable");
-#endif
 }
 
 absl::StatusOr<std::vector<DeviceShardView>> Client::MapDevice(
     const std::string& name) {
   TESSERA_ASSIGN_OR_RETURN(DeviceReader * reader, Device());
   std::vector<DeviceShardView> views;
-#ifdef TESSERA_CUDA
   TESSERA_RETURN_IF_ERROR(ReadWithRetry(
       name, [&](const TensorMetadata& meta, const BoxIndex*) -> absl::Status {
         TESSERA_ASSIGN_OR_RETURN(views, reader->Map(meta));
         return absl::OkStatus();
       }));
-#else
-  (void)reader;
-#endif
   return views;
 }
+#else  // an SDK built without CUDA
+absl::StatusOr<DeviceReader*> Client::Device() {
+  return absl::FailedPreconditionError(
+      "this SDK was built without CUDA (build it with --config=cuda)");
+}
+
+absl::Status Client::GetIntoDevice(const std::string&,
+                                   const std::optional<Box>&, void*, int64_t,
+                                   int) {
+  return Device().status();
+}
+
+absl::StatusOr<std::vector<DeviceShardView>> Client::MapDevice(
+    const std::string&) {
+  return Device().status();
+}
+#endif
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
     const std::string& coordinator, ClientOptions options) {

@@ -248,7 +248,7 @@ class Client {
   // entry cannot return other data — it can only fail (a freed shard, a dead
   // worker, a region outside an old shape); any failure on a cached entry
   // drops it and the read is retried once on fresh metadata.
-  absl::Mutex device_mu_;
+  mutable absl::Mutex device_mu_;
   std::shared_ptr<DeviceReader> device_ ABSL_GUARDED_BY(device_mu_);
   absl::Mutex cache_mu_;
   absl::flat_hash_map<std::string, CachedTensor> metadata_cache_

@@ -47,14 +47,6 @@ absl::Status InconsistentReply(absl::string_view what) {
       absl::StrCat("worker's MapShard reply is inconsistent: ", what));
 }
 
-// One POSIX shared-memory object: "/name", no other '/', no NUL, within
-// NAME_MAX. Anything else could name a path shm_open does not mean.
-bool IsShmName(absl::string_view name) {
-  return name.size() >= 2 && name.size() <= 255 && name[0] == '/' &&
-         name.find('/', 1) == absl::string_view::npos &&
-         name.find('\0') == absl::string_view::npos;
-}
-
 // Asks the worker behind `channel` where shard `shard_id` lives, and checks
 // its answer. FAILED_PRECONDITION: not reachable through shared memory from
 // here.
@@ -166,12 +158,6 @@ absl::Status CheckShape(const Shape& found, const Shape& expected) {
   return absl::OkStatus();
 }
 
-// True when the segment behind `fd` has been unlinked (its shard freed).
-bool Unlinked(int fd) {
-  struct stat st {};
-  return fstat(fd, &st) != 0 || st.st_nlink == 0;
-}
-
 // True when the worker that held an exclusive flock on `liveness_fd` is gone
 // (the kernel released its lock when it died).
 bool WorkerGone(int liveness_fd) {
@@ -182,6 +168,17 @@ bool WorkerGone(int liveness_fd) {
 }
 
 }  // namespace
+
+bool IsShmName(absl::string_view name) {
+  return name.size() >= 2 && name.size() <= 255 && name[0] == '/' &&
+         name.find('/', 1) == absl::string_view::npos &&
+         name.find('\0') == absl::string_view::npos;
+}
+
+bool Unlinked(int fd) {
+  struct stat st {};
+  return fstat(fd, &st) != 0 || st.st_nlink == 0;
+}
 
 absl::StatusOr<SharedSegment> ValidateMapShardReply(
     const v1::MapShardResponse& reply, absl::string_view local_host_id,

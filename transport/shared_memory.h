@@ -106,6 +106,15 @@ struct SharedSegment {
   std::string liveness;  // empty, or a name like `name`
 };
 
+// One POSIX shared-memory object: "/name", no other '/', no NUL, within
+// NAME_MAX. Anything else could name a path shm_open does not mean. Every
+// segment name a worker sends is checked with it before it is opened.
+bool IsShmName(absl::string_view name);
+
+// True when the segment open on `fd` has been unlinked (its worker dropped
+// it: a freed shard, a staging block given up).
+bool Unlinked(int fd);
+
 // Checks every field of a worker's MapShard `reply` for a caller on host
 // `local_host_id` that expects elements of `item_bytes`, before anything is
 // opened or mapped. FAILED_PRECONDITION: another host or element size (use

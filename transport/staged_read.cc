@@ -17,18 +17,13 @@
 #include "proto/worker.grpc.pb.h"
 #include "rpc/security.h"
 #include "rpc/status.h"
+#include "transport/shared_memory.h"
 #include "transport/shared_memory_arena.h"
 
 namespace tessera {
 namespace {
 
 constexpr char kDevicePayload[] = "tessera.dev/device-shard";
-
-bool IsShmName(absl::string_view name) {
-  return name.size() >= 2 && name.size() <= 255 && name[0] == '/' &&
-         name.find('/', 1) == absl::string_view::npos &&
-         name.find('\0') == absl::string_view::npos;
-}
 
 absl::Status Inconsistent(absl::string_view what) {
   return absl::InternalError(
@@ -63,11 +58,6 @@ absl::StatusOr<std::shared_ptr<const StagingSegment>> MapSegment(
   }
   return std::make_shared<const StagingSegment>(static_cast<const char*>(map),
                                                 static_cast<size_t>(bytes));
-}
-
-bool Unlinked(int fd) {
-  struct stat st {};
-  return fstat(fd, &st) != 0 || st.st_nlink == 0;
 }
 
 // Checks a StageRead's first reply and maps its segment.

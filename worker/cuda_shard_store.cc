@@ -68,14 +68,19 @@ std::optional<DeviceInfo> CudaShardStore::Device() const {
   DeviceInfo info;
   info.index = device_;
   info.uuid = uuid_;
+  return info;
+}
+
+std::optional<DeviceMemory> CudaShardStore::DeviceMemoryNow() const {
+  DeviceMemory memory;
   size_t free_bytes = 0;
   size_t total_bytes = 0;
   if (cudaSetDevice(device_) == cudaSuccess &&
       cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
-    info.total_bytes = static_cast<int64_t>(total_bytes);
-    info.free_bytes = static_cast<int64_t>(free_bytes);
+    memory.total_bytes = static_cast<int64_t>(total_bytes);
+    memory.free_bytes = static_cast<int64_t>(free_bytes);
   }
-  return info;
+  return memory;
 }
 
 absl::StatusOr<std::string> CudaShardStore::ExportDevice(uint64_t id,

@@ -45,6 +45,7 @@ class CudaShardStore : public ShardStore {
   std::vector<uint64_t> ShardIds() const override;
 
   std::optional<DeviceInfo> Device() const override;
+  std::optional<DeviceMemory> DeviceMemoryNow() const override;
   absl::StatusOr<std::string> ExportDevice(uint64_t id,
                                            absl::Duration hold) override;
   absl::StatusOr<std::shared_ptr<void>> RegisterStaging(void* data,

@@ -265,9 +265,10 @@ void Registration::Run() {
     }
     request.set_quarantined_shards(static_cast<int64_t>(quarantined.size()));
     request.set_quarantined_bytes(quarantined_bytes);
-    if (std::optional<DeviceInfo> device = store_->Device(); device) {
-      request.set_device_total_bytes(device->total_bytes);
-      request.set_device_free_bytes(device->free_bytes);
+    if (std::optional<DeviceMemory> memory = store_->DeviceMemoryNow();
+        memory) {
+      request.set_device_total_bytes(memory->total_bytes);
+      request.set_device_free_bytes(memory->free_bytes);
     }
     send_held = false;
     v1::HeartbeatResponse response;

@@ -86,10 +86,14 @@ struct PinnedShard {
   ShardDesc desc;
 };
 
-// The GPU that holds a device store's shards, and its memory now.
+// The GPU that holds a device store's shards.
 struct DeviceInfo {
-  int index = 0;            // the CUDA ordinal in the worker's process
-  std::string uuid;         // 16 bytes, the same in every process
+  int index = 0;     // the CUDA ordinal in the worker's process
+  std::string uuid;  // 16 bytes, the same in every process
+};
+
+// That GPU's memory now.
+struct DeviceMemory {
   int64_t total_bytes = 0;  // the device's memory
   int64_t free_bytes = 0;   // not allocated by anyone, as CUDA reports it
 };
@@ -144,8 +148,13 @@ class ShardStore {
     return absl::UnimplementedError("this shard store cannot pin host memory");
   }
 
-  // Stores whose shards live in GPU memory: that GPU. nullopt: host memory.
+  // Stores whose shards live in GPU memory: that GPU (cheap: every device
+  // read asks). nullopt: host memory.
   virtual std::optional<DeviceInfo> Device() const { return std::nullopt; }
+  // Its memory now (a driver call: heartbeats ask). nullopt: host memory.
+  virtual std::optional<DeviceMemory> DeviceMemoryNow() const {
+    return std::nullopt;
+  }
 
   // The CUDA IPC handle (cudaIpcMemHandle_t bytes) of shard `id`'s device
   // memory, whose first byte is the shard's, for another process on this

@@ -30,6 +30,7 @@ int64_t StagingPool::total_bytes() const {
 }
 
 void StagingPool::GiveBack(const std::shared_ptr<State>& state, Block* block) {
+  // Declared before the lock: a block not kept goes after it is released.
   std::unique_ptr<Block> owned(block);
   const int64_t bytes = owned->shared->bytes();
   absl::MutexLock lock(&state->mu);
@@ -49,6 +50,8 @@ absl::StatusOr<StagingPool::Lease> StagingPool::Acquire(int64_t bytes) {
   const int64_t rounded = (bytes + kBlockStep - 1) / kBlockStep * kBlockStep;
   const std::shared_ptr<State> state = state_;
   const auto lease = [state](Block* block) { GiveBack(state, block); };
+  // Idle blocks given up for room: unregistered and unlinked after the lock.
+  std::vector<std::unique_ptr<Block>> dropped;
   {
     absl::MutexLock lock(&state_->mu);
     auto best = state_->idle.end();
@@ -69,6 +72,7 @@ absl::StatusOr<StagingPool::Lease> StagingPool::Acquire(int64_t bytes) {
     while (state_->total + rounded > max_bytes_ && !state_->idle.empty()) {
       state_->total -= state_->idle.back()->shared->bytes();
       state_->idle_bytes -= state_->idle.back()->shared->bytes();
+      dropped.push_back(std::move(state_->idle.back()));
       state_->idle.pop_back();
     }
     if (state_->total + rounded > max_bytes_) {

@@ -19,9 +19,13 @@ class DeviceLikeStore : public HostShardStore {
   std::optional<DeviceInfo> Device() const override {
     DeviceInfo info;
     info.uuid = std::string(16, 'u');
-    info.total_bytes = int64_t{1} << 30;
-    info.free_bytes = int64_t{1} << 29;
     return info;
+  }
+  std::optional<DeviceMemory> DeviceMemoryNow() const override {
+    DeviceMemory memory;
+    memory.total_bytes = int64_t{1} << 30;
+    memory.free_bytes = int64_t{1} << 29;
+    return memory;
   }
 };
 
