@@ -31,6 +31,7 @@ v1::AllocateShardsRequest AllocateRequestFor(const AllocateBatch& batch) {
   request.set_tensor(batch.tensor);
   request.set_version(batch.version);
   request.set_writable(batch.writable);
+  request.set_filled_by_copies(batch.filled_by_copies);
   request.set_dtype(DTypeToProto(batch.dtype));
   request.mutable_tensor_shape()->Assign(batch.tensor_shape.begin(),
                                          batch.tensor_shape.end());

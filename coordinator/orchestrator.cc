@@ -254,7 +254,8 @@ absl::StatusOr<TensorMetadataPtr> Orchestrator::Create(
 }
 
 absl::Status Orchestrator::AllocateShards(const TensorMetadata& meta,
-                                          const InitSpec& init, bool writable) {
+                                          const InitSpec& init, bool writable,
+                                          bool filled_by_copies) {
   // One batch per worker, all batches in parallel.
   std::map<std::string, AllocateBatch> batches;  // by address
   std::map<std::string, std::string> names;      // address -> worker name
@@ -264,6 +265,7 @@ absl::Status Orchestrator::AllocateShards(const TensorMetadata& meta,
       batch.tensor = meta.name;
       batch.version = meta.version;
       batch.writable = writable;
+      batch.filled_by_copies = filled_by_copies;
       batch.dtype = meta.dtype;
       batch.tensor_shape = meta.shape;
       batch.init = init;
@@ -407,7 +409,9 @@ absl::Status Orchestrator::MakeNewShards(
   TESSERA_RETURN_IF_ERROR(log_->Wait(ids));
   out->allocate_start = absl::Now();
   TESSERA_RETURN_IF_ERROR(
-      Annotate(AllocateShards(out->meta, InitSpec{}, writable), what));
+      Annotate(AllocateShards(out->meta, InitSpec{}, writable,
+                              /*filled_by_copies=*/!writable),
+               what));
   out->allocated = true;
   out->move_start = absl::Now();
   if (!plan.pieces.empty()) {

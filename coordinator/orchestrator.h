@@ -152,8 +152,10 @@ class Orchestrator {
   // Allocates `meta`'s shards, one batch per worker in parallel; on failure
   // frees whatever was allocated.
   // `writable`: a put's shards, which its client writes once.
+  // `filled_by_copies`: a reshard's, every byte copied in before they are
+  // named to anyone (the workers may hand out reused memory uncleared).
   absl::Status AllocateShards(const TensorMetadata& meta, const InitSpec& init,
-                              bool writable);
+                              bool writable, bool filled_by_copies = false);
   // Frees shards on their workers (best effort; failures are logged).
   void FreeShards(const TensorMetadata& meta);
   // The shards of a new version that are not taken over from the old one

@@ -30,6 +30,8 @@ struct AllocateBatch {
   std::string tensor;
   uint64_t version = 0;   // the tensor version the shards belong to
   bool writable = false;  // a put's shards: clients write them once
+  // Every byte is copied in before the shards are named to anyone.
+  bool filled_by_copies = false;
   DType dtype = DType::kFloat32;
   Shape tensor_shape;
   InitSpec init;

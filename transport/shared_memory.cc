@@ -175,6 +175,21 @@ bool IsShmName(absl::string_view name) {
          name.find('\0') == absl::string_view::npos;
 }
 
+bool ShardMapping::Current() const {
+  if (segment_.empty()) return true;
+  struct stat st {};
+  return stat(("/dev/shm" + segment_).c_str(), &st) == 0 &&
+         static_cast<uint64_t>(st.st_dev) == dev_ &&
+         static_cast<uint64_t>(st.st_ino) == ino_ && st.st_nlink > 0;
+}
+
+absl::Status CheckStillHeld(const ShardMapping& mapping, uint64_t shard_id) {
+  if (mapping.Current()) return absl::OkStatus();
+  return absl::NotFoundError(
+      absl::StrCat("shard ", shard_id,
+                   " is not held by this worker (freed during the read)"));
+}
+
 bool Unlinked(int fd) {
   struct stat st {};
   return fstat(fd, &st) != 0 || st.st_nlink == 0;
@@ -267,8 +282,9 @@ absl::StatusOr<std::unique_ptr<ShardMapping>> MapSegmentRange(
     return absl::FailedPreconditionError(
         absl::StrCat("mmap ", segment.name, ": ", std::strerror(errno)));
   }
-  return std::make_unique<ShardMapping>(map, map_bytes, map_offset, end,
-                                        segment.shape);
+  return std::make_unique<ShardMapping>(
+      map, map_bytes, map_offset, end, segment.shape, segment.name,
+      static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino));
 }
 
 absl::StatusOr<std::unique_ptr<ShardMapping>> MapSegmentBox(
@@ -363,7 +379,7 @@ void ShardMappingCache::Close(const Entry& entry) {
 void ShardMappingCache::DropFreed() {
   absl::MutexLock lock(&mu_);
   for (auto it = entries_.begin(); it != entries_.end();) {
-    if (Unlinked(it->second.fd) || WorkerGone(it->second.liveness_fd)) {
+    if (!it->second.mapping->Current() || WorkerGone(it->second.liveness_fd)) {
       Close(it->second);
       entries_.erase(it++);
     } else {
@@ -389,7 +405,7 @@ absl::StatusOr<std::shared_ptr<const ShardMapping>> ShardMappingCache::Map(
         return absl::UnavailableError(absl::StrCat(
             "worker at ", address, " has exited (its shared memory is stale)"));
       }
-      if (!Unlinked(it->second.fd)) return it->second.mapping;
+      if (it->second.mapping->Current()) return it->second.mapping;
       Close(it->second);
       entries_.erase(it);
       return absl::NotFoundError(absl::StrCat(
@@ -476,15 +492,17 @@ absl::Status SharedMemoryTransport::ReadMapped(const RemoteShard& shard,
         std::shared_ptr<const ShardMapping> mapping,
         cache_->Map(at.address, channels_->Get(at.address), at.shard_id,
                     shard.item_bytes, options_.timeout, at.capability));
-    return CopyBoxFromMapping(*mapping, shard.shape, box, target,
-                              shard.item_bytes);
+    TESSERA_RETURN_IF_ERROR(CopyBoxFromMapping(*mapping, shard.shape, box,
+                                               target, shard.item_bytes));
+    return CheckStillHeld(*mapping, at.shard_id);
   }
   TESSERA_ASSIGN_OR_RETURN(
       std::unique_ptr<ShardMapping> mapping,
       MapShardBox(channels_->Get(at.address), at.shard_id, box,
                   shard.item_bytes, options_.timeout, at.capability));
-  return CopyBoxFromMapping(*mapping, shard.shape, box, target,
-                            shard.item_bytes);
+  TESSERA_RETURN_IF_ERROR(
+      CopyBoxFromMapping(*mapping, shard.shape, box, target, shard.item_bytes));
+  return CheckStillHeld(*mapping, at.shard_id);
 }
 
 absl::Status SharedMemoryTransport::Write(const RemoteShard& shard,
@@ -498,7 +516,9 @@ absl::Status SharedMemoryTransport::Write(const RemoteShard& shard,
       std::unique_ptr<ShardMapping> mapping,
       MapShardForWrite(channels_->Get(at.address), at.shard_id,
                        shard.item_bytes, options_.timeout, at.capability));
-  return CopyShardToMapping(*mapping, shard.shape, source, shard.item_bytes);
+  TESSERA_RETURN_IF_ERROR(
+      CopyShardToMapping(*mapping, shard.shape, source, shard.item_bytes));
+  return CheckStillHeld(*mapping, at.shard_id);
 }
 
 absl::Status SharedMemoryTransport::ReadRows(
@@ -534,6 +554,8 @@ absl::Status SharedMemoryTransport::ReadRows(
       }
       sink(e, k, mapping->At(begin));
     }
+    // The rows handed on are the shard's only if it is still held now.
+    TESSERA_RETURN_IF_ERROR(CheckStillHeld(*mapping, at.shard_id));
   }
   return absl::OkStatus();
 }

@@ -63,13 +63,19 @@ class ShardMapping {
  public:
   // `map` holds `map_bytes` bytes mapped from shard byte `map_offset` on;
   // shard bytes [map_offset, valid_end) lie inside the segment's file.
+  // `segment` names the object mapped, whose device and inode are `dev`
+  // and `ino` (empty: not watched, Current() is always true).
   ShardMapping(void* map, size_t map_bytes, int64_t map_offset,
-               int64_t valid_end, Shape shape)
+               int64_t valid_end, Shape shape, std::string segment = {},
+               uint64_t dev = 0, uint64_t ino = 0)
       : map_(map),
         map_bytes_(map_bytes),
         map_offset_(map_offset),
         valid_end_(valid_end),
-        shape_(std::move(shape)) {}
+        shape_(std::move(shape)),
+        segment_(std::move(segment)),
+        dev_(dev),
+        ino_(ino) {}
   ~ShardMapping();
   ShardMapping(const ShardMapping&) = delete;
   ShardMapping& operator=(const ShardMapping&) = delete;
@@ -89,6 +95,11 @@ class ShardMapping {
   bool Covers(int64_t begin, int64_t end) const {
     return map_offset_ <= begin && begin <= end && end <= valid_end_;
   }
+  // True while the segment's name still names the object mapped: the shard
+  // is held. A worker renames a freed shard's pages away before it reuses
+  // them for another shard (transport/shared_memory_arena.h), so a copy out
+  // of the mapping is the shard's only if this holds after it.
+  bool Current() const;
 
  private:
   void* map_;
@@ -96,7 +107,14 @@ class ShardMapping {
   int64_t map_offset_;  // shard byte offset of map_ (page-aligned)
   int64_t valid_end_;   // shard byte offset just past the usable bytes
   Shape shape_;
+  std::string segment_;
+  uint64_t dev_;
+  uint64_t ino_;
 };
+
+// NOT_FOUND, as a gRPC read of a freed shard says, unless `mapping` is still
+// Current() (checked after each copy out of it).
+absl::Status CheckStillHeld(const ShardMapping& mapping, uint64_t shard_id);
 
 // What a MapShard reply says, once ValidateMapShardReply has checked it.
 struct SharedSegment {
@@ -172,12 +190,12 @@ absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardForWrite(
 // Whole-shard mappings kept across reads, so repeated fetches of the same
 // shards skip the MapShard call and the page-table set-up. Safe because a
 // shard's bytes never change once its tensor is committed, and a freed
-// shard's segment is unlinked at once: before each use, fstat on the kept
-// descriptor (link count 0) turns a freed shard into NOT_FOUND, exactly as a
-// gRPC read reports it, and a worker that has exited (its flock on the
-// liveness segment released) turns into UNAVAILABLE, as a refused connection
-// would. A sweeper drops such mappings within a second so their memory goes
-// back to the system. Thread-safe.
+// shard's segment name goes at once: before each use (and by the callers,
+// after each copy) ShardMapping::Current turns a freed shard into NOT_FOUND,
+// exactly as a gRPC read reports it, and a worker that has exited (its flock on
+// the liveness segment released) turns into UNAVAILABLE, as a refused
+// connection would. A sweeper drops such mappings within a second so their
+// memory goes back to the system. Thread-safe.
 class ShardMappingCache {
  public:
   explicit ShardMappingCache(size_t max_mappings = 256);

@@ -10,8 +10,10 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <random>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -30,12 +32,25 @@ const std::string& LocalHostId() {
   return *id;
 }
 
-// The names of the blocks still linked, by their first byte.
+// A dropped reusable block: its pages, mapped here, under a parked name.
+struct ParkedBlock {
+  std::string name;
+  char* data = nullptr;
+  int64_t bytes = 0;
+  absl::Time since;
+};
+
+// The names of the blocks still linked, by their first byte, and the parked
+// blocks.
 struct SharedBlock::Index {
   mutable absl::Mutex mu;
   // Invariant: one entry per block whose segment is linked.
   absl::flat_hash_map<const void*, SegmentInfo> blocks ABSL_GUARDED_BY(mu);
   std::string liveness;  // set before any block exists
+  SharedMemoryArenaOptions options;
+  std::vector<ParkedBlock> parked ABSL_GUARDED_BY(mu);  // oldest first
+  int64_t parked_bytes ABSL_GUARDED_BY(mu) = 0;
+  bool closed ABSL_GUARDED_BY(mu) = false;  // the arena is gone: park nothing
 };
 
 namespace {
@@ -71,30 +86,82 @@ void RemoveStaleSegments() {
   closedir(dir);
 }
 
+// A new segment name of this process: "/tessera-<ns>-<pid>-<what>-<nonce>".
+std::string NewSegmentName(const std::string& what) {
+  static std::mt19937_64 rng{std::random_device{}()};
+  static absl::Mutex rng_mu;
+  uint64_t nonce;
+  {
+    absl::MutexLock lock(&rng_mu);
+    nonce = rng();
+  }
+  return absl::StrCat("/", SegmentOwnerPrefix(), getpid(), "-", what, "-",
+                      absl::Hex(nonce));
+}
+
+// Renames segment `from` to `to` (both "/name"): the object, its pages and
+// every mapping of it stay; only the name moves, atomically.
+bool RenameSegment(const std::string& from, const std::string& to) {
+  return rename(("/dev/shm" + from).c_str(), ("/dev/shm" + to).c_str()) == 0;
+}
+
+void Release(const ParkedBlock& block) {
+  if (!block.name.empty()) shm_unlink(block.name.c_str());
+  munmap(block.data, static_cast<size_t>(block.bytes));
+}
+
 }  // namespace
 
 SharedBlock::SharedBlock(std::shared_ptr<Index> index, std::string name,
-                         char* data, int64_t bytes)
+                         char* data, int64_t bytes, bool reusable)
     : index_(std::move(index)),
       name_(std::move(name)),
       data_(data),
-      bytes_(bytes) {}
+      bytes_(bytes),
+      reusable_(reusable) {}
 
 SharedBlock::~SharedBlock() {
-  Unlink();
-  munmap(data_, static_cast<size_t>(bytes_));
+  std::vector<ParkedBlock> released;
+  {
+    absl::MutexLock lock(&index_->mu);
+    const bool linked = index_->blocks.erase(data_) > 0;
+    // Only a linked block can be renamed out of its readers' reach: an
+    // unlinked one's pages cannot be named again.
+    std::string parked;
+    if (reusable_ && linked && !index_->closed &&
+        bytes_ <= index_->options.reuse_bytes) {
+      parked = NewSegmentName("parked");
+    }
+    if (!parked.empty() && RenameSegment(name_, parked)) {
+      index_->parked.push_back(
+          ParkedBlock{std::move(parked), data_, bytes_, absl::Now()});
+      index_->parked_bytes += bytes_;
+      while (index_->parked_bytes > index_->options.reuse_bytes) {
+        index_->parked_bytes -= index_->parked.front().bytes;
+        released.push_back(std::move(index_->parked.front()));
+        index_->parked.erase(index_->parked.begin());
+      }
+    } else {
+      released.push_back(
+          ParkedBlock{linked ? name_ : "", data_, bytes_, absl::Now()});
+    }
+  }
+  for (const ParkedBlock& block : released) Release(block);  // outside the lock
 }
 
 void SharedBlock::Unlink() {
+  std::string name;
   {
     absl::MutexLock lock(&index_->mu);
     if (index_->blocks.erase(data_) == 0) return;  // already unlinked
+    name = name_;
   }
-  shm_unlink(name_.c_str());
+  shm_unlink(name.c_str());
 }
 
-SharedMemoryArena::SharedMemoryArena()
+SharedMemoryArena::SharedMemoryArena(SharedMemoryArenaOptions options)
     : index_(std::make_shared<SharedBlock::Index>()) {
+  index_->options = options;
   RemoveStaleSegments();
   // Held locked for the life of the arena: the kernel drops the lock when
   // the process dies, however it dies.
@@ -107,9 +174,22 @@ SharedMemoryArena::SharedMemoryArena()
     liveness_.clear();
   }
   index_->liveness = liveness_;
+  if (options.reuse_bytes > 0) {
+    sweeper_ = std::thread([this] {
+      while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(1)))
+        ReleaseIdle();
+    });
+  }
 }
 
 SharedMemoryArena::~SharedMemoryArena() {
+  stop_.Notify();
+  if (sweeper_.joinable()) sweeper_.join();
+  {
+    absl::MutexLock lock(&index_->mu);
+    index_->closed = true;  // blocks still out are released when dropped
+  }
+  ReleaseIdle(/*everything=*/true);
   if (liveness_fd_ >= 0) {
     shm_unlink(liveness_.c_str());
     close(liveness_fd_);
@@ -117,17 +197,48 @@ SharedMemoryArena::~SharedMemoryArena() {
 }
 
 std::unique_ptr<SharedBlock> SharedMemoryArena::Allocate(int64_t bytes,
-                                                         uint64_t tag) {
+                                                         uint64_t tag,
+                                                         BlockUse use) {
   if (bytes <= 0) return nullptr;
-  static std::mt19937_64 rng{std::random_device{}()};
-  static absl::Mutex rng_mu;
-  uint64_t nonce;
+  ReleaseIdle();
+  std::string name = NewSegmentName(absl::StrCat(tag));
+  std::optional<ParkedBlock> reused;
   {
-    absl::MutexLock lock(&rng_mu);
-    nonce = rng();
+    absl::MutexLock lock(&index_->mu);
+    // The newest parked block of this size: its pages are the likeliest to
+    // still be in cache.
+    for (auto it = index_->parked.rbegin(); it != index_->parked.rend(); ++it) {
+      if (it->bytes != bytes) continue;
+      ParkedBlock block = std::move(*it);
+      index_->parked.erase(std::next(it).base());
+      index_->parked_bytes -= block.bytes;
+      if (RenameSegment(block.name, name)) {
+        index_->blocks[block.data] = SegmentInfo{name, bytes, index_->liveness};
+        reused = std::move(block);
+      } else {
+        Release(block);  // someone removed its file: the pages are lost
+      }
+      break;
+    }
   }
-  std::string name = absl::StrCat("/", SegmentOwnerPrefix(), getpid(), "-",
-                                  tag, "-", absl::Hex(nonce));
+  if (reused.has_value()) {
+    if (!use.overwritten)
+      std::memset(reused->data, 0, static_cast<size_t>(bytes));
+    return std::unique_ptr<SharedBlock>(new SharedBlock(
+        index_, std::move(name), reused->data, bytes, use.reusable));
+  }
+  std::unique_ptr<SharedBlock> block = Create(name, bytes, use.reusable);
+  if (block == nullptr && ParkedBytes() > 0) {
+    // Parked pages may be what fills /dev/shm.
+    ReleaseIdle(/*everything=*/true);
+    block = Create(name, bytes, use.reusable);
+  }
+  return block;
+}
+
+std::unique_ptr<SharedBlock> SharedMemoryArena::Create(const std::string& name,
+                                                       int64_t bytes,
+                                                       bool reusable) {
   const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   if (fd < 0) return nullptr;
   // Reserve the pages now: a full /dev/shm then fails here, not later as
@@ -148,7 +259,32 @@ std::unique_ptr<SharedBlock> SharedMemoryArena::Allocate(int64_t bytes,
     index_->blocks[data] = SegmentInfo{name, bytes, index_->liveness};
   }
   return std::unique_ptr<SharedBlock>(
-      new SharedBlock(index_, std::move(name), data, bytes));
+      new SharedBlock(index_, name, data, bytes, reusable));
+}
+
+void SharedMemoryArena::ReleaseIdle(bool everything) {
+  std::vector<ParkedBlock> idle;
+  {
+    absl::MutexLock lock(&index_->mu);
+    const absl::Time cutoff = absl::Now() - index_->options.reuse_for;
+    auto keep = index_->parked.begin();
+    for (auto it = index_->parked.begin(); it != index_->parked.end(); ++it) {
+      if (everything || it->since <= cutoff) {
+        index_->parked_bytes -= it->bytes;
+        idle.push_back(std::move(*it));
+      } else {
+        if (keep != it) *keep = std::move(*it);  // never a self-move
+        ++keep;
+      }
+    }
+    index_->parked.erase(keep, index_->parked.end());
+  }
+  for (const ParkedBlock& block : idle) Release(block);  // outside the lock
+}
+
+int64_t SharedMemoryArena::ParkedBytes() const {
+  absl::MutexLock lock(&index_->mu);
+  return index_->parked_bytes;
 }
 
 std::optional<SegmentInfo> SharedMemoryArena::Find(const void* data) const {

@@ -4,10 +4,23 @@
 //
 // A worker's host store allocates its large shards here. Segment names carry
 // the worker's pid namespace, pid and a random suffix and are never reused;
-// a block's segment is unlinked when its shard is freed (mappings that exist
-// keep the old bytes), and segments of dead workers are removed when an
-// arena starts. While the arena lives, the worker holds an exclusive flock on
-// a "liveness" segment, so that readers holding a mapping can tell that the
+// a block's name is gone the moment it is dropped, and segments of dead
+// workers are removed when an arena starts.
+//
+// Reuse: first-touch of new memory costs far more than a copy into memory
+// already touched (about 1 s per GiB on some VMs, where freed pages go back
+// to the hypervisor). So a dropped block made `reusable` keeps its pages: it
+// is renamed to a parked name and handed out again, under a new name, to the
+// next Allocate of exactly its size (zeroed unless the caller overwrites it).
+// A mapping made before the drop then shows the new block's bytes: readers
+// check after every copy that the name they mapped still names the object
+// they mapped (transport/shared_memory.h, ShardMapping::Current). Blocks
+// that other processes write into (a put's shards) or that they map across
+// reads by descriptor (staging) are not reusable. Parked bytes are bounded
+// (`reuse_bytes`) and released after `reuse_for` unused.
+//
+// While the arena lives, the worker holds an exclusive flock on a "liveness"
+// segment, so that readers holding a mapping can tell that the
 // worker has exited (the kernel drops the lock however the process dies).
 //
 // One arena per process: a second one in the same process cannot take the
@@ -20,10 +33,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 
 namespace tessera {
 
@@ -50,35 +66,64 @@ class SharedBlock {
   int64_t bytes() const { return bytes_; }
 
   // Removes the segment's name: no new mapping from now on, and the arena
-  // no longer names it; existing mappings (this one included) keep the bytes.
-  // Idempotent.
+  // no longer names it; existing mappings (this one included) keep the bytes
+  // until the block is dropped. Idempotent.
   void Unlink();
 
  private:
   friend class SharedMemoryArena;
   struct Index;
   SharedBlock(std::shared_ptr<Index> index, std::string name, char* data,
-              int64_t bytes);
+              int64_t bytes, bool reusable);
 
   const std::shared_ptr<Index> index_;
   const std::string name_;
   char* const data_;
   const int64_t bytes_;
+  const bool reusable_;
+};
+
+struct SharedMemoryArenaOptions {
+  // Most bytes of dropped reusable blocks kept for reuse; 0: none kept.
+  int64_t reuse_bytes = int64_t{1} << 30;
+  // A parked block unused this long is released (by a sweeper, each
+  // second).
+  absl::Duration reuse_for = absl::Seconds(30);
+};
+
+// How a block will be used.
+struct BlockUse {
+  // Its pages may serve a later block once this one is dropped: only for
+  // blocks no other process writes into or keeps a descriptor of.
+  bool reusable = false;
+  // The caller writes every byte before anyone else can read the block, so
+  // reused pages need not be cleared first (fresh ones are always zero).
+  bool overwritten = false;
 };
 
 class SharedMemoryArena {
  public:
   // Removes stale segments of dead workers of this pid namespace and takes
   // the liveness lock.
-  SharedMemoryArena();
+  explicit SharedMemoryArena(SharedMemoryArenaOptions options = {});
   ~SharedMemoryArena();
   SharedMemoryArena(const SharedMemoryArena&) = delete;
   SharedMemoryArena& operator=(const SharedMemoryArena&) = delete;
 
-  // A fresh zeroed block of `bytes` (> 0); `tag` goes into the segment's
-  // name (a shard id). Null when there is no room or no /dev/shm: the caller
-  // then uses private memory.
-  std::unique_ptr<SharedBlock> Allocate(int64_t bytes, uint64_t tag);
+  // A block of `bytes` (> 0) under a new name, zeroed unless
+  // `use.overwritten`: a parked block of exactly that size if there is one,
+  // else fresh pages. `tag` goes into the segment's name (a shard id). Null
+  // when there is no room or no /dev/shm: the caller then uses private
+  // memory.
+  std::unique_ptr<SharedBlock> Allocate(int64_t bytes, uint64_t tag,
+                                        BlockUse use = {});
+
+  // Releases parked blocks unused for `reuse_for` (all of them with
+  // `everything`): unmapped and unlinked.
+  void ReleaseIdle(bool everything = false);
+
+  // Bytes of parked blocks now.
+  int64_t ParkedBytes() const;
 
   // The segment whose block starts at `data`, if one of this arena's blocks
   // does and is not unlinked (a pinned shard's bytes -> what to map).
@@ -88,9 +133,14 @@ class SharedMemoryArena {
   const std::string& liveness() const { return liveness_; }
 
  private:
+  std::unique_ptr<SharedBlock> Create(const std::string& name, int64_t bytes,
+                                      bool reusable);
+
   const std::shared_ptr<SharedBlock::Index> index_;
   std::string liveness_;
   int liveness_fd_ = -1;
+  absl::Notification stop_;
+  std::thread sweeper_;  // only when blocks are reused
 };
 
 }  // namespace tessera

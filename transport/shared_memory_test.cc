@@ -147,6 +147,32 @@ TEST_P(SharedMemoryTest, TruthfulReplyIsReadByteExact) {
   }
 }
 
+// A worker reuses a freed shard's pages for another shard after renaming
+// them away (shared_memory_arena.h). A read whose copy overlaps that must
+// not hand on the other shard's bytes as this one's: NOT_FOUND, as a gRPC
+// read of the freed shard says. The sink renames the segment mid-read.
+TEST_P(SharedMemoryTest, ShardFreedDuringTheCopyIsNotFound) {
+  Segment segment(6 * 8 * 4);
+  worker_.SetReply(Reply(segment, 6 * 8 * 4, {6, 8}, 4));
+  const std::string moved = segment.name() + "-parked";
+  bool renamed = false;
+  ReadTarget target =
+      ReadTarget::Sink([&](int64_t, int64_t, const char*) -> absl::Status {
+        if (!renamed) {
+          renamed = rename(("/dev/shm" + segment.name()).c_str(),
+                           ("/dev/shm" + moved).c_str()) == 0;
+        }
+        return absl::OkStatus();
+      });
+  EXPECT_THAT(transport_->Read(Shard({6, 8}, 4), Box{{0, 0}, {6, 8}}, target),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("freed")));
+  ASSERT_TRUE(renamed);
+  // And a kept mapping is not used again once the name is gone.
+  std::vector<char> out;
+  EXPECT_FALSE(ReadInto(&out, Shard({6, 8}, 4), Box{{0, 0}, {1, 1}}).ok());
+  shm_unlink(moved.c_str());
+}
+
 // The crash this guards against: a 4 KiB segment whose reply claims a
 // 1000 x 1000 shape made the copy run 4 MB past the mapping (SIGSEGV).
 TEST_P(SharedMemoryTest, ShapeNeedingMoreBytesThanTheReplySaysIsInternal) {

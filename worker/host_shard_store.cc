@@ -15,7 +15,7 @@ namespace tessera {
 struct HostShardStore::Shard {
   ShardDesc desc;
   int64_t bytes = 0;
-  // From `block`, or calloc'd: either way fresh pages read as zero.
+  // From `block` (zeroed unless filled at once), or calloc'd.
   char* data = nullptr;
   std::unique_ptr<SharedBlock> block;  // null for calloc'd memory
   ShardCharge charge;  // against the capacity, until the memory is gone
@@ -40,6 +40,9 @@ absl::Status HostShardStore::Allocate(uint64_t id, const ShardDesc& desc,
         absl::StrCat("init made for ", DTypeName(init.dtype()),
                      ", not the shard's ", DTypeName(desc.dtype)));
   }
+  // Every other kind relies on memory that reads as zero.
+  const bool fills = init.kind() != InitSpec::Kind::kEmpty &&
+                     init.kind() != InitSpec::Kind::kZeros;
   auto shard = std::make_shared<Shard>();
   shard->desc = desc;
   shard->bytes = desc.ByteSize();
@@ -47,7 +50,12 @@ absl::Status HostShardStore::Allocate(uint64_t id, const ShardDesc& desc,
   TESSERA_ASSIGN_OR_RETURN(shard->charge, table_.Reserve(id, shard->bytes));
   if (options_.arena != nullptr && shard->bytes > 0 &&
       shard->bytes >= options_.shared_memory_min_bytes) {
-    shard->block = options_.arena->Allocate(shard->bytes, id);
+    // A put's shards are written by their client through its own mapping:
+    // their pages are never handed to another shard.
+    BlockUse use;
+    use.reusable = !desc.writable;
+    use.overwritten = desc.filled_by_copies || fills;
+    shard->block = options_.arena->Allocate(shard->bytes, id, use);
   }
   if (shard->block != nullptr) {
     shard->data = shard->block->data();
@@ -59,8 +67,7 @@ absl::Status HostShardStore::Allocate(uint64_t id, const ShardDesc& desc,
     return absl::ResourceExhaustedError(
         absl::StrCat("out of host memory allocating ", shard->bytes, " bytes"));
   }
-  if (init.kind() != InitSpec::Kind::kEmpty &&
-      init.kind() != InitSpec::Kind::kZeros) {
+  if (fills) {
     TESSERA_RETURN_IF_ERROR(
         init.Fill(desc.tensor_shape, desc.box, shard->data));
   }
@@ -141,7 +148,9 @@ absl::StatusOr<PinnedShard> HostShardStore::Pin(uint64_t id) {
 absl::Status HostShardStore::Free(uint64_t id) {
   // Memory is released when the last reader drops it, outside any lock.
   std::shared_ptr<Shard> shard = table_.Remove(id);
-  // No new same-host mappings from now on; existing ones keep the old bytes.
+  // No new same-host mappings from now on; existing ones keep the old bytes
+  // until the last reader lets go, then the pages may serve another shard
+  // (readers check after each copy: transport/shared_memory.h).
   if (shard != nullptr && shard->block != nullptr) shard->block->Unlink();
   return absl::OkStatus();
 }

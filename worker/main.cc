@@ -105,6 +105,11 @@ ABSL_FLAG(int64_t, max_staging_bytes,
           tessera::WorkerNodeOptions().max_staging_bytes,
           "GPU workers: most bytes of page-locked shared memory staging "
           "device reads for same-host clients at once");
+ABSL_FLAG(int64_t, shard_reuse_bytes,
+          tessera::SharedMemoryArenaOptions().reuse_bytes,
+          "most bytes of freed host shards kept mapped (for up to 30 s) to "
+          "serve new shards of the same size without first-touch page "
+          "faults; 0 returns freed memory at once");
 ABSL_FLAG(int32_t, max_threads, tessera::ServerOptions().max_threads,
           "most threads serving calls; calls beyond are refused with "
           "RESOURCE_EXHAUSTED");
@@ -197,7 +202,14 @@ int Run() {
   std::unique_ptr<ShardStore> store;
   // Large host shards live in shared memory, for same-host readers; a GPU
   // worker stages device reads for them there.
-  auto arena = std::make_shared<SharedMemoryArena>();
+  SharedMemoryArenaOptions arena_options;
+  arena_options.reuse_bytes = absl::GetFlag(FLAGS_shard_reuse_bytes);
+  if (arena_options.reuse_bytes < 0) {
+    spdlog::error("--shard_reuse_bytes={} is negative",
+                  arena_options.reuse_bytes);
+    return 1;
+  }
+  auto arena = std::make_shared<SharedMemoryArena>(arena_options);
   if (device->kind == Device::Kind::kCpu) {
     HostShardStoreOptions store_options;
     store_options.capacity_bytes = absl::GetFlag(FLAGS_capacity_bytes);

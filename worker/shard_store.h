@@ -67,6 +67,8 @@ struct ShardDesc {
   SharedName tensor;      // whose shard (capabilities name it)
   uint64_t version = 0;   // the tensor version it belongs to
   bool writable = false;  // a put's shard: its client may write it once
+  // Every byte is copied in before anyone else can read the shard.
+  bool filled_by_copies = false;
   DType dtype = DType::kFloat32;
   Shape tensor_shape;  // global shape
   Box box;             // the shard's box in the tensor

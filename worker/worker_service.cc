@@ -34,6 +34,7 @@ absl::StatusOr<ShardDesc> DescFromAllocate(
   desc.tensor = tensor;
   desc.version = request.version();
   desc.writable = request.writable();
+  desc.filled_by_copies = request.filled_by_copies();
   desc.dtype = dtype;
   desc.tensor_shape = tensor_shape;
   TESSERA_ASSIGN_OR_RETURN(desc.box,

@@ -1,0 +1,168 @@
+// SharedMemoryArena's reuse of freed blocks: a dropped reusable block's
+// pages serve the next block of its size under a new name, its old name is
+// gone at once, reused pages are cleared unless the caller overwrites them,
+// and parked bytes stay within their bound.
+#include "transport/shared_memory_arena.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+constexpr int64_t kBytes = 1 << 20;
+
+bool Named(const std::string& name) {
+  struct stat st {};
+  return stat(("/dev/shm" + name).c_str(), &st) == 0;
+}
+
+class SharedMemoryArenaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (access("/dev/shm", W_OK) != 0)
+      GTEST_SKIP() << "no writable /dev/shm here";
+  }
+  static BlockUse Reusable(bool overwritten = false) {
+    BlockUse use;
+    use.reusable = true;
+    use.overwritten = overwritten;
+    return use;
+  }
+};
+
+TEST_F(SharedMemoryArenaTest, DroppedBlockServesTheNextOfItsSizeUnderANewName) {
+  SharedMemoryArena arena;
+  std::unique_ptr<SharedBlock> first = arena.Allocate(kBytes, 1, Reusable());
+  ASSERT_NE(first, nullptr);
+  std::memset(first->data(), 0x5a, kBytes);
+  char* const pages = first->data();
+  const std::string old_name = arena.Find(pages)->name;
+  // A reader's mapping made while the block was named.
+  const int fd = shm_open(old_name.c_str(), O_RDONLY, 0);
+  ASSERT_GE(fd, 0);
+  void* map = mmap(nullptr, kBytes, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  ASSERT_NE(map, MAP_FAILED);
+
+  first.reset();
+  EXPECT_FALSE(Named(old_name)) << "a dropped block's name must go at once";
+  EXPECT_FALSE(arena.Find(pages).has_value());
+  EXPECT_EQ(arena.ParkedBytes(), kBytes);
+
+  std::unique_ptr<SharedBlock> second = arena.Allocate(kBytes, 2, Reusable());
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(second->data(), pages) << "the parked pages were not reused";
+  EXPECT_EQ(arena.ParkedBytes(), 0);
+  const std::string new_name = arena.Find(pages)->name;
+  EXPECT_NE(new_name, old_name);
+  EXPECT_TRUE(Named(new_name));
+  // Cleared for its new owner: no byte of the old block shows.
+  for (int64_t i = 0; i < kBytes; i += 4096) ASSERT_EQ(second->data()[i], 0);
+  // The old mapping now shows the new block: why readers check the name
+  // after every copy (ShardMapping::Current).
+  std::memset(second->data(), 0x11, kBytes);
+  EXPECT_EQ(static_cast<const char*>(map)[100], 0x11);
+  munmap(map, kBytes);
+}
+
+TEST_F(SharedMemoryArenaTest, OverwrittenBlocksAreNotClearedFirst) {
+  SharedMemoryArena arena;
+  std::unique_ptr<SharedBlock> first = arena.Allocate(kBytes, 1, Reusable());
+  ASSERT_NE(first, nullptr);
+  std::memset(first->data(), 0x5a, kBytes);
+  first.reset();
+  std::unique_ptr<SharedBlock> second =
+      arena.Allocate(kBytes, 2, Reusable(/*overwritten=*/true));
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(second->data()[7], 0x5a);
+}
+
+TEST_F(SharedMemoryArenaTest, OtherSizesAndNonReusableBlocksGetFreshPages) {
+  SharedMemoryArena arena;
+  std::unique_ptr<SharedBlock> reusable = arena.Allocate(kBytes, 1, Reusable());
+  std::unique_ptr<SharedBlock> private_use = arena.Allocate(kBytes, 2);
+  ASSERT_NE(reusable, nullptr);
+  ASSERT_NE(private_use, nullptr);
+  const std::string private_name = arena.Find(private_use->data())->name;
+  private_use.reset();
+  EXPECT_FALSE(Named(private_name));
+  EXPECT_EQ(arena.ParkedBytes(), 0) << "a non-reusable block was parked";
+  char* const pages = reusable->data();
+  reusable.reset();
+  std::unique_ptr<SharedBlock> bigger =
+      arena.Allocate(2 * kBytes, 3, Reusable());
+  ASSERT_NE(bigger, nullptr);
+  EXPECT_NE(bigger->data(), pages);
+  EXPECT_EQ(arena.ParkedBytes(), kBytes);
+}
+
+TEST_F(SharedMemoryArenaTest, AnUnlinkedBlockIsNotParked) {
+  SharedMemoryArena arena;
+  std::unique_ptr<SharedBlock> block = arena.Allocate(kBytes, 1, Reusable());
+  ASSERT_NE(block, nullptr);
+  block->Unlink();
+  block.reset();
+  EXPECT_EQ(arena.ParkedBytes(), 0);
+}
+
+TEST_F(SharedMemoryArenaTest, ParkedBytesStayWithinTheirBoundOldestGoFirst) {
+  SharedMemoryArenaOptions options;
+  options.reuse_bytes = 2 * kBytes;
+  SharedMemoryArena arena(options);
+  std::unique_ptr<SharedBlock> blocks[3];
+  for (int i = 0; i < 3; ++i) {
+    blocks[i] = arena.Allocate(kBytes, i, Reusable());
+    ASSERT_NE(blocks[i], nullptr);
+    blocks[i]->data()[0] = static_cast<char>(10 + i);
+  }
+  for (auto& block : blocks) block.reset();
+  EXPECT_EQ(arena.ParkedBytes(), 2 * kBytes);
+  // The newest parked block is reused first: the last dropped.
+  std::unique_ptr<SharedBlock> again =
+      arena.Allocate(kBytes, 9, Reusable(/*overwritten=*/true));
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->data()[0], 12);
+  // More than the bound is never parked.
+  options.reuse_bytes = kBytes / 2;
+  SharedMemoryArena small(options);
+  std::unique_ptr<SharedBlock> big = small.Allocate(kBytes, 1, Reusable());
+  ASSERT_NE(big, nullptr);
+  big.reset();
+  EXPECT_EQ(small.ParkedBytes(), 0);
+}
+
+TEST_F(SharedMemoryArenaTest, IdleParkedBlocksAreReleased) {
+  SharedMemoryArenaOptions options;
+  options.reuse_for = absl::ZeroDuration();
+  SharedMemoryArena arena(options);
+  std::unique_ptr<SharedBlock> block = arena.Allocate(kBytes, 1, Reusable());
+  ASSERT_NE(block, nullptr);
+  block.reset();
+  arena.ReleaseIdle();
+  EXPECT_EQ(arena.ParkedBytes(), 0);
+  // And an arena that goes releases its parked blocks and parks no more.
+  auto other = std::make_unique<SharedMemoryArena>();
+  std::unique_ptr<SharedBlock> late = other->Allocate(kBytes, 1, Reusable());
+  std::unique_ptr<SharedBlock> early = other->Allocate(kBytes, 2, Reusable());
+  ASSERT_NE(late, nullptr);
+  ASSERT_NE(early, nullptr);
+  const std::string late_name = other->Find(late->data())->name;
+  early.reset();
+  EXPECT_EQ(other->ParkedBytes(), kBytes);
+  other.reset();
+  late.reset();
+  EXPECT_FALSE(Named(late_name));
+}
+
+}  // namespace
+}  // namespace tessera
