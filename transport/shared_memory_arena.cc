@@ -121,20 +121,13 @@ SharedBlock::SharedBlock(std::shared_ptr<Index> index, std::string name,
       reusable_(reusable) {}
 
 SharedBlock::~SharedBlock() {
+  Unlink();
   std::vector<ParkedBlock> released;
   {
     absl::MutexLock lock(&index_->mu);
-    const bool linked = index_->blocks.erase(data_) > 0;
-    // Only a linked block can be renamed out of its readers' reach: an
-    // unlinked one's pages cannot be named again.
-    std::string parked;
-    if (reusable_ && linked && !index_->closed &&
-        bytes_ <= index_->options.reuse_bytes) {
-      parked = NewSegmentName("parked");
-    }
-    if (!parked.empty() && RenameSegment(name_, parked)) {
+    if (!parked_name_.empty() && !index_->closed) {
       index_->parked.push_back(
-          ParkedBlock{std::move(parked), data_, bytes_, absl::Now()});
+          ParkedBlock{std::move(parked_name_), data_, bytes_, absl::Now()});
       index_->parked_bytes += bytes_;
       while (index_->parked_bytes > index_->options.reuse_bytes) {
         index_->parked_bytes -= index_->parked.front().bytes;
@@ -143,20 +136,25 @@ SharedBlock::~SharedBlock() {
       }
     } else {
       released.push_back(
-          ParkedBlock{linked ? name_ : "", data_, bytes_, absl::Now()});
+          ParkedBlock{std::move(parked_name_), data_, bytes_, absl::Now()});
     }
   }
   for (const ParkedBlock& block : released) Release(block);  // outside the lock
 }
 
 void SharedBlock::Unlink() {
-  std::string name;
-  {
-    absl::MutexLock lock(&index_->mu);
-    if (index_->blocks.erase(data_) == 0) return;  // already unlinked
-    name = name_;
+  absl::MutexLock lock(&index_->mu);
+  if (index_->blocks.erase(data_) == 0) return;  // already unlinked
+  // A reusable block keeps its pages under a parked name no reader knows,
+  // for the next block of its size once this one is dropped.
+  if (reusable_ && !index_->closed && bytes_ <= index_->options.reuse_bytes) {
+    std::string parked = NewSegmentName("parked");
+    if (RenameSegment(name_, parked)) {
+      parked_name_ = std::move(parked);
+      return;
+    }
   }
-  shm_unlink(name.c_str());
+  shm_unlink(name_.c_str());
 }
 
 SharedMemoryArena::SharedMemoryArena(SharedMemoryArenaOptions options)

@@ -67,7 +67,8 @@ class SharedBlock {
 
   // Removes the segment's name: no new mapping from now on, and the arena
   // no longer names it; existing mappings (this one included) keep the bytes
-  // until the block is dropped. Idempotent.
+  // until the block is dropped (then a reusable block's pages are parked).
+  // Idempotent.
   void Unlink();
 
  private:
@@ -81,6 +82,9 @@ class SharedBlock {
   char* const data_;
   const int64_t bytes_;
   const bool reusable_;
+  // Once unlinked, a reusable block's name while it waits to be dropped and
+  // parked (guarded by the arena's lock).
+  std::string parked_name_;
 };
 
 struct SharedMemoryArenaOptions {

@@ -106,13 +106,29 @@ TEST_F(SharedMemoryArenaTest, OtherSizesAndNonReusableBlocksGetFreshPages) {
   EXPECT_EQ(arena.ParkedBytes(), kBytes);
 }
 
-TEST_F(SharedMemoryArenaTest, AnUnlinkedBlockIsNotParked) {
+// A freed shard's block is unlinked at once and dropped when its last
+// reader lets go: only then may its pages serve another block.
+TEST_F(SharedMemoryArenaTest, UnlinkedBlockIsParkedOnlyOnceDropped) {
   SharedMemoryArena arena;
   std::unique_ptr<SharedBlock> block = arena.Allocate(kBytes, 1, Reusable());
   ASSERT_NE(block, nullptr);
+  const std::string name = arena.Find(block->data())->name;
+  block->data()[0] = 42;
   block->Unlink();
-  block.reset();
+  EXPECT_FALSE(Named(name));
+  EXPECT_FALSE(arena.Find(block->data()).has_value());
   EXPECT_EQ(arena.ParkedBytes(), 0);
+  std::unique_ptr<SharedBlock> other =
+      arena.Allocate(kBytes, 2, Reusable(/*overwritten=*/true));
+  ASSERT_NE(other, nullptr);
+  EXPECT_NE(other->data(), block->data()) << "pages reused while still held";
+  EXPECT_EQ(block->data()[0], 42);
+  char* const pages = block->data();
+  block.reset();
+  EXPECT_EQ(arena.ParkedBytes(), kBytes);
+  std::unique_ptr<SharedBlock> again = arena.Allocate(kBytes, 3, Reusable());
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->data(), pages);
 }
 
 TEST_F(SharedMemoryArenaTest, ParkedBytesStayWithinTheirBoundOldestGoFirst) {
