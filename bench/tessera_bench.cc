@@ -574,9 +574,9 @@ void SmallFetchFigure(Env& env) {
 }
 
 // Reshards `name` (rows x 1024 float32, chunked over rows) rows -> cols,
-// then back and forth `rounds` more times. The first reshard provisions new
-// memory on every worker; the later ones find the pages of the shards the
-// one before freed (workers reuse them: shared_memory_arena.h), as a
+// then back and forth `rounds` more times, 0.5 s apart. The first reshard
+// provisions new memory on every worker; the later ones find the pages of the
+// shards the one before freed (workers reuse them: shared_memory_arena.h), as a
 // trainer's repeated reshards would.
 struct ReshardRounds {
   double first = 0;         // seconds
@@ -594,6 +594,10 @@ ReshardRounds TimeReshards(Client& client, const std::string& name,
         client.Reshard(name, LayoutSpec::Chunk(dim, Ranks(kWorkers))),
         "reshard");
     const double wall = absl::ToDoubleSeconds(absl::Now() - start);
+    // The coordinator's retire loop frees the replaced version within 0.1 s
+    // (handles taken before the reshard keep reading it until then); a
+    // trainer's reshards are a step apart, not back to back.
+    absl::SleepFor(absl::Milliseconds(500));
     if (r == 0) {
       out.first = wall;
       out.bytes_moved = stats.bytes_moved;

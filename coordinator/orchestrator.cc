@@ -344,7 +344,6 @@ absl::Status Orchestrator::Commit(const std::string& name, uint64_t version,
   if (ticket == 0) return absl::OkStatus();  // ready already
   absl::Status status = log_->Wait(ticket);
   table_->FinishCommit(name, status);
-  if (status.ok()) FreeDue();  // as after a reshard
   return status;
 }
 
@@ -513,10 +512,6 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(
   table_->FinishReshard(new_meta, std::move(retired), recorded);
   TESSERA_RETURN_IF_ERROR(recorded);
   fresh.Keep();
-  // A replaced version no reader leases is due now: free it before answering,
-  // so its memory is back on the workers (for reuse) by the caller's next
-  // step rather than by the retire loop's next turn.
-  FreeDue();
 
   ReshardResult result;
   result.version = new_meta->version;
