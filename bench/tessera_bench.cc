@@ -611,7 +611,7 @@ ReshardRounds TimeReshards(Client& client, const std::string& name,
 }
 
 // Raw TCP with 4 streams moving `bytes` into memory already touched: the
-// reference of figures 1, 3 and 8 (best of 3).
+// reference of figures 3 and 8 (best of 3).
 double TcpReference(int64_t bytes) {
   std::unique_ptr<char[]> out(new char[bytes]);
   std::memset(out.get(), 1, bytes);

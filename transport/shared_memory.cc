@@ -90,20 +90,15 @@ absl::StatusOr<int> OpenSegment(const SharedSegment& segment, uint64_t shard_id,
       absl::StrCat("shm_open ", segment.name, ": ", std::strerror(errno)));
 }
 
-// Maps bytes [begin, end) of `segment`. With `keep_fd`, the open descriptor
-// is handed back (to watch for the segment's unlink).
+// Maps bytes [begin, end) of `segment`.
 absl::StatusOr<std::unique_ptr<ShardMapping>> MapRange(
     const SharedSegment& segment, uint64_t shard_id, int64_t begin, int64_t end,
-    int* keep_fd, bool writable = false) {
+    bool writable = false) {
   TESSERA_ASSIGN_OR_RETURN(const int fd,
                            OpenSegment(segment, shard_id, writable));
   absl::StatusOr<std::unique_ptr<ShardMapping>> mapping =
       MapSegmentRange(fd, segment, begin, end, writable);
-  if (keep_fd != nullptr && mapping.ok()) {
-    *keep_fd = fd;
-  } else {
-    close(fd);
-  }
+  close(fd);  // the mapping keeps the object; Current() watches its name
   return mapping;
 }
 
@@ -353,8 +348,7 @@ absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardForWrite(
   TESSERA_ASSIGN_OR_RETURN(
       SharedSegment segment,
       FindSegment(channel, shard_id, item_bytes, timeout, capability));
-  return MapRange(segment, shard_id, 0, segment.bytes, nullptr,
-                  /*writable=*/true);
+  return MapRange(segment, shard_id, 0, segment.bytes, /*writable=*/true);
 }
 
 ShardMappingCache::ShardMappingCache(size_t max_mappings)
@@ -371,10 +365,7 @@ ShardMappingCache::~ShardMappingCache() {
   for (auto& [key, entry] : entries_) Close(entry);
 }
 
-void ShardMappingCache::Close(const Entry& entry) {
-  close(entry.fd);
-  close(entry.liveness_fd);
-}
+void ShardMappingCache::Close(const Entry& entry) { close(entry.liveness_fd); }
 
 void ShardMappingCache::DropFreed() {
   absl::MutexLock lock(&mu_);
@@ -417,18 +408,16 @@ absl::StatusOr<std::shared_ptr<const ShardMapping>> ShardMappingCache::Map(
       FindSegment(channel, shard_id, item_bytes, timeout, capability));
   if (segment.liveness.empty()) {
     // No way to watch this worker: map for this read only.
-    TESSERA_ASSIGN_OR_RETURN(
-        std::unique_ptr<ShardMapping> once,
-        MapRange(segment, shard_id, 0, segment.bytes, nullptr));
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ShardMapping> once,
+                             MapRange(segment, shard_id, 0, segment.bytes));
     return std::shared_ptr<const ShardMapping>(std::move(once));
   }
   const int liveness_fd =
       shm_open(segment.liveness.c_str(), O_RDONLY | O_CLOEXEC, 0);
   if (liveness_fd < 0)
     return absl::FailedPreconditionError("worker's liveness lock is missing");
-  int fd = -1;
   absl::StatusOr<std::unique_ptr<ShardMapping>> mapping =
-      MapRange(segment, shard_id, 0, segment.bytes, &fd);
+      MapRange(segment, shard_id, 0, segment.bytes);
   if (!mapping.ok()) {
     close(liveness_fd);
     return mapping.status();
@@ -439,10 +428,9 @@ absl::StatusOr<std::shared_ptr<const ShardMapping>> ShardMappingCache::Map(
     Close(entries_.begin()->second);
     entries_.erase(entries_.begin());
   }
-  auto [it, inserted] = entries_.emplace(key, Entry{fd, liveness_fd, shared});
+  auto [it, inserted] = entries_.emplace(key, Entry{liveness_fd, shared});
   if (!inserted)
-    Close(
-        Entry{fd, liveness_fd, nullptr});  // another thread mapped it meanwhile
+    Close(Entry{liveness_fd, nullptr});  // another thread mapped it meanwhile
   return it->second.mapping;
 }
 

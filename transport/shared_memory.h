@@ -7,10 +7,11 @@
 // TransportChain goes on to gRPC.
 //
 // Safety across versions and frees: segment names are never reused (pid,
-// shard id and a random suffix), a freed shard's segment is unlinked at once,
-// and a mapping made before the free keeps showing that shard's bytes until
-// it is unmapped. Mappings kept across reads (ShardMappingCache) are checked
-// for that unlink before every use.
+// shard id and a random suffix), a freed shard's segment name goes at once,
+// and a worker may reuse its pages for another shard once its own readers
+// are done (shared_memory_arena.h), so every copy out of (or into) a mapping
+// is checked afterwards: ShardMapping::Current, else NOT_FOUND. Mappings
+// kept across reads (ShardMappingCache) are checked before every use too.
 //
 // A worker's MapShard reply is outside input: every field is checked before
 // anything is opened, mapped or copied (ValidateMapShardReply), the mapped
@@ -211,7 +212,6 @@ class ShardMappingCache {
 
  private:
   struct Entry {
-    int fd = -1;           // the segment, open, to see its unlink
     int liveness_fd = -1;  // the worker's liveness lock, to see its exit
     std::shared_ptr<const ShardMapping> mapping;
   };

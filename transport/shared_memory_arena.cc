@@ -143,13 +143,20 @@ SharedBlock::~SharedBlock() {
 }
 
 void SharedBlock::Unlink() {
-  absl::MutexLock lock(&index_->mu);
-  if (index_->blocks.erase(data_) == 0) return;  // already unlinked
-  // A reusable block keeps its pages under a parked name no reader knows,
-  // for the next block of its size once this one is dropped.
-  if (reusable_ && !index_->closed && bytes_ <= index_->options.reuse_bytes) {
+  bool park = false;
+  {
+    absl::MutexLock lock(&index_->mu);
+    if (index_->blocks.erase(data_) == 0) return;  // already unlinked
+    park =
+        reusable_ && !index_->closed && bytes_ <= index_->options.reuse_bytes;
+  }
+  // The file calls run outside the lock. A reusable block keeps its pages
+  // under a parked name no reader knows, for the next block of its size
+  // once this one is dropped (the owner drops it after this returns).
+  if (park) {
     std::string parked = NewSegmentName("parked");
     if (RenameSegment(name_, parked)) {
+      absl::MutexLock lock(&index_->mu);
       parked_name_ = std::move(parked);
       return;
     }
@@ -198,28 +205,29 @@ std::unique_ptr<SharedBlock> SharedMemoryArena::Allocate(int64_t bytes,
                                                          uint64_t tag,
                                                          BlockUse use) {
   if (bytes <= 0) return nullptr;
-  ReleaseIdle();
   std::string name = NewSegmentName(absl::StrCat(tag));
   std::optional<ParkedBlock> reused;
   {
     absl::MutexLock lock(&index_->mu);
     // The newest parked block of this size: its pages are the likeliest to
-    // still be in cache.
+    // still be in cache. Taken out of the list, it is this call's alone.
     for (auto it = index_->parked.rbegin(); it != index_->parked.rend(); ++it) {
       if (it->bytes != bytes) continue;
-      ParkedBlock block = std::move(*it);
+      reused = std::move(*it);
       index_->parked.erase(std::next(it).base());
-      index_->parked_bytes -= block.bytes;
-      if (RenameSegment(block.name, name)) {
-        index_->blocks[block.data] = SegmentInfo{name, bytes, index_->liveness};
-        reused = std::move(block);
-      } else {
-        Release(block);  // someone removed its file: the pages are lost
-      }
+      index_->parked_bytes -= bytes;
       break;
     }
   }
+  if (reused.has_value() && !RenameSegment(reused->name, name)) {
+    Release(*reused);  // someone removed its file: the pages are lost
+    reused.reset();
+  }
   if (reused.has_value()) {
+    {
+      absl::MutexLock lock(&index_->mu);
+      index_->blocks[reused->data] = SegmentInfo{name, bytes, index_->liveness};
+    }
     if (!use.overwritten)
       std::memset(reused->data, 0, static_cast<size_t>(bytes));
     return std::unique_ptr<SharedBlock>(new SharedBlock(

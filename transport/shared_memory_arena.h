@@ -55,7 +55,8 @@ struct SegmentInfo {
 };
 
 // Zeroed bytes in their own segment, mapped read-write into this process.
-// Destroying the block unmaps it and unlinks its segment.
+// Destroying the block unlinks its segment and unmaps it, or, for a
+// reusable block, parks its pages (see the top of this file).
 class SharedBlock {
  public:
   ~SharedBlock();

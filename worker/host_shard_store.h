@@ -4,9 +4,10 @@
 // Given a SharedMemoryArena, large shards live in its shared-memory blocks,
 // so that a process on the same host can map them (Worker.MapShard and the
 // arena name the block behind a pinned shard) instead of streaming them over
-// TCP; a shard's block is unlinked when the shard is freed (existing
-// mappings keep the old bytes). Without an arena, or without room in
-// /dev/shm, shards live in private memory.
+// TCP; a shard's block loses its name when the shard is freed, and its pages
+// may serve a later shard of the same size once the last reader lets go
+// (never a put's shards, which clients write). Without an arena, or without
+// room in /dev/shm, shards live in private memory.
 #ifndef TESSERA_WORKER_HOST_SHARD_STORE_H_
 #define TESSERA_WORKER_HOST_SHARD_STORE_H_
 

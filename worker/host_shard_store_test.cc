@@ -213,6 +213,42 @@ TEST(HostShardStoreTest, LargeShardLivesInSharedMemoryUntilFreed) {
   munmap(map, 64);
 }
 
+// A freed shard's pages serve the next shard of its size once no reader
+// holds them; an empty shard still reads as zeros. A put's shards, which
+// clients write through their own mappings, are never reused.
+TEST(HostShardStoreTest, FreedShardMemoryServesTheNextShardClearedUnlessAPut) {
+  if (access("/dev/shm", W_OK) != 0)
+    GTEST_SKIP() << "no writable /dev/shm here";
+  HostShardStoreOptions options;
+  options.arena = std::make_shared<SharedMemoryArena>();
+  options.shared_memory_min_bytes = 0;
+  HostShardStore store(options);
+  const ShardDesc desc = Desc({64, 64}, {{0, 0}, {64, 64}}, DType::kInt32);
+  ASSERT_THAT(store.Allocate(1, desc, InitSpec{InitSpec::Kind::kArange}),
+              IsOk());
+  const char* first = store.Pin(1)->data;
+  ASSERT_THAT(store.Free(1), IsOk());
+  ASSERT_THAT(store.Allocate(2, desc, InitSpec{}), IsOk());
+  absl::StatusOr<PinnedShard> second = store.Pin(2);
+  ASSERT_THAT(second.status(), IsOk());
+  EXPECT_EQ(second->data, first) << "the freed shard's pages were not reused";
+  for (int i = 0; i < 64 * 64; ++i) {
+    ASSERT_EQ(reinterpret_cast<const int32_t*>(second->data)[i], 0) << i;
+  }
+  second = absl::UnknownError("dropped");
+
+  ShardDesc put = desc;
+  put.writable = true;
+  ASSERT_THAT(store.Allocate(3, put, InitSpec{}), IsOk());
+  const char* put_pages = store.Pin(3)->data;
+  ASSERT_THAT(store.Free(3), IsOk());
+  ASSERT_THAT(store.Free(2), IsOk());
+  EXPECT_EQ(options.arena->ParkedBytes(), desc.ByteSize())
+      << "only the non-put shard is parked";
+  ASSERT_THAT(store.Allocate(4, desc, InitSpec{}), IsOk());
+  EXPECT_NE(store.Pin(4)->data, put_pages);
+}
+
 TEST(HostShardStoreTest, SmallShardsStayInPrivateMemory) {
   HostShardStoreOptions options;
   options.arena = std::make_shared<SharedMemoryArena>();
