@@ -1,8 +1,13 @@
 #include "core/strided_copy.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace tessera {
 namespace {
@@ -100,6 +105,56 @@ inline void PrefetchRun(const char* run, size_t bytes, bool for_write) {
   }
 }
 
+// A strided copy of at least this many bytes in runs of
+// [kPrefetchMinRun, kPrefetchMaxRun] writes with non-temporal stores: a
+// destination this large is not read back from cache, and streaming stores
+// skip reading each destination line before overwriting it. glibc's memcpy
+// streams single copies past most of the last-level cache, but each run
+// alone is far below that. 1 KiB runs of 64 MiB ran 1.2-1.6x faster.
+constexpr int64_t kStreamMinBytes = 8 << 20;
+
+// memcpy of one run with non-temporal stores for its 16-byte aligned body.
+// The caller ends its copy with StreamFence.
+inline void StreamRun(char* dst, const char* src, size_t bytes) {
+#if defined(__SSE2__)
+  const size_t head = (16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15;
+  if (head + 64 > bytes) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  std::memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  bytes -= head;
+  const size_t body = bytes & ~size_t{63};
+  for (size_t i = 0; i < body; i += 64) {
+    const __m128i a =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m128i b =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+    const __m128i c =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+    const __m128i d =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+  }
+  std::memcpy(dst + body, src + body, bytes - body);
+#else
+  std::memcpy(dst, src, bytes);
+#endif
+}
+
+// Orders the streaming stores before whatever the caller does next (they
+// are weakly ordered): another thread that learns the copy is done sees it.
+inline void StreamFence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
 int64_t Product(absl::Span<const int64_t> sizes, size_t from) {
   int64_t n = 1;
   for (size_t d = from; d < sizes.size(); ++d) n *= sizes[d];
@@ -169,14 +224,22 @@ void CopyBox(const void* src, absl::Span<const int64_t> src_shape,
   RunWalker to(dst_shape, dst_offsets, copy_sizes, outer, item_size);
   const char* s = static_cast<const char*>(src);
   char* d = static_cast<char*>(dst);
+  const bool stream = run_bytes >= kPrefetchMinRun &&
+                      run_bytes <= kPrefetchMaxRun &&
+                      runs >= kStreamMinBytes / static_cast<int64_t>(run_bytes);
   for (int64_t r = 0; r < runs; ++r) {
     const char* run_src = s + from.position();
     char* run_dst = d + to.position();
     from.Next();
     to.Next();
     if (r + 1 < runs) PrefetchRun(s + from.position(), run_bytes, false);
-    std::memcpy(run_dst, run_src, run_bytes);
+    if (stream) {
+      StreamRun(run_dst, run_src, run_bytes);
+    } else {
+      std::memcpy(run_dst, run_src, run_bytes);
+    }
   }
+  if (stream) StreamFence();
 }
 
 void CopyFlatRangeToBox(const void* src_chunk, int64_t flat_begin,

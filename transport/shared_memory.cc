@@ -23,8 +23,34 @@
 
 namespace tessera {
 
+// A whole segment mapped read-only, with its object held open so that its
+// inode names it (and nothing else) for as long as this lives.
+struct KeptSegment {
+  KeptSegment(void* map, size_t bytes, int fd, uint64_t dev, uint64_t ino)
+      : map(map), bytes(bytes), fd(fd), dev(dev), ino(ino) {}
+  ~KeptSegment() {
+    munmap(map, bytes);
+    close(fd);
+  }
+  KeptSegment(const KeptSegment&) = delete;
+  KeptSegment& operator=(const KeptSegment&) = delete;
+
+  void* const map;
+  const size_t bytes;
+  const int fd;
+  const uint64_t dev;
+  const uint64_t ino;
+};
+
+ShardMapping::ShardMapping(std::shared_ptr<const KeptSegment> kept,
+                           int64_t valid_end, Shape shape, std::string segment)
+    : ShardMapping(kept->map, kept->bytes, 0, valid_end, std::move(shape),
+                   std::move(segment), kept->dev, kept->ino) {
+  kept_ = std::move(kept);
+}
+
 ShardMapping::~ShardMapping() {
-  if (map_ != nullptr) munmap(map_, map_bytes_);
+  if (map_ != nullptr && kept_ == nullptr) munmap(map_, map_bytes_);
 }
 
 std::pair<int64_t, int64_t> BoxByteSpan(absl::Span<const int64_t> shape,
@@ -162,6 +188,52 @@ bool WorkerGone(int liveness_fd) {
   return true;
 }
 
+// Checks that shard bytes [begin, end) lie in `segment` and that its
+// object, open on `fd`, is as long as the worker said: touching a mapping
+// past the file's end raises SIGBUS. The object's stat when it is.
+absl::StatusOr<struct stat> CheckMappable(int fd, const SharedSegment& segment,
+                                          int64_t begin, int64_t end) {
+  if (begin < 0 || begin > end || end > segment.bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bytes [", begin, ", ", end, ") are not inside the ",
+                     segment.bytes, "-byte segment ", segment.name));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("fstat ", segment.name, ": ", std::strerror(errno)));
+  }
+  if (st.st_size < segment.bytes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "segment ", segment.name, " is smaller than the shard it names (",
+        static_cast<int64_t>(st.st_size), " of ", segment.bytes, " bytes)"));
+  }
+  return st;
+}
+
+// Maps the bytes of `box` of shard `shard_id` held by the worker behind
+// `channel`: from `pool` when given, else a mapping of the box's span alone.
+absl::StatusOr<std::unique_ptr<ShardMapping>> MapBox(
+    SegmentMappingPool* pool, const std::shared_ptr<grpc::Channel>& channel,
+    uint64_t shard_id, const Box& box, int64_t item_bytes,
+    absl::Duration timeout, absl::string_view capability) {
+  TESSERA_ASSIGN_OR_RETURN(
+      SharedSegment segment,
+      FindSegment(channel, shard_id, item_bytes, timeout, capability));
+  TESSERA_RETURN_IF_ERROR(CheckInside(segment.shape, box));
+  TESSERA_ASSIGN_OR_RETURN(const int fd,
+                           OpenSegment(segment, shard_id, /*writable=*/false));
+  absl::StatusOr<std::unique_ptr<ShardMapping>> mapping;
+  if (pool != nullptr) {
+    const auto [begin, end] = BoxByteSpan(segment.shape, box, item_bytes);
+    mapping = pool->Map(fd, segment, begin, end);
+  } else {
+    mapping = MapSegmentBox(fd, segment, box, item_bytes);
+  }
+  close(fd);
+  return mapping;
+}
+
 }  // namespace
 
 bool IsShmName(absl::string_view name) {
@@ -245,23 +317,8 @@ absl::StatusOr<SharedSegment> ValidateMapShardReply(
 absl::StatusOr<std::unique_ptr<ShardMapping>> MapSegmentRange(
     int fd, const SharedSegment& segment, int64_t begin, int64_t end,
     bool writable) {
-  if (begin < 0 || begin > end || end > segment.bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bytes [", begin, ", ", end, ") are not inside the ",
-                     segment.bytes, "-byte segment ", segment.name));
-  }
-  // Touching a mapping past the file's end raises SIGBUS: check the size
-  // the worker reported against the object itself.
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("fstat ", segment.name, ": ", std::strerror(errno)));
-  }
-  if (st.st_size < segment.bytes) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "segment ", segment.name, " is smaller than the shard it names (",
-        static_cast<int64_t>(st.st_size), " of ", segment.bytes, " bytes)"));
-  }
+  TESSERA_ASSIGN_OR_RETURN(const struct stat st,
+                           CheckMappable(fd, segment, begin, end));
   const int64_t page = sysconf(_SC_PAGESIZE);
   const int64_t map_offset = begin / page * page;
   const size_t map_bytes =
@@ -330,16 +387,8 @@ absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardBox(
     const std::shared_ptr<grpc::Channel>& channel, uint64_t shard_id,
     const Box& box, int64_t item_bytes, absl::Duration timeout,
     absl::string_view capability) {
-  TESSERA_ASSIGN_OR_RETURN(
-      SharedSegment segment,
-      FindSegment(channel, shard_id, item_bytes, timeout, capability));
-  TESSERA_RETURN_IF_ERROR(CheckInside(segment.shape, box));
-  TESSERA_ASSIGN_OR_RETURN(const int fd,
-                           OpenSegment(segment, shard_id, /*writable=*/false));
-  absl::StatusOr<std::unique_ptr<ShardMapping>> mapping =
-      MapSegmentBox(fd, segment, box, item_bytes);
-  close(fd);
-  return mapping;
+  return MapBox(/*pool=*/nullptr, channel, shard_id, box, item_bytes, timeout,
+                capability);
 }
 
 absl::StatusOr<std::unique_ptr<ShardMapping>> MapShardForWrite(
@@ -434,12 +483,118 @@ absl::StatusOr<std::shared_ptr<const ShardMapping>> ShardMappingCache::Map(
   return it->second.mapping;
 }
 
+SegmentMappingPool::SegmentMappingPool(int64_t max_bytes, absl::Duration idle)
+    : max_bytes_(max_bytes), idle_(idle) {
+  sweeper_ = std::thread([this] {
+    while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) {
+      DropReleased();
+    }
+  });
+}
+
+SegmentMappingPool::~SegmentMappingPool() {
+  stop_.Notify();
+  sweeper_.join();
+}
+
+void SegmentMappingPool::DropReleased() {
+  const absl::Time now = absl::Now();
+  absl::MutexLock lock(&mu_);
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    struct stat st {};
+    const bool named = fstat(it->second.kept->fd, &st) == 0 && st.st_nlink > 0;
+    if (!named || now - it->second.last_used >= idle_) {
+      bytes_ -= static_cast<int64_t>(it->second.kept->bytes);
+      entries_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void SegmentMappingPool::DropOldest() {
+  auto oldest = entries_.begin();
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->second.last_used < oldest->second.last_used) oldest = it;
+  }
+  bytes_ -= static_cast<int64_t>(oldest->second.kept->bytes);
+  entries_.erase(oldest);
+}
+
+size_t SegmentMappingPool::size() const {
+  absl::MutexLock lock(&mu_);
+  return entries_.size();
+}
+
+int64_t SegmentMappingPool::bytes() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_;
+}
+
+absl::StatusOr<std::unique_ptr<ShardMapping>> SegmentMappingPool::Map(
+    int fd, const SharedSegment& segment, int64_t begin, int64_t end) {
+  TESSERA_ASSIGN_OR_RETURN(const struct stat st,
+                           CheckMappable(fd, segment, begin, end));
+  const std::pair<uint64_t, uint64_t> key(static_cast<uint64_t>(st.st_dev),
+                                          static_cast<uint64_t>(st.st_ino));
+  const size_t whole = static_cast<size_t>(std::max<int64_t>(segment.bytes, 1));
+  std::shared_ptr<const KeptSegment> kept;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(key);
+    if (it != entries_.end() && it->second.kept->bytes >= whole) {
+      it->second.last_used = absl::Now();
+      kept = it->second.kept;
+    }
+  }
+  if (kept == nullptr) {
+    const int own_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (own_fd < 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("dup ", segment.name, ": ", std::strerror(errno)));
+    }
+    void* map = mmap(nullptr, whole, PROT_READ, MAP_SHARED, own_fd, 0);
+    if (map == MAP_FAILED) {
+      const int error = errno;
+      close(own_fd);
+      return absl::FailedPreconditionError(
+          absl::StrCat("mmap ", segment.name, ": ", std::strerror(error)));
+    }
+    kept = std::make_shared<const KeptSegment>(map, whole, own_fd, key.first,
+                                               key.second);
+    if (static_cast<int64_t>(whole) <= max_bytes_) {
+      absl::MutexLock lock(&mu_);
+      auto [it, inserted] = entries_.try_emplace(key);
+      if (!inserted) bytes_ -= static_cast<int64_t>(it->second.kept->bytes);
+      it->second = Entry{kept, absl::Now()};
+      bytes_ += static_cast<int64_t>(whole);
+      while (bytes_ > max_bytes_) DropOldest();
+    }
+  }
+#ifdef MADV_POPULATE_READ
+  // Set up the page tables of the span in one go (as MAP_POPULATE does for
+  // a span mapping); pages a kept mapping already has cost a table walk.
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  const int64_t first = begin / page * page;
+  if (end - first >= kChunkBytes) {
+    madvise(static_cast<char*>(kept->map) + first,
+            static_cast<size_t>(end - first), MADV_POPULATE_READ);
+  }
+#endif
+  return std::make_unique<ShardMapping>(std::move(kept), segment.bytes,
+                                        segment.shape, segment.name);
+}
+
 SharedMemoryTransport::SharedMemoryTransport(
     ChannelCache* channels, SharedMemoryTransportOptions options)
     : channels_(channels),
       options_(options),
       cache_(options.cache_mappings ? std::make_unique<ShardMappingCache>()
-                                    : nullptr) {}
+                                    : nullptr),
+      pool_(!options.cache_mappings && options.keep_segment_bytes > 0
+                ? std::make_unique<SegmentMappingPool>(
+                      options.keep_segment_bytes, absl::Seconds(30))
+                : nullptr) {}
 
 const std::string& SharedMemoryTransport::name() const {
   static const std::string* name = new std::string("shm");
@@ -486,8 +641,8 @@ absl::Status SharedMemoryTransport::ReadMapped(const RemoteShard& shard,
   }
   TESSERA_ASSIGN_OR_RETURN(
       std::unique_ptr<ShardMapping> mapping,
-      MapShardBox(channels_->Get(at.address), at.shard_id, box,
-                  shard.item_bytes, options_.timeout, at.capability));
+      MapBox(pool_.get(), channels_->Get(at.address), at.shard_id, box,
+             shard.item_bytes, options_.timeout, at.capability));
   TESSERA_RETURN_IF_ERROR(
       CopyBoxFromMapping(*mapping, shard.shape, box, target, shard.item_bytes));
   return CheckStillHeld(*mapping, at.shard_id);

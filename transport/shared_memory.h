@@ -59,7 +59,10 @@
 
 namespace tessera {
 
-// Bytes of one shard mapped read-only; unmapped on destruction.
+struct KeptSegment;  // a whole segment mapped by SegmentMappingPool
+
+// Bytes of one shard mapped read-only; unmapped on destruction (or, when
+// borrowed from a SegmentMappingPool, left to the pool).
 class ShardMapping {
  public:
   // `map` holds `map_bytes` bytes mapped from shard byte `map_offset` on;
@@ -77,6 +80,9 @@ class ShardMapping {
         segment_(std::move(segment)),
         dev_(dev),
         ino_(ino) {}
+  // Borrows the whole of `kept`, which holds shard bytes [0, valid_end).
+  ShardMapping(std::shared_ptr<const KeptSegment> kept, int64_t valid_end,
+               Shape shape, std::string segment);
   ~ShardMapping();
   ShardMapping(const ShardMapping&) = delete;
   ShardMapping& operator=(const ShardMapping&) = delete;
@@ -111,6 +117,7 @@ class ShardMapping {
   std::string segment_;
   uint64_t dev_;
   uint64_t ino_;
+  std::shared_ptr<const KeptSegment> kept_;  // set: map_ is borrowed
 };
 
 // NOT_FOUND, as a gRPC read of a freed shard says, unless `mapping` is still
@@ -226,6 +233,53 @@ class ShardMappingCache {
   std::thread sweeper_;
 };
 
+// Whole-segment read-only mappings kept by the object's identity (device
+// and inode) rather than by name or shard. A worker pulling reshard pieces
+// maps every peer shard it reads from; when the peer later reuses those
+// pages for another shard (the same object under a new name,
+// shared_memory_arena.h), the next pull finds the mapping made and skips
+// the page-table set-up and tear-down, about half the cost of a 1 KiB-run
+// piece (bench/, figure 3). An entry keeps its object open, so its inode
+// cannot be recycled for another object while it is kept; the name is
+// checked against it at every use (ShardMapping::Current, after the copy
+// too). A sweeper drops, each second, entries whose object has no name left
+// (the peer let its pages go: they return to the system then) or that went
+// unused for `idle`. Bounded by the bytes mapped: least recently used
+// dropped first. Thread-safe.
+class SegmentMappingPool {
+ public:
+  SegmentMappingPool(int64_t max_bytes, absl::Duration idle);
+  ~SegmentMappingPool();
+
+  // Shard bytes [begin, end) of `segment`, whose object is open on `fd`
+  // (not taken over): from a kept mapping of the same object, or a new one
+  // of the whole segment (only [begin, end) populated now). Errors as
+  // MapSegmentRange.
+  absl::StatusOr<std::unique_ptr<ShardMapping>> Map(
+      int fd, const SharedSegment& segment, int64_t begin, int64_t end)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Entries kept now, and their bytes mapped (for tests and reports).
+  size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t bytes() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Entry {
+    std::shared_ptr<const KeptSegment> kept;
+    absl::Time last_used;
+  };
+  void DropReleased() ABSL_LOCKS_EXCLUDED(mu_);
+  void DropOldest() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int64_t max_bytes_;
+  const absl::Duration idle_;
+  mutable absl::Mutex mu_;
+  std::map<std::pair<uint64_t, uint64_t>, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Notification stop_;
+  std::thread sweeper_;
+};
+
 // Byte range [begin, end) of the shard that `box` touches (row-major over
 // `shape`); {0, 0} for an empty box.
 std::pair<int64_t, int64_t> BoxByteSpan(absl::Span<const int64_t> shape,
@@ -238,6 +292,10 @@ struct SharedMemoryTransportOptions {
   // reads the same shards again and again. Off: map each read's byte span
   // and unmap it after (a worker pulling reshard pieces once).
   bool cache_mappings = true;
+  // Without cache_mappings: keep up to this many bytes of peers' whole
+  // segments mapped by identity (SegmentMappingPool), so a peer's reused
+  // pages are not mapped again. 0: map each read's span and unmap it after.
+  int64_t keep_segment_bytes = 0;
 };
 
 // ShardTransport over same-host shared memory: reads are one strided copy
@@ -278,6 +336,7 @@ class SharedMemoryTransport : public ShardTransport {
   ChannelCache* const channels_;
   const SharedMemoryTransportOptions options_;
   std::unique_ptr<ShardMappingCache> cache_;  // null unless cache_mappings
+  std::unique_ptr<SegmentMappingPool> pool_;  // null unless keep_segment_bytes
   StagingMappings staging_mappings_;
   absl::Mutex device_mu_;
   // Shards (address, id) found in GPU memory: read staged, without asking.

@@ -75,7 +75,11 @@ class Segment {
   std::string name_;
 };
 
-class SharedMemoryTest : public ::testing::TestWithParam<bool> {
+// How the transport under test keeps mappings: one per read, whole shards
+// per (worker, shard), or whole segments by identity (SegmentMappingPool).
+enum class Keeping { kPerRead, kCached, kPooled };
+
+class SharedMemoryTest : public ::testing::TestWithParam<Keeping> {
  protected:
   void SetUp() override {
     if (access("/dev/shm", W_OK) != 0 || LocalHostId().empty())
@@ -86,7 +90,9 @@ class SharedMemoryTest : public ::testing::TestWithParam<bool> {
     server_ = std::move(*server);
     address_ = absl::StrCat("127.0.0.1:", server_.port);
     SharedMemoryTransportOptions options;
-    options.cache_mappings = GetParam();
+    options.cache_mappings = GetParam() == Keeping::kCached;
+    options.keep_segment_bytes =
+        GetParam() == Keeping::kPooled ? int64_t{1} << 30 : 0;
     transport_ = std::make_unique<SharedMemoryTransport>(&channels_, options);
   }
   void TearDown() override {
@@ -282,7 +288,9 @@ TEST_P(SharedMemoryTest, ChainDoesNotFallBackPastALyingReply) {
   DataPlaneOptions options;
   options.shared_memory = true;
   options.shared_memory_min_bytes = 0;
-  options.cache_mappings = GetParam();
+  options.cache_mappings = GetParam() == Keeping::kCached;
+  options.keep_segment_bytes =
+      GetParam() == Keeping::kPooled ? int64_t{1} << 30 : 0;
   std::unique_ptr<TransportChain> chain =
       TransportChain::Make(&channels_, options);
   std::vector<char> out(1000 * 4);
@@ -293,10 +301,137 @@ TEST_P(SharedMemoryTest, ChainDoesNotFallBackPastALyingReply) {
               StatusIs(absl::StatusCode::kInternal, HasSubstr("inconsistent")));
 }
 
-INSTANTIATE_TEST_SUITE_P(Mapping, SharedMemoryTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? "Cached" : "PerRead";
+INSTANTIATE_TEST_SUITE_P(Mapping, SharedMemoryTest,
+                         ::testing::Values(Keeping::kPerRead, Keeping::kCached,
+                                           Keeping::kPooled),
+                         [](const ::testing::TestParamInfo<Keeping>& info) {
+                           switch (info.param) {
+                             case Keeping::kPerRead:
+                               return "PerRead";
+                             case Keeping::kCached:
+                               return "Cached";
+                             case Keeping::kPooled:
+                               return "Pooled";
+                           }
+                           return "Unknown";
                          });
+
+// What a shard segment is to SegmentMappingPool: a name for an object.
+SharedSegment SegmentOf(const Segment& segment, int64_t bytes) {
+  SharedSegment s;
+  s.name = segment.name();
+  s.bytes = bytes;
+  s.shape = {bytes};
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<ShardMapping>> PoolMap(
+    SegmentMappingPool& pool, const SharedSegment& segment, int64_t begin,
+    int64_t end) {
+  const int fd = shm_open(segment.name.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return absl::NotFoundError(segment.name);
+  absl::StatusOr<std::unique_ptr<ShardMapping>> mapping =
+      pool.Map(fd, segment, begin, end);
+  close(fd);
+  return mapping;
+}
+
+// A peer that reuses a freed shard's pages renames the same object
+// (shared_memory_arena.h): the pool serves the new name from the mapping it
+// kept, which reads the object's current bytes and watches the new name.
+TEST(SegmentMappingPoolTest, SameObjectUnderANewNameIsNotMappedAgain) {
+  if (access("/dev/shm", W_OK) != 0) GTEST_SKIP() << "no /dev/shm here";
+  SegmentMappingPool pool(int64_t{1} << 30, absl::Minutes(1));
+  Segment segment(1 << 20);
+  absl::StatusOr<std::unique_ptr<ShardMapping>> first =
+      PoolMap(pool, SegmentOf(segment, 1 << 20), 0, 1 << 20);
+  ASSERT_THAT(first, IsOk());
+  EXPECT_EQ((*first)->At(300)[0], static_cast<char>(300 % 256));
+  const char* address = (*first)->At(0);
+  first->reset();  // the pool keeps it
+
+  // Reused: new bytes, new name.
+  const std::string renamed = segment.name() + "-reused";
+  ASSERT_EQ(rename(("/dev/shm" + segment.name()).c_str(),
+                   ("/dev/shm" + renamed).c_str()),
+            0);
+  {
+    const int fd = shm_open(renamed.c_str(), O_RDWR, 0);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(pwrite(fd, "x", 1, 300), 1);
+    close(fd);
+  }
+  SharedSegment now = SegmentOf(segment, 1 << 20);
+  now.name = renamed;
+  absl::StatusOr<std::unique_ptr<ShardMapping>> second =
+      PoolMap(pool, now, 4096, 8192);
+  ASSERT_THAT(second, IsOk());
+  EXPECT_EQ((*second)->At(0), address);
+  EXPECT_EQ((*second)->At(300)[0], 'x');
+  EXPECT_TRUE((*second)->Current());
+  EXPECT_EQ(pool.size(), 1u);
+  EXPECT_EQ(pool.bytes(), 1 << 20);
+
+  // Renamed away again (freed by the peer): the mapping no longer vouches.
+  ASSERT_EQ(rename(("/dev/shm" + renamed).c_str(),
+                   ("/dev/shm" + segment.name()).c_str()),
+            0);
+  EXPECT_FALSE((*second)->Current());
+}
+
+// A kept mapping must not hold memory its peer let go: once the object has
+// no name, the sweeper drops it within a second or two.
+TEST(SegmentMappingPoolTest, ObjectsWithNoNameLeftAreDropped) {
+  if (access("/dev/shm", W_OK) != 0) GTEST_SKIP() << "no /dev/shm here";
+  SegmentMappingPool pool(int64_t{1} << 30, absl::Minutes(1));
+  auto segment = std::make_unique<Segment>(65536);
+  ASSERT_THAT(PoolMap(pool, SegmentOf(*segment, 65536), 0, 65536), IsOk());
+  EXPECT_EQ(pool.size(), 1u);
+  segment.reset();  // unlinked
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (pool.size() > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(pool.size(), 0u);
+  EXPECT_EQ(pool.bytes(), 0);
+}
+
+TEST(SegmentMappingPoolTest, BoundedByBytesAndIdleTime) {
+  if (access("/dev/shm", W_OK) != 0) GTEST_SKIP() << "no /dev/shm here";
+  SegmentMappingPool pool(2 * 65536, absl::Seconds(1));
+  Segment a(65536), b(65536), c(65536), huge(4 * 65536);
+  ASSERT_THAT(PoolMap(pool, SegmentOf(a, 65536), 0, 10), IsOk());
+  absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_THAT(PoolMap(pool, SegmentOf(b, 65536), 0, 10), IsOk());
+  absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_THAT(PoolMap(pool, SegmentOf(c, 65536), 0, 10), IsOk());
+  EXPECT_EQ(pool.size(), 2u);  // a, the least recently used, went
+  EXPECT_EQ(pool.bytes(), 2 * 65536);
+  // Larger than the bound: mapped for the caller, not kept.
+  absl::StatusOr<std::unique_ptr<ShardMapping>> big =
+      PoolMap(pool, SegmentOf(huge, 4 * 65536), 0, 4 * 65536);
+  ASSERT_THAT(big, IsOk());
+  EXPECT_EQ((*big)->At(70000)[0], static_cast<char>(70000 % 256));
+  EXPECT_EQ(pool.size(), 2u);
+  // Unused for `idle`: dropped.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (pool.size() > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(pool.size(), 0u);
+}
+
+TEST(SegmentMappingPoolTest, SpansOutsideOrObjectsShorterThanSaidAreRefused) {
+  if (access("/dev/shm", W_OK) != 0) GTEST_SKIP() << "no /dev/shm here";
+  SegmentMappingPool pool(int64_t{1} << 30, absl::Minutes(1));
+  Segment segment(4096);
+  EXPECT_THAT(PoolMap(pool, SegmentOf(segment, 4096), 0, 4097),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(
+      PoolMap(pool, SegmentOf(segment, 8192), 0, 8192),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("smaller")));
+  EXPECT_EQ(pool.size(), 0u);
+}
 
 // The checks after the RPC, without a network: the segment is a memfd.
 TEST(CopyBoxFromMappingTest, BoxOutsideTheMappedSpanIsInternal) {

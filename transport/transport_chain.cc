@@ -38,6 +38,7 @@ std::unique_ptr<TransportChain> TransportChain::Make(
     SharedMemoryTransportOptions shm;
     shm.timeout = options.timeout;
     shm.cache_mappings = options.cache_mappings;
+    shm.keep_segment_bytes = options.keep_segment_bytes;
     links.push_back(Link{std::make_unique<SharedMemoryTransport>(channels, shm),
                          automatic ? options.shared_memory_min_bytes : 0});
   }

@@ -53,6 +53,10 @@ struct DataPlaneOptions {
   // shards again and again); off: map each piece's span once (a worker
   // pulling reshard pieces).
   bool cache_mappings = true;
+  // Without cache_mappings: bytes of peers' whole segments kept mapped by
+  // identity, so pages a peer reuses are not mapped again
+  // (SharedMemoryTransportOptions::keep_segment_bytes).
+  int64_t keep_segment_bytes = 0;
   // Reads and writes smaller than this skip shared memory.
   int64_t shared_memory_min_bytes = kChunkBytes;
   // Whole-shard writes smaller than this skip UCX ("auto" only): a put

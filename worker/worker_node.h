@@ -75,13 +75,15 @@ struct WorkerNodeOptions {
   // pull_idle_timeout.
   ChannelOptions channels;
   // How pieces held by other workers are read. A reshard reads each piece
-  // once, so whole-shard mappings are not kept; a same-host piece of any
-  // size is copied out of the source's shared memory (only the piece's span
-  // is mapped, so small pieces cost no more than a gRPC call). Its timeout
-  // is at most pull_timeout.
+  // once, so mappings are not kept per shard; a same-host piece of any size
+  // is copied out of the source's shared memory. Peers' segments stay
+  // mapped by identity (up to 8 GiB of address space; the pages are the
+  // peers'), so a later reshard that finds a peer's reused pages maps
+  // nothing. Its timeout is at most pull_timeout.
   DataPlaneOptions peers = [] {
     DataPlaneOptions options;
     options.cache_mappings = false;
+    options.keep_segment_bytes = int64_t{8} << 30;
     options.shared_memory_min_bytes = 0;
     return options;
   }();
