@@ -32,12 +32,27 @@ const std::string& LocalHostId() {
   return *id;
 }
 
+// A block's pages, mapped here: unmapped when the last of the block, its
+// parked successor or a KeepMapped() holder lets go.
+struct MappedPages {
+  MappedPages(char* data, int64_t bytes) : data(data), bytes(bytes) {}
+  ~MappedPages() { munmap(data, static_cast<size_t>(bytes)); }
+  MappedPages(const MappedPages&) = delete;
+  MappedPages& operator=(const MappedPages&) = delete;
+  char* const data;
+  const int64_t bytes;
+};
+
 // A dropped reusable block: its pages, mapped here, under a parked name.
 struct ParkedBlock {
   std::string name;
-  char* data = nullptr;
-  int64_t bytes = 0;
+  std::shared_ptr<MappedPages> pages;
   absl::Time since;
+
+  int64_t bytes() const { return pages->bytes; }
+  // Someone still holds the pages mapped (KeepMapped): releasing them now
+  // would not give the memory back, so they stay parked, reusable.
+  bool held_mapped() const { return pages.use_count() > 1; }
 };
 
 // The names of the blocks still linked, by their first byte, and the parked
@@ -105,20 +120,24 @@ bool RenameSegment(const std::string& from, const std::string& to) {
   return rename(("/dev/shm" + from).c_str(), ("/dev/shm" + to).c_str()) == 0;
 }
 
-void Release(const ParkedBlock& block) {
+// Unlinks the block's file; its pages go once no one holds them mapped.
+void Release(ParkedBlock& block) {
   if (!block.name.empty()) shm_unlink(block.name.c_str());
-  munmap(block.data, static_cast<size_t>(block.bytes));
+  block.pages.reset();
 }
 
 }  // namespace
 
 SharedBlock::SharedBlock(std::shared_ptr<Index> index, std::string name,
-                         char* data, int64_t bytes, bool reusable)
+                         std::shared_ptr<MappedPages> pages, bool reusable)
     : index_(std::move(index)),
       name_(std::move(name)),
-      data_(data),
-      bytes_(bytes),
+      pages_(std::move(pages)),
+      data_(pages_->data),
+      bytes_(pages_->bytes),
       reusable_(reusable) {}
+
+std::shared_ptr<const void> SharedBlock::KeepMapped() const { return pages_; }
 
 SharedBlock::~SharedBlock() {
   Unlink();
@@ -127,19 +146,28 @@ SharedBlock::~SharedBlock() {
     absl::MutexLock lock(&index_->mu);
     if (!parked_name_.empty() && !index_->closed) {
       index_->parked.push_back(
-          ParkedBlock{std::move(parked_name_), data_, bytes_, absl::Now()});
+          ParkedBlock{std::move(parked_name_), pages_, absl::Now()});
       index_->parked_bytes += bytes_;
-      while (index_->parked_bytes > index_->options.reuse_bytes) {
-        index_->parked_bytes -= index_->parked.front().bytes;
-        released.push_back(std::move(index_->parked.front()));
-        index_->parked.erase(index_->parked.begin());
+      // Oldest first; pages someone holds mapped stay (see ParkedBlock).
+      // This block's own reference to its pages goes as it returns.
+      const MappedPages* mine = pages_.get();
+      for (auto it = index_->parked.begin();
+           it != index_->parked.end() &&
+           index_->parked_bytes > index_->options.reuse_bytes;) {
+        if (it->pages.use_count() > (it->pages.get() == mine ? 2 : 1)) {
+          ++it;
+          continue;
+        }
+        index_->parked_bytes -= it->bytes();
+        released.push_back(std::move(*it));
+        it = index_->parked.erase(it);
       }
     } else {
       released.push_back(
-          ParkedBlock{std::move(parked_name_), data_, bytes_, absl::Now()});
+          ParkedBlock{std::move(parked_name_), pages_, absl::Now()});
     }
   }
-  for (const ParkedBlock& block : released) Release(block);  // outside the lock
+  for (ParkedBlock& block : released) Release(block);  // outside the lock
 }
 
 void SharedBlock::Unlink() {
@@ -212,7 +240,7 @@ std::unique_ptr<SharedBlock> SharedMemoryArena::Allocate(int64_t bytes,
     // The newest parked block of this size: its pages are the likeliest to
     // still be in cache. Taken out of the list, it is this call's alone.
     for (auto it = index_->parked.rbegin(); it != index_->parked.rend(); ++it) {
-      if (it->bytes != bytes) continue;
+      if (it->bytes() != bytes) continue;
       reused = std::move(*it);
       index_->parked.erase(std::next(it).base());
       index_->parked_bytes -= bytes;
@@ -224,14 +252,14 @@ std::unique_ptr<SharedBlock> SharedMemoryArena::Allocate(int64_t bytes,
     reused.reset();
   }
   if (reused.has_value()) {
+    char* data = reused->pages->data;
     {
       absl::MutexLock lock(&index_->mu);
-      index_->blocks[reused->data] = SegmentInfo{name, bytes, index_->liveness};
+      index_->blocks[data] = SegmentInfo{name, bytes, index_->liveness};
     }
-    if (!use.overwritten)
-      std::memset(reused->data, 0, static_cast<size_t>(bytes));
+    if (!use.overwritten) std::memset(data, 0, static_cast<size_t>(bytes));
     return std::unique_ptr<SharedBlock>(new SharedBlock(
-        index_, std::move(name), reused->data, bytes, use.reusable));
+        index_, std::move(name), std::move(reused->pages), use.reusable));
   }
   std::unique_ptr<SharedBlock> block = Create(name, bytes, use.reusable);
   if (block == nullptr && ParkedBytes() > 0) {
@@ -264,8 +292,8 @@ std::unique_ptr<SharedBlock> SharedMemoryArena::Create(const std::string& name,
     absl::MutexLock lock(&index_->mu);
     index_->blocks[data] = SegmentInfo{name, bytes, index_->liveness};
   }
-  return std::unique_ptr<SharedBlock>(
-      new SharedBlock(index_, name, data, bytes, reusable));
+  return std::unique_ptr<SharedBlock>(new SharedBlock(
+      index_, name, std::make_shared<MappedPages>(data, bytes), reusable));
 }
 
 void SharedMemoryArena::ReleaseIdle(bool everything) {
@@ -275,8 +303,8 @@ void SharedMemoryArena::ReleaseIdle(bool everything) {
     const absl::Time cutoff = absl::Now() - index_->options.reuse_for;
     auto keep = index_->parked.begin();
     for (auto it = index_->parked.begin(); it != index_->parked.end(); ++it) {
-      if (everything || it->since <= cutoff) {
-        index_->parked_bytes -= it->bytes;
+      if (everything || (it->since <= cutoff && !it->held_mapped())) {
+        index_->parked_bytes -= it->bytes();
         idle.push_back(std::move(*it));
       } else {
         if (keep != it) *keep = std::move(*it);  // never a self-move
@@ -285,7 +313,7 @@ void SharedMemoryArena::ReleaseIdle(bool everything) {
     }
     index_->parked.erase(keep, index_->parked.end());
   }
-  for (const ParkedBlock& block : idle) Release(block);  // outside the lock
+  for (ParkedBlock& block : idle) Release(block);  // outside the lock
 }
 
 int64_t SharedMemoryArena::ParkedBytes() const {

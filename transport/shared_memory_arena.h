@@ -54,6 +54,8 @@ struct SegmentInfo {
   std::string liveness;  // the arena's liveness lock; empty: none
 };
 
+struct MappedPages;  // shared_memory_arena.cc
+
 // Zeroed bytes in their own segment, mapped read-write into this process.
 // Destroying the block unlinks its segment and unmaps it, or, for a
 // reusable block, parks its pages (see the top of this file).
@@ -65,6 +67,16 @@ class SharedBlock {
 
   char* data() const { return data_; }
   int64_t bytes() const { return bytes_; }
+  bool reusable() const { return reusable_; }
+
+  // Keeps the block's pages mapped at data() while held, but not its bytes:
+  // once the block is dropped, a reusable block's pages may serve another
+  // block. For a registration (UCX) that must never see the address
+  // unmapped, yet must not keep a freed shard's pages from being reused;
+  // readers through it check afterwards that the shard is still held.
+  // Parked pages someone holds mapped are not released (they stay
+  // reusable, past `reuse_bytes`) until the holder lets go.
+  std::shared_ptr<const void> KeepMapped() const;
 
   // Removes the segment's name: no new mapping from now on, and the arena
   // no longer names it; existing mappings (this one included) keep the bytes
@@ -75,11 +87,12 @@ class SharedBlock {
  private:
   friend class SharedMemoryArena;
   struct Index;
-  SharedBlock(std::shared_ptr<Index> index, std::string name, char* data,
-              int64_t bytes, bool reusable);
+  SharedBlock(std::shared_ptr<Index> index, std::string name,
+              std::shared_ptr<MappedPages> pages, bool reusable);
 
   const std::shared_ptr<Index> index_;
   const std::string name_;
+  const std::shared_ptr<MappedPages> pages_;
   char* const data_;
   const int64_t bytes_;
   const bool reusable_;

@@ -180,5 +180,42 @@ TEST_F(SharedMemoryArenaTest, IdleParkedBlocksAreReleased) {
   EXPECT_FALSE(Named(late_name));
 }
 
+// Pages someone holds mapped (a dead UCX registration) stay mapped at their
+// address whatever happens to the block, and stay parked, reusable, past the
+// idle time and the byte bound until the holder lets go.
+TEST_F(SharedMemoryArenaTest, PagesHeldMappedAreReusedButNotReleased) {
+  SharedMemoryArenaOptions options;
+  options.reuse_bytes = kBytes;
+  options.reuse_for = absl::ZeroDuration();
+  SharedMemoryArena arena(options);
+  std::unique_ptr<SharedBlock> block = arena.Allocate(kBytes, 1, Reusable());
+  ASSERT_NE(block, nullptr);
+  char* const data = block->data();
+  std::shared_ptr<const void> held = block->KeepMapped();
+  block.reset();
+  arena.ReleaseIdle();
+  EXPECT_EQ(arena.ParkedBytes(), kBytes) << "released while held mapped";
+  // Another block pushes parked bytes past the bound: the held one stays,
+  // the other goes although it is newer.
+  std::unique_ptr<SharedBlock> other =
+      arena.Allocate(kBytes / 2, 2, Reusable());
+  ASSERT_NE(other, nullptr);
+  other.reset();
+  EXPECT_EQ(arena.ParkedBytes(), kBytes);
+  // Reused while held.
+  std::unique_ptr<SharedBlock> again = arena.Allocate(kBytes, 3, Reusable());
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->data(), data);
+  again->data()[7] = 42;
+  again.reset();
+  // Released for room: unlinked, but still mapped for the holder.
+  arena.ReleaseIdle(/*everything=*/true);
+  EXPECT_EQ(arena.ParkedBytes(), 0);
+  EXPECT_EQ(static_cast<const volatile char*>(data)[7], 42);
+  held.reset();  // now unmapped
+  arena.ReleaseIdle();
+  EXPECT_EQ(arena.ParkedBytes(), 0);
+}
+
 }  // namespace
 }  // namespace tessera

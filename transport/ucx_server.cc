@@ -205,6 +205,7 @@ absl::StatusOr<UcxKey> UcxServer::Register(uint64_t id, bool write) {
     key = key_of(*it->second);
   }
   if (duplicate != nullptr) Unmap(*duplicate);
+  LetGo();
   return key;
 }
 
@@ -422,12 +423,28 @@ void UcxServer::Kill(Registration& r, bool freed) {
   by_nonce_.erase(it);
   live_.erase({r.shard_id, r.write});
   dead_[r.nonce] = std::move(keep);
+  // Keep the pages mapped for stale gets, but let the shard go (see the top
+  // of ucx_server.h); dropped by LetGo outside the lock.
+  if (!r.write && r.pinned.keep_mapped != nullptr &&
+      r.pinned.keep_alive != nullptr) {
+    let_go_.push_back(std::move(r.pinned.keep_alive));
+  }
+}
+
+void UcxServer::LetGo() {
+  std::vector<std::shared_ptr<void>> shards;
+  {
+    absl::MutexLock lock(&mu_);
+    shards.swap(let_go_);
+  }
+  // `shards` drops here, outside the lock.
 }
 
 void UcxServer::Unmap(Registration& r) {
   if (r.memh != nullptr) ucp_mem_unmap(context_, r.memh);
   r.memh = nullptr;
   r.pinned.keep_alive.reset();
+  r.pinned.keep_mapped.reset();
 }
 
 void UcxServer::Sweep() {
@@ -471,6 +488,7 @@ void UcxServer::Sweep() {
     }
   }
   for (auto& r : expired) Unmap(*r);
+  LetGo();
 }
 
 UcxCheckAnswer UcxServer::Check(uint64_t shard_id, uint64_t nonce,
@@ -509,8 +527,11 @@ UcxCheckAnswer UcxServer::Check(uint64_t shard_id, uint64_t nonce,
   }
   if (r->shard_id != shard_id) return UcxCheckAnswer::kStale;
   if (!options_.held(shard_id)) {
-    absl::MutexLock lock(&mu_);
-    Kill(*r, /*freed=*/true);
+    {
+      absl::MutexLock lock(&mu_);
+      Kill(*r, /*freed=*/true);
+    }
+    LetGo();
     return UcxCheckAnswer::kFreed;
   }
   return UcxCheckAnswer::kHeld;

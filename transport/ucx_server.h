@@ -9,11 +9,15 @@
 // `sweep_interval`) the registration turns dead: every later check of it
 // answers kFreed, so a reader holding its key fails with NOT_FOUND instead
 // of returning the bytes. A dead registration is unmapped and its pin let go
-// only `grace` later, so a get already issued through a stale key reads the
-// old shard's bytes (which the check then refuses), never memory reused for
-// something else. UCX over TCP emulates gets in software and does not check
-// addresses against registrations; the pin and the grace are what keep such
-// a stale get harmless there.
+// only `grace` later, so a get already issued through a stale key lands on
+// memory still mapped here, never on an unmapped address. UCX over TCP
+// emulates gets in software and does not check addresses against
+// registrations; the pin and the grace are what keep such a stale get
+// harmless there. A dead read registration keeps only the pages mapped
+// (UcxPinnedShard::keep_mapped), not the shard: a freed shard's pages may
+// serve the worker's next shard of their size at once (on a VM, new memory
+// costs seconds per GiB), and a stale get that reads those bytes is refused
+// by its check. Write registrations keep their shard whole.
 //
 // Staging: a reader whose box has short contiguous runs (a rows -> columns
 // reshard's piece reads 1 KiB of every row) asks the worker to pack a range
@@ -62,6 +66,11 @@ namespace tessera {
 // shard is freed.
 struct UcxPinnedShard {
   std::shared_ptr<void> keep_alive;
+  // Set: keeps `data` mapped (not the shard) once keep_alive is let go,
+  // which a registration does as it turns dead, so a freed shard's pages
+  // can serve another shard while stale gets may still land on them
+  // (worker/shard_store.h PinnedShard::keep_mapped).
+  std::shared_ptr<const void> keep_mapped;
   char* data = nullptr;
   int64_t bytes = 0;
   Shape shape;  // the shard's box sizes
@@ -97,8 +106,9 @@ struct UcxServerOptions {
   // Most live registrations; the least recently handed out is withdrawn
   // beyond (its readers ask again).
   size_t max_registrations = 16384;
-  // How often freed shards are looked for.
-  absl::Duration sweep_interval = absl::Milliseconds(500);
+  // How often freed shards are looked for: their pages are reused only
+  // after (a reshard 0.5 s after the last one finds them).
+  absl::Duration sweep_interval = absl::Milliseconds(200);
   // How long a dead registration stays mapped and pinned (see above), and
   // so counted against the store's capacity as pinned bytes. Well beyond a
   // reader's key lifetime (UcxTransportOptions::key_ttl, 10 s).
@@ -196,6 +206,8 @@ class UcxServer {
   void SendReplies();  // progress thread only
   void Kill(Registration& r, bool freed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unmap(Registration& r);
+  // Drops the shards Kill let go of (let_go_), outside the lock.
+  void LetGo() ABSL_LOCKS_EXCLUDED(mu_);
 
   const UcxServerOptions options_;
   ucp_context_h context_;
@@ -214,6 +226,9 @@ class UcxServer {
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<Registration>> dead_
       ABSL_GUARDED_BY(mu_);
+  // Shards dead registrations let go of, dropped outside the lock (a
+  // shard's destructor parks or unlinks its pages).
+  std::vector<std::shared_ptr<void>> let_go_ ABSL_GUARDED_BY(mu_);
   uint64_t tick_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Staging: the region (null until the first Stage), its registration and

@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "rpc/server.h"
 #include "transport/shard_transport.h"
+#include "transport/shared_memory_arena.h"
 #include "transport/ucx_server.h"
 #include "worker/host_shard_store.h"
 #include "worker/ucx_service.h"
@@ -53,8 +54,16 @@ class LocalWorker {
  public:
   static constexpr char kKey[] = "ucx-test-key";
 
-  // Serves UcxData when `ucx`, with `options`.
-  explicit LocalWorker(bool ucx, UcxServerOptions options = {}) {
+  // Serves UcxData when `ucx`, with `options`; shards in `arena`'s shared
+  // memory when given (else private memory).
+  explicit LocalWorker(bool ucx, UcxServerOptions options = {},
+                       std::shared_ptr<SharedMemoryArena> arena = nullptr)
+      : store_([&] {
+          HostShardStoreOptions store;
+          store.arena = std::move(arena);
+          store.shared_memory_min_bytes = 0;
+          return store;
+        }()) {
     node_ = std::make_unique<WorkerNode>(&store_, WorkerNodeOptions{});
     node_->SetIdentity("w0", kKey);
     service_ = std::make_unique<WorkerService>(node_.get());
@@ -81,16 +90,19 @@ class LocalWorker {
     ucx_.reset();
   }
 
-  // Shard `id`: a whole tensor "t" v1 of `shape`, values 0, 1, 2, ...
-  absl::Status Allocate(uint64_t id, Shape shape, DType dtype) {
+  // Shard `id`: a whole tensor "t" v1 of `shape`, values 0, 1, 2, ... (or
+  // `init`); a put's pending shard unless not `writable`.
+  absl::Status Allocate(uint64_t id, Shape shape, DType dtype,
+                        bool writable = true,
+                        InitSpec init = InitSpec{InitSpec::Kind::kArange}) {
     ShardDesc desc;
     desc.tensor = "t";
     desc.version = 1;
-    desc.writable = true;
+    desc.writable = writable;
     desc.dtype = dtype;
     desc.tensor_shape = shape;
     desc.box = WholeBox(shape);
-    return store_.Allocate(id, desc, InitSpec{InitSpec::Kind::kArange});
+    return store_.Allocate(id, desc, init);
   }
 
   std::string Bytes(uint64_t id) {

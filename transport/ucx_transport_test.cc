@@ -6,6 +6,9 @@
 // UCX_TLS=tcp, the path between hosts.
 #include "transport/ucx_transport.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -195,6 +198,49 @@ TEST(UcxTransportTest, FreedShardThroughCachedKeyFailsCleanly) {
   EXPECT_EQ(worker.ucx()->Counts().second, 0u) << "grace not over";
   EXPECT_THAT(read(1), StatusIs(absl::StatusCode::kNotFound));
   // The lane is fine for other shards.
+  ASSERT_THAT(read(2), IsOk());
+  EXPECT_TRUE(std::string(out.data(), out.size()) == worker.Bytes(2));
+}
+
+// A freed shard's registration keeps its pages mapped but lets the shard go,
+// so the worker's next shard of its size takes the same pages at once. A
+// reader still holding the old key then gets the new shard's bytes, and the
+// check must refuse them: NOT_FOUND, never another shard's bytes.
+TEST(UcxTransportTest, FreedShardsPagesServeTheNextShardAndOldKeysAreRefused) {
+  if (access("/dev/shm", W_OK) != 0) GTEST_SKIP() << "no /dev/shm here";
+  UcxServerOptions server;
+  server.sweep_interval = absl::Milliseconds(20);
+  auto arena = std::make_shared<SharedMemoryArena>();
+  LocalWorker worker(/*ucx=*/true, server, arena);
+  ChannelCache channels;
+  UcxTransport ucx(&channels, TestOptions());
+  const Shape shape = {256, 1024};
+  const int64_t bytes = 256 * 1024 * 4;
+  ASSERT_THAT(worker.Allocate(1, shape, DType::kInt32, /*writable=*/false),
+              IsOk());
+  std::vector<char> out(bytes);
+  auto read = [&](uint64_t id) {
+    return ucx.Read(worker.At(id, shape, DType::kInt32), WholeBox(shape),
+                    ReadTarget::HostArray(out.data(), shape, {0, 0}));
+  };
+  ASSERT_THAT(read(1), IsOk());
+  const char* pages = worker.store().Pin(1)->data;
+  ASSERT_THAT(worker.store().Free(1), IsOk());
+  // The sweeper turns the registration dead and lets the shard go.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (arena->ParkedBytes() < bytes && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(arena->ParkedBytes(), bytes) << "the dead key still holds it";
+  EXPECT_EQ(worker.store().PinnedBytes(), 0);
+  EXPECT_EQ(worker.ucx()->Counts().second, 1u) << "mapped for its grace";
+  ASSERT_THAT(worker.Allocate(2, shape, DType::kInt32, /*writable=*/false,
+                              InitSpec{InitSpec::Kind::kOnes}),
+              IsOk());
+  ASSERT_EQ(worker.store().Pin(2)->data, pages) << "pages not reused";
+  // The old key reads shard 2's bytes; its check refuses them.
+  std::fill(out.begin(), out.end(), 0);
+  EXPECT_THAT(read(1), StatusIs(absl::StatusCode::kNotFound));
   ASSERT_THAT(read(2), IsOk());
   EXPECT_TRUE(std::string(out.data(), out.size()) == worker.Bytes(2));
 }

@@ -141,6 +141,13 @@ absl::StatusOr<PinnedShard> HostShardStore::Pin(uint64_t id) {
   pinned.data = shard->data;
   pinned.bytes = shard->bytes;
   pinned.desc = shard->desc;
+  // Only a reusable block's pages outlive its shard usefully; anything else
+  // stays whole (and counted as pinned) while held mapped.
+  if (shard->block != nullptr && shard->block->reusable()) {
+    pinned.keep_mapped = shard->block->KeepMapped();
+  } else {
+    pinned.keep_mapped = shard;
+  }
   pinned.keep_alive = std::move(shard);
   return pinned;
 }

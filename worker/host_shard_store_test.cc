@@ -103,7 +103,10 @@ TEST(HostShardStoreTest, FreedShardStaysChargedWhileAReaderPinsIt) {
   EXPECT_THAT(store.Allocate(2, big, InitSpec{}),
               StatusIs(absl::StatusCode::kResourceExhausted,
                        HasSubstr("pinned by readers")));
-  pinned->keep_alive.reset();  // the reader lets go
+  // Private memory: keep_mapped holds the whole shard too.
+  pinned->keep_alive.reset();
+  EXPECT_EQ(store.PinnedBytes(), 640 << 10);
+  pinned->keep_mapped.reset();  // the reader lets go
   EXPECT_EQ(store.PinnedBytes(), 0);
   EXPECT_EQ(store.ChargedBytes(), 0);
   EXPECT_THAT(store.Allocate(2, big, InitSpec{}), IsOk());
@@ -247,6 +250,49 @@ TEST(HostShardStoreTest, FreedShardMemoryServesTheNextShardClearedUnlessAPut) {
       << "only the non-put shard is parked";
   ASSERT_THAT(store.Allocate(4, desc, InitSpec{}), IsOk());
   EXPECT_NE(store.Pin(4)->data, put_pages);
+}
+
+// A UCX registration of a freed shard keeps only its pages mapped
+// (keep_mapped): the shard is not charged as pinned, its pages serve the
+// next shard of its size, and they stay mapped at the same address for as
+// long as the registration holds them, released or not. A put's shard is
+// held whole.
+TEST(HostShardStoreTest, PagesHeldMappedStillServeTheNextShard) {
+  if (access("/dev/shm", W_OK) != 0)
+    GTEST_SKIP() << "no writable /dev/shm here";
+  HostShardStoreOptions options;
+  options.arena = std::make_shared<SharedMemoryArena>();
+  options.shared_memory_min_bytes = 0;
+  HostShardStore store(options);
+  const ShardDesc desc = Desc({64, 64}, {{0, 0}, {64, 64}}, DType::kInt32);
+  ASSERT_THAT(store.Allocate(1, desc, InitSpec{InitSpec::Kind::kArange}),
+              IsOk());
+  absl::StatusOr<PinnedShard> held = store.Pin(1);
+  ASSERT_THAT(held.status(), IsOk());
+  std::shared_ptr<const void> mapped = held->keep_mapped;
+  ASSERT_NE(mapped, nullptr);
+  const char* first = held->data;
+  held = absl::UnknownError("the registration turned dead");
+  ASSERT_THAT(store.Free(1), IsOk());
+  EXPECT_EQ(store.PinnedBytes(), 0);
+  EXPECT_EQ(options.arena->ParkedBytes(), desc.ByteSize());
+  ASSERT_THAT(store.Allocate(2, desc, InitSpec{}), IsOk());
+  EXPECT_EQ(store.Pin(2)->data, first);
+  ASSERT_THAT(store.Free(2), IsOk());
+  // Released (everything), the pages stay mapped for their holder.
+  options.arena->ReleaseIdle(/*everything=*/true);
+  EXPECT_EQ(options.arena->ParkedBytes(), 0);
+  EXPECT_EQ(reinterpret_cast<const volatile int32_t*>(first)[5], 0);
+  mapped.reset();
+
+  ShardDesc put = desc;
+  put.writable = true;
+  ASSERT_THAT(store.Allocate(3, put, InitSpec{}), IsOk());
+  held = store.Pin(3);
+  ASSERT_THAT(held.status(), IsOk());
+  held->keep_alive.reset();
+  ASSERT_THAT(store.Free(3), IsOk());
+  EXPECT_EQ(store.PinnedBytes(), desc.ByteSize()) << "a put's shard is whole";
 }
 
 TEST(HostShardStoreTest, SmallShardsStayInPrivateMemory) {

@@ -83,6 +83,11 @@ struct ShardDesc {
 // after the shard is freed (a read in flight finishes on the old bytes).
 struct PinnedShard {
   std::shared_ptr<void> keep_alive;
+  // Keeps `data` mapped, though not the shard's bytes once it is freed (its
+  // pages may then serve another shard: SharedBlock::KeepMapped), for a
+  // holder that must never see the address unmapped yet checks that the
+  // shard is held after each use. Null: keep_alive does both.
+  std::shared_ptr<const void> keep_mapped;
   char* data = nullptr;  // row-major over desc.box
   int64_t bytes = 0;
   ShardDesc desc;

@@ -25,6 +25,7 @@ absl::StatusOr<std::unique_ptr<UcxServer>> StartUcxServer(
     TESSERA_ASSIGN_OR_RETURN(PinnedShard pinned, store->Pin(id));
     UcxPinnedShard out;
     out.keep_alive = std::move(pinned.keep_alive);
+    out.keep_mapped = std::move(pinned.keep_mapped);
     out.data = pinned.data;
     out.bytes = pinned.bytes;
     out.shape.assign(pinned.desc.box.sizes.begin(),
