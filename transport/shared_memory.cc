@@ -483,8 +483,9 @@ absl::StatusOr<std::shared_ptr<const ShardMapping>> ShardMappingCache::Map(
   return it->second.mapping;
 }
 
-SegmentMappingPool::SegmentMappingPool(int64_t max_bytes, absl::Duration idle)
-    : max_bytes_(max_bytes), idle_(idle) {
+SegmentMappingPool::SegmentMappingPool(int64_t max_bytes, absl::Duration idle,
+                                       size_t max_entries)
+    : max_bytes_(max_bytes), idle_(idle), max_entries_(max_entries) {
   sweeper_ = std::thread([this] {
     while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) {
       DropReleased();
@@ -568,7 +569,9 @@ absl::StatusOr<std::unique_ptr<ShardMapping>> SegmentMappingPool::Map(
       if (!inserted) bytes_ -= static_cast<int64_t>(it->second.kept->bytes);
       it->second = Entry{kept, absl::Now()};
       bytes_ += static_cast<int64_t>(whole);
-      while (bytes_ > max_bytes_) DropOldest();
+      while (bytes_ > max_bytes_ || entries_.size() > max_entries_) {
+        DropOldest();
+      }
     }
   }
 #ifdef MADV_POPULATE_READ

@@ -244,11 +244,12 @@ class ShardMappingCache {
 // checked against it at every use (ShardMapping::Current, after the copy
 // too). A sweeper drops, each second, entries whose object has no name left
 // (the peer let its pages go: they return to the system then) or that went
-// unused for `idle`. Bounded by the bytes mapped: least recently used
-// dropped first. Thread-safe.
+// unused for `idle`. Bounded by the bytes mapped and by entries (each
+// holds a descriptor): least recently used dropped first. Thread-safe.
 class SegmentMappingPool {
  public:
-  SegmentMappingPool(int64_t max_bytes, absl::Duration idle);
+  SegmentMappingPool(int64_t max_bytes, absl::Duration idle,
+                     size_t max_entries = 256);
   ~SegmentMappingPool();
 
   // Shard bytes [begin, end) of `segment`, whose object is open on `fd`
@@ -273,6 +274,7 @@ class SegmentMappingPool {
 
   const int64_t max_bytes_;
   const absl::Duration idle_;
+  const size_t max_entries_;
   mutable absl::Mutex mu_;
   std::map<std::pair<uint64_t, uint64_t>, Entry> entries_ ABSL_GUARDED_BY(mu_);
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -413,6 +413,12 @@ TEST(SegmentMappingPoolTest, BoundedByBytesAndIdleTime) {
   ASSERT_THAT(big, IsOk());
   EXPECT_EQ((*big)->At(70000)[0], static_cast<char>(70000 % 256));
   EXPECT_EQ(pool.size(), 2u);
+  // At most `max_entries` kept, whatever their bytes.
+  SegmentMappingPool few(int64_t{1} << 30, absl::Minutes(1), /*max_entries=*/2);
+  for (const Segment* segment : {&a, &b, &c}) {
+    ASSERT_THAT(PoolMap(few, SegmentOf(*segment, 65536), 0, 10), IsOk());
+  }
+  EXPECT_EQ(few.size(), 2u);
   // Unused for `idle`: dropped.
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (pool.size() > 0 && absl::Now() < deadline) {

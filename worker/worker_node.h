@@ -77,9 +77,9 @@ struct WorkerNodeOptions {
   // How pieces held by other workers are read. A reshard reads each piece
   // once, so mappings are not kept per shard; a same-host piece of any size
   // is copied out of the source's shared memory. Peers' segments stay
-  // mapped by identity (up to 8 GiB of address space; the pages are the
-  // peers'), so a later reshard that finds a peer's reused pages maps
-  // nothing. Its timeout is at most pull_timeout.
+  // mapped by identity (up to 8 GiB of address space and 256 segments; the
+  // pages are the peers'), so a later reshard that finds a peer's reused
+  // pages maps nothing. Its timeout is at most pull_timeout.
   DataPlaneOptions peers = [] {
     DataPlaneOptions options;
     options.cache_mappings = false;
