@@ -60,7 +60,8 @@ absl::StatusOr<ucp_context_h> MakeUcpContext(absl::string_view name,
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES |
                       UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
-  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.features =
+      UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   // Registrations are made and dropped from other threads than the
   // workers' own.
   params.mt_workers_shared = 1;

@@ -80,6 +80,10 @@ absl::StatusOr<std::unique_ptr<UcxServer>> UcxServer::Start(
   handler.cb = &UcxServer::OnCheckRelease;
   set = ucp_worker_set_am_recv_handler(server->worker_.worker, &handler);
   if (set != UCS_OK) return UcxError("setting the UCX release handler", set);
+  handler.id = kUcxSendAm;
+  handler.cb = &UcxServer::OnSend;
+  set = ucp_worker_set_am_recv_handler(server->worker_.worker, &handler);
+  if (set != UCS_OK) return UcxError("setting the UCX send handler", set);
   server->progress_ = std::thread([s = server.get()] { s->Progress(); });
   server->sweeper_ = std::thread([s = server.get()] {
     while (!s->stop_.WaitForNotificationWithTimeout(s->options_.sweep_interval))
@@ -575,6 +579,109 @@ void UcxServer::AnswerCheck(const void* header, size_t header_length,
   replies_.push_back(reply);
 }
 
+ucs_status_t UcxServer::OnSend(void* arg, const void* header,
+                               size_t header_length, void* /*data*/,
+                               size_t /*length*/,
+                               const ucp_am_recv_param_t* param) {
+  static_cast<UcxServer*>(arg)->AnswerSend(header, header_length, param);
+  return UCS_OK;
+}
+
+void UcxServer::AnswerSend(const void* header, size_t header_length,
+                           const ucp_am_recv_param_t* param) {
+  // Dropped, as a malformed check is: the reader times out.
+  if (header_length != sizeof(UcxSendRequest) ||
+      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0 ||
+      param->reply_ep == nullptr) {
+    return;
+  }
+  UcxSendRequest request;
+  std::memcpy(&request, header, sizeof(request));
+  if (request.magic != kUcxCheckMagic) return;
+  std::shared_ptr<Registration> r;
+  UcxCheckAnswer refusal = UcxCheckAnswer::kStale;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = by_nonce_.find(request.registration);
+    if (it != by_nonce_.end()) {
+      if (!it->second->write && it->second->shard_id == request.shard_id) {
+        r = it->second;
+      }
+    } else {
+      auto dead = dead_.find(request.registration);
+      if (dead != dead_.end() && dead->second->shard_id == request.shard_id &&
+          dead->second->freed) {
+        refusal = UcxCheckAnswer::kFreed;
+      }
+    }
+  }
+  if (r != nullptr) {
+    const uint64_t size = static_cast<uint64_t>(r->pinned.bytes);
+    if (request.bytes == 0 || request.offset > size ||
+        request.bytes > size - request.offset) {
+      return;  // outside the shard: the reader knows its size
+    }
+    if (!options_.held(request.shard_id)) {
+      {
+        absl::MutexLock lock(&mu_);
+        Kill(*r, /*freed=*/true);
+      }
+      LetGo();
+      r = nullptr;
+      refusal = UcxCheckAnswer::kFreed;
+    }
+  }
+  // Bounded: a reader that never takes its bytes holds a send (and the
+  // pages under it) until its link fails. Past the bound, refused: the
+  // reader gets the range instead.
+  if (r != nullptr && sends_in_flight_ + static_cast<int>(sends_.size()) <
+                          options_.max_sends_in_flight) {
+    sends_.push_back(PendingSend{param->reply_ep, std::move(r), request.offset,
+                                 request.bytes, request.request_id});
+    return;
+  }
+  Reply reply{param->reply_ep, {}};
+  reply.body.request_id = request.request_id;
+  reply.body.answer = static_cast<uint32_t>(refusal);
+  replies_.push_back(reply);
+}
+
+void UcxServer::SendDone(void* request, ucs_status_t, void* user_data) {
+  auto* sending = static_cast<Sending*>(user_data);
+  --sending->server->sends_in_flight_;
+  delete sending;
+  ucp_request_free(request);
+}
+
+void UcxServer::PostSends() {
+  std::vector<PendingSend> sends;
+  sends.swap(sends_);
+  for (PendingSend& send : sends) {
+    // The pages stay mapped for the send even if the registration dies and
+    // its grace ends meanwhile; the reader's check after refuses bytes of a
+    // shard freed during the send.
+    auto* sending = new Sending{send.registration,
+                                send.registration->pinned.keep_mapped != nullptr
+                                    ? send.registration->pinned.keep_mapped
+                                    : send.registration->pinned.keep_alive,
+                                this};
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.send = &SendDone;
+    param.user_data = sending;
+    ucs_status_ptr_t request =
+        ucp_tag_send_nbx(send.ep, send.registration->pinned.data + send.offset,
+                         static_cast<size_t>(send.bytes), send.tag, &param);
+    ranges_sent_.fetch_add(1);
+    if (UCS_PTR_IS_PTR(request)) {
+      ++sends_in_flight_;
+    } else {
+      delete sending;  // sent at once, or failed: the reader times out
+    }
+  }
+}
+
 void UcxServer::SendReplies() {
   std::vector<Reply> replies;
   replies.swap(replies_);
@@ -596,8 +703,9 @@ void UcxServer::Progress() {
   for (;;) {
     while (ucp_worker_progress(worker_.worker) != 0) {
     }
-    if (!replies_.empty()) {
+    if (!replies_.empty() || !sends_.empty()) {
       SendReplies();
+      PostSends();
       continue;
     }
     if (stop_.HasBeenNotified()) return;

@@ -32,6 +32,12 @@
 // check then answers kStale, so such bytes are never returned. A check of a
 // lease answers kFreed when its shard was freed since it was staged.
 //
+// Sends: a reader may instead ask for one contiguous range of a live read
+// key's shard to be sent to it as a tagged message it has posted a receive
+// for (UcxSendRequest); the send keeps the registration and its pages until
+// it completes, at most `max_sends_in_flight` at once (more are refused),
+// and the reader checks the key afterwards as after gets.
+//
 // Idle cost: one progress thread that sleeps in epoll on the UCX worker's
 // event fd, and a sweeper that wakes every `sweep_interval`.
 //
@@ -41,6 +47,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -120,6 +127,9 @@ struct UcxServerOptions {
   int64_t max_stage_bytes = int64_t{32} << 20;
   // A lease not released for this long lapses.
   absl::Duration staging_ttl = absl::Seconds(30);
+  // Most ranges being sent to readers at once (UcxSendRequest); more are
+  // refused, and those readers get the bytes instead.
+  int max_sends_in_flight = 64;
   // Listen for UCX peers on the loopback device only (a worker that serves
   // loopback only); shared-memory transports are unaffected.
   bool loopback_only = false;
@@ -158,6 +168,8 @@ class UcxServer {
 
   // Registrations now: live ones, and dead ones waiting out their grace.
   std::pair<size_t, size_t> Counts() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Ranges sent to readers so far (UcxSendRequest), for tests and reports.
+  int64_t RangesSent() const { return ranges_sent_.load(); }
 
  private:
   struct Registration {
@@ -178,6 +190,20 @@ class UcxServer {
     size_t slots = 0;
     absl::Time expires;
   };
+  // A range being sent to a reader (UcxSendRequest): the registration and
+  // its pages stay until the send completes.
+  struct Sending {
+    std::shared_ptr<Registration> registration;
+    std::shared_ptr<const void> keep_mapped;
+    UcxServer* server = nullptr;
+  };
+  struct PendingSend {
+    ucp_ep_h ep;
+    std::shared_ptr<Registration> registration;
+    uint64_t offset = 0;
+    uint64_t bytes = 0;
+    uint64_t tag = 0;
+  };
   struct Reply {
     ucp_ep_h ep;
     UcxCheckReply body;
@@ -195,6 +221,15 @@ class UcxServer {
                                      size_t header_length, void* data,
                                      size_t length,
                                      const ucp_am_recv_param_t* param);
+  static ucs_status_t OnSend(void* arg, const void* header,
+                             size_t header_length, void* data, size_t length,
+                             const ucp_am_recv_param_t* param);
+  static void SendDone(void* request, ucs_status_t status, void* user_data);
+  // A UcxSendRequest: queued to send, or refused (queued reply).
+  void AnswerSend(const void* header, size_t header_length,
+                  const ucp_am_recv_param_t* param);
+  // Posts the queued sends (progress thread, outside ucp_worker_progress).
+  void PostSends();
   void AnswerCheck(const void* header, size_t header_length,
                    const ucp_am_recv_param_t* param, bool release);
   UcxCheckAnswer Check(uint64_t shard_id, uint64_t nonce, bool release)
@@ -243,8 +278,11 @@ class UcxServer {
   int64_t leased_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time staging_used_ ABSL_GUARDED_BY(mu_);  // last lease taken
 
-  std::vector<Reply> replies_;  // progress thread only
-  bool stopping_ = false;       // progress thread only
+  std::vector<Reply> replies_;      // progress thread only
+  std::vector<PendingSend> sends_;  // progress thread only
+  int sends_in_flight_ = 0;         // progress thread only
+  std::atomic<int64_t> ranges_sent_{0};
+  bool stopping_ = false;  // progress thread only
   absl::Notification stop_;
   std::thread progress_;
   std::thread sweeper_;

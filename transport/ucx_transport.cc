@@ -54,9 +54,31 @@ void OpDone(void* request, ucs_status_t status, void* user_data) {
   ucp_request_free(request);
 }
 
+// A tagged receive: completes its Ops; a message of another length than
+// asked is an error (the worker must send exactly the range).
+struct Receiving {
+  Ops* ops = nullptr;
+  size_t expected = 0;
+};
+
+void ReceiveDone(void* request, ucs_status_t status,
+                 const ucp_tag_recv_info_t* info, void* user_data) {
+  auto* receiving = static_cast<Receiving*>(user_data);
+  Ops* ops = receiving->ops;
+  --ops->pending;
+  ++ops->completed;
+  if (status == UCS_OK && info != nullptr &&
+      info->length != receiving->expected) {
+    status = UCS_ERR_MESSAGE_TRUNCATED;
+  }
+  if (status != UCS_OK && ops->error == UCS_OK) ops->error = status;
+  ucp_request_free(request);
+}
+
 // A key as the reply gives it, once checked.
 struct DescribedKey {
   std::string worker_address;
+  bool sends = false;  // the worker sends ranges (UcxSendRequest)
   uint64_t base = 0;
   int64_t bytes = 0;
   std::string rkey;
@@ -106,6 +128,7 @@ absl::StatusOr<DescribedKey> ValidateDescribe(
     return Inconsistent("a shard address that wraps around");
   }
   key.worker_address = reply.worker_address();
+  key.sends = reply.sends();
   key.base = k.base();
   key.bytes = bytes;
   key.rkey = k.rkey();
@@ -132,6 +155,7 @@ class UcxTransport::Lane {
     int64_t item_bytes = 1;
     ucp_rkey_h rkey = nullptr;
     uint64_t registration = 0;
+    bool sends = false;  // the worker sends ranges (UcxSendRequest)
     absl::Time validated;
     uint64_t last_use = 0;
   };
@@ -207,6 +231,13 @@ class UcxTransport::Lane {
   absl::Status Drain(Peer& peer, Ops& ops);
   absl::Status Gets(Peer& peer, const Key& key, const RemoteShard& shard,
                     const Box& box, const ReadTarget& target);
+  // Shard bytes [offset, offset + bytes) into `local`, sent by the worker
+  // (UcxSendRequest) send_bytes at a time. Sets `refused` (and returns OK)
+  // when the worker declines before anything moved: the caller gets them.
+  // NOT_FOUND when the shard was freed. The caller checks the key after.
+  absl::Status Receive(Peer& peer, const Key& key, uint64_t shard_id,
+                       char* local, uint64_t offset, int64_t bytes,
+                       bool* refused);
   // OK when the worker still vouches for the key; NOT_FOUND when the shard
   // was freed, ABORTED when the key was withdrawn. `release`: the key is a
   // staging lease, which the check ends.
@@ -381,6 +412,16 @@ absl::Status UcxTransport::Lane::Gets(Peer& peer, const Key& key,
     if (plan.runs() > 1 && plan.run() * item < options_.min_run_bytes) {
       return ShortRunGets(peer, key, shard, box, target);
     }
+    if (key.sends && plan.runs() == 1 &&
+        total * item >= options_.min_send_bytes) {
+      bool refused = false;
+      plan.ForEach(0, total, [&](int64_t src, int64_t dst, int64_t, int64_t) {
+        status =
+            Receive(peer, key, shard_id, target.data() + dst * item,
+                    static_cast<uint64_t>(src * item), total * item, &refused);
+      });
+      if (!status.ok() || !refused) return status;
+    }
     absl::Time checked = absl::Now();
     plan.ForEach(0, total, [&](int64_t src, int64_t dst, int64_t, int64_t n) {
       if (!status.ok()) return;
@@ -421,6 +462,100 @@ absl::Status UcxTransport::Lane::Gets(Peer& peer, const Key& key,
     }
     TESSERA_RETURN_IF_ERROR(target.Deliver(box.sizes, f, count, stage.data(),
                                            static_cast<size_t>(item)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status UcxTransport::Lane::Receive(Peer& peer, const Key& key,
+                                         uint64_t shard_id, char* local,
+                                         uint64_t offset, int64_t bytes,
+                                         bool* refused) {
+  *refused = false;
+  absl::Time checked = absl::Now();
+  for (int64_t done = 0; done < bytes;) {
+    const int64_t n = std::min(bytes - done, options_.send_bytes);
+    UcxSendRequest request;
+    request.request_id = ++next_request_;
+    request.shard_id = shard_id;
+    request.registration = key.registration;
+    request.offset = offset + static_cast<uint64_t>(done);
+    request.bytes = static_cast<uint64_t>(n);
+    // The receive is posted before the worker is asked, so the message
+    // lands straight in `local`.
+    Ops received;
+    Receiving receiving{&received, static_cast<size_t>(n)};
+    ucp_request_param_t recv_param{};
+    recv_param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    recv_param.cb.recv = &ReceiveDone;
+    recv_param.user_data = &receiving;
+    ucs_status_ptr_t recv =
+        ucp_tag_recv_nbx(worker_.worker, local + done, static_cast<size_t>(n),
+                         request.request_id, ~uint64_t{0}, &recv_param);
+    if (UCS_PTR_IS_ERR(recv)) {
+      return UcxError(absl::StrCat("UCX receive from ", peer.address),
+                      UCS_PTR_STATUS(recv));
+    }
+    if (recv != nullptr) ++received.pending;
+    awaited_ = request.request_id;
+    answered_ = false;
+    Ops asked;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                         UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    param.cb.send = &OpDone;
+    param.user_data = &asked;
+    param.flags = UCP_AM_SEND_FLAG_REPLY;
+    ucs_status_ptr_t sent = ucp_am_send_nbx(
+        peer.ep, kUcxSendAm, &request, sizeof(request), nullptr, 0, &param);
+    absl::Status status;
+    if (UCS_PTR_IS_ERR(sent)) {
+      status = UcxError(absl::StrCat("UCX send request to ", peer.address),
+                        UCS_PTR_STATUS(sent));
+    } else {
+      if (sent != nullptr) ++asked.pending;
+      status = Wait(
+          [&] {
+            return asked.pending == 0 && (received.pending == 0 || answered_);
+          },
+          peer, &received.completed);
+    }
+    awaited_ = 0;
+    if (status.ok() && received.pending > 0) {
+      // Refused: nothing was sent. Take the receive back.
+      ucp_request_cancel(worker_.worker, recv);
+      status = Wait([&] { return received.pending == 0; }, peer,
+                    &received.completed);
+    }
+    if (!status.ok()) {
+      // The receive and the request must not outlive this frame: dropping
+      // the peer fails what is in flight with it.
+      if (received.pending > 0) ucp_request_cancel(worker_.worker, recv);
+      Abandon(peer.address, received);
+      Abandon(peer.address, asked);
+      return status;
+    }
+    if (answered_ && received.error != UCS_OK) {
+      if (answer_ == static_cast<uint32_t>(UcxCheckAnswer::kFreed)) {
+        return absl::NotFoundError(absl::StrCat(
+            "shard ", shard_id, " is not held by this worker (freed)"));
+      }
+      if (done == 0) {
+        *refused = true;
+        return absl::OkStatus();
+      }
+      return absl::AbortedError("the worker withdrew the key");
+    }
+    if (received.error != UCS_OK) {
+      return UcxError(absl::StrCat("UCX receive from ", peer.address),
+                      received.error);
+    }
+    done += n;
+    // A long read checks now and then that its shard is still held.
+    if (done < bytes && absl::Now() - checked > options_.key_ttl) {
+      checked = absl::Now();
+      TESSERA_RETURN_IF_ERROR(StillHeld(peer, shard_id, key.registration));
+    }
   }
   return absl::OkStatus();
 }
@@ -845,6 +980,7 @@ UcxTransport::Lane::KeyFor(const RemoteShard& shard, bool fresh) {
   key.shape = std::move(described.shape);
   key.item_bytes = described.item_bytes;
   key.registration = described.registration;
+  key.sends = described.sends;
   key.validated = absl::Now();
   key.last_use = tick_;
   if (!described.rkey.empty()) {

@@ -245,6 +245,51 @@ TEST(UcxTransportTest, FreedShardsPagesServeTheNextShardAndOldKeysAreRefused) {
   EXPECT_TRUE(std::string(out.data(), out.size()) == worker.Bytes(2));
 }
 
+// A contiguous range is sent by the worker into a posted receive (several
+// messages when it is long), byte-exact; a freed shard's range is refused
+// (NOT_FOUND), and a worker with no room for another send refuses, so the
+// reader gets the bytes instead.
+TEST(UcxTransportTest, SentRangesArriveWholeAndFreedOrBusyAreRefused) {
+  UcxServerOptions server;
+  server.sweep_interval = absl::Milliseconds(20);
+  LocalWorker worker(/*ucx=*/true, server);
+  ChannelCache channels;
+  UcxTransportOptions options = TestOptions();
+  options.min_send_bytes = 1;
+  options.send_bytes = 4096;  // a 64 KiB shard in 16 messages
+  UcxTransport ucx(&channels, options);
+  const Shape shape = {128, 128};
+  ASSERT_THAT(worker.Allocate(1, shape, DType::kInt32), IsOk());
+  ASSERT_THAT(worker.Allocate(2, shape, DType::kInt32), IsOk());
+  std::string out(128 * 128 * 4, '\0');
+  auto read = [&](UcxTransport& transport, LocalWorker& at, uint64_t id,
+                  const Box& box) {
+    out.assign(static_cast<size_t>(box.NumElements() * 4), '\0');
+    const Shape sizes(box.sizes.begin(), box.sizes.end());
+    return transport.Read(at.At(id, shape, DType::kInt32), box,
+                          ReadTarget::HostArray(out.data(), sizes, {0, 0}));
+  };
+  ASSERT_THAT(read(ucx, worker, 1, WholeBox(shape)), IsOk());
+  EXPECT_TRUE(out == worker.Bytes(1));
+  EXPECT_EQ(worker.ucx()->RangesSent(), 16) << "not sent in 4 KiB messages";
+  // Rows 5..104: one range from the middle of the shard.
+  ASSERT_THAT(read(ucx, worker, 1, Box{{5, 0}, {100, 128}}), IsOk());
+  EXPECT_TRUE(out == worker.Bytes(1).substr(5 * 128 * 4, 100 * 128 * 4));
+  ASSERT_THAT(worker.store().Free(1), IsOk());
+  EXPECT_THAT(read(ucx, worker, 1, WholeBox(shape)),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("not held")));
+  ASSERT_THAT(read(ucx, worker, 2, WholeBox(shape)), IsOk());
+  EXPECT_TRUE(out == worker.Bytes(2));
+
+  UcxServerOptions busy;
+  busy.max_sends_in_flight = 0;
+  LocalWorker refusing(/*ucx=*/true, busy);
+  ASSERT_THAT(refusing.Allocate(3, shape, DType::kInt32), IsOk());
+  ASSERT_THAT(read(ucx, refusing, 3, WholeBox(shape)), IsOk());
+  EXPECT_TRUE(out == refusing.Bytes(3));
+  EXPECT_EQ(refusing.ucx()->RangesSent(), 0);
+}
+
 TEST(UcxTransportTest, WithdrawnKeyIsAskedForAgain) {
   UcxServerOptions server;
   server.max_registrations = 1;  // a second shard's key withdraws the first

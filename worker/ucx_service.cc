@@ -53,6 +53,7 @@ grpc::Status UcxDataService::Describe(grpc::ServerContext* context,
         node_->Admit(PresentedCapability(*context),
                      request->write() ? kWriteMethod : kReadMethod, ids));
     response->set_worker_address(server_->address());
+    response->set_sends(true);
     for (uint64_t id : ids) {
       TESSERA_ASSIGN_OR_RETURN(UcxKey key,
                                server_->Register(id, request->write()));
