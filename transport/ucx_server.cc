@@ -479,7 +479,7 @@ void UcxServer::Sweep() {
     }
     for (uint64_t nonce : lapsed) EndLease(nonce);
     if (staging_ != nullptr && leases_.empty() &&
-        now - staging_used_ >= options_.grace) {
+        sends_in_flight_.load() == 0 && now - staging_used_ >= options_.grace) {
       DropStaging();
     }
     for (auto it = dead_.begin(); it != dead_.end();) {
@@ -600,12 +600,35 @@ void UcxServer::AnswerSend(const void* header, size_t header_length,
   if (request.magic != kUcxCheckMagic) return;
   std::shared_ptr<Registration> r;
   UcxCheckAnswer refusal = UcxCheckAnswer::kStale;
+  const bool room = sends_in_flight_.load() + static_cast<int>(sends_.size()) <
+                    options_.max_sends_in_flight;
   {
     absl::MutexLock lock(&mu_);
     auto it = by_nonce_.find(request.registration);
+    auto lease = leases_.find(request.registration);
     if (it != by_nonce_.end()) {
       if (!it->second->write && it->second->shard_id == request.shard_id) {
         r = it->second;
+      }
+    } else if (lease != leases_.end() &&
+               lease->second.shard_id == request.shard_id) {
+      // A staging lease: its slots, packed while the shard was held. The
+      // reader's check-and-release after says whether they still are its.
+      const uint64_t size = static_cast<uint64_t>(lease->second.slots) *
+                            static_cast<uint64_t>(options_.staging_slot_bytes);
+      if (request.bytes == 0 || request.offset > size ||
+          request.bytes > size - request.offset) {
+        return;
+      }
+      if (room) {
+        sends_.push_back(PendingSend{
+            param->reply_ep, nullptr,
+            staging_ +
+                lease->second.first_slot *
+                    static_cast<size_t>(options_.staging_slot_bytes) +
+                request.offset,
+            request.bytes, request.request_id});
+        return;
       }
     } else {
       auto dead = dead_.find(request.registration);
@@ -634,9 +657,9 @@ void UcxServer::AnswerSend(const void* header, size_t header_length,
   // Bounded: a reader that never takes its bytes holds a send (and the
   // pages under it) until its link fails. Past the bound, refused: the
   // reader gets the range instead.
-  if (r != nullptr && sends_in_flight_ + static_cast<int>(sends_.size()) <
-                          options_.max_sends_in_flight) {
-    sends_.push_back(PendingSend{param->reply_ep, std::move(r), request.offset,
+  if (r != nullptr && room) {
+    const char* data = r->pinned.data + request.offset;
+    sends_.push_back(PendingSend{param->reply_ep, std::move(r), data,
                                  request.bytes, request.request_id});
     return;
   }
@@ -660,19 +683,20 @@ void UcxServer::PostSends() {
     // The pages stay mapped for the send even if the registration dies and
     // its grace ends meanwhile; the reader's check after refuses bytes of a
     // shard freed during the send.
-    auto* sending = new Sending{send.registration,
-                                send.registration->pinned.keep_mapped != nullptr
-                                    ? send.registration->pinned.keep_mapped
-                                    : send.registration->pinned.keep_alive,
-                                this};
+    std::shared_ptr<const void> pages;
+    if (send.registration != nullptr) {
+      pages = send.registration->pinned.keep_mapped != nullptr
+                  ? send.registration->pinned.keep_mapped
+                  : send.registration->pinned.keep_alive;
+    }
+    auto* sending = new Sending{send.registration, std::move(pages), this};
     ucp_request_param_t param{};
     param.op_attr_mask =
         UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.send = &SendDone;
     param.user_data = sending;
-    ucs_status_ptr_t request =
-        ucp_tag_send_nbx(send.ep, send.registration->pinned.data + send.offset,
-                         static_cast<size_t>(send.bytes), send.tag, &param);
+    ucs_status_ptr_t request = ucp_tag_send_nbx(
+        send.ep, send.data, static_cast<size_t>(send.bytes), send.tag, &param);
     ranges_sent_.fetch_add(1);
     if (UCS_PTR_IS_PTR(request)) {
       ++sends_in_flight_;

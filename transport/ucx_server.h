@@ -199,8 +199,10 @@ class UcxServer {
   };
   struct PendingSend {
     ucp_ep_h ep;
+    // A read key's shard, or null for a staging lease's slots (the staging
+    // memory stays while sends are in flight).
     std::shared_ptr<Registration> registration;
-    uint64_t offset = 0;
+    const char* data = nullptr;
     uint64_t bytes = 0;
     uint64_t tag = 0;
   };
@@ -278,9 +280,9 @@ class UcxServer {
   int64_t leased_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time staging_used_ ABSL_GUARDED_BY(mu_);  // last lease taken
 
-  std::vector<Reply> replies_;      // progress thread only
-  std::vector<PendingSend> sends_;  // progress thread only
-  int sends_in_flight_ = 0;         // progress thread only
+  std::vector<Reply> replies_;           // progress thread only
+  std::vector<PendingSend> sends_;       // progress thread only
+  std::atomic<int> sends_in_flight_{0};  // the sweeper reads it too
   std::atomic<int64_t> ranges_sent_{0};
   bool stopping_ = false;  // progress thread only
   absl::Notification stop_;

@@ -235,7 +235,9 @@ class UcxTransport::Lane {
   // (UcxSendRequest) send_bytes at a time. Sets `refused` (and returns OK)
   // when the worker declines before anything moved: the caller gets them.
   // NOT_FOUND when the shard was freed. The caller checks the key after.
-  absl::Status Receive(Peer& peer, const Key& key, uint64_t shard_id,
+  // `registration` is a read key's, or a staging lease's (offsets within
+  // the lease).
+  absl::Status Receive(Peer& peer, uint64_t registration, uint64_t shard_id,
                        char* local, uint64_t offset, int64_t bytes,
                        bool* refused);
   // OK when the worker still vouches for the key; NOT_FOUND when the shard
@@ -416,9 +418,9 @@ absl::Status UcxTransport::Lane::Gets(Peer& peer, const Key& key,
         total * item >= options_.min_send_bytes) {
       bool refused = false;
       plan.ForEach(0, total, [&](int64_t src, int64_t dst, int64_t, int64_t) {
-        status =
-            Receive(peer, key, shard_id, target.data() + dst * item,
-                    static_cast<uint64_t>(src * item), total * item, &refused);
+        status = Receive(
+            peer, key.registration, shard_id, target.data() + dst * item,
+            static_cast<uint64_t>(src * item), total * item, &refused);
       });
       if (!status.ok() || !refused) return status;
     }
@@ -466,7 +468,7 @@ absl::Status UcxTransport::Lane::Gets(Peer& peer, const Key& key,
   return absl::OkStatus();
 }
 
-absl::Status UcxTransport::Lane::Receive(Peer& peer, const Key& key,
+absl::Status UcxTransport::Lane::Receive(Peer& peer, uint64_t registration,
                                          uint64_t shard_id, char* local,
                                          uint64_t offset, int64_t bytes,
                                          bool* refused) {
@@ -477,7 +479,7 @@ absl::Status UcxTransport::Lane::Receive(Peer& peer, const Key& key,
     UcxSendRequest request;
     request.request_id = ++next_request_;
     request.shard_id = shard_id;
-    request.registration = key.registration;
+    request.registration = registration;
     request.offset = offset + static_cast<uint64_t>(done);
     request.bytes = static_cast<uint64_t>(n);
     // The receive is posted before the worker is asked, so the message
@@ -554,7 +556,7 @@ absl::Status UcxTransport::Lane::Receive(Peer& peer, const Key& key,
     // A long read checks now and then that its shard is still held.
     if (done < bytes && absl::Now() - checked > options_.key_ttl) {
       checked = absl::Now();
-      TESSERA_RETURN_IF_ERROR(StillHeld(peer, shard_id, key.registration));
+      TESSERA_RETURN_IF_ERROR(StillHeld(peer, shard_id, registration));
     }
   }
   return absl::OkStatus();
@@ -662,7 +664,28 @@ absl::Status UcxTransport::Lane::RemoteStagedGets(Peer& peer, const Key& key,
     const uint64_t base = reply.base();
     Ops ops;
     absl::Status status;
-    if (direct.has_value()) {
+    // Sent by the worker when it offers that and the range lands in one
+    // place: the buffer, or one run of the caller's array.
+    bool sent = false;
+    if (key.sends && (!direct.has_value() || direct->runs() <= 1)) {
+      char* into = local.data();
+      if (direct.has_value()) {
+        direct->ForEach(f, n, [&](int64_t, int64_t dst, int64_t, int64_t) {
+          into = target.data() + dst * item;
+        });
+      }
+      bool refused = false;
+      status = Receive(peer, reply.lease(), at.shard_id, into, 0, n * item,
+                       &refused);
+      if (!status.ok()) {
+        ucp_rkey_destroy(rkey);
+        return status;
+      }
+      sent = !refused;
+    }
+    if (sent) {
+      // Received: nothing to get.
+    } else if (direct.has_value()) {
       direct->ForEach(
           f, n, [&](int64_t src, int64_t dst, int64_t, int64_t count) {
             if (!status.ok()) return;
