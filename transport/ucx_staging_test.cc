@@ -96,6 +96,29 @@ TEST(UcxStagingTest, ShortRunsArePackedByTheWorkerByteExact) {
   const auto [leases, bytes] = worker.ucx()->StagingCounts();
   EXPECT_EQ(leases, 0u);
   EXPECT_EQ(bytes, 0);
+  // The packed ranges were sent into the reader's buffers (each read is
+  // at least 10 leases of 100 KiB).
+  EXPECT_GE(worker.ucx()->RangesSent(), 30);
+}
+
+// A worker with no room for a send refuses it: the packed ranges are got
+// instead, byte-exact all the same.
+TEST(UcxStagingTest, RefusedSendsOfPackedRangesAreGot) {
+  UcxServerOptions server;
+  server.max_sends_in_flight = 0;
+  LocalWorker worker(/*ucx=*/true, server);
+  ChannelCache channels;
+  UcxTransport ucx(&channels, Options(100 << 10));
+  const Shape shape{1024, 1000};
+  ASSERT_THAT(worker.Allocate(1, shape, DType::kInt32), IsOk());
+  const Box box{{5, 100}, {1000, 256}};
+  std::string got(static_cast<size_t>(box.NumElements()) * 4, '\x5a');
+  ASSERT_THAT(ucx.Read(worker.At(1, shape, DType::kInt32), box,
+                       ReadTarget::HostArray(got.data(), {1000, 256}, {0, 0})),
+              IsOk());
+  EXPECT_TRUE(got == Expected(worker.Bytes(1), shape, box, 4));
+  EXPECT_EQ(worker.ucx()->RangesSent(), 0);
+  EXPECT_EQ(worker.ucx()->StagingCounts().first, 0u);
 }
 
 TEST(UcxStagingTest, WorkerThatStagesNothingIsReadAsWholeRows) {
