@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/checked_math.h"
 #include "core/errors.h"
 
 namespace tessera {
@@ -13,11 +14,7 @@ std::string ShapeToString(const Shape& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-int64_t Box::NumElements() const {
-  int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
-  return n;
-}
+int64_t Box::NumElements() const { return ElementCount(sizes); }
 
 bool Box::IsEmpty() const {
   for (int64_t s : sizes) {

@@ -1,5 +1,7 @@
 #include "core/checked_math.h"
 
+#include <limits>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -23,6 +25,19 @@ absl::StatusOr<int64_t> CheckedMul(int64_t a, int64_t b) {
         absl::StrCat("size overflows: ", a, " * ", b));
   }
   return out;
+}
+
+int64_t ElementCount(absl::Span<const int64_t> sizes) {
+  for (int64_t s : sizes) {
+    if (s == 0) return 0;
+  }
+  int64_t n = 1;
+  for (int64_t s : sizes) {
+    if (__builtin_mul_overflow(n, s, &n)) {
+      return std::numeric_limits<int64_t>::max();
+    }
+  }
+  return n;
 }
 
 absl::StatusOr<int64_t> NumElements(absl::Span<const int64_t> sizes) {

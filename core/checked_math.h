@@ -24,6 +24,12 @@ absl::StatusOr<int64_t> CheckedMul(int64_t a, int64_t b);
 // overflow gives INVALID_ARGUMENT.
 absl::StatusOr<int64_t> NumElements(absl::Span<const int64_t> sizes);
 
+// The element count of a box or shape already validated, without undefined
+// behaviour for one that is not: 0 when any size is 0 (however large the
+// others: an empty tensor may have huge dims), else the product, saturating
+// at INT64_MAX where it would overflow.
+int64_t ElementCount(absl::Span<const int64_t> sizes);
+
 // NumElements(sizes) * item_size; INVALID_ARGUMENT "too large" beyond
 // kMaxTensorBytes.
 absl::StatusOr<int64_t> ByteSize(absl::Span<const int64_t> sizes,

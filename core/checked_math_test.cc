@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/box.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -38,6 +39,20 @@ TEST(CheckedMathTest, NumElementsMultipliesAndRejectsNegatives) {
   EXPECT_THAT(
       NumElements(std::vector<int64_t>{kMax, 2}),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("overflows")));
+}
+
+// An empty tensor may have huge other dims: its count is 0 whatever their
+// product (found by the coordinator request fuzzer: a shard box of an empty
+// tensor overflowed while counting), and a count that cannot fit saturates.
+TEST(CheckedMathTest, ElementCountOfEmptyOrHugeBoxesIsDefined) {
+  const int64_t big = int64_t{1} << 30;
+  EXPECT_EQ(ElementCount({big, big, 8, 0}), 0);
+  EXPECT_EQ(ElementCount({0, big, big, big}), 0);
+  EXPECT_EQ(ElementCount({big, big, 8, 2}),
+            std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(ElementCount({3, 4, 5}), 60);
+  EXPECT_EQ(ElementCount({}), 1);
+  EXPECT_EQ(Box({0, 0, 0, 0}, {big, big, 8, 0}).NumElements(), 0);
 }
 
 TEST(CheckedMathTest, ByteSizeLimitsToOnePebibyte) {

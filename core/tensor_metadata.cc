@@ -1,6 +1,7 @@
 #include "core/tensor_metadata.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/checked_math.h"
 
 namespace tessera {
 
@@ -15,11 +16,7 @@ std::vector<Box> TensorMetadata::Boxes() const {
   return boxes;
 }
 
-int64_t TensorMetadata::NumElements() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
+int64_t TensorMetadata::NumElements() const { return ElementCount(shape); }
 
 int64_t TensorMetadata::ByteSize() const {
   return NumElements() * static_cast<int64_t>(ItemSize(dtype));
