@@ -559,18 +559,28 @@ ucs_status_t UcxServer::OnCheckRelease(void* arg, const void* header,
   return UCS_OK;
 }
 
-void UcxServer::AnswerCheck(const void* header, size_t header_length,
-                            const ucp_am_recv_param_t* param, bool release) {
-  // Anything that is not a well-formed check with a way to answer is
-  // dropped: the peer's check then times out.
-  if (header_length != sizeof(UcxCheckRequest) ||
+namespace {
+
+// `header` as a request of type T with a way to answer it. Anything else is
+// dropped (false): the peer's request then times out.
+template <typename T>
+bool ParseRequest(const void* header, size_t header_length,
+                  const ucp_am_recv_param_t* param, T* request) {
+  if (header_length != sizeof(T) ||
       (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0 ||
       param->reply_ep == nullptr) {
-    return;
+    return false;
   }
+  std::memcpy(request, header, sizeof(T));
+  return request->magic == kUcxCheckMagic;
+}
+
+}  // namespace
+
+void UcxServer::AnswerCheck(const void* header, size_t header_length,
+                            const ucp_am_recv_param_t* param, bool release) {
   UcxCheckRequest request;
-  std::memcpy(&request, header, sizeof(request));
-  if (request.magic != kUcxCheckMagic) return;
+  if (!ParseRequest(header, header_length, param, &request)) return;
   Reply reply{param->reply_ep, {}};
   reply.body.request_id = request.request_id;
   reply.body.answer = static_cast<uint32_t>(
@@ -589,15 +599,8 @@ ucs_status_t UcxServer::OnSend(void* arg, const void* header,
 
 void UcxServer::AnswerSend(const void* header, size_t header_length,
                            const ucp_am_recv_param_t* param) {
-  // Dropped, as a malformed check is: the reader times out.
-  if (header_length != sizeof(UcxSendRequest) ||
-      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0 ||
-      param->reply_ep == nullptr) {
-    return;
-  }
   UcxSendRequest request;
-  std::memcpy(&request, header, sizeof(request));
-  if (request.magic != kUcxCheckMagic) return;
+  if (!ParseRequest(header, header_length, param, &request)) return;
   std::shared_ptr<Registration> r;
   UcxCheckAnswer refusal = UcxCheckAnswer::kStale;
   const bool room = sends_in_flight_.load() + static_cast<int>(sends_.size()) <

@@ -263,6 +263,11 @@ class UcxTransport::Lane {
   absl::Status RemoteStagedGets(Peer& peer, const Key& key,
                                 const RemoteShard& shard, const Box& box,
                                 const ReadTarget& target, bool* declined);
+  // Sends a request active message `am` of `bytes` at `body` (kept until
+  // `ops` completes), asking for a reply endpoint, and awaits its reply by
+  // `request_id` (OnReply). Counts the send in `ops`.
+  absl::Status Ask(Peer& peer, unsigned am, const void* body, size_t bytes,
+                   uint64_t request_id, Ops& ops);
   absl::StatusOr<UcxCheckAnswer> Check(Peer& peer, uint64_t shard_id,
                                        uint64_t registration, bool release);
   absl::Status Flush(Peer& peer);
@@ -499,23 +504,10 @@ absl::Status UcxTransport::Lane::Receive(Peer& peer, uint64_t registration,
                       UCS_PTR_STATUS(recv));
     }
     if (recv != nullptr) ++received.pending;
-    awaited_ = request.request_id;
-    answered_ = false;
     Ops asked;
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                         UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-    param.cb.send = &OpDone;
-    param.user_data = &asked;
-    param.flags = UCP_AM_SEND_FLAG_REPLY;
-    ucs_status_ptr_t sent = ucp_am_send_nbx(
-        peer.ep, kUcxSendAm, &request, sizeof(request), nullptr, 0, &param);
-    absl::Status status;
-    if (UCS_PTR_IS_ERR(sent)) {
-      status = UcxError(absl::StrCat("UCX send request to ", peer.address),
-                        UCS_PTR_STATUS(sent));
-    } else {
-      if (sent != nullptr) ++asked.pending;
+    absl::Status status = Ask(peer, kUcxSendAm, &request, sizeof(request),
+                              request.request_id, asked);
+    if (status.ok()) {
       status = Wait(
           [&] {
             return asked.pending == 0 && (received.pending == 0 || answered_);
@@ -769,6 +761,28 @@ absl::Status UcxTransport::Lane::StagedGets(Peer& peer, const Key& key,
   return absl::OkStatus();
 }
 
+absl::Status UcxTransport::Lane::Ask(Peer& peer, unsigned am, const void* body,
+                                     size_t bytes, uint64_t request_id,
+                                     Ops& ops) {
+  awaited_ = request_id;
+  answered_ = false;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                       UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  param.cb.send = &OpDone;
+  param.user_data = &ops;
+  param.flags = UCP_AM_SEND_FLAG_REPLY;
+  ucs_status_ptr_t sent =
+      ucp_am_send_nbx(peer.ep, am, body, bytes, nullptr, 0, &param);
+  if (UCS_PTR_IS_ERR(sent)) {
+    awaited_ = 0;
+    return UcxError(absl::StrCat("UCX request to ", peer.address),
+                    UCS_PTR_STATUS(sent));
+  }
+  if (sent != nullptr) ++ops.pending;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<UcxCheckAnswer> UcxTransport::Lane::Check(Peer& peer,
                                                          uint64_t shard_id,
                                                          uint64_t registration,
@@ -777,23 +791,10 @@ absl::StatusOr<UcxCheckAnswer> UcxTransport::Lane::Check(Peer& peer,
   request.request_id = ++next_request_;
   request.shard_id = shard_id;
   request.registration = registration;
-  awaited_ = request.request_id;
-  answered_ = false;
   Ops ops;
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                       UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-  param.cb.send = &OpDone;
-  param.user_data = &ops;
-  param.flags = UCP_AM_SEND_FLAG_REPLY;
-  ucs_status_ptr_t sent =
-      ucp_am_send_nbx(peer.ep, release ? kUcxCheckReleaseAm : kUcxCheckAm,
-                      &request, sizeof(request), nullptr, 0, &param);
-  if (UCS_PTR_IS_ERR(sent)) {
-    return UcxError(absl::StrCat("UCX check to ", peer.address),
-                    UCS_PTR_STATUS(sent));
-  }
-  if (sent != nullptr) ++ops.pending;
+  TESSERA_RETURN_IF_ERROR(Ask(peer, release ? kUcxCheckReleaseAm : kUcxCheckAm,
+                              &request, sizeof(request), request.request_id,
+                              ops));
   absl::Status waited =
       Wait([&] { return ops.pending == 0 && answered_; }, peer, &ops.completed);
   awaited_ = 0;
