@@ -500,26 +500,34 @@ SegmentMappingPool::~SegmentMappingPool() {
 
 void SegmentMappingPool::DropReleased() {
   const absl::Time now = absl::Now();
-  absl::MutexLock lock(&mu_);
-  for (auto it = entries_.begin(); it != entries_.end();) {
-    struct stat st {};
-    const bool named = fstat(it->second.kept->fd, &st) == 0 && st.st_nlink > 0;
-    if (!named || now - it->second.last_used >= idle_) {
-      bytes_ -= static_cast<int64_t>(it->second.kept->bytes);
-      entries_.erase(it++);
-    } else {
-      ++it;
+  std::vector<std::shared_ptr<const KeptSegment>> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      struct stat st {};
+      const bool named =
+          fstat(it->second.kept->fd, &st) == 0 && st.st_nlink > 0;
+      if (!named || now - it->second.last_used >= idle_) {
+        bytes_ -= static_cast<int64_t>(it->second.kept->bytes);
+        dropped.push_back(std::move(it->second.kept));
+        entries_.erase(it++);
+      } else {
+        ++it;
+      }
     }
   }
+  // `dropped` unmaps here, outside the lock.
 }
 
-void SegmentMappingPool::DropOldest() {
+std::shared_ptr<const KeptSegment> SegmentMappingPool::TakeOldest() {
   auto oldest = entries_.begin();
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     if (it->second.last_used < oldest->second.last_used) oldest = it;
   }
   bytes_ -= static_cast<int64_t>(oldest->second.kept->bytes);
+  std::shared_ptr<const KeptSegment> taken = std::move(oldest->second.kept);
   entries_.erase(oldest);
+  return taken;
 }
 
 size_t SegmentMappingPool::size() const {
@@ -563,14 +571,19 @@ absl::StatusOr<std::unique_ptr<ShardMapping>> SegmentMappingPool::Map(
     }
     kept = std::make_shared<const KeptSegment>(map, whole, own_fd, key.first,
                                                key.second);
+    // Entries pushed out are unmapped outside the lock, as this returns.
+    std::vector<std::shared_ptr<const KeptSegment>> dropped;
     if (static_cast<int64_t>(whole) <= max_bytes_) {
       absl::MutexLock lock(&mu_);
       auto [it, inserted] = entries_.try_emplace(key);
-      if (!inserted) bytes_ -= static_cast<int64_t>(it->second.kept->bytes);
+      if (!inserted) {
+        bytes_ -= static_cast<int64_t>(it->second.kept->bytes);
+        dropped.push_back(std::move(it->second.kept));
+      }
       it->second = Entry{kept, absl::Now()};
       bytes_ += static_cast<int64_t>(whole);
       while (bytes_ > max_bytes_ || entries_.size() > max_entries_) {
-        DropOldest();
+        dropped.push_back(TakeOldest());
       }
     }
   }

@@ -270,7 +270,10 @@ class SegmentMappingPool {
     absl::Time last_used;
   };
   void DropReleased() ABSL_LOCKS_EXCLUDED(mu_);
-  void DropOldest() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the least recently used entry out; the caller drops it outside
+  // the lock (the last holder unmaps it).
+  std::shared_ptr<const KeptSegment> TakeOldest()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int64_t max_bytes_;
   const absl::Duration idle_;
