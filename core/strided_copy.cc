@@ -147,6 +147,12 @@ inline void StreamRun(char* dst, const char* src, size_t bytes) {
 #endif
 }
 
+// Whether a copy of `total_bytes` in runs of `run_bytes` streams its stores.
+bool StreamsRuns(size_t run_bytes, int64_t total_bytes) {
+  return run_bytes >= kPrefetchMinRun && run_bytes <= kPrefetchMaxRun &&
+         total_bytes >= kStreamMinBytes;
+}
+
 // Orders the streaming stores before whatever the caller does next (they
 // are weakly ordered): another thread that learns the copy is done sees it.
 inline void StreamFence() {
@@ -178,6 +184,9 @@ void FlatRangeCopy(absl::Span<const int64_t> array_shape,
   if (flat_count <= 0 || AnyZero(box_sizes)) return;
   const size_t outer = OuterDims(box_sizes, array_shape, nullptr);
   const int64_t run = Product(box_sizes, outer);
+  // Only into the array: a chunk cut out of one is read next, from cache.
+  const bool stream = StreamsRuns(static_cast<size_t>(run) * item_size,
+                                  flat_count * static_cast<int64_t>(item_size));
   RunWalker walker(array_shape, offsets, box_sizes, outer, item_size);
   walker.Seek(flat_begin / run);
   int64_t within = flat_begin % run;
@@ -193,7 +202,13 @@ void FlatRangeCopy(absl::Span<const int64_t> array_shape,
                   static_cast<size_t>(std::min(run, left - n)) * item_size,
                   to_array);
     }
-    if (to_array) {
+    if (stream) {
+      if (to_array) {
+        StreamRun(place, chunk, bytes);
+      } else {
+        StreamRun(chunk, place, bytes);
+      }
+    } else if (to_array) {
       std::memcpy(place, chunk, bytes);
     } else {
       std::memcpy(chunk, place, bytes);
@@ -202,6 +217,7 @@ void FlatRangeCopy(absl::Span<const int64_t> array_shape,
     left -= n;
     within = 0;
   }
+  if (stream) StreamFence();
 }
 
 }  // namespace
@@ -224,9 +240,8 @@ void CopyBox(const void* src, absl::Span<const int64_t> src_shape,
   RunWalker to(dst_shape, dst_offsets, copy_sizes, outer, item_size);
   const char* s = static_cast<const char*>(src);
   char* d = static_cast<char*>(dst);
-  const bool stream = run_bytes >= kPrefetchMinRun &&
-                      run_bytes <= kPrefetchMaxRun &&
-                      runs >= kStreamMinBytes / static_cast<int64_t>(run_bytes);
+  const bool stream =
+      StreamsRuns(run_bytes, runs * static_cast<int64_t>(run_bytes));
   for (int64_t r = 0; r < runs; ++r) {
     const char* run_src = s + from.position();
     char* run_dst = d + to.position();

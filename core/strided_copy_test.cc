@@ -160,6 +160,30 @@ TEST(StridedCopyTest, LargeStridedCopiesMatchTheReference) {
     CopyBox(src.data(), src_shape, {0, c.src_col}, dst.data(), dst_shape,
             {0, c.dst_col}, {c.rows, c.cols}, 4);
     ASSERT_TRUE(dst == want) << "runs of " << c.cols * 4 << " bytes";
+
+    // The same box packed and placed as a flat range that starts and ends
+    // mid-row (how pieces are staged and delivered).
+    const int64_t first = 7, count = c.rows * c.cols - 13;
+    std::vector<char> packed(static_cast<size_t>(count) * 4);
+    CopyBoxToFlatRange(src.data(), src_shape, {0, c.src_col}, {c.rows, c.cols},
+                       first, count, packed.data(), 4);
+    std::vector<char> want_packed(packed.size());
+    for (int64_t e = 0; e < count; ++e) {
+      const int64_t r = (first + e) / c.cols, k = (first + e) % c.cols;
+      std::memcpy(want_packed.data() + e * 4,
+                  src.data() + (r * c.src_cols + c.src_col + k) * 4, 4);
+    }
+    ASSERT_TRUE(packed == want_packed) << "packed runs of " << c.cols * 4;
+    std::vector<char> placed = RandomBytes(rng, Volume(dst_shape) * 4);
+    std::vector<char> want_placed = placed;
+    for (int64_t e = 0; e < count; ++e) {
+      const int64_t r = (first + e) / c.cols, k = (first + e) % c.cols;
+      std::memcpy(want_placed.data() + (r * c.dst_cols + c.dst_col + k) * 4,
+                  packed.data() + e * 4, 4);
+    }
+    CopyFlatRangeToBox(packed.data(), first, count, {c.rows, c.cols},
+                       placed.data(), dst_shape, {0, c.dst_col}, 4);
+    ASSERT_TRUE(placed == want_placed) << "placed runs of " << c.cols * 4;
   }
 }
 

@@ -397,6 +397,7 @@ absl::StatusOr<UcxStaged> UcxServer::Stage(uint64_t id, const Box& box,
   // mapped while any lease is held.
   CopyBoxToFlatRange(pinned->data, shape, box.offsets, box.sizes, first, count,
                      dst, static_cast<size_t>(item));
+  ranges_staged_.fetch_add(1);
   return staged;
 }
 

@@ -168,8 +168,10 @@ class UcxServer {
 
   // Registrations now: live ones, and dead ones waiting out their grace.
   std::pair<size_t, size_t> Counts() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Ranges sent to readers so far (UcxSendRequest), for tests and reports.
+  // Ranges sent to readers so far (UcxSendRequest), and ranges packed into
+  // staging memory (Stage), for tests and reports.
   int64_t RangesSent() const { return ranges_sent_.load(); }
+  int64_t RangesStaged() const { return ranges_staged_.load(); }
 
  private:
   struct Registration {
@@ -284,6 +286,7 @@ class UcxServer {
   std::vector<PendingSend> sends_;       // progress thread only
   std::atomic<int> sends_in_flight_{0};  // the sweeper reads it too
   std::atomic<int64_t> ranges_sent_{0};
+  std::atomic<int64_t> ranges_staged_{0};
   bool stopping_ = false;  // progress thread only
   absl::Notification stop_;
   std::thread progress_;

@@ -1,8 +1,9 @@
 // Boxes with short contiguous runs read over UCX through the worker's
 // staging memory (UcxData.Stage, transport/ucx_server.h): byte-exact into
 // host arrays with long and short runs and into sinks, leases ended after
-// each range, a worker that stages nothing, a shard freed during a read,
-// and the bounds and lapses of the staging memory itself.
+// each range, a range of the shard sent unpacked, a worker that stages
+// nothing, a shard freed during a read, and the bounds and lapses of the
+// staging memory itself.
 #include <cstring>
 #include <memory>
 #include <string>
@@ -99,6 +100,7 @@ TEST(UcxStagingTest, ShortRunsArePackedByTheWorkerByteExact) {
   // The packed ranges were sent into the reader's buffers (each read is
   // at least 10 leases of 100 KiB).
   EXPECT_GE(worker.ucx()->RangesSent(), 30);
+  EXPECT_EQ(worker.ucx()->RangesStaged(), worker.ucx()->RangesSent());
 }
 
 // A worker with no room for a send refuses it: the packed ranges are got
@@ -119,6 +121,40 @@ TEST(UcxStagingTest, RefusedSendsOfPackedRangesAreGot) {
   EXPECT_TRUE(got == Expected(worker.Bytes(1), shape, box, 4));
   EXPECT_EQ(worker.ucx()->RangesSent(), 0);
   EXPECT_EQ(worker.ucx()->StagingCounts().first, 0u);
+}
+
+// A box that is one range of its shard (whole rows), read into an array
+// where its runs are short (a columns -> rows reshard piece): nothing to
+// pack, so the worker sends the range straight from the shard, or it is
+// got when the worker refuses sends; placed byte-exact either way.
+TEST(UcxStagingTest, OneRangeIntoShortRunsIsSentUnpacked) {
+  for (const int sends : {64, 0}) {
+    SCOPED_TRACE(sends > 0 ? "sent" : "refused, got");
+    UcxServerOptions server;
+    server.max_sends_in_flight = sends;
+    LocalWorker worker(/*ucx=*/true, server);
+    ChannelCache channels;
+    // 1 MiB ranges: three for the box, the last one short.
+    UcxTransport ucx(&channels, Options(1 << 20));
+    const Shape shape{4096, 256};  // rows of 1 KiB
+    ASSERT_THAT(worker.Allocate(1, shape, DType::kInt32), IsOk());
+    const Box box{{3, 0}, {2900, 256}};
+    const std::string want = Expected(worker.Bytes(1), shape, box, 4);
+    const Shape wide{2902, 1024};
+    std::string out(2902 * 1024 * 4, '\x5a');
+    ASSERT_THAT(ucx.Read(worker.At(1, shape, DType::kInt32), box,
+                         ReadTarget::HostArray(out.data(), wide, {1, 300})),
+                IsOk());
+    std::string placed(want.size(), '\0');
+    CopyBox(out.data(), wide, {1, 300}, placed.data(), Shape{2900, 256}, {0, 0},
+            Shape{2900, 256}, 4);
+    EXPECT_TRUE(placed == want) << "the range placed into short runs differs";
+    EXPECT_EQ(out[0], '\x5a') << "bytes outside the box were written";
+    EXPECT_EQ(out[(1 * 1024 + 299) * 4], '\x5a');
+    EXPECT_EQ(out[(1 * 1024 + 556) * 4], '\x5a');
+    EXPECT_EQ(worker.ucx()->RangesSent(), sends > 0 ? 3 : 0);
+    EXPECT_EQ(worker.ucx()->RangesStaged(), 0) << "nothing is packed";
+  }
 }
 
 TEST(UcxStagingTest, WorkerThatStagesNothingIsReadAsWholeRows) {

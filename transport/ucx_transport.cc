@@ -255,6 +255,13 @@ class UcxTransport::Lane {
                             const ReadTarget& target);
   absl::Status StagedGets(Peer& peer, const Key& key, const Box& box,
                           const ReadTarget& target);
+  // A box that is one range of the shard, for a target whose runs are
+  // short: sent by the worker straight from the shard remote_stage_bytes at
+  // a time (each range got instead when the worker refuses), and placed
+  // from a buffer. Nothing to pack: one copy fewer than staging.
+  absl::Status SentRangeGets(Peer& peer, const Key& key,
+                             const RemoteShard& shard, const Box& box,
+                             const ReadTarget& target);
   // The box packed by the worker (UcxData.Stage) remote_stage_bytes at a
   // time, each range read with large gets (straight into a host array whose
   // runs are long, else through a buffer) and its lease checked and ended.
@@ -558,6 +565,13 @@ absl::Status UcxTransport::Lane::ShortRunGets(Peer& peer, const Key& key,
                                               const RemoteShard& shard,
                                               const Box& box,
                                               const ReadTarget& target) {
+  const int64_t item = key.item_bytes;
+  const RunPlan in_shard(box.sizes, key.shape, box.offsets, box.sizes,
+                         std::vector<int64_t>(box.rank(), 0));
+  if (key.sends && in_shard.runs() == 1 &&
+      in_shard.total() * item >= options_.min_send_bytes) {
+    return SentRangeGets(peer, key, shard, box, target);
+  }
   if (options_.remote_stage_bytes > 0) {
     bool declined = false;
     absl::Status status =
@@ -704,6 +718,48 @@ absl::Status UcxTransport::Lane::RemoteStagedGets(Peer& peer, const Key& key,
                                              static_cast<size_t>(item)));
     }
     f += n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status UcxTransport::Lane::SentRangeGets(Peer& peer, const Key& key,
+                                               const RemoteShard& shard,
+                                               const Box& box,
+                                               const ReadTarget& target) {
+  const uint64_t shard_id = shard.location.shard_id;
+  const int64_t item = key.item_bytes;
+  const int64_t total = box.NumElements();
+  const int64_t per = std::max<int64_t>(1, options_.remote_stage_bytes / item);
+  std::vector<char> local(static_cast<size_t>(std::min(per, total) * item));
+  int64_t first = 0;  // the box's first element, within the shard
+  RunPlan(box.sizes, key.shape, box.offsets, box.sizes,
+          std::vector<int64_t>(box.rank(), 0))
+      .ForEach(0, 1,
+               [&](int64_t src, int64_t, int64_t, int64_t) { first = src; });
+  absl::Time checked = absl::Now();
+  for (int64_t f = 0; f < total; f += per) {
+    const int64_t n = std::min(per, total - f);
+    const uint64_t offset = static_cast<uint64_t>((first + f) * item);
+    bool refused = false;
+    TESSERA_RETURN_IF_ERROR(Receive(peer, key.registration, shard_id,
+                                    local.data(), offset, n * item, &refused));
+    if (refused) {
+      Ops ops;
+      absl::Status status = Post(false, peer, key, local.data(),
+                                 key.base + offset, n * item, ops);
+      if (status.ok()) status = Drain(peer, ops);
+      if (!status.ok()) {
+        Abandon(peer.address, ops);
+        return status;
+      }
+    }
+    TESSERA_RETURN_IF_ERROR(target.Deliver(box.sizes, f, n, local.data(),
+                                           static_cast<size_t>(item)));
+    // A long read checks now and then that its shard is still held.
+    if (f + n < total && absl::Now() - checked > options_.key_ttl) {
+      checked = absl::Now();
+      TESSERA_RETURN_IF_ERROR(StillHeld(peer, shard_id, key.registration));
+    }
   }
   return absl::OkStatus();
 }
