@@ -278,6 +278,10 @@ class UcxTransport::Lane {
   absl::StatusOr<UcxCheckAnswer> Check(Peer& peer, uint64_t shard_id,
                                        uint64_t registration, bool release);
   absl::Status Flush(Peer& peer);
+  // A bounce buffer of `bytes`, reused across calls (not zeroed).
+  BufferPool::Lease Buffer(size_t bytes) {
+    return owner_->buffers_.Take(bytes);
+  }
 
   static ucs_status_t OnReply(void* arg, const void* header,
                               size_t header_length, void* data, size_t length,
@@ -460,7 +464,8 @@ absl::Status UcxTransport::Lane::Gets(Peer& peer, const Key& key,
     return ShortRunGets(peer, key, shard, box, target);
   }
   const int64_t chunk = std::max<int64_t>(1, options_.stage_bytes / item);
-  std::vector<char> stage(static_cast<size_t>(std::min(chunk, total) * item));
+  const BufferPool::Lease stage =
+      Buffer(static_cast<size_t>(std::min(chunk, total) * item));
   for (int64_t f = 0; f < total; f += chunk) {
     const int64_t count = std::min(chunk, total - f);
     plan.ForEach(f, count, [&](int64_t src, int64_t dst, int64_t, int64_t n) {
@@ -603,9 +608,9 @@ absl::Status UcxTransport::Lane::RemoteStagedGets(Peer& peer, const Key& key,
       direct = std::move(plan);
     }
   }
-  std::vector<char> local;
+  BufferPool::Lease local;
   if (!direct.has_value()) {
-    local.resize(static_cast<size_t>(std::min(per, total) * item));
+    local = Buffer(static_cast<size_t>(std::min(per, total) * item));
   }
   std::unique_ptr<v1::UcxData::Stub> stub =
       v1::UcxData::NewStub(channels_->Get(at.address));
@@ -730,7 +735,8 @@ absl::Status UcxTransport::Lane::SentRangeGets(Peer& peer, const Key& key,
   const int64_t item = key.item_bytes;
   const int64_t total = box.NumElements();
   const int64_t per = std::max<int64_t>(1, options_.remote_stage_bytes / item);
-  std::vector<char> local(static_cast<size_t>(std::min(per, total) * item));
+  const BufferPool::Lease local =
+      Buffer(static_cast<size_t>(std::min(per, total) * item));
   int64_t first = 0;  // the box's first element, within the shard
   RunPlan(box.sizes, key.shape, box.offsets, box.sizes,
           std::vector<int64_t>(box.rank(), 0))
@@ -788,8 +794,9 @@ absl::Status UcxTransport::Lane::StagedGets(Peer& peer, const Key& key,
   const int64_t rows_per =
       std::max<int64_t>(1, options_.stage_bytes / row_bytes);
   const int64_t rows = std::min(rows_per, box.sizes[0]);
-  std::vector<char> stage(static_cast<size_t>(rows * row_bytes));
-  std::vector<char> flat(static_cast<size_t>(rows * inner * item));
+  const BufferPool::Lease stage = Buffer(static_cast<size_t>(rows * row_bytes));
+  const BufferPool::Lease flat =
+      Buffer(static_cast<size_t>(rows * inner * item));
   Shape slab_shape(key.shape.begin(), key.shape.end());
   std::vector<int64_t> slab_offsets(box.offsets.begin(), box.offsets.end());
   std::vector<int64_t> slab_sizes(box.sizes.begin(), box.sizes.end());
@@ -1168,8 +1175,8 @@ absl::Status UcxTransport::Lane::ReadRows(absl::Span<const ShardRows> entries,
           const int64_t row_bytes = RowBytes(key.shape, key.item_bytes);
           const size_t per = static_cast<size_t>(std::max<int64_t>(
               1, options_.stage_bytes / std::max<int64_t>(row_bytes, 1)));
-          std::vector<char> stage(std::min(per, rows.size()) *
-                                  static_cast<size_t>(row_bytes));
+          const BufferPool::Lease stage = Buffer(
+              std::min(per, rows.size()) * static_cast<size_t>(row_bytes));
           for (size_t k0 = 0; k0 < rows.size(); k0 += per) {
             const size_t n = std::min(per, rows.size() - k0);
             Ops ops;
@@ -1242,7 +1249,8 @@ absl::Status UcxTransport::Lane::Write(const RemoteShard& shard,
       plan.run() * item < options_.min_run_bytes) {
     // Short runs: packed into the staging buffer first.
     const int64_t chunk = std::max<int64_t>(1, options_.stage_bytes / item);
-    std::vector<char> stage(static_cast<size_t>(std::min(chunk, total) * item));
+    const BufferPool::Lease stage =
+        Buffer(static_cast<size_t>(std::min(chunk, total) * item));
     for (int64_t f = 0; f < total && status.ok(); f += chunk) {
       const int64_t count = std::min(chunk, total - f);
       CopyBoxToFlatRange(source.data, source.shape, source.offsets, shard.shape,

@@ -60,6 +60,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/box.h"
+#include "core/buffer_pool.h"
 #include "rpc/channel.h"
 #include "transport/shard_transport.h"
 
@@ -155,6 +156,8 @@ class UcxTransport : public ShardTransport {
   int lanes_made_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, absl::Time> no_ucx_until_
       ABSL_GUARDED_BY(mu_);
+  // Bounce buffers of the lanes (ranges placed into short runs).
+  BufferPool buffers_{int64_t{64} << 20, absl::Seconds(10)};
 };
 
 }  // namespace tessera
