@@ -70,6 +70,23 @@ Coordinator::Coordinator(CoordinatorOptions options,
           .Gauge("tessera_retired_versions",
                  "Replaced tensor versions waiting to be freed.")
           ->Set(static_cast<double>(table_.NumRetired()));
+      const ExchangeGroups::Stats nccl = orchestrator_.exchange_stats();
+      metrics
+          .Counter("tessera_nccl_exchanges_total",
+                   "Reshards whose pieces moved between GPU workers by one "
+                   "NCCL exchange, by outcome (failed ones were pulled).",
+                   {{"outcome", "ok"}})
+          ->Set(static_cast<double>(nccl.exchanges));
+      metrics
+          .Counter("tessera_nccl_exchanges_total",
+                   "Reshards whose pieces moved between GPU workers by one "
+                   "NCCL exchange, by outcome (failed ones were pulled).",
+                   {{"outcome", "failed"}})
+          ->Set(static_cast<double>(nccl.failures));
+      metrics
+          .Counter("tessera_nccl_exchanged_bytes_total",
+                   "Bytes moved between GPU workers by NCCL exchanges.")
+          ->Set(static_cast<double>(nccl.bytes));
     });
   }
 }

@@ -142,4 +142,52 @@ absl::Status FakeWorkerControl::Transfer(const TransferBatch& batch) {
   return absl::OkStatus();
 }
 
+void FakeWorkerControl::EnableExchanges(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(address);
+  if (it != workers_.end()) it->second.exchanges = true;
+}
+
+std::vector<std::pair<std::string, ExchangePlan>> FakeWorkerControl::exchanges()
+    const {
+  absl::MutexLock lock(&mu_);
+  return exchanges_;
+}
+
+absl::StatusOr<std::string> FakeWorkerControl::ExchangeId(
+    const WorkerRef& ref) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(ref.address);
+  if (it != workers_.end()) ++it->second.counts.exchange_id;
+  absl::StatusOr<Worker*> worker = Reach(ref.address);
+  if (!worker.ok()) return worker.status();
+  if (!(*worker)->exchanges) return WorkerControl::ExchangeId(ref);
+  std::string id = absl::StrCat("id-", ++ids_made_, "-");
+  id.resize(kExchangeIdBytes, '.');
+  return id;
+}
+
+absl::StatusOr<int64_t> FakeWorkerControl::Exchange(const WorkerRef& ref,
+                                                    const ExchangePlan& plan) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(ref.address);
+  if (it != workers_.end()) ++it->second.counts.exchange;
+  absl::StatusOr<Worker*> worker = Reach(ref.address);
+  if (!worker.ok()) return worker.status();
+  if (!(*worker)->exchanges) return WorkerControl::Exchange(ref, plan);
+  if (plan.unique_id.size() != kExchangeIdBytes) {
+    return absl::InvalidArgumentError("no communicator id");
+  }
+  for (const auto* pieces : {&plan.sends, &plan.recvs}) {
+    for (const ExchangePiece& piece : *pieces) {
+      if ((*worker)->shards.count(piece.shard_id) == 0) {
+        return NotFoundError("shard",
+                             absl::StrCat(piece.shard_id, " on ", ref.address));
+      }
+    }
+  }
+  exchanges_.emplace_back(ref.address, plan);
+  return 0;
+}
+
 }  // namespace tessera

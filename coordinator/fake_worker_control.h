@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -26,6 +27,8 @@ class FakeWorkerControl : public WorkerControl {
     int free = 0;
     int reset = 0;
     int transfer = 0;  // Transfers whose destination is this worker
+    int exchange_id = 0;
+    int exchange = 0;
   };
 
   // Adds an empty worker; calls to addresses never added are UNAVAILABLE.
@@ -58,12 +61,27 @@ class FakeWorkerControl : public WorkerControl {
   absl::Status Transfer(const TransferBatch& batch) override
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The worker takes part in exchanges (a GPU worker with NCCL); others
+  // decline them (FAILED_PRECONDITION), as the default does.
+  void EnableExchanges(const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);
+  // Every exchange share that succeeded, in order, with its worker.
+  std::vector<std::pair<std::string, ExchangePlan>> exchanges() const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::string> ExchangeId(const WorkerRef& worker) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Checks that the worker holds every shard its share names; moves
+  // nothing (returns 0 bytes).
+  absl::StatusOr<int64_t> Exchange(const WorkerRef& worker,
+                                   const ExchangePlan& plan) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   struct Worker {
     std::map<uint64_t, int64_t> shards;  // id -> bytes
     int64_t bytes_used = 0;
     absl::Status fail_next;
     Counts counts;
+    bool exchanges = false;
   };
   // The worker at `address`, or UNAVAILABLE; consumes a queued failure.
   absl::StatusOr<Worker*> Reach(const std::string& address)
@@ -72,6 +90,9 @@ class FakeWorkerControl : public WorkerControl {
   mutable absl::Mutex mu_;
   std::map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);
   std::vector<TransferBatch> transfers_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<std::string, ExchangePlan>> exchanges_
+      ABSL_GUARDED_BY(mu_);
+  int ids_made_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tessera

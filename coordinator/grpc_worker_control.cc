@@ -89,4 +89,39 @@ absl::Status GrpcWorkerControl::Transfer(const TransferBatch& batch) {
               });
 }
 
+absl::StatusOr<std::string> GrpcWorkerControl::ExchangeId(
+    const WorkerRef& worker) {
+  v1::NcclUniqueIdRequest request;
+  v1::NcclUniqueIdResponse response;
+  auto stub = v1::Worker::NewStub(channels_.Get(worker.address));
+  TESSERA_RETURN_IF_ERROR(
+      Call(WorkerCall(worker.address, options_.allocate_timeout),
+           [&](grpc::ClientContext* context) {
+             SignOrder(context, worker.name);
+             return stub->NcclUniqueId(context, request, &response);
+           }));
+  if (response.unique_id().size() != kExchangeIdBytes) {
+    return absl::InternalError(
+        absl::StrCat("the worker at ", worker.address, " gave a ",
+                     response.unique_id().size(), "-byte communicator id"));
+  }
+  return response.unique_id();
+}
+
+absl::StatusOr<int64_t> GrpcWorkerControl::Exchange(const WorkerRef& worker,
+                                                    const ExchangePlan& plan) {
+  v1::NcclExchangeRequest request;
+  ExchangePlanToProto(plan, &request);
+  v1::NcclExchangeResponse response;
+  auto stub = v1::Worker::NewStub(channels_.Get(worker.address));
+  // Not tried again: every member joins and posts once, together.
+  CallOptions call = WorkerCall(worker.address, options_.exchange_timeout);
+  call.idempotent = false;
+  TESSERA_RETURN_IF_ERROR(Call(call, [&](grpc::ClientContext* context) {
+    SignOrder(context, worker.name);
+    return stub->NcclExchange(context, request, &response);
+  }));
+  return response.bytes_received();
+}
+
 }  // namespace tessera

@@ -23,6 +23,9 @@ class GrpcWorkerControl : public WorkerControl {
         absl::Minutes(2);  // init fills of large shards take time
     absl::Duration free_timeout = absl::Seconds(10);
     absl::Duration transfer_timeout = absl::Minutes(10);
+    // A member of an NCCL exchange waits this long for its peers (a peer
+    // that died holds the others until then; the pieces are then pulled).
+    absl::Duration exchange_timeout = absl::Minutes(2);
   };
   // Every order is signed by `authority` (not owned; outlives this) for
   // the worker it goes to; `channels` carry the coordinator's TLS.
@@ -37,6 +40,9 @@ class GrpcWorkerControl : public WorkerControl {
   absl::StatusOr<int64_t> Free(const WorkerRef& worker,
                                const std::vector<uint64_t>& shard_ids) override;
   absl::Status Transfer(const TransferBatch& batch) override;
+  absl::StatusOr<std::string> ExchangeId(const WorkerRef& worker) override;
+  absl::StatusOr<int64_t> Exchange(const WorkerRef& worker,
+                                   const ExchangePlan& plan) override;
   void Reset(const std::string& address) override { channels_.Forget(address); }
 
  private:

@@ -113,7 +113,8 @@ Orchestrator::Orchestrator(WorkerRegistry* registry, TensorTable* table,
       table_(table),
       log_(log),
       workers_(workers),
-      limits_(limits) {}
+      limits_(limits),
+      exchanges_(workers) {}
 
 TensorLimits Orchestrator::CurrentLimits() const {
   TensorLimits out = limits_;
@@ -630,6 +631,34 @@ absl::Status Orchestrator::MovePieces(const TensorMetadata& old_meta,
     for (size_t d = 0; d < piece.global.rank(); ++d) {
       move.dst_offsets.push_back(piece.global.offsets[d] - dst.box.offsets[d]);
       move.src_offsets.push_back(piece.global.offsets[d] - src.box.offsets[d]);
+    }
+  }
+  // Between GPUs: one exchange among every worker involved moves the pieces
+  // that cross workers; each worker then copies its own pieces.
+  bool on_gpus = true;
+  for (const ReshardPiece& piece : plan.pieces) {
+    const ShardInfo& src = old_meta.shards[piece.src_shard];
+    const ShardInfo& dst = new_meta.shards[piece.dst_shard];
+    if (src.worker != dst.worker && (src.device.kind != Device::Kind::kCuda ||
+                                     dst.device.kind != Device::Kind::kCuda)) {
+      on_gpus = false;
+      break;
+    }
+  }
+  if (on_gpus && !batches.empty()) {
+    std::vector<TransferBatch> all;
+    all.reserve(batches.size());
+    for (const auto& [pair, batch] : batches) all.push_back(batch);
+    const absl::Status exchanged =
+        exchanges_.Run(all, static_cast<int64_t>(ItemSize(old_meta.dtype)));
+    if (exchanged.ok()) {
+      for (auto it = batches.begin(); it != batches.end();) {
+        it = it->first.first != it->first.second ? batches.erase(it)
+                                                 : std::next(it);
+      }
+    } else {
+      spdlog::warn("resharding '{}': {}; pulling the pieces instead",
+                   old_meta.name, std::string(exchanged.message()));
     }
   }
   std::vector<absl::Status> results(batches.size());

@@ -14,7 +14,8 @@
 // gives up (StopCondition: its deadline, its cancellation) or after
 // plan_budget, whichever comes first.
 //
-// Thread-safe, and holds no lock of its own: the table's lock is taken in
+// Thread-safe. Its only lock of its own is per set of GPU workers, held
+// across their NCCL exchange (ExchangeGroups); the table's lock is taken in
 // short sections, never across a worker call or a wait for the disk.
 #ifndef TESSERA_COORDINATOR_ORCHESTRATOR_H_
 #define TESSERA_COORDINATOR_ORCHESTRATOR_H_
@@ -26,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "coordinator/exchange_groups.h"
 #include "coordinator/metadata_log.h"
 #include "coordinator/tensor_table.h"
 #include "coordinator/worker_control.h"
@@ -116,6 +118,8 @@ class Orchestrator {
                WorkerControl* workers, TensorLimits limits = {});
 
   const TensorLimits& limits() const { return limits_; }
+  // NCCL exchanges between GPU workers so far (metrics).
+  ExchangeGroups::Stats exchange_stats() const { return exchanges_.stats(); }
 
   // See Coordinator for each operation's contract.
   absl::StatusOr<TensorMetadataPtr> Create(const CreateTensorArgs& args);
@@ -192,8 +196,9 @@ class Orchestrator {
                              const StopCondition& caller,
                              const std::string& what, uint64_t old_version,
                              NewShards* out);
-  // Runs the pieces of a reshard: one Transfer per pair of workers, all in
-  // parallel.
+  // Runs the pieces of a reshard: between GPU workers, one NCCL exchange
+  // among them all when they take part; otherwise (or when it fails) one
+  // Transfer per pair of workers, all in parallel.
   absl::Status MovePieces(const TensorMetadata& old_meta,
                           const TensorMetadata& new_meta,
                           const ReshardPlan& plan);
@@ -209,6 +214,7 @@ class Orchestrator {
   MetadataLog* const log_;
   WorkerControl* const workers_;
   const TensorLimits limits_;
+  ExchangeGroups exchanges_;
 };
 
 }  // namespace tessera

@@ -151,6 +151,76 @@ TEST_F(OrchestratorTest, ReshardSendsOneTransferPerPairOfWorkers) {
   EXPECT_THAT(Held(2), SizeIs(2));
 }
 
+// Workers g3 and g4 hold their shards on GPUs.
+class GpuOrchestratorTest : public OrchestratorTest {
+ protected:
+  GpuOrchestratorTest() {
+    for (int i = 3; i < 5; ++i) {
+      workers_.AddWorker(WorkerAddress(i));
+      WorkerRegistration gpu = TestWorker(i, 1 << 20);
+      gpu.worker.device.kind = Device::Kind::kCuda;
+      EXPECT_OK(registry_.Register(gpu));
+    }
+  }
+  static LayoutSpec OnGpus(const std::vector<int32_t>& ranks, int dim) {
+    std::vector<Placement> placements;
+    for (int32_t rank : ranks) {
+      Placement p;
+      p.rank = rank;
+      p.device = Device{Device::Kind::kCuda, 0};
+      placements.push_back(p);
+    }
+    return LayoutSpec::Chunk(dim, placements);
+  }
+};
+
+TEST_F(GpuOrchestratorTest, PiecesBetweenGpuWorkersMoveByOneExchange) {
+  workers_.EnableExchanges(WorkerAddress(3));
+  workers_.EnableExchanges(WorkerAddress(4));
+  CreateTensorArgs args = Args("g", 8, {});
+  args.spec = OnGpus({3, 4}, 0);
+  ASSERT_OK(orchestrator_.Create(args));
+  auto result = orchestrator_.Reshard("g", OnGpus({3, 4}, 1), 1);
+  ASSERT_OK(result);
+  // Rows -> columns over two workers: each keeps a quarter (copied in
+  // place by a Transfer to itself) and swaps a quarter with the other.
+  const auto shares = workers_.exchanges();
+  ASSERT_THAT(shares, SizeIs(2));
+  for (const auto& [address, plan] : shares) {
+    EXPECT_THAT(plan.sends, SizeIs(1)) << address;
+    EXPECT_THAT(plan.recvs, SizeIs(1)) << address;
+  }
+  for (const TransferBatch& t : workers_.transfers()) {
+    EXPECT_EQ(t.src_worker, t.dst_worker) << "pulled across workers";
+  }
+  EXPECT_EQ(orchestrator_.exchange_stats().exchanges, 1);
+}
+
+TEST_F(GpuOrchestratorTest, AFailedExchangeIsPulledInstead) {
+  workers_.EnableExchanges(WorkerAddress(3));  // g4 takes no part
+  CreateTensorArgs args = Args("g", 8, {});
+  args.spec = OnGpus({3, 4}, 0);
+  ASSERT_OK(orchestrator_.Create(args));
+  auto result = orchestrator_.Reshard("g", OnGpus({3, 4}, 1), 1);
+  ASSERT_OK(result);
+  EXPECT_EQ((*table_.Get("g"))->version, 2u);
+  std::set<std::pair<std::string, std::string>> pairs;
+  for (const TransferBatch& t : workers_.transfers()) {
+    pairs.insert({t.src_worker, t.dst_worker});
+  }
+  EXPECT_TRUE(pairs.count({"w3", "w4"}) == 1 && pairs.count({"w4", "w3"}) == 1)
+      << "the pieces were not pulled";
+  EXPECT_EQ(orchestrator_.exchange_stats().failures, 1);
+}
+
+TEST_F(GpuOrchestratorTest, PiecesFromHostWorkersArePulled) {
+  for (int i = 0; i < 5; ++i) workers_.EnableExchanges(WorkerAddress(i));
+  ASSERT_OK(orchestrator_.Create(Args("h", 8, {0, 1})));
+  ASSERT_OK(orchestrator_.Reshard("h", OnGpus({3, 4}, 0), 1));
+  EXPECT_THAT(workers_.exchanges(), IsEmpty());
+  EXPECT_FALSE(workers_.transfers().empty());
+}
+
 TEST_F(OrchestratorTest, ReshardKeepsShardsThatDoNotMove) {
   auto v1 = orchestrator_.Create(Args("a", 4, {0, 1}));
   ASSERT_OK(v1);

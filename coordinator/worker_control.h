@@ -51,6 +51,18 @@ class WorkerControl {
   // Moves every piece of `batch` from its source worker into shards of its
   // destination worker (one request for the pair).
   virtual absl::Status Transfer(const TransferBatch& batch) = 0;
+  // NCCL between GPU workers (core/transfer.h Exchange): a communicator id
+  // from `worker`, which hosts its bootstrap, then each member's share of
+  // the exchange, all members at once. The defaults decline
+  // (FAILED_PRECONDITION): the pieces are then pulled.
+  virtual absl::StatusOr<std::string> ExchangeId(const WorkerRef& worker) {
+    return absl::FailedPreconditionError("no NCCL exchanges here");
+  }
+  // Returns the bytes the member received.
+  virtual absl::StatusOr<int64_t> Exchange(const WorkerRef& worker,
+                                           const ExchangePlan& plan) {
+    return absl::FailedPreconditionError("no NCCL exchanges here");
+  }
 };
 
 }  // namespace tessera

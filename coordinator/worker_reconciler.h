@@ -90,6 +90,13 @@ class HeldShardTracker : public WorkerControl {
   absl::Status Transfer(const TransferBatch& batch) override {
     return inner_->Transfer(batch);
   }
+  absl::StatusOr<std::string> ExchangeId(const WorkerRef& worker) override {
+    return inner_->ExchangeId(worker);
+  }
+  absl::StatusOr<int64_t> Exchange(const WorkerRef& worker,
+                                   const ExchangePlan& plan) override {
+    return inner_->Exchange(worker, plan);
+  }
 
   // The worker holds exactly `held` (a registration, or a list it sent).
   void Set(const std::string& worker, absl::Span<const uint64_t> held)

@@ -72,6 +72,8 @@ absl::StatusOr<Right> RequiredRight(absl::string_view full_method) {
       {"/tessera.v1.Worker/AllocateShards", kRightOrder},
       {"/tessera.v1.Worker/FreeShards", kRightOrder},
       {"/tessera.v1.Worker/Transfer", kRightOrder},
+      {"/tessera.v1.Worker/NcclUniqueId", kRightOrder},
+      {"/tessera.v1.Worker/NcclExchange", kRightOrder},
       {"/tessera.v1.Worker/WriteShard", kRightWrite},
       {"/tessera.v1.Worker/ReadRegion", kRightRead},
       {"/tessera.v1.Worker/ReadSmallRegion", kRightRead},

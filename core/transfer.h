@@ -50,6 +50,50 @@ struct TransferBatch {
   std::string src_capability;
 };
 
+// One end of a piece moved by a two-sided exchange (NCCL send/recv): the
+// box of a shard held by this member that goes to, or comes from, the
+// member of rank `peer`.
+struct ExchangePiece {
+  int32_t peer = 0;
+  uint64_t shard_id = 0;
+  std::vector<int64_t> offsets;
+  std::vector<int64_t> sizes;
+
+  Box box() const {
+    return Box(absl::Span<const int64_t>(offsets),
+               absl::Span<const int64_t>(sizes));
+  }
+};
+
+// Bounds of an exchange as a worker accepts it: the communicator id's size
+// (an ncclUniqueId), the members, and the pieces of one member's share.
+inline constexpr size_t kExchangeIdBytes = 128;
+inline constexpr int32_t kMaxExchangeRanks = 4096;
+inline constexpr int kMaxExchangePieces = 1 << 16;
+
+// One member's share of an exchange among `ranks` workers: what it sends
+// and receives, each list in the order its peers post the matching pieces
+// (NCCL matches a pair's sends and receives by order).
+struct ExchangePlan {
+  std::string unique_id;  // the communicator's (ncclUniqueId bytes)
+  int32_t ranks = 0;
+  int32_t rank = 0;
+  std::vector<ExchangePiece> sends;
+  std::vector<ExchangePiece> recvs;
+};
+
+// The members of an exchange that moves every piece of `batches` (pieces
+// between two different workers only) and each member's plan, by worker
+// name. Members are ranked in name order; a piece is a send on its source
+// and a receive on its destination, listed in batch order on both ends.
+struct Exchange {
+  std::vector<std::string> members;  // by rank
+  std::vector<ExchangePlan> plans;   // by rank; unique_id left empty
+  int64_t bytes = 0;                 // element bytes of every piece
+};
+Exchange PlanExchange(absl::Span<const TransferBatch> batches,
+                      int64_t item_bytes);
+
 // What a reshard did (CLI.md "reshard --json").
 struct ReshardResult {
   uint64_t version = 0;

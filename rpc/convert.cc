@@ -595,4 +595,94 @@ absl::StatusOr<TransferBatch> TransferBatchFromProto(
   return batch;
 }
 
+namespace {
+
+void ExchangePieceToProto(const ExchangePiece& piece, v1::NcclPiece* out) {
+  out->set_peer(piece.peer);
+  out->set_shard_id(piece.shard_id);
+  out->mutable_offsets()->Assign(piece.offsets.begin(), piece.offsets.end());
+  out->mutable_sizes()->Assign(piece.sizes.begin(), piece.sizes.end());
+}
+
+absl::StatusOr<ExchangePiece> ExchangePieceFromProto(const v1::NcclPiece& p,
+                                                     const std::string& field,
+                                                     int32_t ranks,
+                                                     int32_t rank) {
+  if (p.peer() < 0 || p.peer() >= ranks || p.peer() == rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": peer ", p.peer(), " is not another of ", ranks, " ranks"));
+  }
+  if (p.sizes_size() > kMaxRank || p.offsets_size() != p.sizes_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", p.offsets_size(), " offsets and ",
+                     p.sizes_size(), " sizes (at most ", kMaxRank, " dims)"));
+  }
+  for (int64_t size : p.sizes()) {
+    if (size < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": negative size ", size));
+    }
+  }
+  ExchangePiece piece;
+  piece.peer = p.peer();
+  piece.shard_id = p.shard_id();
+  piece.offsets.assign(p.offsets().begin(), p.offsets().end());
+  piece.sizes.assign(p.sizes().begin(), p.sizes().end());
+  return piece;
+}
+
+}  // namespace
+
+void ExchangePlanToProto(const ExchangePlan& plan,
+                         v1::NcclExchangeRequest* out) {
+  out->set_unique_id(plan.unique_id);
+  out->set_ranks(plan.ranks);
+  out->set_rank(plan.rank);
+  for (const ExchangePiece& piece : plan.sends) {
+    ExchangePieceToProto(piece, out->add_sends());
+  }
+  for (const ExchangePiece& piece : plan.recvs) {
+    ExchangePieceToProto(piece, out->add_recvs());
+  }
+}
+
+absl::StatusOr<ExchangePlan> ExchangePlanFromProto(
+    const v1::NcclExchangeRequest& request) {
+  if (request.unique_id().size() != kExchangeIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a communicator id of ", request.unique_id().size(),
+                     " bytes (", kExchangeIdBytes, " expected)"));
+  }
+  if (request.ranks() < 2 || request.ranks() > kMaxExchangeRanks ||
+      request.rank() < 0 || request.rank() >= request.ranks()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", request.rank(), " of ", request.ranks(),
+                     " (2 to ", kMaxExchangeRanks, " members)"));
+  }
+  if (request.sends_size() + request.recvs_size() > kMaxExchangePieces) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(request.sends_size() + request.recvs_size(),
+                     " pieces (at most ", kMaxExchangePieces, ")"));
+  }
+  ExchangePlan plan;
+  plan.unique_id = request.unique_id();
+  plan.ranks = request.ranks();
+  plan.rank = request.rank();
+  for (int i = 0; i < request.sends_size(); ++i) {
+    TESSERA_ASSIGN_OR_RETURN(
+        ExchangePiece piece,
+        ExchangePieceFromProto(request.sends(i), absl::StrCat("sends[", i, "]"),
+                               plan.ranks, plan.rank));
+    plan.sends.push_back(std::move(piece));
+  }
+  for (int i = 0; i < request.recvs_size(); ++i) {
+    TESSERA_ASSIGN_OR_RETURN(
+        ExchangePiece piece,
+        ExchangePieceFromProto(request.recvs(i), absl::StrCat("recvs[", i, "]"),
+                               plan.ranks, plan.rank));
+    plan.recvs.push_back(std::move(piece));
+  }
+  return plan;
+}
+
 }  // namespace tessera

@@ -74,6 +74,15 @@ void TransferBatchToProto(const TransferBatch& batch, v1::TransferRequest* out);
 absl::StatusOr<TransferBatch> TransferBatchFromProto(
     const v1::TransferRequest& request);
 
+// One member's share of an exchange (NCCL). From the wire: a 128-byte id,
+// 2..kMaxExchangeRanks members, this rank and every peer among them (never
+// itself), at most kMaxExchangePieces pieces, each of at most kMaxRank dims
+// with sizes >= 0.
+void ExchangePlanToProto(const ExchangePlan& plan,
+                         v1::NcclExchangeRequest* out);
+absl::StatusOr<ExchangePlan> ExchangePlanFromProto(
+    const v1::NcclExchangeRequest& request);
+
 }  // namespace tessera
 
 #endif  // TESSERA_RPC_CONVERT_H_

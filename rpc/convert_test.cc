@@ -181,5 +181,49 @@ TEST(ConvertTest, MalformedPackedShardListsAreRefused) {
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not both")));
 }
 
+TEST(ConvertTest, ExchangePlansReadBackAndMalformedOnesAreRefused) {
+  ExchangePlan plan;
+  plan.unique_id = std::string(kExchangeIdBytes, '\x07');
+  plan.ranks = 3;
+  plan.rank = 1;
+  plan.sends.push_back({2, 40, {0, 8}, {16, 8}});
+  plan.recvs.push_back({0, 41, {4, 0}, {4, 16}});
+  v1::NcclExchangeRequest request;
+  ExchangePlanToProto(plan, &request);
+  absl::StatusOr<ExchangePlan> back = ExchangePlanFromProto(request);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->unique_id, plan.unique_id);
+  EXPECT_EQ(back->ranks, 3);
+  EXPECT_EQ(back->rank, 1);
+  ASSERT_EQ(back->sends.size(), 1u);
+  EXPECT_EQ(back->sends[0].peer, 2);
+  EXPECT_EQ(back->sends[0].shard_id, 40u);
+  EXPECT_EQ(back->sends[0].offsets, (std::vector<int64_t>{0, 8}));
+  ASSERT_EQ(back->recvs.size(), 1u);
+  EXPECT_EQ(back->recvs[0].sizes, (std::vector<int64_t>{4, 16}));
+
+  auto refused = [&](auto mutate, const std::string& says) {
+    v1::NcclExchangeRequest bad = request;
+    mutate(bad);
+    EXPECT_THAT(ExchangePlanFromProto(bad).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(says)));
+  };
+  refused([](auto& r) { r.set_unique_id("short"); }, "communicator id");
+  refused([](auto& r) { r.set_ranks(1); }, "members");
+  refused([](auto& r) { r.set_ranks(kMaxExchangeRanks + 1); }, "members");
+  refused([](auto& r) { r.set_rank(3); }, "rank 3 of 3");
+  refused([](auto& r) { r.set_rank(-1); }, "rank -1");
+  refused([](auto& r) { r.mutable_sends(0)->set_peer(1); }, "sends[0]: peer 1");
+  refused([](auto& r) { r.mutable_recvs(0)->set_peer(7); }, "recvs[0]: peer 7");
+  refused([](auto& r) { r.mutable_sends(0)->add_offsets(0); }, "3 offsets");
+  refused([](auto& r) { r.mutable_recvs(0)->set_sizes(1, -4); }, "negative");
+  refused(
+      [](auto& r) {
+        for (int i = 0; i < kMaxExchangePieces; ++i)
+          *r.add_sends() = r.sends(0);
+      },
+      "pieces");
+}
+
 }  // namespace
 }  // namespace tessera

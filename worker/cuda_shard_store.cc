@@ -120,6 +120,16 @@ absl::StatusOr<std::shared_ptr<void>> CudaShardStore::RegisterStaging(
   return std::shared_ptr<void>(data, [](void* p) { cudaHostUnregister(p); });
 }
 
+absl::StatusOr<DeviceShardBytes> CudaShardStore::DeviceBytes(
+    uint64_t id) const {
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, table_.Find(id));
+  DeviceShardBytes bytes;
+  bytes.data = shard->data;
+  bytes.desc = shard->desc;
+  bytes.keep = std::move(shard);
+  return bytes;
+}
+
 namespace {
 
 // Copies elements [flat_begin, +count) of `box` between a shard on the GPU

@@ -19,6 +19,14 @@
 
 namespace tessera {
 
+// A shard's device memory, kept allocated while `keep` lives (an exchange
+// sends from it and receives into it).
+struct DeviceShardBytes {
+  char* data = nullptr;
+  ShardDesc desc;
+  std::shared_ptr<void> keep;
+};
+
 class CudaShardStore : public ShardStore {
  public:
   // `device`: the CUDA ordinal (checked by CheckCudaDevice beforehand).
@@ -50,6 +58,10 @@ class CudaShardStore : public ShardStore {
                                            absl::Duration hold) override;
   absl::StatusOr<std::shared_ptr<void>> RegisterStaging(void* data,
                                                         int64_t bytes) override;
+
+  int device() const { return device_; }
+  // NOT_FOUND when shard `id` is not held.
+  absl::StatusOr<DeviceShardBytes> DeviceBytes(uint64_t id) const;
 
  private:
   struct Shard;

@@ -31,6 +31,7 @@
 #ifdef TESSERA_CUDA
 #include "worker/cuda_shard_store.h"
 #include "worker/cuda_status.h"
+#include "worker/nccl_exchange.h"
 #endif
 #include "transport/transport_chain.h"
 #include "transport/ucx_common.h"
@@ -68,6 +69,11 @@ ABSL_FLAG(bool, ucx, true,
           "pieces through it; false (or TESSERA_UCX=0) leaves shared memory "
           "and gRPC. Off when the worker runs TLS: UCX would carry shard "
           "bytes outside it");
+ABSL_FLAG(bool, nccl, true,
+          "GPU workers (--device=cuda:N): move reshard pieces between GPUs "
+          "with NCCL send/recv when the coordinator orders an exchange; "
+          "false leaves host staging and gRPC. Off when the worker runs TLS: "
+          "NCCL would carry shard bytes outside it");
 ABSL_FLAG(std::string, peer_transport, "auto",
           "how reshard pieces are pulled from peers: auto (shared memory on "
           "this host, else UCX, else gRPC), or shm, ucx or grpc alone");
@@ -259,6 +265,25 @@ int Run() {
     spdlog::error("--peer_transport: {}", std::string(s.message()));
     return 2;
   }
+#ifdef TESSERA_CUDA
+  std::unique_ptr<NcclExchange> nccl;
+  if (device->kind == Device::Kind::kCuda) {
+    if (!absl::GetFlag(FLAGS_nccl)) {
+      spdlog::info("NCCL off (--nccl=false): GPU pieces move through the host");
+    } else if (security->tls) {
+      spdlog::info(
+          "NCCL off: this worker runs TLS, and NCCL would carry shard bytes "
+          "outside it");
+    } else {
+      nccl = std::make_unique<NcclExchange>(
+          static_cast<CudaShardStore*>(store.get()));
+      node_options.exchange = nccl.get();
+      spdlog::info(
+          "NCCL on: reshard pieces between GPU workers move by "
+          "send/recv when the coordinator orders an exchange");
+    }
+  }
+#endif
   WorkerNode node(store.get(), node_options);
   WorkerService service(&node);
   std::unique_ptr<UcxServer> ucx;

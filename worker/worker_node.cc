@@ -482,6 +482,34 @@ absl::StatusOr<int64_t> WorkerNode::Transfer(
   return bytes + *moved;
 }
 
+absl::StatusOr<std::string> WorkerNode::ExchangeId() {
+  if (options_.exchange == nullptr) return NoExchange();
+  return options_.exchange->UniqueId();
+}
+
+absl::StatusOr<int64_t> WorkerNode::Exchange(const ExchangePlan& plan,
+                                             absl::Time deadline) {
+  if (options_.exchange == nullptr) return NoExchange();
+  for (const auto* pieces : {&plan.sends, &plan.recvs}) {
+    const char* what = pieces == &plan.sends ? "sends" : "recvs";
+    for (size_t i = 0; i < pieces->size(); ++i) {
+      const ExchangePiece& piece = (*pieces)[i];
+      TESSERA_ASSIGN_OR_RETURN(ShardDesc desc,
+                               store_->Describe(piece.shard_id));
+      TESSERA_RETURN_IF_ERROR(CheckWithin(piece.box(), desc.box.sizes,
+                                          absl::StrCat(what, "[", i, "]")));
+    }
+  }
+  return options_.exchange->Run(
+      plan, std::min(deadline, absl::Now() + options_.pull_timeout));
+}
+
+absl::Status WorkerNode::NoExchange() const {
+  return absl::FailedPreconditionError(
+      "this worker takes no part in NCCL exchanges (its shards are in host "
+      "memory, NCCL is off, or the build has no CUDA)");
+}
+
 absl::Status WorkerNode::Free(absl::Span<const uint64_t> ids) {
   absl::Status status;
   for (uint64_t id : ids) status.Update(store_->Free(id));

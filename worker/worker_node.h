@@ -36,6 +36,7 @@
 #include "transport/shard_transport.h"
 #include "transport/shared_memory_arena.h"
 #include "transport/transport_chain.h"
+#include "worker/device_exchange.h"
 #include "worker/shard_store.h"
 #include "worker/staging_pool.h"
 
@@ -103,6 +104,9 @@ struct WorkerNodeOptions {
   // past it is refused (RESOURCE_EXHAUSTED) and its client reads over gRPC
   // instead. Up to a quarter of it stays made between reads.
   int64_t max_staging_bytes = int64_t{1} << 30;
+  // NCCL between GPU workers (not owned; outlives the node). Null: this
+  // worker takes no part in exchanges (FAILED_PRECONDITION).
+  DeviceExchange* exchange = nullptr;
 };
 
 // One shard of an allocation.
@@ -278,6 +282,14 @@ class WorkerNode {
                                    absl::Time deadline = absl::InfiniteFuture(),
                                    const std::function<bool()>& cancelled = {});
 
+  // A communicator id for an exchange this worker hosts (DeviceExchange).
+  absl::StatusOr<std::string> ExchangeId();
+  // This worker's share of an exchange: every shard it names must be held
+  // here (NOT_FOUND) and every box lie inside its shard (OUT_OF_RANGE),
+  // checked before anything moves. Returns the bytes received.
+  absl::StatusOr<int64_t> Exchange(const ExchangePlan& plan,
+                                   absl::Time deadline);
+
   // Frees the shards; unknown ids are fine (frees are retried).
   absl::Status Free(absl::Span<const uint64_t> ids);
 
@@ -307,6 +319,7 @@ class WorkerNode {
 
  private:
   class Receiver;
+  absl::Status NoExchange() const;
 
   ShardStore* const store_;
   const WorkerNodeOptions options_;

@@ -61,6 +61,47 @@ class UnpinnableStore : public HostShardStore {
   }
 };
 
+// Stands in for NCCL, which needs GPUs: records what the node hands it.
+class RecordingExchange : public DeviceExchange {
+ public:
+  absl::StatusOr<std::string> UniqueId() override {
+    return std::string(kExchangeIdBytes, 'u');
+  }
+  absl::StatusOr<int64_t> Run(const ExchangePlan& plan, absl::Time) override {
+    ++runs;
+    return static_cast<int64_t>(plan.recvs.size());
+  }
+  int runs = 0;
+};
+
+TEST(WorkerNodeTest, ExchangeSharesAreCheckedBeforeAnythingMoves) {
+  HostShardStore store;
+  ASSERT_THAT(store.Allocate(1, Desc({4, 8}), kArange), IsOk());
+  WorkerNode plain(&store, WorkerNodeOptions{});
+  EXPECT_THAT(plain.ExchangeId().status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  RecordingExchange nccl;
+  WorkerNodeOptions options;
+  options.exchange = &nccl;
+  WorkerNode node(&store, options);
+  ASSERT_THAT(node.ExchangeId().status(), IsOk());
+  ExchangePlan plan;
+  plan.unique_id = std::string(kExchangeIdBytes, 'u');
+  plan.ranks = 2;
+  plan.recvs.push_back({1, 1, {0, 4}, {4, 4}});
+  EXPECT_THAT(node.Exchange(plan, absl::InfiniteFuture()), IsOk());
+  EXPECT_EQ(nccl.runs, 1);
+  ExchangePlan outside = plan;
+  outside.recvs[0].offsets = {1, 4};  // one row past the shard
+  EXPECT_THAT(node.Exchange(outside, absl::InfiniteFuture()).status(),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("recvs[0]")));
+  ExchangePlan unknown = plan;
+  unknown.sends.push_back({1, 9, {0, 0}, {1, 1}});
+  EXPECT_THAT(node.Exchange(unknown, absl::InfiniteFuture()).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(nccl.runs, 1) << "a bad share reached NCCL";
+}
+
 TEST(WorkerNodeTest, AllocationIsAllOrNothing) {
   HostShardStore store;
   WorkerNode node(&store, WorkerNodeOptions{});

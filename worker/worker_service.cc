@@ -474,6 +474,37 @@ grpc::Status WorkerService::Transfer(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status WorkerService::NcclUniqueId(grpc::ServerContext* context,
+                                         const v1::NcclUniqueIdRequest*,
+                                         v1::NcclUniqueIdResponse* response) {
+  if (absl::Status admitted = Admit(*node_, *context, "NcclUniqueId");
+      !admitted.ok()) {
+    return ToGrpcStatus(admitted);
+  }
+  absl::StatusOr<std::string> id = node_->ExchangeId();
+  if (!id.ok()) return ToGrpcStatus(id.status());
+  response->set_unique_id(*id);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::NcclExchange(grpc::ServerContext* context,
+                                         const v1::NcclExchangeRequest* request,
+                                         v1::NcclExchangeResponse* response) {
+  // Only the coordinator orders an exchange: its peers come from the
+  // cluster's registry.
+  if (absl::Status admitted = Admit(*node_, *context, "NcclExchange");
+      !admitted.ok()) {
+    return ToGrpcStatus(admitted);
+  }
+  absl::StatusOr<ExchangePlan> plan = ExchangePlanFromProto(*request);
+  if (!plan.ok()) return ToGrpcStatus(plan.status());
+  absl::StatusOr<int64_t> bytes =
+      node_->Exchange(*plan, CallDeadline(*context));
+  if (!bytes.ok()) return ToGrpcStatus(bytes.status());
+  response->set_bytes_received(*bytes);
+  return grpc::Status::OK;
+}
+
 grpc::Status WorkerService::FreeShards(grpc::ServerContext* context,
                                        const v1::FreeShardsRequest* request,
                                        v1::FreeShardsResponse* response) {

@@ -53,6 +53,12 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status Transfer(grpc::ServerContext* context,
                         const v1::TransferRequest* request,
                         v1::TransferResponse* response) override;
+  grpc::Status NcclUniqueId(grpc::ServerContext* context,
+                            const v1::NcclUniqueIdRequest* request,
+                            v1::NcclUniqueIdResponse* response) override;
+  grpc::Status NcclExchange(grpc::ServerContext* context,
+                            const v1::NcclExchangeRequest* request,
+                            v1::NcclExchangeResponse* response) override;
   grpc::Status ReadRows(grpc::ServerContext* context,
                         const v1::ReadRowsRequest* request,
                         v1::ReadRowsResponse* response) override;

@@ -437,5 +437,49 @@ TEST_F(WorkerServiceTest, CallsWithoutTheRightCapabilityChangeNothing) {
   EXPECT_EQ(Read(Box{{0, 0}, {1, 4}}), (std::vector<int32_t>{0, 1, 2, 3}));
 }
 
+// A host worker takes no part in NCCL exchanges: the coordinator's order
+// is answered FAILED_PRECONDITION (it then has the pieces pulled); anyone
+// else's is refused, and a malformed share is INVALID_ARGUMENT.
+TEST_F(WorkerServiceTest, ExchangesNeedAnOrderAndAGpuWorker) {
+  auto stub = v1::Worker::NewStub(channel_);
+  auto id = [&](const std::string& capability) {
+    grpc::ClientContext context;
+    if (!capability.empty()) context.AddMetadata(kCapabilityHeader, capability);
+    v1::NcclUniqueIdRequest request;
+    v1::NcclUniqueIdResponse response;
+    return stub->NcclUniqueId(&context, request, &response).error_code();
+  };
+  v1::NcclExchangeRequest share;
+  share.set_unique_id(std::string(kExchangeIdBytes, 'i'));
+  share.set_ranks(2);
+  share.set_rank(0);
+  v1::NcclPiece* piece = share.add_sends();
+  piece->set_peer(1);
+  piece->set_shard_id(1);
+  piece->add_offsets(0);
+  piece->add_offsets(0);
+  piece->add_sizes(1);
+  piece->add_sizes(4);
+  auto exchange = [&](const std::string& capability,
+                      const v1::NcclExchangeRequest& request) {
+    grpc::ClientContext context;
+    if (!capability.empty()) context.AddMetadata(kCapabilityHeader, capability);
+    v1::NcclExchangeResponse response;
+    return stub->NcclExchange(&context, request, &response).error_code();
+  };
+  EXPECT_EQ(id(""), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(id(Grant(kRightRead)), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(id(Grant(kRightOrder)), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(exchange(Grant(kRightRead), share),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(exchange(Grant(kRightOrder), share),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  v1::NcclExchangeRequest self = share;
+  self.mutable_sends(0)->set_peer(0);
+  EXPECT_EQ(exchange(Grant(kRightOrder), self),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Read(Box{{0, 0}, {1, 4}}), (std::vector<int32_t>{0, 1, 2, 3}));
+}
+
 }  // namespace
 }  // namespace tessera

@@ -1,0 +1,95 @@
+#include "coordinator/exchange_groups.h"
+
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+
+namespace tessera {
+
+ExchangeGroups::ExchangeGroups(WorkerControl* workers, absl::Duration cool_down)
+    : workers_(workers), cool_down_(cool_down) {}
+
+ExchangeGroups::Stats ExchangeGroups::stats() const {
+  return {exchanges_.load(), failures_.load(), bytes_.load()};
+}
+
+absl::Status ExchangeGroups::Run(absl::Span<const TransferBatch> batches,
+                                 int64_t item_bytes) {
+  Exchange exchange = PlanExchange(batches, item_bytes);
+  if (exchange.members.size() < 2) return absl::OkStatus();
+  std::map<std::string, std::string> address_of;
+  for (const TransferBatch& batch : batches) {
+    address_of.emplace(batch.src_worker, batch.src_address);
+    address_of.emplace(batch.dst_worker, batch.dst_address);
+  }
+  std::vector<WorkerRef> members;
+  std::vector<std::string> named;
+  for (const std::string& name : exchange.members) {
+    members.push_back({name, address_of[name]});
+    named.push_back(absl::StrCat(name, "@", address_of[name]));
+  }
+  const std::string key = absl::StrJoin(named, ",");
+  std::shared_ptr<Group> group;
+  {
+    absl::MutexLock lock(&mu_);
+    std::shared_ptr<Group>& slot = groups_[key];
+    if (slot == nullptr) slot = std::make_shared<Group>();
+    group = slot;
+    // Bounded: sets no exchange is using are forgotten first.
+    for (auto it = groups_.begin();
+         groups_.size() > kMaxGroups && it != groups_.end();) {
+      it = it->second.use_count() == 1 ? groups_.erase(it) : std::next(it);
+    }
+  }
+  const std::string what =
+      absl::StrCat("an NCCL exchange among ", members.size(), " GPU workers");
+  absl::MutexLock running(&group->run);
+  const absl::Time now = absl::Now();
+  if (now < group->cool_until) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " failed ",
+        absl::FormatDuration(cool_down_ - (group->cool_until - now)),
+        " ago; their pieces are pulled for now"));
+  }
+  auto failed = [&](absl::Status status) {
+    group->id.clear();
+    group->cool_until = absl::Now() + cool_down_;
+    failures_.fetch_add(1);
+    return Annotate(status, what);
+  };
+  if (group->id.empty()) {
+    absl::StatusOr<std::string> id = workers_->ExchangeId(members[0]);
+    if (!id.ok()) {
+      return failed(Annotate(id.status(),
+                             absl::StrCat("worker '", members[0].name, "'")));
+    }
+    group->id = *std::move(id);
+  }
+  // Every member at once: each waits in its NCCL group for the others.
+  std::vector<absl::Status> results(members.size());
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < members.size(); ++r) {
+    exchange.plans[r].unique_id = group->id;
+    threads.emplace_back([&, r] {
+      absl::StatusOr<int64_t> received =
+          workers_->Exchange(members[r], exchange.plans[r]);
+      if (!received.ok()) {
+        results[r] = Annotate(received.status(),
+                              absl::StrCat("worker '", members[r].name, "'"));
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& status : results) {
+    if (!status.ok()) return failed(status);
+  }
+  exchanges_.fetch_add(1);
+  bytes_.fetch_add(exchange.bytes);
+  return absl::OkStatus();
+}
+
+}  // namespace tessera
