@@ -21,6 +21,14 @@ absl::Status ExchangeGroups::Run(absl::Span<const TransferBatch> batches,
                                  int64_t item_bytes) {
   Exchange exchange = PlanExchange(batches, item_bytes);
   if (exchange.members.size() < 2) return absl::OkStatus();
+  for (const ExchangePlan& plan : exchange.plans) {
+    const size_t ops = plan.sends.size() + plan.recvs.size();
+    if (ops > kMaxGroupOperations) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "a member would post ", ops,
+          " NCCL operations in one group (at most ", kMaxGroupOperations, ")"));
+    }
+  }
   std::map<std::string, std::string> address_of;
   for (const TransferBatch& batch : batches) {
     address_of.emplace(batch.src_worker, batch.src_address);

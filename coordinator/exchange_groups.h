@@ -29,6 +29,9 @@ namespace tessera {
 class ExchangeGroups {
  public:
   static constexpr size_t kMaxGroups = 1024;
+  // NCCL bounds the operations of one group (2048 in its documentation):
+  // a member's share larger than this is pulled instead.
+  static constexpr size_t kMaxGroupOperations = 2048;
 
   // `workers` (not owned) outlives this.
   explicit ExchangeGroups(WorkerControl* workers,

@@ -126,6 +126,17 @@ TEST_F(ExchangeGroupsTest, AFailedMemberNamesItselfAndTheIdIsForgotten) {
       << "members aborted their communicator: a fresh id is needed";
 }
 
+TEST_F(ExchangeGroupsTest, SharesTooLargeForOneNcclGroupArePulled) {
+  for (int i = 0; i < 3; ++i) workers_.EnableExchanges(Address(i));
+  ExchangeGroups groups(&workers_);
+  TransferBatch big = Batch(0, 1, 10, 21);
+  big.pieces.resize(ExchangeGroups::kMaxGroupOperations + 1, big.pieces[0]);
+  EXPECT_THAT(groups.Run({big}, 4),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("NCCL operations in one group")));
+  EXPECT_EQ(workers_.counts(Address(0)).exchange_id, 0);
+}
+
 TEST_F(ExchangeGroupsTest, ANewMemberIsANewSet) {
   for (int i = 0; i < 3; ++i) workers_.EnableExchanges(Address(i));
   ExchangeGroups groups(&workers_);

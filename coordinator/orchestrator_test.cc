@@ -151,23 +151,25 @@ TEST_F(OrchestratorTest, ReshardSendsOneTransferPerPairOfWorkers) {
   EXPECT_THAT(Held(2), SizeIs(2));
 }
 
-// Workers g3 and g4 hold their shards on GPUs.
+// Workers w3, w4 and w5 hold their shards on GPUs: cuda:0, cuda:1 and
+// cuda:0 of one host (w5 shares w3's GPU).
 class GpuOrchestratorTest : public OrchestratorTest {
  protected:
   GpuOrchestratorTest() {
-    for (int i = 3; i < 5; ++i) {
+    for (int i = 3; i < 6; ++i) {
       workers_.AddWorker(WorkerAddress(i));
       WorkerRegistration gpu = TestWorker(i, 1 << 20);
       gpu.worker.device.kind = Device::Kind::kCuda;
+      gpu.worker.device.index = i == 4 ? 1 : 0;
       EXPECT_OK(registry_.Register(gpu));
     }
   }
+  // Each rank's shards on its worker's own GPU.
   static LayoutSpec OnGpus(const std::vector<int32_t>& ranks, int dim) {
     std::vector<Placement> placements;
     for (int32_t rank : ranks) {
       Placement p;
       p.rank = rank;
-      p.device = Device{Device::Kind::kCuda, 0};
       placements.push_back(p);
     }
     return LayoutSpec::Chunk(dim, placements);
@@ -211,6 +213,16 @@ TEST_F(GpuOrchestratorTest, AFailedExchangeIsPulledInstead) {
   EXPECT_TRUE(pairs.count({"w3", "w4"}) == 1 && pairs.count({"w4", "w3"}) == 1)
       << "the pieces were not pulled";
   EXPECT_EQ(orchestrator_.exchange_stats().failures, 1);
+}
+
+TEST_F(GpuOrchestratorTest, WorkersSharingAGpuArePulled) {
+  for (int i = 3; i < 6; ++i) workers_.EnableExchanges(WorkerAddress(i));
+  CreateTensorArgs args = Args("g", 8, {});
+  args.spec = OnGpus({3, 5}, 0);
+  ASSERT_OK(orchestrator_.Create(args));
+  ASSERT_OK(orchestrator_.Reshard("g", OnGpus({3, 5}, 1), 1));
+  EXPECT_THAT(workers_.exchanges(), IsEmpty());
+  EXPECT_EQ(orchestrator_.exchange_stats().failures, 0);
 }
 
 TEST_F(GpuOrchestratorTest, PiecesFromHostWorkersArePulled) {

@@ -319,6 +319,15 @@ absl::StatusOr<int64_t> NcclExchange::Run(const ExchangePlan& plan,
     Drop(plan.unique_id);
     return failed;
   }
+  // A non-blocking communicator may still be launching the group: the
+  // unpacking copies go on the stream only after its kernels.
+  absl::Status launched = comm->Await(deadline, what, /*drain=*/false);
+  if (!launched.ok()) {
+    cudaStreamSynchronize(comm->stream);
+    Drop(plan.unique_id);
+    spdlog::warn("{}", std::string(launched.message()));
+    return launched;
+  }
   for (const Posted& posted : recvs) {
     if (posted.packed == nullptr) continue;
     const cudaError_t unpacked =
