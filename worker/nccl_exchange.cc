@@ -229,8 +229,21 @@ absl::StatusOr<int64_t> NcclExchange::Run(const ExchangePlan& plan,
     return absl::UnavailableError(
         "the NCCL communicator was aborted by an earlier exchange");
   }
-  TESSERA_RETURN_IF_ERROR(
-      CudaError("selecting the device", cudaSetDevice(comm->device)));
+  // Any failure from here aborts the communicator: the peers' operations
+  // could never match again, and the coordinator makes a fresh one.
+  auto fail = [&](absl::Status why) {
+    const absl::Status failed = comm->Abort(std::move(why));
+    cudaStreamSynchronize(comm->stream);
+    Drop(plan.unique_id);
+    spdlog::warn("NCCL exchange as rank {} of {}: {}", plan.rank, plan.ranks,
+                 std::string(failed.message()));
+    return failed;
+  };
+  if (absl::Status selected =
+          CudaError("selecting the device", cudaSetDevice(comm->device));
+      !selected.ok()) {
+    return fail(selected);
+  }
   // Every shard stays allocated until the stream has drained.
   std::vector<DeviceShardBytes> shards;
   shards.reserve(plan.sends.size() + plan.recvs.size());
@@ -260,17 +273,24 @@ absl::StatusOr<int64_t> NcclExchange::Run(const ExchangePlan& plan,
     return absl::OkStatus();
   };
   for (const ExchangePiece& piece : plan.sends) {
-    TESSERA_RETURN_IF_ERROR(post(piece, sends));
+    if (absl::Status posted = post(piece, sends); !posted.ok()) {
+      return fail(posted);
+    }
   }
   for (const ExchangePiece& piece : plan.recvs) {
-    TESSERA_RETURN_IF_ERROR(post(piece, recvs));
+    if (absl::Status posted = post(piece, recvs); !posted.ok()) {
+      return fail(posted);
+    }
   }
   char* buffer = nullptr;
   if (buffer_bytes > 0) {
-    TESSERA_RETURN_IF_ERROR(
-        CudaError(absl::StrCat("allocating ", buffer_bytes,
-                               " bytes of device memory for packed pieces"),
-                  cudaMalloc(&buffer, buffer_bytes)));
+    if (absl::Status allocated =
+            CudaError(absl::StrCat("allocating ", buffer_bytes,
+                                   " bytes of device memory for packed pieces"),
+                      cudaMalloc(&buffer, buffer_bytes));
+        !allocated.ok()) {
+      return fail(allocated);
+    }
   }
   const std::unique_ptr<char, void (*)(char*)> buffer_owner(buffer,
                                                             [](char* p) {
@@ -292,9 +312,7 @@ absl::StatusOr<int64_t> NcclExchange::Run(const ExchangePlan& plan,
     if (posted.packed == nullptr) continue;
     const cudaError_t packed = CopyPiece(posted, comm->stream, /*pack=*/true);
     if (packed != cudaSuccess) {
-      // Nothing was posted to NCCL: the peers time out and abort too.
-      cudaStreamSynchronize(comm->stream);
-      return CudaError("packing a piece on the device", packed);
+      return fail(CudaError("packing a piece on the device", packed));
     }
   }
   const std::string what =
@@ -314,40 +332,27 @@ absl::StatusOr<int64_t> NcclExchange::Run(const ExchangePlan& plan,
   const ncclResult_t ended = ncclGroupEnd();
   if (result == ncclSuccess) result = ended;
   if (result != ncclSuccess && result != ncclInProgress) {
-    const absl::Status failed = comm->Abort(NcclError(what, result));
-    cudaStreamSynchronize(comm->stream);
-    Drop(plan.unique_id);
-    return failed;
+    return fail(NcclError(what, result));
   }
   // A non-blocking communicator may still be launching the group: the
   // unpacking copies go on the stream only after its kernels.
-  absl::Status launched = comm->Await(deadline, what, /*drain=*/false);
-  if (!launched.ok()) {
-    cudaStreamSynchronize(comm->stream);
-    Drop(plan.unique_id);
-    spdlog::warn("{}", std::string(launched.message()));
-    return launched;
+  if (absl::Status launched = comm->Await(deadline, what, /*drain=*/false);
+      !launched.ok()) {
+    return fail(launched);
   }
   for (const Posted& posted : recvs) {
     if (posted.packed == nullptr) continue;
     const cudaError_t unpacked =
         CopyPiece(posted, comm->stream, /*pack=*/false);
     if (unpacked != cudaSuccess) {
-      const absl::Status failed =
-          comm->Abort(CudaError("placing a received piece", unpacked));
-      cudaStreamSynchronize(comm->stream);
-      Drop(plan.unique_id);
-      return failed;
+      return fail(CudaError("placing a received piece", unpacked));
     }
   }
-  absl::Status done = comm->Await(deadline, what, /*drain=*/true);
-  if (!done.ok()) {
-    // Aborted: NCCL's kernels end, so the stream drains before the buffer
-    // and the shards are let go.
-    cudaStreamSynchronize(comm->stream);
-    Drop(plan.unique_id);
-    spdlog::warn("{}", std::string(done.message()));
-    return done;
+  // On failure the abort ends NCCL's kernels, so the stream drains (in
+  // fail) before the buffer and the shards are let go.
+  if (absl::Status done = comm->Await(deadline, what, /*drain=*/true);
+      !done.ok()) {
+    return fail(done);
   }
   return received;
 }
