@@ -71,18 +71,16 @@ Coordinator::Coordinator(CoordinatorOptions options,
                  "Replaced tensor versions waiting to be freed.")
           ->Set(static_cast<double>(table_.NumRetired()));
       const ExchangeGroups::Stats nccl = orchestrator_.exchange_stats();
-      metrics
-          .Counter("tessera_nccl_exchanges_total",
-                   "Reshards whose pieces moved between GPU workers by one "
-                   "NCCL exchange, by outcome (failed ones were pulled).",
-                   {{"outcome", "ok"}})
-          ->Set(static_cast<double>(nccl.exchanges));
-      metrics
-          .Counter("tessera_nccl_exchanges_total",
-                   "Reshards whose pieces moved between GPU workers by one "
-                   "NCCL exchange, by outcome (failed ones were pulled).",
-                   {{"outcome", "failed"}})
-          ->Set(static_cast<double>(nccl.failures));
+      for (const auto& [outcome, count] :
+           {std::pair<const char*, int64_t>{"ok", nccl.exchanges},
+            {"failed", nccl.failures}}) {
+        metrics
+            .Counter("tessera_nccl_exchanges_total",
+                     "Reshards whose pieces moved between GPU workers by one "
+                     "NCCL exchange, by outcome (failed ones were pulled).",
+                     {{"outcome", outcome}})
+            ->Set(static_cast<double>(count));
+      }
       metrics
           .Counter("tessera_nccl_exchanged_bytes_total",
                    "Bytes moved between GPU workers by NCCL exchanges.")

@@ -556,6 +556,23 @@ void TransferBatchToProto(const TransferBatch& batch,
   }
 }
 
+namespace {
+
+// A moved piece's sizes from the wire: none negative.
+absl::Status CheckPieceSizes(
+    const std::string& field,
+    const google::protobuf::RepeatedField<int64_t>& sizes) {
+  for (int64_t size : sizes) {
+    if (size < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": negative size ", size));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<TransferBatch> TransferBatchFromProto(
     const v1::TransferRequest& request) {
   TransferBatch batch;
@@ -578,12 +595,7 @@ absl::StatusOr<TransferBatch> TransferBatchFromProto(
           field, ": ", p.src_offsets_size(), " source and ",
           p.dst_offsets_size(), " destination offsets for ", rank, " sizes"));
     }
-    for (int64_t size : p.sizes()) {
-      if (size < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(field, ": negative size ", size));
-      }
-    }
+    TESSERA_RETURN_IF_ERROR(CheckPieceSizes(field, p.sizes()));
     TransferPiece piece;
     piece.src_shard_id = p.src_shard_id();
     piece.src_offsets.assign(p.src_offsets().begin(), p.src_offsets().end());
@@ -617,12 +629,7 @@ absl::StatusOr<ExchangePiece> ExchangePieceFromProto(const v1::NcclPiece& p,
         absl::StrCat(field, ": ", p.offsets_size(), " offsets and ",
                      p.sizes_size(), " sizes (at most ", kMaxRank, " dims)"));
   }
-  for (int64_t size : p.sizes()) {
-    if (size < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": negative size ", size));
-    }
-  }
+  TESSERA_RETURN_IF_ERROR(CheckPieceSizes(field, p.sizes()));
   ExchangePiece piece;
   piece.peer = p.peer();
   piece.shard_id = p.shard_id();
