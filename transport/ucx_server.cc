@@ -521,25 +521,29 @@ UcxCheckAnswer UcxServer::Check(uint64_t shard_id, uint64_t nonce,
     absl::MutexLock lock(&mu_);
     auto it = by_nonce_.find(nonce);
     if (it == by_nonce_.end()) {
-      auto dead = dead_.find(nonce);
-      if (dead != dead_.end() && dead->second->shard_id == shard_id &&
-          dead->second->freed) {
-        return UcxCheckAnswer::kFreed;
-      }
-      return UcxCheckAnswer::kStale;
+      return FreedKey(nonce, shard_id) ? UcxCheckAnswer::kFreed
+                                       : UcxCheckAnswer::kStale;
     }
     r = it->second;
   }
   if (r->shard_id != shard_id) return UcxCheckAnswer::kStale;
-  if (!options_.held(shard_id)) {
-    {
-      absl::MutexLock lock(&mu_);
-      Kill(*r, /*freed=*/true);
-    }
-    LetGo();
-    return UcxCheckAnswer::kFreed;
+  return StillHeld(*r) ? UcxCheckAnswer::kHeld : UcxCheckAnswer::kFreed;
+}
+
+bool UcxServer::FreedKey(uint64_t nonce, uint64_t shard_id) const {
+  auto dead = dead_.find(nonce);
+  return dead != dead_.end() && dead->second->shard_id == shard_id &&
+         dead->second->freed;
+}
+
+bool UcxServer::StillHeld(Registration& r) {
+  if (options_.held(r.shard_id)) return true;
+  {
+    absl::MutexLock lock(&mu_);
+    Kill(r, /*freed=*/true);
   }
-  return UcxCheckAnswer::kHeld;
+  LetGo();
+  return false;
 }
 
 ucs_status_t UcxServer::OnCheck(void* arg, const void* header,
@@ -561,6 +565,12 @@ ucs_status_t UcxServer::OnCheckRelease(void* arg, const void* header,
 }
 
 namespace {
+
+// A send request's range: non-empty and inside `size` bytes.
+bool RangeInside(const UcxSendRequest& request, uint64_t size) {
+  return request.bytes > 0 && request.offset <= size &&
+         request.bytes <= size - request.offset;
+}
 
 // `header` as a request of type T with a way to answer it. Anything else is
 // dropped (false): the peer's request then times out.
@@ -618,11 +628,10 @@ void UcxServer::AnswerSend(const void* header, size_t header_length,
                lease->second.shard_id == request.shard_id) {
       // A staging lease: its slots, packed while the shard was held. The
       // reader's check-and-release after says whether they still are its.
-      const uint64_t size = static_cast<uint64_t>(lease->second.slots) *
-                            static_cast<uint64_t>(options_.staging_slot_bytes);
-      if (request.bytes == 0 || request.offset > size ||
-          request.bytes > size - request.offset) {
-        return;
+      if (!RangeInside(request, static_cast<uint64_t>(lease->second.slots) *
+                                    static_cast<uint64_t>(
+                                        options_.staging_slot_bytes))) {
+        return;  // outside the lease: the reader knows its size
       }
       if (room) {
         sends_.push_back(PendingSend{
@@ -634,26 +643,15 @@ void UcxServer::AnswerSend(const void* header, size_t header_length,
             request.bytes, request.request_id});
         return;
       }
-    } else {
-      auto dead = dead_.find(request.registration);
-      if (dead != dead_.end() && dead->second->shard_id == request.shard_id &&
-          dead->second->freed) {
-        refusal = UcxCheckAnswer::kFreed;
-      }
+    } else if (FreedKey(request.registration, request.shard_id)) {
+      refusal = UcxCheckAnswer::kFreed;
     }
   }
   if (r != nullptr) {
-    const uint64_t size = static_cast<uint64_t>(r->pinned.bytes);
-    if (request.bytes == 0 || request.offset > size ||
-        request.bytes > size - request.offset) {
+    if (!RangeInside(request, static_cast<uint64_t>(r->pinned.bytes))) {
       return;  // outside the shard: the reader knows its size
     }
-    if (!options_.held(request.shard_id)) {
-      {
-        absl::MutexLock lock(&mu_);
-        Kill(*r, /*freed=*/true);
-      }
-      LetGo();
+    if (!StillHeld(*r)) {
       r = nullptr;
       refusal = UcxCheckAnswer::kFreed;
     }

@@ -238,6 +238,12 @@ class UcxServer {
                    const ucp_am_recv_param_t* param, bool release);
   UcxCheckAnswer Check(uint64_t shard_id, uint64_t nonce, bool release)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether `nonce` was a registration of shard `shard_id` that died
+  // because the shard was freed (kFreed, not kStale).
+  bool FreedKey(uint64_t nonce, uint64_t shard_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether r's shard is still held; if not, kills r (freed) and lets go.
+  bool StillHeld(Registration& r) ABSL_LOCKS_EXCLUDED(mu_);
   // Maps and registers the staging region if it is not.
   absl::Status EnsureStaging() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropStaging() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
