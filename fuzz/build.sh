@@ -46,7 +46,7 @@ done
 LIB_SRCS=()
 for f in core/*.cc rpc/*.cc transport/*.cc worker/*.cc coordinator/*.cc "$GEN"/proto/*.cc; do
   case "$f" in *_test.cc | */main.cc) continue ;; esac
-  case "$f" in *cuda*) continue ;; esac  # no CUDA toolkit here; host paths only
+  case "$f" in *cuda* | *nccl*) continue ;; esac  # no CUDA toolkit here; host paths only
   LIB_SRCS+=("$f")
 done
 # Client sources that read files users hand the CLI (no gRPC in them).

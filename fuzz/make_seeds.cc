@@ -375,6 +375,33 @@ void WorkerSeeds() {
                                     {4, 0}, {4, 8})));
   fuzz::AppendRecord(&s, A | 2 | 16, Bytes(pull));  // A pulls from B
   Write("worker_request_fuzzer", "stage_read", s);
+
+  // An exchange share for B (which takes part) and for A (which does not):
+  // one piece out of shard 1, one into shard 2, and one piece past shard 2.
+  v1::NcclExchangeRequest share;
+  share.set_unique_id(std::string(128, 'n'));
+  share.set_ranks(2);
+  share.set_rank(1);
+  auto add_piece = [](v1::NcclPiece* piece, uint64_t shard, int64_t row) {
+    piece->set_peer(0);
+    piece->set_shard_id(shard);
+    piece->add_offsets(row);
+    piece->add_offsets(0);
+    piece->add_sizes(2);
+    piece->add_sizes(8);
+  };
+  add_piece(share.add_sends(), 1, 0);
+  add_piece(share.add_recvs(), 2, 1);
+  v1::NcclExchangeRequest past = share;
+  past.mutable_recvs(0)->set_offsets(0, 3);
+  s.clear();
+  fuzz::AppendRecord(&s, B | 0, Bytes(alloc1));
+  fuzz::AppendRecord(&s, B | 0, Bytes(alloc2));
+  fuzz::AppendRecord(&s, B | 7, Bytes(share));
+  fuzz::AppendRecord(&s, B | 7, Bytes(past));
+  fuzz::AppendRecord(&s, A | 0, Bytes(alloc1));
+  fuzz::AppendRecord(&s, A | 7, Bytes(share));
+  Write("worker_request_fuzzer", "nccl_exchange", s);
 }
 
 v1::CreateTensorRequest Create(const std::string& name,

@@ -18,7 +18,10 @@
 //   op & 7 == 6  StageReadRequest      -> a StageRead stream (through gRPC):
 //                the message opens it, then asks for its own first/count/
 //                slot; each reply's bytes are bounded by the slot
-//   otherwise    ignored
+//   op & 7 == 7  NcclExchangeRequest   -> NcclExchange (through gRPC); B
+//                takes part in exchanges through a stand-in for NCCL that
+//                traps on any share the worker should have refused, A
+//                takes none
 // Worker B's store reports a GPU (worker/testing/device_like_store.h, host
 // bytes behind it): its shards answer MapShard as device shards, are read
 // staged, and A's pulls from B go through staging too.
@@ -85,10 +88,48 @@ std::unique_ptr<HostShardStore> MakeStore(bool device) {
   return std::make_unique<HostShardStore>(StoreOptions());
 }
 
+// Stands in for NCCL (which needs GPUs) on worker B: traps when the worker
+// hands it a share it should have refused.
+class CheckingExchange : public DeviceExchange {
+ public:
+  explicit CheckingExchange(ShardStore* store) : store_(store) {}
+  absl::StatusOr<std::string> UniqueId() override {
+    return std::string(kExchangeIdBytes, 'f');
+  }
+  absl::StatusOr<int64_t> Run(const ExchangePlan& plan, absl::Time) override {
+    FUZZ_CHECK(plan.unique_id.size() == kExchangeIdBytes && plan.ranks >= 2 &&
+                   plan.rank >= 0 && plan.rank < plan.ranks,
+               absl::StrCat(plan.rank, " of ", plan.ranks));
+    for (const auto* pieces : {&plan.sends, &plan.recvs}) {
+      for (const ExchangePiece& piece : *pieces) {
+        FUZZ_CHECK(piece.peer >= 0 && piece.peer < plan.ranks &&
+                       piece.peer != plan.rank,
+                   absl::StrCat("peer ", piece.peer));
+        absl::StatusOr<ShardDesc> desc = store_->Describe(piece.shard_id);
+        FUZZ_CHECK(desc.ok(), desc.status().ToString());
+        const absl::Status within =
+            CheckWithin(piece.box(), desc->box.sizes, "piece");
+        FUZZ_CHECK(within.ok(), within.ToString());
+      }
+    }
+    return 0;
+  }
+
+ private:
+  ShardStore* const store_;
+};
+
+WorkerNodeOptions NodeOptions(DeviceExchange* exchange) {
+  WorkerNodeOptions options = NodeOptions();
+  options.exchange = exchange;
+  return options;
+}
+
 struct Worker {
   std::string name;
   std::unique_ptr<HostShardStore> owned_store;
   HostShardStore& store;
+  std::unique_ptr<CheckingExchange> exchange;  // B's only
   WorkerNode node;
   std::unique_ptr<WorkerService> service;
   std::unique_ptr<grpc::Server> server;
@@ -99,7 +140,9 @@ struct Worker {
       : name(std::move(worker_name)),
         owned_store(MakeStore(device)),
         store(*owned_store),
-        node(&store, NodeOptions()) {
+        exchange(device ? std::make_unique<CheckingExchange>(&store)
+                        : nullptr),
+        node(&store, NodeOptions(exchange.get())) {
     node.SetIdentity(name, kKey);
     service = std::make_unique<WorkerService>(&node);
     grpc::ServerBuilder builder;
@@ -312,6 +355,22 @@ void Run(const uint8_t* data, size_t size) {
         FUZZ_CHECK(s.error_code() != grpc::StatusCode::UNKNOWN &&
                        s.error_code() != grpc::StatusCode::INTERNAL,
                    s.error_message());
+        break;
+      }
+      case 7: {
+        v1::NcclExchangeRequest request;
+        if (!request.ParseFromArray(bytes.data(),
+                                    static_cast<int>(bytes.size())))
+          break;
+        auto context = Context();
+        if (granted) context->AddMetadata(kCapabilityHeader, order);
+        v1::NcclExchangeResponse response;
+        grpc::Status s =
+            w->stub->NcclExchange(context.get(), request, &response);
+        FUZZ_CHECK(s.error_code() != grpc::StatusCode::UNKNOWN &&
+                       s.error_code() != grpc::StatusCode::INTERNAL,
+                   s.error_message());
+        FUZZ_CHECK(granted || !s.ok(), "an exchange without an order");
         break;
       }
       default:
