@@ -121,6 +121,8 @@ absl::StatusOr<RegisterResult> Coordinator::RegisterWorker(
     const std::vector<uint64_t>& held_shard_ids) {
   TESSERA_ASSIGN_OR_RETURN(RegisterResult result,
                            reconciler_.Register(registration, held_shard_ids));
+  // A worker that (re)starts has no NCCL communicator yet.
+  orchestrator_.ForgetExchangesWith(registration.worker.name);
   result.cluster_id = cluster_id_;
   return result;
 }

@@ -1,5 +1,6 @@
 #include "coordinator/exchange_groups.h"
 
+#include <algorithm>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -12,6 +13,21 @@ namespace tessera {
 
 ExchangeGroups::ExchangeGroups(WorkerControl* workers, absl::Duration cool_down)
     : workers_(workers), cool_down_(cool_down) {}
+
+void ExchangeGroups::Forget(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = groups_.begin(); it != groups_.end();) {
+    const std::vector<std::string>& members = it->second->members;
+    // A set running an exchange now keeps its entry: that exchange fails
+    // and forgets its id itself.
+    if (std::find(members.begin(), members.end(), name) != members.end() &&
+        it->second.use_count() == 1) {
+      it = groups_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
 
 ExchangeGroups::Stats ExchangeGroups::stats() const {
   return {exchanges_.load(), failures_.load(), bytes_.load()};
@@ -45,7 +61,10 @@ absl::Status ExchangeGroups::Run(absl::Span<const TransferBatch> batches,
   {
     absl::MutexLock lock(&mu_);
     std::shared_ptr<Group>& slot = groups_[key];
-    if (slot == nullptr) slot = std::make_shared<Group>();
+    if (slot == nullptr) {
+      slot = std::make_shared<Group>();
+      slot->members = exchange.members;
+    }
     group = slot;
     // Bounded: sets no exchange is using are forgotten first.
     for (auto it = groups_.begin();

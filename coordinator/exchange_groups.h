@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -45,6 +46,10 @@ class ExchangeGroups {
   absl::Status Run(absl::Span<const TransferBatch> batches, int64_t item_bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Worker `name` (re)started: every set it is in makes a fresh
+  // communicator next time, without cooling down.
+  void Forget(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+
   struct Stats {
     int64_t exchanges = 0;  // that succeeded
     int64_t failures = 0;   // that were tried and failed
@@ -54,7 +59,8 @@ class ExchangeGroups {
 
  private:
   struct Group {
-    absl::Mutex run;  // one exchange at a time
+    std::vector<std::string> members;  // names
+    absl::Mutex run;                   // one exchange at a time
     std::string id ABSL_GUARDED_BY(run);
     absl::Time cool_until ABSL_GUARDED_BY(run) = absl::InfinitePast();
   };

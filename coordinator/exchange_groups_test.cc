@@ -137,6 +137,19 @@ TEST_F(ExchangeGroupsTest, SharesTooLargeForOneNcclGroupArePulled) {
   EXPECT_EQ(workers_.counts(Address(0)).exchange_id, 0);
 }
 
+TEST_F(ExchangeGroupsTest, ARestartedMemberMakesItsSetsJoinAfresh) {
+  for (int i = 0; i < 3; ++i) workers_.EnableExchanges(Address(i));
+  ExchangeGroups groups(&workers_);
+  ASSERT_OK(groups.Run(batches_, 4));
+  ASSERT_OK(groups.Run({Batch(0, 1, 10, 21)}, 4));
+  EXPECT_EQ(workers_.counts(Address(0)).exchange_id, 2);
+  groups.Forget("g2");  // only the three-member set has g2
+  ASSERT_OK(groups.Run({Batch(0, 1, 10, 21)}, 4));
+  EXPECT_EQ(workers_.counts(Address(0)).exchange_id, 2) << "kept";
+  ASSERT_OK(groups.Run(batches_, 4));
+  EXPECT_EQ(workers_.counts(Address(0)).exchange_id, 3) << "made afresh";
+}
+
 TEST_F(ExchangeGroupsTest, ANewMemberIsANewSet) {
   for (int i = 0; i < 3; ++i) workers_.EnableExchanges(Address(i));
   ExchangeGroups groups(&workers_);

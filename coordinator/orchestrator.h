@@ -120,6 +120,8 @@ class Orchestrator {
   const TensorLimits& limits() const { return limits_; }
   // NCCL exchanges between GPU workers so far (metrics).
   ExchangeGroups::Stats exchange_stats() const { return exchanges_.stats(); }
+  // Worker `name` registered (again): its communicators are gone.
+  void ForgetExchangesWith(const std::string& name) { exchanges_.Forget(name); }
 
   // See Coordinator for each operation's contract.
   absl::StatusOr<TensorMetadataPtr> Create(const CreateTensorArgs& args);
