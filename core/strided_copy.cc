@@ -184,7 +184,8 @@ void FlatRangeCopy(absl::Span<const int64_t> array_shape,
   if (flat_count <= 0 || AnyZero(box_sizes)) return;
   const size_t outer = OuterDims(box_sizes, array_shape, nullptr);
   const int64_t run = Product(box_sizes, outer);
-  // Only into the array: a chunk cut out of one is read next, from cache.
+  // Both ways: a packed chunk this large outgrows the core's cache before it
+  // is sent on (UCX reshards ran the same with and without streaming packs).
   const bool stream = StreamsRuns(static_cast<size_t>(run) * item_size,
                                   flat_count * static_cast<int64_t>(item_size));
   RunWalker walker(array_shape, offsets, box_sizes, outer, item_size);
