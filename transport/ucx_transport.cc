@@ -258,10 +258,11 @@ class UcxTransport::Lane {
   // A box that is one range of the shard, for a target whose runs are
   // short: sent by the worker straight from the shard remote_stage_bytes at
   // a time (each range got instead when the worker refuses), and placed
-  // from a buffer. Nothing to pack: one copy fewer than staging.
+  // from a buffer. Nothing to pack: one copy fewer than staging. `first`:
+  // the box's first element, within the shard.
   absl::Status SentRangeGets(Peer& peer, const Key& key,
                              const RemoteShard& shard, const Box& box,
-                             const ReadTarget& target);
+                             int64_t first, const ReadTarget& target);
   // The box packed by the worker (UcxData.Stage) remote_stage_bytes at a
   // time, each range read with large gets (straight into a host array whose
   // runs are long, else through a buffer) and its lease checked and ended.
@@ -575,7 +576,10 @@ absl::Status UcxTransport::Lane::ShortRunGets(Peer& peer, const Key& key,
                          std::vector<int64_t>(box.rank(), 0));
   if (key.sends && in_shard.runs() == 1 &&
       in_shard.total() * item >= options_.min_send_bytes) {
-    return SentRangeGets(peer, key, shard, box, target);
+    int64_t first = 0;  // the box's first element, within the shard
+    in_shard.ForEach(
+        0, 1, [&](int64_t src, int64_t, int64_t, int64_t) { first = src; });
+    return SentRangeGets(peer, key, shard, box, first, target);
   }
   if (options_.remote_stage_bytes > 0) {
     bool declined = false;
@@ -729,7 +733,7 @@ absl::Status UcxTransport::Lane::RemoteStagedGets(Peer& peer, const Key& key,
 
 absl::Status UcxTransport::Lane::SentRangeGets(Peer& peer, const Key& key,
                                                const RemoteShard& shard,
-                                               const Box& box,
+                                               const Box& box, int64_t first,
                                                const ReadTarget& target) {
   const uint64_t shard_id = shard.location.shard_id;
   const int64_t item = key.item_bytes;
@@ -737,11 +741,6 @@ absl::Status UcxTransport::Lane::SentRangeGets(Peer& peer, const Key& key,
   const int64_t per = std::max<int64_t>(1, options_.remote_stage_bytes / item);
   const BufferPool::Lease local =
       Buffer(static_cast<size_t>(std::min(per, total) * item));
-  int64_t first = 0;  // the box's first element, within the shard
-  RunPlan(box.sizes, key.shape, box.offsets, box.sizes,
-          std::vector<int64_t>(box.rank(), 0))
-      .ForEach(0, 1,
-               [&](int64_t src, int64_t, int64_t, int64_t) { first = src; });
   absl::Time checked = absl::Now();
   for (int64_t f = 0; f < total; f += per) {
     const int64_t n = std::min(per, total - f);
