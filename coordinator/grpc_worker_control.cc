@@ -94,12 +94,14 @@ absl::StatusOr<std::string> GrpcWorkerControl::ExchangeId(
   v1::NcclUniqueIdRequest request;
   v1::NcclUniqueIdResponse response;
   auto stub = v1::Worker::NewStub(channels_.Get(worker.address));
-  TESSERA_RETURN_IF_ERROR(
-      Call(WorkerCall(worker.address, options_.allocate_timeout),
-           [&](grpc::ClientContext* context) {
-             SignOrder(context, worker.name);
-             return stub->NcclUniqueId(context, request, &response);
-           }));
+  // Not tried again: each id starts a bootstrap in the worker that waits
+  // for its members, so an id whose reply was lost must not be made twice.
+  CallOptions call = WorkerCall(worker.address, options_.exchange_timeout);
+  call.idempotent = false;
+  TESSERA_RETURN_IF_ERROR(Call(call, [&](grpc::ClientContext* context) {
+    SignOrder(context, worker.name);
+    return stub->NcclUniqueId(context, request, &response);
+  }));
   if (response.unique_id().size() != kExchangeIdBytes) {
     return absl::InternalError(
         absl::StrCat("the worker at ", worker.address, " gave a ",
