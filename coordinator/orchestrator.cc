@@ -606,6 +606,34 @@ absl::Status Orchestrator::AbandonUpdate(const std::string& name,
   return absl::OkStatus();
 }
 
+namespace {
+
+// Whether every piece of `plan` that crosses workers goes from a GPU shard
+// to a GPU shard, each worker on a GPU of its own. NCCL takes one rank per
+// GPU: two workers on one host naming the same device index are taken to
+// share a GPU.
+bool OnSeparateGpus(const TensorMetadata& old_meta,
+                    const TensorMetadata& new_meta, const ReshardPlan& plan) {
+  std::map<std::pair<std::string, int>, std::string> worker_on_gpu;
+  auto own_gpu = [&](const ShardInfo& shard) {
+    if (shard.device.kind != Device::Kind::kCuda) return false;
+    const std::string host = shard.address.substr(0, shard.address.rfind(':'));
+    auto [it, added] = worker_on_gpu.emplace(
+        std::make_pair(host, shard.device.index), shard.worker);
+    return added || it->second == shard.worker;
+  };
+  for (const ReshardPiece& piece : plan.pieces) {
+    const ShardInfo& src = old_meta.shards[piece.src_shard];
+    const ShardInfo& dst = new_meta.shards[piece.dst_shard];
+    if (src.worker != dst.worker && (!own_gpu(src) || !own_gpu(dst))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 absl::Status Orchestrator::MovePieces(const TensorMetadata& old_meta,
                                       const TensorMetadata& new_meta,
                                       const ReshardPlan& plan) {
@@ -635,28 +663,7 @@ absl::Status Orchestrator::MovePieces(const TensorMetadata& old_meta,
   }
   // Between GPUs: one exchange among every worker involved moves the pieces
   // that cross workers; each worker then copies its own pieces.
-  // NCCL takes one rank per GPU: two workers on one host naming the same
-  // device index are taken to share a GPU, and pull instead.
-  bool on_gpus = true;
-  std::map<std::pair<std::string, int>, std::string> gpu_of;
-  auto one_per_gpu = [&](const ShardInfo& shard) {
-    const std::string host = shard.address.substr(0, shard.address.rfind(':'));
-    auto [it, added] =
-        gpu_of.emplace(std::make_pair(host, shard.device.index), shard.worker);
-    return added || it->second == shard.worker;
-  };
-  for (const ReshardPiece& piece : plan.pieces) {
-    const ShardInfo& src = old_meta.shards[piece.src_shard];
-    const ShardInfo& dst = new_meta.shards[piece.dst_shard];
-    if (src.worker == dst.worker) continue;
-    if (src.device.kind != Device::Kind::kCuda ||
-        dst.device.kind != Device::Kind::kCuda || !one_per_gpu(src) ||
-        !one_per_gpu(dst)) {
-      on_gpus = false;
-      break;
-    }
-  }
-  if (on_gpus && !batches.empty()) {
+  if (!batches.empty() && OnSeparateGpus(old_meta, new_meta, plan)) {
     std::vector<TransferBatch> all;
     all.reserve(batches.size());
     for (const auto& [pair, batch] : batches) all.push_back(batch);

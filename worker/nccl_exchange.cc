@@ -334,25 +334,31 @@ absl::StatusOr<int64_t> NcclExchange::Run(const ExchangePlan& plan,
   if (result != ncclSuccess && result != ncclInProgress) {
     return fail(NcclError(what, result));
   }
-  // A non-blocking communicator may still be launching the group: the
-  // unpacking copies go on the stream only after its kernels.
-  if (absl::Status launched = comm->Await(deadline, what, /*drain=*/false);
-      !launched.ok()) {
-    return fail(launched);
+  // Every piece is in before any is placed from the buffer: placing after
+  // an abort would copy a partly received buffer over bytes the
+  // coordinator's fallback pulls may already have written. On failure the
+  // abort ends NCCL's kernels, so the stream drains (in fail) before the
+  // buffer and the shards are let go.
+  if (absl::Status exchanged = comm->Await(deadline, what, /*drain=*/true);
+      !exchanged.ok()) {
+    return fail(exchanged);
   }
+  bool unpacking = false;
   for (const Posted& posted : recvs) {
     if (posted.packed == nullptr) continue;
+    unpacking = true;
     const cudaError_t unpacked =
         CopyPiece(posted, comm->stream, /*pack=*/false);
     if (unpacked != cudaSuccess) {
       return fail(CudaError("placing a received piece", unpacked));
     }
   }
-  // On failure the abort ends NCCL's kernels, so the stream drains (in
-  // fail) before the buffer and the shards are let go.
-  if (absl::Status done = comm->Await(deadline, what, /*drain=*/true);
-      !done.ok()) {
-    return fail(done);
+  if (unpacking) {
+    if (absl::Status placed = CudaError("placing received pieces",
+                                        cudaStreamSynchronize(comm->stream));
+        !placed.ok()) {
+      return fail(placed);
+    }
   }
   return received;
 }
