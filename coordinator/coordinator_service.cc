@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "core/status_macros.h"
 #include "rpc/convert.h"
+#include "rpc/server.h"
 #include "rpc/status.h"
 
 namespace tessera {
@@ -17,18 +18,6 @@ namespace {
 
 ShardEncoding EncodingFor(bool packed_reply) {
   return packed_reply ? ShardEncoding::kPacked : ShardEncoding::kPerShard;
-}
-
-// Stops when the call's deadline passes or it is cancelled (the client gave
-// up, or the server is shutting down). Valid while the call runs.
-StopCondition CallerStop(grpc::ServerContext* context) {
-  StopCondition stop;
-  const std::chrono::system_clock::time_point deadline = context->deadline();
-  if (deadline != std::chrono::system_clock::time_point::max()) {
-    stop.deadline = absl::FromChrono(deadline);
-  }
-  stop.cancelled = [context] { return context->IsCancelled(); };
-  return stop;
 }
 
 // How many shards a spec gives and the most dims one of its boxes has, read

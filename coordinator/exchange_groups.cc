@@ -96,24 +96,31 @@ absl::Status ExchangeGroups::Run(absl::Span<const TransferBatch> batches,
     }
     group->id = *std::move(id);
   }
-  // Every member at once: each waits in its NCCL group for the others.
-  std::vector<absl::Status> results(members.size());
+  // Every member at once: each waits in its NCCL group for the others. The
+  // first to fail gives up the rest, which would otherwise wait for it
+  // until their deadline; that failure is the one reported.
+  Cancellation give_up;
+  absl::Mutex first_mu;
+  absl::Status first;
   std::vector<std::thread> threads;
   for (size_t r = 0; r < members.size(); ++r) {
     exchange.plans[r].unique_id = group->id;
     threads.emplace_back([&, r] {
       absl::StatusOr<int64_t> received =
-          workers_->Exchange(members[r], exchange.plans[r]);
-      if (!received.ok()) {
-        results[r] = Annotate(received.status(),
-                              absl::StrCat("worker '", members[r].name, "'"));
+          workers_->Exchange(members[r], exchange.plans[r], &give_up);
+      if (received.ok()) return;
+      {
+        absl::MutexLock lock(&first_mu);
+        if (first.ok() && !give_up.cancelled()) {
+          first = Annotate(received.status(),
+                           absl::StrCat("worker '", members[r].name, "'"));
+        }
       }
+      give_up.Cancel();
     });
   }
   for (std::thread& t : threads) t.join();
-  for (const absl::Status& status : results) {
-    if (!status.ok()) return failed(status);
-  }
+  if (!first.ok()) return failed(first);
   exchanges_.fetch_add(1);
   bytes_.fetch_add(exchange.bytes);
   return absl::OkStatus();

@@ -126,6 +126,25 @@ TEST_F(ExchangeGroupsTest, AFailedMemberNamesItselfAndTheIdIsForgotten) {
       << "members aborted their communicator: a fresh id is needed";
 }
 
+TEST_F(ExchangeGroupsTest, AFailedMemberGivesUpThePeersWaitingForIt) {
+  workers_.EnableExchanges(Address(0));
+  workers_.EnableExchanges(Address(2));  // g1 takes no part
+  // g0 and g2 would wait in their NCCL group for g1 until their deadline.
+  workers_.WaitInExchanges(Address(0), absl::Seconds(60));
+  workers_.WaitInExchanges(Address(2), absl::Seconds(60));
+  ExchangeGroups groups(&workers_, absl::ZeroDuration());
+  const absl::Time start = absl::Now();
+  // The failure reported is g1's, not the cancellations it caused.
+  EXPECT_THAT(
+      groups.Run(batches_, 4),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("'g1'")));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30)) << "peers waited it out";
+  EXPECT_EQ(workers_.counts(Address(0)).exchange, 1);
+  EXPECT_EQ(workers_.counts(Address(2)).exchange, 1);
+  EXPECT_THAT(workers_.exchanges(), ::testing::IsEmpty());
+  EXPECT_EQ(groups.stats().failures, 1);
+}
+
 TEST_F(ExchangeGroupsTest, SharesTooLargeForOneNcclGroupArePulled) {
   for (int i = 0; i < 3; ++i) workers_.EnableExchanges(Address(i));
   ExchangeGroups groups(&workers_);

@@ -1,6 +1,9 @@
 #include "coordinator/fake_worker_control.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "core/errors.h"
 
 namespace tessera {
@@ -167,27 +170,52 @@ absl::StatusOr<std::string> FakeWorkerControl::ExchangeId(
   return id;
 }
 
-absl::StatusOr<int64_t> FakeWorkerControl::Exchange(const WorkerRef& ref,
-                                                    const ExchangePlan& plan) {
-  absl::MutexLock lock(&mu_);
-  auto it = workers_.find(ref.address);
-  if (it != workers_.end()) ++it->second.counts.exchange;
-  absl::StatusOr<Worker*> worker = Reach(ref.address);
-  if (!worker.ok()) return worker.status();
-  if (!(*worker)->exchanges) return WorkerControl::Exchange(ref, plan);
-  if (plan.unique_id.size() != kExchangeIdBytes) {
-    return absl::InvalidArgumentError("no communicator id");
-  }
-  for (const auto* pieces : {&plan.sends, &plan.recvs}) {
-    for (const ExchangePiece& piece : *pieces) {
-      if ((*worker)->shards.count(piece.shard_id) == 0) {
-        return NotFoundError("shard",
-                             absl::StrCat(piece.shard_id, " on ", ref.address));
+absl::StatusOr<int64_t> FakeWorkerControl::Exchange(
+    const WorkerRef& ref, const ExchangePlan& plan,
+    Cancellation* cancellation) {
+  absl::Duration wait;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = workers_.find(ref.address);
+    if (it != workers_.end()) ++it->second.counts.exchange;
+    absl::StatusOr<Worker*> worker = Reach(ref.address);
+    if (!worker.ok()) return worker.status();
+    if (!(*worker)->exchanges) {
+      return WorkerControl::Exchange(ref, plan, cancellation);
+    }
+    if (plan.unique_id.size() != kExchangeIdBytes) {
+      return absl::InvalidArgumentError("no communicator id");
+    }
+    for (const auto* pieces : {&plan.sends, &plan.recvs}) {
+      for (const ExchangePiece& piece : *pieces) {
+        if ((*worker)->shards.count(piece.shard_id) == 0) {
+          return NotFoundError(
+              "shard", absl::StrCat(piece.shard_id, " on ", ref.address));
+        }
       }
     }
+    wait = (*worker)->exchange_wait;
+    if (wait == absl::ZeroDuration()) {
+      exchanges_.emplace_back(ref.address, plan);
+      return 0;
+    }
   }
-  exchanges_.emplace_back(ref.address, plan);
-  return 0;
+  absl::Notification given_up;
+  std::optional<Cancellation::Registration> registered;
+  if (cancellation != nullptr) {
+    registered.emplace(cancellation->OnCancel([&] { given_up.Notify(); }));
+  }
+  if (given_up.WaitForNotificationWithTimeout(wait)) {
+    return absl::CancelledError("the exchange was given up");
+  }
+  return absl::DeadlineExceededError("no peer joined the exchange");
+}
+
+void FakeWorkerControl::WaitInExchanges(const std::string& address,
+                                        absl::Duration patience) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(address);
+  if (it != workers_.end()) it->second.exchange_wait = patience;
 }
 
 }  // namespace tessera

@@ -64,6 +64,11 @@ class FakeWorkerControl : public WorkerControl {
   // The worker takes part in exchanges (a GPU worker with NCCL); others
   // decline them (FAILED_PRECONDITION), as the default does.
   void EnableExchanges(const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);
+  // The worker's shares wait for a peer that never comes, as an NCCL
+  // member does: they end only when cancelled (CANCELLED) or after
+  // `patience` (DEADLINE_EXCEEDED).
+  void WaitInExchanges(const std::string& address, absl::Duration patience)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Every exchange share that succeeded, in order, with its worker.
   std::vector<std::pair<std::string, ExchangePlan>> exchanges() const
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -72,7 +77,8 @@ class FakeWorkerControl : public WorkerControl {
   // Checks that the worker holds every shard its share names; moves
   // nothing (returns 0 bytes).
   absl::StatusOr<int64_t> Exchange(const WorkerRef& worker,
-                                   const ExchangePlan& plan) override
+                                   const ExchangePlan& plan,
+                                   Cancellation* cancellation) override
       ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -82,6 +88,7 @@ class FakeWorkerControl : public WorkerControl {
     absl::Status fail_next;
     Counts counts;
     bool exchanges = false;
+    absl::Duration exchange_wait = absl::ZeroDuration();
   };
   // The worker at `address`, or UNAVAILABLE; consumes a queued failure.
   absl::StatusOr<Worker*> Reach(const std::string& address)

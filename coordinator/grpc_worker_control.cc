@@ -110,8 +110,9 @@ absl::StatusOr<std::string> GrpcWorkerControl::ExchangeId(
   return response.unique_id();
 }
 
-absl::StatusOr<int64_t> GrpcWorkerControl::Exchange(const WorkerRef& worker,
-                                                    const ExchangePlan& plan) {
+absl::StatusOr<int64_t> GrpcWorkerControl::Exchange(
+    const WorkerRef& worker, const ExchangePlan& plan,
+    Cancellation* cancellation) {
   v1::NcclExchangeRequest request;
   ExchangePlanToProto(plan, &request);
   v1::NcclExchangeResponse response;
@@ -119,6 +120,7 @@ absl::StatusOr<int64_t> GrpcWorkerControl::Exchange(const WorkerRef& worker,
   // Not tried again: every member joins and posts once, together.
   CallOptions call = WorkerCall(worker.address, options_.exchange_timeout);
   call.idempotent = false;
+  call.cancellation = cancellation;
   TESSERA_RETURN_IF_ERROR(Call(call, [&](grpc::ClientContext* context) {
     SignOrder(context, worker.name);
     return stub->NcclExchange(context, request, &response);

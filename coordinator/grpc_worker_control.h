@@ -42,7 +42,8 @@ class GrpcWorkerControl : public WorkerControl {
   absl::Status Transfer(const TransferBatch& batch) override;
   absl::StatusOr<std::string> ExchangeId(const WorkerRef& worker) override;
   absl::StatusOr<int64_t> Exchange(const WorkerRef& worker,
-                                   const ExchangePlan& plan) override;
+                                   const ExchangePlan& plan,
+                                   Cancellation* cancellation) override;
   void Reset(const std::string& address) override { channels_.Forget(address); }
 
  private:

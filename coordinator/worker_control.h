@@ -14,6 +14,7 @@
 #include "core/box.h"
 #include "core/dtype.h"
 #include "core/init_fill.h"
+#include "core/stop.h"
 #include "core/transfer.h"
 
 namespace tessera {
@@ -58,9 +59,13 @@ class WorkerControl {
   virtual absl::StatusOr<std::string> ExchangeId(const WorkerRef& worker) {
     return absl::FailedPreconditionError("no NCCL exchanges here");
   }
-  // Returns the bytes the member received.
+  // Returns the bytes the member received. `cancellation` (not owned)
+  // gives the member's call up (CANCELLED) when another member failed:
+  // the member then aborts its communicator instead of waiting for the
+  // failed one until its deadline.
   virtual absl::StatusOr<int64_t> Exchange(const WorkerRef& worker,
-                                           const ExchangePlan& plan) {
+                                           const ExchangePlan& plan,
+                                           Cancellation* cancellation) {
     return absl::FailedPreconditionError("no NCCL exchanges here");
   }
 };

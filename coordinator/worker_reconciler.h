@@ -94,8 +94,9 @@ class HeldShardTracker : public WorkerControl {
     return inner_->ExchangeId(worker);
   }
   absl::StatusOr<int64_t> Exchange(const WorkerRef& worker,
-                                   const ExchangePlan& plan) override {
-    return inner_->Exchange(worker, plan);
+                                   const ExchangePlan& plan,
+                                   Cancellation* cancellation) override {
+    return inner_->Exchange(worker, plan, cancellation);
   }
 
   // The worker holds exactly `held` (a registration, or a list it sent).

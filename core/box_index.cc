@@ -295,17 +295,6 @@ size_t RankSpace(size_t n, size_t rank, LoFn lo, HiFn hi,
 
 }  // namespace
 
-absl::Status StopCondition::Check() const {
-  if (cancelled && cancelled()) {
-    return absl::CancelledError("cancelled while planning shard geometry");
-  }
-  if (deadline != absl::InfiniteFuture() && absl::Now() >= deadline) {
-    return absl::DeadlineExceededError(
-        "deadline exceeded while planning shard geometry");
-  }
-  return absl::OkStatus();
-}
-
 BoxIndex::BoxIndex(absl::Span<const Box> boxes, Use use) {
   Build(
       boxes.size(), [&](size_t i) -> const Box& { return boxes[i]; }, use);

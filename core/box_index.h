@@ -29,20 +29,9 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "core/box.h"
+#include "core/stop.h"  // StopCondition, polled by long queries
 
 namespace tessera {
-
-// When a long geometry computation gives up: after `deadline`
-// (DEADLINE_EXCEEDED) or once `cancelled` returns true (CANCELLED). Both are
-// polled every few thousand steps, from the calling thread. The default
-// never stops.
-struct StopCondition {
-  absl::Time deadline = absl::InfiniteFuture();
-  std::function<bool()> cancelled;  // may be empty
-
-  // OK, or the status saying why to stop now.
-  absl::Status Check() const;
-};
 
 class BoxIndex {
  public:

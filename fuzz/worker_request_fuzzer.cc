@@ -96,7 +96,8 @@ class CheckingExchange : public DeviceExchange {
   absl::StatusOr<std::string> UniqueId() override {
     return std::string(kExchangeIdBytes, 'f');
   }
-  absl::StatusOr<int64_t> Run(const ExchangePlan& plan, absl::Time) override {
+  absl::StatusOr<int64_t> Run(const ExchangePlan& plan,
+                              const StopCondition&) override {
     FUZZ_CHECK(plan.unique_id.size() == kExchangeIdBytes && plan.ranks >= 2 &&
                    plan.rank >= 0 && plan.rank < plan.ranks,
                absl::StrCat(plan.rank, " of ", plan.ranks));
@@ -140,8 +141,7 @@ struct Worker {
       : name(std::move(worker_name)),
         owned_store(MakeStore(device)),
         store(*owned_store),
-        exchange(device ? std::make_unique<CheckingExchange>(&store)
-                        : nullptr),
+        exchange(device ? std::make_unique<CheckingExchange>(&store) : nullptr),
         node(&store, NodeOptions(exchange.get())) {
     node.SetIdentity(name, kKey);
     service = std::make_unique<WorkerService>(&node);

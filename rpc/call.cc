@@ -1,5 +1,7 @@
 #include "rpc/call.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "rpc/security.h"
 #include "rpc/status.h"
@@ -15,7 +17,13 @@ absl::Status Call(
     grpc::ClientContext context;
     SetDeadline(&context, options.timeout);
     if (options.wait_for_ready) context.set_wait_for_ready(true);
+    std::optional<Cancellation::Registration> cancellable;
+    if (options.cancellation != nullptr) {
+      cancellable.emplace(
+          options.cancellation->OnCancel([&context] { context.TryCancel(); }));
+    }
     status = attempt(&context);
+    cancellable.reset();
     // Only UNAVAILABLE is worth another try: an expired deadline already
     // spent the caller's time.
     const bool retry = options.idempotent && tries < options.attempts &&

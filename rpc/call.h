@@ -15,6 +15,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "core/stop.h"
 #include "rpc/status.h"
 
 namespace tessera {
@@ -40,6 +41,9 @@ struct CallOptions {
   // Replaces the `peer` wording when set (the CLI's "cannot reach the
   // coordinator at ..." message).
   std::function<absl::Status(const grpc::Status&)> unreachable;
+  // Not owned; gives the call up (gRPC CANCELLED) when cancelled, before or
+  // while it runs. Null: only the deadline ends it.
+  Cancellation* cancellation = nullptr;
 };
 
 // Runs `attempt` with a fresh ClientContext per try, as `options` say, and

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <memory>
+#include <thread>
 
 #include "core/errors.h"
 #include "core/status_macros.h"
@@ -27,13 +28,24 @@ using ::testing::HasSubstr;
 // Answers FreeShards with a status the test sets, counting calls.
 class ScriptedWorker final : public v1::Worker::Service {
  public:
-  grpc::Status FreeShards(grpc::ServerContext*, const v1::FreeShardsRequest*,
+  grpc::Status FreeShards(grpc::ServerContext* context,
+                          const v1::FreeShardsRequest*,
                           v1::FreeShardsResponse* response) override {
     ++calls;
+    if (hold) {
+      // Held until the caller gives up, as an NCCL member waits for peers.
+      const absl::Time until = absl::Now() + absl::Seconds(20);
+      while (!context->IsCancelled() && absl::Now() < until) {
+        absl::SleepFor(absl::Milliseconds(5));
+      }
+      saw_cancel = context->IsCancelled();
+    }
     response->set_bytes_used(42);
     return ToGrpcStatus(reply);
   }
   std::atomic<int> calls{0};
+  std::atomic<bool> hold{false};
+  std::atomic<bool> saw_cancel{false};
   absl::Status reply;
 };
 
@@ -67,6 +79,39 @@ class CallTest : public ::testing::Test {
 TEST_F(CallTest, SuccessPassesThrough) {
   EXPECT_THAT(Free(stub_.get(), CallOptions{}), IsOk());
   EXPECT_EQ(worker_.calls, 1);
+}
+
+TEST_F(CallTest, ACancellationGivesUpACallInFlightAndTheServerSeesIt) {
+  worker_.hold = true;
+  Cancellation cancellation;
+  CallOptions options;
+  options.idempotent = true;  // a cancelled call is not tried again
+  options.cancellation = &cancellation;
+  std::thread other([&] {
+    while (worker_.calls == 0) absl::SleepFor(absl::Milliseconds(1));
+    cancellation.Cancel();
+  });
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(Free(stub_.get(), options),
+              StatusIs(absl::StatusCode::kCancelled));
+  other.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));  // not the 20 s hold
+  EXPECT_EQ(worker_.calls, 1);
+  // The handler learns it, so it can stop its own work.
+  for (int i = 0; i < 1000 && !worker_.saw_cancel; ++i) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_TRUE(worker_.saw_cancel);
+}
+
+TEST_F(CallTest, ACallStartedAfterTheCancellationStopsAtOnce) {
+  worker_.hold = true;
+  Cancellation cancellation;
+  cancellation.Cancel();
+  CallOptions options;
+  options.cancellation = &cancellation;
+  EXPECT_THAT(Free(stub_.get(), options),
+              StatusIs(absl::StatusCode::kCancelled));
 }
 
 TEST_F(CallTest, ServiceErrorKeepsItsCodeAndMessage) {

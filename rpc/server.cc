@@ -106,4 +106,14 @@ std::string WithPort(const std::string& listen, int port) {
   return absl::StrCat(listen.substr(0, colon), ":", port);
 }
 
+StopCondition CallerStop(grpc::ServerContext* context) {
+  StopCondition stop;
+  const std::chrono::system_clock::time_point deadline = context->deadline();
+  if (deadline != std::chrono::system_clock::time_point::max()) {
+    stop.deadline = absl::FromChrono(deadline);
+  }
+  stop.cancelled = [context] { return context->IsCancelled(); };
+  return stop;
+}
+
 }  // namespace tessera

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/stop.h"
 #include "rpc/channel.h"
 #include "rpc/health_service.h"
 
@@ -50,6 +51,11 @@ absl::StatusOr<RunningServer> StartServer(
 
 // Replaces the port of HOST:PORT (used when listening on port 0).
 std::string WithPort(const std::string& listen, int port);
+
+// A handler's stop: the caller's deadline, and its cancellation (the
+// caller gave up, or the server is shutting down). Valid while the call
+// runs.
+StopCondition CallerStop(grpc::ServerContext* context);
 
 }  // namespace tessera
 

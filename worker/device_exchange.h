@@ -10,7 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
+#include "core/stop.h"
 #include "core/transfer.h"
 
 namespace tessera {
@@ -23,12 +23,13 @@ class DeviceExchange {
   virtual absl::StatusOr<std::string> UniqueId() = 0;
   // Joins the plan's communicator (kept for later plans with the same id),
   // then sends and receives every piece of the plan in one group. Returns
-  // the bytes received. A failure or the deadline aborts the communicator
+  // the bytes received. A failure, the deadline or the caller's
+  // cancellation (`stop`; another member failed) aborts the communicator
   // (it is not reused) and fails the call; pieces received before then are
   // whole or not there, as with pulls. REQUIRES: the caller checked that
   // every shard named is held here and every box lies inside its shard.
   virtual absl::StatusOr<int64_t> Run(const ExchangePlan& plan,
-                                      absl::Time deadline) = 0;
+                                      const StopCondition& stop) = 0;
 };
 
 }  // namespace tessera

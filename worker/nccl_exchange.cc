@@ -111,9 +111,10 @@ struct NcclExchange::Comm {
   }
 
   // Polls until the communicator is no longer in progress (joined, or a
-  // group launched), its stream has drained when `drain`, or the deadline
-  // passes; aborts on an error or the deadline.
-  absl::Status Await(absl::Time deadline, const std::string& what, bool drain) {
+  // group launched), its stream has drained when `drain`, or `stop` says
+  // to stop; aborts on an error, the deadline or the cancellation.
+  absl::Status Await(const StopCondition& stop, const std::string& what,
+                     bool drain) {
     for (;;) {
       ncclResult_t state = ncclSuccess;
       const ncclResult_t got = ncclCommGetAsyncError(comm, &state);
@@ -129,7 +130,13 @@ struct NcclExchange::Comm {
           return Abort(CudaError(what, queried));
         }
       }
-      if (absl::Now() >= deadline) {
+      if (stop.cancelled && stop.cancelled()) {
+        return Abort(absl::CancelledError(absl::StrCat(
+            what,
+            ": the coordinator gave the exchange up (another member "
+            "failed); the communicator was aborted")));
+      }
+      if (absl::Now() >= stop.deadline) {
         return Abort(absl::DeadlineExceededError(absl::StrCat(
             what,
             ": not done by the deadline (a peer may have failed or "
@@ -166,7 +173,7 @@ void NcclExchange::Drop(const std::string& id) {
 }
 
 absl::StatusOr<std::shared_ptr<NcclExchange::Comm>> NcclExchange::Join(
-    const ExchangePlan& plan, absl::Time deadline) {
+    const ExchangePlan& plan, const StopCondition& stop) {
   // One join at a time: a second caller for the same id finds the first's.
   absl::MutexLock joining(&join_mu_);
   std::vector<std::shared_ptr<Comm>> evicted;  // destroyed outside the lock
@@ -213,7 +220,7 @@ absl::StatusOr<std::shared_ptr<NcclExchange::Comm>> NcclExchange::Join(
     if (comm->comm != nullptr) comm->Abort(absl::OkStatus()).IgnoreError();
     return NcclError(what, started);
   }
-  TESSERA_RETURN_IF_ERROR(comm->Await(deadline, what, /*drain=*/false));
+  TESSERA_RETURN_IF_ERROR(comm->Await(stop, what, /*drain=*/false));
   absl::MutexLock lock(&mu_);
   comm->last_use = ++tick_;
   comms_[plan.unique_id] = comm;
@@ -221,8 +228,8 @@ absl::StatusOr<std::shared_ptr<NcclExchange::Comm>> NcclExchange::Join(
 }
 
 absl::StatusOr<int64_t> NcclExchange::Run(const ExchangePlan& plan,
-                                          absl::Time deadline) {
-  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Comm> comm, Join(plan, deadline));
+                                          const StopCondition& stop) {
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Comm> comm, Join(plan, stop));
   absl::MutexLock running(&comm->run_mu);
   if (comm->aborted) {
     Drop(plan.unique_id);
@@ -339,7 +346,7 @@ absl::StatusOr<int64_t> NcclExchange::Run(const ExchangePlan& plan,
   // coordinator's fallback pulls may already have written. On failure the
   // abort ends NCCL's kernels, so the stream drains (in fail) before the
   // buffer and the shards are let go.
-  if (absl::Status exchanged = comm->Await(deadline, what, /*drain=*/true);
+  if (absl::Status exchanged = comm->Await(stop, what, /*drain=*/true);
       !exchanged.ok()) {
     return fail(exchanged);
   }

@@ -39,13 +39,13 @@ class NcclExchange : public DeviceExchange {
 
   absl::StatusOr<std::string> UniqueId() override;
   absl::StatusOr<int64_t> Run(const ExchangePlan& plan,
-                              absl::Time deadline) override;
+                              const StopCondition& stop) override;
 
  private:
   struct Comm;
   // The communicator of `plan`'s id, joined now if it is not kept.
   absl::StatusOr<std::shared_ptr<Comm>> Join(const ExchangePlan& plan,
-                                             absl::Time deadline)
+                                             const StopCondition& stop)
       ABSL_LOCKS_EXCLUDED(join_mu_, mu_);
   void Drop(const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
 

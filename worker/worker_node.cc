@@ -414,12 +414,13 @@ absl::StatusOr<std::unique_ptr<StagedRegion>> WorkerNode::OpenStaged(
       new StagedRegion(std::move(reader), std::move(block), slot_bytes));
 }
 
-absl::StatusOr<int64_t> WorkerNode::Transfer(
-    const TransferBatch& batch, absl::Time deadline,
-    const std::function<bool()>& cancelled) {
+absl::StatusOr<int64_t> WorkerNode::Transfer(const TransferBatch& batch,
+                                             const StopCondition& stop) {
   // One bound for every read of this order (the peer channels' interceptor
   // cancels calls started under it), not one per piece or per transport.
-  deadline = std::min(deadline, absl::Now() + options_.pull_timeout);
+  const absl::Time deadline =
+      std::min(stop.deadline, absl::Now() + options_.pull_timeout);
+  const std::function<bool()>& cancelled = stop.cancelled;
   const ScopedCallDeadline scope(deadline);
   int64_t bytes = 0;
   TransferBatch remote;
@@ -488,7 +489,7 @@ absl::StatusOr<std::string> WorkerNode::ExchangeId() {
 }
 
 absl::StatusOr<int64_t> WorkerNode::Exchange(const ExchangePlan& plan,
-                                             absl::Time deadline) {
+                                             StopCondition stop) {
   if (options_.exchange == nullptr) return NoExchange();
   for (const auto* pieces : {&plan.sends, &plan.recvs}) {
     const char* what = pieces == &plan.sends ? "sends" : "recvs";
@@ -500,8 +501,8 @@ absl::StatusOr<int64_t> WorkerNode::Exchange(const ExchangePlan& plan,
                                           absl::StrCat(what, "[", i, "]")));
     }
   }
-  return options_.exchange->Run(
-      plan, std::min(deadline, absl::Now() + options_.pull_timeout));
+  stop.deadline = std::min(stop.deadline, absl::Now() + options_.pull_timeout);
+  return options_.exchange->Run(plan, stop);
 }
 
 absl::Status WorkerNode::NoExchange() const {

@@ -31,6 +31,7 @@
 #include "core/init_fill.h"
 #include "core/layout_spec.h"
 #include "core/limits.h"
+#include "core/stop.h"
 #include "core/transfer.h"
 #include "rpc/channel.h"
 #include "transport/shard_transport.h"
@@ -275,20 +276,20 @@ class WorkerNode {
   // bytes written. Destination boxes are checked against their shards
   // first. Fails with UNAVAILABLE naming the source worker when it cannot be
   // reached or stalls (options().pull_idle_timeout); stops at the first
-  // failure. Every read from the source ends by `deadline` (at the latest
-  // options().pull_timeout from now): DEADLINE_EXCEEDED after it; CANCELLED
-  // once `cancelled` (checked between pieces; may be empty) turns true.
+  // failure. Every read from the source ends by `stop.deadline` (at the
+  // latest options().pull_timeout from now): DEADLINE_EXCEEDED after it;
+  // CANCELLED once `stop.cancelled` (checked between pieces) turns true.
   absl::StatusOr<int64_t> Transfer(const TransferBatch& batch,
-                                   absl::Time deadline = absl::InfiniteFuture(),
-                                   const std::function<bool()>& cancelled = {});
+                                   const StopCondition& stop = {});
 
   // A communicator id for an exchange this worker hosts (DeviceExchange).
   absl::StatusOr<std::string> ExchangeId();
   // This worker's share of an exchange: every shard it names must be held
   // here (NOT_FOUND) and every box lie inside its shard (OUT_OF_RANGE),
-  // checked before anything moves. Returns the bytes received.
+  // checked before anything moves. Returns the bytes received. Ends by
+  // `stop` (its deadline at the latest options().pull_timeout from now).
   absl::StatusOr<int64_t> Exchange(const ExchangePlan& plan,
-                                   absl::Time deadline);
+                                   StopCondition stop);
 
   // Frees the shards; unknown ids are fine (frees are retried).
   absl::Status Free(absl::Span<const uint64_t> ids);

@@ -67,7 +67,8 @@ class RecordingExchange : public DeviceExchange {
   absl::StatusOr<std::string> UniqueId() override {
     return std::string(kExchangeIdBytes, 'u');
   }
-  absl::StatusOr<int64_t> Run(const ExchangePlan& plan, absl::Time) override {
+  absl::StatusOr<int64_t> Run(const ExchangePlan& plan,
+                              const StopCondition&) override {
     ++runs;
     return static_cast<int64_t>(plan.recvs.size());
   }
@@ -89,15 +90,15 @@ TEST(WorkerNodeTest, ExchangeSharesAreCheckedBeforeAnythingMoves) {
   plan.unique_id = std::string(kExchangeIdBytes, 'u');
   plan.ranks = 2;
   plan.recvs.push_back({1, 1, {0, 4}, {4, 4}});
-  EXPECT_THAT(node.Exchange(plan, absl::InfiniteFuture()), IsOk());
+  EXPECT_THAT(node.Exchange(plan, {}), IsOk());
   EXPECT_EQ(nccl.runs, 1);
   ExchangePlan outside = plan;
   outside.recvs[0].offsets = {1, 4};  // one row past the shard
-  EXPECT_THAT(node.Exchange(outside, absl::InfiniteFuture()).status(),
+  EXPECT_THAT(node.Exchange(outside, {}).status(),
               StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("recvs[0]")));
   ExchangePlan unknown = plan;
   unknown.sends.push_back({1, 9, {0, 0}, {1, 1}});
-  EXPECT_THAT(node.Exchange(unknown, absl::InfiniteFuture()).status(),
+  EXPECT_THAT(node.Exchange(unknown, {}).status(),
               StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(nccl.runs, 1) << "a bad share reached NCCL";
 }
@@ -455,7 +456,7 @@ class StalledPeerTest : public ::testing::TestWithParam<bool> {
     batch.src_address = absl::StrCat("127.0.0.1:", server_.port);
     batch.pieces.push_back(TransferPiece{1, {0}, 2, {0}, {4}});
     const absl::Time start = absl::Now();
-    *status = node.Transfer(batch, deadline).status();
+    *status = node.Transfer(batch, StopCondition{deadline, {}}).status();
     return absl::Now() - start;
   }
 

@@ -17,6 +17,7 @@
 #include "rpc/channel.h"
 #include "rpc/convert.h"
 #include "rpc/security.h"
+#include "rpc/server.h"
 #include "rpc/status.h"
 #include "transport/grpc_transport.h"
 
@@ -156,15 +157,6 @@ absl::Status CheckRequestTensorName(const std::string& name) {
   return absl::InvalidArgumentError(absl::StrCat(
       "invalid tensor name '", absl::CEscape(name.substr(0, kShown)), "...' (",
       name.size(), " characters): a tensor name is at most 255 characters"));
-}
-
-// The caller's deadline (infinite future: none).
-absl::Time CallDeadline(const grpc::ServerContext& context) {
-  const auto deadline = context.deadline();
-  if (deadline == std::chrono::system_clock::time_point::max()) {
-    return absl::InfiniteFuture();
-  }
-  return absl::FromChrono(deadline);
 }
 
 // Every handler starts here: the caller's capability, checked against
@@ -466,9 +458,7 @@ grpc::Status WorkerService::Transfer(grpc::ServerContext* context,
   absl::StatusOr<TransferBatch> batch = TransferBatchFromProto(*request);
   if (!batch.ok()) return ToGrpcStatus(batch.status());
   // The pull ends with the order: at its deadline, or when it is cancelled.
-  absl::StatusOr<int64_t> bytes =
-      node_->Transfer(*batch, CallDeadline(*context),
-                      [context] { return context->IsCancelled(); });
+  absl::StatusOr<int64_t> bytes = node_->Transfer(*batch, CallerStop(context));
   if (!bytes.ok()) return ToGrpcStatus(bytes.status());
   response->set_bytes(*bytes);
   return grpc::Status::OK;
@@ -498,8 +488,7 @@ grpc::Status WorkerService::NcclExchange(grpc::ServerContext* context,
   }
   absl::StatusOr<ExchangePlan> plan = ExchangePlanFromProto(*request);
   if (!plan.ok()) return ToGrpcStatus(plan.status());
-  absl::StatusOr<int64_t> bytes =
-      node_->Exchange(*plan, CallDeadline(*context));
+  absl::StatusOr<int64_t> bytes = node_->Exchange(*plan, CallerStop(context));
   if (!bytes.ok()) return ToGrpcStatus(bytes.status());
   response->set_bytes_received(*bytes);
   return grpc::Status::OK;

@@ -10,9 +10,12 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "core/auth.h"
 #include "core/capability.h"
 #include "core/testing/status_matchers.h"
@@ -23,6 +26,7 @@
 #include "transport/grpc_transport.h"
 #include "transport/shared_memory.h"
 #include "transport/shared_memory_arena.h"
+#include "worker/device_exchange.h"
 #include "worker/host_shard_store.h"
 #include "worker/worker_node.h"
 
@@ -221,6 +225,72 @@ TEST_F(WorkerServiceTest, PrivateShardIsNotOfferedForMapping) {
       MapShardBox(channel_, 2, Box{{0}, {4}}, 4, absl::Seconds(30), Grant())
           .status(),
       StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+// Stands in for NCCL: a member that waits for a peer that never comes,
+// until the call's stop says to give up.
+class WaitingExchange : public DeviceExchange {
+ public:
+  absl::StatusOr<std::string> UniqueId() override {
+    return std::string(kExchangeIdBytes, 'w');
+  }
+  absl::StatusOr<int64_t> Run(const ExchangePlan&,
+                              const StopCondition& stop) override {
+    running.Notify();
+    absl::Status why;
+    while ((why = stop.Check("waiting for a peer")).ok()) {
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    ended = why;
+    done.Notify();
+    return why;
+  }
+  absl::Notification running;
+  absl::Notification done;
+  absl::Status ended;
+};
+
+// The coordinator gives up an exchange whose other member failed by
+// cancelling its call: the member's exchange learns it and stops, instead
+// of waiting for the failed peer until its deadline.
+TEST_F(WorkerServiceTest, ACancelledExchangeStopsTheMembersWait) {
+  WaitingExchange nccl;
+  WorkerNodeOptions options;
+  options.arena = arena_;
+  options.exchange = &nccl;
+  WorkerNode node(store_.get(), options);
+  node.SetIdentity("w0", kKey);
+  WorkerService service(&node);
+  absl::StatusOr<RunningServer> server = StartServer("127.0.0.1:0", {&service});
+  ASSERT_THAT(server.status(), IsOk());
+  auto stub = v1::Worker::NewStub(
+      MakeChannel(absl::StrCat("127.0.0.1:", server->port)));
+  v1::NcclExchangeRequest share;
+  share.set_unique_id(std::string(kExchangeIdBytes, 'w'));
+  share.set_ranks(2);
+  share.set_rank(0);
+  v1::NcclPiece* piece = share.add_sends();
+  piece->set_peer(1);
+  piece->set_shard_id(1);
+  piece->add_offsets(0);
+  piece->add_offsets(0);
+  piece->add_sizes(1);
+  piece->add_sizes(4);
+  grpc::ClientContext context;
+  context.AddMetadata(kCapabilityHeader, Grant(kRightOrder));
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(2)));
+  std::thread coordinator([&] {
+    ASSERT_TRUE(nccl.running.WaitForNotificationWithTimeout(absl::Seconds(30)));
+    context.TryCancel();
+  });
+  v1::NcclExchangeResponse response;
+  EXPECT_EQ(stub->NcclExchange(&context, share, &response).error_code(),
+            grpc::StatusCode::CANCELLED);
+  coordinator.join();
+  ASSERT_TRUE(nccl.done.WaitForNotificationWithTimeout(absl::Seconds(30)))
+      << "the member still waits for its peer";
+  EXPECT_THAT(nccl.ended, StatusIs(absl::StatusCode::kCancelled));
+  server->Stop(absl::ZeroDuration());
 }
 
 }  // namespace

@@ -1,0 +1,72 @@
+// When work in progress gives up: StopCondition is polled by the working
+// thread (a deadline, a caller's cancellation); Cancellation is how one
+// party gives up calls that other threads are blocked in.
+#ifndef TESSERA_CORE_STOP_H_
+#define TESSERA_CORE_STOP_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace tessera {
+
+// After `deadline` (DEADLINE_EXCEEDED) or once `cancelled` returns true
+// (CANCELLED). Polled by the calling thread; the default never stops.
+struct StopCondition {
+  absl::Time deadline = absl::InfiniteFuture();
+  std::function<bool()> cancelled;  // may be empty
+
+  // OK, or the status saying why to stop `what` now.
+  absl::Status Check(absl::string_view what = "planning shard geometry") const;
+};
+
+// Gives up a set of calls in flight at once (an NCCL exchange whose member
+// failed: its peers would otherwise wait for it until their deadline). A
+// call that can be stopped says how while it runs (OnCancel).
+class Cancellation {
+ public:
+  class Registration {
+   public:
+    Registration(Registration&& other) noexcept;
+    Registration& operator=(Registration&&) = delete;
+    Registration(const Registration&) = delete;
+    ~Registration();
+
+   private:
+    friend class Cancellation;
+    Registration(Cancellation* owner, uint64_t id) : owner_(owner), id_(id) {}
+    Cancellation* owner_;  // null: nothing to undo
+    uint64_t id_;
+  };
+
+  Cancellation() = default;
+  Cancellation(const Cancellation&) = delete;
+  Cancellation& operator=(const Cancellation&) = delete;
+
+  // Runs every registered `stop` once; a `stop` registered later runs at
+  // once. Idempotent.
+  void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
+  bool cancelled() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Runs `stop` on Cancel until the registration is destroyed. `stop` must
+  // not block or call back into this Cancellation; it runs under a lock so
+  // that it never runs after the registration is gone.
+  [[nodiscard]] Registration OnCancel(std::function<void()> stop)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, std::function<void()>> stops_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_CORE_STOP_H_

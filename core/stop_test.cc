@@ -1,0 +1,87 @@
+#include "core/stop.h"
+
+#include <atomic>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "core/testing/status_matchers.h"
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+using ::tessera::testing::IsOk;
+using ::tessera::testing::StatusIs;
+
+TEST(StopConditionTest, SaysWhichLimitStoppedWhat) {
+  EXPECT_THAT(StopCondition{}.Check(), IsOk());
+  StopCondition late;
+  late.deadline = absl::Now() - absl::Seconds(1);
+  EXPECT_THAT(late.Check("an exchange"),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       "deadline exceeded while an exchange"));
+  StopCondition given_up;
+  given_up.cancelled = [] { return true; };
+  EXPECT_THAT(
+      given_up.Check("an exchange"),
+      StatusIs(absl::StatusCode::kCancelled, "cancelled while an exchange"));
+}
+
+TEST(CancellationTest, StopsWhatIsRegisteredNowAndLater) {
+  Cancellation cancellation;
+  int first = 0;
+  int second = 0;
+  {
+    Cancellation::Registration a = cancellation.OnCancel([&] { ++first; });
+    EXPECT_FALSE(cancellation.cancelled());
+    cancellation.Cancel();
+    cancellation.Cancel();  // once only
+    EXPECT_TRUE(cancellation.cancelled());
+    EXPECT_EQ(first, 1);
+    // A call that starts after the others gave up stops at once.
+    Cancellation::Registration b = cancellation.OnCancel([&] { ++second; });
+    EXPECT_EQ(second, 1);
+  }
+  EXPECT_EQ(first, 1);
+}
+
+TEST(CancellationTest, AFinishedCallIsNotStopped) {
+  Cancellation cancellation;
+  int stopped = 0;
+  {
+    Cancellation::Registration done = cancellation.OnCancel([&] { ++stopped; });
+  }
+  std::optional<Cancellation::Registration> moved;
+  {
+    Cancellation::Registration running =
+        cancellation.OnCancel([&] { stopped += 10; });
+    moved.emplace(std::move(running));
+  }  // the moved-from registration undoes nothing
+  cancellation.Cancel();
+  EXPECT_EQ(stopped, 10);
+}
+
+TEST(CancellationTest, OneThreadGivesUpCallsBlockedInOthers) {
+  Cancellation cancellation;
+  std::atomic<int> returned{0};
+  std::vector<std::thread> calls;
+  for (int i = 0; i < 4; ++i) {
+    calls.emplace_back([&] {
+      absl::Notification stop;
+      Cancellation::Registration registered =
+          cancellation.OnCancel([&] { stop.Notify(); });
+      // A blocked call, as a gRPC call waits for its reply.
+      if (stop.WaitForNotificationWithTimeout(absl::Seconds(30))) ++returned;
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(50));
+  cancellation.Cancel();
+  for (std::thread& t : calls) t.join();
+  EXPECT_EQ(returned.load(), 4);
+}
+
+}  // namespace
+}  // namespace tessera
