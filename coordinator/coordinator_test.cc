@@ -279,6 +279,42 @@ TEST(CoordinatorTest, RecoveryForgetsWorkersRecordedWithBadAddresses) {
   EXPECT_OK(coordinator.RegisterWorker(again, {}));
 }
 
+// A GPU worker that registers again has restarted: its NCCL communicators
+// died with it, so the next exchange of every set it is in joins a fresh
+// one (a new id) instead of failing once on the old one.
+TEST(CoordinatorTest, AGpuWorkerThatRegistersAgainJoinsAFreshCommunicator) {
+  auto control = std::make_unique<FakeWorkerControl>();
+  FakeWorkerControl* workers = control.get();
+  Coordinator coordinator(CoordinatorOptions(), std::move(control));
+  ASSERT_OK(coordinator.Recover());
+  auto gpu = [](int i) {
+    WorkerRegistration r = TestWorker(i, 1 << 20);
+    r.worker.device.kind = Device::Kind::kCuda;
+    r.worker.device.index = i;  // one GPU each
+    return r;
+  };
+  for (int i = 0; i < kWorkers; ++i) {
+    workers->AddWorker(WorkerAddress(i));
+    workers->EnableExchanges(WorkerAddress(i));
+    ASSERT_OK(coordinator.RegisterWorker(gpu(i), {}));
+  }
+  ASSERT_OK(coordinator.CreateTensor(Args("g", 8)));
+  LayoutSpec columns = ChunkOver({0, 1});
+  columns.chunk_dim = 1;
+  ASSERT_OK(coordinator.ReshardTensor("g", columns, 0));
+  ASSERT_OK(coordinator.ReshardTensor("g", ChunkOver({0, 1}), 0));
+  EXPECT_EQ(workers->exchanges().size(), 4u);
+  EXPECT_EQ(workers->counts(WorkerAddress(0)).exchange_id, 1)
+      << "the communicator is kept between exchanges";
+  ASSERT_OK(
+      coordinator.RegisterWorker(gpu(1), workers->Held(WorkerAddress(1))));
+  ASSERT_OK(coordinator.ReshardTensor("g", columns, 0));
+  EXPECT_EQ(workers->exchanges().size(), 6u);
+  EXPECT_EQ(workers->counts(WorkerAddress(0)).exchange_id, 2);
+  EXPECT_NE(workers->exchanges().back().second.unique_id,
+            workers->exchanges().front().second.unique_id);
+}
+
 TEST(CoordinatorTest, OptionsBoundTheWorkersAndTheLayouts) {
   CoordinatorOptions options;
   options.max_workers = 2;
