@@ -153,6 +153,7 @@ grpc::Status CoordinatorService::RegisterWorker(
   if (!device.ok()) return ToGrpcStatus(device.status());
   registration.worker.device = *device;
   registration.worker.capacity_bytes = request->capacity_bytes();
+  registration.worker.gpu_uuid = request->gpu_uuid();
   registration.worker.bytes_used = request->bytes_used();
   std::vector<uint64_t> held(request->held_shard_ids().begin(),
                              request->held_shard_ids().end());

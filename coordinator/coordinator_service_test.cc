@@ -203,6 +203,33 @@ TEST_F(CoordinatorServiceTest, AHugeAddressIsRefusedAndEveryoneCanStillList) {
   EXPECT_EQ(listed->workers_size(), kWorkers);
 }
 
+TEST_F(CoordinatorServiceTest, AGpuWorkersUuidIsCheckedAndKept) {
+  Start();
+  auto register_gpu = [&](const std::string& uuid) {
+    grpc::ClientContext context;
+    v1::RegisterWorkerRequest request;
+    request.set_name("gpu");
+    request.set_address("gpuhost:1");
+    request.mutable_device()->set_kind(v1::Device::CUDA);
+    request.set_gpu_uuid(uuid);
+    v1::RegisterWorkerResponse response;
+    return FromGrpcStatus(stub_->RegisterWorker(&context, request, &response));
+  };
+  EXPECT_THAT(register_gpu(std::string(1 << 20, 'G')),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("invalid GPU UUID")));
+  EXPECT_EQ(ListWorkers()->workers_size(), kWorkers);
+  const std::string uuid = "GPU-5e1f009a-b23c-4d0e-ff01-23456789abcd";
+  ASSERT_OK(register_gpu(uuid));
+  int found = 0;
+  for (const WorkerRecord& w : coordinator_->ListWorkers()) {
+    if (w.name != "gpu") continue;
+    ++found;
+    EXPECT_EQ(w.gpu_uuid, uuid);
+  }
+  EXPECT_EQ(found, 1);
+}
+
 TEST_F(CoordinatorServiceTest, PackedDescribesStayWithinTheirBound) {
   Start();
   struct Case {

@@ -1,8 +1,11 @@
 #include "coordinator/orchestrator.h"
 
 #include <algorithm>
+#include <functional>
 #include <iterator>
 #include <map>
+#include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -610,16 +613,21 @@ namespace {
 
 // Whether every piece of `plan` that crosses workers goes from a GPU shard
 // to a GPU shard, each worker on a GPU of its own. NCCL takes one rank per
-// GPU: two workers on one host naming the same device index are taken to
-// share a GPU.
-bool OnSeparateGpus(const TensorMetadata& old_meta,
-                    const TensorMetadata& new_meta, const ReshardPlan& plan) {
-  std::map<std::pair<std::string, int>, std::string> worker_on_gpu;
+// GPU: two workers reporting the same GPU UUID (`uuid_of`), or without one
+// on one host naming the same device index, are taken to share a GPU.
+bool OnSeparateGpus(
+    const TensorMetadata& old_meta, const TensorMetadata& new_meta,
+    const ReshardPlan& plan,
+    const std::function<std::string(const std::string& worker)>& uuid_of) {
+  std::map<std::string, std::string> worker_on_gpu;
   auto own_gpu = [&](const ShardInfo& shard) {
     if (shard.device.kind != Device::Kind::kCuda) return false;
-    const std::string host = shard.address.substr(0, shard.address.rfind(':'));
-    auto [it, added] = worker_on_gpu.emplace(
-        std::make_pair(host, shard.device.index), shard.worker);
+    std::string gpu = uuid_of(shard.worker);
+    if (gpu.empty()) {
+      gpu = absl::StrCat(shard.address.substr(0, shard.address.rfind(':')),
+                         " cuda:", shard.device.index);
+    }
+    auto [it, added] = worker_on_gpu.emplace(gpu, shard.worker);
     return added || it->second == shard.worker;
   };
   for (const ReshardPiece& piece : plan.pieces) {
@@ -663,7 +671,11 @@ absl::Status Orchestrator::MovePieces(const TensorMetadata& old_meta,
   }
   // Between GPUs: one exchange among every worker involved moves the pieces
   // that cross workers; each worker then copies its own pieces.
-  if (!batches.empty() && OnSeparateGpus(old_meta, new_meta, plan)) {
+  auto uuid_of = [this](const std::string& worker) {
+    const std::optional<WorkerRecord> record = registry_->Find(worker);
+    return record.has_value() ? record->gpu_uuid : std::string();
+  };
+  if (!batches.empty() && OnSeparateGpus(old_meta, new_meta, plan, uuid_of)) {
     std::vector<TransferBatch> all;
     all.reserve(batches.size());
     for (const auto& [pair, batch] : batches) all.push_back(batch);

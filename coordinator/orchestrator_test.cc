@@ -225,6 +225,31 @@ TEST_F(GpuOrchestratorTest, WorkersSharingAGpuArePulled) {
   EXPECT_EQ(orchestrator_.exchange_stats().failures, 0);
 }
 
+// Workers that each see their GPU as cuda:0 (CUDA_VISIBLE_DEVICES) are told
+// apart by the UUIDs they registered; the same UUID under two indices is
+// one GPU.
+TEST_F(GpuOrchestratorTest, GpuUuidsDecideWhichWorkersShareAGpu) {
+  auto reregister = [&](int i, int index, const std::string& uuid) {
+    WorkerRegistration gpu = TestWorker(i, 1 << 20);
+    gpu.worker.device.kind = Device::Kind::kCuda;
+    gpu.worker.device.index = index;
+    gpu.worker.gpu_uuid = uuid;
+    ASSERT_OK(registry_.Register(gpu));
+  };
+  for (int i = 3; i < 6; ++i) workers_.EnableExchanges(WorkerAddress(i));
+  reregister(3, 0, "GPU-0003");
+  reregister(5, 0, "GPU-0005");
+  CreateTensorArgs args = Args("g", 8, {});
+  args.spec = OnGpus({3, 5}, 0);
+  ASSERT_OK(orchestrator_.Create(args));
+  ASSERT_OK(orchestrator_.Reshard("g", OnGpus({3, 5}, 1), 1));
+  EXPECT_THAT(workers_.exchanges(), SizeIs(2)) << "separate GPUs: exchanged";
+  reregister(5, 1, "GPU-0003");
+  ASSERT_OK(orchestrator_.Reshard("g", OnGpus({3, 5}, 0), 2));
+  EXPECT_THAT(workers_.exchanges(), SizeIs(2)) << "one GPU: pulled";
+  EXPECT_EQ(orchestrator_.exchange_stats().failures, 0);
+}
+
 TEST_F(GpuOrchestratorTest, PiecesFromHostWorkersArePulled) {
   for (int i = 0; i < 5; ++i) workers_.EnableExchanges(WorkerAddress(i));
   ASSERT_OK(orchestrator_.Create(Args("h", 8, {0, 1})));

@@ -29,6 +29,9 @@ absl::StatusOr<WorkerInfo> WorkerRegistry::Reserve(
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = CheckGpuUuid(registration.worker.gpu_uuid); !s.ok()) {
+    return s;
+  }
   absl::MutexLock lock(&mu_);
   auto not_reserved = [this, &name]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !reserved_.contains(name);

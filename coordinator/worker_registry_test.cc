@@ -40,6 +40,20 @@ TEST(WorkerRegistryTest, RanksDefaultToTheLowestFree) {
   EXPECT_EQ(list[1].name, "a");
 }
 
+TEST(WorkerRegistryTest, AMalformedGpuUuidIsRefusedAndChangesNothing) {
+  FakeClock clock;
+  WorkerRegistry registry(absl::Seconds(5), clock.AsClock());
+  WorkerRegistration gpu = Worker("g", 0, "h:1");
+  gpu.worker.gpu_uuid = std::string("GPU-") + std::string(4096, '1');
+  EXPECT_THAT(registry.Register(gpu).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("invalid GPU UUID")));
+  EXPECT_TRUE(registry.List().empty());
+  gpu.worker.gpu_uuid = "GPU-5e1f009a-b23c-4d0e-ff01-23456789abcd";
+  ASSERT_OK(registry.Register(gpu));
+  EXPECT_EQ(registry.Find("g")->gpu_uuid, gpu.worker.gpu_uuid);
+}
+
 TEST(WorkerRegistryTest, TakenRankIsRefused) {
   FakeClock clock;
   WorkerRegistry registry(absl::Seconds(5), clock.AsClock());

@@ -1,8 +1,10 @@
 #include "core/placement.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -145,6 +147,30 @@ absl::Status CheckWorkerName(absl::string_view name) {
       "invalid worker name '", name,
       "': a worker name is 1 to 64 characters of letters, digits, '_', '.' or "
       "'-'"));
+}
+
+absl::Status CheckGpuUuid(absl::string_view uuid) {
+  if (uuid.empty()) return absl::OkStatus();
+  bool valid = absl::StartsWith(uuid, "GPU-") && uuid.size() > 4 &&
+               uuid.size() <= 4 + 64;
+  for (char c : uuid.substr(std::min<size_t>(4, uuid.size()))) {
+    valid = valid &&
+            (absl::ascii_isxdigit(static_cast<unsigned char>(c)) || c == '-');
+  }
+  if (valid) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("invalid GPU UUID '", absl::CEscape(uuid.substr(0, 72)),
+                   uuid.size() > 72 ? "...'" : "'",
+                   ": expected 'GPU-' and up to 64 hex digits or '-'"));
+}
+
+std::string GpuUuid(const unsigned char (&bytes)[16]) {
+  std::string out = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    absl::StrAppend(&out, absl::Hex(bytes[i], absl::kZeroPad2));
+  }
+  return out;
 }
 
 absl::Status CheckDialAddress(absl::string_view address,

@@ -68,6 +68,15 @@ bool IsValidTensorName(absl::string_view name);
 absl::Status CheckTensorName(absl::string_view name);
 absl::Status CheckWorkerName(absl::string_view name);
 
+// A GPU's identity as CUDA reports it ("GPU-" and its UUID in hex): empty
+// (a host worker, or none reported) or "GPU-" then 1 to 64 hex digits and
+// '-'. Two workers that report the same one share a GPU, whatever their
+// device indices (each may see only its own devices).
+absl::Status CheckGpuUuid(absl::string_view uuid);
+// The UUID of CUDA's 16 bytes, as nvidia-smi writes it:
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx".
+std::string GpuUuid(const unsigned char (&bytes)[16]);
+
 // Longest address a worker may register.
 inline constexpr size_t kMaxAddressBytes = 255;
 

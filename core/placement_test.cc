@@ -129,6 +129,29 @@ TEST(CheckDialAddressTest, RefusesWhatCannotBeDialled) {
   }
 }
 
+TEST(GpuUuidTest, WritesCudasBytesAsNvidiaSmiDoes) {
+  const unsigned char bytes[16] = {0x5e, 0x1f, 0x00, 0x9a, 0xb2, 0x3c,
+                                   0x4d, 0x0e, 0xff, 0x01, 0x23, 0x45,
+                                   0x67, 0x89, 0xab, 0xcd};
+  const std::string uuid = GpuUuid(bytes);
+  EXPECT_EQ(uuid, "GPU-5e1f009a-b23c-4d0e-ff01-23456789abcd");
+  EXPECT_THAT(CheckGpuUuid(uuid), IsOk());
+}
+
+TEST(GpuUuidTest, RefusesWhatIsNotOne) {
+  EXPECT_THAT(CheckGpuUuid(""), IsOk());  // a host worker reports none
+  for (const std::string bad :
+       {std::string("GPU-"), std::string("5e1f009a-b23c"),
+        std::string("GPU-5e1f\n"), std::string("GPU-xyz"),
+        std::string("GPU-") + std::string(65, 'a'),
+        std::string("GPU-ab\0cd", 9)}) {
+    EXPECT_THAT(CheckGpuUuid(bad), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("invalid GPU UUID")))
+        << bad;
+  }
+  EXPECT_THAT(CheckGpuUuid(std::string("GPU-") + std::string(64, 'a')), IsOk());
+}
+
 TEST(CheckDialAddressTest, RefusesAddressesLongerThan255Bytes) {
   const std::string host(251, 'a');
   EXPECT_THAT(CheckDialAddress(host + ":123", "a"), IsOk());  // 255 bytes

@@ -26,6 +26,9 @@ struct WorkerInfo {
   // durable; 0 for host workers).
   int64_t device_total_bytes = 0;
   int64_t device_free_bytes = 0;
+  // A GPU worker's device UUID (core/placement.h CheckGpuUuid; not
+  // durable, empty until it registers).
+  std::string gpu_uuid;
 };
 
 }  // namespace tessera

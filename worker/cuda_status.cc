@@ -1,6 +1,9 @@
 #include "worker/cuda_status.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
+#include "core/placement.h"
 
 namespace tessera {
 
@@ -36,6 +39,19 @@ absl::Status CheckCudaDevice(int index) {
   }
   return CudaError(absl::StrCat("selecting cuda:", index),
                    cudaSetDevice(index));
+}
+
+absl::StatusOr<std::string> CudaDeviceUuid(int index) {
+  cudaDeviceProp properties;
+  if (absl::Status s =
+          CudaError(absl::StrCat("reading cuda:", index, "'s properties"),
+                    cudaGetDeviceProperties(&properties, index));
+      !s.ok()) {
+    return s;
+  }
+  unsigned char bytes[16];
+  std::memcpy(bytes, properties.uuid.bytes, sizeof(bytes));
+  return GpuUuid(bytes);
 }
 
 }  // namespace tessera

@@ -4,7 +4,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <string>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace tessera {
@@ -17,6 +20,9 @@ absl::Status CudaError(absl::string_view context, cudaError_t error);
 // OK when CUDA device `index` exists and can be used; otherwise UNAVAILABLE
 // with a message a user can act on (no GPU, no driver, index out of range).
 absl::Status CheckCudaDevice(int index);
+
+// Device `index`'s UUID (core/placement.h GpuUuid).
+absl::StatusOr<std::string> CudaDeviceUuid(int index);
 
 }  // namespace tessera
 

@@ -206,6 +206,7 @@ int Run() {
     return 1;
   }
   std::unique_ptr<ShardStore> store;
+  std::string gpu_uuid;  // a GPU worker's, for its registration
   // Large host shards live in shared memory, for same-host readers; a GPU
   // worker stages device reads for them there.
   SharedMemoryArenaOptions arena_options;
@@ -231,6 +232,15 @@ int Run() {
     }
     store = std::make_unique<CudaShardStore>(
         device->index, absl::GetFlag(FLAGS_capacity_bytes));
+    // Tells the coordinator which workers share a GPU, whatever index each
+    // sees it under (CUDA_VISIBLE_DEVICES).
+    absl::StatusOr<std::string> uuid = CudaDeviceUuid(device->index);
+    if (uuid.ok()) {
+      gpu_uuid = *std::move(uuid);
+    } else {
+      spdlog::warn("--device={}: {}", device->ToString(),
+                   std::string(uuid.status().message()));
+    }
 #else
     spdlog::error(
         "--device={}: this build has no CUDA support; run with --device=cpu or "
@@ -420,6 +430,7 @@ int Run() {
   if (absl::GetFlag(FLAGS_rank) >= 0) options.rank = absl::GetFlag(FLAGS_rank);
   options.address = address;
   options.device = *device;
+  options.gpu_uuid = gpu_uuid;
   options.capacity_bytes = absl::GetFlag(FLAGS_capacity_bytes);
   options.quarantine_grace = absl::GetFlag(FLAGS_quarantine_grace);
   options.channel.credentials = security->channel_credentials;
