@@ -227,72 +227,6 @@ TEST_F(WorkerServiceTest, PrivateShardIsNotOfferedForMapping) {
       StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
-// Stands in for NCCL: a member that waits for a peer that never comes,
-// until the call's stop says to give up.
-class WaitingExchange : public DeviceExchange {
- public:
-  absl::StatusOr<std::string> UniqueId() override {
-    return std::string(kExchangeIdBytes, 'w');
-  }
-  absl::StatusOr<int64_t> Run(const ExchangePlan&,
-                              const StopCondition& stop) override {
-    running.Notify();
-    absl::Status why;
-    while ((why = stop.Check("waiting for a peer")).ok()) {
-      absl::SleepFor(absl::Milliseconds(2));
-    }
-    ended = why;
-    done.Notify();
-    return why;
-  }
-  absl::Notification running;
-  absl::Notification done;
-  absl::Status ended;
-};
-
-// The coordinator gives up an exchange whose other member failed by
-// cancelling its call: the member's exchange learns it and stops, instead
-// of waiting for the failed peer until its deadline.
-TEST_F(WorkerServiceTest, ACancelledExchangeStopsTheMembersWait) {
-  WaitingExchange nccl;
-  WorkerNodeOptions options;
-  options.arena = arena_;
-  options.exchange = &nccl;
-  WorkerNode node(store_.get(), options);
-  node.SetIdentity("w0", kKey);
-  WorkerService service(&node);
-  absl::StatusOr<RunningServer> server = StartServer("127.0.0.1:0", {&service});
-  ASSERT_THAT(server.status(), IsOk());
-  auto stub = v1::Worker::NewStub(
-      MakeChannel(absl::StrCat("127.0.0.1:", server->port)));
-  v1::NcclExchangeRequest share;
-  share.set_unique_id(std::string(kExchangeIdBytes, 'w'));
-  share.set_ranks(2);
-  share.set_rank(0);
-  v1::NcclPiece* piece = share.add_sends();
-  piece->set_peer(1);
-  piece->set_shard_id(1);
-  piece->add_offsets(0);
-  piece->add_offsets(0);
-  piece->add_sizes(1);
-  piece->add_sizes(4);
-  grpc::ClientContext context;
-  context.AddMetadata(kCapabilityHeader, Grant(kRightOrder));
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(2)));
-  std::thread coordinator([&] {
-    ASSERT_TRUE(nccl.running.WaitForNotificationWithTimeout(absl::Seconds(30)));
-    context.TryCancel();
-  });
-  v1::NcclExchangeResponse response;
-  EXPECT_EQ(stub->NcclExchange(&context, share, &response).error_code(),
-            grpc::StatusCode::CANCELLED);
-  coordinator.join();
-  ASSERT_TRUE(nccl.done.WaitForNotificationWithTimeout(absl::Seconds(30)))
-      << "the member still waits for its peer";
-  EXPECT_THAT(nccl.ended, StatusIs(absl::StatusCode::kCancelled));
-  server->Stop(absl::ZeroDuration());
-}
-
 }  // namespace
 }  // namespace tessera
 
@@ -507,6 +441,22 @@ TEST_F(WorkerServiceTest, CallsWithoutTheRightCapabilityChangeNothing) {
   EXPECT_EQ(Read(Box{{0, 0}, {1, 4}}), (std::vector<int32_t>{0, 1, 2, 3}));
 }
 
+// Rank 0 of 2 sends row 0 of shard 1 to rank 1.
+v1::NcclExchangeRequest OneSendShare(char id) {
+  v1::NcclExchangeRequest share;
+  share.set_unique_id(std::string(kExchangeIdBytes, id));
+  share.set_ranks(2);
+  share.set_rank(0);
+  v1::NcclPiece* piece = share.add_sends();
+  piece->set_peer(1);
+  piece->set_shard_id(1);
+  piece->add_offsets(0);
+  piece->add_offsets(0);
+  piece->add_sizes(1);
+  piece->add_sizes(4);
+  return share;
+}
+
 // A host worker takes no part in NCCL exchanges: the coordinator's order
 // is answered FAILED_PRECONDITION (it then has the pieces pulled); anyone
 // else's is refused, and a malformed share is INVALID_ARGUMENT.
@@ -519,17 +469,7 @@ TEST_F(WorkerServiceTest, ExchangesNeedAnOrderAndAGpuWorker) {
     v1::NcclUniqueIdResponse response;
     return stub->NcclUniqueId(&context, request, &response).error_code();
   };
-  v1::NcclExchangeRequest share;
-  share.set_unique_id(std::string(kExchangeIdBytes, 'i'));
-  share.set_ranks(2);
-  share.set_rank(0);
-  v1::NcclPiece* piece = share.add_sends();
-  piece->set_peer(1);
-  piece->set_shard_id(1);
-  piece->add_offsets(0);
-  piece->add_offsets(0);
-  piece->add_sizes(1);
-  piece->add_sizes(4);
+  const v1::NcclExchangeRequest share = OneSendShare('i');
   auto exchange = [&](const std::string& capability,
                       const v1::NcclExchangeRequest& request) {
     grpc::ClientContext context;
@@ -549,6 +489,62 @@ TEST_F(WorkerServiceTest, ExchangesNeedAnOrderAndAGpuWorker) {
   EXPECT_EQ(exchange(Grant(kRightOrder), self),
             grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(Read(Box{{0, 0}, {1, 4}}), (std::vector<int32_t>{0, 1, 2, 3}));
+}
+
+// Stands in for NCCL: a member that waits for a peer that never comes,
+// until the call's stop says to give up.
+class WaitingExchange : public DeviceExchange {
+ public:
+  absl::StatusOr<std::string> UniqueId() override {
+    return std::string(kExchangeIdBytes, 'w');
+  }
+  absl::StatusOr<int64_t> Run(const ExchangePlan&,
+                              const StopCondition& stop) override {
+    running.Notify();
+    absl::Status why;
+    while ((why = stop.Check("waiting for a peer")).ok()) {
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    ended = why;
+    done.Notify();
+    return why;
+  }
+  absl::Notification running;
+  absl::Notification done;
+  absl::Status ended;
+};
+
+// The coordinator gives up an exchange whose other member failed by
+// cancelling its call: the member's exchange learns it and stops, instead
+// of waiting for the failed peer until its deadline.
+TEST_F(WorkerServiceTest, ACancelledExchangeStopsTheMembersWait) {
+  WaitingExchange nccl;
+  WorkerNodeOptions options;
+  options.arena = arena_;
+  options.exchange = &nccl;
+  WorkerNode node(store_.get(), options);
+  node.SetIdentity("w0", kKey);
+  WorkerService service(&node);
+  absl::StatusOr<RunningServer> server = StartServer("127.0.0.1:0", {&service});
+  ASSERT_THAT(server.status(), IsOk());
+  auto stub = v1::Worker::NewStub(
+      MakeChannel(absl::StrCat("127.0.0.1:", server->port)));
+  const v1::NcclExchangeRequest share = OneSendShare('w');
+  grpc::ClientContext context;
+  context.AddMetadata(kCapabilityHeader, Grant(kRightOrder));
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(2)));
+  std::thread coordinator([&] {
+    ASSERT_TRUE(nccl.running.WaitForNotificationWithTimeout(absl::Seconds(30)));
+    context.TryCancel();
+  });
+  v1::NcclExchangeResponse response;
+  EXPECT_EQ(stub->NcclExchange(&context, share, &response).error_code(),
+            grpc::StatusCode::CANCELLED);
+  coordinator.join();
+  ASSERT_TRUE(nccl.done.WaitForNotificationWithTimeout(absl::Seconds(30)))
+      << "the member still waits for its peer";
+  EXPECT_THAT(nccl.ended, StatusIs(absl::StatusCode::kCancelled));
+  server->Stop(absl::ZeroDuration());
 }
 
 }  // namespace
