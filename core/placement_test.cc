@@ -140,7 +140,7 @@ TEST(GpuUuidTest, WritesCudasBytesAsNvidiaSmiDoes) {
 
 TEST(GpuUuidTest, RefusesWhatIsNotOne) {
   EXPECT_THAT(CheckGpuUuid(""), IsOk());  // a host worker reports none
-  for (const std::string bad :
+  for (const std::string& bad :
        {std::string("GPU-"), std::string("5e1f009a-b23c"),
         std::string("GPU-5e1f\n"), std::string("GPU-xyz"),
         std::string("GPU-") + std::string(65, 'a'),

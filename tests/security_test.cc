@@ -29,13 +29,6 @@ std::string Dir() { return absl::StrCat(std::getenv("TEST_TMPDIR"), "/sec"); }
 std::string File(const std::string& name) {
   return absl::StrCat(Dir(), "/", name);
 }
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 ClientOptions As(const std::string& principal, bool cert = true) {
   ClientOptions options;
   options.tls_ca = File("ca.crt");
