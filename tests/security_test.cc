@@ -7,9 +7,7 @@
 #include "rpc/security.h"
 
 #include <cstdlib>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
