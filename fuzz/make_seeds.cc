@@ -477,6 +477,20 @@ void CoordinatorSeeds() {
       &s, 2, Bytes(Create("on_w9", {4, 4}, v1::INT64, 1, {3, 0}, false)));
   Write("coordinator_request_fuzzer", "register_unreachable", s);
   s.clear();
+  // A GPU worker with its UUID, one with a malformed UUID, then a create.
+  v1::RegisterWorkerRequest gpu = reg;
+  gpu.set_name("g9");
+  gpu.mutable_device()->set_kind(v1::Device::CUDA);
+  gpu.set_gpu_uuid("GPU-5e1f009a-b23c-4d0e-ff01-23456789abcd");
+  v1::RegisterWorkerRequest bad_uuid = gpu;
+  bad_uuid.set_name("g8");
+  bad_uuid.set_gpu_uuid("GPU-zz\n");
+  fuzz::AppendRecord(&s, 0, Bytes(gpu));
+  fuzz::AppendRecord(&s, 0, Bytes(bad_uuid));
+  fuzz::AppendRecord(
+      &s, 2, Bytes(Create("on_g9", {4, 4}, v1::INT64, 1, {3, 0}, false)));
+  Write("coordinator_request_fuzzer", "register_gpu", s);
+  s.clear();
   fuzz::AppendRecord(
       &s, 2,
       Bytes(Create("big", {1 << 30, 1 << 30}, v1::FLOAT64, 0, {0, 1}, false)));
