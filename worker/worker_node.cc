@@ -485,7 +485,17 @@ absl::StatusOr<int64_t> WorkerNode::Transfer(const TransferBatch& batch,
 
 absl::StatusOr<std::string> WorkerNode::ExchangeId() {
   if (options_.exchange == nullptr) return NoExchange();
-  return options_.exchange->UniqueId();
+  absl::MutexLock lock(&exchange_mu_);
+  if (unformed_ids_.size() >= kMaxUnformedExchanges) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this worker hosts ", unformed_ids_.size(),
+        " NCCL bootstraps whose exchange failed before the communicator "
+        "formed (each waits for its members until the worker restarts); it "
+        "hosts no more, so exchanges that need it are pulled"));
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::string id, options_.exchange->UniqueId());
+  unformed_ids_.insert(id);
+  return id;
 }
 
 absl::StatusOr<int64_t> WorkerNode::Exchange(const ExchangePlan& plan,
@@ -502,7 +512,13 @@ absl::StatusOr<int64_t> WorkerNode::Exchange(const ExchangePlan& plan,
     }
   }
   stop.deadline = std::min(stop.deadline, absl::Now() + options_.pull_timeout);
-  return options_.exchange->Run(plan, stop);
+  absl::StatusOr<int64_t> received = options_.exchange->Run(plan, stop);
+  // Every member joined: the bootstrap this worker may host is done.
+  if (received.ok()) {
+    absl::MutexLock lock(&exchange_mu_);
+    unformed_ids_.erase(plan.unique_id);
+  }
+  return received;
 }
 
 absl::Status WorkerNode::NoExchange() const {

@@ -282,14 +282,20 @@ class WorkerNode {
   absl::StatusOr<int64_t> Transfer(const TransferBatch& batch,
                                    const StopCondition& stop = {});
 
+  // Bootstraps this worker hosts whose communicator never formed: NCCL's
+  // root thread for each waits for its members for the life of the
+  // process. Past this many, ExchangeId refuses (RESOURCE_EXHAUSTED) and
+  // exchanges that need this worker's id are pulled instead.
+  static constexpr size_t kMaxUnformedExchanges = 64;
+
   // A communicator id for an exchange this worker hosts (DeviceExchange).
-  absl::StatusOr<std::string> ExchangeId();
+  absl::StatusOr<std::string> ExchangeId() ABSL_LOCKS_EXCLUDED(exchange_mu_);
   // This worker's share of an exchange: every shard it names must be held
   // here (NOT_FOUND) and every box lie inside its shard (OUT_OF_RANGE),
   // checked before anything moves. Returns the bytes received. Ends by
   // `stop` (its deadline at the latest options().pull_timeout from now).
-  absl::StatusOr<int64_t> Exchange(const ExchangePlan& plan,
-                                   StopCondition stop);
+  absl::StatusOr<int64_t> Exchange(const ExchangePlan& plan, StopCondition stop)
+      ABSL_LOCKS_EXCLUDED(exchange_mu_);
 
   // Frees the shards; unknown ids are fine (frees are retried).
   absl::Status Free(absl::Span<const uint64_t> ids);
@@ -330,6 +336,10 @@ class WorkerNode {
   std::string name_ ABSL_GUARDED_BY(mu_);
   std::string key_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> sealed_ ABSL_GUARDED_BY(mu_);
+  // Ids this worker made whose communicator has not formed here yet. Its
+  // own lock: making an id (NCCL starts a bootstrap) is slow.
+  absl::Mutex exchange_mu_;
+  absl::flat_hash_set<std::string> unformed_ids_ ABSL_GUARDED_BY(exchange_mu_);
   std::unique_ptr<ChannelCache> channels_;  // to peers; with the own chain
   std::unique_ptr<ShardTransport> peers_;
   TransportChain* chain_ = nullptr;  // peers_, when the node made it

@@ -65,14 +65,19 @@ class UnpinnableStore : public HostShardStore {
 class RecordingExchange : public DeviceExchange {
  public:
   absl::StatusOr<std::string> UniqueId() override {
-    return std::string(kExchangeIdBytes, 'u');
+    std::string id = absl::StrCat("u", ids++);
+    id.resize(kExchangeIdBytes, 'u');
+    return id;
   }
   absl::StatusOr<int64_t> Run(const ExchangePlan& plan,
                               const StopCondition&) override {
     ++runs;
+    if (!fail_with.ok()) return fail_with;
     return static_cast<int64_t>(plan.recvs.size());
   }
+  int ids = 0;
   int runs = 0;
+  absl::Status fail_with;
 };
 
 TEST(WorkerNodeTest, ExchangeSharesAreCheckedBeforeAnythingMoves) {
@@ -101,6 +106,45 @@ TEST(WorkerNodeTest, ExchangeSharesAreCheckedBeforeAnythingMoves) {
   EXPECT_THAT(node.Exchange(unknown, {}).status(),
               StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(nccl.runs, 1) << "a bad share reached NCCL";
+}
+
+// Each id this worker makes leaves NCCL's bootstrap thread waiting until its
+// communicator forms. Ids whose exchange failed are bounded: past the bound
+// the worker makes no more (the coordinator pulls instead), and an exchange
+// that succeeded frees its id's place.
+TEST(WorkerNodeTest, BootstrapsThatNeverFormedAreBounded) {
+  HostShardStore store;
+  ASSERT_THAT(store.Allocate(1, Desc({4, 8}), kArange), IsOk());
+  RecordingExchange nccl;
+  WorkerNodeOptions options;
+  options.exchange = &nccl;
+  WorkerNode node(&store, options);
+  auto share = [](const std::string& id) {
+    ExchangePlan plan;
+    plan.unique_id = id;
+    plan.ranks = 2;
+    plan.recvs.push_back({1, 1, {0, 4}, {4, 4}});
+    return plan;
+  };
+  std::vector<std::string> ids;
+  nccl.fail_with = absl::UnavailableError("a peer never joined");
+  for (size_t i = 0; i < WorkerNode::kMaxUnformedExchanges; ++i) {
+    absl::StatusOr<std::string> id = node.ExchangeId();
+    ASSERT_THAT(id.status(), IsOk()) << i;
+    ids.push_back(*id);
+    EXPECT_THAT(node.Exchange(share(*id), {}).status(),
+                StatusIs(absl::StatusCode::kUnavailable));
+  }
+  EXPECT_THAT(node.ExchangeId().status(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("NCCL bootstraps")));
+  EXPECT_EQ(nccl.ids, static_cast<int>(WorkerNode::kMaxUnformedExchanges));
+  // A later exchange under one of them forms: its place is free again.
+  nccl.fail_with = absl::OkStatus();
+  ASSERT_THAT(node.Exchange(share(ids[3]), {}), IsOk());
+  EXPECT_THAT(node.ExchangeId().status(), IsOk());
+  EXPECT_THAT(node.ExchangeId().status(),
+              StatusIs(absl::StatusCode::kResourceExhausted));
 }
 
 TEST(WorkerNodeTest, AllocationIsAllOrNothing) {
