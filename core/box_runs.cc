@@ -65,4 +65,22 @@ void ForEachBoxBlock(absl::Span<const int64_t> array_shape,
   flush();
 }
 
+std::optional<int64_t> BoxSpanStart(absl::Span<const int64_t> array_shape,
+                                    absl::Span<const int64_t> box_offsets,
+                                    absl::Span<const int64_t> box_sizes) {
+  int64_t count = 1;
+  for (int64_t size : box_sizes) count *= size;
+  int blocks = 0;
+  bool contiguous = false;
+  int64_t first = 0;
+  ForEachBoxBlock(
+      array_shape, box_offsets, box_sizes, 0, count,
+      [&](int64_t element, int64_t, int64_t run, int64_t rows, int64_t pitch) {
+        if (blocks++ == 0) first = element;
+        contiguous = rows == 1 || pitch == run;
+      });
+  if (blocks != 1 || !contiguous) return std::nullopt;
+  return first;
+}
+
 }  // namespace tessera

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 #include "absl/types/span.h"
 #include "core/box.h"
@@ -39,6 +40,13 @@ void ForEachBoxBlock(
     const std::function<void(int64_t array_element, int64_t range_element,
                              int64_t run_elements, int64_t rows,
                              int64_t array_pitch)>& fn);
+
+// When the sub-box is one contiguous span of the array (a send or get of
+// it needs no packing): the span's first element. nullopt for a box that
+// is not, and for an empty box.
+std::optional<int64_t> BoxSpanStart(absl::Span<const int64_t> array_shape,
+                                    absl::Span<const int64_t> box_offsets,
+                                    absl::Span<const int64_t> box_sizes);
 
 }  // namespace tessera
 

@@ -112,6 +112,19 @@ std::vector<Block> Blocks(const Shape& shape, std::vector<int64_t> offsets,
   return blocks;
 }
 
+TEST(BoxSpanStartTest, OnlyABoxThatIsOneSpanHasAStart) {
+  // Whole rows, one partial row, and whole trailing planes are one span.
+  EXPECT_EQ(BoxSpanStart({3, 4}, {1, 0}, {2, 4}), 4);
+  EXPECT_EQ(BoxSpanStart({3, 4}, {2, 1}, {1, 2}), 9);
+  EXPECT_EQ(BoxSpanStart({3, 4, 4}, {1, 0, 0}, {2, 4, 4}), 16);
+  EXPECT_EQ(BoxSpanStart({5}, {2}, {3}), 2);
+  // Columns, part of two rows, and rows of a partial plane are not.
+  EXPECT_EQ(BoxSpanStart({3, 4}, {0, 1}, {3, 2}), std::nullopt);
+  EXPECT_EQ(BoxSpanStart({3, 4}, {0, 2}, {2, 2}), std::nullopt);
+  EXPECT_EQ(BoxSpanStart({3, 4, 4}, {0, 0, 0}, {2, 2, 4}), std::nullopt);
+  EXPECT_EQ(BoxSpanStart({3, 4}, {0, 0}, {0, 4}), std::nullopt);  // empty
+}
+
 TEST(BoxBlocksTest, WholeArrayIsOneContiguousBlock) {
   EXPECT_THAT(Blocks({3, 4}, {0, 0}, {3, 4}, 0, 12),
               ElementsAre(Block{0, 0, 4, 3, 4}));

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/box_runs.h"
 #include "core/checked_math.h"
 #include "core/status_macros.h"
 #include "core/strided_copy.h"
@@ -571,15 +572,12 @@ absl::Status UcxTransport::Lane::ShortRunGets(Peer& peer, const Key& key,
                                               const RemoteShard& shard,
                                               const Box& box,
                                               const ReadTarget& target) {
-  const int64_t item = key.item_bytes;
-  const RunPlan in_shard(box.sizes, key.shape, box.offsets, box.sizes,
-                         std::vector<int64_t>(box.rank(), 0));
-  if (key.sends && in_shard.runs() == 1 &&
-      in_shard.total() * item >= options_.min_send_bytes) {
-    int64_t first = 0;  // the box's first element, within the shard
-    in_shard.ForEach(
-        0, 1, [&](int64_t src, int64_t, int64_t, int64_t) { first = src; });
-    return SentRangeGets(peer, key, shard, box, first, target);
+  if (key.sends &&
+      box.NumElements() * key.item_bytes >= options_.min_send_bytes) {
+    if (const std::optional<int64_t> first =
+            BoxSpanStart(key.shape, box.offsets, box.sizes)) {
+      return SentRangeGets(peer, key, shard, box, *first, target);
+    }
   }
   if (options_.remote_stage_bytes > 0) {
     bool declined = false;

@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -42,21 +43,6 @@ struct Posted {
   const ExchangePiece* packed = nullptr;
   const DeviceShardBytes* shard = nullptr;
 };
-
-// The piece's box as one range of its shard, if it is one.
-bool OneRange(const DeviceShardBytes& shard, const ExchangePiece& piece,
-              int64_t* first_element) {
-  int blocks = 0;
-  bool contiguous = false;
-  const int64_t count = piece.box().NumElements();
-  ForEachBoxBlock(
-      shard.desc.box.sizes, piece.offsets, piece.sizes, 0, count,
-      [&](int64_t element, int64_t, int64_t run, int64_t rows, int64_t pitch) {
-        if (blocks++ == 0) *first_element = element;
-        contiguous = rows == 1 || pitch == run;
-      });
-  return blocks <= 1 && (blocks == 0 || contiguous);
-}
 
 // Pitched copies between a piece's box in its shard and a dense range, on
 // `stream`.
@@ -267,9 +253,9 @@ absl::StatusOr<int64_t> NcclExchange::Run(const ExchangePlan& plan,
     posted.peer = piece.peer;
     posted.bytes = static_cast<size_t>(piece.box().NumElements()) * item;
     if (posted.bytes == 0) return absl::OkStatus();  // both ends skip it
-    int64_t first = 0;
-    if (OneRange(held, piece, &first)) {
-      posted.data = held.data + first * static_cast<int64_t>(item);
+    if (const std::optional<int64_t> first =
+            BoxSpanStart(held.desc.box.sizes, piece.offsets, piece.sizes)) {
+      posted.data = held.data + *first * static_cast<int64_t>(item);
     } else {
       posted.buffer_offset = buffer_bytes;
       posted.packed = &piece;
