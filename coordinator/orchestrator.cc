@@ -620,9 +620,12 @@ bool OnSeparateGpus(
     const ReshardPlan& plan,
     const std::function<std::string(const std::string& worker)>& uuid_of) {
   std::map<std::string, std::string> worker_on_gpu;
+  std::map<std::string, std::string> uuids;  // one lookup per worker
   auto own_gpu = [&](const ShardInfo& shard) {
     if (shard.device.kind != Device::Kind::kCuda) return false;
-    std::string gpu = uuid_of(shard.worker);
+    auto [uuid, fresh] = uuids.try_emplace(shard.worker);
+    if (fresh) uuid->second = uuid_of(shard.worker);
+    std::string gpu = uuid->second;
     if (gpu.empty()) {
       gpu = absl::StrCat(shard.address.substr(0, shard.address.rfind(':')),
                          " cuda:", shard.device.index);
