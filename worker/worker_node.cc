@@ -485,16 +485,21 @@ absl::StatusOr<int64_t> WorkerNode::Transfer(const TransferBatch& batch,
 
 absl::StatusOr<std::string> WorkerNode::ExchangeId() {
   if (options_.exchange == nullptr) return NoExchange();
-  absl::MutexLock lock(&exchange_mu_);
-  if (unformed_ids_.size() >= kMaxUnformedExchanges) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "this worker hosts ", unformed_ids_.size(),
-        " NCCL bootstraps whose exchange failed before the communicator "
-        "formed (each waits for its members until the worker restarts); it "
-        "hosts no more, so exchanges that need it are pulled"));
+  {
+    absl::MutexLock lock(&exchange_mu_);
+    if (unformed_ids_.size() + ids_in_making_ >= kMaxUnformedExchanges) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "this worker hosts ", unformed_ids_.size(),
+          " NCCL bootstraps whose exchange failed before the communicator "
+          "formed (each waits for its members until the worker restarts); "
+          "it hosts no more, so exchanges that need it are pulled"));
+    }
+    ++ids_in_making_;  // the place is taken while NCCL starts its bootstrap
   }
-  TESSERA_ASSIGN_OR_RETURN(std::string id, options_.exchange->UniqueId());
-  unformed_ids_.insert(id);
+  absl::StatusOr<std::string> id = options_.exchange->UniqueId();
+  absl::MutexLock lock(&exchange_mu_);
+  --ids_in_making_;
+  if (id.ok()) unformed_ids_.insert(*id);
   return id;
 }
 

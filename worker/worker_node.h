@@ -336,10 +336,11 @@ class WorkerNode {
   std::string name_ ABSL_GUARDED_BY(mu_);
   std::string key_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> sealed_ ABSL_GUARDED_BY(mu_);
-  // Ids this worker made whose communicator has not formed here yet. Its
-  // own lock: making an id (NCCL starts a bootstrap) is slow.
+  // Ids this worker made whose communicator has not formed here yet, and
+  // ids being made (NCCL starts a bootstrap: not under the lock).
   absl::Mutex exchange_mu_;
   absl::flat_hash_set<std::string> unformed_ids_ ABSL_GUARDED_BY(exchange_mu_);
+  size_t ids_in_making_ ABSL_GUARDED_BY(exchange_mu_) = 0;
   std::unique_ptr<ChannelCache> channels_;  // to peers; with the own chain
   std::unique_ptr<ShardTransport> peers_;
   TransportChain* chain_ = nullptr;  // peers_, when the node made it
