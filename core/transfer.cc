@@ -1,6 +1,5 @@
 #include "core/transfer.h"
 
-#include <algorithm>
 #include <map>
 
 namespace tessera {
