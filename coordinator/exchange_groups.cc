@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
@@ -18,12 +19,13 @@ void ExchangeGroups::Forget(const std::string& name) {
   absl::MutexLock lock(&mu_);
   for (auto it = groups_.begin(); it != groups_.end();) {
     const std::vector<std::string>& members = it->second->members;
-    // A set running an exchange now keeps its entry: that exchange fails
-    // and forgets its id itself.
-    if (std::find(members.begin(), members.end(), name) != members.end() &&
-        it->second.use_count() == 1) {
+    if (std::find(members.begin(), members.end(), name) == members.end()) {
+      ++it;
+    } else if (it->second.use_count() == 1) {
       it = groups_.erase(it);
     } else {
+      // In use now: marked, for the next exchange to start afresh.
+      it->second->member_restarted = true;
       ++it;
     }
   }
@@ -39,10 +41,10 @@ absl::Status ExchangeGroups::Run(absl::Span<const TransferBatch> batches,
   if (exchange.members.size() < 2) return absl::OkStatus();
   for (const ExchangePlan& plan : exchange.plans) {
     const size_t ops = plan.sends.size() + plan.recvs.size();
-    if (ops > kMaxGroupOperations) {
+    if (ops > static_cast<size_t>(kMaxExchangePieces)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "a member would post ", ops,
-          " NCCL operations in one group (at most ", kMaxGroupOperations, ")"));
+          " NCCL operations in one group (at most ", kMaxExchangePieces, ")"));
     }
   }
   std::map<std::string, std::string> address_of;
@@ -75,6 +77,10 @@ absl::Status ExchangeGroups::Run(absl::Span<const TransferBatch> batches,
   const std::string what =
       absl::StrCat("an NCCL exchange among ", members.size(), " GPU workers");
   absl::MutexLock running(&group->run);
+  if (group->member_restarted.exchange(false)) {
+    group->id.clear();
+    group->cool_until = absl::InfinitePast();
+  }
   const absl::Time now = absl::Now();
   if (now < group->cool_until) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -82,6 +88,28 @@ absl::Status ExchangeGroups::Run(absl::Span<const TransferBatch> batches,
         absl::FormatDuration(cool_down_ - (group->cool_until - now)),
         " ago; their pieces are pulled for now"));
   }
+  // Each member's turn, in name order (exchange.members is sorted).
+  std::vector<std::shared_ptr<absl::Mutex>> turns;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& name : exchange.members) {
+      std::shared_ptr<absl::Mutex>& turn = turns_[name];
+      if (turn == nullptr) turn = std::make_shared<absl::Mutex>();
+      turns.push_back(turn);
+    }
+  }
+  for (const auto& turn : turns) turn->Lock();
+  const absl::Cleanup let_go = [&] {
+    for (auto turn = turns.rbegin(); turn != turns.rend(); ++turn) {
+      (*turn)->Unlock();
+    }
+    turns.clear();
+    absl::MutexLock lock(&mu_);
+    for (const std::string& name : exchange.members) {
+      auto it = turns_.find(name);
+      if (it != turns_.end() && it->second.use_count() == 1) turns_.erase(it);
+    }
+  };
   auto failed = [&](absl::Status status) {
     group->id.clear();
     group->cool_until = absl::Now() + cool_down_;

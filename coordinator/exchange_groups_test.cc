@@ -1,6 +1,7 @@
 #include "coordinator/exchange_groups.h"
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -12,6 +13,7 @@
 namespace tessera {
 namespace {
 
+using ::tessera::testing::IsOk;
 using ::tessera::testing::StatusIs;
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
@@ -149,11 +151,72 @@ TEST_F(ExchangeGroupsTest, SharesTooLargeForOneNcclGroupArePulled) {
   for (int i = 0; i < 3; ++i) workers_.EnableExchanges(Address(i));
   ExchangeGroups groups(&workers_);
   TransferBatch big = Batch(0, 1, 10, 21);
-  big.pieces.resize(ExchangeGroups::kMaxGroupOperations + 1, big.pieces[0]);
+  big.pieces.resize(kMaxExchangePieces + 1, big.pieces[0]);
   EXPECT_THAT(groups.Run({big}, 4),
               StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("NCCL operations in one group")));
+                       HasSubstr("2049 NCCL operations in one group")));
   EXPECT_EQ(workers_.counts(Address(0)).exchange_id, 0);
+  big.pieces.resize(kMaxExchangePieces);  // as many as a worker accepts
+  ASSERT_OK(groups.Run({big}, 4));
+  EXPECT_EQ(workers_.counts(Address(0)).exchange_id, 1);
+}
+
+TEST_F(ExchangeGroupsTest, AMemberRestartedDuringAnExchangeMakesTheNextAfresh) {
+  for (int i = 0; i < 2; ++i) {
+    workers_.EnableExchanges(Address(i));
+    workers_.TakeTimeInExchanges(Address(i), absl::Milliseconds(200));
+  }
+  ExchangeGroups groups(&workers_);
+  std::thread running([&] { EXPECT_OK(groups.Run({Batch(0, 1, 10, 21)}, 4)); });
+  while (workers_.counts(Address(1)).exchange == 0) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  groups.Forget("g1");  // g1 registered again meanwhile
+  running.join();
+  EXPECT_EQ(workers_.counts(Address(0)).exchange_id, 1);
+  ASSERT_OK(groups.Run({Batch(0, 1, 10, 21)}, 4));
+  EXPECT_EQ(workers_.counts(Address(0)).exchange_id, 2)
+      << "the old communicator was used after the restart";
+  ASSERT_OK(groups.Run({Batch(0, 1, 10, 21)}, 4));
+  EXPECT_EQ(workers_.counts(Address(0)).exchange_id, 2) << "kept again";
+}
+
+TEST_F(ExchangeGroupsTest, ExchangesSharingAWorkerTakeTurns) {
+  for (int i = 0; i < 3; ++i) {
+    workers_.EnableExchanges(Address(i));
+    workers_.TakeTimeInExchanges(Address(i), absl::Milliseconds(20));
+  }
+  ExchangeGroups groups(&workers_);
+  // Three sets, each pair sharing a worker: in any order of turns but one
+  // they would wait on each other in a cycle.
+  std::vector<std::thread> reshards;
+  for (const TransferBatch& batch :
+       {Batch(0, 1, 10, 21), Batch(1, 2, 11, 22), Batch(2, 0, 12, 20)}) {
+    reshards.emplace_back([&, batch] {
+      for (int i = 0; i < 4; ++i) EXPECT_OK(groups.Run({batch}, 4));
+    });
+  }
+  for (std::thread& t : reshards) t.join();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(workers_.counts(Address(i)).most_exchanges_at_once, 1)
+        << "two exchanges at once on g" << i;
+    EXPECT_EQ(workers_.counts(Address(i)).exchange, 8);
+  }
+  EXPECT_EQ(groups.stats().exchanges, 12);
+}
+
+TEST_F(ExchangeGroupsTest, ExchangesAmongOtherWorkersRunAlongside) {
+  workers_.AddWorker(Address(3));
+  workers_.Hold(Address(3), 23, 64);
+  for (int i = 0; i < 4; ++i) {
+    workers_.EnableExchanges(Address(i));
+    workers_.TakeTimeInExchanges(Address(i), absl::Milliseconds(300));
+  }
+  ExchangeGroups groups(&workers_);
+  std::thread other([&] { EXPECT_OK(groups.Run({Batch(2, 3, 12, 23)}, 4)); });
+  EXPECT_OK(groups.Run({Batch(0, 1, 10, 21)}, 4));
+  other.join();
+  EXPECT_EQ(workers_.most_shares_at_once(), 4) << "one waited for the other";
 }
 
 TEST_F(ExchangeGroupsTest, ARestartedMemberMakesItsSetsJoinAfresh) {

@@ -1,5 +1,6 @@
 #include "coordinator/fake_worker_control.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -145,6 +146,18 @@ absl::Status FakeWorkerControl::Transfer(const TransferBatch& batch) {
   return absl::OkStatus();
 }
 
+int FakeWorkerControl::most_shares_at_once() const {
+  absl::MutexLock lock(&mu_);
+  return most_shares_at_once_;
+}
+
+void FakeWorkerControl::TakeTimeInExchanges(const std::string& address,
+                                            absl::Duration duration) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(address);
+  if (it != workers_.end()) it->second.exchange_time = duration;
+}
+
 void FakeWorkerControl::EnableExchanges(const std::string& address) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(address);
@@ -196,6 +209,18 @@ absl::StatusOr<int64_t> FakeWorkerControl::Exchange(
     }
     wait = (*worker)->exchange_wait;
     if (wait == absl::ZeroDuration()) {
+      Worker& w = **worker;
+      w.counts.most_exchanges_at_once =
+          std::max(w.counts.most_exchanges_at_once, ++w.exchanges_in_progress);
+      most_shares_at_once_ = std::max(most_shares_at_once_, ++shares_now_);
+      const absl::Duration time = w.exchange_time;
+      if (time > absl::ZeroDuration()) {
+        mu_.Unlock();
+        absl::SleepFor(time);
+        mu_.Lock();
+      }
+      --w.exchanges_in_progress;  // workers are never removed
+      --shares_now_;
       exchanges_.emplace_back(ref.address, plan);
       return 0;
     }

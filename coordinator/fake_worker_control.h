@@ -29,6 +29,7 @@ class FakeWorkerControl : public WorkerControl {
     int transfer = 0;  // Transfers whose destination is this worker
     int exchange_id = 0;
     int exchange = 0;
+    int most_exchanges_at_once = 0;  // shares in progress together
   };
 
   // Adds an empty worker; calls to addresses never added are UNAVAILABLE.
@@ -69,6 +70,12 @@ class FakeWorkerControl : public WorkerControl {
   // `patience` (DEADLINE_EXCEEDED).
   void WaitInExchanges(const std::string& address, absl::Duration patience)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The worker's shares succeed after `duration` (moving bytes), so that
+  // exchanges can overlap.
+  void TakeTimeInExchanges(const std::string& address, absl::Duration duration)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Exchange shares in progress together, on all workers.
+  int most_shares_at_once() const ABSL_LOCKS_EXCLUDED(mu_);
   // Every exchange share that succeeded, in order, with its worker.
   std::vector<std::pair<std::string, ExchangePlan>> exchanges() const
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -89,6 +96,8 @@ class FakeWorkerControl : public WorkerControl {
     Counts counts;
     bool exchanges = false;
     absl::Duration exchange_wait = absl::ZeroDuration();
+    absl::Duration exchange_time = absl::ZeroDuration();
+    int exchanges_in_progress = 0;
   };
   // The worker at `address`, or UNAVAILABLE; consumes a queued failure.
   absl::StatusOr<Worker*> Reach(const std::string& address)
@@ -100,6 +109,8 @@ class FakeWorkerControl : public WorkerControl {
   std::vector<std::pair<std::string, ExchangePlan>> exchanges_
       ABSL_GUARDED_BY(mu_);
   int ids_made_ ABSL_GUARDED_BY(mu_) = 0;
+  int shares_now_ ABSL_GUARDED_BY(mu_) = 0;
+  int most_shares_at_once_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tessera

@@ -49,4 +49,26 @@ Cancellation::Registration Cancellation::OnCancel(std::function<void()> stop) {
   return Registration(this, id);
 }
 
+OneAtATime::Held::Held(Held&& other) noexcept
+    : owner_(std::exchange(other.owner_, nullptr)) {}
+
+OneAtATime::Held::~Held() {
+  if (owner_ == nullptr) return;
+  absl::MutexLock lock(&owner_->mu_);
+  owner_->held_ = false;
+}
+
+absl::StatusOr<OneAtATime::Held> OneAtATime::Take(const StopCondition& stop,
+                                                  absl::string_view what) {
+  absl::MutexLock lock(&mu_);
+  auto free = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !held_; };
+  // Polled in short slices: a caller's cancellation has no signal.
+  while (held_) {
+    if (absl::Status stopped = stop.Check(what); !stopped.ok()) return stopped;
+    mu_.AwaitWithTimeout(absl::Condition(&free), absl::Milliseconds(10));
+  }
+  held_ = true;
+  return Held(this);
+}
+
 }  // namespace tessera

@@ -1,6 +1,7 @@
 // When work in progress gives up: StopCondition is polled by the working
 // thread (a deadline, a caller's cancellation); Cancellation is how one
-// party gives up calls that other threads are blocked in.
+// party gives up calls that other threads are blocked in; OneAtATime is a
+// lock whose waiters give up by their StopCondition.
 #ifndef TESSERA_CORE_STOP_H_
 #define TESSERA_CORE_STOP_H_
 
@@ -10,6 +11,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -65,6 +67,38 @@ class Cancellation {
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<uint64_t, std::function<void()>> stops_ ABSL_GUARDED_BY(mu_);
+};
+
+// One holder at a time, as a mutex, but a waiter gives up by its own
+// StopCondition instead of waiting as long as the holder takes (an NCCL
+// exchange holds its GPU until its own deadline).
+class OneAtATime {
+ public:
+  class Held {
+   public:
+    Held(Held&& other) noexcept;
+    Held& operator=(Held&&) = delete;
+    Held(const Held&) = delete;
+    ~Held();
+
+   private:
+    friend class OneAtATime;
+    explicit Held(OneAtATime* owner) : owner_(owner) {}
+    OneAtATime* owner_;  // null: moved from
+  };
+
+  OneAtATime() = default;
+  OneAtATime(const OneAtATime&) = delete;
+  OneAtATime& operator=(const OneAtATime&) = delete;
+
+  // Held until the result is destroyed; else why `stop` stopped the wait
+  // for `what`.
+  absl::StatusOr<Held> Take(const StopCondition& stop, absl::string_view what)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  absl::Mutex mu_;
+  bool held_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace tessera

@@ -83,5 +83,52 @@ TEST(CancellationTest, OneThreadGivesUpCallsBlockedInOthers) {
   EXPECT_EQ(returned.load(), 4);
 }
 
+TEST(OneAtATimeTest, AWaiterGetsItsTurnWhenTheHolderLetsGo) {
+  OneAtATime gpu;
+  std::optional<OneAtATime::Held> first;
+  {
+    absl::StatusOr<OneAtATime::Held> taken = gpu.Take({}, "an exchange");
+    ASSERT_THAT(taken, IsOk());
+    first.emplace(*std::move(taken));
+  }
+  std::atomic<bool> second_held{false};
+  std::thread second([&] {
+    absl::StatusOr<OneAtATime::Held> taken = gpu.Take({}, "an exchange");
+    EXPECT_THAT(taken, IsOk());
+    second_held = true;
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(second_held) << "two holders at once";
+  first.reset();
+  second.join();
+  EXPECT_TRUE(second_held);
+  // Let go again when the second holder's result was destroyed.
+  EXPECT_THAT(gpu.Take({}, "an exchange"), IsOk());
+}
+
+TEST(OneAtATimeTest, AWaiterGivesUpByItsOwnStopCondition) {
+  OneAtATime gpu;
+  absl::StatusOr<OneAtATime::Held> held = gpu.Take({}, "an exchange");
+  ASSERT_THAT(held, IsOk());
+  StopCondition late;
+  late.deadline = absl::Now() + absl::Milliseconds(30);
+  EXPECT_THAT(gpu.Take(late, "waiting for the GPU"),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       "deadline exceeded while waiting for the GPU"));
+  std::atomic<bool> give_up{false};
+  StopCondition cancelled;
+  cancelled.cancelled = [&] { return give_up.load(); };
+  std::thread waiter([&] {
+    EXPECT_THAT(gpu.Take(cancelled, "waiting for the GPU"),
+                StatusIs(absl::StatusCode::kCancelled));
+  });
+  absl::SleepFor(absl::Milliseconds(30));
+  give_up = true;
+  waiter.join();
+  // Moving a turn keeps it held; destroying the moved-to one lets go.
+  { OneAtATime::Held moved = *std::move(held); }
+  EXPECT_THAT(gpu.Take(late, "waiting for the GPU"), IsOk());
+}
+
 }  // namespace
 }  // namespace tessera

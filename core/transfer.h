@@ -65,11 +65,14 @@ struct ExchangePiece {
   }
 };
 
-// Bounds of an exchange as a worker accepts it: the communicator id's size
-// (an ncclUniqueId), the members, and the pieces of one member's share.
+// Bounds of an exchange: the communicator id's size (an ncclUniqueId), the
+// members, and the pieces of one member's share, sends and receives
+// together. Each piece is one operation in the member's NCCL group, which
+// NCCL bounds (2048 in its documentation): the coordinator pulls a larger
+// share instead, and a worker refuses one from the wire.
 inline constexpr size_t kExchangeIdBytes = 128;
 inline constexpr int32_t kMaxExchangeRanks = 4096;
-inline constexpr int kMaxExchangePieces = 1 << 16;
+inline constexpr int kMaxExchangePieces = 2048;
 
 // One member's share of an exchange among `ranks` workers: what it sends
 // and receives, each list in the order its peers post the matching pieces

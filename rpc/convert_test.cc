@@ -217,12 +217,19 @@ TEST(ConvertTest, ExchangePlansReadBackAndMalformedOnesAreRefused) {
   refused([](auto& r) { r.mutable_recvs(0)->set_peer(7); }, "recvs[0]: peer 7");
   refused([](auto& r) { r.mutable_sends(0)->add_offsets(0); }, "3 offsets");
   refused([](auto& r) { r.mutable_recvs(0)->set_sizes(1, -4); }, "negative");
+  // One share is one NCCL group: its bound holds sends and receives
+  // together, the full bound is accepted and one more piece refused.
+  v1::NcclExchangeRequest full = request;
+  while (full.sends_size() + full.recvs_size() < kMaxExchangePieces) {
+    *full.add_sends() = full.sends(0);
+  }
+  EXPECT_TRUE(ExchangePlanFromProto(full).ok());
   refused(
-      [](auto& r) {
-        for (int i = 0; i < kMaxExchangePieces; ++i)
-          *r.add_sends() = r.sends(0);
+      [&](auto& r) {
+        r = full;
+        *r.add_recvs() = r.recvs(0);
       },
-      "pieces");
+      "2049 pieces (at most 2048)");
 }
 
 }  // namespace

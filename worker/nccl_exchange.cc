@@ -77,9 +77,9 @@ struct NcclExchange::Comm {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
   int device = 0;
-  uint64_t last_use = 0;
-  absl::Mutex run_mu;  // one exchange at a time
-  bool aborted = false;
+  int32_t ranks = 0;  // as joined: a later plan under its id must match
+  int32_t rank = 0;
+  bool aborted = false;  // guarded by NcclExchange::gpu_ once joined
 
   ~Comm() {
     cudaSetDevice(device);
@@ -135,10 +135,7 @@ struct NcclExchange::Comm {
 
 NcclExchange::NcclExchange(CudaShardStore* store) : store_(store) {}
 
-NcclExchange::~NcclExchange() {
-  absl::MutexLock lock(&mu_);
-  comms_.clear();
-}
+NcclExchange::~NcclExchange() { comms_.Clear(); }
 
 absl::StatusOr<std::string> NcclExchange::UniqueId() {
   ncclUniqueId id;
@@ -149,46 +146,12 @@ absl::StatusOr<std::string> NcclExchange::UniqueId() {
   return std::string(id.internal, sizeof(id.internal));
 }
 
-void NcclExchange::Drop(const std::string& id) {
-  std::shared_ptr<Comm> gone;  // destroyed outside the lock
-  absl::MutexLock lock(&mu_);
-  auto it = comms_.find(id);
-  if (it == comms_.end()) return;
-  gone = std::move(it->second);
-  comms_.erase(it);
-}
-
 absl::StatusOr<std::shared_ptr<NcclExchange::Comm>> NcclExchange::Join(
     const ExchangePlan& plan, const StopCondition& stop) {
-  // One join at a time: a second caller for the same id finds the first's.
-  absl::MutexLock joining(&join_mu_);
-  std::vector<std::shared_ptr<Comm>> evicted;  // destroyed outside the lock
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = comms_.find(plan.unique_id);
-    if (it != comms_.end()) {
-      it->second->last_use = ++tick_;
-      return it->second;
-    }
-    while (comms_.size() >= kMaxCommunicators) {
-      auto oldest = comms_.end();
-      for (auto c = comms_.begin(); c != comms_.end(); ++c) {
-        if (c->second.use_count() == 1 &&
-            (oldest == comms_.end() ||
-             c->second->last_use < oldest->second->last_use)) {
-          oldest = c;
-        }
-      }
-      if (oldest == comms_.end()) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            kMaxCommunicators, " NCCL communicators are in use here"));
-      }
-      evicted.push_back(std::move(oldest->second));
-      comms_.erase(oldest);
-    }
-  }
   auto comm = std::make_shared<Comm>();
   comm->device = store_->device();
+  comm->ranks = plan.ranks;
+  comm->rank = plan.rank;
   TESSERA_RETURN_IF_ERROR(
       CudaError("selecting the device", cudaSetDevice(comm->device)));
   TESSERA_RETURN_IF_ERROR(CudaError(
@@ -207,27 +170,35 @@ absl::StatusOr<std::shared_ptr<NcclExchange::Comm>> NcclExchange::Join(
     return NcclError(what, started);
   }
   TESSERA_RETURN_IF_ERROR(comm->Await(stop, what, /*drain=*/false));
-  absl::MutexLock lock(&mu_);
-  comm->last_use = ++tick_;
-  comms_[plan.unique_id] = comm;
   return comm;
 }
 
 absl::StatusOr<int64_t> NcclExchange::Run(const ExchangePlan& plan,
                                           const StopCondition& stop) {
-  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Comm> comm, Join(plan, stop));
-  absl::MutexLock running(&comm->run_mu);
+  TESSERA_ASSIGN_OR_RETURN(
+      std::shared_ptr<Comm> comm,
+      comms_.Get(plan.unique_id, stop, [&] { return Join(plan, stop); }));
+  TESSERA_ASSIGN_OR_RETURN(
+      OneAtATime::Held gpu,
+      gpu_.Take(stop, "waiting for another NCCL exchange on this GPU"));
   if (comm->aborted) {
-    Drop(plan.unique_id);
+    comms_.Drop(plan.unique_id, comm.get());
     return absl::UnavailableError(
         "the NCCL communicator was aborted by an earlier exchange");
+  }
+  if (comm->ranks != plan.ranks || comm->rank != plan.rank) {
+    // Its peers' ranks would not be the plan's: refused, nothing posted.
+    return absl::FailedPreconditionError(
+        absl::StrCat("the plan names rank ", plan.rank, " of ", plan.ranks,
+                     " under a communicator joined as rank ", comm->rank,
+                     " of ", comm->ranks));
   }
   // Any failure from here aborts the communicator: the peers' operations
   // could never match again, and the coordinator makes a fresh one.
   auto fail = [&](absl::Status why) {
     const absl::Status failed = comm->Abort(std::move(why));
     cudaStreamSynchronize(comm->stream);
-    Drop(plan.unique_id);
+    comms_.Drop(plan.unique_id, comm.get());
     spdlog::warn("NCCL exchange as rank {} of {}: {}", plan.rank, plan.ranks,
                  std::string(failed.message()));
     return failed;

@@ -1,13 +1,19 @@
 // NcclExchange: DeviceExchange over NCCL for a worker whose shards are in
 // one GPU's memory (CudaShardStore). Only built with --config=cuda.
 //
-// Communicators are non-blocking and kept by id (at most kMaxCommunicators;
-// the least recently used idle one is destroyed beyond), one exchange at a
-// time each. Every wait polls the communicator's asynchronous error, the
-// deadline and the caller's cancellation, and aborts the communicator
-// (ncclCommAbort) on any of them: a peer that died or never joined fails
-// the call within its deadline instead of hanging the worker. An aborted
-// communicator is dropped; the coordinator makes a fresh one next time.
+// Communicators are non-blocking and kept by id in a CommunicatorCache (at
+// most kMaxCommunicators; joins under different ids run at once, so that
+// workers joining sets in different orders never wait on each other). One
+// exchange runs on the GPU at a time, whatever its communicator: NCCL does
+// not let several threads issue operations on one device's communicators
+// at once, and their kernels can wait on each other. The coordinator
+// already runs one exchange per worker at a time (ExchangeGroups); this
+// holds for calls it gave up that are still ending. Every wait polls the
+// communicator's asynchronous error, the deadline and the caller's
+// cancellation, and aborts the communicator (ncclCommAbort) on any of them: a
+// peer that died or never joined fails the call within its deadline instead of
+// hanging the worker. An aborted communicator is dropped; the coordinator makes
+// a fresh one next time.
 //
 // A piece whose box is one range of its shard is sent from, or received
 // into, the shard itself; other pieces go through one device buffer per
@@ -17,13 +23,11 @@
 #define TESSERA_WORKER_NCCL_EXCHANGE_H_
 
 #include <cstdint>
-#include <functional>
-#include <map>
 #include <memory>
 #include <string>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "core/stop.h"
+#include "worker/communicator_cache.h"
 #include "worker/cuda_shard_store.h"
 #include "worker/device_exchange.h"
 
@@ -43,17 +47,14 @@ class NcclExchange : public DeviceExchange {
 
  private:
   struct Comm;
-  // The communicator of `plan`'s id, joined now if it is not kept.
+  // Joins the communicator of `plan`'s id (a fresh one: the cache calls
+  // this only for an id it does not keep).
   absl::StatusOr<std::shared_ptr<Comm>> Join(const ExchangePlan& plan,
-                                             const StopCondition& stop)
-      ABSL_LOCKS_EXCLUDED(join_mu_, mu_);
-  void Drop(const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
+                                             const StopCondition& stop);
 
   CudaShardStore* const store_;
-  absl::Mutex join_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-  absl::Mutex mu_;
-  std::map<std::string, std::shared_ptr<Comm>> comms_ ABSL_GUARDED_BY(mu_);
-  uint64_t tick_ ABSL_GUARDED_BY(mu_) = 0;
+  CommunicatorCache<Comm> comms_{kMaxCommunicators};
+  OneAtATime gpu_;  // held for a whole exchange, join excluded
 };
 
 }  // namespace tessera
