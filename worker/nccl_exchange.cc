@@ -14,6 +14,7 @@
 #include "core/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "worker/cuda_status.h"
+#include "worker/exchange_layout.h"
 
 namespace tessera {
 namespace {
@@ -33,23 +34,13 @@ absl::Status NcclError(const std::string& what, ncclResult_t result) {
   }
 }
 
-// One end of a piece as the group sees it: a contiguous device range.
-struct Posted {
-  int32_t peer = 0;
-  char* data = nullptr;  // in the shard, or in the exchange's buffer
-  size_t bytes = 0;
-  size_t buffer_offset = 0;  // where in the buffer, when packed
-  // Set when the piece goes through the buffer: where it lies in its shard.
-  const ExchangePiece* packed = nullptr;
-  const DeviceShardBytes* shard = nullptr;
-};
-
-// Pitched copies between a piece's box in its shard and a dense range, on
-// `stream`.
-cudaError_t CopyPiece(const Posted& posted, cudaStream_t stream, bool pack) {
-  const ExchangePiece& piece = *posted.packed;
-  const DeviceShardBytes& shard = *posted.shard;
+// Pitched copies between a packed piece's box in its shard and its range
+// of the exchange's buffer, on `stream`.
+cudaError_t CopyPiece(const PostedPiece& posted, const DeviceShardBytes& shard,
+                      char* buffer, cudaStream_t stream, bool pack) {
+  const ExchangePiece& piece = *posted.piece;
   const size_t item = ItemSize(shard.desc.dtype);
+  char* const packed = buffer + posted.buffer_offset;
   cudaError_t error = cudaSuccess;
   ForEachBoxBlock(
       shard.desc.box.sizes, piece.offsets, piece.sizes, 0,
@@ -58,7 +49,7 @@ cudaError_t CopyPiece(const Posted& posted, cudaStream_t stream, bool pack) {
           int64_t pitch) {
         if (error != cudaSuccess) return;
         char* in_shard = shard.data + element * static_cast<int64_t>(item);
-        char* dense = posted.data + range * static_cast<int64_t>(item);
+        char* dense = packed + range * static_cast<int64_t>(item);
         const size_t width = static_cast<size_t>(run) * item;
         const size_t shard_pitch = static_cast<size_t>(pitch) * item;
         error = pack ? cudaMemcpy2DAsync(dense, width, in_shard, shard_pitch,
@@ -210,48 +201,26 @@ absl::StatusOr<int64_t> NcclExchange::Run(const ExchangePlan& plan,
   }
   // Every shard stays allocated until the stream has drained.
   std::vector<DeviceShardBytes> shards;
+  std::vector<ShardDesc> descs;
   shards.reserve(plan.sends.size() + plan.recvs.size());
-  std::vector<Posted> sends, recvs;
-  size_t buffer_bytes = 0;
-  auto post = [&](const ExchangePiece& piece,
-                  std::vector<Posted>& into) -> absl::Status {
-    TESSERA_ASSIGN_OR_RETURN(DeviceShardBytes shard,
-                             store_->DeviceBytes(piece.shard_id));
-    shards.push_back(std::move(shard));
-    const DeviceShardBytes& held = shards.back();
-    const size_t item = ItemSize(held.desc.dtype);
-    Posted posted;
-    posted.peer = piece.peer;
-    posted.bytes = static_cast<size_t>(piece.box().NumElements()) * item;
-    if (posted.bytes == 0) return absl::OkStatus();  // both ends skip it
-    if (const std::optional<int64_t> first =
-            BoxSpanStart(held.desc.box.sizes, piece.offsets, piece.sizes)) {
-      posted.data = held.data + *first * static_cast<int64_t>(item);
-    } else {
-      posted.buffer_offset = buffer_bytes;
-      posted.packed = &piece;
-      posted.shard = &held;
-      buffer_bytes += (posted.bytes + 255) & ~size_t{255};
-    }
-    into.push_back(posted);
-    return absl::OkStatus();
-  };
-  for (const ExchangePiece& piece : plan.sends) {
-    if (absl::Status posted = post(piece, sends); !posted.ok()) {
-      return fail(posted);
+  for (const auto* pieces : {&plan.sends, &plan.recvs}) {
+    for (const ExchangePiece& piece : *pieces) {
+      absl::StatusOr<DeviceShardBytes> shard =
+          store_->DeviceBytes(piece.shard_id);
+      if (!shard.ok()) return fail(shard.status());
+      descs.push_back(shard->desc);
+      shards.push_back(*std::move(shard));
     }
   }
-  for (const ExchangePiece& piece : plan.recvs) {
-    if (absl::Status posted = post(piece, recvs); !posted.ok()) {
-      return fail(posted);
-    }
-  }
+  absl::StatusOr<ShareLayout> laid_out = LayOutShare(plan, descs);
+  if (!laid_out.ok()) return fail(laid_out.status());
+  const ShareLayout& layout = *laid_out;
   char* buffer = nullptr;
-  if (buffer_bytes > 0) {
-    if (absl::Status allocated =
-            CudaError(absl::StrCat("allocating ", buffer_bytes,
-                                   " bytes of device memory for packed pieces"),
-                      cudaMalloc(&buffer, buffer_bytes));
+  if (layout.buffer_bytes > 0) {
+    if (absl::Status allocated = CudaError(
+            absl::StrCat("allocating ", layout.buffer_bytes,
+                         " bytes of device memory for packed pieces"),
+            cudaMalloc(&buffer, static_cast<size_t>(layout.buffer_bytes)));
         !allocated.ok()) {
       return fail(allocated);
     }
@@ -261,37 +230,32 @@ absl::StatusOr<int64_t> NcclExchange::Run(const ExchangePlan& plan,
                                                               if (p != nullptr)
                                                                 cudaFree(p);
                                                             });
-  int64_t received = 0;
-  for (std::vector<Posted>* list : {&sends, &recvs}) {
-    for (Posted& posted : *list) {
-      if (posted.packed != nullptr) {
-        posted.data = buffer + posted.buffer_offset;
-      }
-    }
-  }
-  for (const Posted& posted : recvs) {
-    received += static_cast<int64_t>(posted.bytes);
-  }
-  for (const Posted& posted : sends) {
-    if (posted.packed == nullptr) continue;
-    const cudaError_t packed = CopyPiece(posted, comm->stream, /*pack=*/true);
+  // Where NCCL sends from or receives into.
+  const auto data = [&](const PostedPiece& posted) {
+    return posted.packed() ? buffer + posted.buffer_offset
+                           : shards[posted.shard].data + posted.shard_offset;
+  };
+  for (const PostedPiece& posted : layout.sends) {
+    if (!posted.packed()) continue;
+    const cudaError_t packed = CopyPiece(posted, shards[posted.shard], buffer,
+                                         comm->stream, /*pack=*/true);
     if (packed != cudaSuccess) {
       return fail(CudaError("packing a piece on the device", packed));
     }
   }
   const std::string what =
-      absl::StrCat("exchanging ", sends.size(), " piece(s) out and ",
-                   recvs.size(), " in over NCCL as rank ", plan.rank);
+      absl::StrCat("exchanging ", layout.sends.size(), " piece(s) out and ",
+                   layout.recvs.size(), " in over NCCL as rank ", plan.rank);
   ncclResult_t result = ncclGroupStart();
-  for (const Posted& posted : sends) {
+  for (const PostedPiece& posted : layout.sends) {
     if (result != ncclSuccess) break;
-    result = ncclSend(posted.data, posted.bytes, ncclUint8, posted.peer,
-                      comm->comm, comm->stream);
+    result = ncclSend(data(posted), static_cast<size_t>(posted.bytes),
+                      ncclUint8, posted.peer, comm->comm, comm->stream);
   }
-  for (const Posted& posted : recvs) {
+  for (const PostedPiece& posted : layout.recvs) {
     if (result != ncclSuccess) break;
-    result = ncclRecv(posted.data, posted.bytes, ncclUint8, posted.peer,
-                      comm->comm, comm->stream);
+    result = ncclRecv(data(posted), static_cast<size_t>(posted.bytes),
+                      ncclUint8, posted.peer, comm->comm, comm->stream);
   }
   const ncclResult_t ended = ncclGroupEnd();
   if (result == ncclSuccess) result = ended;
@@ -308,11 +272,11 @@ absl::StatusOr<int64_t> NcclExchange::Run(const ExchangePlan& plan,
     return fail(exchanged);
   }
   bool unpacking = false;
-  for (const Posted& posted : recvs) {
-    if (posted.packed == nullptr) continue;
+  for (const PostedPiece& posted : layout.recvs) {
+    if (!posted.packed()) continue;
     unpacking = true;
-    const cudaError_t unpacked =
-        CopyPiece(posted, comm->stream, /*pack=*/false);
+    const cudaError_t unpacked = CopyPiece(posted, shards[posted.shard], buffer,
+                                           comm->stream, /*pack=*/false);
     if (unpacked != cudaSuccess) {
       return fail(CudaError("placing a received piece", unpacked));
     }
@@ -324,7 +288,7 @@ absl::StatusOr<int64_t> NcclExchange::Run(const ExchangePlan& plan,
       return fail(placed);
     }
   }
-  return received;
+  return layout.received_bytes;
 }
 
 }  // namespace tessera

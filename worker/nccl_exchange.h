@@ -15,10 +15,11 @@
 // hanging the worker. An aborted communicator is dropped; the coordinator makes
 // a fresh one next time.
 //
-// A piece whose box is one range of its shard is sent from, or received
-// into, the shard itself; other pieces go through one device buffer per
-// exchange, packed before the group and unpacked after it with pitched
-// copies (core/box_runs.h blocks) on the exchange's stream.
+// Where each piece lies (worker/exchange_layout.h): a piece whose box is
+// one range of its shard is sent from, or received into, the shard itself;
+// other pieces go through one device buffer per exchange, packed before
+// the group and unpacked after it with pitched copies (core/box_runs.h
+// blocks) on the exchange's stream.
 #ifndef TESSERA_WORKER_NCCL_EXCHANGE_H_
 #define TESSERA_WORKER_NCCL_EXCHANGE_H_
 
