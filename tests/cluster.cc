@@ -13,8 +13,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "client/tessera_client.h"
 
 namespace tessera {
@@ -72,6 +75,46 @@ int PickFreePort() {
   int port = ntohs(addr.sin_port);
   close(fd);
   return port;
+}
+
+std::string FetchMetrics(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request =
+        "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (write(fd, request.data(), request.size()) ==
+        static_cast<ssize_t>(request.size())) {
+      char buf[16384];
+      for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;)
+        response.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  return response;
+}
+
+double MetricSum(const std::string& text, const std::string& metric,
+                 const std::string& labels) {
+  double total = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::StartsWith(line, metric)) continue;
+    const absl::string_view rest = line.substr(metric.size());
+    if (rest.empty() || (rest[0] != '{' && rest[0] != ' ')) continue;
+    if (!labels.empty() && !absl::StrContains(rest, labels)) continue;
+    const size_t space = line.rfind(' ');
+    double value = 0;
+    if (space != absl::string_view::npos &&
+        absl::SimpleAtod(line.substr(space + 1), &value)) {
+      total += value;
+    }
+  }
+  return total;
 }
 
 int64_t TotalBytesUsed(Client& client) {

@@ -92,6 +92,13 @@ class TestCluster {
 // A free TCP port on 127.0.0.1 (bound and released).
 int PickFreePort();
 
+// GET http://127.0.0.1:PORT/metrics: the response ("" on failure).
+std::string FetchMetrics(int port);
+// The sum of every sample of `metric` whose labels contain `labels` (e.g.
+// `transport="ucx"`; empty: all) in a FetchMetrics response.
+double MetricSum(const std::string& text, const std::string& metric,
+                 const std::string& labels = "");
+
 // Sum of bytes_used over every worker, as `workers` reports it.
 int64_t TotalBytesUsed(Client& client);
 

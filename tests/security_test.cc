@@ -8,7 +8,9 @@
 
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/tessera_client.h"
@@ -42,6 +44,24 @@ ClientOptions As(const std::string& principal, bool cert = true) {
   return options;
 }
 
+// Two workers, every daemon on mutual TLS with tokens.
+TestClusterOptions TlsCluster() {
+  TestClusterOptions options;
+  options.num_workers = 2;
+  options.coordinator_flags = {
+      absl::StrCat("--tls_ca=", File("ca.crt")),
+      absl::StrCat("--tls_cert=", File("coordinator.crt")),
+      absl::StrCat("--tls_key=", File("coordinator.key")),
+      absl::StrCat("--tokens=", File("tokens"))};
+  options.worker_flags = {
+      absl::StrCat("--tls_ca=", File("ca.crt")),
+      absl::StrCat("--tls_cert=", Dir(), "/{name}.crt"),
+      absl::StrCat("--tls_key=", Dir(), "/{name}.key"),
+      absl::StrCat("--token_file=", Dir(), "/{name}.token")};
+  options.client = As("admin");
+  return options;
+}
+
 class SecurityTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -52,20 +72,7 @@ class SecurityTest : public ::testing::Test {
                                &out, &out),
               0)
         << out;
-    TestClusterOptions options;
-    options.num_workers = 2;
-    options.coordinator_flags = {
-        absl::StrCat("--tls_ca=", File("ca.crt")),
-        absl::StrCat("--tls_cert=", File("coordinator.crt")),
-        absl::StrCat("--tls_key=", File("coordinator.key")),
-        absl::StrCat("--tokens=", File("tokens"))};
-    options.worker_flags = {
-        absl::StrCat("--tls_ca=", File("ca.crt")),
-        absl::StrCat("--tls_cert=", Dir(), "/{name}.crt"),
-        absl::StrCat("--tls_key=", Dir(), "/{name}.key"),
-        absl::StrCat("--token_file=", Dir(), "/{name}.token")};
-    options.client = As("admin");
-    auto cluster = TestCluster::Start(options);
+    auto cluster = TestCluster::Start(TlsCluster());
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = cluster->release();
     auto admin = Client::Connect(cluster_->coordinator_address(), As("admin"));
@@ -322,6 +329,60 @@ TEST_F(SecurityTest, OnlyThePutsCreatorCommitsIt) {
   grpc::ClientContext own_context;
   EXPECT_TRUE(writer->CommitTensor(&own_context, commit, &committed).ok());
   EXPECT_TRUE(admin_->Describe("pending").ok());
+}
+
+// UCX and NCCL do not encrypt: a TLS worker moves shard bytes over them
+// only when its operator says the fabric between the hosts is trusted.
+TEST_F(SecurityTest, BulkBytesLeaveTlsOnlyWhenTheOperatorSaysSo) {
+  ClientOptions over_ucx = As("admin");
+  over_ucx.transport = "ucx";
+  {
+    // The suite's workers run TLS alone: no UCX, and a client forcing it
+    // is told which transport and worker.
+    auto client = Connect(over_ucx);
+    ASSERT_TRUE(client.ok()) << client.status();
+    absl::Status refused = (*client)->Get("t", std::nullopt).status();
+    EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+    EXPECT_NE(refused.message().find("ucx"), std::string::npos) << refused;
+  }
+  // The same cluster, its workers told the fabric is trusted, pulling
+  // reshard pieces from each other over UCX.
+  TestClusterOptions options = TlsCluster();
+  std::vector<int> metrics = {PickFreePort(), PickFreePort()};
+  options.worker_flags.push_back("--bulk_outside_tls");
+  options.worker_flags.push_back("--peer_transport=ucx");
+  options.per_worker_flags = [&](int i) {
+    return std::vector<std::string>{
+        absl::StrCat("--metrics_listen=127.0.0.1:", metrics[i])};
+  };
+  auto trusted = TestCluster::Start(options);
+  ASSERT_TRUE(trusted.ok()) << trusted.status();
+  auto client = Client::Connect((*trusted)->coordinator_address(), over_ucx);
+  ASSERT_TRUE(client.ok()) << client.status();
+  InitSpec init;
+  init.kind = InitSpec::Kind::kArange;
+  ASSERT_TRUE((*client)
+                  ->Create("u", {64, 32}, DType::kInt32,
+                           LayoutSpec::Chunk(0, Ranks({0, 1})), init)
+                  .ok());
+  absl::StatusOr<HostArray> got = (*client)->Get("u", std::nullopt);
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (int i = 0; i < 64 * 32; ++i) ASSERT_EQ(got->As<int32_t>()[i], i);
+  const DataPlaneStats moved = (*client)->TransferStats();
+  ASSERT_EQ(moved.bytes.count("ucx"), 1u);
+  EXPECT_EQ(moved.bytes.at("ucx"), 64 * 32 * 4);
+  // Rows to columns: half of each new shard comes from the other worker.
+  ASSERT_TRUE(
+      (*client)->Reshard("u", LayoutSpec::Chunk(1, Ranks({0, 1}))).ok());
+  got = (*client)->Get("u", std::nullopt);
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (int i = 0; i < 64 * 32; ++i) ASSERT_EQ(got->As<int32_t>()[i], i);
+  double pulled = 0;
+  for (int port : metrics) {
+    pulled += MetricSum(FetchMetrics(port), "tessera_transfer_bytes_total",
+                        "transport=\"ucx\"");
+  }
+  EXPECT_EQ(pulled, 2 * 32 * 16 * 4) << "reshard pieces pulled over UCX";
 }
 
 }  // namespace

@@ -3,19 +3,13 @@
 // empty lists, any layout, bfloat16), one batched row read per worker, and
 // version-atomic updates — whole and regional, under concurrent readers,
 // racing each other, abandoned — that leave nothing behind.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
 #include <set>
 #include <thread>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "client/tessera_client.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -39,45 +33,11 @@ std::vector<int>& MetricsPorts() {
   return *ports;
 }
 
-// GET http://127.0.0.1:PORT/metrics, the body ("" on failure).
-std::string FetchMetrics(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string response;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request =
-        "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    if (write(fd, request.data(), request.size()) ==
-        static_cast<ssize_t>(request.size())) {
-      char buf[16384];
-      for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;)
-        response.append(buf, static_cast<size_t>(n));
-    }
-  }
-  close(fd);
-  return response;
-}
-
 // Calls of `method` a worker has served, from its metrics (any status).
 int64_t CallsServed(int worker, absl::string_view method) {
-  const std::string text = FetchMetrics(MetricsPorts()[worker]);
-  const std::string key = absl::StrCat("tessera_rpc_requests_total{method=\"",
-                                       "/tessera.v1.Worker/", method, "\"");
-  int64_t total = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (!absl::StartsWith(line, key)) continue;
-    const size_t space = line.rfind(' ');
-    double value = 0;
-    if (space != absl::string_view::npos &&
-        absl::SimpleAtod(line.substr(space + 1), &value)) {
-      total += static_cast<int64_t>(value);
-    }
-  }
-  return total;
+  return static_cast<int64_t>(MetricSum(
+      FetchMetrics(MetricsPorts()[worker]), "tessera_rpc_requests_total",
+      absl::StrCat("method=\"/tessera.v1.Worker/", method, "\"")));
 }
 
 // The reference row gather: row i of the result is row rows[i] of `src`

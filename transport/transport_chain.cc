@@ -45,7 +45,8 @@ std::unique_ptr<TransportChain> TransportChain::Make(
   // UCX bytes would travel outside the channels' TLS: only when asked for.
   const bool tls = channels != nullptr && channels->options().credentials;
   if (choice == "ucx" ||
-      (automatic && options.ucx && !tls && UcxAllowedByEnvironment())) {
+      (automatic && options.ucx && (!tls || options.ucx_outside_tls) &&
+       UcxAllowedByEnvironment())) {
     UcxTransportOptions ucx;
     ucx.timeout = options.timeout;
     links.push_back(Link{std::make_unique<UcxTransport>(channels, ucx), 0,

@@ -47,8 +47,10 @@ struct DataPlaneOptions {
   bool shared_memory = true;
   // Try UCX before gRPC ("auto" only). Off, or TESSERA_UCX=0 in the
   // environment: no UCX link. "auto" also leaves UCX out when the channels
-  // use TLS, since UCX would carry the bytes outside it.
+  // use TLS, since UCX would carry the bytes outside it, unless
+  // ucx_outside_tls says the fabric between the hosts is trusted.
   bool ucx = true;
+  bool ucx_outside_tls = false;
   // Keep whole-shard mappings across reads (a client reading the same
   // shards again and again); off: map each piece's span once (a worker
   // pulling reshard pieces).

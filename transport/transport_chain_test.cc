@@ -3,6 +3,8 @@
 // transport_contract_test).
 #include "transport/transport_chain.h"
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
 #include <thread>
@@ -15,6 +17,7 @@
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rpc/channel.h"
 
 namespace tessera {
 namespace {
@@ -247,6 +250,21 @@ TEST(TransportChainMakeTest, AutoTriesSharedMemoryThenUcxThenGrpc) {
   const DataPlaneStats grpc = TransportChain::Make(nullptr, options)->Stats();
   ASSERT_EQ(grpc.bytes.size(), 1u);
   EXPECT_EQ(grpc.bytes.begin()->first, "grpc");
+}
+
+TEST(TransportChainMakeTest, AutoLeavesUcxOutUnderTlsUnlessTheFabricIsTrusted) {
+  ChannelOptions tls;
+  tls.credentials = grpc::SslCredentials(grpc::SslCredentialsOptions());
+  ChannelCache channels(tls);
+  DataPlaneOptions options;
+  EXPECT_EQ(
+      TransportChain::Make(&channels, options)->Stats().bytes.count("ucx"), 0u);
+  options.ucx_outside_tls = true;
+  EXPECT_EQ(
+      TransportChain::Make(&channels, options)->Stats().bytes.count("ucx"), 1u);
+  options.ucx = false;  // still the caller's to turn off
+  EXPECT_EQ(
+      TransportChain::Make(&channels, options)->Stats().bytes.count("ucx"), 0u);
 }
 
 TEST_F(TransportChainTest, SmallWritesSkipALinkWithAWriteMinimum) {

@@ -67,13 +67,20 @@ ABSL_FLAG(bool, ucx, true,
           "serve shard bytes to readers and peers over UCX one-sided gets "
           "(RDMA where the hardware has it, TCP otherwise) and pull reshard "
           "pieces through it; false (or TESSERA_UCX=0) leaves shared memory "
-          "and gRPC. Off when the worker runs TLS: UCX would carry shard "
-          "bytes outside it");
+          "and gRPC. Off when the worker runs TLS (UCX would carry shard "
+          "bytes outside it) unless --bulk_outside_tls");
 ABSL_FLAG(bool, nccl, true,
           "GPU workers (--device=cuda:N): move reshard pieces between GPUs "
           "with NCCL send/recv when the coordinator orders an exchange; "
-          "false leaves host staging and gRPC. Off when the worker runs TLS: "
-          "NCCL would carry shard bytes outside it");
+          "false leaves host staging and gRPC. Off when the worker runs TLS "
+          "(NCCL would carry shard bytes outside it) unless "
+          "--bulk_outside_tls");
+ABSL_FLAG(bool, bulk_outside_tls, false,
+          "with TLS: still move shard bytes over UCX and NCCL, which do not "
+          "encrypt, for a fabric between the hosts that is trusted (a "
+          "private RDMA or NVLink network). Control calls, capabilities and "
+          "UCX keys stay on TLS; anyone who can read or inject traffic on "
+          "that fabric sees and can reach shard bytes");
 ABSL_FLAG(std::string, peer_transport, "auto",
           "how reshard pieces are pulled from peers: auto (shared memory on "
           "this host, else UCX, else gRPC), or shm, ucx or grpc alone");
@@ -266,9 +273,18 @@ int Run() {
   node_options.channels.credentials = security->channel_credentials;
   // UCX: both serving keys and pulling from peers, or neither.
   const bool ucx_wanted = absl::GetFlag(FLAGS_ucx) && UcxAllowedByEnvironment();
+  // Without TLS, or with TLS and a fabric the operator trusts.
+  const bool bulk_fabric_ok =
+      !security->tls || absl::GetFlag(FLAGS_bulk_outside_tls);
+  if (security->tls && absl::GetFlag(FLAGS_bulk_outside_tls)) {
+    spdlog::warn(
+        "--bulk_outside_tls: UCX and NCCL move shard bytes unencrypted; "
+        "only the fabric between the hosts protects them");
+  }
   const bool ucx_allowed =
-      ucx_wanted && !security->tls && device->kind == Device::Kind::kCpu;
+      ucx_wanted && bulk_fabric_ok && device->kind == Device::Kind::kCpu;
   node_options.peers.ucx = ucx_allowed;
+  node_options.peers.ucx_outside_tls = ucx_allowed && security->tls;
   node_options.peers.transport = absl::GetFlag(FLAGS_peer_transport);
   if (absl::Status s = CheckTransportName(node_options.peers.transport);
       !s.ok()) {
@@ -280,10 +296,10 @@ int Run() {
   if (device->kind == Device::Kind::kCuda) {
     if (!absl::GetFlag(FLAGS_nccl)) {
       spdlog::info("NCCL off (--nccl=false): GPU pieces move through the host");
-    } else if (security->tls) {
+    } else if (!bulk_fabric_ok) {
       spdlog::info(
           "NCCL off: this worker runs TLS, and NCCL would carry shard bytes "
-          "outside it");
+          "outside it (--bulk_outside_tls allows it)");
     } else {
       nccl = std::make_unique<NcclExchange>(
           static_cast<CudaShardStore*>(store.get()));
@@ -304,9 +320,10 @@ int Run() {
         "over shared memory and gRPC");
   } else if (!ucx_allowed) {
     spdlog::info("UCX off: {}; shard bytes move over shared memory and gRPC",
-                 security->tls ? "this worker runs TLS, and UCX would carry "
-                                 "shard bytes outside it"
-                               : "shards are not in host memory");
+                 !bulk_fabric_ok ? "this worker runs TLS, and UCX would carry "
+                                   "shard bytes outside it (--bulk_outside_tls "
+                                   "allows it)"
+                                 : "shards are not in host memory");
   } else if (absl::StatusOr<std::unique_ptr<UcxServer>> started =
                  StartUcxServer(&node,
                                 [&] {
