@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
@@ -42,19 +43,39 @@ class CommunicatorCacheTest : public ::testing::Test {
       return joined;
     };
   }
-  // A join that waits for `release`, then returns `outcome`.
-  Cache::Join JoinsWhen(absl::Notification* started,
-                        absl::Notification* release, absl::Status outcome) {
-    return [=]() -> absl::StatusOr<std::shared_ptr<Joined>> {
-      started->Notify();
-      release->WaitForNotification();
-      ++joins_;
-      if (!outcome.ok()) return outcome;
-      auto joined = std::make_shared<Joined>();
-      joined->serial = joins_;
-      return joined;
-    };
-  }
+  // A join of `id` on its own thread that waits for its members until
+  // Finish, then returns `outcome` (a communicator when OK).
+  class SlowJoin {
+   public:
+    SlowJoin(CommunicatorCacheTest* test, Cache* cache, const std::string& id,
+             absl::Status outcome = absl::OkStatus()) {
+      thread_ = std::thread([=] {
+        result_ = cache->Get(id, {},
+                             [=]() -> absl::StatusOr<std::shared_ptr<Joined>> {
+                               started_.Notify();
+                               release_.WaitForNotification();
+                               ++test->joins_;
+                               if (!outcome.ok()) return outcome;
+                               return std::make_shared<Joined>();
+                             });
+      });
+      started_.WaitForNotification();
+    }
+    ~SlowJoin() {
+      if (thread_.joinable()) Finish();
+    }
+    // Lets the members come; the join's outcome.
+    absl::StatusOr<std::shared_ptr<Joined>> Finish() {
+      release_.Notify();
+      thread_.join();
+      return std::move(result_);
+    }
+
+   private:
+    absl::Notification started_, release_;
+    std::thread thread_;
+    absl::StatusOr<std::shared_ptr<Joined>> result_;
+  };
 
   std::atomic<int> joins_{0};
   std::atomic<int> destroyed_{0};
@@ -76,14 +97,7 @@ TEST_F(CommunicatorCacheTest, AKeptCommunicatorIsReused) {
 
 TEST_F(CommunicatorCacheTest, JoinsUnderDifferentIdsDoNotWaitForEachOther) {
   Cache cache(4);
-  absl::Notification started, release;
-  std::thread slow([&] {
-    EXPECT_OK(cache
-                  .Get("never-formed", {},
-                       JoinsWhen(&started, &release, absl::OkStatus()))
-                  .status());
-  });
-  started.WaitForNotification();
+  SlowJoin slow(this, &cache, "never-formed");
   absl::Notification other_joined;
   std::thread other([&] {
     EXPECT_OK(cache.Get("b", {}, Joins()).status());
@@ -92,27 +106,19 @@ TEST_F(CommunicatorCacheTest, JoinsUnderDifferentIdsDoNotWaitForEachOther) {
   // The first join is still waiting for its members.
   EXPECT_TRUE(other_joined.WaitForNotificationWithTimeout(absl::Seconds(30)))
       << "a join under another id waited for the first";
-  release.Notify();
-  slow.join();
+  EXPECT_OK(slow.Finish().status());
   other.join();
   EXPECT_EQ(cache.size(), 2u);
 }
 
 TEST_F(CommunicatorCacheTest, ASecondCallerForAnIdBeingJoinedSharesTheJoin) {
   Cache cache(4);
-  absl::Notification started, release;
-  std::shared_ptr<Joined> first, second;
-  std::thread joiner([&] {
-    ASSERT_OK_AND_ASSIGN(
-        first,
-        cache.Get("a", {}, JoinsWhen(&started, &release, absl::OkStatus())));
-  });
-  started.WaitForNotification();
+  SlowJoin joiner(this, &cache, "a");
+  std::shared_ptr<Joined> second;
   std::thread waiter(
       [&] { ASSERT_OK_AND_ASSIGN(second, cache.Get("a", {}, Joins())); });
   absl::SleepFor(absl::Milliseconds(50));  // let the waiter wait
-  release.Notify();
-  joiner.join();
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<Joined> first, joiner.Finish());
   waiter.join();
   EXPECT_EQ(first, second);
   EXPECT_EQ(joins_, 1) << "joined twice";
@@ -120,22 +126,13 @@ TEST_F(CommunicatorCacheTest, ASecondCallerForAnIdBeingJoinedSharesTheJoin) {
 
 TEST_F(CommunicatorCacheTest, AFailedJoinFailsItsWaitersAndTheNextCallerJoins) {
   Cache cache(4);
-  absl::Notification started, release;
-  std::thread joiner([&] {
-    EXPECT_THAT(
-        cache
-            .Get("a", {},
-                 JoinsWhen(&started, &release,
-                           absl::DeadlineExceededError("a peer never joined")))
-            .status(),
-        StatusIs(absl::StatusCode::kDeadlineExceeded));
-  });
-  started.WaitForNotification();
+  SlowJoin joiner(this, &cache, "a",
+                  absl::DeadlineExceededError("a peer never joined"));
   absl::StatusOr<std::shared_ptr<Joined>> waited;
   std::thread waiter([&] { waited = cache.Get("a", {}, Joins()); });
   absl::SleepFor(absl::Milliseconds(50));
-  release.Notify();
-  joiner.join();
+  EXPECT_THAT(joiner.Finish().status(),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
   waiter.join();
   // The waiter either shared the failure or came after it and joined.
   if (!waited.ok()) {
@@ -151,13 +148,7 @@ TEST_F(CommunicatorCacheTest, AFailedJoinFailsItsWaitersAndTheNextCallerJoins) {
 
 TEST_F(CommunicatorCacheTest, AWaiterStopsByItsOwnConditionNotTheJoiners) {
   Cache cache(4);
-  absl::Notification started, release;
-  std::thread joiner([&] {
-    EXPECT_OK(
-        cache.Get("a", {}, JoinsWhen(&started, &release, absl::OkStatus()))
-            .status());
-  });
-  started.WaitForNotification();
+  SlowJoin joiner(this, &cache, "a");
   std::atomic<bool> give_up{false};
   StopCondition stop;
   stop.cancelled = [&] { return give_up.load(); };
@@ -173,8 +164,7 @@ TEST_F(CommunicatorCacheTest, AWaiterStopsByItsOwnConditionNotTheJoiners) {
   past.deadline = absl::Now() - absl::Seconds(1);
   EXPECT_THAT(cache.Get("a", past, Joins()).status(),
               StatusIs(absl::StatusCode::kDeadlineExceeded));
-  release.Notify();
-  joiner.join();
+  EXPECT_OK(joiner.Finish().status());
   EXPECT_EQ(joins_, 1);
   EXPECT_OK(cache.Get("a", past, Joins()).status()) << "kept: no wait";
 }
@@ -207,17 +197,10 @@ TEST_F(CommunicatorCacheTest, BeyondCapacityTheLeastRecentlyUsedIdleOneGoes) {
 
 TEST_F(CommunicatorCacheTest, JoinsInProgressCountTowardCapacity) {
   Cache cache(1);
-  absl::Notification started, release;
-  std::thread joiner([&] {
-    EXPECT_OK(
-        cache.Get("a", {}, JoinsWhen(&started, &release, absl::OkStatus()))
-            .status());
-  });
-  started.WaitForNotification();
+  SlowJoin joiner(this, &cache, "a");
   EXPECT_THAT(cache.Get("b", {}, Joins()).status(),
               StatusIs(absl::StatusCode::kResourceExhausted));
-  release.Notify();
-  joiner.join();
+  EXPECT_OK(joiner.Finish().status());
   ASSERT_OK(cache.Get("b", {}, Joins()).status());  // a was idle: let go
   EXPECT_EQ(cache.size(), 1u);
 }
