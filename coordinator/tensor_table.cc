@@ -60,13 +60,16 @@ void TensorTable::MarkLost(TensorMetadata* meta) const {
 }
 
 TensorTable::Ticket TensorTable::ReserveIds(absl::Span<ShardInfo> shards) {
+  // Random, so a caller cannot guess another tensor's shards (and an id
+  // from before a crash is not handed out again); never one in use. Drawn
+  // at once and outside the lock: readers never wait on the CSPRNG.
+  const std::vector<uint64_t> drawn = RandomIds(shards.size());
   absl::MutexLock lock(&mu_);
-  for (ShardInfo& shard : shards) {
-    // Random, so a caller cannot guess another tensor's shards (and an id
-    // from before a crash is not handed out again); never one in use.
-    do {
-      shard.shard_id = RandomId();
-    } while (!referenced_.insert(shard.shard_id).second);
+  for (size_t i = 0; i < shards.size(); ++i) {
+    shards[i].shard_id = drawn[i];
+    while (!referenced_.insert(shards[i].shard_id).second) {
+      shards[i].shard_id = RandomId();
+    }
   }
   return 0;
 }

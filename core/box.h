@@ -81,6 +81,9 @@ std::optional<Box> Intersect(const Box& a, const Box& b);
 // `b` moved so that `origin` becomes 0: offsets - origin.
 Box Translate(const Box& b, absl::Span<const int64_t> origin);
 
+// Whether CheckWithin(box, shape, ...) is OK, without building an error.
+bool IsWithin(const Box& box, absl::Span<const int64_t> shape);
+
 // OK when `box` has the rank of `shape` (else DimsMismatchError) and
 // 0 <= offset, 0 <= size, offset + size <= n on every dim (else
 // OutOfBoundsError naming `what`, the dim and the values).

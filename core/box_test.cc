@@ -77,6 +77,19 @@ TEST(BoxTest, CheckWithinReportsDimsThenBounds) {
       StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("out of bounds")));
 }
 
+TEST(BoxTest, IsWithinAgreesWithCheckWithin) {
+  Box lopsided{{0, 0}, {1, 1}};
+  lopsided.sizes.pop_back();  // one size for two offsets
+  const Shape shape{10, 20};
+  for (const Box& box :
+       {Box{{0, 0}, {10, 20}}, Box{{10, 0}, {0, 20}}, Box{{0, 0, 0}, {5, 5, 1}},
+        Box{{0, 18}, {5, 4}}, Box{{-1, 0}, {2, 4}}, Box{{3, 0}, {-1, 4}},
+        Box{{11, 0}, {0, 4}}, Box{{INT64_MAX, 0}, {INT64_MAX, 4}}, lopsided}) {
+    EXPECT_EQ(IsWithin(box, shape), CheckWithin(box, shape, "b").ok())
+        << box.ToString();
+  }
+}
+
 // Found by fuzz/layout_fuzzer: error messages print unvalidated RPC boxes.
 TEST(BoxTest, ToStringOfAbsurdBoxDoesNotOverflow) {
   EXPECT_EQ((Box{{INT64_MAX - 1, 2}, {8, 3}}).ToString(),

@@ -5,6 +5,7 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -140,13 +141,26 @@ std::string RandomBytes(size_t n) {
   return bytes;
 }
 
-uint64_t RandomId() {
-  for (;;) {
-    uint64_t id = 0;
-    const std::string bytes = RandomBytes(sizeof(id));
-    std::memcpy(&id, bytes.data(), sizeof(id));
-    if (id != 0) return id;
+uint64_t RandomId() { return RandomIds(1)[0]; }
+
+std::vector<uint64_t> RandomIds(size_t n) {
+  std::vector<uint64_t> ids(n);
+  constexpr size_t kPerDraw = size_t{1} << 20;  // RAND_bytes takes an int
+  for (size_t first = 0; first < n; first += kPerDraw) {
+    const size_t count = std::min(kPerDraw, n - first);
+    if (RAND_bytes(reinterpret_cast<unsigned char*>(ids.data() + first),
+                   static_cast<int>(count * sizeof(uint64_t))) != 1) {
+      std::abort();  // as in RandomBytes
+    }
   }
+  for (uint64_t& id : ids) {
+    while (id == 0) {  // 0 means "no shard"; drawn again
+      if (RAND_bytes(reinterpret_cast<unsigned char*>(&id), sizeof(id)) != 1) {
+        std::abort();
+      }
+    }
+  }
+  return ids;
 }
 
 }  // namespace tessera

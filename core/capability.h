@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -65,6 +66,9 @@ std::string DeriveWorkerKey(absl::string_view cluster_secret,
 std::string RandomBytes(size_t n);
 // A random non-zero 64-bit id (shard ids are not guessable).
 uint64_t RandomId();
+// `n` of them from one draw: each call to the CSPRNG takes its locks and
+// checks for a fork, about 1 us, so 100k shards draw once, not 100k times.
+std::vector<uint64_t> RandomIds(size_t n);
 
 }  // namespace tessera
 

@@ -1,5 +1,9 @@
 #include "core/capability.h"
 
+#include <algorithm>
+#include <set>
+#include <vector>
+
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -80,6 +84,11 @@ TEST(RandomTest, IdsAreNonZeroAndDistinct) {
   EXPECT_NE(a, 0u);
   EXPECT_NE(a, b);
   EXPECT_EQ(RandomBytes(32).size(), 32u);
+  const std::vector<uint64_t> many = RandomIds(100000);
+  ASSERT_EQ(many.size(), 100000u);
+  EXPECT_EQ(std::set<uint64_t>(many.begin(), many.end()).size(), many.size());
+  EXPECT_EQ(std::count(many.begin(), many.end(), 0u), 0);
+  EXPECT_TRUE(RandomIds(0).empty());
 }
 
 }  // namespace

@@ -92,8 +92,9 @@ absl::Status ValidateLayout(const Shape& shape, absl::Span<const Box> boxes,
   for (size_t i = 0; i < boxes.size(); ++i) {
     const Box& box = boxes[i];
     const bool empty = box.IsEmpty();
-    if (kind == LayoutKind::kEnumerable || !empty) {
-      TESSERA_RETURN_IF_ERROR(CheckWithin(box, shape, ShardName(i, box)));
+    if ((kind == LayoutKind::kEnumerable || !empty) && !IsWithin(box, shape)) {
+      // Named only when it fails: 100k names cost a sixth of validating.
+      return CheckWithin(box, shape, ShardName(i, box));
     }
     if (!empty) non_empty.push_back(i);
   }
