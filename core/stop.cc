@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace tessera {
 
@@ -58,15 +59,23 @@ OneAtATime::Held::~Held() {
   owner_->held_ = false;
 }
 
+absl::Status AwaitUnlessStopped(absl::Mutex& mu,
+                                const absl::Condition& condition,
+                                const StopCondition& stop,
+                                absl::string_view what) {
+  while (!condition.Eval()) {
+    if (absl::Status stopped = stop.Check(what); !stopped.ok()) return stopped;
+    mu.AwaitWithTimeout(condition, absl::Milliseconds(10));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<OneAtATime::Held> OneAtATime::Take(const StopCondition& stop,
                                                   absl::string_view what) {
   absl::MutexLock lock(&mu_);
   auto free = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !held_; };
-  // Polled in short slices: a caller's cancellation has no signal.
-  while (held_) {
-    if (absl::Status stopped = stop.Check(what); !stopped.ok()) return stopped;
-    mu_.AwaitWithTimeout(absl::Condition(&free), absl::Milliseconds(10));
-  }
+  TESSERA_RETURN_IF_ERROR(
+      AwaitUnlessStopped(mu_, absl::Condition(&free), stop, what));
   held_ = true;
   return Held(this);
 }

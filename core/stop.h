@@ -69,6 +69,15 @@ class Cancellation {
   std::map<uint64_t, std::function<void()>> stops_ ABSL_GUARDED_BY(mu_);
 };
 
+// Waits, with `mu` held, until `condition` holds, or until `stop` says to
+// stop `what` (its status). `stop` is polled every 10 ms while waiting: a
+// caller's cancellation has no signal to wake on.
+absl::Status AwaitUnlessStopped(absl::Mutex& mu,
+                                const absl::Condition& condition,
+                                const StopCondition& stop,
+                                absl::string_view what)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
 // One holder at a time, as a mutex, but a waiter gives up by its own
 // StopCondition instead of waiting as long as the holder takes (an NCCL
 // exchange holds its GPU until its own deadline).

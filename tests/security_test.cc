@@ -345,7 +345,7 @@ TEST_F(SecurityTest, BulkBytesLeaveTlsOnlyWhenTheOperatorSaysSo) {
     EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
     EXPECT_NE(refused.message().find("ucx"), std::string::npos) << refused;
   }
-  // The same cluster, its workers told the fabric is trusted, pulling
+  // A cluster like the suite's, its workers told the fabric is trusted, pulling
   // reshard pieces from each other over UCX.
   TestClusterOptions options = TlsCluster();
   std::vector<int> metrics = {PickFreePort(), PickFreePort()};

@@ -29,8 +29,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
 #include "core/stop.h"
 
 namespace tessera {
@@ -141,15 +139,11 @@ class CommunicatorCache {
   absl::StatusOr<std::shared_ptr<Comm>> AwaitJoin(
       const std::shared_ptr<Slot>& slot, const StopCondition& stop)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    // Polled in short slices: the caller's cancellation has no signal.
-    while (!slot->done) {
-      if (absl::Status stopped = stop.Check("waiting for a communicator "
-                                            "another exchange is joining");
-          !stopped.ok()) {
-        return stopped;
-      }
-      mu_.AwaitWithTimeout(absl::Condition(&slot->done),
-                           absl::Milliseconds(10));
+    if (absl::Status stopped = AwaitUnlessStopped(
+            mu_, absl::Condition(&slot->done), stop,
+            "waiting for a communicator another exchange is joining");
+        !stopped.ok()) {
+      return stopped;
     }
     if (!slot->result.ok()) {
       return absl::Status(
