@@ -30,8 +30,14 @@ struct ClientOptions {
   // transport that cannot reach a worker fails the call (FAILED_PRECONDITION
   // or UNAVAILABLE naming the transport and the worker). Anything else:
   // INVALID_ARGUMENT at connect. TESSERA_UCX=0 in the environment leaves UCX
-  // out of "auto"; so does TLS (UCX would carry the bytes outside it).
+  // out of "auto"; so does TLS (UCX would carry the bytes outside it),
+  // unless the fabric is trusted.
   std::string transport = "auto";
+  // The network between this client and the workers is reached only by the
+  // cluster (TESSERA_TRUSTED_FABRIC=1 in the environment says the same):
+  // UCX may use it, and under TLS "auto" takes UCX too. Otherwise UCX
+  // reaches only workers of this user on this host.
+  bool trusted_fabric = false;
   // With "auto": read shards through shared memory when the worker is on
   // this host (and its shard lives in a shared segment). False: no
   // shared-memory link.

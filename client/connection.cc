@@ -44,6 +44,7 @@ Connection::Connection(std::string coordinator_address, ClientOptions options,
         data.timeout = options_.data_timeout;
         data.shared_memory = options_.shared_memory;
         data.transport = options_.transport;
+        data.ucx_trusted_fabric = options_.trusted_fabric;
         return data;
       }())) {}
 

@@ -44,11 +44,13 @@ std::unique_ptr<TransportChain> TransportChain::Make(
   }
   // UCX bytes would travel outside the channels' TLS: only when asked for.
   const bool tls = channels != nullptr && channels->options().credentials;
-  if (choice == "ucx" ||
-      (automatic && options.ucx && (!tls || options.ucx_outside_tls) &&
-       UcxAllowedByEnvironment())) {
+  const bool trusted =
+      options.ucx_trusted_fabric || TrustedFabricByEnvironment();
+  if (choice == "ucx" || (automatic && options.ucx && (!tls || trusted) &&
+                          UcxAllowedByEnvironment())) {
     UcxTransportOptions ucx;
     ucx.timeout = options.timeout;
+    ucx.trusted_fabric = trusted;
     links.push_back(Link{std::make_unique<UcxTransport>(channels, ucx), 0,
                          automatic ? options.ucx_min_write_bytes : 0});
   }

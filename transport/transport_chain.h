@@ -46,11 +46,14 @@ struct DataPlaneOptions {
   // link.
   bool shared_memory = true;
   // Try UCX before gRPC ("auto" only). Off, or TESSERA_UCX=0 in the
-  // environment: no UCX link. "auto" also leaves UCX out when the channels
-  // use TLS, since UCX would carry the bytes outside it, unless
-  // ucx_outside_tls says the fabric between the hosts is trusted.
+  // environment: no UCX link.
   bool ucx = true;
-  bool ucx_outside_tls = false;
+  // The network between the cluster's hosts is trusted (a worker's
+  // --trusted_fabric; TESSERA_TRUSTED_FABRIC in the environment says the
+  // same): UCX may use it. Otherwise UCX reaches only same-user peers on
+  // this host (transport/ucx_common.h UcxReach), and "auto" leaves UCX out
+  // when the channels use TLS, since UCX would carry the bytes outside it.
+  bool ucx_trusted_fabric = false;
   // Keep whole-shard mappings across reads (a client reading the same
   // shards again and again); off: map each piece's span once (a worker
   // pulling reshard pieces).

@@ -259,7 +259,7 @@ TEST(TransportChainMakeTest, AutoLeavesUcxOutUnderTlsUnlessTheFabricIsTrusted) {
   DataPlaneOptions options;
   EXPECT_EQ(
       TransportChain::Make(&channels, options)->Stats().bytes.count("ucx"), 0u);
-  options.ucx_outside_tls = true;
+  options.ucx_trusted_fabric = true;
   EXPECT_EQ(
       TransportChain::Make(&channels, options)->Stats().bytes.count("ucx"), 1u);
   options.ucx = false;  // still the caller's to turn off

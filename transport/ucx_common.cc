@@ -9,14 +9,28 @@
 
 namespace tessera {
 
+namespace {
+
+// The value of environment variable `name` as a yes/no: `unset` when it is
+// not set, else true unless it is 0, false, off or no.
+bool EnvironmentSwitch(const char* name, bool unset) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return unset;
+  const std::string v = absl::AsciiStrToLower(value);
+  return !(v.empty() || v == "0" || v == "false" || v == "off" || v == "no");
+}
+
+}  // namespace
+
 bool UcxAllowedByEnvironment() {
-  static const bool allowed = [] {
-    const char* value = std::getenv("TESSERA_UCX");
-    if (value == nullptr) return true;
-    const std::string v = absl::AsciiStrToLower(value);
-    return !(v == "0" || v == "false" || v == "off" || v == "no");
-  }();
+  static const bool allowed = EnvironmentSwitch("TESSERA_UCX", true);
   return allowed;
+}
+
+bool TrustedFabricByEnvironment() {
+  static const bool trusted =
+      EnvironmentSwitch("TESSERA_TRUSTED_FABRIC", false);
+  return trusted;
 }
 
 absl::Status UcxError(absl::string_view what, ucs_status_t status) {
@@ -44,26 +58,32 @@ absl::Status UcxError(absl::string_view what, ucs_status_t status) {
 }
 
 absl::StatusOr<ucp_context_h> MakeUcpContext(absl::string_view name,
-                                             bool loopback_only) {
+                                             UcxReach reach) {
   ucp_config_t* config = nullptr;
   ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
   if (status != UCS_OK)
     return UcxError("reading the UCX configuration", status);
-  if (loopback_only && std::getenv("UCX_NET_DEVICES") == nullptr) {
-    status = ucp_config_modify(config, "NET_DEVICES", "lo");
-    if (status != UCS_OK) {
+  auto modify = [&](const char* key, const char* value) {
+    status = ucp_config_modify(config, key, value);
+    return status == UCS_OK;
+  };
+  if (!reach.trusted_fabric) {
+    // Whatever UCX_TLS says: no network transport reaches this process.
+    if (!modify("TLS", kUcxSameHostTransports)) {
       ucp_config_release(config);
-      return UcxError("keeping UCX on the loopback device", status);
+      return UcxError("keeping UCX on this host's shared memory", status);
     }
+  } else if (reach.loopback_only && std::getenv("UCX_NET_DEVICES") == nullptr &&
+             !modify("NET_DEVICES", "lo")) {
+    ucp_config_release(config);
+    return UcxError("keeping UCX on the loopback device", status);
   }
   const std::string context_name(name);
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES |
                       UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
-  params.features =
-      UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
-  // Registrations are made and dropped from other threads than the
-  // workers' own.
+  // No UCP_FEATURE_RMA (see ucx_common.h).
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   params.mt_workers_shared = 1;
   params.name = context_name.c_str();
   ucp_context_h context = nullptr;

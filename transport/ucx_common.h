@@ -1,8 +1,8 @@
 // What the two ends of the UCX data plane share (transport/ucx_server.h on
-// the worker, transport/ucx_transport.h in readers): the switch that turns
-// UCX off, the UCP context and worker set-up, the liveness-check messages
-// they exchange as active messages, and the planning of a box as runs of
-// contiguous bytes. Everything here is thread-safe unless it says
+// the worker, transport/ucx_transport.h in readers): the switches that turn
+// UCX off and let it onto the network, the UCP context and worker set-up,
+// the messages they exchange as active messages, and the planning of a box
+// as runs of contiguous bytes. Everything here is thread-safe unless it says
 // otherwise.
 #ifndef TESSERA_TRANSPORT_UCX_COMMON_H_
 #define TESSERA_TRANSPORT_UCX_COMMON_H_
@@ -25,17 +25,44 @@ namespace tessera {
 // False when the environment turns UCX off: TESSERA_UCX set to 0, false,
 // off or no. Read once per process.
 bool UcxAllowedByEnvironment();
+// True when the environment says the network between the cluster's hosts
+// is trusted: TESSERA_TRUSTED_FABRIC set to 1, true, on or yes (what a
+// worker's --trusted_fabric says). Read once per process.
+bool TrustedFabricByEnvironment();
 
 // `what` failed with `status`, as an absl::Status: UNAVAILABLE for the
 // failures of a peer or the network, INTERNAL for the rest.
 absl::Status UcxError(absl::string_view what, ucs_status_t status);
 
-// A UCP context with one-sided access, active messages and wake-ups,
-// shared by several threads' workers. `loopback_only`: its network devices
-// are the loopback one alone (unless UCX_NET_DEVICES says otherwise), for a
-// worker that serves loopback only.
+// Which peers a process's UCX may talk to. UCX's wire protocols trust their
+// peers: over TCP a peer's one-sided put lands at whatever address it names
+// (uct_tcp's PUT_REQ), and request ids are pointers in the receiver. So UCX
+// never listens where a stranger can reach it:
+struct UcxReach {
+  // False: this host only, over shared memory that the operating system
+  // limits to this user (UCX's posix segments, mode 0600 and shared
+  // through /proc/PID/fd, and CMA, which needs ptrace rights over the
+  // peer). True: the network too (TCP, RDMA), for a fabric between the
+  // hosts that the operator says only the cluster reaches; UCX_TLS and
+  // UCX_NET_DEVICES then choose.
+  bool trusted_fabric = false;
+  // With trusted_fabric: the loopback device alone (unless UCX_NET_DEVICES
+  // says otherwise), for a worker that serves loopback only.
+  bool loopback_only = false;
+};
+
+// The UCX transports of a process that reaches only this host's same-user
+// peers (UcxReach::trusted_fabric false).
+inline constexpr char kUcxSameHostTransports[] = "self,posix,cma";
+
+// A UCP context with active messages, tagged messages and wake-ups, shared
+// by several threads' workers. Never one-sided access (UCP_FEATURE_RMA):
+// without it UCX does not serve a peer's emulated gets and puts, which
+// read and write any address of this process; every byte a peer receives
+// is sent by this process after a check, and every byte it writes is
+// received here into a range checked first.
 absl::StatusOr<ucp_context_h> MakeUcpContext(absl::string_view name,
-                                             bool loopback_only = false);
+                                             UcxReach reach);
 
 // A worker of `context` for one thread at a time, with an event fd for
 // sleeping until it has work (ucp_worker_get_efd).
@@ -48,16 +75,43 @@ absl::StatusOr<UcpWorker> MakeUcpWorker(ucp_context_h context);
 // The worker's own address, to hand to peers.
 absl::StatusOr<std::string> UcpWorkerAddress(ucp_worker_h worker);
 
-// Active message ids and bodies of the liveness check: after its gets, a
-// reader asks the worker whether the shard its key names is still held, so
-// that a read of a shard freed meanwhile fails (NOT_FOUND) instead of
-// returning bytes the worker no longer vouches for.
+// ---- The messages between a reader and a worker (active messages) ----
+//
+// Every request is an active message whose header is one of the structs
+// below (magic first), sent with UCP_AM_SEND_FLAG_REPLY; the worker answers
+// with kUcxCheckReplyAm (UcxCheckReply) on the reply endpoint, except for a
+// send request it carries out (the bytes are the answer) and a goodbye.
+// Names ("registration") are what UcxData.Describe / Stage handed out over
+// gRPC against a capability; the worker checks every field before it acts.
+
+// Liveness check: after its bytes are in, a reader asks whether the shard
+// its key names is still held, so that a read of a shard freed meanwhile
+// fails (NOT_FOUND) instead of returning bytes the worker no longer vouches
+// for.
 inline constexpr unsigned kUcxCheckAm = 17;
 inline constexpr unsigned kUcxCheckReplyAm = 18;
 // The same check for a staging lease (UcxData.Stage), which also ends the
-// lease: the reader's gets of it are done. Answered with kUcxCheckReplyAm.
+// lease: the reader's reads of it are done.
 inline constexpr unsigned kUcxCheckReleaseAm = 19;
-inline constexpr uint64_t kUcxCheckMagic = 0x7465737365726131;  // "tessera1"
+// Send request (UcxSendRequest, then `count` UcxRange as the message's
+// data): the worker sends each range of a read key's shard, or of a staging
+// lease, as a tagged message of exactly its bytes with tag request_id + i,
+// into receives the reader posted first. Refused as a whole (a reply, and
+// nothing sent) when the key is stale or freed, a range lies outside, or
+// the worker's queue of sends is full (kBusy: ask again).
+inline constexpr unsigned kUcxSendAm = 20;
+// Write (UcxWriteRequest, then the bytes as the message's data): the worker
+// receives the bytes into its range of a pending shard it holds a write key
+// to, then answers kHeld; anything else is refused before a byte lands.
+inline constexpr unsigned kUcxWriteAm = 21;
+// Goodbye (UcxGoodbye): the reader closes its endpoint, so the worker
+// closes the reply endpoint it keeps to the reader (and what it maps of the
+// reader's memory to talk back).
+inline constexpr unsigned kUcxGoodbyeAm = 22;
+
+inline constexpr uint64_t kUcxCheckMagic = 0x7465737365726132;  // "tessera2"
+// Most ranges in one send request.
+inline constexpr uint32_t kMaxUcxSendRanges = 256;
 
 struct UcxCheckRequest {
   uint64_t magic = kUcxCheckMagic;
@@ -67,10 +121,15 @@ struct UcxCheckRequest {
 };
 
 enum class UcxCheckAnswer : uint32_t {
-  kHeld = 0,   // the key is good and the shard held: the gets read it
-  kFreed = 1,  // the shard was freed
-  kStale = 2,  // the key was withdrawn (evicted, a finished write): ask again
+  kHeld = 0,     // the key is good and the shard held (a write: it landed)
+  kFreed = 1,    // the shard was freed
+  kStale = 2,    // the key was withdrawn (evicted, a finished write): ask again
+  kBusy = 3,     // no room for the sends now: ask again shortly
+  kRefused = 4,  // a malformed request, or a range outside what the key names
+  kSealed = 5,   // a write to a shard that takes no more writes
 };
+inline constexpr uint32_t kUcxLastAnswer =
+    static_cast<uint32_t>(UcxCheckAnswer::kSealed);
 
 struct UcxCheckReply {
   uint64_t magic = kUcxCheckMagic;
@@ -79,24 +138,31 @@ struct UcxCheckReply {
   uint32_t reserved = 0;
 };
 
-// A read of one contiguous range of a shard into one contiguous range of
-// the reader's: the reader posts a tagged receive of `bytes` bytes (tag
-// `request_id`) and asks the worker to send the range. Over TCP, UCX
-// emulates a get with 8 KiB active messages, while a tagged send of a large
-// message goes as a rendezvous straight between the two buffers
-// (ucx_perftest on loopback: 1.1 against 4.1 GB/s on one endpoint). The
-// worker answers a refusal with kUcxCheckReplyAm (kFreed, kStale) and
-// sends nothing; the reader checks the key as after gets once the bytes
-// are in. Offered when UcxDescribeResponse.sends says so.
-inline constexpr unsigned kUcxSendAm = 20;
-
 struct UcxSendRequest {
   uint64_t magic = kUcxCheckMagic;
-  uint64_t request_id = 0;  // the tag of the reader's receive
+  uint64_t request_id = 0;    // the tag of the first range's receive
   uint64_t shard_id = 0;
-  uint64_t registration = 0;  // the read key's
-  uint64_t offset = 0;        // shard bytes [offset, offset + bytes)
+  uint64_t registration = 0;  // a read key's, or a staging lease's
+  uint32_t count = 0;         // ranges in the data, 1 to kMaxUcxSendRanges
+  uint32_t reserved = 0;
+};
+
+// Bytes [offset, offset + bytes) of a shard (or of a lease's staged bytes).
+struct UcxRange {
+  uint64_t offset = 0;
   uint64_t bytes = 0;
+};
+
+struct UcxWriteRequest {
+  uint64_t magic = kUcxCheckMagic;
+  uint64_t request_id = 0;
+  uint64_t shard_id = 0;
+  uint64_t registration = 0;  // a write key's
+  uint64_t offset = 0;        // the data lands at shard bytes [offset, +size)
+};
+
+struct UcxGoodbye {
+  uint64_t magic = kUcxCheckMagic;
 };
 
 // A box copied between two row-major arrays as runs of contiguous elements:

@@ -22,6 +22,29 @@ void ReplySent(void* request, ucs_status_t /*status*/, void* user_data) {
   ucp_request_free(request);
 }
 
+// `header` as a request of type T from a peer that can be answered. Anything
+// else is dropped (false).
+template <typename T>
+bool ParseRequest(const void* header, size_t header_length,
+                  const ucp_am_recv_param_t* param, T* request) {
+  if (header_length != sizeof(T) ||
+      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0 ||
+      param->reply_ep == nullptr) {
+    return false;
+  }
+  std::memcpy(request, header, sizeof(T));
+  return request->magic == kUcxCheckMagic;
+}
+
+bool Rendezvous(const ucp_am_recv_param_t* param) {
+  return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+}
+
+// [offset, offset + bytes): non-empty and inside `size` bytes.
+bool RangeInside(uint64_t offset, uint64_t bytes, uint64_t size) {
+  return bytes > 0 && offset <= size && bytes <= size - offset;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<UcxServer>> UcxServer::Start(
@@ -29,8 +52,13 @@ absl::StatusOr<std::unique_ptr<UcxServer>> UcxServer::Start(
   if (options.pin == nullptr || options.held == nullptr) {
     return absl::InvalidArgumentError("UcxServer needs `pin` and `held`");
   }
+  // A request of the most ranges always fits an empty queue.
+  options.max_queued_sends =
+      std::max<size_t>(options.max_queued_sends, kMaxUcxSendRanges);
+  options.max_sends_in_flight = std::max(options.max_sends_in_flight, 1);
+  options.max_peers = std::max<size_t>(options.max_peers, 1);
   absl::StatusOr<ucp_context_h> context =
-      MakeUcpContext("tessera-worker", options.loopback_only);
+      MakeUcpContext("tessera-worker", options.reach);
   if (!context.ok()) return context.status();
   absl::StatusOr<UcpWorker> worker = MakeUcpWorker(*context);
   if (!worker.ok()) {
@@ -66,24 +94,27 @@ absl::StatusOr<std::unique_ptr<UcxServer>> UcxServer::Start(
   std::unique_ptr<UcxServer> server(new UcxServer(std::move(options), *context,
                                                   *worker, *std::move(address),
                                                   epoll_fd, wake_fd));
-  ucp_am_handler_param_t handler{};
-  handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
-                       UCP_AM_HANDLER_PARAM_FIELD_CB |
-                       UCP_AM_HANDLER_PARAM_FIELD_ARG;
-  handler.id = kUcxCheckAm;
-  handler.cb = &UcxServer::OnCheck;
-  handler.arg = server.get();
-  ucs_status_t set =
-      ucp_worker_set_am_recv_handler(server->worker_.worker, &handler);
-  if (set != UCS_OK) return UcxError("setting the UCX check handler", set);
-  handler.id = kUcxCheckReleaseAm;
-  handler.cb = &UcxServer::OnCheckRelease;
-  set = ucp_worker_set_am_recv_handler(server->worker_.worker, &handler);
-  if (set != UCS_OK) return UcxError("setting the UCX release handler", set);
-  handler.id = kUcxSendAm;
-  handler.cb = &UcxServer::OnSend;
-  set = ucp_worker_set_am_recv_handler(server->worker_.worker, &handler);
-  if (set != UCS_OK) return UcxError("setting the UCX send handler", set);
+  const std::pair<unsigned, ucp_am_recv_callback_t> handlers[] = {
+      {kUcxCheckAm, &UcxServer::OnCheck},
+      {kUcxCheckReleaseAm, &UcxServer::OnCheckRelease},
+      {kUcxSendAm, &UcxServer::OnSend},
+      {kUcxWriteAm, &UcxServer::OnWrite},
+      {kUcxGoodbyeAm, &UcxServer::OnGoodbye},
+  };
+  for (const auto& [id, cb] : handlers) {
+    ucp_am_handler_param_t handler{};
+    handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                         UCP_AM_HANDLER_PARAM_FIELD_CB |
+                         UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    handler.id = id;
+    handler.cb = cb;
+    handler.arg = server.get();
+    const ucs_status_t set =
+        ucp_worker_set_am_recv_handler(server->worker_.worker, &handler);
+    if (set != UCS_OK) {
+      return UcxError(absl::StrCat("setting UCX handler ", id), set);
+    }
+  }
   server->progress_ = std::thread([s = server.get()] { s->Progress(); });
   server->sweeper_ = std::thread([s = server.get()] {
     while (!s->stop_.WaitForNotificationWithTimeout(s->options_.sweep_interval))
@@ -110,18 +141,15 @@ UcxServer::~UcxServer() {
   }
   if (progress_.joinable()) progress_.join();
   if (sweeper_.joinable()) sweeper_.join();
-  std::vector<std::shared_ptr<Registration>> all;
   {
     absl::MutexLock lock(&mu_);
-    for (auto& [key, r] : live_) all.push_back(r);
-    for (auto& [nonce, r] : dead_) all.push_back(r);
     live_.clear();
     by_nonce_.clear();
     dead_.clear();
     leases_.clear();
-    DropStaging();
+    staging_.reset();
   }
-  for (auto& r : all) Unmap(*r);
+  LetGo();
   ucp_worker_destroy(worker_.worker);
   ucp_cleanup(context_);
   close(epoll_fd_);
@@ -132,9 +160,7 @@ absl::StatusOr<UcxKey> UcxServer::Register(uint64_t id, bool write) {
   auto key_of = [](const Registration& r) {
     UcxKey key;
     key.shard_id = r.shard_id;
-    key.base = reinterpret_cast<uint64_t>(r.pinned.data);
     key.bytes = r.pinned.bytes;
-    key.rkey = r.rkey;
     key.registration = r.nonce;
     key.shape = r.pinned.shape;
     key.item_bytes = r.pinned.item_bytes;
@@ -159,39 +185,19 @@ absl::StatusOr<UcxKey> UcxServer::Register(uint64_t id, bool write) {
   auto r = std::make_shared<Registration>();
   r->shard_id = id;
   r->write = write;
-  r->nonce = RandomId();
   r->pinned = *std::move(pinned);
-  if (r->pinned.bytes > 0) {
-    ucp_mem_map_params_t params{};
-    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
-                        UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                        UCP_MEM_MAP_PARAM_FIELD_PROT;
-    params.address = r->pinned.data;
-    params.length = static_cast<size_t>(r->pinned.bytes);
-    params.prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE |
-                  UCP_MEM_MAP_PROT_REMOTE_READ |
-                  (write ? UCP_MEM_MAP_PROT_REMOTE_WRITE : 0);
-    ucs_status_t status = ucp_mem_map(context_, &params, &r->memh);
-    if (status != UCS_OK) {
-      return UcxError(absl::StrCat("registering shard ", id), status);
-    }
-    void* packed = nullptr;
-    size_t packed_size = 0;
-    status = ucp_rkey_pack(context_, r->memh, &packed, &packed_size);
-    if (status != UCS_OK) {
-      Unmap(*r);
-      return UcxError(absl::StrCat("packing the key of shard ", id), status);
-    }
-    r->rkey.assign(static_cast<const char*>(packed), packed_size);
-    ucp_rkey_buffer_release(packed);
-  }
-  std::shared_ptr<Registration> evicted, duplicate;
   UcxKey key;
   {
     absl::MutexLock lock(&mu_);
+    r->nonce = RandomId();
+    while (by_nonce_.contains(r->nonce) || dead_.contains(r->nonce) ||
+           leases_.contains(r->nonce)) {
+      r->nonce = RandomId();
+    }
     auto [it, inserted] = live_.emplace(std::make_pair(id, write), r);
     if (!inserted) {
-      duplicate = r;  // another call registered it meanwhile
+      // Another call registered it meanwhile; ours lets go of its pin.
+      let_go_.push_back(std::move(r->pinned.keep_alive));
     } else {
       by_nonce_[r->nonce] = r;
       if (live_.size() > options_.max_registrations) {
@@ -208,7 +214,6 @@ absl::StatusOr<UcxKey> UcxServer::Register(uint64_t id, bool write) {
     it->second->last_use = ++tick_;
     key = key_of(*it->second);
   }
-  if (duplicate != nullptr) Unmap(*duplicate);
   LetGo();
   return key;
 }
@@ -216,84 +221,20 @@ absl::StatusOr<UcxKey> UcxServer::Register(uint64_t id, bool write) {
 absl::Status UcxServer::EnsureStaging() {
   if (staging_ != nullptr) return absl::OkStatus();
   const size_t bytes = static_cast<size_t>(options_.staging_bytes);
-  const unsigned prot = UCP_MEM_MAP_PROT_LOCAL_READ |
-                        UCP_MEM_MAP_PROT_LOCAL_WRITE |
-                        UCP_MEM_MAP_PROT_REMOTE_READ;
-  // Allocated by UCX first: on one host that is shared memory a reader
-  // attaches and copies from itself, where memory UCX did not allocate is
-  // read through this worker's progress thread (UCX emulates the gets).
-  ucp_mem_map_params_t params{};
-  params.field_mask =
-      UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-      UCP_MEM_MAP_PARAM_FIELD_FLAGS | UCP_MEM_MAP_PARAM_FIELD_PROT;
-  params.address = nullptr;
-  params.length = bytes;
-  params.flags = UCP_MEM_MAP_ALLOCATE;
-  params.prot = prot;
-  ucp_mem_h memh = nullptr;
-  void* map = nullptr;
-  bool ours = false;  // mapped here rather than by UCX
-  ucs_status_t status = ucp_mem_map(context_, &params, &memh);
-  if (status == UCS_OK) {
-    ucp_mem_attr_t attr{};
-    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
-    status = ucp_mem_query(memh, &attr);
-    if (status == UCS_OK && attr.address != nullptr && attr.length >= bytes) {
-      map = attr.address;
-    } else {
-      ucp_mem_unmap(context_, memh);
-      memh = nullptr;
-    }
+  void* map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (map == MAP_FAILED) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("mapping ", bytes,
+                     " bytes of UCX staging memory: ", std::strerror(errno)));
   }
-  if (map == nullptr) {
-    map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (map == MAP_FAILED) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("mapping ", bytes,
-                       " bytes of UCX staging memory: ", std::strerror(errno)));
-    }
-    ours = true;
-    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
-                        UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                        UCP_MEM_MAP_PARAM_FIELD_PROT;
-    params.address = map;
-    status = ucp_mem_map(context_, &params, &memh);
-    if (status != UCS_OK) {
-      munmap(map, bytes);
-      return UcxError("registering the UCX staging memory", status);
-    }
-  }
-  void* packed = nullptr;
-  size_t packed_size = 0;
-  status = ucp_rkey_pack(context_, memh, &packed, &packed_size);
-  if (status != UCS_OK) {
-    ucp_mem_unmap(context_, memh);
-    if (ours) munmap(map, bytes);
-    return UcxError("packing the key of the UCX staging memory", status);
-  }
-  staging_rkey_.assign(static_cast<const char*>(packed), packed_size);
-  ucp_rkey_buffer_release(packed);
-  staging_ = static_cast<char*>(map);
-  staging_memh_ = memh;
-  staging_mapped_here_ = ours;
+  // Sends in flight from it hold it too: unmapped after the last.
+  staging_.reset(static_cast<char*>(map),
+                 [bytes](char* p) { munmap(p, bytes); });
   slot_taken_.assign(
       static_cast<size_t>(options_.staging_bytes / options_.staging_slot_bytes),
       false);
   return absl::OkStatus();
-}
-
-void UcxServer::DropStaging() {
-  if (staging_ == nullptr) return;
-  // Memory UCX allocated goes with its registration.
-  ucp_mem_unmap(context_, staging_memh_);
-  if (staging_mapped_here_) {
-    munmap(staging_, static_cast<size_t>(options_.staging_bytes));
-  }
-  staging_ = nullptr;
-  staging_memh_ = nullptr;
-  staging_rkey_.clear();
-  slot_taken_.clear();
 }
 
 void UcxServer::EndLease(uint64_t lease) {
@@ -350,6 +291,7 @@ absl::StatusOr<UcxStaged> UcxServer::Stage(uint64_t id, const Box& box,
       (*bytes + options_.staging_slot_bytes - 1) / options_.staging_slot_bytes);
   UcxStaged staged;
   char* dst = nullptr;
+  std::shared_ptr<char> region;
   {
     absl::MutexLock lock(&mu_);
     absl::Status ready = EnsureStaging();
@@ -387,14 +329,14 @@ absl::StatusOr<UcxStaged> UcxServer::Stage(uint64_t id, const Box& box,
     leases_[nonce] = lease;
     leased_bytes_ += static_cast<int64_t>(want) * options_.staging_slot_bytes;
     staging_used_ = absl::Now();
-    dst = staging_ + start * static_cast<size_t>(options_.staging_slot_bytes);
+    region = staging_;
+    dst = staging_.get() +
+          start * static_cast<size_t>(options_.staging_slot_bytes);
     staged.lease = nonce;
-    staged.base = reinterpret_cast<uint64_t>(dst);
     staged.bytes = *bytes;
-    staged.rkey = staging_rkey_;
   }
-  // Outside the lock: the slots are this lease's, and the region stays
-  // mapped while any lease is held.
+  // Outside the lock: the slots are this lease's, and `region` keeps the
+  // memory mapped.
   CopyBoxToFlatRange(pinned->data, shape, box.offsets, box.sizes, first, count,
                      dst, static_cast<size_t>(item));
   ranges_staged_.fetch_add(1);
@@ -407,9 +349,12 @@ std::pair<size_t, int64_t> UcxServer::StagingCounts() const {
 }
 
 void UcxServer::FinishWrite(uint64_t id) {
-  absl::MutexLock lock(&mu_);
-  auto it = live_.find({id, true});
-  if (it != live_.end()) Kill(*it->second, /*freed=*/false);
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = live_.find({id, true});
+    if (it != live_.end()) Kill(*it->second, /*freed=*/false);
+  }
+  LetGo();
 }
 
 std::pair<size_t, size_t> UcxServer::Counts() const {
@@ -428,12 +373,11 @@ void UcxServer::Kill(Registration& r, bool freed) {
   by_nonce_.erase(it);
   live_.erase({r.shard_id, r.write});
   dead_[r.nonce] = std::move(keep);
-  // Keep the pages mapped for stale gets, but let the shard go (see the top
-  // of ucx_server.h); dropped by LetGo outside the lock.
-  if (!r.write && r.pinned.keep_mapped != nullptr &&
-      r.pinned.keep_alive != nullptr) {
-    let_go_.push_back(std::move(r.pinned.keep_alive));
-  }
+  // Sends and writes in flight hold what they need; the key holds nothing
+  // more (dropped by LetGo outside the lock).
+  let_go_.push_back(std::move(r.pinned.keep_alive));
+  r.pinned.keep_mapped.reset();
+  r.pinned.data = nullptr;
 }
 
 void UcxServer::LetGo() {
@@ -443,13 +387,6 @@ void UcxServer::LetGo() {
     shards.swap(let_go_);
   }
   // `shards` drops here, outside the lock.
-}
-
-void UcxServer::Unmap(Registration& r) {
-  if (r.memh != nullptr) ucp_mem_unmap(context_, r.memh);
-  r.memh = nullptr;
-  r.pinned.keep_alive.reset();
-  r.pinned.keep_mapped.reset();
 }
 
 void UcxServer::Sweep() {
@@ -464,7 +401,7 @@ void UcxServer::Sweep() {
   for (uint64_t id : ids) {
     if (!options_.held(id)) freed.push_back(id);
   }
-  std::vector<std::shared_ptr<Registration>> expired;
+  std::shared_ptr<char> unmapped;  // dropped outside the lock
   {
     absl::MutexLock lock(&mu_);
     for (uint64_t id : freed) {
@@ -480,19 +417,18 @@ void UcxServer::Sweep() {
     }
     for (uint64_t nonce : lapsed) EndLease(nonce);
     if (staging_ != nullptr && leases_.empty() &&
-        sends_in_flight_.load() == 0 && now - staging_used_ >= options_.grace) {
-      DropStaging();
+        now - staging_used_ >= options_.grace) {
+      unmapped = std::move(staging_);
+      slot_taken_.clear();
     }
     for (auto it = dead_.begin(); it != dead_.end();) {
       if (now - it->second->dead_since >= options_.grace) {
-        expired.push_back(it->second);
         dead_.erase(it++);
       } else {
         ++it;
       }
     }
   }
-  for (auto& r : expired) Unmap(*r);
   LetGo();
 }
 
@@ -546,6 +482,8 @@ bool UcxServer::StillHeld(Registration& r) {
   return false;
 }
 
+// ------------------------------------------------- the progress thread
+
 ucs_status_t UcxServer::OnCheck(void* arg, const void* header,
                                 size_t header_length, void* /*data*/,
                                 size_t /*length*/,
@@ -564,111 +502,215 @@ ucs_status_t UcxServer::OnCheckRelease(void* arg, const void* header,
   return UCS_OK;
 }
 
-namespace {
-
-// A send request's range: non-empty and inside `size` bytes.
-bool RangeInside(const UcxSendRequest& request, uint64_t size) {
-  return request.bytes > 0 && request.offset <= size &&
-         request.bytes <= size - request.offset;
+ucs_status_t UcxServer::OnSend(void* arg, const void* header,
+                               size_t header_length, void* data, size_t length,
+                               const ucp_am_recv_param_t* param) {
+  static_cast<UcxServer*>(arg)->AnswerSend(header, header_length, data, length,
+                                           param);
+  // A rendezvous descriptor not received is dropped.
+  return UCS_OK;
 }
 
-// `header` as a request of type T with a way to answer it. Anything else is
-// dropped (false): the peer's request then times out.
-template <typename T>
-bool ParseRequest(const void* header, size_t header_length,
-                  const ucp_am_recv_param_t* param, T* request) {
-  if (header_length != sizeof(T) ||
-      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0 ||
-      param->reply_ep == nullptr) {
-    return false;
+ucs_status_t UcxServer::OnWrite(void* arg, const void* header,
+                                size_t header_length, void* data, size_t length,
+                                const ucp_am_recv_param_t* param) {
+  return static_cast<UcxServer*>(arg)->AnswerWrite(header, header_length, data,
+                                                   length, param);
+}
+
+ucs_status_t UcxServer::OnGoodbye(void* arg, const void* header,
+                                  size_t header_length, void* /*data*/,
+                                  size_t /*length*/,
+                                  const ucp_am_recv_param_t* param) {
+  auto* server = static_cast<UcxServer*>(arg);
+  UcxGoodbye goodbye;
+  // Closed once the progress call returns, not from inside it.
+  if (ParseRequest(header, header_length, param, &goodbye) &&
+      server->peers_.contains(param->reply_ep)) {
+    server->peers_[param->reply_ep].last_use = absl::InfinitePast();
+    server->goodbyes_ = true;
   }
-  std::memcpy(request, header, sizeof(T));
-  return request->magic == kUcxCheckMagic;
+  return UCS_OK;
 }
 
-}  // namespace
+void UcxServer::Refuse(ucp_ep_h ep, uint64_t request_id,
+                       UcxCheckAnswer answer) {
+  Reply reply{ep, {}};
+  reply.body.request_id = request_id;
+  reply.body.answer = static_cast<uint32_t>(answer);
+  replies_.push_back(reply);
+}
 
 void UcxServer::AnswerCheck(const void* header, size_t header_length,
                             const ucp_am_recv_param_t* param, bool release) {
   UcxCheckRequest request;
   if (!ParseRequest(header, header_length, param, &request)) return;
-  Reply reply{param->reply_ep, {}};
-  reply.body.request_id = request.request_id;
-  reply.body.answer = static_cast<uint32_t>(
-      Check(request.shard_id, request.registration, release));
+  Touch(param->reply_ep);
   // Sent once the progress call returns, not from inside it.
-  replies_.push_back(reply);
-}
-
-ucs_status_t UcxServer::OnSend(void* arg, const void* header,
-                               size_t header_length, void* /*data*/,
-                               size_t /*length*/,
-                               const ucp_am_recv_param_t* param) {
-  static_cast<UcxServer*>(arg)->AnswerSend(header, header_length, param);
-  return UCS_OK;
+  Refuse(param->reply_ep, request.request_id,
+         Check(request.shard_id, request.registration, release));
 }
 
 void UcxServer::AnswerSend(const void* header, size_t header_length,
+                           const void* data, size_t length,
                            const ucp_am_recv_param_t* param) {
   UcxSendRequest request;
   if (!ParseRequest(header, header_length, param, &request)) return;
+  ucp_ep_h ep = param->reply_ep;
+  Touch(ep);
+  if (Rendezvous(param) || request.count < 1 ||
+      request.count > kMaxUcxSendRanges ||
+      length != request.count * sizeof(UcxRange) || data == nullptr) {
+    Refuse(ep, request.request_id, UcxCheckAnswer::kRefused);
+    return;
+  }
+  std::vector<UcxRange> ranges(request.count);
+  std::memcpy(ranges.data(), data, length);
+  // What the name reaches: a read key's shard, or a lease's staged bytes.
   std::shared_ptr<Registration> r;
+  std::shared_ptr<const void> pages;
+  const char* base = nullptr;
+  uint64_t size = 0;
   UcxCheckAnswer refusal = UcxCheckAnswer::kStale;
-  const bool room = sends_in_flight_.load() + static_cast<int>(sends_.size()) <
-                    options_.max_sends_in_flight;
   {
     absl::MutexLock lock(&mu_);
-    auto it = by_nonce_.find(request.registration);
+    auto key = by_nonce_.find(request.registration);
     auto lease = leases_.find(request.registration);
-    if (it != by_nonce_.end()) {
-      if (!it->second->write && it->second->shard_id == request.shard_id) {
-        r = it->second;
+    if (key != by_nonce_.end()) {
+      if (!key->second->write && key->second->shard_id == request.shard_id) {
+        r = key->second;
+        const UcxPinnedShard& pinned = r->pinned;
+        pages = pinned.keep_mapped != nullptr ? pinned.keep_mapped
+                                              : pinned.keep_alive;
+        base = pinned.data;
+        size = static_cast<uint64_t>(pinned.bytes);
       }
     } else if (lease != leases_.end() &&
-               lease->second.shard_id == request.shard_id) {
+               lease->second.shard_id == request.shard_id &&
+               staging_ != nullptr) {
       // A staging lease: its slots, packed while the shard was held. The
       // reader's check-and-release after says whether they still are its.
-      if (!RangeInside(request, static_cast<uint64_t>(lease->second.slots) *
-                                    static_cast<uint64_t>(
-                                        options_.staging_slot_bytes))) {
-        return;  // outside the lease: the reader knows its size
-      }
-      if (room) {
-        sends_.push_back(PendingSend{
-            param->reply_ep, nullptr,
-            staging_ +
-                lease->second.first_slot *
-                    static_cast<size_t>(options_.staging_slot_bytes) +
-                request.offset,
-            request.bytes, request.request_id});
-        return;
+      pages = staging_;
+      base = staging_.get() + lease->second.first_slot *
+                                  static_cast<size_t>(
+                                      options_.staging_slot_bytes);
+      size = static_cast<uint64_t>(lease->second.slots) *
+             static_cast<uint64_t>(options_.staging_slot_bytes);
+    } else if (FreedKey(request.registration, request.shard_id)) {
+      refusal = UcxCheckAnswer::kFreed;
+    }
+  }
+  if (base == nullptr && size == 0 && pages == nullptr) {
+    Refuse(ep, request.request_id, refusal);
+    return;
+  }
+  for (const UcxRange& range : ranges) {
+    if (!RangeInside(range.offset, range.bytes, size)) {
+      Refuse(ep, request.request_id, UcxCheckAnswer::kRefused);
+      return;
+    }
+  }
+  if (r != nullptr && !StillHeld(*r)) {
+    Refuse(ep, request.request_id, UcxCheckAnswer::kFreed);
+    return;
+  }
+  // Bounded: a reader that never takes its bytes holds its sends (and the
+  // pages under them) until its endpoint is closed.
+  if (queued_.size() + ranges.size() > options_.max_queued_sends) {
+    Refuse(ep, request.request_id, UcxCheckAnswer::kBusy);
+    return;
+  }
+  for (uint32_t i = 0; i < request.count; ++i) {
+    queued_.push_back(PendingSend{ep, pages, base + ranges[i].offset,
+                                  ranges[i].bytes, request.request_id + i});
+  }
+}
+
+ucs_status_t UcxServer::AnswerWrite(const void* header, size_t header_length,
+                                    void* data, size_t length,
+                                    const ucp_am_recv_param_t* param) {
+  UcxWriteRequest request;
+  // Not answerable: a rendezvous sender learns of the refusal from its send.
+  if (!ParseRequest(header, header_length, param, &request)) {
+    return Rendezvous(param) ? UCS_ERR_INVALID_PARAM : UCS_OK;
+  }
+  ucp_ep_h ep = param->reply_ep;
+  Touch(ep);
+  std::shared_ptr<Registration> r;
+  UcxCheckAnswer refusal = UcxCheckAnswer::kStale;
+  {
+    absl::MutexLock lock(&mu_);
+    auto key = by_nonce_.find(request.registration);
+    if (key != by_nonce_.end()) {
+      if (key->second->write && key->second->shard_id == request.shard_id) {
+        r = key->second;
       }
     } else if (FreedKey(request.registration, request.shard_id)) {
       refusal = UcxCheckAnswer::kFreed;
     }
   }
+  char* dst = nullptr;
+  std::shared_ptr<void> shard;
   if (r != nullptr) {
-    if (!RangeInside(request, static_cast<uint64_t>(r->pinned.bytes))) {
-      return;  // outside the shard: the reader knows its size
-    }
-    if (!StillHeld(*r)) {
-      r = nullptr;
-      refusal = UcxCheckAnswer::kFreed;
+    absl::MutexLock lock(&mu_);
+    if (!r->dead) {
+      dst = r->pinned.data;
+      shard = r->pinned.keep_alive;
     }
   }
-  // Bounded: a reader that never takes its bytes holds a send (and the
-  // pages under it) until its link fails. Past the bound, refused: the
-  // reader gets the range instead.
-  if (r != nullptr && room) {
-    const char* data = r->pinned.data + request.offset;
-    sends_.push_back(PendingSend{param->reply_ep, std::move(r), data,
-                                 request.bytes, request.request_id});
-    return;
+  if (dst == nullptr) {
+    Refuse(ep, request.request_id, refusal);
+    return UCS_OK;  // a rendezvous descriptor not received is dropped
   }
-  Reply reply{param->reply_ep, {}};
-  reply.body.request_id = request.request_id;
-  reply.body.answer = static_cast<uint32_t>(refusal);
-  replies_.push_back(reply);
+  if (!RangeInside(request.offset, length,
+                   static_cast<uint64_t>(r->pinned.bytes)) ||
+      (!Rendezvous(param) && data == nullptr)) {
+    Refuse(ep, request.request_id, UcxCheckAnswer::kRefused);
+    return UCS_OK;
+  }
+  if (!StillHeld(*r)) {
+    Refuse(ep, request.request_id, UcxCheckAnswer::kFreed);
+    return UCS_OK;
+  }
+  if (options_.writable && !options_.writable(request.shard_id)) {
+    Refuse(ep, request.request_id, UcxCheckAnswer::kSealed);
+    return UCS_OK;
+  }
+  dst += request.offset;
+  if (!Rendezvous(param)) {
+    std::memcpy(dst, data, length);
+    writes_received_.fetch_add(1);
+    Refuse(ep, request.request_id, UcxCheckAnswer::kHeld);
+    return UCS_OK;
+  }
+  // The bytes come straight into the shard; answered once they are in.
+  auto* receiving =
+      new Receiving{std::move(shard), ep, request.request_id, this};
+  ucp_request_param_t recv{};
+  recv.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  recv.cb.recv_am = &UcxServer::WriteDone;
+  recv.user_data = receiving;
+  ucs_status_ptr_t started =
+      ucp_am_recv_data_nbx(worker_.worker, data, dst, length, &recv);
+  if (UCS_PTR_IS_PTR(started)) return UCS_OK;  // WriteDone answers
+  const ucs_status_t status = UCS_PTR_STATUS(started);
+  if (status == UCS_OK) writes_received_.fetch_add(1);
+  Refuse(ep, request.request_id,
+         status == UCS_OK ? UcxCheckAnswer::kHeld : UcxCheckAnswer::kRefused);
+  delete receiving;
+  return UCS_OK;
+}
+
+void UcxServer::WriteDone(void* request, ucs_status_t status, size_t,
+                          void* user_data) {
+  auto* receiving = static_cast<Receiving*>(user_data);
+  UcxServer* server = receiving->server;
+  if (status == UCS_OK) server->writes_received_.fetch_add(1);
+  server->Refuse(
+      receiving->ep, receiving->request_id,
+      status == UCS_OK ? UcxCheckAnswer::kHeld : UcxCheckAnswer::kRefused);
+  delete receiving;
+  ucp_request_free(request);
 }
 
 void UcxServer::SendDone(void* request, ucs_status_t, void* user_data) {
@@ -679,19 +721,12 @@ void UcxServer::SendDone(void* request, ucs_status_t, void* user_data) {
 }
 
 void UcxServer::PostSends() {
-  std::vector<PendingSend> sends;
-  sends.swap(sends_);
-  for (PendingSend& send : sends) {
-    // The pages stay mapped for the send even if the registration dies and
-    // its grace ends meanwhile; the reader's check after refuses bytes of a
-    // shard freed during the send.
-    std::shared_ptr<const void> pages;
-    if (send.registration != nullptr) {
-      pages = send.registration->pinned.keep_mapped != nullptr
-                  ? send.registration->pinned.keep_mapped
-                  : send.registration->pinned.keep_alive;
-    }
-    auto* sending = new Sending{send.registration, std::move(pages), this};
+  while (sends_in_flight_ < options_.max_sends_in_flight && !queued_.empty()) {
+    PendingSend send = std::move(queued_.front());
+    queued_.pop_front();
+    // The pages stay mapped for the send even if the key dies meanwhile;
+    // the reader's check after refuses bytes of a shard freed during it.
+    auto* sending = new Sending{std::move(send.pages), this};
     ucp_request_param_t param{};
     param.op_attr_mask =
         UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -712,6 +747,8 @@ void UcxServer::SendReplies() {
   std::vector<Reply> replies;
   replies.swap(replies_);
   for (const Reply& reply : replies) {
+    // The reader's endpoint was closed meanwhile: nobody to answer.
+    if (!peers_.contains(reply.ep)) continue;
     auto* body = new UcxCheckReply(reply.body);
     ucp_request_param_t param{};
     param.op_attr_mask =
@@ -725,20 +762,106 @@ void UcxServer::SendReplies() {
   }
 }
 
+void UcxServer::Touch(ucp_ep_h ep) {
+  auto [it, inserted] = peers_.try_emplace(ep);
+  it->second.last_use = absl::Now();
+  it->second.tick = ++peer_tick_;
+  if (!inserted) return;
+  peers_count_.store(static_cast<int64_t>(peers_.size()));
+  if (peers_.size() <= options_.max_peers) return;
+  // Too many readers: the least recently used goes (it reconnects if it is
+  // still there). Closed after the progress call, with the idle ones.
+  auto oldest = peers_.end();
+  for (auto p = peers_.begin(); p != peers_.end(); ++p) {
+    if (p->first != ep &&
+        (oldest == peers_.end() || p->second.tick < oldest->second.tick)) {
+      oldest = p;
+    }
+  }
+  if (oldest != peers_.end()) {
+    oldest->second.last_use = absl::InfinitePast();
+    goodbyes_ = true;
+  }
+}
+
+void UcxServer::ClosePeer(ucp_ep_h ep) {
+  peers_.erase(ep);
+  peers_count_.store(static_cast<int64_t>(peers_.size()));
+  queued_.erase(std::remove_if(queued_.begin(), queued_.end(),
+                               [ep](const PendingSend& s) { return s.ep == ep; }),
+                queued_.end());
+  replies_.erase(std::remove_if(replies_.begin(), replies_.end(),
+                                [ep](const Reply& r) { return r.ep == ep; }),
+                 replies_.end());
+  // Forced: nothing more is sent to a reader that left; what is in flight
+  // to it is cancelled.
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  ucs_status_ptr_t request = ucp_ep_close_nbx(ep, &param);
+  if (UCS_PTR_IS_PTR(request)) closing_.push_back(request);
+}
+
+void UcxServer::CloseIdlePeers() {
+  const absl::Time now = absl::Now();
+  std::vector<ucp_ep_h> idle;
+  for (const auto& [ep, peer] : peers_) {
+    if (now - peer.last_use >= options_.peer_idle_timeout) idle.push_back(ep);
+  }
+  for (ucp_ep_h ep : idle) ClosePeer(ep);
+}
+
+void UcxServer::FreeClosed() {
+  closing_.erase(std::remove_if(closing_.begin(), closing_.end(),
+                                [](void* request) {
+                                  if (ucp_request_check_status(request) ==
+                                      UCS_INPROGRESS) {
+                                    return false;
+                                  }
+                                  ucp_request_free(request);
+                                  return true;
+                                }),
+                 closing_.end());
+}
+
 void UcxServer::Progress() {
+  absl::Time swept = absl::Now();
   for (;;) {
     while (ucp_worker_progress(worker_.worker) != 0) {
     }
-    if (!replies_.empty() || !sends_.empty()) {
-      SendReplies();
-      PostSends();
-      continue;
+    bool worked = false;
+    const absl::Time now = absl::Now();
+    if (goodbyes_ || now - swept >= options_.sweep_interval) {
+      // Goodbyes and pushed-out peers are marked idle since ever.
+      goodbyes_ = false;
+      swept = now;
+      CloseIdlePeers();
+      worked = true;
     }
-    if (stop_.HasBeenNotified()) return;
+    if (!replies_.empty()) {
+      SendReplies();
+      worked = true;
+    }
+    if (!queued_.empty() && sends_in_flight_ < options_.max_sends_in_flight) {
+      PostSends();
+      worked = true;
+    }
+    if (!closing_.empty()) FreeClosed();
+    if (worked) continue;
+    if (stop_.HasBeenNotified()) break;
     const ucs_status_t armed = ucp_worker_arm(worker_.worker);
     if (armed == UCS_ERR_BUSY) continue;
+    // Wakes now and then while readers are kept, to close idle ones.
+    const bool timed = !peers_.empty() || !closing_.empty();
+    const int ms =
+        armed != UCS_OK
+            ? 10
+            : timed ? static_cast<int>(std::clamp<int64_t>(
+                          absl::ToInt64Milliseconds(options_.sweep_interval),
+                          1, 1000))
+                    : -1;
     epoll_event events[2];
-    const int n = epoll_wait(epoll_fd_, events, 2, armed == UCS_OK ? -1 : 10);
+    const int n = epoll_wait(epoll_fd_, events, 2, ms);
     for (int i = 0; i < n; ++i) {
       if (events[i].data.fd == wake_fd_) {
         uint64_t value;
@@ -747,6 +870,16 @@ void UcxServer::Progress() {
         }
       }
     }
+  }
+  // Stopping: every reader's endpoint goes, and what is in flight with it.
+  std::vector<ucp_ep_h> all;
+  for (const auto& [ep, peer] : peers_) all.push_back(ep);
+  for (ucp_ep_h ep : all) ClosePeer(ep);
+  queued_.clear();
+  const absl::Time until = absl::Now() + absl::Seconds(1);
+  while ((!closing_.empty() || sends_in_flight_ > 0) && absl::Now() < until) {
+    ucp_worker_progress(worker_.worker);
+    FreeClosed();
   }
 }
 

@@ -1,42 +1,44 @@
-// The worker's side of the UCX data plane: it registers shard memory with
-// UCX (ucp_mem_map) and hands out the packed remote keys through which
-// readers get (and writers of a pending shard put) the bytes with one-sided
-// operations, and it answers their liveness checks. worker/ucx_service.h
-// hands the keys out over gRPC, only against a capability.
+// The worker's side of the UCX data plane. It hands out keys — names, not
+// addresses: a read key's registration number, or a write key's — over
+// gRPC (worker/ucx_service.h, only against a capability), and carries out
+// what readers and writers ask with active messages (ucx_common.h): it
+// sends ranges of a shard as tagged messages into receives the reader
+// posted, receives a writer's bytes into a range of a pending shard, and
+// answers liveness checks. No peer ever gets an address or a remote key of
+// this process: every range is checked against the key's shard before a
+// byte moves, and the UCX context has no one-sided access to serve
+// (ucx_common.h MakeUcpContext), so a peer reaches exactly the bytes its
+// key names.
 //
-// Safety across frees: a registration keeps its shard's memory pinned. When
-// the shard is freed (seen by a check, or by the sweeper within
-// `sweep_interval`) the registration turns dead: every later check of it
-// answers kFreed, so a reader holding its key fails with NOT_FOUND instead
-// of returning the bytes. A dead registration is unmapped and its pin let go
-// only `grace` later, so a get already issued through a stale key lands on
-// memory still mapped here, never on an unmapped address. UCX over TCP
-// emulates gets in software and does not check addresses against
-// registrations; the pin and the grace are what keep such a stale get
-// harmless there. A dead read registration keeps only the pages mapped
-// (UcxPinnedShard::keep_mapped), not the shard: a freed shard's pages may
-// serve the worker's next shard of their size at once (on a VM, new memory
-// costs seconds per GiB), and a stale get that reads those bytes is refused
-// by its check. Write registrations keep their shard whole.
+// Keys and frees: a key pins its shard while it is live. When the shard is
+// freed (seen by a check, or by the sweeper within `sweep_interval`) the
+// key turns dead and lets the shard go; a dead key is remembered for
+// `grace`, so a reader holding it is told the shard was freed (NOT_FOUND)
+// rather than to ask again. A send in flight keeps the pages it reads
+// mapped (UcxPinnedShard::keep_mapped), not the shard: a freed shard's
+// pages may serve the worker's next shard of their size at once, and the
+// reader's check after the bytes are in refuses such bytes. A write in
+// flight keeps its whole shard.
 //
 // Staging: a reader whose box has short contiguous runs (a rows -> columns
 // reshard's piece reads 1 KiB of every row) asks the worker to pack a range
-// of the box into staging memory (Stage), gets it with a few large gets,
-// and ends the lease with a check-and-release. The staging memory is one
-// region of `staging_bytes`, mapped and registered at the first Stage and
-// cut into `staging_slot_bytes` slots, so memory use is bounded and a
-// reshard does not fault in fresh pages per piece; it is unmapped once no
-// lease has been taken for `grace`. A lease's slots go back to the pool
-// when it is released or lapses (`staging_ttl`); a reader still getting
-// through a lapsed lease may read bytes staged for another lease, and its
-// check then answers kStale, so such bytes are never returned. A check of a
-// lease answers kFreed when its shard was freed since it was staged.
+// of the box into staging memory (Stage), has it sent in a few large
+// messages, and ends the lease with a check-and-release. The staging memory
+// is one region of `staging_bytes`, mapped at the first Stage and cut into
+// `staging_slot_bytes` slots, so memory use is bounded and a reshard does
+// not fault in fresh pages per piece; it is unmapped once no lease has been
+// taken for `grace` (sends in flight keep it). A lease's slots go back to
+// the pool when it is released or lapses (`staging_ttl`); a reader still
+// receiving through a lapsed lease may get bytes staged for another lease,
+// and its check then answers kStale, so such bytes are never returned. A
+// check of a lease answers kFreed when its shard was freed since it was
+// staged.
 //
-// Sends: a reader may instead ask for one contiguous range of a live read
-// key's shard to be sent to it as a tagged message it has posted a receive
-// for (UcxSendRequest); the send keeps the registration and its pages until
-// it completes, at most `max_sends_in_flight` at once (more are refused),
-// and the reader checks the key afterwards as after gets.
+// Peers: every endpoint a request arrives on (the reply endpoint back to
+// its reader, which maps part of the reader's memory to talk back) is
+// kept until the reader says goodbye, it stays idle for `peer_idle_timeout`,
+// or `max_peers` newer ones push it out (least recently used first), so
+// readers that die without a goodbye cost nothing for long.
 //
 // Idle cost: one progress thread that sleeps in epoll on the UCX worker's
 // event fd, and a sweeper that wakes every `sweep_interval`.
@@ -49,6 +51,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -73,10 +76,9 @@ namespace tessera {
 // shard is freed.
 struct UcxPinnedShard {
   std::shared_ptr<void> keep_alive;
-  // Set: keeps `data` mapped (not the shard) once keep_alive is let go,
-  // which a registration does as it turns dead, so a freed shard's pages
-  // can serve another shard while stale gets may still land on them
-  // (worker/shard_store.h PinnedShard::keep_mapped).
+  // Keeps `data` mapped (not the shard) for a send in flight once the key
+  // is dead (worker/shard_store.h PinnedShard::keep_mapped); null:
+  // keep_alive does both.
   std::shared_ptr<const void> keep_mapped;
   char* data = nullptr;
   int64_t bytes = 0;
@@ -87,17 +89,14 @@ struct UcxPinnedShard {
 // A staged range (proto/ucx.proto UcxStageResponse).
 struct UcxStaged {
   uint64_t lease = 0;
-  uint64_t base = 0;
   int64_t bytes = 0;
-  std::string rkey;
 };
 
-// What a reader needs to reach one shard (proto/ucx.proto UcxShardKey).
+// What a reader (or writer) needs to name one shard (proto/ucx.proto
+// UcxShardKey).
 struct UcxKey {
   uint64_t shard_id = 0;
-  uint64_t base = 0;
   int64_t bytes = 0;
-  std::string rkey;  // packed; empty when bytes == 0
   uint64_t registration = 0;
   Shape shape;
   int64_t item_bytes = 1;
@@ -110,15 +109,19 @@ struct UcxServerOptions {
   // Whether shard `id` is still held. Required; called from the progress
   // thread and the sweeper, so it must be quick.
   std::function<bool(uint64_t id)> held;
-  // Most live registrations; the least recently handed out is withdrawn
-  // beyond (its readers ask again).
+  // Whether shard `id` still takes writes (a put's shard, not sealed).
+  // Checked before each write lands; null: every held shard does.
+  std::function<bool(uint64_t id)> writable;
+  // Who may reach this worker's UCX (ucx_common.h).
+  UcxReach reach;
+  // Most live keys; the least recently handed out is withdrawn beyond (its
+  // readers ask again).
   size_t max_registrations = 16384;
-  // How often freed shards are looked for: their pages are reused only
-  // after (a reshard 0.5 s after the last one finds them).
+  // How often freed shards, lapsed leases and idle peers are looked for.
   absl::Duration sweep_interval = absl::Milliseconds(200);
-  // How long a dead registration stays mapped and pinned (see above), and
-  // so counted against the store's capacity as pinned bytes. Well beyond a
-  // reader's key lifetime (UcxTransportOptions::key_ttl, 10 s).
+  // How long a dead key is remembered (a reader holding it is told its
+  // shard was freed), and how long unused staging memory stays mapped.
+  // Beyond a reader's key lifetime (UcxTransportOptions::key_ttl, 10 s).
   absl::Duration grace = absl::Minutes(1);
   // Staging memory (see above); 0: Stage answers FAILED_PRECONDITION.
   int64_t staging_bytes = int64_t{256} << 20;
@@ -127,12 +130,16 @@ struct UcxServerOptions {
   int64_t max_stage_bytes = int64_t{32} << 20;
   // A lease not released for this long lapses.
   absl::Duration staging_ttl = absl::Seconds(30);
-  // Most ranges being sent to readers at once (UcxSendRequest); more are
-  // refused, and those readers get the bytes instead.
+  // Most ranges being sent at once, and queued behind them; a request that
+  // does not fit the queue is refused (kBusy) and asked again.
   int max_sends_in_flight = 64;
-  // Listen for UCX peers on the loopback device only (a worker that serves
-  // loopback only); shared-memory transports are unaffected.
-  bool loopback_only = false;
+  size_t max_queued_sends = 4096;
+  // Most reader endpoints kept, and how long an idle one is kept (see
+  // above). Above a reader's own idle limit
+  // (UcxTransportOptions::peer_idle_timeout), so a live reader's endpoint
+  // is not closed under it.
+  size_t max_peers = 256;
+  absl::Duration peer_idle_timeout = absl::Minutes(2);
 };
 
 class UcxServer {
@@ -148,13 +155,14 @@ class UcxServer {
   // The UCX worker address readers connect to.
   const std::string& address() const { return address_; }
 
-  // A key to shard `id`: for gets, or for puts when `write` (a separate
-  // registration, withdrawn by FinishWrite). Reuses the live registration
-  // when there is one. Errors as `pin` answers them.
+  // A key to shard `id`: for reads, or for writes when `write` (a separate
+  // key, withdrawn by FinishWrite). Reuses the live key when there is one.
+  // Errors as `pin` answers them.
   absl::StatusOr<UcxKey> Register(uint64_t id, bool write)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Withdraws the write registration of shard `id` (its write is done).
+  // Withdraws the write key of shard `id` (its write is done, or it is
+  // sealed): later writes through it are refused.
   void FinishWrite(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Packs elements [first, first + count) of `box` of shard `id` into
@@ -166,21 +174,22 @@ class UcxServer {
   // Leases now, and staging bytes they hold (for tests and metrics).
   std::pair<size_t, int64_t> StagingCounts() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Registrations now: live ones, and dead ones waiting out their grace.
+  // Keys now: live ones, and dead ones remembered for their grace.
   std::pair<size_t, size_t> Counts() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Ranges sent to readers so far (UcxSendRequest), and ranges packed into
-  // staging memory (Stage), for tests and reports.
+  // Ranges sent to readers so far, ranges packed into staging memory
+  // (Stage), and writes received, for tests and reports.
   int64_t RangesSent() const { return ranges_sent_.load(); }
   int64_t RangesStaged() const { return ranges_staged_.load(); }
+  int64_t WritesReceived() const { return writes_received_.load(); }
+  // Reader endpoints kept now (tessera_ucx_peers).
+  int64_t Peers() const { return peers_count_.load(); }
 
  private:
   struct Registration {
     uint64_t shard_id = 0;
     bool write = false;
     uint64_t nonce = 0;
-    UcxPinnedShard pinned;
-    ucp_mem_h memh = nullptr;
-    std::string rkey;
+    UcxPinnedShard pinned;  // released when the key dies
     bool dead = false;
     bool freed = false;  // dead because the shard was freed
     absl::Time dead_since;
@@ -192,25 +201,32 @@ class UcxServer {
     size_t slots = 0;
     absl::Time expires;
   };
-  // A range being sent to a reader (UcxSendRequest): the registration and
-  // its pages stay until the send completes.
-  struct Sending {
-    std::shared_ptr<Registration> registration;
-    std::shared_ptr<const void> keep_mapped;
-    UcxServer* server = nullptr;
-  };
+  // One range to send: `pages` keeps `data` mapped until it is sent.
   struct PendingSend {
-    ucp_ep_h ep;
-    // A read key's shard, or null for a staging lease's slots (the staging
-    // memory stays while sends are in flight).
-    std::shared_ptr<Registration> registration;
+    ucp_ep_h ep = nullptr;
+    std::shared_ptr<const void> pages;
     const char* data = nullptr;
     uint64_t bytes = 0;
     uint64_t tag = 0;
   };
+  struct Sending {
+    std::shared_ptr<const void> pages;
+    UcxServer* server = nullptr;
+  };
+  // A write whose bytes are still arriving (rendezvous) into its shard.
+  struct Receiving {
+    std::shared_ptr<void> shard;  // keeps the destination alive
+    ucp_ep_h ep = nullptr;
+    uint64_t request_id = 0;
+    UcxServer* server = nullptr;
+  };
   struct Reply {
     ucp_ep_h ep;
     UcxCheckReply body;
+  };
+  struct Peer {
+    absl::Time last_use;
+    uint64_t tick = 0;
   };
 
   UcxServer(UcxServerOptions options, ucp_context_h context, UcpWorker worker,
@@ -228,31 +244,52 @@ class UcxServer {
   static ucs_status_t OnSend(void* arg, const void* header,
                              size_t header_length, void* data, size_t length,
                              const ucp_am_recv_param_t* param);
+  static ucs_status_t OnWrite(void* arg, const void* header,
+                              size_t header_length, void* data, size_t length,
+                              const ucp_am_recv_param_t* param);
+  static ucs_status_t OnGoodbye(void* arg, const void* header,
+                                size_t header_length, void* data,
+                                size_t length,
+                                const ucp_am_recv_param_t* param);
   static void SendDone(void* request, ucs_status_t status, void* user_data);
-  // A UcxSendRequest: queued to send, or refused (queued reply).
-  void AnswerSend(const void* header, size_t header_length,
-                  const ucp_am_recv_param_t* param);
-  // Posts the queued sends (progress thread, outside ucp_worker_progress).
-  void PostSends();
+  static void WriteDone(void* request, ucs_status_t status, size_t length,
+                        void* user_data);
+  // Queues a send request's ranges, or queues its refusal.
+  void AnswerSend(const void* header, size_t header_length, const void* data,
+                  size_t length, const ucp_am_recv_param_t* param);
+  // Receives a write's bytes into its shard (or refuses it). Returns what
+  // the AM callback returns.
+  ucs_status_t AnswerWrite(const void* header, size_t header_length,
+                           void* data, size_t length,
+                           const ucp_am_recv_param_t* param);
   void AnswerCheck(const void* header, size_t header_length,
                    const ucp_am_recv_param_t* param, bool release);
   UcxCheckAnswer Check(uint64_t shard_id, uint64_t nonce, bool release)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Whether `nonce` was a registration of shard `shard_id` that died
-  // because the shard was freed (kFreed, not kStale).
+  // Whether `nonce` was a key of shard `shard_id` that died because the
+  // shard was freed (kFreed, not kStale).
   bool FreedKey(uint64_t nonce, uint64_t shard_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether r's shard is still held; if not, kills r (freed) and lets go.
   bool StillHeld(Registration& r) ABSL_LOCKS_EXCLUDED(mu_);
-  // Maps and registers the staging region if it is not.
+  // Maps the staging region if it is not.
   absl::Status EnsureStaging() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DropStaging() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndLease(uint64_t lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SendReplies();  // progress thread only
   void Kill(Registration& r, bool freed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Unmap(Registration& r);
   // Drops the shards Kill let go of (let_go_), outside the lock.
   void LetGo() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Progress thread only:
+  void Refuse(ucp_ep_h ep, uint64_t request_id, UcxCheckAnswer answer);
+  void SendReplies();
+  void PostSends();
+  // Notes a request from `ep` (keeping it, pushing out the least recently
+  // used past max_peers).
+  void Touch(ucp_ep_h ep);
+  // Closes the endpoint to a reader, dropping what is queued for it.
+  void ClosePeer(ucp_ep_h ep);
+  void CloseIdlePeers();
+  void FreeClosed();
 
   const UcxServerOptions options_;
   ucp_context_h context_;
@@ -261,9 +298,9 @@ class UcxServer {
   const int epoll_fd_;
   const int wake_fd_;  // eventfd: wakes the progress thread to stop
 
-  // Guards the registrations. Invariants: `live_` and `by_nonce_` name the
-  // same live registrations; every dead one is in `dead_` (by nonce) and in
-  // no other map; nonces are never reused.
+  // Guards the keys and the staging memory. Invariants: `live_` and
+  // `by_nonce_` name the same live keys; every dead one is in `dead_` (by
+  // nonce) and in no other map; nonces are never reused.
   mutable absl::Mutex mu_;
   std::map<std::pair<uint64_t, bool>, std::shared_ptr<Registration>> live_
       ABSL_GUARDED_BY(mu_);
@@ -271,29 +308,34 @@ class UcxServer {
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<Registration>> dead_
       ABSL_GUARDED_BY(mu_);
-  // Shards dead registrations let go of, dropped outside the lock (a
-  // shard's destructor parks or unlinks its pages).
+  // Shards dead keys let go of, dropped outside the lock (a shard's
+  // destructor parks or unlinks its pages).
   std::vector<std::shared_ptr<void>> let_go_ ABSL_GUARDED_BY(mu_);
   uint64_t tick_ ABSL_GUARDED_BY(mu_) = 0;
 
-  // Staging: the region (null until the first Stage), its registration and
-  // packed key, which slots are leased, and the leases by their nonce.
+  // Staging: the region (null until the first Stage; sends in flight hold
+  // it too), which slots are leased, and the leases by their nonce.
   // Invariant: a slot is marked taken iff exactly one lease holds it.
-  char* staging_ ABSL_GUARDED_BY(mu_) = nullptr;
-  ucp_mem_h staging_memh_ ABSL_GUARDED_BY(mu_) = nullptr;
-  bool staging_mapped_here_ ABSL_GUARDED_BY(mu_) = false;  // else by UCX
-  std::string staging_rkey_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<char> staging_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> slot_taken_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
   int64_t leased_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time staging_used_ ABSL_GUARDED_BY(mu_);  // last lease taken
 
-  std::vector<Reply> replies_;           // progress thread only
-  std::vector<PendingSend> sends_;       // progress thread only
-  std::atomic<int> sends_in_flight_{0};  // the sweeper reads it too
+  // Progress thread only.
+  std::vector<Reply> replies_;
+  std::deque<PendingSend> queued_;
+  int sends_in_flight_ = 0;
+  absl::flat_hash_map<ucp_ep_h, Peer> peers_;
+  uint64_t peer_tick_ = 0;
+  std::vector<void*> closing_;  // ucp_ep_close_nbx requests in progress
+  // A goodbye (or a peer pushed out) marked an endpoint to close.
+  bool goodbyes_ = false;
+
   std::atomic<int64_t> ranges_sent_{0};
   std::atomic<int64_t> ranges_staged_{0};
-  bool stopping_ = false;  // progress thread only
+  std::atomic<int64_t> writes_received_{0};
+  std::atomic<int64_t> peers_count_{0};
   absl::Notification stop_;
   std::thread progress_;
   std::thread sweeper_;

@@ -58,7 +58,7 @@ TEST(UcxStagingTest, ShortRunsArePackedByTheWorkerByteExact) {
   const Box box{{5, 100}, {1000, 256}};
   const std::string want = Expected(shard, shape, box, 4);
 
-  // Into an array where the box's rows lie end to end: straight gets.
+  // Into an array where the box's rows lie end to end: sent straight in.
   std::string direct(want.size(), '\x5a');
   ASSERT_THAT(
       ucx.Read(at, box,
@@ -103,11 +103,11 @@ TEST(UcxStagingTest, ShortRunsArePackedByTheWorkerByteExact) {
   EXPECT_EQ(worker.ucx()->RangesStaged(), worker.ucx()->RangesSent());
 }
 
-// A worker with no room for a send refuses it: the packed ranges are got
-// instead, byte-exact all the same.
-TEST(UcxStagingTest, RefusedSendsOfPackedRangesAreGot) {
+// A worker that sends one range at a time queues the rest: the packed
+// ranges arrive byte-exact all the same.
+TEST(UcxStagingTest, SendsBeyondTheBoundAreQueued) {
   UcxServerOptions server;
-  server.max_sends_in_flight = 0;
+  server.max_sends_in_flight = 1;
   LocalWorker worker(/*ucx=*/true, server);
   ChannelCache channels;
   UcxTransport ucx(&channels, Options(100 << 10));
@@ -119,20 +119,17 @@ TEST(UcxStagingTest, RefusedSendsOfPackedRangesAreGot) {
                        ReadTarget::HostArray(got.data(), {1000, 256}, {0, 0})),
               IsOk());
   EXPECT_TRUE(got == Expected(worker.Bytes(1), shape, box, 4));
-  EXPECT_EQ(worker.ucx()->RangesSent(), 0);
+  EXPECT_GT(worker.ucx()->RangesSent(), 0);
   EXPECT_EQ(worker.ucx()->StagingCounts().first, 0u);
 }
 
 // A box that is one range of its shard (whole rows), read into an array
 // where its runs are short (a columns -> rows reshard piece): nothing to
-// pack, so the worker sends the range straight from the shard, or it is
-// got when the worker refuses sends; placed byte-exact either way.
+// pack, so the worker sends the range straight from the shard, and it is
+// placed byte-exact.
 TEST(UcxStagingTest, OneRangeIntoShortRunsIsSentUnpacked) {
-  for (const int sends : {64, 0}) {
-    SCOPED_TRACE(sends > 0 ? "sent" : "refused, got");
-    UcxServerOptions server;
-    server.max_sends_in_flight = sends;
-    LocalWorker worker(/*ucx=*/true, server);
+  {
+    LocalWorker worker(/*ucx=*/true);
     ChannelCache channels;
     // 1 MiB ranges: three for the box, the last one short.
     UcxTransport ucx(&channels, Options(1 << 20));
@@ -152,7 +149,7 @@ TEST(UcxStagingTest, OneRangeIntoShortRunsIsSentUnpacked) {
     EXPECT_EQ(out[0], '\x5a') << "bytes outside the box were written";
     EXPECT_EQ(out[(1 * 1024 + 299) * 4], '\x5a');
     EXPECT_EQ(out[(1 * 1024 + 556) * 4], '\x5a');
-    EXPECT_EQ(worker.ucx()->RangesSent(), sends > 0 ? 3 : 0);
+    EXPECT_EQ(worker.ucx()->RangesSent(), 3);
     EXPECT_EQ(worker.ucx()->RangesStaged(), 0) << "nothing is packed";
   }
 }
@@ -227,7 +224,7 @@ TEST(UcxStagingTest, StagingIsBoundedCheckedAndLapses) {
     absl::StatusOr<UcxStaged> staged = ucx.Stage(1, box, 0, 262144);
     ASSERT_THAT(staged.status(), IsOk());
     EXPECT_EQ(staged->bytes, 1 << 20);
-    EXPECT_FALSE(staged->rkey.empty());
+    EXPECT_NE(staged->lease, 0u);
   }
   EXPECT_THAT(ucx.Stage(1, box, 0, 1).status(),
               StatusIs(absl::StatusCode::kResourceExhausted));
@@ -239,11 +236,8 @@ TEST(UcxStagingTest, StagingIsBoundedCheckedAndLapses) {
   EXPECT_EQ(ucx.StagingCounts().first, 0u) << "leases did not lapse";
   absl::StatusOr<UcxStaged> again = ucx.Stage(1, box, 5, 7);
   ASSERT_THAT(again.status(), IsOk());
-  // The staged bytes are the box's elements 5..11: row 0, columns 5..11.
-  const std::string shard = worker.Bytes(1);
-  EXPECT_EQ(std::memcmp(reinterpret_cast<const char*>(again->base),
-                        shard.data() + 5 * 4, 7 * 4),
-            0);
+  EXPECT_EQ(again->bytes, 7 * 4);
+  EXPECT_EQ(ucx.StagingCounts().first, 1u);
 }
 
 TEST(UcxStagingTest, StageNeedsAReadCapability) {

@@ -36,6 +36,8 @@ inline std::vector<std::shared_ptr<grpc::Service>> UcxServices(
     std::unique_ptr<UcxServer> server;
     std::unique_ptr<UcxDataService> service;
   };
+  // The TCP variants of the suites run on a fabric they trust.
+  options.reach.trusted_fabric |= TrustedFabricByEnvironment();
   absl::StatusOr<std::unique_ptr<UcxServer>> started =
       StartUcxServer(node, std::move(options));
   if (!started.ok()) {
@@ -69,6 +71,7 @@ class LocalWorker {
     service_ = std::make_unique<WorkerService>(node_.get());
     std::vector<grpc::Service*> services = {service_.get()};
     if (ucx) {
+      options.reach.trusted_fabric |= TrustedFabricByEnvironment();
       absl::StatusOr<std::unique_ptr<UcxServer>> started =
           StartUcxServer(node_.get(), std::move(options));
       EXPECT_TRUE(started.ok()) << started.status();

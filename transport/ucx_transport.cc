@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <map>
@@ -28,11 +29,13 @@ namespace {
 
 // Bounds on what a worker's Describe reply may carry.
 constexpr size_t kMaxWorkerAddressBytes = 64 << 10;
-constexpr size_t kMaxRkeyBytes = 16 << 10;
 constexpr int kMaxRank = 64;
 constexpr int64_t kMaxItemBytes = 64;
 // How long a lane spins on progress before it sleeps on its event fd.
 constexpr absl::Duration kSpin = absl::Microseconds(50);
+// How long a worker's "busy" (its send queue is full) is waited out between
+// asks.
+constexpr absl::Duration kBusyPause = absl::Microseconds(200);
 
 absl::Status Inconsistent(absl::string_view what) {
   return absl::InternalError(
@@ -60,6 +63,7 @@ void OpDone(void* request, ucs_status_t status, void* user_data) {
 struct Receiving {
   Ops* ops = nullptr;
   size_t expected = 0;
+  void* request = nullptr;  // while in flight
 };
 
 void ReceiveDone(void* request, ucs_status_t status,
@@ -68,6 +72,7 @@ void ReceiveDone(void* request, ucs_status_t status,
   Ops* ops = receiving->ops;
   --ops->pending;
   ++ops->completed;
+  receiving->request = nullptr;
   if (status == UCS_OK && info != nullptr &&
       info->length != receiving->expected) {
     status = UCS_ERR_MESSAGE_TRUNCATED;
@@ -79,10 +84,7 @@ void ReceiveDone(void* request, ucs_status_t status,
 // A key as the reply gives it, once checked.
 struct DescribedKey {
   std::string worker_address;
-  bool sends = false;  // the worker sends ranges (UcxSendRequest)
-  uint64_t base = 0;
   int64_t bytes = 0;
-  std::string rkey;
   uint64_t registration = 0;
   Shape shape;
   int64_t item_bytes = 1;
@@ -119,20 +121,9 @@ absl::StatusOr<DescribedKey> ValidateDescribe(
                                      ShapeToString(key.shape), " which needs ",
                                      bytes));
   }
-  if (k.rkey().size() > kMaxRkeyBytes || (bytes > 0) == k.rkey().empty()) {
-    return Inconsistent(absl::StrCat("a remote key of ", k.rkey().size(),
-                                     " bytes for ", bytes, " shard bytes"));
-  }
-  if (bytes > 0 &&
-      (k.base() == 0 || k.base() > std::numeric_limits<uint64_t>::max() -
-                                       static_cast<uint64_t>(bytes))) {
-    return Inconsistent("a shard address that wraps around");
-  }
+  if (k.registration() == 0) return Inconsistent("a key without a name");
   key.worker_address = reply.worker_address();
-  key.sends = reply.sends();
-  key.base = k.base();
   key.bytes = bytes;
-  key.rkey = k.rkey();
   key.registration = k.registration();
   key.item_bytes = k.item_bytes();
   return key;
@@ -145,18 +136,15 @@ bool IsPeerFailure(const absl::Status& status) {
 
 }  // namespace
 
-// One thread's UCX worker, with its endpoints and unpacked keys. Used by one
-// call at a time (taken from the transport's pool), so it needs no lock.
+// One thread's UCX worker, with its endpoints and keys. Used by one call at
+// a time (taken from the transport's pool), so it needs no lock.
 class UcxTransport::Lane {
  public:
   struct Key {
-    uint64_t base = 0;
     int64_t bytes = 0;
     Shape shape;
     int64_t item_bytes = 1;
-    ucp_rkey_h rkey = nullptr;
     uint64_t registration = 0;
-    bool sends = false;  // the worker sends ranges (UcxSendRequest)
     absl::Time validated;
     uint64_t last_use = 0;
   };
@@ -167,6 +155,14 @@ class UcxTransport::Lane {
     ucs_status_t error = UCS_OK;  // set by the endpoint's error handler
     std::map<uint64_t, Key> keys;
     uint64_t last_use = 0;
+    absl::Time used;
+  };
+  // `bytes` at `offset` of a key's shard (or a lease's staged bytes), into
+  // `local`.
+  struct Range {
+    uint64_t offset = 0;
+    char* local = nullptr;
+    int64_t bytes = 0;
   };
 
   Lane(UcpWorker worker, const UcxTransportOptions& options,
@@ -200,6 +196,8 @@ class UcxTransport::Lane {
   absl::Status Write(const RemoteShard& shard, const WriteSource& source);
   absl::Status ReadRows(absl::Span<const ShardRows> entries,
                         const RowSink& sink);
+  // Closes the endpoints unused for peer_idle_timeout.
+  void DropIdlePeers();
 
  private:
   // Runs `body` (which ends with StillHeld) on a key to `shard` that has
@@ -214,33 +212,30 @@ class UcxTransport::Lane {
   // is older than key_ttl, or there is none; connects when needed.
   absl::StatusOr<std::pair<Peer*, Key*>> KeyFor(const RemoteShard& shard,
                                                 bool fresh);
+  // The endpoint to the worker at `address` whose UCX address is
+  // `ucx_address`: the cached one, or a new one.
+  absl::StatusOr<Peer*> PeerFor(const std::string& address,
+                                const std::string& ucx_address);
   absl::StatusOr<Peer*> Connect(const std::string& address,
                                 const std::string& ucx_address);
-  absl::StatusOr<ucp_rkey_h> Unpack(Peer& peer, const std::string& packed);
+  // Says goodbye (when the link is sound) and closes the endpoint.
   void DropPeer(const std::string& address);
-  void DropKey(Peer& peer, uint64_t shard_id);
 
   // Progresses the worker until `done`, failing when the peer fails, when
   // `progress` (a completion counter) stands still for stall_timeout, or
   // past `deadline`.
   absl::Status Wait(const std::function<bool()>& done, const Peer& peer,
                     const int64_t* progress);
-  // Posts one get (or put) of `bytes` bytes, cut into max_get_bytes
-  // pieces, waiting while max_in_flight are outstanding.
-  absl::Status Post(bool put, Peer& peer, const Key& key, char* local,
-                    uint64_t remote, int64_t bytes, Ops& ops);
-  absl::Status Drain(Peer& peer, Ops& ops);
-  absl::Status Gets(Peer& peer, const Key& key, const RemoteShard& shard,
-                    const Box& box, const ReadTarget& target);
-  // Shard bytes [offset, offset + bytes) into `local`, sent by the worker
-  // (UcxSendRequest) send_bytes at a time. Sets `refused` (and returns OK)
-  // when the worker declines before anything moved: the caller gets them.
-  // NOT_FOUND when the shard was freed. The caller checks the key after.
-  // `registration` is a read key's, or a staging lease's (offsets within
-  // the lease).
-  absl::Status Receive(Peer& peer, uint64_t registration, uint64_t shard_id,
-                       char* local, uint64_t offset, int64_t bytes,
-                       bool* refused);
+  // Has the worker send every range of `ranges` (key or lease
+  // `registration` of shard `shard_id`) into its place, kMaxUcxSendRanges
+  // per request, each cut at send_bytes. NOT_FOUND when the shard was
+  // freed, ABORTED when the key was withdrawn. The caller checks the key
+  // after.
+  absl::Status ReceiveRanges(Peer& peer, uint64_t registration,
+                             uint64_t shard_id, std::vector<Range> ranges);
+  // One request of at most kMaxUcxSendRanges ranges.
+  absl::Status ReceiveBatch(Peer& peer, uint64_t registration,
+                            uint64_t shard_id, absl::Span<const Range> ranges);
   // OK when the worker still vouches for the key; NOT_FOUND when the shard
   // was freed, ABORTED when the key was withdrawn. `release`: the key is a
   // staging lease, which the check ends.
@@ -249,37 +244,44 @@ class UcxTransport::Lane {
   // After a failure with operations of `ops` outstanding: drops the peer,
   // which cancels them, and waits for their callbacks (which touch `ops`).
   void Abandon(const std::string& address, Ops& ops);
+  // Long runs into a host array, or a sink: each run (or stage_bytes of
+  // whole box elements) a range.
+  absl::Status Ranges(Peer& peer, const Key& key, const RemoteShard& shard,
+                      const Box& box, const ReadTarget& target);
   // A box whose runs are short: packed by the worker when it can, else
   // read as whole rows.
-  absl::Status ShortRunGets(Peer& peer, const Key& key,
-                            const RemoteShard& shard, const Box& box,
-                            const ReadTarget& target);
-  absl::Status StagedGets(Peer& peer, const Key& key, const Box& box,
-                          const ReadTarget& target);
+  absl::Status ShortRuns(Peer& peer, const Key& key, const RemoteShard& shard,
+                         const Box& box, const ReadTarget& target);
+  // Whole rows of the box sent into a buffer and copied out (a worker that
+  // stages nothing).
+  absl::Status WholeRows(Peer& peer, const Key& key, uint64_t shard_id,
+                         const Box& box, const ReadTarget& target);
   // A box that is one range of the shard, for a target whose runs are
-  // short: sent by the worker straight from the shard remote_stage_bytes at
-  // a time (each range got instead when the worker refuses), and placed
-  // from a buffer. Nothing to pack: one copy fewer than staging. `first`:
-  // the box's first element, within the shard.
-  absl::Status SentRangeGets(Peer& peer, const Key& key,
-                             const RemoteShard& shard, const Box& box,
-                             int64_t first, const ReadTarget& target);
+  // short: sent straight from the shard remote_stage_bytes at a time into a
+  // buffer and placed from there. `first`: the box's first element, within
+  // the shard.
+  absl::Status SentSpan(Peer& peer, const Key& key, const RemoteShard& shard,
+                        const Box& box, int64_t first,
+                        const ReadTarget& target);
   // The box packed by the worker (UcxData.Stage) remote_stage_bytes at a
-  // time, each range read with large gets (straight into a host array whose
-  // runs are long, else through a buffer) and its lease checked and ended.
-  // Sets `declined` (and returns OK) when the worker stages nothing for the
-  // first range: the caller reads another way.
-  absl::Status RemoteStagedGets(Peer& peer, const Key& key,
-                                const RemoteShard& shard, const Box& box,
-                                const ReadTarget& target, bool* declined);
-  // Sends a request active message `am` of `bytes` at `body` (kept until
-  // `ops` completes), asking for a reply endpoint, and awaits its reply by
-  // `request_id` (OnReply). Counts the send in `ops`.
-  absl::Status Ask(Peer& peer, unsigned am, const void* body, size_t bytes,
+  // time, each range sent straight into a host array whose runs are long,
+  // else into a buffer, and its lease checked and ended. Sets `declined`
+  // (and returns OK) when the worker stages nothing for the first range:
+  // the caller reads another way.
+  absl::Status Staged(Peer& peer, const Key& key, const RemoteShard& shard,
+                      const Box& box, const ReadTarget& target,
+                      bool* declined);
+  // Sends request active message `am` (header `header` of `header_bytes`,
+  // data `data` of `data_bytes`, all kept until `ops` completes), asking
+  // for a reply endpoint; its answer, if any, is awaited by `request_id`
+  // (OnReply). Counts the send in `ops`.
+  absl::Status Ask(Peer& peer, unsigned am, const void* header,
+                   size_t header_bytes, const void* data, size_t data_bytes,
                    uint64_t request_id, Ops& ops);
   absl::StatusOr<UcxCheckAnswer> Check(Peer& peer, uint64_t shard_id,
                                        uint64_t registration, bool release);
-  absl::Status Flush(Peer& peer);
+  // The answer of request `request_id`, once it came.
+  std::optional<UcxCheckAnswer> Answer(uint64_t request_id) const;
   // A bounce buffer of `bytes`, reused across calls (not zeroed).
   BufferPool::Lease Buffer(size_t bytes) {
     return owner_->buffers_.Take(bytes);
@@ -297,12 +299,9 @@ class UcxTransport::Lane {
   std::map<std::string, std::unique_ptr<Peer>> peers_;
   uint64_t tick_ = 0;
   absl::Time deadline_ = absl::InfiniteFuture();  // of the current call
-  // The one check in flight: its id, and its answer once it came.
   uint64_t next_request_ = 0;
-  uint64_t awaited_ = 0;
-  bool answered_ = false;
-  uint32_t answer_ = 0;
-  int64_t replies_ = 0;
+  // Requests awaiting an answer, and the answers that came (by request id).
+  std::map<uint64_t, std::optional<uint32_t>> awaited_;
 };
 
 ucs_status_t UcxTransport::Lane::OnReply(void* arg, const void* header,
@@ -312,15 +311,22 @@ ucs_status_t UcxTransport::Lane::OnReply(void* arg, const void* header,
   if (header_length != sizeof(UcxCheckReply)) return UCS_OK;
   UcxCheckReply reply;
   std::memcpy(&reply, header, sizeof(reply));
-  // Late answers to checks given up on are dropped.
-  if (reply.magic != kUcxCheckMagic || reply.request_id != lane->awaited_ ||
-      lane->answered_) {
-    return UCS_OK;
-  }
-  lane->answered_ = true;
-  lane->answer_ = reply.answer;
-  ++lane->replies_;
+  if (reply.magic != kUcxCheckMagic) return UCS_OK;
+  // Late answers to requests given up on are dropped.
+  auto it = lane->awaited_.find(reply.request_id);
+  if (it == lane->awaited_.end() || it->second.has_value()) return UCS_OK;
+  it->second = reply.answer;
   return UCS_OK;
+}
+
+std::optional<UcxCheckAnswer> UcxTransport::Lane::Answer(
+    uint64_t request_id) const {
+  auto it = awaited_.find(request_id);
+  if (it == awaited_.end() || !it->second.has_value()) return std::nullopt;
+  // An answer this reader does not know is a refusal.
+  return *it->second > kUcxLastAnswer
+             ? UcxCheckAnswer::kRefused
+             : static_cast<UcxCheckAnswer>(*it->second);
 }
 
 void UcxTransport::Lane::OnPeerError(void* arg, ucp_ep_h, ucs_status_t status) {
@@ -365,202 +371,51 @@ absl::Status UcxTransport::Lane::Wait(const std::function<bool()>& done,
   }
 }
 
-absl::Status UcxTransport::Lane::Post(bool put, Peer& peer, const Key& key,
-                                      char* local, uint64_t remote,
-                                      int64_t bytes, Ops& ops) {
-  while (bytes > 0) {
-    if (ops.pending >= options_.max_in_flight) {
-      TESSERA_RETURN_IF_ERROR(
-          Wait([&] { return ops.pending < options_.max_in_flight; }, peer,
-               &ops.completed));
-    }
-    if (ops.error != UCS_OK) break;
-    const int64_t n = std::min(bytes, options_.max_get_bytes);
-    ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.send = &OpDone;
-    param.user_data = &ops;
-    ucs_status_ptr_t request =
-        put ? ucp_put_nbx(peer.ep, local, static_cast<size_t>(n), remote,
-                          key.rkey, &param)
-            : ucp_get_nbx(peer.ep, local, static_cast<size_t>(n), remote,
-                          key.rkey, &param);
-    if (UCS_PTR_IS_ERR(request)) {
-      ops.error = UCS_PTR_STATUS(request);
-      break;
-    }
-    if (request != nullptr) ++ops.pending;
-    local += n;
-    remote += static_cast<uint64_t>(n);
-    bytes -= n;
+absl::Status UcxTransport::Lane::Ask(Peer& peer, unsigned am,
+                                     const void* header, size_t header_bytes,
+                                     const void* data, size_t data_bytes,
+                                     uint64_t request_id, Ops& ops) {
+  awaited_[request_id];
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                       UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  param.cb.send = &OpDone;
+  param.user_data = &ops;
+  param.flags = UCP_AM_SEND_FLAG_REPLY;
+  ucs_status_ptr_t sent =
+      ucp_am_send_nbx(peer.ep, am, header, header_bytes, data, data_bytes,
+                      &param);
+  if (UCS_PTR_IS_ERR(sent)) {
+    awaited_.erase(request_id);
+    return UcxError(absl::StrCat("UCX request to ", peer.address),
+                    UCS_PTR_STATUS(sent));
   }
-  if (ops.error != UCS_OK) {
-    return UcxError(
-        absl::StrCat(put ? "UCX put to " : "UCX get from ", peer.address),
-        ops.error);
-  }
+  if (sent != nullptr) ++ops.pending;
   return absl::OkStatus();
 }
 
-absl::Status UcxTransport::Lane::Drain(Peer& peer, Ops& ops) {
-  TESSERA_RETURN_IF_ERROR(
-      Wait([&] { return ops.pending == 0; }, peer, &ops.completed));
-  if (ops.error != UCS_OK) {
-    return UcxError(absl::StrCat("UCX transfer with ", peer.address),
-                    ops.error);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status UcxTransport::Lane::Gets(Peer& peer, const Key& key,
-                                      const RemoteShard& shard, const Box& box,
-                                      const ReadTarget& target) {
-  const uint64_t shard_id = shard.location.shard_id;
-  const std::string address = peer.address;
-  const int64_t item = key.item_bytes;
-  const int64_t total = box.NumElements();
-  if (total == 0) return absl::OkStatus();
-  const std::vector<int64_t> zeros(box.rank(), 0);
-  const std::vector<int64_t> sizes(box.sizes.begin(), box.sizes.end());
-  const std::vector<int64_t> offsets(box.offsets.begin(), box.offsets.end());
-  Ops ops;
-  absl::Status status;
-  if (target.is_host_array()) {
-    const RunPlan plan(sizes, key.shape, offsets, target.shape(),
-                       target.offsets());
-    if (plan.runs() > 1 && plan.run() * item < options_.min_run_bytes) {
-      return ShortRunGets(peer, key, shard, box, target);
+absl::Status UcxTransport::Lane::ReceiveRanges(Peer& peer,
+                                               uint64_t registration,
+                                               uint64_t shard_id,
+                                               std::vector<Range> ranges) {
+  // Long ranges go as several messages.
+  std::vector<Range> cut;
+  cut.reserve(ranges.size());
+  for (const Range& range : ranges) {
+    for (int64_t done = 0; done < range.bytes;) {
+      const int64_t n = std::min(range.bytes - done, options_.send_bytes);
+      cut.push_back(Range{range.offset + static_cast<uint64_t>(done),
+                          range.local + done, n});
+      done += n;
     }
-    if (key.sends && plan.runs() == 1 &&
-        total * item >= options_.min_send_bytes) {
-      bool refused = false;
-      plan.ForEach(0, total, [&](int64_t src, int64_t dst, int64_t, int64_t) {
-        status = Receive(
-            peer, key.registration, shard_id, target.data() + dst * item,
-            static_cast<uint64_t>(src * item), total * item, &refused);
-      });
-      if (!status.ok() || !refused) return status;
-    }
-    absl::Time checked = absl::Now();
-    plan.ForEach(0, total, [&](int64_t src, int64_t dst, int64_t, int64_t n) {
-      if (!status.ok()) return;
-      status =
-          Post(false, peer, key, target.data() + dst * item,
-               key.base + static_cast<uint64_t>(src * item), n * item, ops);
-      // A long read checks now and then that its shard is still held, so
-      // no get is issued through a key much older than key_ttl.
-      if (status.ok() && absl::Now() - checked > options_.key_ttl) {
-        checked = absl::Now();
-        status = Drain(peer, ops);
-        if (status.ok()) status = StillHeld(peer, shard_id, key.registration);
-      }
-    });
-    if (status.ok()) status = Drain(peer, ops);
-    if (!status.ok()) Abandon(address, ops);
-    return status;
   }
-  // A sink: the box in flat ranges of the staging buffer, in order.
-  const RunPlan plan(sizes, key.shape, offsets, sizes, zeros);
-  if (plan.runs() > 1 && plan.run() * item < options_.min_run_bytes) {
-    return ShortRunGets(peer, key, shard, box, target);
-  }
-  const int64_t chunk = std::max<int64_t>(1, options_.stage_bytes / item);
-  const BufferPool::Lease stage =
-      Buffer(static_cast<size_t>(std::min(chunk, total) * item));
-  for (int64_t f = 0; f < total; f += chunk) {
-    const int64_t count = std::min(chunk, total - f);
-    plan.ForEach(f, count, [&](int64_t src, int64_t dst, int64_t, int64_t n) {
-      if (!status.ok()) return;
-      status =
-          Post(false, peer, key, stage.data() + (dst - f) * item,
-               key.base + static_cast<uint64_t>(src * item), n * item, ops);
-    });
-    if (status.ok()) status = Drain(peer, ops);
-    if (!status.ok()) {
-      Abandon(address, ops);
-      return status;
-    }
-    TESSERA_RETURN_IF_ERROR(target.Deliver(box.sizes, f, count, stage.data(),
-                                           static_cast<size_t>(item)));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status UcxTransport::Lane::Receive(Peer& peer, uint64_t registration,
-                                         uint64_t shard_id, char* local,
-                                         uint64_t offset, int64_t bytes,
-                                         bool* refused) {
-  *refused = false;
   absl::Time checked = absl::Now();
-  for (int64_t done = 0; done < bytes;) {
-    const int64_t n = std::min(bytes - done, options_.send_bytes);
-    UcxSendRequest request;
-    request.request_id = ++next_request_;
-    request.shard_id = shard_id;
-    request.registration = registration;
-    request.offset = offset + static_cast<uint64_t>(done);
-    request.bytes = static_cast<uint64_t>(n);
-    // The receive is posted before the worker is asked, so the message
-    // lands straight in `local`.
-    Ops received;
-    Receiving receiving{&received, static_cast<size_t>(n)};
-    ucp_request_param_t recv_param{};
-    recv_param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    recv_param.cb.recv = &ReceiveDone;
-    recv_param.user_data = &receiving;
-    ucs_status_ptr_t recv =
-        ucp_tag_recv_nbx(worker_.worker, local + done, static_cast<size_t>(n),
-                         request.request_id, ~uint64_t{0}, &recv_param);
-    if (UCS_PTR_IS_ERR(recv)) {
-      return UcxError(absl::StrCat("UCX receive from ", peer.address),
-                      UCS_PTR_STATUS(recv));
-    }
-    if (recv != nullptr) ++received.pending;
-    Ops asked;
-    absl::Status status = Ask(peer, kUcxSendAm, &request, sizeof(request),
-                              request.request_id, asked);
-    if (status.ok()) {
-      status = Wait(
-          [&] {
-            return asked.pending == 0 && (received.pending == 0 || answered_);
-          },
-          peer, &received.completed);
-    }
-    awaited_ = 0;
-    if (status.ok() && received.pending > 0) {
-      // Refused: nothing was sent. Take the receive back.
-      ucp_request_cancel(worker_.worker, recv);
-      status = Wait([&] { return received.pending == 0; }, peer,
-                    &received.completed);
-    }
-    if (!status.ok()) {
-      // The receive and the request must not outlive this frame: dropping
-      // the peer fails what is in flight with it.
-      if (received.pending > 0) ucp_request_cancel(worker_.worker, recv);
-      Abandon(peer.address, received);
-      Abandon(peer.address, asked);
-      return status;
-    }
-    if (answered_ && received.error != UCS_OK) {
-      if (answer_ == static_cast<uint32_t>(UcxCheckAnswer::kFreed)) {
-        return absl::NotFoundError(absl::StrCat(
-            "shard ", shard_id, " is not held by this worker (freed)"));
-      }
-      if (done == 0) {
-        *refused = true;
-        return absl::OkStatus();
-      }
-      return absl::AbortedError("the worker withdrew the key");
-    }
-    if (received.error != UCS_OK) {
-      return UcxError(absl::StrCat("UCX receive from ", peer.address),
-                      received.error);
-    }
-    done += n;
+  for (size_t i = 0; i < cut.size(); i += kMaxUcxSendRanges) {
+    const size_t n = std::min<size_t>(kMaxUcxSendRanges, cut.size() - i);
+    TESSERA_RETURN_IF_ERROR(ReceiveBatch(
+        peer, registration, shard_id, absl::MakeConstSpan(&cut[i], n)));
     // A long read checks now and then that its shard is still held.
-    if (done < bytes && absl::Now() - checked > options_.key_ttl) {
+    if (i + n < cut.size() && absl::Now() - checked > options_.key_ttl) {
       checked = absl::Now();
       TESSERA_RETURN_IF_ERROR(StillHeld(peer, shard_id, registration));
     }
@@ -568,33 +423,182 @@ absl::Status UcxTransport::Lane::Receive(Peer& peer, uint64_t registration,
   return absl::OkStatus();
 }
 
-absl::Status UcxTransport::Lane::ShortRunGets(Peer& peer, const Key& key,
-                                              const RemoteShard& shard,
-                                              const Box& box,
-                                              const ReadTarget& target) {
-  if (key.sends &&
-      box.NumElements() * key.item_bytes >= options_.min_send_bytes) {
-    if (const std::optional<int64_t> first =
-            BoxSpanStart(key.shape, box.offsets, box.sizes)) {
-      return SentRangeGets(peer, key, shard, box, *first, target);
+absl::Status UcxTransport::Lane::ReceiveBatch(Peer& peer,
+                                              uint64_t registration,
+                                              uint64_t shard_id,
+                                              absl::Span<const Range> ranges) {
+  const absl::Time busy_since = absl::Now();
+  for (;;) {
+    UcxSendRequest request;
+    request.request_id = next_request_ + 1;
+    next_request_ += ranges.size();
+    request.shard_id = shard_id;
+    request.registration = registration;
+    request.count = static_cast<uint32_t>(ranges.size());
+    std::vector<UcxRange> wire(ranges.size());
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      wire[i].offset = ranges[i].offset;
+      wire[i].bytes = static_cast<uint64_t>(ranges[i].bytes);
     }
+    // Every receive is posted before the worker is asked, so each message
+    // lands straight in its place.
+    Ops received;
+    std::vector<Receiving> receiving(ranges.size());
+    absl::Status status;
+    for (size_t i = 0; i < ranges.size() && status.ok(); ++i) {
+      receiving[i].ops = &received;
+      receiving[i].expected = static_cast<size_t>(ranges[i].bytes);
+      ucp_request_param_t param{};
+      param.op_attr_mask =
+          UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      param.cb.recv = &ReceiveDone;
+      param.user_data = &receiving[i];
+      ucs_status_ptr_t recv = ucp_tag_recv_nbx(
+          worker_.worker, ranges[i].local,
+          static_cast<size_t>(ranges[i].bytes), request.request_id + i,
+          ~uint64_t{0}, &param);
+      if (UCS_PTR_IS_ERR(recv)) {
+        status = UcxError(absl::StrCat("UCX receive from ", peer.address),
+                          UCS_PTR_STATUS(recv));
+      } else if (recv != nullptr) {
+        ++received.pending;
+        receiving[i].request = recv;
+      }
+    }
+    Ops asked;
+    if (status.ok()) {
+      status = Ask(peer, kUcxSendAm, &request, sizeof(request), wire.data(),
+                   wire.size() * sizeof(UcxRange), request.request_id, asked);
+    }
+    if (status.ok()) {
+      status = Wait(
+          [&] {
+            return asked.pending == 0 &&
+                   (received.pending == 0 ||
+                    Answer(request.request_id).has_value());
+          },
+          peer, &received.completed);
+    }
+    const std::optional<UcxCheckAnswer> answer = Answer(request.request_id);
+    awaited_.erase(request.request_id);
+    if (status.ok() && received.pending > 0) {
+      // Refused: nothing was sent. Take the receives back.
+      for (Receiving& r : receiving) {
+        if (r.request != nullptr) ucp_request_cancel(worker_.worker, r.request);
+      }
+      status = Wait([&] { return received.pending == 0; }, peer,
+                    &received.completed);
+    }
+    if (!status.ok()) {
+      // The receives and the request must not outlive this frame: dropping
+      // the peer fails what is in flight with it.
+      for (Receiving& r : receiving) {
+        if (r.request != nullptr) ucp_request_cancel(worker_.worker, r.request);
+      }
+      Abandon(peer.address, received);
+      Abandon(peer.address, asked);
+      return status;
+    }
+    if (answer.has_value() && received.error != UCS_OK) {
+      switch (*answer) {
+        case UcxCheckAnswer::kFreed:
+          return absl::NotFoundError(absl::StrCat(
+              "shard ", shard_id, " is not held by this worker (freed)"));
+        case UcxCheckAnswer::kStale:
+          return absl::AbortedError("the worker withdrew the key");
+        case UcxCheckAnswer::kBusy:
+          if (absl::Now() - busy_since >= options_.stall_timeout ||
+              absl::Now() >= deadline_) {
+            return absl::UnavailableError(absl::StrCat(
+                "the worker at ", peer.address, " had no room to send for ",
+                absl::FormatDuration(absl::Now() - busy_since)));
+          }
+          absl::SleepFor(kBusyPause);
+          continue;  // ask again
+        default:
+          return absl::InternalError(absl::StrCat(
+              "the worker at ", peer.address, " refused to send ",
+              ranges.size(), " ranges of shard ", shard_id));
+      }
+    }
+    if (received.error != UCS_OK) {
+      return UcxError(absl::StrCat("UCX receive from ", peer.address),
+                      received.error);
+    }
+    return absl::OkStatus();
+  }
+}
+
+absl::Status UcxTransport::Lane::Ranges(Peer& peer, const Key& key,
+                                        const RemoteShard& shard,
+                                        const Box& box,
+                                        const ReadTarget& target) {
+  const uint64_t shard_id = shard.location.shard_id;
+  const int64_t item = key.item_bytes;
+  const int64_t total = box.NumElements();
+  if (total == 0) return absl::OkStatus();
+  const std::vector<int64_t> zeros(box.rank(), 0);
+  const std::vector<int64_t> sizes(box.sizes.begin(), box.sizes.end());
+  const std::vector<int64_t> offsets(box.offsets.begin(), box.offsets.end());
+  if (target.is_host_array()) {
+    const RunPlan plan(sizes, key.shape, offsets, target.shape(),
+                       target.offsets());
+    if (plan.runs() > 1 && plan.run() * item < options_.min_run_bytes) {
+      return ShortRuns(peer, key, shard, box, target);
+    }
+    std::vector<Range> ranges;
+    ranges.reserve(static_cast<size_t>(plan.runs()));
+    plan.ForEach(0, total, [&](int64_t src, int64_t dst, int64_t, int64_t n) {
+      ranges.push_back(Range{static_cast<uint64_t>(src * item),
+                             target.data() + dst * item, n * item});
+    });
+    return ReceiveRanges(peer, key.registration, shard_id, std::move(ranges));
+  }
+  // A sink: the box in flat ranges of the staging buffer, in order.
+  const RunPlan plan(sizes, key.shape, offsets, sizes, zeros);
+  if (plan.runs() > 1 && plan.run() * item < options_.min_run_bytes) {
+    return ShortRuns(peer, key, shard, box, target);
+  }
+  const int64_t chunk = std::max<int64_t>(1, options_.stage_bytes / item);
+  const BufferPool::Lease stage =
+      Buffer(static_cast<size_t>(std::min(chunk, total) * item));
+  for (int64_t f = 0; f < total; f += chunk) {
+    const int64_t count = std::min(chunk, total - f);
+    std::vector<Range> ranges;
+    plan.ForEach(f, count, [&](int64_t src, int64_t dst, int64_t, int64_t n) {
+      ranges.push_back(Range{static_cast<uint64_t>(src * item),
+                             stage.data() + (dst - f) * item, n * item});
+    });
+    TESSERA_RETURN_IF_ERROR(
+        ReceiveRanges(peer, key.registration, shard_id, std::move(ranges)));
+    TESSERA_RETURN_IF_ERROR(target.Deliver(box.sizes, f, count, stage.data(),
+                                           static_cast<size_t>(item)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status UcxTransport::Lane::ShortRuns(Peer& peer, const Key& key,
+                                           const RemoteShard& shard,
+                                           const Box& box,
+                                           const ReadTarget& target) {
+  if (const std::optional<int64_t> first =
+          BoxSpanStart(key.shape, box.offsets, box.sizes)) {
+    return SentSpan(peer, key, shard, box, *first, target);
   }
   if (options_.remote_stage_bytes > 0) {
     bool declined = false;
-    absl::Status status =
-        RemoteStagedGets(peer, key, shard, box, target, &declined);
+    absl::Status status = Staged(peer, key, shard, box, target, &declined);
     if (!declined) return status;
   }
-  return StagedGets(peer, key, box, target);
+  return WholeRows(peer, key, shard.location.shard_id, box, target);
 }
 
-absl::Status UcxTransport::Lane::RemoteStagedGets(Peer& peer, const Key& key,
-                                                  const RemoteShard& shard,
-                                                  const Box& box,
-                                                  const ReadTarget& target,
-                                                  bool* declined) {
+absl::Status UcxTransport::Lane::Staged(Peer& peer, const Key& key,
+                                        const RemoteShard& shard,
+                                        const Box& box,
+                                        const ReadTarget& target,
+                                        bool* declined) {
   *declined = false;
-  const std::string address = peer.address;
   const ShardLocation& at = shard.location;
   const int64_t item = key.item_bytes;
   const int64_t total = box.NumElements();
@@ -664,58 +668,23 @@ absl::Status UcxTransport::Lane::RemoteStagedGets(Peer& peer, const Key& key,
       // The worker restarted behind its address: ask for a fresh key.
       return absl::AbortedError("the worker's UCX address changed");
     }
-    if (reply.lease() == 0 || reply.bytes() != n * item || reply.base() == 0 ||
-        reply.base() > std::numeric_limits<uint64_t>::max() -
-                           static_cast<uint64_t>(reply.bytes()) ||
-        reply.rkey().empty() || reply.rkey().size() > kMaxRkeyBytes) {
+    if (reply.lease() == 0 || reply.bytes() != n * item) {
       return Inconsistent(absl::StrCat("a staged range of ", reply.bytes(),
                                        " bytes for ", n * item, " asked"));
     }
-    TESSERA_ASSIGN_OR_RETURN(ucp_rkey_h rkey, Unpack(peer, reply.rkey()));
-    Key staged;
-    staged.rkey = rkey;
-    const uint64_t base = reply.base();
-    Ops ops;
-    absl::Status status;
-    // Sent by the worker when it offers that and the range lands in one
-    // place: the buffer, or one run of the caller's array.
-    bool sent = false;
-    if (key.sends && (!direct.has_value() || direct->runs() <= 1)) {
-      char* into = local.data();
-      if (direct.has_value()) {
-        direct->ForEach(f, n, [&](int64_t, int64_t dst, int64_t, int64_t) {
-          into = target.data() + dst * item;
-        });
-      }
-      bool refused = false;
-      status = Receive(peer, reply.lease(), at.shard_id, into, 0, n * item,
-                       &refused);
-      if (!status.ok()) {
-        ucp_rkey_destroy(rkey);
-        return status;
-      }
-      sent = !refused;
-    }
-    if (sent) {
-      // Received: nothing to get.
-    } else if (direct.has_value()) {
-      direct->ForEach(
-          f, n, [&](int64_t src, int64_t dst, int64_t, int64_t count) {
-            if (!status.ok()) return;
-            status = Post(false, peer, staged, target.data() + dst * item,
-                          base + static_cast<uint64_t>((src - f) * item),
-                          count * item, ops);
-          });
+    std::vector<Range> ranges;
+    if (direct.has_value()) {
+      direct->ForEach(f, n,
+                      [&](int64_t src, int64_t dst, int64_t, int64_t count) {
+                        ranges.push_back(
+                            Range{static_cast<uint64_t>((src - f) * item),
+                                  target.data() + dst * item, count * item});
+                      });
     } else {
-      status = Post(false, peer, staged, local.data(), base, n * item, ops);
+      ranges.push_back(Range{0, local.data(), n * item});
     }
-    if (status.ok()) status = Drain(peer, ops);
-    if (!status.ok()) {
-      Abandon(address, ops);
-      ucp_rkey_destroy(rkey);
-      return status;
-    }
-    ucp_rkey_destroy(rkey);
+    TESSERA_RETURN_IF_ERROR(
+        ReceiveRanges(peer, reply.lease(), at.shard_id, std::move(ranges)));
     // The staged bytes are the shard's only if it is still held now; the
     // check ends the lease.
     TESSERA_RETURN_IF_ERROR(
@@ -729,33 +698,26 @@ absl::Status UcxTransport::Lane::RemoteStagedGets(Peer& peer, const Key& key,
   return absl::OkStatus();
 }
 
-absl::Status UcxTransport::Lane::SentRangeGets(Peer& peer, const Key& key,
-                                               const RemoteShard& shard,
-                                               const Box& box, int64_t first,
-                                               const ReadTarget& target) {
+absl::Status UcxTransport::Lane::SentSpan(Peer& peer, const Key& key,
+                                          const RemoteShard& shard,
+                                          const Box& box, int64_t first,
+                                          const ReadTarget& target) {
   const uint64_t shard_id = shard.location.shard_id;
   const int64_t item = key.item_bytes;
   const int64_t total = box.NumElements();
-  const int64_t per = std::max<int64_t>(1, options_.remote_stage_bytes / item);
+  const int64_t per = std::max<int64_t>(
+      1, (options_.remote_stage_bytes > 0 ? options_.remote_stage_bytes
+                                          : options_.stage_bytes) /
+             item);
   const BufferPool::Lease local =
       Buffer(static_cast<size_t>(std::min(per, total) * item));
   absl::Time checked = absl::Now();
   for (int64_t f = 0; f < total; f += per) {
     const int64_t n = std::min(per, total - f);
     const uint64_t offset = static_cast<uint64_t>((first + f) * item);
-    bool refused = false;
-    TESSERA_RETURN_IF_ERROR(Receive(peer, key.registration, shard_id,
-                                    local.data(), offset, n * item, &refused));
-    if (refused) {
-      Ops ops;
-      absl::Status status = Post(false, peer, key, local.data(),
-                                 key.base + offset, n * item, ops);
-      if (status.ok()) status = Drain(peer, ops);
-      if (!status.ok()) {
-        Abandon(peer.address, ops);
-        return status;
-      }
-    }
+    TESSERA_RETURN_IF_ERROR(ReceiveRanges(peer, key.registration, shard_id,
+                                          {Range{offset, local.data(),
+                                                 n * item}}));
     TESSERA_RETURN_IF_ERROR(target.Deliver(box.sizes, f, n, local.data(),
                                            static_cast<size_t>(item)));
     // A long read checks now and then that its shard is still held.
@@ -767,10 +729,9 @@ absl::Status UcxTransport::Lane::SentRangeGets(Peer& peer, const Key& key,
   return absl::OkStatus();
 }
 
-absl::Status UcxTransport::Lane::StagedGets(Peer& peer, const Key& key,
-                                            const Box& box,
-                                            const ReadTarget& target) {
-  const std::string address = peer.address;
+absl::Status UcxTransport::Lane::WholeRows(Peer& peer, const Key& key,
+                                           uint64_t shard_id, const Box& box,
+                                           const ReadTarget& target) {
   const int64_t item = key.item_bytes;
   const size_t rank = key.shape.size();
   int64_t row_elements = 1, inner = 1;
@@ -786,7 +747,7 @@ absl::Status UcxTransport::Lane::StagedGets(Peer& peer, const Key& key,
       row_bytes > 16 * options_.stage_bytes) {
     return absl::FailedPreconditionError(absl::StrCat(
         "box ", box.ToString(), " of shard ", ShapeToString(key.shape),
-        " is too sparse for one-sided reads"));
+        " is too sparse to read as whole rows"));
   }
   const int64_t rows_per =
       std::max<int64_t>(1, options_.stage_bytes / row_bytes);
@@ -800,16 +761,11 @@ absl::Status UcxTransport::Lane::StagedGets(Peer& peer, const Key& key,
   slab_offsets[0] = 0;
   for (int64_t i0 = 0; i0 < box.sizes[0]; i0 += rows_per) {
     const int64_t n = std::min(rows_per, box.sizes[0] - i0);
-    Ops ops;
-    absl::Status status = Post(
-        false, peer, key, stage.data(),
-        key.base + static_cast<uint64_t>((box.offsets[0] + i0) * row_bytes),
-        n * row_bytes, ops);
-    if (status.ok()) status = Drain(peer, ops);
-    if (!status.ok()) {
-      Abandon(address, ops);
-      return status;
-    }
+    // Whole rows are one range of the shard.
+    TESSERA_RETURN_IF_ERROR(ReceiveRanges(
+        peer, key.registration, shard_id,
+        {Range{static_cast<uint64_t>((box.offsets[0] + i0) * row_bytes),
+               stage.data(), n * row_bytes}}));
     slab_shape[0] = n;
     slab_sizes[0] = n;
     CopyBoxToFlatRange(stage.data(), slab_shape, slab_offsets, slab_sizes, 0,
@@ -818,28 +774,6 @@ absl::Status UcxTransport::Lane::StagedGets(Peer& peer, const Key& key,
                                            flat.data(),
                                            static_cast<size_t>(item)));
   }
-  return absl::OkStatus();
-}
-
-absl::Status UcxTransport::Lane::Ask(Peer& peer, unsigned am, const void* body,
-                                     size_t bytes, uint64_t request_id,
-                                     Ops& ops) {
-  awaited_ = request_id;
-  answered_ = false;
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                       UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-  param.cb.send = &OpDone;
-  param.user_data = &ops;
-  param.flags = UCP_AM_SEND_FLAG_REPLY;
-  ucs_status_ptr_t sent =
-      ucp_am_send_nbx(peer.ep, am, body, bytes, nullptr, 0, &param);
-  if (UCS_PTR_IS_ERR(sent)) {
-    awaited_ = 0;
-    return UcxError(absl::StrCat("UCX request to ", peer.address),
-                    UCS_PTR_STATUS(sent));
-  }
-  if (sent != nullptr) ++ops.pending;
   return absl::OkStatus();
 }
 
@@ -853,11 +787,15 @@ absl::StatusOr<UcxCheckAnswer> UcxTransport::Lane::Check(Peer& peer,
   request.registration = registration;
   Ops ops;
   TESSERA_RETURN_IF_ERROR(Ask(peer, release ? kUcxCheckReleaseAm : kUcxCheckAm,
-                              &request, sizeof(request), request.request_id,
-                              ops));
-  absl::Status waited =
-      Wait([&] { return ops.pending == 0 && answered_; }, peer, &ops.completed);
-  awaited_ = 0;
+                              &request, sizeof(request), nullptr, 0,
+                              request.request_id, ops));
+  absl::Status waited = Wait(
+      [&] {
+        return ops.pending == 0 && Answer(request.request_id).has_value();
+      },
+      peer, &ops.completed);
+  const std::optional<UcxCheckAnswer> answer = Answer(request.request_id);
+  awaited_.erase(request.request_id);
   if (!waited.ok()) {
     // The send must not outlive `request`: dropping the peer cancels it.
     Abandon(peer.address, ops);
@@ -866,28 +804,7 @@ absl::StatusOr<UcxCheckAnswer> UcxTransport::Lane::Check(Peer& peer,
   if (ops.error != UCS_OK) {
     return UcxError(absl::StrCat("UCX check to ", peer.address), ops.error);
   }
-  if (answer_ > static_cast<uint32_t>(UcxCheckAnswer::kStale)) {
-    return absl::InternalError(absl::StrCat(
-        "worker at ", peer.address, " answered a check with ", answer_));
-  }
-  return static_cast<UcxCheckAnswer>(answer_);
-}
-
-absl::Status UcxTransport::Lane::Flush(Peer& peer) {
-  Ops ops;
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  param.cb.send = &OpDone;
-  param.user_data = &ops;
-  ucs_status_ptr_t request = ucp_ep_flush_nbx(peer.ep, &param);
-  if (UCS_PTR_IS_ERR(request)) {
-    return UcxError(absl::StrCat("UCX flush to ", peer.address),
-                    UCS_PTR_STATUS(request));
-  }
-  if (request != nullptr) ++ops.pending;
-  absl::Status status = Drain(peer, ops);
-  if (!status.ok()) Abandon(peer.address, ops);
-  return status;
+  return *answer;
 }
 
 absl::Status UcxTransport::Lane::StillHeld(Peer& peer, uint64_t shard_id,
@@ -902,9 +819,12 @@ absl::Status UcxTransport::Lane::StillHeld(Peer& peer, uint64_t shard_id,
       return absl::NotFoundError(absl::StrCat(
           "shard ", shard_id, " is not held by this worker (freed)"));
     case UcxCheckAnswer::kStale:
-      break;
+      return absl::AbortedError("the worker withdrew the key");
+    default:
+      return absl::InternalError(
+          absl::StrCat("worker at ", peer.address, " answered a check with ",
+                       static_cast<uint32_t>(answer)));
   }
-  return absl::AbortedError("the worker withdrew the key");
 }
 
 void UcxTransport::Lane::Abandon(const std::string& address, Ops& ops) {
@@ -951,6 +871,7 @@ absl::StatusOr<UcxTransport::Lane::Peer*> UcxTransport::Lane::Connect(
   auto peer = std::make_unique<Peer>();
   peer->address = address;
   peer->ucx_address = ucx_address;
+  peer->used = absl::Now();
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
                       UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -966,7 +887,8 @@ absl::StatusOr<UcxTransport::Lane::Peer*> UcxTransport::Lane::Connect(
   const ucs_status_t s = ucp_ep_create(worker_.worker, &params, &peer->ep);
   if (s != UCS_OK) {
     // The worker answered gRPC but shares no UCX transport with this
-    // process (e.g. UCX_TLS differs): another transport can reach it.
+    // process (another host without a trusted fabric, another user):
+    // another transport can reach it.
     owner_->MarkNoUcx(address);
     return absl::FailedPreconditionError(
         absl::StrCat("UCX cannot reach the worker at ", address, ": ",
@@ -977,36 +899,58 @@ absl::StatusOr<UcxTransport::Lane::Peer*> UcxTransport::Lane::Connect(
   return raw;
 }
 
-absl::StatusOr<ucp_rkey_h> UcxTransport::Lane::Unpack(
-    Peer& peer, const std::string& packed) {
-  ucp_rkey_h rkey = nullptr;
-  const ucs_status_t s = ucp_ep_rkey_unpack(peer.ep, packed.data(), &rkey);
-  if (s != UCS_OK) {
-    // A key this process cannot use (no transport reaches that memory).
-    return absl::FailedPreconditionError(absl::StrCat(
-        "unpacking a UCX key from ", peer.address, ": ", ucs_status_string(s)));
+absl::StatusOr<UcxTransport::Lane::Peer*> UcxTransport::Lane::PeerFor(
+    const std::string& address, const std::string& ucx_address) {
+  auto found = peers_.find(address);
+  Peer* peer = found != peers_.end() ? found->second.get() : nullptr;
+  if (peer == nullptr || peer->error != UCS_OK ||
+      peer->ucx_address != ucx_address) {
+    // First contact, a failed link, or the worker restarted behind the
+    // same address.
+    TESSERA_ASSIGN_OR_RETURN(peer, Connect(address, ucx_address));
   }
-  return rkey;
-}
-
-void UcxTransport::Lane::DropKey(Peer& peer, uint64_t shard_id) {
-  auto it = peer.keys.find(shard_id);
-  if (it == peer.keys.end()) return;
-  if (it->second.rkey != nullptr) ucp_rkey_destroy(it->second.rkey);
-  peer.keys.erase(it);
+  peer->last_use = ++tick_;
+  peer->used = absl::Now();
+  return peer;
 }
 
 void UcxTransport::Lane::DropPeer(const std::string& address) {
   auto it = peers_.find(address);
   if (it == peers_.end()) return;
   Peer& peer = *it->second;
-  for (auto& [id, key] : peer.keys) {
-    if (key.rkey != nullptr) ucp_rkey_destroy(key.rkey);
+  bool forced = peer.error != UCS_OK;
+  if (!forced) {
+    // Goodbye: the worker closes its endpoint back to us, and what it maps
+    // of this process with it.
+    static const UcxGoodbye goodbye;
+    Ops ops;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                         UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    param.cb.send = &OpDone;
+    param.user_data = &ops;
+    param.flags = UCP_AM_SEND_FLAG_REPLY;
+    ucs_status_ptr_t sent = ucp_am_send_nbx(peer.ep, kUcxGoodbyeAm, &goodbye,
+                                            sizeof(goodbye), nullptr, 0, &param);
+    if (UCS_PTR_IS_ERR(sent)) {
+      forced = true;
+    } else if (sent != nullptr) {
+      ++ops.pending;
+      const absl::Time until = absl::Now() + absl::Milliseconds(200);
+      while (ops.pending > 0 && absl::Now() < until) {
+        ucp_worker_progress(worker_.worker);
+      }
+      if (ops.pending > 0) {
+        ucp_request_cancel(worker_.worker, sent);
+        forced = true;
+        while (ops.pending > 0) ucp_worker_progress(worker_.worker);
+      }
+    }
   }
-  peer.keys.clear();
+  // A sound link is flushed, so the goodbye is delivered first.
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  param.flags = forced ? UCP_EP_CLOSE_FLAG_FORCE : 0;
   ucs_status_ptr_t request = ucp_ep_close_nbx(peer.ep, &param);
   if (UCS_PTR_IS_PTR(request)) {
     const absl::Time until = absl::Now() + absl::Seconds(1);
@@ -1014,9 +958,21 @@ void UcxTransport::Lane::DropPeer(const std::string& address) {
            absl::Now() < until) {
       ucp_worker_progress(worker_.worker);
     }
+    if (ucp_request_check_status(request) == UCS_INPROGRESS) {
+      ucp_request_cancel(worker_.worker, request);
+    }
     ucp_request_free(request);
   }
   peers_.erase(it);
+}
+
+void UcxTransport::Lane::DropIdlePeers() {
+  const absl::Time now = absl::Now();
+  std::vector<std::string> idle;
+  for (const auto& [address, peer] : peers_) {
+    if (now - peer->used >= options_.peer_idle_timeout) idle.push_back(address);
+  }
+  for (const std::string& address : idle) DropPeer(address);
 }
 
 absl::StatusOr<std::pair<UcxTransport::Lane::Peer*, UcxTransport::Lane::Key*>>
@@ -1033,16 +989,13 @@ UcxTransport::Lane::KeyFor(const RemoteShard& shard, bool fresh) {
     if (key != peer->keys.end() &&
         absl::Now() - key->second.validated < options_.key_ttl) {
       peer->last_use = key->second.last_use = ++tick_;
+      peer->used = absl::Now();
       return std::make_pair(peer, &key->second);
     }
   }
   TESSERA_ASSIGN_OR_RETURN(DescribedKey described, Describe(shard, false));
-  if (peer == nullptr || peer->ucx_address != described.worker_address) {
-    // First contact, or the worker restarted behind the same address.
-    TESSERA_ASSIGN_OR_RETURN(peer,
-                             Connect(at.address, described.worker_address));
-  }
-  peer->last_use = ++tick_;
+  TESSERA_ASSIGN_OR_RETURN(peer,
+                           PeerFor(at.address, described.worker_address));
   auto existing = peer->keys.find(at.shard_id);
   if (existing != peer->keys.end() &&
       existing->second.registration == described.registration) {
@@ -1050,26 +1003,21 @@ UcxTransport::Lane::KeyFor(const RemoteShard& shard, bool fresh) {
     existing->second.last_use = tick_;
     return std::make_pair(peer, &existing->second);
   }
-  DropKey(*peer, at.shard_id);
+  peer->keys.erase(at.shard_id);
   if (peer->keys.size() >= options_.max_keys) {
     auto oldest = peer->keys.begin();
     for (auto it = peer->keys.begin(); it != peer->keys.end(); ++it) {
       if (it->second.last_use < oldest->second.last_use) oldest = it;
     }
-    DropKey(*peer, oldest->first);
+    peer->keys.erase(oldest);
   }
   Key key;
-  key.base = described.base;
   key.bytes = described.bytes;
   key.shape = std::move(described.shape);
   key.item_bytes = described.item_bytes;
   key.registration = described.registration;
-  key.sends = described.sends;
   key.validated = absl::Now();
   key.last_use = tick_;
-  if (!described.rkey.empty()) {
-    TESSERA_ASSIGN_OR_RETURN(key.rkey, Unpack(*peer, described.rkey));
-  }
   Key& stored = peer->keys[at.shard_id] = std::move(key);
   return std::make_pair(peer, &stored);
 }
@@ -1107,15 +1055,11 @@ absl::Status UcxTransport::Lane::WithKey(
     }
     fresh = true;
     last = status;
-    if (absl::IsAborted(status)) {
-      // The worker withdrew the key: ask for a new one.
+    if (absl::IsAborted(status) || absl::IsNotFound(status)) {
+      // A withdrawn key: ask for a new one. A freed shard: the caller's.
       auto p = peers_.find(at.address);
-      if (p != peers_.end()) DropKey(*p->second, at.shard_id);
-      continue;
-    }
-    if (absl::IsNotFound(status)) {
-      auto p = peers_.find(at.address);
-      if (p != peers_.end()) DropKey(*p->second, at.shard_id);
+      if (p != peers_.end()) p->second->keys.erase(at.shard_id);
+      if (absl::IsAborted(status)) continue;
       return status;
     }
     if (!IsPeerFailure(status)) return Annotate(status, where);
@@ -1139,8 +1083,8 @@ absl::Status UcxTransport::Lane::Read(const RemoteShard& shard, const Box& box,
   return WithKey(shard, where, [&](Peer& peer, Key& key) -> absl::Status {
     TESSERA_RETURN_IF_ERROR(CheckWithin(box, key.shape, "region"));
     const uint64_t registration = key.registration;
-    TESSERA_RETURN_IF_ERROR(Gets(peer, key, shard, box, target));
-    // `peer` may be gone after a failed get; Gets returned then.
+    TESSERA_RETURN_IF_ERROR(Ranges(peer, key, shard, box, target));
+    // `peer` may be gone after a failure; Ranges returned then.
     return StillHeld(peer, at.shard_id, registration);
   });
 }
@@ -1168,27 +1112,25 @@ absl::Status UcxTransport::Lane::ReadRows(absl::Span<const ShardRows> entries,
                      " (", at.address, ") over UCX");
     TESSERA_RETURN_IF_ERROR(
         WithKey(shard, where, [&](Peer& peer, Key& key) -> absl::Status {
-          const std::string address = peer.address;
           const int64_t row_bytes = RowBytes(key.shape, key.item_bytes);
-          const size_t per = static_cast<size_t>(std::max<int64_t>(
-              1, options_.stage_bytes / std::max<int64_t>(row_bytes, 1)));
+          if (row_bytes == 0) {
+            for (size_t k = 0; k < rows.size(); ++k) sink(e, k, nullptr);
+            return StillHeld(peer, at.shard_id, key.registration);
+          }
+          const size_t per = static_cast<size_t>(
+              std::max<int64_t>(1, options_.stage_bytes / row_bytes));
           const BufferPool::Lease stage = Buffer(
               std::min(per, rows.size()) * static_cast<size_t>(row_bytes));
           for (size_t k0 = 0; k0 < rows.size(); k0 += per) {
             const size_t n = std::min(per, rows.size() - k0);
-            Ops ops;
-            absl::Status status;
-            for (size_t j = 0; j < n && status.ok(); ++j) {
-              status = Post(
-                  false, peer, key, stage.data() + j * row_bytes,
-                  key.base + static_cast<uint64_t>(rows[k0 + j] * row_bytes),
-                  row_bytes, ops);
+            std::vector<Range> ranges(n);
+            for (size_t j = 0; j < n; ++j) {
+              ranges[j] = Range{static_cast<uint64_t>(rows[k0 + j] * row_bytes),
+                                stage.data() + j * row_bytes, row_bytes};
             }
-            if (status.ok()) status = Drain(peer, ops);
-            if (!status.ok()) {
-              Abandon(address, ops);
-              return status;
-            }
+            TESSERA_RETURN_IF_ERROR(ReceiveRanges(peer, key.registration,
+                                                  at.shard_id,
+                                                  std::move(ranges)));
             // The rows are the shard's only if it is still held now.
             TESSERA_RETURN_IF_ERROR(
                 StillHeld(peer, at.shard_id, key.registration));
@@ -1217,61 +1159,108 @@ absl::Status UcxTransport::Lane::Write(const RemoteShard& shard,
         where, ": the worker's shard is ", ShapeToString(described->shape),
         " of ", described->item_bytes, "-byte elements"));
   }
-  auto found = peers_.find(at.address);
-  Peer* peer = found != peers_.end() ? found->second.get() : nullptr;
-  if (peer == nullptr || peer->error != UCS_OK ||
-      peer->ucx_address != described->worker_address) {
-    absl::StatusOr<Peer*> connected =
-        Connect(at.address, described->worker_address);
-    if (!connected.ok()) return Annotate(connected.status(), where);
-    peer = *connected;
-  }
-  peer->last_use = ++tick_;
-  Key key;
-  key.base = described->base;
-  key.item_bytes = described->item_bytes;
-  if (!described->rkey.empty()) {
-    absl::StatusOr<ucp_rkey_h> rkey = Unpack(*peer, described->rkey);
-    if (!rkey.ok()) return Annotate(rkey.status(), where);
-    key.rkey = *rkey;
-  }
+  absl::StatusOr<Peer*> connected =
+      PeerFor(at.address, described->worker_address);
+  if (!connected.ok()) return Annotate(connected.status(), where);
+  Peer& peer = **connected;
   const int64_t item = shard.item_bytes;
   const int64_t total = described->bytes / item;
   const std::vector<int64_t> zeros(shard.shape.size(), 0);
   const RunPlan plan(shard.shape, source.shape, source.offsets, shard.shape,
                      zeros);
+  // One message per piece: [shard offset, +bytes) from `data`, each
+  // answered once its bytes are in. Headers stay put while in flight.
+  struct Piece {
+    UcxWriteRequest header;
+    const char* data = nullptr;
+    int64_t bytes = 0;
+  };
+  std::deque<Piece> pieces;  // in flight
   Ops ops;
   absl::Status status;
+  int64_t answered = 0;
+  // Waits until at most `most` pieces are unanswered; fails on a refusal.
+  auto settle = [&](size_t most) -> absl::Status {
+    while (!pieces.empty()) {
+      const uint64_t id = pieces.front().header.request_id;
+      if (!Answer(id).has_value()) {
+        if (pieces.size() <= most) return absl::OkStatus();
+        TESSERA_RETURN_IF_ERROR(Wait(
+            [&] { return Answer(id).has_value(); }, peer, &answered));
+      }
+      const UcxCheckAnswer answer = *Answer(id);
+      awaited_.erase(id);
+      pieces.pop_front();
+      ++answered;
+      switch (answer) {
+        case UcxCheckAnswer::kHeld:
+          break;
+        case UcxCheckAnswer::kSealed:
+          return absl::PermissionDeniedError(absl::StrCat(
+              "permission denied: shard ", at.shard_id,
+              " is sealed (a committed shard never changes)"));
+        case UcxCheckAnswer::kFreed:
+          return absl::NotFoundError(absl::StrCat(
+              "shard ", at.shard_id, " is not held by this worker (freed)"));
+        case UcxCheckAnswer::kStale:
+          return absl::AbortedError("the worker withdrew the write key");
+        default:
+          return absl::InternalError(absl::StrCat(
+              "the worker refused a write of shard ", at.shard_id));
+      }
+    }
+    return absl::OkStatus();
+  };
+  auto post = [&](uint64_t offset, const char* data,
+                  int64_t bytes) -> absl::Status {
+    for (int64_t done = 0; done < bytes;) {
+      TESSERA_RETURN_IF_ERROR(
+          settle(static_cast<size_t>(options_.max_in_flight - 1)));
+      const int64_t n = std::min(bytes - done, options_.max_write_bytes);
+      Piece& piece = pieces.emplace_back();
+      piece.header.request_id = ++next_request_;
+      piece.header.shard_id = at.shard_id;
+      piece.header.registration = described->registration;
+      piece.header.offset = offset + static_cast<uint64_t>(done);
+      piece.data = data + done;
+      piece.bytes = n;
+      TESSERA_RETURN_IF_ERROR(Ask(peer, kUcxWriteAm, &piece.header,
+                                  sizeof(piece.header), piece.data,
+                                  static_cast<size_t>(n),
+                                  piece.header.request_id, ops));
+      done += n;
+    }
+    return absl::OkStatus();
+  };
+  BufferPool::Lease stage;
   if (total > 0 && plan.runs() > 1 &&
       plan.run() * item < options_.min_run_bytes) {
-    // Short runs: packed into the staging buffer first.
+    // Short runs: packed into a buffer first, one piece per buffer.
     const int64_t chunk = std::max<int64_t>(1, options_.stage_bytes / item);
-    const BufferPool::Lease stage =
-        Buffer(static_cast<size_t>(std::min(chunk, total) * item));
+    stage = Buffer(static_cast<size_t>(std::min(chunk, total) * item));
     for (int64_t f = 0; f < total && status.ok(); f += chunk) {
       const int64_t count = std::min(chunk, total - f);
       CopyBoxToFlatRange(source.data, source.shape, source.offsets, shard.shape,
                          f, count, stage.data(), static_cast<size_t>(item));
-      status =
-          Post(true, *peer, key, stage.data(),
-               key.base + static_cast<uint64_t>(f * item), count * item, ops);
-      if (status.ok()) status = Drain(*peer, ops);
+      status = post(static_cast<uint64_t>(f * item), stage.data(), count * item);
+      // The buffer is reused: every piece from it must be in first.
+      if (status.ok()) status = settle(0);
     }
   } else if (total > 0) {
     plan.ForEach(0, total, [&](int64_t src, int64_t dst, int64_t, int64_t n) {
       if (!status.ok()) return;
-      status =
-          Post(true, *peer, key, const_cast<char*>(source.data) + src * item,
-               key.base + static_cast<uint64_t>(dst * item), n * item, ops);
+      status = post(static_cast<uint64_t>(dst * item), source.data + src * item,
+                    n * item);
     });
-    if (status.ok()) status = Drain(*peer, ops);
   }
-  // Puts complete locally; the flush makes them land before the worker
-  // seals the shard.
-  if (status.ok() && total > 0) status = Flush(*peer);
-  if (!status.ok()) Abandon(at.address, ops);
-  if (key.rkey != nullptr) ucp_rkey_destroy(key.rkey);
+  if (status.ok()) status = settle(0);
+  if (status.ok()) {
+    status = Wait([&] { return ops.pending == 0; }, peer, &ops.completed);
+  }
+  for (const Piece& piece : pieces) awaited_.erase(piece.header.request_id);
   if (!status.ok()) {
+    // Sends of `pieces` may be in flight: dropping the peer ends them.
+    Abandon(at.address, ops);
     if (!IsPeerFailure(status)) return Annotate(status, where);
     // The worker answered gRPC: another transport can write the shard.
     owner_->MarkNoUcx(at.address);
@@ -1312,6 +1301,16 @@ bool UcxTransport::started() const {
   return context_ != nullptr;
 }
 
+void UcxTransport::CloseIdle() {
+  std::vector<std::unique_ptr<Lane>> lanes;
+  {
+    absl::MutexLock lock(&mu_);
+    lanes.swap(idle_);
+    lanes_made_ -= static_cast<int>(lanes.size());
+  }
+  // `lanes` close their endpoints here, outside the lock.
+}
+
 absl::Status UcxTransport::EnsureStarted() {
   absl::MutexLock lock(&mu_);
   if (start_tried_) return start_status_;
@@ -1324,12 +1323,13 @@ absl::Status UcxTransport::EnsureStarted() {
         "transports");
     return start_status_;
   }
-  // UCX over TCP serves one-sided reads of this process's memory to any
-  // peer that reaches its port, unchecked: a reader listens on loopback
-  // alone unless the operator names its devices (UCX_NET_DEVICES), which
-  // is the opt-in to UCX between hosts on a trusted network.
-  absl::StatusOr<ucp_context_h> context =
-      MakeUcpContext("tessera", /*loopback_only=*/true);
+  UcxReach reach;
+  reach.trusted_fabric =
+      options_.trusted_fabric || TrustedFabricByEnvironment();
+  // A reader needs no network device beyond loopback unless the operator
+  // names its devices (UCX_NET_DEVICES).
+  reach.loopback_only = true;
+  absl::StatusOr<ucp_context_h> context = MakeUcpContext("tessera", reach);
   if (!context.ok()) {
     start_status_ = absl::FailedPreconditionError(absl::StrCat(
         "the UCX transport cannot start here: ", context.status().message()));
@@ -1383,14 +1383,24 @@ UcxTransport::AcquireLane() {
   }
   if (!status.ok()) {
     lane.reset();
-    absl::MutexLock lock(&mu_);
-    --lanes_made_;
-    return status;
+    {
+      absl::MutexLock lock(&mu_);
+      --lanes_made_;
+    }
+    // UCX cannot run here now (e.g. the host's shared-memory segments are
+    // exhausted): this transport is unavailable, another one moves the
+    // bytes.
+    spdlog::warn("UCX cannot start a worker here ({}); data moves over the "
+                 "other transports",
+                 std::string(status.message()));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the UCX transport cannot start here: ", status.message()));
   }
   return lane;
 }
 
 void UcxTransport::ReleaseLane(std::unique_ptr<Lane> lane) {
+  lane->DropIdlePeers();
   absl::MutexLock lock(&mu_);
   idle_.push_back(std::move(lane));
 }

@@ -1,35 +1,34 @@
-// ShardTransport over UCX (name "ucx"): one-sided gets straight from a
-// worker's registered shard memory into the caller's destination, and puts
-// into a pending shard. RDMA where the hardware has it; TCP, or shared
-// memory and CMA on one host, otherwise.
+// ShardTransport over UCX (name "ucx"): shard bytes sent by the worker as
+// tagged messages straight into the caller's destination, and written into
+// a pending shard as active messages the worker receives straight into it.
+// RDMA or TCP between hosts on a trusted fabric; shared memory and CMA on
+// one host otherwise (ucx_common.h UcxReach).
 //
 // A read asks the worker's UcxData service (proto/ucx.proto, over the
 // worker's gRPC channel, presenting the same capability as the other
-// transports) for the worker's UCX address and the shard's packed remote
-// key, connects, and posts gets: one per contiguous run of the box (a run
-// longer than `max_get_bytes` is cut), up to `max_in_flight` at once. A box
-// that is one contiguous range on both sides is instead sent by the worker
-// into a receive posted on the caller's array (UcxSendRequest in
-// ucx_common.h), where the worker offers it: over TCP, UCX emulates gets
-// with 8 KiB active messages, and the sends moved a 1 GiB gather 1.5-1.7x
-// faster (bench/, figure 1); a worker with no room refuses and the range is
-// got instead. A box
-// whose runs are short is packed by the worker into its registered staging
-// memory (UcxData.Stage, a lease checked and ended like a key, see
-// ucx_server.h) and read with a few large gets, straight into the caller's
-// array where its runs are long; a worker that stages nothing has the box
-// read as whole shard rows into a staging buffer and copied out. Endpoints and
-// unpacked keys are cached per worker and shard (bounded, least recently used
-// dropped) and dropped on any failure; a key is asked for again after
-// `key_ttl`.
+// transports) for the worker's UCX address and a key naming the shard,
+// connects, and asks for ranges of it (UcxSendRequest in ucx_common.h):
+// one per contiguous run of the box (cut at `send_bytes`), each received
+// straight into its place, up to kMaxUcxSendRanges per request. A box
+// whose runs are short is packed by the worker into its staging memory
+// (UcxData.Stage, a lease checked and ended like a key, see ucx_server.h)
+// and sent in a few large messages, straight into a host array whose runs
+// are long, else into a buffer and placed from there; a box that is one
+// range of the shard but lands in short runs is sent whole into a buffer;
+// a worker that stages nothing has the box's whole rows sent and copied
+// out. Endpoints and keys are cached per worker and shard (bounded, least
+// recently used dropped) and dropped on any failure; a key is asked for
+// again after `key_ttl`, and an endpoint idle for `peer_idle_timeout` is
+// closed with a goodbye (the worker then closes its side).
 //
-// After the gets, the reader asks the worker (a UCX active message) whether
-// the key's shard is still held: a shard freed meanwhile fails the read with
-// NOT_FOUND, a withdrawn key is asked for again once, so a stale key never
-// returns bytes the worker no longer vouches for (ucx_server.h).
+// After its bytes are in, the reader asks the worker (an active message)
+// whether the key's shard is still held: a shard freed meanwhile fails the
+// read with NOT_FOUND, a withdrawn key is asked for again once, so a stale
+// key never returns bytes the worker no longer vouches for (ucx_server.h).
 //
 // Errors, per shard_transport.h:
-//   FAILED_PRECONDITION  UCX is off or cannot start here, the worker offers
+//   FAILED_PRECONDITION  UCX is off or cannot start here (no context, no
+//                        worker: counted as a fallback), the worker offers
 //                        no UCX (no UcxData service), the shard is not in
 //                        host memory, or the caller's shape or element size
 //                        differs from the worker's: the chain falls back.
@@ -40,6 +39,7 @@
 //                        worker is then not tried over UCX for no_ucx_ttl.
 //   UNAVAILABLE          the worker cannot be reached at all.
 //   OUT_OF_RANGE         the box lies outside the shard.
+//   PERMISSION_DENIED    a write to a shard that takes no more (sealed).
 // Every field of a worker's reply is checked before it is used.
 //
 // Threads: each call takes a lane (a UCX worker with its endpoints and keys)
@@ -72,40 +72,46 @@ struct UcxTransportOptions {
   // A UCX operation that makes no progress for this long fails the call
   // with UNAVAILABLE (the peer is dropped).
   absl::Duration stall_timeout = absl::Seconds(30);
+  // Who this process's UCX may reach (ucx_common.h): the network only on a
+  // trusted fabric (or TESSERA_TRUSTED_FABRIC in the environment); this
+  // host's same-user shared memory otherwise. A reader listens on the
+  // loopback device alone unless UCX_NET_DEVICES names others.
+  bool trusted_fabric = false;
   // Most lanes (threads moving bytes at once); more calls wait for one.
   int max_lanes = 16;
   // Per lane: most workers with an endpoint, and most keys per worker.
   size_t max_peers = 64;
   size_t max_keys = 1024;
+  // An endpoint unused this long is closed (with a goodbye). Below the
+  // worker's own limit (UcxServerOptions::peer_idle_timeout).
+  absl::Duration peer_idle_timeout = absl::Seconds(60);
   // A cached key is asked for again after this long (and a long read checks
   // its shard this often).
   absl::Duration key_ttl = absl::Seconds(10);
-  // Largest single get or put, and most in flight on one lane.
-  int64_t max_get_bytes = int64_t{4} << 20;
+  // Largest single write message, and most written messages in flight on
+  // one lane.
+  int64_t max_write_bytes = int64_t{4} << 20;
   int max_in_flight = 32;
-  // A box that is one contiguous range of the shard and of the caller's
-  // array, of at least min_send_bytes, is sent by the worker as tagged
-  // messages of up to send_bytes (ucx_common.h UcxSendRequest) when it
-  // offers that: over TCP a get is emulated with small active messages.
-  int64_t min_send_bytes = int64_t{1} << 20;
+  // Largest range the worker sends as one message: over TCP, a large
+  // tagged message goes as a rendezvous straight between the two buffers.
   int64_t send_bytes = int64_t{64} << 20;
-  // Boxes whose contiguous runs are shorter are staged (whole rows). A
-  // rows->cols reshard (1 KiB runs) moved 0.5 GB/s staged and 0.07 GB/s
-  // with one get per run (bench/, figure 8).
+  // Boxes whose contiguous runs are shorter are staged (packed by the
+  // worker). A rows->cols reshard (1 KiB runs) moved 0.5 GB/s staged and
+  // 0.07 GB/s with one message per run (bench/, figure 8).
   int64_t min_run_bytes = 2048;
   // Staging buffer size.
   int64_t stage_bytes = int64_t{4} << 20;
   // A box with short runs is first asked of the worker packed (UcxData.Stage)
-  // this many bytes at a time, read with a few large gets; whole rows are
-  // read only when the worker stages nothing. 0: never asked.
+  // this many bytes at a time; whole rows are read only when the worker
+  // stages nothing. 0: never asked.
   int64_t remote_stage_bytes = int64_t{16} << 20;
-  // A staged read may read at most this many times the box's bytes (else
+  // Whole rows may be at most this many times the box's bytes (else
   // FAILED_PRECONDITION: the worker's own gather over gRPC is better).
   int64_t max_stage_inflation = 16;
   // Ask UCX to report a failed peer (UCP_ERR_HANDLING_MODE_PEER). UCX 1.13
   // then leaves out transports that cannot detect one, shared memory and
-  // CMA among them, so on one host the bytes go over TCP loopback (about
-  // half the throughput, bench/). Off: a dead peer shows as a stall.
+  // CMA among them, so on one host nothing is left. Off: a dead peer shows
+  // as a stall.
   bool detect_peer_failure = false;
   // A worker that offers no UCX is not asked again for this long.
   absl::Duration no_ucx_ttl = absl::Seconds(10);
@@ -133,6 +139,9 @@ class UcxTransport : public ShardTransport {
 
   // Whether UCX started (after a first call); for tests and reports.
   bool started() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Closes every idle lane's endpoints, each with a goodbye (as the
+  // destructor does); for tests.
+  void CloseIdle() ABSL_LOCKS_EXCLUDED(mu_);
 
   class Lane;  // ucx_transport.cc
 

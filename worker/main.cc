@@ -1,4 +1,5 @@
 // tessera-worker: holds shards in memory and serves them.
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <memory>
@@ -64,23 +65,33 @@ ABSL_FLAG(std::string, token_file, "",
           "file holding this worker's secret (a `worker` principal of the "
           "coordinator's --tokens)");
 ABSL_FLAG(bool, ucx, true,
-          "serve shard bytes to readers and peers over UCX one-sided gets "
-          "(RDMA where the hardware has it, TCP otherwise) and pull reshard "
-          "pieces through it; false (or TESSERA_UCX=0) leaves shared memory "
-          "and gRPC. Off when the worker runs TLS (UCX would carry shard "
-          "bytes outside it) unless --bulk_outside_tls");
+          "serve shard bytes to readers and peers over UCX (sent and received "
+          "by this worker, each range checked against the key's shard) and "
+          "pull reshard pieces through it; false (or TESSERA_UCX=0) leaves "
+          "shared memory and gRPC. Without --trusted_fabric UCX reaches only "
+          "processes of this user on this host; off when the worker runs TLS "
+          "unless --trusted_fabric");
 ABSL_FLAG(bool, nccl, true,
           "GPU workers (--device=cuda:N): move reshard pieces between GPUs "
           "with NCCL send/recv when the coordinator orders an exchange; "
           "false leaves host staging and gRPC. Off when the worker runs TLS "
-          "(NCCL would carry shard bytes outside it) unless "
-          "--bulk_outside_tls");
-ABSL_FLAG(bool, bulk_outside_tls, false,
-          "with TLS: still move shard bytes over UCX and NCCL, which do not "
-          "encrypt, for a fabric between the hosts that is trusted (a "
-          "private RDMA or NVLink network). Control calls, capabilities and "
-          "UCX keys stay on TLS; anyone who can read or inject traffic on "
-          "that fabric sees and can reach shard bytes");
+          "(NCCL would carry shard bytes outside it) unless --trusted_fabric");
+ABSL_FLAG(bool, trusted_fabric, false,
+          "the network between the cluster's hosts (a private RDMA, NVLink "
+          "or VLAN fabric) is reached only by the cluster: UCX may serve and "
+          "pull shard bytes over it (TCP or RDMA; UCX trusts its peers, so "
+          "anyone who reaches the worker's UCX port reaches its memory), and "
+          "with TLS, UCX and NCCL may move shard bytes outside TLS. Control "
+          "calls, capabilities and UCX keys stay on gRPC");
+ABSL_FLAG(bool, bulk_outside_tls, false, "the former name of --trusted_fabric");
+ABSL_FLAG(int32_t, ucx_max_peers,
+          static_cast<int32_t>(tessera::UcxServerOptions().max_peers),
+          "most reader endpoints UCX keeps (each maps part of its reader's "
+          "memory); the least recently used is closed beyond");
+ABSL_FLAG(absl::Duration, ucx_peer_idle_timeout,
+          tessera::UcxServerOptions().peer_idle_timeout,
+          "a reader endpoint unused this long is closed (readers that died "
+          "without a goodbye)");
 ABSL_FLAG(std::string, peer_transport, "auto",
           "how reshard pieces are pulled from peers: auto (shared memory on "
           "this host, else UCX, else gRPC), or shm, ucx or grpc alone");
@@ -273,18 +284,22 @@ int Run() {
   node_options.channels.credentials = security->channel_credentials;
   // UCX: both serving keys and pulling from peers, or neither.
   const bool ucx_wanted = absl::GetFlag(FLAGS_ucx) && UcxAllowedByEnvironment();
+  const bool trusted_fabric = absl::GetFlag(FLAGS_trusted_fabric) ||
+                              absl::GetFlag(FLAGS_bulk_outside_tls) ||
+                              TrustedFabricByEnvironment();
   // Without TLS, or with TLS and a fabric the operator trusts.
-  const bool bulk_fabric_ok =
-      !security->tls || absl::GetFlag(FLAGS_bulk_outside_tls);
-  if (security->tls && absl::GetFlag(FLAGS_bulk_outside_tls)) {
+  const bool bulk_fabric_ok = !security->tls || trusted_fabric;
+  if (trusted_fabric) {
     spdlog::warn(
-        "--bulk_outside_tls: UCX and NCCL move shard bytes unencrypted; "
-        "only the fabric between the hosts protects them");
+        "--trusted_fabric: UCX{} moves shard bytes over the network "
+        "unencrypted, and whoever reaches this worker's UCX port reaches "
+        "its memory; only the fabric between the hosts protects them",
+        security->tls ? " (and NCCL)" : "");
   }
   const bool ucx_allowed =
       ucx_wanted && bulk_fabric_ok && device->kind == Device::Kind::kCpu;
   node_options.peers.ucx = ucx_allowed;
-  node_options.peers.ucx_outside_tls = ucx_allowed && security->tls;
+  node_options.peers.ucx_trusted_fabric = ucx_allowed && trusted_fabric;
   node_options.peers.transport = absl::GetFlag(FLAGS_peer_transport);
   if (absl::Status s = CheckTransportName(node_options.peers.transport);
       !s.ok()) {
@@ -299,7 +314,7 @@ int Run() {
     } else if (!bulk_fabric_ok) {
       spdlog::info(
           "NCCL off: this worker runs TLS, and NCCL would carry shard bytes "
-          "outside it (--bulk_outside_tls allows it)");
+          "outside it (--trusted_fabric allows it)");
     } else {
       nccl = std::make_unique<NcclExchange>(
           static_cast<CudaShardStore*>(store.get()));
@@ -321,15 +336,25 @@ int Run() {
   } else if (!ucx_allowed) {
     spdlog::info("UCX off: {}; shard bytes move over shared memory and gRPC",
                  !bulk_fabric_ok ? "this worker runs TLS, and UCX would carry "
-                                   "shard bytes outside it (--bulk_outside_tls "
+                                   "shard bytes outside it (--trusted_fabric "
                                    "allows it)"
                                  : "shards are not in host memory");
   } else if (absl::StatusOr<std::unique_ptr<UcxServer>> started =
                  StartUcxServer(&node,
                                 [&] {
                                   UcxServerOptions ucx_options;
-                                  ucx_options.loopback_only = IsLoopbackHost(
-                                      listen.substr(0, listen.rfind(':')));
+                                  ucx_options.reach.trusted_fabric =
+                                      trusted_fabric;
+                                  ucx_options.max_peers =
+                                      static_cast<size_t>(std::max(
+                                          1, absl::GetFlag(
+                                                 FLAGS_ucx_max_peers)));
+                                  ucx_options.peer_idle_timeout =
+                                      absl::GetFlag(
+                                          FLAGS_ucx_peer_idle_timeout);
+                                  ucx_options.reach.loopback_only =
+                                      IsLoopbackHost(
+                                          listen.substr(0, listen.rfind(':')));
                                   return ucx_options;
                                 }());
              !started.ok()) {
@@ -341,14 +366,11 @@ int Run() {
     ucx = *std::move(started);
     ucx_service = std::make_unique<UcxDataService>(&node, ucx.get());
     spdlog::info(
-        "UCX on: readers and peers get shard bytes one-sided "
-        "(UcxData keys on the gRPC port)");
-    if (!IsLoopbackHost(listen.substr(0, listen.rfind(':')))) {
-      spdlog::warn(
-          "UCX over TCP emulates one-sided access in this process without "
-          "checking capabilities: serve UCX only on a trusted network "
-          "(--ucx=false turns it off)");
-    }
+        "UCX on ({}): readers and peers have shard bytes sent to them "
+        "(UcxData keys on the gRPC port)",
+        trusted_fabric ? "the trusted fabric and this host"
+                       : "this host's processes of this user only; "
+                         "--trusted_fabric for other hosts");
   }
   std::vector<grpc::Service*> services = {&service};
   if (ucx_service != nullptr) services.push_back(ucx_service.get());
@@ -390,12 +412,15 @@ int Run() {
         ->Set(static_cast<double>(store->PinnedBytes()));
     if (ucx != nullptr) {
       const auto [live, dead] = ucx->Counts();
-      m.Gauge("tessera_worker_ucx_keys",
-              "Shard registrations handed out over UCX, live.")
+      m.Gauge("tessera_worker_ucx_keys", "UCX keys handed out, live.")
           ->Set(static_cast<double>(live));
       m.Gauge("tessera_worker_ucx_retired_keys",
-              "Registrations of freed shards still pinned for their grace.")
+              "UCX keys of freed shards, remembered for their grace.")
           ->Set(static_cast<double>(dead));
+      m.Gauge("tessera_ucx_peers",
+              "Reader endpoints this worker's UCX keeps (closed on a "
+              "reader's goodbye, when idle, or past the bound).")
+          ->Set(static_cast<double>(ucx->Peers()));
     }
     m.Gauge("tessera_worker_capacity_bytes",
             "Most shard bytes this worker holds (0: no limit).")

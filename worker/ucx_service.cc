@@ -34,6 +34,7 @@ absl::StatusOr<std::unique_ptr<UcxServer>> StartUcxServer(
     return out;
   };
   options.held = [store](uint64_t id) { return store->Describe(id).ok(); };
+  options.writable = [node](uint64_t id) { return node->TakesWrites(id); };
   return UcxServer::Start(std::move(options));
 }
 
@@ -53,15 +54,12 @@ grpc::Status UcxDataService::Describe(grpc::ServerContext* context,
         node_->Admit(PresentedCapability(*context),
                      request->write() ? kWriteMethod : kReadMethod, ids));
     response->set_worker_address(server_->address());
-    response->set_sends(true);
     for (uint64_t id : ids) {
       TESSERA_ASSIGN_OR_RETURN(UcxKey key,
                                server_->Register(id, request->write()));
       v1::UcxShardKey* out = response->add_shards();
       out->set_shard_id(id);
-      out->set_base(key.base);
       out->set_bytes(key.bytes);
-      out->set_rkey(key.rkey);
       out->set_registration(key.registration);
       for (int64_t d : key.shape) out->add_shape(d);
       out->set_item_bytes(key.item_bytes);
@@ -116,9 +114,7 @@ grpc::Status UcxDataService::Stage(grpc::ServerContext* context,
         server_->Stage(id, box, request->first(), request->count()));
     response->set_worker_address(server_->address());
     response->set_lease(staged.lease);
-    response->set_base(staged.base);
     response->set_bytes(staged.bytes);
-    response->set_rkey(staged.rkey);
     return absl::OkStatus();
   }();
   if (!status.ok()) response->Clear();

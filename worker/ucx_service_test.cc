@@ -77,7 +77,19 @@ TEST_F(UcxServiceTest, ReadKeysNeedAReadCapabilityForTheShardsTensor) {
   EXPECT_FALSE(keys->worker_address().empty());
   ASSERT_EQ(keys->shards_size(), 1);
   EXPECT_EQ(keys->shards(0).bytes(), 64 * 64 * 4);
-  EXPECT_FALSE(keys->shards(0).rkey().empty());
+  EXPECT_NE(keys->shards(0).registration(), 0u);
+  // A name, never where the shard lies or a key into the worker's memory.
+  std::string wire;
+  ASSERT_TRUE(keys->SerializeToString(&wire));
+  v1::UcxDescribeResponse bare;
+  bare.set_worker_address(keys->worker_address());
+  v1::UcxShardKey* key = bare.add_shards();
+  key->set_shard_id(1);
+  key->set_bytes(keys->shards(0).bytes());
+  key->set_registration(keys->shards(0).registration());
+  key->mutable_shape()->CopyFrom(keys->shards(0).shape());
+  key->set_item_bytes(keys->shards(0).item_bytes());
+  EXPECT_EQ(wire, bare.SerializeAsString()) << "the reply carries more";
   EXPECT_THAT(keys->shards(0).shape(), ::testing::ElementsAre(64, 64));
   // No capability, another tensor's, or a write-only one: nothing handed out.
   EXPECT_THAT(Describe("", {1}, false).status(),

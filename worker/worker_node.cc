@@ -551,6 +551,13 @@ void WorkerNode::Seal(uint64_t id) {
   sealed_.insert(id);
 }
 
+bool WorkerNode::TakesWrites(uint64_t id) const {
+  absl::StatusOr<ShardDesc> desc = store_->Describe(id);
+  if (!desc.ok() || !desc->writable) return false;
+  absl::MutexLock lock(&mu_);
+  return !sealed_.contains(id);
+}
+
 absl::Status WorkerNode::Admit(absl::string_view token,
                                absl::string_view full_method,
                                absl::Span<const uint64_t> ids) const {

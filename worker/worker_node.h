@@ -317,6 +317,9 @@ class WorkerNode {
       ABSL_LOCKS_EXCLUDED(mu_);
   // A put's shard was written whole: no write reaches it again.
   void Seal(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether shard `id` still takes writes: held, a put's (or an update's)
+  // shard, and not sealed.
+  bool TakesWrites(uint64_t id) const ABSL_LOCKS_EXCLUDED(mu_);
 
   int64_t BytesUsed() const { return store_->BytesUsed(); }
 
