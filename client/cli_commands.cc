@@ -374,11 +374,15 @@ int64_t TotalBytes(const DataPlaneStats& stats) {
   return total;
 }
 
-// Bytes per transport moved since `before`.
+// Bytes per transport moved, and fallbacks, since `before`.
 DataPlaneStats Since(const DataPlaneStats& before, DataPlaneStats now) {
   for (auto& [transport, bytes] : now.bytes) {
     auto it = before.bytes.find(transport);
     if (it != before.bytes.end()) bytes -= it->second;
+  }
+  for (auto& [transport, count] : now.fallbacks) {
+    auto it = before.fallbacks.find(transport);
+    if (it != before.fallbacks.end()) count -= it->second;
   }
   return now;
 }

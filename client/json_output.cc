@@ -147,6 +147,13 @@ std::string GetJson(const std::string& name, const Shape& shape, DType dtype,
     if (key != "shm" && key != "ucx" && key != "grpc") add(key, value);
   }
   transport += "}";
+  // Moves a transport declined (it could not start, or reach a worker),
+  // left to the next.
+  std::string fallbacks = "{";
+  for (const auto& [key, value] : moved.fallbacks) {
+    if (value > 0) Field(&fallbacks, key, absl::StrCat(value));
+  }
+  fallbacks += "}";
   std::string out = "{";
   Field(&out, "name", JsonString(name));
   Field(&out, "shape", JsonIntList(shape));
@@ -155,6 +162,7 @@ std::string GetJson(const std::string& name, const Shape& shape, DType dtype,
   Field(&out, "bytes", absl::StrCat(bytes));
   Field(&out, "seconds", JsonDouble(seconds));
   Field(&out, "transport", transport);
+  if (fallbacks != "{}") Field(&out, "fallbacks", fallbacks);
   out += "}";
   return out;
 }

@@ -46,7 +46,8 @@ std::string RemoveJson(const std::string& name);
 // `get --json`: {"name", "shape", "dtype", "version", "bytes", "seconds",
 // "transport": {"shm": B, "ucx": B, "grpc": B}} (the output's shape; bytes
 // per transport as moved for this get, transports that moved nothing left
-// out).
+// out), and "fallbacks": {TRANSPORT: N} when a transport declined moves
+// (could not start here, or reach a worker) and left them to the next.
 std::string GetJson(const std::string& name, const Shape& shape, DType dtype,
                     uint64_t version, int64_t bytes, double seconds,
                     const DataPlaneStats& moved);

@@ -78,11 +78,20 @@ absl::StatusOr<std::string> UcpWorkerAddress(ucp_worker_h worker);
 // ---- The messages between a reader and a worker (active messages) ----
 //
 // Every request is an active message whose header is one of the structs
-// below (magic first), sent with UCP_AM_SEND_FLAG_REPLY; the worker answers
-// with kUcxCheckReplyAm (UcxCheckReply) on the reply endpoint, except for a
-// send request it carries out (the bytes are the answer) and a goodbye.
-// Names ("registration") are what UcxData.Describe / Stage handed out over
-// gRPC against a capability; the worker checks every field before it acts.
+// below (magic first); the worker answers with kUcxCheckReplyAm
+// (UcxCheckReply), except for a send request it carries out (the bytes are
+// the answer) and a goodbye. Names ("registration") are what
+// UcxData.Describe / Stage handed out over gRPC against a capability; the
+// worker checks every field before it acts.
+//
+// Hello first: a reader's first request on a new endpoint carries its own
+// UCX address; the worker connects back with an endpoint of its own (with
+// peer-failure handling, so a dead reader is noticed and the endpoint
+// closed for good) and answers with the reader's peer id, which every later
+// request names. The worker answers and sends only on endpoints it made;
+// a request naming an unknown peer (one the worker closed, idle) is
+// answered kUnknownPeer and the reader says hello again.
+inline constexpr unsigned kUcxHelloAm = 16;
 
 // Liveness check: after its bytes are in, a reader asks whether the shard
 // its key names is still held, so that a read of a shard freed meanwhile
@@ -105,16 +114,23 @@ inline constexpr unsigned kUcxSendAm = 20;
 // to, then answers kHeld; anything else is refused before a byte lands.
 inline constexpr unsigned kUcxWriteAm = 21;
 // Goodbye (UcxGoodbye): the reader closes its endpoint, so the worker
-// closes the reply endpoint it keeps to the reader (and what it maps of the
-// reader's memory to talk back).
+// closes its own to the reader (and what it maps of the reader's memory).
 inline constexpr unsigned kUcxGoodbyeAm = 22;
 
 inline constexpr uint64_t kUcxCheckMagic = 0x7465737365726132;  // "tessera2"
-// Most ranges in one send request.
+// Most ranges in one send request; most bytes of a reader's UCX address.
 inline constexpr uint32_t kMaxUcxSendRanges = 256;
+inline constexpr size_t kMaxUcxAddressBytes = 64 << 10;
+
+// The reader's address follows as the message's data.
+struct UcxHello {
+  uint64_t magic = kUcxCheckMagic;
+  uint64_t request_id = 0;
+};
 
 struct UcxCheckRequest {
   uint64_t magic = kUcxCheckMagic;
+  uint64_t peer = 0;  // as the hello's answer named it
   uint64_t request_id = 0;
   uint64_t shard_id = 0;
   uint64_t registration = 0;
@@ -127,19 +143,22 @@ enum class UcxCheckAnswer : uint32_t {
   kBusy = 3,     // no room for the sends now: ask again shortly
   kRefused = 4,  // a malformed request, or a range outside what the key names
   kSealed = 5,   // a write to a shard that takes no more writes
+  kUnknownPeer = 6,  // no such peer (closed): say hello again
 };
 inline constexpr uint32_t kUcxLastAnswer =
-    static_cast<uint32_t>(UcxCheckAnswer::kSealed);
+    static_cast<uint32_t>(UcxCheckAnswer::kUnknownPeer);
 
 struct UcxCheckReply {
   uint64_t magic = kUcxCheckMagic;
   uint64_t request_id = 0;
   uint32_t answer = 0;  // UcxCheckAnswer
   uint32_t reserved = 0;
+  uint64_t peer = 0;  // a hello's answer: the reader's peer id
 };
 
 struct UcxSendRequest {
   uint64_t magic = kUcxCheckMagic;
+  uint64_t peer = 0;
   uint64_t request_id = 0;    // the tag of the first range's receive
   uint64_t shard_id = 0;
   uint64_t registration = 0;  // a read key's, or a staging lease's
@@ -155,6 +174,7 @@ struct UcxRange {
 
 struct UcxWriteRequest {
   uint64_t magic = kUcxCheckMagic;
+  uint64_t peer = 0;
   uint64_t request_id = 0;
   uint64_t shard_id = 0;
   uint64_t registration = 0;  // a write key's
@@ -163,6 +183,7 @@ struct UcxWriteRequest {
 
 struct UcxGoodbye {
   uint64_t magic = kUcxCheckMagic;
+  uint64_t peer = 0;
 };
 
 // A box copied between two row-major arrays as runs of contiguous elements:

@@ -100,6 +100,7 @@ absl::StatusOr<std::unique_ptr<UcxServer>> UcxServer::Start(
       {kUcxSendAm, &UcxServer::OnSend},
       {kUcxWriteAm, &UcxServer::OnWrite},
       {kUcxGoodbyeAm, &UcxServer::OnGoodbye},
+      {kUcxHelloAm, &UcxServer::OnHello},
   };
   for (const auto& [id, cb] : handlers) {
     ucp_am_handler_param_t handler{};
@@ -484,6 +485,32 @@ bool UcxServer::StillHeld(Registration& r) {
 
 // ------------------------------------------------- the progress thread
 
+ucs_status_t UcxServer::OnHello(void* arg, const void* header,
+                                size_t header_length, void* data,
+                                size_t length,
+                                const ucp_am_recv_param_t* param) {
+  auto* server = static_cast<UcxServer*>(arg);
+  UcxHello hello;
+  if (header_length != sizeof(hello) || Rendezvous(param) || data == nullptr ||
+      length == 0 || length > kMaxUcxAddressBytes) {
+    return UCS_OK;  // dropped: the reader times out
+  }
+  std::memcpy(&hello, header, sizeof(hello));
+  if (hello.magic != kUcxCheckMagic) return UCS_OK;
+  // Connected once the progress call returns, not from inside it.
+  server->hellos_.push_back(
+      Hello{std::string(static_cast<const char*>(data), length),
+            hello.request_id});
+  return UCS_OK;
+}
+
+void UcxServer::OnPeerFailure(void* arg, ucp_ep_h ep, ucs_status_t) {
+  auto* server = static_cast<UcxServer*>(arg);
+  auto it = server->peer_of_.find(ep);
+  // Closed once the progress call returns.
+  if (it != server->peer_of_.end()) server->to_close_.push_back(it->second);
+}
+
 ucs_status_t UcxServer::OnCheck(void* arg, const void* header,
                                 size_t header_length, void* /*data*/,
                                 size_t /*length*/,
@@ -521,21 +548,48 @@ ucs_status_t UcxServer::OnWrite(void* arg, const void* header,
 ucs_status_t UcxServer::OnGoodbye(void* arg, const void* header,
                                   size_t header_length, void* /*data*/,
                                   size_t /*length*/,
-                                  const ucp_am_recv_param_t* param) {
+                                  const ucp_am_recv_param_t* /*param*/) {
   auto* server = static_cast<UcxServer*>(arg);
   UcxGoodbye goodbye;
+  if (header_length != sizeof(goodbye)) return UCS_OK;
+  std::memcpy(&goodbye, header, sizeof(goodbye));
   // Closed once the progress call returns, not from inside it.
-  if (ParseRequest(header, header_length, param, &goodbye) &&
-      server->peers_.contains(param->reply_ep)) {
-    server->peers_[param->reply_ep].last_use = absl::InfinitePast();
-    server->goodbyes_ = true;
+  if (goodbye.magic == kUcxCheckMagic && server->peers_.contains(goodbye.peer)) {
+    server->to_close_.push_back(goodbye.peer);
   }
   return UCS_OK;
 }
 
-void UcxServer::Refuse(ucp_ep_h ep, uint64_t request_id,
+UcxServer::Peer* UcxServer::Known(uint64_t peer, uint64_t request_id,
+                                  const ucp_am_recv_param_t* param) {
+  auto it = peers_.find(peer);
+  if (it != peers_.end()) {
+    it->second.last_use = absl::Now();
+    it->second.tick = ++peer_tick_;
+    return &it->second;
+  }
+  // Answered at once on the endpoint the request came on, which is valid
+  // while this callback runs (and is never kept).
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0 &&
+      param->reply_ep != nullptr) {
+    auto* body = new UcxCheckReply();
+    body->request_id = request_id;
+    body->answer = static_cast<uint32_t>(UcxCheckAnswer::kUnknownPeer);
+    ucp_request_param_t send{};
+    send.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    send.cb.send = &ReplySent;
+    send.user_data = body;
+    ucs_status_ptr_t request = ucp_am_send_nbx(
+        param->reply_ep, kUcxCheckReplyAm, body, sizeof(*body), nullptr, 0,
+        &send);
+    if (!UCS_PTR_IS_PTR(request)) delete body;
+  }
+  return nullptr;
+}
+
+void UcxServer::Refuse(uint64_t peer, uint64_t request_id,
                        UcxCheckAnswer answer) {
-  Reply reply{ep, {}};
+  Reply reply{peer, {}};
   reply.body.request_id = request_id;
   reply.body.answer = static_cast<uint32_t>(answer);
   replies_.push_back(reply);
@@ -545,9 +599,9 @@ void UcxServer::AnswerCheck(const void* header, size_t header_length,
                             const ucp_am_recv_param_t* param, bool release) {
   UcxCheckRequest request;
   if (!ParseRequest(header, header_length, param, &request)) return;
-  Touch(param->reply_ep);
+  if (Known(request.peer, request.request_id, param) == nullptr) return;
   // Sent once the progress call returns, not from inside it.
-  Refuse(param->reply_ep, request.request_id,
+  Refuse(request.peer, request.request_id,
          Check(request.shard_id, request.registration, release));
 }
 
@@ -556,12 +610,12 @@ void UcxServer::AnswerSend(const void* header, size_t header_length,
                            const ucp_am_recv_param_t* param) {
   UcxSendRequest request;
   if (!ParseRequest(header, header_length, param, &request)) return;
-  ucp_ep_h ep = param->reply_ep;
-  Touch(ep);
+  if (Known(request.peer, request.request_id, param) == nullptr) return;
+  const uint64_t peer = request.peer;
   if (Rendezvous(param) || request.count < 1 ||
       request.count > kMaxUcxSendRanges ||
       length != request.count * sizeof(UcxRange) || data == nullptr) {
-    Refuse(ep, request.request_id, UcxCheckAnswer::kRefused);
+    Refuse(peer, request.request_id, UcxCheckAnswer::kRefused);
     return;
   }
   std::vector<UcxRange> ranges(request.count);
@@ -600,28 +654,28 @@ void UcxServer::AnswerSend(const void* header, size_t header_length,
       refusal = UcxCheckAnswer::kFreed;
     }
   }
-  if (base == nullptr && size == 0 && pages == nullptr) {
-    Refuse(ep, request.request_id, refusal);
+  if (pages == nullptr) {
+    Refuse(peer, request.request_id, refusal);
     return;
   }
   for (const UcxRange& range : ranges) {
     if (!RangeInside(range.offset, range.bytes, size)) {
-      Refuse(ep, request.request_id, UcxCheckAnswer::kRefused);
+      Refuse(peer, request.request_id, UcxCheckAnswer::kRefused);
       return;
     }
   }
   if (r != nullptr && !StillHeld(*r)) {
-    Refuse(ep, request.request_id, UcxCheckAnswer::kFreed);
+    Refuse(peer, request.request_id, UcxCheckAnswer::kFreed);
     return;
   }
   // Bounded: a reader that never takes its bytes holds its sends (and the
   // pages under them) until its endpoint is closed.
   if (queued_.size() + ranges.size() > options_.max_queued_sends) {
-    Refuse(ep, request.request_id, UcxCheckAnswer::kBusy);
+    Refuse(peer, request.request_id, UcxCheckAnswer::kBusy);
     return;
   }
   for (uint32_t i = 0; i < request.count; ++i) {
-    queued_.push_back(PendingSend{ep, pages, base + ranges[i].offset,
+    queued_.push_back(PendingSend{peer, pages, base + ranges[i].offset,
                                   ranges[i].bytes, request.request_id + i});
   }
 }
@@ -631,61 +685,58 @@ ucs_status_t UcxServer::AnswerWrite(const void* header, size_t header_length,
                                     const ucp_am_recv_param_t* param) {
   UcxWriteRequest request;
   // Not answerable: a rendezvous sender learns of the refusal from its send.
-  if (!ParseRequest(header, header_length, param, &request)) {
+  if (!ParseRequest(header, header_length, param, &request) ||
+      Known(request.peer, request.request_id, param) == nullptr) {
     return Rendezvous(param) ? UCS_ERR_INVALID_PARAM : UCS_OK;
   }
-  ucp_ep_h ep = param->reply_ep;
-  Touch(ep);
+  const uint64_t peer = request.peer;
   std::shared_ptr<Registration> r;
   UcxCheckAnswer refusal = UcxCheckAnswer::kStale;
+  char* dst = nullptr;
+  std::shared_ptr<void> shard;
+  uint64_t size = 0;
   {
     absl::MutexLock lock(&mu_);
     auto key = by_nonce_.find(request.registration);
     if (key != by_nonce_.end()) {
       if (key->second->write && key->second->shard_id == request.shard_id) {
         r = key->second;
+        dst = r->pinned.data;
+        shard = r->pinned.keep_alive;
+        size = static_cast<uint64_t>(r->pinned.bytes);
       }
     } else if (FreedKey(request.registration, request.shard_id)) {
       refusal = UcxCheckAnswer::kFreed;
     }
   }
-  char* dst = nullptr;
-  std::shared_ptr<void> shard;
-  if (r != nullptr) {
-    absl::MutexLock lock(&mu_);
-    if (!r->dead) {
-      dst = r->pinned.data;
-      shard = r->pinned.keep_alive;
-    }
+  // A rendezvous descriptor not received is dropped (UCS_OK).
+  if (r == nullptr || shard == nullptr) {
+    Refuse(peer, request.request_id, refusal);
+    return UCS_OK;
   }
-  if (dst == nullptr) {
-    Refuse(ep, request.request_id, refusal);
-    return UCS_OK;  // a rendezvous descriptor not received is dropped
-  }
-  if (!RangeInside(request.offset, length,
-                   static_cast<uint64_t>(r->pinned.bytes)) ||
+  if (!RangeInside(request.offset, length, size) ||
       (!Rendezvous(param) && data == nullptr)) {
-    Refuse(ep, request.request_id, UcxCheckAnswer::kRefused);
+    Refuse(peer, request.request_id, UcxCheckAnswer::kRefused);
     return UCS_OK;
   }
   if (!StillHeld(*r)) {
-    Refuse(ep, request.request_id, UcxCheckAnswer::kFreed);
+    Refuse(peer, request.request_id, UcxCheckAnswer::kFreed);
     return UCS_OK;
   }
   if (options_.writable && !options_.writable(request.shard_id)) {
-    Refuse(ep, request.request_id, UcxCheckAnswer::kSealed);
+    Refuse(peer, request.request_id, UcxCheckAnswer::kSealed);
     return UCS_OK;
   }
   dst += request.offset;
   if (!Rendezvous(param)) {
     std::memcpy(dst, data, length);
     writes_received_.fetch_add(1);
-    Refuse(ep, request.request_id, UcxCheckAnswer::kHeld);
+    Refuse(peer, request.request_id, UcxCheckAnswer::kHeld);
     return UCS_OK;
   }
   // The bytes come straight into the shard; answered once they are in.
   auto* receiving =
-      new Receiving{std::move(shard), ep, request.request_id, this};
+      new Receiving{std::move(shard), peer, request.request_id, this};
   ucp_request_param_t recv{};
   recv.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   recv.cb.recv_am = &UcxServer::WriteDone;
@@ -695,7 +746,7 @@ ucs_status_t UcxServer::AnswerWrite(const void* header, size_t header_length,
   if (UCS_PTR_IS_PTR(started)) return UCS_OK;  // WriteDone answers
   const ucs_status_t status = UCS_PTR_STATUS(started);
   if (status == UCS_OK) writes_received_.fetch_add(1);
-  Refuse(ep, request.request_id,
+  Refuse(peer, request.request_id,
          status == UCS_OK ? UcxCheckAnswer::kHeld : UcxCheckAnswer::kRefused);
   delete receiving;
   return UCS_OK;
@@ -707,7 +758,7 @@ void UcxServer::WriteDone(void* request, ucs_status_t status, size_t,
   UcxServer* server = receiving->server;
   if (status == UCS_OK) server->writes_received_.fetch_add(1);
   server->Refuse(
-      receiving->ep, receiving->request_id,
+      receiving->peer, receiving->request_id,
       status == UCS_OK ? UcxCheckAnswer::kHeld : UcxCheckAnswer::kRefused);
   delete receiving;
   ucp_request_free(request);
@@ -724,6 +775,8 @@ void UcxServer::PostSends() {
   while (sends_in_flight_ < options_.max_sends_in_flight && !queued_.empty()) {
     PendingSend send = std::move(queued_.front());
     queued_.pop_front();
+    auto peer = peers_.find(send.peer);
+    if (peer == peers_.end()) continue;  // closed meanwhile
     // The pages stay mapped for the send even if the key dies meanwhile;
     // the reader's check after refuses bytes of a shard freed during it.
     auto* sending = new Sending{std::move(send.pages), this};
@@ -732,8 +785,9 @@ void UcxServer::PostSends() {
         UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.send = &SendDone;
     param.user_data = sending;
-    ucs_status_ptr_t request = ucp_tag_send_nbx(
-        send.ep, send.data, static_cast<size_t>(send.bytes), send.tag, &param);
+    ucs_status_ptr_t request =
+        ucp_tag_send_nbx(peer->second.ep, send.data,
+                         static_cast<size_t>(send.bytes), send.tag, &param);
     ranges_sent_.fetch_add(1);
     if (UCS_PTR_IS_PTR(request)) {
       ++sends_in_flight_;
@@ -747,54 +801,87 @@ void UcxServer::SendReplies() {
   std::vector<Reply> replies;
   replies.swap(replies_);
   for (const Reply& reply : replies) {
-    // The reader's endpoint was closed meanwhile: nobody to answer.
-    if (!peers_.contains(reply.ep)) continue;
+    auto peer = peers_.find(reply.peer);
+    if (peer == peers_.end()) continue;  // closed meanwhile: nobody to answer
     auto* body = new UcxCheckReply(reply.body);
     ucp_request_param_t param{};
     param.op_attr_mask =
         UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.send = &ReplySent;
     param.user_data = body;
-    ucs_status_ptr_t request = ucp_am_send_nbx(
-        reply.ep, kUcxCheckReplyAm, body, sizeof(*body), nullptr, 0, &param);
+    ucs_status_ptr_t request =
+        ucp_am_send_nbx(peer->second.ep, kUcxCheckReplyAm, body, sizeof(*body),
+                        nullptr, 0, &param);
     // Done at once (or failed: the reader times out and retries).
     if (!UCS_PTR_IS_PTR(request)) delete body;
   }
 }
 
-void UcxServer::Touch(ucp_ep_h ep) {
-  auto [it, inserted] = peers_.try_emplace(ep);
-  it->second.last_use = absl::Now();
-  it->second.tick = ++peer_tick_;
-  if (!inserted) return;
-  peers_count_.store(static_cast<int64_t>(peers_.size()));
-  if (peers_.size() <= options_.max_peers) return;
-  // Too many readers: the least recently used goes (it reconnects if it is
-  // still there). Closed after the progress call, with the idle ones.
-  auto oldest = peers_.end();
-  for (auto p = peers_.begin(); p != peers_.end(); ++p) {
-    if (p->first != ep &&
-        (oldest == peers_.end() || p->second.tick < oldest->second.tick)) {
-      oldest = p;
+void UcxServer::Greet() {
+  std::vector<Hello> hellos;
+  hellos.swap(hellos_);
+  for (Hello& hello : hellos) {
+    uint64_t id = RandomId();
+    while (peers_.contains(id)) id = RandomId();
+    // This worker's own endpoint to the reader (UCX pairs it with the one
+    // the reader made): used for every answer, and closed for good.
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.address = reinterpret_cast<const ucp_address_t*>(hello.address.data());
+    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler.cb = &UcxServer::OnPeerFailure;
+    params.err_handler.arg = this;
+    ucp_ep_h ep = nullptr;
+    if (ucp_ep_create(worker_.worker, &params, &ep) != UCS_OK) continue;
+    if (peer_of_.contains(ep)) {
+      // The reader's endpoint again (a second hello): one peer for it.
+      const uint64_t known = peer_of_[ep];
+      peers_[known].last_use = absl::Now();
+      Reply reply{known, {}};
+      reply.body.request_id = hello.request_id;
+      reply.body.peer = known;
+      replies_.push_back(reply);
+      continue;
     }
-  }
-  if (oldest != peers_.end()) {
-    oldest->second.last_use = absl::InfinitePast();
-    goodbyes_ = true;
+    peers_[id] = Peer{ep, absl::Now(), ++peer_tick_};
+    peer_of_[ep] = id;
+    peers_count_.store(static_cast<int64_t>(peers_.size()));
+    Reply reply{id, {}};
+    reply.body.request_id = hello.request_id;
+    reply.body.answer = static_cast<uint32_t>(UcxCheckAnswer::kHeld);
+    reply.body.peer = id;
+    replies_.push_back(reply);
+    if (peers_.size() > options_.max_peers) {
+      // Too many readers: the least recently used goes (it says hello again
+      // if it is still there).
+      auto oldest = peers_.end();
+      for (auto p = peers_.begin(); p != peers_.end(); ++p) {
+        if (p->first != id &&
+            (oldest == peers_.end() || p->second.tick < oldest->second.tick)) {
+          oldest = p;
+        }
+      }
+      if (oldest != peers_.end()) to_close_.push_back(oldest->first);
+    }
   }
 }
 
-void UcxServer::ClosePeer(ucp_ep_h ep) {
-  peers_.erase(ep);
+void UcxServer::ClosePeer(uint64_t id) {
+  auto it = peers_.find(id);
+  if (it == peers_.end()) return;
+  const ucp_ep_h ep = it->second.ep;
+  peers_.erase(it);
+  peer_of_.erase(ep);
   peers_count_.store(static_cast<int64_t>(peers_.size()));
+  last_close_ = absl::Now();
   queued_.erase(std::remove_if(queued_.begin(), queued_.end(),
-                               [ep](const PendingSend& s) { return s.ep == ep; }),
+                               [id](const PendingSend& s) { return s.peer == id; }),
                 queued_.end());
-  replies_.erase(std::remove_if(replies_.begin(), replies_.end(),
-                                [ep](const Reply& r) { return r.ep == ep; }),
-                 replies_.end());
-  // Forced: nothing more is sent to a reader that left; what is in flight
-  // to it is cancelled.
+  // Forced (the endpoint has peer-failure handling): UCX destroys an
+  // endpoint a peer connected to, and detaches what it mapped of the peer's
+  // memory, only then; what is in flight to the reader is cancelled.
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   param.flags = UCP_EP_CLOSE_FLAG_FORCE;
@@ -802,13 +889,14 @@ void UcxServer::ClosePeer(ucp_ep_h ep) {
   if (UCS_PTR_IS_PTR(request)) closing_.push_back(request);
 }
 
-void UcxServer::CloseIdlePeers() {
+void UcxServer::ClosePeers() {
+  std::vector<uint64_t> close;
+  close.swap(to_close_);
   const absl::Time now = absl::Now();
-  std::vector<ucp_ep_h> idle;
-  for (const auto& [ep, peer] : peers_) {
-    if (now - peer.last_use >= options_.peer_idle_timeout) idle.push_back(ep);
+  for (const auto& [id, peer] : peers_) {
+    if (now - peer.last_use >= options_.peer_idle_timeout) close.push_back(id);
   }
-  for (ucp_ep_h ep : idle) ClosePeer(ep);
+  for (uint64_t id : close) ClosePeer(id);
 }
 
 void UcxServer::FreeClosed() {
@@ -831,11 +919,13 @@ void UcxServer::Progress() {
     }
     bool worked = false;
     const absl::Time now = absl::Now();
-    if (goodbyes_ || now - swept >= options_.sweep_interval) {
-      // Goodbyes and pushed-out peers are marked idle since ever.
-      goodbyes_ = false;
+    if (!hellos_.empty()) {
+      Greet();
+      worked = true;
+    }
+    if (!to_close_.empty() || now - swept >= options_.sweep_interval) {
       swept = now;
-      CloseIdlePeers();
+      ClosePeers();
       worked = true;
     }
     if (!replies_.empty()) {
@@ -851,8 +941,12 @@ void UcxServer::Progress() {
     if (stop_.HasBeenNotified()) break;
     const ucs_status_t armed = ucp_worker_arm(worker_.worker);
     if (armed == UCS_ERR_BUSY) continue;
-    // Wakes now and then while readers are kept, to close idle ones.
-    const bool timed = !peers_.empty() || !closing_.empty();
+    // Wakes now and then while readers are kept, to close idle ones, and
+    // for a while after a close: UCX finishes discarding a closed endpoint
+    // (and detaching what it mapped) from its progress calls, which no
+    // event wakes.
+    const bool timed = !peers_.empty() || !closing_.empty() ||
+                       absl::Now() - last_close_ < absl::Seconds(5);
     const int ms =
         armed != UCS_OK
             ? 10
@@ -872,9 +966,9 @@ void UcxServer::Progress() {
     }
   }
   // Stopping: every reader's endpoint goes, and what is in flight with it.
-  std::vector<ucp_ep_h> all;
-  for (const auto& [ep, peer] : peers_) all.push_back(ep);
-  for (ucp_ep_h ep : all) ClosePeer(ep);
+  std::vector<uint64_t> all;
+  for (const auto& [id, peer] : peers_) all.push_back(id);
+  for (uint64_t id : all) ClosePeer(id);
   queued_.clear();
   const absl::Time until = absl::Now() + absl::Seconds(1);
   while ((!closing_.empty() || sends_in_flight_ > 0) && absl::Now() < until) {

@@ -34,11 +34,14 @@
 // check of a lease answers kFreed when its shard was freed since it was
 // staged.
 //
-// Peers: every endpoint a request arrives on (the reply endpoint back to
-// its reader, which maps part of the reader's memory to talk back) is
-// kept until the reader says goodbye, it stays idle for `peer_idle_timeout`,
-// or `max_peers` newer ones push it out (least recently used first), so
-// readers that die without a goodbye cost nothing for long.
+// Peers: a reader says hello first with its own UCX address; the worker
+// connects back with an endpoint of its own (with peer-failure handling)
+// and names the reader by a random peer id, which later requests carry.
+// Answers and bytes go only on endpoints the worker made, so none is ever
+// used after UCX dropped it. An endpoint maps part of its reader's memory;
+// it is closed when the reader says goodbye, fails, stays idle for
+// `peer_idle_timeout`, or `max_peers` newer ones push it out (least
+// recently used first), so readers that die cost nothing for long.
 //
 // Idle cost: one progress thread that sleeps in epoll on the UCX worker's
 // event fd, and a sweeper that wakes every `sweep_interval`.
@@ -201,9 +204,10 @@ class UcxServer {
     size_t slots = 0;
     absl::Time expires;
   };
-  // One range to send: `pages` keeps `data` mapped until it is sent.
+  // One range to send to peer `peer`: `pages` keeps `data` mapped until
+  // it is sent.
   struct PendingSend {
-    ucp_ep_h ep = nullptr;
+    uint64_t peer = 0;
     std::shared_ptr<const void> pages;
     const char* data = nullptr;
     uint64_t bytes = 0;
@@ -216,17 +220,24 @@ class UcxServer {
   // A write whose bytes are still arriving (rendezvous) into its shard.
   struct Receiving {
     std::shared_ptr<void> shard;  // keeps the destination alive
-    ucp_ep_h ep = nullptr;
+    uint64_t peer = 0;
     uint64_t request_id = 0;
     UcxServer* server = nullptr;
   };
   struct Reply {
-    ucp_ep_h ep;
+    uint64_t peer = 0;
     UcxCheckReply body;
   };
+  // A reader, by its peer id: the endpoint this worker made to it.
   struct Peer {
+    ucp_ep_h ep = nullptr;
     absl::Time last_use;
     uint64_t tick = 0;
+  };
+  // A hello to answer once the progress call returns.
+  struct Hello {
+    std::string address;
+    uint64_t request_id = 0;
   };
 
   UcxServer(UcxServerOptions options, ucp_context_h context, UcpWorker worker,
@@ -251,6 +262,10 @@ class UcxServer {
                                 size_t header_length, void* data,
                                 size_t length,
                                 const ucp_am_recv_param_t* param);
+  static ucs_status_t OnHello(void* arg, const void* header,
+                              size_t header_length, void* data, size_t length,
+                              const ucp_am_recv_param_t* param);
+  static void OnPeerFailure(void* arg, ucp_ep_h ep, ucs_status_t status);
   static void SendDone(void* request, ucs_status_t status, void* user_data);
   static void WriteDone(void* request, ucs_status_t status, size_t length,
                         void* user_data);
@@ -280,15 +295,21 @@ class UcxServer {
   void LetGo() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Progress thread only:
-  void Refuse(ucp_ep_h ep, uint64_t request_id, UcxCheckAnswer answer);
+  // The peer a request names, made most recently used; null (and the
+  // request answered kUnknownPeer on `param`'s reply endpoint, while the
+  // callback runs) when there is none.
+  Peer* Known(uint64_t peer, uint64_t request_id,
+              const ucp_am_recv_param_t* param);
+  // Queues an answer to `peer`.
+  void Refuse(uint64_t peer, uint64_t request_id, UcxCheckAnswer answer);
+  // Connects back to each reader that said hello, and answers it.
+  void Greet();
   void SendReplies();
   void PostSends();
-  // Notes a request from `ep` (keeping it, pushing out the least recently
-  // used past max_peers).
-  void Touch(ucp_ep_h ep);
   // Closes the endpoint to a reader, dropping what is queued for it.
-  void ClosePeer(ucp_ep_h ep);
-  void CloseIdlePeers();
+  void ClosePeer(uint64_t peer);
+  // Closes the peers marked (goodbyes, failures, pushed out) and the idle.
+  void ClosePeers();
   void FreeClosed();
 
   const UcxServerOptions options_;
@@ -326,11 +347,13 @@ class UcxServer {
   std::vector<Reply> replies_;
   std::deque<PendingSend> queued_;
   int sends_in_flight_ = 0;
-  absl::flat_hash_map<ucp_ep_h, Peer> peers_;
+  absl::flat_hash_map<uint64_t, Peer> peers_;
+  absl::flat_hash_map<ucp_ep_h, uint64_t> peer_of_;  // the same, by endpoint
   uint64_t peer_tick_ = 0;
+  std::vector<Hello> hellos_;
+  std::vector<uint64_t> to_close_;
   std::vector<void*> closing_;  // ucp_ep_close_nbx requests in progress
-  // A goodbye (or a peer pushed out) marked an endpoint to close.
-  bool goodbyes_ = false;
+  absl::Time last_close_ = absl::InfinitePast();
 
   std::atomic<int64_t> ranges_sent_{0};
   std::atomic<int64_t> ranges_staged_{0};

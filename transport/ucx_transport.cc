@@ -153,6 +153,7 @@ class UcxTransport::Lane {
     std::string ucx_address;  // the worker's UCX address
     ucp_ep_h ep = nullptr;
     ucs_status_t error = UCS_OK;  // set by the endpoint's error handler
+    uint64_t id = 0;              // what the worker calls this lane
     std::map<uint64_t, Key> keys;
     uint64_t last_use = 0;
     absl::Time used;
@@ -173,9 +174,14 @@ class UcxTransport::Lane {
         owner_(owner) {}
 
   ~Lane() {
+    if (broken()) return;
     while (!peers_.empty()) DropPeer(peers_.begin()->first);
     ucp_worker_destroy(worker_.worker);
   }
+
+  // Its UCX worker was destroyed after a peer stalled (Abandon): the lane
+  // is done.
+  bool broken() const { return worker_.worker == nullptr; }
 
   absl::Status SetHandler() {
     ucp_am_handler_param_t handler{};
@@ -188,6 +194,9 @@ class UcxTransport::Lane {
     const ucs_status_t s =
         ucp_worker_set_am_recv_handler(worker_.worker, &handler);
     if (s != UCS_OK) return UcxError("setting the UCX reply handler", s);
+    absl::StatusOr<std::string> address = UcpWorkerAddress(worker_.worker);
+    if (!address.ok()) return address.status();
+    address_ = *std::move(address);
     return absl::OkStatus();
   }
 
@@ -282,6 +291,15 @@ class UcxTransport::Lane {
                                        uint64_t registration, bool release);
   // The answer of request `request_id`, once it came.
   std::optional<UcxCheckAnswer> Answer(uint64_t request_id) const;
+  // Says hello on a new endpoint (ucx_common.h): the worker connects back
+  // and names this lane.
+  absl::Status Hello(Peer& peer);
+  // The worker closed its endpoint to this lane (idle): a link failure, so
+  // the caller starts afresh with a hello.
+  static absl::Status ForgottenError(const Peer& peer) {
+    return absl::UnavailableError(absl::StrCat(
+        "the worker at ", peer.address, " closed its UCX endpoint to us"));
+  }
   // A bounce buffer of `bytes`, reused across calls (not zeroed).
   BufferPool::Lease Buffer(size_t bytes) {
     return owner_->buffers_.Take(bytes);
@@ -292,7 +310,7 @@ class UcxTransport::Lane {
                               const ucp_am_recv_param_t* param);
   static void OnPeerError(void* arg, ucp_ep_h ep, ucs_status_t status);
 
-  const UcpWorker worker_;
+  UcpWorker worker_;
   const UcxTransportOptions& options_;
   ChannelCache* const channels_;
   UcxTransport* const owner_;
@@ -301,7 +319,8 @@ class UcxTransport::Lane {
   absl::Time deadline_ = absl::InfiniteFuture();  // of the current call
   uint64_t next_request_ = 0;
   // Requests awaiting an answer, and the answers that came (by request id).
-  std::map<uint64_t, std::optional<uint32_t>> awaited_;
+  std::map<uint64_t, std::optional<UcxCheckReply>> awaited_;
+  std::string address_;  // this lane's own UCX address, for hellos
 };
 
 ucs_status_t UcxTransport::Lane::OnReply(void* arg, const void* header,
@@ -315,7 +334,7 @@ ucs_status_t UcxTransport::Lane::OnReply(void* arg, const void* header,
   // Late answers to requests given up on are dropped.
   auto it = lane->awaited_.find(reply.request_id);
   if (it == lane->awaited_.end() || it->second.has_value()) return UCS_OK;
-  it->second = reply.answer;
+  it->second = reply;
   return UCS_OK;
 }
 
@@ -324,9 +343,9 @@ std::optional<UcxCheckAnswer> UcxTransport::Lane::Answer(
   auto it = awaited_.find(request_id);
   if (it == awaited_.end() || !it->second.has_value()) return std::nullopt;
   // An answer this reader does not know is a refusal.
-  return *it->second > kUcxLastAnswer
+  return it->second->answer > kUcxLastAnswer
              ? UcxCheckAnswer::kRefused
-             : static_cast<UcxCheckAnswer>(*it->second);
+             : static_cast<UcxCheckAnswer>(it->second->answer);
 }
 
 void UcxTransport::Lane::OnPeerError(void* arg, ucp_ep_h, ucs_status_t status) {
@@ -430,6 +449,7 @@ absl::Status UcxTransport::Lane::ReceiveBatch(Peer& peer,
   const absl::Time busy_since = absl::Now();
   for (;;) {
     UcxSendRequest request;
+    request.peer = peer.id;
     request.request_id = next_request_ + 1;
     next_request_ += ranges.size();
     request.shard_id = shard_id;
@@ -506,6 +526,8 @@ absl::Status UcxTransport::Lane::ReceiveBatch(Peer& peer,
               "shard ", shard_id, " is not held by this worker (freed)"));
         case UcxCheckAnswer::kStale:
           return absl::AbortedError("the worker withdrew the key");
+        case UcxCheckAnswer::kUnknownPeer:
+          return ForgottenError(peer);
         case UcxCheckAnswer::kBusy:
           if (absl::Now() - busy_since >= options_.stall_timeout ||
               absl::Now() >= deadline_) {
@@ -782,6 +804,7 @@ absl::StatusOr<UcxCheckAnswer> UcxTransport::Lane::Check(Peer& peer,
                                                          uint64_t registration,
                                                          bool release) {
   UcxCheckRequest request;
+  request.peer = peer.id;
   request.request_id = ++next_request_;
   request.shard_id = shard_id;
   request.registration = registration;
@@ -820,6 +843,8 @@ absl::Status UcxTransport::Lane::StillHeld(Peer& peer, uint64_t shard_id,
           "shard ", shard_id, " is not held by this worker (freed)"));
     case UcxCheckAnswer::kStale:
       return absl::AbortedError("the worker withdrew the key");
+    case UcxCheckAnswer::kUnknownPeer:
+      return ForgottenError(peer);
     default:
       return absl::InternalError(
           absl::StrCat("worker at ", peer.address, " answered a check with ",
@@ -828,10 +853,18 @@ absl::Status UcxTransport::Lane::StillHeld(Peer& peer, uint64_t shard_id,
 }
 
 void UcxTransport::Lane::Abandon(const std::string& address, Ops& ops) {
+  if (broken()) return;  // nothing of it is in flight
   DropPeer(std::string(address));
   const absl::Time until = absl::Now() + absl::Seconds(1);
   while (ops.pending > 0 && absl::Now() < until) {
     ucp_worker_progress(worker_.worker);
+  }
+  if (ops.pending > 0) {
+    // Without peer-failure handling UCX cannot cancel sends to a peer that
+    // stalled: destroying the worker purges them now, while `ops` lives.
+    while (!peers_.empty()) peers_.erase(peers_.begin());
+    ucp_worker_destroy(worker_.worker);
+    worker_.worker = nullptr;
   }
 }
 
@@ -860,6 +893,10 @@ absl::StatusOr<DescribedKey> UcxTransport::Lane::Describe(
 
 absl::StatusOr<UcxTransport::Lane::Peer*> UcxTransport::Lane::Connect(
     const std::string& address, const std::string& ucx_address) {
+  if (broken()) {
+    return absl::UnavailableError(
+        "this lane's UCX worker was torn down after a peer stalled");
+  }
   DropPeer(address);
   if (peers_.size() >= options_.max_peers) {
     auto oldest = peers_.begin();
@@ -876,8 +913,6 @@ absl::StatusOr<UcxTransport::Lane::Peer*> UcxTransport::Lane::Connect(
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
                       UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  // Without peer-failure handling UCX may use shared memory and CMA on one
-  // host; a dead peer then shows as a stall (stall_timeout).
   params.address =
       reinterpret_cast<const ucp_address_t*>(peer->ucx_address.data());
   params.err_mode = options_.detect_peer_failure ? UCP_ERR_HANDLING_MODE_PEER
@@ -896,7 +931,60 @@ absl::StatusOr<UcxTransport::Lane::Peer*> UcxTransport::Lane::Connect(
   }
   Peer* raw = peer.get();
   peers_[address] = std::move(peer);
+  if (absl::Status hello = Hello(*raw); !hello.ok()) {
+    DropPeer(address);
+    // The worker answered gRPC but not UCX: another transport can reach it.
+    owner_->MarkNoUcx(address);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "UCX cannot reach the worker at ", address, ": ", hello.message()));
+  }
   return raw;
+}
+
+absl::Status UcxTransport::Lane::Hello(Peer& peer) {
+  UcxHello hello;
+  hello.request_id = ++next_request_;
+  Ops ops;
+  awaited_[hello.request_id];
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                       UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  param.cb.send = &OpDone;
+  param.user_data = &ops;
+  param.flags = UCP_AM_SEND_FLAG_REPLY;  // the worker pairs its endpoint
+  ucs_status_ptr_t sent =
+      ucp_am_send_nbx(peer.ep, kUcxHelloAm, &hello, sizeof(hello),
+                      address_.data(), address_.size(), &param);
+  absl::Status status;
+  if (UCS_PTR_IS_ERR(sent)) {
+    status = UcxError(absl::StrCat("UCX hello to ", peer.address),
+                      UCS_PTR_STATUS(sent));
+  } else {
+    if (sent != nullptr) ++ops.pending;
+    status = Wait(
+        [&] {
+          return ops.pending == 0 && Answer(hello.request_id).has_value();
+        },
+        peer, &ops.completed);
+  }
+  const std::optional<UcxCheckReply> reply =
+      awaited_[hello.request_id];
+  awaited_.erase(hello.request_id);
+  if (!status.ok()) {
+    Abandon(peer.address, ops);
+    return status;
+  }
+  if (ops.error != UCS_OK) {
+    return UcxError(absl::StrCat("UCX hello to ", peer.address), ops.error);
+  }
+  if (!reply.has_value() ||
+      reply->answer != static_cast<uint32_t>(UcxCheckAnswer::kHeld) ||
+      reply->peer == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("the worker at ", peer.address, " refused our hello"));
+  }
+  peer.id = reply->peer;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<UcxTransport::Lane::Peer*> UcxTransport::Lane::PeerFor(
@@ -918,39 +1006,36 @@ void UcxTransport::Lane::DropPeer(const std::string& address) {
   auto it = peers_.find(address);
   if (it == peers_.end()) return;
   Peer& peer = *it->second;
-  bool forced = peer.error != UCS_OK;
-  if (!forced) {
+  if (broken()) {
+    peers_.erase(it);
+    return;
+  }
+  if (peer.error == UCS_OK) {
     // Goodbye: the worker closes its endpoint back to us, and what it maps
-    // of this process with it.
-    static const UcxGoodbye goodbye;
-    Ops ops;
+    // of this process with it. Waited for briefly: a forced close drops
+    // what is not sent.
+    UcxGoodbye goodbye;
+    goodbye.peer = peer.id;
     ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                         UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-    param.cb.send = &OpDone;
-    param.user_data = &ops;
-    param.flags = UCP_AM_SEND_FLAG_REPLY;
     ucs_status_ptr_t sent = ucp_am_send_nbx(peer.ep, kUcxGoodbyeAm, &goodbye,
                                             sizeof(goodbye), nullptr, 0, &param);
-    if (UCS_PTR_IS_ERR(sent)) {
-      forced = true;
-    } else if (sent != nullptr) {
-      ++ops.pending;
+    if (UCS_PTR_IS_PTR(sent)) {
       const absl::Time until = absl::Now() + absl::Milliseconds(200);
-      while (ops.pending > 0 && absl::Now() < until) {
+      while (ucp_request_check_status(sent) == UCS_INPROGRESS &&
+             absl::Now() < until) {
         ucp_worker_progress(worker_.worker);
       }
-      if (ops.pending > 0) {
-        ucp_request_cancel(worker_.worker, sent);
-        forced = true;
-        while (ops.pending > 0) ucp_worker_progress(worker_.worker);
-      }
+      ucp_request_free(sent);  // released by UCX once done
     }
   }
-  // A sound link is flushed, so the goodbye is delivered first.
+  // Forced: UCX destroys an endpoint its peer connected to only then (and
+  // allows it only with peer-failure handling); otherwise flushed, and the
+  // endpoint lives on until this lane's worker goes.
   ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  param.flags = forced ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  if (options_.detect_peer_failure) {
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  }
   ucs_status_ptr_t request = ucp_ep_close_nbx(peer.ep, &param);
   if (UCS_PTR_IS_PTR(request)) {
     const absl::Time until = absl::Now() + absl::Seconds(1);
@@ -958,9 +1043,7 @@ void UcxTransport::Lane::DropPeer(const std::string& address) {
            absl::Now() < until) {
       ucp_worker_progress(worker_.worker);
     }
-    if (ucp_request_check_status(request) == UCS_INPROGRESS) {
-      ucp_request_cancel(worker_.worker, request);
-    }
+    // Released by UCX once done, if it is not yet.
     ucp_request_free(request);
   }
   peers_.erase(it);
@@ -1204,6 +1287,8 @@ absl::Status UcxTransport::Lane::Write(const RemoteShard& shard,
               "shard ", at.shard_id, " is not held by this worker (freed)"));
         case UcxCheckAnswer::kStale:
           return absl::AbortedError("the worker withdrew the write key");
+        case UcxCheckAnswer::kUnknownPeer:
+          return ForgottenError(peer);
         default:
           return absl::InternalError(absl::StrCat(
               "the worker refused a write of shard ", at.shard_id));
@@ -1218,6 +1303,7 @@ absl::Status UcxTransport::Lane::Write(const RemoteShard& shard,
           settle(static_cast<size_t>(options_.max_in_flight - 1)));
       const int64_t n = std::min(bytes - done, options_.max_write_bytes);
       Piece& piece = pieces.emplace_back();
+      piece.header.peer = peer.id;
       piece.header.request_id = ++next_request_;
       piece.header.shard_id = at.shard_id;
       piece.header.registration = described->registration;
@@ -1323,12 +1409,11 @@ absl::Status UcxTransport::EnsureStarted() {
         "transports");
     return start_status_;
   }
+  // On a trusted fabric the workers connect back to this reader on its
+  // network devices (UCX_NET_DEVICES may narrow them).
   UcxReach reach;
   reach.trusted_fabric =
       options_.trusted_fabric || TrustedFabricByEnvironment();
-  // A reader needs no network device beyond loopback unless the operator
-  // names its devices (UCX_NET_DEVICES).
-  reach.loopback_only = true;
   absl::StatusOr<ucp_context_h> context = MakeUcpContext("tessera", reach);
   if (!context.ok()) {
     start_status_ = absl::FailedPreconditionError(absl::StrCat(
@@ -1400,6 +1485,12 @@ UcxTransport::AcquireLane() {
 }
 
 void UcxTransport::ReleaseLane(std::unique_ptr<Lane> lane) {
+  if (lane->broken()) {
+    lane.reset();
+    absl::MutexLock lock(&mu_);
+    --lanes_made_;
+    return;
+  }
   lane->DropIdlePeers();
   absl::MutexLock lock(&mu_);
   idle_.push_back(std::move(lane));

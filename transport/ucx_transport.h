@@ -74,8 +74,7 @@ struct UcxTransportOptions {
   absl::Duration stall_timeout = absl::Seconds(30);
   // Who this process's UCX may reach (ucx_common.h): the network only on a
   // trusted fabric (or TESSERA_TRUSTED_FABRIC in the environment); this
-  // host's same-user shared memory otherwise. A reader listens on the
-  // loopback device alone unless UCX_NET_DEVICES names others.
+  // host's same-user shared memory otherwise.
   bool trusted_fabric = false;
   // Most lanes (threads moving bytes at once); more calls wait for one.
   int max_lanes = 16;
@@ -108,11 +107,11 @@ struct UcxTransportOptions {
   // Whole rows may be at most this many times the box's bytes (else
   // FAILED_PRECONDITION: the worker's own gather over gRPC is better).
   int64_t max_stage_inflation = 16;
-  // Ask UCX to report a failed peer (UCP_ERR_HANDLING_MODE_PEER). UCX 1.13
-  // then leaves out transports that cannot detect one, shared memory and
-  // CMA among them, so on one host nothing is left. Off: a dead peer shows
-  // as a stall.
-  bool detect_peer_failure = false;
+  // Endpoints with peer-failure handling (UCP_ERR_HANDLING_MODE_PEER): a
+  // dead worker fails the call at once rather than by stall_timeout, and
+  // both ends can close the endpoint for good (UCX keeps an endpoint
+  // without it, and what it maps of the peer, until its worker goes).
+  bool detect_peer_failure = true;
   // A worker that offers no UCX is not asked again for this long.
   absl::Duration no_ucx_ttl = absl::Seconds(10);
 };

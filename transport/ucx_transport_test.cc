@@ -394,3 +394,37 @@ TEST(UcxTransportTest, ForcedUcxNamesTheTransportAndWorkerItCannotReach) {
 }  // namespace
 }  // namespace testing
 }  // namespace tessera
+
+namespace tessera {
+namespace testing {
+namespace {
+
+// UCX that cannot make a worker here (the host's shared memory is
+// exhausted, or its configuration is wrong) is a transport that cannot
+// run: the chain falls back to gRPC and counts it, instead of failing the
+// read.
+TEST(UcxTransportStartTest, AWorkerThatCannotStartFallsBackToGrpc) {
+  LocalWorker worker(/*ucx=*/true);  // its UCX starts before the damage
+  ASSERT_THAT(worker.Allocate(1, {1000}, DType::kInt32), IsOk());
+  // An invalid FIFO size makes every new UCX worker of this process fail.
+  ASSERT_EQ(setenv("UCX_MM_FIFO_SIZE", "1", 1), 0);
+  ChannelCache channels;
+  DataPlaneOptions options;
+  options.timeout = kTimeout;
+  options.shared_memory = false;
+  auto chain = TransportChain::Make(&channels, options);
+  std::vector<char> out(4000);
+  absl::Status read =
+      chain->Read(worker.At(1, {1000}, DType::kInt32), WholeBox({1000}),
+                  ReadTarget::HostArray(out.data(), {1000}, {0}));
+  unsetenv("UCX_MM_FIFO_SIZE");
+  ASSERT_THAT(read, IsOk());
+  EXPECT_TRUE(std::string(out.data(), out.size()) == worker.Bytes(1));
+  const DataPlaneStats stats = chain->Stats();
+  EXPECT_EQ(stats.bytes.at("grpc"), 4000);
+  EXPECT_EQ(stats.fallbacks.at("ucx"), 1);
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace tessera
