@@ -134,7 +134,10 @@ absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
   });
   if (!status.ok()) {
     for (const std::optional<TensorMetadata>& meta : made) {
-      if (meta.has_value()) client.Delete(meta->name).IgnoreError();
+      // This import's tensors only, never later ones of their names.
+      if (meta.has_value()) {
+        client.Delete(meta->name, meta->incarnation).IgnoreError();
+      }
     }
     return status;
   }

@@ -252,8 +252,12 @@ absl::StatusOr<TensorMetadata> Client::CreateInternal(
         return connection_->coordinator()->CreateTensor(context, request,
                                                         &response);
       }));
-  return WithCapabilities(TensorMetadataFromProto(response.tensor()),
-                          response.capabilities());
+  TESSERA_ASSIGN_OR_RETURN(
+      TensorMetadata meta,
+      WithCapabilities(TensorMetadataFromProto(response.tensor()),
+                       response.capabilities()));
+  meta.change = response.change_id();
+  return meta;
 }
 
 absl::StatusOr<TensorMetadata> Client::Create(const std::string& name,
@@ -272,19 +276,22 @@ absl::StatusOr<TensorMetadata> Client::Put(const std::string& name,
       CreateInternal(name, shape, dtype, spec, InitSpec{}, /*pending=*/true));
   absl::Status status = ScatterTensor(*connection_, meta, data);
   if (status.ok()) {
-    status = CommitVersion(name, meta.version, /*abandon=*/false);
+    status = CommitVersion(name, meta.version, meta.change, /*abandon=*/false);
     if (status.ok()) return meta;
   }
-  // Leave nothing half-made behind.
-  Delete(name).IgnoreError();
+  // Leave nothing half-made behind: this put's shards, never a tensor of
+  // the name another client made meanwhile.
+  CommitVersion(name, meta.version, meta.change, /*abandon=*/true)
+      .IgnoreError();
   return status;
 }
 
 absl::Status Client::CommitVersion(const std::string& name, uint64_t version,
-                                   bool abandon) {
+                                   uint64_t change, bool abandon) {
   v1::CommitTensorRequest request;
   request.set_name(name);
   request.set_version(version);
+  request.set_change_id(change);
   request.set_abandon(abandon);
   v1::CommitTensorResponse response;
   return Call(ControlCall(*connection_, /*idempotent=*/false),
@@ -347,10 +354,11 @@ absl::StatusOr<std::vector<TensorInfo>> Client::List() {
   return out;
 }
 
-absl::Status Client::Delete(const std::string& name) {
+absl::Status Client::Delete(const std::string& name, uint64_t incarnation) {
   ForgetMetadata(name);
   v1::DeleteTensorRequest request;
   request.set_name(name);
+  request.set_incarnation(incarnation);
   v1::DeleteTensorResponse response;
   return Call(ControlCall(*connection_, /*idempotent=*/false),
               [&](grpc::ClientContext* context) {
@@ -612,15 +620,17 @@ absl::StatusOr<UpdateStats> Client::Update(const std::string& name,
       TensorMetadata next,
       WithCapabilities(TensorMetadataFromProto(response.tensor()),
                        response.capabilities()));
+  next.change = response.change_id();
   UpdateStats stats;
   stats.version = next.version;
   stats.shards_kept = response.shards_kept();
   absl::Status status =
       ScatterUpdate(*connection_, next, region, data, &stats.bytes_written);
-  if (status.ok()) status = CommitVersion(name, next.version, false);
+  if (status.ok()) status = CommitVersion(name, next.version, next.change, false);
   if (!status.ok()) {
     // Leave nothing half-made: version N stays, N+1's new shards go.
-    CommitVersion(name, next.version, /*abandon=*/true).IgnoreError();
+    CommitVersion(name, next.version, next.change, /*abandon=*/true)
+        .IgnoreError();
     return status;
   }
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);

@@ -113,7 +113,9 @@ class Client {
 
   absl::StatusOr<TensorMetadata> Describe(const std::string& name);
   absl::StatusOr<std::vector<TensorInfo>> List();
-  absl::Status Delete(const std::string& name);
+  // Deletes the tensor; with `incarnation` (TensorMetadata::incarnation),
+  // only that tensor, never a later one of its name (NOT_FOUND then).
+  absl::Status Delete(const std::string& name, uint64_t incarnation = 0);
 
   // Gathers the whole tensor, or `region` of it (tensor coordinates).
   absl::StatusOr<HostArray> Get(
@@ -196,10 +198,10 @@ class Client {
   absl::StatusOr<TensorMetadata> DescribeInternal(const std::string& name,
                                                   bool lease);
   void ReleaseRead(const std::string& name, uint64_t version);
-  // Commits version `version` of a put or an update, or abandons the
-  // update.
+  // Commits the put or update `change` (its reply's change id) that made
+  // version `version`, or abandons it: never another client's.
   absl::Status CommitVersion(const std::string& name, uint64_t version,
-                             bool abandon);
+                             uint64_t change, bool abandon);
   absl::StatusOr<TensorMetadata> CreateInternal(const std::string& name,
                                                 const Shape& shape, DType dtype,
                                                 const LayoutSpec& spec,

@@ -107,11 +107,14 @@ std::string ClusterAuthority::Order(absl::string_view worker) const {
 
 std::string ClusterAuthority::Grant(absl::string_view worker,
                                     absl::string_view tensor, uint64_t version,
-                                    uint32_t rights) const {
+                                    uint64_t incarnation, uint32_t rights,
+                                    uint64_t change) const {
   Capability grant;
   grant.worker = std::string(worker);
   grant.tensor = std::string(tensor);
   grant.version = version;
+  grant.incarnation = incarnation;
+  grant.change = (rights & kRightWrite) != 0 ? change : 0;
   grant.rights = rights;
   grant.expires_ms = absl::ToUnixMillis(clock_() + kCapabilityLifetime);
   return MintCapability(grant, WorkerKey(worker));
@@ -122,7 +125,8 @@ std::map<std::string, std::string> ClusterAuthority::GrantTensor(
   std::map<std::string, std::string> grants;
   for (const ShardInfo& shard : meta.shards) {
     if (grants.count(shard.worker) != 0) continue;
-    grants[shard.worker] = Grant(shard.worker, meta.name, meta.version, rights);
+    grants[shard.worker] = Grant(shard.worker, meta.name, meta.version,
+                                 meta.incarnation, rights, meta.change);
   }
   return grants;
 }

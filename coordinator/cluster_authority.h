@@ -49,10 +49,13 @@ class ClusterAuthority {
   std::string WorkerKey(absl::string_view worker) const;
   // An order (allocate, free, transfer) for `worker`.
   std::string Order(absl::string_view worker) const;
-  // `rights` on `tensor` version `version` at `worker`.
+  // `rights` on `tensor` (incarnation `incarnation`) version `version` at
+  // `worker`; a write grant names its put or update `change`.
   std::string Grant(absl::string_view worker, absl::string_view tensor,
-                    uint64_t version, uint32_t rights) const;
-  // One grant per worker holding a shard of `meta`.
+                    uint64_t version, uint64_t incarnation, uint32_t rights,
+                    uint64_t change = 0) const;
+  // One grant per worker holding a shard of `meta` (a write grant names
+  // meta.change).
   std::map<std::string, std::string> GrantTensor(const TensorMetadata& meta,
                                                  uint32_t rights) const;
 

@@ -148,8 +148,9 @@ absl::StatusOr<std::shared_ptr<const TensorMetadata>> Coordinator::CreateTensor(
 
 absl::Status Coordinator::CommitTensor(const std::string& name,
                                        uint64_t version,
-                                       const std::string& principal) {
-  return orchestrator_.Commit(name, version, principal);
+                                       const std::string& principal,
+                                       uint64_t change) {
+  return orchestrator_.Commit(name, version, principal, change);
 }
 
 absl::StatusOr<TensorMetadata> Coordinator::GetTensor(
@@ -172,12 +173,18 @@ void Coordinator::ReleaseRead(const std::string& name, uint64_t version) {
   table_.ReleaseRead(name, version);
 }
 
-std::vector<TensorSummary> Coordinator::ListTensors() const {
-  return table_.List();
+std::vector<TensorSummary> Coordinator::ListTensors(bool all) const {
+  return table_.List(all);
 }
 
-absl::Status Coordinator::DeleteTensor(const std::string& name) {
-  return orchestrator_.Delete(name);
+std::string Coordinator::PendingNote(const std::string& name) const {
+  return table_.PendingNote(name);
+}
+
+absl::Status Coordinator::DeleteTensor(const std::string& name,
+                                       const std::string& principal,
+                                       bool admin, uint64_t incarnation) {
+  return orchestrator_.Delete(name, principal, admin, incarnation);
 }
 
 absl::StatusOr<ReshardResult> Coordinator::ReshardTensor(
@@ -190,10 +197,10 @@ absl::StatusOr<StagedUpdate> Coordinator::UpdateTensor(const UpdateArgs& args) {
   return orchestrator_.BeginUpdate(args);
 }
 
-absl::Status Coordinator::AbandonUpdate(const std::string& name,
-                                        uint64_t version,
-                                        const std::string& principal) {
-  return orchestrator_.AbandonUpdate(name, version, principal);
+absl::Status Coordinator::Abandon(const std::string& name, uint64_t version,
+                                  const std::string& principal,
+                                  uint64_t change) {
+  return orchestrator_.Abandon(name, version, principal, change);
 }
 
 }  // namespace tessera

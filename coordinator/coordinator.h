@@ -136,19 +136,29 @@ class Coordinator {
   // (immutable) metadata itself, not a copy: it can hold very many shards.
   absl::StatusOr<std::shared_ptr<const TensorMetadata>> CreateTensor(
       const CreateTensorArgs& args);
-  // Makes a pending tensor visible once its record is durable.
-  // Only the principal that created it may (empty: no tokens).
+  // Commits the put (or update) `change` of `name` at `version`: seals
+  // the shards it wrote on their workers, then makes it visible once its
+  // record is durable. Only the principal that began it may (empty: no
+  // tokens); `change` must be the one its reply named (TensorTable
+  // BeginCommit).
   absl::Status CommitTensor(const std::string& name, uint64_t version,
-                            const std::string& principal = "");
+                            const std::string& principal, uint64_t change);
   // Current metadata, with each shard's worker address and availability.
   absl::StatusOr<TensorMetadata> GetTensor(const std::string& name) const;
   // The same, leasing the version for a read (TensorTable "Read leases"):
   // it stays until ReleaseRead or retire_grace, even once replaced.
   absl::StatusOr<TensorMetadata> GetTensorForRead(const std::string& name);
   void ReleaseRead(const std::string& name, uint64_t version);
-  std::vector<TensorSummary> ListTensors() const;
-  // Removes the tensor (visible or pending) and frees its shards.
-  absl::Status DeleteTensor(const std::string& name);
+  // The ready tensors; with `all`, pending puts too and what is pending.
+  std::vector<TensorSummary> ListTensors(bool all = false) const;
+  // What change of `name` is pending, in words ("" when none).
+  std::string PendingNote(const std::string& name) const;
+  // Removes the tensor (visible or pending) and frees its shards. Not
+  // another principal's pending put unless `admin`; not a later tensor of
+  // the name when `incarnation` (0: any) is not its.
+  absl::Status DeleteTensor(const std::string& name,
+                            const std::string& principal = "",
+                            bool admin = true, uint64_t incarnation = 0);
 
   // Moves a tensor to a new layout as version N+1: allocates the new shards,
   // has destination workers pull their pieces from the source workers (in
@@ -169,8 +179,10 @@ class Coordinator {
   // time: ABORTED while another runs or when expected_version is not
   // current. The reply's shards carry today's worker addresses.
   absl::StatusOr<StagedUpdate> UpdateTensor(const UpdateArgs& args);
-  absl::Status AbandonUpdate(const std::string& name, uint64_t version,
-                             const std::string& principal = "");
+  // Gives up the pending put or staged update `change` of `name` at
+  // `version` and frees its new shards.
+  absl::Status Abandon(const std::string& name, uint64_t version,
+                       const std::string& principal, uint64_t change);
 
  private:
   // Frees retired versions and abandoned puts; runs on retire_thread_.

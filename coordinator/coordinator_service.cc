@@ -260,6 +260,7 @@ grpc::Status CoordinatorService::CreateTensor(
   if (!meta.ok()) return ToGrpcStatus(meta.status());
   TensorMetadataToProto(**meta, response->mutable_tensor(),
                         EncodingFor(request->packed_reply()));
+  response->set_change_id((*meta)->change);
   // A put's client writes its shards once; everyone reads.
   AddGrants(**meta,
             request->pending() ? (kRightRead | kRightWrite) : kRightRead,
@@ -287,11 +288,14 @@ grpc::Status CoordinatorService::CommitTensor(
   absl::StatusOr<Principal> principal = Admit(context, "CommitTensor");
   if (!principal.ok()) return ToGrpcStatus(principal.status());
   if (request->abandon()) {
-    return ToGrpcStatus(coordinator_->AbandonUpdate(
-        request->name(), request->version(), principal->name));
+    return ToGrpcStatus(coordinator_->Abandon(request->name(),
+                                              request->version(),
+                                              principal->name,
+                                              request->change_id()));
   }
   return ToGrpcStatus(coordinator_->CommitTensor(
-      request->name(), request->version(), principal->name));
+      request->name(), request->version(), principal->name,
+      request->change_id()));
 }
 
 grpc::Status CoordinatorService::GetTensor(grpc::ServerContext* context,
@@ -310,6 +314,7 @@ grpc::Status CoordinatorService::GetTensor(grpc::ServerContext* context,
   }
   TensorMetadataToProto(*meta, response->mutable_tensor(),
                         EncodingFor(request->packed_reply()));
+  response->set_pending(coordinator_->PendingNote(request->name()));
   AddGrants(*meta, kRightRead, response->mutable_capabilities());
   releaser_.AfterReplyOf(meta->shards.size());
   if (absl::Status size = CheckReplySize(
@@ -336,18 +341,25 @@ grpc::Status CoordinatorService::ReleaseRead(
 }
 
 grpc::Status CoordinatorService::ListTensors(
-    grpc::ServerContext* context, const v1::ListTensorsRequest*,
+    grpc::ServerContext* context, const v1::ListTensorsRequest* request,
     v1::ListTensorsResponse* response) {
   if (absl::StatusOr<Principal> p = Admit(context, "ListTensors"); !p.ok()) {
     return ToGrpcStatus(p.status());
   }
-  for (const TensorSummary& t : coordinator_->ListTensors()) {
+  for (const TensorSummary& t : coordinator_->ListTensors(request->all())) {
     v1::TensorSummary* out = response->add_tensors();
     out->set_name(t.name);
     out->mutable_shape()->Assign(t.shape.begin(), t.shape.end());
     out->set_dtype(DTypeToProto(t.dtype));
     out->set_version(t.version);
     out->set_num_shards(t.num_shards);
+    if (t.pending != TensorSummary::Pending::kNone) {
+      out->set_pending(t.pending == TensorSummary::Pending::kPut ? "put"
+                                                                 : "update");
+      out->set_pending_version(t.pending_version);
+      out->set_pending_owner(t.pending_owner);
+      out->set_pending_since_ms(absl::ToUnixMillis(t.pending_since));
+    }
   }
   return grpc::Status::OK;
 }
@@ -355,10 +367,11 @@ grpc::Status CoordinatorService::ListTensors(
 grpc::Status CoordinatorService::DeleteTensor(
     grpc::ServerContext* context, const v1::DeleteTensorRequest* request,
     v1::DeleteTensorResponse*) {
-  if (absl::StatusOr<Principal> p = Admit(context, "DeleteTensor"); !p.ok()) {
-    return ToGrpcStatus(p.status());
-  }
-  return ToGrpcStatus(coordinator_->DeleteTensor(request->name()));
+  absl::StatusOr<Principal> principal = Admit(context, "DeleteTensor");
+  if (!principal.ok()) return ToGrpcStatus(principal.status());
+  return ToGrpcStatus(coordinator_->DeleteTensor(
+      request->name(), principal->name, principal->role == Role::kAdmin,
+      request->incarnation()));
 }
 
 grpc::Status CoordinatorService::ReshardTensor(
@@ -417,6 +430,7 @@ grpc::Status CoordinatorService::UpdateTensor(
   AddGrants(*staged->meta, kRightRead | kRightWrite,
             response->mutable_capabilities());
   response->set_shards_kept(staged->shards_kept);
+  response->set_change_id(staged->meta->change);
   releaser_.AfterReplyOf(staged->meta->shards.size());
   if (absl::Status size = CheckReplySize(
           *response,
@@ -427,7 +441,8 @@ grpc::Status CoordinatorService::UpdateTensor(
       !size.ok()) {
     response->Clear();
     coordinator_
-        ->AbandonUpdate(request->name(), staged->meta->version, principal->name)
+        ->Abandon(request->name(), staged->meta->version, principal->name,
+                  staged->meta->change)
         .IgnoreError();
     return ToGrpcStatus(size);
   }

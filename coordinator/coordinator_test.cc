@@ -74,6 +74,10 @@ class Life {
                                  const std::vector<uint64_t>& ids) override {
       return inner_->Free(a, ids);
     }
+    absl::Status Seal(const WorkerRef& a,
+                      const std::vector<uint64_t>& ids) override {
+      return inner_->Seal(a, ids);
+    }
     void Reset(const std::string& a) override { inner_->Reset(a); }
     absl::Status Transfer(const TransferBatch& b) override {
       return inner_->Transfer(b);
@@ -151,8 +155,9 @@ TEST(CoordinatorTest, EverySnapshotIntervalKeepsEveryChangeAcrossRestarts) {
       ASSERT_OK(life->ReshardTensor("b", ChunkOver({1}), 1));
       CreateTensorArgs put = Args("p");
       put.pending = true;
-      ASSERT_OK(life->CreateTensor(put));
-      ASSERT_OK(life->CommitTensor("p", 1));
+      auto made = life->CreateTensor(put);
+      ASSERT_OK(made);
+      ASSERT_OK(life->CommitTensor("p", 1, "", (*made)->change));
       ASSERT_OK(life->DeleteTensor("c"));
     }
     std::vector<uint64_t> ids_before;

@@ -114,8 +114,32 @@ absl::StatusOr<int64_t> FakeWorkerControl::Free(
     if (shard == (*worker)->shards.end()) continue;
     (*worker)->bytes_used -= shard->second;
     (*worker)->shards.erase(shard);
+    (*worker)->sealed.erase(id);
   }
   return (*worker)->bytes_used;
+}
+
+absl::Status FakeWorkerControl::Seal(const WorkerRef& ref,
+                                     const std::vector<uint64_t>& shard_ids) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(ref.address);
+  if (it != workers_.end()) ++it->second.counts.seal;
+  absl::StatusOr<Worker*> worker = Reach(ref.address);
+  if (!worker.ok()) return worker.status();
+  for (uint64_t id : shard_ids) {
+    if ((*worker)->shards.count(id) == 0) {
+      return absl::NotFoundError(absl::StrCat("shard ", id, " is not held"));
+    }
+  }
+  for (uint64_t id : shard_ids) (*worker)->sealed.insert(id);
+  return absl::OkStatus();
+}
+
+bool FakeWorkerControl::Sealed(const std::string& address,
+                               uint64_t shard_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(address);
+  return it != workers_.end() && it->second.sealed.count(shard_id) != 0;
 }
 
 void FakeWorkerControl::Reset(const std::string& address) {

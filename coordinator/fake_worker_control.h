@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +26,7 @@ class FakeWorkerControl : public WorkerControl {
   struct Counts {
     int allocate = 0;
     int free = 0;
+    int seal = 0;
     int reset = 0;
     int transfer = 0;  // Transfers whose destination is this worker
     int exchange_id = 0;
@@ -57,6 +59,14 @@ class FakeWorkerControl : public WorkerControl {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<int64_t> Free(const WorkerRef& worker,
                                const std::vector<uint64_t>& shard_ids) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Checks that the worker holds every shard (NOT_FOUND) and marks them
+  // sealed.
+  absl::Status Seal(const WorkerRef& worker,
+                    const std::vector<uint64_t>& shard_ids) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether the worker sealed shard `shard_id`.
+  bool Sealed(const std::string& address, uint64_t shard_id) const
       ABSL_LOCKS_EXCLUDED(mu_);
   void Reset(const std::string& address) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Transfer(const TransferBatch& batch) override
@@ -91,6 +101,7 @@ class FakeWorkerControl : public WorkerControl {
  private:
   struct Worker {
     std::map<uint64_t, int64_t> shards;  // id -> bytes
+    std::set<uint64_t> sealed;
     int64_t bytes_used = 0;
     absl::Status fail_next;
     Counts counts;

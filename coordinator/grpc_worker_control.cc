@@ -31,6 +31,8 @@ v1::AllocateShardsRequest AllocateRequestFor(const AllocateBatch& batch) {
   request.set_tensor(batch.tensor);
   request.set_version(batch.version);
   request.set_writable(batch.writable);
+  request.set_incarnation(batch.incarnation);
+  request.set_change(batch.change);
   request.set_filled_by_copies(batch.filled_by_copies);
   request.set_dtype(DTypeToProto(batch.dtype));
   request.mutable_tensor_shape()->Assign(batch.tensor_shape.begin(),
@@ -74,12 +76,26 @@ absl::StatusOr<int64_t> GrpcWorkerControl::Free(
   return response.bytes_used();
 }
 
+absl::Status GrpcWorkerControl::Seal(const WorkerRef& worker,
+                                     const std::vector<uint64_t>& shard_ids) {
+  v1::SealShardsRequest request;
+  request.mutable_shard_ids()->Assign(shard_ids.begin(), shard_ids.end());
+  v1::SealShardsResponse response;
+  auto stub = v1::Worker::NewStub(channels_.Get(worker.address));
+  return Call(WorkerCall(worker.address, options_.free_timeout),
+              [&](grpc::ClientContext* context) {
+                SignOrder(context, worker.name);
+                return stub->SealShards(context, request, &response);
+              });
+}
+
 absl::Status GrpcWorkerControl::Transfer(const TransferBatch& batch) {
   v1::TransferRequest request;
   TransferBatchToProto(batch, &request);
   // The destination reads the pieces from the source with this.
   request.set_src_capability(authority_->Grant(batch.src_worker, batch.tensor,
-                                               batch.src_version, kRightRead));
+                                               batch.src_version,
+                                               batch.incarnation, kRightRead));
   v1::TransferResponse response;
   auto stub = v1::Worker::NewStub(channels_.Get(batch.dst_address));
   return Call(WorkerCall(batch.dst_address, options_.transfer_timeout),

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "core/capability.h"
 #include "core/checked_math.h"
 #include "core/errors.h"
 #include "core/region_plan.h"
@@ -218,6 +219,9 @@ absl::StatusOr<TensorMetadataPtr> Orchestrator::Create(
   meta->requires_grad = args.requires_grad;
   meta->pin_memory = args.pin_memory;
   meta->version = 1;
+  meta->incarnation = RandomId();
+  // A put's own id: its write grants, commit and abandon name it.
+  meta->change = args.pending ? RandomId() : 0;
   TESSERA_RETURN_IF_ERROR(PlaceShards(args.spec, std::move(boxes), meta.get()));
   TESSERA_RETURN_IF_ERROR(CheckCapacity(*meta));
   // A caller that gave up gets nothing allocated.
@@ -268,7 +272,9 @@ absl::Status Orchestrator::AllocateShards(const TensorMetadata& meta,
     if (batch.shards.empty()) {
       batch.tensor = meta.name;
       batch.version = meta.version;
+      batch.incarnation = meta.incarnation;
       batch.writable = writable;
+      batch.change = writable ? meta.change : 0;
       batch.filled_by_copies = filled_by_copies;
       batch.dtype = meta.dtype;
       batch.tensor_shape = meta.shape;
@@ -341,19 +347,66 @@ void Orchestrator::FreeShards(const TensorMetadata& meta) {
   for (std::thread& t : threads) t.join();
 }
 
+absl::Status Orchestrator::SealShards(const TensorMetadata& meta) {
+  std::map<std::string, std::vector<uint64_t>> by_worker;  // worker name -> ids
+  for (const ShardInfo& shard : meta.shards)
+    by_worker[shard.worker].push_back(shard.shard_id);
+  std::vector<std::pair<std::string, absl::Status>> results;
+  for (const auto& [name, ids] : by_worker) results.emplace_back(name, absl::OkStatus());
+  std::vector<std::thread> threads;
+  size_t i = 0;
+  for (const auto& [name, ids] : by_worker) {
+    std::optional<WorkerRecord> worker = registry_->Find(name);
+    absl::Status& result = results[i++].second;
+    if (!worker.has_value()) {
+      result = UnavailableError(absl::StrCat("worker '", name, "'"));
+      continue;
+    }
+    threads.emplace_back([this, worker = *worker, &ids = ids, &result] {
+      result = workers_->Seal(WorkerRef{worker.name, worker.address}, ids);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const auto& [name, result] : results) {
+    if (!result.ok()) {
+      return Annotate(result, absl::StrCat("sealing the shards of '", meta.name,
+                                           "' version ", meta.version,
+                                           " on worker '", name, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Orchestrator::Commit(const std::string& name, uint64_t version,
-                                  const std::string& principal) {
-  TESSERA_ASSIGN_OR_RETURN(MetadataLog::Ticket ticket,
-                           table_->BeginCommit(name, version, principal));
-  if (ticket == 0) return absl::OkStatus();  // ready already
-  absl::Status status = log_->Wait(ticket);
+                                  const std::string& principal,
+                                  uint64_t change) {
+  TESSERA_ASSIGN_OR_RETURN(CommitStart start,
+                           table_->BeginCommit(name, version, principal, change));
+  if (start.done) return absl::OkStatus();  // committed already
+  // The change's write grants die here: no write reaches its shards after
+  // the commit, through any transport. A shard no longer held fails it.
+  absl::Status status = SealShards(*start.seal);
+  if (status.ok()) status = log_->Wait(table_->RecordCommit(name));
   table_->FinishCommit(name, status);
   return status;
 }
 
-absl::Status Orchestrator::Delete(const std::string& name) {
-  TESSERA_ASSIGN_OR_RETURN(MetadataLog::Ticket ticket,
-                           table_->BeginDelete(name));
+absl::Status Orchestrator::Abandon(const std::string& name, uint64_t version,
+                                   const std::string& principal,
+                                   uint64_t change) {
+  TESSERA_ASSIGN_OR_RETURN(TensorMetadataPtr shards,
+                           table_->Abandon(name, version, principal, change));
+  FreeShards(*shards);
+  spdlog::info("abandoned the change of '{}' to version {}", name, version);
+  return absl::OkStatus();
+}
+
+absl::Status Orchestrator::Delete(const std::string& name,
+                                  const std::string& principal, bool admin,
+                                  uint64_t incarnation) {
+  TESSERA_ASSIGN_OR_RETURN(
+      MetadataLog::Ticket ticket,
+      table_->BeginDelete(name, principal, admin, incarnation));
   TESSERA_ASSIGN_OR_RETURN(std::vector<TensorMetadataPtr> versions,
                            table_->FinishDelete(name, log_->Wait(ticket)));
   for (const TensorMetadataPtr& version : versions) FreeShards(*version);
@@ -458,6 +511,7 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(
   new_meta->requires_grad = old_meta->requires_grad;
   new_meta->pin_memory = old_meta->pin_memory;
   new_meta->version = old_meta->version + 1;
+  new_meta->incarnation = old_meta->incarnation;
   TESSERA_RETURN_IF_ERROR(PlaceShards(spec, std::move(boxes), new_meta.get()));
 
   // Sources must be readable before anything is allocated.
@@ -555,6 +609,7 @@ absl::StatusOr<StagedUpdate> Orchestrator::BeginUpdate(const UpdateArgs& args) {
   FillWorkerState(&sources);
   auto new_meta = std::make_shared<TensorMetadata>(sources);
   new_meta->version = old_meta->version + 1;
+  new_meta->change = RandomId();  // the update's own id
   std::vector<size_t> fresh_index;
   ReshardPlan patches;
   int64_t kept = 0;
@@ -597,16 +652,6 @@ absl::StatusOr<StagedUpdate> Orchestrator::BeginUpdate(const UpdateArgs& args) {
       args.name, new_meta->version, new_meta->shards.size() - kept,
       patches.pieces.size(), kept, absl::ToDoubleSeconds(absl::Now() - start));
   return StagedUpdate{std::move(new_meta), kept};
-}
-
-absl::Status Orchestrator::AbandonUpdate(const std::string& name,
-                                         uint64_t version,
-                                         const std::string& principal) {
-  TESSERA_ASSIGN_OR_RETURN(TensorMetadataPtr fresh,
-                           table_->AbandonUpdate(name, version, principal));
-  FreeShards(*fresh);
-  spdlog::info("abandoned the update of '{}' to version {}", name, version);
-  return absl::OkStatus();
 }
 
 namespace {
@@ -658,6 +703,7 @@ absl::Status Orchestrator::MovePieces(const TensorMetadata& old_meta,
     if (batch.pieces.empty()) {
       batch.tensor = old_meta.name;
       batch.src_version = old_meta.version;
+      batch.incarnation = old_meta.incarnation;
       batch.src_worker = src.worker;
       batch.src_address = src.address;
       batch.dst_worker = dst.worker;

@@ -126,8 +126,9 @@ class Orchestrator {
   // See Coordinator for each operation's contract.
   absl::StatusOr<TensorMetadataPtr> Create(const CreateTensorArgs& args);
   absl::Status Commit(const std::string& name, uint64_t version,
-                      const std::string& principal = "");
-  absl::Status Delete(const std::string& name);
+                      const std::string& principal, uint64_t change);
+  absl::Status Delete(const std::string& name, const std::string& principal = "",
+                      bool admin = true, uint64_t incarnation = 0);
   // `stop`: when the caller gives up (validation and planning stop then;
   // nothing is allocated after).
   absl::StatusOr<ReshardResult> Reshard(const std::string& name,
@@ -139,9 +140,9 @@ class Orchestrator {
   // partly inside the region, and stages N+1 for CommitTensor. On failure
   // nothing stays allocated and N is untouched.
   absl::StatusOr<StagedUpdate> BeginUpdate(const UpdateArgs& args);
-  // Gives up a staged update and frees its new shards.
-  absl::Status AbandonUpdate(const std::string& name, uint64_t version,
-                             const std::string& principal);
+  // Gives up a pending put or a staged update and frees its new shards.
+  absl::Status Abandon(const std::string& name, uint64_t version,
+                       const std::string& principal, uint64_t change);
   // Frees retired versions and abandoned puts that are due.
   void FreeDue();
 
@@ -164,6 +165,8 @@ class Orchestrator {
                               bool writable, bool filled_by_copies = false);
   // Frees shards on their workers (best effort; failures are logged).
   void FreeShards(const TensorMetadata& meta);
+  // Seals shards on their workers, all in parallel: the first failure.
+  absl::Status SealShards(const TensorMetadata& meta);
   // The shards of a new version that are not taken over from the old one
   // (a reshard's or an update's), as MakeNewShards made them. Until Keep(),
   // destroying it frees them on their workers (if allocated) and releases

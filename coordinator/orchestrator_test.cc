@@ -338,22 +338,58 @@ TEST_F(OrchestratorTest,
        APutIsInvisibleUntilCommittedAndReapedIfNeverCommitted) {
   CreateTensorArgs put = Args("p", 4, {0, 1});
   put.pending = true;
-  ASSERT_OK(orchestrator_.Create(put));
+  absl::StatusOr<TensorMetadataPtr> made = orchestrator_.Create(put);
+  ASSERT_OK(made);
+  const uint64_t change = (*made)->change;
+  EXPECT_NE(change, 0u);
   EXPECT_THAT(log_.DurableState().tensors, IsEmpty()) << "no record yet";
   EXPECT_THAT(table_.Get("p").status(), StatusIs(absl::StatusCode::kNotFound));
-  ASSERT_OK(orchestrator_.Commit("p", 1));
+  // The commit seals the put's shards on their workers first.
+  EXPECT_FALSE(workers_.Sealed(WorkerAddress(0), (*made)->shards[0].shard_id));
+  ASSERT_OK(orchestrator_.Commit("p", 1, "", change));
+  for (const ShardInfo& shard : (*made)->shards) {
+    EXPECT_TRUE(workers_.Sealed(shard.address, shard.shard_id));
+  }
   EXPECT_OK(table_.Get("p"));
   EXPECT_EQ(log_.DurableState().tensors.count("p"), 1u);
 
   CreateTensorArgs abandoned = Args("q", 2, {2});
   abandoned.pending = true;
-  ASSERT_OK(orchestrator_.Create(abandoned));
+  made = orchestrator_.Create(abandoned);
+  ASSERT_OK(made);
   EXPECT_THAT(Held(2), SizeIs(1));
   clock_.Advance(absl::Minutes(11));
   orchestrator_.FreeDue();
   EXPECT_THAT(Held(2), IsEmpty());
-  EXPECT_THAT(orchestrator_.Commit("q", 1),
+  EXPECT_THAT(orchestrator_.Commit("q", 1, "", (*made)->change),
               StatusIs(absl::StatusCode::kNotFound));
+}
+
+// A worker that lost a put's shard before its commit (it restarted): the
+// commit fails, nothing is recorded, and the put stays pending.
+TEST_F(OrchestratorTest, ACommitWhoseShardsCannotBeSealedFailsAndRecordsNothing) {
+  CreateTensorArgs put = Args("p", 4, {0, 1});
+  put.pending = true;
+  absl::StatusOr<TensorMetadataPtr> made = orchestrator_.Create(put);
+  ASSERT_OK(made);
+  workers_.FailNext(WorkerAddress(1), absl::UnavailableError("restarting"));
+  EXPECT_THAT(orchestrator_.Commit("p", 1, "", (*made)->change),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("sealing")));
+  EXPECT_THAT(log_.DurableState().tensors, IsEmpty());
+  EXPECT_THAT(table_.Get("p").status(), StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_OK(orchestrator_.Commit("p", 1, "", (*made)->change));
+  EXPECT_OK(table_.Get("p"));
+}
+
+TEST_F(OrchestratorTest, APutAndItsGrantsCarryTheTensorsIncarnation) {
+  absl::StatusOr<TensorMetadataPtr> a = orchestrator_.Create(Args("a", 2, {0}));
+  ASSERT_OK(a);
+  ASSERT_OK(orchestrator_.Delete("a"));
+  absl::StatusOr<TensorMetadataPtr> again =
+      orchestrator_.Create(Args("a", 2, {0}));
+  ASSERT_OK(again);
+  EXPECT_NE((*a)->incarnation, 0u);
+  EXPECT_NE((*a)->incarnation, (*again)->incarnation);
 }
 
 TEST_F(OrchestratorTest, FillWorkerStateReportsDeadWorkersAndLostShards) {

@@ -25,30 +25,97 @@ void TensorTable::Restore(const MetadataState& state) {
   }
 }
 
+namespace {
+
+// "by 'ann' " (nothing without tokens) "pending since 2026-11-26 10:00:00
+// UTC (5m3s ago)".
+std::string PendingSince(const std::string& owner, absl::Time since,
+                         absl::Time now) {
+  return absl::StrCat(owner.empty() ? "" : absl::StrCat("by '", owner, "' "),
+                      "pending since ",
+                      absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", since,
+                                       absl::UTCTimeZone()),
+                      " (", absl::FormatDuration(absl::Trunc(
+                                now - since, absl::Seconds(1))),
+                      " ago)");
+}
+
+}  // namespace
+
 absl::StatusOr<TensorMetadataPtr> TensorTable::Get(
     const std::string& name) const {
   absl::MutexLock lock(&mu_);
   auto it = tensors_.find(name);
+  if (it != tensors_.end() && it->second.state == State::kPending) {
+    return absl::NotFoundError(absl::StrCat(
+        "tensor '", name, "' not found: a put of it is ",
+        PendingSince(it->second.owner, it->second.created, options_.clock()),
+        ", not committed yet"));
+  }
   if (it == tensors_.end() || it->second.state != State::kReady) {
     return NotFoundError("tensor", name);
   }
   return it->second.meta;
 }
 
-std::vector<TensorSummary> TensorTable::List() const {
+std::vector<TensorSummary> TensorTable::List(bool all) const {
   absl::MutexLock lock(&mu_);
   std::vector<TensorSummary> out;
   for (const auto& [name, entry] : tensors_) {
-    if (entry.state != State::kReady) continue;
+    const bool pending_put = entry.state == State::kPending;
+    if (entry.state != State::kReady && !(all && pending_put)) continue;
     TensorSummary summary;
     summary.name = name;
     summary.shape = entry.meta->shape;
     summary.dtype = entry.meta->dtype;
     summary.version = entry.meta->version;
     summary.num_shards = static_cast<int64_t>(entry.meta->shards.size());
+    if (all && pending_put) {
+      summary.pending = TensorSummary::Pending::kPut;
+      summary.pending_version = entry.meta->version;
+      summary.pending_owner = entry.owner;
+      summary.pending_since = entry.created;
+    } else if (all && entry.update != nullptr) {
+      summary.pending = TensorSummary::Pending::kUpdate;
+      summary.pending_version = entry.update->version;
+      summary.pending_owner = entry.update_owner;
+      summary.pending_since = entry.update_staged;
+    }
     out.push_back(std::move(summary));
   }
   return out;
+}
+
+std::string TensorTable::PendingNote(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) return "";
+  const Entry& entry = it->second;
+  const absl::Time now = options_.clock();
+  if (entry.state == State::kPending) {
+    return absl::StrCat("a put ", PendingSince(entry.owner, entry.created, now));
+  }
+  if (entry.update != nullptr) {
+    return absl::StrCat("an update to version ", entry.update->version, " ",
+                        PendingSince(entry.update_owner, entry.update_staged,
+                                     now));
+  }
+  return "";
+}
+
+absl::Status TensorTable::Busy(const std::string& name,
+                               const Entry& entry) const {
+  if (entry.update != nullptr) {
+    return absl::AbortedError(absl::StrCat(
+        "tensor '", name, "' has an update to version ", entry.update->version,
+        " ",
+        PendingSince(entry.update_owner, entry.update_staged, options_.clock()),
+        ": its client commits or abandons it (else it is abandoned ",
+        absl::FormatDuration(options_.pending_timeout),
+        " after it began, the coordinator's --pending_timeout)"));
+  }
+  return absl::AbortedError(absl::StrCat("a reshard of tensor '", name,
+                                         "' is already in progress"));
 }
 
 void TensorTable::MarkLost(TensorMetadata* meta) const {
@@ -118,21 +185,36 @@ void TensorTable::AbandonCreate(const TensorMetadata& meta) {
   tensors_.erase(meta.name);
 }
 
-absl::StatusOr<TensorTable::Ticket> TensorTable::BeginCommit(
-    const std::string& name, uint64_t version, const std::string& principal) {
+absl::StatusOr<CommitStart> TensorTable::BeginCommit(
+    const std::string& name, uint64_t version, const std::string& principal,
+    uint64_t change) {
   absl::MutexLock lock(&mu_);
   Entry* entry = WaitIdle(name);
   if (entry == nullptr || entry->state == State::kCreating) {
     return NotFoundError("tensor", name);
   }
-  if (entry->state == State::kPending && entry->owner != principal) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("tensor '", name,
-                     "' is being put by another principal; only it may "
-                     "commit"));
+  const auto replaced = [&] {
+    return absl::AbortedError(absl::StrCat(
+        "tensor '", name, "' has no put or update of this client pending at "
+        "version ", version, ": it was replaced, abandoned, or given up after "
+        "the coordinator's --pending_timeout (nothing was committed)"));
+  };
+  if (entry->state == State::kPending) {
+    if (change == 0 || entry->meta->change != change ||
+        entry->meta->version != version) {
+      return replaced();
+    }
+    if (entry->owner != principal) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("tensor '", name,
+                       "' is being put by another principal; only it may "
+                       "commit"));
+    }
+    entry->busy = true;
+    return CommitStart{false, entry->meta};
   }
-  if (entry->state == State::kReady && entry->update != nullptr &&
-      entry->update->version == version) {
+  if (entry->update != nullptr && entry->update->version == version &&
+      change != 0 && entry->update->change == change) {
     if (entry->update_owner != principal) {
       return absl::PermissionDeniedError(
           absl::StrCat("tensor '", name,
@@ -140,16 +222,58 @@ absl::StatusOr<TensorTable::Ticket> TensorTable::BeginCommit(
                        "may commit"));
     }
     entry->busy = true;
-    return log_->Enqueue(MetadataChange::Tensor(entry->update));
+    return CommitStart{false, entry->update_fresh};
   }
-  if (entry->meta->version != version) {
-    return absl::AbortedError(absl::StrCat("tensor '", name, "' is at version ",
-                                           entry->meta->version, ", not ",
-                                           version));
+  // Committed already: a commit tried again after its reply was lost.
+  if (change != 0 && entry->meta->change == change &&
+      entry->meta->version == version) {
+    return CommitStart{true, nullptr};
   }
-  if (entry->state == State::kReady) return 0;
-  entry->busy = true;
-  return log_->Enqueue(MetadataChange::Tensor(entry->meta));
+  return replaced();
+}
+
+TensorTable::Ticket TensorTable::RecordCommit(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  Entry& entry = tensors_.at(name);
+  return log_->Enqueue(MetadataChange::Tensor(
+      entry.state == State::kPending ? entry.meta : entry.update));
+}
+
+absl::StatusOr<TensorMetadataPtr> TensorTable::Abandon(
+    const std::string& name, uint64_t version, const std::string& principal,
+    uint64_t change) {
+  absl::MutexLock lock(&mu_);
+  Entry* entry = WaitIdle(name);
+  if (entry == nullptr || entry->state == State::kCreating) {
+    return NotFoundError("tensor", name);
+  }
+  const TensorMetadataPtr& made =
+      entry->state == State::kPending ? entry->meta : entry->update;
+  if (made == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("tensor '", name, "' has no put or update in progress"));
+  }
+  if (change == 0 || made->change != change || made->version != version) {
+    return absl::AbortedError(absl::StrCat(
+        "the put or update of tensor '", name, "' in progress is not this ",
+        "client's (version ", made->version, "): it is left alone"));
+  }
+  const std::string& owner =
+      entry->state == State::kPending ? entry->owner : entry->update_owner;
+  if (owner != principal) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "tensor '", name, "' is being changed by another principal"));
+  }
+  TensorMetadataPtr shards;
+  if (entry->state == State::kPending) {
+    shards = entry->meta;
+    tensors_.erase(name);
+  } else {
+    shards = DropUpdate(entry);
+  }
+  Unreference(*shards);
+  for (const ShardInfo& shard : shards->shards) lost_.erase(shard.shard_id);
+  return shards;
 }
 
 void TensorTable::FinishCommit(const std::string& name,
@@ -239,28 +363,6 @@ void TensorTable::StageUpdate(TensorMetadataPtr next, TensorMetadata fresh,
   entry.update_staged = options_.clock();
 }
 
-absl::StatusOr<TensorMetadataPtr> TensorTable::AbandonUpdate(
-    const std::string& name, uint64_t version, const std::string& principal) {
-  absl::MutexLock lock(&mu_);
-  Entry* entry = WaitIdle(name);
-  if (entry == nullptr || entry->update == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("tensor '", name, "' has no update in progress"));
-  }
-  if (entry->update->version != version) {
-    return absl::AbortedError(absl::StrCat(
-        "the update of tensor '", name, "' in progress is to version ",
-        entry->update->version, ", not ", version));
-  }
-  if (entry->update_owner != principal) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "tensor '", name, "' is being updated by another principal"));
-  }
-  TensorMetadataPtr fresh = DropUpdate(entry);
-  Unreference(*fresh);
-  return fresh;
-}
-
 TensorMetadataPtr TensorTable::DropUpdate(Entry* entry) {
   TensorMetadataPtr fresh = std::move(entry->update_fresh);
   entry->update = nullptr;
@@ -271,11 +373,25 @@ TensorMetadataPtr TensorTable::DropUpdate(Entry* entry) {
 }
 
 absl::StatusOr<TensorTable::Ticket> TensorTable::BeginDelete(
-    const std::string& name) {
+    const std::string& name, const std::string& principal, bool admin,
+    uint64_t incarnation) {
   absl::MutexLock lock(&mu_);
   Entry* entry = WaitIdle(name);
   if (entry == nullptr || entry->state == State::kCreating) {
     return NotFoundError("tensor", name);
+  }
+  if (incarnation != 0 && entry->meta->incarnation != incarnation) {
+    return absl::NotFoundError(absl::StrCat(
+        "tensor '", name, "' not found: it was replaced by another of its "
+        "name"));
+  }
+  // Another principal's put in progress is theirs to finish or abandon.
+  if (entry->state == State::kPending && entry->owner != principal && !admin) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "permission denied: tensor '", name, "' is being put by another "
+        "principal (", PendingSince(entry->owner, entry->created,
+                                    options_.clock()),
+        ")"));
   }
   // A staged update's caller may be gone: a delete takes it along.
   if (entry->resharding && entry->update == nullptr) {
@@ -320,10 +436,7 @@ absl::StatusOr<TensorMetadataPtr> TensorTable::BeginReshard(
   if (entry == nullptr || entry->state != State::kReady) {
     return NotFoundError("tensor", name);
   }
-  if (entry->resharding) {
-    return absl::AbortedError(absl::StrCat("a reshard of tensor '", name,
-                                           "' is already in progress"));
-  }
+  if (entry->resharding) return Busy(name, *entry);
   if (expected_version != 0 && entry->meta->version != expected_version) {
     return absl::AbortedError(absl::StrCat("tensor '", name, "' is at version ",
                                            entry->meta->version, ", not ",

@@ -50,8 +50,25 @@ struct TensorSummary {
   std::string name;
   Shape shape;
   DType dtype = DType::kFloat32;
-  uint64_t version = 0;
+  uint64_t version = 0;  // the current one (a pending put's: 1)
   int64_t num_shards = 0;
+  // A change not committed yet (listed with `all`): a put (the tensor is
+  // not visible yet) or an update to `pending_version`, by `pending_owner`
+  // (empty without tokens), begun at `pending_since`.
+  enum class Pending { kNone, kPut, kUpdate };
+  Pending pending = Pending::kNone;
+  uint64_t pending_version = 0;
+  std::string pending_owner;
+  absl::Time pending_since;
+};
+
+// A commit under way (TensorTable::BeginCommit).
+struct CommitStart {
+  // The change is committed already (a retried commit of it): nothing to do.
+  bool done = false;
+  // The shards the change wrote, to seal on their workers before its record
+  // is written (null when done).
+  TensorMetadataPtr seal;
 };
 
 class TensorTable {
@@ -76,10 +93,18 @@ class TensorTable {
 
   // --- Reads: never wait on the disk. ---
 
-  // The published metadata; NOT_FOUND unless the tensor is ready.
+  // The published metadata; NOT_FOUND unless the tensor is ready (saying
+  // so when a put of it is pending).
   absl::StatusOr<TensorMetadataPtr> Get(const std::string& name) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  std::vector<TensorSummary> List() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The ready tensors; with `all`, pending puts too, and each entry says
+  // what change of it is pending.
+  std::vector<TensorSummary> List(bool all = false) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // What is pending of `name`, in words ("an update to version 3 by 'ann'
+  // pending since ..."), empty when nothing is.
+  std::string PendingNote(const std::string& name) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Marks shards whose worker lost them as unavailable.
   void MarkLost(TensorMetadata* meta) const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -127,25 +152,50 @@ class TensorTable {
   // name and the ids of `meta` are forgotten.
   void AbandonCreate(const TensorMetadata& meta) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // --- Commit of a put ---
+  // --- Commit of a put or update ---
+  //
+  // Three steps: BeginCommit checks the change and marks the tensor busy;
+  // the caller seals the change's shards on their workers (its write grants
+  // die there); RecordCommit enqueues the record; FinishCommit publishes.
 
-  // Enqueues the record that makes a pending tensor ready, or a staged
-  // update current. Returns 0 when it is so already. NOT_FOUND, or ABORTED
-  // for another version. PERMISSION_DENIED when `principal` is not the
-  // put's (or the update's) owner.
-  absl::StatusOr<Ticket> BeginCommit(const std::string& name, uint64_t version,
-                                     const std::string& principal = "")
+  // `change` must be the pending put's of `name` (or its staged update's)
+  // at `version`: NOT_FOUND, or ABORTED for another change or version (the
+  // name was replaced, or another change runs). PERMISSION_DENIED when
+  // `principal` is not the change's owner. A change committed already is
+  // `done`.
+  absl::StatusOr<CommitStart> BeginCommit(const std::string& name,
+                                          uint64_t version,
+                                          const std::string& principal,
+                                          uint64_t change)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The shards are sealed: enqueues the record of the commit BeginCommit
+  // started.
+  Ticket RecordCommit(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
   // Ready (an update: published, N's unkept shards retired) when `status`
   // is OK; pending (staged) again otherwise.
   void FinishCommit(const std::string& name, const absl::Status& status)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Gives up the pending put (or staged update) `change` of `name` at
+  // `version` and returns the shards it made, now the caller's to free.
+  // NOT_FOUND when there is none, ABORTED for another change or version,
+  // PERMISSION_DENIED for another principal.
+  absl::StatusOr<TensorMetadataPtr> Abandon(const std::string& name,
+                                            uint64_t version,
+                                            const std::string& principal,
+                                            uint64_t change)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- Delete ---
 
   // Starts deleting a tensor: enqueues its record (0 for a pending tensor,
-  // which has none). NOT_FOUND; ABORTED while a reshard of it runs.
-  absl::StatusOr<Ticket> BeginDelete(const std::string& name)
+  // which has none). NOT_FOUND (also when `incarnation`, unless 0, is not
+  // the tensor's: it was replaced); ABORTED while a reshard of it runs;
+  // PERMISSION_DENIED for a pending put of another principal, unless
+  // `admin`.
+  absl::StatusOr<Ticket> BeginDelete(const std::string& name,
+                                     const std::string& principal = "",
+                                     bool admin = true,
+                                     uint64_t incarnation = 0)
       ABSL_LOCKS_EXCLUDED(mu_);
   // When `status` is OK, removes the tensor and returns every version whose
   // shards are now to be freed (current and retired); otherwise the tensor
@@ -186,14 +236,6 @@ class TensorTable {
   // `owner`: the principal updating (only it may commit or abandon).
   void StageUpdate(TensorMetadataPtr next, TensorMetadata fresh,
                    const std::string& owner) ABSL_LOCKS_EXCLUDED(mu_);
-  // Gives up the staged update to `version` and returns its new shards,
-  // now unreferenced and the caller's to free. NOT_FOUND when none is
-  // staged; ABORTED for another version; PERMISSION_DENIED for another
-  // principal.
-  absl::StatusOr<TensorMetadataPtr> AbandonUpdate(const std::string& name,
-                                                  uint64_t version,
-                                                  const std::string& principal)
-      ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- Background ---
 
@@ -253,6 +295,9 @@ class TensorTable {
   };
   using VersionKey = std::pair<std::string, uint64_t>;
 
+  // ABORTED: `name` has a change in progress, saying which.
+  absl::Status Busy(const std::string& name, const Entry& entry) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits (releasing mu_) until `name` is absent or not busy; returns it or
   // null.
   Entry* WaitIdle(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -55,11 +55,14 @@ class TensorTableTest : public ::testing::Test {
     return meta;
   }
 
-  // Runs a whole create through the table (as the orchestrator does).
+  // Runs a whole create through the table (as the orchestrator does); a
+  // put (`pending`) gets change id 77.
   TensorMetadataPtr Create(const std::string& name, int n,
-                           bool pending = false) {
+                           bool pending = false,
+                           const std::string& owner = "") {
     std::shared_ptr<TensorMetadata> meta = Meta(name, n);
-    EXPECT_OK(table_.ReserveName(name));
+    if (pending) meta->change = 77;
+    EXPECT_OK(table_.ReserveName(name, owner));
     EXPECT_OK(log_.Wait(table_.ReserveIds(absl::MakeSpan(meta->shards))));
     EXPECT_OK(log_.Wait(table_.CommitCreate(meta, pending)));
     if (!pending) table_.FinishCreate(name);
@@ -76,6 +79,19 @@ class TensorTableTest : public ::testing::Test {
     table_.FinishReshard(next, *old, log_.Wait(*ticket));
     table_.EndReshard(old->name);
     return next;
+  }
+
+  // Commits change `change` of `name` at `version` as the orchestrator
+  // does (the sealing between is the orchestrator's).
+  absl::Status Commit(const std::string& name, uint64_t version,
+                      const std::string& principal, uint64_t change) {
+    absl::StatusOr<CommitStart> start =
+        table_.BeginCommit(name, version, principal, change);
+    if (!start.ok()) return start.status();
+    if (start->done) return absl::OkStatus();
+    absl::Status status = log_.Wait(table_.RecordCommit(name));
+    table_.FinishCommit(name, status);
+    return status;
   }
 
   FakeClock clock_;
@@ -143,18 +159,89 @@ TEST_F(TensorTableTest, RestoreKeepsRecoveredIdsReferenced) {
 }
 
 TEST_F(TensorTableTest, OnlyTheOwnerOfAPutCommitsIt) {
-  ASSERT_OK(table_.ReserveName("p", "alice"));
-  std::shared_ptr<TensorMetadata> meta = Meta("p", 1);
-  ASSERT_OK(log_.Wait(table_.ReserveIds(absl::MakeSpan(meta->shards))));
-  EXPECT_EQ(table_.CommitCreate(meta, /*pending=*/true), 0u);
-  EXPECT_THAT(table_.BeginCommit("p", 1, "mallory"),
+  Create("p", 1, /*pending=*/true, "alice");
+  EXPECT_THAT(table_.BeginCommit("p", 1, "mallory", 77),
               StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_THAT(table_.Get("p"), StatusIs(absl::StatusCode::kNotFound));
-  absl::StatusOr<TensorTable::Ticket> ticket =
-      table_.BeginCommit("p", 1, "alice");
-  ASSERT_OK(ticket);
-  table_.FinishCommit("p", log_.Wait(*ticket));
+  ASSERT_OK(Commit("p", 1, "alice", 77));
   EXPECT_OK(table_.Get("p"));
+}
+
+// Writer A's put of x is pending; the name is then replaced (A's put
+// abandoned and B's committed): A's commit must not commit B's tensor, nor
+// its abandon delete it.
+TEST_F(TensorTableTest, ACommitOrAbandonNamesItsOwnChange) {
+  TensorMetadataPtr a = Create("x", 1, /*pending=*/true);
+  ASSERT_OK(table_.Abandon("x", 1, "", 77));
+  EXPECT_FALSE(table_.IsReferenced(a->shards[0].shard_id));
+  std::shared_ptr<TensorMetadata> b = Meta("x", 2);
+  b->change = 88;
+  ASSERT_OK(table_.ReserveName("x"));
+  ASSERT_OK(log_.Wait(table_.ReserveIds(absl::MakeSpan(b->shards))));
+  EXPECT_EQ(table_.CommitCreate(b, /*pending=*/true), 0u);
+  EXPECT_THAT(Commit("x", 1, "", 77),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("replaced")));
+  EXPECT_THAT(table_.Abandon("x", 1, "", 77).status(),
+              StatusIs(absl::StatusCode::kAborted));
+  EXPECT_THAT(Commit("x", 1, "", 0), StatusIs(absl::StatusCode::kAborted));
+  ASSERT_OK(Commit("x", 1, "", 88));
+  // B's tensor, whole; A's late commit still refused, B's again a no-op.
+  EXPECT_EQ((*table_.Get("x"))->shards.size(), 2u);
+  EXPECT_THAT(Commit("x", 1, "", 77), StatusIs(absl::StatusCode::kAborted));
+  EXPECT_OK(Commit("x", 1, "", 88));
+  EXPECT_THAT(table_.Abandon("x", 1, "", 88).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(TensorTableTest, AnotherPrincipalsPendingPutIsNotTheirsToDelete) {
+  Create("p", 1, /*pending=*/true, "alice");
+  EXPECT_THAT(table_.BeginDelete("p", "mallory", /*admin=*/false).status(),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("being put by another principal")));
+  EXPECT_OK(table_.BeginDelete("p", "alice", /*admin=*/false));
+}
+
+TEST_F(TensorTableTest, ADeleteNamingAnIncarnationSparesALaterTensor) {
+  std::shared_ptr<TensorMetadata> meta = Meta("a", 1);
+  meta->incarnation = 5;
+  ASSERT_OK(table_.ReserveName("a"));
+  ASSERT_OK(log_.Wait(table_.ReserveIds(absl::MakeSpan(meta->shards))));
+  ASSERT_OK(log_.Wait(table_.CommitCreate(meta, false)));
+  table_.FinishCreate("a");
+  EXPECT_THAT(table_.BeginDelete("a", "", true, /*incarnation=*/4).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("replaced")));
+  EXPECT_OK(table_.BeginDelete("a", "", true, /*incarnation=*/5));
+}
+
+TEST_F(TensorTableTest, PendingChangesAreListedWithWhoAndSince) {
+  Create("p", 1, /*pending=*/true, "alice");
+  TensorMetadataPtr u = Create("u", 2);
+  clock_.Advance(absl::Seconds(30));
+  EXPECT_EQ(table_.List().size(), 1u) << "a pending put is not visible";
+  EXPECT_THAT(table_.Get("p").status(),
+              StatusIs(absl::StatusCode::kNotFound,
+                       HasSubstr("a put of it is by 'alice' pending since")));
+  ASSERT_OK(table_.BeginReshard("u", 1));
+  auto next = std::make_shared<TensorMetadata>(*u);
+  next->version = 2;
+  next->change = 99;
+  TensorMetadata fresh = *next;
+  table_.StageUpdate(next, std::move(fresh), "bob");
+  clock_.Advance(absl::Seconds(5));
+  const std::vector<TensorSummary> all = table_.List(/*all=*/true);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].name, "p");
+  EXPECT_EQ(all[0].pending, TensorSummary::Pending::kPut);
+  EXPECT_EQ(all[0].pending_owner, "alice");
+  EXPECT_EQ(all[1].pending, TensorSummary::Pending::kUpdate);
+  EXPECT_EQ(all[1].pending_version, 2u);
+  EXPECT_EQ(all[1].pending_owner, "bob");
+  EXPECT_THAT(table_.PendingNote("u"),
+              HasSubstr("an update to version 2 by 'bob' pending since"));
+  // A second change says what is pending and how it ends.
+  EXPECT_THAT(table_.BeginReshard("u", 0).status(),
+              StatusIs(absl::StatusCode::kAborted,
+                       HasSubstr("pending_timeout")));
 }
 
 TEST_F(TensorTableTest, AReshardShowsVersionNUntilNPlus1IsDurable) {
@@ -227,29 +314,28 @@ TEST_F(TensorTableTest, OneReshardAtATimeAndOnlyOfTheExpectedVersion) {
 TEST_F(TensorTableTest, APutIsPendingUntilCommitted) {
   TensorMetadataPtr meta = Create("a", 2, /*pending=*/true);
   EXPECT_THAT(table_.Get("a").status(), StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_THAT(table_.BeginCommit("a", 2).status(),
-              StatusIs(absl::StatusCode::kAborted, HasSubstr("version 1")));
-  auto ticket = table_.BeginCommit("a", 1);
-  ASSERT_OK(ticket);
-  ASSERT_NE(*ticket, 0u);
-  table_.FinishCommit("a", log_.Wait(*ticket));
+  EXPECT_THAT(table_.BeginCommit("a", 2, "", 77).status(),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("version 2")));
+  absl::StatusOr<CommitStart> start = table_.BeginCommit("a", 1, "", 77);
+  ASSERT_OK(start);
+  EXPECT_FALSE(start->done);
+  EXPECT_EQ(start->seal, meta) << "the put's shards are sealed first";
+  table_.FinishCommit("a", log_.Wait(table_.RecordCommit("a")));
   EXPECT_OK(table_.Get("a"));
   // Committing again is a no-op.
-  EXPECT_THAT(table_.BeginCommit("a", 1), IsOkAndHolds(0u));
-  EXPECT_THAT(table_.BeginCommit("b", 1).status(),
+  start = table_.BeginCommit("a", 1, "", 77);
+  ASSERT_OK(start);
+  EXPECT_TRUE(start->done);
+  EXPECT_THAT(table_.BeginCommit("b", 1, "", 77).status(),
               StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(TensorTableTest, ACommitWhoseRecordFailedLeavesThePutPending) {
   Create("a", 1, /*pending=*/true);
   store_.FailAppends(1, absl::InternalError("no space"));
-  auto ticket = table_.BeginCommit("a", 1);
-  ASSERT_OK(ticket);
-  table_.FinishCommit("a", log_.Wait(*ticket));
+  EXPECT_THAT(Commit("a", 1, "", 77), StatusIs(absl::StatusCode::kInternal));
   EXPECT_THAT(table_.Get("a").status(), StatusIs(absl::StatusCode::kNotFound));
-  ticket = table_.BeginCommit("a", 1);
-  ASSERT_OK(ticket);
-  table_.FinishCommit("a", log_.Wait(*ticket));
+  ASSERT_OK(Commit("a", 1, "", 77));
   EXPECT_OK(table_.Get("a"));
 }
 
@@ -262,7 +348,7 @@ TEST_F(TensorTableTest, APutNeverCommittedIsRemovedAfterItsTimeout) {
   ASSERT_EQ(due.size(), 1u);
   EXPECT_EQ(due[0], meta);
   EXPECT_FALSE(table_.IsReferenced(meta->shards[0].shard_id));
-  EXPECT_THAT(table_.BeginCommit("a", 1).status(),
+  EXPECT_THAT(table_.BeginCommit("a", 1, "", 77).status(),
               StatusIs(absl::StatusCode::kNotFound));
   EXPECT_OK(table_.ReserveName("a"));
 }
@@ -274,6 +360,7 @@ TensorMetadataPtr StageUpdateOf(TensorTable& table, MetadataLog& log,
   EXPECT_OK(table.BeginReshard(old->name, old->version));
   auto next = std::make_shared<TensorMetadata>(*old);
   next->version = old->version + 1;
+  next->change = 55;
   TensorMetadata fresh = *next;
   fresh.shards.resize(1);
   EXPECT_OK(log.Wait(table.ReserveIds(absl::MakeSpan(fresh.shards))));
@@ -289,15 +376,14 @@ TEST_F(TensorTableTest, AStagedUpdateIsInvisibleUntilCommittedThenRetiresN) {
   // One change at a time; only its owner commits.
   EXPECT_THAT(table_.BeginReshard("a", 0).status(),
               StatusIs(absl::StatusCode::kAborted));
-  EXPECT_THAT(table_.BeginCommit("a", 2, "q").status(),
+  EXPECT_THAT(table_.BeginCommit("a", 2, "q", 55).status(),
               StatusIs(absl::StatusCode::kPermissionDenied));
-  auto ticket = table_.BeginCommit("a", 2, "p");
-  ASSERT_OK(ticket);
-  ASSERT_NE(*ticket, 0u);
-  table_.FinishCommit("a", log_.Wait(*ticket));
+  EXPECT_THAT(table_.BeginCommit("a", 2, "p", 54).status(),
+              StatusIs(absl::StatusCode::kAborted));
+  ASSERT_OK(Commit("a", 2, "p", 55));
   EXPECT_EQ((*table_.Get("a"))->version, 2u);
   EXPECT_EQ(log_.DurableState().tensors.at("a")->version, 2u);
-  EXPECT_THAT(table_.BeginCommit("a", 2, "p"), IsOkAndHolds(0u));
+  EXPECT_OK(Commit("a", 2, "p", 55));
   // Only the replaced shard retires; the kept ones stay referenced.
   clock_.Advance(absl::Seconds(6));
   std::vector<TensorMetadataPtr> due = table_.TakeDue();
@@ -313,14 +399,14 @@ TEST_F(TensorTableTest, AStagedUpdateIsInvisibleUntilCommittedThenRetiresN) {
 TEST_F(TensorTableTest, AStagedUpdateIsAbandonedExplicitlyOrAfterItsTimeout) {
   TensorMetadataPtr v1 = Create("a", 2);
   TensorMetadataPtr v2 = StageUpdateOf(table_, log_, v1, "");
-  EXPECT_THAT(table_.AbandonUpdate("a", 3, "").status(),
+  EXPECT_THAT(table_.Abandon("a", 3, "", 55).status(),
               StatusIs(absl::StatusCode::kAborted));
-  auto fresh = table_.AbandonUpdate("a", 2, "");
+  auto fresh = table_.Abandon("a", 2, "", 55);
   ASSERT_OK(fresh);
   ASSERT_EQ((*fresh)->shards.size(), 1u);
   EXPECT_FALSE(table_.IsReferenced(v2->shards[0].shard_id));
   EXPECT_TRUE(table_.IsReferenced(v1->shards[0].shard_id));
-  EXPECT_THAT(table_.AbandonUpdate("a", 2, "").status(),
+  EXPECT_THAT(table_.Abandon("a", 2, "", 55).status(),
               StatusIs(absl::StatusCode::kNotFound));
   // Staged again and left: freed after pending_timeout, N untouched.
   TensorMetadataPtr again = StageUpdateOf(table_, log_, v1, "");

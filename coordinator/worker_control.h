@@ -30,7 +30,11 @@ struct WorkerRef {
 struct AllocateBatch {
   std::string tensor;
   uint64_t version = 0;   // the tensor version the shards belong to
+  uint64_t incarnation = 0;  // the tensor's: grants must name it
   bool writable = false;  // a put's shards: clients write them once
+  // The put or update writing them (writable only): write grants must name
+  // it, and the commit seals them.
+  uint64_t change = 0;
   // Every byte is copied in before the shards are named to anyone.
   bool filled_by_copies = false;
   DType dtype = DType::kFloat32;
@@ -47,6 +51,10 @@ class WorkerControl {
                                            const AllocateBatch& batch) = 0;
   virtual absl::StatusOr<int64_t> Free(
       const WorkerRef& worker, const std::vector<uint64_t>& shard_ids) = 0;
+  // Seals shards a put or update wrote (its commit): no write reaches them
+  // again. NOT_FOUND when the worker does not hold one.
+  virtual absl::Status Seal(const WorkerRef& worker,
+                            const std::vector<uint64_t>& shard_ids) = 0;
   // The worker at `address` (re)started: forget any connection state.
   virtual void Reset(const std::string& address) = 0;
   // Moves every piece of `batch` from its source worker into shards of its

@@ -86,6 +86,10 @@ class HeldShardTracker : public WorkerControl {
   absl::StatusOr<int64_t> Free(const WorkerRef& worker,
                                const std::vector<uint64_t>& shard_ids) override
       ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Seal(const WorkerRef& worker,
+                    const std::vector<uint64_t>& shard_ids) override {
+    return inner_->Seal(worker, shard_ids);
+  }
   void Reset(const std::string& address) override { inner_->Reset(address); }
   absl::Status Transfer(const TransferBatch& batch) override {
     return inner_->Transfer(batch);

@@ -28,9 +28,10 @@ std::string Hmac(absl::string_view key, absl::string_view data) {
 
 // Fields are length-prefixed so no name can shift another field.
 std::string Encode(const Capability& c) {
-  return absl::StrCat("v1|", c.worker.size(), ":", c.worker, "|",
+  return absl::StrCat("v2|", c.worker.size(), ":", c.worker, "|",
                       c.tensor.size(), ":", c.tensor, "|", c.version, "|",
-                      c.rights, "|", c.expires_ms);
+                      c.incarnation, "|", c.change, "|", c.rights, "|",
+                      c.expires_ms);
 }
 
 bool TakeString(absl::string_view* in, std::string* out) {
@@ -48,15 +49,17 @@ bool TakeString(absl::string_view* in, std::string* out) {
 }
 
 bool Decode(absl::string_view in, Capability* c) {
-  if (in.substr(0, 3) != "v1|") return false;
+  if (in.substr(0, 3) != "v2|") return false;
   in.remove_prefix(3);
   if (!TakeString(&in, &c->worker) || !TakeString(&in, &c->tensor)) {
     return false;
   }
   std::vector<absl::string_view> rest = absl::StrSplit(in, '|');
-  return rest.size() == 3 && absl::SimpleAtoi(rest[0], &c->version) &&
-         absl::SimpleAtoi(rest[1], &c->rights) &&
-         absl::SimpleAtoi(rest[2], &c->expires_ms);
+  return rest.size() == 5 && absl::SimpleAtoi(rest[0], &c->version) &&
+         absl::SimpleAtoi(rest[1], &c->incarnation) &&
+         absl::SimpleAtoi(rest[2], &c->change) &&
+         absl::SimpleAtoi(rest[3], &c->rights) &&
+         absl::SimpleAtoi(rest[4], &c->expires_ms);
 }
 
 absl::Status Denied(absl::string_view why) {
@@ -72,6 +75,7 @@ absl::StatusOr<Right> RequiredRight(absl::string_view full_method) {
   } kTable[] = {
       {"/tessera.v1.Worker/AllocateShards", kRightOrder},
       {"/tessera.v1.Worker/FreeShards", kRightOrder},
+      {"/tessera.v1.Worker/SealShards", kRightOrder},
       {"/tessera.v1.Worker/Transfer", kRightOrder},
       {"/tessera.v1.Worker/NcclUniqueId", kRightOrder},
       {"/tessera.v1.Worker/NcclExchange", kRightOrder},

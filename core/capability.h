@@ -31,6 +31,10 @@ struct Capability {
   std::string worker;      // the worker that honours it
   std::string tensor;      // empty for orders
   uint64_t version = 0;    // the tensor version (0 for orders)
+  uint64_t incarnation = 0;  // the tensor's (TensorMetadata::incarnation)
+  // A write grant's put or update (TensorMetadata::change): the worker's
+  // shards of that change take its writes until the change is committed.
+  uint64_t change = 0;
   uint32_t rights = 0;     // Right bits
   int64_t expires_ms = 0;  // Unix time in milliseconds
 

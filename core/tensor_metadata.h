@@ -39,6 +39,14 @@ struct TensorMetadata {
   bool requires_grad = false;
   bool pin_memory = false;
   uint64_t version = 1;
+  // Which tensor of this name: drawn at create, kept by every version, so
+  // a grant for a deleted tensor never reaches a later one of its name
+  // (0: a tensor recorded before incarnations).
+  uint64_t incarnation = 0;
+  // The put or update that made this version, while it can be committed
+  // or abandoned (0: none). Its write grants name it; commit and abandon
+  // must. Issued with the reply that starts it; never stored.
+  uint64_t change = 0;
   std::vector<ShardInfo> shards;  // in the order the spec gave them
   // What the holder of this copy may do on each worker (worker name ->
   // signed capability, core/capability.h). Issued by the coordinator with

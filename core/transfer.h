@@ -39,6 +39,7 @@ struct TransferPiece {
 // from one batch.
 struct TransferBatch {
   std::string tensor;        // whose pieces move (for capabilities, messages)
+  uint64_t incarnation = 0;  // the tensor's (for capabilities)
   uint64_t src_version = 0;  // the version the pieces are read from
   std::string src_worker;
   std::string src_address;

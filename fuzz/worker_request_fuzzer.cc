@@ -190,6 +190,8 @@ std::string Grant(const Worker& w, uint64_t id, uint32_t rights) {
   if (absl::StatusOr<ShardDesc> desc = w.store.Describe(id); desc.ok()) {
     grant.tensor = desc->tensor;
     grant.version = desc->version;
+    grant.incarnation = desc->incarnation;
+    grant.change = desc->change;
   }
   return MintCapability(grant, kKey);
 }

@@ -319,6 +319,7 @@ void TensorMetadataToProto(const TensorMetadata& meta,
   out->mutable_properties()->set_requires_grad(meta.requires_grad);
   out->mutable_properties()->set_pin_memory(meta.pin_memory);
   out->set_version(meta.version);
+  out->set_incarnation(meta.incarnation);
   bool same_rank = true;
   for (const ShardInfo& s : meta.shards)
     same_rank &= s.box.rank() == meta.shape.size();
@@ -356,6 +357,7 @@ absl::StatusOr<TensorMetadata> TensorMetadataFromProto(
   out.requires_grad = meta.properties().requires_grad();
   out.pin_memory = meta.properties().pin_memory();
   out.version = meta.version();
+  out.incarnation = meta.incarnation();
   if (meta.has_packed_shards()) {
     if (meta.shards_size() > 0) {
       return absl::InvalidArgumentError(

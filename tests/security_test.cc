@@ -320,6 +320,7 @@ TEST_F(SecurityTest, OnlyThePutsCreatorCommitsIt) {
   v1::CommitTensorRequest commit;
   commit.set_name("pending");
   commit.set_version(created.tensor().version());
+  commit.set_change_id(created.change_id());
   v1::CommitTensorResponse committed;
   EXPECT_EQ(
       admin->CommitTensor(&commit_context, commit, &committed).error_code(),

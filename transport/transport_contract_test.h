@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/testing/grants.h"
 #include "absl/strings/str_cat.h"
 #include "core/box.h"
 #include "core/capability.h"
@@ -45,6 +46,7 @@
 
 namespace tessera {
 namespace testing {
+
 
 // How to make the transport under test; `channels` reaches the worker and
 // outlives the transport.
@@ -123,6 +125,7 @@ class TransportContractTest
     desc.tensor = "t";
     desc.version = 1;
     desc.writable = true;  // as a put's shards are
+    desc.change = kTestChange;
     desc.dtype = dtype;
     desc.tensor_shape = shape;
     desc.box = WholeBox(shape);
@@ -156,6 +159,7 @@ class TransportContractTest
     grant.worker = "w0";
     grant.tensor = "t";
     grant.version = 1;
+    grant.change = kTestChange;  // the put's that writes the shards
     grant.rights = rights;
     grant.expires_ms = absl::ToUnixMillis(absl::Now() + absl::Hours(1));
     return MintCapability(grant, kWorkerKey);

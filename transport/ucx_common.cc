@@ -67,15 +67,18 @@ absl::StatusOr<ucp_context_h> MakeUcpContext(absl::string_view name,
     status = ucp_config_modify(config, key, value);
     return status == UCS_OK;
   };
+  // Posix segments are attached through /proc, so UCX can tell a peer
+  // died: exposing that lets endpoints on shared memory have peer-failure
+  // handling, and only such an endpoint is destroyed when closed (UCX keeps
+  // any other endpoint a peer connected, and what it maps of the peer,
+  // until the worker goes).
+  if (!modify("MM_ERROR_HANDLING", "y")) {
+    ucp_config_release(config);
+    return UcxError("letting UCX notice peers that die", status);
+  }
   if (!reach.trusted_fabric) {
     // Whatever UCX_TLS says: no network transport reaches this process.
-    // Posix segments are attached through /proc, so UCX can tell a peer
-    // died: exposing that lets endpoints have peer-failure handling, and
-    // only such an endpoint is destroyed when closed (UCX keeps any other
-    // endpoint a peer connected, and what it maps of the peer, until the
-    // worker goes).
-    if (!modify("TLS", kUcxSameHostTransports) ||
-        !modify("MM_ERROR_HANDLING", "y")) {
+    if (!modify("TLS", kUcxSameHostTransports)) {
       ucp_config_release(config);
       return UcxError("keeping UCX on this host's shared memory", status);
     }

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/testing/grants.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/capability.h"
@@ -102,6 +103,7 @@ class LocalWorker {
     desc.tensor = "t";
     desc.version = 1;
     desc.writable = writable;
+    desc.change = writable ? kTestChange : 0;
     desc.dtype = dtype;
     desc.tensor_shape = shape;
     desc.box = WholeBox(shape);
@@ -124,6 +126,7 @@ class LocalWorker {
     grant.tensor = "t";
     grant.version = 1;
     grant.rights = kRightRead | kRightWrite;
+    grant.change = kTestChange;
     grant.expires_ms = absl::ToUnixMillis(absl::Now() + absl::Hours(1));
     shard.location.capability = MintCapability(grant, kKey);
     shard.item_bytes = static_cast<int64_t>(ItemSize(dtype));

@@ -33,6 +33,8 @@ constexpr int kMaxRank = 64;
 constexpr int64_t kMaxItemBytes = 64;
 // How long a lane spins on progress before it sleeps on its event fd.
 constexpr absl::Duration kSpin = absl::Microseconds(50);
+// How long a hello waits for the worker's answer.
+constexpr absl::Duration kHelloTimeout = absl::Seconds(5);
 // How long a worker's "busy" (its send queue is full) is waited out between
 // asks.
 constexpr absl::Duration kBusyPause = absl::Microseconds(200);
@@ -961,11 +963,16 @@ absl::Status UcxTransport::Lane::Hello(Peer& peer) {
                       UCS_PTR_STATUS(sent));
   } else {
     if (sent != nullptr) ++ops.pending;
+    // A worker that cannot connect back to this lane (no transport in
+    // common that notices failures) never answers: not for long.
+    const absl::Time deadline = deadline_;
+    deadline_ = std::min(deadline_, absl::Now() + kHelloTimeout);
     status = Wait(
         [&] {
           return ops.pending == 0 && Answer(hello.request_id).has_value();
         },
         peer, &ops.completed);
+    deadline_ = deadline;
   }
   const std::optional<UcxCheckReply> reply =
       awaited_[hello.request_id];

@@ -66,7 +66,10 @@ class SharedName {
 struct ShardDesc {
   SharedName tensor;      // whose shard (capabilities name it)
   uint64_t version = 0;   // the tensor version it belongs to
+  uint64_t incarnation = 0;  // the tensor's (capabilities name it)
   bool writable = false;  // a put's shard: its client may write it once
+  // A writable shard's put or update: write capabilities must name it.
+  uint64_t change = 0;
   // Every byte is copied in before anyone else can read the shard.
   bool filled_by_copies = false;
   DType dtype = DType::kFloat32;

@@ -30,6 +30,7 @@ std::string Grant(uint32_t rights, const std::string& tensor = "t") {
   grant.worker = "w0";
   grant.tensor = tensor;
   grant.version = 1;
+  grant.change = testing::kTestChange;
   grant.rights = rights;
   grant.expires_ms = absl::ToUnixMillis(absl::Now() + absl::Hours(1));
   return MintCapability(grant, LocalWorker::kKey);

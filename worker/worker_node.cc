@@ -551,6 +551,18 @@ void WorkerNode::Seal(uint64_t id) {
   sealed_.insert(id);
 }
 
+absl::Status WorkerNode::SealAll(absl::Span<const uint64_t> ids) {
+  for (uint64_t id : ids) {
+    if (!store_->Describe(id).ok()) {
+      return absl::NotFoundError(absl::StrCat(
+          "shard ", id, " is not held by this worker: its bytes are gone"));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  for (uint64_t id : ids) sealed_.insert(id);
+  return absl::OkStatus();
+}
+
 bool WorkerNode::TakesWrites(uint64_t id) const {
   absl::StatusOr<ShardDesc> desc = store_->Describe(id);
   if (!desc.ok() || !desc->writable) return false;
@@ -591,12 +603,21 @@ absl::Status WorkerNode::Admit(absl::string_view token,
     const bool version_ok = right == kRightWrite
                                 ? desc->version == capability.version
                                 : desc->version <= capability.version;
-    if (desc->tensor.str() != capability.tensor || !version_ok) {
+    // The incarnation tells this tensor from a deleted one of its name.
+    if (desc->tensor.str() != capability.tensor || !version_ok ||
+        desc->incarnation != capability.incarnation) {
       return absl::PermissionDeniedError(
           absl::StrCat("permission denied: shard ", id, " is not part of '",
                        capability.tensor, "' version ", capability.version));
     }
     if (right == kRightWrite) {
+      // A write grant is its put's or update's alone, and dies with the
+      // commit that seals the shards.
+      if (desc->change == 0 || desc->change != capability.change) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            "permission denied: shard ", id,
+            " is not being written by this put or update"));
+      }
       absl::MutexLock lock(&mu_);
       if (!desc->writable || sealed_.contains(id)) {
         return absl::PermissionDeniedError(

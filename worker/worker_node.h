@@ -317,6 +317,10 @@ class WorkerNode {
       ABSL_LOCKS_EXCLUDED(mu_);
   // A put's shard was written whole: no write reaches it again.
   void Seal(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  // The coordinator commits the change that wrote `ids`: every one is
+  // sealed, or none when one is not held (NOT_FOUND naming it).
+  absl::Status SealAll(absl::Span<const uint64_t> ids)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Whether shard `id` still takes writes: held, a put's (or an update's)
   // shard, and not sealed.
   bool TakesWrites(uint64_t id) const ABSL_LOCKS_EXCLUDED(mu_);

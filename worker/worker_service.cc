@@ -34,7 +34,9 @@ absl::StatusOr<ShardDesc> DescFromAllocate(
   ShardDesc desc;
   desc.tensor = tensor;
   desc.version = request.version();
+  desc.incarnation = request.incarnation();
   desc.writable = request.writable();
+  desc.change = request.writable() ? request.change() : 0;
   desc.filled_by_copies = request.filled_by_copies();
   desc.dtype = dtype;
   desc.tensor_shape = tensor_shape;
@@ -498,6 +500,18 @@ grpc::Status WorkerService::FreeShards(grpc::ServerContext* context,
                                        const v1::FreeShardsRequest* request,
                                        v1::FreeShardsResponse* response) {
   return ToGrpcStatus(Free(PresentedCapability(*context), *request, response));
+}
+
+grpc::Status WorkerService::SealShards(grpc::ServerContext* context,
+                                       const v1::SealShardsRequest* request,
+                                       v1::SealShardsResponse*) {
+  absl::Status status = node_->Admit(PresentedCapability(*context),
+                                     "/tessera.v1.Worker/SealShards", {});
+  if (status.ok()) {
+    status = node_->SealAll(absl::MakeConstSpan(request->shard_ids().data(),
+                                                request->shard_ids().size()));
+  }
+  return ToGrpcStatus(status);
 }
 
 absl::Status WorkerService::Free(absl::string_view capability,

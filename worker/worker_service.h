@@ -65,6 +65,9 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status FreeShards(grpc::ServerContext* context,
                           const v1::FreeShardsRequest* request,
                           v1::FreeShardsResponse* response) override;
+  grpc::Status SealShards(grpc::ServerContext* context,
+                          const v1::SealShardsRequest* request,
+                          v1::SealShardsResponse* response) override;
   grpc::Status StageRead(
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<v1::StageReadResponse, v1::StageReadRequest>*

@@ -1,0 +1,313 @@
+// Grants that outlive what they were for, on a cluster with tokens: a put's
+// or update's write grant dies at its commit (the commit seals the shards
+// it wrote, also those a later update keeps); a commit, an abandon or a
+// client's clean-up names its own put and never touches a tensor another
+// client made under the same name; and a read grant reads only the tensor
+// it was issued for, not a later one of the same name. Every refused attack
+// leaves the data as it was.
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/tessera_client.h"
+#include "core/auth.h"
+#include "gtest/gtest.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "proto/worker.grpc.pb.h"
+#include "rpc/channel.h"
+#include "rpc/convert.h"
+#include "rpc/security.h"
+#include "tests/cluster.h"
+#include "tests/test_arrays.h"
+
+namespace tessera {
+namespace {
+
+std::string Dir() {
+  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/grants");
+}
+std::string File(const std::string& name) {
+  return absl::StrCat(Dir(), "/", name);
+}
+std::string Token(const std::string& principal) {
+  return *ReadTokenFile(File(principal + ".token"));
+}
+
+class GrantTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string script = absl::StrCat(std::getenv("TEST_SRCDIR"),
+                                            "/tessera/deploy/make-certs.sh");
+    std::string out;
+    ASSERT_EQ(TestCluster::Run({"/bin/bash", script, Dir(), "--workers", "2"},
+                               &out, &out),
+              0)
+        << out;
+    // A second writer: another principal of the same role.
+    {
+      std::ofstream tokens(File("tokens"), std::ios::app);
+      tokens << "writer2 write " << std::string(64, 'b') << "\n";
+      std::ofstream token(File("writer2.token"));
+      token << std::string(64, 'b');
+    }
+    TestClusterOptions options;
+    options.num_workers = 2;
+    options.coordinator_flags = {absl::StrCat("--tokens=", File("tokens"))};
+    options.worker_flags = {
+        absl::StrCat("--token_file=", Dir(), "/{name}.token")};
+    options.client.token = Token("admin");
+    auto cluster = TestCluster::Start(options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = cluster->release();
+  }
+  static void TearDownTestSuite() { delete cluster_; }
+
+  static std::unique_ptr<Client> As(const std::string& principal) {
+    ClientOptions options;
+    options.token = Token(principal);
+    options.transport = "grpc";
+    auto client = Client::Connect(cluster_->coordinator_address(), options);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? *std::move(client) : nullptr;
+  }
+  static std::unique_ptr<v1::Coordinator::Stub> Coordinator(
+      const std::string& principal) {
+    ChannelOptions options;
+    options.interceptors = BearerTokenInterceptors(Token(principal));
+    return v1::Coordinator::NewStub(
+        MakeChannel(cluster_->coordinator_address(), options));
+  }
+  static std::unique_ptr<v1::Worker::Stub> Worker(const std::string& address) {
+    return v1::Worker::NewStub(MakeChannel(address));
+  }
+
+  // Writes `bytes` at byte 0 of shard `id` with `grant`; the call's code.
+  static grpc::StatusCode Write(const std::string& address, uint64_t id,
+                                const std::string& grant,
+                                const std::string& bytes) {
+    grpc::ClientContext context;
+    context.AddMetadata(kCapabilityHeader, grant);
+    v1::WriteShardResponse response;
+    auto writer = Worker(address)->WriteShard(&context, &response);
+    v1::WriteShardRequest chunk;
+    chunk.set_shard_id(id);
+    chunk.set_data(bytes);
+    writer->Write(chunk);
+    writer->WritesDone();
+    return writer->Finish().error_code();
+  }
+  // Reads 4 bytes at the start of shard `id` with `grant`.
+  static grpc::Status ReadFirst(const std::string& address, uint64_t id,
+                                const std::string& grant, std::string* out) {
+    grpc::ClientContext context;
+    context.AddMetadata(kCapabilityHeader, grant);
+    v1::ReadRegionRequest request;
+    request.set_shard_id(id);
+    request.add_offsets(0);
+    request.add_sizes(4);
+    v1::ReadRegionResponse response;
+    grpc::Status status =
+        Worker(address)->ReadSmallRegion(&context, request, &response);
+    *out = response.data();
+    return status;
+  }
+
+  // A put begun by hand (CreateTensor pending) of an int8 tensor of 8
+  // elements in one shard on w0: its metadata, write grant and change id.
+  struct Begun {
+    TensorMetadata meta;
+    std::string grant;
+    uint64_t change = 0;
+  };
+  static Begun BeginPut(v1::Coordinator::Stub& coordinator,
+                        const std::string& name) {
+    grpc::ClientContext context;
+    v1::CreateTensorRequest create;
+    create.set_name(name);
+    create.add_shape(8);
+    create.mutable_properties()->set_dtype(v1::INT8);
+    create.mutable_spec()->mutable_chunk()->set_dim(0);
+    create.mutable_spec()->mutable_chunk()->add_placements()->set_rank(0);
+    create.set_pending(true);
+    v1::CreateTensorResponse created;
+    grpc::Status status = coordinator.CreateTensor(&context, create, &created);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    Begun out;
+    out.meta = *TensorMetadataFromProto(created.tensor());
+    out.grant = created.capabilities(0).token();
+    out.change = created.change_id();
+    return out;
+  }
+  static grpc::Status Commit(v1::Coordinator::Stub& coordinator,
+                             const std::string& name, uint64_t version,
+                             uint64_t change, bool abandon = false) {
+    grpc::ClientContext context;
+    v1::CommitTensorRequest commit;
+    commit.set_name(name);
+    commit.set_version(version);
+    commit.set_change_id(change);
+    commit.set_abandon(abandon);
+    v1::CommitTensorResponse response;
+    return coordinator.CommitTensor(&context, commit, &response);
+  }
+
+  static std::vector<int8_t> Contents(const std::string& name) {
+    absl::StatusOr<HostArray> got = As("admin")->Get(name, std::nullopt);
+    EXPECT_TRUE(got.ok()) << got.status();
+    if (!got.ok()) return {};
+    return std::vector<int8_t>(got->As<int8_t>(),
+                               got->As<int8_t>() + got->NumElements());
+  }
+
+  static TestCluster* cluster_;
+};
+TestCluster* GrantTest::cluster_ = nullptr;
+
+TEST_F(GrantTest, APutsWriteGrantDiesAtItsCommit) {
+  auto writer = Coordinator("writer");
+  const Begun put = BeginPut(*writer, "sealed");
+  const ShardInfo& shard = put.meta.shards[0];
+  // Part of the shard, as a patch does (which left it writable before).
+  ASSERT_EQ(Write(shard.address, shard.shard_id, put.grant, std::string(4, 1)),
+            grpc::StatusCode::OK);
+  ASSERT_TRUE(Commit(*writer, "sealed", 1, put.change).ok());
+  const std::vector<int8_t> committed = Contents("sealed");
+  // The same grant, after the commit: refused, nothing changes.
+  EXPECT_EQ(Write(shard.address, shard.shard_id, put.grant, std::string(8, 9)),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Contents("sealed"), committed);
+  EXPECT_EQ((*As("admin")->Describe("sealed")).version, 1u);
+
+  // An update keeps the put's shard when its region misses it... (two
+  // shards here: the update rewrites the second only)
+  const std::vector<int8_t> rows(16, 3);
+  auto client = As("writer");
+  ASSERT_TRUE(client
+                  ->Put("kept", {16}, DType::kInt8,
+                        reinterpret_cast<const char*>(rows.data()),
+                        LayoutSpec::Chunk(0, Ranks({0, 1})))
+                  .ok());
+  absl::StatusOr<TensorMetadata> v1 = client->Describe("kept");
+  ASSERT_TRUE(v1.ok());
+  const std::vector<int8_t> patch(8, 5);
+  ASSERT_TRUE(client
+                  ->Update("kept", {8}, DType::kInt8,
+                           reinterpret_cast<const char*>(patch.data()),
+                           Box{{8}, {8}})
+                  .ok());
+  // ... and a grant of version 2's update, or one minted for version 1's
+  // put, rewrites neither shard now.
+  const std::vector<int8_t> after = Contents("kept");
+  for (const ShardInfo& s : v1->shards) {
+    EXPECT_EQ(Write(s.address, s.shard_id, v1->capabilities.at(s.worker),
+                    std::string(8, 9)),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+  EXPECT_EQ(Contents("kept"), after);
+}
+
+TEST_F(GrantTest, AnUpdatesWriteGrantDiesAtItsCommit) {
+  auto client = As("writer");
+  const std::vector<int8_t> zeros(8, 0);
+  ASSERT_TRUE(client
+                  ->Put("upd", {8}, DType::kInt8,
+                        reinterpret_cast<const char*>(zeros.data()),
+                        LayoutSpec::Chunk(0, Ranks({1})))
+                  .ok());
+  auto writer = Coordinator("writer");
+  grpc::ClientContext context;
+  v1::UpdateTensorRequest update;
+  update.set_name("upd");
+  v1::UpdateTensorResponse staged;
+  ASSERT_TRUE(writer->UpdateTensor(&context, update, &staged).ok());
+  const TensorMetadata next = *TensorMetadataFromProto(staged.tensor());
+  const ShardInfo& shard = next.shards[0];
+  std::string grant;
+  for (const v1::WorkerCapability& c : staged.capabilities()) {
+    if (c.worker() == shard.worker) grant = c.token();
+  }
+  // Half the shard (a whole-shard write sealed it even before).
+  ASSERT_EQ(Write(shard.address, shard.shard_id, grant, std::string(4, 2)),
+            grpc::StatusCode::OK);
+  ASSERT_TRUE(Commit(*writer, "upd", 2, staged.change_id()).ok());
+  const std::vector<int8_t> committed = {2, 2, 2, 2, 0, 0, 0, 0};
+  EXPECT_EQ(Contents("upd"), committed);
+  EXPECT_EQ(Write(shard.address, shard.shard_id, grant, std::string(8, 7)),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Contents("upd"), committed);
+}
+
+// Writer A begins a put of x; the name is taken from it (an admin removes
+// the stuck put; writer B puts x). A's commit, A's abandon and A's
+// clean-up must all leave B's tensor alone.
+TEST_F(GrantTest, CommitsAndCleanUpsNameTheirOwnPut) {
+  auto a = Coordinator("writer");
+  const Begun put = BeginPut(*a, "x");
+  // B may not remove A's put in progress; an admin may.
+  EXPECT_EQ(As("writer2")->Delete("x").code(),
+            absl::StatusCode::kPermissionDenied);
+  ASSERT_TRUE(As("admin")->Delete("x").ok());
+  const std::vector<int8_t> ours(8, 42);
+  ASSERT_TRUE(As("writer2")
+                  ->Put("x", {8}, DType::kInt8,
+                        reinterpret_cast<const char*>(ours.data()),
+                        LayoutSpec::Chunk(0, Ranks({0})))
+                  .ok());
+  const grpc::Status commit = Commit(*a, "x", 1, put.change);
+  EXPECT_EQ(commit.error_code(), grpc::StatusCode::ABORTED)
+      << commit.error_message();
+  EXPECT_FALSE(Commit(*a, "x", 1, put.change, /*abandon=*/true).ok());
+  // A's grant for its own (freed) shard writes nothing anywhere.
+  EXPECT_NE(Write(put.meta.shards[0].address, put.meta.shards[0].shard_id,
+                  put.grant, std::string(8, 1)),
+            grpc::StatusCode::OK);
+  EXPECT_EQ(Contents("x"), ours);
+  // A put of the taken name fails and removes nothing.
+  auto client = As("writer");
+  absl::StatusOr<TensorMetadata> failed = client->Put(
+      "x", {8}, DType::kInt8, reinterpret_cast<const char*>(ours.data()),
+      LayoutSpec::Chunk(0, Ranks({0})));
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(Contents("x"), ours);
+  // A delete naming an earlier incarnation spares the tensor there now.
+  EXPECT_EQ(client->Delete("x", put.meta.incarnation).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(Contents("x"), ours);
+}
+
+TEST_F(GrantTest, AReadGrantReadsOnlyTheTensorItWasIssuedFor) {
+  auto admin = As("admin");
+  const std::vector<int8_t> old_bytes(8, 11), new_bytes(8, 22);
+  ASSERT_TRUE(admin
+                  ->Put("y", {8}, DType::kInt8,
+                        reinterpret_cast<const char*>(old_bytes.data()),
+                        LayoutSpec::Chunk(0, Ranks({0})))
+                  .ok());
+  absl::StatusOr<TensorMetadata> old = As("reader")->Describe("y");
+  ASSERT_TRUE(old.ok());
+  const std::string grant = old->capabilities.at(old->shards[0].worker);
+  std::string got;
+  ASSERT_TRUE(ReadFirst(old->shards[0].address, old->shards[0].shard_id, grant,
+                        &got)
+                  .ok());
+  ASSERT_TRUE(admin->Delete("y").ok());
+  ASSERT_TRUE(admin
+                  ->Put("y", {8}, DType::kInt8,
+                        reinterpret_cast<const char*>(new_bytes.data()),
+                        LayoutSpec::Chunk(0, Ranks({0})))
+                  .ok());
+  absl::StatusOr<TensorMetadata> now = admin->Describe("y");
+  ASSERT_TRUE(now.ok());
+  EXPECT_NE(now->incarnation, old->incarnation);
+  // Same name, same version 1, same worker: the old grant is refused.
+  const grpc::Status read = ReadFirst(now->shards[0].address,
+                                      now->shards[0].shard_id, grant, &got);
+  EXPECT_EQ(read.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+      << read.error_message();
+}
+
+}  // namespace
+}  // namespace tessera
