@@ -114,7 +114,12 @@ const std::vector<CommandDef>& Commands() {
        1,
        {{"json", true}},
        &RunDescribe},
-      {"ls", "ls [--json]", "list tensors", 0, {{"json", true}}, &RunList},
+      {"ls", "ls [--all] [--json]",
+       "list tensors (--all: puts not committed yet too, and what is "
+       "pending of each)",
+       0,
+       {{"json", true}, {"all", true}},
+       &RunList},
       {"reshard",
        "reshard NAME SPEC [--json]",
        "move the tensor to a new sharding (version + 1)",
@@ -741,13 +746,17 @@ absl::Status RunGet(const Invocation& inv, std::ostream& out) {
                            NpyFileWriter::Create(output, meta.dtype, shape));
   const int64_t bytes = file->data_bytes();
   absl::Status status;
+  // The version whose bytes land in the file: a read that met a newer
+  // version (an update committed meanwhile) reads that one whole.
+  uint64_t version = meta.version;
   {
     Progress progress(*client, absl::StrCat("get ", name), bytes,
                       !inv.GetBool("json"));
     if (rows_path.has_value()) {
-      status = client->GatherRowsInto(name, rows, file->data(), bytes);
+      status =
+          client->GatherRowsInto(name, rows, file->data(), bytes, &version);
     } else if (bytes > 0) {
-      status = client->GetInto(name, box, file->data(), bytes);
+      status = client->GetInto(name, box, file->data(), bytes, &version);
     }
     // else nothing to move: an empty shard (chunk sharding lists trailing
     // empty shards, at offsets past the end) or an empty region.
@@ -756,7 +765,7 @@ absl::Status RunGet(const Invocation& inv, std::ostream& out) {
   TESSERA_RETURN_IF_ERROR(file->Commit());
   const double seconds = SecondsSince(start);
   if (inv.GetBool("json")) {
-    out << GetJson(name, shape, meta.dtype, meta.version, bytes, seconds,
+    out << GetJson(name, shape, meta.dtype, version, bytes, seconds,
                    Since(before, client->TransferStats()))
         << "\n";
     return absl::OkStatus();
@@ -787,6 +796,7 @@ absl::Status RunDescribe(const Invocation& inv, std::ostream& out) {
       << "Version:   " << meta.version << "\n"
       << "Size:      " << FormatBytes(meta.ByteSize()) << "\n"
       << "Shards:    " << meta.shards.size() << "\n";
+  if (!meta.pending.empty()) out << "Pending:   " << meta.pending << "\n";
   std::vector<std::vector<std::string>> rows = {
       {"SHARD", "BOX", "PLACEMENT", "WORKER", "BYTES", "AVAILABLE", "HANDLE"}};
   for (size_t i = 0; i < meta.shards.size(); ++i) {
@@ -803,17 +813,36 @@ absl::Status RunDescribe(const Invocation& inv, std::ostream& out) {
 
 absl::Status RunList(const Invocation& inv, std::ostream& out) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
-  TESSERA_ASSIGN_OR_RETURN(std::vector<TensorInfo> tensors, client->List());
+  const bool all = inv.GetBool("all");
+  TESSERA_ASSIGN_OR_RETURN(std::vector<TensorInfo> tensors, client->List(all));
   if (inv.GetBool("json")) {
     out << TensorListJson(tensors) << "\n";
     return absl::OkStatus();
   }
   std::vector<std::vector<std::string>> rows = {
       {"NAME", "SHAPE", "DTYPE", "VERSION", "SHARDS"}};
+  if (all) rows[0].push_back("PENDING");
+  const absl::Time now = absl::Now();
   for (const TensorInfo& t : tensors) {
     rows.push_back({t.name, ShapeToString(t.shape),
                     std::string(DTypeName(t.dtype)), absl::StrCat(t.version),
                     absl::StrCat(t.num_shards)});
+    if (!all) continue;
+    rows.back().push_back(
+        t.pending.empty()
+            ? "-"
+            : absl::StrCat(
+                  t.pending, t.pending == "update"
+                                 ? absl::StrCat(" to version ",
+                                                t.pending_version)
+                                 : "",
+                  t.pending_owner.empty()
+                      ? ""
+                      : absl::StrCat(" by ", t.pending_owner),
+                  " since ",
+                  absl::FormatDuration(absl::Trunc(now - t.pending_since,
+                                                   absl::Seconds(1))),
+                  " ago"));
   }
   PrintTable(rows, out);
   return absl::OkStatus();

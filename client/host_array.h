@@ -16,6 +16,8 @@ struct HostArray {
   Shape shape;
   std::unique_ptr<char[]> buffer;
   int64_t num_bytes = 0;
+  // Read from a tensor: the version whose bytes these are (0: not read).
+  uint64_t version = 0;
 
   // Allocates an array of `shape` (the caller has checked the byte size).
   static HostArray Allocate(DType dtype, Shape shape);

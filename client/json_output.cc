@@ -50,6 +50,7 @@ std::string DescribeJson(const TensorMetadata& meta) {
     shards.push_back(std::move(s));
   }
   Field(&out, "shards", absl::StrCat("[", absl::StrJoin(shards, ", "), "]"));
+  if (!meta.pending.empty()) Field(&out, "pending", JsonString(meta.pending));
   out += "}";
   return out;
 }
@@ -64,6 +65,17 @@ std::string TensorListJson(const std::vector<TensorInfo>& tensors) {
     Field(&s, "dtype", JsonString(DTypeName(t.dtype)));
     Field(&s, "version", absl::StrCat(t.version));
     Field(&s, "num_shards", absl::StrCat(t.num_shards));
+    if (!t.pending.empty()) {
+      std::string p = "{";
+      Field(&p, "change", JsonString(t.pending));
+      Field(&p, "version", absl::StrCat(t.pending_version));
+      Field(&p, "owner", JsonString(t.pending_owner));
+      Field(&p, "since", JsonString(absl::FormatTime(
+                             "%Y-%m-%dT%H:%M:%SZ", t.pending_since,
+                             absl::UTCTimeZone())));
+      p += "}";
+      Field(&s, "pending", p);
+    }
     s += "}";
     items.push_back(std::move(s));
   }

@@ -109,6 +109,7 @@ absl::StatusOr<HostArray> ShardHandle::ToHere() const {
         "describe the tensor again for current handles"));
   }
   if (!status.ok()) return status;
+  array.version = meta_->version;
   return array;
 }
 
@@ -157,7 +158,8 @@ absl::Status Client::GetIntoDevice(const std::string& name,
         }
         return reader->GatherRegion(meta, index, box, static_cast<char*>(dst),
                                     device);
-      });
+      },
+      nullptr);
 }
 
 absl::StatusOr<std::vector<DeviceShardView>> Client::MapDevice(
@@ -168,7 +170,8 @@ absl::StatusOr<std::vector<DeviceShardView>> Client::MapDevice(
       name, [&](const TensorMetadata& meta, const BoxIndex*) -> absl::Status {
         TESSERA_ASSIGN_OR_RETURN(views, reader->Map(meta));
         return absl::OkStatus();
-      }));
+      },
+      nullptr));
   return views;
 }
 #else  // an SDK built without CUDA
@@ -329,12 +332,17 @@ absl::StatusOr<TensorMetadata> Client::DescribeInternal(const std::string& name,
                                  return connection_->coordinator()->GetTensor(
                                      context, request, &response);
                                }));
-  return WithCapabilities(TensorMetadataFromProto(response.tensor()),
-                          response.capabilities());
+  TESSERA_ASSIGN_OR_RETURN(
+      TensorMetadata meta,
+      WithCapabilities(TensorMetadataFromProto(response.tensor()),
+                       response.capabilities()));
+  meta.pending = response.pending();
+  return meta;
 }
 
-absl::StatusOr<std::vector<TensorInfo>> Client::List() {
+absl::StatusOr<std::vector<TensorInfo>> Client::List(bool all) {
   v1::ListTensorsRequest request;
+  request.set_all(all);
   v1::ListTensorsResponse response;
   TESSERA_RETURN_IF_ERROR(Call(ControlCall(*connection_, /*idempotent=*/true),
                                [&](grpc::ClientContext* context) {
@@ -349,6 +357,10 @@ absl::StatusOr<std::vector<TensorInfo>> Client::List() {
     TESSERA_ASSIGN_OR_RETURN(info.dtype, DTypeFromProto(t.dtype()));
     info.version = t.version();
     info.num_shards = t.num_shards();
+    info.pending = t.pending();
+    info.pending_version = t.pending_version();
+    info.pending_owner = t.pending_owner();
+    info.pending_since = absl::FromUnixMillis(t.pending_since_ms());
     out.push_back(std::move(info));
   }
   return out;
@@ -410,7 +422,8 @@ void Client::ForgetMetadata(const std::string& name) {
 absl::Status Client::ReadWithRetry(
     const std::string& name,
     const std::function<absl::Status(const TensorMetadata&, const BoxIndex*)>&
-        read) {
+        read,
+    uint64_t* version) {
   uint64_t last_version = 0;
   for (int attempt = 0;; ++attempt) {
     CachedTensor entry;
@@ -427,6 +440,7 @@ absl::Status Client::ReadWithRetry(
     absl::Status status = read(*meta, entry.index.get());
     if (!cached) ReleaseRead(name, meta->version);
     if (status.ok()) {
+      if (version != nullptr) *version = meta->version;
       if (!cached) CacheMetadata(meta);
       return status;
     }
@@ -447,22 +461,27 @@ absl::Status Client::ReadWithRetry(
 absl::Status Client::ReadRegion(
     const std::string& name, const std::optional<Box>& region,
     const std::function<absl::StatusOr<char*>(const TensorMetadata&,
-                                              const Box&)>& destination) {
+                                              const Box&)>& destination,
+    uint64_t* version) {
   return ReadWithRetry(
-      name, [&](const TensorMetadata& meta, const BoxIndex* index) {
+      name,
+      [&](const TensorMetadata& meta, const BoxIndex* index) {
         const Box box = region.has_value() ? *region : WholeBox(meta.shape);
         TESSERA_RETURN_IF_ERROR(CheckWithin(box, meta.shape, "region"));
         TESSERA_ASSIGN_OR_RETURN(char* out, destination(meta, box));
         return GatherRegion(*connection_, meta, index, box, out);
-      });
+      },
+      version);
 }
 
 absl::Status Client::ReadRows(
     const std::string& name, absl::Span<const int64_t> indices,
     const std::function<absl::StatusOr<char*>(const TensorMetadata&,
-                                              const Shape&)>& destination) {
+                                              const Shape&)>& destination,
+    uint64_t* version) {
   return ReadWithRetry(
-      name, [&](const TensorMetadata& meta, const BoxIndex*) -> absl::Status {
+      name,
+      [&](const TensorMetadata& meta, const BoxIndex*) -> absl::Status {
         if (meta.shape.empty()) {
           return absl::InvalidArgumentError(
               absl::StrCat("tensor '", name, "' is 0-d: it has no rows"));
@@ -474,7 +493,8 @@ absl::Status Client::ReadRows(
         TESSERA_RETURN_IF_ERROR(ByteSize(shape, ItemSize(meta.dtype)).status());
         TESSERA_ASSIGN_OR_RETURN(char* out, destination(meta, shape));
         return tessera::GatherRows(*connection_, meta, plan, out);
-      });
+      },
+      version);
 }
 
 absl::StatusOr<HostArray> Client::GatherRows(
@@ -489,24 +509,28 @@ absl::StatusOr<HostArray> Client::GatherRows(
                    array = HostArray::Allocate(meta.dtype, shape);
                  }
                  return array.data();
-               }));
+               },
+               &array.version));
   return array;
 }
 
 absl::Status Client::GatherRowsInto(const std::string& name,
                                     absl::Span<const int64_t> indices,
-                                    char* out, int64_t out_bytes) {
-  return ReadRows(name, indices,
-                  [&](const TensorMetadata& meta,
-                      const Shape& shape) -> absl::StatusOr<char*> {
-                    const int64_t need = *ByteSize(shape, ItemSize(meta.dtype));
-                    if (need != out_bytes) {
-                      return absl::InvalidArgumentError(absl::StrCat(
-                          "output buffer has ", out_bytes, " bytes but ",
-                          indices.size(), " rows of '", name, "' need ", need));
-                    }
-                    return out;
-                  });
+                                    char* out, int64_t out_bytes,
+                                    uint64_t* version) {
+  return ReadRows(
+      name, indices,
+      [&](const TensorMetadata& meta,
+          const Shape& shape) -> absl::StatusOr<char*> {
+        const int64_t need = *ByteSize(shape, ItemSize(meta.dtype));
+        if (need != out_bytes) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("output buffer has ", out_bytes, " bytes but ",
+                           indices.size(), " rows of '", name, "' need ", need));
+        }
+        return out;
+      },
+      version);
 }
 
 absl::StatusOr<HostArray> Client::Get(const std::string& name,
@@ -520,13 +544,14 @@ absl::StatusOr<HostArray> Client::Get(const std::string& name,
           array = HostArray::Allocate(meta.dtype, ToShape(box.sizes));
         }
         return array.data();
-      }));
+      },
+      &array.version));
   return array;
 }
 
 absl::Status Client::GetInto(const std::string& name,
                              const std::optional<Box>& region, char* out,
-                             int64_t out_bytes) {
+                             int64_t out_bytes, uint64_t* version) {
   return ReadRegion(
       name, region,
       [&](const TensorMetadata& meta, const Box& box) -> absl::StatusOr<char*> {
@@ -538,7 +563,8 @@ absl::Status Client::GetInto(const std::string& name,
               box.ToString(), " of '", name, "' needs ", need));
         }
         return out;
-      });
+      },
+      version);
 }
 
 absl::StatusOr<HostArray> Client::GetRegion(const std::string& name,

@@ -45,6 +45,13 @@ struct TensorInfo {
   DType dtype = DType::kFloat32;
   uint64_t version = 0;
   int64_t num_shards = 0;
+  // Listed with List(all): a change not committed yet, "put" (the tensor
+  // is not visible yet) or "update" to pending_version, by pending_owner
+  // (empty without tokens), begun at pending_since.
+  std::string pending;
+  uint64_t pending_version = 0;
+  std::string pending_owner;
+  absl::Time pending_since;
 };
 
 // What a reshard cost (CLI.md "reshard --json").
@@ -112,7 +119,9 @@ class Client {
   }
 
   absl::StatusOr<TensorMetadata> Describe(const std::string& name);
-  absl::StatusOr<std::vector<TensorInfo>> List();
+  // The tensors; with `all`, puts not committed yet too, and what change of
+  // each is pending.
+  absl::StatusOr<std::vector<TensorInfo>> List(bool all = false);
   // Deletes the tensor; with `incarnation` (TensorMetadata::incarnation),
   // only that tensor, never a later one of its name (NOT_FOUND then).
   absl::Status Delete(const std::string& name, uint64_t incarnation = 0);
@@ -120,10 +129,11 @@ class Client {
   // Gathers the whole tensor, or `region` of it (tensor coordinates).
   absl::StatusOr<HostArray> Get(
       const std::string& name, const std::optional<Box>& region = std::nullopt);
-  // Same, into a caller's buffer of exactly the region's byte size.
+  // Same, into a caller's buffer of exactly the region's byte size. With
+  // `version`, the version whose bytes were read.
   absl::Status GetInto(const std::string& name,
                        const std::optional<Box>& region, char* out,
-                       int64_t out_bytes);
+                       int64_t out_bytes, uint64_t* version = nullptr);
   // Region given as text ("0:5,:"; NumPy rules for negatives and open ends).
   absl::StatusOr<HostArray> GetRegion(const std::string& name,
                                       const std::string& region_text);
@@ -133,10 +143,11 @@ class Client {
   // request per worker. OUT_OF_RANGE "out of bounds" for an index outside.
   absl::StatusOr<HostArray> GatherRows(const std::string& name,
                                        absl::Span<const int64_t> indices);
-  // Same, into a caller's buffer of exactly that array's byte size.
+  // Same, into a caller's buffer of exactly that array's byte size. With
+  // `version`, the version whose bytes were read.
   absl::Status GatherRowsInto(const std::string& name,
                               absl::Span<const int64_t> indices, char* out,
-                              int64_t out_bytes);
+                              int64_t out_bytes, uint64_t* version = nullptr);
 
   // Writes new contents into an existing tensor as version N+1, keeping its
   // layout: `data` is a row-major array of `shape`, which must equal the
@@ -210,22 +221,27 @@ class Client {
   // Runs `read` on the tensor's metadata (cached, else fresh) and the
   // cached BoxIndex (may be null). A failure on cached metadata is retried
   // on fresh metadata, and a read of a version replaced and freed meanwhile
-  // (ABORTED) on the new version, so a read sees one version whole.
+  // (ABORTED) on the new version, so a read sees one version whole. Sets
+  // `*version` (when given) to the version the successful read read: the
+  // only one a caller may report with the bytes.
   absl::Status ReadWithRetry(
       const std::string& name,
       const std::function<absl::Status(const TensorMetadata&, const BoxIndex*)>&
-          read);
+          read,
+      uint64_t* version);
   // Reads rows `indices` of the tensor (an array of `shape`: [n] +
   // shape[1:], checked) into the buffer `destination` gives.
   absl::Status ReadRows(const std::string& name,
                         absl::Span<const int64_t> indices,
                         const std::function<absl::StatusOr<char*>(
-                            const TensorMetadata&, const Shape&)>& destination);
+                            const TensorMetadata&, const Shape&)>& destination,
+                        uint64_t* version);
   // Reads `region` of the tensor into the buffer `destination` gives.
   absl::Status ReadRegion(const std::string& name,
                           const std::optional<Box>& region,
                           const std::function<absl::StatusOr<char*>(
-                              const TensorMetadata&, const Box&)>& destination);
+                              const TensorMetadata&, const Box&)>& destination,
+                          uint64_t* version);
 
   // Metadata of one tensor version, and once it is read from the cache, a
   // BoxIndex of its shard boxes, so each region fetch finds its shards in

@@ -62,6 +62,11 @@ ABSL_FLAG(int64_t, retire_grace_ms, 5000,
           "how long a reader's lease on a tensor version lasts: a version "
           "replaced by a reshard or update is freed once its last reader "
           "is done (at once when nobody reads it), at most this long after");
+ABSL_FLAG(absl::Duration, pending_timeout,
+          tessera::CoordinatorOptions().pending_timeout,
+          "a put or update whose client never commits or abandons it (it "
+          "died) is given up this long after it began: its name, bytes and "
+          "the tensor's change lock are freed (ls --all lists it meanwhile)");
 
 namespace tessera {
 namespace {
@@ -91,6 +96,11 @@ int Run() {
   options.snapshot_every = absl::GetFlag(FLAGS_snapshot_every);
   options.retire_grace = absl::Milliseconds(
       std::max<int64_t>(0, absl::GetFlag(FLAGS_retire_grace_ms)));
+  options.pending_timeout = absl::GetFlag(FLAGS_pending_timeout);
+  if (options.pending_timeout <= absl::ZeroDuration()) {
+    spdlog::error("--pending_timeout must be > 0");
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_max_workers) <= 0 ||
       absl::GetFlag(FLAGS_max_shards_per_tensor) <= 0 ||
       absl::GetFlag(FLAGS_max_tensor_metadata_bytes) <= 0 ||

@@ -52,6 +52,9 @@ struct TensorMetadata {
   // signed capability, core/capability.h). Issued by the coordinator with
   // each reply; never stored.
   std::map<std::string, std::string> capabilities;
+  // A change of the tensor not committed yet, in words (a describe's
+  // reply); never stored.
+  std::string pending;
 
   std::vector<Box> Boxes() const;
   int64_t NumElements() const;  // assumes a validated shape

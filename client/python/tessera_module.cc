@@ -507,7 +507,8 @@ class PyClient {
     return MetaDict(meta, &handles);
   }
 
-  py::array Get(const std::string& name, py::handle region, py::object out) {
+  // (array, the version whose bytes it holds).
+  py::tuple Get(const std::string& name, py::handle region, py::object out) {
     const RegionKey key = ToRegionKey(region);
     const TensorMetadata meta =
         Unwrap(WithoutGil([&] { return client_->Describe(name); }));
@@ -525,22 +526,25 @@ class PyClient {
     const int64_t nbytes = static_cast<int64_t>(array.nbytes());
     std::optional<Box> fetch;
     if (!key.whole) fetch = box;
+    uint64_t version = 0;
     Check(WithoutGil(
-        [&] { return client_->GetInto(name, fetch, data, nbytes); }));
-    return array;
+        [&] { return client_->GetInto(name, fetch, data, nbytes, &version); }));
+    return py::make_tuple(array, version);
   }
 
   // Rows `indices` (a C-contiguous int64 array, checked by the Python
   // layer) of dim 0. Without `out` the SDK's buffer becomes the array (no
   // copy); with `out`, the rows land in it.
-  py::array GetRows(const std::string& name,
+  py::tuple GetRows(const std::string& name,
                     py::array_t<int64_t, py::array::c_style> indices,
                     py::object out) {
     const absl::Span<const int64_t> span(indices.data(),
                                          static_cast<size_t>(indices.size()));
     if (out.is_none()) {
-      return ToNumpy(
-          Unwrap(WithoutGil([&] { return client_->GatherRows(name, span); })));
+      HostArray rows =
+          Unwrap(WithoutGil([&] { return client_->GatherRows(name, span); }));
+      const uint64_t version = rows.version;
+      return py::make_tuple(ToNumpy(std::move(rows)), version);
     }
     const TensorMetadata meta =
         Unwrap(WithoutGil([&] { return client_->Describe(name); }));
@@ -556,9 +560,11 @@ class PyClient {
         ValidateOut(out, NumpyDType(meta.dtype), shape, meta, box);
     char* data = static_cast<char*>(array.mutable_data());
     const int64_t nbytes = static_cast<int64_t>(array.nbytes());
-    Check(WithoutGil(
-        [&] { return client_->GatherRowsInto(name, span, data, nbytes); }));
-    return array;
+    uint64_t version = 0;
+    Check(WithoutGil([&] {
+      return client_->GatherRowsInto(name, span, data, nbytes, &version);
+    }));
+    return py::make_tuple(array, version);
   }
 
   // New contents for `name` (or `region` of it, a numpy-style key) as

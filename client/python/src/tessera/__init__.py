@@ -674,7 +674,7 @@ class Client:
         return _meta(self._impl.create(name, shape, str(dtype), spec, init))
 
     def get(self, name: str, region: Region = None, *, out: Optional[Any] = None,
-            torch: bool = False) -> Any:
+            torch: bool = False, with_version: bool = False) -> Any:
         """Fetches the tensor, or ``region`` of it, straight from its workers.
 
         ``region`` uses numpy's basic indexing: ``np.s_[1000:2000, :]``,
@@ -693,10 +693,20 @@ class Client:
         (bfloat16 as ``torch.bfloat16``); ``out`` may then also be a contiguous
         CPU torch tensor of the result's dtype and shape. Raises ImportError
         when torch cannot be imported.
+
+        ``with_version=True`` returns ``(result, version)``: the version whose
+        bytes the result holds (a get that met a newer version, committed
+        meanwhile, reads that one whole).
         """
         if torch:
             _torch()
-        arr = self._impl.get(name, _region_key(region), _out_array(out))
+        arr, version = self._impl.get(name, _region_key(region), _out_array(out))
+        if with_version:
+            return self._finish_get(name, arr, out, torch), version
+        return self._finish_get(name, arr, out, torch)
+
+    def _finish_get(self, name: str, arr: Any, out: Optional[Any],
+                    torch: bool) -> Any:
         if not torch:
             return arr
         if out is not None and _is_torch_tensor(out):
@@ -704,7 +714,7 @@ class Client:
         return _to_torch(arr, self._dtype_of(name, arr))
 
     def get_rows(self, name: str, indices: Any, *, out: Optional[Any] = None,
-                 torch: bool = False) -> Any:
+                 torch: bool = False, with_version: bool = False) -> Any:
         """Rows ``indices`` of dim 0, as an array of shape ``(len(indices),) + shape[1:]``.
 
         ``indices``: a 1-D sequence or array of integers (any order, repeats
@@ -712,17 +722,16 @@ class Client:
         the result is row ``indices[i]``; each distinct row is read once, with
         one batched request per worker. An index outside the tensor raises
         OutOfBounds ("out of bounds"); non-integer or non-1-D indices raise
-        InvalidArgument. ``out`` and ``torch`` as for :meth:`get`.
+        InvalidArgument. ``out``, ``torch`` and ``with_version`` as for
+        :meth:`get`.
         """
         if torch:
             _torch()
         idx = _rows(indices)
-        arr = self._impl.get_rows(name, idx, _out_array(out))
-        if not torch:
-            return arr
-        if out is not None and _is_torch_tensor(out):
-            return out
-        return _to_torch(arr, self._dtype_of(name, arr))
+        arr, version = self._impl.get_rows(name, idx, _out_array(out))
+        if with_version:
+            return self._finish_get(name, arr, out, torch), version
+        return self._finish_get(name, arr, out, torch)
 
     def get_shard(self, name: str, index: int, *, torch: bool = False) -> Any:
         """Shard ``index`` (in describe order) of the current version."""

@@ -1,0 +1,130 @@
+// A client that dies mid-put or mid-update leaves its change pending: the
+// CLI shows it (ls --all, describe, the error of a second update) with who
+// began it and when, and the coordinator's --pending_timeout gives it up,
+// freeing the name, the bytes and the tensor's change lock.
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/tessera_client.h"
+#include "gtest/gtest.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "rpc/channel.h"
+#include "tests/cluster.h"
+#include "tests/test_arrays.h"
+
+namespace tessera {
+namespace {
+
+class PendingTest : public ClusterSuite<PendingTest> {
+ public:
+  static TestClusterOptions ClusterOptions() {
+    TestClusterOptions options;
+    options.num_workers = 2;
+    options.coordinator_flags = {"--pending_timeout=3s"};
+    return options;
+  }
+
+ protected:
+  // Runs the CLI; its exit status, stdout and stderr.
+  static int Cli(const std::vector<std::string>& args, std::string* out,
+                 std::string* err) {
+    std::vector<std::string> argv = {
+        TestCluster::BinaryPath("client/tessera"),
+        absl::StrCat("--coordinator=", cluster_->coordinator_address())};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return TestCluster::Run(argv, out, err);
+  }
+  // Begins a change as a client that then dies would: nothing follows.
+  static void BeginPut(const std::string& name) {
+    auto stub = v1::Coordinator::NewStub(
+        MakeChannel(cluster_->coordinator_address()));
+    grpc::ClientContext context;
+    v1::CreateTensorRequest create;
+    create.set_name(name);
+    create.add_shape(8);
+    create.mutable_properties()->set_dtype(v1::INT8);
+    create.mutable_spec()->mutable_chunk()->set_dim(0);
+    create.mutable_spec()->mutable_chunk()->add_placements()->set_rank(0);
+    create.set_pending(true);
+    v1::CreateTensorResponse created;
+    ASSERT_TRUE(stub->CreateTensor(&context, create, &created).ok());
+  }
+  static void BeginUpdate(const std::string& name) {
+    auto stub = v1::Coordinator::NewStub(
+        MakeChannel(cluster_->coordinator_address()));
+    grpc::ClientContext context;
+    v1::UpdateTensorRequest update;
+    update.set_name(name);
+    v1::UpdateTensorResponse staged;
+    ASSERT_TRUE(stub->UpdateTensor(&context, update, &staged).ok());
+  }
+};
+
+TEST_F(PendingTest, ADeadClientsChangeIsShownThenGivenUp) {
+  const int64_t used = BytesUsed();
+  BeginPut("half");
+  ASSERT_TRUE(client_
+                  ->Create("u", {8}, DType::kInt8,
+                           LayoutSpec::Chunk(0, Ranks({1})), InitSpec{})
+                  .ok());
+  BeginUpdate("u");
+  std::string out, err;
+  ASSERT_EQ(Cli({"ls"}, &out, &err), 0) << err;
+  EXPECT_FALSE(absl::StrContains(out, "half")) << "a put is not visible";
+  ASSERT_EQ(Cli({"ls", "--all"}, &out, &err), 0) << err;
+  EXPECT_TRUE(absl::StrContains(out, "PENDING")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "put since")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "update to version 2 since")) << out;
+  ASSERT_EQ(Cli({"ls", "--all", "--json"}, &out, &err), 0) << err;
+  EXPECT_TRUE(absl::StrContains(
+      out, "\"pending\": {\"change\": \"put\", \"version\": 1"))
+      << out;
+  ASSERT_EQ(Cli({"describe", "u"}, &out, &err), 0) << err;
+  EXPECT_TRUE(absl::StrContains(out, "Pending:   an update to version 2"))
+      << out;
+  EXPECT_EQ(Cli({"describe", "half"}, &out, &err), 1);
+  EXPECT_TRUE(absl::StrContains(err, "not found: a put of it is pending since"))
+      << err;
+  // A second update is told what blocks it, since when, and how it ends.
+  const std::vector<int8_t> bytes(8, 1);
+  absl::StatusOr<UpdateStats> second = client_->Update(
+      "u", {8}, DType::kInt8, reinterpret_cast<const char*>(bytes.data()));
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(absl::StrContains(second.status().message(),
+                                "has an update to version 2 pending since"))
+      << second.status();
+  EXPECT_TRUE(
+      absl::StrContains(second.status().message(), "--pending_timeout"))
+      << second.status();
+  // Given up after --pending_timeout (3 s): the name and the bytes are free,
+  // and the tensor takes updates again.
+  const absl::Time until = absl::Now() + absl::Seconds(30);
+  std::string listed;
+  while (absl::Now() < until) {
+    ASSERT_EQ(Cli({"ls", "--all"}, &listed, &err), 0) << err;
+    if (!absl::StrContains(listed, "since")) break;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  EXPECT_FALSE(absl::StrContains(listed, "since")) << listed;
+  EXPECT_TRUE(client_
+                  ->Put("half", {8}, DType::kInt8,
+                        reinterpret_cast<const char*>(bytes.data()),
+                        LayoutSpec::Chunk(0, Ranks({0})))
+                  .ok());
+  EXPECT_TRUE(client_
+                  ->Update("u", {8}, DType::kInt8,
+                           reinterpret_cast<const char*>(bytes.data()))
+                  .ok());
+  // What the dead client's changes held is freed: 8 bytes of "half" and 8
+  // of "u" remain.
+  const absl::Time freed_by = absl::Now() + absl::Seconds(10);
+  while (BytesUsed() != used + 16 && absl::Now() < freed_by) {
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  EXPECT_EQ(BytesUsed(), used + 16);
+}
+
+}  // namespace
+}  // namespace tessera
