@@ -9,7 +9,9 @@
 //                WorkerNode::Transfer; src_address is replaced by A's or
 //                B's real address (bit 4 of op), so local copies and peer
 //                reads (shared memory and gRPC) are all exercised
-//   op & 7 == 3  FreeShardsRequest     -> WorkerService::Free (direct)
+//   op & 7 == 3  FreeShardsRequest     -> WorkerService::Free (direct), or
+//                with bit 4 SealShardsRequest -> WorkerService::Seal
+//                (direct)
 //   op & 7 == 4  WriteShardRequest     -> one message of a WriteShard stream
 //                (consecutive such records form one stream, through gRPC;
 //                with box_* set, a patch of a sub-box)
@@ -291,6 +293,14 @@ void Run(const uint8_t* data, size_t size) {
         break;
       }
       case 3: {
+        if ((op & 16) != 0) {
+          v1::SealShardsRequest request;
+          if (!request.ParseFromArray(bytes.data(),
+                                      static_cast<int>(bytes.size())))
+            break;
+          (void)w->service->Seal(order, request);
+          break;
+        }
         v1::FreeShardsRequest request;
         if (!request.ParseFromArray(bytes.data(),
                                     static_cast<int>(bytes.size())))

@@ -395,6 +395,7 @@ TEST_F(ServingTest, AStagedUpdateBlocksOthersUntilAbandonedAndLeavesNothing) {
   v1::CommitTensorRequest abandon;
   abandon.set_name("upd_staged");
   abandon.set_version(2);
+  abandon.set_change_id(staged.change_id());
   abandon.set_abandon(true);
   v1::CommitTensorResponse abandoned;
   {

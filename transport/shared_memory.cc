@@ -277,7 +277,8 @@ absl::StatusOr<SharedSegment> ValidateMapShardReply(
         "segment does not match the shard's metadata (elements of ",
         reply.item_bytes(), " bytes, expected ", item_bytes, ")"));
   }
-  if (!reply.device().empty()) return DeviceShardError(reply.device());
+  if (!reply.device().empty()) return StagedShardError(reply.device());
+  if (reply.staged()) return StagedShardError("host");
   if (!IsShmName(reply.segment())) {
     return InconsistentReply(
         "the segment name is not one shared-memory object");
@@ -629,14 +630,14 @@ absl::Status SharedMemoryTransport::Read(const RemoteShard& shard,
   bool on_device = false;
   {
     absl::MutexLock lock(&device_mu_);
-    on_device = device_shards_.count(key) > 0;
+    on_device = staged_shards_.count(key) > 0;
   }
   if (!on_device) {
     absl::Status status = ReadMapped(shard, box, target);
-    if (!IsDeviceShard(status)) return status;
+    if (!IsStagedShard(status)) return status;
     absl::MutexLock lock(&device_mu_);
-    if (device_shards_.size() >= kMaxDeviceShards) device_shards_.clear();
-    device_shards_.insert(key);
+    if (staged_shards_.size() >= kMaxStagedShards) staged_shards_.clear();
+    staged_shards_.insert(key);
   }
   StagedReadOptions staged;
   staged.timeout = options_.timeout;
@@ -668,6 +669,41 @@ absl::Status SharedMemoryTransport::ReadMapped(const RemoteShard& shard,
   return CheckStillHeld(*mapping, at.shard_id);
 }
 
+absl::Status SharedMemoryTransport::ReadStagedRows(size_t e,
+                                                   const ShardRows& entry,
+                                                   const RowSink& sink) {
+  const RemoteShard& shard = entry.shard;
+  if (shard.shape.empty()) {
+    return absl::FailedPreconditionError("a 0-d shard has no rows");
+  }
+  const int64_t row_bytes = RowBytes(shard.shape, shard.item_bytes);
+  const int64_t bytes = shard.shape[0] * row_bytes;
+  // Small shards are the ones kept out of shared memory: the whole shard
+  // staged once, its rows handed on from there. A large (GPU) one is left
+  // to the worker's own row gather.
+  if (bytes > kMaxStagedRowsShardBytes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shard ", shard.location.shard_id, " is not in shared memory and "
+        "too large to stage whole for ", entry.rows.size(), " rows"));
+  }
+  for (int64_t row : entry.rows) {
+    // Out of range: the worker's own answer comes from gRPC.
+    if (row < 0 || row >= shard.shape[0]) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "row ", row, " is outside shard ", shard.location.shard_id));
+    }
+  }
+  std::string whole(static_cast<size_t>(bytes), '\0');
+  TESSERA_RETURN_IF_ERROR(
+      Read(shard, WholeBox(shard.shape),
+           ReadTarget::HostArray(whole.data(), shard.shape,
+                                 std::vector<int64_t>(shard.shape.size(), 0))));
+  for (size_t k = 0; k < entry.rows.size(); ++k) {
+    sink(e, k, whole.data() + entry.rows[k] * row_bytes);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SharedMemoryTransport::Write(const RemoteShard& shard,
                                           const WriteSource& source) {
   if (shard.shape.empty()) {
@@ -693,10 +729,15 @@ absl::Status SharedMemoryTransport::ReadRows(
   for (size_t e = 0; e < entries.size(); ++e) {
     const RemoteShard& shard = entries[e].shard;
     const ShardLocation& at = shard.location;
-    TESSERA_ASSIGN_OR_RETURN(
-        std::shared_ptr<const ShardMapping> mapping,
+    absl::StatusOr<std::shared_ptr<const ShardMapping>> mapped =
         cache_->Map(at.address, channels_->Get(at.address), at.shard_id,
-                    shard.item_bytes, options_.timeout, at.capability));
+                    shard.item_bytes, options_.timeout, at.capability);
+    if (IsStagedShard(mapped.status())) {
+      TESSERA_RETURN_IF_ERROR(ReadStagedRows(e, entries[e], sink));
+      continue;
+    }
+    TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<const ShardMapping> mapping,
+                             std::move(mapped));
     TESSERA_RETURN_IF_ERROR(CheckShape(mapping->shape(), shard.shape));
     if (shard.shape.empty()) {
       return absl::FailedPreconditionError("a 0-d shard has no rows");

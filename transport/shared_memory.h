@@ -326,17 +326,25 @@ class SharedMemoryTransport : public ShardTransport {
   absl::Status Write(const RemoteShard& shard,
                      const WriteSource& source) override;
   // Rows straight out of kept whole-shard mappings (cache_mappings only; a
-  // lookup service reads the same shards again and again).
+  // lookup service reads the same shards again and again); a small shard
+  // kept out of shared memory is staged whole and its rows taken from
+  // there.
   absl::Status ReadRows(absl::Span<const ShardRows> entries,
                         const RowSink& sink) override;
 
  private:
   // A read out of the shard's segment (or the worker's word that it has
-  // none: a device shard is FAILED_PRECONDITION marked IsDeviceShard).
+  // none: a device or private shard is FAILED_PRECONDITION marked
+  // IsStagedShard).
   absl::Status ReadMapped(const RemoteShard& shard, const Box& box,
                           const ReadTarget& target);
+  // The rows of entry `e`, a shard without a segment, read staged whole.
+  absl::Status ReadStagedRows(size_t e, const ShardRows& entry,
+                              const RowSink& sink);
 
-  static constexpr size_t kMaxDeviceShards = 4096;
+  static constexpr size_t kMaxStagedShards = 4096;
+  // Largest shard without a segment whose rows are staged whole.
+  static constexpr int64_t kMaxStagedRowsShardBytes = int64_t{16} << 20;
 
   ChannelCache* const channels_;
   const SharedMemoryTransportOptions options_;
@@ -345,7 +353,7 @@ class SharedMemoryTransport : public ShardTransport {
   StagingMappings staging_mappings_;
   absl::Mutex device_mu_;
   // Shards (address, id) found in GPU memory: read staged, without asking.
-  std::set<std::pair<std::string, uint64_t>> device_shards_
+  std::set<std::pair<std::string, uint64_t>> staged_shards_
       ABSL_GUARDED_BY(device_mu_);
 };
 

@@ -23,7 +23,7 @@
 namespace tessera {
 namespace {
 
-constexpr char kDevicePayload[] = "tessera.dev/device-shard";
+constexpr char kStagedPayload[] = "tessera.dev/staged-shard";
 
 absl::Status Inconsistent(absl::string_view what) {
   return absl::InternalError(
@@ -222,16 +222,18 @@ absl::StatusOr<std::shared_ptr<const StagingSegment>> StagingMappings::Map(
   return segment;
 }
 
-absl::Status DeviceShardError(absl::string_view device) {
+absl::Status StagedShardError(absl::string_view where) {
   absl::Status status = absl::FailedPreconditionError(
-      absl::StrCat("the shard is in GPU memory (", device, ")"));
-  status.SetPayload(kDevicePayload, absl::Cord(device));
+      where == "host"
+          ? std::string("the shard is in the worker's private memory")
+          : absl::StrCat("the shard is in GPU memory (", where, ")"));
+  status.SetPayload(kStagedPayload, absl::Cord(where));
   return status;
 }
 
-bool IsDeviceShard(const absl::Status& status) {
+bool IsStagedShard(const absl::Status& status) {
   return absl::IsFailedPrecondition(status) &&
-         status.GetPayload(kDevicePayload).has_value();
+         status.GetPayload(kStagedPayload).has_value();
 }
 
 absl::Status StagedRead(const std::shared_ptr<grpc::Channel>& channel,

@@ -1,11 +1,14 @@
-// Same-host reads of shards held in GPU memory. A GPU worker cannot hand out
-// its shards' bytes as a shared-memory segment, so for a client on its host
+// Same-host reads of shards a worker holds outside shared memory: in GPU
+// memory, or small host shards in private memory. The worker cannot hand
+// their bytes out as a shared-memory segment, so for a client on its host
 // it stages them (Worker.StageRead): each stream gets two page-locked slots
 // in a fresh shared-memory segment; the worker copies a chunk from the device
-// into one slot at the link's full speed while the client copies the other
-// slot out. Several streams run at once, each over its own part of the box.
-// SharedMemoryTransport uses this when a MapShard reply names a device
-// instead of a segment (IsDeviceShard), so such reads count as "shm".
+// (or its memory) into one slot at the link's full speed while the client
+// copies the other slot out. Several streams run at once, each over its own
+// part of the box. SharedMemoryTransport uses this when a MapShard reply
+// names a device or says `staged` instead of a segment (IsStagedShard), so
+// such reads count as "shm": every shard is readable through shared memory
+// on its host.
 //
 // The worker's replies are outside input: the segment is checked like a
 // MapShard reply's (name, host, size by fstat), and every chunk reply must
@@ -30,10 +33,11 @@
 
 namespace tessera {
 
-// Marks a FAILED_PRECONDITION of a MapShard whose shard lives in GPU memory
-// on this host: read it with StagedRead.
-absl::Status DeviceShardError(absl::string_view device);
-bool IsDeviceShard(const absl::Status& status);
+// Marks a FAILED_PRECONDITION of a MapShard whose shard this host's worker
+// holds outside shared memory (`where`: its GPU, "cuda:N", or "host" for
+// private host memory): read it with StagedRead.
+absl::Status StagedShardError(absl::string_view where);
+bool IsStagedShard(const absl::Status& status);
 
 // A worker's staging segment, mapped read-only; unmapped on destruction.
 class StagingSegment {

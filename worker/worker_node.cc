@@ -351,13 +351,16 @@ absl::StatusOr<SharedShardInfo> WorkerNode::MapShard(uint64_t id,
   TESSERA_RETURN_IF_ERROR(pinned.status());
   std::optional<SegmentInfo> segment;
   if (options_.arena != nullptr) segment = options_.arena->Find(pinned->data);
-  if (!segment.has_value()) {
+  if (!segment.has_value() && staging_ == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("shard ", id, " is not in shared memory"));
   }
   SharedShardInfo info;
   info.host_id = LocalHostId();
-  info.segment = *std::move(segment);
+  // A small shard lives in private memory (a segment per tiny shard costs
+  // a file and a mapping): a same-host reader has it staged instead.
+  info.staged = !segment.has_value();
+  if (segment.has_value()) info.segment = *std::move(segment);
   info.shape = ToShape(pinned->desc.box.sizes);
   info.item_bytes = static_cast<int64_t>(ItemSize(pinned->desc.dtype));
   return info;
@@ -388,8 +391,12 @@ absl::StatusOr<int64_t> StagedRegion::Fill(int64_t first, int64_t count,
 absl::StatusOr<std::unique_ptr<StagedRegion>> WorkerNode::OpenStaged(
     uint64_t id, const Box& box, int64_t slot_bytes, int64_t item_bytes) const {
   if (!store_->Device().has_value()) {
-    return absl::FailedPreconditionError(
-        "shards are in host memory: map them (MapShard) instead");
+    absl::StatusOr<PinnedShard> pinned = store_->Pin(id);
+    if (pinned.ok() && options_.arena != nullptr &&
+        options_.arena->Find(pinned->data).has_value()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "shard ", id, " is in shared memory: map it (MapShard) instead"));
+    }
   }
   if (staging_ == nullptr || LocalHostId().empty()) {
     return absl::FailedPreconditionError("this worker has no shared memory");

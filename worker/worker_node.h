@@ -125,6 +125,8 @@ struct SharedShardInfo {
   // A shard in GPU memory has no segment: the device instead, and, when
   // asked for, its CUDA IPC handle, valid `hold` from now.
   std::optional<DeviceInfo> device;
+  // A host shard in private memory has none either: read it staged.
+  bool staged = false;
   std::string ipc_handle;
   absl::Duration hold;
 };
@@ -262,10 +264,11 @@ class WorkerNode {
                                            bool device_handle = false) const;
 
   // Opens a staged read of `box` (shard coordinates) of shard `id`, held in
-  // GPU memory, with two slots of `slot_bytes` (whole elements, at most
-  // kMaxStageSlotBytes), for a reader of `item_bytes`-byte elements
-  // (INVALID_ARGUMENT when the shard's differ). FAILED_PRECONDITION for shards
-  // in host memory (map them) or a worker without shared memory;
+  // GPU memory or in private host memory, with two slots of `slot_bytes`
+  // (whole elements, at most kMaxStageSlotBytes), for a reader of
+  // `item_bytes`-byte elements (INVALID_ARGUMENT when the shard's differ).
+  // FAILED_PRECONDITION for a shard in shared memory (map it) or a worker
+  // without shared memory;
   // RESOURCE_EXHAUSTED past options().max_staging_bytes; NOT_FOUND /
   // OUT_OF_RANGE as OpenRegion.
   absl::StatusOr<std::unique_ptr<StagedRegion>> OpenStaged(

@@ -279,10 +279,14 @@ TEST(WorkerNodeTest, MapShardNamesTheSegmentOfASharedShard) {
   EXPECT_EQ(info->segment.liveness, arena->liveness());
   EXPECT_EQ(info->shape, (Shape{512, 1024}));
   EXPECT_EQ(info->item_bytes, 4);
-  // Small shards are private; freed ones are not found.
-  EXPECT_THAT(node.MapShard(2).status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("not in shared memory")));
+  EXPECT_FALSE(info->staged);
+  // Small shards are private: a same-host reader has them staged. Freed
+  // ones are not found.
+  absl::StatusOr<SharedShardInfo> small = node.MapShard(2);
+  ASSERT_THAT(small.status(), IsOk());
+  EXPECT_TRUE(small->staged);
+  EXPECT_TRUE(small->segment.name.empty());
+  EXPECT_THAT(node.OpenStaged(2, Box{{0}, {4}}, 16, 4).status(), IsOk());
   ASSERT_THAT(node.Free({1}), IsOk());
   EXPECT_THAT(node.MapShard(1).status(), StatusIs(absl::StatusCode::kNotFound));
   // A node that was given no arena offers nothing for mapping.
@@ -291,7 +295,7 @@ TEST(WorkerNodeTest, MapShardNamesTheSegmentOfASharedShard) {
               StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
-TEST(WorkerNodeTest, OnlyShardsInDeviceMemoryAreStagedOrExported) {
+TEST(WorkerNodeTest, OnlyShardsOutsideSharedMemoryAreStagedOrExported) {
   if (access("/dev/shm", W_OK) != 0) GTEST_SKIP() << "no writable /dev/shm";
   auto arena = std::make_shared<SharedMemoryArena>();
   HostShardStoreOptions store_options;
@@ -301,10 +305,10 @@ TEST(WorkerNodeTest, OnlyShardsInDeviceMemoryAreStagedOrExported) {
   options.arena = arena;
   WorkerNode node(&store, options);
   ASSERT_THAT(node.Allocate({{1, Desc({512, 1024})}}, kArange), IsOk());
-  // Host shards are mapped, never staged: StageRead says so.
+  // Shards in shared memory are mapped, never staged: StageRead says so.
   EXPECT_THAT(node.OpenStaged(1, Box{{0, 0}, {512, 1024}}, 1 << 20, 4).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("host memory")));
+                       HasSubstr("in shared memory: map it")));
   // Asking for a device handle of a host shard names its segment as ever.
   absl::StatusOr<SharedShardInfo> info = node.MapShard(1, true);
   ASSERT_THAT(info.status(), IsOk());

@@ -387,6 +387,7 @@ grpc::Status WorkerService::MapShard(grpc::ServerContext* context,
   for (int64_t s : info->shape) response->add_shape(s);
   response->set_item_bytes(info->item_bytes);
   response->set_liveness(info->segment.liveness);
+  response->set_staged(info->staged);
   if (info->device.has_value()) {
     // A held shard's size is known to fit.
     response->set_bytes(
@@ -505,13 +506,20 @@ grpc::Status WorkerService::FreeShards(grpc::ServerContext* context,
 grpc::Status WorkerService::SealShards(grpc::ServerContext* context,
                                        const v1::SealShardsRequest* request,
                                        v1::SealShardsResponse*) {
-  absl::Status status = node_->Admit(PresentedCapability(*context),
-                                     "/tessera.v1.Worker/SealShards", {});
-  if (status.ok()) {
-    status = node_->SealAll(absl::MakeConstSpan(request->shard_ids().data(),
-                                                request->shard_ids().size()));
+  return ToGrpcStatus(Seal(PresentedCapability(*context), *request));
+}
+
+absl::Status WorkerService::Seal(absl::string_view capability,
+                                 const v1::SealShardsRequest& request) {
+  TESSERA_RETURN_IF_ERROR(
+      node_->Admit(capability, "/tessera.v1.Worker/SealShards", {}));
+  if (request.shard_ids_size() > node_->options().max_shards_per_request) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SealShards names ", request.shard_ids_size(), " shards; at most ",
+        node_->options().max_shards_per_request, " per request"));
   }
-  return ToGrpcStatus(status);
+  return node_->SealAll(absl::MakeConstSpan(request.shard_ids().data(),
+                                            request.shard_ids().size()));
 }
 
 absl::Status WorkerService::Free(absl::string_view capability,

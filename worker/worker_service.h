@@ -73,7 +73,8 @@ class WorkerService final : public v1::Worker::Service {
       grpc::ServerReaderWriter<v1::StageReadResponse, v1::StageReadRequest>*
           stream) override;
 
-  // What AllocateShards and FreeShards do, with the caller's capability
+  // What AllocateShards, FreeShards and SealShards do, with the caller's
+  // capability
   // given rather than read from call metadata: for in-process callers (the
   // fuzzers drive a worker this way).
   absl::Status Allocate(absl::string_view capability,
@@ -83,6 +84,8 @@ class WorkerService final : public v1::Worker::Service {
   absl::Status Free(absl::string_view capability,
                     const v1::FreeShardsRequest& request,
                     v1::FreeShardsResponse* response);
+  absl::Status Seal(absl::string_view capability,
+                    const v1::SealShardsRequest& request);
 
  private:
   WorkerNode* const node_;
