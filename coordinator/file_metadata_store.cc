@@ -193,6 +193,101 @@ absl::StatusOr<MetadataChange> ChangeFromProto(
   }
 }
 
+// The record that starts at `pos` of `log`, when one lies there whole: its
+// length is plausible, its checksum holds and it parses. `*size` is its
+// size with the header.
+absl::StatusOr<MetadataChange> RecordAt(const std::string& log, size_t pos,
+                                        size_t* size) {
+  if (log.size() - pos < 8) return absl::DataLossError("cut short");
+  const uint32_t length = static_cast<uint32_t>(GetLE(log.data() + pos, 4));
+  const uint32_t crc = static_cast<uint32_t>(GetLE(log.data() + pos + 4, 4));
+  if (length > kMaxRecordBytes || log.size() - pos - 8 < length) {
+    return absl::DataLossError("cut short");
+  }
+  const char* payload = log.data() + pos + 8;
+  if (crc32(0L, reinterpret_cast<const Bytef*>(payload),
+            static_cast<uInt>(length)) != crc) {
+    return absl::DataLossError("bad checksum");
+  }
+  v1::MetadataRecord record;
+  if (!record.ParseFromArray(payload, static_cast<int>(length))) {
+    return absl::DataLossError("not a metadata record");
+  }
+  absl::StatusOr<MetadataChange> change = ChangeFromProto(record);
+  if (!change.ok()) return absl::DataLossError("not a valid metadata record");
+  *size = 8 + length;
+  return change;
+}
+
+// Whether a record could start at `pos`, judged by its header and first
+// payload byte alone: a length that fits the log and, since every record
+// sets exactly one field of MetadataRecord's oneof, the tag of field 1, 2
+// or 3 (length-delimited) or 4 (varint). Cheap, so that a scan checksums
+// only a few candidates.
+bool MayBeRecordAt(const std::string& log, size_t pos) {
+  if (log.size() - pos < 9) return false;
+  const uint64_t length = GetLE(log.data() + pos, 4);
+  if (length == 0 || length > kMaxRecordBytes || log.size() - pos - 8 < length)
+    return false;
+  const unsigned char tag = static_cast<unsigned char>(log[pos + 8]);
+  return tag == 0x0a || tag == 0x12 || tag == 0x1a || tag == 0x20;
+}
+
+// Most payload bytes a scan for records after a damaged one checksums (a
+// few tenths of a second); past it, it gives up and says so.
+constexpr uint64_t kScanBudgetBytes = uint64_t{256} << 20;
+
+struct DamageScan {
+  bool undecided = false;   // the budget ran out before an answer
+  size_t first_valid = 0;   // offset of the first valid record after it
+  int64_t valid_after = 0;  // valid records from first_valid on, in a row
+};
+
+// Looks for a whole, valid record after the damaged one at `damaged`. A
+// crash tears only the end of the log (the last write), so none should
+// follow; one that does means the damage is in the middle.
+DamageScan ScanAfterDamage(const std::string& log, size_t damaged) {
+  DamageScan scan;
+  uint64_t budget = kScanBudgetBytes;
+  auto valid_at = [&](size_t pos, size_t* size) {
+    if (!MayBeRecordAt(log, pos)) return false;
+    const uint64_t length = GetLE(log.data() + pos, 4);
+    if (length > budget) {
+      scan.undecided = true;
+      return false;
+    }
+    budget -= length;
+    return RecordAt(log, pos, size).ok();
+  };
+  size_t size = 0;
+  bool found = false;
+  // Where the next record starts if only the damaged one's payload is bad
+  // (a flipped bit): checked first, since then it costs one checksum.
+  if (log.size() - damaged >= 8) {
+    const uint64_t length = GetLE(log.data() + damaged, 4);
+    if (length <= log.size() - damaged - 8 &&
+        valid_at(damaged + 8 + length, &size)) {
+      scan.first_valid = damaged + 8 + length;
+      found = true;
+    }
+  }
+  // Else anywhere after it (a damaged length, a zeroed block).
+  for (size_t pos = damaged + 1; !found && !scan.undecided && pos < log.size();
+       ++pos) {
+    if (valid_at(pos, &size)) {
+      scan.first_valid = pos;
+      found = true;
+    }
+  }
+  if (!found) return scan;
+  scan.undecided = false;
+  for (size_t pos = scan.first_valid;
+       pos < log.size() && RecordAt(log, pos, &size).ok(); pos += size) {
+    ++scan.valid_after;
+  }
+  return scan;
+}
+
 }  // namespace
 
 absl::Status PrepareDataDir(const std::string& dir) {
@@ -273,8 +368,9 @@ absl::StatusOr<std::string> LoadOrMakeClusterId(const std::string& dir,
   return id;
 }
 
-FileMetadataStore::FileMetadataStore(std::string dir, FileOps ops)
-    : dir_(std::move(dir)), ops_(std::move(ops)) {}
+FileMetadataStore::FileMetadataStore(std::string dir, FileOps ops,
+                                     RecoveryOptions recovery)
+    : dir_(std::move(dir)), ops_(std::move(ops)), recovery_(recovery) {}
 
 FileMetadataStore::~FileMetadataStore() {
   absl::MutexLock lock(&mu_);
@@ -337,18 +433,70 @@ absl::StatusOr<MetadataState> FileMetadataStore::Load() {
   TESSERA_ASSIGN_OR_RETURN(std::string log, ReadWholeFile(log_path, &exists));
   size_t good = 0;
   records_recovered_ = 0;
-  while (log.size() - good >= 8) {
-    const uint32_t length = static_cast<uint32_t>(GetLE(log.data() + good, 4));
-    const uint32_t crc = static_cast<uint32_t>(GetLE(log.data() + good + 4, 4));
-    if (length > kMaxRecordBytes || log.size() - good - 8 < length) break;
-    const std::string payload = log.substr(good + 8, length);
-    v1::MetadataRecord record;
-    if (Checksum(payload) != crc || !record.ParseFromString(payload)) break;
-    absl::StatusOr<MetadataChange> change = ChangeFromProto(record);
+  damaged_records_dropped_ = 0;
+  while (good < log.size()) {
+    size_t size = 0;
+    absl::StatusOr<MetadataChange> change = RecordAt(log, good, &size);
     if (!change.ok()) break;
     state.Apply(*change);
-    good += 8 + length;
+    good += size;
     ++records_recovered_;
+  }
+  if (good < log.size()) {
+    // Only the last write can be torn by a crash. A damaged record followed
+    // by valid ones is damage in the middle of the log: dropping it and
+    // what follows would lose acknowledged changes (and have the workers
+    // free their shards), so that takes the operator's word.
+    const DamageScan scan = ScanAfterDamage(log, good);
+    if (scan.valid_after > 0 || scan.undecided) {
+      if (recovery_.truncate_log_at != static_cast<int64_t>(good)) {
+        return absl::DataLossError(absl::StrCat(
+            log_path, " is damaged at byte offset ", good, " of ", log.size(),
+            ", and ",
+            scan.undecided
+                ? std::string("whether valid records follow it could not "
+                              "be told")
+                : absl::StrCat(scan.valid_after,
+                               " valid record(s) follow it (the first at "
+                               "offset ",
+                               scan.first_valid, ")"),
+            ": that is not a torn tail from a crash, and dropping them "
+            "would lose acknowledged changes. Refusing to start; nothing was "
+            "changed or freed. To proceed, keep a copy of ",
+            dir_,
+            ", then restore the log from a backup, or start once with "
+            "--recover_truncate_log_at=",
+            good,
+            " to drop everything from that offset on (the log is kept as "
+            "log.damaged-",
+            good,
+            "; tensors recorded after the offset are forgotten, and their "
+            "shards are freed when their workers report them)"));
+      }
+      // The operator's word: keep the whole log for inspection, then cut.
+      TESSERA_RETURN_IF_ERROR(WriteFileAtomically(
+          ops_, dir_, absl::StrCat(dir_, "/log.damaged-", good), log));
+      damaged_records_dropped_ = scan.valid_after;
+      spdlog::error(
+          "--recover_truncate_log_at={}: dropping the last {} bytes of {}, "
+          "from the damaged record at that offset on ({}); the whole log is "
+          "kept as {}/log.damaged-{}",
+          good, log.size() - good, log_path,
+          scan.undecided
+              ? std::string("records after it not checked")
+              : absl::StrCat(scan.valid_after, " valid record(s) after it"),
+          dir_, good);
+    } else if (recovery_.truncate_log_at >= 0) {
+      spdlog::warn(
+          "--recover_truncate_log_at={} ignored: {} ends with a torn tail at "
+          "offset {} (cut off as after any crash), not with damage there",
+          recovery_.truncate_log_at, log_path, good);
+    }
+  } else if (recovery_.truncate_log_at >= 0) {
+    spdlog::warn(
+        "--recover_truncate_log_at={} ignored: {} holds no damage (its {} "
+        "record(s) are whole)",
+        recovery_.truncate_log_at, log_path, records_recovered_);
   }
   torn_bytes_dropped_ = static_cast<int64_t>(log.size() - good);
 

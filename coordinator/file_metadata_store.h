@@ -17,10 +17,15 @@
 // the log again and the cut is synced, so it never replays after a restart
 // and later batches follow the last acknowledged one. If even that fails,
 // the batch's fate is unknown: Append returns DATA_LOSS and the store
-// refuses every later change. Load replays
-// the snapshot and then the log; a record that is cut short or fails its
-// checksum ends the log (a torn write from a crash): it and anything after
-// it are truncated away, and everything before it is recovered. Records are
+// refuses every later change. Load replays the snapshot and then the log.
+// A record that is cut short or fails its checksum with no valid record
+// after it is a torn tail (the last write, cut by a crash): it is
+// truncated away, and everything before it is recovered. A damaged record
+// with valid records after it is damage in the middle (a bad block, a
+// stray write), not a crash: Load fails with DATA_LOSS naming its byte
+// offset and changes nothing, since dropping the records after it would
+// lose acknowledged changes; RecoveryOptions says how the operator may
+// proceed. Records are
 // "set" operations, so replaying a log over a snapshot that already holds
 // its changes gives the same state (a crash between writing a snapshot and
 // truncating the log is harmless). Thread-safe.
@@ -61,9 +66,20 @@ absl::Status PrepareDataDir(const std::string& dir);
 absl::StatusOr<std::string> LoadOrMakeClusterId(const std::string& dir,
                                                 bool* created);
 
+// What Load may do to a damaged log, on the operator's word.
+struct RecoveryOptions {
+  // When Load finds a damaged record at exactly this byte offset of the
+  // log with valid records after it (which it refuses by default), it
+  // keeps a copy of the whole log as DIR/log.damaged-OFFSET and truncates
+  // the log there, dropping the damaged record and everything after it.
+  // Negative: never (damage in the middle of the log fails Load).
+  int64_t truncate_log_at = -1;
+};
+
 class FileMetadataStore : public MetadataStore {
  public:
-  explicit FileMetadataStore(std::string dir, FileOps ops = FileOps());
+  explicit FileMetadataStore(std::string dir, FileOps ops = FileOps(),
+                             RecoveryOptions recovery = {});
   ~FileMetadataStore() override;
 
   using MetadataStore::Append;
@@ -79,15 +95,20 @@ class FileMetadataStore : public MetadataStore {
   // What the last Load found (for the start-up log and tests).
   int64_t records_recovered() const { return records_recovered_; }
   int64_t torn_bytes_dropped() const { return torn_bytes_dropped_; }
+  // Valid records dropped after a damaged one, by
+  // RecoveryOptions::truncate_log_at (0 after a plain torn tail).
+  int64_t damaged_records_dropped() const { return damaged_records_dropped_; }
   // True when the last Load drew a new cluster id (a new cluster).
   bool cluster_id_created() const { return cluster_id_created_; }
 
  private:
   const std::string dir_;
   const FileOps ops_;
+  const RecoveryOptions recovery_;
   int lock_fd_ = -1;
   int64_t records_recovered_ = 0;
   int64_t torn_bytes_dropped_ = 0;
+  int64_t damaged_records_dropped_ = 0;
   bool cluster_id_created_ = false;
   // OK, or why the log takes no more changes.
   absl::Status CheckWritable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

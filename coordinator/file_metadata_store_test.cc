@@ -9,6 +9,7 @@
 #include <map>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/metadata_store_contract_test.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -19,6 +20,7 @@ namespace {
 
 using ::tessera::testing::IsOk;
 using ::tessera::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 std::string TempDir() {
@@ -167,6 +169,115 @@ TEST(FileMetadataStoreTest, CorruptedLastRecordIsDroppedByItsChecksum) {
   ASSERT_THAT(state.status(), IsOk());
   EXPECT_EQ(state->tensors.size(), 1u);
   EXPECT_EQ(state->tensors.count("a"), 1u);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+// A log of tensors "a", "b", "c" (one record each); `*b_at` is the byte
+// offset of b's record.
+std::string ThreeRecordLog(int64_t* b_at) {
+  const std::string dir = TempDir();
+  FileMetadataStore store(dir);
+  EXPECT_THAT(store.Load().status(), IsOk());
+  EXPECT_THAT(store.Append(TensorChange("a", 1, 2)), IsOk());
+  *b_at = FileSize(dir + "/log");
+  EXPECT_THAT(store.Append(TensorChange("b", 1, 2)), IsOk());
+  EXPECT_THAT(store.Append(TensorChange("c", 1, 2)), IsOk());
+  return dir;
+}
+
+// A bad block in the middle of the log is not a torn tail: the records
+// after it were acknowledged. It used to be truncated away with them (and
+// their shards freed as unreferenced), logged as a torn tail.
+TEST(FileMetadataStoreTest, DamageInTheMiddleOfTheLogRefusesToLoad) {
+  int64_t b_at = 0;
+  const std::string dir = ThreeRecordLog(&b_at);
+  std::string log = ReadFile(dir + "/log");
+  log[b_at + 12] ^= 0x40;  // a flipped bit in b's payload
+  WriteFile(dir + "/log", log);
+  FileMetadataStore store(dir);
+  EXPECT_THAT(
+      store.Load().status(),
+      StatusIs(
+          absl::StatusCode::kDataLoss,
+          AllOf(HasSubstr(absl::StrCat("damaged at byte offset ", b_at)),
+                HasSubstr("1 valid record(s) follow"),
+                HasSubstr(absl::StrCat("--recover_truncate_log_at=", b_at)))));
+  // Nothing changed on the disk.
+  EXPECT_EQ(ReadFile(dir + "/log"), log);
+}
+
+TEST(FileMetadataStoreTest, DamagedLengthInTheMiddleIsFoundByAScan) {
+  int64_t b_at = 0;
+  const std::string dir = ThreeRecordLog(&b_at);
+  std::string log = ReadFile(dir + "/log");
+  // A zeroed run over b's header: where c starts is no longer written down.
+  for (int i = 0; i < 10; ++i) log[b_at + i] = '\0';
+  WriteFile(dir + "/log", log);
+  FileMetadataStore store(dir);
+  EXPECT_THAT(store.Load().status(),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr(absl::StrCat("offset ", b_at))));
+  EXPECT_EQ(ReadFile(dir + "/log"), log);
+}
+
+TEST(FileMetadataStoreTest, ZeroedTailIsATornTailNotDamage) {
+  int64_t b_at = 0;
+  const std::string dir = ThreeRecordLog(&b_at);
+  // A crash can leave the file longer than what reached it, as zeros.
+  const int64_t size = FileSize(dir + "/log");
+  WriteFile(dir + "/log", ReadFile(dir + "/log") + std::string(4096, '\0'));
+  FileMetadataStore store(dir);
+  auto state = store.Load();
+  ASSERT_THAT(state.status(), IsOk());
+  EXPECT_EQ(state->tensors.size(), 3u);
+  EXPECT_EQ(FileSize(dir + "/log"), size);
+}
+
+TEST(FileMetadataStoreTest, TruncatingAtTheNamedOffsetKeepsACopyOfTheLog) {
+  int64_t b_at = 0;
+  const std::string dir = ThreeRecordLog(&b_at);
+  std::string log = ReadFile(dir + "/log");
+  log[b_at + 12] ^= 0x40;
+  WriteFile(dir + "/log", log);
+  {
+    // Another offset than the damaged one is refused, naming the right one.
+    RecoveryOptions wrong;
+    wrong.truncate_log_at = b_at + 1;
+    FileMetadataStore store(dir, FileOps(), wrong);
+    EXPECT_THAT(store.Load().status(),
+                StatusIs(absl::StatusCode::kDataLoss,
+                         HasSubstr(absl::StrCat("offset ", b_at))));
+  }
+  RecoveryOptions recovery;
+  recovery.truncate_log_at = b_at;
+  {
+    FileMetadataStore store(dir, FileOps(), recovery);
+    auto state = store.Load();
+    ASSERT_THAT(state.status(), IsOk());
+    EXPECT_EQ(state->tensors.size(), 1u);
+    EXPECT_EQ(state->tensors.count("a"), 1u);
+    EXPECT_EQ(store.damaged_records_dropped(), 1);
+    EXPECT_EQ(FileSize(dir + "/log"), b_at);
+    EXPECT_EQ(ReadFile(absl::StrCat(dir, "/log.damaged-", b_at)), log);
+    // The log goes on from the cut.
+    ASSERT_THAT(store.Append(TensorChange("d", 1, 1)), IsOk());
+  }
+  // A flag left in place does nothing to a whole log.
+  FileMetadataStore store(dir, FileOps(), recovery);
+  auto state = store.Load();
+  ASSERT_THAT(state.status(), IsOk());
+  EXPECT_EQ(state->tensors.size(), 2u);
 }
 
 TEST(FileMetadataStoreTest, SnapshotThenLogReplaysToTheSameState) {

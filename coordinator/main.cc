@@ -34,6 +34,11 @@ ABSL_FLAG(int64_t, lease_ms, 5000,
 ABSL_FLAG(int64_t, heartbeat_ms, 1000, "how often workers heartbeat");
 ABSL_FLAG(int64_t, snapshot_every, 1000,
           "write a metadata snapshot after this many log records");
+ABSL_FLAG(int64_t, recover_truncate_log_at, -1,
+          "only when the coordinator refused to start because the metadata "
+          "log in --data_dir is damaged at this byte offset (it names it): "
+          "keep a copy of the log as log.damaged-OFFSET, then drop the "
+          "damaged record and every record after it and start");
 ABSL_FLAG(std::string, metrics_listen, "",
           "serve Prometheus metrics at http://HOST:PORT/metrics; empty = off");
 ABSL_FLAG(std::string, log_format, "text", "log lines as text or json");
@@ -157,7 +162,10 @@ int Run() {
   if (data_dir.empty()) {
     store = std::make_unique<MemoryMetadataStore>();
   } else {
-    auto owned = std::make_unique<FileMetadataStore>(data_dir);
+    RecoveryOptions recovery;
+    recovery.truncate_log_at = absl::GetFlag(FLAGS_recover_truncate_log_at);
+    auto owned =
+        std::make_unique<FileMetadataStore>(data_dir, FileOps(), recovery);
     file_store = owned.get();
     store = std::move(owned);
   }
@@ -203,14 +211,19 @@ int Run() {
                    ? absl::StrCat("tokens for ", principals, " principal(s)")
                    : std::string("no tokens (every caller is trusted)"));
   if (file_store != nullptr) {
-    spdlog::info("recovered {} tensor(s) and {} worker(s) ({} log records{})",
-                 coordinator.recovered().tensors,
-                 coordinator.recovered().workers,
-                 file_store->records_recovered(),
-                 file_store->torn_bytes_dropped() > 0
-                     ? absl::StrCat("; dropped a torn tail of ",
-                                    file_store->torn_bytes_dropped(), " bytes")
-                     : std::string());
+    spdlog::info(
+        "recovered {} tensor(s) and {} worker(s) ({} log records{})",
+        coordinator.recovered().tensors, coordinator.recovered().workers,
+        file_store->records_recovered(),
+        file_store->damaged_records_dropped() > 0
+            ? absl::StrCat("; --recover_truncate_log_at dropped ",
+                           file_store->torn_bytes_dropped(), " bytes holding ",
+                           file_store->damaged_records_dropped(),
+                           " valid record(s) after a damaged one")
+        : file_store->torn_bytes_dropped() > 0
+            ? absl::StrCat("; dropped a torn tail of ",
+                           file_store->torn_bytes_dropped(), " bytes")
+            : std::string());
   }
   if (file_store == nullptr || file_store->cluster_id_created()) {
     spdlog::warn(

@@ -190,15 +190,22 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
   return cluster;
 }
 
-absl::Status TestCluster::StartCoordinator() {
-  coordinator_.address = coordinator_address_;
-  coordinator_.log = absl::StrCat(dir_, "/coordinator.log");
+std::vector<std::string> TestCluster::CoordinatorCommand() const {
   std::vector<std::string> argv = {
       BinaryPath("coordinator/tessera-coordinator"),
       absl::StrCat("--listen=", coordinator_address_)};
   for (const std::string& f : options_.coordinator_flags) argv.push_back(f);
   if (!data_dir_.empty())
     argv.push_back(absl::StrCat("--data_dir=", data_dir_));
+  return argv;
+}
+
+absl::Status TestCluster::StartCoordinator(
+    const std::vector<std::string>& extra_flags) {
+  coordinator_.address = coordinator_address_;
+  coordinator_.log = absl::StrCat(dir_, "/coordinator.log");
+  std::vector<std::string> argv = CoordinatorCommand();
+  argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   coordinator_.pid = Spawn(argv, coordinator_.log);
   return coordinator_.pid > 0 ? absl::OkStatus()
                               : absl::InternalError("fork failed");
@@ -303,9 +310,10 @@ int TestCluster::StopCoordinator(int sig) {
   return code;
 }
 
-absl::Status TestCluster::RestartCoordinator() {
+absl::Status TestCluster::RestartCoordinator(
+    const std::vector<std::string>& extra_flags) {
   if (coordinator_.pid > 0) StopCoordinator(SIGTERM);
-  if (absl::Status s = StartCoordinator(); !s.ok()) return s;
+  if (absl::Status s = StartCoordinator(extra_flags); !s.ok()) return s;
   return WaitAlive(absl::Seconds(30));
 }
 

@@ -53,9 +53,13 @@ class TestCluster {
   absl::Status RestartWorker(int i);
   // Sends `sig` to the coordinator and waits for its exit status.
   int StopCoordinator(int sig);
-  // Starts the coordinator again (same address, flags and data dir) and waits
-  // until every running worker has registered with it again.
-  absl::Status RestartCoordinator();
+  // Starts the coordinator again (same address, flags and data dir, plus
+  // `extra_flags` for this start only) and waits until every running worker
+  // has registered with it again.
+  absl::Status RestartCoordinator(
+      const std::vector<std::string>& extra_flags = {});
+  // The command line that starts the coordinator (without starting it).
+  std::vector<std::string> CoordinatorCommand() const;
 
   // The coordinator's --data_dir ("" unless options.durable).
   const std::string& data_dir() const { return data_dir_; }
@@ -77,7 +81,8 @@ class TestCluster {
     std::string log;
   };
   TestCluster() = default;
-  absl::Status StartCoordinator();
+  absl::Status StartCoordinator(
+      const std::vector<std::string>& extra_flags = {});
   absl::Status StartWorker(int i);
   absl::Status WaitAlive(absl::Duration timeout);
 

@@ -3,8 +3,10 @@
 // snapshot interval. Every acknowledged change survives, with its data.
 #include <signal.h>
 
+#include <fstream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,7 @@ namespace tessera {
 namespace {
 
 using ::tessera::testing::StatusIs;
+using ::testing::HasSubstr;
 
 TestClusterOptions DurableOptions(std::vector<std::string> coordinator_flags) {
   TestClusterOptions options;
@@ -88,7 +91,8 @@ TEST(RestartTest, EveryChangeSurvivesAtEverySnapshotInterval) {
       for (int i = 0; i < 4; ++i) {
         const std::string name = absl::StrCat("a", i);
         HostArray array = Iota(DType::kInt32, {8, 3}, i);
-        ASSERT_OK(client->Put(name, array, LayoutSpec::Chunk(0, Ranks({0, 1}))));
+        ASSERT_OK(
+            client->Put(name, array, LayoutSpec::Chunk(0, Ranks({0, 1}))));
         want.emplace(name, std::move(array));
       }
       ASSERT_OK(client->Reshard("a1", LayoutSpec::Chunk(1, Ranks({1, 0, 1}))));
@@ -119,6 +123,111 @@ TEST(RestartTest, EveryChangeSurvivesAtEverySnapshotInterval) {
     EXPECT_THAT(client->Describe("a0").status(),
                 StatusIs(absl::StatusCode::kNotFound));
   }
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+// The byte offset of the first record of the metadata log (u32 length, u32
+// checksum, payload) whose payload contains `word`; -1 if none.
+int64_t RecordWith(const std::string& log, const std::string& word) {
+  size_t pos = 0;
+  while (log.size() - pos >= 8) {
+    uint32_t length = 0;
+    for (int i = 0; i < 4; ++i) {
+      length |= static_cast<uint32_t>(static_cast<unsigned char>(log[pos + i]))
+                << (8 * i);
+    }
+    if (log.size() - pos - 8 < length) break;
+    if (log.substr(pos + 8, length).find(word) != std::string::npos)
+      return static_cast<int64_t>(pos);
+    pos += 8 + length;
+  }
+  return -1;
+}
+
+// A damaged record in the middle of the metadata log (a bad block) used to
+// be taken for a torn tail: the acknowledged records after it were dropped
+// and the workers told to free their shards. Now the coordinator refuses to
+// start, naming the offset, and frees nothing; the operator may then drop
+// the rest of the log with --recover_truncate_log_at.
+TEST(RestartTest, DamageInTheMiddleOfTheLogStopsTheStartAndFreesNothing) {
+  auto cluster = TestCluster::Start(DurableOptions({}));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::map<std::string, HostArray> want;
+  {
+    auto client = Connect(**cluster);
+    ASSERT_NE(client, nullptr);
+    for (const char* name : {"before", "damaged", "after"}) {
+      HostArray array = Iota(DType::kInt32, {8, 3}, want.size());
+      ASSERT_OK(client->Put(name, array, LayoutSpec::Chunk(0, Ranks({0, 1}))));
+      want.emplace(name, std::move(array));
+    }
+  }
+  EXPECT_EQ((*cluster)->StopCoordinator(SIGTERM), 0);
+  const std::string log_path = (*cluster)->data_dir() + "/log";
+  const std::string intact = ReadBytes(log_path);
+  const int64_t at = RecordWith(intact, "damaged");
+  ASSERT_GE(at, 0);
+  std::string damaged = intact;
+  damaged[intact.find("damaged", at)] ^= 0x01;
+  WriteBytes(log_path, damaged);
+
+  // On the cluster's address, so that the workers would register with it.
+  std::vector<std::string> argv = {"/usr/bin/timeout", "60"};
+  for (const std::string& arg : (*cluster)->CoordinatorCommand())
+    argv.push_back(arg);
+  std::string out, err;
+  EXPECT_EQ(TestCluster::Run(argv, &out, &err), 1) << out << err;
+  const std::string said = out + err;
+  EXPECT_THAT(said, HasSubstr(absl::StrCat("damaged at byte offset ", at)));
+  EXPECT_THAT(said, HasSubstr(absl::StrCat("--recover_truncate_log_at=", at)));
+  EXPECT_EQ(ReadBytes(log_path), damaged);
+
+  // Nothing was freed: with the log repaired, every tensor is whole.
+  WriteBytes(log_path, intact);
+  ASSERT_OK((*cluster)->RestartCoordinator());
+  {
+    auto client = Connect(**cluster);
+    ASSERT_NE(client, nullptr);
+    ExpectExactly(*client, want);
+  }
+
+  // The operator's way on: drop the log from the damaged record on. (The
+  // restart snapshotted the log away, so it is damaged anew.)
+  {
+    auto client = Connect(**cluster);
+    ASSERT_NE(client, nullptr);
+    for (const char* name : {"damaged_again", "after_again"}) {
+      ASSERT_OK(client->Put(name, Iota(DType::kInt32, {8, 3}, 7),
+                            LayoutSpec::Chunk(0, Ranks({0, 1}))));
+    }
+  }
+  EXPECT_EQ((*cluster)->StopCoordinator(SIGTERM), 0);
+  const std::string log = ReadBytes(log_path);
+  const int64_t again = RecordWith(log, "damaged_again");
+  ASSERT_GE(again, 0);
+  damaged = log;
+  damaged[log.find("damaged_again", again)] ^= 0x01;
+  WriteBytes(log_path, damaged);
+  ASSERT_OK((*cluster)->RestartCoordinator(
+      {absl::StrCat("--recover_truncate_log_at=", again)}));
+  EXPECT_EQ(
+      ReadBytes(absl::StrCat((*cluster)->data_dir(), "/log.damaged-", again)),
+      damaged);
+  auto client = Connect(**cluster);
+  ASSERT_NE(client, nullptr);
+  // What the log held before the damaged record is kept; after it, gone.
+  ExpectExactly(*client, want);
 }
 
 }  // namespace
