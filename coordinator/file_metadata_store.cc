@@ -106,7 +106,9 @@ absl::Status FsyncDir(const std::string& dir) {
 }
 
 // Writes `data` to `path` whole or not at all: into a 0600 temporary file,
-// synced, renamed over `path`, and the directory synced.
+// synced, renamed over `path`, and the directory synced. A temporary file
+// that is not renamed is removed: on a full disk it would hold the space
+// that the next start needs.
 absl::Status WriteFileAtomically(const FileOps& ops, const std::string& dir,
                                  const std::string& path,
                                  const std::string& data) {
@@ -116,10 +118,13 @@ absl::Status WriteFileAtomically(const FileOps& ops, const std::string& dir,
   absl::Status status = WriteAll(ops, fd, data, tmp);
   if (status.ok() && ops.sync(fd) != 0)
     status = PosixError(absl::StrCat("syncing ", tmp), errno);
-  close(fd);
-  TESSERA_RETURN_IF_ERROR(status);
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    return PosixError(absl::StrCat("renaming ", tmp), errno);
+  if (close(fd) != 0 && status.ok())
+    status = PosixError(absl::StrCat("closing ", tmp), errno);
+  if (status.ok() && rename(tmp.c_str(), path.c_str()) != 0)
+    status = PosixError(absl::StrCat("renaming ", tmp), errno);
+  if (!status.ok()) {
+    unlink(tmp.c_str());
+    return status;
   }
   return FsyncDir(dir);
 }
@@ -513,6 +518,7 @@ absl::StatusOr<MetadataState> FileMetadataStore::Load() {
     return PosixError(absl::StrCat("seeking in ", log_path), errno);
   }
   log_size_ = good;
+  replays_records_ = good > 0;
   return state;
 }
 
@@ -537,6 +543,7 @@ absl::Status FileMetadataStore::Append(
   }
   if (status.ok()) {
     log_size_ += records.size();
+    replays_records_ = true;
     return absl::OkStatus();
   }
   // Take back whatever part of the batch was written (whole records of it
@@ -591,10 +598,16 @@ absl::Status FileMetadataStore::Snapshot(const MetadataState& state) {
     // The snapshot holds every record, so replaying what is left of the log
     // over it is harmless; but where the next record lands is unknown.
     broken_ = PosixError(absl::StrCat("truncating ", dir_, "/log"), errno);
-    return broken_;
+    return CheckWritable();
   }
   log_size_ = 0;
+  replays_records_ = false;
   return absl::OkStatus();
+}
+
+bool FileMetadataStore::ReplaysRecords() const {
+  absl::MutexLock lock(&mu_);
+  return replays_records_;
 }
 
 }  // namespace tessera

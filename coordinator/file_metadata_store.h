@@ -88,6 +88,7 @@ class FileMetadataStore : public MetadataStore {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Snapshot(const MetadataState& state) override
       ABSL_LOCKS_EXCLUDED(mu_);
+  bool ReplaysRecords() const override ABSL_LOCKS_EXCLUDED(mu_);
   std::string Describe() const override;
   const std::string& dir() const { return dir_; }
   const FileOps& ops() const { return ops_; }
@@ -113,8 +114,10 @@ class FileMetadataStore : public MetadataStore {
   // OK, or why the log takes no more changes.
   absl::Status CheckWritable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   int log_fd_ ABSL_GUARDED_BY(mu_) = -1;
+  // The log holds records (after the snapshot).
+  bool replays_records_ ABSL_GUARDED_BY(mu_) = false;
   // Bytes of whole records in the log: where the next batch starts.
   uint64_t log_size_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status broken_ ABSL_GUARDED_BY(mu_);

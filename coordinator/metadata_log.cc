@@ -35,9 +35,22 @@ absl::StatusOr<MetadataState> MetadataLog::Recover() {
     absl::MutexLock lock(&mirror_mu_);
     mirror_ = state;
   }
-  // Start the log afresh from one snapshot of what was recovered.
-  TESSERA_RETURN_IF_ERROR(
-      Annotate(store_->Snapshot(state), "writing the recovered metadata"));
+  // Start the log afresh from one snapshot of what was recovered; but not
+  // when the snapshot alone holds it (a start that changes nothing writes
+  // nothing), and not at the price of the start: the log still holds every
+  // record when the snapshot fails (a full disk), and the writer tries
+  // again after `snapshot_every` records.
+  if (!store_->ReplaysRecords()) return state;
+  absl::Status status = store_->Snapshot(state);
+  if (absl::IsFailedPrecondition(status) || absl::IsDataLoss(status)) {
+    return Annotate(status, "writing the recovered metadata");
+  }
+  if (!status.ok()) {
+    spdlog::warn(
+        "metadata snapshot at start failed, going on from the log, which "
+        "holds every record: {}",
+        std::string(status.message()));
+  }
   return state;
 }
 

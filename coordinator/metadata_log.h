@@ -79,9 +79,11 @@ class MetadataLog {
   MetadataLog(const MetadataLog&) = delete;
   MetadataLog& operator=(const MetadataLog&) = delete;
 
-  // Loads the store's state, makes it the mirror and writes it as one
-  // snapshot (the log starts afresh). Its shard_id_high_water is raised past
-  // every shard id it holds. Call once, before the first Enqueue.
+  // Loads the store's state, makes it the mirror and, when the store
+  // replayed records, writes it as one snapshot (the log starts afresh; a
+  // snapshot that fails but leaves the store writable, e.g. on a full disk,
+  // is logged, not an error). Its shard_id_high_water is raised past every
+  // shard id it holds. Call once, before the first Enqueue.
   absl::StatusOr<MetadataState> Recover() ABSL_LOCKS_EXCLUDED(mu_, mirror_mu_);
 
   // Queues `change` behind every record queued before it. Never blocks on

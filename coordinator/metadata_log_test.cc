@@ -1,7 +1,18 @@
 #include "coordinator/metadata_log.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cstring>
+#include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -225,6 +236,177 @@ TEST(MetadataLogTest, RecoverRaisesTheHighWaterPastEveryShardId) {
   ASSERT_OK(state);
   EXPECT_EQ(state->shard_id_high_water, 42u);
   EXPECT_EQ(log.DurableState().shard_id_high_water, 42u);
+}
+
+// A tensor of `shards` shards, so that snapshots take some room.
+MetadataChange BigTensorChange(const std::string& name, uint64_t version,
+                               int shards) {
+  auto tensor = std::make_shared<TensorMetadata>();
+  tensor->name = name;
+  tensor->shape = {shards};
+  tensor->version = version;
+  for (int i = 0; i < shards; ++i) {
+    ShardInfo shard;
+    shard.box = Box{{i}, {1}};
+    shard.worker = "w0";
+    shard.shard_id = (version << 32) + static_cast<uint64_t>(i);
+    tensor->shards.push_back(shard);
+  }
+  return MetadataChange::Tensor(std::move(tensor));
+}
+
+struct FileId {
+  ino_t inode = 0;
+  int64_t mtime_ns = 0;
+  bool operator==(const FileId& o) const {
+    return inode == o.inode && mtime_ns == o.mtime_ns;
+  }
+};
+std::optional<FileId> IdOf(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return std::nullopt;
+  return FileId{st.st_ino,
+                int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec};
+}
+
+// A disk that fills up, for one test: a tmpfs of `bytes` mounted on a new
+// directory (as root, which tests run as here and in CI), else this
+// process's file size limit (RLIMIT_FSIZE of 4 KiB, SIGXFSZ ignored),
+// which fails writes the same way (EFBIG) but holds no space.
+class SmallDisk {
+ public:
+  explicit SmallDisk(int64_t bytes) : dir_(TempDir() + "/disk") {
+    EXPECT_EQ(mkdir(dir_.c_str(), 0700), 0);
+    const std::string size = absl::StrCat("size=", bytes);
+    if (mount("tmpfs", dir_.c_str(), "tmpfs", MS_NOSUID | MS_NODEV,
+              size.c_str()) == 0) {
+      mounted_ = true;
+    } else {
+      std::cerr << "no tmpfs for the full disk (mount: " << strerror(errno)
+                << "); failing writes with RLIMIT_FSIZE instead\n";
+    }
+  }
+  ~SmallDisk() {
+    Free();
+    if (mounted_) umount2(dir_.c_str(), MNT_DETACH);
+  }
+  const std::string& dir() const { return dir_; }
+
+  // Leaves no room to write (a tmpfs: a filler file takes what is left).
+  void Fill() {
+    if (!mounted_) {
+      old_sigxfsz_ = signal(SIGXFSZ, SIG_IGN);
+      ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old_limit_), 0);
+      struct rlimit limit = old_limit_;
+      limit.rlim_cur = 4096;
+      ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+      limited_ = true;
+      return;
+    }
+    const std::string filler = dir_ + "/filler";
+    int fd = open(filler.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ASSERT_GE(fd, 0);
+    const std::string block(4096, 'x');
+    while (write(fd, block.data(), block.size()) > 0) {
+    }
+    EXPECT_EQ(errno, ENOSPC);
+    close(fd);
+  }
+  void Free() {
+    if (limited_) {
+      setrlimit(RLIMIT_FSIZE, &old_limit_);
+      signal(SIGXFSZ, old_sigxfsz_);
+      limited_ = false;
+    }
+    if (mounted_) unlink((dir_ + "/filler").c_str());
+  }
+
+ private:
+  const std::string dir_;
+  bool mounted_ = false;
+  bool limited_ = false;
+  struct rlimit old_limit_ {};
+  void (*old_sigxfsz_)(int) = SIG_DFL;
+};
+
+// On a full disk, a failed snapshot used to leave snapshot.tmp behind,
+// holding the space, and every start wrote a snapshot first, so the
+// coordinator could not start again until someone cleared the disk.
+TEST(MetadataLogTest, AFullDiskLeavesNoTemporaryFileAndTheNextStartWorks) {
+  SmallDisk disk(1 << 20);
+  const std::string dir = disk.dir() + "/data";
+  MetadataLog::Options options;
+  options.snapshot_every = 1 << 30;  // snapshots only when the test says
+  std::vector<std::string> names;
+  {
+    FileMetadataStore store(dir);
+    MetadataLog log(&store, options);
+    ASSERT_OK(log.Recover());
+    // Two versions of each in the log, so a snapshot is about half of it.
+    for (uint64_t version = 1; version <= 2; ++version) {
+      for (int i = 0; i < 4; ++i) {
+        ASSERT_OK(
+            log.Append(BigTensorChange(absl::StrCat("t", i), version, 2000)));
+      }
+    }
+    for (int i = 0; i < 4; ++i) names.push_back(absl::StrCat("t", i));
+    disk.Fill();
+    EXPECT_THAT(store.Snapshot(log.DurableState()),
+                StatusIs(absl::StatusCode::kInternal));
+    EXPECT_FALSE(IdOf(dir + "/snapshot.tmp").has_value())
+        << "snapshot.tmp is left behind";
+  }
+  {
+    // The disk is still full: the start goes on from the log.
+    FileMetadataStore store(dir);
+    MetadataLog log(&store, options);
+    auto state = log.Recover();
+    ASSERT_OK(state);
+    EXPECT_EQ(Names(*state), names);
+    EXPECT_EQ(state->tensors.at("t3")->version, 2u);
+    EXPECT_FALSE(IdOf(dir + "/snapshot.tmp").has_value());
+  }
+  disk.Free();
+  {
+    // With room again, the start snapshots the log away.
+    FileMetadataStore store(dir);
+    MetadataLog log(&store, options);
+    ASSERT_OK(log.Recover());
+    EXPECT_TRUE(IdOf(dir + "/snapshot").has_value());
+  }
+  struct stat log_stat;
+  ASSERT_EQ(stat((dir + "/log").c_str(), &log_stat), 0);
+  EXPECT_EQ(log_stat.st_size, 0);
+}
+
+// Every start used to write the snapshot again, even with nothing to
+// replay: wasted writes, and on a full disk a start that could not happen.
+TEST(MetadataLogTest, AStartWithNothingToReplayLeavesTheSnapshotAsItIs) {
+  const std::string dir = TempDir();
+  {
+    FileMetadataStore store(dir);
+    MetadataLog log(&store, MetadataLog::Options());
+    ASSERT_OK(log.Recover());
+    ASSERT_OK(log.Append(TensorChange("a")));
+  }
+  {
+    // A record to replay: snapshotted, and the log cut.
+    FileMetadataStore store(dir);
+    MetadataLog log(&store, MetadataLog::Options());
+    ASSERT_OK(log.Recover());
+  }
+  // (A rewrite renames a new file over it: a new inode.)
+  const std::optional<FileId> before = IdOf(dir + "/snapshot");
+  ASSERT_TRUE(before.has_value());
+  for (int start = 0; start < 2; ++start) {
+    FileMetadataStore store(dir);
+    MetadataLog log(&store, MetadataLog::Options());
+    auto state = log.Recover();
+    ASSERT_OK(state);
+    EXPECT_THAT(Names(*state), ElementsAre("a"));
+    EXPECT_EQ(state->shard_id_high_water, 2u);
+  }
+  EXPECT_TRUE(IdOf(dir + "/snapshot") == before) << "snapshot rewritten";
 }
 
 }  // namespace

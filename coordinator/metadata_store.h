@@ -73,8 +73,15 @@ class MetadataStore {
     return Append(absl::MakeConstSpan(&change, 1));
   }
   // Durably replaces the history with `state`, which must hold every change
-  // appended so far. Not to be called while an Append runs.
+  // appended so far. Not to be called while an Append runs. On failure the
+  // history is as it was (Load gives the same state) and Append goes on,
+  // unless the error is FAILED_PRECONDITION or DATA_LOSS: the store then
+  // refuses every later change.
   virtual absl::Status Snapshot(const MetadataState& state) = 0;
+  // Whether Load replays changes on top of a snapshot (so that a Snapshot
+  // would shorten the history), rather than reading one snapshot that a
+  // Snapshot of the same state would only write again.
+  virtual bool ReplaysRecords() const { return true; }
   // For the start-up log: "in memory only" or "log and snapshot in DIR".
   virtual std::string Describe() const = 0;
 };
