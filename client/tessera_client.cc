@@ -1,5 +1,8 @@
 #include "client/tessera_client.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/connection.h"
@@ -13,6 +16,8 @@
 #include "core/status_macros.h"
 #include "rpc/call.h"
 #include "rpc/convert.h"
+#include "rpc/security.h"
+#include "rpc/tls_probe.h"
 
 namespace tessera {
 namespace {
@@ -43,11 +48,30 @@ CallOptions CoordinatorCall(const Connection& connection, bool idempotent,
   options.idempotent = idempotent;
   options.attempts = connection.options().control_retries + 1;
   const std::string address = connection.coordinator_address();
+  const TlsFiles files{connection.options().tls_ca,
+                       connection.options().tls_cert,
+                       connection.options().tls_key};
   // A TLS client without a certificate sees its handshake complete and the
   // socket then closed by a coordinator that requires one (TLS 1.3).
-  const bool tls_without_cert = !connection.options().tls_ca.empty() &&
-                                connection.options().tls_cert.empty();
-  options.unreachable = [address, tls_without_cert](const grpc::Status& s) {
+  const bool tls_without_cert = !files.ca.empty() && files.cert.empty();
+  const absl::Duration probe_timeout =
+      std::min(connection.options().connect_timeout, absl::Seconds(5));
+  options.unreachable = [address, files, tls_without_cert,
+                         probe_timeout](const grpc::Status& s) {
+    // gRPC reports a coordinator that refuses this client's TLS settings
+    // (no TLS at all, a certificate of another CA) as one that cannot be
+    // reached: one handshake of our own tells them apart.
+    std::optional<TlsMaterial> tls;
+    if (files.enabled()) {
+      absl::StatusOr<TlsMaterial> loaded = LoadTls(files, /*need_cert=*/false);
+      if (loaded.ok()) tls = *std::move(loaded);
+    }
+    if (!files.enabled() || tls.has_value()) {
+      absl::Status mismatch = DiagnoseTlsMismatch(
+          address, tls.has_value() ? &*tls : nullptr,
+          absl::StrCat("the coordinator at ", address), probe_timeout);
+      if (!mismatch.ok()) return mismatch;
+    }
     if (tls_without_cert &&
         absl::StrContains(s.error_message(), "Socket closed")) {
       return absl::UnauthenticatedError(absl::StrCat(

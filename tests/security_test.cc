@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/tessera_client.h"
 #include "core/auth.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/worker.grpc.pb.h"
@@ -24,6 +25,9 @@
 
 namespace tessera {
 namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 std::string Dir() { return absl::StrCat(std::getenv("TEST_TMPDIR"), "/sec"); }
 std::string File(const std::string& name) {
@@ -183,6 +187,65 @@ TEST_F(SecurityTest, BadCredentialsAreUnauthenticated) {
   plain.connect_timeout = absl::Seconds(2);
   plain.control_retries = 0;
   EXPECT_FALSE(Connect(plain).ok());
+  ExpectIntact();
+}
+
+// gRPC shows a coordinator that refuses the client's TLS settings as one
+// that cannot be reached: both cases below used to say "cannot reach the
+// coordinator ... (is it running?)".
+TEST_F(SecurityTest, TlsMismatchesSayTlsAndWhatToCheck) {
+  // Another CA, for a certificate the coordinator does not trust.
+  const std::string other = Dir() + "-tls-mismatch";
+  std::string out, err;
+  ASSERT_EQ(TestCluster::Run({"/bin/bash",
+                              absl::StrCat(std::getenv("TEST_SRCDIR"),
+                                           "/tessera/deploy/make-certs.sh"),
+                              other, "--workers", "0"},
+                             &out, &err),
+            0)
+      << out << err;
+  ClientOptions plain;
+  plain.token = *ReadTokenFile(File("admin.token"));
+  plain.connect_timeout = absl::Seconds(2);
+  plain.control_retries = 0;
+  absl::Status status = Connect(plain).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnauthenticated) << status;
+  EXPECT_THAT(std::string(status.message()),
+              AllOf(HasSubstr("speaks TLS"), HasSubstr("no TLS settings"),
+                    HasSubstr("--tls_ca")));
+
+  ClientOptions foreign_cert = As("admin");
+  foreign_cert.tls_cert = other + "/user.crt";
+  foreign_cert.tls_key = other + "/user.key";
+  status = Connect(foreign_cert).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnauthenticated) << status;
+  EXPECT_THAT(std::string(status.message()),
+              AllOf(HasSubstr("refused this client's TLS certificate"),
+                    HasSubstr("--tls_cert")));
+
+  // The CLI says the same, and still names a coordinator that is down.
+  const std::string cli = TestCluster::BinaryPath("client/tessera");
+  const std::string coordinator =
+      absl::StrCat("--coordinator=", cluster_->coordinator_address());
+  const std::string token = absl::StrCat("--token_file=", File("admin.token"));
+  EXPECT_EQ(TestCluster::Run({cli, coordinator, token, "ls"}, &out, &err), 1);
+  EXPECT_THAT(
+      err, AllOf(HasSubstr("error: unauthenticated"), HasSubstr("speaks TLS")));
+  EXPECT_EQ(TestCluster::Run(
+                {cli, coordinator, absl::StrCat("--tls_ca=", File("ca.crt")),
+                 absl::StrCat("--tls_cert=", other, "/user.crt"),
+                 absl::StrCat("--tls_key=", other, "/user.key"), token, "ls"},
+                &out, &err),
+            1);
+  EXPECT_THAT(err, AllOf(HasSubstr("error: unauthenticated"),
+                         HasSubstr("TLS certificate")));
+  const std::string down = absl::StrCat("127.0.0.1:", PickFreePort());
+  EXPECT_EQ(
+      TestCluster::Run({cli, absl::StrCat("--coordinator=", down), token, "ls"},
+                       &out, &err),
+      1);
+  EXPECT_THAT(
+      err, HasSubstr(absl::StrCat("cannot reach the coordinator at ", down)));
   ExpectIntact();
 }
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import numpy as np
 import pytest
 
 import tessera
-from conftest import Cluster
+from conftest import REPO, Cluster
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +47,22 @@ def test_bad_credentials_are_unauthenticated(secure_cluster, tmp_path):
     with pytest.raises(tessera.Unauthenticated):
         tessera.connect(secure_cluster.address, connect_timeout=3.0,
                         **secure_cluster.credentials("admin", cert=False))
+
+
+def test_tls_mismatches_say_tls_and_what_to_check(secure_cluster, tmp_path):
+    # Both used to be "cannot reach the coordinator ... (is it running?)".
+    with pytest.raises(tessera.Unauthenticated, match="speaks TLS.*--tls_ca"):
+        tessera.connect(secure_cluster.address, connect_timeout=3.0,
+                        token_file=secure_cluster.secret("admin.token"))
+    other = tmp_path / "other"
+    subprocess.run(["bash", os.path.join(REPO, "deploy", "make-certs.sh"), str(other),
+                    "--workers", "0"], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    creds = secure_cluster.credentials("admin")
+    creds.update(tls_cert=str(other / "user.crt"), tls_key=str(other / "user.key"))
+    with pytest.raises(tessera.Unauthenticated,
+                       match="refused this client's TLS certificate"):
+        tessera.connect(secure_cluster.address, connect_timeout=3.0, **creds)
 
 
 def test_environment_supplies_the_credentials(secure_cluster, monkeypatch):
