@@ -488,6 +488,12 @@ absl::StatusOr<std::vector<int64_t>> ReadRowsFile(const std::string& path) {
       rows[i] = v;
     }
   }
+  // Indices read while the file shrank (zeros past its end) are not used.
+  if (file->mapped) {
+    if (absl::Status s = file->mapping->CheckUnchanged(); !s.ok()) {
+      return Annotate(s, absl::StrCat("--rows=", path));
+    }
+  }
   return rows;
 }
 

@@ -34,6 +34,7 @@ namespace {
 
 using ::tessera::testing::IsOk;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 std::string ReadAll(const std::string& path) {
@@ -386,6 +387,97 @@ TEST_F(CliServingTest, GetRowsErrors) {
   ExpectError(Tessera({"get", "rows/e", "--rows=" + far, "--shard=0",
                        "--output=" + out}),
               2, {"--rows"});
+}
+
+// Runs `tessera ARGS` with `file` truncated to `size` bytes once the CLI
+// has mapped it (client/testing/truncate_after_map.cc, LD_PRELOAD'ed): an
+// input that shrinks while it is read, deterministically. `when` is ""
+// (right after the mapping is made) or ":connect" (when the CLI then
+// dials the cluster: after the file's header was read, before its data).
+LocalCluster::Result TesseraTruncating(const LocalCluster& cluster,
+                                       const std::string& file, int64_t size,
+                                       const std::string& when,
+                                       const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {
+      "/usr/bin/env",
+      "LD_PRELOAD=" +
+          LocalCluster::BinaryPath("client/libtruncate_after_map.so"),
+      "UCX_MEM_MMAP_HOOK_MODE=none",
+      absl::StrCat("TESSERA_TEST_TRUNCATE_AFTER_MAP=", file, ":", size, when),
+      LocalCluster::BinaryPath("client/tessera"),
+      "--coordinator=" + cluster.coordinator_address()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return LocalCluster::Run(argv);
+}
+
+HostArray Iota32(const Shape& shape) {
+  HostArray a = HostArray::Allocate(DType::kInt32, shape);
+  for (int64_t i = 0; i < a.NumElements(); ++i)
+    a.As<int32_t>()[i] = static_cast<int32_t>(i);
+  return a;
+}
+
+// An input file that shrank while the CLI read it used to kill the CLI
+// with SIGBUS (exit 135) midway through the put; bytes past the new end
+// could also have gone in as zeros. Now: exit 1 naming the file, and
+// nothing created or changed.
+TEST_F(CliServingTest, InputsThatShrinkWhileReadFailCleanlyAndChangeNothing) {
+  const HostArray big = Iota32({256, 1024});  // 1 MiB
+  const std::string npy = Path("shrinks.npy");
+  ASSERT_THAT(WriteNpyFile(npy, big), IsOk());
+  ExpectError(
+      TesseraTruncating(*cluster_, npy, 8192, ":connect",
+                        {"put", "shrink/put", "--input=" + npy, "--chunk_dim=0",
+                         "--placements=rank:0,rank:1,rank:2"}),
+      1,
+      {".npy file '" + npy + "'", "changed while it was read", "shrank from"});
+  EXPECT_THAT(Tensors(), Not(HasSubstr("shrink/put")));
+
+  // put --update: version 1 stays, with its bytes.
+  ASSERT_THAT(client_
+                  ->Create("shrink/upd", {256, 1024}, DType::kInt32,
+                           LayoutSpec::Chunk(0, {*ParsePlacement("rank:0"),
+                                                 *ParsePlacement("rank:1")}),
+                           *ParseInit("arange"))
+                  .status(),
+              IsOk());
+  ASSERT_THAT(WriteNpyFile(npy, big), IsOk());
+  ExpectError(
+      TesseraTruncating(*cluster_, npy, 8192, ":connect",
+                        {"put", "shrink/upd", "--input=" + npy, "--update"}),
+      1, {"changed while it was read"});
+  absl::StatusOr<TensorMetadata> meta = client_->Describe("shrink/upd");
+  ASSERT_THAT(meta.status(), IsOk());
+  EXPECT_EQ(meta->version, 1u);
+  absl::StatusOr<HostArray> kept = client_->Get("shrink/upd");
+  ASSERT_THAT(kept.status(), IsOk());
+  EXPECT_EQ(std::string(kept->data(), kept->num_bytes),
+            std::string(big.data(), big.num_bytes));
+
+  // import: all or nothing.
+  const std::string st = Path("shrinks.safetensors");
+  WriteAll(st, SafetensorsBytes({{"a", DType::kFloat32, {64, 1024}},
+                                 {"b", DType::kFloat32, {64, 1024}}},
+                                5));
+  ExpectError(
+      TesseraTruncating(*cluster_, st, 8192, ":connect",
+                        {"import", st, "--chunk_dim=0",
+                         "--placements=rank:0,rank:1", "--prefix=shrink/st/"}),
+      1, {"safetensors file '" + st + "'", "changed while it was read"});
+  EXPECT_THAT(Tensors(), Not(HasSubstr("shrink/st/")));
+
+  // get --rows: indices past the new end would read as row 0.
+  MakeTable(*client_, "shrink/rows");
+  std::vector<int64_t> rows(4096);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = 1 + i % 9;
+  const std::string idx = Path("shrinks_idx.npy");
+  ASSERT_THAT(WriteNpyFile(idx, Int64Array(rows)), IsOk());
+  const std::string out = Path("shrinks_rows.npy");
+  ExpectError(TesseraTruncating(
+                  *cluster_, idx, 4096, "",
+                  {"get", "shrink/rows", "--rows=" + idx, "--output=" + out}),
+              1, {"rows", "changed while it was read"});
+  EXPECT_FALSE(Exists(out));
 }
 
 TEST_F(CliServingTest, PutUpdateWholeAndRegion) {

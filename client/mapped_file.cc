@@ -1,14 +1,18 @@
 #include "client/mapped_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -53,6 +57,113 @@ void PopulateInParallel(char* data, int64_t size) {
 #endif
 }
 
+// ---- The SIGBUS guard of input mappings.
+//
+// One slot per live MappedInputFile, in a fixed array that the handler can
+// scan without locks or allocation. A slot is claimed (kClaimed) by Open,
+// filled, then published (kLive); the destructor frees it (kFree) before
+// unmapping.
+enum SlotState : int { kFree = 0, kClaimed = 1, kLive = 2 };
+
+struct GuardSlot {
+  std::atomic<int> state{kFree};
+  std::atomic<uintptr_t> begin{0};
+  std::atomic<uintptr_t> end{0};  // page-aligned
+  std::atomic<bool> faulted{false};
+  std::atomic<const MappedInputFile*> owner{nullptr};
+};
+
+GuardSlot g_slots[MappedInputFile::kMaxOpen];
+uintptr_t g_page_size = 4096;
+struct sigaction g_previous_sigbus;
+
+void OnSigbus(int sig, siginfo_t* info, void* context) {
+  const int saved_errno = errno;
+  // Only a fault (si_code > 0: from the kernel), not a SIGBUS sent by kill.
+  if (info != nullptr && info->si_code > 0) {
+    const uintptr_t address = reinterpret_cast<uintptr_t>(info->si_addr);
+    for (GuardSlot& slot : g_slots) {
+      if (slot.state.load(std::memory_order_acquire) != kLive) continue;
+      const uintptr_t begin = slot.begin.load(std::memory_order_relaxed);
+      const uintptr_t end = slot.end.load(std::memory_order_relaxed);
+      if (address < begin || address >= end) continue;
+      // The file shrank under the mapping: zero pages from the faulting
+      // one to the end of the mapping, so the read in progress goes on
+      // (and the file is marked, so its bytes are not used). The system
+      // call itself, which is safe here, not mmap(3), which libraries
+      // such as UCX hook with code that takes locks.
+      const uintptr_t page = address & ~(g_page_size - 1);
+      if (syscall(SYS_mmap, page, end - page, PROT_READ,
+                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != -1) {
+        slot.faulted.store(true, std::memory_order_release);
+        errno = saved_errno;
+        return;
+      }
+      break;
+    }
+  }
+  errno = saved_errno;
+  // Not ours: whatever was there before us.
+  if (g_previous_sigbus.sa_flags & SA_SIGINFO) {
+    g_previous_sigbus.sa_sigaction(sig, info, context);
+    return;
+  }
+  if (g_previous_sigbus.sa_handler != SIG_DFL &&
+      g_previous_sigbus.sa_handler != SIG_IGN) {
+    g_previous_sigbus.sa_handler(sig);
+    return;
+  }
+  // The default action: the faulting access runs again and ends the
+  // process as it would have without us; a sent SIGBUS is sent again.
+  signal(SIGBUS, SIG_DFL);
+  if (info == nullptr || info->si_code <= 0) raise(SIGBUS);
+}
+
+void InstallSigbusGuardOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    g_page_size = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    struct sigaction action {};
+    action.sa_sigaction = OnSigbus;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+    sigemptyset(&action.sa_mask);
+    // The old handler is read first, so that a fault on another thread
+    // never finds it unset.
+    sigaction(SIGBUS, nullptr, &g_previous_sigbus);
+    sigaction(SIGBUS, &action, nullptr);
+  });
+}
+
+int ClaimSlot() {
+  for (int i = 0; i < MappedInputFile::kMaxOpen; ++i) {
+    int expected = kFree;
+    if (g_slots[i].state.compare_exchange_strong(expected, kClaimed)) return i;
+  }
+  return -1;
+}
+
+void PublishSlot(int i, const MappedInputFile* owner, const char* data,
+                 int64_t size) {
+  GuardSlot& slot = g_slots[i];
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data);
+  slot.begin.store(begin, std::memory_order_relaxed);
+  slot.end.store((begin + static_cast<uintptr_t>(size) + g_page_size - 1) &
+                     ~(g_page_size - 1),
+                 std::memory_order_relaxed);
+  slot.faulted.store(false, std::memory_order_relaxed);
+  slot.owner.store(owner, std::memory_order_relaxed);
+  slot.state.store(kLive, std::memory_order_release);
+}
+
+void FreeSlot(int i) {
+  g_slots[i].owner.store(nullptr, std::memory_order_relaxed);
+  g_slots[i].state.store(kFree, std::memory_order_release);
+}
+
+int64_t MtimeNanos(const struct stat& st) {
+  return int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+}
+
 }  // namespace
 
 absl::Status MappedFileError(absl::string_view kind, const std::string& path,
@@ -90,27 +201,78 @@ absl::StatusOr<std::unique_ptr<MappedInputFile>> MappedInputFile::Open(
         absl::StrCat(kind, " '", path, "' is not a regular file"));
   }
   std::unique_ptr<MappedInputFile> file(new MappedInputFile());
+  file->path_ = path;
+  file->kind_ = std::string(kind);
+  file->fd_ = fd;  // closed by the destructor from here on
   file->size_ = st.st_size;
+  file->mtime_ns_ = MtimeNanos(st);
   if (st.st_size > 0) {
+    InstallSigbusGuardOnce();
+    file->slot_ = ClaimSlot();
+    if (file->slot_ < 0) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(kind, " '", path, "': more than ", kMaxOpen,
+                       " input files are mapped at once in this process"));
+    }
     void* base = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ,
                       MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED) {
-      const int err = errno;
-      close(fd);
-      return MappedFileError(kind, path, "map it", err);
-    }
+    if (base == MAP_FAILED) return MappedFileError(kind, path, "map it", errno);
     file->data_ = static_cast<const char*>(base);
+    PublishSlot(file->slot_, file.get(), file->data_, file->size_);
     // Read front to back, once.
     madvise(base, static_cast<size_t>(st.st_size), MADV_SEQUENTIAL);
   }
-  close(fd);  // the mapping keeps the file
   return file;
 }
 
 MappedInputFile::~MappedInputFile() {
+  if (slot_ >= 0) FreeSlot(slot_);
   if (data_ != nullptr) {
     munmap(const_cast<char*>(data_), static_cast<size_t>(size_));
   }
+  if (fd_ >= 0) close(fd_);
+}
+
+absl::Status MappedInputFile::CheckUnchanged() const {
+  const bool faulted =
+      slot_ >= 0 && g_slots[slot_].faulted.load(std::memory_order_acquire);
+  struct stat st {};
+  if (fstat(fd_, &st) != 0) {
+    return MappedFileError(kind_, path_, "check it after reading it", errno);
+  }
+  if (!faulted && st.st_size == size_ && MtimeNanos(st) == mtime_ns_) {
+    return absl::OkStatus();
+  }
+  std::string how;
+  if (st.st_size < size_) {
+    how = absl::StrCat("it shrank from ", size_, " to ", st.st_size, " bytes");
+  } else if (faulted) {
+    how = absl::StrCat("it was cut short of its ", size_, " bytes");
+  } else if (st.st_size > size_) {
+    how = absl::StrCat("it grew from ", size_, " to ", st.st_size, " bytes");
+  } else {
+    how = "it was written to";
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      kind_, " '", path_, "' changed while it was read (", how,
+      "), so what was read from it is not used; read it again once nothing "
+      "writes to it"));
+}
+
+absl::Status CheckMappedInput(const void* data, int64_t size) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t end =
+      begin + static_cast<uintptr_t>(std::max<int64_t>(size, 0));
+  for (const GuardSlot& slot : g_slots) {
+    if (slot.state.load(std::memory_order_acquire) != kLive) continue;
+    if (begin < slot.begin.load(std::memory_order_relaxed) ||
+        end > slot.end.load(std::memory_order_relaxed)) {
+      continue;
+    }
+    const MappedInputFile* owner = slot.owner.load(std::memory_order_relaxed);
+    if (owner != nullptr) return owner->CheckUnchanged();
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<MappedOutputFile>> MappedOutputFile::Create(

@@ -2,7 +2,17 @@
 // (.npy, .safetensors), so that arrays larger than the client's memory go
 // between the cluster and a file without a copy in between:
 //
-//  * MappedInputFile: a regular file mapped read-only.
+//  * MappedInputFile: a regular file mapped read-only, guarded against the
+//    file shrinking while it is read. Touching a page of a mapping past
+//    its file's end raises SIGBUS, which would kill the reader (the CLI, or
+//    the whole Python process of an SDK user) wherever it reads: a copy
+//    into a worker's shared memory, a gRPC message, UCX. So the process
+//    takes SIGBUS (one handler, installed at the first Open and passing
+//    every other SIGBUS on to the handler it replaced): a fault inside a
+//    live input mapping maps zero pages over the rest of that mapping, so
+//    the read goes on, and marks the file damaged. CheckUnchanged (or
+//    CheckMappedInput, from where only the bytes are known) then fails
+//    before anything read from the file is committed.
 //  * MappedOutputFile: a new file of a size known up front, written through
 //    a shared mapping of a temporary file next to its destination (same
 //    directory, so the rename is atomic) and renamed into place by Commit().
@@ -11,10 +21,11 @@
 //    nothing is left behind.
 //
 // Errors name the file and say what failed, prefixed with `kind` (".npy
-// file", "safetensors file"). A file changed by another process while
-// mapped is the caller's risk (as with any mapping). Neither class is
-// thread-safe for mutation; the bytes of a mapping may be read (input) or
-// filled in disjoint ranges (output) from any thread.
+// file", "safetensors file"). A file rewritten in place by another
+// process while mapped, without changing its size or modification time,
+// is the caller's risk (as with any mapping). Neither class is thread-safe
+// for mutation; the bytes of a mapping may be read (input) or filled in
+// disjoint ranges (output) from any thread.
 #ifndef TESSERA_CLIENT_MAPPED_FILE_H_
 #define TESSERA_CLIENT_MAPPED_FILE_H_
 
@@ -30,6 +41,10 @@ namespace tessera {
 
 class MappedInputFile {
  public:
+  // Most input files mapped at once in one process (RESOURCE_EXHAUSTED
+  // beyond: each takes a slot the SIGBUS handler looks through).
+  static constexpr int kMaxOpen = 1024;
+
   // Maps the regular file at `path` (a 0-byte file maps to no bytes).
   static absl::StatusOr<std::unique_ptr<MappedInputFile>> Open(
       const std::string& path, absl::string_view kind);
@@ -43,11 +58,26 @@ class MappedInputFile {
     return absl::string_view(data(), static_cast<size_t>(size_));
   }
 
+  // OK while the file has the size and modification time it had when it
+  // was mapped and no read ran past its end; else FAILED_PRECONDITION
+  // saying that it changed while it was read (its bytes read since are not
+  // to be trusted: pages past a new end read as zeros).
+  absl::Status CheckUnchanged() const;
+
  private:
   MappedInputFile() = default;
+  std::string path_;
+  std::string kind_;
+  int fd_ = -1;  // kept for fstat
+  int slot_ = -1;
   const char* data_ = nullptr;
   int64_t size_ = 0;
+  int64_t mtime_ns_ = 0;
 };
+
+// For bytes known only by address (Client::Put's `data`): when [data, data
+// + size) lies in a live MappedInputFile, its CheckUnchanged(); else OK.
+absl::Status CheckMappedInput(const void* data, int64_t size);
 
 class MappedOutputFile {
  public:

@@ -1,5 +1,8 @@
 #include "client/mapped_file.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +22,7 @@ namespace {
 
 using ::tessera::testing::IsOk;
 using ::tessera::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 std::string TempPath(const std::string& name) {
@@ -55,6 +59,69 @@ TEST(MappedInputFileTest, ErrorsNameTheKindAndFile) {
   EXPECT_THAT(MappedInputFile::Open(TempPath(""), "test file").status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("not a regular file")));
+}
+
+// Reads every byte of the mapping (every page is touched); counts 'x'.
+int64_t CountX(const MappedInputFile& file) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < file.size(); ++i) n += file.data()[i] == 'x';
+  return n;
+}
+
+// Reading pages past the end of a file that shrank after it was mapped
+// used to kill the process with SIGBUS (the CLI, or an SDK user's whole
+// Python process).
+TEST(MappedInputFileTest, AFileThatShrinksWhileReadIsReportedNotAFault) {
+  const std::string path = TempPath("shrinks.bin");
+  std::ofstream(path, std::ios::binary) << std::string(1 << 16, 'x');
+  absl::StatusOr<std::unique_ptr<MappedInputFile>> f =
+      MappedInputFile::Open(path, "test file");
+  ASSERT_THAT(f.status(), IsOk());
+  EXPECT_THAT((*f)->CheckUnchanged(), IsOk());
+  ASSERT_EQ(truncate(path.c_str(), 5000), 0);
+  // Pages past the new end read as zeros; the rest of the last page too.
+  EXPECT_EQ(CountX(**f), 5000);
+  EXPECT_THAT((*f)->CheckUnchanged(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("test file '"),
+                             HasSubstr("changed while it was read"),
+                             HasSubstr("shrank from 65536 to 5000 bytes"))));
+  // Found by address too, as Client::Put finds its data.
+  EXPECT_THAT(CheckMappedInput((*f)->data() + 100, 1000),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  const std::string other(100, 'y');
+  EXPECT_THAT(CheckMappedInput(other.data(), 100), IsOk());
+}
+
+TEST(MappedInputFileTest, AFileWrittenToWhileMappedIsReported) {
+  const std::string path = TempPath("grows.bin");
+  std::ofstream(path, std::ios::binary) << std::string(8192, 'x');
+  absl::StatusOr<std::unique_ptr<MappedInputFile>> f =
+      MappedInputFile::Open(path, "test file");
+  ASSERT_THAT(f.status(), IsOk());
+  std::ofstream(path, std::ios::binary | std::ios::app) << "more";
+  EXPECT_THAT((*f)->CheckUnchanged(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("grew from 8192 to 8196 bytes")));
+}
+
+// The guard takes only faults in input mappings: any other SIGBUS still
+// ends the process as it would without it.
+TEST(MappedInputFileDeathTest, OtherBusErrorsStillEndTheProcess) {
+  const std::string guarded = TempPath("guarded.bin");
+  std::ofstream(guarded, std::ios::binary) << std::string(8192, 'x');
+  const std::string bare = TempPath("bare.bin");
+  std::ofstream(bare, std::ios::binary) << std::string(8192, 'x');
+  EXPECT_EXIT(
+      {
+        auto f = MappedInputFile::Open(guarded, "test file");
+        const int fd = open(bare.c_str(), O_RDONLY);
+        auto* p = static_cast<volatile const char*>(
+            mmap(nullptr, 8192, PROT_READ, MAP_SHARED, fd, 0));
+        if (ftruncate(open(bare.c_str(), O_WRONLY), 0) != 0) _exit(3);
+        _exit(p[4096] == 'x' ? 1 : 2);
+      },
+      ::testing::KilledBySignal(SIGBUS), "");
 }
 
 TEST(MappedOutputFileTest, CommitRenamesIntoPlaceReplacingAnOldFile) {

@@ -321,6 +321,8 @@ absl::StatusOr<NpyInput> OpenNpyFile(const std::string& path,
   if (!mapping.ok()) return read_whole();
   // The header lies within its first bytes (ParseNpyHeader bounds it).
   absl::StatusOr<NpyArray> header = ParseNpyHeader((*mapping)->bytes());
+  // A header read while the file shrank is no header (zeros past its end).
+  TESSERA_RETURN_IF_ERROR((*mapping)->CheckUnchanged());
   if (!header.ok()) return read_whole();  // the same error, from the reader
   if (uint16_as_bfloat16 && !as_dtype.has_value() && header->raw_uint16) {
     as_dtype = DType::kBFloat16;  // read_whole sees it too

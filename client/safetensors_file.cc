@@ -576,6 +576,9 @@ absl::StatusOr<std::unique_ptr<SafetensorsReader>> SafetensorsReader::Open(
                            MappedInputFile::Open(path, "safetensors file"));
   absl::StatusOr<SafetensorsHeader> header =
       ParseSafetensors(reader->file_->bytes());
+  // A header read while the file shrank (zeros past its new end) is no
+  // header: say so rather than what the zeros look like.
+  TESSERA_RETURN_IF_ERROR(reader->file_->CheckUnchanged());
   if (!header.ok()) {
     return Annotate(header.status(), absl::StrCat("reading '", path, "'"));
   }

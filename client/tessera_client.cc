@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/connection.h"
 #include "client/data_plane.h"
+#include "client/mapped_file.h"
 #ifdef TESSERA_CUDA
 #include "client/device_reader.h"
 #endif
@@ -302,6 +303,12 @@ absl::StatusOr<TensorMetadata> Client::Put(const std::string& name,
       TensorMetadata meta,
       CreateInternal(name, shape, dtype, spec, InitSpec{}, /*pending=*/true));
   absl::Status status = ScatterTensor(*connection_, meta, data);
+  // Bytes from a file that shrank or changed while they were read (zeros
+  // past its new end) are not committed.
+  if (absl::Status input = CheckMappedInput(data, meta.ByteSize());
+      !input.ok()) {
+    status = input;
+  }
   if (status.ok()) {
     status = CommitVersion(name, meta.version, meta.change, /*abandon=*/false);
     if (status.ok()) return meta;
@@ -676,6 +683,12 @@ absl::StatusOr<UpdateStats> Client::Update(const std::string& name,
   stats.shards_kept = response.shards_kept();
   absl::Status status =
       ScatterUpdate(*connection_, next, region, data, &stats.bytes_written);
+  // As in Put: nothing read from a file that changed meanwhile is committed.
+  if (absl::Status input =
+          CheckMappedInput(data, ByteSize(shape, ItemSize(dtype)).value_or(0));
+      !input.ok()) {
+    status = input;
+  }
   if (status.ok()) status = CommitVersion(name, next.version, next.change, false);
   if (!status.ok()) {
     // Leave nothing half-made: version N stays, N+1's new shards go.

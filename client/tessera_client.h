@@ -108,7 +108,10 @@ class Client {
 
   // Scatters a row-major array of `shape` into a new sharded tensor. The
   // tensor becomes visible only once every shard is written; on failure it
-  // is removed.
+  // is removed. When `data` lies in a MappedInputFile (client/
+  // mapped_file.h: a .npy or .safetensors file the CLI or SDK mapped), a
+  // file that shrank or changed while it was read fails the put
+  // (FAILED_PRECONDITION "changed while it was read") before the commit.
   absl::StatusOr<TensorMetadata> Put(const std::string& name,
                                      const Shape& shape, DType dtype,
                                      const char* data, const LayoutSpec& spec);
@@ -154,7 +157,8 @@ class Client {
   // tensor's (or, with `region`, the region's sizes), of the tensor's
   // dtype. With a region, shards outside it are taken over unchanged.
   // Readers see all of N or all of N+1. Of two concurrent changes of one
-  // tensor one gets ABORTED and leaves nothing behind.
+  // tensor one gets ABORTED and leaves nothing behind. Data from a mapped
+  // input file that changed while it was read fails it, as in Put.
   absl::StatusOr<UpdateStats> Update(
       const std::string& name, const Shape& shape, DType dtype,
       const char* data, const std::optional<Box>& region = std::nullopt);

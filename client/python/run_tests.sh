@@ -11,6 +11,7 @@ junit="${1:-${TMPDIR:-/tmp}/tessera_python_tests.xml}"
 mkdir -p "$(dirname "$junit")"
 
 bazel build --jobs="${TESSERA_JOBS:-4}" //client/python:all \
+  //client:libtruncate_after_map.so \
   //coordinator:tessera-coordinator //worker:tessera-worker || exit 1
 
 PYTHONPATH="$PWD/bazel-bin/client/python${PYTHONPATH:+:$PYTHONPATH}" \

@@ -6,6 +6,8 @@ multiple of 8, row-major little-endian data tiling the data section)."""
 import json
 import os
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -203,3 +205,38 @@ def test_export_errors_leave_no_file(client, name, tmp_path):
         client.export_safetensors(str(out))
     assert list(tmp_path.iterdir()) == []
     client.delete(name)
+
+
+PRELOAD = os.path.join(os.environ.get("TESSERA_BIN_DIR") or os.path.join(
+    os.path.dirname(__file__), "..", "..", "..", "bazel-bin"), "client",
+    "libtruncate_after_map.so")
+
+
+def test_a_file_that_shrinks_while_imported_fails_cleanly(cluster, client, name, tmp_path):
+    """A file cut short while the SDK reads it used to kill the whole Python
+    process with SIGBUS. Run in a child process with the file truncated,
+    deterministically, once it is mapped and its header read (at the
+    child's first connect(2) after the mapping, when it dials a worker:
+    client/testing/truncate_after_map.cc)."""
+    src = tmp_path / "shrinks.safetensors"
+    st_save(src, {"w": ("F32", np.ones((256, 1024), np.float32))})
+    script = "\n".join([
+        "import sys, tessera",
+        f"c = tessera.connect({cluster.address!r})",
+        "try:",
+        f"    c.import_safetensors({str(src)!r}, chunk_dim=0, placements={RANKS[:2]!r},",
+        f"                         prefix={name + '/'!r})",
+        "except tessera.FailedPrecondition as e:",
+        "    print(e)",
+        "    sys.exit(0)",
+        "sys.exit(3)",
+    ])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), LD_PRELOAD=PRELOAD,
+               UCX_MEM_MMAP_HOOK_MODE="none",
+               TESSERA_TEST_TRUNCATE_AFTER_MAP=f"{src}:8192:connect")
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)  # -7: SIGBUS
+    assert "safetensors file" in r.stdout and "changed while it was read" in r.stdout
+    assert os.path.getsize(src) == 8192
+    assert not [n for n in names_now(client) if n.startswith(name + "/")]
