@@ -347,6 +347,34 @@ TEST_F(CliServingTest, GetRowsInAnyOrderWithRepeatsAndNegatives) {
   EXPECT_EQ(shaped->shape, (Shape{0, 3}));
 }
 
+// The sum of the byte counts in `get --json`'s "transport" object.
+int64_t TransportBytes(const std::string& json) {
+  const size_t at = json.find("\"transport\": {");
+  if (at == std::string::npos) return -1;
+  const size_t end = json.find('}', at);
+  int64_t total = 0;
+  for (size_t colon = json.find(": ", at + 14); colon < end;
+       colon = json.find(": ", colon + 2)) {
+    total += std::strtoll(json.c_str() + colon + 2, nullptr, 10);
+  }
+  return total;
+}
+
+// `bytes` is the output (every index's row); `transport` what moved, each
+// distinct row once (CLI.md leaves the difference unsaid; README and the
+// SDK's TransferStats say it).
+TEST_F(CliServingTest, GetRowsJsonCountsOutputBytesAndDistinctRowsMoved) {
+  MakeTable(*client_, "rows/json");  // 10 x 3 int32: 12 bytes a row
+  const std::string idx = Path("repeats.npy");
+  ASSERT_THAT(WriteNpyFile(idx, Int64Array({4, 4, 4, 4, 4, -6, 7, 7})), IsOk());
+  LocalCluster::Result r =
+      Tessera({"get", "rows/json", "--rows=" + idx,
+               "--output=" + Path("repeats_out.npy"), "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"bytes\": 96, "));  // 8 rows out
+  EXPECT_EQ(TransportBytes(r.out), 24) << r.out;     // rows 4 and 7 moved
+}
+
 TEST_F(CliServingTest, GetRowsErrors) {
   MakeTable(*client_, "rows/e");
   const std::string out = Path("rows_err.npy");

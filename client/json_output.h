@@ -44,10 +44,12 @@ std::string UpdateJson(const UpdateStats& stats);
 std::string RemoveJson(const std::string& name);
 
 // `get --json`: {"name", "shape", "dtype", "version", "bytes", "seconds",
-// "transport": {"shm": B, "ucx": B, "grpc": B}} (the output's shape; bytes
-// per transport as moved for this get, transports that moved nothing left
-// out), and "fallbacks": {TRANSPORT: N} when a transport declined moves
-// (could not start here, or reach a worker) and left them to the next.
+// "transport": {"shm": B, "ucx": B, "grpc": B}} (the output's shape and
+// data bytes; bytes per transport as moved for this get, transports that
+// moved nothing left out), and "fallbacks": {TRANSPORT: N} when a
+// transport declined moves (could not start here, or reach a worker) and
+// left them to the next. Bytes and transport differ for `--rows` with
+// repeated indices: each distinct row moves once.
 std::string GetJson(const std::string& name, const Shape& shape, DType dtype,
                     uint64_t version, int64_t bytes, double seconds,
                     const DataPlaneStats& moved);

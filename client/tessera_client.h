@@ -143,7 +143,9 @@ class Client {
   // Rows `indices` of dim 0 (any order, repeats allowed; negatives count
   // from the end), as an array of shape [indices.size()] + shape[1:], row i
   // being row indices[i]. Each distinct row is read once, with one batched
-  // request per worker. OUT_OF_RANGE "out of bounds" for an index outside.
+  // request per worker, and repeats are copied here: TransferStats() grows
+  // by the distinct rows' bytes, not the output's. OUT_OF_RANGE "out of
+  // bounds" for an index outside.
   absl::StatusOr<HostArray> GatherRows(const std::string& name,
                                        absl::Span<const int64_t> indices);
   // Same, into a caller's buffer of exactly that array's byte size. With
@@ -201,7 +203,10 @@ class Client {
   // Bytes each transport moved for this client since it connected, and the
   // times a transport declined a move (a fallback), by transport name
   // ("shm", "ucx", "grpc", and "cuda_ipc" for device-to-device copies):
-  // what `get --json` reports and metrics count.
+  // what `get --json` reports and metrics count. These are bytes that
+  // crossed a transport, not bytes delivered: a row gather moves each
+  // distinct row once (so with repeated indices they are fewer than the
+  // output's), and a read retried elsewhere counts both moves.
   DataPlaneStats TransferStats() const;
 
  private:

@@ -70,7 +70,9 @@ struct DataPlaneOptions {
   int64_t ucx_min_write_bytes = kChunkBytes;
 };
 
-// What a chain has moved since it was made.
+// What a chain has moved since it was made: bytes that crossed each
+// transport, which may differ from what the caller's output holds (a row
+// gather moves each distinct row once, however often it is asked for).
 struct DataPlaneStats {
   std::map<std::string, int64_t> bytes;      // by transport name
   std::map<std::string, int64_t> fallbacks;  // by the transport that declined
