@@ -39,7 +39,8 @@ struct TlsProbeResult {
 // Dials `address` (HOST:PORT) and makes one TLS handshake, presenting
 // `tls`'s certificate when it has one and checking the peer's against its
 // CA (null `tls`: a client without TLS settings, only asking whether the
-// peer speaks TLS). Gives up after `timeout` in all.
+// peer speaks TLS). Connecting, and then each read or write, gives up
+// after what is left of `timeout`.
 TlsProbeResult ProbeTls(const std::string& address, const TlsMaterial* tls,
                         absl::Duration timeout);
 
