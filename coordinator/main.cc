@@ -1,8 +1,11 @@
 // tessera-coordinator: worker membership and the global metadata of every
 // sharded tensor.
 #include <malloc.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -17,6 +20,7 @@
 #include "coordinator/coordinator_service.h"
 #include "coordinator/file_metadata_store.h"
 #include "coordinator/grpc_worker_control.h"
+#include "ops/daemon_listener.h"
 #include "ops/daemon_security.h"
 #include "ops/logging.h"
 #include "ops/metrics_http.h"
@@ -193,12 +197,17 @@ int Run() {
   server_options.metrics = &metrics;
   server_options.credentials = security->server_credentials;
   server_options.health_listen = security->health_listen;
+  if (absl::Status s = ConfigureListenerLimits(&server_options); !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return 2;
+  }
   absl::StatusOr<RunningServer> server =
       StartServer(listen, {&service}, server_options);
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
     return 1;
   }
+  AddListenerMetrics(&metrics, *server);
   spdlog::info("tessera-coordinator serving on {}",
                WithPort(listen, server->port));
   if (server->health_port > 0) {
@@ -246,7 +255,19 @@ int Run() {
   }
   // Recovered and serving: health says so.
   server->SetServing(true);
+  std::atomic<bool> listener_dead{false};
+  std::unique_ptr<ListenerProbe> probe =
+      StartListenerProbe(listen, &*server, security->channel_credentials, [&] {
+        listener_dead = true;
+        kill(getpid(), SIGTERM);  // wakes the signal wait below
+      });
   const int sig = WaitForTerminationSignal();
+  probe.reset();
+  if (listener_dead) {
+    // Every acknowledged change is durable already.
+    if (!server->Stop(absl::ZeroDuration())) std::_Exit(1);
+    return 1;
+  }
   spdlog::info("signal {} received; shutting down", sig);
   if (!server->Stop(absl::GetFlag(FLAGS_shutdown_grace))) {
     // A handler ignores its cancellation: the grace bounds the exit, and

@@ -237,6 +237,8 @@ void ConfigureServerBuilder(grpc::ServerBuilder* builder,
       GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
       Millis(options.keepalive_time) / 2);
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder->AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                              Millis(options.handshake_timeout));
   if (options.max_concurrent_streams > 0) {
     builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                                 options.max_concurrent_streams);

@@ -91,6 +91,16 @@ struct ServerOptions {
   int max_threads = 512;
   absl::Duration keepalive_time = absl::Seconds(30);
   absl::Duration keepalive_timeout = absl::Seconds(10);
+  // Most client connections the main port holds at once; one beyond is
+  // accepted and closed at once (rpc/listener_guard.h). The health port
+  // holds at most `max_health_connections`. 0: no bound. Either way a
+  // port keeps accepting after the process ran out of descriptors.
+  int max_connections = 16384;
+  int max_health_connections = 64;
+  // A connection whose TLS and HTTP/2 handshakes have not finished this
+  // long after it was accepted is closed (gRPC's default: 120 s), so
+  // callers that never complete one (no certificate) do not pile up.
+  absl::Duration handshake_timeout = absl::Seconds(20);
 };
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,

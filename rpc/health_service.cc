@@ -9,6 +9,7 @@ using ::grpc::health::v1::HealthCheckResponse;
 
 void HealthState::SetServing(bool serving) {
   absl::MutexLock lock(&mu_);
+  if (broken_ && serving) return;
   if (serving_ == serving) return;
   serving_ = serving;
   ++changes_;
@@ -17,6 +18,18 @@ void HealthState::SetServing(bool serving) {
 bool HealthState::serving() const {
   absl::MutexLock lock(&mu_);
   return serving_;
+}
+
+void HealthState::SetBroken() {
+  absl::MutexLock lock(&mu_);
+  serving_ = false;
+  broken_ = true;
+  ++changes_;
+}
+
+bool HealthState::alive() const {
+  absl::MutexLock lock(&mu_);
+  return !broken_ && !shutdown_;
 }
 
 void HealthState::Shutdown() {
@@ -33,11 +46,16 @@ HealthService::HealthService(std::shared_ptr<HealthState> state,
 grpc::Status HealthService::Check(grpc::ServerContext*,
                                   const HealthCheckRequest* request,
                                   HealthCheckResponse* response) {
-  if (!request->service().empty()) {
+  bool up = false;
+  if (request->service().empty()) {
+    up = state_->serving();
+  } else if (request->service() == kLivenessService) {
+    up = state_->alive();
+  } else {
     return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown service");
   }
-  response->set_status(state_->serving() ? HealthCheckResponse::SERVING
-                                         : HealthCheckResponse::NOT_SERVING);
+  response->set_status(up ? HealthCheckResponse::SERVING
+                          : HealthCheckResponse::NOT_SERVING);
   return grpc::Status::OK;
 }
 
@@ -56,7 +74,8 @@ grpc::Status HealthService::Watch(
     }
     ++state.watchers_;
   }
-  const bool known = request->service().empty();
+  const bool liveness = request->service() == kLivenessService;
+  const bool known = request->service().empty() || liveness;
   const absl::Time end = absl::Now() + options_.max_watch;
   uint64_t seen = 0;
   bool first = true;
@@ -74,9 +93,11 @@ grpc::Status HealthService::Watch(
       shutdown = state.shutdown_;
       if (!first && state.changes_ == seen && !shutdown) continue;
       seen = state.changes_;
+      const bool up =
+          liveness ? !state.broken_ && !state.shutdown_ : state.serving_;
       response.set_status(!known ? HealthCheckResponse::SERVICE_UNKNOWN
-                          : state.serving_ ? HealthCheckResponse::SERVING
-                                           : HealthCheckResponse::NOT_SERVING);
+                          : up   ? HealthCheckResponse::SERVING
+                                 : HealthCheckResponse::NOT_SERVING);
     }
     first = false;
     if (!writer->Write(response) || shutdown) break;

@@ -12,6 +12,12 @@
 // once and again at each change, until the caller goes, the server stops,
 // or it has streamed for `max_watch`; each watch holds a thread of the
 // server, so at most `max_watchers` run at once (RESOURCE_EXHAUSTED beyond).
+//
+// One more name is answered, kLivenessService ("liveness"): SERVING while
+// the daemon runs and is not broken, whether or not it can do its job yet
+// (a worker waiting for its coordinator is alive). It is what an
+// orchestrator's liveness probe asks (Kubernetes: `grpc: {port, service:
+// liveness}`); readiness asks the server as a whole.
 #ifndef TESSERA_RPC_HEALTH_SERVICE_H_
 #define TESSERA_RPC_HEALTH_SERVICE_H_
 
@@ -25,12 +31,19 @@
 
 namespace tessera {
 
+inline constexpr char kLivenessService[] = "liveness";
+
 class HealthState {
  public:
   // SERVING or NOT_SERVING for the server and every service; starts
   // NOT_SERVING.
   void SetServing(bool serving) ABSL_LOCKS_EXCLUDED(mu_);
   bool serving() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The daemon cannot recover (its listener accepts nothing): NOT_SERVING
+  // for everything, liveness included, from now on.
+  void SetBroken() ABSL_LOCKS_EXCLUDED(mu_);
+  // SERVING for kLivenessService: neither broken nor shut down.
+  bool alive() const ABSL_LOCKS_EXCLUDED(mu_);
   // Ends every watch (the server is stopping) and refuses new ones.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -39,6 +52,7 @@ class HealthState {
   mutable absl::Mutex mu_;
   bool serving_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
   int watchers_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "rpc/channel.h"
+#include "rpc/listener_guard.h"
 
 namespace tessera {
 
@@ -43,6 +44,7 @@ absl::StatusOr<RunningServer> StartServer(
     return absl::UnavailableError(absl::StrCat("cannot listen on ", listen,
                                                " (address in use or invalid)"));
   }
+  GuardListener(running.port, options.max_connections, "gRPC");
   if (!options.health_listen.empty()) {
     if (!options.health) {
       return absl::InvalidArgumentError(
@@ -50,6 +52,9 @@ absl::StatusOr<RunningServer> StartServer(
     }
     grpc::ServerBuilder health_builder;
     health_builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    health_builder.AddChannelArgument(
+        GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+        static_cast<int>(absl::ToInt64Milliseconds(options.handshake_timeout)));
     health_builder.AddListeningPort(options.health_listen,
                                     grpc::InsecureServerCredentials(),
                                     &running.health_port);
@@ -58,11 +63,14 @@ absl::StatusOr<RunningServer> StartServer(
     health_builder.RegisterService(running.health_port_service.get());
     running.health_server = health_builder.BuildAndStart();
     if (running.health_server == nullptr || running.health_port == 0) {
+      ReleaseListener(running.port);
       running.server->Shutdown();
       return absl::UnavailableError(
           absl::StrCat("cannot listen on health address ",
                        options.health_listen, " (address in use or invalid)"));
     }
+    GuardListener(running.health_port, options.max_health_connections,
+                  "health");
   }
   running.SetServing(false);
   return running;
@@ -72,15 +80,21 @@ void RunningServer::SetServing(bool serving) {
   if (health != nullptr) health->SetServing(serving);
 }
 
+void RunningServer::SetBroken() {
+  if (health != nullptr) health->SetBroken();
+}
+
 bool RunningServer::Stop(absl::Duration grace, absl::Duration margin) {
   // Watches see NOT_SERVING and end, so they hold up no drain.
   if (health != nullptr) health->Shutdown();
   // Probes see NOT_SERVING, then nothing: the health port holds no calls
   // worth a grace.
   if (health_server != nullptr) {
+    ReleaseListener(health_port);
     health_server->Shutdown(std::chrono::system_clock::now());
     health_server->Wait();
   }
+  ReleaseListener(port);
   // gRPC's Shutdown cancels the calls left at the deadline, then waits for
   // every handler to return, however long one ignores its cancellation:
   // wait for it here only as long as promised.

@@ -42,6 +42,9 @@ struct RunningServer {
   // service: SERVING only once the daemon can do its job (metadata
   // recovered; worker registered). Starts NOT_SERVING.
   void SetServing(bool serving);
+  // The daemon is broken for good (HealthState::SetBroken): NOT_SERVING,
+  // liveness included, whatever SetServing says later.
+  void SetBroken();
 };
 
 // `listen` is HOST:PORT. Fails with a clear message when the port is taken.

@@ -129,6 +129,41 @@ TEST(ServerTest, HealthPortAnswersAsTheMainPortAndServesNothingElse) {
   EXPECT_FALSE(health->Check(&after, HealthCheckRequest(), &answer).ok());
 }
 
+HealthCheckResponse::ServingStatus CheckLiveness(
+    grpc::health::v1::Health::Stub* stub) {
+  grpc::ClientContext context;
+  HealthCheckRequest request;
+  request.set_service(kLivenessService);
+  HealthCheckResponse response;
+  grpc::Status status = stub->Check(&context, request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return response.status();
+}
+
+TEST(ServerTest, LivenessIsServingWhileRunningUntilBroken) {
+  FreeOnly service;
+  ServerOptions options;
+  options.health_listen = "127.0.0.1:0";
+  absl::StatusOr<RunningServer> server =
+      StartServer("127.0.0.1:0", {&service}, options);
+  ASSERT_THAT(server.status(), IsOk());
+  auto health = grpc::health::v1::Health::NewStub(
+      MakeChannel(WithPort("127.0.0.1:0", server->health_port)));
+  // Alive while not yet ready (a worker waiting for its coordinator).
+  EXPECT_EQ(Check(health.get()), HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(CheckLiveness(health.get()), HealthCheckResponse::SERVING);
+  server->SetServing(true);
+  EXPECT_EQ(CheckLiveness(health.get()), HealthCheckResponse::SERVING);
+  // Broken (its port accepts nothing): nothing is served any more.
+  server->SetBroken();
+  EXPECT_EQ(Check(health.get()), HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(CheckLiveness(health.get()), HealthCheckResponse::NOT_SERVING);
+  server->SetServing(true);
+  EXPECT_EQ(Check(health.get()), HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(CheckLiveness(health.get()), HealthCheckResponse::NOT_SERVING);
+  EXPECT_TRUE(server->Stop(absl::ZeroDuration()));
+}
+
 TEST(ServerTest, ReflectionListsTheServices) {
   FreeOnly service;
   absl::StatusOr<RunningServer> server = StartServer("127.0.0.1:0", {&service});

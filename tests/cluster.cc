@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,10 +24,15 @@
 namespace tessera {
 namespace {
 
-pid_t Spawn(const std::vector<std::string>& argv, const std::string& log_path) {
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& log_path,
+            uint64_t open_files = 0) {
   const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid == 0) {
+    if (open_files > 0) {
+      const struct rlimit limit = {open_files, open_files};
+      if (setrlimit(RLIMIT_NOFILE, &limit) != 0) _exit(126);
+    }
     // A test or benchmark killed midway (a timeout) takes its daemons along
     // instead of leaving them running. (Spawned from the main thread, which
     // lives as long as the process.)
@@ -226,7 +232,7 @@ absl::Status TestCluster::StartWorker(int i) {
     for (std::string& f : options_.per_worker_flags(i))
       argv.push_back(std::move(f));
   }
-  w.pid = Spawn(argv, w.log);
+  w.pid = Spawn(argv, w.log, options_.worker_open_files);
   return w.pid > 0 ? absl::OkStatus() : absl::InternalError("fork failed");
 }
 
@@ -315,6 +321,14 @@ absl::Status TestCluster::RestartCoordinator(
   if (coordinator_.pid > 0) StopCoordinator(SIGTERM);
   if (absl::Status s = StartCoordinator(extra_flags); !s.ok()) return s;
   return WaitAlive(absl::Seconds(30));
+}
+
+std::string TestCluster::worker_log(int i) const {
+  return ReadFile(workers_[i].log);
+}
+
+std::string TestCluster::coordinator_log() const {
+  return ReadFile(coordinator_.log);
 }
 
 int64_t TestCluster::ResidentBytes(pid_t pid) {

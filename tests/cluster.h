@@ -26,6 +26,8 @@ struct TestClusterOptions {
   // More flags for worker i alone (e.g. its own --metrics_listen port).
   std::function<std::vector<std::string>(int)> per_worker_flags;
   std::vector<std::string> coordinator_flags;
+  // RLIMIT_NOFILE (soft and hard) of every worker; 0: this process's.
+  uint64_t worker_open_files = 0;
   // Give the coordinator a --data_dir (durable metadata) inside the test's temp
   // dir.
   bool durable = false;
@@ -65,6 +67,9 @@ class TestCluster {
   const std::string& data_dir() const { return data_dir_; }
   pid_t coordinator_pid() const { return coordinator_.pid; }
   pid_t worker_pid(int i) const { return workers_[i].pid; }
+  // What worker i / the coordinator logged so far.
+  std::string worker_log(int i) const;
+  std::string coordinator_log() const;
   // Resident memory of a process in bytes (from /proc), or -1.
   static int64_t ResidentBytes(pid_t pid);
 

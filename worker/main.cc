@@ -19,6 +19,7 @@
 #include "core/metrics.h"
 #include "core/placement.h"
 #include "core/status_macros.h"
+#include "ops/daemon_listener.h"
 #include "ops/daemon_security.h"
 #include "ops/logging.h"
 #include "ops/metrics_http.h"
@@ -382,12 +383,17 @@ int Run() {
   server_options.max_threads = absl::GetFlag(FLAGS_max_threads);
   server_options.max_concurrent_streams =
       absl::GetFlag(FLAGS_max_streams_per_connection);
+  if (absl::Status s = ConfigureListenerLimits(&server_options); !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return 2;
+  }
   absl::StatusOr<RunningServer> server =
       StartServer(listen, services, server_options);
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
     return 1;
   }
+  AddListenerMetrics(&metrics, *server);
   absl::StatusOr<std::string> advertised =
       AdvertisedAddress(WithPort(listen, server->port));
   if (!advertised.ok()) {
@@ -488,17 +494,21 @@ int Run() {
   };
   absl::Mutex fatal_mu;
   absl::Status fatal;
-  Registration registration(
-      options, store.get(), [&](const absl::Status& status) {
-        {
-          absl::MutexLock lock(&fatal_mu);
-          fatal = status;
-        }
-        kill(getpid(), SIGTERM);  // wakes the main thread's signal wait
-      });
+  auto die = [&](const absl::Status& status) {
+    {
+      absl::MutexLock lock(&fatal_mu);
+      fatal = status;
+    }
+    kill(getpid(), SIGTERM);  // wakes the main thread's signal wait
+  };
+  Registration registration(options, store.get(), die);
   registration.Start();
+  std::unique_ptr<ListenerProbe> probe = StartListenerProbe(
+      listen, &*server, security->channel_credentials,
+      [&] { die(absl::UnavailableError("the gRPC port accepts nothing")); });
 
   const int sig = WaitForTerminationSignal();
+  probe.reset();
   registration.Stop();
   {
     absl::MutexLock lock(&fatal_mu);

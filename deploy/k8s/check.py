@@ -26,6 +26,9 @@ Our rules on top of the schema:
   * every workload runs as non-root (runAsNonRoot true, runAsUser not 0) with
     a read-only root filesystem, no privilege escalation and ALL capabilities
     dropped; no daemon is started with --insecure;
+  * a daemon's liveness probe is not a tcpSocket probe (the kernel completes
+    TCP connections to a gRPC listener that accepts nothing): it asks
+    grpc.health.v1 (service `liveness`);
   * a daemon with TLS has all of --tls_ca/--tls_cert/--tls_key and its tokens
     (coordinator --tokens, worker --token_file); its probes are not the
     kubelet's `grpc` probes (plaintext, no client certificate: they cannot
@@ -338,6 +341,10 @@ def check_security(c, text, w, problems):
     if started is None:
         return
     daemon = started.group(1)
+    if "tcpSocket" in (c.get("livenessProbe") or {}):
+        problems.add(w, f"{daemon}'s livenessProbe is a TCP probe, which passes while the gRPC "
+                        "port accepts nothing; ask grpc.health.v1 (service liveness) on the "
+                        "--health_listen port")
     tls = [f for f in ("--tls_ca", "--tls_cert", "--tls_key") if re.search(f + r"=", text)]
     if not tls:
         return

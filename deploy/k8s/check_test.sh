@@ -73,15 +73,19 @@ broken writable-root worker.yaml \
 # shellcheck disable=SC1003  # the backslashes are the text to find
 broken insecure coordinator.yaml \
   '--listen=0.0.0.0:7070 \|||--listen=0.0.0.0:7070 --insecure \' '--insecure'
+broken tcp-liveness worker.yaml \
+  '            grpc: {port: 8071, service: liveness}
+            periodSeconds: 20|||            tcpSocket: {port: 7071}
+            periodSeconds: 20' 'livenessProbe is a TCP probe'
 broken unknown-field worker.yaml \
   'podManagementPolicy: Parallel|||podManagementPolicy: Parallel
   replica: 3' 'unknown field'
 broken wrong-type coordinator.yaml \
   'prometheus.io/port: "9090"|||prometheus.io/port: 9090' 'expected a string'
 broken grpc-probe-without-port worker.yaml \
-  'tcpSocket: {port: 7071}|||grpc: {service: tessera}' 'required field missing'
+  'grpc: {port: 8071, service: liveness}|||grpc: {service: liveness}' 'required field missing'
 broken grpc-probe-under-tls coordinator.yaml \
-  'tcpSocket: {port: 7070}|||grpc: {port: 7070}' 'cannot pass against mutual TLS'
+  'grpc: {port: 8070, service: liveness}|||grpc: {port: 7070, service: liveness}' 'cannot pass against mutual TLS'
 # shellcheck disable=SC1003
 broken grpc-probe-without-health-port worker.yaml \
   '--health_listen=0.0.0.0:8071 \|||\' 'probe the --health_listen port'
