@@ -44,7 +44,9 @@ ABSL_FLAG(int64_t, recover_truncate_log_at, -1,
           "keep a copy of the log as log.damaged-OFFSET, then drop the "
           "damaged record and every record after it and start");
 ABSL_FLAG(std::string, metrics_listen, "",
-          "serve Prometheus metrics at http://HOST:PORT/metrics; empty = off");
+          "serve Prometheus metrics at http://HOST:PORT/metrics (plaintext, "
+          "no authentication); :PORT or PORT alone serves on 127.0.0.1; "
+          "empty = off");
 ABSL_FLAG(std::string, log_format, "text", "log lines as text or json");
 ABSL_FLAG(bool, version, false, "print the version and exit");
 ABSL_FLAG(std::string, tokens, "",

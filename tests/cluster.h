@@ -102,7 +102,8 @@ class TestCluster {
 // A free TCP port on 127.0.0.1 (bound and released).
 int PickFreePort();
 
-// GET http://127.0.0.1:PORT/metrics: the response ("" on failure).
+// GET http://127.0.0.1:PORT/metrics: the response ("" on failure; what
+// came within 20 s when the port does not answer).
 std::string FetchMetrics(int port);
 // The sum of every sample of `metric` whose labels contain `labels` (e.g.
 // `transport="ucx"`; empty: all) in a FetchMetrics response.

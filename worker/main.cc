@@ -59,7 +59,9 @@ ABSL_FLAG(std::string, advertise, "",
           "--listen (e.g. --listen=0.0.0.0:7071); default: the --listen "
           "address");
 ABSL_FLAG(std::string, metrics_listen, "",
-          "serve Prometheus metrics at http://HOST:PORT/metrics; empty = off");
+          "serve Prometheus metrics at http://HOST:PORT/metrics (plaintext, "
+          "no authentication); :PORT or PORT alone serves on 127.0.0.1; "
+          "empty = off");
 ABSL_FLAG(std::string, log_format, "text", "log lines as text or json");
 ABSL_FLAG(bool, version, false, "print the version and exit");
 ABSL_FLAG(std::string, token_file, "",

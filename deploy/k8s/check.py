@@ -34,6 +34,9 @@ Our rules on top of the schema:
     kubelet's `grpc` probes (plaintext, no client certificate: they cannot
     pass against mutual TLS), and a worker does not advertise its pod IP
     (no certificate made ahead of time can name it);
+  * a daemon serving --metrics_listen on a non-loopback address (plaintext,
+    no authentication) is selected by an Ingress NetworkPolicy, and no
+    policy admits every peer to its metrics port;
   * references hold: a StatefulSet's serviceName, Service and
     PodDisruptionBudget selectors and named targetPorts match a workload.
 
@@ -382,6 +385,59 @@ def selects(selector, labels):
     return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
 
 
+LOOPBACK = re.compile(r"^(127\.|localhost$|\[::1\]$)")
+
+
+def metrics_ports(c):
+    """The non-loopback --metrics_listen ports a container's daemon serves, as
+    (number, names) with the container port names that point at it."""
+    words = " ".join(str(x) for x in (c.get("command") or []) + (c.get("args") or []))
+    out = []
+    for m in re.finditer(r"--metrics_listen=(\S*?):?(\d+)(?=\s|$)", words):
+        host, port = m.group(1).rstrip(":"), int(m.group(2))
+        if host and LOOPBACK.match(host):
+            continue
+        if not host:
+            continue  # a port alone is loopback
+        names = {p.get("name") for p in c.get("ports") or [] if p.get("containerPort") == port}
+        out.append((port, names))
+    return out
+
+
+def check_metrics_policies(objects, workloads, problems):
+    """Metrics are plaintext and unauthenticated: only named peers may reach them."""
+    policies = [o for o in objects if o.get("kind") == "NetworkPolicy"]
+    for w in workloads:
+        where = f"{w.get('kind')}/{(w.get('metadata') or {}).get('name')}"
+        labels = pod_labels_of(w)
+        ports = [p for c in (pod_spec_of(w) or {}).get("containers") or [] for p in metrics_ports(c)]
+        if not ports:
+            continue
+        selecting = []
+        for pol in policies:
+            spec = pol.get("spec") or {}
+            sel = (spec.get("podSelector") or {}).get("matchLabels") or {}
+            types = spec.get("policyTypes") or ["Ingress"]
+            if "Ingress" in types and all(labels.get(k) == v for k, v in sel.items()):
+                selecting.append(pol)
+        for number, names in ports:
+            if not selecting:
+                problems.add(where, f"metrics port {number} is open to every pod: add a "
+                                    "NetworkPolicy that admits only the scraper (networkpolicy.yaml)")
+                continue
+            for pol in selecting:
+                pname = (pol.get("metadata") or {}).get("name")
+                for rule in (pol.get("spec") or {}).get("ingress") or []:
+                    rule_ports = rule.get("ports")
+                    covers = not rule_ports or any(
+                        p.get("port") is None or p.get("port") == number or p.get("port") in names
+                        for p in rule_ports)
+                    if covers and not rule.get("from"):
+                        problems.add(f"NetworkPolicy/{pname}",
+                                     f"admits every peer to the metrics port {number} of {where}; "
+                                     "name the scraper in `from`")
+
+
 def check_rules(objects, problems):
     secrets = secret_values(objects)
     workloads = [o for o in objects if o.get("kind") in WORKLOAD_KINDS]
@@ -420,6 +476,11 @@ def check_rules(objects, problems):
             sel = ((o.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
             if not any(selects(sel, pod_labels_of(w)) for w in workloads):
                 problems.add(f"PodDisruptionBudget/{name}", "its selector matches no workload")
+        if kind == "NetworkPolicy":
+            sel = (((o.get("spec") or {}).get("podSelector") or {}).get("matchLabels")) or {}
+            if not any(selects(sel, pod_labels_of(w)) for w in workloads):
+                problems.add(f"NetworkPolicy/{name}", "its podSelector matches no workload")
+    check_metrics_policies(objects, workloads, problems)
     return workloads
 
 

@@ -77,6 +77,15 @@ broken tcp-liveness worker.yaml \
   '            grpc: {port: 8071, service: liveness}
             periodSeconds: 20|||            tcpSocket: {port: 7071}
             periodSeconds: 20' 'livenessProbe is a TCP probe'
+broken metrics-open-to-all networkpolicy.yaml \
+  '    - from:
+        - namespaceSelector:
+            matchLabels: {kubernetes.io/metadata.name: monitoring}
+          podSelector:
+            matchLabels: {app.kubernetes.io/name: prometheus}
+      ports:|||    - ports:' 'admits every peer to the metrics port'
+broken no-network-policy kustomization.yaml \
+  '  - networkpolicy.yaml|||' 'is open to every pod'
 broken unknown-field worker.yaml \
   'podManagementPolicy: Parallel|||podManagementPolicy: Parallel
   replica: 3' 'unknown field'

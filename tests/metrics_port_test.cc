@@ -1,0 +1,130 @@
+// The metrics port of a real worker under the attacks of issue #27 item 6:
+// slow clients (slowloris) must not stall a scrape, and a header flood must
+// be cut off without the worker growing. cpp-httplib, which served the
+// port before, gave eight slow clients its whole thread pool and buffered
+// a 200 MiB header line (the worker grew by about 300 MiB).
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/cluster.h"
+
+namespace tessera {
+namespace {
+
+int Connect(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+class MetricsPortTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    metrics_port_ = PickFreePort();
+    TestClusterOptions options;
+    options.num_workers = 1;
+    options.worker_flags = {
+        absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port_)};
+    auto cluster = TestCluster::Start(options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = cluster->release();
+  }
+  static void TearDownTestSuite() { delete cluster_; }
+
+  static inline TestCluster* cluster_ = nullptr;
+  static inline int metrics_port_ = 0;
+};
+
+TEST_F(MetricsPortTest, SlowClientsDoNotStallAScrape) {
+  // 64 clients that begin a request and send one more header byte every
+  // half second, for as long as the test runs.
+  std::vector<int> slow;
+  for (int i = 0; i < 64; ++i) {
+    const int fd = Connect(metrics_port_);
+    ASSERT_GE(fd, 0);
+    const std::string start = "GET /metrics HTTP/1.1\r\nX-Slow: ";
+    send(fd, start.data(), start.size(), MSG_NOSIGNAL);
+    slow.push_back(fd);
+  }
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    while (!stop) {
+      for (int fd : slow) send(fd, "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      absl::SleepFor(absl::Milliseconds(500));
+    }
+  });
+  absl::SleepFor(absl::Seconds(1));  // the worker has taken them all in
+  const std::string scrape = FetchMetrics(metrics_port_);
+  EXPECT_NE(scrape.find("HTTP/1.1 200"), std::string::npos) << scrape;
+  EXPECT_NE(scrape.find("tessera_worker_bytes_held"), std::string::npos);
+  // Trickling buys no time: each slow client is cut off.
+  int closed = 0;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  std::vector<bool> done(slow.size(), false);
+  while (closed < static_cast<int>(slow.size()) && absl::Now() < deadline) {
+    for (size_t i = 0; i < slow.size(); ++i) {
+      if (done[i]) continue;
+      pollfd p{slow[i], POLLIN, 0};
+      if (poll(&p, 1, 0) <= 0) continue;
+      char buf[1024];
+      const ssize_t n = recv(slow[i], buf, sizeof(buf), MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno == ECONNRESET)) {
+        done[i] = true;
+        ++closed;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  stop = true;
+  trickle.join();
+  for (int fd : slow) close(fd);
+  EXPECT_EQ(closed, 64);
+}
+
+TEST_F(MetricsPortTest, AHeaderFloodIsCutOffWithoutGrowingTheWorker) {
+  const pid_t worker = cluster_->worker_pid(0);
+  ASSERT_FALSE(FetchMetrics(metrics_port_).empty());
+  const int64_t before = TestCluster::ResidentBytes(worker);
+  const int fd = Connect(metrics_port_);
+  ASSERT_GE(fd, 0);
+  const timeval timeout{20, 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+  const std::string start = "GET /metrics HTTP/1.1\r\nX-Flood: ";
+  send(fd, start.data(), start.size(), MSG_NOSIGNAL);
+  const std::string chunk(1 << 20, 'a');
+  int64_t sent = 0;
+  constexpr int64_t kFlood = int64_t{200} << 20;
+  while (sent < kFlood) {
+    const ssize_t n = send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += n;
+  }
+  const int64_t after = TestCluster::ResidentBytes(worker);
+  close(fd);
+  EXPECT_LT(sent, kFlood) << "the worker took in the whole 200 MiB";
+  EXPECT_LT(after - before, int64_t{16} << 20)
+      << "resident " << before << " -> " << after << " bytes";
+  // And it still serves.
+  EXPECT_NE(FetchMetrics(metrics_port_).find("tessera_worker_bytes_held"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera
