@@ -48,21 +48,40 @@ absl::Status FileError(absl::string_view what, const std::string& path) {
 ClusterAuthority::ClusterAuthority(std::optional<TokenTable> tokens,
                                    std::string cluster_secret,
                                    std::function<absl::Time()> clock)
-    : tokens_(std::move(tokens)),
+    : authorization_(tokens.has_value()),
+      tokens_(tokens.has_value()
+                  ? std::make_shared<const TokenTable>(*std::move(tokens))
+                  : nullptr),
       secret_(std::move(cluster_secret)),
       clock_(std::move(clock)) {}
+
+absl::Status ClusterAuthority::ReplaceTokens(TokenTable tokens) {
+  if (!authorization_) {
+    return absl::FailedPreconditionError(
+        "authorization is off (started without --tokens)");
+  }
+  auto replacement = std::make_shared<const TokenTable>(std::move(tokens));
+  absl::MutexLock lock(&mu_);
+  tokens_ = std::move(replacement);
+  return absl::OkStatus();
+}
+
+std::shared_ptr<const TokenTable> ClusterAuthority::tokens() const {
+  absl::MutexLock lock(&mu_);
+  return tokens_;
+}
 
 absl::StatusOr<Principal> ClusterAuthority::Admit(
     const grpc::ServerContext& context, absl::string_view full_method) const {
   absl::StatusOr<Role> need = RequiredRole(full_method);
   if (!need.ok()) return absl::PermissionDeniedError(need.status().message());
-  if (!tokens_.has_value()) return Principal{"", Role::kAdmin};
+  if (!authorization_) return Principal{"", Role::kAdmin};
   const std::string secret = BearerToken(context);
   if (secret.empty()) {
     return absl::UnauthenticatedError(
         "unauthenticated: no token presented (pass --token_file)");
   }
-  std::optional<Principal> principal = tokens_->Authenticate(secret);
+  std::optional<Principal> principal = tokens()->Authenticate(secret);
   if (!principal.has_value()) {
     LogRefusal("refused {} from {}: unknown token", std::string(full_method),
                context.peer());
@@ -83,7 +102,7 @@ absl::StatusOr<Principal> ClusterAuthority::Admit(
 
 absl::Status ClusterAuthority::CheckWorkerName(const Principal& principal,
                                                absl::string_view worker) const {
-  if (!tokens_.has_value() || PrincipalMayBeWorker(principal.name, worker)) {
+  if (!authorization_ || PrincipalMayBeWorker(principal.name, worker)) {
     return absl::OkStatus();
   }
   LogRefusal("refused principal '{}' acting as worker '{}'", principal.name,

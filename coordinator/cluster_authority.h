@@ -3,19 +3,22 @@
 // caller is trusted as admin: protected mode or TLS alone), applies the one
 // method -> role table of core/auth.h, binds worker names to principals,
 // and signs the capabilities workers check (core/capability.h) under keys
-// derived from the cluster secret. Thread-safe (immutable after
-// construction).
+// derived from the cluster secret. Thread-safe; the principals can be
+// replaced while it serves (the --tokens file changed on disk).
 #ifndef TESSERA_COORDINATOR_CLUSTER_AUTHORITY_H_
 #define TESSERA_COORDINATOR_CLUSTER_AUTHORITY_H_
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/auth.h"
 #include "core/capability.h"
@@ -34,7 +37,12 @@ class ClusterAuthority {
   ClusterAuthority(std::optional<TokenTable> tokens, std::string cluster_secret,
                    std::function<absl::Time()> clock = absl::Now);
 
-  bool authorization_on() const { return tokens_.has_value(); }
+  bool authorization_on() const { return authorization_; }
+
+  // Replaces the principals: callers are judged by `tokens` from now on
+  // (calls already admitted are not). FAILED_PRECONDITION when the
+  // authority was made without tokens (authorization stays off).
+  absl::Status ReplaceTokens(TokenTable tokens) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Who is calling `full_method`, if the table lets them:
   // UNAUTHENTICATED without a valid token, PERMISSION_DENIED for a role
@@ -60,7 +68,12 @@ class ClusterAuthority {
                                                  uint32_t rights) const;
 
  private:
-  const std::optional<TokenTable> tokens_;
+  std::shared_ptr<const TokenTable> tokens() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  const bool authorization_;
+  mutable absl::Mutex mu_;
+  // Null when authorization is off; replaced whole, never changed.
+  std::shared_ptr<const TokenTable> tokens_ ABSL_GUARDED_BY(mu_);
   const std::string secret_;
   const std::function<absl::Time()> clock_;
 };

@@ -163,6 +163,31 @@ int Run() {
   const bool authorization = tokens.has_value();
   const size_t principals = authorization ? tokens->size() : 0;
   ClusterAuthority authority(std::move(tokens), *std::move(cluster_secret));
+  // Principals follow --tokens on disk; certificates are reported as they
+  // change and before they expire.
+  std::unique_ptr<CredentialWatch> watch = MakeCredentialWatch(*security);
+  if (authorization) {
+    watch->WatchFile(tokens_path, [tokens_path, &authority] {
+      absl::StatusOr<TokenTable> table = TokenTable::Load(tokens_path);
+      if (!table.ok()) {
+        spdlog::error(
+            "--tokens {} changed but cannot be used ({}); the previous "
+            "principals stay in force",
+            tokens_path, std::string(table.status().message()));
+        return;
+      }
+      const size_t count = table->size();
+      if (absl::Status s = authority.ReplaceTokens(*std::move(table));
+          !s.ok()) {
+        spdlog::error("--tokens {}: {}", tokens_path, std::string(s.message()));
+        return;
+      }
+      spdlog::info("--tokens {} changed: {} principal(s) now", tokens_path,
+                   count);
+    });
+  }
+  watch->AddMetrics(&metrics);
+  watch->Start();
   std::unique_ptr<MetadataStore> store;
   FileMetadataStore* file_store = nullptr;
   if (data_dir.empty()) {
@@ -258,8 +283,8 @@ int Run() {
   // Recovered and serving: health says so.
   server->SetServing(true);
   std::atomic<bool> listener_dead{false};
-  std::unique_ptr<ListenerProbe> probe =
-      StartListenerProbe(listen, &*server, security->channel_credentials, [&] {
+  std::unique_ptr<ListenerProbe> probe = StartListenerProbe(
+      listen, &*server, security->self_probe_credentials, [&] {
         listener_dead = true;
         kill(getpid(), SIGTERM);  // wakes the signal wait below
       });

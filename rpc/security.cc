@@ -1,11 +1,16 @@
 #include "rpc/security.h"
 
 #include <arpa/inet.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_certificate_verifier.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <openssl/bio.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
+#include <algorithm>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 
@@ -61,34 +66,34 @@ absl::Status CheckValidNow(X509* cert, const std::string& path) {
 
 class BearerInterceptor : public grpc::experimental::Interceptor {
  public:
-  explicit BearerInterceptor(const std::string* header) : header_(header) {}
+  explicit BearerInterceptor(const BearerSecret* secret) : secret_(secret) {}
   void Intercept(
       grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::
                 PRE_SEND_INITIAL_METADATA)) {
       methods->GetSendInitialMetadata()->insert(
-          {kAuthorizationHeader, *header_});
+          {kAuthorizationHeader, secret_->Header()});
     }
     methods->Proceed();
   }
 
  private:
-  const std::string* header_;
+  const BearerSecret* secret_;
 };
 
 class BearerInterceptorFactory
     : public grpc::experimental::ClientInterceptorFactoryInterface {
  public:
-  explicit BearerInterceptorFactory(std::shared_ptr<const std::string> header)
-      : header_(std::move(header)) {}
+  explicit BearerInterceptorFactory(std::shared_ptr<const BearerSecret> secret)
+      : secret_(std::move(secret)) {}
   grpc::experimental::Interceptor* CreateClientInterceptor(
       grpc::experimental::ClientRpcInfo*) override {
-    return new BearerInterceptor(header_.get());
+    return new BearerInterceptor(secret_.get());
   }
 
  private:
-  std::shared_ptr<const std::string> header_;
+  std::shared_ptr<const BearerSecret> secret_;
 };
 
 std::string MetadataValue(const grpc::ServerContext& context,
@@ -178,6 +183,65 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentialsFor(
   return grpc::SslServerCredentials(options);
 }
 
+WatchedTls WatchTlsFiles(const TlsFiles& files, ClientCertPolicy policy,
+                         absl::Duration refresh) {
+  namespace gx = grpc::experimental;
+  const unsigned int seconds = static_cast<unsigned int>(
+      std::max<int64_t>(1, absl::ToInt64Seconds(refresh)));
+  // One provider: the server and every channel see the same files.
+  auto provider = std::make_shared<gx::FileWatcherCertificateProvider>(
+      files.key, files.cert, files.ca, seconds);
+  WatchedTls out;
+  gx::TlsServerCredentialsOptions server(provider);
+  server.watch_root_certs();
+  server.watch_identity_key_cert_pairs();
+  server.set_cert_request_type(
+      policy == ClientCertPolicy::kRequire
+          ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+          : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+  out.server = grpc::experimental::TlsServerCredentials(server);
+  auto channel_options = [&](std::shared_ptr<gx::CertificateVerifier> verifier,
+                             bool check_call_host) {
+    gx::TlsChannelCredentialsOptions options;
+    options.set_certificate_provider(provider);
+    options.watch_root_certs();
+    options.watch_identity_key_cert_pairs();
+    options.set_verify_server_certs(true);
+    options.set_certificate_verifier(std::move(verifier));
+    options.set_check_call_host(check_call_host);
+    return options;
+  };
+  // As SslCredentials: the server's certificate must name the host dialled.
+  out.channel = grpc::experimental::TlsCredentials(channel_options(
+      std::make_shared<gx::HostNameCertificateVerifier>(), true));
+  out.self_probe = grpc::experimental::TlsCredentials(
+      channel_options(std::make_shared<gx::NoOpCertificateVerifier>(), false));
+  return out;
+}
+
+absl::StatusOr<CertificateInfo> ReadCertificateInfo(const std::string& path) {
+  absl::StatusOr<std::string> pem = ReadPem(path, "certificate");
+  if (!pem.ok()) return pem.status();
+  std::unique_ptr<X509, X509Free> cert = ParseCert(*pem);
+  if (cert == nullptr) {
+    return absl::UnauthenticatedError(
+        absl::StrCat(path, " holds no PEM certificate"));
+  }
+  CertificateInfo info;
+  char subject[256];
+  X509_NAME_oneline(X509_get_subject_name(cert.get()), subject,
+                    sizeof(subject));
+  info.subject = subject;
+  auto to_time = [](const ASN1_TIME* t) {
+    struct tm parts {};
+    ASN1_TIME_to_tm(t, &parts);
+    return absl::FromTimeT(timegm(&parts));
+  };
+  info.not_before = to_time(X509_get0_notBefore(cert.get()));
+  info.not_after = to_time(X509_get0_notAfter(cert.get()));
+  return info;
+}
+
 bool IsLoopbackHost(absl::string_view host) {
   if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) {
     host = host.substr(1, host.size() - 2);
@@ -208,13 +272,33 @@ absl::Status CheckProtectedMode(absl::string_view listen, bool secured,
       "loopback, or pass --insecure on a network you trust"));
 }
 
+void BearerSecret::Set(std::string token) {
+  std::string header = absl::StrCat(kBearerPrefix, token);
+  absl::MutexLock lock(&mu_);
+  header_ = std::move(header);
+}
+
+std::string BearerSecret::Header() const {
+  absl::MutexLock lock(&mu_);
+  return header_;
+}
+
+std::string BearerSecret::token() const {
+  absl::MutexLock lock(&mu_);
+  return header_.substr(sizeof(kBearerPrefix) - 1);
+}
+
 std::function<ClientInterceptorFactories()> BearerTokenInterceptors(
     std::string token) {
-  auto header =
-      std::make_shared<const std::string>(absl::StrCat(kBearerPrefix, token));
-  return [header] {
+  return BearerTokenInterceptors(
+      std::make_shared<const BearerSecret>(std::move(token)));
+}
+
+std::function<ClientInterceptorFactories()> BearerTokenInterceptors(
+    std::shared_ptr<const BearerSecret> secret) {
+  return [secret] {
     ClientInterceptorFactories factories;
-    factories.push_back(std::make_unique<BearerInterceptorFactory>(header));
+    factories.push_back(std::make_unique<BearerInterceptorFactory>(secret));
     return factories;
   };
 }

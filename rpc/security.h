@@ -12,8 +12,11 @@
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "rpc/channel.h"
 
 namespace tessera {
@@ -47,6 +50,35 @@ std::shared_ptr<grpc::ChannelCredentials> ChannelCredentialsFor(
 std::shared_ptr<grpc::ServerCredentials> ServerCredentialsFor(
     const TlsMaterial& tls, ClientCertPolicy policy);
 
+// A daemon's credentials that follow its TLS files on disk: gRPC's
+// FileWatcherCertificateProvider reads --tls_ca, --tls_cert and --tls_key
+// again every `refresh`, and each new connection, served or dialled, uses
+// what it read last (connections already open keep theirs). A renewed
+// certificate written over the old file (a Kubernetes Secret's update)
+// thus takes effect without a restart. Check `files` with LoadTls first:
+// the provider reports nothing itself, and a pair that is unreadable or
+// does not match fails the handshakes made while it lasts.
+struct WatchedTls {
+  std::shared_ptr<grpc::ServerCredentials> server;
+  std::shared_ptr<grpc::ChannelCredentials> channel;
+  // For a daemon's probe of its own port (rpc/listener_probe.h): the
+  // chain is checked against the CA, the host name is not (the daemon
+  // dials loopback, which its certificate need not name).
+  std::shared_ptr<grpc::ChannelCredentials> self_probe;
+};
+WatchedTls WatchTlsFiles(const TlsFiles& files, ClientCertPolicy policy,
+                         absl::Duration refresh);
+
+// What a PEM certificate file says of itself.
+struct CertificateInfo {
+  std::string subject;  // e.g. "CN=w0"
+  absl::Time not_before;
+  absl::Time not_after;
+};
+// Reads the first certificate of `path`; UNAUTHENTICATED when unreadable
+// or not PEM (as LoadTls). Does not judge its dates.
+absl::StatusOr<CertificateInfo> ReadCertificateInfo(const std::string& path);
+
 // Protected mode: without TLS and without tokens, a daemon may listen only
 // on loopback; elsewhere it refuses to start (the message says `insecure`)
 // unless `insecure` (--insecure) is set.
@@ -54,11 +86,29 @@ absl::Status CheckProtectedMode(absl::string_view listen, bool secured,
                                 bool insecure);
 bool IsLoopbackHost(absl::string_view host);
 
-// Client side: interceptors that present `token` as `authorization: Bearer`
-// on every call of a channel (only the coordinator's: workers never see a
-// user's secret).
+// A secret presented as `authorization: Bearer`, replaceable while
+// channels use it (a worker's --token_file rewritten on disk). Thread-safe.
+class BearerSecret {
+ public:
+  explicit BearerSecret(std::string token) { Set(std::move(token)); }
+  void Set(std::string token) ABSL_LOCKS_EXCLUDED(mu_);
+  // The token now.
+  std::string token() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The header value now: "Bearer <token>".
+  std::string Header() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable absl::Mutex mu_;
+  std::string header_ ABSL_GUARDED_BY(mu_);
+};
+
+// Client side: interceptors that present `token` (or the secret as it is
+// at each call) as `authorization: Bearer` on every call of a channel (only
+// the coordinator's: workers never see a user's secret).
 std::function<ClientInterceptorFactories()> BearerTokenInterceptors(
     std::string token);
+std::function<ClientInterceptorFactories()> BearerTokenInterceptors(
+    std::shared_ptr<const BearerSecret> secret);
 
 // Presents `capability` (when there is one) on a call to a worker.
 void PresentCapability(grpc::ClientContext* context,

@@ -226,6 +226,27 @@ int Run() {
     spdlog::error("{}", std::string(security.status().message()));
     return 1;
   }
+  // The secret presented to the coordinator follows --token_file on disk.
+  auto secret = std::make_shared<BearerSecret>(token);
+  std::unique_ptr<CredentialWatch> watch = MakeCredentialWatch(*security);
+  if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
+    watch->WatchFile(path, [path, secret] {
+      absl::StatusOr<std::string> now = ReadTokenFile(path);
+      if (!now.ok()) {
+        spdlog::error(
+            "--token_file {} changed but cannot be used ({}); still "
+            "presenting the previous secret",
+            path, std::string(now.status().message()));
+      } else if (*now != secret->token()) {
+        secret->Set(*std::move(now));
+        spdlog::info(
+            "--token_file {} changed: presenting the new secret to the "
+            "coordinator",
+            path);
+      }
+    });
+  }
+  watch->Start();
   std::unique_ptr<ShardStore> store;
   std::string gpu_uuid;  // a GPU worker's, for its registration
   // Large host shards live in shared memory, for same-host readers; a GPU
@@ -396,6 +417,7 @@ int Run() {
     return 1;
   }
   AddListenerMetrics(&metrics, *server);
+  watch->AddMetrics(&metrics);
   absl::StatusOr<std::string> advertised =
       AdvertisedAddress(WithPort(listen, server->port));
   if (!advertised.ok()) {
@@ -485,7 +507,7 @@ int Run() {
   options.quarantine_grace = absl::GetFlag(FLAGS_quarantine_grace);
   options.channel.credentials = security->channel_credentials;
   if (!token.empty())
-    options.channel.interceptors = BearerTokenInterceptors(token);
+    options.channel.interceptors = BearerTokenInterceptors(secret);
   // Capabilities are checked with the key of the latest registration.
   options.on_key = [&node, name](const std::string& key) {
     node.SetIdentity(name, key);
@@ -506,7 +528,7 @@ int Run() {
   Registration registration(options, store.get(), die);
   registration.Start();
   std::unique_ptr<ListenerProbe> probe = StartListenerProbe(
-      listen, &*server, security->channel_credentials,
+      listen, &*server, security->self_probe_credentials,
       [&] { die(absl::UnavailableError("the gRPC port accepts nothing")); });
 
   const int sig = WaitForTerminationSignal();

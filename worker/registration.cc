@@ -226,13 +226,26 @@ void Registration::Run() {
         if (!registered_.HasBeenNotified()) registered_.Notify();
         continue;
       }
-      if (IsFatal(status)) {
+      // Once this worker has registered (and may hold shards), a refused
+      // secret is a rotation under way -- the coordinator's --tokens and
+      // this worker's --token_file are reloaded separately -- not a reason
+      // to exit and drop the shards: keep trying.
+      const bool rotating =
+          absl::IsUnauthenticated(status) && registered_.HasBeenNotified();
+      if (IsFatal(status) && !rotating) {
         spdlog::error("coordinator refused registration: {}",
                       std::string(status.message()));
         on_fatal_(status);
         return;
       }
-      if (failures++ % 20 == 0) {
+      const bool say = failures++ % 20 == 0;
+      if (say && rotating) {
+        spdlog::error(
+            "coordinator refused registration: {}; keeping the shards and "
+            "retrying (is --token_file out of date with the coordinator's "
+            "--tokens?)",
+            std::string(status.message()));
+      } else if (say) {
         spdlog::warn("coordinator {} not reachable yet ({}); retrying",
                      options_.coordinator, std::string(status.message()));
       }
