@@ -7,7 +7,9 @@
 #   bench/run.sh --update   # full run, and write the table to bench/RESULTS.md
 #   bench/run.sh --transport=ucx   # figure 1's gather through one transport
 #                                  # (ucx, grpc, auto or shm) instead of each
-# Figures 1 and 8 run once more with UCX_TLS=tcp: UCX as between hosts.
+# Figures 1 and 8 run once more with UCX_TLS=tcp: UCX as between hosts on a
+# trusted fabric (TESSERA_TRUSTED_FABRIC=1, what workers' --trusted_fabric
+# says; without it UCX stays on this host's shared memory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,7 +37,8 @@ trap 'rm -f "$out"' EXIT
   TESSERA_BIN_DIR="$PWD/bazel-bin" bazel-bin/bench/tessera_bench $quick $transport
   echo
   echo "## Figures 1 and 8 with UCX over TCP only (UCX_TLS=tcp), as between hosts"
-  UCX_TLS=tcp TESSERA_BIN_DIR="$PWD/bazel-bin" bazel-bin/bench/tessera_bench $quick \
+  TESSERA_TRUSTED_FABRIC=1 UCX_TLS=tcp TESSERA_BIN_DIR="$PWD/bazel-bin" \
+    bazel-bin/bench/tessera_bench $quick \
     --only=1,8 --transport=ucx
   echo
   echo "## Figure 5: core/strided_copy vs memcpy of the same bytes (Google Benchmark, medians of 3)"
