@@ -105,7 +105,7 @@ for t in "${TARGETS[@]}"; do
   bin=$OUT/$t
   case "$t" in
     # Targets that run the transports or the daemons' code link it all.
-    worker_* | coordinator_* | shm_* | pull_*) objs=("$(obj_of "fuzz/$t.cc")" "${LIB_OBJS[@]}") ;;
+    worker_* | coordinator_* | shm_* | pull_* | ucx_*) objs=("$(obj_of "fuzz/$t.cc")" "${LIB_OBJS[@]}") ;;
     # File formats the client reads: core plus the client's parsers.
     safetensors_*) objs=("$(obj_of "fuzz/$t.cc")" "${CORE_OBJS[@]}" "${CLIENT_OBJS[@]}") ;;
     *) objs=("$(obj_of "fuzz/$t.cc")" "${CORE_OBJS[@]}") ;;

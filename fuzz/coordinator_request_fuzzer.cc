@@ -130,6 +130,15 @@ class InProcessWorkerControl : public WorkerControl {
     return response.bytes_used();
   }
 
+  absl::Status Seal(const WorkerRef& worker,
+                    const std::vector<uint64_t>& shard_ids) override {
+    FakeWorker* w = Find(worker.address);
+    if (w == nullptr) return Unreachable(worker.address);
+    v1::SealShardsRequest request;
+    request.mutable_shard_ids()->Assign(shard_ids.begin(), shard_ids.end());
+    return w->service.Seal(Authority().Order(worker.name), request);
+  }
+
   void Reset(const std::string&) override {}
 
   absl::Status Transfer(const TransferBatch& batch) override {
@@ -207,6 +216,7 @@ void Run(const uint8_t* data, size_t size) {
   }
 
   std::vector<std::string> names;  // every tensor name a request used
+  uint64_t change = 0;  // the latest put's or update's change id
   fuzz::Records records(data, size);
   uint8_t op;
   absl::string_view bytes;
@@ -235,13 +245,16 @@ void Run(const uint8_t* data, size_t size) {
         const ShardSets before = Snapshot(fakes);
         CheckNothingAdded(before, fakes,
                           service.CreateTensor(&ctx, &request, &response));
+        if (response.change_id() != 0) change = response.change_id();
         break;
       }
       case 3: {
         v1::CommitTensorRequest request;
         v1::CommitTensorResponse response;
-        if (Parse(bytes, &request))
-          (void)service.CommitTensor(&ctx, &request, &response);
+        if (!Parse(bytes, &request)) break;
+        // No change id: the latest put's or update's, as its client would.
+        if (request.change_id() == 0) request.set_change_id(change);
+        (void)service.CommitTensor(&ctx, &request, &response);
         break;
       }
       case 4: {
@@ -281,6 +294,7 @@ void Run(const uint8_t* data, size_t size) {
         const ShardSets before = Snapshot(fakes);
         CheckNothingAdded(before, fakes,
                           service.UpdateTensor(&ctx, &request, &response));
+        if (response.change_id() != 0) change = response.change_id();
         break;
       }
       case 10: {

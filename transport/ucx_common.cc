@@ -11,6 +11,11 @@ namespace tessera {
 
 namespace {
 
+ucs_status_t DropMessage(void*, const void*, size_t, void*, size_t,
+                         const ucp_am_recv_param_t*) {
+  return UCS_OK;
+}
+
 // The value of environment variable `name` as a yes/no: `unset` when it is
 // not set, else true unless it is 0, false, off or no.
 bool EnvironmentSwitch(const char* name, bool unset) {
@@ -102,7 +107,30 @@ absl::StatusOr<ucp_context_h> MakeUcpContext(absl::string_view name,
   return context;
 }
 
-absl::StatusOr<UcpWorker> MakeUcpWorker(ucp_context_h context) {
+absl::Status GuardMessageIds(ucp_worker_h worker, uint16_t last_id) {
+  // UCX 1.13 leaves the handler slots it grows into uninitialised (but the
+  // one registered) and reads a message id's slot before checking it: a
+  // message with an id nobody registered calls through garbage. Each id
+  // gets a handler that drops the message, in ascending order so each slot
+  // is set after the table grows over it; the real handlers replace theirs.
+  for (uint32_t id = 0; id <= last_id; ++id) {
+    ucp_am_handler_param_t handler{};
+    handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                         UCP_AM_HANDLER_PARAM_FIELD_CB |
+                         UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    handler.id = id;
+    handler.cb = &DropMessage;
+    handler.arg = nullptr;
+    const ucs_status_t status = ucp_worker_set_am_recv_handler(worker, &handler);
+    if (status != UCS_OK) {
+      return UcxError("setting UCX's message handlers", status);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<UcpWorker> MakeUcpWorker(ucp_context_h context,
+                                        uint16_t last_guarded_id) {
   ucp_worker_params_t params{};
   params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   params.thread_mode = UCS_THREAD_MODE_SINGLE;
@@ -113,6 +141,11 @@ absl::StatusOr<UcpWorker> MakeUcpWorker(ucp_context_h context) {
   if (status != UCS_OK) {
     ucp_worker_destroy(out.worker);
     return UcxError("getting the UCX worker's event fd", status);
+  }
+  absl::Status guarded = GuardMessageIds(out.worker, last_guarded_id);
+  if (!guarded.ok()) {
+    ucp_worker_destroy(out.worker);
+    return guarded;
   }
   return out;
 }

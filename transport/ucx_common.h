@@ -70,7 +70,16 @@ struct UcpWorker {
   ucp_worker_h worker = nullptr;
   int efd = -1;
 };
-absl::StatusOr<UcpWorker> MakeUcpWorker(ucp_context_h context);
+// Message ids up to `last_guarded_id` dropped unless handled
+// (GuardMessageIds).
+absl::StatusOr<UcpWorker> MakeUcpWorker(ucp_context_h context,
+                                        uint16_t last_guarded_id);
+// Gives message ids 0..`last_id` a handler that drops the message, so that
+// a message with an id nobody handles is dropped: UCX 1.13 calls through
+// an uninitialised slot otherwise. Real handlers are set after. A worker
+// guards all 65,536 ids (1.7 MiB); a reader, which hears only from the
+// workers it connects to, the ids tessera uses (kUcxLastMessageId).
+absl::Status GuardMessageIds(ucp_worker_h worker, uint16_t last_id);
 
 // The worker's own address, to hand to peers.
 absl::StatusOr<std::string> UcpWorkerAddress(ucp_worker_h worker);
@@ -89,8 +98,10 @@ absl::StatusOr<std::string> UcpWorkerAddress(ucp_worker_h worker);
 // peer-failure handling, so a dead reader is noticed and the endpoint
 // closed for good) and answers with the reader's peer id, which every later
 // request names. The worker answers and sends only on endpoints it made;
-// a request naming an unknown peer (one the worker closed, idle) is
-// answered kUnknownPeer and the reader says hello again.
+// a request naming an unknown peer (one the worker closed, idle) gets no
+// answer: the reader's wait for one times out and it says hello again.
+// Requests carry no reply-endpoint flag, so nothing in a message makes UCX
+// look up an endpoint the worker may have closed.
 inline constexpr unsigned kUcxHelloAm = 16;
 
 // Liveness check: after its bytes are in, a reader asks whether the shard
@@ -116,11 +127,22 @@ inline constexpr unsigned kUcxWriteAm = 21;
 // Goodbye (UcxGoodbye): the reader closes its endpoint, so the worker
 // closes its own to the reader (and what it maps of the reader's memory).
 inline constexpr unsigned kUcxGoodbyeAm = 22;
+// Every message id tessera uses, now and later, is at most this.
+inline constexpr uint16_t kUcxLastMessageId = 63;
 
 inline constexpr uint64_t kUcxCheckMagic = 0x7465737365726132;  // "tessera2"
 // Most ranges in one send request; most bytes of a reader's UCX address.
 inline constexpr uint32_t kMaxUcxSendRanges = 256;
 inline constexpr size_t kMaxUcxAddressBytes = 64 << 10;
+
+// Whether `address` can be a UCX worker address: a size in bounds and a
+// format version UCX packs (1.13: v1 or v2). UCX parses the rest unbounded,
+// trusting its peers (as in its own wire-up), so this is all that can be
+// checked before ucp_ep_create.
+inline bool PlausibleUcpAddress(absl::string_view address) {
+  return address.size() >= 2 && address.size() <= kMaxUcxAddressBytes &&
+         (static_cast<uint8_t>(address[0]) & 0x0f) <= 1;
+}
 
 // The reader's address follows as the message's data.
 struct UcxHello {
@@ -143,7 +165,8 @@ enum class UcxCheckAnswer : uint32_t {
   kBusy = 3,     // no room for the sends now: ask again shortly
   kRefused = 4,  // a malformed request, or a range outside what the key names
   kSealed = 5,   // a write to a shard that takes no more writes
-  kUnknownPeer = 6,  // no such peer (closed): say hello again
+  kUnknownPeer = 6,  // no such peer (closed): say hello again (kept on the
+                     // wire; this worker drops such requests instead)
 };
 inline constexpr uint32_t kUcxLastAnswer =
     static_cast<uint32_t>(UcxCheckAnswer::kUnknownPeer);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "core/capability.h"
@@ -22,16 +23,13 @@ void ReplySent(void* request, ucs_status_t /*status*/, void* user_data) {
   ucp_request_free(request);
 }
 
-// `header` as a request of type T from a peer that can be answered. Anything
-// else is dropped (false).
+// `header` as a request of type T. Anything else is dropped (false). Answers
+// go on the worker's own endpoint to the peer the request names, never on a
+// reply endpoint: UCX resolves those from ids in the message, which a peer
+// whose endpoint was closed can still send.
 template <typename T>
-bool ParseRequest(const void* header, size_t header_length,
-                  const ucp_am_recv_param_t* param, T* request) {
-  if (header_length != sizeof(T) ||
-      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0 ||
-      param->reply_ep == nullptr) {
-    return false;
-  }
+bool ParseRequest(const void* header, size_t header_length, T* request) {
+  if (header_length != sizeof(T)) return false;
   std::memcpy(request, header, sizeof(T));
   return request->magic == kUcxCheckMagic;
 }
@@ -60,7 +58,9 @@ absl::StatusOr<std::unique_ptr<UcxServer>> UcxServer::Start(
   absl::StatusOr<ucp_context_h> context =
       MakeUcpContext("tessera-worker", options.reach);
   if (!context.ok()) return context.status();
-  absl::StatusOr<UcpWorker> worker = MakeUcpWorker(*context);
+  // Any id: readers of any version, and anything else that reaches UCX.
+  absl::StatusOr<UcpWorker> worker =
+      MakeUcpWorker(*context, std::numeric_limits<uint16_t>::max());
   if (!worker.ok()) {
     ucp_cleanup(*context);
     return worker.status();
@@ -492,7 +492,8 @@ ucs_status_t UcxServer::OnHello(void* arg, const void* header,
   auto* server = static_cast<UcxServer*>(arg);
   UcxHello hello;
   if (header_length != sizeof(hello) || Rendezvous(param) || data == nullptr ||
-      length == 0 || length > kMaxUcxAddressBytes) {
+      !PlausibleUcpAddress(absl::string_view(static_cast<const char*>(data),
+                                             length))) {
     return UCS_OK;  // dropped: the reader times out
   }
   std::memcpy(&hello, header, sizeof(hello));
@@ -560,31 +561,16 @@ ucs_status_t UcxServer::OnGoodbye(void* arg, const void* header,
   return UCS_OK;
 }
 
-UcxServer::Peer* UcxServer::Known(uint64_t peer, uint64_t request_id,
-                                  const ucp_am_recv_param_t* param) {
+UcxServer::Peer* UcxServer::Known(uint64_t peer) {
   auto it = peers_.find(peer);
-  if (it != peers_.end()) {
-    it->second.last_use = absl::Now();
-    it->second.tick = ++peer_tick_;
-    return &it->second;
+  if (it == peers_.end()) {
+    // No endpoint to answer on: dropped. The reader's wait for an answer
+    // times out and it says hello again.
+    return nullptr;
   }
-  // Answered at once on the endpoint the request came on, which is valid
-  // while this callback runs (and is never kept).
-  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0 &&
-      param->reply_ep != nullptr) {
-    auto* body = new UcxCheckReply();
-    body->request_id = request_id;
-    body->answer = static_cast<uint32_t>(UcxCheckAnswer::kUnknownPeer);
-    ucp_request_param_t send{};
-    send.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    send.cb.send = &ReplySent;
-    send.user_data = body;
-    ucs_status_ptr_t request = ucp_am_send_nbx(
-        param->reply_ep, kUcxCheckReplyAm, body, sizeof(*body), nullptr, 0,
-        &send);
-    if (!UCS_PTR_IS_PTR(request)) delete body;
-  }
-  return nullptr;
+  it->second.last_use = absl::Now();
+  it->second.tick = ++peer_tick_;
+  return &it->second;
 }
 
 void UcxServer::Refuse(uint64_t peer, uint64_t request_id,
@@ -598,8 +584,8 @@ void UcxServer::Refuse(uint64_t peer, uint64_t request_id,
 void UcxServer::AnswerCheck(const void* header, size_t header_length,
                             const ucp_am_recv_param_t* param, bool release) {
   UcxCheckRequest request;
-  if (!ParseRequest(header, header_length, param, &request)) return;
-  if (Known(request.peer, request.request_id, param) == nullptr) return;
+  if (!ParseRequest(header, header_length, &request)) return;
+  if (Known(request.peer) == nullptr) return;
   // Sent once the progress call returns, not from inside it.
   Refuse(request.peer, request.request_id,
          Check(request.shard_id, request.registration, release));
@@ -609,8 +595,8 @@ void UcxServer::AnswerSend(const void* header, size_t header_length,
                            const void* data, size_t length,
                            const ucp_am_recv_param_t* param) {
   UcxSendRequest request;
-  if (!ParseRequest(header, header_length, param, &request)) return;
-  if (Known(request.peer, request.request_id, param) == nullptr) return;
+  if (!ParseRequest(header, header_length, &request)) return;
+  if (Known(request.peer) == nullptr) return;
   const uint64_t peer = request.peer;
   if (Rendezvous(param) || request.count < 1 ||
       request.count > kMaxUcxSendRanges ||
@@ -685,8 +671,8 @@ ucs_status_t UcxServer::AnswerWrite(const void* header, size_t header_length,
                                     const ucp_am_recv_param_t* param) {
   UcxWriteRequest request;
   // Not answerable: a rendezvous sender learns of the refusal from its send.
-  if (!ParseRequest(header, header_length, param, &request) ||
-      Known(request.peer, request.request_id, param) == nullptr) {
+  if (!ParseRequest(header, header_length, &request) ||
+      Known(request.peer) == nullptr) {
     return Rendezvous(param) ? UCS_ERR_INVALID_PARAM : UCS_OK;
   }
   const uint64_t peer = request.peer;
@@ -863,12 +849,12 @@ void UcxServer::Greet() {
           oldest = p;
         }
       }
-      if (oldest != peers_.end()) to_close_.push_back(oldest->first);
+      if (oldest != peers_.end()) to_forget_.push_back(oldest->first);
     }
   }
 }
 
-void UcxServer::ClosePeer(uint64_t id) {
+void UcxServer::ClosePeer(uint64_t id, bool notify) {
   auto it = peers_.find(id);
   if (it == peers_.end()) return;
   const ucp_ep_h ep = it->second.ep;
@@ -879,6 +865,29 @@ void UcxServer::ClosePeer(uint64_t id) {
   queued_.erase(std::remove_if(queued_.begin(), queued_.end(),
                                [id](const PendingSend& s) { return s.peer == id; }),
                 queued_.end());
+  if (notify) {
+    // The notice: an answer to no request (id 0) naming the peer forgotten.
+    Forgetting forgetting{ep, std::make_unique<Notice>(),
+                          absl::Now() + absl::Milliseconds(200)};
+    forgetting.notice->body.answer =
+        static_cast<uint32_t>(UcxCheckAnswer::kUnknownPeer);
+    forgetting.notice->body.peer = id;
+    ucp_request_param_t send{};
+    send.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    send.cb.send = &UcxServer::NoticeSent;
+    send.user_data = forgetting.notice.get();
+    ucs_status_ptr_t request =
+        ucp_am_send_nbx(ep, kUcxCheckReplyAm, &forgetting.notice->body,
+                        sizeof(UcxCheckReply), nullptr, 0, &send);
+    if (UCS_PTR_IS_PTR(request)) {
+      forgetting_.push_back(std::move(forgetting));
+      return;
+    }
+  }
+  CloseEndpoint(ep);
+}
+
+void UcxServer::CloseEndpoint(ucp_ep_h ep) {
   // Forced (the endpoint has peer-failure handling): UCX destroys an
   // endpoint a peer connected to, and detaches what it mapped of the peer's
   // memory, only then; what is in flight to the reader is cancelled.
@@ -889,14 +898,41 @@ void UcxServer::ClosePeer(uint64_t id) {
   if (UCS_PTR_IS_PTR(request)) closing_.push_back(request);
 }
 
+void UcxServer::NoticeSent(void* request, ucs_status_t /*status*/,
+                           void* user_data) {
+  static_cast<Notice*>(user_data)->done = true;
+  ucp_request_free(request);
+}
+
+void UcxServer::FinishForgetting() {
+  const absl::Time now = absl::Now();
+  for (Forgetting& f : forgetting_) {
+    if (!f.closed && (f.notice->done || now >= f.until)) {
+      // A notice not out by now is cancelled by the close (its callback
+      // still runs, so the notice is kept until then).
+      CloseEndpoint(f.ep);
+      f.closed = true;
+    }
+  }
+  forgetting_.erase(
+      std::remove_if(forgetting_.begin(), forgetting_.end(),
+                     [](const Forgetting& f) {
+                       return f.closed && f.notice->done;
+                     }),
+      forgetting_.end());
+}
+
 void UcxServer::ClosePeers() {
   std::vector<uint64_t> close;
   close.swap(to_close_);
+  for (uint64_t id : close) ClosePeer(id, /*notify=*/false);
+  std::vector<uint64_t> forget;
+  forget.swap(to_forget_);
   const absl::Time now = absl::Now();
   for (const auto& [id, peer] : peers_) {
-    if (now - peer.last_use >= options_.peer_idle_timeout) close.push_back(id);
+    if (now - peer.last_use >= options_.peer_idle_timeout) forget.push_back(id);
   }
-  for (uint64_t id : close) ClosePeer(id);
+  for (uint64_t id : forget) ClosePeer(id, /*notify=*/true);
 }
 
 void UcxServer::FreeClosed() {
@@ -923,7 +959,8 @@ void UcxServer::Progress() {
       Greet();
       worked = true;
     }
-    if (!to_close_.empty() || now - swept >= options_.sweep_interval) {
+    if (!to_close_.empty() || !to_forget_.empty() ||
+        now - swept >= options_.sweep_interval) {
       swept = now;
       ClosePeers();
       worked = true;
@@ -936,6 +973,7 @@ void UcxServer::Progress() {
       PostSends();
       worked = true;
     }
+    if (!forgetting_.empty()) FinishForgetting();
     if (!closing_.empty()) FreeClosed();
     if (worked) continue;
     if (stop_.HasBeenNotified()) break;
@@ -946,6 +984,7 @@ void UcxServer::Progress() {
     // (and detaching what it mapped) from its progress calls, which no
     // event wakes.
     const bool timed = !peers_.empty() || !closing_.empty() ||
+                       !forgetting_.empty() ||
                        absl::Now() - last_close_ < absl::Seconds(5);
     const int ms =
         armed != UCS_OK
@@ -968,13 +1007,18 @@ void UcxServer::Progress() {
   // Stopping: every reader's endpoint goes, and what is in flight with it.
   std::vector<uint64_t> all;
   for (const auto& [id, peer] : peers_) all.push_back(id);
-  for (uint64_t id : all) ClosePeer(id);
+  for (uint64_t id : all) ClosePeer(id, /*notify=*/false);
   queued_.clear();
+  for (Forgetting& f : forgetting_) f.until = absl::InfinitePast();
   const absl::Time until = absl::Now() + absl::Seconds(1);
-  while ((!closing_.empty() || sends_in_flight_ > 0) && absl::Now() < until) {
+  while ((!closing_.empty() || !forgetting_.empty() || sends_in_flight_ > 0) &&
+         absl::Now() < until) {
     ucp_worker_progress(worker_.worker);
+    FinishForgetting();
     FreeClosed();
   }
+  // A notice whose callback never ran must outlive the UCX worker.
+  for (Forgetting& f : forgetting_) static_cast<void>(f.notice.release());
 }
 
 }  // namespace tessera

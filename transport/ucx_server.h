@@ -234,6 +234,18 @@ class UcxServer {
     absl::Time last_use;
     uint64_t tick = 0;
   };
+  // A reader this worker forgot (idle, or pushed out): told so on its
+  // endpoint, which closes once the notice is out (or `until`).
+  struct Notice {
+    UcxCheckReply body;
+    bool done = false;  // the send completed (or failed)
+  };
+  struct Forgetting {
+    ucp_ep_h ep = nullptr;
+    std::unique_ptr<Notice> notice;
+    absl::Time until;
+    bool closed = false;
+  };
   // A hello to answer once the progress call returns.
   struct Hello {
     std::string address;
@@ -267,6 +279,7 @@ class UcxServer {
                               const ucp_am_recv_param_t* param);
   static void OnPeerFailure(void* arg, ucp_ep_h ep, ucs_status_t status);
   static void SendDone(void* request, ucs_status_t status, void* user_data);
+  static void NoticeSent(void* request, ucs_status_t status, void* user_data);
   static void WriteDone(void* request, ucs_status_t status, size_t length,
                         void* user_data);
   // Queues a send request's ranges, or queues its refusal.
@@ -296,10 +309,8 @@ class UcxServer {
 
   // Progress thread only:
   // The peer a request names, made most recently used; null (and the
-  // request answered kUnknownPeer on `param`'s reply endpoint, while the
-  // callback runs) when there is none.
-  Peer* Known(uint64_t peer, uint64_t request_id,
-              const ucp_am_recv_param_t* param);
+  // request dropped) when there is none.
+  Peer* Known(uint64_t peer);
   // Queues an answer to `peer`.
   void Refuse(uint64_t peer, uint64_t request_id, UcxCheckAnswer answer);
   // Connects back to each reader that said hello, and answers it.
@@ -307,10 +318,16 @@ class UcxServer {
   void SendReplies();
   void PostSends();
   // Closes the endpoint to a reader, dropping what is queued for it.
-  void ClosePeer(uint64_t peer);
+  // `notify`: a reader that may still be there (idle, pushed out) is told
+  // first, so that it says hello again instead of waiting on requests this
+  // worker drops.
+  void ClosePeer(uint64_t peer, bool notify);
+  void CloseEndpoint(ucp_ep_h ep);
   // Closes the peers marked (goodbyes, failures, pushed out) and the idle.
   void ClosePeers();
   void FreeClosed();
+  // Closes the forgotten readers' endpoints whose notice is out.
+  void FinishForgetting();
 
   const UcxServerOptions options_;
   ucp_context_h context_;
@@ -351,8 +368,10 @@ class UcxServer {
   absl::flat_hash_map<ucp_ep_h, uint64_t> peer_of_;  // the same, by endpoint
   uint64_t peer_tick_ = 0;
   std::vector<Hello> hellos_;
-  std::vector<uint64_t> to_close_;
+  std::vector<uint64_t> to_close_;   // said goodbye, or failed
+  std::vector<uint64_t> to_forget_;  // pushed out by newer readers
   std::vector<void*> closing_;  // ucp_ep_close_nbx requests in progress
+  std::vector<Forgetting> forgetting_;
   absl::Time last_close_ = absl::InfinitePast();
 
   std::atomic<int64_t> ranges_sent_{0};

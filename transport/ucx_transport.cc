@@ -155,6 +155,7 @@ class UcxTransport::Lane {
     std::string ucx_address;  // the worker's UCX address
     ucp_ep_h ep = nullptr;
     ucs_status_t error = UCS_OK;  // set by the endpoint's error handler
+    bool forgotten = false;       // the worker said it closed its endpoint
     uint64_t id = 0;              // what the worker calls this lane
     std::map<uint64_t, Key> keys;
     uint64_t last_use = 0;
@@ -283,9 +284,9 @@ class UcxTransport::Lane {
                       const Box& box, const ReadTarget& target,
                       bool* declined);
   // Sends request active message `am` (header `header` of `header_bytes`,
-  // data `data` of `data_bytes`, all kept until `ops` completes), asking
-  // for a reply endpoint; its answer, if any, is awaited by `request_id`
-  // (OnReply). Counts the send in `ops`.
+  // data `data` of `data_bytes`, all kept until `ops` completes); its
+  // answer, if any, comes on the worker's own endpoint, awaited by
+  // `request_id` (OnReply). Counts the send in `ops`.
   absl::Status Ask(Peer& peer, unsigned am, const void* header,
                    size_t header_bytes, const void* data, size_t data_bytes,
                    uint64_t request_id, Ops& ops);
@@ -333,6 +334,18 @@ ucs_status_t UcxTransport::Lane::OnReply(void* arg, const void* header,
   UcxCheckReply reply;
   std::memcpy(&reply, header, sizeof(reply));
   if (reply.magic != kUcxCheckMagic) return UCS_OK;
+  if (reply.request_id == 0 &&
+      reply.answer == static_cast<uint32_t>(UcxCheckAnswer::kUnknownPeer)) {
+    // A notice: the worker forgot the peer it names (idle, or pushed out by
+    // newer readers), and drops its requests from now on.
+    for (auto& [address, peer] : lane->peers_) {
+      if (peer->id == reply.peer && peer->error == UCS_OK) {
+        peer->forgotten = true;
+        peer->error = UCS_ERR_CONNECTION_RESET;
+      }
+    }
+    return UCS_OK;
+  }
   // Late answers to requests given up on are dropped.
   auto it = lane->awaited_.find(reply.request_id);
   if (it == lane->awaited_.end() || it->second.has_value()) return UCS_OK;
@@ -363,6 +376,7 @@ absl::Status UcxTransport::Lane::Wait(const std::function<bool()>& done,
     while (ucp_worker_progress(worker_.worker) != 0) {
     }
     if (done()) return absl::OkStatus();
+    if (peer.forgotten) return ForgottenError(peer);
     if (peer.error != UCS_OK) {
       return UcxError(absl::StrCat("UCX link to ", peer.address), peer.error);
     }
@@ -399,10 +413,9 @@ absl::Status UcxTransport::Lane::Ask(Peer& peer, unsigned am,
   awaited_[request_id];
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                       UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+                       UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = &OpDone;
   param.user_data = &ops;
-  param.flags = UCP_AM_SEND_FLAG_REPLY;
   ucs_status_ptr_t sent =
       ucp_am_send_nbx(peer.ep, am, header, header_bytes, data, data_bytes,
                       &param);
@@ -950,10 +963,9 @@ absl::Status UcxTransport::Lane::Hello(Peer& peer) {
   awaited_[hello.request_id];
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                       UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+                       UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = &OpDone;
   param.user_data = &ops;
-  param.flags = UCP_AM_SEND_FLAG_REPLY;  // the worker pairs its endpoint
   ucs_status_ptr_t sent =
       ucp_am_send_nbx(peer.ep, kUcxHelloAm, &hello, sizeof(hello),
                       address_.data(), address_.size(), &param);
@@ -1068,6 +1080,12 @@ void UcxTransport::Lane::DropIdlePeers() {
 absl::StatusOr<std::pair<UcxTransport::Lane::Peer*, UcxTransport::Lane::Key*>>
 UcxTransport::Lane::KeyFor(const RemoteShard& shard, bool fresh) {
   const ShardLocation& at = shard.location;
+  // Takes in what came while the lane was idle: a worker's notice that it
+  // forgot this lane is seen before a request goes unanswered.
+  if (!broken()) {
+    while (ucp_worker_progress(worker_.worker) != 0) {
+    }
+  }
   auto found = peers_.find(at.address);
   Peer* peer = found != peers_.end() ? found->second.get() : nullptr;
   if (peer != nullptr && peer->error != UCS_OK) {
@@ -1460,13 +1478,16 @@ UcxTransport::AcquireLane() {
     if (!idle_.empty()) {
       std::unique_ptr<Lane> lane = std::move(idle_.back());
       idle_.pop_back();
+      // Endpoints that sat idle in the pool too: the worker may have
+      // closed its side of them.
+      lane->DropIdlePeers();
       return lane;
     }
     ++lanes_made_;
     context = context_;
   }
   absl::StatusOr<UcpWorker> worker =
-      MakeUcpWorker(static_cast<ucp_context_h>(context));
+      MakeUcpWorker(static_cast<ucp_context_h>(context), kUcxLastMessageId);
   absl::Status status = worker.status();
   std::unique_ptr<Lane> lane;
   if (status.ok()) {

@@ -309,6 +309,42 @@ TEST(UcxTransportTest, WithdrawnKeyIsAskedForAgain) {
   EXPECT_TRUE(out == worker.Bytes(1));
 }
 
+// Readers the worker forgot (pushed out by newer readers, or idle) are
+// told so, and say hello again: each read is served within its deadline,
+// not left waiting on requests the worker drops. (A reader's request on an
+// endpoint the worker had closed once crashed the worker inside UCX.)
+TEST(UcxTransportTest, ReadersTheWorkerForgotSayHelloAgain) {
+  UcxServerOptions server;
+  server.max_peers = 1;  // each reader pushes the other one out
+  server.peer_idle_timeout = absl::Seconds(1);
+  server.sweep_interval = absl::Milliseconds(50);
+  LocalWorker worker(/*ucx=*/true, server);
+  ChannelCache channels;
+  UcxTransportOptions options = TestOptions();
+  options.timeout = absl::Seconds(20);
+  options.stall_timeout = absl::Minutes(10);  // a dropped request: deadline
+  UcxTransport first(&channels, options), second(&channels, options);
+  ASSERT_THAT(worker.Allocate(1, {256, 64}, DType::kInt32), IsOk());
+  const std::string expected = worker.Bytes(1);
+  auto read = [&](UcxTransport& ucx) {
+    std::string out(expected.size(), '\0');
+    absl::Status status =
+        ucx.Read(worker.At(1, {256, 64}, DType::kInt32), WholeBox({256, 64}),
+                 ReadTarget::HostArray(out.data(), {256, 64}, {0, 0}));
+    EXPECT_TRUE(!status.ok() || out == expected);
+    return status;
+  };
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_THAT(read(first), IsOk()) << "round " << round;
+    ASSERT_THAT(read(second), IsOk()) << "round " << round;
+  }
+  // Idle past the worker's limit (but not the readers' own): forgotten.
+  absl::SleepFor(absl::Milliseconds(2500));
+  ASSERT_THAT(read(first), IsOk());
+  ASSERT_THAT(read(first), IsOk());
+  EXPECT_EQ(worker.ucx()->Peers(), 1);
+}
+
 TEST(UcxTransportTest, RowsOfSeveralShardsArriveWhole) {
   LocalWorker worker(/*ucx=*/true);
   ChannelCache channels;
