@@ -2,12 +2,18 @@
 // each says goodbye as it exits, the worker closes its endpoint and unmaps
 // what it mapped of the reader's memory, so its shared-memory mappings and
 // `tessera_ucx_peers` stay bounded however many processes came and went.
-// And a CLI whose UCX cannot start falls back to gRPC and says so in
-// `get --json`.
+// Readers killed in the middle of a read leave the worker idle (no core
+// spinning on sends to them) and serving. And a CLI whose UCX cannot start
+// falls back to gRPC and says so in `get --json`.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <fstream>
+#include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +43,21 @@ Mappings CountMappings(pid_t pid) {
     if (absl::StrContains(line, "SYSV")) ++out.sysv;
   }
   return out;
+}
+
+// CPU seconds (user and system) process `pid` has used.
+double CpuSeconds(pid_t pid) {
+  std::ifstream file(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(file)),
+                   std::istreambuf_iterator<char>());
+  // Fields after the command name (which may hold spaces) in parentheses.
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i >= 14) ticks += std::stod(field);  // utime, stime
+  }
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 class UcxPeersTest : public ::testing::Test {
@@ -134,6 +155,61 @@ TEST_F(UcxPeersTest, ACliWhoseUcxCannotStartFallsBackToGrpcAndSaysSo) {
   EXPECT_TRUE(absl::StrContains(out, "\"transport\": {\"grpc\": 262144}"))
       << out;
   EXPECT_TRUE(absl::StrContains(out, "\"fallbacks\": {\"ucx\": 1}")) << out;
+}
+
+// A reader killed with bytes queued to it leaves UCX 1.13 flushing the
+// closed endpoint to it for good, and the worker's progress thread used to
+// spin a whole core on that from then on.
+TEST_F(UcxPeersTest, ReadersKilledMidReadLeaveTheWorkerIdleAndServing) {
+  InitSpec arange;
+  arange.kind = InitSpec::Kind::kArange;
+  ASSERT_TRUE(client_
+                  ->Create("big", {4096, 4096}, DType::kFloat32,
+                           LayoutSpec::Chunk(0, Ranks({0})), arange)
+                  .ok());
+  const pid_t worker = cluster_->worker_pid(0);
+  const std::string cli = TestCluster::BinaryPath("client/tessera");
+  const std::string coordinator =
+      absl::StrCat("--coordinator=", cluster_->coordinator_address());
+  const std::string output =
+      absl::StrCat("--output=", std::getenv("TEST_TMPDIR"), "/big.npy");
+  std::mt19937 random(7);
+  for (int i = 0; i < 30; ++i) {
+    std::vector<std::string> args = {cli, coordinator, "--transport=ucx",
+                                     "get", "big", output};
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    pid_t reader = -1;
+    ASSERT_EQ(posix_spawn(&reader, cli.c_str(), nullptr, nullptr, argv.data(),
+                          environ),
+              0);
+    absl::SleepFor(absl::Milliseconds(20 + random() % 180));
+    kill(reader, SIGKILL);
+    int status = 0;
+    waitpid(reader, &status, 0);
+  }
+  // UCX notices the dead readers; their endpoints close.
+  const absl::Time until = absl::Now() + absl::Seconds(60);
+  while (Peers() != 0 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  EXPECT_EQ(Peers(), 0) << "the worker keeps endpoints of killed readers";
+  absl::SleepFor(absl::Seconds(1));
+  const double before = CpuSeconds(worker);
+  absl::SleepFor(absl::Seconds(3));
+  const double used = CpuSeconds(worker) - before;
+  std::printf("worker's CPU over 3 s idle after 30 killed readers: %.2f s; "
+              "UCX shared-memory mappings: %d\n",
+              used, CountMappings(worker).ucx);
+  EXPECT_LT(used, 1.0) << "the idle worker spins";
+  std::string out, err;
+  EXPECT_EQ(TestCluster::Run({cli, coordinator, "--transport=ucx", "get",
+                              "big", output},
+                             &out, &err),
+            0)
+      << err;
+  ASSERT_TRUE(client_->Delete("big").ok());
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "transport/ucx_server.h"
 
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -729,7 +730,10 @@ ucs_status_t UcxServer::AnswerWrite(const void* header, size_t header_length,
   recv.user_data = receiving;
   ucs_status_ptr_t started =
       ucp_am_recv_data_nbx(worker_.worker, data, dst, length, &recv);
-  if (UCS_PTR_IS_PTR(started)) return UCS_OK;  // WriteDone answers
+  if (UCS_PTR_IS_PTR(started)) {
+    ++receives_in_flight_;
+    return UCS_OK;  // WriteDone answers
+  }
   const ucs_status_t status = UCS_PTR_STATUS(started);
   if (status == UCS_OK) writes_received_.fetch_add(1);
   Refuse(peer, request.request_id,
@@ -742,6 +746,7 @@ void UcxServer::WriteDone(void* request, ucs_status_t status, size_t,
                           void* user_data) {
   auto* receiving = static_cast<Receiving*>(user_data);
   UcxServer* server = receiving->server;
+  --server->receives_in_flight_;
   if (status == UCS_OK) server->writes_received_.fetch_add(1);
   server->Refuse(
       receiving->peer, receiving->request_id,
@@ -950,9 +955,12 @@ void UcxServer::FreeClosed() {
 
 void UcxServer::Progress() {
   absl::Time swept = absl::Now();
+  // Arms refused in a row with nothing progressed (see below).
+  int busy_idle = 0;
   for (;;) {
-    while (ucp_worker_progress(worker_.worker) != 0) {
-    }
+    bool progressed = false;
+    while (ucp_worker_progress(worker_.worker) != 0) progressed = true;
+    if (progressed) busy_idle = 0;
     bool worked = false;
     const absl::Time now = absl::Now();
     if (!hellos_.empty()) {
@@ -978,7 +986,21 @@ void UcxServer::Progress() {
     if (worked) continue;
     if (stop_.HasBeenNotified()) break;
     const ucs_status_t armed = ucp_worker_arm(worker_.worker);
-    if (armed == UCS_ERR_BUSY) continue;
+    // Busy: events came in, or UCX holds sends it cannot make yet. The
+    // latter lasts for good when a reader died with its receive queue full
+    // (UCX 1.13 keeps flushing the closed endpoint to it): with nothing of
+    // this worker's in flight and nothing progressed for a while, wait a
+    // millisecond between tries instead of spinning a core. (The worker's
+    // event fd stays ready then, so the wait is on the stop event alone.)
+    constexpr int kBusySpins = 1000;
+    if (armed == UCS_ERR_BUSY) {
+      const bool transferring = sends_in_flight_ > 0 ||
+                                receives_in_flight_ > 0 || !queued_.empty();
+      if (transferring || ++busy_idle < kBusySpins) continue;
+      pollfd stop{wake_fd_, POLLIN, 0};
+      poll(&stop, 1, 1);
+      continue;
+    }
     // Wakes now and then while readers are kept, to close idle ones, and
     // for a while after a close: UCX finishes discarding a closed endpoint
     // (and detaching what it mapped) from its progress calls, which no

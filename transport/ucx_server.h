@@ -364,6 +364,7 @@ class UcxServer {
   std::vector<Reply> replies_;
   std::deque<PendingSend> queued_;
   int sends_in_flight_ = 0;
+  int receives_in_flight_ = 0;  // writes' rendezvous receives
   absl::flat_hash_map<uint64_t, Peer> peers_;
   absl::flat_hash_map<ucp_ep_h, uint64_t> peer_of_;  // the same, by endpoint
   uint64_t peer_tick_ = 0;
