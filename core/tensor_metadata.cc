@@ -9,11 +9,7 @@ std::string Replica::PlacementString() const {
   return absl::StrCat("rank:", rank, "/", device.ToString());
 }
 
-const Replica& ShownReplica(const ShardInfo& shard) {
-  for (const Replica& replica : shard.replicas) {
-    if (replica.available) return replica;
-  }
-  if (!shard.replicas.empty()) return shard.replicas.front();
+const Replica& NoReplica() {
   // A shard without replicas (never made by the coordinator or accepted
   // from the wire) shows as held nowhere rather than crash its reader.
   static const Replica* const kNowhere = [] {

@@ -57,12 +57,19 @@ struct ShardInfo {
   Replicas replicas;
 };
 
+// What ShownReplica gives for a shard without replicas (which no valid
+// metadata has): an unavailable replica on no worker.
+const Replica& NoReplica();
+
 // The replica a shard is shown as where one worker per shard is shown
 // (describe's placement, worker, handle and availability; the wire's
-// one-owner fields): the first available one, else the first (a shard
-// without replicas, which no valid metadata has, shows as an unavailable
-// replica on no worker).
-const Replica& ShownReplica(const ShardInfo& shard);
+// one-owner fields): the first available one, else the first.
+inline const Replica& ShownReplica(const ShardInfo& shard) {
+  for (const Replica& replica : shard.replicas) {
+    if (replica.available) return replica;
+  }
+  return shard.replicas.empty() ? NoReplica() : shard.replicas.front();
+}
 
 struct TensorMetadata {
   std::string name;

@@ -139,5 +139,11 @@ TEST(TensorMetadataTest, ShownReplicaIsTheFirstAvailable) {
   EXPECT_EQ(ShownReplica(meta.shards[0]).worker, "w0");
 }
 
+TEST(TensorMetadataTest, AShardWithoutReplicasShowsAsUnavailableNowhere) {
+  const ShardInfo nowhere;
+  EXPECT_FALSE(ShownReplica(nowhere).available);
+  EXPECT_EQ(ShownReplica(nowhere).worker, "");
+}
+
 }  // namespace
 }  // namespace tessera
