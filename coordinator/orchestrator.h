@@ -89,8 +89,9 @@ struct TensorLimits {
 };
 
 // In-memory bytes the coordinator counts per shard of rank r:
-// kShardMetadataBytes + r * kShardMetadataBytesPerDim (the ShardInfo, its
-// box's two vectors and their allocations).
+// kShardMetadataBytes + r * kShardMetadataBytesPerDim (the ShardInfo with
+// its one replica held inline, its box's two vectors and their
+// allocations).
 inline constexpr int64_t kShardMetadataBytes = 192;
 inline constexpr int64_t kShardMetadataBytesPerDim = 16;
 
