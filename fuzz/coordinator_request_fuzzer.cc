@@ -130,6 +130,15 @@ class InProcessWorkerControl : public WorkerControl {
     return response.bytes_used();
   }
 
+  absl::Status Seal(const WorkerRef& worker,
+                    const std::vector<uint64_t>& shard_ids) override {
+    FakeWorker* w = Find(worker.address);
+    if (w == nullptr) return Unreachable(worker.address);
+    v1::SealShardsRequest request;
+    request.mutable_shard_ids()->Assign(shard_ids.begin(), shard_ids.end());
+    return w->service.Seal(Authority().Order(worker.name), request);
+  }
+
   void Reset(const std::string&) override {}
 
   absl::Status Transfer(const TransferBatch& batch) override {
