@@ -24,10 +24,10 @@ namespace tessera {
 struct Replica {
   int32_t rank = 0;  // the worker's rank
   Device device;
-  std::string worker;   // worker name
-  std::string address;  // worker's gRPC address
-  uint64_t shard_id = 0;
   bool available = true;  // false when the worker is dead or lost this copy
+  std::string worker;     // worker name
+  std::string address;    // worker's gRPC address
+  uint64_t shard_id = 0;
 
   // "rank:N/DEVICE".
   std::string PlacementString() const;
