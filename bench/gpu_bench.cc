@@ -237,7 +237,8 @@ int Run() {
 
     auto meta = (*client)->Describe("bench_gpu");
     Check(meta.status(), "describe");
-    const RemoteShard shard = ShardAt(*meta, 0, OwnerLocation(*meta, 0));
+    const RemoteShard shard =
+        ShardAt(*meta, 0, ReadLocations(*meta, 0).front());
     auto channel = grpc::CreateChannel(shard.location.address,
                                        grpc::InsecureChannelCredentials());
     const Box box = WholeBox(meta->shards[0].box.sizes);

@@ -83,7 +83,7 @@ std::vector<PlacedBox> Placed(const std::vector<Box>& boxes, size_t shift) {
   std::vector<PlacedBox> out;
   out.reserve(boxes.size());
   for (size_t i = 0; i < boxes.size(); ++i) {
-    out.push_back({boxes[i], "w" + std::to_string((i + shift) % 64)});
+    out.push_back({boxes[i], {"w" + std::to_string((i + shift) % 64)}});
   }
   return out;
 }

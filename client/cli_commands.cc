@@ -114,7 +114,8 @@ const std::vector<CommandDef>& Commands() {
        1,
        {{"json", true}},
        &RunDescribe},
-      {"ls", "ls [--all] [--json]",
+      {"ls",
+       "ls [--all] [--json]",
        "list tensors (--all: puts not committed yet too, and what is "
        "pending of each)",
        0,
@@ -807,11 +808,12 @@ absl::Status RunDescribe(const Invocation& inv, std::ostream& out) {
       {"SHARD", "BOX", "PLACEMENT", "WORKER", "BYTES", "AVAILABLE", "HANDLE"}};
   for (size_t i = 0; i < meta.shards.size(); ++i) {
     const ShardInfo& s = meta.shards[i];
-    rows.push_back({absl::StrCat(i), s.box.ToString(), s.PlacementString(),
-                    s.worker,
+    const Replica& shown = ShownReplica(s);
+    rows.push_back({absl::StrCat(i), s.box.ToString(), shown.PlacementString(),
+                    shown.worker,
                     FormatBytes(s.box.NumElements() *
                                 static_cast<int64_t>(ItemSize(meta.dtype))),
-                    s.available ? "yes" : "no", meta.HandleString(i)});
+                    shown.available ? "yes" : "no", meta.HandleString(i)});
   }
   PrintTable(rows, out);
   return absl::OkStatus();
@@ -837,18 +839,17 @@ absl::Status RunList(const Invocation& inv, std::ostream& out) {
     rows.back().push_back(
         t.pending.empty()
             ? "-"
-            : absl::StrCat(
-                  t.pending, t.pending == "update"
-                                 ? absl::StrCat(" to version ",
-                                                t.pending_version)
-                                 : "",
-                  t.pending_owner.empty()
-                      ? ""
-                      : absl::StrCat(" by ", t.pending_owner),
-                  " since ",
-                  absl::FormatDuration(absl::Trunc(now - t.pending_since,
-                                                   absl::Seconds(1))),
-                  " ago"));
+            : absl::StrCat(t.pending,
+                           t.pending == "update"
+                               ? absl::StrCat(" to version ", t.pending_version)
+                               : "",
+                           t.pending_owner.empty()
+                               ? ""
+                               : absl::StrCat(" by ", t.pending_owner),
+                           " since ",
+                           absl::FormatDuration(absl::Trunc(
+                               now - t.pending_since, absl::Seconds(1))),
+                           " ago"));
   }
   PrintTable(rows, out);
   return absl::OkStatus();

@@ -51,34 +51,38 @@ absl::Status RunParallel(std::vector<std::function<absl::Status()>> tasks,
   return first_error;
 }
 
-absl::Status CheckAvailable(const TensorMetadata& meta, size_t index) {
-  const ShardInfo& shard = meta.shards[index];
-  if (shard.available) return absl::OkStatus();
-  return UnavailableError(absl::StrCat("shard ", index, " of tensor '",
-                                       meta.name, "' on worker '", shard.worker,
-                                       "' (rank ", shard.rank, ")"));
+// Where shard `index` is read from (ReadLocations, best first); UNAVAILABLE
+// naming the worker when no replica of it is available.
+absl::StatusOr<ShardLocations> Readable(const TensorMetadata& meta,
+                                        size_t index) {
+  ShardLocations locations = ReadLocations(meta, index);
+  const ShardLocation& best = locations.front();
+  if (best.available) return locations;
+  return UnavailableError(absl::StrCat(
+      "shard ", index, " of tensor '", meta.name, "' on worker '", best.worker,
+      "' (rank ", meta.shards[index].replicas[best.replica].rank, ")"));
 }
 
-// Explains a read that failed because the shard's memory is gone.
+// Explains a read from `location` that failed because the shard's memory
+// is gone.
 absl::Status ExplainRead(absl::Status status, const TensorMetadata& meta,
-                         size_t index) {
-  const ShardInfo& shard = meta.shards[index];
+                         size_t index, const ShardLocation& location) {
   if (absl::IsNotFound(status)) {
     return absl::AbortedError(absl::StrCat(
         "shard ", index, " of tensor '", meta.name, "' version ", meta.version,
-        " is no longer held by worker '", shard.worker,
+        " is no longer held by worker '", location.worker,
         "' (the tensor was deleted or resharded): ", status.message()));
   }
   if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
     return Annotate(
-        UnavailableError(absl::StrCat("worker '", shard.worker, "' at ",
-                                      shard.address, " (", status.message(),
+        UnavailableError(absl::StrCat("worker '", location.worker, "' at ",
+                                      location.address, " (", status.message(),
                                       ")")),
         absl::StrCat("reading shard ", index, " of tensor '", meta.name, "'"));
   }
   return Annotate(
       status, absl::StrCat("reading shard ", index, " of tensor '", meta.name,
-                           "' from worker '", shard.worker, "'"));
+                           "' from worker '", location.worker, "'"));
 }
 
 // Runs `call` (a move to or from the worker at `address`), retrying while
@@ -107,19 +111,22 @@ RemoteShard ShardAt(const TensorMetadata& meta, size_t index,
 namespace {
 
 // Reads `in_shard` (shard coordinates) of shard `index` into `target`, from
-// the first place that holds it.
+// the first of `locations` (Readable's) that serves it.
 absl::Status ReadShardBox(Connection& connection, const TensorMetadata& meta,
-                          size_t index, const Box& in_shard,
-                          const ReadTarget& target) {
-  absl::Status status = absl::OkStatus();
-  for (const ShardLocation& location : ReadLocations(meta, index)) {
+                          size_t index, const ShardLocations& locations,
+                          const Box& in_shard, const ReadTarget& target) {
+  absl::Status status = absl::UnavailableError(
+      absl::StrCat("no replica of shard ", index, " is available"));
+  for (const ShardLocation& location : locations) {
+    if (!location.available) break;  // the rest are unavailable too
     const RemoteShard shard = ShardAt(meta, index, location);
     status = RetryOnFreshChannel(connection, location.address, [&] {
       return connection.data_plane().Read(shard, in_shard, target);
     });
     if (status.ok()) return status;
+    status = ExplainRead(status, meta, index, location);
   }
-  return ExplainRead(status, meta, index);
+  return status;
 }
 
 }  // namespace
@@ -138,23 +145,32 @@ absl::Status GatherRegion(Connection& connection, const TensorMetadata& meta,
       index != nullptr && index->size() == meta.shards.size()
           ? PlanRegion(*index, box_of, region)
           : PlanRegion(meta.shards.size(), box_of, region);
+  // Pieces grouped by the worker each is read from first, so each worker
+  // serves one stream at a time and all workers stream in parallel.
+  struct PieceRead {
+    const RegionPiece* piece;
+    ShardLocations locations;
+  };
+  std::vector<PieceRead> reads;
+  reads.reserve(pieces.size());
   for (const RegionPiece& piece : pieces) {
-    TESSERA_RETURN_IF_ERROR(CheckAvailable(meta, piece.shard_index));
+    TESSERA_ASSIGN_OR_RETURN(ShardLocations locations,
+                             Readable(meta, piece.shard_index));
+    reads.push_back({&piece, std::move(locations)});
   }
-  // Pieces grouped by worker, so each worker serves one stream at a time
-  // and all workers stream in parallel.
-  std::map<std::string, std::vector<const RegionPiece*>> by_worker;
-  for (const RegionPiece& piece : pieces) {
-    by_worker[meta.shards[piece.shard_index].address].push_back(&piece);
+  std::map<std::string, std::vector<const PieceRead*>> by_worker;
+  for (const PieceRead& read : reads) {
+    by_worker[read.locations.front().address].push_back(&read);
   }
   std::vector<std::function<absl::Status()>> tasks;
-  for (const auto& [address, worker_pieces] : by_worker) {
-    tasks.push_back([&, worker_pieces = worker_pieces]() -> absl::Status {
-      for (const RegionPiece* piece : worker_pieces) {
-        TESSERA_RETURN_IF_ERROR(
-            ReadShardBox(connection, meta, piece->shard_index, piece->in_shard,
-                         ReadTarget::HostArray(out, region.sizes,
-                                               piece->in_region.offsets)));
+  for (const auto& [address, worker_reads] : by_worker) {
+    tasks.push_back([&, worker_reads = worker_reads]() -> absl::Status {
+      for (const PieceRead* read : worker_reads) {
+        const RegionPiece& piece = *read->piece;
+        TESSERA_RETURN_IF_ERROR(ReadShardBox(
+            connection, meta, piece.shard_index, read->locations,
+            piece.in_shard,
+            ReadTarget::HostArray(out, region.sizes, piece.in_region.offsets)));
       }
       return absl::OkStatus();
     });
@@ -165,17 +181,25 @@ absl::Status GatherRegion(Connection& connection, const TensorMetadata& meta,
 
 absl::Status ScatterTensor(Connection& connection, const TensorMetadata& meta,
                            const char* src) {
-  std::map<std::string, std::vector<size_t>> by_worker;
-  for (size_t i = 0; i < meta.shards.size(); ++i)
-    by_worker[meta.shards[i].address].push_back(i);
+  // Every replica of every shard (WriteLocations), grouped by worker.
+  struct ShardWrite {
+    size_t index;
+    ShardLocation location;
+  };
+  std::map<std::string, std::vector<ShardWrite>> by_worker;
+  for (size_t i = 0; i < meta.shards.size(); ++i) {
+    for (ShardLocation& location : WriteLocations(meta, i)) {
+      std::vector<ShardWrite>& writes = by_worker[location.address];
+      writes.push_back({i, std::move(location)});
+    }
+  }
   std::vector<std::function<absl::Status()>> tasks;
-  for (const auto& [address, indices] : by_worker) {
-    tasks.push_back([&, address = address,
-                     indices = indices]() -> absl::Status {
-      for (size_t index : indices) {
+  for (const auto& [address, writes] : by_worker) {
+    tasks.push_back([&, address = address, &writes = writes]() -> absl::Status {
+      for (const ShardWrite& write : writes) {
+        const size_t index = write.index;
         const ShardInfo& info = meta.shards[index];
-        const RemoteShard shard =
-            ShardAt(meta, index, OwnerLocation(meta, index));
+        const RemoteShard shard = ShardAt(meta, index, write.location);
         WriteSource source;
         source.data = src;
         source.shape = meta.shape;
@@ -187,7 +211,7 @@ absl::Status ScatterTensor(Connection& connection, const TensorMetadata& meta,
           return Annotate(
               status,
               absl::StrCat("writing shard ", index, " of tensor '", meta.name,
-                           "' to worker '", info.worker, "'"));
+                           "' to worker '", write.location.worker, "'"));
         }
       }
       return absl::OkStatus();
@@ -222,8 +246,8 @@ absl::Status GatherRows(Connection& connection, const TensorMetadata& meta,
     const auto [lo, hi] =
         plan.Within(box.offsets[0], box.offsets[0] + box.sizes[0]);
     if (lo == hi || box.NumElements() == 0) continue;
-    TESSERA_RETURN_IF_ERROR(CheckAvailable(meta, i));
-    const ShardLocation location = ReadLocations(meta, i).front();
+    TESSERA_ASSIGN_OR_RETURN(const ShardLocations locations, Readable(meta, i));
+    const ShardLocation& location = locations.front();
     auto& [entries, shares] = by_worker[location.address];
     ShardRows& entry = entries.emplace_back();
     entry.shard = ShardAt(meta, i, location);
@@ -265,7 +289,8 @@ absl::Status GatherRows(Connection& connection, const TensorMetadata& meta,
         return connection.data_plane().ReadRows(entries, sink);
       });
       if (status.ok()) return status;
-      return ExplainRead(status, meta, shares.front().shard_index);
+      return ExplainRead(status, meta, shares.front().shard_index,
+                         entries.front().shard.location);
     });
   }
   return RunParallel(std::move(tasks),
@@ -281,15 +306,21 @@ absl::Status ScatterUpdate(Connection& connection, const TensorMetadata& meta,
     size_t index;
     Box in_shard;
     bool whole;
+    ShardLocation location;
   };
+  // Every replica of every shard the update writes (WriteLocations),
+  // grouped by worker.
   std::map<std::string, std::vector<Part>> by_worker;
   for (size_t i = 0; i < meta.shards.size(); ++i) {
     Box in_shard;
     const UpdateAction action =
         ClassifyForUpdate(meta.shards[i].box, region, &in_shard);
     if (action == UpdateAction::kKeep) continue;
-    by_worker[meta.shards[i].address].push_back(
-        {i, in_shard, action == UpdateAction::kRewrite});
+    for (ShardLocation& location : WriteLocations(meta, i)) {
+      std::vector<Part>& parts = by_worker[location.address];
+      parts.push_back(
+          {i, in_shard, action == UpdateAction::kRewrite, std::move(location)});
+    }
     *bytes_written += in_shard.NumElements() * item;
   }
   std::vector<std::function<absl::Status()>> tasks;
@@ -297,8 +328,7 @@ absl::Status ScatterUpdate(Connection& connection, const TensorMetadata& meta,
     tasks.push_back([&, address = address, &parts = parts]() -> absl::Status {
       for (const Part& part : parts) {
         const ShardInfo& info = meta.shards[part.index];
-        const RemoteShard shard =
-            ShardAt(meta, part.index, OwnerLocation(meta, part.index));
+        const RemoteShard shard = ShardAt(meta, part.index, part.location);
         // The part's bytes in `src`: its tensor box relative to the region.
         WriteSource source;
         source.data = src;
@@ -315,9 +345,9 @@ absl::Status ScatterUpdate(Connection& connection, const TensorMetadata& meta,
         });
         if (!status.ok()) {
           return Annotate(
-              status,
-              absl::StrCat("writing shard ", part.index, " of tensor '",
-                           meta.name, "' to worker '", info.worker, "'"));
+              status, absl::StrCat("writing shard ", part.index, " of tensor '",
+                                   meta.name, "' to worker '",
+                                   part.location.worker, "'"));
         }
       }
       return absl::OkStatus();
@@ -335,9 +365,10 @@ absl::Status FetchShard(Connection& connection, const TensorMetadata& meta,
 
 absl::Status FetchShardBox(Connection& connection, const TensorMetadata& meta,
                            size_t index, const Box& in_shard, char* out) {
-  TESSERA_RETURN_IF_ERROR(CheckAvailable(meta, index));
+  TESSERA_ASSIGN_OR_RETURN(const ShardLocations locations,
+                           Readable(meta, index));
   const std::vector<int64_t> zeros(in_shard.rank(), 0);
-  return ReadShardBox(connection, meta, index, in_shard,
+  return ReadShardBox(connection, meta, index, locations, in_shard,
                       ReadTarget::HostArray(out, in_shard.sizes, zeros));
 }
 

@@ -330,20 +330,21 @@ absl::StatusOr<std::vector<DeviceShardView>> DeviceReader::Map(
   for (size_t i = 0; i < meta.shards.size(); ++i) {
     const ShardInfo& info = meta.shards[i];
     if (info.box.IsEmpty()) continue;
-    const RemoteShard shard = ShardAt(meta, i, OwnerLocation(meta, i));
+    const ShardLocation location = ReadLocations(meta, i).front();
+    const RemoteShard shard = ShardAt(meta, i, location);
     absl::StatusOr<std::shared_ptr<Opened>> opened = Open(shard);
     if (!opened.ok()) {
       return Annotate(
           opened.status(),
           absl::StrCat("mapping shard ", i, " of tensor '", meta.name,
-                       "' from worker '", info.worker, "'"));
+                       "' from worker '", location.worker, "'"));
     }
     DeviceShardView view;
     view.index = i;
     view.box = info.box;
     view.data = (*opened)->data;
     view.device = (*opened)->device;
-    view.worker = info.worker;
+    view.worker = location.worker;
     {
       absl::MutexLock lock(&mu_);
       view.valid_until = (*opened)->valid_until;
@@ -374,8 +375,9 @@ absl::Status DeviceReader::GatherRegion(const TensorMetadata& meta,
   int64_t ipc_bytes = 0;
   for (size_t p = 0; p < pieces.size(); ++p) {
     const RegionPiece& piece = pieces[p];
-    const RemoteShard shard = ShardAt(meta, piece.shard_index,
-                                      OwnerLocation(meta, piece.shard_index));
+    const RemoteShard shard =
+        ShardAt(meta, piece.shard_index,
+                ReadLocations(meta, piece.shard_index).front());
     absl::StatusOr<std::shared_ptr<Opened>> opened = Open(shard);
     if (opened.ok()) {
       TESSERA_RETURN_IF_ERROR(

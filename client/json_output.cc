@@ -39,13 +39,14 @@ std::string DescribeJson(const TensorMetadata& meta) {
   shards.reserve(meta.shards.size());
   for (size_t i = 0; i < meta.shards.size(); ++i) {
     const ShardInfo& shard = meta.shards[i];
+    const Replica& shown = ShownReplica(shard);
     std::string s = "{";
     Field(&s, "offsets", JsonIntList(shard.box.offsets));
     Field(&s, "sizes", JsonIntList(shard.box.sizes));
-    Field(&s, "placement", JsonString(shard.PlacementString()));
-    Field(&s, "worker", JsonString(shard.worker));
+    Field(&s, "placement", JsonString(shown.PlacementString()));
+    Field(&s, "worker", JsonString(shown.worker));
     Field(&s, "handle", JsonString(meta.HandleString(i)));
-    Field(&s, "available", JsonBool(shard.available));
+    Field(&s, "available", JsonBool(shown.available));
     s += "}";
     shards.push_back(std::move(s));
   }
@@ -70,9 +71,9 @@ std::string TensorListJson(const std::vector<TensorInfo>& tensors) {
       Field(&p, "change", JsonString(t.pending));
       Field(&p, "version", absl::StrCat(t.pending_version));
       Field(&p, "owner", JsonString(t.pending_owner));
-      Field(&p, "since", JsonString(absl::FormatTime(
-                             "%Y-%m-%dT%H:%M:%SZ", t.pending_since,
-                             absl::UTCTimeZone())));
+      Field(&p, "since",
+            JsonString(absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t.pending_since,
+                                        absl::UTCTimeZone())));
       p += "}";
       Field(&s, "pending", p);
     }

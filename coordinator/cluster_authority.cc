@@ -143,9 +143,11 @@ std::map<std::string, std::string> ClusterAuthority::GrantTensor(
     const TensorMetadata& meta, uint32_t rights) const {
   std::map<std::string, std::string> grants;
   for (const ShardInfo& shard : meta.shards) {
-    if (grants.count(shard.worker) != 0) continue;
-    grants[shard.worker] = Grant(shard.worker, meta.name, meta.version,
-                                 meta.incarnation, rights, meta.change);
+    for (const Replica& replica : shard.replicas) {
+      if (grants.count(replica.worker) != 0) continue;
+      grants[replica.worker] = Grant(replica.worker, meta.name, meta.version,
+                                     meta.incarnation, rights, meta.change);
+    }
   }
   return grants;
 }

@@ -130,7 +130,7 @@ TEST(CoordinatorTest, RestartsAnyNumberOfTimesKeepingEveryTensor) {
       ASSERT_OK(meta);
       EXPECT_EQ(meta->shape, (Shape{4, 3}));
       EXPECT_EQ(meta->dtype, DType::kInt16);
-      EXPECT_TRUE(meta->shards[0].available);
+      EXPECT_TRUE(meta->shards[0].replicas[0].available);
     }
     const std::string name = absl::StrCat("t", start);
     ASSERT_OK(life->CreateTensor(Args(name)));
@@ -178,7 +178,7 @@ TEST(CoordinatorTest, EverySnapshotIntervalKeepsEveryChangeAcrossRestarts) {
         const absl::StatusOr<TensorMetadata> meta = life->GetTensor(name);
         ASSERT_OK(meta);
         for (const ShardInfo& s : meta->shards)
-          ids_before.push_back(s.shard_id);
+          ids_before.push_back(s.replicas[0].shard_id);
       }
     }
     Life life(workers, std::make_unique<FileMetadataStore>(dir), every);
@@ -189,7 +189,8 @@ TEST(CoordinatorTest, EverySnapshotIntervalKeepsEveryChangeAcrossRestarts) {
     auto f = life->CreateTensor(Args("f"));
     ASSERT_OK(f);
     for (const ShardInfo& s : (*f)->shards) {
-      EXPECT_EQ(std::count(ids_before.begin(), ids_before.end(), s.shard_id),
+      EXPECT_EQ(std::count(ids_before.begin(), ids_before.end(),
+                           s.replicas[0].shard_id),
                 0);
     }
   }

@@ -42,9 +42,10 @@ MetadataChange TensorChange(const std::string& name, uint64_t version,
   for (int i = 0; i < num_shards; ++i) {
     ShardInfo shard;
     shard.box = Box{{2 * i, 0}, {2, 3}};
-    shard.rank = i;
-    shard.worker = "w" + std::to_string(i);
-    shard.shard_id = 100 * version + i;
+    Replica& replica = shard.replicas.emplace_back();
+    replica.rank = i;
+    replica.worker = "w" + std::to_string(i);
+    replica.shard_id = 100 * version + i;
     tensor->shards.push_back(shard);
   }
   return MetadataChange::Tensor(std::move(tensor));
@@ -120,8 +121,8 @@ TEST(FileMetadataStoreTest, ChangesSurviveAReopen) {
   const TensorMetadata& a = *state->tensors.at("a");
   EXPECT_EQ(a.version, 2u);
   ASSERT_EQ(a.shards.size(), 4u);
-  EXPECT_EQ(a.shards[3].shard_id, 203u);
-  EXPECT_EQ(a.shards[3].worker, "w3");
+  EXPECT_EQ(a.shards[3].replicas[0].shard_id, 203u);
+  EXPECT_EQ(a.shards[3].replicas[0].worker, "w3");
   EXPECT_EQ(a.dtype, DType::kInt16);
   EXPECT_EQ(state->workers.at("w0").address, "127.0.0.1:1");
 }
@@ -181,6 +182,88 @@ std::string ReadFile(const std::string& path) {
 void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << bytes;
+}
+
+// One shard as a coordinator from before replicas described it.
+struct OneOwner {
+  std::string box;
+  int32_t rank;
+  std::string worker;
+  uint64_t shard_id;
+};
+
+void ExpectOneReplicaEach(const TensorMetadata& meta,
+                          const std::vector<OneOwner>& want) {
+  ASSERT_EQ(meta.shards.size(), want.size()) << meta.name;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const ShardInfo& shard = meta.shards[i];
+    EXPECT_EQ(shard.box.ToString(), want[i].box) << meta.name << " " << i;
+    ASSERT_EQ(shard.replicas.size(), 1u) << meta.name << " " << i;
+    const Replica& replica = shard.replicas[0];
+    EXPECT_EQ(replica.rank, want[i].rank) << meta.name << " " << i;
+    EXPECT_EQ(replica.device.ToString(), "cpu");
+    EXPECT_EQ(replica.worker, want[i].worker) << meta.name << " " << i;
+    EXPECT_EQ(replica.address,
+              want[i].rank == 1 ? "127.0.0.1:17871" : "127.0.0.1:17872");
+    EXPECT_EQ(replica.shard_id, want[i].shard_id) << meta.name << " " << i;
+  }
+}
+
+// A --data_dir written by a coordinator from before shards had replicas
+// (testdata/one_owner_data_dir/README.md says how): every shard loads as one
+// replica, the one its owner held.
+TEST(FileMetadataStoreTest, DataDirOfOneOwnerPerShardLoadsAsOneReplicaEach) {
+  const std::string source =
+      absl::StrCat(std::getenv("TEST_SRCDIR"),
+                   "/tessera/coordinator/testdata/one_owner_data_dir");
+  const std::string dir = TempDir() + "/data";
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  for (const char* name : {"snapshot", "log"}) {
+    const std::string bytes = ReadFile(absl::StrCat(source, "/", name));
+    ASSERT_FALSE(bytes.empty()) << name;
+    WriteFile(absl::StrCat(dir, "/", name), bytes);
+  }
+  auto store = std::make_unique<FileMetadataStore>(dir);
+  absl::StatusOr<MetadataState> state = store->Load();
+  ASSERT_THAT(state.status(), IsOk());
+  EXPECT_GT(store->records_recovered(), 0);  // `late` is in the log
+  EXPECT_THAT(state->workers.size(), 2u);
+  EXPECT_EQ(state->workers.at("w0").address, "127.0.0.1:17871");
+  EXPECT_EQ(state->workers.at("w1").rank, 0);
+  std::vector<std::string> names;
+  for (const auto& [name, meta] : state->tensors) names.push_back(name);
+  EXPECT_THAT(names, ::testing::ElementsAre("emb", "grid", "late", "rows"));
+
+  const TensorMetadata& emb = *state->tensors.at("emb");
+  EXPECT_EQ(emb.version, 2u);
+  EXPECT_EQ(emb.dtype, DType::kFloat32);
+  EXPECT_EQ(emb.shape, (Shape{10, 4}));
+  ExpectOneReplicaEach(emb, {{"0:10,0:2", 1, "w0", 12516703633074958785u},
+                             {"0:10,2:4", 0, "w1", 10772376606352435384u}});
+  ExpectOneReplicaEach(*state->tensors.at("grid"),
+                       {{"0:2,0:2", 1, "w0", 10307021113094853430u},
+                        {"0:2,2:4", 0, "w1", 14786798384446526431u},
+                        {"2:4,0:4", 1, "w0", 13254903360102401983u}});
+  ExpectOneReplicaEach(*state->tensors.at("rows"),
+                       {{"0:2,0:2", 0, "w1", 9963105190592925392u},
+                        {"2:4,0:2", 1, "w0", 4126231575443866782u},
+                        {"4:6,0:2", 0, "w1", 4720517318500103526u}});
+  const TensorMetadata& late = *state->tensors.at("late");
+  EXPECT_EQ(late.dtype, DType::kFloat64);
+  ExpectOneReplicaEach(late, {{"0:2,0:2", 0, "w1", 17399865348983128360u},
+                              {"0:2,2:3", 1, "w0", 13129931622712651864u}});
+  EXPECT_GT(state->shard_id_high_water, 0u);
+
+  // What this version writes back (a snapshot, as at every start) loads
+  // the same.
+  ASSERT_THAT(store->Snapshot(*state), IsOk());
+  store.reset();  // releases the directory's lock
+  FileMetadataStore again(dir);
+  absl::StatusOr<MetadataState> reloaded = again.Load();
+  ASSERT_THAT(reloaded.status(), IsOk());
+  ExpectOneReplicaEach(*reloaded->tensors.at("emb"),
+                       {{"0:10,0:2", 1, "w0", 12516703633074958785u},
+                        {"0:10,2:4", 0, "w1", 10772376606352435384u}});
 }
 
 // A log of tensors "a", "b", "c" (one record each); `*b_at` is the byte

@@ -26,8 +26,10 @@ absl::StatusOr<MetadataState> MetadataLog::Recover() {
   TESSERA_ASSIGN_OR_RETURN(MetadataState state, store_->Load());
   for (const auto& [name, tensor] : state.tensors) {
     for (const ShardInfo& shard : tensor->shards) {
-      state.shard_id_high_water =
-          std::max(state.shard_id_high_water, shard.shard_id + 1);
+      for (const Replica& replica : shard.replicas) {
+        state.shard_id_high_water =
+            std::max(state.shard_id_high_water, replica.shard_id + 1);
+      }
     }
   }
   state.shard_id_high_water = std::max<uint64_t>(state.shard_id_high_water, 1);

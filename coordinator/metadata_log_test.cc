@@ -39,8 +39,9 @@ MetadataChange TensorChange(const std::string& name, uint64_t version = 1) {
   tensor->version = version;
   ShardInfo shard;
   shard.box = Box{{0}, {4}};
-  shard.worker = "w0";
-  shard.shard_id = version;
+  Replica& replica = shard.replicas.emplace_back();
+  replica.worker = "w0";
+  replica.shard_id = version;
   tensor->shards.push_back(shard);
   return MetadataChange::Tensor(std::move(tensor));
 }
@@ -248,8 +249,9 @@ MetadataChange BigTensorChange(const std::string& name, uint64_t version,
   for (int i = 0; i < shards; ++i) {
     ShardInfo shard;
     shard.box = Box{{i}, {1}};
-    shard.worker = "w0";
-    shard.shard_id = (version << 32) + static_cast<uint64_t>(i);
+    Replica& replica = shard.replicas.emplace_back();
+    replica.worker = "w0";
+    replica.shard_id = (version << 32) + static_cast<uint64_t>(i);
     tensor->shards.push_back(shard);
   }
   return MetadataChange::Tensor(std::move(tensor));

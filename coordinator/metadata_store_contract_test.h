@@ -205,10 +205,28 @@ class MetadataStoreContractTest
     for (int i = 0; i < num_shards; ++i) {
       ShardInfo shard;
       shard.box = Box{{4 * i, 0}, {4, 3}};
-      shard.rank = i;
-      shard.worker = "w" + std::to_string(i);
-      shard.shard_id = 1000 * version + static_cast<uint64_t>(i);
+      Replica& replica = shard.replicas.emplace_back();
+      replica.rank = i;
+      replica.worker = "w" + std::to_string(i);
+      replica.shard_id = 1000 * version + static_cast<uint64_t>(i);
       tensor->shards.push_back(shard);
+    }
+    return tensor;
+  }
+  // Tensor(), with `copies` replicas of every shard: shard i's replica r on
+  // worker w(i + r) (rank i + r, cpu, as Tensor's), with an id of its own.
+  static std::shared_ptr<const TensorMetadata> Replicated(
+      const std::string& name, uint64_t version, int num_shards, int copies) {
+    auto tensor =
+        std::make_shared<TensorMetadata>(*Tensor(name, version, num_shards));
+    for (int i = 0; i < num_shards; ++i) {
+      ShardInfo& shard = tensor->shards[static_cast<size_t>(i)];
+      for (int r = 1; r < copies; ++r) {
+        Replica& replica = shard.replicas.emplace_back();
+        replica.rank = i + r;
+        replica.worker = "w" + std::to_string(i + r);
+        replica.shard_id = 1000 * version + static_cast<uint64_t>(100 * r + i);
+      }
     }
     return tensor;
   }
@@ -233,10 +251,16 @@ class MetadataStoreContractTest
     ASSERT_EQ(got.shards.size(), want.shards.size()) << want.name;
     for (size_t i = 0; i < want.shards.size(); ++i) {
       EXPECT_EQ(got.shards[i].box, want.shards[i].box);
-      EXPECT_EQ(got.shards[i].rank, want.shards[i].rank);
-      EXPECT_EQ(got.shards[i].device, want.shards[i].device);
-      EXPECT_EQ(got.shards[i].worker, want.shards[i].worker);
-      EXPECT_EQ(got.shards[i].shard_id, want.shards[i].shard_id);
+      ASSERT_EQ(got.shards[i].replicas.size(), want.shards[i].replicas.size())
+          << want.name << " shard " << i;
+      for (size_t r = 0; r < want.shards[i].replicas.size(); ++r) {
+        const Replica& a = got.shards[i].replicas[r];
+        const Replica& b = want.shards[i].replicas[r];
+        EXPECT_EQ(a.rank, b.rank);
+        EXPECT_EQ(a.device, b.device);
+        EXPECT_EQ(a.worker, b.worker);
+        EXPECT_EQ(a.shard_id, b.shard_id);
+      }
     }
   }
   static std::vector<std::string> Names(const MetadataState& state) {
@@ -348,6 +372,20 @@ TEST_P(MetadataStoreContractTest, SnapshotOfTheLoadedStateKeepsEverything) {
     EXPECT_EQ(state.workers.count("w0"), 1u);
     ASSERT_OK(store->Snapshot(state));
   }
+}
+
+TEST_P(MetadataStoreContractTest, ReplicasSurviveLogAndSnapshot) {
+  std::unique_ptr<MetadataStore> store = Open();
+  ASSERT_OK(store->Append(MetadataChange::Tensor(Replicated("a", 1, 3, 2))));
+  ASSERT_OK(store->Append(MetadataChange::Tensor(Tensor("b", 1, 2))));
+  MetadataState state = Reload(&store);
+  ExpectSameTensor(*state.tensors.at("a"), *Replicated("a", 1, 3, 2));
+  ExpectSameTensor(*state.tensors.at("b"), *Tensor("b", 1, 2));
+  ASSERT_OK(store->Snapshot(state));
+  ASSERT_OK(store->Append(MetadataChange::Tensor(Replicated("b", 2, 2, 3))));
+  state = Reload(&store);
+  ExpectSameTensor(*state.tensors.at("a"), *Replicated("a", 1, 3, 2));
+  ExpectSameTensor(*state.tensors.at("b"), *Replicated("b", 2, 2, 3));
 }
 
 TEST_P(MetadataStoreContractTest, ShardIdHighWaterNeverGoesDown) {

@@ -1,6 +1,7 @@
 #include "coordinator/orchestrator.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <iterator>
 #include <map>
@@ -56,6 +57,32 @@ absl::Status GaveUp(const absl::Status& status, absl::string_view what,
                                       absl::FormatDuration(limits.plan_budget),
                                       " (the coordinator's plan_budget)")
                        : std::string()));
+}
+
+// A shard as the reshard planner sees it: its box and its replicas'
+// workers.
+PlacedBox Placed(const ShardInfo& shard) {
+  PlacedBox out;
+  out.box = shard.box;
+  out.workers.reserve(shard.replicas.size());
+  for (const Replica& replica : shard.replicas)
+    out.workers.push_back(replica.worker);
+  return out;
+}
+
+// Fills in the replica each piece of `plan` that crosses workers is read
+// from: the first of the old shard's ReadLocations. (Pieces copied in
+// memory come from the old replica on their own worker, as planned.)
+void ChooseSources(const TensorMetadata& old_meta, ReshardPlan* plan) {
+  size_t last = SIZE_MAX, replica = 0;
+  for (ReshardPiece& piece : plan->pieces) {
+    if (piece.local) continue;
+    if (piece.src_shard != last) {
+      last = piece.src_shard;
+      replica = ReadLocations(old_meta, last).front().replica;
+    }
+    piece.src_replica = replica;
+  }
 }
 
 }  // namespace
@@ -158,12 +185,15 @@ absl::Status Orchestrator::PlaceShards(const LayoutSpec& spec,
       return UnavailableError(absl::StrCat("worker '", worker.name, "' (rank ",
                                            worker.rank, ") for shard ", i));
     }
+    // The spec's placement names the shard's first (today: only) replica.
     ShardInfo& shard = meta->shards[i];
     shard.box = std::move(boxes[i]);
-    shard.rank = worker.rank;
-    shard.device = worker.device;
-    shard.worker = worker.name;
-    shard.address = worker.address;
+    shard.replicas.clear();
+    Replica& replica = shard.replicas.emplace_back();
+    replica.rank = worker.rank;
+    replica.device = worker.device;
+    replica.worker = worker.name;
+    replica.address = worker.address;
   }
   return absl::OkStatus();
 }
@@ -171,8 +201,9 @@ absl::Status Orchestrator::PlaceShards(const LayoutSpec& spec,
 absl::Status Orchestrator::CheckCapacity(const TensorMetadata& shards) const {
   absl::flat_hash_map<std::string, int64_t> need;
   for (const ShardInfo& shard : shards.shards) {
-    need[shard.worker] +=
+    const int64_t bytes =
         shard.box.NumElements() * static_cast<int64_t>(ItemSize(shards.dtype));
+    for (const Replica& replica : shard.replicas) need[replica.worker] += bytes;
   }
   for (const auto& [name, bytes] : need) {
     std::optional<WorkerRecord> worker = registry_->Find(name);
@@ -264,24 +295,27 @@ absl::StatusOr<TensorMetadataPtr> Orchestrator::Create(
 absl::Status Orchestrator::AllocateShards(const TensorMetadata& meta,
                                           const InitSpec& init, bool writable,
                                           bool filled_by_copies) {
-  // One batch per worker, all batches in parallel.
+  // One batch per worker (every replica of every shard), all batches in
+  // parallel.
   std::map<std::string, AllocateBatch> batches;  // by address
   std::map<std::string, std::string> names;      // address -> worker name
   for (const ShardInfo& shard : meta.shards) {
-    AllocateBatch& batch = batches[shard.address];
-    if (batch.shards.empty()) {
-      batch.tensor = meta.name;
-      batch.version = meta.version;
-      batch.incarnation = meta.incarnation;
-      batch.writable = writable;
-      batch.change = writable ? meta.change : 0;
-      batch.filled_by_copies = filled_by_copies;
-      batch.dtype = meta.dtype;
-      batch.tensor_shape = meta.shape;
-      batch.init = init;
-      names[shard.address] = shard.worker;
+    for (const Replica& replica : shard.replicas) {
+      AllocateBatch& batch = batches[replica.address];
+      if (batch.shards.empty()) {
+        batch.tensor = meta.name;
+        batch.version = meta.version;
+        batch.incarnation = meta.incarnation;
+        batch.writable = writable;
+        batch.change = writable ? meta.change : 0;
+        batch.filled_by_copies = filled_by_copies;
+        batch.dtype = meta.dtype;
+        batch.tensor_shape = meta.shape;
+        batch.init = init;
+        names[replica.address] = replica.worker;
+      }
+      batch.shards.emplace_back(replica.shard_id, shard.box);
     }
-    batch.shards.emplace_back(shard.shard_id, shard.box);
   }
   std::vector<std::string> addresses;
   for (const auto& [address, batch] : batches) addresses.push_back(address);
@@ -326,8 +360,10 @@ absl::Status Orchestrator::AllocateShards(const TensorMetadata& meta,
 
 void Orchestrator::FreeShards(const TensorMetadata& meta) {
   std::map<std::string, std::vector<uint64_t>> by_worker;  // worker name -> ids
-  for (const ShardInfo& shard : meta.shards)
-    by_worker[shard.worker].push_back(shard.shard_id);
+  for (const ShardInfo& shard : meta.shards) {
+    for (const Replica& replica : shard.replicas)
+      by_worker[replica.worker].push_back(replica.shard_id);
+  }
   std::vector<std::thread> threads;
   for (const auto& [name, ids] : by_worker) {
     std::optional<WorkerRecord> worker = registry_->Find(name);
@@ -349,10 +385,13 @@ void Orchestrator::FreeShards(const TensorMetadata& meta) {
 
 absl::Status Orchestrator::SealShards(const TensorMetadata& meta) {
   std::map<std::string, std::vector<uint64_t>> by_worker;  // worker name -> ids
-  for (const ShardInfo& shard : meta.shards)
-    by_worker[shard.worker].push_back(shard.shard_id);
+  for (const ShardInfo& shard : meta.shards) {
+    for (const Replica& replica : shard.replicas)
+      by_worker[replica.worker].push_back(replica.shard_id);
+  }
   std::vector<std::pair<std::string, absl::Status>> results;
-  for (const auto& [name, ids] : by_worker) results.emplace_back(name, absl::OkStatus());
+  for (const auto& [name, ids] : by_worker)
+    results.emplace_back(name, absl::OkStatus());
   std::vector<std::thread> threads;
   size_t i = 0;
   for (const auto& [name, ids] : by_worker) {
@@ -380,8 +419,8 @@ absl::Status Orchestrator::SealShards(const TensorMetadata& meta) {
 absl::Status Orchestrator::Commit(const std::string& name, uint64_t version,
                                   const std::string& principal,
                                   uint64_t change) {
-  TESSERA_ASSIGN_OR_RETURN(CommitStart start,
-                           table_->BeginCommit(name, version, principal, change));
+  TESSERA_ASSIGN_OR_RETURN(
+      CommitStart start, table_->BeginCommit(name, version, principal, change));
   if (start.done) return absl::OkStatus();  // committed already
   // The change's write grants die here: no write reaches its shards after
   // the commit, through any transport. A shard no longer held fails it.
@@ -426,13 +465,15 @@ void Orchestrator::FillWorkerState(TensorMetadata* meta) const {
   absl::flat_hash_map<std::string, WorkerRecord> workers;
   for (WorkerRecord& w : registry_->List()) workers[w.name] = std::move(w);
   for (ShardInfo& shard : meta->shards) {
-    auto it = workers.find(shard.worker);
-    if (it == workers.end()) {
-      shard.available = false;
-      continue;
+    for (Replica& replica : shard.replicas) {
+      auto it = workers.find(replica.worker);
+      if (it == workers.end()) {
+        replica.available = false;
+        continue;
+      }
+      replica.address = it->second.address;
+      replica.available = it->second.alive;
     }
-    shard.address = it->second.address;
-    shard.available = it->second.alive;
   }
   table_->MarkLost(meta);
 }
@@ -459,7 +500,7 @@ absl::Status Orchestrator::MakeNewShards(
   const MetadataLog::Ticket ids =
       table_->ReserveIds(absl::MakeSpan(out->meta.shards));
   for (size_t k = 0; k < fresh_index.size(); ++k)
-    next->shards[fresh_index[k]].shard_id = out->meta.shards[k].shard_id;
+    next->shards[fresh_index[k]].replicas = out->meta.shards[k].replicas;
   TESSERA_RETURN_IF_ERROR(CheckCapacity(out->meta));
   // A caller that gave up gets nothing allocated.
   TESSERA_RETURN_IF_ERROR(GaveUp(caller.Check(), what, caller, limits_));
@@ -517,11 +558,12 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(
   // Sources must be readable before anything is allocated.
   TensorMetadata sources = *old_meta;
   FillWorkerState(&sources);
-  std::vector<PlacedBox> old_layout, new_layout;
-  for (const ShardInfo& s : sources.shards)
-    old_layout.push_back({s.box, s.worker});
-  for (const ShardInfo& s : new_meta->shards)
-    new_layout.push_back({s.box, s.worker});
+  std::vector<PlacedBox> old_layout(sources.shards.size());
+  std::vector<PlacedBox> new_layout(new_meta->shards.size());
+  for (size_t i = 0; i < old_layout.size(); ++i)
+    old_layout[i] = Placed(sources.shards[i]);
+  for (size_t j = 0; j < new_layout.size(); ++j)
+    new_layout[j] = Placed(new_meta->shards[j]);
   absl::StatusOr<ReshardPlan> planned =
       PlanReshard(old_layout, new_layout, ItemSize(old_meta->dtype), stop);
   if (!planned.ok()) {
@@ -529,9 +571,11 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(
                   absl::StrCat("planning the reshard of '", name, "'"), caller,
                   limits_);
   }
-  const ReshardPlan plan = *std::move(planned);
+  ReshardPlan plan = *std::move(planned);
+  ChooseSources(sources, &plan);
   for (const ReshardPiece& piece : plan.pieces) {
-    const ShardInfo& src = sources.shards[piece.src_shard];
+    const Replica& src =
+        sources.shards[piece.src_shard].replicas[piece.src_replica];
     if (!src.available) {
       return UnavailableError(
           absl::StrCat("cannot reshard '", name, "': worker '", src.worker,
@@ -539,12 +583,16 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(
     }
   }
 
-  // New shards: kept ones take over the old memory; the rest are allocated.
+  // New shards: kept ones take over the old memory (replica by replica:
+  // the planner keeps only a shard on the same workers); the rest are
+  // allocated.
   std::vector<size_t> fresh_index;
   for (size_t j = 0; j < new_meta->shards.size(); ++j) {
     if (plan.kept_from[j] >= 0) {
-      new_meta->shards[j].shard_id =
-          old_meta->shards[plan.kept_from[j]].shard_id;
+      Replicas& replicas = new_meta->shards[j].replicas;
+      const Replicas& old = old_meta->shards[plan.kept_from[j]].replicas;
+      for (size_t r = 0; r < replicas.size(); ++r)
+        replicas[r].shard_id = old[r].shard_id;
     } else {
       fresh_index.push_back(j);
     }
@@ -616,7 +664,7 @@ absl::StatusOr<StagedUpdate> Orchestrator::BeginUpdate(const UpdateArgs& args) {
   const int64_t item = static_cast<int64_t>(ItemSize(old_meta->dtype));
   for (size_t j = 0; j < new_meta->shards.size(); ++j) {
     ShardInfo& shard = new_meta->shards[j];
-    shard.available = true;
+    for (Replica& replica : shard.replicas) replica.available = true;
     Box in_shard;
     const UpdateAction action =
         ClassifyForUpdate(shard.box, args.region, &in_shard);
@@ -625,17 +673,23 @@ absl::StatusOr<StagedUpdate> Orchestrator::BeginUpdate(const UpdateArgs& args) {
       continue;
     }
     if (action == UpdateAction::kPatch) {
-      if (!sources.shards[j].available) {
-        return UnavailableError(absl::StrCat("cannot update '", args.name,
-                                             "': worker '", shard.worker,
-                                             "' holding shard ", j));
+      // Each replica starts as a copy of N's replica on its own worker.
+      for (size_t r = 0; r < shard.replicas.size(); ++r) {
+        const Replica& source = sources.shards[j].replicas[r];
+        if (!source.available) {
+          return UnavailableError(absl::StrCat("cannot update '", args.name,
+                                               "': worker '", source.worker,
+                                               "' holding shard ", j));
+        }
+        ReshardPiece& piece = patches.pieces.emplace_back();
+        piece.src_shard = j;
+        piece.dst_shard = j;
+        piece.src_replica = r;
+        piece.dst_replica = r;
+        piece.global = shard.box;
+        piece.bytes = shard.box.NumElements() * item;
+        piece.local = true;
       }
-      ReshardPiece& piece = patches.pieces.emplace_back();
-      piece.src_shard = j;
-      piece.dst_shard = j;
-      piece.global = shard.box;
-      piece.bytes = shard.box.NumElements() * item;
-      piece.local = true;
     }
     fresh_index.push_back(j);
   }
@@ -666,21 +720,23 @@ bool OnSeparateGpus(
     const std::function<std::string(const std::string& worker)>& uuid_of) {
   std::map<std::string, std::string> worker_on_gpu;
   std::map<std::string, std::string> uuids;  // one lookup per worker
-  auto own_gpu = [&](const ShardInfo& shard) {
-    if (shard.device.kind != Device::Kind::kCuda) return false;
-    auto [uuid, fresh] = uuids.try_emplace(shard.worker);
-    if (fresh) uuid->second = uuid_of(shard.worker);
+  auto own_gpu = [&](const Replica& replica) {
+    if (replica.device.kind != Device::Kind::kCuda) return false;
+    auto [uuid, fresh] = uuids.try_emplace(replica.worker);
+    if (fresh) uuid->second = uuid_of(replica.worker);
     std::string gpu = uuid->second;
     if (gpu.empty()) {
-      gpu = absl::StrCat(shard.address.substr(0, shard.address.rfind(':')),
-                         " cuda:", shard.device.index);
+      gpu = absl::StrCat(replica.address.substr(0, replica.address.rfind(':')),
+                         " cuda:", replica.device.index);
     }
-    auto [it, added] = worker_on_gpu.emplace(gpu, shard.worker);
-    return added || it->second == shard.worker;
+    auto [it, added] = worker_on_gpu.emplace(gpu, replica.worker);
+    return added || it->second == replica.worker;
   };
   for (const ReshardPiece& piece : plan.pieces) {
-    const ShardInfo& src = old_meta.shards[piece.src_shard];
-    const ShardInfo& dst = new_meta.shards[piece.dst_shard];
+    const Replica& src =
+        old_meta.shards[piece.src_shard].replicas[piece.src_replica];
+    const Replica& dst =
+        new_meta.shards[piece.dst_shard].replicas[piece.dst_replica];
     if (src.worker != dst.worker && (!own_gpu(src) || !own_gpu(dst))) {
       return false;
     }
@@ -697,8 +753,10 @@ absl::Status Orchestrator::MovePieces(const TensorMetadata& old_meta,
   // parallel.
   std::map<std::pair<std::string, std::string>, TransferBatch> batches;
   for (const ReshardPiece& piece : plan.pieces) {
-    const ShardInfo& src = old_meta.shards[piece.src_shard];
-    const ShardInfo& dst = new_meta.shards[piece.dst_shard];
+    const ShardInfo& src_shard = old_meta.shards[piece.src_shard];
+    const ShardInfo& dst_shard = new_meta.shards[piece.dst_shard];
+    const Replica& src = src_shard.replicas[piece.src_replica];
+    const Replica& dst = dst_shard.replicas[piece.dst_replica];
     TransferBatch& batch = batches[{src.worker, dst.worker}];
     if (batch.pieces.empty()) {
       batch.tensor = old_meta.name;
@@ -714,8 +772,10 @@ absl::Status Orchestrator::MovePieces(const TensorMetadata& old_meta,
     move.dst_shard_id = dst.shard_id;
     move.sizes = ToShape(piece.global.sizes);
     for (size_t d = 0; d < piece.global.rank(); ++d) {
-      move.dst_offsets.push_back(piece.global.offsets[d] - dst.box.offsets[d]);
-      move.src_offsets.push_back(piece.global.offsets[d] - src.box.offsets[d]);
+      move.dst_offsets.push_back(piece.global.offsets[d] -
+                                 dst_shard.box.offsets[d]);
+      move.src_offsets.push_back(piece.global.offsets[d] -
+                                 src_shard.box.offsets[d]);
     }
   }
   // Between GPUs: one exchange among every worker involved moves the pieces

@@ -89,8 +89,9 @@ struct TensorLimits {
 };
 
 // In-memory bytes the coordinator counts per shard of rank r:
-// kShardMetadataBytes + r * kShardMetadataBytesPerDim (the ShardInfo, its
-// box's two vectors and their allocations).
+// kShardMetadataBytes + r * kShardMetadataBytesPerDim (the ShardInfo with
+// its one replica held inline, its box's two vectors and their
+// allocations).
 inline constexpr int64_t kShardMetadataBytes = 192;
 inline constexpr int64_t kShardMetadataBytesPerDim = 16;
 
@@ -127,8 +128,9 @@ class Orchestrator {
   absl::StatusOr<TensorMetadataPtr> Create(const CreateTensorArgs& args);
   absl::Status Commit(const std::string& name, uint64_t version,
                       const std::string& principal, uint64_t change);
-  absl::Status Delete(const std::string& name, const std::string& principal = "",
-                      bool admin = true, uint64_t incarnation = 0);
+  absl::Status Delete(const std::string& name,
+                      const std::string& principal = "", bool admin = true,
+                      uint64_t incarnation = 0);
   // `stop`: when the caller gives up (validation and planning stop then;
   // nothing is allocated after).
   absl::StatusOr<ReshardResult> Reshard(const std::string& name,

@@ -266,7 +266,8 @@ TEST_F(OrchestratorTest, ReshardKeepsShardsThatDoNotMove) {
   ASSERT_OK(result);
   EXPECT_EQ(result->shards_kept, 2);
   EXPECT_THAT(workers_.transfers(), IsEmpty());
-  EXPECT_EQ((*table_.Get("a"))->shards[0].shard_id, (*v1)->shards[0].shard_id);
+  EXPECT_EQ((*table_.Get("a"))->shards[0].replicas[0].shard_id,
+            (*v1)->shards[0].replicas[0].shard_id);
   clock_.Advance(absl::Seconds(6));
   orchestrator_.FreeDue();
   EXPECT_THAT(Held(0), SizeIs(1));
@@ -345,10 +346,12 @@ TEST_F(OrchestratorTest,
   EXPECT_THAT(log_.DurableState().tensors, IsEmpty()) << "no record yet";
   EXPECT_THAT(table_.Get("p").status(), StatusIs(absl::StatusCode::kNotFound));
   // The commit seals the put's shards on their workers first.
-  EXPECT_FALSE(workers_.Sealed(WorkerAddress(0), (*made)->shards[0].shard_id));
+  EXPECT_FALSE(workers_.Sealed(WorkerAddress(0),
+                               (*made)->shards[0].replicas[0].shard_id));
   ASSERT_OK(orchestrator_.Commit("p", 1, "", change));
   for (const ShardInfo& shard : (*made)->shards) {
-    EXPECT_TRUE(workers_.Sealed(shard.address, shard.shard_id));
+    EXPECT_TRUE(
+        workers_.Sealed(shard.replicas[0].address, shard.replicas[0].shard_id));
   }
   EXPECT_OK(table_.Get("p"));
   EXPECT_EQ(log_.DurableState().tensors.count("p"), 1u);
@@ -367,7 +370,8 @@ TEST_F(OrchestratorTest,
 
 // A worker that lost a put's shard before its commit (it restarted): the
 // commit fails, nothing is recorded, and the put stays pending.
-TEST_F(OrchestratorTest, ACommitWhoseShardsCannotBeSealedFailsAndRecordsNothing) {
+TEST_F(OrchestratorTest,
+       ACommitWhoseShardsCannotBeSealedFailsAndRecordsNothing) {
   CreateTensorArgs put = Args("p", 4, {0, 1});
   put.pending = true;
   absl::StatusOr<TensorMetadataPtr> made = orchestrator_.Create(put);
@@ -397,16 +401,16 @@ TEST_F(OrchestratorTest, FillWorkerStateReportsDeadWorkersAndLostShards) {
   ASSERT_OK(meta);
   TensorMetadata filled = **meta;
   orchestrator_.FillWorkerState(&filled);
-  EXPECT_TRUE(filled.shards[0].available);
+  EXPECT_TRUE(filled.shards[0].replicas[0].available);
   table_.Reconcile("w1", {});  // w1 came back without its shard
   filled = **meta;
   orchestrator_.FillWorkerState(&filled);
-  EXPECT_TRUE(filled.shards[0].available);
-  EXPECT_FALSE(filled.shards[1].available);
+  EXPECT_TRUE(filled.shards[0].replicas[0].available);
+  EXPECT_FALSE(filled.shards[1].replicas[0].available);
   clock_.Advance(absl::Seconds(10));
   filled = **meta;
   orchestrator_.FillWorkerState(&filled);
-  EXPECT_FALSE(filled.shards[0].available) << "w0's lease expired";
+  EXPECT_FALSE(filled.shards[0].replicas[0].available) << "w0's lease expired";
 }
 
 // The spec of Suffixes(m, true): a valid tiling of [m]^4 whose overlap

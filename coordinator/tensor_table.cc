@@ -17,7 +17,8 @@ void TensorTable::Restore(const MetadataState& state) {
   absl::MutexLock lock(&mu_);
   for (const auto& [name, meta] : state.tensors) {
     for (const ShardInfo& shard : meta->shards) {
-      referenced_.insert(shard.shard_id);
+      for (const Replica& replica : shard.replicas)
+        referenced_.insert(replica.shard_id);
     }
     Entry& entry = tensors_[name];
     entry.state = State::kReady;
@@ -31,13 +32,11 @@ namespace {
 // UTC (5m3s ago)".
 std::string PendingSince(const std::string& owner, absl::Time since,
                          absl::Time now) {
-  return absl::StrCat(owner.empty() ? "" : absl::StrCat("by '", owner, "' "),
-                      "pending since ",
-                      absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", since,
-                                       absl::UTCTimeZone()),
-                      " (", absl::FormatDuration(absl::Trunc(
-                                now - since, absl::Seconds(1))),
-                      " ago)");
+  return absl::StrCat(
+      owner.empty() ? "" : absl::StrCat("by '", owner, "' "), "pending since ",
+      absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", since, absl::UTCTimeZone()),
+      " (", absl::FormatDuration(absl::Trunc(now - since, absl::Seconds(1))),
+      " ago)");
 }
 
 }  // namespace
@@ -93,12 +92,13 @@ std::string TensorTable::PendingNote(const std::string& name) const {
   const Entry& entry = it->second;
   const absl::Time now = options_.clock();
   if (entry.state == State::kPending) {
-    return absl::StrCat("a put ", PendingSince(entry.owner, entry.created, now));
+    return absl::StrCat("a put ",
+                        PendingSince(entry.owner, entry.created, now));
   }
   if (entry.update != nullptr) {
-    return absl::StrCat("an update to version ", entry.update->version, " ",
-                        PendingSince(entry.update_owner, entry.update_staged,
-                                     now));
+    return absl::StrCat(
+        "an update to version ", entry.update->version, " ",
+        PendingSince(entry.update_owner, entry.update_staged, now));
   }
   return "";
 }
@@ -114,15 +114,17 @@ absl::Status TensorTable::Busy(const std::string& name,
         absl::FormatDuration(options_.pending_timeout),
         " after it began, the coordinator's --pending_timeout)"));
   }
-  return absl::AbortedError(absl::StrCat("a reshard of tensor '", name,
-                                         "' is already in progress"));
+  return absl::AbortedError(
+      absl::StrCat("a reshard of tensor '", name, "' is already in progress"));
 }
 
 void TensorTable::MarkLost(TensorMetadata* meta) const {
   absl::MutexLock lock(&mu_);
   if (lost_.empty()) return;
   for (ShardInfo& shard : meta->shards) {
-    if (lost_.contains(shard.shard_id)) shard.available = false;
+    for (Replica& replica : shard.replicas) {
+      if (lost_.contains(replica.shard_id)) replica.available = false;
+    }
   }
 }
 
@@ -130,12 +132,18 @@ TensorTable::Ticket TensorTable::ReserveIds(absl::Span<ShardInfo> shards) {
   // Random, so a caller cannot guess another tensor's shards (and an id
   // from before a crash is not handed out again); never one in use. Drawn
   // at once and outside the lock: readers never wait on the CSPRNG.
-  const std::vector<uint64_t> drawn = RandomIds(shards.size());
+  // One id per replica: each worker holds its copy under its own id.
+  size_t count = 0;
+  for (const ShardInfo& shard : shards) count += shard.replicas.size();
+  const std::vector<uint64_t> drawn = RandomIds(count);
   absl::MutexLock lock(&mu_);
-  for (size_t i = 0; i < shards.size(); ++i) {
-    shards[i].shard_id = drawn[i];
-    while (!referenced_.insert(shards[i].shard_id).second) {
-      shards[i].shard_id = RandomId();
+  size_t next = 0;
+  for (ShardInfo& shard : shards) {
+    for (Replica& replica : shard.replicas) {
+      replica.shard_id = drawn[next++];
+      while (!referenced_.insert(replica.shard_id).second) {
+        replica.shard_id = RandomId();
+      }
     }
   }
   return 0;
@@ -143,7 +151,10 @@ TensorTable::Ticket TensorTable::ReserveIds(absl::Span<ShardInfo> shards) {
 
 void TensorTable::ReleaseIds(absl::Span<const ShardInfo> shards) {
   absl::MutexLock lock(&mu_);
-  for (const ShardInfo& shard : shards) referenced_.erase(shard.shard_id);
+  for (const ShardInfo& shard : shards) {
+    for (const Replica& replica : shard.replicas)
+      referenced_.erase(replica.shard_id);
+  }
 }
 
 absl::Status TensorTable::ReserveName(const std::string& name,
@@ -195,8 +206,11 @@ absl::StatusOr<CommitStart> TensorTable::BeginCommit(
   }
   const auto replaced = [&] {
     return absl::AbortedError(absl::StrCat(
-        "tensor '", name, "' has no put or update of this client pending at "
-        "version ", version, ": it was replaced, abandoned, or given up after "
+        "tensor '", name,
+        "' has no put or update of this client pending at "
+        "version ",
+        version,
+        ": it was replaced, abandoned, or given up after "
         "the coordinator's --pending_timeout (nothing was committed)"));
   };
   if (entry->state == State::kPending) {
@@ -272,7 +286,7 @@ absl::StatusOr<TensorMetadataPtr> TensorTable::Abandon(
     shards = DropUpdate(entry);
   }
   Unreference(*shards);
-  for (const ShardInfo& shard : shards->shards) lost_.erase(shard.shard_id);
+  Unlose(*shards);
   return shards;
 }
 
@@ -285,12 +299,20 @@ void TensorTable::FinishCommit(const std::string& name,
   if (entry.state == State::kReady && entry.update != nullptr) {
     // N+1 is current; N's shards it does not keep wait out their grace.
     absl::flat_hash_set<uint64_t> kept;
-    for (const ShardInfo& shard : entry.update->shards)
-      kept.insert(shard.shard_id);
+    for (const ShardInfo& shard : entry.update->shards) {
+      for (const Replica& replica : shard.replicas)
+        kept.insert(replica.shard_id);
+    }
     TensorMetadata retired = *entry.meta;
     retired.shards.clear();
     for (const ShardInfo& shard : entry.meta->shards) {
-      if (!kept.contains(shard.shard_id)) retired.shards.push_back(shard);
+      ShardInfo gone;
+      for (const Replica& replica : shard.replicas) {
+        if (!kept.contains(replica.shard_id)) gone.replicas.push_back(replica);
+      }
+      if (gone.replicas.empty()) continue;
+      gone.box = shard.box;
+      retired.shards.push_back(std::move(gone));
     }
     const uint64_t old_version = entry.meta->version;
     entry.meta = entry.update;
@@ -381,17 +403,18 @@ absl::StatusOr<TensorTable::Ticket> TensorTable::BeginDelete(
     return NotFoundError("tensor", name);
   }
   if (incarnation != 0 && entry->meta->incarnation != incarnation) {
-    return absl::NotFoundError(absl::StrCat(
-        "tensor '", name, "' not found: it was replaced by another of its "
-        "name"));
+    return absl::NotFoundError(
+        absl::StrCat("tensor '", name,
+                     "' not found: it was replaced by another of its "
+                     "name"));
   }
   // Another principal's put in progress is theirs to finish or abandon.
   if (entry->state == State::kPending && entry->owner != principal && !admin) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "permission denied: tensor '", name, "' is being put by another "
-        "principal (", PendingSince(entry->owner, entry->created,
-                                    options_.clock()),
-        ")"));
+        "permission denied: tensor '", name,
+        "' is being put by another "
+        "principal (",
+        PendingSince(entry->owner, entry->created, options_.clock()), ")"));
   }
   // A staged update's caller may be gone: a delete takes it along.
   if (entry->resharding && entry->update == nullptr) {
@@ -424,7 +447,7 @@ absl::StatusOr<std::vector<TensorMetadataPtr>> TensorTable::FinishDelete(
   ForgetLeases(name);
   for (const TensorMetadataPtr& meta : out) {
     Unreference(*meta);
-    for (const ShardInfo& shard : meta->shards) lost_.erase(shard.shard_id);
+    Unlose(*meta);
   }
   return out;
 }
@@ -512,7 +535,7 @@ std::vector<TensorMetadataPtr> TensorTable::TakeDue() {
   }
   for (const TensorMetadataPtr& meta : due) {
     Unreference(*meta);
-    for (const ShardInfo& shard : meta->shards) lost_.erase(shard.shard_id);
+    Unlose(*meta);
   }
   return due;
 }
@@ -523,7 +546,9 @@ Reconciliation TensorTable::Reconcile(const std::string& worker,
   std::vector<uint64_t> expected;
   auto collect = [&](const TensorMetadata& meta) {
     for (const ShardInfo& shard : meta.shards) {
-      if (shard.worker == worker) expected.push_back(shard.shard_id);
+      for (const Replica& replica : shard.replicas) {
+        if (replica.worker == worker) expected.push_back(replica.shard_id);
+      }
     }
   };
   for (const auto& [name, entry] : tensors_) {
@@ -566,7 +591,17 @@ TensorTable::Entry* TensorTable::WaitIdle(const std::string& name) {
 }
 
 void TensorTable::Unreference(const TensorMetadata& meta) {
-  for (const ShardInfo& shard : meta.shards) referenced_.erase(shard.shard_id);
+  for (const ShardInfo& shard : meta.shards) {
+    for (const Replica& replica : shard.replicas)
+      referenced_.erase(replica.shard_id);
+  }
+}
+
+void TensorTable::Unlose(const TensorMetadata& meta) {
+  if (lost_.empty()) return;
+  for (const ShardInfo& shard : meta.shards) {
+    for (const Replica& replica : shard.replicas) lost_.erase(replica.shard_id);
+  }
 }
 
 }  // namespace tessera

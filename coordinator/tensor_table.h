@@ -301,8 +301,10 @@ class TensorTable {
   // Waits (releasing mu_) until `name` is absent or not busy; returns it or
   // null.
   Entry* WaitIdle(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The ids of every replica of `meta` are no longer referenced, or lost.
   void Unreference(const TensorMetadata& meta)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unlose(const TensorMetadata& meta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Retires `shards` of version `version` of `name`: due when its read
   // leases end (now when none is live).
   void Retire(const std::string& name, uint64_t version, TensorMetadata shards)

@@ -23,6 +23,13 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
 
+// A shard of one replica, not placed yet.
+ShardInfo OneReplica() {
+  ShardInfo shard;
+  shard.replicas.emplace_back();
+  return shard;
+}
+
 class TensorTableTest : public ::testing::Test {
  protected:
   TensorTableTest()
@@ -48,8 +55,9 @@ class TensorTableTest : public ::testing::Test {
     for (int i = 0; i < n; ++i) {
       ShardInfo shard;
       shard.box = Box{{i, 0}, {1, 2}};
-      shard.rank = i;
-      shard.worker = absl::StrCat("w", i);
+      Replica& replica = shard.replicas.emplace_back();
+      replica.rank = i;
+      replica.worker = absl::StrCat("w", i);
       meta->shards.push_back(shard);
     }
     return meta;
@@ -57,8 +65,7 @@ class TensorTableTest : public ::testing::Test {
 
   // Runs a whole create through the table (as the orchestrator does); a
   // put (`pending`) gets change id 77.
-  TensorMetadataPtr Create(const std::string& name, int n,
-                           bool pending = false,
+  TensorMetadataPtr Create(const std::string& name, int n, bool pending = false,
                            const std::string& owner = "") {
     std::shared_ptr<TensorMetadata> meta = Meta(name, n);
     if (pending) meta->change = 77;
@@ -130,28 +137,28 @@ TEST_F(TensorTableTest, ANameIsTakenFromItsReservation) {
 }
 
 TEST_F(TensorTableTest, ShardIdsAreRandomDistinctAndNeedNoRecord) {
-  std::vector<ShardInfo> first(1000), second(2);
+  std::vector<ShardInfo> first(1000, OneReplica()), second(2, OneReplica());
   EXPECT_EQ(table_.ReserveIds(absl::MakeSpan(first)), 0u);
   table_.ReserveIds(absl::MakeSpan(second));
   absl::flat_hash_set<uint64_t> seen;
   int small = 0;
   for (const ShardInfo& s : first) {
-    EXPECT_NE(s.shard_id, 0u);
-    EXPECT_TRUE(seen.insert(s.shard_id).second);
-    if (s.shard_id < (uint64_t{1} << 32)) ++small;
+    EXPECT_NE(s.replicas[0].shard_id, 0u);
+    EXPECT_TRUE(seen.insert(s.replicas[0].shard_id).second);
+    if (s.replicas[0].shard_id < (uint64_t{1} << 32)) ++small;
   }
   // Not a counter: almost all ids use the high bits.
   EXPECT_LT(small, 5);
-  EXPECT_TRUE(table_.IsReferenced(second[1].shard_id));
+  EXPECT_TRUE(table_.IsReferenced(second[1].replicas[0].shard_id));
   table_.ReleaseIds(second);
-  EXPECT_FALSE(table_.IsReferenced(second[1].shard_id));
+  EXPECT_FALSE(table_.IsReferenced(second[1].replicas[0].shard_id));
 }
 
 TEST_F(TensorTableTest, RestoreKeepsRecoveredIdsReferenced) {
   MetadataState state;
   std::shared_ptr<TensorMetadata> meta = Meta("a", 2);
-  meta->shards[0].shard_id = 10;
-  meta->shards[1].shard_id = 11;
+  meta->shards[0].replicas[0].shard_id = 10;
+  meta->shards[1].replicas[0].shard_id = 11;
   state.tensors["a"] = meta;
   table_.Restore(state);
   EXPECT_THAT(table_.Get("a"), IsOkAndHolds(TensorMetadataPtr(meta)));
@@ -173,7 +180,7 @@ TEST_F(TensorTableTest, OnlyTheOwnerOfAPutCommitsIt) {
 TEST_F(TensorTableTest, ACommitOrAbandonNamesItsOwnChange) {
   TensorMetadataPtr a = Create("x", 1, /*pending=*/true);
   ASSERT_OK(table_.Abandon("x", 1, "", 77));
-  EXPECT_FALSE(table_.IsReferenced(a->shards[0].shard_id));
+  EXPECT_FALSE(table_.IsReferenced(a->shards[0].replicas[0].shard_id));
   std::shared_ptr<TensorMetadata> b = Meta("x", 2);
   b->change = 88;
   ASSERT_OK(table_.ReserveName("x"));
@@ -239,9 +246,9 @@ TEST_F(TensorTableTest, PendingChangesAreListedWithWhoAndSince) {
   EXPECT_THAT(table_.PendingNote("u"),
               HasSubstr("an update to version 2 by 'bob' pending since"));
   // A second change says what is pending and how it ends.
-  EXPECT_THAT(table_.BeginReshard("u", 0).status(),
-              StatusIs(absl::StatusCode::kAborted,
-                       HasSubstr("pending_timeout")));
+  EXPECT_THAT(
+      table_.BeginReshard("u", 0).status(),
+      StatusIs(absl::StatusCode::kAborted, HasSubstr("pending_timeout")));
 }
 
 TEST_F(TensorTableTest, AReshardShowsVersionNUntilNPlus1IsDurable) {
@@ -266,7 +273,7 @@ TEST_F(TensorTableTest, ReplacedVersionIsRetiredAfterItsGrace) {
   ASSERT_OK(table_.GetLeased("a"));  // a reader that never says it is done
   TensorMetadataPtr v2 = Reshard(v1, 1);
   EXPECT_EQ(table_.NumRetired(), 1u);
-  EXPECT_TRUE(table_.IsReferenced(v1->shards[0].shard_id));
+  EXPECT_TRUE(table_.IsReferenced(v1->shards[0].replicas[0].shard_id));
   clock_.Advance(absl::Seconds(4));
   EXPECT_THAT(table_.TakeDue(), IsEmpty());
   clock_.Advance(absl::Seconds(2));
@@ -274,8 +281,8 @@ TEST_F(TensorTableTest, ReplacedVersionIsRetiredAfterItsGrace) {
   ASSERT_EQ(due.size(), 1u);
   EXPECT_EQ(due[0]->version, 1u);
   EXPECT_EQ(due[0]->shards.size(), 2u);
-  EXPECT_FALSE(table_.IsReferenced(v1->shards[0].shard_id));
-  EXPECT_TRUE(table_.IsReferenced(v2->shards[0].shard_id));
+  EXPECT_FALSE(table_.IsReferenced(v1->shards[0].replicas[0].shard_id));
+  EXPECT_TRUE(table_.IsReferenced(v2->shards[0].replicas[0].shard_id));
   EXPECT_EQ(table_.NumRetired(), 0u);
 }
 
@@ -347,7 +354,7 @@ TEST_F(TensorTableTest, APutNeverCommittedIsRemovedAfterItsTimeout) {
   std::vector<TensorMetadataPtr> due = table_.TakeDue();
   ASSERT_EQ(due.size(), 1u);
   EXPECT_EQ(due[0], meta);
-  EXPECT_FALSE(table_.IsReferenced(meta->shards[0].shard_id));
+  EXPECT_FALSE(table_.IsReferenced(meta->shards[0].replicas[0].shard_id));
   EXPECT_THAT(table_.BeginCommit("a", 1, "", 77).status(),
               StatusIs(absl::StatusCode::kNotFound));
   EXPECT_OK(table_.ReserveName("a"));
@@ -364,7 +371,7 @@ TensorMetadataPtr StageUpdateOf(TensorTable& table, MetadataLog& log,
   TensorMetadata fresh = *next;
   fresh.shards.resize(1);
   EXPECT_OK(log.Wait(table.ReserveIds(absl::MakeSpan(fresh.shards))));
-  next->shards[0].shard_id = fresh.shards[0].shard_id;
+  next->shards[0].replicas[0].shard_id = fresh.shards[0].replicas[0].shard_id;
   table.StageUpdate(next, std::move(fresh), owner);
   return next;
 }
@@ -389,10 +396,11 @@ TEST_F(TensorTableTest, AStagedUpdateIsInvisibleUntilCommittedThenRetiresN) {
   std::vector<TensorMetadataPtr> due = table_.TakeDue();
   ASSERT_EQ(due.size(), 1u);
   ASSERT_EQ(due[0]->shards.size(), 1u);
-  EXPECT_EQ(due[0]->shards[0].shard_id, v1->shards[0].shard_id);
-  EXPECT_FALSE(table_.IsReferenced(v1->shards[0].shard_id));
-  EXPECT_TRUE(table_.IsReferenced(v1->shards[1].shard_id));
-  EXPECT_TRUE(table_.IsReferenced(v2->shards[0].shard_id));
+  EXPECT_EQ(due[0]->shards[0].replicas[0].shard_id,
+            v1->shards[0].replicas[0].shard_id);
+  EXPECT_FALSE(table_.IsReferenced(v1->shards[0].replicas[0].shard_id));
+  EXPECT_TRUE(table_.IsReferenced(v1->shards[1].replicas[0].shard_id));
+  EXPECT_TRUE(table_.IsReferenced(v2->shards[0].replicas[0].shard_id));
   EXPECT_OK(table_.BeginReshard("a", 2));
 }
 
@@ -404,8 +412,8 @@ TEST_F(TensorTableTest, AStagedUpdateIsAbandonedExplicitlyOrAfterItsTimeout) {
   auto fresh = table_.Abandon("a", 2, "", 55);
   ASSERT_OK(fresh);
   ASSERT_EQ((*fresh)->shards.size(), 1u);
-  EXPECT_FALSE(table_.IsReferenced(v2->shards[0].shard_id));
-  EXPECT_TRUE(table_.IsReferenced(v1->shards[0].shard_id));
+  EXPECT_FALSE(table_.IsReferenced(v2->shards[0].replicas[0].shard_id));
+  EXPECT_TRUE(table_.IsReferenced(v1->shards[0].replicas[0].shard_id));
   EXPECT_THAT(table_.Abandon("a", 2, "", 55).status(),
               StatusIs(absl::StatusCode::kNotFound));
   // Staged again and left: freed after pending_timeout, N untouched.
@@ -413,7 +421,8 @@ TEST_F(TensorTableTest, AStagedUpdateIsAbandonedExplicitlyOrAfterItsTimeout) {
   clock_.Advance(absl::Minutes(11));
   std::vector<TensorMetadataPtr> due = table_.TakeDue();
   ASSERT_EQ(due.size(), 1u);
-  EXPECT_EQ(due[0]->shards[0].shard_id, again->shards[0].shard_id);
+  EXPECT_EQ(due[0]->shards[0].replicas[0].shard_id,
+            again->shards[0].replicas[0].shard_id);
   EXPECT_EQ((*table_.Get("a"))->version, 1u);
   EXPECT_OK(table_.BeginReshard("a", 1));
 }
@@ -426,8 +435,8 @@ TEST_F(TensorTableTest, ADeleteTakesAStagedUpdateAlong) {
   auto freed = table_.FinishDelete("a", log_.Wait(*ticket));
   ASSERT_OK(freed);
   ASSERT_EQ(freed->size(), 2u);
-  EXPECT_FALSE(table_.IsReferenced(v1->shards[1].shard_id));
-  EXPECT_FALSE(table_.IsReferenced(v2->shards[0].shard_id));
+  EXPECT_FALSE(table_.IsReferenced(v1->shards[1].replicas[0].shard_id));
+  EXPECT_FALSE(table_.IsReferenced(v2->shards[0].replicas[0].shard_id));
 }
 
 TEST_F(TensorTableTest, AReplacedVersionNobodyReadsIsDueAtOnce) {
@@ -488,7 +497,7 @@ TEST_F(TensorTableTest, DeleteReturnsTheCurrentAndEveryRetiredVersion) {
   EXPECT_EQ(table_.NumRetired(), 0u);
   for (const TensorMetadataPtr& v : {v1, v2, v3}) {
     for (const ShardInfo& s : v->shards)
-      EXPECT_FALSE(table_.IsReferenced(s.shard_id));
+      EXPECT_FALSE(table_.IsReferenced(s.replicas[0].shard_id));
   }
   EXPECT_THAT(table_.List().size(), 1u);
 }
@@ -524,9 +533,9 @@ TEST_F(TensorTableTest, ADeleteWaitsForTheCreateInFlight) {
 TEST_F(TensorTableTest, ReconcileMarksMissingShardsLostAndReturnsStrays) {
   TensorMetadataPtr a = Create("a", 2);  // a shard on w0 and one on w1
   TensorMetadataPtr b = Create("b", 1);  // a shard on w0
-  const uint64_t a0 = a->shards[0].shard_id;
-  const uint64_t a1 = a->shards[1].shard_id;
-  const uint64_t b0 = b->shards[0].shard_id;
+  const uint64_t a0 = a->shards[0].replicas[0].shard_id;
+  const uint64_t a1 = a->shards[1].replicas[0].shard_id;
+  const uint64_t b0 = b->shards[0].replicas[0].shard_id;
   Reconciliation r = table_.Reconcile("w0", {a0, 9999});
   EXPECT_THAT(r.unreferenced, ElementsAre(9999u));
   EXPECT_THAT(r.lost, ElementsAre(b0));
@@ -535,7 +544,7 @@ TEST_F(TensorTableTest, ReconcileMarksMissingShardsLostAndReturnsStrays) {
   EXPECT_FALSE(table_.IsLost(a1)) << "another worker's shard";
   TensorMetadata copy = *b;
   table_.MarkLost(&copy);
-  EXPECT_FALSE(copy.shards[0].available);
+  EXPECT_FALSE(copy.shards[0].replicas[0].available);
   // It comes back with the shard.
   r = table_.Reconcile("w0", {a0, b0});
   EXPECT_THAT(r.unreferenced, IsEmpty());
@@ -546,10 +555,11 @@ TEST_F(TensorTableTest,
        ReconcileCountsRetiredVersionsAndAllocationsInProgress) {
   TensorMetadataPtr v1 = Create("a", 2);
   Reshard(v1, 1);  // v1's shard on w1 is retired, still held
-  std::vector<ShardInfo> in_progress(1);
+  std::vector<ShardInfo> in_progress(1, OneReplica());
   table_.ReserveIds(absl::MakeSpan(in_progress));  // being allocated
-  const uint64_t retired = v1->shards[1].shard_id;
-  Reconciliation r = table_.Reconcile("w1", {retired, in_progress[0].shard_id});
+  const uint64_t retired = v1->shards[1].replicas[0].shard_id;
+  Reconciliation r =
+      table_.Reconcile("w1", {retired, in_progress[0].replicas[0].shard_id});
   EXPECT_THAT(r.unreferenced, IsEmpty());
   EXPECT_THAT(r.found, ElementsAre(retired));
 }

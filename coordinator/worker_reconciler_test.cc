@@ -104,7 +104,7 @@ TEST_F(WorkerReconcilerTest, HeldShardsNothingReferencesAreHandedBack) {
   args.spec = ChunkOver({0});
   auto meta = orchestrator_.Create(args);
   ASSERT_OK(meta);
-  const uint64_t id = (*meta)->shards[0].shard_id;
+  const uint64_t id = (*meta)->shards[0].replicas[0].shard_id;
   // The worker restarts holding its shard and two left over from before.
   auto result = reconciler_.Register(TestWorker(0), {id, id + 100, id + 101});
   ASSERT_OK(result);
@@ -124,12 +124,13 @@ TEST_F(WorkerReconcilerTest, ShardsAWorkerComesBackWithoutAreLostUntilFound) {
   ASSERT_OK(reconciler_.Register(TestWorker(1), {}));  // restarted empty
   TensorMetadata filled = **meta;
   orchestrator_.FillWorkerState(&filled);
-  EXPECT_TRUE(filled.shards[0].available);
-  EXPECT_FALSE(filled.shards[1].available);
-  ASSERT_OK(reconciler_.Register(TestWorker(1), {(*meta)->shards[1].shard_id}));
+  EXPECT_TRUE(filled.shards[0].replicas[0].available);
+  EXPECT_FALSE(filled.shards[1].replicas[0].available);
+  ASSERT_OK(reconciler_.Register(TestWorker(1),
+                                 {(*meta)->shards[1].replicas[0].shard_id}));
   filled = **meta;
   orchestrator_.FillWorkerState(&filled);
-  EXPECT_TRUE(filled.shards[1].available);
+  EXPECT_TRUE(filled.shards[1].replicas[0].available);
 }
 
 TEST_F(WorkerReconcilerTest,
@@ -211,7 +212,7 @@ TEST_F(HeldShardsTest, AFreeThatNeverArrivedIsRetriedUntilTheWorkerHasDoneIt) {
   ASSERT_OK(reconciler_.Register(TestWorker(0), {}));
   auto meta = Create("a");
   ASSERT_OK(meta);
-  const uint64_t id = (*meta)->shards[0].shard_id;
+  const uint64_t id = (*meta)->shards[0].replicas[0].shard_id;
   workers_.FailNext(WorkerAddress(0), absl::DeadlineExceededError("stopped"));
   ASSERT_OK(orchestrator_.Delete("a"));
   ASSERT_THAT(Held(), ElementsAre(id));  // the free never arrived
@@ -250,7 +251,7 @@ TEST_F(HeldShardsTest, ShardsAfterARegistrationCountFromWhatItKept) {
   ASSERT_OK(reconciler_.Register(TestWorker(0), {}));
   meta = Create("a");
   ASSERT_OK(meta);
-  const uint64_t id = (*meta)->shards[0].shard_id;
+  const uint64_t id = (*meta)->shards[0].replicas[0].shard_id;
   // Registers again holding its shard and a stray one it is told to free
   // (and frees).
   auto result = reconciler_.Register(TestWorker(0), {id, 99});

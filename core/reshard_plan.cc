@@ -15,17 +15,26 @@ namespace {
 // New shards between two polls of the StopCondition while pieces are cut.
 constexpr size_t kShardsPerCheck = 4096;
 
+// A shard's box and workers, compared and hashed in place.
 struct BoxKey {
-  const Box* box;
-  const std::string* worker;
+  const PlacedBox* shard;
   bool operator==(const BoxKey& o) const {
-    return *box == *o.box && *worker == *o.worker;
+    return shard->box == o.shard->box && shard->workers == o.shard->workers;
   }
   template <typename H>
   friend H AbslHashValue(H h, const BoxKey& k) {
-    return H::combine(std::move(h), k.box->offsets, k.box->sizes, *k.worker);
+    return H::combine(std::move(h), k.shard->box.offsets, k.shard->box.sizes,
+                      k.shard->workers);
   }
 };
+
+// The replica of `shard` on `worker`, or -1.
+int64_t ReplicaOn(const PlacedBox& shard, const std::string& worker) {
+  for (size_t r = 0; r < shard.workers.size(); ++r) {
+    if (shard.workers[r] == worker) return static_cast<int64_t>(r);
+  }
+  return -1;
+}
 
 }  // namespace
 
@@ -48,11 +57,10 @@ absl::StatusOr<ReshardPlan> PlanReshard(absl::Span<const PlacedBox> old_layout,
   absl::flat_hash_map<BoxKey, size_t> old_by_key;
   old_by_key.reserve(old_layout.size());
   for (size_t i = 0; i < old_layout.size(); ++i) {
-    old_by_key.emplace(BoxKey{&old_layout[i].box, &old_layout[i].worker}, i);
+    old_by_key.emplace(BoxKey{&old_layout[i]}, i);
   }
   for (size_t j = 0; j < new_layout.size(); ++j) {
-    auto it =
-        old_by_key.find(BoxKey{&new_layout[j].box, &new_layout[j].worker});
+    auto it = old_by_key.find(BoxKey{&new_layout[j]});
     if (it == old_by_key.end()) continue;
     plan.kept_from[j] = static_cast<int64_t>(it->second);
     old_by_key.erase(it);  // one taker per old shard
@@ -106,23 +114,28 @@ absl::StatusOr<ReshardPlan> PlanReshard(absl::Span<const PlacedBox> old_layout,
       return sa != sb ? sa < sb : a < b;
     });
     const PlacedBox& dst = new_layout[j];
-    for (auto it = begin; it != end; ++it) {
-      const PlacedBox& src = old_layout[*it];
-      std::optional<Box> piece = Intersect(src.box, dst.box);
-      if (!piece.has_value()) continue;
-      ReshardPiece p;
-      p.src_shard = *it;
-      p.dst_shard = j;
-      p.bytes = piece->NumElements() * static_cast<int64_t>(item_size);
-      p.global = *std::move(piece);
-      p.local = src.worker == dst.worker;
-      if (p.local) {
-        plan.bytes_copied_locally += p.bytes;
-      } else {
-        ++plan.pieces_moved;
-        plan.bytes_moved += p.bytes;
+    for (size_t r = 0; r < dst.workers.size(); ++r) {
+      for (auto it = begin; it != end; ++it) {
+        const PlacedBox& src = old_layout[*it];
+        std::optional<Box> piece = Intersect(src.box, dst.box);
+        if (!piece.has_value()) continue;
+        ReshardPiece p;
+        p.src_shard = *it;
+        p.dst_shard = j;
+        p.dst_replica = r;
+        p.bytes = piece->NumElements() * static_cast<int64_t>(item_size);
+        p.global = *std::move(piece);
+        const int64_t same_worker = ReplicaOn(src, dst.workers[r]);
+        p.local = same_worker >= 0;
+        if (p.local) {
+          p.src_replica = static_cast<size_t>(same_worker);
+          plan.bytes_copied_locally += p.bytes;
+        } else {
+          ++plan.pieces_moved;
+          plan.bytes_moved += p.bytes;
+        }
+        plan.pieces.push_back(std::move(p));
       }
-      plan.pieces.push_back(std::move(p));
     }
   }
   return plan;

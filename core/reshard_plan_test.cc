@@ -22,7 +22,7 @@ std::vector<PlacedBox> Chunked(const Shape& shape, int64_t dim,
   EXPECT_OK(boxes);
   std::vector<PlacedBox> out;
   for (size_t i = 0; i < workers.size(); ++i)
-    out.push_back({(*boxes)[i], workers[i]});
+    out.push_back({(*boxes)[i], {workers[i]}});
   return out;
 }
 
@@ -72,7 +72,7 @@ TEST(ReshardPlanTest, FourWorkersToThreeCoversEveryNewShard) {
 
 TEST(ReshardPlanTest, GatherOntoOneWorkerMovesEverythingElse) {
   auto rows = Chunked({8, 2}, 0, {"a", "b", "c", "d"});
-  std::vector<PlacedBox> one = {{WholeBox({8, 2}), "c"}};
+  std::vector<PlacedBox> one = {{WholeBox({8, 2}), {"c"}}};
   ReshardPlan plan = PlanReshard(rows, one, 4);
   EXPECT_EQ(plan.pieces.size(), 4u);
   EXPECT_EQ(plan.bytes_copied_locally, 2 * 2 * 4);
@@ -90,10 +90,10 @@ TEST(ReshardPlanTest, SameBoxOnAnotherWorkerIsMovedNotKept) {
 }
 
 TEST(ReshardPlanTest, EnumerableToChunkWithEmptyShards) {
-  std::vector<PlacedBox> grid = {{{{0, 0}, {2, 2}}, "a"},
-                                 {{{0, 2}, {2, 2}}, "b"},
-                                 {{{2, 0}, {2, 2}}, "c"},
-                                 {{{2, 2}, {2, 2}}, "d"}};
+  std::vector<PlacedBox> grid = {{{{0, 0}, {2, 2}}, {"a"}},
+                                 {{{0, 2}, {2, 2}}, {"b"}},
+                                 {{{2, 0}, {2, 2}}, {"c"}},
+                                 {{{2, 2}, {2, 2}}, {"d"}}};
   auto chunk =
       Chunked({4, 4}, 0, {"a", "b", "c", "d", "a", "b"});  // split 1, two empty
   ReshardPlan plan = PlanReshard(grid, chunk, 4);
@@ -103,12 +103,50 @@ TEST(ReshardPlanTest, EnumerableToChunkWithEmptyShards) {
 
 TEST(ReshardPlanTest, PartialKeepMixesKeptAndMovedShards) {
   auto before = Chunked({6, 1}, 0, {"a", "b", "c"});
-  std::vector<PlacedBox> after = {before[0], {{{2, 0}, {4, 1}}, "b"}};
+  std::vector<PlacedBox> after = {before[0], {{{2, 0}, {4, 1}}, {"b"}}};
   ReshardPlan plan = PlanReshard(before, after, 4);
   EXPECT_EQ(plan.shards_kept, 1);
   EXPECT_EQ(plan.kept_from[0], 0);
   EXPECT_EQ(plan.bytes_copied_locally, 8);
   EXPECT_EQ(plan.bytes_moved, 8);
+}
+
+// Replicas: every replica of a new shard gets every piece, read in memory
+// where its worker holds a replica of the old shard.
+TEST(ReshardPlanTest, EveryReplicaOfANewShardIsFilled) {
+  // Rows 0..4 on {a, b} and 4..8 on {c, d}; one new shard on {b, e}.
+  const std::vector<PlacedBox> before = {{{{0, 0}, {4, 2}}, {"a", "b"}},
+                                         {{{4, 0}, {4, 2}}, {"c", "d"}}};
+  const std::vector<PlacedBox> after = {{WholeBox({8, 2}), {"b", "e"}}};
+  ReshardPlan plan = PlanReshard(before, after, 4);
+  EXPECT_EQ(plan.shards_kept, 0);
+  ASSERT_EQ(plan.pieces.size(), 4u);
+  // Replica 0 (on b): rows 0..4 from b's own copy, rows 4..8 moved.
+  EXPECT_EQ(plan.pieces[0].dst_replica, 0u);
+  EXPECT_TRUE(plan.pieces[0].local);
+  EXPECT_EQ(plan.pieces[0].src_shard, 0u);
+  EXPECT_EQ(plan.pieces[0].src_replica, 1u);
+  EXPECT_EQ(plan.pieces[1].dst_replica, 0u);
+  EXPECT_FALSE(plan.pieces[1].local);
+  // Replica 1 (on e): both moved.
+  EXPECT_EQ(plan.pieces[2].dst_replica, 1u);
+  EXPECT_FALSE(plan.pieces[2].local);
+  EXPECT_EQ(plan.pieces[3].dst_replica, 1u);
+  EXPECT_FALSE(plan.pieces[3].local);
+  EXPECT_EQ(plan.pieces_moved, 3);
+  EXPECT_EQ(plan.bytes_copied_locally, 4 * 2 * 4);
+  EXPECT_EQ(plan.bytes_moved, 3 * 4 * 2 * 4);
+}
+
+TEST(ReshardPlanTest, KeptOnlyWithTheSameWorkers) {
+  const std::vector<PlacedBox> before = {{WholeBox({4, 4}), {"a", "b"}}};
+  EXPECT_EQ(PlanReshard(before, before, 1).shards_kept, 1);
+  const std::vector<PlacedBox> fewer = {{WholeBox({4, 4}), {"a"}}};
+  ReshardPlan plan = PlanReshard(before, fewer, 1);
+  EXPECT_EQ(plan.shards_kept, 0);
+  ASSERT_EQ(plan.pieces.size(), 1u);
+  EXPECT_TRUE(plan.pieces[0].local);
+  EXPECT_EQ(plan.pieces[0].src_replica, 0u);
 }
 
 // A random guillotine tiling of `shape` into about n boxes.
@@ -153,7 +191,7 @@ std::vector<ReshardPiece> BrutePieces(const std::vector<PlacedBox>& from,
       p.dst_shard = j;
       p.bytes = common->NumElements() * static_cast<int64_t>(item);
       p.global = *common;
-      p.local = from[i].worker == to[j].worker;
+      p.local = from[i].workers == to[j].workers;
       out.push_back(p);
     }
   }
@@ -169,9 +207,9 @@ TEST(ReshardPlanTest, SamePiecesInTheSameOrderAsTestingEveryPair) {
     std::vector<Box> a = RandomTiling(rng, shape, 150);
     std::vector<Box> b = RandomTiling(rng, shape, 120);
     for (size_t i = 0; i < a.size(); ++i)
-      from.push_back({a[i], std::string(1, 'a' + i % 3)});
+      from.push_back({a[i], {std::string(1, 'a' + i % 3)}});
     for (size_t j = 0; j < b.size(); ++j)
-      to.push_back({b[j], std::string(1, 'a' + j % 4)});
+      to.push_back({b[j], {std::string(1, 'a' + j % 4)}});
     to.push_back(from[round % from.size()]);  // kept as it is
     ReshardPlan plan = PlanReshard(from, to, 2);
     EXPECT_EQ(plan.kept_from.back(), round % from.size());
@@ -203,7 +241,7 @@ std::vector<PlacedBox> Shells2(int64_t m, bool transposed) {
         std::swap(b.offsets[0], b.offsets[1]);
         std::swap(b.sizes[0], b.sizes[1]);
       }
-      out.push_back({b, transposed ? "w1" : "w0"});
+      out.push_back({b, {transposed ? "w1" : "w0"}});
     }
   }
   return out;
@@ -223,8 +261,8 @@ TEST(ReshardPlanTest, ColumnChunksToFewerColumnChunks) {
   auto boxes = ChunkBoxes({16, 8 * n}, 1, n);
   auto fewer = ChunkBoxes({16, 8 * n}, 1, n - 1);  // 9 columns each
   std::vector<PlacedBox> from, to;
-  for (const Box& b : *boxes) from.push_back({b, "a"});
-  for (const Box& b : *fewer) to.push_back({b, "b"});
+  for (const Box& b : *boxes) from.push_back({b, {"a"}});
+  for (const Box& b : *fewer) to.push_back({b, {"b"}});
   ReshardPlan plan = PlanReshard(from, to, 4);
   EXPECT_EQ(PieceBytes(plan), 16 * 8 * n * 4);
   for (size_t k = 1; k < plan.pieces.size(); ++k) {

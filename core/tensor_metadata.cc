@@ -5,8 +5,19 @@
 
 namespace tessera {
 
-std::string ShardInfo::PlacementString() const {
+std::string Replica::PlacementString() const {
   return absl::StrCat("rank:", rank, "/", device.ToString());
+}
+
+const Replica& NoReplica() {
+  // A shard without replicas (never made by the coordinator or accepted
+  // from the wire) shows as held nowhere rather than crash its reader.
+  static const Replica* const kNowhere = [] {
+    auto* r = new Replica;
+    r->available = false;
+    return r;
+  }();
+  return *kNowhere;
 }
 
 std::vector<Box> TensorMetadata::Boxes() const {
@@ -23,21 +34,51 @@ int64_t TensorMetadata::ByteSize() const {
 }
 
 std::string TensorMetadata::HandleString(size_t index) const {
-  return absl::StrCat(name, "@v", version, "#", shards[index].shard_id);
+  return absl::StrCat(name, "@v", version, "#",
+                      ShownReplica(shards[index]).shard_id);
 }
 
-ShardLocation OwnerLocation(const TensorMetadata& meta, size_t index) {
-  const ShardInfo& shard = meta.shards[index];
-  auto capability = meta.capabilities.find(shard.worker);
-  return ShardLocation{
-      shard.worker, shard.address, shard.shard_id, shard.available,
-      capability == meta.capabilities.end() ? std::string()
-                                            : capability->second};
+namespace {
+
+ShardLocation LocationOf(const TensorMetadata& meta, size_t index,
+                         size_t replica) {
+  const Replica& r = meta.shards[index].replicas[replica];
+  ShardLocation location;
+  location.replica = replica;
+  location.worker = r.worker;
+  location.address = r.address;
+  location.shard_id = r.shard_id;
+  location.available = r.available;
+  if (!meta.capabilities.empty()) {
+    auto capability = meta.capabilities.find(r.worker);
+    if (capability != meta.capabilities.end())
+      location.capability = capability->second;
+  }
+  return location;
 }
 
-std::vector<ShardLocation> ReadLocations(const TensorMetadata& meta,
-                                         size_t index) {
-  return {OwnerLocation(meta, index)};
+}  // namespace
+
+ShardLocations ReadLocations(const TensorMetadata& meta, size_t index) {
+  const Replicas& replicas = meta.shards[index].replicas;
+  ShardLocations out;
+  out.reserve(replicas.size());
+  for (size_t r = 0; r < replicas.size(); ++r) {
+    if (replicas[r].available) out.push_back(LocationOf(meta, index, r));
+  }
+  for (size_t r = 0; r < replicas.size(); ++r) {
+    if (!replicas[r].available) out.push_back(LocationOf(meta, index, r));
+  }
+  return out;
+}
+
+ShardLocations WriteLocations(const TensorMetadata& meta, size_t index) {
+  const Replicas& replicas = meta.shards[index].replicas;
+  ShardLocations out;
+  out.reserve(replicas.size());
+  for (size_t r = 0; r < replicas.size(); ++r)
+    out.push_back(LocationOf(meta, index, r));
+  return out;
 }
 
 }  // namespace tessera

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "core/box.h"
 #include "core/dtype.h"
@@ -17,20 +18,58 @@
 
 namespace tessera {
 
-// One shard: its box in the tensor, the worker and device holding it, and
-// the id of its memory on that worker (the RRef-like handle).
-struct ShardInfo {
-  Box box;
-  int32_t rank = 0;
+// One copy of a shard's bytes: the worker and device holding it and the id
+// of its memory there. Each replica has an id of its own (ids are unique
+// across the cluster, so a worker never sees two copies under one id).
+struct Replica {
+  int32_t rank = 0;  // the worker's rank
   Device device;
-  std::string worker;   // worker name
-  std::string address;  // worker's gRPC address
+  bool available = true;  // false when the worker is dead or lost this copy
+  std::string worker;     // worker name
+  std::string address;    // worker's gRPC address
   uint64_t shard_id = 0;
-  bool available = true;  // false when the worker is dead or lost the shard
 
   // "rank:N/DEVICE".
   std::string PlacementString() const;
+
+  friend bool operator==(const Replica& a, const Replica& b) {
+    return a.rank == b.rank && a.device == b.device && a.worker == b.worker &&
+           a.address == b.address && a.shard_id == b.shard_id &&
+           a.available == b.available;
+  }
+  friend bool operator!=(const Replica& a, const Replica& b) {
+    return !(a == b);
+  }
 };
+
+// A shard's replicas. One replica is held inline: a shard of one replica
+// (every shard today) costs no allocation of its own.
+using Replicas = absl::InlinedVector<Replica, 1>;
+
+// One shard: its box in the tensor and the replicas holding its bytes.
+// `replicas` is never empty in metadata the coordinator made or a
+// conversion accepted; replicas[0] is the one the spec's placement named.
+// Which replica a read or a write uses is decided only by ReadLocations
+// and WriteLocations below; code that keeps books per worker (allocate,
+// free, seal, capacity, reconcile, grants) visits every replica.
+struct ShardInfo {
+  Box box;
+  Replicas replicas;
+};
+
+// What ShownReplica gives for a shard without replicas (which no valid
+// metadata has): an unavailable replica on no worker.
+const Replica& NoReplica();
+
+// The replica a shard is shown as where one worker per shard is shown
+// (describe's placement, worker, handle and availability; the wire's
+// one-owner fields): the first available one, else the first.
+inline const Replica& ShownReplica(const ShardInfo& shard) {
+  for (const Replica& replica : shard.replicas) {
+    if (replica.available) return replica;
+  }
+  return shard.replicas.empty() ? NoReplica() : shard.replicas.front();
+}
 
 struct TensorMetadata {
   std::string name;
@@ -59,28 +98,34 @@ struct TensorMetadata {
   std::vector<Box> Boxes() const;
   int64_t NumElements() const;  // assumes a validated shape
   int64_t ByteSize() const;     // assumes a validated shape
-  // Printable handle of shard `index`: "NAME@vVERSION#SHARD_ID".
+  // Printable handle of shard `index`: "NAME@vVERSION#SHARD_ID", the id
+  // being its shown replica's.
   std::string HandleString(size_t index) const;
 };
 
-// Where a shard's bytes can be read: a worker, its address, and the id of
-// the shard's memory there.
+// Where a read or write of a shard's bytes goes: one replica, with what a
+// transport needs to reach it.
 struct ShardLocation {
+  size_t replica = 0;  // index into the shard's replicas
   std::string worker;
   std::string address;
   uint64_t shard_id = 0;
   bool available = true;
   std::string capability;  // presented to the worker with each call
 };
+// One location inline: a shard of one replica costs no allocation.
+using ShardLocations = absl::InlinedVector<ShardLocation, 1>;
 
-// Every place shard `index` of `meta` can be read from, best first. Today a
-// shard has one owner; replicas will add entries here, and every reader
-// goes through this function.
-std::vector<ShardLocation> ReadLocations(const TensorMetadata& meta,
-                                         size_t index);
-// Where shard `index` of `meta` is written: its owner, with the capability
-// the metadata carries for it.
-ShardLocation OwnerLocation(const TensorMetadata& meta, size_t index);
+// The rule for reads: every replica shard `index` of `meta` can be read
+// from, best first — its available replicas in replica order, then the
+// unavailable ones (so a caller that finds none available can name them).
+// Every reader (clients, device readers, a reshard's sources) goes
+// through this function.
+ShardLocations ReadLocations(const TensorMetadata& meta, size_t index);
+// The rule for writes: every replica a write of shard `index` must reach
+// (all of them, in replica order), with the capability the metadata
+// carries for each.
+ShardLocations WriteLocations(const TensorMetadata& meta, size_t index);
 
 }  // namespace tessera
 

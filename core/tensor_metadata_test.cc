@@ -1,5 +1,9 @@
 #include "core/tensor_metadata.h"
 
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -7,6 +11,15 @@ namespace tessera {
 namespace {
 
 using ::testing::ElementsAre;
+
+Replica Copy(int32_t rank, const std::string& worker, uint64_t id) {
+  Replica r;
+  r.rank = rank;
+  r.worker = worker;
+  r.address = worker + ":7071";
+  r.shard_id = id;
+  return r;
+}
 
 TensorMetadata Emb() {
   TensorMetadata meta;
@@ -16,18 +29,29 @@ TensorMetadata Emb() {
   meta.version = 3;
   ShardInfo a;
   a.box = Box{{0, 0}, {5, 20}};
-  a.rank = 0;
-  a.worker = "w0";
-  a.shard_id = 11;
+  a.replicas.push_back(Copy(0, "w0", 11));
   ShardInfo b;
   b.box = Box{{5, 0}, {5, 20}};
-  b.rank = 1;
-  b.device.kind = Device::Kind::kCuda;
-  b.device.index = 2;
-  b.worker = "w1";
-  b.shard_id = 12;
+  b.replicas.push_back(Copy(1, "w1", 12));
+  b.replicas[0].device.kind = Device::Kind::kCuda;
+  b.replicas[0].device.index = 2;
   meta.shards = {a, b};
   return meta;
+}
+
+// Shard 0 of `meta` held by three replicas, on w0, w1 and w2.
+TensorMetadata Replicated() {
+  TensorMetadata meta = Emb();
+  meta.shards[0].replicas = {Copy(0, "w0", 11), Copy(1, "w1", 21),
+                             Copy(2, "w2", 31)};
+  meta.capabilities = {{"w0", "cap0"}, {"w1", "cap1"}, {"w2", "cap2"}};
+  return meta;
+}
+
+std::vector<std::string> Workers(const ShardLocations& locations) {
+  std::vector<std::string> out;
+  for (const ShardLocation& l : locations) out.push_back(l.worker);
+  return out;
 }
 
 TEST(TensorMetadataTest, SizesFollowShapeAndDType) {
@@ -43,9 +67,82 @@ TEST(TensorMetadataTest, BoxesKeepSpecOrder) {
 
 TEST(TensorMetadataTest, PlacementsAndHandlesPrint) {
   const TensorMetadata meta = Emb();
-  EXPECT_EQ(meta.shards[0].PlacementString(), "rank:0/cpu");
-  EXPECT_EQ(meta.shards[1].PlacementString(), "rank:1/cuda:2");
+  EXPECT_EQ(ShownReplica(meta.shards[0]).PlacementString(), "rank:0/cpu");
+  EXPECT_EQ(ShownReplica(meta.shards[1]).PlacementString(), "rank:1/cuda:2");
   EXPECT_EQ(meta.HandleString(1), "emb@v3#12");
+}
+
+TEST(TensorMetadataTest, OneReplicaIsReadAndWrittenThere) {
+  TensorMetadata meta = Emb();
+  meta.capabilities["w1"] = "cap1";
+  const ShardLocations reads = ReadLocations(meta, 1);
+  ASSERT_EQ(reads.size(), 1u);
+  EXPECT_EQ(reads[0].replica, 0u);
+  EXPECT_EQ(reads[0].worker, "w1");
+  EXPECT_EQ(reads[0].address, "w1:7071");
+  EXPECT_EQ(reads[0].shard_id, 12u);
+  EXPECT_TRUE(reads[0].available);
+  EXPECT_EQ(reads[0].capability, "cap1");
+  const ShardLocations writes = WriteLocations(meta, 1);
+  ASSERT_EQ(writes.size(), 1u);
+  EXPECT_EQ(writes[0].worker, "w1");
+  EXPECT_EQ(writes[0].shard_id, 12u);
+  EXPECT_EQ(writes[0].capability, "cap1");
+  // No capability for w0: none presented.
+  EXPECT_EQ(ReadLocations(meta, 0)[0].capability, "");
+}
+
+TEST(TensorMetadataTest, AnUnavailableReplicaIsStillListedForReads) {
+  TensorMetadata meta = Emb();
+  meta.shards[0].replicas[0].available = false;
+  const ShardLocations reads = ReadLocations(meta, 0);
+  ASSERT_EQ(reads.size(), 1u);
+  EXPECT_EQ(reads[0].worker, "w0");
+  EXPECT_FALSE(reads[0].available);
+  EXPECT_FALSE(ShownReplica(meta.shards[0]).available);
+}
+
+TEST(TensorMetadataTest, ReadsTryAvailableReplicasFirstInReplicaOrder) {
+  TensorMetadata meta = Replicated();
+  EXPECT_THAT(Workers(ReadLocations(meta, 0)), ElementsAre("w0", "w1", "w2"));
+  meta.shards[0].replicas[0].available = false;
+  const ShardLocations reads = ReadLocations(meta, 0);
+  EXPECT_THAT(Workers(reads), ElementsAre("w1", "w2", "w0"));
+  EXPECT_EQ(reads[0].replica, 1u);
+  EXPECT_EQ(reads[0].shard_id, 21u);
+  EXPECT_EQ(reads[0].capability, "cap1");
+  EXPECT_FALSE(reads[2].available);
+  EXPECT_EQ(reads[2].replica, 0u);
+}
+
+TEST(TensorMetadataTest, WritesReachEveryReplicaWhateverItsState) {
+  TensorMetadata meta = Replicated();
+  meta.shards[0].replicas[1].available = false;
+  const ShardLocations writes = WriteLocations(meta, 0);
+  EXPECT_THAT(Workers(writes), ElementsAre("w0", "w1", "w2"));
+  for (size_t r = 0; r < writes.size(); ++r) {
+    EXPECT_EQ(writes[r].replica, r);
+    EXPECT_EQ(writes[r].shard_id, meta.shards[0].replicas[r].shard_id);
+    EXPECT_EQ(writes[r].capability, absl::StrCat("cap", r));
+  }
+  EXPECT_FALSE(writes[1].available);
+}
+
+TEST(TensorMetadataTest, ShownReplicaIsTheFirstAvailable) {
+  TensorMetadata meta = Replicated();
+  EXPECT_EQ(ShownReplica(meta.shards[0]).worker, "w0");
+  EXPECT_EQ(meta.HandleString(0), "emb@v3#11");
+  meta.shards[0].replicas[0].available = false;
+  EXPECT_EQ(ShownReplica(meta.shards[0]).worker, "w1");
+  EXPECT_EQ(meta.HandleString(0), "emb@v3#21");
+  for (Replica& r : meta.shards[0].replicas) r.available = false;
+  EXPECT_EQ(ShownReplica(meta.shards[0]).worker, "w0");
+}
+
+TEST(TensorMetadataTest, AShardWithoutReplicasShowsAsUnavailableNowhere) {
+  const ShardInfo nowhere;
+  EXPECT_FALSE(ShownReplica(nowhere).available);
+  EXPECT_EQ(ShownReplica(nowhere).worker, "");
 }
 
 }  // namespace

@@ -108,6 +108,9 @@ for t in "${TARGETS[@]}"; do
     worker_* | coordinator_* | shm_* | pull_* | ucx_*) objs=("$(obj_of "fuzz/$t.cc")" "${LIB_OBJS[@]}") ;;
     # File formats the client reads: core plus the client's parsers.
     safetensors_*) objs=("$(obj_of "fuzz/$t.cc")" "${CORE_OBJS[@]}" "${CLIENT_OBJS[@]}") ;;
+    # Tensor metadata from the wire or the data dir: core plus its conversion.
+    metadata_*) objs=("$(obj_of "fuzz/$t.cc")" "${CORE_OBJS[@]}" "$(obj_of rpc/convert.cc)")
+      for src in "$GEN"/proto/*.pb.cc; do objs+=("$(obj_of "$src")"); done ;;
     *) objs=("$(obj_of "fuzz/$t.cc")" "${CORE_OBJS[@]}") ;;
   esac
   need=0

@@ -13,6 +13,7 @@
 // the tensor.
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -131,7 +132,7 @@ void CheckReshard(const std::vector<PlacedBox>& from,
     FUZZ_CHECK(static_cast<size_t>(k) < from.size() && !old_used[k],
                "kept twice");
     old_used[k] = true;
-    FUZZ_CHECK(from[k].box == to[j].box && from[k].worker == to[j].worker,
+    FUZZ_CHECK(from[k].box == to[j].box && from[k].workers == to[j].workers,
                "kept differs");
     ++kept;
   }
@@ -145,8 +146,15 @@ void CheckReshard(const std::vector<PlacedBox>& from,
     FUZZ_CHECK(!p.global.IsEmpty(), "empty piece");
     FUZZ_CHECK(p.bytes == p.global.NumElements() * static_cast<int64_t>(item),
                "piece bytes");
-    FUZZ_CHECK(p.local == (from[p.src_shard].worker == to[p.dst_shard].worker),
+    FUZZ_CHECK(p.dst_replica < to[p.dst_shard].workers.size(), "dst replica");
+    const std::string& dst_worker = to[p.dst_shard].workers[p.dst_replica];
+    const auto& src_workers = from[p.src_shard].workers;
+    FUZZ_CHECK(p.local == (std::find(src_workers.begin(), src_workers.end(),
+                                     dst_worker) != src_workers.end()),
                "local flag");
+    FUZZ_CHECK(!p.local || (p.src_replica < src_workers.size() &&
+                            src_workers[p.src_replica] == dst_worker),
+               "local source");
     filled[p.dst_shard] += p.global.NumElements();
     if (p.local) {
       bytes_local += p.bytes;
@@ -157,7 +165,9 @@ void CheckReshard(const std::vector<PlacedBox>& from,
   }
   for (size_t j = 0; j < to.size(); ++j) {
     if (plan.kept_from[j] >= 0 || to[j].box.IsEmpty()) continue;
-    FUZZ_CHECK(filled[j] == to[j].box.NumElements(),
+    // Every replica gets the whole box.
+    FUZZ_CHECK(filled[j] == to[j].box.NumElements() *
+                                static_cast<int64_t>(to[j].workers.size()),
                absl::StrCat("new shard ", j, " gets ", filled[j], " elements"));
   }
   FUZZ_CHECK(plan.shards_kept == kept && plan.pieces_moved == moved &&
@@ -212,12 +222,21 @@ void SmallMode(FuzzedDataProvider& in) {
   if (!chunk.ok()) return;
   CheckRegionPlan(shape, *chunk, region);
 
+  // One replica per shard mostly, sometimes two on distinct workers.
   const char* kWorkers[] = {"w0", "w1", "w2"};
+  auto placed = [&](const Box& b) {
+    PlacedBox out{b, {}};
+    const int first = in.ConsumeIntegralInRange(0, 2);
+    out.workers.push_back(kWorkers[first]);
+    if (in.ConsumeIntegralInRange(0, 3) == 0) {
+      out.workers.push_back(
+          kWorkers[(first + in.ConsumeIntegralInRange(1, 2)) % 3]);
+    }
+    return out;
+  };
   std::vector<PlacedBox> old_layout, new_layout;
-  for (const Box& b : boxes)
-    old_layout.push_back({b, kWorkers[in.ConsumeIntegralInRange(0, 2)]});
-  for (const Box& b : *chunk)
-    new_layout.push_back({b, kWorkers[in.ConsumeIntegralInRange(0, 2)]});
+  for (const Box& b : boxes) old_layout.push_back(placed(b));
+  for (const Box& b : *chunk) new_layout.push_back(placed(b));
   const size_t item = size_t{1} << in.ConsumeIntegralInRange(0, 3);
   CheckReshard(old_layout, new_layout, item);
   CheckReshard(new_layout, old_layout, item);

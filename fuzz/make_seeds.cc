@@ -2,7 +2,8 @@
 // hand after changing a format: fuzz/out/make_seeds fuzz/corpus). Seeds are
 // small valid (and a few nearly valid) inputs: CLI texts, .npy headers as
 // NumPy writes them (EncodeNpyHeader) plus big-endian / Fortran / v2 / v3
-// variants, layouts, and serialized requests in fuzz_util.h's records.
+// variants, layouts, serialized requests in fuzz_util.h's records, and
+// tensor metadata in both encodings.
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/safetensors_file.h"
 #include "core/npy.h"
+#include "core/tensor_metadata.h"
 #include "fuzz/fuzz_util.h"
 #include "proto/coordinator.pb.h"
 #include "proto/worker.pb.h"
@@ -660,6 +662,48 @@ void PullReplySeeds() {
   }
 }
 
+void MetadataSeeds() {
+  // Shard i of rows [2i, 2i+2) on w(i % 2); shard 1 unavailable.
+  TensorMetadata meta;
+  meta.name = "t";
+  meta.shape = {6, 2};
+  meta.dtype = DType::kInt32;
+  meta.version = 3;
+  for (int64_t i = 0; i < 3; ++i) {
+    ShardInfo& shard = meta.shards.emplace_back();
+    shard.box = Box{{2 * i, 0}, {2, 2}};
+    Replica& replica = shard.replicas.emplace_back();
+    replica.rank = static_cast<int32_t>(i % 2);
+    replica.worker = absl::StrCat("w", i % 2);
+    replica.address = absl::StrCat("10.0.0.", i % 2 + 1, ":7001");
+    replica.shard_id = 100 + static_cast<uint64_t>(i);
+    replica.available = i != 1;
+  }
+  auto write = [](const std::string& name, const TensorMetadata& m,
+                  ShardEncoding encoding) {
+    v1::ShardedTensorMetadata proto;
+    TensorMetadataToProto(m, &proto, encoding);
+    Write("metadata_fuzzer", name, proto.SerializeAsString());
+  };
+  write("one_owner_per_shard", meta, ShardEncoding::kPerShard);
+  write("one_owner_packed", meta, ShardEncoding::kPacked);
+  // Shard 0 also on w1 and w2 (cuda:1), its first replica unavailable.
+  Replica second = meta.shards[1].replicas[0];
+  second.shard_id = 200;
+  second.available = true;
+  Replica third;
+  third.rank = 2;
+  third.worker = "w2";
+  third.address = "10.0.0.3:7001";
+  third.device = Device{Device::Kind::kCuda, 1};
+  third.shard_id = 300;
+  meta.shards[0].replicas[0].available = false;
+  meta.shards[0].replicas.push_back(second);
+  meta.shards[0].replicas.push_back(third);
+  write("replicas_per_shard", meta, ShardEncoding::kPerShard);
+  write("replicas_packed", meta, ShardEncoding::kPacked);
+}
+
 }  // namespace
 }  // namespace tessera
 
@@ -677,5 +721,6 @@ int main(int argc, char** argv) {
   tessera::CoordinatorSeeds();
   tessera::ShmReplySeeds();
   tessera::PullReplySeeds();
+  tessera::MetadataSeeds();
   return 0;
 }

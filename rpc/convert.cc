@@ -233,26 +233,41 @@ void PackShards(const std::vector<ShardInfo>& shards,
                 v1::PackedShardList* out) {
   const int n = static_cast<int>(shards.size());
   const int rank = shards.empty() ? 0 : static_cast<int>(shards[0].box.rank());
+  bool replicated = false;
+  for (const ShardInfo& s : shards) replicated |= s.replicas.size() > 1;
   out->mutable_offsets()->Reserve(n * rank);
   out->mutable_sizes()->Reserve(n * rank);
   out->mutable_shard_ids()->Reserve(n);
   out->mutable_worker_of()->Reserve(n);
+  if (replicated) out->mutable_replica_count()->Reserve(n);
   absl::flat_hash_map<absl::string_view, int32_t> index;  // by worker name
+  auto worker_index = [&](const Replica& r) {
+    auto [it, inserted] = index.try_emplace(r.worker, out->workers_size());
+    if (inserted) {
+      v1::PackedShardList::Worker* worker = out->add_workers();
+      worker->set_name(r.worker);
+      worker->set_rank(r.rank);
+      worker->set_address(r.address);
+      *worker->mutable_device() = DeviceToProto(r.device);
+    }
+    return it->second;
+  };
   for (int i = 0; i < n; ++i) {
     const ShardInfo& s = shards[static_cast<size_t>(i)];
     for (int64_t v : s.box.offsets) out->add_offsets(v);
     for (int64_t v : s.box.sizes) out->add_sizes(v);
-    out->add_shard_ids(s.shard_id);
-    auto [it, inserted] = index.try_emplace(s.worker, out->workers_size());
-    if (inserted) {
-      v1::PackedShardList::Worker* worker = out->add_workers();
-      worker->set_name(s.worker);
-      worker->set_rank(s.rank);
-      worker->set_address(s.address);
-      *worker->mutable_device() = DeviceToProto(s.device);
+    const Replica& shown = ShownReplica(s);
+    out->add_shard_ids(shown.shard_id);
+    out->add_worker_of(worker_index(shown));
+    if (!shown.available) out->add_unavailable(i);
+    if (!replicated) continue;
+    out->add_replica_count(static_cast<int32_t>(s.replicas.size()));
+    for (const Replica& r : s.replicas) {
+      if (!r.available)
+        out->add_replica_unavailable(out->replica_worker_of_size());
+      out->add_replica_shard_ids(r.shard_id);
+      out->add_replica_worker_of(worker_index(r));
     }
-    out->add_worker_of(it->second);
-    if (!s.available) out->add_unavailable(i);
   }
 }
 
@@ -268,42 +283,103 @@ absl::Status UnpackShards(const v1::PackedShardList& packed, size_t rank,
         packed.offsets_size(), " offsets and ", packed.sizes_size(),
         " sizes do not describe shards of rank ", rank));
   }
-  std::vector<ShardInfo> workers;  // a template per worker of the table
+  // Several replicas per shard: their columns must add up.
+  const bool replicated = packed.replica_count_size() > 0;
+  if (replicated) {
+    if (static_cast<size_t>(packed.replica_count_size()) != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kField, ": ", packed.replica_count_size(),
+                       " replica counts for ", n, " shards"));
+    }
+    int64_t total = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const int32_t count = packed.replica_count(static_cast<int>(i));
+      if (count < 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            kField, ".replica_count[", i, "]: ", count, " (at least 1)"));
+      }
+      total += count;
+    }
+    if (packed.replica_shard_ids_size() != total ||
+        packed.replica_worker_of_size() != total) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kField, ": ", total, " replicas but ",
+                       packed.replica_shard_ids_size(), " replica ids and ",
+                       packed.replica_worker_of_size(), " replica workers"));
+    }
+  }
+  std::vector<Replica> workers;  // a template per worker of the table
   for (int w = 0; w < packed.workers_size(); ++w) {
-    ShardInfo shard;
-    shard.worker = packed.workers(w).name();
-    shard.rank = packed.workers(w).rank();
-    shard.address = packed.workers(w).address();
+    Replica replica;
+    replica.worker = packed.workers(w).name();
+    replica.rank = packed.workers(w).rank();
+    replica.address = packed.workers(w).address();
     absl::StatusOr<Device> device = DeviceFromProto(packed.workers(w).device());
     if (!device.ok()) {
       return Annotate(device.status(),
                       absl::StrCat(kField, ".workers[", w, "]"));
     }
-    shard.device = *device;
-    workers.push_back(std::move(shard));
+    replica.device = *device;
+    workers.push_back(std::move(replica));
   }
+  auto check_worker = [&](absl::string_view column, size_t i, int32_t w) {
+    if (w >= 0 && static_cast<size_t>(w) < workers.size())
+      return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(kField, ".", column, "[", i, "]: ", w,
+                     " is not an index into ", workers.size(), " workers"));
+  };
   shards->reserve(n);
+  int next = 0;  // the next entry of the replica columns
   for (size_t i = 0; i < n; ++i) {
     const int32_t w = packed.worker_of(static_cast<int>(i));
-    if (w < 0 || static_cast<size_t>(w) >= workers.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(kField, ".worker_of[", i, "]: ", w,
-                       " is not an index into ", workers.size(), " workers"));
-    }
-    ShardInfo shard = workers[static_cast<size_t>(w)];
+    TESSERA_RETURN_IF_ERROR(check_worker("worker_of", i, w));
+    ShardInfo& shard = shards->emplace_back();
     const int64_t* offsets = packed.offsets().data() + i * rank;
     const int64_t* sizes = packed.sizes().data() + i * rank;
     shard.box.offsets.assign(offsets, offsets + rank);
     shard.box.sizes.assign(sizes, sizes + rank);
-    shard.shard_id = packed.shard_ids(static_cast<int>(i));
-    shards->push_back(std::move(shard));
-  }
-  for (int32_t i : packed.unavailable()) {
-    if (i < 0 || static_cast<size_t>(i) >= n) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(kField, ".unavailable: ", i, " is not a shard index"));
+    if (!replicated) {
+      Replica& replica =
+          shard.replicas.emplace_back(workers[static_cast<size_t>(w)]);
+      replica.shard_id = packed.shard_ids(static_cast<int>(i));
+      continue;
     }
-    (*shards)[static_cast<size_t>(i)].available = false;
+    const int32_t count = packed.replica_count(static_cast<int>(i));
+    shard.replicas.reserve(static_cast<size_t>(count));
+    for (int32_t r = 0; r < count; ++r, ++next) {
+      const int32_t rw = packed.replica_worker_of(next);
+      TESSERA_RETURN_IF_ERROR(
+          check_worker("replica_worker_of", static_cast<size_t>(next), rw));
+      Replica& replica =
+          shard.replicas.emplace_back(workers[static_cast<size_t>(rw)]);
+      replica.shard_id = packed.replica_shard_ids(next);
+    }
+  }
+  if (!replicated) {
+    for (int32_t i : packed.unavailable()) {
+      if (i < 0 || static_cast<size_t>(i) >= n) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(kField, ".unavailable: ", i, " is not a shard index"));
+      }
+      (*shards)[static_cast<size_t>(i)].replicas[0].available = false;
+    }
+    return absl::OkStatus();
+  }
+  // Replica positions, in the order of the columns: shard by shard.
+  std::vector<std::pair<uint32_t, uint32_t>> position(
+      static_cast<size_t>(next));
+  for (size_t i = 0, k = 0; i < n; ++i) {
+    for (uint32_t r = 0; r < (*shards)[i].replicas.size(); ++r, ++k)
+      position[k] = {static_cast<uint32_t>(i), r};
+  }
+  for (int32_t k : packed.replica_unavailable()) {
+    if (k < 0 || k >= next) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kField, ".replica_unavailable: ", k, " is not a replica index"));
+    }
+    const auto [i, r] = position[static_cast<size_t>(k)];
+    (*shards)[i].replicas[r].available = false;
   }
   return absl::OkStatus();
 }
@@ -330,20 +406,31 @@ void TensorMetadataToProto(const TensorMetadata& meta,
   out->mutable_shards()->Reserve(meta.shards.size());
   for (size_t i = 0; i < meta.shards.size(); ++i) {
     const ShardInfo& s = meta.shards[i];
+    const Replica& shown = ShownReplica(s);
     v1::Shard* shard = out->add_shards();
     BoxToProto(s.box, shard->mutable_metadata()->mutable_offsets(),
                shard->mutable_metadata()->mutable_sizes());
     v1::Placement* placement = shard->mutable_metadata()->mutable_placement();
-    placement->set_rank(s.rank);
-    *placement->mutable_device() = DeviceToProto(s.device);
+    placement->set_rank(shown.rank);
+    *placement->mutable_device() = DeviceToProto(shown.device);
     v1::ShardHandle* handle = shard->mutable_handle();
     handle->set_tensor(meta.name);
     handle->set_version(meta.version);
-    handle->set_shard_id(s.shard_id);
+    handle->set_shard_id(shown.shard_id);
     handle->set_index(static_cast<int32_t>(i));
-    handle->set_worker(s.worker);
-    handle->set_address(s.address);
-    shard->set_available(s.available);
+    handle->set_worker(shown.worker);
+    handle->set_address(shown.address);
+    shard->set_available(shown.available);
+    if (s.replicas.size() < 2) continue;
+    for (const Replica& r : s.replicas) {
+      v1::ShardReplica* replica = shard->add_replicas();
+      replica->set_worker(r.worker);
+      replica->set_rank(r.rank);
+      *replica->mutable_device() = DeviceToProto(r.device);
+      replica->set_address(r.address);
+      replica->set_shard_id(r.shard_id);
+      replica->set_available(r.available);
+    }
   }
 }
 
@@ -378,13 +465,33 @@ absl::StatusOr<TensorMetadata> TensorMetadataFromProto(
       return absl::InvalidArgumentError(
           absl::StrCat("shards[", i, "]: rank does not match the shape"));
     }
-    info.rank = s.metadata().placement().rank();
-    TESSERA_ASSIGN_OR_RETURN(
-        info.device, DeviceFromProto(s.metadata().placement().device()));
-    info.worker = s.handle().worker();
-    info.address = s.handle().address();
-    info.shard_id = s.handle().shard_id();
-    info.available = s.available();
+    if (s.replicas_size() == 0) {
+      // One replica: the one the placement and the handle name.
+      Replica& replica = info.replicas.emplace_back();
+      replica.rank = s.metadata().placement().rank();
+      TESSERA_ASSIGN_OR_RETURN(
+          replica.device, DeviceFromProto(s.metadata().placement().device()));
+      replica.worker = s.handle().worker();
+      replica.address = s.handle().address();
+      replica.shard_id = s.handle().shard_id();
+      replica.available = s.available();
+    }
+    info.replicas.reserve(static_cast<size_t>(s.replicas_size()));
+    for (int r = 0; r < s.replicas_size(); ++r) {
+      const v1::ShardReplica& in = s.replicas(r);
+      Replica& replica = info.replicas.emplace_back();
+      replica.rank = in.rank();
+      absl::StatusOr<Device> device = DeviceFromProto(in.device());
+      if (!device.ok()) {
+        return Annotate(device.status(),
+                        absl::StrCat("shards[", i, "].replicas[", r, "]"));
+      }
+      replica.device = *device;
+      replica.worker = in.worker();
+      replica.address = in.address();
+      replica.shard_id = in.shard_id();
+      replica.available = in.available();
+    }
     out.shards.push_back(std::move(info));
   }
   return out;

@@ -2,6 +2,7 @@
 // sends, and the errors a malformed one gets.
 #include "rpc/convert.h"
 
+#include "absl/strings/str_cat.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -117,11 +118,12 @@ TensorMetadata ThreeShards() {
   for (int64_t i = 0; i < 3; ++i) {
     ShardInfo shard;
     shard.box = Box{{i * 2, 0}, {2, 2}};
-    shard.rank = static_cast<int32_t>(i % 2);
-    shard.worker = i % 2 == 0 ? "w0" : "w1";
-    shard.address = i % 2 == 0 ? "10.0.0.1:7001" : "10.0.0.2:7001";
-    shard.shard_id = 100 + static_cast<uint64_t>(i) * 7;
-    shard.available = i != 1;
+    Replica& replica = shard.replicas.emplace_back();
+    replica.rank = static_cast<int32_t>(i % 2);
+    replica.worker = i % 2 == 0 ? "w0" : "w1";
+    replica.address = i % 2 == 0 ? "10.0.0.1:7001" : "10.0.0.2:7001";
+    replica.shard_id = 100 + static_cast<uint64_t>(i) * 7;
+    replica.available = i != 1;
     meta.shards.push_back(shard);
   }
   return meta;
@@ -143,11 +145,14 @@ TEST(ConvertTest, PackedShardListsReadBackAsThePerShardOnes) {
   for (size_t i = 0; i < 3; ++i) {
     for (const TensorMetadata* m : {&*a, &*b}) {
       EXPECT_EQ(m->shards[i].box.ToString(), meta.shards[i].box.ToString());
-      EXPECT_EQ(m->shards[i].worker, meta.shards[i].worker);
-      EXPECT_EQ(m->shards[i].address, meta.shards[i].address);
-      EXPECT_EQ(m->shards[i].rank, meta.shards[i].rank);
-      EXPECT_EQ(m->shards[i].shard_id, meta.shards[i].shard_id);
-      EXPECT_EQ(m->shards[i].available, meta.shards[i].available) << i;
+      ASSERT_EQ(m->shards[i].replicas.size(), 1u);
+      const Replica& got = m->shards[i].replicas[0];
+      const Replica& want = meta.shards[i].replicas[0];
+      EXPECT_EQ(got.worker, want.worker);
+      EXPECT_EQ(got.address, want.address);
+      EXPECT_EQ(got.rank, want.rank);
+      EXPECT_EQ(got.shard_id, want.shard_id);
+      EXPECT_EQ(got.available, want.available) << i;
     }
   }
 }
@@ -179,6 +184,212 @@ TEST(ConvertTest, MalformedPackedShardListsAreRefused) {
   EXPECT_THAT(
       TensorMetadataFromProto(both),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not both")));
+}
+
+// The one-owner form that every tensor had before shards had replicas (and
+// that a shard of one replica still has on the wire and on disk): shard i
+// on rank i % 2, device cpu or cuda:1, shard 1 unavailable.
+v1::ShardedTensorMetadata OneOwnerPerShard() {
+  v1::ShardedTensorMetadata out;
+  out.set_name("t");
+  out.add_shape(6);
+  out.add_shape(2);
+  out.mutable_properties()->set_dtype(v1::INT32);
+  out.set_version(4);
+  out.set_incarnation(77);
+  for (int i = 0; i < 3; ++i) {
+    v1::Shard* shard = out.add_shards();
+    shard->mutable_metadata()->add_offsets(2 * i);
+    shard->mutable_metadata()->add_offsets(0);
+    shard->mutable_metadata()->add_sizes(2);
+    shard->mutable_metadata()->add_sizes(2);
+    v1::Placement* placement = shard->mutable_metadata()->mutable_placement();
+    placement->set_rank(i % 2);
+    placement->mutable_device()->set_kind(i % 2 == 0 ? v1::Device::CPU
+                                                     : v1::Device::CUDA);
+    placement->mutable_device()->set_index(i % 2);
+    v1::ShardHandle* handle = shard->mutable_handle();
+    handle->set_tensor("t");
+    handle->set_version(4);
+    handle->set_shard_id(500 + i);
+    handle->set_index(i);
+    handle->set_worker(i % 2 == 0 ? "w0" : "w1");
+    handle->set_address(i % 2 == 0 ? "10.0.0.1:7001" : "10.0.0.2:7001");
+    shard->set_available(i != 1);
+  }
+  return out;
+}
+
+// The same tensor as the packed columns wrote it before replicas.
+v1::ShardedTensorMetadata OneOwnerPacked() {
+  v1::ShardedTensorMetadata out = OneOwnerPerShard();
+  out.clear_shards();
+  v1::PackedShardList* packed = out.mutable_packed_shards();
+  for (int i = 0; i < 3; ++i) {
+    packed->add_offsets(2 * i);
+    packed->add_offsets(0);
+    packed->add_sizes(2);
+    packed->add_sizes(2);
+    packed->add_shard_ids(500 + i);
+    packed->add_worker_of(i % 2);
+  }
+  for (int w = 0; w < 2; ++w) {
+    v1::PackedShardList::Worker* worker = packed->add_workers();
+    worker->set_name(w == 0 ? "w0" : "w1");
+    worker->set_rank(w);
+    worker->set_address(w == 0 ? "10.0.0.1:7001" : "10.0.0.2:7001");
+    worker->mutable_device()->set_kind(w == 0 ? v1::Device::CPU
+                                              : v1::Device::CUDA);
+    worker->mutable_device()->set_index(w);
+  }
+  packed->add_unavailable(1);
+  return out;
+}
+
+TEST(ConvertTest, OneOwnerShardsReadAsOneReplicaAndWriteBackTheSameBytes) {
+  for (const bool packed : {false, true}) {
+    SCOPED_TRACE(packed ? "packed" : "per shard");
+    const v1::ShardedTensorMetadata wire =
+        packed ? OneOwnerPacked() : OneOwnerPerShard();
+    absl::StatusOr<TensorMetadata> meta = TensorMetadataFromProto(wire);
+    ASSERT_OK(meta);
+    ASSERT_EQ(meta->shards.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      ASSERT_EQ(meta->shards[i].replicas.size(), 1u);
+      const Replica& r = meta->shards[i].replicas[0];
+      EXPECT_EQ(r.rank, static_cast<int32_t>(i % 2));
+      EXPECT_EQ(r.device.ToString(), i % 2 == 0 ? "cpu" : "cuda:1");
+      EXPECT_EQ(r.worker, i % 2 == 0 ? "w0" : "w1");
+      EXPECT_EQ(r.address, i % 2 == 0 ? "10.0.0.1:7001" : "10.0.0.2:7001");
+      EXPECT_EQ(r.shard_id, 500 + i);
+      EXPECT_EQ(r.available, i != 1);
+    }
+    // Written again, a shard of one replica is exactly the one-owner form.
+    v1::ShardedTensorMetadata again;
+    TensorMetadataToProto(
+        *meta, &again,
+        packed ? ShardEncoding::kPacked : ShardEncoding::kPerShard);
+    EXPECT_EQ(again.SerializeAsString(), wire.SerializeAsString());
+  }
+}
+
+// Shard 0 on w0 (unavailable), w1 and w2; shard 1 on w1 alone; shard 2 on
+// w2 and w0.
+TensorMetadata Replicated() {
+  TensorMetadata meta = ThreeShards();
+  auto copy = [](int32_t rank, uint64_t id, bool available) {
+    Replica r;
+    r.rank = rank;
+    r.worker = absl::StrCat("w", rank);
+    r.address = absl::StrCat("10.0.0.", rank + 1, ":7001");
+    r.device.kind = rank == 2 ? Device::Kind::kCuda : Device::Kind::kCpu;
+    r.device.index = rank == 2 ? 3 : 0;
+    r.shard_id = id;
+    r.available = available;
+    return r;
+  };
+  meta.shards[0].replicas = {copy(0, 10, false), copy(1, 11, true),
+                             copy(2, 12, true)};
+  meta.shards[1].replicas = {copy(1, 20, true)};
+  meta.shards[2].replicas = {copy(2, 30, true), copy(0, 31, false)};
+  return meta;
+}
+
+TEST(ConvertTest, ReplicasTravelInBothEncodings) {
+  const TensorMetadata meta = Replicated();
+  for (const ShardEncoding encoding :
+       {ShardEncoding::kPerShard, ShardEncoding::kPacked}) {
+    v1::ShardedTensorMetadata wire;
+    TensorMetadataToProto(meta, &wire, encoding);
+    absl::StatusOr<TensorMetadata> back = TensorMetadataFromProto(wire);
+    ASSERT_OK(back);
+    ASSERT_EQ(back->shards.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(back->shards[i].box, meta.shards[i].box);
+      EXPECT_THAT(back->shards[i].replicas,
+                  ::testing::ElementsAreArray(meta.shards[i].replicas))
+          << "shard " << i;
+    }
+  }
+}
+
+TEST(ConvertTest, OneOwnerFieldsOfAReplicatedShardNameItsFirstAvailable) {
+  const TensorMetadata meta = Replicated();
+  v1::ShardedTensorMetadata per_shard, packed;
+  TensorMetadataToProto(meta, &per_shard);
+  TensorMetadataToProto(meta, &packed, ShardEncoding::kPacked);
+  // Shard 0: w0 is unavailable, so w1 is shown.
+  const v1::Shard& zero = per_shard.shards(0);
+  EXPECT_EQ(zero.handle().worker(), "w1");
+  EXPECT_EQ(zero.handle().shard_id(), 11u);
+  EXPECT_EQ(zero.metadata().placement().rank(), 1);
+  EXPECT_TRUE(zero.available());
+  EXPECT_EQ(zero.replicas_size(), 3);
+  EXPECT_EQ(per_shard.shards(1).replicas_size(), 0);  // one replica
+  EXPECT_EQ(per_shard.shards(2).handle().worker(), "w2");
+  EXPECT_EQ(per_shard.shards(2).metadata().placement().device().index(), 3);
+  const v1::PackedShardList& list = packed.packed_shards();
+  EXPECT_THAT(list.shard_ids(), ::testing::ElementsAre(11, 20, 30));
+  EXPECT_THAT(list.unavailable(), ::testing::ElementsAre());
+  EXPECT_THAT(list.replica_count(), ::testing::ElementsAre(3, 1, 2));
+  EXPECT_THAT(list.replica_shard_ids(),
+              ::testing::ElementsAre(10, 11, 12, 20, 30, 31));
+  EXPECT_THAT(list.replica_unavailable(), ::testing::ElementsAre(0, 5));
+  // A reader that knows one owner per shard reads the shown ones.
+  v1::ShardedTensorMetadata one_owner = per_shard;
+  for (v1::Shard& shard : *one_owner.mutable_shards()) shard.clear_replicas();
+  absl::StatusOr<TensorMetadata> seen = TensorMetadataFromProto(one_owner);
+  ASSERT_OK(seen);
+  EXPECT_EQ(seen->shards[0].replicas.size(), 1u);
+  EXPECT_EQ(seen->shards[0].replicas[0], meta.shards[0].replicas[1]);
+  EXPECT_EQ(seen->shards[2].replicas[0], meta.shards[2].replicas[0]);
+}
+
+TEST(ConvertTest, MalformedReplicaColumnsAreRefused) {
+  v1::ShardedTensorMetadata good;
+  TensorMetadataToProto(Replicated(), &good, ShardEncoding::kPacked);
+  ASSERT_OK(TensorMetadataFromProto(good));
+
+  v1::ShardedTensorMetadata short_counts = good;
+  short_counts.mutable_packed_shards()->mutable_replica_count()->RemoveLast();
+  EXPECT_THAT(TensorMetadataFromProto(short_counts),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("2 replica counts for 3 shards")));
+
+  v1::ShardedTensorMetadata none = good;
+  none.mutable_packed_shards()->set_replica_count(1, 0);
+  EXPECT_THAT(TensorMetadataFromProto(none),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("packed_shards.replica_count[1]: 0")));
+
+  v1::ShardedTensorMetadata more = good;
+  more.mutable_packed_shards()->set_replica_count(1, 2);
+  EXPECT_THAT(TensorMetadataFromProto(more),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("7 replicas but 6 replica ids")));
+
+  v1::ShardedTensorMetadata bad_worker = good;
+  bad_worker.mutable_packed_shards()->set_replica_worker_of(4, -1);
+  EXPECT_THAT(TensorMetadataFromProto(bad_worker),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("packed_shards.replica_worker_of[4]: -1")));
+
+  v1::ShardedTensorMetadata bad_unavailable = good;
+  bad_unavailable.mutable_packed_shards()->add_replica_unavailable(6);
+  EXPECT_THAT(TensorMetadataFromProto(bad_unavailable),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("6 is not a replica index")));
+
+  v1::ShardedTensorMetadata bad_device;
+  TensorMetadataToProto(Replicated(), &bad_device);
+  // Replica 0 of shard 2 is on cuda:3.
+  bad_device.mutable_shards(2)
+      ->mutable_replicas(0)
+      ->mutable_device()
+      ->set_index(-2);
+  EXPECT_THAT(TensorMetadataFromProto(bad_device),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("shards[2].replicas[0]")));
 }
 
 TEST(ConvertTest, ExchangePlansReadBackAndMalformedOnesAreRefused) {

@@ -252,14 +252,16 @@ class Harness {
         EXPECT_TRUE(meta.ok()) << name << ": " << meta.status();
         if (!meta.ok()) return false;
         bool on_it = false;
-        for (const ShardInfo& s : meta->shards) on_it |= s.worker == worker;
+        for (const ShardInfo& s : meta->shards)
+          on_it |= s.replicas[0].worker == worker;
         if (!on_it) continue;
         // Reads of a lost shard must fail, never return wrong bytes.
         if (meta->shards.size() > 0) {
           auto got = client.Get(name);
           const bool nonempty_lost = [&] {
             for (const ShardInfo& s : meta->shards) {
-              if (s.worker == worker && s.box.NumElements() > 0) return true;
+              if (s.replicas[0].worker == worker && s.box.NumElements() > 0)
+                return true;
             }
             return false;
           }();
@@ -355,7 +357,7 @@ class Harness {
       EXPECT_TRUE(meta.ok()) << meta.status();
       if (!meta.ok()) return false;
       for (const ShardInfo& s : meta->shards) {
-        want[s.worker] +=
+        want[s.replicas[0].worker] +=
             s.box.NumElements() * static_cast<int64_t>(ItemSize(meta->dtype));
       }
     }

@@ -97,8 +97,8 @@ TEST(FailureTest, WorkerKilledMidGatherFailsClearlyAndOthersKeepWorking) {
   WaitAlive(*client, "w1", false);
   auto meta = client->Describe("big");
   ASSERT_OK(meta);
-  EXPECT_FALSE(meta->shards[1].available);
-  EXPECT_TRUE(meta->shards[0].available);
+  EXPECT_FALSE(meta->shards[1].replicas[0].available);
+  EXPECT_TRUE(meta->shards[0].replicas[0].available);
   EXPECT_THAT(
       client->Get("big", Box{{5000, 0}, {10, 10}}).status(),
       StatusIs(absl::StatusCode::kUnavailable,
@@ -124,8 +124,8 @@ TEST(FailureTest, RestartedWorkerWithoutItsShardsLeavesThemLostNeverZeros) {
   WaitAlive(*client, "w1", true);
   auto meta = client->Describe("lost");
   ASSERT_OK(meta);
-  EXPECT_TRUE(meta->shards[0].available);
-  EXPECT_FALSE(meta->shards[1].available);
+  EXPECT_TRUE(meta->shards[0].replicas[0].available);
+  EXPECT_FALSE(meta->shards[1].replicas[0].available);
   EXPECT_THAT(client->Get("lost").status(),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("w1")));
   auto first_half = client->Get("lost", Box{{0, 0}, {20, 10}});

@@ -93,7 +93,7 @@ TEST_F(GpuTest, WorkersHoldShardsOnTheGpuAndShowItsMemory) {
       client_->Put("gpu_placed", array, LayoutSpec::Chunk(0, Ranks({0, 1}))));
   ASSERT_OK_AND_ASSIGN(TensorMetadata meta, client_->Describe("gpu_placed"));
   for (const ShardInfo& shard : meta.shards) {
-    EXPECT_EQ(shard.device.ToString(), "cuda:0");
+    EXPECT_EQ(shard.replicas[0].device.ToString(), "cuda:0");
   }
   ASSERT_OK(client_->Delete("gpu_placed"));
 }

@@ -169,7 +169,7 @@ TestCluster* GrantTest::cluster_ = nullptr;
 TEST_F(GrantTest, APutsWriteGrantDiesAtItsCommit) {
   auto writer = Coordinator("writer");
   const Begun put = BeginPut(*writer, "sealed");
-  const ShardInfo& shard = put.meta.shards[0];
+  const Replica& shard = put.meta.shards[0].replicas[0];
   // Part of the shard, as a patch does (which left it writable before).
   ASSERT_EQ(Write(shard.address, shard.shard_id, put.grant, std::string(4, 1)),
             grpc::StatusCode::OK);
@@ -201,7 +201,8 @@ TEST_F(GrantTest, APutsWriteGrantDiesAtItsCommit) {
   // ... and a grant of version 2's update, or one minted for version 1's
   // put, rewrites neither shard now.
   const std::vector<int8_t> after = Contents("kept");
-  for (const ShardInfo& s : v1->shards) {
+  for (const ShardInfo& shard : v1->shards) {
+    const Replica& s = shard.replicas[0];
     EXPECT_EQ(Write(s.address, s.shard_id, v1->capabilities.at(s.worker),
                     std::string(8, 9)),
               grpc::StatusCode::PERMISSION_DENIED);
@@ -224,7 +225,7 @@ TEST_F(GrantTest, AnUpdatesWriteGrantDiesAtItsCommit) {
   v1::UpdateTensorResponse staged;
   ASSERT_TRUE(writer->UpdateTensor(&context, update, &staged).ok());
   const TensorMetadata next = *TensorMetadataFromProto(staged.tensor());
-  const ShardInfo& shard = next.shards[0];
+  const Replica& shard = next.shards[0].replicas[0];
   std::string grant;
   for (const v1::WorkerCapability& c : staged.capabilities()) {
     if (c.worker() == shard.worker) grant = c.token();
@@ -261,8 +262,9 @@ TEST_F(GrantTest, CommitsAndCleanUpsNameTheirOwnPut) {
       << commit.error_message();
   EXPECT_FALSE(Commit(*a, "x", 1, put.change, /*abandon=*/true).ok());
   // A's grant for its own (freed) shard writes nothing anywhere.
-  EXPECT_NE(Write(put.meta.shards[0].address, put.meta.shards[0].shard_id,
-                  put.grant, std::string(8, 1)),
+  EXPECT_NE(Write(put.meta.shards[0].replicas[0].address,
+                  put.meta.shards[0].replicas[0].shard_id, put.grant,
+                  std::string(8, 1)),
             grpc::StatusCode::OK);
   EXPECT_EQ(Contents("x"), ours);
   // A put of the taken name fails and removes nothing.
@@ -288,10 +290,11 @@ TEST_F(GrantTest, AReadGrantReadsOnlyTheTensorItWasIssuedFor) {
                   .ok());
   absl::StatusOr<TensorMetadata> old = As("reader")->Describe("y");
   ASSERT_TRUE(old.ok());
-  const std::string grant = old->capabilities.at(old->shards[0].worker);
+  const std::string grant =
+      old->capabilities.at(old->shards[0].replicas[0].worker);
   std::string got;
-  ASSERT_TRUE(ReadFirst(old->shards[0].address, old->shards[0].shard_id, grant,
-                        &got)
+  ASSERT_TRUE(ReadFirst(old->shards[0].replicas[0].address,
+                        old->shards[0].replicas[0].shard_id, grant, &got)
                   .ok());
   ASSERT_TRUE(admin->Delete("y").ok());
   ASSERT_TRUE(admin
@@ -303,8 +306,9 @@ TEST_F(GrantTest, AReadGrantReadsOnlyTheTensorItWasIssuedFor) {
   ASSERT_TRUE(now.ok());
   EXPECT_NE(now->incarnation, old->incarnation);
   // Same name, same version 1, same worker: the old grant is refused.
-  const grpc::Status read = ReadFirst(now->shards[0].address,
-                                      now->shards[0].shard_id, grant, &got);
+  const grpc::Status read =
+      ReadFirst(now->shards[0].replicas[0].address,
+                now->shards[0].replicas[0].shard_id, grant, &got);
   EXPECT_EQ(read.error_code(), grpc::StatusCode::PERMISSION_DENIED)
       << read.error_message();
 }

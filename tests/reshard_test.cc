@@ -105,7 +105,7 @@ TEST_F(ReshardTest, GatherOntoOneWorker) {
   auto meta = client_->Describe("gather_one");
   ASSERT_OK(meta);
   ASSERT_EQ(meta->shards.size(), 1u);
-  EXPECT_EQ(meta->shards[0].worker, "w2");
+  EXPECT_EQ(meta->shards[0].replicas[0].worker, "w2");
   auto whole = client_->GetShard("gather_one", 0);
   ASSERT_TRUE(whole.ok()) << whole.status();
   EXPECT_TRUE(SameBytes(*whole, a));
@@ -127,8 +127,8 @@ TEST_F(ReshardTest, NoOpReshardMovesNothingButBumpsTheVersion) {
   auto after = client_->Describe("noop");
   ASSERT_OK(after);
   for (size_t i = 0; i < 4; ++i) {
-    EXPECT_EQ(after->shards[i].shard_id,
-              before->shards[i].shard_id);  // same memory
+    EXPECT_EQ(after->shards[i].replicas[0].shard_id,
+              before->shards[i].replicas[0].shard_id);  // same memory
   }
   ExpectData("noop", a);
 }

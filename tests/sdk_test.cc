@@ -45,9 +45,11 @@ void ExpectSameShards(const TensorMetadata& got, const TensorMetadata& want) {
   EXPECT_EQ(got.dtype, want.dtype);
   ASSERT_EQ(got.shards.size(), want.shards.size());
   for (size_t i = 0; i < got.shards.size(); ++i) {
-    const ShardInfo& a = got.shards[i];
-    const ShardInfo& b = want.shards[i];
-    EXPECT_EQ(a.box.ToString(), b.box.ToString()) << "shard " << i;
+    EXPECT_EQ(got.shards[i].box.ToString(), want.shards[i].box.ToString())
+        << "shard " << i;
+    ASSERT_EQ(got.shards[i].replicas.size(), want.shards[i].replicas.size());
+    const Replica& a = got.shards[i].replicas[0];
+    const Replica& b = want.shards[i].replicas[0];
     EXPECT_EQ(a.shard_id, b.shard_id) << "shard " << i;
     EXPECT_EQ(a.worker, b.worker) << "shard " << i;
     EXPECT_EQ(a.rank, b.rank) << "shard " << i;
@@ -130,7 +132,7 @@ TEST_F(SdkTest, CoordinatorStillTakesPerShardSpecsAndGivesFullReplies) {
   auto described = client_->Describe("per_shard");
   ASSERT_OK(described);
   ExpectSameShards(*full, *described);
-  EXPECT_EQ(described->shards[0].rank, 3);
+  EXPECT_EQ(described->shards[0].replicas[0].rank, 3);
 }
 
 TEST_F(SdkTest, WorkersAreListedAliveByRank) {
@@ -155,8 +157,8 @@ TEST_F(SdkTest, EvenChunkShardingOnRowsRoundTrips) {
   for (int i = 0; i < 4; ++i) {
     EXPECT_THAT(meta->shards[i].box.offsets, ElementsAre(4 * i, 0));
     EXPECT_THAT(meta->shards[i].box.sizes, ElementsAre(4, 20));
-    EXPECT_EQ(meta->shards[i].worker, cluster_->worker_name(i));
-    EXPECT_EQ(meta->shards[i].PlacementString(),
+    EXPECT_EQ(meta->shards[i].replicas[0].worker, cluster_->worker_name(i));
+    EXPECT_EQ(meta->shards[i].replicas[0].PlacementString(),
               "rank:" + std::to_string(i) + "/cpu");
   }
   EXPECT_EQ(meta->version, 1u);
@@ -200,7 +202,7 @@ TEST_F(SdkTest, SeveralShardsOnOneWorker) {
   RoundTrip("same_worker", a, LayoutSpec::Chunk(0, Ranks({1, 1, 1})));
   auto meta = client_->Describe("same_worker");
   ASSERT_OK(meta);
-  for (const ShardInfo& s : meta->shards) EXPECT_EQ(s.worker, "w1");
+  for (const ShardInfo& s : meta->shards) EXPECT_EQ(s.replicas[0].worker, "w1");
 }
 
 TEST_F(SdkTest, PlacementsOnASubsetOfWorkersByName) {
@@ -214,8 +216,8 @@ TEST_F(SdkTest, PlacementsOnASubsetOfWorkersByName) {
   RoundTrip("subset", a, LayoutSpec::Chunk(0, placements));
   auto meta = client_->Describe("subset");
   ASSERT_OK(meta);
-  EXPECT_EQ(meta->shards[0].PlacementString(), "rank:3/cpu");
-  EXPECT_EQ(meta->shards[1].PlacementString(), "rank:2/cpu");
+  EXPECT_EQ(meta->shards[0].replicas[0].PlacementString(), "rank:3/cpu");
+  EXPECT_EQ(meta->shards[1].replicas[0].PlacementString(), "rank:2/cpu");
 }
 
 TEST_F(SdkTest, TwoDimensionalGridEnumerableLayout) {

@@ -252,7 +252,7 @@ TEST_F(SecurityTest, TlsMismatchesSayTlsAndWhatToCheck) {
 TEST_F(SecurityTest, WorkersObeyOnlyTheCluster) {
   absl::StatusOr<TensorMetadata> meta = admin_->Describe("t");
   ASSERT_TRUE(meta.ok());
-  const ShardInfo& shard = meta->shards[0];
+  const Replica& shard = meta->shards[0].replicas[0];
   auto stub = v1::Worker::NewStub(RawChannel(shard.address, ""));
   // A read without the coordinator's capability.
   {

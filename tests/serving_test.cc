@@ -238,10 +238,12 @@ TEST_F(ServingTest, RegionalUpdateKeepsUntouchedShardsHandles) {
   auto new_meta = client_->Describe("upd_region");
   ASSERT_OK(new_meta.status());
   for (int i : {0, 2, 3}) {
-    EXPECT_EQ(new_meta->shards[i].shard_id, old_meta->shards[i].shard_id)
+    EXPECT_EQ(new_meta->shards[i].replicas[0].shard_id,
+              old_meta->shards[i].replicas[0].shard_id)
         << "shard " << i << " was copied, not kept";
   }
-  EXPECT_NE(new_meta->shards[1].shard_id, old_meta->shards[1].shard_id);
+  EXPECT_NE(new_meta->shards[1].replicas[0].shard_id,
+            old_meta->shards[1].replicas[0].shard_id);
   auto got = client_->Get("upd_region");
   ASSERT_OK(got.status());
   EXPECT_TRUE(SameBytes(*got, Patched(v1, region, patch)));
@@ -479,7 +481,7 @@ TEST_F(LeaseTest, AVersionALeasedReaderHoldsStaysUntilReleased) {
   const uint64_t old_shard = leased.tensor().shards(0).handle().shard_id();
   auto old_handles = client_->Handles("lease_held");
   ASSERT_OK(old_handles.status());
-  ASSERT_EQ((*old_handles)[0].shard().shard_id, old_shard);
+  ASSERT_EQ((*old_handles)[0].shard().replicas[0].shard_id, old_shard);
   ASSERT_OK(client_->Update("lease_held", Iota(DType::kFloat32, {128, 64}, 4)));
   absl::SleepFor(absl::Milliseconds(500));
   EXPECT_EQ(BytesUsed() - before, 2 * v1.num_bytes);

@@ -88,7 +88,7 @@ class UcxAttackTest : public ::testing::Test {
         TensorMetadataFromProto(reply.tensor());
     ASSERT_TRUE(meta.ok()) << meta.status();
     ASSERT_EQ(meta->shards.size(), 1u);
-    shard_id_ = meta->shards[0].shard_id;
+    shard_id_ = meta->shards[0].replicas[0].shard_id;
     ASSERT_EQ(reply.capabilities_size(), 1);
     capability_ = reply.capabilities(0).token();
     // The attacker runs as another uid too: a copy it may execute.
@@ -111,11 +111,8 @@ class UcxAttackTest : public ::testing::Test {
   static std::vector<std::string> Attack(const std::string& tls, int uid) {
     std::vector<std::string> argv;
     if (uid >= 0) {
-      argv = {"/usr/bin/setpriv",
-              absl::StrCat("--reuid=", uid),
-              absl::StrCat("--regid=", uid),
-              "--clear-groups",
-              "--"};
+      argv = {"/usr/bin/setpriv", absl::StrCat("--reuid=", uid),
+              absl::StrCat("--regid=", uid), "--clear-groups", "--"};
     }
     argv.insert(argv.end(),
                 {"/usr/bin/env", absl::StrCat("UCX_TLS=", tls),
@@ -146,8 +143,8 @@ class UcxAttackTest : public ::testing::Test {
     EXPECT_FALSE(lines.empty()) << "the attacker printed nothing";
     for (const std::string& line : lines) {
       if (absl::StartsWith(line, "connect:")) continue;
-      EXPECT_FALSE(absl::EndsWith(line, ": ok")) << "the attack worked: "
-                                                  << line;
+      EXPECT_FALSE(absl::EndsWith(line, ": ok"))
+          << "the attack worked: " << line;
     }
     ASSERT_EQ(kill(cluster_->worker_pid(0), 0), 0) << "the worker died";
     ClientOptions over_grpc;

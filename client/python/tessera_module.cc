@@ -311,17 +311,18 @@ absl::Status ResolveKey(const RegionKey& key, const Shape& shape, Box* box,
 py::dict ShardDict(const TensorMetadata& meta, size_t i,
                    const ShardHandle* handle) {
   const ShardInfo& s = meta.shards[i];
+  const Replica& shown = ShownReplica(s);
   py::dict d;
   d["index"] = i;
   d["offsets"] = ToTuple(s.box.offsets);
   d["sizes"] = ToTuple(s.box.sizes);
-  d["rank"] = s.rank;
-  d["device"] = s.device.ToString();
-  d["worker"] = s.worker;
-  d["address"] = s.address;
-  d["shard_id"] = s.shard_id;
-  d["available"] = s.available;
-  d["placement"] = s.PlacementString();
+  d["rank"] = shown.rank;
+  d["device"] = shown.device.ToString();
+  d["worker"] = shown.worker;
+  d["address"] = shown.address;
+  d["shard_id"] = shown.shard_id;
+  d["available"] = shown.available;
+  d["placement"] = shown.PlacementString();
   d["handle_string"] = meta.HandleString(i);
   if (handle != nullptr) {
     d["handle"] = py::cast(*handle);
@@ -787,11 +788,14 @@ PYBIND11_MODULE(_tessera, m) {
           "sizes",
           [](const ShardHandle& h) { return ToTuple(h.shard().box.sizes); })
       .def_property_readonly(
-          "worker", [](const ShardHandle& h) { return h.shard().worker; })
+          "worker",
+          [](const ShardHandle& h) { return ShownReplica(h.shard()).worker; })
       .def_property_readonly(
-          "address", [](const ShardHandle& h) { return h.shard().address; })
+          "address",
+          [](const ShardHandle& h) { return ShownReplica(h.shard()).address; })
       .def_property_readonly(
-          "shard_id", [](const ShardHandle& h) { return h.shard().shard_id; })
+          "shard_id",
+          [](const ShardHandle& h) { return ShownReplica(h.shard()).shard_id; })
       .def(
           "to_here",
           [](const ShardHandle& h) {
