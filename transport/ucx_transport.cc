@@ -35,6 +35,7 @@ constexpr int64_t kMaxItemBytes = 64;
 constexpr absl::Duration kSpin = absl::Microseconds(50);
 // How long a hello waits for the worker's answer.
 constexpr absl::Duration kHelloTimeout = absl::Seconds(5);
+constexpr int kHelloAttempts = 2;
 // How long a worker's "busy" (its send queue is full) is waited out between
 // asks.
 constexpr absl::Duration kBusyPause = absl::Microseconds(200);
@@ -920,40 +921,45 @@ absl::StatusOr<UcxTransport::Lane::Peer*> UcxTransport::Lane::Connect(
     }
     DropPeer(oldest->first);
   }
-  auto peer = std::make_unique<Peer>();
-  peer->address = address;
-  peer->ucx_address = ucx_address;
-  peer->used = absl::Now();
-  ucp_ep_params_t params{};
-  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  params.address =
-      reinterpret_cast<const ucp_address_t*>(peer->ucx_address.data());
-  params.err_mode = options_.detect_peer_failure ? UCP_ERR_HANDLING_MODE_PEER
-                                                 : UCP_ERR_HANDLING_MODE_NONE;
-  params.err_handler.cb = &Lane::OnPeerError;
-  params.err_handler.arg = peer.get();
-  const ucs_status_t s = ucp_ep_create(worker_.worker, &params, &peer->ep);
-  if (s != UCS_OK) {
-    // The worker answered gRPC but shares no UCX transport with this
-    // process (another host without a trusted fabric, another user):
-    // another transport can reach it.
-    owner_->MarkNoUcx(address);
-    return absl::FailedPreconditionError(
-        absl::StrCat("UCX cannot reach the worker at ", address, ": ",
-                     ucs_status_string(s)));
-  }
-  Peer* raw = peer.get();
-  peers_[address] = std::move(peer);
-  if (absl::Status hello = Hello(*raw); !hello.ok()) {
+  // An unanswered hello gets one more try on a fresh endpoint: a worker
+  // under load (or one that lost the first hello) answers the second.
+  absl::Status hello;
+  for (int attempt = 0; attempt < kHelloAttempts; ++attempt) {
+    auto peer = std::make_unique<Peer>();
+    peer->address = address;
+    peer->ucx_address = ucx_address;
+    peer->used = absl::Now();
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.address =
+        reinterpret_cast<const ucp_address_t*>(peer->ucx_address.data());
+    params.err_mode = options_.detect_peer_failure ? UCP_ERR_HANDLING_MODE_PEER
+                                                   : UCP_ERR_HANDLING_MODE_NONE;
+    params.err_handler.cb = &Lane::OnPeerError;
+    params.err_handler.arg = peer.get();
+    const ucs_status_t s = ucp_ep_create(worker_.worker, &params, &peer->ep);
+    if (s != UCS_OK) {
+      // The worker answered gRPC but shares no UCX transport with this
+      // process (another host without a trusted fabric, another user):
+      // another transport can reach it.
+      owner_->MarkNoUcx(address);
+      return absl::FailedPreconditionError(
+          absl::StrCat("UCX cannot reach the worker at ", address, ": ",
+                       ucs_status_string(s)));
+    }
+    Peer* raw = peer.get();
+    peers_[address] = std::move(peer);
+    hello = Hello(*raw);
+    if (hello.ok()) return raw;
     DropPeer(address);
-    // The worker answered gRPC but not UCX: another transport can reach it.
-    owner_->MarkNoUcx(address);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "UCX cannot reach the worker at ", address, ": ", hello.message()));
+    if (!absl::IsDeadlineExceeded(hello) || absl::Now() >= deadline_) break;
   }
-  return raw;
+  // The worker answered gRPC but not UCX: another transport can reach it.
+  owner_->MarkNoUcx(address);
+  return absl::FailedPreconditionError(absl::StrCat(
+      "UCX cannot reach the worker at ", address, ": ", hello.message()));
 }
 
 absl::Status UcxTransport::Lane::Hello(Peer& peer) {
