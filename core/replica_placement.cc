@@ -1,0 +1,144 @@
+#include "core/replica_placement.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace tessera {
+
+namespace {
+
+int64_t SaturatingAdd(int64_t a, int64_t b) {
+  if (b > 0 && a > std::numeric_limits<int64_t>::max() - b) {
+    return std::numeric_limits<int64_t>::max();
+  }
+  return a + b;
+}
+
+bool IsZoneChar(char c) {
+  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' ||
+         c == '.' || c == '-' || c == ':' || c == '/';
+}
+
+}  // namespace
+
+absl::string_view WorkerStateName(WorkerState state) {
+  switch (state) {
+    case WorkerState::kReady:
+      return "ready";
+    case WorkerState::kCordoned:
+      return "cordoned";
+    case WorkerState::kDraining:
+      return "draining";
+    case WorkerState::kDead:
+      return "dead";
+  }
+  return "dead";
+}
+
+absl::Status CheckReplicaCount(int64_t replicas) {
+  if (replicas >= 1 && replicas <= kMaxReplicas) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--replicas=", replicas, ": replicas must be 1 to ", kMaxReplicas));
+}
+
+absl::Status CheckZone(absl::string_view zone) {
+  if (!zone.empty() && zone.size() <= 64 &&
+      std::all_of(zone.begin(), zone.end(), IsZoneChar)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--zone=", zone.substr(0, 64), zone.size() > 64 ? "...: " : ": ",
+      "a zone is 1 to 64 letters, digits and '_', '.', '-', ':', '/'"));
+}
+
+absl::StatusOr<std::vector<std::vector<int>>> PlaceReplicas(
+    const std::vector<ReplicaCandidate>& workers,
+    const std::vector<ShardToPlace>& shards, int replicas) {
+  if (absl::Status count = CheckReplicaCount(replicas); !count.ok()) {
+    return count;
+  }
+  const int n = static_cast<int>(workers.size());
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (shards[i].first < 0 || shards[i].first >= n || shards[i].bytes < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shard ", i, ": its first replica is on no known worker"));
+    }
+  }
+  // Zones as numbers; a worker without one is a zone of its own.
+  std::vector<int> zone(n);
+  absl::flat_hash_map<std::string, int> zone_ids;
+  for (int w = 0; w < n; ++w) {
+    zone[w] = workers[w].zone.empty()
+                  ? -1 - w
+                  : zone_ids.try_emplace(workers[w].zone, zone_ids.size())
+                        .first->second;
+  }
+  std::vector<int> ready;
+  for (int w = 0; w < n; ++w) {
+    if (workers[w].state == WorkerState::kReady) ready.push_back(w);
+  }
+  // The same candidates in name order: the last tie-break.
+  std::sort(ready.begin(), ready.end(),
+            [&](int a, int b) { return workers[a].name < workers[b].name; });
+  std::vector<int64_t> load(n);
+  for (int w = 0; w < n; ++w)
+    load[w] = std::max<int64_t>(workers[w].bytes_used, 0);
+  for (const ShardToPlace& shard : shards) {
+    load[shard.first] = SaturatingAdd(load[shard.first], shard.bytes);
+  }
+
+  std::vector<std::vector<int>> placed(shards.size());
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const ShardToPlace& shard = shards[i];
+    std::vector<int>& holders = placed[i];
+    holders.reserve(replicas);
+    holders.push_back(shard.first);
+    absl::InlinedVector<int, 4> zones_used = {zone[shard.first]};
+    while (static_cast<int>(holders.size()) < replicas) {
+      int best = -1;
+      bool best_new_zone = false;
+      bool any_candidate = false;
+      for (int w : ready) {
+        if (std::find(holders.begin(), holders.end(), w) != holders.end()) {
+          continue;
+        }
+        any_candidate = true;
+        const int64_t capacity = workers[w].capacity_bytes;
+        if (capacity > 0 && shard.bytes > capacity - load[w]) {
+          continue;
+        }
+        const bool new_zone = std::find(zones_used.begin(), zones_used.end(),
+                                        zone[w]) == zones_used.end();
+        if (best < 0 || (new_zone && !best_new_zone) ||
+            (new_zone == best_new_zone && load[w] < load[best])) {
+          best = w;
+          best_new_zone = new_zone;
+        }
+      }
+      if (best < 0) {
+        if (!any_candidate) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "replicas: --replicas=", replicas, " needs ", replicas,
+              " distinct workers that take new shards, and shard ", i, " has ",
+              holders.size(),
+              " (its first replica's and the ready "
+              "ones)"));
+        }
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "capacity: no ready worker has room for replica ",
+            holders.size() + 1, " of shard ", i, " (", shard.bytes, " bytes)"));
+      }
+      holders.push_back(best);
+      zones_used.push_back(zone[best]);
+      load[best] = SaturatingAdd(load[best], shard.bytes);
+    }
+  }
+  return placed;
+}
+
+}  // namespace tessera
