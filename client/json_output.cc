@@ -94,6 +94,8 @@ std::string WorkersJson(const std::vector<WorkerInfo>& workers) {
     Field(&s, "device", JsonString(w.device.ToString()));
     Field(&s, "alive", JsonBool(w.alive));
     Field(&s, "bytes_used", absl::StrCat(w.bytes_used));
+    Field(&s, "zone", JsonString(w.zone));
+    Field(&s, "state", JsonString(WorkerStateName(w.state)));
     s += "}";
     items.push_back(std::move(s));
   }

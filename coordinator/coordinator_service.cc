@@ -154,6 +154,7 @@ grpc::Status CoordinatorService::RegisterWorker(
   registration.worker.device = *device;
   registration.worker.capacity_bytes = request->capacity_bytes();
   registration.worker.gpu_uuid = request->gpu_uuid();
+  registration.worker.zone = request->zone();
   registration.worker.bytes_used = request->bytes_used();
   std::vector<uint64_t> held(request->held_shard_ids().begin(),
                              request->held_shard_ids().end());
@@ -220,6 +221,8 @@ grpc::Status CoordinatorService::ListWorkers(
     info->set_quarantined_bytes(w.quarantined_bytes);
     info->set_device_total_bytes(w.device_total_bytes);
     info->set_device_free_bytes(w.device_free_bytes);
+    info->set_zone(w.zone);
+    info->set_state(std::string(WorkerStateName(w.state)));
   }
   // Never fails while names and addresses are checked and max_workers
   // holds (coordinator_service_test proves it); kept as a last guard.

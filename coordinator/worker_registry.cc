@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/errors.h"
 #include "core/placement.h"
+#include "core/replica_placement.h"
 
 namespace tessera {
 
@@ -17,6 +18,9 @@ WorkerRegistry::WorkerRegistry(absl::Duration lease, Clock clock,
 WorkerRecord WorkerRegistry::WithLiveness(const WorkerRecord& record) const {
   WorkerRecord out = record;
   out.alive = record.registered && clock_() - record.last_seen <= lease_;
+  // Cordoned and draining come with the worker verbs; until then a worker
+  // is ready or dead.
+  out.state = out.alive ? WorkerState::kReady : WorkerState::kDead;
   return out;
 }
 
@@ -31,6 +35,11 @@ absl::StatusOr<WorkerInfo> WorkerRegistry::Reserve(
   }
   if (absl::Status s = CheckGpuUuid(registration.worker.gpu_uuid); !s.ok()) {
     return s;
+  }
+  if (!registration.worker.zone.empty()) {
+    if (absl::Status s = CheckZone(registration.worker.zone); !s.ok()) {
+      return s;
+    }
   }
   absl::MutexLock lock(&mu_);
   auto not_reserved = [this, &name]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

@@ -62,6 +62,38 @@ TEST(WorkerRegistryTest, TakenRankIsRefused) {
               StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("rank 0")));
 }
 
+TEST(WorkerRegistryTest, AMalformedZoneIsRefusedAndChangesNothing) {
+  FakeClock clock;
+  WorkerRegistry registry(absl::Seconds(5), clock.AsClock());
+  WorkerRegistration w = Worker("z", 0, "h:1");
+  for (const std::string& bad : {std::string("a b"), std::string(65, 'z'),
+                                 std::string("x\ny")}) {
+    w.worker.zone = bad;
+    EXPECT_THAT(registry.Register(w).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("--zone=")));
+  }
+  EXPECT_TRUE(registry.List().empty());
+  // A worker from before zones registers with none.
+  w.worker.zone = "";
+  ASSERT_OK(registry.Register(w));
+  EXPECT_EQ(registry.Find("z")->zone, "");
+  w.worker.zone = "eu-west-1a";
+  ASSERT_OK(registry.Register(w));
+  EXPECT_EQ(registry.Find("z")->zone, "eu-west-1a");
+}
+
+TEST(WorkerRegistryTest, StateIsReadyWhileTheLeaseHoldsThenDead) {
+  FakeClock clock;
+  WorkerRegistry registry(absl::Seconds(5), clock.AsClock());
+  ASSERT_OK(registry.Register(Worker("a", 0, "h:1")));
+  EXPECT_EQ(registry.Find("a")->state, WorkerState::kReady);
+  EXPECT_EQ(registry.List()[0].state, WorkerState::kReady);
+  clock.now += absl::Seconds(6);
+  EXPECT_EQ(registry.Find("a")->state, WorkerState::kDead);
+  EXPECT_EQ(registry.List()[0].state, WorkerState::kDead);
+}
+
 TEST(WorkerRegistryTest, LeaseExpiresWithoutHeartbeats) {
   FakeClock clock;
   WorkerRegistry registry(absl::Seconds(5), clock.AsClock());

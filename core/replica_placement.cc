@@ -26,20 +26,6 @@ bool IsZoneChar(char c) {
 
 }  // namespace
 
-absl::string_view WorkerStateName(WorkerState state) {
-  switch (state) {
-    case WorkerState::kReady:
-      return "ready";
-    case WorkerState::kCordoned:
-      return "cordoned";
-    case WorkerState::kDraining:
-      return "draining";
-    case WorkerState::kDead:
-      return "dead";
-  }
-  return "dead";
-}
-
 absl::Status CheckReplicaCount(int64_t replicas) {
   if (replicas >= 1 && replicas <= kMaxReplicas) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(

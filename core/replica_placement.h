@@ -12,17 +12,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/worker_info.h"
 
 namespace tessera {
 
 // Replicas per shard: 1 (the default) to kMaxReplicas.
 inline constexpr int kMaxReplicas = 16;
-
-// What a worker may be given. Only a ready worker gets new replicas.
-enum class WorkerState { kReady, kCordoned, kDraining, kDead };
-
-// "ready", "cordoned", "draining", "dead".
-absl::string_view WorkerStateName(WorkerState state);
 
 // INVALID_ARGUMENT "--replicas=R: ..." unless 1 <= R <= kMaxReplicas.
 absl::Status CheckReplicaCount(int64_t replicas);

@@ -5,11 +5,41 @@
 #define TESSERA_CORE_WORKER_INFO_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "absl/strings/string_view.h"
 #include "core/placement.h"
 
 namespace tessera {
+
+// What a worker may be given (CLI.md "Replicas (v3)"). Only a ready worker
+// gets new shards.
+enum class WorkerState { kReady, kCordoned, kDraining, kDead };
+
+// "ready", "cordoned", "draining", "dead".
+inline absl::string_view WorkerStateName(WorkerState state) {
+  switch (state) {
+    case WorkerState::kReady:
+      return "ready";
+    case WorkerState::kCordoned:
+      return "cordoned";
+    case WorkerState::kDraining:
+      return "draining";
+    case WorkerState::kDead:
+      return "dead";
+  }
+  return "dead";
+}
+
+// The state WorkerStateName names; nullopt for any other text.
+inline std::optional<WorkerState> ParseWorkerState(absl::string_view name) {
+  for (WorkerState state : {WorkerState::kReady, WorkerState::kCordoned,
+                            WorkerState::kDraining, WorkerState::kDead}) {
+    if (WorkerStateName(state) == name) return state;
+  }
+  return std::nullopt;
+}
 
 struct WorkerInfo {
   std::string name;
@@ -19,6 +49,10 @@ struct WorkerInfo {
   int64_t capacity_bytes = 0;  // 0: unlimited
   int64_t bytes_used = 0;      // element bytes of the shards it holds
   bool alive = false;          // its lease is current (not durable)
+  // Its failure domain (--zone, by default its host; core/replica_placement
+  // CheckZone). Not durable: empty until it registers.
+  std::string zone;
+  WorkerState state = WorkerState::kDead;  // not durable
   // Shards it keeps for another cluster (quarantined; not durable).
   int64_t quarantined_shards = 0;
   int64_t quarantined_bytes = 0;

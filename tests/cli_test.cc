@@ -429,7 +429,8 @@ TEST_F(CliTest, WorkersJsonListsEveryWorker) {
   for (const Json& w : workers.items) {
     EXPECT_EQ(w.Keys(),
               (std::vector<std::string>{"name", "rank", "address", "device",
-                                        "alive", "bytes_used"}));
+                                        "alive", "bytes_used", "zone",
+                                        "state"}));
     by_name[w["name"].Str()] = &w;
   }
   for (int i = 0; i < 4; ++i) {
@@ -440,6 +441,11 @@ TEST_F(CliTest, WorkersJsonListsEveryWorker) {
     EXPECT_EQ(w["device"].Str(), "cpu");
     EXPECT_TRUE(w["alive"].Bool());
     EXPECT_GE(w["bytes_used"].Int(), 0);
+    // No --zone: the host is the failure domain.
+    char host[256] = {};
+    ASSERT_EQ(gethostname(host, sizeof(host) - 1), 0);
+    EXPECT_EQ(w["zone"].Str(), host);
+    EXPECT_EQ(w["state"].Str(), "ready");
   }
   Result table = Ok({"workers"});
   EXPECT_THAT(table.out, HasSubstr("w3"));

@@ -8,7 +8,10 @@
 
 #include <atomic>
 #include <fstream>
+#include <map>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "client/tessera_client.h"
 #include "core/testing/status_matchers.h"
@@ -110,6 +113,57 @@ TEST(FailureTest, WorkerKilledMidGatherFailsClearlyAndOthersKeepWorking) {
   auto other = client->Get("elsewhere");
   ASSERT_TRUE(other.ok()) << other.status();
   EXPECT_TRUE(SameBytes(*other, small));
+}
+
+// Zones are what each worker's --zone says (its host's name without one),
+// and a worker past its lease is shown dead, keeping its zone.
+TEST(FailureTest, WorkersShowTheirZonesAndADeadWorkerIsDead) {
+  TestClusterOptions options = FaultOptions();
+  options.num_workers = 3;
+  options.per_worker_flags = [](int i) -> std::vector<std::string> {
+    if (i == 2) return {};
+    return {"--zone=rack-" + std::to_string(i)};
+  };
+  auto cluster = TestCluster::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = Connect(**cluster);
+  ASSERT_NE(client, nullptr);
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof(host) - 1), 0);
+  auto zones = [&]() {
+    std::map<std::string, std::pair<std::string, WorkerState>> out;
+    auto workers = client->Workers();
+    EXPECT_TRUE(workers.ok()) << workers.status();
+    if (workers.ok()) {
+      for (const WorkerInfo& w : *workers) out[w.name] = {w.zone, w.state};
+    }
+    return out;
+  };
+  using Entry = std::pair<std::string, WorkerState>;
+  auto before = zones();
+  EXPECT_EQ(before["w0"], Entry("rack-0", WorkerState::kReady));
+  EXPECT_EQ(before["w1"], Entry("rack-1", WorkerState::kReady));
+  EXPECT_EQ(before["w2"], Entry(host, WorkerState::kReady));
+
+  (*cluster)->StopWorker(1, SIGKILL);
+  WaitAlive(*client, "w1", false);
+  auto after = zones();
+  EXPECT_EQ(after["w1"], Entry("rack-1", WorkerState::kDead));
+  EXPECT_EQ(after["w0"].second, WorkerState::kReady);
+
+  // A malformed zone stops the worker before it serves, saying so.
+  for (const std::string& zone :
+       {std::string("two words"), std::string(65, 'z'), std::string("a;b")}) {
+    std::string out, err;
+    EXPECT_EQ(TestCluster::Run(
+                  {TestCluster::BinaryPath("worker/tessera-worker"),
+                   "--coordinator=" + (*cluster)->coordinator_address(),
+                   "--listen=127.0.0.1:0", "--name=odd", "--zone=" + zone},
+                  &out, &err),
+              2);
+    EXPECT_THAT(out + err, HasSubstr("--zone=" + zone.substr(0, 64)));
+  }
+  EXPECT_EQ(zones().count("odd"), 0u);
 }
 
 TEST(FailureTest, RestartedWorkerWithoutItsShardsLeavesThemLostNeverZeros) {

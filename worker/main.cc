@@ -1,4 +1,6 @@
 // tessera-worker: holds shards in memory and serves them.
+#include <unistd.h>
+
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
@@ -18,6 +20,7 @@
 #include "core/limits.h"
 #include "core/metrics.h"
 #include "core/placement.h"
+#include "core/replica_placement.h"
 #include "core/status_macros.h"
 #include "ops/daemon_listener.h"
 #include "ops/daemon_security.h"
@@ -52,6 +55,10 @@ ABSL_FLAG(std::string, name, "",
 ABSL_FLAG(int32_t, rank, -1, "requested rank; default: the lowest free rank");
 ABSL_FLAG(std::string, device, "cpu",
           "device holding the shards: cpu or cuda:N");
+ABSL_FLAG(std::string, zone, "",
+          "this worker's failure domain (1 to 64 of letters, digits, _ . - : "
+          "/); a shard's replicas go to distinct zones where the cluster has "
+          "them; default: this host's name");
 ABSL_FLAG(int64_t, capacity_bytes, 0,
           "most shard bytes this worker holds; 0 = no limit");
 ABSL_FLAG(std::string, advertise, "",
@@ -187,6 +194,17 @@ int Run() {
   absl::StatusOr<Device> device = ParseDevice(absl::GetFlag(FLAGS_device));
   if (!device.ok()) {
     spdlog::error("--device: {}", std::string(device.status().message()));
+    return 2;
+  }
+  std::string zone = absl::GetFlag(FLAGS_zone);
+  if (zone.empty()) {
+    // The host is the failure domain nobody has to configure.
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) == 0 && CheckZone(host).ok()) {
+      zone = host;
+    }
+  } else if (absl::Status s = CheckZone(zone); !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
     return 2;
   }
   if (absl::GetFlag(FLAGS_capacity_bytes) < 0 ||
@@ -503,6 +521,7 @@ int Run() {
   options.address = address;
   options.device = *device;
   options.gpu_uuid = gpu_uuid;
+  options.zone = zone;
   options.capacity_bytes = absl::GetFlag(FLAGS_capacity_bytes);
   options.quarantine_grace = absl::GetFlag(FLAGS_quarantine_grace);
   options.channel.credentials = security->channel_credentials;

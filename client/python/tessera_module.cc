@@ -408,6 +408,8 @@ class PyClient {
       d["quarantined_bytes"] = w.quarantined_bytes;
       d["device_total_bytes"] = w.device_total_bytes;
       d["device_free_bytes"] = w.device_free_bytes;
+      d["zone"] = w.zone;
+      d["state"] = std::string(WorkerStateName(w.state));
       out.append(d);
     }
     return out;

@@ -1,5 +1,7 @@
 """Round trips, regions, out=, handles and metadata against a real cluster."""
 
+import socket
+
 import numpy as np
 import pytest
 
@@ -240,6 +242,8 @@ def test_list_workers_delete(client, cluster, name):
     assert all(w.alive and w.device == "cpu" and w.bytes_used >= 0 for w in workers)
     # One cluster all along: nothing is kept for another.
     assert all(w.quarantined_shards == 0 and w.quarantined_bytes == 0 for w in workers)
+    # No --zone: each worker's zone is its host.
+    assert all(w.zone == socket.gethostname() and w.state == "ready" for w in workers)
     client.delete(name)
     assert name not in {t.name for t in client.list()}
     with pytest.raises(tessera.NotFound):

@@ -341,6 +341,10 @@ class WorkerInfo:
     # A GPU worker's device memory: its size and what is free (0: host).
     device_total_bytes: int = 0
     device_free_bytes: int = 0
+    # Its failure domain (the worker's --zone, by default its host) and
+    # "ready", "cordoned", "draining" or "dead".
+    zone: str = ""
+    state: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
