@@ -66,12 +66,12 @@ TEST(WorkerRegistryTest, AMalformedZoneIsRefusedAndChangesNothing) {
   FakeClock clock;
   WorkerRegistry registry(absl::Seconds(5), clock.AsClock());
   WorkerRegistration w = Worker("z", 0, "h:1");
-  for (const std::string& bad : {std::string("a b"), std::string(65, 'z'),
-                                 std::string("x\ny")}) {
+  for (const std::string& bad :
+       {std::string("a b"), std::string(65, 'z'), std::string("x\ny")}) {
     w.worker.zone = bad;
-    EXPECT_THAT(registry.Register(w).status(),
-                StatusIs(absl::StatusCode::kInvalidArgument,
-                         HasSubstr("--zone=")));
+    EXPECT_THAT(
+        registry.Register(w).status(),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--zone=")));
   }
   EXPECT_TRUE(registry.List().empty());
   // A worker from before zones registers with none.
