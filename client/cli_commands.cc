@@ -29,6 +29,7 @@
 #include "core/layout_spec.h"
 #include "core/parse.h"
 #include "core/placement.h"
+#include "core/replica_placement.h"
 #include "core/status_macros.h"
 #include "ops/version.h"
 
@@ -60,7 +61,9 @@ struct CommandDef {
 constexpr char kSpecHelp[] =
     "SPEC is --chunk_dim=D --placements=P1,P2,... (torch.chunk split) or\n"
     "--shards='BOX@P;BOX@P;...' (every shard explicit). A placement is\n"
-    "rank:N/DEVICE, NAME/DEVICE, rank:N or NAME; DEVICE is cpu or cuda:N.\n";
+    "rank:N/DEVICE, NAME/DEVICE, rank:N or NAME; DEVICE is cpu or cuda:N.\n"
+    "--replicas=R keeps each shard on R distinct workers (default 1); the\n"
+    "placements name each shard's first.\n";
 
 const std::vector<CommandDef>& Commands() {
   static const auto* commands = new std::vector<CommandDef>{
@@ -71,7 +74,8 @@ const std::vector<CommandDef>& Commands() {
        {{"json", true}},
        &RunWorkers},
       {"create",
-       "create NAME --shape=D0,D1,.. --dtype=T SPEC [--init=I] [--json]",
+       "create NAME --shape=D0,D1,.. --dtype=T SPEC [--init=I] [--replicas=R] "
+       "[--json]",
        "allocate a sharded tensor on the workers",
        1,
        {{"shape", false},
@@ -80,11 +84,12 @@ const std::vector<CommandDef>& Commands() {
         {"chunk_dim", false},
         {"placements", false},
         {"shards", false},
+        {"replicas", false},
         {"json", true}},
        &RunCreate},
       {"put",
-       "put NAME --input=FILE.npy (SPEC | --update [--region=R]) [--dtype=T] "
-       "[--json]",
+       "put NAME --input=FILE.npy (SPEC [--replicas=R] | --update "
+       "[--region=R]) [--dtype=T] [--json]",
        "scatter a .npy array into a new tensor (--update: into an existing "
        "one, as its next version)",
        1,
@@ -93,6 +98,7 @@ const std::vector<CommandDef>& Commands() {
         {"chunk_dim", false},
         {"placements", false},
         {"shards", false},
+        {"replicas", false},
         {"update", true},
         {"region", false},
         {"json", true}},
@@ -122,12 +128,14 @@ const std::vector<CommandDef>& Commands() {
        {{"json", true}, {"all", true}},
        &RunList},
       {"reshard",
-       "reshard NAME SPEC [--json]",
-       "move the tensor to a new sharding (version + 1)",
+       "reshard NAME [SPEC] [--replicas=R] [--json]",
+       "move the tensor to a new sharding, or (SPEC left out) to R replicas "
+       "of each shard (version + 1)",
        1,
        {{"chunk_dim", false},
         {"placements", false},
         {"shards", false},
+        {"replicas", false},
         {"json", true}},
        &RunReshard},
       {"rm",
@@ -137,13 +145,14 @@ const std::vector<CommandDef>& Commands() {
        {{"json", true}},
        &RunRemove},
       {"import",
-       "import FILE.safetensors SPEC [--prefix=P] [--json]",
+       "import FILE.safetensors SPEC [--replicas=R] [--prefix=P] [--json]",
        "one tensor per entry of a .safetensors file (all or nothing)",
        1,
        {{"prefix", false},
         {"chunk_dim", false},
         {"placements", false},
         {"shards", false},
+        {"replicas", false},
         {"json", true}},
        &RunImport,
        "FILE.safetensors"},
@@ -297,11 +306,22 @@ absl::StatusOr<DType> DTypeFlag(const Invocation& inv) {
 
 // A SPEC as parsed, before it is resolved against a shape.
 struct SpecArgs {
+  int32_t replicas = 0;  // --replicas; 0: not given
   bool chunk = true;
   int64_t chunk_dim = 0;
   std::vector<Placement> placements;
   std::vector<ShardText> shards;
 };
+
+// --replicas=R (0 when not given).
+absl::StatusOr<int32_t> ReplicasFlag(const Invocation& inv) {
+  if (!inv.Has("replicas")) return 0;
+  const std::string text = *inv.Get("replicas");
+  absl::StatusOr<int64_t> r = ParseInt64(text);
+  if (!r.ok()) return UsageError(Annotate(r.status(), "--replicas"));
+  if (absl::Status s = CheckReplicaCount(*r); !s.ok()) return UsageError(s);
+  return static_cast<int32_t>(*r);
+}
 
 absl::StatusOr<SpecArgs> ParseSpec(const Invocation& inv) {
   const bool chunk = inv.Has("chunk_dim") || inv.Has("placements");
@@ -311,6 +331,7 @@ absl::StatusOr<SpecArgs> ParseSpec(const Invocation& inv) {
         "give either --chunk_dim and --placements, or --shards, not both");
   }
   SpecArgs spec;
+  TESSERA_ASSIGN_OR_RETURN(spec.replicas, ReplicasFlag(inv));
   if (shards) {
     spec.chunk = false;
     TESSERA_ASSIGN_OR_RETURN(
@@ -342,15 +363,21 @@ absl::StatusOr<SpecArgs> ParseSpec(const Invocation& inv) {
 // about the tensor: exit 1).
 absl::StatusOr<LayoutSpec> ResolveSpec(const SpecArgs& spec,
                                        const Shape& shape) {
-  if (spec.chunk) return LayoutSpec::Chunk(spec.chunk_dim, spec.placements);
-  std::vector<Box> boxes;
-  std::vector<Placement> placements;
-  for (const ShardText& shard : spec.shards) {
-    TESSERA_ASSIGN_OR_RETURN(Box box, ResolveBox(shard.ranges, shape));
-    boxes.push_back(std::move(box));
-    placements.push_back(shard.placement);
+  LayoutSpec layout;
+  if (spec.chunk) {
+    layout = LayoutSpec::Chunk(spec.chunk_dim, spec.placements);
+  } else {
+    std::vector<Box> boxes;
+    std::vector<Placement> placements;
+    for (const ShardText& shard : spec.shards) {
+      TESSERA_ASSIGN_OR_RETURN(Box box, ResolveBox(shard.ranges, shape));
+      boxes.push_back(std::move(box));
+      placements.push_back(shard.placement);
+    }
+    layout = LayoutSpec::Enumerable(std::move(boxes), std::move(placements));
   }
-  return LayoutSpec::Enumerable(std::move(boxes), std::move(placements));
+  layout.replicas = spec.replicas;
+  return layout;
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Connect(const Invocation& inv) {
@@ -652,10 +679,10 @@ absl::Status RunPut(const Invocation& inv, std::ostream& out) {
     TESSERA_ASSIGN_OR_RETURN(dtype, DTypeFlag(inv));
   }
   if (inv.GetBool("update")) {
-    if (HasSpec(inv)) {
+    if (HasSpec(inv) || inv.Has("replicas")) {
       return UsageError(
           "put --update keeps the tensor's layout: leave out --chunk_dim, "
-          "--placements and --shards");
+          "--placements, --shards and --replicas");
     }
     return RunUpdate(inv, name, input, dtype, out);
   }
@@ -855,8 +882,32 @@ absl::Status RunList(const Invocation& inv, std::ostream& out) {
   return absl::OkStatus();
 }
 
+absl::Status PrintReshard(const Invocation& inv, const std::string& name,
+                          const ReshardStats& stats, std::ostream& out);
+
 absl::Status RunReshard(const Invocation& inv, std::ostream& out) {
   TESSERA_ASSIGN_OR_RETURN(const std::string name, TensorName(inv));
+  LayoutSpec spec;
+  if (!HasSpec(inv) && inv.Has("replicas")) {
+    // The same layout with another count: each shard keeps its first
+    // replica's placement.
+    TESSERA_ASSIGN_OR_RETURN(const int32_t replicas, ReplicasFlag(inv));
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
+    TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta, client->Describe(name));
+    std::vector<Box> boxes;
+    std::vector<Placement> placements;
+    for (const ShardInfo& shard : meta.shards) {
+      boxes.push_back(shard.box);
+      Placement first;
+      first.worker = shard.replicas.front().worker;
+      first.device = shard.replicas.front().device;
+      placements.push_back(std::move(first));
+    }
+    spec = LayoutSpec::Enumerable(std::move(boxes), std::move(placements));
+    spec.replicas = replicas;
+    TESSERA_ASSIGN_OR_RETURN(ReshardStats stats, client->Reshard(name, spec));
+    return PrintReshard(inv, name, stats, out);
+  }
   TESSERA_ASSIGN_OR_RETURN(const SpecArgs spec_args, ParseSpec(inv));
 
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
@@ -865,9 +916,13 @@ absl::Status RunReshard(const Invocation& inv, std::ostream& out) {
     TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta, client->Describe(name));
     shape = meta.shape;
   }
-  TESSERA_ASSIGN_OR_RETURN(const LayoutSpec spec,
-                           ResolveSpec(spec_args, shape));
+  TESSERA_ASSIGN_OR_RETURN(spec, ResolveSpec(spec_args, shape));
   TESSERA_ASSIGN_OR_RETURN(ReshardStats stats, client->Reshard(name, spec));
+  return PrintReshard(inv, name, stats, out);
+}
+
+absl::Status PrintReshard(const Invocation& inv, const std::string& name,
+                          const ReshardStats& stats, std::ostream& out) {
   if (inv.GetBool("json")) {
     out << ReshardJson(stats) << "\n";
     return absl::OkStatus();

@@ -47,6 +47,16 @@ std::string DescribeJson(const TensorMetadata& meta) {
     Field(&s, "worker", JsonString(shown.worker));
     Field(&s, "handle", JsonString(meta.HandleString(i)));
     Field(&s, "available", JsonBool(shown.available));
+    std::vector<std::string> replicas;
+    for (const Replica& r : shard.replicas) {
+      std::string item = "{";
+      Field(&item, "worker", JsonString(r.worker));
+      Field(&item, "placement", JsonString(r.PlacementString()));
+      Field(&item, "available", JsonBool(r.available));
+      replicas.push_back(item + "}");
+    }
+    Field(&s, "replicas",
+          absl::StrCat("[", absl::StrJoin(replicas, ", "), "]"));
     s += "}";
     shards.push_back(std::move(s));
   }
@@ -66,6 +76,7 @@ std::string TensorListJson(const std::vector<TensorInfo>& tensors) {
     Field(&s, "dtype", JsonString(DTypeName(t.dtype)));
     Field(&s, "version", absl::StrCat(t.version));
     Field(&s, "num_shards", absl::StrCat(t.num_shards));
+    Field(&s, "replicas", absl::StrCat(t.replicas));
     if (!t.pending.empty()) {
       std::string p = "{";
       Field(&p, "change", JsonString(t.pending));

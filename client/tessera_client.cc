@@ -393,6 +393,8 @@ absl::StatusOr<std::vector<TensorInfo>> Client::List(bool all) {
     TESSERA_ASSIGN_OR_RETURN(info.dtype, DTypeFromProto(t.dtype()));
     info.version = t.version();
     info.num_shards = t.num_shards();
+    // A coordinator from before replicas sends none: one.
+    info.replicas = std::max<int64_t>(t.replicas(), 1);
     info.pending = t.pending();
     info.pending_version = t.pending_version();
     info.pending_owner = t.pending_owner();

@@ -356,6 +356,7 @@ grpc::Status CoordinatorService::ListTensors(
     out->set_dtype(DTypeToProto(t.dtype));
     out->set_version(t.version);
     out->set_num_shards(t.num_shards);
+    out->set_replicas(t.replicas);
     if (t.pending != TensorSummary::Pending::kNone) {
       out->set_pending(t.pending == TensorSummary::Pending::kPut ? "put"
                                                                  : "update");

@@ -19,6 +19,7 @@
 #include "core/checked_math.h"
 #include "core/errors.h"
 #include "core/region_plan.h"
+#include "core/replica_placement.h"
 #include "core/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -162,8 +163,9 @@ StopCondition Orchestrator::WithBudget(const StopCondition& stop) const {
 }
 
 absl::Status Orchestrator::PlaceShards(const LayoutSpec& spec,
-                                       std::vector<Box> boxes,
+                                       std::vector<Box> boxes, int replicas,
                                        TensorMetadata* meta) const {
+  TESSERA_RETURN_IF_ERROR(CheckReplicaCount(replicas));
   meta->shards.resize(boxes.size());
   // Specs name few distinct placements (one per worker or device), so each
   // is resolved once rather than once per shard.
@@ -194,6 +196,49 @@ absl::Status Orchestrator::PlaceShards(const LayoutSpec& spec,
     replica.device = worker.device;
     replica.worker = worker.name;
     replica.address = worker.address;
+  }
+  if (replicas == 1) return absl::OkStatus();
+  return PlaceFurtherReplicas(replicas, meta);
+}
+
+absl::Status Orchestrator::PlaceFurtherReplicas(int replicas,
+                                                TensorMetadata* meta) const {
+  const std::vector<WorkerRecord> workers = registry_->List();
+  std::vector<ReplicaCandidate> candidates(workers.size());
+  absl::flat_hash_map<std::string, int> index;
+  for (size_t w = 0; w < workers.size(); ++w) {
+    ReplicaCandidate& c = candidates[w];
+    c.name = workers[w].name;
+    c.zone = workers[w].zone;
+    c.state = workers[w].state;
+    c.capacity_bytes = workers[w].capacity_bytes;
+    c.bytes_used = workers[w].bytes_used;
+    index[c.name] = static_cast<int>(w);
+  }
+  const int64_t item = static_cast<int64_t>(ItemSize(meta->dtype));
+  std::vector<ShardToPlace> shards(meta->shards.size());
+  for (size_t i = 0; i < shards.size(); ++i) {
+    auto first = index.find(meta->shards[i].replicas.front().worker);
+    if (first == index.end()) {
+      return UnavailableError(
+          absl::StrCat("worker '", meta->shards[i].replicas.front().worker,
+                       "' for shard ", i));
+    }
+    shards[i].first = first->second;
+    shards[i].bytes = meta->shards[i].box.NumElements() * item;
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::vector<std::vector<int>> placed,
+                           PlaceReplicas(candidates, shards, replicas));
+  for (size_t i = 0; i < placed.size(); ++i) {
+    Replicas& holders = meta->shards[i].replicas;
+    for (size_t r = 1; r < placed[i].size(); ++r) {
+      const WorkerRecord& worker = workers[placed[i][r]];
+      Replica& replica = holders.emplace_back();
+      replica.rank = worker.rank;
+      replica.device = worker.device;
+      replica.worker = worker.name;
+      replica.address = worker.address;
+    }
   }
   return absl::OkStatus();
 }
@@ -253,7 +298,9 @@ absl::StatusOr<TensorMetadataPtr> Orchestrator::Create(
   meta->incarnation = RandomId();
   // A put's own id: its write grants, commit and abandon name it.
   meta->change = args.pending ? RandomId() : 0;
-  TESSERA_RETURN_IF_ERROR(PlaceShards(args.spec, std::move(boxes), meta.get()));
+  TESSERA_RETURN_IF_ERROR(PlaceShards(
+      args.spec, std::move(boxes),
+      args.spec.replicas == 0 ? 1 : args.spec.replicas, meta.get()));
   TESSERA_RETURN_IF_ERROR(CheckCapacity(*meta));
   // A caller that gave up gets nothing allocated.
   TESSERA_RETURN_IF_ERROR(GaveUp(args.stop.Check(),
@@ -553,7 +600,15 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(
   new_meta->pin_memory = old_meta->pin_memory;
   new_meta->version = old_meta->version + 1;
   new_meta->incarnation = old_meta->incarnation;
-  TESSERA_RETURN_IF_ERROR(PlaceShards(spec, std::move(boxes), new_meta.get()));
+  // Without a count, the tensor keeps the replicas it has.
+  const int replicas =
+      spec.replicas != 0
+          ? spec.replicas
+          : static_cast<int>(old_meta->shards.empty()
+                                 ? 1
+                                 : old_meta->shards[0].replicas.size());
+  TESSERA_RETURN_IF_ERROR(
+      PlaceShards(spec, std::move(boxes), replicas, new_meta.get()));
 
   // Sources must be readable before anything is allocated.
   TensorMetadata sources = *old_meta;

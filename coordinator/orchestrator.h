@@ -153,9 +153,13 @@ class Orchestrator {
   void FillWorkerState(TensorMetadata* meta) const;
 
  private:
-  // Resolves spec.placements[i] for every box into `meta->shards`.
+  // Resolves spec.placements[i] for every box into `meta->shards` (each
+  // shard's first replica) and places `replicas - 1` more of each
+  // (core/replica_placement.h) on the ready workers.
   absl::Status PlaceShards(const LayoutSpec& spec, std::vector<Box> boxes,
-                           TensorMetadata* meta) const;
+                           int replicas, TensorMetadata* meta) const;
+  // Places the further replicas of `meta`'s shards, which hold one each.
+  absl::Status PlaceFurtherReplicas(int replicas, TensorMetadata* meta) const;
   // Refuses shards that would not fit in their workers' capacity.
   absl::Status CheckCapacity(const TensorMetadata& shards) const;
   // Allocates `meta`'s shards, one batch per worker in parallel; on failure

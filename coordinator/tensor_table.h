@@ -52,6 +52,7 @@ struct TensorSummary {
   DType dtype = DType::kFloat32;
   uint64_t version = 0;  // the current one (a pending put's: 1)
   int64_t num_shards = 0;
+  int64_t replicas = 1;  // workers holding each shard
   // A change not committed yet (listed with `all`): a put (the tensor is
   // not visible yet) or an update to `pending_version`, by `pending_owner`
   // (empty without tokens), begun at `pending_since`.

@@ -24,6 +24,9 @@ struct LayoutSpec {
   int64_t chunk_dim = 0;              // kChunk: may be negative
   std::vector<Placement> placements;  // one per shard
   std::vector<Box> boxes;  // kEnumerable: boxes[i] goes to placements[i]
+  // Workers holding each shard (core/replica_placement.h): placements[i]
+  // names the first. 0: the default (a create's 1, a reshard's current).
+  int32_t replicas = 0;
 
   static LayoutSpec Chunk(int64_t dim, std::vector<Placement> placements);
   static LayoutSpec Enumerable(std::vector<Box> boxes,

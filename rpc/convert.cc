@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/checked_math.h"
+#include "core/replica_placement.h"
 #include "core/status_macros.h"
 
 namespace tessera {
@@ -546,9 +547,7 @@ absl::StatusOr<LayoutSpec> PackedShardsFromProto(
   return LayoutSpec::Enumerable(std::move(boxes), std::move(placements));
 }
 
-}  // namespace
-
-absl::StatusOr<LayoutSpec> LayoutSpecFromProto(const v1::ShardingSpec& spec) {
+absl::StatusOr<LayoutSpec> LayoutOfSpec(const v1::ShardingSpec& spec) {
   switch (spec.spec_case()) {
     case v1::ShardingSpec::kChunk: {
       std::vector<Placement> placements;
@@ -591,7 +590,19 @@ absl::StatusOr<LayoutSpec> LayoutSpecFromProto(const v1::ShardingSpec& spec) {
   }
 }
 
+}  // namespace
+
+absl::StatusOr<LayoutSpec> LayoutSpecFromProto(const v1::ShardingSpec& spec) {
+  if (spec.replicas() != 0) {
+    TESSERA_RETURN_IF_ERROR(CheckReplicaCount(spec.replicas()));
+  }
+  TESSERA_ASSIGN_OR_RETURN(LayoutSpec layout, LayoutOfSpec(spec));
+  layout.replicas = spec.replicas();
+  return layout;
+}
+
 void LayoutSpecToProto(const LayoutSpec& spec, v1::ShardingSpec* out) {
+  out->set_replicas(spec.replicas);
   if (spec.kind == LayoutSpec::Kind::kChunk) {
     v1::ShardingSpec::Chunk* chunk = out->mutable_chunk();
     chunk->set_dim(spec.chunk_dim);

@@ -427,10 +427,9 @@ TEST_F(CliTest, WorkersJsonListsEveryWorker) {
   ASSERT_EQ(workers.size(), 4u);
   std::map<std::string, const Json*> by_name;
   for (const Json& w : workers.items) {
-    EXPECT_EQ(w.Keys(),
-              (std::vector<std::string>{"name", "rank", "address", "device",
-                                        "alive", "bytes_used", "zone",
-                                        "state"}));
+    EXPECT_EQ(w.Keys(), (std::vector<std::string>{
+                            "name", "rank", "address", "device", "alive",
+                            "bytes_used", "zone", "state"}));
     by_name[w["name"].Str()] = &w;
   }
   for (int i = 0; i < 4; ++i) {
@@ -473,8 +472,9 @@ TEST_F(CliTest, LsJsonAndTable) {
   ASSERT_EQ(list.type, Json::Type::kArray);
   bool found = false;
   for (const Json& t : list.items) {
-    EXPECT_EQ(t.Keys(), (std::vector<std::string>{"name", "shape", "dtype",
-                                                  "version", "num_shards"}));
+    EXPECT_EQ(t.Keys(),
+              (std::vector<std::string>{"name", "shape", "dtype", "version",
+                                        "num_shards", "replicas"}));
     if (t["name"].Str() != "ls_t/a.b-c_d") continue;
     found = true;
     EXPECT_EQ(t["shape"].IntList(), (std::vector<int64_t>{3, 4}));
@@ -490,6 +490,56 @@ TEST_F(CliTest, LsJsonAndTable) {
 // ---- describe and chunk layouts
 // -----------------------------------------------------
 
+// --replicas=2: each shard on two distinct workers, the spec's placement
+// first; describe and ls show them, and the bytes are the same from either.
+TEST_F(CliTest, ReplicasAreShownAndEachHoldsTheBytes) {
+  const std::vector<int64_t> before = BytesUsed();
+  Ok({"create", "rep_t", "--shape=8,4", "--dtype=int32", "--chunk_dim=0",
+      "--placements=rank:0,rank:1", "--init=arange", "--replicas=2"});
+  Json d = Describe("rep_t");
+  ASSERT_EQ(d["shards"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const Json& replicas = d["shards"][i]["replicas"];
+    ASSERT_EQ(replicas.size(), 2u);
+    EXPECT_EQ(replicas[0]["worker"].Str(), absl::StrCat("w", i));
+    EXPECT_EQ(d["shards"][i]["worker"].Str(), absl::StrCat("w", i));
+    EXPECT_NE(replicas[1]["worker"].Str(), replicas[0]["worker"].Str());
+    EXPECT_TRUE(replicas[1]["available"].Bool());
+  }
+  bool listed = false;
+  for (const Json& t : ParseJsonOrFail(Ok({"ls", "--json"}).out).items) {
+    if (t["name"].Str() != "rep_t") continue;
+    listed = true;
+    EXPECT_EQ(t["replicas"].Int(), 2);
+  }
+  EXPECT_TRUE(listed);
+  // Four 16-byte shards' worth in all: every replica holds its shard.
+  const std::vector<int64_t> after = BytesUsed();
+  int64_t grown = 0;
+  for (size_t w = 0; w < after.size(); ++w) grown += after[w] - before[w];
+  EXPECT_EQ(grown, 2 * 8 * 4 * 4);
+  // Down to one replica in place, and back up to three.
+  Ok({"reshard", "rep_t", "--replicas=1"});
+  EXPECT_EQ(Describe("rep_t")["shards"][0]["replicas"].size(), 1u);
+  Ok({"reshard", "rep_t", "--replicas=3"});
+  d = Describe("rep_t");
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(d["shards"][i]["replicas"].size(), 3u);
+  }
+  const std::string out_file =
+      absl::StrCat(std::getenv("TEST_TMPDIR"), "/rep_t.npy");
+  Ok({"get", "rep_t", "--output=" + out_file});
+  // Bad counts change nothing.
+  ExpectError(Tessera({"create", "rep_bad", "--shape=4", "--dtype=int32",
+                       "--chunk_dim=0", "--placements=rank:0", "--replicas=0"}),
+              2, {"--replicas=0"});
+  ExpectError(Tessera({"create", "rep_bad", "--shape=4", "--dtype=int32",
+                       "--chunk_dim=0", "--placements=rank:0", "--replicas=5"}),
+              1, {"replicas"});
+  ExpectError(Tessera({"describe", "rep_bad"}), 1, {"not found"});
+  Ok({"rm", "rep_t"});
+}
+
 TEST_F(CliTest, DescribeJsonHasEveryField) {
   Ok({"create", "desc_t", "--shape=10,20", "--dtype=float32", "--chunk_dim=0",
       "--placements=rank:0,rank:1,rank:2,rank:3"});
@@ -504,9 +554,13 @@ TEST_F(CliTest, DescribeJsonHasEveryField) {
   std::vector<std::string> handles;
   for (size_t i = 0; i < 4; ++i) {
     const Json& s = d["shards"][i];
-    EXPECT_EQ(s.Keys(),
-              (std::vector<std::string>{"offsets", "sizes", "placement",
-                                        "worker", "handle", "available"}));
+    EXPECT_EQ(s.Keys(), (std::vector<std::string>{
+                            "offsets", "sizes", "placement", "worker", "handle",
+                            "available", "replicas"}));
+    ASSERT_EQ(s["replicas"].size(), 1u);
+    EXPECT_EQ(s["replicas"][0].Keys(),
+              (std::vector<std::string>{"worker", "placement", "available"}));
+    EXPECT_EQ(s["replicas"][0]["worker"].Str(), absl::StrCat("w", i));
     EXPECT_EQ(s["offsets"].IntList(),
               (std::vector<int64_t>{static_cast<int64_t>(3 * i), 0}));
     EXPECT_EQ(s["sizes"].IntList(), (std::vector<int64_t>{i < 3 ? 3 : 1, 20}));

@@ -166,6 +166,48 @@ TEST(FailureTest, WorkersShowTheirZonesAndADeadWorkerIsDead) {
   EXPECT_EQ(zones().count("odd"), 0u);
 }
 
+// With two replicas per shard, a worker's death loses no data: once its
+// lease ends, every read is served by the surviving replicas, which were
+// written by the put like the first ones.
+TEST(FailureTest, AReplicatedTensorOutlivesAWorker) {
+  TestClusterOptions options = FaultOptions();
+  options.per_worker_flags = [](int i) -> std::vector<std::string> {
+    return {"--zone=zone-" + std::to_string(i % 2)};
+  };
+  auto cluster = TestCluster::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = Connect(**cluster);
+  ASSERT_NE(client, nullptr);
+  HostArray data = Iota(DType::kFloat32, {64, 100});
+  LayoutSpec spec = LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}));
+  spec.replicas = 2;
+  ASSERT_OK(client->Put("kept", data, spec));
+  ASSERT_OK_AND_ASSIGN(TensorMetadata meta, client->Describe("kept"));
+  std::map<std::string, std::string> zone_of = {
+      {"w0", "zone-0"}, {"w1", "zone-1"}, {"w2", "zone-0"}, {"w3", "zone-1"}};
+  for (size_t i = 0; i < meta.shards.size(); ++i) {
+    const Replicas& replicas = meta.shards[i].replicas;
+    ASSERT_EQ(replicas.size(), 2u);
+    EXPECT_EQ(replicas[0].worker, "w" + std::to_string(i));
+    // The second replica is on the other zone.
+    EXPECT_NE(zone_of[replicas[1].worker], zone_of[replicas[0].worker]);
+  }
+
+  (*cluster)->StopWorker(0, SIGKILL);
+  WaitAlive(*client, "w0", false);
+  ASSERT_OK_AND_ASSIGN(HostArray whole, client->Get("kept"));
+  EXPECT_TRUE(SameBytes(whole, data));
+  ASSERT_OK_AND_ASSIGN(HostArray rows, client->GatherRows("kept", {0, 15, 63}));
+  EXPECT_EQ(rows.shape, (Shape{3, 100}));
+  ASSERT_OK_AND_ASSIGN(meta, client->Describe("kept"));
+  for (const Replica& r : meta.shards[0].replicas) {
+    EXPECT_EQ(r.available, r.worker != "w0") << r.worker;
+  }
+  // A one-replica tensor on the dead worker is unavailable, as before.
+  EXPECT_THAT(client->Put("lone", data, LayoutSpec::Chunk(0, Ranks({0}))),
+              StatusIs(absl::StatusCode::kUnavailable));
+}
+
 TEST(FailureTest, RestartedWorkerWithoutItsShardsLeavesThemLostNeverZeros) {
   auto cluster = TestCluster::Start(FaultOptions());
   ASSERT_TRUE(cluster.ok()) << cluster.status();

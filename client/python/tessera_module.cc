@@ -38,6 +38,7 @@
 #include "core/layout_spec.h"
 #include "core/parse.h"
 #include "core/placement.h"
+#include "core/replica_placement.h"
 #include "core/tensor_metadata.h"
 
 namespace py = pybind11;
@@ -168,9 +169,11 @@ std::vector<Placement> ToPlacements(py::handle obj) {
 }
 
 // A sharding as the Python layer hands it over, resolved later against a
-// shape: ("chunk", dim, placements), ("shards", [(ranges, placement), ...])
-// or ("text", "BOX@P;BOX@P").
+// shape: ("chunk", dim, placements, R), ("shards", [(ranges, placement),
+// ...], R) or ("text", "BOX@P;BOX@P", R); R: replicas per shard (0: the
+// default).
 struct SpecArgs {
+  int32_t replicas = 0;
   bool chunk = true;
   int64_t chunk_dim = 0;
   std::vector<Placement> placements;
@@ -181,6 +184,8 @@ SpecArgs ToSpecArgs(py::handle obj) {
   py::tuple t = obj.cast<py::tuple>();
   const std::string kind = t[0].cast<std::string>();
   SpecArgs spec;
+  spec.replicas = t[t.size() - 1].cast<int32_t>();
+  if (spec.replicas != 0) Check(CheckReplicaCount(spec.replicas));
   if (kind == "chunk") {
     spec.chunk_dim = t[1].cast<int64_t>();
     spec.placements = ToPlacements(t[2]);
@@ -207,14 +212,20 @@ SpecArgs ToSpecArgs(py::handle obj) {
 
 absl::StatusOr<LayoutSpec> ResolveSpec(const SpecArgs& spec,
                                        const Shape& shape) {
-  if (spec.chunk) return LayoutSpec::Chunk(spec.chunk_dim, spec.placements);
+  if (spec.chunk) {
+    LayoutSpec layout = LayoutSpec::Chunk(spec.chunk_dim, spec.placements);
+    layout.replicas = spec.replicas;
+    return layout;
+  }
   std::vector<Box> boxes;
   for (const std::vector<DimRange>& ranges : spec.ranges) {
     absl::StatusOr<Box> box = ResolveBox(ranges, shape);
     if (!box.ok()) return box.status();
     boxes.push_back(*std::move(box));
   }
-  return LayoutSpec::Enumerable(std::move(boxes), spec.placements);
+  LayoutSpec layout = LayoutSpec::Enumerable(std::move(boxes), spec.placements);
+  layout.replicas = spec.replicas;
+  return layout;
 }
 
 // One dim of a numpy-style key, as tessera/__init__.py encodes it:
@@ -426,6 +437,7 @@ class PyClient {
       d["dtype"] = std::string(DTypeName(t.dtype));
       d["version"] = t.version;
       d["num_shards"] = t.num_shards;
+      d["replicas"] = t.replicas;
       out.append(d);
     }
     return out;

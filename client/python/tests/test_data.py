@@ -332,3 +332,22 @@ def test_reshard_chunk_and_enumerable(client, name):
     with pytest.raises(tessera.InvalidArgument, match="missing the sharding"):
         client.reshard(name)
     client.delete(name)
+
+
+def test_replicas_keep_each_shard_on_distinct_workers(client, name):
+    client.create(name, (8, 4), "int32", chunk_dim=0,
+                  placements=["rank:0", "rank:1"], init="arange", replicas=2)
+    assert [t.replicas for t in client.list() if t.name == name] == [2]
+    np.testing.assert_array_equal(
+        client.get(name), np.arange(32, dtype=np.int32).reshape(8, 4))
+    stats = client.reshard(name, chunk_dim=1, placements=["rank:2", "rank:3"])
+    assert stats.version == 2
+    assert [t.replicas for t in client.list() if t.name == name] == [2]
+    np.testing.assert_array_equal(
+        client.get(name), np.arange(32, dtype=np.int32).reshape(8, 4))
+    client.delete(name)
+    with pytest.raises(tessera.InvalidArgument, match="--replicas=-1"):
+        client.create(name, (4,), "int32", placements=["rank:0"], replicas=-1)
+    with pytest.raises(tessera.FailedPrecondition, match="replicas"):
+        client.create(name, (4,), "int32", placements=["rank:0"], replicas=9)
+    assert name not in {t.name for t in client.list()}

@@ -321,6 +321,7 @@ class TensorInfo:
     dtype: str
     version: int
     num_shards: int
+    replicas: int = 1  # workers holding each shard
 
 
 @dataclasses.dataclass(frozen=True)
@@ -643,7 +644,7 @@ class Client:
     def put(self, name: str, array: Any, *, chunk_dim: Optional[int] = None,
             placements: Optional[Placements] = None,
             shards: Optional[Union[str, Iterable[Tuple[Box, str]]]] = None,
-            dtype: Optional[str] = None) -> TensorMeta:
+            dtype: Optional[str] = None, replicas: int = 0) -> TensorMeta:
         """Scatters ``array`` into a new sharded tensor ``name`` (shape and dtype from it).
 
         The bytes are read straight from the array's buffer (a non C-contiguous
@@ -659,13 +660,14 @@ class Client:
         if arr.ndim == 0:
             raise InvalidArgument(
                 "put: a tensor needs at least one dim (got a 0-d array; reshape it to (1,))")
-        spec = self._spec(chunk_dim, placements, shards, default_all=True)
+        spec = self._spec(chunk_dim, placements, shards, default_all=True,
+                          replicas=replicas)
         return _meta(self._impl.put(name, arr, dtype, spec))
 
     def create(self, name: str, shape: Sequence[int], dtype: str = "float32", *,
                chunk_dim: Optional[int] = None, placements: Optional[Placements] = None,
                shards: Optional[Union[str, Iterable[Tuple[Box, str]]]] = None,
-               init: str = "empty") -> TensorMeta:
+               init: str = "empty", replicas: int = 0) -> TensorMeta:
         """Allocates a sharded tensor on the workers, filled per ``init``.
 
         ``init``: ``"empty"`` (the default, as the CLI), ``"zeros"``, ``"ones"``,
@@ -674,7 +676,8 @@ class Client:
         function of the seed, independent of the sharding).
         """
         shape = [operator.index(d) for d in shape]
-        spec = self._spec(chunk_dim, placements, shards, default_all=True)
+        spec = self._spec(chunk_dim, placements, shards, default_all=True,
+                          replicas=replicas)
         return _meta(self._impl.create(name, shape, str(dtype), spec, init))
 
     def get(self, name: str, region: Region = None, *, out: Optional[Any] = None,
@@ -763,7 +766,7 @@ class Client:
     def import_safetensors(self, path: str, *, chunk_dim: Optional[int] = None,
                            placements: Optional[Placements] = None,
                            shards: Optional[Union[str, Iterable[Tuple[Box, str]]]] = None,
-                           prefix: str = "") -> List[TensorInfo]:
+                           prefix: str = "", replicas: int = 0) -> List[TensorInfo]:
         """Creates one tensor per entry of the .safetensors file at ``path``.
 
         Each tensor is named ``prefix`` + the entry's name and laid out by the
@@ -775,7 +778,8 @@ class Client:
         "safetensors"; a chunk dim beyond an entry's dims, "invalid sharding
         dim". The data is read from a mapping of the file (no copy).
         """
-        spec = self._spec(chunk_dim, placements, shards, default_all=True)
+        spec = self._spec(chunk_dim, placements, shards, default_all=True,
+                          replicas=replicas)
         return [TensorInfo(**t) for t in self._impl.import_safetensors(str(path), spec, prefix)]
 
     def export_safetensors(self, path: str, names: Optional[Sequence[str]] = None, *,
@@ -800,13 +804,15 @@ class Client:
 
     def reshard(self, name: str, *, chunk_dim: Optional[int] = None,
                 placements: Optional[Placements] = None,
-                shards: Optional[Union[str, Iterable[Tuple[Box, str]]]] = None) -> ReshardStats:
+                shards: Optional[Union[str, Iterable[Tuple[Box, str]]]] = None,
+                replicas: int = 0) -> ReshardStats:
         """Moves the tensor to a new sharding; data is preserved, version + 1.
 
         Pieces that keep their owner are not moved. Readers of the old version
         finish on it; handles to it fail afterwards with FailedPrecondition.
         """
-        spec = self._spec(chunk_dim, placements, shards, default_all=False)
+        spec = self._spec(chunk_dim, placements, shards, default_all=False,
+                          replicas=replicas)
         return ReshardStats(**self._impl.reshard(name, spec))
 
     # -- helpers -----------------------------------------------------------
@@ -818,7 +824,15 @@ class Client:
         return _TESSERA_OF[arr.dtype]
 
     def _spec(self, chunk_dim: Optional[int], placements: Optional[Placements],
-              shards: Any, default_all: bool) -> tuple:
+              shards: Any, default_all: bool, replicas: int = 0) -> tuple:
+        """The sharding as the native module takes it; its last item is
+        ``replicas`` (workers per shard; 0: the default, 1 for a new tensor
+        and the current count for a reshard)."""
+        return self._layout(chunk_dim, placements, shards, default_all) + (
+            operator.index(replicas),)
+
+    def _layout(self, chunk_dim: Optional[int], placements: Optional[Placements],
+                shards: Any, default_all: bool) -> tuple:
         if shards is not None:
             if chunk_dim is not None or placements is not None:
                 raise InvalidArgument(
