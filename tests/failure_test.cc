@@ -194,6 +194,10 @@ TEST(FailureTest, AReplicatedTensorOutlivesAWorker) {
   }
 
   (*cluster)->StopWorker(0, SIGKILL);
+  // Before its lease ends w0 still looks available: a whole or region read
+  // goes on to the other replica of the shards it cannot get from w0.
+  ASSERT_OK_AND_ASSIGN(HostArray early, client->Get("kept"));
+  EXPECT_TRUE(SameBytes(early, data));
   WaitAlive(*client, "w0", false);
   ASSERT_OK_AND_ASSIGN(HostArray whole, client->Get("kept"));
   EXPECT_TRUE(SameBytes(whole, data));
