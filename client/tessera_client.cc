@@ -113,9 +113,8 @@ absl::StatusOr<WorkerInfo> WorkerInfoFromProto(const v1::WorkerInfo& w) {
   info.device_free_bytes = w.device_free_bytes();
   info.zone = w.zone();
   // A coordinator from before worker states sends none.
-  info.state = ParseWorkerState(w.state())
-                   .value_or(info.alive ? WorkerState::kReady
-                                        : WorkerState::kDead);
+  info.state = ParseWorkerState(w.state()).value_or(
+      info.alive ? WorkerState::kReady : WorkerState::kDead);
   return info;
 }
 
@@ -176,7 +175,8 @@ absl::Status Client::GetIntoDevice(const std::string& name,
                                    int64_t dst_bytes, int device) {
   TESSERA_ASSIGN_OR_RETURN(DeviceReader * reader, Device());
   return ReadWithRetry(
-      name, [&](const TensorMetadata& meta, const BoxIndex* index) {
+      name,
+      [&](const TensorMetadata& meta, const BoxIndex* index) {
         const Box box = region.has_value() ? *region : WholeBox(meta.shape);
         TESSERA_RETURN_IF_ERROR(CheckWithin(box, meta.shape, "region"));
         const int64_t need =
@@ -197,7 +197,8 @@ absl::StatusOr<std::vector<DeviceShardView>> Client::MapDevice(
   TESSERA_ASSIGN_OR_RETURN(DeviceReader * reader, Device());
   std::vector<DeviceShardView> views;
   TESSERA_RETURN_IF_ERROR(ReadWithRetry(
-      name, [&](const TensorMetadata& meta, const BoxIndex*) -> absl::Status {
+      name,
+      [&](const TensorMetadata& meta, const BoxIndex*) -> absl::Status {
         TESSERA_ASSIGN_OR_RETURN(views, reader->Map(meta));
         return absl::OkStatus();
       },
@@ -538,17 +539,17 @@ absl::Status Client::ReadRows(
 absl::StatusOr<HostArray> Client::GatherRows(
     const std::string& name, absl::Span<const int64_t> indices) {
   HostArray array;
-  TESSERA_RETURN_IF_ERROR(
-      ReadRows(name, indices,
-               [&](const TensorMetadata& meta,
-                   const Shape& shape) -> absl::StatusOr<char*> {
-                 if (array.buffer == nullptr || array.shape != shape ||
-                     array.dtype != meta.dtype) {
-                   array = HostArray::Allocate(meta.dtype, shape);
-                 }
-                 return array.data();
-               },
-               &array.version));
+  TESSERA_RETURN_IF_ERROR(ReadRows(
+      name, indices,
+      [&](const TensorMetadata& meta,
+          const Shape& shape) -> absl::StatusOr<char*> {
+        if (array.buffer == nullptr || array.shape != shape ||
+            array.dtype != meta.dtype) {
+          array = HostArray::Allocate(meta.dtype, shape);
+        }
+        return array.data();
+      },
+      &array.version));
   return array;
 }
 
@@ -562,9 +563,9 @@ absl::Status Client::GatherRowsInto(const std::string& name,
           const Shape& shape) -> absl::StatusOr<char*> {
         const int64_t need = *ByteSize(shape, ItemSize(meta.dtype));
         if (need != out_bytes) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("output buffer has ", out_bytes, " bytes but ",
-                           indices.size(), " rows of '", name, "' need ", need));
+          return absl::InvalidArgumentError(absl::StrCat(
+              "output buffer has ", out_bytes, " bytes but ", indices.size(),
+              " rows of '", name, "' need ", need));
         }
         return out;
       },
@@ -696,7 +697,8 @@ absl::StatusOr<UpdateStats> Client::Update(const std::string& name,
       !input.ok()) {
     status = input;
   }
-  if (status.ok()) status = CommitVersion(name, next.version, next.change, false);
+  if (status.ok())
+    status = CommitVersion(name, next.version, next.change, false);
   if (!status.ok()) {
     // Leave nothing half-made: version N stays, N+1's new shards go.
     CommitVersion(name, next.version, next.change, /*abandon=*/true)

@@ -291,14 +291,13 @@ grpc::Status CoordinatorService::CommitTensor(
   absl::StatusOr<Principal> principal = Admit(context, "CommitTensor");
   if (!principal.ok()) return ToGrpcStatus(principal.status());
   if (request->abandon()) {
-    return ToGrpcStatus(coordinator_->Abandon(request->name(),
-                                              request->version(),
-                                              principal->name,
-                                              request->change_id()));
+    return ToGrpcStatus(
+        coordinator_->Abandon(request->name(), request->version(),
+                              principal->name, request->change_id()));
   }
-  return ToGrpcStatus(coordinator_->CommitTensor(
-      request->name(), request->version(), principal->name,
-      request->change_id()));
+  return ToGrpcStatus(
+      coordinator_->CommitTensor(request->name(), request->version(),
+                                 principal->name, request->change_id()));
 }
 
 grpc::Status CoordinatorService::GetTensor(grpc::ServerContext* context,

@@ -216,7 +216,7 @@ void Run(const uint8_t* data, size_t size) {
   }
 
   std::vector<std::string> names;  // every tensor name a request used
-  uint64_t change = 0;  // the latest put's or update's change id
+  uint64_t change = 0;             // the latest put's or update's change id
   fuzz::Records records(data, size);
   uint8_t op;
   absl::string_view bytes;

@@ -111,9 +111,9 @@ void Progress(Peer& peer, absl::Duration how_long) {
       ucp_request_param_t param{};
       param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
       param.cb.recv = &Drained;
-      ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(
-          peer.worker, peer.scratch.data(), peer.scratch.size(), message,
-          &param);
+      ucs_status_ptr_t r =
+          ucp_tag_msg_recv_nbx(peer.worker, peer.scratch.data(),
+                               peer.scratch.size(), message, &param);
       (void)r;  // freed by Drained, or done at once
     }
   }
@@ -137,8 +137,8 @@ void Connect(World& world) {
   }
   peer.id = 0;
   ucp_ep_params_t ep{};
-  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
-                  UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  ep.field_mask =
+      UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
   ep.address =
       reinterpret_cast<const ucp_address_t*>(world.server->address().data());
   ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
@@ -149,13 +149,12 @@ void Connect(World& world) {
   UcxHello hello;
   hello.request_id = kHelloRequest;
   ucp_request_param_t send{};
-  ucs_status_ptr_t r = ucp_am_send_nbx(peer.ep, kUcxHelloAm, &hello,
-                                       sizeof(hello), address.data(),
-                                       address.size(), &send);
+  ucs_status_ptr_t r =
+      ucp_am_send_nbx(peer.ep, kUcxHelloAm, &hello, sizeof(hello),
+                      address.data(), address.size(), &send);
   const absl::Time until = absl::Now() + absl::Seconds(10);
-  while ((peer.id == 0 ||
-          (UCS_PTR_IS_PTR(r) &&
-           ucp_request_check_status(r) == UCS_INPROGRESS)) &&
+  while ((peer.id == 0 || (UCS_PTR_IS_PTR(r) &&
+                           ucp_request_check_status(r) == UCS_INPROGRESS)) &&
          absl::Now() < until) {
     Progress(peer, absl::Milliseconds(1));
   }
@@ -173,15 +172,16 @@ World* Setup() {
   world->node->SetIdentity("w0", "fuzz-key");
   InitSpec arange;
   arange.kind = InitSpec::Kind::kArange;
-  if (!world->node->Allocate({{kSealed, Desc(false)}, {kPending, Desc(true)}},
-                             arange)
+  if (!world->node
+           ->Allocate({{kSealed, Desc(false)}, {kPending, Desc(true)}}, arange)
            .ok()) {
     fuzz::Fail("allocating the shards failed");
   }
   world->node->Seal(kSealed);
   absl::StatusOr<std::unique_ptr<UcxServer>> server =
       StartUcxServer(world->node.get());
-  if (!server.ok()) fuzz::Fail("cannot start UCX", std::string(server.status().message()));
+  if (!server.ok())
+    fuzz::Fail("cannot start UCX", std::string(server.status().message()));
   world->server = *std::move(server);
   world->read_key = *world->server->Register(kSealed, false);
   world->write_key = *world->server->Register(kPending, true);
@@ -215,7 +215,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static World* world = Setup();
   Peer& peer = world->peer;
   static constexpr unsigned kIds[8] = {
-      kUcxHelloAm,  kUcxCheckAm,   kUcxCheckReleaseAm, kUcxSendAm,
+      kUcxHelloAm, kUcxCheckAm,   kUcxCheckReleaseAm, kUcxSendAm,
       kUcxWriteAm, kUcxGoodbyeAm, kUcxCheckReplyAm,   31};
   fuzz::Records records(data, size);
   uint8_t op = 0;

@@ -113,7 +113,8 @@ TEST_F(UcxPeersTest, HundredsOfShortLivedReadersLeaveNothingMapped) {
       for (int i = t; i < kReaders; i += kAtOnce) {
         std::string out, err;
         const int status = TestCluster::Run(
-            {cli, absl::StrCat("--coordinator=", cluster_->coordinator_address()),
+            {cli,
+             absl::StrCat("--coordinator=", cluster_->coordinator_address()),
              "--transport=ucx", "get", "t",
              absl::StrCat("--output=", dir, "/out", t, ".npy")},
             &out, &err);
@@ -133,9 +134,10 @@ TEST_F(UcxPeersTest, HundredsOfShortLivedReadersLeaveNothingMapped) {
   }
   EXPECT_EQ(Peers(), 0) << "the worker still keeps endpoints of gone readers";
   const Mappings after = CountMappings(worker);
-  std::printf("worker's UCX shared-memory mappings: %d before, %d after %d "
-              "readers; SysV: %d\n",
-              before.ucx, after.ucx, kReaders, after.sysv);
+  std::printf(
+      "worker's UCX shared-memory mappings: %d before, %d after %d "
+      "readers; SysV: %d\n",
+      before.ucx, after.ucx, kReaders, after.sysv);
   // Each reader mapped two of its segments into the worker while it read.
   EXPECT_LE(after.ucx, before.ucx + 2) << "readers' segments stay mapped";
   EXPECT_EQ(after.sysv, 0);
@@ -175,8 +177,8 @@ TEST_F(UcxPeersTest, ReadersKilledMidReadLeaveTheWorkerIdleAndServing) {
       absl::StrCat("--output=", std::getenv("TEST_TMPDIR"), "/big.npy");
   std::mt19937 random(7);
   for (int i = 0; i < 30; ++i) {
-    std::vector<std::string> args = {cli, coordinator, "--transport=ucx",
-                                     "get", "big", output};
+    std::vector<std::string> args = {cli,   coordinator, "--transport=ucx",
+                                     "get", "big",       output};
     std::vector<char*> argv;
     for (std::string& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
@@ -199,14 +201,15 @@ TEST_F(UcxPeersTest, ReadersKilledMidReadLeaveTheWorkerIdleAndServing) {
   const double before = CpuSeconds(worker);
   absl::SleepFor(absl::Seconds(3));
   const double used = CpuSeconds(worker) - before;
-  std::printf("worker's CPU over 3 s idle after 30 killed readers: %.2f s; "
-              "UCX shared-memory mappings: %d\n",
-              used, CountMappings(worker).ucx);
+  std::printf(
+      "worker's CPU over 3 s idle after 30 killed readers: %.2f s; "
+      "UCX shared-memory mappings: %d\n",
+      used, CountMappings(worker).ucx);
   EXPECT_LT(used, 1.0) << "the idle worker spins";
   std::string out, err;
-  EXPECT_EQ(TestCluster::Run({cli, coordinator, "--transport=ucx", "get",
-                              "big", output},
-                             &out, &err),
+  EXPECT_EQ(TestCluster::Run(
+                {cli, coordinator, "--transport=ucx", "get", "big", output},
+                &out, &err),
             0)
       << err;
   ASSERT_TRUE(client_->Delete("big").ok());

@@ -121,7 +121,8 @@ absl::Status GuardMessageIds(ucp_worker_h worker, uint16_t last_id) {
     handler.id = id;
     handler.cb = &DropMessage;
     handler.arg = nullptr;
-    const ucs_status_t status = ucp_worker_set_am_recv_handler(worker, &handler);
+    const ucs_status_t status =
+        ucp_worker_set_am_recv_handler(worker, &handler);
     if (status != UCS_OK) {
       return UcxError("setting UCX's message handlers", status);
     }

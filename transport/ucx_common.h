@@ -182,7 +182,7 @@ struct UcxCheckReply {
 struct UcxSendRequest {
   uint64_t magic = kUcxCheckMagic;
   uint64_t peer = 0;
-  uint64_t request_id = 0;    // the tag of the first range's receive
+  uint64_t request_id = 0;  // the tag of the first range's receive
   uint64_t shard_id = 0;
   uint64_t registration = 0;  // a read key's, or a staging lease's
   uint32_t count = 0;         // ranges in the data, 1 to kMaxUcxSendRanges

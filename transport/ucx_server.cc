@@ -487,22 +487,20 @@ bool UcxServer::StillHeld(Registration& r) {
 // ------------------------------------------------- the progress thread
 
 ucs_status_t UcxServer::OnHello(void* arg, const void* header,
-                                size_t header_length, void* data,
-                                size_t length,
+                                size_t header_length, void* data, size_t length,
                                 const ucp_am_recv_param_t* param) {
   auto* server = static_cast<UcxServer*>(arg);
   UcxHello hello;
   if (header_length != sizeof(hello) || Rendezvous(param) || data == nullptr ||
-      !PlausibleUcpAddress(absl::string_view(static_cast<const char*>(data),
-                                             length))) {
+      !PlausibleUcpAddress(
+          absl::string_view(static_cast<const char*>(data), length))) {
     return UCS_OK;  // dropped: the reader times out
   }
   std::memcpy(&hello, header, sizeof(hello));
   if (hello.magic != kUcxCheckMagic) return UCS_OK;
   // Connected once the progress call returns, not from inside it.
-  server->hellos_.push_back(
-      Hello{std::string(static_cast<const char*>(data), length),
-            hello.request_id});
+  server->hellos_.push_back(Hello{
+      std::string(static_cast<const char*>(data), length), hello.request_id});
   return UCS_OK;
 }
 
@@ -556,7 +554,8 @@ ucs_status_t UcxServer::OnGoodbye(void* arg, const void* header,
   if (header_length != sizeof(goodbye)) return UCS_OK;
   std::memcpy(&goodbye, header, sizeof(goodbye));
   // Closed once the progress call returns, not from inside it.
-  if (goodbye.magic == kUcxCheckMagic && server->peers_.contains(goodbye.peer)) {
+  if (goodbye.magic == kUcxCheckMagic &&
+      server->peers_.contains(goodbye.peer)) {
     server->to_close_.push_back(goodbye.peer);
   }
   return UCS_OK;
@@ -632,9 +631,9 @@ void UcxServer::AnswerSend(const void* header, size_t header_length,
       // A staging lease: its slots, packed while the shard was held. The
       // reader's check-and-release after says whether they still are its.
       pages = staging_;
-      base = staging_.get() + lease->second.first_slot *
-                                  static_cast<size_t>(
-                                      options_.staging_slot_bytes);
+      base =
+          staging_.get() + lease->second.first_slot *
+                               static_cast<size_t>(options_.staging_slot_bytes);
       size = static_cast<uint64_t>(lease->second.slots) *
              static_cast<uint64_t>(options_.staging_slot_bytes);
     } else if (FreedKey(request.registration, request.shard_id)) {
@@ -820,7 +819,8 @@ void UcxServer::Greet() {
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
                         UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                         UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    params.address = reinterpret_cast<const ucp_address_t*>(hello.address.data());
+    params.address =
+        reinterpret_cast<const ucp_address_t*>(hello.address.data());
     params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     params.err_handler.cb = &UcxServer::OnPeerFailure;
     params.err_handler.arg = this;
@@ -867,9 +867,10 @@ void UcxServer::ClosePeer(uint64_t id, bool notify) {
   peer_of_.erase(ep);
   peers_count_.store(static_cast<int64_t>(peers_.size()));
   last_close_ = absl::Now();
-  queued_.erase(std::remove_if(queued_.begin(), queued_.end(),
-                               [id](const PendingSend& s) { return s.peer == id; }),
-                queued_.end());
+  queued_.erase(
+      std::remove_if(queued_.begin(), queued_.end(),
+                     [id](const PendingSend& s) { return s.peer == id; }),
+      queued_.end());
   if (notify) {
     // The notice: an answer to no request (id 0) naming the peer forgotten.
     Forgetting forgetting{ep, std::make_unique<Notice>(),
@@ -878,7 +879,8 @@ void UcxServer::ClosePeer(uint64_t id, bool notify) {
         static_cast<uint32_t>(UcxCheckAnswer::kUnknownPeer);
     forgetting.notice->body.peer = id;
     ucp_request_param_t send{};
-    send.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    send.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     send.cb.send = &UcxServer::NoticeSent;
     send.user_data = forgetting.notice.get();
     ucs_status_ptr_t request =
@@ -919,12 +921,11 @@ void UcxServer::FinishForgetting() {
       f.closed = true;
     }
   }
-  forgetting_.erase(
-      std::remove_if(forgetting_.begin(), forgetting_.end(),
-                     [](const Forgetting& f) {
-                       return f.closed && f.notice->done;
-                     }),
-      forgetting_.end());
+  forgetting_.erase(std::remove_if(forgetting_.begin(), forgetting_.end(),
+                                   [](const Forgetting& f) {
+                                     return f.closed && f.notice->done;
+                                   }),
+                    forgetting_.end());
 }
 
 void UcxServer::ClosePeers() {
@@ -994,8 +995,8 @@ void UcxServer::Progress() {
     // event fd stays ready then, so the wait is on the stop event alone.)
     constexpr int kBusySpins = 1000;
     if (armed == UCS_ERR_BUSY) {
-      const bool transferring = sends_in_flight_ > 0 ||
-                                receives_in_flight_ > 0 || !queued_.empty();
+      const bool transferring =
+          sends_in_flight_ > 0 || receives_in_flight_ > 0 || !queued_.empty();
       if (transferring || ++busy_idle < kBusySpins) continue;
       pollfd stop{wake_fd_, POLLIN, 0};
       poll(&stop, 1, 1);
@@ -1009,12 +1010,11 @@ void UcxServer::Progress() {
                        !forgetting_.empty() ||
                        absl::Now() - last_close_ < absl::Seconds(5);
     const int ms =
-        armed != UCS_OK
-            ? 10
-            : timed ? static_cast<int>(std::clamp<int64_t>(
-                          absl::ToInt64Milliseconds(options_.sweep_interval),
-                          1, 1000))
-                    : -1;
+        armed != UCS_OK ? 10
+        : timed
+            ? static_cast<int>(std::clamp<int64_t>(
+                  absl::ToInt64Milliseconds(options_.sweep_interval), 1, 1000))
+            : -1;
     epoll_event events[2];
     const int n = epoll_wait(epoll_fd_, events, 2, ms);
     for (int i = 0; i < n; ++i) {

@@ -271,8 +271,7 @@ class UcxServer {
                               size_t header_length, void* data, size_t length,
                               const ucp_am_recv_param_t* param);
   static ucs_status_t OnGoodbye(void* arg, const void* header,
-                                size_t header_length, void* data,
-                                size_t length,
+                                size_t header_length, void* data, size_t length,
                                 const ucp_am_recv_param_t* param);
   static ucs_status_t OnHello(void* arg, const void* header,
                               size_t header_length, void* data, size_t length,
@@ -287,9 +286,8 @@ class UcxServer {
                   size_t length, const ucp_am_recv_param_t* param);
   // Receives a write's bytes into its shard (or refuses it). Returns what
   // the AM callback returns.
-  ucs_status_t AnswerWrite(const void* header, size_t header_length,
-                           void* data, size_t length,
-                           const ucp_am_recv_param_t* param);
+  ucs_status_t AnswerWrite(const void* header, size_t header_length, void* data,
+                           size_t length, const ucp_am_recv_param_t* param);
   void AnswerCheck(const void* header, size_t header_length,
                    const ucp_am_recv_param_t* param, bool release);
   UcxCheckAnswer Check(uint64_t shard_id, uint64_t nonce, bool release)
@@ -371,7 +369,7 @@ class UcxServer {
   std::vector<Hello> hellos_;
   std::vector<uint64_t> to_close_;   // said goodbye, or failed
   std::vector<uint64_t> to_forget_;  // pushed out by newer readers
-  std::vector<void*> closing_;  // ucp_ep_close_nbx requests in progress
+  std::vector<void*> closing_;       // ucp_ep_close_nbx requests in progress
   std::vector<Forgetting> forgetting_;
   absl::Time last_close_ = absl::InfinitePast();
 

@@ -282,8 +282,7 @@ class UcxTransport::Lane {
   // (and returns OK) when the worker stages nothing for the first range:
   // the caller reads another way.
   absl::Status Staged(Peer& peer, const Key& key, const RemoteShard& shard,
-                      const Box& box, const ReadTarget& target,
-                      bool* declined);
+                      const Box& box, const ReadTarget& target, bool* declined);
   // Sends request active message `am` (header `header` of `header_bytes`,
   // data `data` of `data_bytes`, all kept until `ops` completes); its
   // answer, if any, comes on the worker's own endpoint, awaited by
@@ -413,13 +412,11 @@ absl::Status UcxTransport::Lane::Ask(Peer& peer, unsigned am,
                                      uint64_t request_id, Ops& ops) {
   awaited_[request_id];
   ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                       UCP_OP_ATTR_FIELD_USER_DATA;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = &OpDone;
   param.user_data = &ops;
-  ucs_status_ptr_t sent =
-      ucp_am_send_nbx(peer.ep, am, header, header_bytes, data, data_bytes,
-                      &param);
+  ucs_status_ptr_t sent = ucp_am_send_nbx(peer.ep, am, header, header_bytes,
+                                          data, data_bytes, &param);
   if (UCS_PTR_IS_ERR(sent)) {
     awaited_.erase(request_id);
     return UcxError(absl::StrCat("UCX request to ", peer.address),
@@ -447,8 +444,8 @@ absl::Status UcxTransport::Lane::ReceiveRanges(Peer& peer,
   absl::Time checked = absl::Now();
   for (size_t i = 0; i < cut.size(); i += kMaxUcxSendRanges) {
     const size_t n = std::min<size_t>(kMaxUcxSendRanges, cut.size() - i);
-    TESSERA_RETURN_IF_ERROR(ReceiveBatch(
-        peer, registration, shard_id, absl::MakeConstSpan(&cut[i], n)));
+    TESSERA_RETURN_IF_ERROR(ReceiveBatch(peer, registration, shard_id,
+                                         absl::MakeConstSpan(&cut[i], n)));
     // A long read checks now and then that its shard is still held.
     if (i + n < cut.size() && absl::Now() - checked > options_.key_ttl) {
       checked = absl::Now();
@@ -458,8 +455,7 @@ absl::Status UcxTransport::Lane::ReceiveRanges(Peer& peer,
   return absl::OkStatus();
 }
 
-absl::Status UcxTransport::Lane::ReceiveBatch(Peer& peer,
-                                              uint64_t registration,
+absl::Status UcxTransport::Lane::ReceiveBatch(Peer& peer, uint64_t registration,
                                               uint64_t shard_id,
                                               absl::Span<const Range> ranges) {
   const absl::Time busy_since = absl::Now();
@@ -490,9 +486,8 @@ absl::Status UcxTransport::Lane::ReceiveBatch(Peer& peer,
       param.cb.recv = &ReceiveDone;
       param.user_data = &receiving[i];
       ucs_status_ptr_t recv = ucp_tag_recv_nbx(
-          worker_.worker, ranges[i].local,
-          static_cast<size_t>(ranges[i].bytes), request.request_id + i,
-          ~uint64_t{0}, &param);
+          worker_.worker, ranges[i].local, static_cast<size_t>(ranges[i].bytes),
+          request.request_id + i, ~uint64_t{0}, &param);
       if (UCS_PTR_IS_ERR(recv)) {
         status = UcxError(absl::StrCat("UCX receive from ", peer.address),
                           UCS_PTR_STATUS(recv));
@@ -554,9 +549,9 @@ absl::Status UcxTransport::Lane::ReceiveBatch(Peer& peer,
           absl::SleepFor(kBusyPause);
           continue;  // ask again
         default:
-          return absl::InternalError(absl::StrCat(
-              "the worker at ", peer.address, " refused to send ",
-              ranges.size(), " ranges of shard ", shard_id));
+          return absl::InternalError(
+              absl::StrCat("the worker at ", peer.address, " refused to send ",
+                           ranges.size(), " ranges of shard ", shard_id));
       }
     }
     if (received.error != UCS_OK) {
@@ -712,12 +707,11 @@ absl::Status UcxTransport::Lane::Staged(Peer& peer, const Key& key,
     }
     std::vector<Range> ranges;
     if (direct.has_value()) {
-      direct->ForEach(f, n,
-                      [&](int64_t src, int64_t dst, int64_t, int64_t count) {
-                        ranges.push_back(
-                            Range{static_cast<uint64_t>((src - f) * item),
-                                  target.data() + dst * item, count * item});
-                      });
+      direct->ForEach(
+          f, n, [&](int64_t src, int64_t dst, int64_t, int64_t count) {
+            ranges.push_back(Range{static_cast<uint64_t>((src - f) * item),
+                                   target.data() + dst * item, count * item});
+          });
     } else {
       ranges.push_back(Range{0, local.data(), n * item});
     }
@@ -753,9 +747,9 @@ absl::Status UcxTransport::Lane::SentSpan(Peer& peer, const Key& key,
   for (int64_t f = 0; f < total; f += per) {
     const int64_t n = std::min(per, total - f);
     const uint64_t offset = static_cast<uint64_t>((first + f) * item);
-    TESSERA_RETURN_IF_ERROR(ReceiveRanges(peer, key.registration, shard_id,
-                                          {Range{offset, local.data(),
-                                                 n * item}}));
+    TESSERA_RETURN_IF_ERROR(
+        ReceiveRanges(peer, key.registration, shard_id,
+                      {Range{offset, local.data(), n * item}}));
     TESSERA_RETURN_IF_ERROR(target.Deliver(box.sizes, f, n, local.data(),
                                            static_cast<size_t>(item)));
     // A long read checks now and then that its shard is still held.
@@ -862,9 +856,9 @@ absl::Status UcxTransport::Lane::StillHeld(Peer& peer, uint64_t shard_id,
     case UcxCheckAnswer::kUnknownPeer:
       return ForgottenError(peer);
     default:
-      return absl::InternalError(
-          absl::StrCat("worker at ", peer.address, " answered a check with ",
-                       static_cast<uint32_t>(answer)));
+      return absl::InternalError(absl::StrCat("worker at ", peer.address,
+                                              " answered a check with ",
+                                              static_cast<uint32_t>(answer)));
   }
 }
 
@@ -968,8 +962,7 @@ absl::Status UcxTransport::Lane::Hello(Peer& peer) {
   Ops ops;
   awaited_[hello.request_id];
   ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                       UCP_OP_ATTR_FIELD_USER_DATA;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = &OpDone;
   param.user_data = &ops;
   ucs_status_ptr_t sent =
@@ -992,8 +985,7 @@ absl::Status UcxTransport::Lane::Hello(Peer& peer) {
         peer, &ops.completed);
     deadline_ = deadline;
   }
-  const std::optional<UcxCheckReply> reply =
-      awaited_[hello.request_id];
+  const std::optional<UcxCheckReply> reply = awaited_[hello.request_id];
   awaited_.erase(hello.request_id);
   if (!status.ok()) {
     Abandon(peer.address, ops);
@@ -1042,8 +1034,8 @@ void UcxTransport::Lane::DropPeer(const std::string& address) {
     UcxGoodbye goodbye;
     goodbye.peer = peer.id;
     ucp_request_param_t param{};
-    ucs_status_ptr_t sent = ucp_am_send_nbx(peer.ep, kUcxGoodbyeAm, &goodbye,
-                                            sizeof(goodbye), nullptr, 0, &param);
+    ucs_status_ptr_t sent = ucp_am_send_nbx(
+        peer.ep, kUcxGoodbyeAm, &goodbye, sizeof(goodbye), nullptr, 0, &param);
     if (UCS_PTR_IS_PTR(sent)) {
       const absl::Time until = absl::Now() + absl::Milliseconds(200);
       while (ucp_request_check_status(sent) == UCS_INPROGRESS &&
@@ -1108,8 +1100,7 @@ UcxTransport::Lane::KeyFor(const RemoteShard& shard, bool fresh) {
     }
   }
   TESSERA_ASSIGN_OR_RETURN(DescribedKey described, Describe(shard, false));
-  TESSERA_ASSIGN_OR_RETURN(peer,
-                           PeerFor(at.address, described.worker_address));
+  TESSERA_ASSIGN_OR_RETURN(peer, PeerFor(at.address, described.worker_address));
   auto existing = peer->keys.find(at.shard_id);
   if (existing != peer->keys.end() &&
       existing->second.registration == described.registration) {
@@ -1242,9 +1233,8 @@ absl::Status UcxTransport::Lane::ReadRows(absl::Span<const ShardRows> entries,
               ranges[j] = Range{static_cast<uint64_t>(rows[k0 + j] * row_bytes),
                                 stage.data() + j * row_bytes, row_bytes};
             }
-            TESSERA_RETURN_IF_ERROR(ReceiveRanges(peer, key.registration,
-                                                  at.shard_id,
-                                                  std::move(ranges)));
+            TESSERA_RETURN_IF_ERROR(ReceiveRanges(
+                peer, key.registration, at.shard_id, std::move(ranges)));
             // The rows are the shard's only if it is still held now.
             TESSERA_RETURN_IF_ERROR(
                 StillHeld(peer, at.shard_id, key.registration));
@@ -1299,8 +1289,8 @@ absl::Status UcxTransport::Lane::Write(const RemoteShard& shard,
       const uint64_t id = pieces.front().header.request_id;
       if (!Answer(id).has_value()) {
         if (pieces.size() <= most) return absl::OkStatus();
-        TESSERA_RETURN_IF_ERROR(Wait(
-            [&] { return Answer(id).has_value(); }, peer, &answered));
+        TESSERA_RETURN_IF_ERROR(
+            Wait([&] { return Answer(id).has_value(); }, peer, &answered));
       }
       const UcxCheckAnswer answer = *Answer(id);
       awaited_.erase(id);
@@ -1310,9 +1300,9 @@ absl::Status UcxTransport::Lane::Write(const RemoteShard& shard,
         case UcxCheckAnswer::kHeld:
           break;
         case UcxCheckAnswer::kSealed:
-          return absl::PermissionDeniedError(absl::StrCat(
-              "permission denied: shard ", at.shard_id,
-              " is sealed (a committed shard never changes)"));
+          return absl::PermissionDeniedError(
+              absl::StrCat("permission denied: shard ", at.shard_id,
+                           " is sealed (a committed shard never changes)"));
         case UcxCheckAnswer::kFreed:
           return absl::NotFoundError(absl::StrCat(
               "shard ", at.shard_id, " is not held by this worker (freed)"));
@@ -1341,10 +1331,9 @@ absl::Status UcxTransport::Lane::Write(const RemoteShard& shard,
       piece.header.offset = offset + static_cast<uint64_t>(done);
       piece.data = data + done;
       piece.bytes = n;
-      TESSERA_RETURN_IF_ERROR(Ask(peer, kUcxWriteAm, &piece.header,
-                                  sizeof(piece.header), piece.data,
-                                  static_cast<size_t>(n),
-                                  piece.header.request_id, ops));
+      TESSERA_RETURN_IF_ERROR(Ask(
+          peer, kUcxWriteAm, &piece.header, sizeof(piece.header), piece.data,
+          static_cast<size_t>(n), piece.header.request_id, ops));
       done += n;
     }
     return absl::OkStatus();
@@ -1359,7 +1348,8 @@ absl::Status UcxTransport::Lane::Write(const RemoteShard& shard,
       const int64_t count = std::min(chunk, total - f);
       CopyBoxToFlatRange(source.data, source.shape, source.offsets, shard.shape,
                          f, count, stage.data(), static_cast<size_t>(item));
-      status = post(static_cast<uint64_t>(f * item), stage.data(), count * item);
+      status =
+          post(static_cast<uint64_t>(f * item), stage.data(), count * item);
       // The buffer is reused: every piece from it must be in first.
       if (status.ok()) status = settle(0);
     }
@@ -1509,9 +1499,10 @@ UcxTransport::AcquireLane() {
     // UCX cannot run here now (e.g. the host's shared-memory segments are
     // exhausted): this transport is unavailable, another one moves the
     // bytes.
-    spdlog::warn("UCX cannot start a worker here ({}); data moves over the "
-                 "other transports",
-                 std::string(status.message()));
+    spdlog::warn(
+        "UCX cannot start a worker here ({}); data moves over the "
+        "other transports",
+        std::string(status.message()));
     return absl::FailedPreconditionError(absl::StrCat(
         "the UCX transport cannot start here: ", status.message()));
   }

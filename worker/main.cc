@@ -382,23 +382,19 @@ int Run() {
                                    "allows it)"
                                  : "shards are not in host memory");
   } else if (absl::StatusOr<std::unique_ptr<UcxServer>> started =
-                 StartUcxServer(&node,
-                                [&] {
-                                  UcxServerOptions ucx_options;
-                                  ucx_options.reach.trusted_fabric =
-                                      trusted_fabric;
-                                  ucx_options.max_peers =
-                                      static_cast<size_t>(std::max(
-                                          1, absl::GetFlag(
-                                                 FLAGS_ucx_max_peers)));
-                                  ucx_options.peer_idle_timeout =
-                                      absl::GetFlag(
-                                          FLAGS_ucx_peer_idle_timeout);
-                                  ucx_options.reach.loopback_only =
-                                      IsLoopbackHost(
-                                          listen.substr(0, listen.rfind(':')));
-                                  return ucx_options;
-                                }());
+                 StartUcxServer(
+                     &node,
+                     [&] {
+                       UcxServerOptions ucx_options;
+                       ucx_options.reach.trusted_fabric = trusted_fabric;
+                       ucx_options.max_peers = static_cast<size_t>(
+                           std::max(1, absl::GetFlag(FLAGS_ucx_max_peers)));
+                       ucx_options.peer_idle_timeout =
+                           absl::GetFlag(FLAGS_ucx_peer_idle_timeout);
+                       ucx_options.reach.loopback_only =
+                           IsLoopbackHost(listen.substr(0, listen.rfind(':')));
+                       return ucx_options;
+                     }());
              !started.ok()) {
     spdlog::warn(
         "UCX cannot start here ({}); shard bytes move over shared "
