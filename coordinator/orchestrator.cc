@@ -601,12 +601,9 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(
   new_meta->version = old_meta->version + 1;
   new_meta->incarnation = old_meta->incarnation;
   // Without a count, the tensor keeps the replicas it has.
-  const int replicas =
-      spec.replicas != 0
-          ? spec.replicas
-          : static_cast<int>(old_meta->shards.empty()
-                                 ? 1
-                                 : old_meta->shards[0].replicas.size());
+  const int replicas = spec.replicas != 0
+                           ? spec.replicas
+                           : static_cast<int>(ReplicaCount(*old_meta));
   TESSERA_RETURN_IF_ERROR(
       PlaceShards(spec, std::move(boxes), replicas, new_meta.get()));
 

@@ -69,10 +69,7 @@ std::vector<TensorSummary> TensorTable::List(bool all) const {
     summary.dtype = entry.meta->dtype;
     summary.version = entry.meta->version;
     summary.num_shards = static_cast<int64_t>(entry.meta->shards.size());
-    if (!entry.meta->shards.empty()) {
-      summary.replicas =
-          static_cast<int64_t>(entry.meta->shards[0].replicas.size());
-    }
+    summary.replicas = ReplicaCount(*entry.meta);
     if (all && pending_put) {
       summary.pending = TensorSummary::Pending::kPut;
       summary.pending_version = entry.meta->version;

@@ -127,6 +127,14 @@ ShardLocations ReadLocations(const TensorMetadata& meta, size_t index);
 // carries for each.
 ShardLocations WriteLocations(const TensorMetadata& meta, size_t index);
 
+// Workers holding each shard of `meta` (every shard has as many): 1 for a
+// tensor without shards.
+inline int64_t ReplicaCount(const TensorMetadata& meta) {
+  return meta.shards.empty()
+             ? 1
+             : static_cast<int64_t>(meta.shards.front().replicas.size());
+}
+
 }  // namespace tessera
 
 #endif  // TESSERA_CORE_TENSOR_METADATA_H_

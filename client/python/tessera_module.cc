@@ -649,6 +649,7 @@ class PyClient {
       d["dtype"] = std::string(DTypeName(t.dtype));
       d["version"] = t.version;
       d["num_shards"] = t.shards.size();
+      d["replicas"] = ReplicaCount(t);
       out.append(d);
     }
     return out;

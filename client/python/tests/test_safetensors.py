@@ -240,3 +240,14 @@ def test_a_file_that_shrinks_while_imported_fails_cleanly(cluster, client, name,
     assert "safetensors file" in r.stdout and "changed while it was read" in r.stdout
     assert os.path.getsize(src) == 8192
     assert not [n for n in names_now(client) if n.startswith(name + "/")]
+
+
+def test_import_with_replicas_reports_and_keeps_them(client, name, tmp_path):
+    src = tmp_path / "two.safetensors"
+    arr = np.arange(24, dtype=np.float32).reshape(6, 4)
+    st_save(src, {"w": ("F32", arr)}, {})
+    infos = client.import_safetensors(str(src), chunk_dim=0, placements=RANKS[:2],
+                                      prefix=name + "/", replicas=2)
+    assert [(i.name, i.replicas) for i in infos] == [(name + "/w", 2)]
+    assert [t.replicas for t in client.list() if t.name == name + "/w"] == [2]
+    assert client.get(name + "/w").tobytes() == arr.tobytes()
