@@ -248,8 +248,9 @@ grpc::Status CoordinatorService::CreateTensor(
                              ShapeFromProto(request->shape(), "shape"));
     // Sizes first: nothing of a huge spec is converted.
     const SpecSize size = SizeOf(request->spec());
-    TESSERA_RETURN_IF_ERROR(
-        CheckLayoutSize(args.shape, size.shards, SizeLimits(), size.dims));
+    TESSERA_RETURN_IF_ERROR(CheckLayoutSize(args.shape, size.shards,
+                                            SizeLimits(), size.dims,
+                                            request->spec().replicas()));
     TESSERA_ASSIGN_OR_RETURN(args.dtype,
                              DTypeFromProto(request->properties().dtype()));
     args.requires_grad = request->properties().requires_grad();
@@ -385,8 +386,8 @@ grpc::Status CoordinatorService::ReshardTensor(
   }
   // Sizes first (the tensor's dims are checked by the coordinator).
   const SpecSize size = SizeOf(request->spec());
-  if (absl::Status s =
-          CheckLayoutSize({}, size.shards, SizeLimits(), size.dims);
+  if (absl::Status s = CheckLayoutSize({}, size.shards, SizeLimits(), size.dims,
+                                       request->spec().replicas());
       !s.ok()) {
     return ToGrpcStatus(s);
   }

@@ -89,8 +89,9 @@ void ChooseSources(const TensorMetadata& old_meta, ReshardPlan* plan) {
 }  // namespace
 
 int64_t PackedDescribeBytesBound(const Shape& shape, int64_t num_shards,
-                                 size_t max_workers) {
+                                 size_t max_workers, int64_t replicas) {
   num_shards = std::max<int64_t>(num_shards, 0);
+  replicas = std::clamp<int64_t>(replicas, 1, kMaxReplicas);
   // Per shard: its id (a uint64), its worker's index and, when unavailable,
   // its index; per dim its offset (below the dim + the number of shards:
   // chunks past the end included) and its size (at most the dim).
@@ -100,15 +101,20 @@ int64_t PackedDescribeBytesBound(const Shape& shape, int64_t num_shards,
     per_shard +=
         VarintBytes(dim + static_cast<uint64_t>(num_shards)) + VarintBytes(dim);
   }
-  const int64_t workers =
-      std::min<int64_t>(num_shards, static_cast<int64_t>(max_workers));
+  // Several replicas: a count per shard, and per replica its id, its
+  // worker's index and, when unavailable, its position.
+  if (replicas > 1) per_shard += 5 + replicas * (10 + 5 + 5);
+  const int64_t workers = std::min<int64_t>(num_shards * replicas,
+                                            static_cast<int64_t>(max_workers));
   return kReplyHeaderBytes + num_shards * per_shard +
          workers * static_cast<int64_t>(kWorkerInfoBytesBound +
                                         kCapabilityBytesBound);
 }
 
 absl::Status CheckLayoutSize(const Shape& shape, int64_t num_shards,
-                             const TensorLimits& limits, int64_t spec_rank) {
+                             const TensorLimits& limits, int64_t spec_rank,
+                             int64_t replicas) {
+  replicas = std::clamp<int64_t>(replicas, 1, kMaxReplicas);
   const int64_t max_shards = std::min(limits.max_shards, kMaxShardsPerTensor);
   if (num_shards > max_shards) {
     return absl::ResourceExhaustedError(
@@ -117,20 +123,23 @@ absl::Status CheckLayoutSize(const Shape& shape, int64_t num_shards,
   }
   const int64_t rank = std::max(static_cast<int64_t>(shape.size()), spec_rank);
   const int64_t memory =
-      num_shards * (kShardMetadataBytes + rank * kShardMetadataBytesPerDim);
+      num_shards * (kShardMetadataBytes + rank * kShardMetadataBytesPerDim +
+                    (replicas > 1 ? replicas * kReplicaMetadataBytes : 0));
+  const std::string replicated =
+      replicas > 1 ? absl::StrCat(" (", replicas, " replicas each)") : "";
   if (memory > limits.max_metadata_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "the metadata of ", num_shards, " shards of rank ", rank,
-        " would take about ", memory >> 20,
+        "the metadata of ", num_shards, " shards", replicated, " of rank ",
+        rank, " would take about ", memory >> 20,
         " MiB of coordinator memory, more than its max_tensor_metadata_bytes (",
         limits.max_metadata_bytes >> 20, " MiB); use fewer shards"));
   }
   const int64_t reply =
-      PackedDescribeBytesBound(shape, num_shards, limits.max_workers);
+      PackedDescribeBytesBound(shape, num_shards, limits.max_workers, replicas);
   if (reply > limits.max_reply_bytes) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("the metadata of ", num_shards, " shards of rank ", rank,
-                     " could take up to ", reply,
+        absl::StrCat("the metadata of ", num_shards, " shards", replicated,
+                     " of rank ", rank, " could take up to ", reply,
                      " bytes to describe, more than one reply "
                      "may carry (",
                      limits.max_reply_bytes, " bytes); use fewer shards"));
@@ -165,7 +174,6 @@ StopCondition Orchestrator::WithBudget(const StopCondition& stop) const {
 absl::Status Orchestrator::PlaceShards(const LayoutSpec& spec,
                                        std::vector<Box> boxes, int replicas,
                                        TensorMetadata* meta) const {
-  TESSERA_RETURN_IF_ERROR(CheckReplicaCount(replicas));
   meta->shards.resize(boxes.size());
   // Specs name few distinct placements (one per worker or device), so each
   // is resolved once rather than once per shard.
@@ -272,8 +280,10 @@ absl::StatusOr<TensorMetadataPtr> Orchestrator::Create(
   // Sizes first: nothing of the layout is built before they pass.
   const int64_t num_shards = static_cast<int64_t>(
       std::max(args.spec.placements.size(), args.spec.boxes.size()));
+  const int replicas = args.spec.replicas == 0 ? 1 : args.spec.replicas;
+  TESSERA_RETURN_IF_ERROR(CheckReplicaCount(replicas));
   TESSERA_RETURN_IF_ERROR(
-      CheckLayoutSize(args.shape, num_shards, CurrentLimits()));
+      CheckLayoutSize(args.shape, num_shards, CurrentLimits(), 0, replicas));
   TESSERA_RETURN_IF_ERROR(CheckInitValue(args.init, args.dtype));
   const StopCondition stop = WithBudget(args.stop);
   absl::Status early = stop.Check();
@@ -298,9 +308,8 @@ absl::StatusOr<TensorMetadataPtr> Orchestrator::Create(
   meta->incarnation = RandomId();
   // A put's own id: its write grants, commit and abandon name it.
   meta->change = args.pending ? RandomId() : 0;
-  TESSERA_RETURN_IF_ERROR(PlaceShards(
-      args.spec, std::move(boxes),
-      args.spec.replicas == 0 ? 1 : args.spec.replicas, meta.get()));
+  TESSERA_RETURN_IF_ERROR(
+      PlaceShards(args.spec, std::move(boxes), replicas, meta.get()));
   TESSERA_RETURN_IF_ERROR(CheckCapacity(*meta));
   // A caller that gave up gets nothing allocated.
   TESSERA_RETURN_IF_ERROR(GaveUp(args.stop.Check(),
@@ -578,8 +587,13 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(
 
   const int64_t num_shards =
       static_cast<int64_t>(std::max(spec.placements.size(), spec.boxes.size()));
-  TESSERA_RETURN_IF_ERROR(
-      CheckLayoutSize(old_meta->shape, num_shards, CurrentLimits()));
+  // Without a count, the tensor keeps the replicas it has.
+  const int replicas = spec.replicas != 0
+                           ? spec.replicas
+                           : static_cast<int>(ReplicaCount(*old_meta));
+  TESSERA_RETURN_IF_ERROR(CheckReplicaCount(replicas));
+  TESSERA_RETURN_IF_ERROR(CheckLayoutSize(old_meta->shape, num_shards,
+                                          CurrentLimits(), 0, replicas));
   const StopCondition stop = WithBudget(caller);
   absl::Status early = stop.Check();
   absl::StatusOr<std::vector<Box>> laid_out =
@@ -600,10 +614,6 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(
   new_meta->pin_memory = old_meta->pin_memory;
   new_meta->version = old_meta->version + 1;
   new_meta->incarnation = old_meta->incarnation;
-  // Without a count, the tensor keeps the replicas it has.
-  const int replicas = spec.replicas != 0
-                           ? spec.replicas
-                           : static_cast<int>(ReplicaCount(*old_meta));
   TESSERA_RETURN_IF_ERROR(
       PlaceShards(spec, std::move(boxes), replicas, new_meta.get()));
 

@@ -94,13 +94,17 @@ struct TensorLimits {
 // allocations).
 inline constexpr int64_t kShardMetadataBytes = 192;
 inline constexpr int64_t kShardMetadataBytesPerDim = 16;
+// With R > 1 replicas, each shard's replicas move out of line: R of these
+// more (a Replica and its strings).
+inline constexpr int64_t kReplicaMetadataBytes = 160;
 
 // An upper bound on the bytes of a packed describe (or create) reply for a
 // tensor of `shape` in `num_shards` shards on at most `max_workers` workers:
 // the varints of every shard's box, id and worker, the workers, and one
-// read capability per worker. Computed from the sizes alone.
+// read capability per worker; with `replicas` > 1, every replica's id,
+// worker and availability too. Computed from the sizes alone.
 int64_t PackedDescribeBytesBound(const Shape& shape, int64_t num_shards,
-                                 size_t max_workers);
+                                 size_t max_workers, int64_t replicas = 1);
 
 // Checks a layout of `num_shards` shards on a tensor of `shape` against
 // `limits` before anything of it is built: RESOURCE_EXHAUSTED naming the
@@ -108,9 +112,11 @@ int64_t PackedDescribeBytesBound(const Shape& shape, int64_t num_shards,
 // max_metadata_bytes of coordinator memory, or could not be described in
 // one reply of max_reply_bytes. `spec_rank`: the most dims a box of the
 // spec has, when it may exceed the tensor's (memory is counted for the
-// larger). REQUIRES: a validated shape.
+// larger). `replicas`: workers per shard (1 to kMaxReplicas; others count
+// as 1, left to the replica check). REQUIRES: a validated shape.
 absl::Status CheckLayoutSize(const Shape& shape, int64_t num_shards,
-                             const TensorLimits& limits, int64_t spec_rank = 0);
+                             const TensorLimits& limits, int64_t spec_rank = 0,
+                             int64_t replicas = 1);
 
 class Orchestrator {
  public:

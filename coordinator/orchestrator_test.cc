@@ -552,6 +552,27 @@ TEST_F(OrchestratorTest, LayoutsThatCouldNotBeDescribedInOneReplyAreRefused) {
   EXPECT_OK(limited.Create(Args("a", 4000, ranks)));
 }
 
+// Replicas count toward the memory and the reply a layout needs: a layout
+// that fits with one replica per shard may not with sixteen.
+TEST(CheckLayoutSizeTest, ReplicasCountTowardMemoryAndReplyBounds) {
+  TensorLimits limits;
+  limits.max_metadata_bytes = 1000 * (kShardMetadataBytes + 16) * 4;
+  EXPECT_OK(CheckLayoutSize({1000}, 1000, limits, 0, 1));
+  EXPECT_THAT(CheckLayoutSize({1000}, 1000, limits, 0, 16),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("(16 replicas each)"),
+                             HasSubstr("max_tensor_metadata_bytes"))));
+  TensorLimits replies;
+  replies.max_reply_bytes = PackedDescribeBytesBound({1000}, 1000, 4, 1) + 1;
+  replies.max_workers = 4;
+  EXPECT_OK(CheckLayoutSize({1000}, 1000, replies, 0, 1));
+  EXPECT_THAT(
+      CheckLayoutSize({1000}, 1000, replies, 0, 2),
+      StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("to describe")));
+  EXPECT_LT(PackedDescribeBytesBound({100}, 10, 4096, 1),
+            PackedDescribeBytesBound({100}, 10, 4096, 2));
+}
+
 TEST(PackedDescribeBytesBoundTest, GrowsWithShardsDimsAndWorkers) {
   const int64_t one = PackedDescribeBytesBound({100}, 1, 4096);
   EXPECT_LT(PackedDescribeBytesBound({100}, 10, 4096),
