@@ -197,8 +197,24 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
     cluster->workers_[i].address = absl::StrCat("127.0.0.1:", PickFreePort());
     if (absl::Status s = cluster->StartWorker(i); !s.ok()) return s;
   }
-  if (absl::Status s = cluster->WaitAlive(absl::Seconds(30)); !s.ok()) return s;
-  return cluster;
+  // Ports are picked and released before the daemons bind them: another
+  // process may take one meanwhile. A worker that could not listen gets a
+  // new port (a few times); any other early exit fails the start.
+  for (int moved = 0;; ++moved) {
+    absl::Status s = cluster->WaitAlive(absl::Seconds(30));
+    if (s.ok()) return cluster;
+    if (!absl::IsAborted(s) ||
+        !absl::StrContains(s.message(), "cannot listen") || moved == 3) {
+      return s;
+    }
+    for (int i = 0; i < cluster->num_workers(); ++i) {
+      if (cluster->workers_[i].pid > 0) continue;
+      cluster->workers_[i].address = absl::StrCat("127.0.0.1:", PickFreePort());
+      if (absl::Status started = cluster->StartWorker(i); !started.ok()) {
+        return started;
+      }
+    }
+  }
 }
 
 std::vector<std::string> TestCluster::CoordinatorCommand() const {
@@ -247,6 +263,17 @@ absl::Status TestCluster::WaitAlive(absl::Duration timeout) {
   while (absl::Now() < deadline) {
     ClientOptions options = options_.client;
     options.connect_timeout = absl::Seconds(2);
+    // A worker that exited will not come up: say why at once.
+    for (int i = 0; i < num_workers(); ++i) {
+      Process& w = workers_[i];
+      int status = 0;
+      if (w.pid > 0 && waitpid(w.pid, &status, WNOHANG) == w.pid) {
+        w.pid = -1;
+        return absl::AbortedError(absl::StrCat("worker ", worker_name(i),
+                                               " exited while starting:\n",
+                                               ReadFile(w.log)));
+      }
+    }
     auto client = Client::Connect(coordinator_address_, options);
     if (client.ok()) {
       auto workers = (*client)->Workers();
