@@ -156,6 +156,15 @@ const std::vector<CommandDef>& Commands() {
         {"json", true}},
        &RunImport,
        "FILE.safetensors"},
+      {"worker",
+       "worker drain|cordon|uncordon|rm NAME [--timeout=SECONDS]",
+       "manage a worker (admin role): drain moves its shards away and waits "
+       "until it holds none (--timeout, default 600); cordon/uncordon stop "
+       "and resume new shards; rm forgets a dead or drained worker",
+       2,
+       {{"timeout", false}},
+       &RunWorker,
+       "drain|cordon|uncordon|rm"},
       {"export",
        "export FILE.safetensors (NAME... | --prefix=P) [--json]",
        "write tensors into one .safetensors file",
@@ -948,6 +957,61 @@ absl::Status RunRemove(const Invocation& inv, std::ostream& out) {
   return absl::OkStatus();
 }
 
+absl::Status RunWorker(const Invocation& inv, std::ostream& out) {
+  const std::string& action = inv.positional.at(0);
+  const std::string& name = inv.positional.at(1);
+  std::optional<WorkerState> state;
+  if (action == "drain") state = WorkerState::kDraining;
+  if (action == "cordon") state = WorkerState::kCordoned;
+  if (action == "uncordon") state = WorkerState::kReady;
+  if (!state.has_value() && action != "rm") {
+    return UsageError(absl::StrCat("unknown worker action '", action,
+                                   "' (drain, cordon, uncordon or rm)"));
+  }
+  if (absl::Status s = CheckWorkerName(name); !s.ok()) return UsageError(s);
+  double timeout_s = 600;
+  if (std::optional<std::string> t = inv.Get("timeout"); t.has_value()) {
+    if (!absl::SimpleAtod(*t, &timeout_s) || !(timeout_s >= 0) ||
+        timeout_s > 86400) {
+      return UsageError(
+          absl::StrCat("--timeout=", *t, ": expected seconds, 0 to 86400"));
+    }
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
+  if (!state.has_value()) {
+    TESSERA_RETURN_IF_ERROR(client->RemoveWorker(name));
+    out << "forgot worker " << name << "\n";
+    return absl::OkStatus();
+  }
+  TESSERA_RETURN_IF_ERROR(client->SetWorkerState(name, *state));
+  if (*state != WorkerState::kDraining) {
+    out << "worker " << name << " is " << WorkerStateName(*state) << "\n";
+    return absl::OkStatus();
+  }
+  // A drain is done when the worker holds nothing: its shards have
+  // replicas elsewhere and its own were freed.
+  const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
+  int64_t left = 0;
+  while (true) {
+    TESSERA_ASSIGN_OR_RETURN(std::vector<WorkerInfo> workers,
+                             client->Workers());
+    auto it = std::find_if(workers.begin(), workers.end(),
+                           [&](const WorkerInfo& w) { return w.name == name; });
+    if (it == workers.end()) return NotFoundError("worker", name);
+    left = it->bytes_used;
+    if (left == 0) break;
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "worker '", name, "' still holds ", FormatBytes(left),
+          " after --timeout=", timeout_s,
+          " s; the drain goes on (no ready worker with room yet?)"));
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  out << "worker " << name << " is drained: it holds no shards\n";
+  return absl::OkStatus();
+}
+
 absl::Status RunImport(const Invocation& inv, std::ostream& out) {
   const std::string& file = inv.positional.at(0);
   if (file.empty()) return UsageError("import needs a file name");
@@ -1133,7 +1197,7 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
   if (i == args.size()) {
     return UsageError(
         "no command given (commands: workers create put get describe ls "
-        "reshard rm import export; see tessera --help)");
+        "reshard rm import worker export; see tessera --help)");
   }
   inv.command = args[i++];
   if (inv.command == "help") {
@@ -1146,7 +1210,7 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
     return UsageError(absl::StrCat(
         "unknown command '", inv.command,
         "' (commands: workers create put get describe ls reshard rm import "
-        "export)"));
+        "worker export)"));
   }
 
   bool only_positional = false;

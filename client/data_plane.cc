@@ -289,8 +289,31 @@ absl::Status GatherRows(Connection& connection, const TensorMetadata& meta,
         return connection.data_plane().ReadRows(entries, sink);
       });
       if (status.ok()) return status;
-      return ExplainRead(status, meta, shares.front().shard_index,
-                         entries.front().shard.location);
+      status = ExplainRead(status, meta, shares.front().shard_index,
+                           entries.front().shard.location);
+      // This worker failed: each of its shares goes on from the shard's
+      // other replicas, in ReadLocations order (rows land again whole).
+      for (size_t e = 0; e < entries.size(); ++e) {
+        const size_t index = shares[e].shard_index;
+        absl::Status share = status;
+        for (const ShardLocation& location : ReadLocations(meta, index)) {
+          if (!location.available) break;  // the rest are unavailable too
+          if (location.address == address) continue;
+          std::vector<ShardRows> one(1);
+          one[0].shard = ShardAt(meta, index, location);
+          one[0].rows = entries[e].rows;
+          const RowSink to_entry = [&](size_t, size_t k, const char* row) {
+            sink(e, k, row);
+          };
+          share = RetryOnFreshChannel(connection, location.address, [&] {
+            return connection.data_plane().ReadRows(one, to_entry);
+          });
+          if (share.ok()) break;
+          share = ExplainRead(share, meta, index, location);
+        }
+        if (!share.ok()) return share;
+      }
+      return absl::OkStatus();
     });
   }
   return RunParallel(std::move(tasks),

@@ -269,6 +269,30 @@ absl::StatusOr<std::vector<WorkerInfo>> Client::Workers() {
   return out;
 }
 
+absl::Status Client::SetWorkerState(const std::string& worker,
+                                    WorkerState state) {
+  v1::SetWorkerStateRequest request;
+  request.set_name(worker);
+  request.set_state(std::string(WorkerStateName(state)));
+  v1::SetWorkerStateResponse response;
+  return Call(ControlCall(*connection_, /*idempotent=*/true),
+              [&](grpc::ClientContext* context) {
+                return connection_->coordinator()->SetWorkerState(
+                    context, request, &response);
+              });
+}
+
+absl::Status Client::RemoveWorker(const std::string& worker) {
+  v1::RemoveWorkerRequest request;
+  request.set_name(worker);
+  v1::RemoveWorkerResponse response;
+  return Call(ControlCall(*connection_, /*idempotent=*/false),
+              [&](grpc::ClientContext* context) {
+                return connection_->coordinator()->RemoveWorker(
+                    context, request, &response);
+              });
+}
+
 absl::StatusOr<TensorMetadata> Client::CreateInternal(
     const std::string& name, const Shape& shape, DType dtype,
     const LayoutSpec& spec, const InitSpec& init, bool pending) {

@@ -100,6 +100,12 @@ class Client {
       const std::string& coordinator, ClientOptions options = {});
 
   absl::StatusOr<std::vector<WorkerInfo>> Workers();
+  // Worker management (the admin role; CLI.md "Replicas (v3)"): kCordoned,
+  // kReady (uncordon) or kDraining. NOT_FOUND for an unknown worker.
+  absl::Status SetWorkerState(const std::string& worker, WorkerState state);
+  // Forgets a dead or drained worker; FAILED_PRECONDITION ("holds") while
+  // it holds the only replica of a shard.
+  absl::Status RemoveWorker(const std::string& worker);
 
   // Allocates a sharded tensor filled per `init`.
   absl::StatusOr<TensorMetadata> Create(const std::string& name,

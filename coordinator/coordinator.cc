@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "core/errors.h"
 #include "core/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -85,6 +88,15 @@ Coordinator::Coordinator(CoordinatorOptions options,
           .Counter("tessera_nccl_exchanged_bytes_total",
                    "Bytes moved between GPU workers by NCCL exchanges.")
           ->Set(static_cast<double>(nccl.bytes));
+      metrics
+          .Gauge("tessera_under_replicated_shards",
+                 "Shards of current tensor versions with fewer good replicas "
+                 "(available, on a worker not draining) than their R.")
+          ->Set(static_cast<double>(under_replicated_.load()));
+      metrics
+          .Counter("tessera_repair_bytes_total",
+                   "Bytes copied from surviving replicas to new ones.")
+          ->Set(static_cast<double>(repair_bytes_.load()));
     });
   }
 }
@@ -92,6 +104,7 @@ Coordinator::Coordinator(CoordinatorOptions options,
 Coordinator::~Coordinator() {
   stop_.Notify();
   retire_thread_.join();
+  if (repair_thread_.joinable()) repair_thread_.join();
 }
 
 void Coordinator::RetireLoop() {
@@ -113,6 +126,158 @@ absl::Status Coordinator::Recover() {
   recovered_.tensors = state.tensors.size();
   recovered_.workers = state.workers.size();
   cluster_id_ = state.cluster_id;
+  started_ = options_.clock();
+  if (options_.repair && !repair_thread_.joinable()) {
+    repair_thread_ = std::thread([this] { RepairLoop(); });
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Workers whose replicas are good: alive and not draining.
+absl::flat_hash_set<std::string> GoodWorkers(
+    const std::vector<WorkerRecord>& workers) {
+  absl::flat_hash_set<std::string> good;
+  for (const WorkerRecord& w : workers) {
+    if (w.state == WorkerState::kReady || w.state == WorkerState::kCordoned)
+      good.insert(w.name);
+  }
+  return good;
+}
+
+// Shards of `meta` (its worker state filled in) with fewer good replicas
+// than the tensor's R.
+int64_t ShortShards(const TensorMetadata& meta,
+                    const absl::flat_hash_set<std::string>& good) {
+  const size_t want = static_cast<size_t>(ReplicaCount(meta));
+  int64_t short_shards = 0;
+  for (const ShardInfo& shard : meta.shards) {
+    size_t ok = 0;
+    for (const Replica& replica : shard.replicas)
+      ok += replica.available && good.contains(replica.worker) ? 1 : 0;
+    short_shards += ok < want ? 1 : 0;
+  }
+  return short_shards;
+}
+
+}  // namespace
+
+void Coordinator::RepairLoop() {
+  while (!stop_.WaitForNotificationWithTimeout(options_.repair_interval)) {
+    // After a restart, live workers register again within a lease: until
+    // then they look dead, and their shards must not be copied.
+    if (options_.clock() - started_ < options_.lease) continue;
+    RepairNow();
+  }
+}
+
+int64_t Coordinator::RepairNow() {
+  const absl::flat_hash_set<std::string> good = GoodWorkers(registry_.List());
+  int64_t still_short = 0;
+  for (const TensorSummary& summary : table_.List()) {
+    if (stop_.HasBeenNotified()) break;
+    absl::StatusOr<TensorMetadataPtr> current = table_.Get(summary.name);
+    if (!current.ok()) continue;
+    // Cheap first: every replica on a good worker and no shard lost.
+    bool suspect = table_.HasLost();
+    for (size_t i = 0; i < (*current)->shards.size() && !suspect; ++i) {
+      for (const Replica& replica : (*current)->shards[i].replicas)
+        suspect = suspect || !good.contains(replica.worker);
+    }
+    if (!suspect) continue;
+    TensorMetadata filled = **current;
+    orchestrator_.FillWorkerState(&filled);
+    if (ShortShards(filled, good) == 0) continue;
+
+    const absl::Time start = absl::Now();
+    absl::StatusOr<RepairResult> repaired = orchestrator_.Repair(summary.name);
+    if (!repaired.ok()) {
+      // ABORTED: another change of it runs; the next pass tries again.
+      if (!absl::IsAborted(repaired.status()) &&
+          !absl::IsNotFound(repaired.status())) {
+        spdlog::warn("repair: {}", std::string(repaired.status().message()));
+      }
+      still_short += ShortShards(filled, good);
+      continue;
+    }
+    repair_bytes_ += repaired->bytes_copied;
+    still_short += repaired->shards_short;
+    // Pacing: on average at most repair_bytes_per_second.
+    if (options_.repair_bytes_per_second > 0 && repaired->bytes_copied > 0) {
+      const absl::Time due =
+          start +
+          absl::Seconds(static_cast<double>(repaired->bytes_copied) /
+                        static_cast<double>(options_.repair_bytes_per_second));
+      stop_.WaitForNotificationWithDeadline(due);
+    }
+  }
+  under_replicated_ = still_short;
+  return still_short;
+}
+
+absl::Status Coordinator::SetWorkerState(const std::string& name,
+                                         WorkerState state) {
+  if (state == WorkerState::kDead) {
+    return absl::InvalidArgumentError("a worker cannot be made dead");
+  }
+  std::optional<WorkerRecord> worker = registry_.Find(name);
+  if (!worker.has_value()) return NotFoundError("worker", name);
+  WorkerInfo record = *worker;
+  record.state = state;
+  TESSERA_RETURN_IF_ERROR(log_.Append(MetadataChange::Worker(record)));
+  TESSERA_RETURN_IF_ERROR(registry_.SetAdminState(name, state).status());
+  spdlog::info("worker '{}' is now {}", name,
+               std::string(WorkerStateName(state)));
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::RemoveWorker(const std::string& name) {
+  std::optional<WorkerRecord> worker = registry_.Find(name);
+  if (!worker.has_value()) return NotFoundError("worker", name);
+  // What it still holds, and what only it holds.
+  int64_t held = 0, only = 0;
+  std::string example;
+  for (const TensorSummary& summary : table_.List(/*all=*/true)) {
+    absl::StatusOr<TensorMetadataPtr> current = table_.Get(summary.name);
+    if (!current.ok()) continue;
+    TensorMetadata filled = **current;
+    orchestrator_.FillWorkerState(&filled);
+    for (size_t i = 0; i < filled.shards.size(); ++i) {
+      bool here = false, elsewhere = false;
+      for (const Replica& replica : filled.shards[i].replicas) {
+        if (replica.worker == name) {
+          here = true;
+        } else if (replica.available) {
+          elsewhere = true;
+        }
+      }
+      held += here ? 1 : 0;
+      if (here && !elsewhere && only++ == 0) {
+        example = absl::StrCat("shard ", i, " of tensor '", summary.name, "'");
+      }
+    }
+  }
+  if (only > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker '", name, "' holds the only replica of ", example,
+        only > 1 ? absl::StrCat(" and of ", only - 1, " more shard(s)") : "",
+        ": drain it first (tessera worker drain ", name,
+        "), or delete those tensors"));
+  }
+  if (worker->alive && (worker->state != WorkerState::kDraining || held > 0)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker '", name, "' is alive and ",
+                     worker->state == WorkerState::kDraining
+                         ? absl::StrCat("still holds ", held,
+                                        " replica(s) while its drain runs")
+                         : "not drained",
+                     ": drain it first (tessera worker drain ", name, ")"));
+  }
+  TESSERA_RETURN_IF_ERROR(log_.Append(MetadataChange::DeletedWorker(name)));
+  TESSERA_RETURN_IF_ERROR(registry_.Forget(name));
+  workers_->Reset(worker->address);
+  spdlog::info("forgot worker '{}'", name);
   return absl::OkStatus();
 }
 
@@ -182,8 +347,8 @@ std::string Coordinator::PendingNote(const std::string& name) const {
 }
 
 absl::Status Coordinator::DeleteTensor(const std::string& name,
-                                       const std::string& principal,
-                                       bool admin, uint64_t incarnation) {
+                                       const std::string& principal, bool admin,
+                                       uint64_t incarnation) {
   return orchestrator_.Delete(name, principal, admin, incarnation);
 }
 

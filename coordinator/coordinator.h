@@ -17,6 +17,7 @@
 #ifndef TESSERA_COORDINATOR_COORDINATOR_H_
 #define TESSERA_COORDINATOR_COORDINATOR_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -88,6 +89,15 @@ struct CoordinatorOptions {
   // The longest the coordinator validates one layout or plans one reshard,
   // even when its caller set no deadline (DEADLINE_EXCEEDED after).
   absl::Duration plan_budget = absl::Seconds(30);
+
+  // Repair (CLI.md "Replicas (v3)"): how often the coordinator looks for
+  // shards that lost a replica (a dead, forgotten or draining worker, or a
+  // shard a worker lost) and copies them from a survivor; after a restart
+  // it first waits one lease, so that live workers register again.
+  absl::Duration repair_interval = absl::Milliseconds(500);
+  // The most bytes per second repairs copy, on average (0: no limit).
+  int64_t repair_bytes_per_second = 0;
+  bool repair = true;  // false: never repair (tests of the unrepaired state)
 };
 
 // The TensorLimits `options` set (max_reply_bytes clamped to
@@ -129,6 +139,23 @@ class Coordinator {
   HeartbeatResult Heartbeat(const std::string& name, int64_t bytes_used,
                             const HeldReport& held);
   std::vector<WorkerRecord> ListWorkers() const;
+
+  // Worker management (CLI.md "Replicas (v3)", the admin role): `state` is
+  // kCordoned (no new shards), kReady (uncordon) or kDraining (no new
+  // shards, and repair moves every shard it holds elsewhere). Durable.
+  // NOT_FOUND for an unknown worker.
+  absl::Status SetWorkerState(const std::string& name, WorkerState state);
+  // Forgets a dead or drained worker. NOT_FOUND; FAILED_PRECONDITION
+  // "holds" while some shard has no available replica but its own, or
+  // while it is alive and not drained.
+  absl::Status RemoveWorker(const std::string& name);
+  // Shards of current versions with fewer good replicas (available, on a
+  // worker not draining) than their tensor's R, as of the last repair pass.
+  int64_t UnderReplicatedShards() const { return under_replicated_.load(); }
+  int64_t RepairBytes() const { return repair_bytes_.load(); }
+  // Runs one repair pass now (what the repair thread does every
+  // repair_interval): repairs what it can, returns the shards still short.
+  int64_t RepairNow();
 
   // Validates, resolves placements, allocates every shard (all or nothing)
   // and commits version 1, returning once its record is durable (a put's
@@ -187,6 +214,8 @@ class Coordinator {
  private:
   // Frees retired versions and abandoned puts; runs on retire_thread_.
   void RetireLoop();
+  // Repairs every repair_interval; runs on repair_thread_.
+  void RepairLoop();
 
   const CoordinatorOptions options_;
   // Destroyed in reverse: the retire thread stops first, the log drains its
@@ -205,6 +234,10 @@ class Coordinator {
 
   absl::Notification stop_;
   std::thread retire_thread_;
+  std::thread repair_thread_;
+  absl::Time started_;  // when Recover ran: repairs wait a lease after it
+  std::atomic<int64_t> under_replicated_{0};
+  std::atomic<int64_t> repair_bytes_{0};
 };
 
 }  // namespace tessera

@@ -202,6 +202,35 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status CoordinatorService::SetWorkerState(
+    grpc::ServerContext* context, const v1::SetWorkerStateRequest* request,
+    v1::SetWorkerStateResponse*) {
+  if (absl::StatusOr<Principal> p = Admit(context, "SetWorkerState"); !p.ok()) {
+    return ToGrpcStatus(p.status());
+  }
+  if (absl::Status name = CheckWorkerName(request->name()); !name.ok()) {
+    return ToGrpcStatus(name);
+  }
+  const std::optional<WorkerState> state = ParseWorkerState(request->state());
+  if (!state.has_value() || *state == WorkerState::kDead) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        "a worker's state can be set to ready, cordoned or draining"));
+  }
+  return ToGrpcStatus(coordinator_->SetWorkerState(request->name(), *state));
+}
+
+grpc::Status CoordinatorService::RemoveWorker(
+    grpc::ServerContext* context, const v1::RemoveWorkerRequest* request,
+    v1::RemoveWorkerResponse*) {
+  if (absl::StatusOr<Principal> p = Admit(context, "RemoveWorker"); !p.ok()) {
+    return ToGrpcStatus(p.status());
+  }
+  if (absl::Status name = CheckWorkerName(request->name()); !name.ok()) {
+    return ToGrpcStatus(name);
+  }
+  return ToGrpcStatus(coordinator_->RemoveWorker(request->name()));
+}
+
 grpc::Status CoordinatorService::ListWorkers(
     grpc::ServerContext* context, const v1::ListWorkersRequest*,
     v1::ListWorkersResponse* response) {

@@ -36,6 +36,12 @@ class CoordinatorService final : public v1::Coordinator::Service {
   grpc::Status ListWorkers(grpc::ServerContext*,
                            const v1::ListWorkersRequest* request,
                            v1::ListWorkersResponse* response) override;
+  grpc::Status SetWorkerState(grpc::ServerContext*,
+                              const v1::SetWorkerStateRequest* request,
+                              v1::SetWorkerStateResponse* response) override;
+  grpc::Status RemoveWorker(grpc::ServerContext*,
+                            const v1::RemoveWorkerRequest* request,
+                            v1::RemoveWorkerResponse* response) override;
   grpc::Status CreateTensor(grpc::ServerContext*,
                             const v1::CreateTensorRequest* request,
                             v1::CreateTensorResponse* response) override;

@@ -136,6 +136,8 @@ v1::WorkerInfo WorkerToProto(const WorkerInfo& w) {
   out.set_address(w.address);
   *out.mutable_device() = DeviceToProto(w.device);
   out.set_capacity_bytes(w.capacity_bytes);
+  if (w.state == WorkerState::kCordoned || w.state == WorkerState::kDraining)
+    out.set_state(std::string(WorkerStateName(w.state)));
   return out;
 }
 
@@ -146,6 +148,8 @@ absl::StatusOr<WorkerInfo> WorkerFromProto(const v1::WorkerInfo& w) {
   out.address = w.address();
   TESSERA_ASSIGN_OR_RETURN(out.device, DeviceFromProto(w.device()));
   out.capacity_bytes = w.capacity_bytes();
+  // What an admin made it; anything else (older records: none) is ready.
+  out.state = ParseWorkerState(w.state()).value_or(WorkerState::kReady);
   return out;
 }
 
@@ -164,6 +168,9 @@ v1::MetadataRecord ChangeToProto(const MetadataChange& change) {
       break;
     case MetadataChange::Kind::kShardIdHighWater:
       record.set_shard_id_high_water(change.shard_id_high_water);
+      break;
+    case MetadataChange::Kind::kDeletedWorker:
+      record.set_deleted_worker(change.deleted_worker);
       break;
   }
   return record;
@@ -192,6 +199,10 @@ absl::StatusOr<MetadataChange> ChangeFromProto(
     case v1::MetadataRecord::kShardIdHighWater:
       change.kind = MetadataChange::Kind::kShardIdHighWater;
       change.shard_id_high_water = record.shard_id_high_water();
+      return change;
+    case v1::MetadataRecord::kDeletedWorker:
+      change.kind = MetadataChange::Kind::kDeletedWorker;
+      change.deleted_worker = record.deleted_worker();
       return change;
     default:
       return absl::DataLossError("metadata record of unknown kind");

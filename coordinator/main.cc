@@ -79,6 +79,13 @@ ABSL_FLAG(absl::Duration, pending_timeout,
           "died) is given up this long after it began: its name, bytes and "
           "the tensor's change lock are freed (ls --all lists it meanwhile)");
 
+ABSL_FLAG(int64_t, repair_bytes_per_second, 0,
+          "the most bytes per second that repairs copy from surviving "
+          "replicas to new ones, on average (0: no limit)");
+ABSL_FLAG(bool, repair, true,
+          "copy the shards of dead and draining workers from surviving "
+          "replicas to other workers until each has its R replicas again");
+
 namespace tessera {
 namespace {
 
@@ -127,6 +134,13 @@ int Run() {
   options.max_tensor_metadata_bytes =
       absl::GetFlag(FLAGS_max_tensor_metadata_bytes);
   options.plan_budget = absl::GetFlag(FLAGS_plan_budget);
+  if (absl::GetFlag(FLAGS_repair_bytes_per_second) < 0) {
+    spdlog::error("--repair_bytes_per_second must be >= 0");
+    return 2;
+  }
+  options.repair_bytes_per_second =
+      absl::GetFlag(FLAGS_repair_bytes_per_second);
+  options.repair = absl::GetFlag(FLAGS_repair);
   MetricsRegistry metrics;
   options.metrics = &metrics;
   const std::string listen = absl::GetFlag(FLAGS_listen);

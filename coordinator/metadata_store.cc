@@ -33,6 +33,13 @@ MetadataChange MetadataChange::DeletedTensor(std::string name) {
   return change;
 }
 
+MetadataChange MetadataChange::DeletedWorker(std::string name) {
+  MetadataChange change;
+  change.kind = Kind::kDeletedWorker;
+  change.deleted_worker = std::move(name);
+  return change;
+}
+
 MetadataChange MetadataChange::ShardIdHighWater(uint64_t high_water) {
   MetadataChange change;
   change.kind = Kind::kShardIdHighWater;
@@ -50,6 +57,9 @@ void MetadataState::Apply(const MetadataChange& change) {
       return;
     case MetadataChange::Kind::kDeletedTensor:
       tensors.erase(change.deleted_tensor);
+      return;
+    case MetadataChange::Kind::kDeletedWorker:
+      workers.erase(change.deleted_worker);
       return;
     case MetadataChange::Kind::kShardIdHighWater:
       shard_id_high_water =

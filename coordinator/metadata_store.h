@@ -28,19 +28,28 @@ namespace tessera {
 // One change. Tensors are shared, immutable metadata: a record of a
 // 100k-shard tensor does not copy its shards.
 struct MetadataChange {
-  enum class Kind { kWorker, kTensor, kDeletedTensor, kShardIdHighWater };
+  enum class Kind {
+    kWorker,
+    kTensor,
+    kDeletedTensor,
+    kShardIdHighWater,
+    kDeletedWorker
+  };
   Kind kind = Kind::kTensor;
   // kWorker: a worker as remembered across restarts (name, rank, address,
-  // device, capacity_bytes; bytes_used and alive are not durable).
+  // device, capacity_bytes, and `state` when an admin cordoned or drained
+  // it; bytes_used and alive are not durable).
   WorkerInfo worker;
   // kTensor: the tensor's new current version (never null for kTensor).
   std::shared_ptr<const TensorMetadata> tensor;
   std::string deleted_tensor;        // kDeletedTensor
+  std::string deleted_worker;        // kDeletedWorker
   uint64_t shard_id_high_water = 0;  // kShardIdHighWater
 
   static MetadataChange Worker(WorkerInfo worker);
   static MetadataChange Tensor(std::shared_ptr<const TensorMetadata> tensor);
   static MetadataChange DeletedTensor(std::string name);
+  static MetadataChange DeletedWorker(std::string name);
   static MetadataChange ShardIdHighWater(uint64_t high_water);
 };
 

@@ -388,6 +388,28 @@ TEST_P(MetadataStoreContractTest, ReplicasSurviveLogAndSnapshot) {
   ExpectSameTensor(*state.tensors.at("b"), *Replicated("b", 2, 2, 3));
 }
 
+TEST_P(MetadataStoreContractTest, CordonsDrainsAndRemovedWorkersSurvive) {
+  std::unique_ptr<MetadataStore> store = Open();
+  ASSERT_OK(store->Append(MetadataChange::Worker(Worker("w0", 0))));
+  ASSERT_OK(store->Append(MetadataChange::Worker(Worker("w1", 1))));
+  ASSERT_OK(store->Append(MetadataChange::Worker(Worker("w2", 2))));
+  WorkerInfo cordoned = Worker("w0", 0);
+  cordoned.state = WorkerState::kCordoned;
+  WorkerInfo draining = Worker("w1", 1);
+  draining.state = WorkerState::kDraining;
+  ASSERT_OK(store->Append(MetadataChange::Worker(cordoned)));
+  ASSERT_OK(store->Append(MetadataChange::Worker(draining)));
+  ASSERT_OK(store->Append(MetadataChange::DeletedWorker("w2")));
+  for (int start = 0; start < 2; ++start) {  // the log, then a snapshot
+    MetadataState state = Reload(&store);
+    ASSERT_EQ(state.workers.size(), 2u) << start;
+    EXPECT_EQ(state.workers.at("w0").state, WorkerState::kCordoned) << start;
+    EXPECT_EQ(state.workers.at("w1").state, WorkerState::kDraining) << start;
+    EXPECT_EQ(state.workers.count("w2"), 0u) << start;
+    ASSERT_OK(store->Snapshot(state));
+  }
+}
+
 TEST_P(MetadataStoreContractTest, ShardIdHighWaterNeverGoesDown) {
   std::unique_ptr<MetadataStore> store = Open();
   ASSERT_OK(store->Append(MetadataChange::ShardIdHighWater(100)));

@@ -209,11 +209,10 @@ absl::Status Orchestrator::PlaceShards(const LayoutSpec& spec,
   return PlaceFurtherReplicas(replicas, meta);
 }
 
-absl::Status Orchestrator::PlaceFurtherReplicas(int replicas,
-                                                TensorMetadata* meta) const {
-  const std::vector<WorkerRecord> workers = registry_->List();
+std::vector<ReplicaCandidate> Orchestrator::Candidates(
+    const std::vector<WorkerRecord>& workers,
+    absl::flat_hash_map<std::string, int>* index) {
   std::vector<ReplicaCandidate> candidates(workers.size());
-  absl::flat_hash_map<std::string, int> index;
   for (size_t w = 0; w < workers.size(); ++w) {
     ReplicaCandidate& c = candidates[w];
     c.name = workers[w].name;
@@ -221,8 +220,16 @@ absl::Status Orchestrator::PlaceFurtherReplicas(int replicas,
     c.state = workers[w].state;
     c.capacity_bytes = workers[w].capacity_bytes;
     c.bytes_used = workers[w].bytes_used;
-    index[c.name] = static_cast<int>(w);
+    (*index)[c.name] = static_cast<int>(w);
   }
+  return candidates;
+}
+
+absl::Status Orchestrator::PlaceFurtherReplicas(int replicas,
+                                                TensorMetadata* meta) const {
+  const std::vector<WorkerRecord> workers = registry_->List();
+  absl::flat_hash_map<std::string, int> index;
+  const std::vector<ReplicaCandidate> candidates = Candidates(workers, &index);
   const int64_t item = static_cast<int64_t>(ItemSize(meta->dtype));
   std::vector<ShardToPlace> shards(meta->shards.size());
   for (size_t i = 0; i < shards.size(); ++i) {
@@ -697,6 +704,138 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(
       absl::ToDoubleSeconds(fresh.allocate_start - start),
       absl::ToDoubleSeconds(fresh.move_start - fresh.allocate_start),
       absl::ToDoubleSeconds(fresh.move_end - fresh.move_start));
+  return result;
+}
+
+absl::StatusOr<RepairResult> Orchestrator::Repair(const std::string& name) {
+  const absl::Time start = absl::Now();
+  TESSERA_ASSIGN_OR_RETURN(TensorMetadataPtr old_meta,
+                           table_->BeginReshard(name, 0));
+  auto done = absl::MakeCleanup([&] { table_->EndReshard(name); });
+  TensorMetadata sources = *old_meta;
+  FillWorkerState(&sources);
+  const std::vector<WorkerRecord> workers = registry_->List();
+  absl::flat_hash_map<std::string, int> index;
+  const std::vector<ReplicaCandidate> candidates = Candidates(workers, &index);
+  auto draining = [&](const Replica& replica) {
+    auto it = index.find(replica.worker);
+    return it != index.end() &&
+           workers[it->second].state == WorkerState::kDraining;
+  };
+
+  // Which replicas go, which stay, and where each shard is copied from (an
+  // available replica, one on a ready worker first).
+  RepairResult result;
+  const int64_t item = static_cast<int64_t>(ItemSize(old_meta->dtype));
+  std::vector<size_t> shard_index;
+  std::vector<ShardToRepair> todo;
+  std::vector<std::vector<size_t>> gone;  // per todo entry: replica indices
+  std::vector<size_t> source;             // per todo entry: replica index
+  for (size_t i = 0; i < sources.shards.size(); ++i) {
+    const Replicas& replicas = sources.shards[i].replicas;
+    ShardToRepair shard;
+    std::vector<size_t> leaving;
+    size_t from = SIZE_MAX;
+    for (size_t r = 0; r < replicas.size(); ++r) {
+      const Replica& replica = replicas[r];
+      const bool leaves = !replica.available || draining(replica);
+      if (leaves) {
+        leaving.push_back(r);
+      } else {
+        shard.kept.push_back(index.at(replica.worker));
+      }
+      if (replica.available && (from == SIZE_MAX || !leaves)) from = r;
+    }
+    if (leaving.empty()) continue;
+    if (from == SIZE_MAX) {  // nothing left to copy from
+      ++result.shards_short;
+      continue;
+    }
+    shard.missing = static_cast<int>(leaving.size());
+    shard.bytes = sources.shards[i].box.NumElements() * item;
+    shard_index.push_back(i);
+    todo.push_back(std::move(shard));
+    gone.push_back(std::move(leaving));
+    source.push_back(from);
+  }
+  if (todo.empty()) return result;
+  TESSERA_ASSIGN_OR_RETURN(std::vector<std::vector<int>> placed,
+                           PlaceRepairs(candidates, todo));
+
+  // Version N again, each placed replica in place of one that leaves.
+  auto new_meta = std::make_shared<TensorMetadata>(*old_meta);
+  NewShards fresh(this);
+  fresh.meta = *old_meta;
+  fresh.meta.shards.clear();
+  TensorMetadata retired = *old_meta;
+  retired.shards.clear();
+  ReshardPlan plan;
+  struct Slot {
+    size_t shard;
+    size_t replica;
+  };
+  std::vector<Slot> slots;  // where each fresh replica goes in new_meta
+  for (size_t t = 0; t < todo.size(); ++t) {
+    const size_t i = shard_index[t];
+    if (placed[t].size() < gone[t].size()) ++result.shards_short;
+    if (placed[t].empty()) continue;
+    ShardInfo& fresh_shard = fresh.meta.shards.emplace_back();
+    fresh_shard.box = old_meta->shards[i].box;
+    ShardInfo& retired_shard = retired.shards.emplace_back();
+    retired_shard.box = old_meta->shards[i].box;
+    for (size_t k = 0; k < placed[t].size(); ++k) {
+      const WorkerRecord& worker = workers[placed[t][k]];
+      Replica replica;
+      replica.rank = worker.rank;
+      replica.device = worker.device;
+      replica.worker = worker.name;
+      replica.address = worker.address;
+      fresh_shard.replicas.push_back(replica);
+      retired_shard.replicas.push_back(
+          old_meta->shards[i].replicas[gone[t][k]]);
+      slots.push_back({i, gone[t][k]});
+      ReshardPiece& piece = plan.pieces.emplace_back();
+      piece.src_shard = i;
+      piece.src_replica = source[t];
+      piece.dst_shard = i;
+      piece.dst_replica = gone[t][k];
+      piece.global = old_meta->shards[i].box;
+      piece.bytes = todo[t].bytes;
+      result.bytes_copied += piece.bytes;
+      ++result.replicas_made;
+    }
+  }
+  if (plan.pieces.empty()) return result;
+  const MetadataLog::Ticket ids =
+      table_->ReserveIds(absl::MakeSpan(fresh.meta.shards));
+  size_t slot = 0;
+  for (const ShardInfo& shard : fresh.meta.shards) {
+    for (const Replica& replica : shard.replicas) {
+      new_meta->shards[slots[slot].shard].replicas[slots[slot].replica] =
+          replica;
+      ++slot;
+    }
+  }
+  const std::string what = absl::StrCat("repairing '", name, "'");
+  TESSERA_RETURN_IF_ERROR(Annotate(CheckCapacity(fresh.meta), what));
+  TESSERA_RETURN_IF_ERROR(log_->Wait(ids));
+  TESSERA_RETURN_IF_ERROR(
+      Annotate(AllocateShards(fresh.meta, InitSpec{}, /*writable=*/false,
+                              /*filled_by_copies=*/true),
+               what));
+  fresh.allocated = true;
+  TESSERA_RETURN_IF_ERROR(Annotate(MovePieces(sources, *new_meta, plan), what));
+  TESSERA_ASSIGN_OR_RETURN(MetadataLog::Ticket ticket,
+                           table_->CommitReshard(old_meta, new_meta));
+  const absl::Status recorded = log_->Wait(ticket);
+  table_->FinishReshard(new_meta, std::move(retired), recorded);
+  TESSERA_RETURN_IF_ERROR(recorded);
+  fresh.Keep();
+  spdlog::info(
+      "repaired '{}' version {}: {} new replica(s), {} bytes copied, {} "
+      "shard(s) still short, {:.3f} s",
+      name, new_meta->version, result.replicas_made, result.bytes_copied,
+      result.shards_short, absl::ToDoubleSeconds(absl::Now() - start));
   return result;
 }
 

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "coordinator/exchange_groups.h"
@@ -38,6 +39,7 @@
 #include "core/init_fill.h"
 #include "core/layout_spec.h"
 #include "core/limits.h"
+#include "core/replica_placement.h"
 #include "core/reshard_plan.h"
 #include "core/tensor_metadata.h"
 #include "core/transfer.h"
@@ -70,6 +72,15 @@ struct UpdateArgs {
   // The principal updating (empty without tokens): only it may commit.
   std::string owner;
   StopCondition stop;
+};
+
+// What one repair of one tensor did (Orchestrator::Repair).
+struct RepairResult {
+  int64_t replicas_made = 0;  // new replicas, each a copy of a survivor
+  int64_t bytes_copied = 0;   // their bytes
+  // Shards still short of replicas: none survives to copy from, or no
+  // ready worker has room for a new one yet.
+  int64_t shards_short = 0;
 };
 
 // Version N+1 of an update, allocated and waiting for its caller's writes.
@@ -154,6 +165,17 @@ class Orchestrator {
   // Frees retired versions and abandoned puts that are due.
   void FreeDue();
 
+  // Gives each shard of `name`'s current version that lost a replica — its
+  // worker is dead, forgotten or lost it — or has one on a draining worker
+  // a new replica on a ready worker (core/replica_placement PlaceRepairs),
+  // copied from a surviving replica, and records version N again with the
+  // new replicas in place of those (which are retired as a reshard retires
+  // N's shards: freed once N's current readers are done). Copies exactly
+  // the lost shards' bytes. All or nothing, like a reshard: on failure the
+  // tensor is as it was and the new replicas are freed. NOT_FOUND;
+  // ABORTED while another change of the tensor runs (try again later).
+  absl::StatusOr<RepairResult> Repair(const std::string& name);
+
   // Fills in each shard's worker address and availability (registry and
   // lost shards).
   void FillWorkerState(TensorMetadata* meta) const;
@@ -166,6 +188,10 @@ class Orchestrator {
                            int replicas, TensorMetadata* meta) const;
   // Places the further replicas of `meta`'s shards, which hold one each.
   absl::Status PlaceFurtherReplicas(int replicas, TensorMetadata* meta) const;
+  // The known workers as placement candidates (indices as in `workers`).
+  static std::vector<ReplicaCandidate> Candidates(
+      const std::vector<WorkerRecord>& workers,
+      absl::flat_hash_map<std::string, int>* index);
   // Refuses shards that would not fit in their workers' capacity.
   absl::Status CheckCapacity(const TensorMetadata& shards) const;
   // Allocates `meta`'s shards, one batch per worker in parallel; on failure

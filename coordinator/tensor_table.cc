@@ -360,13 +360,17 @@ void TensorTable::Retire(const std::string& name, uint64_t version,
   auto it = leases_.find({name, version});
   if (it != leases_.end() && it->second.count > 0 && it->second.expiry > now)
     due = it->second.expiry;
+  auto current = tensors_.find(name);
+  const bool replaced = current == tensors_.end() ||
+                        current->second.meta == nullptr ||
+                        current->second.meta->version != version;
   if (shards.shards.empty()) {
-    leases_.erase({name, version});
+    if (replaced) leases_.erase({name, version});
     return;
   }
   retirements_.push_back(
       {due, name, version,
-       std::make_shared<const TensorMetadata>(std::move(shards))});
+       std::make_shared<const TensorMetadata>(std::move(shards)), replaced});
 }
 
 void TensorTable::ForgetLeases(const std::string& name) {
@@ -509,7 +513,7 @@ std::vector<TensorMetadataPtr> TensorTable::TakeDue() {
       std::partition(retirements_.begin(), retirements_.end(),
                      [&](const Retirement& r) { return r.due > now; });
   for (auto r = first_due; r != retirements_.end(); ++r) {
-    leases_.erase({r->name, r->version});
+    if (r->version_replaced) leases_.erase({r->name, r->version});
     due.push_back(std::move(r->shards));
   }
   retirements_.erase(first_due, retirements_.end());
@@ -569,6 +573,11 @@ Reconciliation TensorTable::Reconcile(const std::string& worker,
 bool TensorTable::IsReferenced(uint64_t id) const {
   absl::MutexLock lock(&mu_);
   return referenced_.contains(id);
+}
+
+bool TensorTable::HasLost() const {
+  absl::MutexLock lock(&mu_);
+  return !lost_.empty();
 }
 
 bool TensorTable::IsLost(uint64_t id) const {

@@ -219,7 +219,8 @@ class TensorTable {
                                        TensorMetadataPtr new_meta)
       ABSL_LOCKS_EXCLUDED(mu_);
   // When `status` is OK, publishes `new_meta` and retires `retired` (version
-  // N's shards that N+1 does not keep) until N's read leases end.
+  // N's shards that N+1 does not keep) until N's read leases end. A repair
+  // publishes version N again, with new replicas in place of `retired`.
   void FinishReshard(const TensorMetadataPtr& new_meta, TensorMetadata retired,
                      const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
   // The reshard is over (committed or not).
@@ -253,6 +254,9 @@ class TensorTable {
   Reconciliation Reconcile(const std::string& worker,
                            absl::Span<const uint64_t> held)
       ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Whether any shard is marked lost (a worker came back without it).
+  bool HasLost() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // For tests: is `id` counted as referenced / lost?
   bool IsReferenced(uint64_t id) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -288,6 +292,10 @@ class TensorTable {
     std::string name;
     uint64_t version = 0;
     TensorMetadataPtr shards;  // only the shards to free
+    // The version was replaced (a reshard, an update): its leases go with
+    // it. A repair retires replicas of the current version, whose leases
+    // stay.
+    bool version_replaced = true;
   };
   // The read leases on one version of one tensor.
   struct Leases {

@@ -18,11 +18,20 @@ WorkerRegistry::WorkerRegistry(absl::Duration lease, Clock clock,
 WorkerRecord WorkerRegistry::WithLiveness(const WorkerRecord& record) const {
   WorkerRecord out = record;
   out.alive = record.registered && clock_() - record.last_seen <= lease_;
-  // Cordoned and draining come with the worker verbs; until then a worker
-  // is ready or dead.
-  out.state = out.alive ? WorkerState::kReady : WorkerState::kDead;
+  out.state = out.alive ? record.admin_state : WorkerState::kDead;
   return out;
 }
+
+namespace {
+
+// The admin states a record keeps; anything else reads as ready.
+WorkerState DurableAdminState(WorkerState state) {
+  return state == WorkerState::kCordoned || state == WorkerState::kDraining
+             ? state
+             : WorkerState::kReady;
+}
+
+}  // namespace
 
 absl::StatusOr<WorkerInfo> WorkerRegistry::Reserve(
     const WorkerRegistration& registration) {
@@ -64,6 +73,7 @@ absl::StatusOr<WorkerInfo> WorkerRegistry::Reserve(
           "; it cannot come back as rank ", *registration.rank));
     }
     out.rank = record.rank;
+    out.state = record.admin_state;  // a restart keeps what an admin set
     reserved_[name] = out.rank;
     return out;
   }
@@ -101,6 +111,7 @@ absl::StatusOr<WorkerInfo> WorkerRegistry::Reserve(
     out.rank = 0;
     while (rank_owner(out.rank) != nullptr) ++out.rank;
   }
+  out.state = WorkerState::kReady;
   reserved_[name] = out.rank;
   return out;
 }
@@ -110,6 +121,7 @@ void WorkerRegistry::Complete(const WorkerInfo& worker) {
   reserved_.erase(worker.name);
   WorkerRecord& record = workers_[worker.name];
   static_cast<WorkerInfo&>(record) = worker;
+  record.admin_state = DurableAdminState(worker.state);
   record.last_seen = clock_();
   record.registered = true;
   rank_to_name_[worker.rank] = worker.name;
@@ -141,8 +153,32 @@ absl::Status WorkerRegistry::Restore(const WorkerInfo& worker) {
   record.alive = false;
   record.last_seen = absl::InfinitePast();
   record.registered = false;
+  record.admin_state = DurableAdminState(worker.state);
   workers_[worker.name] = record;
   rank_to_name_[worker.rank] = worker.name;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WorkerInfo> WorkerRegistry::SetAdminState(
+    const std::string& name, WorkerState state) {
+  if (state == WorkerState::kDead) {
+    return absl::InvalidArgumentError("a worker cannot be made dead");
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(name);
+  if (it == workers_.end()) return NotFoundError("worker", name);
+  it->second.admin_state = state;
+  WorkerInfo out = WithLiveness(it->second);
+  out.state = state;
+  return out;
+}
+
+absl::Status WorkerRegistry::Forget(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(name);
+  if (it == workers_.end()) return NotFoundError("worker", name);
+  rank_to_name_.erase(it->second.rank);
+  workers_.erase(it);
   return absl::OkStatus();
 }
 

@@ -60,6 +60,9 @@ struct WorkerRecord : WorkerInfo {
   // False for a worker remembered from before a coordinator restart that has
   // not registered since: it must register (and report its shards) again.
   bool registered = true;
+  // What an admin made it (durable): kReady, kCordoned or kDraining. Its
+  // `state` is this while it is alive, kDead otherwise.
+  WorkerState admin_state = WorkerState::kReady;
 };
 
 class WorkerRegistry {
@@ -88,11 +91,22 @@ class WorkerRegistry {
   absl::StatusOr<int32_t> Register(const WorkerRegistration& registration)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Remembers a worker from before a restart, dead until it registers again.
+  // Remembers a worker from before a restart, dead until it registers again
+  // (`worker.state`: its durable admin state; any other counts as ready).
   // A record with a bad name or address (written before they were checked)
   // is not remembered: its status says why, and the worker must register
   // again under valid ones.
   absl::Status Restore(const WorkerInfo& worker) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Cordons, uncordons (kReady) or drains a known worker; returns it as it
+  // is now, its `state` the durable one (for its record). NOT_FOUND for an
+  // unknown name; INVALID_ARGUMENT for kDead.
+  absl::StatusOr<WorkerInfo> SetAdminState(const std::string& name,
+                                           WorkerState state)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Forgets a worker: its name and rank are free again. NOT_FOUND for an
+  // unknown name.
+  absl::Status Forget(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Renews the lease; false when the worker must register (again) first.
   bool Heartbeat(const std::string& name, int64_t bytes_used)

@@ -55,6 +55,26 @@ absl::StatusOr<std::vector<std::vector<int>>> PlaceReplicas(
     const std::vector<ReplicaCandidate>& workers,
     const std::vector<ShardToPlace>& shards, int replicas);
 
+// One shard that lost replicas (its worker died, lost it, or is draining):
+// the workers (indices into the candidates) whose replicas it keeps, how
+// many new ones it needs, and its size.
+struct ShardToRepair {
+  std::vector<int> kept;
+  int missing = 0;
+  int64_t bytes = 0;
+};
+
+// For each shard, the workers that get its new replicas, by PlaceReplicas'
+// rule (a zone the shard does not use yet, then the least used ready worker
+// with room; the kept replicas' bytes are in their workers' bytes_used
+// already). A repair does what it can: a shard gets fewer than `missing`
+// (possibly none) when too few ready workers could take it, and the
+// caller tries again later. INVALID_ARGUMENT for a kept index outside
+// `workers` or a negative count or size.
+absl::StatusOr<std::vector<std::vector<int>>> PlaceRepairs(
+    const std::vector<ReplicaCandidate>& workers,
+    const std::vector<ShardToRepair>& shards);
+
 }  // namespace tessera
 
 #endif  // TESSERA_CORE_REPLICA_PLACEMENT_H_

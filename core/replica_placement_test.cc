@@ -189,5 +189,56 @@ TEST(ReplicaPlacementTest, StatesHaveTheContractsNames) {
   EXPECT_EQ(WorkerStateName(WorkerState::kDead), "dead");
 }
 
+TEST(ReplicaRepairTest, ANewReplicaGoesToAZoneTheShardDoesNotUseYet) {
+  // w0 (zone a) died; the shard keeps w1 (zone b). w2 shares b, w3 is in c.
+  const std::vector<ReplicaCandidate> workers = {
+      Worker("w0", "a", 0, 0, WorkerState::kDead), Worker("w1", "b"),
+      Worker("w2", "b"), Worker("w3", "c", 500)};
+  ASSERT_OK_AND_ASSIGN(auto placed, PlaceRepairs(workers, {{{1}, 1, 100}}));
+  EXPECT_THAT(placed, ElementsAre(ElementsAre(3)));
+}
+
+TEST(ReplicaRepairTest, DeadDrainingAndCordonedWorkersGetNothing) {
+  const std::vector<ReplicaCandidate> workers = {
+      Worker("w0", "a", 0, 0, WorkerState::kDead),
+      Worker("w1", "b", 0, 0, WorkerState::kDraining),
+      Worker("w2", "c", 0, 0, WorkerState::kCordoned), Worker("w3", "d", 900),
+      Worker("w4", "d", 800)};
+  // A shard of R=3 that lost two replicas keeps w3: one new replica fits
+  // (w4), the third waits for another ready worker.
+  ASSERT_OK_AND_ASSIGN(auto placed, PlaceRepairs(workers, {{{3}, 2, 10}}));
+  EXPECT_THAT(placed, ElementsAre(ElementsAre(4)));
+}
+
+TEST(ReplicaRepairTest, LostShardsSpreadOverTheLeastUsedWorkersWithRoom) {
+  // A drain of w0 with R=1: nothing is kept; each shard goes where the
+  // least is used, and a worker without room gets none.
+  const std::vector<ReplicaCandidate> workers = {
+      Worker("w0", "a", 300, 0, WorkerState::kDraining), Worker("w1", "a"),
+      Worker("w2", "a"), Worker("w3", "a", 0, /*capacity=*/50)};
+  ASSERT_OK_AND_ASSIGN(
+      auto placed,
+      PlaceRepairs(workers, {{{}, 1, 100}, {{}, 1, 100}, {{}, 1, 100}}));
+  EXPECT_THAT(placed,
+              ElementsAre(ElementsAre(1), ElementsAre(2), ElementsAre(1)));
+}
+
+TEST(ReplicaRepairTest, NoReadyWorkerLeavesTheShardForLater) {
+  const std::vector<ReplicaCandidate> workers = {
+      Worker("w0", "a", 0, 0, WorkerState::kDead), Worker("w1", "b")};
+  ASSERT_OK_AND_ASSIGN(auto placed, PlaceRepairs(workers, {{{1}, 1, 10}}));
+  EXPECT_THAT(placed, ElementsAre(ElementsAre()));
+}
+
+TEST(ReplicaRepairTest, BadInputIsRefused) {
+  const std::vector<ReplicaCandidate> workers = {Worker("w0", "a")};
+  EXPECT_THAT(PlaceRepairs(workers, {{{5}, 1, 10}}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(PlaceRepairs(workers, {{{}, -1, 10}}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(PlaceRepairs(workers, {{{}, 1, -10}}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 }  // namespace
 }  // namespace tessera

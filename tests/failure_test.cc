@@ -171,6 +171,8 @@ TEST(FailureTest, WorkersShowTheirZonesAndADeadWorkerIsDead) {
 // written by the put like the first ones.
 TEST(FailureTest, AReplicatedTensorOutlivesAWorker) {
   TestClusterOptions options = FaultOptions();
+  // What reads do before any repair (replica_repair_test covers repair).
+  options.coordinator_flags.push_back("--repair=false");
   options.per_worker_flags = [](int i) -> std::vector<std::string> {
     return {"--zone=zone-" + std::to_string(i % 2)};
   };

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/tessera_client.h"
 #include "core/auth.h"
+#include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.grpc.pb.h"
@@ -140,6 +141,31 @@ TEST_F(SecurityTest, EachRoleDoesExactlyWhatTheTableSays) {
   ASSERT_TRUE(
       (*writer)->Create("wt", {4}, DType::kInt8, spec, InitSpec{}).ok());
   EXPECT_TRUE((*writer)->Delete("wt").ok());
+
+  // Managing workers is the admin's alone: every verb, refused to read and
+  // write, allowed to admin (cordon, uncordon; drain and rm refused by the
+  // cluster's own rules, not by the role).
+  for (Client* client : {reader->get(), writer->get()}) {
+    for (WorkerState state : {WorkerState::kCordoned, WorkerState::kReady,
+                              WorkerState::kDraining}) {
+      EXPECT_EQ(client->SetWorkerState("w1", state).code(),
+                absl::StatusCode::kPermissionDenied);
+    }
+    EXPECT_EQ(client->RemoveWorker("w1").code(),
+              absl::StatusCode::kPermissionDenied);
+  }
+  ASSERT_OK_AND_ASSIGN(std::vector<WorkerInfo> before, admin_->Workers());
+  EXPECT_EQ(before[1].state, WorkerState::kReady);
+  ASSERT_TRUE(admin_->SetWorkerState("w1", WorkerState::kCordoned).ok());
+  ASSERT_OK_AND_ASSIGN(std::vector<WorkerInfo> cordoned, admin_->Workers());
+  EXPECT_EQ(cordoned[1].state, WorkerState::kCordoned);
+  ASSERT_TRUE(admin_->SetWorkerState("w1", WorkerState::kReady).ok());
+  // w1 holds the only copy of a shard of "t": it cannot be forgotten.
+  absl::Status rm = admin_->RemoveWorker("w1");
+  EXPECT_EQ(rm.code(), absl::StatusCode::kFailedPrecondition) << rm;
+  EXPECT_NE(rm.message().find("holds"), std::string::npos) << rm;
+  EXPECT_EQ(admin_->SetWorkerState("nobody", WorkerState::kDraining).code(),
+            absl::StatusCode::kNotFound);
 
   // A worker's token is for registering, nothing a user does.
   auto worker = Connect(As("w0"));

@@ -526,8 +526,10 @@ absl::Status UcxTransport::Lane::ReceiveBatch(Peer& peer, uint64_t registration,
       for (Receiving& r : receiving) {
         if (r.request != nullptr) ucp_request_cancel(worker_.worker, r.request);
       }
-      Abandon(peer.address, received);
-      Abandon(peer.address, asked);
+      // The first Abandon drops the peer: its address is copied first.
+      const std::string address = peer.address;
+      Abandon(address, received);
+      Abandon(address, asked);
       return status;
     }
     if (answer.has_value() && received.error != UCS_OK) {

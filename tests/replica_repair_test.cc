@@ -1,0 +1,337 @@
+// Replicas on real daemons (CLI.md "Replicas (v3)"): a dead or hung worker's
+// shards are copied from survivors until every shard has R replicas again,
+// reads keep working meanwhile, a worker that comes back gives up its
+// surplus, and the admin verbs drain, cordon, uncordon and forget workers.
+#include <signal.h>
+
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/tessera_client.h"
+#include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/cluster.h"
+#include "tests/test_arrays.h"
+
+namespace tessera {
+namespace {
+
+using ::tessera::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr int kLeaseMs = 2500;
+
+TestClusterOptions ZonedCluster(int workers) {
+  TestClusterOptions options;
+  options.num_workers = workers;
+  options.durable = true;
+  options.coordinator_flags = {"--lease_ms=" + std::to_string(kLeaseMs),
+                               "--heartbeat_ms=200", "--retire_grace_ms=200"};
+  // Zones z0, z1, z2, z0, ...: a shard's replicas go to distinct zones.
+  options.per_worker_flags = [](int i) -> std::vector<std::string> {
+    return {"--zone=z" + std::to_string(i % 3)};
+  };
+  return options;
+}
+
+std::unique_ptr<Client> Connect(const TestCluster& cluster) {
+  auto client = Client::Connect(cluster.coordinator_address());
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? *std::move(client) : nullptr;
+}
+
+std::map<std::string, WorkerInfo> WorkersByName(Client& client) {
+  std::map<std::string, WorkerInfo> out;
+  auto workers = client.Workers();
+  EXPECT_TRUE(workers.ok()) << workers.status();
+  if (workers.ok()) {
+    for (WorkerInfo& w : *workers) out[w.name] = std::move(w);
+  }
+  return out;
+}
+
+// True once every shard of `name` has `replicas` available replicas, none
+// on a worker in `gone`.
+bool FullyReplicated(Client& client, const std::string& name, size_t replicas,
+                     const std::set<std::string>& gone) {
+  auto meta = client.Describe(name);
+  if (!meta.ok()) return false;
+  for (const ShardInfo& shard : meta->shards) {
+    if (shard.replicas.size() != replicas) return false;
+    std::set<std::string> holders;
+    for (const Replica& r : shard.replicas) {
+      if (!r.available || gone.count(r.worker) > 0) return false;
+      holders.insert(r.worker);
+    }
+    if (holders.size() != replicas) return false;  // distinct workers
+  }
+  return true;
+}
+
+// Waits (up to `timeout`) until `done` holds.
+bool Eventually(const std::function<bool()>& done,
+                absl::Duration timeout = absl::Seconds(40)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (done()) return true;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return done();
+}
+
+int64_t BytesOf(Client& client, const std::string& worker) {
+  auto workers = WorkersByName(client);
+  auto it = workers.find(worker);
+  return it == workers.end() ? -1 : it->second.bytes_used;
+}
+
+int64_t AliveBytes(Client& client) {
+  int64_t total = 0;
+  for (const auto& [name, w] : WorkersByName(client))
+    total += w.alive ? w.bytes_used : 0;
+  return total;
+}
+
+// Readers looping whole-region and row reads of `name` while a test kills
+// workers: each read must return `want`'s bytes.
+class Readers {
+ public:
+  Readers(const std::string& coordinator, const std::string& name,
+          const HostArray& want, int threads) {
+    for (int t = 0; t < threads; ++t) {
+      threads_.emplace_back([=, &want] {
+        auto client = Client::Connect(coordinator);
+        if (!client.ok()) {
+          ++failed_;
+          return;
+        }
+        const int64_t rows = want.shape[0];
+        for (int i = 0; !stop_.load(); ++i) {
+          const int64_t row = (i * 7 + t) % rows;
+          bool ok = false;
+          if (i % 2 == 0) {
+            auto got = (*client)->Get(name, Box{{row, 0}, {1, want.shape[1]}});
+            ok = got.ok() &&
+                 std::memcmp(got->data(), want.data() + row * RowBytes(want),
+                             RowBytes(want)) == 0;
+            if (!got.ok()) last_error_ = got.status().ToString();
+          } else {
+            auto got = (*client)->GatherRows(name, {row, (row + 1) % rows});
+            ok = got.ok() &&
+                 std::memcmp(got->data(), want.data() + row * RowBytes(want),
+                             RowBytes(want)) == 0;
+            if (!got.ok()) last_error_ = got.status().ToString();
+          }
+          ++reads_;
+          if (!ok) ++failed_;
+        }
+      });
+    }
+  }
+  ~Readers() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    for (std::thread& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+  int64_t reads() const { return reads_.load(); }
+  int64_t failed() const { return failed_.load(); }
+  std::string last_error() const { return last_error_; }
+
+ private:
+  static size_t RowBytes(const HostArray& a) {
+    return static_cast<size_t>(a.num_bytes / a.shape[0]);
+  }
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> reads_{0};
+  std::atomic<int64_t> failed_{0};
+  std::string last_error_;  // racy by design: only printed
+  std::vector<std::thread> threads_;
+};
+
+TEST(ReplicaRepairTest, AKilledWorkersShardsAreCopiedUntilRHoldsAgain) {
+  auto cluster = TestCluster::Start(ZonedCluster(5));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = Connect(**cluster);
+  ASSERT_NE(client, nullptr);
+  const HostArray data = Iota(DType::kFloat32, {500, 1000});  // 2 MB
+  LayoutSpec spec = LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3, 4}));
+  spec.replicas = 2;
+  ASSERT_OK(client->Put("weights", data, spec));
+  // A tensor of one replica away from the workers that die is untouched.
+  const HostArray lone = Iota(DType::kInt32, {30, 10}, 3);
+  ASSERT_OK(client->Put("lone", lone, LayoutSpec::Chunk(0, Ranks({2, 3}))));
+  const int64_t before = AliveBytes(*client);
+  const int64_t w0_bytes = BytesOf(*client, "w0");
+  ASSERT_GT(w0_bytes, 0);
+
+  Readers readers((*cluster)->coordinator_address(), "weights", data, 4);
+  absl::SleepFor(absl::Milliseconds(300));
+  (*cluster)->StopWorker(0, SIGKILL);
+  ASSERT_TRUE(Eventually([&] {
+    return FullyReplicated(*client, "weights", 2, {"w0"});
+  })) << (*cluster)->coordinator_log();
+  // The survivors hold what they held plus exactly w0's bytes.
+  EXPECT_TRUE(Eventually([&] { return AliveBytes(*client) == before; }))
+      << AliveBytes(*client) << " vs " << before << " (w0 held " << w0_bytes
+      << ")";
+
+  // A second worker dies after the repair: R holds again.
+  (*cluster)->StopWorker(1, SIGKILL);
+  ASSERT_TRUE(Eventually([&] {
+    return FullyReplicated(*client, "weights", 2, {"w0", "w1"});
+  })) << (*cluster)->coordinator_log();
+  readers.Stop();
+  EXPECT_GT(readers.reads(), 0);
+  EXPECT_EQ(readers.failed(), 0) << readers.last_error();
+  ASSERT_OK_AND_ASSIGN(HostArray got, client->Get("weights"));
+  EXPECT_TRUE(SameBytes(got, data));
+  ASSERT_OK_AND_ASSIGN(HostArray got_lone, client->Get("lone"));
+  EXPECT_TRUE(SameBytes(got_lone, lone));
+  ASSERT_OK_AND_ASSIGN(TensorMetadata meta, client->Describe("weights"));
+  EXPECT_EQ(meta.version, 1u);  // a repair is not a new version
+}
+
+TEST(ReplicaRepairTest, AHungWorkerIsRepairedAndGivesUpItsSurplusWhenItWakes) {
+  auto cluster = TestCluster::Start(ZonedCluster(4));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = Connect(**cluster);
+  ASSERT_NE(client, nullptr);
+  const HostArray data = Iota(DType::kFloat32, {400, 256}, 7);
+  LayoutSpec spec = LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}));
+  spec.replicas = 2;
+  ASSERT_OK(client->Put("hung", data, spec));
+
+  ASSERT_EQ(kill((*cluster)->worker_pid(0), SIGSTOP), 0);
+  const bool repaired =
+      Eventually([&] { return FullyReplicated(*client, "hung", 2, {"w0"}); });
+  ASSERT_EQ(kill((*cluster)->worker_pid(0), SIGCONT), 0);
+  ASSERT_TRUE(repaired) << (*cluster)->coordinator_log();
+  // Awake again, w0 holds replicas nothing references any more: freed.
+  EXPECT_TRUE(Eventually([&] {
+    auto w = WorkersByName(*client)["w0"];
+    return w.alive && w.bytes_used == 0;
+  })) << BytesOf(*client, "w0");
+  ASSERT_OK_AND_ASSIGN(HostArray got, client->Get("hung"));
+  EXPECT_TRUE(SameBytes(got, data));
+}
+
+TEST(ReplicaRepairTest, RepairAfterACoordinatorRestartFindsWhatIsLeftToDo) {
+  auto cluster = TestCluster::Start(ZonedCluster(4));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = Connect(**cluster);
+  ASSERT_NE(client, nullptr);
+  const HostArray data = Iota(DType::kInt64, {300, 64}, 2);
+  LayoutSpec spec = LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}));
+  spec.replicas = 3;
+  ASSERT_OK(client->Put("triple", data, spec));
+  // The worker dies while the coordinator is down: the restarted one finds
+  // the shards short (recomputed from its metadata) and repairs them.
+  (*cluster)->StopCoordinator(SIGKILL);
+  (*cluster)->StopWorker(3, SIGKILL);
+  ASSERT_OK((*cluster)->RestartCoordinator());
+  client = Connect(**cluster);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(Eventually([&] {
+    return FullyReplicated(*client, "triple", 3, {"w3"});
+  })) << (*cluster)->coordinator_log();
+  ASSERT_OK_AND_ASSIGN(HostArray got, client->Get("triple"));
+  EXPECT_TRUE(SameBytes(got, data));
+}
+
+struct CliResult {
+  int code = 0;
+  std::string out, err;
+};
+
+CliResult Cli(const TestCluster& cluster, std::vector<std::string> args) {
+  std::vector<std::string> argv = {
+      TestCluster::BinaryPath("client/tessera"),
+      "--coordinator=" + cluster.coordinator_address()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  CliResult r;
+  r.code = TestCluster::Run(argv, &r.out, &r.err);
+  return r;
+}
+
+TEST(ReplicaRepairTest, DrainMovesEveryShardAndRmForgetsTheWorker) {
+  auto cluster = TestCluster::Start(ZonedCluster(4));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = Connect(**cluster);
+  ASSERT_NE(client, nullptr);
+  const HostArray one = Iota(DType::kFloat32, {400, 100}, 1);
+  ASSERT_OK(client->Put("one", one, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))));
+  const HostArray two = Iota(DType::kFloat32, {400, 100}, 2);
+  LayoutSpec spec = LayoutSpec::Chunk(0, Ranks({1, 2, 3, 0}));
+  spec.replicas = 2;
+  ASSERT_OK(client->Put("two", two, spec));
+
+  // Bad input first: nothing changes.
+  EXPECT_EQ(Cli(**cluster, {"worker", "evict", "w1"}).code, 2);
+  EXPECT_EQ(Cli(**cluster, {"worker", "drain", "bad name!"}).code, 2);
+  CliResult unknown = Cli(**cluster, {"worker", "drain", "w9"});
+  EXPECT_EQ(unknown.code, 1);
+  EXPECT_THAT(unknown.err, HasSubstr("not found"));
+  CliResult alive_rm = Cli(**cluster, {"worker", "rm", "w2"});
+  EXPECT_EQ(alive_rm.code, 1);
+  EXPECT_THAT(alive_rm.err, HasSubstr("holds"));  // w2 holds "one"'s shard 2
+
+  Readers readers_one((*cluster)->coordinator_address(), "one", one, 2);
+  Readers readers_two((*cluster)->coordinator_address(), "two", two, 2);
+  CliResult drain = Cli(**cluster, {"worker", "drain", "w1"});
+  ASSERT_EQ(drain.code, 0) << drain.err << (*cluster)->coordinator_log();
+  EXPECT_THAT(drain.out, HasSubstr("drained"));
+  readers_one.Stop();
+  readers_two.Stop();
+  EXPECT_EQ(readers_one.failed(), 0) << readers_one.last_error();
+  EXPECT_EQ(readers_two.failed(), 0) << readers_two.last_error();
+  EXPECT_TRUE(FullyReplicated(*client, "one", 1, {"w1"}));
+  EXPECT_TRUE(FullyReplicated(*client, "two", 2, {"w1"}));
+  auto workers = WorkersByName(*client);
+  EXPECT_EQ(workers["w1"].state, WorkerState::kDraining);
+  EXPECT_EQ(workers["w1"].bytes_used, 0);
+  ASSERT_OK_AND_ASSIGN(HostArray got_one, client->Get("one"));
+  EXPECT_TRUE(SameBytes(got_one, one));
+  ASSERT_OK_AND_ASSIGN(HostArray got_two, client->Get("two"));
+  EXPECT_TRUE(SameBytes(got_two, two));
+  // A draining worker takes no new replicas: R=3 needs w0, w2 and w3.
+  LayoutSpec three = LayoutSpec::Chunk(0, Ranks({0}));
+  three.replicas = 3;
+  ASSERT_OK(client->Put("three", one, three));
+  ASSERT_OK_AND_ASSIGN(TensorMetadata meta3, client->Describe("three"));
+  for (const Replica& r : meta3.shards[0].replicas) EXPECT_NE(r.worker, "w1");
+
+  // Cordon: no new shards either; uncordon gives them back.
+  ASSERT_EQ(Cli(**cluster, {"worker", "cordon", "w2"}).code, 0);
+  EXPECT_EQ(WorkersByName(*client)["w2"].state, WorkerState::kCordoned);
+  EXPECT_THAT(
+      client->Put("four", one, three),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("replicas")));
+  CliResult uncordon = Cli(**cluster, {"worker", "uncordon", "w2"});
+  ASSERT_EQ(uncordon.code, 0) << uncordon.err;
+  ASSERT_OK(client->Put("four", one, three));
+
+  // Drained and stopped (its pod is gone): forgotten for good.
+  (*cluster)->StopWorker(1, SIGTERM);
+  CliResult rm = Cli(**cluster, {"worker", "rm", "w1"});
+  ASSERT_EQ(rm.code, 0) << rm.err;
+  EXPECT_EQ(WorkersByName(*client).count("w1"), 0u);
+  CliResult workers_json = Cli(**cluster, {"workers", "--json"});
+  ASSERT_EQ(workers_json.code, 0);
+  EXPECT_THAT(workers_json.out, ::testing::Not(HasSubstr("\"w1\"")));
+  EXPECT_THAT(workers_json.out, HasSubstr("\"state\": \"ready\""));
+}
+
+}  // namespace
+}  // namespace tessera
