@@ -426,6 +426,10 @@ DataPlaneStats Since(const DataPlaneStats& before, DataPlaneStats now) {
     auto it = before.fallbacks.find(transport);
     if (it != before.fallbacks.end()) count -= it->second;
   }
+  for (auto& [worker, bytes] : now.served) {
+    auto it = before.served.find(worker);
+    if (it != before.served.end()) bytes -= it->second;
+  }
   return now;
 }
 

@@ -33,6 +33,10 @@ struct ClientOptions {
   // out of "auto"; so does TLS (UCX would carry the bytes outside it),
   // unless the fabric is trusted.
   std::string transport = "auto";
+  // This reader's zone: reads prefer replicas on this host, then on
+  // workers of this zone (a worker's --zone), then the least busy.
+  // Empty: $TESSERA_ZONE.
+  std::string zone;
   // The network between this client and the workers is reached only by the
   // cluster (TESSERA_TRUSTED_FABRIC=1 in the environment says the same):
   // UCX may use it, and under TLS "auto" takes UCX too. Otherwise UCX

@@ -1,7 +1,15 @@
 #include "client/connection.h"
 
-#include <chrono>
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "rpc/security.h"
 #include "rpc/status.h"
@@ -39,14 +47,83 @@ Connection::Connection(std::string coordinator_address, ClientOptions options,
       coordinator_(v1::Coordinator::NewStub(
           MakeChannel(coordinator_address_, coordinator_channel))),
       workers_(std::move(worker_channels)),
-      data_plane_(TransportChain::Make(&workers_, [&] {
-        DataPlaneOptions data;
-        data.timeout = options_.data_timeout;
-        data.shared_memory = options_.shared_memory;
-        data.transport = options_.transport;
-        data.ucx_trusted_fabric = options_.trusted_fabric;
-        return data;
-      }())) {}
+      data_plane_(TransportChain::Make(&workers_,
+                                       [&] {
+                                         DataPlaneOptions data;
+                                         data.timeout = options_.data_timeout;
+                                         data.shared_memory =
+                                             options_.shared_memory;
+                                         data.transport = options_.transport;
+                                         data.ucx_trusted_fabric =
+                                             options_.trusted_fabric;
+                                         return data;
+                                       }())),
+      zone_(!options_.zone.empty() ? options_.zone
+            : std::getenv("TESSERA_ZONE") != nullptr
+                ? std::getenv("TESSERA_ZONE")
+                : "") {}
+
+namespace {
+
+// The host part of HOST:PORT ("[::1]:7" gives "::1").
+std::string HostOf(const std::string& address) {
+  std::string host = address.substr(0, address.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  return host;
+}
+
+// This host's names and addresses, once: loopback, its hostname and every
+// interface address.
+const absl::flat_hash_set<std::string>& LocalHosts() {
+  static const auto* hosts = [] {
+    auto* out = new absl::flat_hash_set<std::string>{"localhost", "::1"};
+    char name[256] = {};
+    if (gethostname(name, sizeof(name) - 1) == 0) out->insert(name);
+    ifaddrs* list = nullptr;
+    if (getifaddrs(&list) == 0) {
+      for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+        if (a->ifa_addr == nullptr) continue;
+        char text[INET6_ADDRSTRLEN] = {};
+        const int family = a->ifa_addr->sa_family;
+        const void* raw =
+            family == AF_INET
+                ? static_cast<const void*>(
+                      &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr)
+            : family == AF_INET6
+                ? static_cast<const void*>(
+                      &reinterpret_cast<sockaddr_in6*>(a->ifa_addr)->sin6_addr)
+                : nullptr;
+        if (raw != nullptr && inet_ntop(family, raw, text, sizeof(text)))
+          out->insert(text);
+      }
+      freeifaddrs(list);
+    }
+    return out;
+  }();
+  return *hosts;
+}
+
+}  // namespace
+
+ReplicaNearness Connection::NearnessOf(const std::string& address) {
+  ReplicaNearness near;
+  const std::string host = HostOf(address);
+  near.same_host =
+      absl::StartsWith(host, "127.") || LocalHosts().contains(host);
+  if (!zone_.empty()) {
+    absl::MutexLock lock(&mu_);
+    auto it = zones_.find(address);
+    near.same_zone = it != zones_.end() && it->second == zone_;
+  }
+  near.bytes_in_flight = data_plane_->InFlight(address);
+  return near;
+}
+
+void Connection::NoteWorkers(const std::vector<WorkerInfo>& workers) {
+  absl::MutexLock lock(&mu_);
+  for (const WorkerInfo& w : workers) zones_[w.address] = w.zone;
+}
 
 std::unique_ptr<v1::Worker::Stub> Connection::WorkerStub(
     const std::string& address) {

@@ -8,10 +8,14 @@
 #include <memory>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/client_options.h"
+#include "core/tensor_metadata.h"
+#include "core/worker_info.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/worker.grpc.pb.h"
 #include "rpc/channel.h"
@@ -46,12 +50,21 @@ class Connection {
   // same-host shared memory, UCX, gRPC; counts bytes per transport.
   TransportChain& data_plane() { return *data_plane_; }
 
+  // How near the worker at `address` is to this client (reads go to the
+  // nearest replica): on this host, in this client's zone (the workers'
+  // zones as last listed, NoteWorkers), and its reads in flight.
+  ReplicaNearness NearnessOf(const std::string& address);
+  void NoteWorkers(const std::vector<WorkerInfo>& workers);
+
  private:
   const std::string coordinator_address_;
   const ClientOptions options_;
   std::unique_ptr<v1::Coordinator::Stub> coordinator_;
   ChannelCache workers_;
   const std::unique_ptr<TransportChain> data_plane_;  // uses workers_
+  const std::string zone_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::string> zones_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera

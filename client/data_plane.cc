@@ -51,11 +51,30 @@ absl::Status RunParallel(std::vector<std::function<absl::Status()>> tasks,
   return first_error;
 }
 
-// Where shard `index` is read from (ReadLocations, best first); UNAVAILABLE
-// naming the worker when no replica of it is available.
-absl::StatusOr<ShardLocations> Readable(const TensorMetadata& meta,
-                                        size_t index) {
+// Bytes a read being planned has given each worker so far (by address):
+// added to what is in flight, so that one read spreads over equally near
+// replicas.
+using PlannedBytes = std::map<std::string, int64_t>;
+
+// Where shard `index` is read from (ReadLocations, nearest first, counting
+// `bytes` into `planned` for the first); UNAVAILABLE naming the worker
+// when no replica of it is available.
+absl::StatusOr<ShardLocations> Readable(Connection& connection,
+                                        const TensorMetadata& meta,
+                                        size_t index, int64_t bytes = 0,
+                                        PlannedBytes* planned = nullptr) {
   ShardLocations locations = ReadLocations(meta, index);
+  if (locations.size() > 1) {
+    NearestFirst(&locations, [&](const ShardLocation& at) {
+      ReplicaNearness near = connection.NearnessOf(at.address);
+      if (planned != nullptr) {
+        auto it = planned->find(at.address);
+        if (it != planned->end()) near.bytes_in_flight += it->second;
+      }
+      return near;
+    });
+  }
+  if (planned != nullptr) (*planned)[locations.front().address] += bytes;
   const ShardLocation& best = locations.front();
   if (best.available) return locations;
   return UnavailableError(absl::StrCat(
@@ -153,9 +172,13 @@ absl::Status GatherRegion(Connection& connection, const TensorMetadata& meta,
   };
   std::vector<PieceRead> reads;
   reads.reserve(pieces.size());
+  PlannedBytes planned;
+  const int64_t item = static_cast<int64_t>(ItemSize(meta.dtype));
   for (const RegionPiece& piece : pieces) {
-    TESSERA_ASSIGN_OR_RETURN(ShardLocations locations,
-                             Readable(meta, piece.shard_index));
+    TESSERA_ASSIGN_OR_RETURN(
+        ShardLocations locations,
+        Readable(connection, meta, piece.shard_index,
+                 piece.in_shard.NumElements() * item, &planned));
     reads.push_back({&piece, std::move(locations)});
   }
   std::map<std::string, std::vector<const PieceRead*>> by_worker;
@@ -241,12 +264,17 @@ absl::Status GatherRows(Connection& connection, const TensorMetadata& meta,
   };
   std::map<std::string, std::pair<std::vector<ShardRows>, std::vector<Share>>>
       by_worker;
+  PlannedBytes planned;
   for (size_t i = 0; i < meta.shards.size(); ++i) {
     const Box& box = meta.shards[i].box;
     const auto [lo, hi] =
         plan.Within(box.offsets[0], box.offsets[0] + box.sizes[0]);
     if (lo == hi || box.NumElements() == 0) continue;
-    TESSERA_ASSIGN_OR_RETURN(const ShardLocations locations, Readable(meta, i));
+    TESSERA_ASSIGN_OR_RETURN(
+        const ShardLocations locations,
+        Readable(connection, meta, i,
+                 static_cast<int64_t>(hi - lo) * RowBytes(box.sizes, item),
+                 &planned));
     const ShardLocation& location = locations.front();
     auto& [entries, shares] = by_worker[location.address];
     ShardRows& entry = entries.emplace_back();
@@ -296,7 +324,10 @@ absl::Status GatherRows(Connection& connection, const TensorMetadata& meta,
       for (size_t e = 0; e < entries.size(); ++e) {
         const size_t index = shares[e].shard_index;
         absl::Status share = status;
-        for (const ShardLocation& location : ReadLocations(meta, index)) {
+        absl::StatusOr<ShardLocations> others =
+            Readable(connection, meta, index);
+        if (!others.ok()) return status;
+        for (const ShardLocation& location : *others) {
           if (!location.available) break;  // the rest are unavailable too
           if (location.address == address) continue;
           std::vector<ShardRows> one(1);
@@ -389,7 +420,7 @@ absl::Status FetchShard(Connection& connection, const TensorMetadata& meta,
 absl::Status FetchShardBox(Connection& connection, const TensorMetadata& meta,
                            size_t index, const Box& in_shard, char* out) {
   TESSERA_ASSIGN_OR_RETURN(const ShardLocations locations,
-                           Readable(meta, index));
+                           Readable(connection, meta, index));
   const std::vector<int64_t> zeros(in_shard.rank(), 0);
   return ReadShardBox(connection, meta, index, locations, in_shard,
                       ReadTarget::HostArray(out, in_shard.sizes, zeros));

@@ -180,6 +180,12 @@ std::string GetJson(const std::string& name, const Shape& shape, DType dtype,
     if (value > 0) Field(&fallbacks, key, absl::StrCat(value));
   }
   fallbacks += "}";
+  // The bytes each worker served (which replicas the reads used).
+  std::string replicas = "{";
+  for (const auto& [worker, served] : moved.served) {
+    if (served > 0) Field(&replicas, worker, absl::StrCat(served));
+  }
+  replicas += "}";
   std::string out = "{";
   Field(&out, "name", JsonString(name));
   Field(&out, "shape", JsonIntList(shape));
@@ -189,6 +195,7 @@ std::string GetJson(const std::string& name, const Shape& shape, DType dtype,
   Field(&out, "seconds", JsonDouble(seconds));
   Field(&out, "transport", transport);
   if (fallbacks != "{}") Field(&out, "fallbacks", fallbacks);
+  Field(&out, "replicas", replicas);
   out += "}";
   return out;
 }

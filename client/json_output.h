@@ -49,7 +49,8 @@ std::string RemoveJson(const std::string& name);
 // moved nothing left out), and "fallbacks": {TRANSPORT: N} when a
 // transport declined moves (could not start here, or reach a worker) and
 // left them to the next. Bytes and transport differ for `--rows` with
-// repeated indices: each distinct row moves once.
+// repeated indices: each distinct row moves once. "replicas": {WORKER: B}
+// gives the bytes each worker served (CLI.md "Replicas (v3)").
 std::string GetJson(const std::string& name, const Shape& shape, DType dtype,
                     uint64_t version, int64_t bytes, double seconds,
                     const DataPlaneStats& moved);

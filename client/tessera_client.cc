@@ -250,6 +250,13 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
     if (absl::IsUnauthenticated(detail)) status = detail;
   }
   TESSERA_RETURN_IF_ERROR(status);
+  // The workers' zones, for reads from the nearest replica.
+  std::vector<WorkerInfo> workers;
+  for (const v1::WorkerInfo& w : response.workers()) {
+    absl::StatusOr<WorkerInfo> info = WorkerInfoFromProto(w);
+    if (info.ok()) workers.push_back(*std::move(info));
+  }
+  connection->NoteWorkers(workers);
   return std::unique_ptr<Client>(new Client(std::move(connection)));
 }
 
@@ -266,6 +273,7 @@ absl::StatusOr<std::vector<WorkerInfo>> Client::Workers() {
     TESSERA_ASSIGN_OR_RETURN(WorkerInfo info, WorkerInfoFromProto(w));
     out.push_back(std::move(info));
   }
+  connection_->NoteWorkers(out);
   return out;
 }
 

@@ -1,5 +1,7 @@
 #include "core/tensor_metadata.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "core/checked_math.h"
 
@@ -70,6 +72,32 @@ ShardLocations ReadLocations(const TensorMetadata& meta, size_t index) {
     if (!replicas[r].available) out.push_back(LocationOf(meta, index, r));
   }
   return out;
+}
+
+void NearestFirst(
+    ShardLocations* locations,
+    const std::function<ReplicaNearness(const ShardLocation&)>& nearness) {
+  size_t available = 0;
+  while (available < locations->size() && (*locations)[available].available)
+    ++available;
+  if (available < 2) return;
+  absl::InlinedVector<std::pair<ReplicaNearness, size_t>, 4> order;
+  for (size_t i = 0; i < available; ++i)
+    order.emplace_back(nearness((*locations)[i]), i);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) {
+                     const ReplicaNearness& x = a.first;
+                     const ReplicaNearness& y = b.first;
+                     if (x.same_host != y.same_host) return x.same_host;
+                     if (x.same_zone != y.same_zone) return x.same_zone;
+                     return x.bytes_in_flight < y.bytes_in_flight;
+                   });
+  ShardLocations sorted;
+  sorted.reserve(locations->size());
+  for (const auto& [near, i] : order) sorted.push_back((*locations)[i]);
+  for (size_t i = available; i < locations->size(); ++i)
+    sorted.push_back((*locations)[i]);
+  *locations = std::move(sorted);
 }
 
 ShardLocations WriteLocations(const TensorMetadata& meta, size_t index) {

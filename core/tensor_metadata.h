@@ -6,6 +6,7 @@
 #define TESSERA_CORE_TENSOR_METADATA_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -122,6 +123,20 @@ using ShardLocations = absl::InlinedVector<ShardLocation, 1>;
 // Every reader (clients, device readers, a reshard's sources) goes
 // through this function.
 ShardLocations ReadLocations(const TensorMetadata& meta, size_t index);
+// How near a replica is to its reader: reads go to the nearest available
+// replica (CLI.md "Replicas (v3)"): on the reader's host (shared memory),
+// then in its zone, then the one with the fewest bytes in flight.
+struct ReplicaNearness {
+  bool same_host = false;
+  bool same_zone = false;
+  int64_t bytes_in_flight = 0;
+};
+// Orders ReadLocations' `locations` nearest first: the available ones by
+// `nearness` (replica order breaks ties), the unavailable ones last.
+void NearestFirst(
+    ShardLocations* locations,
+    const std::function<ReplicaNearness(const ShardLocation&)>& nearness);
+
 // The rule for writes: every replica a write of shard `index` must reach
 // (all of them, in replica order), with the capability the metadata
 // carries for each.

@@ -115,6 +115,29 @@ TEST(TensorMetadataTest, ReadsTryAvailableReplicasFirstInReplicaOrder) {
   EXPECT_EQ(reads[2].replica, 0u);
 }
 
+TEST(TensorMetadataTest, ReadsGoToTheNearestReplica) {
+  TensorMetadata meta = Replicated();  // w0, w1, w2
+  auto order = [&](std::map<std::string, ReplicaNearness> near) {
+    ShardLocations reads = ReadLocations(meta, 0);
+    NearestFirst(&reads,
+                 [&](const ShardLocation& at) { return near[at.worker]; });
+    return Workers(reads);
+  };
+  // Same host beats same zone, which beats fewer bytes in flight.
+  EXPECT_THAT(order({{"w0", {false, true, 0}}, {"w2", {true, false, 900}}}),
+              ElementsAre("w2", "w0", "w1"));
+  EXPECT_THAT(order({{"w1", {false, true, 50}}}),
+              ElementsAre("w1", "w0", "w2"));
+  EXPECT_THAT(order({{"w0", {false, false, 300}},
+                     {"w1", {false, false, 200}},
+                     {"w2", {false, false, 100}}}),
+              ElementsAre("w2", "w1", "w0"));
+  // Ties keep replica order; an unavailable replica stays last however near.
+  EXPECT_THAT(order({}), ElementsAre("w0", "w1", "w2"));
+  meta.shards[0].replicas[1].available = false;
+  EXPECT_THAT(order({{"w1", {true, true, 0}}}), ElementsAre("w0", "w2", "w1"));
+}
+
 TEST(TensorMetadataTest, WritesReachEveryReplicaWhateverItsState) {
   TensorMetadata meta = Replicated();
   meta.shards[0].replicas[1].available = false;

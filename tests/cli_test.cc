@@ -528,7 +528,17 @@ TEST_F(CliTest, ReplicasAreShownAndEachHoldsTheBytes) {
   }
   const std::string out_file =
       absl::StrCat(std::getenv("TEST_TMPDIR"), "/rep_t.npy");
-  Ok({"get", "rep_t", "--output=" + out_file});
+  // get --json says which workers served the bytes: one replica of each
+  // shard, every byte counted once.
+  Json got = ParseJsonOrFail(
+      Ok({"get", "rep_t", "--output=" + out_file, "--json"}).out);
+  int64_t served = 0;
+  for (const auto& [worker, bytes] : got["replicas"].fields) {
+    EXPECT_EQ(worker[0], 'w') << worker;
+    served += bytes.Int();
+  }
+  EXPECT_EQ(served, 8 * 4 * 4);
+  EXPECT_GE(got["replicas"].size(), 2u);  // each shard from one worker
   // Bad counts change nothing.
   ExpectError(Tessera({"create", "rep_bad", "--shape=4", "--dtype=int32",
                        "--chunk_dim=0", "--placements=rank:0", "--replicas=0"}),

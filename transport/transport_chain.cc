@@ -98,8 +98,33 @@ absl::Status TransportChain::Run(const RemoteShard& shard, int64_t bytes,
 
 absl::Status TransportChain::Read(const RemoteShard& shard, const Box& box,
                                   const ReadTarget& target) {
-  return Run(shard, box.NumElements() * shard.item_bytes,
-             [&](ShardTransport& t) { return t.Read(shard, box, target); });
+  const int64_t bytes = box.NumElements() * shard.item_bytes;
+  return CountRead(shard, bytes, [&] {
+    return Run(shard, bytes,
+               [&](ShardTransport& t) { return t.Read(shard, box, target); });
+  });
+}
+
+absl::Status TransportChain::CountRead(
+    const RemoteShard& shard, int64_t bytes,
+    const std::function<absl::Status()>& op) {
+  const std::string& address = shard.location.address;
+  {
+    absl::MutexLock lock(&mu_);
+    in_flight_[address] += bytes;
+  }
+  absl::Status status = op();
+  absl::MutexLock lock(&mu_);
+  auto it = in_flight_.find(address);
+  if ((it->second -= bytes) == 0) in_flight_.erase(it);
+  if (status.ok() && bytes > 0) served_[shard.location.worker] += bytes;
+  return status;
+}
+
+int64_t TransportChain::InFlight(const std::string& address) const {
+  absl::MutexLock lock(&mu_);
+  auto it = in_flight_.find(address);
+  return it == in_flight_.end() ? 0 : it->second;
 }
 
 absl::Status TransportChain::Write(const RemoteShard& shard,
@@ -118,10 +143,13 @@ absl::Status TransportChain::ReadRows(absl::Span<const ShardRows> entries,
              RowBytes(entry.shard.shape, entry.shard.item_bytes);
   }
   const RemoteShard none;
-  return Run(
-      entries.empty() ? none : entries.front().shard, bytes,
-      [&](ShardTransport& t) { return t.ReadRows(entries, sink); },
-      /*by_size=*/false);
+  const RemoteShard& first = entries.empty() ? none : entries.front().shard;
+  return CountRead(first, bytes, [&] {
+    return Run(
+        first, bytes,
+        [&](ShardTransport& t) { return t.ReadRows(entries, sink); },
+        /*by_size=*/false);
+  });
 }
 
 absl::Status TransportChain::WriteBox(const RemoteShard& shard, const Box& box,
@@ -137,6 +165,8 @@ DataPlaneStats TransportChain::Stats() const {
     stats.bytes[name] += c->bytes.load(std::memory_order_relaxed);
     stats.fallbacks[name] += c->fallbacks.load(std::memory_order_relaxed);
   }
+  absl::MutexLock lock(&mu_);
+  stats.served = served_;
   return stats;
 }
 

@@ -16,12 +16,15 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/limits.h"
 #include "transport/shard_transport.h"
@@ -76,6 +79,7 @@ struct DataPlaneOptions {
 struct DataPlaneStats {
   std::map<std::string, int64_t> bytes;      // by transport name
   std::map<std::string, int64_t> fallbacks;  // by the transport that declined
+  std::map<std::string, int64_t> served;     // bytes read, by serving worker
 };
 
 class TransportChain : public ShardTransport {
@@ -113,6 +117,9 @@ class TransportChain : public ShardTransport {
                         const WriteSource& source) override;
 
   DataPlaneStats Stats() const;
+  // Bytes of the reads from the worker at `address` running now: the
+  // reader's tie-break between equally near replicas.
+  int64_t InFlight(const std::string& address) const;
 
  private:
   struct Counted {
@@ -129,9 +136,17 @@ class TransportChain : public ShardTransport {
   absl::Status Run(const RemoteShard& shard, int64_t bytes, const Op& op,
                    bool by_size = true, bool write = false);
 
+  // A read of `bytes` from `shard`'s worker: counted in flight while `op`
+  // runs, and as served by that worker when it succeeds.
+  absl::Status CountRead(const RemoteShard& shard, int64_t bytes,
+                         const std::function<absl::Status()>& op);
+
   // Fixed at construction; only the counters change.
   std::vector<std::unique_ptr<Counted>> links_;
   const bool forced_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, int64_t> served_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> in_flight_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera
