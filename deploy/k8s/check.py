@@ -37,8 +37,23 @@ Our rules on top of the schema:
   * a daemon serving --metrics_listen on a non-loopback address (plaintext,
     no authentication) is selected by an Ingress NetworkPolicy, and no
     policy admits every peer to its metrics port;
+  * a worker (tessera-worker) has --zone (else its zone is its pod's host
+    name, one per pod, and a shard's replicas may share a node), a valid one
+    when literal; a --zone read from a file ($(cat FILE)) is on a volume the
+    container mounts and an initContainer mounts writable;
+  * a worker has a preStop hook that drains it (`tessera worker drain NAME`,
+    NAME its --name) with the TLS flags and --token_file when the worker has
+    TLS, bounded by drain_limit=SECONDS at least 30 s below the pod's
+    terminationGracePeriodSeconds;
+  * a daemon's container holds no Kubernetes API token (the pod or its
+    ServiceAccount sets automountServiceAccountToken: false, and no
+    serviceAccountToken volume is mounted in it);
   * references hold: a StatefulSet's serviceName, Service and
-    PodDisruptionBudget selectors and named targetPorts match a workload.
+    PodDisruptionBudget selectors and named targetPorts match a workload; a
+    pod's serviceAccountName, and the ServiceAccount subjects (with a
+    namespace) and roleRef of every RoleBinding and ClusterRoleBinding, name
+    objects in the manifests; every Role and ClusterRole is bound, and none
+    grants `*`.
 
 Prints one line per problem and a closing "k8s check: ..." line; exits 1 when
 anything fails.
@@ -143,7 +158,9 @@ def model_class(api_version, kind):
     group, _, version = api_version.rpartition("/")
     cls_name = version[:1].upper() + version[1:] + kind
     cls = getattr(k8s_models, cls_name, None)
-    api_name = "".join(p.capitalize() for p in (group.split(".")[0] if group else "core").split("-"))
+    # The client's API class: group rbac.authorization.k8s.io -> RbacAuthorizationV1Api.
+    base = group[:-len(".k8s.io")] if group.endswith(".k8s.io") else (group or "core")
+    api_name = "".join(p.capitalize() for p in re.split(r"[.-]", base))
     api = getattr(k8s_client, f"{api_name}{version[:1].upper() + version[1:]}Api", None)
     snake = re.sub(r"(?<!^)(?=[A-Z])", "_", kind).lower()
     if cls is None or api is None or not (hasattr(api, f"create_namespaced_{snake}") or
@@ -338,12 +355,36 @@ def check_container(c, pod_sc, where, secrets, problems):
         problems.add(w, "does not drop ALL capabilities")
 
 
+DAEMON = re.compile(r"(?:^|[\s/\"'])(tessera-coordinator|tessera-worker)(?:\s|$)")
+
+
+def command_text(c):
+    return " ".join(str(x) for x in (c.get("command") or []) + (c.get("args") or []))
+
+
+def daemon_of(c):
+    """tessera-coordinator or tessera-worker when the container starts one, else None."""
+    started = DAEMON.search(command_text(c))
+    return started.group(1) if started else None
+
+
+def daemon_line(text):
+    """The daemon's command line in a container's command text: from the daemon's name
+    to the end of the line, backslash-newline continuations included (a script may
+    also run the CLI with flags of its own)."""
+    started = DAEMON.search(text)
+    if started is None:
+        return ""
+    line = re.match(r"(?:[^\n]*\\\n)*[^\n]*", text[started.start(1):])
+    return line.group(0)
+
+
 def check_security(c, text, w, problems):
     """The TLS and token flags of a daemon started by this container (CLI.md "Security")."""
-    started = re.search(r"(?:^|[\s/\"'])(tessera-coordinator|tessera-worker)(?:\s|$)", text)
-    if started is None:
+    daemon = daemon_of(c)
+    if daemon is None:
         return
-    daemon = started.group(1)
+    text = daemon_line(text)
     if "tcpSocket" in (c.get("livenessProbe") or {}):
         problems.add(w, f"{daemon}'s livenessProbe is a TCP probe, which passes while the gRPC "
                         "port accepts nothing; ask grpc.health.v1 (service liveness) on the "
@@ -379,6 +420,130 @@ def check_security(c, text, w, problems):
                          for v in pod_ip_vars):
         problems.add(w, f"{daemon} advertises its pod IP under TLS; no certificate made "
                         "ahead of time names it: advertise the pod's DNS name")
+
+
+ZONE = re.compile(r"^[A-Za-z0-9_.:/-]{1,64}$")
+
+
+def unquote(word):
+    """A shell word's text without quotes, braces and `$`: "${POD_NAME}" -> POD_NAME."""
+    return re.sub(r"[\"'{}$]", "", word)
+
+
+def check_worker(c, spec, where, problems):
+    """A worker's --zone and its preStop drain (CLI.md "Replicas")."""
+    w = f"{where} container {c.get('name', '?')}"
+    text = daemon_line(command_text(c))
+    zone = re.search(r"--zone=(\"[^\"]*\"|'[^']*'|\S+)", text)
+    if zone is None:
+        problems.add(w, "tessera-worker has no --zone: its zone is then its pod's host name, one "
+                        "per pod, so a shard's replicas may share a node or a zone (pass the "
+                        "node's topology.kubernetes.io/zone)")
+    else:
+        value = zone.group(1)
+        from_file = re.search(r"\$\(\s*cat\s+([^)\s\"']+)\s*\)", value)
+        if from_file:
+            check_zone_file(c, spec, from_file.group(1), w, problems)
+        elif "$" not in value and not ZONE.match(value.strip("\"'")):
+            problems.add(w, f"--zone={value} is not a zone (1 to 64 of letters, digits, _ . - : /)")
+
+    hook = (((c.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}).get("command") or []
+    hook_text = " ".join(str(x) for x in hook)
+    drain = re.search(r"\bworker\s+drain\s+([^\s()]+)", hook_text)
+    if drain is None or not re.search(r"\btessera\b", hook_text):
+        problems.add(w, "tessera-worker has no preStop hook that drains it (`tessera worker drain "
+                        "NAME`): a deleted or evicted pod takes its shards with it")
+        return
+    name = re.search(r"--name=(\S+)", text)
+    if name and unquote(drain.group(1)) != unquote(name.group(1)):
+        problems.add(w, f"the preStop hook drains {drain.group(1)}, not this worker's "
+                        f"--name={name.group(1)}")
+    if re.search(r"--tls_ca=", text):
+        for flag in ("--tls_ca", "--tls_cert", "--tls_key", "--token_file"):
+            env = "TESSERA_" + flag[2:].upper()
+            if not re.search(flag + "=", hook_text) and env not in hook_text:
+                problems.add(w, f"the preStop drain has no {flag} (the worker has TLS; a drain "
+                                "needs the admin role)")
+    limit = re.search(r"\bdrain_limit=(\d+)", hook_text)
+    grace = spec.get("terminationGracePeriodSeconds", 30)
+    if limit is None:
+        problems.add(w, "the preStop drain has no bound (drain_limit=SECONDS)")
+    elif isinstance(grace, int) and grace < int(limit.group(1)) + 30:
+        problems.add(w, f"terminationGracePeriodSeconds {grace} is shorter than the preStop "
+                        f"drain's drain_limit={limit.group(1)} + 30 s: the kubelet kills the "
+                        "worker mid-drain")
+
+
+def check_zone_file(c, spec, path, w, problems):
+    """--zone="$(cat PATH)": PATH is on a volume that an initContainer writes."""
+    mount = next((m for m in c.get("volumeMounts") or []
+                  if path.startswith(str(m.get("mountPath", "")).rstrip("/") + "/")), None)
+    if mount is None:
+        problems.add(w, f"--zone reads {path}, which is on no volume the container mounts")
+        return
+    writers = [i for i in spec.get("initContainers") or []
+               for m in i.get("volumeMounts") or []
+               if m.get("name") == mount.get("name") and not m.get("readOnly")]
+    if not writers:
+        problems.add(w, f"--zone reads {path}, which no initContainer writes (none mounts "
+                        f"volume {mount.get('name')!r} writable)")
+
+
+def api_token_in(c, spec, service_accounts):
+    """Why the container holds a Kubernetes API token, or None."""
+    auto = spec.get("automountServiceAccountToken")
+    if auto is None:
+        sa = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
+        auto = (service_accounts.get(sa) or {}).get("automountServiceAccountToken")
+    if auto is not False:
+        return "its pod mounts the ServiceAccount's token (set automountServiceAccountToken: false)"
+    token_volumes = {v.get("name") for v in spec.get("volumes") or []
+                     if any("serviceAccountToken" in (src or {})
+                            for src in (v.get("projected") or {}).get("sources") or [])}
+    for m in c.get("volumeMounts") or []:
+        if m.get("name") in token_volumes:
+            return f"it mounts a ServiceAccount token (volume {m.get('name')})"
+    return None
+
+
+def check_rbac(objects, workloads, problems):
+    """ServiceAccounts, roles and bindings refer to each other, and roles stay narrow."""
+    accounts = {(o.get("metadata") or {}).get("name") for o in objects
+                if o.get("kind") == "ServiceAccount"}
+    roles = {(o.get("kind"), (o.get("metadata") or {}).get("name")) for o in objects
+             if o.get("kind") in ("Role", "ClusterRole")}
+    bound = set()
+    for w in workloads:
+        sa = (pod_spec_of(w) or {}).get("serviceAccountName")
+        if sa and sa != "default" and sa not in accounts:
+            problems.add(f"{w.get('kind')}/{(w.get('metadata') or {}).get('name')}",
+                         f"serviceAccountName {sa!r} is not a ServiceAccount in the manifests")
+    for o in objects:
+        kind, name = o.get("kind"), (o.get("metadata") or {}).get("name")
+        if kind in ("RoleBinding", "ClusterRoleBinding"):
+            ref = o.get("roleRef") or {}
+            target = (ref.get("kind"), ref.get("name"))
+            bound.add(target)
+            if target not in roles or (kind == "ClusterRoleBinding" and ref.get("kind") != "ClusterRole"):
+                problems.add(f"{kind}/{name}", f"roleRef {ref.get('kind')}/{ref.get('name')} is not "
+                                               f"a {'ClusterRole' if kind == 'ClusterRoleBinding' else 'Role or ClusterRole'} "
+                                               "in the manifests")
+            for subject in o.get("subjects") or []:
+                if subject.get("kind") != "ServiceAccount":
+                    continue
+                if subject.get("name") not in accounts:
+                    problems.add(f"{kind}/{name}", f"subject ServiceAccount {subject.get('name')!r} is "
+                                                   "not a ServiceAccount in the manifests")
+                if kind == "ClusterRoleBinding" and not subject.get("namespace"):
+                    problems.add(f"{kind}/{name}", f"subject ServiceAccount {subject.get('name')!r} "
+                                                   "has no namespace")
+        if kind in ("Role", "ClusterRole"):
+            for rule in o.get("rules") or []:
+                for field in ("apiGroups", "resources", "verbs"):
+                    if "*" in (rule.get(field) or []):
+                        problems.add(f"{kind}/{name}", f"grants '*' in {field}: name what it needs")
+    for kind, name in sorted(roles - bound):
+        problems.add(f"{kind}/{name}", "no binding in the manifests grants it")
 
 
 def selects(selector, labels):
@@ -442,6 +607,8 @@ def check_rules(objects, problems):
     secrets = secret_values(objects)
     workloads = [o for o in objects if o.get("kind") in WORKLOAD_KINDS]
     services = {(o.get("metadata") or {}).get("name"): o for o in objects if o.get("kind") == "Service"}
+    accounts = {(o.get("metadata") or {}).get("name"): o for o in objects
+                if o.get("kind") == "ServiceAccount"}
     for o in workloads:
         where = f"{o.get('kind')}/{(o.get('metadata') or {}).get('name')}"
         spec = pod_spec_of(o) or {}
@@ -452,6 +619,15 @@ def check_rules(objects, problems):
             check_container(dict(c, _init=True), pod_sc, where, secrets, problems)
         for c in spec.get("containers") or []:
             check_container(c, pod_sc, where, secrets, problems)
+            daemon = daemon_of(c)
+            if daemon is None:
+                continue
+            why = api_token_in(c, spec, accounts)
+            if why:
+                problems.add(f"{where} container {c.get('name', '?')}",
+                             f"{daemon} can reach the Kubernetes API: {why}")
+            if daemon == "tessera-worker":
+                check_worker(c, spec, where, problems)
         if o.get("kind") == "StatefulSet":
             svc = (o.get("spec") or {}).get("serviceName")
             if svc not in services:
@@ -481,6 +657,7 @@ def check_rules(objects, problems):
             if not any(selects(sel, pod_labels_of(w)) for w in workloads):
                 problems.add(f"NetworkPolicy/{name}", "its podSelector matches no workload")
     check_metrics_policies(objects, workloads, problems)
+    check_rbac(objects, workloads, problems)
     return workloads
 
 

@@ -109,6 +109,52 @@ broken advertises-pod-ip worker.yaml \
   '              value: "$(POD_NAME).tessera-worker.$(POD_NAMESPACE).svc.cluster.local:7071"|||              valueFrom: {fieldRef: {fieldPath: status.podIP}}' 'advertises its pod IP'
 broken missing-service worker.yaml \
   'serviceName: tessera-worker|||serviceName: tessera-workers' 'is not a Service'
+# The workers' zone and preStop drain ($(...) and $VAR: the pod's shell's).
+# shellcheck disable=SC1003,SC2016
+broken no-zone worker.yaml \
+  '                --zone="$(cat /run/tessera/zone)" \
+|||' 'no --zone'
+# shellcheck disable=SC2016
+broken bad-zone worker.yaml \
+  '--zone="$(cat /run/tessera/zone)"|||--zone=eu-west-1a@2' 'is not a zone'
+broken zone-not-written worker.yaml \
+  '- {name: run, mountPath: /run/tessera}|||- {name: run, mountPath: /run/tessera, readOnly: true}' \
+  'which no initContainer writes'
+# shellcheck disable=SC2016
+broken no-prestop-drain worker.yaml \
+  'admin worker drain "$POD_NAME"|||admin worker cordon "$POD_NAME"' 'no preStop hook that drains it'
+# shellcheck disable=SC2016
+broken drains-another-worker worker.yaml \
+  'admin worker drain "$POD_NAME"|||admin worker drain "$HOSTNAME"' "not this worker's --name"
+# shellcheck disable=SC2016
+broken drain-without-token worker.yaml \
+  '                        --tls_key=/etc/tessera/tls/tls.key --token_file=/etc/tessera/drain/token "$@"|||                        --tls_key=/etc/tessera/tls/tls.key "$@"' \
+  'the preStop drain has no --token_file'
+broken drain-unbounded worker.yaml \
+  'drain_limit=540|||limit=540' 'the preStop drain has no bound'
+broken grace-below-drain worker.yaml \
+  'terminationGracePeriodSeconds: 600|||terminationGracePeriodSeconds: 300' 'kills the worker mid-drain'
+# RBAC: the zone initContainer's ServiceAccount, ClusterRole and binding.
+broken missing-service-account worker.yaml \
+  'serviceAccountName: tessera-worker|||serviceAccountName: tessera-workers' 'is not a ServiceAccount in the manifests'
+broken binding-to-missing-role worker.yaml \
+  '  name: tessera-worker-nodes
+subjects:|||  name: tessera-nodes
+subjects:' 'roleRef ClusterRole/tessera-nodes is not a ClusterRole'
+broken binding-to-missing-account worker.yaml \
+  '{kind: ServiceAccount, name: tessera-worker, namespace: default}|||{kind: ServiceAccount, name: tessera, namespace: default}' \
+  "subject ServiceAccount 'tessera' is not a ServiceAccount"
+broken subject-without-namespace worker.yaml \
+  '{kind: ServiceAccount, name: tessera-worker, namespace: default}|||{kind: ServiceAccount, name: tessera-worker}' \
+  'has no namespace'
+broken role-wildcard worker.yaml \
+  '    verbs: [get]|||    verbs: ["*"]' "grants '*' in verbs"
+broken worker-automounts-token worker.yaml \
+  'automountServiceAccountToken: false|||automountServiceAccountToken: true' 'can reach the Kubernetes API'
+broken worker-mounts-token worker.yaml \
+  '            - {name: run, mountPath: /run/tessera, readOnly: true}|||            - {name: run, mountPath: /run/tessera, readOnly: true}
+            - {name: kube-api, mountPath: /var/run/secrets/kubernetes.io/serviceaccount, readOnly: true}' \
+  'it mounts a ServiceAccount token (volume kube-api)'
 
 # verifies CA FILE PURPOSE [NAME]: FILE chains to CA for PURPOSE (sslserver,
 # sslclient) and, given NAME, matches it (an IP address or a DNS name).
@@ -181,6 +227,10 @@ make_secrets_checks() {
   verifies "$d/ca.crt" "$d/user.crt" sslclient || problems+=("user: not a TLS client")
   grep -qx "tessera-worker-\* worker $(cat "$d/tessera-worker.token")" "$d/tokens" ||
     problems+=("no principal tessera-worker-* with the workers' token")
+  grep -qx "tessera-drain admin $(cat "$d/tessera-drain.token")" "$d/tokens" ||
+    problems+=("no principal tessera-drain (admin) with the drain token")
+  [ "$(stat -c %a "$d/tessera-drain.token")" = 600 ] || problems+=("tessera-drain.token is not 600")
+  [ -z "$(grep -v '^#' "$d/tokens" | cut -d' ' -f3 | sort | uniq -d)" ] || problems+=("secrets repeat in tokens")
   if ! out=$($PY check.py . "$d/secrets.yaml" 2>&1); then
     problems+=("the base with make-secrets.sh's Secrets fails: $out")
   fi

@@ -20,6 +20,10 @@
 # advertise, and one principal `tessera-worker-*` (every pod of the
 # StatefulSet is named tessera-worker-I). CLUSTER_DOMAIN is
 # $TESSERA_CLUSTER_DOMAIN, default cluster.local.
+#
+# One more principal, `tessera-drain` (role admin; OUTDIR/tessera-drain.token):
+# the workers' preStop hook drains its worker with it (`tessera worker
+# drain`), and a worker's new pod undoes that drain.
 set -euo pipefail
 
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
@@ -37,6 +41,11 @@ for name in $(svc tessera-coordinator); do coordinator_sans+=(--coordinator-san 
 "$HERE/../make-certs.sh" "$OUT" --workers 0 --worker-group tessera-worker \
   "${coordinator_sans[@]}" \
   --worker-san "*.tessera-worker.$NS.svc" --worker-san "*.tessera-worker.$NS.svc.$DOMAIN" >/dev/null
+(
+  umask 077
+  openssl rand -hex 32 | tr -d '\n' >"$OUT/tessera-drain.token"
+  echo "tessera-drain admin $(cat "$OUT/tessera-drain.token")" >>"$OUT/tokens"
+)
 
 b64() { base64 -w0 <"$OUT/$1"; }
 tls_secret() {  # tls_secret SECRET_NAME FILE
@@ -75,6 +84,14 @@ metadata:
 type: Opaque
 data:
   token: $(b64 tessera-worker.token)
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: tessera-drain-token
+type: Opaque
+data:
+  token: $(b64 tessera-drain.token)
 EOF
   } >"$OUT/secrets.yaml"
 )
