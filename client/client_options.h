@@ -33,6 +33,12 @@ struct ClientOptions {
   // out of "auto"; so does TLS (UCX would carry the bytes outside it),
   // unless the fabric is trusted.
   std::string transport = "auto";
+  // A read with another replica to go to waits for one replica at most
+  // replica_timeout plus its bytes at replica_min_bytes_per_second, then
+  // goes on to the next (a hung worker looks alive until its lease ends).
+  // The last replica gets data_timeout.
+  absl::Duration replica_timeout = absl::Seconds(1);
+  int64_t replica_min_bytes_per_second = int64_t{64} << 20;
   // This reader's zone: reads prefer replicas on this host, then on
   // workers of this zone (a worker's --zone), then the least busy.
   // Empty: $TESSERA_ZONE.

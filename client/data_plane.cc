@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -129,6 +130,21 @@ RemoteShard ShardAt(const TensorMetadata& meta, size_t index,
 
 namespace {
 
+// How long a read of `bytes` may wait for one replica when another could
+// serve it (ClientOptions::replica_timeout).
+absl::Time ReplicaDeadline(const Connection& connection, int64_t bytes) {
+  const ClientOptions& o = connection.options();
+  const double rate =
+      static_cast<double>(std::max<int64_t>(1, o.replica_min_bytes_per_second));
+  return absl::Now() + o.replica_timeout +
+         absl::Seconds(static_cast<double>(bytes) / rate);
+}
+
+// Whether `locations` has an available replica after the one at `i`.
+bool AnotherAfter(const ShardLocations& locations, size_t i) {
+  return i + 1 < locations.size() && locations[i + 1].available;
+}
+
 // Reads `in_shard` (shard coordinates) of shard `index` into `target`, from
 // the first of `locations` (Readable's) that serves it.
 absl::Status ReadShardBox(Connection& connection, const TensorMetadata& meta,
@@ -136,12 +152,21 @@ absl::Status ReadShardBox(Connection& connection, const TensorMetadata& meta,
                           const Box& in_shard, const ReadTarget& target) {
   absl::Status status = absl::UnavailableError(
       absl::StrCat("no replica of shard ", index, " is available"));
-  for (const ShardLocation& location : locations) {
+  for (size_t i = 0; i < locations.size(); ++i) {
+    const ShardLocation& location = locations[i];
     if (!location.available) break;  // the rest are unavailable too
     const RemoteShard shard = ShardAt(meta, index, location);
-    status = RetryOnFreshChannel(connection, location.address, [&] {
+    auto read = [&] {
       return connection.data_plane().Read(shard, in_shard, target);
-    });
+    };
+    if (AnotherAfter(locations, i)) {
+      // Another replica can serve it: one bounded try here, no retries.
+      const ScopedCallDeadline bounded(ReplicaDeadline(
+          connection, in_shard.NumElements() * shard.item_bytes));
+      status = read();
+    } else {
+      status = RetryOnFreshChannel(connection, location.address, read);
+    }
     if (status.ok()) return status;
     status = ExplainRead(status, meta, index, location);
   }
@@ -261,6 +286,7 @@ absl::Status GatherRows(Connection& connection, const TensorMetadata& meta,
   struct Share {
     size_t shard_index;
     size_t first_row;  // index into plan.rows of the entry's first row
+    bool has_other;    // another available replica could serve it
   };
   std::map<std::string, std::pair<std::vector<ShardRows>, std::vector<Share>>>
       by_worker;
@@ -282,7 +308,7 @@ absl::Status GatherRows(Connection& connection, const TensorMetadata& meta,
     entry.rows.reserve(hi - lo);
     for (size_t r = lo; r < hi; ++r)
       entry.rows.push_back(plan.rows[r] - box.offsets[0]);
-    shares.push_back({i, lo});
+    shares.push_back({i, lo, AnotherAfter(locations, 0)});
   }
   std::vector<std::function<absl::Status()>> tasks;
   for (auto& [address, work] : by_worker) {
@@ -313,9 +339,23 @@ absl::Status GatherRows(Connection& connection, const TensorMetadata& meta,
                              out_shape, offsets, static_cast<size_t>(item));
         }
       };
-      absl::Status status = RetryOnFreshChannel(connection, address, [&] {
+      // Bounded when every share could go on elsewhere (a hung worker).
+      auto read = [&] {
         return connection.data_plane().ReadRows(entries, sink);
-      });
+      };
+      absl::Status status;
+      if (std::all_of(shares.begin(), shares.end(),
+                      [](const Share& s) { return s.has_other; })) {
+        int64_t bytes = 0;
+        for (const ShardRows& entry : entries) {
+          bytes += static_cast<int64_t>(entry.rows.size()) *
+                   RowBytes(entry.shard.shape, item);
+        }
+        const ScopedCallDeadline bounded(ReplicaDeadline(connection, bytes));
+        status = read();  // one try: the other replicas can serve it
+      } else {
+        status = RetryOnFreshChannel(connection, address, read);
+      }
       if (status.ok()) return status;
       status = ExplainRead(status, meta, shares.front().shard_index,
                            entries.front().shard.location);
@@ -327,9 +367,16 @@ absl::Status GatherRows(Connection& connection, const TensorMetadata& meta,
         absl::StatusOr<ShardLocations> others =
             Readable(connection, meta, index);
         if (!others.ok()) return status;
-        for (const ShardLocation& location : *others) {
+        for (size_t j = 0; j < others->size(); ++j) {
+          const ShardLocation& location = (*others)[j];
           if (!location.available) break;  // the rest are unavailable too
           if (location.address == address) continue;
+          std::optional<ScopedCallDeadline> bounded_share;
+          if (AnotherAfter(*others, j)) {
+            bounded_share.emplace(ReplicaDeadline(
+                connection, static_cast<int64_t>(entries[e].rows.size()) *
+                                RowBytes(entries[e].shard.shape, item)));
+          }
           std::vector<ShardRows> one(1);
           one[0].shard = ShardAt(meta, index, location);
           one[0].rows = entries[e].rows;

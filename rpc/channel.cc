@@ -171,6 +171,13 @@ ScopedCallDeadline::~ScopedCallDeadline() { current_call_deadline = previous_; }
 
 absl::Time ScopedCallDeadline::Current() { return current_call_deadline; }
 
+absl::Duration CallTimeout(absl::Duration timeout) {
+  const absl::Time deadline = current_call_deadline;
+  if (deadline == absl::InfiniteFuture()) return timeout;
+  return std::max(absl::ZeroDuration(),
+                  std::min(timeout, deadline - absl::Now()));
+}
+
 void DisableLockDebuggingOnce() {
   static absl::once_flag once;
   absl::call_once(once, [] {

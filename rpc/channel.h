@@ -174,6 +174,11 @@ class ScopedCallDeadline {
   const absl::Time previous_;
 };
 
+// `timeout`, cut to this thread's ScopedCallDeadline (never below zero):
+// every transport times its calls with it, so that a read with another
+// replica to go to can give one replica only so long (a hung worker).
+absl::Duration CallTimeout(absl::Duration timeout);
+
 // One channel per address, created on first use with the cache's options.
 // With `max_channels` > 0 it keeps at most that many, dropping the least
 // recently used (calls in flight keep their channel until they end), so a

@@ -110,7 +110,11 @@ class Readers {
           const HostArray& want, int threads) {
     for (int t = 0; t < threads; ++t) {
       threads_.emplace_back([=, &want] {
-        auto client = Client::Connect(coordinator);
+        // Half the readers over gRPC: every read asks the worker itself
+        // (shared memory keeps serving a hung worker's mapped shards).
+        ClientOptions options;
+        if (t % 2 == 1) options.transport = "grpc";
+        auto client = Client::Connect(coordinator, options);
         if (!client.ok()) {
           ++failed_;
           return;
@@ -213,11 +217,18 @@ TEST(ReplicaRepairTest, AHungWorkerIsRepairedAndGivesUpItsSurplusWhenItWakes) {
   spec.replicas = 2;
   ASSERT_OK(client->Put("hung", data, spec));
 
+  // Hung, not dead: its lease runs on, and reads go to the other replica
+  // after ClientOptions::replica_timeout instead of waiting for it.
+  Readers readers((*cluster)->coordinator_address(), "hung", data, 4);
+  absl::SleepFor(absl::Milliseconds(300));
   ASSERT_EQ(kill((*cluster)->worker_pid(0), SIGSTOP), 0);
   const bool repaired =
       Eventually([&] { return FullyReplicated(*client, "hung", 2, {"w0"}); });
+  readers.Stop();
   ASSERT_EQ(kill((*cluster)->worker_pid(0), SIGCONT), 0);
   ASSERT_TRUE(repaired) << (*cluster)->coordinator_log();
+  EXPECT_GT(readers.reads(), 0);
+  EXPECT_EQ(readers.failed(), 0) << readers.last_error();
   // Awake again, w0 holds replicas nothing references any more: freed.
   EXPECT_TRUE(Eventually([&] {
     auto w = WorkersByName(*client)["w0"];

@@ -364,7 +364,7 @@ absl::Status GrpcTransport::Read(const RemoteShard& shard, const Box& box,
                                  const ReadTarget& target) {
   return ReadRegion(channels_->Get(shard.location.address),
                     shard.location.shard_id, box, shard.item_bytes,
-                    options_.timeout,
+                    CallTimeout(options_.timeout),
                     SinkToTarget(box, shard.item_bytes, target), "",
                     shard.location.capability);
 }
@@ -384,7 +384,7 @@ absl::Status GrpcTransport::Write(const RemoteShard& shard,
                            static_cast<int64_t>(dst.size()) / shard.item_bytes,
                            dst.data(), item);
       },
-      options_.timeout, "", shard.location.capability);
+      CallTimeout(options_.timeout), "", shard.location.capability);
 }
 
 absl::Status GrpcTransport::ReadRows(absl::Span<const ShardRows> entries,
@@ -405,7 +405,7 @@ absl::Status GrpcTransport::ReadRows(absl::Span<const ShardRows> entries,
   auto send = [&]() -> absl::Status {
     if (slots.empty()) return absl::OkStatus();
     grpc::ClientContext context;
-    SetDeadline(&context, options_.timeout);
+    SetDeadline(&context, CallTimeout(options_.timeout));
     PresentCapability(&context, first.capability);
     v1::ReadRowsResponse response;
     TESSERA_RETURN_IF_ERROR(
@@ -479,7 +479,7 @@ absl::Status GrpcTransport::WriteBox(const RemoteShard& shard, const Box& box,
                            static_cast<int64_t>(dst.size()) / shard.item_bytes,
                            dst.data(), item);
       },
-      options_.timeout, "", shard.location.capability, &box);
+      CallTimeout(options_.timeout), "", shard.location.capability, &box);
 }
 
 }  // namespace tessera

@@ -640,7 +640,7 @@ absl::Status SharedMemoryTransport::Read(const RemoteShard& shard,
     staged_shards_.insert(key);
   }
   StagedReadOptions staged;
-  staged.timeout = options_.timeout;
+  staged.timeout = CallTimeout(options_.timeout);
   staged.mappings = &staging_mappings_;
   // A sink takes its ranges in order, from one thread.
   if (!target.is_host_array()) staged.max_streams = 1;
@@ -655,7 +655,8 @@ absl::Status SharedMemoryTransport::ReadMapped(const RemoteShard& shard,
     TESSERA_ASSIGN_OR_RETURN(
         std::shared_ptr<const ShardMapping> mapping,
         cache_->Map(at.address, channels_->Get(at.address), at.shard_id,
-                    shard.item_bytes, options_.timeout, at.capability));
+                    shard.item_bytes, CallTimeout(options_.timeout),
+                    at.capability));
     TESSERA_RETURN_IF_ERROR(CopyBoxFromMapping(*mapping, shard.shape, box,
                                                target, shard.item_bytes));
     return CheckStillHeld(*mapping, at.shard_id);
@@ -663,7 +664,7 @@ absl::Status SharedMemoryTransport::ReadMapped(const RemoteShard& shard,
   TESSERA_ASSIGN_OR_RETURN(
       std::unique_ptr<ShardMapping> mapping,
       MapBox(pool_.get(), channels_->Get(at.address), at.shard_id, box,
-             shard.item_bytes, options_.timeout, at.capability));
+             shard.item_bytes, CallTimeout(options_.timeout), at.capability));
   TESSERA_RETURN_IF_ERROR(
       CopyBoxFromMapping(*mapping, shard.shape, box, target, shard.item_bytes));
   return CheckStillHeld(*mapping, at.shard_id);
@@ -682,9 +683,11 @@ absl::Status SharedMemoryTransport::ReadStagedRows(size_t e,
   // staged once, its rows handed on from there. A large (GPU) one is left
   // to the worker's own row gather.
   if (bytes > kMaxStagedRowsShardBytes) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "shard ", shard.location.shard_id, " is not in shared memory and "
-        "too large to stage whole for ", entry.rows.size(), " rows"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard ", shard.location.shard_id,
+                     " is not in shared memory and "
+                     "too large to stage whole for ",
+                     entry.rows.size(), " rows"));
   }
   for (int64_t row : entry.rows) {
     // Out of range: the worker's own answer comes from gRPC.
@@ -714,7 +717,8 @@ absl::Status SharedMemoryTransport::Write(const RemoteShard& shard,
   TESSERA_ASSIGN_OR_RETURN(
       std::unique_ptr<ShardMapping> mapping,
       MapShardForWrite(channels_->Get(at.address), at.shard_id,
-                       shard.item_bytes, options_.timeout, at.capability));
+                       shard.item_bytes, CallTimeout(options_.timeout),
+                       at.capability));
   TESSERA_RETURN_IF_ERROR(
       CopyShardToMapping(*mapping, shard.shape, source, shard.item_bytes));
   return CheckStillHeld(*mapping, at.shard_id);
@@ -729,9 +733,9 @@ absl::Status SharedMemoryTransport::ReadRows(
   for (size_t e = 0; e < entries.size(); ++e) {
     const RemoteShard& shard = entries[e].shard;
     const ShardLocation& at = shard.location;
-    absl::StatusOr<std::shared_ptr<const ShardMapping>> mapped =
-        cache_->Map(at.address, channels_->Get(at.address), at.shard_id,
-                    shard.item_bytes, options_.timeout, at.capability);
+    absl::StatusOr<std::shared_ptr<const ShardMapping>> mapped = cache_->Map(
+        at.address, channels_->Get(at.address), at.shard_id, shard.item_bytes,
+        CallTimeout(options_.timeout), at.capability);
     if (IsStagedShard(mapped.status())) {
       TESSERA_RETURN_IF_ERROR(ReadStagedRows(e, entries[e], sink));
       continue;

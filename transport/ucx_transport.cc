@@ -1182,7 +1182,7 @@ absl::Status UcxTransport::Lane::WithKey(
 
 absl::Status UcxTransport::Lane::Read(const RemoteShard& shard, const Box& box,
                                       const ReadTarget& target) {
-  deadline_ = absl::Now() + options_.timeout;
+  deadline_ = absl::Now() + CallTimeout(options_.timeout);
   const ShardLocation& at = shard.location;
   const std::string where =
       absl::StrCat("reading shard ", at.shard_id, " from ", at.worker, " (",
@@ -1198,7 +1198,7 @@ absl::Status UcxTransport::Lane::Read(const RemoteShard& shard, const Box& box,
 
 absl::Status UcxTransport::Lane::ReadRows(absl::Span<const ShardRows> entries,
                                           const RowSink& sink) {
-  deadline_ = absl::Now() + options_.timeout;
+  deadline_ = absl::Now() + CallTimeout(options_.timeout);
   for (size_t e = 0; e < entries.size(); ++e) {
     const RemoteShard& shard = entries[e].shard;
     const ShardLocation& at = shard.location;
@@ -1252,7 +1252,7 @@ absl::Status UcxTransport::Lane::ReadRows(absl::Span<const ShardRows> entries,
 
 absl::Status UcxTransport::Lane::Write(const RemoteShard& shard,
                                        const WriteSource& source) {
-  deadline_ = absl::Now() + options_.timeout;
+  deadline_ = absl::Now() + CallTimeout(options_.timeout);
   const ShardLocation& at = shard.location;
   const std::string where =
       absl::StrCat("writing shard ", at.shard_id, " to ", at.worker, " (",
@@ -1377,7 +1377,7 @@ absl::Status UcxTransport::Lane::Write(const RemoteShard& shard,
         where, ": UCX cannot reach the worker: ", status.message()));
   }
   grpc::ClientContext context;
-  SetDeadline(&context, options_.timeout);
+  SetDeadline(&context, CallTimeout(options_.timeout));
   PresentCapability(&context, at.capability);
   v1::UcxFinishWriteRequest request;
   request.set_shard_id(at.shard_id);
