@@ -229,7 +229,8 @@ absl::Status GatherRegion(Connection& connection, const TensorMetadata& meta,
 
 absl::Status ScatterTensor(Connection& connection, const TensorMetadata& meta,
                            const char* src) {
-  // Every replica of every shard (WriteLocations), grouped by worker.
+  // Where each shard is written (WriteLocations: its first replica; the
+  // commit forwards to the others), grouped by worker.
   struct ShardWrite {
     size_t index;
     ShardLocation location;
@@ -409,7 +410,7 @@ absl::Status ScatterUpdate(Connection& connection, const TensorMetadata& meta,
     bool whole;
     ShardLocation location;
   };
-  // Every replica of every shard the update writes (WriteLocations),
+  // Each shard the update writes, where it is written (WriteLocations),
   // grouped by worker.
   std::map<std::string, std::vector<Part>> by_worker;
   for (size_t i = 0; i < meta.shards.size(); ++i) {

@@ -366,7 +366,9 @@ absl::Status Client::CommitVersion(const std::string& name, uint64_t version,
   request.set_change_id(change);
   request.set_abandon(abandon);
   v1::CommitTensorResponse response;
-  return Call(ControlCall(*connection_, /*idempotent=*/false),
+  // A commit forwards the written replicas' bytes to the others.
+  return Call(abandon ? ControlCall(*connection_, /*idempotent=*/false)
+                      : LongControlCall(*connection_),
               [&](grpc::ClientContext* context) {
                 return connection_->coordinator()->CommitTensor(
                     context, request, &response);

@@ -37,6 +37,7 @@ TensorLimits LimitsOf(const CoordinatorOptions& options) {
       std::min<int64_t>(options.max_reply_bytes, kMaxMessageBytes);
   out.max_workers = options.max_workers;
   out.plan_budget = options.plan_budget;
+  out.forward = options.replica_forward;
   return out;
 }
 

@@ -98,6 +98,9 @@ struct CoordinatorOptions {
   // The most bytes per second repairs copy, on average (0: no limit).
   int64_t repair_bytes_per_second = 0;
   bool repair = true;  // false: never repair (tests of the unrepaired state)
+  // How a commit copies what a client wrote to a shard's first replica to
+  // the others (bench/RESULTS.md compares the two).
+  ReplicaForward replica_forward = ReplicaForward::kFanOut;
 };
 
 // The TensorLimits `options` set (max_reply_bytes clamped to

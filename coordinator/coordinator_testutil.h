@@ -89,9 +89,8 @@ class ControlledStore : public MetadataStore {
     {
       absl::MutexLock lock(&mu_);
       blocked_ = held_;
-      auto released = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !held_;
-      };
+      auto released = [this]()
+                          ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !held_; };
       mu_.Await(absl::Condition(&released));
       blocked_ = false;
       ++appends_;

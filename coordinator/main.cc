@@ -82,6 +82,10 @@ ABSL_FLAG(absl::Duration, pending_timeout,
 ABSL_FLAG(int64_t, repair_bytes_per_second, 0,
           "the most bytes per second that repairs copy from surviving "
           "replicas to new ones, on average (0: no limit)");
+ABSL_FLAG(std::string, replica_forward, "fanout",
+          "how a commit copies a written shard from its first replica to the "
+          "others: fanout (all pull from the first at once) or chain (each "
+          "from the one before it)");
 ABSL_FLAG(bool, repair, true,
           "copy the shards of dead and draining workers from surviving "
           "replicas to other workers until each has its R replicas again");
@@ -141,6 +145,13 @@ int Run() {
   options.repair_bytes_per_second =
       absl::GetFlag(FLAGS_repair_bytes_per_second);
   options.repair = absl::GetFlag(FLAGS_repair);
+  const std::string forward = absl::GetFlag(FLAGS_replica_forward);
+  if (forward != "fanout" && forward != "chain") {
+    spdlog::error("--replica_forward={}: expected fanout or chain", forward);
+    return 2;
+  }
+  options.replica_forward =
+      forward == "chain" ? ReplicaForward::kChain : ReplicaForward::kFanOut;
   MetricsRegistry metrics;
   options.metrics = &metrics;
   const std::string listen = absl::GetFlag(FLAGS_listen);

@@ -359,64 +359,68 @@ absl::Status Orchestrator::AllocateShards(const TensorMetadata& meta,
                                           const InitSpec& init, bool writable,
                                           bool filled_by_copies) {
   // One batch per worker (every replica of every shard), all batches in
-  // parallel.
-  std::map<std::string, AllocateBatch> batches;  // by address
-  std::map<std::string, std::string> names;      // address -> worker name
+  // parallel. A written change's clients write only each shard's first
+  // replica; the others are filled by the commit's copies (ForwardReplicas),
+  // so they go in a batch of their own.
+  using Key = std::pair<std::string, bool>;  // address, a forwarded copy
+  std::map<Key, AllocateBatch> batches;
+  std::map<std::string, std::string> names;  // address -> worker name
   for (const ShardInfo& shard : meta.shards) {
-    for (const Replica& replica : shard.replicas) {
-      AllocateBatch& batch = batches[replica.address];
+    for (size_t r = 0; r < shard.replicas.size(); ++r) {
+      const Replica& replica = shard.replicas[r];
+      const bool copy = writable && r > 0;
+      AllocateBatch& batch = batches[{replica.address, copy}];
       if (batch.shards.empty()) {
         batch.tensor = meta.name;
         batch.version = meta.version;
         batch.incarnation = meta.incarnation;
-        batch.writable = writable;
-        batch.change = writable ? meta.change : 0;
-        batch.filled_by_copies = filled_by_copies;
+        batch.writable = writable && !copy;
+        batch.change = batch.writable ? meta.change : 0;
+        batch.filled_by_copies = filled_by_copies || copy;
         batch.dtype = meta.dtype;
         batch.tensor_shape = meta.shape;
-        batch.init = init;
+        batch.init = copy ? InitSpec{} : init;
         names[replica.address] = replica.worker;
       }
       batch.shards.emplace_back(replica.shard_id, shard.box);
     }
   }
-  std::vector<std::string> addresses;
-  for (const auto& [address, batch] : batches) addresses.push_back(address);
-  std::vector<absl::StatusOr<int64_t>> results(addresses.size(),
+  std::vector<Key> keys;
+  for (const auto& [key, batch] : batches) keys.push_back(key);
+  std::vector<absl::StatusOr<int64_t>> results(keys.size(),
                                                absl::UnknownError(""));
   std::vector<std::thread> threads;
-  threads.reserve(addresses.size());
-  for (size_t i = 0; i < addresses.size(); ++i) {
+  threads.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
     threads.emplace_back([&, i] {
       results[i] = workers_->Allocate(
-          WorkerRef{names[addresses[i]], addresses[i]}, batches[addresses[i]]);
+          WorkerRef{names[keys[i].first], keys[i].first}, batches[keys[i]]);
     });
   }
   for (std::thread& t : threads) t.join();
 
   absl::Status first_error;
-  for (size_t i = 0; i < addresses.size(); ++i) {
+  for (size_t i = 0; i < keys.size(); ++i) {
     if (results[i].ok()) {
-      registry_->SetBytesUsed(names[addresses[i]], *results[i]);
+      registry_->SetBytesUsed(names[keys[i].first], *results[i]);
     } else if (first_error.ok()) {
-      first_error = Annotate(
-          results[i].status(),
-          absl::StrCat("allocating ", batches[addresses[i]].shards.size(),
-                       " shard(s) of '", meta.name, "' on worker '",
-                       names[addresses[i]], "'"));
+      first_error =
+          Annotate(results[i].status(),
+                   absl::StrCat("allocating ", batches[keys[i]].shards.size(),
+                                " shard(s) of '", meta.name, "' on worker '",
+                                names[keys[i].first], "'"));
     }
   }
   if (first_error.ok()) return first_error;
   // Undo the batches that succeeded (a failed batch undid itself on its
   // worker).
-  for (size_t i = 0; i < addresses.size(); ++i) {
+  for (size_t i = 0; i < keys.size(); ++i) {
     if (!results[i].ok()) continue;
     std::vector<uint64_t> ids;
-    for (const auto& [id, box] : batches[addresses[i]].shards)
-      ids.push_back(id);
+    for (const auto& [id, box] : batches[keys[i]].shards) ids.push_back(id);
     absl::StatusOr<int64_t> freed =
-        workers_->Free(WorkerRef{names[addresses[i]], addresses[i]}, ids);
-    if (freed.ok()) registry_->SetBytesUsed(names[addresses[i]], *freed);
+        workers_->Free(WorkerRef{names[keys[i].first], keys[i].first}, ids);
+    if (freed.ok()) registry_->SetBytesUsed(names[keys[i].first], *freed);
   }
   return first_error;
 }
@@ -488,9 +492,47 @@ absl::Status Orchestrator::Commit(const std::string& name, uint64_t version,
   // The change's write grants die here: no write reaches its shards after
   // the commit, through any transport. A shard no longer held fails it.
   absl::Status status = SealShards(*start.seal);
+  // Every replica holds the bytes before the change commits; a replica
+  // that fails fails the commit (the client then abandons the change).
+  if (status.ok()) status = ForwardReplicas(*start.seal);
   if (status.ok()) status = log_->Wait(table_->RecordCommit(name));
   table_->FinishCommit(name, status);
   return status;
+}
+
+absl::Status Orchestrator::ForwardReplicas(const TensorMetadata& written) {
+  if (ReplicaCount(written) < 2) return absl::OkStatus();
+  TensorMetadata at = written;
+  FillWorkerState(&at);
+  const int64_t item = static_cast<int64_t>(ItemSize(at.dtype));
+  const int replicas = static_cast<int>(ReplicaCount(at));
+  // Fan-out: every further replica pulls from the first at once (one
+  // round). Chain: replica r pulls from replica r-1, R-1 rounds.
+  const int rounds =
+      limits_.forward == ReplicaForward::kChain ? replicas - 1 : 1;
+  for (int round = 0; round < rounds; ++round) {
+    ReshardPlan plan;
+    for (size_t i = 0; i < at.shards.size(); ++i) {
+      const ShardInfo& shard = at.shards[i];
+      const int64_t bytes = shard.box.NumElements() * item;
+      for (size_t r = 1; r < shard.replicas.size(); ++r) {
+        const bool chain = limits_.forward == ReplicaForward::kChain;
+        if (chain && r != static_cast<size_t>(round) + 1) continue;
+        ReshardPiece& piece = plan.pieces.emplace_back();
+        piece.src_shard = piece.dst_shard = i;
+        piece.src_replica = chain ? r - 1 : 0;
+        piece.dst_replica = r;
+        piece.global = shard.box;
+        piece.bytes = bytes;
+      }
+    }
+    if (plan.pieces.empty()) continue;
+    TESSERA_RETURN_IF_ERROR(
+        Annotate(MovePieces(at, at, plan),
+                 absl::StrCat("copying '", at.name, "' version ", at.version,
+                              " to its other replicas")));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Orchestrator::Abandon(const std::string& name, uint64_t version,
@@ -874,8 +916,9 @@ absl::StatusOr<StagedUpdate> Orchestrator::BeginUpdate(const UpdateArgs& args) {
       continue;
     }
     if (action == UpdateAction::kPatch) {
-      // Each replica starts as a copy of N's replica on its own worker.
-      for (size_t r = 0; r < shard.replicas.size(); ++r) {
+      // The first replica (the one its caller writes) starts as a copy of
+      // N's on its own worker; the commit forwards it to the others.
+      for (size_t r = 0; r < 1; ++r) {
         const Replica& source = sources.shards[j].replicas[r];
         if (!source.available) {
           return UnavailableError(absl::StrCat("cannot update '", args.name,

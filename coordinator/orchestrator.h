@@ -91,12 +91,17 @@ struct StagedUpdate {
 
 // How large one tensor's layout may be and how long the coordinator works
 // on one. CoordinatorOptions documents each (it sets them).
+// How a commit copies a written shard to its further replicas: all pull
+// from the first at once, or each from the one before it.
+enum class ReplicaForward { kFanOut, kChain };
+
 struct TensorLimits {
   int64_t max_shards = kMaxShardsPerTensor;
   int64_t max_metadata_bytes = int64_t{256} << 20;
   int64_t max_reply_bytes = kMaxMessageBytes;
   size_t max_workers = kDefaultMaxWorkers;
   absl::Duration plan_budget = absl::Seconds(30);
+  ReplicaForward forward = ReplicaForward::kFanOut;
 };
 
 // In-memory bytes the coordinator counts per shard of rank r:
@@ -203,6 +208,10 @@ class Orchestrator {
                               bool writable, bool filled_by_copies = false);
   // Frees shards on their workers (best effort; failures are logged).
   void FreeShards(const TensorMetadata& meta);
+  // Copies each shard of a written change from its first replica (the one
+  // its client wrote) to the others, per limits_.forward; the workers
+  // pull, all pairs in parallel.
+  absl::Status ForwardReplicas(const TensorMetadata& written);
   // Seals shards on their workers, all in parallel: the first failure.
   absl::Status SealShards(const TensorMetadata& meta);
   // The shards of a new version that are not taken over from the old one

@@ -22,8 +22,7 @@ TEST(ReconciliationTest, SortsEveryShardIntoFoundLostOrUnreferenced) {
 }
 
 TEST(ReconciliationTest, AnEmptyWorkerLosesEverythingItShouldHold) {
-  Reconciliation r =
-      ReconcileShards({4, 9}, {}, [](uint64_t) { return true; });
+  Reconciliation r = ReconcileShards({4, 9}, {}, [](uint64_t) { return true; });
   EXPECT_THAT(r.lost, ElementsAre(4u, 9u));
   EXPECT_THAT(r.found, IsEmpty());
   EXPECT_THAT(r.unreferenced, IsEmpty());

@@ -29,9 +29,9 @@ struct WorkerRef {
 // Shards of one tensor to allocate on one worker, all or none.
 struct AllocateBatch {
   std::string tensor;
-  uint64_t version = 0;   // the tensor version the shards belong to
+  uint64_t version = 0;      // the tensor version the shards belong to
   uint64_t incarnation = 0;  // the tensor's: grants must name it
-  bool writable = false;  // a put's shards: clients write them once
+  bool writable = false;     // a put's shards: clients write them once
   // The put or update writing them (writable only): write grants must name
   // it, and the commit seals them.
   uint64_t change = 0;

@@ -101,11 +101,9 @@ void NearestFirst(
 }
 
 ShardLocations WriteLocations(const TensorMetadata& meta, size_t index) {
-  const Replicas& replicas = meta.shards[index].replicas;
   ShardLocations out;
-  out.reserve(replicas.size());
-  for (size_t r = 0; r < replicas.size(); ++r)
-    out.push_back(LocationOf(meta, index, r));
+  if (!meta.shards[index].replicas.empty())
+    out.push_back(LocationOf(meta, index, 0));
   return out;
 }
 

@@ -137,9 +137,10 @@ void NearestFirst(
     ShardLocations* locations,
     const std::function<ReplicaNearness(const ShardLocation&)>& nearness);
 
-// The rule for writes: every replica a write of shard `index` must reach
-// (all of them, in replica order), with the capability the metadata
-// carries for each.
+// The rule for writes: where a client writes shard `index` — its first
+// replica alone, with the capability the metadata carries for it. The
+// coordinator forwards the bytes to the other replicas at the commit
+// (Orchestrator::Commit), so a client sends each byte once whatever R.
 ShardLocations WriteLocations(const TensorMetadata& meta, size_t index);
 
 // Workers holding each shard of `meta` (every shard has as many): 1 for a

@@ -89,6 +89,27 @@ bool Eventually(const std::function<bool()>& done,
   return done();
 }
 
+// Where every replica is and what each worker holds, for failure messages.
+std::string Layout(Client& client) {
+  std::string out;
+  for (const auto& [name, w] : WorkersByName(client))
+    absl::StrAppend(&out, name, (w.alive ? " alive " : " dead "), w.bytes_used,
+                    "\n");
+  auto tensors = client.List();
+  if (!tensors.ok()) return out;
+  for (const TensorInfo& t : *tensors) {
+    auto meta = client.Describe(t.name);
+    if (!meta.ok()) continue;
+    for (size_t i = 0; i < meta->shards.size(); ++i) {
+      absl::StrAppend(&out, t.name, "#", i, ":");
+      for (const Replica& r : meta->shards[i].replicas)
+        absl::StrAppend(&out, " ", r.worker, r.available ? "" : "(x)");
+      absl::StrAppend(&out, "\n");
+    }
+  }
+  return out;
+}
+
 int64_t BytesOf(Client& client, const std::string& worker) {
   auto workers = WorkersByName(client);
   auto it = workers.find(worker);
@@ -176,7 +197,10 @@ TEST(ReplicaRepairTest, AKilledWorkersShardsAreCopiedUntilRHoldsAgain) {
   // A tensor of one replica away from the workers that die is untouched.
   const HostArray lone = Iota(DType::kInt32, {30, 10}, 3);
   ASSERT_OK(client->Put("lone", lone, LayoutSpec::Chunk(0, Ranks({2, 3}))));
-  const int64_t before = AliveBytes(*client);
+  // Every replica of both tensors (a heartbeat may lag an allocation, so
+  // this is computed, not read).
+  const int64_t before = 2 * data.num_bytes + lone.num_bytes;
+  ASSERT_TRUE(Eventually([&] { return AliveBytes(*client) == before; }));
   const int64_t w0_bytes = BytesOf(*client, "w0");
   ASSERT_GT(w0_bytes, 0);
 
@@ -186,10 +210,12 @@ TEST(ReplicaRepairTest, AKilledWorkersShardsAreCopiedUntilRHoldsAgain) {
   ASSERT_TRUE(Eventually([&] {
     return FullyReplicated(*client, "weights", 2, {"w0"});
   })) << (*cluster)->coordinator_log();
-  // The survivors hold what they held plus exactly w0's bytes.
+  // The survivors hold what they held plus exactly w0's bytes: the repair
+  // copied those and nothing else.
   EXPECT_TRUE(Eventually([&] { return AliveBytes(*client) == before; }))
       << AliveBytes(*client) << " vs " << before << " (w0 held " << w0_bytes
-      << ")";
+      << ")\n"
+      << Layout(*client) << (*cluster)->coordinator_log();
 
   // A second worker dies after the repair: R holds again.
   (*cluster)->StopWorker(1, SIGKILL);
@@ -258,6 +284,39 @@ TEST(ReplicaRepairTest, RepairAfterACoordinatorRestartFindsWhatIsLeftToDo) {
     return FullyReplicated(*client, "triple", 3, {"w3"});
   })) << (*cluster)->coordinator_log();
   ASSERT_OK_AND_ASSIGN(HostArray got, client->Get("triple"));
+  EXPECT_TRUE(SameBytes(got, data));
+}
+
+TEST(ReplicaRepairTest, AClientWritesOnceAndEveryReplicaHoldsTheBytes) {
+  // Without repair, so that each read below is served by a replica the
+  // commit filled (not one a repair made).
+  TestClusterOptions options = ZonedCluster(4);
+  options.coordinator_flags.push_back("--repair=false");
+  auto cluster = TestCluster::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = Connect(**cluster);
+  ASSERT_NE(client, nullptr);
+  HostArray data = Iota(DType::kInt32, {64, 32}, 5);
+  LayoutSpec spec = LayoutSpec::Chunk(0, Ranks({0}));
+  spec.replicas = 3;
+  ASSERT_OK(client->Put("written", data, spec));
+  // An update of a region, then of the whole tensor: version 3.
+  const HostArray patch = Iota(DType::kInt32, {8, 32}, 6);
+  ASSERT_OK(client->Update("written", patch, Box{{10, 0}, {8, 32}}).status());
+  std::memcpy(data.data() + 10 * 32 * 4, patch.data(), patch.num_bytes);
+  ASSERT_OK_AND_ASSIGN(HostArray got, client->Get("written"));
+  ASSERT_TRUE(SameBytes(got, data));
+  ASSERT_OK_AND_ASSIGN(TensorMetadata meta, client->Describe("written"));
+  ASSERT_EQ(meta.shards[0].replicas.size(), 3u);
+  EXPECT_EQ(meta.shards[0].replicas[0].worker, "w0");
+  // The client wrote w0 alone; each other replica answers with the bytes
+  // once the ones before it are gone.
+  (*cluster)->StopWorker(0, SIGKILL);
+  ASSERT_OK_AND_ASSIGN(got, client->Get("written"));
+  EXPECT_TRUE(SameBytes(got, data));
+  const std::string second = meta.shards[0].replicas[1].worker;
+  (*cluster)->StopWorker(second[1] - '0', SIGKILL);
+  ASSERT_OK_AND_ASSIGN(got, client->Get("written"));
   EXPECT_TRUE(SameBytes(got, data));
 }
 
