@@ -94,13 +94,13 @@ struct CoordinatorOptions {
   // shards that lost a replica (a dead, forgotten or draining worker, or a
   // shard a worker lost) and copies them from a survivor; after a restart
   // it first waits one lease, so that live workers register again.
-  absl::Duration repair_interval = absl::Milliseconds(500);
+  absl::Duration repair_interval = absl::Milliseconds(200);
   // The most bytes per second repairs copy, on average (0: no limit).
   int64_t repair_bytes_per_second = 0;
   bool repair = true;  // false: never repair (tests of the unrepaired state)
   // How a commit copies what a client wrote to a shard's first replica to
   // the others (bench/RESULTS.md compares the two).
-  ReplicaForward replica_forward = ReplicaForward::kFanOut;
+  ReplicaForward replica_forward = ReplicaForward::kChain;
 };
 
 // The TensorLimits `options` set (max_reply_bytes clamped to

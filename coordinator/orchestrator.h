@@ -91,9 +91,11 @@ struct StagedUpdate {
 
 // How large one tensor's layout may be and how long the coordinator works
 // on one. CoordinatorOptions documents each (it sets them).
-// How a commit copies a written shard to its further replicas: all pull
-// from the first at once, or each from the one before it.
-enum class ReplicaForward { kFanOut, kChain };
+// How a commit copies a written shard to its further replicas: each from
+// the one before it (the default: every worker serves one copy, so no
+// worker's CPU or NIC carries R-1 of them; bench figure 14), or all from
+// the first at once.
+enum class ReplicaForward { kChain, kFanOut };
 
 struct TensorLimits {
   int64_t max_shards = kMaxShardsPerTensor;
@@ -101,7 +103,7 @@ struct TensorLimits {
   int64_t max_reply_bytes = kMaxMessageBytes;
   size_t max_workers = kDefaultMaxWorkers;
   absl::Duration plan_budget = absl::Seconds(30);
-  ReplicaForward forward = ReplicaForward::kFanOut;
+  ReplicaForward forward = ReplicaForward::kChain;
 };
 
 // In-memory bytes the coordinator counts per shard of rank r:

@@ -1,5 +1,6 @@
 // Crash harness: a seeded random sequence of create / put / reshard / update
-// (whole or regional) / rm on
+// (whole or regional) / rm, each with one or two replicas per shard, and
+// worker drains, on
 // a real durable cluster, with the coordinator killed (SIGKILL) at random
 // points — between requests and inside them — and sometimes a worker with
 // it; then a restart, and a model that checks after each restart:
@@ -11,7 +12,9 @@
 //     orphan, no missed free), within a few heartbeats.
 //
 // A worker killed with the coordinator comes back empty: the tensors with a
-// shard on it are lost, which the model checks is reported, then removes.
+// shard whose only replica was on it are lost, which the model checks is
+// reported, then removes; those with another replica are repaired and must
+// read back exactly. Every cycle starts with every worker uncordoned.
 //
 // Short by default (CI); the environment sets a longer run:
 //   TESSERA_CRASH_CYCLES (default 20), TESSERA_CRASH_SEED (default 1).
@@ -35,6 +38,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/tessera_client.h"
+#include "core/status_macros.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -75,6 +79,10 @@ class Harness {
     auto client = Client::Connect(cluster_->coordinator_address());
     EXPECT_TRUE(client.ok()) << client.status();
     if (!client.ok()) return false;
+    for (int i = 0; i < kWorkers; ++i) {
+      EXPECT_OK((*client)->SetWorkerState(cluster_->worker_name(i),
+                                          WorkerState::kReady));
+    }
     const int requests = 1 + static_cast<int>(random_() % 4);
     for (int i = 0; i + 1 < requests; ++i) RunOne(**client, /*kill=*/false);
     // The last request races the kill.
@@ -94,9 +102,17 @@ class Harness {
   int64_t leaked_bytes() const { return leaked_bytes_; }
   int64_t unacknowledged() const { return unacknowledged_; }
   int64_t lost_to_worker_kills() const { return lost_to_worker_kills_; }
+  int64_t drains() const { return drains_; }
 
  private:
   std::string NewName() { return absl::StrCat("t", next_name_++); }
+  // One replica (two thirds of the time) or two.
+  LayoutSpec RandomSpec() {
+    LayoutSpec spec = LayoutSpec::Chunk(static_cast<int64_t>(random_() % 2),
+                                        RandomPlacements());
+    spec.replicas = random_() % 3 == 0 ? 2 : 1;
+    return spec;
+  }
   std::vector<Placement> RandomPlacements() {
     std::vector<int> ranks;
     const int n = 1 + static_cast<int>(random_() % 4);
@@ -125,16 +141,19 @@ class Harness {
   // Sends one random request; with `kill`, kills the coordinator (and worker
   // `victim`, unless -1) at a random moment while it runs.
   void RunOne(Client& client, bool kill, int victim = -1) {
-    int op = static_cast<int>(random_() % 10);
+    int op = static_cast<int>(random_() % 11);
     if (model_.empty()) op = op % 2;  // create or put
+    if (op == 10) {
+      RunDrain(client, kill, victim);
+      return;
+    }
     std::string name;
     std::function<absl::Status()> call;
     std::optional<Expected> before, after;
     if (op <= 1 || op == 9) {
       name = NewName();
       const Shape shape = RandomShape();
-      const LayoutSpec spec = LayoutSpec::Chunk(
-          static_cast<int64_t>(random_() % 2), RandomPlacements());
+      const LayoutSpec spec = RandomSpec();
       Expected created;
       if (op == 0) {
         auto zeros = std::make_shared<HostArray>(
@@ -188,8 +207,7 @@ class Harness {
     } else if (op <= 5) {
       name = AnyName();
       before = model_.at(name);
-      const LayoutSpec spec = LayoutSpec::Chunk(
-          static_cast<int64_t>(random_() % 2), RandomPlacements());
+      const LayoutSpec spec = RandomSpec();
       call = [&client, name, spec] {
         return client.Reshard(name, spec).status();
       };
@@ -224,6 +242,40 @@ class Harness {
     }
   }
 
+  // Drains a random worker and waits until it holds nothing (the next
+  // cycle uncordons it); with `kill`, the coordinator dies meanwhile. A
+  // drain changes no tensor: the checks find every one as it was.
+  void RunDrain(Client& client, bool kill, int victim) {
+    const std::string worker =
+        cluster_->worker_name(static_cast<int>(random_() % kWorkers));
+    auto drain = [&client, worker]() -> absl::Status {
+      TESSERA_RETURN_IF_ERROR(
+          client.SetWorkerState(worker, WorkerState::kDraining));
+      const absl::Time deadline = absl::Now() + absl::Seconds(20);
+      while (absl::Now() < deadline) {
+        TESSERA_ASSIGN_OR_RETURN(std::vector<WorkerInfo> workers,
+                                 client.Workers());
+        for (const WorkerInfo& w : workers) {
+          if (w.name == worker && w.bytes_used == 0) return absl::OkStatus();
+        }
+        absl::SleepFor(absl::Milliseconds(50));
+      }
+      return absl::DeadlineExceededError("drain of " + worker);
+    };
+    absl::Status status;
+    if (!kill) {
+      status = drain();
+      if (!status.ok()) ADD_FAILURE() << "drain failed: " << status;
+    } else {
+      std::thread request([&] { status = drain(); });
+      absl::SleepFor(absl::Microseconds(random_() % 200000));
+      cluster_->StopCoordinator(SIGKILL);
+      if (victim >= 0) cluster_->StopWorker(victim, SIGKILL);
+      request.join();
+    }
+    if (status.ok()) ++drains_;
+  }
+
   void Set(const std::string& name, const std::optional<Expected>& state) {
     if (state.has_value()) {
       model_[name] = *state;
@@ -251,17 +303,22 @@ class Harness {
         auto meta = client.Describe(name);
         EXPECT_TRUE(meta.ok()) << name << ": " << meta.status();
         if (!meta.ok()) return false;
+        // Lost: a shard whose every replica was on it (others repair).
+        auto only_on_it = [&](const ShardInfo& s) {
+          for (const Replica& r : s.replicas) {
+            if (r.worker != worker) return false;
+          }
+          return true;
+        };
         bool on_it = false;
-        for (const ShardInfo& s : meta->shards)
-          on_it |= s.replicas[0].worker == worker;
+        for (const ShardInfo& s : meta->shards) on_it |= only_on_it(s);
         if (!on_it) continue;
         // Reads of a lost shard must fail, never return wrong bytes.
         if (meta->shards.size() > 0) {
           auto got = client.Get(name);
           const bool nonempty_lost = [&] {
             for (const ShardInfo& s : meta->shards) {
-              if (s.replicas[0].worker == worker && s.box.NumElements() > 0)
-                return true;
+              if (only_on_it(s) && s.box.NumElements() > 0) return true;
             }
             return false;
           }();
@@ -347,32 +404,49 @@ class Harness {
     return CheckBytes(client);
   }
 
-  // Every worker's bytes_used equals the bytes of the shards it should hold,
-  // within a few heartbeats (frees of retired versions and orphans).
+  // Every worker's bytes_used equals the bytes of the replicas it should
+  // hold, every shard has its R replicas, all available (repairs and drains
+  // done), within a lease and a few heartbeats (frees of retired versions
+  // and orphans, repairs after a restart).
   bool CheckBytes(Client& client) {
     std::map<std::string, int64_t> want;
-    for (int i = 0; i < kWorkers; ++i) want[cluster_->worker_name(i)] = 0;
-    for (const auto& [name, expected] : model_) {
-      auto meta = client.Describe(name);
-      EXPECT_TRUE(meta.ok()) << meta.status();
-      if (!meta.ok()) return false;
-      for (const ShardInfo& s : meta->shards) {
-        want[s.replicas[0].worker] +=
-            s.box.NumElements() * static_cast<int64_t>(ItemSize(meta->dtype));
-      }
-    }
     std::map<std::string, int64_t> got;
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    bool settled = false;
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
     while (true) {
+      want.clear();
+      for (int i = 0; i < kWorkers; ++i) want[cluster_->worker_name(i)] = 0;
+      settled = true;
+      for (const auto& [name, expected] : model_) {
+        auto meta = client.Describe(name);
+        EXPECT_TRUE(meta.ok()) << meta.status();
+        if (!meta.ok()) return false;
+        for (const ShardInfo& s : meta->shards) {
+          for (const Replica& r : s.replicas) {
+            settled = settled && r.available;
+            want[r.worker] += s.box.NumElements() *
+                              static_cast<int64_t>(ItemSize(meta->dtype));
+          }
+        }
+        // Each tensor reads back exactly whichever replicas serve it.
+        auto got_data = client.Get(name);
+        if (!got_data.ok() || !SameBytes(*got_data, *expected.data)) {
+          ADD_FAILURE() << "'" << name << "' does not read back exactly "
+                        << "after repairs: " << got_data.status();
+          ++lost_;
+          return false;
+        }
+      }
       got.clear();
       auto workers = client.Workers();
       if (workers.ok()) {
         for (const WorkerInfo& w : *workers) got[w.name] = w.bytes_used;
       }
-      if (got == want || absl::Now() > deadline) break;
+      if ((settled && got == want) || absl::Now() > deadline) break;
       absl::SleepFor(absl::Milliseconds(100));
     }
-    if (got == want) return true;
+    if (settled && got == want) return true;
+    if (!settled) ADD_FAILURE() << "a shard is still short of replicas";
     for (const auto& [name, bytes] : want) {
       leaked_bytes_ += got[name] - bytes;
       ADD_FAILURE() << "worker " << name << " uses " << got[name]
@@ -391,6 +465,7 @@ class Harness {
   int64_t lost_ = 0;
   int64_t leaked_bytes_ = 0;
   int64_t lost_to_worker_kills_ = 0;
+  int64_t drains_ = 0;
 };
 
 TEST(CrashHarnessTest, KillsAndRestartsLoseNothingAcknowledgedAndLeakNothing) {
@@ -415,11 +490,12 @@ TEST(CrashHarnessTest, KillsAndRestartsLoseNothingAcknowledgedAndLeakNothing) {
   }
   std::printf(
       "crash harness: seed %u, %d crash/restart cycles in %.0f s, %lld "
-      "changes acknowledged, %lld unacknowledged, %lld tensors lost with "
-      "killed workers (expected), %lld acknowledged changes lost, %lld bytes "
-      "leaked\n",
+      "changes acknowledged, %lld drains, %lld unacknowledged, %lld tensors "
+      "lost with killed workers (expected), %lld acknowledged changes lost, "
+      "%lld bytes leaked\n",
       seed, done, absl::ToDoubleSeconds(absl::Now() - start),
       static_cast<long long>(harness.acknowledged()),
+      static_cast<long long>(harness.drains()),
       static_cast<long long>(harness.unacknowledged()),
       static_cast<long long>(harness.lost_to_worker_kills()),
       static_cast<long long>(harness.lost()),
