@@ -5,6 +5,7 @@
 #include <functional>
 #include <iterator>
 #include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <thread>
@@ -619,7 +620,7 @@ absl::Status Orchestrator::MakeNewShards(
   out->move_start = absl::Now();
   if (!plan.pieces.empty()) {
     TESSERA_RETURN_IF_ERROR(Annotate(
-        MovePieces(sources, *next, plan),
+        MovePiecesFromAnyReplica(sources, *next, plan),
         absl::StrCat(what, " (version ", old_version, " is unchanged)")));
   }
   out->move_end = absl::Now();
@@ -866,7 +867,8 @@ absl::StatusOr<RepairResult> Orchestrator::Repair(const std::string& name) {
                               /*filled_by_copies=*/true),
                what));
   fresh.allocated = true;
-  TESSERA_RETURN_IF_ERROR(Annotate(MovePieces(sources, *new_meta, plan), what));
+  TESSERA_RETURN_IF_ERROR(
+      Annotate(MovePiecesFromAnyReplica(sources, *new_meta, plan), what));
   TESSERA_ASSIGN_OR_RETURN(MetadataLog::Ticket ticket,
                            table_->CommitReshard(old_meta, new_meta));
   const absl::Status recorded = log_->Wait(ticket);
@@ -990,18 +992,56 @@ bool OnSeparateGpus(
 
 }  // namespace
 
+absl::Status Orchestrator::MovePiecesFromAnyReplica(
+    const TensorMetadata& old_meta, const TensorMetadata& new_meta,
+    const ReshardPlan& plan) {
+  std::vector<size_t> failed;
+  const absl::Status moved = MovePieces(old_meta, new_meta, plan, &failed);
+  if (moved.ok() || failed.empty()) return moved;
+  // The workers that failed as sources; their replicas are not read again.
+  std::set<std::string> gone;
+  for (size_t i : failed) {
+    const ReshardPiece& piece = plan.pieces[i];
+    gone.insert(old_meta.shards[piece.src_shard]
+                    .replicas[piece.src_replica]
+                    .worker);
+  }
+  TensorMetadata sources = old_meta;
+  for (ShardInfo& shard : sources.shards) {
+    for (Replica& replica : shard.replicas) {
+      if (gone.count(replica.worker) > 0) replica.available = false;
+    }
+  }
+  ReshardPlan again;
+  for (size_t i : failed) {
+    ReshardPiece piece = plan.pieces[i];
+    if (piece.local) return moved;  // an in-memory copy has no other source
+    const ShardLocation from = ReadLocations(sources, piece.src_shard).front();
+    if (!from.available) return moved;  // no other replica
+    piece.src_replica = from.replica;
+    again.pieces.push_back(std::move(piece));
+  }
+  spdlog::warn("{}; {} piece(s) go on from other replicas",
+               std::string(moved.message()), again.pieces.size());
+  return MovePieces(sources, new_meta, again);
+}
+
 absl::Status Orchestrator::MovePieces(const TensorMetadata& old_meta,
                                       const TensorMetadata& new_meta,
-                                      const ReshardPlan& plan) {
+                                      const ReshardPlan& plan,
+                                      std::vector<size_t>* failed) {
   // One batch per (source, destination) pair of workers; all batches run in
   // parallel.
   std::map<std::pair<std::string, std::string>, TransferBatch> batches;
-  for (const ReshardPiece& piece : plan.pieces) {
+  std::map<std::pair<std::string, std::string>, std::vector<size_t>> indices;
+  for (size_t index = 0; index < plan.pieces.size(); ++index) {
+    const ReshardPiece& piece = plan.pieces[index];
     const ShardInfo& src_shard = old_meta.shards[piece.src_shard];
     const ShardInfo& dst_shard = new_meta.shards[piece.dst_shard];
     const Replica& src = src_shard.replicas[piece.src_replica];
     const Replica& dst = dst_shard.replicas[piece.dst_replica];
     TransferBatch& batch = batches[{src.worker, dst.worker}];
+    indices[{src.worker, dst.worker}].push_back(index);
     if (batch.pieces.empty()) {
       batch.tensor = old_meta.name;
       batch.src_version = old_meta.version;
@@ -1060,10 +1100,18 @@ absl::Status Orchestrator::MovePieces(const TensorMetadata& old_meta,
     ++slot;
   }
   for (std::thread& t : threads) t.join();
-  for (const absl::Status& status : results) {
-    if (!status.ok()) return status;
+  absl::Status first;
+  slot = 0;
+  for (const auto& [pair, batch] : batches) {
+    const absl::Status& status = results[slot++];
+    if (status.ok()) continue;
+    if (first.ok()) first = status;
+    if (failed != nullptr) {
+      const std::vector<size_t>& mine = indices[pair];
+      failed->insert(failed->end(), mine.begin(), mine.end());
+    }
   }
-  return absl::OkStatus();
+  return first;
 }
 
 }  // namespace tessera

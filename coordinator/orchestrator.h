@@ -252,10 +252,18 @@ class Orchestrator {
                              NewShards* out);
   // Runs the pieces of a reshard: between GPU workers, one NCCL exchange
   // among them all when they take part; otherwise (or when it fails) one
-  // Transfer per pair of workers, all in parallel.
+  // Transfer per pair of workers, all in parallel. `failed` (optional)
+  // gets the indices of the pieces of every Transfer that failed.
   absl::Status MovePieces(const TensorMetadata& old_meta,
                           const TensorMetadata& new_meta,
-                          const ReshardPlan& plan);
+                          const ReshardPlan& plan,
+                          std::vector<size_t>* failed = nullptr);
+  // MovePieces; when Transfers fail, their pieces go once more from other
+  // replicas of their source shards (not on a worker that failed as a
+  // source), so a replica that dies during a reshard does not fail it.
+  absl::Status MovePiecesFromAnyReplica(const TensorMetadata& old_meta,
+                                        const TensorMetadata& new_meta,
+                                        const ReshardPlan& plan);
 
   // `stop`, also stopping once plan_budget has passed from now.
   StopCondition WithBudget(const StopCondition& stop) const;

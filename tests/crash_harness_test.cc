@@ -248,7 +248,18 @@ class Harness {
   void RunDrain(Client& client, bool kill, int victim) {
     const std::string worker =
         cluster_->worker_name(static_cast<int>(random_() % kWorkers));
-    auto drain = [&client, worker]() -> absl::Status {
+    // One drain at a time: with 3 workers, two draining would leave one
+    // ready worker, too few for a shard of two replicas to move.
+    std::vector<std::string> others;
+    for (int i = 0; i < kWorkers; ++i) {
+      if (cluster_->worker_name(i) != worker)
+        others.push_back(cluster_->worker_name(i));
+    }
+    auto drain = [&client, worker, others]() -> absl::Status {
+      for (const std::string& other : others) {
+        TESSERA_RETURN_IF_ERROR(
+            client.SetWorkerState(other, WorkerState::kReady));
+      }
       TESSERA_RETURN_IF_ERROR(
           client.SetWorkerState(worker, WorkerState::kDraining));
       const absl::Time deadline = absl::Now() + absl::Seconds(20);

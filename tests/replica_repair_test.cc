@@ -320,6 +320,27 @@ TEST(ReplicaRepairTest, AClientWritesOnceAndEveryReplicaHoldsTheBytes) {
   EXPECT_TRUE(SameBytes(got, data));
 }
 
+TEST(ReplicaRepairTest, AReshardGoesOnFromAnotherReplicaWhenASourceDies) {
+  TestClusterOptions options = ZonedCluster(4);
+  options.coordinator_flags.push_back("--repair=false");
+  auto cluster = TestCluster::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = Connect(**cluster);
+  ASSERT_NE(client, nullptr);
+  const HostArray data = Iota(DType::kFloat32, {256, 64}, 8);
+  LayoutSpec spec = LayoutSpec::Chunk(0, Ranks({0, 1}));
+  spec.replicas = 2;
+  ASSERT_OK(client->Put("moving", data, spec));
+  // w0 dies; its lease has not run out, so it still looks available and
+  // the reshard's pulls from it fail, then go on from the other replicas.
+  (*cluster)->StopWorker(0, SIGKILL);
+  LayoutSpec columns = LayoutSpec::Chunk(1, Ranks({2, 3}));
+  columns.replicas = 1;
+  ASSERT_OK(client->Reshard("moving", columns).status());
+  ASSERT_OK_AND_ASSIGN(HostArray got, client->Get("moving"));
+  EXPECT_TRUE(SameBytes(got, data));
+}
+
 struct CliResult {
   int code = 0;
   std::string out, err;
