@@ -1235,22 +1235,33 @@ void ReplicaFigure(Env& env) {
   };
   const double one = put_seconds(1);
   const double two = put_seconds(2);
-  const double three = put_seconds(3);
   Add({absl::StrCat("14. put ", size, " R=1"), absl::StrFormat("%.3f s", one),
        "-", 0, "", true, 0});
-  Add({absl::StrCat("14. put ", size, " R=2"),
-       absl::StrFormat("%.3f s", two), absl::StrFormat("R=1 %.3f s", one),
-       two / one, "", false, 0});
+  Add({absl::StrCat("14. put ", size, " R=2"), absl::StrFormat("%.3f s", two),
+       absl::StrFormat("R=1 %.3f s", one), two / one, "", false, 0});
+  // R=3 forwarded by a chain and by a fan-out, in turn on a restarted
+  // coordinator (the workers' reused memory favours whichever runs later),
+  // the best of each.
+  double chain = 1e9, fan_out = 1e9;
+  for (int round = 0; round < 2; ++round) {
+    for (const char* forward : {"chain", "fanout"}) {
+      CHECK_OK(cluster->RestartCoordinator(
+          {absl::StrCat("--replica_forward=", forward)}));
+      client = ValueOrDie(Client::Connect(cluster->coordinator_address()),
+                          "connect (forward)");
+      double& best = std::string(forward) == "chain" ? chain : fan_out;
+      best = std::min(best, put_seconds(3));
+    }
+  }
   Add({absl::StrCat("14. put ", size, " R=3 (chain)"),
-       absl::StrFormat("%.3f s", three), absl::StrFormat("R=1 %.3f s", one),
-       three / one, "", false, 0});
-  CHECK_OK(cluster->RestartCoordinator({"--replica_forward=fanout"}));
-  client = ValueOrDie(Client::Connect(cluster->coordinator_address()),
-                      "connect (fan-out)");
-  const double fan_out = put_seconds(3);
+       absl::StrFormat("%.3f s", chain), absl::StrFormat("R=1 %.3f s", one),
+       chain / one, "", false, 0});
   Add({absl::StrCat("14. put ", size, " R=3 (fan-out)"),
        absl::StrFormat("%.3f s", fan_out),
-       absl::StrFormat("chain %.3f s", three), fan_out / three, "", false, 0});
+       absl::StrFormat("chain %.3f s", chain), fan_out / chain, "", false, 0});
+  CHECK_OK(cluster->RestartCoordinator());
+  client = ValueOrDie(Client::Connect(cluster->coordinator_address()),
+                      "connect (replicas)");
 
   // The tensor 16 readers read while a worker dies.
   LayoutSpec spec = LayoutSpec::Chunk(0, Ranks(kReplicaWorkers));

@@ -82,10 +82,11 @@ ABSL_FLAG(absl::Duration, pending_timeout,
 ABSL_FLAG(int64_t, repair_bytes_per_second, 0,
           "the most bytes per second that repairs copy from surviving "
           "replicas to new ones, on average (0: no limit)");
-ABSL_FLAG(std::string, replica_forward, "chain",
+ABSL_FLAG(std::string, replica_forward, "fanout",
           "how a commit copies a written shard from its first replica to the "
-          "others: chain (each from the one before it) or fanout (all pull "
-          "from the first at once)");
+          "others: fanout (all pull from the first at once) or chain (each "
+          "from the one before it, R-1 rounds; no worker sends more than one "
+          "copy)");
 ABSL_FLAG(bool, repair, true,
           "copy the shards of dead and draining workers from surviving "
           "replicas to other workers until each has its R replicas again");

@@ -91,11 +91,12 @@ struct StagedUpdate {
 
 // How large one tensor's layout may be and how long the coordinator works
 // on one. CoordinatorOptions documents each (it sets them).
-// How a commit copies a written shard to its further replicas: each from
-// the one before it (the default: every worker serves one copy, so no
-// worker's CPU or NIC carries R-1 of them; bench figure 14), or all from
-// the first at once.
-enum class ReplicaForward { kChain, kFanOut };
+// How a commit copies a written shard to its further replicas: all from
+// the first at once (the default: one round; on one host a pull costs its
+// source no CPU, bench figure 14), or each from the one before it (R-1
+// rounds, but no worker's NIC sends more than one copy: for hosts whose
+// network, not memory, bounds the copies).
+enum class ReplicaForward { kFanOut, kChain };
 
 struct TensorLimits {
   int64_t max_shards = kMaxShardsPerTensor;
@@ -103,7 +104,7 @@ struct TensorLimits {
   int64_t max_reply_bytes = kMaxMessageBytes;
   size_t max_workers = kDefaultMaxWorkers;
   absl::Duration plan_budget = absl::Seconds(30);
-  ReplicaForward forward = ReplicaForward::kChain;
+  ReplicaForward forward = ReplicaForward::kFanOut;
 };
 
 // In-memory bytes the coordinator counts per shard of rank r:

@@ -466,6 +466,19 @@ class PyClient {
     Check(WithoutGil([&] { return client_->Delete(name); }));
   }
 
+  void SetWorkerState(const std::string& worker, const std::string& state) {
+    const std::optional<WorkerState> parsed = ParseWorkerState(state);
+    if (!parsed.has_value() || *parsed == WorkerState::kDead) {
+      Check(absl::InvalidArgumentError(
+          "a worker's state can be set to ready, cordoned or draining"));
+    }
+    Check(WithoutGil([&] { return client_->SetWorkerState(worker, *parsed); }));
+  }
+
+  void RemoveWorker(const std::string& worker) {
+    Check(WithoutGil([&] { return client_->RemoveWorker(worker); }));
+  }
+
   py::dict Create(const std::string& name, const std::vector<int64_t>& shape,
                   const std::string& dtype_name, py::handle spec_obj,
                   const std::string& init_text) {
@@ -834,6 +847,9 @@ PYBIND11_MODULE(_tessera, m) {
       .def("list", &PyClient::List)
       .def("describe", &PyClient::Describe, py::arg("name"))
       .def("delete", &PyClient::Delete, py::arg("name"))
+      .def("set_worker_state", &PyClient::SetWorkerState, py::arg("worker"),
+           py::arg("state"))
+      .def("remove_worker", &PyClient::RemoveWorker, py::arg("worker"))
       .def("create", &PyClient::Create, py::arg("name"), py::arg("shape"),
            py::arg("dtype"), py::arg("spec"), py::arg("init"))
       .def("put", &PyClient::Put, py::arg("name"), py::arg("array"),

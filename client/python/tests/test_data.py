@@ -351,3 +351,23 @@ def test_replicas_keep_each_shard_on_distinct_workers(client, name):
     with pytest.raises(tessera.FailedPrecondition, match="replicas"):
         client.create(name, (4,), "int32", placements=["rank:0"], replicas=9)
     assert name not in {t.name for t in client.list()}
+
+
+def test_drain_moves_a_workers_shards_and_uncordon_takes_it_back(client, name):
+    data = np.arange(64, dtype=np.float32).reshape(16, 4)
+    client.put(name, data, chunk_dim=0, placements=["rank:2", "rank:3"])
+    client.drain("w3")
+    states = {w.name: w for w in client.workers()}
+    assert states["w3"].state == "draining" and states["w3"].bytes_used == 0
+    assert all(s.worker != "w3" for s in client.describe(name).shards)
+    np.testing.assert_array_equal(client.get(name), data)
+    client.uncordon("w3")
+    client.cordon("w3")
+    assert {w.name: w.state for w in client.workers()}["w3"] == "cordoned"
+    client.uncordon("w3")
+    assert {w.name: w.state for w in client.workers()}["w3"] == "ready"
+    with pytest.raises(tessera.FailedPrecondition, match="holds"):
+        client.remove_worker("w2")  # the only replica of a shard
+    with pytest.raises(tessera.NotFound):
+        client.drain("w9")
+    client.delete(name)

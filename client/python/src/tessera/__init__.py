@@ -54,6 +54,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 import os
+import time
 import types
 from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -627,6 +628,46 @@ class Client:
     def list(self) -> List[TensorInfo]:
         """Every tensor: name, shape, dtype, version, number of shards."""
         return [TensorInfo(**t) for t in self._impl.list()]
+
+    # -- workers (the admin role) ------------------------------------------
+
+    def cordon(self, worker: str) -> None:
+        """No new shards or replicas go to ``worker``. Raises NotFound."""
+        self._impl.set_worker_state(worker, "cordoned")
+
+    def uncordon(self, worker: str) -> None:
+        """``worker`` takes new shards again. Raises NotFound."""
+        self._impl.set_worker_state(worker, "ready")
+
+    def drain(self, worker: str, timeout: float = 600.0) -> None:
+        """Moves every shard ``worker`` holds elsewhere and returns once it holds none.
+
+        Repair gives each of its shards a replica on a ready worker, then frees
+        its own (with one replica that moves the shard). Raises NotFound for an
+        unknown worker, DeadlineExceeded after ``timeout`` seconds (the drain
+        goes on).
+        """
+        self._impl.set_worker_state(worker, "draining")
+        deadline = time.monotonic() + timeout
+        while True:
+            held = [w.bytes_used for w in self.workers() if w.name == worker]
+            if not held:
+                raise NotFound(f"worker '{worker}' not found")
+            if held[0] == 0:
+                return
+            if time.monotonic() >= deadline:
+                raise DeadlineExceeded(
+                    f"worker '{worker}' still holds {held[0]} bytes after "
+                    f"{timeout} s; the drain goes on")
+            time.sleep(0.2)
+
+    def remove_worker(self, worker: str) -> None:
+        """Forgets a dead or drained worker.
+
+        Raises FailedPrecondition ("holds") while it holds the only replica of a
+        shard, or while it is alive and not drained.
+        """
+        self._impl.remove_worker(worker)
 
     # -- tensors -----------------------------------------------------------
 
