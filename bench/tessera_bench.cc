@@ -1359,14 +1359,18 @@ void ReplicaFigure(Env& env) {
     long long bytes = 0;
     double seconds = 0;
     const size_t at = text.find("replica(s), ");
-    const size_t end = text.rfind(", ");
+    const size_t end = text.find("still short, ");
     if (at != std::string::npos && end != std::string::npos &&
         std::sscanf(text.c_str() + at, "replica(s), %lld", &bytes) == 1 &&
-        std::sscanf(text.c_str() + end, ", %lf", &seconds) == 1 &&
+        std::sscanf(text.c_str() + end, "still short, %lf", &seconds) == 1 &&
         seconds > 0) {
       copied = bytes;
       copy = seconds;
     }
+    // Where its time went.
+    const size_t phases = text.find("(plan ");
+    if (phases != std::string::npos)
+      Info("14. repair phases", text.substr(phases));
   }
   Info("14. repair: bytes copied, dead worker's bytes",
        absl::StrCat(copied, ", ", victim_bytes));

@@ -5,8 +5,8 @@
 #include <functional>
 #include <iterator>
 #include <map>
-#include <set>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -862,13 +862,16 @@ absl::StatusOr<RepairResult> Orchestrator::Repair(const std::string& name) {
   const std::string what = absl::StrCat("repairing '", name, "'");
   TESSERA_RETURN_IF_ERROR(Annotate(CheckCapacity(fresh.meta), what));
   TESSERA_RETURN_IF_ERROR(log_->Wait(ids));
+  const absl::Time allocate_start = absl::Now();
   TESSERA_RETURN_IF_ERROR(
       Annotate(AllocateShards(fresh.meta, InitSpec{}, /*writable=*/false,
                               /*filled_by_copies=*/true),
                what));
   fresh.allocated = true;
+  const absl::Time move_start = absl::Now();
   TESSERA_RETURN_IF_ERROR(
       Annotate(MovePiecesFromAnyReplica(sources, *new_meta, plan), what));
+  const absl::Time move_end = absl::Now();
   TESSERA_ASSIGN_OR_RETURN(MetadataLog::Ticket ticket,
                            table_->CommitReshard(old_meta, new_meta));
   const absl::Status recorded = log_->Wait(ticket);
@@ -877,9 +880,14 @@ absl::StatusOr<RepairResult> Orchestrator::Repair(const std::string& name) {
   fresh.Keep();
   spdlog::info(
       "repaired '{}' version {}: {} new replica(s), {} bytes copied, {} "
-      "shard(s) still short, {:.3f} s",
+      "shard(s) still short, {:.3f} s (plan {:.3f}, allocate {:.3f}, move "
+      "{:.3f}, record {:.3f})",
       name, new_meta->version, result.replicas_made, result.bytes_copied,
-      result.shards_short, absl::ToDoubleSeconds(absl::Now() - start));
+      result.shards_short, absl::ToDoubleSeconds(absl::Now() - start),
+      absl::ToDoubleSeconds(allocate_start - start),
+      absl::ToDoubleSeconds(move_start - allocate_start),
+      absl::ToDoubleSeconds(move_end - move_start),
+      absl::ToDoubleSeconds(absl::Now() - move_end));
   return result;
 }
 
@@ -1002,9 +1010,8 @@ absl::Status Orchestrator::MovePiecesFromAnyReplica(
   std::set<std::string> gone;
   for (size_t i : failed) {
     const ReshardPiece& piece = plan.pieces[i];
-    gone.insert(old_meta.shards[piece.src_shard]
-                    .replicas[piece.src_replica]
-                    .worker);
+    gone.insert(
+        old_meta.shards[piece.src_shard].replicas[piece.src_replica].worker);
   }
   TensorMetadata sources = old_meta;
   for (ShardInfo& shard : sources.shards) {

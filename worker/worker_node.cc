@@ -469,6 +469,16 @@ absl::StatusOr<int64_t> WorkerNode::Transfer(const TransferBatch& batch,
     channels_->Forget(batch.src_address);
     moved = peers_->Transfer(remote, receiver);
   }
+  // The order's deadline passed: whatever the transport made of it (its
+  // calls time out at that deadline, or our watchdog cancelled them).
+  if (!moved.ok() && !(cancelled && cancelled()) && absl::Now() >= deadline &&
+      (absl::IsCancelled(moved.status()) ||
+       absl::IsDeadlineExceeded(moved.status()) ||
+       absl::IsUnavailable(moved.status()))) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("pulling from the source worker at ", batch.src_address,
+                     ": the transfer's deadline passed"));
+  }
   if (absl::IsCancelled(moved.status()) && !(cancelled && cancelled())) {
     // Our own watchdog cancelled a read: the source stalled, or the order's
     // deadline passed.
@@ -621,9 +631,9 @@ absl::Status WorkerNode::Admit(absl::string_view token,
       // A write grant is its put's or update's alone, and dies with the
       // commit that seals the shards.
       if (desc->change == 0 || desc->change != capability.change) {
-        return absl::PermissionDeniedError(absl::StrCat(
-            "permission denied: shard ", id,
-            " is not being written by this put or update"));
+        return absl::PermissionDeniedError(
+            absl::StrCat("permission denied: shard ", id,
+                         " is not being written by this put or update"));
       }
       absl::MutexLock lock(&mu_);
       if (!desc->writable || sealed_.contains(id)) {
