@@ -128,7 +128,8 @@ absl::Status Coordinator::Recover() {
   recovered_.workers = state.workers.size();
   cluster_id_ = state.cluster_id;
   started_ = options_.clock();
-  if (options_.repair && !repair_thread_.joinable()) {
+  // Without repair the thread still counts the shards short of replicas.
+  if (!repair_thread_.joinable()) {
     repair_thread_ = std::thread([this] { RepairLoop(); });
   }
   return absl::OkStatus();
@@ -189,7 +190,12 @@ int64_t Coordinator::RepairNow() {
     if (!suspect) continue;
     TensorMetadata filled = **current;
     orchestrator_.FillWorkerState(&filled);
-    if (ShortShards(filled, good) == 0) continue;
+    const int64_t short_shards = ShortShards(filled, good);
+    if (short_shards == 0) continue;
+    if (!options_.repair) {
+      still_short += short_shards;
+      continue;
+    }
 
     const absl::Time start = absl::Now();
     absl::StatusOr<RepairResult> repaired = orchestrator_.Repair(summary.name);
@@ -199,7 +205,7 @@ int64_t Coordinator::RepairNow() {
           !absl::IsNotFound(repaired.status())) {
         spdlog::warn("repair: {}", std::string(repaired.status().message()));
       }
-      still_short += ShortShards(filled, good);
+      still_short += short_shards;
       continue;
     }
     repair_bytes_ += repaired->bytes_copied;

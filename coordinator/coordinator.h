@@ -97,7 +97,9 @@ struct CoordinatorOptions {
   absl::Duration repair_interval = absl::Milliseconds(200);
   // The most bytes per second repairs copy, on average (0: no limit).
   int64_t repair_bytes_per_second = 0;
-  bool repair = true;  // false: never repair (tests of the unrepaired state)
+  // false: never repair, only count the shards short of replicas (tests of
+  // the unrepaired state).
+  bool repair = true;
   // How a commit copies what a client wrote to a shard's first replica to
   // the others (bench/RESULTS.md compares the two).
   ReplicaForward replica_forward = ReplicaForward::kFanOut;

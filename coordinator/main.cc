@@ -89,7 +89,8 @@ ABSL_FLAG(std::string, replica_forward, "fanout",
           "copy)");
 ABSL_FLAG(bool, repair, true,
           "copy the shards of dead and draining workers from surviving "
-          "replicas to other workers until each has its R replicas again");
+          "replicas to other workers until each has its R replicas again "
+          "(false: only count them, tessera_under_replicated_shards)");
 
 namespace tessera {
 namespace {

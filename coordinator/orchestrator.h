@@ -92,10 +92,10 @@ struct StagedUpdate {
 // How large one tensor's layout may be and how long the coordinator works
 // on one. CoordinatorOptions documents each (it sets them).
 // How a commit copies a written shard to its further replicas: all from
-// the first at once (the default: one round; on one host a pull costs its
-// source no CPU, bench figure 14), or each from the one before it (R-1
-// rounds, but no worker's NIC sends more than one copy: for hosts whose
-// network, not memory, bounds the copies).
+// the first at once (the default: one round), or each from the one before
+// it (R-1 rounds, but no worker sends more than one copy: for hosts whose
+// NICs, not memory, bound the copies). On one host the two are within
+// run-to-run noise of each other (bench figure 14).
 enum class ReplicaForward { kFanOut, kChain };
 
 struct TensorLimits {

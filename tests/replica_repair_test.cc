@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -110,6 +111,15 @@ std::string Layout(Client& client) {
   return out;
 }
 
+// The value of `metric` (a gauge or counter without labels) in a scrape of
+// the coordinator's --metrics_listen port; -1 when absent.
+double Metric(int port, const std::string& metric) {
+  const std::string scrape = FetchMetrics(port);
+  const size_t at = scrape.find("\n" + metric + " ");
+  if (at == std::string::npos) return -1;
+  return std::strtod(scrape.c_str() + at + metric.size() + 2, nullptr);
+}
+
 int64_t BytesOf(Client& client, const std::string& worker) {
   auto workers = WorkersByName(client);
   auto it = workers.find(worker);
@@ -186,7 +196,11 @@ class Readers {
 };
 
 TEST(ReplicaRepairTest, AKilledWorkersShardsAreCopiedUntilRHoldsAgain) {
-  auto cluster = TestCluster::Start(ZonedCluster(5));
+  TestClusterOptions options = ZonedCluster(5);
+  const int metrics = PickFreePort();
+  options.coordinator_flags.push_back(
+      absl::StrCat("--metrics_listen=127.0.0.1:", metrics));
+  auto cluster = TestCluster::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto client = Connect(**cluster);
   ASSERT_NE(client, nullptr);
@@ -210,6 +224,12 @@ TEST(ReplicaRepairTest, AKilledWorkersShardsAreCopiedUntilRHoldsAgain) {
   ASSERT_TRUE(Eventually([&] {
     return FullyReplicated(*client, "weights", 2, {"w0"});
   })) << (*cluster)->coordinator_log();
+  // The metrics say so: w0's bytes copied, nothing short any more.
+  EXPECT_TRUE(Eventually([&] {
+    return Metric(metrics, "tessera_repair_bytes_total") ==
+               static_cast<double>(w0_bytes) &&
+           Metric(metrics, "tessera_under_replicated_shards") == 0;
+  })) << FetchMetrics(metrics);
   // The survivors hold what they held plus exactly w0's bytes: the repair
   // copied those and nothing else.
   EXPECT_TRUE(Eventually([&] { return AliveBytes(*client) == before; }))
@@ -292,6 +312,9 @@ TEST(ReplicaRepairTest, AClientWritesOnceAndEveryReplicaHoldsTheBytes) {
   // commit filled (not one a repair made).
   TestClusterOptions options = ZonedCluster(4);
   options.coordinator_flags.push_back("--repair=false");
+  const int metrics = PickFreePort();
+  options.coordinator_flags.push_back(
+      absl::StrCat("--metrics_listen=127.0.0.1:", metrics));
   auto cluster = TestCluster::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto client = Connect(**cluster);
@@ -318,6 +341,11 @@ TEST(ReplicaRepairTest, AClientWritesOnceAndEveryReplicaHoldsTheBytes) {
   (*cluster)->StopWorker(second[1] - '0', SIGKILL);
   ASSERT_OK_AND_ASSIGN(got, client->Get("written"));
   EXPECT_TRUE(SameBytes(got, data));
+  // Without repair, the one shard stays short once the leases end.
+  EXPECT_TRUE(Eventually([&] {
+    return Metric(metrics, "tessera_under_replicated_shards") == 1;
+  })) << FetchMetrics(metrics);
+  EXPECT_EQ(Metric(metrics, "tessera_repair_bytes_total"), 0);
 }
 
 TEST(ReplicaRepairTest, AReshardGoesOnFromAnotherReplicaWhenASourceDies) {
