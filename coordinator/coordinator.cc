@@ -176,13 +176,14 @@ void Coordinator::RepairLoop() {
 
 int64_t Coordinator::RepairNow() {
   const absl::flat_hash_set<std::string> good = GoodWorkers(registry_.List());
+  const bool any_lost = table_.HasLost();
   int64_t still_short = 0;
   for (const TensorSummary& summary : table_.List()) {
     if (stop_.HasBeenNotified()) break;
     absl::StatusOr<TensorMetadataPtr> current = table_.Get(summary.name);
     if (!current.ok()) continue;
     // Cheap first: every replica on a good worker and no shard lost.
-    bool suspect = table_.HasLost();
+    bool suspect = any_lost;
     for (size_t i = 0; i < (*current)->shards.size() && !suspect; ++i) {
       for (const Replica& replica : (*current)->shards[i].replicas)
         suspect = suspect || !good.contains(replica.worker);
@@ -228,12 +229,16 @@ absl::Status Coordinator::SetWorkerState(const std::string& name,
   if (state == WorkerState::kDead) {
     return absl::InvalidArgumentError("a worker cannot be made dead");
   }
-  std::optional<WorkerRecord> worker = registry_.Find(name);
-  if (!worker.has_value()) return NotFoundError("worker", name);
-  WorkerInfo record = *worker;
-  record.state = state;
-  TESSERA_RETURN_IF_ERROR(log_.Append(MetadataChange::Worker(record)));
-  TESSERA_RETURN_IF_ERROR(registry_.SetAdminState(name, state).status());
+  // In memory first (after any registration in flight, whose record then
+  // cannot undo it), then durable; a record that fails undoes it.
+  WorkerState previous = WorkerState::kReady;
+  TESSERA_ASSIGN_OR_RETURN(WorkerInfo record,
+                           registry_.SetAdminState(name, state, &previous));
+  if (absl::Status logged = log_.Append(MetadataChange::Worker(record));
+      !logged.ok()) {
+    registry_.SetAdminState(name, previous).IgnoreError();
+    return logged;
+  }
   spdlog::info("worker '{}' is now {}", name,
                std::string(WorkerStateName(state)));
   return absl::OkStatus();

@@ -536,6 +536,19 @@ absl::Status Orchestrator::ForwardReplicas(const TensorMetadata& written) {
   return absl::OkStatus();
 }
 
+absl::Status Orchestrator::RecordVersion(const TensorMetadataPtr& old_meta,
+                                         const TensorMetadataPtr& new_meta,
+                                         TensorMetadata retired,
+                                         NewShards* fresh) {
+  TESSERA_ASSIGN_OR_RETURN(MetadataLog::Ticket ticket,
+                           table_->CommitReshard(old_meta, new_meta));
+  const absl::Status recorded = log_->Wait(ticket);
+  table_->FinishReshard(new_meta, std::move(retired), recorded);
+  TESSERA_RETURN_IF_ERROR(recorded);
+  fresh->Keep();
+  return absl::OkStatus();
+}
+
 absl::Status Orchestrator::Abandon(const std::string& name, uint64_t version,
                                    const std::string& principal,
                                    uint64_t change) {
@@ -724,12 +737,8 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(
   for (size_t i = 0; i < old_meta->shards.size(); ++i) {
     if (!kept[i]) retired.shards.push_back(old_meta->shards[i]);
   }
-  TESSERA_ASSIGN_OR_RETURN(MetadataLog::Ticket ticket,
-                           table_->CommitReshard(old_meta, new_meta));
-  const absl::Status recorded = log_->Wait(ticket);
-  table_->FinishReshard(new_meta, std::move(retired), recorded);
-  TESSERA_RETURN_IF_ERROR(recorded);
-  fresh.Keep();
+  TESSERA_RETURN_IF_ERROR(
+      RecordVersion(old_meta, new_meta, std::move(retired), &fresh));
 
   ReshardResult result;
   result.version = new_meta->version;
@@ -872,12 +881,8 @@ absl::StatusOr<RepairResult> Orchestrator::Repair(const std::string& name) {
   TESSERA_RETURN_IF_ERROR(
       Annotate(MovePiecesFromAnyReplica(sources, *new_meta, plan), what));
   const absl::Time move_end = absl::Now();
-  TESSERA_ASSIGN_OR_RETURN(MetadataLog::Ticket ticket,
-                           table_->CommitReshard(old_meta, new_meta));
-  const absl::Status recorded = log_->Wait(ticket);
-  table_->FinishReshard(new_meta, std::move(retired), recorded);
-  TESSERA_RETURN_IF_ERROR(recorded);
-  fresh.Keep();
+  TESSERA_RETURN_IF_ERROR(
+      RecordVersion(old_meta, new_meta, std::move(retired), &fresh));
   spdlog::info(
       "repaired '{}' version {}: {} new replica(s), {} bytes copied, {} "
       "shard(s) still short, {:.3f} s (plan {:.3f}, allocate {:.3f}, move "

@@ -239,6 +239,13 @@ class Orchestrator {
     Orchestrator* const orchestrator_;
     bool kept_ = false;
   };
+  // Records `new_meta` (a reshard's N+1, or a repair's N again) in place
+  // of `old_meta` once its record is durable, retiring `retired` until N's
+  // readers are done, and keeps `fresh`; on failure nothing changes (and
+  // `fresh` frees its shards when it goes).
+  absl::Status RecordVersion(const TensorMetadataPtr& old_meta,
+                             const TensorMetadataPtr& new_meta,
+                             TensorMetadata retired, NewShards* fresh);
   // Gives the shards of `next` at `fresh_index` new ids (written back into
   // `next`), checks capacity and the caller, allocates them (`writable`: an
   // update's, which its caller writes) and has the workers move `plan`'s

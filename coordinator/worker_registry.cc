@@ -160,13 +160,20 @@ absl::Status WorkerRegistry::Restore(const WorkerInfo& worker) {
 }
 
 absl::StatusOr<WorkerInfo> WorkerRegistry::SetAdminState(
-    const std::string& name, WorkerState state) {
+    const std::string& name, WorkerState state, WorkerState* previous) {
   if (state == WorkerState::kDead) {
     return absl::InvalidArgumentError("a worker cannot be made dead");
   }
   absl::MutexLock lock(&mu_);
+  // A registration in flight copied the state it records: wait for it, so
+  // that its record never undoes this change.
+  auto not_reserved = [this, &name]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !reserved_.contains(name);
+  };
+  mu_.Await(absl::Condition(&not_reserved));
   auto it = workers_.find(name);
   if (it == workers_.end()) return NotFoundError("worker", name);
+  if (previous != nullptr) *previous = it->second.admin_state;
   it->second.admin_state = state;
   WorkerInfo out = WithLiveness(it->second);
   out.state = state;

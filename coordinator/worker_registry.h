@@ -98,11 +98,13 @@ class WorkerRegistry {
   // again under valid ones.
   absl::Status Restore(const WorkerInfo& worker) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Cordons, uncordons (kReady) or drains a known worker; returns it as it
-  // is now, its `state` the durable one (for its record). NOT_FOUND for an
-  // unknown name; INVALID_ARGUMENT for kDead.
+  // Cordons, uncordons (kReady) or drains a known worker, after any
+  // registration of it in flight; returns it as it is now, its `state` the
+  // durable one (for its record), and the state it had in `previous`.
+  // NOT_FOUND for an unknown name; INVALID_ARGUMENT for kDead.
   absl::StatusOr<WorkerInfo> SetAdminState(const std::string& name,
-                                           WorkerState state)
+                                           WorkerState state,
+                                           WorkerState* previous = nullptr)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Forgets a worker: its name and rank are free again. NOT_FOUND for an
   // unknown name.

@@ -1,5 +1,9 @@
 #include "coordinator/worker_registry.h"
 
+#include <atomic>
+#include <thread>
+
+#include "absl/time/clock.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -161,6 +165,35 @@ TEST(WorkerRegistryTest, ReservedWorkerIsInvisibleUntilCompleted) {
   ASSERT_TRUE(registry.Find("a").has_value());
   EXPECT_TRUE(registry.Find("a")->alive);
   EXPECT_EQ(registry.Find("a")->rank, 0);
+}
+
+TEST(WorkerRegistryTest, ACordonWaitsForARegistrationInFlight) {
+  // The registration's record copies the state at Reserve: a cordon made
+  // meanwhile would be undone by it, so the cordon waits for Complete.
+  FakeClock clock;
+  WorkerRegistry registry(absl::Seconds(5), clock.AsClock());
+  ASSERT_OK(registry.Register(Worker("a", std::nullopt, "h:1")));
+  auto again = registry.Reserve(Worker("a", std::nullopt, "h:1"));
+  ASSERT_OK(again);
+  EXPECT_EQ(again->state, WorkerState::kReady);
+  std::atomic<bool> cordoned{false};
+  std::thread cordon([&] {
+    WorkerState previous = WorkerState::kDead;
+    EXPECT_OK(registry.SetAdminState("a", WorkerState::kCordoned, &previous));
+    EXPECT_EQ(previous, WorkerState::kReady);
+    cordoned = true;
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(cordoned.load());
+  registry.Complete(*again);
+  cordon.join();
+  EXPECT_EQ(registry.Find("a")->state, WorkerState::kCordoned);
+  // Registering again keeps what the admin set.
+  auto third = registry.Reserve(Worker("a", std::nullopt, "h:1"));
+  ASSERT_OK(third);
+  EXPECT_EQ(third->state, WorkerState::kCordoned);
+  registry.Complete(*third);
+  EXPECT_EQ(registry.Find("a")->state, WorkerState::kCordoned);
 }
 
 TEST(WorkerRegistryTest, AbortedReservationLeavesTheWorkerAsItWas) {
