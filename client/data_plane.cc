@@ -145,32 +145,51 @@ bool AnotherAfter(const ShardLocations& locations, size_t i) {
   return i + 1 < locations.size() && locations[i + 1].available;
 }
 
-// Reads `in_shard` (shard coordinates) of shard `index` into `target`, from
-// the first of `locations` (Readable's) that serves it.
-absl::Status ReadShardBox(Connection& connection, const TensorMetadata& meta,
-                          size_t index, const ShardLocations& locations,
-                          const Box& in_shard, const ReadTarget& target) {
-  absl::Status status = absl::UnavailableError(
-      absl::StrCat("no replica of shard ", index, " is available"));
-  for (size_t i = 0; i < locations.size(); ++i) {
-    const ShardLocation& location = locations[i];
+// The one rule for going from replica to replica: runs `read` (`bytes` of
+// shard `index`) at each available location of `locations` in order, but
+// the one at `failed` (a worker that already failed it), until one serves
+// it. While another could serve it a replica gets one try within its
+// ReplicaDeadline; the last one gets the retries. When none serves it: the
+// last error, explained, or `status` when there was none to try.
+absl::Status FromAnyReplica(
+    Connection& connection, const TensorMetadata& meta, size_t index,
+    const ShardLocations& locations, int64_t bytes,
+    const std::function<absl::Status(const ShardLocation&)>& read,
+    absl::Status status, const std::string& failed = "") {
+  ShardLocations tries;
+  for (const ShardLocation& location : locations) {
     if (!location.available) break;  // the rest are unavailable too
-    const RemoteShard shard = ShardAt(meta, index, location);
-    auto read = [&] {
-      return connection.data_plane().Read(shard, in_shard, target);
-    };
-    if (AnotherAfter(locations, i)) {
-      // Another replica can serve it: one bounded try here, no retries.
-      const ScopedCallDeadline bounded(ReplicaDeadline(
-          connection, in_shard.NumElements() * shard.item_bytes));
-      status = read();
+    if (location.address != failed) tries.push_back(location);
+  }
+  for (size_t i = 0; i < tries.size(); ++i) {
+    const ShardLocation& location = tries[i];
+    if (i + 1 < tries.size()) {
+      const ScopedCallDeadline bounded(ReplicaDeadline(connection, bytes));
+      status = read(location);
     } else {
-      status = RetryOnFreshChannel(connection, location.address, read);
+      status = RetryOnFreshChannel(connection, location.address,
+                                   [&] { return read(location); });
     }
     if (status.ok()) return status;
     status = ExplainRead(status, meta, index, location);
   }
   return status;
+}
+
+// Reads `in_shard` (shard coordinates) of shard `index` into `target`, from
+// the first of `locations` (Readable's) that serves it.
+absl::Status ReadShardBox(Connection& connection, const TensorMetadata& meta,
+                          size_t index, const ShardLocations& locations,
+                          const Box& in_shard, const ReadTarget& target) {
+  return FromAnyReplica(
+      connection, meta, index, locations,
+      in_shard.NumElements() * static_cast<int64_t>(ItemSize(meta.dtype)),
+      [&](const ShardLocation& location) {
+        return connection.data_plane().Read(ShardAt(meta, index, location),
+                                            in_shard, target);
+      },
+      absl::UnavailableError(
+          absl::StrCat("no replica of shard ", index, " is available")));
 }
 
 }  // namespace
@@ -364,33 +383,23 @@ absl::Status GatherRows(Connection& connection, const TensorMetadata& meta,
       // other replicas, in ReadLocations order (rows land again whole).
       for (size_t e = 0; e < entries.size(); ++e) {
         const size_t index = shares[e].shard_index;
-        absl::Status share = status;
         absl::StatusOr<ShardLocations> others =
             Readable(connection, meta, index);
         if (!others.ok()) return status;
-        for (size_t j = 0; j < others->size(); ++j) {
-          const ShardLocation& location = (*others)[j];
-          if (!location.available) break;  // the rest are unavailable too
-          if (location.address == address) continue;
-          std::optional<ScopedCallDeadline> bounded_share;
-          if (AnotherAfter(*others, j)) {
-            bounded_share.emplace(ReplicaDeadline(
-                connection, static_cast<int64_t>(entries[e].rows.size()) *
-                                RowBytes(entries[e].shard.shape, item)));
-          }
-          std::vector<ShardRows> one(1);
-          one[0].shard = ShardAt(meta, index, location);
-          one[0].rows = entries[e].rows;
-          const RowSink to_entry = [&](size_t, size_t k, const char* row) {
-            sink(e, k, row);
-          };
-          share = RetryOnFreshChannel(connection, location.address, [&] {
-            return connection.data_plane().ReadRows(one, to_entry);
-          });
-          if (share.ok()) break;
-          share = ExplainRead(share, meta, index, location);
-        }
-        if (!share.ok()) return share;
+        const RowSink to_entry = [&](size_t, size_t k, const char* row) {
+          sink(e, k, row);
+        };
+        TESSERA_RETURN_IF_ERROR(FromAnyReplica(
+            connection, meta, index, *others,
+            static_cast<int64_t>(entries[e].rows.size()) *
+                RowBytes(entries[e].shard.shape, item),
+            [&](const ShardLocation& location) {
+              std::vector<ShardRows> one(1);
+              one[0].shard = ShardAt(meta, index, location);
+              one[0].rows = entries[e].rows;
+              return connection.data_plane().ReadRows(one, to_entry);
+            },
+            status, address));
       }
       return absl::OkStatus();
     });
