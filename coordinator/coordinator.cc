@@ -175,8 +175,17 @@ void Coordinator::RepairLoop() {
 }
 
 int64_t Coordinator::RepairNow() {
-  const absl::flat_hash_set<std::string> good = GoodWorkers(registry_.List());
+  const std::vector<WorkerRecord> workers = registry_.List();
+  const absl::flat_hash_set<std::string> good = GoodWorkers(workers);
   const bool any_lost = table_.HasLost();
+  // Every known worker good, no shard lost, and no worker forgotten since
+  // the last pass that found nothing short: no replica can be bad, so the
+  // metadata is not scanned (a healthy cluster costs this pass nothing).
+  if (good.size() == workers.size() && !any_lost &&
+      !scan_all_.exchange(false)) {
+    under_replicated_ = 0;
+    return 0;
+  }
   int64_t still_short = 0;
   for (const TensorSummary& summary : table_.List()) {
     if (stop_.HasBeenNotified()) break;
@@ -221,6 +230,7 @@ int64_t Coordinator::RepairNow() {
     }
   }
   under_replicated_ = still_short;
+  if (still_short > 0) scan_all_ = true;  // until a pass finds none
   return still_short;
 }
 
@@ -288,6 +298,7 @@ absl::Status Coordinator::RemoveWorker(const std::string& name) {
   }
   TESSERA_RETURN_IF_ERROR(log_.Append(MetadataChange::DeletedWorker(name)));
   TESSERA_RETURN_IF_ERROR(registry_.Forget(name));
+  scan_all_ = true;  // replicas may name it: the next pass looks at all
   workers_->Reset(worker->address);
   spdlog::info("forgot worker '{}'", name);
   return absl::OkStatus();

@@ -242,6 +242,10 @@ class Coordinator {
   std::thread repair_thread_;
   absl::Time started_;  // when Recover ran: repairs wait a lease after it
   std::atomic<int64_t> under_replicated_{0};
+  // The next repair pass scans every tensor even when every known worker
+  // is good: after a start (records of bad workers are dropped), a worker
+  // forgotten, or a pass that left shards short.
+  std::atomic<bool> scan_all_{true};
   std::atomic<int64_t> repair_bytes_{0};
 };
 
