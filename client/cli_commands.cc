@@ -987,32 +987,14 @@ absl::Status RunWorker(const Invocation& inv, std::ostream& out) {
     out << "forgot worker " << name << "\n";
     return absl::OkStatus();
   }
-  TESSERA_RETURN_IF_ERROR(client->SetWorkerState(name, *state));
-  if (*state != WorkerState::kDraining) {
-    out << "worker " << name << " is " << WorkerStateName(*state) << "\n";
+  if (*state == WorkerState::kDraining) {
+    TESSERA_RETURN_IF_ERROR(
+        client->DrainWorker(name, absl::Seconds(timeout_s)));
+    out << "worker " << name << " is drained: it holds no shards\n";
     return absl::OkStatus();
   }
-  // A drain is done when the worker holds nothing: its shards have
-  // replicas elsewhere and its own were freed.
-  const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
-  int64_t left = 0;
-  while (true) {
-    TESSERA_ASSIGN_OR_RETURN(std::vector<WorkerInfo> workers,
-                             client->Workers());
-    auto it = std::find_if(workers.begin(), workers.end(),
-                           [&](const WorkerInfo& w) { return w.name == name; });
-    if (it == workers.end()) return NotFoundError("worker", name);
-    left = it->bytes_used;
-    if (left == 0) break;
-    if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "worker '", name, "' still holds ", FormatBytes(left),
-          " after --timeout=", timeout_s,
-          " s; the drain goes on (no ready worker with room yet?)"));
-    }
-    absl::SleepFor(absl::Milliseconds(200));
-  }
-  out << "worker " << name << " is drained: it holds no shards\n";
+  TESSERA_RETURN_IF_ERROR(client->SetWorkerState(name, *state));
+  out << "worker " << name << " is " << WorkerStateName(*state) << "\n";
   return absl::OkStatus();
 }
 

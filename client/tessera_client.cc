@@ -290,6 +290,27 @@ absl::Status Client::SetWorkerState(const std::string& worker,
               });
 }
 
+absl::Status Client::DrainWorker(const std::string& worker,
+                                 absl::Duration timeout) {
+  TESSERA_RETURN_IF_ERROR(SetWorkerState(worker, WorkerState::kDraining));
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    TESSERA_ASSIGN_OR_RETURN(std::vector<WorkerInfo> workers, Workers());
+    auto it =
+        std::find_if(workers.begin(), workers.end(),
+                     [&](const WorkerInfo& w) { return w.name == worker; });
+    if (it == workers.end()) return NotFoundError("worker", worker);
+    if (it->bytes_used == 0) return absl::OkStatus();
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("worker '", worker, "' still holds ", it->bytes_used,
+                       " bytes after ", absl::FormatDuration(timeout),
+                       "; the drain goes on (no ready worker with room yet?)"));
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+}
+
 absl::Status Client::RemoveWorker(const std::string& worker) {
   v1::RemoveWorkerRequest request;
   request.set_name(worker);

@@ -103,6 +103,11 @@ class Client {
   // Worker management (the admin role; CLI.md "Replicas (v3)"): kCordoned,
   // kReady (uncordon) or kDraining. NOT_FOUND for an unknown worker.
   absl::Status SetWorkerState(const std::string& worker, WorkerState state);
+  // Drains `worker` (kDraining) and waits until it holds nothing: each of
+  // its shards has replicas elsewhere and its own are freed. NOT_FOUND for
+  // an unknown worker; DEADLINE_EXCEEDED saying what it still holds after
+  // `timeout` (the drain goes on).
+  absl::Status DrainWorker(const std::string& worker, absl::Duration timeout);
   // Forgets a dead or drained worker; FAILED_PRECONDITION ("holds") while
   // it holds the only replica of a shard.
   absl::Status RemoveWorker(const std::string& worker);

@@ -475,6 +475,16 @@ class PyClient {
     Check(WithoutGil([&] { return client_->SetWorkerState(worker, *parsed); }));
   }
 
+  void DrainWorker(const std::string& worker, double timeout_s) {
+    if (!(timeout_s >= 0 && timeout_s <= 86400)) {
+      Check(absl::InvalidArgumentError(
+          "drain timeout: expected seconds, 0 to 86400"));
+    }
+    Check(WithoutGil([&] {
+      return client_->DrainWorker(worker, absl::Seconds(timeout_s));
+    }));
+  }
+
   void RemoveWorker(const std::string& worker) {
     Check(WithoutGil([&] { return client_->RemoveWorker(worker); }));
   }
@@ -849,6 +859,8 @@ PYBIND11_MODULE(_tessera, m) {
       .def("delete", &PyClient::Delete, py::arg("name"))
       .def("set_worker_state", &PyClient::SetWorkerState, py::arg("worker"),
            py::arg("state"))
+      .def("drain_worker", &PyClient::DrainWorker, py::arg("worker"),
+           py::arg("timeout_s"))
       .def("remove_worker", &PyClient::RemoveWorker, py::arg("worker"))
       .def("create", &PyClient::Create, py::arg("name"), py::arg("shape"),
            py::arg("dtype"), py::arg("spec"), py::arg("init"))

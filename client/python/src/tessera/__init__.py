@@ -54,7 +54,6 @@ from __future__ import annotations
 import dataclasses
 import operator
 import os
-import time
 import types
 from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -647,19 +646,7 @@ class Client:
         unknown worker, DeadlineExceeded after ``timeout`` seconds (the drain
         goes on).
         """
-        self._impl.set_worker_state(worker, "draining")
-        deadline = time.monotonic() + timeout
-        while True:
-            held = [w.bytes_used for w in self.workers() if w.name == worker]
-            if not held:
-                raise NotFound(f"worker '{worker}' not found")
-            if held[0] == 0:
-                return
-            if time.monotonic() >= deadline:
-                raise DeadlineExceeded(
-                    f"worker '{worker}' still holds {held[0]} bytes after "
-                    f"{timeout} s; the drain goes on")
-            time.sleep(0.2)
+        self._impl.drain_worker(worker, timeout)
 
     def remove_worker(self, worker: str) -> None:
         """Forgets a dead or drained worker.
