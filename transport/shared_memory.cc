@@ -67,6 +67,9 @@ std::pair<int64_t, int64_t> BoxByteSpan(absl::Span<const int64_t> shape,
 
 namespace {
 
+// How much of a new mapping one MADV_POPULATE_READ call sets up.
+constexpr int64_t kPopulateStep = int64_t{4} << 20;
+
 // INTERNAL: a MapShard reply that cannot be true.
 absl::Status InconsistentReply(absl::string_view what) {
   return absl::InternalError(
@@ -595,11 +598,17 @@ absl::StatusOr<std::unique_ptr<ShardMapping>> SegmentMappingPool::Map(
   // them already (workers reuse freed shard pages), and walking every page
   // again cost a fifth of a reshard's copy time; pages it lacks fault in
   // a few dozen at a time.
+  // In steps: the call holds the process's mapping lock, and one call over
+  // a whole shard held up the other pulls' mmaps for its full length (a
+  // reshard's three pulls per worker then ran one after another).
   const int64_t page = sysconf(_SC_PAGESIZE);
   const int64_t first = begin / page * page;
   if (fresh && end - first >= kChunkBytes) {
-    madvise(static_cast<char*>(kept->map) + first,
-            static_cast<size_t>(end - first), MADV_POPULATE_READ);
+    for (int64_t at = first; at < end; at += kPopulateStep) {
+      madvise(static_cast<char*>(kept->map) + at,
+              static_cast<size_t>(std::min(kPopulateStep, end - at)),
+              MADV_POPULATE_READ);
+    }
   }
 #endif
   return std::make_unique<ShardMapping>(std::move(kept), segment.bytes,

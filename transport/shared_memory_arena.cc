@@ -5,12 +5,16 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <random>
 #include <vector>
@@ -55,6 +59,16 @@ struct ParkedBlock {
   bool held_mapped() const { return pages.use_count() > 1; }
 };
 
+// Warm blocks: none smaller (their faults cost little), sizes remembered,
+// and how much of one is populated between checks for the arena's end.
+constexpr int64_t kMinWarmBytes = int64_t{1} << 20;
+constexpr size_t kWantedSizes = 16;
+constexpr int64_t kWarmStep = int64_t{2} << 20;
+// Warm blocks are made only once no block was asked for this long: making
+// pages competes with a transfer's copies for memory bandwidth and the
+// kernel's page lists, even at the lowest priority.
+constexpr absl::Duration kWarmQuiet = absl::Seconds(1);
+
 // The names of the blocks still linked, by their first byte, and the parked
 // blocks.
 struct SharedBlock::Index {
@@ -66,6 +80,59 @@ struct SharedBlock::Index {
   std::vector<ParkedBlock> parked ABSL_GUARDED_BY(mu);  // oldest first
   int64_t parked_bytes ABSL_GUARDED_BY(mu) = 0;
   bool closed ABSL_GUARDED_BY(mu) = false;  // the arena is gone: park nothing
+  // Warm blocks (zeroed, never handed out yet) and the sizes of the latest
+  // blocks no parked block served, oldest first: what to keep warm.
+  std::vector<ParkedBlock> warm ABSL_GUARDED_BY(mu);
+  int64_t warm_bytes ABSL_GUARDED_BY(mu) = 0;
+  std::deque<int64_t> wanted ABSL_GUARDED_BY(mu);
+  absl::Time last_allocate ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+  ArenaCounts counts ABSL_GUARDED_BY(mu);
+
+  // Waits until no block was asked for in kWarmQuiet; false: the arena
+  // closed meanwhile.
+  bool AwaitQuiet() ABSL_LOCKS_EXCLUDED(mu) {
+    absl::MutexLock lock(&mu);
+    while (!closed && absl::Now() < last_allocate + kWarmQuiet) {
+      mu.AwaitWithDeadline(absl::Condition(
+                               +[](Index* i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                                 return i->closed;
+                               },
+                               this),
+                           last_allocate + kWarmQuiet);
+    }
+    return !closed;
+  }
+
+  // What the warmer should do next. The target: the newest wanted sizes,
+  // one block per entry, that fit the bound together. Warm blocks beyond
+  // it (`excess`, indexes into `warm`) go; `next` is a target size no warm
+  // block matches (0: none).
+  struct WarmPlan {
+    int64_t next = 0;
+    std::vector<size_t> excess;
+  };
+  WarmPlan PlanWarm() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    WarmPlan plan;
+    if (closed) return plan;
+    std::vector<int64_t> target;
+    int64_t total = 0;
+    for (auto it = wanted.rbegin(); it != wanted.rend(); ++it) {
+      if (total + *it > options.warm_bytes) continue;
+      total += *it;
+      target.push_back(*it);
+    }
+    for (size_t i = 0; i < warm.size(); ++i) {
+      auto match = std::find(target.begin(), target.end(), warm[i].bytes());
+      if (match == target.end()) {
+        plan.excess.push_back(i);
+      } else {
+        target.erase(match);
+      }
+    }
+    // Made only once the excess is gone, so that the bound holds.
+    if (plan.excess.empty() && !target.empty()) plan.next = target.front();
+    return plan;
+  }
 };
 
 namespace {
@@ -124,6 +191,44 @@ bool RenameSegment(const std::string& from, const std::string& to) {
 void Release(ParkedBlock& block) {
   if (!block.name.empty()) shm_unlink(block.name.c_str());
   block.pages.reset();
+}
+
+// A new block of `bytes`, allocated, zeroed and mapped writable here in
+// steps, each page touched: a later first write costs no fault. Each step
+// waits for `quiet` first. Gives up (nullopt) when /dev/shm is full or
+// `quiet` returns false.
+template <typename Quiet>
+std::optional<ParkedBlock> MakeWarmBlock(int64_t bytes, Quiet quiet) {
+  std::string name = NewSegmentName("warm");
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return std::nullopt;
+  void* map = MAP_FAILED;
+  if (ftruncate(fd, bytes) == 0) {
+    map = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
+               MAP_SHARED, fd, 0);
+  }
+  bool ok = map != MAP_FAILED;
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  for (int64_t at = 0; ok && at < bytes; at += kWarmStep) {
+    const int64_t step = std::min(kWarmStep, bytes - at);
+    // Reserved first, so that a full /dev/shm fails here, not as SIGBUS.
+    ok = quiet() && posix_fallocate(fd, at, step) == 0;
+    // Plain writes, not MADV_POPULATE_WRITE: a page fault takes only this
+    // mapping's lock, never the process's, so this thread's low priority
+    // cannot hold up another thread's mmap.
+    for (int64_t p = at; ok && p < at + step; p += page)
+      static_cast<volatile char*>(map)[p] = 0;
+  }
+  close(fd);
+  if (!ok) {
+    if (map != MAP_FAILED) munmap(map, static_cast<size_t>(bytes));
+    shm_unlink(name.c_str());
+    return std::nullopt;
+  }
+  return ParkedBlock{
+      std::move(name),
+      std::make_shared<MappedPages>(static_cast<char*>(map), bytes),
+      absl::Now()};
 }
 
 }  // namespace
@@ -213,6 +318,7 @@ SharedMemoryArena::SharedMemoryArena(SharedMemoryArenaOptions options)
         ReleaseIdle();
     });
   }
+  if (options.warm_bytes > 0) warmer_ = std::thread([this] { KeepWarm(); });
 }
 
 SharedMemoryArena::~SharedMemoryArena() {
@@ -222,6 +328,7 @@ SharedMemoryArena::~SharedMemoryArena() {
     absl::MutexLock lock(&index_->mu);
     index_->closed = true;  // blocks still out are released when dropped
   }
+  if (warmer_.joinable()) warmer_.join();
   ReleaseIdle(/*everything=*/true);
   if (liveness_fd_ >= 0) {
     shm_unlink(liveness_.c_str());
@@ -235,6 +342,7 @@ std::unique_ptr<SharedBlock> SharedMemoryArena::Allocate(int64_t bytes,
   if (bytes <= 0) return nullptr;
   std::string name = NewSegmentName(absl::StrCat(tag));
   std::optional<ParkedBlock> reused;
+  bool zeroed = false;  // a warm block: never written
   {
     absl::MutexLock lock(&index_->mu);
     // The newest parked block of this size: its pages are the likeliest to
@@ -244,8 +352,26 @@ std::unique_ptr<SharedBlock> SharedMemoryArena::Allocate(int64_t bytes,
       reused = std::move(*it);
       index_->parked.erase(std::next(it).base());
       index_->parked_bytes -= bytes;
+      ++index_->counts.reused;
       break;
     }
+    if (!reused.has_value() && index_->options.warm_bytes > 0 &&
+        bytes >= kMinWarmBytes) {
+      for (auto it = index_->warm.begin(); it != index_->warm.end(); ++it) {
+        if (it->bytes() != bytes) continue;
+        reused = std::move(*it);
+        index_->warm.erase(it);
+        index_->warm_bytes -= bytes;
+        zeroed = true;
+        ++index_->counts.warm;
+        break;
+      }
+      // A size wanted anew: the warmer keeps blocks of it ready.
+      index_->wanted.push_back(bytes);
+      if (index_->wanted.size() > kWantedSizes) index_->wanted.pop_front();
+    }
+    if (!reused.has_value()) ++index_->counts.fresh;
+    index_->last_allocate = absl::Now();
   }
   if (reused.has_value() && !RenameSegment(reused->name, name)) {
     Release(*reused);  // someone removed its file: the pages are lost
@@ -257,13 +383,14 @@ std::unique_ptr<SharedBlock> SharedMemoryArena::Allocate(int64_t bytes,
       absl::MutexLock lock(&index_->mu);
       index_->blocks[data] = SegmentInfo{name, bytes, index_->liveness};
     }
-    if (!use.overwritten) std::memset(data, 0, static_cast<size_t>(bytes));
+    if (!use.overwritten && !zeroed)
+      std::memset(data, 0, static_cast<size_t>(bytes));
     return std::unique_ptr<SharedBlock>(new SharedBlock(
         index_, std::move(name), std::move(reused->pages), use.reusable));
   }
   std::unique_ptr<SharedBlock> block = Create(name, bytes, use.reusable);
-  if (block == nullptr && ParkedBytes() > 0) {
-    // Parked pages may be what fills /dev/shm.
+  if (block == nullptr && (ParkedBytes() > 0 || Counts().warm_bytes > 0)) {
+    // Parked or warm pages may be what fills /dev/shm.
     ReleaseIdle(/*everything=*/true);
     block = Create(name, bytes, use.reusable);
   }
@@ -312,6 +439,11 @@ void SharedMemoryArena::ReleaseIdle(bool everything) {
       }
     }
     index_->parked.erase(keep, index_->parked.end());
+    if (everything) {
+      for (ParkedBlock& block : index_->warm) idle.push_back(std::move(block));
+      index_->warm.clear();
+      index_->warm_bytes = 0;
+    }
   }
   for (ParkedBlock& block : idle) Release(block);  // outside the lock
 }
@@ -319,6 +451,67 @@ void SharedMemoryArena::ReleaseIdle(bool everything) {
 int64_t SharedMemoryArena::ParkedBytes() const {
   absl::MutexLock lock(&index_->mu);
   return index_->parked_bytes;
+}
+
+ArenaCounts SharedMemoryArena::Counts() const {
+  absl::MutexLock lock(&index_->mu);
+  ArenaCounts counts = index_->counts;
+  counts.warm_bytes = index_->warm_bytes;
+  return counts;
+}
+
+void SharedMemoryArena::KeepWarm() {
+  // The lowest nice value: pages are made ahead of need with CPU that
+  // serving does not use. (Not SCHED_IDLE: this thread must still finish
+  // a step soon once the arena closes.)
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+  SharedBlock::Index& index = *index_;
+  while (true) {
+    int64_t bytes = 0;
+    std::vector<ParkedBlock> excess;
+    {
+      absl::MutexLock lock(&index.mu);
+      index.mu.Await(absl::Condition(
+          +[](SharedBlock::Index* i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            if (i->closed) return true;
+            const SharedBlock::Index::WarmPlan plan = i->PlanWarm();
+            return plan.next > 0 || !plan.excess.empty();
+          },
+          &index));
+      if (index.closed) return;
+      const SharedBlock::Index::WarmPlan plan = index.PlanWarm();
+      // Newer sizes displace older ones (highest index first: stable).
+      for (auto it = plan.excess.rbegin(); it != plan.excess.rend(); ++it) {
+        index.warm_bytes -= index.warm[*it].bytes();
+        excess.push_back(std::move(index.warm[*it]));
+        index.warm.erase(index.warm.begin() + static_cast<ptrdiff_t>(*it));
+      }
+      bytes = plan.next;
+    }
+    for (ParkedBlock& block : excess) Release(block);  // outside the lock
+    if (bytes == 0) continue;
+    std::optional<ParkedBlock> block =
+        MakeWarmBlock(bytes, [&index] { return index.AwaitQuiet(); });
+    bool kept = false;
+    {
+      absl::MutexLock lock(&index.mu);
+      if (block.has_value() && !index.closed) {
+        index.warm_bytes += bytes;
+        index.warm.push_back(std::move(*block));
+        kept = true;
+      }
+    }
+    if (kept) continue;
+    if (block.has_value()) Release(*block);  // outside the lock
+    // No room in /dev/shm now (or closing): try again in a while.
+    absl::MutexLock lock(&index.mu);
+    index.mu.AwaitWithTimeout(
+        absl::Condition(
+            +[](SharedBlock::Index* i)
+                 ABSL_NO_THREAD_SAFETY_ANALYSIS { return i->closed; },
+            &index),
+        absl::Seconds(1));
+  }
 }
 
 std::optional<SegmentInfo> SharedMemoryArena::Find(const void* data) const {

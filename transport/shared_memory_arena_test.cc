@@ -4,6 +4,7 @@
 // and parked bytes stay within their bound.
 #include "transport/shared_memory_arena.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -13,7 +14,10 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -215,6 +219,110 @@ TEST_F(SharedMemoryArenaTest, PagesHeldMappedAreReusedButNotReleased) {
   held.reset();  // now unmapped
   arena.ReleaseIdle();
   EXPECT_EQ(arena.ParkedBytes(), 0);
+}
+
+// Warm blocks (populated ahead of need by the arena's own thread).
+bool WaitForWarmBytes(const SharedMemoryArena& arena, int64_t bytes) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (arena.Counts().warm_bytes != bytes) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+// The warm segments of this process in /dev/shm.
+int WarmSegments() {
+  int count = 0;
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return -1;
+  const std::string mine = absl::StrCat("-", getpid(), "-warm-");
+  while (dirent* entry = readdir(dir))
+    if (std::string(entry->d_name).find(mine) != std::string::npos) ++count;
+  closedir(dir);
+  return count;
+}
+
+TEST_F(SharedMemoryArenaTest,
+       ARecentSizeIsKeptWarmAndServesTheNextBlockZeroed) {
+  SharedMemoryArenaOptions options;
+  options.warm_bytes = 4 * kBytes;
+  SharedMemoryArena arena(options);
+  std::unique_ptr<SharedBlock> first = arena.Allocate(kBytes, 1);
+  ASSERT_NE(first, nullptr);
+  std::memset(first->data(), 0x5a, kBytes);
+  EXPECT_EQ(arena.Counts().fresh, 1);
+  ASSERT_TRUE(WaitForWarmBytes(arena, kBytes)) << "no block of the size made";
+  EXPECT_EQ(WarmSegments(), 1);
+
+  std::unique_ptr<SharedBlock> second = arena.Allocate(kBytes, 2, Reusable());
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(arena.Counts().warm, 1);
+  EXPECT_EQ(arena.Counts().fresh, 1);
+  for (int64_t i = 0; i < kBytes; i += 512) ASSERT_EQ(second->data()[i], 0);
+  // Under its own new name, readable by others like any block.
+  const std::optional<SegmentInfo> segment = arena.Find(second->data());
+  ASSERT_TRUE(segment.has_value());
+  EXPECT_TRUE(Named(segment->name));
+  EXPECT_EQ(segment->name.find("-warm-"), std::string::npos);
+  // Another size finds none warm; it gets fresh pages.
+  std::unique_ptr<SharedBlock> other = arena.Allocate(2 * kBytes, 3);
+  ASSERT_NE(other, nullptr);
+  EXPECT_EQ(arena.Counts().fresh, 2);
+}
+
+TEST_F(SharedMemoryArenaTest, WarmBytesStayWithinTheirBound) {
+  SharedMemoryArenaOptions options;
+  options.warm_bytes = 2 * kBytes;
+  SharedMemoryArena arena(options);
+  std::vector<std::unique_ptr<SharedBlock>> held;
+  for (int i = 0; i < 3; ++i) held.push_back(arena.Allocate(kBytes, i));
+  // Too small to be worth it: never kept warm.
+  held.push_back(arena.Allocate(kBytes / 2, 9));
+  // Bigger than the bound: never kept warm.
+  held.push_back(arena.Allocate(4 * kBytes, 10));
+  ASSERT_TRUE(WaitForWarmBytes(arena, 2 * kBytes));
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(arena.Counts().warm_bytes, 2 * kBytes);
+  EXPECT_EQ(WarmSegments(), 2);
+}
+
+TEST_F(SharedMemoryArenaTest, ANewerSizeDisplacesOlderWarmBlocks) {
+  SharedMemoryArenaOptions options;
+  options.warm_bytes = 2 * kBytes;
+  SharedMemoryArena arena(options);
+  std::vector<std::unique_ptr<SharedBlock>> held;
+  for (int i = 0; i < 2; ++i) held.push_back(arena.Allocate(kBytes, i));
+  ASSERT_TRUE(WaitForWarmBytes(arena, 2 * kBytes));
+  held.push_back(arena.Allocate(2 * kBytes, 5));
+  EXPECT_EQ(arena.Counts().fresh, 3);
+  // The newest size wins the bound: the two 1 MiB blocks make way.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (WarmSegments() != 1 && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_TRUE(WaitForWarmBytes(arena, 2 * kBytes));
+  held.push_back(arena.Allocate(2 * kBytes, 6));
+  EXPECT_EQ(arena.Counts().warm, 1);
+}
+
+TEST_F(SharedMemoryArenaTest,
+       NoWarmBlocksByDefaultAndNoneLeftWhenTheArenaGoes) {
+  {
+    SharedMemoryArena arena;
+    ASSERT_NE(arena.Allocate(kBytes, 1), nullptr);
+    absl::SleepFor(absl::Milliseconds(100));
+    EXPECT_EQ(arena.Counts().warm_bytes, 0);
+    EXPECT_EQ(WarmSegments(), 0);
+  }
+  {
+    SharedMemoryArenaOptions options;
+    options.warm_bytes = 64 * kBytes;
+    SharedMemoryArena arena(options);
+    ASSERT_NE(arena.Allocate(kBytes, 1), nullptr);
+    ASSERT_NE(arena.Allocate(32 * kBytes, 2), nullptr);
+    ASSERT_TRUE(WaitForWarmBytes(arena, kBytes + 32 * kBytes));
+  }
+  EXPECT_EQ(WarmSegments(), 0) << "warm segments outlived their arena";
 }
 
 }  // namespace

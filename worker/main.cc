@@ -144,6 +144,11 @@ ABSL_FLAG(int64_t, shard_reuse_bytes,
           "most bytes of freed host shards kept mapped (for up to 30 s) to "
           "serve new shards of the same size without first-touch page "
           "faults; 0 returns freed memory at once");
+ABSL_FLAG(int64_t, shard_warm_bytes, int64_t{512} << 20,
+          "most bytes of shared memory kept populated ahead of new host "
+          "shards of the sizes lately allocated, made with spare CPU (a "
+          "first reshard or repair then copies without page faults); 0: "
+          "none");
 ABSL_FLAG(int32_t, max_threads, tessera::ServerOptions().max_threads,
           "most threads serving calls; calls beyond are refused with "
           "RESOURCE_EXHAUSTED");
@@ -271,6 +276,12 @@ int Run() {
   // worker stages device reads for them there.
   SharedMemoryArenaOptions arena_options;
   arena_options.reuse_bytes = absl::GetFlag(FLAGS_shard_reuse_bytes);
+  arena_options.warm_bytes = absl::GetFlag(FLAGS_shard_warm_bytes);
+  if (arena_options.warm_bytes < 0) {
+    spdlog::error("--shard_warm_bytes={} is negative",
+                  arena_options.warm_bytes);
+    return 1;
+  }
   if (arena_options.reuse_bytes < 0) {
     spdlog::error("--shard_reuse_bytes={} is negative",
                   arena_options.reuse_bytes);
@@ -465,6 +476,24 @@ int Run() {
               "Reader endpoints this worker's UCX keeps (closed on a "
               "reader's goodbye, when idle, or past the bound).")
           ->Set(static_cast<double>(ucx->Peers()));
+    }
+    if (arena != nullptr) {
+      const ArenaCounts blocks = arena->Counts();
+      for (const auto& [source, count] :
+           {std::pair<const char*, int64_t>{"fresh", blocks.fresh},
+            {"reused", blocks.reused},
+            {"warm", blocks.warm}}) {
+        m.Counter("tessera_worker_shm_blocks_total",
+                  "Shared-memory blocks given to shards, by where their "
+                  "pages came from: fresh (faulted in by the first write), "
+                  "reused (a freed shard's), warm (populated ahead).",
+                  {{"source", source}})
+            ->Set(static_cast<double>(count));
+      }
+      m.Gauge("tessera_worker_warm_bytes",
+              "Bytes of shared memory populated ahead of new shards, "
+              "waiting (bounded by --shard_warm_bytes).")
+          ->Set(static_cast<double>(blocks.warm_bytes));
     }
     m.Gauge("tessera_worker_capacity_bytes",
             "Most shard bytes this worker holds (0: no limit).")
