@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/cluster.h"
+#include "tests/test_arrays.h"
 
 namespace tessera {
 namespace {
@@ -96,6 +97,47 @@ TEST_F(MetricsPortTest, SlowClientsDoNotStallAScrape) {
   trickle.join();
   for (int fd : slow) close(fd);
   EXPECT_EQ(closed, 64);
+}
+
+// --shard_warm_bytes at work, as an operator sees it: after a shard of a new
+// size, the worker makes memory of that size ahead (once it idled 1 s), and
+// the next shard of the size takes it, its bytes right.
+TEST_F(MetricsPortTest, WarmMemoryIsMadeAheadAndTakenByTheNextShardOfItsSize) {
+  auto client = Client::Connect(cluster_->coordinator_address());
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::vector<int64_t> shape = {2048, 1024};  // 8 MiB of float32
+  constexpr double kShardBytes = 8 << 20;
+  const LayoutSpec layout = LayoutSpec::Chunk(0, Ranks({0}));
+  ASSERT_TRUE((*client)
+                  ->Create("warm_a", shape, DType::kFloat32, layout,
+                           InitSpec{InitSpec::Kind::kOnes})
+                  .ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  std::string scrape;
+  while (absl::Now() < deadline) {
+    scrape = FetchMetrics(metrics_port_);
+    if (MetricSum(scrape, "tessera_worker_warm_bytes") == kShardBytes) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_EQ(MetricSum(scrape, "tessera_worker_warm_bytes"), kShardBytes)
+      << scrape;
+  const double warm_before =
+      MetricSum(scrape, "tessera_worker_shm_blocks_total", "source=\"warm\"");
+  ASSERT_TRUE((*client)
+                  ->Create("warm_b", shape, DType::kFloat32, layout,
+                           InitSpec{InitSpec::Kind::kOnes})
+                  .ok());
+  scrape = FetchMetrics(metrics_port_);
+  EXPECT_EQ(
+      MetricSum(scrape, "tessera_worker_shm_blocks_total", "source=\"warm\""),
+      warm_before + 1)
+      << scrape;
+  absl::StatusOr<HostArray> got = (*client)->Get("warm_b");
+  ASSERT_TRUE(got.ok()) << got.status();
+  const float* values = reinterpret_cast<const float*>(got->data());
+  for (int64_t i = 0; i < 2048 * 1024; i += 997) ASSERT_EQ(values[i], 1.0f);
+  EXPECT_TRUE((*client)->Delete("warm_a").ok());
+  EXPECT_TRUE((*client)->Delete("warm_b").ok());
 }
 
 TEST_F(MetricsPortTest, AHeaderFloodIsCutOffWithoutGrowingTheWorker) {
