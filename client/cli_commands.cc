@@ -21,6 +21,7 @@
 #include "client/json_output.h"
 #include "client/npy_file.h"
 #include "client/safetensors_io.h"
+#include "client/stdio_file.h"
 #include "client/tessera_client.h"
 #include "core/auth.h"
 #include "core/dtype.h"
@@ -578,6 +579,33 @@ bool Invocation::GetBool(const std::string& flag) const {
 // ---- commands
 // -----------------------------------------------------------------
 
+// `-` as an input: stdin, copied into `spool` first (see stdio_file.h).
+// Returns the path to read.
+absl::StatusOr<std::string> InputPath(const std::string& path,
+                                      absl::string_view name,
+                                      std::unique_ptr<SpoolDir>* spool) {
+  if (!IsStdio(path)) return path;
+  TESSERA_ASSIGN_OR_RETURN(*spool, SpoolDir::Create());
+  const std::string copy = (*spool)->File(name);
+  TESSERA_RETURN_IF_ERROR(CopyFdToFile(STDIN_FILENO, copy));
+  return copy;
+}
+
+// `-` as an output: a file in `spool`, copied to stdout once complete.
+absl::StatusOr<std::string> OutputPath(const std::string& path,
+                                       absl::string_view name,
+                                       std::unique_ptr<SpoolDir>* spool) {
+  if (!IsStdio(path)) return path;
+  TESSERA_ASSIGN_OR_RETURN(*spool, SpoolDir::Create());
+  return (*spool)->File(name);
+}
+
+// Where a command's report goes: stderr when stdout carries the data.
+std::ostream& ReportTo(const Invocation& inv, const std::string& output,
+                       std::ostream& out) {
+  return IsStdio(output) && inv.err != nullptr ? *inv.err : out;
+}
+
 absl::Status RunWorkers(const Invocation& inv, std::ostream& out) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
   TESSERA_ASSIGN_OR_RETURN(std::vector<WorkerInfo> workers, client->Workers());
@@ -684,9 +712,14 @@ absl::Status RunUpdate(const Invocation& inv, const std::string& name,
 
 absl::Status RunPut(const Invocation& inv, std::ostream& out) {
   TESSERA_ASSIGN_OR_RETURN(const std::string name, TensorName(inv));
-  TESSERA_ASSIGN_OR_RETURN(const std::string input,
+  TESSERA_ASSIGN_OR_RETURN(const std::string input_flag,
                            RequiredFlag(inv, "input", "FILE.npy"));
-  if (input.empty()) return UsageError("--input needs a file name");
+  if (input_flag.empty()) {
+    return UsageError("--input needs a file name (or - for stdin)");
+  }
+  std::unique_ptr<SpoolDir> spool;
+  TESSERA_ASSIGN_OR_RETURN(const std::string input,
+                           InputPath(input_flag, "stdin.npy", &spool));
   std::optional<DType> dtype;
   if (inv.Has("dtype")) {
     TESSERA_ASSIGN_OR_RETURN(dtype, DTypeFlag(inv));
@@ -726,7 +759,7 @@ absl::Status RunPut(const Invocation& inv, std::ostream& out) {
     out << TensorJson(meta, array.num_bytes, seconds) << "\n";
     return absl::OkStatus();
   }
-  out << "put " << meta.name << " from " << input << ": shape "
+  out << "put " << meta.name << " from " << input_flag << ": shape "
       << ShapeToString(meta.shape) << " " << DTypeName(meta.dtype) << ", "
       << FormatBytes(array.num_bytes) << " in " << meta.shards.size()
       << " shard" << (meta.shards.size() == 1 ? "" : "s") << ", version "
@@ -738,7 +771,9 @@ absl::Status RunGet(const Invocation& inv, std::ostream& out) {
   TESSERA_ASSIGN_OR_RETURN(const std::string name, TensorName(inv));
   TESSERA_ASSIGN_OR_RETURN(const std::string output,
                            RequiredFlag(inv, "output", "FILE.npy"));
-  if (output.empty()) return UsageError("--output needs a file name");
+  if (output.empty()) {
+    return UsageError("--output needs a file name (or - for stdout)");
+  }
   if (inv.Has("region") && inv.Has("shard")) {
     return UsageError("--region and --shard cannot be used together");
   }
@@ -789,8 +824,11 @@ absl::Status RunGet(const Invocation& inv, std::ostream& out) {
     shape[0] = static_cast<int64_t>(rows.size());
   }
   if (box.has_value()) shape.assign(box->sizes.begin(), box->sizes.end());
+  std::unique_ptr<SpoolDir> spool;
+  TESSERA_ASSIGN_OR_RETURN(const std::string path,
+                           OutputPath(output, "get.npy", &spool));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<NpyFileWriter> file,
-                           NpyFileWriter::Create(output, meta.dtype, shape));
+                           NpyFileWriter::Create(path, meta.dtype, shape));
   const int64_t bytes = file->data_bytes();
   absl::Status status;
   // The version whose bytes land in the file: a read that met a newer
@@ -810,11 +848,13 @@ absl::Status RunGet(const Invocation& inv, std::ostream& out) {
   }
   if (!status.ok()) return status;  // the file is removed with `file`
   TESSERA_RETURN_IF_ERROR(file->Commit());
+  if (spool != nullptr) TESSERA_RETURN_IF_ERROR(CopyFileToStream(path, out));
   const double seconds = SecondsSince(start);
+  std::ostream& report = ReportTo(inv, output, out);
   if (inv.GetBool("json")) {
-    out << GetJson(name, shape, meta.dtype, version, bytes, seconds,
-                   Since(before, client->TransferStats()))
-        << "\n";
+    report << GetJson(name, shape, meta.dtype, version, bytes, seconds,
+                      Since(before, client->TransferStats()))
+           << "\n";
     return absl::OkStatus();
   }
   std::string what = name;
@@ -823,9 +863,10 @@ absl::Status RunGet(const Invocation& inv, std::ostream& out) {
   if (rows_path.has_value()) {
     absl::StrAppend(&what, " rows of ", *rows_path);
   }
-  out << "got " << what << " into " << output << ": shape "
-      << ShapeToString(shape) << " " << DTypeName(meta.dtype) << ", "
-      << FormatBytes(bytes) << ", " << FormatRate(bytes, seconds) << "\n";
+  report << "got " << what << " into "
+         << (IsStdio(output) ? std::string("stdout") : output) << ": shape "
+         << ShapeToString(shape) << " " << DTypeName(meta.dtype) << ", "
+         << FormatBytes(bytes) << ", " << FormatRate(bytes, seconds) << "\n";
   return absl::OkStatus();
 }
 
@@ -1000,13 +1041,16 @@ absl::Status RunWorker(const Invocation& inv, std::ostream& out) {
 
 absl::Status RunImport(const Invocation& inv, std::ostream& out) {
   const std::string& file = inv.positional.at(0);
-  if (file.empty()) return UsageError("import needs a file name");
+  if (file.empty()) return UsageError("import needs a file name (or -)");
   const std::string prefix = inv.Get("prefix").value_or("");
   TESSERA_ASSIGN_OR_RETURN(const SpecArgs spec_args, ParseSpec(inv));
 
   // The file is checked before the cluster is contacted, as put does.
+  std::unique_ptr<SpoolDir> spool;
+  TESSERA_ASSIGN_OR_RETURN(const std::string path,
+                           InputPath(file, "stdin.safetensors", &spool));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsReader> reader,
-                           SafetensorsReader::Open(file));
+                           SafetensorsReader::Open(path));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
   TESSERA_ASSIGN_OR_RETURN(SafetensorsImportResult result,
                            ImportSafetensors(
@@ -1020,7 +1064,8 @@ absl::Status RunImport(const Invocation& inv, std::ostream& out) {
     return absl::OkStatus();
   }
   out << "imported " << result.tensors.size() << " tensor"
-      << (result.tensors.size() == 1 ? "" : "s") << " from " << file << ", "
+      << (result.tensors.size() == 1 ? "" : "s") << " from "
+      << (IsStdio(file) ? std::string("stdin") : file) << ", "
       << FormatBytes(result.bytes) << ", "
       << FormatRate(result.bytes, result.seconds) << "\n";
   std::vector<std::vector<std::string>> rows = {
@@ -1036,7 +1081,7 @@ absl::Status RunImport(const Invocation& inv, std::ostream& out) {
 
 absl::Status RunExport(const Invocation& inv, std::ostream& out) {
   const std::string& file = inv.positional.at(0);
-  if (file.empty()) return UsageError("export needs a file name");
+  if (file.empty()) return UsageError("export needs a file name (or -)");
   std::vector<std::string> names(inv.positional.begin() + 1,
                                  inv.positional.end());
   const std::optional<std::string> prefix = inv.Get("prefix");
@@ -1051,28 +1096,34 @@ absl::Status RunExport(const Invocation& inv, std::ostream& out) {
   for (const std::string& name : names) {
     if (absl::Status s = CheckTensorName(name); !s.ok()) return UsageError(s);
   }
+  std::unique_ptr<SpoolDir> spool;
+  TESSERA_ASSIGN_OR_RETURN(const std::string path,
+                           OutputPath(file, "stdout.safetensors", &spool));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
   TESSERA_ASSIGN_OR_RETURN(
       SafetensorsExportResult result,
-      ExportSafetensors(*client, file,
+      ExportSafetensors(*client, path,
                         prefix.has_value()
                             ? SafetensorsSelection::Prefix(*prefix)
                             : SafetensorsSelection::Names(names)));
+  if (spool != nullptr) TESSERA_RETURN_IF_ERROR(CopyFileToStream(path, out));
+  std::ostream& report = ReportTo(inv, file, out);
   if (inv.GetBool("json")) {
-    out << ExportJson(file, result) << "\n";
+    report << ExportJson(file, result) << "\n";
     return absl::OkStatus();
   }
-  out << "exported " << result.entries.size() << " tensor"
-      << (result.entries.size() == 1 ? "" : "s") << " into " << file << ", "
-      << FormatBytes(result.file_bytes) << ", "
-      << FormatRate(result.bytes, result.seconds) << "\n";
+  report << "exported " << result.entries.size() << " tensor"
+         << (result.entries.size() == 1 ? "" : "s") << " into "
+         << (IsStdio(file) ? std::string("stdout") : file) << ", "
+         << FormatBytes(result.file_bytes) << ", "
+         << FormatRate(result.bytes, result.seconds) << "\n";
   std::vector<std::vector<std::string>> rows = {
       {"ENTRY", "TENSOR", "SHAPE", "DTYPE"}};
   for (const SafetensorsExportedEntry& e : result.entries) {
     rows.push_back({e.entry, e.tensor, ShapeToString(e.shape),
                     std::string(DTypeName(e.dtype))});
   }
-  PrintTable(rows, out);
+  PrintTable(rows, report);
   return absl::OkStatus();
 }
 
@@ -1294,7 +1345,8 @@ int RunCli(const std::vector<std::string>& args, const char* env_coordinator,
   } else if (!parsed->has_value()) {
     return kExitOk;  // help was printed
   } else {
-    const Invocation& inv = **parsed;
+    Invocation inv = **std::move(parsed);
+    inv.err = &err;
     verbose = inv.global.verbose;
     context = absl::StrCat("command '", inv.command, "', coordinator ",
                            inv.global.coordinator);

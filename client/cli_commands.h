@@ -58,6 +58,8 @@ struct Invocation {
   std::string command;
   std::vector<std::string> positional;
   std::map<std::string, std::string> flags;
+  // Where messages go when stdout carries data (`--output=-`).
+  std::ostream* err = nullptr;
 
   bool Has(const std::string& flag) const { return flags.count(flag) > 0; }
   std::optional<std::string> Get(const std::string& flag) const;

@@ -5,6 +5,7 @@
 // the main thread is caught around the command; on any other thread (the
 // data plane's parallel reads) it would reach std::terminate, whose handler
 // here says the same and exits 1.
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -48,6 +49,10 @@ void ReportOutOfMemory() {
 
 int main(int argc, char** argv) {
   g_previous_terminate = std::set_terminate(OnTerminate);
+  // A pipe whose reader has gone (`tessera get x --output=- | head -c 10`)
+  // is a write error reported in one line, with the spooled file removed,
+  // not a silent death by SIGPIPE.
+  signal(SIGPIPE, SIG_IGN);
   // gRPC's own logging would add lines to stderr; the CLI reports errors
   // itself, in one line. GRPC_VERBOSITY set by the user still wins.
   setenv("GRPC_VERBOSITY", "NONE", /*overwrite=*/0);

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <set>
@@ -983,6 +984,74 @@ TEST_F(CliTest, GetShardOutsideTheListIsOutOfBounds) {
 }
 
 // .npy files written by Debian's NumPy: C and Fortran order, both byte orders.
+// `-` is stdin and stdout in shell pipes, for .npy and safetensors: a get
+// into a pipe, a put from one, an export piped into an import. No file
+// named "-" appears, nothing is left in $TMPDIR, and stdout carries only the
+// data (the report goes to stderr).
+TEST_F(CliTest, DashIsStdinAndStdoutInShellPipes) {
+  if (!HaveNumpy()) GTEST_SKIP() << "Debian's numpy is not installed";
+  const std::string dir = TempPath("dash");
+  const std::string spool = TempPath("dash_tmp");
+  ASSERT_EQ(std::system(absl::StrCat("rm -rf ", dir, " ", spool, " && mkdir ",
+                                     dir, " ", spool)
+                            .c_str()),
+            0);
+  const std::string t = absl::StrCat("TMPDIR=", spool, " ",
+                                     TestCluster::BinaryPath("client/tessera"),
+                                     " --coordinator=", Addr());
+  const std::string py = "/usr/bin/python3 -c";
+  const std::string script = absl::StrCat(
+      "set -eo pipefail; cd ", dir, "\n",  //
+      t, " create dash_a --shape=6,4 --dtype=int32 --chunk_dim=0 ",
+      "--placements=w0,w1 --init=arange\n",
+      // NumPy's load wants to seek: it reads the pipe through BytesIO.
+      t, " get dash_a --output=- 2>get.err | ", py,
+      " 'import io,sys,numpy as np; a = np.load(io.BytesIO(",
+      "sys.stdin.buffer.read())); assert (a == np.arange(24).reshape(6, 4))",
+      ".all(), a'\n", py,
+      " 'import io,sys,numpy as np; b = io.BytesIO(); np.save(b, ",
+      "np.arange(10, dtype=np.float32) * 0.5); ",
+      "sys.stdout.buffer.write(b.getvalue())' | ", t,
+      " put dash_p --input=- --chunk_dim=0 --placements=w2,w3\n", t,
+      " export - dash_a dash_p | ", t,
+      " import - --prefix=dash_copy/ --chunk_dim=0 --placements=w1\n",
+      "test ! -e ./-\n");
+  {
+    std::ofstream f(dir + ".sh");
+    f << script;
+  }
+  ASSERT_EQ(std::system(absl::StrCat("/bin/bash ", dir, ".sh").c_str()), 0)
+      << script;
+  std::ifstream get_err(dir + "/get.err");
+  const std::string report((std::istreambuf_iterator<char>(get_err)),
+                           std::istreambuf_iterator<char>());
+  EXPECT_THAT(report, HasSubstr("got dash_a into stdout: shape [6, 4]"));
+
+  // What went through the pipes is what the cluster holds.
+  const std::string copy = TempPath("dash_copy_p.npy");
+  Ok({"get", "dash_copy/dash_p", "--output=" + copy});
+  const HostArray p = ReadOrDie(copy, DType::kFloat32);
+  ASSERT_EQ(p.shape, (Shape{10}));
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(reinterpret_cast<const float*>(p.data())[i], 0.5f * i);
+  }
+  Result a = Tessera({"get", "dash_copy/dash_a", "--output=-"});
+  EXPECT_EQ(a.code, 0) << a.err;
+  EXPECT_THAT(a.err, HasSubstr("got dash_copy/dash_a into stdout"));
+  EXPECT_TRUE(absl::StartsWith(a.out, "\x93NUMPY")) << a.out.substr(0, 16);
+  // A failed get writes nothing to stdout.
+  Result missing = Tessera({"get", "dash_missing", "--output=-"});
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_EQ(missing.out, "");
+  // Every spool directory is gone.
+  EXPECT_EQ(
+      std::system(absl::StrCat("test -z \"$(ls -A ", spool, ")\"").c_str()), 0);
+  for (const char* name :
+       {"dash_a", "dash_p", "dash_copy/dash_a", "dash_copy/dash_p"}) {
+    Ok({"rm", name});
+  }
+}
+
 TEST_F(CliTest, PutReadsWhatNumPyWrites) {
   if (!HaveNumpy()) GTEST_SKIP() << "Debian's numpy is not installed";
   struct Case {
