@@ -122,12 +122,14 @@ const std::vector<CommandDef>& Commands() {
        {{"json", true}},
        &RunDescribe},
       {"ls",
-       "ls [--all] [--json]",
-       "list tensors (--all: puts not committed yet too, and what is "
-       "pending of each)",
+       "ls [PREFIX] [--all] [--json]",
+       "list tensors, or those whose name starts with PREFIX (--all: puts "
+       "not committed yet too, and what is pending of each)",
        0,
        {{"json", true}, {"all", true}},
-       &RunList},
+       &RunList,
+       "PREFIX",
+       /*more_positional=*/true},
       {"reshard",
        "reshard NAME [SPEC] [--replicas=R] [--json]",
        "move the tensor to a new sharding, or (SPEC left out) to R replicas "
@@ -140,11 +142,13 @@ const std::vector<CommandDef>& Commands() {
         {"json", true}},
        &RunReshard},
       {"rm",
-       "rm NAME [--json]",
-       "delete the tensor and free its shards",
+       "rm NAME... [--json]",
+       "delete the tensors and free their shards",
        1,
        {{"json", true}},
-       &RunRemove},
+       &RunRemove,
+       "NAME",
+       /*more_positional=*/true},
       {"import",
        "import FILE.safetensors SPEC [--replicas=R] [--prefix=P] [--json]",
        "one tensor per entry of a .safetensors file (all or nothing)",
@@ -901,9 +905,20 @@ absl::Status RunDescribe(const Invocation& inv, std::ostream& out) {
 }
 
 absl::Status RunList(const Invocation& inv, std::ostream& out) {
+  if (inv.positional.size() > 1) {
+    return UsageError(absl::StrCat("unexpected argument '", inv.positional[1],
+                                   "' (usage: tessera ls [PREFIX])"));
+  }
+  const std::string prefix =
+      inv.positional.empty() ? std::string() : inv.positional[0];
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
   const bool all = inv.GetBool("all");
   TESSERA_ASSIGN_OR_RETURN(std::vector<TensorInfo> tensors, client->List(all));
+  tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
+                               [&](const TensorInfo& t) {
+                                 return !absl::StartsWith(t.name, prefix);
+                               }),
+                tensors.end());
   if (inv.GetBool("json")) {
     out << TensorListJson(tensors) << "\n";
     return absl::OkStatus();
@@ -991,15 +1006,43 @@ absl::Status PrintReshard(const Invocation& inv, const std::string& name,
 }
 
 absl::Status RunRemove(const Invocation& inv, std::ostream& out) {
-  TESSERA_ASSIGN_OR_RETURN(const std::string name, TensorName(inv));
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
-  TESSERA_RETURN_IF_ERROR(client->Delete(name));
-  if (inv.GetBool("json")) {
-    out << RemoveJson(name) << "\n";
-    return absl::OkStatus();
+  // Every name is checked before any tensor is deleted.
+  for (const std::string& name : inv.positional) {
+    if (absl::Status s = CheckTensorName(name); !s.ok()) return UsageError(s);
   }
-  out << "deleted " << name << "\n";
-  return absl::OkStatus();
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
+  // As rm(1): each name is tried; the ones that failed are reported
+  // together, in one line, and the exit code says so.
+  std::vector<std::string> deleted;
+  std::vector<std::string> failed;
+  absl::Status first_error;
+  for (const std::string& name : inv.positional) {
+    absl::Status s = client->Delete(name);
+    if (s.ok()) {
+      deleted.push_back(name);
+      continue;
+    }
+    if (first_error.ok()) first_error = s;
+    failed.push_back(std::string(s.message()));
+  }
+  if (inv.GetBool("json")) {
+    if (inv.positional.size() == 1) {
+      if (!deleted.empty()) out << RemoveJson(deleted[0]) << "\n";
+    } else {
+      std::vector<std::string> objects;
+      for (const std::string& name : deleted)
+        objects.push_back(RemoveJson(name));
+      out << "[" << absl::StrJoin(objects, ", ") << "]\n";
+    }
+  } else {
+    for (const std::string& name : deleted) out << "deleted " << name << "\n";
+  }
+  if (failed.empty()) return absl::OkStatus();
+  if (inv.positional.size() == 1) return first_error;
+  return absl::Status(
+      first_error.code(),
+      absl::StrCat(failed.size(), " of ", inv.positional.size(),
+                   " not deleted: ", absl::StrJoin(failed, "; ")));
 }
 
 absl::Status RunWorker(const Invocation& inv, std::ostream& out) {

@@ -20,6 +20,7 @@
 #include "coordinator/coordinator_service.h"
 #include "coordinator/file_metadata_store.h"
 #include "coordinator/grpc_worker_control.h"
+#include "ops/daemon_help.h"
 #include "ops/daemon_listener.h"
 #include "ops/daemon_security.h"
 #include "ops/logging.h"
@@ -347,6 +348,11 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
   absl::SetProgramUsageMessage(
       "tessera-coordinator --listen=HOST:PORT [--data_dir=DIR]");
+  if (tessera::PrintDaemonHelp(argc, argv,
+                               std::string(absl::ProgramUsageMessage()),
+                               "coordinator/main.cc")) {
+    return 0;
+  }
   absl::ParseCommandLine(argc, argv);
   return tessera::Run();
 }

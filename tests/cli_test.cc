@@ -39,6 +39,7 @@ namespace {
 
 using ::tessera::testing::IsOk;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // ---- a tiny JSON reader, enough to check the CLI's output
 // ---------------------
@@ -486,6 +487,36 @@ TEST_F(CliTest, LsJsonAndTable) {
   EXPECT_TRUE(found);
   EXPECT_THAT(Ok({"ls"}).out, HasSubstr("ls_t/a.b-c_d"));
   Ok({"rm", "ls_t/a.b-c_d"});
+}
+
+// ls PREFIX lists the tensors whose names start with it; rm takes several
+// names, deletes every one it can, and names the ones it could not.
+TEST_F(CliTest, LsByPrefixAndRmOfSeveralNames) {
+  for (const char* name : {"pre_t/a", "pre_t/b", "pre_t/c", "pre_u"}) {
+    Ok({"create", name, "--shape=4", "--dtype=int8", "--chunk_dim=0",
+        "--placements=w0"});
+  }
+  Json listed = ParseJsonOrFail(Ok({"ls", "pre_t/", "--json"}).out);
+  std::vector<std::string> names;
+  for (const Json& t : listed.items) names.push_back(t["name"].Str());
+  EXPECT_EQ(names, (std::vector<std::string>{"pre_t/a", "pre_t/b", "pre_t/c"}));
+  EXPECT_THAT(Ok({"ls", "pre_u"}).out, HasSubstr("pre_u"));
+  EXPECT_THAT(Ok({"ls", "pre_u"}).out, Not(HasSubstr("pre_t")));
+  EXPECT_EQ(ParseJsonOrFail(Ok({"ls", "no_such_prefix/", "--json"}).out).size(),
+            0u);
+
+  Result two = Ok({"rm", "pre_t/a", "pre_t/b"});
+  EXPECT_EQ(two.out, "deleted pre_t/a\ndeleted pre_t/b\n");
+  // A bad name among them: nothing is deleted.
+  ExpectError(Tessera({"rm", "pre_t/c", "bad name!"}), 2, {"bad name!"});
+  // A missing one: the others go, the missing one is named, exit 1.
+  Result some = Tessera({"rm", "pre_t/c", "pre_t/missing", "pre_u", "--json"});
+  ExpectError(some, 1, {"1 of 3 not deleted", "pre_t/missing"});
+  Json deleted = ParseJsonOrFail(some.out);
+  ASSERT_EQ(deleted.size(), 2u);
+  EXPECT_EQ(deleted.items[0]["name"].Str(), "pre_t/c");
+  EXPECT_EQ(deleted.items[1]["name"].Str(), "pre_u");
+  EXPECT_EQ(ParseJsonOrFail(Ok({"ls", "pre_", "--json"}).out).size(), 0u);
 }
 
 // ---- describe and chunk layouts
@@ -1419,6 +1450,40 @@ TEST_F(CliTest, HelpAndVerbose) {
   EXPECT_TRUE(absl::StartsWith(r.err, "error: ")) << r;
   EXPECT_THAT(r.err, HasSubstr("not found"));
   EXPECT_GT(std::count(r.err.begin(), r.err.end(), '\n'), 1);
+}
+
+// The daemons' --help lists their flags, one line each with its default,
+// shared ones (TLS) included; --help=TEXT keeps the matching ones.
+TEST_F(CliTest, DaemonHelpListsEveryFlagOnOneLine) {
+  for (const auto& [binary, own] :
+       {std::pair<std::string, std::string>{"worker/tessera-worker",
+                                            "--capacity_bytes=0  "},
+        {"coordinator/tessera-coordinator", "--repair=true  "}}) {
+    std::string out, err;
+    ASSERT_EQ(TestCluster::Run({TestCluster::BinaryPath(binary), "--help"},
+                               &out, &err),
+              0)
+        << binary << ": " << err;
+    EXPECT_THAT(out, HasSubstr("usage: tessera-"));
+    EXPECT_THAT(out, HasSubstr(own)) << out;
+    EXPECT_THAT(out, HasSubstr("--tls_ca=")) << out;
+    EXPECT_THAT(out, Not(HasSubstr("No flags matched")));
+    int flags = 0;
+    for (absl::string_view line : absl::StrSplit(out, '\n')) {
+      if (!absl::StartsWith(line, "  --")) continue;
+      ++flags;
+      EXPECT_THAT(line, HasSubstr("=")) << line;
+      EXPECT_THAT(line, HasSubstr("  ")) << line;
+    }
+    EXPECT_GE(flags, 10) << out;
+    out.clear();
+    ASSERT_EQ(TestCluster::Run({TestCluster::BinaryPath(binary), "--help=tls_"},
+                               &out, &err),
+              0);
+    for (absl::string_view line : absl::StrSplit(out, '\n')) {
+      if (absl::StartsWith(line, "  --")) EXPECT_THAT(line, HasSubstr("tls"));
+    }
+  }
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "core/placement.h"
 #include "core/replica_placement.h"
 #include "core/status_macros.h"
+#include "ops/daemon_help.h"
 #include "ops/daemon_listener.h"
 #include "ops/daemon_security.h"
 #include "ops/logging.h"
@@ -604,6 +605,11 @@ int main(int argc, char** argv) {
   tessera::BlockTerminationSignals();
   absl::SetProgramUsageMessage(
       "tessera-worker --coordinator=HOST:PORT --listen=HOST:PORT --name=NAME");
+  if (tessera::PrintDaemonHelp(argc, argv,
+                               std::string(absl::ProgramUsageMessage()),
+                               "worker/main.cc")) {
+    return 0;
+  }
   absl::ParseCommandLine(argc, argv);
   return tessera::Run();
 }
