@@ -170,6 +170,14 @@ const std::vector<CommandDef>& Commands() {
        {{"timeout", false}},
        &RunWorker,
        "drain|cordon|uncordon|rm"},
+      {"completion",
+       "completion bash|zsh",
+       "print a shell completion script: commands, flags and tensor names "
+       "(source <(tessera completion bash))",
+       1,
+       {},
+       &RunCompletion,
+       "bash|zsh"},
       {"export",
        "export FILE.safetensors (NAME... | --prefix=P) [--json]",
        "write tensors into one .safetensors file",
@@ -1170,6 +1178,67 @@ absl::Status RunExport(const Invocation& inv, std::ostream& out) {
   return absl::OkStatus();
 }
 
+absl::Status RunCompletion(const Invocation& inv, std::ostream& out) {
+  const std::string& shell = inv.positional.at(0);
+  if (shell != "bash" && shell != "zsh") {
+    return UsageError(
+        absl::StrCat("completion for '", shell, "': bash or zsh"));
+  }
+  std::vector<std::string> names;
+  std::string cases;
+  for (const CommandDef& c : Commands()) {
+    names.push_back(c.name);
+    std::vector<std::string> flags;
+    for (const FlagDef& f : c.flags)
+      flags.push_back(absl::StrCat("--", f.name, f.is_bool ? "" : "="));
+    absl::StrAppend(&cases, "    ", c.name, ") flags=\"",
+                    absl::StrJoin(flags, " "), "\" ;;\n");
+  }
+  // Generated from the command table, so it never lists a flag the CLI
+  // refuses. Tensor names come from `tessera ls` (2 s at most), given the
+  // global flags typed before the command.
+  if (shell == "zsh") out << "autoload -U +X bashcompinit && bashcompinit\n";
+  out << "_tessera() {\n"
+         "  local cur=\"${COMP_WORDS[COMP_CWORD]}\" cmd=\"\" i flags=\"\"\n"
+         "  local globals=\"--coordinator= --transport= --tls_ca= --tls_cert= "
+         "--tls_key= --token_file= --verbose --version --help\"\n"
+         "  for ((i = 1; i < COMP_CWORD; i++)); do\n"
+         "    case \"${COMP_WORDS[i]}\" in -*) ;; *) cmd=\"${COMP_WORDS[i]}\"; "
+         "break ;; esac\n"
+         "  done\n"
+         "  if [[ -z \"$cmd\" ]]; then\n"
+         "    if [[ \"$cur\" == -* ]]; then\n"
+         "      COMPREPLY=($(compgen -W \"$globals\" -- \"$cur\"))\n"
+         "    else\n"
+         "      COMPREPLY=($(compgen -W \""
+      << absl::StrJoin(names, " ")
+      << "\" -- \"$cur\"))\n"
+         "    fi\n"
+         "    return\n"
+         "  fi\n"
+         "  case \"$cmd\" in\n"
+      << cases
+      << "  esac\n"
+         "  if [[ \"$cur\" == -* ]]; then\n"
+         "    COMPREPLY=($(compgen -W \"$flags $globals\" -- \"$cur\"))\n"
+         "    [[ \"${COMPREPLY[0]}\" == *= ]] && compopt -o nospace "
+         "2>/dev/null\n"
+         "  elif [[ \"$cmd\" == completion ]]; then\n"
+         "    COMPREPLY=($(compgen -W \"bash zsh\" -- \"$cur\"))\n"
+         "  else\n"
+         "    local tensors\n"
+         "    tensors=$(timeout 2 \"${COMP_WORDS[0]}\" "
+         "\"${COMP_WORDS[@]:1:i-1}\" "
+         "ls 2>/dev/null | "
+         "tail -n +2 | cut -d' ' -f1)\n"
+         "    COMPREPLY=($(compgen -W \"$tensors\" -- \"$cur\") "
+         "$(compgen -f -- \"$cur\"))\n"
+         "  fi\n"
+         "}\n"
+         "complete -F _tessera tessera\n";
+  return absl::OkStatus();
+}
+
 // ---- the command line
 // ------------------------------------------------------------
 
@@ -1277,7 +1346,7 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
   if (i == args.size()) {
     return UsageError(
         "no command given (commands: workers create put get describe ls "
-        "reshard rm import worker export; see tessera --help)");
+        "reshard rm import worker export completion; see tessera --help)");
   }
   inv.command = args[i++];
   if (inv.command == "help") {
@@ -1290,7 +1359,7 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
     return UsageError(absl::StrCat(
         "unknown command '", inv.command,
         "' (commands: workers create put get describe ls reshard rm import "
-        "worker export)"));
+        "worker export completion)"));
   }
 
   bool only_positional = false;

@@ -79,6 +79,7 @@ absl::Status RunRemove(const Invocation& inv, std::ostream& out);
 absl::Status RunImport(const Invocation& inv, std::ostream& out);
 absl::Status RunWorker(const Invocation& inv, std::ostream& out);
 absl::Status RunExport(const Invocation& inv, std::ostream& out);
+absl::Status RunCompletion(const Invocation& inv, std::ostream& out);
 
 // Runs the CLI on `args` (argv without the program name). `env_coordinator`
 // is $TESSERA_COORDINATOR (null or empty when unset). Returns the exit code.

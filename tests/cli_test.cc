@@ -1452,6 +1452,44 @@ TEST_F(CliTest, HelpAndVerbose) {
   EXPECT_GT(std::count(r.err.begin(), r.err.end(), '\n'), 1);
 }
 
+// `tessera completion bash`, sourced by bash: commands, a command's flags
+// and the cluster's tensor names complete; zsh gets the same through
+// bashcompinit.
+TEST_F(CliTest, CompletionScriptCompletesCommandsFlagsAndTensorNames) {
+  Ok({"create", "compl_t/one", "--shape=2", "--dtype=int8", "--chunk_dim=0",
+      "--placements=w0"});
+  const std::string script = TempPath("completion.bash");
+  {
+    std::ofstream f(script);
+    f << Ok({"completion", "bash"}).out;
+  }
+  const std::string cli = TestCluster::BinaryPath("client/tessera");
+  // Completes the words after "tessera" and prints COMPREPLY.
+  auto complete = [&](const std::string& words) {
+    const std::string out = TempPath("completion.out");
+    const std::string command = absl::StrCat(
+        "/bin/bash -c 'source ", script, "; COMP_WORDS=(", cli, " ", words,
+        "); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _tessera; ",
+        "echo \"${COMPREPLY[*]}\"' > ", out);
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+    std::ifstream in(out);
+    std::string line;
+    std::getline(in, line);
+    return line;
+  };
+  EXPECT_EQ(complete("res"), "reshard");
+  EXPECT_EQ(complete("get x --reg"), "--region=");
+  EXPECT_EQ(complete("rm --js"), "--json");
+  EXPECT_EQ(complete("completion z"), "zsh");
+  EXPECT_EQ(
+      complete(absl::StrCat("--coordinator=", Addr(), " describe compl_t/")),
+      "compl_t/one");
+  const std::string zsh = Ok({"completion", "zsh"}).out;
+  EXPECT_TRUE(absl::StartsWith(zsh, "autoload -U +X bashcompinit")) << zsh;
+  ExpectError(Tessera({"completion", "fish"}), 2, {"bash or zsh"});
+  Ok({"rm", "compl_t/one"});
+}
+
 // The daemons' --help lists their flags, one line each with its default,
 // shared ones (TLS) included; --help=TEXT keeps the matching ones.
 TEST_F(CliTest, DaemonHelpListsEveryFlagOnOneLine) {
