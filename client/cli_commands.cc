@@ -33,6 +33,7 @@
 #include "core/replica_placement.h"
 #include "core/status_macros.h"
 #include "ops/version.h"
+#include "rpc/status.h"
 
 namespace tessera {
 namespace cli {
@@ -200,7 +201,7 @@ const CommandDef* FindCommand(absl::string_view name) {
 std::string MainUsage() {
   std::string out =
       "usage: tessera [--coordinator=HOST:PORT] [--verbose] "
-      "[--transport=auto|shm|ucx|grpc] "
+      "[--transport=auto|shm|ucx|grpc] [--timeout=SECONDS] "
       "[--tls_ca=CA.pem --tls_cert=U.pem --tls_key=U.key] "
       "[--token_file=U.token] COMMAND [ARGS]\n"
       "       tessera --version\n\n"
@@ -408,6 +409,12 @@ absl::StatusOr<std::unique_ptr<Client>> Connect(const Invocation& inv) {
   options.tls_cert = inv.global.tls_cert;
   options.tls_key = inv.global.tls_key;
   options.transport = inv.global.transport;
+  if (inv.global.timeout_s > 0) {
+    const absl::Duration limit = absl::Seconds(inv.global.timeout_s);
+    options.connect_timeout = std::min(options.connect_timeout, limit);
+    options.rpc_timeout = std::min(options.rpc_timeout, limit);
+    options.data_timeout = std::min(options.data_timeout, limit);
+  }
   if (!inv.global.token_file.empty()) {
     TESSERA_ASSIGN_OR_RETURN(options.token,
                              ReadTokenFile(inv.global.token_file));
@@ -1265,11 +1272,36 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
   } else {
     inv.global.coordinator = kDefaultCoordinator;
   }
-  // A global flag at args[*i]; true if it was one.
+  // A global flag at args[*i]; true if it was one. After a command with a
+  // --timeout of its own (worker drain), --timeout is the command's.
+  const CommandDef* command = nullptr;
   auto global_flag = [&](size_t* i) -> absl::StatusOr<bool> {
     const std::string& arg = args[*i];
     const size_t eq = arg.find('=');
     const std::string name = arg.substr(0, eq);
+    bool command_has_timeout = false;
+    if (command != nullptr) {
+      for (const FlagDef& f : command->flags)
+        command_has_timeout |= std::string(f.name) == "timeout";
+    }
+    if (name == "--timeout" && !command_has_timeout) {
+      std::string value;
+      if (eq != std::string::npos) {
+        value = arg.substr(eq + 1);
+      } else if (*i + 1 < args.size()) {
+        value = args[++*i];
+      } else {
+        return UsageError("--timeout needs a value (seconds)");
+      }
+      double seconds = 0;
+      if (!absl::SimpleAtod(value, &seconds) || !(seconds > 0) ||
+          seconds > 1e6) {
+        return UsageError(absl::StrCat("--timeout=", value,
+                                       ": expected seconds, more than 0"));
+      }
+      inv.global.timeout_s = seconds;
+      return true;
+    }
     if (name == "--coordinator") {
       std::string value;
       if (eq != std::string::npos) {
@@ -1339,8 +1371,8 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
       return UsageError(absl::StrCat(
           "unknown flag '", args[i],
           "' (global flags, before COMMAND: --coordinator=HOST:PORT, "
-          "--transport, --tls_ca, --tls_cert, --tls_key, --token_file, "
-          "--verbose, --version, --help)"));
+          "--transport, --timeout, --tls_ca, --tls_cert, --tls_key, "
+          "--token_file, --verbose, --version, --help)"));
     }
   }
   if (i == args.size()) {
@@ -1354,7 +1386,7 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
     out << (c != nullptr ? CommandUsage(*c) : MainUsage());
     return std::optional<Invocation>();
   }
-  const CommandDef* command = FindCommand(inv.command);
+  command = FindCommand(inv.command);
   if (command == nullptr) {
     return UsageError(absl::StrCat(
         "unknown command '", inv.command,
@@ -1462,7 +1494,17 @@ int RunCli(const std::vector<std::string>& args, const char* env_coordinator,
     verbose = inv.global.verbose;
     context = absl::StrCat("command '", inv.command, "', coordinator ",
                            inv.global.coordinator);
+    absl::Time deadline = absl::InfiniteFuture();
+    if (inv.global.timeout_s > 0) {
+      deadline = absl::Now() + absl::Seconds(inv.global.timeout_s);
+      SetProcessDeadline(deadline);
+    }
     status = FindCommand(inv.command)->run(inv, out);
+    if (!status.ok() && absl::Now() >= deadline) {
+      status = absl::DeadlineExceededError(
+          absl::StrCat("timed out after ", inv.global.timeout_s,
+                       " s (--timeout): ", status.message()));
+    }
   }
   out.flush();
   if (status.ok()) return kExitOk;

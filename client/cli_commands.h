@@ -49,6 +49,9 @@ struct GlobalOptions {
   // CLI.md "Data plane and output": from --transport, else
   // $TESSERA_TRANSPORT, else auto; one of auto shm ucx grpc.
   std::string transport = "auto";
+  // --timeout=SECONDS: the whole command fails with "timed out" once this
+  // long has passed (every call it makes is cut to it); 0: no limit.
+  double timeout_s = 0;
 };
 
 // One parsed command line: COMMAND, its positional arguments and its flags

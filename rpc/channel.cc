@@ -6,6 +6,7 @@
 
 #include "absl/base/call_once.h"
 #include "rpc/metrics_interceptor.h"
+#include "rpc/status.h"
 
 namespace tessera {
 namespace {
@@ -169,10 +170,12 @@ ScopedCallDeadline::ScopedCallDeadline(absl::Time deadline)
 
 ScopedCallDeadline::~ScopedCallDeadline() { current_call_deadline = previous_; }
 
-absl::Time ScopedCallDeadline::Current() { return current_call_deadline; }
+absl::Time ScopedCallDeadline::Current() {
+  return std::min(current_call_deadline, ProcessDeadline());
+}
 
 absl::Duration CallTimeout(absl::Duration timeout) {
-  const absl::Time deadline = current_call_deadline;
+  const absl::Time deadline = ScopedCallDeadline::Current();
   if (deadline == absl::InfiniteFuture()) return timeout;
   return std::max(absl::ZeroDuration(),
                   std::min(timeout, deadline - absl::Now()));

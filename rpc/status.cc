@@ -1,6 +1,9 @@
 #include "rpc/status.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <limits>
 #include <string>
 
 #include "absl/strings/cord.h"
@@ -86,7 +89,29 @@ bool IsTransportFailure(const absl::Status& status) {
   return status.GetPayload(kTransportFailureUrl).has_value();
 }
 
+namespace {
+// Nanoseconds since the Unix epoch; INT64_MAX: none.
+std::atomic<int64_t> process_deadline_ns{std::numeric_limits<int64_t>::max()};
+}  // namespace
+
+void SetProcessDeadline(absl::Time deadline) {
+  process_deadline_ns = deadline == absl::InfiniteFuture()
+                            ? std::numeric_limits<int64_t>::max()
+                            : absl::ToUnixNanos(deadline);
+}
+
+absl::Time ProcessDeadline() {
+  const int64_t ns = process_deadline_ns.load(std::memory_order_relaxed);
+  return ns == std::numeric_limits<int64_t>::max() ? absl::InfiniteFuture()
+                                                   : absl::FromUnixNanos(ns);
+}
+
 void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
+  const absl::Time process = ProcessDeadline();
+  if (process != absl::InfiniteFuture()) {
+    timeout = std::max(absl::ZeroDuration(),
+                       std::min(timeout, process - absl::Now()));
+  }
   context->set_deadline(
       std::chrono::system_clock::now() +
       std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));

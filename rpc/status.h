@@ -23,8 +23,16 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 // from a service's own UNAVAILABLE (IsTransportFailure on absl::Status).
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
-// Sets the deadline of a call `timeout` from now.
+// Sets the deadline of a call `timeout` from now, or the process's
+// deadline when that comes first.
 void SetDeadline(grpc::ClientContext* context, absl::Duration timeout);
+
+// A deadline for every call this process makes from now on, from any
+// thread (a CLI's --timeout): each call's timeout is cut to it, so that
+// the work fails as DEADLINE_EXCEEDED through its usual error paths.
+// Infinite future: none (the default).
+void SetProcessDeadline(absl::Time deadline);
+absl::Time ProcessDeadline();
 
 // True for failures gRPC raised itself because no tessera server answered
 // (no connection, peer gone, gRPC's own deadline): such statuses carry no

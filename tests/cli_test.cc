@@ -2,6 +2,7 @@
 // coordinator, workers w0..w3 with ranks 0..3), driven exactly as
 // shared/CLI.md writes it: exit codes, the single `error: ` line and its
 // words, --json shapes, and data compared with NumPy's semantics.
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -1400,7 +1401,10 @@ TEST_F(CliTest, UsageErrorsExitTwoWithoutACoordinator) {
       {{"get", "t", "--output=o.npy", "--shard=x"}, "--shard"},
       {{"get", "t!", "--output=o.npy"}, "t!"},
       {{"rm"}, "NAME"},
-      {{"rm", "a", "b"}, "b"},
+      {{"rm", "a", "b!"}, "b!"},
+      {{"ls", "a/", "b/"}, "b/"},
+      {{"completion", "fish"}, "fish"},
+      {{"--timeout=0", "ls"}, "--timeout"},
       {{"describe", "t", "--json=maybe"}, "--json"},
       {{"reshard", "t"}, "--chunk_dim"},
       {{"get", "t", "--output"}, "--output"},
@@ -1488,6 +1492,32 @@ TEST_F(CliTest, CompletionScriptCompletesCommandsFlagsAndTensorNames) {
   EXPECT_TRUE(absl::StartsWith(zsh, "autoload -U +X bashcompinit")) << zsh;
   ExpectError(Tessera({"completion", "fish"}), 2, {"bash or zsh"});
   Ok({"rm", "compl_t/one"});
+}
+
+// --timeout=SECONDS bounds the whole command: a get from a hung worker
+// (SIGSTOP: alive to its lease) gives up with "timed out" instead of
+// waiting for the data timeout, and leaves no file. Bad values are usage
+// errors; worker drain keeps its own --timeout.
+TEST_F(CliTest, TimeoutBoundsTheWholeCommand) {
+  Ok({"create", "timeout_t", "--shape=1024,256", "--dtype=float32",
+      "--chunk_dim=0", "--placements=w3", "--init=ones"});
+  const std::string file = TempPath("timeout_t.npy");
+  kill(cluster_->worker_pid(3), SIGSTOP);
+  const absl::Time start = absl::Now();
+  Result r = Tessera({"--timeout=1.5", "--transport=grpc", "get", "timeout_t",
+                      "--output=" + file});
+  const absl::Duration took = absl::Now() - start;
+  kill(cluster_->worker_pid(3), SIGCONT);
+  ExpectError(r, 1, {"timed out after 1.5 s (--timeout)"});
+  EXPECT_LT(took, absl::Seconds(10)) << "the data timeout is 30 minutes";
+  EXPECT_NE(access(file.c_str(), F_OK), 0) << "a failed get left its file";
+  // Resumed, the same command works within the limit.
+  Ok({"--timeout=30", "get", "timeout_t", "--output=" + file});
+  ExpectError(Tessera({"--timeout=0", "ls"}), 2, {"--timeout=0"});
+  ExpectError(Tessera({"--timeout=soon", "ls"}), 2, {"--timeout=soon"});
+  ExpectError(Tessera({"worker", "drain", "w3", "--timeout=-1"}), 2,
+              {"--timeout=-1", "0 to 86400"});
+  Ok({"rm", "timeout_t"});
 }
 
 // The daemons' --help lists their flags, one line each with its default,
