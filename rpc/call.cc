@@ -2,11 +2,21 @@
 
 #include <optional>
 
+#include "absl/random/random.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "rpc/security.h"
 #include "rpc/status.h"
 
 namespace tessera {
+namespace {
+
+absl::BitGen& Jitter() {
+  thread_local absl::BitGen gen;
+  return gen;
+}
+
+}  // namespace
 
 absl::Status Call(
     const CallOptions& options,
@@ -30,13 +40,25 @@ absl::Status Call(
                        status.error_code() == grpc::StatusCode::UNAVAILABLE &&
                        IsTransportFailure(status);
     if (!retry) break;
-    absl::SleepFor(backoff);
+    // Jittered (0.5x to 1.5x), so that many clients refused at once (a
+    // coordinator restarting) do not come back in step.
+    absl::SleepFor(backoff * absl::Uniform(Jitter(), 0.5, 1.5));
     backoff *= 2;
   }
   if (status.ok() || !IsTransportFailure(status)) return FromGrpcStatus(status);
   // A refused certificate looks like an unreachable peer to gRPC; say what
   // it is.
   if (IsTlsHandshakeFailure(status.error_message())) {
+    // OpenSSL's words for a peer that answered a TLS hello in plaintext.
+    if (absl::StrContains(status.error_message(), "wrong version number")) {
+      return absl::UnauthenticatedError(absl::StrCat(
+          "unauthenticated: ",
+          options.peer.empty() ? std::string("the peer") : options.peer,
+          " speaks plaintext, not TLS, and this client was given TLS "
+          "settings: leave out --tls_ca, --tls_cert and --tls_key (and "
+          "TESSERA_TLS_CA, TESSERA_TLS_CERT, TESSERA_TLS_KEY) for a plaintext "
+          "cluster"));
+    }
     return absl::UnauthenticatedError(absl::StrCat(
         "unauthenticated: the TLS handshake with ",
         options.peer.empty() ? std::string("the peer") : options.peer,

@@ -1520,6 +1520,21 @@ TEST_F(CliTest, TimeoutBoundsTheWholeCommand) {
   Ok({"rm", "timeout_t"});
 }
 
+// A client given TLS settings against this plaintext cluster hears that,
+// in words, not "cannot reach".
+TEST_F(CliTest, TlsSettingsAgainstAPlaintextClusterSaySo) {
+  const std::string dir = TempPath("tls_certs");
+  ASSERT_EQ(std::system(absl::StrCat("/bin/bash ", std::getenv("TEST_SRCDIR"),
+                                     "/tessera/deploy/make-certs.sh ", dir,
+                                     " --workers 0 >/dev/null")
+                            .c_str()),
+            0);
+  ExpectError(Tessera({"--tls_ca=" + dir + "/ca.crt",
+                       "--tls_cert=" + dir + "/user.crt",
+                       "--tls_key=" + dir + "/user.key", "ls"}),
+              1, {"unauthenticated", "speaks plaintext, not TLS"});
+}
+
 // The daemons' --help lists their flags, one line each with its default,
 // shared ones (TLS) included; --help=TEXT keeps the matching ones.
 TEST_F(CliTest, DaemonHelpListsEveryFlagOnOneLine) {
