@@ -116,20 +116,47 @@ start() {
   exit 1
 }
 
-stop() {
-  local failed=0
-  for pidfile in "$RUN_DIR"/w*.pid "$RUN_DIR"/coordinator.pid; do
+# True while process $1 runs. An exited daemon stays a zombie until whoever
+# adopted it reaps it (in some containers, seconds later): that is gone too.
+running() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [ "${stat%% *}" != Z ]
+}
+
+# SIGTERM to the daemons of `pidfiles` at once, then up to 5 s for all.
+stop_all() {
+  local pids=() names=() pid pidfile failed=0
+  for pidfile in "$@"; do
     [ -f "$pidfile" ] || continue
     pid=$(cat "$pidfile")
-    if kill -TERM "$pid" 2>/dev/null; then
-      for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-      if kill -0 "$pid" 2>/dev/null; then
-        echo "$(basename "$pidfile" .pid) did not stop on SIGTERM" >&2
-        failed=1
-      fi
-    fi
     rm -f "$pidfile"
+    kill -TERM "$pid" 2>/dev/null || continue
+    pids+=("$pid")
+    names+=("$(basename "$pidfile" .pid)")
   done
+  for _ in $(seq 1 100); do
+    local left=0
+    for pid in ${pids[@]+"${pids[@]}"}; do running "$pid" && left=1; done
+    [ $left = 0 ] && break
+    sleep 0.05
+  done
+  for i in "${!pids[@]}"; do
+    if running "${pids[$i]}"; then
+      echo "${names[$i]} did not stop on SIGTERM" >&2
+      failed=1
+    fi
+  done
+  return $failed
+}
+
+stop() {
+  local failed=0
+  # Workers first, all at once (their shards go with them), then the
+  # coordinator.
+  stop_all "$RUN_DIR"/w*.pid || failed=1
+  stop_all "$RUN_DIR"/coordinator.pid || failed=1
   echo "local cluster stopped"
   return $failed
 }
