@@ -25,6 +25,7 @@
 #include "ops/daemon_security.h"
 #include "ops/logging.h"
 #include "ops/metrics_http.h"
+#include "ops/process_metrics.h"
 #include "ops/version.h"
 #include "rpc/server.h"
 #include "rpc/signals.h"
@@ -263,6 +264,7 @@ int Run() {
     return 1;
   }
   AddListenerMetrics(&metrics, *server);
+  AddProcessMetrics(&metrics, "coordinator");
   spdlog::info("tessera-coordinator serving on {}",
                WithPort(listen, server->port));
   if (server->health_port > 0) {

@@ -32,7 +32,7 @@ std::string FormatValue(double v) {
   if (v == std::floor(v) && std::fabs(v) < 1e15) {
     return absl::StrCat(static_cast<int64_t>(v));
   }
-  return absl::StrFormat("%.9g", v);
+  return absl::StrFormat("%.15g", v);
 }
 
 // {a="x",le="0.5"}: `labels` (already rendered, maybe empty) plus one more.

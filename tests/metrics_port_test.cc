@@ -9,13 +9,21 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/cluster.h"
 #include "tests/test_arrays.h"
 
@@ -39,10 +47,13 @@ class MetricsPortTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     metrics_port_ = PickFreePort();
+    coordinator_metrics_port_ = PickFreePort();
     TestClusterOptions options;
     options.num_workers = 1;
     options.worker_flags = {
         absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port_)};
+    options.coordinator_flags = {
+        absl::StrCat("--metrics_listen=127.0.0.1:", coordinator_metrics_port_)};
     auto cluster = TestCluster::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = cluster->release();
@@ -51,7 +62,104 @@ class MetricsPortTest : public ::testing::Test {
 
   static inline TestCluster* cluster_ = nullptr;
   static inline int metrics_port_ = 0;
+  static inline int coordinator_metrics_port_ = 0;
 };
+
+// Family name -> type, from the "# TYPE" lines of a scrape.
+std::map<std::string, std::string> Families(const std::string& scrape) {
+  std::map<std::string, std::string> families;
+  for (absl::string_view line : absl::StrSplit(scrape, '\n')) {
+    std::vector<std::string> words = absl::StrSplit(line, ' ');
+    if (words.size() == 4 && words[0] == "#" && words[1] == "TYPE")
+      families[words[2]] = words[3];
+  }
+  return families;
+}
+
+// Every daemon says which build it runs and exports the process series
+// Prometheus' client libraries do, with plausible values.
+TEST_F(MetricsPortTest, EveryDaemonExportsBuildInfoAndProcessMetrics) {
+  for (const auto& [port, daemon] :
+       {std::pair<int, std::string>{metrics_port_, "worker"},
+        {coordinator_metrics_port_, "coordinator"}}) {
+    const std::string scrape = FetchMetrics(port);
+    EXPECT_EQ(MetricSum(scrape, "tessera_build_info",
+                        absl::StrCat("daemon=\"", daemon, "\",version=\"")),
+              1)
+        << scrape;
+    EXPECT_GT(MetricSum(scrape, "process_resident_memory_bytes"), 1 << 20);
+    EXPECT_GT(MetricSum(scrape, "process_virtual_memory_bytes"), 1 << 20);
+    EXPECT_GT(MetricSum(scrape, "process_open_fds"), 2);
+    EXPECT_GE(MetricSum(scrape, "process_max_fds"),
+              MetricSum(scrape, "process_open_fds"));
+    EXPECT_GT(MetricSum(scrape, "process_threads"), 1);
+    EXPECT_GT(MetricSum(scrape, "process_cpu_seconds_total"), 0);
+    const double started = MetricSum(scrape, "process_start_time_seconds");
+    const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+    EXPECT_LT(started, now + 5);
+    EXPECT_GT(started, now - 3600) << "started an hour ago?";
+  }
+}
+
+// deploy/grafana/tessera.json: every query of every panel names at least
+// one metric, and each metric it names is one the daemons export (a
+// histogram's _bucket, _sum and _count included); promtool parses each.
+TEST_F(MetricsPortTest, EveryDashboardQueryNamesAnExportedMetric) {
+  std::map<std::string, std::string> exported =
+      Families(FetchMetrics(metrics_port_));
+  for (const auto& family : Families(FetchMetrics(coordinator_metrics_port_)))
+    exported.insert(family);
+  ASSERT_GT(exported.size(), 20u);
+  std::ifstream in(absl::StrCat(std::getenv("TEST_SRCDIR"),
+                                "/tessera/deploy/grafana/tessera.json"));
+  ASSERT_TRUE(in.good());
+  const nlohmann::json dashboard = nlohmann::json::parse(in);
+  const std::regex metric("\\b(tessera|process)_[a-z0-9_]+");
+  std::vector<std::string> exprs;
+  for (const auto& panel : dashboard.at("panels")) {
+    for (const auto& target : panel.at("targets")) {
+      const std::string expr = target.at("expr").get<std::string>();
+      exprs.push_back(expr);
+      int named = 0;
+      for (std::sregex_iterator it(expr.begin(), expr.end(), metric), end;
+           it != end; ++it) {
+        std::string name = it->str();
+        for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+          const std::string base =
+              absl::EndsWith(name, suffix)
+                  ? name.substr(0, name.size() - std::strlen(suffix))
+                  : "";
+          if (!base.empty() && exported.count(base) &&
+              exported[base] == "histogram") {
+            name = base;
+          }
+        }
+        EXPECT_EQ(exported.count(name), 1u)
+            << "panel '" << panel.at("title").get<std::string>() << "' queries "
+            << name << ", which no daemon exports";
+        ++named;
+      }
+      EXPECT_GT(named, 0) << expr;
+    }
+  }
+  EXPECT_GE(exprs.size(), 15u);
+  if (access("/usr/bin/promtool", X_OK) != 0) return;
+  const std::string rules =
+      absl::StrCat(std::getenv("TEST_TMPDIR"), "/dashboard_rules.yml");
+  {
+    std::ofstream out(rules);
+    out << "groups:\n- name: dashboard\n  rules:\n";
+    for (size_t i = 0; i < exprs.size(); ++i) {
+      out << "  - record: dashboard:query" << i << "\n    expr: '"
+          << absl::StrReplaceAll(exprs[i], {{"'", "''"}}) << "'\n";
+    }
+  }
+  std::string out, err;
+  EXPECT_EQ(TestCluster::Run({"/usr/bin/promtool", "check", "rules", rules},
+                             &out, &err),
+            0)
+      << out << err;
+}
 
 TEST_F(MetricsPortTest, SlowClientsDoNotStallAScrape) {
   // 64 clients that begin a request and send one more header byte every

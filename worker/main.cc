@@ -27,6 +27,7 @@
 #include "ops/daemon_security.h"
 #include "ops/logging.h"
 #include "ops/metrics_http.h"
+#include "ops/process_metrics.h"
 #include "ops/version.h"
 #include "rpc/security.h"
 #include "rpc/server.h"
@@ -443,6 +444,7 @@ int Run() {
     return 1;
   }
   AddListenerMetrics(&metrics, *server);
+  AddProcessMetrics(&metrics, "worker");
   watch->AddMetrics(&metrics);
   absl::StatusOr<std::string> advertised =
       AdvertisedAddress(WithPort(listen, server->port));
