@@ -46,6 +46,7 @@ counted "k8s check" /usr/bin/python3 deploy/k8s/check.py
 counted check_test deploy/k8s/check_test.sh
 counted local_cluster_test deploy/local_cluster_test.sh
 counted compose_test deploy/compose_test.sh
+counted wheel_test scripts/wheel_test.sh
 counted container_test deploy/container_test.sh
 
 # The GPU path must compile even without a GPU (CUDA headers and libraries
