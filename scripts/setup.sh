@@ -4,7 +4,7 @@ set -euo pipefail
 
 PACKAGES=(
   bazel-bootstrap
-  g++ pkg-config
+  g++ pkg-config cmake
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev

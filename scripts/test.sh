@@ -47,6 +47,7 @@ counted check_test deploy/k8s/check_test.sh
 counted local_cluster_test deploy/local_cluster_test.sh
 counted compose_test deploy/compose_test.sh
 counted wheel_test scripts/wheel_test.sh
+counted sdk_install_test scripts/sdk_install_test.sh
 counted container_test deploy/container_test.sh
 
 # The GPU path must compile even without a GPU (CUDA headers and libraries
