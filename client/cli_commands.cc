@@ -457,14 +457,18 @@ DataPlaneStats Since(const DataPlaneStats& before, DataPlaneStats now) {
 // has run for a second, when stderr is a terminal and the output is not
 // JSON (CLI.md "Data plane and output"). Bytes are counted by the client's
 // transports as pieces complete.
+// Bytes this client has moved so far, counted as they land or leave.
+int64_t Moved(const DataPlaneStats& stats) { return stats.landed + stats.sent; }
+
 class Progress {
  public:
+  // `total` <= 0: not known (bytes and rate, no percentage).
   Progress(const Client& client, std::string what, int64_t total, bool enabled)
       : client_(client),
         what_(std::move(what)),
         total_(total),
         start_(absl::Now()),
-        base_(TotalBytes(client.TransferStats())) {
+        base_(Moved(client.TransferStats())) {
     if (enabled && isatty(STDERR_FILENO) == 1) {
       thread_ = std::thread([this] { Run(); });
     }
@@ -487,12 +491,15 @@ class Progress {
                                  absl::Milliseconds(250))) {
       const double seconds = absl::ToDoubleSeconds(absl::Now() - start_);
       if (seconds < 1) continue;
-      const int64_t done =
-          std::min(total_, TotalBytes(client_.TransferStats()) - base_);
-      std::string line = absl::StrCat(
-          what_, ": ", FormatBytes(done), " of ", FormatBytes(total_), " (",
-          total_ > 0 ? done * 100 / total_ : 100, "%), ",
-          absl::StrFormat("%.2f GB/s", done / seconds / 1e9));
+      int64_t done = Moved(client_.TransferStats()) - base_;
+      if (total_ > 0) done = std::min(total_, done);
+      std::string line =
+          total_ > 0 ? absl::StrCat(what_, ": ", FormatBytes(done), " of ",
+                                    FormatBytes(total_), " (",
+                                    done * 100 / total_, "%), ")
+                     : absl::StrCat(what_, ": ", FormatBytes(done), ", ");
+      absl::StrAppend(&line,
+                      absl::StrFormat("%.2f GB/s", done / seconds / 1e9));
       if (line.size() < printed) line.append(printed - line.size(), ' ');
       std::cerr << "\r" << line << std::flush;
       printed = line.size();
@@ -713,9 +720,13 @@ absl::Status RunUpdate(const Invocation& inv, const std::string& name,
       const NpyInput file,
       OpenNpyFile(input, dtype,
                   /*uint16_as_bfloat16=*/meta.dtype == DType::kBFloat16));
-  TESSERA_ASSIGN_OR_RETURN(
-      UpdateStats stats,
-      client->Update(name, file.shape, file.dtype, file.data(), region));
+  absl::StatusOr<UpdateStats> updated;
+  {
+    Progress progress(*client, absl::StrCat("update ", name), file.num_bytes,
+                      !inv.GetBool("json"));
+    updated = client->Update(name, file.shape, file.dtype, file.data(), region);
+  }
+  TESSERA_ASSIGN_OR_RETURN(UpdateStats stats, std::move(updated));
   if (inv.GetBool("json")) {
     out << UpdateJson(stats) << "\n";
     return absl::OkStatus();
@@ -1110,13 +1121,21 @@ absl::Status RunImport(const Invocation& inv, std::ostream& out) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsReader> reader,
                            SafetensorsReader::Open(path));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
-  TESSERA_ASSIGN_OR_RETURN(SafetensorsImportResult result,
-                           ImportSafetensors(
-                               *client, *reader,
-                               [&spec_args](const SafetensorsEntry& e) {
-                                 return ResolveSpec(spec_args, e.shape);
-                               },
-                               prefix));
+  int64_t import_bytes = 0;
+  for (const SafetensorsEntry& e : reader->entries())
+    import_bytes += e.num_bytes();
+  absl::StatusOr<SafetensorsImportResult> imported;
+  {
+    Progress progress(*client, absl::StrCat("import ", file), import_bytes,
+                      !inv.GetBool("json"));
+    imported = ImportSafetensors(
+        *client, *reader,
+        [&spec_args](const SafetensorsEntry& e) {
+          return ResolveSpec(spec_args, e.shape);
+        },
+        prefix);
+  }
+  TESSERA_ASSIGN_OR_RETURN(SafetensorsImportResult result, std::move(imported));
   if (inv.GetBool("json")) {
     out << ImportJson(file, result) << "\n";
     return absl::OkStatus();
@@ -1158,12 +1177,18 @@ absl::Status RunExport(const Invocation& inv, std::ostream& out) {
   TESSERA_ASSIGN_OR_RETURN(const std::string path,
                            OutputPath(file, "stdout.safetensors", &spool));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
-  TESSERA_ASSIGN_OR_RETURN(
-      SafetensorsExportResult result,
-      ExportSafetensors(*client, path,
-                        prefix.has_value()
-                            ? SafetensorsSelection::Prefix(*prefix)
-                            : SafetensorsSelection::Names(names)));
+  absl::StatusOr<SafetensorsExportResult> exported;
+  {
+    // The total is known only once the selection is described: bytes and
+    // rate, without a percentage.
+    Progress progress(*client, absl::StrCat("export ", file), 0,
+                      !inv.GetBool("json"));
+    exported = ExportSafetensors(*client, path,
+                                 prefix.has_value()
+                                     ? SafetensorsSelection::Prefix(*prefix)
+                                     : SafetensorsSelection::Names(names));
+  }
+  TESSERA_ASSIGN_OR_RETURN(SafetensorsExportResult result, std::move(exported));
   if (spool != nullptr) TESSERA_RETURN_IF_ERROR(CopyFileToStream(path, out));
   std::ostream& report = ReportTo(inv, file, out);
   if (inv.GetBool("json")) {

@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -1494,6 +1495,52 @@ TEST_F(CliTest, CompletionScriptCompletesCommandsFlagsAndTensorNames) {
   Ok({"rm", "compl_t/one"});
 }
 
+// Progress on a terminal (a pseudo-terminal from script(1)) counts bytes as
+// they land: a get whose second shard's worker is stopped for 2.5 s shows
+// its first half landed (strictly between 0 and 100 %), updated several
+// times, then the result line.
+TEST_F(CliTest, ProgressOnATerminalCountsBytesAsTheyLand) {
+  Ok({"create", "progress_t", "--shape=8192,1024", "--dtype=float32",
+      "--chunk_dim=0", "--placements=w2,w3", "--init=ones"});
+  const std::string file = TempPath("progress_t.npy");
+  const std::string log = TempPath("progress.log");
+  const std::string command = absl::StrCat(
+      TestCluster::BinaryPath("client/tessera"), " --coordinator=", Addr(),
+      " --transport=grpc get progress_t --output=", file);
+  kill(cluster_->worker_pid(3), SIGSTOP);
+  int code = -1;
+  std::thread get([&] {
+    code = std::system(
+        absl::StrCat("script -qefc '", command, "' ", log, " >/dev/null 2>&1")
+            .c_str());
+  });
+  absl::SleepFor(absl::Milliseconds(2500));
+  kill(cluster_->worker_pid(3), SIGCONT);
+  get.join();
+  ASSERT_EQ(code, 0);
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
+  int updates = 0;
+  bool partial = false;
+  for (absl::string_view line : absl::StrSplit(text, '\r')) {
+    const size_t at = line.find("get progress_t: ");
+    if (at == absl::string_view::npos) continue;
+    ++updates;
+    const size_t open = line.find('(');
+    const size_t pct = line.find("%)");
+    int64_t percent = -1;
+    if (open != absl::string_view::npos && pct != absl::string_view::npos &&
+        absl::SimpleAtoi(line.substr(open + 1, pct - open - 1), &percent)) {
+      partial |= percent > 0 && percent < 100;
+    }
+  }
+  EXPECT_GE(updates, 3) << text;
+  EXPECT_TRUE(partial) << text;
+  EXPECT_THAT(text, HasSubstr("got progress_t into")) << text;
+  Ok({"rm", "progress_t"});
+}
+
 // --timeout=SECONDS bounds the whole command: a get from a hung worker
 // (SIGSTOP: alive to its lease) gives up with "timed out" instead of
 // waiting for the data timeout, and leaves no file. Bad values are usage
@@ -1529,10 +1576,10 @@ TEST_F(CliTest, TlsSettingsAgainstAPlaintextClusterSaySo) {
                                      " --workers 0 >/dev/null")
                             .c_str()),
             0);
-  ExpectError(Tessera({"--tls_ca=" + dir + "/ca.crt",
-                       "--tls_cert=" + dir + "/user.crt",
-                       "--tls_key=" + dir + "/user.key", "ls"}),
-              1, {"unauthenticated", "speaks plaintext, not TLS"});
+  ExpectError(
+      Tessera({"--tls_ca=" + dir + "/ca.crt", "--tls_cert=" + dir + "/user.crt",
+               "--tls_key=" + dir + "/user.key", "ls"}),
+      1, {"unauthenticated", "speaks plaintext, not TLS"});
 }
 
 // The daemons' --help lists their flags, one line each with its default,

@@ -383,6 +383,7 @@ absl::Status GrpcTransport::Write(const RemoteShard& shard,
                            whole.sizes, byte_offset / shard.item_bytes,
                            static_cast<int64_t>(dst.size()) / shard.item_bytes,
                            dst.data(), item);
+        source.Sent(static_cast<int64_t>(dst.size()));
       },
       CallTimeout(options_.timeout), "", shard.location.capability);
 }

@@ -23,13 +23,24 @@ ReadTarget ReadTarget::Sink(ElementSink sink) {
   return target;
 }
 
+ReadTarget ReadTarget::CountingInto(std::atomic<int64_t>* landed) const {
+  ReadTarget target = *this;
+  target.landed_ = landed_.With(landed);
+  return target;
+}
+
 absl::Status ReadTarget::Deliver(absl::Span<const int64_t> box_sizes,
                                  int64_t first, int64_t count, const char* src,
                                  size_t item) const {
   if (count <= 0) return absl::OkStatus();
-  if (sink_ != nullptr) return sink_(first, count, src);
+  if (sink_ != nullptr) {
+    TESSERA_RETURN_IF_ERROR(sink_(first, count, src));
+    Landed(count * static_cast<int64_t>(item));
+    return absl::OkStatus();
+  }
   CopyFlatRangeToBox(src, first, count, box_sizes, data_, shape_, offsets_,
                      item);
+  Landed(count * static_cast<int64_t>(item));
   return absl::OkStatus();
 }
 

@@ -16,6 +16,7 @@
 #ifndef TESSERA_TRANSPORT_SHARD_TRANSPORT_H_
 #define TESSERA_TRANSPORT_SHARD_TRANSPORT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -37,6 +38,33 @@ namespace tessera {
 using ElementSink =
     std::function<absl::Status(int64_t first, int64_t count, const char* data)>;
 
+// Counters that bytes are added to as they move (progress): a caller's and
+// a transport chain's. A small value; the counters must outlive its use.
+class ProgressCounters {
+ public:
+  // These counters and `counter` too (at most two in all; a third is
+  // ignored).
+  ProgressCounters With(std::atomic<int64_t>* counter) const {
+    ProgressCounters more = *this;
+    for (auto*& slot : more.counters_) {
+      if (slot == nullptr) {
+        slot = counter;
+        break;
+      }
+    }
+    return more;
+  }
+  void Add(int64_t bytes) const {
+    for (auto* counter : counters_) {
+      if (counter != nullptr)
+        counter->fetch_add(bytes, std::memory_order_relaxed);
+    }
+  }
+
+ private:
+  std::atomic<int64_t>* counters_[2] = {nullptr, nullptr};
+};
+
 // Where the bytes of a read land: a row-major host array, the box landing at
 // `offsets` of an array of `shape` (the caller keeps the memory alive and has
 // checked that the box fits), or, for memory the host cannot address, a
@@ -55,8 +83,16 @@ class ReadTarget {
 
   // Places elements [first, first + count) of the row-major box of
   // `box_sizes` from the contiguous `src`: into the array, or to the sink.
+  // Counts them as landed.
   absl::Status Deliver(absl::Span<const int64_t> box_sizes, int64_t first,
                        int64_t count, const char* src, size_t item) const;
+
+  // Progress: the same target, also counting the bytes that land into
+  // `landed` (which must outlive the read) as they land; a caller's counter
+  // and a transport chain's can both count. A transport that writes a host
+  // array itself, not through Deliver, calls Landed after each part.
+  ReadTarget CountingInto(std::atomic<int64_t>* landed) const;
+  void Landed(int64_t bytes) const { landed_.Add(bytes); }
 
  private:
   ReadTarget() = default;
@@ -65,6 +101,7 @@ class ReadTarget {
   Shape shape_;
   std::vector<int64_t> offsets_;
   ElementSink sink_;
+  ProgressCounters landed_;
 };
 
 // What a write sends: the box at `offsets` of the row-major host array
@@ -74,6 +111,11 @@ struct WriteSource {
   const char* data = nullptr;
   Shape shape;
   std::vector<int64_t> offsets;
+  // Progress: bytes counted as they leave (transports call Sent after each
+  // part), into each counter given (ProgressCounters::With).
+  ProgressCounters sent;
+
+  void Sent(int64_t bytes) const { sent.Add(bytes); }
 };
 
 // A shard as a transport addresses it.

@@ -157,6 +157,7 @@ absl::Status CopyOut(const char* base, const Shape& shape, const Box& box,
   if (target.is_host_array()) {
     CopyBox(base, shape, box.offsets, target.data(), target.shape(),
             target.offsets(), box.sizes, item);
+    target.Landed(total * static_cast<int64_t>(item));
     return absl::OkStatus();
   }
   const int64_t per_chunk =
@@ -384,6 +385,7 @@ absl::Status CopyShardToMapping(const ShardMapping& mapping,
   CopyBox(source.data, source.shape, source.offsets, mapping.MutableAt(0),
           shard_shape, std::vector<int64_t>(shard_shape.size(), 0), shard_shape,
           static_cast<size_t>(item_bytes));
+  source.Sent(bytes);
   return absl::OkStatus();
 }
 

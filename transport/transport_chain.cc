@@ -99,9 +99,10 @@ absl::Status TransportChain::Run(const RemoteShard& shard, int64_t bytes,
 absl::Status TransportChain::Read(const RemoteShard& shard, const Box& box,
                                   const ReadTarget& target) {
   const int64_t bytes = box.NumElements() * shard.item_bytes;
+  const ReadTarget counted = target.CountingInto(&landed_);
   return CountRead(shard, bytes, [&] {
     return Run(shard, bytes,
-               [&](ShardTransport& t) { return t.Read(shard, box, target); });
+               [&](ShardTransport& t) { return t.Read(shard, box, counted); });
   });
 }
 
@@ -129,9 +130,11 @@ int64_t TransportChain::InFlight(const std::string& address) const {
 
 absl::Status TransportChain::Write(const RemoteShard& shard,
                                    const WriteSource& source) {
+  WriteSource counted = source;
+  counted.sent = source.sent.With(&sent_);
   return Run(
       shard, WholeBox(shard.shape).NumElements() * shard.item_bytes,
-      [&](ShardTransport& t) { return t.Write(shard, source); },
+      [&](ShardTransport& t) { return t.Write(shard, counted); },
       /*by_size=*/true, /*write=*/true);
 }
 
@@ -144,18 +147,26 @@ absl::Status TransportChain::ReadRows(absl::Span<const ShardRows> entries,
   }
   const RemoteShard none;
   const RemoteShard& first = entries.empty() ? none : entries.front().shard;
-  return CountRead(first, bytes, [&] {
+  absl::Status status = CountRead(first, bytes, [&] {
     return Run(
         first, bytes,
         [&](ShardTransport& t) { return t.ReadRows(entries, sink); },
         /*by_size=*/false);
   });
+  // Rows land through the caller's sink: counted once all have.
+  if (status.ok()) landed_.fetch_add(bytes, std::memory_order_relaxed);
+  return status;
 }
 
 absl::Status TransportChain::WriteBox(const RemoteShard& shard, const Box& box,
                                       const WriteSource& source) {
-  return Run(shard, box.NumElements() * shard.item_bytes,
-             [&](ShardTransport& t) { return t.WriteBox(shard, box, source); });
+  const int64_t bytes = box.NumElements() * shard.item_bytes;
+  absl::Status status = Run(shard, bytes, [&](ShardTransport& t) {
+    return t.WriteBox(shard, box, source);
+  });
+  // A region's bytes are counted once the worker has taken them all.
+  if (status.ok()) sent_.fetch_add(bytes, std::memory_order_relaxed);
+  return status;
 }
 
 DataPlaneStats TransportChain::Stats() const {
@@ -165,6 +176,8 @@ DataPlaneStats TransportChain::Stats() const {
     stats.bytes[name] += c->bytes.load(std::memory_order_relaxed);
     stats.fallbacks[name] += c->fallbacks.load(std::memory_order_relaxed);
   }
+  stats.landed = landed_.load(std::memory_order_relaxed);
+  stats.sent = sent_.load(std::memory_order_relaxed);
   absl::MutexLock lock(&mu_);
   stats.served = served_;
   return stats;

@@ -80,6 +80,11 @@ struct DataPlaneStats {
   std::map<std::string, int64_t> bytes;      // by transport name
   std::map<std::string, int64_t> fallbacks;  // by the transport that declined
   std::map<std::string, int64_t> served;     // bytes read, by serving worker
+  // Progress, counted as the bytes move (parts of reads and writes still
+  // running included; a part read again after a fallback counts again):
+  // bytes landed in this client's arrays, and bytes taken from them.
+  int64_t landed = 0;
+  int64_t sent = 0;
 };
 
 class TransportChain : public ShardTransport {
@@ -122,6 +127,9 @@ class TransportChain : public ShardTransport {
   int64_t InFlight(const std::string& address) const;
 
  private:
+  std::atomic<int64_t> landed_{0};  // DataPlaneStats::landed
+  std::atomic<int64_t> sent_{0};    // DataPlaneStats::sent
+
   struct Counted {
     Link link;
     std::atomic<int64_t> bytes{0};

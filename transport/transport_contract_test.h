@@ -17,6 +17,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -25,13 +26,13 @@
 #include <utility>
 #include <vector>
 
-#include "core/testing/grants.h"
 #include "absl/strings/str_cat.h"
 #include "core/box.h"
 #include "core/capability.h"
 #include "core/dtype.h"
 #include "core/init_fill.h"
 #include "core/strided_copy.h"
+#include "core/testing/grants.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -46,7 +47,6 @@
 
 namespace tessera {
 namespace testing {
-
 
 // How to make the transport under test; `channels` reaches the worker and
 // outlives the transport.
@@ -325,6 +325,44 @@ TEST_P(TransportContractTest, WriteThenReadBack) {
               ::tessera::testing::IsOk());
   EXPECT_TRUE(Bytes(1) ==
               std::string(reinterpret_cast<char*>(values.data()), 4000));
+}
+
+// Progress: a read counts each byte as landed once (array or sink, whole or
+// strided), a write counts each byte as sent once.
+TEST_P(TransportContractTest, ProgressCountsEveryByteOnce) {
+  Allocate(2, {64, 48}, DType::kInt16);
+  Allocate(3, {8, 12, 10}, DType::kFloat64);
+  std::atomic<int64_t> landed{0};
+  std::vector<char> out(64 * 48 * 2);
+  ASSERT_THAT(
+      transport_->Read(At(2, {64, 48}, DType::kInt16), WholeBox({64, 48}),
+                       ReadTarget::HostArray(out.data(), {64, 48}, {0, 0})
+                           .CountingInto(&landed)),
+      ::tessera::testing::IsOk());
+  EXPECT_EQ(landed.load(), 64 * 48 * 2);
+  landed = 0;
+  const Box strided{{5, 7}, {20, 13}};
+  ASSERT_THAT(
+      transport_->Read(At(2, {64, 48}, DType::kInt16), strided,
+                       ReadTarget::HostArray(out.data(), {20, 13}, {0, 0})
+                           .CountingInto(&landed)),
+      ::tessera::testing::IsOk());
+  EXPECT_EQ(landed.load(), 20 * 13 * 2);
+  landed = 0;
+  ASSERT_THAT(transport_->Read(
+                  At(3, {8, 12, 10}, DType::kFloat64), WholeBox({8, 12, 10}),
+                  ReadTarget::Sink([](int64_t, int64_t, const char*) {
+                    return absl::OkStatus();
+                  }).CountingInto(&landed)),
+              ::tessera::testing::IsOk());
+  EXPECT_EQ(landed.load(), 8 * 12 * 10 * 8);
+  std::atomic<int64_t> sent{0};
+  std::string src(8 * 12 * 10 * 8, '\x11');
+  WriteSource source{src.data(), {8, 12, 10}, {0, 0, 0}};
+  source.sent = source.sent.With(&sent);
+  ASSERT_THAT(transport_->Write(At(3, {8, 12, 10}, DType::kFloat64), source),
+              ::tessera::testing::IsOk());
+  EXPECT_EQ(sent.load(), 8 * 12 * 10 * 8);
 }
 
 TEST_P(TransportContractTest, TransferBatchOfSeveralPieces) {

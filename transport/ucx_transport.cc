@@ -243,9 +243,11 @@ class UcxTransport::Lane {
   // `registration` of shard `shard_id`) into its place, kMaxUcxSendRanges
   // per request, each cut at send_bytes. NOT_FOUND when the shard was
   // freed, ABORTED when the key was withdrawn. The caller checks the key
-  // after.
+  // after. With `landed`, each request's bytes are counted there as they
+  // land (ranges straight into a read's host array).
   absl::Status ReceiveRanges(Peer& peer, uint64_t registration,
-                             uint64_t shard_id, std::vector<Range> ranges);
+                             uint64_t shard_id, std::vector<Range> ranges,
+                             const ReadTarget* landed = nullptr);
   // One request of at most kMaxUcxSendRanges ranges.
   absl::Status ReceiveBatch(Peer& peer, uint64_t registration,
                             uint64_t shard_id, absl::Span<const Range> ranges);
@@ -429,7 +431,8 @@ absl::Status UcxTransport::Lane::Ask(Peer& peer, unsigned am,
 absl::Status UcxTransport::Lane::ReceiveRanges(Peer& peer,
                                                uint64_t registration,
                                                uint64_t shard_id,
-                                               std::vector<Range> ranges) {
+                                               std::vector<Range> ranges,
+                                               const ReadTarget* landed) {
   // Long ranges go as several messages.
   std::vector<Range> cut;
   cut.reserve(ranges.size());
@@ -446,6 +449,9 @@ absl::Status UcxTransport::Lane::ReceiveRanges(Peer& peer,
     const size_t n = std::min<size_t>(kMaxUcxSendRanges, cut.size() - i);
     TESSERA_RETURN_IF_ERROR(ReceiveBatch(peer, registration, shard_id,
                                          absl::MakeConstSpan(&cut[i], n)));
+    if (landed != nullptr) {
+      for (size_t k = i; k < i + n; ++k) landed->Landed(cut[k].bytes);
+    }
     // A long read checks now and then that its shard is still held.
     if (i + n < cut.size() && absl::Now() - checked > options_.key_ttl) {
       checked = absl::Now();
@@ -587,7 +593,8 @@ absl::Status UcxTransport::Lane::Ranges(Peer& peer, const Key& key,
       ranges.push_back(Range{static_cast<uint64_t>(src * item),
                              target.data() + dst * item, n * item});
     });
-    return ReceiveRanges(peer, key.registration, shard_id, std::move(ranges));
+    return ReceiveRanges(peer, key.registration, shard_id, std::move(ranges),
+                         &target);
   }
   // A sink: the box in flat ranges of the staging buffer, in order.
   const RunPlan plan(sizes, key.shape, offsets, sizes, zeros);
@@ -718,7 +725,8 @@ absl::Status UcxTransport::Lane::Staged(Peer& peer, const Key& key,
       ranges.push_back(Range{0, local.data(), n * item});
     }
     TESSERA_RETURN_IF_ERROR(
-        ReceiveRanges(peer, reply.lease(), at.shard_id, std::move(ranges)));
+        ReceiveRanges(peer, reply.lease(), at.shard_id, std::move(ranges),
+                      direct.has_value() ? &target : nullptr));
     // The staged bytes are the shard's only if it is still held now; the
     // check ends the lease.
     TESSERA_RETURN_IF_ERROR(
@@ -1296,10 +1304,12 @@ absl::Status UcxTransport::Lane::Write(const RemoteShard& shard,
       }
       const UcxCheckAnswer answer = *Answer(id);
       awaited_.erase(id);
+      const int64_t piece_bytes = pieces.front().bytes;
       pieces.pop_front();
       ++answered;
       switch (answer) {
         case UcxCheckAnswer::kHeld:
+          source.Sent(piece_bytes);
           break;
         case UcxCheckAnswer::kSealed:
           return absl::PermissionDeniedError(

@@ -402,6 +402,13 @@ class PyClient {
 
   std::string address() const { return client_->coordinator_address(); }
 
+  // Bytes moved so far (landed in reads, taken by writes), counted as they
+  // move: what progress bars show.
+  int64_t Moved() const {
+    const DataPlaneStats stats = client_->TransferStats();
+    return stats.landed + stats.sent;
+  }
+
   py::list Workers() {
     std::vector<WorkerInfo> workers =
         Unwrap(WithoutGil([&] { return client_->Workers(); }));
@@ -854,6 +861,7 @@ PYBIND11_MODULE(_tessera, m) {
                   py::arg("token_file"))
       .def_property_readonly("address", &PyClient::address)
       .def("workers", &PyClient::Workers)
+      .def("moved", &PyClient::Moved)
       .def("list", &PyClient::List)
       .def("describe", &PyClient::Describe, py::arg("name"))
       .def("delete", &PyClient::Delete, py::arg("name"))

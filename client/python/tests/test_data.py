@@ -371,3 +371,18 @@ def test_drain_moves_a_workers_shards_and_uncordon_takes_it_back(client, name):
     with pytest.raises(tessera.NotFound):
         client.drain("w9")
     client.delete(name)
+
+
+def test_progress_bar_counts_the_bytes_of_a_get_and_a_put(client, name, capsys):
+    pytest.importorskip("tqdm")  # Debian's python3-tqdm, from scripts/setup.sh
+    a = np.arange(2 * 1024 * 1024, dtype=np.float32).reshape(1024, 2048)  # 8 MiB
+    client.put(name, a, progress=True)
+    err = capsys.readouterr().err
+    assert f"put {name}" in err and "8.00M" in err and "100%" in err, err
+    b = client.get(name, progress=True)
+    np.testing.assert_array_equal(a, b)
+    err = capsys.readouterr().err
+    assert f"get {name}" in err and "8.00M" in err and "100%" in err, err
+    # Off by default: nothing on stderr.
+    client.get(name)
+    assert capsys.readouterr().err == ""

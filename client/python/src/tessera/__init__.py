@@ -54,6 +54,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 import os
+import threading
 import types
 from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -574,6 +575,63 @@ class _Closed:
         raise FailedPrecondition(f"the client of coordinator {self._address} is closed")
 
 
+class _Progress:
+    """A tqdm bar fed, every 0.25 s, from the bytes the client has moved
+    (counted as they land or leave) while one call runs; nothing when
+    ``enabled`` is false."""
+
+    def __init__(self, impl: Any, total: Optional[int], desc: str,
+                 enabled: bool) -> None:
+        self._impl = impl
+        self._total = total if total else None
+        self._desc = desc
+        self._enabled = enabled
+        self._bar: Any = None
+
+    def __enter__(self) -> "_Progress":
+        if not self._enabled:
+            return self
+        try:
+            from tqdm import tqdm
+        except ImportError as e:
+            raise ImportError(
+                "progress=True needs tqdm (Debian: python3-tqdm; pip install tqdm)") from e
+        self._base = self._impl.moved()
+        self._bar = tqdm(total=self._total, desc=self._desc, unit="B",
+                         unit_scale=True, unit_divisor=1024)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.25):
+            self._update()
+
+    def _update(self) -> None:
+        done = self._impl.moved() - self._base
+        if self._total is not None:
+            done = min(done, self._total)
+        if done > self._bar.n:
+            self._bar.update(done - self._bar.n)
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        if self._bar is None:
+            return False
+        self._stop.set()
+        self._thread.join()
+        self._update()
+        self._bar.close()
+        return False
+
+
+def _nbytes(shape: Sequence[int], dtype: str) -> int:
+    n = numpy_dtype(dtype).itemsize
+    for d in shape:
+        n *= int(d)
+    return n
+
+
 class Client:
     """A connection to a tessera cluster. Safe to share between threads.
 
@@ -672,8 +730,12 @@ class Client:
     def put(self, name: str, array: Any, *, chunk_dim: Optional[int] = None,
             placements: Optional[Placements] = None,
             shards: Optional[Union[str, Iterable[Tuple[Box, str]]]] = None,
-            dtype: Optional[str] = None, replicas: int = 0) -> TensorMeta:
+            dtype: Optional[str] = None, replicas: int = 0,
+            progress: bool = False) -> TensorMeta:
         """Scatters ``array`` into a new sharded tensor ``name`` (shape and dtype from it).
+
+        ``progress=True`` shows a tqdm bar of the bytes as they are written
+        (needs tqdm: Debian's python3-tqdm).
 
         The bytes are read straight from the array's buffer (a non C-contiguous
         array is made contiguous first); a CPU torch tensor works too (bfloat16
@@ -690,7 +752,8 @@ class Client:
                 "put: a tensor needs at least one dim (got a 0-d array; reshape it to (1,))")
         spec = self._spec(chunk_dim, placements, shards, default_all=True,
                           replicas=replicas)
-        return _meta(self._impl.put(name, arr, dtype, spec))
+        with _Progress(self._impl, arr.nbytes, f"put {name}", progress):
+            return _meta(self._impl.put(name, arr, dtype, spec))
 
     def create(self, name: str, shape: Sequence[int], dtype: str = "float32", *,
                chunk_dim: Optional[int] = None, placements: Optional[Placements] = None,
@@ -709,7 +772,8 @@ class Client:
         return _meta(self._impl.create(name, shape, str(dtype), spec, init))
 
     def get(self, name: str, region: Region = None, *, out: Optional[Any] = None,
-            torch: bool = False, with_version: bool = False) -> Any:
+            torch: bool = False, with_version: bool = False,
+            progress: bool = False) -> Any:
         """Fetches the tensor, or ``region`` of it, straight from its workers.
 
         ``region`` uses numpy's basic indexing: ``np.s_[1000:2000, :]``,
@@ -732,10 +796,19 @@ class Client:
         ``with_version=True`` returns ``(result, version)``: the version whose
         bytes the result holds (a get that met a newer version, committed
         meanwhile, reads that one whole).
+
+        ``progress=True`` shows a tqdm bar of the bytes as they land (needs
+        tqdm: Debian's python3-tqdm); for a whole tensor it knows the total.
         """
         if torch:
             _torch()
-        arr, version = self._impl.get(name, _region_key(region), _out_array(out))
+        total = None
+        if progress and region is None:
+            meta = self.describe(name)
+            total = _nbytes(meta.shape, meta.dtype)
+        with _Progress(self._impl, total, f"get {name}", progress):
+            arr, version = self._impl.get(name, _region_key(region),
+                                          _out_array(out))
         if with_version:
             return self._finish_get(name, arr, out, torch), version
         return self._finish_get(name, arr, out, torch)
@@ -749,7 +822,8 @@ class Client:
         return _to_torch(arr, self._dtype_of(name, arr))
 
     def get_rows(self, name: str, indices: Any, *, out: Optional[Any] = None,
-                 torch: bool = False, with_version: bool = False) -> Any:
+                 torch: bool = False, with_version: bool = False,
+                 progress: bool = False) -> Any:
         """Rows ``indices`` of dim 0, as an array of shape ``(len(indices),) + shape[1:]``.
 
         ``indices``: a 1-D sequence or array of integers (any order, repeats
@@ -757,13 +831,14 @@ class Client:
         the result is row ``indices[i]``; each distinct row is read once, with
         one batched request per worker. An index outside the tensor raises
         OutOfBounds ("out of bounds"); non-integer or non-1-D indices raise
-        InvalidArgument. ``out``, ``torch`` and ``with_version`` as for
-        :meth:`get`.
+        InvalidArgument. ``out``, ``torch``, ``with_version`` and
+        ``progress`` as for :meth:`get`.
         """
         if torch:
             _torch()
         idx = _rows(indices)
-        arr, version = self._impl.get_rows(name, idx, _out_array(out))
+        with _Progress(self._impl, None, f"get_rows {name}", progress):
+            arr, version = self._impl.get_rows(name, idx, _out_array(out))
         if with_version:
             return self._finish_get(name, arr, out, torch), version
         return self._finish_get(name, arr, out, torch)
@@ -776,7 +851,7 @@ class Client:
         return _to_torch(arr, self._dtype_of(name, arr)) if torch else arr
 
     def update(self, name: str, array: Any, region: Region = None, *,
-               dtype: Optional[str] = None) -> UpdateStats:
+               dtype: Optional[str] = None, progress: bool = False) -> UpdateStats:
         """Writes new contents into tensor ``name`` as version N+1, keeping its layout.
 
         Without ``region`` the array must have the tensor's shape; with one
@@ -789,12 +864,14 @@ class Client:
         """
         arr, dtype = _array_and_dtype(array, dtype, "update")
         key = None if region is None else _region_key(region)
-        return UpdateStats(**self._impl.update(name, arr, dtype, key))
+        with _Progress(self._impl, arr.nbytes, f"update {name}", progress):
+            return UpdateStats(**self._impl.update(name, arr, dtype, key))
 
     def import_safetensors(self, path: str, *, chunk_dim: Optional[int] = None,
                            placements: Optional[Placements] = None,
                            shards: Optional[Union[str, Iterable[Tuple[Box, str]]]] = None,
-                           prefix: str = "", replicas: int = 0) -> List[TensorInfo]:
+                           prefix: str = "", replicas: int = 0,
+                           progress: bool = False) -> List[TensorInfo]:
         """Creates one tensor per entry of the .safetensors file at ``path``.
 
         Each tensor is named ``prefix`` + the entry's name and laid out by the
@@ -805,14 +882,18 @@ class Client:
         what was made. A malformed file raises InvalidArgument naming
         "safetensors"; a chunk dim beyond an entry's dims, "invalid sharding
         dim". The data is read from a mapping of the file (no copy).
+        ``progress=True`` shows a tqdm bar of the bytes as they are written.
         """
         spec = self._spec(chunk_dim, placements, shards, default_all=True,
                           replicas=replicas)
-        return [TensorInfo(**t) for t in self._impl.import_safetensors(str(path), spec, prefix)]
+        with _Progress(self._impl, None, f"import {path}", progress):
+            made = self._impl.import_safetensors(str(path), spec, prefix)
+        return [TensorInfo(**t) for t in made]
 
     def export_safetensors(self, path: str, names: Optional[Sequence[str]] = None, *,
                            prefix: Optional[str] = None,
-                           metadata: Optional[dict] = None) -> SafetensorsExport:
+                           metadata: Optional[dict] = None,
+                           progress: bool = False) -> SafetensorsExport:
         """Writes tensors into one new .safetensors file at ``path`` (atomically).
 
         Give ``names`` (entry names are the tensor names) or ``prefix`` (every
@@ -820,14 +901,16 @@ class Client:
         map to F32 F64 F16 BF16 I8 U8 I16 I32 I64 BOOL; ``metadata`` (str to
         str) becomes the file's ``__metadata__``. Each tensor is gathered
         straight into the file's mapping; a failed export leaves no file.
+        ``progress=True`` shows a tqdm bar of the bytes as they land.
         """
         if (names is None) == (prefix is None):
             raise InvalidArgument("export_safetensors: give names or prefix, not both or neither")
         if isinstance(names, str):
             names = [names]
         meta = [(str(k), str(v)) for k, v in (metadata or {}).items()]
-        d = self._impl.export_safetensors(
-            str(path), None if names is None else [str(n) for n in names], prefix, meta)
+        with _Progress(self._impl, None, f"export {path}", progress):
+            d = self._impl.export_safetensors(
+                str(path), None if names is None else [str(n) for n in names], prefix, meta)
         return SafetensorsExport(**d)
 
     def reshard(self, name: str, *, chunk_dim: Optional[int] = None,
