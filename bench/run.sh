@@ -26,7 +26,8 @@ for arg in "$@"; do
 done
 
 bazel build -c opt //bench:tessera_bench //bench:strided_copy_bench \
-  //coordinator:tessera-coordinator //worker:tessera-worker //client:tessera >&2
+  //coordinator:tessera-coordinator //worker:tessera-worker //client:tessera \
+  //client/python:all >&2
 
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
@@ -40,6 +41,10 @@ trap 'rm -f "$out"' EXIT
   TESSERA_TRUSTED_FABRIC=1 UCX_TLS=tcp TESSERA_BIN_DIR="$PWD/bazel-bin" \
     bazel-bin/bench/tessera_bench $quick \
     --only=1,8 --transport=ucx
+  echo
+  echo "## Figure 15: tessera.aio from one event loop against 16 threads (16 concurrent 4 KiB gets, a cluster of its own)"
+  PYTHONPATH="$PWD/bazel-bin/client/python" TESSERA_BIN_DIR="$PWD/bazel-bin" \
+    /usr/bin/python3 bench/aio_bench.py $quick
   echo
   echo "## Figure 5: core/strided_copy vs memcpy of the same bytes (Google Benchmark, medians of 3)"
   min_time=0.5

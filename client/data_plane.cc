@@ -18,6 +18,7 @@
 #include "core/status_macros.h"
 #include "core/strided_copy.h"
 #include "core/tensor_metadata.h"
+#include "rpc/channel.h"
 #include "rpc/status.h"
 #include "transport/shard_transport.h"
 #include "transport/transport_chain.h"
@@ -45,8 +46,17 @@ absl::Status RunParallel(std::vector<std::function<absl::Status()>> tasks,
     }
   };
   const size_t n = std::min<size_t>(tasks.size(), std::max(1, parallelism));
+  // The caller's deadline and cancellation hold in the threads it borrows.
+  const absl::Time deadline = ScopedCallDeadline::Current();
+  Cancellation* const cancellation = ScopedCancellation::Current();
   std::vector<std::thread> threads;
-  for (size_t i = 1; i < n; ++i) threads.emplace_back(worker);
+  for (size_t i = 1; i < n; ++i) {
+    threads.emplace_back([&, deadline, cancellation] {
+      ScopedCallDeadline scoped_deadline(deadline);
+      ScopedCancellation scoped_cancellation(cancellation);
+      worker();
+    });
+  }
   worker();
   for (std::thread& t : threads) t.join();
   return first_error;

@@ -3,6 +3,7 @@
 #include <grpcpp/resource_quota.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/base/call_once.h"
 #include "rpc/metrics_interceptor.h"
@@ -16,6 +17,7 @@ int Millis(absl::Duration d) {
 }
 
 thread_local absl::Time current_call_deadline = absl::InfiniteFuture();
+thread_local Cancellation* current_cancellation = nullptr;
 
 using grpc::experimental::InterceptionHookPoints;
 
@@ -71,6 +73,41 @@ class IdleCallInterceptor : public grpc::experimental::Interceptor {
   absl::Mutex mu_;
   uint64_t alarm_ ABSL_GUARDED_BY(mu_) = 0;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Cancels its call when the ScopedCancellation it started under is
+// cancelled (at once, if it already was).
+class CancelCallInterceptor : public grpc::experimental::Interceptor {
+ public:
+  CancelCallInterceptor(grpc::ClientContext* context,
+                        Cancellation* cancellation) {
+    registration_.emplace(
+        cancellation->OnCancel([context] { context->TryCancel(); }));
+  }
+
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
+    // The call ended: its context may go, so the registration goes first.
+    if (methods->QueryInterceptionHookPoint(
+            InterceptionHookPoints::POST_RECV_STATUS)) {
+      registration_.reset();
+    }
+    methods->Proceed();
+  }
+
+ private:
+  std::optional<Cancellation::Registration> registration_;
+};
+
+class CancelCallInterceptorFactory
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* info) override {
+    Cancellation* cancellation = ScopedCancellation::Current();
+    if (cancellation == nullptr) return nullptr;  // nothing to watch
+    return new CancelCallInterceptor(info->client_context(), cancellation);
+  }
 };
 
 class IdleCallInterceptorFactory
@@ -170,6 +207,15 @@ ScopedCallDeadline::ScopedCallDeadline(absl::Time deadline)
 
 ScopedCallDeadline::~ScopedCallDeadline() { current_call_deadline = previous_; }
 
+ScopedCancellation::ScopedCancellation(Cancellation* cancellation)
+    : previous_(current_cancellation) {
+  if (cancellation != nullptr) current_cancellation = cancellation;
+}
+
+ScopedCancellation::~ScopedCancellation() { current_cancellation = previous_; }
+
+Cancellation* ScopedCancellation::Current() { return current_cancellation; }
+
 absl::Time ScopedCallDeadline::Current() {
   return std::min(current_call_deadline, ProcessDeadline());
 }
@@ -220,6 +266,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
     interceptors.push_back(
         std::make_unique<IdleCallInterceptorFactory>(options.idle_timeout));
   }
+  interceptors.push_back(std::make_unique<CancelCallInterceptorFactory>());
   if (!interceptors.empty()) {
     return grpc::experimental::CreateCustomChannelWithInterceptors(
         address, credentials, args, std::move(interceptors));

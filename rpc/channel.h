@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "core/limits.h"
 #include "core/metrics.h"
+#include "core/stop.h"
 
 namespace tessera {
 
@@ -172,6 +173,25 @@ class ScopedCallDeadline {
 
  private:
   const absl::Time previous_;
+};
+
+// While it lives, calls this thread starts are cancelled when
+// `cancellation` (not owned; null: none) is, as are calls already running
+// from it: how an SDK call is given up from another thread (an asyncio
+// task cancelled). The client carries it, with the deadline, into the
+// threads it starts for one call.
+class ScopedCancellation {
+ public:
+  explicit ScopedCancellation(Cancellation* cancellation);
+  ~ScopedCancellation();
+  ScopedCancellation(const ScopedCancellation&) = delete;
+  ScopedCancellation& operator=(const ScopedCancellation&) = delete;
+
+  // The cancellation in force on this thread (null: none).
+  static Cancellation* Current();
+
+ private:
+  Cancellation* const previous_;
 };
 
 // `timeout`, cut to this thread's ScopedCallDeadline (never below zero):

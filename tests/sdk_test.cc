@@ -1,6 +1,8 @@
 // End-to-end tests of the C++ SDK against a real coordinator and four real
 // workers on 127.0.0.1, following the scenarios of PyTorch's own
 // ShardedTensor tests (test_sharded_tensor.py).
+#include <signal.h>
+
 #include <cstring>
 #include <random>
 #include <thread>
@@ -61,6 +63,51 @@ void ExpectSameShards(const TensorMetadata& got, const TensorMetadata& want) {
 
 // The SDK sends enumerable specs packed and asks for packed shard lists;
 // what it reads must be what the per-shard encoding says.
+// A ScopedCancellation gives up an SDK call from another thread (what an
+// asyncio task's cancel does): a get waiting on a hung worker (SIGSTOP)
+// returns CANCELLED at once, as do calls started under a cancelled scope.
+TEST_F(SdkTest, ACancelledScopeGivesUpTheCallsOfItsThread) {
+  ASSERT_TRUE(client_
+                  ->Create("cancel_t", {512, 1024}, DType::kFloat32,
+                           LayoutSpec::Chunk(0, Ranks({2, 3})),
+                           InitSpec{InitSpec::Kind::kOnes})
+                  .ok());
+  ClientOptions options;
+  options.transport = "grpc";
+  auto reader = Client::Connect(cluster_->coordinator_address(), options);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_TRUE((*reader)->Describe("cancel_t").ok());
+  std::vector<char> out(512 * 1024 * 4);
+  Cancellation cancellation;
+  absl::Status status;
+  kill(cluster_->worker_pid(3), SIGSTOP);
+  const absl::Time start = absl::Now();
+  std::thread get([&] {
+    ScopedCancellation scope(&cancellation);
+    status = (*reader)->GetInto("cancel_t", std::nullopt, out.data(),
+                                static_cast<int64_t>(out.size()));
+  });
+  absl::SleepFor(absl::Milliseconds(300));
+  cancellation.Cancel();
+  get.join();
+  const absl::Duration took = absl::Now() - start;
+  kill(cluster_->worker_pid(3), SIGCONT);
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_LT(took, absl::Seconds(10)) << "the data timeout is 30 minutes";
+  // Under a scope already cancelled, nothing starts.
+  {
+    ScopedCancellation scope(&cancellation);
+    EXPECT_THAT((*reader)->Workers().status(),
+                StatusIs(absl::StatusCode::kCancelled));
+  }
+  // Outside it, the same client works.
+  EXPECT_TRUE((*reader)
+                  ->GetInto("cancel_t", std::nullopt, out.data(),
+                            static_cast<int64_t>(out.size()))
+                  .ok());
+  EXPECT_TRUE(client_->Delete("cancel_t").ok());
+}
+
 TEST_F(SdkTest, CreateMetadataIsWhatDescribeShows) {
   std::vector<Box> boxes;
   std::vector<Placement> placements;

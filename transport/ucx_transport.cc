@@ -19,6 +19,7 @@
 #include "core/status_macros.h"
 #include "core/strided_copy.h"
 #include "proto/ucx.grpc.pb.h"
+#include "rpc/channel.h"
 #include "rpc/security.h"
 #include "rpc/status.h"
 #include "spdlog/spdlog.h"
@@ -397,7 +398,13 @@ absl::Status UcxTransport::Lane::Wait(const std::function<bool()>& done,
           absl::FormatDuration(options_.stall_timeout)));
     }
     if (now - last < kSpin) continue;
-    // Idle for a while: sleep until the worker has events.
+    // Idle for a while: a caller that gave up (ScopedCancellation) ends the
+    // wait; then sleep until the worker has events (100 ms at most).
+    if (Cancellation* c = ScopedCancellation::Current();
+        c != nullptr && c->cancelled()) {
+      return absl::CancelledError(
+          absl::StrCat("UCX transfer with ", peer.address, " cancelled"));
+    }
     if (ucp_worker_arm(worker_.worker) == UCS_ERR_BUSY) continue;
     pollfd fd{worker_.efd, POLLIN, 0};
     const int64_t ms =

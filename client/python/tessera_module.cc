@@ -40,6 +40,7 @@
 #include "core/placement.h"
 #include "core/replica_placement.h"
 #include "core/tensor_metadata.h"
+#include "rpc/channel.h"
 
 namespace py = pybind11;
 
@@ -779,6 +780,32 @@ class PyClient {
 }  // namespace python
 }  // namespace tessera
 
+// A cancellation token for SDK calls (the asyncio API): `with token:` makes
+// it this thread's ScopedCancellation, so that cancel() from another thread
+// gives up the calls the thread makes meanwhile.
+class PyCancellation {
+ public:
+  void Cancel() { cancellation_.Cancel(); }
+  bool Cancelled() const { return cancellation_.cancelled(); }
+  void Enter() {
+    scopes().push_back(
+        std::make_unique<tessera::ScopedCancellation>(&cancellation_));
+  }
+  void Exit() {
+    if (!scopes().empty()) scopes().pop_back();
+  }
+
+ private:
+  // This thread's scopes, innermost last (a `with` enters and exits on one
+  // thread).
+  static std::vector<std::unique_ptr<tessera::ScopedCancellation>>& scopes() {
+    thread_local std::vector<std::unique_ptr<tessera::ScopedCancellation>>
+        stack;
+    return stack;
+  }
+  tessera::Cancellation cancellation_;
+};
+
 PYBIND11_MODULE(_tessera, m) {
   using namespace tessera;          // NOLINT
   using namespace tessera::python;  // NOLINT
@@ -851,6 +878,22 @@ PYBIND11_MODULE(_tessera, m) {
       .def("__str__", &ShardHandle::ToString)
       .def("__repr__", [](const ShardHandle& h) {
         return absl::StrCat("ShardHandle('", h.ToString(), "')");
+      });
+
+  py::class_<PyCancellation>(m, "Cancellation")
+      .def(py::init<>())
+      .def("cancel", &PyCancellation::Cancel)
+      .def_property_readonly("cancelled", &PyCancellation::Cancelled)
+      .def(
+          "__enter__",
+          [](PyCancellation& self) -> PyCancellation& {
+            self.Enter();
+            return self;
+          },
+          py::return_value_policy::reference)
+      .def("__exit__", [](PyCancellation& self, py::args) {
+        self.Exit();
+        return false;
       });
 
   py::class_<PyClient>(m, "Client")
