@@ -4,246 +4,239 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
 
 namespace tessera {
 namespace {
 
-std::string JsonIntList(absl::Span<const int64_t> values) {
-  return absl::StrCat("[", absl::StrJoin(values, ", "), "]");
+// Objects keep their keys in insertion order: the order CLI.md lists them.
+using Json = nlohmann::ordered_json;
+
+// A real number as the CLI prints it: six decimals (seconds).
+struct Seconds {
+  double value;
+};
+void to_json(Json& j, const Seconds& s) {
+  // JSON has no NaN or infinity.
+  j = std::isfinite(s.value) ? s.value : 0.0;
 }
 
-const char* JsonBool(bool value) { return value ? "true" : "false"; }
-
-// A finite double as a JSON number (JSON has no NaN or infinity).
-std::string JsonDouble(double value) {
-  if (!std::isfinite(value)) return "0";
-  return absl::StrFormat("%.6f", value);
+// A scalar's text; bytes that are not UTF-8 (a file name) become U+FFFD
+// rather than an exception.
+std::string Dump(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
-// Appends `"key": value` with the separator json.dumps uses.
-void Field(std::string* out, absl::string_view key, absl::string_view value) {
-  if (out->back() != '{') out->append(", ");
-  absl::StrAppend(out, JsonString(key), ": ", value);
+// Renders `j` on one line with the separators Python's json.dumps uses
+// (", " and ": "), reals with six decimals. Strings and keys are escaped
+// by nlohmann.
+void Render(const Json& j, std::string* out) {
+  switch (j.type()) {
+    case Json::value_t::object: {
+      out->push_back('{');
+      bool first = true;
+      for (const auto& [key, value] : j.items()) {
+        if (!first) out->append(", ");
+        first = false;
+        absl::StrAppend(out, Dump(Json(key)), ": ");
+        Render(value, out);
+      }
+      out->push_back('}');
+      return;
+    }
+    case Json::value_t::array: {
+      out->push_back('[');
+      bool first = true;
+      for (const Json& value : j) {
+        if (!first) out->append(", ");
+        first = false;
+        Render(value, out);
+      }
+      out->push_back(']');
+      return;
+    }
+    case Json::value_t::number_float:
+      absl::StrAppend(out, absl::StrFormat("%.6f", j.get<double>()));
+      return;
+    default:
+      out->append(Dump(j));
+  }
+}
+
+std::string Dumps(const Json& j) {
+  std::string out;
+  Render(j, &out);
+  return out;
+}
+
+Json Ints(absl::Span<const int64_t> values) {
+  return Json(std::vector<int64_t>(values.begin(), values.end()));
 }
 
 }  // namespace
 
 std::string DescribeJson(const TensorMetadata& meta) {
-  std::string out = "{";
-  Field(&out, "name", JsonString(meta.name));
-  Field(&out, "shape", JsonIntList(meta.shape));
-  Field(&out, "dtype", JsonString(DTypeName(meta.dtype)));
-  Field(&out, "version", absl::StrCat(meta.version));
-  std::vector<std::string> shards;
-  shards.reserve(meta.shards.size());
+  Json shards = Json::array();
   for (size_t i = 0; i < meta.shards.size(); ++i) {
     const ShardInfo& shard = meta.shards[i];
     const Replica& shown = ShownReplica(shard);
-    std::string s = "{";
-    Field(&s, "offsets", JsonIntList(shard.box.offsets));
-    Field(&s, "sizes", JsonIntList(shard.box.sizes));
-    Field(&s, "placement", JsonString(shown.PlacementString()));
-    Field(&s, "worker", JsonString(shown.worker));
-    Field(&s, "handle", JsonString(meta.HandleString(i)));
-    Field(&s, "available", JsonBool(shown.available));
-    std::vector<std::string> replicas;
+    Json replicas = Json::array();
     for (const Replica& r : shard.replicas) {
-      std::string item = "{";
-      Field(&item, "worker", JsonString(r.worker));
-      Field(&item, "placement", JsonString(r.PlacementString()));
-      Field(&item, "available", JsonBool(r.available));
-      replicas.push_back(item + "}");
+      replicas.push_back({{"worker", r.worker},
+                          {"placement", r.PlacementString()},
+                          {"available", r.available}});
     }
-    Field(&s, "replicas",
-          absl::StrCat("[", absl::StrJoin(replicas, ", "), "]"));
-    s += "}";
-    shards.push_back(std::move(s));
+    shards.push_back({{"offsets", Ints(shard.box.offsets)},
+                      {"sizes", Ints(shard.box.sizes)},
+                      {"placement", shown.PlacementString()},
+                      {"worker", shown.worker},
+                      {"handle", meta.HandleString(i)},
+                      {"available", shown.available},
+                      {"replicas", std::move(replicas)}});
   }
-  Field(&out, "shards", absl::StrCat("[", absl::StrJoin(shards, ", "), "]"));
-  if (!meta.pending.empty()) Field(&out, "pending", JsonString(meta.pending));
-  out += "}";
-  return out;
+  Json out = {{"name", meta.name},
+              {"shape", Ints(meta.shape)},
+              {"dtype", std::string(DTypeName(meta.dtype))},
+              {"version", meta.version},
+              {"shards", std::move(shards)}};
+  if (!meta.pending.empty()) out["pending"] = meta.pending;
+  return Dumps(out);
 }
 
 std::string TensorListJson(const std::vector<TensorInfo>& tensors) {
-  std::vector<std::string> items;
-  items.reserve(tensors.size());
+  Json items = Json::array();
   for (const TensorInfo& t : tensors) {
-    std::string s = "{";
-    Field(&s, "name", JsonString(t.name));
-    Field(&s, "shape", JsonIntList(t.shape));
-    Field(&s, "dtype", JsonString(DTypeName(t.dtype)));
-    Field(&s, "version", absl::StrCat(t.version));
-    Field(&s, "num_shards", absl::StrCat(t.num_shards));
-    Field(&s, "replicas", absl::StrCat(t.replicas));
+    Json item = {{"name", t.name},
+                 {"shape", Ints(t.shape)},
+                 {"dtype", std::string(DTypeName(t.dtype))},
+                 {"version", t.version},
+                 {"num_shards", t.num_shards},
+                 {"replicas", t.replicas}};
     if (!t.pending.empty()) {
-      std::string p = "{";
-      Field(&p, "change", JsonString(t.pending));
-      Field(&p, "version", absl::StrCat(t.pending_version));
-      Field(&p, "owner", JsonString(t.pending_owner));
-      Field(&p, "since",
-            JsonString(absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t.pending_since,
-                                        absl::UTCTimeZone())));
-      p += "}";
-      Field(&s, "pending", p);
+      item["pending"] = {
+          {"change", t.pending},
+          {"version", t.pending_version},
+          {"owner", t.pending_owner},
+          {"since", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t.pending_since,
+                                     absl::UTCTimeZone())}};
     }
-    s += "}";
-    items.push_back(std::move(s));
+    items.push_back(std::move(item));
   }
-  return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
+  return Dumps(items);
 }
 
 std::string WorkersJson(const std::vector<WorkerInfo>& workers) {
-  std::vector<std::string> items;
-  items.reserve(workers.size());
+  Json items = Json::array();
   for (const WorkerInfo& w : workers) {
-    std::string s = "{";
-    Field(&s, "name", JsonString(w.name));
-    Field(&s, "rank", absl::StrCat(w.rank));
-    Field(&s, "address", JsonString(w.address));
-    Field(&s, "device", JsonString(w.device.ToString()));
-    Field(&s, "alive", JsonBool(w.alive));
-    Field(&s, "bytes_used", absl::StrCat(w.bytes_used));
-    Field(&s, "zone", JsonString(w.zone));
-    Field(&s, "state", JsonString(WorkerStateName(w.state)));
-    s += "}";
-    items.push_back(std::move(s));
+    items.push_back({{"name", w.name},
+                     {"rank", w.rank},
+                     {"address", w.address},
+                     {"device", w.device.ToString()},
+                     {"alive", w.alive},
+                     {"bytes_used", w.bytes_used},
+                     {"zone", w.zone},
+                     {"state", std::string(WorkerStateName(w.state))}});
   }
-  return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
+  return Dumps(items);
 }
 
 std::string ReshardJson(const ReshardStats& stats) {
-  std::string out = "{";
-  Field(&out, "version", absl::StrCat(stats.version));
-  Field(&out, "pieces_moved", absl::StrCat(stats.pieces_moved));
-  Field(&out, "bytes_moved", absl::StrCat(stats.bytes_moved));
-  Field(&out, "bytes_copied_locally", absl::StrCat(stats.bytes_copied_locally));
-  Field(&out, "shards_kept", absl::StrCat(stats.shards_kept));
-  Field(&out, "seconds", JsonDouble(stats.seconds));
-  out += "}";
-  return out;
+  return Dumps({{"version", stats.version},
+                {"pieces_moved", stats.pieces_moved},
+                {"bytes_moved", stats.bytes_moved},
+                {"bytes_copied_locally", stats.bytes_copied_locally},
+                {"shards_kept", stats.shards_kept},
+                {"seconds", Seconds{stats.seconds}}});
 }
 
 std::string TensorJson(const TensorMetadata& meta, int64_t bytes,
                        double seconds) {
-  std::string out = "{";
-  Field(&out, "name", JsonString(meta.name));
-  Field(&out, "shape", JsonIntList(meta.shape));
-  Field(&out, "dtype", JsonString(DTypeName(meta.dtype)));
-  Field(&out, "version", absl::StrCat(meta.version));
-  Field(&out, "num_shards", absl::StrCat(meta.shards.size()));
-  Field(&out, "bytes", absl::StrCat(bytes));
-  Field(&out, "seconds", JsonDouble(seconds));
-  out += "}";
-  return out;
+  return Dumps({{"name", meta.name},
+                {"shape", Ints(meta.shape)},
+                {"dtype", std::string(DTypeName(meta.dtype))},
+                {"version", meta.version},
+                {"num_shards", meta.shards.size()},
+                {"bytes", bytes},
+                {"seconds", Seconds{seconds}}});
 }
 
 std::string UpdateJson(const UpdateStats& stats) {
-  std::string out = "{";
-  Field(&out, "version", absl::StrCat(stats.version));
-  Field(&out, "bytes_written", absl::StrCat(stats.bytes_written));
-  Field(&out, "shards_kept", absl::StrCat(stats.shards_kept));
-  Field(&out, "seconds", JsonDouble(stats.seconds));
-  out += "}";
-  return out;
+  return Dumps({{"version", stats.version},
+                {"bytes_written", stats.bytes_written},
+                {"shards_kept", stats.shards_kept},
+                {"seconds", Seconds{stats.seconds}}});
 }
 
 std::string RemoveJson(const std::string& name) {
-  std::string out = "{";
-  Field(&out, "name", JsonString(name));
-  Field(&out, "deleted", "true");
-  out += "}";
-  return out;
+  return Dumps({{"name", name}, {"deleted", true}});
 }
 
 std::string GetJson(const std::string& name, const Shape& shape, DType dtype,
                     uint64_t version, int64_t bytes, double seconds,
                     const DataPlaneStats& moved) {
   // The transports in the order CLI.md lists them, then any other.
-  std::string transport = "{";
-  auto add = [&](const std::string& key, int64_t value) {
-    if (value > 0) Field(&transport, key, absl::StrCat(value));
-  };
+  Json transport = Json::object();
   for (const char* key : {"shm", "ucx", "grpc"}) {
     auto it = moved.bytes.find(key);
-    if (it != moved.bytes.end()) add(key, it->second);
+    if (it != moved.bytes.end() && it->second > 0) transport[key] = it->second;
   }
   for (const auto& [key, value] : moved.bytes) {
-    if (key != "shm" && key != "ucx" && key != "grpc") add(key, value);
+    if (key != "shm" && key != "ucx" && key != "grpc" && value > 0)
+      transport[key] = value;
   }
-  transport += "}";
   // Moves a transport declined (it could not start, or reach a worker),
   // left to the next.
-  std::string fallbacks = "{";
+  Json fallbacks = Json::object();
   for (const auto& [key, value] : moved.fallbacks) {
-    if (value > 0) Field(&fallbacks, key, absl::StrCat(value));
+    if (value > 0) fallbacks[key] = value;
   }
-  fallbacks += "}";
   // The bytes each worker served (which replicas the reads used).
-  std::string replicas = "{";
+  Json replicas = Json::object();
   for (const auto& [worker, served] : moved.served) {
-    if (served > 0) Field(&replicas, worker, absl::StrCat(served));
+    if (served > 0) replicas[worker] = served;
   }
-  replicas += "}";
-  std::string out = "{";
-  Field(&out, "name", JsonString(name));
-  Field(&out, "shape", JsonIntList(shape));
-  Field(&out, "dtype", JsonString(DTypeName(dtype)));
-  Field(&out, "version", absl::StrCat(version));
-  Field(&out, "bytes", absl::StrCat(bytes));
-  Field(&out, "seconds", JsonDouble(seconds));
-  Field(&out, "transport", transport);
-  if (fallbacks != "{}") Field(&out, "fallbacks", fallbacks);
-  Field(&out, "replicas", replicas);
-  out += "}";
-  return out;
+  Json out = {{"name", name},
+              {"shape", Ints(shape)},
+              {"dtype", std::string(DTypeName(dtype))},
+              {"version", version},
+              {"bytes", bytes},
+              {"seconds", Seconds{seconds}},
+              {"transport", std::move(transport)}};
+  if (!fallbacks.empty()) out["fallbacks"] = std::move(fallbacks);
+  out["replicas"] = std::move(replicas);
+  return Dumps(out);
 }
 
 std::string ImportJson(const std::string& file,
                        const SafetensorsImportResult& result) {
-  std::vector<std::string> items;
-  items.reserve(result.tensors.size());
+  Json tensors = Json::array();
   for (const TensorMetadata& t : result.tensors) {
-    std::string s = "{";
-    Field(&s, "name", JsonString(t.name));
-    Field(&s, "shape", JsonIntList(t.shape));
-    Field(&s, "dtype", JsonString(DTypeName(t.dtype)));
-    Field(&s, "version", absl::StrCat(t.version));
-    Field(&s, "num_shards", absl::StrCat(t.shards.size()));
-    s += "}";
-    items.push_back(std::move(s));
+    tensors.push_back({{"name", t.name},
+                       {"shape", Ints(t.shape)},
+                       {"dtype", std::string(DTypeName(t.dtype))},
+                       {"version", t.version},
+                       {"num_shards", t.shards.size()}});
   }
-  std::string out = "{";
-  Field(&out, "file", JsonString(file));
-  Field(&out, "tensors", absl::StrCat("[", absl::StrJoin(items, ", "), "]"));
-  Field(&out, "bytes", absl::StrCat(result.bytes));
-  Field(&out, "seconds", JsonDouble(result.seconds));
-  out += "}";
-  return out;
+  return Dumps({{"file", file},
+                {"tensors", std::move(tensors)},
+                {"bytes", result.bytes},
+                {"seconds", Seconds{result.seconds}}});
 }
 
 std::string ExportJson(const std::string& file,
                        const SafetensorsExportResult& result) {
-  std::vector<std::string> items;
-  items.reserve(result.entries.size());
+  Json entries = Json::array();
   for (const SafetensorsExportedEntry& e : result.entries) {
-    std::string s = "{";
-    Field(&s, "entry", JsonString(e.entry));
-    Field(&s, "tensor", JsonString(e.tensor));
-    Field(&s, "shape", JsonIntList(e.shape));
-    Field(&s, "dtype", JsonString(DTypeName(e.dtype)));
-    s += "}";
-    items.push_back(std::move(s));
+    entries.push_back({{"entry", e.entry},
+                       {"tensor", e.tensor},
+                       {"shape", Ints(e.shape)},
+                       {"dtype", std::string(DTypeName(e.dtype))}});
   }
-  std::string out = "{";
-  Field(&out, "file", JsonString(file));
-  Field(&out, "entries", absl::StrCat("[", absl::StrJoin(items, ", "), "]"));
-  Field(&out, "bytes", absl::StrCat(result.bytes));
-  Field(&out, "file_bytes", absl::StrCat(result.file_bytes));
-  Field(&out, "seconds", JsonDouble(result.seconds));
-  out += "}";
-  return out;
+  return Dumps({{"file", file},
+                {"entries", std::move(entries)},
+                {"bytes", result.bytes},
+                {"file_bytes", result.file_bytes},
+                {"seconds", Seconds{result.seconds}}});
 }
 
 }  // namespace tessera
