@@ -643,6 +643,25 @@ absl::StatusOr<HostArray> Client::Get(const std::string& name,
   return array;
 }
 
+absl::StatusOr<HostArray> Client::GetResolved(
+    const std::string& name,
+    const std::function<absl::StatusOr<Box>(const TensorMetadata&)>& resolve) {
+  HostArray array;
+  TESSERA_RETURN_IF_ERROR(ReadWithRetry(
+      name,
+      [&](const TensorMetadata& meta, const BoxIndex* index) -> absl::Status {
+        TESSERA_ASSIGN_OR_RETURN(const Box box, resolve(meta));
+        TESSERA_RETURN_IF_ERROR(CheckWithin(box, meta.shape, "region"));
+        if (array.buffer == nullptr || !SameDims(array.shape, box.sizes) ||
+            array.dtype != meta.dtype) {
+          array = HostArray::Allocate(meta.dtype, ToShape(box.sizes));
+        }
+        return GatherRegion(*connection_, meta, index, box, array.data());
+      },
+      &array.version));
+  return array;
+}
+
 absl::Status Client::GetInto(const std::string& name,
                              const std::optional<Box>& region, char* out,
                              int64_t out_bytes, uint64_t* version) {

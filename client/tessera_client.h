@@ -149,6 +149,13 @@ class Client {
   absl::Status GetInto(const std::string& name,
                        const std::optional<Box>& region, char* out,
                        int64_t out_bytes, uint64_t* version = nullptr);
+  // The region `resolve` picks from the tensor's metadata (cached, else
+  // fresh: no describe of its own), into a new array; for regions that
+  // depend on the shape, such as NumPy keys. `resolve` may run again on
+  // fresher metadata; its error fails the read.
+  absl::StatusOr<HostArray> GetResolved(
+      const std::string& name,
+      const std::function<absl::StatusOr<Box>(const TensorMetadata&)>& resolve);
   // Region given as text ("0:5,:"; NumPy rules for negatives and open ends).
   absl::StatusOr<HostArray> GetRegion(const std::string& name,
                                       const std::string& region_text);

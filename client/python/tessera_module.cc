@@ -39,6 +39,7 @@
 #include "core/parse.h"
 #include "core/placement.h"
 #include "core/replica_placement.h"
+#include "core/status_macros.h"
 #include "core/tensor_metadata.h"
 #include "rpc/channel.h"
 
@@ -556,6 +557,25 @@ class PyClient {
   // (array, the version whose bytes it holds).
   py::tuple Get(const std::string& name, py::handle region, py::object out) {
     const RegionKey key = ToRegionKey(region);
+    if (out.is_none()) {
+      // The region resolves on the metadata the read uses (cached): one
+      // call to the workers, no describe first.
+      std::vector<int64_t> result_shape;
+      HostArray array = Unwrap(WithoutGil([&] {
+        return client_->GetResolved(
+            name, [&](const TensorMetadata& meta) -> absl::StatusOr<Box> {
+              Box box;
+              result_shape.clear();
+              TESSERA_RETURN_IF_ERROR(
+                  ResolveKey(key, meta.shape, &box, &result_shape));
+              return box;
+            });
+      }));
+      const uint64_t version = array.version;
+      // Integer indices drop their dims, as NumPy's do.
+      array.shape.assign(result_shape.begin(), result_shape.end());
+      return py::make_tuple(ToNumpy(std::move(array)), version);
+    }
     const TensorMetadata meta =
         Unwrap(WithoutGil([&] { return client_->Describe(name); }));
     Box box;
