@@ -15,12 +15,16 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -403,6 +407,7 @@ class PyClient {
   }
 
   std::string address() const { return client_->coordinator_address(); }
+  const std::shared_ptr<Client>& shared() const { return client_; }
 
   // Bytes moved so far (landed in reads, taken by writes), counted as they
   // move: what progress bars show.
@@ -802,17 +807,22 @@ class PyClient {
 
 // A cancellation token for SDK calls (the asyncio API): `with token:` makes
 // it this thread's ScopedCancellation, so that cancel() from another thread
-// gives up the calls the thread makes meanwhile.
+// gives up the calls the thread makes meanwhile; an AsyncReader's get holds
+// it the same way on its own thread.
 class PyCancellation {
  public:
-  void Cancel() { cancellation_.Cancel(); }
-  bool Cancelled() const { return cancellation_.cancelled(); }
+  void Cancel() { cancellation_->Cancel(); }
+  bool Cancelled() const { return cancellation_->cancelled(); }
   void Enter() {
     scopes().push_back(
-        std::make_unique<tessera::ScopedCancellation>(&cancellation_));
+        std::make_unique<tessera::ScopedCancellation>(cancellation_.get()));
   }
   void Exit() {
     if (!scopes().empty()) scopes().pop_back();
+  }
+  // Shared with the calls that run under it: they may outlive the token.
+  const std::shared_ptr<tessera::Cancellation>& shared() const {
+    return cancellation_;
   }
 
  private:
@@ -823,8 +833,149 @@ class PyCancellation {
         stack;
     return stack;
   }
-  tessera::Cancellation cancellation_;
+  std::shared_ptr<tessera::Cancellation> cancellation_ =
+      std::make_shared<tessera::Cancellation>();
 };
+
+namespace tessera {
+namespace python {
+
+// tessera.aio's gets without a Python thread per call: C++ threads run the
+// reads (no GIL), finished ones wait in a queue, and an eventfd wakes the
+// event loop, which collects every finished one at once. The executor
+// path's two thread handoffs and GIL round trips per call are what this
+// saves.
+class AsyncReader {
+ public:
+  AsyncReader(std::shared_ptr<Client> client, int threads)
+      : client_(std::move(client)),
+        efd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+    if (efd_ < 0) throw std::runtime_error("eventfd failed");
+    for (int i = 0; i < std::max(1, threads); ++i) {
+      threads_.emplace_back([this] { Serve(); });
+    }
+  }
+  ~AsyncReader() { Close(); }
+
+  int fd() const { return efd_; }
+
+  // Starts a get of `name` at `region` (numpy basic indexing, as
+  // Client.get); Collect returns its result under `id`.
+  void Get(uint64_t id, const std::string& name, py::handle region,
+           const PyCancellation& cancel) {
+    Job job{id, name, ToRegionKey(region), cancel.shared()};
+    absl::MutexLock lock(&mu_);
+    if (closed_) throw StatusError(absl::FailedPreconditionError("closed"));
+    jobs_.push_back(std::move(job));
+  }
+
+  // The gets finished since the last call: [(id, array, None) or
+  // (id, None, exception)].
+  py::list Collect() {
+    uint64_t count;
+    (void)!read(efd_, &count, sizeof(count));  // re-arms the fd
+    std::vector<Done> done;
+    {
+      absl::MutexLock lock(&mu_);
+      done.swap(done_);
+    }
+    py::list out;
+    for (Done& d : done) {
+      if (d.result.ok()) {
+        out.append(
+            py::make_tuple(d.id, ToNumpy(*std::move(d.result)), py::none()));
+        continue;
+      }
+      py::object cls = py::reinterpret_borrow<py::object>(PyExc_RuntimeError);
+      py::int_ key(static_cast<int>(d.result.status().code()));
+      if (error_classes != nullptr && error_classes->contains(key)) {
+        cls = (*error_classes)[key];
+      }
+      out.append(py::make_tuple(d.id, py::none(),
+                                cls(std::string(d.result.status().message()))));
+    }
+    return out;
+  }
+
+  // Stops the threads once the gets started have run.
+  void Close() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (closed_) return;
+      closed_ = true;
+    }
+    {
+      py::gil_scoped_release release;
+      for (std::thread& t : threads_) t.join();
+    }
+    close(efd_);
+  }
+
+ private:
+  struct Job {
+    uint64_t id;
+    std::string name;
+    RegionKey key;
+    std::shared_ptr<Cancellation> cancel;
+  };
+  struct Done {
+    uint64_t id;
+    absl::StatusOr<HostArray> result;
+  };
+
+  void Serve() {
+    while (true) {
+      Job job;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](AsyncReader* r) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+              return r->closed_ || !r->jobs_.empty();
+            },
+            this));
+        if (jobs_.empty()) return;  // closed, nothing left
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      Done done{job.id, absl::UnknownError("")};
+      {
+        ScopedCancellation scope(job.cancel.get());
+        std::vector<int64_t> result_shape;
+        done.result = client_->GetResolved(
+            job.name, [&](const TensorMetadata& meta) -> absl::StatusOr<Box> {
+              Box box;
+              result_shape.clear();
+              TESSERA_RETURN_IF_ERROR(
+                  ResolveKey(job.key, meta.shape, &box, &result_shape));
+              return box;
+            });
+        if (done.result.ok())
+          done.result->shape.assign(result_shape.begin(), result_shape.end());
+      }
+      bool wake;
+      {
+        absl::MutexLock lock(&mu_);
+        wake = done_.empty();  // else the loop is already told
+        done_.push_back(std::move(done));
+      }
+      if (wake) {
+        const uint64_t one = 1;
+        (void)!write(efd_, &one, sizeof(one));
+      }
+    }
+  }
+
+  const std::shared_ptr<Client> client_;
+  const int efd_;
+  std::vector<std::thread> threads_;
+  absl::Mutex mu_;
+  std::deque<Job> jobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<Done> done_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace python
+}  // namespace tessera
 
 PYBIND11_MODULE(_tessera, m) {
   using namespace tessera;          // NOLINT
@@ -916,6 +1067,13 @@ PYBIND11_MODULE(_tessera, m) {
         return false;
       });
 
+  py::class_<AsyncReader>(m, "AsyncReader")
+      .def("fd", &AsyncReader::fd)
+      .def("get", &AsyncReader::Get, py::arg("id"), py::arg("name"),
+           py::arg("region"), py::arg("cancel"))
+      .def("collect", &AsyncReader::Collect)
+      .def("close", &AsyncReader::Close);
+
   py::class_<PyClient>(m, "Client")
       .def_static("connect", &PyClient::Connect, py::arg("address"),
                   py::arg("rpc_timeout_s"), py::arg("connect_timeout_s"),
@@ -925,6 +1083,12 @@ PYBIND11_MODULE(_tessera, m) {
       .def_property_readonly("address", &PyClient::address)
       .def("workers", &PyClient::Workers)
       .def("moved", &PyClient::Moved)
+      .def(
+          "async_reader",
+          [](PyClient& self, int threads) {
+            return std::make_unique<AsyncReader>(self.shared(), threads);
+          },
+          py::arg("threads"))
       .def("list", &PyClient::List)
       .def("describe", &PyClient::Describe, py::arg("name"))
       .def("delete", &PyClient::Delete, py::arg("name"))
