@@ -1304,20 +1304,21 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
     const std::string& arg = args[*i];
     const size_t eq = arg.find('=');
     const std::string name = arg.substr(0, eq);
+    // The flag's value: after '=', else the next argument.
+    auto value_of =
+        [&](absl::string_view needs) -> absl::StatusOr<std::string> {
+      if (eq != std::string::npos) return arg.substr(eq + 1);
+      if (*i + 1 < args.size()) return args[++*i];
+      return UsageError(absl::StrCat(name, " needs ", needs));
+    };
     bool command_has_timeout = false;
     if (command != nullptr) {
       for (const FlagDef& f : command->flags)
         command_has_timeout |= std::string(f.name) == "timeout";
     }
     if (name == "--timeout" && !command_has_timeout) {
-      std::string value;
-      if (eq != std::string::npos) {
-        value = arg.substr(eq + 1);
-      } else if (*i + 1 < args.size()) {
-        value = args[++*i];
-      } else {
-        return UsageError("--timeout needs a value (seconds)");
-      }
+      TESSERA_ASSIGN_OR_RETURN(const std::string value,
+                               value_of("a value (seconds)"));
       double seconds = 0;
       if (!absl::SimpleAtod(value, &seconds) || !(seconds > 0) ||
           seconds > 1e6) {
@@ -1328,14 +1329,8 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
       return true;
     }
     if (name == "--coordinator") {
-      std::string value;
-      if (eq != std::string::npos) {
-        value = arg.substr(eq + 1);
-      } else if (*i + 1 < args.size()) {
-        value = args[++*i];
-      } else {
-        return UsageError("--coordinator needs a value (HOST:PORT)");
-      }
+      TESSERA_ASSIGN_OR_RETURN(const std::string value,
+                               value_of("a value (HOST:PORT)"));
       if (value.empty() || value.find(':') == std::string::npos) {
         return UsageError(
             absl::StrCat("--coordinator='", value, "' is not HOST:PORT"));
@@ -1350,23 +1345,12 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
           {"--tls_key", &inv.global.tls_key},
           {"--token_file", &inv.global.token_file}}) {
       if (name != flag) continue;
-      if (eq != std::string::npos) {
-        *field = arg.substr(eq + 1);
-      } else if (*i + 1 < args.size()) {
-        *field = args[++*i];
-      } else {
-        return UsageError(absl::StrCat(flag, " needs a file name"));
-      }
+      TESSERA_ASSIGN_OR_RETURN(*field, value_of("a file name"));
       return true;
     }
     if (name == "--transport") {
-      if (eq != std::string::npos) {
-        inv.global.transport = arg.substr(eq + 1);
-      } else if (*i + 1 < args.size()) {
-        inv.global.transport = args[++*i];
-      } else {
-        return UsageError("--transport needs a value (auto, shm, ucx, grpc)");
-      }
+      TESSERA_ASSIGN_OR_RETURN(inv.global.transport,
+                               value_of("a value (auto, shm, ucx, grpc)"));
       return true;
     }
     if (name == "--verbose") {

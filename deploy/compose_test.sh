@@ -7,18 +7,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-passed=0
-failed=0
-check() {  # check WHAT COMMAND...
-  local what="$1"
-  shift
-  if "$@"; then
-    passed=$((passed + 1))
-  else
-    echo "FAILED: $what" >&2
-    failed=$((failed + 1))
-  fi
-}
+# shellcheck source=scripts/test_lib.sh
+source scripts/test_lib.sh
 
 moved=$(TESSERA_PORT=9100 deploy/compose.sh config)
 check "coordinator on the moved port" grep -q -- "--listen=127.0.0.1:9100" <<<"$moved"
@@ -41,5 +31,4 @@ else
   echo "no podman-compose 1.0.0-1.0.3 here: the refusal is not exercised"
 fi
 
-echo "compose_test: ${passed} passed, ${failed} failed"
-[ "$failed" -eq 0 ]
+finish compose_test

@@ -6,29 +6,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-passed=0
-failed=0
-check() {  # check WHAT COMMAND...
-  local what="$1"
-  shift
-  if "$@"; then
-    passed=$((passed + 1))
-  else
-    echo "FAILED: $what" >&2
-    failed=$((failed + 1))
-  fi
-}
-running() {
-  local stat
-  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-  stat=${stat##*) }
-  [ "${stat%% *}" != Z ]
-}
+# shellcheck source=scripts/test_lib.sh
+source scripts/test_lib.sh
 
-TESSERA_RUN_DIR=$(mktemp -d)
-TESSERA_PORT=$((20000 + RANDOM % 20000))
-export TESSERA_RUN_DIR TESSERA_PORT
-trap 'deploy/local_cluster.sh stop >/dev/null 2>&1; rm -rf "$TESSERA_RUN_DIR"' EXIT
+private_workspace
 
 check "start 4 workers" deploy/local_cluster.sh start 4
 pids=$(cat "$TESSERA_RUN_DIR"/*.pid 2>/dev/null)
@@ -47,5 +28,4 @@ for pid in $pids; do running "$pid" && left=$((left + 1)); done
 check "no daemon left running ($left)" test "$left" -eq 0
 check "pid files gone" test -z "$(ls "$TESSERA_RUN_DIR"/*.pid 2>/dev/null)"
 
-echo "local_cluster_test: ${passed} passed, ${failed} failed"
-[ "$failed" -eq 0 ]
+finish local_cluster_test

@@ -7,24 +7,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-passed=0
-failed=0
-check() {  # check WHAT COMMAND...
-  local what="$1"
-  shift
-  if "$@"; then
-    passed=$((passed + 1))
-  else
-    echo "FAILED: $what" >&2
-    failed=$((failed + 1))
-  fi
-}
+# shellcheck source=scripts/test_lib.sh
+source scripts/test_lib.sh
 
-work=$(mktemp -d)
-TESSERA_RUN_DIR="$work/cluster"
-TESSERA_PORT=$((20000 + RANDOM % 20000))
-export TESSERA_RUN_DIR TESSERA_PORT
-trap 'deploy/local_cluster.sh stop >/dev/null 2>&1; rm -rf "$work"' EXIT
+private_workspace
 
 check "install_sdk.sh" scripts/install_sdk.sh "$work/prefix"
 mkdir -p "$work/app"
@@ -75,5 +61,4 @@ else
   echo "no cmake here: find_package(tessera) not exercised"
 fi
 
-echo "sdk_install_test: ${passed} passed, ${failed} failed"
-[ "$failed" -eq 0 ]
+finish sdk_install_test

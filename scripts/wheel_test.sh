@@ -8,24 +8,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
 
-passed=0
-failed=0
-check() {  # check WHAT COMMAND...
-  local what="$1"
-  shift
-  if "$@"; then
-    passed=$((passed + 1))
-  else
-    echo "FAILED: $what" >&2
-    failed=$((failed + 1))
-  fi
-}
+# shellcheck source=scripts/test_lib.sh
+source scripts/test_lib.sh
 
-work=$(mktemp -d)
-TESSERA_RUN_DIR="$work/cluster"
-TESSERA_PORT=$((20000 + RANDOM % 20000))
-export TESSERA_RUN_DIR TESSERA_PORT
-trap 'deploy/local_cluster.sh stop >/dev/null 2>&1; rm -rf "$work"' EXIT
+private_workspace
 
 wheel=$(scripts/build_wheel.sh 2>/dev/null | tail -1)
 check "wheel built ($wheel)" test -f "$wheel"
@@ -53,5 +39,4 @@ assert c.get("wheel_p").sum() == 8
 PYEOF
 cd "$repo"
 
-echo "wheel_test: ${passed} passed, ${failed} failed"
-[ "$failed" -eq 0 ]
+finish wheel_test

@@ -363,15 +363,28 @@ std::string TestCluster::coordinator_log() const {
   return ReadFile(coordinator_.log);
 }
 
-int64_t TestCluster::ResidentBytes(pid_t pid) {
+namespace {
+
+// The value of /proc/PID/status line `field` ("VmRSS:"), in bytes; -1: none.
+int64_t StatusBytes(pid_t pid, const std::string& field) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) {
-      return std::strtoll(line.c_str() + 6, nullptr, 10) * 1024;
+    if (line.rfind(field, 0) == 0) {
+      return std::strtoll(line.c_str() + field.size(), nullptr, 10) * 1024;
     }
   }
   return -1;
+}
+
+}  // namespace
+
+int64_t TestCluster::ResidentBytes(pid_t pid) {
+  return StatusBytes(pid, "VmRSS:");
+}
+
+int64_t TestCluster::AnonymousResidentBytes(pid_t pid) {
+  return StatusBytes(pid, "RssAnon:");
 }
 
 TestCluster::~TestCluster() {

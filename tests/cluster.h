@@ -72,6 +72,9 @@ class TestCluster {
   std::string coordinator_log() const;
   // Resident memory of a process in bytes (from /proc), or -1.
   static int64_t ResidentBytes(pid_t pid);
+  // Its private memory only (RssAnon): what a heap grows, not the shared
+  // memory a worker keeps shards and warm blocks in.
+  static int64_t AnonymousResidentBytes(pid_t pid);
 
   // Path of a binary built by Bazel, e.g. "client/tessera".
   static std::string BinaryPath(const std::string& target);
