@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -466,6 +467,10 @@ void SharedMemoryArena::KeepWarm() {
   // a step soon once the arena closes.)
   setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
   SharedBlock::Index& index = *index_;
+  // After a block that did not fit, the next try waits longer (1 s,
+  // doubling to 1 min): a small /dev/shm (a container's 64 MiB) must not
+  // see a block allocated and released every second.
+  absl::Duration backoff = absl::Seconds(1);
   while (true) {
     int64_t bytes = 0;
     std::vector<ParkedBlock> excess;
@@ -490,8 +495,15 @@ void SharedMemoryArena::KeepWarm() {
     }
     for (ParkedBlock& block : excess) Release(block);  // outside the lock
     if (bytes == 0) continue;
-    std::optional<ParkedBlock> block =
-        MakeWarmBlock(bytes, [&index] { return index.AwaitQuiet(); });
+    // Shards come first: a block is made only while /dev/shm keeps twice
+    // its size free.
+    std::optional<ParkedBlock> block;
+    struct statvfs fs {};
+    if (statvfs("/dev/shm", &fs) == 0 &&
+        static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize) >=
+            2 * bytes) {
+      block = MakeWarmBlock(bytes, [&index] { return index.AwaitQuiet(); });
+    }
     bool kept = false;
     {
       absl::MutexLock lock(&index.mu);
@@ -501,7 +513,10 @@ void SharedMemoryArena::KeepWarm() {
         kept = true;
       }
     }
-    if (kept) continue;
+    if (kept) {
+      backoff = absl::Seconds(1);
+      continue;
+    }
     if (block.has_value()) Release(*block);  // outside the lock
     // No room in /dev/shm now (or closing): try again in a while.
     absl::MutexLock lock(&index.mu);
@@ -510,7 +525,8 @@ void SharedMemoryArena::KeepWarm() {
             +[](SharedBlock::Index* i)
                  ABSL_NO_THREAD_SAFETY_ANALYSIS { return i->closed; },
             &index),
-        absl::Seconds(1));
+        backoff);
+    backoff = std::min(backoff * 2, absl::Minutes(1));
   }
 }
 

@@ -149,8 +149,9 @@ ABSL_FLAG(int64_t, shard_reuse_bytes,
 ABSL_FLAG(int64_t, shard_warm_bytes, int64_t{512} << 20,
           "most bytes of shared memory kept populated ahead of new host "
           "shards of the sizes lately allocated, made with spare CPU (a "
-          "first reshard or repair then copies without page faults); 0: "
-          "none");
+          "first reshard or repair then copies without page faults); at most "
+          "an eighth of --capacity_bytes when that is set, and only while "
+          "/dev/shm keeps twice a block free; 0: none");
 ABSL_FLAG(int32_t, max_threads, tessera::ServerOptions().max_threads,
           "most threads serving calls; calls beyond are refused with "
           "RESOURCE_EXHAUSTED");
@@ -283,6 +284,12 @@ int Run() {
     spdlog::error("--shard_warm_bytes={} is negative",
                   arena_options.warm_bytes);
     return 1;
+  }
+  // Memory held ahead of need stays small beside what shards may take (a
+  // pod's limit is sized for those).
+  if (const int64_t capacity = absl::GetFlag(FLAGS_capacity_bytes);
+      capacity > 0) {
+    arena_options.warm_bytes = std::min(arena_options.warm_bytes, capacity / 8);
   }
   if (arena_options.reuse_bytes < 0) {
     spdlog::error("--shard_reuse_bytes={} is negative",
