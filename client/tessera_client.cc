@@ -629,18 +629,9 @@ absl::Status Client::GatherRowsInto(const std::string& name,
 
 absl::StatusOr<HostArray> Client::Get(const std::string& name,
                                       const std::optional<Box>& region) {
-  HostArray array;
-  TESSERA_RETURN_IF_ERROR(ReadRegion(
-      name, region,
-      [&](const TensorMetadata& meta, const Box& box) -> absl::StatusOr<char*> {
-        if (array.buffer == nullptr || !SameDims(array.shape, box.sizes) ||
-            array.dtype != meta.dtype) {
-          array = HostArray::Allocate(meta.dtype, ToShape(box.sizes));
-        }
-        return array.data();
-      },
-      &array.version));
-  return array;
+  return GetResolved(name, [&](const TensorMetadata& meta) {
+    return region.has_value() ? *region : WholeBox(meta.shape);
+  });
 }
 
 absl::StatusOr<HostArray> Client::GetResolved(

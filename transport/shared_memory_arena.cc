@@ -87,6 +87,11 @@ struct SharedBlock::Index {
   int64_t warm_bytes ABSL_GUARDED_BY(mu) = 0;
   std::deque<int64_t> wanted ABSL_GUARDED_BY(mu);
   absl::Time last_allocate ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+  // Bumped when `wanted` or `warm` change other than by the warmer: the
+  // warmer, idle at `warm_seen`, plans again only then (not at every
+  // release of `mu`, which Allocate and Find take on the serving path).
+  uint64_t warm_changes ABSL_GUARDED_BY(mu) = 0;
+  uint64_t warm_seen ABSL_GUARDED_BY(mu) = 0;
   ArenaCounts counts ABSL_GUARDED_BY(mu);
 
   // Waits until no block was asked for in kWarmQuiet; false: the arena
@@ -370,6 +375,7 @@ std::unique_ptr<SharedBlock> SharedMemoryArena::Allocate(int64_t bytes,
       // A size wanted anew: the warmer keeps blocks of it ready.
       index_->wanted.push_back(bytes);
       if (index_->wanted.size() > kWantedSizes) index_->wanted.pop_front();
+      ++index_->warm_changes;
     }
     if (!reused.has_value()) ++index_->counts.fresh;
     index_->last_allocate = absl::Now();
@@ -444,6 +450,7 @@ void SharedMemoryArena::ReleaseIdle(bool everything) {
       for (ParkedBlock& block : index_->warm) idle.push_back(std::move(block));
       index_->warm.clear();
       index_->warm_bytes = 0;
+      ++index_->warm_changes;
     }
   }
   for (ParkedBlock& block : idle) Release(block);  // outside the lock
@@ -476,15 +483,17 @@ void SharedMemoryArena::KeepWarm() {
     std::vector<ParkedBlock> excess;
     {
       absl::MutexLock lock(&index.mu);
-      index.mu.Await(absl::Condition(
-          +[](SharedBlock::Index* i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            if (i->closed) return true;
-            const SharedBlock::Index::WarmPlan plan = i->PlanWarm();
-            return plan.next > 0 || !plan.excess.empty();
-          },
-          &index));
+      SharedBlock::Index::WarmPlan plan = index.PlanWarm();
+      while (!index.closed && plan.next == 0 && plan.excess.empty()) {
+        index.warm_seen = index.warm_changes;
+        index.mu.Await(absl::Condition(
+            +[](SharedBlock::Index* i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+              return i->closed || i->warm_changes != i->warm_seen;
+            },
+            &index));
+        plan = index.PlanWarm();
+      }
       if (index.closed) return;
-      const SharedBlock::Index::WarmPlan plan = index.PlanWarm();
       // Newer sizes displace older ones (highest index first: stable).
       for (auto it = plan.excess.rbegin(); it != plan.excess.rend(); ++it) {
         index.warm_bytes -= index.warm[*it].bytes();

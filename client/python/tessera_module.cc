@@ -381,6 +381,25 @@ std::vector<ShardHandle> MatchingHandles(Client& client,
 }
 
 // The Python-facing client: shares one thread-safe C++ Client.
+// Reads `key` (numpy basic indexing) of tensor `name` into a new array of
+// the result's shape (integer indices drop their dims, as NumPy's do). The
+// key resolves on the metadata the read uses (cached): one call to the
+// workers, no describe first. Touches no Python object.
+absl::StatusOr<HostArray> GetByKey(Client& client, const std::string& name,
+                                   const RegionKey& key) {
+  std::vector<int64_t> result_shape;
+  absl::StatusOr<HostArray> array = client.GetResolved(
+      name, [&](const TensorMetadata& meta) -> absl::StatusOr<Box> {
+        Box box;
+        result_shape.clear();
+        TESSERA_RETURN_IF_ERROR(
+            ResolveKey(key, meta.shape, &box, &result_shape));
+        return box;
+      });
+  if (array.ok()) array->shape.assign(result_shape.begin(), result_shape.end());
+  return array;
+}
+
 class PyClient {
  public:
   explicit PyClient(std::shared_ptr<Client> client)
@@ -563,22 +582,9 @@ class PyClient {
   py::tuple Get(const std::string& name, py::handle region, py::object out) {
     const RegionKey key = ToRegionKey(region);
     if (out.is_none()) {
-      // The region resolves on the metadata the read uses (cached): one
-      // call to the workers, no describe first.
-      std::vector<int64_t> result_shape;
-      HostArray array = Unwrap(WithoutGil([&] {
-        return client_->GetResolved(
-            name, [&](const TensorMetadata& meta) -> absl::StatusOr<Box> {
-              Box box;
-              result_shape.clear();
-              TESSERA_RETURN_IF_ERROR(
-                  ResolveKey(key, meta.shape, &box, &result_shape));
-              return box;
-            });
-      }));
+      HostArray array =
+          Unwrap(WithoutGil([&] { return GetByKey(*client_, name, key); }));
       const uint64_t version = array.version;
-      // Integer indices drop their dims, as NumPy's do.
-      array.shape.assign(result_shape.begin(), result_shape.end());
       return py::make_tuple(ToNumpy(std::move(array)), version);
     }
     const TensorMetadata meta =
@@ -940,17 +946,7 @@ class AsyncReader {
       Done done{job.id, absl::UnknownError("")};
       {
         ScopedCancellation scope(job.cancel.get());
-        std::vector<int64_t> result_shape;
-        done.result = client_->GetResolved(
-            job.name, [&](const TensorMetadata& meta) -> absl::StatusOr<Box> {
-              Box box;
-              result_shape.clear();
-              TESSERA_RETURN_IF_ERROR(
-                  ResolveKey(job.key, meta.shape, &box, &result_shape));
-              return box;
-            });
-        if (done.result.ok())
-          done.result->shape.assign(result_shape.begin(), result_shape.end());
+        done.result = GetByKey(*client_, job.name, job.key);
       }
       bool wake;
       {
