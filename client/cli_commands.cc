@@ -430,12 +430,6 @@ std::string InitText(const Invocation& inv) {
   return inv.Get("init").value_or("empty");
 }
 
-int64_t TotalBytes(const DataPlaneStats& stats) {
-  int64_t total = 0;
-  for (const auto& [transport, bytes] : stats.bytes) total += bytes;
-  return total;
-}
-
 // Bytes per transport moved, and fallbacks, since `before`.
 DataPlaneStats Since(const DataPlaneStats& before, DataPlaneStats now) {
   for (auto& [transport, bytes] : now.bytes) {

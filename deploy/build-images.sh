@@ -103,7 +103,7 @@ if ! "${PODMAN[@]}" image exists "$BASE"; then
 fi
 
 # ---- (2) the binaries ---------------------------------------------------------
-is_cuda_build() { ldd "$BIN/worker/tessera-worker" 2>/dev/null | grep -q 'libcudart'; }
+is_cuda_build() { grep -q 'libcudart' <<<"$(ldd "$BIN/worker/tessera-worker" 2>/dev/null)"; }
 need_build=""
 for b in "${BINARIES[@]}"; do [ -x "$BIN/$b" ] || need_build="missing $BIN/$b"; done
 if [ -z "$need_build" ]; then

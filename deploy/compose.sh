@@ -53,8 +53,10 @@ fi
 
 if [ "$1" = up ] && [ "${compose[0]}" = podman-compose ]; then
   plan=$("${compose[@]}" --dry-run up -d 2>&1) || { echo "$plan" >&2; exit 1; }
-  if grep -E '^podman (run|create) ' <<<"$plan" | grep -q -- '--network host' &&
-    grep -E '^podman (run|create) ' <<<"$plan" | grep -qE -- '--net [^ ]+ --network-alias'; then
+  # No `grep | grep -q` here: under pipefail, grep -q leaving early makes the
+  # first grep die of SIGPIPE, and the check would pass by chance.
+  runs=$(grep -E '^podman (run|create) ' <<<"$plan" || true)
+  if grep -q -- '--network host' <<<"$runs" && grep -qE -- '--net [^ ]+ --network-alias' <<<"$runs"; then
     echo "error: $(podman-compose version 2>/dev/null | grep -i 'podman-compose' | head -1 | tr -d '\n'):" \
       "it adds a bridge network to host-network services, which podman refuses." \
       "Start the same cluster with deploy/cluster-up.sh 4 --secure (stop it with deploy/cluster-down.sh)" >&2

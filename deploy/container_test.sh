@@ -299,7 +299,7 @@ print("\n".join(bad) or "compose.yaml matches the running cluster")
 sys.exit(1 if bad else 0)
 PYEOF
 }
-not_listed() { ! tessera ls --json | grep -q '"emb"'; }
+not_listed() { ! grep -q '"emb"' <<<"$(tessera ls --json)"; }
 
 # CLI.md "Operations": every daemon answers grpc.health.v1 (a real gRPC
 # client: python3-grpcio), serves /metrics that promtool accepts, and a real

@@ -1611,7 +1611,9 @@ TEST_F(CliTest, DaemonHelpListsEveryFlagOnOneLine) {
                                &out, &err),
               0);
     for (absl::string_view line : absl::StrSplit(out, '\n')) {
-      if (absl::StartsWith(line, "  --")) EXPECT_THAT(line, HasSubstr("tls"));
+      if (absl::StartsWith(line, "  --")) {
+        EXPECT_THAT(line, HasSubstr("tls"));
+      }
     }
   }
 }
