@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -447,22 +449,32 @@ DataPlaneStats Since(const DataPlaneStats& before, DataPlaneStats now) {
   return now;
 }
 
-// A progress line on stderr while a transfer of `total` bytes runs, once it
-// has run for a second, when stderr is a terminal and the output is not
-// JSON (CLI.md "Data plane and output"). Bytes are counted by the client's
-// transports as pieces complete.
 // Bytes this client has moved so far, counted as they land or leave.
 int64_t Moved(const DataPlaneStats& stats) { return stats.landed + stats.sent; }
 
+// A progress line on stderr while a transfer runs, once it has run for a
+// second, when stderr is a terminal and the output is not JSON (CLI.md
+// "Data plane and output"), redrawn every 0.25 s.
 class Progress {
  public:
-  // `total` <= 0: not known (bytes and rate, no percentage).
+  // Bytes done and of how many (<= 0: not known: bytes and rate, no
+  // percentage); nullopt: nothing to show yet.
+  struct Sample {
+    int64_t done = 0;
+    int64_t total = 0;
+  };
+  using Sampler = std::function<std::optional<Sample>()>;
+
+  // Bytes this client's transports move, counted as pieces land or leave.
   Progress(const Client& client, std::string what, int64_t total, bool enabled)
-      : client_(client),
-        what_(std::move(what)),
-        total_(total),
-        start_(absl::Now()),
-        base_(Moved(client.TransferStats())) {
+      : Progress(std::move(what), enabled,
+                 [&client, total, base = Moved(client.TransferStats())] {
+                   return std::optional<Sample>(
+                       Sample{Moved(client.TransferStats()) - base, total});
+                 }) {}
+  // What `sample` says (asked from the drawing thread).
+  Progress(std::string what, bool enabled, Sampler sample)
+      : what_(std::move(what)), sample_(std::move(sample)), start_(absl::Now()) {
     if (enabled && isatty(STDERR_FILENO) == 1) {
       thread_ = std::thread([this] { Run(); });
     }
@@ -485,13 +497,23 @@ class Progress {
                                  absl::Milliseconds(250))) {
       const double seconds = absl::ToDoubleSeconds(absl::Now() - start_);
       if (seconds < 1) continue;
-      int64_t done = Moved(client_.TransferStats()) - base_;
-      if (total_ > 0) done = std::min(total_, done);
+      std::optional<Sample> sample;
+      {
+        // The sampler may ask the coordinator: not under the lock that the
+        // destructor waits on.
+        mu_.Unlock();
+        sample = sample_();
+        mu_.Lock();
+      }
+      if (!sample.has_value() || done_) continue;
+      const int64_t total = sample->total;
+      int64_t done = std::max<int64_t>(0, sample->done);
+      if (total > 0) done = std::min(total, done);
       std::string line =
-          total_ > 0 ? absl::StrCat(what_, ": ", FormatBytes(done), " of ",
-                                    FormatBytes(total_), " (",
-                                    done * 100 / total_, "%), ")
-                     : absl::StrCat(what_, ": ", FormatBytes(done), ", ");
+          total > 0 ? absl::StrCat(what_, ": ", FormatBytes(done), " of ",
+                                   FormatBytes(total), " (",
+                                   done * 100 / total, "%), ")
+                    : absl::StrCat(what_, ": ", FormatBytes(done), ", ");
       absl::StrAppend(&line,
                       absl::StrFormat("%.2f GB/s", done / seconds / 1e9));
       if (line.size() < printed) line.append(printed - line.size(), ' ');
@@ -504,15 +526,29 @@ class Progress {
     }
   }
 
-  const Client& client_;
   const std::string what_;
-  const int64_t total_;
+  const Sampler sample_;
   const absl::Time start_;
-  const int64_t base_;
   absl::Mutex mu_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
+
+// Reshard, showing the coordinator's count of the bytes landed in the new
+// shards as they land (the client moves none itself).
+absl::StatusOr<ReshardStats> ReshardWithProgress(const Invocation& inv,
+                                                 Client* client,
+                                                 const std::string& name,
+                                                 const LayoutSpec& spec) {
+  Progress progress(
+      absl::StrCat("reshard ", name), !inv.GetBool("json"),
+      [client, &name]() -> std::optional<Progress::Sample> {
+        absl::StatusOr<MoveProgress> now = client->ReshardProgress(name);
+        if (!now.ok() || !now->running) return std::nullopt;
+        return Progress::Sample{now->bytes_done, now->bytes_total};
+      });
+  return client->Reshard(name, spec);
+}
 
 // Most indices a --rows file may hold (what one get may ask for).
 constexpr int64_t kMaxRowIndices = int64_t{1} << 28;
@@ -994,7 +1030,8 @@ absl::Status RunReshard(const Invocation& inv, std::ostream& out) {
     }
     spec = LayoutSpec::Enumerable(std::move(boxes), std::move(placements));
     spec.replicas = replicas;
-    TESSERA_ASSIGN_OR_RETURN(ReshardStats stats, client->Reshard(name, spec));
+    TESSERA_ASSIGN_OR_RETURN(ReshardStats stats,
+                             ReshardWithProgress(inv, client.get(), name, spec));
     return PrintReshard(inv, name, stats, out);
   }
   TESSERA_ASSIGN_OR_RETURN(const SpecArgs spec_args, ParseSpec(inv));
@@ -1006,7 +1043,8 @@ absl::Status RunReshard(const Invocation& inv, std::ostream& out) {
     shape = meta.shape;
   }
   TESSERA_ASSIGN_OR_RETURN(spec, ResolveSpec(spec_args, shape));
-  TESSERA_ASSIGN_OR_RETURN(ReshardStats stats, client->Reshard(name, spec));
+  TESSERA_ASSIGN_OR_RETURN(ReshardStats stats,
+                           ReshardWithProgress(inv, client.get(), name, spec));
   return PrintReshard(inv, name, stats, out);
 }
 

@@ -198,6 +198,9 @@ class Client {
   // Moves the tensor to a new layout (version + 1).
   absl::StatusOr<ReshardStats> Reshard(const std::string& name,
                                        const LayoutSpec& spec);
+  // How far the move of `name`'s bytes running now (a reshard, a repair)
+  // has got; what a caller waiting on Reshard in another thread can show.
+  absl::StatusOr<MoveProgress> ReshardProgress(const std::string& name);
 
   const std::string& coordinator_address() const;
 

@@ -204,6 +204,11 @@ class Coordinator {
                                               const LayoutSpec& spec,
                                               uint64_t expected_version,
                                               const StopCondition& stop = {});
+  // How far the move of `name`'s bytes running now (a reshard, a repair)
+  // has got.
+  MoveProgress MoveProgressOf(const std::string& name) const {
+    return orchestrator_.Progress(name);
+  }
 
   // Starts version N+1 of a tensor with N's layout for the caller to write
   // (CLI.md "Updates"): shards the region meets (all, without one) are new

@@ -434,6 +434,20 @@ grpc::Status CoordinatorService::ReshardTensor(
   return grpc::Status::OK;
 }
 
+grpc::Status CoordinatorService::GetMoveProgress(
+    grpc::ServerContext* context, const v1::GetMoveProgressRequest* request,
+    v1::GetMoveProgressResponse* response) {
+  if (absl::StatusOr<Principal> p = Admit(context, "GetMoveProgress");
+      !p.ok()) {
+    return ToGrpcStatus(p.status());
+  }
+  const MoveProgress progress = coordinator_->MoveProgressOf(request->name());
+  response->set_running(progress.running);
+  response->set_bytes_total(progress.bytes_total);
+  response->set_bytes_done(progress.bytes_done);
+  return grpc::Status::OK;
+}
+
 grpc::Status CoordinatorService::UpdateTensor(
     grpc::ServerContext* context, const v1::UpdateTensorRequest* request,
     v1::UpdateTensorResponse* response) {

@@ -60,6 +60,9 @@ class CoordinatorService final : public v1::Coordinator::Service {
   grpc::Status ReshardTensor(grpc::ServerContext*,
                              const v1::ReshardTensorRequest* request,
                              v1::ReshardTensorResponse* response) override;
+  grpc::Status GetMoveProgress(grpc::ServerContext*,
+                               const v1::GetMoveProgressRequest* request,
+                               v1::GetMoveProgressResponse* response) override;
   grpc::Status ReleaseRead(grpc::ServerContext* context,
                            const v1::ReleaseReadRequest* request,
                            v1::ReleaseReadResponse* response) override;

@@ -32,6 +32,10 @@ namespace {
 constexpr int64_t kCapabilityBytesBound = 1024;
 // A reply's tensor name, shape, properties, version and field tags, at most.
 constexpr int64_t kReplyHeaderBytes = 1024;
+// Most bytes of one Transfer: a pair's pieces go in steps of this, so a
+// move's progress advances at least every ~0.1 s at wire speed, and a call
+// per step costs well under 1% of its bytes' time.
+constexpr int64_t kProgressStepBytes = int64_t{128} << 20;
 
 int64_t VarintBytes(uint64_t v) {
   int64_t n = 1;
@@ -529,7 +533,7 @@ absl::Status Orchestrator::ForwardReplicas(const TensorMetadata& written) {
     }
     if (plan.pieces.empty()) continue;
     TESSERA_RETURN_IF_ERROR(
-        Annotate(MovePieces(at, at, plan),
+        Annotate(MovePieces(at, at, plan, /*tally=*/nullptr),
                  absl::StrCat("copying '", at.name, "' version ", at.version,
                               " to its other replicas")));
   }
@@ -1008,8 +1012,21 @@ bool OnSeparateGpus(
 absl::Status Orchestrator::MovePiecesFromAnyReplica(
     const TensorMetadata& old_meta, const TensorMetadata& new_meta,
     const ReshardPlan& plan) {
+  auto tally = std::make_shared<MoveTally>();
+  for (const ReshardPiece& piece : plan.pieces)
+    tally->total += piece.global.NumElements() * ItemSize(old_meta.dtype);
+  {
+    absl::MutexLock lock(&progress_mu_);
+    progress_[old_meta.name] = tally;
+  }
+  auto untrack = absl::MakeCleanup([&] {
+    absl::MutexLock lock(&progress_mu_);
+    auto it = progress_.find(old_meta.name);
+    if (it != progress_.end() && it->second == tally) progress_.erase(it);
+  });
   std::vector<size_t> failed;
-  const absl::Status moved = MovePieces(old_meta, new_meta, plan, &failed);
+  const absl::Status moved =
+      MovePieces(old_meta, new_meta, plan, tally.get(), &failed);
   if (moved.ok() || failed.empty()) return moved;
   // The workers that failed as sources; their replicas are not read again.
   std::set<std::string> gone;
@@ -1035,12 +1052,25 @@ absl::Status Orchestrator::MovePiecesFromAnyReplica(
   }
   spdlog::warn("{}; {} piece(s) go on from other replicas",
                std::string(moved.message()), again.pieces.size());
-  return MovePieces(sources, new_meta, again);
+  return MovePieces(sources, new_meta, again, tally.get());
+}
+
+MoveProgress Orchestrator::Progress(const std::string& name) const {
+  MoveProgress progress;
+  absl::MutexLock lock(&progress_mu_);
+  auto it = progress_.find(name);
+  if (it == progress_.end()) return progress;
+  progress.running = true;
+  progress.bytes_total = it->second->total.load();
+  progress.bytes_done =
+      std::min(progress.bytes_total, std::max<int64_t>(0, it->second->done));
+  return progress;
 }
 
 absl::Status Orchestrator::MovePieces(const TensorMetadata& old_meta,
                                       const TensorMetadata& new_meta,
                                       const ReshardPlan& plan,
+                                      MoveTally* tally,
                                       std::vector<size_t>* failed) {
   // One batch per (source, destination) pair of workers; all batches run in
   // parallel.
@@ -1087,6 +1117,9 @@ absl::Status Orchestrator::MovePieces(const TensorMetadata& old_meta,
     const absl::Status exchanged =
         exchanges_.Run(all, static_cast<int64_t>(ItemSize(old_meta.dtype)));
     if (exchanged.ok()) {
+      if (tally != nullptr) {
+        tally->done += PlanExchange(all, ItemSize(old_meta.dtype)).bytes;
+      }
       for (auto it = batches.begin(); it != batches.end();) {
         it = it->first.first != it->first.second ? batches.erase(it)
                                                  : std::next(it);
@@ -1101,8 +1134,19 @@ absl::Status Orchestrator::MovePieces(const TensorMetadata& old_meta,
   size_t slot = 0;
   for (const auto& [pair, batch] : batches) {
     threads.emplace_back([&, slot, &batch = batch] {
-      absl::Status status = workers_->Transfer(batch);
+      const int64_t item = static_cast<int64_t>(ItemSize(old_meta.dtype));
+      int64_t landed = 0;
+      absl::Status status;
+      for (const TransferBatch& step :
+           SplitBatch(batch, item, kProgressStepBytes)) {
+        status = workers_->Transfer(step);
+        if (!status.ok()) break;
+        const int64_t bytes = BatchBytes(step, item);
+        landed += bytes;
+        if (tally != nullptr) tally->done += bytes;
+      }
       if (!status.ok()) {
+        if (tally != nullptr) tally->done -= landed;
         results[slot] = Annotate(
             status, absl::StrCat("moving ", batch.pieces.size(),
                                  " piece(s) from worker '", batch.src_worker,

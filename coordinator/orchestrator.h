@@ -20,6 +20,7 @@
 #ifndef TESSERA_COORDINATOR_ORCHESTRATOR_H_
 #define TESSERA_COORDINATOR_ORCHESTRATOR_H_
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,6 +28,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/exchange_groups.h"
 #include "coordinator/metadata_log.h"
@@ -188,7 +190,17 @@ class Orchestrator {
   // lost shards).
   void FillWorkerState(TensorMetadata* meta) const;
 
+  // How far the move of `name`'s pieces running now has got (not running:
+  // none runs).
+  MoveProgress Progress(const std::string& name) const;
+
  private:
+  // Bytes a running move has landed, counted as each Transfer returns.
+  struct MoveTally {
+    std::atomic<int64_t> total{0};
+    std::atomic<int64_t> done{0};
+  };
+
   // Resolves spec.placements[i] for every box into `meta->shards` (each
   // shard's first replica) and places `replicas - 1` more of each
   // (core/replica_placement.h) on the ready workers.
@@ -262,9 +274,12 @@ class Orchestrator {
   // among them all when they take part; otherwise (or when it fails) one
   // Transfer per pair of workers, all in parallel. `failed` (optional)
   // gets the indices of the pieces of every Transfer that failed.
+  // Each pair's pieces go in Transfers of at most kProgressStepBytes, one
+  // after the other, adding to `tally` (optional) as each returns; a pair
+  // that fails takes its bytes back off (its pieces go again).
   absl::Status MovePieces(const TensorMetadata& old_meta,
                           const TensorMetadata& new_meta,
-                          const ReshardPlan& plan,
+                          const ReshardPlan& plan, MoveTally* tally,
                           std::vector<size_t>* failed = nullptr);
   // MovePieces; when Transfers fail, their pieces go once more from other
   // replicas of their source shards (not on a worker that failed as a
@@ -285,6 +300,9 @@ class Orchestrator {
   WorkerControl* const workers_;
   const TensorLimits limits_;
   ExchangeGroups exchanges_;
+  mutable absl::Mutex progress_mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<MoveTally>> progress_
+      ABSL_GUARDED_BY(progress_mu_);
 };
 
 }  // namespace tessera

@@ -38,6 +38,7 @@ const absl::flat_hash_map<std::string, Role>& MethodTable() {
       {"/tessera.v1.Coordinator/GetTensor", Role::kRead},
       {"/tessera.v1.Coordinator/ReleaseRead", Role::kRead},
       {"/tessera.v1.Coordinator/ListTensors", Role::kRead},
+      {"/tessera.v1.Coordinator/GetMoveProgress", Role::kRead},
       {"/tessera.v1.Coordinator/CreateTensor", Role::kWrite},
       {"/tessera.v1.Coordinator/CommitTensor", Role::kWrite},
       {"/tessera.v1.Coordinator/DeleteTensor", Role::kWrite},

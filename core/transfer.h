@@ -98,6 +98,26 @@ struct Exchange {
 Exchange PlanExchange(absl::Span<const TransferBatch> batches,
                       int64_t item_bytes);
 
+// The bytes every piece of `batch` moves.
+int64_t BatchBytes(const TransferBatch& batch, int64_t item_bytes);
+
+// `batch` as batches of at most `max_bytes` each, in order, pieces cut
+// along their outer dims where one is larger (a piece never goes below one
+// innermost row, which may exceed `max_bytes` alone). The coordinator sends
+// them one after the other, so that it knows the bytes landed so far of a
+// move that takes seconds (the progress a reshard reports); each is
+// still large enough that the call costs nothing beside its bytes.
+std::vector<TransferBatch> SplitBatch(const TransferBatch& batch,
+                                      int64_t item_bytes, int64_t max_bytes);
+
+// How far the move of a tensor's pieces running now (a reshard, a repair)
+// has got: bytes landed in their new shards of all it moves.
+struct MoveProgress {
+  bool running = false;
+  int64_t bytes_total = 0;
+  int64_t bytes_done = 0;
+};
+
 // What a reshard did (CLI.md "reshard --json").
 struct ReshardResult {
   uint64_t version = 0;

@@ -1541,6 +1541,59 @@ TEST_F(CliTest, ProgressOnATerminalCountsBytesAsTheyLand) {
   Ok({"rm", "progress_t"});
 }
 
+// A reshard on a terminal shows the bytes landed in the new shards as the
+// coordinator counts them: with one source worker stopped for 2.5 s, the
+// pieces from the other have landed (strictly between 0 and 100 %) while
+// the rest wait, and the line is redrawn several times.
+TEST_F(CliTest, ReshardProgressOnATerminalCountsBytesAsTheyLand) {
+  Ok({"create", "rprogress_t", "--shape=8192,1024", "--dtype=float32",
+      "--chunk_dim=0", "--placements=w2,w3", "--init=arange"});
+  const std::string log = TempPath("rprogress.log");
+  const std::string command = absl::StrCat(
+      TestCluster::BinaryPath("client/tessera"), " --coordinator=", Addr(),
+      " reshard rprogress_t --chunk_dim=1 --placements=w0,w1");
+  kill(cluster_->worker_pid(3), SIGSTOP);
+  int code = -1;
+  std::thread reshard([&] {
+    code = std::system(
+        absl::StrCat("script -qefc '", command, "' ", log, " >/dev/null 2>&1")
+            .c_str());
+  });
+  absl::SleepFor(absl::Milliseconds(2500));
+  kill(cluster_->worker_pid(3), SIGCONT);
+  reshard.join();
+  ASSERT_EQ(code, 0);
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
+  int updates = 0;
+  bool partial = false;
+  for (absl::string_view line : absl::StrSplit(text, '\r')) {
+    if (line.find("reshard rprogress_t: ") == absl::string_view::npos) {
+      continue;
+    }
+    ++updates;
+    EXPECT_THAT(line, HasSubstr("of 32.0 MiB")) << text;
+    const size_t open = line.find('(');
+    const size_t pct = line.find("%)");
+    int64_t percent = -1;
+    if (open != absl::string_view::npos && pct != absl::string_view::npos &&
+        absl::SimpleAtoi(line.substr(open + 1, pct - open - 1), &percent)) {
+      partial |= percent > 0 && percent < 100;
+    }
+  }
+  EXPECT_GE(updates, 3) << text;
+  EXPECT_TRUE(partial) << text;
+  EXPECT_THAT(text, HasSubstr("resharded rprogress_t to version 2")) << text;
+  // The bytes are where they were: element i is i.
+  const std::string file = TempPath("rprogress_t.npy");
+  Ok({"get", "rprogress_t", "--region=8191:8192,1020:1024",
+      "--output=" + file});
+  const HostArray a = ReadOrDie(file);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(a.As<float>()[i], 8191 * 1024 + 1020 + i);
+  Ok({"rm", "rprogress_t"});
+}
+
 // --timeout=SECONDS bounds the whole command: a get from a hung worker
 // (SIGSTOP: alive to its lease) gives up with "timed out" instead of
 // waiting for the data timeout, and leaves no file. Bad values are usage

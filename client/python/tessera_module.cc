@@ -777,6 +777,15 @@ class PyClient {
     return d;
   }
 
+  // (bytes done, bytes total) of the move of `name`'s bytes running now (a
+  // reshard, a repair); None when none runs.
+  py::object ReshardProgress(const std::string& name) {
+    MoveProgress progress =
+        Unwrap(WithoutGil([&] { return client_->ReshardProgress(name); }));
+    if (!progress.running) return py::none();
+    return py::make_tuple(progress.bytes_done, progress.bytes_total);
+  }
+
  private:
   // The caller's `out`: a writeable, C-contiguous ndarray of exactly the
   // region's dtype and shape (no casting, no reshaping: those would copy).
@@ -1079,6 +1088,7 @@ PYBIND11_MODULE(_tessera, m) {
       .def_property_readonly("address", &PyClient::address)
       .def("workers", &PyClient::Workers)
       .def("moved", &PyClient::Moved)
+      .def("reshard_progress", &PyClient::ReshardProgress, py::arg("name"))
       .def(
           "async_reader",
           [](PyClient& self, int threads) {

@@ -1,6 +1,10 @@
 """Round trips, regions, out=, handles and metadata against a real cluster."""
 
+import os
+import re
+import signal
 import socket
+import threading
 
 import numpy as np
 import pytest
@@ -386,3 +390,25 @@ def test_progress_bar_counts_the_bytes_of_a_get_and_a_put(client, name, capsys):
     # Off by default: nothing on stderr.
     client.get(name)
     assert capsys.readouterr().err == ""
+
+
+def test_reshard_progress_bar_counts_the_bytes_landed(cluster, client, name, capsys):
+    """The bar of a reshard shows the coordinator's count of the bytes landed
+    in the new shards: with one source worker stopped, part of them."""
+    pytest.importorskip("tqdm")
+    a = np.arange(8192 * 1024, dtype=np.float32).reshape(8192, 1024)  # 32 MiB
+    client.put(name, a, chunk_dim=0, placements=["w2", "w3"])
+    stopped = cluster.workers[3].pid
+    os.kill(stopped, signal.SIGSTOP)
+    resume = threading.Timer(1.5, os.kill, (stopped, signal.SIGCONT))
+    resume.start()
+    try:
+        client.reshard(name, chunk_dim=1, placements=["w0", "w1"], progress=True)
+    finally:
+        resume.join()
+    err = capsys.readouterr().err
+    assert f"reshard {name}" in err and "32.0M" in err and "100%" in err, err
+    # Redrawn while the stopped worker's pieces waited: half of them landed.
+    assert re.search(r"reshard [^:]*: +(4\d|5\d)%", err), err
+    np.testing.assert_array_equal(client.get(name), a)
+    client.delete(name)

@@ -56,7 +56,7 @@ import operator
 import os
 import threading
 import types
-from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -581,12 +581,17 @@ class _Progress:
     ``enabled`` is false."""
 
     def __init__(self, impl: Any, total: Optional[int], desc: str,
-                 enabled: bool) -> None:
+                 enabled: bool,
+                 sample: Optional[Callable[[], Optional[Tuple[int, int]]]] = None
+                 ) -> None:
         self._impl = impl
         self._total = total if total else None
         self._desc = desc
         self._enabled = enabled
         self._bar: Any = None
+        # (done, total) from elsewhere (the coordinator, for a reshard);
+        # None: this client's own byte counts.
+        self._sample = sample
 
     def __enter__(self) -> "_Progress":
         if not self._enabled:
@@ -596,7 +601,7 @@ class _Progress:
         except ImportError as e:
             raise ImportError(
                 "progress=True needs tqdm (Debian: python3-tqdm; pip install tqdm)") from e
-        self._base = self._impl.moved()
+        self._base = self._impl.moved() if self._sample is None else 0
         self._bar = tqdm(total=self._total, desc=self._desc, unit="B",
                          unit_scale=True, unit_divisor=1024)
         self._stop = threading.Event()
@@ -609,7 +614,17 @@ class _Progress:
             self._update()
 
     def _update(self) -> None:
-        done = self._impl.moved() - self._base
+        if self._sample is not None:
+            now = self._sample()
+            if now is None:
+                return
+            done, total = now
+            if total and self._bar.total != total:
+                self._total = total
+                self._bar.total = total
+                self._bar.refresh()
+        else:
+            done = self._impl.moved() - self._base
         if self._total is not None:
             done = min(done, self._total)
         if done > self._bar.n:
@@ -621,6 +636,10 @@ class _Progress:
         self._stop.set()
         self._thread.join()
         self._update()
+        if exc_type is None and self._sample is not None and self._bar.total:
+            # Done: the last bytes landed after the last sample, and the
+            # move is no longer there to ask.
+            self._bar.update(self._bar.total - self._bar.n)
         self._bar.close()
         return False
 
@@ -916,15 +935,19 @@ class Client:
     def reshard(self, name: str, *, chunk_dim: Optional[int] = None,
                 placements: Optional[Placements] = None,
                 shards: Optional[Union[str, Iterable[Tuple[Box, str]]]] = None,
-                replicas: int = 0) -> ReshardStats:
+                replicas: int = 0, progress: bool = False) -> ReshardStats:
         """Moves the tensor to a new sharding; data is preserved, version + 1.
 
         Pieces that keep their owner are not moved. Readers of the old version
         finish on it; handles to it fail afterwards with FailedPrecondition.
+        ``progress=True`` shows a tqdm bar of the bytes as they land in the
+        new shards (the coordinator's count: the workers move them).
         """
         spec = self._spec(chunk_dim, placements, shards, default_all=False,
                           replicas=replicas)
-        return ReshardStats(**self._impl.reshard(name, spec))
+        with _Progress(self._impl, None, f"reshard {name}", progress,
+                       sample=lambda: self._impl.reshard_progress(name)):
+            return ReshardStats(**self._impl.reshard(name, spec))
 
     # -- helpers -----------------------------------------------------------
 
