@@ -744,12 +744,11 @@ absl::Status RunUpdate(const Invocation& inv, const std::string& name,
   if (ranges.has_value()) {
     TESSERA_ASSIGN_OR_RETURN(region, ResolveRegion(*ranges, meta.shape));
   }
-  // A bfloat16 tensor takes a '<u2' file as its bits without --dtype; any
-  // other file keeps its dtype (and Update names both if they differ).
-  TESSERA_ASSIGN_OR_RETURN(
-      const NpyInput file,
-      OpenNpyFile(input, dtype,
-                  /*uint16_as_bfloat16=*/meta.dtype == DType::kBFloat16));
+  // A bfloat16 or float8 tensor takes a file of its raw words ('<u2',
+  // '|u1') as its bits without --dtype; any other file keeps its dtype (and
+  // Update names both if they differ).
+  TESSERA_ASSIGN_OR_RETURN(const NpyInput file,
+                           OpenNpyFile(input, dtype, /*words_of=*/meta.dtype));
   absl::StatusOr<UpdateStats> updated;
   {
     Progress progress(*client, absl::StrCat("update ", name), file.num_bytes,

@@ -101,21 +101,15 @@ std::string DirName(const std::string& path) {
 // Whether the file's dtype may be read as `as_dtype` (see ReadNpyFile).
 absl::Status CheckDType(const std::string& path, const NpyArray& header,
                         std::optional<DType> as_dtype) {
-  if (header.raw_uint16) {
-    if (as_dtype != DType::kBFloat16) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", path, "' holds uint16 data ('", header.descr,
-                       "'), which tessera reads only as bfloat16 bits: pass "
-                       "--dtype=bfloat16"));
-    }
-  } else if (as_dtype.has_value() && *as_dtype != header.dtype) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "'", path, "' holds ", DTypeName(header.dtype), " data ('",
-        header.descr, "') but --dtype=", DTypeName(*as_dtype),
-        " was chosen (without --dtype, put takes the file's dtype; only a "
-        "'<u2' file can be read as bfloat16)"));
+  if (!as_dtype.has_value() || NpyFileDType(*as_dtype) == header.dtype) {
+    return absl::OkStatus();
   }
-  return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "'", path, "' holds ", DTypeName(header.dtype), " data ('", header.descr,
+      "') but --dtype=", DTypeName(*as_dtype),
+      " was chosen (without --dtype, put takes the file's dtype; a '<u2' "
+      "file can also be read as bfloat16 and a '|u1' file as float8_e4m3fn "
+      "or float8_e5m2 bits)"));
 }
 
 }  // namespace
@@ -188,7 +182,7 @@ absl::StatusOr<HostArray> ReadNpyFile(const std::string& path,
   if (!header.ok()) return annotate(header.status());
 
   // Which dtype the caller gets.
-  const DType file_dtype = header->dtype;
+  const DType file_dtype = as_dtype.value_or(header->dtype);
   TESSERA_RETURN_IF_ERROR(CheckDType(path, *header, as_dtype));
 
   // A regular file's size is known: a header that promises more (or less)
@@ -303,7 +297,7 @@ absl::Status WriteNpyFile(const std::string& path, const HostArray& array) {
 
 absl::StatusOr<NpyInput> OpenNpyFile(const std::string& path,
                                      std::optional<DType> as_dtype,
-                                     bool uint16_as_bfloat16) {
+                                     std::optional<DType> words_of) {
   auto read_whole = [&]() -> absl::StatusOr<NpyInput> {
     NpyInput input;
     TESSERA_ASSIGN_OR_RETURN(input.array, ReadNpyFile(path, as_dtype));
@@ -324,8 +318,9 @@ absl::StatusOr<NpyInput> OpenNpyFile(const std::string& path,
   // A header read while the file shrank is no header (zeros past its end).
   TESSERA_RETURN_IF_ERROR((*mapping)->CheckUnchanged());
   if (!header.ok()) return read_whole();  // the same error, from the reader
-  if (uint16_as_bfloat16 && !as_dtype.has_value() && header->raw_uint16) {
-    as_dtype = DType::kBFloat16;  // read_whole sees it too
+  if (words_of.has_value() && !as_dtype.has_value() &&
+      NpyFileDType(*words_of) == header->dtype) {
+    as_dtype = words_of;  // read_whole sees it too
   }
   const bool in_place = !header->byte_swapped &&
                         (!header->fortran_order || header->shape.size() <= 1);
@@ -337,7 +332,7 @@ absl::StatusOr<NpyInput> OpenNpyFile(const std::string& path,
     return Annotate(bytes.status(), absl::StrCat("reading '", path, "'"));
   }
   NpyInput input;
-  input.dtype = header->dtype;
+  input.dtype = as_dtype.value_or(header->dtype);
   input.shape = header->shape;
   input.num_bytes = *bytes;
   input.mapped = true;

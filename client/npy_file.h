@@ -57,15 +57,16 @@ struct NpyInput {
   int64_t offset = 0;  // of the data in the mapping
   HostArray array;     // when not mapped
 };
-// With `uint16_as_bfloat16` (and no `as_dtype`), a '<u2' regular file is
-// taken as bfloat16 bits rather than refused (for a bfloat16 tensor's
-// update, where the file's dtype has only that one meaning).
-absl::StatusOr<NpyInput> OpenNpyFile(const std::string& path,
-                                     std::optional<DType> as_dtype,
-                                     bool uint16_as_bfloat16 = false);
+// With `words_of` (and no `as_dtype`), a file holding the raw words of that
+// dtype (NpyFileDType: '<u2' for bfloat16, '|u1' for float8) is taken as
+// it (for an update of a tensor of that dtype, where the file has only that
+// one meaning); any other file keeps its dtype.
+absl::StatusOr<NpyInput> OpenNpyFile(
+    const std::string& path, std::optional<DType> as_dtype,
+    std::optional<DType> words_of = std::nullopt);
 
 // A new .npy file (format 1.0, or 2.0 when the header needs it; C order,
-// little-endian; bfloat16 as '<u2') written through a mapping of a
+// little-endian; bfloat16 as '<u2', float8 as '|u1') written through a mapping of a
 // temporary file in the destination's directory: the header is in place,
 // the caller fills data() with data_bytes() bytes and calls Commit(), which
 // renames it to `path`. Without Commit() no file is left (a failed get

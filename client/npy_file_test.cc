@@ -59,7 +59,7 @@ TEST(NpyFileTest, RoundTripEveryDType) {
         TempPath(absl::StrCat("rt_", DTypeName(dtype), ".npy"));
     ASSERT_THAT(WriteNpyFile(path, a), IsOk());
     std::optional<DType> as;
-    if (dtype == DType::kBFloat16) as = DType::kBFloat16;
+    if (NpyFileDType(dtype) != dtype) as = dtype;  // raw words: asked for
     absl::StatusOr<HostArray> b = ReadNpyFile(path, as);
     ASSERT_THAT(b, IsOk());
     EXPECT_EQ(b->dtype, dtype);
@@ -90,16 +90,26 @@ TEST(NpyFileTest, EmptyArrayRoundTrips) {
   EXPECT_EQ(b->num_bytes, 0);
 }
 
-TEST(NpyFileTest, BFloat16NeedsToBeAskedFor) {
-  HostArray a = Iota(DType::kBFloat16, {2, 2});
-  const std::string path = TempPath("bf16.npy");
-  ASSERT_THAT(WriteNpyFile(path, a), IsOk());
-  EXPECT_THAT(
-      ReadNpyFile(path, std::nullopt),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bfloat16")));
-  EXPECT_THAT(
-      ReadNpyFile(path, DType::kInt16),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bfloat16")));
+// NumPy has no bfloat16 or float8: their files hold raw words ('<u2',
+// '|u1'), read as uint16 / uint8 unless the dtype is asked for.
+TEST(NpyFileTest, RawWordsAreTheirFileDTypeUnlessAskedFor) {
+  for (DType dtype :
+       {DType::kBFloat16, DType::kFloat8E4M3FN, DType::kFloat8E5M2}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    HostArray a = Iota(dtype, {2, 2});
+    const std::string path = TempPath("words.npy");
+    ASSERT_THAT(WriteNpyFile(path, a), IsOk());
+    absl::StatusOr<HostArray> plain = ReadNpyFile(path, std::nullopt);
+    ASSERT_THAT(plain, IsOk());
+    EXPECT_EQ(plain->dtype, NpyFileDType(dtype));
+    absl::StatusOr<HostArray> asked = ReadNpyFile(path, dtype);
+    ASSERT_THAT(asked, IsOk());
+    EXPECT_EQ(asked->dtype, dtype);
+    EXPECT_EQ(std::memcmp(asked->data(), a.data(), a.num_bytes), 0);
+    EXPECT_THAT(
+        ReadNpyFile(path, DType::kInt16),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bfloat16")));
+  }
 }
 
 TEST(NpyFileTest, ADifferentDTypeIsRefusedNamingBoth) {
@@ -303,15 +313,19 @@ TEST(OpenNpyFileTest, SameChecksAsReadNpyFile) {
   HostArray a = Iota(DType::kBFloat16, {3});
   const std::string path = TempPath("bf16_open.npy");
   ASSERT_THAT(WriteNpyFile(path, a), IsOk());
-  EXPECT_THAT(OpenNpyFile(path, std::nullopt).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("--dtype=bfloat16")));
-  absl::StatusOr<NpyInput> in = OpenNpyFile(path, DType::kBFloat16);
+  absl::StatusOr<NpyInput> in = OpenNpyFile(path, std::nullopt);
+  ASSERT_THAT(in.status(), IsOk());
+  EXPECT_EQ(in->dtype, DType::kUInt16);
+  in = OpenNpyFile(path, DType::kBFloat16);
   ASSERT_THAT(in.status(), IsOk());
   EXPECT_EQ(in->dtype, DType::kBFloat16);
-  in = OpenNpyFile(path, std::nullopt, /*uint16_as_bfloat16=*/true);
+  in = OpenNpyFile(path, std::nullopt, /*words_of=*/DType::kBFloat16);
   ASSERT_THAT(in.status(), IsOk());
   EXPECT_EQ(in->dtype, DType::kBFloat16);
+  // Words of another dtype's size keep the file's dtype.
+  in = OpenNpyFile(path, std::nullopt, /*words_of=*/DType::kFloat8E5M2);
+  ASSERT_THAT(in.status(), IsOk());
+  EXPECT_EQ(in->dtype, DType::kUInt16);
   EXPECT_THAT(OpenNpyFile(path, DType::kInt16).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("int16")));
   // Truncated: refused, naming the file.
@@ -322,7 +336,7 @@ TEST(OpenNpyFileTest, SameChecksAsReadNpyFile) {
       OpenNpyFile(cut, DType::kBFloat16).status(),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("truncated")));
   EXPECT_THAT(
-      OpenNpyFile(cut, std::nullopt, /*uint16_as_bfloat16=*/true).status(),
+      OpenNpyFile(cut, std::nullopt, /*words_of=*/DType::kBFloat16).status(),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("truncated")));
   EXPECT_THAT(OpenNpyFile(TempPath("absent_open.npy"), std::nullopt).status(),
               StatusIs(absl::StatusCode::kNotFound));

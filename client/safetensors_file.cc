@@ -35,6 +35,9 @@ constexpr DTypeCode kDTypeCodes[] = {
     {DType::kInt8, "I8"},     {DType::kUInt8, "U8"},
     {DType::kInt16, "I16"},   {DType::kInt32, "I32"},
     {DType::kInt64, "I64"},   {DType::kBool, "BOOL"},
+    {DType::kUInt16, "U16"},  {DType::kUInt32, "U32"},
+    {DType::kUInt64, "U64"},  {DType::kFloat8E4M3FN, "F8_E4M3"},
+    {DType::kFloat8E5M2, "F8_E5M2"},
 };
 
 // The header's JSON, checked event by event, so that a hostile header

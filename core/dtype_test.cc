@@ -17,7 +17,7 @@ using ::tessera::testing::StatusIs;
 using ::testing::HasSubstr;
 
 TEST(DTypeTest, NamesRoundTripAndItemSizes) {
-  ASSERT_EQ(AllDTypes().size(), 10u);
+  ASSERT_EQ(AllDTypes().size(), 15u);
   for (DType dtype : AllDTypes()) {
     EXPECT_THAT(ParseDType(DTypeName(dtype)), IsOkAndHolds(dtype));
   }
@@ -31,7 +31,13 @@ TEST(DTypeTest, NamesRoundTripAndItemSizes) {
   EXPECT_EQ(ItemSize(DType::kInt32), 4u);
   EXPECT_EQ(ItemSize(DType::kInt64), 8u);
   EXPECT_EQ(ItemSize(DType::kBool), 1u);
+  EXPECT_EQ(ItemSize(DType::kUInt16), 2u);
+  EXPECT_EQ(ItemSize(DType::kUInt32), 4u);
+  EXPECT_EQ(ItemSize(DType::kUInt64), 8u);
+  EXPECT_EQ(ItemSize(DType::kFloat8E4M3FN), 1u);
+  EXPECT_EQ(ItemSize(DType::kFloat8E5M2), 1u);
   EXPECT_EQ(DTypeName(DType::kBFloat16), "bfloat16");
+  EXPECT_EQ(DTypeName(DType::kFloat8E4M3FN), "float8_e4m3fn");
 }
 
 TEST(DTypeTest, UnknownNamesAreRejectedWithTheWordDtype) {
@@ -147,6 +153,54 @@ TEST(DTypeTest, IntegersRoundOnceToHalfAndBFloat16) {
   const int64_t v = (int64_t{1} << 30) + (int64_t{1} << 22) + 1;
   EXPECT_EQ(Int64ToBFloat16(v), FloatToBFloat16(static_cast<float>(
                                     (int64_t{1} << 30) + (int64_t{1} << 23))));
+}
+
+// float8 as PyTorch converts (c10's Float8_e4m3fn / Float8_e5m2): round to
+// nearest even; e4m3fn has no infinity (past its range: NaN), e5m2 does.
+TEST(DTypeTest, Float8ConversionsMatchPyTorch) {
+  EXPECT_EQ(DoubleToFloat8E4M3FN(1.0), 0x38);
+  EXPECT_EQ(DoubleToFloat8E4M3FN(0.5), 0x30);
+  EXPECT_EQ(DoubleToFloat8E4M3FN(-2.0), 0xc0);
+  EXPECT_EQ(DoubleToFloat8E4M3FN(448.0), 0x7e);   // the largest
+  EXPECT_EQ(DoubleToFloat8E4M3FN(464.0), 0x7e);   // a tie: to even
+  EXPECT_EQ(DoubleToFloat8E4M3FN(470.0), 0x7f);   // rounds past: NaN
+  EXPECT_EQ(DoubleToFloat8E4M3FN(1e9), 0x7f);
+  EXPECT_EQ(DoubleToFloat8E4M3FN(-INFINITY), 0xff);
+  EXPECT_EQ(DoubleToFloat8E4M3FN(NAN), 0x7f);
+  EXPECT_EQ(DoubleToFloat8E4M3FN(std::ldexp(1.0, -9)), 0x01);  // subnormal
+  EXPECT_EQ(DoubleToFloat8E4M3FN(std::ldexp(1.0, -11)), 0x00);  // below half
+  EXPECT_EQ(Int64ToFloat8E4M3FN(17), 0x58);  // 17 is a tie: to 16
+  EXPECT_EQ(Int64ToFloat8E4M3FN(-3), 0xc4);
+  EXPECT_EQ(DoubleToFloat8E5M2(1.0), 0x3c);
+  EXPECT_EQ(DoubleToFloat8E5M2(57344.0), 0x7b);  // the largest
+  EXPECT_EQ(DoubleToFloat8E5M2(61440.0), 0x7c);  // a tie past it: infinity
+  EXPECT_EQ(DoubleToFloat8E5M2(INFINITY), 0x7c);
+  EXPECT_EQ(DoubleToFloat8E5M2(-INFINITY), 0xfc);
+  EXPECT_EQ(DoubleToFloat8E5M2(NAN), 0x7e);
+  EXPECT_EQ(DoubleToFloat8E5M2(std::ldexp(1.0, -16)), 0x01);
+  EXPECT_EQ(Int64ToFloat8E5M2(9), 0x48);  // 9 is a tie: to 8
+  EXPECT_EQ(Float8E4M3FNToFloat(0x7e), 448.0f);
+  EXPECT_EQ(Float8E4M3FNToFloat(0x01), std::ldexp(1.0f, -9));
+  EXPECT_TRUE(std::isnan(Float8E4M3FNToFloat(0xff)));
+  EXPECT_EQ(Float8E5M2ToFloat(0xfc), -INFINITY);
+  EXPECT_TRUE(std::isnan(Float8E5M2ToFloat(0x7d)));
+  // Every number survives the round trip; every NaN stays one.
+  for (int bits = 0; bits < 256; ++bits) {
+    const uint8_t b = static_cast<uint8_t>(bits);
+    const float e4 = Float8E4M3FNToFloat(b);
+    if (std::isnan(e4)) {
+      EXPECT_TRUE(std::isnan(Float8E4M3FNToFloat(DoubleToFloat8E4M3FN(e4))));
+    } else if (bits != 0x80) {  // -0 keeps its sign, as checked below
+      EXPECT_EQ(DoubleToFloat8E4M3FN(e4), b) << bits;
+    }
+    const float e5 = Float8E5M2ToFloat(b);
+    if (std::isnan(e5)) {
+      EXPECT_TRUE(std::isnan(Float8E5M2ToFloat(DoubleToFloat8E5M2(e5))));
+    } else {
+      EXPECT_EQ(DoubleToFloat8E5M2(e5), b) << bits;
+    }
+  }
+  EXPECT_EQ(DoubleToFloat8E4M3FN(-0.0), 0x80);
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ absl::Status UnknownDTypeError(absl::string_view name) {
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown dtype '", name,
       "' (expected one of float32 float64 float16 bfloat16 int8 uint8 int16 "
-      "int32 int64 bool)"));
+      "int32 int64 bool uint16 uint32 uint64 float8_e4m3fn float8_e5m2)"));
 }
 
 absl::Status DimsMismatchError(absl::string_view what, int64_t got,

@@ -113,10 +113,27 @@ void StoreInt(int64_t v, DType dtype, char* out) {
       return;
     }
     case DType::kInt64:
+    case DType::kUInt64:
       std::memcpy(out, &v, 8);
       return;
     case DType::kBool:
       out[0] = v != 0 ? 1 : 0;
+      return;
+    case DType::kUInt16: {
+      const uint16_t w = static_cast<uint16_t>(v);
+      std::memcpy(out, &w, 2);
+      return;
+    }
+    case DType::kUInt32: {
+      const uint32_t w = static_cast<uint32_t>(v);
+      std::memcpy(out, &w, 4);
+      return;
+    }
+    case DType::kFloat8E4M3FN:
+      out[0] = static_cast<char>(Int64ToFloat8E4M3FN(v));
+      return;
+    case DType::kFloat8E5M2:
+      out[0] = static_cast<char>(Int64ToFloat8E5M2(v));
       return;
   }
 }
@@ -149,10 +166,28 @@ void StoreDouble(double x, DType dtype, char* out) {
       StoreInt(DoubleToInt32Like(x), dtype, out);
       return;
     case DType::kInt64:
+    case DType::kUInt32:
       StoreInt(DoubleToInt64Like(x), dtype, out);
+      return;
+    case DType::kUInt16:
+      StoreInt(DoubleToInt32Like(x), dtype, out);
+      return;
+    case DType::kUInt64:
+      // Past int64's range, uint64's upper half (as NumPy converts).
+      if (x >= 9223372036854775808.0 && x < 18446744073709551616.0) {
+        StoreInt(static_cast<int64_t>(static_cast<uint64_t>(x)), dtype, out);
+      } else {
+        StoreInt(DoubleToInt64Like(x), dtype, out);
+      }
       return;
     case DType::kBool:
       out[0] = x != 0 ? 1 : 0;  // NaN is true, as in NumPy
+      return;
+    case DType::kFloat8E4M3FN:
+      out[0] = static_cast<char>(DoubleToFloat8E4M3FN(x));
+      return;
+    case DType::kFloat8E5M2:
+      out[0] = static_cast<char>(DoubleToFloat8E5M2(x));
       return;
   }
 }
@@ -244,11 +279,22 @@ void ArangeRow(DType dtype, int64_t first, int64_t n, char* out) {
       return GenerateRow<uint32_t>(
           first, n, out, [](int64_t i) { return static_cast<uint32_t>(i); });
     case DType::kInt64:
+    case DType::kUInt64:
       return GenerateRow<int64_t>(first, n, out, [](int64_t i) { return i; });
     case DType::kBool:
       return GenerateRow<uint8_t>(first, n, out, [](int64_t i) {
         return static_cast<uint8_t>(i != 0 ? 1 : 0);
       });
+    case DType::kUInt16:
+      return GenerateRow<uint16_t>(
+          first, n, out, [](int64_t i) { return static_cast<uint16_t>(i); });
+    case DType::kUInt32:
+      return GenerateRow<uint32_t>(
+          first, n, out, [](int64_t i) { return static_cast<uint32_t>(i); });
+    case DType::kFloat8E4M3FN:
+      return GenerateRow<uint8_t>(first, n, out, Int64ToFloat8E4M3FN);
+    case DType::kFloat8E5M2:
+      return GenerateRow<uint8_t>(first, n, out, Int64ToFloat8E5M2);
   }
 }
 
@@ -299,25 +345,41 @@ void RandRow(DType dtype, uint64_t seed, int64_t first, int64_t n, char* out) {
       return GenerateRow<uint16_t>(first, n, out, [word](int64_t i) {
         return FloatToBFloat16(static_cast<float>(word(i) >> 56) / 256.0f);
       });
+    case DType::kFloat8E4M3FN:
+      // k / 16 with k < 16 is exact in e4m3 (4 significant bits).
+      return GenerateRow<uint8_t>(first, n, out, [word](int64_t i) {
+        return DoubleToFloat8E4M3FN(static_cast<double>(word(i) >> 60) / 16);
+      });
+    case DType::kFloat8E5M2:
+      // k / 8 with k < 8 is exact in e5m2 (3 significant bits).
+      return GenerateRow<uint8_t>(first, n, out, [word](int64_t i) {
+        return DoubleToFloat8E5M2(static_cast<double>(word(i) >> 61) / 8);
+      });
     case DType::kInt8:
     case DType::kUInt8:
     case DType::kInt16:
     case DType::kInt32:
-    case DType::kInt64: {
+    case DType::kInt64:
+    case DType::kUInt16:
+    case DType::kUInt32:
+    case DType::kUInt64: {
       auto below_100 = [word](int64_t i) {
         return static_cast<int64_t>(
             (static_cast<unsigned __int128>(word(i)) * 100) >> 64);
       };
       switch (dtype) {
         case DType::kInt16:
+        case DType::kUInt16:
           return GenerateRow<int16_t>(first, n, out, [below_100](int64_t i) {
             return static_cast<int16_t>(below_100(i));
           });
         case DType::kInt32:
+        case DType::kUInt32:
           return GenerateRow<int32_t>(first, n, out, [below_100](int64_t i) {
             return static_cast<int32_t>(below_100(i));
           });
         case DType::kInt64:
+        case DType::kUInt64:
           return GenerateRow<int64_t>(first, n, out, below_100);
         default:
           return GenerateRow<uint8_t>(first, n, out, [below_100](int64_t i) {

@@ -92,8 +92,7 @@ absl::Status ParseDescr(absl::string_view descr, NpyArray* out) {
   auto unsupported = [&] {
     return absl::InvalidArgumentError(absl::StrCat(
         "unsupported .npy dtype '", descr,
-        "' (expected f2 f4 f8 i1 u1 i2 i4 i8 b1, or u2 holding bfloat16 "
-        "bits)"));
+        "' (expected f2 f4 f8 i1 u1 i2 u2 i4 u4 i8 u8 b1)"));
   };
   if (descr.size() != 3) return unsupported();
   const char order = descr[0];
@@ -109,12 +108,12 @@ absl::Status ParseDescr(absl::string_view descr, NpyArray* out) {
       {"f2", DType::kFloat16}, {"i1", DType::kInt8},
       {"u1", DType::kUInt8},   {"i2", DType::kInt16},
       {"i4", DType::kInt32},   {"i8", DType::kInt64},
-      {"b1", DType::kBool},    {"u2", DType::kBFloat16},
+      {"b1", DType::kBool},    {"u2", DType::kUInt16},
+      {"u4", DType::kUInt32},  {"u8", DType::kUInt64},
   };
   for (const Code& code : kCodes) {
     if (descr.substr(1) == code.code) {
       out->dtype = code.dtype;
-      out->raw_uint16 = code.code == "u2";
       out->byte_swapped = order == '>' && ItemSize(code.dtype) > 1;
       out->descr = std::string(descr);
       return absl::OkStatus();
@@ -290,6 +289,18 @@ absl::StatusOr<int64_t> NpyDataBytesInFile(const NpyArray& header,
   return bytes;
 }
 
+DType NpyFileDType(DType dtype) {
+  switch (dtype) {
+    case DType::kBFloat16:
+      return DType::kUInt16;
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E5M2:
+      return DType::kUInt8;
+    default:
+      return dtype;
+  }
+}
+
 std::string EncodeNpyHeader(DType dtype, const Shape& shape) {
   absl::string_view descr;
   switch (dtype) {
@@ -322,6 +333,19 @@ std::string EncodeNpyHeader(DType dtype, const Shape& shape) {
       break;
     case DType::kBool:
       descr = "|b1";
+      break;
+    case DType::kUInt16:
+      descr = "<u2";
+      break;
+    case DType::kUInt32:
+      descr = "<u4";
+      break;
+    case DType::kUInt64:
+      descr = "<u8";
+      break;
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E5M2:
+      descr = "|u1";
       break;
   }
   std::string shape_text =

@@ -26,10 +26,12 @@ struct NpyArray {
   bool byte_swapped = false;  // the data is big-endian (multi-byte items)
   size_t data_offset = 0;     // bytes before the data
   std::string descr;          // as written, e.g. "<f4"
-  // The descr was u2: the data are raw 16-bit words, which tessera accepts
-  // only as bfloat16 bits (dtype is then kBFloat16).
-  bool raw_uint16 = false;
 };
+
+// The dtype a .npy file holds `dtype` in: NumPy has no bfloat16 or float8,
+// so those travel as their raw words (uint16, uint8); any other dtype is
+// itself.
+DType NpyFileDType(DType dtype);
 
 // Parses the header at the start of a .npy file. `file_prefix` must hold at
 // least the whole header (more is fine). Errors are INVALID_ARGUMENT: "not a

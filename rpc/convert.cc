@@ -33,6 +33,16 @@ absl::StatusOr<DType> DTypeFromProto(v1::DType dtype) {
       return DType::kInt64;
     case v1::BOOL:
       return DType::kBool;
+    case v1::UINT16:
+      return DType::kUInt16;
+    case v1::UINT32:
+      return DType::kUInt32;
+    case v1::UINT64:
+      return DType::kUInt64;
+    case v1::FLOAT8_E4M3FN:
+      return DType::kFloat8E4M3FN;
+    case v1::FLOAT8_E5M2:
+      return DType::kFloat8E5M2;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("dtype: unknown dtype value ", static_cast<int>(dtype)));
@@ -61,6 +71,16 @@ v1::DType DTypeToProto(DType dtype) {
       return v1::INT64;
     case DType::kBool:
       return v1::BOOL;
+    case DType::kUInt16:
+      return v1::UINT16;
+    case DType::kUInt32:
+      return v1::UINT32;
+    case DType::kUInt64:
+      return v1::UINT64;
+    case DType::kFloat8E4M3FN:
+      return v1::FLOAT8_E4M3FN;
+    case DType::kFloat8E5M2:
+      return v1::FLOAT8_E5M2;
   }
   return v1::DTYPE_UNSPECIFIED;
 }

@@ -92,8 +92,8 @@ void TranslateStatusError(const StatusError& e) {
   PyErr_SetString(cls, message.c_str());
 }
 
-// numpy's name for the array dtype holding `dtype` (bfloat16 travels as its
-// raw 16-bit words).
+// numpy's name for the array dtype holding `dtype` (bfloat16 and float8,
+// which numpy lacks, travel as their raw 16- and 8-bit words).
 const char* NumpyName(DType dtype) {
   switch (dtype) {
     case DType::kFloat32:
@@ -116,6 +116,15 @@ const char* NumpyName(DType dtype) {
       return "int64";
     case DType::kBool:
       return "bool";
+    case DType::kUInt16:
+      return "uint16";
+    case DType::kUInt32:
+      return "uint32";
+    case DType::kUInt64:
+      return "uint64";
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E5M2:
+      return "uint8";
   }
   return "uint8";
 }

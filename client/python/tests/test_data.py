@@ -30,8 +30,10 @@ def random_array(rng, dtype, shape):
 def test_round_trip_every_dtype(client, name, dtype):
     rng = np.random.default_rng(tessera.DTYPES.index(dtype))
     array = random_array(rng, dtype, (13, 7))
+    # Raw words (bfloat16, float8) name their dtype; the others are numpy's.
+    words = dtype in ("bfloat16", "float8_e4m3fn", "float8_e5m2")
     meta = client.put(name, array, chunk_dim=0, placements=RANKS,
-                      dtype="bfloat16" if dtype == "bfloat16" else None)
+                      dtype=dtype if words else None)
     assert meta.dtype == dtype
     assert meta.shape == (13, 7)
     back = client.get(name)
@@ -42,10 +44,39 @@ def test_round_trip_every_dtype(client, name, dtype):
     # Along the other dim too, and a region crossing every shard.
     other = name + "-d1"
     client.put(other, array, chunk_dim=1, placements=RANKS[:3],
-               dtype="bfloat16" if dtype == "bfloat16" else None)
+               dtype=dtype if words else None)
     assert np.array_equal(client.get(other, np.s_[2:11, 1:-1]), array[2:11, 1:-1])
     client.delete(name)
     client.delete(other)
+
+
+def test_float8_bytes_keep_their_dtype_and_init_rounds_as_torch(client, name):
+    # e4m3fn: 1.0 is 0x38, 448 (the largest) 0x7e; past it NaN (0x7f).
+    # e5m2: 1.0 is 0x3c, 57344 0x7b; past it infinity (0x7c).
+    for dtype, one, big, past in (("float8_e4m3fn", 0x38, 0x7e, 0x7f),
+                                  ("float8_e5m2", 0x3c, 0x7b, 0x7c)):
+        client.create(name, (4, 3), dtype, init="ones", chunk_dim=0, placements=RANKS[:2])
+        assert client.describe(name).dtype == dtype
+        got = client.get(name)
+        assert got.dtype == np.uint8 and np.all(got == one)
+        client.delete(name)
+        top = 448 if dtype == "float8_e4m3fn" else 57344
+        client.create(name, (2,), dtype, init=f"full:{top}", chunk_dim=0,
+                      placements=RANKS[:1])
+        assert np.all(client.get(name) == big)
+        client.delete(name)
+        client.create(name, (2,), dtype, init="full:1e6", chunk_dim=0, placements=RANKS[:1])
+        assert np.all(client.get(name) == past)
+        client.delete(name)
+    # Bytes put with the dtype come back as they went; without it they are uint8.
+    raw = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    client.put(name, raw, dtype="float8_e5m2", chunk_dim=1, placements=RANKS)
+    assert client.describe(name).dtype == "float8_e5m2"
+    assert np.array_equal(client.get(name), raw)
+    client.delete(name)
+    client.put(name, raw, chunk_dim=0, placements=RANKS[:2])
+    assert client.describe(name).dtype == "uint8"
+    client.delete(name)
 
 
 def test_bfloat16_words_view_as_float32(client, name):
@@ -254,7 +285,8 @@ def test_list_workers_delete(client, cluster, name):
         client.describe(name)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "int32", "float16", "bfloat16", "bool", "uint8"])
+@pytest.mark.parametrize("dtype", ["float32", "int32", "float16", "bfloat16", "bool", "uint8",
+                                   "uint16", "uint32", "uint64"])
 def test_create_init_modes(client, name, dtype):
     shape = (5, 6)
     n = 30

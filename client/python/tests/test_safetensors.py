@@ -162,7 +162,7 @@ def malformed_files():
         "overlapping": raw("{" + entry + ',"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}',
                            b"x" * 8),
         "hole": raw('{"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}', b"x" * 8),
-        "bad dtype": raw('{"a":{"dtype":"U32","shape":[2],"data_offsets":[0,8]}}', b"x" * 8),
+        "bad dtype": raw('{"a":{"dtype":"F8_E8M0","shape":[2],"data_offsets":[0,8]}}', b"x" * 8),
         "size mismatch": raw('{"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}', b"x" * 8),
     }
 

@@ -16,6 +16,9 @@ TORCH_OF = {
     "float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
     "bfloat16": torch.bfloat16, "int8": torch.int8, "uint8": torch.uint8,
     "int16": torch.int16, "int32": torch.int32, "int64": torch.int64, "bool": torch.bool,
+    # Where this torch has them (float8 since 2.1, uint16-64 since 2.3).
+    **{d: getattr(torch, d) for d in ("uint16", "uint32", "uint64", "float8_e4m3fn",
+                                       "float8_e5m2") if hasattr(torch, d)},
 }
 
 
@@ -35,6 +38,13 @@ def sample(rng, dtype, shape):
 def test_get_torch_every_dtype(client, name, dtype):
     arr = sample(np.random.default_rng(3), dtype, (9, 5))
     client.put(name, arr, dtype=dtype, chunk_dim=0, placements=RANKS[:3])
+    if dtype not in TORCH_OF:
+        # This torch lacks the dtype: a clear error, and numpy still works.
+        with pytest.raises(tessera.InvalidArgument, match=f"has no {dtype}"):
+            client.get(name, torch=True)
+        assert np.array_equal(client.get(name), arr)
+        client.delete(name)
+        return
     t = client.get(name, torch=True)
     assert isinstance(t, torch.Tensor)
     assert t.dtype == TORCH_OF[dtype]

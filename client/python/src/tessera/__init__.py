@@ -22,8 +22,10 @@ from the network). ``put`` reads straight from the array's buffer.
 Threads: a Client is safe to share between threads; the GIL is released
 while waiting on the network, so several Python threads fetch in parallel.
 
-dtypes: float32 float64 float16 int8 uint8 int16 int32 int64 bool map to the
-numpy dtypes of the same name. numpy has no bfloat16: a bfloat16 tensor comes
+dtypes: float32 float64 float16 int8 uint8 int16 int32 int64 bool uint16
+uint32 uint64 map to the numpy dtypes of the same name. numpy has no float8:
+float8_e4m3fn and float8_e5m2 travel as raw bytes in ``uint8`` arrays (put
+them with ``dtype=``). numpy has no bfloat16 either: a bfloat16 tensor comes
 back as its raw 16-bit words in a ``uint16`` array; ``bfloat16_to_float32``
 widens them (exactly), and ``float32_to_bfloat16`` makes words to ``put`` with
 ``dtype="bfloat16"``. With ml_dtypes installed, ``words.view(ml_dtypes.bfloat16)``
@@ -231,8 +233,15 @@ _NUMPY_OF = {
     "int32": np.dtype(np.int32),
     "int64": np.dtype(np.int64),
     "bool": np.dtype(np.bool_),
+    "uint16": np.dtype(np.uint16),
+    "uint32": np.dtype(np.uint32),
+    "uint64": np.dtype(np.uint64),
+    "float8_e4m3fn": np.dtype(np.uint8),  # raw float8 bytes
+    "float8_e5m2": np.dtype(np.uint8),
 }
-_TESSERA_OF = {v: k for k, v in _NUMPY_OF.items() if k != "bfloat16"}
+#: dtypes numpy lacks, held as raw words of the same size.
+_RAW_WORDS = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+_TESSERA_OF = {v: k for k, v in _NUMPY_OF.items() if k not in _RAW_WORDS}
 
 
 def numpy_dtype(dtype: str) -> np.dtype:
@@ -489,10 +498,19 @@ def _is_torch_tensor(x: Any) -> bool:
 
 
 def _to_torch(arr: np.ndarray, dtype: str) -> Any:
-    """``arr`` as a torch tensor sharing its memory; bfloat16 words as torch.bfloat16."""
+    """``arr`` as a torch tensor sharing its memory; bfloat16 and float8 words
+    as torch's dtype of that name."""
     torch = _torch()
     if dtype == "bfloat16":
         return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
+    if dtype in ("float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64"):
+        target = getattr(torch, dtype, None)
+        if target is None:
+            raise InvalidArgument(
+                f"this torch ({torch.__version__}) has no {dtype}; fetch a numpy array "
+                "instead (torch=False)")
+        signed = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}[arr.dtype.itemsize]
+        return torch.from_numpy(arr.view(signed)).view(target)
     return torch.from_numpy(arr)
 
 
@@ -551,7 +569,8 @@ def _array_and_dtype(array: Any, dtype: Optional[str], what: str) -> Tuple[np.nd
             raise InvalidArgument(
                 f"{what}: numpy dtype {arr.dtype} has no tessera dtype (expected one of "
                 f"{', '.join(str(d) for d in _TESSERA_OF)}; for bfloat16 pass uint16 "
-                "words with dtype='bfloat16')")
+                "words with dtype='bfloat16', for float8 uint8 bytes with "
+                "dtype='float8_e4m3fn' or 'float8_e5m2')")
     elif arr.dtype != numpy_dtype(dtype):
         raise InvalidArgument(
             f"{what}: dtype '{dtype}' needs a {numpy_dtype(dtype)} array, got {arr.dtype} "
@@ -952,9 +971,10 @@ class Client:
     # -- helpers -----------------------------------------------------------
 
     def _dtype_of(self, name: str, arr: np.ndarray) -> str:
-        """The tessera dtype of a fetched array: uint16 words are only ever bfloat16."""
-        if arr.dtype == np.uint16:
-            return "bfloat16"
+        """The tessera dtype of a fetched array: uint16 and uint8 arrays may
+        hold bfloat16 or float8 words, which the tensor's dtype tells."""
+        if arr.dtype in (np.dtype(np.uint16), np.dtype(np.uint8)):
+            return self.describe(name).dtype
         return _TESSERA_OF[arr.dtype]
 
     def _spec(self, chunk_dim: Optional[int], placements: Optional[Placements],
