@@ -12,6 +12,8 @@
 #include <thread>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -182,10 +184,11 @@ const std::vector<CommandDef>& Commands() {
        &RunCompletion,
        "bash|zsh"},
       {"export",
-       "export FILE.safetensors (NAME... | --prefix=P) [--json]",
+       "export FILE.safetensors (NAME... | --prefix=P) [--metadata=K=V,...] "
+       "[--json]",
        "write tensors into one .safetensors file",
        1,
-       {{"prefix", false}, {"json", true}},
+       {{"prefix", false}, {"metadata", false}, {"json", true}},
        &RunExport,
        "FILE.safetensors",
        /*more_positional=*/true},
@@ -1204,6 +1207,28 @@ absl::Status RunExport(const Invocation& inv, std::ostream& out) {
   for (const std::string& name : names) {
     if (absl::Status s = CheckTensorName(name); !s.ok()) return UsageError(s);
   }
+  // --metadata=K=V,...: added to the file's "__metadata__" (a key the
+  // tensors' own metadata has takes this value).
+  SafetensorsMetadata metadata;
+  if (const std::optional<std::string> pairs = inv.Get("metadata")) {
+    absl::flat_hash_set<std::string> keys;
+    for (absl::string_view pair : absl::StrSplit(*pairs, ',')) {
+      const size_t eq = pair.find('=');
+      if (eq == absl::string_view::npos || eq == 0) {
+        return UsageError(absl::StrCat("--metadata: '", pair,
+                                       "' is not KEY=VALUE (pairs are "
+                                       "separated by commas)"));
+      }
+      std::string key(pair.substr(0, eq));
+      if (key == kSafetensorsMetadataKey || !keys.insert(key).second) {
+        return UsageError(absl::StrCat("--metadata: key '", key, "' ",
+                                       key == kSafetensorsMetadataKey
+                                           ? "is reserved"
+                                           : "is given twice"));
+      }
+      metadata.emplace_back(std::move(key), std::string(pair.substr(eq + 1)));
+    }
+  }
   std::unique_ptr<SpoolDir> spool;
   TESSERA_ASSIGN_OR_RETURN(const std::string path,
                            OutputPath(file, "stdout.safetensors", &spool));
@@ -1217,7 +1242,8 @@ absl::Status RunExport(const Invocation& inv, std::ostream& out) {
     exported = ExportSafetensors(*client, path,
                                  prefix.has_value()
                                      ? SafetensorsSelection::Prefix(*prefix)
-                                     : SafetensorsSelection::Names(names));
+                                     : SafetensorsSelection::Names(names),
+                                 metadata);
   }
   TESSERA_ASSIGN_OR_RETURN(SafetensorsExportResult result, std::move(exported));
   if (spool != nullptr) TESSERA_RETURN_IF_ERROR(CopyFileToStream(path, out));

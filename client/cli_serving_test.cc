@@ -190,6 +190,78 @@ TEST_F(CliServingTest, ImportThenExportRoundTripsBytes) {
   EXPECT_EQ((*back)->entries().size(), 2u);
 }
 
+// A file as the reference writer or a trainer lays it out (not tessera's
+// aligned order, with __metadata__) comes back from import + export byte
+// for byte; --metadata adds keys or replaces values; a tensor made
+// otherwise joins after the imported ones.
+TEST_F(CliServingTest, ExportKeepsTheImportedFilesOrderAndMetadata) {
+  const std::string json =
+      R"({"__metadata__":{"format":"pt","step":"100"},)"
+      R"("z.bias":{"dtype":"I8","shape":[3],"data_offsets":[0,3]},)"
+      R"("a.w":{"dtype":"F32","shape":[2,1],"data_offsets":[3,11]},)"
+      R"("m.ids":{"dtype":"U64","shape":[1],"data_offsets":[11,19]},)"
+      R"("f.fp8":{"dtype":"F8_E4M3","shape":[2,2],"data_offsets":[19,23]}})";
+  std::string padded = json;
+  padded.append((8 - padded.size() % 8) % 8, ' ');
+  std::string data;
+  for (int b = 0; b < 23; ++b) data.push_back(static_cast<char>(b * 11 + 1));
+  const std::string bytes = RawFile(padded, data);
+  const std::string in = Path("ordered.safetensors");
+  WriteAll(in, bytes);
+  LocalCluster::Result r = Tessera({"import", in, "--chunk_dim=0",
+                                    "--placements=rank:0,rank:1",
+                                    "--prefix=ord/"});
+  ASSERT_EQ(r.code, 0) << r.err;
+
+  const std::string out = Path("ordered_out.safetensors");
+  r = Tessera({"export", out, "--prefix=ord/"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(ReadAll(out), bytes);
+
+  // --metadata: a new key after the file's, a file key's value replaced.
+  const std::string tagged = Path("tagged.safetensors");
+  r = Tessera({"export", tagged, "--prefix=ord/",
+               "--metadata=step=200,origin=tessera"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  absl::StatusOr<std::unique_ptr<SafetensorsReader>> back =
+      SafetensorsReader::Open(tagged);
+  ASSERT_THAT(back.status(), IsOk());
+  const SafetensorsMetadata want = {
+      {"format", "pt"}, {"step", "200"}, {"origin", "tessera"}};
+  EXPECT_EQ((*back)->header().metadata, want);
+  ASSERT_EQ((*back)->entries().size(), 4u);
+  EXPECT_EQ((*back)->entries()[0].name, "z.bias");
+  EXPECT_EQ((*back)->entries()[3].name, "f.fp8");
+
+  // A tensor not imported goes after the file's entries.
+  ASSERT_EQ(Tessera({"create", "ord/new", "--shape=2", "--dtype=float32",
+                     "--chunk_dim=0", "--placements=rank:2"})
+                .code,
+            0);
+  const std::string mixed = Path("mixed.safetensors");
+  r = Tessera({"export", mixed, "--prefix=ord/"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  back = SafetensorsReader::Open(mixed);
+  ASSERT_THAT(back.status(), IsOk());
+  ASSERT_EQ((*back)->entries().size(), 5u);
+  EXPECT_EQ((*back)->entries()[0].name, "z.bias");
+  EXPECT_EQ((*back)->entries()[4].name, "new");
+
+  // Bad --metadata: usage errors, no file.
+  const std::string none = Path("none.safetensors");
+  for (const char* bad : {"--metadata=novalue", "--metadata==x",
+                          "--metadata=a=1,a=2", "--metadata=__metadata__=1"}) {
+    SCOPED_TRACE(bad);
+    ExpectError(Tessera({"export", none, "--prefix=ord/", bad}), 2,
+                {"--metadata"});
+    EXPECT_FALSE(Exists(none));
+  }
+  ASSERT_EQ(Tessera({"rm", "ord/z.bias", "ord/a.w", "ord/m.ids", "ord/f.fp8",
+                     "ord/new"})
+                .code,
+            0);
+}
+
 TEST_F(CliServingTest, ImportWithShardsSpecResolvesPerEntry) {
   const std::string in = Path("boxes.safetensors");
   WriteAll(

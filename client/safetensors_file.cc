@@ -468,7 +468,7 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensors(absl::string_view file) {
 
 absl::StatusOr<SafetensorsLayout> LayoutSafetensors(
     std::vector<SafetensorsTensor> tensors,
-    const SafetensorsMetadata& metadata) {
+    const SafetensorsMetadata& metadata, bool keep_order) {
   if (static_cast<int64_t>(tensors.size()) > kSafetensorsMaxEntries) {
     return Malformed(absl::StrCat(tensors.size(),
                                   " entries exceed the limit of ",
@@ -507,7 +507,7 @@ absl::StatusOr<SafetensorsLayout> LayoutSafetensors(
   // tensors always gives the same file.
   std::vector<size_t> order(tensors.size());
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+  if (!keep_order) std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     const size_t ia = ItemSize(tensors[a].dtype);
     const size_t ib = ItemSize(tensors[b].dtype);
     if (ia != ib) return ia > ib;

@@ -110,11 +110,13 @@ struct SafetensorsLayout {
 };
 
 // Lays out `tensors` (names unique, non-empty, not "__metadata__"; at most
-// kSafetensorsMaxEntries; sizes without overflow) with optional metadata.
-// The same input always gives the same bytes.
+// kSafetensorsMaxEntries; sizes without overflow) with optional metadata
+// (in its order). The same input always gives the same bytes. With
+// `keep_order`, entries go in the order given (as the file they came from
+// had them), not the aligned order.
 absl::StatusOr<SafetensorsLayout> LayoutSafetensors(
     std::vector<SafetensorsTensor> tensors,
-    const SafetensorsMetadata& metadata = {});
+    const SafetensorsMetadata& metadata = {}, bool keep_order = false);
 
 // A safetensors file mapped read-only, validated by ParseSafetensors.
 class SafetensorsReader {

@@ -258,6 +258,34 @@ TEST(LayoutSafetensorsTest, DeterministicAlignedAndParsesBack) {
   }
 }
 
+TEST(LayoutSafetensorsTest, KeepOrderLaysEntriesOutAsGiven) {
+  const std::vector<SafetensorsTensor> tensors = {
+      {"z.small", DType::kInt8, {3}},
+      {"a.big", DType::kFloat64, {2}},
+      {"m", DType::kUInt16, {1, 2}},
+  };
+  absl::StatusOr<SafetensorsLayout> layout =
+      LayoutSafetensors(tensors, {{"b", "2"}, {"a", "1"}}, /*keep_order=*/true);
+  ASSERT_THAT(layout.status(), IsOk());
+  std::vector<std::string> order;
+  for (const SafetensorsEntry& e : layout->entries) order.push_back(e.name);
+  EXPECT_THAT(order, ElementsAre("z.small", "a.big", "m"));
+  EXPECT_EQ(layout->entries[1].begin, 3);  // unaligned: no holes allowed
+  // Metadata in its order, first.
+  EXPECT_EQ(layout->header.substr(8, 34),
+            R"({"__metadata__":{"b":"2","a":"1"},)");
+  std::string file = layout->header;
+  file.resize(layout->file_bytes, '\x01');
+  absl::StatusOr<SafetensorsHeader> parsed = ParseSafetensors(file);
+  ASSERT_THAT(parsed.status(), IsOk());
+  ASSERT_EQ(parsed->entries.size(), 3u);
+  EXPECT_EQ(parsed->entries[0].name, "z.small");
+  EXPECT_EQ(parsed->entries[2].dtype, DType::kUInt16);
+  EXPECT_THAT(parsed->metadata,
+              ElementsAre(std::pair<std::string, std::string>("b", "2"),
+                          std::pair<std::string, std::string>("a", "1")));
+}
+
 TEST(LayoutSafetensorsTest, RefusesBadNames) {
   EXPECT_THAT(
       LayoutSafetensors({{"a", DType::kInt8, {1}}, {"a", DType::kInt8, {1}}})

@@ -1,6 +1,7 @@
 #include "client/safetensors_io.h"
 
 #include <algorithm>
+#include <numeric>
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -90,6 +91,15 @@ absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
   const std::vector<SafetensorsEntry>& entries = reader.entries();
 
   // Everything that can be checked before a tensor exists.
+  // Each tensor keeps the file's metadata and its entry's place, so that an
+  // export gives the file back as it was.
+  FileOrigin origin;
+  origin.metadata = reader.header().metadata;
+  if (absl::Status s = CheckFileOrigin(origin); !s.ok()) {
+    return Annotate(s, absl::StrCat("safetensors file '", path,
+                                    "': its __metadata__ is more than "
+                                    "tessera keeps with each tensor"));
+  }
   std::vector<LayoutSpec> specs;
   specs.reserve(entries.size());
   absl::flat_hash_set<std::string> names;
@@ -126,8 +136,10 @@ absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
   std::vector<std::optional<TensorMetadata>> made(entries.size());
   absl::Status status = ForEachEntry(entries.size(), [&](size_t i) {
     const SafetensorsEntry& e = entries[i];
-    absl::StatusOr<TensorMetadata> meta =
-        client.Put(prefix + e.name, e.shape, e.dtype, reader.data(e), specs[i]);
+    FileOrigin mine = origin;
+    mine.entry = static_cast<int64_t>(i) + 1;
+    absl::StatusOr<TensorMetadata> meta = client.Put(
+        prefix + e.name, e.shape, e.dtype, reader.data(e), specs[i], mine);
     if (!meta.ok()) return Annotate(meta.status(), EntryContext(path, e));
     made[i] = *std::move(meta);
     return absl::OkStatus();
@@ -159,6 +171,7 @@ absl::StatusOr<SafetensorsExportResult> ExportSafetensors(
   // Tensor name by entry name, and the entries to lay out.
   std::vector<SafetensorsTensor> tensors;
   std::vector<std::string> tensor_names;
+  std::vector<FileOrigin> origins;
   if (selection.by_prefix) {
     TESSERA_ASSIGN_OR_RETURN(std::vector<TensorInfo> all, client.List());
     std::sort(all.begin(), all.end(),
@@ -181,6 +194,16 @@ absl::StatusOr<SafetensorsExportResult> ExportSafetensors(
           absl::StrCat("safetensors export: no tensor name starts with prefix ",
                        JsonString(selection.prefix), " (tensors not found)"));
     }
+    // Where each came from (the describe also primes the metadata the
+    // gathers below use).
+    origins.resize(tensors.size());
+    TESSERA_RETURN_IF_ERROR(
+        ForEachEntry(tensors.size(), [&](size_t i) -> absl::Status {
+          TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta,
+                                   client.Describe(tensor_names[i]));
+          origins[i] = std::move(meta.origin);
+          return absl::OkStatus();
+        }));
   } else {
     if (selection.names.empty()) {
       return absl::InvalidArgumentError(
@@ -196,6 +219,7 @@ absl::StatusOr<SafetensorsExportResult> ExportSafetensors(
       TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta, client.Describe(name));
       tensors.push_back({name, meta.dtype, meta.shape});
       tensor_names.push_back(name);
+      origins.push_back(std::move(meta.origin));
     }
   }
   absl::flat_hash_map<std::string, std::string> tensor_of;
@@ -203,8 +227,49 @@ absl::StatusOr<SafetensorsExportResult> ExportSafetensors(
     tensor_of[tensors[i].name] = tensor_names[i];
   }
 
-  TESSERA_ASSIGN_OR_RETURN(SafetensorsLayout layout,
-                           LayoutSafetensors(std::move(tensors), metadata));
+  // Tensors imported from a file go first, in the file's order, with its
+  // metadata (the first tensor's value of a key wins; `metadata` overrides
+  // or adds); the others follow in LayoutSafetensors' aligned order.
+  std::vector<size_t> order(tensors.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const int64_t ea = origins[a].entry, eb = origins[b].entry;
+    if ((ea == 0) != (eb == 0)) return ea != 0;
+    if (ea != 0 && ea != eb) return ea < eb;
+    if (ea == 0) {
+      const size_t ia = ItemSize(tensors[a].dtype);
+      const size_t ib = ItemSize(tensors[b].dtype);
+      if (ia != ib) return ia > ib;
+    }
+    return tensors[a].name < tensors[b].name;
+  });
+  const bool from_files = origins.empty()
+                              ? false
+                              : origins[order.front()].entry != 0;
+  SafetensorsMetadata merged;
+  absl::flat_hash_map<std::string, size_t> key_at;
+  std::vector<SafetensorsTensor> ordered;
+  ordered.reserve(tensors.size());
+  for (size_t i : order) {
+    for (const auto& [key, value] : origins[i].metadata) {
+      if (key_at.emplace(key, merged.size()).second) {
+        merged.emplace_back(key, value);
+      }
+    }
+    ordered.push_back(std::move(tensors[i]));
+  }
+  for (const auto& [key, value] : metadata) {
+    auto [it, added] = key_at.emplace(key, merged.size());
+    if (added) {
+      merged.emplace_back(key, value);
+    } else {
+      merged[it->second].second = value;
+    }
+  }
+  TESSERA_ASSIGN_OR_RETURN(
+      SafetensorsLayout layout,
+      LayoutSafetensors(std::move(ordered), merged,
+                        /*keep_order=*/from_files));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsWriter> writer,
                            SafetensorsWriter::Create(path, std::move(layout)));
   // Entries fill disjoint ranges of the mapping, several at a time.

@@ -324,7 +324,8 @@ absl::Status Client::RemoveWorker(const std::string& worker) {
 
 absl::StatusOr<TensorMetadata> Client::CreateInternal(
     const std::string& name, const Shape& shape, DType dtype,
-    const LayoutSpec& spec, const InitSpec& init, bool pending) {
+    const LayoutSpec& spec, const InitSpec& init, bool pending,
+    const FileOrigin& origin) {
   v1::CreateTensorRequest request;
   request.set_name(name);
   request.mutable_shape()->Assign(shape.begin(), shape.end());
@@ -333,6 +334,9 @@ absl::StatusOr<TensorMetadata> Client::CreateInternal(
   *request.mutable_init() = InitToProto(init);
   request.set_pending(pending);
   request.set_packed_reply(true);
+  if (origin.entry != 0 || !origin.metadata.empty()) {
+    FileOriginToProto(origin, request.mutable_origin());
+  }
   v1::CreateTensorResponse response;
   TESSERA_RETURN_IF_ERROR(
       Call(LongControlCall(*connection_), [&](grpc::ClientContext* context) {
@@ -357,10 +361,11 @@ absl::StatusOr<TensorMetadata> Client::Create(const std::string& name,
 absl::StatusOr<TensorMetadata> Client::Put(const std::string& name,
                                            const Shape& shape, DType dtype,
                                            const char* data,
-                                           const LayoutSpec& spec) {
-  TESSERA_ASSIGN_OR_RETURN(
-      TensorMetadata meta,
-      CreateInternal(name, shape, dtype, spec, InitSpec{}, /*pending=*/true));
+                                           const LayoutSpec& spec,
+                                           const FileOrigin& origin) {
+  TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta,
+                           CreateInternal(name, shape, dtype, spec, InitSpec{},
+                                          /*pending=*/true, origin));
   absl::Status status = ScatterTensor(*connection_, meta, data);
   // Bytes from a file that shrank or changed while they were read (zeros
   // past its new end) are not committed.

@@ -124,9 +124,11 @@ class Client {
   // mapped_file.h: a .npy or .safetensors file the CLI or SDK mapped), a
   // file that shrank or changed while it was read fails the put
   // (FAILED_PRECONDITION "changed while it was read") before the commit.
+  // `origin`: what a safetensors import records (kept for an export).
   absl::StatusOr<TensorMetadata> Put(const std::string& name,
                                      const Shape& shape, DType dtype,
-                                     const char* data, const LayoutSpec& spec);
+                                     const char* data, const LayoutSpec& spec,
+                                     const FileOrigin& origin = {});
   absl::StatusOr<TensorMetadata> Put(const std::string& name,
                                      const HostArray& array,
                                      const LayoutSpec& spec) {
@@ -248,7 +250,8 @@ class Client {
                                                 const Shape& shape, DType dtype,
                                                 const LayoutSpec& spec,
                                                 const InitSpec& init,
-                                                bool pending);
+                                                bool pending,
+                                                const FileOrigin& origin = {});
   // Runs `read` on the tensor's metadata (cached, else fresh) and the
   // cached BoxIndex (may be null). A failure on cached metadata is retried
   // on fresh metadata, and a read of a version replaced and freed meanwhile

@@ -286,6 +286,8 @@ grpc::Status CoordinatorService::CreateTensor(
     args.pin_memory = request->properties().pin_memory();
     TESSERA_ASSIGN_OR_RETURN(args.spec, LayoutSpecFromProto(request->spec()));
     TESSERA_ASSIGN_OR_RETURN(args.init, InitFromProto(request->init()));
+    TESSERA_ASSIGN_OR_RETURN(args.origin,
+                             FileOriginFromProto(request->origin()));
     args.pending = request->pending();
     args.stop = CallerStop(context);
     return coordinator_->CreateTensor(args);

@@ -316,6 +316,7 @@ absl::StatusOr<TensorMetadataPtr> Orchestrator::Create(
   meta->dtype = args.dtype;
   meta->requires_grad = args.requires_grad;
   meta->pin_memory = args.pin_memory;
+  meta->origin = args.origin;
   meta->version = 1;
   meta->incarnation = RandomId();
   // A put's own id: its write grants, commit and abandon name it.
@@ -679,6 +680,7 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(
   new_meta->dtype = old_meta->dtype;
   new_meta->requires_grad = old_meta->requires_grad;
   new_meta->pin_memory = old_meta->pin_memory;
+  new_meta->origin = old_meta->origin;
   new_meta->version = old_meta->version + 1;
   new_meta->incarnation = old_meta->incarnation;
   TESSERA_RETURN_IF_ERROR(

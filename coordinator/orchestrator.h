@@ -61,6 +61,8 @@ struct CreateTensorArgs {
   // The principal creating it (empty without tokens): only it may commit a
   // pending tensor.
   std::string owner;
+  // What a safetensors import records (checked: CheckFileOrigin).
+  FileOrigin origin;
   // When the caller gives up (its deadline, its cancellation): validating
   // the layout stops then, and nothing is allocated after. Default: never.
   StopCondition stop;

@@ -11,6 +11,31 @@ std::string Replica::PlacementString() const {
   return absl::StrCat("rank:", rank, "/", device.ToString());
 }
 
+absl::Status CheckFileOrigin(const FileOrigin& origin) {
+  if (origin.entry < 0 || origin.entry > kMaxOriginEntry) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("origin.entry ", origin.entry, " is not from 0 to ",
+                     kMaxOriginEntry));
+  }
+  if (static_cast<int64_t>(origin.metadata.size()) > kMaxOriginPairs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("origin.metadata: ", origin.metadata.size(),
+                     " pairs are more than a tensor keeps (", kMaxOriginPairs,
+                     ")"));
+  }
+  int64_t bytes = 0;
+  for (const auto& [key, value] : origin.metadata) {
+    bytes += static_cast<int64_t>(key.size() + value.size());
+  }
+  if (bytes > kMaxOriginBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("origin.metadata: ", bytes,
+                     " bytes of keys and values are more than a tensor keeps (",
+                     kMaxOriginBytes, ")"));
+  }
+  return absl::OkStatus();
+}
+
 const Replica& NoReplica() {
   // A shard without replicas (never made by the coordinator or accepted
   // from the wire) shows as held nowhere rather than crash its reader.

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
@@ -72,6 +73,26 @@ inline const Replica& ShownReplica(const ShardInfo& shard) {
   return shard.replicas.empty() ? NoReplica() : shard.replicas.front();
 }
 
+// Where a tensor imported from a safetensors file came from, so that an
+// export gives the file back as it was: the file's "__metadata__" (in its
+// order) and the entry's place among the file's entries.
+struct FileOrigin {
+  std::vector<std::pair<std::string, std::string>> metadata;
+  int64_t entry = 0;  // 1-based place in the file's data order; 0: none
+
+  bool operator==(const FileOrigin& other) const {
+    return metadata == other.metadata && entry == other.entry;
+  }
+};
+
+// Bounds of a FileOrigin (from a client, a peer or a stored record): at
+// most kMaxOriginPairs pairs of kMaxOriginBytes in all, entry from 0 to
+// kMaxOriginEntry. INVALID_ARGUMENT naming what is past its bound.
+inline constexpr int64_t kMaxOriginPairs = 1024;
+inline constexpr int64_t kMaxOriginBytes = int64_t{64} << 10;
+inline constexpr int64_t kMaxOriginEntry = int64_t{1} << 20;
+absl::Status CheckFileOrigin(const FileOrigin& origin);
+
 struct TensorMetadata {
   std::string name;
   Shape shape;
@@ -83,6 +104,8 @@ struct TensorMetadata {
   // a grant for a deleted tensor never reaches a later one of its name
   // (0: a tensor recorded before incarnations).
   uint64_t incarnation = 0;
+  // What a safetensors import recorded (kept by every version).
+  FileOrigin origin;
   // The put or update that made this version, while it can be committed
   // or abandoned (0: none). Its write grants name it; commit and abandon
   // must. Issued with the reply that starts it; never stored.

@@ -407,6 +407,32 @@ absl::Status UnpackShards(const v1::PackedShardList& packed, size_t rank,
 
 }  // namespace
 
+void FileOriginToProto(const FileOrigin& origin, v1::FileOrigin* out) {
+  out->set_entry(origin.entry);
+  for (const auto& [key, value] : origin.metadata) {
+    v1::FileOrigin::Pair* pair = out->add_metadata();
+    pair->set_key(key);
+    pair->set_value(value);
+  }
+}
+
+absl::StatusOr<FileOrigin> FileOriginFromProto(const v1::FileOrigin& origin) {
+  // Bounds first: nothing is built for a hostile count.
+  if (origin.metadata_size() > kMaxOriginPairs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("origin.metadata: ", origin.metadata_size(),
+                     " pairs are more than a tensor keeps (", kMaxOriginPairs,
+                     ")"));
+  }
+  FileOrigin out;
+  out.entry = origin.entry();
+  out.metadata.reserve(origin.metadata_size());
+  for (const v1::FileOrigin::Pair& pair : origin.metadata())
+    out.metadata.emplace_back(pair.key(), pair.value());
+  TESSERA_RETURN_IF_ERROR(CheckFileOrigin(out));
+  return out;
+}
+
 void TensorMetadataToProto(const TensorMetadata& meta,
                            v1::ShardedTensorMetadata* out,
                            ShardEncoding encoding) {
@@ -417,6 +443,9 @@ void TensorMetadataToProto(const TensorMetadata& meta,
   out->mutable_properties()->set_pin_memory(meta.pin_memory);
   out->set_version(meta.version);
   out->set_incarnation(meta.incarnation);
+  if (meta.origin.entry != 0 || !meta.origin.metadata.empty()) {
+    FileOriginToProto(meta.origin, out->mutable_origin());
+  }
   bool same_rank = true;
   for (const ShardInfo& s : meta.shards)
     same_rank &= s.box.rank() == meta.shape.size();
@@ -466,6 +495,7 @@ absl::StatusOr<TensorMetadata> TensorMetadataFromProto(
   out.pin_memory = meta.properties().pin_memory();
   out.version = meta.version();
   out.incarnation = meta.incarnation();
+  TESSERA_ASSIGN_OR_RETURN(out.origin, FileOriginFromProto(meta.origin()));
   if (meta.has_packed_shards()) {
     if (meta.shards_size() > 0) {
       return absl::InvalidArgumentError(

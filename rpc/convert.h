@@ -55,6 +55,10 @@ v1::InitMode InitToProto(const InitSpec& init);
 absl::StatusOr<LayoutSpec> LayoutSpecFromProto(const v1::ShardingSpec& spec);
 void LayoutSpecToProto(const LayoutSpec& spec, v1::ShardingSpec* out);
 
+// A safetensors import's record of a tensor (bounded: CheckFileOrigin).
+void FileOriginToProto(const FileOrigin& origin, v1::FileOrigin* out);
+absl::StatusOr<FileOrigin> FileOriginFromProto(const v1::FileOrigin& origin);
+
 // How a shard list goes on the wire: a message per shard (what other
 // clients read), or packed columns (small and fast for very many shards).
 enum class ShardEncoding { kPerShard, kPacked };

@@ -313,6 +313,42 @@ TEST(ConvertTest, ReplicasTravelInBothEncodings) {
   }
 }
 
+TEST(ConvertTest, FileOriginTravelsAndIsBounded) {
+  TensorMetadata meta = Replicated();
+  meta.origin.metadata = {{"format", "pt"}, {"z", ""}};
+  meta.origin.entry = 7;
+  for (const ShardEncoding encoding :
+       {ShardEncoding::kPerShard, ShardEncoding::kPacked}) {
+    v1::ShardedTensorMetadata wire;
+    TensorMetadataToProto(meta, &wire, encoding);
+    absl::StatusOr<TensorMetadata> back = TensorMetadataFromProto(wire);
+    ASSERT_OK(back);
+    EXPECT_EQ(back->origin, meta.origin);
+  }
+  // None: nothing on the wire.
+  v1::ShardedTensorMetadata plain;
+  TensorMetadataToProto(Replicated(), &plain);
+  EXPECT_FALSE(plain.has_origin());
+
+  v1::FileOrigin bad;
+  bad.set_entry(-1);
+  EXPECT_THAT(FileOriginFromProto(bad).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("origin.entry")));
+  bad.set_entry(kMaxOriginEntry + 1);
+  EXPECT_FALSE(FileOriginFromProto(bad).ok());
+  bad.set_entry(1);
+  for (int64_t i = 0; i <= kMaxOriginPairs; ++i) bad.add_metadata();
+  EXPECT_THAT(FileOriginFromProto(bad).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("pairs are more than")));
+  v1::FileOrigin big;
+  big.add_metadata()->set_value(std::string(kMaxOriginBytes + 1, 'x'));
+  EXPECT_THAT(FileOriginFromProto(big).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("bytes of keys and values")));
+}
+
 TEST(ConvertTest, OneOwnerFieldsOfAReplicatedShardNameItsFirstAvailable) {
   const TensorMetadata meta = Replicated();
   v1::ShardedTensorMetadata per_shard, packed;

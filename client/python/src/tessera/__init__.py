@@ -936,9 +936,12 @@ class Client:
 
         Give ``names`` (entry names are the tensor names) or ``prefix`` (every
         tensor whose name starts with it; entry names are the rest). dtypes
-        map to F32 F64 F16 BF16 I8 U8 I16 I32 I64 BOOL; ``metadata`` (str to
-        str) becomes the file's ``__metadata__``. Each tensor is gathered
-        straight into the file's mapping; a failed export leaves no file.
+        map to F32 F64 F16 BF16 I8 U8 I16 I32 I64 BOOL U16 U32 U64 F8_E4M3
+        F8_E5M2. Tensors imported from a file go first, in that file's
+        order, and the file's ``__metadata__`` comes back; ``metadata`` (str
+        to str) adds to it (or replaces a key's value). Each tensor is
+        gathered straight into the file's mapping; a failed export leaves no
+        file.
         ``progress=True`` shows a tqdm bar of the bytes as they land.
         """
         if (names is None) == (prefix is None):
