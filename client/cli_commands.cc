@@ -13,12 +13,12 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -477,7 +477,9 @@ class Progress {
                  }) {}
   // What `sample` says (asked from the drawing thread).
   Progress(std::string what, bool enabled, Sampler sample)
-      : what_(std::move(what)), sample_(std::move(sample)), start_(absl::Now()) {
+      : what_(std::move(what)),
+        sample_(std::move(sample)),
+        start_(absl::Now()) {
     if (enabled && isatty(STDERR_FILENO) == 1) {
       thread_ = std::thread([this] { Run(); });
     }
@@ -514,8 +516,8 @@ class Progress {
       if (total > 0) done = std::min(total, done);
       std::string line =
           total > 0 ? absl::StrCat(what_, ": ", FormatBytes(done), " of ",
-                                   FormatBytes(total), " (",
-                                   done * 100 / total, "%), ")
+                                   FormatBytes(total), " (", done * 100 / total,
+                                   "%), ")
                     : absl::StrCat(what_, ": ", FormatBytes(done), ", ");
       absl::StrAppend(&line,
                       absl::StrFormat("%.2f GB/s", done / seconds / 1e9));
@@ -1032,8 +1034,8 @@ absl::Status RunReshard(const Invocation& inv, std::ostream& out) {
     }
     spec = LayoutSpec::Enumerable(std::move(boxes), std::move(placements));
     spec.replicas = replicas;
-    TESSERA_ASSIGN_OR_RETURN(ReshardStats stats,
-                             ReshardWithProgress(inv, client.get(), name, spec));
+    TESSERA_ASSIGN_OR_RETURN(
+        ReshardStats stats, ReshardWithProgress(inv, client.get(), name, spec));
     return PrintReshard(inv, name, stats, out);
   }
   TESSERA_ASSIGN_OR_RETURN(const SpecArgs spec_args, ParseSpec(inv));
@@ -1221,10 +1223,9 @@ absl::Status RunExport(const Invocation& inv, std::ostream& out) {
       }
       std::string key(pair.substr(0, eq));
       if (key == kSafetensorsMetadataKey || !keys.insert(key).second) {
-        return UsageError(absl::StrCat("--metadata: key '", key, "' ",
-                                       key == kSafetensorsMetadataKey
-                                           ? "is reserved"
-                                           : "is given twice"));
+        return UsageError(absl::StrCat(
+            "--metadata: key '", key, "' ",
+            key == kSafetensorsMetadataKey ? "is reserved" : "is given twice"));
       }
       metadata.emplace_back(std::move(key), std::string(pair.substr(eq + 1)));
     }

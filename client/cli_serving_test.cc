@@ -208,9 +208,9 @@ TEST_F(CliServingTest, ExportKeepsTheImportedFilesOrderAndMetadata) {
   const std::string bytes = RawFile(padded, data);
   const std::string in = Path("ordered.safetensors");
   WriteAll(in, bytes);
-  LocalCluster::Result r = Tessera({"import", in, "--chunk_dim=0",
-                                    "--placements=rank:0,rank:1",
-                                    "--prefix=ord/"});
+  LocalCluster::Result r =
+      Tessera({"import", in, "--chunk_dim=0", "--placements=rank:0,rank:1",
+               "--prefix=ord/"});
   ASSERT_EQ(r.code, 0) << r.err;
 
   const std::string out = Path("ordered_out.safetensors");

@@ -66,8 +66,8 @@ absl::StatusOr<NpyInput> OpenNpyFile(
     std::optional<DType> words_of = std::nullopt);
 
 // A new .npy file (format 1.0, or 2.0 when the header needs it; C order,
-// little-endian; bfloat16 as '<u2', float8 as '|u1') written through a mapping of a
-// temporary file in the destination's directory: the header is in place,
+// little-endian; bfloat16 as '<u2', float8 as '|u1') written through a mapping
+// of a temporary file in the destination's directory: the header is in place,
 // the caller fills data() with data_bytes() bytes and calls Commit(), which
 // renames it to `path`. Without Commit() no file is left (a failed get
 // leaves no file). The size is known before any byte moves, so arrays

@@ -30,13 +30,20 @@ struct DTypeCode {
   const char* code;
 };
 constexpr DTypeCode kDTypeCodes[] = {
-    {DType::kFloat32, "F32"}, {DType::kFloat64, "F64"},
-    {DType::kFloat16, "F16"}, {DType::kBFloat16, "BF16"},
-    {DType::kInt8, "I8"},     {DType::kUInt8, "U8"},
-    {DType::kInt16, "I16"},   {DType::kInt32, "I32"},
-    {DType::kInt64, "I64"},   {DType::kBool, "BOOL"},
-    {DType::kUInt16, "U16"},  {DType::kUInt32, "U32"},
-    {DType::kUInt64, "U64"},  {DType::kFloat8E4M3FN, "F8_E4M3"},
+    {DType::kFloat32, "F32"},
+    {DType::kFloat64, "F64"},
+    {DType::kFloat16, "F16"},
+    {DType::kBFloat16, "BF16"},
+    {DType::kInt8, "I8"},
+    {DType::kUInt8, "U8"},
+    {DType::kInt16, "I16"},
+    {DType::kInt32, "I32"},
+    {DType::kInt64, "I64"},
+    {DType::kBool, "BOOL"},
+    {DType::kUInt16, "U16"},
+    {DType::kUInt32, "U32"},
+    {DType::kUInt64, "U64"},
+    {DType::kFloat8E4M3FN, "F8_E4M3"},
     {DType::kFloat8E5M2, "F8_E5M2"},
 };
 
@@ -467,8 +474,8 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensors(absl::string_view file) {
 }
 
 absl::StatusOr<SafetensorsLayout> LayoutSafetensors(
-    std::vector<SafetensorsTensor> tensors,
-    const SafetensorsMetadata& metadata, bool keep_order) {
+    std::vector<SafetensorsTensor> tensors, const SafetensorsMetadata& metadata,
+    bool keep_order) {
   if (static_cast<int64_t>(tensors.size()) > kSafetensorsMaxEntries) {
     return Malformed(absl::StrCat(tensors.size(),
                                   " entries exceed the limit of ",
@@ -507,12 +514,13 @@ absl::StatusOr<SafetensorsLayout> LayoutSafetensors(
   // tensors always gives the same file.
   std::vector<size_t> order(tensors.size());
   std::iota(order.begin(), order.end(), 0);
-  if (!keep_order) std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    const size_t ia = ItemSize(tensors[a].dtype);
-    const size_t ib = ItemSize(tensors[b].dtype);
-    if (ia != ib) return ia > ib;
-    return tensors[a].name < tensors[b].name;
-  });
+  if (!keep_order)
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      const size_t ia = ItemSize(tensors[a].dtype);
+      const size_t ib = ItemSize(tensors[b].dtype);
+      if (ia != ib) return ia > ib;
+      return tensors[a].name < tensors[b].name;
+    });
 
   SafetensorsLayout layout;
   nlohmann::ordered_json json = nlohmann::ordered_json::object();

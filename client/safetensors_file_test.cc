@@ -60,9 +60,9 @@ TEST(SafetensorsDTypeTest, CodesMapBothWays) {
   EXPECT_EQ(SafetensorsDTypeCode(DType::kFloat8E4M3FN), "F8_E4M3");
   EXPECT_EQ(SafetensorsDTypeCode(DType::kFloat8E5M2), "F8_E5M2");
   for (const char* code : {"F8_E8M0", "C64", "f32", ""}) {
-    EXPECT_THAT(DTypeFromSafetensors(code),
-                StatusIs(absl::StatusCode::kInvalidArgument,
-                         HasSubstr("safetensors")))
+    EXPECT_THAT(
+        DTypeFromSafetensors(code),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("safetensors")))
         << code;
   }
 }
@@ -133,7 +133,8 @@ TEST(ParseSafetensorsTest, RefusesMalformedFiles) {
       {"metadata not object", File(R"({"__metadata__":[]})"), "not an object"},
       {"metadata value", File(R"({"__metadata__":{"k":1}})"), "not a string"},
       {"bad dtype",
-       File(R"({"a":{"dtype":"F8_E8M0","shape":[1],"data_offsets":[0,2]}})", "xx"),
+       File(R"({"a":{"dtype":"F8_E8M0","shape":[1],"data_offsets":[0,2]}})",
+            "xx"),
        "dtype \"F8_E8M0\""},
       {"dtype not string",
        File(R"({"a":{"dtype":7,"shape":[1],"data_offsets":[0,4]}})", "xxxx"),

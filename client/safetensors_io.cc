@@ -1,9 +1,9 @@
 #include "client/safetensors_io.h"
 
 #include <algorithm>
-#include <numeric>
 #include <atomic>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -243,9 +243,8 @@ absl::StatusOr<SafetensorsExportResult> ExportSafetensors(
     }
     return tensors[a].name < tensors[b].name;
   });
-  const bool from_files = origins.empty()
-                              ? false
-                              : origins[order.front()].entry != 0;
+  const bool from_files =
+      origins.empty() ? false : origins[order.front()].entry != 0;
   SafetensorsMetadata merged;
   absl::flat_hash_map<std::string, size_t> key_at;
   std::vector<SafetensorsTensor> ordered;
@@ -266,10 +265,9 @@ absl::StatusOr<SafetensorsExportResult> ExportSafetensors(
       merged[it->second].second = value;
     }
   }
-  TESSERA_ASSIGN_OR_RETURN(
-      SafetensorsLayout layout,
-      LayoutSafetensors(std::move(ordered), merged,
-                        /*keep_order=*/from_files));
+  TESSERA_ASSIGN_OR_RETURN(SafetensorsLayout layout,
+                           LayoutSafetensors(std::move(ordered), merged,
+                                             /*keep_order=*/from_files));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsWriter> writer,
                            SafetensorsWriter::Create(path, std::move(layout)));
   // Entries fill disjoint ranges of the mapping, several at a time.

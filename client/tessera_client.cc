@@ -805,12 +805,12 @@ absl::StatusOr<MoveProgress> Client::ReshardProgress(const std::string& name) {
   v1::GetMoveProgressRequest request;
   request.set_name(name);
   v1::GetMoveProgressResponse response;
-  TESSERA_RETURN_IF_ERROR(Call(ControlCall(*connection_, /*idempotent=*/true),
-                               [&](grpc::ClientContext* context) {
-                                 return connection_->coordinator()
-                                     ->GetMoveProgress(context, request,
-                                                       &response);
-                               }));
+  TESSERA_RETURN_IF_ERROR(
+      Call(ControlCall(*connection_, /*idempotent=*/true),
+           [&](grpc::ClientContext* context) {
+             return connection_->coordinator()->GetMoveProgress(
+                 context, request, &response);
+           }));
   MoveProgress progress;
   progress.running = response.running();
   progress.bytes_total = std::max<int64_t>(0, response.bytes_total());

@@ -1071,8 +1071,7 @@ MoveProgress Orchestrator::Progress(const std::string& name) const {
 
 absl::Status Orchestrator::MovePieces(const TensorMetadata& old_meta,
                                       const TensorMetadata& new_meta,
-                                      const ReshardPlan& plan,
-                                      MoveTally* tally,
+                                      const ReshardPlan& plan, MoveTally* tally,
                                       std::vector<size_t>* failed) {
   // One batch per (source, destination) pair of workers; all batches run in
   // parallel.

@@ -16,13 +16,20 @@ struct DTypeInfo {
 };
 
 constexpr DTypeInfo kDTypes[] = {
-    {DType::kFloat32, "float32", 4}, {DType::kFloat64, "float64", 8},
-    {DType::kFloat16, "float16", 2}, {DType::kBFloat16, "bfloat16", 2},
-    {DType::kInt8, "int8", 1},       {DType::kUInt8, "uint8", 1},
-    {DType::kInt16, "int16", 2},     {DType::kInt32, "int32", 4},
-    {DType::kInt64, "int64", 8},     {DType::kBool, "bool", 1},
-    {DType::kUInt16, "uint16", 2},   {DType::kUInt32, "uint32", 4},
-    {DType::kUInt64, "uint64", 8},   {DType::kFloat8E4M3FN, "float8_e4m3fn", 1},
+    {DType::kFloat32, "float32", 4},
+    {DType::kFloat64, "float64", 8},
+    {DType::kFloat16, "float16", 2},
+    {DType::kBFloat16, "bfloat16", 2},
+    {DType::kInt8, "int8", 1},
+    {DType::kUInt8, "uint8", 1},
+    {DType::kInt16, "int16", 2},
+    {DType::kInt32, "int32", 4},
+    {DType::kInt64, "int64", 8},
+    {DType::kBool, "bool", 1},
+    {DType::kUInt16, "uint16", 2},
+    {DType::kUInt32, "uint32", 4},
+    {DType::kUInt64, "uint64", 8},
+    {DType::kFloat8E4M3FN, "float8_e4m3fn", 1},
     {DType::kFloat8E5M2, "float8_e5m2", 1},
 };
 
@@ -44,8 +51,8 @@ constexpr SmallFloat kE5M2{2, 5};
 // The bits, without the sign, of what overflows the format: infinity, or
 // NaN for a finite format.
 uint16_t OverflowBits(SmallFloat f) {
-  const uint16_t top = static_cast<uint16_t>(((1 << f.exp_bits) - 1)
-                                             << f.man_bits);
+  const uint16_t top =
+      static_cast<uint16_t>(((1 << f.exp_bits) - 1) << f.man_bits);
   return f.finite ? static_cast<uint16_t>(top | ((1 << f.man_bits) - 1)) : top;
 }
 
@@ -95,8 +102,8 @@ uint16_t DoubleToSmallFloat(double value, SmallFloat f) {
   const uint16_t sign = static_cast<uint16_t>((bits >> 63) << sign_shift);
   const int exp = static_cast<int>((bits >> 52) & 0x7ff);
   const uint64_t mant = bits & ((uint64_t{1} << 52) - 1);
-  const uint16_t top = static_cast<uint16_t>(((1 << f.exp_bits) - 1)
-                                             << f.man_bits);
+  const uint16_t top =
+      static_cast<uint16_t>(((1 << f.exp_bits) - 1) << f.man_bits);
   if (exp == 0x7ff) {
     if (mant == 0) return sign | OverflowBits(f);
     if (f.finite) return sign | OverflowBits(f);  // its one NaN
@@ -106,8 +113,7 @@ uint16_t DoubleToSmallFloat(double value, SmallFloat f) {
     if (mant == 0) return sign;
     return sign | RoundToSmallFloat(mant, -1074, f);
   }
-  return sign |
-         RoundToSmallFloat(mant | (uint64_t{1} << 52), exp - 1075, f);
+  return sign | RoundToSmallFloat(mant | (uint64_t{1} << 52), exp - 1075, f);
 }
 
 uint16_t Int64ToSmallFloat(int64_t value, SmallFloat f) {

@@ -161,13 +161,13 @@ TEST(DTypeTest, Float8ConversionsMatchPyTorch) {
   EXPECT_EQ(DoubleToFloat8E4M3FN(1.0), 0x38);
   EXPECT_EQ(DoubleToFloat8E4M3FN(0.5), 0x30);
   EXPECT_EQ(DoubleToFloat8E4M3FN(-2.0), 0xc0);
-  EXPECT_EQ(DoubleToFloat8E4M3FN(448.0), 0x7e);   // the largest
-  EXPECT_EQ(DoubleToFloat8E4M3FN(464.0), 0x7e);   // a tie: to even
-  EXPECT_EQ(DoubleToFloat8E4M3FN(470.0), 0x7f);   // rounds past: NaN
+  EXPECT_EQ(DoubleToFloat8E4M3FN(448.0), 0x7e);  // the largest
+  EXPECT_EQ(DoubleToFloat8E4M3FN(464.0), 0x7e);  // a tie: to even
+  EXPECT_EQ(DoubleToFloat8E4M3FN(470.0), 0x7f);  // rounds past: NaN
   EXPECT_EQ(DoubleToFloat8E4M3FN(1e9), 0x7f);
   EXPECT_EQ(DoubleToFloat8E4M3FN(-INFINITY), 0xff);
   EXPECT_EQ(DoubleToFloat8E4M3FN(NAN), 0x7f);
-  EXPECT_EQ(DoubleToFloat8E4M3FN(std::ldexp(1.0, -9)), 0x01);  // subnormal
+  EXPECT_EQ(DoubleToFloat8E4M3FN(std::ldexp(1.0, -9)), 0x01);   // subnormal
   EXPECT_EQ(DoubleToFloat8E4M3FN(std::ldexp(1.0, -11)), 0x00);  // below half
   EXPECT_EQ(Int64ToFloat8E4M3FN(17), 0x58);  // 17 is a tie: to 16
   EXPECT_EQ(Int64ToFloat8E4M3FN(-3), 0xc4);

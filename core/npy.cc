@@ -90,9 +90,9 @@ class DictParser {
 // Maps a descr like "<f4" to a dtype.
 absl::Status ParseDescr(absl::string_view descr, NpyArray* out) {
   auto unsupported = [&] {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unsupported .npy dtype '", descr,
-        "' (expected f2 f4 f8 i1 u1 i2 u2 i4 u4 i8 u8 b1)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unsupported .npy dtype '", descr,
+                     "' (expected f2 f4 f8 i1 u1 i2 u2 i4 u4 i8 u8 b1)"));
   };
   if (descr.size() != 3) return unsupported();
   const char order = descr[0];
@@ -104,12 +104,10 @@ absl::Status ParseDescr(absl::string_view descr, NpyArray* out) {
     DType dtype;
   };
   static constexpr Code kCodes[] = {
-      {"f4", DType::kFloat32}, {"f8", DType::kFloat64},
-      {"f2", DType::kFloat16}, {"i1", DType::kInt8},
-      {"u1", DType::kUInt8},   {"i2", DType::kInt16},
-      {"i4", DType::kInt32},   {"i8", DType::kInt64},
-      {"b1", DType::kBool},    {"u2", DType::kUInt16},
-      {"u4", DType::kUInt32},  {"u8", DType::kUInt64},
+      {"f4", DType::kFloat32}, {"f8", DType::kFloat64}, {"f2", DType::kFloat16},
+      {"i1", DType::kInt8},    {"u1", DType::kUInt8},   {"i2", DType::kInt16},
+      {"i4", DType::kInt32},   {"i8", DType::kInt64},   {"b1", DType::kBool},
+      {"u2", DType::kUInt16},  {"u4", DType::kUInt32},  {"u8", DType::kUInt64},
   };
   for (const Code& code : kCodes) {
     if (descr.substr(1) == code.code) {

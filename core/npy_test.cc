@@ -324,8 +324,7 @@ TEST(NpyTest, AnyKeyOrderAndSpacingIsAccepted) {
 }
 
 TEST(NpyTest, UnsupportedDescrsAreNamed) {
-  for (const char* descr :
-       {"<c8", "|O", "<u3", "<f16", "|S5", "<M8", "<i3"}) {
+  for (const char* descr : {"<c8", "|O", "<u3", "<f16", "|S5", "<M8", "<i3"}) {
     EXPECT_THAT(ParseNpyHeader(WithDict(absl::StrCat(
                     "{'descr': '", descr,
                     "', 'fortran_order': False, 'shape': (2,), }"))),

@@ -13,15 +13,13 @@ std::string Replica::PlacementString() const {
 
 absl::Status CheckFileOrigin(const FileOrigin& origin) {
   if (origin.entry < 0 || origin.entry > kMaxOriginEntry) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("origin.entry ", origin.entry, " is not from 0 to ",
-                     kMaxOriginEntry));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "origin.entry ", origin.entry, " is not from 0 to ", kMaxOriginEntry));
   }
   if (static_cast<int64_t>(origin.metadata.size()) > kMaxOriginPairs) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("origin.metadata: ", origin.metadata.size(),
-                     " pairs are more than a tensor keeps (", kMaxOriginPairs,
-                     ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "origin.metadata: ", origin.metadata.size(),
+        " pairs are more than a tensor keeps (", kMaxOriginPairs, ")"));
   }
   int64_t bytes = 0;
   for (const auto& [key, value] : origin.metadata) {

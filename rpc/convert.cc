@@ -419,10 +419,9 @@ void FileOriginToProto(const FileOrigin& origin, v1::FileOrigin* out) {
 absl::StatusOr<FileOrigin> FileOriginFromProto(const v1::FileOrigin& origin) {
   // Bounds first: nothing is built for a hostile count.
   if (origin.metadata_size() > kMaxOriginPairs) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("origin.metadata: ", origin.metadata_size(),
-                     " pairs are more than a tensor keeps (", kMaxOriginPairs,
-                     ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "origin.metadata: ", origin.metadata_size(),
+        " pairs are more than a tensor keeps (", kMaxOriginPairs, ")"));
   }
   FileOrigin out;
   out.entry = origin.entry();

@@ -332,9 +332,9 @@ TEST(ConvertTest, FileOriginTravelsAndIsBounded) {
 
   v1::FileOrigin bad;
   bad.set_entry(-1);
-  EXPECT_THAT(FileOriginFromProto(bad).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("origin.entry")));
+  EXPECT_THAT(
+      FileOriginFromProto(bad).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("origin.entry")));
   bad.set_entry(kMaxOriginEntry + 1);
   EXPECT_FALSE(FileOriginFromProto(bad).ok());
   bad.set_entry(1);

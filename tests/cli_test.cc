@@ -1590,7 +1590,8 @@ TEST_F(CliTest, ReshardProgressOnATerminalCountsBytesAsTheyLand) {
   Ok({"get", "rprogress_t", "--region=8191:8192,1020:1024",
       "--output=" + file});
   const HostArray a = ReadOrDie(file);
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(a.As<float>()[i], 8191 * 1024 + 1020 + i);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(a.As<float>()[i], 8191 * 1024 + 1020 + i);
   Ok({"rm", "rprogress_t"});
 }
 
