@@ -62,6 +62,13 @@ absl::Status ForEachEntry(size_t n,
   return first;
 }
 
+// An entry as tessera keeps it: a 0-d entry as shape [1].
+SafetensorsEntry AsKept(const SafetensorsEntry& entry) {
+  SafetensorsEntry kept = entry;
+  if (kept.shape.empty()) kept.shape = {1};
+  return kept;
+}
+
 }  // namespace
 
 absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
@@ -110,15 +117,13 @@ absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
       return Annotate(s,
                       absl::StrCat(context, " as tensor ", JsonString(name)));
     }
-    if (e.shape.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          context,
-          " is a 0-d scalar; tessera tensors have at least one dim (save it "
-          "with shape [1])"));
-    }
-    absl::StatusOr<LayoutSpec> spec = spec_for(e);
+    // A 0-d entry is kept as shape [1] (tessera tensors have at least one
+    // dim) and laid out as one.
+    const SafetensorsEntry as_kept = AsKept(e);
+    absl::StatusOr<LayoutSpec> spec = spec_for(as_kept);
     if (!spec.ok()) return Annotate(spec.status(), context);
-    if (absl::Status s = LayoutBoxes(e.shape, *spec).status(); !s.ok()) {
+    if (absl::Status s = LayoutBoxes(as_kept.shape, *spec).status();
+        !s.ok()) {
       return Annotate(s, context);
     }
     specs.push_back(*std::move(spec));
@@ -138,8 +143,10 @@ absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
     const SafetensorsEntry& e = entries[i];
     FileOrigin mine = origin;
     mine.entry = static_cast<int64_t>(i) + 1;
-    absl::StatusOr<TensorMetadata> meta = client.Put(
-        prefix + e.name, e.shape, e.dtype, reader.data(e), specs[i], mine);
+    mine.scalar = e.shape.empty();
+    absl::StatusOr<TensorMetadata> meta =
+        client.Put(prefix + e.name, AsKept(e).shape, e.dtype, reader.data(e),
+                   specs[i], mine);
     if (!meta.ok()) return Annotate(meta.status(), EntryContext(path, e));
     made[i] = *std::move(meta);
     return absl::OkStatus();
@@ -254,6 +261,10 @@ absl::StatusOr<SafetensorsExportResult> ExportSafetensors(
       if (key_at.emplace(key, merged.size()).second) {
         merged.emplace_back(key, value);
       }
+    }
+    // A 0-d entry goes back as 0-d.
+    if (origins[i].scalar && tensors[i].shape == Shape{1}) {
+      tensors[i].shape.clear();
     }
     ordered.push_back(std::move(tensors[i]));
   }

@@ -48,9 +48,10 @@ struct SafetensorsImportResult {
 };
 
 // Creates one tensor per entry of the file at `path`, named prefix + entry
-// name. Everything is checked before anything is created: the file, each
-// name (CheckTensorName), that no entry is a 0-d scalar (tessera tensors
-// have at least one dim), each entry's layout (LayoutBoxes: dims, "invalid
+// name; a 0-d entry becomes a tensor of shape [1] (tessera tensors have at
+// least one dim) that an export writes back as 0-d, and every tensor keeps
+// the file's metadata and its entry's place (FileOrigin). Everything is checked before anything is created: the file, each
+// name (CheckTensorName), each entry's layout (LayoutBoxes: dims, "invalid
 // sharding dim", bounds, overlap, cover) and that no name is taken
 // ("already exists"). Then the entries are put straight from the mapped
 // file, several at once; if any put fails, no further one starts and every

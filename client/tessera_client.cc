@@ -334,7 +334,7 @@ absl::StatusOr<TensorMetadata> Client::CreateInternal(
   *request.mutable_init() = InitToProto(init);
   request.set_pending(pending);
   request.set_packed_reply(true);
-  if (origin.entry != 0 || !origin.metadata.empty()) {
+  if (origin.entry != 0 || origin.scalar || !origin.metadata.empty()) {
     FileOriginToProto(origin, request.mutable_origin());
   }
   v1::CreateTensorResponse response;

@@ -79,9 +79,13 @@ inline const Replica& ShownReplica(const ShardInfo& shard) {
 struct FileOrigin {
   std::vector<std::pair<std::string, std::string>> metadata;
   int64_t entry = 0;  // 1-based place in the file's data order; 0: none
+  // The entry was 0-d: tessera tensors have at least one dim, so it is kept
+  // as shape [1] and an export writes it back as 0-d.
+  bool scalar = false;
 
   bool operator==(const FileOrigin& other) const {
-    return metadata == other.metadata && entry == other.entry;
+    return metadata == other.metadata && entry == other.entry &&
+           scalar == other.scalar;
   }
 };
 

@@ -409,6 +409,7 @@ absl::Status UnpackShards(const v1::PackedShardList& packed, size_t rank,
 
 void FileOriginToProto(const FileOrigin& origin, v1::FileOrigin* out) {
   out->set_entry(origin.entry);
+  out->set_scalar(origin.scalar);
   for (const auto& [key, value] : origin.metadata) {
     v1::FileOrigin::Pair* pair = out->add_metadata();
     pair->set_key(key);
@@ -425,6 +426,7 @@ absl::StatusOr<FileOrigin> FileOriginFromProto(const v1::FileOrigin& origin) {
   }
   FileOrigin out;
   out.entry = origin.entry();
+  out.scalar = origin.scalar();
   out.metadata.reserve(origin.metadata_size());
   for (const v1::FileOrigin::Pair& pair : origin.metadata())
     out.metadata.emplace_back(pair.key(), pair.value());
@@ -442,7 +444,8 @@ void TensorMetadataToProto(const TensorMetadata& meta,
   out->mutable_properties()->set_pin_memory(meta.pin_memory);
   out->set_version(meta.version);
   out->set_incarnation(meta.incarnation);
-  if (meta.origin.entry != 0 || !meta.origin.metadata.empty()) {
+  if (meta.origin.entry != 0 || meta.origin.scalar ||
+      !meta.origin.metadata.empty()) {
     FileOriginToProto(meta.origin, out->mutable_origin());
   }
   bool same_rank = true;

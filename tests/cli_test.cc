@@ -27,6 +27,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/npy_file.h"
+#include "core/npy.h"
 #include "core/dtype.h"
 #include "core/init_fill.h"
 #include "core/parse.h"
@@ -822,7 +823,8 @@ TEST_F(CliTest, InitValuesWithoutNumPy) {
   Ok({"create", "init_bf16", "--shape=300", "--dtype=bfloat16", "--chunk_dim=0",
       "--placements=w2,w3", "--init=arange"});
   Ok({"get", "init_bf16", "--output=" + out});
-  EXPECT_FALSE(ReadNpyFile(out, std::nullopt).ok());  // a <u2 file
+  // A <u2 file: uint16 words unless asked for as bfloat16.
+  EXPECT_EQ(ReadOrDie(out).dtype, DType::kUInt16);
   a = ReadOrDie(out, DType::kBFloat16);
   for (int i = 0; i < 300; ++i)
     EXPECT_EQ(a.As<uint16_t>()[i], Int64ToBFloat16(i)) << i;
@@ -906,14 +908,16 @@ TEST_F(CliTest, PutGetRoundTripsEveryDType) {
     std::vector<std::string> args = {"put", name, "--input=" + in,
                                      "--chunk_dim=1",
                                      "--placements=w3,w2,w1,w0"};
-    if (dtype == DType::kBFloat16) args.push_back("--dtype=bfloat16");
+    // Raw words (bfloat16 '<u2', float8 '|u1') name their dtype.
+    const bool words = NpyFileDType(dtype) != dtype;
+    if (words) args.push_back(absl::StrCat("--dtype=", DTypeName(dtype)));
     Ok(args);
     Json d = Describe(name);
     EXPECT_EQ(d["dtype"].Str(), DTypeName(dtype));
     EXPECT_EQ(d["shape"].IntList(), (std::vector<int64_t>{9, 7, 3}));
     Ok({"get", name, "--output=" + out});
     std::optional<DType> as;
-    if (dtype == DType::kBFloat16) as = dtype;
+    if (words) as = dtype;
     EXPECT_TRUE(SameBytes(ReadOrDie(out, as), array));
     // Each shard as describe lists it.
     for (size_t k = 0; k < 4; ++k) {
@@ -935,13 +939,14 @@ TEST_F(CliTest, PutTakesTheFilesDType) {
   ExpectError(Tessera({"put", "dtype_t", "--input=" + in, "--dtype=float64",
                        "--chunk_dim=0", "--placements=w0"}),
               1, {"float32", "float64", in});
-  // A <u2 file needs --dtype=bfloat16.
+  // A <u2 file read as another dtype than uint16 or bfloat16 is refused,
+  // saying what it may be read as.
   HostArray bf = Iota(DType::kBFloat16, {4}, 4);
   const std::string bf_in = TempPath("dtype_bf.npy");
   ASSERT_THAT(WriteNpyFile(bf_in, bf), IsOk());
   ExpectError(Tessera({"put", "dtype_t", "--input=" + bf_in, "--chunk_dim=0",
-                       "--placements=w0"}),
-              1, {"bfloat16"});
+                       "--placements=w0", "--dtype=int16"}),
+              1, {"uint16", "int16", "bfloat16"});
   ExpectError(Tessera({"put", "dtype_t", "--input=" + TempPath("missing.npy"),
                        "--chunk_dim=0", "--placements=w0"}),
               1, {"missing.npy"});
@@ -949,6 +954,15 @@ TEST_F(CliTest, PutTakesTheFilesDType) {
   Ok({"put", "dtype_t", "--input=" + in, "--dtype=float32", "--chunk_dim=0",
       "--placements=w0"});
   EXPECT_EQ(Describe("dtype_t")["dtype"].Str(), "float32");
+  Ok({"rm", "dtype_t"});
+  // Without --dtype a <u2 file is uint16; with it, bfloat16 bits.
+  Ok({"put", "dtype_t", "--input=" + bf_in, "--chunk_dim=0",
+      "--placements=w0"});
+  EXPECT_EQ(Describe("dtype_t")["dtype"].Str(), "uint16");
+  Ok({"rm", "dtype_t"});
+  Ok({"put", "dtype_t", "--input=" + bf_in, "--dtype=bfloat16",
+      "--chunk_dim=0", "--placements=w0"});
+  EXPECT_EQ(Describe("dtype_t")["dtype"].Str(), "bfloat16");
   Ok({"rm", "dtype_t"});
 }
 
