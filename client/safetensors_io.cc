@@ -122,8 +122,7 @@ absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
     const SafetensorsEntry as_kept = AsKept(e);
     absl::StatusOr<LayoutSpec> spec = spec_for(as_kept);
     if (!spec.ok()) return Annotate(spec.status(), context);
-    if (absl::Status s = LayoutBoxes(as_kept.shape, *spec).status();
-        !s.ok()) {
+    if (absl::Status s = LayoutBoxes(as_kept.shape, *spec).status(); !s.ok()) {
       return Annotate(s, context);
     }
     specs.push_back(*std::move(spec));

@@ -27,9 +27,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/npy_file.h"
-#include "core/npy.h"
 #include "core/dtype.h"
 #include "core/init_fill.h"
+#include "core/npy.h"
 #include "core/parse.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -960,8 +960,8 @@ TEST_F(CliTest, PutTakesTheFilesDType) {
       "--placements=w0"});
   EXPECT_EQ(Describe("dtype_t")["dtype"].Str(), "uint16");
   Ok({"rm", "dtype_t"});
-  Ok({"put", "dtype_t", "--input=" + bf_in, "--dtype=bfloat16",
-      "--chunk_dim=0", "--placements=w0"});
+  Ok({"put", "dtype_t", "--input=" + bf_in, "--dtype=bfloat16", "--chunk_dim=0",
+      "--placements=w0"});
   EXPECT_EQ(Describe("dtype_t")["dtype"].Str(), "bfloat16");
   Ok({"rm", "dtype_t"});
 }
@@ -1509,49 +1509,69 @@ TEST_F(CliTest, CompletionScriptCompletesCommandsFlagsAndTensorNames) {
   Ok({"rm", "compl_t/one"});
 }
 
-// Progress on a terminal (a pseudo-terminal from script(1)) counts bytes as
-// they land: a get whose second shard's worker is stopped for 2.5 s shows
-// its first half landed (strictly between 0 and 100 %), updated several
-// times, then the result line.
-TEST_F(CliTest, ProgressOnATerminalCountsBytesAsTheyLand) {
-  Ok({"create", "progress_t", "--shape=8192,1024", "--dtype=float32",
-      "--chunk_dim=0", "--placements=w2,w3", "--init=ones"});
-  const std::string file = TempPath("progress_t.npy");
-  const std::string log = TempPath("progress.log");
-  const std::string command = absl::StrCat(
-      TestCluster::BinaryPath("client/tessera"), " --coordinator=", Addr(),
-      " --transport=grpc get progress_t --output=", file);
-  kill(cluster_->worker_pid(3), SIGSTOP);
+// What a command printed on a terminal (a pseudo-terminal from script(1))
+// while worker 3 was stopped for its first 2.5 s, and how it exited.
+struct TerminalRun {
   int code = -1;
-  std::thread get([&] {
-    code = std::system(
+  std::string text;
+};
+TerminalRun RunOnTerminalWithWorkerStopped(const std::string& command,
+                                           pid_t worker,
+                                           const std::string& log) {
+  TerminalRun run;
+  kill(worker, SIGSTOP);
+  std::thread runner([&] {
+    run.code = std::system(
         absl::StrCat("script -qefc '", command, "' ", log, " >/dev/null 2>&1")
             .c_str());
   });
   absl::SleepFor(absl::Milliseconds(2500));
-  kill(cluster_->worker_pid(3), SIGCONT);
-  get.join();
-  ASSERT_EQ(code, 0);
+  kill(worker, SIGCONT);
+  runner.join();
   std::ifstream in(log);
-  const std::string text((std::istreambuf_iterator<char>(in)),
-                         std::istreambuf_iterator<char>());
-  int updates = 0;
+  run.text.assign(std::istreambuf_iterator<char>(in),
+                  std::istreambuf_iterator<char>());
+  return run;
+}
+
+// The progress lines starting with `label` that `text` redrew ('\r'), and
+// whether one showed a share strictly between 0 and 100 %.
+struct ProgressLines {
+  std::vector<std::string> lines;
   bool partial = false;
+};
+ProgressLines ProgressOf(const std::string& text, const std::string& label) {
+  ProgressLines out;
   for (absl::string_view line : absl::StrSplit(text, '\r')) {
-    const size_t at = line.find("get progress_t: ");
-    if (at == absl::string_view::npos) continue;
-    ++updates;
+    if (line.find(label) == absl::string_view::npos) continue;
+    out.lines.emplace_back(line);
     const size_t open = line.find('(');
     const size_t pct = line.find("%)");
     int64_t percent = -1;
     if (open != absl::string_view::npos && pct != absl::string_view::npos &&
         absl::SimpleAtoi(line.substr(open + 1, pct - open - 1), &percent)) {
-      partial |= percent > 0 && percent < 100;
+      out.partial |= percent > 0 && percent < 100;
     }
   }
-  EXPECT_GE(updates, 3) << text;
-  EXPECT_TRUE(partial) << text;
-  EXPECT_THAT(text, HasSubstr("got progress_t into")) << text;
+  return out;
+}
+
+// Progress on a terminal counts bytes as they land: a get whose second
+// shard's worker is stopped for 2.5 s shows its first half landed (strictly
+// between 0 and 100 %), updated several times, then the result line.
+TEST_F(CliTest, ProgressOnATerminalCountsBytesAsTheyLand) {
+  Ok({"create", "progress_t", "--shape=8192,1024", "--dtype=float32",
+      "--chunk_dim=0", "--placements=w2,w3", "--init=ones"});
+  const std::string file = TempPath("progress_t.npy");
+  const TerminalRun run = RunOnTerminalWithWorkerStopped(
+      absl::StrCat(TestCluster::BinaryPath("client/tessera"), " --coordinator=",
+                   Addr(), " --transport=grpc get progress_t --output=", file),
+      cluster_->worker_pid(3), TempPath("progress.log"));
+  ASSERT_EQ(run.code, 0);
+  const ProgressLines progress = ProgressOf(run.text, "get progress_t: ");
+  EXPECT_GE(progress.lines.size(), 3u) << run.text;
+  EXPECT_TRUE(progress.partial) << run.text;
+  EXPECT_THAT(run.text, HasSubstr("got progress_t into")) << run.text;
   Ok({"rm", "progress_t"});
 }
 
@@ -1562,50 +1582,28 @@ TEST_F(CliTest, ProgressOnATerminalCountsBytesAsTheyLand) {
 TEST_F(CliTest, ReshardProgressOnATerminalCountsBytesAsTheyLand) {
   Ok({"create", "rprogress_t", "--shape=8192,1024", "--dtype=float32",
       "--chunk_dim=0", "--placements=w2,w3", "--init=arange"});
-  const std::string log = TempPath("rprogress.log");
-  const std::string command = absl::StrCat(
-      TestCluster::BinaryPath("client/tessera"), " --coordinator=", Addr(),
-      " reshard rprogress_t --chunk_dim=1 --placements=w0,w1");
-  kill(cluster_->worker_pid(3), SIGSTOP);
-  int code = -1;
-  std::thread reshard([&] {
-    code = std::system(
-        absl::StrCat("script -qefc '", command, "' ", log, " >/dev/null 2>&1")
-            .c_str());
-  });
-  absl::SleepFor(absl::Milliseconds(2500));
-  kill(cluster_->worker_pid(3), SIGCONT);
-  reshard.join();
-  ASSERT_EQ(code, 0);
-  std::ifstream in(log);
-  const std::string text((std::istreambuf_iterator<char>(in)),
-                         std::istreambuf_iterator<char>());
-  int updates = 0;
-  bool partial = false;
-  for (absl::string_view line : absl::StrSplit(text, '\r')) {
-    if (line.find("reshard rprogress_t: ") == absl::string_view::npos) {
-      continue;
-    }
-    ++updates;
-    EXPECT_THAT(line, HasSubstr("of 32.0 MiB")) << text;
-    const size_t open = line.find('(');
-    const size_t pct = line.find("%)");
-    int64_t percent = -1;
-    if (open != absl::string_view::npos && pct != absl::string_view::npos &&
-        absl::SimpleAtoi(line.substr(open + 1, pct - open - 1), &percent)) {
-      partial |= percent > 0 && percent < 100;
-    }
+  const TerminalRun run = RunOnTerminalWithWorkerStopped(
+      absl::StrCat(TestCluster::BinaryPath("client/tessera"),
+                   " --coordinator=", Addr(),
+                   " reshard rprogress_t --chunk_dim=1 --placements=w0,w1"),
+      cluster_->worker_pid(3), TempPath("rprogress.log"));
+  ASSERT_EQ(run.code, 0);
+  const ProgressLines progress = ProgressOf(run.text, "reshard rprogress_t: ");
+  EXPECT_GE(progress.lines.size(), 3u) << run.text;
+  EXPECT_TRUE(progress.partial) << run.text;
+  for (const std::string& line : progress.lines) {
+    EXPECT_THAT(line, HasSubstr("of 32.0 MiB"));
   }
-  EXPECT_GE(updates, 3) << text;
-  EXPECT_TRUE(partial) << text;
-  EXPECT_THAT(text, HasSubstr("resharded rprogress_t to version 2")) << text;
+  EXPECT_THAT(run.text, HasSubstr("resharded rprogress_t to version 2"))
+      << run.text;
   // The bytes are where they were: element i is i.
   const std::string file = TempPath("rprogress_t.npy");
   Ok({"get", "rprogress_t", "--region=8191:8192,1020:1024",
       "--output=" + file});
   const HostArray a = ReadOrDie(file);
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(a.As<float>()[i], 8191 * 1024 + 1020 + i);
+  }
   Ok({"rm", "rprogress_t"});
 }
 
