@@ -1,0 +1,56 @@
+// Reading a shard's bytes straight from a file that stores a row-major
+// array of the tensor (a safetensors entry, a piece a checkpoint saved):
+// which byte runs of the file land where in the shard, and how a reader
+// groups them into few reads without reading much it does not need. The
+// planner (the coordinator) and the reader (a worker) share these rules.
+// Pure functions; thread-safe.
+#ifndef TESSERA_CORE_FILE_RUNS_H_
+#define TESSERA_CORE_FILE_RUNS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "core/box.h"
+
+namespace tessera {
+
+// `length` bytes at `file_offset` in the file land at byte `shard_offset`
+// of the destination shard (row-major).
+struct FileRun {
+  int64_t file_offset = 0;
+  int64_t length = 0;
+  int64_t shard_offset = 0;
+
+  bool operator==(const FileRun& o) const {
+    return file_offset == o.file_offset && length == o.length &&
+           shard_offset == o.shard_offset;
+  }
+};
+
+// The runs the shard of box `shard` needs from an array of box `stored`
+// (both in tensor coordinates, of one rank; rank 0 is one element) whose
+// bytes start at `file_offset`: in file order, each contiguous in the file
+// and in the shard, as long as both allow. None when the boxes do not meet.
+std::vector<FileRun> PlanFileRuns(const Box& stored, int64_t file_offset,
+                                  const Box& shard, int64_t item_bytes);
+
+// One read: [file_offset, file_offset + length) of the file, which holds
+// runs [first_run, first_run + num_runs) of the list it was made from.
+struct ReadSpan {
+  int64_t file_offset = 0;
+  int64_t length = 0;
+  size_t first_run = 0;
+  size_t num_runs = 0;
+};
+
+// `runs` (in file order) as reads: neighbours join while the gap between
+// them is at most `max_gap` bytes and the read stays within `max_span`
+// bytes (a run longer than max_span is a read of its own). What the reads
+// cover beyond the runs is the over-read a caller bounds with max_gap.
+std::vector<ReadSpan> CoalesceRuns(absl::Span<const FileRun> runs,
+                                   int64_t max_gap, int64_t max_span);
+
+}  // namespace tessera
+
+#endif  // TESSERA_CORE_FILE_RUNS_H_
