@@ -1,10 +1,11 @@
 // Fuzzes the Coordinator service's request validation: the input is a
 // sequence of records (fuzz_util.h), each a serialized tessera.v1 request
 // handed to the real CoordinatorService handler:
-//   op % 11: 0 RegisterWorker  1 Heartbeat  2 CreateTensor  3 CommitTensor
+//   op % 12: 0 RegisterWorker  1 Heartbeat  2 CreateTensor  3 CommitTensor
 //            (a put's commit, an update's commit or abandon)  4 GetTensor
 //            5 ListTensors + ListWorkers  6 DeleteTensor  7 ReshardTensor
 //            8 ListWorkers  9 UpdateTensor  10 ReleaseRead
+//            11 GetMoveProgress
 // Each input gets a fresh Coordinator whose WorkerControl is in-process:
 // three workers ("fake:7000".."fake:7002", registered as w0..w2) each a real
 // WorkerNode on a HostShardStore of kCapacity bytes behind a real
@@ -222,7 +223,7 @@ void Run(const uint8_t* data, size_t size) {
   absl::string_view bytes;
   while (records.Next(&op, &bytes)) {
     grpc::ServerContext ctx;
-    switch (op % 11) {
+    switch (op % 12) {
       case 0: {
         v1::RegisterWorkerRequest request;
         v1::RegisterWorkerResponse response;
@@ -302,6 +303,16 @@ void Run(const uint8_t* data, size_t size) {
         v1::ReleaseReadResponse response;
         if (Parse(bytes, &request))
           (void)service.ReleaseRead(&ctx, &request, &response);
+        break;
+      }
+      case 11: {
+        v1::GetMoveProgressRequest request;
+        v1::GetMoveProgressResponse response;
+        if (Parse(bytes, &request)) {
+          (void)service.GetMoveProgress(&ctx, &request, &response);
+          // No move outlives its call here: none runs between requests.
+          FUZZ_CHECK(!response.running(), request.name());
+        }
         break;
       }
       default: {

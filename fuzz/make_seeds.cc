@@ -459,8 +459,19 @@ void CoordinatorSeeds() {
   hb.set_name("w1");
   hb.set_bytes_used(10);
 
+  // An import's create: float8 bytes, the file's metadata and place.
+  auto imported = Create("m/w.fp8", {4, 4}, v1::FLOAT8_E4M3FN, 0, {0, 1}, true);
+  imported.mutable_origin()->set_entry(3);
+  auto* pair = imported.mutable_origin()->add_metadata();
+  pair->set_key("format");
+  pair->set_value("pt");
+  v1::GetMoveProgressRequest progress;
+  progress.set_name("emb");
+
   std::string s;
   fuzz::AppendRecord(&s, 2, Bytes(create));
+  fuzz::AppendRecord(&s, 2, Bytes(imported));
+  fuzz::AppendRecord(&s, 11, Bytes(progress));
   fuzz::AppendRecord(&s, 4, Bytes(get));
   fuzz::AppendRecord(&s, 7, Bytes(reshard));
   fuzz::AppendRecord(&s, 7, Bytes(reshard_enum));
