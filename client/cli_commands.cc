@@ -166,6 +166,20 @@ const std::vector<CommandDef>& Commands() {
         {"json", true}},
        &RunImport,
        "FILE.safetensors"},
+      {"load",
+       "load DIR SPEC [--prefix=P] [--replicas=R] [--json]",
+       "one tensor per entry of a checkpoint or Hugging Face model directory "
+       "under the workers' --checkpoint_root, each worker reading only its "
+       "shards' bytes (all or nothing)",
+       1,
+       {{"prefix", false},
+        {"chunk_dim", false},
+        {"placements", false},
+        {"shards", false},
+        {"replicas", false},
+        {"json", true}},
+       &RunLoad,
+       "DIR"},
       {"worker",
        "worker drain|cordon|uncordon|rm NAME [--timeout=SECONDS]",
        "manage a worker (admin role): drain moves its shards away and waits "
@@ -194,6 +208,13 @@ const std::vector<CommandDef>& Commands() {
        /*more_positional=*/true},
   };
   return *commands;
+}
+
+// Every command's name, in the table's order.
+std::string CommandNames() {
+  std::vector<std::string> names;
+  for (const CommandDef& c : Commands()) names.push_back(c.name);
+  return absl::StrJoin(names, " ");
 }
 
 const CommandDef* FindCommand(absl::string_view name) {
@@ -1192,6 +1213,52 @@ absl::Status RunImport(const Invocation& inv, std::ostream& out) {
   return absl::OkStatus();
 }
 
+absl::Status RunLoad(const Invocation& inv, std::ostream& out) {
+  const std::string& dir = inv.positional.at(0);
+  if (dir.empty()) return UsageError("load needs a directory");
+  const std::string prefix = inv.Get("prefix").value_or("");
+  TESSERA_ASSIGN_OR_RETURN(const SpecArgs spec_args, ParseSpec(inv));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
+  TESSERA_ASSIGN_OR_RETURN(const CheckpointListing listing,
+                           client->DescribeCheckpoint(dir));
+  // Each entry's layout, as import resolves it (a 0-d entry as shape [1]).
+  std::vector<Client::LoadEntry> entries;
+  for (const CheckpointEntry& e : listing.entries) {
+    const std::string name = prefix + e.name;
+    const std::string context =
+        absl::StrCat("checkpoint '", dir, "' entry '", e.name, "'");
+    if (absl::Status s = CheckTensorName(name); !s.ok()) {
+      return Annotate(s, absl::StrCat(context, " as tensor '", name, "'"));
+    }
+    const Shape kept = e.shape.empty() ? Shape{1} : e.shape;
+    absl::StatusOr<LayoutSpec> spec = ResolveSpec(spec_args, kept);
+    if (!spec.ok()) return Annotate(spec.status(), context);
+    if (absl::Status s = LayoutBoxes(kept, *spec).status(); !s.ok()) {
+      return Annotate(s, context);
+    }
+    entries.push_back({e.name, name, *std::move(spec)});
+  }
+  TESSERA_ASSIGN_OR_RETURN(const Client::LoadStats stats,
+                           client->LoadCheckpoint(dir, entries));
+  if (inv.GetBool("json")) {
+    out << LoadJson(dir, stats) << "\n";
+    return absl::OkStatus();
+  }
+  out << "loaded " << stats.tensors.size() << " tensor"
+      << (stats.tensors.size() == 1 ? "" : "s") << " from " << dir << ", "
+      << FormatBytes(stats.bytes) << " (read " << FormatBytes(stats.bytes_read)
+      << "), " << FormatRate(stats.bytes, stats.seconds) << "\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"NAME", "SHAPE", "DTYPE", "VERSION", "SHARDS"}};
+  for (const TensorInfo& t : stats.tensors) {
+    rows.push_back({t.name, ShapeToString(t.shape),
+                    std::string(DTypeName(t.dtype)), absl::StrCat(t.version),
+                    absl::StrCat(t.num_shards)});
+  }
+  PrintTable(rows, out);
+  return absl::OkStatus();
+}
+
 absl::Status RunExport(const Invocation& inv, std::ostream& out) {
   const std::string& file = inv.positional.at(0);
   if (file.empty()) return UsageError("export needs a file name (or -)");
@@ -1443,9 +1510,8 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
     }
   }
   if (i == args.size()) {
-    return UsageError(
-        "no command given (commands: workers create put get describe ls "
-        "reshard rm import worker export completion; see tessera --help)");
+    return UsageError(absl::StrCat("no command given (commands: ",
+                                   CommandNames(), "; see tessera --help)"));
   }
   inv.command = args[i++];
   if (inv.command == "help") {
@@ -1455,10 +1521,8 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
   }
   command = FindCommand(inv.command);
   if (command == nullptr) {
-    return UsageError(absl::StrCat(
-        "unknown command '", inv.command,
-        "' (commands: workers create put get describe ls reshard rm import "
-        "worker export completion)"));
+    return UsageError(absl::StrCat("unknown command '", inv.command,
+                                   "' (commands: ", CommandNames(), ")"));
   }
 
   bool only_positional = false;

@@ -223,6 +223,22 @@ std::string ImportJson(const std::string& file,
                 {"seconds", Seconds{result.seconds}}});
 }
 
+std::string LoadJson(const std::string& dir, const Client::LoadStats& stats) {
+  Json tensors = Json::array();
+  for (const TensorInfo& t : stats.tensors) {
+    tensors.push_back({{"name", t.name},
+                       {"shape", Ints(t.shape)},
+                       {"dtype", std::string(DTypeName(t.dtype))},
+                       {"version", t.version},
+                       {"num_shards", t.num_shards}});
+  }
+  return Dumps({{"dir", dir},
+                {"tensors", std::move(tensors)},
+                {"bytes", stats.bytes},
+                {"bytes_read", stats.bytes_read},
+                {"seconds", Seconds{stats.seconds}}});
+}
+
 std::string ExportJson(const std::string& file,
                        const SafetensorsExportResult& result) {
   Json entries = Json::array();

@@ -57,6 +57,9 @@ std::string GetJson(const std::string& name, const Shape& shape, DType dtype,
 
 // `import --json`: {"file", "tensors": [{"name", "shape", "dtype",
 // "version", "num_shards"}, ...], "bytes", "seconds"}.
+// `load --json`: {"dir", "tensors", "bytes", "bytes_read", "seconds"}.
+std::string LoadJson(const std::string& dir, const Client::LoadStats& stats);
+
 std::string ImportJson(const std::string& file,
                        const SafetensorsImportResult& result);
 

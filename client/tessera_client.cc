@@ -801,6 +801,69 @@ absl::StatusOr<ReshardStats> Client::Reshard(const std::string& name,
   return stats;
 }
 
+absl::StatusOr<CheckpointListing> Client::DescribeCheckpoint(
+    const std::string& dir) {
+  v1::DescribeCheckpointRequest request;
+  request.set_dir(dir);
+  v1::DescribeCheckpointResponse response;
+  TESSERA_RETURN_IF_ERROR(
+      Call(ControlCall(*connection_, /*idempotent=*/true),
+           [&](grpc::ClientContext* context) {
+             return connection_->coordinator()->DescribeCheckpoint(
+                 context, request, &response);
+           }));
+  CheckpointListing listing;
+  TESSERA_ASSIGN_OR_RETURN(FileOrigin origin,
+                           FileOriginFromProto(response.origin()));
+  listing.metadata = std::move(origin.metadata);
+  for (const v1::CheckpointEntry& e : response.entries()) {
+    CheckpointEntry& out = listing.entries.emplace_back();
+    out.name = e.name();
+    TESSERA_ASSIGN_OR_RETURN(out.dtype, DTypeFromProto(e.dtype()));
+    // A 0-d entry has no dims.
+    if (e.shape_size() > 0) {
+      TESSERA_ASSIGN_OR_RETURN(out.shape, ShapeFromProto(e.shape(), "shape"));
+    }
+    out.file = e.file();
+    out.data_offset = e.data_offset();
+    out.bytes = e.bytes();
+  }
+  return listing;
+}
+
+absl::StatusOr<Client::LoadStats> Client::LoadCheckpoint(
+    const std::string& dir, const std::vector<LoadEntry>& entries) {
+  v1::LoadCheckpointRequest request;
+  request.set_dir(dir);
+  for (const LoadEntry& e : entries) {
+    v1::LoadCheckpointRequest::Entry* out = request.add_entries();
+    out->set_entry(e.entry);
+    out->set_tensor(e.tensor);
+    LayoutSpecToProto(e.spec, out->mutable_spec());
+  }
+  v1::LoadCheckpointResponse response;
+  TESSERA_RETURN_IF_ERROR(
+      Call(LongControlCall(*connection_), [&](grpc::ClientContext* context) {
+        return connection_->coordinator()->LoadCheckpoint(context, request,
+                                                          &response);
+      }));
+  LoadStats stats;
+  for (const v1::TensorSummary& t : response.tensors()) {
+    TensorInfo info;
+    info.name = t.name();
+    info.shape.assign(t.shape().begin(), t.shape().end());
+    TESSERA_ASSIGN_OR_RETURN(info.dtype, DTypeFromProto(t.dtype()));
+    info.version = t.version();
+    info.num_shards = t.num_shards();
+    info.replicas = std::max<int64_t>(t.replicas(), 1);
+    stats.tensors.push_back(std::move(info));
+  }
+  stats.bytes = response.bytes();
+  stats.bytes_read = response.bytes_read();
+  stats.seconds = response.seconds();
+  return stats;
+}
+
 absl::StatusOr<MoveProgress> Client::ReshardProgress(const std::string& name) {
   v1::GetMoveProgressRequest request;
   request.set_name(name);

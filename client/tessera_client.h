@@ -27,6 +27,7 @@
 #include "core/box.h"
 #include "core/box_index.h"
 #include "core/dtype.h"
+#include "core/file_runs.h"
 #include "core/init_fill.h"
 #include "core/layout_spec.h"
 #include "core/tensor_metadata.h"
@@ -200,6 +201,26 @@ class Client {
   // Moves the tensor to a new layout (version + 1).
   absl::StatusOr<ReshardStats> Reshard(const std::string& name,
                                        const LayoutSpec& spec);
+  // What checkpoint directory `dir` (relative to the workers'
+  // --checkpoint_root) holds.
+  absl::StatusOr<CheckpointListing> DescribeCheckpoint(const std::string& dir);
+  // One tensor per entry of `dir`, each in its layout, the workers reading
+  // only their shards' bytes from the files; all or nothing. The result's
+  // tensors hold name, shape, dtype, version and shard count only.
+  struct LoadEntry {
+    std::string entry;   // its name in the directory
+    std::string tensor;  // the tensor to make
+    LayoutSpec spec;
+  };
+  struct LoadStats {
+    std::vector<TensorInfo> tensors;
+    int64_t bytes = 0;
+    int64_t bytes_read = 0;
+    double seconds = 0;
+  };
+  absl::StatusOr<LoadStats> LoadCheckpoint(
+      const std::string& dir, const std::vector<LoadEntry>& entries);
+
   // How far the move of `name`'s bytes running now (a reshard, a repair)
   // has got; what a caller waiting on Reshard in another thread can show.
   absl::StatusOr<MoveProgress> ReshardProgress(const std::string& name);

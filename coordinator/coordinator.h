@@ -210,6 +210,14 @@ class Coordinator {
     return orchestrator_.Progress(name);
   }
 
+  // Checkpoints (Orchestrator::ListCheckpoint and Load).
+  absl::StatusOr<CheckpointListing> DescribeCheckpoint(const std::string& dir) {
+    return orchestrator_.ListCheckpoint(dir);
+  }
+  absl::StatusOr<LoadResult> LoadCheckpoint(const LoadArgs& args) {
+    return orchestrator_.Load(args);
+  }
+
   // Starts version N+1 of a tensor with N's layout for the caller to write
   // (CLI.md "Updates"): shards the region meets (all, without one) are new
   // and writable, those it meets in part already hold N's bytes, the rest

@@ -450,6 +450,101 @@ grpc::Status CoordinatorService::GetMoveProgress(
   return grpc::Status::OK;
 }
 
+namespace {
+
+// Longest directory name a checkpoint call takes.
+constexpr size_t kMaxCheckpointDirBytes = 4096;
+
+absl::Status CheckDirName(const std::string& dir) {
+  if (dir.size() > kMaxCheckpointDirBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint_root: a directory name of ", dir.size(),
+                     " bytes is longer than ", kMaxCheckpointDirBytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::Status CoordinatorService::DescribeCheckpoint(
+    grpc::ServerContext* context, const v1::DescribeCheckpointRequest* request,
+    v1::DescribeCheckpointResponse* response) {
+  if (absl::StatusOr<Principal> p = Admit(context, "DescribeCheckpoint");
+      !p.ok()) {
+    return ToGrpcStatus(p.status());
+  }
+  if (absl::Status s = CheckDirName(request->dir()); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  absl::StatusOr<CheckpointListing> listing =
+      coordinator_->DescribeCheckpoint(request->dir());
+  if (!listing.ok()) return ToGrpcStatus(listing.status());
+  for (const CheckpointEntry& e : listing->entries) {
+    v1::CheckpointEntry* out = response->add_entries();
+    out->set_name(e.name);
+    out->set_dtype(DTypeToProto(e.dtype));
+    out->mutable_shape()->Assign(e.shape.begin(), e.shape.end());
+    out->set_file(e.file);
+    out->set_data_offset(e.data_offset);
+    out->set_bytes(e.bytes);
+  }
+  FileOrigin origin;
+  origin.metadata = std::move(listing->metadata);
+  FileOriginToProto(origin, response->mutable_origin());
+  if (absl::Status size = CheckReplySize(
+          *response, absl::StrCat("the listing of '", request->dir(), "'"), "");
+      !size.ok()) {
+    response->Clear();
+    return ToGrpcStatus(size);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::LoadCheckpoint(
+    grpc::ServerContext* context, const v1::LoadCheckpointRequest* request,
+    v1::LoadCheckpointResponse* response) {
+  absl::StatusOr<Principal> principal = Admit(context, "LoadCheckpoint");
+  if (!principal.ok()) return ToGrpcStatus(principal.status());
+  absl::StatusOr<LoadResult> result = [&]() -> absl::StatusOr<LoadResult> {
+    TESSERA_RETURN_IF_ERROR(CheckDirName(request->dir()));
+    if (request->entries_size() > kMaxCheckpointEntries) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("load: ", request->entries_size(),
+                       " entries are more than one load makes (",
+                       kMaxCheckpointEntries, ")"));
+    }
+    LoadArgs args;
+    args.dir = request->dir();
+    args.owner = principal->name;
+    args.stop = CallerStop(context);
+    for (const v1::LoadCheckpointRequest::Entry& e : request->entries()) {
+      // Sizes first: nothing of a huge spec is converted.
+      const SpecSize size = SizeOf(e.spec());
+      TESSERA_RETURN_IF_ERROR(CheckLayoutSize({}, size.shards, SizeLimits(),
+                                              size.dims, e.spec().replicas()));
+      LoadArgs::Entry& entry = args.entries.emplace_back();
+      entry.entry = e.entry();
+      entry.tensor = e.tensor();
+      TESSERA_ASSIGN_OR_RETURN(entry.spec, LayoutSpecFromProto(e.spec()));
+    }
+    return coordinator_->LoadCheckpoint(args);
+  }();
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  for (const TensorMetadataPtr& t : result->tensors) {
+    v1::TensorSummary* out = response->add_tensors();
+    out->set_name(t->name);
+    out->mutable_shape()->Assign(t->shape.begin(), t->shape.end());
+    out->set_dtype(DTypeToProto(t->dtype));
+    out->set_version(t->version);
+    out->set_num_shards(static_cast<int64_t>(t->shards.size()));
+    out->set_replicas(ReplicaCount(*t));
+  }
+  response->set_bytes(result->bytes);
+  response->set_bytes_read(result->bytes_read);
+  response->set_seconds(result->seconds);
+  return grpc::Status::OK;
+}
+
 grpc::Status CoordinatorService::UpdateTensor(
     grpc::ServerContext* context, const v1::UpdateTensorRequest* request,
     v1::UpdateTensorResponse* response) {

@@ -63,6 +63,12 @@ class CoordinatorService final : public v1::Coordinator::Service {
   grpc::Status GetMoveProgress(grpc::ServerContext*,
                                const v1::GetMoveProgressRequest* request,
                                v1::GetMoveProgressResponse* response) override;
+  grpc::Status DescribeCheckpoint(
+      grpc::ServerContext*, const v1::DescribeCheckpointRequest* request,
+      v1::DescribeCheckpointResponse* response) override;
+  grpc::Status LoadCheckpoint(grpc::ServerContext*,
+                              const v1::LoadCheckpointRequest* request,
+                              v1::LoadCheckpointResponse* response) override;
   grpc::Status ReleaseRead(grpc::ServerContext* context,
                            const v1::ReleaseReadRequest* request,
                            v1::ReleaseReadResponse* response) override;

@@ -1,6 +1,7 @@
 #include "coordinator/grpc_worker_control.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/checked_math.h"
 #include "core/status_macros.h"
 #include "proto/worker.grpc.pb.h"
 #include "rpc/call.h"
@@ -103,6 +104,74 @@ absl::Status GrpcWorkerControl::Transfer(const TransferBatch& batch) {
                 SignOrder(context, batch.dst_worker);
                 return stub->Transfer(context, request, &response);
               });
+}
+
+absl::StatusOr<CheckpointListing> GrpcWorkerControl::ListCheckpoint(
+    const WorkerRef& worker, const std::string& dir) {
+  v1::ListCheckpointRequest request;
+  request.set_dir(dir);
+  v1::ListCheckpointResponse response;
+  auto stub = v1::Worker::NewStub(channels_.Get(worker.address));
+  TESSERA_RETURN_IF_ERROR(
+      Call(WorkerCall(worker.address, options_.transfer_timeout),
+           [&](grpc::ClientContext* context) {
+             SignOrder(context, worker.name);
+             return stub->ListCheckpoint(context, request, &response);
+           }));
+  // A worker's reply is input too: bounded and checked.
+  if (response.entries_size() > kMaxCheckpointEntries) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: worker '", worker.name, "' listed ",
+                     response.entries_size(), " tensors, more than ",
+                     kMaxCheckpointEntries));
+  }
+  CheckpointListing listing;
+  TESSERA_ASSIGN_OR_RETURN(FileOrigin origin,
+                           FileOriginFromProto(response.origin()));
+  listing.metadata = std::move(origin.metadata);
+  for (const v1::CheckpointEntry& e : response.entries()) {
+    CheckpointEntry& out = listing.entries.emplace_back();
+    out.name = e.name();
+    TESSERA_ASSIGN_OR_RETURN(out.dtype, DTypeFromProto(e.dtype()));
+    // A 0-d entry has no dims.
+    if (e.shape_size() > 0) {
+      TESSERA_ASSIGN_OR_RETURN(out.shape, ShapeFromProto(e.shape(), "shape"));
+    }
+    absl::StatusOr<int64_t> bytes = ByteSize(out.shape, ItemSize(out.dtype));
+    if (!bytes.ok() || *bytes != e.bytes() || e.data_offset() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint: worker '", worker.name, "' listed entry '", e.name(),
+          "' with a size that does not match its shape"));
+    }
+    out.file = e.file();
+    out.data_offset = e.data_offset();
+    out.bytes = e.bytes();
+  }
+  return listing;
+}
+
+absl::StatusOr<int64_t> GrpcWorkerControl::LoadShard(
+    const WorkerRef& worker, const std::string& dir, const std::string& file,
+    uint64_t shard_id, const std::vector<FileRun>& runs) {
+  v1::LoadShardRequest request;
+  request.set_dir(dir);
+  request.set_file(file);
+  request.set_shard_id(shard_id);
+  for (const FileRun& run : runs) {
+    v1::FileRun* r = request.add_runs();
+    r->set_file_offset(run.file_offset);
+    r->set_length(run.length);
+    r->set_shard_offset(run.shard_offset);
+  }
+  v1::LoadShardResponse response;
+  auto stub = v1::Worker::NewStub(channels_.Get(worker.address));
+  TESSERA_RETURN_IF_ERROR(
+      Call(WorkerCall(worker.address, options_.transfer_timeout),
+           [&](grpc::ClientContext* context) {
+             SignOrder(context, worker.name);
+             return stub->LoadShard(context, request, &response);
+           }));
+  return response.bytes_read();
 }
 
 absl::StatusOr<std::string> GrpcWorkerControl::ExchangeId(

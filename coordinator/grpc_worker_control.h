@@ -46,6 +46,12 @@ class GrpcWorkerControl : public WorkerControl {
   absl::StatusOr<int64_t> Exchange(const WorkerRef& worker,
                                    const ExchangePlan& plan,
                                    Cancellation* cancellation) override;
+  absl::StatusOr<CheckpointListing> ListCheckpoint(
+      const WorkerRef& worker, const std::string& dir) override;
+  absl::StatusOr<int64_t> LoadShard(const WorkerRef& worker,
+                                    const std::string& dir,
+                                    const std::string& file, uint64_t shard_id,
+                                    const std::vector<FileRun>& runs) override;
   void Reset(const std::string& address) override { channels_.Forget(address); }
 
  private:

@@ -1057,6 +1057,143 @@ absl::Status Orchestrator::MovePiecesFromAnyReplica(
   return MovePieces(sources, new_meta, again, tally.get());
 }
 
+absl::StatusOr<CheckpointListing> Orchestrator::ListCheckpoint(
+    const std::string& dir) {
+  // Every worker sees the same directory (a shared volume): ask a ready
+  // one, the first by name.
+  std::vector<WorkerRecord> workers = registry_->List();
+  std::sort(workers.begin(), workers.end(),
+            [](const WorkerRecord& a, const WorkerRecord& b) {
+              return a.name < b.name;
+            });
+  for (const WorkerRecord& w : workers) {
+    if (!w.alive || w.state != WorkerState::kReady) continue;
+    return workers_->ListCheckpoint(WorkerRef{w.name, w.address}, dir);
+  }
+  return UnavailableError("reading a checkpoint: no ready worker");
+}
+
+absl::StatusOr<LoadResult> Orchestrator::Load(const LoadArgs& args) {
+  const absl::Time start = absl::Now();
+  if (static_cast<int64_t>(args.entries.size()) > kMaxCheckpointEntries) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "load: ", args.entries.size(),
+        " entries are more than one load makes (", kMaxCheckpointEntries, ")"));
+  }
+  TESSERA_ASSIGN_OR_RETURN(CheckpointListing listing, ListCheckpoint(args.dir));
+  absl::flat_hash_map<std::string, size_t> index;
+  for (size_t i = 0; i < listing.entries.size(); ++i)
+    index.emplace(listing.entries[i].name, i);
+  std::vector<size_t> found;
+  for (const LoadArgs::Entry& e : args.entries) {
+    auto it = index.find(e.entry);
+    if (it == index.end()) {
+      return absl::NotFoundError(absl::StrCat(
+          "checkpoint: '", args.dir, "' has no tensor '", e.entry, "'"));
+    }
+    found.push_back(it->second);
+  }
+
+  // All or nothing: what was made goes unless every tensor is committed.
+  LoadResult result;
+  std::vector<TensorMetadataPtr> made;
+  auto undo = absl::MakeCleanup([&] {
+    for (const TensorMetadataPtr& meta : made) {
+      Delete(meta->name, args.owner, /*admin=*/true, meta->incarnation)
+          .IgnoreError();
+    }
+  });
+  for (size_t k = 0; k < args.entries.size(); ++k) {
+    const CheckpointEntry& entry = listing.entries[found[k]];
+    CreateTensorArgs create;
+    create.name = args.entries[k].tensor;
+    // tessera tensors have at least one dim: a 0-d entry is kept as [1].
+    create.shape = entry.shape.empty() ? Shape{1} : entry.shape;
+    create.dtype = entry.dtype;
+    create.spec = args.entries[k].spec;
+    create.pending = true;
+    create.owner = args.owner;
+    create.stop = args.stop;
+    create.origin.metadata = listing.metadata;
+    create.origin.entry = static_cast<int64_t>(found[k]) + 1;
+    create.origin.scalar = entry.shape.empty();
+    absl::StatusOr<TensorMetadataPtr> meta = Create(create);
+    if (!meta.ok()) {
+      return Annotate(meta.status(), absl::StrCat("loading '", entry.name,
+                                                  "' as '", create.name, "'"));
+    }
+    made.push_back(*meta);
+    result.bytes += entry.bytes;
+  }
+
+  // Each shard's first replica reads its runs; one thread per worker.
+  struct Order {
+    std::string file;
+    uint64_t shard_id;
+    std::vector<FileRun> runs;
+  };
+  std::map<std::string, std::vector<Order>> orders;  // by address
+  std::map<std::string, std::string> names;          // address -> worker
+  for (size_t k = 0; k < made.size(); ++k) {
+    const TensorMetadata& meta = *made[k];
+    const CheckpointEntry& entry = listing.entries[found[k]];
+    const Box whole(Shape(meta.shape.size(), 0), meta.shape);
+    const int64_t item = static_cast<int64_t>(ItemSize(meta.dtype));
+    for (const ShardInfo& shard : meta.shards) {
+      const Replica& first = shard.replicas.front();
+      std::vector<FileRun> runs =
+          PlanFileRuns(whole, entry.data_offset, shard.box, item);
+      if (runs.empty()) continue;
+      orders[first.address].push_back(
+          {entry.file, first.shard_id, std::move(runs)});
+      names[first.address] = first.worker;
+    }
+  }
+  std::vector<std::string> addresses;
+  for (const auto& [address, list] : orders) addresses.push_back(address);
+  std::vector<absl::Status> results(addresses.size());
+  std::vector<int64_t> read(addresses.size(), 0);
+  {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < addresses.size(); ++i) {
+      threads.emplace_back([&, i] {
+        const WorkerRef worker{names[addresses[i]], addresses[i]};
+        for (const Order& order : orders[addresses[i]]) {
+          if (absl::Status s = args.stop.Check(); !s.ok()) {
+            results[i] = s;
+            return;
+          }
+          absl::StatusOr<int64_t> n = workers_->LoadShard(
+              worker, args.dir, order.file, order.shard_id, order.runs);
+          if (!n.ok()) {
+            results[i] = Annotate(
+                n.status(), absl::StrCat("worker '", worker.name, "' reading '",
+                                         args.dir, "/", order.file, "'"));
+            return;
+          }
+          read[i] += *n;
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    TESSERA_RETURN_IF_ERROR(results[i]);
+    result.bytes_read += read[i];
+  }
+  for (const TensorMetadataPtr& meta : made) {
+    TESSERA_RETURN_IF_ERROR(
+        Commit(meta->name, meta->version, args.owner, meta->change));
+  }
+  std::move(undo).Cancel();
+  result.tensors = std::move(made);
+  result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  spdlog::info("loaded {} tensor(s) from '{}': {} bytes, {} read, {:.3f} s",
+               result.tensors.size(), args.dir, result.bytes, result.bytes_read,
+               result.seconds);
+  return result;
+}
+
 MoveProgress Orchestrator::Progress(const std::string& name) const {
   MoveProgress progress;
   absl::MutexLock lock(&progress_mu_);

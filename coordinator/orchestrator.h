@@ -78,6 +78,26 @@ struct UpdateArgs {
   StopCondition stop;
 };
 
+// A load (CLI.md "Checkpoints (v3)"): tensors made from entries of a
+// checkpoint directory the workers see under their --checkpoint_root.
+struct LoadArgs {
+  struct Entry {
+    std::string entry;   // its name in the directory
+    std::string tensor;  // the tensor to make
+    LayoutSpec spec;
+  };
+  std::string dir;
+  std::vector<Entry> entries;
+  std::string owner;  // as CreateTensorArgs::owner
+  StopCondition stop;
+};
+struct LoadResult {
+  std::vector<TensorMetadataPtr> tensors;  // in the order asked
+  int64_t bytes = 0;                       // the tensors' bytes
+  int64_t bytes_read = 0;  // what the workers read from the files
+  double seconds = 0;
+};
+
 // What one repair of one tensor did (Orchestrator::Repair).
 struct RepairResult {
   int64_t replicas_made = 0;  // new replicas, each a copy of a survivor
@@ -191,6 +211,16 @@ class Orchestrator {
   // Fills in each shard's worker address and availability (registry and
   // lost shards).
   void FillWorkerState(TensorMetadata* meta) const;
+
+  // What checkpoint directory `dir` holds, as a ready worker reads it.
+  absl::StatusOr<CheckpointListing> ListCheckpoint(const std::string& dir);
+  // Creates each entry's tensor (a 0-d entry as shape [1], FileOrigin
+  // recording the file's metadata and the entry's place), has each worker
+  // holding a shard's first replica read exactly that shard's bytes from
+  // the files (core/file_runs), and commits them, the other replicas filled
+  // as a put's are. All or nothing: on any failure every tensor it made is
+  // deleted. NOT_FOUND for an entry the directory lacks.
+  absl::StatusOr<LoadResult> Load(const LoadArgs& args);
 
   // How far the move of `name`'s pieces running now has got (not running:
   // none runs).

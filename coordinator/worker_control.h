@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "core/box.h"
 #include "core/dtype.h"
+#include "core/file_runs.h"
 #include "core/init_fill.h"
 #include "core/stop.h"
 #include "core/transfer.h"
@@ -75,6 +76,21 @@ class WorkerControl {
                                            const ExchangePlan& plan,
                                            Cancellation* cancellation) {
     return absl::FailedPreconditionError("no NCCL exchanges here");
+  }
+  // What checkpoint directory `dir` holds, as `worker` reads it under its
+  // --checkpoint_root (a load's plan). The default declines.
+  virtual absl::StatusOr<CheckpointListing> ListCheckpoint(
+      const WorkerRef& worker, const std::string& dir) {
+    return absl::FailedPreconditionError("no checkpoints here");
+  }
+  // Has `worker` read `runs` (in file order) of `file` in `dir` into its
+  // shard `shard_id`; returns the bytes it read from the file.
+  virtual absl::StatusOr<int64_t> LoadShard(const WorkerRef& worker,
+                                            const std::string& dir,
+                                            const std::string& file,
+                                            uint64_t shard_id,
+                                            const std::vector<FileRun>& runs) {
+    return absl::FailedPreconditionError("no checkpoints here");
   }
 };
 

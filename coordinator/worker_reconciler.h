@@ -102,6 +102,16 @@ class HeldShardTracker : public WorkerControl {
                                    Cancellation* cancellation) override {
     return inner_->Exchange(worker, plan, cancellation);
   }
+  absl::StatusOr<CheckpointListing> ListCheckpoint(
+      const WorkerRef& worker, const std::string& dir) override {
+    return inner_->ListCheckpoint(worker, dir);
+  }
+  absl::StatusOr<int64_t> LoadShard(const WorkerRef& worker,
+                                    const std::string& dir,
+                                    const std::string& file, uint64_t shard_id,
+                                    const std::vector<FileRun>& runs) override {
+    return inner_->LoadShard(worker, dir, file, shard_id, runs);
+  }
 
   // The worker holds exactly `held` (a registration, or a list it sent).
   void Set(const std::string& worker, absl::Span<const uint64_t> held)

@@ -43,6 +43,8 @@ const absl::flat_hash_map<std::string, Role>& MethodTable() {
       {"/tessera.v1.Coordinator/CommitTensor", Role::kWrite},
       {"/tessera.v1.Coordinator/DeleteTensor", Role::kWrite},
       {"/tessera.v1.Coordinator/ReshardTensor", Role::kWrite},
+      {"/tessera.v1.Coordinator/DescribeCheckpoint", Role::kWrite},
+      {"/tessera.v1.Coordinator/LoadCheckpoint", Role::kWrite},
       {"/tessera.v1.Coordinator/UpdateTensor", Role::kWrite},
       {"/tessera.v1.Coordinator/SetWorkerState", Role::kAdmin},
       {"/tessera.v1.Coordinator/RemoveWorker", Role::kAdmin},

@@ -77,6 +77,8 @@ absl::StatusOr<Right> RequiredRight(absl::string_view full_method) {
       {"/tessera.v1.Worker/FreeShards", kRightOrder},
       {"/tessera.v1.Worker/SealShards", kRightOrder},
       {"/tessera.v1.Worker/Transfer", kRightOrder},
+      {"/tessera.v1.Worker/ListCheckpoint", kRightOrder},
+      {"/tessera.v1.Worker/LoadShard", kRightOrder},
       {"/tessera.v1.Worker/NcclUniqueId", kRightOrder},
       {"/tessera.v1.Worker/NcclExchange", kRightOrder},
       {"/tessera.v1.Worker/WriteShard", kRightWrite},

@@ -26,8 +26,8 @@ std::vector<FileRun> PlanFileRuns(const Box& stored, int64_t file_offset,
   // Runs contiguous in the stored array, each cut where the shard's rows
   // break it (element positions counted in the meeting box's order).
   ForEachBoxRun(
-      absl::Span<const int64_t>(stored.sizes.data(), rank), in_stored, sizes,
-      0, meet->NumElements(),
+      absl::Span<const int64_t>(stored.sizes.data(), rank), in_stored, sizes, 0,
+      meet->NumElements(),
       [&](int64_t stored_element, int64_t range_element, int64_t count) {
         ForEachBoxRun(
             absl::Span<const int64_t>(shard.sizes.data(), rank), in_shard,
@@ -50,22 +50,29 @@ std::vector<FileRun> PlanFileRuns(const Box& stored, int64_t file_offset,
 }
 
 std::vector<ReadSpan> CoalesceRuns(absl::Span<const FileRun> runs,
-                                   int64_t max_gap, int64_t max_span) {
+                                   int64_t max_gap, int64_t max_span,
+                                   double max_over_read) {
   std::vector<ReadSpan> spans;
+  int64_t needed = 0;  // run bytes in the last span
   for (size_t i = 0; i < runs.size(); ++i) {
     const FileRun& run = runs[i];
     if (!spans.empty()) {
       ReadSpan& last = spans.back();
       const int64_t end = last.file_offset + last.length;
       const int64_t joined = run.file_offset + run.length - last.file_offset;
+      const int64_t now_needed = needed + run.length;
       if (run.file_offset >= end && run.file_offset - end <= max_gap &&
-          joined <= max_span) {
+          joined <= max_span &&
+          static_cast<double>(joined - now_needed) <=
+              max_over_read * static_cast<double>(now_needed)) {
         last.length = joined;
         ++last.num_runs;
+        needed = now_needed;
         continue;
       }
     }
     spans.push_back({run.file_offset, run.length, i, 1});
+    needed = run.length;
   }
   return spans;
 }

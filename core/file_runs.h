@@ -8,12 +8,35 @@
 #define TESSERA_CORE_FILE_RUNS_H_
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/types/span.h"
 #include "core/box.h"
+#include "core/dtype.h"
 
 namespace tessera {
+
+// One tensor of a checkpoint directory: where its row-major bytes lie.
+struct CheckpointEntry {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  Shape shape;              // may be empty (0-d)
+  std::string file;         // a plain name in the directory
+  int64_t data_offset = 0;  // of its first byte in the file
+  int64_t bytes = 0;
+};
+
+// Most tensors a checkpoint directory may hold (what one listing carries).
+inline constexpr int64_t kMaxCheckpointEntries = int64_t{1} << 17;
+
+// What a checkpoint directory holds.
+struct CheckpointListing {
+  std::vector<CheckpointEntry> entries;  // by file, each file in data order
+  // The first file's "__metadata__", in its order.
+  std::vector<std::pair<std::string, std::string>> metadata;
+};
 
 // `length` bytes at `file_offset` in the file land at byte `shard_offset`
 // of the destination shard (row-major).
@@ -45,11 +68,13 @@ struct ReadSpan {
 };
 
 // `runs` (in file order) as reads: neighbours join while the gap between
-// them is at most `max_gap` bytes and the read stays within `max_span`
-// bytes (a run longer than max_span is a read of its own). What the reads
-// cover beyond the runs is the over-read a caller bounds with max_gap.
+// them is at most `max_gap` bytes, the read stays within `max_span` bytes
+// (a run longer than max_span is a read of its own), and the gaps a read
+// covers stay within `max_over_read` of the runs' bytes in it: what is read
+// and not needed is bounded, whatever the layout.
 std::vector<ReadSpan> CoalesceRuns(absl::Span<const FileRun> runs,
-                                   int64_t max_gap, int64_t max_span);
+                                   int64_t max_gap, int64_t max_span,
+                                   double max_over_read = 0.25);
 
 }  // namespace tessera
 

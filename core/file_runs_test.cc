@@ -43,7 +43,8 @@ TEST(PlanFileRunsTest, RunsFillExactlyTheMeetingElementsFromTheFile) {
   };
   constexpr int64_t kHeader = 24;
   for (int trial = 0; trial < 500; ++trial) {
-    const Box stored = trial % 5 == 0 ? Box({0, 0, 0}, {6, 5, 7}) : random_box();
+    const Box stored =
+        trial % 5 == 0 ? Box({0, 0, 0}, {6, 5, 7}) : random_box();
     const Box shard = random_box();
     std::vector<char> file(kHeader + stored.NumElements() * 4, '\0');
     for (int64_t i = 0; i < stored.NumElements(); ++i) {
@@ -74,7 +75,8 @@ TEST(PlanFileRunsTest, RunsFillExactlyTheMeetingElementsFromTheFile) {
       for (size_t d = shape.size(); d-- > 0 && inside;) {
         const int64_t c = rest % shape[d];
         rest /= shape[d];
-        inside = c >= stored.offsets[d] && c < stored.offsets[d] + stored.sizes[d];
+        inside =
+            c >= stored.offsets[d] && c < stored.offsets[d] + stored.sizes[d];
       }
       ASSERT_EQ(writes[i], inside ? 1 : 0) << trial << " element " << i;
       if (inside) {
@@ -117,6 +119,16 @@ TEST(CoalesceRunsTest, JoinsAcrossSmallGapsWithinTheSpan) {
   // No gap allowed: only touching runs join.
   EXPECT_EQ(CoalesceRuns(runs, 0, 1 << 20).size(), 4u);
   EXPECT_TRUE(CoalesceRuns({}, 4, 4).empty());
+  // Column pieces: a quarter of each 64-byte row needed. Joining would read
+  // four times what is needed: the over-read bound keeps them apart.
+  std::vector<FileRun> columns;
+  for (int row = 0; row < 8; ++row) columns.push_back({row * 64, 16, row * 16});
+  EXPECT_EQ(CoalesceRuns(columns, 1 << 16, 1 << 20).size(), 8u);
+  // Most of each row needed: the small gaps are read along.
+  for (FileRun& run : columns) run.length = 56;  // gaps of 8: 14% over
+  const std::vector<ReadSpan> near = CoalesceRuns(columns, 1 << 16, 1 << 20);
+  ASSERT_EQ(near.size(), 1u);
+  EXPECT_EQ(near[0].length, 7 * 64 + 56);
 }
 
 }  // namespace

@@ -130,6 +130,9 @@ ABSL_FLAG(absl::Duration, pull_idle_timeout,
           tessera::WorkerNodeOptions().pull_idle_timeout,
           "a peer that sends nothing for this long during a pull is given "
           "up on");
+ABSL_FLAG(std::string, checkpoint_root, "",
+          "directory checkpoints are loaded from (a load's DIR is relative to "
+          "it; nothing outside it is read); empty: none");
 ABSL_FLAG(int32_t, max_peer_channels,
           static_cast<int32_t>(tessera::WorkerNodeOptions().max_peer_channels),
           "most connections to peers kept open (least recently used closed)");
@@ -338,6 +341,7 @@ int Run() {
   node_options.stream_idle_timeout = absl::GetFlag(FLAGS_stream_idle_timeout);
   node_options.pull_timeout = absl::GetFlag(FLAGS_pull_timeout);
   node_options.pull_idle_timeout = absl::GetFlag(FLAGS_pull_idle_timeout);
+  node_options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
   node_options.max_peer_channels =
       static_cast<size_t>(absl::GetFlag(FLAGS_max_peer_channels));
   node_options.arena = arena;

@@ -108,6 +108,10 @@ struct WorkerNodeOptions {
   // NCCL between GPU workers (not owned; outlives the node). Null: this
   // worker takes no part in exchanges (FAILED_PRECONDITION).
   DeviceExchange* exchange = nullptr;
+
+  // Where checkpoints are read from (--checkpoint_root): directories a load
+  // names are relative to it; empty: this worker reads none.
+  std::string checkpoint_root;
 };
 
 // One shard of an allocation.

@@ -20,6 +20,7 @@
 #include "rpc/server.h"
 #include "rpc/status.h"
 #include "transport/grpc_transport.h"
+#include "worker/checkpoint_files.h"
 
 namespace tessera {
 namespace {
@@ -501,6 +502,84 @@ grpc::Status WorkerService::FreeShards(grpc::ServerContext* context,
                                        const v1::FreeShardsRequest* request,
                                        v1::FreeShardsResponse* response) {
   return ToGrpcStatus(Free(PresentedCapability(*context), *request, response));
+}
+
+grpc::Status WorkerService::ListCheckpoint(
+    grpc::ServerContext* context, const v1::ListCheckpointRequest* request,
+    v1::ListCheckpointResponse* response) {
+  absl::Status status = [&]() -> absl::Status {
+    TESSERA_RETURN_IF_ERROR(node_->Admit(PresentedCapability(*context),
+                                         "/tessera.v1.Worker/ListCheckpoint",
+                                         {}));
+    const CheckpointRoot root(node_->options().checkpoint_root);
+    TESSERA_ASSIGN_OR_RETURN(CheckpointListing listing,
+                             root.List(request->dir()));
+    for (const CheckpointEntry& e : listing.entries) {
+      v1::CheckpointEntry* out = response->add_entries();
+      out->set_name(e.name);
+      out->set_dtype(DTypeToProto(e.dtype));
+      out->mutable_shape()->Assign(e.shape.begin(), e.shape.end());
+      out->set_file(e.file);
+      out->set_data_offset(e.data_offset);
+      out->set_bytes(e.bytes);
+    }
+    FileOrigin origin;
+    origin.metadata = std::move(listing.metadata);
+    if (absl::Status s = CheckFileOrigin(origin); !s.ok()) {
+      return Annotate(s, "checkpoint: the file's __metadata__");
+    }
+    FileOriginToProto(origin, response->mutable_origin());
+    return absl::OkStatus();
+  }();
+  if (!status.ok()) response->Clear();
+  return ToGrpcStatus(status);
+}
+
+grpc::Status WorkerService::LoadShard(grpc::ServerContext* context,
+                                      const v1::LoadShardRequest* request,
+                                      v1::LoadShardResponse* response) {
+  return ToGrpcStatus([&]() -> absl::Status {
+    TESSERA_RETURN_IF_ERROR(node_->Admit(PresentedCapability(*context),
+                                         "/tessera.v1.Worker/LoadShard", {}));
+    constexpr int kMaxRuns = 1 << 20;
+    if (request->runs_size() > kMaxRuns) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "LoadShard: ", request->runs_size(),
+          " runs are more than one order carries (", kMaxRuns, ")"));
+    }
+    TESSERA_ASSIGN_OR_RETURN(ShardDesc shard,
+                             node_->store().Describe(request->shard_id()));
+    const int64_t shard_bytes = shard.ByteSize();
+    std::vector<FileRun> runs;
+    runs.reserve(request->runs_size());
+    int64_t last_end = 0;
+    for (const v1::FileRun& r : request->runs()) {
+      // Every run inside the shard and after the one before it.
+      if (r.length() < 0 || r.shard_offset() < 0 || r.file_offset() < 0 ||
+          r.shard_offset() > shard_bytes - r.length() ||
+          r.file_offset() < last_end) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "LoadShard: run (", r.file_offset(), ", ", r.length(), ", ",
+            r.shard_offset(), ") is not inside the shard of ", shard_bytes,
+            " bytes in file order"));
+      }
+      last_end = r.file_offset() + r.length();
+      runs.push_back({r.file_offset(), r.length(), r.shard_offset()});
+    }
+    const CheckpointRoot root(node_->options().checkpoint_root);
+    ShardStore& store = node_->store();
+    const uint64_t id = request->shard_id();
+    TESSERA_ASSIGN_OR_RETURN(
+        const int64_t read,
+        root.ReadRuns(request->dir(), request->file(), runs,
+                      /*max_gap=*/kLoadMaxGapBytes,
+                      /*max_span=*/kLoadSpanBytes,
+                      [&](int64_t offset, absl::string_view bytes) {
+                        return store.Write(id, offset, bytes);
+                      }));
+    response->set_bytes_read(read);
+    return absl::OkStatus();
+  }());
 }
 
 grpc::Status WorkerService::SealShards(grpc::ServerContext* context,

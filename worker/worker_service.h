@@ -68,6 +68,12 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status SealShards(grpc::ServerContext* context,
                           const v1::SealShardsRequest* request,
                           v1::SealShardsResponse* response) override;
+  grpc::Status ListCheckpoint(grpc::ServerContext* context,
+                              const v1::ListCheckpointRequest* request,
+                              v1::ListCheckpointResponse* response) override;
+  grpc::Status LoadShard(grpc::ServerContext* context,
+                         const v1::LoadShardRequest* request,
+                         v1::LoadShardResponse* response) override;
   grpc::Status StageRead(
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<v1::StageReadResponse, v1::StageReadRequest>*

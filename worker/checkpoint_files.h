@@ -1,0 +1,68 @@
+// The checkpoint files a worker reads (CLI.md "Checkpoints (v3)"): every
+// path is opened beneath the worker's --checkpoint_root with openat2's
+// RESOLVE_BENEATH, so a directory or file name that is absolute, climbs
+// with "..", or follows a symlink out of the root is refused by the
+// kernel, not by string checks alone. A directory is a Hugging Face model
+// directory: one .safetensors file, or several named by
+// model.safetensors.index.json.
+//
+// Errors say `checkpoint_root` (where the path goes) or `checkpoint` (what
+// the files hold). Thread-safe: no state beyond the root's path.
+#ifndef TESSERA_WORKER_CHECKPOINT_FILES_H_
+#define TESSERA_WORKER_CHECKPOINT_FILES_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "core/box.h"
+#include "core/dtype.h"
+#include "core/file_runs.h"
+
+namespace tessera {
+
+// Most files an index may name (kMaxCheckpointEntries bounds the tensors).
+inline constexpr int64_t kMaxCheckpointFiles = 4096;
+// Largest model.safetensors.index.json read.
+inline constexpr int64_t kMaxCheckpointIndexBytes = int64_t{64} << 20;
+// How a load reads its runs (core/file_runs CoalesceRuns): gaps up to a
+// page joined (within the over-read bound), reads of at most 8 MiB, so a
+// worker's memory for a load stays within a read buffer per order.
+inline constexpr int64_t kLoadMaxGapBytes = 4096;
+inline constexpr int64_t kLoadSpanBytes = int64_t{8} << 20;
+
+class CheckpointRoot {
+ public:
+  // An empty root: every call fails with `checkpoint_root`.
+  explicit CheckpointRoot(std::string root) : root_(std::move(root)) {}
+
+  const std::string& root() const { return root_; }
+
+  // What directory `dir` (relative to the root) holds.
+  absl::StatusOr<CheckpointListing> List(absl::string_view dir) const;
+
+  // Reads `runs` (in file order) of file `file` in `dir` as few reads (at
+  // most `max_gap` bytes read between two runs, reads of at most
+  // `max_span`), handing each run's bytes to `land(shard_offset, bytes)`.
+  // Returns the bytes read from the file. A run past the file's end is
+  // `checkpoint` ("shorter than"), nothing more is read.
+  absl::StatusOr<int64_t> ReadRuns(
+      absl::string_view dir, absl::string_view file,
+      absl::Span<const FileRun> runs, int64_t max_gap, int64_t max_span,
+      const std::function<absl::Status(int64_t shard_offset,
+                                       absl::string_view bytes)>& land) const;
+
+ private:
+  std::string root_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_CHECKPOINT_FILES_H_
