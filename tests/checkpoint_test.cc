@@ -11,7 +11,6 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -42,13 +41,6 @@ std::string Root() { return absl::StrCat(std::getenv("TEST_TMPDIR"), "/ckpt"); }
 void WriteAll(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
   out << bytes;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // A safetensors file of `tensors` (laid out in the given order, with
@@ -103,7 +95,8 @@ class CheckpointTest : public ::testing::Test {
     const std::string whole =
         ModelFile({{"x", DType::kFloat32, {1024}}}, 3, &ignored);
     WriteAll(cut + "/model.safetensors", whole.substr(0, whole.size() - 100));
-    symlink(std::getenv("TEST_TMPDIR"), (Root() + "/escape").c_str());
+    ASSERT_EQ(
+        symlink(std::getenv("TEST_TMPDIR"), (Root() + "/escape").c_str()), 0);
 
     TestClusterOptions options;
     // w3 has no --checkpoint_root.
