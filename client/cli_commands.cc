@@ -1219,27 +1219,13 @@ absl::Status RunLoad(const Invocation& inv, std::ostream& out) {
   const std::string prefix = inv.Get("prefix").value_or("");
   TESSERA_ASSIGN_OR_RETURN(const SpecArgs spec_args, ParseSpec(inv));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
-  TESSERA_ASSIGN_OR_RETURN(const CheckpointListing listing,
-                           client->DescribeCheckpoint(dir));
-  // Each entry's layout, as import resolves it (a 0-d entry as shape [1]).
-  std::vector<Client::LoadEntry> entries;
-  for (const CheckpointEntry& e : listing.entries) {
-    const std::string name = prefix + e.name;
-    const std::string context =
-        absl::StrCat("checkpoint '", dir, "' entry '", e.name, "'");
-    if (absl::Status s = CheckTensorName(name); !s.ok()) {
-      return Annotate(s, absl::StrCat(context, " as tensor '", name, "'"));
-    }
-    const Shape kept = e.shape.empty() ? Shape{1} : e.shape;
-    absl::StatusOr<LayoutSpec> spec = ResolveSpec(spec_args, kept);
-    if (!spec.ok()) return Annotate(spec.status(), context);
-    if (absl::Status s = LayoutBoxes(kept, *spec).status(); !s.ok()) {
-      return Annotate(s, context);
-    }
-    entries.push_back({e.name, name, *std::move(spec)});
-  }
   TESSERA_ASSIGN_OR_RETURN(const Client::LoadStats stats,
-                           client->LoadCheckpoint(dir, entries));
+                           LoadCheckpoint(
+                               *client, dir,
+                               [&spec_args](const Shape& shape) {
+                                 return ResolveSpec(spec_args, shape);
+                               },
+                               prefix));
   if (inv.GetBool("json")) {
     out << LoadJson(dir, stats) << "\n";
     return absl::OkStatus();

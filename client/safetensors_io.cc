@@ -168,6 +168,34 @@ absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
   return result;
 }
 
+absl::StatusOr<Client::LoadStats> LoadCheckpoint(
+    Client& client, const std::string& dir,
+    const std::function<absl::StatusOr<LayoutSpec>(const Shape& shape)>&
+        spec_for,
+    const std::string& prefix) {
+  TESSERA_ASSIGN_OR_RETURN(const CheckpointListing listing,
+                           client.DescribeCheckpoint(dir));
+  std::vector<Client::LoadEntry> entries;
+  entries.reserve(listing.entries.size());
+  for (const CheckpointEntry& e : listing.entries) {
+    const std::string name = prefix + e.name;
+    const std::string context =
+        absl::StrCat("checkpoint '", dir, "' entry ", JsonString(e.name));
+    if (absl::Status s = CheckTensorName(name); !s.ok()) {
+      return Annotate(s,
+                      absl::StrCat(context, " as tensor ", JsonString(name)));
+    }
+    const Shape kept = e.shape.empty() ? Shape{1} : e.shape;
+    absl::StatusOr<LayoutSpec> spec = spec_for(kept);
+    if (!spec.ok()) return Annotate(spec.status(), context);
+    if (absl::Status s = LayoutBoxes(kept, *spec).status(); !s.ok()) {
+      return Annotate(s, context);
+    }
+    entries.push_back({e.name, name, *std::move(spec)});
+  }
+  return client.LoadCheckpoint(dir, entries);
+}
+
 absl::StatusOr<SafetensorsExportResult> ExportSafetensors(
     Client& client, const std::string& path,
     const SafetensorsSelection& selection,

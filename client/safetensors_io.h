@@ -50,9 +50,10 @@ struct SafetensorsImportResult {
 // Creates one tensor per entry of the file at `path`, named prefix + entry
 // name; a 0-d entry becomes a tensor of shape [1] (tessera tensors have at
 // least one dim) that an export writes back as 0-d, and every tensor keeps
-// the file's metadata and its entry's place (FileOrigin). Everything is checked before anything is created: the file, each
-// name (CheckTensorName), each entry's layout (LayoutBoxes: dims, "invalid
-// sharding dim", bounds, overlap, cover) and that no name is taken
+// the file's metadata and its entry's place (FileOrigin). Everything is checked
+// before anything is created: the file, each name (CheckTensorName), each
+// entry's layout (LayoutBoxes: dims, "invalid sharding dim", bounds, overlap,
+// cover) and that no name is taken
 // ("already exists"). Then the entries are put straight from the mapped
 // file, several at once; if any put fails, no further one starts and every
 // tensor this import created is deleted.
@@ -67,6 +68,17 @@ absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
 absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
     Client& client, const SafetensorsReader& file,
     const SafetensorsSpecFn& spec_for, const std::string& prefix = "");
+
+// Loads checkpoint directory `dir` (relative to the workers'
+// --checkpoint_root; CLI.md "Checkpoints (v3)"): one tensor per entry, named
+// prefix + entry name, laid out by `spec_for` of the entry's shape as kept
+// (a 0-d entry as [1]). Names and layouts are checked before anything is
+// made; the workers read the bytes; all or nothing.
+absl::StatusOr<Client::LoadStats> LoadCheckpoint(
+    Client& client, const std::string& dir,
+    const std::function<absl::StatusOr<LayoutSpec>(const Shape& shape)>&
+        spec_for,
+    const std::string& prefix = "");
 
 // Which tensors an export writes: the named ones (entry name = tensor
 // name), or every tensor whose name starts with a prefix (entry name = the

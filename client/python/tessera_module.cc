@@ -726,6 +726,37 @@ class PyClient {
     return out;
   }
 
+  // One tensor per entry of a checkpoint directory under the workers'
+  // --checkpoint_root (all or nothing); the workers read the bytes.
+  py::dict Load(const std::string& dir, py::handle spec_obj,
+                const std::string& prefix) {
+    const SpecArgs args = ToSpecArgs(spec_obj);
+    Client::LoadStats stats = Unwrap(WithoutGil([&] {
+      return tessera::LoadCheckpoint(
+          *client_, dir,
+          [&args](const Shape& shape) { return ResolveSpec(args, shape); },
+          prefix);
+    }));
+    py::list tensors;
+    for (const TensorInfo& t : stats.tensors) {
+      py::dict d;
+      d["name"] = t.name;
+      d["shape"] = ToTuple(t.shape);
+      d["dtype"] = std::string(DTypeName(t.dtype));
+      d["version"] = t.version;
+      d["num_shards"] = t.num_shards;
+      d["replicas"] = t.replicas;
+      tensors.append(d);
+    }
+    py::dict d;
+    d["dir"] = dir;
+    d["tensors"] = tensors;
+    d["bytes"] = stats.bytes;
+    d["bytes_read"] = stats.bytes_read;
+    d["seconds"] = stats.seconds;
+    return d;
+  }
+
   // The named tensors (or those starting with `prefix`) into one
   // .safetensors file, gathered straight into its mapping.
   py::dict ExportSafetensors(
@@ -1125,6 +1156,8 @@ PYBIND11_MODULE(_tessera, m) {
            py::arg("dtype"), py::arg("region"))
       .def("import_safetensors", &PyClient::ImportSafetensors, py::arg("path"),
            py::arg("spec"), py::arg("prefix"))
+      .def("load", &PyClient::Load, py::arg("dir"), py::arg("spec"),
+           py::arg("prefix"))
       .def("export_safetensors", &PyClient::ExportSafetensors, py::arg("path"),
            py::arg("names"), py::arg("prefix"), py::arg("metadata"))
       .def("reshard", &PyClient::Reshard, py::arg("name"), py::arg("spec"));

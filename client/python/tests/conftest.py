@@ -63,6 +63,9 @@ class Cluster:
             [os.path.join(BIN_DIR, "coordinator", "tessera-coordinator"),
              f"--listen={self.address}", f"--retire_grace_ms={retire_grace_ms}"]
             + coordinator_flags)
+        # Checkpoints load from here (each worker's --checkpoint_root).
+        self.checkpoint_root = os.path.join(self.dir, "ckpt")
+        os.makedirs(self.checkpoint_root)
         self.worker_addresses: List[str] = []
         self.workers: List[Optional[subprocess.Popen]] = []
         for i in range(num_workers):
@@ -72,7 +75,7 @@ class Cluster:
                 f"w{i}",
                 [os.path.join(BIN_DIR, "worker", "tessera-worker"),
                  f"--coordinator={self.address}", f"--listen={addr}", f"--name=w{i}",
-                 f"--rank={i}"]
+                 f"--rank={i}", f"--checkpoint_root={self.checkpoint_root}"]
                 + (self._tls(f"w{i}") + [f"--token_file={self.secret(f'w{i}.token')}"]
                    if secure else [])))
         self._wait_alive(num_workers, timeout=30.0)

@@ -253,3 +253,33 @@ def test_import_with_replicas_reports_and_keeps_them(client, name, tmp_path):
     assert [(i.name, i.replicas) for i in infos] == [(name + "/w", 2)]
     assert [t.replicas for t in client.list() if t.name == name + "/w"] == [2]
     assert client.get(name + "/w").tobytes() == arr.tobytes()
+
+
+def test_load_a_model_directory_in_another_layout(cluster, client, name):
+    """A model written into a directory under the workers' checkpoint root
+    loads back in another layout, bit-exact, the workers reading the bytes."""
+    rng = np.random.default_rng(5)
+    weights = {"wte": rng.standard_normal((48, 16)).astype(np.float32),
+               "ids": np.arange(21, dtype=np.int64)}
+    for key, arr in weights.items():
+        client.put(f"{name}/{key}", arr, chunk_dim=0, placements=["w0", "w1"])
+    model = os.path.join(cluster.checkpoint_root, "m")
+    os.makedirs(model)
+    client.export_safetensors(os.path.join(model, "model.safetensors"), prefix=f"{name}/")
+    stats = client.load("m", chunk_dim=-1, placements=["w3", "w2", "w1"],
+                        prefix=f"{name}-loaded/")
+    assert isinstance(stats, tessera.LoadStats)
+    assert sorted(t.name for t in stats.tensors) == sorted(
+        f"{name}-loaded/{k}" for k in weights)
+    total = sum(a.nbytes for a in weights.values())
+    assert stats.bytes == total and total <= stats.bytes_read <= total * 1.25
+    for key, arr in weights.items():
+        assert np.array_equal(client.get(f"{name}-loaded/{key}"), arr)
+        assert len(client.describe(f"{name}-loaded/{key}").shards) == 3
+    with pytest.raises(tessera.InvalidArgument, match="checkpoint_root"):
+        client.load("../m", prefix="x/")
+    with pytest.raises(tessera.InvalidArgument, match="checkpoint_root"):
+        client.load(model, prefix="x/")  # absolute
+    for key in weights:
+        client.delete(f"{name}/{key}")
+        client.delete(f"{name}-loaded/{key}")

@@ -75,6 +75,7 @@ __all__ = [
     "ReshardStats",
     "UpdateStats",
     "SafetensorsExport",
+    "LoadStats",
     "DTYPES",
     "numpy_dtype",
     "bfloat16_to_float32",
@@ -388,6 +389,18 @@ class SafetensorsExport:
     entries: List[dict]
     bytes: int
     file_bytes: int
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadStats:
+    """What ``load`` made: the tensors, their bytes, and what the workers read
+    from the files to fill them."""
+
+    dir: str
+    tensors: List[TensorInfo]
+    bytes: int
+    bytes_read: int
     seconds: float
 
 
@@ -927,6 +940,27 @@ class Client:
         with _Progress(self._impl, None, f"import {path}", progress):
             made = self._impl.import_safetensors(str(path), spec, prefix)
         return [TensorInfo(**t) for t in made]
+
+    def load(self, dir: str, *, chunk_dim: Optional[int] = None,
+             placements: Optional[Placements] = None,
+             shards: Optional[Union[str, Iterable[Tuple[Box, str]]]] = None,
+             prefix: str = "", replicas: int = 0) -> LoadStats:
+        """One tensor per entry of checkpoint directory ``dir``, relative to the
+        workers' ``--checkpoint_root`` (a Hugging Face model directory: one
+        .safetensors file, or several named by model.safetensors.index.json).
+
+        Each tensor is named ``prefix`` + the entry's name and laid out by the
+        sharding (as :meth:`import_safetensors`; a 0-d entry is kept as shape
+        ``(1,)``). Each worker reads from the files only its shards' bytes; no
+        byte passes through this process. All or nothing. A directory that is
+        absolute or leaves the root raises InvalidArgument naming
+        "checkpoint_root"; a damaged file, "checkpoint".
+        """
+        spec = self._spec(chunk_dim, placements, shards, default_all=True,
+                          replicas=replicas)
+        d = self._impl.load(str(dir), spec, prefix)
+        d["tensors"] = [TensorInfo(**t) for t in d["tensors"]]
+        return LoadStats(**d)
 
     def export_safetensors(self, path: str, names: Optional[Sequence[str]] = None, *,
                            prefix: Optional[str] = None,
