@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -47,6 +48,7 @@
 #include "bench/bench.grpc.pb.h"
 #include "client/connection.h"
 #include "client/data_plane.h"
+#include "client/safetensors_io.h"
 #include "client/tessera_client.h"
 #include "core/auth.h"
 #include "core/layout_spec.h"
@@ -1252,6 +1254,113 @@ void CliGetFigure(Env& env) {
   CHECK_OK(env.client->Delete("cli_get"));
 }
 
+// The most RssAnon (private memory) any of `pids` reaches above its value
+// when the watch started, polled every millisecond until `done`.
+int64_t WatchAnonGrowth(const std::vector<pid_t>& pids,
+                        const std::atomic<bool>& done) {
+  auto anon = [](pid_t pid) -> int64_t {
+    std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("RssAnon:", 0) == 0) {
+        return int64_t{std::atoll(line.c_str() + 8)} * 1024;
+      }
+    }
+    return int64_t{0};
+  };
+  std::vector<int64_t> base;
+  for (pid_t pid : pids) base.push_back(anon(pid));
+  int64_t growth = 0;
+  while (!done.load()) {
+    for (size_t i = 0; i < pids.size(); ++i)
+      growth = std::max(growth, anon(pids[i]) - base[i]);
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return growth;
+}
+
+// 16. Load a model directory (one safetensors file) under the workers'
+// --checkpoint_root into a row layout and a column layout: the load's rate
+// against reading the same file with read(2) (cat to /dev/null, page cache
+// warm for both), the bytes the workers read against the bytes needed, and
+// the workers' private memory while they load.
+void LoadFigure(Env& env, const std::string& root) {
+  const int64_t rows = env.quick ? 4096 : 65536;  // x 4096 float32
+  const int64_t bytes = rows * 4096 * 4;
+  const std::string n = env.quick ? "64 MiB" : "1 GiB";
+  ValueOrDie(env.client->Create("ck/w", {rows, 4096}, DType::kFloat32,
+                                LayoutSpec::Chunk(0, Ranks(kWorkers)),
+                                InitSpec{InitSpec::Kind::kRand, "", 7}),
+             "create ck/w");
+  const std::string dir = root + "/model";
+  mkdir(dir.c_str(), 0755);
+  const std::string file = dir + "/model.safetensors";
+  CHECK_OK(
+      ExportSafetensors(*env.client, file, SafetensorsSelection::Prefix("ck/"))
+          .status());
+  CHECK_OK(env.client->Delete("ck/w"));
+  // cat: the file through read(2) in 8 MiB steps, best of 3.
+  double cat = 1e9;
+  {
+    std::vector<char> buffer(size_t{8} << 20);
+    for (int r = 0; r < 3; ++r) {
+      const absl::Time start = absl::Now();
+      const int fd = open(file.c_str(), O_RDONLY);
+      while (fd >= 0 && read(fd, buffer.data(), buffer.size()) > 0) {
+      }
+      close(fd);
+      cat = std::min(cat, absl::ToDoubleSeconds(absl::Now() - start));
+    }
+  }
+  std::vector<pid_t> workers;
+  for (int i = 0; i < kWorkers; ++i)
+    workers.push_back(env.cluster->worker_pid(i));
+  struct Layout {
+    const char* what;
+    int64_t dim;
+  };
+  for (const Layout& layout : {Layout{"rows", 0}, Layout{"columns", -1}}) {
+    double best = 1e9;
+    int64_t read = 0, needed = 0, growth = 0;
+    for (int r = 0; r < 3; ++r) {
+      std::atomic<bool> done{false};
+      int64_t peak = 0;
+      std::thread watch([&] { peak = WatchAnonGrowth(workers, done); });
+      const absl::Time start = absl::Now();
+      absl::StatusOr<Client::LoadStats> stats = LoadCheckpoint(
+          *env.client, "model",
+          [&](const Shape&) {
+            return absl::StatusOr<LayoutSpec>(
+                LayoutSpec::Chunk(layout.dim, Ranks(kWorkers)));
+          },
+          "ld/");
+      const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+      done = true;
+      watch.join();
+      CHECK_OK(stats.status());
+      best = std::min(best, seconds);
+      read = stats->bytes_read;
+      needed = stats->bytes;
+      growth = std::max(growth, peak);
+      CHECK_OK(env.client->Delete("ld/w"));
+    }
+    Add({absl::StrCat("16. load ", n, " into ", layout.what, ", rate"),
+         GBps(bytes, best), absl::StrCat("cat ", GBps(bytes, cat)), cat / best,
+         "", true, 0.8});
+    Add({absl::StrCat("16. load into ", layout.what, ": bytes read / needed"),
+         absl::StrFormat("%.3f", static_cast<double>(read) / needed), "-", 0,
+         layout.dim == 0 ? "<= 1.05" : "<= 1.25", false, 0,
+         static_cast<double>(read) / needed <=
+             (layout.dim == 0 ? 1.05 : 1.25)});
+    Add({absl::StrCat("16. load into ", layout.what,
+                      ": worker heap growth (RssAnon, most of 4)"),
+         absl::StrFormat("%.1f MiB", growth / 1048576.0), "-", 0, "<= 64 MiB",
+         false, 0, growth <= (int64_t{64} << 20)});
+  }
+  std::remove(file.c_str());
+  rmdir(dir.c_str());
+}
+
 // 14. Replicas: a replicated put against one replica, the repair of a
 // killed worker's shards against raw TCP, and what 16 readers see while it
 // dies. Its own cluster: 6 workers in 3 zones, a 2 s lease.
@@ -1506,6 +1615,12 @@ int Main(int argc, char** argv) {
   }
   TestClusterOptions cluster_options;
   cluster_options.num_workers = kWorkers;
+  // Figure 16 loads checkpoints from here.
+  const std::string checkpoint_root =
+      absl::StrCat(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp",
+                   "/tessera_bench_ckpt_", getpid());
+  mkdir(checkpoint_root.c_str(), 0755);
+  cluster_options.worker_flags = {"--checkpoint_root=" + checkpoint_root};
   env.cluster =
       ValueOrDie(TestCluster::Start(cluster_options), "start cluster");
   env.client = ValueOrDie(Client::Connect(env.cluster->coordinator_address()),
@@ -1522,7 +1637,9 @@ int Main(int argc, char** argv) {
   if (wanted(9)) RowsFigure(env);
   if (wanted(10)) UpdateFigure(env);
   if (wanted(11)) CliGetFigure(env);
+  if (wanted(16)) LoadFigure(env, checkpoint_root);
   if (wanted(14)) ReplicaFigure(env);
+  rmdir(checkpoint_root.c_str());
   PrintTable();
   for (pid_t pid : echo_pids) {
     kill(pid, SIGKILL);

@@ -26,6 +26,8 @@ namespace tessera {
 namespace {
 
 constexpr char kIndexName[] = "model.safetensors.index.json";
+// Runs shorter than this on average are copied from a mapping.
+constexpr int64_t kSmallRunBytes = 64 << 10;
 
 // An open file descriptor, closed when it goes.
 class Fd {
@@ -274,6 +276,28 @@ absl::StatusOr<int64_t> CheckpointRoot::ReadRuns(
   TESSERA_ASSIGN_OR_RETURN(Fd dir_fd, OpenDir(root_, dir));
   TESSERA_ASSIGN_OR_RETURN(Fd fd, OpenBeneath(dir_fd.get(), file, O_RDONLY,
                                               absl::StrCat(dir, "/", file)));
+  // Many small runs (a column layout: a piece of every row): one syscall
+  // each would cost more than the bytes, so they are copied from a
+  // read-only mapping of the file instead, touching only their pages.
+  int64_t run_bytes = 0;
+  for (const FileRun& run : runs) run_bytes += run.length;
+  if (runs.size() > 64 &&
+      run_bytes / static_cast<int64_t>(runs.size()) < kSmallRunBytes) {
+    TESSERA_ASSIGN_OR_RETURN(Mapping mapping, Mapping::Of(fd, file));
+    const absl::string_view all = mapping.bytes();
+    for (const FileRun& run : runs) {
+      if (run.file_offset < 0 || run.length < 0 ||
+          run.file_offset > static_cast<int64_t>(all.size()) - run.length) {
+        return CheckpointError(absl::StrCat(
+            "'", dir, "/", file, "' is shorter than its header says (",
+            run.file_offset + run.length, " bytes)"));
+      }
+      TESSERA_RETURN_IF_ERROR(land(
+          run.shard_offset, all.substr(static_cast<size_t>(run.file_offset),
+                                       static_cast<size_t>(run.length))));
+    }
+    return run_bytes;
+  }
   // A run longer than a read is cut: memory stays within max_span.
   std::vector<FileRun> pieces;
   pieces.reserve(runs.size());
