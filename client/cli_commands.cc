@@ -1219,13 +1219,37 @@ absl::Status RunLoad(const Invocation& inv, std::ostream& out) {
   const std::string prefix = inv.Get("prefix").value_or("");
   TESSERA_ASSIGN_OR_RETURN(const SpecArgs spec_args, ParseSpec(inv));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
-  TESSERA_ASSIGN_OR_RETURN(const Client::LoadStats stats,
-                           LoadCheckpoint(
-                               *client, dir,
-                               [&spec_args](const Shape& shape) {
-                                 return ResolveSpec(spec_args, shape);
-                               },
-                               prefix));
+  // Progress: the coordinator's count of the bytes the workers landed, asked
+  // about one of the tensors once they are known.
+  absl::Mutex mu;
+  std::string watched;
+  absl::StatusOr<Client::LoadStats> loaded;
+  {
+    Progress progress(
+        absl::StrCat("load ", dir), !inv.GetBool("json"),
+        [&]() -> std::optional<Progress::Sample> {
+          std::string name;
+          {
+            absl::MutexLock lock(&mu);
+            name = watched;
+          }
+          if (name.empty()) return std::nullopt;
+          absl::StatusOr<MoveProgress> now = client->ReshardProgress(name);
+          if (!now.ok() || !now->running) return std::nullopt;
+          return Progress::Sample{now->bytes_done, now->bytes_total};
+        });
+    loaded = LoadCheckpoint(
+        *client, dir,
+        [&spec_args](const Shape& shape) {
+          return ResolveSpec(spec_args, shape);
+        },
+        prefix,
+        [&](const std::vector<Client::LoadEntry>& entries) {
+          absl::MutexLock lock(&mu);
+          if (!entries.empty()) watched = entries.front().tensor;
+        });
+  }
+  TESSERA_ASSIGN_OR_RETURN(const Client::LoadStats stats, std::move(loaded));
   if (inv.GetBool("json")) {
     out << LoadJson(dir, stats) << "\n";
     return absl::OkStatus();

@@ -172,7 +172,8 @@ absl::StatusOr<Client::LoadStats> LoadCheckpoint(
     Client& client, const std::string& dir,
     const std::function<absl::StatusOr<LayoutSpec>(const Shape& shape)>&
         spec_for,
-    const std::string& prefix) {
+    const std::string& prefix,
+    const std::function<void(const std::vector<Client::LoadEntry>&)>& planned) {
   TESSERA_ASSIGN_OR_RETURN(const CheckpointListing listing,
                            client.DescribeCheckpoint(dir));
   std::vector<Client::LoadEntry> entries;
@@ -193,6 +194,7 @@ absl::StatusOr<Client::LoadStats> LoadCheckpoint(
     }
     entries.push_back({e.name, name, *std::move(spec)});
   }
+  if (planned) planned(entries);
   return client.LoadCheckpoint(dir, entries);
 }
 

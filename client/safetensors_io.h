@@ -74,11 +74,15 @@ absl::StatusOr<SafetensorsImportResult> ImportSafetensors(
 // prefix + entry name, laid out by `spec_for` of the entry's shape as kept
 // (a 0-d entry as [1]). Names and layouts are checked before anything is
 // made; the workers read the bytes; all or nothing.
+// `planned` (optional) is told the entries before the load starts (what a
+// progress display asks about: Client::ReshardProgress of any of them).
 absl::StatusOr<Client::LoadStats> LoadCheckpoint(
     Client& client, const std::string& dir,
     const std::function<absl::StatusOr<LayoutSpec>(const Shape& shape)>&
         spec_for,
-    const std::string& prefix = "");
+    const std::string& prefix = "",
+    const std::function<void(const std::vector<Client::LoadEntry>&)>& planned =
+        nullptr);
 
 // Which tensors an export writes: the named ones (entry name = tensor
 // name), or every tensor whose name starts with a prefix (entry name = the

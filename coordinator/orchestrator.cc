@@ -1094,6 +1094,23 @@ absl::StatusOr<LoadResult> Orchestrator::Load(const LoadArgs& args) {
     found.push_back(it->second);
   }
 
+  // Progress (GetMoveProgress of any of the tensors): every byte of the
+  // tensors from the start (their shards are made first), each order's
+  // bytes as it returns.
+  auto tally = std::make_shared<MoveTally>();
+  for (size_t i : found) tally->total += listing.entries[i].bytes;
+  {
+    absl::MutexLock lock(&progress_mu_);
+    for (const LoadArgs::Entry& e : args.entries) progress_[e.tensor] = tally;
+  }
+  auto untrack = absl::MakeCleanup([&] {
+    absl::MutexLock lock(&progress_mu_);
+    for (const LoadArgs::Entry& e : args.entries) {
+      auto it = progress_.find(e.tensor);
+      if (it != progress_.end() && it->second == tally) progress_.erase(it);
+    }
+  });
+
   // All or nothing: what was made goes unless every tensor is committed.
   LoadResult result;
   std::vector<TensorMetadataPtr> made;
@@ -1172,6 +1189,7 @@ absl::StatusOr<LoadResult> Orchestrator::Load(const LoadArgs& args) {
             return;
           }
           read[i] += *n;
+          for (const FileRun& run : order.runs) tally->done += run.length;
         }
       });
     }

@@ -4,6 +4,7 @@
 // bit-exact, each worker reading about only its shards' bytes; paths that
 // leave the root, a worker without a root and a damaged file are refused
 // with nothing created.
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,11 +13,14 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "client/npy_file.h"
 #include "client/safetensors_file.h"
 #include "core/testing/status_matchers.h"
@@ -95,8 +99,13 @@ class CheckpointTest : public ::testing::Test {
     const std::string whole =
         ModelFile({{"x", DType::kFloat32, {1024}}}, 3, &ignored);
     WriteAll(cut + "/model.safetensors", whole.substr(0, whole.size() - 100));
-    ASSERT_EQ(
-        symlink(std::getenv("TEST_TMPDIR"), (Root() + "/escape").c_str()), 0);
+    ASSERT_EQ(symlink(std::getenv("TEST_TMPDIR"), (Root() + "/escape").c_str()),
+              0);
+    // 32 MiB in one entry, for a load that takes seconds.
+    const std::string big = Root() + "/big";
+    mkdir(big.c_str(), 0755);
+    WriteAll(big + "/model.safetensors",
+             ModelFile({{"w", DType::kFloat32, {8192, 1024}}}, 4, &ignored));
 
     TestClusterOptions options;
     // w3 has no --checkpoint_root.
@@ -239,6 +248,40 @@ TEST_F(CheckpointTest, PathsOutOfTheRootAndBadFilesCreateNothing) {
   EXPECT_THAT(r.err, HasSubstr("checkpoint_root"));
   EXPECT_THAT(r.err, HasSubstr("w3"));
   EXPECT_EQ(Tensors(), before);
+}
+
+// A load on a terminal shows the bytes the workers landed, as the
+// coordinator counts them: with w1 stopped for 2.5 s (its shard cannot even
+// be made), the line says so (0 of 32 MiB) and is redrawn while it waits,
+// then the result follows.
+TEST_F(CheckpointTest, LoadProgressOnATerminalCountsTheWorkersBytes) {
+  const std::string log = absl::StrCat(std::getenv("TEST_TMPDIR"), "/load.log");
+  const std::string command =
+      absl::StrCat(TestCluster::BinaryPath("client/tessera"),
+                   " --coordinator=", cluster_->coordinator_address(),
+                   " load big --chunk_dim=0 --placements=w0,w1 --prefix=prog/");
+  kill(cluster_->worker_pid(1), SIGSTOP);
+  int code = -1;
+  std::thread load([&] {
+    code = std::system(
+        absl::StrCat("script -qefc '", command, "' ", log, " >/dev/null 2>&1")
+            .c_str());
+  });
+  absl::SleepFor(absl::Milliseconds(2500));
+  kill(cluster_->worker_pid(1), SIGCONT);
+  load.join();
+  ASSERT_EQ(code, 0);
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
+  int updates = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\r')) {
+    if (line.find("load big: ") == absl::string_view::npos) continue;
+    ++updates;
+    EXPECT_THAT(std::string(line), HasSubstr(" of 32.0 MiB (")) << text;
+  }
+  EXPECT_GE(updates, 3) << text;
+  EXPECT_THAT(text, HasSubstr("loaded 1 tensor from big")) << text;
 }
 
 }  // namespace
