@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -78,11 +79,15 @@ void AddProcessMetrics(MetricsRegistry* registry, const std::string& daemon) {
   const double boot = BootTime();
   registry->AddCollector([ticks, page, boot](MetricsRegistry& m) {
     const std::vector<std::string> stat = StatFields();
-    // Fields (proc(5)): 14 utime, 15 stime, 20 num_threads, 22 starttime,
-    // 23 vsize, 24 rss (pages).
+    // Fields (proc(5)): 20 num_threads, 22 starttime, 23 vsize, 24 rss
+    // (pages).
+    // The process's CPU clock, not /proc's utime + stime: those count 10 ms
+    // ticks, so a daemon that just started reads 0.
+    timespec cpu{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
     m.Counter("process_cpu_seconds_total",
               "User and system CPU time spent, in seconds.")
-        ->Set((Field(stat, 14) + Field(stat, 15)) / ticks);
+        ->Set(static_cast<double>(cpu.tv_sec) + cpu.tv_nsec / 1e9);
     m.Gauge("process_resident_memory_bytes", "Resident memory size in bytes.")
         ->Set(Field(stat, 24) * page);
     m.Gauge("process_virtual_memory_bytes", "Virtual memory size in bytes.")
