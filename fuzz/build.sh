@@ -104,8 +104,9 @@ status=0
 for t in "${TARGETS[@]}"; do
   bin=$OUT/$t
   case "$t" in
-    # Targets that run the transports or the daemons' code link it all.
-    worker_* | coordinator_* | shm_* | pull_* | ucx_*) objs=("$(obj_of "fuzz/$t.cc")" "${LIB_OBJS[@]}") ;;
+    # Targets that run the transports or the daemons' code link it all (and
+    # the safetensors parser a worker reads checkpoint headers with).
+    worker_* | coordinator_* | shm_* | pull_* | ucx_*) objs=("$(obj_of "fuzz/$t.cc")" "${LIB_OBJS[@]}" "${CLIENT_OBJS[@]}") ;;
     # File formats the client reads: core plus the client's parsers.
     safetensors_*) objs=("$(obj_of "fuzz/$t.cc")" "${CORE_OBJS[@]}" "${CLIENT_OBJS[@]}") ;;
     # Tensor metadata from the wire or the data dir: core plus its conversion.
