@@ -437,6 +437,27 @@ absl::StatusOr<TensorMetadata> Client::DescribeInternal(const std::string& name,
   return meta;
 }
 
+namespace {
+
+// A row of ListTensors (or of a load's reply).
+absl::StatusOr<TensorInfo> TensorInfoFromProto(const v1::TensorSummary& t) {
+  TensorInfo info;
+  info.name = t.name();
+  info.shape.assign(t.shape().begin(), t.shape().end());
+  TESSERA_ASSIGN_OR_RETURN(info.dtype, DTypeFromProto(t.dtype()));
+  info.version = t.version();
+  info.num_shards = t.num_shards();
+  // A coordinator from before replicas sends none: one.
+  info.replicas = std::max<int64_t>(t.replicas(), 1);
+  info.pending = t.pending();
+  info.pending_version = t.pending_version();
+  info.pending_owner = t.pending_owner();
+  info.pending_since = absl::FromUnixMillis(t.pending_since_ms());
+  return info;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<TensorInfo>> Client::List(bool all) {
   v1::ListTensorsRequest request;
   request.set_all(all);
@@ -448,18 +469,7 @@ absl::StatusOr<std::vector<TensorInfo>> Client::List(bool all) {
                                }));
   std::vector<TensorInfo> out;
   for (const v1::TensorSummary& t : response.tensors()) {
-    TensorInfo info;
-    info.name = t.name();
-    info.shape.assign(t.shape().begin(), t.shape().end());
-    TESSERA_ASSIGN_OR_RETURN(info.dtype, DTypeFromProto(t.dtype()));
-    info.version = t.version();
-    info.num_shards = t.num_shards();
-    // A coordinator from before replicas sends none: one.
-    info.replicas = std::max<int64_t>(t.replicas(), 1);
-    info.pending = t.pending();
-    info.pending_version = t.pending_version();
-    info.pending_owner = t.pending_owner();
-    info.pending_since = absl::FromUnixMillis(t.pending_since_ms());
+    TESSERA_ASSIGN_OR_RETURN(TensorInfo info, TensorInfoFromProto(t));
     out.push_back(std::move(info));
   }
   return out;
@@ -812,23 +822,7 @@ absl::StatusOr<CheckpointListing> Client::DescribeCheckpoint(
              return connection_->coordinator()->DescribeCheckpoint(
                  context, request, &response);
            }));
-  CheckpointListing listing;
-  TESSERA_ASSIGN_OR_RETURN(FileOrigin origin,
-                           FileOriginFromProto(response.origin()));
-  listing.metadata = std::move(origin.metadata);
-  for (const v1::CheckpointEntry& e : response.entries()) {
-    CheckpointEntry& out = listing.entries.emplace_back();
-    out.name = e.name();
-    TESSERA_ASSIGN_OR_RETURN(out.dtype, DTypeFromProto(e.dtype()));
-    // A 0-d entry has no dims.
-    if (e.shape_size() > 0) {
-      TESSERA_ASSIGN_OR_RETURN(out.shape, ShapeFromProto(e.shape(), "shape"));
-    }
-    out.file = e.file();
-    out.data_offset = e.data_offset();
-    out.bytes = e.bytes();
-  }
-  return listing;
+  return CheckpointListingFromProto(response.entries(), response.origin());
 }
 
 absl::StatusOr<Client::LoadStats> Client::LoadCheckpoint(
@@ -849,13 +843,7 @@ absl::StatusOr<Client::LoadStats> Client::LoadCheckpoint(
       }));
   LoadStats stats;
   for (const v1::TensorSummary& t : response.tensors()) {
-    TensorInfo info;
-    info.name = t.name();
-    info.shape.assign(t.shape().begin(), t.shape().end());
-    TESSERA_ASSIGN_OR_RETURN(info.dtype, DTypeFromProto(t.dtype()));
-    info.version = t.version();
-    info.num_shards = t.num_shards();
-    info.replicas = std::max<int64_t>(t.replicas(), 1);
+    TESSERA_ASSIGN_OR_RETURN(TensorInfo info, TensorInfoFromProto(t));
     stats.tensors.push_back(std::move(info));
   }
   stats.bytes = response.bytes();

@@ -479,18 +479,8 @@ grpc::Status CoordinatorService::DescribeCheckpoint(
   absl::StatusOr<CheckpointListing> listing =
       coordinator_->DescribeCheckpoint(request->dir());
   if (!listing.ok()) return ToGrpcStatus(listing.status());
-  for (const CheckpointEntry& e : listing->entries) {
-    v1::CheckpointEntry* out = response->add_entries();
-    out->set_name(e.name);
-    out->set_dtype(DTypeToProto(e.dtype));
-    out->mutable_shape()->Assign(e.shape.begin(), e.shape.end());
-    out->set_file(e.file);
-    out->set_data_offset(e.data_offset);
-    out->set_bytes(e.bytes);
-  }
-  FileOrigin origin;
-  origin.metadata = std::move(listing->metadata);
-  FileOriginToProto(origin, response->mutable_origin());
+  CheckpointListingToProto(*listing, response->mutable_entries(),
+                           response->mutable_origin());
   if (absl::Status size = CheckReplySize(
           *response, absl::StrCat("the listing of '", request->dir(), "'"), "");
       !size.ok()) {

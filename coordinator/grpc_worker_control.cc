@@ -1,7 +1,6 @@
 #include "coordinator/grpc_worker_control.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/checked_math.h"
 #include "core/status_macros.h"
 #include "proto/worker.grpc.pb.h"
 #include "rpc/call.h"
@@ -119,33 +118,11 @@ absl::StatusOr<CheckpointListing> GrpcWorkerControl::ListCheckpoint(
              return stub->ListCheckpoint(context, request, &response);
            }));
   // A worker's reply is input too: bounded and checked.
-  if (response.entries_size() > kMaxCheckpointEntries) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint: worker '", worker.name, "' listed ",
-                     response.entries_size(), " tensors, more than ",
-                     kMaxCheckpointEntries));
-  }
-  CheckpointListing listing;
-  TESSERA_ASSIGN_OR_RETURN(FileOrigin origin,
-                           FileOriginFromProto(response.origin()));
-  listing.metadata = std::move(origin.metadata);
-  for (const v1::CheckpointEntry& e : response.entries()) {
-    CheckpointEntry& out = listing.entries.emplace_back();
-    out.name = e.name();
-    TESSERA_ASSIGN_OR_RETURN(out.dtype, DTypeFromProto(e.dtype()));
-    // A 0-d entry has no dims.
-    if (e.shape_size() > 0) {
-      TESSERA_ASSIGN_OR_RETURN(out.shape, ShapeFromProto(e.shape(), "shape"));
-    }
-    absl::StatusOr<int64_t> bytes = ByteSize(out.shape, ItemSize(out.dtype));
-    if (!bytes.ok() || *bytes != e.bytes() || e.data_offset() < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "checkpoint: worker '", worker.name, "' listed entry '", e.name(),
-          "' with a size that does not match its shape"));
-    }
-    out.file = e.file();
-    out.data_offset = e.data_offset();
-    out.bytes = e.bytes();
+  absl::StatusOr<CheckpointListing> listing =
+      CheckpointListingFromProto(response.entries(), response.origin());
+  if (!listing.ok()) {
+    return Annotate(listing.status(), absl::StrCat("the listing worker '",
+                                                   worker.name, "' sent"));
   }
   return listing;
 }

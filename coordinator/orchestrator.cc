@@ -1101,7 +1101,10 @@ absl::StatusOr<LoadResult> Orchestrator::Load(const LoadArgs& args) {
   for (size_t i : found) tally->total += listing.entries[i].bytes;
   {
     absl::MutexLock lock(&progress_mu_);
-    for (const LoadArgs::Entry& e : args.entries) progress_[e.tensor] = tally;
+    // Never over another change's count (a name already taken fails at its
+    // create below).
+    for (const LoadArgs::Entry& e : args.entries)
+      progress_.emplace(e.tensor, tally);
   }
   auto untrack = absl::MakeCleanup([&] {
     absl::MutexLock lock(&progress_mu_);

@@ -434,6 +434,58 @@ absl::StatusOr<FileOrigin> FileOriginFromProto(const v1::FileOrigin& origin) {
   return out;
 }
 
+void CheckpointListingToProto(
+    const CheckpointListing& listing,
+    google::protobuf::RepeatedPtrField<v1::CheckpointEntry>* entries,
+    v1::FileOrigin* origin) {
+  for (const CheckpointEntry& e : listing.entries) {
+    v1::CheckpointEntry* out = entries->Add();
+    out->set_name(e.name);
+    out->set_dtype(DTypeToProto(e.dtype));
+    out->mutable_shape()->Assign(e.shape.begin(), e.shape.end());
+    out->set_file(e.file);
+    out->set_data_offset(e.data_offset);
+    out->set_bytes(e.bytes);
+  }
+  FileOrigin kept;
+  kept.metadata = listing.metadata;
+  FileOriginToProto(kept, origin);
+}
+
+absl::StatusOr<CheckpointListing> CheckpointListingFromProto(
+    const google::protobuf::RepeatedPtrField<v1::CheckpointEntry>& entries,
+    const v1::FileOrigin& origin) {
+  if (entries.size() > kMaxCheckpointEntries) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: a listing of ", entries.size(),
+                     " tensors, more than ", kMaxCheckpointEntries));
+  }
+  CheckpointListing listing;
+  TESSERA_ASSIGN_OR_RETURN(FileOrigin metadata, FileOriginFromProto(origin));
+  listing.metadata = std::move(metadata.metadata);
+  listing.entries.reserve(entries.size());
+  for (const v1::CheckpointEntry& e : entries) {
+    CheckpointEntry& out = listing.entries.emplace_back();
+    out.name = e.name();
+    TESSERA_ASSIGN_OR_RETURN(out.dtype, DTypeFromProto(e.dtype()));
+    // A 0-d entry has no dims.
+    if (e.shape_size() > 0) {
+      TESSERA_ASSIGN_OR_RETURN(out.shape, ShapeFromProto(e.shape(), "shape"));
+    }
+    absl::StatusOr<int64_t> bytes = ByteSize(out.shape, ItemSize(out.dtype));
+    if (!bytes.ok() || *bytes != e.bytes() || e.data_offset() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint: entry '", e.name(),
+                       "' is listed with a size that does not match its "
+                       "shape, or a negative offset"));
+    }
+    out.file = e.file();
+    out.data_offset = e.data_offset();
+    out.bytes = e.bytes();
+  }
+  return listing;
+}
+
 void TensorMetadataToProto(const TensorMetadata& meta,
                            v1::ShardedTensorMetadata* out,
                            ShardEncoding encoding) {

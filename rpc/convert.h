@@ -10,6 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "core/box.h"
 #include "core/dtype.h"
+#include "core/file_runs.h"
 #include "core/init_fill.h"
 #include "core/layout_spec.h"
 #include "core/placement.h"
@@ -58,6 +59,19 @@ void LayoutSpecToProto(const LayoutSpec& spec, v1::ShardingSpec* out);
 // A safetensors import's record of a tensor (bounded: CheckFileOrigin).
 void FileOriginToProto(const FileOrigin& origin, v1::FileOrigin* out);
 absl::StatusOr<FileOrigin> FileOriginFromProto(const v1::FileOrigin& origin);
+
+// A checkpoint directory's listing (core/file_runs.h) as the worker's and
+// the coordinator's replies carry it: entries and the first file's
+// metadata. Reading checks every bound: at most kMaxCheckpointEntries
+// entries, each entry's bytes equal to its shape's (0-d: no dims), offsets
+// not negative, the metadata as CheckFileOrigin.
+void CheckpointListingToProto(
+    const CheckpointListing& listing,
+    google::protobuf::RepeatedPtrField<v1::CheckpointEntry>* entries,
+    v1::FileOrigin* origin);
+absl::StatusOr<CheckpointListing> CheckpointListingFromProto(
+    const google::protobuf::RepeatedPtrField<v1::CheckpointEntry>& entries,
+    const v1::FileOrigin& origin);
 
 // How a shard list goes on the wire: a message per shard (what other
 // clients read), or packed columns (small and fast for very many shards).

@@ -4,7 +4,6 @@
 // bit-exact, each worker reading about only its shards' bytes; paths that
 // leave the root, a worker without a root and a damaged file are refused
 // with nothing created.
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,14 +12,11 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
-#include "absl/time/clock.h"
 #include "client/npy_file.h"
 #include "client/safetensors_file.h"
 #include "core/testing/status_matchers.h"
@@ -260,28 +256,15 @@ TEST_F(CheckpointTest, LoadProgressOnATerminalCountsTheWorkersBytes) {
       absl::StrCat(TestCluster::BinaryPath("client/tessera"),
                    " --coordinator=", cluster_->coordinator_address(),
                    " load big --chunk_dim=0 --placements=w0,w1 --prefix=prog/");
-  kill(cluster_->worker_pid(1), SIGSTOP);
-  int code = -1;
-  std::thread load([&] {
-    code = std::system(
-        absl::StrCat("script -qefc '", command, "' ", log, " >/dev/null 2>&1")
-            .c_str());
-  });
-  absl::SleepFor(absl::Milliseconds(2500));
-  kill(cluster_->worker_pid(1), SIGCONT);
-  load.join();
-  ASSERT_EQ(code, 0);
-  std::ifstream in(log);
-  const std::string text((std::istreambuf_iterator<char>(in)),
-                         std::istreambuf_iterator<char>());
-  int updates = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\r')) {
-    if (line.find("load big: ") == absl::string_view::npos) continue;
-    ++updates;
-    EXPECT_THAT(std::string(line), HasSubstr(" of 32.0 MiB (")) << text;
+  const TerminalRun run =
+      RunOnTerminalWithWorkerStopped(command, cluster_->worker_pid(1), log);
+  ASSERT_EQ(run.code, 0);
+  const ProgressLines progress = ProgressOf(run.text, "load big: ");
+  for (const std::string& line : progress.lines) {
+    EXPECT_THAT(line, HasSubstr(" of 32.0 MiB (")) << run.text;
   }
-  EXPECT_GE(updates, 3) << text;
-  EXPECT_THAT(text, HasSubstr("loaded 1 tensor from big")) << text;
+  EXPECT_GE(progress.lines.size(), 3u) << run.text;
+  EXPECT_THAT(run.text, HasSubstr("loaded 1 tensor from big")) << run.text;
 }
 
 }  // namespace

@@ -1509,53 +1509,6 @@ TEST_F(CliTest, CompletionScriptCompletesCommandsFlagsAndTensorNames) {
   Ok({"rm", "compl_t/one"});
 }
 
-// What a command printed on a terminal (a pseudo-terminal from script(1))
-// while worker 3 was stopped for its first 2.5 s, and how it exited.
-struct TerminalRun {
-  int code = -1;
-  std::string text;
-};
-TerminalRun RunOnTerminalWithWorkerStopped(const std::string& command,
-                                           pid_t worker,
-                                           const std::string& log) {
-  TerminalRun run;
-  kill(worker, SIGSTOP);
-  std::thread runner([&] {
-    run.code = std::system(
-        absl::StrCat("script -qefc '", command, "' ", log, " >/dev/null 2>&1")
-            .c_str());
-  });
-  absl::SleepFor(absl::Milliseconds(2500));
-  kill(worker, SIGCONT);
-  runner.join();
-  std::ifstream in(log);
-  run.text.assign(std::istreambuf_iterator<char>(in),
-                  std::istreambuf_iterator<char>());
-  return run;
-}
-
-// The progress lines starting with `label` that `text` redrew ('\r'), and
-// whether one showed a share strictly between 0 and 100 %.
-struct ProgressLines {
-  std::vector<std::string> lines;
-  bool partial = false;
-};
-ProgressLines ProgressOf(const std::string& text, const std::string& label) {
-  ProgressLines out;
-  for (absl::string_view line : absl::StrSplit(text, '\r')) {
-    if (line.find(label) == absl::string_view::npos) continue;
-    out.lines.emplace_back(line);
-    const size_t open = line.find('(');
-    const size_t pct = line.find("%)");
-    int64_t percent = -1;
-    if (open != absl::string_view::npos && pct != absl::string_view::npos &&
-        absl::SimpleAtoi(line.substr(open + 1, pct - open - 1), &percent)) {
-      out.partial |= percent > 0 && percent < 100;
-    }
-  }
-  return out;
-}
-
 // Progress on a terminal counts bytes as they land: a get whose second
 // shard's worker is stopped for 2.5 s shows its first half landed (strictly
 // between 0 and 100 %), updated several times, then the result line.

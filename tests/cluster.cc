@@ -13,13 +13,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "client/tessera_client.h"
 
 namespace tessera {
@@ -398,6 +401,41 @@ TestCluster::~TestCluster() {
     kill(coordinator_.pid, SIGTERM);
     WaitExit(coordinator_.pid);
   }
+}
+
+TerminalRun RunOnTerminalWithWorkerStopped(const std::string& command,
+                                           pid_t worker,
+                                           const std::string& log) {
+  TerminalRun run;
+  kill(worker, SIGSTOP);
+  std::thread runner([&] {
+    run.code = std::system(
+        absl::StrCat("script -qefc '", command, "' ", log, " >/dev/null 2>&1")
+            .c_str());
+  });
+  absl::SleepFor(absl::Milliseconds(2500));
+  kill(worker, SIGCONT);
+  runner.join();
+  std::ifstream in(log);
+  run.text.assign(std::istreambuf_iterator<char>(in),
+                  std::istreambuf_iterator<char>());
+  return run;
+}
+
+ProgressLines ProgressOf(const std::string& text, const std::string& label) {
+  ProgressLines out;
+  for (absl::string_view line : absl::StrSplit(text, '\r')) {
+    if (line.find(label) == absl::string_view::npos) continue;
+    out.lines.emplace_back(line);
+    const size_t open = line.find('(');
+    const size_t pct = line.find("%)");
+    int64_t percent = -1;
+    if (open != absl::string_view::npos && pct != absl::string_view::npos &&
+        absl::SimpleAtoi(line.substr(open + 1, pct - open - 1), &percent)) {
+      out.partial |= percent > 0 && percent < 100;
+    }
+  }
+  return out;
 }
 
 }  // namespace tessera

@@ -144,6 +144,25 @@ class ClusterSuite : public ::testing::Test {
   static inline Client* client_ = nullptr;
 };
 
+// What `command` (a shell command line) printed on a terminal (a
+// pseudo-terminal from script(1), its transcript kept in `log`) while
+// process `worker` was stopped for its first 2.5 s, and its exit status.
+struct TerminalRun {
+  int code = -1;
+  std::string text;
+};
+TerminalRun RunOnTerminalWithWorkerStopped(const std::string& command,
+                                           pid_t worker,
+                                           const std::string& log);
+
+// The progress lines containing `label` that `text` redrew ('\r'), and
+// whether one showed a share strictly between 0 and 100 %.
+struct ProgressLines {
+  std::vector<std::string> lines;
+  bool partial = false;
+};
+ProgressLines ProgressOf(const std::string& text, const std::string& label);
+
 }  // namespace tessera
 
 #endif  // TESSERA_TESTS_CLUSTER_H_

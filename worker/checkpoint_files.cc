@@ -13,7 +13,7 @@
 #include <cstring>
 #include <string>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -187,7 +187,7 @@ absl::StatusOr<std::vector<std::string>> FilesOf(const Fd& dir,
           kIndexName, " is not JSON with a \"weight_map\" object"));
     }
     std::vector<std::string> files;
-    absl::flat_hash_map<std::string, bool> seen;
+    absl::flat_hash_set<std::string> seen;
     for (const auto& [name, file] : json["weight_map"].items()) {
       if (!file.is_string()) {
         return CheckpointError(absl::StrCat(kIndexName, " maps '", name,
@@ -195,7 +195,7 @@ absl::StatusOr<std::vector<std::string>> FilesOf(const Fd& dir,
       }
       const std::string f = file.get<std::string>();
       TESSERA_RETURN_IF_ERROR(CheckPlainName(f));
-      if (seen.emplace(f, true).second) files.push_back(f);
+      if (seen.insert(f).second) files.push_back(f);
       if (static_cast<int64_t>(files.size()) > kMaxCheckpointFiles) {
         return CheckpointError(absl::StrCat(kIndexName, " names more than ",
                                             kMaxCheckpointFiles, " files"));
@@ -205,10 +205,12 @@ absl::StatusOr<std::vector<std::string>> FilesOf(const Fd& dir,
     return files;
   }
   if (!absl::IsNotFound(index.status())) return index.status();
-  // No index: the directory's one .safetensors file.
-  Fd listing(openat(dir.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  DIR* d = listing.get() >= 0 ? fdopendir(dup(listing.get())) : nullptr;
+  // No index: the directory's one .safetensors file (fdopendir takes the
+  // descriptor it is given: a copy of ours).
+  const int listing = fcntl(dir.get(), F_DUPFD_CLOEXEC, 0);
+  DIR* d = listing >= 0 ? fdopendir(listing) : nullptr;
   if (d == nullptr) {
+    if (listing >= 0) close(listing);
     return CheckpointError(absl::StrCat("cannot list '", shown, "'"));
   }
   std::vector<std::string> files;
@@ -234,7 +236,7 @@ absl::StatusOr<CheckpointListing> CheckpointRoot::List(
   TESSERA_ASSIGN_OR_RETURN(std::vector<std::string> files,
                            FilesOf(dir_fd, dir));
   CheckpointListing listing;
-  absl::flat_hash_map<std::string, bool> names;
+  absl::flat_hash_set<std::string> names;
   for (size_t f = 0; f < files.size(); ++f) {
     const std::string& file = files[f];
     TESSERA_ASSIGN_OR_RETURN(Fd fd, OpenBeneath(dir_fd.get(), file, O_RDONLY,
@@ -247,7 +249,7 @@ absl::StatusOr<CheckpointListing> CheckpointRoot::List(
     }
     if (f == 0) listing.metadata = header->metadata;
     for (SafetensorsEntry& e : header->entries) {
-      if (!names.emplace(e.name, true).second) {
+      if (!names.insert(e.name).second) {
         return CheckpointError(absl::StrCat(
             "entry '", e.name, "' is in more than one file of '", dir, "'"));
       }
@@ -307,10 +309,9 @@ absl::StatusOr<int64_t> CheckpointRoot::ReadRuns(
       pieces.push_back({run.file_offset + at, n, run.shard_offset + at});
     }
   }
-  runs = pieces;
   int64_t read_bytes = 0;
   std::string buffer;
-  for (const ReadSpan& span : CoalesceRuns(runs, max_gap, max_span)) {
+  for (const ReadSpan& span : CoalesceRuns(pieces, max_gap, max_span)) {
     if (span.file_offset < 0 || span.length < 0) {
       return CheckpointError("a negative offset or length");
     }
@@ -334,7 +335,7 @@ absl::StatusOr<int64_t> CheckpointRoot::ReadRuns(
     }
     read_bytes += got;
     for (size_t i = 0; i < span.num_runs; ++i) {
-      const FileRun& run = runs[span.first_run + i];
+      const FileRun& run = pieces[span.first_run + i];
       TESSERA_RETURN_IF_ERROR(
           land(run.shard_offset,
                absl::string_view(

@@ -514,21 +514,14 @@ grpc::Status WorkerService::ListCheckpoint(
     const CheckpointRoot root(node_->options().checkpoint_root);
     TESSERA_ASSIGN_OR_RETURN(CheckpointListing listing,
                              root.List(request->dir()));
-    for (const CheckpointEntry& e : listing.entries) {
-      v1::CheckpointEntry* out = response->add_entries();
-      out->set_name(e.name);
-      out->set_dtype(DTypeToProto(e.dtype));
-      out->mutable_shape()->Assign(e.shape.begin(), e.shape.end());
-      out->set_file(e.file);
-      out->set_data_offset(e.data_offset);
-      out->set_bytes(e.bytes);
-    }
+    // The metadata within what a tensor keeps, before anything is sent.
     FileOrigin origin;
-    origin.metadata = std::move(listing.metadata);
+    origin.metadata = listing.metadata;
     if (absl::Status s = CheckFileOrigin(origin); !s.ok()) {
       return Annotate(s, "checkpoint: the file's __metadata__");
     }
-    FileOriginToProto(origin, response->mutable_origin());
+    CheckpointListingToProto(listing, response->mutable_entries(),
+                             response->mutable_origin());
     return absl::OkStatus();
   }();
   if (!status.ok()) response->Clear();

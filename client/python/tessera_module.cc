@@ -143,6 +143,19 @@ py::tuple ToTuple(absl::Span<const int64_t> v) {
   return t;
 }
 
+// A row of list(), import_safetensors() or load(): the fields of the
+// Python TensorInfo.
+py::dict InfoDict(const TensorInfo& t) {
+  py::dict d;
+  d["name"] = t.name;
+  d["shape"] = ToTuple(t.shape);
+  d["dtype"] = std::string(DTypeName(t.dtype));
+  d["version"] = t.version;
+  d["num_shards"] = t.num_shards;
+  d["replicas"] = t.replicas;
+  return d;
+}
+
 // A HostArray handed to numpy without copying: the capsule owns the buffer.
 py::array ToNumpy(HostArray array) {
   auto* owner = new HostArray(std::move(array));
@@ -472,16 +485,7 @@ class PyClient {
     std::vector<TensorInfo> tensors =
         Unwrap(WithoutGil([&] { return client_->List(); }));
     py::list out;
-    for (const TensorInfo& t : tensors) {
-      py::dict d;
-      d["name"] = t.name;
-      d["shape"] = ToTuple(t.shape);
-      d["dtype"] = std::string(DTypeName(t.dtype));
-      d["version"] = t.version;
-      d["num_shards"] = t.num_shards;
-      d["replicas"] = t.replicas;
-      out.append(d);
-    }
+    for (const TensorInfo& t : tensors) out.append(InfoDict(t));
     return out;
   }
 
@@ -714,14 +718,14 @@ class PyClient {
     }));
     py::list out;
     for (const TensorMetadata& t : result.tensors) {
-      py::dict d;
-      d["name"] = t.name;
-      d["shape"] = ToTuple(t.shape);
-      d["dtype"] = std::string(DTypeName(t.dtype));
-      d["version"] = t.version;
-      d["num_shards"] = t.shards.size();
-      d["replicas"] = ReplicaCount(t);
-      out.append(d);
+      TensorInfo info;
+      info.name = t.name;
+      info.shape = t.shape;
+      info.dtype = t.dtype;
+      info.version = t.version;
+      info.num_shards = static_cast<int64_t>(t.shards.size());
+      info.replicas = ReplicaCount(t);
+      out.append(InfoDict(info));
     }
     return out;
   }
@@ -738,16 +742,7 @@ class PyClient {
           prefix);
     }));
     py::list tensors;
-    for (const TensorInfo& t : stats.tensors) {
-      py::dict d;
-      d["name"] = t.name;
-      d["shape"] = ToTuple(t.shape);
-      d["dtype"] = std::string(DTypeName(t.dtype));
-      d["version"] = t.version;
-      d["num_shards"] = t.num_shards;
-      d["replicas"] = t.replicas;
-      tensors.append(d);
-    }
+    for (const TensorInfo& t : stats.tensors) tensors.append(InfoDict(t));
     py::dict d;
     d["dir"] = dir;
     d["tensors"] = tensors;
