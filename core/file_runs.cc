@@ -6,6 +6,23 @@
 
 namespace tessera {
 
+std::vector<StoredPiece> PiecesOf(const CheckpointEntry& entry) {
+  if (!entry.pieces.empty()) {
+    std::vector<StoredPiece> pieces = entry.pieces;
+    if (entry.shape.empty()) {
+      for (StoredPiece& piece : pieces) piece.box = Box({0}, {1});
+    }
+    return pieces;
+  }
+  StoredPiece whole;
+  whole.box = entry.shape.empty() ? Box({0}, {1}) : WholeBox(entry.shape);
+  whole.file = entry.file;
+  whole.entry = entry.name;
+  whole.data_offset = entry.data_offset;
+  whole.bytes = entry.bytes;
+  return {whole};
+}
+
 std::vector<FileRun> PlanFileRuns(const Box& stored, int64_t file_offset,
                                   const Box& shard, int64_t item_bytes) {
   std::vector<FileRun> runs;

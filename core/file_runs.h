@@ -18,6 +18,18 @@
 
 namespace tessera {
 
+// A piece of a tensor as a checkpoint stored it: the row-major bytes of
+// `box` (tensor coordinates) at `data_offset` of `file`, entry `entry` of
+// that safetensors file, with their CRC-32.
+struct StoredPiece {
+  Box box;
+  std::string file;
+  std::string entry;
+  int64_t data_offset = 0;
+  int64_t bytes = 0;
+  uint32_t crc32 = 0;
+};
+
 // One tensor of a checkpoint directory: where its row-major bytes lie.
 struct CheckpointEntry {
   std::string name;
@@ -26,7 +38,16 @@ struct CheckpointEntry {
   std::string file;         // a plain name in the directory
   int64_t data_offset = 0;  // of its first byte in the file
   int64_t bytes = 0;
+  // A tessera checkpoint's tensor: the pieces that tile it (file and
+  // data_offset above are the first's). Empty: the whole tensor lies at
+  // `data_offset` of `file`, unchecked (a Hugging Face file).
+  std::vector<StoredPiece> pieces;
 };
+
+// The pieces of `entry`: its own, or one of the whole tensor (a box of
+// `shape`'s rank, or [1] for a 0-d entry: how a load keeps it) without a
+// checksum.
+std::vector<StoredPiece> PiecesOf(const CheckpointEntry& entry);
 
 // Most tensors a checkpoint directory may hold (what one listing carries).
 inline constexpr int64_t kMaxCheckpointEntries = int64_t{1} << 17;

@@ -6,6 +6,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/checked_math.h"
+#include "core/checkpoint_index.h"
+#include "core/shard_layout.h"
 #include "core/replica_placement.h"
 #include "core/status_macros.h"
 
@@ -446,6 +448,15 @@ void CheckpointListingToProto(
     out->set_file(e.file);
     out->set_data_offset(e.data_offset);
     out->set_bytes(e.bytes);
+    for (const StoredPiece& piece : e.pieces) {
+      v1::StoredPiece* p = out->add_pieces();
+      BoxToProto(piece.box, p->mutable_offsets(), p->mutable_sizes());
+      p->set_file(piece.file);
+      p->set_entry(piece.entry);
+      p->set_data_offset(piece.data_offset);
+      p->set_bytes(piece.bytes);
+      p->set_crc32(piece.crc32);
+    }
   }
   FileOrigin kept;
   kept.metadata = listing.metadata;
@@ -461,6 +472,7 @@ absl::StatusOr<CheckpointListing> CheckpointListingFromProto(
                      " tensors, more than ", kMaxCheckpointEntries));
   }
   CheckpointListing listing;
+  int64_t pieces = 0;
   TESSERA_ASSIGN_OR_RETURN(FileOrigin metadata, FileOriginFromProto(origin));
   listing.metadata = std::move(metadata.metadata);
   listing.entries.reserve(entries.size());
@@ -482,6 +494,54 @@ absl::StatusOr<CheckpointListing> CheckpointListingFromProto(
     out.file = e.file();
     out.data_offset = e.data_offset();
     out.bytes = e.bytes();
+    // Pieces as tessera.json's reader checks them (the worker did; this
+    // side trusts no reply): each a box of the tensor's rank inside it, of
+    // its bytes, in a plain file, together tiling the tensor.
+    pieces += e.pieces_size();
+    if (pieces > kMaxCheckpointPieces) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint: a listing of more than ", kMaxCheckpointPieces,
+          " pieces"));
+    }
+    std::vector<Box> boxes;
+    for (const v1::StoredPiece& p : e.pieces()) {
+      StoredPiece& piece = out.pieces.emplace_back();
+      if (p.offsets_size() != static_cast<int>(out.shape.size()) ||
+          p.sizes_size() != static_cast<int>(out.shape.size())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint: a piece of '", e.name(), "' is not of its rank"));
+      }
+      piece.box = Box(absl::MakeConstSpan(p.offsets().data(), p.offsets_size()),
+                      absl::MakeConstSpan(p.sizes().data(), p.sizes_size()));
+      TESSERA_RETURN_IF_ERROR(
+          CheckWithin(piece.box, out.shape, "a piece of " + e.name()));
+      TESSERA_RETURN_IF_ERROR(CheckCheckpointFileName(p.file()));
+      piece.file = p.file();
+      piece.entry = p.entry();
+      piece.data_offset = p.data_offset();
+      piece.bytes = p.bytes();
+      piece.crc32 = p.crc32();
+      if (piece.data_offset < 0 ||
+          piece.bytes != piece.box.NumElements() *
+                             static_cast<int64_t>(ItemSize(out.dtype))) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint: a piece of '", e.name(),
+            "' has bytes that do not match its box, or a negative offset"));
+      }
+      boxes.push_back(piece.box);
+    }
+    if (!out.pieces.empty()) {
+      absl::Status tiled =
+          out.shape.empty()
+              ? (boxes.size() == 1 ? absl::OkStatus()
+                                   : absl::InvalidArgumentError("pieces"))
+              : ValidateLayout(out.shape, boxes, LayoutKind::kEnumerable);
+      if (!tiled.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("checkpoint: the pieces of '", e.name(),
+                         "' do not tile it: ", tiled.message()));
+      }
+    }
   }
   return listing;
 }

@@ -13,10 +13,13 @@
 #include <cstring>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "client/safetensors_file.h"
 #include "core/errors.h"
 #include "core/status_macros.h"
@@ -25,7 +28,6 @@
 namespace tessera {
 namespace {
 
-constexpr char kIndexName[] = "model.safetensors.index.json";
 // Runs shorter than this on average are copied from a mapping.
 constexpr int64_t kSmallRunBytes = 64 << 10;
 
@@ -52,10 +54,6 @@ class Fd {
 
 absl::Status RootError(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("checkpoint_root: ", what));
-}
-
-absl::Status CheckpointError(absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", what));
 }
 
 // `path` opened beneath `dir_fd`: the kernel refuses anything that leaves
@@ -104,18 +102,7 @@ absl::Status CheckRelative(absl::string_view dir) {
   return absl::OkStatus();
 }
 
-// A file name from an index: a plain name in the directory.
-absl::Status CheckPlainName(absl::string_view name) {
-  if (name.empty() || name.size() > 255 || absl::StrContains(name, '/') ||
-      name == "." || name == "..") {
-    return CheckpointError(
-        absl::StrCat("the index names file '", name,
-                     "', which is not a plain file name in the directory"));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<Fd> OpenDir(const std::string& root, absl::string_view dir) {
+absl::StatusOr<Fd> OpenRoot(const std::string& root, absl::string_view dir) {
   if (root.empty()) {
     return RootError(
         "this worker has no --checkpoint_root; start it with one to save or "
@@ -127,7 +114,29 @@ absl::StatusOr<Fd> OpenDir(const std::string& root, absl::string_view dir) {
     return RootError(absl::StrCat("cannot open the root '", root,
                                   "': ", std::strerror(errno)));
   }
+  return root_fd;
+}
+
+absl::StatusOr<Fd> OpenDir(const std::string& root, absl::string_view dir) {
+  TESSERA_ASSIGN_OR_RETURN(Fd root_fd, OpenRoot(root, dir));
   return OpenBeneath(root_fd.get(), dir, O_RDONLY | O_DIRECTORY, dir);
+}
+
+// `dir` opened, made first (with its parents) where missing: one component
+// at a time, each beneath the one before, so no step leaves the root.
+absl::StatusOr<Fd> MakeDir(const std::string& root, absl::string_view dir) {
+  TESSERA_ASSIGN_OR_RETURN(Fd at, OpenRoot(root, dir));
+  for (absl::string_view part : absl::StrSplit(dir, '/', absl::SkipEmpty())) {
+    const std::string name(part);
+    if (mkdirat(at.get(), name.c_str(), 0755) != 0 && errno != EEXIST) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("checkpoint: cannot make '", dir,
+                       "': ", std::strerror(errno)));
+    }
+    TESSERA_ASSIGN_OR_RETURN(
+        at, OpenBeneath(at.get(), name, O_RDONLY | O_DIRECTORY, dir));
+  }
+  return at;
 }
 
 // A file's bytes mapped read-only (its header is parsed in place; its data
@@ -170,39 +179,11 @@ class Mapping {
 // mention, or the one .safetensors file.
 absl::StatusOr<std::vector<std::string>> FilesOf(const Fd& dir,
                                                  absl::string_view shown) {
-  absl::StatusOr<Fd> index = OpenBeneath(dir.get(), kIndexName, O_RDONLY,
-                                         absl::StrCat(shown, "/", kIndexName));
+  absl::StatusOr<Fd> index = OpenBeneath(
+      dir.get(), kHfIndexName, O_RDONLY, absl::StrCat(shown, "/", kHfIndexName));
   if (index.ok()) {
-    TESSERA_ASSIGN_OR_RETURN(Mapping text, Mapping::Of(*index, kIndexName));
-    if (text.bytes().size() > static_cast<size_t>(kMaxCheckpointIndexBytes)) {
-      return CheckpointError(absl::StrCat(kIndexName, " is larger than ",
-                                          kMaxCheckpointIndexBytes, " bytes"));
-    }
-    nlohmann::json json =
-        nlohmann::json::parse(text.bytes().begin(), text.bytes().end(), nullptr,
-                              /*allow_exceptions=*/false);
-    if (json.is_discarded() || !json.is_object() ||
-        !json.contains("weight_map") || !json["weight_map"].is_object()) {
-      return CheckpointError(absl::StrCat(
-          kIndexName, " is not JSON with a \"weight_map\" object"));
-    }
-    std::vector<std::string> files;
-    absl::flat_hash_set<std::string> seen;
-    for (const auto& [name, file] : json["weight_map"].items()) {
-      if (!file.is_string()) {
-        return CheckpointError(absl::StrCat(kIndexName, " maps '", name,
-                                            "' to something not a file name"));
-      }
-      const std::string f = file.get<std::string>();
-      TESSERA_RETURN_IF_ERROR(CheckPlainName(f));
-      if (seen.insert(f).second) files.push_back(f);
-      if (static_cast<int64_t>(files.size()) > kMaxCheckpointFiles) {
-        return CheckpointError(absl::StrCat(kIndexName, " names more than ",
-                                            kMaxCheckpointFiles, " files"));
-      }
-    }
-    std::sort(files.begin(), files.end());
-    return files;
+    TESSERA_ASSIGN_OR_RETURN(Mapping text, Mapping::Of(*index, kHfIndexName));
+    return ParseHfIndex(text.bytes());
   }
   if (!absl::IsNotFound(index.status())) return index.status();
   // No index: the directory's one .safetensors file (fdopendir takes the
@@ -222,10 +203,64 @@ absl::StatusOr<std::vector<std::string>> FilesOf(const Fd& dir,
   if (files.size() != 1) {
     return CheckpointError(absl::StrCat(
         "'", shown, "' holds ", files.size(), " .safetensors files and no ",
-        kIndexName,
+        kHfIndexName,
         " (a model directory has one file, or an index naming several)"));
   }
   return files;
+}
+
+// A checkpoint `tessera save` wrote: its tessera.json, each piece checked
+// against the header of the file that holds it (an entry of the piece's
+// name, dtype and shape, at its offset), so a lying index cannot send a
+// read past a file's data.
+absl::StatusOr<CheckpointListing> ListSaved(const Fd& dir_fd, const Fd& index,
+                                            absl::string_view dir) {
+  TESSERA_ASSIGN_OR_RETURN(Mapping text, Mapping::Of(index, kTesseraIndexName));
+  absl::StatusOr<CheckpointListing> listing = ParseTesseraIndex(text.bytes());
+  if (!listing.ok()) {
+    return Annotate(listing.status(), absl::StrCat("in '", dir, "'"));
+  }
+  struct Stored {
+    SafetensorsHeader header;
+    absl::flat_hash_map<std::string, size_t> entry_index;
+  };
+  absl::flat_hash_map<std::string, Stored> headers;
+  for (const CheckpointEntry& entry : listing->entries) {
+    for (const StoredPiece& piece : entry.pieces) {
+      auto it = headers.find(piece.file);
+      if (it == headers.end()) {
+        const std::string shown = absl::StrCat(dir, "/", piece.file);
+        TESSERA_ASSIGN_OR_RETURN(
+            Fd fd, OpenBeneath(dir_fd.get(), piece.file, O_RDONLY, shown));
+        TESSERA_ASSIGN_OR_RETURN(Mapping bytes, Mapping::Of(fd, piece.file));
+        absl::StatusOr<SafetensorsHeader> header =
+            ParseSafetensors(bytes.bytes());
+        if (!header.ok()) {
+          return CheckpointError(
+              absl::StrCat("'", shown, "': ", header.status().message()));
+        }
+        Stored stored{*std::move(header), {}};
+        for (size_t i = 0; i < stored.header.entries.size(); ++i)
+          stored.entry_index.emplace(stored.header.entries[i].name, i);
+        it = headers.emplace(piece.file, std::move(stored)).first;
+      }
+      const SafetensorsHeader& header = it->second.header;
+      auto at = it->second.entry_index.find(piece.entry);
+      const SafetensorsEntry* found =
+          at == it->second.entry_index.end() ? nullptr
+                                             : &header.entries[at->second];
+      const Shape sizes(piece.box.sizes.begin(), piece.box.sizes.end());
+      if (found == nullptr || found->dtype != entry.dtype ||
+          found->shape != sizes ||
+          header.data_offset + found->begin != piece.data_offset ||
+          found->num_bytes() != piece.bytes) {
+        return CheckpointError(absl::StrCat(
+            "'", dir, "/", piece.file, "' does not hold piece '", piece.entry,
+            "' of '", entry.name, "' where ", kTesseraIndexName, " says"));
+      }
+    }
+  }
+  return listing;
 }
 
 }  // namespace
@@ -233,6 +268,11 @@ absl::StatusOr<std::vector<std::string>> FilesOf(const Fd& dir,
 absl::StatusOr<CheckpointListing> CheckpointRoot::List(
     absl::string_view dir) const {
   TESSERA_ASSIGN_OR_RETURN(Fd dir_fd, OpenDir(root_, dir));
+  absl::StatusOr<Fd> saved =
+      OpenBeneath(dir_fd.get(), kTesseraIndexName, O_RDONLY,
+                  absl::StrCat(dir, "/", kTesseraIndexName));
+  if (saved.ok()) return ListSaved(dir_fd, *saved, dir);
+  if (!absl::IsNotFound(saved.status())) return saved.status();
   TESSERA_ASSIGN_OR_RETURN(std::vector<std::string> files,
                            FilesOf(dir_fd, dir));
   CheckpointListing listing;
@@ -274,7 +314,7 @@ absl::StatusOr<int64_t> CheckpointRoot::ReadRuns(
     absl::string_view dir, absl::string_view file,
     absl::Span<const FileRun> runs, int64_t max_gap, int64_t max_span,
     const std::function<absl::Status(int64_t, absl::string_view)>& land) const {
-  TESSERA_RETURN_IF_ERROR(CheckPlainName(file));
+  TESSERA_RETURN_IF_ERROR(CheckCheckpointFileName(file));
   TESSERA_ASSIGN_OR_RETURN(Fd dir_fd, OpenDir(root_, dir));
   TESSERA_ASSIGN_OR_RETURN(Fd fd, OpenBeneath(dir_fd.get(), file, O_RDONLY,
                                               absl::StrCat(dir, "/", file)));
@@ -344,6 +384,62 @@ absl::StatusOr<int64_t> CheckpointRoot::ReadRuns(
     }
   }
   return read_bytes;
+}
+
+absl::StatusOr<int64_t> CheckpointRoot::WriteFile(
+    absl::string_view dir, absl::string_view name,
+    const std::function<absl::Status(int fd)>& fill) const {
+  TESSERA_RETURN_IF_ERROR(CheckCheckpointFileName(name));
+  TESSERA_ASSIGN_OR_RETURN(Fd dir_fd, MakeDir(root_, dir));
+  // A name no reader looks for, unique to this write.
+  const std::string temp =
+      absl::StrCat(".", name, ".", getpid(), ".", absl::ToUnixNanos(absl::Now()),
+                   ".tmp");
+  const std::string shown = absl::StrCat(dir, "/", name);
+  TESSERA_ASSIGN_OR_RETURN(
+      Fd fd, OpenBeneath(dir_fd.get(), temp,
+                         O_WRONLY | O_CREAT | O_EXCL | O_TRUNC, shown));
+  auto drop = absl::MakeCleanup(
+      [&] { unlinkat(dir_fd.get(), temp.c_str(), 0); });
+  TESSERA_RETURN_IF_ERROR(Annotate(fill(fd.get()), absl::StrCat("writing '", shown, "'")));
+  struct stat st {};
+  if (fsync(fd.get()) != 0 || fstat(fd.get(), &st) != 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "checkpoint: syncing '", shown, "': ", std::strerror(errno)));
+  }
+  const std::string final_name(name);
+  if (renameat(dir_fd.get(), temp.c_str(), dir_fd.get(), final_name.c_str()) !=
+      0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "checkpoint: renaming into '", shown, "': ", std::strerror(errno)));
+  }
+  std::move(drop).Cancel();
+  // The rename itself durable: the directory synced.
+  if (fsync(dir_fd.get()) != 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "checkpoint: syncing '", dir, "': ", std::strerror(errno)));
+  }
+  return static_cast<int64_t>(st.st_size);
+}
+
+absl::Status CheckpointRoot::RemoveFiles(
+    absl::string_view dir, absl::Span<const std::string> names) const {
+  for (const std::string& name : names) {
+    TESSERA_RETURN_IF_ERROR(CheckCheckpointFileName(name));
+  }
+  TESSERA_ASSIGN_OR_RETURN(Fd dir_fd, OpenDir(root_, dir));
+  for (const std::string& name : names) {
+    if (unlinkat(dir_fd.get(), name.c_str(), 0) != 0 && errno != ENOENT) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("checkpoint: removing '", dir, "/", name,
+                       "': ", std::strerror(errno)));
+    }
+  }
+  if (fsync(dir_fd.get()) != 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "checkpoint: syncing '", dir, "': ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace tessera

@@ -4,7 +4,9 @@
 // with "..", or follows a symlink out of the root is refused by the
 // kernel, not by string checks alone. A directory is a Hugging Face model
 // directory: one .safetensors file, or several named by
-// model.safetensors.index.json.
+// model.safetensors.index.json, or a checkpoint `tessera save` wrote (its
+// tessera.json says where each tensor's pieces lie). Files are written
+// whole or not at all: to a temporary name, synced, then renamed.
 //
 // Errors say `checkpoint_root` (where the path goes) or `checkpoint` (what
 // the files hold). Thread-safe: no state beyond the root's path.
@@ -24,14 +26,11 @@
 #include "absl/types/span.h"
 #include "core/box.h"
 #include "core/dtype.h"
+#include "core/checkpoint_index.h"
 #include "core/file_runs.h"
 
 namespace tessera {
 
-// Most files an index may name (kMaxCheckpointEntries bounds the tensors).
-inline constexpr int64_t kMaxCheckpointFiles = 4096;
-// Largest model.safetensors.index.json read.
-inline constexpr int64_t kMaxCheckpointIndexBytes = int64_t{64} << 20;
 // How a load reads its runs (core/file_runs CoalesceRuns): gaps up to a
 // page joined (within the over-read bound), reads of at most 8 MiB, so a
 // worker's memory for a load stays within a read buffer per order.
@@ -58,6 +57,19 @@ class CheckpointRoot {
       absl::Span<const FileRun> runs, int64_t max_gap, int64_t max_span,
       const std::function<absl::Status(int64_t shard_offset,
                                        absl::string_view bytes)>& land) const;
+
+  // Writes file `name` in `dir` (made, with its parents, when missing):
+  // `fill(fd)` writes its bytes to `fd` from offset 0; the file is synced
+  // and renamed into place, then the directory synced. A failure leaves
+  // no trace (the temporary file is removed) and any earlier file of the
+  // name as it was. Returns the file's size.
+  absl::StatusOr<int64_t> WriteFile(
+      absl::string_view dir, absl::string_view name,
+      const std::function<absl::Status(int fd)>& fill) const;
+
+  // Removes the files `names` of `dir` that exist (plain names only).
+  absl::Status RemoveFiles(absl::string_view dir,
+                           absl::Span<const std::string> names) const;
 
  private:
   std::string root_;

@@ -8,9 +8,17 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "client/safetensors_file.h"
 #include "core/checked_math.h"
+#include "core/checkpoint_index.h"
 #include "core/errors.h"
 #include "core/placement.h"
 #include "core/status_macros.h"
@@ -562,16 +570,200 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context,
     const CheckpointRoot root(node_->options().checkpoint_root);
     ShardStore& store = node_->store();
     const uint64_t id = request->shard_id();
+    // The runs of one whole piece land in file order: their CRC is the
+    // piece's.
+    uint32_t crc = 0;
     TESSERA_ASSIGN_OR_RETURN(
         const int64_t read,
         root.ReadRuns(request->dir(), request->file(), runs,
                       /*max_gap=*/kLoadMaxGapBytes,
                       /*max_span=*/kLoadSpanBytes,
                       [&](int64_t offset, absl::string_view bytes) {
+                        if (request->check_crc32())
+                          crc = ExtendCrc32(crc, bytes);
                         return store.Write(id, offset, bytes);
                       }));
+    if (request->check_crc32() && crc != request->crc32()) {
+      return CheckpointError(absl::StrCat(
+          "'", request->dir(), "/", request->file(),
+          "' fails its checksum: a piece stored with CRC-32 ",
+          request->crc32(), " reads back as ", crc));
+    }
     response->set_bytes_read(read);
     return absl::OkStatus();
+  }());
+}
+
+namespace {
+
+// write(2) of all of `bytes`; a full disk says so.
+absl::Status WriteAll(int fd, absl::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return errno == ENOSPC || errno == EDQUOT
+                 ? absl::ResourceExhaustedError(
+                       "checkpoint: the disk is full")
+                 : absl::InternalError(absl::StrCat("checkpoint: write: ",
+                                                    std::strerror(errno)));
+    }
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return absl::OkStatus();
+}
+
+// Bytes a save copies out of a shard the host cannot address (GPU memory)
+// at a time.
+constexpr int64_t kSaveChunkBytes = int64_t{8} << 20;
+
+}  // namespace
+
+grpc::Status WorkerService::SaveShards(grpc::ServerContext* context,
+                                       const v1::SaveShardsRequest* request,
+                                       v1::SaveShardsResponse* response) {
+  absl::Status status = [&]() -> absl::Status {
+    TESSERA_RETURN_IF_ERROR(node_->Admit(PresentedCapability(*context),
+                                         "/tessera.v1.Worker/SaveShards", {}));
+    if (request->items_size() > node_->options().max_shards_per_request) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SaveShards names ", request->items_size(), " shards; at most ",
+          node_->options().max_shards_per_request, " per request"));
+    }
+    FileOrigin origin;
+    for (const v1::FileOrigin::Pair& pair : request->metadata())
+      origin.metadata.emplace_back(pair.key(), pair.value());
+    TESSERA_RETURN_IF_ERROR(CheckFileOrigin(origin));
+    ShardStore& store = node_->store();
+    // Each shard must be the tensor version the order names: a shard id
+    // reused by another tensor is never written under this one's name.
+    std::vector<SafetensorsTensor> tensors;
+    std::vector<ShardDesc> descs;
+    for (const v1::SaveShardsRequest::Item& item : request->items()) {
+      TESSERA_ASSIGN_OR_RETURN(ShardDesc desc, store.Describe(item.shard_id()));
+      if (desc.tensor != item.tensor() || desc.version != item.version() ||
+          desc.writable) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "shard ", item.shard_id(), " is not a sealed shard of '",
+            item.tensor(), "' version ", item.version()));
+      }
+      Shape shape(desc.box.sizes.begin(), desc.box.sizes.end());
+      if (item.scalar()) {
+        if (desc.box.NumElements() != 1) {
+          return absl::InvalidArgumentError(
+              "a 0-d entry is stored from a one-element shard");
+        }
+        shape.clear();
+      }
+      tensors.push_back({item.entry(), desc.dtype, std::move(shape)});
+      descs.push_back(std::move(desc));
+    }
+    TESSERA_ASSIGN_OR_RETURN(
+        SafetensorsLayout layout,
+        LayoutSafetensors(tensors, origin.metadata));
+    // The layout's order (aligned: larger items first) as items.
+    absl::flat_hash_map<absl::string_view, size_t> item_of;
+    for (size_t i = 0; i < tensors.size(); ++i)
+      item_of.emplace(tensors[i].name, i);
+    std::vector<size_t> order;      // layout entry -> item
+    std::vector<size_t> entry_of(tensors.size());  // item -> layout entry
+    for (size_t e = 0; e < layout.entries.size(); ++e) {
+      order.push_back(item_of.at(layout.entries[e].name));
+      entry_of[order.back()] = e;
+    }
+    const CheckpointRoot root(node_->options().checkpoint_root);
+    std::vector<uint32_t> crcs(descs.size(), 0);
+    const StopCondition stop = CallerStop(context);
+    TESSERA_ASSIGN_OR_RETURN(
+        const int64_t file_bytes,
+        root.WriteFile(
+            request->dir(), request->file(), [&](int fd) -> absl::Status {
+              TESSERA_RETURN_IF_ERROR(WriteAll(fd, layout.header));
+              for (const size_t i : order) {
+                TESSERA_RETURN_IF_ERROR(stop.Check());
+                const uint64_t id = request->items(i).shard_id();
+                const int64_t bytes = descs[i].ByteSize();
+                uint32_t crc = 0;
+                absl::StatusOr<PinnedShard> pinned = store.Pin(id);
+                if (pinned.ok()) {
+                  for (int64_t at = 0; at < bytes; at += kSaveChunkBytes) {
+                    const absl::string_view chunk(
+                        pinned->data + at, static_cast<size_t>(std::min(
+                                               kSaveChunkBytes, bytes - at)));
+                    crc = ExtendCrc32(crc, chunk);
+                    TESSERA_RETURN_IF_ERROR(WriteAll(fd, chunk));
+                  }
+                } else {
+                  const Box whole(Shape(descs[i].box.rank(), 0),
+                                  descs[i].box.sizes);
+                  const int64_t item = ItemSize(descs[i].dtype);
+                  const int64_t per = std::max<int64_t>(1, kSaveChunkBytes / item);
+                  std::string buffer;
+                  for (int64_t at = 0; at < whole.NumElements(); at += per) {
+                    const int64_t n = std::min(per, whole.NumElements() - at);
+                    buffer.resize(static_cast<size_t>(n * item));
+                    TESSERA_RETURN_IF_ERROR(
+                        store.ReadBox(id, whole, at, n, buffer.data()));
+                    crc = ExtendCrc32(crc, buffer);
+                    TESSERA_RETURN_IF_ERROR(WriteAll(fd, buffer));
+                  }
+                }
+                crcs[i] = crc;
+              }
+              return absl::OkStatus();
+            }));
+    for (size_t i = 0; i < descs.size(); ++i) {
+      v1::SaveShardsResponse::Stored* out = response->add_items();
+      const SafetensorsEntry& entry = layout.entries[entry_of[i]];
+      out->set_data_offset(static_cast<int64_t>(layout.header.size()) +
+                           entry.begin);
+      out->set_bytes(entry.num_bytes());
+      out->set_crc32(crcs[i]);
+    }
+    response->set_file_bytes(file_bytes);
+    return absl::OkStatus();
+  }();
+  if (!status.ok()) response->Clear();
+  return ToGrpcStatus(status);
+}
+
+grpc::Status WorkerService::WriteCheckpointFile(
+    grpc::ServerContext* context, const v1::WriteCheckpointFileRequest* request,
+    v1::WriteCheckpointFileResponse*) {
+  return ToGrpcStatus([&]() -> absl::Status {
+    TESSERA_RETURN_IF_ERROR(
+        node_->Admit(PresentedCapability(*context),
+                     "/tessera.v1.Worker/WriteCheckpointFile", {}));
+    if (static_cast<int64_t>(request->content().size()) >
+        kMaxCheckpointIndexBytes) {
+      return CheckpointError(absl::StrCat("an index file is larger than ",
+                                          kMaxCheckpointIndexBytes, " bytes"));
+    }
+    const CheckpointRoot root(node_->options().checkpoint_root);
+    return root
+        .WriteFile(request->dir(), request->name(),
+                   [&](int fd) { return WriteAll(fd, request->content()); })
+        .status();
+  }());
+}
+
+grpc::Status WorkerService::RemoveCheckpointFiles(
+    grpc::ServerContext* context,
+    const v1::RemoveCheckpointFilesRequest* request,
+    v1::RemoveCheckpointFilesResponse*) {
+  return ToGrpcStatus([&]() -> absl::Status {
+    TESSERA_RETURN_IF_ERROR(
+        node_->Admit(PresentedCapability(*context),
+                     "/tessera.v1.Worker/RemoveCheckpointFiles", {}));
+    if (request->names_size() > kMaxCheckpointFiles) {
+      return CheckpointError(absl::StrCat("more than ", kMaxCheckpointFiles,
+                                          " files to remove"));
+    }
+    const CheckpointRoot root(node_->options().checkpoint_root);
+    return root.RemoveFiles(
+        request->dir(),
+        std::vector<std::string>(request->names().begin(),
+                                 request->names().end()));
   }());
 }
 

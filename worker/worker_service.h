@@ -74,6 +74,17 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status LoadShard(grpc::ServerContext* context,
                          const v1::LoadShardRequest* request,
                          v1::LoadShardResponse* response) override;
+  grpc::Status SaveShards(grpc::ServerContext* context,
+                          const v1::SaveShardsRequest* request,
+                          v1::SaveShardsResponse* response) override;
+  grpc::Status WriteCheckpointFile(
+      grpc::ServerContext* context,
+      const v1::WriteCheckpointFileRequest* request,
+      v1::WriteCheckpointFileResponse* response) override;
+  grpc::Status RemoveCheckpointFiles(
+      grpc::ServerContext* context,
+      const v1::RemoveCheckpointFilesRequest* request,
+      v1::RemoveCheckpointFilesResponse* response) override;
   grpc::Status StageRead(
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<v1::StageReadResponse, v1::StageReadRequest>*
