@@ -180,6 +180,16 @@ const std::vector<CommandDef>& Commands() {
         {"json", true}},
        &RunLoad,
        "DIR"},
+      {"save",
+       "save DIR (NAME... | --prefix=P) [--json]",
+       "save tensors at their current versions into a checkpoint directory "
+       "under the workers' --checkpoint_root: each worker writes the shards "
+       "it holds into its own file, then the index files go in",
+       1,
+       {{"prefix", false}, {"json", true}},
+       &RunSave,
+       "DIR",
+       /*more_positional=*/true},
       {"worker",
        "worker drain|cordon|uncordon|rm NAME [--timeout=SECONDS]",
        "manage a worker (admin role): drain moves its shards away and waits "
@@ -1266,6 +1276,53 @@ absl::Status RunLoad(const Invocation& inv, std::ostream& out) {
                     absl::StrCat(t.num_shards)});
   }
   PrintTable(rows, out);
+  return absl::OkStatus();
+}
+
+absl::Status RunSave(const Invocation& inv, std::ostream& out) {
+  const std::string& dir = inv.positional.at(0);
+  if (dir.empty()) return UsageError("save needs a directory");
+  std::vector<std::string> names(inv.positional.begin() + 1,
+                                 inv.positional.end());
+  const std::optional<std::string> prefix = inv.Get("prefix");
+  if (prefix.has_value() && !names.empty()) {
+    return UsageError("give either tensor NAMEs or --prefix=P, not both");
+  }
+  if (!prefix.has_value() && names.empty()) {
+    return UsageError(
+        "missing what to save: give tensor NAMEs or --prefix=P (usage: "
+        "tessera save DIR (NAME... | --prefix=P))");
+  }
+  for (const std::string& name : names) {
+    if (absl::Status s = CheckTensorName(name); !s.ok()) return UsageError(s);
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
+  // Progress: the coordinator's count of the bytes the workers wrote, asked
+  // about one of the tensors (the first named; for a prefix, none is known
+  // before the save answers, so none is drawn).
+  const std::string watched = names.empty() ? "" : names.front();
+  absl::StatusOr<Client::SaveStats> saved;
+  {
+    Progress progress(
+        absl::StrCat("save ", dir), !inv.GetBool("json"),
+        [&]() -> std::optional<Progress::Sample> {
+          if (watched.empty()) return std::nullopt;
+          absl::StatusOr<MoveProgress> now = client->ReshardProgress(watched);
+          if (!now.ok() || !now->running) return std::nullopt;
+          return Progress::Sample{now->bytes_done, now->bytes_total};
+        });
+    saved = client->SaveCheckpoint(dir, names, prefix.value_or(""));
+  }
+  TESSERA_ASSIGN_OR_RETURN(const Client::SaveStats stats, std::move(saved));
+  if (inv.GetBool("json")) {
+    out << SaveJson(dir, stats) << "\n";
+    return absl::OkStatus();
+  }
+  out << "saved " << stats.tensors.size() << " tensor"
+      << (stats.tensors.size() == 1 ? "" : "s") << " into " << dir << ", "
+      << FormatBytes(stats.bytes) << " in " << stats.files << " file"
+      << (stats.files == 1 ? "" : "s") << ", "
+      << FormatRate(stats.bytes, stats.seconds) << "\n";
   return absl::OkStatus();
 }
 

@@ -239,6 +239,14 @@ std::string LoadJson(const std::string& dir, const Client::LoadStats& stats) {
                 {"seconds", Seconds{stats.seconds}}});
 }
 
+std::string SaveJson(const std::string& dir, const Client::SaveStats& stats) {
+  return Dumps({{"dir", dir},
+                {"tensors", stats.tensors},
+                {"bytes", stats.bytes},
+                {"files", stats.files},
+                {"seconds", Seconds{stats.seconds}}});
+}
+
 std::string ExportJson(const std::string& file,
                        const SafetensorsExportResult& result) {
   Json entries = Json::array();

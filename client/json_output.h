@@ -59,6 +59,8 @@ std::string GetJson(const std::string& name, const Shape& shape, DType dtype,
 // "version", "num_shards"}, ...], "bytes", "seconds"}.
 // `load --json`: {"dir", "tensors", "bytes", "bytes_read", "seconds"}.
 std::string LoadJson(const std::string& dir, const Client::LoadStats& stats);
+// save --json: {"dir", "tensors": [names], "bytes", "files", "seconds"}.
+std::string SaveJson(const std::string& dir, const Client::SaveStats& stats);
 
 std::string ImportJson(const std::string& file,
                        const SafetensorsImportResult& result);

@@ -852,6 +852,27 @@ absl::StatusOr<Client::LoadStats> Client::LoadCheckpoint(
   return stats;
 }
 
+absl::StatusOr<Client::SaveStats> Client::SaveCheckpoint(
+    const std::string& dir, const std::vector<std::string>& names,
+    const std::string& prefix) {
+  v1::SaveCheckpointRequest request;
+  request.set_dir(dir);
+  for (const std::string& name : names) request.add_names(name);
+  request.set_prefix(prefix);
+  v1::SaveCheckpointResponse response;
+  TESSERA_RETURN_IF_ERROR(
+      Call(LongControlCall(*connection_), [&](grpc::ClientContext* context) {
+        return connection_->coordinator()->SaveCheckpoint(context, request,
+                                                          &response);
+      }));
+  SaveStats stats;
+  stats.tensors.assign(response.tensors().begin(), response.tensors().end());
+  stats.bytes = response.bytes();
+  stats.files = response.files();
+  stats.seconds = response.seconds();
+  return stats;
+}
+
 absl::StatusOr<MoveProgress> Client::ReshardProgress(const std::string& name) {
   v1::GetMoveProgressRequest request;
   request.set_name(name);

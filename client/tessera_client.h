@@ -221,8 +221,23 @@ class Client {
   absl::StatusOr<LoadStats> LoadCheckpoint(
       const std::string& dir, const std::vector<LoadEntry>& entries);
 
-  // How far the move of `name`'s bytes running now (a reshard, a repair)
-  // has got; what a caller waiting on Reshard in another thread can show.
+  // Saves the tensors `names` (or, none given, every tensor whose name
+  // starts with `prefix`), each at its current version, into `dir`
+  // (relative to the workers' --checkpoint_root): each worker writes the
+  // shards it holds into its own file; then the index files go in.
+  struct SaveStats {
+    std::vector<std::string> tensors;
+    int64_t bytes = 0;
+    int64_t files = 0;
+    double seconds = 0;
+  };
+  absl::StatusOr<SaveStats> SaveCheckpoint(
+      const std::string& dir, const std::vector<std::string>& names,
+      const std::string& prefix = "");
+
+  // How far the move of `name`'s bytes running now (a reshard, a repair, a
+  // load or a save) has got; what a caller waiting on Reshard in another
+  // thread can show.
   absl::StatusOr<MoveProgress> ReshardProgress(const std::string& name);
 
   const std::string& coordinator_address() const;

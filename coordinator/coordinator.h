@@ -210,12 +210,15 @@ class Coordinator {
     return orchestrator_.Progress(name);
   }
 
-  // Checkpoints (Orchestrator::ListCheckpoint and Load).
+  // Checkpoints (Orchestrator::ListCheckpoint, Load and Save).
   absl::StatusOr<CheckpointListing> DescribeCheckpoint(const std::string& dir) {
     return orchestrator_.ListCheckpoint(dir);
   }
   absl::StatusOr<LoadResult> LoadCheckpoint(const LoadArgs& args) {
     return orchestrator_.Load(args);
+  }
+  absl::StatusOr<SaveResult> SaveCheckpoint(const SaveArgs& args) {
+    return orchestrator_.Save(args);
   }
 
   // Starts version N+1 of a tensor with N's layout for the caller to write

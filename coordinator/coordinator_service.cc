@@ -535,6 +535,41 @@ grpc::Status CoordinatorService::LoadCheckpoint(
   return grpc::Status::OK;
 }
 
+grpc::Status CoordinatorService::SaveCheckpoint(
+    grpc::ServerContext* context, const v1::SaveCheckpointRequest* request,
+    v1::SaveCheckpointResponse* response) {
+  absl::StatusOr<Principal> principal = Admit(context, "SaveCheckpoint");
+  if (!principal.ok()) return ToGrpcStatus(principal.status());
+  absl::StatusOr<SaveResult> result = [&]() -> absl::StatusOr<SaveResult> {
+    TESSERA_RETURN_IF_ERROR(CheckDirName(request->dir()));
+    if (request->names_size() > kMaxCheckpointEntries) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("save: ", request->names_size(),
+                       " tensors are more than one checkpoint holds (",
+                       kMaxCheckpointEntries, ")"));
+    }
+    SaveArgs args;
+    args.dir = request->dir();
+    args.prefix = request->prefix();
+    args.stop = CallerStop(context);
+    for (const std::string& name : request->names()) {
+      TESSERA_RETURN_IF_ERROR(CheckTensorName(name));
+      args.names.push_back(name);
+    }
+    if (!args.names.empty() && !args.prefix.empty()) {
+      return absl::InvalidArgumentError(
+          "save: give either tensor names or a prefix, not both");
+    }
+    return coordinator_->SaveCheckpoint(args);
+  }();
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  for (const std::string& name : result->tensors) response->add_tensors(name);
+  response->set_bytes(result->bytes);
+  response->set_files(result->files);
+  response->set_seconds(result->seconds);
+  return grpc::Status::OK;
+}
+
 grpc::Status CoordinatorService::UpdateTensor(
     grpc::ServerContext* context, const v1::UpdateTensorRequest* request,
     v1::UpdateTensorResponse* response) {

@@ -69,6 +69,9 @@ class CoordinatorService final : public v1::Coordinator::Service {
   grpc::Status LoadCheckpoint(grpc::ServerContext*,
                               const v1::LoadCheckpointRequest* request,
                               v1::LoadCheckpointResponse* response) override;
+  grpc::Status SaveCheckpoint(grpc::ServerContext* context,
+                              const v1::SaveCheckpointRequest* request,
+                              v1::SaveCheckpointResponse* response) override;
   grpc::Status ReleaseRead(grpc::ServerContext* context,
                            const v1::ReleaseReadRequest* request,
                            v1::ReleaseReadResponse* response) override;

@@ -127,18 +127,22 @@ absl::StatusOr<CheckpointListing> GrpcWorkerControl::ListCheckpoint(
   return listing;
 }
 
-absl::StatusOr<int64_t> GrpcWorkerControl::LoadShard(
-    const WorkerRef& worker, const std::string& dir, const std::string& file,
-    uint64_t shard_id, const std::vector<FileRun>& runs) {
+absl::StatusOr<int64_t> GrpcWorkerControl::LoadShard(const WorkerRef& worker,
+                                                     const std::string& dir,
+                                                     const LoadOrder& order) {
   v1::LoadShardRequest request;
   request.set_dir(dir);
-  request.set_file(file);
-  request.set_shard_id(shard_id);
-  for (const FileRun& run : runs) {
+  request.set_file(order.file);
+  request.set_shard_id(order.shard_id);
+  for (const FileRun& run : order.runs) {
     v1::FileRun* r = request.add_runs();
     r->set_file_offset(run.file_offset);
     r->set_length(run.length);
     r->set_shard_offset(run.shard_offset);
+  }
+  if (order.crc32.has_value()) {
+    request.set_check_crc32(true);
+    request.set_crc32(*order.crc32);
   }
   v1::LoadShardResponse response;
   auto stub = v1::Worker::NewStub(channels_.Get(worker.address));
@@ -149,6 +153,77 @@ absl::StatusOr<int64_t> GrpcWorkerControl::LoadShard(
              return stub->LoadShard(context, request, &response);
            }));
   return response.bytes_read();
+}
+
+absl::StatusOr<std::vector<SavedItem>> GrpcWorkerControl::SaveShards(
+    const WorkerRef& worker, const std::string& dir, const std::string& file,
+    const std::vector<SaveItem>& items,
+    const std::vector<std::pair<std::string, std::string>>& metadata) {
+  v1::SaveShardsRequest request;
+  request.set_dir(dir);
+  request.set_file(file);
+  for (const SaveItem& item : items) {
+    v1::SaveShardsRequest::Item* out = request.add_items();
+    out->set_entry(item.entry);
+    out->set_shard_id(item.shard_id);
+    out->set_tensor(item.tensor);
+    out->set_version(item.version);
+    out->set_scalar(item.scalar);
+  }
+  for (const auto& [key, value] : metadata) {
+    v1::FileOrigin::Pair* pair = request.add_metadata();
+    pair->set_key(key);
+    pair->set_value(value);
+  }
+  v1::SaveShardsResponse response;
+  auto stub = v1::Worker::NewStub(channels_.Get(worker.address));
+  TESSERA_RETURN_IF_ERROR(
+      Call(WorkerCall(worker.address, options_.transfer_timeout),
+           [&](grpc::ClientContext* context) {
+             SignOrder(context, worker.name);
+             return stub->SaveShards(context, request, &response);
+           }));
+  if (response.items_size() != static_cast<int>(items.size())) {
+    return absl::InternalError(absl::StrCat(
+        "worker '", worker.name, "' answered a save of ", items.size(),
+        " shards with ", response.items_size()));
+  }
+  std::vector<SavedItem> saved;
+  for (const v1::SaveShardsResponse::Stored& s : response.items())
+    saved.push_back({s.data_offset(), s.bytes(), s.crc32()});
+  return saved;
+}
+
+absl::Status GrpcWorkerControl::WriteCheckpointFile(const WorkerRef& worker,
+                                                    const std::string& dir,
+                                                    const std::string& name,
+                                                    const std::string& content) {
+  v1::WriteCheckpointFileRequest request;
+  request.set_dir(dir);
+  request.set_name(name);
+  request.set_content(content);
+  v1::WriteCheckpointFileResponse response;
+  auto stub = v1::Worker::NewStub(channels_.Get(worker.address));
+  return Call(WorkerCall(worker.address, options_.transfer_timeout),
+              [&](grpc::ClientContext* context) {
+                SignOrder(context, worker.name);
+                return stub->WriteCheckpointFile(context, request, &response);
+              });
+}
+
+absl::Status GrpcWorkerControl::RemoveCheckpointFiles(
+    const WorkerRef& worker, const std::string& dir,
+    const std::vector<std::string>& names) {
+  v1::RemoveCheckpointFilesRequest request;
+  request.set_dir(dir);
+  for (const std::string& name : names) request.add_names(name);
+  v1::RemoveCheckpointFilesResponse response;
+  auto stub = v1::Worker::NewStub(channels_.Get(worker.address));
+  return Call(WorkerCall(worker.address, options_.transfer_timeout),
+              [&](grpc::ClientContext* context) {
+                SignOrder(context, worker.name);
+                return stub->RemoveCheckpointFiles(context, request, &response);
+              });
 }
 
 absl::StatusOr<std::string> GrpcWorkerControl::ExchangeId(

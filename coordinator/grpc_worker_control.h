@@ -50,8 +50,19 @@ class GrpcWorkerControl : public WorkerControl {
       const WorkerRef& worker, const std::string& dir) override;
   absl::StatusOr<int64_t> LoadShard(const WorkerRef& worker,
                                     const std::string& dir,
-                                    const std::string& file, uint64_t shard_id,
-                                    const std::vector<FileRun>& runs) override;
+                                    const LoadOrder& order) override;
+  absl::StatusOr<std::vector<SavedItem>> SaveShards(
+      const WorkerRef& worker, const std::string& dir, const std::string& file,
+      const std::vector<SaveItem>& items,
+      const std::vector<std::pair<std::string, std::string>>& metadata)
+      override;
+  absl::Status WriteCheckpointFile(const WorkerRef& worker,
+                                   const std::string& dir,
+                                   const std::string& name,
+                                   const std::string& content) override;
+  absl::Status RemoveCheckpointFiles(
+      const WorkerRef& worker, const std::string& dir,
+      const std::vector<std::string>& names) override;
   void Reset(const std::string& address) override { channels_.Forget(address); }
 
  private:

@@ -13,11 +13,16 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/random/random.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/capability.h"
 #include "core/checked_math.h"
+#include "core/checkpoint_index.h"
 #include "core/errors.h"
 #include "core/region_plan.h"
 #include "core/replica_placement.h"
@@ -1057,20 +1062,287 @@ absl::Status Orchestrator::MovePiecesFromAnyReplica(
   return MovePieces(sources, new_meta, again, tally.get());
 }
 
-absl::StatusOr<CheckpointListing> Orchestrator::ListCheckpoint(
-    const std::string& dir) {
-  // Every worker sees the same directory (a shared volume): ask a ready
-  // one, the first by name.
+absl::StatusOr<WorkerRef> Orchestrator::DirectoryWorker() const {
+  // Every worker sees the same directory (a shared volume): a ready one,
+  // the first by name.
   std::vector<WorkerRecord> workers = registry_->List();
   std::sort(workers.begin(), workers.end(),
             [](const WorkerRecord& a, const WorkerRecord& b) {
               return a.name < b.name;
             });
   for (const WorkerRecord& w : workers) {
-    if (!w.alive || w.state != WorkerState::kReady) continue;
-    return workers_->ListCheckpoint(WorkerRef{w.name, w.address}, dir);
+    if (w.alive && w.state == WorkerState::kReady)
+      return WorkerRef{w.name, w.address};
   }
-  return UnavailableError("reading a checkpoint: no ready worker");
+  return UnavailableError("a checkpoint directory: no ready worker");
+}
+
+absl::StatusOr<CheckpointListing> Orchestrator::ListCheckpoint(
+    const std::string& dir) {
+  TESSERA_ASSIGN_OR_RETURN(const WorkerRef worker, DirectoryWorker());
+  return workers_->ListCheckpoint(worker, dir);
+}
+
+absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
+  const absl::Time start = absl::Now();
+  std::vector<std::string> names = args.names;
+  if (names.empty()) {
+    for (const TensorSummary& t : table_->List()) {
+      if (absl::StartsWith(t.name, args.prefix)) names.push_back(t.name);
+    }
+    if (names.empty()) {
+      return absl::NotFoundError(absl::StrCat(
+          "save: no tensor's name starts with '", args.prefix, "'"));
+    }
+  }
+  if (static_cast<int64_t>(names.size()) > kMaxCheckpointEntries) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "save: ", names.size(), " tensors are more than one checkpoint holds (",
+        kMaxCheckpointEntries, ")"));
+  }
+  // Each tensor at its current version, leased so that a reshard or
+  // update meanwhile frees none of its shards until the save is done.
+  std::vector<TensorMetadata> metas;
+  auto release = absl::MakeCleanup([&] {
+    for (const TensorMetadata& meta : metas)
+      table_->ReleaseRead(meta.name, meta.version);
+  });
+  absl::flat_hash_set<std::string> seen;
+  for (const std::string& name : names) {
+    if (!seen.insert(name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("save: '", name, "' is named twice"));
+    }
+    TESSERA_ASSIGN_OR_RETURN(TensorMetadataPtr meta, table_->GetLeased(name));
+    metas.push_back(*meta);
+    FillWorkerState(&metas.back());
+  }
+  // What an earlier checkpoint in the directory stored: its files go once
+  // the new index is in (none: a new directory, or not a saved one).
+  absl::flat_hash_set<std::string> earlier_files;
+  if (absl::StatusOr<CheckpointListing> earlier = ListCheckpoint(args.dir);
+      earlier.ok()) {
+    for (const CheckpointEntry& e : earlier->entries) {
+      for (const StoredPiece& piece : e.pieces) earlier_files.insert(piece.file);
+    }
+  }
+
+  // The plan: each shard (its first available replica) becomes a piece,
+  // an entry of its worker's file; a worker's pieces go in files of at
+  // most kSaveFileBytes (and kSaveFileItems) so that progress moves.
+  CheckpointListing listing;
+  struct Planned {
+    size_t tensor;
+    size_t piece;
+    SaveItem item;
+    int64_t bytes;
+  };
+  std::map<std::string, std::vector<Planned>> planned;  // by address
+  std::map<std::string, std::string> worker_names;      // address -> worker
+  SaveResult result;
+  for (size_t t = 0; t < metas.size(); ++t) {
+    const TensorMetadata& meta = metas[t];
+    const bool scalar = meta.origin.scalar && meta.shape == Shape{1};
+    CheckpointEntry& entry = listing.entries.emplace_back();
+    entry.name = meta.name;
+    entry.dtype = meta.dtype;
+    entry.shape = scalar ? Shape{} : meta.shape;
+    entry.bytes = meta.ByteSize();
+    result.bytes += entry.bytes;
+    for (const auto& pair : meta.origin.metadata) {
+      if (std::find(listing.metadata.begin(), listing.metadata.end(), pair) ==
+          listing.metadata.end()) {
+        listing.metadata.push_back(pair);
+      }
+    }
+    // Empty shards store nothing (a tensor of no elements keeps one).
+    std::vector<size_t> kept;
+    for (size_t i = 0; i < meta.shards.size(); ++i) {
+      if (meta.shards[i].box.NumElements() > 0) kept.push_back(i);
+    }
+    if (kept.empty()) kept.push_back(0);
+    for (size_t k = 0; k < kept.size(); ++k) {
+      const size_t i = kept[k];
+      const ShardLocation from = ReadLocations(meta, i).front();
+      if (!from.available) {
+        return UnavailableError(absl::StrCat(
+            "save: shard ", i, " of '", meta.name,
+            "' has no available replica (its worker '", from.worker,
+            "' is down)"));
+      }
+      StoredPiece& piece = entry.pieces.emplace_back();
+      piece.box = scalar ? Box() : meta.shards[i].box;
+      // ':' is in no tensor name: a piece's entry never meets a tensor's.
+      piece.entry =
+          kept.size() == 1 ? meta.name : absl::StrCat(meta.name, ":", k);
+      SaveItem item{piece.entry, from.shard_id, meta.name, meta.version,
+                    scalar};
+      planned[from.address].push_back(
+          {t, k, std::move(item),
+           meta.shards[i].box.NumElements() *
+               static_cast<int64_t>(ItemSize(meta.dtype))});
+      worker_names[from.address] = from.worker;
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> file_metadata = listing.metadata;
+  if (std::none_of(file_metadata.begin(), file_metadata.end(),
+                   [](const auto& p) { return p.first == "format"; })) {
+    // What Hugging Face's loaders look for.
+    file_metadata.emplace_back("format", "pt");
+  }
+
+  // This save's files: names no earlier save used.
+  const std::string save_id = absl::StrFormat(
+      "%08x", absl::Uniform<uint32_t>(absl::BitGen()));
+  struct File {
+    std::string name;
+    std::vector<size_t> items;  // into planned[address]
+  };
+  std::map<std::string, std::vector<File>> files;  // by address
+  for (const auto& [address, items] : planned) {
+    std::vector<File>& list = files[address];
+    int64_t bytes = 0;
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (list.empty() || bytes + items[i].bytes > kSaveFileBytes ||
+          static_cast<int64_t>(list.back().items.size()) >= kSaveFileItems) {
+        list.push_back({absl::StrCat(worker_names[address], "-", save_id, "-",
+                                     list.size(), ".safetensors"),
+                        {}});
+        bytes = 0;
+      }
+      list.back().items.push_back(i);
+      bytes += items[i].bytes;
+    }
+    result.files += static_cast<int64_t>(list.size());
+  }
+
+  // Progress, as a load's.
+  auto tally = std::make_shared<MoveTally>();
+  tally->total = result.bytes;
+  {
+    absl::MutexLock lock(&progress_mu_);
+    for (const std::string& name : names) progress_.emplace(name, tally);
+  }
+  auto untrack = absl::MakeCleanup([&] {
+    absl::MutexLock lock(&progress_mu_);
+    for (const std::string& name : names) {
+      auto it = progress_.find(name);
+      if (it != progress_.end() && it->second == tally) progress_.erase(it);
+    }
+  });
+
+  // Every worker writes its files, the workers in parallel.
+  std::vector<std::string> addresses;
+  for (const auto& [address, list] : files) addresses.push_back(address);
+  std::vector<absl::Status> results(addresses.size());
+  std::vector<std::vector<std::string>> written(addresses.size());
+  {
+    std::vector<std::thread> threads;
+    for (size_t w = 0; w < addresses.size(); ++w) {
+      threads.emplace_back([&, w] {
+        const std::string& address = addresses[w];
+        const WorkerRef worker{worker_names.at(address), address};
+        const std::vector<Planned>& items = planned.at(address);
+        for (const File& file : files.at(address)) {
+          if (absl::Status s = args.stop.Check(); !s.ok()) {
+            results[w] = s;
+            return;
+          }
+          std::vector<SaveItem> order;
+          for (size_t i : file.items) order.push_back(items[i].item);
+          absl::StatusOr<std::vector<SavedItem>> saved = workers_->SaveShards(
+              worker, args.dir, file.name, order, file_metadata);
+          if (!saved.ok()) {
+            results[w] = Annotate(
+                saved.status(), absl::StrCat("worker '", worker.name,
+                                             "' writing '", args.dir, "/",
+                                             file.name, "'"));
+            return;
+          }
+          written[w].push_back(file.name);
+          for (size_t j = 0; j < file.items.size(); ++j) {
+            const Planned& p = items[file.items[j]];
+            const SavedItem& got = (*saved)[j];
+            // The worker's reply is input: it must describe what was asked.
+            if (got.bytes != p.bytes || got.data_offset < 0) {
+              results[w] = absl::InternalError(absl::StrCat(
+                  "worker '", worker.name, "' reports ", got.bytes,
+                  " bytes for a piece of ", p.bytes));
+              return;
+            }
+            StoredPiece& piece = listing.entries[p.tensor].pieces[p.piece];
+            piece.file = file.name;
+            piece.data_offset = got.data_offset;
+            piece.bytes = got.bytes;
+            piece.crc32 = got.crc32;
+            tally->done += got.bytes;
+          }
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  // A failed save takes its files back out (best effort: they are named
+  // by no index either way).
+  auto remove_written = [&] {
+    for (size_t w = 0; w < addresses.size(); ++w) {
+      if (written[w].empty()) continue;
+      const WorkerRef worker{worker_names.at(addresses[w]), addresses[w]};
+      workers_->RemoveCheckpointFiles(worker, args.dir, written[w])
+          .IgnoreError();
+    }
+  };
+  for (const absl::Status& s : results) {
+    if (!s.ok()) {
+      remove_written();
+      return s;
+    }
+  }
+  for (const CheckpointEntry& e : listing.entries) {
+    for (const StoredPiece& piece : e.pieces) earlier_files.erase(piece.file);
+  }
+
+  // The index files last, tessera.json first: once it is in, the
+  // checkpoint is whole.
+  const std::string tessera_index = TesseraIndexJson(listing);
+  if (static_cast<int64_t>(tessera_index.size()) > kMaxCheckpointIndexBytes) {
+    remove_written();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "save: the checkpoint's ", kTesseraIndexName, " would take ",
+        tessera_index.size(), " bytes, more than ", kMaxCheckpointIndexBytes,
+        " (save fewer tensors, or tensors of fewer shards, at once)"));
+  }
+  absl::StatusOr<WorkerRef> writer = DirectoryWorker();
+  absl::Status indexed =
+      writer.ok() ? workers_->WriteCheckpointFile(*writer, args.dir,
+                                                  kTesseraIndexName,
+                                                  tessera_index)
+                  : writer.status();
+  if (!indexed.ok()) {
+    remove_written();
+    return Annotate(indexed, absl::StrCat("writing the index of '", args.dir,
+                                          "'"));
+  }
+  TESSERA_RETURN_IF_ERROR(Annotate(
+      workers_->WriteCheckpointFile(*writer, args.dir, kHfIndexName,
+                                    HfIndexJson(listing)),
+      absl::StrCat("writing '", args.dir, "/", kHfIndexName, "'")));
+  if (!earlier_files.empty()) {
+    const std::vector<std::string> gone(earlier_files.begin(),
+                                        earlier_files.end());
+    if (absl::Status s =
+            workers_->RemoveCheckpointFiles(*writer, args.dir, gone);
+        !s.ok()) {
+      spdlog::warn("save '{}': the earlier checkpoint's files stay: {}",
+                   args.dir, s.ToString());
+    }
+  }
+  result.tensors = std::move(names);
+  result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  spdlog::info("saved {} tensor(s) into '{}': {} bytes in {} file(s), {:.3f} s",
+               result.tensors.size(), args.dir, result.bytes, result.files,
+               result.seconds);
+  return result;
 }
 
 absl::StatusOr<LoadResult> Orchestrator::Load(const LoadArgs& args) {
@@ -1147,26 +1419,28 @@ absl::StatusOr<LoadResult> Orchestrator::Load(const LoadArgs& args) {
   }
 
   // Each shard's first replica reads its runs; one thread per worker.
-  struct Order {
-    std::string file;
-    uint64_t shard_id;
-    std::vector<FileRun> runs;
-  };
-  std::map<std::string, std::vector<Order>> orders;  // by address
+  std::map<std::string, std::vector<LoadOrder>> orders;  // by address
   std::map<std::string, std::string> names;          // address -> worker
   for (size_t k = 0; k < made.size(); ++k) {
     const TensorMetadata& meta = *made[k];
     const CheckpointEntry& entry = listing.entries[found[k]];
-    const Box whole(Shape(meta.shape.size(), 0), meta.shape);
     const int64_t item = static_cast<int64_t>(ItemSize(meta.dtype));
+    // A saved piece read whole is checked against its CRC as it lands.
+    const bool checked = !entry.pieces.empty();
+    const std::vector<StoredPiece> pieces = PiecesOf(entry);
     for (const ShardInfo& shard : meta.shards) {
       const Replica& first = shard.replicas.front();
-      std::vector<FileRun> runs =
-          PlanFileRuns(whole, entry.data_offset, shard.box, item);
-      if (runs.empty()) continue;
-      orders[first.address].push_back(
-          {entry.file, first.shard_id, std::move(runs)});
-      names[first.address] = first.worker;
+      for (const StoredPiece& piece : pieces) {
+        std::vector<FileRun> runs =
+            PlanFileRuns(piece.box, piece.data_offset, shard.box, item);
+        if (runs.empty()) continue;
+        LoadOrder& order = orders[first.address].emplace_back();
+        order.file = piece.file;
+        order.shard_id = first.shard_id;
+        order.runs = std::move(runs);
+        if (checked && shard.box.Contains(piece.box)) order.crc32 = piece.crc32;
+        names[first.address] = first.worker;
+      }
     }
   }
   std::vector<std::string> addresses;
@@ -1178,13 +1452,13 @@ absl::StatusOr<LoadResult> Orchestrator::Load(const LoadArgs& args) {
     for (size_t i = 0; i < addresses.size(); ++i) {
       threads.emplace_back([&, i] {
         const WorkerRef worker{names[addresses[i]], addresses[i]};
-        for (const Order& order : orders[addresses[i]]) {
+        for (const LoadOrder& order : orders[addresses[i]]) {
           if (absl::Status s = args.stop.Check(); !s.ok()) {
             results[i] = s;
             return;
           }
-          absl::StatusOr<int64_t> n = workers_->LoadShard(
-              worker, args.dir, order.file, order.shard_id, order.runs);
+          absl::StatusOr<int64_t> n =
+              workers_->LoadShard(worker, args.dir, order);
           if (!n.ok()) {
             results[i] = Annotate(
                 n.status(), absl::StrCat("worker '", worker.name, "' reading '",

@@ -91,6 +91,24 @@ struct LoadArgs {
   std::string owner;  // as CreateTensorArgs::owner
   StopCondition stop;
 };
+// A save (CLI.md "Checkpoints (v3)"): the tensors `names`, or (none
+// named) those whose names start with `prefix`.
+struct SaveArgs {
+  std::string dir;
+  std::vector<std::string> names;
+  std::string prefix;
+  StopCondition stop;
+};
+struct SaveResult {
+  std::vector<std::string> tensors;  // in the order asked (else the table's)
+  int64_t bytes = 0;                 // their bytes
+  int64_t files = 0;                 // .safetensors files written
+  double seconds = 0;
+};
+// How a save cuts a worker's pieces into files (one order each).
+inline constexpr int64_t kSaveFileBytes = int64_t{1} << 30;
+inline constexpr int64_t kSaveFileItems = 1024;
+
 struct LoadResult {
   std::vector<TensorMetadataPtr> tensors;  // in the order asked
   int64_t bytes = 0;                       // the tensors' bytes
@@ -222,6 +240,14 @@ class Orchestrator {
   // deleted. NOT_FOUND for an entry the directory lacks.
   absl::StatusOr<LoadResult> Load(const LoadArgs& args);
 
+  // Writes the tensors into `dir`: every worker holding a shard's first
+  // available replica writes its pieces into its own files (in parallel),
+  // each piece's CRC-32 computed as it is written; then tessera.json and
+  // the Hugging Face index go in, each whole, and the files of an earlier
+  // checkpoint in `dir` are removed. A failure leaves no file of this save
+  // that an index names, and an earlier checkpoint as it was.
+  absl::StatusOr<SaveResult> Save(const SaveArgs& args);
+
   // How far the move of `name`'s pieces running now has got (not running:
   // none runs).
   MoveProgress Progress(const std::string& name) const;
@@ -232,6 +258,10 @@ class Orchestrator {
     std::atomic<int64_t> total{0};
     std::atomic<int64_t> done{0};
   };
+
+  // The worker that reads and writes a checkpoint directory's own files
+  // (listing, index files): every worker sees the directory.
+  absl::StatusOr<WorkerRef> DirectoryWorker() const;
 
   // Resolves spec.placements[i] for every box into `meta->shards` (each
   // shard's first replica) and places `replicas - 1` more of each

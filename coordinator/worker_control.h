@@ -6,6 +6,7 @@
 #define TESSERA_COORDINATOR_WORKER_CONTROL_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,6 +43,31 @@ struct AllocateBatch {
   Shape tensor_shape;
   InitSpec init;
   std::vector<std::pair<uint64_t, Box>> shards;  // shard id, box in the tensor
+};
+
+// A load's order: runs of one file (in file order) into one shard, all of
+// one stored piece when `crc32` is given (the piece's).
+struct LoadOrder {
+  std::string file;
+  uint64_t shard_id = 0;
+  std::vector<FileRun> runs;
+  std::optional<uint32_t> crc32;
+};
+
+// A save's item: shard `shard_id` (of `tensor` at `version`) stored as
+// entry `entry` of a file; 0-d when `scalar`.
+struct SaveItem {
+  std::string entry;
+  uint64_t shard_id = 0;
+  std::string tensor;
+  uint64_t version = 0;
+  bool scalar = false;
+};
+// Where an item landed.
+struct SavedItem {
+  int64_t data_offset = 0;
+  int64_t bytes = 0;
+  uint32_t crc32 = 0;
 };
 
 class WorkerControl {
@@ -83,13 +109,32 @@ class WorkerControl {
       const WorkerRef& worker, const std::string& dir) {
     return absl::FailedPreconditionError("no checkpoints here");
   }
-  // Has `worker` read `runs` (in file order) of `file` in `dir` into its
-  // shard `shard_id`; returns the bytes it read from the file.
+  // Has `worker` read `order.runs` of `order.file` in `dir` into its shard
+  // `order.shard_id` (checking the CRC-32 when given); returns the bytes
+  // it read from the file.
   virtual absl::StatusOr<int64_t> LoadShard(const WorkerRef& worker,
                                             const std::string& dir,
-                                            const std::string& file,
-                                            uint64_t shard_id,
-                                            const std::vector<FileRun>& runs) {
+                                            const LoadOrder& order) {
+    return absl::FailedPreconditionError("no checkpoints here");
+  }
+  // Has `worker` write `items` (shards it holds) into file `file` of `dir`,
+  // whole or not at all; returns where each landed, in order.
+  virtual absl::StatusOr<std::vector<SavedItem>> SaveShards(
+      const WorkerRef& worker, const std::string& dir, const std::string& file,
+      const std::vector<SaveItem>& items,
+      const std::vector<std::pair<std::string, std::string>>& metadata) {
+    return absl::FailedPreconditionError("no checkpoints here");
+  }
+  // Has `worker` write file `name` of `dir` whole, or remove `names`.
+  virtual absl::Status WriteCheckpointFile(const WorkerRef& worker,
+                                           const std::string& dir,
+                                           const std::string& name,
+                                           const std::string& content) {
+    return absl::FailedPreconditionError("no checkpoints here");
+  }
+  virtual absl::Status RemoveCheckpointFiles(
+      const WorkerRef& worker, const std::string& dir,
+      const std::vector<std::string>& names) {
     return absl::FailedPreconditionError("no checkpoints here");
   }
 };

@@ -108,9 +108,26 @@ class HeldShardTracker : public WorkerControl {
   }
   absl::StatusOr<int64_t> LoadShard(const WorkerRef& worker,
                                     const std::string& dir,
-                                    const std::string& file, uint64_t shard_id,
-                                    const std::vector<FileRun>& runs) override {
-    return inner_->LoadShard(worker, dir, file, shard_id, runs);
+                                    const LoadOrder& order) override {
+    return inner_->LoadShard(worker, dir, order);
+  }
+  absl::StatusOr<std::vector<SavedItem>> SaveShards(
+      const WorkerRef& worker, const std::string& dir, const std::string& file,
+      const std::vector<SaveItem>& items,
+      const std::vector<std::pair<std::string, std::string>>& metadata)
+      override {
+    return inner_->SaveShards(worker, dir, file, items, metadata);
+  }
+  absl::Status WriteCheckpointFile(const WorkerRef& worker,
+                                   const std::string& dir,
+                                   const std::string& name,
+                                   const std::string& content) override {
+    return inner_->WriteCheckpointFile(worker, dir, name, content);
+  }
+  absl::Status RemoveCheckpointFiles(
+      const WorkerRef& worker, const std::string& dir,
+      const std::vector<std::string>& names) override {
+    return inner_->RemoveCheckpointFiles(worker, dir, names);
   }
 
   // The worker holds exactly `held` (a registration, or a list it sent).

@@ -45,6 +45,7 @@ const absl::flat_hash_map<std::string, Role>& MethodTable() {
       {"/tessera.v1.Coordinator/ReshardTensor", Role::kWrite},
       {"/tessera.v1.Coordinator/DescribeCheckpoint", Role::kWrite},
       {"/tessera.v1.Coordinator/LoadCheckpoint", Role::kWrite},
+      {"/tessera.v1.Coordinator/SaveCheckpoint", Role::kRead},
       {"/tessera.v1.Coordinator/UpdateTensor", Role::kWrite},
       {"/tessera.v1.Coordinator/SetWorkerState", Role::kAdmin},
       {"/tessera.v1.Coordinator/RemoveWorker", Role::kAdmin},

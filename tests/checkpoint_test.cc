@@ -1,27 +1,37 @@
-// `tessera load` against real daemons (CLI.md "Checkpoints (v3)"): a
-// Hugging Face model directory (two files and their index) under the
-// workers' --checkpoint_root loads into a row layout and a column layout
-// bit-exact, each worker reading about only its shards' bytes; paths that
-// leave the root, a worker without a root and a damaged file are refused
-// with nothing created.
+// `tessera load` and `tessera save` against real daemons (CLI.md
+// "Checkpoints (v3)"): a Hugging Face model directory (two files and their
+// index) under the workers' --checkpoint_root loads into a row layout and a
+// column layout bit-exact, each worker reading about only its shards'
+// bytes; what is saved from four workers parses with a plain reader of the
+// public format and loads back on three in another layout bit-exact; paths
+// that leave the root, a worker without a root, a damaged file and a failed
+// checksum are refused with nothing created; a save that fails leaves the
+// checkpoint it would have replaced loadable.
+#include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "client/npy_file.h"
 #include "client/safetensors_file.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/cluster.h"
 
 namespace tessera {
@@ -41,6 +51,47 @@ std::string Root() { return absl::StrCat(std::getenv("TEST_TMPDIR"), "/ckpt"); }
 void WriteAll(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
   out << bytes;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::set<std::string> Listing(const std::string& dir) {
+  std::set<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name != "." && name != "..") names.insert(name);
+    }
+    closedir(d);
+  }
+  return names;
+}
+
+// A safetensors entry as a reader that knows only the public format sees
+// it: 8 bytes of little-endian header length, the JSON header, then data
+// at the header's data_offsets.
+struct PlainEntry {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+std::map<std::string, PlainEntry> PlainRead(const std::string& path) {
+  const std::string file = ReadAll(path);
+  std::map<std::string, PlainEntry> out;
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i)
+    n = (n << 8) | static_cast<unsigned char>(file[i]);
+  const nlohmann::json header = nlohmann::json::parse(file.substr(8, n));
+  for (const auto& [name, e] : header.items()) {
+    if (name == "__metadata__") continue;
+    const int64_t begin = e["data_offsets"][0], end = e["data_offsets"][1];
+    out[name] = {e["dtype"], e["shape"].get<std::vector<int64_t>>(),
+                 file.substr(8 + n + begin, end - begin)};
+  }
+  return out;
 }
 
 // A safetensors file of `tensors` (laid out in the given order, with
@@ -104,9 +155,10 @@ class CheckpointTest : public ::testing::Test {
              ModelFile({{"w", DType::kFloat32, {8192, 1024}}}, 4, &ignored));
 
     TestClusterOptions options;
-    // w3 has no --checkpoint_root.
+    // w4 has no --checkpoint_root.
+    options.num_workers = 5;
     options.per_worker_flags = [](int i) {
-      return i < 3 ? std::vector<std::string>{"--checkpoint_root=" + Root()}
+      return i < 4 ? std::vector<std::string>{"--checkpoint_root=" + Root()}
                    : std::vector<std::string>{};
     };
     absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
@@ -181,8 +233,8 @@ TEST_F(CheckpointTest, LoadsAHuggingFaceDirectoryIntoAnyLayoutBitExact) {
   EXPECT_EQ(cbytes, total);
   EXPECT_LE(cread, total * 125 / 100) << r.out;
   ExpectModel("cols/");
-  // Each shard on two workers (the second filled as a put's are: w3, which
-  // has no checkpoint root, holds copies too).
+  // Each shard on two workers (the second filled as a put's are: w4, which
+  // has no checkpoint root, may hold copies too).
   EXPECT_THAT(Tensors(),
               HasSubstr("{\"name\": \"cols/head\", \"shape\": [40, 24], "
                         "\"dtype\": \"float32\", \"version\": 1, "
@@ -238,11 +290,11 @@ TEST_F(CheckpointTest, PathsOutOfTheRootAndBadFilesCreateNothing) {
     for (const std::string& w : c.words) EXPECT_THAT(r.err, HasSubstr(w));
   }
   // A worker without --checkpoint_root cannot read: the load fails whole.
-  Result r = Tessera({"load", "model", "--chunk_dim=0", "--placements=w0,w3",
+  Result r = Tessera({"load", "model", "--chunk_dim=0", "--placements=w0,w4",
                       "--prefix=bad/"});
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.err, HasSubstr("checkpoint_root"));
-  EXPECT_THAT(r.err, HasSubstr("w3"));
+  EXPECT_THAT(r.err, HasSubstr("w4"));
   EXPECT_EQ(Tensors(), before);
 }
 
@@ -265,6 +317,211 @@ TEST_F(CheckpointTest, LoadProgressOnATerminalCountsTheWorkersBytes) {
   }
   EXPECT_GE(progress.lines.size(), 3u) << run.text;
   EXPECT_THAT(run.text, HasSubstr("loaded 1 tensor from big")) << run.text;
+}
+
+// Saved from four workers (rows), the checkpoint is what the contract says
+// (each worker's own file, the Hugging Face index naming them, tessera.json
+// with every piece's box and CRC-32), a plain reader of the format finds
+// the bytes in it, and it loads on three workers by columns bit-exact.
+TEST_F(CheckpointTest, SavesFromFourWorkersAndLoadsOnThreeInAnotherLayout) {
+  ASSERT_EQ(Tessera({"load", "model", "--chunk_dim=0",
+                     "--placements=w0,w1,w2,w3", "--prefix=s/"})
+                .code,
+            0);
+  int64_t total = 0;
+  for (const auto& [name, data] : *bytes_) total += data.size();
+  Result r = Tessera({"save", "saved/one", "--prefix=s/", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith("{\"dir\": \"saved/one\", \"tensors\": [\"s/"));
+  EXPECT_THAT(r.out, HasSubstr(absl::StrCat("\"bytes\": ", total,
+                                            ", \"files\": 4, \"seconds\": ")));
+
+  // Four worker files and the two index files, nothing else.
+  const std::string dir = Root() + "/saved/one";
+  const std::set<std::string> files = Listing(dir);
+  EXPECT_EQ(files.size(), 6u) << absl::StrJoin(files, " ");
+  EXPECT_EQ(files.count("tessera.json"), 1u);
+  EXPECT_EQ(files.count("model.safetensors.index.json"), 1u);
+  for (const std::string& worker : {"w0", "w1", "w2", "w3"}) {
+    EXPECT_EQ(std::count_if(files.begin(), files.end(),
+                            [&](const std::string& f) {
+                              return absl::StartsWith(f, worker + "-") &&
+                                     absl::EndsWith(f, ".safetensors");
+                            }),
+              1)
+        << worker;
+  }
+  // The Hugging Face index maps every entry to a file that holds it.
+  const nlohmann::json index =
+      nlohmann::json::parse(ReadAll(dir + "/model.safetensors.index.json"));
+  EXPECT_EQ(index["metadata"]["total_size"], total);
+  std::map<std::string, PlainEntry> entries;
+  for (const auto& [entry, file] : index["weight_map"].items()) {
+    std::map<std::string, PlainEntry> in = PlainRead(dir + "/" + file.get<std::string>());
+    ASSERT_EQ(in.count(entry), 1u) << entry;
+    entries[entry] = in[entry];
+  }
+  // tessera.json's pieces, in row order, are the model's bytes; each
+  // piece's CRC-32 is zlib's of its bytes.
+  const nlohmann::json saved = nlohmann::json::parse(ReadAll(dir + "/tessera.json"));
+  EXPECT_EQ(saved["format"], "tessera.checkpoint");
+  ASSERT_EQ(saved["tensors"].size(), bytes_->size());
+  for (const nlohmann::json& t : saved["tensors"]) {
+    const std::string name = t["name"].get<std::string>().substr(2);
+    std::string joined;
+    for (const nlohmann::json& piece : t["pieces"]) {
+      const PlainEntry& e = entries.at(piece["entry"].get<std::string>());
+      EXPECT_EQ(e.shape, piece["sizes"].get<std::vector<int64_t>>());
+      const uint32_t crc = static_cast<uint32_t>(
+          crc32(0, reinterpret_cast<const Bytef*>(e.bytes.data()),
+                static_cast<uInt>(e.bytes.size())));
+      EXPECT_EQ(crc, piece["crc32"].get<uint32_t>()) << piece["entry"];
+      joined += e.bytes;
+    }
+    EXPECT_EQ(joined, bytes_->at(name)) << name;
+  }
+  // The 0-d entry is saved 0-d, the uint16 one as U16.
+  EXPECT_EQ(entries.at("s/scale").shape, std::vector<int64_t>{});
+  EXPECT_EQ(entries.at("s/u:0").dtype, "U16");
+
+  // Loaded on three workers by columns (and a tensor of 0-d kept [1]).
+  r = Tessera({"load", "saved/one", "--chunk_dim=-1", "--placements=w2,w1,w0",
+               "--prefix=c/", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(BytesOf(r.out).first, total);
+  ExpectModel("c/s/");
+  EXPECT_THAT(Tensors(), HasSubstr("{\"name\": \"c/s/head\", \"shape\": [40, "
+                                   "24], \"dtype\": \"float32\", \"version\": "
+                                   "1, \"num_shards\": 3"));
+
+  // Human output.
+  r = Tessera({"save", "saved/two", "s/head", "s/ids"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith("saved 2 tensors into saved/two, "));
+}
+
+// A piece whose bytes changed on disk fails its CRC when a load reads it
+// whole: exit 1 `checkpoint`, nothing created. Bad names and a worker
+// without a root are refused before anything is written.
+TEST_F(CheckpointTest, DamagedPiecesAndBadSavesAreRefused) {
+  ASSERT_EQ(Tessera({"load", "model", "--chunk_dim=0", "--placements=w0,w1",
+                     "--prefix=d/"})
+                .code,
+            0);
+  ASSERT_EQ(Tessera({"save", "saved/damaged", "d/head"}).code, 0);
+  const std::string dir = Root() + "/saved/damaged";
+  for (const std::string& f : Listing(dir)) {
+    if (!absl::StartsWith(f, "w1-")) continue;
+    // The last byte of w1's file is the last of its piece of d/head.
+    std::fstream file(dir + "/" + f,
+                      std::ios::in | std::ios::out | std::ios::binary);
+    file.seekg(-1, std::ios::end);
+    const char last = static_cast<char>(file.get());
+    file.seekp(-1, std::ios::end);
+    file.put(static_cast<char>(last ^ 0x5a));
+  }
+  const std::string before = Tensors();
+  Result r = Tessera({"load", "saved/damaged", "--chunk_dim=0",
+                      "--placements=w2,w3", "--prefix=bad/"});
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.err, HasSubstr("checkpoint"));
+  EXPECT_THAT(r.err, HasSubstr("checksum"));
+  EXPECT_EQ(Tensors(), before);
+
+  const struct {
+    std::vector<std::string> args;
+    int code;
+    std::string word;
+  } kCases[] = {
+      {{"save", "/abs", "d/head"}, 1, "checkpoint_root"},
+      {{"save", "saved/../../x", "d/head"}, 1, "checkpoint_root"},
+      {{"save", "escape/x", "d/head"}, 1, "checkpoint_root"},
+      {{"save", "saved/x", "absent"}, 1, "not found"},
+      {{"save", "saved/x", "--prefix=nothing/"}, 1, "no tensor"},
+      {{"save", "saved/x"}, 2, "NAME"},
+      {{"save", "saved/x", "d/head", "--prefix=d/"}, 2, "not both"},
+  };
+  for (const auto& c : kCases) {
+    SCOPED_TRACE(absl::StrJoin(c.args, " "));
+    r = Tessera(c.args);
+    EXPECT_EQ(r.code, c.code) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.word));
+  }
+  EXPECT_EQ(Listing(Root() + "/saved/x").size(), 0u);
+  // A shard on the worker without a root: that worker cannot write.
+  ASSERT_EQ(Tessera({"load", "model", "--chunk_dim=0", "--placements=w0",
+                     "--prefix=r/"})
+                .code,
+            0);
+  ASSERT_EQ(Tessera({"reshard", "r/head", "--chunk_dim=0", "--placements=w4"})
+                .code,
+            0);
+  r = Tessera({"save", "saved/x", "r/head"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("checkpoint_root"));
+  EXPECT_EQ(Listing(Root() + "/saved/x").size(), 0u);
+}
+
+// A save on a terminal shows the bytes the workers wrote, as the
+// coordinator counts them (w1 stopped for 2.5 s: strictly between 0 and
+// 100 % for a while).
+TEST_F(CheckpointTest, SaveProgressOnATerminalCountsTheWorkersBytes) {
+  ASSERT_EQ(Tessera({"load", "big", "--chunk_dim=0", "--placements=w0,w1",
+                     "--prefix=sp/"})
+                .code,
+            0);
+  const std::string log = absl::StrCat(std::getenv("TEST_TMPDIR"), "/save.log");
+  const std::string command = absl::StrCat(
+      TestCluster::BinaryPath("client/tessera"),
+      " --coordinator=", cluster_->coordinator_address(),
+      " save saved/progress sp/w");
+  const TerminalRun run =
+      RunOnTerminalWithWorkerStopped(command, cluster_->worker_pid(1), log);
+  ASSERT_EQ(run.code, 0) << run.text;
+  const ProgressLines progress = ProgressOf(run.text, "save saved/progress: ");
+  EXPECT_GE(progress.lines.size(), 3u) << run.text;
+  bool between = false;
+  for (const std::string& line : progress.lines) {
+    EXPECT_THAT(line, HasSubstr(" of 32.0 MiB (")) << run.text;
+    between |= absl::StrContains(line, "16.0 MiB of 32.0 MiB");
+  }
+  EXPECT_TRUE(between) << run.text;
+  EXPECT_THAT(run.text, HasSubstr("saved 1 tensor into saved/progress"));
+}
+
+// A save that fails (a worker killed while it writes) leaves the
+// checkpoint it would have replaced as it was: the same index, the same
+// files, loadable bit-exact; the files the failed save wrote are gone.
+// Last: it restarts w1, whose shards are then lost.
+TEST_F(CheckpointTest, AFailedSaveLeavesTheEarlierCheckpointLoadable) {
+  ASSERT_EQ(Tessera({"load", "model", "--chunk_dim=0", "--placements=w0,w2",
+                     "--prefix=k/"})
+                .code,
+            0);
+  ASSERT_EQ(Tessera({"load", "big", "--chunk_dim=0", "--placements=w0,w1",
+                     "--prefix=kb/"})
+                .code,
+            0);
+  ASSERT_EQ(Tessera({"save", "saved/keep", "--prefix=k/"}).code, 0);
+  const std::string dir = Root() + "/saved/keep";
+  const std::set<std::string> before = Listing(dir);
+  const std::string index = ReadAll(dir + "/tessera.json");
+
+  kill(cluster_->worker_pid(1), SIGSTOP);
+  Result failed;
+  std::thread save([&] { failed = Tessera({"save", "saved/keep", "kb/w"}); });
+  absl::SleepFor(absl::Seconds(1.5));
+  cluster_->StopWorker(1, SIGKILL);
+  save.join();
+  EXPECT_EQ(failed.code, 1) << failed.out;
+  EXPECT_THAT(failed.err, HasSubstr("w1"));
+  EXPECT_EQ(Listing(dir), before);
+  EXPECT_EQ(ReadAll(dir + "/tessera.json"), index);
+  Result r = Tessera({"load", "saved/keep", "--chunk_dim=-1",
+                      "--placements=w3", "--prefix=back/"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ExpectModel("back/k/");
+  ASSERT_TRUE(cluster_->RestartWorker(1).ok());
 }
 
 }  // namespace

@@ -642,7 +642,7 @@ grpc::Status WorkerService::SaveShards(grpc::ServerContext* context,
     for (const v1::SaveShardsRequest::Item& item : request->items()) {
       TESSERA_ASSIGN_OR_RETURN(ShardDesc desc, store.Describe(item.shard_id()));
       if (desc.tensor != item.tensor() || desc.version != item.version() ||
-          desc.writable) {
+          node_->TakesWrites(item.shard_id())) {
         return absl::FailedPreconditionError(absl::StrCat(
             "shard ", item.shard_id(), " is not a sealed shard of '",
             item.tensor(), "' version ", item.version()));

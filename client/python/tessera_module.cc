@@ -752,6 +752,24 @@ class PyClient {
     return d;
   }
 
+  // The named tensors (or those starting with `prefix`) saved into a
+  // checkpoint directory under the workers' --checkpoint_root.
+  py::dict Save(const std::string& dir, py::object names, py::object prefix) {
+    const std::vector<std::string> list =
+        names.is_none() ? std::vector<std::string>{}
+                        : names.cast<std::vector<std::string>>();
+    const std::string p = prefix.is_none() ? "" : prefix.cast<std::string>();
+    Client::SaveStats stats = Unwrap(
+        WithoutGil([&] { return client_->SaveCheckpoint(dir, list, p); }));
+    py::dict d;
+    d["dir"] = dir;
+    d["tensors"] = stats.tensors;
+    d["bytes"] = stats.bytes;
+    d["files"] = stats.files;
+    d["seconds"] = stats.seconds;
+    return d;
+  }
+
   // The named tensors (or those starting with `prefix`) into one
   // .safetensors file, gathered straight into its mapping.
   py::dict ExportSafetensors(
@@ -1152,6 +1170,8 @@ PYBIND11_MODULE(_tessera, m) {
       .def("import_safetensors", &PyClient::ImportSafetensors, py::arg("path"),
            py::arg("spec"), py::arg("prefix"))
       .def("load", &PyClient::Load, py::arg("dir"), py::arg("spec"),
+           py::arg("prefix"))
+      .def("save", &PyClient::Save, py::arg("dir"), py::arg("names"),
            py::arg("prefix"))
       .def("export_safetensors", &PyClient::ExportSafetensors, py::arg("path"),
            py::arg("names"), py::arg("prefix"), py::arg("metadata"))

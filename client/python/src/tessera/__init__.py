@@ -76,6 +76,7 @@ __all__ = [
     "UpdateStats",
     "SafetensorsExport",
     "LoadStats",
+    "SaveStats",
     "DTYPES",
     "numpy_dtype",
     "bfloat16_to_float32",
@@ -401,6 +402,18 @@ class LoadStats:
     tensors: List[TensorInfo]
     bytes: int
     bytes_read: int
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class SaveStats:
+    """What ``save`` wrote: the tensors saved, their bytes, and the number of
+    .safetensors files the workers wrote."""
+
+    dir: str
+    tensors: List[str]
+    bytes: int
+    files: int
     seconds: float
 
 
@@ -961,6 +974,30 @@ class Client:
         d = self._impl.load(str(dir), spec, prefix)
         d["tensors"] = [TensorInfo(**t) for t in d["tensors"]]
         return LoadStats(**d)
+
+    def save(self, dir: str, names: Optional[Sequence[str]] = None, *,
+             prefix: Optional[str] = None, progress: bool = False) -> SaveStats:
+        """Saves tensors, each at its current version, into checkpoint
+        directory ``dir``, relative to the workers' ``--checkpoint_root``.
+
+        Give ``names`` or ``prefix`` (every tensor whose name starts with
+        it). Each worker writes the shards it holds into its own .safetensors
+        file, in parallel; then ``tessera.json`` and
+        ``model.safetensors.index.json`` go in, each whole, so a save that
+        fails leaves any earlier checkpoint in ``dir`` loadable. ``load``
+        reads it back in any layout. ``progress=True`` shows a tqdm bar of
+        the bytes the workers have written (with ``names``).
+        """
+        if (names is None) == (prefix is None):
+            raise InvalidArgument("save: give names or prefix, not both or neither")
+        if isinstance(names, str):
+            names = [names]
+        listed = None if names is None else [str(n) for n in names]
+        watched = listed[0] if listed else None
+        with _Progress(self._impl, None, f"save {dir}", progress and watched is not None,
+                       sample=lambda: self._impl.reshard_progress(watched)):
+            d = self._impl.save(str(dir), listed, prefix)
+        return SaveStats(**d)
 
     def export_safetensors(self, path: str, names: Optional[Sequence[str]] = None, *,
                            prefix: Optional[str] = None,
