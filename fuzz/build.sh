@@ -27,7 +27,7 @@ ABSL=$(sed -n '/^ABSL_LIBS = \[/,/^\]/p' third_party/BUILD | grep -o '"[a-z_0-9]
 # shellcheck disable=SC2206,SC2207,SC2054
 # grpc++_reflection: rpc/server registers server reflection.
 LIBS=($(pkg-config --libs grpc++ protobuf ucx) -lgrpc++_reflection
-  -Wl,--start-group $ABSL -Wl,--end-group -lspdlog -lfmt -lpthread -lrt)
+  -Wl,--start-group $ABSL -Wl,--end-group -lspdlog -lfmt -lz -lpthread -lrt)
 
 # 1. Protobuf / gRPC code for every proto/*.proto.
 for src in proto/*.proto; do

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/safetensors_file.h"
+#include "core/checkpoint_index.h"
 #include "core/npy.h"
 #include "core/tensor_metadata.h"
 #include "fuzz/fuzz_util.h"
@@ -715,6 +716,45 @@ void MetadataSeeds() {
   write("replicas_packed", meta, ShardEncoding::kPacked);
 }
 
+// tessera.json (first byte even) and the HF index (odd) of a saved
+// checkpoint: a row-split tensor in two files and a 0-d one.
+void CheckpointIndexSeeds() {
+  CheckpointListing listing;
+  listing.metadata = {{"format", "pt"}};
+  CheckpointEntry& w = listing.entries.emplace_back();
+  w.name = "layers.0/w";
+  w.dtype = DType::kBFloat16;
+  w.shape = {4, 6};
+  w.bytes = 48;
+  for (int k = 0; k < 2; ++k) {
+    StoredPiece& p = w.pieces.emplace_back();
+    p.box = Box({2 * k, 0}, {2, 6});
+    p.file = absl::StrCat("w", k, "-0a1b2c3d-0.safetensors");
+    p.entry = absl::StrCat("layers.0/w:", k);
+    p.data_offset = 128;
+    p.bytes = 24;
+    p.crc32 = 12345u * (k + 1);
+  }
+  CheckpointEntry& s = listing.entries.emplace_back();
+  s.name = "step";
+  s.dtype = DType::kInt64;
+  s.bytes = 8;
+  StoredPiece& p = s.pieces.emplace_back();
+  p.file = "w0-0a1b2c3d-0.safetensors";
+  p.entry = "step";
+  p.data_offset = 152;
+  p.bytes = 8;
+  Write("checkpoint_index_fuzzer", "tessera_json",
+        std::string(1, '\0') + TesseraIndexJson(listing));
+  Write("checkpoint_index_fuzzer", "hf_index",
+        std::string(1, '\1') + HfIndexJson(listing));
+  Write("checkpoint_index_fuzzer", "hf_plain",
+        std::string(1, '\1') +
+            R"({"metadata": {"total_size": 8}, "weight_map": {"a": )"
+            R"("model-00001-of-00002.safetensors", "b": )"
+            R"("model-00002-of-00002.safetensors"}})");
+}
+
 }  // namespace
 }  // namespace tessera
 
@@ -733,5 +773,6 @@ int main(int argc, char** argv) {
   tessera::ShmReplySeeds();
   tessera::PullReplySeeds();
   tessera::MetadataSeeds();
+  tessera::CheckpointIndexSeeds();
   return 0;
 }
