@@ -739,8 +739,15 @@ class PyClient {
       return tessera::LoadCheckpoint(
           *client_, dir,
           [&args](const Shape& shape) { return ResolveSpec(args, shape); },
-          prefix);
+          prefix, [this](const std::vector<Client::LoadEntry>& entries) {
+            absl::MutexLock lock(&loading_->mu);
+            loading_->name = entries.empty() ? "" : entries.front().tensor;
+          });
     }));
+    {
+      absl::MutexLock lock(&loading_->mu);
+      loading_->name.clear();
+    }
     py::list tensors;
     for (const TensorInfo& t : stats.tensors) tensors.append(InfoDict(t));
     py::dict d;
@@ -832,6 +839,17 @@ class PyClient {
 
   // (bytes done, bytes total) of the move of `name`'s bytes running now (a
   // reshard, a repair); None when none runs.
+  // The running load's progress (a tensor it makes, once they are known).
+  py::object LoadProgress() {
+    std::string name;
+    {
+      absl::MutexLock lock(&loading_->mu);
+      name = loading_->name;
+    }
+    if (name.empty()) return py::none();
+    return ReshardProgress(name);
+  }
+
   py::object ReshardProgress(const std::string& name) {
     MoveProgress progress =
         Unwrap(WithoutGil([&] { return client_->ReshardProgress(name); }));
@@ -840,6 +858,14 @@ class PyClient {
   }
 
  private:
+  // The tensor a running load makes first, for its progress (shared: the
+  // client stays movable).
+  struct Loading {
+    absl::Mutex mu;
+    std::string name ABSL_GUARDED_BY(mu);
+  };
+  std::shared_ptr<Loading> loading_ = std::make_shared<Loading>();
+
   // The caller's `out`: a writeable, C-contiguous ndarray of exactly the
   // region's dtype and shape (no casting, no reshaping: those would copy).
   static py::array ValidateOut(py::object out, const py::dtype& dtype,
@@ -1142,6 +1168,7 @@ PYBIND11_MODULE(_tessera, m) {
       .def("workers", &PyClient::Workers)
       .def("moved", &PyClient::Moved)
       .def("reshard_progress", &PyClient::ReshardProgress, py::arg("name"))
+      .def("load_progress", &PyClient::LoadProgress)
       .def(
           "async_reader",
           [](PyClient& self, int threads) {

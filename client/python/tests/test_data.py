@@ -444,3 +444,38 @@ def test_reshard_progress_bar_counts_the_bytes_landed(cluster, client, name, cap
     assert re.search(r"reshard [^:]*: +(4\d|5\d)%", err), err
     np.testing.assert_array_equal(client.get(name), a)
     client.delete(name)
+
+
+def test_save_and_load_progress_bars_count_the_workers_bytes(cluster, client, name, capsys):
+    """The bars of a save and a load show the coordinator's count of the
+    bytes the workers wrote and landed: with one worker stopped during the
+    save, half of them for a while (and one stopped during the load, so
+    that it is drawn before it ends)."""
+    pytest.importorskip("tqdm")
+    a = np.arange(8192 * 1024, dtype=np.float32).reshape(8192, 1024)  # 32 MiB
+    client.put(name, a, chunk_dim=0, placements=["w2", "w3"])
+    stopped = cluster.workers[3].pid
+    os.kill(stopped, signal.SIGSTOP)
+    resume = threading.Timer(1.5, os.kill, (stopped, signal.SIGCONT))
+    resume.start()
+    try:
+        client.save(f"progress-{name}", [name], progress=True)
+    finally:
+        resume.join()
+    err = capsys.readouterr().err
+    assert f"save progress-{name}" in err and "32.0M" in err and "100%" in err, err
+    assert re.search(r"save [^:]*: +50%", err), err
+    stopped = cluster.workers[1].pid
+    os.kill(stopped, signal.SIGSTOP)
+    resume = threading.Timer(1.5, os.kill, (stopped, signal.SIGCONT))
+    resume.start()
+    try:
+        client.load(f"progress-{name}", chunk_dim=1, placements=["w0", "w1"],
+                    prefix="p/", progress=True)
+    finally:
+        resume.join()
+    err = capsys.readouterr().err
+    assert f"load progress-{name}" in err and "32.0M" in err and "100%" in err, err
+    np.testing.assert_array_equal(client.get(f"p/{name}"), a)
+    client.delete(name)
+    client.delete(f"p/{name}")

@@ -957,7 +957,7 @@ class Client:
     def load(self, dir: str, *, chunk_dim: Optional[int] = None,
              placements: Optional[Placements] = None,
              shards: Optional[Union[str, Iterable[Tuple[Box, str]]]] = None,
-             prefix: str = "", replicas: int = 0) -> LoadStats:
+             prefix: str = "", replicas: int = 0, progress: bool = False) -> LoadStats:
         """One tensor per entry of checkpoint directory ``dir``, relative to the
         workers' ``--checkpoint_root`` (a Hugging Face model directory: one
         .safetensors file, or several named by model.safetensors.index.json).
@@ -967,11 +967,15 @@ class Client:
         ``(1,)``). Each worker reads from the files only its shards' bytes; no
         byte passes through this process. All or nothing. A directory that is
         absolute or leaves the root raises InvalidArgument naming
-        "checkpoint_root"; a damaged file, "checkpoint".
+        "checkpoint_root"; a damaged file, "checkpoint". ``dir`` may also be
+        a checkpoint :meth:`save` wrote. ``progress=True`` shows a tqdm bar
+        of the bytes the workers have landed.
         """
         spec = self._spec(chunk_dim, placements, shards, default_all=True,
                           replicas=replicas)
-        d = self._impl.load(str(dir), spec, prefix)
+        with _Progress(self._impl, None, f"load {dir}", progress,
+                       sample=self._impl.load_progress):
+            d = self._impl.load(str(dir), spec, prefix)
         d["tensors"] = [TensorInfo(**t) for t in d["tensors"]]
         return LoadStats(**d)
 
