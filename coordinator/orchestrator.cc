@@ -550,6 +550,11 @@ absl::Status Orchestrator::RecordVersion(const TensorMetadataPtr& old_meta,
                                          const TensorMetadataPtr& new_meta,
                                          TensorMetadata retired,
                                          NewShards* fresh) {
+  // The new shards' bytes are all in: their workers seal them (and a
+  // worker with --store_dir persists them), as a put's at its commit.
+  if (!fresh->meta.shards.empty()) {
+    TESSERA_RETURN_IF_ERROR(SealShards(fresh->meta));
+  }
   TESSERA_ASSIGN_OR_RETURN(MetadataLog::Ticket ticket,
                            table_->CommitReshard(old_meta, new_meta));
   const absl::Status recorded = log_->Wait(ticket);

@@ -6,7 +6,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/checkpoint_index.h"
 #include "core/errors.h"
+#include "core/shard_record.h"
 #include "core/status_macros.h"
 #include "core/strided_copy.h"
 
@@ -15,12 +17,13 @@ namespace tessera {
 struct HostShardStore::Shard {
   ShardDesc desc;
   int64_t bytes = 0;
-  // From `block` (zeroed unless filled at once), or calloc'd.
+  // From `block` (zeroed unless filled at once), `file`, or calloc'd.
   char* data = nullptr;
-  std::unique_ptr<SharedBlock> block;  // null for calloc'd memory
+  std::unique_ptr<SharedBlock> block;       // null for other memory
+  std::shared_ptr<MappedShardFile> file;    // --store_dir
   ShardCharge charge;  // against the capacity, until the memory is gone
   ~Shard() {
-    if (block == nullptr) std::free(data);
+    if (block == nullptr && file == nullptr) std::free(data);
   }
 };
 
@@ -48,8 +51,12 @@ absl::Status HostShardStore::Allocate(uint64_t id, const ShardDesc& desc,
   shard->bytes = desc.ByteSize();
   // Dropping the shard on failure gives the charge back.
   TESSERA_ASSIGN_OR_RETURN(shard->charge, table_.Reserve(id, shard->bytes));
-  if (options_.arena != nullptr && shard->bytes > 0 &&
-      shard->bytes >= options_.shared_memory_min_bytes) {
+  if (options_.files != nullptr) {
+    TESSERA_ASSIGN_OR_RETURN(shard->file,
+                             options_.files->Create(id, shard->bytes));
+    shard->data = shard->file->data();
+  } else if (options_.arena != nullptr && shard->bytes > 0 &&
+             shard->bytes >= options_.shared_memory_min_bytes) {
     // A put's shards are written by their client through its own mapping:
     // their pages are never handed to another shard.
     BlockUse use;
@@ -57,7 +64,9 @@ absl::Status HostShardStore::Allocate(uint64_t id, const ShardDesc& desc,
     use.overwritten = desc.filled_by_copies || fills;
     shard->block = options_.arena->Allocate(shard->bytes, id, use);
   }
-  if (shard->block != nullptr) {
+  if (shard->file != nullptr) {
+    // Mapped from its file above.
+  } else if (shard->block != nullptr) {
     shard->data = shard->block->data();
   } else {
     shard->data =
@@ -152,9 +161,64 @@ absl::StatusOr<PinnedShard> HostShardStore::Pin(uint64_t id) {
   return pinned;
 }
 
+absl::Status HostShardStore::Persist(uint64_t id,
+                                     absl::string_view cluster_id) {
+  if (options_.files == nullptr) return absl::OkStatus();
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Shard> shard, table_.Find(id));
+  if (shard->file == nullptr) return absl::OkStatus();
+  ShardRecord record;
+  record.shard_id = id;
+  record.cluster_id = std::string(cluster_id);
+  record.tensor = shard->desc.tensor;
+  record.version = shard->desc.version;
+  record.incarnation = shard->desc.incarnation;
+  record.dtype = shard->desc.dtype;
+  record.tensor_shape = shard->desc.tensor_shape;
+  record.box = shard->desc.box;
+  record.bytes = shard->bytes;
+  record.crc32 = ExtendCrc32(
+      0, absl::string_view(shard->data, static_cast<size_t>(shard->bytes)));
+  return options_.files->Seal(record, *shard->file);
+}
+
+ShardFiles::ScanResult HostShardStore::Reattach(
+    absl::flat_hash_map<uint64_t, std::string>* owners) {
+  ShardFiles::ScanResult scan = options_.files->Scan();
+  for (ShardFiles::Found& found : scan.intact) {
+    const ShardRecord& r = found.record;
+    auto shard = std::make_shared<Shard>();
+    shard->desc.tensor = r.tensor;
+    shard->desc.version = r.version;
+    shard->desc.incarnation = r.incarnation;
+    shard->desc.dtype = r.dtype;
+    shard->desc.tensor_shape = r.tensor_shape;
+    shard->desc.box = r.box;
+    shard->bytes = r.bytes;
+    shard->data = found.file->data();
+    shard->file = found.file;
+    absl::StatusOr<ShardCharge> charge = table_.Reserve(r.shard_id, r.bytes);
+    absl::Status inserted = charge.status();
+    if (inserted.ok()) {
+      shard->charge = *std::move(charge);
+      inserted = table_.Insert(r.shard_id, std::move(shard));
+    }
+    if (!inserted.ok()) {
+      // Past the capacity (it shrank), or a duplicate: kept on disk, not
+      // served; the coordinator repairs it elsewhere.
+      scan.problems.push_back(absl::StrCat("shard ", r.shard_id, " of '",
+                                           r.tensor, "': ",
+                                           inserted.message()));
+      continue;
+    }
+    (*owners)[r.shard_id] = r.cluster_id;
+  }
+  return scan;
+}
+
 absl::Status HostShardStore::Free(uint64_t id) {
   // Memory is released when the last reader drops it, outside any lock.
   std::shared_ptr<Shard> shard = table_.Remove(id);
+  if (shard != nullptr && shard->file != nullptr) options_.files->Remove(id);
   // No new same-host mappings from now on; existing ones keep the old bytes
   // until the last reader lets go, then the pages may serve another shard
   // (readers check after each copy: transport/shared_memory.h).

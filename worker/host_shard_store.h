@@ -15,6 +15,8 @@
 
 #include "core/limits.h"
 #include "transport/shared_memory_arena.h"
+#include "absl/container/flat_hash_map.h"
+#include "worker/shard_files.h"
 #include "worker/shard_store.h"
 #include "worker/shard_table.h"
 
@@ -32,6 +34,9 @@ struct HostShardStoreOptions {
   // from it (they go by one gRPC call).
   std::shared_ptr<SharedMemoryArena> arena;
   int64_t shared_memory_min_bytes = kChunkBytes;
+  // --store_dir: every shard in its own file there instead (the arena is
+  // not used), persisted when committed (worker/shard_files.h).
+  std::shared_ptr<ShardFiles> files;
 };
 
 class HostShardStore : public ShardStore {
@@ -55,11 +60,18 @@ class HostShardStore : public ShardStore {
                          absl::Span<const int64_t> dst_offsets) override;
   absl::StatusOr<ShardDesc> Describe(uint64_t id) const override;
   absl::StatusOr<PinnedShard> Pin(uint64_t id) override;
+  absl::Status Persist(uint64_t id, absl::string_view cluster_id) override;
   absl::Status Free(uint64_t id) override;
   int64_t BytesUsed() const override;
   int64_t ChargedBytes() const override;
   int64_t PinnedBytes() const override;
   std::vector<uint64_t> ShardIds() const override;
+
+  // With `files`: takes back every intact shard the store directory holds
+  // (call once, before serving), mapped as it was. Returns what the scan
+  // found, and each shard's cluster in `owners`.
+  ShardFiles::ScanResult Reattach(
+      absl::flat_hash_map<uint64_t, std::string>* owners);
 
  private:
   struct Shard;

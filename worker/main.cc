@@ -34,6 +34,8 @@
 #include "rpc/signals.h"
 #include "spdlog/spdlog.h"
 #include "transport/shared_memory_arena.h"
+#include "absl/container/flat_hash_map.h"
+#include "worker/shard_files.h"
 #include "worker/host_shard_store.h"
 #ifdef TESSERA_CUDA
 #include "worker/cuda_shard_store.h"
@@ -130,6 +132,12 @@ ABSL_FLAG(absl::Duration, pull_idle_timeout,
           tessera::WorkerNodeOptions().pull_idle_timeout,
           "a peer that sends nothing for this long during a pull is given "
           "up on");
+ABSL_FLAG(std::string, store_dir, "",
+          "keep host shards in files under this directory (a local disk, or "
+          "a memory-backed volume that outlives the container): a worker "
+          "started again on it serves the shards it held, each checked "
+          "against the checksum written when it was committed; empty: in "
+          "memory only (a restart loses them)");
 ABSL_FLAG(std::string, checkpoint_root, "",
           "directory checkpoints are loaded from (a load's DIR is relative to "
           "it; nothing outside it is read); empty: none");
@@ -300,13 +308,44 @@ int Run() {
     return 1;
   }
   auto arena = std::make_shared<SharedMemoryArena>(arena_options);
+  // Shards found in --store_dir, by the cluster each belongs to.
+  absl::flat_hash_map<uint64_t, std::string> reattached;
+  ShardFiles::ScanResult scan;
   if (device->kind == Device::Kind::kCpu) {
     HostShardStoreOptions store_options;
     store_options.capacity_bytes = absl::GetFlag(FLAGS_capacity_bytes);
     store_options.shard_charge_bytes = absl::GetFlag(FLAGS_shard_charge_bytes);
     store_options.arena = arena;
-    store = std::make_unique<HostShardStore>(store_options);
+    if (const std::string dir = absl::GetFlag(FLAGS_store_dir); !dir.empty()) {
+      absl::StatusOr<std::shared_ptr<ShardFiles>> files = ShardFiles::Open(dir);
+      if (!files.ok()) {
+        spdlog::error("--store_dir: {}", std::string(files.status().message()));
+        return 1;
+      }
+      store_options.files = *std::move(files);
+    }
+    auto host = std::make_unique<HostShardStore>(store_options);
+    if (store_options.files != nullptr) {
+      const absl::Time start = absl::Now();
+      scan = host->Reattach(&reattached);
+      for (const std::string& problem : scan.problems)
+        spdlog::error("--store_dir: {}", problem);
+      spdlog::info(
+          "--store_dir {}: {} shard(s) re-attached ({} bytes, nothing copied) "
+          "in {:.3f} s; {} damaged and {} never committed removed",
+          store_options.files->dir(), reattached.size(), scan.intact_bytes,
+          absl::ToDoubleSeconds(absl::Now() - start), scan.damaged,
+          scan.unsealed);
+    }
+    store = std::move(host);
   } else {
+    if (!absl::GetFlag(FLAGS_store_dir).empty()) {
+      spdlog::error(
+          "--store_dir keeps host shards; a worker with --device={} keeps "
+          "them in GPU memory",
+          device->ToString());
+      return 2;
+    }
 #ifdef TESSERA_CUDA
     if (absl::Status s = CheckCudaDevice(device->index); !s.ok()) {
       spdlog::error("--device={}: {}", device->ToString(),
@@ -509,6 +548,19 @@ int Run() {
               "waiting (bounded by --shard_warm_bytes).")
           ->Set(static_cast<double>(blocks.warm_bytes));
     }
+    if (!absl::GetFlag(FLAGS_store_dir).empty()) {
+      m.Gauge("tessera_worker_reattached_shards",
+              "Shards found intact in --store_dir at start and served again "
+              "without a copy.")
+          ->Set(static_cast<double>(reattached.size()));
+      m.Gauge("tessera_worker_reattached_bytes",
+              "Their bytes.")
+          ->Set(static_cast<double>(scan.intact_bytes));
+      m.Gauge("tessera_worker_store_damaged_shards",
+              "Shards in --store_dir that failed their check at start "
+              "(removed; the coordinator repairs them from replicas).")
+          ->Set(static_cast<double>(scan.damaged));
+    }
     m.Gauge("tessera_worker_capacity_bytes",
             "Most shard bytes this worker holds (0: no limit).")
         ->Set(static_cast<double>(absl::GetFlag(FLAGS_capacity_bytes)));
@@ -567,8 +619,9 @@ int Run() {
   if (!token.empty())
     options.channel.interceptors = BearerTokenInterceptors(secret);
   // Capabilities are checked with the key of the latest registration.
-  options.on_key = [&node, name](const std::string& key) {
-    node.SetIdentity(name, key);
+  options.on_key = [&node, name](const std::string& key,
+                                 const std::string& cluster_id) {
+    node.SetIdentity(name, key, cluster_id);
   };
   // Health: SERVING while registered with the coordinator.
   options.on_registered = [&](bool registered) {
@@ -584,6 +637,7 @@ int Run() {
     kill(getpid(), SIGTERM);  // wakes the main thread's signal wait
   };
   Registration registration(options, store.get(), die);
+  registration.Adopt(reattached);
   registration.Start();
   std::unique_ptr<ListenerProbe> probe = StartListenerProbe(
       listen, &*server, security->self_probe_credentials,

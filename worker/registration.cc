@@ -109,6 +109,12 @@ std::vector<uint64_t> Registration::Attribute() {
   return held;
 }
 
+void Registration::Adopt(
+    const absl::flat_hash_map<uint64_t, std::string>& owners) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, cluster] : owners) owner_[id] = cluster;
+}
+
 void Registration::Serve(const std::string& cluster_id) {
   absl::MutexLock lock(&mu_);
   if (!cluster_id_.has_value()) {
@@ -208,7 +214,8 @@ void Registration::Run() {
         send_held = false;
         Attribute();
         Serve(response.cluster_id());
-        if (options_.on_key) options_.on_key(response.capability_key());
+        if (options_.on_key)
+          options_.on_key(response.capability_key(), response.cluster_id());
         if (options_.on_registered) options_.on_registered(true);
         failures = 0;
         backoff = absl::Milliseconds(50);

@@ -56,9 +56,10 @@ struct RegistrationOptions {
   // health follows it. A coordinator that is merely unreachable changes
   // nothing: the worker keeps serving what it holds.
   std::function<void(bool registered)> on_registered;
-  // Told the key this worker checks capabilities with, at each
-  // registration, before on_registered(true).
-  std::function<void(const std::string& key)> on_key;
+  // Told the key this worker checks capabilities with and the cluster it
+  // serves, at each registration, before on_registered(true).
+  std::function<void(const std::string& key, const std::string& cluster_id)>
+      on_key;
   // The channel to the coordinator: TLS credentials and the interceptors
   // that present this worker's token.
   ChannelOptions channel;
@@ -75,6 +76,12 @@ class Registration {
   Registration(RegistrationOptions options, ShardStore* store,
                std::function<void(const absl::Status&)> on_fatal);
   ~Registration();
+
+  // Shards found in a --store_dir before the first registration, each of
+  // the cluster its record names (those of another cluster than the one
+  // served are quarantined, as any). Call before Start.
+  void Adopt(const absl::flat_hash_map<uint64_t, std::string>& owners)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   void Start();
   void Stop();

@@ -187,6 +187,14 @@ class ShardStore {
     return nullptr;
   }
 
+  // The change that wrote shard `id` is committed: a store whose shards
+  // outlive the process (--store_dir) syncs its bytes and records it, with
+  // its checksum and `cluster_id`, so that a restart finds it again. Other
+  // stores have nothing to do.
+  virtual absl::Status Persist(uint64_t id, absl::string_view cluster_id) {
+    return absl::OkStatus();
+  }
+
   // Frees shard `id`; freeing an unknown id is OK (frees are retried).
   virtual absl::Status Free(uint64_t id) = 0;
 

@@ -557,10 +557,12 @@ absl::Status WorkerNode::Free(absl::Span<const uint64_t> ids) {
   return status;
 }
 
-void WorkerNode::SetIdentity(std::string name, std::string key) {
+void WorkerNode::SetIdentity(std::string name, std::string key,
+                             std::string cluster_id) {
   absl::MutexLock lock(&mu_);
   name_ = std::move(name);
   key_ = std::move(key);
+  cluster_id_ = std::move(cluster_id);
 }
 
 void WorkerNode::Seal(uint64_t id) {
@@ -575,8 +577,16 @@ absl::Status WorkerNode::SealAll(absl::Span<const uint64_t> ids) {
           "shard ", id, " is not held by this worker: its bytes are gone"));
     }
   }
-  absl::MutexLock lock(&mu_);
-  for (uint64_t id : ids) sealed_.insert(id);
+  std::string cluster;
+  {
+    absl::MutexLock lock(&mu_);
+    for (uint64_t id : ids) sealed_.insert(id);
+    cluster = cluster_id_;
+  }
+  // Outside the lock: a persisting store syncs and checksums the bytes.
+  for (uint64_t id : ids) {
+    TESSERA_RETURN_IF_ERROR(store_->Persist(id, cluster));
+  }
   return absl::OkStatus();
 }
 

@@ -311,7 +311,10 @@ class WorkerNode {
 
   // This worker's name and the key its capabilities are checked with, from
   // each registration. Until the first, every call is refused.
-  void SetIdentity(std::string name, std::string key) ABSL_LOCKS_EXCLUDED(mu_);
+  // `cluster_id`: the cluster served, recorded with each shard a store
+  // persists (ShardStore::Persist).
+  void SetIdentity(std::string name, std::string key,
+                   std::string cluster_id = "") ABSL_LOCKS_EXCLUDED(mu_);
   // OK when the capability `token` lets its bearer call `full_method` on
   // shards `ids`: signed for this worker, unexpired, with the method's right
   // (core/capability.h's table) and, for reads and writes, naming each
@@ -325,7 +328,8 @@ class WorkerNode {
   // A put's shard was written whole: no write reaches it again.
   void Seal(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   // The coordinator commits the change that wrote `ids`: every one is
-  // sealed, or none when one is not held (NOT_FOUND naming it).
+  // sealed (and persisted: ShardStore::Persist), or none when one is not
+  // held (NOT_FOUND naming it).
   absl::Status SealAll(absl::Span<const uint64_t> ids)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Whether shard `id` still takes writes: held, a put's (or an update's)
@@ -349,6 +353,7 @@ class WorkerNode {
   mutable absl::Mutex mu_;
   std::string name_ ABSL_GUARDED_BY(mu_);
   std::string key_ ABSL_GUARDED_BY(mu_);
+  std::string cluster_id_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> sealed_ ABSL_GUARDED_BY(mu_);
   // Ids this worker made whose communicator has not formed here yet, and
   // ids being made (NCCL starts a bootstrap: not under the lock).

@@ -1,0 +1,197 @@
+// Workers with --store_dir (CLI.md "Restart-safe workers (v3)") against
+// real daemons: a worker killed with SIGKILL and started again on its
+// directory serves the shards it held (a put's and a reshard's), under the
+// same handles, with nothing copied from anywhere; a shard whose file was
+// damaged meanwhile is dropped and repaired from its replica, and a file
+// no committed change wrote is removed.
+#include <dirent.h>
+#include <signal.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/tessera_client.h"
+#include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/cluster.h"
+#include "tests/test_arrays.h"
+
+namespace tessera {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string StoreDir(int i) {
+  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/store-w", i);
+}
+
+// The value of an unlabeled metric in a scrape of `port`; -1 when absent.
+double Metric(int port, const std::string& metric) {
+  const std::string scrape = FetchMetrics(port);
+  const size_t at = scrape.find("\n" + metric + " ");
+  if (at == std::string::npos) return -1;
+  return std::strtod(scrape.c_str() + at + metric.size() + 2, nullptr);
+}
+
+bool Eventually(const std::function<bool()>& done,
+                absl::Duration timeout = absl::Seconds(30)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (done()) return true;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return done();
+}
+
+std::vector<std::string> DataFiles(int worker) {
+  std::vector<std::string> out;
+  const std::string dir = StoreDir(worker) + "/shards";
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (absl::EndsWith(e->d_name, ".data")) out.push_back(dir + "/" + e->d_name);
+    }
+    closedir(d);
+  }
+  return out;
+}
+
+class StoreDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TestClusterOptions options;
+    options.num_workers = 3;
+    options.durable = true;
+    options.coordinator_flags = {"--lease_ms=2500", "--heartbeat_ms=200",
+                                 "--retire_grace_ms=200",
+                                 absl::StrCat("--metrics_listen=127.0.0.1:",
+                                              coordinator_metrics_)};
+    for (int i = 0; i < 3; ++i) worker_metrics_.push_back(PickFreePort());
+    const std::vector<int> ports = worker_metrics_;
+    options.per_worker_flags = [ports](int i) -> std::vector<std::string> {
+      return {"--store_dir=" + StoreDir(i),
+              absl::StrCat("--metrics_listen=127.0.0.1:", ports[i]),
+              absl::StrCat("--zone=z", i)};
+    };
+    absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
+        TestCluster::Start(options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+    absl::StatusOr<std::unique_ptr<Client>> client =
+        Client::Connect(cluster_->coordinator_address());
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+  }
+
+  int64_t BytesOf(const std::string& worker) {
+    absl::StatusOr<std::vector<WorkerInfo>> workers = client_->Workers();
+    if (!workers.ok()) return -1;
+    for (const WorkerInfo& w : *workers) {
+      if (w.name == worker && w.alive) return w.bytes_used;
+    }
+    return -1;
+  }
+
+  const int coordinator_metrics_ = PickFreePort();
+  std::vector<int> worker_metrics_;
+  std::unique_ptr<TestCluster> cluster_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(StoreDirTest, AKilledWorkerServesItsShardsAgainWithoutACopy) {
+  const HostArray data = Iota(DType::kFloat32, {300, 1024});
+  ASSERT_OK(client_->Put("w", data, LayoutSpec::Chunk(0, Ranks({0, 1, 2}))));
+  // A reshard's shards are kept too (filled by copies, sealed at commit).
+  const HostArray moved = Iota(DType::kInt64, {64, 96}, 5);
+  ASSERT_OK(client_->Put("m", moved, LayoutSpec::Chunk(0, Ranks({1, 2}))));
+  ASSERT_OK(client_->Reshard("m", LayoutSpec::Chunk(1, Ranks({0, 1}))).status());
+  ASSERT_OK_AND_ASSIGN(TensorMetadata before_w, client_->Describe("w"));
+  ASSERT_OK_AND_ASSIGN(TensorMetadata before_m, client_->Describe("m"));
+  ASSERT_TRUE(Eventually([&] { return BytesOf("w0") > 0; }));
+  const int64_t held = BytesOf("w0");
+
+  cluster_->StopWorker(0, SIGKILL);
+  ASSERT_OK(cluster_->RestartWorker(0));
+  // Its shards serve again: the same bytes under the same handles.
+  ASSERT_TRUE(Eventually([&] {
+    absl::StatusOr<HostArray> got = client_->Get("w");
+    return got.ok() && SameBytes(*got, data);
+  })) << cluster_->worker_log(0);
+  ASSERT_OK_AND_ASSIGN(HostArray got_m, client_->Get("m"));
+  EXPECT_TRUE(SameBytes(got_m, moved));
+  ASSERT_OK_AND_ASSIGN(TensorMetadata after_w, client_->Describe("w"));
+  ASSERT_OK_AND_ASSIGN(TensorMetadata after_m, client_->Describe("m"));
+  EXPECT_EQ(after_w.version, before_w.version);
+  for (size_t i = 0; i < before_w.shards.size(); ++i) {
+    EXPECT_EQ(after_w.HandleString(i), before_w.HandleString(i));
+    EXPECT_TRUE(after_w.shards[i].replicas.front().available);
+  }
+  for (size_t i = 0; i < before_m.shards.size(); ++i)
+    EXPECT_EQ(after_m.HandleString(i), before_m.HandleString(i));
+  // Nothing copied: the worker says what it re-attached, `workers` counts
+  // it, and no repair moved a byte.
+  EXPECT_EQ(Metric(worker_metrics_[0], "tessera_worker_reattached_shards"), 2)
+      << FetchMetrics(worker_metrics_[0]);
+  EXPECT_EQ(Metric(worker_metrics_[0], "tessera_worker_reattached_bytes"),
+            static_cast<double>(held));
+  EXPECT_EQ(Metric(worker_metrics_[0], "tessera_worker_store_damaged_shards"),
+            0);
+  EXPECT_TRUE(Eventually([&] { return BytesOf("w0") == held; }));
+  EXPECT_THAT(cluster_->worker_log(0), HasSubstr("nothing copied"));
+  const double repaired =
+      Metric(coordinator_metrics_, "tessera_repair_bytes_total");
+  EXPECT_TRUE(repaired <= 0) << repaired;
+
+  // Freed shards leave the directory: after deletes, no file is left.
+  ASSERT_OK(client_->Delete("w"));
+  ASSERT_OK(client_->Delete("m"));
+  EXPECT_TRUE(Eventually([&] { return DataFiles(0).empty(); }));
+}
+
+TEST_F(StoreDirTest, ADamagedShardIsDroppedAndRepairedFromItsReplica) {
+  const HostArray data = Iota(DType::kFloat32, {64, 1024}, 9);
+  LayoutSpec spec = LayoutSpec::Chunk(0, Ranks({0, 1, 2}));
+  spec.replicas = 2;
+  ASSERT_OK(client_->Put("d", data, spec));
+  cluster_->StopWorker(1, SIGKILL);
+  // One of its shard files damaged while it was down, and a file that no
+  // committed change wrote.
+  const std::vector<std::string> files = DataFiles(1);
+  ASSERT_FALSE(files.empty());
+  {
+    std::fstream f(files.front(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('\x7f');
+  }
+  std::ofstream(StoreDir(1) + "/shards/00000000000000aa.data") << "stray";
+  ASSERT_OK(cluster_->RestartWorker(1));
+  EXPECT_TRUE(Eventually([&] {
+    return Metric(worker_metrics_[1], "tessera_worker_store_damaged_shards") == 1;
+  })) << cluster_->worker_log(1);
+  EXPECT_THAT(cluster_->worker_log(1), HasSubstr("fail their checksum"));
+  EXPECT_THAT(cluster_->worker_log(1), HasSubstr("1 never committed removed"));
+  // The damaged shard is copied back from its other replica.
+  EXPECT_TRUE(Eventually([&] {
+    absl::StatusOr<TensorMetadata> meta = client_->Describe("d");
+    if (!meta.ok()) return false;
+    for (const ShardInfo& s : meta->shards) {
+      if (s.replicas.size() != 2) return false;
+      for (const Replica& r : s.replicas)
+        if (!r.available) return false;
+    }
+    return Metric(coordinator_metrics_, "tessera_repair_bytes_total") > 0;
+  })) << cluster_->coordinator_log();
+  ASSERT_OK_AND_ASSIGN(HostArray got, client_->Get("d"));
+  EXPECT_TRUE(SameBytes(got, data));
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,242 @@
+#include "worker/shard_files.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/checkpoint_index.h"
+#include "core/status_macros.h"
+
+namespace tessera {
+namespace {
+
+constexpr char kData[] = ".data";
+constexpr char kRecord[] = ".record";
+constexpr char kTemp[] = ".tmp";
+
+std::string Hex(uint64_t id) { return absl::StrFormat("%016x", id); }
+
+absl::Status Errno(absl::string_view what) {
+  const int err = errno;
+  const std::string text =
+      absl::StrCat("store_dir: ", what, ": ", std::strerror(err));
+  return err == ENOSPC || err == EDQUOT ? absl::ResourceExhaustedError(text)
+                                        : absl::InternalError(text);
+}
+
+// Everything of `bytes` written to `fd`.
+absl::Status WriteAll(int fd, absl::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errno("writing a record");
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<MappedShardFile>> Map(int fd, int64_t bytes,
+                                                     absl::string_view what) {
+  const int64_t mapped = std::max<int64_t>(bytes, 1);
+  void* p = mmap(nullptr, static_cast<size_t>(mapped), PROT_READ | PROT_WRITE,
+                 MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return Errno(absl::StrCat("mapping ", what));
+  return std::make_shared<MappedShardFile>(static_cast<char*>(p), bytes,
+                                           mapped);
+}
+
+}  // namespace
+
+MappedShardFile::~MappedShardFile() {
+  munmap(data_, static_cast<size_t>(mapped_));
+}
+
+absl::StatusOr<std::shared_ptr<ShardFiles>> ShardFiles::Open(
+    const std::string& dir) {
+  if (dir.empty()) {
+    return absl::InvalidArgumentError("store_dir: the directory is empty");
+  }
+  const std::string shards = dir + "/shards";
+  for (const std::string& d : {dir, shards}) {
+    if (mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) {
+      return Errno(absl::StrCat("making ", d));
+    }
+  }
+  const int lock_fd =
+      open((dir + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd < 0) return Errno(absl::StrCat("opening ", dir, "/lock"));
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    close(lock_fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "store_dir: another worker uses ", dir, " (its lock is held)"));
+  }
+  const int shards_fd = open(shards.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (shards_fd < 0) {
+    close(lock_fd);
+    return Errno(absl::StrCat("opening ", shards));
+  }
+  return std::shared_ptr<ShardFiles>(new ShardFiles(dir, lock_fd, shards_fd));
+}
+
+ShardFiles::~ShardFiles() {
+  close(shards_fd_);
+  close(lock_fd_);
+}
+
+absl::StatusOr<std::shared_ptr<MappedShardFile>> ShardFiles::Create(
+    uint64_t id, int64_t bytes) {
+  const std::string name = Hex(id);
+  unlinkat(shards_fd_, (name + kRecord).c_str(), 0);
+  const int fd = openat(shards_fd_, (name + kData).c_str(),
+                        O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Errno(absl::StrCat("creating the file of shard ", id));
+  absl::StatusOr<std::shared_ptr<MappedShardFile>> file;
+  if (ftruncate(fd, std::max<int64_t>(bytes, 1)) != 0) {
+    file = Errno(absl::StrCat("sizing the file of shard ", id));
+  } else {
+    file = Map(fd, bytes, absl::StrCat("the file of shard ", id));
+  }
+  close(fd);
+  if (!file.ok()) unlinkat(shards_fd_, (name + kData).c_str(), 0);
+  return file;
+}
+
+absl::Status ShardFiles::Seal(const ShardRecord& record,
+                              const MappedShardFile& file) {
+  if (msync(file.data(), static_cast<size_t>(std::max<int64_t>(file.bytes(), 1)),
+            MS_SYNC) != 0) {
+    return Errno(absl::StrCat("syncing shard ", record.shard_id));
+  }
+  const std::string name = Hex(record.shard_id);
+  const std::string temp = name + kRecord + kTemp;
+  const int fd = openat(shards_fd_, temp.c_str(),
+                        O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Errno(absl::StrCat("writing the record of shard ", record.shard_id));
+  absl::Status written = WriteAll(fd, ShardRecordJson(record));
+  if (written.ok() && fsync(fd) != 0) written = Errno("syncing a record");
+  close(fd);
+  if (written.ok() &&
+      renameat(shards_fd_, temp.c_str(), shards_fd_, (name + kRecord).c_str()) !=
+          0) {
+    written = Errno("renaming a record");
+  }
+  if (!written.ok()) {
+    unlinkat(shards_fd_, temp.c_str(), 0);
+    return written;
+  }
+  if (fsync(shards_fd_) != 0) return Errno("syncing the store directory");
+  return absl::OkStatus();
+}
+
+void ShardFiles::Remove(uint64_t id) {
+  const std::string name = Hex(id);
+  // The record first: a crash in between leaves bytes without a record,
+  // which the next scan removes.
+  unlinkat(shards_fd_, (name + kRecord).c_str(), 0);
+  unlinkat(shards_fd_, (name + kData).c_str(), 0);
+}
+
+ShardFiles::ScanResult ShardFiles::Scan() {
+  ScanResult result;
+  std::vector<std::string> names;
+  const int listing = fcntl(shards_fd_, F_DUPFD_CLOEXEC, 0);
+  if (DIR* d = listing >= 0 ? fdopendir(listing) : nullptr) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.') names.push_back(e->d_name);
+    }
+    closedir(d);
+  } else if (listing >= 0) {
+    close(listing);
+  }
+  std::sort(names.begin(), names.end());
+  auto has = [&](const std::string& n) {
+    return std::binary_search(names.begin(), names.end(), n);
+  };
+  auto damaged = [&](const std::string& base, const std::string& why) {
+    ++result.damaged;
+    result.problems.push_back(absl::StrCat("shard file ", base, ": ", why));
+    unlinkat(shards_fd_, (base + kRecord).c_str(), 0);
+    unlinkat(shards_fd_, (base + kData).c_str(), 0);
+  };
+  for (const std::string& n : names) {
+    if (absl::EndsWith(n, kTemp)) {  // a record never renamed into place
+      unlinkat(shards_fd_, n.c_str(), 0);
+      continue;
+    }
+    if (absl::EndsWith(n, kData)) {
+      const std::string base = n.substr(0, n.size() - strlen(kData));
+      if (!has(base + kRecord)) {  // never sealed: a change not committed
+        ++result.unsealed;
+        unlinkat(shards_fd_, n.c_str(), 0);
+      }
+      continue;
+    }
+    if (!absl::EndsWith(n, kRecord)) continue;  // not ours: left alone
+    const std::string base = n.substr(0, n.size() - strlen(kRecord));
+    // The record: small, read whole, checked field by field.
+    std::string text;
+    {
+      const int fd = openat(shards_fd_, n.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) {
+        damaged(base, "cannot open its record");
+        continue;
+      }
+      char buffer[4096];
+      ssize_t got;
+      while ((got = read(fd, buffer, sizeof(buffer))) > 0 &&
+             static_cast<int64_t>(text.size()) <= kMaxShardRecordBytes) {
+        text.append(buffer, static_cast<size_t>(got));
+      }
+      close(fd);
+    }
+    absl::StatusOr<ShardRecord> record = ParseShardRecord(text);
+    if (!record.ok()) {
+      damaged(base, std::string(record.status().message()));
+      continue;
+    }
+    if (Hex(record->shard_id) != base) {
+      damaged(base, "its record names another shard");
+      continue;
+    }
+    const int fd = openat(shards_fd_, (base + kData).c_str(), O_RDWR | O_CLOEXEC);
+    struct stat st {};
+    if (fd < 0 || fstat(fd, &st) != 0 ||
+        st.st_size != std::max<int64_t>(record->bytes, 1)) {
+      if (fd >= 0) close(fd);
+      damaged(base, "its bytes are missing or of the wrong size");
+      continue;
+    }
+    absl::StatusOr<std::shared_ptr<MappedShardFile>> file =
+        Map(fd, record->bytes, base);
+    close(fd);
+    if (!file.ok()) {
+      damaged(base, std::string(file.status().message()));
+      continue;
+    }
+    const uint32_t crc = ExtendCrc32(
+        0, absl::string_view((*file)->data(),
+                             static_cast<size_t>(record->bytes)));
+    if (crc != record->crc32) {
+      damaged(base, absl::StrCat("its bytes fail their checksum (CRC-32 ",
+                                 crc, ", sealed with ", record->crc32, ")"));
+      continue;
+    }
+    result.intact_bytes += record->bytes;
+    result.intact.push_back({*std::move(record), *std::move(file)});
+  }
+  return result;
+}
+
+}  // namespace tessera
