@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/safetensors_file.h"
 #include "core/checkpoint_index.h"
+#include "core/shard_record.h"
 #include "core/npy.h"
 #include "core/tensor_metadata.h"
 #include "fuzz/fuzz_util.h"
@@ -755,6 +756,22 @@ void CheckpointIndexSeeds() {
             R"("model-00002-of-00002.safetensors"}})");
 }
 
+// A worker's --store_dir record of a shard.
+void ShardRecordSeeds() {
+  ShardRecord r;
+  r.shard_id = 0x1234abcd5678ef90ull;
+  r.cluster_id = "9f2c";
+  r.tensor = "layers.0/w";
+  r.version = 2;
+  r.incarnation = 41;
+  r.dtype = DType::kBFloat16;
+  r.tensor_shape = {8, 6};
+  r.box = Box({4, 0}, {4, 6});
+  r.bytes = 48;
+  r.crc32 = 305419896;
+  Write("shard_record_fuzzer", "record", ShardRecordJson(r));
+}
+
 }  // namespace
 }  // namespace tessera
 
@@ -774,5 +791,6 @@ int main(int argc, char** argv) {
   tessera::PullReplySeeds();
   tessera::MetadataSeeds();
   tessera::CheckpointIndexSeeds();
+  tessera::ShardRecordSeeds();
   return 0;
 }
