@@ -348,6 +348,10 @@ absl::StatusOr<TensorMetadataPtr> Orchestrator::Create(
   const absl::Time allocate_start = absl::Now();
   TESSERA_RETURN_IF_ERROR(AllocateShards(*meta, args.init, args.pending));
   allocated = true;
+  // A create's shards hold their bytes once allocated (filled by `init`):
+  // sealed now (a worker with --store_dir persists them); a put's at its
+  // commit.
+  if (!args.pending) TESSERA_RETURN_IF_ERROR(SealShards(*meta));
   const absl::Time allocate_end = absl::Now();
 
   // A put's tensor stays pending (no record) until CommitTensor.

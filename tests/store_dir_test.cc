@@ -113,6 +113,12 @@ TEST_F(StoreDirTest, AKilledWorkerServesItsShardsAgainWithoutACopy) {
   const HostArray moved = Iota(DType::kInt64, {64, 96}, 5);
   ASSERT_OK(client_->Put("m", moved, LayoutSpec::Chunk(0, Ranks({1, 2}))));
   ASSERT_OK(client_->Reshard("m", LayoutSpec::Chunk(1, Ranks({0, 1}))).status());
+  // A create's shards (filled by their worker) too.
+  ASSERT_OK(client_->Create("c", {32, 16}, DType::kFloat32,
+                            LayoutSpec::Chunk(0, Ranks({0})),
+                            InitSpec{InitSpec::Kind::kRand, "", 3})
+                .status());
+  ASSERT_OK_AND_ASSIGN(HostArray created, client_->Get("c"));
   ASSERT_OK_AND_ASSIGN(TensorMetadata before_w, client_->Describe("w"));
   ASSERT_OK_AND_ASSIGN(TensorMetadata before_m, client_->Describe("m"));
   ASSERT_TRUE(Eventually([&] { return BytesOf("w0") > 0; }));
@@ -127,6 +133,8 @@ TEST_F(StoreDirTest, AKilledWorkerServesItsShardsAgainWithoutACopy) {
   })) << cluster_->worker_log(0);
   ASSERT_OK_AND_ASSIGN(HostArray got_m, client_->Get("m"));
   EXPECT_TRUE(SameBytes(got_m, moved));
+  ASSERT_OK_AND_ASSIGN(HostArray got_c, client_->Get("c"));
+  EXPECT_TRUE(SameBytes(got_c, created));
   ASSERT_OK_AND_ASSIGN(TensorMetadata after_w, client_->Describe("w"));
   ASSERT_OK_AND_ASSIGN(TensorMetadata after_m, client_->Describe("m"));
   EXPECT_EQ(after_w.version, before_w.version);
@@ -138,7 +146,7 @@ TEST_F(StoreDirTest, AKilledWorkerServesItsShardsAgainWithoutACopy) {
     EXPECT_EQ(after_m.HandleString(i), before_m.HandleString(i));
   // Nothing copied: the worker says what it re-attached, `workers` counts
   // it, and no repair moved a byte.
-  EXPECT_EQ(Metric(worker_metrics_[0], "tessera_worker_reattached_shards"), 2)
+  EXPECT_EQ(Metric(worker_metrics_[0], "tessera_worker_reattached_shards"), 3)
       << FetchMetrics(worker_metrics_[0]);
   EXPECT_EQ(Metric(worker_metrics_[0], "tessera_worker_reattached_bytes"),
             static_cast<double>(held));
@@ -153,6 +161,7 @@ TEST_F(StoreDirTest, AKilledWorkerServesItsShardsAgainWithoutACopy) {
   // Freed shards leave the directory: after deletes, no file is left.
   ASSERT_OK(client_->Delete("w"));
   ASSERT_OK(client_->Delete("m"));
+  ASSERT_OK(client_->Delete("c"));
   EXPECT_TRUE(Eventually([&] { return DataFiles(0).empty(); }));
 }
 
