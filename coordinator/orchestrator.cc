@@ -1200,9 +1200,10 @@ absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
     file_metadata.emplace_back("format", "pt");
   }
 
-  // This save's files: names no earlier save used.
+  // This save's files: names no earlier save used, marked as its parts.
   const std::string save_id = absl::StrFormat(
       "%08x", absl::Uniform<uint32_t>(absl::BitGen()));
+  file_metadata.emplace_back(kSavePartKey, save_id);
   struct File {
     std::string name;
     std::vector<size_t> items;  // into planned[address]

@@ -29,6 +29,10 @@ namespace tessera {
 
 inline constexpr char kHfIndexName[] = "model.safetensors.index.json";
 inline constexpr char kTesseraIndexName[] = "tessera.json";
+// The "__metadata__" key of every file a save writes (its value: the save's
+// id), so a lone file of a save that never wrote its index is not taken for
+// a model.
+inline constexpr char kSavePartKey[] = "tessera_save";
 
 // Largest index file read or written (either kind): one message carries
 // it between daemons.

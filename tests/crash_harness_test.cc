@@ -1,6 +1,7 @@
 // Crash harness: a seeded random sequence of create / put / reshard / update
-// (whole or regional) / rm, each with one or two replicas per shard, and
-// worker drains, on
+// (whole or regional) / rm, each with one or two replicas per shard, worker
+// drains, checkpoint saves (each into a new directory) and loads of saved
+// checkpoints, on
 // a real durable cluster, with the coordinator killed (SIGKILL) at random
 // points — between requests and inside them — and sometimes a worker with
 // it; then a restart, and a model that checks after each restart:
@@ -14,13 +15,20 @@
 // A worker killed with the coordinator comes back empty: the tensors with a
 // shard whose only replica was on it are lost, which the model checks is
 // reported, then removes; those with another replica are repaired and must
-// read back exactly. Every cycle starts with every worker uncordoned.
+// read back exactly. With --store_dir (the second test) it comes back with
+// every shard it held: nothing may be lost. Every cycle starts with every
+// worker uncordoned.
+//
+// Checkpoints: every acknowledged save loads back bit-exact (once, after
+// the restart that follows it); an unacknowledged one either loads back
+// bit-exact or is refused (never in part); loads are changes as puts are.
 //
 // Short by default (CI); the environment sets a longer run:
 //   TESSERA_CRASH_CYCLES (default 20), TESSERA_CRASH_SEED (default 1).
 // scripts/crash_harness.sh runs 200+ cycles. The last line printed is the
 // summary: cycles, changes acknowledged, lost, leaked bytes.
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -37,6 +45,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/safetensors_io.h"
 #include "client/tessera_client.h"
 #include "core/status_macros.h"
 #include "core/testing/status_matchers.h"
@@ -67,10 +76,14 @@ struct Uncertain {
   std::vector<std::optional<Expected>> allowed;
 };
 
+// A save's contents: each tensor's data at the version saved.
+using Saved = std::map<std::string, std::shared_ptr<const HostArray>>;
+
 class Harness {
  public:
-  Harness(TestCluster* cluster, uint32_t seed)
-      : cluster_(cluster), random_(seed) {}
+  // `store`: the workers keep their shards through restarts (--store_dir).
+  Harness(TestCluster* cluster, uint32_t seed, bool store)
+      : cluster_(cluster), random_(seed), store_(store) {}
 
   // One cycle: some requests, a kill inside the last one, a restart, the
   // checks. False on the first failed check (gtest has the details).
@@ -94,7 +107,8 @@ class Harness {
     if (kill_worker) {
       EXPECT_OK(cluster_->RestartWorker(victim));
     }
-    return Check(kill_worker ? victim : -1);
+    // With --store_dir a killed worker loses nothing.
+    return Check(kill_worker && !store_ ? victim : -1) && CheckSaves();
   }
 
   int64_t acknowledged() const { return acknowledged_; }
@@ -103,6 +117,7 @@ class Harness {
   int64_t unacknowledged() const { return unacknowledged_; }
   int64_t lost_to_worker_kills() const { return lost_to_worker_kills_; }
   int64_t drains() const { return drains_; }
+  int64_t saves_checked() const { return saves_checked_; }
 
  private:
   std::string NewName() { return absl::StrCat("t", next_name_++); }
@@ -141,10 +156,19 @@ class Harness {
   // Sends one random request; with `kill`, kills the coordinator (and worker
   // `victim`, unless -1) at a random moment while it runs.
   void RunOne(Client& client, bool kill, int victim = -1) {
-    int op = static_cast<int>(random_() % 11);
+    int op = static_cast<int>(random_() % 13);
     if (model_.empty()) op = op % 2;  // create or put
+    if (op == 12 && saved_.empty()) op = 11;
     if (op == 10) {
       RunDrain(client, kill, victim);
+      return;
+    }
+    if (op == 11) {
+      RunSave(client, kill, victim);
+      return;
+    }
+    if (op == 12) {
+      RunLoad(client, kill, victim);
       return;
     }
     std::string name;
@@ -285,6 +309,127 @@ class Harness {
       request.join();
     }
     if (status.ok()) ++drains_;
+  }
+
+  // Runs `call`; with `kill`, kills the coordinator (and `victim`) at a
+  // random moment while it runs.
+  absl::Status Race(const std::function<absl::Status()>& call, bool kill,
+                    int victim) {
+    if (!kill) return call();
+    absl::Status status;
+    std::thread request([&] { status = call(); });
+    absl::SleepFor(absl::Microseconds(random_() % 20000));
+    cluster_->StopCoordinator(SIGKILL);
+    if (victim >= 0) cluster_->StopWorker(victim, SIGKILL);
+    request.join();
+    return status;
+  }
+
+  // Saves one or two tensors into a new directory.
+  void RunSave(Client& client, bool kill, int victim) {
+    const std::string dir = absl::StrCat("ckpt", next_save_++);
+    Saved contents;
+    std::vector<std::string> names;
+    for (int i = 0; i < 1 + static_cast<int>(random_() % 2); ++i) {
+      const std::string name = AnyName();
+      if (contents.count(name) != 0) continue;
+      names.push_back(name);
+      contents[name] = model_.at(name).data;
+    }
+    const absl::Status status = Race(
+        [&] { return client.SaveCheckpoint(dir, names).status(); }, kill,
+        victim);
+    if (status.ok()) {
+      ++acknowledged_;
+      saved_.emplace_back(dir, contents);
+      to_check_.emplace_back(dir, contents);
+    } else if (kill) {
+      ++unacknowledged_;
+      unsure_saves_.emplace_back(dir, contents);
+    } else {
+      ADD_FAILURE() << "save into '" << dir << "' failed: " << status;
+    }
+  }
+
+  // Loads an acknowledged checkpoint as new tensors (PREFIX/ + names).
+  void RunLoad(Client& client, bool kill, int victim) {
+    const auto& [dir, contents] = saved_[random_() % saved_.size()];
+    const std::string prefix = NewName() + "/";
+    const LayoutSpec spec = RandomSpec();
+    const absl::Status status = Race(
+        [&, dir = dir] {
+          return LoadCheckpoint(
+                     client, dir,
+                     [&](const Shape&) -> absl::StatusOr<LayoutSpec> {
+                       return spec;
+                     },
+                     prefix)
+              .status();
+        },
+        kill, victim);
+    for (const auto& [name, data] : contents) {
+      Expected loaded;
+      loaded.data = data;
+      if (status.ok()) {
+        Set(prefix + name, loaded);
+      } else if (kill) {
+        uncertain_[prefix + name].allowed = {std::nullopt, loaded};
+      }
+    }
+    if (status.ok()) {
+      ++acknowledged_;
+    } else if (kill) {
+      ++unacknowledged_;
+    } else {
+      ADD_FAILURE() << "load of '" << dir << "' failed: " << status;
+    }
+  }
+
+  // Each acknowledged save not checked yet loads back bit-exact; an
+  // unacknowledged one loads back bit-exact or not at all.
+  bool CheckSaves() {
+    auto client_or = Client::Connect(cluster_->coordinator_address());
+    EXPECT_TRUE(client_or.ok()) << client_or.status();
+    if (!client_or.ok()) return false;
+    Client& client = **client_or;
+    bool ok = true;
+    auto check = [&](const std::string& dir, const Saved& contents,
+                     bool acknowledged) {
+      const std::string prefix = absl::StrCat("check", next_check_++, "/");
+      absl::StatusOr<Client::LoadStats> loaded = LoadCheckpoint(
+          client, dir,
+          [](const Shape&) -> absl::StatusOr<LayoutSpec> {
+            return LayoutSpec::Chunk(0, Ranks({0, 1, 2}));
+          },
+          prefix);
+      if (!loaded.ok()) {
+        if (acknowledged) {
+          ADD_FAILURE() << "saved checkpoint '" << dir
+                        << "' does not load: " << loaded.status();
+          ++lost_;
+          ok = false;
+        }
+        return;
+      }
+      EXPECT_EQ(loaded->tensors.size(), contents.size()) << dir;
+      for (const auto& [name, data] : contents) {
+        absl::StatusOr<HostArray> got = client.Get(prefix + name);
+        if (!got.ok() || !SameBytes(*got, *data)) {
+          ADD_FAILURE() << "'" << name << "' of checkpoint '" << dir
+                        << "' does not load back exactly: " << got.status();
+          ++lost_;
+          ok = false;
+        }
+        EXPECT_OK(client.Delete(prefix + name));
+      }
+      ++saves_checked_;
+    };
+    for (const auto& [dir, contents] : to_check_) check(dir, contents, true);
+    for (const auto& [dir, contents] : unsure_saves_)
+      check(dir, contents, false);
+    to_check_.clear();
+    unsure_saves_.clear();
+    return ok;
   }
 
   void Set(const std::string& name, const std::optional<Expected>& state) {
@@ -477,9 +622,17 @@ class Harness {
   int64_t leaked_bytes_ = 0;
   int64_t lost_to_worker_kills_ = 0;
   int64_t drains_ = 0;
+  const bool store_;
+  int next_save_ = 0;
+  int next_check_ = 0;
+  int64_t saves_checked_ = 0;
+  // Acknowledged saves (loads pick from them), those not checked yet, and
+  // unacknowledged ones.
+  std::vector<std::pair<std::string, Saved>> saved_, to_check_, unsure_saves_;
 };
 
-TEST(CrashHarnessTest, KillsAndRestartsLoseNothingAcknowledgedAndLeakNothing) {
+// Runs the harness; `store`: workers with --store_dir.
+void RunHarness(bool store) {
   const int cycles = static_cast<int>(EnvInt("TESSERA_CRASH_CYCLES", 20));
   const uint32_t seed = static_cast<uint32_t>(EnvInt("TESSERA_CRASH_SEED", 1));
   std::mt19937 pick(seed);
@@ -489,9 +642,17 @@ TEST(CrashHarnessTest, KillsAndRestartsLoseNothingAcknowledgedAndLeakNothing) {
   options.coordinator_flags = {
       "--heartbeat_ms=200", "--lease_ms=3000", "--retire_grace_ms=100",
       absl::StrCat("--snapshot_every=", 1 + pick() % 6)};
+  const std::string tmp = std::getenv("TEST_TMPDIR");
+  const std::string root = absl::StrCat(tmp, store ? "/ckpt-store" : "/ckpt");
+  mkdir(root.c_str(), 0755);
+  options.per_worker_flags = [store, root, tmp](int i) {
+    std::vector<std::string> flags = {"--checkpoint_root=" + root};
+    if (store) flags.push_back(absl::StrCat("--store_dir=", tmp, "/store-w", i));
+    return flags;
+  };
   auto cluster = TestCluster::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  Harness harness(cluster->get(), seed);
+  Harness harness(cluster->get(), seed, store);
   int done = 0;
   const absl::Time start = absl::Now();
   for (int cycle = 0; cycle < cycles; ++cycle) {
@@ -500,20 +661,36 @@ TEST(CrashHarnessTest, KillsAndRestartsLoseNothingAcknowledgedAndLeakNothing) {
     if (!ok) break;
   }
   std::printf(
-      "crash harness: seed %u, %d crash/restart cycles in %.0f s, %lld "
+      "crash harness%s: seed %u, %d crash/restart cycles in %.0f s, %lld "
       "changes acknowledged, %lld drains, %lld unacknowledged, %lld tensors "
-      "lost with killed workers (expected), %lld acknowledged changes lost, "
-      "%lld bytes leaked\n",
-      seed, done, absl::ToDoubleSeconds(absl::Now() - start),
+      "lost with killed workers (expected%s), %lld checkpoints loaded back, "
+      "%lld acknowledged changes lost, %lld bytes leaked\n",
+      store ? " (--store_dir)" : "", seed, done,
+      absl::ToDoubleSeconds(absl::Now() - start),
       static_cast<long long>(harness.acknowledged()),
       static_cast<long long>(harness.drains()),
       static_cast<long long>(harness.unacknowledged()),
       static_cast<long long>(harness.lost_to_worker_kills()),
+      store ? ": none" : "",
+      static_cast<long long>(harness.saves_checked()),
       static_cast<long long>(harness.lost()),
       static_cast<long long>(harness.leaked_bytes()));
   EXPECT_EQ(done, cycles);
   EXPECT_EQ(harness.lost(), 0);
   EXPECT_EQ(harness.leaked_bytes(), 0);
+  if (store) {
+    EXPECT_EQ(harness.lost_to_worker_kills(), 0);
+  }
+}
+
+TEST(CrashHarnessTest, KillsAndRestartsLoseNothingAcknowledgedAndLeakNothing) {
+  RunHarness(/*store=*/false);
+}
+
+// The same with every worker on a --store_dir: a killed worker comes back
+// with what it held, so no tensor is lost with it.
+TEST(CrashHarnessTest, WorkersWithAStoreDirLoseNothingWhenKilled) {
+  RunHarness(/*store=*/true);
 }
 
 }  // namespace

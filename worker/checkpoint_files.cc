@@ -288,6 +288,18 @@ absl::StatusOr<CheckpointListing> CheckpointRoot::List(
           absl::StrCat("'", dir, "/", file, "': ", header.status().message()));
     }
     if (f == 0) listing.metadata = header->metadata;
+    // A lone file of a save that never wrote its index is a part of that
+    // save, not a model: loading it would make some of its tensors only.
+    for (const auto& [key, value] : header->metadata) {
+      if (key == kSavePartKey && files.size() == 1 &&
+          absl::IsNotFound(OpenBeneath(dir_fd.get(), kHfIndexName, O_RDONLY,
+                                       kHfIndexName)
+                               .status())) {
+        return CheckpointError(absl::StrCat(
+            "'", dir, "' holds a file of a save that did not finish (no ",
+            kTesseraIndexName, "); save again"));
+      }
+    }
     for (SafetensorsEntry& e : header->entries) {
       if (!names.insert(e.name).second) {
         return CheckpointError(absl::StrCat(

@@ -644,13 +644,15 @@ grpc::Status WorkerService::SaveShards(grpc::ServerContext* context,
       origin.metadata.emplace_back(pair.key(), pair.value());
     TESSERA_RETURN_IF_ERROR(CheckFileOrigin(origin));
     ShardStore& store = node_->store();
-    // Each shard must be the tensor version the order names: a shard id
-    // reused by another tensor is never written under this one's name.
+    // Each shard must belong to the tensor version the order names (a
+    // version keeps the shards a change left alone, made by an earlier
+    // one: the read rule), and be sealed: a shard id of another tensor is
+    // never written under this one's name.
     std::vector<SafetensorsTensor> tensors;
     std::vector<ShardDesc> descs;
     for (const v1::SaveShardsRequest::Item& item : request->items()) {
       TESSERA_ASSIGN_OR_RETURN(ShardDesc desc, store.Describe(item.shard_id()));
-      if (desc.tensor != item.tensor() || desc.version != item.version() ||
+      if (desc.tensor != item.tensor() || desc.version > item.version() ||
           node_->TakesWrites(item.shard_id())) {
         return absl::FailedPreconditionError(absl::StrCat(
             "shard ", item.shard_id(), " is not a sealed shard of '",
