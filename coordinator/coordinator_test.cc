@@ -74,9 +74,9 @@ class Life {
                                  const std::vector<uint64_t>& ids) override {
       return inner_->Free(a, ids);
     }
-    absl::Status Seal(const WorkerRef& a,
-                      const std::vector<uint64_t>& ids) override {
-      return inner_->Seal(a, ids);
+    absl::Status Seal(const WorkerRef& a, const std::vector<uint64_t>& ids,
+                      bool persist) override {
+      return inner_->Seal(a, ids, persist);
     }
     void Reset(const std::string& a) override { inner_->Reset(a); }
     absl::Status Transfer(const TransferBatch& b) override {

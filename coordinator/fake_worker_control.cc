@@ -120,7 +120,8 @@ absl::StatusOr<int64_t> FakeWorkerControl::Free(
 }
 
 absl::Status FakeWorkerControl::Seal(const WorkerRef& ref,
-                                     const std::vector<uint64_t>& shard_ids) {
+                                     const std::vector<uint64_t>& shard_ids,
+                                     bool persist) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(ref.address);
   if (it != workers_.end()) ++it->second.counts.seal;

@@ -63,7 +63,7 @@ class FakeWorkerControl : public WorkerControl {
   // Checks that the worker holds every shard (NOT_FOUND) and marks them
   // sealed.
   absl::Status Seal(const WorkerRef& worker,
-                    const std::vector<uint64_t>& shard_ids) override
+                    const std::vector<uint64_t>& shard_ids, bool persist) override
       ABSL_LOCKS_EXCLUDED(mu_);
   // Whether the worker sealed shard `shard_id`.
   bool Sealed(const std::string& address, uint64_t shard_id) const

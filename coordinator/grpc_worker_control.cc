@@ -77,9 +77,11 @@ absl::StatusOr<int64_t> GrpcWorkerControl::Free(
 }
 
 absl::Status GrpcWorkerControl::Seal(const WorkerRef& worker,
-                                     const std::vector<uint64_t>& shard_ids) {
+                                     const std::vector<uint64_t>& shard_ids,
+                                     bool persist) {
   v1::SealShardsRequest request;
   request.mutable_shard_ids()->Assign(shard_ids.begin(), shard_ids.end());
+  request.set_defer_persist(!persist);
   v1::SealShardsResponse response;
   auto stub = v1::Worker::NewStub(channels_.Get(worker.address));
   return Call(WorkerCall(worker.address, options_.free_timeout),

@@ -38,7 +38,8 @@ class GrpcWorkerControl : public WorkerControl {
   absl::StatusOr<int64_t> Allocate(const WorkerRef& worker,
                                    const AllocateBatch& batch) override;
   absl::Status Seal(const WorkerRef& worker,
-                    const std::vector<uint64_t>& shard_ids) override;
+                    const std::vector<uint64_t>& shard_ids,
+                    bool persist) override;
   absl::StatusOr<int64_t> Free(const WorkerRef& worker,
                                const std::vector<uint64_t>& shard_ids) override;
   absl::Status Transfer(const TransferBatch& batch) override;

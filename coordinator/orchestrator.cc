@@ -465,12 +465,17 @@ void Orchestrator::FreeShards(const TensorMetadata& meta) {
   for (std::thread& t : threads) t.join();
 }
 
-absl::Status Orchestrator::SealShards(const TensorMetadata& meta) {
+absl::Status Orchestrator::SealShards(const TensorMetadata& meta,
+                                      ReplicaRange replicas, bool persist) {
   std::map<std::string, std::vector<uint64_t>> by_worker;  // worker name -> ids
   for (const ShardInfo& shard : meta.shards) {
-    for (const Replica& replica : shard.replicas)
+    for (size_t r = replicas.first;
+         r < std::min(replicas.end, shard.replicas.size()); ++r) {
+      const Replica& replica = shard.replicas[r];
       by_worker[replica.worker].push_back(replica.shard_id);
+    }
   }
+  if (by_worker.empty()) return absl::OkStatus();
   std::vector<std::pair<std::string, absl::Status>> results;
   for (const auto& [name, ids] : by_worker)
     results.emplace_back(name, absl::OkStatus());
@@ -483,8 +488,10 @@ absl::Status Orchestrator::SealShards(const TensorMetadata& meta) {
       result = UnavailableError(absl::StrCat("worker '", name, "'"));
       continue;
     }
-    threads.emplace_back([this, worker = *worker, &ids = ids, &result] {
-      result = workers_->Seal(WorkerRef{worker.name, worker.address}, ids);
+    threads.emplace_back([this, worker = *worker, &ids = ids, &result,
+                          persist] {
+      result = workers_->Seal(WorkerRef{worker.name, worker.address}, ids,
+                              persist);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -506,10 +513,19 @@ absl::Status Orchestrator::Commit(const std::string& name, uint64_t version,
   if (start.done) return absl::OkStatus();  // committed already
   // The change's write grants die here: no write reaches its shards after
   // the commit, through any transport. A shard no longer held fails it.
-  absl::Status status = SealShards(*start.seal);
+  // The first replicas hold their final bytes: sealed and persisted. The
+  // others are sealed too (no client write reaches them), but persisted
+  // only once the forward below has filled them.
+  absl::Status status = SealShards(*start.seal, {0, 1}, /*persist=*/true);
+  if (status.ok()) {
+    status = SealShards(*start.seal, {1, SIZE_MAX}, /*persist=*/false);
+  }
   // Every replica holds the bytes before the change commits; a replica
   // that fails fails the commit (the client then abandons the change).
   if (status.ok()) status = ForwardReplicas(*start.seal);
+  if (status.ok()) {
+    status = SealShards(*start.seal, {1, SIZE_MAX}, /*persist=*/true);
+  }
   if (status.ok()) status = log_->Wait(table_->RecordCommit(name));
   table_->FinishCommit(name, status);
   return status;

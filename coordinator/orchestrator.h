@@ -21,6 +21,7 @@
 #define TESSERA_COORDINATOR_ORCHESTRATOR_H_
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -105,6 +106,12 @@ struct SaveResult {
   int64_t files = 0;                 // .safetensors files written
   double seconds = 0;
 };
+// Replicas [first, end) of each shard (Orchestrator::SealShards).
+struct ReplicaRange {
+  size_t first = 0;
+  size_t end = SIZE_MAX;
+};
+
 // How a save cuts a worker's pieces into files (one order each).
 inline constexpr int64_t kSaveFileBytes = int64_t{1} << 30;
 inline constexpr int64_t kSaveFileItems = 1024;
@@ -289,8 +296,11 @@ class Orchestrator {
   // its client wrote) to the others, per limits_.forward; the workers
   // pull, all pairs in parallel.
   absl::Status ForwardReplicas(const TensorMetadata& written);
-  // Seals shards on their workers, all in parallel: the first failure.
-  absl::Status SealShards(const TensorMetadata& meta);
+  // Seals shards (their replicas in `replicas`) on their workers, all in
+  // parallel: the first failure. `persist`: their bytes are final, and a
+  // worker with --store_dir records them.
+  absl::Status SealShards(const TensorMetadata& meta,
+                          ReplicaRange replicas = {}, bool persist = true);
   // The shards of a new version that are not taken over from the old one
   // (a reshard's or an update's), as MakeNewShards made them. Until Keep(),
   // destroying it frees them on their workers (if allocated) and releases

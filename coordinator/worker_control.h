@@ -78,10 +78,12 @@ class WorkerControl {
                                            const AllocateBatch& batch) = 0;
   virtual absl::StatusOr<int64_t> Free(
       const WorkerRef& worker, const std::vector<uint64_t>& shard_ids) = 0;
-  // Seals shards a put or update wrote (its commit): no write reaches them
-  // again. NOT_FOUND when the worker does not hold one.
+  // Seals shards a change wrote (its commit): no write reaches them again;
+  // with `persist`, a worker with --store_dir also records them (their
+  // bytes must be final). NOT_FOUND when the worker does not hold one.
   virtual absl::Status Seal(const WorkerRef& worker,
-                            const std::vector<uint64_t>& shard_ids) = 0;
+                            const std::vector<uint64_t>& shard_ids,
+                            bool persist) = 0;
   // The worker at `address` (re)started: forget any connection state.
   virtual void Reset(const std::string& address) = 0;
   // Moves every piece of `batch` from its source worker into shards of its

@@ -87,8 +87,9 @@ class HeldShardTracker : public WorkerControl {
                                const std::vector<uint64_t>& shard_ids) override
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Seal(const WorkerRef& worker,
-                    const std::vector<uint64_t>& shard_ids) override {
-    return inner_->Seal(worker, shard_ids);
+                    const std::vector<uint64_t>& shard_ids,
+                    bool persist) override {
+    return inner_->Seal(worker, shard_ids, persist);
   }
   void Reset(const std::string& address) override { inner_->Reset(address); }
   absl::Status Transfer(const TransferBatch& batch) override {

@@ -427,6 +427,17 @@ TEST_F(CheckpointTest, DamagedPiecesAndBadSavesAreRefused) {
   EXPECT_THAT(r.err, HasSubstr("checkpoint"));
   EXPECT_THAT(r.err, HasSubstr("checksum"));
   EXPECT_EQ(Tensors(), before);
+  // A lone file of a save that never wrote its index is no model.
+  const std::string part = Root() + "/part";
+  mkdir(part.c_str(), 0755);
+  for (const std::string& f : Listing(dir)) {
+    if (absl::StartsWith(f, "w0-")) WriteAll(part + "/" + f, ReadAll(dir + "/" + f));
+  }
+  r = Tessera({"load", "part", "--chunk_dim=0", "--placements=w0",
+               "--prefix=bad/"});
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.err, HasSubstr("did not finish"));
+  EXPECT_EQ(Tensors(), before);
 
   const struct {
     std::vector<std::string> args;

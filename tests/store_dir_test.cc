@@ -1,7 +1,8 @@
 // Workers with --store_dir (CLI.md "Restart-safe workers (v3)") against
 // real daemons: a worker killed with SIGKILL and started again on its
-// directory serves the shards it held (a put's and a reshard's), under the
-// same handles, with nothing copied from anywhere; a shard whose file was
+// directory serves the shards it held (a put's, a create's, a reshard's),
+// under the same handles, with nothing copied from anywhere, same-host
+// readers still through shared memory; a shard whose file was
 // damaged meanwhile is dropped and repaired from its replica, and a file
 // no committed change wrote is removed.
 #include <dirent.h>
@@ -24,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "tests/cluster.h"
 #include "tests/test_arrays.h"
+#include "transport/shared_memory_arena.h"
 
 namespace tessera {
 namespace {
@@ -133,6 +135,17 @@ TEST_F(StoreDirTest, AKilledWorkerServesItsShardsAgainWithoutACopy) {
   })) << cluster_->worker_log(0);
   ASSERT_OK_AND_ASSIGN(HostArray got_m, client_->Get("m"));
   EXPECT_TRUE(SameBytes(got_m, moved));
+  // A reader on this host still reads through shared memory (file-backed
+  // shards are staged, not mapped), not gRPC.
+  if (!LocalHostId().empty()) {
+    const DataPlaneStats moved_by = client_->TransferStats();
+    auto bytes = [&](const char* t) {
+      auto it = moved_by.bytes.find(t);
+      return it == moved_by.bytes.end() ? int64_t{0} : it->second;
+    };
+    EXPECT_GT(bytes("shm"), 0);
+    EXPECT_EQ(bytes("grpc"), 0);
+  }
   ASSERT_OK_AND_ASSIGN(HostArray got_c, client_->Get("c"));
   EXPECT_TRUE(SameBytes(got_c, created));
   ASSERT_OK_AND_ASSIGN(TensorMetadata after_w, client_->Describe("w"));

@@ -570,7 +570,8 @@ void WorkerNode::Seal(uint64_t id) {
   sealed_.insert(id);
 }
 
-absl::Status WorkerNode::SealAll(absl::Span<const uint64_t> ids) {
+absl::Status WorkerNode::SealAll(absl::Span<const uint64_t> ids,
+                                 bool persist) {
   for (uint64_t id : ids) {
     if (!store_->Describe(id).ok()) {
       return absl::NotFoundError(absl::StrCat(
@@ -584,6 +585,7 @@ absl::Status WorkerNode::SealAll(absl::Span<const uint64_t> ids) {
     cluster = cluster_id_;
   }
   // Outside the lock: a persisting store syncs and checksums the bytes.
+  if (!persist) return absl::OkStatus();
   for (uint64_t id : ids) {
     TESSERA_RETURN_IF_ERROR(store_->Persist(id, cluster));
   }

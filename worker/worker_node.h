@@ -330,7 +330,7 @@ class WorkerNode {
   // The coordinator commits the change that wrote `ids`: every one is
   // sealed (and persisted: ShardStore::Persist), or none when one is not
   // held (NOT_FOUND naming it).
-  absl::Status SealAll(absl::Span<const uint64_t> ids)
+  absl::Status SealAll(absl::Span<const uint64_t> ids, bool persist = true)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Whether shard `id` still takes writes: held, a put's (or an update's)
   // shard, and not sealed.

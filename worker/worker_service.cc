@@ -794,7 +794,8 @@ absl::Status WorkerService::Seal(absl::string_view capability,
         node_->options().max_shards_per_request, " per request"));
   }
   return node_->SealAll(absl::MakeConstSpan(request.shard_ids().data(),
-                                            request.shard_ids().size()));
+                                            request.shard_ids().size()),
+                        /*persist=*/!request.defer_persist());
 }
 
 absl::Status WorkerService::Free(absl::string_view capability,
