@@ -178,7 +178,17 @@ absl::Status HostShardStore::Persist(uint64_t id,
   record.bytes = shard->bytes;
   record.crc32 = ExtendCrc32(
       0, absl::string_view(shard->data, static_cast<size_t>(shard->bytes)));
-  return options_.files->Seal(record, *shard->file);
+  TESSERA_RETURN_IF_ERROR(options_.files->Seal(record, *shard->file));
+  // Freed meanwhile (a seal from a coordinator that died, racing a free
+  // from its successor): Free removed the files before the record was
+  // written; no record may outlive its shard.
+  absl::StatusOr<std::shared_ptr<Shard>> still = table_.Find(id);
+  if (!still.ok() || *still != shard) {
+    options_.files->Remove(id);
+    return absl::NotFoundError(
+        absl::StrCat("shard ", id, " was freed while it was persisted"));
+  }
+  return absl::OkStatus();
 }
 
 ShardFiles::ScanResult HostShardStore::Reattach(

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -313,6 +315,81 @@ TEST(HostShardStoreTest, WithoutAnArenaLargeShardsArePrivate) {
   absl::StatusOr<PinnedShard> pinned = store.Pin(1);
   ASSERT_THAT(pinned.status(), IsOk());
   EXPECT_EQ(pinned->bytes, 16);
+}
+
+// --store_dir: a store on a directory another one left re-attaches what was
+// persisted (same bytes, same description), drops what was not persisted
+// or was freed, and removes a shard whose bytes changed on disk.
+TEST(HostShardStoreTest, FilesSurviveTheStoreAndAreCheckedWhenTakenBack) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/store";
+  {
+    auto files = ShardFiles::Open(dir);
+    ASSERT_TRUE(files.ok()) << files.status();
+    // One store per directory.
+    EXPECT_THAT(ShardFiles::Open(dir).status(),
+                StatusIs(absl::StatusCode::kFailedPrecondition));
+    HostShardStoreOptions options;
+    options.files = *files;
+    HostShardStore store(options);
+    ShardDesc desc = Desc({4, 4}, {{0, 0}, {2, 4}});
+    desc.version = 3;
+    desc.incarnation = 9;
+    for (uint64_t id : {1, 2, 3, 4}) {
+      ASSERT_THAT(store.Allocate(id, desc, InitSpec{}), IsOk());
+      std::vector<float> values(8, static_cast<float>(id));
+      ASSERT_THAT(store.Write(id, 0,
+                              absl::string_view(
+                                  reinterpret_cast<const char*>(values.data()),
+                                  32)),
+                  IsOk());
+    }
+    ASSERT_THAT(store.Persist(1, "c1"), IsOk());
+    ASSERT_THAT(store.Persist(2, "c1"), IsOk());
+    ASSERT_THAT(store.Persist(3, "c2"), IsOk());
+    ASSERT_THAT(store.Free(2), IsOk());  // persisted, then freed
+    // 4 never persisted (a put not committed).
+    // The process ends here without freeing anything.
+  }
+  // Shard 3's bytes change on disk.
+  {
+    const int fd = open((dir + "/shards/0000000000000003.data").c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(pwrite(fd, "x", 1, 5), 1);
+    close(fd);
+  }
+  auto files = ShardFiles::Open(dir);
+  ASSERT_TRUE(files.ok()) << files.status();
+  HostShardStoreOptions options;
+  options.files = *files;
+  HostShardStore store(options);
+  absl::flat_hash_map<uint64_t, std::string> owners;
+  const ShardFiles::ScanResult scan = store.Reattach(&owners);
+  EXPECT_EQ(scan.intact.size(), 1u);
+  EXPECT_EQ(scan.intact_bytes, 32);
+  EXPECT_EQ(scan.damaged, 1);
+  EXPECT_EQ(scan.unsealed, 1);
+  ASSERT_EQ(scan.problems.size(), 1u);
+  EXPECT_THAT(scan.problems[0], HasSubstr("checksum"));
+  EXPECT_EQ(owners, (absl::flat_hash_map<uint64_t, std::string>{{1, "c1"}}));
+  EXPECT_EQ(store.ShardIds(), std::vector<uint64_t>{1});
+  EXPECT_EQ(store.BytesUsed(), 32);
+  absl::StatusOr<ShardDesc> desc = store.Describe(1);
+  ASSERT_TRUE(desc.ok());
+  EXPECT_EQ(desc->tensor, "t");
+  EXPECT_EQ(desc->version, 3u);
+  EXPECT_EQ(desc->incarnation, 9u);
+  EXPECT_EQ(desc->box, Box({0, 0}, {2, 4}));
+  std::vector<float> back(8);
+  ASSERT_THAT(store.ReadBox(1, Box({0, 0}, {2, 4}), 0, 8,
+                            reinterpret_cast<char*>(back.data())),
+              IsOk());
+  EXPECT_EQ(back, std::vector<float>(8, 1.0f));
+  // Only shard 1's files are left.
+  EXPECT_EQ(access((dir + "/shards/0000000000000003.data").c_str(), F_OK), -1);
+  EXPECT_EQ(access((dir + "/shards/0000000000000004.data").c_str(), F_OK), -1);
+  ASSERT_THAT(store.Free(1), IsOk());
+  EXPECT_EQ(access((dir + "/shards/0000000000000001.record").c_str(), F_OK),
+            -1);
 }
 
 }  // namespace
