@@ -1400,8 +1400,8 @@ void SaveFigure(Env& env, const std::string& root) {
   int64_t files = 0;
   for (int r = 0; r < 3; ++r) {
     const absl::Time start = absl::Now();
-    Client::SaveStats stats = ValueOrDie(
-        env.client->SaveCheckpoint("saved", {"sv/w"}), "save sv/w");
+    Client::SaveStats stats =
+        ValueOrDie(env.client->SaveCheckpoint("saved", {"sv/w"}), "save sv/w");
     best = std::min(best, absl::ToDoubleSeconds(absl::Now() - start));
     files = stats.files;
   }
@@ -1508,8 +1508,8 @@ void ReattachFigure(Env& env, const std::string& root) {
   const std::string log = cluster->worker_log(0);
   const size_t at = log.rfind("nothing copied) in ");
   if (at != std::string::npos) {
-    reattach = std::strtod(log.c_str() + at + strlen("nothing copied) in "),
-                           nullptr);
+    reattach =
+        std::strtod(log.c_str() + at + strlen("nothing copied) in "), nullptr);
   }
   const std::string scrape = FetchMetrics(metrics);
   auto metric = [&](const std::string& name) {

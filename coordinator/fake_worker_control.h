@@ -63,8 +63,8 @@ class FakeWorkerControl : public WorkerControl {
   // Checks that the worker holds every shard (NOT_FOUND) and marks them
   // sealed.
   absl::Status Seal(const WorkerRef& worker,
-                    const std::vector<uint64_t>& shard_ids, bool persist) override
-      ABSL_LOCKS_EXCLUDED(mu_);
+                    const std::vector<uint64_t>& shard_ids,
+                    bool persist) override ABSL_LOCKS_EXCLUDED(mu_);
   // Whether the worker sealed shard `shard_id`.
   bool Sealed(const std::string& address, uint64_t shard_id) const
       ABSL_LOCKS_EXCLUDED(mu_);

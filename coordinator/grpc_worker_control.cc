@@ -186,9 +186,9 @@ absl::StatusOr<std::vector<SavedItem>> GrpcWorkerControl::SaveShards(
              return stub->SaveShards(context, request, &response);
            }));
   if (response.items_size() != static_cast<int>(items.size())) {
-    return absl::InternalError(absl::StrCat(
-        "worker '", worker.name, "' answered a save of ", items.size(),
-        " shards with ", response.items_size()));
+    return absl::InternalError(
+        absl::StrCat("worker '", worker.name, "' answered a save of ",
+                     items.size(), " shards with ", response.items_size()));
   }
   std::vector<SavedItem> saved;
   for (const v1::SaveShardsResponse::Stored& s : response.items())
@@ -196,10 +196,9 @@ absl::StatusOr<std::vector<SavedItem>> GrpcWorkerControl::SaveShards(
   return saved;
 }
 
-absl::Status GrpcWorkerControl::WriteCheckpointFile(const WorkerRef& worker,
-                                                    const std::string& dir,
-                                                    const std::string& name,
-                                                    const std::string& content) {
+absl::Status GrpcWorkerControl::WriteCheckpointFile(
+    const WorkerRef& worker, const std::string& dir, const std::string& name,
+    const std::string& content) {
   v1::WriteCheckpointFileRequest request;
   request.set_dir(dir);
   request.set_name(name);

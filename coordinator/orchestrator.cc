@@ -490,8 +490,8 @@ absl::Status Orchestrator::SealShards(const TensorMetadata& meta,
     }
     threads.emplace_back([this, worker = *worker, &ids = ids, &result,
                           persist] {
-      result = workers_->Seal(WorkerRef{worker.name, worker.address}, ids,
-                              persist);
+      result =
+          workers_->Seal(WorkerRef{worker.name, worker.address}, ids, persist);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -1148,7 +1148,8 @@ absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
   if (absl::StatusOr<CheckpointListing> earlier = ListCheckpoint(args.dir);
       earlier.ok()) {
     for (const CheckpointEntry& e : earlier->entries) {
-      for (const StoredPiece& piece : e.pieces) earlier_files.insert(piece.file);
+      for (const StoredPiece& piece : e.pieces)
+        earlier_files.insert(piece.file);
     }
   }
 
@@ -1190,10 +1191,10 @@ absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
       const size_t i = kept[k];
       const ShardLocation from = ReadLocations(meta, i).front();
       if (!from.available) {
-        return UnavailableError(absl::StrCat(
-            "save: shard ", i, " of '", meta.name,
-            "' has no available replica (its worker '", from.worker,
-            "' is down)"));
+        return UnavailableError(
+            absl::StrCat("save: shard ", i, " of '", meta.name,
+                         "' has no available replica (its worker '",
+                         from.worker, "' is down)"));
       }
       StoredPiece& piece = entry.pieces.emplace_back();
       piece.box = scalar ? Box() : meta.shards[i].box;
@@ -1209,7 +1210,8 @@ absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
       worker_names[from.address] = from.worker;
     }
   }
-  std::vector<std::pair<std::string, std::string>> file_metadata = listing.metadata;
+  std::vector<std::pair<std::string, std::string>> file_metadata =
+      listing.metadata;
   if (std::none_of(file_metadata.begin(), file_metadata.end(),
                    [](const auto& p) { return p.first == "format"; })) {
     // What Hugging Face's loaders look for.
@@ -1217,8 +1219,8 @@ absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
   }
 
   // This save's files: names no earlier save used, marked as its parts.
-  const std::string save_id = absl::StrFormat(
-      "%08x", absl::Uniform<uint32_t>(absl::BitGen()));
+  const std::string save_id =
+      absl::StrFormat("%08x", absl::Uniform<uint32_t>(absl::BitGen()));
   file_metadata.emplace_back(kSavePartKey, save_id);
   struct File {
     std::string name;
@@ -1279,10 +1281,10 @@ absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
           absl::StatusOr<std::vector<SavedItem>> saved = workers_->SaveShards(
               worker, args.dir, file.name, order, file_metadata);
           if (!saved.ok()) {
-            results[w] = Annotate(
-                saved.status(), absl::StrCat("worker '", worker.name,
-                                             "' writing '", args.dir, "/",
-                                             file.name, "'"));
+            results[w] =
+                Annotate(saved.status(),
+                         absl::StrCat("worker '", worker.name, "' writing '",
+                                      args.dir, "/", file.name, "'"));
             return;
           }
           written[w].push_back(file.name);
@@ -1291,9 +1293,9 @@ absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
             const SavedItem& got = (*saved)[j];
             // The worker's reply is input: it must describe what was asked.
             if (got.bytes != p.bytes || got.data_offset < 0) {
-              results[w] = absl::InternalError(absl::StrCat(
-                  "worker '", worker.name, "' reports ", got.bytes,
-                  " bytes for a piece of ", p.bytes));
+              results[w] = absl::InternalError(
+                  absl::StrCat("worker '", worker.name, "' reports ", got.bytes,
+                               " bytes for a piece of ", p.bytes));
               return;
             }
             StoredPiece& piece = listing.entries[p.tensor].pieces[p.piece];
@@ -1340,19 +1342,18 @@ absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
   }
   absl::StatusOr<WorkerRef> writer = DirectoryWorker();
   absl::Status indexed =
-      writer.ok() ? workers_->WriteCheckpointFile(*writer, args.dir,
-                                                  kTesseraIndexName,
-                                                  tessera_index)
+      writer.ok() ? workers_->WriteCheckpointFile(
+                        *writer, args.dir, kTesseraIndexName, tessera_index)
                   : writer.status();
   if (!indexed.ok()) {
     remove_written();
-    return Annotate(indexed, absl::StrCat("writing the index of '", args.dir,
-                                          "'"));
+    return Annotate(indexed,
+                    absl::StrCat("writing the index of '", args.dir, "'"));
   }
-  TESSERA_RETURN_IF_ERROR(Annotate(
-      workers_->WriteCheckpointFile(*writer, args.dir, kHfIndexName,
-                                    HfIndexJson(listing)),
-      absl::StrCat("writing '", args.dir, "/", kHfIndexName, "'")));
+  TESSERA_RETURN_IF_ERROR(
+      Annotate(workers_->WriteCheckpointFile(*writer, args.dir, kHfIndexName,
+                                             HfIndexJson(listing)),
+               absl::StrCat("writing '", args.dir, "/", kHfIndexName, "'")));
   if (!earlier_files.empty()) {
     const std::vector<std::string> gone(earlier_files.begin(),
                                         earlier_files.end());
@@ -1446,7 +1447,7 @@ absl::StatusOr<LoadResult> Orchestrator::Load(const LoadArgs& args) {
 
   // Each shard's first replica reads its runs; one thread per worker.
   std::map<std::string, std::vector<LoadOrder>> orders;  // by address
-  std::map<std::string, std::string> names;          // address -> worker
+  std::map<std::string, std::string> names;              // address -> worker
   for (size_t k = 0; k < made.size(); ++k) {
     const TensorMetadata& meta = *made[k];
     const CheckpointEntry& entry = listing.entries[found[k]];

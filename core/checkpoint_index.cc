@@ -145,23 +145,22 @@ std::string TesseraIndexJson(const CheckpointListing& listing) {
   // A line per tensor and per piece: readable, and diffs well.
   Json metadata = Json::object();
   for (const auto& [key, value] : listing.metadata) metadata[key] = value;
-  std::string out = absl::StrCat("{\"format\": \"", kFormat,
-                                 "\", \"version\": ", kFormatVersion,
-                                 ", \"metadata\": ", metadata.dump(),
-                                 ",\n \"tensors\": [");
+  std::string out = absl::StrCat(
+      "{\"format\": \"", kFormat, "\", \"version\": ", kFormatVersion,
+      ", \"metadata\": ", metadata.dump(), ",\n \"tensors\": [");
   for (size_t t = 0; t < listing.entries.size(); ++t) {
     const CheckpointEntry& e = listing.entries[t];
-    absl::StrAppend(&out, t == 0 ? "\n" : ",\n", "  {\"name\": ",
-                    Json(e.name).dump(), ", \"dtype\": \"", DTypeName(e.dtype),
-                    "\", \"shape\": ", Json(e.shape).dump(),
+    absl::StrAppend(&out, t == 0 ? "\n" : ",\n",
+                    "  {\"name\": ", Json(e.name).dump(), ", \"dtype\": \"",
+                    DTypeName(e.dtype), "\", \"shape\": ", Json(e.shape).dump(),
                     ", \"pieces\": [");
     for (size_t i = 0; i < e.pieces.size(); ++i) {
       const StoredPiece& piece = e.pieces[i];
       Json p;
       p["offsets"] = std::vector<int64_t>(piece.box.offsets.begin(),
                                           piece.box.offsets.end());
-      p["sizes"] = std::vector<int64_t>(piece.box.sizes.begin(),
-                                        piece.box.sizes.end());
+      p["sizes"] =
+          std::vector<int64_t>(piece.box.sizes.begin(), piece.box.sizes.end());
       p["file"] = piece.file;
       p["entry"] = piece.entry;
       p["data_offset"] = piece.data_offset;
@@ -178,8 +177,8 @@ std::string TesseraIndexJson(const CheckpointListing& listing) {
 absl::StatusOr<CheckpointListing> ParseTesseraIndex(absl::string_view text) {
   TESSERA_ASSIGN_OR_RETURN(Json json, ParseObject(text, kTesseraIndexName));
   if (Field(json, "format") != kFormat) {
-    return CheckpointError(absl::StrCat(kTesseraIndexName, " is not a \"",
-                                        kFormat, "\" file"));
+    return CheckpointError(
+        absl::StrCat(kTesseraIndexName, " is not a \"", kFormat, "\" file"));
   }
   if (Field(json, "version") != kFormatVersion) {
     return CheckpointError(absl::StrCat(kTesseraIndexName,
@@ -195,8 +194,8 @@ absl::StatusOr<CheckpointListing> ParseTesseraIndex(absl::string_view text) {
     }
     for (const auto& [key, value] : metadata.items()) {
       if (!value.is_string()) {
-        return CheckpointError(absl::StrCat(
-            kTesseraIndexName, ": metadata '", key, "' is not a string"));
+        return CheckpointError(absl::StrCat(kTesseraIndexName, ": metadata '",
+                                            key, "' is not a string"));
       }
       listing.metadata.emplace_back(key, value.get<std::string>());
     }
@@ -220,14 +219,14 @@ absl::StatusOr<CheckpointListing> ParseTesseraIndex(absl::string_view text) {
     CheckpointEntry& entry = listing.entries.emplace_back();
     TESSERA_ASSIGN_OR_RETURN(entry.name, Name(t, "name", "a tensor"));
     if (!names.insert(entry.name).second) {
-      return CheckpointError(absl::StrCat(kTesseraIndexName, " lists '",
-                                          entry.name, "' twice"));
+      return CheckpointError(
+          absl::StrCat(kTesseraIndexName, " lists '", entry.name, "' twice"));
     }
     const std::string what = absl::StrCat("tensor '", entry.name, "'");
     const Json& dtype = Field(t, "dtype");
-    absl::StatusOr<DType> parsed =
-        dtype.is_string() ? ParseDType(dtype.get<std::string>())
-                          : absl::InvalidArgumentError("");
+    absl::StatusOr<DType> parsed = dtype.is_string()
+                                       ? ParseDType(dtype.get<std::string>())
+                                       : absl::InvalidArgumentError("");
     if (!parsed.ok()) {
       return CheckpointError(
           absl::StrCat(kTesseraIndexName, ": ", what, " has no known dtype"));
@@ -238,16 +237,18 @@ absl::StatusOr<CheckpointListing> ParseTesseraIndex(absl::string_view text) {
                              Dims(Field(t, "shape"), what + "'s shape"));
     absl::StatusOr<int64_t> bytes = ByteSize(entry.shape, item);
     if (!bytes.ok()) {
-      return CheckpointError(absl::StrCat(kTesseraIndexName, ": ", what,
-                                          " is too large"));
+      return CheckpointError(
+          absl::StrCat(kTesseraIndexName, ": ", what, " is too large"));
     }
     entry.bytes = *bytes;
     const Json& pieces = Field(t, "pieces");
     if (!pieces.is_array() || pieces.empty() ||
-        static_cast<int64_t>(pieces.size()) > kMaxCheckpointPieces - num_pieces) {
-      return CheckpointError(absl::StrCat(
-          kTesseraIndexName, ": ", what, " has no \"pieces\" list, or more "
-          "pieces than a checkpoint holds (", kMaxCheckpointPieces, ")"));
+        static_cast<int64_t>(pieces.size()) >
+            kMaxCheckpointPieces - num_pieces) {
+      return CheckpointError(absl::StrCat(kTesseraIndexName, ": ", what,
+                                          " has no \"pieces\" list, or more "
+                                          "pieces than a checkpoint holds (",
+                                          kMaxCheckpointPieces, ")"));
     }
     num_pieces += static_cast<int64_t>(pieces.size());
     std::vector<Box> boxes;
@@ -264,13 +265,13 @@ absl::StatusOr<CheckpointListing> ParseTesseraIndex(absl::string_view text) {
                                Dims(Field(p, "sizes"), of + "'s sizes"));
       if (offsets.size() != entry.shape.size() ||
           sizes.size() != entry.shape.size()) {
-        return CheckpointError(absl::StrCat(kTesseraIndexName, ": ", of,
-                                            " is not of its rank"));
+        return CheckpointError(
+            absl::StrCat(kTesseraIndexName, ": ", of, " is not of its rank"));
       }
       piece.box = Box(offsets, sizes);
       if (!IsWithin(piece.box, entry.shape)) {
-        return CheckpointError(absl::StrCat(kTesseraIndexName, ": ", of,
-                                            " lies outside it"));
+        return CheckpointError(
+            absl::StrCat(kTesseraIndexName, ": ", of, " lies outside it"));
       }
       TESSERA_ASSIGN_OR_RETURN(piece.file, Name(p, "file", of));
       TESSERA_RETURN_IF_ERROR(CheckCheckpointFileName(piece.file));
@@ -281,8 +282,8 @@ absl::StatusOr<CheckpointListing> ParseTesseraIndex(absl::string_view text) {
                                             kMaxCheckpointFiles, " files"));
       }
       TESSERA_ASSIGN_OR_RETURN(piece.entry, Name(p, "entry", of));
-      TESSERA_ASSIGN_OR_RETURN(piece.data_offset,
-                               Count(Field(p, "data_offset"), of + "'s offset"));
+      TESSERA_ASSIGN_OR_RETURN(
+          piece.data_offset, Count(Field(p, "data_offset"), of + "'s offset"));
       TESSERA_ASSIGN_OR_RETURN(piece.bytes,
                                Count(Field(p, "bytes"), of + "'s bytes"));
       TESSERA_ASSIGN_OR_RETURN(const int64_t crc,
@@ -294,7 +295,8 @@ absl::StatusOr<CheckpointListing> ParseTesseraIndex(absl::string_view text) {
       piece.crc32 = static_cast<uint32_t>(crc);
       // Within the tensor's bytes, so the box's product cannot overflow.
       if (piece.bytes != piece.box.NumElements() * item ||
-          piece.data_offset > std::numeric_limits<int64_t>::max() - piece.bytes) {
+          piece.data_offset >
+              std::numeric_limits<int64_t>::max() - piece.bytes) {
         return CheckpointError(absl::StrCat(kTesseraIndexName, ": ", of,
                                             " has bytes that do not match its "
                                             "box"));

@@ -34,10 +34,10 @@ CheckpointListing Saved() {
   w.dtype = DType::kFloat32;
   w.shape = {4, 6};
   w.bytes = 96;
-  w.pieces.push_back(Piece(Box({0, 0}, {2, 6}), "a.safetensors",
-                           "layers.0/w:0", 128, 48, 0xdeadbeef));
-  w.pieces.push_back(Piece(Box({2, 0}, {2, 6}), "b.safetensors",
-                           "layers.0/w:1", 64, 48, 7));
+  w.pieces.push_back(Piece(Box({0, 0}, {2, 6}), "a.safetensors", "layers.0/w:0",
+                           128, 48, 0xdeadbeef));
+  w.pieces.push_back(
+      Piece(Box({2, 0}, {2, 6}), "b.safetensors", "layers.0/w:1", 64, 48, 7));
   CheckpointEntry& s = listing.entries.emplace_back();
   s.name = "step";
   s.dtype = DType::kInt64;
@@ -80,8 +80,7 @@ TEST(TesseraIndex, RefusesWhatDoesNotTileOrLies) {
   } kCases[] = {
       // The second piece moved onto the first: overlap and a hole.
       {"\"offsets\":[2,0]", "\"offsets\":[1,0]", "overlap"},
-      {"\"bytes\":48,\"crc32\":7", "\"bytes\":40,\"crc32\":7",
-       "do not match"},
+      {"\"bytes\":48,\"crc32\":7", "\"bytes\":40,\"crc32\":7", "do not match"},
       {"\"b.safetensors\"", "\"../b.safetensors\"", "not a plain file name"},
       {"\"crc32\":7", "\"crc32\":4294967296", "crc32"},
       {"\"crc32\":7", "\"crc32\":-7", "not a count"},
@@ -104,8 +103,8 @@ TEST(TesseraIndex, RefusesWhatDoesNotTileOrLies) {
   }
   EXPECT_FALSE(ParseTesseraIndex("[1]").ok());
   EXPECT_FALSE(ParseTesseraIndex("{").ok());
-  EXPECT_FALSE(ParseTesseraIndex(std::string(kMaxCheckpointIndexBytes + 1, ' '))
-                   .ok());
+  EXPECT_FALSE(
+      ParseTesseraIndex(std::string(kMaxCheckpointIndexBytes + 1, ' ')).ok());
 }
 
 TEST(HfIndex, MapsEveryPieceToItsFileAndReadsBack) {

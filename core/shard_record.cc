@@ -17,7 +17,8 @@ constexpr size_t kMaxNameBytes = 1024;
 constexpr size_t kMaxRank = 64;
 
 absl::Status Bad(absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("store: a shard record ", what));
+  return absl::InvalidArgumentError(
+      absl::StrCat("store: a shard record ", what));
 }
 
 absl::StatusOr<uint64_t> Unsigned(const Json& json, const char* key) {
@@ -69,8 +70,8 @@ std::string ShardRecordJson(const ShardRecord& record) {
   json["incarnation"] = record.incarnation;
   json["dtype"] = std::string(DTypeName(record.dtype));
   json["tensor_shape"] = record.tensor_shape;
-  json["offsets"] =
-      std::vector<int64_t>(record.box.offsets.begin(), record.box.offsets.end());
+  json["offsets"] = std::vector<int64_t>(record.box.offsets.begin(),
+                                         record.box.offsets.end());
   json["sizes"] =
       std::vector<int64_t>(record.box.sizes.begin(), record.box.sizes.end());
   json["bytes"] = record.bytes;
@@ -114,7 +115,8 @@ absl::StatusOr<ShardRecord> ParseShardRecord(absl::string_view text) {
   TESSERA_ASSIGN_OR_RETURN(const uint64_t crc, Unsigned(json, "crc32"));
   r.bytes = static_cast<int64_t>(
       std::min<uint64_t>(bytes, std::numeric_limits<int64_t>::max()));
-  if (r.bytes != r.box.NumElements() * static_cast<int64_t>(ItemSize(r.dtype))) {
+  if (r.bytes !=
+      r.box.NumElements() * static_cast<int64_t>(ItemSize(r.dtype))) {
     return Bad("has bytes that do not match its box");
   }
   if (crc > std::numeric_limits<uint32_t>::max()) return Bad("has no crc32");

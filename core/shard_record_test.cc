@@ -27,7 +27,8 @@ ShardRecord Sample() {
 }
 
 TEST(ShardRecord, RoundTrips) {
-  absl::StatusOr<ShardRecord> back = ParseShardRecord(ShardRecordJson(Sample()));
+  absl::StatusOr<ShardRecord> back =
+      ParseShardRecord(ShardRecordJson(Sample()));
   ASSERT_TRUE(back.ok()) << back.status();
   const ShardRecord want = Sample();
   EXPECT_EQ(back->shard_id, want.shard_id);
@@ -64,7 +65,8 @@ TEST(ShardRecord, RefusesWhatDoesNotAddUp) {
     EXPECT_THAT(parsed.status().message(), HasSubstr("store: ")) << c.to;
   }
   EXPECT_FALSE(ParseShardRecord("").ok());
-  EXPECT_FALSE(ParseShardRecord(std::string(kMaxShardRecordBytes + 1, ' ')).ok());
+  EXPECT_FALSE(
+      ParseShardRecord(std::string(kMaxShardRecordBytes + 1, ' ')).ok());
 }
 
 }  // namespace

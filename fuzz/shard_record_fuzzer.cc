@@ -2,8 +2,8 @@
 // --store_dir (ParseShardRecord): a restarted worker reads them from a
 // directory anyone with access may have written. Invariants checked (trap
 // on failure): a refusal is INVALID_ARGUMENT naming "store"; an accepted
-// record has a non-empty tensor name, a box inside its tensor's shape (or empty) of
-// the record's bytes, and ShardRecordJson of it parses back the same.
+// record has a non-empty tensor name, a box inside its tensor's shape (or
+// empty) of the record's bytes, and ShardRecordJson of it parses back the same.
 #include <cstddef>
 #include <cstdint>
 
@@ -33,15 +33,13 @@ void Run(absl::string_view text) {
              absl::StrCat(r->bytes));
   absl::StatusOr<ShardRecord> again = ParseShardRecord(ShardRecordJson(*r));
   FUZZ_CHECK(again.ok(), again.status().ToString());
-  FUZZ_CHECK(again->shard_id == r->shard_id &&
-                 again->cluster_id == r->cluster_id &&
-                 again->tensor == r->tensor && again->version == r->version &&
-                 again->incarnation == r->incarnation &&
-                 again->dtype == r->dtype &&
-                 again->tensor_shape == r->tensor_shape &&
-                 again->box == r->box && again->bytes == r->bytes &&
-                 again->crc32 == r->crc32,
-             "round trip");
+  FUZZ_CHECK(
+      again->shard_id == r->shard_id && again->cluster_id == r->cluster_id &&
+          again->tensor == r->tensor && again->version == r->version &&
+          again->incarnation == r->incarnation && again->dtype == r->dtype &&
+          again->tensor_shape == r->tensor_shape && again->box == r->box &&
+          again->bytes == r->bytes && again->crc32 == r->crc32,
+      "round trip");
 }
 
 }  // namespace

@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/checked_math.h"
 #include "core/checkpoint_index.h"
-#include "core/shard_layout.h"
 #include "core/replica_placement.h"
+#include "core/shard_layout.h"
 #include "core/status_macros.h"
 
 namespace tessera {
@@ -499,9 +499,9 @@ absl::StatusOr<CheckpointListing> CheckpointListingFromProto(
     // its bytes, in a plain file, together tiling the tensor.
     pieces += e.pieces_size();
     if (pieces > kMaxCheckpointPieces) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "checkpoint: a listing of more than ", kMaxCheckpointPieces,
-          " pieces"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint: a listing of more than ",
+                       kMaxCheckpointPieces, " pieces"));
     }
     std::vector<Box> boxes;
     for (const v1::StoredPiece& p : e.pieces()) {

@@ -357,13 +357,15 @@ TEST_F(CheckpointTest, SavesFromFourWorkersAndLoadsOnThreeInAnotherLayout) {
   EXPECT_EQ(index["metadata"]["total_size"], total);
   std::map<std::string, PlainEntry> entries;
   for (const auto& [entry, file] : index["weight_map"].items()) {
-    std::map<std::string, PlainEntry> in = PlainRead(dir + "/" + file.get<std::string>());
+    std::map<std::string, PlainEntry> in =
+        PlainRead(dir + "/" + file.get<std::string>());
     ASSERT_EQ(in.count(entry), 1u) << entry;
     entries[entry] = in[entry];
   }
   // tessera.json's pieces, in row order, are the model's bytes; each
   // piece's CRC-32 is zlib's of its bytes.
-  const nlohmann::json saved = nlohmann::json::parse(ReadAll(dir + "/tessera.json"));
+  const nlohmann::json saved =
+      nlohmann::json::parse(ReadAll(dir + "/tessera.json"));
   EXPECT_EQ(saved["format"], "tessera.checkpoint");
   ASSERT_EQ(saved["tensors"].size(), bytes_->size());
   for (const nlohmann::json& t : saved["tensors"]) {
@@ -431,10 +433,11 @@ TEST_F(CheckpointTest, DamagedPiecesAndBadSavesAreRefused) {
   const std::string part = Root() + "/part";
   mkdir(part.c_str(), 0755);
   for (const std::string& f : Listing(dir)) {
-    if (absl::StartsWith(f, "w0-")) WriteAll(part + "/" + f, ReadAll(dir + "/" + f));
+    if (absl::StartsWith(f, "w0-"))
+      WriteAll(part + "/" + f, ReadAll(dir + "/" + f));
   }
-  r = Tessera({"load", "part", "--chunk_dim=0", "--placements=w0",
-               "--prefix=bad/"});
+  r = Tessera(
+      {"load", "part", "--chunk_dim=0", "--placements=w0", "--prefix=bad/"});
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_THAT(r.err, HasSubstr("did not finish"));
   EXPECT_EQ(Tensors(), before);
@@ -464,9 +467,9 @@ TEST_F(CheckpointTest, DamagedPiecesAndBadSavesAreRefused) {
                      "--prefix=r/"})
                 .code,
             0);
-  ASSERT_EQ(Tessera({"reshard", "r/head", "--chunk_dim=0", "--placements=w4"})
-                .code,
-            0);
+  ASSERT_EQ(
+      Tessera({"reshard", "r/head", "--chunk_dim=0", "--placements=w4"}).code,
+      0);
   r = Tessera({"save", "saved/x", "r/head"});
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.err, HasSubstr("checkpoint_root"));
@@ -482,10 +485,10 @@ TEST_F(CheckpointTest, SaveProgressOnATerminalCountsTheWorkersBytes) {
                 .code,
             0);
   const std::string log = absl::StrCat(std::getenv("TEST_TMPDIR"), "/save.log");
-  const std::string command = absl::StrCat(
-      TestCluster::BinaryPath("client/tessera"),
-      " --coordinator=", cluster_->coordinator_address(),
-      " save saved/progress sp/w");
+  const std::string command =
+      absl::StrCat(TestCluster::BinaryPath("client/tessera"),
+                   " --coordinator=", cluster_->coordinator_address(),
+                   " save saved/progress sp/w");
   const TerminalRun run =
       RunOnTerminalWithWorkerStopped(command, cluster_->worker_pid(1), log);
   ASSERT_EQ(run.code, 0) << run.text;
@@ -528,8 +531,8 @@ TEST_F(CheckpointTest, AFailedSaveLeavesTheEarlierCheckpointLoadable) {
   EXPECT_THAT(failed.err, HasSubstr("w1"));
   EXPECT_EQ(Listing(dir), before);
   EXPECT_EQ(ReadAll(dir + "/tessera.json"), index);
-  Result r = Tessera({"load", "saved/keep", "--chunk_dim=-1",
-                      "--placements=w3", "--prefix=back/"});
+  Result r = Tessera({"load", "saved/keep", "--chunk_dim=-1", "--placements=w3",
+                      "--prefix=back/"});
   ASSERT_EQ(r.code, 0) << r.err;
   ExpectModel("back/k/");
   ASSERT_TRUE(cluster_->RestartWorker(1).ok());

@@ -336,9 +336,9 @@ class Harness {
       names.push_back(name);
       contents[name] = model_.at(name).data;
     }
-    const absl::Status status = Race(
-        [&] { return client.SaveCheckpoint(dir, names).status(); }, kill,
-        victim);
+    const absl::Status status =
+        Race([&] { return client.SaveCheckpoint(dir, names).status(); }, kill,
+             victim);
     if (status.ok()) {
       ++acknowledged_;
       saved_.emplace_back(dir, contents);
@@ -647,7 +647,8 @@ void RunHarness(bool store) {
   mkdir(root.c_str(), 0755);
   options.per_worker_flags = [store, root, tmp](int i) {
     std::vector<std::string> flags = {"--checkpoint_root=" + root};
-    if (store) flags.push_back(absl::StrCat("--store_dir=", tmp, "/store-w", i));
+    if (store)
+      flags.push_back(absl::StrCat("--store_dir=", tmp, "/store-w", i));
     return flags;
   };
   auto cluster = TestCluster::Start(options);
@@ -671,8 +672,7 @@ void RunHarness(bool store) {
       static_cast<long long>(harness.drains()),
       static_cast<long long>(harness.unacknowledged()),
       static_cast<long long>(harness.lost_to_worker_kills()),
-      store ? ": none" : "",
-      static_cast<long long>(harness.saves_checked()),
+      store ? ": none" : "", static_cast<long long>(harness.saves_checked()),
       static_cast<long long>(harness.lost()),
       static_cast<long long>(harness.leaked_bytes()));
   EXPECT_EQ(done, cycles);

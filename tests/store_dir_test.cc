@@ -59,7 +59,8 @@ std::vector<std::string> DataFiles(int worker) {
   const std::string dir = StoreDir(worker) + "/shards";
   if (DIR* d = opendir(dir.c_str())) {
     while (dirent* e = readdir(d)) {
-      if (absl::EndsWith(e->d_name, ".data")) out.push_back(dir + "/" + e->d_name);
+      if (absl::EndsWith(e->d_name, ".data"))
+        out.push_back(dir + "/" + e->d_name);
     }
     closedir(d);
   }
@@ -72,10 +73,9 @@ class StoreDirTest : public ::testing::Test {
     TestClusterOptions options;
     options.num_workers = 3;
     options.durable = true;
-    options.coordinator_flags = {"--lease_ms=2500", "--heartbeat_ms=200",
-                                 "--retire_grace_ms=200",
-                                 absl::StrCat("--metrics_listen=127.0.0.1:",
-                                              coordinator_metrics_)};
+    options.coordinator_flags = {
+        "--lease_ms=2500", "--heartbeat_ms=200", "--retire_grace_ms=200",
+        absl::StrCat("--metrics_listen=127.0.0.1:", coordinator_metrics_)};
     for (int i = 0; i < 3; ++i) worker_metrics_.push_back(PickFreePort());
     const std::vector<int> ports = worker_metrics_;
     options.per_worker_flags = [ports](int i) -> std::vector<std::string> {
@@ -114,11 +114,13 @@ TEST_F(StoreDirTest, AKilledWorkerServesItsShardsAgainWithoutACopy) {
   // A reshard's shards are kept too (filled by copies, sealed at commit).
   const HostArray moved = Iota(DType::kInt64, {64, 96}, 5);
   ASSERT_OK(client_->Put("m", moved, LayoutSpec::Chunk(0, Ranks({1, 2}))));
-  ASSERT_OK(client_->Reshard("m", LayoutSpec::Chunk(1, Ranks({0, 1}))).status());
+  ASSERT_OK(
+      client_->Reshard("m", LayoutSpec::Chunk(1, Ranks({0, 1}))).status());
   // A create's shards (filled by their worker) too.
-  ASSERT_OK(client_->Create("c", {32, 16}, DType::kFloat32,
-                            LayoutSpec::Chunk(0, Ranks({0})),
-                            InitSpec{InitSpec::Kind::kRand, "", 3})
+  ASSERT_OK(client_
+                ->Create("c", {32, 16}, DType::kFloat32,
+                         LayoutSpec::Chunk(0, Ranks({0})),
+                         InitSpec{InitSpec::Kind::kRand, "", 3})
                 .status());
   ASSERT_OK_AND_ASSIGN(HostArray created, client_->Get("c"));
   ASSERT_OK_AND_ASSIGN(TensorMetadata before_w, client_->Describe("w"));
@@ -189,14 +191,16 @@ TEST_F(StoreDirTest, ADamagedShardIsDroppedAndRepairedFromItsReplica) {
   const std::vector<std::string> files = DataFiles(1);
   ASSERT_FALSE(files.empty());
   {
-    std::fstream f(files.front(), std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(files.front(),
+                   std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(100);
     f.put('\x7f');
   }
   std::ofstream(StoreDir(1) + "/shards/00000000000000aa.data") << "stray";
   ASSERT_OK(cluster_->RestartWorker(1));
   EXPECT_TRUE(Eventually([&] {
-    return Metric(worker_metrics_[1], "tessera_worker_store_damaged_shards") == 1;
+    return Metric(worker_metrics_[1], "tessera_worker_store_damaged_shards") ==
+           1;
   })) << cluster_->worker_log(1);
   EXPECT_THAT(cluster_->worker_log(1), HasSubstr("fail their checksum"));
   EXPECT_THAT(cluster_->worker_log(1), HasSubstr("1 never committed removed"));

@@ -13,9 +13,9 @@
 #include <cstring>
 #include <string>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -129,9 +129,8 @@ absl::StatusOr<Fd> MakeDir(const std::string& root, absl::string_view dir) {
   for (absl::string_view part : absl::StrSplit(dir, '/', absl::SkipEmpty())) {
     const std::string name(part);
     if (mkdirat(at.get(), name.c_str(), 0755) != 0 && errno != EEXIST) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("checkpoint: cannot make '", dir,
-                       "': ", std::strerror(errno)));
+      return absl::PermissionDeniedError(absl::StrCat(
+          "checkpoint: cannot make '", dir, "': ", std::strerror(errno)));
     }
     TESSERA_ASSIGN_OR_RETURN(
         at, OpenBeneath(at.get(), name, O_RDONLY | O_DIRECTORY, dir));
@@ -179,8 +178,9 @@ class Mapping {
 // mention, or the one .safetensors file.
 absl::StatusOr<std::vector<std::string>> FilesOf(const Fd& dir,
                                                  absl::string_view shown) {
-  absl::StatusOr<Fd> index = OpenBeneath(
-      dir.get(), kHfIndexName, O_RDONLY, absl::StrCat(shown, "/", kHfIndexName));
+  absl::StatusOr<Fd> index =
+      OpenBeneath(dir.get(), kHfIndexName, O_RDONLY,
+                  absl::StrCat(shown, "/", kHfIndexName));
   if (index.ok()) {
     TESSERA_ASSIGN_OR_RETURN(Mapping text, Mapping::Of(*index, kHfIndexName));
     return ParseHfIndex(text.bytes());
@@ -246,9 +246,9 @@ absl::StatusOr<CheckpointListing> ListSaved(const Fd& dir_fd, const Fd& index,
       }
       const SafetensorsHeader& header = it->second.header;
       auto at = it->second.entry_index.find(piece.entry);
-      const SafetensorsEntry* found =
-          at == it->second.entry_index.end() ? nullptr
-                                             : &header.entries[at->second];
+      const SafetensorsEntry* found = at == it->second.entry_index.end()
+                                          ? nullptr
+                                          : &header.entries[at->second];
       const Shape sizes(piece.box.sizes.begin(), piece.box.sizes.end());
       if (found == nullptr || found->dtype != entry.dtype ||
           found->shape != sizes ||
@@ -292,9 +292,9 @@ absl::StatusOr<CheckpointListing> CheckpointRoot::List(
     // save, not a model: loading it would make some of its tensors only.
     for (const auto& [key, value] : header->metadata) {
       if (key == kSavePartKey && files.size() == 1 &&
-          absl::IsNotFound(OpenBeneath(dir_fd.get(), kHfIndexName, O_RDONLY,
-                                       kHfIndexName)
-                               .status())) {
+          absl::IsNotFound(
+              OpenBeneath(dir_fd.get(), kHfIndexName, O_RDONLY, kHfIndexName)
+                  .status())) {
         return CheckpointError(absl::StrCat(
             "'", dir, "' holds a file of a save that did not finish (no ",
             kTesseraIndexName, "); save again"));
@@ -404,16 +404,16 @@ absl::StatusOr<int64_t> CheckpointRoot::WriteFile(
   TESSERA_RETURN_IF_ERROR(CheckCheckpointFileName(name));
   TESSERA_ASSIGN_OR_RETURN(Fd dir_fd, MakeDir(root_, dir));
   // A name no reader looks for, unique to this write.
-  const std::string temp =
-      absl::StrCat(".", name, ".", getpid(), ".", absl::ToUnixNanos(absl::Now()),
-                   ".tmp");
+  const std::string temp = absl::StrCat(".", name, ".", getpid(), ".",
+                                        absl::ToUnixNanos(absl::Now()), ".tmp");
   const std::string shown = absl::StrCat(dir, "/", name);
   TESSERA_ASSIGN_OR_RETURN(
       Fd fd, OpenBeneath(dir_fd.get(), temp,
                          O_WRONLY | O_CREAT | O_EXCL | O_TRUNC, shown));
-  auto drop = absl::MakeCleanup(
-      [&] { unlinkat(dir_fd.get(), temp.c_str(), 0); });
-  TESSERA_RETURN_IF_ERROR(Annotate(fill(fd.get()), absl::StrCat("writing '", shown, "'")));
+  auto drop =
+      absl::MakeCleanup([&] { unlinkat(dir_fd.get(), temp.c_str(), 0); });
+  TESSERA_RETURN_IF_ERROR(
+      Annotate(fill(fd.get()), absl::StrCat("writing '", shown, "'")));
   struct stat st {};
   if (fsync(fd.get()) != 0 || fstat(fd.get(), &st) != 0) {
     return absl::ResourceExhaustedError(absl::StrCat(

@@ -25,8 +25,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "core/box.h"
-#include "core/dtype.h"
 #include "core/checkpoint_index.h"
+#include "core/dtype.h"
 #include "core/file_runs.h"
 
 namespace tessera {

@@ -19,8 +19,8 @@ struct HostShardStore::Shard {
   int64_t bytes = 0;
   // From `block` (zeroed unless filled at once), `file`, or calloc'd.
   char* data = nullptr;
-  std::unique_ptr<SharedBlock> block;       // null for other memory
-  std::shared_ptr<MappedShardFile> file;    // --store_dir
+  std::unique_ptr<SharedBlock> block;     // null for other memory
+  std::shared_ptr<MappedShardFile> file;  // --store_dir
   ShardCharge charge;  // against the capacity, until the memory is gone
   ~Shard() {
     if (block == nullptr && file == nullptr) std::free(data);
@@ -215,9 +215,8 @@ ShardFiles::ScanResult HostShardStore::Reattach(
     if (!inserted.ok()) {
       // Past the capacity (it shrank), or a duplicate: kept on disk, not
       // served; the coordinator repairs it elsewhere.
-      scan.problems.push_back(absl::StrCat("shard ", r.shard_id, " of '",
-                                           r.tensor, "': ",
-                                           inserted.message()));
+      scan.problems.push_back(absl::StrCat(
+          "shard ", r.shard_id, " of '", r.tensor, "': ", inserted.message()));
       continue;
     }
     (*owners)[r.shard_id] = r.cluster_id;

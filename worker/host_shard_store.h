@@ -13,9 +13,9 @@
 
 #include <memory>
 
+#include "absl/container/flat_hash_map.h"
 #include "core/limits.h"
 #include "transport/shared_memory_arena.h"
-#include "absl/container/flat_hash_map.h"
 #include "worker/shard_files.h"
 #include "worker/shard_store.h"
 #include "worker/shard_table.h"

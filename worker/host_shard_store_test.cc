@@ -7,9 +7,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/testing/status_matchers.h"
@@ -337,11 +337,11 @@ TEST(HostShardStoreTest, FilesSurviveTheStoreAndAreCheckedWhenTakenBack) {
     for (uint64_t id : {1, 2, 3, 4}) {
       ASSERT_THAT(store.Allocate(id, desc, InitSpec{}), IsOk());
       std::vector<float> values(8, static_cast<float>(id));
-      ASSERT_THAT(store.Write(id, 0,
-                              absl::string_view(
-                                  reinterpret_cast<const char*>(values.data()),
-                                  32)),
-                  IsOk());
+      ASSERT_THAT(
+          store.Write(id, 0,
+                      absl::string_view(
+                          reinterpret_cast<const char*>(values.data()), 32)),
+          IsOk());
     }
     ASSERT_THAT(store.Persist(1, "c1"), IsOk());
     ASSERT_THAT(store.Persist(2, "c1"), IsOk());
@@ -352,7 +352,8 @@ TEST(HostShardStoreTest, FilesSurviveTheStoreAndAreCheckedWhenTakenBack) {
   }
   // Shard 3's bytes change on disk.
   {
-    const int fd = open((dir + "/shards/0000000000000003.data").c_str(), O_RDWR);
+    const int fd =
+        open((dir + "/shards/0000000000000003.data").c_str(), O_RDWR);
     ASSERT_GE(fd, 0);
     ASSERT_EQ(pwrite(fd, "x", 1, 5), 1);
     close(fd);

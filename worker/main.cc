@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -34,9 +35,8 @@
 #include "rpc/signals.h"
 #include "spdlog/spdlog.h"
 #include "transport/shared_memory_arena.h"
-#include "absl/container/flat_hash_map.h"
-#include "worker/shard_files.h"
 #include "worker/host_shard_store.h"
+#include "worker/shard_files.h"
 #ifdef TESSERA_CUDA
 #include "worker/cuda_shard_store.h"
 #include "worker/cuda_status.h"
@@ -553,8 +553,7 @@ int Run() {
               "Shards found intact in --store_dir at start and served again "
               "without a copy.")
           ->Set(static_cast<double>(reattached.size()));
-      m.Gauge("tessera_worker_reattached_bytes",
-              "Their bytes.")
+      m.Gauge("tessera_worker_reattached_bytes", "Their bytes.")
           ->Set(static_cast<double>(scan.intact_bytes));
       m.Gauge("tessera_worker_store_damaged_shards",
               "Shards in --store_dir that failed their check at start "

@@ -82,7 +82,8 @@ absl::StatusOr<std::shared_ptr<ShardFiles>> ShardFiles::Open(
     return absl::FailedPreconditionError(absl::StrCat(
         "store_dir: another worker uses ", dir, " (its lock is held)"));
   }
-  const int shards_fd = open(shards.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int shards_fd =
+      open(shards.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (shards_fd < 0) {
     close(lock_fd);
     return Errno(absl::StrCat("opening ", shards));
@@ -115,7 +116,8 @@ absl::StatusOr<std::shared_ptr<MappedShardFile>> ShardFiles::Create(
 
 absl::Status ShardFiles::Seal(const ShardRecord& record,
                               const MappedShardFile& file) {
-  if (msync(file.data(), static_cast<size_t>(std::max<int64_t>(file.bytes(), 1)),
+  if (msync(file.data(),
+            static_cast<size_t>(std::max<int64_t>(file.bytes(), 1)),
             MS_SYNC) != 0) {
     return Errno(absl::StrCat("syncing shard ", record.shard_id));
   }
@@ -123,13 +125,13 @@ absl::Status ShardFiles::Seal(const ShardRecord& record,
   const std::string temp = name + kRecord + kTemp;
   const int fd = openat(shards_fd_, temp.c_str(),
                         O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Errno(absl::StrCat("writing the record of shard ", record.shard_id));
+  if (fd < 0)
+    return Errno(absl::StrCat("writing the record of shard ", record.shard_id));
   absl::Status written = WriteAll(fd, ShardRecordJson(record));
   if (written.ok() && fsync(fd) != 0) written = Errno("syncing a record");
   close(fd);
-  if (written.ok() &&
-      renameat(shards_fd_, temp.c_str(), shards_fd_, (name + kRecord).c_str()) !=
-          0) {
+  if (written.ok() && renameat(shards_fd_, temp.c_str(), shards_fd_,
+                               (name + kRecord).c_str()) != 0) {
     written = Errno("renaming a record");
   }
   if (!written.ok()) {
@@ -210,7 +212,8 @@ ShardFiles::ScanResult ShardFiles::Scan() {
       damaged(base, "its record names another shard");
       continue;
     }
-    const int fd = openat(shards_fd_, (base + kData).c_str(), O_RDWR | O_CLOEXEC);
+    const int fd =
+        openat(shards_fd_, (base + kData).c_str(), O_RDWR | O_CLOEXEC);
     struct stat st {};
     if (fd < 0 || fstat(fd, &st) != 0 ||
         st.st_size != std::max<int64_t>(record->bytes, 1)) {
@@ -226,11 +229,11 @@ ShardFiles::ScanResult ShardFiles::Scan() {
       continue;
     }
     const uint32_t crc = ExtendCrc32(
-        0, absl::string_view((*file)->data(),
-                             static_cast<size_t>(record->bytes)));
+        0,
+        absl::string_view((*file)->data(), static_cast<size_t>(record->bytes)));
     if (crc != record->crc32) {
-      damaged(base, absl::StrCat("its bytes fail their checksum (CRC-32 ",
-                                 crc, ", sealed with ", record->crc32, ")"));
+      damaged(base, absl::StrCat("its bytes fail their checksum (CRC-32 ", crc,
+                                 ", sealed with ", record->crc32, ")"));
       continue;
     }
     result.intact_bytes += record->bytes;

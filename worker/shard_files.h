@@ -70,10 +70,10 @@ class ShardFiles {
     std::shared_ptr<MappedShardFile> file;
   };
   struct ScanResult {
-    std::vector<Found> intact;   // checked against their CRC, mapped
+    std::vector<Found> intact;  // checked against their CRC, mapped
     int64_t intact_bytes = 0;
-    int64_t unsealed = 0;        // files without a record, removed
-    int64_t damaged = 0;         // records or bytes that failed, removed
+    int64_t unsealed = 0;               // files without a record, removed
+    int64_t damaged = 0;                // records or bytes that failed, removed
     std::vector<std::string> problems;  // one line per damaged shard
   };
   // What DIR holds (call before serving).

@@ -64,10 +64,10 @@ class SharedName {
 
 // What a shard is: its tensor, element type, and box in the tensor.
 struct ShardDesc {
-  SharedName tensor;      // whose shard (capabilities name it)
-  uint64_t version = 0;   // the tensor version it belongs to
+  SharedName tensor;         // whose shard (capabilities name it)
+  uint64_t version = 0;      // the tensor version it belongs to
   uint64_t incarnation = 0;  // the tensor's (capabilities name it)
-  bool writable = false;  // a put's shard: its client may write it once
+  bool writable = false;     // a put's shard: its client may write it once
   // A writable shard's put or update: write capabilities must name it.
   uint64_t change = 0;
   // Every byte is copied in before anyone else can read the shard.

@@ -570,8 +570,7 @@ void WorkerNode::Seal(uint64_t id) {
   sealed_.insert(id);
 }
 
-absl::Status WorkerNode::SealAll(absl::Span<const uint64_t> ids,
-                                 bool persist) {
+absl::Status WorkerNode::SealAll(absl::Span<const uint64_t> ids, bool persist) {
   for (uint64_t id : ids) {
     if (!store_->Describe(id).ok()) {
       return absl::NotFoundError(absl::StrCat(

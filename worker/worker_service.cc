@@ -1,17 +1,16 @@
 #include "worker/worker_service.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
@@ -593,10 +592,10 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context,
                         return store.Write(id, offset, bytes);
                       }));
     if (request->check_crc32() && crc != request->crc32()) {
-      return CheckpointError(absl::StrCat(
-          "'", request->dir(), "/", request->file(),
-          "' fails its checksum: a piece stored with CRC-32 ",
-          request->crc32(), " reads back as ", crc));
+      return CheckpointError(
+          absl::StrCat("'", request->dir(), "/", request->file(),
+                       "' fails its checksum: a piece stored with CRC-32 ",
+                       request->crc32(), " reads back as ", crc));
     }
     response->set_bytes_read(read);
     return absl::OkStatus();
@@ -612,8 +611,7 @@ absl::Status WriteAll(int fd, absl::string_view bytes) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       return errno == ENOSPC || errno == EDQUOT
-                 ? absl::ResourceExhaustedError(
-                       "checkpoint: the disk is full")
+                 ? absl::ResourceExhaustedError("checkpoint: the disk is full")
                  : absl::InternalError(absl::StrCat("checkpoint: write: ",
                                                     std::strerror(errno)));
     }
@@ -669,14 +667,13 @@ grpc::Status WorkerService::SaveShards(grpc::ServerContext* context,
       tensors.push_back({item.entry(), desc.dtype, std::move(shape)});
       descs.push_back(std::move(desc));
     }
-    TESSERA_ASSIGN_OR_RETURN(
-        SafetensorsLayout layout,
-        LayoutSafetensors(tensors, origin.metadata));
+    TESSERA_ASSIGN_OR_RETURN(SafetensorsLayout layout,
+                             LayoutSafetensors(tensors, origin.metadata));
     // The layout's order (aligned: larger items first) as items.
     absl::flat_hash_map<absl::string_view, size_t> item_of;
     for (size_t i = 0; i < tensors.size(); ++i)
       item_of.emplace(tensors[i].name, i);
-    std::vector<size_t> order;      // layout entry -> item
+    std::vector<size_t> order;                     // layout entry -> item
     std::vector<size_t> entry_of(tensors.size());  // item -> layout entry
     for (size_t e = 0; e < layout.entries.size(); ++e) {
       order.push_back(item_of.at(layout.entries[e].name));
@@ -708,7 +705,8 @@ grpc::Status WorkerService::SaveShards(grpc::ServerContext* context,
                   const Box whole(Shape(descs[i].box.rank(), 0),
                                   descs[i].box.sizes);
                   const int64_t item = ItemSize(descs[i].dtype);
-                  const int64_t per = std::max<int64_t>(1, kSaveChunkBytes / item);
+                  const int64_t per =
+                      std::max<int64_t>(1, kSaveChunkBytes / item);
                   std::string buffer;
                   for (int64_t at = 0; at < whole.NumElements(); at += per) {
                     const int64_t n = std::min(per, whole.NumElements() - at);
@@ -767,14 +765,13 @@ grpc::Status WorkerService::RemoveCheckpointFiles(
         node_->Admit(PresentedCapability(*context),
                      "/tessera.v1.Worker/RemoveCheckpointFiles", {}));
     if (request->names_size() > kMaxCheckpointFiles) {
-      return CheckpointError(absl::StrCat("more than ", kMaxCheckpointFiles,
-                                          " files to remove"));
+      return CheckpointError(
+          absl::StrCat("more than ", kMaxCheckpointFiles, " files to remove"));
     }
     const CheckpointRoot root(node_->options().checkpoint_root);
-    return root.RemoveFiles(
-        request->dir(),
-        std::vector<std::string>(request->names().begin(),
-                                 request->names().end()));
+    return root.RemoveFiles(request->dir(),
+                            std::vector<std::string>(request->names().begin(),
+                                                     request->names().end()));
   }());
 }
 

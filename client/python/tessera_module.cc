@@ -739,7 +739,8 @@ class PyClient {
       return tessera::LoadCheckpoint(
           *client_, dir,
           [&args](const Shape& shape) { return ResolveSpec(args, shape); },
-          prefix, [this](const std::vector<Client::LoadEntry>& entries) {
+          prefix,
+          [this](const std::vector<Client::LoadEntry>& entries) {
             absl::MutexLock lock(&loading_->mu);
             loading_->name = entries.empty() ? "" : entries.front().tensor;
           });
