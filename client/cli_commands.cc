@@ -1279,23 +1279,40 @@ absl::Status RunLoad(const Invocation& inv, std::ostream& out) {
   return absl::OkStatus();
 }
 
+// The tensors a command names after its first word: NAMEs or --prefix=P,
+// one or the other (usage errors say which command and how).
+struct NamedTensors {
+  std::vector<std::string> names;
+  std::optional<std::string> prefix;
+};
+absl::StatusOr<NamedTensors> TensorsNamed(const Invocation& inv,
+                                          absl::string_view what,
+                                          absl::string_view usage) {
+  NamedTensors out;
+  out.names.assign(inv.positional.begin() + 1, inv.positional.end());
+  out.prefix = inv.Get("prefix");
+  if (out.prefix.has_value() && !out.names.empty()) {
+    return UsageError("give either tensor NAMEs or --prefix=P, not both");
+  }
+  if (!out.prefix.has_value() && out.names.empty()) {
+    return UsageError(
+        absl::StrCat("missing what to ", what,
+                     ": give tensor NAMEs or --prefix=P (usage: ", usage, ")"));
+  }
+  for (const std::string& name : out.names) {
+    if (absl::Status s = CheckTensorName(name); !s.ok()) return UsageError(s);
+  }
+  return out;
+}
+
 absl::Status RunSave(const Invocation& inv, std::ostream& out) {
   const std::string& dir = inv.positional.at(0);
   if (dir.empty()) return UsageError("save needs a directory");
-  std::vector<std::string> names(inv.positional.begin() + 1,
-                                 inv.positional.end());
-  const std::optional<std::string> prefix = inv.Get("prefix");
-  if (prefix.has_value() && !names.empty()) {
-    return UsageError("give either tensor NAMEs or --prefix=P, not both");
-  }
-  if (!prefix.has_value() && names.empty()) {
-    return UsageError(
-        "missing what to save: give tensor NAMEs or --prefix=P (usage: "
-        "tessera save DIR (NAME... | --prefix=P))");
-  }
-  for (const std::string& name : names) {
-    if (absl::Status s = CheckTensorName(name); !s.ok()) return UsageError(s);
-  }
+  TESSERA_ASSIGN_OR_RETURN(
+      const NamedTensors named,
+      TensorsNamed(inv, "save", "tessera save DIR (NAME... | --prefix=P)"));
+  const std::vector<std::string>& names = named.names;
+  const std::optional<std::string>& prefix = named.prefix;
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
   // Progress: the coordinator's count of the bytes the workers wrote, asked
   // about one of the tensors (the first named; for a prefix, none is known
@@ -1329,20 +1346,12 @@ absl::Status RunSave(const Invocation& inv, std::ostream& out) {
 absl::Status RunExport(const Invocation& inv, std::ostream& out) {
   const std::string& file = inv.positional.at(0);
   if (file.empty()) return UsageError("export needs a file name (or -)");
-  std::vector<std::string> names(inv.positional.begin() + 1,
-                                 inv.positional.end());
-  const std::optional<std::string> prefix = inv.Get("prefix");
-  if (prefix.has_value() && !names.empty()) {
-    return UsageError("give either tensor NAMEs or --prefix=P, not both");
-  }
-  if (!prefix.has_value() && names.empty()) {
-    return UsageError(
-        "missing what to export: give tensor NAMEs or --prefix=P (usage: "
-        "tessera export FILE.safetensors (NAME... | --prefix=P))");
-  }
-  for (const std::string& name : names) {
-    if (absl::Status s = CheckTensorName(name); !s.ok()) return UsageError(s);
-  }
+  TESSERA_ASSIGN_OR_RETURN(
+      const NamedTensors named,
+      TensorsNamed(inv, "export",
+                   "tessera export FILE.safetensors (NAME... | --prefix=P)"));
+  const std::vector<std::string>& names = named.names;
+  const std::optional<std::string>& prefix = named.prefix;
   // --metadata=K=V,...: added to the file's "__metadata__" (a key the
   // tensors' own metadata has takes this value).
   SafetensorsMetadata metadata;

@@ -1047,15 +1047,12 @@ absl::Status Orchestrator::MovePiecesFromAnyReplica(
   auto tally = std::make_shared<MoveTally>();
   for (const ReshardPiece& piece : plan.pieces)
     tally->total += piece.global.NumElements() * ItemSize(old_meta.dtype);
+  const std::vector<std::string> moving = {old_meta.name};
   {
     absl::MutexLock lock(&progress_mu_);
-    progress_[old_meta.name] = tally;
+    progress_[old_meta.name] = tally;  // a reshard's move replaces any
   }
-  auto untrack = absl::MakeCleanup([&] {
-    absl::MutexLock lock(&progress_mu_);
-    auto it = progress_.find(old_meta.name);
-    if (it != progress_.end() && it->second == tally) progress_.erase(it);
-  });
+  auto untrack = absl::MakeCleanup([&] { Untrack(moving, tally); });
   std::vector<size_t> failed;
   const absl::Status moved =
       MovePieces(old_meta, new_meta, plan, tally.get(), &failed);
@@ -1247,17 +1244,8 @@ absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
   // Progress, as a load's.
   auto tally = std::make_shared<MoveTally>();
   tally->total = result.bytes;
-  {
-    absl::MutexLock lock(&progress_mu_);
-    for (const std::string& name : names) progress_.emplace(name, tally);
-  }
-  auto untrack = absl::MakeCleanup([&] {
-    absl::MutexLock lock(&progress_mu_);
-    for (const std::string& name : names) {
-      auto it = progress_.find(name);
-      if (it != progress_.end() && it->second == tally) progress_.erase(it);
-    }
-  });
+  Track(names, tally);
+  auto untrack = absl::MakeCleanup([&] { Untrack(names, tally); });
 
   // Every worker writes its files, the workers in parallel.
   std::vector<std::string> addresses;
@@ -1398,20 +1386,11 @@ absl::StatusOr<LoadResult> Orchestrator::Load(const LoadArgs& args) {
   // bytes as it returns.
   auto tally = std::make_shared<MoveTally>();
   for (size_t i : found) tally->total += listing.entries[i].bytes;
-  {
-    absl::MutexLock lock(&progress_mu_);
-    // Never over another change's count (a name already taken fails at its
-    // create below).
-    for (const LoadArgs::Entry& e : args.entries)
-      progress_.emplace(e.tensor, tally);
-  }
-  auto untrack = absl::MakeCleanup([&] {
-    absl::MutexLock lock(&progress_mu_);
-    for (const LoadArgs::Entry& e : args.entries) {
-      auto it = progress_.find(e.tensor);
-      if (it != progress_.end() && it->second == tally) progress_.erase(it);
-    }
-  });
+  std::vector<std::string> making;
+  for (const LoadArgs::Entry& e : args.entries) making.push_back(e.tensor);
+  // (A name already taken fails at its create below.)
+  Track(making, tally);
+  auto untrack = absl::MakeCleanup([&] { Untrack(making, tally); });
 
   // All or nothing: what was made goes unless every tensor is committed.
   LoadResult result;
@@ -1514,6 +1493,21 @@ absl::StatusOr<LoadResult> Orchestrator::Load(const LoadArgs& args) {
                result.tensors.size(), args.dir, result.bytes, result.bytes_read,
                result.seconds);
   return result;
+}
+
+void Orchestrator::Track(const std::vector<std::string>& names,
+                         const std::shared_ptr<MoveTally>& tally) {
+  absl::MutexLock lock(&progress_mu_);
+  for (const std::string& name : names) progress_.emplace(name, tally);
+}
+
+void Orchestrator::Untrack(const std::vector<std::string>& names,
+                           const std::shared_ptr<MoveTally>& tally) {
+  absl::MutexLock lock(&progress_mu_);
+  for (const std::string& name : names) {
+    auto it = progress_.find(name);
+    if (it != progress_.end() && it->second == tally) progress_.erase(it);
+  }
 }
 
 MoveProgress Orchestrator::Progress(const std::string& name) const {

@@ -266,6 +266,15 @@ class Orchestrator {
     std::atomic<int64_t> done{0};
   };
 
+  // `tally` counts the move of each of `names` (GetMoveProgress), never
+  // over another change's count; Untrack ends it (if still its).
+  void Track(const std::vector<std::string>& names,
+             const std::shared_ptr<MoveTally>& tally)
+      ABSL_LOCKS_EXCLUDED(progress_mu_);
+  void Untrack(const std::vector<std::string>& names,
+               const std::shared_ptr<MoveTally>& tally)
+      ABSL_LOCKS_EXCLUDED(progress_mu_);
+
   // The worker that reads and writes a checkpoint directory's own files
   // (listing, index files): every worker sees the directory.
   absl::StatusOr<WorkerRef> DirectoryWorker() const;
