@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -69,10 +71,12 @@ absl::StatusOr<std::shared_ptr<ShardFiles>> ShardFiles::Open(
     return absl::InvalidArgumentError("store_dir: the directory is empty");
   }
   const std::string shards = dir + "/shards";
-  for (const std::string& d : {dir, shards}) {
-    if (mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) {
-      return Errno(absl::StrCat("making ", d));
-    }
+  // With its parents, as mkdir -p.
+  std::error_code error;
+  std::filesystem::create_directories(shards, error);
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("store_dir: making ", shards, ": ", error.message()));
   }
   const int lock_fd =
       open((dir + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
