@@ -132,11 +132,13 @@ class InProcessWorkerControl : public WorkerControl {
   }
 
   absl::Status Seal(const WorkerRef& worker,
-                    const std::vector<uint64_t>& shard_ids) override {
+                    const std::vector<uint64_t>& shard_ids,
+                    bool persist) override {
     FakeWorker* w = Find(worker.address);
     if (w == nullptr) return Unreachable(worker.address);
     v1::SealShardsRequest request;
     request.mutable_shard_ids()->Assign(shard_ids.begin(), shard_ids.end());
+    request.set_defer_persist(!persist);
     return w->service.Seal(Authority().Order(worker.name), request);
   }
 

@@ -342,7 +342,7 @@ TEST_F(CheckpointTest, SavesFromFourWorkersAndLoadsOnThreeInAnotherLayout) {
   EXPECT_EQ(files.size(), 6u) << absl::StrJoin(files, " ");
   EXPECT_EQ(files.count("tessera.json"), 1u);
   EXPECT_EQ(files.count("model.safetensors.index.json"), 1u);
-  for (const std::string& worker : {"w0", "w1", "w2", "w3"}) {
+  for (const std::string worker : {"w0", "w1", "w2", "w3"}) {
     EXPECT_EQ(std::count_if(files.begin(), files.end(),
                             [&](const std::string& f) {
                               return absl::StartsWith(f, worker + "-") &&
