@@ -1096,7 +1096,9 @@ absl::StatusOr<WorkerRef> Orchestrator::DirectoryWorker() const {
     if (w.alive && w.state == WorkerState::kReady)
       return WorkerRef{w.name, w.address};
   }
-  return UnavailableError("a checkpoint directory: no ready worker");
+  return absl::UnavailableError(
+      "no ready worker reads or writes checkpoint directories: they are "
+      "unavailable");
 }
 
 absl::StatusOr<CheckpointListing> Orchestrator::ListCheckpoint(
@@ -1188,9 +1190,9 @@ absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
       const size_t i = kept[k];
       const ShardLocation from = ReadLocations(meta, i).front();
       if (!from.available) {
-        return UnavailableError(
+        return absl::UnavailableError(
             absl::StrCat("save: shard ", i, " of '", meta.name,
-                         "' has no available replica (its worker '",
+                         "' is unavailable: no live replica (its worker '",
                          from.worker, "' is down)"));
       }
       StoredPiece& piece = entry.pieces.emplace_back();
