@@ -2,10 +2,10 @@
 // real daemons: a worker killed with SIGKILL and started again on its
 // directory serves the shards it held (a put's, a create's, a reshard's),
 // under the same handles, with nothing copied from anywhere, same-host
-// readers still through shared memory; a shard whose file was
-// damaged meanwhile is dropped and repaired from its replica, and a file
-// no committed change wrote is removed; shards of another cluster than the
-// coordinator's are kept until their own returns.
+// readers still through shared memory, UCX readers from the mapping; a shard
+// whose file was damaged meanwhile is dropped and repaired from its replica,
+// and a file no committed change wrote is removed; shards of another cluster
+// than the coordinator's are kept until their own returns.
 #include <dirent.h>
 #include <signal.h>
 
@@ -162,6 +162,15 @@ TEST_F(StoreDirTest, AKilledWorkerServesItsShardsAgainWithoutACopy) {
     };
     EXPECT_GE(bytes("shm"), big.num_bytes);
   }
+  // UCX reads them from the mapping too.
+  ClientOptions ucx_options;
+  ucx_options.transport = "ucx";
+  absl::StatusOr<std::unique_ptr<Client>> over_ucx =
+      Client::Connect(cluster_->coordinator_address(), ucx_options);
+  ASSERT_OK(over_ucx.status());
+  ASSERT_OK_AND_ASSIGN(HostArray got_ucx, (*over_ucx)->Get("big"));
+  EXPECT_TRUE(SameBytes(got_ucx, big));
+  EXPECT_GE((*over_ucx)->TransferStats().bytes["ucx"], big.num_bytes);
   ASSERT_OK_AND_ASSIGN(HostArray got_c, client_->Get("c"));
   EXPECT_TRUE(SameBytes(got_c, created));
   ASSERT_OK_AND_ASSIGN(TensorMetadata after_w, client_->Describe("w"));
