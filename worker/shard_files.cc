@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "core/checkpoint_index.h"
 #include "core/status_macros.h"
+#include "worker/write_fully.h"
 
 namespace tessera {
 namespace {
@@ -36,17 +37,6 @@ absl::Status Errno(absl::string_view what) {
       absl::StrCat("store_dir: ", what, ": ", std::strerror(err));
   return err == ENOSPC || err == EDQUOT ? absl::ResourceExhaustedError(text)
                                         : absl::InternalError(text);
-}
-
-// Everything of `bytes` written to `fd`.
-absl::Status WriteAll(int fd, absl::string_view bytes) {
-  while (!bytes.empty()) {
-    const ssize_t n = write(fd, bytes.data(), bytes.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Errno("writing a record");
-    bytes.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<MappedShardFile>> Map(int fd, int64_t bytes,
@@ -131,7 +121,8 @@ absl::Status ShardFiles::Seal(const ShardRecord& record,
                         O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0)
     return Errno(absl::StrCat("writing the record of shard ", record.shard_id));
-  absl::Status written = WriteAll(fd, ShardRecordJson(record));
+  absl::Status written =
+      WriteFully(fd, ShardRecordJson(record), "store_dir: writing a record");
   if (written.ok() && fsync(fd) != 0) written = Errno("syncing a record");
   close(fd);
   if (written.ok() && renameat(shards_fd_, temp.c_str(), shards_fd_,

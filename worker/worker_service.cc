@@ -28,6 +28,7 @@
 #include "rpc/status.h"
 #include "transport/grpc_transport.h"
 #include "worker/checkpoint_files.h"
+#include "worker/write_fully.h"
 
 namespace tessera {
 namespace {
@@ -604,22 +605,6 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context,
 
 namespace {
 
-// write(2) of all of `bytes`; a full disk says so.
-absl::Status WriteAll(int fd, absl::string_view bytes) {
-  while (!bytes.empty()) {
-    const ssize_t n = write(fd, bytes.data(), bytes.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      return errno == ENOSPC || errno == EDQUOT
-                 ? absl::ResourceExhaustedError("checkpoint: the disk is full")
-                 : absl::InternalError(absl::StrCat("checkpoint: write: ",
-                                                    std::strerror(errno)));
-    }
-    bytes.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
-}
-
 // Bytes a save copies out of a shard the host cannot address (GPU memory)
 // at a time.
 constexpr int64_t kSaveChunkBytes = int64_t{8} << 20;
@@ -686,7 +671,8 @@ grpc::Status WorkerService::SaveShards(grpc::ServerContext* context,
         const int64_t file_bytes,
         root.WriteFile(
             request->dir(), request->file(), [&](int fd) -> absl::Status {
-              TESSERA_RETURN_IF_ERROR(WriteAll(fd, layout.header));
+              TESSERA_RETURN_IF_ERROR(
+                  WriteFully(fd, layout.header, "checkpoint"));
               for (const size_t i : order) {
                 TESSERA_RETURN_IF_ERROR(stop.Check());
                 const uint64_t id = request->items(i).shard_id();
@@ -699,7 +685,8 @@ grpc::Status WorkerService::SaveShards(grpc::ServerContext* context,
                         pinned->data + at, static_cast<size_t>(std::min(
                                                kSaveChunkBytes, bytes - at)));
                     crc = ExtendCrc32(crc, chunk);
-                    TESSERA_RETURN_IF_ERROR(WriteAll(fd, chunk));
+                    TESSERA_RETURN_IF_ERROR(
+                        WriteFully(fd, chunk, "checkpoint"));
                   }
                 } else {
                   const Box whole(Shape(descs[i].box.rank(), 0),
@@ -714,7 +701,8 @@ grpc::Status WorkerService::SaveShards(grpc::ServerContext* context,
                     TESSERA_RETURN_IF_ERROR(
                         store.ReadBox(id, whole, at, n, buffer.data()));
                     crc = ExtendCrc32(crc, buffer);
-                    TESSERA_RETURN_IF_ERROR(WriteAll(fd, buffer));
+                    TESSERA_RETURN_IF_ERROR(
+                        WriteFully(fd, buffer, "checkpoint"));
                   }
                 }
                 crcs[i] = crc;
@@ -751,7 +739,9 @@ grpc::Status WorkerService::WriteCheckpointFile(
     const CheckpointRoot root(node_->options().checkpoint_root);
     return root
         .WriteFile(request->dir(), request->name(),
-                   [&](int fd) { return WriteAll(fd, request->content()); })
+                   [&](int fd) {
+                     return WriteFully(fd, request->content(), "checkpoint");
+                   })
         .status();
   }());
 }
