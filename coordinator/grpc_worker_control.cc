@@ -129,9 +129,8 @@ absl::StatusOr<CheckpointListing> GrpcWorkerControl::ListCheckpoint(
   return listing;
 }
 
-absl::StatusOr<int64_t> GrpcWorkerControl::LoadShard(const WorkerRef& worker,
-                                                     const std::string& dir,
-                                                     const LoadOrder& order) {
+absl::StatusOr<LoadedRuns> GrpcWorkerControl::LoadShard(
+    const WorkerRef& worker, const std::string& dir, const LoadOrder& order) {
   v1::LoadShardRequest request;
   request.set_dir(dir);
   request.set_file(order.file);
@@ -142,10 +141,8 @@ absl::StatusOr<int64_t> GrpcWorkerControl::LoadShard(const WorkerRef& worker,
     r->set_length(run.length);
     r->set_shard_offset(run.shard_offset);
   }
-  if (order.crc32.has_value()) {
-    request.set_check_crc32(true);
-    request.set_crc32(*order.crc32);
-  }
+  request.set_piece_offset(order.piece_offset);
+  request.set_piece_bytes(order.piece_bytes);
   v1::LoadShardResponse response;
   auto stub = v1::Worker::NewStub(channels_.Get(worker.address));
   TESSERA_RETURN_IF_ERROR(
@@ -154,7 +151,7 @@ absl::StatusOr<int64_t> GrpcWorkerControl::LoadShard(const WorkerRef& worker,
              SignOrder(context, worker.name);
              return stub->LoadShard(context, request, &response);
            }));
-  return response.bytes_read();
+  return LoadedRuns{response.bytes_read(), response.part_crc32()};
 }
 
 absl::StatusOr<std::vector<SavedItem>> GrpcWorkerControl::SaveShards(

@@ -49,9 +49,9 @@ class GrpcWorkerControl : public WorkerControl {
                                    Cancellation* cancellation) override;
   absl::StatusOr<CheckpointListing> ListCheckpoint(
       const WorkerRef& worker, const std::string& dir) override;
-  absl::StatusOr<int64_t> LoadShard(const WorkerRef& worker,
-                                    const std::string& dir,
-                                    const LoadOrder& order) override;
+  absl::StatusOr<LoadedRuns> LoadShard(const WorkerRef& worker,
+                                       const std::string& dir,
+                                       const LoadOrder& order) override;
   absl::StatusOr<std::vector<SavedItem>> SaveShards(
       const WorkerRef& worker, const std::string& dir, const std::string& file,
       const std::vector<SaveItem>& items,

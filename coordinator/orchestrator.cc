@@ -1427,26 +1427,48 @@ absl::StatusOr<LoadResult> Orchestrator::Load(const LoadArgs& args) {
   }
 
   // Each shard's first replica reads its runs; one thread per worker.
-  std::map<std::string, std::vector<LoadOrder>> orders;  // by address
-  std::map<std::string, std::string> names;              // address -> worker
+  // A saved piece's readers each return the CRC of their part of it, which
+  // together must give the CRC the save stored: the first replicas tile
+  // the tensor, so every byte of the piece is in exactly one part.
+  struct CheckedPiece {
+    const StoredPiece* piece;
+    std::vector<uint32_t> parts;
+  };
+  std::vector<std::vector<StoredPiece>> pieces_of(made.size());
+  std::vector<CheckedPiece> checked;
+  struct PlacedOrder {
+    LoadOrder order;
+    size_t checked = 0;       // index into `checked` + 1; 0: not checked
+    uint32_t part_crc32 = 0;  // the worker's answer
+  };
+  std::map<std::string, std::vector<PlacedOrder>> orders;  // by address
+  std::map<std::string, std::string> names;                // address -> worker
   for (size_t k = 0; k < made.size(); ++k) {
     const TensorMetadata& meta = *made[k];
     const CheckpointEntry& entry = listing.entries[found[k]];
     const int64_t item = static_cast<int64_t>(ItemSize(meta.dtype));
-    // A saved piece read whole is checked against its CRC as it lands.
-    const bool checked = !entry.pieces.empty();
-    const std::vector<StoredPiece> pieces = PiecesOf(entry);
-    for (const ShardInfo& shard : meta.shards) {
-      const Replica& first = shard.replicas.front();
-      for (const StoredPiece& piece : pieces) {
+    pieces_of[k] = PiecesOf(entry);
+    for (const StoredPiece& piece : pieces_of[k]) {
+      // Only tessera's own checkpoints store CRCs.
+      size_t check = 0;
+      if (!entry.pieces.empty() && piece.bytes > 0) {
+        checked.push_back({&piece, {}});
+        check = checked.size();
+      }
+      for (const ShardInfo& shard : meta.shards) {
+        const Replica& first = shard.replicas.front();
         std::vector<FileRun> runs =
             PlanFileRuns(piece.box, piece.data_offset, shard.box, item);
         if (runs.empty()) continue;
-        LoadOrder& order = orders[first.address].emplace_back();
-        order.file = piece.file;
-        order.shard_id = first.shard_id;
-        order.runs = std::move(runs);
-        if (checked && shard.box.Contains(piece.box)) order.crc32 = piece.crc32;
+        PlacedOrder& placed = orders[first.address].emplace_back();
+        placed.order.file = piece.file;
+        placed.order.shard_id = first.shard_id;
+        placed.order.runs = std::move(runs);
+        if (check != 0) {
+          placed.order.piece_offset = piece.data_offset;
+          placed.order.piece_bytes = piece.bytes;
+          placed.checked = check;
+        }
         names[first.address] = first.worker;
       }
     }
@@ -1459,21 +1481,24 @@ absl::StatusOr<LoadResult> Orchestrator::Load(const LoadArgs& args) {
     std::vector<std::thread> threads;
     for (size_t i = 0; i < addresses.size(); ++i) {
       threads.emplace_back([&, i] {
-        const WorkerRef worker{names[addresses[i]], addresses[i]};
-        for (const LoadOrder& order : orders[addresses[i]]) {
+        const WorkerRef worker{names.at(addresses[i]), addresses[i]};
+        for (PlacedOrder& placed : orders.at(addresses[i])) {
+          const LoadOrder& order = placed.order;
           if (absl::Status s = args.stop.Check(); !s.ok()) {
             results[i] = s;
             return;
           }
-          absl::StatusOr<int64_t> n =
+          absl::StatusOr<LoadedRuns> got =
               workers_->LoadShard(worker, args.dir, order);
-          if (!n.ok()) {
-            results[i] = Annotate(
-                n.status(), absl::StrCat("worker '", worker.name, "' reading '",
-                                         args.dir, "/", order.file, "'"));
+          if (!got.ok()) {
+            results[i] =
+                Annotate(got.status(),
+                         absl::StrCat("worker '", worker.name, "' reading '",
+                                      args.dir, "/", order.file, "'"));
             return;
           }
-          read[i] += *n;
+          read[i] += got->bytes_read;
+          placed.part_crc32 = got->part_crc32;
           for (const FileRun& run : order.runs) tally->done += run.length;
         }
       });
@@ -1483,6 +1508,22 @@ absl::StatusOr<LoadResult> Orchestrator::Load(const LoadArgs& args) {
   for (size_t i = 0; i < addresses.size(); ++i) {
     TESSERA_RETURN_IF_ERROR(results[i]);
     result.bytes_read += read[i];
+  }
+  for (const auto& [address, list] : orders) {
+    for (const PlacedOrder& placed : list) {
+      if (placed.checked == 0) continue;
+      checked[placed.checked - 1].parts.push_back(placed.part_crc32);
+    }
+  }
+  for (const CheckedPiece& c : checked) {
+    const uint32_t crc = CombinePartCrc32s(c.parts, c.piece->bytes);
+    if (crc != c.piece->crc32) {
+      return CheckpointError(absl::StrCat(
+          "'", args.dir, "/", c.piece->file, "' fails its checksum: entry '",
+          c.piece->entry, "' (", c.piece->bytes, " bytes at ",
+          c.piece->data_offset, ") was saved with CRC-32 ", c.piece->crc32,
+          " and reads back as ", crc));
+    }
   }
   for (const TensorMetadataPtr& meta : made) {
     TESSERA_RETURN_IF_ERROR(

@@ -46,12 +46,19 @@ struct AllocateBatch {
 };
 
 // A load's order: runs of one file (in file order) into one shard, all of
-// one stored piece when `crc32` is given (the piece's).
+// one stored piece when `piece_bytes` > 0 (file bytes [piece_offset,
+// piece_offset + piece_bytes)), whose part CRC-32 the worker then returns.
 struct LoadOrder {
   std::string file;
   uint64_t shard_id = 0;
   std::vector<FileRun> runs;
-  std::optional<uint32_t> crc32;
+  int64_t piece_offset = 0;
+  int64_t piece_bytes = 0;
+};
+// What a load's order read.
+struct LoadedRuns {
+  int64_t bytes_read = 0;   // from the file, gaps between runs included
+  uint32_t part_crc32 = 0;  // of the order's piece (PartCrc32)
 };
 
 // A save's item: shard `shard_id` (of `tensor` at `version`) stored as
@@ -112,11 +119,10 @@ class WorkerControl {
     return absl::FailedPreconditionError("no checkpoints here");
   }
   // Has `worker` read `order.runs` of `order.file` in `dir` into its shard
-  // `order.shard_id` (checking the CRC-32 when given); returns the bytes
-  // it read from the file.
-  virtual absl::StatusOr<int64_t> LoadShard(const WorkerRef& worker,
-                                            const std::string& dir,
-                                            const LoadOrder& order) {
+  // `order.shard_id`.
+  virtual absl::StatusOr<LoadedRuns> LoadShard(const WorkerRef& worker,
+                                               const std::string& dir,
+                                               const LoadOrder& order) {
     return absl::FailedPreconditionError("no checkpoints here");
   }
   // Has `worker` write `items` (shards it holds) into file `file` of `dir`,

@@ -107,9 +107,9 @@ class HeldShardTracker : public WorkerControl {
       const WorkerRef& worker, const std::string& dir) override {
     return inner_->ListCheckpoint(worker, dir);
   }
-  absl::StatusOr<int64_t> LoadShard(const WorkerRef& worker,
-                                    const std::string& dir,
-                                    const LoadOrder& order) override {
+  absl::StatusOr<LoadedRuns> LoadShard(const WorkerRef& worker,
+                                       const std::string& dir,
+                                       const LoadOrder& order) override {
     return inner_->LoadShard(worker, dir, order);
   }
   absl::StatusOr<std::vector<SavedItem>> SaveShards(

@@ -402,9 +402,10 @@ TEST_F(CheckpointTest, SavesFromFourWorkersAndLoadsOnThreeInAnotherLayout) {
   EXPECT_THAT(r.out, StartsWith("saved 2 tensors into saved/two, "));
 }
 
-// A piece whose bytes changed on disk fails its CRC when a load reads it
-// whole: exit 1 `checkpoint`, nothing created. Bad names and a worker
-// without a root are refused before anything is written.
+// A piece whose bytes changed on disk fails its CRC, whether a load reads
+// it whole or in parts on several workers (each worker's part CRC combines
+// into the piece's): exit 1 `checkpoint`, nothing created. Bad names and a
+// worker without a root are refused before anything is written.
 TEST_F(CheckpointTest, DamagedPiecesAndBadSavesAreRefused) {
   ASSERT_EQ(Tessera({"load", "model", "--chunk_dim=0", "--placements=w0,w1",
                      "--prefix=d/"})
@@ -428,6 +429,14 @@ TEST_F(CheckpointTest, DamagedPiecesAndBadSavesAreRefused) {
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_THAT(r.err, HasSubstr("checkpoint"));
   EXPECT_THAT(r.err, HasSubstr("checksum"));
+  EXPECT_EQ(Tensors(), before);
+  // By columns on three workers, none of which reads the piece whole.
+  r = Tessera({"load", "saved/damaged", "--chunk_dim=1",
+               "--placements=w0,w2,w3", "--prefix=bad/"});
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_THAT(r.err, HasSubstr("checkpoint"));
+  EXPECT_THAT(r.err, HasSubstr("fails its checksum"));
+  EXPECT_THAT(r.err, HasSubstr("d/head"));
   EXPECT_EQ(Tensors(), before);
   // A lone file of a save that never wrote its index is no model.
   const std::string part = Root() + "/part";

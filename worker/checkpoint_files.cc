@@ -325,7 +325,8 @@ absl::StatusOr<CheckpointListing> CheckpointRoot::List(
 absl::StatusOr<int64_t> CheckpointRoot::ReadRuns(
     absl::string_view dir, absl::string_view file,
     absl::Span<const FileRun> runs, int64_t max_gap, int64_t max_span,
-    const std::function<absl::Status(int64_t, absl::string_view)>& land) const {
+    const std::function<absl::Status(const FileRun&, absl::string_view)>& land)
+    const {
   TESSERA_RETURN_IF_ERROR(CheckCheckpointFileName(file));
   TESSERA_ASSIGN_OR_RETURN(Fd dir_fd, OpenDir(root_, dir));
   TESSERA_ASSIGN_OR_RETURN(Fd fd, OpenBeneath(dir_fd.get(), file, O_RDONLY,
@@ -346,9 +347,9 @@ absl::StatusOr<int64_t> CheckpointRoot::ReadRuns(
             "'", dir, "/", file, "' is shorter than its header says (",
             run.file_offset + run.length, " bytes)"));
       }
-      TESSERA_RETURN_IF_ERROR(land(
-          run.shard_offset, all.substr(static_cast<size_t>(run.file_offset),
-                                       static_cast<size_t>(run.length))));
+      TESSERA_RETURN_IF_ERROR(
+          land(run, all.substr(static_cast<size_t>(run.file_offset),
+                               static_cast<size_t>(run.length))));
     }
     return run_bytes;
   }
@@ -389,10 +390,9 @@ absl::StatusOr<int64_t> CheckpointRoot::ReadRuns(
     for (size_t i = 0; i < span.num_runs; ++i) {
       const FileRun& run = pieces[span.first_run + i];
       TESSERA_RETURN_IF_ERROR(
-          land(run.shard_offset,
-               absl::string_view(
-                   buffer.data() + (run.file_offset - span.file_offset),
-                   static_cast<size_t>(run.length))));
+          land(run, absl::string_view(
+                        buffer.data() + (run.file_offset - span.file_offset),
+                        static_cast<size_t>(run.length))));
     }
   }
   return read_bytes;

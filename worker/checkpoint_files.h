@@ -49,13 +49,14 @@ class CheckpointRoot {
 
   // Reads `runs` (in file order) of file `file` in `dir` as few reads (at
   // most `max_gap` bytes read between two runs, reads of at most
-  // `max_span`), handing each run's bytes to `land(shard_offset, bytes)`.
+  // `max_span`), handing each run's bytes, in file order, to
+  // `land(run, bytes)` (a run longer than `max_span` comes in parts).
   // Returns the bytes read from the file. A run past the file's end is
   // `checkpoint` ("shorter than"), nothing more is read.
   absl::StatusOr<int64_t> ReadRuns(
       absl::string_view dir, absl::string_view file,
       absl::Span<const FileRun> runs, int64_t max_gap, int64_t max_span,
-      const std::function<absl::Status(int64_t shard_offset,
+      const std::function<absl::Status(const FileRun& run,
                                        absl::string_view bytes)>& land) const;
 
   // Writes file `name` in `dir` (made, with its parents, when missing):

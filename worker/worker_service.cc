@@ -567,12 +567,22 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context,
       last_end = r.file_offset() + r.length();
       runs.push_back({r.file_offset(), r.length(), r.shard_offset()});
     }
+    // A piece's part CRC: every run inside the piece.
+    const int64_t piece_offset = request->piece_offset();
+    const int64_t piece_bytes = request->piece_bytes();
+    if (piece_bytes < 0 || piece_offset < 0 ||
+        (piece_bytes > 0 && !runs.empty() &&
+         (runs.front().file_offset < piece_offset ||
+          last_end - piece_offset > piece_bytes))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("LoadShard: runs up to file byte ", last_end,
+                       " are not inside the piece of ", piece_bytes,
+                       " bytes at ", piece_offset));
+    }
+    PartCrc32 part(piece_bytes);
     const CheckpointRoot root(node_->options().checkpoint_root);
     ShardStore& store = node_->store();
     const uint64_t id = request->shard_id();
-    // The runs of one whole piece land in file order: their CRC is the
-    // piece's.
-    uint32_t crc = 0;
     // Host memory is written in place: a column layout lands a run per row
     // (tens of thousands of small copies), each through the store's lookup
     // otherwise. Every run was checked to lie inside the shard above.
@@ -582,23 +592,19 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context,
         root.ReadRuns(request->dir(), request->file(), runs,
                       /*max_gap=*/kLoadMaxGapBytes,
                       /*max_span=*/kLoadSpanBytes,
-                      [&](int64_t offset, absl::string_view bytes) {
-                        if (request->check_crc32())
-                          crc = ExtendCrc32(crc, bytes);
+                      [&](const FileRun& run, absl::string_view bytes) {
+                        if (piece_bytes > 0) {
+                          part.Add(run.file_offset - piece_offset, bytes);
+                        }
                         if (pinned.ok()) {
-                          std::memcpy(pinned->data + offset, bytes.data(),
-                                      bytes.size());
+                          std::memcpy(pinned->data + run.shard_offset,
+                                      bytes.data(), bytes.size());
                           return absl::OkStatus();
                         }
-                        return store.Write(id, offset, bytes);
+                        return store.Write(id, run.shard_offset, bytes);
                       }));
-    if (request->check_crc32() && crc != request->crc32()) {
-      return CheckpointError(
-          absl::StrCat("'", request->dir(), "/", request->file(),
-                       "' fails its checksum: a piece stored with CRC-32 ",
-                       request->crc32(), " reads back as ", crc));
-    }
     response->set_bytes_read(read);
+    if (piece_bytes > 0) response->set_part_crc32(part.Finish());
     return absl::OkStatus();
   }());
 }
