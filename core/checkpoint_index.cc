@@ -1,7 +1,5 @@
 #include "core/checkpoint_index.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <limits>
 
@@ -318,65 +316,6 @@ absl::StatusOr<CheckpointListing> ParseTesseraIndex(absl::string_view text) {
     entry.data_offset = entry.pieces.front().data_offset;
   }
   return listing;
-}
-
-uint32_t ExtendCrc32(uint32_t crc, absl::string_view bytes) {
-  return static_cast<uint32_t>(
-      crc32_z(crc, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
-}
-
-uint32_t ZerosCrc32(int64_t bytes) {
-  constexpr int64_t kBlock = 64 << 10;
-  static const std::string* const kZeros =
-      new std::string(static_cast<size_t>(kBlock), '\0');
-  // The remainder from a buffer of zeros, then whole blocks by doubling:
-  // the CRC of zeros followed by zeros is the CRC of both (crc32_combine).
-  uint32_t crc = ExtendCrc32(0, absl::string_view(*kZeros).substr(
-                                    0, static_cast<size_t>(bytes % kBlock)));
-  uint32_t power = ExtendCrc32(0, *kZeros);  // CRC of `power_bytes` zeros
-  int64_t power_bytes = kBlock;
-  for (int64_t blocks = bytes / kBlock; blocks > 0; blocks >>= 1) {
-    if (blocks & 1) {
-      crc = static_cast<uint32_t>(crc32_combine64(crc, power, power_bytes));
-    }
-    if (blocks > 1) {
-      power = static_cast<uint32_t>(crc32_combine64(power, power, power_bytes));
-      power_bytes *= 2;
-    }
-  }
-  return crc;
-}
-
-void PartCrc32::Add(int64_t offset, absl::string_view bytes) {
-  const int64_t gap = offset - at_;
-  if (gap > 0) {
-    // crc(P || 0^gap) = crc32_combine(crc(P), crc(0^gap), gap); a column
-    // load's parts keep one gap, so its operator is made once.
-    if (gap != last_gap_) {
-      last_gap_ = gap;
-      zeros_ = ZerosCrc32(gap);
-      shift_ = static_cast<uint32_t>(crc32_combine_gen64(gap));
-    }
-    crc_ = static_cast<uint32_t>(crc32_combine_op(crc_, zeros_, shift_));
-  }
-  crc_ = ExtendCrc32(crc_, bytes);
-  at_ = offset + static_cast<int64_t>(bytes.size());
-}
-
-uint32_t PartCrc32::Finish() const {
-  const int64_t rest = piece_bytes_ - at_;
-  if (rest <= 0) return crc_;
-  return static_cast<uint32_t>(crc32_combine64(crc_, ZerosCrc32(rest), rest));
-}
-
-uint32_t CombinePartCrc32s(absl::Span<const uint32_t> parts,
-                           int64_t piece_bytes) {
-  // crc(m) = L(m) ^ c(n) with L linear and c(n) = crc(0^n) for messages of
-  // n bytes, so the XOR of k parts' CRCs is crc(whole) ^ c(n) when k is even.
-  uint32_t crc = 0;
-  for (uint32_t part : parts) crc ^= part;
-  if (parts.size() % 2 == 0) crc ^= ZerosCrc32(piece_bytes);
-  return crc;
 }
 
 }  // namespace tessera

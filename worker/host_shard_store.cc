@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/checkpoint_index.h"
+#include "core/crc32.h"
 #include "core/errors.h"
 #include "core/shard_record.h"
 #include "core/status_macros.h"

@@ -18,7 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/checkpoint_index.h"
+#include "core/crc32.h"
 #include "core/status_macros.h"
 #include "worker/write_fully.h"
 
