@@ -5,15 +5,20 @@
 // bytes; what is saved from four workers parses with a plain reader of the
 // public format and loads back on three in another layout bit-exact; paths
 // that leave the root, a worker without a root, a damaged file and a failed
-// checksum are refused with nothing created; a save that fails leaves the
-// checkpoint it would have replaced loadable.
+// checksum are refused with nothing created; a save that fails (a worker
+// killed, a full disk) leaves the checkpoint it would have replaced
+// loadable.
 #include <dirent.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -22,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -116,6 +122,13 @@ std::string ModelFile(const std::vector<SafetensorsTensor>& tensors, int seed,
 class CheckpointTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    // A mount namespace of this test's own, which the workers share: a
+    // small tmpfs mounted in it below the root is a full disk for them and
+    // is gone with the test's processes.
+    ASSERT_EQ(unshare(CLONE_NEWNS), 0)
+        << "a mount namespace for the full-disk test: " << std::strerror(errno);
+    ASSERT_EQ(mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr), 0)
+        << std::strerror(errno);
     mkdir(Root().c_str(), 0755);
     // A model directory: two files and the index naming them.
     const std::string dir = Root() + "/model";
@@ -545,6 +558,48 @@ TEST_F(CheckpointTest, AFailedSaveLeavesTheEarlierCheckpointLoadable) {
   ASSERT_EQ(r.code, 0) << r.err;
   ExpectModel("back/k/");
   ASSERT_TRUE(cluster_->RestartWorker(1).ok());
+}
+
+// A save onto a disk that fills up fails with `the disk is full`, removes
+// every file it wrote, and leaves the checkpoint already in the directory
+// as it was and loadable.
+TEST_F(CheckpointTest, AFullDiskFailsTheSaveAndKeepsTheEarlierCheckpoint) {
+  const std::string small = Root() + "/small";
+  ASSERT_EQ(mkdir(small.c_str(), 0755), 0);
+  ASSERT_EQ(mount("tessera-full", small.c_str(), "tmpfs", 0, "size=4m"), 0)
+      << std::strerror(errno);
+  auto unmount = absl::MakeCleanup([&] { umount2(small.c_str(), MNT_DETACH); });
+  auto free_bytes = [&] {
+    struct statvfs s {};
+    EXPECT_EQ(statvfs(small.c_str(), &s), 0);
+    return static_cast<int64_t>(s.f_bavail) * static_cast<int64_t>(s.f_frsize);
+  };
+  ASSERT_EQ(Tessera({"load", "model", "--chunk_dim=0", "--placements=w0,w1",
+                     "--prefix=fk/"})
+                .code,
+            0);
+  // 32 MiB on two workers: more than the 4 MiB disk holds.
+  ASSERT_EQ(Tessera({"load", "big", "--chunk_dim=0", "--placements=w2,w3",
+                     "--prefix=fb/"})
+                .code,
+            0);
+  ASSERT_EQ(Tessera({"save", "small/keep", "--prefix=fk/"}).code, 0);
+  const std::string dir = small + "/keep";
+  const std::set<std::string> before = Listing(dir);
+  const std::string index = ReadAll(dir + "/tessera.json");
+  const int64_t free_before = free_bytes();
+
+  const Result full = Tessera({"save", "small/keep", "fb/w"});
+  EXPECT_EQ(full.code, 1) << full.out;
+  EXPECT_THAT(full.err, HasSubstr("the disk is full"));
+  EXPECT_EQ(Listing(dir), before);
+  EXPECT_EQ(ReadAll(dir + "/tessera.json"), index);
+  EXPECT_EQ(free_bytes(), free_before);
+
+  const Result r = Tessera({"load", "small/keep", "--chunk_dim=-1",
+                            "--placements=w1,w3", "--prefix=back-full/"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ExpectModel("back-full/fk/");
 }
 
 }  // namespace
