@@ -149,12 +149,21 @@ TEST_F(StoreDirTest, AKilledWorkerServesItsShardsAgainWithoutACopy) {
   })) << cluster_->worker_log(0);
   ASSERT_OK_AND_ASSIGN(HostArray got_m, client_->Get("m"));
   EXPECT_TRUE(SameBytes(got_m, moved));
-  // A reader on this host still reads through shared memory (file-backed
-  // shards are staged, not mapped), not gRPC (small reads go by one gRPC
-  // call whatever the shard: this one is 4 MiB).
+  // A reader on this host maps the shard's file read-only and copies out
+  // of it, as out of a shared-memory segment: no gRPC bytes, no staging
+  // (small reads go by one gRPC call whatever the shard: this one is 4 MiB).
+  auto worker_calls = [&](const std::string& method) {
+    return MetricSum(FetchMetrics(worker_metrics_[0]),
+                     "tessera_rpc_requests_total",
+                     "method=\"/tessera.v1.Worker/" + method + "\"");
+  };
+  const double staged_before = worker_calls("StageRead");
+  const double mapped_before = worker_calls("MapShard");
   ASSERT_OK_AND_ASSIGN(HostArray got_big, client_->Get("big"));
   EXPECT_TRUE(SameBytes(got_big, big));
   if (!LocalHostId().empty()) {
+    EXPECT_EQ(worker_calls("StageRead"), staged_before);
+    EXPECT_GT(worker_calls("MapShard"), mapped_before);
     const DataPlaneStats moved_by = client_->TransferStats();
     auto bytes = [&](const char* t) {
       auto it = moved_by.bytes.find(t);

@@ -8,10 +8,13 @@
 
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "core/checked_math.h"
 #include "core/limits.h"
 #include "core/status_macros.h"
@@ -108,15 +111,24 @@ absl::StatusOr<SharedSegment> FindSegment(
 // between the RPC and the open).
 absl::StatusOr<int> OpenSegment(const SharedSegment& segment, uint64_t shard_id,
                                 bool writable) {
-  const int fd = shm_open(segment.name.c_str(),
-                          (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
+  if (segment.file && writable) {
+    // Its record and CRC are the worker's to keep: written over gRPC.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shard ", shard_id, " is in a file of the worker's --store_dir"));
+  }
+  const int fd =
+      segment.file
+          ? open(segment.name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+          : shm_open(segment.name.c_str(),
+                     (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
   if (fd >= 0) return fd;
   if (errno == ENOENT) {
     return absl::NotFoundError(absl::StrCat(
         "shard ", shard_id, " is not held by this worker (freed)"));
   }
   return absl::FailedPreconditionError(
-      absl::StrCat("shm_open ", segment.name, ": ", std::strerror(errno)));
+      absl::StrCat(segment.file ? "open " : "shm_open ", segment.name, ": ",
+                   std::strerror(errno)));
 }
 
 // Maps bytes [begin, end) of `segment`.
@@ -207,6 +219,10 @@ absl::StatusOr<struct stat> CheckMappable(int fd, const SharedSegment& segment,
     return absl::FailedPreconditionError(
         absl::StrCat("fstat ", segment.name, ": ", std::strerror(errno)));
   }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("segment ", segment.name, " is not a regular file"));
+  }
   if (st.st_size < segment.bytes) {
     return absl::FailedPreconditionError(absl::StrCat(
         "segment ", segment.name, " is smaller than the shard it names (",
@@ -246,10 +262,26 @@ bool IsShmName(absl::string_view name) {
          name.find('\0') == absl::string_view::npos;
 }
 
+bool IsShardFilePath(absl::string_view path) {
+  if (path.size() < 2 || path.size() >= PATH_MAX || path[0] != '/' ||
+      !absl::EndsWith(path, ".data") ||
+      path.find('\0') != absl::string_view::npos) {
+    return false;
+  }
+  for (absl::string_view part : absl::StrSplit(path.substr(1), '/')) {
+    if (part.empty() || part == "." || part == "..") return false;
+  }
+  return true;
+}
+
+std::string SegmentPath(const SharedSegment& segment) {
+  return segment.file ? segment.name : "/dev/shm" + segment.name;
+}
+
 bool ShardMapping::Current() const {
   if (segment_.empty()) return true;
   struct stat st {};
-  return stat(("/dev/shm" + segment_).c_str(), &st) == 0 &&
+  return stat(segment_.c_str(), &st) == 0 &&
          static_cast<uint64_t>(st.st_dev) == dev_ &&
          static_cast<uint64_t>(st.st_ino) == ino_ && st.st_nlink > 0;
 }
@@ -283,9 +315,11 @@ absl::StatusOr<SharedSegment> ValidateMapShardReply(
   }
   if (!reply.device().empty()) return StagedShardError(reply.device());
   if (reply.staged()) return StagedShardError("host");
-  if (!IsShmName(reply.segment())) {
+  if (reply.file() ? !IsShardFilePath(reply.segment())
+                   : !IsShmName(reply.segment())) {
     return InconsistentReply(
-        "the segment name is not one shared-memory object");
+        reply.file() ? "the segment is not the path of a shard file"
+                     : "the segment name is not one shared-memory object");
   }
   if (!reply.liveness().empty() && !IsShmName(reply.liveness())) {
     return InconsistentReply(
@@ -314,6 +348,7 @@ absl::StatusOr<SharedSegment> ValidateMapShardReply(
                      "-byte elements, which needs ", bytes));
   }
   segment.name = reply.segment();
+  segment.file = reply.file();
   segment.bytes = bytes;
   segment.liveness = reply.liveness();
   return segment;
@@ -340,7 +375,7 @@ absl::StatusOr<std::unique_ptr<ShardMapping>> MapSegmentRange(
         absl::StrCat("mmap ", segment.name, ": ", std::strerror(errno)));
   }
   return std::make_unique<ShardMapping>(
-      map, map_bytes, map_offset, end, segment.shape, segment.name,
+      map, map_bytes, map_offset, end, segment.shape, SegmentPath(segment),
       static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino));
 }
 
@@ -614,7 +649,7 @@ absl::StatusOr<std::unique_ptr<ShardMapping>> SegmentMappingPool::Map(
   }
 #endif
   return std::make_unique<ShardMapping>(std::move(kept), segment.bytes,
-                                        segment.shape, segment.name);
+                                        segment.shape, SegmentPath(segment));
 }
 
 SharedMemoryTransport::SharedMemoryTransport(

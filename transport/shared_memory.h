@@ -67,8 +67,9 @@ class ShardMapping {
  public:
   // `map` holds `map_bytes` bytes mapped from shard byte `map_offset` on;
   // shard bytes [map_offset, valid_end) lie inside the segment's file.
-  // `segment` names the object mapped, whose device and inode are `dev`
-  // and `ino` (empty: not watched, Current() is always true).
+  // `segment` is the path of the object mapped (SegmentPath), whose device
+  // and inode are `dev` and `ino` (empty: not watched, Current() is always
+  // true).
   ShardMapping(void* map, size_t map_bytes, int64_t map_offset,
                int64_t valid_end, Shape shape, std::string segment = {},
                uint64_t dev = 0, uint64_t ino = 0)
@@ -126,7 +127,10 @@ absl::Status CheckStillHeld(const ShardMapping& mapping, uint64_t shard_id);
 
 // What a MapShard reply says, once ValidateMapShardReply has checked it.
 struct SharedSegment {
-  std::string name;      // "/name": one POSIX shared-memory object
+  // "/name": one POSIX shared-memory object; or, when `file`, the absolute
+  // path of a regular file of the worker's --store_dir, mapped read-only.
+  std::string name;
+  bool file = false;
   int64_t bytes = 0;     // exactly NumElements(shape) * item_bytes
   Shape shape;           // the shard's box sizes: at least one dim, all >= 0
   std::string liveness;  // empty, or a name like `name`
@@ -136,6 +140,15 @@ struct SharedSegment {
 // NAME_MAX. Anything else could name a path shm_open does not mean. Every
 // segment name a worker sends is checked with it before it is opened.
 bool IsShmName(absl::string_view name);
+
+// An absolute path of a --store_dir shard file: "/", no empty, "." or ".."
+// components, no NUL, within PATH_MAX, ending in ".data". Opened with
+// O_NOFOLLOW and only ever read: a worker can name no other kind of file.
+bool IsShardFilePath(absl::string_view path);
+
+// Where `segment`'s object is in the file system (what ShardMapping
+// watches): /dev/shm/NAME, or the file's path.
+std::string SegmentPath(const SharedSegment& segment);
 
 // True when the segment open on `fd` has been unlinked (its worker dropped
 // it: a freed shard, a staging block given up).

@@ -8,9 +8,12 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -463,6 +466,68 @@ TEST(CopyBoxFromMappingTest, BoxOutsideTheMappedSpanIsInternal) {
       CopyBoxFromMapping(**mapping, {16}, Box{{0}, {4}},
                          ReadTarget::HostArray(out.data(), {4}, {0}), 4),
       IsOk());
+}
+
+// A --store_dir shard's file named by path: read byte-exact from a
+// read-only mapping; a path that is not an absolute, plain `.data` path is
+// INTERNAL; a symlink or a directory falls back; writes go over gRPC.
+TEST_P(SharedMemoryTest, ShardFilesAreMappedReadOnlyByPath) {
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/files-",
+                                       static_cast<int>(GetParam()));
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  const std::string path = dir + "/0000000000000007.data";
+  {
+    std::string data(64, '\0');
+    for (int i = 0; i < 64; ++i) data[i] = static_cast<char>(i * 3);
+    std::ofstream(path, std::ios::binary) << data;
+  }
+  Segment unused(1);
+  v1::MapShardResponse reply = Reply(unused, 64, {16}, 4);
+  reply.set_segment(path);
+  reply.set_file(true);
+  worker_.SetReply(reply);
+  std::vector<char> out;
+  ASSERT_THAT(ReadInto(&out, Shard({16}, 4), Box({4}, {8})), IsOk());
+  for (int i = 0; i < 32; ++i)
+    EXPECT_EQ(out[i], static_cast<char>((16 + i) * 3));
+  // Writes are the worker's (its record and CRC): not through the file.
+  std::vector<char> bytes(64, 1);
+  WriteSource source;
+  source.data = bytes.data();
+  source.shape = {16};
+  source.offsets = {0};
+  EXPECT_THAT(transport_->Write(Shard({16}, 4), source),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("--store_dir")));
+
+  for (const std::string& bad :
+       {std::string("relative.data"), dir + "/../x.data", dir + "//x.data",
+        dir + "/./x.data", std::string("/etc/passwd"), dir + "/x.data/",
+        std::string("/a\0b.data", 10)}) {
+    reply.set_segment(bad);
+    worker_.SetReply(reply);
+    EXPECT_THAT(ReadInto(&out, Shard({16}, 4), WholeBox({16})),
+                StatusIs(absl::StatusCode::kInternal,
+                         HasSubstr("not the path of a shard file")))
+        << bad;
+  }
+  // A symlink is not followed, a directory is not mapped: both fall back
+  // (FAILED_PRECONDITION), and the shard freed is NOT_FOUND.
+  const std::string link = dir + "/link.data";
+  ASSERT_EQ(symlink(path.c_str(), link.c_str()), 0);
+  const std::string sub = dir + "/sub.data";
+  ASSERT_EQ(mkdir(sub.c_str(), 0755), 0);
+  for (const std::string& other : {link, sub}) {
+    reply.set_segment(other);
+    worker_.SetReply(reply);
+    EXPECT_THAT(ReadInto(&out, Shard({16}, 4), WholeBox({16})),
+                StatusIs(absl::StatusCode::kFailedPrecondition))
+        << other;
+  }
+  reply.set_segment(dir + "/gone.data");
+  worker_.SetReply(reply);
+  EXPECT_THAT(ReadInto(&out, Shard({16}, 4), WholeBox({16})),
+              StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST(ValidateMapShardReplyTest, ChecksEveryField) {

@@ -150,6 +150,7 @@ absl::StatusOr<PinnedShard> HostShardStore::Pin(uint64_t id) {
   pinned.data = shard->data;
   pinned.bytes = shard->bytes;
   pinned.desc = shard->desc;
+  if (shard->file != nullptr) pinned.file = shard->file->path();
   // Only a reusable block's pages outlive its shard usefully; anything else
   // stays whole (and counted as pinned) while held mapped.
   if (shard->block != nullptr && shard->block->reusable()) {

@@ -40,13 +40,14 @@ absl::Status Errno(absl::string_view what) {
 }
 
 absl::StatusOr<std::shared_ptr<MappedShardFile>> Map(int fd, int64_t bytes,
-                                                     absl::string_view what) {
+                                                     absl::string_view what,
+                                                     std::string path) {
   const int64_t mapped = std::max<int64_t>(bytes, 1);
   void* p = mmap(nullptr, static_cast<size_t>(mapped), PROT_READ | PROT_WRITE,
                  MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return Errno(absl::StrCat("mapping ", what));
-  return std::make_shared<MappedShardFile>(static_cast<char*>(p), bytes,
-                                           mapped);
+  return std::make_shared<MappedShardFile>(static_cast<char*>(p), bytes, mapped,
+                                           std::move(path));
 }
 
 }  // namespace
@@ -68,6 +69,13 @@ absl::StatusOr<std::shared_ptr<ShardFiles>> ShardFiles::Open(
     return absl::InternalError(
         absl::StrCat("store_dir: making ", shards, ": ", error.message()));
   }
+  // Readers on this host open shard files by this path.
+  const std::filesystem::path absolute =
+      std::filesystem::canonical(shards, error);
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("store_dir: resolving ", shards, ": ", error.message()));
+  }
   const int lock_fd =
       open((dir + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (lock_fd < 0) return Errno(absl::StrCat("opening ", dir, "/lock"));
@@ -82,7 +90,8 @@ absl::StatusOr<std::shared_ptr<ShardFiles>> ShardFiles::Open(
     close(lock_fd);
     return Errno(absl::StrCat("opening ", shards));
   }
-  return std::shared_ptr<ShardFiles>(new ShardFiles(dir, lock_fd, shards_fd));
+  return std::shared_ptr<ShardFiles>(
+      new ShardFiles(dir, absolute.string(), lock_fd, shards_fd));
 }
 
 ShardFiles::~ShardFiles() {
@@ -101,7 +110,8 @@ absl::StatusOr<std::shared_ptr<MappedShardFile>> ShardFiles::Create(
   if (ftruncate(fd, std::max<int64_t>(bytes, 1)) != 0) {
     file = Errno(absl::StrCat("sizing the file of shard ", id));
   } else {
-    file = Map(fd, bytes, absl::StrCat("the file of shard ", id));
+    file = Map(fd, bytes, absl::StrCat("the file of shard ", id),
+               absl::StrCat(shards_, "/", name, kData));
   }
   close(fd);
   if (!file.ok()) unlinkat(shards_fd_, (name + kData).c_str(), 0);
@@ -217,7 +227,7 @@ ShardFiles::ScanResult ShardFiles::Scan() {
       continue;
     }
     absl::StatusOr<std::shared_ptr<MappedShardFile>> file =
-        Map(fd, record->bytes, base);
+        Map(fd, record->bytes, base, absl::StrCat(shards_, "/", base, kData));
     close(fd);
     if (!file.ok()) {
       damaged(base, std::string(file.status().message()));

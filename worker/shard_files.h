@@ -29,19 +29,23 @@ namespace tessera {
 // A shard's file mapped read-write; unmapped when the last holder lets go.
 class MappedShardFile {
  public:
-  MappedShardFile(char* data, int64_t bytes, int64_t mapped)
-      : data_(data), bytes_(bytes), mapped_(mapped) {}
+  MappedShardFile(char* data, int64_t bytes, int64_t mapped, std::string path)
+      : data_(data), bytes_(bytes), mapped_(mapped), path_(std::move(path)) {}
   ~MappedShardFile();
   MappedShardFile(const MappedShardFile&) = delete;
   MappedShardFile& operator=(const MappedShardFile&) = delete;
 
   char* data() const { return data_; }
   int64_t bytes() const { return bytes_; }
+  // The file's absolute path: a same-host reader maps it read-only
+  // (MapShardResponse.file).
+  const std::string& path() const { return path_; }
 
  private:
   char* const data_;
   const int64_t bytes_;
   const int64_t mapped_;  // at least one page's worth: a 0-byte shard maps 1
+  const std::string path_;
 };
 
 class ShardFiles {
@@ -80,10 +84,14 @@ class ShardFiles {
   ScanResult Scan();
 
  private:
-  ShardFiles(std::string dir, int lock_fd, int shards_fd)
-      : dir_(std::move(dir)), lock_fd_(lock_fd), shards_fd_(shards_fd) {}
+  ShardFiles(std::string dir, std::string shards, int lock_fd, int shards_fd)
+      : dir_(std::move(dir)),
+        shards_(std::move(shards)),
+        lock_fd_(lock_fd),
+        shards_fd_(shards_fd) {}
 
   const std::string dir_;
+  const std::string shards_;  // DIR/shards, absolute, without symlinks
   const int lock_fd_;
   const int shards_fd_;  // DIR/shards, for *at calls and directory syncs
 };

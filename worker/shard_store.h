@@ -94,6 +94,8 @@ struct PinnedShard {
   char* data = nullptr;  // row-major over desc.box
   int64_t bytes = 0;
   ShardDesc desc;
+  // With --store_dir: the absolute path of the file holding the bytes.
+  std::string file;
 };
 
 // The GPU that holds a device store's shards.

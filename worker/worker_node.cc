@@ -351,6 +351,12 @@ absl::StatusOr<SharedShardInfo> WorkerNode::MapShard(uint64_t id,
   TESSERA_RETURN_IF_ERROR(pinned.status());
   std::optional<SegmentInfo> segment;
   if (options_.arena != nullptr) segment = options_.arena->Find(pinned->data);
+  const bool file = !segment.has_value() && !pinned->file.empty();
+  if (file) {
+    segment = SegmentInfo{
+        pinned->file, pinned->bytes,
+        options_.arena != nullptr ? options_.arena->liveness() : std::string()};
+  }
   if (!segment.has_value() && staging_ == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("shard ", id, " is not in shared memory"));
@@ -360,6 +366,7 @@ absl::StatusOr<SharedShardInfo> WorkerNode::MapShard(uint64_t id,
   // A small shard lives in private memory (a segment per tiny shard costs
   // a file and a mapping): a same-host reader has it staged instead.
   info.staged = !segment.has_value();
+  info.file = file;
   if (segment.has_value()) info.segment = *std::move(segment);
   info.shape = ToShape(pinned->desc.box.sizes);
   info.item_bytes = static_cast<int64_t>(ItemSize(pinned->desc.dtype));

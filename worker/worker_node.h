@@ -131,6 +131,9 @@ struct SharedShardInfo {
   std::optional<DeviceInfo> device;
   // A host shard in private memory has none either: read it staged.
   bool staged = false;
+  // The segment is a --store_dir shard's file (its absolute path), which
+  // readers on this host map read-only.
+  bool file = false;
   std::string ipc_handle;
   absl::Duration hold;
 };

@@ -397,6 +397,7 @@ grpc::Status WorkerService::MapShard(grpc::ServerContext* context,
   response->set_item_bytes(info->item_bytes);
   response->set_liveness(info->segment.liveness);
   response->set_staged(info->staged);
+  response->set_file(info->file);
   if (info->device.has_value()) {
     // A held shard's size is known to fit.
     response->set_bytes(
