@@ -15,9 +15,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/metadata_codec.h"
 #include "core/status_macros.h"
 #include "proto/metadata.pb.h"
-#include "rpc/convert.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera {
@@ -127,86 +127,6 @@ absl::Status WriteFileAtomically(const FileOps& ops, const std::string& dir,
     return status;
   }
   return FsyncDir(dir);
-}
-
-v1::WorkerInfo WorkerToProto(const WorkerInfo& w) {
-  v1::WorkerInfo out;
-  out.set_name(w.name);
-  out.set_rank(w.rank);
-  out.set_address(w.address);
-  *out.mutable_device() = DeviceToProto(w.device);
-  out.set_capacity_bytes(w.capacity_bytes);
-  if (w.state == WorkerState::kCordoned || w.state == WorkerState::kDraining)
-    out.set_state(std::string(WorkerStateName(w.state)));
-  return out;
-}
-
-absl::StatusOr<WorkerInfo> WorkerFromProto(const v1::WorkerInfo& w) {
-  WorkerInfo out;
-  out.name = w.name();
-  out.rank = w.rank();
-  out.address = w.address();
-  TESSERA_ASSIGN_OR_RETURN(out.device, DeviceFromProto(w.device()));
-  out.capacity_bytes = w.capacity_bytes();
-  // What an admin made it; anything else (older records: none) is ready.
-  out.state = ParseWorkerState(w.state()).value_or(WorkerState::kReady);
-  return out;
-}
-
-v1::MetadataRecord ChangeToProto(const MetadataChange& change) {
-  v1::MetadataRecord record;
-  switch (change.kind) {
-    case MetadataChange::Kind::kWorker:
-      *record.mutable_worker() = WorkerToProto(change.worker);
-      break;
-    case MetadataChange::Kind::kTensor:
-      TensorMetadataToProto(*change.tensor, record.mutable_tensor(),
-                            ShardEncoding::kPacked);
-      break;
-    case MetadataChange::Kind::kDeletedTensor:
-      record.set_deleted_tensor(change.deleted_tensor);
-      break;
-    case MetadataChange::Kind::kShardIdHighWater:
-      record.set_shard_id_high_water(change.shard_id_high_water);
-      break;
-    case MetadataChange::Kind::kDeletedWorker:
-      record.set_deleted_worker(change.deleted_worker);
-      break;
-  }
-  return record;
-}
-
-absl::StatusOr<MetadataChange> ChangeFromProto(
-    const v1::MetadataRecord& record) {
-  MetadataChange change;
-  switch (record.change_case()) {
-    case v1::MetadataRecord::kWorker: {
-      change.kind = MetadataChange::Kind::kWorker;
-      TESSERA_ASSIGN_OR_RETURN(change.worker, WorkerFromProto(record.worker()));
-      return change;
-    }
-    case v1::MetadataRecord::kTensor: {
-      change.kind = MetadataChange::Kind::kTensor;
-      TESSERA_ASSIGN_OR_RETURN(TensorMetadata tensor,
-                               TensorMetadataFromProto(record.tensor()));
-      change.tensor = std::make_shared<const TensorMetadata>(std::move(tensor));
-      return change;
-    }
-    case v1::MetadataRecord::kDeletedTensor:
-      change.kind = MetadataChange::Kind::kDeletedTensor;
-      change.deleted_tensor = record.deleted_tensor();
-      return change;
-    case v1::MetadataRecord::kShardIdHighWater:
-      change.kind = MetadataChange::Kind::kShardIdHighWater;
-      change.shard_id_high_water = record.shard_id_high_water();
-      return change;
-    case v1::MetadataRecord::kDeletedWorker:
-      change.kind = MetadataChange::Kind::kDeletedWorker;
-      change.deleted_worker = record.deleted_worker();
-      return change;
-    default:
-      return absl::DataLossError("metadata record of unknown kind");
-  }
 }
 
 // The record that starts at `pos` of `log`, when one lies there whole: its
@@ -425,24 +345,12 @@ absl::StatusOr<MetadataState> FileMetadataStore::Load() {
           absl::StrCat(snapshot_path, " is not a complete snapshot"));
     }
     const std::string payload = snapshot.substr(16);
-    v1::MetadataSnapshot proto;
-    if (Checksum(payload) != GetLE(snapshot.data() + 4, 4) ||
-        !proto.ParseFromString(payload)) {
+    if (Checksum(payload) != GetLE(snapshot.data() + 4, 4)) {
       return absl::DataLossError(
           absl::StrCat(snapshot_path, " fails its checksum"));
     }
-    for (const v1::WorkerInfo& w : proto.workers()) {
-      TESSERA_ASSIGN_OR_RETURN(WorkerInfo worker, WorkerFromProto(w));
-      state.workers[worker.name] = worker;
-    }
-    for (const v1::ShardedTensorMetadata& t : proto.tensors()) {
-      TESSERA_ASSIGN_OR_RETURN(TensorMetadata tensor,
-                               TensorMetadataFromProto(t));
-      std::string name = tensor.name;
-      state.tensors[name] =
-          std::make_shared<const TensorMetadata>(std::move(tensor));
-    }
-    state.shard_id_high_water = proto.shard_id_high_water();
+    TESSERA_RETURN_IF_ERROR(
+        Annotate(DecodeSnapshot(payload, &state), snapshot_path));
   }
 
   const std::string log_path = absl::StrCat(dir_, "/log");
@@ -584,16 +492,7 @@ absl::Status FileMetadataStore::CheckWritable() const {
 }
 
 absl::Status FileMetadataStore::Snapshot(const MetadataState& state) {
-  v1::MetadataSnapshot proto;
-  for (const auto& [name, worker] : state.workers)
-    *proto.add_workers() = WorkerToProto(worker);
-  for (const auto& [name, tensor] : state.tensors)
-    TensorMetadataToProto(*tensor, proto.add_tensors(), ShardEncoding::kPacked);
-  proto.set_shard_id_high_water(state.shard_id_high_water);
-  std::string payload;
-  if (!proto.SerializeToString(&payload)) {
-    return absl::InternalError("cannot serialize a metadata snapshot");
-  }
+  TESSERA_ASSIGN_OR_RETURN(const std::string payload, EncodeSnapshot(state));
   std::string file(kSnapshotMagic, 4);
   PutU32(&file, Checksum(payload));
   PutU64(&file, payload.size());

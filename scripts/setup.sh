@@ -13,6 +13,7 @@ PACKAGES=(
   podman runc debootstrap catatonit podman-compose python3-kubernetes openssl
   prometheus python3-grpcio curl
   libucx-dev ucx-utils nlohmann-json3-dev python3-torch
+  etcd-server etcd-client golang-etcd-server-dev
 )
 
 missing=()
