@@ -150,6 +150,7 @@ class FaultInjectingMetadataStore : public MetadataStore {
     return inner_->Snapshot(state);
   }
   std::string Describe() const override { return inner_->Describe(); }
+  MetadataStore* inner() const { return inner_.get(); }
 
  private:
   const std::unique_ptr<MetadataStore> inner_;

@@ -1,0 +1,161 @@
+// Real etcd members for tests (Debian's etcd-server, /usr/bin/etcd), on
+// 127.0.0.1 ports picked free, data in the test's temp dir. A cluster of N
+// members forms one raft group; members can be killed, stopped and started
+// again on their data.
+#ifndef TESSERA_COORDINATOR_ETCD_TESTUTIL_H_
+#define TESSERA_COORDINATOR_ETCD_TESTUTIL_H_
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "coordinator/etcd_client.h"
+
+namespace tessera {
+namespace testing {
+
+inline int FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+class EtcdCluster {
+ public:
+  // Starts `members` members and waits until the cluster answers.
+  explicit EtcdCluster(int members, const std::string& name = "etcd") {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    dir_ =
+        absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name, "-", getpid());
+    mkdir(dir_.c_str(), 0700);
+    std::vector<std::string> peers;
+    for (int i = 0; i < members; ++i) {
+      Member m;
+      m.name = absl::StrCat("m", i);
+      m.client_port = FreeLoopbackPort();
+      m.peer_port = FreeLoopbackPort();
+      peers.push_back(absl::StrCat(m.name, "=http://127.0.0.1:", m.peer_port));
+      members_.push_back(m);
+    }
+    initial_cluster_ = absl::StrJoin(peers, ",");
+    for (int i = 0; i < members; ++i) Start(i);
+    ready_ = WaitReady(absl::Seconds(30));
+  }
+  ~EtcdCluster() {
+    for (size_t i = 0; i < members_.size(); ++i) Kill(static_cast<int>(i));
+  }
+  bool ready() const { return ready_; }
+
+  std::vector<std::string> endpoints() const {
+    std::vector<std::string> out;
+    for (const Member& m : members_)
+      out.push_back(absl::StrCat("127.0.0.1:", m.client_port));
+    return out;
+  }
+  std::string url(const std::string& prefix) const {
+    return absl::StrCat("etcd://", absl::StrJoin(endpoints(), ","), "/",
+                        prefix);
+  }
+
+  void Start(int i) {
+    Member& m = members_[static_cast<size_t>(i)];
+    const std::string data = absl::StrCat(dir_, "/", m.name);
+    const std::string log = data + ".log";
+    std::vector<std::string> args = {
+        "/usr/bin/etcd",
+        "--name=" + m.name,
+        "--data-dir=" + data,
+        absl::StrCat("--listen-client-urls=http://127.0.0.1:", m.client_port),
+        absl::StrCat("--advertise-client-urls=http://127.0.0.1:",
+                     m.client_port),
+        absl::StrCat("--listen-peer-urls=http://127.0.0.1:", m.peer_port),
+        absl::StrCat("--initial-advertise-peer-urls=http://127.0.0.1:",
+                     m.peer_port),
+        "--initial-cluster=" + initial_cluster_,
+        "--initial-cluster-state=new",
+        "--initial-cluster-token=" + absl::StrCat("t", getpid()),
+        // Fast elections, so a lost member costs tests little time.
+        "--heartbeat-interval=50",
+        "--election-timeout=500",
+        "--log-level=warn",
+    };
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+      }
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    m.pid = pid;
+  }
+  void Kill(int i, int sig = SIGKILL) {
+    Member& m = members_[static_cast<size_t>(i)];
+    if (m.pid <= 0) return;
+    kill(m.pid, sig);
+    if (sig == SIGKILL || sig == SIGTERM) {
+      waitpid(m.pid, nullptr, 0);
+      m.pid = -1;
+    }
+  }
+  pid_t pid(int i) const { return members_[static_cast<size_t>(i)].pid; }
+
+  // Every member answers a read.
+  bool WaitReady(absl::Duration timeout) const {
+    const absl::Time deadline = absl::Now() + timeout;
+    for (const std::string& endpoint : endpoints()) {
+      EtcdClient client({endpoint}, {});
+      for (;;) {
+        const absl::Status probe = client.Range("probe").status();
+        if (probe.ok()) break;
+        if (absl::Now() > deadline) {
+          std::cerr << "etcd member " << endpoint
+                    << " does not answer: " << probe << "\n";
+          return false;
+        }
+        absl::SleepFor(absl::Milliseconds(100));
+      }
+    }
+    return true;
+  }
+
+ private:
+  struct Member {
+    std::string name;
+    int client_port = 0;
+    int peer_port = 0;
+    pid_t pid = -1;
+  };
+  std::string dir_;
+  std::string initial_cluster_;
+  std::vector<Member> members_;
+  bool ready_ = false;
+};
+
+}  // namespace testing
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_ETCD_TESTUTIL_H_
