@@ -212,13 +212,15 @@ absl::StatusOr<MetadataState> EtcdMetadataStore::Load() {
                            etcd_->Range(p + "format"));
   if (format.empty()) {
     // A new prefix: refused if anything else lives there.
-    // (The election's keys may be there already.)
-    const std::string election = p + kElectionDir;
-    TESSERA_ASSIGN_OR_RETURN(std::optional<std::string> any,
-                             etcd_->FirstKey(p, election));
-    if (!any.has_value()) {
-      TESSERA_ASSIGN_OR_RETURN(
-          any, etcd_->FirstKey(PrefixEnd(election), PrefixEnd(p)));
+    // (The election's keys and the cluster secret may be there already.)
+    std::optional<std::string> any;
+    std::string from = p;
+    // (In key order.)
+    for (const std::string& allowed :
+         {p + kSecretKey, p + kElectionDir, PrefixEnd(p)}) {
+      TESSERA_ASSIGN_OR_RETURN(any, etcd_->FirstKey(from, allowed));
+      if (any.has_value()) break;
+      from = PrefixEnd(allowed);
     }
     if (any.has_value()) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -407,6 +409,32 @@ absl::Status EtcdMetadataStore::Snapshot(const MetadataState& state) {
   if (!done) return Fenced();
   replays_records_ = false;
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> EtcdMetadataStore::LoadOrMakeSecret(size_t bytes) {
+  absl::MutexLock lock(&mu_);
+  const std::string key = options_.prefix + kSecretKey;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    TESSERA_ASSIGN_OR_RETURN(std::vector<mvccpb::KeyValue> got,
+                             etcd_->Range(key));
+    if (!got.empty()) {
+      if (got.front().value().size() != bytes) {
+        return absl::DataLossError(absl::StrCat("etcd key ", key, " is not a ",
+                                                bytes, "-byte secret"));
+      }
+      return got.front().value();
+    }
+    std::string secret(bytes, '\0');
+    if (getrandom(secret.data(), bytes, 0) != static_cast<ssize_t>(bytes)) {
+      return absl::InternalError("cannot draw a cluster secret");
+    }
+    etcdserverpb::TxnRequest txn;
+    *txn.add_compare() = Absent(key);
+    *txn.add_success() = Put(key, secret);
+    TESSERA_ASSIGN_OR_RETURN(const bool made, Commit(std::move(txn)));
+    if (made) return secret;
+  }
+  return Fenced();
 }
 
 bool EtcdMetadataStore::ReplaysRecords() const {

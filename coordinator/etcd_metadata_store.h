@@ -12,6 +12,8 @@
 //                           through which SEQ
 //   P/snapchunk/GEN/K       that snapshot's bytes
 //   P/election/...          the coordinators' election (etcd_leadership.h)
+//   P/cluster_secret        what capabilities are signed with, shared by
+//                           every coordinator of the prefix
 //
 // etcd takes at most ~1.5 MiB per request and 128 operations per
 // transaction, so a batch or snapshot larger than a chunk (1 MiB) is
@@ -50,6 +52,9 @@ namespace tessera {
 
 // Where the coordinators' election keys live under the prefix.
 inline constexpr char kElectionDir[] = "election/";
+// The key that holds the secret every coordinator of the prefix signs
+// capabilities with (etcd's access control guards it).
+inline constexpr char kSecretKey[] = "cluster_secret";
 
 struct EtcdStoreOptions {
   std::string prefix;  // ends with '/'
@@ -69,6 +74,11 @@ class EtcdMetadataStore : public MetadataStore {
   // election key this coordinator holds). Call before Load.
   void SetFence(std::string key, int64_t revision) ABSL_LOCKS_EXCLUDED(mu_);
   const std::string& prefix() const { return options_.prefix; }
+
+  // The cluster secret of the prefix, drawn (`bytes` random bytes) by the
+  // first coordinator that asks. Fenced like every write.
+  absl::StatusOr<std::string> LoadOrMakeSecret(size_t bytes)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::StatusOr<MetadataState> Load() override ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Append(absl::Span<const MetadataChange> changes) override

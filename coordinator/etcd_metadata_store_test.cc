@@ -167,7 +167,13 @@ TEST(EtcdMetadataStoreTest, AWriterWhoseFenceMovedNeverCommits) {
   ASSERT_OK_AND_ASSIGN(std::vector<mvccpb::KeyValue> held, etcd->Range(leader));
   auto store = StoreOn(prefix);
   store->SetFence(leader, held.front().create_revision());
+  // The secret and the election key are the prefix's own, not foreign.
+  ASSERT_OK_AND_ASSIGN(const std::string secret, store->LoadOrMakeSecret(32));
+  EXPECT_EQ(secret.size(), 32u);
   ASSERT_OK(store->Load().status());
+  ASSERT_OK_AND_ASSIGN(const std::string again,
+                       StoreOn(prefix)->LoadOrMakeSecret(32));
+  EXPECT_EQ(again, secret);
   ASSERT_OK(store->Append(MetadataChange::Tensor(Tensor("a", 2))));
   // Another coordinator takes the key (deleted, made again).
   etcdserverpb::TxnRequest take;

@@ -10,14 +10,19 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "coordinator/cluster_authority.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_service.h"
+#include "coordinator/etcd_leadership.h"
+#include "coordinator/etcd_metadata_store.h"
 #include "coordinator/file_metadata_store.h"
 #include "coordinator/grpc_worker_control.h"
 #include "ops/daemon_help.h"
@@ -35,6 +40,16 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
           "address to serve on, HOST:PORT (port 0 picks one)");
 ABSL_FLAG(std::string, data_dir, "",
           "directory for durable metadata; empty = in memory only");
+ABSL_FLAG(std::string, metadata, "",
+          "etcd://H1:P1[,H2:P2...]/PREFIX: keep the metadata in etcd, shared "
+          "by several coordinators of which one leads (an etcd lease) and "
+          "the others stand by; instead of --data_dir");
+ABSL_FLAG(std::string, advertise, "",
+          "with --metadata: HOST:PORT where clients and workers reach this "
+          "coordinator (default: --listen, with its port)");
+ABSL_FLAG(absl::Duration, leader_lease, absl::Seconds(2),
+          "with --metadata: the leader's etcd lease; a standby takes over "
+          "this long after the leader dies");
 ABSL_FLAG(int64_t, lease_ms, 5000,
           "a worker silent for this long is marked dead");
 ABSL_FLAG(int64_t, heartbeat_ms, 1000, "how often workers heartbeat");
@@ -176,6 +191,73 @@ int Run() {
     return 1;
   }
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
+  // A termination signal stops a standby's wait as well as the server.
+  std::atomic<int> signal_seen{0};
+  absl::Notification terminating;
+  std::thread signal_waiter([&] {
+    signal_seen = WaitForTerminationSignal();
+    terminating.Notify();
+  });
+  auto join_waiter = absl::MakeCleanup([&] {
+    if (!terminating.HasBeenNotified()) kill(getpid(), SIGTERM);
+    signal_waiter.join();
+  });
+  // --metadata=etcd://...: stand by until this coordinator leads.
+  std::unique_ptr<EtcdMetadataStore> etcd_store;
+  std::unique_ptr<EtcdLeadership> leadership;
+  if (const std::string metadata = absl::GetFlag(FLAGS_metadata);
+      !metadata.empty()) {
+    if (!data_dir.empty()) {
+      spdlog::error(
+          "--metadata and --data_dir name two places for the metadata: give "
+          "one");
+      return 2;
+    }
+    absl::StatusOr<EtcdTarget> target = ParseEtcdUrl(metadata);
+    if (!target.ok()) {
+      spdlog::error("{}", std::string(target.status().message()));
+      return 2;
+    }
+    auto etcd =
+        std::make_shared<EtcdClient>(target->endpoints, EtcdClientOptions{});
+    if (absl::Status up =
+            etcd->FirstKey(target->prefix, PrefixEnd(target->prefix)).status();
+        !up.ok()) {
+      spdlog::error("--metadata: etcd is unreachable: {}",
+                    std::string(up.message()));
+      return 1;
+    }
+    std::string advertise = absl::GetFlag(FLAGS_advertise);
+    if (advertise.empty()) advertise = listen;
+    leadership = std::make_unique<EtcdLeadership>(
+        etcd, target->prefix, advertise, absl::GetFlag(FLAGS_leader_lease));
+    spdlog::info("standing for leader of etcd prefix {} as {}", target->prefix,
+                 advertise);
+    absl::StatusOr<int64_t> fence = leadership->Campaign(
+        terminating,
+        [](const std::string& leader) {
+          spdlog::info("standing by: the leader is {}", leader);
+        },
+        [] {
+          // The fence already refuses this coordinator's writes; a new
+          // process stands by again.
+          spdlog::critical(
+              "lost the leader's etcd lease: exiting so that another "
+              "coordinator leads");
+          spdlog::default_logger()->flush();
+          std::_Exit(1);
+        });
+    if (!fence.ok()) {
+      spdlog::info("{}", std::string(fence.status().message()));
+      return absl::IsCancelled(fence.status()) ? 0 : 1;
+    }
+    spdlog::info("leading etcd prefix {} (fence revision {})", target->prefix,
+                 *fence);
+    EtcdStoreOptions store_options;
+    store_options.prefix = target->prefix;
+    etcd_store = std::make_unique<EtcdMetadataStore>(etcd, store_options);
+    etcd_store->SetFence(leadership->key(), *fence);
+  }
   // The directory is private (0700, files 0600) before the secret goes in.
   if (!data_dir.empty()) {
     if (absl::Status status = PrepareDataDir(data_dir); !status.ok()) {
@@ -184,7 +266,8 @@ int Run() {
     }
   }
   absl::StatusOr<std::string> cluster_secret =
-      LoadOrMakeClusterSecret(data_dir);
+      etcd_store != nullptr ? etcd_store->LoadOrMakeSecret(32)
+                            : LoadOrMakeClusterSecret(data_dir);
   if (!cluster_secret.ok()) {
     spdlog::error("{}", std::string(cluster_secret.status().message()));
     return 1;
@@ -219,7 +302,9 @@ int Run() {
   watch->Start();
   std::unique_ptr<MetadataStore> store;
   FileMetadataStore* file_store = nullptr;
-  if (data_dir.empty()) {
+  if (etcd_store != nullptr) {
+    store = std::move(etcd_store);
+  } else if (data_dir.empty()) {
     store = std::make_unique<MemoryMetadataStore>();
   } else {
     RecoveryOptions recovery;
@@ -244,7 +329,7 @@ int Run() {
     return 1;
   }
   if (absl::Status status = coordinator.Recover(); !status.ok()) {
-    spdlog::error("cannot recover metadata from --data_dir={}: {}", data_dir,
+    spdlog::error("cannot recover metadata from {}: {}", store_description,
                   std::string(status.message()));
     return 1;
   }
@@ -291,7 +376,11 @@ int Run() {
                            file_store->torn_bytes_dropped(), " bytes")
             : std::string());
   }
-  if (file_store == nullptr || file_store->cluster_id_created()) {
+  if (leadership != nullptr) {
+    spdlog::info("cluster {} (recovered {} tensor(s) and {} worker(s))",
+                 coordinator.cluster_id(), coordinator.recovered().tensors,
+                 coordinator.recovered().workers);
+  } else if (file_store == nullptr || file_store->cluster_id_created()) {
     spdlog::warn(
         "NEW CLUSTER {}: {}. Workers that served another cluster keep its "
         "shards quarantined (never freed on this coordinator's word) until "
@@ -318,7 +407,8 @@ int Run() {
         listener_dead = true;
         kill(getpid(), SIGTERM);  // wakes the signal wait below
       });
-  const int sig = WaitForTerminationSignal();
+  terminating.WaitForNotification();
+  const int sig = signal_seen;
   probe.reset();
   if (listener_dead) {
     // Every acknowledged change is durable already.
@@ -334,6 +424,8 @@ int Run() {
     spdlog::default_logger()->flush();
     std::_Exit(0);
   }
+  // A standby takes over at once.
+  if (leadership != nullptr) leadership->Resign();
   spdlog::info("stopped");
   return 0;
 }

@@ -1,0 +1,102 @@
+#include "coordinator/etcd_leadership.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "coordinator/etcd_metadata_store.h"
+#include "core/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace tessera {
+namespace {
+
+// How often a standby looks whether the leader key is gone.
+constexpr absl::Duration kPoll = absl::Milliseconds(100);
+
+}  // namespace
+
+EtcdLeadership::EtcdLeadership(std::shared_ptr<const EtcdClient> etcd,
+                               std::string prefix, std::string address,
+                               absl::Duration ttl)
+    : etcd_(std::move(etcd)),
+      key_(absl::StrCat(prefix, kElectionDir, "leader")),
+      address_(std::move(address)),
+      ttl_(ttl) {}
+
+EtcdLeadership::~EtcdLeadership() {
+  done_.Notify();
+  if (renewer_.joinable()) renewer_.join();
+}
+
+absl::StatusOr<int64_t> EtcdLeadership::Campaign(
+    const absl::Notification& stop,
+    const std::function<void(const std::string& leader)>& on_standby,
+    std::function<void()> on_lost) {
+  on_lost_ = std::move(on_lost);
+  TESSERA_ASSIGN_OR_RETURN(lease_, etcd_->GrantLease(ttl_));
+  renewer_ = std::thread([this] { Renew(); });
+  std::string seen;
+  for (;;) {
+    if (stop.HasBeenNotified()) {
+      return absl::CancelledError("stopped while standing by");
+    }
+    etcdserverpb::TxnRequest txn;
+    etcdserverpb::Compare* absent = txn.add_compare();
+    absent->set_result(etcdserverpb::Compare::EQUAL);
+    absent->set_target(etcdserverpb::Compare::CREATE);
+    absent->set_key(key_);
+    absent->set_create_revision(0);
+    etcdserverpb::PutRequest* put = txn.add_success()->mutable_request_put();
+    put->set_key(key_);
+    put->set_value(address_);
+    put->set_lease(lease_);
+    txn.add_failure()->mutable_request_range()->set_key(key_);
+    absl::StatusOr<etcdserverpb::TxnResponse> got = etcd_->Txn(txn);
+    if (got.ok() && got->succeeded()) return got->header().revision();
+    if (got.ok() && got->responses_size() == 1 &&
+        got->responses(0).response_range().kvs_size() == 1) {
+      const std::string leader =
+          got->responses(0).response_range().kvs(0).value();
+      if (leader != seen) {
+        seen = leader;
+        on_standby(leader);
+      }
+    } else if (!got.ok()) {
+      spdlog::warn("standing by: {}", std::string(got.status().message()));
+    }
+    stop.WaitForNotificationWithTimeout(kPoll);
+  }
+}
+
+void EtcdLeadership::Renew() {
+  absl::Time renewed = absl::Now();
+  while (!done_.WaitForNotificationWithTimeout(ttl_ / 3)) {
+    const absl::Status status = etcd_->KeepAlive(lease_);
+    if (status.ok()) {
+      renewed = absl::Now();
+      continue;
+    }
+    // Expired, or not renewed for longer than the TTL: another coordinator
+    // may hold the key now.
+    if (absl::IsNotFound(status) || absl::Now() - renewed >= ttl_) {
+      spdlog::error("etcd lease {}: {}", lease_, std::string(status.message()));
+      if (on_lost_) on_lost_();
+      return;
+    }
+  }
+}
+
+absl::StatusOr<std::string> EtcdLeadership::Leader() const {
+  TESSERA_ASSIGN_OR_RETURN(std::vector<mvccpb::KeyValue> kv,
+                           etcd_->Range(key_));
+  return kv.empty() ? std::string() : kv.front().value();
+}
+
+void EtcdLeadership::Resign() {
+  done_.Notify();
+  if (renewer_.joinable()) renewer_.join();
+  if (lease_ != 0) etcd_->RevokeLease(lease_).IgnoreError();
+}
+
+}  // namespace tessera

@@ -1,0 +1,72 @@
+// EtcdLeadership: which of several coordinators sharing one etcd prefix is
+// the leader (CLI.md "Highly available coordinator (v3)"). A coordinator
+// holds an etcd lease, renewed every third of its TTL, and is the leader
+// while the key P/election/leader, attached to that lease, is the one it
+// created: etcd deletes the key when the lease runs out (the coordinator
+// died or hung), and a standby, polling for that, creates it in a
+// transaction that succeeds only if the key is absent. The key's create
+// revision is the leader's fence: EtcdMetadataStore compares it in every
+// write, so a coordinator that lost the key can never commit again.
+//
+// A leader that cannot renew its lease before it would run out calls
+// `on_lost`: it must stop serving writes (the fence already refuses them).
+// Resign() revokes the lease, handing over at once (SIGTERM).
+#ifndef TESSERA_COORDINATOR_ETCD_LEADERSHIP_H_
+#define TESSERA_COORDINATOR_ETCD_LEADERSHIP_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "coordinator/etcd_client.h"
+
+namespace tessera {
+
+class EtcdLeadership {
+ public:
+  // `prefix` is the metadata prefix (ends with '/'); `address` is what
+  // the leader key holds: where clients reach this coordinator.
+  EtcdLeadership(std::shared_ptr<const EtcdClient> etcd, std::string prefix,
+                 std::string address, absl::Duration ttl);
+  ~EtcdLeadership();
+
+  const std::string& key() const { return key_; }
+
+  // Waits until this coordinator is the leader, or `stop` is notified
+  // (CANCELLED). `on_standby(leader)` is called whenever another
+  // coordinator is seen holding the key. Returns the key's create revision
+  // (the fence). `on_lost` is called (once, from the renewing thread) if
+  // the lease cannot be kept.
+  absl::StatusOr<int64_t> Campaign(
+      const absl::Notification& stop,
+      const std::function<void(const std::string& leader)>& on_standby,
+      std::function<void()> on_lost);
+
+  // The address the leader key holds now ("" if none).
+  absl::StatusOr<std::string> Leader() const;
+
+  // Gives the leadership up at once (revokes the lease).
+  void Resign();
+
+ private:
+  void Renew();
+
+  const std::shared_ptr<const EtcdClient> etcd_;
+  const std::string key_;
+  const std::string address_;
+  const absl::Duration ttl_;
+  int64_t lease_ = 0;
+  std::function<void()> on_lost_;
+  absl::Notification done_;
+  std::thread renewer_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_ETCD_LEADERSHIP_H_
