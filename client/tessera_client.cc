@@ -229,6 +229,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
     return absl::InvalidArgumentError(absl::StrCat(
         "coordinator address '", coordinator, "' is not HOST:PORT"));
   }
+  // Several coordinators (one leads): each must be HOST:PORT and resolve.
+  TESSERA_RETURN_IF_ERROR(ChannelTarget(coordinator).status());
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Connection> connection,
                            Connection::Make(coordinator, options));
   // Wait for the connection once here, so later calls fail fast and clearly.

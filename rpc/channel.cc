@@ -1,11 +1,19 @@
 #include "rpc/channel.h"
 
+#include <arpa/inet.h>
 #include <grpcpp/resource_quota.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <optional>
+#include <vector>
 
 #include "absl/base/call_once.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "rpc/metrics_interceptor.h"
 #include "rpc/status.h"
 
@@ -234,10 +242,64 @@ void DisableLockDebuggingOnce() {
   });
 }
 
+absl::StatusOr<std::string> ChannelTarget(const std::string& addresses) {
+  if (addresses.find(',') == std::string::npos) return addresses;
+  std::vector<std::string> v4, v6;
+  for (absl::string_view entry : absl::StrSplit(addresses, ',')) {
+    const size_t colon = entry.rfind(':');
+    if (colon == absl::string_view::npos || colon == 0 ||
+        colon + 1 == entry.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("address '", entry, "' is not HOST:PORT"));
+    }
+    std::string host(entry.substr(0, colon));
+    const std::string port(entry.substr(colon + 1));
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+      host = host.substr(1, host.size() - 2);
+    }
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 ||
+        found == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("address '", entry, "' does not resolve"));
+    }
+    char text[INET6_ADDRSTRLEN] = {};
+    if (found->ai_family == AF_INET) {
+      inet_ntop(AF_INET,
+                &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, text,
+                sizeof(text));
+      v4.push_back(absl::StrCat(text, ":", port));
+    } else {
+      inet_ntop(AF_INET6,
+                &reinterpret_cast<sockaddr_in6*>(found->ai_addr)->sin6_addr,
+                text, sizeof(text));
+      v6.push_back(absl::StrCat("[", text, "]:", port));
+    }
+    freeaddrinfo(found);
+  }
+  if (!v4.empty() && !v6.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "addresses '", addresses, "' mix IPv4 and IPv6: give one kind"));
+  }
+  return v4.empty() ? absl::StrCat("ipv6:", absl::StrJoin(v6, ","))
+                    : absl::StrCat("ipv4:", absl::StrJoin(v4, ","));
+}
+
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
                                            const ChannelOptions& options) {
   DisableLockDebuggingOnce();
   grpc::ChannelArguments args;
+  // Several addresses: one channel over all of them; TLS checks the
+  // certificates against the first address's host.
+  std::string target = address;
+  if (address.find(',') != std::string::npos) {
+    absl::StatusOr<std::string> resolved = ChannelTarget(address);
+    target = resolved.ok() ? *resolved : address.substr(0, address.find(','));
+    const std::string first = address.substr(0, address.find(','));
+    args.SetString(GRPC_ARG_DEFAULT_AUTHORITY, first);
+  }
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, Millis(options.keepalive_time));
@@ -269,9 +331,9 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   interceptors.push_back(std::make_unique<CancelCallInterceptorFactory>());
   if (!interceptors.empty()) {
     return grpc::experimental::CreateCustomChannelWithInterceptors(
-        address, credentials, args, std::move(interceptors));
+        target, credentials, args, std::move(interceptors));
   }
-  return grpc::CreateCustomChannel(address, credentials, args);
+  return grpc::CreateCustomChannel(target, credentials, args);
 }
 
 void ConfigureServerBuilder(grpc::ServerBuilder* builder,

@@ -104,8 +104,17 @@ struct ServerOptions {
   absl::Duration handshake_timeout = absl::Seconds(20);
 };
 
+// A channel to `address`, HOST:PORT; or, for "A1,A2,...", one channel over
+// every address that connects to the first that accepts and moves on when
+// it goes (gRPC's pick_first over the resolved addresses): coordinators
+// that stand by do not listen, so it follows the leader.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
                                            const ChannelOptions& options = {});
+
+// The gRPC target of `addresses` (see MakeChannel): unchanged for one;
+// "ipv4:IP:P,IP:P" (or ipv6:) for several, names resolved now.
+// INVALID_ARGUMENT for an entry that is not HOST:PORT or does not resolve.
+absl::StatusOr<std::string> ChannelTarget(const std::string& addresses);
 
 // Debian builds Abseil without NDEBUG, so every absl::Mutex -- gRPC's own
 // locks included -- checks for deadlock cycles through one process-wide
