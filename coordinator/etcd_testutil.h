@@ -43,8 +43,9 @@ class EtcdCluster {
   // Starts `members` members and waits until the cluster answers.
   explicit EtcdCluster(int members, const std::string& name = "etcd") {
     const char* tmp = std::getenv("TEST_TMPDIR");
-    dir_ =
-        absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name, "-", getpid());
+    static int made = 0;
+    dir_ = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name, "-", getpid(),
+                        "-", made++);
     mkdir(dir_.c_str(), 0700);
     std::vector<std::string> peers;
     for (int i = 0; i < members; ++i) {

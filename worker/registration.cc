@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "rpc/call.h"
 #include "rpc/channel.h"
@@ -183,8 +184,25 @@ CallOptions Registration::CoordinatorCall() const {
 }
 
 void Registration::Run() {
-  auto stub = v1::Coordinator::NewStub(
-      MakeChannel(options_.coordinator, options_.channel));
+  // Several coordinators (one leads): one channel each, used in turn. A
+  // call that cannot reach one (refused: a standby; no answer in time: a
+  // leader that died or hangs) moves to the next, which tells whether it
+  // leads by answering.
+  std::vector<std::unique_ptr<v1::Coordinator::Stub>> stubs;
+  for (absl::string_view address :
+       absl::StrSplit(options_.coordinator, ',', absl::SkipEmpty())) {
+    stubs.push_back(v1::Coordinator::NewStub(
+        MakeChannel(std::string(address), options_.channel)));
+  }
+  size_t current = 0;
+  v1::Coordinator::Stub* stub = stubs.front().get();
+  auto next_if_unreachable = [&](const absl::Status& status) {
+    if (stubs.size() > 1 &&
+        (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status))) {
+      current = (current + 1) % stubs.size();
+      stub = stubs[current].get();
+    }
+  };
   absl::Duration backoff = absl::Milliseconds(50);
   absl::Duration heartbeat_interval = absl::Seconds(1);
   bool registered = false;
@@ -246,6 +264,7 @@ void Registration::Run() {
         on_fatal_(status);
         return;
       }
+      next_if_unreachable(status);
       const bool say = failures++ % 20 == 0;
       if (say && rotating) {
         spdlog::error(
@@ -298,6 +317,7 @@ void Registration::Run() {
         Call(CoordinatorCall(), [&](grpc::ClientContext* context) {
           return stub->Heartbeat(context, request, &response);
         });
+    if (!status.ok()) next_if_unreachable(status);
     if (status.ok() && !response.reregister() &&
         !response.cluster_id().empty() &&
         response.cluster_id() != cluster_id()) {

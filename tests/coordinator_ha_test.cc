@@ -1,0 +1,292 @@
+// Highly available coordinator (CLI.md v3) on real daemons: three etcd
+// members, two coordinators on one prefix (one leads, one stands by), two
+// workers and the CLI given both coordinator addresses.
+//
+// - kill -9 of the leader: the standby leads within its lease, a write is
+//   acknowledged through the same address list, nothing acknowledged
+//   before is lost, and reads through shard handles taken before go on
+//   while no coordinator leads;
+// - a leader stopped (SIGSTOP) past its lease is deposed: the other one
+//   leads, and when the stopped one resumes it commits nothing and exits;
+// - bad input: --metadata with --data_dir, a malformed URL, etcd down.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/tessera_client.h"
+#include "coordinator/etcd_testutil.h"
+#include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/cluster.h"
+
+namespace tessera {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Daemon {
+  pid_t pid = -1;
+  std::string log;
+};
+
+Daemon Spawn(const std::vector<std::string>& args, const std::string& log) {
+  Daemon d;
+  d.log = log;
+  d.pid = fork();
+  if (d.pid == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> argv;
+    std::vector<std::string> copy = args;
+    for (std::string& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return d;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Exit status of `pid` once it exits within `timeout`; -1 if it does not.
+int WaitExit(pid_t pid, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return -1;
+}
+
+class CoordinatorHaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    etcd_ = std::make_unique<testing::EtcdCluster>(3, "etcd-ha");
+    ASSERT_TRUE(etcd_->ready());
+    dir_ = std::getenv("TEST_TMPDIR");
+    for (int i = 0; i < 2; ++i) {
+      ports_[i] = PickFreePort();
+      StartCoordinator(i);
+      // The first leads before the second stands by.
+      if (i == 0) ASSERT_TRUE(Serving(0));
+    }
+    addresses_ =
+        absl::StrCat("127.0.0.1:", ports_[0], ",127.0.0.1:", ports_[1]);
+    for (int w = 0; w < 2; ++w) {
+      workers_.push_back(
+          Spawn({TestCluster::BinaryPath("worker/tessera-worker"),
+                 "--coordinator=" + addresses_, absl::StrCat("--name=w", w),
+                 "--listen=127.0.0.1:0"},
+                absl::StrCat(dir_, "/w", w, ".log")));
+    }
+    ASSERT_TRUE(Eventually([&] {
+      Result r = Tessera({"workers"});
+      return r.code == 0 && absl::StrContains(r.out, "w0") &&
+             absl::StrContains(r.out, "w1");
+    })) << ReadFile(coordinators_[0].log);
+  }
+  void TearDown() override {
+    for (Daemon& d : workers_) {
+      kill(d.pid, SIGKILL);
+      waitpid(d.pid, nullptr, 0);
+    }
+    for (Daemon& d : coordinators_) {
+      if (d.pid > 0) {
+        kill(d.pid, SIGCONT);
+        kill(d.pid, SIGKILL);
+        waitpid(d.pid, nullptr, 0);
+      }
+    }
+  }
+
+  void StartCoordinator(int i) {
+    Daemon d =
+        Spawn({TestCluster::BinaryPath("coordinator/tessera-coordinator"),
+               absl::StrCat("--listen=127.0.0.1:", ports_[i]),
+               "--metadata=" + etcd_->url("ha"), "--leader_lease=2s",
+               "--lease_ms=3000", "--heartbeat_ms=250"},
+              absl::StrCat(dir_, "/coordinator", i, ".log"));
+    if (coordinators_.size() <= static_cast<size_t>(i)) {
+      coordinators_.resize(static_cast<size_t>(i) + 1);
+    }
+    coordinators_[static_cast<size_t>(i)] = d;
+  }
+
+  struct Result {
+    int code = -1;
+    std::string out, err;
+  };
+  Result Tessera(std::vector<std::string> args,
+                 const std::string& coordinator = "") {
+    args.insert(
+        args.begin(),
+        {TestCluster::BinaryPath("client/tessera"),
+         "--coordinator=" + (coordinator.empty() ? addresses_ : coordinator),
+         "--timeout=2"});
+    Result r;
+    r.code = TestCluster::Run(args, &r.out, &r.err);
+    return r;
+  }
+  bool Serving(int i) {
+    return Eventually([&] {
+      return Tessera({"ls"}, absl::StrCat("127.0.0.1:", ports_[i])).code == 0;
+    });
+  }
+  static bool Eventually(const std::function<bool()>& done,
+                         absl::Duration timeout = absl::Seconds(30)) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      if (done()) return true;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return false;
+  }
+
+  std::unique_ptr<testing::EtcdCluster> etcd_;
+  std::string dir_;
+  int ports_[2] = {0, 0};
+  std::string addresses_;
+  std::vector<Daemon> coordinators_;
+  std::vector<Daemon> workers_;
+};
+
+TEST_F(CoordinatorHaTest, AKilledLeaderIsReplacedAndNothingAcknowledgedIsLost) {
+  ASSERT_EQ(Tessera({"create", "x", "--shape=64,16", "--dtype=float32",
+                     "--chunk_dim=0", "--placements=w0,w1", "--init=ones"})
+                .code,
+            0);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client,
+                       Client::Connect(addresses_));
+  ASSERT_OK_AND_ASSIGN(std::vector<ShardHandle> handles, client->Handles("x"));
+  // Reads through handles go on while no coordinator leads.
+  std::atomic<bool> stop{false};
+  std::atomic<int> reads{0}, failed{0};
+  std::thread reader([&] {
+    while (!stop) {
+      for (const ShardHandle& h : handles) {
+        absl::StatusOr<HostArray> got = h.ToHere();
+        if (got.ok()) {
+          ++reads;
+        } else {
+          ++failed;
+        }
+      }
+    }
+  });
+
+  kill(coordinators_[0].pid, SIGKILL);
+  waitpid(coordinators_[0].pid, nullptr, 0);
+  coordinators_[0].pid = -1;
+  const absl::Time killed = absl::Now();
+  // The next write through the same address list lands on the new leader.
+  ASSERT_TRUE(Eventually([&] {
+    return Tessera({"create", "y", "--shape=8", "--dtype=float32",
+                    "--chunk_dim=0", "--placements=w1", "--init=ones"})
+               .code == 0;
+  })) << ReadFile(coordinators_[1].log);
+  std::cerr << "first write acknowledged "
+            << absl::FormatDuration(absl::Now() - killed)
+            << " after kill -9 of the leader\n";
+  stop = true;
+  reader.join();
+  EXPECT_GT(reads.load(), 0);
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_THAT(ReadFile(coordinators_[1].log), HasSubstr("leading etcd prefix"));
+
+  Result ls = Tessera({"ls"});
+  ASSERT_EQ(ls.code, 0) << ls.err;
+  EXPECT_THAT(ls.out, HasSubstr("x "));
+  EXPECT_THAT(ls.out, HasSubstr("y "));
+  // Whole reads once both workers have found the new leader.
+  EXPECT_TRUE(Eventually([&] {
+    return Tessera({"get", "x", "--output=" + dir_ + "/x.npy"}).code == 0;
+  }));
+}
+
+TEST_F(CoordinatorHaTest, AStoppedLeaderIsDeposedAndCommitsNothingAfter) {
+  ASSERT_EQ(Tessera({"create", "a", "--shape=8", "--dtype=float32",
+                     "--chunk_dim=0", "--placements=w0", "--init=ones"})
+                .code,
+            0);
+  // Stopped past its lease: the standby leads.
+  kill(coordinators_[0].pid, SIGSTOP);
+  ASSERT_TRUE(Eventually([&] {
+    return Tessera({"create", "b", "--shape=8", "--dtype=float32",
+                    "--chunk_dim=0", "--placements=w1", "--init=ones"},
+                   absl::StrCat("127.0.0.1:", ports_[1]))
+               .code == 0;
+  })) << ReadFile(coordinators_[1].log);
+  // Resumed, the deposed leader finds its lease gone and exits; a write
+  // it was sent meanwhile is never acknowledged.
+  std::thread late([&] {
+    Result r = Tessera({"create", "c", "--shape=8", "--dtype=float32",
+                        "--chunk_dim=0", "--placements=w0", "--init=ones"},
+                       absl::StrCat("127.0.0.1:", ports_[0]));
+    EXPECT_NE(r.code, 0) << r.out;
+  });
+  absl::SleepFor(absl::Milliseconds(300));
+  kill(coordinators_[0].pid, SIGCONT);
+  EXPECT_EQ(WaitExit(coordinators_[0].pid, absl::Seconds(15)), 1)
+      << ReadFile(coordinators_[0].log);
+  coordinators_[0].pid = -1;
+  late.join();
+  EXPECT_THAT(ReadFile(coordinators_[0].log), HasSubstr("lost the leader"));
+  Result ls = Tessera({"ls"});
+  ASSERT_EQ(ls.code, 0) << ls.err;
+  EXPECT_THAT(ls.out, HasSubstr("a "));
+  EXPECT_THAT(ls.out, HasSubstr("b "));
+  EXPECT_THAT(ls.out, ::testing::Not(HasSubstr("c ")));
+}
+
+TEST(CoordinatorHaFlagsTest, BadMetadataFlagsAndAnUnreachableEtcdAreClear) {
+  const std::string coordinator =
+      TestCluster::BinaryPath("coordinator/tessera-coordinator");
+  std::string out, log;
+  EXPECT_EQ(
+      TestCluster::Run({coordinator, "--listen=127.0.0.1:0",
+                        "--metadata=etcd://127.0.0.1:1/p", "--data_dir=/tmp/x"},
+                       &log, &out),
+      2);
+  EXPECT_THAT(log + out, HasSubstr("--data_dir"));
+  EXPECT_EQ(TestCluster::Run({coordinator, "--listen=127.0.0.1:0",
+                              "--metadata=http://127.0.0.1:1/p"},
+                             &log, &out),
+            2);
+  EXPECT_THAT(log + out, HasSubstr("etcd://"));
+  EXPECT_EQ(TestCluster::Run({coordinator, "--listen=127.0.0.1:0",
+                              "--metadata=etcd://127.0.0.1:notaport/p"},
+                             &log, &out),
+            2);
+  EXPECT_THAT(log + out, HasSubstr("not HOST:PORT"));
+  const int closed = testing::FreeLoopbackPort();
+  EXPECT_EQ(TestCluster::Run(
+                {coordinator, "--listen=127.0.0.1:0",
+                 absl::StrCat("--metadata=etcd://127.0.0.1:", closed, "/p")},
+                &log, &out),
+            1);
+  EXPECT_THAT(log + out, HasSubstr("etcd is unreachable"));
+  EXPECT_THAT(log + out, HasSubstr(absl::StrCat("127.0.0.1:", closed)));
+}
+
+}  // namespace
+}  // namespace tessera
