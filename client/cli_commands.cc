@@ -79,6 +79,12 @@ const std::vector<CommandDef>& Commands() {
        0,
        {{"json", true}},
        &RunWorkers},
+      {"coordinators",
+       "coordinators [--json]",
+       "list the coordinators: which leads, which stand by",
+       0,
+       {{"json", true}},
+       &RunCoordinators},
       {"create",
        "create NAME --shape=D0,D1,.. --dtype=T SPEC [--init=I] [--replicas=R] "
        "[--json]",
@@ -696,6 +702,22 @@ absl::StatusOr<std::string> OutputPath(const std::string& path,
 std::ostream& ReportTo(const Invocation& inv, const std::string& output,
                        std::ostream& out) {
   return IsStdio(output) && inv.err != nullptr ? *inv.err : out;
+}
+
+absl::Status RunCoordinators(const Invocation& inv, std::ostream& out) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
+  TESSERA_ASSIGN_OR_RETURN(std::vector<CoordinatorStatus> list,
+                           client->Coordinators());
+  if (inv.GetBool("json")) {
+    out << CoordinatorsJson(list) << "\n";
+    return absl::OkStatus();
+  }
+  std::vector<std::vector<std::string>> rows = {{"ADDRESS", "ROLE", "ALIVE"}};
+  for (const CoordinatorStatus& c : list) {
+    rows.push_back({c.address, c.role, c.alive ? "yes" : "no"});
+  }
+  PrintTable(rows, out);
+  return absl::OkStatus();
 }
 
 absl::Status RunWorkers(const Invocation& inv, std::ostream& out) {

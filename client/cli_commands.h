@@ -72,6 +72,7 @@ struct Invocation {
 // The commands. Each validates its flags first (usage errors), then talks
 // to the cluster and prints its result to `out`.
 absl::Status RunWorkers(const Invocation& inv, std::ostream& out);
+absl::Status RunCoordinators(const Invocation& inv, std::ostream& out);
 absl::Status RunCreate(const Invocation& inv, std::ostream& out);
 absl::Status RunPut(const Invocation& inv, std::ostream& out);
 absl::Status RunGet(const Invocation& inv, std::ostream& out);

@@ -140,6 +140,15 @@ std::string WorkersJson(const std::vector<WorkerInfo>& workers) {
   return Dumps(items);
 }
 
+std::string CoordinatorsJson(const std::vector<CoordinatorStatus>& list) {
+  Json items = Json::array();
+  for (const CoordinatorStatus& c : list) {
+    items.push_back(
+        {{"address", c.address}, {"role", c.role}, {"alive", c.alive}});
+  }
+  return Dumps(items);
+}
+
 std::string ReshardJson(const ReshardStats& stats) {
   return Dumps({{"version", stats.version},
                 {"pieces_moved", stats.pieces_moved},

@@ -25,6 +25,7 @@ std::string TensorListJson(const std::vector<TensorInfo>& tensors);
 
 // `workers --json`: [{"name", "rank", "address", "device", "alive",
 // "bytes_used"}, ...].
+std::string CoordinatorsJson(const std::vector<CoordinatorStatus>& list);
 std::string WorkersJson(const std::vector<WorkerInfo>& workers);
 
 // `reshard --json`: {"version", "pieces_moved", "bytes_moved",

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <optional>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "client/connection.h"
 #include "client/data_plane.h"
 #include "client/mapped_file.h"
@@ -260,6 +262,34 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   }
   connection->NoteWorkers(workers);
   return std::unique_ptr<Client>(new Client(std::move(connection)));
+}
+
+absl::StatusOr<std::vector<CoordinatorStatus>> Client::Coordinators() {
+  v1::ListCoordinatorsRequest request;
+  v1::ListCoordinatorsResponse response;
+  TESSERA_RETURN_IF_ERROR(
+      Call(ControlCall(*connection_, /*idempotent=*/true),
+           [&](grpc::ClientContext* context) {
+             return connection_->coordinator()->ListCoordinators(
+                 context, request, &response);
+           }));
+  std::vector<CoordinatorStatus> out;
+  absl::flat_hash_set<std::string> listed;
+  for (const v1::CoordinatorInfo& c : response.coordinators()) {
+    if (c.role() != "leader" && c.role() != "standby") {
+      return absl::InternalError(absl::StrCat(
+          "the coordinator lists a coordinator of role '", c.role(), "'"));
+    }
+    out.push_back({c.address(), c.role(), c.alive()});
+    listed.insert(c.address());
+  }
+  for (absl::string_view given :
+       absl::StrSplit(coordinator_address(), ',', absl::SkipEmpty())) {
+    if (!listed.contains(given)) {
+      out.push_back({std::string(given), "standby", false});
+    }
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<WorkerInfo>> Client::Workers() {

@@ -71,6 +71,13 @@ struct UpdateStats {
 // the shard's bytes straight from its worker; once that version's shards are
 // freed (tensor deleted or resharded) it fails with a clear error instead of
 // returning other data.
+// One coordinator as `tessera coordinators` lists it.
+struct CoordinatorStatus {
+  std::string address;
+  std::string role;  // "leader" or "standby"
+  bool alive = false;
+};
+
 class ShardHandle {
  public:
   ShardHandle(std::shared_ptr<Connection> connection,
@@ -101,6 +108,10 @@ class Client {
       const std::string& coordinator, ClientOptions options = {});
 
   absl::StatusOr<std::vector<WorkerInfo>> Workers();
+  // The coordinators this client was given and those sharing their
+  // metadata: which leads, which stand by; an address given that is not
+  // standing (down) is listed as a standby that is not alive.
+  absl::StatusOr<std::vector<CoordinatorStatus>> Coordinators();
   // Worker management (the admin role; CLI.md "Replicas (v3)"): kCordoned,
   // kReady (uncordon) or kDraining. NOT_FOUND for an unknown worker.
   absl::Status SetWorkerState(const std::string& worker, WorkerState state);

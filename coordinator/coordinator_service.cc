@@ -231,6 +231,25 @@ grpc::Status CoordinatorService::RemoveWorker(
   return ToGrpcStatus(coordinator_->RemoveWorker(request->name()));
 }
 
+grpc::Status CoordinatorService::ListCoordinators(
+    grpc::ServerContext* context, const v1::ListCoordinatorsRequest*,
+    v1::ListCoordinatorsResponse* response) {
+  if (absl::StatusOr<Principal> p = Admit(context, "ListCoordinators");
+      !p.ok()) {
+    return ToGrpcStatus(p.status());
+  }
+  if (!coordinator_lister_) {
+    return ToGrpcStatus(absl::UnimplementedError("no coordinator list"));
+  }
+  absl::StatusOr<std::vector<v1::CoordinatorInfo>> listed =
+      coordinator_lister_();
+  if (!listed.ok()) return ToGrpcStatus(listed.status());
+  for (v1::CoordinatorInfo& c : *listed) {
+    *response->add_coordinators() = std::move(c);
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status CoordinatorService::ListWorkers(
     grpc::ServerContext* context, const v1::ListWorkersRequest*,
     v1::ListWorkersResponse* response) {

@@ -10,6 +10,7 @@
 #ifndef TESSERA_COORDINATOR_COORDINATOR_SERVICE_H_
 #define TESSERA_COORDINATOR_COORDINATOR_SERVICE_H_
 
+#include <functional>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
@@ -36,6 +37,17 @@ class CoordinatorService final : public v1::Coordinator::Service {
   grpc::Status ListWorkers(grpc::ServerContext*,
                            const v1::ListWorkersRequest* request,
                            v1::ListWorkersResponse* response) override;
+  grpc::Status ListCoordinators(
+      grpc::ServerContext*, const v1::ListCoordinatorsRequest* request,
+      v1::ListCoordinatorsResponse* response) override;
+
+  // Who answers ListCoordinators: the coordinators of the etcd prefix (the
+  // leader first), or this one alone. Set before serving.
+  using CoordinatorLister =
+      std::function<absl::StatusOr<std::vector<v1::CoordinatorInfo>>()>;
+  void SetCoordinatorLister(CoordinatorLister lister) {
+    coordinator_lister_ = std::move(lister);
+  }
   grpc::Status SetWorkerState(grpc::ServerContext*,
                               const v1::SetWorkerStateRequest* request,
                               v1::SetWorkerStateResponse* response) override;
@@ -80,6 +92,7 @@ class CoordinatorService final : public v1::Coordinator::Service {
                             v1::UpdateTensorResponse* response) override;
 
  private:
+  CoordinatorLister coordinator_lister_;
   // Hands freed memory back to the system shortly after a reply for a
   // tensor of very many shards. Deferred because gRPC frees the reply's
   // buffers only after the handler returns; trimming inside the handler

@@ -21,6 +21,7 @@ EtcdLeadership::EtcdLeadership(std::shared_ptr<const EtcdClient> etcd,
                                absl::Duration ttl)
     : etcd_(std::move(etcd)),
       key_(absl::StrCat(prefix, kElectionDir, "leader")),
+      members_(absl::StrCat(prefix, kElectionDir, "members/")),
       address_(std::move(address)),
       ttl_(ttl) {}
 
@@ -36,6 +37,15 @@ absl::StatusOr<int64_t> EtcdLeadership::Campaign(
   on_lost_ = std::move(on_lost);
   TESSERA_ASSIGN_OR_RETURN(lease_, etcd_->GrantLease(ttl_));
   renewer_ = std::thread([this] { Renew(); });
+  // Listed among the prefix's coordinators for as long as the lease lives.
+  {
+    etcdserverpb::TxnRequest join;
+    etcdserverpb::PutRequest* put = join.add_success()->mutable_request_put();
+    put->set_key(members_ + address_);
+    put->set_value(address_);
+    put->set_lease(lease_);
+    TESSERA_RETURN_IF_ERROR(etcd_->Txn(join).status());
+  }
   std::string seen;
   for (;;) {
     if (stop.HasBeenNotified()) {
@@ -91,6 +101,23 @@ absl::StatusOr<std::string> EtcdLeadership::Leader() const {
   TESSERA_ASSIGN_OR_RETURN(std::vector<mvccpb::KeyValue> kv,
                            etcd_->Range(key_));
   return kv.empty() ? std::string() : kv.front().value();
+}
+
+absl::StatusOr<std::vector<EtcdLeadership::Member>> EtcdLeadership::Members()
+    const {
+  TESSERA_ASSIGN_OR_RETURN(const std::string leader, Leader());
+  TESSERA_ASSIGN_OR_RETURN(std::vector<mvccpb::KeyValue> kvs,
+                           etcd_->Range(members_, PrefixEnd(members_)));
+  std::vector<Member> out;
+  for (const mvccpb::KeyValue& kv : kvs) {
+    Member m{kv.value(), kv.value() == leader};
+    if (m.leader) {
+      out.insert(out.begin(), m);
+    } else {
+      out.push_back(m);
+    }
+  }
+  return out;
 }
 
 void EtcdLeadership::Resign() {

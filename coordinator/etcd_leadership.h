@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
@@ -51,6 +52,14 @@ class EtcdLeadership {
   // The address the leader key holds now ("" if none).
   absl::StatusOr<std::string> Leader() const;
 
+  struct Member {
+    std::string address;
+    bool leader = false;
+  };
+  // Every coordinator standing for the prefix now (each holds a key on its
+  // lease under P/election/members/), the leader first.
+  absl::StatusOr<std::vector<Member>> Members() const;
+
   // Gives the leadership up at once (revokes the lease).
   void Resign();
 
@@ -59,6 +68,7 @@ class EtcdLeadership {
 
   const std::shared_ptr<const EtcdClient> etcd_;
   const std::string key_;
+  const std::string members_;  // P/election/members/
   const std::string address_;
   const absl::Duration ttl_;
   int64_t lease_ = 0;

@@ -25,6 +25,7 @@
 #include "coordinator/etcd_metadata_store.h"
 #include "coordinator/file_metadata_store.h"
 #include "coordinator/grpc_worker_control.h"
+#include "core/status_macros.h"
 #include "ops/daemon_help.h"
 #include "ops/daemon_listener.h"
 #include "ops/daemon_security.h"
@@ -334,6 +335,26 @@ int Run() {
     return 1;
   }
   CoordinatorService service(&coordinator, &authority);
+  service.SetCoordinatorLister(
+      [&]() -> absl::StatusOr<std::vector<v1::CoordinatorInfo>> {
+        std::vector<v1::CoordinatorInfo> out;
+        if (leadership == nullptr) {
+          v1::CoordinatorInfo& self = out.emplace_back();
+          self.set_address(listen);
+          self.set_role("leader");
+          self.set_alive(true);
+          return out;
+        }
+        TESSERA_ASSIGN_OR_RETURN(std::vector<EtcdLeadership::Member> members,
+                                 leadership->Members());
+        for (const EtcdLeadership::Member& m : members) {
+          v1::CoordinatorInfo& c = out.emplace_back();
+          c.set_address(m.address);
+          c.set_role(m.leader ? "leader" : "standby");
+          c.set_alive(true);
+        }
+        return out;
+      });
   ServerOptions server_options;
   server_options.metrics = &metrics;
   server_options.credentials = security->server_credentials;

@@ -35,6 +35,7 @@ const absl::flat_hash_map<std::string, Role>& MethodTable() {
       {"/tessera.v1.Coordinator/RegisterWorker", Role::kWorker},
       {"/tessera.v1.Coordinator/Heartbeat", Role::kWorker},
       {"/tessera.v1.Coordinator/ListWorkers", Role::kRead},
+      {"/tessera.v1.Coordinator/ListCoordinators", Role::kRead},
       {"/tessera.v1.Coordinator/GetTensor", Role::kRead},
       {"/tessera.v1.Coordinator/ReleaseRead", Role::kRead},
       {"/tessera.v1.Coordinator/ListTensors", Role::kRead},

@@ -175,6 +175,15 @@ TEST_F(CoordinatorHaTest, AKilledLeaderIsReplacedAndNothingAcknowledgedIsLost) {
                      "--chunk_dim=0", "--placements=w0,w1", "--init=ones"})
                 .code,
             0);
+  // Both stand; the first leads.
+  Result listed = Tessera({"coordinators", "--json"});
+  ASSERT_EQ(listed.code, 0) << listed.err;
+  EXPECT_EQ(listed.out,
+            absl::StrCat("[{\"address\": \"127.0.0.1:", ports_[0],
+                         "\", \"role\": \"leader\", \"alive\": true}, "
+                         "{\"address\": \"127.0.0.1:",
+                         ports_[1],
+                         "\", \"role\": \"standby\", \"alive\": true}]\n"));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client,
                        Client::Connect(addresses_));
   ASSERT_OK_AND_ASSIGN(std::vector<ShardHandle> handles, client->Handles("x"));
@@ -213,6 +222,13 @@ TEST_F(CoordinatorHaTest, AKilledLeaderIsReplacedAndNothingAcknowledgedIsLost) {
   EXPECT_EQ(failed.load(), 0);
   EXPECT_THAT(ReadFile(coordinators_[1].log), HasSubstr("leading etcd prefix"));
 
+  // The second leads; the first is down (its lease ran out).
+  listed = Tessera({"coordinators"});
+  ASSERT_EQ(listed.code, 0) << listed.err;
+  EXPECT_THAT(listed.out, HasSubstr(absl::StrCat("127.0.0.1:", ports_[1],
+                                                 "   leader    yes")));
+  EXPECT_THAT(listed.out, HasSubstr(absl::StrCat("127.0.0.1:", ports_[0],
+                                                 "   standby   no")));
   Result ls = Tessera({"ls"});
   ASSERT_EQ(ls.code, 0) << ls.err;
   EXPECT_THAT(ls.out, HasSubstr("x "));

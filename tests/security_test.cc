@@ -126,6 +126,13 @@ TEST_F(SecurityTest, EachRoleDoesExactlyWhatTheTableSays) {
   auto reader = Connect(As("reader"));
   ASSERT_TRUE(reader.ok()) << reader.status();
   EXPECT_TRUE((*reader)->Workers().ok());
+  // One coordinator, without etcd: it leads.
+  absl::StatusOr<std::vector<CoordinatorStatus>> coordinators =
+      (*reader)->Coordinators();
+  ASSERT_TRUE(coordinators.ok()) << coordinators.status();
+  ASSERT_EQ(coordinators->size(), 1u);
+  EXPECT_EQ(coordinators->front().role, "leader");
+  EXPECT_TRUE(coordinators->front().alive);
   EXPECT_TRUE((*reader)->List().ok());
   EXPECT_TRUE((*reader)->Describe("t").ok());
   EXPECT_TRUE((*reader)->Get("t", std::nullopt).ok());
