@@ -26,7 +26,7 @@ EtcdLeadership::EtcdLeadership(std::shared_ptr<const EtcdClient> etcd,
       ttl_(ttl) {}
 
 EtcdLeadership::~EtcdLeadership() {
-  done_.Notify();
+  if (!done_.HasBeenNotified()) done_.Notify();
   if (renewer_.joinable()) renewer_.join();
 }
 
@@ -121,7 +121,7 @@ absl::StatusOr<std::vector<EtcdLeadership::Member>> EtcdLeadership::Members()
 }
 
 void EtcdLeadership::Resign() {
-  done_.Notify();
+  if (!done_.HasBeenNotified()) done_.Notify();
   if (renewer_.joinable()) renewer_.join();
   if (lease_ != 0) etcd_->RevokeLease(lease_).IgnoreError();
 }

@@ -14,7 +14,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,10 +40,34 @@ inline int FreeLoopbackPort() {
   return ntohs(addr.sin_port);
 }
 
+// PEM files of a TLS etcd: its server certificate (also the client's), key
+// and CA; clients must present a certificate of the CA.
+struct EtcdTls {
+  std::string ca, cert, key;
+};
+
+inline std::string ReadPem(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Client credentials for a TLS etcd from the same files.
+inline std::shared_ptr<grpc::ChannelCredentials> EtcdCredentials(
+    const EtcdTls& tls) {
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = ReadPem(tls.ca);
+  options.pem_cert_chain = ReadPem(tls.cert);
+  options.pem_private_key = ReadPem(tls.key);
+  return grpc::SslCredentials(options);
+}
+
 class EtcdCluster {
  public:
-  // Starts `members` members and waits until the cluster answers.
-  explicit EtcdCluster(int members, const std::string& name = "etcd") {
+  // Starts `members` members and waits until the cluster answers (over
+  // TLS with client-certificate auth when `tls` names files).
+  explicit EtcdCluster(int members, const std::string& name = "etcd",
+                       EtcdTls tls = {})
+      : tls_(std::move(tls)) {
     const char* tmp = std::getenv("TEST_TMPDIR");
     static int made = 0;
     dir_ = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name, "-", getpid(),
@@ -80,13 +106,15 @@ class EtcdCluster {
     Member& m = members_[static_cast<size_t>(i)];
     const std::string data = absl::StrCat(dir_, "/", m.name);
     const std::string log = data + ".log";
+    const std::string scheme = tls_.ca.empty() ? "http" : "https";
     std::vector<std::string> args = {
         "/usr/bin/etcd",
         "--name=" + m.name,
         "--data-dir=" + data,
-        absl::StrCat("--listen-client-urls=http://127.0.0.1:", m.client_port),
-        absl::StrCat("--advertise-client-urls=http://127.0.0.1:",
-                     m.client_port),
+        absl::StrCat("--listen-client-urls=", scheme,
+                     "://127.0.0.1:", m.client_port),
+        absl::StrCat("--advertise-client-urls=", scheme,
+                     "://127.0.0.1:", m.client_port),
         absl::StrCat("--listen-peer-urls=http://127.0.0.1:", m.peer_port),
         absl::StrCat("--initial-advertise-peer-urls=http://127.0.0.1:",
                      m.peer_port),
@@ -98,6 +126,12 @@ class EtcdCluster {
         "--election-timeout=500",
         "--log-level=warn",
     };
+    if (!tls_.ca.empty()) {
+      args.push_back("--cert-file=" + tls_.cert);
+      args.push_back("--key-file=" + tls_.key);
+      args.push_back("--trusted-ca-file=" + tls_.ca);
+      args.push_back("--client-cert-auth");
+    }
     const pid_t pid = fork();
     if (pid == 0) {
       const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
@@ -128,7 +162,9 @@ class EtcdCluster {
   bool WaitReady(absl::Duration timeout) const {
     const absl::Time deadline = absl::Now() + timeout;
     for (const std::string& endpoint : endpoints()) {
-      EtcdClient client({endpoint}, {});
+      EtcdClientOptions options;
+      if (!tls_.ca.empty()) options.credentials = EtcdCredentials(tls_);
+      EtcdClient client({endpoint}, options);
       for (;;) {
         const absl::Status probe = client.Range("probe").status();
         if (probe.ok()) break;
@@ -150,6 +186,7 @@ class EtcdCluster {
     int peer_port = 0;
     pid_t pid = -1;
   };
+  const EtcdTls tls_;
   std::string dir_;
   std::string initial_cluster_;
   std::vector<Member> members_;

@@ -33,6 +33,7 @@
 #include "ops/metrics_http.h"
 #include "ops/process_metrics.h"
 #include "ops/version.h"
+#include "rpc/security.h"
 #include "rpc/server.h"
 #include "rpc/signals.h"
 #include "spdlog/spdlog.h"
@@ -48,6 +49,13 @@ ABSL_FLAG(std::string, metadata, "",
 ABSL_FLAG(std::string, advertise, "",
           "with --metadata: HOST:PORT where clients and workers reach this "
           "coordinator (default: --listen, with its port)");
+ABSL_FLAG(std::string, etcd_ca, "",
+          "with --metadata: CA certificate (PEM) etcd's certificates chain to; "
+          "set, the coordinator speaks TLS to etcd");
+ABSL_FLAG(std::string, etcd_cert, "",
+          "with --metadata and --etcd_ca: client certificate (PEM) for etcd's "
+          "client-certificate auth (--client-cert-auth)");
+ABSL_FLAG(std::string, etcd_key, "", "the private key of --etcd_cert");
 ABSL_FLAG(absl::Duration, leader_lease, absl::Seconds(2),
           "with --metadata: the leader's etcd lease; a standby takes over "
           "this long after the leader dies");
@@ -219,8 +227,24 @@ int Run() {
       spdlog::error("{}", std::string(target.status().message()));
       return 2;
     }
-    auto etcd =
-        std::make_shared<EtcdClient>(target->endpoints, EtcdClientOptions{});
+    EtcdClientOptions etcd_options;
+    const TlsFiles etcd_tls{absl::GetFlag(FLAGS_etcd_ca),
+                            absl::GetFlag(FLAGS_etcd_cert),
+                            absl::GetFlag(FLAGS_etcd_key)};
+    if (!etcd_tls.ca.empty()) {
+      absl::StatusOr<TlsMaterial> tls = LoadTls(etcd_tls, /*need_cert=*/false);
+      if (!tls.ok()) {
+        spdlog::error("--etcd_ca/--etcd_cert/--etcd_key: {}",
+                      std::string(tls.status().message()));
+        return 2;
+      }
+      etcd_options.credentials = ChannelCredentialsFor(*tls);
+    } else if (etcd_tls.enabled()) {
+      spdlog::error("--etcd_cert and --etcd_key need --etcd_ca");
+      return 2;
+    }
+    auto etcd = std::make_shared<EtcdClient>(target->endpoints,
+                                             std::move(etcd_options));
     if (absl::Status up =
             etcd->FirstKey(target->prefix, PrefixEnd(target->prefix)).status();
         !up.ok()) {

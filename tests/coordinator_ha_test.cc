@@ -274,6 +274,49 @@ TEST_F(CoordinatorHaTest, AStoppedLeaderIsDeposedAndCommitsNothingAfter) {
   EXPECT_THAT(ls.out, ::testing::Not(HasSubstr("c ")));
 }
 
+// etcd with client-certificate auth (TLS): a coordinator given the CA and a
+// certificate of it leads and serves; one without is refused by etcd and
+// says etcd is unreachable.
+TEST(CoordinatorHaTlsTest, EtcdOverTlsNeedsTheClientCertificate) {
+  const std::string certs = std::string(std::getenv("TEST_TMPDIR")) + "/certs";
+  std::string out, err;
+  const std::string script =
+      absl::StrCat(std::getenv("TEST_SRCDIR"), "/tessera/deploy/make-certs.sh");
+  ASSERT_EQ(TestCluster::Run({"/bin/bash", script, certs, "--workers", "0"},
+                             &out, &err),
+            0)
+      << err;
+  testing::EtcdTls tls{certs + "/ca.crt", certs + "/coordinator.crt",
+                       certs + "/coordinator.key"};
+  testing::EtcdCluster etcd(1, "etcd-tls", tls);
+  ASSERT_TRUE(etcd.ready());
+  const std::string coordinator =
+      TestCluster::BinaryPath("coordinator/tessera-coordinator");
+  const std::string metadata = "--metadata=" + etcd.url("tls");
+  EXPECT_EQ(TestCluster::Run({coordinator, "--listen=127.0.0.1:0", metadata},
+                             &out, &err),
+            1);
+  EXPECT_THAT(out + err, HasSubstr("etcd is unreachable"));
+  const int port = PickFreePort();
+  Daemon leader = Spawn({coordinator, absl::StrCat("--listen=127.0.0.1:", port),
+                         metadata, "--etcd_ca=" + tls.ca,
+                         "--etcd_cert=" + tls.cert, "--etcd_key=" + tls.key},
+                        certs + "/../coordinator-tls.log");
+  const std::string cli = TestCluster::BinaryPath("client/tessera");
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  int code = -1;
+  while (absl::Now() < deadline && code != 0) {
+    code = TestCluster::Run(
+        {cli, absl::StrCat("--coordinator=127.0.0.1:", port), "coordinators"},
+        &out, &err);
+    if (code != 0) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(code, 0) << ReadFile(certs + "/../coordinator-tls.log");
+  EXPECT_THAT(out, HasSubstr("leader"));
+  kill(leader.pid, SIGTERM);
+  EXPECT_EQ(WaitExit(leader.pid, absl::Seconds(15)), 0);
+}
+
 TEST(CoordinatorHaFlagsTest, BadMetadataFlagsAndAnUnreachableEtcdAreClear) {
   const std::string coordinator =
       TestCluster::BinaryPath("coordinator/tessera-coordinator");
