@@ -30,6 +30,12 @@ absl::StatusOr<std::shared_ptr<Connection>> Connection::Make(
     coordinator_channel.credentials = ChannelCredentialsFor(*tls);
     worker_channels.credentials = coordinator_channel.credentials;
   }
+  // Several coordinators: a standby listens once it leads, and the
+  // channel must try it again within a second, not after gRPC's minimum
+  // connect timeout (which also paces its reconnects).
+  if (coordinator_address.find(',') != std::string::npos) {
+    coordinator_channel.connect_timeout = absl::Seconds(1);
+  }
   // Only the coordinator sees the secret; workers take capabilities.
   if (!options.token.empty()) {
     coordinator_channel.interceptors = BearerTokenInterceptors(options.token);

@@ -67,6 +67,37 @@ bool Ambiguous(const absl::Status& s) {
 
 }  // namespace
 
+absl::StatusOr<StoredValue> ParseStoredValue(absl::string_view value,
+                                             absl::string_view magic,
+                                             int64_t max_bytes) {
+  if (value.size() < 9 || !absl::StartsWith(value, magic)) {
+    return absl::DataLossError("is not one of tessera's values");
+  }
+  StoredValue out;
+  out.crc32 = static_cast<uint32_t>(GetLE(value, 5, 4));
+  if (value[4] == 'I') {
+    out.inline_bytes = value.substr(9);
+    return out;
+  }
+  if (value[4] != 'C') {
+    return absl::DataLossError("is not one of tessera's values");
+  }
+  if (value.size() != 21) {
+    return absl::DataLossError("has a damaged chunk list");
+  }
+  out.chunked = true;
+  out.total_bytes = GetLE(value, 9, 8);
+  out.chunks = GetLE(value, 17, 4);
+  if (out.total_bytes > static_cast<uint64_t>(max_bytes) || out.chunks == 0 ||
+      out.chunks > static_cast<uint64_t>(kMaxChunks) ||
+      out.chunks > out.total_bytes) {
+    return absl::DataLossError(absl::StrCat("names ", out.chunks, " chunks of ",
+                                            out.total_bytes,
+                                            " bytes, past its bounds"));
+  }
+  return out;
+}
+
 EtcdMetadataStore::EtcdMetadataStore(std::shared_ptr<const EtcdClient> etcd,
                                      EtcdStoreOptions options)
     : etcd_(std::move(etcd)), options_(std::move(options)) {}
@@ -162,24 +193,16 @@ absl::StatusOr<std::string> EtcdMetadataStore::Unstage(
     return absl::DataLossError(
         absl::StrCat(what, " under etcd prefix ", options_.prefix, " ", why));
   };
-  if (value.size() < 9 || !absl::StartsWith(value, magic)) {
-    return damaged("is not one of tessera's values");
-  }
-  const char mode = value[4];
-  const uint32_t crc = static_cast<uint32_t>(GetLE(value, 5, 4));
+  absl::StatusOr<StoredValue> stored =
+      ParseStoredValue(value, magic, options_.max_value_bytes);
+  if (!stored.ok()) return damaged(stored.status().message());
+  const uint32_t crc = stored->crc32;
   std::string bytes;
-  if (mode == 'I') {
-    bytes = value.substr(9);
-  } else if (mode == 'C') {
-    if (value.size() != 21) return damaged("has a damaged chunk list");
-    const uint64_t total = GetLE(value, 9, 8);
-    const uint64_t chunks = GetLE(value, 17, 4);
-    if (total > static_cast<uint64_t>(options_.max_value_bytes) ||
-        chunks == 0 || chunks > static_cast<uint64_t>(kMaxChunks) ||
-        chunks > total) {
-      return damaged(absl::StrCat("names ", chunks, " chunks of ", total,
-                                  " bytes, past its bounds"));
-    }
+  if (!stored->chunked) {
+    bytes = std::string(stored->inline_bytes);
+  } else {
+    const uint64_t total = stored->total_bytes;
+    const uint64_t chunks = stored->chunks;
     const std::string dir = ChunkKey(kind, id, -1);
     TESSERA_ASSIGN_OR_RETURN(std::vector<mvccpb::KeyValue> parts,
                              etcd_->Range(dir, PrefixEnd(dir)));
@@ -195,10 +218,9 @@ absl::StatusOr<std::string> EtcdMetadataStore::Unstage(
       }
       bytes += parts[k].value();
     }
-    if (bytes.size() != total)
+    if (bytes.size() != total) {
       return damaged("has chunks shorter than it says");
-  } else {
-    return damaged("is not one of tessera's values");
+    }
   }
   if (ExtendCrc32(0, bytes) != crc) return damaged("fails its checksum");
   return bytes;

@@ -56,6 +56,22 @@ inline constexpr char kElectionDir[] = "election/";
 // capabilities with (etcd's access control guards it).
 inline constexpr char kSecretKey[] = "cluster_secret";
 
+// A stored value's header: "MAGIC" 'I' crc32 BYTES (inline), or "MAGIC"
+// 'C' crc32 u64:total u32:chunks (the bytes in chunk keys).
+struct StoredValue {
+  uint32_t crc32 = 0;
+  bool chunked = false;
+  absl::string_view inline_bytes;  // into the value parsed
+  uint64_t total_bytes = 0;
+  uint64_t chunks = 0;
+};
+// DATA_LOSS (its words finish "VALUE ...") for a value that is not one of
+// tessera's with `magic`, or names more than `max_bytes` or more chunks
+// than bytes.
+absl::StatusOr<StoredValue> ParseStoredValue(absl::string_view value,
+                                             absl::string_view magic,
+                                             int64_t max_bytes);
+
 struct EtcdStoreOptions {
   std::string prefix;  // ends with '/'
   // Values are cut into chunks of at most this many bytes.

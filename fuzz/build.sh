@@ -42,9 +42,28 @@ for src in proto/*.proto; do
   fi
 done
 
+# etcd's v3 API (the coordinator's etcd store), from Debian's protos as
+# third_party/etcd/BUILD makes them.
+ETCD=/usr/share/gocode/src/go.etcd.io/etcd
+mkdir -p "$GEN/src/third_party/etcd"
+for pair in kv:mvcc/mvccpb/kv auth:auth/authpb/auth rpc:etcdserver/etcdserverpb/rpc; do
+  name=${pair%%:*}
+  src=$ETCD/${pair#*:}.proto
+  out=$GEN/third_party/etcd/$name.pb.cc
+  if [ -f "$out" ] && [ "$out" -nt "$src" ]; then continue; fi
+  python3 third_party/etcd/strip_proto.py "$src" "$GEN/src/third_party/etcd/$name.proto"
+done
+if [ ! -f "$GEN/third_party/etcd/rpc.pb.cc" ]; then
+  echo "protoc etcd"
+  protoc -I"$GEN/src" --cpp_out="$GEN" --grpc_out="$GEN" \
+    --plugin=protoc-gen-grpc="$(command -v grpc_cpp_plugin)" \
+    "$GEN"/src/third_party/etcd/{kv,auth,rpc}.proto
+fi
+
 # 2. Library sources: every .cc of these packages but tests and mains.
 LIB_SRCS=()
-for f in core/*.cc rpc/*.cc transport/*.cc worker/*.cc coordinator/*.cc "$GEN"/proto/*.cc; do
+for f in core/*.cc rpc/*.cc transport/*.cc worker/*.cc coordinator/*.cc "$GEN"/proto/*.cc \
+  "$GEN"/third_party/etcd/*.cc; do
   case "$f" in *_test.cc | */main.cc) continue ;; esac
   case "$f" in *cuda* | *nccl*) continue ;; esac  # no CUDA toolkit here; host paths only
   LIB_SRCS+=("$f")

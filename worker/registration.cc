@@ -179,6 +179,12 @@ std::vector<uint64_t> Registration::OwnShards() const {
 CallOptions Registration::CoordinatorCall() const {
   CallOptions call;
   call.timeout = options_.rpc_timeout;
+  if (options_.coordinator.find(',') != std::string::npos) {
+    // Several coordinators, one leading: wait briefly for a connection
+    // (failing at once would cancel the attempt under way), then move on.
+    call.wait_for_ready = true;
+    call.timeout = std::min(call.timeout, absl::Seconds(1));
+  }
   call.peer = absl::StrCat("coordinator at ", options_.coordinator);
   return call;
 }
