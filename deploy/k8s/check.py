@@ -34,9 +34,10 @@ Our rules on top of the schema:
     kubelet's `grpc` probes (plaintext, no client certificate: they cannot
     pass against mutual TLS), and a worker does not advertise its pod IP
     (no certificate made ahead of time can name it);
-  * a daemon serving --metrics_listen on a non-loopback address (plaintext,
-    no authentication) is selected by an Ingress NetworkPolicy, and no
-    policy admits every peer to its metrics port;
+  * a daemon serving --metrics_listen (etcd: --listen-metrics-urls) on a
+    non-loopback address (plaintext, no authentication) is selected by an
+    Ingress NetworkPolicy, and no policy admits every peer to its metrics
+    port;
   * a worker (tessera-worker) has --zone (else its zone is its pod's host
     name, one per pod, and a shard's replicas may share a node), a valid one
     when literal; a --zone read from a file ($(cat FILE)) is on a volume the
@@ -48,6 +49,20 @@ Our rules on top of the schema:
   * a daemon's container holds no Kubernetes API token (the pod or its
     ServiceAccount sets automountServiceAccountToken: false, and no
     serviceAccountToken volume is mounted in it);
+  * the highly available coordinator (CLI.md "Highly available
+    coordinator"): an etcd StatefulSet has an odd number of members, 3 or
+    more, its --data-dir on a PersistentVolumeClaim of its own, Parallel pod
+    management, a headless Service that publishes pods not ready yet, an
+    --initial-cluster naming exactly its members, a PodDisruptionBudget of
+    maxUnavailable 1, and a client port (plaintext) that no NetworkPolicy
+    opens to every pod and one admits the coordinators to; a coordinator
+    with --metadata=etcd://... has no --data_dir, names every etcd member,
+    runs as a StatefulSet of 2 or more behind such a headless Service, and
+    advertises its pod's own name; with network probes (a standby listens
+    on nothing until it leads) it has a startupProbe that waits a day or
+    more, updateStrategy OnDelete and no PodDisruptionBudget; every
+    --coordinator= of a worker (daemon, preStop and scripts) names every
+    coordinator pod;
   * references hold: a StatefulSet's serviceName, Service and
     PodDisruptionBudget selectors and named targetPorts match a workload; a
     pod's serviceAccountName, and the ServiceAccount subjects (with a
@@ -554,12 +569,16 @@ LOOPBACK = re.compile(r"^(127\.|localhost$|\[::1\]$)")
 
 
 def metrics_ports(c):
-    """The non-loopback --metrics_listen ports a container's daemon serves, as
-    (number, names) with the container port names that point at it."""
+    """The non-loopback metrics ports a container's daemon serves (tessera's
+    --metrics_listen, etcd's --listen-metrics-urls), as (number, names) with
+    the container port names that point at it."""
     words = " ".join(str(x) for x in (c.get("command") or []) + (c.get("args") or []))
     out = []
-    for m in re.finditer(r"--metrics_listen=(\S*?):?(\d+)(?=\s|$)", words):
-        host, port = m.group(1).rstrip(":"), int(m.group(2))
+    found = [(m.group(1).rstrip(":"), int(m.group(2))) for m in
+             re.finditer(r"--metrics_listen=(\S*?):?(\d+)(?=\s|$)", words)]
+    found += [(m.group(1), int(m.group(2))) for m in
+              re.finditer(r"--listen-metrics-urls=https?://([^\s:/,]+):(\d+)", words)]
+    for host, port in found:
         if host and LOOPBACK.match(host):
             continue
         if not host:
@@ -601,6 +620,283 @@ def check_metrics_policies(objects, workloads, problems):
                         problems.add(f"NetworkPolicy/{pname}",
                                      f"admits every peer to the metrics port {number} of {where}; "
                                      "name the scraper in `from`")
+
+
+# ---- the highly available coordinator and its etcd -----------------------------
+
+ETCD = re.compile(r"(?:^|[\s/\"'])etcd(?:\s|$)")
+DAY = 86400
+
+
+def etcd_of(c):
+    """True when the container starts etcd."""
+    return ETCD.search(command_text(c)) is not None
+
+
+def flag(text, name):
+    """The value of --NAME=VALUE in text (quotes taken off), or None."""
+    m = re.search(r"(?:^|\s)--" + re.escape(name) + r"=(\"[^\"]*\"|'[^']*'|\S+)", text)
+    return m.group(1).strip("\"'") if m else None
+
+
+def container_env(c):
+    """The container's env values (not valueFrom), $(VAR) of earlier ones expanded."""
+    env = {}
+    for e in c.get("env") or []:
+        if "value" in e:
+            env[e.get("name")] = re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)),
+                                        str(e["value"]))
+    return env
+
+
+def expand(word, env):
+    """A shell word with $VAR and ${VAR} of the container's env put in."""
+    return re.sub(r"\$\{?([A-Za-z_]\w*)\}?", lambda m: env.get(m.group(1), m.group(0)), word)
+
+
+def pod_names(sts):
+    """(pod, host prefix) of each replica of a StatefulSet: NAME-I and
+    NAME-I.SERVICE, the per-pod DNS name under its headless Service."""
+    name = (sts.get("metadata") or {}).get("name")
+    svc = (sts.get("spec") or {}).get("serviceName")
+    replicas = (sts.get("spec") or {}).get("replicas", 1)
+    if not isinstance(replicas, int):
+        return []
+    return [(f"{name}-{i}", f"{name}-{i}.{svc}") for i in range(replicas)]
+
+
+def names_host(addresses, prefix, port):
+    """True when one of `addresses` (HOST:PORT) is the pod `prefix` (its name
+    under the Service, short or qualified) on `port`."""
+    for a in addresses:
+        host, _, p = a.strip().rpartition(":")
+        if (host == prefix or host.startswith(prefix + ".")) and p == str(port):
+            return True
+    return False
+
+
+def port_in(text, pattern, default):
+    """The port that `pattern` (a regex whose group 1 is the port) finds in text, or default."""
+    m = re.search(pattern, text)
+    return m.group(1) if m else str(default)
+
+
+def network_probe(p):
+    return bool(p) and any(k in p for k in ("grpc", "httpGet", "tcpSocket"))
+
+
+def selecting_policies(policies, labels):
+    out = []
+    for pol in policies:
+        spec = pol.get("spec") or {}
+        sel = (spec.get("podSelector") or {}).get("matchLabels") or {}
+        if "Ingress" in (spec.get("policyTypes") or ["Ingress"]) and \
+                all(labels.get(k) == v for k, v in sel.items()):
+            out.append(pol)
+    return out
+
+
+def check_headless(sts, services, where, who, unready, problems):
+    """The StatefulSet's Service gives each pod a DNS name (`who` dial them by
+    it), published while the pod is not ready (`unready` says why)."""
+    svc_name = (sts.get("spec") or {}).get("serviceName")
+    svc = services.get(svc_name)
+    if svc is None:
+        return  # check_rules says so
+    spec = svc.get("spec") or {}
+    if spec.get("clusterIP") != "None":
+        problems.add(where, f"Service {svc_name} is not headless (clusterIP: None): {who} need "
+                            "a DNS name per pod")
+    if spec.get("publishNotReadyAddresses") is not True:
+        problems.add(where, f"Service {svc_name} has no publishNotReadyAddresses: true: {unready}")
+
+
+def check_etcd(sts, spec_c, services, objects, problems):
+    """An etcd StatefulSet: a quorum that survives one loss, on persistent volumes."""
+    where = f"StatefulSet/{(sts.get('metadata') or {}).get('name')}"
+    spec = sts.get("spec") or {}
+    text = command_text(spec_c)
+    replicas = spec.get("replicas", 1)
+    if not isinstance(replicas, int) or replicas < 3 or replicas % 2 == 0:
+        problems.add(where, f"etcd runs {replicas} member(s): 3 (or 5) keep a quorum through the "
+                            "loss of one (two)")
+    data_dir = flag(text, "data-dir")
+    claims = {(t.get("metadata") or {}).get("name") for t in spec.get("volumeClaimTemplates") or []}
+    mounted = [m for m in spec_c.get("volumeMounts") or [] if m.get("name") in claims and data_dir and
+               (data_dir + "/").startswith(str(m.get("mountPath", "")).rstrip("/") + "/")]
+    if not mounted:
+        problems.add(where, f"etcd's --data-dir ({data_dir}) is not on a PersistentVolumeClaim of "
+                            "the StatefulSet (volumeClaimTemplates): a member rescheduled or "
+                            "restarted loses its data")
+    if spec.get("podManagementPolicy") != "Parallel":
+        problems.add(where, "etcd without podManagementPolicy: Parallel: the first member is ready "
+                            "only once a quorum runs, so the second is never started")
+    check_headless(sts, services, where, "the members", "a member is ready only once a quorum "
+                   "runs, and the members find each other by name before that", problems)
+    initial = flag(text, "initial-cluster")
+    members = dict(e.split("=", 1) for e in (initial or "").split(",") if "=" in e)
+    if initial is None:
+        problems.add(where, "etcd has no --initial-cluster")
+    else:
+        for pod, prefix in pod_names(sts):
+            url = members.get(pod, "")
+            host = re.sub(r"^\w+://", "", url).rsplit(":", 1)[0]
+            if host != prefix and not host.startswith(prefix + "."):
+                problems.add(where, f"--initial-cluster does not name member {pod} at {prefix}")
+        if isinstance(replicas, int) and len(members) != replicas:
+            problems.add(where, f"--initial-cluster names {len(members)} member(s), the StatefulSet "
+                                f"runs {replicas}")
+    labels = pod_labels_of(sts)
+    budgets = [o for o in objects if o.get("kind") == "PodDisruptionBudget" and
+               selects(((o.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}, labels)]
+    if not budgets:
+        problems.add(where, "no PodDisruptionBudget for etcd: a node drain may take two members "
+                            "at once, and the quorum (maxUnavailable: 1)")
+    for b in budgets:
+        bs = b.get("spec") or {}
+        if bs.get("maxUnavailable") != 1 and not (isinstance(replicas, int) and
+                                                  bs.get("minAvailable") == replicas // 2 + 1):
+            problems.add(f"PodDisruptionBudget/{(b.get('metadata') or {}).get('name')}",
+                         "lets more than one etcd member go at once (maxUnavailable: 1)")
+
+
+def etcd_client_policy(sts, spec_c, coordinators, objects, problems):
+    """etcd's client port is plaintext and unauthenticated: only the coordinators."""
+    where = f"StatefulSet/{(sts.get('metadata') or {}).get('name')}"
+    port = int(port_in(command_text(spec_c), r"--listen-client-urls=\S*?:(\d+)", 2379))
+    names = {p.get("name") for p in spec_c.get("ports") or [] if p.get("containerPort") == port}
+    policies = selecting_policies([o for o in objects if o.get("kind") == "NetworkPolicy"],
+                                  pod_labels_of(sts))
+    if not policies:
+        problems.add(where, f"etcd's client port {port} (plaintext, no authentication; the "
+                            "coordinators' secret is in it) is open to every pod: add a "
+                            "NetworkPolicy that admits only the coordinators")
+        return
+    admitted = False
+    for pol in policies:
+        pname = (pol.get("metadata") or {}).get("name")
+        for rule in (pol.get("spec") or {}).get("ingress") or []:
+            rule_ports = rule.get("ports")
+            if rule_ports and not any(p.get("port") is None or p.get("port") == port or
+                                      p.get("port") in names for p in rule_ports):
+                continue
+            if not rule.get("from"):
+                problems.add(f"NetworkPolicy/{pname}", f"admits every peer to etcd's client port "
+                                                       f"{port} of {where}; name the coordinators "
+                                                       "in `from`")
+                continue
+            for peer in rule.get("from") or []:
+                sel = (peer.get("podSelector") or {}).get("matchLabels")
+                if sel and "namespaceSelector" not in peer and \
+                        any(selects(sel, pod_labels_of(c)) for c in coordinators):
+                    admitted = True
+    if coordinators and not admitted:
+        problems.add(where, f"no NetworkPolicy admits the coordinators to etcd's client port {port}")
+
+
+def check_ha(objects, workloads, problems):
+    """Coordinators with --metadata=etcd://... (CLI.md "Highly available coordinator"),
+    their etcd, and the workers that must know every coordinator."""
+    services = {(o.get("metadata") or {}).get("name"): o for o in objects if o.get("kind") == "Service"}
+    etcds, coordinators, workers = [], [], []
+    for w in workloads:
+        for c in (pod_spec_of(w) or {}).get("containers") or []:
+            if etcd_of(c):
+                etcds.append((w, c))
+            elif daemon_of(c) == "tessera-coordinator" and \
+                    flag(daemon_line(command_text(c)), "metadata") is not None:
+                coordinators.append((w, c))
+            elif daemon_of(c) == "tessera-worker":
+                workers.append((w, c))
+    for w, c in etcds:
+        if w.get("kind") != "StatefulSet":
+            problems.add(f"{w.get('kind')}/{(w.get('metadata') or {}).get('name')}",
+                         "etcd runs outside a StatefulSet: its members need stable names and "
+                         "volumes")
+            continue
+        check_etcd(w, c, services, objects, problems)
+        etcd_client_policy(w, c, [cw for cw, _ in coordinators], objects, problems)
+    etcd_sets = [w for w, _ in etcds if w.get("kind") == "StatefulSet"]
+    for w, c in coordinators:
+        where = f"{w.get('kind')}/{(w.get('metadata') or {}).get('name')} container {c.get('name', '?')}"
+        spec = w.get("spec") or {}
+        text = daemon_line(command_text(c))
+        env = container_env(c)
+        if flag(text, "data_dir") is not None:
+            problems.add(where, "tessera-coordinator has both --metadata and --data_dir (it refuses "
+                                "to start)")
+        metadata = flag(text, "metadata")
+        m = re.match(r"etcd://([^/]+)/(.+)$", expand(metadata, env))
+        if m is None:
+            problems.add(where, f"--metadata={metadata} is not etcd://H1:P1,H2:P2,.../PREFIX")
+        elif not etcd_sets:
+            problems.add(where, "--metadata names etcd, but no etcd StatefulSet is in the manifests")
+        else:
+            endpoints = m.group(1).split(",")
+            for e in etcd_sets:
+                ec = next(ec for ew, ec in etcds if ew is e)
+                port = port_in(command_text(ec), r"--listen-client-urls=\S*?:(\d+)", 2379)
+                for pod, prefix in pod_names(e):
+                    if not names_host(endpoints, prefix, port):
+                        problems.add(where, f"--metadata does not name etcd member {pod} "
+                                            f"({prefix}:{port}): the coordinators lose etcd when "
+                                            "the members they know are down")
+        if w.get("kind") != "StatefulSet" or not isinstance(spec.get("replicas", 1), int) or \
+                spec.get("replicas", 1) < 2:
+            problems.add(where, "one coordinator with --metadata is not highly available: a "
+                                "StatefulSet of 2 or more (each with its own DNS name)")
+            continue
+        check_headless(w, services, where, "the workers and clients", "a standby is not ready, "
+                       "and its name must resolve the moment it takes over", problems)
+        advertise = flag(text, "advertise")
+        name_vars = {e.get("name") for e in c.get("env") or []
+                     if (((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+                         == "metadata.name")}
+        value = expand(advertise or "", env)
+        if advertise is None or not any(re.search(r"\$[({]?" + re.escape(v) + r"\b", value)
+                                        for v in name_vars):
+            problems.add(where, "--advertise is not the pod's own name (downward API "
+                                "metadata.name): the coordinators share one configuration, and "
+                                "each must tell where it is reached")
+        probes = {k: c.get(k) for k in ("startupProbe", "livenessProbe", "readinessProbe")}
+        if network_probe(probes["livenessProbe"]) or network_probe(probes["readinessProbe"]):
+            sp = probes["startupProbe"] or {}
+            waits = sp.get("failureThreshold", 3) * sp.get("periodSeconds", 10) \
+                if network_probe(sp) else 0
+            if network_probe(probes["livenessProbe"]) and waits < DAY:
+                problems.add(where, "a standby coordinator listens on nothing until it leads: "
+                                    "without a startupProbe that waits for that (failureThreshold "
+                                    "x periodSeconds of a day or more), the livenessProbe "
+                                    "restarts it")
+            if (spec.get("updateStrategy") or {}).get("type") != "OnDelete":
+                problems.add(where, "a standby coordinator is never ready, and a rolling update "
+                                    "waits for each updated pod to be: updateStrategy OnDelete")
+            for b in objects:
+                if b.get("kind") == "PodDisruptionBudget" and selects(
+                        ((b.get("spec") or {}).get("selector") or {}).get("matchLabels") or {},
+                        pod_labels_of(w)):
+                    problems.add(f"PodDisruptionBudget/{(b.get('metadata') or {}).get('name')}",
+                                 "covers the coordinators, of which only the leader is ready: it "
+                                 "forbids evicting the leader, and node drains hang")
+    for w, c in workers:
+        where = f"{w.get('kind')}/{(w.get('metadata') or {}).get('name')} container {c.get('name', '?')}"
+        env = container_env(c)
+        texts = [command_text(c)] + [" ".join(str(x) for x in (((c.get("lifecycle") or {}).get(h) or {})
+                                                             .get("exec") or {}).get("command") or [])
+                                     for h in ("preStop", "postStart")]
+        given = list(dict.fromkeys(expand(v.strip("\"'"), env) for t in texts
+                                   for v in re.findall(r"--coordinator=(\"[^\"]*\"|'[^']*'|\S+)", t)))
+        if coordinators and flag(daemon_line(command_text(c)), "coordinator") is None:
+            problems.add(where, "tessera-worker has no --coordinator: it looks for one on "
+                                "127.0.0.1:7070 (give every coordinator)")
+        for cw, cc in coordinators:
+            port = port_in(daemon_line(command_text(cc)), r"--listen=\S*?:(\d+)", 7070)
+            for value in given:
+                for pod, prefix in pod_names(cw):
+                    if not names_host(value.split(","), prefix, port):
+                        problems.add(where, f"--coordinator={value} does not name coordinator "
+                                            f"{pod} ({prefix}:{port}): when it leads, this "
+                                            "worker (or its drain) cannot find it")
 
 
 def check_rules(objects, problems):
@@ -657,6 +953,7 @@ def check_rules(objects, problems):
             if not any(selects(sel, pod_labels_of(w)) for w in workloads):
                 problems.add(f"NetworkPolicy/{name}", "its podSelector matches no workload")
     check_metrics_policies(objects, workloads, problems)
+    check_ha(objects, workloads, problems)
     check_rbac(objects, workloads, problems)
     return workloads
 

@@ -156,6 +156,60 @@ broken worker-mounts-token worker.yaml \
             - {name: kube-api, mountPath: /var/run/secrets/kubernetes.io/serviceaccount, readOnly: true}' \
   'it mounts a ServiceAccount token (volume kube-api)'
 
+# The highly available coordinator: etcd, coordinators on it, workers
+# naming every coordinator.
+broken etcd-two-members etcd.yaml '  replicas: 3|||  replicas: 2' 'etcd runs 2 member(s)'
+broken etcd-data-off-pvc etcd.yaml '--data-dir=/var/lib/etcd/data|||--data-dir=/tmp/etcd' 'is not on a PersistentVolumeClaim'
+broken etcd-ordered etcd.yaml '  podManagementPolicy: Parallel|||' 'podManagementPolicy: Parallel'
+broken etcd-not-headless etcd.yaml '  clusterIP: None             # headless: a DNS name per member|||  type: ClusterIP' 'is not headless'
+broken etcd-unpublished etcd.yaml '  publishNotReadyAddresses: true|||' 'has no publishNotReadyAddresses'
+broken etcd-initial-cluster etcd.yaml ',tessera-etcd-2=http://tessera-etcd-2.tessera-etcd:2380 \||| \' 'does not name member tessera-etcd-2'
+broken etcd-budget etcd.yaml 'spec:
+  maxUnavailable: 1|||spec:
+  maxUnavailable: 2' 'lets more than one etcd member go at once'
+broken etcd-client-open networkpolicy.yaml '    - from:
+        - podSelector:
+            matchLabels: {app.kubernetes.io/name: tessera, app.kubernetes.io/component: coordinator}
+        - podSelector:
+            matchLabels: {app.kubernetes.io/name: tessera, app.kubernetes.io/component: etcd}
+      ports:
+        - {protocol: TCP, port: client}|||    - ports:
+        - {protocol: TCP, port: client}' "admits every peer to etcd's client port"
+broken etcd-coordinators-shut-out networkpolicy.yaml 'app.kubernetes.io/component: coordinator}|||app.kubernetes.io/component: worker}' \
+  "no NetworkPolicy admits the coordinators to etcd's client port"
+broken etcd-metrics-open networkpolicy.yaml '    - from:
+        - namespaceSelector:
+            matchLabels: {kubernetes.io/metadata.name: monitoring}
+          podSelector:
+            matchLabels: {app.kubernetes.io/name: prometheus}
+      ports:|||    - ports:' 'admits every peer to the metrics port 2381'
+broken metadata-misses-member coordinator.yaml ',tessera-etcd-2.tessera-etcd:2379/tessera|||/tessera' 'does not name etcd member tessera-etcd-2'
+# shellcheck disable=SC1003
+broken metadata-and-data-dir coordinator.yaml '                --advertise="${ADVERTISE}" \|||                --advertise="${ADVERTISE}" \
+                --data_dir=/var/lib/tessera/data \' 'both --metadata and --data_dir'
+broken one-coordinator coordinator.yaml '  replicas: 2|||  replicas: 1' 'is not highly available'
+broken coordinator-clusterip coordinator.yaml '  clusterIP: None|||  type: ClusterIP' 'is not headless'
+broken fixed-advertise coordinator.yaml '--advertise="${ADVERTISE}"|||--advertise=tessera-coordinator:7070' "is not the pod's own name"
+broken standby-restarted coordinator.yaml 'failureThreshold: 100000000|||failureThreshold: 120' 'the livenessProbe restarts it'
+broken rolling-update coordinator.yaml 'updateStrategy: {type: OnDelete}|||updateStrategy: {type: RollingUpdate}' 'updateStrategy OnDelete'
+broken coordinator-budget coordinator.yaml '# No PodDisruptionBudget: only|||---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: tessera-coordinator
+spec:
+  maxUnavailable: 1
+  selector:
+    matchLabels: {app.kubernetes.io/name: tessera, app.kubernetes.io/component: coordinator}
+# No PodDisruptionBudget: only' 'forbids evicting the leader'
+broken worker-one-coordinator worker.yaml ',tessera-coordinator-1.tessera-coordinator.$(POD_NAMESPACE).svc.cluster.local:7070"|||"' \
+  'does not name coordinator tessera-coordinator-1'
+broken uncordon-one-coordinator worker.yaml 'timeout 30 tessera --coordinator="$COORDINATORS" \|||timeout 30 tessera --coordinator=tessera-coordinator-0.tessera-coordinator:7070 \' \
+  'does not name coordinator tessera-coordinator-1'
+# shellcheck disable=SC1003
+broken worker-no-coordinator worker.yaml '                --coordinator="${COORDINATORS}" \
+|||' 'tessera-worker has no --coordinator'
+
 # verifies CA FILE PURPOSE [NAME]: FILE chains to CA for PURPOSE (sslserver,
 # sslclient) and, given NAME, matches it (an IP address or a DNS name).
 verifies() {

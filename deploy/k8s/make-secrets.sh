@@ -38,6 +38,10 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 svc() { echo "$1" "$1.$NS" "$1.$NS.svc" "$1.$NS.svc.$DOMAIN"; }
 coordinator_sans=()
 for name in $(svc tessera-coordinator); do coordinator_sans+=(--coordinator-san "$name"); done
+# Each coordinator pod by name (workers and the CLI dial them one by one);
+# gRPC's wildcards need a dot after the first label, so the full names.
+coordinator_sans+=(--coordinator-san "*.tessera-coordinator.$NS.svc"
+  --coordinator-san "*.tessera-coordinator.$NS.svc.$DOMAIN")
 "$HERE/../make-certs.sh" "$OUT" --workers 0 --worker-group tessera-worker \
   "${coordinator_sans[@]}" \
   --worker-san "*.tessera-worker.$NS.svc" --worker-san "*.tessera-worker.$NS.svc.$DOMAIN" >/dev/null
