@@ -31,10 +31,11 @@ absl::StatusOr<std::shared_ptr<Connection>> Connection::Make(
     worker_channels.credentials = coordinator_channel.credentials;
   }
   // Several coordinators: a standby listens once it leads, and the
-  // channel must try it again within a second, not after gRPC's minimum
-  // connect timeout (which also paces its reconnects).
+  // channel must try it again within 200 ms, not after gRPC's minimum
+  // connect timeout or a backoff grown to a second.
   if (coordinator_address.find(',') != std::string::npos) {
     coordinator_channel.connect_timeout = absl::Seconds(1);
+    coordinator_channel.max_reconnect_backoff = absl::Milliseconds(200);
   }
   // Only the coordinator sees the secret; workers take capabilities.
   if (!options.token.empty()) {

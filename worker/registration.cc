@@ -181,9 +181,11 @@ CallOptions Registration::CoordinatorCall() const {
   call.timeout = options_.rpc_timeout;
   if (options_.coordinator.find(',') != std::string::npos) {
     // Several coordinators, one leading: wait briefly for a connection
-    // (failing at once would cancel the attempt under way), then move on.
+    // (failing at once would cancel the attempt under way), then move on;
+    // a heartbeat takes milliseconds, and a dead or standing-by address
+    // costs the worker this long before it tries the next.
     call.wait_for_ready = true;
-    call.timeout = std::min(call.timeout, absl::Seconds(1));
+    call.timeout = std::min(call.timeout, absl::Milliseconds(300));
   }
   call.peer = absl::StrCat("coordinator at ", options_.coordinator);
   return call;
@@ -194,20 +196,29 @@ void Registration::Run() {
   // call that cannot reach one (refused: a standby; no answer in time: a
   // leader that died or hangs) moves to the next, which tells whether it
   // leads by answering.
+  // A standby starts listening when it leads: its channel tries again
+  // every 200 ms, not after gRPC's growing backoff of up to a second.
+  ChannelOptions channel = options_.channel;
+  if (options_.coordinator.find(',') != std::string::npos) {
+    channel.max_reconnect_backoff = absl::Milliseconds(200);
+  }
   std::vector<std::unique_ptr<v1::Coordinator::Stub>> stubs;
   for (absl::string_view address :
        absl::StrSplit(options_.coordinator, ',', absl::SkipEmpty())) {
-    stubs.push_back(v1::Coordinator::NewStub(
-        MakeChannel(std::string(address), options_.channel)));
+    stubs.push_back(
+        v1::Coordinator::NewStub(MakeChannel(std::string(address), channel)));
   }
   size_t current = 0;
   v1::Coordinator::Stub* stub = stubs.front().get();
+  bool try_next = false;
   auto next_if_unreachable = [&](const absl::Status& status) {
     if (stubs.size() > 1 &&
         (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status))) {
       current = (current + 1) % stubs.size();
       stub = stubs[current].get();
+      return true;
     }
+    return false;
   };
   absl::Duration backoff = absl::Milliseconds(50);
   absl::Duration heartbeat_interval = absl::Seconds(1);
@@ -286,9 +297,13 @@ void Registration::Run() {
       backoff = std::min(backoff * 2, options_.max_backoff);
       continue;
     }
-    // A list the coordinator asked for goes at once.
-    if (!send_held && stop_.WaitForNotificationWithTimeout(heartbeat_interval))
+    // A list the coordinator asked for goes at once, and so does the next
+    // try after a coordinator that could not be reached (another leads).
+    if (!send_held && !try_next &&
+        stop_.WaitForNotificationWithTimeout(heartbeat_interval))
       break;
+    if (stop_.HasBeenNotified()) break;
+    try_next = false;
     v1::HeartbeatRequest request;
     request.set_name(options_.name);
     request.set_bytes_used(store_->BytesUsed());
@@ -323,7 +338,7 @@ void Registration::Run() {
         Call(CoordinatorCall(), [&](grpc::ClientContext* context) {
           return stub->Heartbeat(context, request, &response);
         });
-    if (!status.ok()) next_if_unreachable(status);
+    if (!status.ok()) try_next = next_if_unreachable(status);
     if (status.ok() && !response.reregister() &&
         !response.cluster_id().empty() &&
         response.cluster_id() != cluster_id()) {

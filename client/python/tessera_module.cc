@@ -481,6 +481,21 @@ class PyClient {
     return out;
   }
 
+  // The coordinators: which leads, which stand by (CLI `coordinators`).
+  py::list Coordinators() {
+    std::vector<CoordinatorStatus> list =
+        Unwrap(WithoutGil([&] { return client_->Coordinators(); }));
+    py::list out;
+    for (const CoordinatorStatus& c : list) {
+      py::dict d;
+      d["address"] = c.address;
+      d["role"] = c.role;
+      d["alive"] = c.alive;
+      out.append(d);
+    }
+    return out;
+  }
+
   py::list List() {
     std::vector<TensorInfo> tensors =
         Unwrap(WithoutGil([&] { return client_->List(); }));
@@ -1167,6 +1182,9 @@ PYBIND11_MODULE(_tessera, m) {
                   py::arg("token_file"))
       .def_property_readonly("address", &PyClient::address)
       .def("workers", &PyClient::Workers)
+      .def("coordinators", &PyClient::Coordinators,
+           "The coordinators as dicts {address, role ('leader' or "
+           "'standby'), alive}, the leader first.")
       .def("moved", &PyClient::Moved)
       .def("reshard_progress", &PyClient::ReshardProgress, py::arg("name"))
       .def("load_progress", &PyClient::LoadProgress)

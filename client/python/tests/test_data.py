@@ -479,3 +479,10 @@ def test_save_and_load_progress_bars_count_the_workers_bytes(cluster, client, na
     np.testing.assert_array_equal(client.get(f"p/{name}"), a)
     client.delete(name)
     client.delete(f"p/{name}")
+
+
+def test_one_coordinator_lists_itself_as_leader(client):
+    coordinators = client.coordinators()
+    assert len(coordinators) == 1
+    assert coordinators[0].role == "leader"
+    assert coordinators[0].alive

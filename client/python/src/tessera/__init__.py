@@ -72,6 +72,7 @@ __all__ = [
     "ShardHandle",
     "TensorInfo",
     "WorkerInfo",
+    "CoordinatorInfo",
     "ReshardStats",
     "UpdateStats",
     "SafetensorsExport",
@@ -358,6 +359,17 @@ class WorkerInfo:
     # "ready", "cordoned", "draining" or "dead".
     zone: str = ""
     state: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class CoordinatorInfo:
+    """One row of ``coordinators()``: where it is reached, "leader" or
+    "standby", and whether it stands (an address given to ``connect`` that
+    does not is a standby that is not alive)."""
+
+    address: str
+    role: str
+    alive: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -745,6 +757,10 @@ class Client:
     def workers(self) -> List[WorkerInfo]:
         """The workers the coordinator knows, alive or not."""
         return [WorkerInfo(**w) for w in self._impl.workers()]
+
+    def coordinators(self) -> List[CoordinatorInfo]:
+        """The coordinators (``connect("A1,A2,A3")``), the leader first."""
+        return [CoordinatorInfo(**c) for c in self._impl.coordinators()]
 
     def list(self) -> List[TensorInfo]:
         """Every tensor: name, shape, dtype, version, number of shards."""
