@@ -47,6 +47,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/safetensors_io.h"
 #include "client/tessera_client.h"
+#include "coordinator/etcd_testutil.h"
 #include "core/status_macros.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -631,17 +632,26 @@ class Harness {
   std::vector<std::pair<std::string, Saved>> saved_, to_check_, unsure_saves_;
 };
 
-// Runs the harness; `store`: workers with --store_dir.
-void RunHarness(bool store) {
+// Runs the harness; `store`: workers with --store_dir; `etcd`: the
+// coordinator keeps its metadata in etcd (three members) instead of a
+// --data_dir, and a restarted one waits for the killed one's lease.
+void RunHarness(bool store, bool etcd = false) {
   const int cycles = static_cast<int>(EnvInt("TESSERA_CRASH_CYCLES", 20));
   const uint32_t seed = static_cast<uint32_t>(EnvInt("TESSERA_CRASH_SEED", 1));
   std::mt19937 pick(seed);
   TestClusterOptions options;
   options.num_workers = kWorkers;
-  options.durable = true;
+  options.durable = !etcd;
   options.coordinator_flags = {
       "--heartbeat_ms=200", "--lease_ms=3000", "--retire_grace_ms=100",
       absl::StrCat("--snapshot_every=", 1 + pick() % 6)};
+  std::unique_ptr<testing::EtcdCluster> members;
+  if (etcd) {
+    members = std::make_unique<testing::EtcdCluster>(3, "crash-etcd");
+    ASSERT_TRUE(members->ready());
+    options.coordinator_flags.push_back("--metadata=" + members->url("crash"));
+    options.coordinator_flags.push_back("--leader_lease=1s");
+  }
   const std::string tmp = std::getenv("TEST_TMPDIR");
   const std::string root = absl::StrCat(tmp, store ? "/ckpt-store" : "/ckpt");
   mkdir(root.c_str(), 0755);
@@ -662,12 +672,12 @@ void RunHarness(bool store) {
     if (!ok) break;
   }
   std::printf(
-      "crash harness%s: seed %u, %d crash/restart cycles in %.0f s, %lld "
+      "crash harness%s%s: seed %u, %d crash/restart cycles in %.0f s, %lld "
       "changes acknowledged, %lld drains, %lld unacknowledged, %lld tensors "
       "lost with killed workers (expected%s), %lld checkpoints loaded back, "
       "%lld acknowledged changes lost, %lld bytes leaked\n",
-      store ? " (--store_dir)" : "", seed, done,
-      absl::ToDoubleSeconds(absl::Now() - start),
+      store ? " (--store_dir)" : "", etcd ? " (metadata in etcd)" : "", seed,
+      done, absl::ToDoubleSeconds(absl::Now() - start),
       static_cast<long long>(harness.acknowledged()),
       static_cast<long long>(harness.drains()),
       static_cast<long long>(harness.unacknowledged()),
@@ -685,6 +695,12 @@ void RunHarness(bool store) {
 
 TEST(CrashHarnessTest, KillsAndRestartsLoseNothingAcknowledgedAndLeakNothing) {
   RunHarness(/*store=*/false);
+}
+
+// The same with the metadata in etcd: every acknowledged change was
+// committed there first, and a coordinator started again loads it back.
+TEST(CrashHarnessTest, MetadataInEtcdLosesNothingAcknowledged) {
+  RunHarness(/*store=*/false, /*etcd=*/true);
 }
 
 // The same with every worker on a --store_dir: a killed worker comes back
