@@ -22,9 +22,10 @@ using ::tessera::testing::EtcdCluster;
 using ::tessera::testing::StatusIs;
 using ::testing::HasSubstr;
 
+// One member for the whole binary, stopped when it exits.
 EtcdCluster& SharedEtcd() {
-  static EtcdCluster* etcd = new EtcdCluster(1, "etcd-contract");
-  return *etcd;
+  static EtcdCluster etcd(1, "etcd-contract");
+  return etcd;
 }
 
 std::shared_ptr<const EtcdClient> ClientOf(const EtcdCluster& etcd) {

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -134,6 +135,8 @@ class EtcdCluster {
     }
     const pid_t pid = fork();
     if (pid == 0) {
+      // Gone with the test, however it ends.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
       const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
       if (fd >= 0) {
         dup2(fd, 1);
