@@ -1546,23 +1546,6 @@ void ReattachFigure(Env& env, const std::string& root) {
 // against the lease, then a graceful handover (SIGTERM). Every create
 // acknowledged is there at the end (lost: 0). Creates per second with etcd
 // against a coordinator with --data_dir, the same run.
-pid_t SpawnDaemon(const std::vector<std::string>& args,
-                  const std::string& log) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    std::vector<std::string> copy = args;
-    std::vector<char*> argv;
-    for (std::string& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return pid;
-}
-
 // Creates per second of one-shard tensors through `client`.
 double CreateRate(Client& client, const std::string& prefix, int n) {
   Placement w0;

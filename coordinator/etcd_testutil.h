@@ -5,11 +5,7 @@
 #ifndef TESSERA_COORDINATOR_ETCD_TESTUTIL_H_
 #define TESSERA_COORDINATOR_ETCD_TESTUTIL_H_
 
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,21 +21,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "coordinator/etcd_client.h"
+#include "tests/processes.h"
 
 namespace tessera {
 namespace testing {
-
-inline int FreeLoopbackPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // PEM files of a TLS etcd: its server certificate (also the client's), key
 // and CA; clients must present a certificate of the CA.
@@ -78,8 +63,8 @@ class EtcdCluster {
     for (int i = 0; i < members; ++i) {
       Member m;
       m.name = absl::StrCat("m", i);
-      m.client_port = FreeLoopbackPort();
-      m.peer_port = FreeLoopbackPort();
+      m.client_port = PickFreePort();
+      m.peer_port = PickFreePort();
       peers.push_back(absl::StrCat(m.name, "=http://127.0.0.1:", m.peer_port));
       members_.push_back(m);
     }
@@ -133,22 +118,7 @@ class EtcdCluster {
       args.push_back("--trusted-ca-file=" + tls_.ca);
       args.push_back("--client-cert-auth");
     }
-    const pid_t pid = fork();
-    if (pid == 0) {
-      // Gone with the test, however it ends.
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-      if (fd >= 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-      }
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    m.pid = pid;
+    m.pid = SpawnDaemon(args, log);
   }
   void Kill(int i, int sig = SIGKILL) {
     Member& m = members_[static_cast<size_t>(i)];

@@ -28,35 +28,6 @@
 namespace tessera {
 namespace {
 
-pid_t Spawn(const std::vector<std::string>& argv, const std::string& log_path,
-            uint64_t open_files = 0) {
-  const pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid == 0) {
-    if (open_files > 0) {
-      const struct rlimit limit = {open_files, open_files};
-      if (setrlimit(RLIMIT_NOFILE, &limit) != 0) _exit(126);
-    }
-    // A test or benchmark killed midway (a timeout) takes its daemons along
-    // instead of leaving them running. (Spawned from the main thread, which
-    // lives as long as the process.)
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
-    int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-    }
-    std::vector<char*> args;
-    for (const std::string& a : argv)
-      args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  return pid;
-}
-
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
@@ -72,20 +43,6 @@ int WaitExit(pid_t pid) {
 }
 
 }  // namespace
-
-int PickFreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  int port = ntohs(addr.sin_port);
-  close(fd);
-  return port;
-}
 
 std::string FetchMetrics(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -236,7 +193,7 @@ absl::Status TestCluster::StartCoordinator(
   coordinator_.log = absl::StrCat(dir_, "/coordinator.log");
   std::vector<std::string> argv = CoordinatorCommand();
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
-  coordinator_.pid = Spawn(argv, coordinator_.log);
+  coordinator_.pid = SpawnDaemon(argv, coordinator_.log);
   return coordinator_.pid > 0 ? absl::OkStatus()
                               : absl::InternalError("fork failed");
 }
@@ -256,7 +213,7 @@ absl::Status TestCluster::StartWorker(int i) {
     for (std::string& f : options_.per_worker_flags(i))
       argv.push_back(std::move(f));
   }
-  w.pid = Spawn(argv, w.log, options_.worker_open_files);
+  w.pid = SpawnDaemon(argv, w.log, options_.worker_open_files);
   return w.pid > 0 ? absl::OkStatus() : absl::InternalError("fork failed");
 }
 

@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "client/tessera_client.h"
 #include "gtest/gtest.h"
+#include "tests/processes.h"
 
 namespace tessera {
 
@@ -101,9 +102,6 @@ class TestCluster {
   Process coordinator_;
   std::vector<Process> workers_;
 };
-
-// A free TCP port on 127.0.0.1 (bound and released).
-int PickFreePort();
 
 // GET http://127.0.0.1:PORT/metrics: the response ("" on failure; what
 // came within 20 s when the port does not answer).

@@ -43,21 +43,7 @@ struct Daemon {
 };
 
 Daemon Spawn(const std::vector<std::string>& args, const std::string& log) {
-  Daemon d;
-  d.log = log;
-  d.pid = fork();
-  if (d.pid == 0) {
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    std::vector<char*> argv;
-    std::vector<std::string> copy = args;
-    for (std::string& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return d;
+  return Daemon{SpawnDaemon(args, log), log};
 }
 
 std::string ReadFile(const std::string& path) {
@@ -337,7 +323,7 @@ TEST(CoordinatorHaFlagsTest, BadMetadataFlagsAndAnUnreachableEtcdAreClear) {
                              &log, &out),
             2);
   EXPECT_THAT(log + out, HasSubstr("not HOST:PORT"));
-  const int closed = testing::FreeLoopbackPort();
+  const int closed = PickFreePort();
   EXPECT_EQ(TestCluster::Run(
                 {coordinator, "--listen=127.0.0.1:0",
                  absl::StrCat("--metadata=etcd://127.0.0.1:", closed, "/p")},
