@@ -18,25 +18,6 @@ namespace {
 constexpr size_t kMaxEndpoints = 16;
 constexpr size_t kMaxPrefixBytes = 256;
 
-bool IsHostPort(absl::string_view endpoint) {
-  const size_t colon = endpoint.rfind(':');
-  if (colon == absl::string_view::npos || colon == 0 || endpoint.size() > 255) {
-    return false;
-  }
-  uint32_t port = 0;
-  if (!absl::SimpleAtoi(endpoint.substr(colon + 1), &port) || port == 0 ||
-      port > 65535) {
-    return false;
-  }
-  for (char c : endpoint.substr(0, colon)) {
-    if (!absl::ascii_isalnum(c) && c != '.' && c != '-' && c != '[' &&
-        c != ']' && c != ':') {
-      return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 absl::StatusOr<EtcdTarget> ParseEtcdUrl(absl::string_view url) {

@@ -227,6 +227,25 @@ int Run() {
       spdlog::error("{}", std::string(target.status().message()));
       return 2;
     }
+    std::string advertise = absl::GetFlag(FLAGS_advertise);
+    if (advertise.empty()) advertise = listen;
+    // Clients and workers reach a standby at this address once it leads:
+    // it must name a port (--listen's 0 is picked only when serving).
+    if (!IsHostPort(advertise)) {
+      spdlog::error(
+          "--advertise '{}' is not HOST:PORT (with --metadata, give "
+          "--advertise or a --listen port other than 0)",
+          advertise);
+      return 2;
+    }
+    // etcd leases are whole seconds; renewing every third of one must not
+    // spin.
+    const absl::Duration leader_lease = absl::GetFlag(FLAGS_leader_lease);
+    if (leader_lease < absl::Seconds(1) || leader_lease > absl::Hours(1)) {
+      spdlog::error("--leader_lease={} must be 1s to 1h",
+                    absl::FormatDuration(leader_lease));
+      return 2;
+    }
     EtcdClientOptions etcd_options;
     const TlsFiles etcd_tls{absl::GetFlag(FLAGS_etcd_ca),
                             absl::GetFlag(FLAGS_etcd_cert),
@@ -252,10 +271,8 @@ int Run() {
                     std::string(up.message()));
       return 1;
     }
-    std::string advertise = absl::GetFlag(FLAGS_advertise);
-    if (advertise.empty()) advertise = listen;
-    leadership = std::make_unique<EtcdLeadership>(
-        etcd, target->prefix, advertise, absl::GetFlag(FLAGS_leader_lease));
+    leadership = std::make_unique<EtcdLeadership>(etcd, target->prefix,
+                                                  advertise, leader_lease);
     spdlog::info("standing for leader of etcd prefix {} as {}", target->prefix,
                  advertise);
     absl::StatusOr<int64_t> fence = leadership->Campaign(

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "absl/base/call_once.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -242,16 +244,34 @@ void DisableLockDebuggingOnce() {
   });
 }
 
+bool IsHostPort(absl::string_view endpoint) {
+  const size_t colon = endpoint.rfind(':');
+  if (colon == absl::string_view::npos || colon == 0 || endpoint.size() > 255) {
+    return false;
+  }
+  uint32_t port = 0;
+  if (!absl::SimpleAtoi(endpoint.substr(colon + 1), &port) || port == 0 ||
+      port > 65535) {
+    return false;
+  }
+  for (char c : endpoint.substr(0, colon)) {
+    if (!absl::ascii_isalnum(c) && c != '.' && c != '-' && c != '[' &&
+        c != ']' && c != ':') {
+      return false;
+    }
+  }
+  return true;
+}
+
 absl::StatusOr<std::string> ChannelTarget(const std::string& addresses) {
   if (addresses.find(',') == std::string::npos) return addresses;
   std::vector<std::string> v4, v6;
   for (absl::string_view entry : absl::StrSplit(addresses, ',')) {
-    const size_t colon = entry.rfind(':');
-    if (colon == absl::string_view::npos || colon == 0 ||
-        colon + 1 == entry.size()) {
+    if (!IsHostPort(entry)) {
       return absl::InvalidArgumentError(
           absl::StrCat("address '", entry, "' is not HOST:PORT"));
     }
+    const size_t colon = entry.rfind(':');
     std::string host(entry.substr(0, colon));
     const std::string port(entry.substr(colon + 1));
     if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {

@@ -19,6 +19,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/limits.h"
@@ -110,6 +111,10 @@ struct ServerOptions {
 // that stand by do not listen, so it follows the leader.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
                                            const ChannelOptions& options = {});
+
+// HOST:PORT: a host of letters, digits, '.', '-' (or an IPv6 address in
+// brackets) and a port from 1 to 65535.
+bool IsHostPort(absl::string_view address);
 
 // The gRPC target of `addresses` (see MakeChannel): unchanged for one;
 // "ipv4:IP:P,IP:P" (or ipv6:) for several, names resolved now.

@@ -22,6 +22,32 @@ namespace {
 
 using ::tessera::testing::IsOk;
 
+TEST(ChannelTargetTest, SeveralAddressesBecomeOneResolvedList) {
+  for (const char* ok : {"127.0.0.1:7070", "localhost:1", "[::1]:65535",
+                         "coordinator-0.ns.svc:7070"}) {
+    EXPECT_TRUE(IsHostPort(ok)) << ok;
+  }
+  for (const char* bad : {"", "7070", ":7070", "host:", "host:0", "host:65536",
+                          "host:7x", "a b:1", "a/b:1"}) {
+    EXPECT_FALSE(IsHostPort(bad)) << bad;
+  }
+  EXPECT_THAT(ChannelTarget("127.0.0.1:7070"),
+              ::tessera::testing::IsOkAndHolds("127.0.0.1:7070"));
+  EXPECT_THAT(ChannelTarget("127.0.0.1:1,localhost:2"),
+              ::tessera::testing::IsOkAndHolds("ipv4:127.0.0.1:1,127.0.0.1:2"));
+  EXPECT_THAT(ChannelTarget("[::1]:1,[::1]:2"),
+              ::tessera::testing::IsOkAndHolds("ipv6:[::1]:1,[::1]:2"));
+  EXPECT_THAT(ChannelTarget("127.0.0.1:1,[::1]:2"),
+              ::tessera::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                           ::testing::HasSubstr("mix")));
+  EXPECT_THAT(ChannelTarget("127.0.0.1:1,nope"),
+              ::tessera::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                           ::testing::HasSubstr("'nope'")));
+  EXPECT_THAT(ChannelTarget("127.0.0.1:1,no-such-host.invalid:2"),
+              ::tessera::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                           ::testing::HasSubstr("resolve")));
+}
+
 TEST(ChannelCacheTest, KeepsAtMostMaxChannelsDroppingTheLeastRecentlyUsed) {
   ChannelCache cache(ChannelOptions{}, /*max_channels=*/2);
   auto a = cache.Get("127.0.0.1:1");

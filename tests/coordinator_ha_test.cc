@@ -279,8 +279,10 @@ TEST(CoordinatorHaTlsTest, EtcdOverTlsNeedsTheClientCertificate) {
   const std::string coordinator =
       TestCluster::BinaryPath("coordinator/tessera-coordinator");
   const std::string metadata = "--metadata=" + etcd.url("tls");
-  EXPECT_EQ(TestCluster::Run({coordinator, "--listen=127.0.0.1:0", metadata},
-                             &out, &err),
+  EXPECT_EQ(TestCluster::Run(
+                {coordinator,
+                 absl::StrCat("--listen=127.0.0.1:", PickFreePort()), metadata},
+                &out, &err),
             1);
   EXPECT_THAT(out + err, HasSubstr("etcd is unreachable"));
   const int port = PickFreePort();
@@ -307,25 +309,46 @@ TEST(CoordinatorHaFlagsTest, BadMetadataFlagsAndAnUnreachableEtcdAreClear) {
   const std::string coordinator =
       TestCluster::BinaryPath("coordinator/tessera-coordinator");
   std::string out, log;
+  const std::string listen =
+      absl::StrCat("--listen=127.0.0.1:", PickFreePort());
   EXPECT_EQ(
-      TestCluster::Run({coordinator, "--listen=127.0.0.1:0",
-                        "--metadata=etcd://127.0.0.1:1/p", "--data_dir=/tmp/x"},
+      TestCluster::Run({coordinator, listen, "--metadata=etcd://127.0.0.1:1/p",
+                        "--data_dir=/tmp/x"},
                        &log, &out),
       2);
   EXPECT_THAT(log + out, HasSubstr("--data_dir"));
-  EXPECT_EQ(TestCluster::Run({coordinator, "--listen=127.0.0.1:0",
-                              "--metadata=http://127.0.0.1:1/p"},
-                             &log, &out),
-            2);
+  EXPECT_EQ(
+      TestCluster::Run({coordinator, listen, "--metadata=http://127.0.0.1:1/p"},
+                       &log, &out),
+      2);
   EXPECT_THAT(log + out, HasSubstr("etcd://"));
-  EXPECT_EQ(TestCluster::Run({coordinator, "--listen=127.0.0.1:0",
-                              "--metadata=etcd://127.0.0.1:notaport/p"},
-                             &log, &out),
+  EXPECT_EQ(TestCluster::Run(
+                {coordinator, listen, "--metadata=etcd://127.0.0.1:notaport/p"},
+                &log, &out),
             2);
   EXPECT_THAT(log + out, HasSubstr("not HOST:PORT"));
+  // Leases are whole seconds, renewed every third: 0 would spin.
+  EXPECT_EQ(
+      TestCluster::Run({coordinator, listen, "--metadata=etcd://127.0.0.1:1/p",
+                        "--leader_lease=0s"},
+                       &log, &out),
+      2);
+  EXPECT_THAT(log + out, HasSubstr("--leader_lease"));
+  EXPECT_EQ(
+      TestCluster::Run({coordinator, listen, "--metadata=etcd://127.0.0.1:1/p",
+                        "--advertise=no-port"},
+                       &log, &out),
+      2);
+  EXPECT_THAT(log + out, HasSubstr("--advertise"));
+  // Port 0 is known only once serving: a standby could not be named.
+  EXPECT_EQ(TestCluster::Run({coordinator, "--listen=127.0.0.1:0",
+                              "--metadata=etcd://127.0.0.1:1/p"},
+                             &log, &out),
+            2);
+  EXPECT_THAT(log + out, HasSubstr("--listen port other than 0"));
   const int closed = PickFreePort();
   EXPECT_EQ(TestCluster::Run(
-                {coordinator, "--listen=127.0.0.1:0",
+                {coordinator, listen,
                  absl::StrCat("--metadata=etcd://127.0.0.1:", closed, "/p")},
                 &log, &out),
             1);
