@@ -229,7 +229,7 @@ absl::StatusOr<std::string> EtcdMetadataStore::Unstage(
 absl::StatusOr<MetadataState> EtcdMetadataStore::Load() {
   absl::MutexLock lock(&mu_);
   const std::string& p = options_.prefix;
-  MetadataState state;
+  if (loaded_) return absl::FailedPreconditionError("Load called twice");
   TESSERA_ASSIGN_OR_RETURN(std::vector<mvccpb::KeyValue> format,
                            etcd_->Range(p + "format"));
   if (format.empty()) {
@@ -284,9 +284,39 @@ absl::StatusOr<MetadataState> EtcdMetadataStore::Load() {
     return absl::DataLossError(absl::StrCat(
         "etcd prefix ", p, " has no valid cluster_id (32 hex digits)"));
   }
-  state.cluster_id = id.front().value();
 
-  uint64_t through = 0;
+  TESSERA_RETURN_IF_ERROR(CatchUp(/*stop_at_gap=*/false));
+  MetadataState state = std::move(followed_);
+  state.cluster_id = id.front().value();
+  // The leader appends from here on; what was followed is handed over.
+  followed_ = MetadataState();
+  loaded_ = true;
+  return state;
+}
+
+absl::Status EtcdMetadataStore::Follow() {
+  absl::MutexLock lock(&mu_);
+  if (loaded_) return absl::OkStatus();
+  const std::string& p = options_.prefix;
+  TESSERA_ASSIGN_OR_RETURN(std::vector<mvccpb::KeyValue> format,
+                           etcd_->Range(p + "format"));
+  if (format.empty()) return absl::OkStatus();  // nothing written yet
+  if (format.front().value() != kFormat) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("etcd prefix ", p, " holds metadata of format '",
+                     absl::CHexEscape(format.front().value().substr(0, 64)),
+                     "', not '", kFormat, "'"));
+  }
+  return CatchUp(/*stop_at_gap=*/true);
+}
+
+EtcdMetadataStore::FollowStats EtcdMetadataStore::follow_stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+absl::Status EtcdMetadataStore::CatchUp(bool stop_at_gap) {
+  const std::string& p = options_.prefix;
   TESSERA_ASSIGN_OR_RETURN(std::vector<mvccpb::KeyValue> manifest,
                            etcd_->Range(p + "snapshot"));
   if (!manifest.empty()) {
@@ -295,21 +325,30 @@ absl::StatusOr<MetadataState> EtcdMetadataStore::Load() {
       return absl::DataLossError(absl::StrCat(
           "etcd prefix ", p, ": the snapshot manifest is damaged"));
     }
-    snapshot_generation_ = GetLE(m, 4, 8);
-    through = GetLE(m, 12, 8);
-    TESSERA_ASSIGN_OR_RETURN(
-        const std::string bytes,
-        Unstage(kSnapshotMagic, "snapchunk", snapshot_generation_, m.substr(20),
-                "the snapshot"));
-    TESSERA_RETURN_IF_ERROR(
-        Annotate(DecodeSnapshot(bytes, &state),
-                 absl::StrCat("the snapshot under etcd prefix ", p)));
+    const uint64_t generation = GetLE(m, 4, 8);
+    const uint64_t through = GetLE(m, 12, 8);
+    // A snapshot already followed is not read again: a standby that kept
+    // up reads only the log written since.
+    if (!followed_snapshot_ || generation != snapshot_generation_) {
+      TESSERA_ASSIGN_OR_RETURN(const std::string bytes,
+                               Unstage(kSnapshotMagic, "snapchunk", generation,
+                                       m.substr(20), "the snapshot"));
+      MetadataState state;
+      TESSERA_RETURN_IF_ERROR(
+          Annotate(DecodeSnapshot(bytes, &state),
+                   absl::StrCat("the snapshot under etcd prefix ", p)));
+      followed_ = std::move(state);
+      followed_snapshot_ = true;
+      snapshot_generation_ = generation;
+      followed_next_ = through + 1;
+      replays_records_ = false;
+      ++stats_.snapshots_read;
+    }
   }
-  next_seq_ = through + 1;
-  replays_records_ = false;
   const std::string log = p + "log/";
-  TESSERA_ASSIGN_OR_RETURN(std::vector<mvccpb::KeyValue> entries,
-                           etcd_->Range(log, PrefixEnd(log)));
+  TESSERA_ASSIGN_OR_RETURN(
+      std::vector<mvccpb::KeyValue> entries,
+      etcd_->Range(LogKey(followed_next_), PrefixEnd(log)));
   for (const mvccpb::KeyValue& kv : entries) {
     uint64_t seq = 0;
     const absl::string_view digits =
@@ -318,21 +357,26 @@ absl::StatusOr<MetadataState> EtcdMetadataStore::Load() {
       return absl::DataLossError(
           absl::StrCat("etcd key ", kv.key(), " is no log entry of tessera's"));
     }
-    next_seq_ = std::max(next_seq_, seq + 1);
-    // At or before the snapshot: its changes are in it.
-    if (seq <= through || kv.value() == kVoid) continue;
-    TESSERA_ASSIGN_OR_RETURN(const std::string bytes,
-                             Unstage(kLogMagic, "logchunk", seq, kv.value(),
-                                     absl::StrCat("log entry ", seq)));
-    absl::StatusOr<std::vector<MetadataChange>> changes = DecodeBatch(bytes);
-    if (!changes.ok()) {
-      return Annotate(changes.status(), absl::StrCat("log entry ", seq,
-                                                     " under etcd prefix ", p));
+    // A slot whose write is still being settled: a standby waits for it.
+    if (seq != followed_next_ && stop_at_gap) break;
+    if (kv.value() != kVoid) {
+      TESSERA_ASSIGN_OR_RETURN(const std::string bytes,
+                               Unstage(kLogMagic, "logchunk", seq, kv.value(),
+                                       absl::StrCat("log entry ", seq)));
+      absl::StatusOr<std::vector<MetadataChange>> changes = DecodeBatch(bytes);
+      if (!changes.ok()) {
+        return Annotate(
+            changes.status(),
+            absl::StrCat("log entry ", seq, " under etcd prefix ", p));
+      }
+      for (const MetadataChange& change : *changes) followed_.Apply(change);
+      replays_records_ = true;
+      ++stats_.entries_read;
     }
-    for (const MetadataChange& change : *changes) state.Apply(change);
-    replays_records_ = true;
+    followed_next_ = seq + 1;
   }
-  return state;
+  next_seq_ = std::max(next_seq_, followed_next_);
+  return absl::OkStatus();
 }
 
 absl::Status EtcdMetadataStore::DecidePending() {

@@ -96,6 +96,18 @@ class EtcdMetadataStore : public MetadataStore {
   absl::StatusOr<std::string> LoadOrMakeSecret(size_t bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // A standby follows the prefix until it leads: Follow reads what was
+  // written since its last call (a snapshot only when a newer one was
+  // made, then the log after it), so that Load, at promotion, reads only
+  // the tail. Does nothing once Load was called.
+  absl::Status Follow() ABSL_LOCKS_EXCLUDED(mu_);
+  struct FollowStats {
+    uint64_t snapshots_read = 0;
+    uint64_t entries_read = 0;  // log entries applied
+  };
+  // What Follow and Load have read, in all.
+  FollowStats follow_stats() const ABSL_LOCKS_EXCLUDED(mu_);
+
   absl::StatusOr<MetadataState> Load() override ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Append(absl::Span<const MetadataChange> changes) override
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -125,6 +137,10 @@ class EtcdMetadataStore : public MetadataStore {
                                       absl::string_view kind, uint64_t id,
                                       const std::string& value,
                                       absl::string_view what) const;
+  // Brings followed_ up to etcd: the snapshot when its generation is not
+  // the one followed, then the log entries from followed_next_ on (up to
+  // the first missing one when `stop_at_gap`).
+  absl::Status CatchUp(bool stop_at_gap) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status DecidePending() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Fenced() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -137,6 +153,13 @@ class EtcdMetadataStore : public MetadataStore {
   uint64_t snapshot_generation_ ABSL_GUARDED_BY(mu_) = 0;
   bool replays_records_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  // The state read so far (until Load hands it over), and where the log
+  // goes on after it.
+  MetadataState followed_ ABSL_GUARDED_BY(mu_);
+  bool followed_snapshot_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t followed_next_ ABSL_GUARDED_BY(mu_) = 1;
+  bool loaded_ ABSL_GUARDED_BY(mu_) = false;
+  FollowStats stats_ ABSL_GUARDED_BY(mu_);
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -159,6 +159,54 @@ TEST(EtcdMetadataStoreTest, LargeBatchesAndSnapshotsAreChunked) {
   EXPECT_EQ(state.tensors.count("small"), 1u);
 }
 
+// A standby follows the leader's writes as they land, so that at
+// promotion its Load reads only what was written since it last looked.
+TEST(EtcdMetadataStoreTest, AStandbyFollowsAndLoadsOnlyTheTail) {
+  ASSERT_TRUE(SharedEtcd().ready());
+  const std::string prefix = NewPrefix();
+  auto leader = StoreOn(prefix);
+  auto standby = StoreOn(prefix);
+  // Nothing written yet: nothing to follow, and no error.
+  ASSERT_OK(standby->Follow());
+  ASSERT_OK_AND_ASSIGN(MetadataState state, leader->Load());
+  ASSERT_OK(leader->Append(MetadataChange::Tensor(Tensor("a", 3))));
+  ASSERT_OK(leader->Append(MetadataChange::Tensor(Tensor("b", 2))));
+  ASSERT_OK(standby->Follow());
+  EXPECT_EQ(standby->follow_stats().entries_read, 2u);
+  EXPECT_EQ(standby->follow_stats().snapshots_read, 0u);
+  // A snapshot replaces the log: the standby reads it once, then only the
+  // entries after it.
+  state.Apply(MetadataChange::Tensor(Tensor("a", 3)));
+  state.Apply(MetadataChange::Tensor(Tensor("b", 2)));
+  ASSERT_OK(leader->Snapshot(state));
+  ASSERT_OK(leader->Append(MetadataChange::DeletedTensor("a")));
+  ASSERT_OK(standby->Follow());
+  ASSERT_OK(standby->Follow());
+  EXPECT_EQ(standby->follow_stats().snapshots_read, 1u);
+  EXPECT_EQ(standby->follow_stats().entries_read, 3u);
+  ASSERT_OK(leader->Append(MetadataChange::Tensor(Tensor("c", 100000))));
+  // Promotion: the tail only (one entry), and the same state a cold Load
+  // reads.
+  ASSERT_OK_AND_ASSIGN(MetadataState warm, standby->Load());
+  EXPECT_EQ(standby->follow_stats().snapshots_read, 1u);
+  EXPECT_EQ(standby->follow_stats().entries_read, 4u);
+  ASSERT_OK_AND_ASSIGN(MetadataState cold, StoreOn(prefix)->Load());
+  EXPECT_EQ(warm.cluster_id, cold.cluster_id);
+  EXPECT_FALSE(warm.cluster_id.empty());
+  ASSERT_EQ(warm.tensors.size(), 2u);
+  ASSERT_EQ(cold.tensors.size(), 2u);
+  EXPECT_EQ(warm.tensors.count("a"), 0u);
+  EXPECT_EQ(warm.tensors.at("b")->shards.size(), 2u);
+  EXPECT_EQ(warm.tensors.at("c")->shards.size(), 100000u);
+  EXPECT_EQ(warm.tensors.at("c")->shards[99999].replicas,
+            cold.tensors.at("c")->shards[99999].replicas);
+  // The promoted store writes after what it followed.
+  ASSERT_OK(standby->Append(MetadataChange::DeletedTensor("b")));
+  ASSERT_OK_AND_ASSIGN(cold, StoreOn(prefix)->Load());
+  EXPECT_EQ(cold.tensors.count("b"), 0u);
+  EXPECT_EQ(cold.tensors.count("c"), 1u);
+}
+
 TEST(EtcdMetadataStoreTest, AWriterWhoseFenceMovedNeverCommits) {
   ASSERT_TRUE(SharedEtcd().ready());
   auto etcd = ClientOf(SharedEtcd());
