@@ -30,9 +30,9 @@ absl::StatusOr<std::shared_ptr<Connection>> Connection::Make(
     coordinator_channel.credentials = ChannelCredentialsFor(*tls);
     worker_channels.credentials = coordinator_channel.credentials;
   }
-  // Several coordinators: a standby listens once it leads, and the
-  // channel must try it again within 200 ms, not after gRPC's minimum
-  // connect timeout or a backoff grown to a second.
+  // Several coordinators: one that was down (restarting, moving) is
+  // tried again within 200 ms, not after gRPC's minimum connect timeout
+  // or a backoff grown to a second.
   if (coordinator_address.find(',') != std::string::npos) {
     coordinator_channel.connect_timeout = absl::Seconds(1);
     coordinator_channel.max_reconnect_backoff = absl::Milliseconds(200);
@@ -51,8 +51,6 @@ Connection::Connection(std::string coordinator_address, ClientOptions options,
                        ChannelOptions worker_channels)
     : coordinator_address_(std::move(coordinator_address)),
       options_(options),
-      coordinator_(v1::Coordinator::NewStub(
-          MakeChannel(coordinator_address_, coordinator_channel))),
       workers_(std::move(worker_channels)),
       data_plane_(TransportChain::Make(&workers_,
                                        [&] {
@@ -68,7 +66,25 @@ Connection::Connection(std::string coordinator_address, ClientOptions options,
       zone_(!options_.zone.empty() ? options_.zone
             : std::getenv("TESSERA_ZONE") != nullptr
                 ? std::getenv("TESSERA_ZONE")
-                : "") {}
+                : "") {
+  if (coordinator_address_.find(',') != std::string::npos) {
+    absl::StatusOr<std::unique_ptr<LeaderChannels>> leaders =
+        LeaderChannels::Make(coordinator_address_, coordinator_channel);
+    if (leaders.ok()) {
+      leaders_ = *std::move(leaders);
+      for (size_t i = 0; i < leaders_->size(); ++i) {
+        coordinators_.push_back(v1::Coordinator::NewStub(leaders_->channel(i)));
+      }
+      return;
+    }
+  }
+  coordinators_.push_back(v1::Coordinator::NewStub(
+      MakeChannel(coordinator_address_, coordinator_channel)));
+}
+
+v1::Coordinator::Stub* Connection::coordinator() {
+  return coordinators_[leaders_ != nullptr ? leaders_->current() : 0].get();
+}
 
 namespace {
 

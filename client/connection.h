@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -19,6 +20,7 @@
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/worker.grpc.pb.h"
 #include "rpc/channel.h"
+#include "rpc/leader_channels.h"
 #include "transport/transport_chain.h"
 
 namespace tessera {
@@ -38,7 +40,12 @@ class Connection {
     return coordinator_address_;
   }
   const ClientOptions& options() const { return options_; }
-  v1::Coordinator::Stub* coordinator() { return coordinator_.get(); }
+  // The coordinator to call now: the leader, as far as is known, when
+  // several were given (leaders()).
+  v1::Coordinator::Stub* coordinator();
+  // Several coordinators: where calls go (CallOptions::leaders). Null for
+  // one.
+  LeaderChannels* leaders() const { return leaders_.get(); }
   std::unique_ptr<v1::Worker::Stub> WorkerStub(const std::string& address);
   // The one channel to a worker, shared by every call to it.
   std::shared_ptr<grpc::Channel> WorkerChannel(const std::string& address);
@@ -59,7 +66,8 @@ class Connection {
  private:
   const std::string coordinator_address_;
   const ClientOptions options_;
-  std::unique_ptr<v1::Coordinator::Stub> coordinator_;
+  std::unique_ptr<LeaderChannels> leaders_;
+  std::vector<std::unique_ptr<v1::Coordinator::Stub>> coordinators_;
   ChannelCache workers_;
   const std::unique_ptr<TransportChain> data_plane_;  // uses workers_
   const std::string zone_;

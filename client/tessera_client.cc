@@ -51,10 +51,9 @@ CallOptions CoordinatorCall(const Connection& connection, bool idempotent,
   options.idempotent = idempotent;
   options.attempts = connection.options().control_retries + 1;
   const std::string address = connection.coordinator_address();
-  // Several coordinators: while none leads (the few seconds of a
-  // failover) a call waits, within its deadline, for the one that will;
-  // failing at once would also cancel the connection attempts under way.
-  if (address.find(',') != std::string::npos) options.wait_for_ready = true;
+  // Several coordinators: to the leader, found and followed within the
+  // call's deadline (a failover takes a few seconds).
+  options.leaders = connection.leaders();
   const TlsFiles files{connection.options().tls_ca,
                        connection.options().tls_cert,
                        connection.options().tls_key};

@@ -59,11 +59,15 @@ absl::StatusOr<int64_t> EtcdLeadership::Campaign(
     absent->set_create_revision(0);
     etcdserverpb::PutRequest* put = txn.add_success()->mutable_request_put();
     put->set_key(key_);
-    put->set_value(address_);
+    // The address goes in once this coordinator serves (Publish).
+    put->set_value("");
     put->set_lease(lease_);
     txn.add_failure()->mutable_request_range()->set_key(key_);
     absl::StatusOr<etcdserverpb::TxnResponse> got = etcd_->Txn(txn);
-    if (got.ok() && got->succeeded()) return got->header().revision();
+    if (got.ok() && got->succeeded()) {
+      fence_ = got->header().revision();
+      return fence_;
+    }
     if (got.ok() && got->responses_size() == 1 &&
         got->responses(0).response_range().kvs_size() == 1) {
       const std::string leader =
@@ -77,6 +81,25 @@ absl::StatusOr<int64_t> EtcdLeadership::Campaign(
     }
     stop.WaitForNotificationWithTimeout(kPoll);
   }
+}
+
+absl::Status EtcdLeadership::Publish() {
+  etcdserverpb::TxnRequest txn;
+  etcdserverpb::Compare* held = txn.add_compare();
+  held->set_result(etcdserverpb::Compare::EQUAL);
+  held->set_target(etcdserverpb::Compare::CREATE);
+  held->set_key(key_);
+  held->set_create_revision(fence_);
+  etcdserverpb::PutRequest* put = txn.add_success()->mutable_request_put();
+  put->set_key(key_);
+  put->set_value(address_);
+  put->set_lease(lease_);
+  TESSERA_ASSIGN_OR_RETURN(etcdserverpb::TxnResponse done, etcd_->Txn(txn));
+  if (!done.succeeded()) {
+    return absl::FailedPreconditionError(
+        "no longer the leader: the election key changed hands");
+  }
+  return absl::OkStatus();
 }
 
 void EtcdLeadership::Renew() {

@@ -6,7 +6,9 @@
 // died or hung), and a standby, polling for that, creates it in a
 // transaction that succeeds only if the key is absent. The key's create
 // revision is the leader's fence: EtcdMetadataStore compares it in every
-// write, so a coordinator that lost the key can never commit again.
+// write, so a coordinator that lost the key can never commit again. The
+// key holds the leader's address only once it serves (Publish): standbys
+// name it to callers (coordinator/standby_service.h).
 //
 // A leader that cannot renew its lease before it would run out calls
 // `on_lost`: it must stop serving writes (the fence already refuses them).
@@ -49,7 +51,12 @@ class EtcdLeadership {
       const std::function<void(const std::string& leader)>& on_standby,
       std::function<void()> on_lost);
 
-  // The address the leader key holds now ("" if none).
+  // The leader, once it serves: puts this coordinator's address into the
+  // key, so that standbys send clients here only when it answers.
+  absl::Status Publish();
+
+  // The address the leader key holds now ("" if none, or while the leader
+  // is not serving yet).
   absl::StatusOr<std::string> Leader() const;
 
   struct Member {
@@ -72,6 +79,7 @@ class EtcdLeadership {
   const std::string address_;
   const absl::Duration ttl_;
   int64_t lease_ = 0;
+  int64_t fence_ = 0;  // the key's create revision, once leading
   std::function<void()> on_lost_;
   absl::Notification done_;
   std::thread renewer_;

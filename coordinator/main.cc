@@ -25,6 +25,7 @@
 #include "coordinator/etcd_metadata_store.h"
 #include "coordinator/file_metadata_store.h"
 #include "coordinator/grpc_worker_control.h"
+#include "coordinator/standby_service.h"
 #include "core/status_macros.h"
 #include "ops/daemon_help.h"
 #include "ops/daemon_listener.h"
@@ -121,6 +122,9 @@ ABSL_FLAG(bool, repair, true,
 namespace tessera {
 namespace {
 
+// How often a standby reads what the leader wrote since.
+constexpr absl::Duration kFollowEvery = absl::Milliseconds(200);
+
 int Run() {
   if (absl::GetFlag(FLAGS_version)) {
     PrintVersion("tessera-coordinator");
@@ -199,6 +203,14 @@ int Run() {
     spdlog::error("{}", std::string(security.status().message()));
     return 1;
   }
+  ServerOptions server_options;
+  server_options.metrics = &metrics;
+  server_options.credentials = security->server_credentials;
+  server_options.health_listen = security->health_listen;
+  if (absl::Status s = ConfigureListenerLimits(&server_options); !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return 2;
+  }
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   // A termination signal stops a standby's wait as well as the server.
   std::atomic<int> signal_seen{0};
@@ -214,6 +226,19 @@ int Run() {
   // --metadata=etcd://...: stand by until this coordinator leads.
   std::unique_ptr<EtcdMetadataStore> etcd_store;
   std::unique_ptr<EtcdLeadership> leadership;
+  std::unique_ptr<StandbyService> standby;
+  std::unique_ptr<RunningServer> standby_server;
+  std::string serve_at = listen;
+  std::string advertised;  // with --metadata
+  EtcdMetadataStore* followed = nullptr;
+  EtcdMetadataStore::FollowStats followed_before;
+  absl::Notification leading;
+  std::thread follower;
+  auto stop_following = [&] {
+    if (!leading.HasBeenNotified()) leading.Notify();
+    if (follower.joinable()) follower.join();
+  };
+  auto stop_following_at_exit = absl::MakeCleanup(stop_following);
   if (const std::string metadata = absl::GetFlag(FLAGS_metadata);
       !metadata.empty()) {
     if (!data_dir.empty()) {
@@ -229,6 +254,7 @@ int Run() {
     }
     std::string advertise = absl::GetFlag(FLAGS_advertise);
     if (advertise.empty()) advertise = listen;
+    advertised = advertise;
     // Clients and workers reach a standby at this address once it leads:
     // it must name a port (--listen's 0 is picked only when serving).
     if (!IsHostPort(advertise)) {
@@ -273,12 +299,45 @@ int Run() {
     }
     leadership = std::make_unique<EtcdLeadership>(etcd, target->prefix,
                                                   advertise, leader_lease);
-    spdlog::info("standing for leader of etcd prefix {} as {}", target->prefix,
-                 advertise);
+    EtcdStoreOptions store_options;
+    store_options.prefix = target->prefix;
+    etcd_store = std::make_unique<EtcdMetadataStore>(etcd, store_options);
+    // Standing by, this coordinator answers on its port, naming the leader
+    // (no call runs), and follows the metadata so that it takes over
+    // without reading it all.
+    standby = std::make_unique<StandbyService>(advertise);
+    ServerOptions standby_options = server_options;
+    standby_options.fallback = standby.get();
+    absl::StatusOr<RunningServer> standing =
+        StartServer(listen, {}, standby_options);
+    if (!standing.ok()) {
+      spdlog::error("{}", std::string(standing.status().message()));
+      return 1;
+    }
+    standby_server = std::make_unique<RunningServer>(*std::move(standing));
+    serve_at = WithPort(listen, standby_server->port);
+    spdlog::info("standing for leader of etcd prefix {} as {} (standby on {})",
+                 target->prefix, advertise, serve_at);
+    follower = std::thread([&, store = etcd_store.get()] {
+      std::string said;
+      do {
+        const absl::Status followed = store->Follow();
+        if (!followed.ok() && followed.ToString() != said) {
+          spdlog::warn("standing by: cannot follow the metadata yet: {}",
+                       std::string(followed.message()));
+        }
+        said = followed.ok() ? std::string() : followed.ToString();
+      } while (!leading.WaitForNotificationWithTimeout(kFollowEvery));
+    });
     absl::StatusOr<int64_t> fence = leadership->Campaign(
         terminating,
-        [](const std::string& leader) {
-          spdlog::info("standing by: the leader is {}", leader);
+        [&](const std::string& leader) {
+          standby->SetLeader(leader);
+          if (leader.empty()) {
+            spdlog::info("standing by: no coordinator serves as leader yet");
+          } else {
+            spdlog::info("standing by: the leader is {}", leader);
+          }
         },
         [] {
           // The fence already refuses this coordinator's writes; a new
@@ -289,16 +348,15 @@ int Run() {
           spdlog::default_logger()->flush();
           std::_Exit(1);
         });
+    stop_following();
     if (!fence.ok()) {
       spdlog::info("{}", std::string(fence.status().message()));
       return absl::IsCancelled(fence.status()) ? 0 : 1;
     }
     spdlog::info("leading etcd prefix {} (fence revision {})", target->prefix,
                  *fence);
-    EtcdStoreOptions store_options;
-    store_options.prefix = target->prefix;
-    etcd_store = std::make_unique<EtcdMetadataStore>(etcd, store_options);
     etcd_store->SetFence(leadership->key(), *fence);
+    followed_before = etcd_store->follow_stats();
   }
   // The directory is private (0700, files 0600) before the secret goes in.
   if (!data_dir.empty()) {
@@ -345,6 +403,7 @@ int Run() {
   std::unique_ptr<MetadataStore> store;
   FileMetadataStore* file_store = nullptr;
   if (etcd_store != nullptr) {
+    followed = etcd_store.get();
     store = std::move(etcd_store);
   } else if (data_dir.empty()) {
     store = std::make_unique<MemoryMetadataStore>();
@@ -375,6 +434,15 @@ int Run() {
                   std::string(status.message()));
     return 1;
   }
+  if (followed != nullptr) {
+    const EtcdMetadataStore::FollowStats after = followed->follow_stats();
+    spdlog::info(
+        "took over the metadata: read {} snapshot(s) and {} log entries at "
+        "promotion, after {} and {} while standing by",
+        after.snapshots_read - followed_before.snapshots_read,
+        after.entries_read - followed_before.entries_read,
+        followed_before.snapshots_read, followed_before.entries_read);
+  }
   CoordinatorService service(&coordinator, &authority);
   service.SetCoordinatorLister(
       [&]() -> absl::StatusOr<std::vector<v1::CoordinatorInfo>> {
@@ -396,16 +464,13 @@ int Run() {
         }
         return out;
       });
-  ServerOptions server_options;
-  server_options.metrics = &metrics;
-  server_options.credentials = security->server_credentials;
-  server_options.health_listen = security->health_listen;
-  if (absl::Status s = ConfigureListenerLimits(&server_options); !s.ok()) {
-    spdlog::error("{}", std::string(s.message()));
-    return 2;
+  // The standby's port is handed to the leader's server.
+  if (standby_server != nullptr) {
+    standby_server->Stop(absl::ZeroDuration());
+    standby_server.reset();
   }
   absl::StatusOr<RunningServer> server =
-      StartServer(listen, {&service}, server_options);
+      StartServer(serve_at, {&service}, server_options);
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
     return 1;
@@ -413,7 +478,7 @@ int Run() {
   AddListenerMetrics(&metrics, *server);
   AddProcessMetrics(&metrics, "coordinator");
   spdlog::info("tessera-coordinator serving on {}",
-               WithPort(listen, server->port));
+               WithPort(serve_at, server->port));
   if (server->health_port > 0) {
     spdlog::info("health (plaintext, grpc.health.v1 only) on {}",
                  WithPort(security->health_listen, server->health_port));
@@ -461,11 +526,21 @@ int Run() {
   } else {
     spdlog::info("cluster {}", coordinator.cluster_id());
   }
-  // Recovered and serving: health says so.
+  // Recovered and serving: health says so, and standbys name this one.
   server->SetServing(true);
+  if (leadership != nullptr) {
+    if (absl::Status published = leadership->Publish(); !published.ok()) {
+      spdlog::critical("cannot publish this coordinator as the leader: {}",
+                       std::string(published.message()));
+      spdlog::default_logger()->flush();
+      std::_Exit(1);
+    }
+    spdlog::info("serving as the leader; standbys now send callers to {}",
+                 advertised);
+  }
   std::atomic<bool> listener_dead{false};
   std::unique_ptr<ListenerProbe> probe = StartListenerProbe(
-      listen, &*server, security->self_probe_credentials, [&] {
+      serve_at, &*server, security->self_probe_credentials, [&] {
         listener_dead = true;
         kill(getpid(), SIGTERM);  // wakes the signal wait below
       });

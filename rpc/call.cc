@@ -1,5 +1,6 @@
 #include "rpc/call.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "absl/random/random.h"
@@ -23,9 +24,20 @@ absl::Status Call(
     absl::FunctionRef<grpc::Status(grpc::ClientContext*)> attempt) {
   absl::Duration backoff = options.backoff;
   grpc::Status status;
+  // With several coordinators, redirects and connection waits share the
+  // call's one timeout.
+  const absl::Time overall = absl::Now() + options.timeout;
   for (int tries = 1;; ++tries) {
+    size_t picked = 0;
+    if (options.leaders != nullptr) {
+      picked = options.leaders->Pick(std::min(overall, ProcessDeadline()),
+                                     options.connect_wait);
+    }
     grpc::ClientContext context;
-    SetDeadline(&context, options.timeout);
+    SetDeadline(&context,
+                options.leaders != nullptr
+                    ? std::max(absl::ZeroDuration(), overall - absl::Now())
+                    : options.timeout);
     if (options.wait_for_ready) context.set_wait_for_ready(true);
     std::optional<Cancellation::Registration> cancellable;
     if (options.cancellation != nullptr) {
@@ -34,6 +46,13 @@ absl::Status Call(
     }
     status = attempt(&context);
     cancellable.reset();
+    if (options.leaders != nullptr &&
+        options.leaders->After(picked, status,
+                               context.GetServerTrailingMetadata(),
+                               std::min(overall, ProcessDeadline()))) {
+      --tries;  // a standby's answer: the call did not run
+      continue;
+    }
     // Only UNAVAILABLE is worth another try: an expired deadline already
     // spent the caller's time.
     const bool retry = options.idempotent && tries < options.attempts &&

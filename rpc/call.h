@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "core/stop.h"
+#include "rpc/leader_channels.h"
 #include "rpc/status.h"
 
 namespace tessera {
@@ -41,6 +42,13 @@ struct CallOptions {
   // Replaces the `peer` wording when set (the CLI's "cannot reach the
   // coordinator at ..." message).
   std::function<absl::Status(const grpc::Status&)> unreachable;
+  // Several coordinators, one leading (rpc/leader_channels.h): each attempt
+  // goes to a connected one, after `connect_wait` at most per address, and
+  // one a standby answered goes to the leader it names, all within
+  // `timeout`. The attempt must call leaders->current()'s address. Not
+  // owned.
+  LeaderChannels* leaders = nullptr;
+  absl::Duration connect_wait = absl::Milliseconds(300);
   // Not owned; gives the call up (gRPC CANCELLED) when cancelled, before or
   // while it runs. Null: only the deadline ends it.
   Cancellation* cancellation = nullptr;

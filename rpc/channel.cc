@@ -311,15 +311,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
                                            const ChannelOptions& options) {
   DisableLockDebuggingOnce();
   grpc::ChannelArguments args;
-  // Several addresses: one channel over all of them; TLS checks the
-  // certificates against the first address's host.
-  std::string target = address;
-  if (address.find(',') != std::string::npos) {
-    absl::StatusOr<std::string> resolved = ChannelTarget(address);
-    target = resolved.ok() ? *resolved : address.substr(0, address.find(','));
-    const std::string first = address.substr(0, address.find(','));
-    args.SetString(GRPC_ARG_DEFAULT_AUTHORITY, first);
-  }
+  const std::string& target = address;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, Millis(options.keepalive_time));

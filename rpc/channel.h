@@ -5,6 +5,7 @@
 #ifndef TESSERA_RPC_CHANNEL_H_
 #define TESSERA_RPC_CHANNEL_H_
 
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/client_interceptor.h>
 
@@ -42,6 +43,9 @@ struct ChannelOptions {
   // Makes the interceptors of each new channel (one set per channel, since
   // gRPC takes ownership); empty: none.
   std::function<ClientInterceptorFactories()> interceptors;
+  // Answers every call to a method no registered service has (a standby
+  // coordinator's answer). Not owned; outlives the server.
+  grpc::CallbackGenericService* fallback = nullptr;
   // Largest message either side accepts.
   int max_message_bytes = kMaxMessageBytes;
   // Keepalive pings on idle connections, so a dead peer is noticed.
@@ -82,6 +86,9 @@ struct ServerOptions {
   // like the kubelet's gRPC probe. It answers what the main port's health
   // does; no other service is reachable on it. Empty: none.
   std::string health_listen;
+  // Answers every call to a method no registered service has (a standby
+  // coordinator's answer). Not owned; outlives the server.
+  grpc::CallbackGenericService* fallback = nullptr;
   // Largest message either side accepts.
   int max_message_bytes = kMaxMessageBytes;
   // Most concurrent streams per client connection (more wait on the client

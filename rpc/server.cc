@@ -35,6 +35,9 @@ absl::StatusOr<RunningServer> StartServer(
                                : grpc::InsecureServerCredentials(),
                            &running.port);
   for (grpc::Service* service : services) builder.RegisterService(service);
+  if (options.fallback != nullptr) {
+    builder.RegisterCallbackGenericService(options.fallback);
+  }
   if (options.health) {
     running.health_service = std::make_unique<HealthService>(running.health);
     builder.RegisterService(running.health_service.get());

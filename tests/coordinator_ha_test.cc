@@ -74,7 +74,9 @@ class CoordinatorHaTest : public ::testing::Test {
       ports_[i] = PickFreePort();
       StartCoordinator(i);
       // The first leads before the second stands by.
-      if (i == 0) ASSERT_TRUE(Serving(0));
+      if (i == 0) {
+        ASSERT_TRUE(Serving(0));
+      }
     }
     addresses_ =
         absl::StrCat("127.0.0.1:", ports_[0], ",127.0.0.1:", ports_[1]);
@@ -110,7 +112,7 @@ class CoordinatorHaTest : public ::testing::Test {
         Spawn({TestCluster::BinaryPath("coordinator/tessera-coordinator"),
                absl::StrCat("--listen=127.0.0.1:", ports_[i]),
                "--metadata=" + etcd_->url("ha"), "--leader_lease=2s",
-               "--lease_ms=3000", "--heartbeat_ms=250"},
+               "--lease_ms=3000", "--heartbeat_ms=250", "--snapshot_every=4"},
               absl::StrCat(dir_, "/coordinator", i, ".log"));
     if (coordinators_.size() <= static_cast<size_t>(i)) {
       coordinators_.resize(static_cast<size_t>(i) + 1);
@@ -223,6 +225,62 @@ TEST_F(CoordinatorHaTest, AKilledLeaderIsReplacedAndNothingAcknowledgedIsLost) {
   EXPECT_TRUE(Eventually([&] {
     return Tessera({"get", "x", "--output=" + dir_ + "/x.npy"}).code == 0;
   }));
+}
+
+// A standby answers every call UNAVAILABLE naming the leader, and clients
+// given it first go on to the leader; it follows the metadata as the
+// leader writes it, so that when it takes over it reads only the tail.
+TEST_F(CoordinatorHaTest, AStandbyNamesTheLeaderAndTakesOverWarm) {
+  const std::string leader = absl::StrCat("127.0.0.1:", ports_[0]);
+  const std::string standby = absl::StrCat("127.0.0.1:", ports_[1]);
+  // Enough changes for snapshots (--snapshot_every=4) and log after them.
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_EQ(
+        Tessera({"create", absl::StrCat("t", i), "--shape=8", "--dtype=float32",
+                 "--chunk_dim=0", "--placements=w0", "--init=ones"})
+            .code,
+        0);
+  }
+  Result asked = Tessera({"ls"}, standby);
+  EXPECT_NE(asked.code, 0);
+  EXPECT_THAT(asked.err,
+              HasSubstr(absl::StrCat("the coordinator at ", standby,
+                                     " stands by; the leader is at ", leader)));
+  // Nothing ran on the standby: a write sent there is refused the same way.
+  asked = Tessera({"rm", "t0"}, standby);
+  EXPECT_NE(asked.code, 0);
+  EXPECT_THAT(asked.err, HasSubstr("stands by"));
+  // The standby first in the list: the client goes on to the leader.
+  const std::string standby_first = absl::StrCat(standby, ",", leader);
+  Result created = Tessera({"create", "z", "--shape=8", "--dtype=float32",
+                            "--chunk_dim=0", "--placements=w1", "--init=ones"},
+                           standby_first);
+  ASSERT_EQ(created.code, 0) << created.err;
+  Result ls = Tessera({"ls"}, standby_first);
+  ASSERT_EQ(ls.code, 0) << ls.err;
+  EXPECT_THAT(ls.out, HasSubstr("t0 "));
+  EXPECT_THAT(ls.out, HasSubstr("z "));
+
+  kill(coordinators_[0].pid, SIGKILL);
+  waitpid(coordinators_[0].pid, nullptr, 0);
+  coordinators_[0].pid = -1;
+  ASSERT_TRUE(Eventually([&] {
+    return Tessera({"create", "after", "--shape=8", "--dtype=float32",
+                    "--chunk_dim=0", "--placements=w1", "--init=ones"},
+                   standby_first)
+               .code == 0;
+  })) << ReadFile(coordinators_[1].log);
+  // It had followed the snapshot and the log: at promotion it read no
+  // snapshot again.
+  const std::string log = ReadFile(coordinators_[1].log);
+  EXPECT_THAT(log, HasSubstr("took over the metadata: read 0 snapshot(s)"));
+  EXPECT_THAT(log, ::testing::ContainsRegex(
+                       "after [1-9][0-9]* and [0-9]+ while standing by"));
+  ls = Tessera({"ls"}, standby);
+  ASSERT_EQ(ls.code, 0) << ls.err;
+  for (const char* name : {"t0 ", "t5 ", "z ", "after "}) {
+    EXPECT_THAT(ls.out, HasSubstr(name));
+  }
 }
 
 TEST_F(CoordinatorHaTest, AStoppedLeaderIsDeposedAndCommitsNothingAfter) {

@@ -176,50 +176,50 @@ std::vector<uint64_t> Registration::OwnShards() const {
   return own;
 }
 
-CallOptions Registration::CoordinatorCall() const {
+CallOptions Registration::CoordinatorCall(LeaderChannels* leaders) const {
   CallOptions call;
   call.timeout = options_.rpc_timeout;
-  if (options_.coordinator.find(',') != std::string::npos) {
-    // Several coordinators, one leading: wait briefly for a connection
-    // (failing at once would cancel the attempt under way), then move on;
-    // a heartbeat takes milliseconds, and a dead or standing-by address
-    // costs the worker this long before it tries the next.
-    call.wait_for_ready = true;
+  if (leaders != nullptr) {
+    // Several coordinators, one leading: a heartbeat takes milliseconds,
+    // and a leader that hangs costs this long before the next is tried.
+    call.leaders = leaders;
     call.timeout = std::min(call.timeout, absl::Milliseconds(300));
+    call.connect_wait = absl::Milliseconds(100);
   }
   call.peer = absl::StrCat("coordinator at ", options_.coordinator);
   return call;
 }
 
 void Registration::Run() {
-  // Several coordinators (one leads): one channel each, used in turn. A
-  // call that cannot reach one (refused: a standby; no answer in time: a
-  // leader that died or hangs) moves to the next, which tells whether it
-  // leads by answering.
-  // A standby starts listening when it leads: its channel tries again
-  // every 200 ms, not after gRPC's growing backoff of up to a second.
-  ChannelOptions channel = options_.channel;
-  if (options_.coordinator.find(',') != std::string::npos) {
-    channel.max_reconnect_backoff = absl::Milliseconds(200);
-  }
+  // Several coordinators (one leads): calls go to the leader, passing over
+  // those that cannot be reached and following a standby's word
+  // (rpc/leader_channels.h). One that was down is tried again every 200 ms,
+  // not after gRPC's growing backoff of up to a second.
+  std::unique_ptr<LeaderChannels> leaders;
   std::vector<std::unique_ptr<v1::Coordinator::Stub>> stubs;
-  for (absl::string_view address :
-       absl::StrSplit(options_.coordinator, ',', absl::SkipEmpty())) {
-    stubs.push_back(
-        v1::Coordinator::NewStub(MakeChannel(std::string(address), channel)));
-  }
-  size_t current = 0;
-  v1::Coordinator::Stub* stub = stubs.front().get();
-  bool try_next = false;
-  auto next_if_unreachable = [&](const absl::Status& status) {
-    if (stubs.size() > 1 &&
-        (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status))) {
-      current = (current + 1) % stubs.size();
-      stub = stubs[current].get();
-      return true;
+  if (options_.coordinator.find(',') != std::string::npos) {
+    ChannelOptions channel = options_.channel;
+    channel.max_reconnect_backoff = absl::Milliseconds(200);
+    absl::StatusOr<std::unique_ptr<LeaderChannels>> made =
+        LeaderChannels::Make(options_.coordinator, channel);
+    if (!made.ok()) {
+      on_fatal_(made.status());
+      return;
     }
-    return false;
+    leaders = *std::move(made);
+    for (size_t i = 0; i < leaders->size(); ++i) {
+      stubs.push_back(v1::Coordinator::NewStub(leaders->channel(i)));
+    }
+  } else {
+    stubs.push_back(v1::Coordinator::NewStub(
+        MakeChannel(options_.coordinator, options_.channel)));
+  }
+  auto stub = [&] {
+    return stubs[leaders != nullptr ? leaders->current() : 0].get();
   };
+  // After a heartbeat that reached no one, the next goes at once (to the
+  // next address).
+  bool try_next = false;
   absl::Duration backoff = absl::Milliseconds(50);
   absl::Duration heartbeat_interval = absl::Seconds(1);
   bool registered = false;
@@ -240,9 +240,9 @@ void Registration::Run() {
       // until now; the reply may name another.
       for (uint64_t id : Attribute()) request.add_held_shard_ids(id);
       v1::RegisterWorkerResponse response;
-      absl::Status status =
-          Call(CoordinatorCall(), [&](grpc::ClientContext* context) {
-            return stub->RegisterWorker(context, request, &response);
+      absl::Status status = Call(
+          CoordinatorCall(leaders.get()), [&](grpc::ClientContext* context) {
+            return stub()->RegisterWorker(context, request, &response);
           });
       if (status.ok()) {
         registered = true;
@@ -281,7 +281,6 @@ void Registration::Run() {
         on_fatal_(status);
         return;
       }
-      next_if_unreachable(status);
       const bool say = failures++ % 20 == 0;
       if (say && rotating) {
         spdlog::error(
@@ -335,10 +334,12 @@ void Registration::Run() {
     send_held = false;
     v1::HeartbeatResponse response;
     absl::Status status =
-        Call(CoordinatorCall(), [&](grpc::ClientContext* context) {
-          return stub->Heartbeat(context, request, &response);
+        Call(CoordinatorCall(leaders.get()), [&](grpc::ClientContext* context) {
+          return stub()->Heartbeat(context, request, &response);
         });
-    if (!status.ok()) try_next = next_if_unreachable(status);
+    // The leader may have moved: the next heartbeat goes at once.
+    try_next = leaders != nullptr && (absl::IsUnavailable(status) ||
+                                      absl::IsDeadlineExceeded(status));
     if (status.ok() && !response.reregister() &&
         !response.cluster_id().empty() &&
         response.cluster_id() != cluster_id()) {

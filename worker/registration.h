@@ -36,6 +36,7 @@
 #include "core/placement.h"
 #include "rpc/call.h"
 #include "rpc/channel.h"
+#include "rpc/leader_channels.h"
 #include "worker/shard_store.h"
 
 namespace tessera {
@@ -112,7 +113,8 @@ class Registration {
   std::vector<uint64_t> OwnShards() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Register and heartbeat are tried once per round; the loop retries.
-  CallOptions CoordinatorCall() const;
+  // `leaders`: several coordinators' channels, or null for one.
+  CallOptions CoordinatorCall(LeaderChannels* leaders) const;
 
   const RegistrationOptions options_;
   ShardStore* const store_;

@@ -1,0 +1,110 @@
+#include "rpc/leader_channels.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "rpc/status.h"
+
+namespace tessera {
+namespace {
+
+// While no one leads (a failover), a standby is asked again this often.
+constexpr absl::Duration kNoLeaderPause = absl::Milliseconds(50);
+// After a round of addresses none of which connected.
+constexpr absl::Duration kRoundPause = absl::Milliseconds(50);
+
+absl::Time EarlierOf(absl::Time a, absl::Time b) { return a < b ? a : b; }
+
+std::chrono::system_clock::time_point ToChrono(absl::Time t) {
+  return absl::ToChronoTime(t);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LeaderChannels>> LeaderChannels::Make(
+    const std::string& addresses, const ChannelOptions& options) {
+  std::unique_ptr<LeaderChannels> out(new LeaderChannels());
+  for (absl::string_view address : absl::StrSplit(addresses, ',')) {
+    if (!IsHostPort(address)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("address '", address, "' is not HOST:PORT"));
+    }
+    out->addresses_.emplace_back(address);
+    out->channels_.push_back(MakeChannel(std::string(address), options));
+  }
+  if (out->addresses_.size() < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", addresses, "' names fewer than two addresses"));
+  }
+  return out;
+}
+
+size_t LeaderChannels::current() const {
+  absl::MutexLock lock(&mu_);
+  return current_;
+}
+
+size_t LeaderChannels::Pick(absl::Time deadline, absl::Duration connect_wait) {
+  size_t i = current();
+  for (size_t passed = 0;; ++passed) {
+    grpc::Channel& channel = *channels_[i];
+    grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/true);
+    const absl::Time give_up = EarlierOf(deadline, absl::Now() + connect_wait);
+    // Refused (TRANSIENT_FAILURE) goes to the next address at once; one
+    // that neither connects nor refuses (a hung process) after the wait.
+    while (state != GRPC_CHANNEL_READY &&
+           state != GRPC_CHANNEL_TRANSIENT_FAILURE &&
+           channel.WaitForStateChange(state, ToChrono(give_up))) {
+      state = channel.GetState(/*try_to_connect=*/true);
+    }
+    if (state == GRPC_CHANNEL_READY || absl::Now() >= deadline) {
+      absl::MutexLock lock(&mu_);
+      current_ = i;
+      return i;
+    }
+    i = (i + 1) % channels_.size();
+    if ((passed + 1) % channels_.size() == 0) {
+      absl::SleepFor(std::min(kRoundPause, deadline - absl::Now()));
+    }
+  }
+}
+
+bool LeaderChannels::After(
+    size_t i, const grpc::Status& status,
+    const std::multimap<grpc::string_ref, grpc::string_ref>& trailers,
+    absl::Time deadline) {
+  if (status.ok()) return false;
+  if (IsTransportFailure(status)) {
+    PassOver(i);
+    return false;
+  }
+  if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||
+      trailers.find(kStandbyTrailer) == trailers.end()) {
+    return false;
+  }
+  std::string leader;
+  if (auto it = trailers.find(kLeaderTrailer); it != trailers.end()) {
+    leader.assign(it->second.data(), it->second.size());
+  }
+  const auto named = std::find(addresses_.begin(), addresses_.end(), leader);
+  if (named != addresses_.end()) {
+    absl::MutexLock lock(&mu_);
+    current_ = static_cast<size_t>(named - addresses_.begin());
+  } else if (leader.empty()) {
+    // None leads yet: this standby may be the one that will.
+    absl::SleepFor(std::min(kNoLeaderPause, deadline - absl::Now()));
+  } else {
+    // A leader under a name this client was not given: find it by asking.
+    PassOver(i);
+  }
+  return absl::Now() < deadline;
+}
+
+void LeaderChannels::PassOver(size_t i) {
+  absl::MutexLock lock(&mu_);
+  if (current_ == i) current_ = (i + 1) % channels_.size();
+}
+
+}  // namespace tessera
