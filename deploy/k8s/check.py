@@ -58,9 +58,9 @@ Our rules on top of the schema:
     opens to every pod and one admits the coordinators to; a coordinator
     with --metadata=etcd://... has no --data_dir, names every etcd member,
     runs as a StatefulSet of 2 or more behind such a headless Service, and
-    advertises its pod's own name; with network probes (a standby listens
-    on nothing until it leads) it has a startupProbe that waits a day or
-    more, updateStrategy OnDelete and no PodDisruptionBudget; every
+    advertises its pod's own name; with network probes (a standby is never
+    ready) it has a startupProbe that asks the liveness service (or waits a
+    day or more), updateStrategy OnDelete and no PodDisruptionBudget; every
     --coordinator= of a worker (daemon, preStop and scripts) names every
     coordinator pod;
   * references hold: a StatefulSet's serviceName, Service and
@@ -863,11 +863,11 @@ def check_ha(objects, workloads, problems):
             sp = probes["startupProbe"] or {}
             waits = sp.get("failureThreshold", 3) * sp.get("periodSeconds", 10) \
                 if network_probe(sp) else 0
-            if network_probe(probes["livenessProbe"]) and waits < DAY:
-                problems.add(where, "a standby coordinator listens on nothing until it leads: "
-                                    "without a startupProbe that waits for that (failureThreshold "
-                                    "x periodSeconds of a day or more), the livenessProbe "
-                                    "restarts it")
+            asks_liveness = ((sp.get("grpc") or {}).get("service") == "liveness")
+            if network_probe(probes["livenessProbe"]) and not asks_liveness and waits < DAY:
+                problems.add(where, "a standby coordinator is never ready: a startupProbe that "
+                                    "asks readiness never passes, and the livenessProbe restarts "
+                                    "it; the startupProbe asks grpc service liveness")
             if (spec.get("updateStrategy") or {}).get("type") != "OnDelete":
                 problems.add(where, "a standby coordinator is never ready, and a rolling update "
                                     "waits for each updated pod to be: updateStrategy OnDelete")

@@ -190,7 +190,7 @@ broken metadata-and-data-dir coordinator.yaml '                --advertise="${AD
 broken one-coordinator coordinator.yaml '  replicas: 2|||  replicas: 1' 'is not highly available'
 broken coordinator-clusterip coordinator.yaml '  clusterIP: None|||  type: ClusterIP' 'is not headless'
 broken fixed-advertise coordinator.yaml '--advertise="${ADVERTISE}"|||--advertise=tessera-coordinator:7070' "is not the pod's own name"
-broken standby-restarted coordinator.yaml 'failureThreshold: 100000000|||failureThreshold: 120' 'the livenessProbe restarts it'
+broken standby-restarted coordinator.yaml 'grpc: {service: liveness, port: 8070}|||grpc: {port: 8070}' 'the livenessProbe restarts it'
 broken rolling-update coordinator.yaml 'updateStrategy: {type: OnDelete}|||updateStrategy: {type: RollingUpdate}' 'updateStrategy OnDelete'
 broken coordinator-budget coordinator.yaml '# No PodDisruptionBudget: only|||---
 apiVersion: policy/v1
