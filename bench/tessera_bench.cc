@@ -1560,6 +1560,44 @@ double CreateRate(Client& client, const std::string& prefix, int n) {
   return n / absl::ToDoubleSeconds(absl::Now() - start);
 }
 
+// Describes per second of `name` from `callers` threads sharing `client`
+// for `seconds`.
+double DescribeQps(Client& client, const std::string& name, int callers,
+                   double seconds) {
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> done{0};
+  std::vector<std::thread> threads;
+  const absl::Time start = absl::Now();
+  for (int t = 0; t < callers; ++t) {
+    threads.emplace_back([&] {
+      int64_t mine = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        CHECK_OK(client.Describe(name).status());
+        ++mine;
+      }
+      done += mine;
+    });
+  }
+  absl::SleepFor(absl::Seconds(seconds));
+  stop = true;
+  for (std::thread& t : threads) t.join();
+  return done.load() / absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+// Seconds to create a tensor of `shards` one-element shards over ranks 0
+// and 1.
+double BigCreateSeconds(Client& client, const std::string& name,
+                        int shards) {
+  std::vector<Placement> placements(static_cast<size_t>(shards));
+  for (int i = 0; i < shards; ++i) placements[i].rank = i % 2;
+  const absl::Time start = absl::Now();
+  CHECK_OK(client
+               .Create(name, {shards}, DType::kFloat32,
+                       LayoutSpec::Chunk(0, std::move(placements)), InitSpec{})
+               .status());
+  return absl::ToDoubleSeconds(absl::Now() - start);
+}
+
 void FailoverFigure(Env& env, const std::string& root) {
   const char* loops_env = std::getenv("TESSERA_BENCH_FAILOVERS");
   const int kills = loops_env != nullptr ? std::atoi(loops_env)
@@ -1604,21 +1642,39 @@ void FailoverFigure(Env& env, const std::string& root) {
     absl::SleepFor(absl::Milliseconds(50));
   }
   const double etcd_rate = CreateRate(*client, "ha/r", env.quick ? 50 : 200);
-  double file_rate = 0;
+  constexpr int kCallers = 8;
+  const double describe_seconds = env.quick ? 0.5 : 2.0;
+  const double etcd_describes =
+      DescribeQps(*client, "ha/r0", kCallers, describe_seconds);
+  const int big_shards = env.quick ? 10000 : 100000;
+  const double etcd_big = BigCreateSeconds(*client, "ha/big", big_shards);
+  double file_rate = 0, file_describes = 0, file_big = 0;
   {
     TestClusterOptions options;
-    options.num_workers = 1;
+    options.num_workers = 2;
     options.durable = true;
     std::unique_ptr<TestCluster> single =
         ValueOrDie(TestCluster::Start(options), "start the --data_dir cluster");
     std::unique_ptr<Client> c = ValueOrDie(
         Client::Connect(single->coordinator_address()), "connect (data_dir)");
     file_rate = CreateRate(*c, "dd/r", env.quick ? 50 : 200);
+    file_describes = DescribeQps(*c, "dd/r0", kCallers, describe_seconds);
+    file_big = BigCreateSeconds(*c, "dd/big", big_shards);
   }
   Add({"19. creates/s with etcd (3 members)",
        absl::StrFormat("%.0f/s", etcd_rate),
        absl::StrFormat("--data_dir %.0f/s", file_rate), etcd_rate / file_rate,
        "", true, 0});
+  Add({absl::StrCat("19. describes/s, ", kCallers,
+                    " callers, leader with a standby (etcd)"),
+       absl::StrFormat("%.0f/s", etcd_describes),
+       absl::StrFormat("--data_dir %.0f/s", file_describes),
+       etcd_describes / file_describes, "", true, 0});
+  Add({absl::StrCat("19. create of a ", big_shards,
+                    "-shard tensor with etcd (chunked)"),
+       absl::StrFormat("%.2f s", etcd_big),
+       absl::StrFormat("--data_dir %.2f s", file_big), file_big / etcd_big, "",
+       true, 0});
 
   // The leader: the coordinator listed first.
   auto leader = [&]() -> int {

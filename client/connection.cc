@@ -72,18 +72,17 @@ Connection::Connection(std::string coordinator_address, ClientOptions options,
         LeaderChannels::Make(coordinator_address_, coordinator_channel);
     if (leaders.ok()) {
       leaders_ = *std::move(leaders);
-      for (size_t i = 0; i < leaders_->size(); ++i) {
-        coordinators_.push_back(v1::Coordinator::NewStub(leaders_->channel(i)));
-      }
+      leader_stubs_ =
+          std::make_unique<LeaderStubs<v1::Coordinator>>(leaders_.get());
       return;
     }
   }
-  coordinators_.push_back(v1::Coordinator::NewStub(
-      MakeChannel(coordinator_address_, coordinator_channel)));
+  coordinator_ = v1::Coordinator::NewStub(
+      MakeChannel(coordinator_address_, coordinator_channel));
 }
 
-v1::Coordinator::Stub* Connection::coordinator() {
-  return coordinators_[leaders_ != nullptr ? leaders_->current() : 0].get();
+std::shared_ptr<v1::Coordinator::Stub> Connection::coordinator() {
+  return leader_stubs_ != nullptr ? leader_stubs_->Current() : coordinator_;
 }
 
 namespace {

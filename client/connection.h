@@ -42,7 +42,7 @@ class Connection {
   const ClientOptions& options() const { return options_; }
   // The coordinator to call now: the leader, as far as is known, when
   // several were given (leaders()).
-  v1::Coordinator::Stub* coordinator();
+  std::shared_ptr<v1::Coordinator::Stub> coordinator();
   // Several coordinators: where calls go (CallOptions::leaders). Null for
   // one.
   LeaderChannels* leaders() const { return leaders_.get(); }
@@ -66,8 +66,9 @@ class Connection {
  private:
   const std::string coordinator_address_;
   const ClientOptions options_;
-  std::unique_ptr<LeaderChannels> leaders_;
-  std::vector<std::unique_ptr<v1::Coordinator::Stub>> coordinators_;
+  std::shared_ptr<v1::Coordinator::Stub> coordinator_;  // one address
+  std::unique_ptr<LeaderChannels> leaders_;             // several
+  std::unique_ptr<LeaderStubs<v1::Coordinator>> leader_stubs_;
   ChannelCache workers_;
   const std::unique_ptr<TransportChain> data_plane_;  // uses workers_
   const std::string zone_;

@@ -210,7 +210,8 @@ start() {
     ${coordinator_tls[@]+"${coordinator_tls[@]}"} ${TESSERA_COORDINATOR_FLAGS:-} >"$RUN_DIR/coordinator.log" 2>&1 &
   echo $! >"$RUN_DIR/coordinator.pid"
   if [ -n "$ha" ]; then
-    # The second stands by (listening on nothing) while the first leads.
+    # The second stands by (answering with the leader's address) while the
+    # first leads.
     # shellcheck disable=SC2086
     "$BIN/coordinator/tessera-coordinator" --listen="$SECOND_COORDINATOR" \
       "${metadata[@]}" --advertise="$SECOND_COORDINATOR" ${coordinator_tls[@]+"${coordinator_tls[@]}"} \

@@ -12,6 +12,8 @@ namespace {
 
 // While no one leads (a failover), a standby is asked again this often.
 constexpr absl::Duration kNoLeaderPause = absl::Milliseconds(50);
+// A refused address gets a fresh channel at most this often.
+constexpr absl::Duration kRefreshEvery = absl::Milliseconds(100);
 // After a round of addresses none of which connected.
 constexpr absl::Duration kRoundPause = absl::Milliseconds(50);
 
@@ -32,13 +34,30 @@ absl::StatusOr<std::unique_ptr<LeaderChannels>> LeaderChannels::Make(
           absl::StrCat("address '", address, "' is not HOST:PORT"));
     }
     out->addresses_.emplace_back(address);
-    out->channels_.push_back(MakeChannel(std::string(address), options));
+    out->channels_.push_back(
+        {MakeChannel(std::string(address), options), absl::Now()});
   }
+  out->options_ = options;
   if (out->addresses_.size() < 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", addresses, "' names fewer than two addresses"));
   }
   return out;
+}
+
+std::shared_ptr<grpc::Channel> LeaderChannels::channel(size_t i) const {
+  absl::MutexLock lock(&mu_);
+  return channels_[i].channel;
+}
+
+std::shared_ptr<grpc::Channel> LeaderChannels::Refreshed(size_t i) {
+  absl::MutexLock lock(&mu_);
+  Entry& entry = channels_[i];
+  if (absl::Now() - entry.made >= kRefreshEvery) {
+    entry.channel = MakeChannel(addresses_[i], options_);
+    entry.made = absl::Now();
+  }
+  return entry.channel;
 }
 
 size_t LeaderChannels::current() const {
@@ -49,15 +68,25 @@ size_t LeaderChannels::current() const {
 size_t LeaderChannels::Pick(absl::Time deadline, absl::Duration connect_wait) {
   size_t i = current();
   for (size_t passed = 0;; ++passed) {
-    grpc::Channel& channel = *channels_[i];
-    grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/true);
+    std::shared_ptr<grpc::Channel> channel = this->channel(i);
+    grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/false);
+    // gRPC tries a refused address again only after its backoff, and not
+    // at all while no call waits on it: a coordinator back (restarted, or
+    // a standby that now leads) is found on a fresh channel at once.
+    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+      channel = Refreshed(i);
+      state = channel->GetState(/*try_to_connect=*/false);
+    }
+    if (state == GRPC_CHANNEL_IDLE) {
+      state = channel->GetState(/*try_to_connect=*/true);
+    }
     const absl::Time give_up = EarlierOf(deadline, absl::Now() + connect_wait);
     // Refused (TRANSIENT_FAILURE) goes to the next address at once; one
     // that neither connects nor refuses (a hung process) after the wait.
     while (state != GRPC_CHANNEL_READY &&
            state != GRPC_CHANNEL_TRANSIENT_FAILURE &&
-           channel.WaitForStateChange(state, ToChrono(give_up))) {
-      state = channel.GetState(/*try_to_connect=*/true);
+           channel->WaitForStateChange(state, ToChrono(give_up))) {
+      state = channel->GetState(/*try_to_connect=*/true);
     }
     if (state == GRPC_CHANNEL_READY || absl::Now() >= deadline) {
       absl::MutexLock lock(&mu_);
@@ -89,10 +118,16 @@ bool LeaderChannels::After(
     leader.assign(it->second.data(), it->second.size());
   }
   const auto named = std::find(addresses_.begin(), addresses_.end(), leader);
-  if (named != addresses_.end()) {
+  // A leader this client cannot connect to is one that just died, named
+  // until its lease runs out: as good as none.
+  const bool reachable =
+      named != addresses_.end() &&
+      channel(static_cast<size_t>(named - addresses_.begin()))
+              ->GetState(false) != GRPC_CHANNEL_TRANSIENT_FAILURE;
+  if (reachable) {
     absl::MutexLock lock(&mu_);
     current_ = static_cast<size_t>(named - addresses_.begin());
-  } else if (leader.empty()) {
+  } else if (leader.empty() || named != addresses_.end()) {
     // None leads yet: this standby may be the one that will.
     absl::SleepFor(std::min(kNoLeaderPause, deadline - absl::Now()));
   } else {

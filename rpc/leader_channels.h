@@ -41,9 +41,10 @@ class LeaderChannels {
 
   size_t size() const { return addresses_.size(); }
   const std::string& address(size_t i) const { return addresses_[i]; }
-  const std::shared_ptr<grpc::Channel>& channel(size_t i) const {
-    return channels_[i];
-  }
+  // The channel to address `i` now (a refused one is replaced by a fresh
+  // one when picked, so keep a stub per channel: LeaderStubs).
+  std::shared_ptr<grpc::Channel> channel(size_t i) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The address calls go to now.
   size_t current() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -62,11 +63,50 @@ class LeaderChannels {
   void PassOver(size_t i) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  struct Entry {
+    std::shared_ptr<grpc::Channel> channel;
+    absl::Time made;
+  };
   LeaderChannels() = default;
+  // Channel `i`, made afresh if it is old enough.
+  std::shared_ptr<grpc::Channel> Refreshed(size_t i) ABSL_LOCKS_EXCLUDED(mu_);
+
   std::vector<std::string> addresses_;
-  std::vector<std::shared_ptr<grpc::Channel>> channels_;
+  ChannelOptions options_;
   mutable absl::Mutex mu_;
+  std::vector<Entry> channels_ ABSL_GUARDED_BY(mu_);
   size_t current_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// The stub of the coordinator calls go to now, for a gRPC service
+// (`Service::Stub`), made again when its channel was replaced. Thread-safe.
+template <typename Service>
+class LeaderStubs {
+ public:
+  // `leaders` outlives this.
+  explicit LeaderStubs(LeaderChannels* leaders)
+      : leaders_(leaders), stubs_(leaders->size()) {}
+
+  std::shared_ptr<typename Service::Stub> Current() ABSL_LOCKS_EXCLUDED(mu_) {
+    const size_t i = leaders_->current();
+    std::shared_ptr<grpc::Channel> channel = leaders_->channel(i);
+    absl::MutexLock lock(&mu_);
+    Made& made = stubs_[i];
+    if (made.channel != channel) {
+      made.stub = Service::NewStub(channel);
+      made.channel = std::move(channel);
+    }
+    return made.stub;
+  }
+
+ private:
+  struct Made {
+    std::shared_ptr<grpc::Channel> channel;
+    std::shared_ptr<typename Service::Stub> stub;
+  };
+  LeaderChannels* const leaders_;
+  absl::Mutex mu_;
+  std::vector<Made> stubs_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera

@@ -196,7 +196,8 @@ void Registration::Run() {
   // (rpc/leader_channels.h). One that was down is tried again every 200 ms,
   // not after gRPC's growing backoff of up to a second.
   std::unique_ptr<LeaderChannels> leaders;
-  std::vector<std::unique_ptr<v1::Coordinator::Stub>> stubs;
+  std::unique_ptr<LeaderStubs<v1::Coordinator>> leader_stubs;
+  std::shared_ptr<v1::Coordinator::Stub> single;
   if (options_.coordinator.find(',') != std::string::npos) {
     ChannelOptions channel = options_.channel;
     channel.max_reconnect_backoff = absl::Milliseconds(200);
@@ -207,15 +208,14 @@ void Registration::Run() {
       return;
     }
     leaders = *std::move(made);
-    for (size_t i = 0; i < leaders->size(); ++i) {
-      stubs.push_back(v1::Coordinator::NewStub(leaders->channel(i)));
-    }
+    leader_stubs =
+        std::make_unique<LeaderStubs<v1::Coordinator>>(leaders.get());
   } else {
-    stubs.push_back(v1::Coordinator::NewStub(
-        MakeChannel(options_.coordinator, options_.channel)));
+    single = v1::Coordinator::NewStub(
+        MakeChannel(options_.coordinator, options_.channel));
   }
   auto stub = [&] {
-    return stubs[leaders != nullptr ? leaders->current() : 0].get();
+    return leader_stubs != nullptr ? leader_stubs->Current() : single;
   };
   // After a heartbeat that reached no one, the next goes at once (to the
   // next address).
