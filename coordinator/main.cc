@@ -25,7 +25,6 @@
 #include "coordinator/etcd_metadata_store.h"
 #include "coordinator/file_metadata_store.h"
 #include "coordinator/grpc_worker_control.h"
-#include "coordinator/standby_service.h"
 #include "core/status_macros.h"
 #include "ops/daemon_help.h"
 #include "ops/daemon_listener.h"
@@ -37,6 +36,7 @@
 #include "rpc/security.h"
 #include "rpc/server.h"
 #include "rpc/signals.h"
+#include "rpc/standby_service.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",

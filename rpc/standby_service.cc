@@ -1,4 +1,4 @@
-#include "coordinator/standby_service.h"
+#include "rpc/standby_service.h"
 
 #include "absl/strings/str_cat.h"
 #include "rpc/leader_channels.h"

@@ -3,8 +3,8 @@
 // method, UNAVAILABLE naming the leader, with the trailers that send
 // clients and workers given several addresses there at once
 // (rpc/leader_channels.h). No call is run; health stays NOT_SERVING.
-#ifndef TESSERA_COORDINATOR_STANDBY_SERVICE_H_
-#define TESSERA_COORDINATOR_STANDBY_SERVICE_H_
+#ifndef TESSERA_RPC_STANDBY_SERVICE_H_
+#define TESSERA_RPC_STANDBY_SERVICE_H_
 
 #include <grpcpp/generic/async_generic_service.h>
 
@@ -35,4 +35,4 @@ class StandbyService : public grpc::CallbackGenericService {
 
 }  // namespace tessera
 
-#endif  // TESSERA_COORDINATOR_STANDBY_SERVICE_H_
+#endif  // TESSERA_RPC_STANDBY_SERVICE_H_
