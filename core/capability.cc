@@ -135,6 +135,39 @@ absl::StatusOr<Capability> VerifyCapability(absl::string_view token,
   return capability;
 }
 
+absl::StatusOr<Capability> CapabilityVerifier::Verify(absl::string_view token,
+                                                      absl::string_view key,
+                                                      absl::string_view worker,
+                                                      absl::Time now) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (key != key_ || worker != worker_) {
+      verified_.clear();
+      key_ = std::string(key);
+      worker_ = std::string(worker);
+    }
+    auto it = verified_.find(token);
+    if (it != verified_.end()) {
+      if (absl::FromUnixMillis(it->second.expires_ms) > now) return it->second;
+      verified_.erase(it);  // expired: refused below, with the reason
+    }
+  }
+  absl::StatusOr<Capability> capability =
+      VerifyCapability(token, key, worker, now);
+  if (!capability.ok()) return capability;
+  absl::MutexLock lock(&mu_);
+  // Verified under a key replaced meanwhile: not remembered.
+  if (key != key_ || worker != worker_) return capability;
+  if (verified_.size() >= capacity_) verified_.clear();
+  verified_.emplace(token, *capability);
+  return capability;
+}
+
+size_t CapabilityVerifier::remembered() const {
+  absl::MutexLock lock(&mu_);
+  return verified_.size();
+}
+
 std::string DeriveWorkerKey(absl::string_view cluster_secret,
                             absl::string_view worker) {
   return Hmac(cluster_secret, absl::StrCat("tessera worker key|", worker));

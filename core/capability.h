@@ -15,8 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace tessera {
@@ -28,9 +31,9 @@ enum Right : uint32_t {
 };
 
 struct Capability {
-  std::string worker;      // the worker that honours it
-  std::string tensor;      // empty for orders
-  uint64_t version = 0;    // the tensor version (0 for orders)
+  std::string worker;        // the worker that honours it
+  std::string tensor;        // empty for orders
+  uint64_t version = 0;      // the tensor version (0 for orders)
   uint64_t incarnation = 0;  // the tensor's (TensorMetadata::incarnation)
   // A write grant's put or update (TensorMetadata::change): the worker's
   // shards of that change take its writes until the change is committed.
@@ -61,6 +64,32 @@ absl::StatusOr<Capability> VerifyCapability(absl::string_view token,
                                             absl::string_view key,
                                             absl::string_view worker,
                                             absl::Time now);
+
+// VerifyCapability for a worker's every call, remembering what it verified:
+// a reader's many small reads carry one token, and checking it (base64,
+// HMAC-SHA256) was most of a small read's cost on the worker. A remembered
+// capability is still refused once expired, everything is forgotten when
+// the key or worker name changes (a new registration) and when `capacity`
+// tokens are held, and only exact tokens that verified are remembered.
+// Revocation is untouched: it lives in the shards a capability names (a
+// deleted tensor's are gone), which the worker checks at every call.
+// Thread-safe.
+class CapabilityVerifier {
+ public:
+  explicit CapabilityVerifier(size_t capacity = 4096) : capacity_(capacity) {}
+  absl::StatusOr<Capability> Verify(absl::string_view token,
+                                    absl::string_view key,
+                                    absl::string_view worker, absl::Time now)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  size_t remembered() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  const size_t capacity_;
+  mutable absl::Mutex mu_;
+  std::string key_ ABSL_GUARDED_BY(mu_);  // what the entries verified under
+  std::string worker_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Capability> verified_ ABSL_GUARDED_BY(mu_);
+};
 
 // The key worker `worker` signs and checks with, from the cluster secret.
 std::string DeriveWorkerKey(absl::string_view cluster_secret,

@@ -78,6 +78,48 @@ TEST(CapabilityTest, NamesCannotShiftFields) {
   EXPECT_EQ(got->tensor, "");
 }
 
+// The verifier remembers what verified, and refuses what VerifyCapability
+// refuses: an expired remembered token, a token under a replaced key, a
+// tampered one; it holds at most its capacity.
+TEST(CapabilityVerifierTest, RemembersOnlyWhatVerifiesAndForgetsOnRekey) {
+  const std::string key = DeriveWorkerKey("cluster-secret", "w0");
+  const std::string token = MintCapability(ReadCap(), key);
+  CapabilityVerifier verifier(/*capacity=*/3);
+  ASSERT_TRUE(verifier.Verify(token, key, "w0", kNow).ok());
+  EXPECT_EQ(verifier.remembered(), 1u);
+  absl::StatusOr<Capability> again = verifier.Verify(token, key, "w0", kNow);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->tensor, "emb");
+  EXPECT_EQ(verifier.remembered(), 1u);
+  // Expired: refused with VerifyCapability's reason, and forgotten.
+  absl::StatusOr<Capability> late =
+      verifier.Verify(token, key, "w0", kNow + absl::Minutes(6));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(late.status().message().find("expired"), std::string::npos);
+  EXPECT_EQ(verifier.remembered(), 0u);
+  // A new key (the worker registered again): the old token is refused.
+  ASSERT_TRUE(verifier.Verify(token, key, "w0", kNow).ok());
+  const std::string new_key = DeriveWorkerKey("another-secret", "w0");
+  EXPECT_EQ(verifier.Verify(token, new_key, "w0", kNow).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(verifier.remembered(), 0u);
+  // Another worker name with the same key: refused too.
+  ASSERT_TRUE(verifier.Verify(token, key, "w0", kNow).ok());
+  EXPECT_FALSE(verifier.Verify(token, key, "w1", kNow).ok());
+  // A tampered token is refused and never remembered.
+  std::string tampered = token;
+  tampered[0] = tampered[0] == 'A' ? 'B' : 'A';
+  EXPECT_FALSE(verifier.Verify(tampered, key, "w0", kNow).ok());
+  EXPECT_EQ(verifier.remembered(), 0u);
+  // Bounded: distinct tokens past the capacity start it afresh.
+  for (int i = 0; i < 10; ++i) {
+    Capability c = ReadCap();
+    c.version = 100 + i;
+    ASSERT_TRUE(verifier.Verify(MintCapability(c, key), key, "w0", kNow).ok());
+    EXPECT_LE(verifier.remembered(), 3u);
+  }
+}
+
 TEST(RandomTest, IdsAreNonZeroAndDistinct) {
   uint64_t a = RandomId();
   uint64_t b = RandomId();

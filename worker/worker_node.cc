@@ -621,7 +621,7 @@ absl::Status WorkerNode::Admit(absl::string_view token,
         "this worker is not registered with its coordinator yet");
   }
   TESSERA_ASSIGN_OR_RETURN(Capability capability,
-                           VerifyCapability(token, key, name, absl::Now()));
+                           verifier_.Verify(token, key, name, absl::Now()));
   if (!capability.Allows(right)) {
     return absl::PermissionDeniedError(
         absl::StrCat("permission denied: the capability does not allow ",

@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "core/box.h"
+#include "core/capability.h"
 #include "core/init_fill.h"
 #include "core/layout_spec.h"
 #include "core/limits.h"
@@ -356,6 +357,8 @@ class WorkerNode {
   mutable absl::Mutex mu_;
   std::string name_ ABSL_GUARDED_BY(mu_);
   std::string key_ ABSL_GUARDED_BY(mu_);
+  // Checks capabilities, remembering the tokens that verified.
+  mutable CapabilityVerifier verifier_;
   std::string cluster_id_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> sealed_ ABSL_GUARDED_BY(mu_);
   // Ids this worker made whose communicator has not formed here yet, and

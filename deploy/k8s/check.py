@@ -734,7 +734,8 @@ def check_etcd(sts, spec_c, services, objects, problems):
     check_headless(sts, services, where, "the members", "a member is ready only once a quorum "
                    "runs, and the members find each other by name before that", problems)
     initial = flag(text, "initial-cluster")
-    members = dict(e.split("=", 1) for e in (initial or "").split(",") if "=" in e)
+    members = dict(e.split("=", 1) for e in expand(initial or "", container_env(spec_c)).split(",")
+                   if "=" in e)
     if initial is None:
         problems.add(where, "etcd has no --initial-cluster")
     else:
@@ -760,17 +761,156 @@ def check_etcd(sts, spec_c, services, objects, problems):
                          "lets more than one etcd member go at once (maxUnavailable: 1)")
 
 
+def urls(text, env, *names):
+    """The URLs of etcd's --NAME=URL1,URL2 flags (an --initial-cluster's
+    NAME=URL entries too), the container's env put in."""
+    out = []
+    for name in names:
+        for u in expand(flag(text, name) or "", env).split(","):
+            u = u.split("=", 1)[1] if "=" in u else u
+            if u:
+                out.append(u)
+    return out
+
+
+def switch(text, name):
+    """True when the boolean flag --NAME (or --NAME=true) is in text."""
+    return re.search(r"(?:^|\s)--" + re.escape(name) + r"(?:=true)?(?=[\s\\]|$)", text) is not None
+
+
+CLIENT_URLS = ("listen-client-urls", "advertise-client-urls")
+PEER_URLS = ("listen-peer-urls", "initial-advertise-peer-urls", "initial-cluster")
+
+
+def etcd_client_tls(c):
+    """(serves clients over TLS, requires client certificates) of an etcd container."""
+    text, env = command_text(c), container_env(c)
+    found = urls(text, env, *CLIENT_URLS)
+    tls = bool(found) and all(u.startswith("https://") for u in found)
+    return tls, tls and switch(text, "client-cert-auth")
+
+
+def secrets_by_name(objects):
+    return {(o.get("metadata") or {}).get("name"): o for o in objects if o.get("kind") == "Secret"}
+
+
+def secret_file_problem(path, c, pod_spec, secrets):
+    """Why the file `path` is not a key of a Secret mounted read-only in
+    container c, or None. `secrets` are the Secrets checked (by name); when
+    there are any, the Secret must be one and hold the key."""
+    mounts = [m for m in c.get("volumeMounts") or []
+              if path.startswith(str(m.get("mountPath", "")).rstrip("/") + "/")]
+    if not mounts:
+        return f"{path} is on no volume the container mounts (mount its Secret, read-only)"
+    mount = max(mounts, key=lambda m: len(str(m.get("mountPath", ""))))
+    name = mount.get("name")
+    if mount.get("readOnly") is not True:
+        return f"{path} is on volume {name!r}, mounted writable (readOnly: true)"
+    volume = next((v for v in pod_spec.get("volumes") or [] if v.get("name") == name), {})
+    rel = path[len(str(mount.get("mountPath", "")).rstrip("/")) + 1:]
+    sources = [dict(volume["secret"], name=volume["secret"].get("secretName"))] \
+        if isinstance(volume.get("secret"), dict) else \
+        [src["secret"] for src in (volume.get("projected") or {}).get("sources") or []
+         if isinstance((src or {}).get("secret"), dict)]
+    if not sources:
+        return f"{path} is on volume {name!r}, which is not a Secret (keys come from Secrets)"
+    for src in sources:
+        items = src.get("items")
+        key = rel if items is None else next((i.get("key") for i in items if i.get("path") == rel),
+                                             None)
+        if key is None:
+            continue
+        if not secrets:
+            return None
+        secret = secrets.get(src.get("name"))
+        if secret is None:
+            return (f"{path} comes from Secret {src.get('name')!r}, which is not among the "
+                    "Secrets checked (make-secrets.sh makes it, secrets.example.yaml shows it)")
+        if key not in (secret.get("data") or {}) and key not in (secret.get("stringData") or {}):
+            return f"{path} is key {key!r} of Secret {src.get('name')!r}, which has no such key"
+        return None
+    return f"{path} is no key of the Secret(s) on volume {name!r}"
+
+
+def check_etcd_tls(sts, spec_c, cluster_tls, objects, problems):
+    """etcd holds the cluster's secret: where the cluster runs TLS, its clients
+    and peers speak TLS too, each showing a certificate of the CA it trusts,
+    from a Secret; and the kubelet's probes ask a port they can pass on."""
+    where = f"StatefulSet/{(sts.get('metadata') or {}).get('name')}"
+    text, env = command_text(spec_c), container_env(spec_c)
+    client_tls, _ = etcd_client_tls(spec_c)
+    if cluster_tls:
+        secrets = secrets_by_name(objects)
+        for what, names, files, auth in (
+                ("clients", CLIENT_URLS, ("cert-file", "key-file", "trusted-ca-file"),
+                 "client-cert-auth"),
+                ("peers", PEER_URLS, ("peer-cert-file", "peer-key-file", "peer-trusted-ca-file"),
+                 "peer-client-cert-auth")):
+            plain = [u for u in urls(text, env, *names) if not u.startswith("https://")]
+            if plain:
+                problems.add(where, f"etcd serves {what} over plaintext ({plain[0]}) while the "
+                                    "cluster runs TLS: its prefix holds the cluster's secret (https "
+                                    f"URLs with --{' --'.join(files)} and --{auth})")
+            for f in files:
+                value = flag(text, f)
+                if value is None:
+                    problems.add(where, f"etcd has no --{f}: it cannot speak TLS to its {what}")
+                    continue
+                why = secret_file_problem(expand(value, env), spec_c, pod_spec_of(sts) or {}, secrets)
+                if why:
+                    problems.add(where, f"etcd's --{f}: {why}")
+            if not switch(text, auth):
+                problems.add(where, f"etcd without --{auth}: any of its {what} that reaches the "
+                                    "port gets in, with no certificate of etcd's CA")
+    if client_tls:
+        port = int(port_in(text, r"--listen-client-urls=\S*?:(\d+)", 2379))
+        names = {p.get("name") for p in spec_c.get("ports") or [] if p.get("containerPort") == port}
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            action = (spec_c.get(probe) or {}).get("httpGet") or {}
+            if action and (action.get("port") == port or action.get("port") in names):
+                problems.add(where, f"{probe} asks etcd's client port {port}, which speaks TLS and "
+                                    "wants a client certificate the kubelet's probe has none of; "
+                                    "ask the plaintext --listen-metrics-urls port (/health)")
+
+
+def check_coordinator_etcd_tls(w, c, where, etcds, objects, problems):
+    """A coordinator speaks to its etcd as etcd serves: TLS with etcd's CA and,
+    under --client-cert-auth, a client certificate, each from a Secret."""
+    text, env = daemon_line(command_text(c)), container_env(c)
+    given = {f: flag(text, f) for f in ("etcd_ca", "etcd_cert", "etcd_key")}
+    served = [etcd_client_tls(ec) for ec in etcds]
+    if not served:
+        return
+    if not any(tls for tls, _ in served):
+        if given["etcd_ca"] is not None:
+            problems.add(where, "--etcd_ca speaks TLS to etcd, which serves plaintext: the "
+                                "coordinator never connects")
+        return
+    need = ["etcd_ca"] + (["etcd_cert", "etcd_key"] if any(auth for _, auth in served) else [])
+    secrets = secrets_by_name(objects)
+    for f in need:
+        if given[f] is None:
+            problems.add(where, f"etcd serves TLS{' with --client-cert-auth' if len(need) > 1 else ''}"
+                                f", and the coordinator has no --{f}: it cannot reach etcd")
+    for f, value in given.items():
+        if value is None:
+            continue
+        why = secret_file_problem(expand(value, env), c, pod_spec_of(w) or {}, secrets)
+        if why:
+            problems.add(where, f"--{f}: {why}")
+
+
 def etcd_client_policy(sts, spec_c, coordinators, objects, problems):
-    """etcd's client port is plaintext and unauthenticated: only the coordinators."""
+    """etcd's client port holds the cluster's secret: only the coordinators."""
     where = f"StatefulSet/{(sts.get('metadata') or {}).get('name')}"
     port = int(port_in(command_text(spec_c), r"--listen-client-urls=\S*?:(\d+)", 2379))
     names = {p.get("name") for p in spec_c.get("ports") or [] if p.get("containerPort") == port}
     policies = selecting_policies([o for o in objects if o.get("kind") == "NetworkPolicy"],
                                   pod_labels_of(sts))
     if not policies:
-        problems.add(where, f"etcd's client port {port} (plaintext, no authentication; the "
-                            "coordinators' secret is in it) is open to every pod: add a "
-                            "NetworkPolicy that admits only the coordinators")
+        problems.add(where, f"etcd's client port {port} (the coordinators' secret is in it) is "
+                            "open to every pod: add a NetworkPolicy that admits only the "
+                            "coordinators")
         return
     admitted = False
     for pol in policies:
@@ -808,6 +948,8 @@ def check_ha(objects, workloads, problems):
                 coordinators.append((w, c))
             elif daemon_of(c) == "tessera-worker":
                 workers.append((w, c))
+    cluster_tls = any(daemon_of(c) and re.search(r"--tls_ca=", daemon_line(command_text(c)))
+                      for w in workloads for c in (pod_spec_of(w) or {}).get("containers") or [])
     for w, c in etcds:
         if w.get("kind") != "StatefulSet":
             problems.add(f"{w.get('kind')}/{(w.get('metadata') or {}).get('name')}",
@@ -815,6 +957,7 @@ def check_ha(objects, workloads, problems):
                          "volumes")
             continue
         check_etcd(w, c, services, objects, problems)
+        check_etcd_tls(w, c, cluster_tls, objects, problems)
         etcd_client_policy(w, c, [cw for cw, _ in coordinators], objects, problems)
     etcd_sets = [w for w, _ in etcds if w.get("kind") == "StatefulSet"]
     for w, c in coordinators:
@@ -841,6 +984,8 @@ def check_ha(objects, workloads, problems):
                         problems.add(where, f"--metadata does not name etcd member {pod} "
                                             f"({prefix}:{port}): the coordinators lose etcd when "
                                             "the members they know are down")
+            check_coordinator_etcd_tls(w, c, where, [ec for ew, ec in etcds if ew in etcd_sets],
+                                       objects, problems)
         if w.get("kind") != "StatefulSet" or not isinstance(spec.get("replicas", 1), int) or \
                 spec.get("replicas", 1) < 2:
             problems.add(where, "one coordinator with --metadata is not highly available: a "
