@@ -54,10 +54,21 @@ Our rules on top of the schema:
     more, its --data-dir on a PersistentVolumeClaim of its own, Parallel pod
     management, a headless Service that publishes pods not ready yet, an
     --initial-cluster naming exactly its members, a PodDisruptionBudget of
-    maxUnavailable 1, and a client port (plaintext) that no NetworkPolicy
-    opens to every pod and one admits the coordinators to; a coordinator
-    with --metadata=etcd://... has no --data_dir, names every etcd member,
-    runs as a StatefulSet of 2 or more behind such a headless Service, and
+    maxUnavailable 1, and a client port that no NetworkPolicy opens to
+    every pod and one admits the coordinators to;
+  * etcd's own TLS: where the cluster runs TLS (a daemon has --tls_ca), an
+    etcd member serves clients and peers over https only (listen, advertise
+    and --initial-cluster URLs), with --client-cert-auth and
+    --peer-client-cert-auth, and its --cert-file/--key-file/--trusted-ca-file
+    and --peer-* files are keys of a Secret mounted read-only (one of the
+    Secrets checked, when any are); no httpGet probe asks a client port that
+    the kubelet's probe cannot pass (TLS wanting a client certificate); a
+    coordinator whose etcd serves TLS passes --etcd_ca (and --etcd_cert and
+    --etcd_key under --client-cert-auth) from such a Secret, and no
+    --etcd_ca to an etcd that serves plaintext;
+  * the highly available coordinator, continued: a coordinator with
+    --metadata=etcd://... has no --data_dir, names every etcd member, runs
+    as a StatefulSet of 2 or more behind such a headless Service, and
     advertises its pod's own name; with network probes (a standby is never
     ready) it has a startupProbe that asks the liveness service (or waits a
     day or more), updateStrategy OnDelete and no PodDisruptionBudget; every
@@ -838,7 +849,6 @@ def check_etcd_tls(sts, spec_c, cluster_tls, objects, problems):
     from a Secret; and the kubelet's probes ask a port they can pass on."""
     where = f"StatefulSet/{(sts.get('metadata') or {}).get('name')}"
     text, env = command_text(spec_c), container_env(spec_c)
-    client_tls, _ = etcd_client_tls(spec_c)
     if cluster_tls:
         secrets = secrets_by_name(objects)
         for what, names, files, auth in (
@@ -850,7 +860,7 @@ def check_etcd_tls(sts, spec_c, cluster_tls, objects, problems):
             if plain:
                 problems.add(where, f"etcd serves {what} over plaintext ({plain[0]}) while the "
                                     "cluster runs TLS: its prefix holds the cluster's secret (https "
-                                    f"URLs with --{' --'.join(files)} and --{auth})")
+                                    f"URLs with --{', --'.join(files)} and --{auth})")
             for f in files:
                 value = flag(text, f)
                 if value is None:
@@ -860,17 +870,20 @@ def check_etcd_tls(sts, spec_c, cluster_tls, objects, problems):
                 if why:
                     problems.add(where, f"etcd's --{f}: {why}")
             if not switch(text, auth):
-                problems.add(where, f"etcd without --{auth}: any of its {what} that reaches the "
-                                    "port gets in, with no certificate of etcd's CA")
+                problems.add(where, f"etcd without --{auth}: whoever reaches its {what[:-1]} port "
+                                    "gets in without a certificate of etcd's CA")
+    client_tls, client_auth = etcd_client_tls(spec_c)
     if client_tls:
         port = int(port_in(text, r"--listen-client-urls=\S*?:(\d+)", 2379))
         names = {p.get("name") for p in spec_c.get("ports") or [] if p.get("containerPort") == port}
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
             action = (spec_c.get(probe) or {}).get("httpGet") or {}
-            if action and (action.get("port") == port or action.get("port") in names):
-                problems.add(where, f"{probe} asks etcd's client port {port}, which speaks TLS and "
-                                    "wants a client certificate the kubelet's probe has none of; "
-                                    "ask the plaintext --listen-metrics-urls port (/health)")
+            if action and (action.get("port") == port or action.get("port") in names) and \
+                    (client_auth or action.get("scheme", "HTTP") != "HTTPS"):
+                problems.add(where, f"{probe} asks etcd's client port {port}, which speaks TLS"
+                                    f"{' and wants a client certificate' if client_auth else ''}: "
+                                    "the kubelet's probe cannot pass; ask the plaintext "
+                                    "--listen-metrics-urls port (/health)")
 
 
 def check_coordinator_etcd_tls(w, c, where, etcds, objects, problems):

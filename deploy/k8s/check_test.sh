@@ -163,7 +163,8 @@ broken etcd-data-off-pvc etcd.yaml '--data-dir=/var/lib/etcd/data|||--data-dir=/
 broken etcd-ordered etcd.yaml '  podManagementPolicy: Parallel|||' 'podManagementPolicy: Parallel'
 broken etcd-not-headless etcd.yaml '  clusterIP: None             # headless: a DNS name per member|||  type: ClusterIP' 'is not headless'
 broken etcd-unpublished etcd.yaml '  publishNotReadyAddresses: true|||' 'has no publishNotReadyAddresses'
-broken etcd-initial-cluster etcd.yaml ',tessera-etcd-2=http://tessera-etcd-2.tessera-etcd:2380 \||| \' 'does not name member tessera-etcd-2'
+# shellcheck disable=SC2016  # $MEMBERS is the pod's shell's
+broken etcd-initial-cluster etcd.yaml ',tessera-etcd-2=https://tessera-etcd-2.$MEMBERS:2380"|||"' 'does not name member tessera-etcd-2'
 broken etcd-budget etcd.yaml 'spec:
   maxUnavailable: 1|||spec:
   maxUnavailable: 2' 'lets more than one etcd member go at once'
@@ -183,7 +184,9 @@ broken etcd-metrics-open networkpolicy.yaml '    - from:
           podSelector:
             matchLabels: {app.kubernetes.io/name: prometheus}
       ports:|||    - ports:' 'admits every peer to the metrics port 2381'
-broken metadata-misses-member coordinator.yaml ',tessera-etcd-2.tessera-etcd:2379/tessera|||/tessera' 'does not name etcd member tessera-etcd-2'
+# shellcheck disable=SC2016  # $(...) is Kubernetes' syntax, not the shell's
+broken metadata-misses-member coordinator.yaml ',tessera-etcd-2.tessera-etcd.$(POD_NAMESPACE).svc.cluster.local:2379"|||"' \
+  'does not name etcd member tessera-etcd-2'
 # shellcheck disable=SC1003
 broken metadata-and-data-dir coordinator.yaml '                --advertise="${ADVERTISE}" \|||                --advertise="${ADVERTISE}" \
                 --data_dir=/var/lib/tessera/data \' 'both --metadata and --data_dir'
@@ -209,6 +212,51 @@ broken uncordon-one-coordinator worker.yaml 'timeout 30 tessera --coordinator="$
 # shellcheck disable=SC1003
 broken worker-no-coordinator worker.yaml '                --coordinator="${COORDINATORS}" \
 |||' 'tessera-worker has no --coordinator'
+
+# etcd's own TLS (its prefix holds the cluster's secret): clients and peers
+# over https with certificates of etcd's CA from a Secret, and coordinators
+# that present theirs. ($MEMBERS and $POD_NAME are the pod's shell's.)
+# shellcheck disable=SC2016
+broken etcd-client-plaintext etcd.yaml '--listen-client-urls=https://|||--listen-client-urls=http://' \
+  'etcd serves clients over plaintext (http://0.0.0.0:2379)'
+# shellcheck disable=SC2016
+broken etcd-advertises-plaintext etcd.yaml '--advertise-client-urls="https://|||--advertise-client-urls="http://' \
+  'etcd serves clients over plaintext (http://$POD_NAME.'
+broken etcd-peer-plaintext etcd.yaml '--listen-peer-urls=https://|||--listen-peer-urls=http://' \
+  'etcd serves peers over plaintext (http://0.0.0.0:2380)'
+broken etcd-initial-cluster-plaintext etcd.yaml 'tessera-etcd-1=https://|||tessera-etcd-1=http://' \
+  'etcd serves peers over plaintext (http://tessera-etcd-1.'
+# shellcheck disable=SC1003
+broken etcd-no-client-cert-auth etcd.yaml '                --client-cert-auth \
+|||' 'etcd without --client-cert-auth'
+# shellcheck disable=SC1003
+broken etcd-peer-cert-auth-off etcd.yaml '--peer-client-cert-auth \|||--peer-client-cert-auth=false \' \
+  'etcd without --peer-client-cert-auth'
+# shellcheck disable=SC1003
+broken etcd-no-trusted-ca etcd.yaml '                --trusted-ca-file=/etc/etcd/tls/ca.crt \
+|||' 'etcd has no --trusted-ca-file'
+broken etcd-certs-not-a-secret etcd.yaml '          secret: {secretName: tessera-etcd-tls, defaultMode: 0440}|||          emptyDir: {}' \
+  "etcd's --cert-file: /etc/etcd/tls/tls.crt is on volume 'tls', which is not a Secret"
+broken etcd-certs-writable etcd.yaml '{name: tls, mountPath: /etc/etcd/tls, readOnly: true}|||{name: tls, mountPath: /etc/etcd/tls}' \
+  "etcd's --peer-key-file: /etc/etcd/tls/tls.key is on volume 'tls', mounted writable"
+broken etcd-secret-missing secrets.example.yaml '  name: tessera-etcd-tls|||  name: tessera-etcd-certs' \
+  "comes from Secret 'tessera-etcd-tls', which is not among the Secrets checked"
+broken etcd-liveness-on-client-port etcd.yaml 'httpGet: {path: /metrics, port: metrics}|||httpGet: {path: /version, port: client}' \
+  "livenessProbe asks etcd's client port 2379"
+# shellcheck disable=SC1003
+broken coordinator-etcd-no-ca coordinator.yaml '                --etcd_ca=/etc/tessera/etcd-tls/ca.crt \
+|||' 'the coordinator has no --etcd_ca'
+# shellcheck disable=SC1003
+broken coordinator-etcd-no-key coordinator.yaml '                --etcd_key=/etc/tessera/etcd-tls/tls.key \
+|||' 'the coordinator has no --etcd_key'
+broken coordinator-etcd-cert-unmounted coordinator.yaml '            - {name: etcd-tls, mountPath: /etc/tessera/etcd-tls, readOnly: true}
+|||' '--etcd_cert: /etc/tessera/etcd-tls/tls.crt is on no volume the container mounts'
+broken coordinator-etcd-cert-no-key coordinator.yaml '--etcd_cert=/etc/tessera/etcd-tls/tls.crt|||--etcd_cert=/etc/tessera/etcd-tls/client.crt' \
+  "is key 'client.crt' of Secret 'tessera-coordinator-etcd-tls', which has no such key"
+# shellcheck disable=SC2016
+broken coordinator-tls-to-plaintext-etcd etcd.yaml '--listen-client-urls=https://0.0.0.0:2379 \
+                --advertise-client-urls="https://|||--listen-client-urls=http://0.0.0.0:2379 \
+                --advertise-client-urls="http://' '--etcd_ca speaks TLS to etcd, which serves plaintext'
 
 # verifies CA FILE PURPOSE [NAME]: FILE chains to CA for PURPOSE (sslserver,
 # sslclient) and, given NAME, matches it (an IP address or a DNS name).
@@ -256,10 +304,51 @@ w1 worker"
   done
   [ "$(cut -d' ' -f3 "$d/tokens" | sort -u | wc -l)" -eq 6 ] || problems+=("secrets repeat")
   if ../make-certs.sh "$d" >/dev/null 2>&1; then problems+=("it overwrote an existing CA"); fi
+  if compgen -G "$d/etcd-*" >/dev/null; then problems+=("it made etcd's files without --etcd"); fi
   if [ ${#problems[@]} -eq 0 ]; then
     ok "make-certs.sh: chains, names, key usages, modes and tokens"
   else
     bad "make-certs.sh: $(printf '%s; ' "${problems[@]}")"
+  fi
+}
+
+# make-certs.sh --etcd: a CA of etcd's own, a member certificate (server and
+# client: members dial each other) with etcd's names, and a client-only
+# certificate for the coordinator; no certificate of one CA passes the other.
+make_certs_etcd_checks() {
+  local d="$TMP/certs-etcd" problems=() name f
+  if ! out=$(../make-certs.sh "$d" --workers 1 --san extra.example --etcd-san member-0.example \
+    --etcd-san '*.members.example' 2>&1); then
+    bad "make-certs.sh --etcd failed: $out"
+    return
+  fi
+  for name in tessera-etcd localhost 127.0.0.1 member-0.example member-7.members.example; do
+    verifies "$d/etcd-ca.crt" "$d/etcd-member.crt" sslserver "$name" || problems+=("etcd-member: not a server for $name")
+  done
+  verifies "$d/etcd-ca.crt" "$d/etcd-member.crt" sslclient || problems+=("etcd-member: not a TLS client (peers)")
+  verifies "$d/etcd-ca.crt" "$d/etcd-member.crt" sslserver extra.example && problems+=("etcd-member carries --san's names")
+  verifies "$d/etcd-ca.crt" "$d/etcd-member.crt" sslserver member-1.example && problems+=("etcd-member names member-1.example")
+  verifies "$d/etcd-ca.crt" "$d/etcd-coordinator.crt" sslclient || problems+=("etcd-coordinator: not a TLS client")
+  verifies "$d/etcd-ca.crt" "$d/etcd-coordinator.crt" sslserver && problems+=("etcd-coordinator: usable as a server")
+  [ "$(openssl x509 -in "$d/etcd-coordinator.crt" -noout -subject)" = "subject=CN = tessera-coordinator" ] ||
+    problems+=("etcd-coordinator: CN is not tessera-coordinator")
+  for f in coordinator w0 user; do
+    verifies "$d/etcd-ca.crt" "$d/$f.crt" sslclient && problems+=("$f's certificate opens etcd (etcd's CA signed it)")
+  done
+  for f in etcd-member etcd-coordinator; do
+    verifies "$d/ca.crt" "$d/$f.crt" sslclient && problems+=("$f chains to the cluster's CA")
+  done
+  for f in "$d"/etcd-*.key; do
+    [ "$(stat -c %a "$f")" = 600 ] || problems+=("$(basename "$f") is $(stat -c %a "$f"), not 600")
+  done
+  [ -e "$d/etcd-ca.key" ] || problems+=("no etcd-ca.key")
+  if ../make-certs.sh "$TMP/certs-etcd-clash" --etcd --worker-group etcd-member >/dev/null 2>&1; then
+    problems+=("--worker-group etcd-member overwrote etcd's member certificate")
+  fi
+  if [ ${#problems[@]} -eq 0 ]; then
+    ok "make-certs.sh --etcd: etcd's own CA, member and coordinator certificates"
+  else
+    bad "make-certs.sh --etcd: $(printf '%s; ' "${problems[@]}")"
   fi
 }
 
@@ -285,6 +374,48 @@ make_secrets_checks() {
     problems+=("no principal tessera-drain (admin) with the drain token")
   [ "$(stat -c %a "$d/tessera-drain.token")" = 600 ] || problems+=("tessera-drain.token is not 600")
   [ -z "$(grep -v '^#' "$d/tokens" | cut -d' ' -f3 | sort | uniq -d)" ] || problems+=("secrets repeat in tokens")
+  # etcd: every member etcd.yaml runs, by each of its names, and any member
+  # through the wildcards; only etcd's CA; the Secrets hold the right files.
+  local members i
+  members=$($PY -c 'import yaml; print(next(d for d in yaml.safe_load_all(open("etcd.yaml"))
+                                            if d and d.get("kind") == "StatefulSet")["spec"]["replicas"])')
+  for ((i = 0; i < members; i++)); do
+    for name in "tessera-etcd-$i.tessera-etcd" "tessera-etcd-$i.tessera-etcd.test" \
+      "tessera-etcd-$i.tessera-etcd.test.svc" "tessera-etcd-$i.tessera-etcd.test.svc.cluster.local"; do
+      verifies "$d/etcd-ca.crt" "$d/etcd-member.crt" sslserver "$name" || problems+=("etcd members: not a server for $name")
+    done
+  done
+  for name in tessera-etcd-9.tessera-etcd.test.svc tessera-etcd-9.tessera-etcd.test.svc.cluster.local localhost 127.0.0.1; do
+    verifies "$d/etcd-ca.crt" "$d/etcd-member.crt" sslserver "$name" || problems+=("etcd members: not a server for $name")
+  done
+  verifies "$d/etcd-ca.crt" "$d/etcd-member.crt" sslclient || problems+=("etcd members: not TLS clients (peers)")
+  verifies "$d/etcd-ca.crt" "$d/etcd-coordinator.crt" sslclient || problems+=("coordinators: no etcd client certificate")
+  verifies "$d/etcd-ca.crt" "$d/etcd-coordinator.crt" sslserver && problems+=("the coordinators' etcd certificate serves")
+  for f in tessera-worker user coordinator; do
+    verifies "$d/etcd-ca.crt" "$d/$f.crt" sslclient && problems+=("$f's certificate opens etcd")
+  done
+  local secret_problems
+  secret_problems=$($PY - "$d" <<'PYEOF2'
+import base64, sys, yaml
+d = sys.argv[1]
+secrets = {s["metadata"]["name"]: s for s in yaml.safe_load_all(open(f"{d}/secrets.yaml")) if s}
+want = {"tessera-etcd-tls": ("etcd-ca.crt", "etcd-member.crt", "etcd-member.key"),
+        "tessera-coordinator-etcd-tls": ("etcd-ca.crt", "etcd-coordinator.crt", "etcd-coordinator.key"),
+        "tessera-coordinator-tls": ("ca.crt", "coordinator.crt", "coordinator.key")}
+for name, files in want.items():
+    data = (secrets.get(name) or {}).get("data") or {}
+    for key, f in zip(("ca.crt", "tls.crt", "tls.key"), files):
+        if base64.b64decode(data.get(key, "")) != open(f"{d}/{f}", "rb").read():
+            print(f"Secret {name} {key} is not {f}")
+PYEOF2
+  )
+  [ -z "$secret_problems" ] || problems+=("$secret_problems")
+  if ! out=$(TESSERA_ETCD_MEMBERS=5 ./make-secrets.sh "$TMP/secrets-5" test 2>&1); then
+    problems+=("TESSERA_ETCD_MEMBERS=5 make-secrets.sh failed: $out")
+  else
+    verifies "$TMP/secrets-5/etcd-ca.crt" "$TMP/secrets-5/etcd-member.crt" sslserver tessera-etcd-4.tessera-etcd ||
+      problems+=("TESSERA_ETCD_MEMBERS=5: no tessera-etcd-4.tessera-etcd")
+  fi
   if ! out=$($PY check.py . "$d/secrets.yaml" 2>&1); then
     problems+=("the base with make-secrets.sh's Secrets fails: $out")
   fi
@@ -297,6 +428,7 @@ make_secrets_checks() {
 
 if command -v openssl >/dev/null; then
   make_certs_checks
+  make_certs_etcd_checks
   make_secrets_checks
 else
   echo "  skip make-certs.sh and make-secrets.sh (no openssl)"
