@@ -318,6 +318,46 @@ TEST_F(CoordinatorHaTest, AStoppedLeaderIsDeposedAndCommitsNothingAfter) {
   EXPECT_THAT(ls.out, ::testing::Not(HasSubstr("c ")));
 }
 
+// A coordinator started on another prefix is another cluster: workers that
+// come to it keep the shards of their own cluster (quarantined, never freed
+// on its word), and serve them again once their cluster's leader is back.
+TEST_F(CoordinatorHaTest, AnotherPrefixIsAnotherClusterAndWorkersQuarantine) {
+  ASSERT_EQ(Tessera({"create", "x", "--shape=64,16", "--dtype=float32",
+                     "--chunk_dim=0", "--placements=w0,w1", "--init=ones"})
+                .code,
+            0);
+  for (Daemon& d : coordinators_) {
+    kill(d.pid, SIGKILL);
+    waitpid(d.pid, nullptr, 0);
+    d.pid = -1;
+  }
+  // The first address now serves prefix "typo": a new, empty cluster.
+  coordinators_[0] =
+      Spawn({TestCluster::BinaryPath("coordinator/tessera-coordinator"),
+             absl::StrCat("--listen=127.0.0.1:", ports_[0]),
+             "--metadata=" + etcd_->url("typo"), "--leader_lease=2s",
+             "--lease_ms=3000", "--heartbeat_ms=250"},
+            absl::StrCat(dir_, "/coordinator-typo.log"));
+  ASSERT_TRUE(Eventually([&] {
+    Result r = Tessera({"workers"});
+    return r.code == 0 && absl::StrContains(r.out, "w0 keeps 1 shard(s)") &&
+           absl::StrContains(r.out, "w1 keeps 1 shard(s)");
+  })) << Tessera({"workers"}).out
+      << ReadFile(coordinators_[0].log);
+  Result ls = Tessera({"ls"});
+  ASSERT_EQ(ls.code, 0) << ls.err;
+  EXPECT_THAT(ls.out, ::testing::Not(HasSubstr("x ")));
+  // Back to the cluster's own prefix: x reads whole.
+  kill(coordinators_[0].pid, SIGKILL);
+  waitpid(coordinators_[0].pid, nullptr, 0);
+  StartCoordinator(0);
+  ASSERT_TRUE(Eventually([&] {
+    return Tessera({"get", "x", "--output=" + dir_ + "/x-back.npy"}).code == 0;
+  })) << ReadFile(coordinators_[0].log);
+  Result workers = Tessera({"workers"});
+  EXPECT_THAT(workers.out, ::testing::Not(HasSubstr("quarantined")));
+}
+
 // etcd with client-certificate auth (TLS): a coordinator given the CA and a
 // certificate of it leads and serves; one without is refused by etcd and
 // says etcd is unreachable.
