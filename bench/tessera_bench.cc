@@ -1586,8 +1586,7 @@ double DescribeQps(Client& client, const std::string& name, int callers,
 
 // Seconds to create a tensor of `shards` one-element shards over ranks 0
 // and 1.
-double BigCreateSeconds(Client& client, const std::string& name,
-                        int shards) {
+double BigCreateSeconds(Client& client, const std::string& name, int shards) {
   std::vector<Placement> placements(static_cast<size_t>(shards));
   for (int i = 0; i < shards; ++i) placements[i].rank = i % 2;
   const absl::Time start = absl::Now();
@@ -1676,9 +1675,24 @@ void FailoverFigure(Env& env, const std::string& root) {
        absl::StrFormat("--data_dir %.2f s", file_big), file_big / etcd_big, "",
        true, 0});
 
+  // A coordinator that exits on its own (a leader that lost its lease, a
+  // failed start) is started again, as Kubernetes would; counted.
+  int exited = 0;
+  auto restart_exited = [&] {
+    for (int i = 0; i < 2; ++i) {
+      int status = 0;
+      if (pids[i] > 0 && waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+        ++exited;
+        std::fprintf(stderr, "figure 19: coordinator %d exited (status %d)\n",
+                     i, status);
+        start(i);
+      }
+    }
+  };
   // The leader: the coordinator listed first.
   auto leader = [&]() -> int {
     for (;;) {
+      restart_exited();
       absl::StatusOr<std::vector<CoordinatorStatus>> list =
           client->Coordinators();
       if (list.ok() && !list->empty() && list->front().role == "leader") {
@@ -1720,6 +1734,32 @@ void FailoverFigure(Env& env, const std::string& root) {
       absl::SleepFor(absl::Milliseconds(20));
     }
   };
+  // Readers through shard handles taken before the kills: they never need
+  // the coordinator, so they go on while no one leads.
+  CHECK_OK(client
+               ->Create("ha/read", {64, 16}, DType::kFloat32,
+                        LayoutSpec::Chunk(0, Ranks(2)),
+                        InitSpec{InitSpec::Kind::kOnes})
+               .status());
+  const std::vector<ShardHandle> handles =
+      ValueOrDie(client->Handles("ha/read"), "handles of ha/read");
+  std::atomic<bool> stop_reading{false};
+  std::atomic<int64_t> handle_reads{0}, handle_failures{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 2; ++r) {
+    readers.emplace_back([&] {
+      while (!stop_reading) {
+        for (const ShardHandle& h : handles) {
+          if (h.ToHere().ok()) {
+            ++handle_reads;
+          } else {
+            ++handle_failures;
+          }
+        }
+        absl::SleepFor(absl::Milliseconds(5));
+      }
+    });
+  }
   std::vector<double> times;
   for (int k = 0; k < kills; ++k) {
     const int l = leader();
@@ -1763,6 +1803,14 @@ void FailoverFigure(Env& env, const std::string& root) {
   Add({"19. SIGTERM of the leader to the first write",
        absl::StrFormat("%.3f s", handover), "lease 2.00 s", handover / 2.0,
        "<= 0.5 s", false, 0, handover <= 0.5});
+  stop_reading = true;
+  for (std::thread& t : readers) t.join();
+  Add({"19. coordinators that exited on their own (started again)",
+       absl::StrFormat("%d", exited), "-", 0, "", false, 0});
+  Add({"19. shard-handle reads during the kills (2 readers): failed / made",
+       absl::StrFormat("%d / %d", handle_failures.load(), handle_reads.load()),
+       "-", 0, "failed 0", false, 0,
+       handle_failures.load() == 0 && handle_reads.load() > 0});
   // Nothing acknowledged is lost.
   absl::StatusOr<std::vector<TensorInfo>> listed = client->List();
   int found = 0;

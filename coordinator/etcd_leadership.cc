@@ -1,5 +1,6 @@
 #include "coordinator/etcd_leadership.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -35,21 +36,18 @@ absl::StatusOr<int64_t> EtcdLeadership::Campaign(
     const std::function<void(const std::string& leader)>& on_standby,
     std::function<void()> on_lost) {
   on_lost_ = std::move(on_lost);
-  TESSERA_ASSIGN_OR_RETURN(lease_, etcd_->GrantLease(ttl_));
-  renewer_ = std::thread([this] { Renew(); });
-  // Listed among the prefix's coordinators for as long as the lease lives.
-  {
-    etcdserverpb::TxnRequest join;
-    etcdserverpb::PutRequest* put = join.add_success()->mutable_request_put();
-    put->set_key(members_ + address_);
-    put->set_value(address_);
-    put->set_lease(lease_);
-    TESSERA_RETURN_IF_ERROR(etcd_->Txn(join).status());
-  }
+  TESSERA_RETURN_IF_ERROR(JoinUntil(stop));
   std::string seen;
   for (;;) {
     if (stop.HasBeenNotified()) {
       return absl::CancelledError("stopped while standing by");
+    }
+    // A standby whose lease ran out (etcd away past its TTL) joins again.
+    if (lease_lost_) {
+      if (renewer_.joinable()) renewer_.join();
+      lease_ = 0;
+      lease_lost_ = false;
+      TESSERA_RETURN_IF_ERROR(JoinUntil(stop));
     }
     etcdserverpb::TxnRequest txn;
     etcdserverpb::Compare* absent = txn.add_compare();
@@ -66,6 +64,7 @@ absl::StatusOr<int64_t> EtcdLeadership::Campaign(
     absl::StatusOr<etcdserverpb::TxnResponse> got = etcd_->Txn(txn);
     if (got.ok() && got->succeeded()) {
       fence_ = got->header().revision();
+      leading_ = true;
       return fence_;
     }
     if (got.ok() && got->responses_size() == 1 &&
@@ -102,6 +101,43 @@ absl::Status EtcdLeadership::Publish() {
   return absl::OkStatus();
 }
 
+absl::Status EtcdLeadership::JoinUntil(const absl::Notification& stop) {
+  // etcd slow or briefly without quorum is waited out: a standby that
+  // exited would leave none.
+  std::string said;
+  for (absl::Duration backoff = absl::Milliseconds(100);;
+       backoff = std::min(backoff * 2, absl::Seconds(1))) {
+    if (stop.HasBeenNotified()) {
+      return absl::CancelledError("stopped while standing by");
+    }
+    const absl::Status joined = Join();
+    if (joined.ok()) break;
+    if (joined.ToString() != said) {
+      said = joined.ToString();
+      spdlog::warn("standing by: cannot join the election yet: {}",
+                   std::string(joined.message()));
+    }
+    stop.WaitForNotificationWithTimeout(backoff);
+  }
+  renewer_ = std::thread([this] { Renew(); });
+  return absl::OkStatus();
+}
+
+absl::Status EtcdLeadership::Join() {
+  if (lease_ == 0) {
+    TESSERA_ASSIGN_OR_RETURN(lease_, etcd_->GrantLease(ttl_));
+  }
+  etcdserverpb::TxnRequest join;
+  etcdserverpb::PutRequest* put = join.add_success()->mutable_request_put();
+  put->set_key(members_ + address_);
+  put->set_value(address_);
+  put->set_lease(lease_);
+  absl::Status status = etcd_->Txn(join).status();
+  // The lease ran out while etcd was away: the next try takes a new one.
+  if (!status.ok()) lease_ = 0;
+  return status;
+}
+
 void EtcdLeadership::Renew() {
   absl::Time renewed = absl::Now();
   while (!done_.WaitForNotificationWithTimeout(ttl_ / 3)) {
@@ -114,7 +150,11 @@ void EtcdLeadership::Renew() {
     // may hold the key now.
     if (absl::IsNotFound(status) || absl::Now() - renewed >= ttl_) {
       spdlog::error("etcd lease {}: {}", lease_, std::string(status.message()));
-      if (on_lost_) on_lost_();
+      if (leading_) {
+        if (on_lost_) on_lost_();
+      } else {
+        lease_lost_ = true;  // Campaign joins again
+      }
       return;
     }
   }

@@ -12,6 +12,7 @@
 //
 // A leader that cannot renew its lease before it would run out calls
 // `on_lost`: it must stop serving writes (the fence already refuses them).
+// A standby whose lease runs out (etcd away) takes a new one and stands on.
 // Resign() revokes the lease, handing over at once (SIGTERM).
 #ifndef TESSERA_COORDINATOR_ETCD_LEADERSHIP_H_
 #define TESSERA_COORDINATOR_ETCD_LEADERSHIP_H_
@@ -71,6 +72,10 @@ class EtcdLeadership {
   void Resign();
 
  private:
+  // Takes a lease and lists this coordinator on it.
+  absl::Status Join();
+  // Join, tried again until it works or `stop`; then keeps the lease.
+  absl::Status JoinUntil(const absl::Notification& stop);
   void Renew();
 
   const std::shared_ptr<const EtcdClient> etcd_;
@@ -80,6 +85,9 @@ class EtcdLeadership {
   const absl::Duration ttl_;
   int64_t lease_ = 0;
   int64_t fence_ = 0;  // the key's create revision, once leading
+  std::atomic<bool> leading_{false};
+  // A standby's lease ran out: Campaign takes a new one.
+  std::atomic<bool> lease_lost_{false};
   std::function<void()> on_lost_;
   absl::Notification done_;
   std::thread renewer_;

@@ -368,6 +368,15 @@ int Run() {
   absl::StatusOr<std::string> cluster_secret =
       etcd_store != nullptr ? etcd_store->LoadOrMakeSecret(32)
                             : LoadOrMakeClusterSecret(data_dir);
+  // A new leader on a busy etcd: a timeout is tried again (the lease, kept
+  // alive meanwhile, says whether it still leads).
+  for (int tries = 1; etcd_store != nullptr && tries < 5 &&
+                      (absl::IsUnavailable(cluster_secret.status()) ||
+                       absl::IsDeadlineExceeded(cluster_secret.status()));
+       ++tries) {
+    absl::SleepFor(absl::Milliseconds(200));
+    cluster_secret = etcd_store->LoadOrMakeSecret(32);
+  }
   if (!cluster_secret.ok()) {
     spdlog::error("{}", std::string(cluster_secret.status().message()));
     return 1;

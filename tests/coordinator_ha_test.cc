@@ -318,6 +318,43 @@ TEST_F(CoordinatorHaTest, AStoppedLeaderIsDeposedAndCommitsNothingAfter) {
   EXPECT_THAT(ls.out, ::testing::Not(HasSubstr("c ")));
 }
 
+// etcd without quorum: writes fail, the leader, unable to renew its lease,
+// steps down (it exits, to be started again), and the standby waits for
+// etcd instead of exiting; once quorum is back it leads, with everything
+// acknowledged before.
+TEST_F(CoordinatorHaTest, WithoutQuorumTheStandbyWaitsAndLeadsOnceItIsBack) {
+  ASSERT_EQ(Tessera({"create", "q", "--shape=8", "--dtype=float32",
+                     "--chunk_dim=0", "--placements=w0", "--init=ones"})
+                .code,
+            0);
+  etcd_->Kill(1);
+  etcd_->Kill(2);
+  EXPECT_NE(Tessera({"create", "lost", "--shape=8", "--dtype=float32",
+                     "--chunk_dim=0", "--placements=w0", "--init=ones"})
+                .code,
+            0);
+  EXPECT_EQ(WaitExit(coordinators_[0].pid, absl::Seconds(15)), 1)
+      << ReadFile(coordinators_[0].log);
+  coordinators_[0].pid = -1;
+  absl::SleepFor(absl::Seconds(2));
+  int status = 0;
+  ASSERT_EQ(waitpid(coordinators_[1].pid, &status, WNOHANG), 0)
+      << "the standby exited while etcd had no quorum: "
+      << ReadFile(coordinators_[1].log);
+  etcd_->Start(1);
+  etcd_->Start(2);
+  ASSERT_TRUE(Eventually([&] {
+    return Tessera({"create", "r", "--shape=8", "--dtype=float32",
+                    "--chunk_dim=0", "--placements=w1", "--init=ones"})
+               .code == 0;
+  })) << ReadFile(coordinators_[1].log);
+  Result ls = Tessera({"ls"});
+  EXPECT_THAT(ls.out, HasSubstr("q "));
+  EXPECT_THAT(ls.out, HasSubstr("r "));
+  // ("lost" was refused UNAVAILABLE: whether its write reached etcd is
+  // unknown, as for any timed-out call.)
+}
+
 // A coordinator started on another prefix is another cluster: workers that
 // come to it keep the shards of their own cluster (quarantined, never freed
 // on its word), and serve them again once their cluster's leader is back.
