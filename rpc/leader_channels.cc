@@ -70,9 +70,9 @@ size_t LeaderChannels::Pick(absl::Time deadline, absl::Duration connect_wait) {
   for (size_t passed = 0;; ++passed) {
     std::shared_ptr<grpc::Channel> channel = this->channel(i);
     grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/false);
-    // gRPC tries a refused address again only after its backoff, and not
-    // at all while no call waits on it: a coordinator back (restarted, or
-    // a standby that now leads) is found on a fresh channel at once.
+    // gRPC tries a refused address again only after its backoff: a
+    // coordinator back (restarted, or a standby that now leads on its
+    // port) is found on a fresh channel at once.
     if (state == GRPC_CHANNEL_TRANSIENT_FAILURE) {
       channel = Refreshed(i);
       state = channel->GetState(/*try_to_connect=*/false);
