@@ -140,6 +140,28 @@ class CoordinatorHaTest : public ::testing::Test {
       return Tessera({"ls"}, absl::StrCat("127.0.0.1:", ports_[i])).code == 0;
     });
   }
+  // Creates an 8-element tensor on worker `placement` through
+  // `coordinator` (default: both) until one create is acknowledged, each
+  // try under a new name PREFIX<n> (a try whose answer was lost may have
+  // made its name); returns the name acknowledged, "" after 30 s.
+  std::string CreateEventually(const std::string& prefix,
+                               const std::string& placement,
+                               const std::string& coordinator = "") {
+    int tries = 0;
+    std::string made;
+    Eventually([&] {
+      const std::string name = absl::StrCat(prefix, tries++);
+      if (Tessera({"create", name, "--shape=8", "--dtype=float32",
+                   "--chunk_dim=0", "--placements=" + placement, "--init=ones"},
+                  coordinator)
+              .code != 0) {
+        return false;
+      }
+      made = name;
+      return true;
+    });
+    return made;
+  }
   static bool Eventually(const std::function<bool()>& done,
                          absl::Duration timeout = absl::Seconds(30)) {
     const absl::Time deadline = absl::Now() + timeout;
@@ -196,11 +218,8 @@ TEST_F(CoordinatorHaTest, AKilledLeaderIsReplacedAndNothingAcknowledgedIsLost) {
   coordinators_[0].pid = -1;
   const absl::Time killed = absl::Now();
   // The next write through the same address list lands on the new leader.
-  ASSERT_TRUE(Eventually([&] {
-    return Tessera({"create", "y", "--shape=8", "--dtype=float32",
-                    "--chunk_dim=0", "--placements=w1", "--init=ones"})
-               .code == 0;
-  })) << ReadFile(coordinators_[1].log);
+  const std::string y = CreateEventually("y", "w1");
+  ASSERT_FALSE(y.empty()) << ReadFile(coordinators_[1].log);
   std::cerr << "first write acknowledged "
             << absl::FormatDuration(absl::Now() - killed)
             << " after kill -9 of the leader\n";
@@ -220,7 +239,7 @@ TEST_F(CoordinatorHaTest, AKilledLeaderIsReplacedAndNothingAcknowledgedIsLost) {
   Result ls = Tessera({"ls"});
   ASSERT_EQ(ls.code, 0) << ls.err;
   EXPECT_THAT(ls.out, HasSubstr("x "));
-  EXPECT_THAT(ls.out, HasSubstr("y "));
+  EXPECT_THAT(ls.out, HasSubstr(y + " "));
   // Whole reads once both workers have found the new leader.
   EXPECT_TRUE(Eventually([&] {
     return Tessera({"get", "x", "--output=" + dir_ + "/x.npy"}).code == 0;
@@ -264,12 +283,8 @@ TEST_F(CoordinatorHaTest, AStandbyNamesTheLeaderAndTakesOverWarm) {
   kill(coordinators_[0].pid, SIGKILL);
   waitpid(coordinators_[0].pid, nullptr, 0);
   coordinators_[0].pid = -1;
-  ASSERT_TRUE(Eventually([&] {
-    return Tessera({"create", "after", "--shape=8", "--dtype=float32",
-                    "--chunk_dim=0", "--placements=w1", "--init=ones"},
-                   standby_first)
-               .code == 0;
-  })) << ReadFile(coordinators_[1].log);
+  const std::string after = CreateEventually("after", "w1", standby_first);
+  ASSERT_FALSE(after.empty()) << ReadFile(coordinators_[1].log);
   // It had followed the snapshot and the log: at promotion it read no
   // snapshot again.
   const std::string log = ReadFile(coordinators_[1].log);
@@ -278,8 +293,9 @@ TEST_F(CoordinatorHaTest, AStandbyNamesTheLeaderAndTakesOverWarm) {
                        "after [1-9][0-9]* and [0-9]+ while standing by"));
   ls = Tessera({"ls"}, standby);
   ASSERT_EQ(ls.code, 0) << ls.err;
-  for (const char* name : {"t0 ", "t5 ", "z ", "after "}) {
-    EXPECT_THAT(ls.out, HasSubstr(name));
+  for (const std::string& name :
+       {std::string("t0"), std::string("t5"), std::string("z"), after}) {
+    EXPECT_THAT(ls.out, HasSubstr(name + " "));
   }
 }
 
@@ -290,12 +306,9 @@ TEST_F(CoordinatorHaTest, AStoppedLeaderIsDeposedAndCommitsNothingAfter) {
             0);
   // Stopped past its lease: the standby leads.
   kill(coordinators_[0].pid, SIGSTOP);
-  ASSERT_TRUE(Eventually([&] {
-    return Tessera({"create", "b", "--shape=8", "--dtype=float32",
-                    "--chunk_dim=0", "--placements=w1", "--init=ones"},
-                   absl::StrCat("127.0.0.1:", ports_[1]))
-               .code == 0;
-  })) << ReadFile(coordinators_[1].log);
+  const std::string b =
+      CreateEventually("b", "w1", absl::StrCat("127.0.0.1:", ports_[1]));
+  ASSERT_FALSE(b.empty()) << ReadFile(coordinators_[1].log);
   // Resumed, the deposed leader finds its lease gone and exits; a write
   // it was sent meanwhile is never acknowledged.
   std::thread late([&] {
@@ -314,7 +327,7 @@ TEST_F(CoordinatorHaTest, AStoppedLeaderIsDeposedAndCommitsNothingAfter) {
   Result ls = Tessera({"ls"});
   ASSERT_EQ(ls.code, 0) << ls.err;
   EXPECT_THAT(ls.out, HasSubstr("a "));
-  EXPECT_THAT(ls.out, HasSubstr("b "));
+  EXPECT_THAT(ls.out, HasSubstr(b + " "));
   EXPECT_THAT(ls.out, ::testing::Not(HasSubstr("c ")));
 }
 
@@ -343,14 +356,11 @@ TEST_F(CoordinatorHaTest, WithoutQuorumTheStandbyWaitsAndLeadsOnceItIsBack) {
       << ReadFile(coordinators_[1].log);
   etcd_->Start(1);
   etcd_->Start(2);
-  ASSERT_TRUE(Eventually([&] {
-    return Tessera({"create", "r", "--shape=8", "--dtype=float32",
-                    "--chunk_dim=0", "--placements=w1", "--init=ones"})
-               .code == 0;
-  })) << ReadFile(coordinators_[1].log);
+  const std::string r = CreateEventually("r", "w1");
+  ASSERT_FALSE(r.empty()) << ReadFile(coordinators_[1].log);
   Result ls = Tessera({"ls"});
   EXPECT_THAT(ls.out, HasSubstr("q "));
-  EXPECT_THAT(ls.out, HasSubstr("r "));
+  EXPECT_THAT(ls.out, HasSubstr(r + " "));
   // ("lost" was refused UNAVAILABLE: whether its write reached etcd is
   // unknown, as for any timed-out call.)
 }
