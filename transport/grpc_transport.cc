@@ -212,7 +212,9 @@ absl::StatusOr<RegionChunkView> DecodeRegionChunk(grpc::ByteBuffer* buffer) {
     } else if (wire == 2) {
       ok = cursor.Varint(&value) &&
            cursor.Take(value, field == 2 ? &view.data : nullptr);
-      if (field == 2) view.size += static_cast<int64_t>(value);
+      // (Only once the bytes were there: a length past the message, up
+      // to 2^64, must not be added.)
+      if (ok && field == 2) view.size += static_cast<int64_t>(value);
     } else if (wire == 1 || wire == 5) {
       ok = cursor.Take(wire == 1 ? 8 : 4, nullptr);
     } else {

@@ -81,6 +81,18 @@ TEST(RegionChunkTest, TruncatedMessageIsDataLoss) {
             absl::StatusCode::kDataLoss);
 }
 
+// A data field whose length runs past the message, after a good one: refused,
+// the length never added (it may be near 2^64).
+TEST(RegionChunkTest, ALengthPastTheMessageIsDataLoss) {
+  const std::string wire =
+      std::string("\x12\x02ok\x12\xff\xff\xff\xff\xff\xff\xff\xff\x7f", 13) +
+      "tail";
+  grpc::Slice slice(wire);
+  grpc::ByteBuffer buffer(&slice, 1);
+  EXPECT_EQ(DecodeRegionChunk(&buffer).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
 // One serialized ReadRegionResponse as a worker would send it.
 grpc::ByteBuffer Chunk(int64_t offset, const std::string& data) {
   v1::ReadRegionResponse message;
