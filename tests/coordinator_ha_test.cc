@@ -107,13 +107,14 @@ class CoordinatorHaTest : public ::testing::Test {
     }
   }
 
-  void StartCoordinator(int i) {
+  // Coordinator `i` on its port, keeping its metadata under etcd `prefix`.
+  void StartCoordinator(int i, const std::string& prefix = "ha") {
     Daemon d =
         Spawn({TestCluster::BinaryPath("coordinator/tessera-coordinator"),
                absl::StrCat("--listen=127.0.0.1:", ports_[i]),
-               "--metadata=" + etcd_->url("ha"), "--leader_lease=2s",
+               "--metadata=" + etcd_->url(prefix), "--leader_lease=2s",
                "--lease_ms=3000", "--heartbeat_ms=250", "--snapshot_every=4"},
-              absl::StrCat(dir_, "/coordinator", i, ".log"));
+              absl::StrCat(dir_, "/coordinator", i, "-", prefix, ".log"));
     if (coordinators_.size() <= static_cast<size_t>(i)) {
       coordinators_.resize(static_cast<size_t>(i) + 1);
     }
@@ -379,12 +380,7 @@ TEST_F(CoordinatorHaTest, AnotherPrefixIsAnotherClusterAndWorkersQuarantine) {
     d.pid = -1;
   }
   // The first address now serves prefix "typo": a new, empty cluster.
-  coordinators_[0] =
-      Spawn({TestCluster::BinaryPath("coordinator/tessera-coordinator"),
-             absl::StrCat("--listen=127.0.0.1:", ports_[0]),
-             "--metadata=" + etcd_->url("typo"), "--leader_lease=2s",
-             "--lease_ms=3000", "--heartbeat_ms=250"},
-            absl::StrCat(dir_, "/coordinator-typo.log"));
+  StartCoordinator(0, "typo");
   ASSERT_TRUE(Eventually([&] {
     Result r = Tessera({"workers"});
     return r.code == 0 && absl::StrContains(r.out, "w0 keeps 1 shard(s)") &&
