@@ -549,7 +549,7 @@ void SmallFetchFigure(Env& env) {
         }
         Add({what + " QPS", absl::StrFormat("%.0f/s", got.qps),
              absl::StrFormat("unary %.0f/s", ref.qps), got.qps / ref.qps, "",
-             true, callers == 16 ? 0.8 : 0});
+             true, callers == 16 ? 0.9 : 0});
       }
     }
   }
