@@ -49,6 +49,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/bench.grpc.pb.h"
+#include "bench/tls_reference.h"
 #include "client/connection.h"
 #include "client/data_plane.h"
 #include "client/safetensors_io.h"
@@ -969,6 +970,20 @@ void TlsFigure(Env& env) {
   Add({absl::StrCat("7. gather ", size, ", gRPC, mutual TLS"),
        GBps(bytes, tls_s), absl::StrCat("plaintext ", GBps(bytes, plain_s)),
        plain_s / tls_s, "", true, 0});
+  // The same bytes over 4 bare TLS 1.3 streams (OpenSSL alone, AES-GCM), as
+  // the gather's 4 workers send them: what encryption itself costs here.
+  double openssl_s = 1e9;
+  std::string cipher;
+  for (int r = 0; r < 3; ++r) {
+    const TlsStreamsResult streams = ValueOrDie(
+        OpenSslTlsStreams(kWorkers, bytes, buffer.get()), "TLS reference");
+    openssl_s = std::min(openssl_s, streams.seconds);
+    cipher = streams.cipher;
+  }
+  Add({absl::StrCat("7. gather ", size, ", gRPC, mutual TLS vs bare TLS"),
+       GBps(bytes, tls_s), absl::StrCat("OpenSSL x4 ", GBps(bytes, openssl_s)),
+       openssl_s / tls_s, "", true, 0.8});
+  Info("7. the bare TLS streams' suite", cipher);
 
   const TensorMetadata plain_meta =
       ValueOrDie(plain->Describe("tls"), "describe");
