@@ -19,24 +19,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "rpc/openssl_ptr.h"
 
 namespace tessera {
 namespace {
-
-struct SslCtxFree {
-  void operator()(SSL_CTX* c) const { SSL_CTX_free(c); }
-};
-struct SslFree {
-  void operator()(SSL* s) const { SSL_free(s); }
-};
-struct PkeyFree {
-  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
-};
-struct X509Free {
-  void operator()(X509* x) const { X509_free(x); }
-};
-using SslCtx = std::unique_ptr<SSL_CTX, SslCtxFree>;
-using Ssl = std::unique_ptr<SSL, SslFree>;
 
 absl::Status OpenSslError(const char* what) {
   char text[256] = "unknown error";
@@ -48,8 +34,9 @@ absl::Status OpenSslError(const char* what) {
 }
 
 // Both ends speak TLS 1.3 with one suite only.
-absl::StatusOr<SslCtx> MakeContext(bool server, EVP_PKEY* key, X509* cert) {
-  SslCtx ctx(SSL_CTX_new(server ? TLS_server_method() : TLS_client_method()));
+absl::StatusOr<SslCtxPtr> MakeContext(bool server, EVP_PKEY* key, X509* cert) {
+  SslCtxPtr ctx(
+      SSL_CTX_new(server ? TLS_server_method() : TLS_client_method()));
   if (ctx == nullptr) return OpenSslError("SSL_CTX_new");
   if (SSL_CTX_set_min_proto_version(ctx.get(), TLS1_3_VERSION) != 1 ||
       SSL_CTX_set_max_proto_version(ctx.get(), TLS1_3_VERSION) != 1 ||
@@ -73,8 +60,7 @@ absl::StatusOr<SslCtx> MakeContext(bool server, EVP_PKEY* key, X509* cert) {
   return ctx;
 }
 
-absl::Status SelfSigned(std::unique_ptr<EVP_PKEY, PkeyFree>* key,
-                        std::unique_ptr<X509, X509Free>* cert) {
+absl::Status SelfSigned(EvpKeyPtr* key, X509Ptr* cert) {
   key->reset(EVP_EC_gen("P-256"));
   if (*key == nullptr) return OpenSslError("EVP_EC_gen");
   cert->reset(X509_new());
@@ -133,17 +119,18 @@ absl::StatusOr<TlsStreamsResult> OpenSslTlsStreams(int streams, int64_t total,
   if (streams < 1 || total < streams) {
     return absl::InvalidArgumentError("give at least one byte per stream");
   }
-  std::unique_ptr<EVP_PKEY, PkeyFree> key;
-  std::unique_ptr<X509, X509Free> cert;
+  EvpKeyPtr key;
+  X509Ptr cert;
   if (absl::Status s = SelfSigned(&key, &cert); !s.ok()) return s;
-  absl::StatusOr<SslCtx> server_ctx = MakeContext(true, key.get(), cert.get());
+  absl::StatusOr<SslCtxPtr> server_ctx =
+      MakeContext(true, key.get(), cert.get());
   if (!server_ctx.ok()) return server_ctx.status();
-  absl::StatusOr<SslCtx> client_ctx = MakeContext(false, nullptr, nullptr);
+  absl::StatusOr<SslCtxPtr> client_ctx = MakeContext(false, nullptr, nullptr);
   if (!client_ctx.ok()) return client_ctx.status();
 
   // The server end sends (as a worker does), the client end receives.
   std::vector<int> fds;
-  std::vector<Ssl> senders, receivers;
+  std::vector<SslPtr> senders, receivers;
   auto close_all = [&] {
     senders.clear();
     receivers.clear();

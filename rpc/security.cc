@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/auth.h"
 #include "core/placement.h"
+#include "rpc/openssl_ptr.h"
 
 namespace tessera {
 namespace {
@@ -35,21 +36,9 @@ absl::StatusOr<std::string> ReadPem(const std::string& path,
   return text.str();
 }
 
-struct X509Free {
-  void operator()(X509* x) const { X509_free(x); }
-};
-struct KeyFree {
-  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
-};
-struct BioFree {
-  void operator()(BIO* b) const { BIO_free(b); }
-};
-
-std::unique_ptr<X509, X509Free> ParseCert(const std::string& pem) {
-  std::unique_ptr<BIO, BioFree> bio(
-      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
-  return std::unique_ptr<X509, X509Free>(
-      PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+X509Ptr ParseCert(const std::string& pem) {
+  BioPtr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  return X509Ptr(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
 }
 
 absl::Status CheckValidNow(X509* cert, const std::string& path) {
@@ -140,15 +129,14 @@ absl::StatusOr<TlsMaterial> LoadTls(const TlsFiles& files, bool need_cert) {
   if (!key.ok()) return key.status();
   tls.cert_pem = *std::move(cert);
   tls.key_pem = *std::move(key);
-  std::unique_ptr<X509, X509Free> x509 = ParseCert(tls.cert_pem);
+  X509Ptr x509 = ParseCert(tls.cert_pem);
   if (x509 == nullptr) {
     return absl::UnauthenticatedError(
         absl::StrCat("--tls_cert=", files.cert, " holds no PEM certificate"));
   }
-  std::unique_ptr<BIO, BioFree> bio(BIO_new_mem_buf(
-      tls.key_pem.data(), static_cast<int>(tls.key_pem.size())));
-  std::unique_ptr<EVP_PKEY, KeyFree> pkey(
-      PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
+  BioPtr bio(BIO_new_mem_buf(tls.key_pem.data(),
+                             static_cast<int>(tls.key_pem.size())));
+  EvpKeyPtr pkey(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
   if (pkey == nullptr) {
     return absl::UnauthenticatedError(
         absl::StrCat("--tls_key=", files.key, " holds no PEM private key"));
@@ -222,7 +210,7 @@ WatchedTls WatchTlsFiles(const TlsFiles& files, ClientCertPolicy policy,
 absl::StatusOr<CertificateInfo> ReadCertificateInfo(const std::string& path) {
   absl::StatusOr<std::string> pem = ReadPem(path, "certificate");
   if (!pem.ok()) return pem.status();
-  std::unique_ptr<X509, X509Free> cert = ParseCert(*pem);
+  X509Ptr cert = ParseCert(*pem);
   if (cert == nullptr) {
     return absl::UnauthenticatedError(
         absl::StrCat(path, " holds no PEM certificate"));

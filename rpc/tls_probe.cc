@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "rpc/openssl_ptr.h"
 
 namespace tessera {
 namespace {
@@ -61,19 +62,8 @@ int VerifyAndGoOn(int ok, X509_STORE_CTX* store) {
   return 1;
 }
 
-struct SslCtxFree {
-  void operator()(SSL_CTX* ctx) const { SSL_CTX_free(ctx); }
-};
-struct SslFree {
-  void operator()(SSL* ssl) const { SSL_free(ssl); }
-};
-struct BioFree {
-  void operator()(BIO* bio) const { BIO_free(bio); }
-};
-
-std::unique_ptr<BIO, BioFree> PemBio(const std::string& pem) {
-  return std::unique_ptr<BIO, BioFree>(
-      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+BioPtr PemBio(const std::string& pem) {
+  return BioPtr(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
 }
 
 // The client's CA, certificate (and chain) and key, as LoadTls checked
@@ -205,7 +195,7 @@ TlsProbeResult ProbeTls(const std::string& address, const TlsMaterial* tls,
   result.reached = true;
   ScopedNoSigpipe no_sigpipe;
 
-  std::unique_ptr<SSL_CTX, SslCtxFree> ctx(SSL_CTX_new(TLS_client_method()));
+  SslCtxPtr ctx(SSL_CTX_new(TLS_client_method()));
   if (ctx == nullptr || (tls != nullptr && !UseMaterial(ctx.get(), *tls))) {
     ERR_clear_error();
     close(fd);
@@ -218,7 +208,7 @@ TlsProbeResult ProbeTls(const std::string& address, const TlsMaterial* tls,
                      tls != nullptr && !tls->ca_pem.empty() ? SSL_VERIFY_PEER
                                                             : SSL_VERIFY_NONE,
                      VerifyAndGoOn);
-  std::unique_ptr<SSL, SslFree> ssl(SSL_new(ctx.get()));
+  SslPtr ssl(SSL_new(ctx.get()));
   if (ssl == nullptr) {
     close(fd);
     return result;

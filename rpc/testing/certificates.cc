@@ -14,21 +14,13 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "rpc/openssl_ptr.h"
 
 namespace tessera {
 namespace {
 
 struct FileClose {
   void operator()(FILE* f) const { fclose(f); }
-};
-struct X509Free {
-  void operator()(X509* x) const { X509_free(x); }
-};
-struct KeyFree {
-  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
-};
-struct BioFree {
-  void operator()(BIO* b) const { BIO_free(b); }
 };
 
 std::unique_ptr<FILE, FileClose> Open(const std::string& path) {
@@ -56,16 +48,14 @@ absl::StatusOr<std::string> IssueCertificate(
   if (ca_file == nullptr || ca_key_file == nullptr || key_file == nullptr) {
     return absl::NotFoundError("cannot read the CA, its key or the key");
   }
-  std::unique_ptr<X509, X509Free> ca(
-      PEM_read_X509(ca_file.get(), nullptr, nullptr, nullptr));
-  std::unique_ptr<EVP_PKEY, KeyFree> ca_key(
+  X509Ptr ca(PEM_read_X509(ca_file.get(), nullptr, nullptr, nullptr));
+  EvpKeyPtr ca_key(
       PEM_read_PrivateKey(ca_key_file.get(), nullptr, nullptr, nullptr));
-  std::unique_ptr<EVP_PKEY, KeyFree> key(
-      PEM_read_PrivateKey(key_file.get(), nullptr, nullptr, nullptr));
+  EvpKeyPtr key(PEM_read_PrivateKey(key_file.get(), nullptr, nullptr, nullptr));
   if (ca == nullptr || ca_key == nullptr || key == nullptr) {
     return absl::InvalidArgumentError("not PEM: the CA, its key or the key");
   }
-  std::unique_ptr<X509, X509Free> cert(X509_new());
+  X509Ptr cert(X509_new());
   X509_set_version(cert.get(), 2);
   unsigned char serial[16];
   RAND_bytes(serial, sizeof(serial));
@@ -98,7 +88,7 @@ absl::StatusOr<std::string> IssueCertificate(
   if (!extended || X509_sign(cert.get(), ca_key.get(), EVP_sha256()) == 0) {
     return absl::InternalError("cannot make the certificate");
   }
-  std::unique_ptr<BIO, BioFree> out(BIO_new(BIO_s_mem()));
+  BioPtr out(BIO_new(BIO_s_mem()));
   PEM_write_bio_X509(out.get(), cert.get());
   char* data = nullptr;
   const long size = BIO_get_mem_data(out.get(), &data);
