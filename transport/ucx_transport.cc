@@ -398,6 +398,9 @@ absl::Status UcxTransport::Lane::Wait(const std::function<bool()>& done,
   absl::Cleanup give_back = [&] {
     if (spinning) spinning_lanes.fetch_sub(1);
   };
+  // Bytes of this wait have started landing: the rest follow, and a lane
+  // that slept between messages would pay a wake-up for each.
+  bool flowing = false;
   for (;;) {
     while (ucp_worker_progress(worker_.worker) != 0) {
     }
@@ -410,6 +413,7 @@ absl::Status UcxTransport::Lane::Wait(const std::function<bool()>& done,
     if (progress != nullptr && *progress != seen) {
       seen = *progress;
       last = now;
+      flowing = true;
     }
     if (now >= deadline_) {
       return absl::DeadlineExceededError(absl::StrCat(
@@ -420,7 +424,7 @@ absl::Status UcxTransport::Lane::Wait(const std::function<bool()>& done,
           "UCX transfer with ", peer.address, " made no progress for ",
           absl::FormatDuration(options_.stall_timeout)));
     }
-    if (spinning && now - last < kSpin) continue;
+    if ((spinning || flowing) && now - last < kSpin) continue;
     if (spinning) {
       spinning = false;
       spinning_lanes.fetch_sub(1);
