@@ -15,7 +15,6 @@
 #include <thread>
 #include <utility>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "core/box_runs.h"
 #include "core/checked_math.h"
@@ -37,6 +36,12 @@ constexpr int kMaxRank = 64;
 constexpr int64_t kMaxItemBytes = 64;
 // How long a lane spins on progress before it sleeps on its event fd.
 constexpr absl::Duration kSpin = absl::Microseconds(50);
+// How long a hello waits for the worker's answer.
+constexpr absl::Duration kHelloTimeout = absl::Seconds(5);
+constexpr int kHelloAttempts = 2;
+// How long a worker's "busy" (its send queue is full) is waited out between
+// asks.
+constexpr absl::Duration kBusyPause = absl::Microseconds(200);
 
 // Lanes spinning at once, in this process. A spinner past half the cores
 // only takes the core from the thread that would answer it (a worker on the
@@ -44,21 +49,31 @@ constexpr absl::Duration kSpin = absl::Microseconds(50);
 // 2 cores, spinning cost half the small reads' throughput.
 std::atomic<int> spinning_lanes{0};
 
-bool TakeSpinSlot() {
-  static const int max_spinning =
-      std::max(1, static_cast<int>(std::thread::hardware_concurrency() / 2));
-  int now = spinning_lanes.load(std::memory_order_relaxed);
-  while (now < max_spinning) {
-    if (spinning_lanes.compare_exchange_weak(now, now + 1)) return true;
+// One of the process's spin slots, if one was free; given back at the
+// latest when it goes.
+class SpinSlot {
+ public:
+  SpinSlot() {
+    static const int max_spinning =
+        std::max(1, static_cast<int>(std::thread::hardware_concurrency() / 2));
+    int now = spinning_lanes.load(std::memory_order_relaxed);
+    while (now < max_spinning && !held_) {
+      held_ = spinning_lanes.compare_exchange_weak(now, now + 1);
+    }
   }
-  return false;
-}
-// How long a hello waits for the worker's answer.
-constexpr absl::Duration kHelloTimeout = absl::Seconds(5);
-constexpr int kHelloAttempts = 2;
-// How long a worker's "busy" (its send queue is full) is waited out between
-// asks.
-constexpr absl::Duration kBusyPause = absl::Microseconds(200);
+  SpinSlot(const SpinSlot&) = delete;
+  SpinSlot& operator=(const SpinSlot&) = delete;
+  ~SpinSlot() { Release(); }
+
+  bool held() const { return held_; }
+  void Release() {
+    if (held_) spinning_lanes.fetch_sub(1);
+    held_ = false;
+  }
+
+ private:
+  bool held_ = false;
+};
 
 absl::Status Inconsistent(absl::string_view what) {
   return absl::InternalError(
@@ -394,10 +409,7 @@ absl::Status UcxTransport::Lane::Wait(const std::function<bool()>& done,
                                       const int64_t* progress) {
   int64_t seen = progress != nullptr ? *progress : 0;
   absl::Time last = absl::Now();
-  bool spinning = TakeSpinSlot();
-  absl::Cleanup give_back = [&] {
-    if (spinning) spinning_lanes.fetch_sub(1);
-  };
+  SpinSlot spin;
   // Bytes of this wait have started landing: the rest follow, and a lane
   // that slept between messages would pay a wake-up for each.
   bool flowing = false;
@@ -424,11 +436,8 @@ absl::Status UcxTransport::Lane::Wait(const std::function<bool()>& done,
           "UCX transfer with ", peer.address, " made no progress for ",
           absl::FormatDuration(options_.stall_timeout)));
     }
-    if ((spinning || flowing) && now - last < kSpin) continue;
-    if (spinning) {
-      spinning = false;
-      spinning_lanes.fetch_sub(1);
-    }
+    if ((spin.held() || flowing) && now - last < kSpin) continue;
+    spin.Release();
     // Idle for a while: a caller that gave up (ScopedCancellation) ends the
     // wait; then sleep until the worker has events (100 ms at most).
     if (Cancellation* c = ScopedCancellation::Current();
