@@ -65,6 +65,12 @@ absl::StatusOr<int64_t> EtcdLeadership::Campaign(
     if (got.ok() && got->succeeded()) {
       fence_ = got->header().revision();
       leading_ = true;
+      // The renewer may have found the lease gone just before, while this
+      // coordinator still stood by: it then called no on_lost.
+      if (lease_lost_) {
+        return absl::UnavailableError(
+            "the etcd lease ran out as this coordinator took the lead");
+      }
       return fence_;
     }
     if (got.ok() && got->responses_size() == 1 &&
