@@ -114,7 +114,8 @@ void Create(Target& target, int client, const std::string& name) {
   v1::CreateTensorRequest request = CreateRequest(name, client % kWorkers);
   v1::CreateTensorResponse response;
   grpc::ClientContext context;
-  grpc::Status s = target.stub(client).CreateTensor(&context, request, &response);
+  grpc::Status s =
+      target.stub(client).CreateTensor(&context, request, &response);
   if (!s.ok()) {
     std::fprintf(stderr, "create %s: %s\n", name.c_str(),
                  s.error_message().c_str());
@@ -236,20 +237,20 @@ int Main(int argc, char** argv) {
     }
     // Reads of the durable coordinator with nothing else running.
     std::atomic<bool> stop{false};
-    p99_idle.push_back(Percentile(
-        ReadProbe(durable, stop, sizes.reads_without_writes), 0.99));
+    p99_idle.push_back(
+        Percentile(ReadProbe(durable, stop, sizes.reads_without_writes), 0.99));
   }
 
   std::printf(
-      "| figure (median of %d rounds) | value | reference (same run) | ratio |\n"
+      "| figure (median of %d rounds) | value | reference (same run) | ratio "
+      "|\n"
       "|---|---|---|---|\n",
       sizes.rounds);
   const double one_d = Median(one[0]), one_m = Median(one[1]);
   Row("1. creates/s, 1 client, --data_dir", absl::StrFormat("%.0f/s", one_d),
       absl::StrFormat("no --data_dir %.0f/s", one_m), one_d / one_m);
   const double many_d = Median(many[0]), many_m = Median(many[1]);
-  Row("2. creates/s, 16 clients, --data_dir",
-      absl::StrFormat("%.0f/s", many_d),
+  Row("2. creates/s, 16 clients, --data_dir", absl::StrFormat("%.0f/s", many_d),
       absl::StrFormat("no --data_dir %.0f/s", many_m), many_d / many_m);
   const double w = Median(p99_writing[0]), w_m = Median(p99_writing[1]);
   const double idle = Median(p99_idle);

@@ -37,6 +37,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -49,6 +50,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/bench.grpc.pb.h"
+#include "bench/loopback.h"
 #include "bench/tls_reference.h"
 #include "client/connection.h"
 #include "client/data_plane.h"
@@ -129,24 +131,24 @@ void PrintTable() {
 
 // ------------------------------------------------------------- references
 
+template <typename T>
+T ValueOrDie(absl::StatusOr<T> v, const char* what) {
+  if (!v.ok()) {
+    std::fprintf(stderr, "%s failed: %s\n", what,
+                 v.status().ToString().c_str());
+    std::exit(1);
+  }
+  return std::move(*v);
+}
+
 // Raw TCP loopback: `streams` sender/receiver pairs move `total` bytes, each
 // receiver reading straight into its part of `dst`. Returns seconds.
 double RawTcpSeconds(int streams, int64_t total, char* dst) {
-  int listener = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
-  listen(listener, streams);
   std::vector<int> senders(streams), receivers(streams);
   for (int i = 0; i < streams; ++i) {
-    senders[i] = socket(AF_INET, SOCK_STREAM, 0);
-    connect(senders[i], reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    receivers[i] = accept(listener, nullptr, nullptr);
+    std::tie(senders[i], receivers[i]) =
+        ValueOrDie(LoopbackPair(), "a TCP pair on 127.0.0.1");
   }
-  close(listener);
   const int64_t part = total / streams;
   std::vector<char> source(1 << 20, 'x');
   std::vector<std::thread> threads;
@@ -364,16 +366,6 @@ int64_t ResidentBytes(pid_t pid) {
       std::exit(1);                                                          \
     }                                                                        \
   } while (0)
-
-template <typename T>
-T ValueOrDie(absl::StatusOr<T> v, const char* what) {
-  if (!v.ok()) {
-    std::fprintf(stderr, "%s failed: %s\n", what,
-                 v.status().ToString().c_str());
-    std::exit(1);
-  }
-  return std::move(*v);
-}
 
 struct Env {
   std::unique_ptr<TestCluster> cluster;

@@ -1,7 +1,5 @@
 #include "bench/tls_reference.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/ssl.h>
@@ -19,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/loopback.h"
 #include "rpc/openssl_ptr.h"
 
 namespace tessera {
@@ -65,8 +64,9 @@ absl::Status SelfSigned(EvpKeyPtr* key, X509Ptr* cert) {
   if (*key == nullptr) return OpenSslError("EVP_EC_gen");
   cert->reset(X509_new());
   X509* x = cert->get();
+  if (x == nullptr) return OpenSslError("X509_new");
   X509_NAME* name = X509_get_subject_name(x);
-  if (x == nullptr || X509_set_version(x, 2) != 1 ||
+  if (X509_set_version(x, 2) != 1 ||
       ASN1_INTEGER_set(X509_get_serialNumber(x), 1) != 1 ||
       X509_gmtime_adj(X509_getm_notBefore(x), 0) == nullptr ||
       X509_gmtime_adj(X509_getm_notAfter(x), 3600) == nullptr ||
@@ -80,36 +80,6 @@ absl::Status SelfSigned(EvpKeyPtr* key, X509Ptr* cert) {
     return OpenSslError("making a certificate");
   }
   return absl::OkStatus();
-}
-
-// A connected TCP pair on 127.0.0.1: {sender's end, receiver's end}.
-absl::StatusOr<std::pair<int, int>> LoopbackPair() {
-  const int listener = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (listener < 0 ||
-      bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
-      listen(listener, 1) != 0) {
-    if (listener >= 0) close(listener);
-    return absl::InternalError("cannot listen on 127.0.0.1");
-  }
-  const int client = socket(AF_INET, SOCK_STREAM, 0);
-  if (client < 0 ||
-      connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    if (client >= 0) close(client);
-    close(listener);
-    return absl::InternalError("cannot connect on 127.0.0.1");
-  }
-  const int server = accept(listener, nullptr, nullptr);
-  close(listener);
-  if (server < 0) {
-    close(client);
-    return absl::InternalError("cannot accept on 127.0.0.1");
-  }
-  return std::make_pair(server, client);
 }
 
 }  // namespace
@@ -153,20 +123,25 @@ absl::StatusOr<TlsStreamsResult> OpenSslTlsStreams(int streams, int64_t total,
       return OpenSslError("SSL_new");
     }
   }
-  std::atomic<int> failed_handshakes{0};
+  std::atomic<bool> failed{false};
+  // A failed end unblocks the others.
+  auto fail = [&] {
+    failed = true;
+    for (int fd : fds) shutdown(fd, SHUT_RDWR);
+  };
   {
     std::vector<std::thread> threads;
     for (int i = 0; i < streams; ++i) {
       threads.emplace_back([&, i] {
-        if (SSL_accept(senders[i].get()) != 1) ++failed_handshakes;
+        if (SSL_accept(senders[i].get()) != 1) fail();
       });
       threads.emplace_back([&, i] {
-        if (SSL_connect(receivers[i].get()) != 1) ++failed_handshakes;
+        if (SSL_connect(receivers[i].get()) != 1) fail();
       });
     }
     for (std::thread& t : threads) t.join();
   }
-  if (failed_handshakes > 0) {
+  if (failed) {
     close_all();
     return OpenSslError("the TLS handshake");
   }
@@ -175,12 +150,6 @@ absl::StatusOr<TlsStreamsResult> OpenSslTlsStreams(int streams, int64_t total,
 
   const int64_t part = total / streams;
   const std::vector<char> source(1 << 20, 'x');
-  std::atomic<bool> failed{false};
-  // A failed end unblocks the others.
-  auto fail = [&] {
-    failed = true;
-    for (int fd : fds) shutdown(fd, SHUT_RDWR);
-  };
   std::vector<std::thread> threads;
   const absl::Time start = absl::Now();
   for (int i = 0; i < streams; ++i) {
