@@ -1,23 +1,46 @@
 #!/usr/bin/env bash
 # Installs what tessera needs, builds everything and runs every test.
-# Prints a closing line "tests: N passed, M failed" counted from the test logs.
+# Prints a closing line "tests: N passed, M failed" counted from the test logs,
+# after a "failed:" list naming each part that failed (the log's tail is often
+# all a CI page keeps).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 ./scripts/setup.sh || exit 1
 
+# What failed, one line each, printed again at the end.
+failures=()
+
 BAZEL_FLAGS=(--jobs="${TESSERA_JOBS:-4}")
 bazel build "${BAZEL_FLAGS[@]}" //... || exit 1
-bazel test "${BAZEL_FLAGS[@]}" --test_output=errors //...
-rc=$?
+bazel_log=$(mktemp)
+bazel test "${BAZEL_FLAGS[@]}" --test_output=errors //... 2>&1 | tee "$bazel_log"
+rc=${PIPESTATUS[0]}
+while IFS= read -r line; do failures+=("bazel test: $line"); done < <(
+  grep -E '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|FLAKY|NO STATUS|INCOMPLETE)' "$bazel_log")
+if [ "$rc" -ne 0 ] && [ "${#failures[@]}" -eq 0 ]; then
+  failures+=("bazel test: exit $rc (see its output above)")
+fi
+rm -f "$bazel_log"
 
 # Every parser of outside input under libFuzzer, a short run each.
-fuzz/run.sh 15 || rc=1
+fuzz_log=$(mktemp)
+fuzz/run.sh 15 2>&1 | tee "$fuzz_log"
+if [ "${PIPESTATUS[0]}" -ne 0 ]; then
+  rc=1
+  while IFS= read -r line; do failures+=("fuzz: $line"); done < <(
+    grep -E 'FAILED|fuzz build failed|ERROR' "$fuzz_log" | head -8)
+  [ -s "$fuzz_log" ] || failures+=("fuzz: fuzz/run.sh failed with no output")
+fi
+rm -f "$fuzz_log"
 
 # The Python SDK's tests (pytest) against a real local cluster.
 ./client/python/run_tests.sh bazel-testlogs/client/python/pytest/test.xml
 py_rc=$?
-if [ "$py_rc" -ne 0 ]; then rc=$py_rc; fi
+if [ "$py_rc" -ne 0 ]; then
+  rc=$py_rc
+  failures+=("pytest: exit $py_rc")
+fi
 
 # Deployment: the Kubernetes manifests checked offline, and a real cluster of
 # containers (skipped, not failed, where podman cannot run containers). Before
@@ -40,7 +63,10 @@ counted() {
   if [ "$status" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
   deploy_passed=$((deploy_passed + p))
   deploy_failed=$((deploy_failed + f))
-  if [ "$status" -ne 0 ]; then rc=1; fi
+  if [ "$status" -ne 0 ]; then
+    rc=1
+    failures+=("$name: exit $status, $f failed")
+  fi
 }
 counted "k8s check" /usr/bin/python3 deploy/k8s/check.py
 counted check_test deploy/k8s/check_test.sh
@@ -56,7 +82,7 @@ if [ -d /usr/local/cuda/include ]; then
   # The GPU suite and bench are "manual" (they need a GPU to run) but are
   # built here, so they compile in CI.
   bazel build "${BAZEL_FLAGS[@]}" --config=cuda //... //tests:gpu_test \
-    //bench:gpu_bench || rc=1
+    //bench:gpu_bench || { rc=1; failures+=("bazel build --config=cuda"); }
 else
   echo "no /usr/local/cuda: skipping the --config=cuda build"
 fi
@@ -65,12 +91,17 @@ passed=0
 failed=0
 for xml in $(find -L bazel-testlogs/ -name test.xml 2>/dev/null); do
   t=$(grep -o '<testcase ' "$xml" | wc -l)
-  f=$(grep -c '<failure' "$xml" || true)
+  # A test that crashed or ran out of time has an <error> instead.
+  f=$(grep -cE '<(failure|error)[ >]' "$xml" || true)
   passed=$((passed + t - f))
   failed=$((failed + f))
 done
 passed=$((passed + deploy_passed))
 failed=$((failed + deploy_failed))
 if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
+if [ "${#failures[@]}" -gt 0 ]; then
+  echo "failed:"
+  printf '  %s\n' "${failures[@]}"
+fi
 echo "tests: ${passed} passed, ${failed} failed"
 exit "$rc"
