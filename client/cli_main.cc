@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "client/cli_commands.h"
+#include "ops/heap.h"
 
 namespace {
 
@@ -48,6 +49,7 @@ void ReportOutOfMemory() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tessera::RetainFreedBuffers();
   g_previous_terminate = std::set_terminate(OnTerminate);
   // A pipe whose reader has gone (`tessera get x --output=- | head -c 10`)
   // is a write error reported in one line, with the spooled file removed,

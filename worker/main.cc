@@ -26,6 +26,7 @@
 #include "ops/daemon_help.h"
 #include "ops/daemon_listener.h"
 #include "ops/daemon_security.h"
+#include "ops/heap.h"
 #include "ops/logging.h"
 #include "ops/metrics_http.h"
 #include "ops/process_metrics.h"
@@ -668,6 +669,7 @@ int Run() {
 }  // namespace tessera
 
 int main(int argc, char** argv) {
+  tessera::RetainFreedBuffers();
   tessera::BlockTerminationSignals();
   absl::SetProgramUsageMessage(
       "tessera-worker --coordinator=HOST:PORT --listen=HOST:PORT --name=NAME");
