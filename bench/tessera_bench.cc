@@ -51,6 +51,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/bench.grpc.pb.h"
+#include "bench/hosts.h"
 #include "bench/loopback.h"
 #include "bench/tls_reference.h"
 #include "client/connection.h"
@@ -144,11 +145,16 @@ T ValueOrDie(absl::StatusOr<T> v, const char* what) {
 
 // Raw TCP loopback: `streams` sender/receiver pairs move `total` bytes, each
 // receiver reading straight into its part of `dst`. Returns seconds.
-double RawTcpSeconds(int streams, int64_t total, char* dst) {
+// `pair(i)` makes stream i's connected pair (default: on 127.0.0.1).
+using PairMaker =
+    std::function<absl::StatusOr<std::pair<int, int>>(int stream)>;
+double RawTcpSeconds(
+    int streams, int64_t total, char* dst,
+    const PairMaker& pair = [](int) { return LoopbackPair(); }) {
   std::vector<int> senders(streams), receivers(streams);
   for (int i = 0; i < streams; ++i) {
     std::tie(senders[i], receivers[i]) =
-        ValueOrDie(LoopbackPair(), "a TCP pair on 127.0.0.1");
+        ValueOrDie(pair(i), "a connected TCP pair");
   }
   const int64_t part = total / streams;
   std::vector<char> source(1 << 20, 'x');
@@ -613,12 +619,13 @@ ReshardRounds TimeReshards(Client& client, const std::string& name,
 
 // Raw TCP with 4 streams moving `bytes` into memory already touched: the
 // reference of figures 3 and 8 (best of 3).
-double TcpReference(int64_t bytes) {
+double TcpReference(
+    int64_t bytes, const PairMaker& pair = [](int) { return LoopbackPair(); }) {
   std::unique_ptr<char[]> out(new char[bytes]);
   std::memset(out.get(), 1, bytes);
   double tcp = 1e9;
   for (int r = 0; r < 3; ++r)
-    tcp = std::min(tcp, RawTcpSeconds(kWorkers, bytes, out.get()));
+    tcp = std::min(tcp, RawTcpSeconds(kWorkers, bytes, out.get(), pair));
   return tcp;
 }
 
@@ -636,12 +643,11 @@ struct NewMemory {
                            GBps(bytes, best), worst);
   }
 };
-NewMemory NewMemoryReference(int64_t bytes) {
-  NewMemory out;
+void NewMemoryOnce(int64_t bytes, NewMemory* out) {
   const int64_t page = sysconf(_SC_PAGESIZE);
   const int64_t cores = std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN));
   const int64_t slice = (bytes / cores + page - 1) / page * page;
-  for (int r = 0; r < 3; ++r) {
+  {
     const absl::Time start = absl::Now();
     void* mapped =
         mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
@@ -661,11 +667,21 @@ NewMemory NewMemoryReference(int64_t bytes) {
     for (std::thread& t : threads) t.join();
     munmap(mapped, static_cast<size_t>(bytes));
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-    out.best = std::min(out.best, seconds);
-    out.worst = std::max(out.worst, seconds);
+    out->best = std::min(out->best, seconds);
+    out->worst = std::max(out->worst, seconds);
   }
+}
+NewMemory NewMemoryReference(int64_t bytes) {
+  NewMemory out;
+  for (int r = 0; r < 3; ++r) NewMemoryOnce(bytes, &out);
   return out;
 }
+
+// Long enough for a balloon's free page reporting (2 s after pages are
+// freed) to hand what the last step freed back to the host: each step of
+// figure 11 then meets memory as a process started after a pause does,
+// instead of the pages the step before it just freed.
+void IdleForPageReporting() { absl::SleepFor(absl::Seconds(4)); }
 
 // Rows of figures 3 and 8: the first reshard, and the later ones (target).
 void AddReshardRows(const std::string& figure, const std::string& what,
@@ -909,6 +925,63 @@ void UcxFigure(Env& env) {
            0,
            worst < 1.0};
   Add(idle);
+}
+
+// 20. Figure 8's reshard pulls between hosts: each worker on a host of its
+// own (bench/hosts.h: network namespaces on a bridge, veth, MTU 9000),
+// pulling from the others over UCX on TCP (UCX_TLS=tcp, --trusted_fabric,
+// as on a cluster's trusted network), against 4 raw TCP streams between
+// the same hosts, each into memory already touched. No shared memory, CMA
+// or loopback between workers: what is left of the pulls is what crosses
+// a network.
+void CrossHostFigure(Env& env) {
+  absl::StatusOr<std::unique_ptr<NetnsHosts>> made = NetnsHosts::Make(kWorkers);
+  if (!made.ok()) {
+    Info("20. reshard pulls over UCX between hosts",
+         absl::StrCat("not run: ", made.status().message()));
+    return;
+  }
+  const NetnsHosts& hosts = **made;
+  TestClusterOptions options;
+  options.num_workers = kWorkers;
+  options.coordinator_host = NetnsHosts::BridgeIp();
+  options.coordinator_flags = {"--insecure"};
+  options.worker_host = [&hosts](int i) { return hosts.ip(i); };
+  options.worker_prefix = [&hosts](int i) {
+    std::vector<std::string> argv = hosts.Exec(i);
+    for (const char* arg :
+         {"/usr/bin/env", "UCX_TLS=tcp", "UCX_NET_DEVICES=eth0"}) {
+      argv.push_back(arg);
+    }
+    return argv;
+  };
+  options.worker_flags = {"--insecure", "--peer_transport=ucx",
+                          "--trusted_fabric"};
+  std::unique_ptr<TestCluster> cluster =
+      ValueOrDie(TestCluster::Start(options), "start the cross-host cluster");
+  std::unique_ptr<Client> client =
+      ValueOrDie(Client::Connect(cluster->coordinator_address()),
+                 "connect (cross-host cluster)");
+  const int64_t rows = env.quick ? 16384 : 262144;
+  ValueOrDie(client->Create("reshard_hosts", {rows, 1024}, DType::kFloat32,
+                            LayoutSpec::Chunk(0, Ranks(kWorkers)),
+                            InitSpec{InitSpec::Kind::kOnes}),
+             "create reshard_hosts");
+  const ReshardRounds moved = TimeReshards(*client, "reshard_hosts", 4);
+  CHECK_OK(client->Delete("reshard_hosts"));
+  // Stream i from host i to host i+1, as a reshard's pulls cross the bridge.
+  const double tcp = TcpReference(moved.bytes_moved, [&hosts](int i) {
+    const int to = (i + 1) % hosts.count();
+    return TcpPair(hosts.ip(to), hosts.path(to), hosts.path(i));
+  });
+  const std::string size = env.quick ? "64 MiB" : "1 GiB";
+  Add({absl::StrCat("20. reshard ", size,
+                    " rows<->cols between hosts, pulls over UCX on TCP, first"),
+       absl::StrFormat("%.3f s", moved.first), "-", 0, "", true, 0});
+  Add({"20. reshard between hosts, GB/s of moved bytes, again",
+       GBps(moved.bytes_moved, moved.steady),
+       absl::StrCat("TCP x4 between hosts ", GBps(moved.bytes_moved, tcp)),
+       tcp / moved.steady, "", true, 0.8});
 }
 
 // The echo reference's own process: serves until killed, after writing its
@@ -1253,13 +1326,39 @@ void CliGetFigure(Env& env) {
       absl::StrCat(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp",
                    "/tessera_bench_cli_get.npy");
   const std::string cli = TestCluster::BinaryPath("client/tessera");
-  double sdk = 1e9, wall = 1e9, sdk_fresh = 1e9;
+  double sdk = 1e9, wall = 1e9, sdk_fresh = 1e9, write = 1e9;
   int64_t peak = 0;
+  const int64_t bytes = rows * 1024 * 4;
+  // The floors of a get into a new file, measured in turn with it, each
+  // after the same pause (IdleForPageReporting): the same bytes written from
+  // memory into a new file in the same directory (8 MiB pwrites), and as
+  // much new memory touched (NewMemoryOnce); the wire (4-stream TCP into
+  // memory already touched) is below.
+  NewMemory fresh;
+  std::vector<char> from(static_cast<size_t>(bytes), 1);
   for (int r = 0; r < 3; ++r) {
     // The SDK's gather as a program would make it: into a new array.
     absl::Time start = absl::Now();
     CHECK_OK(env.client->Get("cli_get").status());
     sdk = std::min(sdk, absl::ToDoubleSeconds(absl::Now() - start));
+    IdleForPageReporting();
+    NewMemoryOnce(bytes, &fresh);
+    IdleForPageReporting();
+    start = absl::Now();
+    const int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    constexpr int64_t kStep = int64_t{8} << 20;
+    for (int64_t at = 0; fd >= 0 && at < bytes; at += kStep) {
+      const size_t step = static_cast<size_t>(std::min(kStep, bytes - at));
+      if (pwrite(fd, from.data() + at, step, at) !=
+          static_cast<ssize_t>(step)) {
+        std::fprintf(stderr, "writing %s failed\n", file.c_str());
+        std::exit(1);
+      }
+    }
+    close(fd);
+    write = std::min(write, absl::ToDoubleSeconds(absl::Now() - start));
+    std::remove(file.c_str());
+    IdleForPageReporting();
     const ChildRun run =
         RunAndWatch({cli, "--coordinator=" + env.cluster->coordinator_address(),
                      "get", "cli_get", "--output=" + file});
@@ -1273,47 +1372,21 @@ void CliGetFigure(Env& env) {
     // Extra reference (not the figure's): the SDK's gather from a Client
     // connected just for it, so no worker mapping is cached yet, as in a
     // CLI process. Connect is outside the timing.
-    std::unique_ptr<Client> fresh =
+    std::unique_ptr<Client> fresh_client =
         ValueOrDie(Client::Connect(env.cluster->coordinator_address()),
                    "connect fresh client");
     start = absl::Now();
-    CHECK_OK(fresh->Get("cli_get").status());
+    CHECK_OK(fresh_client->Get("cli_get").status());
     sdk_fresh = std::min(sdk_fresh, absl::ToDoubleSeconds(absl::Now() - start));
   }
   const std::string n = env.quick ? "64 MiB" : "1 GiB";
-  // The floors of a get into a new file: the wire (4-stream TCP into
-  // memory already touched) and the page cache (the same bytes written
-  // from memory into a new file in the same directory, 8 MiB pwrites).
-  const int64_t bytes = rows * 1024 * 4;
   const double tcp = TcpReference(bytes);
-  double write = 1e9;
-  {
-    std::vector<char> from(static_cast<size_t>(bytes), 1);
-    for (int r = 0; r < 3; ++r) {
-      const absl::Time start = absl::Now();
-      const int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      constexpr int64_t kStep = int64_t{8} << 20;
-      for (int64_t at = 0; fd >= 0 && at < bytes; at += kStep) {
-        const size_t step = static_cast<size_t>(std::min(kStep, bytes - at));
-        if (pwrite(fd, from.data() + at, step, at) !=
-            static_cast<ssize_t>(step)) {
-          std::fprintf(stderr, "writing %s failed\n", file.c_str());
-          std::exit(1);
-        }
-      }
-      close(fd);
-      write = std::min(write, absl::ToDoubleSeconds(absl::Now() - start));
-      std::remove(file.c_str());
-    }
-  }
   Add({absl::StrCat("11. CLI get ", n, " into a new file, rate"),
        GBps(bytes, wall), absl::StrCat("TCP x4 ", GBps(bytes, tcp)), tcp / wall,
        "", true, 0.8});
   Add({absl::StrCat("11. CLI get ", n, " vs writing it into a new file"),
        absl::StrFormat("%.3f s", wall), absl::StrFormat("pwrite %.3f s", write),
        write / wall, "-", true, 0});
-  // A new file's page-cache pages are new memory too (its first touch).
-  const NewMemory fresh = NewMemoryReference(bytes);
   Add({absl::StrCat("11. CLI get ", n, " against touching as much new memory"),
        absl::StrFormat("%.3f s", wall), fresh.Text(bytes), fresh.best / wall,
        "", true, 0});
@@ -2200,6 +2273,7 @@ int Main(int argc, char** argv) {
   if (wanted(18)) ReattachFigure(env, checkpoint_root);
   if (wanted(19)) FailoverFigure(env, checkpoint_root);
   if (wanted(14)) ReplicaFigure(env);
+  if (wanted(20)) CrossHostFigure(env);
   rmdir(checkpoint_root.c_str());
   PrintTable();
   for (pid_t pid : echo_pids) {

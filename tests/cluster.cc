@@ -150,11 +150,12 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
   cluster->dir_ = buf.data();
   if (cluster->options_.durable)
     cluster->data_dir_ = absl::StrCat(cluster->dir_, "/metadata");
-  cluster->coordinator_address_ = absl::StrCat("127.0.0.1:", PickFreePort());
+  cluster->coordinator_address_ =
+      absl::StrCat(cluster->options_.coordinator_host, ":", PickFreePort());
   if (absl::Status s = cluster->StartCoordinator(); !s.ok()) return s;
   cluster->workers_.resize(cluster->options_.num_workers);
   for (int i = 0; i < cluster->options_.num_workers; ++i) {
-    cluster->workers_[i].address = absl::StrCat("127.0.0.1:", PickFreePort());
+    cluster->workers_[i].address = cluster->NewWorkerAddress(i);
     if (absl::Status s = cluster->StartWorker(i); !s.ok()) return s;
   }
   // Ports are picked and released before the daemons bind them: another
@@ -169,7 +170,7 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
     }
     for (int i = 0; i < cluster->num_workers(); ++i) {
       if (cluster->workers_[i].pid > 0) continue;
-      cluster->workers_[i].address = absl::StrCat("127.0.0.1:", PickFreePort());
+      cluster->workers_[i].address = cluster->NewWorkerAddress(i);
       if (absl::Status started = cluster->StartWorker(i); !started.ok()) {
         return started;
       }
@@ -198,14 +199,24 @@ absl::Status TestCluster::StartCoordinator(
                               : absl::InternalError("fork failed");
 }
 
+std::string TestCluster::NewWorkerAddress(int i) const {
+  const std::string host =
+      options_.worker_host ? options_.worker_host(i) : "127.0.0.1";
+  return absl::StrCat(host, ":", PickFreePort());
+}
+
 absl::Status TestCluster::StartWorker(int i) {
   Process& w = workers_[i];
   w.log = absl::StrCat(dir_, "/", worker_name(i), ".log");
-  std::vector<std::string> argv = {
-      BinaryPath("worker/tessera-worker"),
-      absl::StrCat("--coordinator=", coordinator_address_),
-      absl::StrCat("--listen=", w.address),
-      absl::StrCat("--name=", worker_name(i)), absl::StrCat("--rank=", i)};
+  std::vector<std::string> argv;
+  if (options_.worker_prefix) argv = options_.worker_prefix(i);
+  for (const std::string& arg :
+       {BinaryPath("worker/tessera-worker"),
+        absl::StrCat("--coordinator=", coordinator_address_),
+        absl::StrCat("--listen=", w.address),
+        absl::StrCat("--name=", worker_name(i)), absl::StrCat("--rank=", i)}) {
+    argv.push_back(arg);
+  }
   for (const std::string& f : options_.worker_flags) {
     argv.push_back(absl::StrReplaceAll(f, {{"{name}", worker_name(i)}}));
   }

@@ -34,6 +34,14 @@ struct TestClusterOptions {
   bool durable = false;
   // How the cluster's own readiness checks connect (TLS files, a token).
   ClientOptions client;
+  // Where the daemons listen: the coordinator on `coordinator_host`, worker i
+  // on worker_host(i) (unset: 127.0.0.1), started as worker_prefix(i)
+  // followed by its own command line (e.g. `ip netns exec NS` to put it on
+  // a host of its own; the prefix must exec the worker, so its pid is the
+  // worker's).
+  std::string coordinator_host = "127.0.0.1";
+  std::function<std::string(int)> worker_host;
+  std::function<std::vector<std::string>(int)> worker_prefix;
 };
 
 class TestCluster {
@@ -93,6 +101,8 @@ class TestCluster {
   absl::Status StartCoordinator(
       const std::vector<std::string>& extra_flags = {});
   absl::Status StartWorker(int i);
+  // host:port for worker i, on a port free now.
+  std::string NewWorkerAddress(int i) const;
   absl::Status WaitAlive(absl::Duration timeout);
 
   TestClusterOptions options_;
