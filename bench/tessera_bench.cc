@@ -617,6 +617,21 @@ ReshardRounds TimeReshards(Client& client, const std::string& name,
   return out;
 }
 
+// Creates `name` (1 GiB, or 64 MiB when quick: rows x 1024 float32 chunked
+// over the rows of every worker), times its reshards (TimeReshards, 4 after
+// the first) and deletes it.
+ReshardRounds TimeNewTensorReshards(Client& client, const std::string& name,
+                                    bool quick) {
+  const int64_t rows = quick ? 16384 : 262144;
+  ValueOrDie(client.Create(name, {rows, 1024}, DType::kFloat32,
+                           LayoutSpec::Chunk(0, Ranks(kWorkers)),
+                           InitSpec{InitSpec::Kind::kOnes}),
+             ("create " + name).c_str());
+  const ReshardRounds moved = TimeReshards(client, name, 4);
+  CHECK_OK(client.Delete(name));
+  return moved;
+}
+
 // Raw TCP with 4 streams moving `bytes` into memory already touched: the
 // reference of figures 3 and 8 (best of 3).
 double TcpReference(
@@ -893,18 +908,13 @@ void UcxFigure(Env& env) {
       ValueOrDie(TestCluster::Start(cluster_options), "start the UCX cluster");
   std::unique_ptr<Client> client = ValueOrDie(
       Client::Connect(cluster->coordinator_address()), "connect (UCX cluster)");
-  const int64_t big_rows = env.quick ? 16384 : 262144;
-  ValueOrDie(client->Create("reshard_ucx", {big_rows, 1024}, DType::kFloat32,
-                            LayoutSpec::Chunk(0, Ranks(kWorkers)),
-                            InitSpec{InitSpec::Kind::kOnes}),
-             "create reshard_ucx");
-  const ReshardRounds moved = TimeReshards(*client, "reshard_ucx", 4);
+  const ReshardRounds moved =
+      TimeNewTensorReshards(*client, "reshard_ucx", env.quick);
   const double tcp = TcpReference(moved.bytes_moved);
   const std::string size = env.quick ? "64 MiB" : "1 GiB";
   AddReshardRows("8.",
                  absl::StrCat(size, " rows<->cols, pulls over UCX (", tls, ")"),
                  moved, tcp, /*target=*/0);  // figure 20's counts
-  CHECK_OK(client->Delete("reshard_ucx"));
 
   // An idle worker that has served UCX: its progress thread must sleep.
   absl::SleepFor(absl::Seconds(1));
@@ -965,13 +975,8 @@ void CrossHostFigure(Env& env) {
   std::unique_ptr<Client> client =
       ValueOrDie(Client::Connect(cluster->coordinator_address()),
                  "connect (cross-host cluster)");
-  const int64_t rows = env.quick ? 16384 : 262144;
-  ValueOrDie(client->Create("reshard_hosts", {rows, 1024}, DType::kFloat32,
-                            LayoutSpec::Chunk(0, Ranks(kWorkers)),
-                            InitSpec{InitSpec::Kind::kOnes}),
-             "create reshard_hosts");
-  const ReshardRounds moved = TimeReshards(*client, "reshard_hosts", 4);
-  CHECK_OK(client->Delete("reshard_hosts"));
+  const ReshardRounds moved =
+      TimeNewTensorReshards(*client, "reshard_hosts", env.quick);
   // Stream i from host i to host i+1, as a reshard's pulls cross the bridge.
   const double tcp = TcpReference(moved.bytes_moved, [&hosts](int i) {
     const int to = (i + 1) % hosts.count();
