@@ -670,6 +670,7 @@ int Run() {
 
 int main(int argc, char** argv) {
   tessera::RetainFreedBuffers();
+  tessera::PreferLargerUcxTcpSegments();
   tessera::BlockTerminationSignals();
   absl::SetProgramUsageMessage(
       "tessera-worker --coordinator=HOST:PORT --listen=HOST:PORT --name=NAME");
