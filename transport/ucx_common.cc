@@ -62,10 +62,6 @@ absl::Status UcxError(absl::string_view what, ucs_status_t status) {
   }
 }
 
-void PreferLargerUcxTcpSegments() {
-  setenv("UCX_TCP_RX_SEG_SIZE", "256K", /*overwrite=*/0);
-}
-
 absl::StatusOr<ucp_context_h> MakeUcpContext(absl::string_view name,
                                              UcxReach reach) {
   ucp_config_t* config = nullptr;

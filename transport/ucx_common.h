@@ -25,14 +25,6 @@ namespace tessera {
 // False when the environment turns UCX off: TESSERA_UCX set to 0, false,
 // off or no. Read once per process.
 bool UcxAllowedByEnvironment();
-// Sets UCX_TCP_RX_SEG_SIZE to 256K unless the operator set it: UCX over TCP
-// receives into segments of its own (64 KiB by default) and copies out, and
-// larger ones take a quarter of the recv calls (bench/ figure 20, pulls
-// between hosts: 5-15 % faster). A segment is held per endpoint only while
-// a message arrives on it. The environment is the only way in (a key given
-// to ucp_config_modify does not reach UCX's TCP transport), so a daemon's
-// main calls this before it starts any thread.
-void PreferLargerUcxTcpSegments();
 // True when the environment says the network between the cluster's hosts
 // is trusted: TESSERA_TRUSTED_FABRIC set to 1, true, on or yes (what a
 // worker's --trusted_fabric says). Read once per process.

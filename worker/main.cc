@@ -670,7 +670,6 @@ int Run() {
 
 int main(int argc, char** argv) {
   tessera::RetainFreedBuffers();
-  tessera::PreferLargerUcxTcpSegments();
   tessera::BlockTerminationSignals();
   absl::SetProgramUsageMessage(
       "tessera-worker --coordinator=HOST:PORT --listen=HOST:PORT --name=NAME");
