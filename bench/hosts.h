@@ -17,7 +17,8 @@ namespace tessera {
 // 10.199.0.<11+i>/24, this process's end of the bridge 10.199.0.1. Bytes
 // between hosts go through each host's TCP/IP stack and the veth pair, as
 // between machines; memory, CPUs and /dev/shm stay shared. Needs root and
-// iproute2's `ip`; everything made is removed by the destructor.
+// iproute2's `ip`; everything made is removed by the destructor, or, when
+// the bench died first (a failed step exits), by the next bench's Make.
 class NetnsHosts {
  public:
   static absl::StatusOr<std::unique_ptr<NetnsHosts>> Make(int count);
@@ -38,10 +39,11 @@ class NetnsHosts {
  private:
   NetnsHosts() = default;
   absl::Status Ip(const std::vector<std::string>& args);
+  // Removes the namespaces and bridges of benches no longer running.
+  static void SweepDead();
 
   std::string bridge_;
   std::vector<std::string> names_;
-  std::vector<std::string> veths_;
 };
 
 }  // namespace tessera

@@ -645,11 +645,11 @@ double TcpReference(
 }
 
 // The floor of bytes landing in new memory: `bytes` of a fresh anonymous
-// mapping written once, one slice per core (mmap, first touch, munmap), 3
-// times. On a VM whose balloon reports freed pages to the host (free page
-// reporting), a first touch also takes a fault on the host, so this varies
-// from run to run far more than any copy: both the best and the worst are
-// kept. The reference of the "first" rows of figures 3, 8 and 11.
+// mapping written once, one slice per core (mmap, first touch, munmap). On
+// a VM whose balloon reports freed pages to the host (free page reporting),
+// a first touch also takes a fault on the host, so this varies from run to
+// run far more than any copy: the best and the worst of the tries are
+// kept. The reference of the "first" rows of figures 3 and 11.
 struct NewMemory {
   double best = 1e9;
   double worst = 0;
@@ -662,29 +662,26 @@ void NewMemoryOnce(int64_t bytes, NewMemory* out) {
   const int64_t page = sysconf(_SC_PAGESIZE);
   const int64_t cores = std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN));
   const int64_t slice = (bytes / cores + page - 1) / page * page;
-  {
-    const absl::Time start = absl::Now();
-    void* mapped =
-        mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
-             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mapped == MAP_FAILED) {
-      std::fprintf(stderr, "mmap of %lld bytes failed\n",
-                   static_cast<long long>(bytes));
-      std::exit(1);
-    }
-    char* data = static_cast<char*>(mapped);
-    std::vector<std::thread> threads;
-    for (int64_t begin = 0; begin < bytes; begin += slice) {
-      const size_t n = static_cast<size_t>(std::min(slice, bytes - begin));
-      threads.emplace_back(
-          [data, begin, n] { std::memset(data + begin, 1, n); });
-    }
-    for (std::thread& t : threads) t.join();
-    munmap(mapped, static_cast<size_t>(bytes));
-    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-    out->best = std::min(out->best, seconds);
-    out->worst = std::max(out->worst, seconds);
+  const absl::Time start = absl::Now();
+  void* mapped =
+      mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
+           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapped == MAP_FAILED) {
+    std::fprintf(stderr, "mmap of %lld bytes failed\n",
+                 static_cast<long long>(bytes));
+    std::exit(1);
   }
+  char* data = static_cast<char*>(mapped);
+  std::vector<std::thread> threads;
+  for (int64_t begin = 0; begin < bytes; begin += slice) {
+    const size_t n = static_cast<size_t>(std::min(slice, bytes - begin));
+    threads.emplace_back([data, begin, n] { std::memset(data + begin, 1, n); });
+  }
+  for (std::thread& t : threads) t.join();
+  munmap(mapped, static_cast<size_t>(bytes));
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  out->best = std::min(out->best, seconds);
+  out->worst = std::max(out->worst, seconds);
 }
 NewMemory NewMemoryReference(int64_t bytes) {
   NewMemory out;
@@ -1351,8 +1348,12 @@ void CliGetFigure(Env& env) {
     IdleForPageReporting();
     start = absl::Now();
     const int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) {
+      std::fprintf(stderr, "cannot create %s\n", file.c_str());
+      std::exit(1);
+    }
     constexpr int64_t kStep = int64_t{8} << 20;
-    for (int64_t at = 0; fd >= 0 && at < bytes; at += kStep) {
+    for (int64_t at = 0; at < bytes; at += kStep) {
       const size_t step = static_cast<size_t>(std::min(kStep, bytes - at));
       if (pwrite(fd, from.data() + at, step, at) !=
           static_cast<ssize_t>(step)) {
