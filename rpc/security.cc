@@ -85,7 +85,7 @@ class BearerInterceptorFactory
   std::shared_ptr<const BearerSecret> secret_;
 };
 
-std::string MetadataValue(const grpc::ServerContext& context,
+std::string MetadataValue(const grpc::ServerContextBase& context,
                           absl::string_view key) {
   const auto& metadata = context.client_metadata();
   auto it = metadata.find(grpc::string_ref(key.data(), key.size()));
@@ -298,13 +298,13 @@ void PresentCapability(grpc::ClientContext* context,
   }
 }
 
-std::string BearerToken(const grpc::ServerContext& context) {
+std::string BearerToken(const grpc::ServerContextBase& context) {
   std::string value = MetadataValue(context, kAuthorizationHeader);
   if (!absl::StartsWith(value, kBearerPrefix)) return "";
   return value.substr(sizeof(kBearerPrefix) - 1);
 }
 
-std::string PresentedCapability(const grpc::ServerContext& context) {
+std::string PresentedCapability(const grpc::ServerContextBase& context) {
   return MetadataValue(context, kCapabilityHeader);
 }
 

@@ -115,8 +115,8 @@ void PresentCapability(grpc::ClientContext* context,
                        absl::string_view capability);
 
 // Server side: what the caller presented (empty when nothing).
-std::string BearerToken(const grpc::ServerContext& context);
-std::string PresentedCapability(const grpc::ServerContext& context);
+std::string BearerToken(const grpc::ServerContextBase& context);
+std::string PresentedCapability(const grpc::ServerContextBase& context);
 
 // A TLS handshake that failed (unknown CA, no or expired certificate) shows
 // at the client as UNAVAILABLE with OpenSSL's words; this tells it apart

@@ -165,7 +165,9 @@ ABSL_FLAG(int64_t, shard_warm_bytes, int64_t{512} << 20,
           "an eighth of --capacity_bytes when that is set, and only while "
           "/dev/shm keeps twice a block free; 0: none");
 ABSL_FLAG(int32_t, max_threads, tessera::ServerOptions().max_threads,
-          "most threads serving calls; calls beyond are refused with "
+          "most threads serving calls, and most small region and row "
+          "reads in flight on a host-memory worker (which serves them on "
+          "gRPC's own threads); calls beyond are refused with "
           "RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, max_streams_per_connection,
           tessera::ServerOptions().max_concurrent_streams,
@@ -378,6 +380,7 @@ int Run() {
   node_options.max_shards_per_request =
       absl::GetFlag(FLAGS_max_shards_per_request);
   node_options.max_streams = absl::GetFlag(FLAGS_max_streams);
+  node_options.max_small_reads = absl::GetFlag(FLAGS_max_threads);
   node_options.stream_idle_timeout = absl::GetFlag(FLAGS_stream_idle_timeout);
   node_options.pull_timeout = absl::GetFlag(FLAGS_pull_timeout);
   node_options.pull_idle_timeout = absl::GetFlag(FLAGS_pull_idle_timeout);
@@ -561,6 +564,11 @@ int Run() {
               "(removed; the coordinator repairs them from replicas).")
           ->Set(static_cast<double>(scan.damaged));
     }
+    m.Gauge("tessera_worker_small_reads_in_flight",
+            "Small region and row reads being served or waiting for their "
+            "replies to be written, on a host-memory worker (at most "
+            "--max_threads).")
+        ->Set(static_cast<double>(service.small_reads_in_flight()));
     m.Gauge("tessera_worker_capacity_bytes",
             "Most shard bytes this worker holds (0: no limit).")
         ->Set(static_cast<double>(absl::GetFlag(FLAGS_capacity_bytes)));

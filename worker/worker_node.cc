@@ -41,14 +41,19 @@ absl::Status RegionReader::Read(int64_t begin, int64_t count, char* dst) const {
   return store_->ReadBox(id_, box_, begin, count, dst);
 }
 
-absl::Status RegionReader::ReadAll(std::string* out) const {
+absl::Status RegionReader::FitsOneMessage() const {
   const int64_t bytes = total_ * item_;
   if (bytes > kMaxChunkBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "region of ", bytes, " bytes is too large for one message (",
         kMaxChunkBytes, " bytes at most): use ReadRegion"));
   }
-  out->resize(static_cast<size_t>(bytes));
+  return absl::OkStatus();
+}
+
+absl::Status RegionReader::ReadAll(std::string* out) const {
+  TESSERA_RETURN_IF_ERROR(FitsOneMessage());
+  out->resize(static_cast<size_t>(total_ * item_));
   return Read(0, total_, out->data());
 }
 

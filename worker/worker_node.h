@@ -63,6 +63,11 @@ struct WorkerNodeOptions {
   // Most ReadRegion and WriteShard streams served at once; more are
   // refused with RESOURCE_EXHAUSTED (unary calls keep their threads).
   int max_streams = 128;
+  // Most small reads (ReadSmallRegion, ReadRows) in flight at once where
+  // they run on gRPC's callback API (WorkerService), each until its reply
+  // is written: no pool thread bounds them there. More are refused with
+  // RESOURCE_EXHAUSTED; 0: no limit. The worker sets --max_threads.
+  int max_small_reads = 512;
 
   // --- Pulls from peers (reshard transfers) ---
 
@@ -156,8 +161,10 @@ class RegionReader {
 
   // Copies elements [begin, begin + count) of the row-major sub-box to `dst`.
   absl::Status Read(int64_t begin, int64_t count, char* dst) const;
-  // The whole sub-box into `out`, if it fits one message (kMaxChunkBytes;
-  // INVALID_ARGUMENT beyond).
+  // OK when the whole sub-box fits one message (kMaxChunkBytes), else
+  // INVALID_ARGUMENT.
+  absl::Status FitsOneMessage() const;
+  // The whole sub-box into `out`, if it fits one message.
   absl::Status ReadAll(std::string* out) const;
 
  private:

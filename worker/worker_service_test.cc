@@ -4,6 +4,7 @@
 #include "worker/worker_service.h"
 
 #include <fcntl.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -545,6 +547,122 @@ TEST_F(WorkerServiceTest, ACancelledExchangeStopsTheMembersWait) {
       << "the member still waits for its peer";
   EXPECT_THAT(nccl.ended, StatusIs(absl::StatusCode::kCancelled));
   server->Stop(absl::ZeroDuration());
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// --- Bounded under hostile input: small reads whose replies wait ---
+
+TEST(WorkerServiceBoundsTest, SmallReadsWaitingOnTheirReaderAreBounded) {
+  auto arena = std::make_shared<SharedMemoryArena>();
+  HostShardStoreOptions store_options;
+  store_options.arena = arena;
+  HostShardStore store(store_options);
+  WorkerNodeOptions node_options;
+  node_options.arena = arena;
+  node_options.max_small_reads = 1;
+  WorkerNode node(&store, node_options);
+  constexpr char kBoundsKey[] = "worker-service-bounds-key";
+  node.SetIdentity("w0", kBoundsKey);
+  WorkerService service(&node);
+  absl::StatusOr<RunningServer> server = StartServer("127.0.0.1:0", {&service});
+  ASSERT_OK(server);
+  const std::string address = absl::StrCat("127.0.0.1:", server->port);
+  ShardDesc desc;
+  desc.tensor = "t";
+  desc.dtype = DType::kInt32;
+  desc.tensor_shape = {1024, 512};
+  desc.box = Box{{0, 0}, {1024, 512}};
+  ASSERT_OK(store.Allocate(1, desc, InitSpec{InitSpec::Kind::kArange}));
+  Capability grant;
+  grant.worker = "w0";
+  grant.tensor = "t";
+  grant.version = 1;
+  grant.rights = kRightRead;
+  grant.expires_ms = absl::ToUnixMillis(absl::Now() + absl::Hours(1));
+  const std::string capability = MintCapability(grant, kBoundsKey);
+  v1::ReadRegionRequest whole;  // 2 MiB: one message, 32 windows
+  whole.set_shard_id(1);
+  for (int64_t v : {0, 0}) whole.add_offsets(v);
+  for (int64_t v : {1024, 512}) whole.add_sizes(v);
+
+  // A reader that asks and never reads (raw, as a stream: a unary async
+  // call sends nothing before its reply is asked for): its 64 KiB window
+  // holds the reply at the worker.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 10);
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  grpc::GenericStub stalled_stub(grpc::CreateCustomChannel(
+      address, grpc::InsecureChannelCredentials(), args));
+  grpc::CompletionQueue cq;
+  grpc::ClientContext stalled;
+  stalled.AddMetadata(kCapabilityHeader, capability);
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+      stalled_stub.PrepareCall(&stalled, "/tessera.v1.Worker/ReadSmallRegion",
+                               &cq);
+  grpc::ByteBuffer request;
+  bool own = false;
+  ASSERT_TRUE(grpc::SerializationTraits<v1::ReadRegionRequest>::Serialize(
+                  whole, &request, &own)
+                  .ok());
+  void* tag = nullptr;
+  bool started = false;
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(cq.Next(&tag, &started) && started);
+  call->WriteLast(request, grpc::WriteOptions(), reinterpret_cast<void*>(2));
+  // The queue's poller moves the call's bytes.
+  std::thread poller([&cq] {
+    void* done;
+    bool ok;
+    while (cq.Next(&done, &ok)) {
+    }
+  });
+  absl::Cleanup stop_poller = [&] {
+    stalled.TryCancel();
+    cq.Shutdown();
+    poller.join();
+  };
+  // What gRPC holds settles once each call's OnDone has run.
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  auto settles_at = [&](int n) {
+    while (service.small_reads_in_flight() != n && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return service.small_reads_in_flight();
+  };
+  ASSERT_EQ(settles_at(1), 1);
+
+  // Another reader is refused while it waits, and changes nothing.
+  auto stub = v1::Worker::NewStub(MakeChannel(address));
+  v1::ReadRegionRequest row = whole;
+  row.set_sizes(0, 1);
+  auto read_row = [&] {
+    grpc::ClientContext context;
+    context.AddMetadata(kCapabilityHeader, capability);
+    v1::ReadRegionResponse response;
+    const grpc::Status status = stub->ReadSmallRegion(&context, row, &response);
+    return std::make_pair(status, response.data().size());
+  };
+  auto [refused, refused_bytes] = read_row();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(),
+              ::testing::HasSubstr("at most 1 small reads at once"));
+  EXPECT_EQ(refused_bytes, 0u);
+  EXPECT_EQ(settles_at(1), 1);  // the stalled one still holds its place
+
+  // Once the stalled reader gives up, reads are served again.
+  stalled.TryCancel();
+  EXPECT_EQ(settles_at(0), 0);
+  auto [served, served_bytes] = read_row();
+  EXPECT_TRUE(served.ok()) << served.error_message();
+  EXPECT_EQ(served_bytes, 512u * 4);
+  std::move(stop_poller).Invoke();
+  server->server->Shutdown();
 }
 
 }  // namespace
