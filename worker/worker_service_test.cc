@@ -47,9 +47,8 @@ class WorkerServiceTest : public ::testing::Test {
     HostShardStoreOptions store_options;
     store_options.arena = arena_;
     store_ = std::make_unique<HostShardStore>(store_options);
-    WorkerNodeOptions node_options;
-    node_options.arena = arena_;
-    node_ = std::make_unique<WorkerNode>(store_.get(), node_options);
+    node_options_.arena = arena_;
+    node_ = std::make_unique<WorkerNode>(store_.get(), node_options_);
     node_->SetIdentity("w0", kKey);
     service_ = std::make_unique<WorkerService>(node_.get());
     absl::StatusOr<RunningServer> server =
@@ -102,6 +101,7 @@ class WorkerServiceTest : public ::testing::Test {
     return static_cast<int32_t>(r * kCols + c);
   }
 
+  WorkerNodeOptions node_options_;  // a derived fixture may change it
   std::shared_ptr<SharedMemoryArena> arena_ =
       std::make_shared<SharedMemoryArena>();
   std::unique_ptr<HostShardStore> store_;
@@ -557,38 +557,19 @@ namespace {
 
 // --- Bounded under hostile input: small reads whose replies wait ---
 
-TEST(WorkerServiceBoundsTest, SmallReadsWaitingOnTheirReaderAreBounded) {
-  auto arena = std::make_shared<SharedMemoryArena>();
-  HostShardStoreOptions store_options;
-  store_options.arena = arena;
-  HostShardStore store(store_options);
-  WorkerNodeOptions node_options;
-  node_options.arena = arena;
-  node_options.max_small_reads = 1;
-  WorkerNode node(&store, node_options);
-  constexpr char kBoundsKey[] = "worker-service-bounds-key";
-  node.SetIdentity("w0", kBoundsKey);
-  WorkerService service(&node);
-  absl::StatusOr<RunningServer> server = StartServer("127.0.0.1:0", {&service});
-  ASSERT_OK(server);
-  const std::string address = absl::StrCat("127.0.0.1:", server->port);
-  ShardDesc desc;
-  desc.tensor = "t";
-  desc.dtype = DType::kInt32;
-  desc.tensor_shape = {1024, 512};
-  desc.box = Box{{0, 0}, {1024, 512}};
-  ASSERT_OK(store.Allocate(1, desc, InitSpec{InitSpec::Kind::kArange}));
-  Capability grant;
-  grant.worker = "w0";
-  grant.tensor = "t";
-  grant.version = 1;
-  grant.rights = kRightRead;
-  grant.expires_ms = absl::ToUnixMillis(absl::Now() + absl::Hours(1));
-  const std::string capability = MintCapability(grant, kBoundsKey);
+class WorkerSmallReadBoundsTest : public WorkerServiceTest {
+ protected:
+  WorkerSmallReadBoundsTest() { node_options_.max_small_reads = 1; }
+};
+
+TEST_F(WorkerSmallReadBoundsTest, SmallReadsWaitingOnTheirReaderAreBounded) {
+  WorkerService& service = *service_;
+  const std::string& address = address_;
+  const std::string capability = Grant();
   v1::ReadRegionRequest whole;  // 2 MiB: one message, 32 windows
   whole.set_shard_id(1);
   for (int64_t v : {0, 0}) whole.add_offsets(v);
-  for (int64_t v : {1024, 512}) whole.add_sizes(v);
+  for (int64_t v : {kRows, kCols}) whole.add_sizes(v);
 
   // A reader that asks and never reads (raw, as a stream: a unary async
   // call sends nothing before its reply is asked for): its 64 KiB window
@@ -660,9 +641,8 @@ TEST(WorkerServiceBoundsTest, SmallReadsWaitingOnTheirReaderAreBounded) {
   EXPECT_EQ(settles_at(0), 0);
   auto [served, served_bytes] = read_row();
   EXPECT_TRUE(served.ok()) << served.error_message();
-  EXPECT_EQ(served_bytes, 512u * 4);
+  EXPECT_EQ(served_bytes, static_cast<size_t>(kCols) * 4);
   std::move(stop_poller).Invoke();
-  server->server->Shutdown();
 }
 
 }  // namespace
