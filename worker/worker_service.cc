@@ -78,14 +78,17 @@ absl::StatusOr<ShardDesc> DescFromAllocate(
 void ReleasePin(void* pin) { delete static_cast<std::shared_ptr<void>*>(pin); }
 
 // Elements [begin, begin + count) of `reader`'s sub-box as one serialized
-// ReadRegionResponse: a slice over the shard's memory when the sub-box is
-// contiguous there, else one gathered copy.
+// ReadRegionResponse. With `over_shard`, a slice over the shard's memory
+// when the sub-box is contiguous there: it pins the shard's memory, freed
+// or not, until gRPC drops it, so only a stream (which an idle limit ends)
+// asks for it. Otherwise one copy into a fresh slice.
 absl::Status EncodeChunk(const RegionReader& reader, int64_t begin,
-                         int64_t count, grpc::ByteBuffer* out) {
+                         int64_t count, bool over_shard,
+                         grpc::ByteBuffer* out) {
   const int64_t item = reader.item();
   const size_t bytes = static_cast<size_t>(count * item);
   std::vector<grpc::Slice> data;
-  if (bytes > 0 && reader.contiguous_base() != nullptr) {
+  if (bytes > 0 && over_shard && reader.contiguous_base() != nullptr) {
     data.emplace_back(
         const_cast<char*>(reader.contiguous_base()) + begin * item, bytes,
         &ReleasePin, new std::shared_ptr<void>(reader.keep_alive()));
@@ -392,7 +395,8 @@ grpc::Status WorkerService::StreamRegion(
   grpc::ByteBuffer buffer;
   for (int64_t next = 0; next < total;) {
     const int64_t count = std::min(reader->chunk_elements(), total - next);
-    absl::Status status = EncodeChunk(*reader, next, count, &buffer);
+    absl::Status status =
+        EncodeChunk(*reader, next, count, /*over_shard=*/true, &buffer);
     if (!status.ok()) return ToGrpcStatus(status);
     next += count;
     grpc::WriteOptions options;
@@ -422,21 +426,9 @@ absl::Status WorkerService::ReadSmall(const grpc::ServerContextBase& context,
   TESSERA_ASSIGN_OR_RETURN(RegionReader reader,
                            AdmitSmallRead(*node_, context, request));
   TESSERA_RETURN_IF_ERROR(reader.FitsOneMessage());
-  // The bytes of a ReadRegionResponse, copied once into a fresh slice. Not
-  // a slice over the shard: that would pin its memory, freed or not, for
-  // as long as a reader leaves the reply untaken (a unary call has no idle
-  // limit, unlike a ReadRegion stream).
-  std::vector<grpc::Slice> data;
-  if (const size_t bytes = static_cast<size_t>(reader.total() * reader.item());
-      bytes > 0) {
-    grpc::Slice slice(bytes);
-    TESSERA_RETURN_IF_ERROR(reader.Read(
-        0, reader.total(),
-        reinterpret_cast<char*>(const_cast<uint8_t*>(slice.begin()))));
-    data.push_back(std::move(slice));
-  }
-  EncodeRegionChunk(0, std::move(data), response);
-  return absl::OkStatus();
+  // A copy, not a slice over the shard: a unary call has no idle limit, so
+  // a reader that never takes its reply would pin the shard's memory.
+  return EncodeChunk(reader, 0, reader.total(), /*over_shard=*/false, response);
 }
 
 grpc::Status WorkerService::ReadRows(grpc::ServerContext* context,

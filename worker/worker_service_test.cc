@@ -165,6 +165,40 @@ TEST_F(WorkerServiceTest, GeneratedProtobufClientStillParsesTheStream) {
   EXPECT_EQ(received, 600 * kCols * 4);
 }
 
+TEST_F(WorkerServiceTest, SmallReadAnswersOneMessageAtMost) {
+  ShardDesc desc;
+  desc.tensor = "t";
+  desc.dtype = DType::kInt32;
+  desc.tensor_shape = {kMaxChunkBytes / 4 + 1};
+  desc.box = Box{{0}, {kMaxChunkBytes / 4 + 1}};
+  ASSERT_THAT(store_->Allocate(2, desc, InitSpec{InitSpec::Kind::kArange}),
+              IsOk());
+  auto stub = v1::Worker::NewStub(channel_);
+  auto read = [&](int64_t size, v1::ReadRegionResponse* response) {
+    grpc::ClientContext context;
+    context.AddMetadata(kCapabilityHeader, Grant());
+    v1::ReadRegionRequest request;
+    request.set_shard_id(2);
+    request.add_offsets(0);
+    request.add_sizes(size);
+    return stub->ReadSmallRegion(&context, request, response);
+  };
+  v1::ReadRegionResponse response;
+  // One element past a message: refused, nothing sent.
+  const grpc::Status refused = read(kMaxChunkBytes / 4 + 1, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(), ::testing::HasSubstr("use ReadRegion"));
+  EXPECT_TRUE(response.data().empty());
+  // A whole message, and an empty region.
+  ASSERT_TRUE(read(kMaxChunkBytes / 4, &response).ok());
+  ASSERT_EQ(response.data().size(), static_cast<size_t>(kMaxChunkBytes));
+  int32_t last;
+  std::memcpy(&last, response.data().data() + kMaxChunkBytes - 4, 4);
+  EXPECT_EQ(last, kMaxChunkBytes / 4 - 1);
+  ASSERT_TRUE(read(0, &response).ok());
+  EXPECT_TRUE(response.data().empty());
+}
+
 TEST_F(WorkerServiceTest, ReadOfUnknownShardIsNotFound) {
   absl::Status status = ReadRegion(
       channel_, 99, Box{{0}, {4}}, 4, absl::Seconds(30),
