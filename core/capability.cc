@@ -87,6 +87,7 @@ absl::StatusOr<Right> RequiredRight(absl::string_view full_method) {
       {"/tessera.v1.Worker/WriteShard", kRightWrite},
       {"/tessera.v1.Worker/ReadRegion", kRightRead},
       {"/tessera.v1.Worker/ReadSmallRegion", kRightRead},
+      {"/tessera.v1.Worker/ReadSmallRegions", kRightRead},
       {"/tessera.v1.Worker/MapShard", kRightRead},
       {"/tessera.v1.Worker/ReadRows", kRightRead},
       {"/tessera.v1.Worker/StageRead", kRightRead},

@@ -16,6 +16,10 @@ inline constexpr int64_t kChunkBytes = int64_t{1} << 20;
 // Largest chunk, or small region read in one unary call, a worker serves.
 inline constexpr int64_t kMaxChunkBytes = int64_t{4} << 20;
 
+// Most sub-boxes one coalesced small read (Worker.ReadSmallRegions) names;
+// their bytes together are at most kMaxChunkBytes.
+inline constexpr int64_t kMaxRegionsPerSmallRead = 64;
+
 // Most rows one row read (Worker.ReadRows) names: with kMaxChunkBytes it
 // bounds the work and the reply of one call, even for rows of 0 bytes.
 inline constexpr int64_t kMaxRowsPerRead = int64_t{1} << 16;

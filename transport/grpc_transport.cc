@@ -21,6 +21,8 @@ namespace {
 
 constexpr char kReadRegionMethod[] = "/tessera.v1.Worker/ReadRegion";
 constexpr char kReadSmallRegionMethod[] = "/tessera.v1.Worker/ReadSmallRegion";
+constexpr char kReadSmallRegionsMethod[] =
+    "/tessera.v1.Worker/ReadSmallRegions";
 
 absl::Status WithContext(const absl::Status& status,
                          absl::string_view context_text) {
@@ -177,7 +179,100 @@ absl::Status ReadSmall(const std::shared_ptr<grpc::Channel>& channel,
   return absl::OkStatus();
 }
 
+// A small region read waiting in a SmallReadCoalescer.
+struct PendingRegionRead : SmallRead {
+  std::shared_ptr<grpc::Channel> channel;
+  uint64_t shard_id = 0;
+  const Box* box = nullptr;
+  int64_t item_bytes = 1;
+  const ChunkSink* sink = nullptr;
+  absl::string_view capability;
+};
+
+PendingRegionRead& Pending(SmallRead* read) {
+  return *static_cast<PendingRegionRead*>(read);
+}
+
 }  // namespace
+
+absl::Status GrpcTransport::SendSmallReads(absl::Span<SmallRead* const> reads) {
+  PendingRegionRead& first = Pending(reads[0]);
+  if (reads.size() == 1) {
+    return ReadRegion(
+        first.channel, first.shard_id, *first.box, first.item_bytes,
+        std::max(absl::ZeroDuration(), first.deadline - absl::Now()),
+        *first.sink, "", first.capability);
+  }
+  v1::ReadSmallRegionsRequest request;
+  absl::Time deadline = absl::InfiniteFuture();
+  int64_t total = 0;
+  for (SmallRead* read : reads) {
+    *request.add_regions() =
+        MakeRequest(Pending(read).shard_id, *Pending(read).box);
+    deadline = std::min(deadline, read->deadline);
+    total += read->bytes;
+  }
+  grpc::ClientContext context;
+  PresentCapability(&context, first.capability);
+  context.set_deadline(absl::ToChronoTime(deadline));
+  grpc::internal::RpcMethod method(kReadSmallRegionsMethod,
+                                   grpc::internal::RpcMethod::NORMAL_RPC,
+                                   first.channel);
+  grpc::ByteBuffer response;
+  const grpc::Status rpc =
+      grpc::internal::BlockingUnaryCall<v1::ReadSmallRegionsRequest,
+                                        grpc::ByteBuffer>(
+          first.channel.get(), method, &context, request, &response);
+  if (!rpc.ok()) return FromGrpcStatus(rpc);
+  // The reply is the reads' bytes one after another: each range goes to
+  // its read's sink at that read's own offset. (The receiver lets no byte
+  // outside [0, total) through, and every read holds whole elements of one
+  // size, so the pieces stay whole elements.)
+  size_t at = 0;
+  int64_t start = 0;
+  const ChunkSink route = [&](int64_t offset,
+                              absl::string_view data) -> absl::Status {
+    while (!data.empty()) {
+      while (at < reads.size() && offset >= start + reads[at]->bytes) {
+        start += reads[at]->bytes;
+        ++at;
+      }
+      if (at == reads.size()) return absl::DataLossError("reply too long");
+      PendingRegionRead& read = Pending(reads[at]);
+      const size_t n = static_cast<size_t>(std::min<int64_t>(
+          static_cast<int64_t>(data.size()), start + read.bytes - offset));
+      if (read.status.ok())
+        read.status = (*read.sink)(offset - start, data.substr(0, n));
+      offset += static_cast<int64_t>(n);
+      data.remove_prefix(n);
+    }
+    return absl::OkStatus();
+  };
+  RegionReceiver receiver(total, first.item_bytes, route);
+  TESSERA_RETURN_IF_ERROR(receiver.Receive(&response));
+  return receiver.Finish();
+}
+
+int64_t GrpcTransport::coalesced_calls() {
+  absl::MutexLock lock(&mu_);
+  int64_t calls = 0;
+  for (const auto& [address, coalescer] : coalescers_)
+    calls += coalescer->coalesced_calls();
+  return calls;
+}
+
+SmallReadCoalescer& GrpcTransport::CoalescerFor(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  std::unique_ptr<SmallReadCoalescer>& coalescer = coalescers_[address];
+  if (coalescer == nullptr) {
+    coalescer = std::make_unique<SmallReadCoalescer>(
+        options_.small_reads_in_flight,
+        [this](absl::Span<SmallRead* const> reads) {
+          return SendSmallReads(reads);
+        });
+  }
+  return *coalescer;
+}
 
 void EncodeRegionChunk(int64_t offset, std::vector<grpc::Slice> data,
                        grpc::ByteBuffer* out) {
@@ -364,11 +459,29 @@ const std::string& GrpcTransport::name() const {
 
 absl::Status GrpcTransport::Read(const RemoteShard& shard, const Box& box,
                                  const ReadTarget& target) {
+  const absl::Duration timeout = CallTimeout(options_.timeout);
+  const ChunkSink sink = SinkToTarget(box, shard.item_bytes, target);
+  const absl::StatusOr<int64_t> bytes = RegionBytes(box, shard.item_bytes);
+  // One message's worth into host memory: coalesced with other callers'
+  // reads of this worker when they come at once. (A sink may need the
+  // caller's own thread: a device's current context.)
+  if (options_.small_reads_in_flight > 0 && target.is_host_array() &&
+      bytes.ok() && *bytes > 0 && *bytes <= kChunkBytes) {
+    PendingRegionRead read;
+    read.key = absl::StrCat(shard.item_bytes, " ", shard.location.capability);
+    read.bytes = *bytes;
+    read.deadline = absl::Now() + timeout;
+    read.channel = channels_->Get(shard.location.address);
+    read.shard_id = shard.location.shard_id;
+    read.box = &box;
+    read.item_bytes = shard.item_bytes;
+    read.sink = &sink;
+    read.capability = shard.location.capability;
+    return CoalescerFor(shard.location.address).Read(read);
+  }
   return ReadRegion(channels_->Get(shard.location.address),
-                    shard.location.shard_id, box, shard.item_bytes,
-                    CallTimeout(options_.timeout),
-                    SinkToTarget(box, shard.item_bytes, target), "",
-                    shard.location.capability);
+                    shard.location.shard_id, box, shard.item_bytes, timeout,
+                    sink, "", shard.location.capability);
 }
 
 absl::Status GrpcTransport::Write(const RemoteShard& shard,

@@ -20,9 +20,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "core/box.h"
@@ -30,6 +32,7 @@
 #include "proto/worker.grpc.pb.h"
 #include "rpc/channel.h"
 #include "transport/shard_transport.h"
+#include "transport/small_read_coalescer.h"
 
 namespace tessera {
 
@@ -131,6 +134,10 @@ ChunkSink SinkToTarget(const Box& box, int64_t item_bytes,
 struct GrpcTransportOptions {
   // Deadline of one read or write stream.
   absl::Duration timeout = absl::Minutes(30);
+  // Calls of small reads (up to kChunkBytes) kept in flight to one worker;
+  // reads past them wait and go out together, several to a call
+  // (SmallReadCoalescer). 0: every read is its own call at once.
+  int small_reads_in_flight = 2;
 };
 
 // ShardTransport over the Worker service's ReadRegion / ReadSmallRegion /
@@ -153,9 +160,22 @@ class GrpcTransport : public ShardTransport {
   absl::Status WriteBox(const RemoteShard& shard, const Box& box,
                         const WriteSource& source) override;
 
+  // Calls that carried more than one small read, over every worker.
+  int64_t coalesced_calls();
+
  private:
+  // Sends one coalescer call: one read (ReadRegion), or several of one
+  // worker, capability and element size (Worker.ReadSmallRegions).
+  absl::Status SendSmallReads(absl::Span<SmallRead* const> reads);
+  // The coalescer of small reads of the worker at `address`.
+  SmallReadCoalescer& CoalescerFor(const std::string& address);
+
   ChannelCache* const channels_;
   const GrpcTransportOptions options_;
+  absl::Mutex mu_;
+  // One per worker this client has read from (as many as its channels).
+  absl::flat_hash_map<std::string, std::unique_ptr<SmallReadCoalescer>>
+      coalescers_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera

@@ -19,6 +19,7 @@
 #include "core/checked_math.h"
 #include "core/checkpoint_index.h"
 #include "core/errors.h"
+#include "core/limits.h"
 #include "core/placement.h"
 #include "core/status_macros.h"
 #include "rpc/channel.h"
@@ -191,6 +192,54 @@ absl::StatusOr<RegionReader> AdmitSmallRead(
   return OpenRegion(node, request);
 }
 
+// The regions of a coalesced small read, admitted (one capability for
+// all) and opened, and their bytes in all: at most one message.
+struct SmallReads {
+  std::vector<RegionReader> readers;
+  int64_t bytes = 0;
+};
+absl::StatusOr<SmallReads> AdmitSmallReads(
+    const WorkerNode& node, const grpc::ServerContextBase& context,
+    const v1::ReadSmallRegionsRequest& request) {
+  const int count = request.regions_size();
+  if (count == 0 || count > kMaxRegionsPerSmallRead) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a coalesced small read names 1 to ",
+                     kMaxRegionsPerSmallRead, " regions, not ", count));
+  }
+  std::vector<uint64_t> ids;
+  ids.reserve(count);
+  for (const v1::ReadRegionRequest& region : request.regions())
+    ids.push_back(region.shard_id());
+  TESSERA_RETURN_IF_ERROR(Admit(node, context, "ReadSmallRegions", ids));
+  SmallReads reads;
+  reads.readers.reserve(count);
+  for (const v1::ReadRegionRequest& region : request.regions()) {
+    TESSERA_ASSIGN_OR_RETURN(RegionReader reader, OpenRegion(node, region));
+    // Each region is at most one message, so the sum cannot overflow.
+    TESSERA_RETURN_IF_ERROR(reader.FitsOneMessage());
+    reads.bytes += reader.total() * reader.item();
+    if (reads.bytes > kMaxChunkBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a coalesced small read is at most ", kMaxChunkBytes,
+                       " bytes in all; its first ", reads.readers.size() + 1,
+                       " regions are ", reads.bytes));
+    }
+    reads.readers.push_back(std::move(reader));
+  }
+  return reads;
+}
+
+// Copies every region of `reads`, one after another, to `dst`
+// (reads.bytes).
+absl::Status CopySmallReads(const SmallReads& reads, char* dst) {
+  for (const RegionReader& reader : reads.readers) {
+    TESSERA_RETURN_IF_ERROR(reader.Read(0, reader.total(), dst));
+    dst += reader.total() * reader.item();
+  }
+  return absl::OkStatus();
+}
+
 // Where Worker method `name` sits in the service's table.
 int WorkerMethod(const char* name) {
   return v1::ReadRegionRequest::descriptor()
@@ -247,6 +296,16 @@ WorkerService::WorkerService(WorkerNode* node) : node_(node) {
                  grpc::ByteBuffer* response) {
             return SmallRead(
                 [&] { return ReadSmall(*context, *request, response); });
+          }));
+  MarkMethodCallback(
+      WorkerMethod("ReadSmallRegions"),
+      new grpc::internal::CallbackUnaryHandler<v1::ReadSmallRegionsRequest,
+                                               grpc::ByteBuffer>(
+          [this](grpc::CallbackServerContext* context,
+                 const v1::ReadSmallRegionsRequest* request,
+                 grpc::ByteBuffer* response) {
+            return SmallRead(
+                [&] { return ReadSmallBatch(*context, *request, response); });
           }));
   MarkMethodCallback(
       WorkerMethod("ReadRows"),
@@ -429,6 +488,23 @@ absl::Status WorkerService::ReadSmall(const grpc::ServerContextBase& context,
   // A copy, not a slice over the shard: a unary call has no idle limit, so
   // a reader that never takes its reply would pin the shard's memory.
   return EncodeChunk(reader, 0, reader.total(), /*over_shard=*/false, response);
+}
+
+absl::Status WorkerService::ReadSmallBatch(
+    const grpc::ServerContextBase& context,
+    const v1::ReadSmallRegionsRequest& request,
+    grpc::ByteBuffer* response) const {
+  TESSERA_ASSIGN_OR_RETURN(SmallReads reads,
+                           AdmitSmallReads(*node_, context, request));
+  std::vector<grpc::Slice> data;
+  if (reads.bytes > 0) {
+    grpc::Slice slice(static_cast<size_t>(reads.bytes));
+    TESSERA_RETURN_IF_ERROR(CopySmallReads(
+        reads, reinterpret_cast<char*>(const_cast<uint8_t*>(slice.begin()))));
+    data.push_back(std::move(slice));
+  }
+  EncodeRegionChunk(0, std::move(data), response);
+  return absl::OkStatus();
 }
 
 grpc::Status WorkerService::ReadRows(grpc::ServerContext* context,

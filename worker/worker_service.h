@@ -29,17 +29,18 @@ namespace tessera {
 // one.
 //
 // Where shards are in host memory, the two small reads run on gRPC's
-// callback API instead: ReadSmallRegion (raw: the region copied once into
-// its reply) and ReadRows. No pool thread then waits for a reply to be
-// written: 16 callers of 64 KiB went from 0.81-0.84x to 1.03-1.05x of a
-// synchronous echo server's QPS on 2 cores (bench/ figure 2; 4 KiB
-// 0.70-0.73x against 0.74-0.75x, one caller's p50 2-5 % lower). The price,
-// measured there: once a callback method is registered, a call to a
+// callback API instead: ReadSmallRegion and ReadSmallRegions (raw: the
+// regions copied once into the reply) and ReadRows. No pool thread then waits
+// for a reply to be written: 16 callers of 64 KiB went from 0.81-0.84x
+// to 1.03-1.05x of a synchronous echo server's QPS on 2 cores (bench/ figure 2;
+// 4 KiB 0.70-0.73x against 0.74-0.75x, one caller's p50 2-5 % lower). The
+// price, measured there: once a callback method is registered, a call to a
 // synchronous method passes from gRPC's callback thread to a pool thread,
 // about 30 us more p50 for one caller (a health check 105 -> 130 us):
 // control calls and stream starts. A device store keeps every method
 // synchronous: its reads wait on the GPU, which must not hold gRPC's few
-// callback threads.
+// callback threads. It answers ReadSmallRegions with UNIMPLEMENTED (the
+// generated default), so clients send it small reads one at a time.
 class WorkerService final : public v1::Worker::Service {
  public:
   // `node` is not owned and outlives the service.
@@ -120,11 +121,14 @@ class WorkerService final : public v1::Worker::Service {
                     const v1::SealShardsRequest& request);
 
  private:
-  // The bodies of ReadSmallRegion (raw, for the callback API) and ReadRows,
-  // for either API.
+  // The bodies of ReadSmallRegion and ReadSmallRegions (raw, for the
+  // callback API) and ReadRows, for either API.
   absl::Status ReadSmall(const grpc::ServerContextBase& context,
                          const v1::ReadRegionRequest& request,
                          grpc::ByteBuffer* response) const;
+  absl::Status ReadSmallBatch(const grpc::ServerContextBase& context,
+                              const v1::ReadSmallRegionsRequest& request,
+                              grpc::ByteBuffer* response) const;
   absl::Status ReadRowsInto(const grpc::ServerContextBase& context,
                             const v1::ReadRowsRequest& request,
                             v1::ReadRowsResponse* response) const;

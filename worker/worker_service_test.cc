@@ -8,10 +8,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
@@ -197,6 +199,144 @@ TEST_F(WorkerServiceTest, SmallReadAnswersOneMessageAtMost) {
   EXPECT_EQ(last, kMaxChunkBytes / 4 - 1);
   ASSERT_TRUE(read(0, &response).ok());
   EXPECT_TRUE(response.data().empty());
+}
+
+// A coalesced small read of `regions` (offsets, sizes) of shard `id`, under
+// `grant`.
+grpc::Status ReadRegions(const std::shared_ptr<grpc::Channel>& channel,
+                         const std::string& grant,
+                         const std::vector<std::pair<uint64_t, Box>>& regions,
+                         v1::ReadRegionResponse* response) {
+  v1::ReadSmallRegionsRequest request;
+  for (const auto& [id, box] : regions) {
+    v1::ReadRegionRequest* region = request.add_regions();
+    region->set_shard_id(id);
+    region->mutable_offsets()->Assign(box.offsets.begin(), box.offsets.end());
+    region->mutable_sizes()->Assign(box.sizes.begin(), box.sizes.end());
+  }
+  grpc::ClientContext context;
+  context.AddMetadata(kCapabilityHeader, grant);
+  return v1::Worker::NewStub(channel)->ReadSmallRegions(&context, request,
+                                                        response);
+}
+
+TEST_F(WorkerServiceTest, CoalescedSmallReadIsEachRegionInTurn) {
+  v1::ReadRegionResponse response;
+  const grpc::Status status =
+      ReadRegions(channel_, Grant(),
+                  {{1, Box{{7, 0}, {1, kCols}}},
+                   {1, Box{{0, 0}, {0, kCols}}},  // empty
+                   {1, Box{{7, 5}, {3, 4}}}},     // strided
+                  &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.offset(), 0);
+  ASSERT_EQ(response.data().size(), (kCols + 12) * 4u);
+  std::vector<int32_t> got(kCols + 12);
+  std::memcpy(got.data(), response.data().data(), response.data().size());
+  EXPECT_EQ(got[0], At(7, 0));
+  EXPECT_EQ(got[kCols - 1], At(7, kCols - 1));
+  EXPECT_EQ(got[kCols], At(7, 5));
+  EXPECT_EQ(got[kCols + 4], At(8, 5));
+  EXPECT_EQ(got.back(), At(9, 8));
+}
+
+TEST_F(WorkerServiceTest, CoalescedSmallReadIsBoundedAndAdmittedWhole) {
+  const Box row{{0, 0}, {1, kCols}};
+  const Box whole{{0, 0}, {kRows, kCols}};  // 2 MiB
+  struct Case {
+    const char* what;
+    std::string grant;
+    std::vector<std::pair<uint64_t, Box>> regions;
+    grpc::StatusCode code;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"no region", Grant(), {}, grpc::StatusCode::INVALID_ARGUMENT, "1 to 64"},
+      {"65 regions", Grant(),
+       std::vector<std::pair<uint64_t, Box>>(65, {1, row}),
+       grpc::StatusCode::INVALID_ARGUMENT, "not 65"},
+      {"over one message in all",
+       Grant(),
+       {{1, whole}, {1, whole}, {1, row}},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "4194304 bytes in all"},
+      {"a region outside the shard",
+       Grant(),
+       {{1, row}, {1, Box{{kRows, 0}, {1, kCols}}}},
+       grpc::StatusCode::OUT_OF_RANGE,
+       ""},
+      {"a shard not held",
+       Grant(),
+       {{1, row}, {99, row}},
+       grpc::StatusCode::NOT_FOUND,
+       ""},
+      {"a grant for another tensor",
+       Grant(kRightRead, "u"),
+       {{1, row}},
+       grpc::StatusCode::PERMISSION_DENIED,
+       ""},
+      {"no grant", "", {{1, row}}, grpc::StatusCode::PERMISSION_DENIED, ""},
+  };
+  for (const Case& c : cases) {
+    v1::ReadRegionResponse response;
+    const grpc::Status status =
+        ReadRegions(channel_, c.grant, c.regions, &response);
+    EXPECT_EQ(status.error_code(), c.code)
+        << c.what << ": " << status.error_message();
+    EXPECT_THAT(status.error_message(), ::testing::HasSubstr(c.message))
+        << c.what;
+    EXPECT_TRUE(response.data().empty()) << c.what;
+  }
+  // Exactly one message in all is served.
+  v1::ReadRegionResponse response;
+  ASSERT_TRUE(
+      ReadRegions(channel_, Grant(), {{1, whole}, {1, whole}}, &response).ok());
+  EXPECT_EQ(response.data().size(), static_cast<size_t>(kMaxChunkBytes));
+}
+
+TEST_F(WorkerServiceTest, ConcurrentSmallReadsOfOneWorkerShareCalls) {
+  ChannelCache channels;
+  GrpcTransport transport(&channels, GrpcTransportOptions{});
+  RemoteShard shard;
+  shard.location.address = address_;
+  shard.location.shard_id = 1;
+  shard.location.capability = Grant();
+  shard.item_bytes = 4;
+  shard.shape = {kRows, kCols};
+  constexpr int kCallers = 16, kReads = 200;
+  std::vector<std::thread> callers;
+  std::atomic<int> wrong{0}, failed{0};
+  for (int c = 0; c < kCallers; ++c) {
+    callers.emplace_back([&, c] {
+      for (int i = 0; i < kReads; ++i) {
+        // Rows, and strided blocks of three rows, all over the shard.
+        const int64_t r = (c * 7919 + i * 104729) % (kRows - 3);
+        const Box box =
+            i % 2 == 0 ? Box{{r, 0}, {1, kCols}} : Box{{r, 9}, {3, 16}};
+        std::vector<int32_t> out(box.NumElements(), -1);
+        const absl::Status status = transport.Read(
+            shard, box,
+            ReadTarget::HostArray(reinterpret_cast<char*>(out.data()),
+                                  box.sizes, {0, 0}));
+        if (!status.ok()) {
+          failed++;
+          continue;
+        }
+        const int64_t cols = box.sizes[1];
+        for (int64_t k = 0; k < box.NumElements(); ++k) {
+          if (out[k] != At(r + k / cols, box.offsets[1] + k % cols)) {
+            wrong++;
+            break;
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
+  // 16 callers against 2 calls in flight: most reads waited and shared.
+  EXPECT_GT(transport.coalesced_calls(), 0);
 }
 
 TEST_F(WorkerServiceTest, ReadOfUnknownShardIsNotFound) {
