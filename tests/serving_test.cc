@@ -202,6 +202,53 @@ TEST_F(ServingTest, OneBatchedRowReadPerWorkerNeverOnePerRow) {
   }
 }
 
+TEST_F(ServingTest, ConcurrentSmallGetsShareCallsAndEachGetsItsOwnBytes) {
+  const HostArray table = Iota(DType::kFloat32, {4096, 256});  // 1 KiB rows
+  ASSERT_OK(client_->Put("small_gets", table,
+                         LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))));
+  std::unique_ptr<Client> grpc = GrpcOnlyClient();
+  ASSERT_NE(grpc, nullptr);
+  auto calls = [] {
+    int64_t single = 0, coalesced = 0;
+    for (int w = 0; w < 4; ++w) {
+      single += CallsServed(w, "ReadSmallRegion");
+      coalesced += CallsServed(w, "ReadSmallRegions");
+    }
+    return std::make_pair(single, coalesced);
+  };
+  const auto [single_before, coalesced_before] = calls();
+  constexpr int kCallers = 16, kGets = 100;
+  std::atomic<int> failed{0}, wrong{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c) {
+    callers.emplace_back([&, c] {
+      std::vector<char> out(4 * 1024);
+      for (int i = 0; i < kGets; ++i) {
+        // Four rows here, a strided 4x64 block there, all over the table.
+        const int64_t r = (c * 7919 + i * 104729) % (4096 - 4);
+        const Box box =
+            i % 2 == 0 ? Box{{r, 0}, {4, 256}} : Box{{r, 100}, {4, 64}};
+        const int64_t bytes = box.NumElements() * 4;
+        if (!grpc->GetInto("small_gets", box, out.data(), bytes).ok()) {
+          failed++;
+          continue;
+        }
+        const HostArray want = Slice(table, box);
+        if (std::memcmp(out.data(), want.data(), bytes) != 0) wrong++;
+      }
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
+  const auto [single_after, coalesced_after] = calls();
+  // Some calls carried several gets, so fewer calls than gets were made.
+  EXPECT_GT(coalesced_after - coalesced_before, 0);
+  EXPECT_LT(
+      (single_after - single_before) + (coalesced_after - coalesced_before),
+      kCallers * kGets);
+}
+
 TEST_F(ServingTest, WholeUpdateWritesVersionTwoAndFreesVersionOne) {
   const int64_t before = SettledBytesUsed();
   const HostArray v1 = Iota(DType::kFloat32, {64, 16}, 1);

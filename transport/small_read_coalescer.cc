@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "core/limits.h"
 
 namespace tessera {
@@ -23,37 +22,44 @@ int64_t SmallReadCoalescer::coalesced_calls() const {
 
 int SmallReadCoalescer::waiting() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int>(waiting_.size());
+  size_t n = 0;
+  for (const auto& [key, lane] : lanes_) n += lane.waiting.size();
+  return static_cast<int>(n);
 }
 
-std::vector<SmallRead*> SmallReadCoalescer::TakeBatch(SmallRead* first) {
+int SmallReadCoalescer::lanes() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(lanes_.size());
+}
+
+std::vector<SmallRead*> SmallReadCoalescer::TakeBatch(Lane& lane,
+                                                      SmallRead* first) {
   std::vector<SmallRead*> batch = {first};
+  if (!coalesce_) return batch;
   int64_t bytes = first->bytes;
-  waiting_.erase(std::find(waiting_.begin(), waiting_.end(), first));
-  for (auto it = waiting_.begin();
-       it != waiting_.end() &&
+  for (auto it = lane.waiting.begin();
+       it != lane.waiting.end() &&
        static_cast<int64_t>(batch.size()) < kMaxRegionsPerSmallRead;) {
     SmallRead* read = *it;
-    if (read->key != first->key || bytes + read->bytes > kMaxChunkBytes) {
+    if (bytes + read->bytes > kMaxChunkBytes) {
       ++it;
       continue;
     }
     bytes += read->bytes;
+    read->taken = true;
     batch.push_back(read);
-    it = waiting_.erase(it);
+    it = lane.waiting.erase(it);
   }
-  for (SmallRead* read : batch) read->taken = true;
   return batch;
 }
 
-void SmallReadCoalescer::SendBatch(const std::vector<SmallRead*>& batch) {
-  ++in_flight_;
+void SmallReadCoalescer::SendBatch(const std::string& key,
+                                   const std::vector<SmallRead*>& batch) {
   ++calls_;
   if (batch.size() > 1) ++coalesced_calls_;
   mu_.Unlock();
   const absl::Status status = send_(batch);
   mu_.Lock();
-  --in_flight_;
   const bool several = batch.size() > 1;
   // A worker without coalesced reads: one at a time from now on.
   if (several && absl::IsUnimplemented(status)) coalesce_ = false;
@@ -64,40 +70,64 @@ void SmallReadCoalescer::SendBatch(const std::vector<SmallRead*>& batch) {
     }
     read->done = true;
   }
-  changed_.SignalAll();
+  --lanes_[key].in_flight;
+  HandOutPlaces(key);
+}
+
+void SmallReadCoalescer::HandOutPlaces(const std::string& key) {
+  auto it = lanes_.find(key);
+  if (it == lanes_.end()) return;
+  Lane& lane = it->second;
+  // (A worker found not to coalesce gets every waiting read at once, as
+  // it would have without waiting.)
+  while (!lane.waiting.empty() &&
+         (!coalesce_ || lane.in_flight < max_in_flight_)) {
+    SmallRead* next = lane.waiting.front();
+    lane.waiting.pop_front();
+    next->lead = true;
+    ++lane.in_flight;
+  }
+  if (lane.in_flight == 0 && lane.waiting.empty()) lanes_.erase(it);
 }
 
 absl::Status SmallReadCoalescer::Read(SmallRead& read) {
   mu_.Lock();
-  if (!coalesce_ || (in_flight_ < max_in_flight_ && waiting_.empty())) {
-    SendBatch({&read});
+  // The key outlives every use below even after `read` is handed back.
+  const std::string key = read.key;
+  Lane& lane = lanes_[key];
+  if (!coalesce_ || (lane.in_flight < max_in_flight_ && lane.waiting.empty())) {
+    ++lane.in_flight;
+    SendBatch(key, {&read});
   } else {
-    waiting_.push_back(&read);
-    while (!read.done) {
-      if (!read.taken && in_flight_ < max_in_flight_) {
-        SendBatch(TakeBatch(&read));
-        continue;
-      }
-      // A read already in someone's call waits for that call, whose
-      // deadline is the earliest of its reads'.
-      if (read.taken) {
-        changed_.Wait(&mu_);
-        continue;
-      }
-      if (changed_.WaitWithDeadline(&mu_, read.deadline) && !read.taken) {
-        waiting_.erase(std::find(waiting_.begin(), waiting_.end(), &read));
+    lane.waiting.push_back(&read);
+    // Wakes when this read's call returned, or when it is given a place
+    // (absl wakes only the waiters whose condition holds).
+    const auto woken = [](SmallRead* r) { return r->done || r->lead; };
+    if (!mu_.AwaitWithDeadline(absl::Condition(+woken, &read), read.deadline)) {
+      if (!read.taken) {
+        lane.waiting.erase(
+            std::find(lane.waiting.begin(), lane.waiting.end(), &read));
+        HandOutPlaces(key);  // drops the lane if that emptied it
         mu_.Unlock();
         return absl::DeadlineExceededError(
             "deadline passed while the read waited for a call to the worker");
       }
+      // In another read's call, whose deadline is the earliest of its
+      // reads': it ends by then.
+      const auto returned = [](SmallRead* r) { return r->done; };
+      mu_.Await(absl::Condition(+returned, &read));
+    }
+    if (read.lead) {
+      read.lead = false;
+      SendBatch(key, TakeBatch(lane, &read));
     }
   }
   if (read.alone) {
     // Its call failed as a whole: this read's own answer, by itself.
     read.alone = false;
-    read.done = false;
     read.status = absl::OkStatus();
-    SendBatch({&read});
+    ++lanes_[key].in_flight;
+    SendBatch(key, {&read});
   }
   mu_.Unlock();
   return read.status;

@@ -1,12 +1,15 @@
 // SmallReadCoalescer: the small reads that callers make of one worker at
-// once, sent as fewer calls. A read goes out alone while the worker has
-// fewer than `max_in_flight` of this client's calls; past that it waits, and
-// the first waiter to find a free place takes every waiting read of its kind
-// (same key: the capability and element size) into one call, up to
-// kMaxRegionsPerSmallRead reads and kMaxChunkBytes. Under concurrency each
-// call then carries several reads, so the per-call cost of gRPC (about
-// 60 us of CPU on each side, bench/ figure 2) is paid once for all of them;
-// one caller at a time never waits.
+// once, sent as fewer calls. Reads of one kind (one key: the capability and
+// element size, so one tensor version) form a lane. A read goes out alone
+// while its lane has fewer than `max_in_flight` calls out; past that it
+// waits. When a call returns, its place goes to the first waiting read of
+// the lane, which takes every read waiting there by then into one call, up
+// to kMaxRegionsPerSmallRead reads and kMaxChunkBytes. Under concurrency
+// each call then carries several reads, so the per-call cost of gRPC (tens
+// of microseconds of CPU on each side, bench/ figure 2) is paid once for
+// all of them; one caller at a time never waits, and reads of other tensors
+// never wait behind a lane. Only the threads that a returned call or a
+// place concerns wake up.
 //
 // A call of several reads that fails is not the answer for any of them:
 // each is then sent alone by its own caller, which gets its own answer. A
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -41,6 +45,7 @@ struct SmallRead {
 
  private:
   friend class SmallReadCoalescer;
+  bool lead = false;   // given a place: sends the next call of its lane
   bool taken = false;  // in a call being made
   bool done = false;   // that call returned
   bool alone = false;  // that call failed: send this read by itself
@@ -50,7 +55,7 @@ class SmallReadCoalescer {
  public:
   // Sends `reads` (one, or several of one key) as one call. Returns the
   // call's status; when it is OK, sets each read's `status`. Called from
-  // the callers' threads, up to max_in_flight at once.
+  // the callers' threads, up to max_in_flight at once per key.
   using Send = std::function<absl::Status(absl::Span<SmallRead* const>)>;
 
   // max_in_flight >= 1.
@@ -61,28 +66,38 @@ class SmallReadCoalescer {
   // it waits for a place.
   absl::Status Read(SmallRead& read);
 
-  // Calls made, calls that carried more than one read, and reads waiting
-  // for a place now (for tests).
+  // Calls made, calls that carried more than one read, reads waiting for a
+  // place now, and lanes with reads out or waiting (for tests).
   int64_t calls() const;
   int64_t coalesced_calls() const;
   int waiting() const;
+  int lanes() const;
 
  private:
-  // Removes `first` and the waiting reads of its key from the queue, up to
-  // the limits of one call.
-  std::vector<SmallRead*> TakeBatch(SmallRead* first)
+  // The reads of one key; kept while it has calls out or reads waiting.
+  struct Lane {
+    int in_flight = 0;
+    std::deque<SmallRead*> waiting;
+  };
+
+  // `first` (given a place) and the reads waiting in its lane, removed
+  // from the queue, up to the limits of one call.
+  std::vector<SmallRead*> TakeBatch(Lane& lane, SmallRead* first)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Makes one call for `batch` with mu_ released, then marks it done.
-  void SendBatch(const std::vector<SmallRead*>& batch)
+  // Makes one call for `batch` (its place already counted in the lane)
+  // with mu_ released, marks it done, and hands the place on.
+  void SendBatch(const std::string& key, const std::vector<SmallRead*>& batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives the lane's free places to its first waiting reads (each sends the
+  // next call), or drops the lane when nothing is left in it.
+  void HandOutPlaces(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int max_in_flight_;
   const Send send_;
   mutable absl::Mutex mu_;
-  absl::CondVar changed_;  // a place freed up or a call returned
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool coalesce_ ABSL_GUARDED_BY(mu_) = true;
-  std::deque<SmallRead*> waiting_ ABSL_GUARDED_BY(mu_);
+  // Node-based: a Lane stays put while others come and go.
+  absl::node_hash_map<std::string, Lane> lanes_ ABSL_GUARDED_BY(mu_);
   int64_t calls_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t coalesced_calls_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -220,6 +220,20 @@ grpc::Status ReadRegions(const std::shared_ptr<grpc::Channel>& channel,
                                                         response);
 }
 
+TEST(WorkerMethodsTest, EveryMethodIsInTheCapabilityTable) {
+  // A method missing there is refused to everyone: a new method must say
+  // which right it needs.
+  const google::protobuf::ServiceDescriptor* service =
+      v1::ReadRegionRequest::descriptor()->file()->FindServiceByName("Worker");
+  ASSERT_NE(service, nullptr);
+  for (int i = 0; i < service->method_count(); ++i) {
+    const std::string method =
+        absl::StrCat("/tessera.v1.Worker/", service->method(i)->name());
+    EXPECT_THAT(RequiredRight(method).status(), IsOk()) << method;
+  }
+  EXPECT_EQ(*RequiredRight("/tessera.v1.Worker/ReadSmallRegions"), kRightRead);
+}
+
 TEST_F(WorkerServiceTest, CoalescedSmallReadIsEachRegionInTurn) {
   v1::ReadRegionResponse response;
   const grpc::Status status =
