@@ -468,7 +468,14 @@ absl::Status GrpcTransport::Read(const RemoteShard& shard, const Box& box,
   if (options_.small_reads_in_flight > 0 && target.is_host_array() &&
       bytes.ok() && *bytes > 0 && *bytes <= kChunkBytes) {
     PendingRegionRead read;
-    read.key = absl::StrCat(shard.item_bytes, " ", shard.location.capability);
+    // Reads share a call only under one capability, element size and
+    // cancellation (a call given up for one caller is given up for all in
+    // it: callers with a cancellation of their own are never coalesced
+    // with others').
+    read.key =
+        absl::StrCat(shard.item_bytes, " ",
+                     reinterpret_cast<uintptr_t>(ScopedCancellation::Current()),
+                     " ", shard.location.capability);
     read.bytes = *bytes;
     read.deadline = absl::Now() + timeout;
     read.channel = channels_->Get(shard.location.address);
