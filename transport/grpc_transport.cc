@@ -261,17 +261,29 @@ int64_t GrpcTransport::coalesced_calls() {
   return calls;
 }
 
-SmallReadCoalescer& GrpcTransport::CoalescerFor(const std::string& address) {
+size_t GrpcTransport::coalescers() {
   absl::MutexLock lock(&mu_);
-  std::unique_ptr<SmallReadCoalescer>& coalescer = coalescers_[address];
-  if (coalescer == nullptr) {
-    coalescer = std::make_unique<SmallReadCoalescer>(
-        options_.small_reads_in_flight,
-        [this](absl::Span<SmallRead* const> reads) {
-          return SendSmallReads(reads);
-        });
-  }
-  return *coalescer;
+  return coalescers_.size();
+}
+
+std::shared_ptr<SmallReadCoalescer> GrpcTransport::CoalescerFor(
+    const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  auto it = coalescers_.find(address);
+  if (it != coalescers_.end()) return it->second;
+  // A worker not seen lately: the idle coalescers of others go first, so
+  // that the map holds the workers in use, not every address ever seen.
+  // (What one remembers, that its worker cannot coalesce, is relearnt in
+  // one call; a read still inside one keeps it alive.)
+  absl::erase_if(coalescers_,
+                 [](const auto& entry) { return entry.second->lanes() == 0; });
+  auto coalescer = std::make_shared<SmallReadCoalescer>(
+      options_.small_reads_in_flight,
+      [this](absl::Span<SmallRead* const> reads) {
+        return SendSmallReads(reads);
+      });
+  coalescers_.emplace(address, coalescer);
+  return coalescer;
 }
 
 void EncodeRegionChunk(int64_t offset, std::vector<grpc::Slice> data,
@@ -484,7 +496,7 @@ absl::Status GrpcTransport::Read(const RemoteShard& shard, const Box& box,
     read.item_bytes = shard.item_bytes;
     read.sink = &sink;
     read.capability = shard.location.capability;
-    return CoalescerFor(shard.location.address).Read(read);
+    return CoalescerFor(shard.location.address)->Read(read);
   }
   return ReadRegion(channels_->Get(shard.location.address),
                     shard.location.shard_id, box, shard.item_bytes, timeout,

@@ -165,19 +165,22 @@ class GrpcTransport : public ShardTransport {
 
   // Calls that carried more than one small read, over every worker.
   int64_t coalesced_calls();
+  // Workers with a coalescer kept (for tests).
+  size_t coalescers();
 
  private:
   // Sends one coalescer call: one read (ReadRegion), or several of one
   // worker, capability and element size (Worker.ReadSmallRegions).
   absl::Status SendSmallReads(absl::Span<SmallRead* const> reads);
   // The coalescer of small reads of the worker at `address`.
-  SmallReadCoalescer& CoalescerFor(const std::string& address);
+  std::shared_ptr<SmallReadCoalescer> CoalescerFor(const std::string& address);
 
   ChannelCache* const channels_;
   const GrpcTransportOptions options_;
   absl::Mutex mu_;
-  // One per worker this client has read from (as many as its channels).
-  absl::flat_hash_map<std::string, std::unique_ptr<SmallReadCoalescer>>
+  // One per worker with small reads out; idle ones go when another
+  // worker's is made (workers come and go over a long life).
+  absl::flat_hash_map<std::string, std::shared_ptr<SmallReadCoalescer>>
       coalescers_ ABSL_GUARDED_BY(mu_);
 };
 

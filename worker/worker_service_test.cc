@@ -353,6 +353,32 @@ TEST_F(WorkerServiceTest, ConcurrentSmallReadsOfOneWorkerShareCalls) {
   EXPECT_GT(transport.coalesced_calls(), 0);
 }
 
+TEST_F(WorkerServiceTest, IdleCoalescersOfGoneWorkersAreNotKept) {
+  ChannelCache channels;
+  GrpcTransport transport(&channels, GrpcTransportOptions{});
+  auto read_from = [&](const std::string& address) {
+    RemoteShard shard;
+    shard.location.address = address;
+    shard.location.shard_id = 1;
+    shard.location.capability = Grant();
+    shard.item_bytes = 4;
+    std::vector<int32_t> out(kCols);
+    const Box row{{3, 0}, {1, kCols}};
+    return transport.Read(
+        shard, row,
+        ReadTarget::HostArray(reinterpret_cast<char*>(out.data()), row.sizes,
+                              {0, 0}));
+  };
+  ASSERT_THAT(read_from(address_), IsOk());
+  // Workers that came and went (nothing listens there now).
+  for (int port : {1, 2, 3}) {
+    EXPECT_FALSE(read_from(absl::StrCat("127.0.0.1:", port)).ok());
+    EXPECT_EQ(transport.coalescers(), 1u);
+  }
+  ASSERT_THAT(read_from(address_), IsOk());
+  EXPECT_EQ(transport.coalescers(), 1u);
+}
+
 TEST_F(WorkerServiceTest, ReadOfUnknownShardIsNotFound) {
   absl::Status status = ReadRegion(
       channel_, 99, Box{{0}, {4}}, 4, absl::Seconds(30),
