@@ -441,6 +441,15 @@ absl::StatusOr<int64_t> WorkerNode::Transfer(const TransferBatch& batch,
       std::min(stop.deadline, absl::Now() + options_.pull_timeout);
   const std::function<bool()>& cancelled = stop.cancelled;
   const ScopedCallDeadline scope(deadline);
+  // A piece moves bytes from one shard into another: onto itself it would
+  // copy between overlapping ranges, and no reshard asks for that.
+  for (size_t i = 0; i < batch.pieces.size(); ++i) {
+    if (batch.pieces[i].src_shard_id == batch.pieces[i].dst_shard_id) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pieces[", i, "] copies shard ",
+                       batch.pieces[i].src_shard_id, " onto itself"));
+    }
+  }
   int64_t bytes = 0;
   TransferBatch remote;
   remote.tensor = batch.tensor;

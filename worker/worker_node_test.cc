@@ -353,6 +353,23 @@ TEST(WorkerNodeTest, TransferChecksDestinationsFirst) {
                        HasSubstr("pieces[0] destination")));
 }
 
+TEST(WorkerNodeTest, TransferRefusesAPieceOntoItsOwnShard) {
+  HostShardStore store;
+  WorkerNode node(&store, WorkerNodeOptions{});
+  ASSERT_THAT(node.Allocate({{1, Desc({8})}, {2, Desc({4})}}, kArange), IsOk());
+  TransferBatch batch;
+  batch.src_address = "127.0.0.1:1";
+  batch.pieces.push_back(TransferPiece{1, {0}, 2, {0}, {2}});
+  batch.pieces.push_back(TransferPiece{1, {0}, 1, {1}, {2}});  // overlapping
+  EXPECT_THAT(node.Transfer(batch).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("pieces[1] copies shard 1 onto itself")));
+  // Nothing moved, the good piece included.
+  EXPECT_THAT(ReadAll(store, 1, 8),
+              ::testing::ElementsAre(0, 1, 2, 3, 4, 5, 6, 7));
+  EXPECT_THAT(ReadAll(store, 2, 4), ::testing::ElementsAre(0, 1, 2, 3));
+}
+
 // A source worker served for real, and a destination node that pulls.
 class WorkerNodeTransferTest : public ::testing::TestWithParam<bool> {
  protected:
