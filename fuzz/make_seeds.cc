@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -358,6 +359,25 @@ void WorkerSeeds() {
   fuzz::AppendRecord(&s, A | 4, Bytes(patch));
   fuzz::AppendRecord(&s, A | 5, Bytes(rows));
   Write("worker_request_fuzzer", "patch_rows", s);
+  s.clear();
+  // Small regions of shards 1 and 2 in one call, on A and on B (a GPU
+  // store: UNIMPLEMENTED).
+  v1::ReadSmallRegionsRequest regions;
+  for (const auto& [id, offsets, sizes] :
+       std::vector<std::tuple<uint64_t, std::vector<int64_t>,
+                              std::vector<int64_t>>>{
+           {1, {1, 2}, {2, 3}}, {2, {0, 0}, {1, 4}}, {1, {3, 0}, {1, 8}}}) {
+    v1::ReadRegionRequest* region = regions.add_regions();
+    region->set_shard_id(id);
+    for (int64_t v : offsets) region->add_offsets(v);
+    for (int64_t v : sizes) region->add_sizes(v);
+  }
+  fuzz::AppendRecord(&s, A | 0, Bytes(alloc1));
+  fuzz::AppendRecord(&s, A | 0, Bytes(alloc2));
+  fuzz::AppendRecord(&s, A | 16 | 5, Bytes(regions));
+  fuzz::AppendRecord(&s, B | 0, Bytes(alloc1));
+  fuzz::AppendRecord(&s, B | 16 | 5, Bytes(regions));
+  Write("worker_request_fuzzer", "small_regions", s);
   s.clear();
   // B reports a GPU: a staged read of its shard, and A pulling from it.
   v1::StageReadRequest stage;

@@ -16,7 +16,10 @@
 //                (consecutive such records form one stream, through gRPC;
 //                with box_* set, a patch of a sub-box)
 //   op & 7 == 5  ReadRowsRequest       -> ReadRows (through gRPC), the reply
-//                bounded by 4 MiB
+//                bounded by 4 MiB; with bit 4 ReadSmallRegionsRequest ->
+//                ReadSmallRegions (through gRPC; B, whose store reports a
+//                GPU, answers UNIMPLEMENTED), the reply bounded by 4 MiB and
+//                empty unless OK
 //   op & 7 == 6  StageReadRequest      -> a StageRead stream (through gRPC):
 //                the message opens it, then asks for its own first/count/
 //                slot; each reply's bytes are bounded by the slot
@@ -320,6 +323,29 @@ void Run(const uint8_t* data, size_t size) {
         break;
       }
       case 5: {
+        if ((op & 16) != 0) {
+          v1::ReadSmallRegionsRequest request;
+          if (!request.ParseFromArray(bytes.data(),
+                                      static_cast<int>(bytes.size())))
+            break;
+          auto context = Context();
+          if (granted && request.regions_size() > 0) {
+            context->AddMetadata(
+                kCapabilityHeader,
+                Grant(*w, request.regions(0).shard_id(), kRightRead));
+          }
+          v1::ReadRegionResponse response;
+          grpc::Status s =
+              w->stub->ReadSmallRegions(context.get(), request, &response);
+          FUZZ_CHECK(
+              static_cast<int64_t>(response.data().size()) <= kMaxChunkBytes,
+              absl::StrCat(response.data().size()));
+          FUZZ_CHECK(s.ok() || response.data().empty(), s.error_message());
+          FUZZ_CHECK(s.error_code() != grpc::StatusCode::UNKNOWN &&
+                         s.error_code() != grpc::StatusCode::INTERNAL,
+                     s.error_message());
+          break;
+        }
         v1::ReadRowsRequest request;
         if (!request.ParseFromArray(bytes.data(),
                                     static_cast<int>(bytes.size())))
