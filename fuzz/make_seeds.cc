@@ -363,9 +363,8 @@ void WorkerSeeds() {
   // Small regions of shards 1 and 2 in one call, on A and on B (a GPU
   // store: UNIMPLEMENTED).
   v1::ReadSmallRegionsRequest regions;
-  for (const auto& [id, offsets, sizes] :
-       std::vector<std::tuple<uint64_t, std::vector<int64_t>,
-                              std::vector<int64_t>>>{
+  for (const auto& [id, offsets, sizes] : std::vector<
+           std::tuple<uint64_t, std::vector<int64_t>, std::vector<int64_t>>>{
            {1, {1, 2}, {2, 3}}, {2, {0, 0}, {1, 4}}, {1, {3, 0}, {1, 8}}}) {
     v1::ReadRegionRequest* region = regions.add_regions();
     region->set_shard_id(id);
