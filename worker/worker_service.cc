@@ -230,16 +230,6 @@ absl::StatusOr<SmallReads> AdmitSmallReads(
   return reads;
 }
 
-// Copies every region of `reads`, one after another, to `dst`
-// (reads.bytes).
-absl::Status CopySmallReads(const SmallReads& reads, char* dst) {
-  for (const RegionReader& reader : reads.readers) {
-    TESSERA_RETURN_IF_ERROR(reader.Read(0, reader.total(), dst));
-    dst += reader.total() * reader.item();
-  }
-  return absl::OkStatus();
-}
-
 // Where Worker method `name` sits in the service's table.
 int WorkerMethod(const char* name) {
   return v1::ReadRegionRequest::descriptor()
@@ -287,35 +277,23 @@ WorkerService::WorkerService(WorkerNode* node) : node_(node) {
   // API (a device store's reads wait on the GPU, which must not hold gRPC's
   // threads).
   if (node_->store().Device().has_value()) return;
+  ServeSmallRead("ReadSmallRegion", &WorkerService::ReadSmall);
+  ServeSmallRead("ReadSmallRegions", &WorkerService::ReadSmallBatch);
+  ServeSmallRead("ReadRows", &WorkerService::ReadRowsInto);
+}
+
+template <typename Request, typename Response>
+void WorkerService::ServeSmallRead(
+    const char* name,
+    absl::Status (WorkerService::*body)(const grpc::ServerContextBase&,
+                                        const Request&, Response*) const) {
   MarkMethodCallback(
-      WorkerMethod("ReadSmallRegion"),
-      new grpc::internal::CallbackUnaryHandler<v1::ReadRegionRequest,
-                                               grpc::ByteBuffer>(
-          [this](grpc::CallbackServerContext* context,
-                 const v1::ReadRegionRequest* request,
-                 grpc::ByteBuffer* response) {
+      WorkerMethod(name),
+      new grpc::internal::CallbackUnaryHandler<Request, Response>(
+          [this, body](grpc::CallbackServerContext* context,
+                       const Request* request, Response* response) {
             return SmallRead(
-                [&] { return ReadSmall(*context, *request, response); });
-          }));
-  MarkMethodCallback(
-      WorkerMethod("ReadSmallRegions"),
-      new grpc::internal::CallbackUnaryHandler<v1::ReadSmallRegionsRequest,
-                                               grpc::ByteBuffer>(
-          [this](grpc::CallbackServerContext* context,
-                 const v1::ReadSmallRegionsRequest* request,
-                 grpc::ByteBuffer* response) {
-            return SmallRead(
-                [&] { return ReadSmallBatch(*context, *request, response); });
-          }));
-  MarkMethodCallback(
-      WorkerMethod("ReadRows"),
-      new grpc::internal::CallbackUnaryHandler<v1::ReadRowsRequest,
-                                               v1::ReadRowsResponse>(
-          [this](grpc::CallbackServerContext* context,
-                 const v1::ReadRowsRequest* request,
-                 v1::ReadRowsResponse* response) {
-            return SmallRead(
-                [&] { return ReadRowsInto(*context, *request, response); });
+                [&] { return (this->*body)(*context, *request, response); });
           }));
 }
 
@@ -499,8 +477,11 @@ absl::Status WorkerService::ReadSmallBatch(
   std::vector<grpc::Slice> data;
   if (reads.bytes > 0) {
     grpc::Slice slice(static_cast<size_t>(reads.bytes));
-    TESSERA_RETURN_IF_ERROR(CopySmallReads(
-        reads, reinterpret_cast<char*>(const_cast<uint8_t*>(slice.begin()))));
+    char* dst = reinterpret_cast<char*>(const_cast<uint8_t*>(slice.begin()));
+    for (const RegionReader& reader : reads.readers) {
+      TESSERA_RETURN_IF_ERROR(reader.Read(0, reader.total(), dst));
+      dst += reader.total() * reader.item();
+    }
     data.push_back(std::move(slice));
   }
   EncodeRegionChunk(0, std::move(data), response);

@@ -132,6 +132,12 @@ class WorkerService final : public v1::Worker::Service {
   absl::Status ReadRowsInto(const grpc::ServerContextBase& context,
                             const v1::ReadRowsRequest& request,
                             v1::ReadRowsResponse* response) const;
+  // Serves Worker method `name` on the callback API: `body` (one of the
+  // three above) run as SmallRead.
+  template <typename Request, typename Response>
+  void ServeSmallRead(const char* name, absl::Status (WorkerService::*body)(
+                                            const grpc::ServerContextBase&,
+                                            const Request&, Response*) const);
   // Runs `body` as a callback-API small read under max_small_reads.
   grpc::ServerUnaryReactor* SmallRead(
       const std::function<absl::Status()>& body);
