@@ -170,13 +170,7 @@ absl::Status ReadSmall(const std::shared_ptr<grpc::Channel>& channel,
                                                        grpc::ByteBuffer>(
       channel.get(), method, &context, request, &response);
   if (!rpc.ok()) return FromGrpcStatus(rpc);
-  RegionReceiver receiver(total, item_bytes, sink);
-  TESSERA_RETURN_IF_ERROR(receiver.Receive(&response));
-  if (receiver.received() != total) {
-    return absl::DataLossError(absl::StrCat(
-        "response has ", receiver.received(), " of ", total, " bytes"));
-  }
-  return absl::OkStatus();
+  return RegionReceiver(total, item_bytes, sink).ReceiveWhole(&response);
 }
 
 // A small region read waiting in a SmallReadCoalescer.
@@ -248,9 +242,7 @@ absl::Status GrpcTransport::SendSmallReads(absl::Span<SmallRead* const> reads) {
     }
     return absl::OkStatus();
   };
-  RegionReceiver receiver(total, first.item_bytes, route);
-  TESSERA_RETURN_IF_ERROR(receiver.Receive(&response));
-  return receiver.Finish();
+  return RegionReceiver(total, first.item_bytes, route).ReceiveWhole(&response);
 }
 
 int64_t GrpcTransport::coalesced_calls() {
@@ -264,6 +256,14 @@ int64_t GrpcTransport::coalesced_calls() {
 size_t GrpcTransport::coalescers() {
   absl::MutexLock lock(&mu_);
   return coalescers_.size();
+}
+
+int GrpcTransport::waiting_small_reads() {
+  absl::MutexLock lock(&mu_);
+  int waiting = 0;
+  for (const auto& [address, coalescer] : coalescers_)
+    waiting += coalescer->waiting();
+  return waiting;
 }
 
 std::shared_ptr<SmallReadCoalescer> GrpcTransport::CoalescerFor(
@@ -359,6 +359,18 @@ absl::Status RegionReceiver::Receive(grpc::ByteBuffer* message) {
   TESSERA_RETURN_IF_ERROR(
       AlignedDelivery(sink_, item_).Deliver(chunk.offset, chunk.data));
   received_ += chunk.size;
+  return absl::OkStatus();
+}
+
+absl::Status RegionReceiver::ReceiveWhole(grpc::ByteBuffer* message) {
+  TESSERA_ASSIGN_OR_RETURN(RegionChunkView chunk, DecodeRegionChunk(message));
+  if (received_ != 0 || chunk.offset != 0 || chunk.size != total_) {
+    return absl::DataLossError(
+        absl::StrCat("reply has ", chunk.size, " bytes at byte ", chunk.offset,
+                     " for a read of ", total_, " bytes"));
+  }
+  TESSERA_RETURN_IF_ERROR(AlignedDelivery(sink_, item_).Deliver(0, chunk.data));
+  received_ = total_;
   return absl::OkStatus();
 }
 

@@ -114,6 +114,10 @@ class RegionReceiver {
 
   // Takes the next message of the stream (a ReadRegionResponse).
   absl::Status Receive(grpc::ByteBuffer* message);
+  // Takes the one message of a unary reply, which must hold all
+  // `total_bytes`: a reply short or long is DATA_LOSS before any byte
+  // reaches the sink, so a read asked again after it lands each byte once.
+  absl::Status ReceiveWhole(grpc::ByteBuffer* message);
   // OK once all `total_bytes` arrived, else DATA_LOSS naming how many did.
   absl::Status Finish() const;
   int64_t received() const { return received_; }
@@ -165,8 +169,10 @@ class GrpcTransport : public ShardTransport {
 
   // Calls that carried more than one small read, over every worker.
   int64_t coalesced_calls();
-  // Workers with a coalescer kept (for tests).
+  // Workers with a coalescer kept, and small reads waiting for a place in
+  // one (for tests).
   size_t coalescers();
+  int waiting_small_reads();
 
  private:
   // Sends one coalescer call: one read (ReadRegion), or several of one

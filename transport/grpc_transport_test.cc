@@ -3,11 +3,13 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -162,6 +164,35 @@ TEST(RegionReceiverTest, GarbageIsDataLoss) {
   EXPECT_TRUE(got.calls.empty());
 }
 
+TEST(RegionReceiverTest, AWholeReplyIsExactlyTheReadOrNothingIsDelivered) {
+  const std::vector<std::pair<int64_t, std::string>> lies = {
+      {0, "abcdefgh"},            // short
+      {0, std::string(16, 'x')},  // long
+      {4, "abcdefgh"},            // not from the start
+      {0, std::string(10, 'x')},  // not whole elements, short
+  };
+  for (const auto& [offset, data] : lies) {
+    Received got;
+    ChunkSink sink = got.sink();
+    RegionReceiver receiver(12, 4, sink);
+    grpc::ByteBuffer message = Chunk(offset, data);
+    EXPECT_THAT(receiver.ReceiveWhole(&message),
+                StatusIs(absl::StatusCode::kDataLoss,
+                         HasSubstr("for a read of 12 bytes")))
+        << offset << " " << data.size();
+    EXPECT_TRUE(got.calls.empty()) << offset << " " << data.size();
+  }
+  Received got;
+  ChunkSink sink = got.sink();
+  RegionReceiver receiver(12, 4, sink);
+  grpc::ByteBuffer message = Chunk(0, "abcdefghijkl");
+  ASSERT_THAT(receiver.ReceiveWhole(&message), IsOk());
+  EXPECT_THAT(receiver.Finish(), IsOk());
+  ASSERT_EQ(got.calls.size(), 1u);
+  EXPECT_EQ(got.calls[0],
+            std::make_pair(int64_t{0}, std::string("abcdefghijkl")));
+}
+
 TEST(RegionBytesTest, RefusesWhatAReadCannotAskFor) {
   EXPECT_THAT(RegionBytes(Box{{0, 0}, {3, 4}}, 8), IsOkAndHolds(96));
   EXPECT_THAT(RegionBytes(Box{{0}, {3}}, 0),
@@ -185,6 +216,34 @@ class LyingWorker : public v1::Worker::Service {
     chunks_ = std::move(chunks);
     small_too_ = small_too;
   }
+  // From now on: ReadSmallRegion answers NOT_FOUND, its first call only
+  // once Release() is called; ReadSmallRegions answers `reply`.
+  void HoldSmallReadsThenAnswer(std::pair<int64_t, std::string> reply) {
+    absl::MutexLock lock(&mu_);
+    hold_ = true;
+    regions_reply_ = std::move(reply);
+  }
+  void AwaitHeldRead() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&held_));
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    hold_ = false;
+  }
+  int regions_calls() {
+    absl::MutexLock lock(&mu_);
+    return regions_calls_;
+  }
+  grpc::Status ReadSmallRegions(grpc::ServerContext*,
+                                const v1::ReadSmallRegionsRequest*,
+                                v1::ReadRegionResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    ++regions_calls_;
+    response->set_offset(regions_reply_.first);
+    response->set_data(regions_reply_.second);
+    return grpc::Status::OK;
+  }
   grpc::Status ReadRegion(
       grpc::ServerContext*, const v1::ReadRegionRequest*,
       grpc::ServerWriter<v1::ReadRegionResponse>* writer) override {
@@ -200,6 +259,13 @@ class LyingWorker : public v1::Worker::Service {
                                const v1::ReadRegionRequest*,
                                v1::ReadRegionResponse* response) override {
     absl::MutexLock lock(&mu_);
+    if (hold_ || !regions_reply_.second.empty()) {
+      held_ = true;
+      auto released = [this]()
+                          ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !hold_; };
+      mu_.Await(absl::Condition(&released));
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no such shard");
+    }
     if (!small_too_ || chunks_.empty()) {
       return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "stream it");
     }
@@ -216,6 +282,10 @@ class LyingWorker : public v1::Worker::Service {
   absl::Mutex mu_;
   std::vector<std::pair<int64_t, std::string>> chunks_ ABSL_GUARDED_BY(mu_);
   bool small_too_ ABSL_GUARDED_BY(mu_) = false;
+  bool hold_ ABSL_GUARDED_BY(mu_) = false;
+  bool held_ ABSL_GUARDED_BY(mu_) = false;
+  std::pair<int64_t, std::string> regions_reply_ ABSL_GUARDED_BY(mu_);
+  int regions_calls_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class GrpcTransportLyingWorkerTest : public ::testing::Test {
@@ -238,11 +308,12 @@ class GrpcTransportLyingWorkerTest : public ::testing::Test {
 
   // Reads a 2x3 box into the middle of a guarded array: the 24 bytes of
   // the box lie between 64 guard bytes on each side, which must stay 'G'.
-  absl::Status Read() {
-    buffer_.assign(64 + 24 + 64, 'G');
+  absl::Status Read() { return ReadInto(buffer_); }
+  absl::Status ReadInto(std::string& buffer) {
+    buffer.assign(64 + 24 + 64, 'G');
     return transport_->Read(
         shard_, Box{{0, 0}, {2, 3}},
-        ReadTarget::HostArray(buffer_.data() + 64, {2, 3}, {0, 0}));
+        ReadTarget::HostArray(buffer.data() + 64, {2, 3}, {0, 0}));
   }
   bool GuardsIntact() const {
     for (int i = 0; i < 64; ++i) {
@@ -286,6 +357,34 @@ TEST_F(GrpcTransportLyingWorkerTest, ChunksOutsideTheBoxAreDataLoss) {
       EXPECT_TRUE(GuardsIntact());
     }
   }
+}
+
+// Two reads wait behind a held one and go out together; the worker's reply
+// to both is short. Nothing of it may land: each read is asked again alone
+// (answered NOT_FOUND here), and its array holds no byte of the bad reply.
+TEST_F(GrpcTransportLyingWorkerTest, AShortCoalescedReplyLandsNoByte) {
+  worker_.HoldSmallReadsThenAnswer({0, std::string(8, 'x')});
+  absl::Status first_status;
+  std::string first;
+  std::thread held([&] { first_status = ReadInto(first); });
+  worker_.AwaitHeldRead();
+  std::string a, b;
+  absl::Status a_status, b_status;
+  std::thread ta([&] { a_status = ReadInto(a); });
+  std::thread tb([&] { b_status = ReadInto(b); });
+  while (transport_->waiting_small_reads() < 2)
+    absl::SleepFor(absl::Milliseconds(1));
+  worker_.Release();
+  held.join();
+  ta.join();
+  tb.join();
+  EXPECT_EQ(worker_.regions_calls(), 1);
+  EXPECT_EQ(transport_->coalesced_calls(), 1);
+  EXPECT_THAT(first_status, StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(a_status, StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(b_status, StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(a, std::string(64 + 24 + 64, 'G'));
+  EXPECT_EQ(b, std::string(64 + 24 + 64, 'G'));
 }
 
 }  // namespace
