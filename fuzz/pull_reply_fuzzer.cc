@@ -24,6 +24,8 @@
 // contiguous ranges from byte 0 that stay inside the box; the destination
 // holds exactly the delivered bytes at their places and nothing else
 // changes (margins included); Finish is OK exactly when every byte came.
+// A lone message is also taken as a unary reply (ReceiveWhole): all of the
+// box or no byte.
 #include <grpcpp/grpcpp.h>
 
 #include <cstddef>
@@ -117,7 +119,10 @@ void RoundTrip(absl::string_view bytes, size_t slice) {
              "data changed");
 }
 
-void Pull(const Piece& p, const std::vector<grpc::ByteBuffer*>& messages) {
+// whole: the one message is a unary reply (RegionReceiver::ReceiveWhole),
+// which delivers all of the box or nothing.
+void Pull(const Piece& p, const std::vector<grpc::ByteBuffer*>& messages,
+          bool whole) {
   absl::StatusOr<int64_t> total = RegionBytes(p.box, p.item);
   if (!total.ok()) {
     FUZZ_CHECK(p.item == 0, "RegionBytes refused a valid piece: " +
@@ -161,12 +166,19 @@ void Pull(const Piece& p, const std::vector<grpc::ByteBuffer*>& messages) {
   };
   RegionReceiver receiver(*total, p.item, sink);
   bool refused = false;
-  for (grpc::ByteBuffer* message : messages) {
-    if (!receiver.Receive(message).ok()) {
-      refused = true;
-      break;
+  if (whole) {
+    refused = !receiver.ReceiveWhole(messages[0]).ok();
+    FUZZ_CHECK(next == (refused ? 0 : *total),
+               absl::StrCat("a whole reply delivered ", next, " of ", *total,
+                            " bytes"));
+  } else {
+    for (grpc::ByteBuffer* message : messages) {
+      if (!receiver.Receive(message).ok()) {
+        refused = true;
+        break;
+      }
+      FUZZ_CHECK(receiver.received() == next, "received is not what came");
     }
-    FUZZ_CHECK(receiver.received() == next, "received is not what came");
   }
   FUZZ_CHECK(dst == expected, "the destination differs from what arrived");
   if (!refused) {
@@ -210,6 +222,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   std::vector<grpc::ByteBuffer*> messages;
   for (grpc::ByteBuffer& b : buffers) messages.push_back(&b);
-  tessera::Pull(piece, messages);
+  tessera::Pull(piece, messages, /*whole=*/false);
+  if (messages.size() == 1) tessera::Pull(piece, messages, /*whole=*/true);
   return 0;
 }
