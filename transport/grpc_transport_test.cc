@@ -220,6 +220,7 @@ class LyingWorker : public v1::Worker::Service {
   // once Release() is called; ReadSmallRegions answers `reply`.
   void HoldSmallReadsThenAnswer(std::pair<int64_t, std::string> reply) {
     absl::MutexLock lock(&mu_);
+    small_not_found_ = true;
     hold_ = true;
     regions_reply_ = std::move(reply);
   }
@@ -259,7 +260,7 @@ class LyingWorker : public v1::Worker::Service {
                                const v1::ReadRegionRequest*,
                                v1::ReadRegionResponse* response) override {
     absl::MutexLock lock(&mu_);
-    if (hold_ || !regions_reply_.second.empty()) {
+    if (small_not_found_) {
       held_ = true;
       auto released = [this]()
                           ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !hold_; };
@@ -282,6 +283,7 @@ class LyingWorker : public v1::Worker::Service {
   absl::Mutex mu_;
   std::vector<std::pair<int64_t, std::string>> chunks_ ABSL_GUARDED_BY(mu_);
   bool small_too_ ABSL_GUARDED_BY(mu_) = false;
+  bool small_not_found_ ABSL_GUARDED_BY(mu_) = false;
   bool hold_ ABSL_GUARDED_BY(mu_) = false;
   bool held_ ABSL_GUARDED_BY(mu_) = false;
   std::pair<int64_t, std::string> regions_reply_ ABSL_GUARDED_BY(mu_);
