@@ -187,12 +187,14 @@ const std::vector<CommandDef>& Commands() {
        &RunLoad,
        "DIR"},
       {"save",
-       "save DIR (NAME... | --prefix=P) [--json]",
+       "save DIR (NAME... | --prefix=P) [--overwrite] [--json]",
        "save tensors at their current versions into a checkpoint directory "
        "under the workers' --checkpoint_root: each worker writes the shards "
-       "it holds into its own file, then the index files go in",
+       "it holds into its own file, then the index files go in. A "
+       "checkpoint in DIR that another principal saved is replaced only "
+       "with --overwrite",
        1,
-       {{"prefix", false}, {"json", true}},
+       {{"prefix", false}, {"overwrite", true}, {"json", true}},
        &RunSave,
        "DIR",
        /*more_positional=*/true},
@@ -1350,7 +1352,8 @@ absl::Status RunSave(const Invocation& inv, std::ostream& out) {
           if (!now.ok() || !now->running) return std::nullopt;
           return Progress::Sample{now->bytes_done, now->bytes_total};
         });
-    saved = client->SaveCheckpoint(dir, names, prefix.value_or(""));
+    saved = client->SaveCheckpoint(dir, names, prefix.value_or(""),
+                                   inv.GetBool("overwrite"));
   }
   TESSERA_ASSIGN_OR_RETURN(const Client::SaveStats stats, std::move(saved));
   if (inv.GetBool("json")) {

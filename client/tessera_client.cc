@@ -889,11 +889,12 @@ absl::StatusOr<Client::LoadStats> Client::LoadCheckpoint(
 
 absl::StatusOr<Client::SaveStats> Client::SaveCheckpoint(
     const std::string& dir, const std::vector<std::string>& names,
-    const std::string& prefix) {
+    const std::string& prefix, bool overwrite) {
   v1::SaveCheckpointRequest request;
   request.set_dir(dir);
   for (const std::string& name : names) request.add_names(name);
   request.set_prefix(prefix);
+  request.set_overwrite(overwrite);
   v1::SaveCheckpointResponse response;
   TESSERA_RETURN_IF_ERROR(
       Call(LongControlCall(*connection_), [&](grpc::ClientContext* context) {

@@ -242,9 +242,12 @@ class Client {
     int64_t files = 0;
     double seconds = 0;
   };
+  // A checkpoint already in `dir` that another principal saved (or that
+  // tessera did not save) is replaced only with `overwrite`: else
+  // ALREADY_EXISTS naming who saved it.
   absl::StatusOr<SaveStats> SaveCheckpoint(
       const std::string& dir, const std::vector<std::string>& names,
-      const std::string& prefix = "");
+      const std::string& prefix = "", bool overwrite = false);
 
   // How far the move of `name`'s bytes running now (a reshard, a repair, a
   // load or a save) has got; what a caller waiting on Reshard in another

@@ -61,9 +61,43 @@ absl::Status ClusterAuthority::ReplaceTokens(TokenTable tokens) {
         "authorization is off (started without --tokens)");
   }
   auto replacement = std::make_shared<const TokenTable>(std::move(tokens));
+  std::map<std::string, Role> now;
+  for (const Principal& p : replacement->principals()) now[p.name] = p.role;
+  const int64_t at = absl::ToUnixMillis(clock_());
+  const int64_t horizon = RevocationHorizonMs();
   absl::MutexLock lock(&mu_);
+  // Bounded by the principals removed within a grant's lifetime.
+  for (auto it = revoked_.begin(); it != revoked_.end();) {
+    it = it->second < horizon ? revoked_.erase(it) : std::next(it);
+  }
+  if (tokens_ != nullptr) {
+    for (const Principal& p : tokens_->principals()) {
+      auto kept = now.find(p.name);
+      if (kept != now.end() && kept->second == p.role) continue;
+      revoked_[p.name] = at;
+      spdlog::info("principal '{}' {}: the grants it holds are revoked",
+                   p.name,
+                   kept == now.end() ? "was removed" : "has another role");
+    }
+  }
   tokens_ = std::move(replacement);
   return absl::OkStatus();
+}
+
+int64_t ClusterAuthority::RevocationHorizonMs() const {
+  // A grant lives kCapabilityLifetime: older revocations void nothing.
+  return absl::ToUnixMillis(clock_() - kCapabilityLifetime - absl::Minutes(1));
+}
+
+std::vector<std::pair<std::string, int64_t>> ClusterAuthority::Revoked()
+    const {
+  const int64_t horizon = RevocationHorizonMs();
+  std::vector<std::pair<std::string, int64_t>> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, at] : revoked_) {
+    if (at >= horizon) out.emplace_back(name, at);
+  }
+  return out;
 }
 
 std::shared_ptr<const TokenTable> ClusterAuthority::tokens() const {
@@ -127,26 +161,32 @@ std::string ClusterAuthority::Order(absl::string_view worker) const {
 std::string ClusterAuthority::Grant(absl::string_view worker,
                                     absl::string_view tensor, uint64_t version,
                                     uint64_t incarnation, uint32_t rights,
-                                    uint64_t change) const {
+                                    uint64_t change,
+                                    absl::string_view principal) const {
   Capability grant;
+  grant.principal = std::string(principal);
   grant.worker = std::string(worker);
   grant.tensor = std::string(tensor);
   grant.version = version;
   grant.incarnation = incarnation;
   grant.change = (rights & kRightWrite) != 0 ? change : 0;
   grant.rights = rights;
-  grant.expires_ms = absl::ToUnixMillis(clock_() + kCapabilityLifetime);
+  const absl::Time now = clock_();
+  grant.issued_ms = absl::ToUnixMillis(now);
+  grant.expires_ms = absl::ToUnixMillis(now + kCapabilityLifetime);
   return MintCapability(grant, WorkerKey(worker));
 }
 
 std::map<std::string, std::string> ClusterAuthority::GrantTensor(
-    const TensorMetadata& meta, uint32_t rights) const {
+    const TensorMetadata& meta, uint32_t rights,
+    absl::string_view principal) const {
   std::map<std::string, std::string> grants;
   for (const ShardInfo& shard : meta.shards) {
     for (const Replica& replica : shard.replicas) {
       if (grants.count(replica.worker) != 0) continue;
-      grants[replica.worker] = Grant(replica.worker, meta.name, meta.version,
-                                     meta.incarnation, rights, meta.change);
+      grants[replica.worker] =
+          Grant(replica.worker, meta.name, meta.version, meta.incarnation,
+                rights, meta.change, principal);
     }
   }
   return grants;

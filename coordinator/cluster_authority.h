@@ -40,9 +40,15 @@ class ClusterAuthority {
   bool authorization_on() const { return authorization_; }
 
   // Replaces the principals: callers are judged by `tokens` from now on
-  // (calls already admitted are not). FAILED_PRECONDITION when the
-  // authority was made without tokens (authorization stays off).
+  // (calls already admitted are not), and the grants of a principal
+  // removed or given another role are revoked (Revoked). FAILED_PRECONDITION
+  // when the authority was made without tokens (authorization stays off).
   absl::Status ReplaceTokens(TokenTable tokens) ABSL_LOCKS_EXCLUDED(mu_);
+  // The principals whose grants minted before a time are void: principal
+  // -> that time (Unix ms), kept while such a grant could be unexpired.
+  // Workers get it with every heartbeat (core/capability.h Revocations).
+  std::vector<std::pair<std::string, int64_t>> Revoked() const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Who is calling `full_method`, if the table lets them:
   // UNAUTHENTICATED without a valid token, PERMISSION_DENIED for a role
@@ -59,21 +65,27 @@ class ClusterAuthority {
   std::string Order(absl::string_view worker) const;
   // `rights` on `tensor` (incarnation `incarnation`) version `version` at
   // `worker`; a write grant names its put or update `change`.
+  // `principal`: whom for (empty: the coordinator's own moves).
   std::string Grant(absl::string_view worker, absl::string_view tensor,
                     uint64_t version, uint64_t incarnation, uint32_t rights,
-                    uint64_t change = 0) const;
+                    uint64_t change = 0,
+                    absl::string_view principal = "") const;
   // One grant per worker holding a shard of `meta` (a write grant names
-  // meta.change).
-  std::map<std::string, std::string> GrantTensor(const TensorMetadata& meta,
-                                                 uint32_t rights) const;
+  // meta.change), for `principal`.
+  std::map<std::string, std::string> GrantTensor(
+      const TensorMetadata& meta, uint32_t rights,
+      absl::string_view principal = "") const;
 
  private:
   std::shared_ptr<const TokenTable> tokens() const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t RevocationHorizonMs() const;
 
   const bool authorization_;
   mutable absl::Mutex mu_;
   // Null when authorization is off; replaced whole, never changed.
   std::shared_ptr<const TokenTable> tokens_ ABSL_GUARDED_BY(mu_);
+  // Principal -> Unix ms of its removal (or change of role).
+  std::map<std::string, int64_t> revoked_ ABSL_GUARDED_BY(mu_);
   const std::string secret_;
   const std::function<absl::Time()> clock_;
 };

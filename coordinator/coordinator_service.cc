@@ -91,9 +91,10 @@ absl::StatusOr<Principal> CoordinatorService::Admit(
 }
 
 void CoordinatorService::AddGrants(
-    const TensorMetadata& meta, uint32_t rights,
+    const TensorMetadata& meta, uint32_t rights, const Principal& principal,
     google::protobuf::RepeatedPtrField<v1::WorkerCapability>* out) const {
-  for (const auto& [worker, token] : authority_->GrantTensor(meta, rights)) {
+  for (const auto& [worker, token] :
+       authority_->GrantTensor(meta, rights, principal.name)) {
     v1::WorkerCapability* grant = out->Add();
     grant->set_worker(worker);
     grant->set_token(token);
@@ -199,6 +200,11 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context,
   response->mutable_free_shard_ids()->Assign(result.free_shard_ids.begin(),
                                              result.free_shard_ids.end());
   response->set_cluster_id(coordinator_->cluster_id());
+  for (const auto& [name, before_ms] : authority_->Revoked()) {
+    v1::Revocation* revoked = response->add_revoked();
+    revoked->set_principal(name);
+    revoked->set_before_ms(before_ms);
+  }
   return grpc::Status::OK;
 }
 
@@ -318,7 +324,7 @@ grpc::Status CoordinatorService::CreateTensor(
   // A put's client writes its shards once; everyone reads.
   AddGrants(**meta,
             request->pending() ? (kRightRead | kRightWrite) : kRightRead,
-            response->mutable_capabilities());
+            *principal, response->mutable_capabilities());
   releaser_.AfterReplyOf((*meta)->shards.size());
   // Only a reply shard by shard can be too large: packed ones are bounded
   // at create.
@@ -354,9 +360,8 @@ grpc::Status CoordinatorService::CommitTensor(
 grpc::Status CoordinatorService::GetTensor(grpc::ServerContext* context,
                                            const v1::GetTensorRequest* request,
                                            v1::GetTensorResponse* response) {
-  if (absl::StatusOr<Principal> p = Admit(context, "GetTensor"); !p.ok()) {
-    return ToGrpcStatus(p.status());
-  }
+  absl::StatusOr<Principal> principal = Admit(context, "GetTensor");
+  if (!principal.ok()) return ToGrpcStatus(principal.status());
   absl::StatusOr<TensorMetadata> meta =
       request->lease() ? coordinator_->GetTensorForRead(request->name())
                        : coordinator_->GetTensor(request->name());
@@ -368,7 +373,7 @@ grpc::Status CoordinatorService::GetTensor(grpc::ServerContext* context,
   TensorMetadataToProto(*meta, response->mutable_tensor(),
                         EncodingFor(request->packed_reply()));
   response->set_pending(coordinator_->PendingNote(request->name()));
-  AddGrants(*meta, kRightRead, response->mutable_capabilities());
+  AddGrants(*meta, kRightRead, *principal, response->mutable_capabilities());
   releaser_.AfterReplyOf(meta->shards.size());
   if (absl::Status size = CheckReplySize(
           *response,
@@ -571,6 +576,8 @@ grpc::Status CoordinatorService::SaveCheckpoint(
     args.dir = request->dir();
     args.prefix = request->prefix();
     args.stop = CallerStop(context);
+    args.principal = principal->name;
+    args.overwrite = request->overwrite();
     for (const std::string& name : request->names()) {
       TESSERA_RETURN_IF_ERROR(CheckTensorName(name));
       args.names.push_back(name);
@@ -615,7 +622,7 @@ grpc::Status CoordinatorService::UpdateTensor(
   TensorMetadataToProto(*staged->meta, response->mutable_tensor(),
                         EncodingFor(request->packed_reply()));
   // The caller writes N+1's new shards once; everyone reads.
-  AddGrants(*staged->meta, kRightRead | kRightWrite,
+  AddGrants(*staged->meta, kRightRead | kRightWrite, *principal,
             response->mutable_capabilities());
   response->set_shards_kept(staged->shards_kept);
   response->set_change_id(staged->meta->change);

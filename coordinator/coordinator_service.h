@@ -115,8 +115,9 @@ class CoordinatorService final : public v1::Coordinator::Service {
   // Every handler starts here: core/auth.h's table decides.
   absl::StatusOr<Principal> Admit(grpc::ServerContext* context,
                                   const char* method) const;
+  // Grants of `rights` on `meta` for `principal` (revoked with it).
   void AddGrants(
-      const TensorMetadata& meta, uint32_t rights,
+      const TensorMetadata& meta, uint32_t rights, const Principal& principal,
       google::protobuf::RepeatedPtrField<v1::WorkerCapability>* out) const;
 
   // OK, or RESOURCE_EXHAUSTED when `reply` is larger than one reply may be.

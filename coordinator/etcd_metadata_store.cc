@@ -234,22 +234,7 @@ absl::StatusOr<MetadataState> EtcdMetadataStore::Load() {
                            etcd_->Range(p + "format"));
   if (format.empty()) {
     // A new prefix: refused if anything else lives there.
-    // (The election's keys and the cluster secret may be there already.)
-    std::optional<std::string> any;
-    std::string from = p;
-    // (In key order.)
-    for (const std::string& allowed :
-         {p + kSecretKey, p + kElectionDir, PrefixEnd(p)}) {
-      TESSERA_ASSIGN_OR_RETURN(any, etcd_->FirstKey(from, allowed));
-      if (any.has_value()) break;
-      from = PrefixEnd(allowed);
-    }
-    if (any.has_value()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "etcd prefix ", p, " holds keys that are not tessera's metadata (",
-          absl::CHexEscape(any->substr(0, 128)),
-          "...): give a prefix of its own"));
-    }
+    TESSERA_RETURN_IF_ERROR(CheckNewPrefix());
     uint8_t raw[16];
     if (getrandom(raw, sizeof(raw), 0) != static_cast<ssize_t>(sizeof(raw))) {
       return absl::InternalError("cannot draw a cluster id");
@@ -292,6 +277,54 @@ absl::StatusOr<MetadataState> EtcdMetadataStore::Load() {
   followed_ = MetadataState();
   loaded_ = true;
   return state;
+}
+
+absl::Status EtcdMetadataStore::CheckNewPrefix() const {
+  const std::string& p = options_.prefix;
+  // The election's keys and the cluster secret may be there already.
+  std::optional<std::string> any;
+  std::string from = p;
+  // (In key order.)
+  for (const std::string& allowed :
+       {p + kSecretKey, p + kElectionDir, PrefixEnd(p)}) {
+    TESSERA_ASSIGN_OR_RETURN(any, etcd_->FirstKey(from, allowed));
+    if (any.has_value()) break;
+    from = PrefixEnd(allowed);
+  }
+  if (any.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "etcd prefix ", p, " holds keys that are not tessera's metadata (",
+        absl::CHexEscape(any->substr(0, 128)),
+        "...): give a prefix of its own"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EtcdMetadataStore::CheckPrefix() const {
+  const std::string& p = options_.prefix;
+  // Inside another cluster's prefix (its log, its election): a key written
+  // there would be read as that cluster's.
+  for (size_t slash = p.find('/'); slash + 1 < p.size();
+       slash = p.find('/', slash + 1)) {
+    const std::string outer = p.substr(0, slash + 1);
+    TESSERA_ASSIGN_OR_RETURN(std::vector<mvccpb::KeyValue> format,
+                             etcd_->Range(outer + "format"));
+    if (!format.empty() && format.front().value() == kFormat) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "etcd prefix ", p, " lies inside the tessera metadata of prefix ",
+          outer, ": give a prefix of its own, outside every other"));
+    }
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::vector<mvccpb::KeyValue> format,
+                           etcd_->Range(p + "format"));
+  if (format.empty()) return CheckNewPrefix();
+  if (format.front().value() != kFormat) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("etcd prefix ", p, " holds metadata of format '",
+                     absl::CHexEscape(format.front().value().substr(0, 64)),
+                     "', not '", kFormat, "'"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status EtcdMetadataStore::Follow() {

@@ -91,6 +91,14 @@ class EtcdMetadataStore : public MetadataStore {
   void SetFence(std::string key, int64_t revision) ABSL_LOCKS_EXCLUDED(mu_);
   const std::string& prefix() const { return options_.prefix; }
 
+  // Reads, and writes nothing: OK when the prefix is tessera's metadata
+  // of this format, or new (nothing there but what a coordinator of it
+  // writes before its metadata: the election and the cluster secret), and
+  // lies inside no other tessera prefix. FAILED_PRECONDITION otherwise,
+  // saying what is there. A coordinator checks it before it stands for
+  // leader, so that a wrong --metadata leaves no key behind.
+  absl::Status CheckPrefix() const ABSL_LOCKS_EXCLUDED(mu_);
+
   // The cluster secret of the prefix, drawn (`bytes` random bytes) by the
   // first coordinator that asks. Fenced like every write.
   absl::StatusOr<std::string> LoadOrMakeSecret(size_t bytes)
@@ -121,6 +129,9 @@ class EtcdMetadataStore : public MetadataStore {
     uint64_t seq = 0;
     std::string value;  // what was sent for P/log/seq
   };
+  // A prefix with no format key holds nothing else than what its
+  // coordinators write before the metadata (FAILED_PRECONDITION if it does).
+  absl::Status CheckNewPrefix() const;
   std::string LogKey(uint64_t seq) const;
   std::string ChunkKey(absl::string_view kind, uint64_t id, int64_t k) const;
   // A transaction of `ops` (and `compares`) guarded by the fence.

@@ -211,9 +211,10 @@ absl::Status GrpcWorkerControl::WriteCheckpointFile(
 
 absl::Status GrpcWorkerControl::RemoveCheckpointFiles(
     const WorkerRef& worker, const std::string& dir,
-    const std::vector<std::string>& names) {
+    const std::vector<std::string>& names, const std::string& save_id) {
   v1::RemoveCheckpointFilesRequest request;
   request.set_dir(dir);
+  request.set_save_id(save_id);
   for (const std::string& name : names) request.add_names(name);
   v1::RemoveCheckpointFilesResponse response;
   auto stub = v1::Worker::NewStub(channels_.Get(worker.address));

@@ -297,11 +297,17 @@ int Run() {
                     std::string(up.message()));
       return 1;
     }
-    leadership = std::make_unique<EtcdLeadership>(etcd, target->prefix,
-                                                  advertise, leader_lease);
     EtcdStoreOptions store_options;
     store_options.prefix = target->prefix;
     etcd_store = std::make_unique<EtcdMetadataStore>(etcd, store_options);
+    // Before any key is written (the election's, the secret): a prefix of
+    // another cluster, or inside one, is refused untouched.
+    if (absl::Status prefix = etcd_store->CheckPrefix(); !prefix.ok()) {
+      spdlog::error("--metadata: {}", std::string(prefix.message()));
+      return 1;
+    }
+    leadership = std::make_unique<EtcdLeadership>(etcd, target->prefix,
+                                                  advertise, leader_lease);
     // Standing by, this coordinator answers on its port, naming the leader
     // (no call runs), and follows the metadata so that it takes over
     // without reading it all.

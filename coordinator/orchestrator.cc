@@ -1141,14 +1141,31 @@ absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
     metas.push_back(*meta);
     FillWorkerState(&metas.back());
   }
-  // What an earlier checkpoint in the directory stored: its files go once
-  // the new index is in (none: a new directory, or not a saved one).
+  // An earlier checkpoint in the directory is replaced only when the same
+  // principal saved it, or when told to. Its files go once the new index is
+  // in, and only those its save wrote (named by its id, and marked with it
+  // inside: the worker checks): never a file tessera did not write.
   absl::flat_hash_set<std::string> earlier_files;
+  std::string earlier_save_id;
   if (absl::StatusOr<CheckpointListing> earlier = ListCheckpoint(args.dir);
       earlier.ok()) {
+    const bool own = !earlier->save_id.empty() &&
+                     earlier->saved_by == args.principal;
+    if (!own && !args.overwrite) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "save: '", args.dir, "' already holds a checkpoint",
+          earlier->save_id.empty()
+              ? std::string(" that tessera save did not write")
+              : absl::StrCat(" saved by '", earlier->saved_by, "'"),
+          "; give --overwrite to replace it"));
+    }
+    earlier_save_id = earlier->save_id;
     for (const CheckpointEntry& e : earlier->entries) {
-      for (const StoredPiece& piece : e.pieces)
-        earlier_files.insert(piece.file);
+      for (const StoredPiece& piece : e.pieces) {
+        if (IsSavedFileOf(piece.file, earlier_save_id)) {
+          earlier_files.insert(piece.file);
+        }
+      }
     }
   }
 
@@ -1221,6 +1238,8 @@ absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
   const std::string save_id =
       absl::StrFormat("%08x", absl::Uniform<uint32_t>(absl::BitGen()));
   file_metadata.emplace_back(kSavePartKey, save_id);
+  listing.save_id = save_id;
+  listing.saved_by = args.principal;
   struct File {
     std::string name;
     std::vector<size_t> items;  // into planned[address]
@@ -1232,9 +1251,10 @@ absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
     for (size_t i = 0; i < items.size(); ++i) {
       if (list.empty() || bytes + items[i].bytes > kSaveFileBytes ||
           static_cast<int64_t>(list.back().items.size()) >= kSaveFileItems) {
-        list.push_back({absl::StrCat(worker_names[address], "-", save_id, "-",
-                                     list.size(), ".safetensors"),
-                        {}});
+        list.push_back(
+            {SavedFileName(worker_names[address], save_id,
+                           static_cast<int64_t>(list.size())),
+             {}});
         bytes = 0;
       }
       list.back().items.push_back(i);
@@ -1306,7 +1326,7 @@ absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
     for (size_t w = 0; w < addresses.size(); ++w) {
       if (written[w].empty()) continue;
       const WorkerRef worker{worker_names.at(addresses[w]), addresses[w]};
-      workers_->RemoveCheckpointFiles(worker, args.dir, written[w])
+      workers_->RemoveCheckpointFiles(worker, args.dir, written[w], save_id)
           .IgnoreError();
     }
   };
@@ -1348,7 +1368,8 @@ absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
     const std::vector<std::string> gone(earlier_files.begin(),
                                         earlier_files.end());
     if (absl::Status s =
-            workers_->RemoveCheckpointFiles(*writer, args.dir, gone);
+            workers_->RemoveCheckpointFiles(*writer, args.dir, gone,
+                                            earlier_save_id);
         !s.ok()) {
       spdlog::warn("save '{}': the earlier checkpoint's files stay: {}",
                    args.dir, s.ToString());

@@ -99,6 +99,11 @@ struct SaveArgs {
   std::vector<std::string> names;
   std::string prefix;
   StopCondition stop;
+  // Who asks (recorded in tessera.json); a checkpoint in `dir` saved by
+  // another principal, or not by tessera, is replaced only with
+  // `overwrite`.
+  std::string principal;
+  bool overwrite = false;
 };
 struct SaveResult {
   std::vector<std::string> tensors;  // in the order asked (else the table's)

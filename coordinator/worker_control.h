@@ -140,9 +140,11 @@ class WorkerControl {
                                            const std::string& content) {
     return absl::FailedPreconditionError("no checkpoints here");
   }
+  // Removes those of `names` in `dir` that the save `save_id` wrote (their
+  // header says so); others are left alone.
   virtual absl::Status RemoveCheckpointFiles(
       const WorkerRef& worker, const std::string& dir,
-      const std::vector<std::string>& names) {
+      const std::vector<std::string>& names, const std::string& save_id) {
     return absl::FailedPreconditionError("no checkpoints here");
   }
 };

@@ -127,8 +127,9 @@ class HeldShardTracker : public WorkerControl {
   }
   absl::Status RemoveCheckpointFiles(
       const WorkerRef& worker, const std::string& dir,
-      const std::vector<std::string>& names) override {
-    return inner_->RemoveCheckpointFiles(worker, dir, names);
+      const std::vector<std::string>& names,
+      const std::string& save_id) override {
+    return inner_->RemoveCheckpointFiles(worker, dir, names, save_id);
   }
 
   // The worker holds exactly `held` (a registration, or a list it sent).

@@ -46,7 +46,7 @@ const absl::flat_hash_map<std::string, Role>& MethodTable() {
       {"/tessera.v1.Coordinator/ReshardTensor", Role::kWrite},
       {"/tessera.v1.Coordinator/DescribeCheckpoint", Role::kWrite},
       {"/tessera.v1.Coordinator/LoadCheckpoint", Role::kWrite},
-      {"/tessera.v1.Coordinator/SaveCheckpoint", Role::kRead},
+      {"/tessera.v1.Coordinator/SaveCheckpoint", Role::kWrite},
       {"/tessera.v1.Coordinator/UpdateTensor", Role::kWrite},
       {"/tessera.v1.Coordinator/SetWorkerState", Role::kAdmin},
       {"/tessera.v1.Coordinator/RemoveWorker", Role::kAdmin},
@@ -98,6 +98,13 @@ std::vector<std::string> MethodsWithRoles() {
   std::vector<std::string> methods;
   for (const auto& [method, role] : MethodTable()) methods.push_back(method);
   return methods;
+}
+
+std::vector<Principal> TokenTable::principals() const {
+  std::vector<Principal> out;
+  out.reserve(entries_.size());
+  for (const Entry& e : entries_) out.push_back(e.principal);
+  return out;
 }
 
 absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text) {

@@ -58,6 +58,8 @@ class TokenTable {
   std::optional<Principal> Authenticate(absl::string_view secret) const;
 
   size_t size() const { return entries_.size(); }
+  // Every principal, in the file's order.
+  std::vector<Principal> principals() const;
 
  private:
   struct Entry {

@@ -28,10 +28,11 @@ std::string Hmac(absl::string_view key, absl::string_view data) {
 
 // Fields are length-prefixed so no name can shift another field.
 std::string Encode(const Capability& c) {
-  return absl::StrCat("v2|", c.worker.size(), ":", c.worker, "|",
-                      c.tensor.size(), ":", c.tensor, "|", c.version, "|",
-                      c.incarnation, "|", c.change, "|", c.rights, "|",
-                      c.expires_ms);
+  return absl::StrCat("v3|", c.worker.size(), ":", c.worker, "|",
+                      c.tensor.size(), ":", c.tensor, "|", c.principal.size(),
+                      ":", c.principal, "|", c.version, "|", c.incarnation,
+                      "|", c.change, "|", c.rights, "|", c.expires_ms, "|",
+                      c.issued_ms);
 }
 
 bool TakeString(absl::string_view* in, std::string* out) {
@@ -49,17 +50,23 @@ bool TakeString(absl::string_view* in, std::string* out) {
 }
 
 bool Decode(absl::string_view in, Capability* c) {
-  if (in.substr(0, 3) != "v2|") return false;
+  // v2: minted before grants named their principal (a coordinator not yet
+  // upgraded); read as minted for none.
+  const bool v3 = in.substr(0, 3) == "v3|";
+  if (!v3 && in.substr(0, 3) != "v2|") return false;
   in.remove_prefix(3);
   if (!TakeString(&in, &c->worker) || !TakeString(&in, &c->tensor)) {
     return false;
   }
+  if (v3 && !TakeString(&in, &c->principal)) return false;
   std::vector<absl::string_view> rest = absl::StrSplit(in, '|');
-  return rest.size() == 5 && absl::SimpleAtoi(rest[0], &c->version) &&
+  return rest.size() == (v3 ? 6u : 5u) &&
+         absl::SimpleAtoi(rest[0], &c->version) &&
          absl::SimpleAtoi(rest[1], &c->incarnation) &&
          absl::SimpleAtoi(rest[2], &c->change) &&
          absl::SimpleAtoi(rest[3], &c->rights) &&
-         absl::SimpleAtoi(rest[4], &c->expires_ms);
+         absl::SimpleAtoi(rest[4], &c->expires_ms) &&
+         (!v3 || absl::SimpleAtoi(rest[5], &c->issued_ms));
 }
 
 absl::Status Denied(absl::string_view why) {
@@ -167,6 +174,35 @@ absl::StatusOr<Capability> CapabilityVerifier::Verify(absl::string_view token,
 size_t CapabilityVerifier::remembered() const {
   absl::MutexLock lock(&mu_);
   return verified_.size();
+}
+
+void Revocations::Set(std::vector<std::pair<std::string, int64_t>> revoked) {
+  // The newest kept when there are too many.
+  if (revoked.size() > kMaxEntries) {
+    std::nth_element(
+        revoked.begin(), revoked.begin() + kMaxEntries, revoked.end(),
+        [](const auto& a, const auto& b) { return a.second > b.second; });
+    revoked.resize(kMaxEntries);
+  }
+  absl::flat_hash_map<std::string, int64_t> next;
+  for (auto& [principal, before] : revoked) {
+    int64_t& at = next[std::move(principal)];
+    at = std::max(at, before);
+  }
+  absl::MutexLock lock(&mu_);
+  before_ms_ = std::move(next);
+}
+
+absl::Status Revocations::Check(const Capability& capability) const {
+  if (capability.principal.empty()) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  auto it = before_ms_.find(capability.principal);
+  if (it == before_ms_.end() || capability.issued_ms > it->second) {
+    return absl::OkStatus();
+  }
+  return Denied(absl::StrCat("principal '", capability.principal,
+                             "' was removed from the coordinator's tokens "
+                             "after it was issued"));
 }
 
 std::string DeriveWorkerKey(absl::string_view cluster_secret,

@@ -40,6 +40,12 @@ struct Capability {
   uint64_t change = 0;
   uint32_t rights = 0;     // Right bits
   int64_t expires_ms = 0;  // Unix time in milliseconds
+  // Whom a grant was minted for (a --tokens principal; empty for orders,
+  // the coordinator's own moves, and clusters without tokens), and when:
+  // a worker refuses grants of a principal removed after they were minted
+  // (Revocations).
+  std::string principal;
+  int64_t issued_ms = 0;
 
   bool Allows(Right right) const { return (rights & right) != 0; }
 };
@@ -89,6 +95,28 @@ class CapabilityVerifier {
   std::string key_ ABSL_GUARDED_BY(mu_);  // what the entries verified under
   std::string worker_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Capability> verified_ ABSL_GUARDED_BY(mu_);
+};
+
+// Principals removed from the coordinator's --tokens (or given another
+// role): grants minted for `principal` at or before `before_ms` are void.
+// The coordinator sends them to workers with every heartbeat, for as long
+// as such a grant could still be unexpired. Thread-safe.
+class Revocations {
+ public:
+  // Most principals remembered (the newest kept).
+  static constexpr size_t kMaxEntries = 4096;
+
+  // Replaces what is revoked with `revoked`: principal -> before_ms.
+  void Set(std::vector<std::pair<std::string, int64_t>> revoked)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // PERMISSION_DENIED when `capability` was minted for a principal revoked
+  // after its minting.
+  absl::Status Check(const Capability& capability) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, int64_t> before_ms_ ABSL_GUARDED_BY(mu_);
 };
 
 // The key worker `worker` signs and checks with, from the cluster secret.

@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "core/checked_math.h"
 #include "core/dtype.h"
 #include "core/shard_layout.h"
@@ -126,6 +127,27 @@ absl::StatusOr<std::vector<std::string>> ParseHfIndex(absl::string_view text) {
   return files;
 }
 
+std::string SavedFileName(absl::string_view worker, absl::string_view save_id,
+                          int64_t k) {
+  return absl::StrCat(worker, "-", save_id, "-", k, ".safetensors");
+}
+
+bool IsSavedFileOf(absl::string_view file, absl::string_view save_id) {
+  if (save_id.empty() || !absl::ConsumeSuffix(&file, ".safetensors")) {
+    return false;
+  }
+  const size_t dash = file.rfind('-');
+  if (dash == absl::string_view::npos || dash + 1 == file.size()) return false;
+  const absl::string_view k = file.substr(dash + 1);
+  if (!std::all_of(k.begin(), k.end(),
+                   [](char c) { return c >= '0' && c <= '9'; })) {
+    return false;
+  }
+  file = file.substr(0, dash);
+  return absl::ConsumeSuffix(&file, save_id) && absl::ConsumeSuffix(&file, "-") &&
+         !file.empty();
+}
+
 std::string HfIndexJson(const CheckpointListing& listing) {
   Json json;
   int64_t total = 0;
@@ -145,6 +167,8 @@ std::string TesseraIndexJson(const CheckpointListing& listing) {
   for (const auto& [key, value] : listing.metadata) metadata[key] = value;
   std::string out = absl::StrCat(
       "{\"format\": \"", kFormat, "\", \"version\": ", kFormatVersion,
+      ", \"save_id\": ", Json(listing.save_id).dump(),
+      ", \"saved_by\": ", Json(listing.saved_by).dump(),
       ", \"metadata\": ", metadata.dump(), ",\n \"tensors\": [");
   for (size_t t = 0; t < listing.entries.size(); ++t) {
     const CheckpointEntry& e = listing.entries[t];
@@ -185,6 +209,19 @@ absl::StatusOr<CheckpointListing> ParseTesseraIndex(absl::string_view text) {
                                         kFormatVersion, ")"));
   }
   CheckpointListing listing;
+  // Who saved it (absent before these were kept: then empty).
+  for (auto [key, out] : {std::pair<const char*, std::string*>{
+                              "save_id", &listing.save_id},
+                          {"saved_by", &listing.saved_by}}) {
+    const Json& value = Field(json, key);
+    if (value.is_null()) continue;
+    if (!value.is_string() || value.get_ref<const std::string&>().size() >
+                                  kMaxSavedByBytes) {
+      return CheckpointError(absl::StrCat(kTesseraIndexName, ": \"", key,
+                                          "\" is not a short string"));
+    }
+    *out = value.get<std::string>();
+  }
   if (const Json& metadata = Field(json, "metadata"); !metadata.is_null()) {
     if (!metadata.is_object()) {
       return CheckpointError(

@@ -43,6 +43,14 @@ inline constexpr int64_t kMaxCheckpointIndexBytes = int64_t{48} << 20;
 inline constexpr int64_t kMaxCheckpointFiles = 4096;
 // Most pieces a tessera.json may list, all tensors together.
 inline constexpr int64_t kMaxCheckpointPieces = int64_t{1} << 20;
+// Longest "save_id" or "saved_by" (a principal's name) a tessera.json
+// holds.
+inline constexpr int64_t kMaxSavedByBytes = 256;
+// The name of file `k` a save of id `save_id` writes for worker `worker`,
+// and whether `file` is one of them (any worker, any k).
+std::string SavedFileName(absl::string_view worker, absl::string_view save_id,
+                          int64_t k);
+bool IsSavedFileOf(absl::string_view file, absl::string_view save_id);
 // Most dims a stored tensor has.
 inline constexpr int64_t kMaxCheckpointRank = 64;
 

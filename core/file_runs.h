@@ -57,6 +57,11 @@ struct CheckpointListing {
   std::vector<CheckpointEntry> entries;  // by file, each file in data order
   // The first file's "__metadata__", in its order.
   std::vector<std::pair<std::string, std::string>> metadata;
+  // A tessera.json's: the save that wrote it (its files carry the id as
+  // "__metadata__" kSavePartKey) and the principal that asked for it.
+  // Empty for other checkpoints (and saves before these were kept).
+  std::string save_id;
+  std::string saved_by;
 };
 
 // `length` bytes at `file_offset` in the file land at byte `shard_offset`

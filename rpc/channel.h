@@ -105,6 +105,9 @@ struct ServerOptions {
   // holds at most `max_health_connections`. 0: no bound. Either way a
   // port keeps accepting after the process ran out of descriptors.
   int max_connections = 16384;
+  // Most of those one peer host (IP address) holds, so that one host
+  // flooding the port leaves room for the others. 0: no bound of its own.
+  int max_connections_per_peer = 1024;
   int max_health_connections = 64;
   // A connection whose TLS and HTTP/2 handshakes have not finished this
   // long after it was accepted is closed (gRPC's default: 120 s), so

@@ -118,21 +118,23 @@ bool LeaderChannels::After(
     leader.assign(it->second.data(), it->second.size());
   }
   const auto named = std::find(addresses_.begin(), addresses_.end(), leader);
-  // A leader this client cannot connect to is one that just died, named
-  // until its lease runs out: as good as none.
-  const bool reachable =
-      named != addresses_.end() &&
-      channel(static_cast<size_t>(named - addresses_.begin()))
-              ->GetState(false) != GRPC_CHANNEL_TRANSIENT_FAILURE;
-  if (reachable) {
+  const size_t named_index = static_cast<size_t>(named - addresses_.begin());
+  // Followed only to another listed address that this client can connect
+  // to: a standby that names itself (a stale or hostile answer) or a leader
+  // that just died (named until its lease runs out) is as good as none.
+  const bool follow =
+      named != addresses_.end() && named_index != i &&
+      channel(named_index)->GetState(false) != GRPC_CHANNEL_TRANSIENT_FAILURE;
+  if (follow) {
     absl::MutexLock lock(&mu_);
-    current_ = static_cast<size_t>(named - addresses_.begin());
-  } else if (leader.empty() || named != addresses_.end()) {
-    // None leads yet: this standby may be the one that will.
-    absl::SleepFor(std::min(kNoLeaderPause, deadline - absl::Now()));
+    current_ = named_index;
   } else {
-    // A leader under a name this client was not given: find it by asking.
+    // No leader to follow: ask the next listed address (the leader may be
+    // one this standby does not know of yet, or under a name this client
+    // was not given), calmly, so that a round of standbys with no leader
+    // among them is not a hot loop.
     PassOver(i);
+    absl::SleepFor(std::min(kNoLeaderPause, deadline - absl::Now()));
   }
   return absl::Now() < deadline;
 }

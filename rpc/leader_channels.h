@@ -4,8 +4,10 @@
 // goes to one address at a time, and Call (rpc/call.h) moves it on:
 //  * a standby answers UNAVAILABLE with the trailer `tessera-standby` and,
 //    once a leader serves, `tessera-leader: ADDRESS`: the call, which was
-//    not run, goes to that address at once, or waits a moment while no one
-//    leads;
+//    not run, goes to that address at once when it is another listed one
+//    that connects; otherwise (no leader named, the standby itself named,
+//    an unlisted or dead address) to the next listed address after a
+//    moment, so that no answer holds a call on one address or spins;
 //  * an address not connected within a short wait (dead, hung, not yet
 //    listening) is passed over for the next, and so is one whose call
 //    failed in transport.

@@ -214,5 +214,62 @@ TEST(LeaderChannelsMakeTest, NeedsTwoOrMoreHostPorts) {
                        HasSubstr("'nope' is not HOST:PORT")));
 }
 
+// A standby that names itself as the leader (a stale answer, or a process
+// that only pretends to stand by) neither holds the call nor spins on it:
+// the next listed address, the leader, runs it.
+TEST_F(LeaderChannelsTest, AStandbyThatNamesItselfIsPassedOver) {
+  RunningServer leader = StartLeader();
+  CountingStandby standby("standby");
+  RunningServer standing = StartStandby(&standby);
+  standby.SetLeader(Local(standing.port));
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<LeaderChannels> leaders,
+      LeaderChannels::Make(
+          absl::StrCat(Local(standing.port), ",", Local(leader.port)), {}));
+  LeaderStubs<v1::Worker> stubs(leaders.get());
+  EXPECT_THAT(FreeShards(leaders.get(), &stubs, absl::Seconds(5)), IsOk());
+  EXPECT_EQ(leader_.calls.load(), 1);
+  EXPECT_EQ(standby.calls.load(), 1);
+  EXPECT_EQ(leaders->current(), 1u);
+}
+
+// A standby that names no leader does not keep the call either: another
+// listed address may lead already.
+TEST_F(LeaderChannelsTest, AStandbyThatNamesNoLeaderIsPassedOver) {
+  RunningServer leader = StartLeader();
+  CountingStandby standby("standby");
+  RunningServer standing = StartStandby(&standby);
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<LeaderChannels> leaders,
+      LeaderChannels::Make(
+          absl::StrCat(Local(standing.port), ",", Local(leader.port)), {}));
+  LeaderStubs<v1::Worker> stubs(leaders.get());
+  EXPECT_THAT(FreeShards(leaders.get(), &stubs, absl::Seconds(5)), IsOk());
+  EXPECT_EQ(leader_.calls.load(), 1);
+  EXPECT_EQ(standby.calls.load(), 1);
+}
+
+// Two standbys naming each other's address or themselves, and no leader:
+// the call fails at its deadline having asked each a few times a second,
+// not thousands.
+TEST_F(LeaderChannelsTest, StandbysThatNameThemselvesAreNotAHotLoop) {
+  CountingStandby first("standby");
+  CountingStandby second("standby");
+  RunningServer a = StartStandby(&first);
+  RunningServer b = StartStandby(&second);
+  first.SetLeader(Local(a.port));
+  second.SetLeader(Local(b.port));
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<LeaderChannels> leaders,
+      LeaderChannels::Make(absl::StrCat(Local(a.port), ",", Local(b.port)),
+                           {}));
+  LeaderStubs<v1::Worker> stubs(leaders.get());
+  EXPECT_THAT(FreeShards(leaders.get(), &stubs, absl::Seconds(1)),
+              StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_GE(first.calls.load(), 2);
+  EXPECT_GE(second.calls.load(), 2);
+  EXPECT_LE(first.calls.load() + second.calls.load(), 40);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -13,9 +13,11 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -67,63 +69,134 @@ class RateLimitedLog {
   std::atomic<int64_t> pending_{0};
 };
 
+// A connection's peer host: the address bytes (4 or 16) of its IP, or
+// empty when it has none (the bound per peer does not apply).
+std::string PeerOf(const sockaddr* addr, socklen_t len) {
+  if (addr == nullptr) return std::string();
+  if (addr->sa_family == AF_INET && len >= sizeof(sockaddr_in)) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(addr);
+    return std::string(reinterpret_cast<const char*>(&in->sin_addr), 4);
+  }
+  if (addr->sa_family == AF_INET6 && len >= sizeof(sockaddr_in6)) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(addr);
+    // An IPv4 peer on a dual-stack port is the same host as over IPv4.
+    if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
+      return std::string(
+          reinterpret_cast<const char*>(&in6->sin6_addr) + 12, 4);
+    }
+    return std::string(reinterpret_cast<const char*>(&in6->sin6_addr), 16);
+  }
+  return std::string();
+}
+
+// The peer of accepted connection `fd` (when accept4 was not asked for it).
+std::string PeerOfDescriptor(int fd) {
+  sockaddr_storage addr;
+  socklen_t len = sizeof(addr);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    return std::string();
+  }
+  return PeerOf(reinterpret_cast<const sockaddr*>(&addr), len);
+}
+
 struct Guarded {
   std::atomic<int> port{0};  // 0: a free slot
   std::atomic<int> max_connections{0};
+  std::atomic<int> max_per_peer{0};
   std::atomic<const char*> what{""};
   std::atomic<int64_t> accepted{0};
   std::atomic<int64_t> refused_over_limit{0};
   std::atomic<int64_t> refused_no_descriptors{0};
+  std::atomic<int64_t> refused_per_peer{0};
   RateLimitedLog limit_log;
+  RateLimitedLog peer_log;
   RateLimitedLog descriptor_log;
 
+  struct Connection {
+    ino_t inode;
+    std::string peer;
+  };
   // Invariant: `open` maps each descriptor accepted on the port (and not
-  // seen closed) to its socket's inode; an entry whose descriptor now names
-  // another inode, or none, is a closed connection not pruned yet.
+  // seen closed) to its socket's inode and peer host; an entry whose
+  // descriptor now names another inode, or none, is a closed connection
+  // not pruned yet. `per_peer` counts the entries of `open` by peer (none
+  // for an empty peer).
   absl::Mutex mu;
-  absl::flat_hash_map<int, ino_t> open ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<int, Connection> open ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<std::string, int64_t> per_peer ABSL_GUARDED_BY(mu);
   absl::Time last_prune ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+
+  void EraseLocked(absl::flat_hash_map<int, Connection>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (!it->second.peer.empty()) {
+      auto count = per_peer.find(it->second.peer);
+      if (count != per_peer.end() && --count->second <= 0) {
+        per_peer.erase(count);
+      }
+    }
+    open.erase(it);
+  }
 
   void PruneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     for (auto it = open.begin(); it != open.end();) {
       struct stat st;
-      if (fstat(it->first, &st) != 0 || st.st_ino != it->second) {
-        open.erase(it++);
-      } else {
-        ++it;
+      auto here = it++;
+      if (fstat(here->first, &st) != 0 || st.st_ino != here->second.inode) {
+        EraseLocked(here);
       }
     }
     last_prune = absl::Now();
   }
 
-  // Records `fd`, just accepted; false when the port is at its bound (the
-  // caller closes it).
-  bool Admit(int fd) {
+  enum class Verdict { kAdmitted, kPortFull, kPeerFull };
+
+  // Records `fd`, just accepted from `peer`; kPortFull or kPeerFull when
+  // the port or that peer is at its bound (the caller closes it).
+  Verdict Admit(int fd, const std::string& peer) {
     struct stat st;
     const ino_t inode = fstat(fd, &st) == 0 ? st.st_ino : 0;
     const int max = max_connections.load();
+    const int peer_max = max_per_peer.load();
     absl::MutexLock lock(&mu);
-    open[fd] = inode;  // a reused descriptor replaces the closed one
-    if (max > 0 && static_cast<int64_t>(open.size()) > max) {
-      if (absl::Now() - last_prune >= kPruneEvery) PruneLocked();
-      if (static_cast<int64_t>(open.size()) > max) {
-        open.erase(fd);
-        return false;
+    // A reused descriptor replaces the closed connection it named.
+    if (auto old = open.find(fd); old != open.end()) EraseLocked(old);
+    auto full = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      if (max > 0 && static_cast<int64_t>(open.size()) >= max) {
+        return Verdict::kPortFull;
       }
+      if (peer_max > 0 && !peer.empty()) {
+        auto count = per_peer.find(peer);
+        if (count != per_peer.end() && count->second >= peer_max) {
+          return Verdict::kPeerFull;
+        }
+      }
+      return Verdict::kAdmitted;
+    };
+    Verdict verdict = full();
+    if (verdict != Verdict::kAdmitted &&
+        absl::Now() - last_prune >= kPruneEvery) {
+      PruneLocked();
+      verdict = full();
     }
-    return true;
+    if (verdict != Verdict::kAdmitted) return verdict;
+    open[fd] = Connection{inode, peer};
+    if (!peer.empty()) ++per_peer[peer];
+    return Verdict::kAdmitted;
   }
 
-  void Reset(int new_port, int max, const char* name) {
+  void Reset(int new_port, int max, int peer_max, const char* name) {
     {
       absl::MutexLock lock(&mu);
       open.clear();
+      per_peer.clear();
       last_prune = absl::InfinitePast();
     }
     accepted = 0;
     refused_over_limit = 0;
     refused_no_descriptors = 0;
+    refused_per_peer = 0;
     max_connections = max;
+    max_per_peer = peer_max;
     what = name;
     port = new_port;
   }
@@ -198,18 +271,35 @@ int GuardedAccept4(Guarded* guard, int listen_fd, sockaddr* addr,
     if (len != nullptr) *len = len_in;
     const int conn = CallRealAccept4(listen_fd, addr, len, flags);
     if (conn >= 0) {
-      if (guard->Admit(conn)) {
+      const std::string peer = addr != nullptr && len != nullptr
+                                   ? PeerOf(addr, std::min(*len, len_in))
+                                   : PeerOfDescriptor(conn);
+      const Guarded::Verdict verdict = guard->Admit(conn, peer);
+      if (verdict == Guarded::Verdict::kAdmitted) {
         guard->accepted.fetch_add(1);
         return conn;
       }
       close(conn);
-      guard->refused_over_limit.fetch_add(1);
-      if (int64_t n = 0; guard->limit_log.Due(&n)) {
-        spdlog::warn(
-            "{} port {}: {} open, the most allowed (--max_connections): "
-            "refused {} connection(s) since the last such message",
-            guard->what.load(), guard->port.load(),
-            guard->max_connections.load(), n);
+      int64_t n = 0;
+      if (verdict == Guarded::Verdict::kPortFull) {
+        guard->refused_over_limit.fetch_add(1);
+        if (guard->limit_log.Due(&n)) {
+          spdlog::warn(
+              "{} port {}: {} open, the most allowed (--max_connections): "
+              "refused {} connection(s) since the last such message",
+              guard->what.load(), guard->port.load(),
+              guard->max_connections.load(), n);
+        }
+      } else {
+        guard->refused_per_peer.fetch_add(1);
+        if (guard->peer_log.Due(&n)) {
+          spdlog::warn(
+              "{} port {}: a peer holds {} connections, the most one host "
+              "may (--max_connections_per_peer): refused {} connection(s) "
+              "since the last such message",
+              guard->what.load(), guard->port.load(),
+              guard->max_per_peer.load(), n);
+        }
       }
       continue;  // the next pending one, or EAGAIN
     }
@@ -252,7 +342,8 @@ int GuardedAccept4(Guarded* guard, int listen_fd, sockaddr* addr,
 
 }  // namespace
 
-void GuardListener(int port, int max_connections, const char* what) {
+void GuardListener(int port, int max_connections, int max_per_peer,
+                   const char* what) {
   if (port <= 0) return;
   {
     absl::MutexLock lock(&reserve_mu);
@@ -262,7 +353,7 @@ void GuardListener(int port, int max_connections, const char* what) {
   Guarded* free_slot = nullptr;
   for (int i = 0; i < kMaxGuarded; ++i) {
     if (slots[i].port.load() == port) {
-      slots[i].Reset(port, max_connections, what);
+      slots[i].Reset(port, max_connections, max_per_peer, what);
       return;
     }
     if (free_slot == nullptr && slots[i].port.load() == 0) {
@@ -274,7 +365,7 @@ void GuardListener(int port, int max_connections, const char* what) {
                  port, kMaxGuarded);
     return;
   }
-  free_slot->Reset(port, max_connections, what);
+  free_slot->Reset(port, max_connections, max_per_peer, what);
   guarded_ports.fetch_add(1);
 }
 
@@ -299,6 +390,7 @@ ListenerStats GuardedListenerStats(int port) {
     stats.accepted = g.accepted.load();
     stats.refused_over_limit = g.refused_over_limit.load();
     stats.refused_no_descriptors = g.refused_no_descriptors.load();
+    stats.refused_per_peer = g.refused_per_peer.load();
     absl::MutexLock lock(&g.mu);
     if (absl::Now() - g.last_prune >= kPruneEvery) g.PruneLocked();
     stats.open = static_cast<int64_t>(g.open.size());

@@ -12,8 +12,10 @@
 // every caller (symbol interposition; the daemons link this library
 // whole), and acts only on the listening ports registered here, passing
 // every other call straight to libc. On a guarded port:
-//  * a connection beyond the port's `max_connections` is accepted and
-//    closed at once (the client sees the connection reset and retries);
+//  * a connection beyond the port's `max_connections`, or beyond
+//    `max_per_peer` from one peer host, is accepted and closed at once (the
+//    client sees the connection reset and retries): one host cannot take
+//    every connection of the port;
 //  * when the process is out of descriptors, one held in reserve is freed
 //    to accept and close the pending connections, and gRPC is told EAGAIN,
 //    so it keeps listening; the port serves again once descriptors are
@@ -39,14 +41,24 @@ struct ListenerStats {
   int64_t accepted = 0;                // connections handed to gRPC
   int64_t refused_over_limit = 0;      // closed at once: max_connections open
   int64_t refused_no_descriptors = 0;  // closed at once: out of descriptors
-  int64_t open = 0;                    // accepted ones still open
+  int64_t refused_per_peer = 0;  // closed at once: max_per_peer from its host
+  int64_t open = 0;              // accepted ones still open
+
+  // Connections the listener took from its backlog, kept or not: while
+  // this grows, the port's listener is alive (gRPC calls accept).
+  int64_t taken() const {
+    return accepted + refused_over_limit + refused_no_descriptors +
+           refused_per_peer;
+  }
 };
 
 // Guards the TCP listening port `port` (any address) of this process,
-// allowing `max_connections` open at once (0: no bound; out-of-descriptor
-// errors are handled either way). Replaces an earlier guard of the port.
-// `what` names the port in logs ("gRPC", "health").
-void GuardListener(int port, int max_connections, const char* what);
+// allowing `max_connections` open at once, at most `max_per_peer` of them
+// from one peer IP address (0: no bound; out-of-descriptor errors are
+// handled either way). Replaces an earlier guard of the port. `what` names
+// the port in logs ("gRPC", "health").
+void GuardListener(int port, int max_connections, int max_per_peer,
+                   const char* what);
 // Stops guarding `port` (its server stopped); unknown ports are fine.
 void ReleaseListener(int port);
 // Zeros when `port` is not guarded.

@@ -79,8 +79,14 @@ void ListenerProbe::Run() {
       if (stop_.HasBeenNotified()) return;
       in_flight_ = &context;
     }
+    const int64_t taken_before =
+        options_.connections_taken ? options_.connections_taken() : 0;
     absl::Status probe =
         Probe(address_, options_.credentials, options_.timeout, &context);
+    if (!probe.ok() && options_.connections_taken &&
+        options_.connections_taken() > taken_before) {
+      probe = absl::OkStatus();  // taken, then closed at a bound: alive
+    }
     {
       absl::MutexLock lock(&mu_);
       in_flight_ = nullptr;

@@ -5,7 +5,8 @@
 // a fresh connection to the port and calls grpc.health.v1.Health/Check
 // with `timeout`. Any answer from the server counts: a status, a refusal
 // (unauthenticated, permission denied, resource exhausted) or a failed TLS
-// handshake (an expired certificate is not a deaf listener). After
+// handshake (an expired certificate is not a deaf listener), and so does a
+// connection the listener took and closed at its bound. After
 // `failures` probes in a row got none, `on_dead` runs once, on the probe's
 // thread, and the probe stops.
 //
@@ -41,6 +42,12 @@ struct ListenerProbeOptions {
   // How the probe connects (ProbeCredentialsFor under TLS; null:
   // plaintext).
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // How many connections the port's listener has taken from its backlog so
+  // far (ListenerStats::taken; null: not known). A probe that got no
+  // answer while this grew still counts as answered: the listener took
+  // the probe's connection and closed it at a bound (a flood holds every
+  // connection the port allows), which is not a deaf listener.
+  std::function<int64_t()> connections_taken;
 };
 
 class ListenerProbe {

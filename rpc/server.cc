@@ -47,7 +47,8 @@ absl::StatusOr<RunningServer> StartServer(
     return absl::UnavailableError(absl::StrCat("cannot listen on ", listen,
                                                " (address in use or invalid)"));
   }
-  GuardListener(running.port, options.max_connections, "gRPC");
+  GuardListener(running.port, options.max_connections,
+                options.max_connections_per_peer, "gRPC");
   if (!options.health_listen.empty()) {
     if (!options.health) {
       return absl::InvalidArgumentError(
@@ -72,8 +73,9 @@ absl::StatusOr<RunningServer> StartServer(
           absl::StrCat("cannot listen on health address ",
                        options.health_listen, " (address in use or invalid)"));
     }
+    // The kubelet probes from its node's one address: no bound per peer.
     GuardListener(running.health_port, options.max_health_connections,
-                  "health");
+                  /*max_per_peer=*/0, "health");
   }
   running.SetServing(false);
   return running;

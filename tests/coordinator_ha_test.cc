@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/tessera_client.h"
+#include "coordinator/etcd_client.h"
 #include "coordinator/etcd_testutil.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -495,6 +496,67 @@ TEST(CoordinatorHaFlagsTest, BadMetadataFlagsAndAnUnreachableEtcdAreClear) {
             1);
   EXPECT_THAT(log + out, HasSubstr("etcd is unreachable"));
   EXPECT_THAT(log + out, HasSubstr(absl::StrCat("127.0.0.1:", closed)));
+}
+
+// A coordinator given a prefix that is not its own — another tool's keys,
+// or inside another cluster's metadata (its log, where a stray key would
+// stop that cluster's standby from following) — is refused before it writes
+// anything: no election key, no cluster secret.
+TEST(CoordinatorHaPrefixTest, AForeignOrNestedPrefixIsRefusedUntouched) {
+  testing::EtcdCluster etcd(1, "etcd-prefix");
+  ASSERT_TRUE(etcd.ready());
+  auto client =
+      std::make_shared<EtcdClient>(etcd.endpoints(), EtcdClientOptions{});
+  const std::string coordinator =
+      TestCluster::BinaryPath("coordinator/tessera-coordinator");
+  const std::string dir = std::getenv("TEST_TMPDIR");
+  // A real cluster on "ours": its prefix holds tessera's format key.
+  const int port = PickFreePort();
+  Daemon ours = Spawn({coordinator, absl::StrCat("--listen=127.0.0.1:", port),
+                       "--metadata=" + etcd.url("ours"), "--leader_lease=2s"},
+                      dir + "/prefix-ours.log");
+  bool formatted = false;
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(30);
+       !formatted && absl::Now() < give_up;
+       absl::SleepFor(absl::Milliseconds(100))) {
+    absl::StatusOr<std::vector<mvccpb::KeyValue>> format =
+        client->Range("ours/format");
+    formatted = format.ok() && !format->empty();
+  }
+  ASSERT_TRUE(formatted) << ReadFile(dir + "/prefix-ours.log");
+  // Another tool's keys.
+  {
+    etcdserverpb::TxnRequest txn;
+    auto* put = txn.add_success()->mutable_request_put();
+    put->set_key("foreign/settings");
+    put->set_value("x");
+    ASSERT_TRUE(client->Txn(txn).ok());
+  }
+  const std::pair<std::string, std::string> refused[] = {
+      {"foreign", "not tessera's metadata"},
+      {"ours/log", "lies inside the tessera metadata of prefix ours/"},
+      {"ours/election/x", "lies inside the tessera metadata of prefix ours/"},
+  };
+  for (const auto& [prefix, why] : refused) {
+    std::string log, out;
+    EXPECT_EQ(TestCluster::Run(
+                  {coordinator,
+                   absl::StrCat("--listen=127.0.0.1:", PickFreePort()),
+                   "--metadata=" + etcd.url(prefix), "--leader_lease=2s"},
+                  &log, &out),
+              1)
+        << prefix;
+    EXPECT_THAT(log + out, HasSubstr(why)) << prefix;
+    for (const std::string key :
+         {prefix + "/cluster_secret", prefix + "/election/"}) {
+      absl::StatusOr<std::optional<std::string>> any =
+          client->FirstKey(key, PrefixEnd(key));
+      ASSERT_TRUE(any.ok());
+      EXPECT_FALSE(any->has_value()) << "written: " << **any;
+    }
+  }
+  kill(ours.pid, SIGKILL);
+  waitpid(ours.pid, nullptr, 0);
 }
 
 }  // namespace

@@ -5,15 +5,22 @@
 // client made under the same name; and a read grant reads only the tensor
 // it was issued for, not a later one of the same name. Every refused attack
 // leaves the data as it was.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "client/tessera_client.h"
 #include "core/auth.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/worker.grpc.pb.h"
@@ -55,9 +62,13 @@ class GrantTest : public ::testing::Test {
     }
     TestClusterOptions options;
     options.num_workers = 2;
-    options.coordinator_flags = {absl::StrCat("--tokens=", File("tokens"))};
+    // --tokens is read again every second (RevokedPrincipals edits it).
+    options.coordinator_flags = {absl::StrCat("--tokens=", File("tokens")),
+                                 "--reload_interval=1s"};
+    ASSERT_EQ(mkdir(File("ckpt").c_str(), 0755), 0);
     options.worker_flags = {
-        absl::StrCat("--token_file=", Dir(), "/{name}.token")};
+        absl::StrCat("--token_file=", Dir(), "/{name}.token"),
+        absl::StrCat("--checkpoint_root=", File("ckpt"))};
     options.client.token = Token("admin");
     auto cluster = TestCluster::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
@@ -311,6 +322,139 @@ TEST_F(GrantTest, AReadGrantReadsOnlyTheTensorItWasIssuedFor) {
                 now->shards[0].replicas[0].shard_id, grant, &got);
   EXPECT_EQ(read.error_code(), grpc::StatusCode::PERMISSION_DENIED)
       << read.error_message();
+}
+
+// A principal removed from --tokens loses what it was granted before: its
+// read grants (valid for an hour) are refused by the workers within a few
+// heartbeats of the coordinator's reload, and a principal added back gets
+// grants that work again.
+TEST_F(GrantTest, ARemovedPrincipalsGrantsDieWithinTheReloadInterval) {
+  auto admin = As("admin");
+  const std::vector<int8_t> bytes(8, 7);
+  ASSERT_TRUE(admin
+                  ->Put("revoked", {8}, DType::kInt8,
+                        reinterpret_cast<const char*>(bytes.data()),
+                        LayoutSpec::Chunk(0, Ranks({0})))
+                  .ok());
+  absl::StatusOr<TensorMetadata> meta = As("reader")->Describe("revoked");
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  const Replica& shard = meta->shards[0].replicas[0];
+  const std::string grant = meta->capabilities.at(shard.worker);
+  std::string got;
+  ASSERT_TRUE(ReadFirst(shard.address, shard.shard_id, grant, &got).ok());
+
+  // The operator removes "reader" (the file keeps its mode: rewritten).
+  std::string all;
+  {
+    std::ifstream in(File("tokens"));
+    all.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  std::string without;
+  for (absl::string_view line : absl::StrSplit(all, '\n')) {
+    if (!line.empty() && !absl::StartsWith(line, "reader ")) {
+      absl::StrAppend(&without, line, "\n");
+    }
+  }
+  ASSERT_NE(without.size(), all.size());
+  { std::ofstream(File("tokens"), std::ios::trunc) << without; }
+  grpc::Status read = grpc::Status::OK;
+  const absl::Time removed = absl::Now();
+  while (read.ok() && absl::Now() - removed < absl::Seconds(15)) {
+    absl::SleepFor(absl::Milliseconds(200));
+    read = ReadFirst(shard.address, shard.shard_id, grant, &got);
+  }
+  EXPECT_EQ(read.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+      << read.error_message();
+  EXPECT_THAT(read.error_message(), ::testing::HasSubstr("'reader'"));
+  // Every worker refuses it for good, not just one heartbeat's worth.
+  absl::SleepFor(absl::Seconds(2));
+  EXPECT_EQ(ReadFirst(shard.address, shard.shard_id, grant, &got).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  // Others are untouched.
+  EXPECT_TRUE(As("writer")->Get("revoked", std::nullopt).ok());
+
+  // Added back: new grants work, the old one stays dead.
+  { std::ofstream(File("tokens"), std::ios::trunc) << all; }
+  absl::StatusOr<TensorMetadata> again = absl::UnavailableError("not yet");
+  for (const absl::Time start = absl::Now();
+       !again.ok() && absl::Now() - start < absl::Seconds(15);) {
+    absl::SleepFor(absl::Milliseconds(200));
+    ClientOptions options;
+    options.token = Token("reader");
+    options.transport = "grpc";
+    auto reader = Client::Connect(cluster_->coordinator_address(), options);
+    if (reader.ok()) again = (*reader)->Describe("revoked");
+  }
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(ReadFirst(shard.address, shard.shard_id,
+                        again->capabilities.at(shard.worker), &got)
+                  .ok());
+  EXPECT_EQ(ReadFirst(shard.address, shard.shard_id, grant, &got).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+}
+
+// A safetensors file of one float32 entry `name` of 4 elements.
+void WriteModelFile(const std::string& path, const std::string& name) {
+  const std::string header = absl::StrCat(
+      "{\"", name, "\":{\"dtype\":\"F32\",\"shape\":[4],"
+      "\"data_offsets\":[0,16]}}");
+  std::string file(8, '\0');
+  for (int i = 0; i < 8; ++i) {
+    file[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  }
+  file += header;
+  file += std::string(16, '\x01');
+  std::ofstream(path, std::ios::binary) << file;
+}
+
+// Saving needs the write role; a save never replaces a checkpoint another
+// principal wrote (or one tessera did not write) unless told to, and then
+// removes only files its earlier save wrote.
+TEST_F(GrantTest, SavesNeedWriteAndReplaceOnlyWhatTheirPrincipalSaved) {
+  auto admin = As("admin");
+  const std::vector<int8_t> bytes(8, 5);
+  ASSERT_TRUE(admin
+                  ->Put("saved", {8}, DType::kInt8,
+                        reinterpret_cast<const char*>(bytes.data()),
+                        LayoutSpec::Chunk(0, Ranks({0, 1})))
+                  .ok());
+  // A reader may not save at all: nothing is written.
+  EXPECT_EQ(As("reader")->SaveCheckpoint("r", {"saved"}).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(access(File("ckpt/r").c_str(), F_OK), 0);
+
+  // writer's checkpoint: writer may save over it again, writer2 may not.
+  auto writer = As("writer");
+  ASSERT_TRUE(writer->SaveCheckpoint("d", {"saved"}).ok());
+  ASSERT_TRUE(writer->SaveCheckpoint("d", {"saved"}).ok());
+  absl::StatusOr<Client::SaveStats> other =
+      As("writer2")->SaveCheckpoint("d", {"saved"});
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(other.status().message()),
+              ::testing::AllOf(::testing::HasSubstr("'writer'"),
+                               ::testing::HasSubstr("--overwrite")));
+  // ... and writer's checkpoint is whole: it loads.
+  Client::LoadEntry entry;
+  entry.entry = "saved";
+  entry.tensor = "loaded";
+  entry.spec = LayoutSpec::Chunk(0, Ranks({1}));
+  ASSERT_TRUE(admin->LoadCheckpoint("d", {entry}).ok());
+  EXPECT_EQ(Contents("loaded"), bytes);
+  // Told to, writer2 replaces it.
+  EXPECT_TRUE(As("writer2")->SaveCheckpoint("d", {"saved"}, "", true).ok());
+
+  // A Hugging Face model directory: replaced only when told to, and even
+  // then its model file stays (tessera did not write it).
+  ASSERT_EQ(mkdir(File("ckpt/hf").c_str(), 0755), 0);
+  WriteModelFile(File("ckpt/hf/model.safetensors"), "w");
+  EXPECT_EQ(writer->SaveCheckpoint("hf", {"saved"}).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(writer->SaveCheckpoint("hf", {"saved"}, "", true).ok());
+  EXPECT_EQ(access(File("ckpt/hf/model.safetensors").c_str(), F_OK), 0);
+  // Saved files are readable by every user (a loader in another container).
+  struct stat st {};
+  ASSERT_EQ(stat(File("ckpt/hf/tessera.json").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0044, 0044u);
 }
 
 }  // namespace

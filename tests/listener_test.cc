@@ -6,6 +6,7 @@
 // new client, without a restart: gRPC 1.51's listener alone stops accepting
 // for good at the first EMFILE, while the heartbeats on the worker's open
 // connection keep it "alive".
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -27,6 +28,32 @@
 
 namespace tessera {
 namespace {
+
+// A connection from `source` (an address of the loopback range: another
+// host, as far as the worker can tell) to `address` that sends the HTTP/2
+// preface and then nothing; -1 when it could not connect.
+int HoldFrom(const char* source, const std::string& address) {
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  if (!absl::SimpleAtoi(address.substr(colon + 1), &port)) return -1;
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  inet_pton(AF_INET, source, &from.sin_addr);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  static constexpr char kPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+  if (bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
+      connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0 ||
+      send(fd, kPreface, sizeof(kPreface) - 1, MSG_NOSIGNAL) < 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
 
 int ConnectTo(const std::string& address) {
   const size_t colon = address.rfind(':');
@@ -113,6 +140,104 @@ TEST(ListenerTest, AWorkerRunOutOfDescriptorsServesNewClientsAfterwards) {
             0)
       << metrics;
   EXPECT_NE((*cluster)->worker_log(0).find("refused"), std::string::npos);
+}
+
+// A stranger holds a worker's gRPC port at its connection bound (no
+// certificate needed: connections that send only the HTTP/2 preface). One
+// host gets no more than its share, so other hosts keep being served; and
+// when several fill the port, the worker's own listener probe, closed at
+// the bound like everyone's, still counts the listener alive: the worker
+// keeps its shards and serves again once the flood ends.
+TEST(ListenerTest, AFloodAtTheConnectionBoundNeitherStarvesOtherHostsNorKillsTheWorker) {
+  TestClusterOptions options;
+  options.num_workers = 1;
+  const int metrics_port = PickFreePort();
+  options.worker_flags = {
+      "--ucx=false", "--max_connections=24", "--max_connections_per_peer=12",
+      "--listener_probe_interval=1s",
+      absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port)};
+  auto cluster = TestCluster::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ClientOptions client_options;
+  client_options.transport = "grpc";  // reads go through the worker's port
+  client_options.data_timeout = absl::Seconds(20);
+  auto read_back = [&]() -> absl::Status {
+    auto client =
+        Client::Connect((*cluster)->coordinator_address(), client_options);
+    if (!client.ok()) return client.status();
+    absl::StatusOr<HostArray> got = (*client)->Get("t", std::nullopt);
+    if (!got.ok()) return got.status();
+    for (int i = 0; i < 64 * 16; ++i) {
+      if (got->As<int32_t>()[i] != i) return absl::DataLossError("bytes");
+    }
+    return absl::OkStatus();
+  };
+  {
+    auto client =
+        Client::Connect((*cluster)->coordinator_address(), client_options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    InitSpec init;
+    init.kind = InitSpec::Kind::kArange;
+    ASSERT_TRUE((*client)
+                    ->Create("t", {64, 16}, DType::kInt32,
+                             LayoutSpec::Chunk(0, Ranks({0})), init)
+                    .ok());
+  }
+  const pid_t worker = (*cluster)->worker_pid(0);
+  const std::string address = (*cluster)->worker_address(0);
+
+  // One host floods: it holds its share (12), no more.
+  std::vector<int> held;
+  for (int i = 0; i < 40; ++i) {
+    if (int fd = HoldFrom("127.0.0.2", address); fd >= 0) held.push_back(fd);
+  }
+  absl::SleepFor(absl::Seconds(1));  // the worker accepts what it will
+  {
+    const std::string metrics = FetchMetrics(metrics_port);
+    EXPECT_EQ(MetricSum(metrics, "tessera_grpc_connections_refused_total",
+                        "reason=\"peer\""),
+              static_cast<double>(held.size()) - 12)
+        << metrics;
+    EXPECT_LT(MetricSum(metrics, "tessera_grpc_connections", "port=\"grpc\""),
+              24)
+        << metrics;
+  }
+  // ... and a client on this host is served meanwhile.
+  EXPECT_TRUE(read_back().ok()) << (*cluster)->worker_log(0);
+
+  // Two more hosts: now the port is full, the worker's own probe is closed
+  // at the bound too, for several probe intervals.
+  for (const char* source : {"127.0.0.3", "127.0.0.4"}) {
+    for (int i = 0; i < 20; ++i) {
+      if (int fd = HoldFrom(source, address); fd >= 0) held.push_back(fd);
+    }
+  }
+  absl::SleepFor(absl::Seconds(6));
+  EXPECT_EQ(kill(worker, 0), 0) << (*cluster)->worker_log(0);
+  EXPECT_EQ((*cluster)->worker_pid(0), worker);
+  EXPECT_EQ((*cluster)->worker_log(0).find("accepts no new connections"),
+            std::string::npos)
+      << (*cluster)->worker_log(0);
+  const std::string metrics = FetchMetrics(metrics_port);
+  EXPECT_GT(MetricSum(metrics, "tessera_grpc_connections_refused_total",
+                      "reason=\"peer\""),
+            0)
+      << metrics;
+  EXPECT_GT(MetricSum(metrics, "tessera_grpc_connections_refused_total",
+                      "reason=\"limit\""),
+            0)
+      << metrics;
+
+  // The flood ends: the same worker serves its shards, whole.
+  for (int fd : held) close(fd);
+  absl::Status read = absl::UnavailableError("not read");
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(30);
+       !read.ok() && absl::Now() < deadline;) {
+    read = read_back();
+    if (!read.ok()) absl::SleepFor(absl::Milliseconds(500));
+  }
+  EXPECT_TRUE(read.ok()) << read << (*cluster)->worker_log(0);
+  EXPECT_EQ((*cluster)->worker_pid(0), worker);
 }
 
 }  // namespace

@@ -3,12 +3,15 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -107,6 +110,42 @@ absl::StatusOr<SharedSegment> FindSegment(
   return segment;
 }
 
+// Opens the file of shard `shard_id` that a worker named: only where such a
+// file belongs (DIR/shards/<the shard's id in hex>.data), with no symlink
+// on the way, never blocking (a FIFO), and only when it is a regular file.
+// A worker, even a hostile one, can make this process read no other file.
+absl::StatusOr<int> OpenShardFile(const std::string& path, uint64_t shard_id) {
+  char expected[32];
+  snprintf(expected, sizeof(expected), "/shards/%016llx.data",
+           static_cast<unsigned long long>(shard_id));
+  if (!absl::EndsWith(path, expected)) {
+    return InconsistentReply(absl::StrCat(
+        "the file of shard ", shard_id, " is not named ", expected + 1));
+  }
+  open_how how{};
+  how.flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  long fd = syscall(SYS_openat2, AT_FDCWD, path.c_str(), &how, sizeof(how));
+  if (fd < 0 && errno == ENOSYS) {  // before Linux 5.6: the last part only
+    fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  }
+  if (fd < 0) {
+    if (errno == ENOENT) {
+      return absl::NotFoundError(absl::StrCat(
+          "shard ", shard_id, " is not held by this worker (freed)"));
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("open ", path, ": ", std::strerror(errno)));
+  }
+  struct stat st {};
+  if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(static_cast<int>(fd));
+    return InconsistentReply(absl::StrCat("the file of shard ", shard_id,
+                                          " is not a regular file"));
+  }
+  return static_cast<int>(fd);
+}
+
 // Opens the segment's object. NOT_FOUND when it is gone (the shard freed
 // between the RPC and the open).
 absl::StatusOr<int> OpenSegment(const SharedSegment& segment, uint64_t shard_id,
@@ -116,11 +155,9 @@ absl::StatusOr<int> OpenSegment(const SharedSegment& segment, uint64_t shard_id,
     return absl::FailedPreconditionError(absl::StrCat(
         "shard ", shard_id, " is in a file of the worker's --store_dir"));
   }
-  const int fd =
-      segment.file
-          ? open(segment.name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-          : shm_open(segment.name.c_str(),
-                     (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
+  if (segment.file) return OpenShardFile(segment.name, shard_id);
+  const int fd = shm_open(segment.name.c_str(),
+                          (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
   if (fd >= 0) return fd;
   if (errno == ENOENT) {
     return absl::NotFoundError(absl::StrCat(

@@ -13,6 +13,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -472,9 +473,15 @@ TEST(CopyBoxFromMappingTest, BoxOutsideTheMappedSpanIsInternal) {
 // read-only mapping; a path that is not an absolute, plain `.data` path is
 // INTERNAL; a symlink or a directory falls back; writes go over gRPC.
 TEST_P(SharedMemoryTest, ShardFilesAreMappedReadOnlyByPath) {
-  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/files-",
+  const std::string top = absl::StrCat(std::getenv("TEST_TMPDIR"), "/files-",
                                        static_cast<int>(GetParam()));
-  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  // A worker's --store_dir keeps shard 7 in DIR/shards/<7 in hex>.data.
+  auto store_dir = [&](const std::string& name) {
+    const std::string shards = absl::StrCat(top, "/", name, "/shards");
+    EXPECT_TRUE(std::filesystem::create_directories(shards));
+    return shards;
+  };
+  const std::string dir = store_dir("ok");
   const std::string path = dir + "/0000000000000007.data";
   {
     std::string data(64, '\0');
@@ -511,20 +518,48 @@ TEST_P(SharedMemoryTest, ShardFilesAreMappedReadOnlyByPath) {
                          HasSubstr("not the path of a shard file")))
         << bad;
   }
-  // A symlink is not followed, a directory is not mapped: both fall back
-  // (FAILED_PRECONDITION), and the shard freed is NOT_FOUND.
-  const std::string link = dir + "/link.data";
-  ASSERT_EQ(symlink(path.c_str(), link.c_str()), 0);
-  const std::string sub = dir + "/sub.data";
-  ASSERT_EQ(mkdir(sub.c_str(), 0755), 0);
-  for (const std::string& other : {link, sub}) {
+  // A worker names only the shard's own file: any other path, even one of
+  // a shard file's form, is a lying reply and opens nothing.
+  const std::string secret = top + "/secret.data";
+  std::ofstream(secret) << "private";
+  for (const std::string& other :
+       {secret, dir + "/0000000000000008.data", top + "/0000000000000007.data"}) {
+    reply.set_segment(other);
+    worker_.SetReply(reply);
+    EXPECT_THAT(ReadInto(&out, Shard({16}, 4), WholeBox({16})),
+                StatusIs(absl::StatusCode::kInternal, HasSubstr("is not named")))
+        << other;
+  }
+  // A symlink is not followed, at the end or on the way (both fall back:
+  // FAILED_PRECONDITION).
+  const std::string linked = store_dir("link") + "/0000000000000007.data";
+  ASSERT_EQ(symlink(path.c_str(), linked.c_str()), 0);
+  const std::string via = top + "/via";
+  ASSERT_EQ(symlink((top + "/ok").c_str(), via.c_str()), 0);
+  for (const std::string& other :
+       {linked, via + "/shards/0000000000000007.data"}) {
     reply.set_segment(other);
     worker_.SetReply(reply);
     EXPECT_THAT(ReadInto(&out, Shard({16}, 4), WholeBox({16})),
                 StatusIs(absl::StatusCode::kFailedPrecondition))
         << other;
   }
-  reply.set_segment(dir + "/gone.data");
+  // A directory or a FIFO of the name is no shard file: refused at once (a
+  // FIFO would block an open for good).
+  const std::string as_dir = store_dir("dir") + "/0000000000000007.data";
+  ASSERT_EQ(mkdir(as_dir.c_str(), 0755), 0);
+  const std::string as_fifo = store_dir("fifo") + "/0000000000000007.data";
+  ASSERT_EQ(mkfifo(as_fifo.c_str(), 0600), 0);
+  for (const std::string& other : {as_dir, as_fifo}) {
+    reply.set_segment(other);
+    worker_.SetReply(reply);
+    EXPECT_THAT(ReadInto(&out, Shard({16}, 4), WholeBox({16})),
+                StatusIs(absl::StatusCode::kInternal,
+                         HasSubstr("not a regular file")))
+        << other;
+  }
+  // The shard freed: NOT_FOUND.
+  reply.set_segment(store_dir("gone") + "/0000000000000007.data");
   worker_.SetReply(reply);
   EXPECT_THAT(ReadInto(&out, Shard({16}, 4), WholeBox({16})),
               StatusIs(absl::StatusCode::kNotFound));

@@ -24,6 +24,7 @@
 #include "core/errors.h"
 #include "core/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
 
 namespace tessera {
 namespace {
@@ -57,11 +58,15 @@ absl::Status RootError(absl::string_view what) {
 }
 
 // `path` opened beneath `dir_fd`: the kernel refuses anything that leaves
-// it (absolute paths, "..", symlinks out).
+// it (absolute paths, "..", symlinks out). Never blocks (a FIFO in a
+// checkpoint directory opens at once, and is then refused as no file); a
+// file made is 0644 (readers of a checkpoint may run as other users than
+// the worker that saved it), less the umask.
 absl::StatusOr<Fd> OpenBeneath(int dir_fd, absl::string_view path, int flags,
                                absl::string_view shown) {
   open_how how{};
-  how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
+  how.flags = static_cast<uint64_t>(flags | O_CLOEXEC | O_NONBLOCK);
+  if ((flags & O_CREAT) != 0) how.mode = 0644;
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
   const std::string p(path);
   const long fd = syscall(SYS_openat2, dir_fd, p.c_str(), &how, sizeof(how));
@@ -83,6 +88,41 @@ absl::StatusOr<Fd> OpenBeneath(int dir_fd, absl::string_view path, int flags,
   }
   return absl::PermissionDeniedError(absl::StrCat(
       "checkpoint: cannot open '", shown, "': ", std::strerror(err)));
+}
+
+// The "__metadata__" kSavePartKey of the safetensors file `fd` (empty when
+// it has none), read by pread alone: a file cut short or swapped is an
+// error, never a fault.
+absl::StatusOr<std::string> SavePartOf(const Fd& fd, absl::string_view shown) {
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return CheckpointError(absl::StrCat("'", shown, "' is not a file"));
+  }
+  unsigned char prefix[8];
+  if (pread(fd.get(), prefix, sizeof(prefix), 0) != sizeof(prefix)) {
+    return CheckpointError(absl::StrCat("'", shown, "' has no header"));
+  }
+  uint64_t length = 0;
+  for (int i = 7; i >= 0; --i) length = (length << 8) | prefix[i];
+  if (length > static_cast<uint64_t>(kMaxCheckpointIndexBytes) ||
+      length > static_cast<uint64_t>(st.st_size) - sizeof(prefix)) {
+    return CheckpointError(absl::StrCat("'", shown, "' has no valid header"));
+  }
+  std::string header(static_cast<size_t>(length), '\0');
+  if (pread(fd.get(), header.data(), header.size(), sizeof(prefix)) !=
+      static_cast<ssize_t>(header.size())) {
+    return CheckpointError(absl::StrCat("'", shown, "' is cut short"));
+  }
+  const nlohmann::json json =
+      nlohmann::json::parse(header, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object()) {
+    return CheckpointError(absl::StrCat("'", shown, "' has no valid header"));
+  }
+  const auto metadata = json.find("__metadata__");
+  if (metadata == json.end() || !metadata->is_object()) return std::string();
+  const auto part = metadata->find(kSavePartKey);
+  if (part == metadata->end() || !part->is_string()) return std::string();
+  return part->get<std::string>();
 }
 
 // A directory name relative to the root: not empty, not absolute, no "..".
@@ -434,13 +474,31 @@ absl::StatusOr<int64_t> CheckpointRoot::WriteFile(
   return static_cast<int64_t>(st.st_size);
 }
 
-absl::Status CheckpointRoot::RemoveFiles(
-    absl::string_view dir, absl::Span<const std::string> names) const {
+absl::Status CheckpointRoot::RemoveFiles(absl::string_view dir,
+                                         absl::Span<const std::string> names,
+                                         absl::string_view save_id) const {
+  if (save_id.empty() || save_id.size() > kMaxSavedByBytes) {
+    return CheckpointError("files to remove name no save");
+  }
   for (const std::string& name : names) {
     TESSERA_RETURN_IF_ERROR(CheckCheckpointFileName(name));
   }
   TESSERA_ASSIGN_OR_RETURN(Fd dir_fd, OpenDir(root_, dir));
   for (const std::string& name : names) {
+    const std::string shown = absl::StrCat(dir, "/", name);
+    absl::StatusOr<Fd> fd = OpenBeneath(
+        dir_fd.get(), name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK, shown);
+    if (absl::IsNotFound(fd.status())) continue;
+    TESSERA_RETURN_IF_ERROR(fd.status());
+    absl::StatusOr<std::string> part = SavePartOf(*fd, shown);
+    if (!part.ok() || *part != save_id) {
+      spdlog::warn("checkpoint: '{}' is left alone: not a file of save {} "
+                   "({})",
+                   shown, std::string(save_id),
+                   part.ok() ? absl::StrCat("its save is '", *part, "'")
+                             : std::string(part.status().message()));
+      continue;
+    }
     if (unlinkat(dir_fd.get(), name.c_str(), 0) != 0 && errno != ENOENT) {
       return absl::PermissionDeniedError(
           absl::StrCat("checkpoint: removing '", dir, "/", name,

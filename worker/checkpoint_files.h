@@ -68,9 +68,13 @@ class CheckpointRoot {
       absl::string_view dir, absl::string_view name,
       const std::function<absl::Status(int fd)>& fill) const;
 
-  // Removes the files `names` of `dir` that exist (plain names only).
+  // Removes the files `names` of `dir` that the save `save_id` wrote: a
+  // safetensors file whose "__metadata__" says that id (plain names only;
+  // missing ones are no error). A file not of that save is left alone and
+  // logged: an index names what its author wants, not what tessera wrote.
   absl::Status RemoveFiles(absl::string_view dir,
-                           absl::Span<const std::string> names) const;
+                           absl::Span<const std::string> names,
+                           absl::string_view save_id) const;
 
  private:
   std::string root_;

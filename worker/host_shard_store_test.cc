@@ -1,10 +1,13 @@
 #include "worker/host_shard_store.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -319,7 +322,8 @@ TEST(HostShardStoreTest, WithoutAnArenaLargeShardsArePrivate) {
 
 // --store_dir: a store on a directory another one left re-attaches what was
 // persisted (same bytes, same description), drops what was not persisted
-// or was freed, and removes a shard whose bytes changed on disk.
+// or was freed, and moves aside (never deletes) a shard whose bytes changed
+// on disk.
 TEST(HostShardStoreTest, FilesSurviveTheStoreAndAreCheckedWhenTakenBack) {
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/store";
   {
@@ -388,9 +392,58 @@ TEST(HostShardStoreTest, FilesSurviveTheStoreAndAreCheckedWhenTakenBack) {
   // Only shard 1's files are left.
   EXPECT_EQ(access((dir + "/shards/0000000000000003.data").c_str(), F_OK), -1);
   EXPECT_EQ(access((dir + "/shards/0000000000000004.data").c_str(), F_OK), -1);
+  // Shard 3's bytes and record are kept aside, for an operator.
+  EXPECT_THAT(scan.problems[0], HasSubstr(dir + "/damaged"));
+  std::vector<std::string> aside;
+  if (DIR* d = opendir((dir + "/damaged").c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.') aside.push_back(e->d_name);
+    }
+    closedir(d);
+  }
+  std::sort(aside.begin(), aside.end());
+  ASSERT_EQ(aside.size(), 2u);
+  EXPECT_THAT(aside[0], ::testing::StartsWith("0000000000000003.data."));
+  EXPECT_THAT(aside[1], ::testing::StartsWith("0000000000000003.record."));
   ASSERT_THAT(store.Free(1), IsOk());
   EXPECT_EQ(access((dir + "/shards/0000000000000001.record").c_str(), F_OK),
             -1);
+}
+
+// A shard file that is a symlink (to a file anywhere) is not re-attached:
+// the store maps only regular files of its own directory.
+TEST(HostShardStoreTest, ASymlinkedShardFileIsNotTakenBack) {
+  const std::string dir =
+      std::string(std::getenv("TEST_TMPDIR")) + "/store-symlink";
+  {
+    auto files = ShardFiles::Open(dir);
+    ASSERT_TRUE(files.ok()) << files.status();
+    HostShardStoreOptions options;
+    options.files = *files;
+    HostShardStore store(options);
+    ASSERT_THAT(
+        store.Allocate(7, Desc({4, 4}, {{0, 0}, {2, 4}}), InitSpec{}),
+        IsOk());
+    ASSERT_THAT(store.Persist(7, "c1"), IsOk());
+  }
+  // The bytes moved elsewhere and the shard's name made a symlink to them.
+  const std::string data = dir + "/shards/0000000000000007.data";
+  const std::string elsewhere =
+      std::string(std::getenv("TEST_TMPDIR")) + "/elsewhere.data";
+  ASSERT_EQ(rename(data.c_str(), elsewhere.c_str()), 0);
+  ASSERT_EQ(symlink(elsewhere.c_str(), data.c_str()), 0);
+  auto files = ShardFiles::Open(dir);
+  ASSERT_TRUE(files.ok()) << files.status();
+  HostShardStoreOptions options;
+  options.files = *files;
+  HostShardStore store(options);
+  absl::flat_hash_map<uint64_t, std::string> owners;
+  const ShardFiles::ScanResult scan = store.Reattach(&owners);
+  EXPECT_TRUE(scan.intact.empty());
+  EXPECT_EQ(scan.damaged, 1);
+  EXPECT_TRUE(store.ShardIds().empty());
+  // The file it pointed at is untouched.
+  EXPECT_EQ(access(elsewhere.c_str(), F_OK), 0);
 }
 
 }  // namespace

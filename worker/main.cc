@@ -631,6 +631,10 @@ int Run() {
                                  const std::string& cluster_id) {
     node.SetIdentity(name, key, cluster_id);
   };
+  options.on_revoked =
+      [&node](std::vector<std::pair<std::string, int64_t>> revoked) {
+        node.SetRevoked(std::move(revoked));
+      };
   // Health: SERVING while registered with the coordinator.
   options.on_registered = [&](bool registered) {
     server->SetServing(registered);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/capability.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "rpc/call.h"
 #include "rpc/channel.h"
@@ -357,6 +358,17 @@ void Registration::Run() {
       }
       send_held = response.send_held_shards();
       failures = 0;
+      if (options_.on_revoked) {
+        std::vector<std::pair<std::string, int64_t>> revoked;
+        const int n = std::min<int>(response.revoked_size(),
+                                    static_cast<int>(Revocations::kMaxEntries));
+        revoked.reserve(static_cast<size_t>(n));
+        for (int i = 0; i < n; ++i) {
+          revoked.emplace_back(response.revoked(i).principal(),
+                               response.revoked(i).before_ms());
+        }
+        options_.on_revoked(std::move(revoked));
+      }
     } else if (status.ok() && response.reregister()) {
       spdlog::info(
           "coordinator does not know this worker any more; registering again");

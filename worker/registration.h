@@ -61,6 +61,11 @@ struct RegistrationOptions {
   // serves, at each registration, before on_registered(true).
   std::function<void(const std::string& key, const std::string& cluster_id)>
       on_key;
+  // Told, with every heartbeat answered, the principals whose grants
+  // minted before a time are void (ClusterAuthority::Revoked): principal
+  // -> Unix ms.
+  std::function<void(std::vector<std::pair<std::string, int64_t>>)>
+      on_revoked;
   // The channel to the coordinator: TLS credentials and the interceptors
   // that present this worker's token.
   ChannelOptions channel;

@@ -18,8 +18,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "core/crc32.h"
 #include "core/status_macros.h"
+#include "spdlog/spdlog.h"
 #include "worker/write_fully.h"
 
 namespace tessera {
@@ -155,6 +157,35 @@ void ShardFiles::Remove(uint64_t id) {
   unlinkat(shards_fd_, (name + kData).c_str(), 0);
 }
 
+std::string ShardFiles::MoveAside(const std::string& base) {
+  const std::string aside = dir_ + "/damaged";
+  if (mkdir(aside.c_str(), 0700) != 0 && errno != EEXIST) {
+    spdlog::error("store_dir: cannot make {}: {}; shard file {} stays",
+                  aside, std::strerror(errno), base);
+    return std::string();
+  }
+  const int aside_fd =
+      open(aside.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (aside_fd < 0) return std::string();
+  // A name of its own each time: a shard damaged twice keeps both.
+  const std::string stamp = absl::StrCat(".", absl::ToUnixMillis(absl::Now()));
+  std::string kept;
+  for (const char* suffix : {kRecord, kData}) {
+    const std::string name = base + suffix;
+    if (renameat(shards_fd_, name.c_str(), aside_fd,
+                 (name + stamp).c_str()) == 0) {
+      kept = aside;
+    } else if (errno != ENOENT) {
+      spdlog::error("store_dir: cannot move {} into {}: {}", name, aside,
+                    std::strerror(errno));
+    }
+  }
+  fsync(aside_fd);
+  fsync(shards_fd_);
+  close(aside_fd);
+  return kept;
+}
+
 ShardFiles::ScanResult ShardFiles::Scan() {
   ScanResult result;
   std::vector<std::string> names;
@@ -171,11 +202,15 @@ ShardFiles::ScanResult ShardFiles::Scan() {
   auto has = [&](const std::string& n) {
     return std::binary_search(names.begin(), names.end(), n);
   };
+  // A shard that fails a check is moved aside (DIR/damaged), never
+  // deleted: its bytes may be all there is of it (two files swapped, one
+  // bit flipped), for an operator to look at.
   auto damaged = [&](const std::string& base, const std::string& why) {
     ++result.damaged;
-    result.problems.push_back(absl::StrCat("shard file ", base, ": ", why));
-    unlinkat(shards_fd_, (base + kRecord).c_str(), 0);
-    unlinkat(shards_fd_, (base + kData).c_str(), 0);
+    const std::string kept = MoveAside(base);
+    result.problems.push_back(absl::StrCat("shard file ", base, ": ", why,
+                                           kept.empty() ? "" : "; kept in ",
+                                           kept));
   };
   for (const std::string& n : names) {
     if (absl::EndsWith(n, kTemp)) {  // a record never renamed into place
@@ -195,9 +230,12 @@ ShardFiles::ScanResult ShardFiles::Scan() {
     // The record: small, read whole, checked field by field.
     std::string text;
     {
-      const int fd = openat(shards_fd_, n.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) {
-        damaged(base, "cannot open its record");
+      const int fd = openat(shards_fd_, n.c_str(),
+                            O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+      struct stat rst {};
+      if (fd < 0 || fstat(fd, &rst) != 0 || !S_ISREG(rst.st_mode)) {
+        if (fd >= 0) close(fd);
+        damaged(base, "its record is not a file this worker can read");
         continue;
       }
       char buffer[4096];
@@ -217,10 +255,11 @@ ShardFiles::ScanResult ShardFiles::Scan() {
       damaged(base, "its record names another shard");
       continue;
     }
-    const int fd =
-        openat(shards_fd_, (base + kData).c_str(), O_RDWR | O_CLOEXEC);
+    // Only a regular file in DIR/shards itself: no symlink to elsewhere.
+    const int fd = openat(shards_fd_, (base + kData).c_str(),
+                          O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     struct stat st {};
-    if (fd < 0 || fstat(fd, &st) != 0 ||
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
         st.st_size != std::max<int64_t>(record->bytes, 1)) {
       if (fd >= 0) close(fd);
       damaged(base, "its bytes are missing or of the wrong size");

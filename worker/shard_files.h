@@ -8,8 +8,9 @@
 // whole or not at all (temp, fsync, rename). A worker started again on the
 // same DIR scans it: every shard with an intact record whose bytes still
 // have their CRC is mapped again as it was, nothing copied; files without
-// a record (shards never committed) and shards that fail their check are
-// removed and counted. One worker per DIR: an flock on DIR/lock says so.
+// a record (shards never committed) are removed; shards that fail their
+// check are moved aside into DIR/damaged (never deleted: two swapped files
+// or one flipped bit may be all that is left of them) and reported. One worker per DIR: an flock on DIR/lock says so.
 //
 // Thread-safe: files are per shard; the directory is only scanned before
 // the worker serves.
@@ -89,6 +90,9 @@ class ShardFiles {
         shards_(std::move(shards)),
         lock_fd_(lock_fd),
         shards_fd_(shards_fd) {}
+  // Moves shard `base`'s record and bytes into DIR/damaged (renamed with
+  // the time); returns that directory, or empty when nothing moved.
+  std::string MoveAside(const std::string& base);
 
   const std::string dir_;
   const std::string shards_;  // DIR/shards, absolute, without symlinks

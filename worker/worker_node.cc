@@ -636,6 +636,7 @@ absl::Status WorkerNode::Admit(absl::string_view token,
   }
   TESSERA_ASSIGN_OR_RETURN(Capability capability,
                            verifier_.Verify(token, key, name, absl::Now()));
+  TESSERA_RETURN_IF_ERROR(revocations_.Check(capability));
   if (!capability.Allows(right)) {
     return absl::PermissionDeniedError(
         absl::StrCat("permission denied: the capability does not allow ",

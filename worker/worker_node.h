@@ -336,6 +336,11 @@ class WorkerNode {
   absl::Status Admit(absl::string_view token, absl::string_view full_method,
                      absl::Span<const uint64_t> ids) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Grants of these principals minted before these times are refused from
+  // now on (the coordinator's heartbeat answer: principal -> Unix ms).
+  void SetRevoked(std::vector<std::pair<std::string, int64_t>> revoked) {
+    revocations_.Set(std::move(revoked));
+  }
   // A put's shard was written whole: no write reaches it again.
   void Seal(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   // The coordinator commits the change that wrote `ids`: every one is
@@ -366,6 +371,7 @@ class WorkerNode {
   std::string key_ ABSL_GUARDED_BY(mu_);
   // Checks capabilities, remembering the tokens that verified.
   mutable CapabilityVerifier verifier_;
+  Revocations revocations_;
   std::string cluster_id_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> sealed_ ABSL_GUARDED_BY(mu_);
   // Ids this worker made whose communicator has not formed here yet, and

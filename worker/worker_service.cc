@@ -915,7 +915,8 @@ grpc::Status WorkerService::RemoveCheckpointFiles(
     const CheckpointRoot root(node_->options().checkpoint_root);
     return root.RemoveFiles(request->dir(),
                             std::vector<std::string>(request->names().begin(),
-                                                     request->names().end()));
+                                                     request->names().end()),
+                            request->save_id());
   }());
 }
 

@@ -777,13 +777,16 @@ class PyClient {
 
   // The named tensors (or those starting with `prefix`) saved into a
   // checkpoint directory under the workers' --checkpoint_root.
-  py::dict Save(const std::string& dir, py::object names, py::object prefix) {
+  py::dict Save(const std::string& dir, py::object names, py::object prefix,
+                bool overwrite) {
     const std::vector<std::string> list =
         names.is_none() ? std::vector<std::string>{}
                         : names.cast<std::vector<std::string>>();
     const std::string p = prefix.is_none() ? "" : prefix.cast<std::string>();
     Client::SaveStats stats = Unwrap(
-        WithoutGil([&] { return client_->SaveCheckpoint(dir, list, p); }));
+        WithoutGil([&] {
+          return client_->SaveCheckpoint(dir, list, p, overwrite);
+        }));
     py::dict d;
     d["dir"] = dir;
     d["tensors"] = stats.tensors;
@@ -1218,7 +1221,7 @@ PYBIND11_MODULE(_tessera, m) {
       .def("load", &PyClient::Load, py::arg("dir"), py::arg("spec"),
            py::arg("prefix"))
       .def("save", &PyClient::Save, py::arg("dir"), py::arg("names"),
-           py::arg("prefix"))
+           py::arg("prefix"), py::arg("overwrite") = false)
       .def("export_safetensors", &PyClient::ExportSafetensors, py::arg("path"),
            py::arg("names"), py::arg("prefix"), py::arg("metadata"))
       .def("reshard", &PyClient::Reshard, py::arg("name"), py::arg("spec"));

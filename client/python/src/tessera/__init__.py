@@ -996,7 +996,8 @@ class Client:
         return LoadStats(**d)
 
     def save(self, dir: str, names: Optional[Sequence[str]] = None, *,
-             prefix: Optional[str] = None, progress: bool = False) -> SaveStats:
+             prefix: Optional[str] = None, overwrite: bool = False,
+             progress: bool = False) -> SaveStats:
         """Saves tensors, each at its current version, into checkpoint
         directory ``dir``, relative to the workers' ``--checkpoint_root``.
 
@@ -1006,7 +1007,10 @@ class Client:
         ``model.safetensors.index.json`` go in, each whole, so a save that
         fails leaves any earlier checkpoint in ``dir`` loadable. ``load``
         reads it back in any layout. ``progress=True`` shows a tqdm bar of
-        the bytes the workers have written (with ``names``).
+        the bytes the workers have written (with ``names``). A checkpoint
+        already in ``dir`` that another principal saved (or that tessera did
+        not save) is replaced only with ``overwrite=True``; else
+        ``AlreadyExists``. Needs the write role.
         """
         if (names is None) == (prefix is None):
             raise InvalidArgument("save: give names or prefix, not both or neither")
@@ -1016,7 +1020,7 @@ class Client:
         watched = listed[0] if listed else None
         with _Progress(self._impl, None, f"save {dir}", progress and watched is not None,
                        sample=lambda: self._impl.reshard_progress(watched)):
-            d = self._impl.save(str(dir), listed, prefix)
+            d = self._impl.save(str(dir), listed, prefix, overwrite)
         return SaveStats(**d)
 
     def export_safetensors(self, path: str, names: Optional[Sequence[str]] = None, *,
