@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <iostream>
 #include <new>
 #include <string>
@@ -17,6 +18,8 @@
 
 #include "client/cli_commands.h"
 #include "ops/heap.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 
 namespace {
 
@@ -58,6 +61,10 @@ int main(int argc, char** argv) {
   // gRPC's own logging would add lines to stderr; the CLI reports errors
   // itself, in one line. GRPC_VERBOSITY set by the user still wins.
   setenv("GRPC_VERBOSITY", "NONE", /*overwrite=*/0);
+  // stdout carries only data and --json: what the libraries log (UCX's
+  // lines among them) goes to stderr.
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "tessera", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
     return tessera::cli::RunCli(args, std::getenv("TESSERA_COORDINATOR"),

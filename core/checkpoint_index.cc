@@ -167,8 +167,13 @@ std::string TesseraIndexJson(const CheckpointListing& listing) {
   for (const auto& [key, value] : listing.metadata) metadata[key] = value;
   std::string out = absl::StrCat(
       "{\"format\": \"", kFormat, "\", \"version\": ", kFormatVersion,
-      ", \"save_id\": ", Json(listing.save_id).dump(),
-      ", \"saved_by\": ", Json(listing.saved_by).dump(),
+      // A principal's name is the --tokens file's bytes: not always UTF-8.
+      ", \"save_id\": ",
+      Json(listing.save_id).dump(-1, ' ', false,
+                                 Json::error_handler_t::replace),
+      ", \"saved_by\": ",
+      Json(listing.saved_by).dump(-1, ' ', false,
+                                  Json::error_handler_t::replace),
       ", \"metadata\": ", metadata.dump(), ",\n \"tensors\": [");
   for (size_t t = 0; t < listing.entries.size(); ++t) {
     const CheckpointEntry& e = listing.entries[t];

@@ -73,6 +73,46 @@ TEST(TesseraIndex, RoundTripsEveryField) {
   EXPECT_EQ(PiecesOf(s).front().box, Box({0}, {1}));
 }
 
+// Who saved a checkpoint, and which files its save wrote.
+TEST(TesseraIndex, KeepsWhoSavedItAndNamesOnlyThatSavesFiles) {
+  CheckpointListing saved = Saved();
+  saved.save_id = "0badf00d";
+  saved.saved_by = "writer";
+  absl::StatusOr<CheckpointListing> back =
+      ParseTesseraIndex(TesseraIndexJson(saved));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->save_id, "0badf00d");
+  EXPECT_EQ(back->saved_by, "writer");
+  // An index from before these were kept: no one known.
+  std::string old = TesseraIndexJson(Saved());
+  old = absl::StrReplaceAll(old, {{"\"save_id\": \"\", ", ""},
+                                  {"\"saved_by\": \"\", ", ""}});
+  ASSERT_EQ(old.find("saved_by"), std::string::npos);
+  back = ParseTesseraIndex(old);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->saved_by, "");
+  // Not a string, or too long: refused.
+  EXPECT_FALSE(ParseTesseraIndex(absl::StrReplaceAll(
+                                     TesseraIndexJson(saved),
+                                     {{"\"writer\"", "7"}}))
+                   .ok());
+  saved.saved_by = std::string(300, 'x');
+  EXPECT_FALSE(ParseTesseraIndex(TesseraIndexJson(saved)).ok());
+
+  EXPECT_EQ(SavedFileName("w0", "0badf00d", 2),
+            "w0-0badf00d-2.safetensors");
+  EXPECT_TRUE(IsSavedFileOf("w0-0badf00d-2.safetensors", "0badf00d"));
+  EXPECT_TRUE(IsSavedFileOf("pod-a-b-0badf00d-10.safetensors", "0badf00d"));
+  for (const char* other :
+       {"model.safetensors", "w0-0badf00e-2.safetensors",
+        "w0-0badf00d-.safetensors", "w0-0badf00d-2x.safetensors",
+        "-0badf00d-2.safetensors", "0badf00d-2.safetensors",
+        "w0-0badf00d-2.safetensors.tmp"}) {
+    EXPECT_FALSE(IsSavedFileOf(other, "0badf00d")) << other;
+  }
+  EXPECT_FALSE(IsSavedFileOf("w0--2.safetensors", ""));
+}
+
 TEST(TesseraIndex, RefusesWhatDoesNotTileOrLies) {
   const std::string good = TesseraIndexJson(Saved());
   const struct {

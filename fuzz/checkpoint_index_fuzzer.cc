@@ -73,6 +73,9 @@ void Tessera(absl::string_view text) {
       ParseTesseraIndex(TesseraIndexJson(*listing));
   FUZZ_CHECK(again.ok(), again.status().ToString());
   FUZZ_CHECK(again->metadata == listing->metadata, "metadata");
+  FUZZ_CHECK(again->save_id == listing->save_id &&
+                 again->saved_by == listing->saved_by,
+             "saved_by");
   FUZZ_CHECK(again->entries.size() == listing->entries.size(), "count");
   for (size_t i = 0; i < again->entries.size(); ++i) {
     const CheckpointEntry& a = again->entries[i];

@@ -1441,6 +1441,25 @@ TEST_F(CliTest, DeadCoordinatorIsNamed) {
               {"coordinator", dead});
 }
 
+// UCX's own log lines never reach stdout: a CLI whose UCX cannot start (no
+// usable transport here) falls back to the other transports, says so on
+// stderr, and `get --json` prints JSON alone.
+TEST_F(CliTest, UcxLogLinesStayOffStdout) {
+  Ok({"create", "ucx_log", "--shape=8", "--dtype=int32", "--chunk_dim=0",
+      "--placements=rank:0", "--init=arange"});
+  ASSERT_EQ(setenv("UCX_TLS", "no_such_transport", 1), 0);
+  ASSERT_EQ(setenv("UCX_LOG_LEVEL", "info", 1), 0);
+  const std::string out =
+      absl::StrCat(std::getenv("TEST_TMPDIR"), "/ucx_log.npy");
+  Result r = Tessera({"get", "ucx_log", "--output=" + out, "--json"});
+  ASSERT_EQ(unsetenv("UCX_TLS"), 0);
+  ASSERT_EQ(unsetenv("UCX_LOG_LEVEL"), 0);
+  EXPECT_EQ(r.code, 0) << r;
+  EXPECT_EQ(r.out.find("UCX"), std::string::npos) << r;
+  const Json json = ParseJsonOrFail(r.out);
+  EXPECT_EQ(json.type, Json::Type::kObject) << r;
+}
+
 TEST_F(CliTest, CoordinatorFromTheEnvironment) {
   const std::string dead = absl::StrCat("127.0.0.1:", PickFreePort());
   ASSERT_EQ(setenv("TESSERA_COORDINATOR", Addr().c_str(), 1), 0);

@@ -1,11 +1,17 @@
 #include "transport/ucx_common.h"
 
+#include <ucs/debug/log_def.h>
+
 #include <algorithm>
+#include <cstdarg>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 
 namespace tessera {
 
@@ -25,7 +31,32 @@ bool EnvironmentSwitch(const char* name, bool unset) {
   return !(v.empty() || v == "0" || v == "false" || v == "off" || v == "no");
 }
 
+// UCX's own log lines, through spdlog (stderr, or the daemon's log) instead
+// of UCX's default handler, which prints to stdout: a CLI's stdout carries
+// only data and --json. UCX's errors here are mostly a transport it could
+// not use, which tessera then falls back from: warnings.
+ucs_log_func_rc_t LogThroughSpdlog(const char* file, unsigned line,
+                                   const char*, ucs_log_level_t level,
+                                   const ucs_log_component_config_t*,
+                                   const char* format, va_list ap) {
+  if (level > UCS_LOG_LEVEL_INFO) return UCS_LOG_FUNC_RC_STOP;
+  char message[1024];
+  vsnprintf(message, sizeof(message), format, ap);
+  const spdlog::level::level_enum to =
+      level <= UCS_LOG_LEVEL_ERROR  ? spdlog::level::warn
+      : level == UCS_LOG_LEVEL_WARN ? spdlog::level::info
+                                    : spdlog::level::debug;
+  spdlog::log(to, "UCX ({}:{}): {}", file != nullptr ? file : "?", line,
+              message);
+  return UCS_LOG_FUNC_RC_STOP;
+}
+
 }  // namespace
+
+void RouteUcxLogs() {
+  static std::once_flag once;
+  std::call_once(once, [] { ucs_log_push_handler(&LogThroughSpdlog); });
+}
 
 bool UcxAllowedByEnvironment() {
   static const bool allowed = EnvironmentSwitch("TESSERA_UCX", true);
@@ -64,6 +95,7 @@ absl::Status UcxError(absl::string_view what, ucs_status_t status) {
 
 absl::StatusOr<ucp_context_h> MakeUcpContext(absl::string_view name,
                                              UcxReach reach) {
+  RouteUcxLogs();
   ucp_config_t* config = nullptr;
   ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
   if (status != UCS_OK)

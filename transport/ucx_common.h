@@ -22,6 +22,10 @@
 
 namespace tessera {
 
+// Sends UCX's log lines through spdlog (never to stdout, where UCX's own
+// handler prints them). Idempotent; MakeUcpContext calls it.
+void RouteUcxLogs();
+
 // False when the environment turns UCX off: TESSERA_UCX set to 0, false,
 // off or no. Read once per process.
 bool UcxAllowedByEnvironment();

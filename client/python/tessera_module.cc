@@ -33,6 +33,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 #include "client/safetensors_io.h"
 #include "client/tessera_client.h"
 #include "core/auth.h"
@@ -1083,6 +1085,10 @@ class AsyncReader {
 PYBIND11_MODULE(_tessera, m) {
   using namespace tessera;          // NOLINT
   using namespace tessera::python;  // NOLINT
+  // The libraries' log lines (UCX's among them) go to stderr: a program's
+  // stdout is its own.
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "tessera", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
   m.doc() =
       "tessera's C++ SDK bound for Python; use the `tessera` package, not this "
       "module.";
