@@ -1,6 +1,7 @@
 #include "coordinator/grpc_worker_control.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/checkpoint_index.h"
 #include "core/status_macros.h"
 #include "proto/worker.grpc.pb.h"
 #include "rpc/call.h"
@@ -126,6 +127,14 @@ absl::StatusOr<CheckpointListing> GrpcWorkerControl::ListCheckpoint(
     return Annotate(listing.status(), absl::StrCat("the listing worker '",
                                                    worker.name, "' sent"));
   }
+  if (static_cast<int64_t>(response.save_id().size()) > kMaxSavedByBytes ||
+      static_cast<int64_t>(response.saved_by().size()) > kMaxSavedByBytes) {
+    return absl::InternalError(absl::StrCat(
+        "the listing worker '", worker.name, "' sent a save id or saver of "
+        "more than ", kMaxSavedByBytes, " bytes"));
+  }
+  listing->save_id = response.save_id();
+  listing->saved_by = response.saved_by();
   return listing;
 }
 

@@ -678,6 +678,8 @@ grpc::Status WorkerService::ListCheckpoint(
     }
     CheckpointListingToProto(listing, response->mutable_entries(),
                              response->mutable_origin());
+    response->set_save_id(listing.save_id);
+    response->set_saved_by(listing.saved_by);
     return absl::OkStatus();
   }();
   if (!status.ok()) response->Clear();
