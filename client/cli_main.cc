@@ -10,8 +10,8 @@
 
 #include <cstdlib>
 #include <exception>
-#include <memory>
 #include <iostream>
+#include <memory>
 #include <new>
 #include <string>
 #include <vector>

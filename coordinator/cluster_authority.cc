@@ -75,8 +75,7 @@ absl::Status ClusterAuthority::ReplaceTokens(TokenTable tokens) {
       auto kept = now.find(p.name);
       if (kept != now.end() && kept->second == p.role) continue;
       revoked_[p.name] = at;
-      spdlog::info("principal '{}' {}: the grants it holds are revoked",
-                   p.name,
+      spdlog::info("principal '{}' {}: the grants it holds are revoked", p.name,
                    kept == now.end() ? "was removed" : "has another role");
     }
   }
@@ -89,8 +88,7 @@ int64_t ClusterAuthority::RevocationHorizonMs() const {
   return absl::ToUnixMillis(clock_() - kCapabilityLifetime - absl::Minutes(1));
 }
 
-std::vector<std::pair<std::string, int64_t>> ClusterAuthority::Revoked()
-    const {
+std::vector<std::pair<std::string, int64_t>> ClusterAuthority::Revoked() const {
   const int64_t horizon = RevocationHorizonMs();
   std::vector<std::pair<std::string, int64_t>> out;
   absl::MutexLock lock(&mu_);

@@ -129,9 +129,10 @@ absl::StatusOr<CheckpointListing> GrpcWorkerControl::ListCheckpoint(
   }
   if (static_cast<int64_t>(response.save_id().size()) > kMaxSavedByBytes ||
       static_cast<int64_t>(response.saved_by().size()) > kMaxSavedByBytes) {
-    return absl::InternalError(absl::StrCat(
-        "the listing worker '", worker.name, "' sent a save id or saver of "
-        "more than ", kMaxSavedByBytes, " bytes"));
+    return absl::InternalError(absl::StrCat("the listing worker '", worker.name,
+                                            "' sent a save id or saver of "
+                                            "more than ",
+                                            kMaxSavedByBytes, " bytes"));
   }
   listing->save_id = response.save_id();
   listing->saved_by = response.saved_by();

@@ -61,10 +61,10 @@ class GrpcWorkerControl : public WorkerControl {
                                    const std::string& dir,
                                    const std::string& name,
                                    const std::string& content) override;
-  absl::Status RemoveCheckpointFiles(
-      const WorkerRef& worker, const std::string& dir,
-      const std::vector<std::string>& names,
-      const std::string& save_id) override;
+  absl::Status RemoveCheckpointFiles(const WorkerRef& worker,
+                                     const std::string& dir,
+                                     const std::vector<std::string>& names,
+                                     const std::string& save_id) override;
   void Reset(const std::string& address) override { channels_.Forget(address); }
 
  private:

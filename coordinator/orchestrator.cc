@@ -1149,8 +1149,8 @@ absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
   std::string earlier_save_id;
   if (absl::StatusOr<CheckpointListing> earlier = ListCheckpoint(args.dir);
       earlier.ok()) {
-    const bool own = !earlier->save_id.empty() &&
-                     earlier->saved_by == args.principal;
+    const bool own =
+        !earlier->save_id.empty() && earlier->saved_by == args.principal;
     if (!own && !args.overwrite) {
       return absl::AlreadyExistsError(absl::StrCat(
           "save: '", args.dir, "' already holds a checkpoint",
@@ -1251,10 +1251,9 @@ absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
     for (size_t i = 0; i < items.size(); ++i) {
       if (list.empty() || bytes + items[i].bytes > kSaveFileBytes ||
           static_cast<int64_t>(list.back().items.size()) >= kSaveFileItems) {
-        list.push_back(
-            {SavedFileName(worker_names[address], save_id,
-                           static_cast<int64_t>(list.size())),
-             {}});
+        list.push_back({SavedFileName(worker_names[address], save_id,
+                                      static_cast<int64_t>(list.size())),
+                        {}});
         bytes = 0;
       }
       list.back().items.push_back(i);
@@ -1367,9 +1366,8 @@ absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
   if (!earlier_files.empty()) {
     const std::vector<std::string> gone(earlier_files.begin(),
                                         earlier_files.end());
-    if (absl::Status s =
-            workers_->RemoveCheckpointFiles(*writer, args.dir, gone,
-                                            earlier_save_id);
+    if (absl::Status s = workers_->RemoveCheckpointFiles(*writer, args.dir,
+                                                         gone, earlier_save_id);
         !s.ok()) {
       spdlog::warn("save '{}': the earlier checkpoint's files stay: {}",
                    args.dir, s.ToString());

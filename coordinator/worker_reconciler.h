@@ -125,10 +125,10 @@ class HeldShardTracker : public WorkerControl {
                                    const std::string& content) override {
     return inner_->WriteCheckpointFile(worker, dir, name, content);
   }
-  absl::Status RemoveCheckpointFiles(
-      const WorkerRef& worker, const std::string& dir,
-      const std::vector<std::string>& names,
-      const std::string& save_id) override {
+  absl::Status RemoveCheckpointFiles(const WorkerRef& worker,
+                                     const std::string& dir,
+                                     const std::vector<std::string>& names,
+                                     const std::string& save_id) override {
     return inner_->RemoveCheckpointFiles(worker, dir, names, save_id);
   }
 

@@ -30,8 +30,8 @@ std::string Hmac(absl::string_view key, absl::string_view data) {
 std::string Encode(const Capability& c) {
   return absl::StrCat("v3|", c.worker.size(), ":", c.worker, "|",
                       c.tensor.size(), ":", c.tensor, "|", c.principal.size(),
-                      ":", c.principal, "|", c.version, "|", c.incarnation,
-                      "|", c.change, "|", c.rights, "|", c.expires_ms, "|",
+                      ":", c.principal, "|", c.version, "|", c.incarnation, "|",
+                      c.change, "|", c.rights, "|", c.expires_ms, "|",
                       c.issued_ms);
 }
 

@@ -144,8 +144,8 @@ bool IsSavedFileOf(absl::string_view file, absl::string_view save_id) {
     return false;
   }
   file = file.substr(0, dash);
-  return absl::ConsumeSuffix(&file, save_id) && absl::ConsumeSuffix(&file, "-") &&
-         !file.empty();
+  return absl::ConsumeSuffix(&file, save_id) &&
+         absl::ConsumeSuffix(&file, "-") && !file.empty();
 }
 
 std::string HfIndexJson(const CheckpointListing& listing) {
@@ -169,11 +169,11 @@ std::string TesseraIndexJson(const CheckpointListing& listing) {
       "{\"format\": \"", kFormat, "\", \"version\": ", kFormatVersion,
       // A principal's name is the --tokens file's bytes: not always UTF-8.
       ", \"save_id\": ",
-      Json(listing.save_id).dump(-1, ' ', false,
-                                 Json::error_handler_t::replace),
+      Json(listing.save_id)
+          .dump(-1, ' ', false, Json::error_handler_t::replace),
       ", \"saved_by\": ",
-      Json(listing.saved_by).dump(-1, ' ', false,
-                                  Json::error_handler_t::replace),
+      Json(listing.saved_by)
+          .dump(-1, ' ', false, Json::error_handler_t::replace),
       ", \"metadata\": ", metadata.dump(), ",\n \"tensors\": [");
   for (size_t t = 0; t < listing.entries.size(); ++t) {
     const CheckpointEntry& e = listing.entries[t];
@@ -215,13 +215,13 @@ absl::StatusOr<CheckpointListing> ParseTesseraIndex(absl::string_view text) {
   }
   CheckpointListing listing;
   // Who saved it (absent before these were kept: then empty).
-  for (auto [key, out] : {std::pair<const char*, std::string*>{
-                              "save_id", &listing.save_id},
-                          {"saved_by", &listing.saved_by}}) {
+  for (auto [key, out] :
+       {std::pair<const char*, std::string*>{"save_id", &listing.save_id},
+        {"saved_by", &listing.saved_by}}) {
     const Json& value = Field(json, key);
     if (value.is_null()) continue;
-    if (!value.is_string() || value.get_ref<const std::string&>().size() >
-                                  kMaxSavedByBytes) {
+    if (!value.is_string() ||
+        value.get_ref<const std::string&>().size() > kMaxSavedByBytes) {
       return CheckpointError(absl::StrCat(kTesseraIndexName, ": \"", key,
                                           "\" is not a short string"));
     }

@@ -85,22 +85,20 @@ TEST(TesseraIndex, KeepsWhoSavedItAndNamesOnlyThatSavesFiles) {
   EXPECT_EQ(back->saved_by, "writer");
   // An index from before these were kept: no one known.
   std::string old = TesseraIndexJson(Saved());
-  old = absl::StrReplaceAll(old, {{"\"save_id\": \"\", ", ""},
-                                  {"\"saved_by\": \"\", ", ""}});
+  old = absl::StrReplaceAll(
+      old, {{"\"save_id\": \"\", ", ""}, {"\"saved_by\": \"\", ", ""}});
   ASSERT_EQ(old.find("saved_by"), std::string::npos);
   back = ParseTesseraIndex(old);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->saved_by, "");
   // Not a string, or too long: refused.
-  EXPECT_FALSE(ParseTesseraIndex(absl::StrReplaceAll(
-                                     TesseraIndexJson(saved),
-                                     {{"\"writer\"", "7"}}))
+  EXPECT_FALSE(ParseTesseraIndex(absl::StrReplaceAll(TesseraIndexJson(saved),
+                                                     {{"\"writer\"", "7"}}))
                    .ok());
   saved.saved_by = std::string(300, 'x');
   EXPECT_FALSE(ParseTesseraIndex(TesseraIndexJson(saved)).ok());
 
-  EXPECT_EQ(SavedFileName("w0", "0badf00d", 2),
-            "w0-0badf00d-2.safetensors");
+  EXPECT_EQ(SavedFileName("w0", "0badf00d", 2), "w0-0badf00d-2.safetensors");
   EXPECT_TRUE(IsSavedFileOf("w0-0badf00d-2.safetensors", "0badf00d"));
   EXPECT_TRUE(IsSavedFileOf("pod-a-b-0badf00d-10.safetensors", "0badf00d"));
   for (const char* other :

@@ -35,8 +35,8 @@ absl::Status ConfigureListenerLimits(ServerOptions* options) {
   }
   const int32_t per_peer = absl::GetFlag(FLAGS_max_connections_per_peer);
   if (per_peer < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max_connections_per_peer=", per_peer, " is negative"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_connections_per_peer=", per_peer, " is negative"));
   }
   if (absl::GetFlag(FLAGS_listener_probe_interval) < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--listener_probe_interval is negative");

@@ -17,8 +17,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/string_view.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "spdlog/spdlog.h"
@@ -81,8 +81,8 @@ std::string PeerOf(const sockaddr* addr, socklen_t len) {
     const auto* in6 = reinterpret_cast<const sockaddr_in6*>(addr);
     // An IPv4 peer on a dual-stack port is the same host as over IPv4.
     if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
-      return std::string(
-          reinterpret_cast<const char*>(&in6->sin6_addr) + 12, 4);
+      return std::string(reinterpret_cast<const char*>(&in6->sin6_addr) + 12,
+                         4);
     }
     return std::string(reinterpret_cast<const char*>(&in6->sin6_addr), 16);
   }

@@ -395,9 +395,9 @@ TEST_F(GrantTest, ARemovedPrincipalsGrantsDieWithinTheReloadInterval) {
 
 // A safetensors file of one float32 entry `name` of 4 elements.
 void WriteModelFile(const std::string& path, const std::string& name) {
-  const std::string header = absl::StrCat(
-      "{\"", name, "\":{\"dtype\":\"F32\",\"shape\":[4],"
-      "\"data_offsets\":[0,16]}}");
+  const std::string header = absl::StrCat("{\"", name,
+                                          "\":{\"dtype\":\"F32\",\"shape\":[4],"
+                                          "\"data_offsets\":[0,16]}}");
   std::string file(8, '\0');
   for (int i = 0; i < 8; ++i) {
     file[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);

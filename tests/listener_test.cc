@@ -148,7 +148,8 @@ TEST(ListenerTest, AWorkerRunOutOfDescriptorsServesNewClientsAfterwards) {
 // when several fill the port, the worker's own listener probe, closed at
 // the bound like everyone's, still counts the listener alive: the worker
 // keeps its shards and serves again once the flood ends.
-TEST(ListenerTest, AFloodAtTheConnectionBoundNeitherStarvesOtherHostsNorKillsTheWorker) {
+TEST(ListenerTest,
+     AFloodAtTheConnectionBoundNeitherStarvesOtherHostsNorKillsTheWorker) {
   TestClusterOptions options;
   options.num_workers = 1;
   const int metrics_port = PickFreePort();

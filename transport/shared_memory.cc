@@ -1,9 +1,9 @@
 #include "transport/shared_memory.h"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/file.h>
 #include <sys/mman.h>
-#include <linux/openat2.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -119,8 +119,8 @@ absl::StatusOr<int> OpenShardFile(const std::string& path, uint64_t shard_id) {
   snprintf(expected, sizeof(expected), "/shards/%016llx.data",
            static_cast<unsigned long long>(shard_id));
   if (!absl::EndsWith(path, expected)) {
-    return InconsistentReply(absl::StrCat(
-        "the file of shard ", shard_id, " is not named ", expected + 1));
+    return InconsistentReply(absl::StrCat("the file of shard ", shard_id,
+                                          " is not named ", expected + 1));
   }
   open_how how{};
   how.flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
@@ -140,8 +140,8 @@ absl::StatusOr<int> OpenShardFile(const std::string& path, uint64_t shard_id) {
   struct stat st {};
   if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISREG(st.st_mode)) {
     close(static_cast<int>(fd));
-    return InconsistentReply(absl::StrCat("the file of shard ", shard_id,
-                                          " is not a regular file"));
+    return InconsistentReply(
+        absl::StrCat("the file of shard ", shard_id, " is not a regular file"));
   }
   return static_cast<int>(fd);
 }

@@ -522,12 +522,13 @@ TEST_P(SharedMemoryTest, ShardFilesAreMappedReadOnlyByPath) {
   // a shard file's form, is a lying reply and opens nothing.
   const std::string secret = top + "/secret.data";
   std::ofstream(secret) << "private";
-  for (const std::string& other :
-       {secret, dir + "/0000000000000008.data", top + "/0000000000000007.data"}) {
+  for (const std::string& other : {secret, dir + "/0000000000000008.data",
+                                   top + "/0000000000000007.data"}) {
     reply.set_segment(other);
     worker_.SetReply(reply);
-    EXPECT_THAT(ReadInto(&out, Shard({16}, 4), WholeBox({16})),
-                StatusIs(absl::StatusCode::kInternal, HasSubstr("is not named")))
+    EXPECT_THAT(
+        ReadInto(&out, Shard({16}, 4), WholeBox({16})),
+        StatusIs(absl::StatusCode::kInternal, HasSubstr("is not named")))
         << other;
   }
   // A symlink is not followed, at the end or on the way (both fall back:
@@ -553,9 +554,9 @@ TEST_P(SharedMemoryTest, ShardFilesAreMappedReadOnlyByPath) {
   for (const std::string& other : {as_dir, as_fifo}) {
     reply.set_segment(other);
     worker_.SetReply(reply);
-    EXPECT_THAT(ReadInto(&out, Shard({16}, 4), WholeBox({16})),
-                StatusIs(absl::StatusCode::kInternal,
-                         HasSubstr("not a regular file")))
+    EXPECT_THAT(
+        ReadInto(&out, Shard({16}, 4), WholeBox({16})),
+        StatusIs(absl::StatusCode::kInternal, HasSubstr("not a regular file")))
         << other;
   }
   // The shard freed: NOT_FOUND.

@@ -35,8 +35,8 @@ bool EnvironmentSwitch(const char* name, bool unset) {
 // of UCX's default handler, which prints to stdout: a CLI's stdout carries
 // only data and --json. UCX's errors here are mostly a transport it could
 // not use, which tessera then falls back from: warnings.
-ucs_log_func_rc_t LogThroughSpdlog(const char* file, unsigned line,
-                                   const char*, ucs_log_level_t level,
+ucs_log_func_rc_t LogThroughSpdlog(const char* file, unsigned line, const char*,
+                                   ucs_log_level_t level,
                                    const ucs_log_component_config_t*,
                                    const char* format, va_list ap) {
   if (level > UCS_LOG_LEVEL_INFO) return UCS_LOG_FUNC_RC_STOP;

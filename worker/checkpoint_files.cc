@@ -492,11 +492,12 @@ absl::Status CheckpointRoot::RemoveFiles(absl::string_view dir,
     TESSERA_RETURN_IF_ERROR(fd.status());
     absl::StatusOr<std::string> part = SavePartOf(*fd, shown);
     if (!part.ok() || *part != save_id) {
-      spdlog::warn("checkpoint: '{}' is left alone: not a file of save {} "
-                   "({})",
-                   shown, std::string(save_id),
-                   part.ok() ? absl::StrCat("its save is '", *part, "'")
-                             : std::string(part.status().message()));
+      spdlog::warn(
+          "checkpoint: '{}' is left alone: not a file of save {} "
+          "({})",
+          shown, std::string(save_id),
+          part.ok() ? absl::StrCat("its save is '", *part, "'")
+                    : std::string(part.status().message()));
       continue;
     }
     if (unlinkat(dir_fd.get(), name.c_str(), 0) != 0 && errno != ENOENT) {

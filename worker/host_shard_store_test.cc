@@ -421,9 +421,8 @@ TEST(HostShardStoreTest, ASymlinkedShardFileIsNotTakenBack) {
     HostShardStoreOptions options;
     options.files = *files;
     HostShardStore store(options);
-    ASSERT_THAT(
-        store.Allocate(7, Desc({4, 4}, {{0, 0}, {2, 4}}), InitSpec{}),
-        IsOk());
+    ASSERT_THAT(store.Allocate(7, Desc({4, 4}, {{0, 0}, {2, 4}}), InitSpec{}),
+                IsOk());
     ASSERT_THAT(store.Persist(7, "c1"), IsOk());
   }
   // The bytes moved elsewhere and the shard's name made a symlink to them.

@@ -64,8 +64,7 @@ struct RegistrationOptions {
   // Told, with every heartbeat answered, the principals whose grants
   // minted before a time are void (ClusterAuthority::Revoked): principal
   // -> Unix ms.
-  std::function<void(std::vector<std::pair<std::string, int64_t>>)>
-      on_revoked;
+  std::function<void(std::vector<std::pair<std::string, int64_t>>)> on_revoked;
   // The channel to the coordinator: TLS credentials and the interceptors
   // that present this worker's token.
   ChannelOptions channel;

@@ -160,8 +160,8 @@ void ShardFiles::Remove(uint64_t id) {
 std::string ShardFiles::MoveAside(const std::string& base) {
   const std::string aside = dir_ + "/damaged";
   if (mkdir(aside.c_str(), 0700) != 0 && errno != EEXIST) {
-    spdlog::error("store_dir: cannot make {}: {}; shard file {} stays",
-                  aside, std::strerror(errno), base);
+    spdlog::error("store_dir: cannot make {}: {}; shard file {} stays", aside,
+                  std::strerror(errno), base);
     return std::string();
   }
   const int aside_fd =
@@ -172,8 +172,8 @@ std::string ShardFiles::MoveAside(const std::string& base) {
   std::string kept;
   for (const char* suffix : {kRecord, kData}) {
     const std::string name = base + suffix;
-    if (renameat(shards_fd_, name.c_str(), aside_fd,
-                 (name + stamp).c_str()) == 0) {
+    if (renameat(shards_fd_, name.c_str(), aside_fd, (name + stamp).c_str()) ==
+        0) {
       kept = aside;
     } else if (errno != ENOENT) {
       spdlog::error("store_dir: cannot move {} into {}: {}", name, aside,

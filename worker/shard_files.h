@@ -10,7 +10,8 @@
 // have their CRC is mapped again as it was, nothing copied; files without
 // a record (shards never committed) are removed; shards that fail their
 // check are moved aside into DIR/damaged (never deleted: two swapped files
-// or one flipped bit may be all that is left of them) and reported. One worker per DIR: an flock on DIR/lock says so.
+// or one flipped bit may be all that is left of them) and reported. One worker
+// per DIR: an flock on DIR/lock says so.
 //
 // Thread-safe: files are per shard; the directory is only scanned before
 // the worker serves.

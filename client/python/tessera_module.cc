@@ -33,8 +33,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
-#include "spdlog/sinks/stdout_color_sinks.h"
-#include "spdlog/spdlog.h"
 #include "client/safetensors_io.h"
 #include "client/tessera_client.h"
 #include "core/auth.h"
@@ -48,6 +46,8 @@
 #include "core/status_macros.h"
 #include "core/tensor_metadata.h"
 #include "rpc/channel.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 
 namespace py = pybind11;
 
@@ -785,10 +785,8 @@ class PyClient {
         names.is_none() ? std::vector<std::string>{}
                         : names.cast<std::vector<std::string>>();
     const std::string p = prefix.is_none() ? "" : prefix.cast<std::string>();
-    Client::SaveStats stats = Unwrap(
-        WithoutGil([&] {
-          return client_->SaveCheckpoint(dir, list, p, overwrite);
-        }));
+    Client::SaveStats stats = Unwrap(WithoutGil(
+        [&] { return client_->SaveCheckpoint(dir, list, p, overwrite); }));
     py::dict d;
     d["dir"] = dir;
     d["tensors"] = stats.tensors;
