@@ -1,6 +1,10 @@
 #include "client/safetensors_file.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -363,8 +367,12 @@ absl::StatusOr<DType> DTypeFromSafetensors(absl::string_view code) {
 }
 
 absl::StatusOr<SafetensorsHeader> ParseSafetensors(absl::string_view file) {
-  const int64_t file_bytes = static_cast<int64_t>(file.size());
-  if (file_bytes < 8) {
+  return ParseSafetensorsHeader(file, static_cast<int64_t>(file.size()));
+}
+
+absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view file,
+                                                         int64_t file_bytes) {
+  if (file_bytes < 8 || static_cast<int64_t>(file.size()) < 8) {
     return Malformed(absl::StrCat("the file has ", file_bytes,
                                   " bytes, too few for the 8-byte header "
                                   "length"));
@@ -378,6 +386,11 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensors(absl::string_view file) {
     return Malformed(absl::StrCat("header length ", n,
                                   " runs past the end of the file (",
                                   file_bytes, " bytes)"));
+  }
+  if (file.size() - 8 < n) {
+    return Malformed(absl::StrCat("the header's ", n,
+                                  " bytes were not all "
+                                  "read (the file is being cut short?)"));
   }
   const absl::string_view json = file.substr(8, n);
   if (json.empty() || json[0] != '{') {
@@ -471,6 +484,38 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensors(absl::string_view file) {
                                   "to no entry"));
   }
   return header;
+}
+
+absl::StatusOr<SafetensorsHeader> ReadSafetensorsHeader(int fd) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    return Malformed("not a regular file");
+  }
+  char prefix[8];
+  if (st.st_size < 8 || pread(fd, prefix, sizeof(prefix), 0) != 8) {
+    return Malformed(absl::StrCat("the file has ", st.st_size,
+                                  " bytes, too few for the 8-byte header "
+                                  "length"));
+  }
+  const uint64_t n = LoadLittleEndian64(prefix);
+  if (n > static_cast<uint64_t>(kSafetensorsMaxHeaderBytes) ||
+      n > static_cast<uint64_t>(st.st_size) - 8) {
+    // The same words as a parse of the whole file.
+    return ParseSafetensorsHeader(absl::string_view(prefix, sizeof(prefix)),
+                                  st.st_size);
+  }
+  std::string head(8 + n, '\0');
+  std::memcpy(head.data(), prefix, sizeof(prefix));
+  size_t got = 8;
+  while (got < head.size()) {
+    const ssize_t r = pread(fd, head.data() + got, head.size() - got,
+                            static_cast<off_t>(got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;  // cut short meanwhile: the parse says so
+    got += static_cast<size_t>(r);
+  }
+  head.resize(got);
+  return ParseSafetensorsHeader(head, st.st_size);
 }
 
 absl::StatusOr<SafetensorsLayout> LayoutSafetensors(

@@ -90,6 +90,14 @@ absl::StatusOr<DType> DTypeFromSafetensors(absl::string_view code);
 // non-empty, at most kSafetensorsMaxEntries entries, and that the entries
 // cover the data section exactly (no overlap, no hole, no trailing bytes).
 absl::StatusOr<SafetensorsHeader> ParseSafetensors(absl::string_view file);
+// The same checks from the file's first bytes alone: `head` holds at least
+// the 8-byte length and the header (the whole file will do), `file_bytes`
+// is the file's size.
+absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view head,
+                                                         int64_t file_bytes);
+// The header of the safetensors file open as `fd`, read by pread (never
+// mapped: a file cut short meanwhile is an error, not a fault).
+absl::StatusOr<SafetensorsHeader> ReadSafetensorsHeader(int fd);
 
 // What a writer is given for each entry.
 struct SafetensorsTensor {

@@ -1,5 +1,6 @@
 #include "client/safetensors_file.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -220,6 +221,44 @@ TEST(ParseSafetensorsTest, BoundsEntriesAndRank) {
                             "xxxx"))
           .status(),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dims")));
+}
+
+// The header from a file by pread: what a parse of the whole file says,
+// and a clear error for a file cut short, a FIFO or too short a file.
+TEST(ReadSafetensorsHeaderTest, ReadsTheHeaderAloneAndRefusesWhatIsNotOne) {
+  const std::string json =
+      R"({"__metadata__":{"tessera_save":"0badf00d"},)"
+      R"("w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})";
+  const std::string path = TempPath("header.safetensors");
+  WriteAll(path, File(json, std::string(16, 'x')));
+  int fd = open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  absl::StatusOr<SafetensorsHeader> h = ReadSafetensorsHeader(fd);
+  close(fd);
+  ASSERT_THAT(h.status(), IsOk());
+  ASSERT_EQ(h->entries.size(), 1u);
+  EXPECT_EQ(h->entries[0].name, "w");
+  ASSERT_EQ(h->metadata.size(), 1u);
+  EXPECT_EQ(h->metadata[0].second, "0badf00d");
+
+  // Cut inside its data, inside its header, inside its length.
+  for (size_t keep : {8 + json.size() + 4, size_t{20}, size_t{5}}) {
+    WriteAll(path, File(json, std::string(16, 'x')).substr(0, keep));
+    fd = open(path.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    EXPECT_THAT(ReadSafetensorsHeader(fd).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument))
+        << keep;
+    close(fd);
+  }
+  const std::string fifo = TempPath("header.fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  fd = open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(fd, 0);
+  EXPECT_THAT(ReadSafetensorsHeader(fd).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("not a regular file")));
+  close(fd);
 }
 
 TEST(LayoutSafetensorsTest, DeterministicAlignedAndParsesBack) {

@@ -11,6 +11,7 @@
 #ifndef TESSERA_CORE_CAPABILITY_H_
 #define TESSERA_CORE_CAPABILITY_H_
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -115,6 +116,7 @@ class Revocations {
       ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  std::atomic<bool> any_{false};  // before_ms_ is not empty
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, int64_t> before_ms_ ABSL_GUARDED_BY(mu_);
 };

@@ -215,38 +215,26 @@ TEST(LeaderChannelsMakeTest, NeedsTwoOrMoreHostPorts) {
 }
 
 // A standby that names itself as the leader (a stale answer, or a process
-// that only pretends to stand by) neither holds the call nor spins on it:
-// the next listed address, the leader, runs it.
-TEST_F(LeaderChannelsTest, AStandbyThatNamesItselfIsPassedOver) {
-  RunningServer leader = StartLeader();
-  CountingStandby standby("standby");
-  RunningServer standing = StartStandby(&standby);
-  standby.SetLeader(Local(standing.port));
-  ASSERT_OK_AND_ASSIGN(
-      std::unique_ptr<LeaderChannels> leaders,
-      LeaderChannels::Make(
-          absl::StrCat(Local(standing.port), ",", Local(leader.port)), {}));
-  LeaderStubs<v1::Worker> stubs(leaders.get());
-  EXPECT_THAT(FreeShards(leaders.get(), &stubs, absl::Seconds(5)), IsOk());
-  EXPECT_EQ(leader_.calls.load(), 1);
-  EXPECT_EQ(standby.calls.load(), 1);
-  EXPECT_EQ(leaders->current(), 1u);
-}
-
-// A standby that names no leader does not keep the call either: another
-// listed address may lead already.
-TEST_F(LeaderChannelsTest, AStandbyThatNamesNoLeaderIsPassedOver) {
-  RunningServer leader = StartLeader();
-  CountingStandby standby("standby");
-  RunningServer standing = StartStandby(&standby);
-  ASSERT_OK_AND_ASSIGN(
-      std::unique_ptr<LeaderChannels> leaders,
-      LeaderChannels::Make(
-          absl::StrCat(Local(standing.port), ",", Local(leader.port)), {}));
-  LeaderStubs<v1::Worker> stubs(leaders.get());
-  EXPECT_THAT(FreeShards(leaders.get(), &stubs, absl::Seconds(5)), IsOk());
-  EXPECT_EQ(leader_.calls.load(), 1);
-  EXPECT_EQ(standby.calls.load(), 1);
+// that only pretends to stand by), or names no leader, neither holds the
+// call nor spins on it: the next listed address, the leader, runs it.
+TEST_F(LeaderChannelsTest, AStandbyThatNamesItselfOrNoLeaderIsPassedOver) {
+  for (const bool names_itself : {true, false}) {
+    SCOPED_TRACE(names_itself ? "names itself" : "names no leader");
+    const int before = leader_.calls.load();
+    RunningServer leader = StartLeader();
+    CountingStandby standby("standby");
+    RunningServer standing = StartStandby(&standby);
+    if (names_itself) standby.SetLeader(Local(standing.port));
+    ASSERT_OK_AND_ASSIGN(
+        std::unique_ptr<LeaderChannels> leaders,
+        LeaderChannels::Make(
+            absl::StrCat(Local(standing.port), ",", Local(leader.port)), {}));
+    LeaderStubs<v1::Worker> stubs(leaders.get());
+    EXPECT_THAT(FreeShards(leaders.get(), &stubs, absl::Seconds(5)), IsOk());
+    EXPECT_EQ(leader_.calls.load() - before, 1);
+    EXPECT_EQ(standby.calls.load(), 1);
+    EXPECT_EQ(leaders->current(), 1u);
+  }
 }
 
 // Two standbys naming each other's address or themselves, and no leader:

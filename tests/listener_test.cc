@@ -75,6 +75,32 @@ int ConnectTo(const std::string& address) {
   return fd;
 }
 
+// Tensor "t", [64, 16] int32 holding 0, 1, 2, ..., on the worker of rank 0.
+absl::Status CreateArange(const TestCluster& cluster,
+                          const ClientOptions& options) {
+  auto client = Client::Connect(cluster.coordinator_address(), options);
+  if (!client.ok()) return client.status();
+  InitSpec init;
+  init.kind = InitSpec::Kind::kArange;
+  return (*client)
+      ->Create("t", {64, 16}, DType::kInt32, LayoutSpec::Chunk(0, Ranks({0})),
+               init)
+      .status();
+}
+
+// Reads "t" back on a new client: OK when every byte is as made.
+absl::Status ReadArange(const TestCluster& cluster,
+                        const ClientOptions& options) {
+  auto client = Client::Connect(cluster.coordinator_address(), options);
+  if (!client.ok()) return client.status();
+  absl::StatusOr<HostArray> got = (*client)->Get("t", std::nullopt);
+  if (!got.ok()) return got.status();
+  for (int i = 0; i < 64 * 16; ++i) {
+    if (got->As<int32_t>()[i] != i) return absl::DataLossError("bytes");
+  }
+  return absl::OkStatus();
+}
+
 TEST(ListenerTest, AWorkerRunOutOfDescriptorsServesNewClientsAfterwards) {
   // This process holds the attacker's connections: it needs the room.
   struct rlimit limit {};
@@ -94,17 +120,7 @@ TEST(ListenerTest, AWorkerRunOutOfDescriptorsServesNewClientsAfterwards) {
   ClientOptions client_options;
   client_options.transport = "grpc";  // reads go through the worker's port
   client_options.data_timeout = absl::Seconds(20);
-  {
-    auto client =
-        Client::Connect((*cluster)->coordinator_address(), client_options);
-    ASSERT_TRUE(client.ok()) << client.status();
-    InitSpec init;
-    init.kind = InitSpec::Kind::kArange;
-    ASSERT_TRUE((*client)
-                    ->Create("t", {64, 16}, DType::kInt32,
-                             LayoutSpec::Chunk(0, Ranks({0})), init)
-                    .ok());
-  }
+  ASSERT_TRUE(CreateArange(**cluster, client_options).ok());
   const pid_t worker = (*cluster)->worker_pid(0);
 
   // The attack: 800 connections that say nothing, held a moment, closed.
@@ -162,28 +178,8 @@ TEST(ListenerTest,
   ClientOptions client_options;
   client_options.transport = "grpc";  // reads go through the worker's port
   client_options.data_timeout = absl::Seconds(20);
-  auto read_back = [&]() -> absl::Status {
-    auto client =
-        Client::Connect((*cluster)->coordinator_address(), client_options);
-    if (!client.ok()) return client.status();
-    absl::StatusOr<HostArray> got = (*client)->Get("t", std::nullopt);
-    if (!got.ok()) return got.status();
-    for (int i = 0; i < 64 * 16; ++i) {
-      if (got->As<int32_t>()[i] != i) return absl::DataLossError("bytes");
-    }
-    return absl::OkStatus();
-  };
-  {
-    auto client =
-        Client::Connect((*cluster)->coordinator_address(), client_options);
-    ASSERT_TRUE(client.ok()) << client.status();
-    InitSpec init;
-    init.kind = InitSpec::Kind::kArange;
-    ASSERT_TRUE((*client)
-                    ->Create("t", {64, 16}, DType::kInt32,
-                             LayoutSpec::Chunk(0, Ranks({0})), init)
-                    .ok());
-  }
+  auto read_back = [&] { return ReadArange(**cluster, client_options); };
+  ASSERT_TRUE(CreateArange(**cluster, client_options).ok());
   const pid_t worker = (*cluster)->worker_pid(0);
   const std::string address = (*cluster)->worker_address(0);
 

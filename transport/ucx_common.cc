@@ -39,13 +39,14 @@ ucs_log_func_rc_t LogThroughSpdlog(const char* file, unsigned line, const char*,
                                    ucs_log_level_t level,
                                    const ucs_log_component_config_t*,
                                    const char* format, va_list ap) {
-  if (level > UCS_LOG_LEVEL_INFO) return UCS_LOG_FUNC_RC_STOP;
+  // UCX calls handlers only for levels its UCX_LOG_LEVEL lets through.
   char message[1024];
   vsnprintf(message, sizeof(message), format, ap);
   const spdlog::level::level_enum to =
       level <= UCS_LOG_LEVEL_ERROR  ? spdlog::level::warn
       : level == UCS_LOG_LEVEL_WARN ? spdlog::level::info
-                                    : spdlog::level::debug;
+      : level == UCS_LOG_LEVEL_INFO ? spdlog::level::debug
+                                    : spdlog::level::trace;
   spdlog::log(to, "UCX ({}:{}): {}", file != nullptr ? file : "?", line,
               message);
   return UCS_LOG_FUNC_RC_STOP;

@@ -91,38 +91,17 @@ absl::StatusOr<Fd> OpenBeneath(int dir_fd, absl::string_view path, int flags,
 }
 
 // The "__metadata__" kSavePartKey of the safetensors file `fd` (empty when
-// it has none), read by pread alone: a file cut short or swapped is an
-// error, never a fault.
+// it has none).
 absl::StatusOr<std::string> SavePartOf(const Fd& fd, absl::string_view shown) {
-  struct stat st {};
-  if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    return CheckpointError(absl::StrCat("'", shown, "' is not a file"));
+  absl::StatusOr<SafetensorsHeader> header = ReadSafetensorsHeader(fd.get());
+  if (!header.ok()) {
+    return CheckpointError(
+        absl::StrCat("'", shown, "': ", header.status().message()));
   }
-  unsigned char prefix[8];
-  if (pread(fd.get(), prefix, sizeof(prefix), 0) != sizeof(prefix)) {
-    return CheckpointError(absl::StrCat("'", shown, "' has no header"));
+  for (const auto& [key, value] : header->metadata) {
+    if (key == kSavePartKey) return value;
   }
-  uint64_t length = 0;
-  for (int i = 7; i >= 0; --i) length = (length << 8) | prefix[i];
-  if (length > static_cast<uint64_t>(kMaxCheckpointIndexBytes) ||
-      length > static_cast<uint64_t>(st.st_size) - sizeof(prefix)) {
-    return CheckpointError(absl::StrCat("'", shown, "' has no valid header"));
-  }
-  std::string header(static_cast<size_t>(length), '\0');
-  if (pread(fd.get(), header.data(), header.size(), sizeof(prefix)) !=
-      static_cast<ssize_t>(header.size())) {
-    return CheckpointError(absl::StrCat("'", shown, "' is cut short"));
-  }
-  const nlohmann::json json =
-      nlohmann::json::parse(header, nullptr, /*allow_exceptions=*/false);
-  if (!json.is_object()) {
-    return CheckpointError(absl::StrCat("'", shown, "' has no valid header"));
-  }
-  const auto metadata = json.find("__metadata__");
-  if (metadata == json.end() || !metadata->is_object()) return std::string();
-  const auto part = metadata->find(kSavePartKey);
-  if (part == metadata->end() || !part->is_string()) return std::string();
-  return part->get<std::string>();
+  return std::string();
 }
 
 // A directory name relative to the root: not empty, not absolute, no "..".
