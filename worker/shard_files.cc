@@ -170,7 +170,10 @@ std::string ShardFiles::MoveAside(const std::string& base) {
   // A name of its own each time: a shard damaged twice keeps both.
   const std::string stamp = absl::StrCat(".", absl::ToUnixMillis(absl::Now()));
   std::string kept;
-  for (const char* suffix : {kRecord, kData}) {
+  // The bytes first: a crash in between leaves a record without bytes,
+  // which the next scan moves aside too (bytes without a record would be
+  // taken for an uncommitted shard and removed).
+  for (const char* suffix : {kData, kRecord}) {
     const std::string name = base + suffix;
     if (renameat(shards_fd_, name.c_str(), aside_fd, (name + stamp).c_str()) ==
         0) {
