@@ -1,7 +1,7 @@
 // End-to-end bounds of the coordinator and the SDK under hostile or merely
 // huge input, against a real coordinator and real workers on 127.0.0.1: a
-// huge create fails fast without growing the coordinator, and a cached
-// region fetch from a tensor of very many shards does not look at them all.
+// huge create fails fast without growing the coordinator, and cached region
+// fetches from a tensor of very many shards read what they should.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -73,10 +73,11 @@ TEST_F(BoundsTest, AHugeRank32CreateFailsFastWithoutGrowingTheCoordinator) {
                                                }));
 }
 
-// A fetch from cached metadata finds its shards through an index: with
-// 100k shards it costs less than one look at every shard, which is what
-// every fetch paid before.
-TEST_F(BoundsTest, CachedFetchesDoNotLookAtEveryShard) {
+// Fetches from cached metadata of a 100k-shard tensor each read their one
+// row right. What they cost is a bench figure, not an assertion here
+// (bench/planning_bench: RegionIndexed against RegionScan); the medians of
+// both are recorded as test properties for a look.
+TEST_F(BoundsTest, CachedFetchesOfAHundredThousandShardsReadTheirRows) {
   constexpr int64_t kShards = 100000;
   std::vector<Placement> placements;
   for (int64_t i = 0; i < kShards; ++i) {
@@ -92,8 +93,6 @@ TEST_F(BoundsTest, CachedFetchesDoNotLookAtEveryShard) {
   ASSERT_EQ(meta->shards.size(), static_cast<size_t>(kShards));
 
   // The first fetch describes and caches; the next ones read the cache.
-  // Each is timed next to one look at every shard, which is what every
-  // fetch paid before, so that load on the machine slows both alike.
   ASSERT_OK(client_->Get("rows", Box{{0, 0}, {1, 16}}));
   std::vector<absl::Duration> fetches, scans;
   for (int k = 0; k < 41; ++k) {
@@ -117,8 +116,6 @@ TEST_F(BoundsTest, CachedFetchesDoNotLookAtEveryShard) {
                  static_cast<int>(absl::ToInt64Microseconds(Median(fetches))));
   RecordProperty("scan_median_us",
                  static_cast<int>(absl::ToInt64Microseconds(Median(scans))));
-  EXPECT_LT(Median(fetches), Median(scans))
-      << "fetch " << Median(fetches) << ", scan " << Median(scans);
   ASSERT_OK(client_->Delete("rows"));
 }
 
