@@ -1147,8 +1147,16 @@ absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
   // inside: the worker checks): never a file tessera did not write.
   absl::flat_hash_set<std::string> earlier_files;
   std::string earlier_save_id;
-  if (absl::StatusOr<CheckpointListing> earlier = ListCheckpoint(args.dir);
-      earlier.ok()) {
+  absl::StatusOr<CheckpointListing> earlier = ListCheckpoint(args.dir);
+  if (!earlier.ok() && !absl::IsNotFound(earlier.status()) &&
+      !args.overwrite) {
+    // Files no one can read as a checkpoint are not taken for none: whose
+    // they are is unknown.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "save: '", args.dir, "' holds what cannot be read as a checkpoint (",
+        earlier.status().message(), "); give --overwrite to replace it"));
+  }
+  if (earlier.ok()) {
     const bool own =
         !earlier->save_id.empty() && earlier->saved_by == args.principal;
     if (!own && !args.overwrite) {

@@ -17,9 +17,11 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <set>
@@ -161,6 +163,17 @@ class CheckpointTest : public ::testing::Test {
     WriteAll(cut + "/model.safetensors", whole.substr(0, whole.size() - 100));
     ASSERT_EQ(symlink(std::getenv("TEST_TMPDIR"), (Root() + "/escape").c_str()),
               0);
+    // A 4 MiB file that shrinks and grows back while it is loaded.
+    const std::string shrink = Root() + "/shrink";
+    mkdir(shrink.c_str(), 0755);
+    WriteAll(shrink + "/model.safetensors",
+             ModelFile({{"x", DType::kFloat32, {4096, 256}}}, 5, &ignored));
+    // FIFOs where a file should be: the model file, and a save's index.
+    for (const std::string& fifo :
+         {Root() + "/fifo/model.safetensors", Root() + "/fifo-saved/tessera.json"}) {
+      mkdir(fifo.substr(0, fifo.rfind('/')).c_str(), 0755);
+      ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0) << std::strerror(errno);
+    }
     // 32 MiB in one entry, for a load that takes seconds.
     const std::string big = Root() + "/big";
     mkdir(big.c_str(), 0755);
@@ -600,6 +613,109 @@ TEST_F(CheckpointTest, AFullDiskFailsTheSaveAndKeepsTheEarlierCheckpoint) {
                             "--placements=w1,w3", "--prefix=back-full/"});
   ASSERT_EQ(r.code, 0) << r.err;
   ExpectModel("back-full/fk/");
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// A checkpoint file cut short while workers read it (a training job saving
+// over the same path, a copy still under way) fails the load, never the
+// workers: they read by pread, and a read past the end is an error, not a
+// SIGBUS that would take every shard they hold with them. A column layout
+// makes thousands of small runs per worker, which is where a mapping used
+// to be read.
+TEST_F(CheckpointTest, AFileCutShortWhileLoadingFailsTheLoadNotTheWorkers) {
+  const std::string path = Root() + "/shrink/model.safetensors";
+  const std::string whole = ReadAll(path);
+  const absl::StatusOr<SafetensorsHeader> header = ParseSafetensors(whole);
+  ASSERT_TRUE(header.ok()) << header.status();
+  std::vector<pid_t> pids;
+  for (int i = 0; i < 4; ++i) pids.push_back(cluster_->worker_pid(i));
+
+  std::atomic<bool> stop{false};
+  std::thread shrinker([&] {
+    // Its data cut to a page, then grown back (as zeros) to its size.
+    while (!stop.load()) {
+      EXPECT_EQ(truncate(path.c_str(), header->data_offset + 4096), 0);
+      absl::SleepFor(absl::Microseconds(300));
+      EXPECT_EQ(truncate(path.c_str(), static_cast<off_t>(whole.size())), 0);
+      absl::SleepFor(absl::Milliseconds(3));
+    }
+  });
+  int failed = 0;
+  for (int round = 0; round < 12; ++round) {
+    const Result r = Tessera(
+        {"load", "shrink", "--chunk_dim=-1", "--placements=w0,w1,w2,w3",
+         absl::StrCat("--prefix=shrink", round, "/")});
+    EXPECT_TRUE(r.code == 0 || r.code == 1) << r.code << r.err;
+    if (r.code == 1) {
+      ++failed;
+      // Cut before the listing ("outside the data section") or under a
+      // read ("shorter than"): either way the file, named.
+      EXPECT_THAT(r.err, HasSubstr("checkpoint: 'shrink/model.safetensors")) << r.err;
+    }
+  }
+  stop = true;
+  shrinker.join();
+  WriteAll(path, whole);
+  std::cerr << failed << " of 12 loads met a file cut short\n";
+
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(cluster_->worker_pid(i), pids[i]);
+    EXPECT_EQ(kill(pids[i], 0), 0) << cluster_->worker_log(i);
+  }
+  // The file whole again: it loads bit-exact on the same workers.
+  const Result r = Tessera({"load", "shrink", "--chunk_dim=-1",
+                            "--placements=w3,w2,w1,w0", "--prefix=whole/"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string npy = Root() + "/../shrink-x.npy";
+  ASSERT_EQ(Tessera({"get", "whole/x", "--output=" + npy}).code, 0);
+  absl::StatusOr<HostArray> a = ReadNpyFile(npy, std::nullopt);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(std::string(a->data(), a->num_bytes),
+            whole.substr(static_cast<size_t>(header->data_offset)));
+}
+
+// A FIFO where a checkpoint file should be is refused at once, as no file:
+// no worker thread waits in open() for a writer that never comes, and the
+// workers serve the next load.
+TEST_F(CheckpointTest, AFifoInACheckpointDirectoryIsRefusedAtOnce) {
+  const std::string timeout = "/usr/bin/timeout";
+  auto bounded = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {
+        timeout, "20", TestCluster::BinaryPath("client/tessera"),
+        "--coordinator=" + cluster_->coordinator_address()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Result r;
+    r.code = TestCluster::Run(argv, &r.out, &r.err);
+    return r;
+  };
+  Result r = bounded({"load", "fifo", "--chunk_dim=0", "--placements=w0,w1"});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("not a regular file"));
+  r = bounded({"load", "fifo-saved", "--chunk_dim=0", "--placements=w0,w1"});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("is not a file"));
+  // A save over that directory reads its index first: what it cannot read
+  // is not taken for no checkpoint, and the FIFO is left as it was.
+  ASSERT_EQ(bounded({"load", "model", "--chunk_dim=0", "--placements=w0,w1",
+                     "--prefix=fifo-src/"})
+                .code,
+            0);
+  r = bounded({"save", "fifo-saved", "--prefix=fifo-src/"});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("cannot be read as a checkpoint"));
+  struct stat st {};
+  ASSERT_EQ(stat((Root() + "/fifo-saved/tessera.json").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+
+  r = bounded({"load", "model", "--chunk_dim=-1", "--placements=w1,w0",
+               "--prefix=after-fifo/"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ExpectModel("after-fifo/");
 }
 
 }  // namespace

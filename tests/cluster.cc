@@ -211,7 +211,8 @@ absl::Status TestCluster::StartWorker(int i) {
   std::vector<std::string> argv;
   if (options_.worker_prefix) argv = options_.worker_prefix(i);
   for (const std::string& arg :
-       {BinaryPath("worker/tessera-worker"),
+       {options_.worker_binary.empty() ? BinaryPath("worker/tessera-worker")
+                                       : options_.worker_binary,
         absl::StrCat("--coordinator=", coordinator_address_),
         absl::StrCat("--listen=", w.address),
         absl::StrCat("--name=", worker_name(i)), absl::StrCat("--rank=", i)}) {

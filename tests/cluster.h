@@ -40,6 +40,9 @@ struct TestClusterOptions {
   // a host of its own; the prefix must exec the worker, so its pid is the
   // worker's).
   std::string coordinator_host = "127.0.0.1";
+  // The worker's executable; empty: the one Bazel built (a copy elsewhere
+  // lets a worker run as a user that cannot reach Bazel's output tree).
+  std::string worker_binary;
   std::function<std::string(int)> worker_host;
   std::function<std::vector<std::string>(int)> worker_prefix;
 };

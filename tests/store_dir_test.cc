@@ -7,10 +7,15 @@
 // and a file no committed change wrote is removed; shards of another cluster
 // than the coordinator's are kept until their own returns.
 #include <dirent.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -76,6 +81,16 @@ std::vector<std::string> DataFiles(int worker) {
 
 class StoreDirTest : public ::testing::Test {
  protected:
+  static void SetUpTestSuite() {
+    // A mount namespace of this test's own, which its workers share: a
+    // small tmpfs mounted in it is a store that fills, gone with the test.
+    ASSERT_EQ(unshare(CLONE_NEWNS), 0)
+        << "a mount namespace for the full-store test: "
+        << std::strerror(errno);
+    ASSERT_EQ(mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr), 0)
+        << std::strerror(errno);
+  }
+
   void SetUp() override {
     TestClusterOptions options;
     options.num_workers = 3;
@@ -287,6 +302,83 @@ TEST_F(StoreDirTest, ShardsOfAnotherClusterAreKeptUntilTheirOwnReturns) {
     absl::StatusOr<HostArray> got = (*own)->Get("q");
     return got.ok() && SameBytes(*got, data);
   })) << cluster_->worker_log(0);
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Worker 0's store on a file system of 8 MiB.
+class FullStoreDirTest : public StoreDirTest {
+ protected:
+  void SetUp() override {
+    std::filesystem::create_directories(StoreDir(0));
+    ASSERT_EQ(mount("tessera-store", StoreDir(0).c_str(), "tmpfs", 0,
+                    "size=8m"),
+              0)
+        << std::strerror(errno);
+    StoreDirTest::SetUp();
+  }
+  void TearDown() override {
+    cluster_.reset();
+    umount2(StoreDir(0).c_str(), MNT_DETACH);
+  }
+
+  int64_t FreeBytes() {
+    struct statvfs s {};
+    EXPECT_EQ(statvfs(StoreDir(0).c_str(), &s), 0);
+    return static_cast<int64_t>(s.f_bavail) * static_cast<int64_t>(s.f_frsize);
+  }
+};
+
+// A put or a create larger than the room left on a worker's --store_dir
+// fails with RESOURCE_EXHAUSTED before a byte is written (the shard files
+// are reserved, not sparse), gives the room back, and the worker lives on
+// to take what fits.
+TEST_F(FullStoreDirTest, AStoreThatFillsFailsTheWriteNotTheWorker) {
+  const pid_t pid = cluster_->worker_pid(0);
+  const int64_t free_before = FreeBytes();
+  // 16 MiB on w0 alone: twice the room.
+  const HostArray big = Iota(DType::kFloat32, {4096, 1024});
+  absl::StatusOr<TensorMetadata> put =
+      client_->Put("big", big, LayoutSpec::Chunk(0, Ranks({0})));
+  ASSERT_FALSE(put.ok());
+  EXPECT_EQ(put.status().code(), absl::StatusCode::kResourceExhausted)
+      << put.status();
+  EXPECT_THAT(put.status().message(), HasSubstr("store_dir"));
+  // A create whose worker fills the bytes itself (ones).
+  InitSpec ones;
+  ones.kind = InitSpec::Kind::kOnes;
+  absl::StatusOr<TensorMetadata> made =
+      client_->Create("ones", {4096, 1024}, DType::kFloat32,
+                      LayoutSpec::Chunk(0, Ranks({0})), ones);
+  ASSERT_FALSE(made.ok());
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kResourceExhausted)
+      << made.status();
+
+  // Nothing stays: not the names, not the room.
+  EXPECT_THAT(client_->Describe("big").status(),
+              testing::StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(client_->Describe("ones").status(),
+              testing::StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_TRUE(Eventually([&] { return FreeBytes() == free_before; }))
+      << FreeBytes() << " bytes free, " << free_before << " before";
+  EXPECT_TRUE(DataFiles(0).empty());
+
+  // The same worker takes what fits, and keeps it through a restart.
+  EXPECT_EQ(kill(pid, 0), 0) << cluster_->worker_log(0);
+  const HostArray fits = Iota(DType::kFloat32, {1024, 1024}, 3);
+  ASSERT_OK(client_->Put("fits", fits, LayoutSpec::Chunk(0, Ranks({0}))));
+  ASSERT_OK(client_->Create("fits-ones", {512, 1024}, DType::kFloat32,
+                            LayoutSpec::Chunk(0, Ranks({0})), ones));
+  EXPECT_EQ(cluster_->worker_pid(0), pid);
+  cluster_->StopWorker(0, SIGKILL);
+  ASSERT_OK(cluster_->RestartWorker(0));
+  absl::StatusOr<HostArray> back = client_->Get("fits");
+  ASSERT_OK(back.status());
+  EXPECT_TRUE(SameBytes(*back, fits));
 }
 
 }  // namespace

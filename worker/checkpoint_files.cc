@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -28,9 +27,6 @@
 
 namespace tessera {
 namespace {
-
-// Runs shorter than this on average are copied from a mapping.
-constexpr int64_t kSmallRunBytes = 64 << 10;
 
 // An open file descriptor, closed when it goes.
 class Fd {
@@ -90,15 +86,22 @@ absl::StatusOr<Fd> OpenBeneath(int dir_fd, absl::string_view path, int flags,
       "checkpoint: cannot open '", shown, "': ", std::strerror(err)));
 }
 
-// The "__metadata__" kSavePartKey of the safetensors file `fd` (empty when
-// it has none).
-absl::StatusOr<std::string> SavePartOf(const Fd& fd, absl::string_view shown) {
+// The header of checkpoint file `fd`, by pread (client/safetensors_file).
+absl::StatusOr<SafetensorsHeader> HeaderOf(const Fd& fd,
+                                           absl::string_view shown) {
   absl::StatusOr<SafetensorsHeader> header = ReadSafetensorsHeader(fd.get());
   if (!header.ok()) {
     return CheckpointError(
         absl::StrCat("'", shown, "': ", header.status().message()));
   }
-  for (const auto& [key, value] : header->metadata) {
+  return header;
+}
+
+// The "__metadata__" kSavePartKey of the safetensors file `fd` (empty when
+// it has none).
+absl::StatusOr<std::string> SavePartOf(const Fd& fd, absl::string_view shown) {
+  TESSERA_ASSIGN_OR_RETURN(SafetensorsHeader header, HeaderOf(fd, shown));
+  for (const auto& [key, value] : header.metadata) {
     if (key == kSavePartKey) return value;
   }
   return std::string();
@@ -157,41 +160,36 @@ absl::StatusOr<Fd> MakeDir(const std::string& root, absl::string_view dir) {
   return at;
 }
 
-// A file's bytes mapped read-only (its header is parsed in place; its data
-// pages are never touched here).
-class Mapping {
- public:
-  static absl::StatusOr<Mapping> Of(const Fd& fd, absl::string_view name) {
-    struct stat st {};
-    if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-      return CheckpointError(absl::StrCat("'", name, "' is not a file"));
-    }
-    Mapping m;
-    m.size_ = static_cast<size_t>(st.st_size);
-    if (m.size_ == 0) return m;
-    void* p = mmap(nullptr, m.size_, PROT_READ, MAP_SHARED, fd.get(), 0);
-    if (p == MAP_FAILED) {
+// An index file's text, read whole by pread: never mapped, so a file cut
+// short while it is read (a training job saving over the same path) is an
+// error here, not a SIGBUS that takes the worker and its shards with it.
+absl::StatusOr<std::string> ReadIndexText(const Fd& fd,
+                                          absl::string_view name) {
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return CheckpointError(absl::StrCat("'", name, "' is not a file"));
+  }
+  if (st.st_size > kMaxCheckpointIndexBytes) {
+    return CheckpointError(absl::StrCat("'", name, "' has ", st.st_size,
+                                        " bytes, more than an index may (",
+                                        kMaxCheckpointIndexBytes, ")"));
+  }
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = pread(fd.get(), text.data() + got, text.size() - got,
+                            static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
       return CheckpointError(
-          absl::StrCat("cannot map '", name, "': ", std::strerror(errno)));
+          absl::StrCat("reading '", name, "': ", std::strerror(errno)));
     }
-    m.data_ = static_cast<const char*>(p);
-    return m;
+    if (n == 0) break;  // cut short meanwhile: the parse says what is wrong
+    got += static_cast<size_t>(n);
   }
-  Mapping() = default;
-  Mapping(Mapping&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)), size_(o.size_) {}
-  ~Mapping() {
-    if (data_ != nullptr) munmap(const_cast<char*>(data_), size_);
-  }
-  absl::string_view bytes() const {
-    return data_ == nullptr ? absl::string_view()
-                            : absl::string_view(data_, size_);
-  }
-
- private:
-  const char* data_ = nullptr;
-  size_t size_ = 0;
-};
+  text.resize(got);
+  return text;
+}
 
 // The files of the directory: those the index names, in its order of first
 // mention, or the one .safetensors file.
@@ -201,8 +199,9 @@ absl::StatusOr<std::vector<std::string>> FilesOf(const Fd& dir,
       OpenBeneath(dir.get(), kHfIndexName, O_RDONLY,
                   absl::StrCat(shown, "/", kHfIndexName));
   if (index.ok()) {
-    TESSERA_ASSIGN_OR_RETURN(Mapping text, Mapping::Of(*index, kHfIndexName));
-    return ParseHfIndex(text.bytes());
+    TESSERA_ASSIGN_OR_RETURN(std::string text,
+                             ReadIndexText(*index, kHfIndexName));
+    return ParseHfIndex(text);
   }
   if (!absl::IsNotFound(index.status())) return index.status();
   // No index: the directory's one .safetensors file (fdopendir takes the
@@ -219,6 +218,12 @@ absl::StatusOr<std::vector<std::string>> FilesOf(const Fd& dir,
     if (absl::EndsWith(name, ".safetensors")) files.push_back(name);
   }
   closedir(d);
+  if (files.empty()) {
+    // Nothing here yet: a save may write into it without replacing anyone's.
+    return absl::NotFoundError(absl::StrCat(
+        "checkpoint: '", shown, "' holds no .safetensors file and no ",
+        kHfIndexName));
+  }
   if (files.size() != 1) {
     return CheckpointError(absl::StrCat(
         "'", shown, "' holds ", files.size(), " .safetensors files and no ",
@@ -234,8 +239,9 @@ absl::StatusOr<std::vector<std::string>> FilesOf(const Fd& dir,
 // read past a file's data.
 absl::StatusOr<CheckpointListing> ListSaved(const Fd& dir_fd, const Fd& index,
                                             absl::string_view dir) {
-  TESSERA_ASSIGN_OR_RETURN(Mapping text, Mapping::Of(index, kTesseraIndexName));
-  absl::StatusOr<CheckpointListing> listing = ParseTesseraIndex(text.bytes());
+  TESSERA_ASSIGN_OR_RETURN(std::string text,
+                           ReadIndexText(index, kTesseraIndexName));
+  absl::StatusOr<CheckpointListing> listing = ParseTesseraIndex(text);
   if (!listing.ok()) {
     return Annotate(listing.status(), absl::StrCat("in '", dir, "'"));
   }
@@ -251,14 +257,8 @@ absl::StatusOr<CheckpointListing> ListSaved(const Fd& dir_fd, const Fd& index,
         const std::string shown = absl::StrCat(dir, "/", piece.file);
         TESSERA_ASSIGN_OR_RETURN(
             Fd fd, OpenBeneath(dir_fd.get(), piece.file, O_RDONLY, shown));
-        TESSERA_ASSIGN_OR_RETURN(Mapping bytes, Mapping::Of(fd, piece.file));
-        absl::StatusOr<SafetensorsHeader> header =
-            ParseSafetensors(bytes.bytes());
-        if (!header.ok()) {
-          return CheckpointError(
-              absl::StrCat("'", shown, "': ", header.status().message()));
-        }
-        Stored stored{*std::move(header), {}};
+        TESSERA_ASSIGN_OR_RETURN(SafetensorsHeader header, HeaderOf(fd, shown));
+        Stored stored{std::move(header), {}};
         for (size_t i = 0; i < stored.header.entries.size(); ++i)
           stored.entry_index.emplace(stored.header.entries[i].name, i);
         it = headers.emplace(piece.file, std::move(stored)).first;
@@ -300,12 +300,9 @@ absl::StatusOr<CheckpointListing> CheckpointRoot::List(
     const std::string& file = files[f];
     TESSERA_ASSIGN_OR_RETURN(Fd fd, OpenBeneath(dir_fd.get(), file, O_RDONLY,
                                                 absl::StrCat(dir, "/", file)));
-    TESSERA_ASSIGN_OR_RETURN(Mapping bytes, Mapping::Of(fd, file));
-    absl::StatusOr<SafetensorsHeader> header = ParseSafetensors(bytes.bytes());
-    if (!header.ok()) {
-      return CheckpointError(
-          absl::StrCat("'", dir, "/", file, "': ", header.status().message()));
-    }
+    TESSERA_ASSIGN_OR_RETURN(SafetensorsHeader header_read,
+                             HeaderOf(fd, absl::StrCat(dir, "/", file)));
+    SafetensorsHeader* header = &header_read;
     if (f == 0) listing.metadata = header->metadata;
     // A lone file of a save that never wrote its index is a part of that
     // save, not a model: loading it would make some of its tensors only.
@@ -350,28 +347,10 @@ absl::StatusOr<int64_t> CheckpointRoot::ReadRuns(
   TESSERA_ASSIGN_OR_RETURN(Fd dir_fd, OpenDir(root_, dir));
   TESSERA_ASSIGN_OR_RETURN(Fd fd, OpenBeneath(dir_fd.get(), file, O_RDONLY,
                                               absl::StrCat(dir, "/", file)));
-  // Many small runs (a column layout: a piece of every row): one syscall
-  // each would cost more than the bytes, so they are copied from a
-  // read-only mapping of the file instead, touching only their pages.
-  int64_t run_bytes = 0;
-  for (const FileRun& run : runs) run_bytes += run.length;
-  if (runs.size() > 64 &&
-      run_bytes / static_cast<int64_t>(runs.size()) < kSmallRunBytes) {
-    TESSERA_ASSIGN_OR_RETURN(Mapping mapping, Mapping::Of(fd, file));
-    const absl::string_view all = mapping.bytes();
-    for (const FileRun& run : runs) {
-      if (run.file_offset < 0 || run.length < 0 ||
-          run.file_offset > static_cast<int64_t>(all.size()) - run.length) {
-        return CheckpointError(absl::StrCat(
-            "'", dir, "/", file, "' is shorter than its header says (",
-            run.file_offset + run.length, " bytes)"));
-      }
-      TESSERA_RETURN_IF_ERROR(
-          land(run, all.substr(static_cast<size_t>(run.file_offset),
-                               static_cast<size_t>(run.length))));
-    }
-    return run_bytes;
-  }
+  // Every run by pread, none through a mapping: a file cut short while it
+  // is read fails the read ("shorter than") instead of faulting the worker.
+  // Small runs close together (a column layout: a piece of every row) are
+  // joined into one read by CoalesceRuns.
   // A run longer than a read is cut: memory stays within max_span.
   std::vector<FileRun> pieces;
   pieces.reserve(runs.size());

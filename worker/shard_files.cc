@@ -109,8 +109,14 @@ absl::StatusOr<std::shared_ptr<MappedShardFile>> ShardFiles::Create(
                         O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return Errno(absl::StrCat("creating the file of shard ", id));
   absl::StatusOr<std::shared_ptr<MappedShardFile>> file;
-  if (ftruncate(fd, std::max<int64_t>(bytes, 1)) != 0) {
-    file = Errno(absl::StrCat("sizing the file of shard ", id));
+  // Every block reserved before the first write through the mapping: a
+  // sparse file on a file system that fills would fault (SIGBUS) on the
+  // write instead of failing here.
+  const int reserved = posix_fallocate(fd, 0, std::max<int64_t>(bytes, 1));
+  if (reserved != 0) {
+    errno = reserved;
+    file = Errno(absl::StrCat("reserving ", bytes,
+                              " bytes for the file of shard ", id));
   } else {
     file = Map(fd, bytes, absl::StrCat("the file of shard ", id),
                absl::StrCat(shards_, "/", name, kData));

@@ -61,7 +61,8 @@ class ShardFiles {
   const std::string& dir() const { return dir_; }
 
   // A new zeroed file for shard `id` (any earlier one of the id replaced),
-  // mapped read-write.
+  // its blocks reserved, mapped read-write. A file system without the room
+  // is RESOURCE_EXHAUSTED, and nothing is left of the file.
   absl::StatusOr<std::shared_ptr<MappedShardFile>> Create(uint64_t id,
                                                           int64_t bytes);
   // Syncs the shard's bytes and writes its record. The shard then
@@ -79,7 +80,7 @@ class ShardFiles {
     std::vector<Found> intact;  // checked against their CRC, mapped
     int64_t intact_bytes = 0;
     int64_t unsealed = 0;               // files without a record, removed
-    int64_t damaged = 0;                // records or bytes that failed, removed
+    int64_t damaged = 0;  // records or bytes that failed, moved aside
     std::vector<std::string> problems;  // one line per damaged shard
   };
   // What DIR holds (call before serving).
