@@ -205,6 +205,14 @@ absl::Status Orchestrator::PlaceShards(const LayoutSpec& spec,
       return UnavailableError(absl::StrCat("worker '", worker.name, "' (rank ",
                                            worker.rank, ") for shard ", i));
     }
+    // A placement by rank or name obeys cordon and drain as a chosen one
+    // does: a drain under a job with fixed placements must end.
+    if (worker.state != WorkerState::kReady) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "worker '", worker.name, "' (rank ", worker.rank, ") for shard ", i,
+          " is ", WorkerStateName(worker.state),
+          ": it takes no new shards (uncordon it, or place them elsewhere)"));
+    }
     // The spec's placement names the shard's first (today: only) replica.
     ShardInfo& shard = meta->shards[i];
     shard.box = std::move(boxes[i]);

@@ -449,7 +449,7 @@ TEST_F(CheckpointTest, DamagedPiecesAndBadSavesAreRefused) {
     file.seekp(-1, std::ios::end);
     file.put(static_cast<char>(last ^ 0x5a));
   }
-  const std::string before = Tensors();
+  std::string before = Tensors();
   Result r = Tessera({"load", "saved/damaged", "--chunk_dim=0",
                       "--placements=w2,w3", "--prefix=bad/"});
   EXPECT_EQ(r.code, 1) << r.out;
@@ -476,6 +476,14 @@ TEST_F(CheckpointTest, DamagedPiecesAndBadSavesAreRefused) {
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_THAT(r.err, HasSubstr("did not finish"));
   EXPECT_EQ(Tensors(), before);
+  // It is no one's checkpoint either: a save again writes over it, as the
+  // message says, without --overwrite.
+  r = Tessera({"save", "part", "d/head"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = Tessera({"load", "part", "--chunk_dim=0", "--placements=w2",
+               "--prefix=part-again/"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  before = Tensors();
 
   const struct {
     std::vector<std::string> args;

@@ -16,23 +16,35 @@
 // shard whose only replica was on it are lost, which the model checks is
 // reported, then removes; those with another replica are repaired and must
 // read back exactly. With --store_dir (the second test) it comes back with
-// every shard it held: nothing may be lost. Every cycle starts with every
-// worker uncordoned.
+// every shard it held: nothing may be lost. There each store is a small
+// file system, and a put larger than the room left on one must be refused
+// (RESOURCE_EXHAUSTED) with nothing kept. Every cycle starts with every
+// worker uncordoned; no request places a shard on the worker a drain left
+// draining.
 //
 // Checkpoints: every acknowledged save loads back bit-exact (once, after
 // the restart that follows it); an unacknowledged one either loads back
 // bit-exact or is refused (never in part); loads are changes as puts are.
+// Some loads have one of their checkpoint's files cut short while they
+// run: they succeed whole or are refused, and no worker dies of it.
 //
 // Short by default (CI); the environment sets a longer run:
 //   TESSERA_CRASH_CYCLES (default 20), TESSERA_CRASH_SEED (default 1).
 // scripts/crash_harness.sh runs 200+ cycles. The last line printed is the
 // summary: cycles, changes acknowledged, lost, leaked bytes.
+#include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <functional>
 #include <iterator>
 #include <map>
@@ -59,6 +71,24 @@ namespace tessera {
 namespace {
 
 constexpr int kWorkers = 3;
+// Each worker's --store_dir, in the store runs: a file system this small
+// (a tmpfs in the test's own mount namespace), which a fill op fills.
+constexpr char kStoreSize[] = "size=64m";
+
+// A mount namespace of the test's own, taken before any thread starts
+// (unshare refuses a process with threads): the store runs mount their
+// small file systems in it, gone with the test. Empty when it worked.
+const std::string& OwnMountNamespace() {
+  static const std::string* error = [] {
+    if (unshare(CLONE_NEWNS) != 0 ||
+        mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+      return new std::string(std::strerror(errno));
+    }
+    return new std::string();
+  }();
+  return *error;
+}
+const bool kMountNamespaceTaken = OwnMountNamespace().empty();
 
 int64_t EnvInt(const char* name, int64_t fallback) {
   const char* value = std::getenv(name);
@@ -83,8 +113,15 @@ using Saved = std::map<std::string, std::shared_ptr<const HostArray>>;
 class Harness {
  public:
   // `store`: the workers keep their shards through restarts (--store_dir).
-  Harness(TestCluster* cluster, uint32_t seed, bool store)
-      : cluster_(cluster), random_(seed), store_(store) {}
+  // `root`: the workers' --checkpoint_root; `stores`: worker i's
+  // --store_dir (store runs).
+  Harness(TestCluster* cluster, uint32_t seed, bool store, std::string root,
+          std::vector<std::string> stores)
+      : cluster_(cluster),
+        random_(seed),
+        store_(store),
+        root_(std::move(root)),
+        stores_(std::move(stores)) {}
 
   // One cycle: some requests, a kill inside the last one, a restart, the
   // checks. False on the first failed check (gtest has the details).
@@ -97,6 +134,7 @@ class Harness {
       EXPECT_OK((*client)->SetWorkerState(cluster_->worker_name(i),
                                           WorkerState::kReady));
     }
+    draining_ = -1;
     const int requests = 1 + static_cast<int>(random_() % 4);
     for (int i = 0; i + 1 < requests; ++i) RunOne(**client, /*kill=*/false);
     // The last request races the kill.
@@ -118,6 +156,8 @@ class Harness {
   int64_t unacknowledged() const { return unacknowledged_; }
   int64_t lost_to_worker_kills() const { return lost_to_worker_kills_; }
   int64_t drains() const { return drains_; }
+  int64_t fills() const { return fills_; }
+  int64_t shrunk_loads() const { return shrunk_loads_; }
   int64_t saves_checked() const { return saves_checked_; }
 
  private:
@@ -132,8 +172,11 @@ class Harness {
   std::vector<Placement> RandomPlacements() {
     std::vector<int> ranks;
     const int n = 1 + static_cast<int>(random_() % 4);
-    for (int i = 0; i < n; ++i)
-      ranks.push_back(static_cast<int>(random_() % kWorkers));
+    for (int i = 0; i < n; ++i) {
+      // Not a draining worker: it takes no new shards, placed or not.
+      const int r = static_cast<int>(random_() % kWorkers);
+      ranks.push_back(r == draining_ ? (r + 1) % kWorkers : r);
+    }
     std::vector<Placement> out;
     for (int r : ranks) out.push_back(Ranks({r})[0]);
     return out;
@@ -157,9 +200,18 @@ class Harness {
   // Sends one random request; with `kill`, kills the coordinator (and worker
   // `victim`, unless -1) at a random moment while it runs.
   void RunOne(Client& client, bool kill, int victim = -1) {
-    int op = static_cast<int>(random_() % 13);
+    int op = static_cast<int>(random_() % 15);
     if (model_.empty()) op = op % 2;  // create or put
-    if (op == 12 && saved_.empty()) op = 11;
+    if ((op == 12 || op == 14) && saved_.empty()) op = 11;
+    if (op == 13 && !store_) op = 9;
+    if (op == 13) {
+      RunFill(client, kill, victim);
+      return;
+    }
+    if (op == 14) {
+      RunLoad(client, kill, victim, /*shrink=*/true);
+      return;
+    }
     if (op == 10) {
       RunDrain(client, kill, victim);
       return;
@@ -271,8 +323,8 @@ class Harness {
   // cycle uncordons it); with `kill`, the coordinator dies meanwhile. A
   // drain changes no tensor: the checks find every one as it was.
   void RunDrain(Client& client, bool kill, int victim) {
-    const std::string worker =
-        cluster_->worker_name(static_cast<int>(random_() % kWorkers));
+    draining_ = static_cast<int>(random_() % kWorkers);
+    const std::string worker = cluster_->worker_name(draining_);
     // One drain at a time: with 3 workers, two draining would leave one
     // ready worker, too few for a shard of two replicas to move.
     std::vector<std::string> others;
@@ -353,12 +405,46 @@ class Harness {
   }
 
   // Loads an acknowledged checkpoint as new tensors (PREFIX/ + names).
-  void RunLoad(Client& client, bool kill, int victim) {
-    const auto& [dir, contents] = saved_[random_() % saved_.size()];
+  // With `shrink`, one of its files is cut short at a random moment of the
+  // load (a training job saving over it): the load succeeds whole (every
+  // read was done before) or is refused, the workers live on, and the
+  // checkpoint is no longer one to load.
+  void RunLoad(Client& client, bool kill, int victim, bool shrink = false) {
+    const size_t pick = random_() % saved_.size();
+    const std::string dir = saved_[pick].first;
+    const Saved contents = saved_[pick].second;
     const std::string prefix = NewName() + "/";
     const LayoutSpec spec = RandomSpec();
+    std::vector<std::string> files;
+    if (shrink) {
+      saved_.erase(saved_.begin() + pick);
+      to_check_.erase(std::remove_if(to_check_.begin(), to_check_.end(),
+                                     [&](const auto& s) {
+                                       return s.first == dir;
+                                     }),
+                      to_check_.end());
+      for (const auto& e :
+           std::filesystem::directory_iterator(root_ + "/" + dir)) {
+        if (e.path().extension() == ".safetensors")
+          files.push_back(e.path().string());
+      }
+    }
+    const std::string cut =
+        files.empty() ? std::string() : files[random_() % files.size()];
+    const absl::Duration cut_after = absl::Microseconds(random_() % 20000);
+    const double cut_to = static_cast<double>(random_() % 1000) / 1000;
+    std::thread cutter([&] {
+      if (cut.empty()) return;
+      absl::SleepFor(cut_after);
+      std::error_code error;
+      const auto bytes = std::filesystem::file_size(cut, error);
+      if (!error) {
+        EXPECT_EQ(truncate(cut.c_str(), static_cast<off_t>(bytes * cut_to)), 0)
+            << cut;
+      }
+    });
     const absl::Status status = Race(
-        [&, dir = dir] {
+        [&] {
           return LoadCheckpoint(
                      client, dir,
                      [&](const Shape&) -> absl::StatusOr<LayoutSpec> {
@@ -368,6 +454,7 @@ class Harness {
               .status();
         },
         kill, victim);
+    cutter.join();
     for (const auto& [name, data] : contents) {
       Expected loaded;
       loaded.data = data;
@@ -377,12 +464,44 @@ class Harness {
         uncertain_[prefix + name].allowed = {std::nullopt, loaded};
       }
     }
+    if (shrink) ++shrunk_loads_;
     if (status.ok()) {
       ++acknowledged_;
     } else if (kill) {
       ++unacknowledged_;
-    } else {
+    } else if (!shrink) {
       ADD_FAILURE() << "load of '" << dir << "' failed: " << status;
+    }
+  }
+
+  // A put on one worker larger than the room left on its --store_dir: it
+  // is refused (RESOURCE_EXHAUSTED) with nothing kept, and the worker, and
+  // every shard it holds, lives on.
+  void RunFill(Client& client, bool kill, int victim) {
+    int worker = static_cast<int>(random_() % kWorkers);
+    if (worker == draining_) worker = (worker + 1) % kWorkers;
+    struct statvfs room {};
+    ASSERT_EQ(statvfs(stores_[worker].c_str(), &room), 0);
+    const int64_t free_bytes = static_cast<int64_t>(room.f_bavail) *
+                               static_cast<int64_t>(room.f_frsize);
+    const std::string name = NewName();
+    const HostArray data =
+        Iota(DType::kInt32, {free_bytes / 4096 + 256, 1024}, random_());
+    const absl::Status status = Race(
+        [&] {
+          return client
+              .Put(name, data, LayoutSpec::Chunk(0, Ranks({worker})))
+              .status();
+        },
+        kill, victim);
+    ++fills_;
+    if (kill) {
+      ++unacknowledged_;
+      uncertain_[name].allowed = {std::nullopt};
+    } else if (!absl::IsResourceExhausted(status)) {
+      ADD_FAILURE() << "a put larger than w" << worker
+                    << "'s store was not refused as RESOURCE_EXHAUSTED: "
+                    << status;
     }
   }
 
@@ -393,6 +512,12 @@ class Harness {
     EXPECT_TRUE(client_or.ok()) << client_or.status();
     if (!client_or.ok()) return false;
     Client& client = **client_or;
+    // The checks load onto every worker: none left draining.
+    for (int i = 0; i < kWorkers; ++i) {
+      EXPECT_OK(
+          client.SetWorkerState(cluster_->worker_name(i), WorkerState::kReady));
+    }
+    draining_ = -1;
     bool ok = true;
     auto check = [&](const std::string& dir, const Saved& contents,
                      bool acknowledged) {
@@ -623,6 +748,11 @@ class Harness {
   int64_t leaked_bytes_ = 0;
   int64_t lost_to_worker_kills_ = 0;
   int64_t drains_ = 0;
+  int64_t fills_ = 0;
+  int64_t shrunk_loads_ = 0;
+  const std::string root_;
+  const std::vector<std::string> stores_;
+  int draining_ = -1;  // the worker the last drain left draining
   const bool store_;
   int next_save_ = 0;
   int next_check_ = 0;
@@ -653,17 +783,30 @@ void RunHarness(bool store, bool etcd = false) {
     options.coordinator_flags.push_back("--leader_lease=1s");
   }
   const std::string tmp = std::getenv("TEST_TMPDIR");
-  const std::string root = absl::StrCat(tmp, store ? "/ckpt-store" : "/ckpt");
+  // A root of each run's own: the runs share a temp dir, and their
+  // checkpoints' names.
+  const std::string root = absl::StrCat(
+      tmp, store ? "/ckpt-store" : (etcd ? "/ckpt-etcd" : "/ckpt"));
   mkdir(root.c_str(), 0755);
-  options.per_worker_flags = [store, root, tmp](int i) {
+  std::vector<std::string> stores;
+  for (int i = 0; store && i < kWorkers; ++i) {
+    stores.push_back(absl::StrCat(tmp, "/store-w", i));
+    ASSERT_TRUE(kMountNamespaceTaken)
+        << "a mount namespace for the stores: " << OwnMountNamespace();
+    ASSERT_EQ(mkdir(stores.back().c_str(), 0755), 0);
+    ASSERT_EQ(mount("tessera-store", stores.back().c_str(), "tmpfs", 0,
+                    kStoreSize),
+              0)
+        << std::strerror(errno);
+  }
+  options.per_worker_flags = [root, stores](int i) {
     std::vector<std::string> flags = {"--checkpoint_root=" + root};
-    if (store)
-      flags.push_back(absl::StrCat("--store_dir=", tmp, "/store-w", i));
+    if (!stores.empty()) flags.push_back("--store_dir=" + stores[i]);
     return flags;
   };
   auto cluster = TestCluster::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  Harness harness(cluster->get(), seed, store);
+  Harness harness(cluster->get(), seed, store, root, stores);
   int done = 0;
   const absl::Time start = absl::Now();
   for (int cycle = 0; cycle < cycles; ++cycle) {
@@ -673,13 +816,16 @@ void RunHarness(bool store, bool etcd = false) {
   }
   std::printf(
       "crash harness%s%s: seed %u, %d crash/restart cycles in %.0f s, %lld "
-      "changes acknowledged, %lld drains, %lld unacknowledged, %lld tensors "
+      "changes acknowledged, %lld drains, %lld puts past a full store, %lld "
+      "loads of files cut short, %lld unacknowledged, %lld tensors "
       "lost with killed workers (expected%s), %lld checkpoints loaded back, "
       "%lld acknowledged changes lost, %lld bytes leaked\n",
       store ? " (--store_dir)" : "", etcd ? " (metadata in etcd)" : "", seed,
       done, absl::ToDoubleSeconds(absl::Now() - start),
       static_cast<long long>(harness.acknowledged()),
       static_cast<long long>(harness.drains()),
+      static_cast<long long>(harness.fills()),
+      static_cast<long long>(harness.shrunk_loads()),
       static_cast<long long>(harness.unacknowledged()),
       static_cast<long long>(harness.lost_to_worker_kills()),
       store ? ": none" : "", static_cast<long long>(harness.saves_checked()),

@@ -430,6 +430,18 @@ TEST(ReplicaRepairTest, DrainMovesEveryShardAndRmForgetsTheWorker) {
   ASSERT_OK(client->Put("three", one, three));
   ASSERT_OK_AND_ASSIGN(TensorMetadata meta3, client->Describe("three"));
   for (const Replica& r : meta3.shards[0].replicas) EXPECT_NE(r.worker, "w1");
+  // Nor one placed on it by rank or by name: the drain stays done.
+  EXPECT_THAT(
+      client->Put("on-w1", one, LayoutSpec::Chunk(0, Ranks({0, 1}))),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("draining")));
+  CliResult by_name =
+      Cli(**cluster, {"create", "on-w1", "--shape=8,8", "--dtype=float32",
+                      "--chunk_dim=0", "--placements=w1"});
+  EXPECT_EQ(by_name.code, 1);
+  EXPECT_THAT(by_name.err, HasSubstr("'w1' (rank 1) for shard 0 is draining"));
+  EXPECT_EQ(WorkersByName(*client)["w1"].bytes_used, 0);
+  EXPECT_THAT(client->Describe("on-w1").status(),
+              StatusIs(absl::StatusCode::kNotFound));
 
   // Cordon: no new shards either; uncordon gives them back.
   ASSERT_EQ(Cli(**cluster, {"worker", "cordon", "w2"}).code, 0);
@@ -437,6 +449,13 @@ TEST(ReplicaRepairTest, DrainMovesEveryShardAndRmForgetsTheWorker) {
   EXPECT_THAT(
       client->Put("four", one, three),
       StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("replicas")));
+  EXPECT_THAT(
+      client->Put("four", one, LayoutSpec::Chunk(0, Ranks({2}))),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("cordoned")));
+  CliResult cordoned_reshard = Cli(
+      **cluster, {"reshard", "one", "--chunk_dim=1", "--placements=w0,w2"});
+  EXPECT_EQ(cordoned_reshard.code, 1);
+  EXPECT_THAT(cordoned_reshard.err, HasSubstr("cordoned"));
   CliResult uncordon = Cli(**cluster, {"worker", "uncordon", "w2"});
   ASSERT_EQ(uncordon.code, 0) << uncordon.err;
   ASSERT_OK(client->Put("four", one, three));

@@ -224,6 +224,23 @@ absl::StatusOr<std::vector<std::string>> FilesOf(const Fd& dir,
         "checkpoint: '", shown, "' holds no .safetensors file and no ",
         kHfIndexName));
   }
+  // Files of a save that never wrote its index (its coordinator died) are
+  // no checkpoint: loading one would make some of its tensors only, and a
+  // save again may write over them.
+  const bool unfinished_save =
+      static_cast<int64_t>(files.size()) <= kMaxCheckpointFiles &&
+      std::all_of(files.begin(), files.end(), [&](const std::string& file) {
+        const std::string path = absl::StrCat(shown, "/", file);
+        absl::StatusOr<Fd> fd = OpenBeneath(dir.get(), file, O_RDONLY, path);
+        if (!fd.ok()) return false;
+        absl::StatusOr<std::string> part = SavePartOf(*fd, path);
+        return part.ok() && !part->empty();
+      });
+  if (unfinished_save) {
+    return absl::NotFoundError(absl::StrCat(
+        "checkpoint: '", shown, "' holds only files of a save that did not "
+        "finish (no ", kTesseraIndexName, "); save again"));
+  }
   if (files.size() != 1) {
     return CheckpointError(absl::StrCat(
         "'", shown, "' holds ", files.size(), " .safetensors files and no ",
@@ -304,18 +321,6 @@ absl::StatusOr<CheckpointListing> CheckpointRoot::List(
                              HeaderOf(fd, absl::StrCat(dir, "/", file)));
     SafetensorsHeader* header = &header_read;
     if (f == 0) listing.metadata = header->metadata;
-    // A lone file of a save that never wrote its index is a part of that
-    // save, not a model: loading it would make some of its tensors only.
-    for (const auto& [key, value] : header->metadata) {
-      if (key == kSavePartKey && files.size() == 1 &&
-          absl::IsNotFound(
-              OpenBeneath(dir_fd.get(), kHfIndexName, O_RDONLY, kHfIndexName)
-                  .status())) {
-        return CheckpointError(absl::StrCat(
-            "'", dir, "' holds a file of a save that did not finish (no ",
-            kTesseraIndexName, "); save again"));
-      }
-    }
     for (SafetensorsEntry& e : header->entries) {
       if (!names.insert(e.name).second) {
         return CheckpointError(absl::StrCat(
