@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <optional>
+#include <thread>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "client/connection.h"
 #include "client/data_plane.h"
 #include "client/mapped_file.h"
@@ -102,6 +104,45 @@ CallOptions LongControlCall(const Connection& connection) {
   return CoordinatorCall(connection, /*idempotent=*/false,
                          connection.options().data_timeout);
 }
+
+// While a put or update is written, keeps it pending on the coordinator
+// (KeepPending every third of its lease): a client that dies stops, and
+// the coordinator gives the change up within the lease.
+class PendingKeeper {
+ public:
+  PendingKeeper(Connection* connection, std::string name, uint64_t version,
+                uint64_t change, int64_t lease_ms) {
+    if (lease_ms <= 0) return;  // a coordinator without leases
+    request_.set_name(std::move(name));
+    request_.set_version(version);
+    request_.set_change_id(change);
+    const absl::Duration every = absl::Milliseconds(lease_ms) / 3;
+    thread_ = std::thread([this, connection, every] {
+      while (!stop_.WaitForNotificationWithTimeout(every)) {
+        v1::KeepPendingResponse response;
+        const absl::Status kept =
+            Call(ControlCall(*connection, /*idempotent=*/true),
+                 [&](grpc::ClientContext* context) {
+                   return connection->coordinator()->KeepPending(
+                       context, request_, &response);
+                 });
+        // Given up already: the commit says so.
+        if (absl::IsNotFound(kept)) return;
+      }
+    });
+  }
+  ~PendingKeeper() {
+    stop_.Notify();
+    if (thread_.joinable()) thread_.join();
+  }
+  PendingKeeper(const PendingKeeper&) = delete;
+  PendingKeeper& operator=(const PendingKeeper&) = delete;
+
+ private:
+  v1::KeepPendingRequest request_;
+  absl::Notification stop_;
+  std::thread thread_;
+};
 
 absl::StatusOr<WorkerInfo> WorkerInfoFromProto(const v1::WorkerInfo& w) {
   WorkerInfo info;
@@ -360,7 +401,7 @@ absl::Status Client::RemoveWorker(const std::string& worker) {
 absl::StatusOr<TensorMetadata> Client::CreateInternal(
     const std::string& name, const Shape& shape, DType dtype,
     const LayoutSpec& spec, const InitSpec& init, bool pending,
-    const FileOrigin& origin) {
+    const FileOrigin& origin, int64_t* pending_lease_ms) {
   v1::CreateTensorRequest request;
   request.set_name(name);
   request.mutable_shape()->Assign(shape.begin(), shape.end());
@@ -383,6 +424,9 @@ absl::StatusOr<TensorMetadata> Client::CreateInternal(
       WithCapabilities(TensorMetadataFromProto(response.tensor()),
                        response.capabilities()));
   meta.change = response.change_id();
+  if (pending_lease_ms != nullptr) {
+    *pending_lease_ms = response.pending_lease_ms();
+  }
   return meta;
 }
 
@@ -398,9 +442,12 @@ absl::StatusOr<TensorMetadata> Client::Put(const std::string& name,
                                            const char* data,
                                            const LayoutSpec& spec,
                                            const FileOrigin& origin) {
+  int64_t lease_ms = 0;
   TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta,
                            CreateInternal(name, shape, dtype, spec, InitSpec{},
-                                          /*pending=*/true, origin));
+                                          /*pending=*/true, origin, &lease_ms));
+  PendingKeeper keeper(connection_.get(), name, meta.version, meta.change,
+                       lease_ms);
   absl::Status status = ScatterTensor(*connection_, meta, data);
   // Bytes from a file that shrank or changed while they were read (zeros
   // past its new end) are not committed.
@@ -801,6 +848,8 @@ absl::StatusOr<UpdateStats> Client::Update(const std::string& name,
       WithCapabilities(TensorMetadataFromProto(response.tensor()),
                        response.capabilities()));
   next.change = response.change_id();
+  PendingKeeper keeper(connection_.get(), name, next.version, next.change,
+                       response.pending_lease_ms());
   UpdateStats stats;
   stats.version = next.version;
   stats.shards_kept = response.shards_kept();

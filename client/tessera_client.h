@@ -296,12 +296,10 @@ class Client {
   // version `version`, or abandons it: never another client's.
   absl::Status CommitVersion(const std::string& name, uint64_t version,
                              uint64_t change, bool abandon);
-  absl::StatusOr<TensorMetadata> CreateInternal(const std::string& name,
-                                                const Shape& shape, DType dtype,
-                                                const LayoutSpec& spec,
-                                                const InitSpec& init,
-                                                bool pending,
-                                                const FileOrigin& origin = {});
+  absl::StatusOr<TensorMetadata> CreateInternal(
+      const std::string& name, const Shape& shape, DType dtype,
+      const LayoutSpec& spec, const InitSpec& init, bool pending,
+      const FileOrigin& origin = {}, int64_t* pending_lease_ms = nullptr);
   // Runs `read` on the tensor's metadata (cached, else fresh) and the
   // cached BoxIndex (may be null). A failure on cached metadata is retried
   // on fresh metadata, and a read of a version replaced and freed meanwhile

@@ -24,6 +24,7 @@ TensorTable::Options TableOptions(const CoordinatorOptions& options) {
   out.clock = options.clock;
   out.retire_grace = options.retire_grace;
   out.pending_timeout = options.pending_timeout;
+  out.pending_lease = options.pending_lease;
   return out;
 }
 

@@ -62,6 +62,10 @@ struct CoordinatorOptions {
   // A tensor created pending (a put) and never committed is removed after
   // this long: its client died mid-put.
   absl::Duration pending_timeout = absl::Minutes(10);
+  // A put or update whose client has not kept it (KeepPending, which the
+  // SDK sends every third of this while it writes) for this long is given
+  // up within seconds of its client's death, not pending_timeout.
+  absl::Duration pending_lease = absl::Seconds(10);
   // A worker whose heartbeat digest of held shards differs from what the
   // coordinator wants it to hold is asked for its list of shard ids at most
   // this often (worker_reconciler.h); unreferenced ones are then freed.
@@ -233,6 +237,11 @@ class Coordinator {
   // `version` and frees its new shards.
   absl::Status Abandon(const std::string& name, uint64_t version,
                        const std::string& principal, uint64_t change);
+  // Its client keeps the pending put or update `change` (TensorTable).
+  absl::Status KeepPending(const std::string& name, uint64_t version,
+                           uint64_t change, const std::string& principal) {
+    return table_.KeepPending(name, version, change, principal);
+  }
 
  private:
   // Frees retired versions and abandoned puts; runs on retire_thread_.

@@ -86,6 +86,7 @@ absl::Status CoordinatorService::CheckReplySize(
 
 absl::StatusOr<Principal> CoordinatorService::Admit(
     grpc::ServerContext* context, const char* method) const {
+  if (serving_gate_) TESSERA_RETURN_IF_ERROR(serving_gate_());
   return authority_->Admit(*context,
                            absl::StrCat("/tessera.v1.Coordinator/", method));
 }
@@ -159,6 +160,14 @@ grpc::Status CoordinatorService::RegisterWorker(
   registration.worker.bytes_used = request->bytes_used();
   std::vector<uint64_t> held(request->held_shard_ids().begin(),
                              request->held_shard_ids().end());
+  if (request->held_shard_identities_size() != 0 &&
+      request->held_shard_identities_size() != request->held_shard_ids_size()) {
+    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+        "held_shard_identities has ", request->held_shard_identities_size(),
+        " entries for ", request->held_shard_ids_size(), " held shards")));
+  }
+  registration.held_identities.assign(request->held_shard_identities().begin(),
+                                      request->held_shard_identities().end());
   absl::StatusOr<RegisterResult> result =
       coordinator_->RegisterWorker(registration, held);
   if (!result.ok()) return ToGrpcStatus(result.status());
@@ -167,6 +176,8 @@ grpc::Status CoordinatorService::RegisterWorker(
       absl::ToInt64Milliseconds(coordinator_->options().heartbeat_interval));
   response->mutable_free_shard_ids()->Assign(result->free_shard_ids.begin(),
                                              result->free_shard_ids.end());
+  response->mutable_set_aside_shard_ids()->Assign(
+      result->set_aside_shard_ids.begin(), result->set_aside_shard_ids.end());
   response->set_capability_key(authority_->WorkerKey(request->name()));
   response->set_cluster_id(result->cluster_id);
   return grpc::Status::OK;
@@ -321,6 +332,10 @@ grpc::Status CoordinatorService::CreateTensor(
   TensorMetadataToProto(**meta, response->mutable_tensor(),
                         EncodingFor(request->packed_reply()));
   response->set_change_id((*meta)->change);
+  if (request->pending()) {
+    response->set_pending_lease_ms(
+        absl::ToInt64Milliseconds(coordinator_->options().pending_lease));
+  }
   // A put's client writes its shards once; everyone reads.
   AddGrants(**meta,
             request->pending() ? (kRightRead | kRightWrite) : kRightRead,
@@ -355,6 +370,16 @@ grpc::Status CoordinatorService::CommitTensor(
   return ToGrpcStatus(
       coordinator_->CommitTensor(request->name(), request->version(),
                                  principal->name, request->change_id()));
+}
+
+grpc::Status CoordinatorService::KeepPending(
+    grpc::ServerContext* context, const v1::KeepPendingRequest* request,
+    v1::KeepPendingResponse*) {
+  absl::StatusOr<Principal> principal = Admit(context, "KeepPending");
+  if (!principal.ok()) return ToGrpcStatus(principal.status());
+  return ToGrpcStatus(
+      coordinator_->KeepPending(request->name(), request->version(),
+                                request->change_id(), principal->name));
 }
 
 grpc::Status CoordinatorService::GetTensor(grpc::ServerContext* context,
@@ -626,6 +651,8 @@ grpc::Status CoordinatorService::UpdateTensor(
             response->mutable_capabilities());
   response->set_shards_kept(staged->shards_kept);
   response->set_change_id(staged->meta->change);
+  response->set_pending_lease_ms(
+      absl::ToInt64Milliseconds(coordinator_->options().pending_lease));
   releaser_.AfterReplyOf(staged->meta->shards.size());
   if (absl::Status size = CheckReplySize(
           *response,

@@ -48,6 +48,11 @@ class CoordinatorService final : public v1::Coordinator::Service {
   void SetCoordinatorLister(CoordinatorLister lister) {
     coordinator_lister_ = std::move(lister);
   }
+  // Asked before every call is admitted: an error (a leader whose lease
+  // may have run out) is the call's answer. Set before serving.
+  void SetServingGate(std::function<absl::Status()> gate) {
+    serving_gate_ = std::move(gate);
+  }
   grpc::Status SetWorkerState(grpc::ServerContext*,
                               const v1::SetWorkerStateRequest* request,
                               v1::SetWorkerStateResponse* response) override;
@@ -60,6 +65,9 @@ class CoordinatorService final : public v1::Coordinator::Service {
   grpc::Status CommitTensor(grpc::ServerContext*,
                             const v1::CommitTensorRequest* request,
                             v1::CommitTensorResponse* response) override;
+  grpc::Status KeepPending(grpc::ServerContext*,
+                           const v1::KeepPendingRequest* request,
+                           v1::KeepPendingResponse* response) override;
   grpc::Status GetTensor(grpc::ServerContext*,
                          const v1::GetTensorRequest* request,
                          v1::GetTensorResponse* response) override;
@@ -92,6 +100,7 @@ class CoordinatorService final : public v1::Coordinator::Service {
                             v1::UpdateTensorResponse* response) override;
 
  private:
+  std::function<absl::Status()> serving_gate_;
   CoordinatorLister coordinator_lister_;
   // Hands freed memory back to the system shortly after a reply for a
   // tensor of very many shards. Deferred because gRPC frees the reply's

@@ -1,5 +1,7 @@
 #include "coordinator/etcd_client.h"
 
+#include <algorithm>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -8,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "core/status_macros.h"
 #include "rpc/channel.h"
 #include "rpc/status.h"
@@ -85,6 +89,7 @@ EtcdClient::EtcdClient(std::vector<std::string> endpoints,
     channels_.push_back(c);
     kv_.push_back(etcdserverpb::KV::NewStub(c));
     lease_.push_back(etcdserverpb::Lease::NewStub(c));
+    renewing_.push_back(std::make_shared<std::atomic<bool>>(false));
   }
 }
 
@@ -197,27 +202,78 @@ absl::StatusOr<int64_t> EtcdClient::GrantLease(absl::Duration ttl) const {
   return response.id();
 }
 
-absl::Status EtcdClient::KeepAlive(int64_t id) const {
+namespace {
+
+// One renewal on one member, run on a thread of its own: the stream's
+// deadline does not bound a Write or Read to a member that hangs (its TCP
+// connection open, nothing answered), so the caller waits on this instead.
+struct RenewalTry {
+  absl::Mutex mu;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  grpc::Status status ABSL_GUARDED_BY(mu);
+  bool answered ABSL_GUARDED_BY(mu) = false;
+  etcdserverpb::LeaseKeepAliveResponse response ABSL_GUARDED_BY(mu);
+};
+
+}  // namespace
+
+absl::Status EtcdClient::KeepAlive(int64_t id,
+                                   absl::Duration per_member) const {
   etcdserverpb::LeaseKeepAliveRequest request;
   request.set_id(id);
-  etcdserverpb::LeaseKeepAliveResponse response;
-  bool answered = false;
-  TESSERA_RETURN_IF_ERROR(OnAnyMember(
-      "renewing a lease", [&](size_t i, grpc::ClientContext* context) {
-        auto stream = lease_[i]->LeaseKeepAlive(context);
-        if (stream->Write(request) && stream->Read(&response)) answered = true;
-        stream->WritesDone();
-        context->TryCancel();
-        const grpc::Status status = stream->Finish();
-        return answered ? grpc::Status::OK : status;
-      }));
-  if (!answered) {
-    return absl::UnavailableError("etcd renewing a lease: no answer");
+  const absl::Duration wait = std::min(per_member, options_.timeout);
+  const size_t first = current_.load();
+  grpc::Status last(grpc::StatusCode::UNAVAILABLE, "no member was free");
+  for (size_t k = 0; k < lease_.size(); ++k) {
+    const size_t i = (first + k) % lease_.size();
+    // A member still holding an earlier renewal is skipped.
+    if (renewing_[i]->exchange(true)) continue;
+    auto attempt = std::make_shared<RenewalTry>();
+    std::thread([stub = lease_[i], busy = renewing_[i], attempt, request,
+                 timeout = options_.timeout] {
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+      context.set_wait_for_ready(true);
+      etcdserverpb::LeaseKeepAliveResponse response;
+      bool answered = false;
+      auto stream = stub->LeaseKeepAlive(&context);
+      if (stream->Write(request) && stream->Read(&response)) answered = true;
+      stream->WritesDone();
+      context.TryCancel();
+      const grpc::Status status = stream->Finish();
+      busy->store(false);
+      absl::MutexLock lock(&attempt->mu);
+      attempt->done = true;
+      attempt->status = answered ? grpc::Status::OK : status;
+      attempt->answered = answered;
+      attempt->response = std::move(response);
+    }).detach();
+    absl::MutexLock lock(&attempt->mu);
+    attempt->mu.AwaitWithTimeout(absl::Condition(&attempt->done), wait);
+    if (!attempt->done) {
+      // Hangs: the next member, and the next call starts there too.
+      current_.store((i + 1) % lease_.size());
+      last = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          "a member did not answer in time");
+      continue;
+    }
+    if (attempt->answered) {
+      current_.store(i);
+      if (attempt->response.ttl() <= 0) {
+        return absl::NotFoundError(
+            absl::StrCat("etcd lease ", id, " has expired"));
+      }
+      return absl::OkStatus();
+    }
+    last = attempt->status;
+    if (last.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      current_.store((i + 1) % lease_.size());
+    }
   }
-  if (response.ttl() <= 0) {
-    return absl::NotFoundError(absl::StrCat("etcd lease ", id, " has expired"));
-  }
-  return absl::OkStatus();
+  const absl::Status status = FromGrpcStatus(last);
+  return absl::Status(status.code(),
+                      absl::StrCat("etcd (", absl::StrJoin(endpoints_, ","),
+                                   ") renewing a lease: ", status.message()));
 }
 
 absl::Status EtcdClient::RevokeLease(int64_t id) const {

@@ -68,8 +68,11 @@ class EtcdClient {
       const etcdserverpb::TxnRequest& request) const;
   // A lease of `ttl`; its id.
   absl::StatusOr<int64_t> GrantLease(absl::Duration ttl) const;
-  // Renews lease `id` once; NOT_FOUND when it has expired.
-  absl::Status KeepAlive(int64_t id) const;
+  // Renews lease `id` once; NOT_FOUND when it has expired. A renewal is
+  // idempotent, so a member that does not answer within `per_member` (at
+  // most the client's timeout) is left for the next, not waited out.
+  absl::Status KeepAlive(
+      int64_t id, absl::Duration per_member = absl::InfiniteDuration()) const;
   absl::Status RevokeLease(int64_t id) const;
 
  private:
@@ -84,8 +87,11 @@ class EtcdClient {
   const EtcdClientOptions options_;
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<etcdserverpb::KV::Stub>> kv_;
-  std::vector<std::unique_ptr<etcdserverpb::Lease::Stub>> lease_;
+  std::vector<std::shared_ptr<etcdserverpb::Lease::Stub>> lease_;
   mutable std::atomic<size_t> current_{0};
+  // Per member: a renewal still waiting on it (a stream to a member that
+  // hangs can block past its deadline), so no second one is sent there.
+  std::vector<std::shared_ptr<std::atomic<bool>>> renewing_;
 };
 
 }  // namespace tessera

@@ -14,6 +14,9 @@ namespace {
 
 // How often a standby looks whether the leader key is gone.
 constexpr absl::Duration kPoll = absl::Milliseconds(100);
+// The least time one renewal try is given on a member, and the pause
+// before the next try after one failed.
+constexpr absl::Duration kMinRenewTry = absl::Milliseconds(50);
 
 }  // namespace
 
@@ -24,7 +27,9 @@ EtcdLeadership::EtcdLeadership(std::shared_ptr<const EtcdClient> etcd,
       key_(absl::StrCat(prefix, kElectionDir, "leader")),
       members_(absl::StrCat(prefix, kElectionDir, "members/")),
       address_(std::move(address)),
-      ttl_(ttl) {}
+      ttl_(ttl),
+      granted_ttl_(std::min(ttl, absl::Seconds(std::max<int64_t>(
+                                     1, absl::ToInt64Seconds(ttl))))) {}
 
 EtcdLeadership::~EtcdLeadership() {
   if (!done_.HasBeenNotified()) done_.Notify();
@@ -131,7 +136,9 @@ absl::Status EtcdLeadership::JoinUntil(const absl::Notification& stop) {
 
 absl::Status EtcdLeadership::Join() {
   if (lease_ == 0) {
+    const absl::Time asked = absl::Now();
     TESSERA_ASSIGN_OR_RETURN(lease_, etcd_->GrantLease(ttl_));
+    lease_deadline_ns_ = absl::ToUnixNanos(asked + granted_ttl_);
   }
   etcdserverpb::TxnRequest join;
   etcdserverpb::PutRequest* put = join.add_success()->mutable_request_put();
@@ -145,16 +152,25 @@ absl::Status EtcdLeadership::Join() {
 }
 
 void EtcdLeadership::Renew() {
-  absl::Time renewed = absl::Now();
-  while (!done_.WaitForNotificationWithTimeout(ttl_ / 3)) {
-    const absl::Status status = etcd_->KeepAlive(lease_);
+  absl::Duration wait = ttl_ / 3;
+  while (!done_.WaitForNotificationWithTimeout(wait)) {
+    const absl::Time asked = absl::Now();
+    const absl::Time deadline = absl::FromUnixNanos(lease_deadline_ns_);
+    // Each member gets a share of the time left, so that one that hangs
+    // (its quorum intact) leaves time to renew through the others.
+    const absl::Duration share =
+        (deadline - asked) /
+        static_cast<int64_t>(etcd_->endpoints().size() + 1);
+    const absl::Status status = etcd_->KeepAlive(
+        lease_, std::clamp(share, kMinRenewTry, etcd_->timeout()));
     if (status.ok()) {
-      renewed = absl::Now();
+      lease_deadline_ns_ = absl::ToUnixNanos(asked + granted_ttl_);
+      wait = ttl_ / 3;
       continue;
     }
-    // Expired, or not renewed for longer than the TTL: another coordinator
-    // may hold the key now.
-    if (absl::IsNotFound(status) || absl::Now() - renewed >= ttl_) {
+    // Expired, or not renewed within its TTL: another coordinator may
+    // hold the key now.
+    if (absl::IsNotFound(status) || absl::Now() >= deadline) {
       spdlog::error("etcd lease {}: {}", lease_, std::string(status.message()));
       if (leading_) {
         if (on_lost_) on_lost_();
@@ -163,7 +179,21 @@ void EtcdLeadership::Renew() {
       }
       return;
     }
+    // Not renewed yet: again at once, starting at the next member.
+    spdlog::warn("etcd lease {}: {}; trying again", lease_,
+                 std::string(status.message()));
+    wait = kMinRenewTry;
   }
+}
+
+absl::Status EtcdLeadership::CheckLease() const {
+  if (!leading_) return absl::OkStatus();
+  const absl::Time deadline = absl::FromUnixNanos(lease_deadline_ns_);
+  if (absl::Now() < deadline) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "this coordinator's leader lease has not been renewed since ",
+      absl::FormatDuration(absl::Now() - deadline + granted_ttl_),
+      " ago: another coordinator may lead; ask again"));
 }
 
 absl::StatusOr<std::string> EtcdLeadership::Leader() const {

@@ -71,6 +71,13 @@ class EtcdLeadership {
   // Gives the leadership up at once (revokes the lease).
   void Resign();
 
+  // OK unless this coordinator leads and its lease may have run out: not
+  // renewed since a TTL before now (counted from when the renewal was
+  // asked, so never later than etcd's own expiry). Such a leader may be
+  // deposed already (a pause, SIGSTOP): it answers nothing (UNAVAILABLE)
+  // until its renewer either renews or gives the leadership up.
+  absl::Status CheckLease() const;
+
  private:
   // Takes a lease and lists this coordinator on it.
   absl::Status Join();
@@ -84,6 +91,10 @@ class EtcdLeadership {
   const std::string address_;
   const absl::Duration ttl_;
   int64_t lease_ = 0;
+  // The TTL etcd grants (whole seconds, at least 1): never more than ttl_.
+  const absl::Duration granted_ttl_;
+  // When the lease may run out: its last renewal asked + granted_ttl_.
+  std::atomic<int64_t> lease_deadline_ns_{0};
   int64_t fence_ = 0;  // the key's create revision, once leading
   std::atomic<bool> leading_{false};
   // A standby's lease ran out: Campaign takes a new one.

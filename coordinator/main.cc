@@ -105,6 +105,12 @@ ABSL_FLAG(absl::Duration, pending_timeout,
           "a put or update whose client never commits or abandons it (it "
           "died) is given up this long after it began: its name, bytes and "
           "the tensor's change lock are freed (ls --all lists it meanwhile)");
+ABSL_FLAG(absl::Duration, pending_lease,
+          tessera::CoordinatorOptions().pending_lease,
+          "a put or update whose client stops keeping it (the SDK does, "
+          "every third of this, while it writes) is given up this long "
+          "after the client's last sign: a dead client's change ends within "
+          "seconds (--pending_timeout bounds every change)");
 
 ABSL_FLAG(int64_t, repair_bytes_per_second, 0,
           "the most bytes per second that repairs copy from surviving "
@@ -153,6 +159,11 @@ int Run() {
   options.pending_timeout = absl::GetFlag(FLAGS_pending_timeout);
   if (options.pending_timeout <= absl::ZeroDuration()) {
     spdlog::error("--pending_timeout must be > 0");
+    return 2;
+  }
+  options.pending_lease = absl::GetFlag(FLAGS_pending_lease);
+  if (options.pending_lease < absl::Milliseconds(300)) {
+    spdlog::error("--pending_lease must be at least 300ms");
     return 2;
   }
   if (absl::GetFlag(FLAGS_max_workers) <= 0 ||
@@ -459,6 +470,11 @@ int Run() {
         followed_before.snapshots_read, followed_before.entries_read);
   }
   CoordinatorService service(&coordinator, &authority);
+  // A leader paused past its lease (SIGSTOP, a VM stall) may be deposed
+  // already: it answers nothing from its state until renewed.
+  if (leadership != nullptr) {
+    service.SetServingGate([&] { return leadership->CheckLease(); });
+  }
   service.SetCoordinatorLister(
       [&]() -> absl::StatusOr<std::vector<v1::CoordinatorInfo>> {
         std::vector<v1::CoordinatorInfo> out;

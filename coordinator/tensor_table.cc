@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/capability.h"
 #include "core/errors.h"
+#include "core/shard_record.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera {
@@ -111,7 +113,8 @@ absl::Status TensorTable::Busy(const std::string& name,
         "tensor '", name, "' has an update to version ", entry.update->version,
         " ",
         PendingSince(entry.update_owner, entry.update_staged, options_.clock()),
-        ": its client commits or abandons it (else it is abandoned ",
+        ": its client commits or abandons it (else it is abandoned when "
+        "its client stops keeping it, or ",
         absl::FormatDuration(options_.pending_timeout),
         " after it began, the coordinator's --pending_timeout)"));
   }
@@ -162,9 +165,23 @@ absl::Status TensorTable::ReserveName(const std::string& name,
                                       const std::string& owner) {
   absl::MutexLock lock(&mu_);
   auto [it, inserted] = tensors_.try_emplace(name);
+  if (!inserted && it->second.state == State::kPending) {
+    // Invisible to `ls`: say what holds the name, and until when.
+    return absl::AlreadyExistsError(absl::StrCat(
+        "tensor '", name, "' already exists as a put ",
+        PendingSince(it->second.owner, it->second.created, options_.clock()),
+        ", not committed yet (`ls --all` shows it; it ends when its client "
+        "commits or abandons it, or stops keeping it",
+        options_.pending_lease == absl::InfiniteDuration()
+            ? std::string()
+            : absl::StrCat(" for ",
+                           absl::FormatDuration(options_.pending_lease)),
+        ")"));
+  }
   if (!inserted) return AlreadyExistsError("tensor", name);
   it->second.state = State::kCreating;
   it->second.created = options_.clock();
+  it->second.kept = it->second.created;
   it->second.owner = owner;
   return absl::OkStatus();
 }
@@ -175,6 +192,8 @@ TensorTable::Ticket TensorTable::CommitCreate(TensorMetadataPtr meta,
   Entry& entry = tensors_.at(meta->name);
   if (pending) {
     entry.state = State::kPending;
+    // Its lease starts with the reply: allocating may have taken long.
+    entry.kept = options_.clock();
     entry.meta = std::move(meta);
     return 0;
   }
@@ -388,6 +407,7 @@ void TensorTable::StageUpdate(TensorMetadataPtr next, TensorMetadata fresh,
   entry.update_fresh = std::make_shared<const TensorMetadata>(std::move(fresh));
   entry.update_owner = owner;
   entry.update_staged = options_.clock();
+  entry.update_kept = entry.update_staged;
 }
 
 TensorMetadataPtr TensorTable::DropUpdate(Entry* entry) {
@@ -505,6 +525,35 @@ void TensorTable::EndReshard(const std::string& name) {
   if (it != tensors_.end()) it->second.resharding = false;
 }
 
+absl::Status TensorTable::KeepPending(const std::string& name, uint64_t version,
+                                      uint64_t change,
+                                      const std::string& principal) {
+  absl::MutexLock lock(&mu_);
+  auto it = tensors_.find(name);
+  Entry* entry = it == tensors_.end() ? nullptr : &it->second;
+  if (entry != nullptr && entry->state == State::kPending &&
+      entry->meta->version == version && entry->meta->change == change) {
+    if (entry->owner != principal) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "tensor '", name, "' is being put by another principal"));
+    }
+    entry->kept = options_.clock();
+    return absl::OkStatus();
+  }
+  if (entry != nullptr && entry->update != nullptr &&
+      entry->update->version == version && entry->update->change == change) {
+    if (entry->update_owner != principal) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "tensor '", name, "' is being updated by another principal"));
+    }
+    entry->update_kept = options_.clock();
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "tensor '", name, "' has no put or update pending at version ", version,
+      " of that change: it was committed, abandoned or given up"));
+}
+
 std::vector<TensorMetadataPtr> TensorTable::TakeDue() {
   absl::MutexLock lock(&mu_);
   const absl::Time now = options_.clock();
@@ -521,17 +570,25 @@ std::vector<TensorMetadataPtr> TensorTable::TakeDue() {
   for (auto it = tensors_.begin(); it != tensors_.end();) {
     Entry& entry = it->second;
     if (entry.update != nullptr && !entry.busy &&
-        now - entry.update_staged > options_.pending_timeout) {
+        (now - entry.update_staged > options_.pending_timeout ||
+         now - entry.update_kept > options_.pending_lease)) {
       spdlog::warn(
           "abandoning the update of tensor '{}' to version {}: it "
-          "was never committed",
-          it->first, entry.update->version);
+          "was never committed ({})",
+          it->first, entry.update->version,
+          now - entry.update_kept > options_.pending_lease
+              ? "its client stopped keeping it"
+              : "--pending_timeout");
       due.push_back(DropUpdate(&entry));
     }
     if (entry.state == State::kPending && !entry.busy &&
-        now - entry.created > options_.pending_timeout) {
-      spdlog::warn("removing tensor '{}': its put was never completed",
-                   it->first);
+        (now - entry.created > options_.pending_timeout ||
+         now - entry.kept > options_.pending_lease)) {
+      spdlog::warn("removing tensor '{}': its put was never completed ({})",
+                   it->first,
+                   now - entry.kept > options_.pending_lease
+                       ? "its client stopped keeping it"
+                       : "--pending_timeout");
       due.push_back(entry.meta);
       it = tensors_.erase(it);
     } else {
@@ -543,6 +600,35 @@ std::vector<TensorMetadataPtr> TensorTable::TakeDue() {
     Unlose(*meta);
   }
   return due;
+}
+
+std::vector<uint64_t> TensorTable::Misidentified(
+    const std::string& worker, absl::Span<const uint64_t> held,
+    absl::Span<const uint64_t> identities) const {
+  absl::MutexLock lock(&mu_);
+  absl::flat_hash_map<uint64_t, uint64_t> placed;
+  auto collect = [&](const TensorMetadata& meta) {
+    for (const ShardInfo& shard : meta.shards) {
+      for (const Replica& replica : shard.replicas) {
+        if (replica.worker == worker) {
+          placed[replica.shard_id] =
+              ShardIdentity(meta.name, meta.incarnation, shard.box);
+        }
+      }
+    }
+  };
+  for (const auto& [name, entry] : tensors_) {
+    if (entry.meta != nullptr) collect(*entry.meta);
+    if (entry.update_fresh != nullptr) collect(*entry.update_fresh);
+  }
+  std::vector<uint64_t> out;
+  for (size_t i = 0; i < held.size() && i < identities.size(); ++i) {
+    auto it = placed.find(held[i]);
+    if (it != placed.end() && it->second != identities[i]) {
+      out.push_back(held[i]);
+    }
+  }
+  return out;
 }
 
 Reconciliation TensorTable::Reconcile(const std::string& worker,

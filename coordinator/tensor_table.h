@@ -84,6 +84,9 @@ class TensorTable {
     absl::Duration retire_grace = absl::Seconds(5);
     // A put never committed for this long is removed.
     absl::Duration pending_timeout = absl::Minutes(10);
+    // A put or update its client has not kept (KeepPending) for this long
+    // is given up: its client died. Infinite: kept until pending_timeout.
+    absl::Duration pending_lease = absl::InfiniteDuration();
   };
 
   // `log` must outlive the table.
@@ -239,6 +242,14 @@ class TensorTable {
   void StageUpdate(TensorMetadataPtr next, TensorMetadata fresh,
                    const std::string& owner) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The client of the pending put of `name` (or its staged update) at
+  // `version`, change `change`, is alive: the change's pending_lease starts
+  // again. NOT_FOUND when no such change is pending (committed, abandoned,
+  // given up); PERMISSION_DENIED for another principal's.
+  absl::Status KeepPending(const std::string& name, uint64_t version,
+                           uint64_t change, const std::string& principal)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // --- Background ---
 
   // Takes the retired versions whose grace is over and the puts abandoned
@@ -251,6 +262,12 @@ class TensorTable {
   // A worker registered holding `held`: marks the shards of every tensor
   // version placed on it as lost or found, and returns what it holds that
   // nothing references.
+  // The ids among `held` (with the worker's ShardIdentity of each, in
+  // order) that a tensor places on `worker` as something else: another
+  // tensor, incarnation or box (core/shard_record.h).
+  std::vector<uint64_t> Misidentified(
+      const std::string& worker, absl::Span<const uint64_t> held,
+      absl::Span<const uint64_t> identities) const ABSL_LOCKS_EXCLUDED(mu_);
   Reconciliation Reconcile(const std::string& worker,
                            absl::Span<const uint64_t> held)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -277,6 +294,7 @@ class TensorTable {
     bool busy = false;
     bool resharding = false;
     absl::Time created;  // for reaping abandoned puts
+    absl::Time kept;     // a put's last sign of its client (KeepPending)
     std::string owner;   // the principal that created it
     // Null while kCreating; immutable once set.
     TensorMetadataPtr meta;
@@ -286,6 +304,7 @@ class TensorTable {
     TensorMetadataPtr update_fresh;
     std::string update_owner;
     absl::Time update_staged;
+    absl::Time update_kept;
   };
   struct Retirement {
     absl::Time due;

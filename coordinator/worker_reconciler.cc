@@ -1,5 +1,6 @@
 #include "coordinator/worker_reconciler.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -83,8 +84,21 @@ absl::StatusOr<RegisterResult> WorkerReconciler::Register(
     registry_->Abort(worker.name);
     return status;
   }
+  // A shard held under an id the coordinator placed something else under
+  // is not held: set aside by the worker, lost here, repaired.
+  std::vector<uint64_t> set_aside;
+  std::vector<uint64_t> held = held_shard_ids;
+  if (!registration.held_identities.empty()) {
+    set_aside = table_->Misidentified(worker.name, held_shard_ids,
+                                      registration.held_identities);
+    const absl::flat_hash_set<uint64_t> aside(set_aside.begin(),
+                                              set_aside.end());
+    held.erase(std::remove_if(held.begin(), held.end(),
+                              [&](uint64_t id) { return aside.contains(id); }),
+               held.end());
+  }
   // Lost shards are marked before the worker shows as alive.
-  Reconciliation reconciled = table_->Reconcile(worker.name, held_shard_ids);
+  Reconciliation reconciled = table_->Reconcile(worker.name, held);
   if (held_ != nullptr) {
     // What it holds less what it is told to free; a worker that keeps some
     // of them (quarantined for another cluster) leaves them out of its
@@ -92,8 +106,8 @@ absl::StatusOr<RegisterResult> WorkerReconciler::Register(
     const absl::flat_hash_set<uint64_t> freed(reconciled.unreferenced.begin(),
                                               reconciled.unreferenced.end());
     std::vector<uint64_t> kept;
-    kept.reserve(held_shard_ids.size());
-    for (uint64_t id : held_shard_ids) {
+    kept.reserve(held.size());
+    for (uint64_t id : held) {
       if (!freed.contains(id)) kept.push_back(id);
     }
     held_->Set(worker.name, kept);
@@ -107,6 +121,14 @@ absl::StatusOr<RegisterResult> WorkerReconciler::Register(
   RegisterResult result;
   result.rank = worker.rank;
   result.free_shard_ids = std::move(reconciled.unreferenced);
+  if (!set_aside.empty()) {
+    spdlog::error(
+        "worker '{}' holds {} shard(s) that are not what was placed under "
+        "their ids (another tensor, incarnation or box in its records): they "
+        "are set aside and repaired from their replicas",
+        worker.name, set_aside.size());
+  }
+  result.set_aside_shard_ids = std::move(set_aside);
   if (!result.free_shard_ids.empty()) {
     spdlog::info(
         "worker '{}' holds {} shard(s) no tensor references; freeing them",

@@ -49,7 +49,9 @@ namespace tessera {
 struct RegisterResult {
   int32_t rank = 0;
   std::vector<uint64_t> free_shard_ids;  // held shards no tensor references
-  std::string cluster_id;                // the coordinator's cluster
+  // Held shards not what the coordinator placed under their ids.
+  std::vector<uint64_t> set_aside_shard_ids;
+  std::string cluster_id;  // the coordinator's cluster
 };
 
 // What a heartbeat says a worker holds (for the cluster it serves).

@@ -51,6 +51,9 @@ struct WorkerRegistration {
   // bytes_used. Its rank and liveness are the registry's to set.
   WorkerInfo worker;
   std::optional<int32_t> rank;  // the rank asked for; none: lowest free
+  // For each held shard id given with it, in order, the worker's
+  // ShardIdentity of it; empty: not checked (a worker from before).
+  std::vector<uint64_t> held_identities;
 };
 
 // A registered (or remembered) worker: its WorkerInfo, with `alive` computed

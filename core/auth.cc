@@ -42,6 +42,7 @@ const absl::flat_hash_map<std::string, Role>& MethodTable() {
       {"/tessera.v1.Coordinator/GetMoveProgress", Role::kRead},
       {"/tessera.v1.Coordinator/CreateTensor", Role::kWrite},
       {"/tessera.v1.Coordinator/CommitTensor", Role::kWrite},
+      {"/tessera.v1.Coordinator/KeepPending", Role::kWrite},
       {"/tessera.v1.Coordinator/DeleteTensor", Role::kWrite},
       {"/tessera.v1.Coordinator/ReshardTensor", Role::kWrite},
       {"/tessera.v1.Coordinator/DescribeCheckpoint", Role::kWrite},

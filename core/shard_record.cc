@@ -124,4 +124,29 @@ absl::StatusOr<ShardRecord> ParseShardRecord(absl::string_view text) {
   return r;
 }
 
+uint64_t ShardIdentity(absl::string_view tensor, uint64_t incarnation,
+                       const Box& box) {
+  uint64_t h = 14695981039346656037ull;
+  auto mix = [&h](const void* data, size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < n; ++i) {
+      h ^= p[i];
+      h *= 1099511628211ull;
+    }
+  };
+  auto mix_int = [&mix](uint64_t v) {
+    unsigned char bytes[8];
+    for (int i = 0; i < 8; ++i)
+      bytes[i] = static_cast<unsigned char>(v >> (8 * i));
+    mix(bytes, sizeof(bytes));
+  };
+  mix_int(tensor.size());
+  mix(tensor.data(), tensor.size());
+  mix_int(incarnation);
+  mix_int(box.offsets.size());
+  for (int64_t o : box.offsets) mix_int(static_cast<uint64_t>(o));
+  for (int64_t n : box.sizes) mix_int(static_cast<uint64_t>(n));
+  return h;
+}
+
 }  // namespace tessera

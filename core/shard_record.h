@@ -41,6 +41,14 @@ std::string ShardRecordJson(const ShardRecord& record);
 // box inside the tensor shape, `bytes` equal to the box's bytes.
 absl::StatusOr<ShardRecord> ParseShardRecord(absl::string_view text);
 
+// What a shard is, in 64 bits (FNV-1a of its tensor's name, incarnation and
+// box): a registering worker reports it for each shard it holds, and the
+// coordinator sets aside a re-attached shard whose identity is not the one
+// it placed under that id (a record naming another tensor would otherwise
+// be served to no reader: every capability names the tensor).
+uint64_t ShardIdentity(absl::string_view tensor, uint64_t incarnation,
+                       const Box& box);
+
 }  // namespace tessera
 
 #endif  // TESSERA_CORE_SHARD_RECORD_H_

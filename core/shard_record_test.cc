@@ -69,5 +69,21 @@ TEST(ShardRecord, RefusesWhatDoesNotAddUp) {
       ParseShardRecord(std::string(kMaxShardRecordBytes + 1, ' ')).ok());
 }
 
+// The identity tells apart every field a capability names, and is the
+// same in every process (a worker and its coordinator compute it apart).
+TEST(ShardIdentityTest, DiffersOnTensorIncarnationAndBoxOnly) {
+  const Box box{{0, 8}, {4, 8}};
+  const uint64_t base = ShardIdentity("w", 7, box);
+  EXPECT_EQ(ShardIdentity("w", 7, Box{{0, 8}, {4, 8}}), base);
+  EXPECT_EQ(base, 0x60ce9b047a9625c8ull) << std::hex << base;
+  EXPECT_NE(ShardIdentity("v", 7, box), base);
+  EXPECT_NE(ShardIdentity("w", 8, box), base);
+  EXPECT_NE(ShardIdentity("w", 7, Box{{0, 9}, {4, 8}}), base);
+  EXPECT_NE(ShardIdentity("w", 7, Box{{0, 8}, {4, 7}}), base);
+  EXPECT_NE(ShardIdentity("w", 7, Box{{0}, {4}}), base);
+  // Names and numbers do not run into each other.
+  EXPECT_NE(ShardIdentity("w\x07", 0, box), ShardIdentity("w", 7, box));
+}
+
 }  // namespace
 }  // namespace tessera

@@ -1,7 +1,10 @@
 // A client that dies mid-put or mid-update leaves its change pending: the
 // CLI shows it (ls --all, describe, the error of a second update) with who
 // began it and when, and the coordinator's --pending_timeout gives it up,
-// freeing the name, the bytes and the tensor's change lock.
+// freeing the name, the bytes and the tensor's change lock. A change is
+// bound to its client: one its client stops keeping (--pending_lease)
+// ends within seconds.
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -38,8 +41,8 @@ class PendingTest : public ClusterSuite<PendingTest> {
   }
   // Begins a change as a client that then dies would: nothing follows.
   static void BeginPut(const std::string& name) {
-    auto stub = v1::Coordinator::NewStub(
-        MakeChannel(cluster_->coordinator_address()));
+    auto stub =
+        v1::Coordinator::NewStub(MakeChannel(cluster_->coordinator_address()));
     grpc::ClientContext context;
     v1::CreateTensorRequest create;
     create.set_name(name);
@@ -52,8 +55,8 @@ class PendingTest : public ClusterSuite<PendingTest> {
     ASSERT_TRUE(stub->CreateTensor(&context, create, &created).ok());
   }
   static void BeginUpdate(const std::string& name) {
-    auto stub = v1::Coordinator::NewStub(
-        MakeChannel(cluster_->coordinator_address()));
+    auto stub =
+        v1::Coordinator::NewStub(MakeChannel(cluster_->coordinator_address()));
     grpc::ClientContext context;
     v1::UpdateTensorRequest update;
     update.set_name(name);
@@ -95,8 +98,7 @@ TEST_F(PendingTest, ADeadClientsChangeIsShownThenGivenUp) {
   EXPECT_TRUE(absl::StrContains(second.status().message(),
                                 "has an update to version 2 pending since"))
       << second.status();
-  EXPECT_TRUE(
-      absl::StrContains(second.status().message(), "--pending_timeout"))
+  EXPECT_TRUE(absl::StrContains(second.status().message(), "--pending_timeout"))
       << second.status();
   // Given up after --pending_timeout (3 s): the name and the bytes are free,
   // and the tensor takes updates again.
@@ -124,6 +126,115 @@ TEST_F(PendingTest, ADeadClientsChangeIsShownThenGivenUp) {
     absl::SleepFor(absl::Milliseconds(200));
   }
   EXPECT_EQ(BytesUsed(), used + 16);
+}
+
+// The same cluster with pending changes bound to their clients: a lease
+// of 1 s, a --pending_timeout far away.
+class PendingLeaseTest : public ClusterSuite<PendingLeaseTest> {
+ public:
+  static TestClusterOptions ClusterOptions() {
+    TestClusterOptions options;
+    options.num_workers = 2;
+    options.coordinator_flags = {"--pending_timeout=10m", "--pending_lease=1s"};
+    return options;
+  }
+
+ protected:
+  // A put begun by hand, as a client would: its reply.
+  static v1::CreateTensorResponse BeginPut(const std::string& name) {
+    auto stub =
+        v1::Coordinator::NewStub(MakeChannel(cluster_->coordinator_address()));
+    grpc::ClientContext context;
+    v1::CreateTensorRequest create;
+    create.set_name(name);
+    create.add_shape(8);
+    create.mutable_properties()->set_dtype(v1::INT8);
+    create.mutable_spec()->mutable_chunk()->set_dim(0);
+    create.mutable_spec()->mutable_chunk()->add_placements()->set_rank(0);
+    create.set_pending(true);
+    v1::CreateTensorResponse created;
+    EXPECT_TRUE(stub->CreateTensor(&context, create, &created).ok());
+    return created;
+  }
+  static grpc::Status Keep(const std::string& name,
+                           const v1::CreateTensorResponse& put) {
+    auto stub =
+        v1::Coordinator::NewStub(MakeChannel(cluster_->coordinator_address()));
+    grpc::ClientContext context;
+    v1::KeepPendingRequest keep;
+    keep.set_name(name);
+    keep.set_version(put.tensor().version());
+    keep.set_change_id(put.change_id());
+    v1::KeepPendingResponse kept;
+    return stub->KeepPending(&context, keep, &kept);
+  }
+  // Whether `ls --all` lists `name` pending.
+  static bool Pending(const std::string& name) {
+    std::string out, err;
+    EXPECT_EQ(TestCluster::Run({TestCluster::BinaryPath("client/tessera"),
+                                absl::StrCat("--coordinator=",
+                                             cluster_->coordinator_address()),
+                                "ls", "--all"},
+                               &out, &err),
+              0)
+        << err;
+    return absl::StrContains(out, name + " ") &&
+           absl::StrContains(out, "since");
+  }
+};
+
+// A client that dies mid-put (here: one that never keeps its put) holds
+// its name for the lease, not for --pending_timeout; a retry meanwhile is
+// told what holds the name. A client that keeps its put holds it as long
+// as it keeps it, and a keep of anything else is refused.
+TEST_F(PendingLeaseTest, APutEndsWithinSecondsOfItsClientsDeath) {
+  const std::vector<int8_t> bytes(8, 3);
+  auto put = [&](const std::string& name) {
+    return client_->Put(name, {8}, DType::kInt8,
+                        reinterpret_cast<const char*>(bytes.data()),
+                        LayoutSpec::Chunk(0, Ranks({1})));
+  };
+  const v1::CreateTensorResponse dead = BeginPut("dead");
+  EXPECT_EQ(dead.pending_lease_ms(), 1000);
+  absl::StatusOr<TensorMetadata> retry = put("dead");
+  EXPECT_EQ(retry.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(absl::StrContains(retry.status().message(),
+                                "already exists as a put pending since"))
+      << retry.status();
+  EXPECT_TRUE(absl::StrContains(retry.status().message(), "ls --all"))
+      << retry.status();
+  const absl::Time begun = absl::Now();
+  while (Pending("dead") && absl::Now() - begun < absl::Seconds(30)) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_FALSE(Pending("dead"));
+  std::cerr << "a dead client's put ended "
+            << absl::FormatDuration(absl::Now() - begun)
+            << " after it began (lease 1 s)\n";
+  EXPECT_TRUE(put("dead").ok());
+
+  // Kept for three leases: still pending, and it ends once no longer kept.
+  const v1::CreateTensorResponse alive = BeginPut("alive");
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(Keep("alive", alive).ok());
+    absl::SleepFor(absl::Milliseconds(300));
+  }
+  EXPECT_TRUE(Pending("alive"));
+  v1::CreateTensorResponse other = alive;
+  other.set_change_id(alive.change_id() + 1);
+  EXPECT_EQ(Keep("alive", other).error_code(), grpc::StatusCode::NOT_FOUND);
+  const absl::Time stopped = absl::Now();
+  while (Pending("alive") && absl::Now() - stopped < absl::Seconds(30)) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_FALSE(Pending("alive"));
+  EXPECT_EQ(Keep("alive", alive).error_code(), grpc::StatusCode::NOT_FOUND);
+  // The SDK keeps its own changes: puts and updates commit.
+  ASSERT_TRUE(put("sdk").ok());
+  EXPECT_TRUE(client_
+                  ->Update("sdk", {8}, DType::kInt8,
+                           reinterpret_cast<const char*>(bytes.data()))
+                  .ok());
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // shard too small for a segment of its own (it lives in the worker's
 // private memory) is staged through the worker's shared memory for a
 // same-host reader, so `--transport=shm` reads it — regions, rows and
-// whole tensors — instead of refusing it.
+// whole tensors — instead of refusing it; a put forced to shared memory
+// writes such shards too.
 #include <string>
 #include <vector>
 
@@ -34,10 +35,10 @@ TEST_F(ShmReachTest, SmallShardsAreReadThroughSharedMemoryToo) {
   // The whole tensor, and a region across shards.
   for (const std::vector<std::string>& how :
        {std::vector<std::string>{}, {"--region=10:40,5:9"}}) {
-    std::vector<std::string> argv = {cli, coordinator, "--transport=shm",
-                                     "get", "small",
-                                     absl::StrCat("--output=", dir, "/s.npy"),
-                                     "--json"};
+    std::vector<std::string> argv = {
+        cli,     coordinator, "--transport=shm",
+        "get",   "small",     absl::StrCat("--output=", dir, "/s.npy"),
+        "--json"};
     argv.insert(argv.end(), how.begin(), how.end());
     std::string out, err;
     ASSERT_EQ(TestCluster::Run(argv, &out, &err), 0) << err;
@@ -64,6 +65,43 @@ TEST_F(ShmReachTest, SmallShardsAreReadThroughSharedMemoryToo) {
     EXPECT_EQ(gathered->As<int32_t>()[i * 64], rows[i] * 64);
   }
   EXPECT_GT((*client)->TransferStats().bytes.at("shm"), 0);
+}
+
+// Writes reach them too: a put forced to shared memory whose shards are
+// too small for a segment (kept in the workers' private memory) succeeds,
+// from the CLI and the SDK, its bytes counted as shm and read back whole.
+TEST_F(ShmReachTest, SmallShardsAreWrittenThroughSharedMemoryToo) {
+  const HostArray data = Iota(DType::kInt32, {64, 64}, 4);
+  const std::string npy =
+      absl::StrCat(std::getenv("TEST_TMPDIR"), "/small-put.npy");
+  ASSERT_TRUE(WriteNpyFile(npy, data).ok());
+  std::string out, err;
+  ASSERT_EQ(
+      TestCluster::Run(
+          {TestCluster::BinaryPath("client/tessera"),
+           absl::StrCat("--coordinator=", cluster_->coordinator_address()),
+           "--transport=shm", "put", "small-put", "--input=" + npy,
+           "--chunk_dim=0", "--placements=w0,w1,w2,w3", "--json"},
+          &out, &err),
+      0)
+      << err;
+  absl::StatusOr<HostArray> back = client_->Get("small-put");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(SameBytes(*back, data));
+
+  ClientOptions shm;
+  shm.transport = "shm";
+  auto client = Client::Connect(cluster_->coordinator_address(), shm);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const HostArray more = Iota(DType::kFloat32, {32, 16}, 5);
+  ASSERT_TRUE((*client)
+                  ->Put("small-put-sdk", more,
+                        LayoutSpec::Chunk(1, Ranks({3, 2, 1, 0})))
+                  .ok());
+  EXPECT_EQ((*client)->TransferStats().bytes.at("shm"), more.num_bytes);
+  back = client_->Get("small-put-sdk");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(SameBytes(*back, more));
 }
 
 }  // namespace

@@ -267,6 +267,52 @@ TEST_F(StoreDirTest, ADamagedShardIsDroppedAndRepairedFromItsReplica) {
   EXPECT_TRUE(SameBytes(got, data));
 }
 
+// A shard whose record, intact and with the right checksum, names another
+// tensor than the coordinator placed under its id (records edited, files
+// of two directories mixed) is not served as "available" to no reader: the
+// coordinator sets it aside (its files kept in DIR/damaged), counts it
+// lost and repairs it from its replica.
+TEST_F(StoreDirTest, AShardWhoseRecordNamesAnotherTensorIsSetAsideAndRepaired) {
+  const HostArray data = Iota(DType::kFloat32, {64, 1024}, 11);
+  LayoutSpec spec = LayoutSpec::Chunk(0, Ranks({0, 1, 2}));
+  spec.replicas = 2;
+  ASSERT_OK(client_->Put("alpha", data, spec));
+  cluster_->StopWorker(1, SIGKILL);
+  int edited = 0;
+  for (const std::string& data_file : DataFiles(1)) {
+    const std::string record =
+        data_file.substr(0, data_file.size() - 5) + ".record";
+    std::ifstream in(record);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    const size_t at = text.find("\"alpha\"");
+    if (at == std::string::npos) continue;
+    text.replace(at, 7, "\"omega\"");
+    std::ofstream(record, std::ios::trunc) << text;
+    ++edited;
+    break;
+  }
+  ASSERT_EQ(edited, 1);
+  ASSERT_OK(cluster_->RestartWorker(1));
+  EXPECT_TRUE(Eventually([&] {
+    absl::StatusOr<TensorMetadata> meta = client_->Describe("alpha");
+    if (!meta.ok()) return false;
+    for (const ShardInfo& s : meta->shards) {
+      if (s.replicas.size() != 2) return false;
+      for (const Replica& r : s.replicas)
+        if (!r.available) return false;
+    }
+    return Metric(coordinator_metrics_, "tessera_repair_bytes_total") > 0;
+  })) << cluster_->coordinator_log();
+  EXPECT_THAT(cluster_->coordinator_log(), HasSubstr("set aside"));
+  EXPECT_THAT(cluster_->worker_log(1), HasSubstr("its files kept in"));
+  EXPECT_TRUE(std::filesystem::exists(StoreDir(1) + "/damaged"));
+  // Reads spread over the replicas: every one serves the right bytes.
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_OK_AND_ASSIGN(HostArray got, client_->Get("alpha"));
+    EXPECT_TRUE(SameBytes(got, data));
+  }
+}
+
 // A worker restarted on its directory while a coordinator of another
 // cluster (an empty --data_dir) serves keeps the shards its records name
 // for its own cluster, quarantined, and serves them again when its own
@@ -315,9 +361,8 @@ class FullStoreDirTest : public StoreDirTest {
  protected:
   void SetUp() override {
     std::filesystem::create_directories(StoreDir(0));
-    ASSERT_EQ(mount("tessera-store", StoreDir(0).c_str(), "tmpfs", 0,
-                    "size=8m"),
-              0)
+    ASSERT_EQ(
+        mount("tessera-store", StoreDir(0).c_str(), "tmpfs", 0, "size=8m"), 0)
         << std::strerror(errno);
     StoreDirTest::SetUp();
   }

@@ -517,10 +517,17 @@ absl::Status GrpcTransport::Read(const RemoteShard& shard, const Box& box,
 
 absl::Status GrpcTransport::Write(const RemoteShard& shard,
                                   const WriteSource& source) {
+  return WriteWholeShard(channels_->Get(shard.location.address), shard, source,
+                         CallTimeout(options_.timeout));
+}
+
+absl::Status WriteWholeShard(const std::shared_ptr<grpc::Channel>& channel,
+                             const RemoteShard& shard,
+                             const WriteSource& source,
+                             absl::Duration timeout) {
   const size_t item = static_cast<size_t>(shard.item_bytes);
   const Box whole = WholeBox(shard.shape);
-  std::unique_ptr<v1::Worker::Stub> stub =
-      v1::Worker::NewStub(channels_->Get(shard.location.address));
+  std::unique_ptr<v1::Worker::Stub> stub = v1::Worker::NewStub(channel);
   return WriteShard(
       stub.get(), shard.location.shard_id,
       whole.NumElements() * shard.item_bytes,
@@ -531,7 +538,7 @@ absl::Status GrpcTransport::Write(const RemoteShard& shard,
                            dst.data(), item);
         source.Sent(static_cast<int64_t>(dst.size()));
       },
-      CallTimeout(options_.timeout), "", shard.location.capability);
+      timeout, "", shard.location.capability);
 }
 
 absl::Status GrpcTransport::ReadRows(absl::Span<const ShardRows> entries,

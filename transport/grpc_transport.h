@@ -71,6 +71,12 @@ absl::Status WriteShard(v1::Worker::StubInterface* stub, uint64_t shard_id,
                         absl::string_view capability = {},
                         const Box* part = nullptr);
 
+// Writes the whole of `shard` (its shape, element size, shard id and
+// capability) from `source` with WriteShard over `channel`.
+absl::Status WriteWholeShard(const std::shared_ptr<grpc::Channel>& channel,
+                             const RemoteShard& shard,
+                             const WriteSource& source, absl::Duration timeout);
+
 // Serializes a ReadRegionResponse whose `data` is the concatenation of
 // `data` (slices that may point into a shard's memory: no copy is made) into
 // `out`, in the wire format protobuf itself would produce.

@@ -25,6 +25,7 @@
 #include "proto/worker.grpc.pb.h"
 #include "rpc/security.h"
 #include "rpc/status.h"
+#include "transport/grpc_transport.h"
 #include "transport/staged_read.h"
 
 namespace tessera {
@@ -797,11 +798,19 @@ absl::Status SharedMemoryTransport::Write(const RemoteShard& shard,
         "writing through shared memory needs the shard's shape");
   }
   const ShardLocation& at = shard.location;
-  TESSERA_ASSIGN_OR_RETURN(
-      std::unique_ptr<ShardMapping> mapping,
-      MapShardForWrite(channels_->Get(at.address), at.shard_id,
-                       shard.item_bytes, CallTimeout(options_.timeout),
-                       at.capability));
+  absl::StatusOr<std::unique_ptr<ShardMapping>> mapped = MapShardForWrite(
+      channels_->Get(at.address), at.shard_id, shard.item_bytes,
+      CallTimeout(options_.timeout), at.capability);
+  if (IsStagedShard(mapped.status()) &&
+      StagedShardWhere(mapped.status()) == "host") {
+    // A small shard in the worker's private memory (under kChunkBytes: a
+    // segment per tiny shard would cost a file and a mapping): its bytes go
+    // to the worker on this host in one call, as a staged read's come back.
+    return WriteWholeShard(channels_->Get(at.address), shard, source,
+                           CallTimeout(options_.timeout));
+  }
+  TESSERA_RETURN_IF_ERROR(mapped.status());
+  std::unique_ptr<ShardMapping> mapping = *std::move(mapped);
   TESSERA_RETURN_IF_ERROR(
       CopyShardToMapping(*mapping, shard.shape, source, shard.item_bytes));
   return CheckStillHeld(*mapping, at.shard_id);

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -229,6 +231,11 @@ absl::Status StagedShardError(absl::string_view where) {
           : absl::StrCat("the shard is in GPU memory (", where, ")"));
   status.SetPayload(kStagedPayload, absl::Cord(where));
   return status;
+}
+
+std::string StagedShardWhere(const absl::Status& status) {
+  const auto where = status.GetPayload(kStagedPayload);
+  return where.has_value() ? std::string(*where) : std::string();
 }
 
 bool IsStagedShard(const absl::Status& status) {

@@ -38,6 +38,8 @@ namespace tessera {
 // private host memory): read it with StagedRead.
 absl::Status StagedShardError(absl::string_view where);
 bool IsStagedShard(const absl::Status& status);
+// The `where` of a StagedShardError ("host", "cuda:N"); empty for another.
+std::string StagedShardWhere(const absl::Status& status);
 
 // A worker's staging segment, mapped read-only; unmapped on destruction.
 class StagingSegment {

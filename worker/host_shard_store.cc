@@ -11,6 +11,7 @@
 #include "core/shard_record.h"
 #include "core/status_macros.h"
 #include "core/strided_copy.h"
+#include "spdlog/spdlog.h"
 
 namespace tessera {
 
@@ -233,6 +234,21 @@ absl::Status HostShardStore::Free(uint64_t id) {
   // until the last reader lets go, then the pages may serve another shard
   // (readers check after each copy: transport/shared_memory.h).
   if (shard != nullptr && shard->block != nullptr) shard->block->Unlink();
+  return absl::OkStatus();
+}
+
+absl::Status HostShardStore::SetAside(uint64_t id) {
+  if (options_.files == nullptr) return Free(id);
+  std::shared_ptr<Shard> shard = table_.Remove(id);
+  if (shard == nullptr) return absl::OkStatus();
+  if (shard->file != nullptr) {
+    const std::string kept = options_.files->SetAside(id);
+    spdlog::error(
+        "shard {} of '{}' is not what the coordinator placed under "
+        "its id: no longer served{}",
+        id, std::string(shard->desc.tensor),
+        kept.empty() ? "" : absl::StrCat("; its files kept in ", kept));
+  }
   return absl::OkStatus();
 }
 

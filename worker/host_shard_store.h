@@ -70,6 +70,7 @@ class HostShardStore : public ShardStore {
   // With `files`: takes back every intact shard the store directory holds
   // (call once, before serving), mapped as it was. Returns what the scan
   // found, and each shard's cluster in `owners`.
+  absl::Status SetAside(uint64_t id) override;
   ShardFiles::ScanResult Reattach(
       absl::flat_hash_map<uint64_t, std::string>* owners);
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/capability.h"
+#include "core/shard_record.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "rpc/call.h"
 #include "rpc/channel.h"
@@ -148,7 +149,8 @@ void Registration::Serve(const std::string& cluster_id) {
   }
 }
 
-int64_t Registration::FreeOwn(const std::vector<uint64_t>& ids) {
+int64_t Registration::FreeOwn(const std::vector<uint64_t>& ids,
+                              bool set_aside) {
   std::vector<uint64_t> own;
   int64_t kept = 0;
   {
@@ -163,7 +165,9 @@ int64_t Registration::FreeOwn(const std::vector<uint64_t>& ids) {
       }
     }
   }
-  for (uint64_t id : own) store_->Free(id).IgnoreError();
+  for (uint64_t id : own) {
+    (set_aside ? store_->SetAside(id) : store_->Free(id)).IgnoreError();
+  }
   return kept;
 }
 
@@ -239,7 +243,15 @@ void Registration::Run() {
       request.set_bytes_used(store_->BytesUsed());
       // Shards made since the last heartbeat belong to the cluster served
       // until now; the reply may name another.
-      for (uint64_t id : Attribute()) request.add_held_shard_ids(id);
+      for (uint64_t id : Attribute()) {
+        request.add_held_shard_ids(id);
+        // What it holds under the id, for the coordinator to check.
+        absl::StatusOr<ShardDesc> desc = store_->Describe(id);
+        request.add_held_shard_identities(
+            desc.ok() ? ShardIdentity(desc->tensor.str(), desc->incarnation,
+                                      desc->box)
+                      : 0);
+      }
       v1::RegisterWorkerResponse response;
       absl::Status status = Call(
           CoordinatorCall(leaders.get()), [&](grpc::ClientContext* context) {
@@ -259,6 +271,9 @@ void Registration::Run() {
           heartbeat_interval =
               absl::Milliseconds(response.heartbeat_interval_ms());
         }
+        FreeOwn(std::vector<uint64_t>(response.set_aside_shard_ids().begin(),
+                                      response.set_aside_shard_ids().end()),
+                /*set_aside=*/true);
         FreeOwn(std::vector<uint64_t>(response.free_shard_ids().begin(),
                                       response.free_shard_ids().end()));
         {

@@ -110,9 +110,11 @@ class Registration {
   std::vector<uint64_t> Attribute() ABSL_LOCKS_EXCLUDED(mu_);
   // Switches to the cluster a registration reply names, logging changes.
   void Serve(const std::string& cluster_id) ABSL_LOCKS_EXCLUDED(mu_);
-  // Frees those of `ids` that belong to the cluster served; returns how
-  // many were kept because they belong to another.
-  int64_t FreeOwn(const std::vector<uint64_t>& ids) ABSL_LOCKS_EXCLUDED(mu_);
+  // Frees (or with `set_aside`, sets aside: ShardStore::SetAside) those
+  // of `ids` that belong to the cluster served; returns how many were kept
+  // because they belong to another.
+  int64_t FreeOwn(const std::vector<uint64_t>& ids, bool set_aside = false)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The held shards of the cluster served (Attribute first).
   std::vector<uint64_t> OwnShards() const ABSL_LOCKS_EXCLUDED(mu_);
 

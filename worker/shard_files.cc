@@ -115,8 +115,8 @@ absl::StatusOr<std::shared_ptr<MappedShardFile>> ShardFiles::Create(
   const int reserved = posix_fallocate(fd, 0, std::max<int64_t>(bytes, 1));
   if (reserved != 0) {
     errno = reserved;
-    file = Errno(absl::StrCat("reserving ", bytes,
-                              " bytes for the file of shard ", id));
+    file = Errno(
+        absl::StrCat("reserving ", bytes, " bytes for the file of shard ", id));
   } else {
     file = Map(fd, bytes, absl::StrCat("the file of shard ", id),
                absl::StrCat(shards_, "/", name, kData));
@@ -162,6 +162,8 @@ void ShardFiles::Remove(uint64_t id) {
   unlinkat(shards_fd_, (name + kRecord).c_str(), 0);
   unlinkat(shards_fd_, (name + kData).c_str(), 0);
 }
+
+std::string ShardFiles::SetAside(uint64_t id) { return MoveAside(Hex(id)); }
 
 std::string ShardFiles::MoveAside(const std::string& base) {
   const std::string aside = dir_ + "/damaged";

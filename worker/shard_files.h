@@ -71,6 +71,9 @@ class ShardFiles {
   // Removes shard `id`'s record, then its bytes (a mapping keeps them until
   // it goes).
   void Remove(uint64_t id);
+  // Moves shard `id`'s bytes and record into DIR/damaged; returns that
+  // directory, or empty when nothing moved.
+  std::string SetAside(uint64_t id);
 
   struct Found {
     ShardRecord record;
@@ -79,8 +82,8 @@ class ShardFiles {
   struct ScanResult {
     std::vector<Found> intact;  // checked against their CRC, mapped
     int64_t intact_bytes = 0;
-    int64_t unsealed = 0;               // files without a record, removed
-    int64_t damaged = 0;  // records or bytes that failed, moved aside
+    int64_t unsealed = 0;  // files without a record, removed
+    int64_t damaged = 0;   // records or bytes that failed, moved aside
     std::vector<std::string> problems;  // one line per damaged shard
   };
   // What DIR holds (call before serving).

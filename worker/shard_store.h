@@ -199,6 +199,10 @@ class ShardStore {
 
   // Frees shard `id`; freeing an unknown id is OK (frees are retried).
   virtual absl::Status Free(uint64_t id) = 0;
+  // Stops serving shard `id`, keeping its bytes where an operator can look
+  // at them when the store keeps files (a shard that is not what the
+  // coordinator placed under its id); a store in memory frees it.
+  virtual absl::Status SetAside(uint64_t id) { return Free(id); }
 
   // Element bytes of all shards held.
   virtual int64_t BytesUsed() const = 0;
