@@ -20,6 +20,24 @@
 namespace tessera {
 namespace {
 
+// Begins a put of an 8-byte tensor on rank 0 at `coordinator` as a client
+// would, and does nothing after (a client that dies); the reply.
+v1::CreateTensorResponse BeginPutAt(const std::string& coordinator,
+                                    const std::string& name) {
+  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
+  grpc::ClientContext context;
+  v1::CreateTensorRequest create;
+  create.set_name(name);
+  create.add_shape(8);
+  create.mutable_properties()->set_dtype(v1::INT8);
+  create.mutable_spec()->mutable_chunk()->set_dim(0);
+  create.mutable_spec()->mutable_chunk()->add_placements()->set_rank(0);
+  create.set_pending(true);
+  v1::CreateTensorResponse created;
+  EXPECT_TRUE(stub->CreateTensor(&context, create, &created).ok()) << name;
+  return created;
+}
+
 class PendingTest : public ClusterSuite<PendingTest> {
  public:
   static TestClusterOptions ClusterOptions() {
@@ -41,18 +59,7 @@ class PendingTest : public ClusterSuite<PendingTest> {
   }
   // Begins a change as a client that then dies would: nothing follows.
   static void BeginPut(const std::string& name) {
-    auto stub =
-        v1::Coordinator::NewStub(MakeChannel(cluster_->coordinator_address()));
-    grpc::ClientContext context;
-    v1::CreateTensorRequest create;
-    create.set_name(name);
-    create.add_shape(8);
-    create.mutable_properties()->set_dtype(v1::INT8);
-    create.mutable_spec()->mutable_chunk()->set_dim(0);
-    create.mutable_spec()->mutable_chunk()->add_placements()->set_rank(0);
-    create.set_pending(true);
-    v1::CreateTensorResponse created;
-    ASSERT_TRUE(stub->CreateTensor(&context, create, &created).ok());
+    BeginPutAt(cluster_->coordinator_address(), name);
   }
   static void BeginUpdate(const std::string& name) {
     auto stub =
@@ -142,19 +149,7 @@ class PendingLeaseTest : public ClusterSuite<PendingLeaseTest> {
  protected:
   // A put begun by hand, as a client would: its reply.
   static v1::CreateTensorResponse BeginPut(const std::string& name) {
-    auto stub =
-        v1::Coordinator::NewStub(MakeChannel(cluster_->coordinator_address()));
-    grpc::ClientContext context;
-    v1::CreateTensorRequest create;
-    create.set_name(name);
-    create.add_shape(8);
-    create.mutable_properties()->set_dtype(v1::INT8);
-    create.mutable_spec()->mutable_chunk()->set_dim(0);
-    create.mutable_spec()->mutable_chunk()->add_placements()->set_rank(0);
-    create.set_pending(true);
-    v1::CreateTensorResponse created;
-    EXPECT_TRUE(stub->CreateTensor(&context, create, &created).ok());
-    return created;
+    return BeginPutAt(cluster_->coordinator_address(), name);
   }
   static grpc::Status Keep(const std::string& name,
                            const v1::CreateTensorResponse& put) {

@@ -127,6 +127,19 @@ class StoreDirTest : public ::testing::Test {
     return -1;
   }
 
+  // Every shard of `name` has its two replicas, all available, and the
+  // coordinator has copied bytes for a repair.
+  bool Repaired(const std::string& name) {
+    absl::StatusOr<TensorMetadata> meta = client_->Describe(name);
+    if (!meta.ok()) return false;
+    for (const ShardInfo& s : meta->shards) {
+      if (s.replicas.size() != 2) return false;
+      for (const Replica& r : s.replicas)
+        if (!r.available) return false;
+    }
+    return Metric(coordinator_metrics_, "tessera_repair_bytes_total") > 0;
+  }
+
   const int coordinator_metrics_ = PickFreePort();
   std::vector<int> worker_metrics_;
   std::unique_ptr<TestCluster> cluster_;
@@ -253,16 +266,8 @@ TEST_F(StoreDirTest, ADamagedShardIsDroppedAndRepairedFromItsReplica) {
   EXPECT_THAT(cluster_->worker_log(1), HasSubstr("fail their checksum"));
   EXPECT_THAT(cluster_->worker_log(1), HasSubstr("1 never committed removed"));
   // The damaged shard is copied back from its other replica.
-  EXPECT_TRUE(Eventually([&] {
-    absl::StatusOr<TensorMetadata> meta = client_->Describe("d");
-    if (!meta.ok()) return false;
-    for (const ShardInfo& s : meta->shards) {
-      if (s.replicas.size() != 2) return false;
-      for (const Replica& r : s.replicas)
-        if (!r.available) return false;
-    }
-    return Metric(coordinator_metrics_, "tessera_repair_bytes_total") > 0;
-  })) << cluster_->coordinator_log();
+  EXPECT_TRUE(Eventually([&] { return Repaired("d"); }))
+      << cluster_->coordinator_log();
   ASSERT_OK_AND_ASSIGN(HostArray got, client_->Get("d"));
   EXPECT_TRUE(SameBytes(got, data));
 }
@@ -293,16 +298,8 @@ TEST_F(StoreDirTest, AShardWhoseRecordNamesAnotherTensorIsSetAsideAndRepaired) {
   }
   ASSERT_EQ(edited, 1);
   ASSERT_OK(cluster_->RestartWorker(1));
-  EXPECT_TRUE(Eventually([&] {
-    absl::StatusOr<TensorMetadata> meta = client_->Describe("alpha");
-    if (!meta.ok()) return false;
-    for (const ShardInfo& s : meta->shards) {
-      if (s.replicas.size() != 2) return false;
-      for (const Replica& r : s.replicas)
-        if (!r.available) return false;
-    }
-    return Metric(coordinator_metrics_, "tessera_repair_bytes_total") > 0;
-  })) << cluster_->coordinator_log();
+  EXPECT_TRUE(Eventually([&] { return Repaired("alpha"); }))
+      << cluster_->coordinator_log();
   EXPECT_THAT(cluster_->coordinator_log(), HasSubstr("set aside"));
   EXPECT_THAT(cluster_->worker_log(1), HasSubstr("its files kept in"));
   EXPECT_TRUE(std::filesystem::exists(StoreDir(1) + "/damaged"));
