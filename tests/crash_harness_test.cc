@@ -750,10 +750,10 @@ class Harness {
   int64_t drains_ = 0;
   int64_t fills_ = 0;
   int64_t shrunk_loads_ = 0;
-  const std::string root_;
-  const std::vector<std::string> stores_;
   int draining_ = -1;  // the worker the last drain left draining
   const bool store_;
+  const std::string root_;
+  const std::vector<std::string> stores_;
   int next_save_ = 0;
   int next_check_ = 0;
   int64_t saves_checked_ = 0;
