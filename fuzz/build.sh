@@ -68,8 +68,6 @@ for f in core/*.cc rpc/*.cc transport/*.cc worker/*.cc coordinator/*.cc "$GEN"/p
   case "$f" in *cuda* | *nccl*) continue ;; esac  # no CUDA toolkit here; host paths only
   LIB_SRCS+=("$f")
 done
-# Client sources that read files users hand the CLI (no gRPC in them).
-CLIENT_SRCS=(client/mapped_file.cc client/safetensors_file.cc)
 TARGETS=()
 for f in fuzz/*_fuzzer.cc; do TARGETS+=("$(basename "$f" .cc)"); done
 
@@ -100,7 +98,7 @@ export -f compile
 export CXX CXXFLAGS SAN
 
 pairs=()
-for src in "${LIB_SRCS[@]}" "${CLIENT_SRCS[@]}" "${TARGETS[@]/#/fuzz/}" fuzz/make_seeds; do
+for src in "${LIB_SRCS[@]}" "${TARGETS[@]/#/fuzz/}" fuzz/make_seeds; do
   case "$src" in fuzz/*_fuzzer | fuzz/make_seeds) src=$src.cc ;; esac
   pairs+=("$src" "$(obj_of "$src")")
 done
@@ -115,19 +113,14 @@ for src in "${LIB_SRCS[@]}"; do
   LIB_OBJS+=("$(obj_of "$src")")
   case "$src" in core/*) CORE_OBJS+=("$(obj_of "$src")") ;; esac
 done
-CLIENT_OBJS=()
-for src in "${CLIENT_SRCS[@]}"; do CLIENT_OBJS+=("$(obj_of "$src")"); done
 status=0
 
 # 3. Link each target.
 for t in "${TARGETS[@]}"; do
   bin=$OUT/$t
   case "$t" in
-    # Targets that run the transports or the daemons' code link it all (and
-    # the safetensors parser a worker reads checkpoint headers with).
-    worker_* | coordinator_* | shm_* | pull_* | ucx_*) objs=("$(obj_of "fuzz/$t.cc")" "${LIB_OBJS[@]}" "${CLIENT_OBJS[@]}") ;;
-    # File formats the client reads: core plus the client's parsers.
-    safetensors_*) objs=("$(obj_of "fuzz/$t.cc")" "${CORE_OBJS[@]}" "${CLIENT_OBJS[@]}") ;;
+    # Targets that run the transports or the daemons' code link it all.
+    worker_* | coordinator_* | shm_* | pull_* | ucx_*) objs=("$(obj_of "fuzz/$t.cc")" "${LIB_OBJS[@]}") ;;
     # Tensor metadata from the wire or the data dir: core plus its conversion.
     metadata_*) objs=("$(obj_of "fuzz/$t.cc")" "${CORE_OBJS[@]}" "$(obj_of rpc/convert.cc)")
       for src in "$GEN"/proto/*.pb.cc; do objs+=("$(obj_of "$src")"); done ;;
@@ -156,7 +149,7 @@ for t in "${TARGETS[@]}"; do
   fi
 done
 # The seed generator (a plain program; see make_seeds.cc).
-seeds_objs=("$(obj_of fuzz/make_seeds.cc)" "${CORE_OBJS[@]}" "${CLIENT_OBJS[@]}")
+seeds_objs=("$(obj_of fuzz/make_seeds.cc)" "${CORE_OBJS[@]}")
 for src in "$GEN"/proto/*.pb.cc rpc/convert.cc; do seeds_objs+=("$(obj_of "$src")"); done
 if [ ! -f "$OUT/make_seeds" ] || [ "${seeds_objs[0]}" -nt "$OUT/make_seeds" ]; then
   echo "link $OUT/make_seeds"

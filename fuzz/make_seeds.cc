@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/safetensors_file.h"
+#include "core/safetensors.h"
 #include "core/checkpoint_index.h"
 #include "core/npy.h"
 #include "core/shard_record.h"

@@ -16,7 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "client/safetensors_file.h"
+#include "core/safetensors.h"
 #include "core/checked_math.h"
 #include "core/dtype.h"
 #include "fuzz/fuzz_util.h"

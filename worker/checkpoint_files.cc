@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "client/safetensors_file.h"
+#include "core/safetensors.h"
 #include "core/errors.h"
 #include "core/status_macros.h"
 #include "nlohmann/json.hpp"

@@ -15,7 +15,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "client/safetensors_file.h"
+#include "core/safetensors.h"
 #include "core/checked_math.h"
 #include "core/checkpoint_index.h"
 #include "core/errors.h"
