@@ -1156,8 +1156,7 @@ absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
   absl::flat_hash_set<std::string> earlier_files;
   std::string earlier_save_id;
   absl::StatusOr<CheckpointListing> earlier = ListCheckpoint(args.dir);
-  if (!earlier.ok() && !absl::IsNotFound(earlier.status()) &&
-      !args.overwrite) {
+  if (!earlier.ok() && !absl::IsNotFound(earlier.status()) && !args.overwrite) {
     // Files no one can read as a checkpoint are not taken for none: whose
     // they are is unknown.
     return absl::FailedPreconditionError(absl::StrCat(

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/safetensors.h"
 #include "core/checkpoint_index.h"
 #include "core/npy.h"
+#include "core/safetensors.h"
 #include "core/shard_record.h"
 #include "core/tensor_metadata.h"
 #include "fuzz/fuzz_util.h"

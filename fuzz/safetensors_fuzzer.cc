@@ -16,9 +16,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "core/safetensors.h"
 #include "core/checked_math.h"
 #include "core/dtype.h"
+#include "core/safetensors.h"
 #include "fuzz/fuzz_util.h"
 
 namespace tessera {

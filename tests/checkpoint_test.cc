@@ -169,8 +169,8 @@ class CheckpointTest : public ::testing::Test {
     WriteAll(shrink + "/model.safetensors",
              ModelFile({{"x", DType::kFloat32, {4096, 256}}}, 5, &ignored));
     // FIFOs where a file should be: the model file, and a save's index.
-    for (const std::string& fifo :
-         {Root() + "/fifo/model.safetensors", Root() + "/fifo-saved/tessera.json"}) {
+    for (const std::string& fifo : {Root() + "/fifo/model.safetensors",
+                                    Root() + "/fifo-saved/tessera.json"}) {
       mkdir(fifo.substr(0, fifo.rfind('/')).c_str(), 0755);
       ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0) << std::strerror(errno);
     }
@@ -655,15 +655,16 @@ TEST_F(CheckpointTest, AFileCutShortWhileLoadingFailsTheLoadNotTheWorkers) {
   });
   int failed = 0;
   for (int round = 0; round < 12; ++round) {
-    const Result r = Tessera(
-        {"load", "shrink", "--chunk_dim=-1", "--placements=w0,w1,w2,w3",
-         absl::StrCat("--prefix=shrink", round, "/")});
+    const Result r =
+        Tessera({"load", "shrink", "--chunk_dim=-1", "--placements=w0,w1,w2,w3",
+                 absl::StrCat("--prefix=shrink", round, "/")});
     EXPECT_TRUE(r.code == 0 || r.code == 1) << r.code << r.err;
     if (r.code == 1) {
       ++failed;
       // Cut before the listing ("outside the data section") or under a
       // read ("shorter than"): either way the file, named.
-      EXPECT_THAT(r.err, HasSubstr("checkpoint: 'shrink/model.safetensors")) << r.err;
+      EXPECT_THAT(r.err, HasSubstr("checkpoint: 'shrink/model.safetensors"))
+          << r.err;
     }
   }
   stop = true;

@@ -418,11 +418,10 @@ class Harness {
     std::vector<std::string> files;
     if (shrink) {
       saved_.erase(saved_.begin() + pick);
-      to_check_.erase(std::remove_if(to_check_.begin(), to_check_.end(),
-                                     [&](const auto& s) {
-                                       return s.first == dir;
-                                     }),
-                      to_check_.end());
+      to_check_.erase(
+          std::remove_if(to_check_.begin(), to_check_.end(),
+                         [&](const auto& s) { return s.first == dir; }),
+          to_check_.end());
       for (const auto& e :
            std::filesystem::directory_iterator(root_ + "/" + dir)) {
         if (e.path().extension() == ".safetensors")
@@ -489,8 +488,7 @@ class Harness {
         Iota(DType::kInt32, {free_bytes / 4096 + 256, 1024}, random_());
     const absl::Status status = Race(
         [&] {
-          return client
-              .Put(name, data, LayoutSpec::Chunk(0, Ranks({worker})))
+          return client.Put(name, data, LayoutSpec::Chunk(0, Ranks({worker})))
               .status();
         },
         kill, victim);
@@ -794,9 +792,9 @@ void RunHarness(bool store, bool etcd = false) {
     ASSERT_TRUE(kMountNamespaceTaken)
         << "a mount namespace for the stores: " << OwnMountNamespace();
     ASSERT_EQ(mkdir(stores.back().c_str(), 0755), 0);
-    ASSERT_EQ(mount("tessera-store", stores.back().c_str(), "tmpfs", 0,
-                    kStoreSize),
-              0)
+    ASSERT_EQ(
+        mount("tessera-store", stores.back().c_str(), "tmpfs", 0, kStoreSize),
+        0)
         << std::strerror(errno);
   }
   options.per_worker_flags = [root, stores](int i) {

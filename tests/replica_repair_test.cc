@@ -452,8 +452,8 @@ TEST(ReplicaRepairTest, DrainMovesEveryShardAndRmForgetsTheWorker) {
   EXPECT_THAT(
       client->Put("four", one, LayoutSpec::Chunk(0, Ranks({2}))),
       StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("cordoned")));
-  CliResult cordoned_reshard = Cli(
-      **cluster, {"reshard", "one", "--chunk_dim=1", "--placements=w0,w2"});
+  CliResult cordoned_reshard =
+      Cli(**cluster, {"reshard", "one", "--chunk_dim=1", "--placements=w0,w2"});
   EXPECT_EQ(cordoned_reshard.code, 1);
   EXPECT_THAT(cordoned_reshard.err, HasSubstr("cordoned"));
   CliResult uncordon = Cli(**cluster, {"worker", "uncordon", "w2"});

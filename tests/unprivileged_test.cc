@@ -77,9 +77,9 @@ TEST(UnprivilegedWorkerTest, SavesLoadsAndKeepsShardsAsTheImageUser) {
         absl::StrCat("--regid=", kImageUser), "--clear-groups", "--"};
   };
   options.per_worker_flags = [&](int i) {
-    return std::vector<std::string>{"--checkpoint_root=" + root,
-                                    absl::StrCat("--store_dir=", base,
-                                                 "/store-w", i)};
+    return std::vector<std::string>{
+        "--checkpoint_root=" + root,
+        absl::StrCat("--store_dir=", base, "/store-w", i)};
   };
   absl::StatusOr<std::unique_ptr<TestCluster>> cluster =
       TestCluster::Start(options);

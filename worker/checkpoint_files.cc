@@ -19,8 +19,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "core/safetensors.h"
 #include "core/errors.h"
+#include "core/safetensors.h"
 #include "core/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -220,9 +220,9 @@ absl::StatusOr<std::vector<std::string>> FilesOf(const Fd& dir,
   closedir(d);
   if (files.empty()) {
     // Nothing here yet: a save may write into it without replacing anyone's.
-    return absl::NotFoundError(absl::StrCat(
-        "checkpoint: '", shown, "' holds no .safetensors file and no ",
-        kHfIndexName));
+    return absl::NotFoundError(
+        absl::StrCat("checkpoint: '", shown,
+                     "' holds no .safetensors file and no ", kHfIndexName));
   }
   // Files of a save that never wrote its index (its coordinator died) are
   // no checkpoint: loading one would make some of its tensors only, and a
@@ -237,9 +237,11 @@ absl::StatusOr<std::vector<std::string>> FilesOf(const Fd& dir,
         return part.ok() && !part->empty();
       });
   if (unfinished_save) {
-    return absl::NotFoundError(absl::StrCat(
-        "checkpoint: '", shown, "' holds only files of a save that did not "
-        "finish (no ", kTesseraIndexName, "); save again"));
+    return absl::NotFoundError(
+        absl::StrCat("checkpoint: '", shown,
+                     "' holds only files of a save that did not "
+                     "finish (no ",
+                     kTesseraIndexName, "); save again"));
   }
   if (files.size() != 1) {
     return CheckpointError(absl::StrCat(
