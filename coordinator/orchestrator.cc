@@ -24,6 +24,7 @@
 #include "core/checked_math.h"
 #include "core/checkpoint_index.h"
 #include "core/errors.h"
+#include "core/fan_out.h"
 #include "core/region_plan.h"
 #include "core/replica_placement.h"
 #include "core/status_macros.h"
@@ -412,15 +413,12 @@ absl::Status Orchestrator::AllocateShards(const TensorMetadata& meta,
   for (const auto& [key, batch] : batches) keys.push_back(key);
   std::vector<absl::StatusOr<int64_t>> results(keys.size(),
                                                absl::UnknownError(""));
-  std::vector<std::thread> threads;
-  threads.reserve(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    threads.emplace_back([&, i] {
-      results[i] = workers_->Allocate(
-          WorkerRef{names[keys[i].first], keys[i].first}, batches[keys[i]]);
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  // Every batch runs: those that succeed are undone when one fails.
+  FanOut(keys.size(), kDefaultFanOut, [&](size_t i) {
+    results[i] = workers_->Allocate(
+        WorkerRef{names[keys[i].first], keys[i].first}, batches[keys[i]]);
+    return absl::OkStatus();
+  }).IgnoreError();
 
   absl::Status first_error;
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -454,23 +452,24 @@ void Orchestrator::FreeShards(const TensorMetadata& meta) {
     for (const Replica& replica : shard.replicas)
       by_worker[replica.worker].push_back(replica.shard_id);
   }
-  std::vector<std::thread> threads;
+  std::vector<std::pair<WorkerRecord, const std::vector<uint64_t>*>> frees;
   for (const auto& [name, ids] : by_worker) {
     std::optional<WorkerRecord> worker = registry_->Find(name);
-    if (!worker.has_value()) continue;
-    threads.emplace_back([this, worker = *worker, &ids = ids, &meta] {
-      absl::StatusOr<int64_t> freed =
-          workers_->Free(WorkerRef{worker.name, worker.address}, ids);
-      if (freed.ok()) {
-        registry_->SetBytesUsed(worker.name, *freed);
-      } else {
-        spdlog::warn("freeing {} shard(s) of '{}' on worker '{}' failed: {}",
-                     ids.size(), meta.name, worker.name,
-                     std::string(freed.status().message()));
-      }
-    });
+    if (worker.has_value()) frees.emplace_back(*std::move(worker), &ids);
   }
-  for (std::thread& t : threads) t.join();
+  FanOut(frees.size(), kDefaultFanOut, [&](size_t i) {
+    const auto& [worker, ids] = frees[i];
+    absl::StatusOr<int64_t> freed =
+        workers_->Free(WorkerRef{worker.name, worker.address}, *ids);
+    if (freed.ok()) {
+      registry_->SetBytesUsed(worker.name, *freed);
+    } else {
+      spdlog::warn("freeing {} shard(s) of '{}' on worker '{}' failed: {}",
+                   ids->size(), meta.name, worker.name,
+                   std::string(freed.status().message()));
+    }
+    return absl::OkStatus();
+  }).IgnoreError();
 }
 
 absl::Status Orchestrator::SealShards(const TensorMetadata& meta,
@@ -484,33 +483,20 @@ absl::Status Orchestrator::SealShards(const TensorMetadata& meta,
     }
   }
   if (by_worker.empty()) return absl::OkStatus();
-  std::vector<std::pair<std::string, absl::Status>> results;
-  for (const auto& [name, ids] : by_worker)
-    results.emplace_back(name, absl::OkStatus());
-  std::vector<std::thread> threads;
-  size_t i = 0;
-  for (const auto& [name, ids] : by_worker) {
+  const std::vector<std::pair<std::string, std::vector<uint64_t>>> seals(
+      by_worker.begin(), by_worker.end());
+  return FanOut(seals.size(), kDefaultFanOut, [&](size_t i) {
+    const auto& [name, ids] = seals[i];
     std::optional<WorkerRecord> worker = registry_->Find(name);
-    absl::Status& result = results[i++].second;
-    if (!worker.has_value()) {
-      result = UnavailableError(absl::StrCat("worker '", name, "'"));
-      continue;
-    }
-    threads.emplace_back([this, worker = *worker, &ids = ids, &result,
-                          persist] {
-      result =
-          workers_->Seal(WorkerRef{worker.name, worker.address}, ids, persist);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  for (const auto& [name, result] : results) {
-    if (!result.ok()) {
-      return Annotate(result, absl::StrCat("sealing the shards of '", meta.name,
-                                           "' version ", meta.version,
-                                           " on worker '", name, "'"));
-    }
-  }
-  return absl::OkStatus();
+    const absl::Status sealed =
+        worker.has_value()
+            ? workers_->Seal(WorkerRef{worker->name, worker->address}, ids,
+                             persist)
+            : UnavailableError(absl::StrCat("worker '", name, "'"));
+    return Annotate(
+        sealed, absl::StrCat("sealing the shards of '", meta.name, "' version ",
+                             meta.version, " on worker '", name, "'"));
+  });
 }
 
 absl::Status Orchestrator::Commit(const std::string& name, uint64_t version,
@@ -1115,8 +1101,8 @@ absl::StatusOr<CheckpointListing> Orchestrator::ListCheckpoint(
   return workers_->ListCheckpoint(worker, dir);
 }
 
-absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
-  const absl::Time start = absl::Now();
+absl::StatusOr<std::vector<std::string>> Orchestrator::SaveNames(
+    const SaveArgs& args) const {
   std::vector<std::string> names = args.names;
   if (names.empty()) {
     for (const TensorSummary& t : table_->List()) {
@@ -1132,29 +1118,23 @@ absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
         "save: ", names.size(), " tensors are more than one checkpoint holds (",
         kMaxCheckpointEntries, ")"));
   }
-  // Each tensor at its current version, leased so that a reshard or
-  // update meanwhile frees none of its shards until the save is done.
-  std::vector<TensorMetadata> metas;
-  auto release = absl::MakeCleanup([&] {
-    for (const TensorMetadata& meta : metas)
-      table_->ReleaseRead(meta.name, meta.version);
-  });
   absl::flat_hash_set<std::string> seen;
   for (const std::string& name : names) {
     if (!seen.insert(name).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("save: '", name, "' is named twice"));
     }
-    TESSERA_ASSIGN_OR_RETURN(TensorMetadataPtr meta, table_->GetLeased(name));
-    metas.push_back(*meta);
-    FillWorkerState(&metas.back());
   }
-  // An earlier checkpoint in the directory is replaced only when the same
-  // principal saved it, or when told to. Its files go once the new index is
-  // in, and only those its save wrote (named by its id, and marked with it
-  // inside: the worker checks): never a file tessera did not write.
-  absl::flat_hash_set<std::string> earlier_files;
-  std::string earlier_save_id;
+  return names;
+}
+
+// An earlier checkpoint in the directory is replaced only when the same
+// principal saved it, or when told to. Its files go once the new index is
+// in, and only those its save wrote (named by its id, and marked with it
+// inside: the worker checks): never a file tessera did not write.
+absl::StatusOr<Orchestrator::EarlierSave> Orchestrator::FindEarlierSave(
+    const SaveArgs& args) {
+  EarlierSave found;
   absl::StatusOr<CheckpointListing> earlier = ListCheckpoint(args.dir);
   if (!earlier.ok() && !absl::IsNotFound(earlier.status()) && !args.overwrite) {
     // Files no one can read as a checkpoint are not taken for none: whose
@@ -1163,232 +1143,167 @@ absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
         "save: '", args.dir, "' holds what cannot be read as a checkpoint (",
         earlier.status().message(), "); give --overwrite to replace it"));
   }
-  if (earlier.ok()) {
-    const bool own =
-        !earlier->save_id.empty() && earlier->saved_by == args.principal;
-    if (!own && !args.overwrite) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "save: '", args.dir, "' already holds a checkpoint",
-          earlier->save_id.empty()
-              ? std::string(" that tessera save did not write")
-              : absl::StrCat(" saved by '", earlier->saved_by, "'"),
-          "; give --overwrite to replace it"));
+  if (!earlier.ok()) return found;
+  const bool own =
+      !earlier->save_id.empty() && earlier->saved_by == args.principal;
+  if (!own && !args.overwrite) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("save: '", args.dir, "' already holds a checkpoint",
+                     earlier->save_id.empty()
+                         ? std::string(" that tessera save did not write")
+                         : absl::StrCat(" saved by '", earlier->saved_by, "'"),
+                     "; give --overwrite to replace it"));
+  }
+  found.save_id = earlier->save_id;
+  for (const CheckpointEntry& e : earlier->entries) {
+    for (const StoredPiece& piece : e.pieces) {
+      if (IsSavedFileOf(piece.file, found.save_id)) {
+        found.files.insert(piece.file);
+      }
     }
-    earlier_save_id = earlier->save_id;
-    for (const CheckpointEntry& e : earlier->entries) {
-      for (const StoredPiece& piece : e.pieces) {
-        if (IsSavedFileOf(piece.file, earlier_save_id)) {
-          earlier_files.insert(piece.file);
+  }
+  return found;
+}
+
+// Every worker writes its files, the workers in parallel; each piece's
+// place in its file goes into the plan's listing.
+absl::Status Orchestrator::WriteSaveFiles(
+    const SaveArgs& args, SavePlan* plan, MoveTally* tally,
+    std::vector<std::vector<std::string>>* written) {
+  written->assign(plan->workers.size(), {});
+  return FanOut(plan->workers.size(), kDefaultFanOut, [&](size_t w) {
+    const SavePlanWorker& planned = plan->workers[w];
+    const WorkerRef worker{planned.worker, planned.address};
+    for (const SavePlanFile& file : planned.files) {
+      TESSERA_RETURN_IF_ERROR(args.stop.Check());
+      std::vector<SaveItem> order;
+      for (const SavePlanItem& item : file.items) {
+        const CheckpointEntry& entry = plan->listing.entries[item.tensor];
+        order.push_back(SaveItem{item.entry, item.shard_id, entry.name,
+                                 item.version, item.scalar});
+      }
+      absl::StatusOr<std::vector<SavedItem>> saved = workers_->SaveShards(
+          worker, args.dir, file.name, order, plan->file_metadata);
+      if (!saved.ok()) {
+        return Annotate(saved.status(),
+                        absl::StrCat("worker '", worker.name, "' writing '",
+                                     args.dir, "/", file.name, "'"));
+      }
+      (*written)[w].push_back(file.name);
+      for (size_t j = 0; j < file.items.size(); ++j) {
+        const SavePlanItem& item = file.items[j];
+        const SavedItem& got = (*saved)[j];
+        // The worker's reply is input: it must describe what was asked.
+        if (got.bytes != item.bytes || got.data_offset < 0) {
+          return absl::InternalError(
+              absl::StrCat("worker '", worker.name, "' reports ", got.bytes,
+                           " bytes for a piece of ", item.bytes));
         }
+        StoredPiece& piece =
+            plan->listing.entries[item.tensor].pieces[item.piece];
+        piece.file = file.name;
+        piece.data_offset = got.data_offset;
+        piece.bytes = got.bytes;
+        piece.crc32 = got.crc32;
+        tally->done += got.bytes;
       }
     }
-  }
+    return absl::OkStatus();
+  });
+}
 
-  // The plan: each shard (its first available replica) becomes a piece,
-  // an entry of its worker's file; a worker's pieces go in files of at
-  // most kSaveFileBytes (and kSaveFileItems) so that progress moves.
-  CheckpointListing listing;
-  struct Planned {
-    size_t tensor;
-    size_t piece;
-    SaveItem item;
-    int64_t bytes;
-  };
-  std::map<std::string, std::vector<Planned>> planned;  // by address
-  std::map<std::string, std::string> worker_names;      // address -> worker
-  SaveResult result;
-  for (size_t t = 0; t < metas.size(); ++t) {
-    const TensorMetadata& meta = metas[t];
-    const bool scalar = meta.origin.scalar && meta.shape == Shape{1};
-    CheckpointEntry& entry = listing.entries.emplace_back();
-    entry.name = meta.name;
-    entry.dtype = meta.dtype;
-    entry.shape = scalar ? Shape{} : meta.shape;
-    entry.bytes = meta.ByteSize();
-    result.bytes += entry.bytes;
-    for (const auto& pair : meta.origin.metadata) {
-      if (std::find(listing.metadata.begin(), listing.metadata.end(), pair) ==
-          listing.metadata.end()) {
-        listing.metadata.push_back(pair);
-      }
-    }
-    // Empty shards store nothing (a tensor of no elements keeps one).
-    std::vector<size_t> kept;
-    for (size_t i = 0; i < meta.shards.size(); ++i) {
-      if (meta.shards[i].box.NumElements() > 0) kept.push_back(i);
-    }
-    if (kept.empty()) kept.push_back(0);
-    for (size_t k = 0; k < kept.size(); ++k) {
-      const size_t i = kept[k];
-      const ShardLocation from = ReadLocations(meta, i).front();
-      if (!from.available) {
-        return absl::UnavailableError(
-            absl::StrCat("save: shard ", i, " of '", meta.name,
-                         "' is unavailable: no live replica (its worker '",
-                         from.worker, "' is down)"));
-      }
-      StoredPiece& piece = entry.pieces.emplace_back();
-      piece.box = scalar ? Box() : meta.shards[i].box;
-      // ':' is in no tensor name: a piece's entry never meets a tensor's.
-      piece.entry =
-          kept.size() == 1 ? meta.name : absl::StrCat(meta.name, ":", k);
-      SaveItem item{piece.entry, from.shard_id, meta.name, meta.version,
-                    scalar};
-      planned[from.address].push_back(
-          {t, k, std::move(item),
-           meta.shards[i].box.NumElements() *
-               static_cast<int64_t>(ItemSize(meta.dtype))});
-      worker_names[from.address] = from.worker;
-    }
-  }
-  std::vector<std::pair<std::string, std::string>> file_metadata =
-      listing.metadata;
-  if (std::none_of(file_metadata.begin(), file_metadata.end(),
-                   [](const auto& p) { return p.first == "format"; })) {
-    // What Hugging Face's loaders look for.
-    file_metadata.emplace_back("format", "pt");
-  }
-
-  // This save's files: names no earlier save used, marked as its parts.
-  const std::string save_id =
-      absl::StrFormat("%08x", absl::Uniform<uint32_t>(absl::BitGen()));
-  file_metadata.emplace_back(kSavePartKey, save_id);
-  listing.save_id = save_id;
-  listing.saved_by = args.principal;
-  struct File {
-    std::string name;
-    std::vector<size_t> items;  // into planned[address]
-  };
-  std::map<std::string, std::vector<File>> files;  // by address
-  for (const auto& [address, items] : planned) {
-    std::vector<File>& list = files[address];
-    int64_t bytes = 0;
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (list.empty() || bytes + items[i].bytes > kSaveFileBytes ||
-          static_cast<int64_t>(list.back().items.size()) >= kSaveFileItems) {
-        list.push_back({SavedFileName(worker_names[address], save_id,
-                                      static_cast<int64_t>(list.size())),
-                        {}});
-        bytes = 0;
-      }
-      list.back().items.push_back(i);
-      bytes += items[i].bytes;
-    }
-    result.files += static_cast<int64_t>(list.size());
-  }
-
-  // Progress, as a load's.
-  auto tally = std::make_shared<MoveTally>();
-  tally->total = result.bytes;
-  Track(names, tally);
-  auto untrack = absl::MakeCleanup([&] { Untrack(names, tally); });
-
-  // Every worker writes its files, the workers in parallel.
-  std::vector<std::string> addresses;
-  for (const auto& [address, list] : files) addresses.push_back(address);
-  std::vector<absl::Status> results(addresses.size());
-  std::vector<std::vector<std::string>> written(addresses.size());
-  {
-    std::vector<std::thread> threads;
-    for (size_t w = 0; w < addresses.size(); ++w) {
-      threads.emplace_back([&, w] {
-        const std::string& address = addresses[w];
-        const WorkerRef worker{worker_names.at(address), address};
-        const std::vector<Planned>& items = planned.at(address);
-        for (const File& file : files.at(address)) {
-          if (absl::Status s = args.stop.Check(); !s.ok()) {
-            results[w] = s;
-            return;
-          }
-          std::vector<SaveItem> order;
-          for (size_t i : file.items) order.push_back(items[i].item);
-          absl::StatusOr<std::vector<SavedItem>> saved = workers_->SaveShards(
-              worker, args.dir, file.name, order, file_metadata);
-          if (!saved.ok()) {
-            results[w] =
-                Annotate(saved.status(),
-                         absl::StrCat("worker '", worker.name, "' writing '",
-                                      args.dir, "/", file.name, "'"));
-            return;
-          }
-          written[w].push_back(file.name);
-          for (size_t j = 0; j < file.items.size(); ++j) {
-            const Planned& p = items[file.items[j]];
-            const SavedItem& got = (*saved)[j];
-            // The worker's reply is input: it must describe what was asked.
-            if (got.bytes != p.bytes || got.data_offset < 0) {
-              results[w] = absl::InternalError(
-                  absl::StrCat("worker '", worker.name, "' reports ", got.bytes,
-                               " bytes for a piece of ", p.bytes));
-              return;
-            }
-            StoredPiece& piece = listing.entries[p.tensor].pieces[p.piece];
-            piece.file = file.name;
-            piece.data_offset = got.data_offset;
-            piece.bytes = got.bytes;
-            piece.crc32 = got.crc32;
-            tally->done += got.bytes;
-          }
-        }
-      });
-    }
-    for (std::thread& t : threads) t.join();
-  }
-  // A failed save takes its files back out (best effort: they are named
-  // by no index either way).
-  auto remove_written = [&] {
-    for (size_t w = 0; w < addresses.size(); ++w) {
-      if (written[w].empty()) continue;
-      const WorkerRef worker{worker_names.at(addresses[w]), addresses[w]};
-      workers_->RemoveCheckpointFiles(worker, args.dir, written[w], save_id)
-          .IgnoreError();
-    }
-  };
-  for (const absl::Status& s : results) {
-    if (!s.ok()) {
-      remove_written();
-      return s;
-    }
-  }
-  for (const CheckpointEntry& e : listing.entries) {
-    for (const StoredPiece& piece : e.pieces) earlier_files.erase(piece.file);
-  }
-
-  // The index files last, tessera.json first: once it is in, the
-  // checkpoint is whole.
+// The index files last, tessera.json first: once it is in, the checkpoint
+// is whole.
+absl::Status Orchestrator::WriteSaveIndex(const SaveArgs& args,
+                                          const CheckpointListing& listing) {
   const std::string tessera_index = TesseraIndexJson(listing);
   if (static_cast<int64_t>(tessera_index.size()) > kMaxCheckpointIndexBytes) {
-    remove_written();
     return absl::InvalidArgumentError(absl::StrCat(
         "save: the checkpoint's ", kTesseraIndexName, " would take ",
         tessera_index.size(), " bytes, more than ", kMaxCheckpointIndexBytes,
         " (save fewer tensors, or tensors of fewer shards, at once)"));
   }
-  absl::StatusOr<WorkerRef> writer = DirectoryWorker();
-  absl::Status indexed =
-      writer.ok() ? workers_->WriteCheckpointFile(
-                        *writer, args.dir, kTesseraIndexName, tessera_index)
-                  : writer.status();
-  if (!indexed.ok()) {
-    remove_written();
-    return Annotate(indexed,
-                    absl::StrCat("writing the index of '", args.dir, "'"));
-  }
+  TESSERA_ASSIGN_OR_RETURN(const WorkerRef writer, DirectoryWorker());
+  return Annotate(workers_->WriteCheckpointFile(
+                      writer, args.dir, kTesseraIndexName, tessera_index),
+                  absl::StrCat("writing the index of '", args.dir, "'"));
+}
+
+// The whole checkpoint in: Hugging Face's index beside tessera's, then the
+// earlier save's files go.
+absl::Status Orchestrator::FinishSave(const SaveArgs& args,
+                                      const CheckpointListing& listing,
+                                      EarlierSave earlier) {
+  TESSERA_ASSIGN_OR_RETURN(const WorkerRef writer, DirectoryWorker());
   TESSERA_RETURN_IF_ERROR(
-      Annotate(workers_->WriteCheckpointFile(*writer, args.dir, kHfIndexName,
+      Annotate(workers_->WriteCheckpointFile(writer, args.dir, kHfIndexName,
                                              HfIndexJson(listing)),
                absl::StrCat("writing '", args.dir, "/", kHfIndexName, "'")));
-  if (!earlier_files.empty()) {
-    const std::vector<std::string> gone(earlier_files.begin(),
-                                        earlier_files.end());
-    if (absl::Status s = workers_->RemoveCheckpointFiles(*writer, args.dir,
-                                                         gone, earlier_save_id);
-        !s.ok()) {
-      spdlog::warn("save '{}': the earlier checkpoint's files stay: {}",
-                   args.dir, s.ToString());
-    }
+  for (const CheckpointEntry& e : listing.entries) {
+    for (const StoredPiece& piece : e.pieces) earlier.files.erase(piece.file);
   }
+  if (earlier.files.empty()) return absl::OkStatus();
+  const std::vector<std::string> gone(earlier.files.begin(),
+                                      earlier.files.end());
+  if (absl::Status s = workers_->RemoveCheckpointFiles(writer, args.dir, gone,
+                                                       earlier.save_id);
+      !s.ok()) {
+    spdlog::warn("save '{}': the earlier checkpoint's files stay: {}", args.dir,
+                 s.ToString());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
+  const absl::Time start = absl::Now();
+  TESSERA_ASSIGN_OR_RETURN(std::vector<std::string> names, SaveNames(args));
+  // Each tensor at its current version, leased so that a reshard or
+  // update meanwhile frees none of its shards until the save is done.
+  std::vector<TensorMetadata> metas;
+  auto release = absl::MakeCleanup([&] {
+    for (const TensorMetadata& meta : metas)
+      table_->ReleaseRead(meta.name, meta.version);
+  });
+  for (const std::string& name : names) {
+    TESSERA_ASSIGN_OR_RETURN(TensorMetadataPtr meta, table_->GetLeased(name));
+    metas.push_back(*meta);
+    FillWorkerState(&metas.back());
+  }
+  TESSERA_ASSIGN_OR_RETURN(EarlierSave earlier, FindEarlierSave(args));
+  SavePlanOptions plan_options;
+  plan_options.save_id =
+      absl::StrFormat("%08x", absl::Uniform<uint32_t>(absl::BitGen()));
+  plan_options.principal = args.principal;
+  plan_options.file_bytes = kSaveFileBytes;
+  plan_options.file_items = kSaveFileItems;
+  TESSERA_ASSIGN_OR_RETURN(SavePlan plan, PlanSave(metas, plan_options));
+
+  // Progress, as a load's.
+  auto tally = std::make_shared<MoveTally>();
+  tally->total = plan.bytes;
+  Track(names, tally);
+  auto untrack = absl::MakeCleanup([&] { Untrack(names, tally); });
+  std::vector<std::vector<std::string>> written;
+  absl::Status saved = WriteSaveFiles(args, &plan, tally.get(), &written);
+  if (saved.ok()) saved = WriteSaveIndex(args, plan.listing);
+  if (!saved.ok()) {
+    // A failed save takes its files back out (best effort: they are named
+    // by no index either way).
+    for (size_t w = 0; w < written.size(); ++w) {
+      if (written[w].empty()) continue;
+      const WorkerRef worker{plan.workers[w].worker, plan.workers[w].address};
+      workers_
+          ->RemoveCheckpointFiles(worker, args.dir, written[w],
+                                  plan_options.save_id)
+          .IgnoreError();
+    }
+    return saved;
+  }
+  TESSERA_RETURN_IF_ERROR(FinishSave(args, plan.listing, std::move(earlier)));
+  SaveResult result;
   result.tensors = std::move(names);
+  result.bytes = plan.bytes;
+  result.files = plan.files;
   result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   spdlog::info("saved {} tensor(s) into '{}': {} bytes in {} file(s), {:.3f} s",
                result.tensors.size(), args.dir, result.bytes, result.files,

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -44,6 +45,7 @@
 #include "core/limits.h"
 #include "core/replica_placement.h"
 #include "core/reshard_plan.h"
+#include "core/save_plan.h"
 #include "core/tensor_metadata.h"
 #include "core/transfer.h"
 
@@ -282,6 +284,22 @@ class Orchestrator {
 
   // The worker that reads and writes a checkpoint directory's own files
   // (listing, index files): every worker sees the directory.
+  // The parts of Save.
+  struct EarlierSave {
+    std::string save_id;
+    absl::flat_hash_set<std::string> files;  // its own, to remove
+  };
+  absl::StatusOr<std::vector<std::string>> SaveNames(
+      const SaveArgs& args) const;
+  absl::StatusOr<EarlierSave> FindEarlierSave(const SaveArgs& args);
+  absl::Status WriteSaveFiles(const SaveArgs& args, SavePlan* plan,
+                              MoveTally* tally,
+                              std::vector<std::vector<std::string>>* written);
+  absl::Status WriteSaveIndex(const SaveArgs& args,
+                              const CheckpointListing& listing);
+  absl::Status FinishSave(const SaveArgs& args,
+                          const CheckpointListing& listing,
+                          EarlierSave earlier);
   absl::StatusOr<WorkerRef> DirectoryWorker() const;
 
   // Resolves spec.placements[i] for every box into `meta->shards` (each

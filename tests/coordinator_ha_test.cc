@@ -609,7 +609,7 @@ TEST(CoordinatorHaPrefixTest, AForeignOrNestedPrefixIsRefusedUntouched) {
               1)
         << prefix;
     EXPECT_THAT(log + out, HasSubstr(why)) << prefix;
-    for (const std::string key :
+    for (const std::string& key :
          {prefix + "/cluster_secret", prefix + "/election/"}) {
       absl::StatusOr<std::optional<std::string>> any =
           client->FirstKey(key, PrefixEnd(key));
