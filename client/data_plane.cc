@@ -7,13 +7,13 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/errors.h"
+#include "core/fan_out.h"
 #include "core/region_plan.h"
 #include "core/status_macros.h"
 #include "core/strided_copy.h"
@@ -26,40 +26,19 @@
 namespace tessera {
 namespace {
 
-// Runs tasks on up to `parallelism` threads; the first error stops the tasks
-// not yet started and is returned.
+// Runs tasks on up to `parallelism` threads (FanOut); the first error
+// stops the tasks not yet started and is returned.
 absl::Status RunParallel(std::vector<std::function<absl::Status()>> tasks,
                          int parallelism) {
-  if (tasks.empty()) return absl::OkStatus();
-  std::atomic<size_t> next{0};
-  absl::Mutex mu;
-  absl::Status first_error;
-  std::atomic<bool> failed{false};
-  auto worker = [&] {
-    for (size_t i = next++; i < tasks.size() && !failed.load(); i = next++) {
-      absl::Status status = tasks[i]();
-      if (!status.ok()) {
-        absl::MutexLock lock(&mu);
-        if (first_error.ok()) first_error = status;
-        failed = true;
-      }
-    }
-  };
-  const size_t n = std::min<size_t>(tasks.size(), std::max(1, parallelism));
   // The caller's deadline and cancellation hold in the threads it borrows.
   const absl::Time deadline = ScopedCallDeadline::Current();
   Cancellation* const cancellation = ScopedCancellation::Current();
-  std::vector<std::thread> threads;
-  for (size_t i = 1; i < n; ++i) {
-    threads.emplace_back([&, deadline, cancellation] {
-      ScopedCallDeadline scoped_deadline(deadline);
-      ScopedCancellation scoped_cancellation(cancellation);
-      worker();
-    });
-  }
-  worker();
-  for (std::thread& t : threads) t.join();
-  return first_error;
+  return FanOut(tasks.size(), static_cast<size_t>(std::max(1, parallelism)),
+                [&](size_t i) {
+                  ScopedCallDeadline scoped_deadline(deadline);
+                  ScopedCancellation scoped_cancellation(cancellation);
+                  return tasks[i]();
+                });
 }
 
 // Bytes a read being planned has given each worker so far (by address):

@@ -13,10 +13,10 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/fan_out.h"
 
 namespace tessera {
 namespace {
@@ -39,18 +39,17 @@ void PopulateInParallel(char* data, int64_t size) {
   const int64_t threads =
       std::max<int64_t>(1, std::min<int64_t>(cores, size / kMinSlice));
   const int64_t slice = (size / threads + page - 1) / page * page;
-  auto populate = [data, size, slice](int64_t i) {
-    const int64_t begin = i * slice;
-    const int64_t end = std::min(size, begin + slice);
-    if (begin < end) {
-      madvise(data + begin, static_cast<size_t>(end - begin),
-              MADV_POPULATE_WRITE);
-    }
-  };
-  std::vector<std::thread> workers;
-  for (int64_t i = 1; i < threads; ++i) workers.emplace_back(populate, i);
-  populate(0);
-  for (std::thread& t : workers) t.join();
+  FanOut(static_cast<size_t>(threads), static_cast<size_t>(threads),
+         [data, size, slice](size_t i) {
+           const int64_t begin = static_cast<int64_t>(i) * slice;
+           const int64_t end = std::min(size, begin + slice);
+           if (begin < end) {
+             madvise(data + begin, static_cast<size_t>(end - begin),
+                     MADV_POPULATE_WRITE);
+           }
+           return absl::OkStatus();
+         })
+      .IgnoreError();
 #else
   (void)data;
   (void)size;

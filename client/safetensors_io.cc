@@ -5,7 +5,6 @@
 #include <memory>
 #include <numeric>
 #include <optional>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -17,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/errors.h"
+#include "core/fan_out.h"
 #include "core/json.h"
 #include "core/placement.h"
 #include "core/status_macros.h"
@@ -30,36 +30,10 @@ std::string EntryContext(const std::string& path, const SafetensorsEntry& e) {
 }
 
 // Runs fn(0..n-1) on up to kSafetensorsParallelEntries threads (this one
-// included). After a failure no new index starts; the first failure seen is
-// returned once every running call has finished.
+// included). After a failure no new index starts.
 absl::Status ForEachEntry(size_t n,
                           const std::function<absl::Status(size_t)>& fn) {
-  std::atomic<size_t> next{0};
-  std::atomic<bool> failed{false};
-  absl::Mutex mu;
-  absl::Status first;
-  auto work = [&] {
-    while (!failed.load()) {
-      const size_t i = next.fetch_add(1);
-      if (i >= n) return;
-      absl::Status s = fn(i);
-      if (!s.ok()) {
-        absl::MutexLock lock(&mu);
-        if (first.ok()) first = std::move(s);
-        failed.store(true);
-      }
-    }
-  };
-  std::vector<std::thread> threads;
-  const size_t helpers =
-      std::min<size_t>(n, kSafetensorsParallelEntries) > 0
-          ? std::min<size_t>(n, kSafetensorsParallelEntries) - 1
-          : 0;
-  for (size_t t = 0; t < helpers; ++t) threads.emplace_back(work);
-  work();
-  for (std::thread& t : threads) t.join();
-  absl::MutexLock lock(&mu);
-  return first;
+  return FanOut(n, kSafetensorsParallelEntries, fn);
 }
 
 // An entry as tessera keeps it: a 0-d entry as shape [1].

@@ -1,13 +1,13 @@
 #include "coordinator/exchange_groups.h"
 
 #include <algorithm>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/fan_out.h"
 #include "core/status_macros.h"
 
 namespace tessera {
@@ -130,24 +130,24 @@ absl::Status ExchangeGroups::Run(absl::Span<const TransferBatch> batches,
   Cancellation give_up;
   absl::Mutex first_mu;
   absl::Status first;
-  std::vector<std::thread> threads;
   for (size_t r = 0; r < members.size(); ++r) {
     exchange.plans[r].unique_id = group->id;
-    threads.emplace_back([&, r] {
-      absl::StatusOr<int64_t> received =
-          workers_->Exchange(members[r], exchange.plans[r], &give_up);
-      if (received.ok()) return;
-      {
-        absl::MutexLock lock(&first_mu);
-        if (first.ok() && !give_up.cancelled()) {
-          first = Annotate(received.status(),
-                           absl::StrCat("worker '", members[r].name, "'"));
-        }
-      }
-      give_up.Cancel();
-    });
   }
-  for (std::thread& t : threads) t.join();
+  // No bound below the group's size: a member waits for all the others.
+  FanOut(members.size(), members.size(), [&](size_t r) {
+    absl::StatusOr<int64_t> received =
+        workers_->Exchange(members[r], exchange.plans[r], &give_up);
+    if (received.ok()) return absl::OkStatus();
+    {
+      absl::MutexLock lock(&first_mu);
+      if (first.ok() && !give_up.cancelled()) {
+        first = Annotate(received.status(),
+                         absl::StrCat("worker '", members[r].name, "'"));
+      }
+    }
+    give_up.Cancel();
+    return absl::OkStatus();
+  }).IgnoreError();
   if (!first.ok()) return failed(first);
   exchanges_.fetch_add(1);
   bytes_.fetch_add(exchange.bytes);

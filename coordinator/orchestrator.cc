@@ -8,7 +8,6 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
@@ -1311,14 +1310,11 @@ absl::StatusOr<SaveResult> Orchestrator::Save(const SaveArgs& args) {
   return result;
 }
 
-absl::StatusOr<LoadResult> Orchestrator::Load(const LoadArgs& args) {
-  const absl::Time start = absl::Now();
-  if (static_cast<int64_t>(args.entries.size()) > kMaxCheckpointEntries) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "load: ", args.entries.size(),
-        " entries are more than one load makes (", kMaxCheckpointEntries, ")"));
-  }
-  TESSERA_ASSIGN_OR_RETURN(CheckpointListing listing, ListCheckpoint(args.dir));
+namespace {
+
+// Where each of a load's entries is in the checkpoint's listing.
+absl::StatusOr<std::vector<size_t>> FindLoadEntries(
+    const LoadArgs& args, const CheckpointListing& listing) {
   absl::flat_hash_map<std::string, size_t> index;
   for (size_t i = 0; i < listing.entries.size(); ++i)
     index.emplace(listing.entries[i].name, i);
@@ -1331,6 +1327,90 @@ absl::StatusOr<LoadResult> Orchestrator::Load(const LoadArgs& args) {
     }
     found.push_back(it->second);
   }
+  return found;
+}
+
+}  // namespace
+
+absl::Status Orchestrator::CreateLoadTargets(
+    const LoadArgs& args, const CheckpointListing& listing,
+    const std::vector<size_t>& found, std::vector<TensorMetadataPtr>* made) {
+  for (size_t k = 0; k < args.entries.size(); ++k) {
+    const CheckpointEntry& entry = listing.entries[found[k]];
+    CreateTensorArgs create;
+    create.name = args.entries[k].tensor;
+    // tessera tensors have at least one dim: a 0-d entry is kept as [1].
+    create.shape = entry.shape.empty() ? Shape{1} : entry.shape;
+    create.dtype = entry.dtype;
+    create.spec = args.entries[k].spec;
+    create.pending = true;
+    create.owner = args.owner;
+    create.stop = args.stop;
+    create.origin.metadata = listing.metadata;
+    create.origin.entry = static_cast<int64_t>(found[k]) + 1;
+    create.origin.scalar = entry.shape.empty();
+    absl::StatusOr<TensorMetadataPtr> meta = Create(create);
+    if (!meta.ok()) {
+      return Annotate(meta.status(), absl::StrCat("loading '", entry.name,
+                                                  "' as '", create.name, "'"));
+    }
+    made->push_back(*meta);
+  }
+  return absl::OkStatus();
+}
+
+// Every worker carries out its orders in sequence, the workers in
+// parallel. Returns the bytes they read from the files; `parts` gets each
+// checked piece's part CRC-32s.
+absl::StatusOr<int64_t> Orchestrator::ReadLoadOrders(
+    const LoadArgs& args, const LoadPlan& plan, MoveTally* tally,
+    std::vector<std::vector<uint32_t>>* parts) {
+  std::vector<int64_t> read(plan.workers.size(), 0);
+  std::vector<std::vector<uint32_t>> crcs(plan.workers.size());
+  TESSERA_RETURN_IF_ERROR(
+      FanOut(plan.workers.size(), kDefaultFanOut, [&](size_t i) {
+        const LoadPlan::Worker& planned = plan.workers[i];
+        const WorkerRef worker{planned.worker, planned.address};
+        for (const LoadPlan::Order& placed : planned.orders) {
+          TESSERA_RETURN_IF_ERROR(args.stop.Check());
+          absl::StatusOr<LoadedRuns> got =
+              workers_->LoadShard(worker, args.dir, placed.order);
+          if (!got.ok()) {
+            return Annotate(
+                got.status(),
+                absl::StrCat("worker '", worker.name, "' reading '", args.dir,
+                             "/", placed.order.file, "'"));
+          }
+          read[i] += got->bytes_read;
+          crcs[i].push_back(got->part_crc32);
+          tally->done += placed.bytes;
+        }
+        return absl::OkStatus();
+      }));
+  parts->assign(plan.checked.size(), {});
+  int64_t bytes_read = 0;
+  for (size_t i = 0; i < plan.workers.size(); ++i) {
+    bytes_read += read[i];
+    const std::vector<LoadPlan::Order>& orders = plan.workers[i].orders;
+    for (size_t j = 0; j < orders.size(); ++j) {
+      if (orders[j].checked != 0) {
+        (*parts)[orders[j].checked - 1].push_back(crcs[i][j]);
+      }
+    }
+  }
+  return bytes_read;
+}
+
+absl::StatusOr<LoadResult> Orchestrator::Load(const LoadArgs& args) {
+  const absl::Time start = absl::Now();
+  if (static_cast<int64_t>(args.entries.size()) > kMaxCheckpointEntries) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "load: ", args.entries.size(),
+        " entries are more than one load makes (", kMaxCheckpointEntries, ")"));
+  }
+  TESSERA_ASSIGN_OR_RETURN(CheckpointListing listing, ListCheckpoint(args.dir));
+  TESSERA_ASSIGN_OR_RETURN(const std::vector<size_t> found,
+                           FindLoadEntries(args, listing));
 
   // Progress (GetMoveProgress of any of the tensors): every byte of the
   // tensors from the start (their shards are made first), each order's
@@ -1352,128 +1432,19 @@ absl::StatusOr<LoadResult> Orchestrator::Load(const LoadArgs& args) {
           .IgnoreError();
     }
   });
-  for (size_t k = 0; k < args.entries.size(); ++k) {
-    const CheckpointEntry& entry = listing.entries[found[k]];
-    CreateTensorArgs create;
-    create.name = args.entries[k].tensor;
-    // tessera tensors have at least one dim: a 0-d entry is kept as [1].
-    create.shape = entry.shape.empty() ? Shape{1} : entry.shape;
-    create.dtype = entry.dtype;
-    create.spec = args.entries[k].spec;
-    create.pending = true;
-    create.owner = args.owner;
-    create.stop = args.stop;
-    create.origin.metadata = listing.metadata;
-    create.origin.entry = static_cast<int64_t>(found[k]) + 1;
-    create.origin.scalar = entry.shape.empty();
-    absl::StatusOr<TensorMetadataPtr> meta = Create(create);
-    if (!meta.ok()) {
-      return Annotate(meta.status(), absl::StrCat("loading '", entry.name,
-                                                  "' as '", create.name, "'"));
-    }
-    made.push_back(*meta);
-    result.bytes += entry.bytes;
-  }
-
-  // Each shard's first replica reads its runs; one thread per worker.
-  // A saved piece's readers each return the CRC of their part of it, which
-  // together must give the CRC the save stored: the first replicas tile
-  // the tensor, so every byte of the piece is in exactly one part.
-  struct CheckedPiece {
-    const StoredPiece* piece;
-    std::vector<uint32_t> parts;
-  };
-  std::vector<std::vector<StoredPiece>> pieces_of(made.size());
-  std::vector<CheckedPiece> checked;
-  struct PlacedOrder {
-    LoadOrder order;
-    size_t checked = 0;       // index into `checked` + 1; 0: not checked
-    uint32_t part_crc32 = 0;  // the worker's answer
-  };
-  std::map<std::string, std::vector<PlacedOrder>> orders;  // by address
-  std::map<std::string, std::string> names;                // address -> worker
+  TESSERA_RETURN_IF_ERROR(CreateLoadTargets(args, listing, found, &made));
+  std::vector<const TensorMetadata*> targets;
+  std::vector<const CheckpointEntry*> entries;
   for (size_t k = 0; k < made.size(); ++k) {
-    const TensorMetadata& meta = *made[k];
-    const CheckpointEntry& entry = listing.entries[found[k]];
-    const int64_t item = static_cast<int64_t>(ItemSize(meta.dtype));
-    pieces_of[k] = PiecesOf(entry);
-    for (const StoredPiece& piece : pieces_of[k]) {
-      // Only tessera's own checkpoints store CRCs.
-      size_t check = 0;
-      if (!entry.pieces.empty() && piece.bytes > 0) {
-        checked.push_back({&piece, {}});
-        check = checked.size();
-      }
-      for (const ShardInfo& shard : meta.shards) {
-        const Replica& first = shard.replicas.front();
-        std::vector<FileRun> runs =
-            PlanFileRuns(piece.box, piece.data_offset, shard.box, item);
-        if (runs.empty()) continue;
-        PlacedOrder& placed = orders[first.address].emplace_back();
-        placed.order.file = piece.file;
-        placed.order.shard_id = first.shard_id;
-        placed.order.runs = std::move(runs);
-        if (check != 0) {
-          placed.order.piece_offset = piece.data_offset;
-          placed.order.piece_bytes = piece.bytes;
-          placed.checked = check;
-        }
-        names[first.address] = first.worker;
-      }
-    }
+    targets.push_back(made[k].get());
+    entries.push_back(&listing.entries[found[k]]);
+    result.bytes += listing.entries[found[k]].bytes;
   }
-  std::vector<std::string> addresses;
-  for (const auto& [address, list] : orders) addresses.push_back(address);
-  std::vector<absl::Status> results(addresses.size());
-  std::vector<int64_t> read(addresses.size(), 0);
-  {
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < addresses.size(); ++i) {
-      threads.emplace_back([&, i] {
-        const WorkerRef worker{names.at(addresses[i]), addresses[i]};
-        for (PlacedOrder& placed : orders.at(addresses[i])) {
-          const LoadOrder& order = placed.order;
-          if (absl::Status s = args.stop.Check(); !s.ok()) {
-            results[i] = s;
-            return;
-          }
-          absl::StatusOr<LoadedRuns> got =
-              workers_->LoadShard(worker, args.dir, order);
-          if (!got.ok()) {
-            results[i] =
-                Annotate(got.status(),
-                         absl::StrCat("worker '", worker.name, "' reading '",
-                                      args.dir, "/", order.file, "'"));
-            return;
-          }
-          read[i] += got->bytes_read;
-          placed.part_crc32 = got->part_crc32;
-          for (const FileRun& run : order.runs) tally->done += run.length;
-        }
-      });
-    }
-    for (std::thread& t : threads) t.join();
-  }
-  for (size_t i = 0; i < addresses.size(); ++i) {
-    TESSERA_RETURN_IF_ERROR(results[i]);
-    result.bytes_read += read[i];
-  }
-  for (const auto& [address, list] : orders) {
-    for (const PlacedOrder& placed : list) {
-      if (placed.checked == 0) continue;
-      checked[placed.checked - 1].parts.push_back(placed.part_crc32);
-    }
-  }
-  for (const CheckedPiece& c : checked) {
-    const uint32_t crc = CombinePartCrc32s(c.parts, c.piece->bytes);
-    if (crc != c.piece->crc32) {
-      return CheckpointError(absl::StrCat(
-          "'", args.dir, "/", c.piece->file, "' fails its checksum: entry '",
-          c.piece->entry, "' (", c.piece->bytes, " bytes at ",
-          c.piece->data_offset, ") was saved with CRC-32 ", c.piece->crc32,
-          " and reads back as ", crc));
-    }
-  }
+  const LoadPlan plan = PlanLoad(targets, entries);
+  std::vector<std::vector<uint32_t>> parts;
+  TESSERA_ASSIGN_OR_RETURN(result.bytes_read,
+                           ReadLoadOrders(args, plan, tally.get(), &parts));
+  TESSERA_RETURN_IF_ERROR(CheckLoadedPieces(plan, parts, args.dir));
   for (const TensorMetadataPtr& meta : made) {
     TESSERA_RETURN_IF_ERROR(
         Commit(meta->name, meta->version, args.owner, meta->change));
@@ -1576,34 +1547,33 @@ absl::Status Orchestrator::MovePieces(const TensorMetadata& old_meta,
     }
   }
   std::vector<absl::Status> results(batches.size());
-  std::vector<std::thread> threads;
-  size_t slot = 0;
-  for (const auto& [pair, batch] : batches) {
-    threads.emplace_back([&, slot, &batch = batch] {
-      const int64_t item = static_cast<int64_t>(ItemSize(old_meta.dtype));
-      int64_t landed = 0;
-      absl::Status status;
-      for (const TransferBatch& step :
-           SplitBatch(batch, item, kProgressStepBytes)) {
-        status = workers_->Transfer(step);
-        if (!status.ok()) break;
-        const int64_t bytes = BatchBytes(step, item);
-        landed += bytes;
-        if (tally != nullptr) tally->done += bytes;
-      }
-      if (!status.ok()) {
-        if (tally != nullptr) tally->done -= landed;
-        results[slot] = Annotate(
-            status, absl::StrCat("moving ", batch.pieces.size(),
-                                 " piece(s) from worker '", batch.src_worker,
-                                 "' to worker '", batch.dst_worker, "'"));
-      }
-    });
-    ++slot;
-  }
-  for (std::thread& t : threads) t.join();
+  std::vector<const TransferBatch*> order;
+  for (const auto& [pair, batch] : batches) order.push_back(&batch);
+  // Every batch runs: the pieces of those that fail are reported.
+  FanOut(order.size(), kDefaultFanOut, [&](size_t slot) {
+    const TransferBatch& batch = *order[slot];
+    const int64_t item = static_cast<int64_t>(ItemSize(old_meta.dtype));
+    int64_t landed = 0;
+    absl::Status status;
+    for (const TransferBatch& step :
+         SplitBatch(batch, item, kProgressStepBytes)) {
+      status = workers_->Transfer(step);
+      if (!status.ok()) break;
+      const int64_t bytes = BatchBytes(step, item);
+      landed += bytes;
+      if (tally != nullptr) tally->done += bytes;
+    }
+    if (!status.ok()) {
+      if (tally != nullptr) tally->done -= landed;
+      results[slot] = Annotate(
+          status, absl::StrCat("moving ", batch.pieces.size(),
+                               " piece(s) from worker '", batch.src_worker,
+                               "' to worker '", batch.dst_worker, "'"));
+    }
+    return absl::OkStatus();
+  }).IgnoreError();
   absl::Status first;
-  slot = 0;
+  size_t slot = 0;
   for (const auto& [pair, batch] : batches) {
     const absl::Status& status = results[slot++];
     if (status.ok()) continue;

@@ -43,6 +43,7 @@
 #include "core/init_fill.h"
 #include "core/layout_spec.h"
 #include "core/limits.h"
+#include "core/load_plan.h"
 #include "core/replica_placement.h"
 #include "core/reshard_plan.h"
 #include "core/save_plan.h"
@@ -284,6 +285,14 @@ class Orchestrator {
 
   // The worker that reads and writes a checkpoint directory's own files
   // (listing, index files): every worker sees the directory.
+  // The parts of Load.
+  absl::Status CreateLoadTargets(const LoadArgs& args,
+                                 const CheckpointListing& listing,
+                                 const std::vector<size_t>& found,
+                                 std::vector<TensorMetadataPtr>* made);
+  absl::StatusOr<int64_t> ReadLoadOrders(
+      const LoadArgs& args, const LoadPlan& plan, MoveTally* tally,
+      std::vector<std::vector<uint32_t>>* parts);
   // The parts of Save.
   struct EarlierSave {
     std::string save_id;

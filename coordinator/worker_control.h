@@ -16,6 +16,7 @@
 #include "core/dtype.h"
 #include "core/file_runs.h"
 #include "core/init_fill.h"
+#include "core/load_plan.h"
 #include "core/stop.h"
 #include "core/transfer.h"
 
@@ -45,16 +46,6 @@ struct AllocateBatch {
   std::vector<std::pair<uint64_t, Box>> shards;  // shard id, box in the tensor
 };
 
-// A load's order: runs of one file (in file order) into one shard, all of
-// one stored piece when `piece_bytes` > 0 (file bytes [piece_offset,
-// piece_offset + piece_bytes)), whose part CRC-32 the worker then returns.
-struct LoadOrder {
-  std::string file;
-  uint64_t shard_id = 0;
-  std::vector<FileRun> runs;
-  int64_t piece_offset = 0;
-  int64_t piece_bytes = 0;
-};
 // What a load's order read.
 struct LoadedRuns {
   int64_t bytes_read = 0;   // from the file, gaps between runs included

@@ -10,9 +10,20 @@ cd "$(dirname "$0")/.."
 
 # What failed, one line each, printed again at the end.
 failures=()
+# How long each part took, printed at the end (where CI time goes).
+times=()
+mark=$(date +%s)
+took() {
+  local now
+  now=$(date +%s)
+  times+=("$1 $((now - mark)) s")
+  mark=$now
+}
 
 BAZEL_FLAGS=(--jobs="${TESSERA_JOBS:-4}")
+took setup
 bazel build "${BAZEL_FLAGS[@]}" //... || exit 1
+took "bazel build"
 bazel_log=$(mktemp)
 bazel test "${BAZEL_FLAGS[@]}" --test_output=errors //... 2>&1 | tee "$bazel_log"
 rc=${PIPESTATUS[0]}
@@ -22,6 +33,7 @@ if [ "$rc" -ne 0 ] && [ "${#failures[@]}" -eq 0 ]; then
   failures+=("bazel test: exit $rc (see its output above)")
 fi
 rm -f "$bazel_log"
+took "bazel test"
 
 # Every parser of outside input under libFuzzer, a short run each.
 fuzz_log=$(mktemp)
@@ -33,6 +45,7 @@ if [ "${PIPESTATUS[0]}" -ne 0 ]; then
   [ -s "$fuzz_log" ] || failures+=("fuzz: fuzz/run.sh failed with no output")
 fi
 rm -f "$fuzz_log"
+took fuzz
 
 # The Python SDK's tests (pytest) against a real local cluster.
 ./client/python/run_tests.sh bazel-testlogs/client/python/pytest/test.xml
@@ -41,6 +54,7 @@ if [ "$py_rc" -ne 0 ]; then
   rc=$py_rc
   failures+=("pytest: exit $py_rc")
 fi
+took pytest
 
 # Deployment: the Kubernetes manifests checked offline, and a real cluster of
 # containers (skipped, not failed, where podman cannot run containers). Before
@@ -67,6 +81,7 @@ counted() {
     rc=1
     failures+=("$name: exit $status, $f failed")
   fi
+  took "$name"
 }
 counted "k8s check" /usr/bin/python3 deploy/k8s/check.py
 counted check_test deploy/k8s/check_test.sh
@@ -86,6 +101,7 @@ if [ -d /usr/local/cuda/include ]; then
 else
   echo "no /usr/local/cuda: skipping the --config=cuda build"
 fi
+took "cuda build"
 
 passed=0
 failed=0
@@ -103,5 +119,6 @@ if [ "${#failures[@]}" -gt 0 ]; then
   echo "failed:"
   printf '  %s\n' "${failures[@]}"
 fi
+echo "times: $(IFS=,; echo "${times[*]}" | sed 's/,/, /g')"
 echo "tests: ${passed} passed, ${failed} failed"
 exit "$rc"

@@ -10,11 +10,11 @@
 #include <deque>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "core/fan_out.h"
 #include "core/status_macros.h"
 #include "proto/worker.grpc.pb.h"
 #include "rpc/security.h"
@@ -256,23 +256,14 @@ absl::Status StagedRead(const std::shared_ptr<grpc::Channel>& channel,
       bytes / std::max<int64_t>(1, options.min_stream_bytes), 1,
       std::max(1, options.max_streams));
   const int64_t per_stream = (total + streams - 1) / streams;
-  std::vector<absl::Status> results(static_cast<size_t>(streams));
-  std::vector<std::thread> threads;
-  const auto run = [&](int64_t k) {
-    const int64_t first = k * per_stream;
-    const int64_t count = std::min(per_stream, total - first);
-    if (count > 0) {
-      results[k] =
-          StagePart(channel, shard, box, first, count, target, options);
-    }
-  };
-  for (int64_t k = 1; k < streams; ++k) threads.emplace_back(run, k);
-  run(0);
-  for (std::thread& t : threads) t.join();
-  for (const absl::Status& s : results) {
-    if (!s.ok()) return s;
-  }
-  return absl::OkStatus();
+  return FanOut(static_cast<size_t>(streams), static_cast<size_t>(streams),
+                [&](size_t k) {
+                  const int64_t first = static_cast<int64_t>(k) * per_stream;
+                  const int64_t count = std::min(per_stream, total - first);
+                  return count > 0 ? StagePart(channel, shard, box, first,
+                                               count, target, options)
+                                   : absl::OkStatus();
+                });
 }
 
 }  // namespace tessera
