@@ -1502,95 +1502,162 @@ absl::Status RunCompletion(const Invocation& inv, std::ostream& out) {
 
 namespace {
 
+// The global options the environment gives, before any flag.
+GlobalOptions GlobalsFromEnvironment(const char* env_coordinator) {
+  auto env = [](const char* name) {
+    const char* value = std::getenv(name);
+    return value == nullptr ? std::string() : std::string(value);
+  };
+  GlobalOptions global;
+  global.tls_ca = env("TESSERA_TLS_CA");
+  global.tls_cert = env("TESSERA_TLS_CERT");
+  global.tls_key = env("TESSERA_TLS_KEY");
+  global.token_file = env("TESSERA_TOKEN_FILE");
+  if (const std::string t = env("TESSERA_TRANSPORT"); !t.empty()) {
+    global.transport = t;
+  }
+  global.coordinator = env_coordinator != nullptr && *env_coordinator != '\0'
+                           ? env_coordinator
+                           : kDefaultCoordinator;
+  return global;
+}
+
+// A global flag at args[*i] (its value may take the next argument); true
+// if it was one. After a command with a --timeout of its own (worker
+// drain), --timeout is the command's.
+absl::StatusOr<bool> ParseGlobalFlag(const std::vector<std::string>& args,
+                                     size_t* i, const CommandDef* command,
+                                     GlobalOptions* global) {
+  const std::string& arg = args[*i];
+  const size_t eq = arg.find('=');
+  const std::string name = arg.substr(0, eq);
+  // The flag's value: after '=', else the next argument.
+  auto value_of = [&](absl::string_view needs) -> absl::StatusOr<std::string> {
+    if (eq != std::string::npos) return arg.substr(eq + 1);
+    if (*i + 1 < args.size()) return args[++*i];
+    return UsageError(absl::StrCat(name, " needs ", needs));
+  };
+  bool command_has_timeout = false;
+  if (command != nullptr) {
+    for (const FlagDef& f : command->flags)
+      command_has_timeout |= std::string(f.name) == "timeout";
+  }
+  if (name == "--timeout" && !command_has_timeout) {
+    TESSERA_ASSIGN_OR_RETURN(const std::string value,
+                             value_of("a value (seconds)"));
+    double seconds = 0;
+    if (!absl::SimpleAtod(value, &seconds) || !(seconds > 0) || seconds > 1e6) {
+      return UsageError(
+          absl::StrCat("--timeout=", value, ": expected seconds, more than 0"));
+    }
+    global->timeout_s = seconds;
+    return true;
+  }
+  if (name == "--coordinator") {
+    TESSERA_ASSIGN_OR_RETURN(const std::string value,
+                             value_of("a value (HOST:PORT)"));
+    if (value.empty() || value.find(':') == std::string::npos) {
+      return UsageError(
+          absl::StrCat("--coordinator='", value, "' is not HOST:PORT"));
+    }
+    global->coordinator = value;
+    return true;
+  }
+  // Security flags: a file each (flags win over the environment).
+  for (auto [flag, field] :
+       {std::pair<const char*, std::string*>{"--tls_ca", &global->tls_ca},
+        {"--tls_cert", &global->tls_cert},
+        {"--tls_key", &global->tls_key},
+        {"--token_file", &global->token_file}}) {
+    if (name != flag) continue;
+    TESSERA_ASSIGN_OR_RETURN(*field, value_of("a file name"));
+    return true;
+  }
+  if (name == "--transport") {
+    TESSERA_ASSIGN_OR_RETURN(global->transport,
+                             value_of("a value (auto, shm, ucx, grpc)"));
+    return true;
+  }
+  if (name == "--verbose") {
+    if (eq == std::string::npos) {
+      global->verbose = true;
+    } else {
+      TESSERA_ASSIGN_OR_RETURN(global->verbose,
+                               ParseBool("verbose", arg.substr(eq + 1)));
+    }
+    return true;
+  }
+  return false;
+}
+
+// A flag of `command` at args[*i] (its value may take the next argument).
+absl::Status ParseCommandFlag(const std::vector<std::string>& args, size_t* i,
+                              const CommandDef& command, Invocation* inv) {
+  const std::string& arg = args[*i];
+  const size_t eq = arg.find('=');
+  const std::string flag = arg.substr(0, eq);
+  const FlagDef* def = nullptr;
+  if (absl::StartsWith(flag, "--")) {
+    for (const FlagDef& f : command.flags) {
+      if (flag.substr(2) == f.name) def = &f;
+    }
+  }
+  if (def == nullptr) {
+    return UsageError(absl::StrCat("unknown flag '", flag, "' for '",
+                                   command.name,
+                                   "' (its flags: ", FlagList(command), ")"));
+  }
+  const std::string name = def->name;
+  std::string value;
+  if (def->is_bool) {
+    if (eq == std::string::npos) {
+      value = "true";
+    } else {
+      TESSERA_ASSIGN_OR_RETURN(const bool b,
+                               ParseBool(name, arg.substr(eq + 1)));
+      value = b ? "true" : "false";
+    }
+  } else if (eq != std::string::npos) {
+    value = arg.substr(eq + 1);
+  } else if (*i + 1 < args.size()) {
+    value = args[++*i];
+  } else {
+    return UsageError(absl::StrCat("flag --", name, " needs a value"));
+  }
+  inv->flags[name] = value;
+  return absl::OkStatus();
+}
+
+// What a parsed command line must still hold: its positional arguments, a
+// known transport.
+absl::Status CheckInvocation(const CommandDef& command, const Invocation& inv) {
+  const size_t want = static_cast<size_t>(command.num_positional);
+  if (inv.positional.size() < want) {
+    return UsageError(absl::StrCat("missing ", command.positional_name,
+                                   " (usage: tessera ", command.synopsis, ")"));
+  }
+  if (inv.positional.size() > want && !command.more_positional) {
+    return UsageError(absl::StrCat("unexpected argument '",
+                                   inv.positional[want], "' (usage: tessera ",
+                                   command.synopsis, ")"));
+  }
+  const std::string& transport = inv.global.transport;
+  if (transport != "auto" && transport != "shm" && transport != "ucx" &&
+      transport != "grpc") {
+    return UsageError(absl::StrCat(
+        "--transport='", transport,
+        "' is not a transport (auto, shm, ucx or grpc; the default comes from "
+        "$TESSERA_TRANSPORT)"));
+  }
+  return absl::OkStatus();
+}
+
 // Parses argv into an Invocation. Returns nullopt after printing help.
 absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
     const std::vector<std::string>& args, const char* env_coordinator,
     std::ostream& out) {
   Invocation inv;
-  auto env = [](const char* name) {
-    const char* value = std::getenv(name);
-    return value == nullptr ? std::string() : std::string(value);
-  };
-  inv.global.tls_ca = env("TESSERA_TLS_CA");
-  inv.global.tls_cert = env("TESSERA_TLS_CERT");
-  inv.global.tls_key = env("TESSERA_TLS_KEY");
-  inv.global.token_file = env("TESSERA_TOKEN_FILE");
-  if (const std::string t = env("TESSERA_TRANSPORT"); !t.empty()) {
-    inv.global.transport = t;
-  }
-  if (env_coordinator != nullptr && *env_coordinator != '\0') {
-    inv.global.coordinator = env_coordinator;
-  } else {
-    inv.global.coordinator = kDefaultCoordinator;
-  }
-  // A global flag at args[*i]; true if it was one. After a command with a
-  // --timeout of its own (worker drain), --timeout is the command's.
-  const CommandDef* command = nullptr;
-  auto global_flag = [&](size_t* i) -> absl::StatusOr<bool> {
-    const std::string& arg = args[*i];
-    const size_t eq = arg.find('=');
-    const std::string name = arg.substr(0, eq);
-    // The flag's value: after '=', else the next argument.
-    auto value_of =
-        [&](absl::string_view needs) -> absl::StatusOr<std::string> {
-      if (eq != std::string::npos) return arg.substr(eq + 1);
-      if (*i + 1 < args.size()) return args[++*i];
-      return UsageError(absl::StrCat(name, " needs ", needs));
-    };
-    bool command_has_timeout = false;
-    if (command != nullptr) {
-      for (const FlagDef& f : command->flags)
-        command_has_timeout |= std::string(f.name) == "timeout";
-    }
-    if (name == "--timeout" && !command_has_timeout) {
-      TESSERA_ASSIGN_OR_RETURN(const std::string value,
-                               value_of("a value (seconds)"));
-      double seconds = 0;
-      if (!absl::SimpleAtod(value, &seconds) || !(seconds > 0) ||
-          seconds > 1e6) {
-        return UsageError(absl::StrCat("--timeout=", value,
-                                       ": expected seconds, more than 0"));
-      }
-      inv.global.timeout_s = seconds;
-      return true;
-    }
-    if (name == "--coordinator") {
-      TESSERA_ASSIGN_OR_RETURN(const std::string value,
-                               value_of("a value (HOST:PORT)"));
-      if (value.empty() || value.find(':') == std::string::npos) {
-        return UsageError(
-            absl::StrCat("--coordinator='", value, "' is not HOST:PORT"));
-      }
-      inv.global.coordinator = value;
-      return true;
-    }
-    // Security flags: a file each (flags win over the environment).
-    for (auto [flag, field] :
-         {std::pair<const char*, std::string*>{"--tls_ca", &inv.global.tls_ca},
-          {"--tls_cert", &inv.global.tls_cert},
-          {"--tls_key", &inv.global.tls_key},
-          {"--token_file", &inv.global.token_file}}) {
-      if (name != flag) continue;
-      TESSERA_ASSIGN_OR_RETURN(*field, value_of("a file name"));
-      return true;
-    }
-    if (name == "--transport") {
-      TESSERA_ASSIGN_OR_RETURN(inv.global.transport,
-                               value_of("a value (auto, shm, ucx, grpc)"));
-      return true;
-    }
-    if (name == "--verbose") {
-      if (eq == std::string::npos) {
-        inv.global.verbose = true;
-      } else {
-        TESSERA_ASSIGN_OR_RETURN(inv.global.verbose,
-                                 ParseBool("verbose", arg.substr(eq + 1)));
-      }
-      return true;
-    }
-    return false;
-  };
-
+  inv.global = GlobalsFromEnvironment(env_coordinator);
   size_t i = 0;
   for (; i < args.size() && absl::StartsWith(args[i], "-"); ++i) {
     if (args[i] == "--help" || args[i] == "-h") {
@@ -1601,7 +1668,8 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
       out << VersionLine("tessera") << "\n";
       return std::optional<Invocation>();
     }
-    TESSERA_ASSIGN_OR_RETURN(const bool known, global_flag(&i));
+    TESSERA_ASSIGN_OR_RETURN(const bool known,
+                             ParseGlobalFlag(args, &i, nullptr, &inv.global));
     if (!known) {
       return UsageError(absl::StrCat(
           "unknown flag '", args[i],
@@ -1620,12 +1688,11 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
     out << (c != nullptr ? CommandUsage(*c) : MainUsage());
     return std::optional<Invocation>();
   }
-  command = FindCommand(inv.command);
+  const CommandDef* command = FindCommand(inv.command);
   if (command == nullptr) {
     return UsageError(absl::StrCat("unknown command '", inv.command,
                                    "' (commands: ", CommandNames(), ")"));
   }
-
   bool only_positional = false;
   for (; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -1642,60 +1709,12 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
       return std::optional<Invocation>();
     }
     // Global flags are also accepted after COMMAND.
-    TESSERA_ASSIGN_OR_RETURN(const bool global, global_flag(&i));
+    TESSERA_ASSIGN_OR_RETURN(const bool global,
+                             ParseGlobalFlag(args, &i, command, &inv.global));
     if (global) continue;
-    const size_t eq = arg.find('=');
-    const std::string flag = arg.substr(0, eq);
-    const FlagDef* def = nullptr;
-    if (absl::StartsWith(flag, "--")) {
-      for (const FlagDef& f : command->flags) {
-        if (flag.substr(2) == f.name) def = &f;
-      }
-    }
-    if (def == nullptr) {
-      return UsageError(
-          absl::StrCat("unknown flag '", flag, "' for '", command->name,
-                       "' (its flags: ", FlagList(*command), ")"));
-    }
-    const std::string name = def->name;
-    std::string value;
-    if (def->is_bool) {
-      if (eq == std::string::npos) {
-        value = "true";
-      } else {
-        TESSERA_ASSIGN_OR_RETURN(const bool b,
-                                 ParseBool(name, arg.substr(eq + 1)));
-        value = b ? "true" : "false";
-      }
-    } else if (eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-    } else if (i + 1 < args.size()) {
-      value = args[++i];
-    } else {
-      return UsageError(absl::StrCat("flag --", name, " needs a value"));
-    }
-    inv.flags[name] = value;
+    TESSERA_RETURN_IF_ERROR(ParseCommandFlag(args, &i, *command, &inv));
   }
-
-  const size_t want = static_cast<size_t>(command->num_positional);
-  if (inv.positional.size() < want) {
-    return UsageError(absl::StrCat("missing ", command->positional_name,
-                                   " (usage: tessera ", command->synopsis,
-                                   ")"));
-  }
-  if (inv.positional.size() > want && !command->more_positional) {
-    return UsageError(absl::StrCat("unexpected argument '",
-                                   inv.positional[want], "' (usage: tessera ",
-                                   command->synopsis, ")"));
-  }
-  const std::string& transport = inv.global.transport;
-  if (transport != "auto" && transport != "shm" && transport != "ucx" &&
-      transport != "grpc") {
-    return UsageError(absl::StrCat(
-        "--transport='", transport,
-        "' is not a transport (auto, shm, ucx or grpc; the default comes from "
-        "$TESSERA_TRANSPORT)"));
-  }
+  TESSERA_RETURN_IF_ERROR(CheckInvocation(*command, inv));
   return std::optional<Invocation>(std::move(inv));
 }
 

@@ -30,13 +30,6 @@ absl::StatusOr<std::shared_ptr<Connection>> Connection::Make(
     coordinator_channel.credentials = ChannelCredentialsFor(*tls);
     worker_channels.credentials = coordinator_channel.credentials;
   }
-  // Several coordinators: one that was down (restarting, moving) is
-  // tried again within 200 ms, not after gRPC's minimum connect timeout
-  // or a backoff grown to a second.
-  if (coordinator_address.find(',') != std::string::npos) {
-    coordinator_channel.connect_timeout = absl::Seconds(1);
-    coordinator_channel.max_reconnect_backoff = absl::Milliseconds(200);
-  }
   // Only the coordinator sees the secret; workers take capabilities.
   if (!options.token.empty()) {
     coordinator_channel.interceptors = BearerTokenInterceptors(options.token);
@@ -67,22 +60,17 @@ Connection::Connection(std::string coordinator_address, ClientOptions options,
             : std::getenv("TESSERA_ZONE") != nullptr
                 ? std::getenv("TESSERA_ZONE")
                 : "") {
-  if (coordinator_address_.find(',') != std::string::npos) {
-    absl::StatusOr<std::unique_ptr<LeaderChannels>> leaders =
-        LeaderChannels::Make(coordinator_address_, coordinator_channel);
-    if (leaders.ok()) {
-      leaders_ = *std::move(leaders);
-      leader_stubs_ =
-          std::make_unique<LeaderStubs<v1::Coordinator>>(leaders_.get());
-      return;
-    }
-  }
-  coordinator_ = v1::Coordinator::NewStub(
-      MakeChannel(coordinator_address_, coordinator_channel));
+  // A list that is not HOST:PORTs gets one channel as given: its calls
+  // fail saying the coordinator cannot be reached there.
+  absl::StatusOr<std::unique_ptr<CoordinatorChannel>> made =
+      CoordinatorChannel::Make(coordinator_address_, coordinator_channel);
+  coordinator_ = made.ok() ? *std::move(made)
+                           : CoordinatorChannel::Single(coordinator_address_,
+                                                        coordinator_channel);
 }
 
 std::shared_ptr<v1::Coordinator::Stub> Connection::coordinator() {
-  return leader_stubs_ != nullptr ? leader_stubs_->Current() : coordinator_;
+  return coordinator_->stub();
 }
 
 namespace {

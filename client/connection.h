@@ -20,6 +20,7 @@
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/worker.grpc.pb.h"
 #include "rpc/channel.h"
+#include "rpc/coordinator_channel.h"
 #include "rpc/leader_channels.h"
 #include "transport/transport_chain.h"
 
@@ -45,7 +46,7 @@ class Connection {
   std::shared_ptr<v1::Coordinator::Stub> coordinator();
   // Several coordinators: where calls go (CallOptions::leaders). Null for
   // one.
-  LeaderChannels* leaders() const { return leaders_.get(); }
+  LeaderChannels* leaders() const { return coordinator_->leaders(); }
   std::unique_ptr<v1::Worker::Stub> WorkerStub(const std::string& address);
   // The one channel to a worker, shared by every call to it.
   std::shared_ptr<grpc::Channel> WorkerChannel(const std::string& address);
@@ -66,9 +67,7 @@ class Connection {
  private:
   const std::string coordinator_address_;
   const ClientOptions options_;
-  std::shared_ptr<v1::Coordinator::Stub> coordinator_;  // one address
-  std::unique_ptr<LeaderChannels> leaders_;             // several
-  std::unique_ptr<LeaderStubs<v1::Coordinator>> leader_stubs_;
+  std::unique_ptr<CoordinatorChannel> coordinator_;
   ChannelCache workers_;
   const std::unique_ptr<TransportChain> data_plane_;  // uses workers_
   const std::string zone_;

@@ -201,6 +201,166 @@ std::string TesseraIndexJson(const CheckpointListing& listing) {
   return out;
 }
 
+namespace {
+
+// What a tessera.json's files and pieces may add up to, counted across its
+// tensors.
+struct IndexBounds {
+  absl::flat_hash_set<std::string> files;
+  int64_t pieces = 0;
+};
+
+// One piece of tensor `entry` (its dtype and shape parsed), checked against
+// the tensor: its rank, its box within it, its bytes.
+absl::StatusOr<StoredPiece> ParsePiece(const Json& p,
+                                       const CheckpointEntry& entry,
+                                       const std::string& what,
+                                       IndexBounds* bounds) {
+  if (!p.is_object()) {
+    return CheckpointError(absl::StrCat(kTesseraIndexName, ": a piece of ",
+                                        what, " is not an object"));
+  }
+  StoredPiece piece;
+  const std::string of = absl::StrCat("a piece of ", what);
+  TESSERA_ASSIGN_OR_RETURN(std::vector<int64_t> offsets,
+                           Dims(Field(p, "offsets"), of + "'s offsets"));
+  TESSERA_ASSIGN_OR_RETURN(std::vector<int64_t> sizes,
+                           Dims(Field(p, "sizes"), of + "'s sizes"));
+  if (offsets.size() != entry.shape.size() ||
+      sizes.size() != entry.shape.size()) {
+    return CheckpointError(
+        absl::StrCat(kTesseraIndexName, ": ", of, " is not of its rank"));
+  }
+  piece.box = Box(offsets, sizes);
+  if (!IsWithin(piece.box, entry.shape)) {
+    return CheckpointError(
+        absl::StrCat(kTesseraIndexName, ": ", of, " lies outside it"));
+  }
+  TESSERA_ASSIGN_OR_RETURN(piece.file, Name(p, "file", of));
+  TESSERA_RETURN_IF_ERROR(CheckCheckpointFileName(piece.file));
+  bounds->files.insert(piece.file);
+  if (static_cast<int64_t>(bounds->files.size()) > kMaxCheckpointFiles) {
+    return CheckpointError(absl::StrCat(kTesseraIndexName, " names more than ",
+                                        kMaxCheckpointFiles, " files"));
+  }
+  TESSERA_ASSIGN_OR_RETURN(piece.entry, Name(p, "entry", of));
+  TESSERA_ASSIGN_OR_RETURN(piece.data_offset,
+                           Count(Field(p, "data_offset"), of + "'s offset"));
+  TESSERA_ASSIGN_OR_RETURN(piece.bytes,
+                           Count(Field(p, "bytes"), of + "'s bytes"));
+  TESSERA_ASSIGN_OR_RETURN(const int64_t crc,
+                           Count(Field(p, "crc32"), of + "'s crc32"));
+  if (crc > std::numeric_limits<uint32_t>::max()) {
+    return CheckpointError(
+        absl::StrCat(kTesseraIndexName, ": ", of, "'s crc32 is not one"));
+  }
+  piece.crc32 = static_cast<uint32_t>(crc);
+  // Within the tensor's bytes, so the box's product cannot overflow.
+  const int64_t item = static_cast<int64_t>(ItemSize(entry.dtype));
+  if (piece.bytes != piece.box.NumElements() * item ||
+      piece.data_offset > std::numeric_limits<int64_t>::max() - piece.bytes) {
+    return CheckpointError(absl::StrCat(kTesseraIndexName, ": ", of,
+                                        " has bytes that do not match its "
+                                        "box"));
+  }
+  return piece;
+}
+
+// One tensor of a tessera.json: its name, dtype and shape, and pieces that
+// tile it.
+absl::StatusOr<CheckpointEntry> ParseIndexEntry(const Json& t,
+                                                IndexBounds* bounds) {
+  if (!t.is_object()) {
+    return CheckpointError(
+        absl::StrCat(kTesseraIndexName, ": a tensor is not an object"));
+  }
+  CheckpointEntry entry;
+  TESSERA_ASSIGN_OR_RETURN(entry.name, Name(t, "name", "a tensor"));
+  const std::string what = absl::StrCat("tensor '", entry.name, "'");
+  const Json& dtype = Field(t, "dtype");
+  absl::StatusOr<DType> parsed = dtype.is_string()
+                                     ? ParseDType(dtype.get<std::string>())
+                                     : absl::InvalidArgumentError("");
+  if (!parsed.ok()) {
+    return CheckpointError(
+        absl::StrCat(kTesseraIndexName, ": ", what, " has no known dtype"));
+  }
+  entry.dtype = *parsed;
+  TESSERA_ASSIGN_OR_RETURN(entry.shape,
+                           Dims(Field(t, "shape"), what + "'s shape"));
+  absl::StatusOr<int64_t> bytes =
+      ByteSize(entry.shape, static_cast<int64_t>(ItemSize(entry.dtype)));
+  if (!bytes.ok()) {
+    return CheckpointError(
+        absl::StrCat(kTesseraIndexName, ": ", what, " is too large"));
+  }
+  entry.bytes = *bytes;
+  const Json& pieces = Field(t, "pieces");
+  if (!pieces.is_array() || pieces.empty() ||
+      static_cast<int64_t>(pieces.size()) >
+          kMaxCheckpointPieces - bounds->pieces) {
+    return CheckpointError(absl::StrCat(kTesseraIndexName, ": ", what,
+                                        " has no \"pieces\" list, or more "
+                                        "pieces than a checkpoint holds (",
+                                        kMaxCheckpointPieces, ")"));
+  }
+  bounds->pieces += static_cast<int64_t>(pieces.size());
+  std::vector<Box> boxes;
+  for (const Json& p : pieces) {
+    TESSERA_ASSIGN_OR_RETURN(StoredPiece piece,
+                             ParsePiece(p, entry, what, bounds));
+    boxes.push_back(piece.box);
+    entry.pieces.push_back(std::move(piece));
+  }
+  if (entry.shape.empty()) {
+    if (boxes.size() != 1) {
+      return CheckpointError(absl::StrCat(kTesseraIndexName, ": 0-d ", what,
+                                          " has more than one piece"));
+    }
+  } else if (absl::Status s =
+                 ValidateLayout(entry.shape, boxes, LayoutKind::kEnumerable);
+             !s.ok()) {
+    return CheckpointError(absl::StrCat(kTesseraIndexName, ": the pieces of ",
+                                        what, ": ", s.message()));
+  }
+  entry.file = entry.pieces.front().file;
+  entry.data_offset = entry.pieces.front().data_offset;
+  return entry;
+}
+
+// Who saved the checkpoint (absent before these were kept: then empty) and
+// the files' shared metadata.
+absl::Status ParseIndexHeader(const Json& json, CheckpointListing* listing) {
+  for (auto [key, out] :
+       {std::pair<const char*, std::string*>{"save_id", &listing->save_id},
+        {"saved_by", &listing->saved_by}}) {
+    const Json& value = Field(json, key);
+    if (value.is_null()) continue;
+    if (!value.is_string() ||
+        value.get_ref<const std::string&>().size() > kMaxSavedByBytes) {
+      return CheckpointError(absl::StrCat(kTesseraIndexName, ": \"", key,
+                                          "\" is not a short string"));
+    }
+    *out = value.get<std::string>();
+  }
+  const Json& metadata = Field(json, "metadata");
+  if (metadata.is_null()) return absl::OkStatus();
+  if (!metadata.is_object()) {
+    return CheckpointError(
+        absl::StrCat(kTesseraIndexName, ": \"metadata\" is not an object"));
+  }
+  for (const auto& [key, value] : metadata.items()) {
+    if (!value.is_string()) {
+      return CheckpointError(absl::StrCat(kTesseraIndexName, ": metadata '",
+                                          key, "' is not a string"));
+    }
+    listing->metadata.emplace_back(key, value.get<std::string>());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<CheckpointListing> ParseTesseraIndex(absl::string_view text) {
   TESSERA_ASSIGN_OR_RETURN(Json json, ParseObject(text, kTesseraIndexName));
   if (Field(json, "format") != kFormat) {
@@ -214,32 +374,7 @@ absl::StatusOr<CheckpointListing> ParseTesseraIndex(absl::string_view text) {
                                         kFormatVersion, ")"));
   }
   CheckpointListing listing;
-  // Who saved it (absent before these were kept: then empty).
-  for (auto [key, out] :
-       {std::pair<const char*, std::string*>{"save_id", &listing.save_id},
-        {"saved_by", &listing.saved_by}}) {
-    const Json& value = Field(json, key);
-    if (value.is_null()) continue;
-    if (!value.is_string() ||
-        value.get_ref<const std::string&>().size() > kMaxSavedByBytes) {
-      return CheckpointError(absl::StrCat(kTesseraIndexName, ": \"", key,
-                                          "\" is not a short string"));
-    }
-    *out = value.get<std::string>();
-  }
-  if (const Json& metadata = Field(json, "metadata"); !metadata.is_null()) {
-    if (!metadata.is_object()) {
-      return CheckpointError(
-          absl::StrCat(kTesseraIndexName, ": \"metadata\" is not an object"));
-    }
-    for (const auto& [key, value] : metadata.items()) {
-      if (!value.is_string()) {
-        return CheckpointError(absl::StrCat(kTesseraIndexName, ": metadata '",
-                                            key, "' is not a string"));
-      }
-      listing.metadata.emplace_back(key, value.get<std::string>());
-    }
-  }
+  TESSERA_RETURN_IF_ERROR(ParseIndexHeader(json, &listing));
   const Json& tensors = Field(json, "tensors");
   if (!tensors.is_array() ||
       static_cast<int64_t>(tensors.size()) > kMaxCheckpointEntries) {
@@ -249,113 +384,15 @@ absl::StatusOr<CheckpointListing> ParseTesseraIndex(absl::string_view text) {
                                         kMaxCheckpointEntries, " tensors"));
   }
   absl::flat_hash_set<std::string> names;
-  absl::flat_hash_set<std::string> files;
-  int64_t num_pieces = 0;
+  IndexBounds bounds;
   for (const Json& t : tensors) {
-    if (!t.is_object()) {
-      return CheckpointError(
-          absl::StrCat(kTesseraIndexName, ": a tensor is not an object"));
-    }
-    CheckpointEntry& entry = listing.entries.emplace_back();
-    TESSERA_ASSIGN_OR_RETURN(entry.name, Name(t, "name", "a tensor"));
+    TESSERA_ASSIGN_OR_RETURN(CheckpointEntry entry,
+                             ParseIndexEntry(t, &bounds));
     if (!names.insert(entry.name).second) {
       return CheckpointError(
           absl::StrCat(kTesseraIndexName, " lists '", entry.name, "' twice"));
     }
-    const std::string what = absl::StrCat("tensor '", entry.name, "'");
-    const Json& dtype = Field(t, "dtype");
-    absl::StatusOr<DType> parsed = dtype.is_string()
-                                       ? ParseDType(dtype.get<std::string>())
-                                       : absl::InvalidArgumentError("");
-    if (!parsed.ok()) {
-      return CheckpointError(
-          absl::StrCat(kTesseraIndexName, ": ", what, " has no known dtype"));
-    }
-    entry.dtype = *parsed;
-    const int64_t item = static_cast<int64_t>(ItemSize(entry.dtype));
-    TESSERA_ASSIGN_OR_RETURN(entry.shape,
-                             Dims(Field(t, "shape"), what + "'s shape"));
-    absl::StatusOr<int64_t> bytes = ByteSize(entry.shape, item);
-    if (!bytes.ok()) {
-      return CheckpointError(
-          absl::StrCat(kTesseraIndexName, ": ", what, " is too large"));
-    }
-    entry.bytes = *bytes;
-    const Json& pieces = Field(t, "pieces");
-    if (!pieces.is_array() || pieces.empty() ||
-        static_cast<int64_t>(pieces.size()) >
-            kMaxCheckpointPieces - num_pieces) {
-      return CheckpointError(absl::StrCat(kTesseraIndexName, ": ", what,
-                                          " has no \"pieces\" list, or more "
-                                          "pieces than a checkpoint holds (",
-                                          kMaxCheckpointPieces, ")"));
-    }
-    num_pieces += static_cast<int64_t>(pieces.size());
-    std::vector<Box> boxes;
-    for (const Json& p : pieces) {
-      if (!p.is_object()) {
-        return CheckpointError(absl::StrCat(kTesseraIndexName, ": a piece of ",
-                                            what, " is not an object"));
-      }
-      StoredPiece& piece = entry.pieces.emplace_back();
-      const std::string of = absl::StrCat("a piece of ", what);
-      TESSERA_ASSIGN_OR_RETURN(std::vector<int64_t> offsets,
-                               Dims(Field(p, "offsets"), of + "'s offsets"));
-      TESSERA_ASSIGN_OR_RETURN(std::vector<int64_t> sizes,
-                               Dims(Field(p, "sizes"), of + "'s sizes"));
-      if (offsets.size() != entry.shape.size() ||
-          sizes.size() != entry.shape.size()) {
-        return CheckpointError(
-            absl::StrCat(kTesseraIndexName, ": ", of, " is not of its rank"));
-      }
-      piece.box = Box(offsets, sizes);
-      if (!IsWithin(piece.box, entry.shape)) {
-        return CheckpointError(
-            absl::StrCat(kTesseraIndexName, ": ", of, " lies outside it"));
-      }
-      TESSERA_ASSIGN_OR_RETURN(piece.file, Name(p, "file", of));
-      TESSERA_RETURN_IF_ERROR(CheckCheckpointFileName(piece.file));
-      files.insert(piece.file);
-      if (static_cast<int64_t>(files.size()) > kMaxCheckpointFiles) {
-        return CheckpointError(absl::StrCat(kTesseraIndexName,
-                                            " names more than ",
-                                            kMaxCheckpointFiles, " files"));
-      }
-      TESSERA_ASSIGN_OR_RETURN(piece.entry, Name(p, "entry", of));
-      TESSERA_ASSIGN_OR_RETURN(
-          piece.data_offset, Count(Field(p, "data_offset"), of + "'s offset"));
-      TESSERA_ASSIGN_OR_RETURN(piece.bytes,
-                               Count(Field(p, "bytes"), of + "'s bytes"));
-      TESSERA_ASSIGN_OR_RETURN(const int64_t crc,
-                               Count(Field(p, "crc32"), of + "'s crc32"));
-      if (crc > std::numeric_limits<uint32_t>::max()) {
-        return CheckpointError(
-            absl::StrCat(kTesseraIndexName, ": ", of, "'s crc32 is not one"));
-      }
-      piece.crc32 = static_cast<uint32_t>(crc);
-      // Within the tensor's bytes, so the box's product cannot overflow.
-      if (piece.bytes != piece.box.NumElements() * item ||
-          piece.data_offset >
-              std::numeric_limits<int64_t>::max() - piece.bytes) {
-        return CheckpointError(absl::StrCat(kTesseraIndexName, ": ", of,
-                                            " has bytes that do not match its "
-                                            "box"));
-      }
-      boxes.push_back(piece.box);
-    }
-    if (entry.shape.empty()) {
-      if (boxes.size() != 1) {
-        return CheckpointError(absl::StrCat(kTesseraIndexName, ": 0-d ", what,
-                                            " has more than one piece"));
-      }
-    } else if (absl::Status s =
-                   ValidateLayout(entry.shape, boxes, LayoutKind::kEnumerable);
-               !s.ok()) {
-      return CheckpointError(absl::StrCat(kTesseraIndexName, ": the pieces of ",
-                                          what, ": ", s.message()));
-    }
-    entry.file = entry.pieces.front().file;
-    entry.data_offset = entry.pieces.front().data_offset;
+    listing.entries.push_back(std::move(entry));
   }
   return listing;
 }

@@ -11,6 +11,7 @@
 #include "rpc/call.h"
 #include "rpc/channel.h"
 #include "rpc/convert.h"
+#include "rpc/coordinator_channel.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera {
@@ -198,203 +199,198 @@ CallOptions Registration::CoordinatorCall(LeaderChannels* leaders) const {
 void Registration::Run() {
   // Several coordinators (one leads): calls go to the leader, passing over
   // those that cannot be reached and following a standby's word
-  // (rpc/leader_channels.h). One that was down is tried again every 200 ms,
-  // not after gRPC's growing backoff of up to a second.
-  std::unique_ptr<LeaderChannels> leaders;
-  std::unique_ptr<LeaderStubs<v1::Coordinator>> leader_stubs;
-  std::shared_ptr<v1::Coordinator::Stub> single;
-  if (options_.coordinator.find(',') != std::string::npos) {
-    ChannelOptions channel = options_.channel;
-    channel.max_reconnect_backoff = absl::Milliseconds(200);
-    absl::StatusOr<std::unique_ptr<LeaderChannels>> made =
-        LeaderChannels::Make(options_.coordinator, channel);
-    if (!made.ok()) {
-      on_fatal_(made.status());
-      return;
-    }
-    leaders = *std::move(made);
-    leader_stubs =
-        std::make_unique<LeaderStubs<v1::Coordinator>>(leaders.get());
-  } else {
-    single = v1::Coordinator::NewStub(
-        MakeChannel(options_.coordinator, options_.channel));
+  // (rpc/coordinator_channel.h).
+  absl::StatusOr<std::unique_ptr<CoordinatorChannel>> made =
+      CoordinatorChannel::Make(options_.coordinator, options_.channel);
+  if (!made.ok()) {
+    on_fatal_(made.status());
+    return;
   }
-  auto stub = [&] {
-    return leader_stubs != nullptr ? leader_stubs->Current() : single;
-  };
-  // After a heartbeat that reached no one, the next goes at once (to the
-  // next address).
-  bool try_next = false;
-  absl::Duration backoff = absl::Milliseconds(50);
-  absl::Duration heartbeat_interval = absl::Seconds(1);
-  bool registered = false;
-  bool send_held = false;  // list the held shards in the next heartbeat
-  int failures = 0;
+  Loop loop{**made};
   while (!stop_.HasBeenNotified()) {
-    if (!registered) {
-      v1::RegisterWorkerRequest request;
-      request.set_name(options_.name);
-      if (options_.rank.has_value()) request.set_rank(*options_.rank);
-      request.set_address(options_.address);
-      *request.mutable_device() = DeviceToProto(options_.device);
-      request.set_gpu_uuid(options_.gpu_uuid);
-      request.set_zone(options_.zone);
-      request.set_capacity_bytes(options_.capacity_bytes);
-      request.set_bytes_used(store_->BytesUsed());
-      // Shards made since the last heartbeat belong to the cluster served
-      // until now; the reply may name another.
-      for (uint64_t id : Attribute()) {
-        request.add_held_shard_ids(id);
-        // What it holds under the id, for the coordinator to check.
-        absl::StatusOr<ShardDesc> desc = store_->Describe(id);
-        request.add_held_shard_identities(
-            desc.ok() ? ShardIdentity(desc->tensor.str(), desc->incarnation,
-                                      desc->box)
-                      : 0);
-      }
-      v1::RegisterWorkerResponse response;
-      absl::Status status = Call(
-          CoordinatorCall(leaders.get()), [&](grpc::ClientContext* context) {
-            return stub()->RegisterWorker(context, request, &response);
-          });
-      if (status.ok()) {
-        registered = true;
-        send_held = false;
-        Attribute();
-        Serve(response.cluster_id());
-        if (options_.on_key)
-          options_.on_key(response.capability_key(), response.cluster_id());
-        if (options_.on_registered) options_.on_registered(true);
-        failures = 0;
-        backoff = absl::Milliseconds(50);
-        if (response.heartbeat_interval_ms() > 0) {
-          heartbeat_interval =
-              absl::Milliseconds(response.heartbeat_interval_ms());
-        }
-        FreeOwn(std::vector<uint64_t>(response.set_aside_shard_ids().begin(),
-                                      response.set_aside_shard_ids().end()),
-                /*set_aside=*/true);
-        FreeOwn(std::vector<uint64_t>(response.free_shard_ids().begin(),
-                                      response.free_shard_ids().end()));
-        {
-          absl::MutexLock lock(&mu_);
-          rank_ = response.rank();
-        }
-        spdlog::info("registered with coordinator {} as '{}' rank {}",
-                     options_.coordinator, options_.name, response.rank());
-        if (!registered_.HasBeenNotified()) registered_.Notify();
-        continue;
-      }
-      // Once this worker has registered (and may hold shards), a refused
-      // secret is a rotation under way -- the coordinator's --tokens and
-      // this worker's --token_file are reloaded separately -- not a reason
-      // to exit and drop the shards: keep trying.
-      const bool rotating =
-          absl::IsUnauthenticated(status) && registered_.HasBeenNotified();
-      if (IsFatal(status) && !rotating) {
-        spdlog::error("coordinator refused registration: {}",
-                      std::string(status.message()));
-        on_fatal_(status);
-        return;
-      }
-      const bool say = failures++ % 20 == 0;
-      if (say && rotating) {
-        spdlog::error(
-            "coordinator refused registration: {}; keeping the shards and "
-            "retrying (is --token_file out of date with the coordinator's "
-            "--tokens?)",
-            std::string(status.message()));
-      } else if (say) {
-        spdlog::warn("coordinator {} not reachable yet ({}); retrying",
-                     options_.coordinator, std::string(status.message()));
-      }
-      stop_.WaitForNotificationWithTimeout(backoff);
-      backoff = std::min(backoff * 2, options_.max_backoff);
+    if (!loop.registered) {
+      if (!Register(loop)) return;
       continue;
     }
     // A list the coordinator asked for goes at once, and so does the next
     // try after a coordinator that could not be reached (another leads).
-    if (!send_held && !try_next &&
-        stop_.WaitForNotificationWithTimeout(heartbeat_interval))
+    if (!loop.send_held && !loop.try_next &&
+        stop_.WaitForNotificationWithTimeout(loop.heartbeat_interval))
       break;
     if (stop_.HasBeenNotified()) break;
-    try_next = false;
-    v1::HeartbeatRequest request;
-    request.set_name(options_.name);
-    request.set_bytes_used(store_->BytesUsed());
-    Attribute();
-    uint64_t held_xor = 0;
-    const std::vector<uint64_t> own = OwnShards();
-    for (uint64_t id : own) held_xor ^= id;
-    request.set_held_count(static_cast<int64_t>(own.size()));
-    request.set_held_xor(held_xor);
-    if (send_held) {
-      request.set_held_list(true);
-      request.mutable_held_shard_ids()->Assign(own.begin(), own.end());
+    loop.try_next = false;
+    Heartbeat(loop);
+  }
+}
+
+bool Registration::Register(Loop& loop) {
+  v1::RegisterWorkerRequest request;
+  request.set_name(options_.name);
+  if (options_.rank.has_value()) request.set_rank(*options_.rank);
+  request.set_address(options_.address);
+  *request.mutable_device() = DeviceToProto(options_.device);
+  request.set_gpu_uuid(options_.gpu_uuid);
+  request.set_zone(options_.zone);
+  request.set_capacity_bytes(options_.capacity_bytes);
+  request.set_bytes_used(store_->BytesUsed());
+  // Shards made since the last heartbeat belong to the cluster served
+  // until now; the reply may name another.
+  for (uint64_t id : Attribute()) {
+    request.add_held_shard_ids(id);
+    // What it holds under the id, for the coordinator to check.
+    absl::StatusOr<ShardDesc> desc = store_->Describe(id);
+    request.add_held_shard_identities(
+        desc.ok()
+            ? ShardIdentity(desc->tensor.str(), desc->incarnation, desc->box)
+            : 0);
+  }
+  v1::RegisterWorkerResponse response;
+  absl::Status status = Call(CoordinatorCall(loop.coordinator.leaders()),
+                             [&](grpc::ClientContext* context) {
+                               return loop.coordinator.stub()->RegisterWorker(
+                                   context, request, &response);
+                             });
+  if (status.ok()) {
+    Registered(loop, response);
+    return true;
+  }
+  // Once this worker has registered (and may hold shards), a refused
+  // secret is a rotation under way -- the coordinator's --tokens and this
+  // worker's --token_file are reloaded separately -- not a reason to exit
+  // and drop the shards: keep trying.
+  const bool rotating =
+      absl::IsUnauthenticated(status) && registered_.HasBeenNotified();
+  if (IsFatal(status) && !rotating) {
+    spdlog::error("coordinator refused registration: {}",
+                  std::string(status.message()));
+    on_fatal_(status);
+    return false;
+  }
+  const bool say = loop.failures++ % 20 == 0;
+  if (say && rotating) {
+    spdlog::error(
+        "coordinator refused registration: {}; keeping the shards and "
+        "retrying (is --token_file out of date with the coordinator's "
+        "--tokens?)",
+        std::string(status.message()));
+  } else if (say) {
+    spdlog::warn("coordinator {} not reachable yet ({}); retrying",
+                 options_.coordinator, std::string(status.message()));
+  }
+  stop_.WaitForNotificationWithTimeout(loop.backoff);
+  loop.backoff = std::min(loop.backoff * 2, options_.max_backoff);
+  return true;
+}
+
+void Registration::Registered(Loop& loop,
+                              const v1::RegisterWorkerResponse& response) {
+  loop.registered = true;
+  loop.send_held = false;
+  Attribute();
+  Serve(response.cluster_id());
+  if (options_.on_key)
+    options_.on_key(response.capability_key(), response.cluster_id());
+  if (options_.on_registered) options_.on_registered(true);
+  loop.failures = 0;
+  loop.backoff = absl::Milliseconds(50);
+  if (response.heartbeat_interval_ms() > 0) {
+    loop.heartbeat_interval =
+        absl::Milliseconds(response.heartbeat_interval_ms());
+  }
+  FreeOwn(std::vector<uint64_t>(response.set_aside_shard_ids().begin(),
+                                response.set_aside_shard_ids().end()),
+          /*set_aside=*/true);
+  FreeOwn(std::vector<uint64_t>(response.free_shard_ids().begin(),
+                                response.free_shard_ids().end()));
+  {
+    absl::MutexLock lock(&mu_);
+    rank_ = response.rank();
+  }
+  spdlog::info("registered with coordinator {} as '{}' rank {}",
+               options_.coordinator, options_.name, response.rank());
+  if (!registered_.HasBeenNotified()) registered_.Notify();
+}
+
+v1::HeartbeatRequest Registration::HeartbeatRequest(bool send_held) {
+  v1::HeartbeatRequest request;
+  request.set_name(options_.name);
+  request.set_bytes_used(store_->BytesUsed());
+  Attribute();
+  uint64_t held_xor = 0;
+  const std::vector<uint64_t> own = OwnShards();
+  for (uint64_t id : own) held_xor ^= id;
+  request.set_held_count(static_cast<int64_t>(own.size()));
+  request.set_held_xor(held_xor);
+  if (send_held) {
+    request.set_held_list(true);
+    request.mutable_held_shard_ids()->Assign(own.begin(), own.end());
+  }
+  // What is kept for another cluster, so `workers` shows it.
+  ExpireQuarantine();
+  int64_t quarantined_bytes = 0;
+  const std::vector<uint64_t> quarantined = QuarantinedShards();
+  for (uint64_t id : quarantined) {
+    absl::StatusOr<ShardDesc> desc = store_->Describe(id);
+    if (desc.ok()) quarantined_bytes += desc->ByteSize();
+  }
+  request.set_quarantined_shards(static_cast<int64_t>(quarantined.size()));
+  request.set_quarantined_bytes(quarantined_bytes);
+  if (std::optional<DeviceMemory> memory = store_->DeviceMemoryNow(); memory) {
+    request.set_device_total_bytes(memory->total_bytes);
+    request.set_device_free_bytes(memory->free_bytes);
+  }
+  return request;
+}
+
+void Registration::Heartbeat(Loop& loop) {
+  const v1::HeartbeatRequest request = HeartbeatRequest(loop.send_held);
+  loop.send_held = false;
+  v1::HeartbeatResponse response;
+  LeaderChannels* const leaders = loop.coordinator.leaders();
+  absl::Status status =
+      Call(CoordinatorCall(leaders), [&](grpc::ClientContext* context) {
+        return loop.coordinator.stub()->Heartbeat(context, request, &response);
+      });
+  // The leader may have moved: the next heartbeat goes at once.
+  loop.try_next = leaders != nullptr && (absl::IsUnavailable(status) ||
+                                         absl::IsDeadlineExceeded(status));
+  if (status.ok() && !response.reregister() && !response.cluster_id().empty() &&
+      response.cluster_id() != cluster_id()) {
+    // Not the coordinator this worker registered with: learn who it is.
+    spdlog::warn("coordinator {} answers for cluster {}; registering again",
+                 options_.coordinator, response.cluster_id());
+    loop.registered = false;
+    if (options_.on_registered) options_.on_registered(false);
+  } else if (status.ok() && !response.reregister()) {
+    if (!response.free_shard_ids().empty()) {
+      spdlog::info("coordinator frees {} shard(s) no tensor references",
+                   response.free_shard_ids_size());
+      FreeOwn(std::vector<uint64_t>(response.free_shard_ids().begin(),
+                                    response.free_shard_ids().end()));
     }
-    // What is kept for another cluster, so `workers` shows it.
-    ExpireQuarantine();
-    int64_t quarantined_bytes = 0;
-    const std::vector<uint64_t> quarantined = QuarantinedShards();
-    for (uint64_t id : quarantined) {
-      absl::StatusOr<ShardDesc> desc = store_->Describe(id);
-      if (desc.ok()) quarantined_bytes += desc->ByteSize();
-    }
-    request.set_quarantined_shards(static_cast<int64_t>(quarantined.size()));
-    request.set_quarantined_bytes(quarantined_bytes);
-    if (std::optional<DeviceMemory> memory = store_->DeviceMemoryNow();
-        memory) {
-      request.set_device_total_bytes(memory->total_bytes);
-      request.set_device_free_bytes(memory->free_bytes);
-    }
-    send_held = false;
-    v1::HeartbeatResponse response;
-    absl::Status status =
-        Call(CoordinatorCall(leaders.get()), [&](grpc::ClientContext* context) {
-          return stub()->Heartbeat(context, request, &response);
-        });
-    // The leader may have moved: the next heartbeat goes at once.
-    try_next = leaders != nullptr && (absl::IsUnavailable(status) ||
-                                      absl::IsDeadlineExceeded(status));
-    if (status.ok() && !response.reregister() &&
-        !response.cluster_id().empty() &&
-        response.cluster_id() != cluster_id()) {
-      // Not the coordinator this worker registered with: learn who it is.
-      spdlog::warn("coordinator {} answers for cluster {}; registering again",
-                   options_.coordinator, response.cluster_id());
-      registered = false;
-      if (options_.on_registered) options_.on_registered(false);
-    } else if (status.ok() && !response.reregister()) {
-      if (!response.free_shard_ids().empty()) {
-        spdlog::info("coordinator frees {} shard(s) no tensor references",
-                     response.free_shard_ids_size());
-        FreeOwn(std::vector<uint64_t>(response.free_shard_ids().begin(),
-                                      response.free_shard_ids().end()));
+    loop.send_held = response.send_held_shards();
+    loop.failures = 0;
+    if (options_.on_revoked) {
+      std::vector<std::pair<std::string, int64_t>> revoked;
+      const int n = std::min<int>(response.revoked_size(),
+                                  static_cast<int>(Revocations::kMaxEntries));
+      revoked.reserve(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) {
+        revoked.emplace_back(response.revoked(i).principal(),
+                             response.revoked(i).before_ms());
       }
-      send_held = response.send_held_shards();
-      failures = 0;
-      if (options_.on_revoked) {
-        std::vector<std::pair<std::string, int64_t>> revoked;
-        const int n = std::min<int>(response.revoked_size(),
-                                    static_cast<int>(Revocations::kMaxEntries));
-        revoked.reserve(static_cast<size_t>(n));
-        for (int i = 0; i < n; ++i) {
-          revoked.emplace_back(response.revoked(i).principal(),
-                               response.revoked(i).before_ms());
-        }
-        options_.on_revoked(std::move(revoked));
-      }
-    } else if (status.ok() && response.reregister()) {
-      spdlog::info(
-          "coordinator does not know this worker any more; registering again");
-      registered = false;
-      if (options_.on_registered) options_.on_registered(false);
-    } else if (!status.ok() && failures++ % 20 == 0) {
-      spdlog::warn("heartbeat to coordinator {} failed: {}",
-                   options_.coordinator, std::string(status.message()));
-    } else if (status.ok()) {
-      failures = 0;
+      options_.on_revoked(std::move(revoked));
     }
+  } else if (status.ok() && response.reregister()) {
+    spdlog::info(
+        "coordinator does not know this worker any more; registering again");
+    loop.registered = false;
+    if (options_.on_registered) options_.on_registered(false);
+  } else if (!status.ok() && loop.failures++ % 20 == 0) {
+    spdlog::warn("heartbeat to coordinator {} failed: {}", options_.coordinator,
+                 std::string(status.message()));
+  } else if (status.ok()) {
+    loop.failures = 0;
   }
 }
 

@@ -36,6 +36,7 @@
 #include "core/placement.h"
 #include "rpc/call.h"
 #include "rpc/channel.h"
+#include "rpc/coordinator_channel.h"
 #include "rpc/leader_channels.h"
 #include "worker/shard_store.h"
 
@@ -104,7 +105,25 @@ class Registration {
   std::vector<uint64_t> QuarantinedShards() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // Where the registration loop stands.
+  struct Loop {
+    CoordinatorChannel& coordinator;
+    bool registered = false;
+    bool send_held = false;  // list the held shards in the next heartbeat
+    // After a heartbeat that reached no one, the next goes at once (to the
+    // next address).
+    bool try_next = false;
+    int failures = 0;
+    absl::Duration backoff = absl::Milliseconds(50);
+    absl::Duration heartbeat_interval = absl::Seconds(1);
+  };
   void Run();
+  // One registration attempt; false when the coordinator refused this
+  // worker for good (on_fatal was called).
+  bool Register(Loop& loop);
+  void Registered(Loop& loop, const v1::RegisterWorkerResponse& response);
+  v1::HeartbeatRequest HeartbeatRequest(bool send_held);
+  void Heartbeat(Loop& loop);
   // Attributes every held shard not yet attributed to the cluster served
   // now, and forgets shards no longer held. Returns the ids held.
   std::vector<uint64_t> Attribute() ABSL_LOCKS_EXCLUDED(mu_);

@@ -1077,46 +1077,8 @@ class AsyncReader {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-}  // namespace python
-}  // namespace tessera
-
-PYBIND11_MODULE(_tessera, m) {
-  using namespace tessera;          // NOLINT
-  using namespace tessera::python;  // NOLINT
-  // The libraries' log lines (UCX's among them) go to stderr: a program's
-  // stdout is its own.
-  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
-      "tessera", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
-  m.doc() =
-      "tessera's C++ SDK bound for Python; use the `tessera` package, not this "
-      "module.";
-
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const StatusError& e) {
-      TranslateStatusError(e);
-    }
-  });
-
-  m.def(
-      "_set_error_classes",
-      [](py::dict classes) {
-        if (error_classes == nullptr) error_classes = new py::dict();
-        error_classes->clear();
-        for (auto item : classes) (*error_classes)[item.first] = item.second;
-      },
-      "Registers {absl status code: exception class}.");
-
-  m.def(
-      "dtype_names",
-      [] {
-        std::vector<std::string> names;
-        for (DType d : AllDTypes()) names.emplace_back(DTypeName(d));
-        return names;
-      },
-      "Every tessera dtype name, in enum order.");
-
+// The ShardHandle class (an RRef-like handle to one shard).
+void BindShardHandle(py::module_& m) {
   py::class_<ShardHandle>(
       m, "ShardHandle",
       "RRef-like handle to one shard of one version of a tensor. to_here() "
@@ -1157,6 +1119,49 @@ PYBIND11_MODULE(_tessera, m) {
       .def("__repr__", [](const ShardHandle& h) {
         return absl::StrCat("ShardHandle('", h.ToString(), "')");
       });
+}
+
+}  // namespace python
+}  // namespace tessera
+
+PYBIND11_MODULE(_tessera, m) {
+  using namespace tessera;          // NOLINT
+  using namespace tessera::python;  // NOLINT
+  // The libraries' log lines (UCX's among them) go to stderr: a program's
+  // stdout is its own.
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "tessera", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
+  m.doc() =
+      "tessera's C++ SDK bound for Python; use the `tessera` package, not this "
+      "module.";
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      TranslateStatusError(e);
+    }
+  });
+
+  m.def(
+      "_set_error_classes",
+      [](py::dict classes) {
+        if (error_classes == nullptr) error_classes = new py::dict();
+        error_classes->clear();
+        for (auto item : classes) (*error_classes)[item.first] = item.second;
+      },
+      "Registers {absl status code: exception class}.");
+
+  m.def(
+      "dtype_names",
+      [] {
+        std::vector<std::string> names;
+        for (DType d : AllDTypes()) names.emplace_back(DTypeName(d));
+        return names;
+      },
+      "Every tessera dtype name, in enum order.");
+
+  BindShardHandle(m);
 
   py::class_<PyCancellation>(m, "Cancellation")
       .def(py::init<>())
