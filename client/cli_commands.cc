@@ -71,8 +71,9 @@ constexpr char kSpecHelp[] =
     "--replicas=R keeps each shard on R distinct workers (default 1); the\n"
     "placements name each shard's first.\n";
 
-const std::vector<CommandDef>& Commands() {
-  static const auto* commands = new std::vector<CommandDef>{
+// The commands on the cluster and its tensors, in help order.
+std::vector<CommandDef> ClusterCommands() {
+  return {
       {"workers",
        "workers [--json]",
        "list workers",
@@ -160,6 +161,12 @@ const std::vector<CommandDef>& Commands() {
        &RunRemove,
        "NAME",
        /*more_positional=*/true},
+  };
+}
+
+// The commands on files (safetensors, checkpoints) and the rest.
+std::vector<CommandDef> FileCommands() {
+  return {
       {"import",
        "import FILE.safetensors SPEC [--replicas=R] [--prefix=P] [--json]",
        "one tensor per entry of a .safetensors file (all or nothing)",
@@ -225,6 +232,14 @@ const std::vector<CommandDef>& Commands() {
        "FILE.safetensors",
        /*more_positional=*/true},
   };
+}
+
+const std::vector<CommandDef>& Commands() {
+  static const auto* commands = [] {
+    auto* all = new std::vector<CommandDef>(ClusterCommands());
+    for (CommandDef& c : FileCommands()) all->push_back(std::move(c));
+    return all;
+  }();
   return *commands;
 }
 

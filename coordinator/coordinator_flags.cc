@@ -10,6 +10,7 @@
 #include "coordinator/coordinator.h"
 #include "core/status_macros.h"
 #include "ops/daemon_listener.h"
+#include "ops/daemon_main.h"
 #include "rpc/security.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
@@ -43,12 +44,6 @@ ABSL_FLAG(int64_t, recover_truncate_log_at, -1,
           "log in --data_dir is damaged at this byte offset (it names it): "
           "keep a copy of the log as log.damaged-OFFSET, then drop the "
           "damaged record and every record after it and start");
-ABSL_FLAG(std::string, metrics_listen, "",
-          "serve Prometheus metrics at http://HOST:PORT/metrics (plaintext, "
-          "no authentication); :PORT or PORT alone serves on 127.0.0.1; "
-          "empty = off");
-ABSL_FLAG(std::string, log_format, "text", "log lines as text or json");
-ABSL_FLAG(bool, version, false, "print the version and exit");
 ABSL_FLAG(std::string, tokens, "",
           "file of principals, one `NAME ROLE SECRET` per line (mode 0600); "
           "turns authorization on");
@@ -100,11 +95,6 @@ ABSL_FLAG(bool, repair, true,
 
 namespace tessera {
 
-bool CoordinatorVersionFlag() { return absl::GetFlag(FLAGS_version); }
-std::string CoordinatorLogFormatFlag() {
-  return absl::GetFlag(FLAGS_log_format);
-}
-
 absl::StatusOr<CoordinatorDaemonOptions> CoordinatorDaemonOptionsFromFlags() {
   CoordinatorDaemonOptions o;
   o.listen = absl::GetFlag(FLAGS_listen);
@@ -113,7 +103,7 @@ absl::StatusOr<CoordinatorDaemonOptions> CoordinatorDaemonOptionsFromFlags() {
   o.advertise = absl::GetFlag(FLAGS_advertise);
   o.leader_lease = absl::GetFlag(FLAGS_leader_lease);
   o.recover_truncate_log_at = absl::GetFlag(FLAGS_recover_truncate_log_at);
-  o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  o.metrics_listen = MetricsListenFlag();
   o.tokens = absl::GetFlag(FLAGS_tokens);
   o.shutdown_grace = absl::GetFlag(FLAGS_shutdown_grace);
   CoordinatorOptions& c = o.coordinator;

@@ -16,10 +16,6 @@ namespace tessera {
 // are read at Start.
 absl::StatusOr<CoordinatorDaemonOptions> CoordinatorDaemonOptionsFromFlags();
 
-// --version and --log_format, which main handles before the options.
-bool CoordinatorVersionFlag();
-std::string CoordinatorLogFormatFlag();
-
 }  // namespace tessera
 
 #endif  // TESSERA_COORDINATOR_COORDINATOR_FLAGS_H_

@@ -20,6 +20,7 @@
 #include "rpc/server.h"
 #include "transport/shared_memory_arena.h"
 #include "transport/ucx_server.h"
+#include "worker/shard_table.h"
 #include "worker/worker_node.h"
 
 namespace tessera {
@@ -35,7 +36,7 @@ struct WorkerDaemonOptions {
   Device device;                // cpu by default
   std::string zone;             // empty: none (flags default it to the host)
   int64_t capacity_bytes = 0;   // 0: no limit
-  int64_t shard_charge_bytes = 0;
+  int64_t shard_charge_bytes = kShardChargeBytes;
   std::string metrics_listen;  // empty: no metrics port
   // A file holding the worker's secret, followed on disk; empty: none.
   std::string token_file;
@@ -52,7 +53,8 @@ struct WorkerDaemonOptions {
   // credentials and health_listen are filled by Start from `security`.
   ServerOptions server;
   absl::Duration shutdown_grace = absl::Seconds(2);
-  absl::Duration quarantine_grace = absl::Minutes(10);
+  // Shards kept for another cluster are freed after this long.
+  absl::Duration quarantine_grace = absl::Hours(7 * 24);
   DaemonSecurity security;  // default: plaintext, no health port
   // Called (once, from any thread) when the daemon fails for good after
   // Start: its registration is refused or its port stops accepting. Wait

@@ -13,6 +13,7 @@
 #include "core/replica_placement.h"
 #include "core/status_macros.h"
 #include "ops/daemon_listener.h"
+#include "ops/daemon_main.h"
 #include "transport/shared_memory_arena.h"
 #include "transport/ucx_common.h"
 #include "transport/ucx_server.h"
@@ -39,12 +40,6 @@ ABSL_FLAG(std::string, advertise, "",
           "address clients and peers dial, HOST:PORT, when it differs from "
           "--listen (e.g. --listen=0.0.0.0:7071); default: the --listen "
           "address");
-ABSL_FLAG(std::string, metrics_listen, "",
-          "serve Prometheus metrics at http://HOST:PORT/metrics (plaintext, "
-          "no authentication); :PORT or PORT alone serves on 127.0.0.1; "
-          "empty = off");
-ABSL_FLAG(std::string, log_format, "text", "log lines as text or json");
-ABSL_FLAG(bool, version, false, "print the version and exit");
 ABSL_FLAG(std::string, token_file, "",
           "file holding this worker's secret (a `worker` principal of the "
           "coordinator's --tokens)");
@@ -151,9 +146,6 @@ ABSL_FLAG(absl::Duration, quarantine_grace,
 
 namespace tessera {
 
-bool WorkerVersionFlag() { return absl::GetFlag(FLAGS_version); }
-std::string WorkerLogFormatFlag() { return absl::GetFlag(FLAGS_log_format); }
-
 absl::StatusOr<WorkerDaemonOptions> WorkerDaemonOptionsFromFlags() {
   WorkerDaemonOptions o;
   o.coordinator = absl::GetFlag(FLAGS_coordinator);
@@ -177,7 +169,7 @@ absl::StatusOr<WorkerDaemonOptions> WorkerDaemonOptionsFromFlags() {
   }
   o.capacity_bytes = absl::GetFlag(FLAGS_capacity_bytes);
   o.shard_charge_bytes = absl::GetFlag(FLAGS_shard_charge_bytes);
-  o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  o.metrics_listen = MetricsListenFlag();
   o.token_file = absl::GetFlag(FLAGS_token_file);
   o.store_dir = absl::GetFlag(FLAGS_store_dir);
   o.ucx = absl::GetFlag(FLAGS_ucx) && UcxAllowedByEnvironment();

@@ -14,10 +14,6 @@ namespace tessera {
 // 2). Reads --token_file's secret and the TLS files only at Start.
 absl::StatusOr<WorkerDaemonOptions> WorkerDaemonOptionsFromFlags();
 
-// --version and --log_format, which main handles before the options.
-bool WorkerVersionFlag();
-std::string WorkerLogFormatFlag();
-
 }  // namespace tessera
 
 #endif  // TESSERA_WORKER_WORKER_FLAGS_H_
