@@ -422,6 +422,9 @@ void CoordinatorDaemon::Fail(const absl::Status& status) {
     failure_ = status;
   }
   if (options_.on_fatal) options_.on_fatal();
+  // Wait returns only once on_fatal has run.
+  absl::MutexLock lock(&mu_);
+  fatal_told_ = true;
 }
 
 absl::Status CoordinatorDaemon::failure() const {
@@ -433,7 +436,7 @@ absl::Status CoordinatorDaemon::Wait() {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
       +[](CoordinatorDaemon* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d->mu_) {
-        return d->stop_requested_ || !d->failure_.ok();
+        return d->stop_requested_ || d->fatal_told_;
       },
       this));
   return failure_;

@@ -96,6 +96,7 @@ class CoordinatorDaemon {
   mutable absl::Mutex mu_;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool fatal_told_ ABSL_GUARDED_BY(mu_) = false;  // on_fatal has run
   bool serving_ ABSL_GUARDED_BY(mu_) = false;
   std::string address_ ABSL_GUARDED_BY(mu_);
   bool stopped_ = false;

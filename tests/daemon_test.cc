@@ -3,6 +3,7 @@
 // process boundary between them.
 #include <unistd.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -128,7 +129,7 @@ TEST(DaemonTest, ARefusedWorkerFailsAndWaitSaysWhy) {
   options.coordinator = at;
   options.rank = 0;
   options.name = "first";
-  bool told = false;
+  std::atomic<bool> told{false};
   absl::StatusOr<std::unique_ptr<WorkerDaemon>> first =
       WorkerDaemon::Start(options);
   ASSERT_OK(first.status());
@@ -143,7 +144,7 @@ TEST(DaemonTest, ARefusedWorkerFailsAndWaitSaysWhy) {
       WorkerDaemon::Start(options);
   ASSERT_OK(second.status());
   EXPECT_FALSE((*second)->Wait().ok());
-  EXPECT_TRUE(told);
+  EXPECT_TRUE(told.load());
   EXPECT_FALSE((*second)->failure().ok());
 }
 

@@ -311,7 +311,7 @@ void Registration::Registered(Loop& loop,
   if (!registered_.HasBeenNotified()) registered_.Notify();
 }
 
-v1::HeartbeatRequest Registration::HeartbeatRequest(bool send_held) {
+v1::HeartbeatRequest Registration::NextHeartbeat(bool send_held) {
   v1::HeartbeatRequest request;
   request.set_name(options_.name);
   request.set_bytes_used(store_->BytesUsed());
@@ -343,7 +343,7 @@ v1::HeartbeatRequest Registration::HeartbeatRequest(bool send_held) {
 }
 
 void Registration::Heartbeat(Loop& loop) {
-  const v1::HeartbeatRequest request = HeartbeatRequest(loop.send_held);
+  const v1::HeartbeatRequest request = NextHeartbeat(loop.send_held);
   loop.send_held = false;
   v1::HeartbeatResponse response;
   LeaderChannels* const leaders = loop.coordinator.leaders();

@@ -122,7 +122,8 @@ class Registration {
   // worker for good (on_fatal was called).
   bool Register(Loop& loop);
   void Registered(Loop& loop, const v1::RegisterWorkerResponse& response);
-  v1::HeartbeatRequest HeartbeatRequest(bool send_held);
+  // The heartbeat to send now (the held list too when asked for).
+  v1::HeartbeatRequest NextHeartbeat(bool send_held);
   void Heartbeat(Loop& loop);
   // Attributes every held shard not yet attributed to the cluster served
   // now, and forgets shards no longer held. Returns the ids held.

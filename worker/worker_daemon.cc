@@ -500,6 +500,9 @@ void WorkerDaemon::Fail(const absl::Status& status) {
     failure_ = status;
   }
   if (options_.on_fatal) options_.on_fatal();
+  // Wait returns only once on_fatal has run.
+  absl::MutexLock lock(&mu_);
+  fatal_told_ = true;
 }
 
 absl::Status WorkerDaemon::failure() const {
@@ -511,7 +514,7 @@ absl::Status WorkerDaemon::Wait() {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
       +[](WorkerDaemon* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d->mu_) {
-        return d->stop_requested_ || !d->failure_.ok();
+        return d->stop_requested_ || d->fatal_told_;
       },
       this));
   return failure_;

@@ -20,6 +20,7 @@
 #include "rpc/server.h"
 #include "transport/shared_memory_arena.h"
 #include "transport/ucx_server.h"
+#include "worker/registration.h"
 #include "worker/shard_table.h"
 #include "worker/worker_node.h"
 
@@ -54,7 +55,7 @@ struct WorkerDaemonOptions {
   ServerOptions server;
   absl::Duration shutdown_grace = absl::Seconds(2);
   // Shards kept for another cluster are freed after this long.
-  absl::Duration quarantine_grace = absl::Hours(7 * 24);
+  absl::Duration quarantine_grace = RegistrationOptions().quarantine_grace;
   DaemonSecurity security;  // default: plaintext, no health port
   // Called (once, from any thread) when the daemon fails for good after
   // Start: its registration is refused or its port stops accepting. Wait
@@ -108,6 +109,7 @@ class WorkerDaemon {
   mutable absl::Mutex mu_;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool fatal_told_ ABSL_GUARDED_BY(mu_) = false;  // on_fatal has run
   bool stopped_ = false;
 };
 
