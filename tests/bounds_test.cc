@@ -48,6 +48,7 @@ TEST_F(BoundsTest, AHugeRank32CreateFailsFastWithoutGrowingTheCoordinator) {
   const int64_t before =
       TestCluster::ResidentBytes(cluster_->coordinator_pid());
   ASSERT_GT(before, 0);
+  int64_t after_first = 0;
   for (int attempt = 0; attempt < 3; ++attempt) {
     grpc::ClientContext context;
     v1::CreateTensorResponse response;
@@ -58,12 +59,21 @@ TEST_F(BoundsTest, AHugeRank32CreateFailsFastWithoutGrowingTheCoordinator) {
                  AllOf(HasSubstr("1048576 shards of rank 32"),
                        HasSubstr("max_tensor_metadata_bytes"))));
     EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+    if (attempt == 0) {
+      after_first = TestCluster::ResidentBytes(cluster_->coordinator_pid());
+    }
   }
   const int64_t after = TestCluster::ResidentBytes(cluster_->coordinator_pid());
-  // Parsing the request itself takes some tens of MiB; building its boxes
-  // took close to a GiB.
+  // Parsing the request itself takes some 70 MiB; building its boxes took
+  // close to a GiB. glibc keeps what a parse freed in the arena of the
+  // thread that ran it for reuse, and the next attempt may run on another
+  // thread with another arena, so three attempts may hold up to three parses.
+  RecordProperty("rss_growth_first_mib",
+                 static_cast<int>((after_first - before) >> 20));
   RecordProperty("rss_growth_mib", static_cast<int>((after - before) >> 20));
-  EXPECT_LT(after - before, int64_t{160} << 20)
+  EXPECT_LT(after_first - before, int64_t{160} << 20)
+      << "RSS " << (before >> 20) << " -> " << (after_first >> 20) << " MiB";
+  EXPECT_LT(after - before, int64_t{320} << 20)
       << "RSS " << (before >> 20) << " -> " << (after >> 20) << " MiB";
   auto tensors = client_->List();
   ASSERT_OK(tensors);
