@@ -53,6 +53,7 @@ Coordinator::Coordinator(CoordinatorOptions options,
       registry_(options_.lease, options_.clock, options_.max_workers),
       table_(TableOptions(options_), &log_),
       orchestrator_(&registry_, &table_, &log_, &held_, LimitsOf(options_)),
+      checkpoints_(&registry_, &table_, &held_, &orchestrator_),
       reconciler_(&registry_, &table_, &log_, &held_, &held_,
                   options_.held_check_interval, options_.clock) {
   retire_thread_ = std::thread([this] { RetireLoop(); });

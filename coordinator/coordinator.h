@@ -6,7 +6,8 @@
 //   WorkerRegistry    membership and leases (worker_registry.h)
 //   WorkerReconciler  registration: durable record, held vs expected shards
 //   TensorTable       tensors, versions, shard ids, retirement (tensor_table.h)
-//   Orchestrator      creates, puts, reshards, deletes on the workers
+//   Orchestrator      creates, puts, reshards, repairs, deletes on the workers
+//   Checkpoints       loads and saves checkpoint directories (checkpoints.h)
 //   MetadataLog       the durable record path, with group commit
 //
 // Thread-safe. No lock is held while talking to workers or while a record
@@ -28,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "coordinator/checkpoints.h"
 #include "coordinator/metadata_log.h"
 #include "coordinator/metadata_store.h"
 #include "coordinator/orchestrator.h"
@@ -211,18 +213,18 @@ class Coordinator {
   // How far the move of `name`'s bytes running now (a reshard, a repair)
   // has got.
   MoveProgress MoveProgressOf(const std::string& name) const {
-    return orchestrator_.Progress(name);
+    return orchestrator_.progress().Progress(name);
   }
 
-  // Checkpoints (Orchestrator::ListCheckpoint, Load and Save).
+  // Checkpoints (Checkpoints::List, Load and Save).
   absl::StatusOr<CheckpointListing> DescribeCheckpoint(const std::string& dir) {
-    return orchestrator_.ListCheckpoint(dir);
+    return checkpoints_.List(dir);
   }
   absl::StatusOr<LoadResult> LoadCheckpoint(const LoadArgs& args) {
-    return orchestrator_.Load(args);
+    return checkpoints_.Load(args);
   }
   absl::StatusOr<SaveResult> SaveCheckpoint(const SaveArgs& args) {
-    return orchestrator_.Save(args);
+    return checkpoints_.Save(args);
   }
 
   // Starts version N+1 of a tensor with N's layout for the caller to write
@@ -260,6 +262,7 @@ class Coordinator {
   WorkerRegistry registry_;
   TensorTable table_;
   Orchestrator orchestrator_;
+  Checkpoints checkpoints_;
   WorkerReconciler reconciler_;
   Recovered recovered_;
   std::string cluster_id_;

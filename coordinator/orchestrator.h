@@ -20,7 +20,6 @@
 #ifndef TESSERA_COORDINATOR_ORCHESTRATOR_H_
 #define TESSERA_COORDINATOR_ORCHESTRATOR_H_
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -28,12 +27,12 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/exchange_groups.h"
 #include "coordinator/metadata_log.h"
+#include "coordinator/move_progress.h"
 #include "coordinator/tensor_table.h"
 #include "coordinator/worker_control.h"
 #include "coordinator/worker_registry.h"
@@ -43,10 +42,8 @@
 #include "core/init_fill.h"
 #include "core/layout_spec.h"
 #include "core/limits.h"
-#include "core/load_plan.h"
 #include "core/replica_placement.h"
 #include "core/reshard_plan.h"
-#include "core/save_plan.h"
 #include "core/tensor_metadata.h"
 #include "core/transfer.h"
 
@@ -82,53 +79,10 @@ struct UpdateArgs {
   StopCondition stop;
 };
 
-// A load (CLI.md "Checkpoints (v3)"): tensors made from entries of a
-// checkpoint directory the workers see under their --checkpoint_root.
-struct LoadArgs {
-  struct Entry {
-    std::string entry;   // its name in the directory
-    std::string tensor;  // the tensor to make
-    LayoutSpec spec;
-  };
-  std::string dir;
-  std::vector<Entry> entries;
-  std::string owner;  // as CreateTensorArgs::owner
-  StopCondition stop;
-};
-// A save (CLI.md "Checkpoints (v3)"): the tensors `names`, or (none
-// named) those whose names start with `prefix`.
-struct SaveArgs {
-  std::string dir;
-  std::vector<std::string> names;
-  std::string prefix;
-  StopCondition stop;
-  // Who asks (recorded in tessera.json); a checkpoint in `dir` saved by
-  // another principal, or not by tessera, is replaced only with
-  // `overwrite`.
-  std::string principal;
-  bool overwrite = false;
-};
-struct SaveResult {
-  std::vector<std::string> tensors;  // in the order asked (else the table's)
-  int64_t bytes = 0;                 // their bytes
-  int64_t files = 0;                 // .safetensors files written
-  double seconds = 0;
-};
 // Replicas [first, end) of each shard (Orchestrator::SealShards).
 struct ReplicaRange {
   size_t first = 0;
   size_t end = SIZE_MAX;
-};
-
-// How a save cuts a worker's pieces into files (one order each).
-inline constexpr int64_t kSaveFileBytes = int64_t{1} << 30;
-inline constexpr int64_t kSaveFileItems = 1024;
-
-struct LoadResult {
-  std::vector<TensorMetadataPtr> tensors;  // in the order asked
-  int64_t bytes = 0;                       // the tensors' bytes
-  int64_t bytes_read = 0;  // what the workers read from the files
-  double seconds = 0;
 };
 
 // What one repair of one tensor did (Orchestrator::Repair).
@@ -245,72 +199,12 @@ class Orchestrator {
   // lost shards).
   void FillWorkerState(TensorMetadata* meta) const;
 
-  // What checkpoint directory `dir` holds, as a ready worker reads it.
-  absl::StatusOr<CheckpointListing> ListCheckpoint(const std::string& dir);
-  // Creates each entry's tensor (a 0-d entry as shape [1], FileOrigin
-  // recording the file's metadata and the entry's place), has each worker
-  // holding a shard's first replica read exactly that shard's bytes from
-  // the files (core/file_runs), and commits them, the other replicas filled
-  // as a put's are. All or nothing: on any failure every tensor it made is
-  // deleted. NOT_FOUND for an entry the directory lacks.
-  absl::StatusOr<LoadResult> Load(const LoadArgs& args);
-
-  // Writes the tensors into `dir`: every worker holding a shard's first
-  // available replica writes its pieces into its own files (in parallel),
-  // each piece's CRC-32 computed as it is written; then tessera.json and
-  // the Hugging Face index go in, each whole, and the files of an earlier
-  // checkpoint in `dir` are removed. A failure leaves no file of this save
-  // that an index names, and an earlier checkpoint as it was.
-  absl::StatusOr<SaveResult> Save(const SaveArgs& args);
-
-  // How far the move of `name`'s pieces running now has got (not running:
-  // none runs).
-  MoveProgress Progress(const std::string& name) const;
+  // How far each running move has got (reshards, repairs, and the loads and
+  // saves of Checkpoints).
+  MoveProgressBoard* progress() { return &progress_; }
+  const MoveProgressBoard& progress() const { return progress_; }
 
  private:
-  // Bytes a running move has landed, counted as each Transfer returns.
-  struct MoveTally {
-    std::atomic<int64_t> total{0};
-    std::atomic<int64_t> done{0};
-  };
-
-  // `tally` counts the move of each of `names` (GetMoveProgress), never
-  // over another change's count; Untrack ends it (if still its).
-  void Track(const std::vector<std::string>& names,
-             const std::shared_ptr<MoveTally>& tally)
-      ABSL_LOCKS_EXCLUDED(progress_mu_);
-  void Untrack(const std::vector<std::string>& names,
-               const std::shared_ptr<MoveTally>& tally)
-      ABSL_LOCKS_EXCLUDED(progress_mu_);
-
-  // The worker that reads and writes a checkpoint directory's own files
-  // (listing, index files): every worker sees the directory.
-  // The parts of Load.
-  absl::Status CreateLoadTargets(const LoadArgs& args,
-                                 const CheckpointListing& listing,
-                                 const std::vector<size_t>& found,
-                                 std::vector<TensorMetadataPtr>* made);
-  absl::StatusOr<int64_t> ReadLoadOrders(
-      const LoadArgs& args, const LoadPlan& plan, MoveTally* tally,
-      std::vector<std::vector<uint32_t>>* parts);
-  // The parts of Save.
-  struct EarlierSave {
-    std::string save_id;
-    absl::flat_hash_set<std::string> files;  // its own, to remove
-  };
-  absl::StatusOr<std::vector<std::string>> SaveNames(
-      const SaveArgs& args) const;
-  absl::StatusOr<EarlierSave> FindEarlierSave(const SaveArgs& args);
-  absl::Status WriteSaveFiles(const SaveArgs& args, SavePlan* plan,
-                              MoveTally* tally,
-                              std::vector<std::vector<std::string>>* written);
-  absl::Status WriteSaveIndex(const SaveArgs& args,
-                              const CheckpointListing& listing);
-  absl::Status FinishSave(const SaveArgs& args,
-                          const CheckpointListing& listing,
-                          EarlierSave earlier);
-  absl::StatusOr<WorkerRef> DirectoryWorker() const;
-
   // Resolves spec.placements[i] for every box into `meta->shards` (each
   // shard's first replica) and places `replicas - 1` more of each
   // (core/replica_placement.h) on the ready workers.
@@ -413,9 +307,7 @@ class Orchestrator {
   WorkerControl* const workers_;
   const TensorLimits limits_;
   ExchangeGroups exchanges_;
-  mutable absl::Mutex progress_mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<MoveTally>> progress_
-      ABSL_GUARDED_BY(progress_mu_);
+  MoveProgressBoard progress_;
 };
 
 }  // namespace tessera
