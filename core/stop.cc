@@ -59,6 +59,25 @@ OneAtATime::Held::~Held() {
   owner_->held_ = false;
 }
 
+CancelWhen::CancelWhen(std::function<bool()> cancelled,
+                       Cancellation* cancellation, absl::Duration every) {
+  if (!cancelled) return;
+  poller_ = std::thread(
+      [this, cancelled = std::move(cancelled), cancellation, every] {
+        while (!done_.WaitForNotificationWithTimeout(every)) {
+          if (cancelled()) {
+            cancellation->Cancel();
+            return;
+          }
+        }
+      });
+}
+
+CancelWhen::~CancelWhen() {
+  done_.Notify();
+  if (poller_.joinable()) poller_.join();
+}
+
 absl::Status AwaitUnlessStopped(absl::Mutex& mu,
                                 const absl::Condition& condition,
                                 const StopCondition& stop,

@@ -1,6 +1,7 @@
 // When work in progress gives up: StopCondition is polled by the working
 // thread (a deadline, a caller's cancellation); Cancellation is how one
-// party gives up calls that other threads are blocked in; OneAtATime is a
+// party gives up calls that other threads are blocked in (CancelWhen turns
+// the first into the second); OneAtATime is a
 // lock whose waiters give up by their StopCondition.
 #ifndef TESSERA_CORE_STOP_H_
 #define TESSERA_CORE_STOP_H_
@@ -8,12 +9,14 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 
 namespace tessera {
@@ -67,6 +70,23 @@ class Cancellation {
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<uint64_t, std::function<void()>> stops_ ABSL_GUARDED_BY(mu_);
+};
+
+// Cancels `cancellation` once `cancelled` returns true, polled every
+// `every` on a thread of its own while it lives: how a caller's
+// cancellation that has no signal (a gRPC server handler's context) stops
+// calls blocked in other threads. An empty `cancelled` starts no thread.
+class CancelWhen {
+ public:
+  CancelWhen(std::function<bool()> cancelled, Cancellation* cancellation,
+             absl::Duration every = absl::Milliseconds(20));
+  ~CancelWhen();
+  CancelWhen(const CancelWhen&) = delete;
+  CancelWhen& operator=(const CancelWhen&) = delete;
+
+ private:
+  absl::Notification done_;
+  std::thread poller_;
 };
 
 // Waits, with `mu` held, until `condition` holds, or until `stop` says to

@@ -83,6 +83,41 @@ TEST(CancellationTest, OneThreadGivesUpCallsBlockedInOthers) {
   EXPECT_EQ(returned.load(), 4);
 }
 
+TEST(CancelWhenTest, APolledCancellationStopsACallBlockedElsewhere) {
+  Cancellation cancellation;
+  std::atomic<bool> caller_gone{false};
+  CancelWhen watch([&] { return caller_gone.load(); }, &cancellation,
+                   absl::Milliseconds(5));
+  absl::Notification stop;
+  Cancellation::Registration registered =
+      cancellation.OnCancel([&] { stop.Notify(); });
+  EXPECT_FALSE(stop.WaitForNotificationWithTimeout(absl::Milliseconds(50)));
+  caller_gone = true;
+  EXPECT_TRUE(stop.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(cancellation.cancelled());
+}
+
+TEST(CancelWhenTest, EndingTheWatchNeverCancels) {
+  Cancellation cancellation;
+  std::atomic<int> polls{0};
+  {
+    CancelWhen watch(
+        [&] {
+          ++polls;
+          return false;
+        },
+        &cancellation, absl::Milliseconds(1));
+    absl::SleepFor(absl::Milliseconds(30));
+  }
+  const int after = polls.load();
+  EXPECT_GT(after, 0);
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(polls.load(), after);  // the poller is gone
+  EXPECT_FALSE(cancellation.cancelled());
+  CancelWhen none({}, &cancellation);  // nothing to poll: no thread
+  EXPECT_FALSE(cancellation.cancelled());
+}
+
 TEST(OneAtATimeTest, AWaiterGetsItsTurnWhenTheHolderLetsGo) {
   OneAtATime gpu;
   std::optional<OneAtATime::Held> first;

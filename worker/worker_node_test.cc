@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -514,14 +515,17 @@ class StalledPeerTest : public ::testing::TestWithParam<bool> {
 
   // Pulls one piece from the stalled worker; returns how long it took.
   absl::Duration Pull(const WorkerNodeOptions& options, absl::Time deadline,
-                      absl::Status* status) {
+                      absl::Status* status,
+                      std::function<bool()> cancelled = {}) {
     WorkerNode node(&store_, options);
     TransferBatch batch;
     batch.src_worker = "w0";
     batch.src_address = absl::StrCat("127.0.0.1:", server_.port);
     batch.pieces.push_back(TransferPiece{1, {0}, 2, {0}, {4}});
     const absl::Time start = absl::Now();
-    *status = node.Transfer(batch, StopCondition{deadline, {}}).status();
+    *status =
+        node.Transfer(batch, StopCondition{deadline, std::move(cancelled)})
+            .status();
     return absl::Now() - start;
   }
 
@@ -556,6 +560,19 @@ TEST_P(StalledPeerTest, PullEndsAtTheOrdersDeadline) {
             absl::Seconds(5));
   EXPECT_THAT(status, StatusIs(absl::StatusCode::kDeadlineExceeded,
                                HasSubstr("deadline")));
+}
+
+TEST_P(StalledPeerTest, PullStopsSoonAfterItsCallerCancels) {
+  // The coordinator gave up on the order (its caller went, or it stops):
+  // the read under way ends, not at the idle timeout or the deadline.
+  WorkerNodeOptions options = Options();
+  options.pull_idle_timeout = absl::Seconds(20);
+  const absl::Time cancel_at = absl::Now() + absl::Milliseconds(300);
+  absl::Status status;
+  EXPECT_LT(Pull(options, absl::InfiniteFuture(), &status,
+                 [cancel_at] { return absl::Now() >= cancel_at; }),
+            absl::Seconds(3));
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kCancelled));
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, StalledPeerTest,
