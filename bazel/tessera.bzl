@@ -46,3 +46,30 @@ def tessera_proto_library(name, src, deps = [], grpc = False, visibility = None)
         deps = deps + ["//third_party:protobuf"] + (["//third_party:grpc"] if grpc else []),
         visibility = visibility,
     )
+
+# What every end-to-end test of tests/ links: a real cluster of daemon
+# processes (tests/cluster.h), test arrays, the SDK, core and its matchers.
+CLUSTER_TEST_DEPS = [
+    "//tests:cluster",
+    "//tests:test_arrays",
+    "//client:sdk",
+    "//core",
+    "//core/testing:status_matchers",
+    "//third_party:absl",
+]
+
+CLUSTER_TEST_DAEMONS = [
+    "//coordinator:tessera-coordinator",
+    "//worker:tessera-worker",
+]
+
+def tessera_cluster_test(name, deps = [], data = [], size = "large", **kwargs):
+    """An end-to-end test in NAME.cc against real daemons on 127.0.0.1."""
+    tessera_cc_test(
+        name = name,
+        size = size,
+        srcs = [name + ".cc"],
+        data = CLUSTER_TEST_DAEMONS + data,
+        deps = CLUSTER_TEST_DEPS + [d for d in deps if d not in CLUSTER_TEST_DEPS],
+        **kwargs
+    )
