@@ -207,7 +207,9 @@ void CoordinatorDaemon::Parts::ListCoordinators(const std::string& listen) {
 }
 
 CoordinatorDaemon::CoordinatorDaemon(CoordinatorDaemonOptions options)
-    : options_(std::move(options)), parts_(std::make_unique<Parts>()) {}
+    : options_(std::move(options)),
+      parts_(std::make_unique<Parts>()),
+      life_(options_.on_fatal) {}
 
 CoordinatorDaemon::~CoordinatorDaemon() {
   if (!stopped_) Stop(absl::ZeroDuration());
@@ -408,50 +410,17 @@ absl::Status CoordinatorDaemon::Serve() {
       serve_at, &*p.server, o.security.self_probe_credentials, [this] {
         Fail(absl::UnavailableError("the gRPC port accepts nothing"));
       });
-  absl::MutexLock lock(&mu_);
-  address_ = serve_at;
-  serving_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    address_ = serve_at;
+  }
+  life_.MarkServing();
   return absl::OkStatus();
 }
 
 void CoordinatorDaemon::Fail(const absl::Status& status) {
   spdlog::error("{}", std::string(status.message()));
-  {
-    absl::MutexLock lock(&mu_);
-    if (!failure_.ok()) return;
-    failure_ = status;
-  }
-  if (options_.on_fatal) options_.on_fatal();
-  // Wait returns only once on_fatal has run.
-  absl::MutexLock lock(&mu_);
-  fatal_told_ = true;
-}
-
-absl::Status CoordinatorDaemon::failure() const {
-  absl::MutexLock lock(&mu_);
-  return failure_;
-}
-
-absl::Status CoordinatorDaemon::Wait() {
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](CoordinatorDaemon* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d->mu_) {
-        return d->stop_requested_ || d->fatal_told_;
-      },
-      this));
-  return failure_;
-}
-
-bool CoordinatorDaemon::WaitUntilServing(absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
-  mu_.AwaitWithTimeout(
-      absl::Condition(
-          +[](CoordinatorDaemon* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d->mu_) {
-            return d->serving_ || d->stop_requested_ || !d->failure_.ok();
-          },
-          this),
-      timeout);
-  return serving_ && !stop_requested_ && failure_.ok();
+  life_.Fail(status);
 }
 
 std::string CoordinatorDaemon::address() const {
@@ -460,12 +429,7 @@ std::string CoordinatorDaemon::address() const {
 }
 
 bool CoordinatorDaemon::Stop(absl::Duration grace) {
-  bool failed;
-  {
-    absl::MutexLock lock(&mu_);
-    stop_requested_ = true;
-    failed = !failure_.ok();
-  }
+  const bool failed = life_.RequestStop();
   stopped_ = true;
   if (!stop_.HasBeenNotified()) stop_.Notify();
   if (leader_.joinable()) leader_.join();

@@ -18,6 +18,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "coordinator/coordinator.h"
+#include "ops/daemon_life.h"
 #include "ops/daemon_security.h"
 #include "rpc/channel.h"
 #include "rpc/security.h"
@@ -67,11 +68,13 @@ class CoordinatorDaemon {
   CoordinatorDaemon& operator=(const CoordinatorDaemon&) = delete;
 
   // Blocks until Stop is called (OK) or the daemon fails (why).
-  absl::Status Wait();
-  absl::Status failure() const;
+  absl::Status Wait() { return life_.Wait(); }
+  absl::Status failure() const { return life_.failure(); }
   // Blocks until it serves (true), fails or is stopped (false), or
   // `timeout` passes (false).
-  bool WaitUntilServing(absl::Duration timeout);
+  bool WaitUntilServing(absl::Duration timeout) {
+    return life_.WaitUntilServing(timeout);
+  }
 
   // Stops standing by or serving: calls in flight get `grace` to finish; a
   // leader then steps down. False when a handler outlived the grace: the
@@ -93,11 +96,8 @@ class CoordinatorDaemon {
   std::unique_ptr<Parts> parts_;
   absl::Notification stop_;
   std::thread leader_;
+  DaemonLife life_;
   mutable absl::Mutex mu_;
-  absl::Status failure_ ABSL_GUARDED_BY(mu_);
-  bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
-  bool fatal_told_ ABSL_GUARDED_BY(mu_) = false;  // on_fatal has run
-  bool serving_ ABSL_GUARDED_BY(mu_) = false;
   std::string address_ ABSL_GUARDED_BY(mu_);
   bool stopped_ = false;
 };

@@ -17,6 +17,7 @@
 #include "core/file_runs.h"
 #include "core/init_fill.h"
 #include "core/load_plan.h"
+#include "core/save_plan.h"
 #include "core/stop.h"
 #include "core/transfer.h"
 
@@ -44,28 +45,6 @@ struct AllocateBatch {
   Shape tensor_shape;
   InitSpec init;
   std::vector<std::pair<uint64_t, Box>> shards;  // shard id, box in the tensor
-};
-
-// What a load's order read.
-struct LoadedRuns {
-  int64_t bytes_read = 0;   // from the file, gaps between runs included
-  uint32_t part_crc32 = 0;  // of the order's piece (PartCrc32)
-};
-
-// A save's item: shard `shard_id` (of `tensor` at `version`) stored as
-// entry `entry` of a file; 0-d when `scalar`.
-struct SaveItem {
-  std::string entry;
-  uint64_t shard_id = 0;
-  std::string tensor;
-  uint64_t version = 0;
-  bool scalar = false;
-};
-// Where an item landed.
-struct SavedItem {
-  int64_t data_offset = 0;
-  int64_t bytes = 0;
-  uint32_t crc32 = 0;
 };
 
 class WorkerControl {

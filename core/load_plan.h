@@ -30,6 +30,12 @@ struct LoadOrder {
   int64_t piece_bytes = 0;
 };
 
+// What a load's order read.
+struct LoadedRuns {
+  int64_t bytes_read = 0;   // from the file, gaps between runs included
+  uint32_t part_crc32 = 0;  // of the order's piece (PartCrc32)
+};
+
 struct LoadPlan {
   struct Order {
     LoadOrder order;

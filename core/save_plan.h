@@ -18,6 +18,22 @@
 
 namespace tessera {
 
+// A save's item: shard `shard_id` (of `tensor` at `version`) stored as
+// entry `entry` of a file; 0-d when `scalar`.
+struct SaveItem {
+  std::string entry;
+  uint64_t shard_id = 0;
+  std::string tensor;
+  uint64_t version = 0;
+  bool scalar = false;
+};
+// Where an item landed.
+struct SavedItem {
+  int64_t data_offset = 0;
+  int64_t bytes = 0;
+  uint32_t crc32 = 0;
+};
+
 struct SavePlanItem {
   size_t tensor = 0;  // into the listing's entries
   size_t piece = 0;   // into that entry's pieces

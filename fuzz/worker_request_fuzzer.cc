@@ -201,21 +201,37 @@ std::string Grant(const Worker& w, uint64_t id, uint32_t rights) {
   return MintCapability(grant, kKey);
 }
 
-std::unique_ptr<grpc::ClientContext> Context() {
+// A call's context, bounded, carrying `capability` (none: empty).
+std::unique_ptr<grpc::ClientContext> Context(
+    const std::string& capability = "") {
   auto context = std::make_unique<grpc::ClientContext>();
   context->set_deadline(std::chrono::system_clock::now() +
                         std::chrono::seconds(5));
+  if (!capability.empty()) {
+    context->AddMetadata(kCapabilityHeader, capability);
+  }
   return context;
+}
+
+// Parses one record as `request`; false when it is not one.
+template <typename Request>
+bool Parse(absl::string_view bytes, Request* request) {
+  return request->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
+}
+
+// Whatever the input, a handler answers with a status that says what was
+// wrong with it: never UNKNOWN (an escaped exception) or INTERNAL.
+void CheckAnswered(const grpc::Status& s) {
+  FUZZ_CHECK(s.error_code() != grpc::StatusCode::UNKNOWN &&
+                 s.error_code() != grpc::StatusCode::INTERNAL,
+             s.error_message());
 }
 
 void FlushWrites(Worker* w, std::vector<v1::WriteShardRequest>* pending,
                  bool granted) {
   if (pending->empty()) return;
-  auto context = Context();
-  if (granted) {
-    context->AddMetadata(kCapabilityHeader,
-                         Grant(*w, pending->front().shard_id(), kRightWrite));
-  }
+  auto context = Context(
+      granted ? Grant(*w, pending->front().shard_id(), kRightWrite) : "");
   v1::WriteShardResponse response;
   auto writer = w->stub->WriteShard(context.get(), &response);
   for (const v1::WriteShardRequest& m : *pending) {
@@ -246,23 +262,16 @@ void Run(const uint8_t* data, size_t size) {
     switch (kind) {
       case 0: {
         v1::AllocateShardsRequest request;
-        if (!request.ParseFromArray(bytes.data(),
-                                    static_cast<int>(bytes.size())))
-          break;
+        if (!Parse(bytes, &request)) break;
         v1::AllocateShardsResponse response;
         (void)w->service->Allocate(order, request, {}, &response);
         break;
       }
       case 1: {
         v1::ReadRegionRequest request;
-        if (!request.ParseFromArray(bytes.data(),
-                                    static_cast<int>(bytes.size())))
-          break;
-        auto context = Context();
-        if (granted) {
-          context->AddMetadata(kCapabilityHeader,
-                               Grant(*w, request.shard_id(), kRightRead));
-        }
+        if (!Parse(bytes, &request)) break;
+        auto context =
+            Context(granted ? Grant(*w, request.shard_id(), kRightRead) : "");
         auto reader = w->stub->ReadRegion(context.get(), request);
         v1::ReadRegionResponse chunk;
         int64_t total = 0;
@@ -270,16 +279,12 @@ void Run(const uint8_t* data, size_t size) {
           total += static_cast<int64_t>(chunk.data().size());
         grpc::Status s = reader->Finish();
         FUZZ_CHECK(total <= kCapacity, absl::StrCat(total));
-        FUZZ_CHECK(s.error_code() != grpc::StatusCode::UNKNOWN &&
-                       s.error_code() != grpc::StatusCode::INTERNAL,
-                   s.error_message());
+        CheckAnswered(s);
         break;
       }
       case 2: {
         v1::TransferRequest request;
-        if (!request.ParseFromArray(bytes.data(),
-                                    static_cast<int>(bytes.size())))
-          break;
+        if (!Parse(bytes, &request)) break;
         const Worker& src = *workers[(op >> 4) & 1];
         request.set_src_address(src.address);
         absl::StatusOr<TransferBatch> batch = TransferBatchFromProto(request);
@@ -298,25 +303,19 @@ void Run(const uint8_t* data, size_t size) {
       case 3: {
         if ((op & 16) != 0) {
           v1::SealShardsRequest request;
-          if (!request.ParseFromArray(bytes.data(),
-                                      static_cast<int>(bytes.size())))
-            break;
+          if (!Parse(bytes, &request)) break;
           (void)w->service->Seal(order, request);
           break;
         }
         v1::FreeShardsRequest request;
-        if (!request.ParseFromArray(bytes.data(),
-                                    static_cast<int>(bytes.size())))
-          break;
+        if (!Parse(bytes, &request)) break;
         v1::FreeShardsResponse response;
         (void)w->service->Free(order, request, &response);
         break;
       }
       case 4: {
         v1::WriteShardRequest request;
-        if (!request.ParseFromArray(bytes.data(),
-                                    static_cast<int>(bytes.size())))
-          break;
+        if (!Parse(bytes, &request)) break;
         pending.push_back(std::move(request));
         pending_worker = w;
         pending_granted = granted;
@@ -325,9 +324,7 @@ void Run(const uint8_t* data, size_t size) {
       case 5: {
         if ((op & 16) != 0) {
           v1::ReadSmallRegionsRequest request;
-          if (!request.ParseFromArray(bytes.data(),
-                                      static_cast<int>(bytes.size())))
-            break;
+          if (!Parse(bytes, &request)) break;
           auto context = Context();
           if (granted && request.regions_size() > 0) {
             context->AddMetadata(
@@ -341,15 +338,11 @@ void Run(const uint8_t* data, size_t size) {
               static_cast<int64_t>(response.data().size()) <= kMaxChunkBytes,
               absl::StrCat(response.data().size()));
           FUZZ_CHECK(s.ok() || response.data().empty(), s.error_message());
-          FUZZ_CHECK(s.error_code() != grpc::StatusCode::UNKNOWN &&
-                         s.error_code() != grpc::StatusCode::INTERNAL,
-                     s.error_message());
+          CheckAnswered(s);
           break;
         }
         v1::ReadRowsRequest request;
-        if (!request.ParseFromArray(bytes.data(),
-                                    static_cast<int>(bytes.size())))
-          break;
+        if (!Parse(bytes, &request)) break;
         auto context = Context();
         if (granted && request.shards_size() > 0) {
           context->AddMetadata(
@@ -361,21 +354,14 @@ void Run(const uint8_t* data, size_t size) {
         FUZZ_CHECK(
             static_cast<int64_t>(response.data().size()) <= kMaxChunkBytes,
             absl::StrCat(response.data().size()));
-        FUZZ_CHECK(s.error_code() != grpc::StatusCode::UNKNOWN &&
-                       s.error_code() != grpc::StatusCode::INTERNAL,
-                   s.error_message());
+        CheckAnswered(s);
         break;
       }
       case 6: {
         v1::StageReadRequest request;
-        if (!request.ParseFromArray(bytes.data(),
-                                    static_cast<int>(bytes.size())))
-          break;
-        auto context = Context();
-        if (granted) {
-          context->AddMetadata(kCapabilityHeader,
-                               Grant(*w, request.shard_id(), kRightRead));
-        }
+        if (!Parse(bytes, &request)) break;
+        auto context =
+            Context(granted ? Grant(*w, request.shard_id(), kRightRead) : "");
         auto stream = w->stub->StageRead(context.get());
         v1::StageReadResponse reply;
         if (stream->Write(request) && stream->Read(&reply)) {
@@ -390,24 +376,17 @@ void Run(const uint8_t* data, size_t size) {
         }
         stream->WritesDone();
         grpc::Status s = stream->Finish();
-        FUZZ_CHECK(s.error_code() != grpc::StatusCode::UNKNOWN &&
-                       s.error_code() != grpc::StatusCode::INTERNAL,
-                   s.error_message());
+        CheckAnswered(s);
         break;
       }
       case 7: {
         v1::NcclExchangeRequest request;
-        if (!request.ParseFromArray(bytes.data(),
-                                    static_cast<int>(bytes.size())))
-          break;
-        auto context = Context();
-        if (granted) context->AddMetadata(kCapabilityHeader, order);
+        if (!Parse(bytes, &request)) break;
+        auto context = Context(granted ? order : "");
         v1::NcclExchangeResponse response;
         grpc::Status s =
             w->stub->NcclExchange(context.get(), request, &response);
-        FUZZ_CHECK(s.error_code() != grpc::StatusCode::UNKNOWN &&
-                       s.error_code() != grpc::StatusCode::INTERNAL,
-                   s.error_message());
+        CheckAnswered(s);
         FUZZ_CHECK(granted || !s.ok(), "an exchange without an order");
         break;
       }

@@ -387,7 +387,9 @@ void WorkerDaemon::Parts::AddWorkerMetrics(const WorkerDaemonOptions& options) {
 }
 
 WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options)
-    : options_(std::move(options)), parts_(std::make_unique<Parts>()) {}
+    : options_(std::move(options)),
+      parts_(std::make_unique<Parts>()),
+      life_(options_.on_fatal) {}
 
 WorkerDaemon::~WorkerDaemon() {
   if (!stopped_ && parts_->server.has_value()) Stop(absl::ZeroDuration());
@@ -493,43 +495,13 @@ absl::Status WorkerDaemon::StartParts() {
   return absl::OkStatus();
 }
 
-void WorkerDaemon::Fail(const absl::Status& status) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (!failure_.ok()) return;
-    failure_ = status;
-  }
-  if (options_.on_fatal) options_.on_fatal();
-  // Wait returns only once on_fatal has run.
-  absl::MutexLock lock(&mu_);
-  fatal_told_ = true;
-}
-
-absl::Status WorkerDaemon::failure() const {
-  absl::MutexLock lock(&mu_);
-  return failure_;
-}
-
-absl::Status WorkerDaemon::Wait() {
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](WorkerDaemon* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d->mu_) {
-        return d->stop_requested_ || d->fatal_told_;
-      },
-      this));
-  return failure_;
-}
-
 int WorkerDaemon::port() const {
   return parts_ != nullptr && parts_->server.has_value() ? parts_->server->port
                                                          : 0;
 }
 
 bool WorkerDaemon::Stop(absl::Duration grace) {
-  {
-    absl::MutexLock lock(&mu_);
-    stop_requested_ = true;
-  }
+  life_.RequestStop();
   stopped_ = true;
   Parts& p = *parts_;
   p.probe.reset();

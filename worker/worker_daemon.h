@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/placement.h"
+#include "ops/daemon_life.h"
 #include "ops/daemon_security.h"
 #include "rpc/server.h"
 #include "transport/shared_memory_arena.h"
@@ -81,9 +82,9 @@ class WorkerDaemon {
   WorkerDaemon& operator=(const WorkerDaemon&) = delete;
 
   // Blocks until Stop is called (OK) or the daemon fails (why).
-  absl::Status Wait();
+  absl::Status Wait() { return life_.Wait(); }
   // Why the daemon failed; OK while it has not.
-  absl::Status failure() const;
+  absl::Status failure() const { return life_.failure(); }
 
   // Stops the registration, then the server: calls in flight get `grace`
   // to finish. False when a handler outlived it: the process must then
@@ -99,17 +100,14 @@ class WorkerDaemon {
   class Parts;
   explicit WorkerDaemon(WorkerDaemonOptions options);
   absl::Status StartParts();
-  void Fail(const absl::Status& status);
+  void Fail(const absl::Status& status) { life_.Fail(status); }
 
   WorkerDaemonOptions options_;
   std::string name_;
   std::string address_;
   std::unique_ptr<Parts> parts_;
   WorkerNode* node_ = nullptr;  // in parts_
-  mutable absl::Mutex mu_;
-  absl::Status failure_ ABSL_GUARDED_BY(mu_);
-  bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
-  bool fatal_told_ ABSL_GUARDED_BY(mu_) = false;  // on_fatal has run
+  DaemonLife life_;
   bool stopped_ = false;
 };
 

@@ -108,6 +108,8 @@ WorkerNode::WorkerNode(ShardStore* store, WorkerNodeOptions options,
                        std::unique_ptr<ShardTransport> peers)
     : store_(store),
       options_(Normalized(std::move(options))),
+      checkpoints_(store_, options_.checkpoint_root,
+                   [this](uint64_t id) { return TakesWrites(id); }),
       peers_(std::move(peers)) {
   if (options_.arena != nullptr) {
     staging_ = std::make_unique<StagingPool>(options_.arena, store_,

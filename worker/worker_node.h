@@ -38,6 +38,7 @@
 #include "transport/shard_transport.h"
 #include "transport/shared_memory_arena.h"
 #include "transport/transport_chain.h"
+#include "worker/checkpoint_io.h"
 #include "worker/device_exchange.h"
 #include "worker/shard_store.h"
 #include "worker/staging_pool.h"
@@ -226,6 +227,8 @@ class WorkerNode {
 
   ShardStore& store() const { return *store_; }
   const WorkerNodeOptions& options() const { return options_; }
+  // Checkpoint I/O under options().checkpoint_root, on this node's shards.
+  const CheckpointIo& checkpoints() const { return checkpoints_; }
 
   // Allocates every shard and fills it per `init`, or none: on any failure,
   // or when `cancelled` (polled now and then, may be empty) turns true, the
@@ -364,6 +367,7 @@ class WorkerNode {
 
   ShardStore* const store_;
   const WorkerNodeOptions options_;
+  const CheckpointIo checkpoints_;
   // Lends the staging blocks of StageRead (null without an arena).
   std::unique_ptr<StagingPool> staging_;
   mutable absl::Mutex mu_;

@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "core/checked_math.h"
@@ -20,7 +19,6 @@
 #include "core/errors.h"
 #include "core/limits.h"
 #include "core/placement.h"
-#include "core/safetensors.h"
 #include "core/status_macros.h"
 #include "rpc/channel.h"
 #include "rpc/convert.h"
@@ -28,8 +26,7 @@
 #include "rpc/server.h"
 #include "rpc/status.h"
 #include "transport/grpc_transport.h"
-#include "worker/checkpoint_files.h"
-#include "worker/write_fully.h"
+#include "worker/checkpoint_io.h"
 
 namespace tessera {
 namespace {
@@ -667,15 +664,8 @@ grpc::Status WorkerService::ListCheckpoint(
     TESSERA_RETURN_IF_ERROR(node_->Admit(PresentedCapability(*context),
                                          "/tessera.v1.Worker/ListCheckpoint",
                                          {}));
-    const CheckpointRoot root(node_->options().checkpoint_root);
     TESSERA_ASSIGN_OR_RETURN(CheckpointListing listing,
-                             root.List(request->dir()));
-    // The metadata within what a tensor keeps, before anything is sent.
-    FileOrigin origin;
-    origin.metadata = listing.metadata;
-    if (absl::Status s = CheckFileOrigin(origin); !s.ok()) {
-      return Annotate(s, "checkpoint: the file's __metadata__");
-    }
+                             node_->checkpoints().List(request->dir()));
     CheckpointListingToProto(listing, response->mutable_entries(),
                              response->mutable_origin());
     response->set_save_id(listing.save_id);
@@ -698,74 +688,21 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context,
           "LoadShard: ", request->runs_size(),
           " runs are more than one order carries (", kMaxRuns, ")"));
     }
-    TESSERA_ASSIGN_OR_RETURN(ShardDesc shard,
-                             node_->store().Describe(request->shard_id()));
-    const int64_t shard_bytes = shard.ByteSize();
     std::vector<FileRun> runs;
     runs.reserve(request->runs_size());
-    int64_t last_end = 0;
     for (const v1::FileRun& r : request->runs()) {
-      // Every run inside the shard and after the one before it.
-      if (r.length() < 0 || r.shard_offset() < 0 || r.file_offset() < 0 ||
-          r.shard_offset() > shard_bytes - r.length() ||
-          r.file_offset() < last_end) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "LoadShard: run (", r.file_offset(), ", ", r.length(), ", ",
-            r.shard_offset(), ") is not inside the shard of ", shard_bytes,
-            " bytes in file order"));
-      }
-      last_end = r.file_offset() + r.length();
       runs.push_back({r.file_offset(), r.length(), r.shard_offset()});
     }
-    // A piece's part CRC: every run inside the piece.
-    const int64_t piece_offset = request->piece_offset();
-    const int64_t piece_bytes = request->piece_bytes();
-    if (piece_bytes < 0 || piece_offset < 0 ||
-        (piece_bytes > 0 && !runs.empty() &&
-         (runs.front().file_offset < piece_offset ||
-          last_end - piece_offset > piece_bytes))) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("LoadShard: runs up to file byte ", last_end,
-                       " are not inside the piece of ", piece_bytes,
-                       " bytes at ", piece_offset));
-    }
-    PartCrc32 part(piece_bytes);
-    const CheckpointRoot root(node_->options().checkpoint_root);
-    ShardStore& store = node_->store();
-    const uint64_t id = request->shard_id();
-    // Host memory is written in place: a column layout lands a run per row
-    // (tens of thousands of small copies), each through the store's lookup
-    // otherwise. Every run was checked to lie inside the shard above.
-    absl::StatusOr<PinnedShard> pinned = store.Pin(id);
     TESSERA_ASSIGN_OR_RETURN(
-        const int64_t read,
-        root.ReadRuns(request->dir(), request->file(), runs,
-                      /*max_gap=*/kLoadMaxGapBytes,
-                      /*max_span=*/kLoadSpanBytes,
-                      [&](const FileRun& run, absl::string_view bytes) {
-                        if (piece_bytes > 0) {
-                          part.Add(run.file_offset - piece_offset, bytes);
-                        }
-                        if (pinned.ok()) {
-                          std::memcpy(pinned->data + run.shard_offset,
-                                      bytes.data(), bytes.size());
-                          return absl::OkStatus();
-                        }
-                        return store.Write(id, run.shard_offset, bytes);
-                      }));
-    response->set_bytes_read(read);
-    if (piece_bytes > 0) response->set_part_crc32(part.Finish());
+        const LoadedRuns loaded,
+        node_->checkpoints().Load(
+            request->dir(), request->file(), request->shard_id(), runs,
+            request->piece_offset(), request->piece_bytes()));
+    response->set_bytes_read(loaded.bytes_read);
+    if (request->piece_bytes() > 0) response->set_part_crc32(loaded.part_crc32);
     return absl::OkStatus();
   }());
 }
-
-namespace {
-
-// Bytes a save copies out of a shard the host cannot address (GPU memory)
-// at a time.
-constexpr int64_t kSaveChunkBytes = int64_t{8} << 20;
-
-}  // namespace
 
 grpc::Status WorkerService::SaveShards(grpc::ServerContext* context,
                                        const v1::SaveShardsRequest* request,
@@ -778,102 +715,25 @@ grpc::Status WorkerService::SaveShards(grpc::ServerContext* context,
           "SaveShards names ", request->items_size(), " shards; at most ",
           node_->options().max_shards_per_request, " per request"));
     }
-    FileOrigin origin;
+    std::vector<std::pair<std::string, std::string>> metadata;
     for (const v1::FileOrigin::Pair& pair : request->metadata())
-      origin.metadata.emplace_back(pair.key(), pair.value());
-    TESSERA_RETURN_IF_ERROR(CheckFileOrigin(origin));
-    ShardStore& store = node_->store();
-    // Each shard must belong to the tensor version the order names (a
-    // version keeps the shards a change left alone, made by an earlier
-    // one: the read rule), and be sealed: a shard id of another tensor is
-    // never written under this one's name.
-    std::vector<SafetensorsTensor> tensors;
-    std::vector<ShardDesc> descs;
+      metadata.emplace_back(pair.key(), pair.value());
+    std::vector<SaveItem> items;
     for (const v1::SaveShardsRequest::Item& item : request->items()) {
-      TESSERA_ASSIGN_OR_RETURN(ShardDesc desc, store.Describe(item.shard_id()));
-      if (desc.tensor != item.tensor() || desc.version > item.version() ||
-          node_->TakesWrites(item.shard_id())) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "shard ", item.shard_id(), " is not a sealed shard of '",
-            item.tensor(), "' version ", item.version()));
-      }
-      Shape shape(desc.box.sizes.begin(), desc.box.sizes.end());
-      if (item.scalar()) {
-        if (desc.box.NumElements() != 1) {
-          return absl::InvalidArgumentError(
-              "a 0-d entry is stored from a one-element shard");
-        }
-        shape.clear();
-      }
-      tensors.push_back({item.entry(), desc.dtype, std::move(shape)});
-      descs.push_back(std::move(desc));
+      items.push_back(SaveItem{item.entry(), item.shard_id(), item.tensor(),
+                               item.version(), item.scalar()});
     }
-    TESSERA_ASSIGN_OR_RETURN(SafetensorsLayout layout,
-                             LayoutSafetensors(tensors, origin.metadata));
-    // The layout's order (aligned: larger items first) as items.
-    absl::flat_hash_map<absl::string_view, size_t> item_of;
-    for (size_t i = 0; i < tensors.size(); ++i)
-      item_of.emplace(tensors[i].name, i);
-    std::vector<size_t> order;                     // layout entry -> item
-    std::vector<size_t> entry_of(tensors.size());  // item -> layout entry
-    for (size_t e = 0; e < layout.entries.size(); ++e) {
-      order.push_back(item_of.at(layout.entries[e].name));
-      entry_of[order.back()] = e;
-    }
-    const CheckpointRoot root(node_->options().checkpoint_root);
-    std::vector<uint32_t> crcs(descs.size(), 0);
-    const StopCondition stop = CallerStop(context);
     TESSERA_ASSIGN_OR_RETURN(
-        const int64_t file_bytes,
-        root.WriteFile(
-            request->dir(), request->file(), [&](int fd) -> absl::Status {
-              TESSERA_RETURN_IF_ERROR(
-                  WriteFully(fd, layout.header, "checkpoint"));
-              for (const size_t i : order) {
-                TESSERA_RETURN_IF_ERROR(stop.Check());
-                const uint64_t id = request->items(i).shard_id();
-                const int64_t bytes = descs[i].ByteSize();
-                uint32_t crc = 0;
-                absl::StatusOr<PinnedShard> pinned = store.Pin(id);
-                if (pinned.ok()) {
-                  for (int64_t at = 0; at < bytes; at += kSaveChunkBytes) {
-                    const absl::string_view chunk(
-                        pinned->data + at, static_cast<size_t>(std::min(
-                                               kSaveChunkBytes, bytes - at)));
-                    crc = ExtendCrc32(crc, chunk);
-                    TESSERA_RETURN_IF_ERROR(
-                        WriteFully(fd, chunk, "checkpoint"));
-                  }
-                } else {
-                  const Box whole(Shape(descs[i].box.rank(), 0),
-                                  descs[i].box.sizes);
-                  const int64_t item = ItemSize(descs[i].dtype);
-                  const int64_t per =
-                      std::max<int64_t>(1, kSaveChunkBytes / item);
-                  std::string buffer;
-                  for (int64_t at = 0; at < whole.NumElements(); at += per) {
-                    const int64_t n = std::min(per, whole.NumElements() - at);
-                    buffer.resize(static_cast<size_t>(n * item));
-                    TESSERA_RETURN_IF_ERROR(
-                        store.ReadBox(id, whole, at, n, buffer.data()));
-                    crc = ExtendCrc32(crc, buffer);
-                    TESSERA_RETURN_IF_ERROR(
-                        WriteFully(fd, buffer, "checkpoint"));
-                  }
-                }
-                crcs[i] = crc;
-              }
-              return absl::OkStatus();
-            }));
-    for (size_t i = 0; i < descs.size(); ++i) {
+        const CheckpointIo::SavedFile saved,
+        node_->checkpoints().Save(request->dir(), request->file(), items,
+                                  metadata, CallerStop(context)));
+    for (const SavedItem& item : saved.items) {
       v1::SaveShardsResponse::Stored* out = response->add_items();
-      const SafetensorsEntry& entry = layout.entries[entry_of[i]];
-      out->set_data_offset(static_cast<int64_t>(layout.header.size()) +
-                           entry.begin);
-      out->set_bytes(entry.num_bytes());
-      out->set_crc32(crcs[i]);
+      out->set_data_offset(item.data_offset);
+      out->set_bytes(item.bytes);
+      out->set_crc32(item.crc32);
     }
-    response->set_file_bytes(file_bytes);
+    response->set_file_bytes(saved.file_bytes);
     return absl::OkStatus();
   }();
   if (!status.ok()) response->Clear();
@@ -887,18 +747,8 @@ grpc::Status WorkerService::WriteCheckpointFile(
     TESSERA_RETURN_IF_ERROR(
         node_->Admit(PresentedCapability(*context),
                      "/tessera.v1.Worker/WriteCheckpointFile", {}));
-    if (static_cast<int64_t>(request->content().size()) >
-        kMaxCheckpointIndexBytes) {
-      return CheckpointError(absl::StrCat("an index file is larger than ",
-                                          kMaxCheckpointIndexBytes, " bytes"));
-    }
-    const CheckpointRoot root(node_->options().checkpoint_root);
-    return root
-        .WriteFile(request->dir(), request->name(),
-                   [&](int fd) {
-                     return WriteFully(fd, request->content(), "checkpoint");
-                   })
-        .status();
+    return node_->checkpoints().WriteIndex(request->dir(), request->name(),
+                                           request->content());
   }());
 }
 
@@ -914,11 +764,11 @@ grpc::Status WorkerService::RemoveCheckpointFiles(
       return CheckpointError(
           absl::StrCat("more than ", kMaxCheckpointFiles, " files to remove"));
     }
-    const CheckpointRoot root(node_->options().checkpoint_root);
-    return root.RemoveFiles(request->dir(),
-                            std::vector<std::string>(request->names().begin(),
-                                                     request->names().end()),
-                            request->save_id());
+    return node_->checkpoints().Remove(
+        request->dir(),
+        std::vector<std::string>(request->names().begin(),
+                                 request->names().end()),
+        request->save_id());
   }());
 }
 
