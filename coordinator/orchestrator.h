@@ -33,6 +33,7 @@
 #include "coordinator/exchange_groups.h"
 #include "coordinator/metadata_log.h"
 #include "coordinator/move_progress.h"
+#include "coordinator/piece_mover.h"
 #include "coordinator/tensor_table.h"
 #include "coordinator/worker_control.h"
 #include "coordinator/worker_registry.h"
@@ -102,13 +103,6 @@ struct StagedUpdate {
 
 // How large one tensor's layout may be and how long the coordinator works
 // on one. CoordinatorOptions documents each (it sets them).
-// How a commit copies a written shard to its further replicas: all from
-// the first at once (the default: one round), or each from the one before
-// it (R-1 rounds, but no worker sends more than one copy: for hosts whose
-// NICs, not memory, bound the copies). On one host the two are within
-// run-to-run noise of each other (bench figure 14).
-enum class ReplicaForward { kFanOut, kChain };
-
 struct TensorLimits {
   int64_t max_shards = kMaxShardsPerTensor;
   int64_t max_metadata_bytes = int64_t{256} << 20;
@@ -156,9 +150,13 @@ class Orchestrator {
 
   const TensorLimits& limits() const { return limits_; }
   // NCCL exchanges between GPU workers so far (metrics).
-  ExchangeGroups::Stats exchange_stats() const { return exchanges_.stats(); }
+  ExchangeGroups::Stats exchange_stats() const {
+    return mover_.exchange_stats();
+  }
   // Worker `name` registered (again): its communicators are gone.
-  void ForgetExchangesWith(const std::string& name) { exchanges_.Forget(name); }
+  void ForgetExchangesWith(const std::string& name) {
+    mover_.ForgetExchangesWith(name);
+  }
 
   // See Coordinator for each operation's contract.
   absl::StatusOr<TensorMetadataPtr> Create(const CreateTensorArgs& args);
@@ -228,8 +226,7 @@ class Orchestrator {
   // Frees shards on their workers (best effort; failures are logged).
   void FreeShards(const TensorMetadata& meta);
   // Copies each shard of a written change from its first replica (the one
-  // its client wrote) to the others, per limits_.forward; the workers
-  // pull, all pairs in parallel.
+  // its client wrote) to the others (PieceMover::ForwardReplicas).
   absl::Status ForwardReplicas(const TensorMetadata& written);
   // Seals shards (their replicas in `replicas`) on their workers, all in
   // parallel: the first failure. `persist`: their bytes are final, and a
@@ -277,24 +274,6 @@ class Orchestrator {
                              const StopCondition& caller,
                              const std::string& what, uint64_t old_version,
                              NewShards* out);
-  // Runs the pieces of a reshard: between GPU workers, one NCCL exchange
-  // among them all when they take part; otherwise (or when it fails) one
-  // Transfer per pair of workers, all in parallel. `failed` (optional)
-  // gets the indices of the pieces of every Transfer that failed.
-  // Each pair's pieces go in Transfers of at most kProgressStepBytes, one
-  // after the other, adding to `tally` (optional) as each returns; a pair
-  // that fails takes its bytes back off (its pieces go again).
-  absl::Status MovePieces(const TensorMetadata& old_meta,
-                          const TensorMetadata& new_meta,
-                          const ReshardPlan& plan, MoveTally* tally,
-                          std::vector<size_t>* failed = nullptr);
-  // MovePieces; when Transfers fail, their pieces go once more from other
-  // replicas of their source shards (not on a worker that failed as a
-  // source), so a replica that dies during a reshard does not fail it.
-  absl::Status MovePiecesFromAnyReplica(const TensorMetadata& old_meta,
-                                        const TensorMetadata& new_meta,
-                                        const ReshardPlan& plan);
-
   // `stop`, also stopping once plan_budget has passed from now.
   StopCondition WithBudget(const StopCondition& stop) const;
   // limits_, with max_workers lowered to the workers known now (a layout
@@ -306,8 +285,8 @@ class Orchestrator {
   MetadataLog* const log_;
   WorkerControl* const workers_;
   const TensorLimits limits_;
-  ExchangeGroups exchanges_;
   MoveProgressBoard progress_;
+  PieceMover mover_;
 };
 
 }  // namespace tessera

@@ -1,0 +1,233 @@
+#include "coordinator/piece_mover.h"
+
+#include <functional>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "core/errors.h"
+#include "core/fan_out.h"
+#include "core/region_plan.h"
+#include "core/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace tessera {
+namespace {
+
+// Whether every piece of `plan` that crosses workers goes from a GPU shard
+// to a GPU shard, each worker on a GPU of its own. NCCL takes one rank per
+// GPU: two workers reporting the same GPU UUID (`uuid_of`), or without one
+// on one host naming the same device index, are taken to share a GPU.
+bool OnSeparateGpus(
+    const TensorMetadata& old_meta, const TensorMetadata& new_meta,
+    const ReshardPlan& plan,
+    const std::function<std::string(const std::string& worker)>& uuid_of) {
+  std::map<std::string, std::string> worker_on_gpu;
+  std::map<std::string, std::string> uuids;  // one lookup per worker
+  auto own_gpu = [&](const Replica& replica) {
+    if (replica.device.kind != Device::Kind::kCuda) return false;
+    auto [uuid, fresh] = uuids.try_emplace(replica.worker);
+    if (fresh) uuid->second = uuid_of(replica.worker);
+    std::string gpu = uuid->second;
+    if (gpu.empty()) {
+      gpu = absl::StrCat(replica.address.substr(0, replica.address.rfind(':')),
+                         " cuda:", replica.device.index);
+    }
+    auto [it, added] = worker_on_gpu.emplace(gpu, replica.worker);
+    return added || it->second == replica.worker;
+  };
+  for (const ReshardPiece& piece : plan.pieces) {
+    const Replica& src =
+        old_meta.shards[piece.src_shard].replicas[piece.src_replica];
+    const Replica& dst =
+        new_meta.shards[piece.dst_shard].replicas[piece.dst_replica];
+    if (src.worker != dst.worker && (!own_gpu(src) || !own_gpu(dst))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::Status PieceMover::ForwardReplicas(const TensorMetadata& at) {
+  if (ReplicaCount(at) < 2) return absl::OkStatus();
+  const int64_t item = static_cast<int64_t>(ItemSize(at.dtype));
+  const int replicas = static_cast<int>(ReplicaCount(at));
+  // Fan-out: every further replica pulls from the first at once (one
+  // round). Chain: replica r pulls from replica r-1, R-1 rounds.
+  const int rounds = forward_ == ReplicaForward::kChain ? replicas - 1 : 1;
+  for (int round = 0; round < rounds; ++round) {
+    ReshardPlan plan;
+    for (size_t i = 0; i < at.shards.size(); ++i) {
+      const ShardInfo& shard = at.shards[i];
+      const int64_t bytes = shard.box.NumElements() * item;
+      for (size_t r = 1; r < shard.replicas.size(); ++r) {
+        const bool chain = forward_ == ReplicaForward::kChain;
+        if (chain && r != static_cast<size_t>(round) + 1) continue;
+        ReshardPiece& piece = plan.pieces.emplace_back();
+        piece.src_shard = piece.dst_shard = i;
+        piece.src_replica = chain ? r - 1 : 0;
+        piece.dst_replica = r;
+        piece.global = shard.box;
+        piece.bytes = bytes;
+      }
+    }
+    if (plan.pieces.empty()) continue;
+    TESSERA_RETURN_IF_ERROR(
+        Annotate(Move(at, at, plan, /*tally=*/nullptr),
+                 absl::StrCat("copying '", at.name, "' version ", at.version,
+                              " to its other replicas")));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PieceMover::MoveFromAnyReplica(const TensorMetadata& old_meta,
+                                            const TensorMetadata& new_meta,
+                                            const ReshardPlan& plan) {
+  auto tally = std::make_shared<MoveTally>();
+  for (const ReshardPiece& piece : plan.pieces)
+    tally->total += piece.global.NumElements() * ItemSize(old_meta.dtype);
+  const std::vector<std::string> moving = {old_meta.name};
+  progress_->Replace(old_meta.name, tally);  // a reshard's move replaces any
+  auto untrack = absl::MakeCleanup([&] { progress_->Untrack(moving, tally); });
+  std::vector<size_t> failed;
+  const absl::Status moved =
+      Move(old_meta, new_meta, plan, tally.get(), &failed);
+  if (moved.ok() || failed.empty()) return moved;
+  // The workers that failed as sources; their replicas are not read again.
+  std::set<std::string> gone;
+  for (size_t i : failed) {
+    const ReshardPiece& piece = plan.pieces[i];
+    gone.insert(
+        old_meta.shards[piece.src_shard].replicas[piece.src_replica].worker);
+  }
+  TensorMetadata sources = old_meta;
+  for (ShardInfo& shard : sources.shards) {
+    for (Replica& replica : shard.replicas) {
+      if (gone.count(replica.worker) > 0) replica.available = false;
+    }
+  }
+  ReshardPlan again;
+  for (size_t i : failed) {
+    ReshardPiece piece = plan.pieces[i];
+    if (piece.local) return moved;  // an in-memory copy has no other source
+    const ShardLocation from = ReadLocations(sources, piece.src_shard).front();
+    if (!from.available) return moved;  // no other replica
+    piece.src_replica = from.replica;
+    again.pieces.push_back(std::move(piece));
+  }
+  spdlog::warn("{}; {} piece(s) go on from other replicas",
+               std::string(moved.message()), again.pieces.size());
+  return Move(sources, new_meta, again, tally.get());
+}
+
+absl::Status PieceMover::Move(const TensorMetadata& old_meta,
+                              const TensorMetadata& new_meta,
+                              const ReshardPlan& plan, MoveTally* tally,
+                              std::vector<size_t>* failed) {
+  // One batch per (source, destination) pair of workers; all batches run in
+  // parallel.
+  std::map<std::pair<std::string, std::string>, TransferBatch> batches;
+  std::map<std::pair<std::string, std::string>, std::vector<size_t>> indices;
+  for (size_t index = 0; index < plan.pieces.size(); ++index) {
+    const ReshardPiece& piece = plan.pieces[index];
+    const ShardInfo& src_shard = old_meta.shards[piece.src_shard];
+    const ShardInfo& dst_shard = new_meta.shards[piece.dst_shard];
+    const Replica& src = src_shard.replicas[piece.src_replica];
+    const Replica& dst = dst_shard.replicas[piece.dst_replica];
+    TransferBatch& batch = batches[{src.worker, dst.worker}];
+    indices[{src.worker, dst.worker}].push_back(index);
+    if (batch.pieces.empty()) {
+      batch.tensor = old_meta.name;
+      batch.src_version = old_meta.version;
+      batch.incarnation = old_meta.incarnation;
+      batch.src_worker = src.worker;
+      batch.src_address = src.address;
+      batch.dst_worker = dst.worker;
+      batch.dst_address = dst.address;
+    }
+    TransferPiece& move = batch.pieces.emplace_back();
+    move.src_shard_id = src.shard_id;
+    move.dst_shard_id = dst.shard_id;
+    move.sizes = ToShape(piece.global.sizes);
+    for (size_t d = 0; d < piece.global.rank(); ++d) {
+      move.dst_offsets.push_back(piece.global.offsets[d] -
+                                 dst_shard.box.offsets[d]);
+      move.src_offsets.push_back(piece.global.offsets[d] -
+                                 src_shard.box.offsets[d]);
+    }
+  }
+  // Between GPUs: one exchange among every worker involved moves the pieces
+  // that cross workers; each worker then copies its own pieces.
+  auto uuid_of = [this](const std::string& worker) {
+    const std::optional<WorkerRecord> record = registry_->Find(worker);
+    return record.has_value() ? record->gpu_uuid : std::string();
+  };
+  if (!batches.empty() && OnSeparateGpus(old_meta, new_meta, plan, uuid_of)) {
+    std::vector<TransferBatch> all;
+    all.reserve(batches.size());
+    for (const auto& [pair, batch] : batches) all.push_back(batch);
+    const absl::Status exchanged =
+        exchanges_.Run(all, static_cast<int64_t>(ItemSize(old_meta.dtype)));
+    if (exchanged.ok()) {
+      if (tally != nullptr) {
+        tally->done += PlanExchange(all, ItemSize(old_meta.dtype)).bytes;
+      }
+      for (auto it = batches.begin(); it != batches.end();) {
+        it = it->first.first != it->first.second ? batches.erase(it)
+                                                 : std::next(it);
+      }
+    } else {
+      spdlog::warn("resharding '{}': {}; pulling the pieces instead",
+                   old_meta.name, std::string(exchanged.message()));
+    }
+  }
+  std::vector<absl::Status> results(batches.size());
+  std::vector<const TransferBatch*> order;
+  for (const auto& [pair, batch] : batches) order.push_back(&batch);
+  // Every batch runs: the pieces of those that fail are reported.
+  FanOut(order.size(), kDefaultFanOut, [&](size_t slot) {
+    const TransferBatch& batch = *order[slot];
+    const int64_t item = static_cast<int64_t>(ItemSize(old_meta.dtype));
+    int64_t landed = 0;
+    absl::Status status;
+    for (const TransferBatch& step :
+         SplitBatch(batch, item, kProgressStepBytes)) {
+      status = workers_->Transfer(step);
+      if (!status.ok()) break;
+      const int64_t bytes = BatchBytes(step, item);
+      landed += bytes;
+      if (tally != nullptr) tally->done += bytes;
+    }
+    if (!status.ok()) {
+      if (tally != nullptr) tally->done -= landed;
+      results[slot] = Annotate(
+          status, absl::StrCat("moving ", batch.pieces.size(),
+                               " piece(s) from worker '", batch.src_worker,
+                               "' to worker '", batch.dst_worker, "'"));
+    }
+    return absl::OkStatus();
+  }).IgnoreError();
+  absl::Status first;
+  size_t slot = 0;
+  for (const auto& [pair, batch] : batches) {
+    const absl::Status& status = results[slot++];
+    if (status.ok()) continue;
+    if (first.ok()) first = status;
+    if (failed != nullptr) {
+      const std::vector<size_t>& mine = indices[pair];
+      failed->insert(failed->end(), mine.begin(), mine.end());
+    }
+  }
+  return first;
+}
+
+}  // namespace tessera

@@ -1,0 +1,88 @@
+// PieceMover: the one way bytes move between workers' shards. A reshard's
+// and an update's pieces, a repair's and a drain's new replicas, and the
+// copies a commit makes to further replicas all go through it:
+//   * the pieces are batched per (source, destination) pair of workers and
+//     the pairs run at once (core/fan_out), each pair's pieces in Transfers
+//     of at most kProgressStepBytes, counted on a MoveTally as they land;
+//   * between GPU workers, each on a GPU of its own, one NCCL exchange among
+//     them all moves the pieces that cross workers (pulled when it fails);
+//   * pieces whose source fails go once more from another replica.
+//
+// Thread-safe. Its only lock of its own is per set of GPU workers, held
+// across their NCCL exchange (ExchangeGroups).
+#ifndef TESSERA_COORDINATOR_PIECE_MOVER_H_
+#define TESSERA_COORDINATOR_PIECE_MOVER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "coordinator/exchange_groups.h"
+#include "coordinator/move_progress.h"
+#include "coordinator/worker_control.h"
+#include "coordinator/worker_registry.h"
+#include "core/reshard_plan.h"
+#include "core/tensor_metadata.h"
+
+namespace tessera {
+
+// How a commit copies a written shard to its further replicas: all from
+// the first at once (the default: one round), or each from the one before
+// it (R-1 rounds, but no worker sends more than one copy: for hosts whose
+// NICs, not memory, bound the copies). On one host the two are within
+// run-to-run noise of each other (bench figure 14).
+enum class ReplicaForward { kFanOut, kChain };
+
+// Most bytes of one Transfer: a pair's pieces go in steps of this, so a
+// move's progress advances at least every ~0.1 s at wire speed, and a call
+// per step costs well under 1% of its bytes' time.
+inline constexpr int64_t kProgressStepBytes = int64_t{128} << 20;
+
+class PieceMover {
+ public:
+  // Every pointer must outlive it.
+  PieceMover(WorkerRegistry* registry, WorkerControl* workers,
+             MoveProgressBoard* progress, ReplicaForward forward)
+      : registry_(registry),
+        workers_(workers),
+        progress_(progress),
+        forward_(forward),
+        exchanges_(workers) {}
+
+  // NCCL exchanges between GPU workers so far (metrics).
+  ExchangeGroups::Stats exchange_stats() const { return exchanges_.stats(); }
+  // Worker `name` registered (again): its communicators are gone.
+  void ForgetExchangesWith(const std::string& name) { exchanges_.Forget(name); }
+
+  // Runs `plan`'s pieces from `old_meta`'s shards into `new_meta`'s, adding
+  // to `tally` (optional) as each Transfer returns; a pair that fails takes
+  // its bytes back off (its pieces go again). Every pair runs; the first
+  // failure is returned, and `failed` (optional) gets the indices of the
+  // pieces of every pair that failed.
+  absl::Status Move(const TensorMetadata& old_meta,
+                    const TensorMetadata& new_meta, const ReshardPlan& plan,
+                    MoveTally* tally, std::vector<size_t>* failed = nullptr);
+  // Move, counted on the progress board under old_meta's name; when
+  // Transfers fail, their pieces go once more from other replicas of their
+  // source shards (not on a worker that failed as a source), so a replica
+  // that dies during a reshard does not fail it.
+  absl::Status MoveFromAnyReplica(const TensorMetadata& old_meta,
+                                  const TensorMetadata& new_meta,
+                                  const ReshardPlan& plan);
+  // Copies each shard of `written` (its worker addresses filled in) from its
+  // first replica to the others, per the ReplicaForward mode; the workers
+  // pull.
+  absl::Status ForwardReplicas(const TensorMetadata& written);
+
+ private:
+  WorkerRegistry* const registry_;
+  WorkerControl* const workers_;
+  MoveProgressBoard* const progress_;
+  const ReplicaForward forward_;
+  ExchangeGroups exchanges_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_PIECE_MOVER_H_

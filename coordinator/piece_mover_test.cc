@@ -1,0 +1,147 @@
+// PieceMover against in-memory workers (FakeWorkerControl): pieces go in
+// one batch per pair of workers, a failed source's pieces go again from
+// another replica, and a commit's copies fan out or chain.
+#include "coordinator/piece_mover.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "coordinator/coordinator_testutil.h"
+#include "coordinator/fake_worker_control.h"
+#include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+using ::tessera::testing::FakeClock;
+using ::tessera::testing::IsOk;
+using ::tessera::testing::StatusIs;
+using ::tessera::testing::TestWorker;
+using ::tessera::testing::WorkerAddress;
+using ::testing::ElementsAre;
+using ::testing::Pair;
+
+constexpr int64_t kRows = 8;  // int8 rows of one byte
+
+Replica On(int worker, uint64_t shard_id) {
+  Replica r;
+  r.rank = worker;
+  r.worker = absl::StrCat("w", worker);
+  r.address = WorkerAddress(worker);
+  r.shard_id = shard_id;
+  return r;
+}
+
+// One shard of the whole tensor with a replica on each of `replicas`
+// (worker, shard id).
+TensorMetadata OneShard(std::vector<std::pair<int, uint64_t>> replicas) {
+  TensorMetadata meta;
+  meta.name = "t";
+  meta.version = 1;
+  meta.shape = {kRows};
+  meta.dtype = DType::kInt8;
+  ShardInfo& shard = meta.shards.emplace_back();
+  shard.box = Box({0}, {kRows});
+  for (const auto& [worker, id] : replicas)
+    shard.replicas.push_back(On(worker, id));
+  return meta;
+}
+
+std::vector<std::pair<std::string, std::string>> Pairs(
+    const std::vector<TransferBatch>& transfers) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const TransferBatch& t : transfers)
+    out.emplace_back(t.src_worker, t.dst_worker);
+  return out;
+}
+
+class PieceMoverTest : public ::testing::Test {
+ protected:
+  PieceMoverTest() : registry_(absl::Seconds(5), clock_.AsClock()) {
+    for (int i = 0; i < 4; ++i) {
+      workers_.AddWorker(WorkerAddress(i));
+      EXPECT_THAT(registry_.Register(TestWorker(i)).status(), IsOk());
+    }
+  }
+
+  PieceMover Mover(ReplicaForward forward = ReplicaForward::kFanOut) {
+    return PieceMover(&registry_, &workers_, &progress_, forward);
+  }
+
+  FakeClock clock_;
+  WorkerRegistry registry_;
+  FakeWorkerControl workers_;
+  MoveProgressBoard progress_;
+};
+
+ReshardPlan WholeShard() {
+  ReshardPlan plan;
+  ReshardPiece& piece = plan.pieces.emplace_back();
+  piece.global = Box({0}, {kRows});
+  piece.bytes = kRows;
+  return plan;
+}
+
+TEST_F(PieceMoverTest, APieceWhoseSourceFailsGoesAgainFromAnotherReplica) {
+  const TensorMetadata from = OneShard({{0, 1}, {1, 2}});
+  const TensorMetadata to = OneShard({{2, 3}});
+  workers_.Hold(WorkerAddress(0), 1, kRows);
+  workers_.Hold(WorkerAddress(1), 2, kRows);
+  workers_.Hold(WorkerAddress(2), 3, kRows);
+  workers_.FailNext(WorkerAddress(0), absl::UnavailableError("gone"));
+  PieceMover mover = Mover();
+  EXPECT_THAT(mover.MoveFromAnyReplica(from, to, WholeShard()), IsOk());
+  EXPECT_THAT(Pairs(workers_.transfers()), ElementsAre(Pair("w1", "w2")));
+  EXPECT_FALSE(progress_.Progress("t").running);  // counted only meanwhile
+}
+
+TEST_F(PieceMoverTest, APieceWithNoOtherReplicaFailsNamingThePair) {
+  const TensorMetadata from = OneShard({{0, 1}});
+  const TensorMetadata to = OneShard({{2, 3}});
+  workers_.Hold(WorkerAddress(0), 1, kRows);
+  workers_.Hold(WorkerAddress(2), 3, kRows);
+  workers_.FailNext(WorkerAddress(0), absl::UnavailableError("gone"));
+  std::vector<size_t> failed;
+  MoveTally tally;
+  PieceMover mover = Mover();
+  EXPECT_THAT(
+      mover.Move(from, to, WholeShard(), &tally, &failed),
+      StatusIs(absl::StatusCode::kUnavailable,
+               ::testing::HasSubstr("from worker 'w0' to worker 'w2'")));
+  EXPECT_THAT(failed, ElementsAre(0u));
+  EXPECT_EQ(tally.done.load(), 0);  // nothing landed
+  EXPECT_THAT(mover.MoveFromAnyReplica(from, to, WholeShard()),
+              IsOk());  // FailNext is spent: the same source now works
+}
+
+TEST_F(PieceMoverTest, ACommitsCopiesFanOutFromTheFirstOrChain) {
+  const TensorMetadata written = OneShard({{0, 1}, {1, 2}, {2, 3}, {3, 4}});
+  for (int i = 0; i < 4; ++i) workers_.Hold(WorkerAddress(i), i + 1, kRows);
+  PieceMover fan_out = Mover(ReplicaForward::kFanOut);
+  ASSERT_THAT(fan_out.ForwardReplicas(written), IsOk());
+  std::vector<std::pair<std::string, std::string>> pairs =
+      Pairs(workers_.transfers());
+  std::sort(pairs.begin(), pairs.end());
+  EXPECT_THAT(
+      pairs, ElementsAre(Pair("w0", "w1"), Pair("w0", "w2"), Pair("w0", "w3")));
+
+  FakeWorkerControl chained_workers;
+  for (int i = 0; i < 4; ++i) {
+    chained_workers.AddWorker(WorkerAddress(i));
+    chained_workers.Hold(WorkerAddress(i), i + 1, kRows);
+  }
+  PieceMover chain(&registry_, &chained_workers, &progress_,
+                   ReplicaForward::kChain);
+  ASSERT_THAT(chain.ForwardReplicas(written), IsOk());
+  // One round after another: each replica from the one before it.
+  EXPECT_THAT(
+      Pairs(chained_workers.transfers()),
+      ElementsAre(Pair("w0", "w1"), Pair("w1", "w2"), Pair("w2", "w3")));
+}
+
+}  // namespace
+}  // namespace tessera
