@@ -18,6 +18,7 @@
 #include "core/errors.h"
 #include "core/fan_out.h"
 #include "core/region_plan.h"
+#include "core/repair_plan.h"
 #include "core/replica_placement.h"
 #include "core/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -759,8 +760,8 @@ absl::StatusOr<RepairResult> Orchestrator::Repair(const std::string& name) {
   const std::vector<WorkerRecord> workers = registry_->List();
   absl::flat_hash_map<std::string, int> index;
   const std::vector<ReplicaCandidate> candidates = Candidates(workers, &index);
-  auto draining = [&](const Replica& replica) {
-    auto it = index.find(replica.worker);
+  auto draining = [&](const std::string& worker) {
+    auto it = index.find(worker);
     return it != index.end() &&
            workers[it->second].state == WorkerState::kDraining;
   };
@@ -768,39 +769,13 @@ absl::StatusOr<RepairResult> Orchestrator::Repair(const std::string& name) {
   // Which replicas go, which stay, and where each shard is copied from (an
   // available replica, one on a ready worker first).
   RepairResult result;
-  const int64_t item = static_cast<int64_t>(ItemSize(old_meta->dtype));
-  std::vector<size_t> shard_index;
+  const RepairNeeds needs = FindRepairs(
+      sources, [&](const std::string& worker) { return index.at(worker); },
+      draining);
+  result.shards_short = needs.shards_short;
+  if (needs.shards.empty()) return result;
   std::vector<ShardToRepair> todo;
-  std::vector<std::vector<size_t>> gone;  // per todo entry: replica indices
-  std::vector<size_t> source;             // per todo entry: replica index
-  for (size_t i = 0; i < sources.shards.size(); ++i) {
-    const Replicas& replicas = sources.shards[i].replicas;
-    ShardToRepair shard;
-    std::vector<size_t> leaving;
-    size_t from = SIZE_MAX;
-    for (size_t r = 0; r < replicas.size(); ++r) {
-      const Replica& replica = replicas[r];
-      const bool leaves = !replica.available || draining(replica);
-      if (leaves) {
-        leaving.push_back(r);
-      } else {
-        shard.kept.push_back(index.at(replica.worker));
-      }
-      if (replica.available && (from == SIZE_MAX || !leaves)) from = r;
-    }
-    if (leaving.empty()) continue;
-    if (from == SIZE_MAX) {  // nothing left to copy from
-      ++result.shards_short;
-      continue;
-    }
-    shard.missing = static_cast<int>(leaving.size());
-    shard.bytes = sources.shards[i].box.NumElements() * item;
-    shard_index.push_back(i);
-    todo.push_back(std::move(shard));
-    gone.push_back(std::move(leaving));
-    source.push_back(from);
-  }
-  if (todo.empty()) return result;
+  for (const ShardRepair& shard : needs.shards) todo.push_back(shard.need);
   TESSERA_ASSIGN_OR_RETURN(std::vector<std::vector<int>> placed,
                            PlaceRepairs(candidates, todo));
 
@@ -818,8 +793,9 @@ absl::StatusOr<RepairResult> Orchestrator::Repair(const std::string& name) {
   };
   std::vector<Slot> slots;  // where each fresh replica goes in new_meta
   for (size_t t = 0; t < todo.size(); ++t) {
-    const size_t i = shard_index[t];
-    if (placed[t].size() < gone[t].size()) ++result.shards_short;
+    const ShardRepair& repair = needs.shards[t];
+    const size_t i = repair.shard;
+    if (placed[t].size() < repair.leaving.size()) ++result.shards_short;
     if (placed[t].empty()) continue;
     ShardInfo& fresh_shard = fresh.meta.shards.emplace_back();
     fresh_shard.box = old_meta->shards[i].box;
@@ -834,15 +810,15 @@ absl::StatusOr<RepairResult> Orchestrator::Repair(const std::string& name) {
       replica.address = worker.address;
       fresh_shard.replicas.push_back(replica);
       retired_shard.replicas.push_back(
-          old_meta->shards[i].replicas[gone[t][k]]);
-      slots.push_back({i, gone[t][k]});
+          old_meta->shards[i].replicas[repair.leaving[k]]);
+      slots.push_back({i, repair.leaving[k]});
       ReshardPiece& piece = plan.pieces.emplace_back();
       piece.src_shard = i;
-      piece.src_replica = source[t];
+      piece.src_replica = repair.source;
       piece.dst_shard = i;
-      piece.dst_replica = gone[t][k];
+      piece.dst_replica = repair.leaving[k];
       piece.global = old_meta->shards[i].box;
-      piece.bytes = todo[t].bytes;
+      piece.bytes = repair.need.bytes;
       result.bytes_copied += piece.bytes;
       ++result.replicas_made;
     }

@@ -1,0 +1,42 @@
+#include "core/repair_plan.h"
+
+#include <cstdint>
+#include <utility>
+
+namespace tessera {
+
+RepairNeeds FindRepairs(
+    const TensorMetadata& meta,
+    const std::function<int(const std::string& worker)>& candidate_of,
+    const std::function<bool(const std::string& worker)>& draining) {
+  RepairNeeds out;
+  const int64_t item = static_cast<int64_t>(ItemSize(meta.dtype));
+  for (size_t i = 0; i < meta.shards.size(); ++i) {
+    const Replicas& replicas = meta.shards[i].replicas;
+    ShardRepair repair;
+    repair.shard = i;
+    size_t from = SIZE_MAX;
+    for (size_t r = 0; r < replicas.size(); ++r) {
+      const Replica& replica = replicas[r];
+      const bool leaves = !replica.available || draining(replica.worker);
+      if (leaves) {
+        repair.leaving.push_back(r);
+      } else {
+        repair.need.kept.push_back(candidate_of(replica.worker));
+      }
+      if (replica.available && (from == SIZE_MAX || !leaves)) from = r;
+    }
+    if (repair.leaving.empty()) continue;
+    if (from == SIZE_MAX) {  // nothing left to copy from
+      ++out.shards_short;
+      continue;
+    }
+    repair.source = from;
+    repair.need.missing = static_cast<int>(repair.leaving.size());
+    repair.need.bytes = meta.shards[i].box.NumElements() * item;
+    out.shards.push_back(std::move(repair));
+  }
+  return out;
+}
+
+}  // namespace tessera

@@ -1,0 +1,43 @@
+// What a repair of one tensor must do (Orchestrator::Repair), decided from
+// its metadata alone: which replicas leave (their worker is dead, lost them,
+// or drains), which stay, and which replica each shard is copied from.
+#ifndef TESSERA_CORE_REPAIR_PLAN_H_
+#define TESSERA_CORE_REPAIR_PLAN_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/replica_placement.h"
+#include "core/tensor_metadata.h"
+
+namespace tessera {
+
+// One shard short of replicas.
+struct ShardRepair {
+  size_t shard = 0;    // index in the tensor's shards
+  ShardToRepair need;  // for PlaceRepairs: kept workers, missing, bytes
+  std::vector<size_t> leaving;  // replica indices that leave
+  size_t source = 0;            // the replica it is copied from
+};
+
+struct RepairNeeds {
+  std::vector<ShardRepair> shards;
+  // Shards with replicas that leave but none available to copy from.
+  int64_t shards_short = 0;
+};
+
+// For every shard of `meta` (worker availability filled in): a replica
+// leaves when it is unavailable or `draining(worker)`; those that stay are
+// kept as `candidate_of(worker)` (the placement candidate index; REQUIRES:
+// one for every worker of a replica that stays). A shard is copied from an
+// available replica, one that stays first.
+RepairNeeds FindRepairs(
+    const TensorMetadata& meta,
+    const std::function<int(const std::string& worker)>& candidate_of,
+    const std::function<bool(const std::string& worker)>& draining);
+
+}  // namespace tessera
+
+#endif  // TESSERA_CORE_REPAIR_PLAN_H_

@@ -1,0 +1,80 @@
+#include "core/repair_plan.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+Replica On(const std::string& worker, bool available = true) {
+  Replica r;
+  r.worker = worker;
+  r.available = available;
+  return r;
+}
+
+// Float32 shards of 4 elements, replicas on the workers given.
+TensorMetadata Tensor(std::vector<std::vector<Replica>> shards) {
+  TensorMetadata meta;
+  meta.name = "t";
+  meta.dtype = DType::kFloat32;
+  meta.shape = {static_cast<int64_t>(4 * shards.size())};
+  for (size_t i = 0; i < shards.size(); ++i) {
+    ShardInfo& shard = meta.shards.emplace_back();
+    shard.box = Box({static_cast<int64_t>(4 * i)}, {4});
+    for (const Replica& r : shards[i]) shard.replicas.push_back(r);
+  }
+  return meta;
+}
+
+int CandidateOf(const std::string& worker) { return worker[1] - '0'; }
+
+TEST(RepairPlanTest, LostAndDrainingReplicasLeaveAndAStayingOneIsTheSource) {
+  const TensorMetadata meta = Tensor({
+      {On("w0"), On("w1")},                // whole: nothing to do
+      {On("w2", false), On("w3")},         // lost on w2
+      {On("w4"), On("w5")},                // w4 drains, still readable
+      {On("w4"), On("w6", false)},         // drains and lost: copy from w4
+      {On("w6", false), On("w7", false)},  // nothing to copy from
+  });
+  const RepairNeeds needs = FindRepairs(
+      meta, CandidateOf, [](const std::string& w) { return w == "w4"; });
+  EXPECT_EQ(needs.shards_short, 1);
+  ASSERT_EQ(needs.shards.size(), 3u);
+
+  EXPECT_EQ(needs.shards[0].shard, 1u);
+  EXPECT_THAT(needs.shards[0].leaving, ElementsAre(0u));
+  EXPECT_THAT(needs.shards[0].need.kept, ElementsAre(3));
+  EXPECT_EQ(needs.shards[0].need.missing, 1);
+  EXPECT_EQ(needs.shards[0].need.bytes, 16);
+  EXPECT_EQ(needs.shards[0].source, 1u);
+
+  // A draining replica leaves, and the one that stays is read.
+  EXPECT_EQ(needs.shards[1].shard, 2u);
+  EXPECT_THAT(needs.shards[1].leaving, ElementsAre(0u));
+  EXPECT_THAT(needs.shards[1].need.kept, ElementsAre(5));
+  EXPECT_EQ(needs.shards[1].source, 1u);
+
+  // Only the draining replica can be read: it is the source, and both go.
+  EXPECT_EQ(needs.shards[2].shard, 3u);
+  EXPECT_THAT(needs.shards[2].leaving, ElementsAre(0u, 1u));
+  EXPECT_THAT(needs.shards[2].need.kept, IsEmpty());
+  EXPECT_EQ(needs.shards[2].need.missing, 2);
+  EXPECT_EQ(needs.shards[2].source, 0u);
+}
+
+TEST(RepairPlanTest, AWholeTensorNeedsNothing) {
+  const RepairNeeds needs =
+      FindRepairs(Tensor({{On("w0")}, {On("w1"), On("w2")}}), CandidateOf,
+                  [](const std::string&) { return false; });
+  EXPECT_THAT(needs.shards, IsEmpty());
+  EXPECT_EQ(needs.shards_short, 0);
+}
+
+}  // namespace
+}  // namespace tessera
