@@ -1,8 +1,9 @@
-// Orchestrator: carries out creates, puts, commits, reshards and deletes —
-// resolves placements, checks capacity, has the workers allocate, move and
-// free shards (through WorkerControl, one request per worker or per pair of
-// workers, all in parallel), and records and publishes each change through
-// the TensorTable and the MetadataLog.
+// Orchestrator: carries out creates, puts, commits, updates, reshards,
+// repairs and deletes — resolves placements, checks capacity, has the
+// workers allocate and free shards (through WorkerControl, one request per
+// worker, all in parallel) and move bytes (through its PieceMover), and
+// records and publishes each change through the TensorTable and the
+// MetadataLog. Checkpoints (checkpoints.h) build on it.
 //
 // All or nothing: a create that fails on any worker leaves nothing
 // allocated; a reshard that fails leaves version N intact and frees every
@@ -14,9 +15,10 @@
 // gives up (StopCondition: its deadline, its cancellation) or after
 // plan_budget, whichever comes first.
 //
-// Thread-safe. Its only lock of its own is per set of GPU workers, held
-// across their NCCL exchange (ExchangeGroups); the table's lock is taken in
-// short sections, never across a worker call or a wait for the disk.
+// Thread-safe. It takes no lock of its own but its PieceMover's (per set of
+// GPU workers, across their NCCL exchange) and the progress board's; the
+// table's lock is taken in short sections, never across a worker call or a
+// wait for the disk.
 #ifndef TESSERA_COORDINATOR_ORCHESTRATOR_H_
 #define TESSERA_COORDINATOR_ORCHESTRATOR_H_
 
