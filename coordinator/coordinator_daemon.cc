@@ -133,6 +133,8 @@ void LogServing(const Coordinator& coordinator,
 class CoordinatorDaemon::Parts {
  public:
   MetricsRegistry metrics;
+  // tessera_coordinator_leader: 1 while this coordinator leads and serves.
+  MetricValue* leader = nullptr;
   std::optional<TokenTable> tokens;
   std::unique_ptr<EtcdMetadataStore> etcd_store;  // until Serve takes it
   std::unique_ptr<Leadership> leadership;
@@ -230,6 +232,16 @@ absl::StatusOr<std::unique_ptr<CoordinatorDaemon>> CoordinatorDaemon::Start(
     }
     p.tokens = *std::move(table);
   }
+  // The metrics port opens first: a standby is scraped too, and says that
+  // it stands by.
+  p.leader = p.metrics.Gauge(
+      "tessera_coordinator_leader",
+      "1 while this coordinator leads and serves; 0 while it stands by");
+  AddProcessMetrics(&p.metrics, "coordinator");
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics =
+      ServeMetricsIfAsked(daemon->options_.metrics_listen, &p.metrics);
+  if (!metrics.ok()) return metrics.status();
+  p.metrics_server = *std::move(metrics);
   absl::Status started =
       daemon->options_.metadata.empty() ? daemon->Serve() : daemon->Stand();
   if (!started.ok()) {
@@ -345,8 +357,6 @@ absl::Status CoordinatorDaemon::Serve() {
   coordinator_options.metrics = &p.metrics;
   p.coordinator = std::make_unique<Coordinator>(
       coordinator_options, std::move(control), std::move(store));
-  TESSERA_ASSIGN_OR_RETURN(p.metrics_server,
-                           ServeMetricsIfAsked(o.metrics_listen, &p.metrics));
   if (absl::Status status = p.coordinator->Recover(); !status.ok()) {
     return absl::Status(
         status.code(), absl::StrCat("cannot recover metadata from ",
@@ -387,7 +397,6 @@ absl::Status CoordinatorDaemon::Serve() {
       StartServer(serve_at, {p.service.get()}, server_options));
   p.server.emplace(std::move(server));
   AddListenerMetrics(&p.metrics, *p.server);
-  AddProcessMetrics(&p.metrics, "coordinator");
   serve_at = WithPort(serve_at, p.server->port);
   spdlog::info("tessera-coordinator serving on {}", serve_at);
   if (p.server->health_port > 0) {
@@ -414,6 +423,7 @@ absl::Status CoordinatorDaemon::Serve() {
     absl::MutexLock lock(&mu_);
     address_ = serve_at;
   }
+  p.leader->Set(1);
   life_.MarkServing();
   return absl::OkStatus();
 }
@@ -440,6 +450,7 @@ bool CoordinatorDaemon::Stop(absl::Duration grace) {
     (void)parts_.release();
     return false;
   }
+  if (p.leader != nullptr) p.leader->Set(0);
   // A standby takes over at once.
   if (!failed && p.server.has_value() && p.leadership != nullptr) {
     p.leadership->StepDown();

@@ -14,6 +14,7 @@
 #include "coordinator/etcd_testutil.h"
 #include "core/testing/status_matchers.h"
 #include "gtest/gtest.h"
+#include "tests/cluster.h"
 #include "tests/processes.h"
 #include "tests/test_arrays.h"
 #include "worker/worker_daemon.h"
@@ -154,11 +155,14 @@ TEST(DaemonTest, AStandbyCoordinatorTakesOverWhenTheLeaderStops) {
   const std::string metadata =
       etcd.url(absl::StrCat("daemons-", getpid(), "/"));
   std::vector<std::unique_ptr<CoordinatorDaemon>> coordinators;
+  std::vector<int> metrics_ports;
   for (int i = 0; i < 2; ++i) {
     CoordinatorDaemonOptions options = SmallCoordinator();
     options.metadata = metadata;
     const int port = PickFreePort();
     options.listen = absl::StrCat("127.0.0.1:", port);
+    metrics_ports.push_back(PickFreePort());
+    options.metrics_listen = absl::StrCat("127.0.0.1:", metrics_ports.back());
     options.leader_lease = absl::Seconds(1);
     absl::StatusOr<std::unique_ptr<CoordinatorDaemon>> started =
         CoordinatorDaemon::Start(options);
@@ -169,6 +173,13 @@ TEST(DaemonTest, AStandbyCoordinatorTakesOverWhenTheLeaderStops) {
     }
   }
   EXPECT_FALSE(coordinators[1]->WaitUntilServing(absl::Milliseconds(500)));
+  // Which one leads, as a scrape of each sees it.
+  auto leads = [&](int i) {
+    return MetricSum(FetchMetrics(metrics_ports[static_cast<size_t>(i)]),
+                     "tessera_coordinator_leader");
+  };
+  EXPECT_EQ(leads(0), 1);
+  EXPECT_EQ(leads(1), 0);
   const std::string leader = coordinators[0]->address();
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(leader);
   ASSERT_OK(client.status());
@@ -182,6 +193,7 @@ TEST(DaemonTest, AStandbyCoordinatorTakesOverWhenTheLeaderStops) {
   // The leader steps down as it stops; the standby serves what it wrote.
   ASSERT_TRUE(coordinators[0]->Stop(absl::Seconds(1)));
   ASSERT_TRUE(coordinators[1]->WaitUntilServing(absl::Seconds(20)));
+  EXPECT_EQ(leads(1), 1);
   absl::StatusOr<std::unique_ptr<Client>> next =
       Client::Connect(coordinators[1]->address());
   ASSERT_OK(next.status());
