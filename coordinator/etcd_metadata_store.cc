@@ -317,7 +317,15 @@ absl::Status EtcdMetadataStore::CheckPrefix() const {
   }
   TESSERA_ASSIGN_OR_RETURN(std::vector<mvccpb::KeyValue> format,
                            etcd_->Range(p + "format"));
-  if (format.empty()) return CheckNewPrefix();
+  if (format.empty()) {
+    const absl::Status fresh = CheckNewPrefix();
+    if (fresh.ok()) return fresh;
+    // A leader may have made the prefix between the two reads (its format
+    // and cluster_id go in one transaction): the key found may be its
+    // cluster_id. Only a prefix still without a format is another's.
+    TESSERA_ASSIGN_OR_RETURN(format, etcd_->Range(p + "format"));
+    if (format.empty()) return fresh;
+  }
   if (format.front().value() != kFormat) {
     return absl::FailedPreconditionError(
         absl::StrCat("etcd prefix ", p, " holds metadata of format '",
