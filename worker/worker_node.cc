@@ -443,11 +443,6 @@ absl::StatusOr<int64_t> WorkerNode::Transfer(const TransferBatch& batch,
       std::min(stop.deadline, absl::Now() + options_.pull_timeout);
   const std::function<bool()>& cancelled = stop.cancelled;
   const ScopedCallDeadline scope(deadline);
-  // The order's caller going (the coordinator gave up) cancels the reads
-  // in flight too, not only the pieces still to start.
-  Cancellation caller_gone;
-  const CancelWhen watch(cancelled, &caller_gone);
-  const ScopedCancellation cancel_scope(&caller_gone);
   // A piece moves bytes from one shard into another: onto itself it would
   // copy between overlapping ranges, and no reshard asks for that.
   for (size_t i = 0; i < batch.pieces.size(); ++i) {
@@ -486,6 +481,11 @@ absl::StatusOr<int64_t> WorkerNode::Transfer(const TransferBatch& batch,
     }
   }
   if (remote.pieces.empty()) return bytes;
+  // The order's caller going (the coordinator gave up) cancels the reads
+  // in flight too, not only the pieces still to start.
+  Cancellation caller_gone;
+  const CancelWhen watch(cancelled, &caller_gone);
+  const ScopedCancellation cancel_scope(&caller_gone);
   Receiver receiver(store_, deadline, cancelled);
   absl::StatusOr<int64_t> moved = peers_->Transfer(remote, receiver);
   // A source that restarted leaves our channel to it waiting out gRPC's
