@@ -38,6 +38,7 @@
 #include "core/status_macros.h"
 #include "ops/version.h"
 #include "rpc/status.h"
+#include "transport/transport_chain.h"
 
 namespace tessera {
 namespace cli {
@@ -260,7 +261,7 @@ const CommandDef* FindCommand(absl::string_view name) {
 std::string MainUsage() {
   std::string out =
       "usage: tessera [--coordinator=HOST:PORT] [--verbose] "
-      "[--transport=auto|shm|ucx|grpc] [--timeout=SECONDS] "
+      "[--transport=auto|shm|ucx|tcp|grpc] [--timeout=SECONDS] "
       "[--tls_ca=CA.pem --tls_cert=U.pem --tls_key=U.key] "
       "[--token_file=U.token] COMMAND [ARGS]\n"
       "       tessera --version\n\n"
@@ -1657,12 +1658,11 @@ absl::Status CheckInvocation(const CommandDef& command, const Invocation& inv) {
                                    command.synopsis, ")"));
   }
   const std::string& transport = inv.global.transport;
-  if (transport != "auto" && transport != "shm" && transport != "ucx" &&
-      transport != "grpc") {
+  if (!CheckTransportName(transport).ok()) {
     return UsageError(absl::StrCat(
         "--transport='", transport,
-        "' is not a transport (auto, shm, ucx or grpc; the default comes from "
-        "$TESSERA_TRANSPORT)"));
+        "' is not a transport (auto, shm, ucx, tcp or grpc; the default comes "
+        "from $TESSERA_TRANSPORT)"));
   }
   return absl::OkStatus();
 }

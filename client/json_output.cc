@@ -135,6 +135,7 @@ std::string WorkersJson(const std::vector<WorkerInfo>& workers) {
                      {"alive", w.alive},
                      {"bytes_used", w.bytes_used},
                      {"zone", w.zone},
+                     {"data_address", w.data_address},
                      {"state", std::string(WorkerStateName(w.state))}});
   }
   return Dumps(items);

@@ -157,6 +157,7 @@ grpc::Status CoordinatorService::RegisterWorker(
   registration.worker.capacity_bytes = request->capacity_bytes();
   registration.worker.gpu_uuid = request->gpu_uuid();
   registration.worker.zone = request->zone();
+  registration.worker.data_address = request->data_address();
   registration.worker.bytes_used = request->bytes_used();
   std::vector<uint64_t> held(request->held_shard_ids().begin(),
                              request->held_shard_ids().end());
@@ -287,6 +288,7 @@ grpc::Status CoordinatorService::ListWorkers(
     info->set_device_total_bytes(w.device_total_bytes);
     info->set_device_free_bytes(w.device_free_bytes);
     info->set_zone(w.zone);
+    info->set_data_address(w.data_address);
     info->set_state(std::string(WorkerStateName(w.state)));
   }
   // Never fails while names and addresses are checked and max_workers

@@ -45,6 +45,13 @@ absl::StatusOr<WorkerInfo> WorkerRegistry::Reserve(
   if (absl::Status s = CheckGpuUuid(registration.worker.gpu_uuid); !s.ok()) {
     return s;
   }
+  if (!registration.worker.data_address.empty()) {
+    if (absl::Status s = CheckDialAddress(registration.worker.data_address,
+                                          "worker data address");
+        !s.ok()) {
+      return s;
+    }
+  }
   if (!registration.worker.zone.empty()) {
     if (absl::Status s = CheckZone(registration.worker.zone); !s.ok()) {
       return s;

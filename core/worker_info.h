@@ -52,6 +52,9 @@ struct WorkerInfo {
   // Its failure domain (--zone, by default its host; core/replica_placement
   // CheckZone). Not durable: empty until it registers.
   std::string zone;
+  // Its data port for bulk bytes over TCP (CLI.md "Bulk bytes over TCP");
+  // empty: none. Not durable: empty until it registers.
+  std::string data_address;
   WorkerState state = WorkerState::kDead;  // not durable
   // Shards it keeps for another cluster (quarantined; not durable).
   int64_t quarantined_shards = 0;

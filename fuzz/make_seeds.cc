@@ -694,6 +694,49 @@ void PullReplySeeds() {
   }
 }
 
+// worker_data_port_fuzzer: [1: preface][2: request]...;
+// pull_tcp_reply_fuzzer: [0: read][2: reply header and bytes].
+void DataPortSeeds() {
+  {
+    std::string s;
+    fuzz::AppendRecord(&s, 1, "");
+    // A read of rows 1..3, columns 2..6 of shard 1 (16x8 float32) with a
+    // valid read grant, then a row read, then a write of shard 2.
+    fuzz::AppendRecord(&s, 2, std::string({1, 0, 1, 2, 1, 3, 2, 5, 4, 0, 0}));
+    fuzz::AppendRecord(&s, 2, std::string({2, 0, 1, 1, 3, 7, 0, 0}));
+    fuzz::AppendRecord(&s, 2, std::string({3, 1, 2, 0, 2, '\x80', 1}));
+    Write("worker_data_port_fuzzer", "read_rows_write", s);
+  }
+  {
+    std::string s;
+    fuzz::AppendRecord(&s, 1, "");
+    // Another tensor's grant, then junk.
+    fuzz::AppendRecord(&s, 2, std::string({1, 2, 1, 1, 0, 4, 4, 0, 0}));
+    fuzz::AppendRecord(&s, 0, "GET / HTTP/1.1\r\n\r\n");
+    Write("worker_data_port_fuzzer", "other_grant_junk", s);
+  }
+  // A 3x4 box of 4-byte items inside a 5x6 destination.
+  const std::string read = {3, 1, 3, 1, 1, 4, 0, 2, 0};
+  {
+    std::string s;
+    fuzz::AppendRecord(&s, 0, read);
+    fuzz::AppendRecord(&s, 2, std::string({0, 0, 0}) + std::string(48, 'a'));
+    Write("pull_tcp_reply_fuzzer", "whole", s);
+  }
+  {
+    std::string s;
+    fuzz::AppendRecord(&s, 0, std::string({3, 1, 3, 1, 1, 4, 0, 2, 1}));
+    fuzz::AppendRecord(&s, 2, std::string({5, 9, 0}) + "not found");
+    Write("pull_tcp_reply_fuzzer", "error_sink", s);
+  }
+  {
+    std::string s;
+    fuzz::AppendRecord(&s, 0, read);
+    fuzz::AppendRecord(&s, 2, std::string({0, 0, 0}) + std::string(20, 'b'));
+    Write("pull_tcp_reply_fuzzer", "short", s);
+  }
+}
+
 void MetadataSeeds() {
   // Shard i of rows [2i, 2i+2) on w(i % 2); shard 1 unavailable.
   TensorMetadata meta;
@@ -808,6 +851,7 @@ int main(int argc, char** argv) {
   tessera::CoordinatorSeeds();
   tessera::ShmReplySeeds();
   tessera::PullReplySeeds();
+  tessera::DataPortSeeds();
   tessera::MetadataSeeds();
   tessera::CheckpointIndexSeeds();
   tessera::ShardRecordSeeds();

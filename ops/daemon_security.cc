@@ -42,6 +42,7 @@ absl::StatusOr<DaemonSecurity> DaemonSecurityFromFlags(
     return absl::InvalidArgumentError("--reload_interval is negative");
   }
   security.health_listen = absl::GetFlag(FLAGS_health_listen);
+  security.insecure = absl::GetFlag(FLAGS_insecure);
   TESSERA_RETURN_IF_ERROR(CheckProtectedMode(listen, security.tls || tokens,
                                              absl::GetFlag(FLAGS_insecure)));
   if (!security.tls) return security;

@@ -18,6 +18,9 @@ namespace tessera {
 
 struct DaemonSecurity {
   bool tls = false;
+  // --insecure: plaintext ports may listen beyond loopback (protected mode
+  // off), for the daemon's other plaintext ports to check as its gRPC one.
+  bool insecure = false;
   TlsFiles files;
   // Null without TLS (plaintext). With --reload_interval > 0 they follow
   // the TLS files on disk (rpc/security.h WatchTlsFiles).

@@ -6,16 +6,19 @@
 #include "rpc/channel.h"
 #include "transport/grpc_transport.h"
 #include "transport/shared_memory.h"
+#include "transport/tcp_transport.h"
 #include "transport/ucx_common.h"
 #include "transport/ucx_transport.h"
 
 namespace tessera {
 
 absl::Status CheckTransportName(const std::string& name) {
-  if (name == "auto" || name == "shm" || name == "ucx" || name == "grpc")
+  if (name == "auto" || name == "shm" || name == "ucx" || name == "tcp" ||
+      name == "grpc") {
     return absl::OkStatus();
+  }
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown transport '", name, "': use auto, shm, ucx or grpc"));
+      "unknown transport '", name, "': use auto, shm, ucx, tcp or grpc"));
 }
 
 TransportChain::TransportChain(std::vector<Link> links, bool forced)
@@ -53,6 +56,12 @@ std::unique_ptr<TransportChain> TransportChain::Make(
     ucx.trusted_fabric = trusted;
     links.push_back(Link{std::make_unique<UcxTransport>(channels, ucx), 0,
                          automatic ? options.ucx_min_write_bytes : 0});
+  }
+  // Workers' data ports: plaintext, so never under channels that run TLS.
+  if (choice == "tcp" || (automatic && options.tcp && !tls)) {
+    TcpTransportOptions tcp;
+    tcp.timeout = std::min(options.timeout, absl::Minutes(1));
+    links.push_back(Link{std::make_unique<TcpTransport>(channels, tcp), 0});
   }
   if (choice == "grpc" || automatic) {
     GrpcTransportOptions grpc;

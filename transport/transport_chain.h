@@ -34,8 +34,9 @@ namespace tessera {
 class ChannelCache;  // rpc/channel.h; this header stays free of gRPC
 
 // The transports a chain may use, by name: "auto" (shared memory for
-// workers on this host, else UCX, else gRPC), or "shm", "ucx" or "grpc"
-// alone. INVALID_ARGUMENT for any other name.
+// workers on this host, else UCX where allowed, else the workers' data
+// ports over TCP, else gRPC), or "shm", "ucx", "tcp" or "grpc" alone.
+// INVALID_ARGUMENT for any other name.
 absl::Status CheckTransportName(const std::string& name);
 
 struct DataPlaneOptions {
@@ -57,6 +58,9 @@ struct DataPlaneOptions {
   // this host (transport/ucx_common.h UcxReach), and "auto" leaves UCX out
   // when the channels use TLS, since UCX would carry the bytes outside it.
   bool ucx_trusted_fabric = false;
+  // Try workers' data ports (TCP) before gRPC ("auto" only, and only when
+  // the channels run no TLS).
+  bool tcp = true;
   // Keep whole-shard mappings across reads (a client reading the same
   // shards again and again); off: map each piece's span once (a worker
   // pulling reshard pieces).

@@ -235,18 +235,20 @@ TEST(TransportChainConcurrencyTest, ReadsFromManyThreadsOverlap) {
   EXPECT_EQ(chain.Stats().bytes.at("near"), kReaders * 40);
 }
 
-TEST(TransportChainMakeTest, AutoTriesSharedMemoryThenUcxThenGrpc) {
+TEST(TransportChainMakeTest, AutoTriesSharedMemoryThenUcxThenTcpThenGrpc) {
   DataPlaneOptions options;
   const DataPlaneStats all = TransportChain::Make(nullptr, options)->Stats();
-  EXPECT_EQ(all.bytes.size(), 3u);
+  EXPECT_EQ(all.bytes.size(), 4u);
   EXPECT_EQ(all.bytes.count("shm"), 1u);
   EXPECT_EQ(all.bytes.count("ucx"), 1u);
+  EXPECT_EQ(all.bytes.count("tcp"), 1u);
   EXPECT_EQ(all.bytes.count("grpc"), 1u);
   options.shared_memory = false;
   const DataPlaneStats no_shm = TransportChain::Make(nullptr, options)->Stats();
-  EXPECT_EQ(no_shm.bytes.size(), 2u);
+  EXPECT_EQ(no_shm.bytes.size(), 3u);
   EXPECT_EQ(no_shm.bytes.count("shm"), 0u);
   options.ucx = false;
+  options.tcp = false;
   const DataPlaneStats grpc = TransportChain::Make(nullptr, options)->Stats();
   ASSERT_EQ(grpc.bytes.size(), 1u);
   EXPECT_EQ(grpc.bytes.begin()->first, "grpc");
@@ -259,6 +261,9 @@ TEST(TransportChainMakeTest, AutoLeavesUcxOutUnderTlsUnlessTheFabricIsTrusted) {
   DataPlaneOptions options;
   EXPECT_EQ(
       TransportChain::Make(&channels, options)->Stats().bytes.count("ucx"), 0u);
+  // The data ports speak plaintext: never under TLS channels.
+  EXPECT_EQ(
+      TransportChain::Make(&channels, options)->Stats().bytes.count("tcp"), 0u);
   options.ucx_trusted_fabric = true;
   EXPECT_EQ(
       TransportChain::Make(&channels, options)->Stats().bytes.count("ucx"), 1u);
@@ -292,7 +297,7 @@ TEST_F(TransportChainTest, SmallWritesSkipALinkWithAWriteMinimum) {
 }
 
 TEST(TransportChainMakeTest, NamingATransportForcesItAlone) {
-  for (const std::string name : {"shm", "ucx", "grpc"}) {
+  for (const std::string name : {"shm", "ucx", "tcp", "grpc"}) {
     DataPlaneOptions options;
     options.transport = name;
     options.shared_memory = false;  // ignored when one is named
@@ -309,7 +314,7 @@ TEST(TransportChainMakeTest, UnknownTransportNamesAreRefused) {
   EXPECT_THAT(CheckTransportName("ucx"), IsOk());
   EXPECT_THAT(CheckTransportName("rdma"),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       ::testing::HasSubstr("auto, shm, ucx or grpc")));
+                       ::testing::HasSubstr("auto, shm, ucx, tcp or grpc")));
 }
 
 TEST(TransportChainForcedTest, FailuresNameTheTransportAndTheWorker) {

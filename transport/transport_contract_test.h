@@ -41,6 +41,7 @@
 #include "transport/shard_transport.h"
 #include "transport/shared_memory_arena.h"
 #include "transport/transport_chain.h"
+#include "worker/data_port.h"
 #include "worker/host_shard_store.h"
 #include "worker/worker_node.h"
 #include "worker/worker_service.h"
@@ -60,6 +61,8 @@ struct TransportFactory {
   // after it stops. Empty: none.
   std::function<std::vector<std::shared_ptr<grpc::Service>>(WorkerNode* node)>
       services;
+  // The worker opens a data port (worker/data_port.h) and names it.
+  bool data_port = false;
 };
 
 inline std::string FactoryName(
@@ -103,6 +106,14 @@ class TransportContractTest
     node_ = std::make_unique<WorkerNode>(store_.get(), node_options);
     node_->SetIdentity("w0", kWorkerKey);
     service_ = std::make_unique<WorkerService>(node_.get());
+    if (GetParam().data_port) {
+      absl::StatusOr<std::unique_ptr<DataPort>> port =
+          DataPort::Start(node_.get(), DataPortOptions());
+      ASSERT_TRUE(port.ok()) << port.status();
+      data_port_ = *std::move(port);
+      service_->set_data_address(
+          absl::StrCat("127.0.0.1:", data_port_->port()));
+    }
     std::vector<grpc::Service*> services = {service_.get()};
     if (GetParam().services) extra_services_ = GetParam().services(node_.get());
     for (const auto& extra : extra_services_) services.push_back(extra.get());
@@ -117,6 +128,7 @@ class TransportContractTest
     transport_.reset();
     if (server_.server != nullptr) server_.server->Shutdown();
     extra_services_.clear();
+    data_port_.reset();
   }
 
   // Allocates shard `id`: a whole tensor of `shape`, values 0, 1, 2, ...
@@ -195,6 +207,7 @@ class TransportContractTest
   std::unique_ptr<HostShardStore> store_;
   std::unique_ptr<WorkerNode> node_;
   std::unique_ptr<WorkerService> service_;
+  std::unique_ptr<DataPort> data_port_;
   RunningServer server_;
   std::string address_;
   ChannelCache channels_;

@@ -231,6 +231,7 @@ bool Registration::Register(Loop& loop) {
   *request.mutable_device() = DeviceToProto(options_.device);
   request.set_gpu_uuid(options_.gpu_uuid);
   request.set_zone(options_.zone);
+  request.set_data_address(options_.data_address);
   request.set_capacity_bytes(options_.capacity_bytes);
   request.set_bytes_used(store_->BytesUsed());
   // Shards made since the last heartbeat belong to the cluster served

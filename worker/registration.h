@@ -50,6 +50,7 @@ struct RegistrationOptions {
   Device device;                // this worker's device
   std::string gpu_uuid;         // its GPU's UUID ("GPU-<hex>"); empty: none
   std::string zone;             // its failure domain (--zone); empty: none
+  std::string data_address;     // its data port (--data_advertise); empty: none
   int64_t capacity_bytes = 0;   // 0 = unlimited
   absl::Duration rpc_timeout = absl::Seconds(5);
   absl::Duration max_backoff = absl::Seconds(2);

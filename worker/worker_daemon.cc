@@ -84,6 +84,10 @@ absl::Status WorkerDaemonOptions::Validate() const {
   if (!advertise.empty()) {
     TESSERA_RETURN_IF_ERROR(CheckDialAddress(advertise, "--advertise"));
   }
+  if (!data_advertise.empty()) {
+    TESSERA_RETURN_IF_ERROR(
+        CheckDialAddress(data_advertise, "--data_advertise"));
+  }
   if (!name.empty()) {
     if (absl::Status s = CheckWorkerName(name); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("--name: ", s.message()));
@@ -111,6 +115,7 @@ class WorkerDaemon::Parts {
   std::unique_ptr<WorkerService> service;
   std::unique_ptr<UcxServer> ucx;
   std::unique_ptr<UcxDataService> ucx_service;
+  std::unique_ptr<DataPort> data_port;
   MetricsRegistry metrics;
   std::optional<RunningServer> server;
   std::unique_ptr<MetricsHttpServer> metrics_server;
@@ -123,6 +128,9 @@ class WorkerDaemon::Parts {
   void ChooseBulkTransports(const WorkerDaemonOptions& options,
                             WorkerNodeOptions* node_options, bool* ucx_allowed);
   void StartUcx(const WorkerDaemonOptions& options, bool allowed);
+  // Opens the data port unless it is off; returns its advertised address
+  // (empty: none).
+  absl::StatusOr<std::string> StartDataPort(const WorkerDaemonOptions& options);
   void AddWorkerMetrics(const WorkerDaemonOptions& options);
 };
 
@@ -303,6 +311,51 @@ void WorkerDaemon::Parts::StartUcx(const WorkerDaemonOptions& options,
                                "--trusted_fabric for other hosts");
 }
 
+absl::StatusOr<std::string> WorkerDaemon::Parts::StartDataPort(
+    const WorkerDaemonOptions& options) {
+  if (options.data_listen == "off") {
+    spdlog::info(
+        "no data port (--data_listen=off): shard bytes move over gRPC");
+    return std::string();
+  }
+  if (options.security.tls) {
+    spdlog::info(
+        "no data port: this worker runs TLS and its data port speaks "
+        "plaintext only; shard bytes move over gRPC");
+    return std::string();
+  }
+  const std::string listen_host =
+      options.listen.substr(0, options.listen.rfind(':'));
+  DataPortOptions port_options = options.data_port;
+  port_options.listen = options.data_listen.empty()
+                            ? absl::StrCat(listen_host, ":0")
+                            : options.data_listen;
+  if (absl::Status s =
+          CheckProtectedMode(port_options.listen, !options.token_file.empty(),
+                             options.security.insecure);
+      !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("--data_listen: ", s.message()));
+  }
+  port_options.max_connections = options.server.max_connections;
+  port_options.max_per_peer = options.server.max_connections_per_peer;
+  absl::StatusOr<std::unique_ptr<DataPort>> started =
+      DataPort::Start(node.get(), port_options);
+  if (!started.ok()) {
+    return absl::Status(
+        started.status().code(),
+        absl::StrCat("--data_listen: ", started.status().message()));
+  }
+  data_port = *std::move(started);
+  if (!options.data_advertise.empty()) return options.data_advertise;
+  const std::string& dialed =
+      options.advertise.empty() ? options.listen : options.advertise;
+  const std::string address =
+      absl::StrCat(dialed.substr(0, dialed.rfind(':')), ":", data_port->port());
+  spdlog::info("data port on {} (plaintext), dialed as {}",
+               WithPort(port_options.listen, data_port->port()), address);
+  return address;
+}
+
 void WorkerDaemon::Parts::AddWorkerMetrics(const WorkerDaemonOptions& options) {
   const bool store_dir = !options.store_dir.empty();
   const int64_t capacity = options.capacity_bytes;
@@ -423,6 +476,8 @@ absl::Status WorkerDaemon::StartParts() {
   node_ = p.node.get();
   p.service = std::make_unique<WorkerService>(p.node.get());
   p.StartUcx(o, ucx_allowed);
+  TESSERA_ASSIGN_OR_RETURN(data_address_, p.StartDataPort(o));
+  p.service->set_data_address(data_address_);
 
   std::vector<grpc::Service*> services = {p.service.get()};
   if (p.ucx_service != nullptr) services.push_back(p.ucx_service.get());
@@ -464,6 +519,7 @@ absl::Status WorkerDaemon::StartParts() {
   registration.device = o.device;
   registration.gpu_uuid = p.gpu_uuid;
   registration.zone = o.zone;
+  registration.data_address = data_address_;
   registration.capacity_bytes = o.capacity_bytes;
   registration.quarantine_grace = o.quarantine_grace;
   registration.channel.credentials = o.security.channel_credentials;

@@ -21,6 +21,7 @@
 #include "rpc/server.h"
 #include "transport/shared_memory_arena.h"
 #include "transport/ucx_server.h"
+#include "worker/data_port.h"
 #include "worker/registration.h"
 #include "worker/shard_table.h"
 #include "worker/worker_node.h"
@@ -33,6 +34,15 @@ struct WorkerDaemonOptions {
   // Where clients and peers dial; empty: the bound listen address (which
   // must then not be a wildcard).
   std::string advertise;
+  // The data port for bulk bytes over TCP (worker/data_port.h): HOST:PORT,
+  // empty for the --listen host and a port the system picks, "off" for
+  // none. Plaintext, so loopback only unless security.insecure or the
+  // daemon runs tokens; a daemon that runs TLS opens none.
+  std::string data_listen;
+  // Where clients and peers dial it; empty: the advertised (else listen)
+  // host with the bound data port.
+  std::string data_advertise;
+  DataPortOptions data_port;    // limits; `listen` is filled by Start
   std::string name;             // empty: w<port>
   std::optional<int32_t> rank;  // empty: the lowest free rank
   Device device;                // cpu by default
@@ -93,6 +103,8 @@ class WorkerDaemon {
 
   const std::string& name() const { return name_; }
   const std::string& address() const { return address_; }  // advertised
+  // The data port's advertised address; empty when it has none.
+  const std::string& data_address() const { return data_address_; }
   int port() const;
   WorkerNode& node() { return *node_; }
 
@@ -105,6 +117,7 @@ class WorkerDaemon {
   WorkerDaemonOptions options_;
   std::string name_;
   std::string address_;
+  std::string data_address_;
   std::unique_ptr<Parts> parts_;
   WorkerNode* node_ = nullptr;  // in parts_
   DaemonLife life_;

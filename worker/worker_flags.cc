@@ -40,6 +40,14 @@ ABSL_FLAG(std::string, advertise, "",
           "address clients and peers dial, HOST:PORT, when it differs from "
           "--listen (e.g. --listen=0.0.0.0:7071); default: the --listen "
           "address");
+ABSL_FLAG(std::string, data_listen, "",
+          "address of the data port, HOST:PORT, where clients and peers "
+          "move shard bytes over TCP beside gRPC; default: the --listen host "
+          "and a port the system picks; off: none (bytes move over gRPC)");
+ABSL_FLAG(std::string, data_advertise, "",
+          "address clients and peers dial for the data port, HOST:PORT, when "
+          "a service or NAT stands between; default: the --advertise (else "
+          "--listen) host with the data port");
 ABSL_FLAG(std::string, token_file, "",
           "file holding this worker's secret (a `worker` principal of the "
           "coordinator's --tokens)");
@@ -73,7 +81,8 @@ ABSL_FLAG(absl::Duration, ucx_peer_idle_timeout,
           "without a goodbye)");
 ABSL_FLAG(std::string, peer_transport, "auto",
           "how reshard pieces are pulled from peers: auto (shared memory on "
-          "this host, else UCX, else gRPC), or shm, ucx or grpc alone");
+          "this host, else UCX, else the peer's data port over TCP, else "
+          "gRPC), or shm, ucx, tcp or grpc alone");
 ABSL_FLAG(int64_t, chunk_bytes, tessera::kChunkBytes,
           "bytes per data message when streaming regions");
 // Limits (README "Limits"); the defaults are the options' own.
@@ -151,6 +160,8 @@ absl::StatusOr<WorkerDaemonOptions> WorkerDaemonOptionsFromFlags() {
   o.coordinator = absl::GetFlag(FLAGS_coordinator);
   o.listen = absl::GetFlag(FLAGS_listen);
   o.advertise = absl::GetFlag(FLAGS_advertise);
+  o.data_listen = absl::GetFlag(FLAGS_data_listen);
+  o.data_advertise = absl::GetFlag(FLAGS_data_advertise);
   o.name = absl::GetFlag(FLAGS_name);
   if (absl::GetFlag(FLAGS_rank) >= 0) o.rank = absl::GetFlag(FLAGS_rank);
   absl::StatusOr<Device> device = ParseDevice(absl::GetFlag(FLAGS_device));

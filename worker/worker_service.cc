@@ -603,6 +603,14 @@ grpc::Status WorkerService::StageRead(
   return grpc::Status::OK;
 }
 
+grpc::Status WorkerService::DataAddress(grpc::ServerContext*,
+                                        const v1::DataAddressRequest*,
+                                        v1::DataAddressResponse* response) {
+  absl::MutexLock lock(&mu_);
+  response->set_data_address(data_address_);
+  return grpc::Status::OK;
+}
+
 grpc::Status WorkerService::Transfer(grpc::ServerContext* context,
                                      const v1::TransferRequest* request,
                                      v1::TransferResponse* response) {

@@ -17,8 +17,12 @@
 
 #include <atomic>
 #include <functional>
+#include <string>
+#include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "proto/worker.grpc.pb.h"
 #include "worker/worker_node.h"
 
@@ -105,6 +109,15 @@ class WorkerService final : public v1::Worker::Service {
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<v1::StageReadResponse, v1::StageReadRequest>*
           stream) override;
+  grpc::Status DataAddress(grpc::ServerContext* context,
+                           const v1::DataAddressRequest* request,
+                           v1::DataAddressResponse* response) override;
+  // What DataAddress answers: the data port's advertised address (set once
+  // the port listens), or empty.
+  void set_data_address(std::string address) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    data_address_ = std::move(address);
+  }
 
   // What AllocateShards, FreeShards and SealShards do, with the caller's
   // capability
@@ -148,6 +161,8 @@ class WorkerService final : public v1::Worker::Service {
   std::atomic<int> active_streams_{0};
   // Callback-API small reads gRPC holds (SmallRead).
   std::atomic<int> active_small_reads_{0};
+  absl::Mutex mu_;
+  std::string data_address_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera

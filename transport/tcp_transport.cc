@@ -1,0 +1,512 @@
+#include "transport/tcp_transport.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/box_runs.h"
+#include "core/limits.h"
+#include "core/status_macros.h"
+#include "core/strided_copy.h"
+#include "proto/worker.grpc.pb.h"
+#include "rpc/channel.h"
+#include "rpc/status.h"
+
+namespace tessera {
+namespace {
+
+// Reads land in the caller's array run by run when runs average at least
+// this; shorter runs go through a buffer (one recv per tiny run costs more
+// than a copy).
+constexpr int64_t kMinDirectRunBytes = 2048;
+// Bytes received or sent between progress counts, and the buffer of a
+// read or write that cannot use the caller's memory directly.
+constexpr int64_t kStepBytes = int64_t{4} << 20;
+
+absl::Status Unavailable(absl::string_view what, absl::string_view why) {
+  return absl::UnavailableError(absl::StrCat(what, ": ", why));
+}
+
+// A connected socket to `data_address` (host:port), TCP_NODELAY, within
+// `timeout`.
+absl::StatusOr<int> Connect(const std::string& data_address,
+                            absl::Duration timeout, absl::string_view what) {
+  const size_t colon = data_address.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": data address '", data_address, "' has no port"));
+  }
+  std::string host = data_address.substr(0, colon);
+  const std::string port = data_address.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found);
+      rc != 0) {
+    return Unavailable(what, absl::StrCat("cannot resolve '", data_address,
+                                          "': ", gai_strerror(rc)));
+  }
+  absl::Status last = Unavailable(what, "no address to connect to");
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd =
+        socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+               a->ai_protocol);
+    if (fd < 0) continue;
+    int rc = connect(fd, a->ai_addr, a->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      rc = poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout)));
+      int error = 0;
+      socklen_t len = sizeof(error);
+      if (rc == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 &&
+          error == 0) {
+        rc = 0;
+      } else {
+        errno = rc == 0 ? ETIMEDOUT : (error != 0 ? error : errno);
+        rc = -1;
+      }
+    }
+    if (rc == 0) {
+      const int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      freeaddrinfo(found);
+      return fd;
+    }
+    last = Unavailable(what, absl::StrCat("connect to ", data_address, ": ",
+                                          std::strerror(errno)));
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return last;
+}
+
+// The spans of the caller's array that elements [0, total) of the
+// row-major `box_sizes` land in, when they are long enough to receive
+// into directly; empty otherwise.
+std::vector<iovec> LandingRuns(const ReadTarget& target,
+                               absl::Span<const int64_t> box_sizes,
+                               int64_t total, int64_t item) {
+  std::vector<iovec> runs;
+  if (!target.is_host_array() || total == 0) return runs;
+  if (std::optional<int64_t> start =
+          BoxSpanStart(target.shape(), target.offsets(), box_sizes)) {
+    runs.push_back(
+        {target.data() + *start * item, static_cast<size_t>(total * item)});
+    return runs;
+  }
+  const int64_t row = box_sizes.empty() ? 1 : box_sizes.back();
+  if (row * item < kMinDirectRunBytes) return runs;
+  ForEachBoxRun(target.shape(), target.offsets(), box_sizes, 0, total,
+                [&](int64_t array_element, int64_t, int64_t n) {
+                  runs.push_back({target.data() + array_element * item,
+                                  static_cast<size_t>(n * item)});
+                });
+  return runs;
+}
+
+// Receives `runs` in steps of about kStepBytes, counting each as landed.
+absl::Status ReceiveRuns(int fd, std::vector<iovec> runs,
+                         const ReadTarget& target, absl::Duration idle,
+                         absl::string_view what) {
+  size_t at = 0;
+  while (at < runs.size()) {
+    std::vector<iovec> step;
+    int64_t bytes = 0;
+    while (at < runs.size() && bytes < kStepBytes) {
+      iovec part = runs[at];
+      const int64_t room = kStepBytes - bytes;
+      if (static_cast<int64_t>(part.iov_len) > room && bytes > 0) break;
+      if (static_cast<int64_t>(part.iov_len) > kStepBytes * 16) {
+        // A huge run in pieces, so progress moves within it.
+        part.iov_len = static_cast<size_t>(kStepBytes * 16);
+        runs[at].iov_base =
+            static_cast<char*>(runs[at].iov_base) + part.iov_len;
+        runs[at].iov_len -= part.iov_len;
+      } else {
+        ++at;
+      }
+      step.push_back(part);
+      bytes += static_cast<int64_t>(part.iov_len);
+    }
+    TESSERA_RETURN_IF_ERROR(ReceiveFully(fd, step, idle, what));
+    target.Landed(bytes);
+  }
+  return absl::OkStatus();
+}
+
+// Receives `total` elements through a buffer into the target.
+absl::Status ReceiveBuffered(int fd, absl::Span<const int64_t> box_sizes,
+                             int64_t total, int64_t item,
+                             const ReadTarget& target, absl::Duration idle,
+                             absl::string_view what) {
+  const int64_t step = std::max<int64_t>(1, kStepBytes / item);
+  std::string buffer(static_cast<size_t>(std::min(step, total) * item), '\0');
+  for (int64_t first = 0; first < total;) {
+    const int64_t count = std::min(step, total - first);
+    TESSERA_RETURN_IF_ERROR(ReceiveFully(
+        fd, buffer.data(), static_cast<size_t>(count * item), idle, what));
+    TESSERA_RETURN_IF_ERROR(target.Deliver(
+        box_sizes, first, count, buffer.data(), static_cast<size_t>(item)));
+    first += count;
+  }
+  return absl::OkStatus();
+}
+
+// Sends elements [0, total) of the row-major `box_sizes` at
+// source.offsets of source.data: straight from the array when the box is
+// one span of it, else packed through a buffer.
+absl::Status SendBox(int fd, const WriteSource& source,
+                     absl::Span<const int64_t> box_sizes, int64_t total,
+                     int64_t item, absl::Duration idle,
+                     absl::string_view what) {
+  if (total == 0) return absl::OkStatus();
+  std::optional<int64_t> start =
+      BoxSpanStart(source.shape, source.offsets, box_sizes);
+  const int64_t step = std::max<int64_t>(1, kStepBytes / item);
+  std::string buffer;
+  if (!start.has_value())
+    buffer.resize(static_cast<size_t>(std::min(step, total) * item));
+  for (int64_t first = 0; first < total;) {
+    const int64_t count = std::min(step, total - first);
+    iovec part;
+    if (start.has_value()) {
+      part = {const_cast<char*>(source.data) + (*start + first) * item,
+              static_cast<size_t>(count * item)};
+    } else {
+      CopyBoxToFlatRange(source.data, source.shape, source.offsets, box_sizes,
+                         first, count, buffer.data(),
+                         static_cast<size_t>(item));
+      part = {buffer.data(), static_cast<size_t>(count * item)};
+    }
+    TESSERA_RETURN_IF_ERROR(
+        SendFully(fd, absl::MakeConstSpan(&part, 1), idle, what));
+    source.Sent(count * item);
+    first += count;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+class TcpTransport::Connection {
+ public:
+  explicit Connection(int fd) : fd_(fd) {}
+  ~Connection() { close(fd_); }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  const int fd_;
+};
+
+// One request and what to do with its reply.
+struct TcpTransport::Exchange {
+  DataOp op = DataOp::kRead;
+  v1::DataRequest request;
+  uint64_t payload_bytes = 0;  // a write's
+  // Sends the write's payload_bytes after the request.
+  std::function<absl::Status(int fd, absl::Duration idle,
+                             absl::string_view what)>
+      send;
+  uint64_t expected = 0;  // the OK reply's payload bytes
+  // Receives exactly `expected` bytes.
+  std::function<absl::Status(int fd, absl::Duration idle,
+                             absl::string_view what)>
+      receive;
+};
+
+TcpTransport::TcpTransport(ChannelCache* channels, TcpTransportOptions options)
+    : channels_(channels), options_(std::move(options)) {}
+
+TcpTransport::~TcpTransport() = default;
+
+const std::string& TcpTransport::name() const {
+  static const std::string* name = new std::string("tcp");
+  return *name;
+}
+
+absl::StatusOr<std::string> TcpTransport::DataAddress(
+    const std::string& address) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = data_addresses_.find(address);
+    if (it != data_addresses_.end()) return it->second;
+  }
+  std::string data_address;
+  if (options_.resolve) {
+    TESSERA_ASSIGN_OR_RETURN(data_address, options_.resolve(address));
+  } else {
+    std::unique_ptr<v1::Worker::Stub> stub =
+        v1::Worker::NewStub(channels_->Get(address));
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(
+        absl::Now() + std::min(options_.timeout, absl::Seconds(10))));
+    v1::DataAddressResponse response;
+    absl::Status status = FromGrpcStatus(
+        stub->DataAddress(&context, v1::DataAddressRequest(), &response));
+    // A worker that predates data ports has none.
+    if (!status.ok() && !absl::IsUnimplemented(status)) return status;
+    data_address = response.data_address();
+  }
+  absl::MutexLock lock(&mu_);
+  data_addresses_[address] = data_address;
+  return data_address;
+}
+
+absl::StatusOr<std::unique_ptr<TcpTransport::Connection>> TcpTransport::Take(
+    const std::string& data_address, bool* reused) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = idle_.find(data_address);
+    if (it != idle_.end() && !it->second.empty()) {
+      std::unique_ptr<Connection> c = std::move(it->second.back());
+      it->second.pop_back();
+      *reused = true;
+      return c;
+    }
+  }
+  *reused = false;
+  const std::string what = absl::StrCat("data port ", data_address);
+  TESSERA_ASSIGN_OR_RETURN(
+      int fd, Connect(data_address,
+                      std::min(options_.timeout, absl::Seconds(10)), what));
+  auto c = std::make_unique<Connection>(fd);
+  opened_.fetch_add(1);
+  const std::string preface = DataPreface();
+  const iovec part{const_cast<char*>(preface.data()), preface.size()};
+  TESSERA_RETURN_IF_ERROR(
+      SendFully(fd, absl::MakeConstSpan(&part, 1), options_.timeout, what));
+  return c;
+}
+
+void TcpTransport::Keep(const std::string& data_address,
+                        std::unique_ptr<Connection> c) {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::unique_ptr<Connection>>& idle = idle_[data_address];
+  if (static_cast<int>(idle.size()) < options_.max_idle_per_worker)
+    idle.push_back(std::move(c));
+}
+
+absl::Status TcpTransport::Call(const std::string& address,
+                                const Exchange& exchange) {
+  TESSERA_ASSIGN_OR_RETURN(std::string data_address, DataAddress(address));
+  if (data_address.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker at ", address, " has no data port"));
+  }
+  const std::string what =
+      absl::StrCat("data port ", data_address, " of worker at ", address);
+  std::string meta;
+  exchange.request.SerializeToString(&meta);
+  char header[kDataHeaderBytes];
+  EncodeRequestHeader(
+      {exchange.op, static_cast<uint32_t>(meta.size()), exchange.payload_bytes},
+      header);
+  const iovec request[2] = {{header, sizeof(header)},
+                            {meta.data(), meta.size()}};
+  const absl::Duration idle = options_.timeout;
+  for (int attempt = 0;; ++attempt) {
+    bool reused = false;
+    absl::StatusOr<std::unique_ptr<Connection>> taken =
+        Take(data_address, &reused);
+    if (!taken.ok()) {
+      // The worker may have restarted on another port: ask again next time.
+      absl::MutexLock lock(&mu_);
+      data_addresses_.erase(address);
+      return taken.status();
+    }
+    std::unique_ptr<Connection> c = *std::move(taken);
+    const int fd = c->fd();
+    bool replied = false;
+    absl::Status status = SendFully(fd, request, idle, what);
+    if (status.ok() && exchange.send) status = exchange.send(fd, idle, what);
+    // A write the worker refused before its bytes: its answer is waiting
+    // even though the send broke off.
+    const absl::Duration reply_wait = status.ok() ? idle : absl::Seconds(1);
+    char reply[kDataHeaderBytes];
+    absl::Status received =
+        ReceiveFully(fd, reply, sizeof(reply), reply_wait, what);
+    if (received.ok()) {
+      replied = true;
+      absl::StatusOr<DataReplyHeader> decoded = DecodeReplyHeader(
+          absl::string_view(reply, sizeof(reply)), exchange.expected);
+      if (!decoded.ok()) {
+        return absl::Status(
+            decoded.status().code(),
+            absl::StrCat(what, ": ", decoded.status().message()));
+      }
+      if (decoded->code != absl::StatusCode::kOk) {
+        std::string message(decoded->message_bytes, '\0');
+        if (!message.empty()) {
+          TESSERA_RETURN_IF_ERROR(
+              ReceiveFully(fd, message.data(), message.size(), idle, what));
+        }
+        // Still in step unless the send broke off.
+        if (status.ok()) Keep(data_address, std::move(c));
+        return absl::Status(decoded->code, message);
+      }
+      if (status.ok()) {
+        status = exchange.receive ? exchange.receive(fd, idle, what)
+                                  : absl::OkStatus();
+      }
+    } else if (status.ok()) {
+      status = received;
+    }
+    if (status.ok()) {
+      Keep(data_address, std::move(c));
+      return status;
+    }
+    // A kept connection the worker closed while it sat idle: once more on
+    // a new one, since nothing of this request was answered.
+    if (!(reused && !replied && attempt == 0)) return status;
+  }
+}
+
+absl::Status TcpTransport::Read(const RemoteShard& shard, const Box& box,
+                                const ReadTarget& target) {
+  const int64_t item = shard.item_bytes;
+  const int64_t total = box.NumElements();
+  Exchange exchange;
+  exchange.op = DataOp::kRead;
+  exchange.request.set_capability(shard.location.capability);
+  exchange.request.set_shard_id(shard.location.shard_id);
+  exchange.request.mutable_offsets()->Assign(box.offsets.begin(),
+                                             box.offsets.end());
+  exchange.request.mutable_sizes()->Assign(box.sizes.begin(), box.sizes.end());
+  exchange.request.set_item_bytes(item);
+  exchange.expected = static_cast<uint64_t>(total * item);
+  exchange.receive = [&](int fd, absl::Duration idle, absl::string_view what) {
+    std::vector<iovec> runs = LandingRuns(target, box.sizes, total, item);
+    if (!runs.empty())
+      return ReceiveRuns(fd, std::move(runs), target, idle, what);
+    return ReceiveBuffered(fd, box.sizes, total, item, target, idle, what);
+  };
+  return Call(shard.location.address, exchange);
+}
+
+absl::Status TcpTransport::Write(const RemoteShard& shard,
+                                 const WriteSource& source) {
+  const int64_t item = shard.item_bytes;
+  const Box whole = WholeBox(shard.shape);
+  const int64_t total = whole.NumElements();
+  Exchange exchange;
+  exchange.op = DataOp::kWrite;
+  exchange.request.set_capability(shard.location.capability);
+  exchange.request.set_shard_id(shard.location.shard_id);
+  exchange.request.set_item_bytes(item);
+  exchange.payload_bytes = static_cast<uint64_t>(total * item);
+  exchange.send = [&](int fd, absl::Duration idle, absl::string_view what) {
+    return SendBox(fd, source, whole.sizes, total, item, idle, what);
+  };
+  return Call(shard.location.address, exchange);
+}
+
+absl::Status TcpTransport::WriteBox(const RemoteShard& shard, const Box& box,
+                                    const WriteSource& source) {
+  const int64_t item = shard.item_bytes;
+  const int64_t total = box.NumElements();
+  Exchange exchange;
+  exchange.op = DataOp::kWrite;
+  exchange.request.set_capability(shard.location.capability);
+  exchange.request.set_shard_id(shard.location.shard_id);
+  exchange.request.mutable_offsets()->Assign(box.offsets.begin(),
+                                             box.offsets.end());
+  exchange.request.mutable_sizes()->Assign(box.sizes.begin(), box.sizes.end());
+  exchange.request.set_item_bytes(item);
+  exchange.payload_bytes = static_cast<uint64_t>(total * item);
+  exchange.send = [&](int fd, absl::Duration idle, absl::string_view what) {
+    return SendBox(fd, source, box.sizes, total, item, idle, what);
+  };
+  return Call(shard.location.address, exchange);
+}
+
+absl::Status TcpTransport::ReadRows(absl::Span<const ShardRows> entries,
+                                    const RowSink& sink) {
+  if (entries.empty()) return absl::OkStatus();
+  const ShardLocation& first = entries[0].shard.location;
+  // The rows of the request being filled, in request order.
+  struct Slot {
+    size_t entry;
+    size_t k;
+    int64_t bytes;
+  };
+  std::vector<Slot> slots;
+  Exchange exchange;
+  exchange.op = DataOp::kReadRows;
+  exchange.request.set_capability(first.capability);
+  int64_t request_bytes = 0;
+  std::string reply;
+  exchange.receive = [&](int fd, absl::Duration idle, absl::string_view what) {
+    reply.resize(static_cast<size_t>(request_bytes));
+    return ReceiveFully(fd, reply.data(), reply.size(), idle, what);
+  };
+  auto send = [&]() -> absl::Status {
+    if (slots.empty()) return absl::OkStatus();
+    exchange.expected = static_cast<uint64_t>(request_bytes);
+    TESSERA_RETURN_IF_ERROR(Call(first.address, exchange));
+    const char* at = reply.data();
+    for (const Slot& slot : slots) {
+      sink(slot.entry, slot.k, at);
+      at += slot.bytes;
+    }
+    slots.clear();
+    exchange.request.clear_rows();
+    request_bytes = 0;
+    return absl::OkStatus();
+  };
+  std::string big_row;  // a row too large for one request
+  for (size_t e = 0; e < entries.size(); ++e) {
+    const ShardRows& entry = entries[e];
+    const RemoteShard& shard = entry.shard;
+    if (shard.location.address != first.address || shard.shape.empty()) {
+      return absl::InvalidArgumentError(
+          "a row read names shards of one worker, with their shapes");
+    }
+    const int64_t row_bytes = RowBytes(shard.shape, shard.item_bytes);
+    v1::DataRows* out = nullptr;
+    for (size_t k = 0; k < entry.rows.size(); ++k) {
+      if (row_bytes > kMaxChunkBytes) {
+        Box row = WholeBox(shard.shape);
+        row.offsets[0] = entry.rows[k];
+        row.sizes[0] = 1;
+        big_row.resize(static_cast<size_t>(row_bytes));
+        TESSERA_RETURN_IF_ERROR(
+            Read(shard, row,
+                 ReadTarget::HostArray(big_row.data(), row.sizes,
+                                       std::vector<int64_t>(row.rank(), 0))));
+        sink(e, k, big_row.data());
+        continue;
+      }
+      if (static_cast<int64_t>(slots.size()) == kMaxRowsPerRead ||
+          request_bytes + row_bytes > kMaxChunkBytes ||
+          (out == nullptr &&
+           exchange.request.rows_size() == kMaxDataRowShards)) {
+        TESSERA_RETURN_IF_ERROR(send());
+        out = nullptr;
+      }
+      if (out == nullptr) {
+        out = exchange.request.add_rows();
+        out->set_shard_id(shard.location.shard_id);
+      }
+      out->add_rows(entry.rows[k]);
+      slots.push_back({e, k, row_bytes});
+      request_bytes += row_bytes;
+    }
+  }
+  return send();
+}
+
+}  // namespace tessera

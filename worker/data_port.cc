@@ -1,0 +1,412 @@
+#include "worker/data_port.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/box_runs.h"
+#include "core/dtype.h"
+#include "core/status_macros.h"
+#include "rpc/listener_guard.h"
+#include "spdlog/spdlog.h"
+#include "transport/tcp_wire.h"
+
+namespace tessera {
+namespace {
+
+// The gRPC twins whose capabilities the data port's requests carry.
+constexpr char kReadMethod[] = "/tessera.v1.Worker/ReadRegion";
+constexpr char kRowsMethod[] = "/tessera.v1.Worker/ReadRows";
+constexpr char kWriteMethod[] = "/tessera.v1.Worker/WriteShard";
+
+// Runs shorter than this are packed through a buffer rather than sent one
+// span each.
+constexpr int64_t kMinDirectRunBytes = 2048;
+// The buffer of packed reads and of writes.
+constexpr int64_t kBufferBytes = int64_t{4} << 20;
+
+// What a request's handling leaves the connection: in step for the next
+// request, or to be closed (a write's bytes left unread, a peer gone).
+enum class After { kNext, kClose };
+
+absl::StatusOr<std::pair<int, int>> Listen(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--data_listen '", listen, "' is not HOST:PORT"));
+  }
+  std::string host = listen.substr(0, colon);
+  const std::string port = listen.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(),
+                           &hints, &found);
+      rc != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--data_listen '", listen, "' does not resolve: ", gai_strerror(rc)));
+  }
+  absl::Status last = absl::UnavailableError("no address to listen on");
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd =
+        socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 1024) == 0) {
+      sockaddr_storage bound{};
+      socklen_t len = sizeof(bound);
+      getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
+      const int bound_port =
+          bound.ss_family == AF_INET6
+              ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+              : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+      freeaddrinfo(found);
+      return std::make_pair(fd, bound_port);
+    }
+    last = absl::UnavailableError(absl::StrCat(
+        "cannot listen for data on ", listen, ": ", std::strerror(errno)));
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return last;
+}
+
+// One connection's requests, served in order.
+class Session {
+ public:
+  Session(WorkerNode* node, const DataPortOptions& options, int fd,
+          std::atomic<int64_t>* sent, std::atomic<int64_t>* received)
+      : node_(node),
+        options_(options),
+        fd_(fd),
+        sent_(sent),
+        received_(received) {}
+
+  // Serves until the peer leaves, stalls, idles out or misbehaves; true
+  // when it was closed for a malformed request or a refused capability.
+  bool Run(const std::atomic<bool>& stopping, std::atomic<int64_t>* requests);
+
+ private:
+  // Sends the reply header (and `status`'s message, for an error) and then
+  // `payload`.
+  absl::Status Reply(const absl::Status& status,
+                     absl::Span<const iovec> payload = {},
+                     uint64_t payload_bytes = 0);
+  After Read(const v1::DataRequest& request);
+  After ReadRows(const v1::DataRequest& request);
+  After Write(const v1::DataRequest& request, uint64_t payload_bytes);
+  // Replies with an error; keeps the connection if it stays in step.
+  After Refuse(const absl::Status& status, After after = After::kNext) {
+    return Reply(status).ok() ? after : After::kClose;
+  }
+
+  WorkerNode* const node_;
+  const DataPortOptions& options_;
+  const int fd_;
+  std::atomic<int64_t>* const sent_;
+  std::atomic<int64_t>* const received_;
+};
+
+bool Session::Run(const std::atomic<bool>& stopping,
+                  std::atomic<int64_t>* requests) {
+  const absl::Duration stall = options_.stall_timeout;
+  char preface[kDataPrefaceBytes];
+  if (!ReceiveFully(fd_, preface, sizeof(preface), stall, "peer").ok())
+    return false;
+  if (!CheckDataPreface(absl::string_view(preface, sizeof(preface))).ok())
+    return true;
+  while (!stopping.load()) {
+    if (!WaitReadable(fd_, options_.idle_timeout)) return false;
+    char header_bytes[kDataHeaderBytes];
+    if (!ReceiveFully(fd_, header_bytes, sizeof(header_bytes), stall, "peer")
+             .ok()) {
+      return false;
+    }
+    absl::StatusOr<DataRequestHeader> header = DecodeRequestHeader(
+        absl::string_view(header_bytes, sizeof(header_bytes)));
+    if (!header.ok()) return true;
+    std::string meta(header->meta_bytes, '\0');
+    if (!ReceiveFully(fd_, meta.data(), meta.size(), stall, "peer").ok())
+      return false;
+    absl::StatusOr<v1::DataRequest> request =
+        ParseDataRequest(header->op, meta);
+    if (!request.ok()) return true;
+    std::vector<uint64_t> ids;
+    const char* method = kReadMethod;
+    if (header->op == DataOp::kReadRows) {
+      method = kRowsMethod;
+      for (const v1::DataRows& entry : request->rows())
+        ids.push_back(entry.shard_id());
+    } else {
+      if (header->op == DataOp::kWrite) method = kWriteMethod;
+      ids.push_back(request->shard_id());
+    }
+    // A valid capability for a shard no longer held is answered (as gRPC
+    // answers it); any other refusal closes the connection unanswered.
+    absl::Status admitted = node_->Admit(request->capability(), method, ids);
+    if (!admitted.ok() && !absl::IsNotFound(admitted)) return true;
+    requests->fetch_add(1);
+    if (!admitted.ok()) {
+      const After next =
+          header->payload_bytes == 0 ? After::kNext : After::kClose;
+      if (Refuse(admitted, next) == After::kClose) return false;
+      continue;
+    }
+    After after = After::kNext;
+    switch (header->op) {
+      case DataOp::kRead:
+        after = Read(*request);
+        break;
+      case DataOp::kReadRows:
+        after = ReadRows(*request);
+        break;
+      case DataOp::kWrite:
+        after = Write(*request, header->payload_bytes);
+        break;
+    }
+    if (after == After::kClose) return false;
+  }
+  return false;
+}
+
+absl::Status Session::Reply(const absl::Status& status,
+                            absl::Span<const iovec> payload,
+                            uint64_t payload_bytes) {
+  std::string message(status.message().substr(0, kMaxDataMessageBytes));
+  char header[kDataHeaderBytes];
+  EncodeReplyHeader({status.code(), static_cast<uint32_t>(message.size()),
+                     status.ok() ? payload_bytes : 0},
+                    header);
+  std::vector<iovec> parts;
+  parts.reserve(2 + payload.size());
+  parts.push_back({header, sizeof(header)});
+  if (!message.empty()) parts.push_back({message.data(), message.size()});
+  if (status.ok()) parts.insert(parts.end(), payload.begin(), payload.end());
+  absl::Status sent = SendFully(fd_, parts, options_.stall_timeout, "peer");
+  if (sent.ok()) sent_->fetch_add(static_cast<int64_t>(payload_bytes));
+  return sent;
+}
+
+After Session::Read(const v1::DataRequest& request) {
+  const uint64_t id = request.shard_id();
+  const Box box = RequestBox(request);
+  absl::StatusOr<RegionReader> reader = node_->OpenRegion(id, box, 0);
+  if (!reader.ok()) return Refuse(reader.status());
+  const int64_t item = reader->item();
+  if (item != request.item_bytes()) {
+    return Refuse(absl::InvalidArgumentError(
+        absl::StrCat("shard ", id, " has ", item, "-byte elements, not ",
+                     request.item_bytes())));
+  }
+  const int64_t total = reader->total();
+  const uint64_t bytes = static_cast<uint64_t>(total * item);
+  // Straight out of shard memory when the runs are long enough.
+  absl::StatusOr<PinnedShard> pinned = node_->store().Pin(id);
+  const std::optional<int64_t> start =
+      pinned.ok() ? BoxSpanStart(pinned->desc.box.sizes, box.offsets, box.sizes)
+                  : std::nullopt;
+  const bool long_runs =
+      !box.sizes.empty() && box.sizes.back() * item >= kMinDirectRunBytes;
+  if (pinned.ok() && total > 0 && (start.has_value() || long_runs)) {
+    std::vector<iovec> runs;
+    if (start.has_value()) {
+      runs.push_back({pinned->data + *start * item, bytes});
+    } else {
+      ForEachBoxRun(pinned->desc.box.sizes, box.offsets, box.sizes, 0, total,
+                    [&](int64_t array_element, int64_t, int64_t n) {
+                      runs.push_back({pinned->data + array_element * item,
+                                      static_cast<size_t>(n * item)});
+                    });
+    }
+    return Reply(absl::OkStatus(), runs, bytes).ok() ? After::kNext
+                                                     : After::kClose;
+  }
+  // Packed through a buffer: short runs, or memory the host cannot address.
+  if (!Reply(absl::OkStatus(), {}, bytes).ok()) return After::kClose;
+  const int64_t step = std::max<int64_t>(1, kBufferBytes / item);
+  std::string buffer(static_cast<size_t>(std::min(step, total) * item), '\0');
+  for (int64_t first = 0; first < total;) {
+    const int64_t count = std::min(step, total - first);
+    // The header promised the bytes: a failure now can only end the
+    // connection, which the reader sees as a broken read.
+    if (!reader->Read(first, count, buffer.data()).ok()) return After::kClose;
+    const iovec part{buffer.data(), static_cast<size_t>(count * item)};
+    if (!SendFully(fd_, absl::MakeConstSpan(&part, 1), options_.stall_timeout,
+                   "peer")
+             .ok()) {
+      return After::kClose;
+    }
+    first += count;
+  }
+  return After::kNext;
+}
+
+After Session::ReadRows(const v1::DataRequest& request) {
+  std::vector<WorkerNode::ShardRows> shards;
+  shards.reserve(request.rows_size());
+  for (const v1::DataRows& entry : request.rows()) {
+    shards.push_back(
+        {entry.shard_id(),
+         std::vector<int64_t>(entry.rows().begin(), entry.rows().end())});
+  }
+  std::string rows;
+  if (absl::Status s = node_->ReadRows(shards, &rows); !s.ok())
+    return Refuse(s);
+  const iovec part{rows.data(), rows.size()};
+  return Reply(absl::OkStatus(), absl::MakeConstSpan(&part, 1), rows.size())
+                 .ok()
+             ? After::kNext
+             : After::kClose;
+}
+
+After Session::Write(const v1::DataRequest& request, uint64_t payload_bytes) {
+  const uint64_t id = request.shard_id();
+  // Refusals before the bytes leave them unread: the connection closes.
+  absl::StatusOr<ShardDesc> desc = node_->store().Describe(id);
+  if (!desc.ok()) return Refuse(desc.status(), After::kClose);
+  const int64_t item = static_cast<int64_t>(ItemSize(desc->dtype));
+  if (item != request.item_bytes()) {
+    return Refuse(absl::InvalidArgumentError(absl::StrCat(
+                      "shard ", id, " has ", item, "-byte elements, not ",
+                      request.item_bytes())),
+                  After::kClose);
+  }
+  const bool patch = request.sizes_size() > 0;
+  const Box box = RequestBox(request);
+  if (patch) {
+    if (absl::Status s = CheckWithin(box, desc->box.sizes, "written region");
+        !s.ok()) {
+      return Refuse(s, After::kClose);
+    }
+  }
+  const int64_t expected = patch ? box.NumElements() * item : desc->ByteSize();
+  if (payload_bytes != static_cast<uint64_t>(expected)) {
+    return Refuse(absl::InvalidArgumentError(absl::StrCat(
+                      "a write of ", payload_bytes, " bytes to ",
+                      patch ? "region " + box.ToString() + " of " : "",
+                      "shard ", id, ", which takes ", expected)),
+                  After::kClose);
+  }
+  std::string buffer(
+      static_cast<size_t>(std::min<int64_t>(kBufferBytes, expected)), '\0');
+  for (int64_t offset = 0; offset < expected;) {
+    const int64_t n = std::min<int64_t>(kBufferBytes, expected - offset);
+    if (!ReceiveFully(fd_, buffer.data(), static_cast<size_t>(n),
+                      options_.stall_timeout, "peer")
+             .ok()) {
+      return After::kClose;
+    }
+    received_->fetch_add(n);
+    const absl::string_view chunk(buffer.data(), static_cast<size_t>(n));
+    absl::Status s = patch ? node_->WriteBox(id, box, offset, chunk)
+                           : node_->Write(id, offset, chunk);
+    // Its remaining bytes are unread: answered, then closed.
+    if (!s.ok()) return Refuse(s, After::kClose);
+    offset += n;
+  }
+  // Written whole: sealed, as a whole WriteShard stream seals it.
+  if (!patch) node_->Seal(id);
+  return Refuse(absl::OkStatus());
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DataPort>> DataPort::Start(
+    WorkerNode* node, DataPortOptions options) {
+  TESSERA_ASSIGN_OR_RETURN(auto bound, Listen(options.listen));
+  GuardListener(bound.second, options.max_connections, options.max_per_peer,
+                "data");
+  std::unique_ptr<DataPort> port(
+      new DataPort(node, std::move(options), bound.first, bound.second));
+  port->acceptor_ = std::thread([p = port.get()] { p->AcceptLoop(); });
+  return port;
+}
+
+DataPort::DataPort(WorkerNode* node, DataPortOptions options, int listen_fd,
+                   int port)
+    : node_(node),
+      options_(std::move(options)),
+      listen_fd_(listen_fd),
+      port_(port) {}
+
+DataPort::~DataPort() {
+  stopping_.store(true);
+  // Wakes the acceptor's accept() (Linux answers EINVAL from then on).
+  shutdown(listen_fd_, SHUT_RDWR);
+  if (acceptor_.joinable()) acceptor_.join();
+  {
+    absl::MutexLock lock(&open_->mu);
+    for (int fd : open_->fds) shutdown(fd, SHUT_RDWR);
+    open_->mu.Await(absl::Condition(
+        +[](int* serving) { return *serving == 0; }, &open_->serving));
+  }
+  ReleaseListener(port_);
+  close(listen_fd_);
+}
+
+DataPortStats DataPort::Stats() const {
+  DataPortStats stats;
+  stats.connections = connections_.load();
+  stats.refused = refused_.load();
+  stats.dropped = dropped_.load();
+  stats.requests = requests_.load();
+  stats.bytes_sent = bytes_sent_.load();
+  stats.bytes_received = bytes_received_.load();
+  absl::MutexLock lock(&open_->mu);
+  stats.open = open_->serving;
+  return stats;
+}
+
+void DataPort::AcceptLoop() {
+  while (!stopping_.load()) {
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (stopping_.load()) return;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+          errno == ENOMEM) {
+        absl::SleepFor(absl::Milliseconds(10));
+      }
+      continue;
+    }
+    {
+      absl::MutexLock lock(&open_->mu);
+      if (open_->serving >= options_.max_connections) {
+        refused_.fetch_add(1);
+        close(fd);
+        continue;
+      }
+      ++open_->serving;
+      open_->fds.insert(fd);
+    }
+    connections_.fetch_add(1);
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    std::thread([this, fd, open = open_] {
+      {
+        Session session(node_, options_, fd, &bytes_sent_, &bytes_received_);
+        if (session.Run(stopping_, &requests_)) dropped_.fetch_add(1);
+      }
+      // The port may be destroyed from here on: only `open` is touched.
+      absl::MutexLock lock(&open->mu);
+      open->fds.erase(fd);
+      close(fd);
+      --open->serving;
+    }).detach();
+  }
+}
+
+}  // namespace tessera
