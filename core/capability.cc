@@ -75,6 +75,10 @@ absl::Status Denied(absl::string_view why) {
 
 }  // namespace
 
+bool IsPublicWorkerMethod(absl::string_view full_method) {
+  return full_method == "/tessera.v1.Worker/DataAddress";
+}
+
 absl::StatusOr<Right> RequiredRight(absl::string_view full_method) {
   static constexpr struct {
     const char* method;

@@ -55,6 +55,9 @@ struct Capability {
 // half of the one table (core/auth.h has the coordinator's). NOT_FOUND for a
 // method missing from it: the worker denies it.
 absl::StatusOr<Right> RequiredRight(absl::string_view full_method);
+// Whether a Worker method needs no capability at all: it answers what is
+// not secret (the worker's data address, also listed by `workers`).
+bool IsPublicWorkerMethod(absl::string_view full_method);
 
 // How long a capability stays valid: long enough for a 1 TiB get, short
 // enough that a leaked one soon stops working.

@@ -434,7 +434,7 @@ TEST_F(CliTest, WorkersJsonListsEveryWorker) {
   for (const Json& w : workers.items) {
     EXPECT_EQ(w.Keys(), (std::vector<std::string>{
                             "name", "rank", "address", "device", "alive",
-                            "bytes_used", "zone", "state"}));
+                            "bytes_used", "zone", "data_address", "state"}));
     by_name[w["name"].Str()] = &w;
   }
   for (int i = 0; i < 4; ++i) {

@@ -302,6 +302,22 @@ void TcpTransport::Keep(const std::string& data_address,
 
 absl::Status TcpTransport::Call(const std::string& address,
                                 const Exchange& exchange) {
+  absl::Status status = CallOnce(address, exchange);
+  if (!absl::IsUnavailable(status)) return status;
+  // A worker restarted since its data address was asked listens on another
+  // port: asked again, and tried once more where it moved.
+  absl::StatusOr<std::string> before = DataAddress(address);
+  {
+    absl::MutexLock lock(&mu_);
+    data_addresses_.erase(address);
+  }
+  absl::StatusOr<std::string> now = DataAddress(address);
+  if (!before.ok() || !now.ok() || *now == *before) return status;
+  return CallOnce(address, exchange);
+}
+
+absl::Status TcpTransport::CallOnce(const std::string& address,
+                                    const Exchange& exchange) {
   TESSERA_ASSIGN_OR_RETURN(std::string data_address, DataAddress(address));
   if (data_address.empty()) {
     return absl::FailedPreconditionError(
@@ -322,12 +338,7 @@ absl::Status TcpTransport::Call(const std::string& address,
     bool reused = false;
     absl::StatusOr<std::unique_ptr<Connection>> taken =
         Take(data_address, &reused);
-    if (!taken.ok()) {
-      // The worker may have restarted on another port: ask again next time.
-      absl::MutexLock lock(&mu_);
-      data_addresses_.erase(address);
-      return taken.status();
-    }
+    if (!taken.ok()) return taken.status();
     std::unique_ptr<Connection> c = *std::move(taken);
     const int fd = c->fd();
     bool replied = false;

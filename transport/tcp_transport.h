@@ -83,6 +83,8 @@ class TcpTransport : public ShardTransport {
   // payload (exactly `expected` bytes) to `receive`; the worker's error
   // answer otherwise.
   absl::Status Call(const std::string& address, const Exchange& exchange);
+  // One try of Call at the data address known now.
+  absl::Status CallOnce(const std::string& address, const Exchange& exchange);
 
   ChannelCache* const channels_;
   const TcpTransportOptions options_;

@@ -308,6 +308,28 @@ TEST_P(DataPortTest, AConnectionTheWorkerClosedWhileIdleIsReplaced) {
   EXPECT_EQ(tcp.connections_opened(), 2);
 }
 
+TEST_P(DataPortTest, AWorkerWhoseDataPortMovedIsAskedAgain) {
+  Allocate(1, {64}, DType::kInt32);
+  std::string out(256, '\0');
+  const RemoteShard shard = At(1, {64}, DType::kInt32);
+  ASSERT_THAT(transport_->Read(shard, WholeBox({64}),
+                               ReadTarget::HostArray(out.data(), {64}, {0})),
+              IsOk());
+  // As a restarted worker: the old port gone, a new one on another port.
+  data_port_.reset();
+  absl::StatusOr<std::unique_ptr<DataPort>> moved =
+      DataPort::Start(node_.get(), DataPortOptions());
+  ASSERT_THAT(moved.status(), IsOk());
+  data_port_ = *std::move(moved);
+  service_->set_data_address(absl::StrCat("127.0.0.1:", data_port_->port()));
+  std::fill(out.begin(), out.end(), '\0');
+  ASSERT_THAT(transport_->Read(shard, WholeBox({64}),
+                               ReadTarget::HostArray(out.data(), {64}, {0})),
+              IsOk());
+  EXPECT_EQ(out, Bytes(1));
+  EXPECT_EQ(data_port_->Stats().requests, 1);
+}
+
 TEST_P(DataPortTest, AWorkerWithNoDataPortDeclinesAndTheChainUsesGrpc) {
   Allocate(1, {64}, DType::kInt32);
   service_->set_data_address("");  // as --data_listen=off leaves it

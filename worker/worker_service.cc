@@ -603,6 +603,7 @@ grpc::Status WorkerService::StageRead(
   return grpc::Status::OK;
 }
 
+// Public (core/capability.h IsPublicWorkerMethod): no capability asked.
 grpc::Status WorkerService::DataAddress(grpc::ServerContext*,
                                         const v1::DataAddressRequest*,
                                         v1::DataAddressResponse* response) {

@@ -434,8 +434,10 @@ class PyClient {
                           int max_parallel_streams, const std::string& tls_ca,
                           const std::string& tls_cert,
                           const std::string& tls_key,
-                          const std::string& token_file) {
+                          const std::string& token_file,
+                          const std::string& transport) {
     ClientOptions options;
+    options.transport = transport;
     options.rpc_timeout = absl::Seconds(rpc_timeout_s);
     options.connect_timeout = absl::Seconds(connect_timeout_s);
     options.data_timeout = absl::Seconds(data_timeout_s);
@@ -459,6 +461,24 @@ class PyClient {
     return stats.landed + stats.sent;
   }
 
+  // What this client's data plane moved, by transport (`get --json`'s
+  // "transport" and "fallbacks"), and the bytes landed and sent.
+  py::dict TransferStats() const {
+    const DataPlaneStats stats = client_->TransferStats();
+    py::dict bytes, fallbacks, out;
+    for (const auto& [name, n] : stats.bytes) {
+      if (n > 0) bytes[py::str(name)] = n;
+    }
+    for (const auto& [name, n] : stats.fallbacks) {
+      if (n > 0) fallbacks[py::str(name)] = n;
+    }
+    out["bytes"] = bytes;
+    out["fallbacks"] = fallbacks;
+    out["landed"] = stats.landed;
+    out["sent"] = stats.sent;
+    return out;
+  }
+
   py::list Workers() {
     std::vector<WorkerInfo> workers =
         Unwrap(WithoutGil([&] { return client_->Workers(); }));
@@ -478,6 +498,7 @@ class PyClient {
       d["device_free_bytes"] = w.device_free_bytes;
       d["zone"] = w.zone;
       d["state"] = std::string(WorkerStateName(w.state));
+      d["data_address"] = w.data_address;
       out.append(d);
     }
     return out;
@@ -1191,13 +1212,14 @@ PYBIND11_MODULE(_tessera, m) {
                   py::arg("rpc_timeout_s"), py::arg("connect_timeout_s"),
                   py::arg("data_timeout_s"), py::arg("max_parallel_streams"),
                   py::arg("tls_ca"), py::arg("tls_cert"), py::arg("tls_key"),
-                  py::arg("token_file"))
+                  py::arg("token_file"), py::arg("transport"))
       .def_property_readonly("address", &PyClient::address)
       .def("workers", &PyClient::Workers)
       .def("coordinators", &PyClient::Coordinators,
            "The coordinators as dicts {address, role ('leader' or "
            "'standby'), alive}, the leader first.")
       .def("moved", &PyClient::Moved)
+      .def("transfer_stats", &PyClient::TransferStats)
       .def("reshard_progress", &PyClient::ReshardProgress, py::arg("name"))
       .def("load_progress", &PyClient::LoadProgress)
       .def(

@@ -486,3 +486,30 @@ def test_one_coordinator_lists_itself_as_leader(client):
     assert len(coordinators) == 1
     assert coordinators[0].role == "leader"
     assert coordinators[0].alive
+
+
+@pytest.mark.parametrize("transport", ["tcp", "grpc"])
+def test_connect_forces_a_transport_and_reports_what_it_moved(cluster, name, transport):
+    with tessera.connect(cluster.address, transport=transport) as c:
+        arr = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
+        c.put(name, arr, chunk_dim=0, placements=RANKS[:2])
+        np.testing.assert_array_equal(c.get(name), arr)
+        np.testing.assert_array_equal(c.get(name, region=np.s_[3:60, 5:9]), arr[3:60, 5:9])
+        stats = c.transfer_stats()
+        # Only the forced transport carried bytes: the put's and the gets'.
+        assert set(stats["bytes"]) == {transport}
+        assert stats["bytes"][transport] >= 2 * arr.nbytes
+        assert stats["fallbacks"] == {}
+        c.delete(name)
+
+
+def test_workers_list_their_data_ports(client):
+    for w in client.workers():
+        host, port = w.data_address.rsplit(":", 1)
+        assert host == "127.0.0.1" and int(port) > 0
+        assert w.data_address != w.address
+
+
+def test_an_unknown_transport_is_refused(cluster):
+    with pytest.raises(tessera.InvalidArgument, match="transport"):
+        tessera.connect(cluster.address, transport="carrier-pigeon")

@@ -58,7 +58,7 @@ import operator
 import os
 import threading
 import types
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -359,6 +359,8 @@ class WorkerInfo:
     # "ready", "cordoned", "draining" or "dead".
     zone: str = ""
     state: str = ""
+    # Its TCP data port (HOST:PORT); "" when it has none.
+    data_address: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -758,6 +760,13 @@ class Client:
         """The workers the coordinator knows, alive or not."""
         return [WorkerInfo(**w) for w in self._impl.workers()]
 
+    def transfer_stats(self) -> Dict[str, Any]:
+        """What this client's data plane moved since it connected:
+        ``{"bytes": {transport: N}, "fallbacks": {transport: N}, "landed":
+        N, "sent": N}`` (``get --json``'s ``"transport"`` and
+        ``"fallbacks"``; a transport that moved nothing is left out)."""
+        return self._impl.transfer_stats()
+
     def coordinators(self) -> List[CoordinatorInfo]:
         """The coordinators (``connect("A1,A2,A3")``), the leader first."""
         return [CoordinatorInfo(**c) for c in self._impl.coordinators()]
@@ -1116,7 +1125,8 @@ def connect(address: Optional[str] = None, *, connect_timeout: float = 5.0,
             rpc_timeout: float = 30.0, data_timeout: float = 1800.0,
             max_parallel_streams: int = 16, tls_ca: Optional[str] = None,
             tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
-            token_file: Optional[str] = None) -> Client:
+            token_file: Optional[str] = None,
+            transport: Optional[str] = None) -> Client:
     """Connects to the coordinator at HOST:PORT.
 
     ``address`` defaults to ``$TESSERA_COORDINATOR``, then ``127.0.0.1:7070``.
@@ -1129,6 +1139,15 @@ def connect(address: Optional[str] = None, *, connect_timeout: float = 5.0,
     to ``$TESSERA_TLS_CA``, ``$TESSERA_TLS_CERT``, ``$TESSERA_TLS_KEY`` and
     ``$TESSERA_TOKEN_FILE``. A refused certificate or token raises
     Unauthenticated; a role that may not, PermissionDenied.
+
+    ``transport`` (as the CLI's ``--transport``; default
+    ``$TESSERA_TRANSPORT``, then ``"auto"``): how bytes move between the
+    workers and this client. ``"auto"`` takes shared memory for workers on
+    this host, else UCX where allowed, else the workers' TCP data ports,
+    else gRPC; ``"shm"``, ``"ucx"``, ``"tcp"`` or ``"grpc"`` forces one (a
+    worker it cannot reach raises FailedPrecondition or Unavailable naming
+    the transport and the worker). Any other name raises InvalidArgument.
+    ``Client.transfer_stats()`` tells what each transport moved.
     """
     if address is None:
         address = os.environ.get("TESSERA_COORDINATOR") or DEFAULT_COORDINATOR
@@ -1140,4 +1159,5 @@ def connect(address: Optional[str] = None, *, connect_timeout: float = 5.0,
         address, float(rpc_timeout), float(connect_timeout), float(data_timeout),
         int(max_parallel_streams), setting(tls_ca, "TESSERA_TLS_CA"),
         setting(tls_cert, "TESSERA_TLS_CERT"), setting(tls_key, "TESSERA_TLS_KEY"),
-        setting(token_file, "TESSERA_TOKEN_FILE")))
+        setting(token_file, "TESSERA_TOKEN_FILE"),
+        setting(transport, "TESSERA_TRANSPORT") or "auto"))
