@@ -37,7 +37,7 @@ took "bazel test"
 
 # Every parser of outside input under libFuzzer, a short run each.
 fuzz_log=$(mktemp)
-fuzz/run.sh 15 2>&1 | tee "$fuzz_log"
+fuzz/run.sh 10 2>&1 | tee "$fuzz_log"
 if [ "${PIPESTATUS[0]}" -ne 0 ]; then
   rc=1
   while IFS= read -r line; do failures+=("fuzz: $line"); done < <(
