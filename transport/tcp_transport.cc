@@ -386,18 +386,31 @@ absl::Status TcpTransport::CallOnce(const std::string& address,
   }
 }
 
+namespace {
+
+// A read's or write's request for `box` of `shard` (a write of the whole
+// shard names no box).
+v1::DataRequest BoxRequest(const RemoteShard& shard, const Box* box) {
+  v1::DataRequest request;
+  request.set_capability(shard.location.capability);
+  request.set_shard_id(shard.location.shard_id);
+  if (box != nullptr) {
+    request.mutable_offsets()->Assign(box->offsets.begin(), box->offsets.end());
+    request.mutable_sizes()->Assign(box->sizes.begin(), box->sizes.end());
+  }
+  request.set_item_bytes(shard.item_bytes);
+  return request;
+}
+
+}  // namespace
+
 absl::Status TcpTransport::Read(const RemoteShard& shard, const Box& box,
                                 const ReadTarget& target) {
   const int64_t item = shard.item_bytes;
   const int64_t total = box.NumElements();
   Exchange exchange;
   exchange.op = DataOp::kRead;
-  exchange.request.set_capability(shard.location.capability);
-  exchange.request.set_shard_id(shard.location.shard_id);
-  exchange.request.mutable_offsets()->Assign(box.offsets.begin(),
-                                             box.offsets.end());
-  exchange.request.mutable_sizes()->Assign(box.sizes.begin(), box.sizes.end());
-  exchange.request.set_item_bytes(item);
+  exchange.request = BoxRequest(shard, &box);
   exchange.expected = static_cast<uint64_t>(total * item);
   exchange.receive = [&](int fd, absl::Duration idle, absl::string_view what) {
     std::vector<iovec> runs = LandingRuns(target, box.sizes, total, item);
@@ -410,33 +423,21 @@ absl::Status TcpTransport::Read(const RemoteShard& shard, const Box& box,
 
 absl::Status TcpTransport::Write(const RemoteShard& shard,
                                  const WriteSource& source) {
-  const int64_t item = shard.item_bytes;
-  const Box whole = WholeBox(shard.shape);
-  const int64_t total = whole.NumElements();
-  Exchange exchange;
-  exchange.op = DataOp::kWrite;
-  exchange.request.set_capability(shard.location.capability);
-  exchange.request.set_shard_id(shard.location.shard_id);
-  exchange.request.set_item_bytes(item);
-  exchange.payload_bytes = static_cast<uint64_t>(total * item);
-  exchange.send = [&](int fd, absl::Duration idle, absl::string_view what) {
-    return SendBox(fd, source, whole.sizes, total, item, idle, what);
-  };
-  return Call(shard.location.address, exchange);
+  return SendWrite(shard, WholeBox(shard.shape), /*patch=*/false, source);
 }
 
 absl::Status TcpTransport::WriteBox(const RemoteShard& shard, const Box& box,
                                     const WriteSource& source) {
+  return SendWrite(shard, box, /*patch=*/true, source);
+}
+
+absl::Status TcpTransport::SendWrite(const RemoteShard& shard, const Box& box,
+                                     bool patch, const WriteSource& source) {
   const int64_t item = shard.item_bytes;
   const int64_t total = box.NumElements();
   Exchange exchange;
   exchange.op = DataOp::kWrite;
-  exchange.request.set_capability(shard.location.capability);
-  exchange.request.set_shard_id(shard.location.shard_id);
-  exchange.request.mutable_offsets()->Assign(box.offsets.begin(),
-                                             box.offsets.end());
-  exchange.request.mutable_sizes()->Assign(box.sizes.begin(), box.sizes.end());
-  exchange.request.set_item_bytes(item);
+  exchange.request = BoxRequest(shard, patch ? &box : nullptr);
   exchange.payload_bytes = static_cast<uint64_t>(total * item);
   exchange.send = [&](int fd, absl::Duration idle, absl::string_view what) {
     return SendBox(fd, source, box.sizes, total, item, idle, what);

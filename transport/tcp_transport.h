@@ -83,6 +83,10 @@ class TcpTransport : public ShardTransport {
   // payload (exactly `expected` bytes) to `receive`; the worker's error
   // answer otherwise.
   absl::Status Call(const std::string& address, const Exchange& exchange);
+  // Writes `box` of `shard` from `source`: a patch of that sub-box, or
+  // (patch false, `box` the whole shard) the whole shard, sealed.
+  absl::Status SendWrite(const RemoteShard& shard, const Box& box, bool patch,
+                         const WriteSource& source);
   // One try of Call at the data address known now.
   absl::Status CallOnce(const std::string& address, const Exchange& exchange);
 
