@@ -547,77 +547,24 @@ absl::Status GrpcTransport::ReadRows(absl::Span<const ShardRows> entries,
   const ShardLocation& first = entries[0].shard.location;
   std::unique_ptr<v1::Worker::Stub> stub =
       v1::Worker::NewStub(channels_->Get(first.address));
-  // The rows of the call being filled, in request order.
-  struct Slot {
-    size_t entry;
-    size_t k;
-    int64_t bytes;
-  };
-  std::vector<Slot> slots;
-  v1::ReadRowsRequest request;
-  int64_t request_bytes = 0;
-  auto send = [&]() -> absl::Status {
-    if (slots.empty()) return absl::OkStatus();
-    grpc::ClientContext context;
-    SetDeadline(&context, CallTimeout(options_.timeout));
-    PresentCapability(&context, first.capability);
-    v1::ReadRowsResponse response;
-    TESSERA_RETURN_IF_ERROR(
-        FromGrpcStatus(stub->ReadRows(&context, request, &response)));
-    // Outside input: exactly the bytes asked for, or nothing is delivered.
-    if (static_cast<int64_t>(response.data().size()) != request_bytes) {
-      return absl::DataLossError(absl::StrCat(
-          "worker at ", first.address, " returned ", response.data().size(),
-          " bytes for ", slots.size(), " rows of ", request_bytes, " bytes"));
-    }
-    const char* at = response.data().data();
-    for (const Slot& slot : slots) {
-      sink(slot.entry, slot.k, at);
-      at += slot.bytes;
-    }
-    slots.clear();
-    request.Clear();
-    request_bytes = 0;
-    return absl::OkStatus();
-  };
-  std::string big_row;  // a row too large for one call
-  for (size_t e = 0; e < entries.size(); ++e) {
-    const ShardRows& entry = entries[e];
-    const RemoteShard& shard = entry.shard;
-    if (shard.location.address != first.address || shard.shape.empty()) {
-      return absl::InvalidArgumentError(
-          "a row read names shards of one worker, with their shapes");
-    }
-    const int64_t row_bytes = RowBytes(shard.shape, shard.item_bytes);
-    v1::ReadRowsRequest::Shard* out = nullptr;
-    for (size_t k = 0; k < entry.rows.size(); ++k) {
-      if (row_bytes > kMaxChunkBytes) {
-        Box row = WholeBox(shard.shape);
-        row.offsets[0] = entry.rows[k];
-        row.sizes[0] = 1;
-        big_row.resize(static_cast<size_t>(row_bytes));
+  return ReadRowsInRequests(
+      *this, entries, sink, /*max_shards=*/0,
+      [&](const RowRequest& rows, std::string* reply) -> absl::Status {
+        v1::ReadRowsRequest request;
+        for (const RowRequest::Shard& shard : rows.shards) {
+          v1::ReadRowsRequest::Shard* out = request.add_shards();
+          out->set_shard_id(shard.shard_id);
+          out->mutable_rows()->Assign(shard.rows.begin(), shard.rows.end());
+        }
+        grpc::ClientContext context;
+        SetDeadline(&context, CallTimeout(options_.timeout));
+        PresentCapability(&context, first.capability);
+        v1::ReadRowsResponse response;
         TESSERA_RETURN_IF_ERROR(
-            Read(shard, row,
-                 ReadTarget::HostArray(big_row.data(), row.sizes,
-                                       std::vector<int64_t>(row.rank(), 0))));
-        sink(e, k, big_row.data());
-        continue;
-      }
-      if (static_cast<int64_t>(slots.size()) == kMaxRowsPerRead ||
-          request_bytes + row_bytes > kMaxChunkBytes) {
-        TESSERA_RETURN_IF_ERROR(send());
-        out = nullptr;
-      }
-      if (out == nullptr) {
-        out = request.add_shards();
-        out->set_shard_id(shard.location.shard_id);
-      }
-      out->add_rows(entry.rows[k]);
-      slots.push_back({e, k, row_bytes});
-      request_bytes += row_bytes;
-    }
-  }
-  return send();
+            FromGrpcStatus(stub->ReadRows(&context, request, &response)));
+        *reply = std::move(*response.mutable_data());
+        return absl::OkStatus();
+      });
 }
 
 absl::Status GrpcTransport::WriteBox(const RemoteShard& shard, const Box& box,

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/limits.h"
 #include "core/status_macros.h"
 #include "core/strided_copy.h"
 
@@ -49,6 +50,81 @@ int64_t RowBytes(absl::Span<const int64_t> shape, int64_t item_bytes) {
   int64_t bytes = item_bytes;
   for (size_t d = 1; d < shape.size(); ++d) bytes *= shape[d];
   return bytes;
+}
+
+absl::Status ReadRowsInRequests(ShardTransport& transport,
+                                absl::Span<const ShardRows> entries,
+                                const RowSink& sink, size_t max_shards,
+                                const RowRequestSender& send) {
+  if (entries.empty()) return absl::OkStatus();
+  const std::string& address = entries[0].shard.location.address;
+  // The rows of the request being filled, in request order.
+  struct Slot {
+    size_t entry;
+    size_t k;
+    int64_t bytes;
+  };
+  std::vector<Slot> slots;
+  RowRequest request;
+  std::string reply;
+  auto flush = [&]() -> absl::Status {
+    if (slots.empty()) return absl::OkStatus();
+    reply.clear();
+    TESSERA_RETURN_IF_ERROR(send(request, &reply));
+    // Outside input: exactly the bytes asked for, or nothing is delivered.
+    if (static_cast<int64_t>(reply.size()) != request.bytes) {
+      return absl::DataLossError(absl::StrCat(
+          "worker at ", address, " returned ", reply.size(), " bytes for ",
+          slots.size(), " rows of ", request.bytes, " bytes"));
+    }
+    const char* at = reply.data();
+    for (const Slot& slot : slots) {
+      sink(slot.entry, slot.k, at);
+      at += slot.bytes;
+    }
+    slots.clear();
+    request = RowRequest();
+    return absl::OkStatus();
+  };
+  std::string big_row;  // a row too large for one request
+  for (size_t e = 0; e < entries.size(); ++e) {
+    const ShardRows& entry = entries[e];
+    const RemoteShard& shard = entry.shard;
+    if (shard.location.address != address || shard.shape.empty()) {
+      return absl::InvalidArgumentError(
+          "a row read names shards of one worker, with their shapes");
+    }
+    const int64_t row_bytes = RowBytes(shard.shape, shard.item_bytes);
+    bool open = false;  // this entry has a shard in `request`
+    for (size_t k = 0; k < entry.rows.size(); ++k) {
+      if (row_bytes > kMaxChunkBytes) {
+        Box row = WholeBox(shard.shape);
+        row.offsets[0] = entry.rows[k];
+        row.sizes[0] = 1;
+        big_row.resize(static_cast<size_t>(row_bytes));
+        TESSERA_RETURN_IF_ERROR(transport.Read(
+            shard, row,
+            ReadTarget::HostArray(big_row.data(), row.sizes,
+                                  std::vector<int64_t>(row.rank(), 0))));
+        sink(e, k, big_row.data());
+        continue;
+      }
+      if (static_cast<int64_t>(slots.size()) == kMaxRowsPerRead ||
+          request.bytes + row_bytes > kMaxChunkBytes ||
+          (!open && max_shards > 0 && request.shards.size() == max_shards)) {
+        TESSERA_RETURN_IF_ERROR(flush());
+        open = false;
+      }
+      if (!open) {
+        request.shards.push_back({shard.location.shard_id, {}});
+        open = true;
+      }
+      request.shards.back().rows.push_back(entry.rows[k]);
+      slots.push_back({e, k, row_bytes});
+      request.bytes += row_bytes;
+    }
+  }
+  return flush();
 }
 
 absl::Status ShardTransport::ReadRows(absl::Span<const ShardRows> entries,

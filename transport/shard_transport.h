@@ -199,6 +199,30 @@ class ShardTransport {
                                            TransferReceiver& receiver);
 };
 
+// One request of a row read: rows of shards of one worker, whose reply is
+// every row, whole, in request order (`bytes` in all).
+struct RowRequest {
+  struct Shard {
+    uint64_t shard_id = 0;
+    std::vector<int64_t> rows;
+  };
+  std::vector<Shard> shards;
+  int64_t bytes = 0;
+};
+// Sends one request; `reply` gets its bytes.
+using RowRequestSender =
+    std::function<absl::Status(const RowRequest& request, std::string* reply)>;
+
+// A transport's ReadRows in requests a worker takes in one call each: at
+// most kMaxRowsPerRead rows and kMaxChunkBytes bytes, and at most
+// `max_shards` shards (0: no bound). A row larger than kMaxChunkBytes is
+// read alone through `transport.Read`. A reply of other than the bytes
+// asked for is DATA_LOSS, and no row of it is delivered.
+absl::Status ReadRowsInRequests(ShardTransport& transport,
+                                absl::Span<const ShardRows> entries,
+                                const RowSink& sink, size_t max_shards,
+                                const RowRequestSender& send);
+
 }  // namespace tessera
 
 #endif  // TESSERA_TRANSPORT_SHARD_TRANSPORT_H_

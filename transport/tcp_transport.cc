@@ -449,76 +449,25 @@ absl::Status TcpTransport::ReadRows(absl::Span<const ShardRows> entries,
                                     const RowSink& sink) {
   if (entries.empty()) return absl::OkStatus();
   const ShardLocation& first = entries[0].shard.location;
-  // The rows of the request being filled, in request order.
-  struct Slot {
-    size_t entry;
-    size_t k;
-    int64_t bytes;
-  };
-  std::vector<Slot> slots;
-  Exchange exchange;
-  exchange.op = DataOp::kReadRows;
-  exchange.request.set_capability(first.capability);
-  int64_t request_bytes = 0;
-  std::string reply;
-  exchange.receive = [&](int fd, absl::Duration idle, absl::string_view what) {
-    reply.resize(static_cast<size_t>(request_bytes));
-    return ReceiveFully(fd, reply.data(), reply.size(), idle, what);
-  };
-  auto send = [&]() -> absl::Status {
-    if (slots.empty()) return absl::OkStatus();
-    exchange.expected = static_cast<uint64_t>(request_bytes);
-    TESSERA_RETURN_IF_ERROR(Call(first.address, exchange));
-    const char* at = reply.data();
-    for (const Slot& slot : slots) {
-      sink(slot.entry, slot.k, at);
-      at += slot.bytes;
-    }
-    slots.clear();
-    exchange.request.clear_rows();
-    request_bytes = 0;
-    return absl::OkStatus();
-  };
-  std::string big_row;  // a row too large for one request
-  for (size_t e = 0; e < entries.size(); ++e) {
-    const ShardRows& entry = entries[e];
-    const RemoteShard& shard = entry.shard;
-    if (shard.location.address != first.address || shard.shape.empty()) {
-      return absl::InvalidArgumentError(
-          "a row read names shards of one worker, with their shapes");
-    }
-    const int64_t row_bytes = RowBytes(shard.shape, shard.item_bytes);
-    v1::DataRows* out = nullptr;
-    for (size_t k = 0; k < entry.rows.size(); ++k) {
-      if (row_bytes > kMaxChunkBytes) {
-        Box row = WholeBox(shard.shape);
-        row.offsets[0] = entry.rows[k];
-        row.sizes[0] = 1;
-        big_row.resize(static_cast<size_t>(row_bytes));
-        TESSERA_RETURN_IF_ERROR(
-            Read(shard, row,
-                 ReadTarget::HostArray(big_row.data(), row.sizes,
-                                       std::vector<int64_t>(row.rank(), 0))));
-        sink(e, k, big_row.data());
-        continue;
-      }
-      if (static_cast<int64_t>(slots.size()) == kMaxRowsPerRead ||
-          request_bytes + row_bytes > kMaxChunkBytes ||
-          (out == nullptr &&
-           exchange.request.rows_size() == kMaxDataRowShards)) {
-        TESSERA_RETURN_IF_ERROR(send());
-        out = nullptr;
-      }
-      if (out == nullptr) {
-        out = exchange.request.add_rows();
-        out->set_shard_id(shard.location.shard_id);
-      }
-      out->add_rows(entry.rows[k]);
-      slots.push_back({e, k, row_bytes});
-      request_bytes += row_bytes;
-    }
-  }
-  return send();
+  return ReadRowsInRequests(
+      *this, entries, sink, kMaxDataRowShards,
+      [&](const RowRequest& rows, std::string* reply) -> absl::Status {
+        Exchange exchange;
+        exchange.op = DataOp::kReadRows;
+        exchange.request.set_capability(first.capability);
+        for (const RowRequest::Shard& shard : rows.shards) {
+          v1::DataRows* out = exchange.request.add_rows();
+          out->set_shard_id(shard.shard_id);
+          out->mutable_rows()->Assign(shard.rows.begin(), shard.rows.end());
+        }
+        exchange.expected = static_cast<uint64_t>(rows.bytes);
+        exchange.receive = [&](int fd, absl::Duration idle,
+                               absl::string_view what) {
+          reply->resize(static_cast<size_t>(rows.bytes));
+          return ReceiveFully(fd, reply->data(), reply->size(), idle, what);
+        };
+        return Call(first.address, exchange);
+      });
 }
 
 }  // namespace tessera

@@ -182,6 +182,31 @@ TEST_P(DataPortTest, OversizedLengthsAreClosedBeforeAnythingIsRead) {
   EXPECT_EQ(UntilClosed(fd), "");
 }
 
+TEST_P(DataPortTest, WhatStrangersMakeThePortHoldIsBoundedForThePort) {
+  Allocate(1, {64}, DType::kInt32);
+  DataPortOptions small;
+  small.max_meta_in_flight = 1500;
+  absl::StatusOr<std::unique_ptr<DataPort>> port =
+      DataPort::Start(node_.get(), small);
+  ASSERT_THAT(port.status(), IsOk());
+  data_port_ = *std::move(port);  // Connect() dials this one now
+  // A announces 1000 bytes of meta and sends none: the worker holds them.
+  const int a = Connect();
+  Send(a, DataPreface() + Header(DataOp::kRead, 1000, 0));
+  absl::SleepFor(absl::Milliseconds(200));
+  // B announcing as much again is over the port's budget: closed at once.
+  const int b = Connect();
+  Send(b, DataPreface() + Header(DataOp::kRead, 1000, 0));
+  EXPECT_EQ(UntilClosed(b), "");
+  close(a);
+  absl::SleepFor(absl::Milliseconds(200));
+  // The budget is back once A is gone: a well-formed read is answered.
+  const int c = Connect();
+  Send(c, DataPreface() + ReadRequest(Grant(kRightRead), 1, WholeBox({64}), 4));
+  shutdown(c, SHUT_WR);
+  EXPECT_EQ(UntilClosed(c).size(), kDataHeaderBytes + 256);
+}
+
 TEST_P(DataPortTest, ACapabilityForAnotherTensorIsClosedWithNothingWritten) {
   Allocate(1, {64}, DType::kInt32);
   int fd = Connect();

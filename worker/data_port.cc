@@ -34,6 +34,30 @@ constexpr int64_t kMinDirectRunBytes = 2048;
 // The buffer of packed reads and of writes.
 constexpr int64_t kBufferBytes = int64_t{4} << 20;
 
+// Takes `bytes` of a budget shared by a port's connections while it
+// lives; `ok()` false (nothing taken) when the budget has not that much
+// left.
+class BudgetLease {
+ public:
+  BudgetLease(std::atomic<int64_t>* used, int64_t budget, int64_t bytes)
+      : used_(used), bytes_(bytes) {
+    if (used_->fetch_add(bytes_) + bytes_ > budget) {
+      used_->fetch_sub(bytes_);
+      bytes_ = -1;
+    }
+  }
+  ~BudgetLease() {
+    if (bytes_ > 0) used_->fetch_sub(bytes_);
+  }
+  BudgetLease(const BudgetLease&) = delete;
+  BudgetLease& operator=(const BudgetLease&) = delete;
+  bool ok() const { return bytes_ >= 0; }
+
+ private:
+  std::atomic<int64_t>* const used_;
+  int64_t bytes_;
+};
+
 // What a request's handling leaves the connection: in step for the next
 // request, or to be closed (a write's bytes left unread, a peer gone).
 enum class After { kNext, kClose };
@@ -89,12 +113,14 @@ absl::StatusOr<std::pair<int, int>> Listen(const std::string& listen) {
 class Session {
  public:
   Session(WorkerNode* node, const DataPortOptions& options, int fd,
-          std::atomic<int64_t>* sent, std::atomic<int64_t>* received)
+          std::atomic<int64_t>* sent, std::atomic<int64_t>* received,
+          std::atomic<int64_t>* meta_in_flight)
       : node_(node),
         options_(options),
         fd_(fd),
         sent_(sent),
-        received_(received) {}
+        received_(received),
+        meta_in_flight_(meta_in_flight) {}
 
   // Serves until the peer leaves, stalls, idles out or misbehaves; true
   // when it was closed for a malformed request or a refused capability.
@@ -119,6 +145,8 @@ class Session {
   const int fd_;
   std::atomic<int64_t>* const sent_;
   std::atomic<int64_t>* const received_;
+  // Meta bytes held by all connections before their capability is checked.
+  std::atomic<int64_t>* const meta_in_flight_;
 };
 
 bool Session::Run(const std::atomic<bool>& stopping,
@@ -139,6 +167,11 @@ bool Session::Run(const std::atomic<bool>& stopping,
     absl::StatusOr<DataRequestHeader> header = DecodeRequestHeader(
         absl::string_view(header_bytes, sizeof(header_bytes)));
     if (!header.ok()) return true;
+    // What strangers can make the worker hold before a capability is
+    // checked is bounded for the whole port, not per connection.
+    BudgetLease lease(meta_in_flight_, options_.max_meta_in_flight,
+                      header->meta_bytes);
+    if (!lease.ok()) return true;
     std::string meta(header->meta_bytes, '\0');
     if (!ReceiveFully(fd_, meta.data(), meta.size(), stall, "peer").ok())
       return false;
@@ -397,7 +430,8 @@ void DataPort::AcceptLoop() {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     std::thread([this, fd, open = open_] {
       {
-        Session session(node_, options_, fd, &bytes_sent_, &bytes_received_);
+        Session session(node_, options_, fd, &bytes_sent_, &bytes_received_,
+                        &meta_in_flight_);
         if (session.Run(stopping_, &requests_)) dropped_.fetch_add(1);
       }
       // The port may be destroyed from here on: only `open` is touched.

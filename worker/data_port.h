@@ -37,6 +37,10 @@ struct DataPortOptions {
   int max_per_peer = 0;
   absl::Duration idle_timeout = absl::Minutes(2);
   absl::Duration stall_timeout = absl::Seconds(30);
+  // Most bytes of requests' meta held at once, over every connection,
+  // before their capabilities are checked; a request beyond it closes its
+  // connection.
+  int64_t max_meta_in_flight = int64_t{64} << 20;
 };
 
 // What a data port has done since it started.
@@ -92,6 +96,7 @@ class DataPort {
   std::atomic<int64_t> requests_{0};
   std::atomic<int64_t> bytes_sent_{0};
   std::atomic<int64_t> bytes_received_{0};
+  std::atomic<int64_t> meta_in_flight_{0};
 };
 
 }  // namespace tessera
