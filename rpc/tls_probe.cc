@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "rpc/openssl_ptr.h"
+#include "rpc/tcp_socket.h"
 
 namespace tessera {
 namespace {
@@ -98,57 +99,17 @@ bool UseMaterial(SSL_CTX* ctx, const TlsMaterial& tls) {
   return ok;
 }
 
-bool SplitHostPort(const std::string& address, std::string* host,
-                   std::string* port) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0) return false;
-  *host = address.substr(0, colon);
-  *port = address.substr(colon + 1);
-  if (host->size() >= 2 && host->front() == '[' && host->back() == ']')
-    *host = host->substr(1, host->size() - 2);
-  return !host->empty() && !port->empty();
-}
-
 int MillisUntil(absl::Time deadline) {
   const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
   return static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(ms, 60000)));
 }
 
-// A blocking socket connected to host:port within the deadline, its reads
-// and writes bounded by the time left; -1 if none.
-int ConnectBefore(const std::string& host, const std::string& port,
-                  absl::Time deadline) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* list = nullptr;
-  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &list) != 0) return -1;
-  int fd = -1;
-  for (addrinfo* ai = list; ai != nullptr && fd < 0; ai = ai->ai_next) {
-    fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    bool connected = connect(fd, ai->ai_addr, ai->ai_addrlen) == 0;
-    if (!connected && errno == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      int error = 0;
-      socklen_t size = sizeof(error);
-      connected = poll(&p, 1, MillisUntil(deadline)) == 1 &&
-                  getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) == 0 &&
-                  error == 0;
-    }
-    if (!connected) {
-      close(fd);
-      fd = -1;
-    }
-  }
-  freeaddrinfo(list);
-  if (fd < 0) return -1;
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+// Bounds a connected socket's reads and writes by the time left.
+void LimitTo(int fd, absl::Time deadline) {
   const int ms = std::max(1, MillisUntil(deadline));
   timeval limit{ms / 1000, (ms % 1000) * 1000};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
-  return fd;
 }
 
 // A peer that closes while we write must not end the process with SIGPIPE
@@ -190,8 +151,10 @@ TlsProbeResult ProbeTls(const std::string& address, const TlsMaterial* tls,
   const absl::Time deadline = absl::Now() + timeout;
   std::string host, port;
   if (!SplitHostPort(address, &host, &port)) return result;
-  const int fd = ConnectBefore(host, port, deadline);
-  if (fd < 0) return result;
+  const absl::StatusOr<int> connected = ConnectTcp(address, deadline);
+  if (!connected.ok()) return result;
+  const int fd = *connected;
+  LimitTo(fd, deadline);
   result.reached = true;
   ScopedNoSigpipe no_sigpipe;
 

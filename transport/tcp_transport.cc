@@ -1,9 +1,5 @@
 #include "transport/tcp_transport.h"
 
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,6 +16,7 @@
 #include "proto/worker.grpc.pb.h"
 #include "rpc/channel.h"
 #include "rpc/status.h"
+#include "rpc/tcp_socket.h"
 
 namespace tessera {
 namespace {
@@ -32,64 +29,17 @@ constexpr int64_t kMinDirectRunBytes = 2048;
 // read or write that cannot use the caller's memory directly.
 constexpr int64_t kStepBytes = int64_t{4} << 20;
 
-absl::Status Unavailable(absl::string_view what, absl::string_view why) {
-  return absl::UnavailableError(absl::StrCat(what, ": ", why));
-}
-
-// A connected socket to `data_address` (host:port), TCP_NODELAY, within
-// `timeout`.
+// A connected socket to `data_address` within `timeout`; errors name
+// `what`. An address that is not HOST:PORT cannot be reached this way
+// (FAILED_PRECONDITION: another transport may).
 absl::StatusOr<int> Connect(const std::string& data_address,
                             absl::Duration timeout, absl::string_view what) {
-  const size_t colon = data_address.rfind(':');
-  if (colon == std::string::npos) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(what, ": data address '", data_address, "' has no port"));
-  }
-  std::string host = data_address.substr(0, colon);
-  const std::string port = data_address.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found);
-      rc != 0) {
-    return Unavailable(what, absl::StrCat("cannot resolve '", data_address,
-                                          "': ", gai_strerror(rc)));
-  }
-  absl::Status last = Unavailable(what, "no address to connect to");
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    const int fd =
-        socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-               a->ai_protocol);
-    if (fd < 0) continue;
-    int rc = connect(fd, a->ai_addr, a->ai_addrlen);
-    if (rc != 0 && errno == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      rc = poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout)));
-      int error = 0;
-      socklen_t len = sizeof(error);
-      if (rc == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 &&
-          error == 0) {
-        rc = 0;
-      } else {
-        errno = rc == 0 ? ETIMEDOUT : (error != 0 ? error : errno);
-        rc = -1;
-      }
-    }
-    if (rc == 0) {
-      const int one = 1;
-      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      freeaddrinfo(found);
-      return fd;
-    }
-    last = Unavailable(what, absl::StrCat("connect to ", data_address, ": ",
-                                          std::strerror(errno)));
-    close(fd);
-  }
-  freeaddrinfo(found);
-  return last;
+  absl::StatusOr<int> fd = ConnectTcp(data_address, absl::Now() + timeout);
+  if (fd.ok()) return fd;
+  return absl::Status(absl::IsInvalidArgument(fd.status())
+                          ? absl::StatusCode::kFailedPrecondition
+                          : absl::StatusCode::kUnavailable,
+                      absl::StrCat(what, ": ", fd.status().message()));
 }
 
 // The spans of the caller's array that elements [0, total) of the

@@ -1,6 +1,5 @@
 #include "worker/data_port.h"
 
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -17,6 +16,7 @@
 #include "core/dtype.h"
 #include "core/status_macros.h"
 #include "rpc/listener_guard.h"
+#include "rpc/tcp_socket.h"
 #include "spdlog/spdlog.h"
 #include "transport/tcp_wire.h"
 
@@ -61,53 +61,6 @@ class BudgetLease {
 // What a request's handling leaves the connection: in step for the next
 // request, or to be closed (a write's bytes left unread, a peer gone).
 enum class After { kNext, kClose };
-
-absl::StatusOr<std::pair<int, int>> Listen(const std::string& listen) {
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--data_listen '", listen, "' is not HOST:PORT"));
-  }
-  std::string host = listen.substr(0, colon);
-  const std::string port = listen.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* found = nullptr;
-  if (int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(),
-                           &hints, &found);
-      rc != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--data_listen '", listen, "' does not resolve: ", gai_strerror(rc)));
-  }
-  absl::Status last = absl::UnavailableError("no address to listen on");
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    const int fd =
-        socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    const int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 1024) == 0) {
-      sockaddr_storage bound{};
-      socklen_t len = sizeof(bound);
-      getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
-      const int bound_port =
-          bound.ss_family == AF_INET6
-              ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-              : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-      freeaddrinfo(found);
-      return std::make_pair(fd, bound_port);
-    }
-    last = absl::UnavailableError(absl::StrCat(
-        "cannot listen for data on ", listen, ": ", std::strerror(errno)));
-    close(fd);
-  }
-  freeaddrinfo(found);
-  return last;
-}
 
 // One connection's requests, served in order.
 class Session {
@@ -230,7 +183,9 @@ absl::Status Session::Reply(const absl::Status& status,
   if (!message.empty()) parts.push_back({message.data(), message.size()});
   if (status.ok()) parts.insert(parts.end(), payload.begin(), payload.end());
   absl::Status sent = SendFully(fd_, parts, options_.stall_timeout, "peer");
-  if (sent.ok()) sent_->fetch_add(static_cast<int64_t>(payload_bytes));
+  // A packed read's bytes follow the header and are counted as they go.
+  if (sent.ok() && !payload.empty())
+    sent_->fetch_add(static_cast<int64_t>(payload_bytes));
   return sent;
 }
 
@@ -283,6 +238,7 @@ After Session::Read(const v1::DataRequest& request) {
              .ok()) {
       return After::kClose;
     }
+    sent_->fetch_add(count * item);
     first += count;
   }
   return After::kNext;
@@ -353,14 +309,14 @@ After Session::Write(const v1::DataRequest& request, uint64_t payload_bytes) {
   }
   // Written whole: sealed, as a whole WriteShard stream seals it.
   if (!patch) node_->Seal(id);
-  return Refuse(absl::OkStatus());
+  return Reply(absl::OkStatus()).ok() ? After::kNext : After::kClose;
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DataPort>> DataPort::Start(
     WorkerNode* node, DataPortOptions options) {
-  TESSERA_ASSIGN_OR_RETURN(auto bound, Listen(options.listen));
+  TESSERA_ASSIGN_OR_RETURN(auto bound, ListenTcp(options.listen));
   GuardListener(bound.second, options.max_connections, options.max_per_peer,
                 "data");
   std::unique_ptr<DataPort> port(
