@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "rpc/security.h"
 #include "rpc/status.h"
+#include "rpc/tls_context.h"
 
 namespace tessera {
 
@@ -24,10 +25,15 @@ absl::StatusOr<std::shared_ptr<Connection>> Connection::Make(
     return s;
   }
   const TlsFiles files{options.tls_ca, options.tls_cert, options.tls_key};
+  std::shared_ptr<TlsContextSource> tcp_tls;
   if (files.enabled()) {
     absl::StatusOr<TlsMaterial> tls = LoadTls(files, /*need_cert=*/false);
     if (!tls.ok()) return tls.status();
     coordinator_channel.credentials = ChannelCredentialsFor(*tls);
+    absl::StatusOr<std::shared_ptr<TlsContextSource>> data_tls =
+        TlsContextSource::Fixed(*tls, TlsContextSource::Side::kClient);
+    if (!data_tls.ok()) return data_tls.status();
+    tcp_tls = *std::move(data_tls);
     worker_channels.credentials = coordinator_channel.credentials;
   }
   // Only the coordinator sees the secret; workers take capabilities.
@@ -36,12 +42,14 @@ absl::StatusOr<std::shared_ptr<Connection>> Connection::Make(
   }
   return std::make_shared<Connection>(
       std::move(coordinator_address), std::move(options),
-      std::move(coordinator_channel), std::move(worker_channels));
+      std::move(coordinator_channel), std::move(worker_channels),
+      std::move(tcp_tls));
 }
 
 Connection::Connection(std::string coordinator_address, ClientOptions options,
                        ChannelOptions coordinator_channel,
-                       ChannelOptions worker_channels)
+                       ChannelOptions worker_channels,
+                       std::shared_ptr<TlsContextSource> data_tls)
     : coordinator_address_(std::move(coordinator_address)),
       options_(options),
       workers_(std::move(worker_channels)),
@@ -54,6 +62,7 @@ Connection::Connection(std::string coordinator_address, ClientOptions options,
                                          data.transport = options_.transport;
                                          data.ucx_trusted_fabric =
                                              options_.trusted_fabric;
+                                         data.tcp_tls = data_tls;
                                          return data;
                                        }())),
       zone_(!options_.zone.empty() ? options_.zone

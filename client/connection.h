@@ -26,6 +26,8 @@
 
 namespace tessera {
 
+class TlsContextSource;  // rpc/tls_context.h
+
 class Connection {
  public:
   // Fails when the TLS files cannot be used (UNAUTHENTICATED for an expired
@@ -33,9 +35,10 @@ class Connection {
   // options.transport.
   static absl::StatusOr<std::shared_ptr<Connection>> Make(
       std::string coordinator_address, ClientOptions options);
+  // `data_tls`: mutual TLS to workers' data ports (null: plaintext).
   Connection(std::string coordinator_address, ClientOptions options,
-             ChannelOptions coordinator_channel,
-             ChannelOptions worker_channels);
+             ChannelOptions coordinator_channel, ChannelOptions worker_channels,
+             std::shared_ptr<TlsContextSource> data_tls = nullptr);
 
   const std::string& coordinator_address() const {
     return coordinator_address_;
@@ -55,7 +58,8 @@ class Connection {
   // gRPC's reconnect backoff.
   void ForgetWorker(const std::string& address) { workers_.Forget(address); }
   // Moves shard bytes to and from workers as options().transport says:
-  // same-host shared memory, UCX, gRPC; counts bytes per transport.
+  // same-host shared memory, UCX, workers' data ports, gRPC; counts bytes
+  // per transport.
   TransportChain& data_plane() { return *data_plane_; }
 
   // How near the worker at `address` is to this client (reads go to the

@@ -59,6 +59,14 @@ absl::StatusOr<DaemonSecurity> DaemonSecurityFromFlags(
     security.channel_credentials = ChannelCredentialsFor(tls);
     security.self_probe_credentials = security.channel_credentials;
   }
+  TESSERA_ASSIGN_OR_RETURN(
+      security.data_server_tls,
+      TlsContextSource::Watch(files, TlsContextSource::Side::kServer, policy,
+                              security.reload_interval));
+  TESSERA_ASSIGN_OR_RETURN(
+      security.data_client_tls,
+      TlsContextSource::Watch(files, TlsContextSource::Side::kClient, policy,
+                              security.reload_interval));
   return security;
 }
 

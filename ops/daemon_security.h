@@ -13,6 +13,7 @@
 #include "ops/credential_watch.h"
 #include "rpc/channel.h"
 #include "rpc/security.h"
+#include "rpc/tls_context.h"
 
 namespace tessera {
 
@@ -26,6 +27,11 @@ struct DaemonSecurity {
   // the TLS files on disk (rpc/security.h WatchTlsFiles).
   std::shared_ptr<grpc::ServerCredentials> server_credentials;
   std::shared_ptr<grpc::ChannelCredentials> channel_credentials;
+  // The data port's TLS (a worker's, serving) and its readers' (a worker
+  // pulling from peers); null without TLS. They follow the files as the
+  // credentials above do.
+  std::shared_ptr<TlsContextSource> data_server_tls;
+  std::shared_ptr<TlsContextSource> data_client_tls;
   // For the daemon's probe of its own port (no host name check).
   std::shared_ptr<grpc::ChannelCredentials> self_probe_credentials;
   // --reload_interval: how often the TLS and token files are looked at

@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "rpc/openssl_ptr.h"
 #include "rpc/tcp_socket.h"
+#include "rpc/tls_context.h"
 
 namespace tessera {
 namespace {
@@ -63,42 +64,6 @@ int VerifyAndGoOn(int ok, X509_STORE_CTX* store) {
   return 1;
 }
 
-BioPtr PemBio(const std::string& pem) {
-  return BioPtr(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
-}
-
-// The client's CA, certificate (and chain) and key, as LoadTls checked
-// them. False if OpenSSL takes them otherwise than gRPC did.
-bool UseMaterial(SSL_CTX* ctx, const TlsMaterial& tls) {
-  if (!tls.ca_pem.empty()) {
-    auto bio = PemBio(tls.ca_pem);
-    X509_STORE* store = SSL_CTX_get_cert_store(ctx);
-    while (X509* ca = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
-      X509_STORE_add_cert(store, ca);
-      X509_free(ca);
-    }
-    ERR_clear_error();  // the end of the PEM
-  }
-  if (tls.cert_pem.empty()) return true;
-  auto bio = PemBio(tls.cert_pem);
-  X509* leaf = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr);
-  if (leaf == nullptr || SSL_CTX_use_certificate(ctx, leaf) != 1) {
-    X509_free(leaf);
-    return false;
-  }
-  X509_free(leaf);
-  while (X509* more = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
-    if (SSL_CTX_add_extra_chain_cert(ctx, more) != 1) X509_free(more);
-  }
-  ERR_clear_error();
-  auto key_bio = PemBio(tls.key_pem);
-  EVP_PKEY* key =
-      PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr);
-  const bool ok = key != nullptr && SSL_CTX_use_PrivateKey(ctx, key) == 1;
-  EVP_PKEY_free(key);
-  return ok;
-}
-
 int MillisUntil(absl::Time deadline) {
   const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
   return static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(ms, 60000)));
@@ -111,37 +76,6 @@ void LimitTo(int fd, absl::Time deadline) {
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
 }
-
-// A peer that closes while we write must not end the process with SIGPIPE
-// (OpenSSL writes with write(2)): blocked on this thread meanwhile, and one
-// raised here is taken back before unblocking.
-class ScopedNoSigpipe {
- public:
-  ScopedNoSigpipe() {
-    sigset_t pipe;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    sigset_t pending;
-    sigpending(&pending);
-    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
-    pthread_sigmask(SIG_BLOCK, &pipe, &old_);
-  }
-  ~ScopedNoSigpipe() {
-    if (!was_pending_) {
-      sigset_t pipe;
-      sigemptyset(&pipe);
-      sigaddset(&pipe, SIGPIPE);
-      const timespec now{0, 0};
-      while (sigtimedwait(&pipe, nullptr, &now) == SIGPIPE) {
-      }
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-
- private:
-  sigset_t old_;
-  bool was_pending_ = false;
-};
 
 }  // namespace
 
@@ -159,7 +93,7 @@ TlsProbeResult ProbeTls(const std::string& address, const TlsMaterial* tls,
   ScopedNoSigpipe no_sigpipe;
 
   SslCtxPtr ctx(SSL_CTX_new(TLS_client_method()));
-  if (ctx == nullptr || (tls != nullptr && !UseMaterial(ctx.get(), *tls))) {
+  if (ctx == nullptr || (tls != nullptr && !UseTlsMaterial(ctx.get(), *tls))) {
     ERR_clear_error();
     close(fd);
     return result;

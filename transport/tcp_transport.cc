@@ -17,6 +17,8 @@
 #include "rpc/channel.h"
 #include "rpc/status.h"
 #include "rpc/tcp_socket.h"
+#include "rpc/tls_context.h"
+#include "transport/data_stream.h"
 
 namespace tessera {
 namespace {
@@ -67,7 +69,7 @@ std::vector<iovec> LandingRuns(const ReadTarget& target,
 }
 
 // Receives `runs` in steps of about kStepBytes, counting each as landed.
-absl::Status ReceiveRuns(int fd, std::vector<iovec> runs,
+absl::Status ReceiveRuns(DataStream& stream, std::vector<iovec> runs,
                          const ReadTarget& target, absl::Duration idle,
                          absl::string_view what) {
   size_t at = 0;
@@ -90,23 +92,23 @@ absl::Status ReceiveRuns(int fd, std::vector<iovec> runs,
       step.push_back(part);
       bytes += static_cast<int64_t>(part.iov_len);
     }
-    TESSERA_RETURN_IF_ERROR(ReceiveFully(fd, step, idle, what));
+    TESSERA_RETURN_IF_ERROR(stream.Receive(step, idle, what));
     target.Landed(bytes);
   }
   return absl::OkStatus();
 }
 
 // Receives `total` elements through a buffer into the target.
-absl::Status ReceiveBuffered(int fd, absl::Span<const int64_t> box_sizes,
-                             int64_t total, int64_t item,
-                             const ReadTarget& target, absl::Duration idle,
-                             absl::string_view what) {
+absl::Status ReceiveBuffered(DataStream& stream,
+                             absl::Span<const int64_t> box_sizes, int64_t total,
+                             int64_t item, const ReadTarget& target,
+                             absl::Duration idle, absl::string_view what) {
   const int64_t step = std::max<int64_t>(1, kStepBytes / item);
   std::string buffer(static_cast<size_t>(std::min(step, total) * item), '\0');
   for (int64_t first = 0; first < total;) {
     const int64_t count = std::min(step, total - first);
-    TESSERA_RETURN_IF_ERROR(ReceiveFully(
-        fd, buffer.data(), static_cast<size_t>(count * item), idle, what));
+    TESSERA_RETURN_IF_ERROR(stream.Receive(
+        buffer.data(), static_cast<size_t>(count * item), idle, what));
     TESSERA_RETURN_IF_ERROR(target.Deliver(
         box_sizes, first, count, buffer.data(), static_cast<size_t>(item)));
     first += count;
@@ -117,7 +119,7 @@ absl::Status ReceiveBuffered(int fd, absl::Span<const int64_t> box_sizes,
 // Sends elements [0, total) of the row-major `box_sizes` at
 // source.offsets of source.data: straight from the array when the box is
 // one span of it, else packed through a buffer.
-absl::Status SendBox(int fd, const WriteSource& source,
+absl::Status SendBox(DataStream& stream, const WriteSource& source,
                      absl::Span<const int64_t> box_sizes, int64_t total,
                      int64_t item, absl::Duration idle,
                      absl::string_view what) {
@@ -141,7 +143,7 @@ absl::Status SendBox(int fd, const WriteSource& source,
       part = {buffer.data(), static_cast<size_t>(count * item)};
     }
     TESSERA_RETURN_IF_ERROR(
-        SendFully(fd, absl::MakeConstSpan(&part, 1), idle, what));
+        stream.Send(absl::MakeConstSpan(&part, 1), idle, what));
     source.Sent(count * item);
     first += count;
   }
@@ -153,13 +155,21 @@ absl::Status SendBox(int fd, const WriteSource& source,
 class TcpTransport::Connection {
  public:
   explicit Connection(int fd) : fd_(fd) {}
-  ~Connection() { close(fd_); }
+  ~Connection() {
+    stream_.reset();
+    close(fd_);
+  }
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
   int fd() const { return fd_; }
+  DataStream& stream() { return *stream_; }
+  void set_stream(std::unique_ptr<DataStream> stream) {
+    stream_ = std::move(stream);
+  }
 
  private:
   const int fd_;
+  std::unique_ptr<DataStream> stream_;
 };
 
 // One request and what to do with its reply.
@@ -168,12 +178,12 @@ struct TcpTransport::Exchange {
   v1::DataRequest request;
   uint64_t payload_bytes = 0;  // a write's
   // Sends the write's payload_bytes after the request.
-  std::function<absl::Status(int fd, absl::Duration idle,
+  std::function<absl::Status(DataStream& stream, absl::Duration idle,
                              absl::string_view what)>
       send;
   uint64_t expected = 0;  // the OK reply's payload bytes
   // Receives exactly `expected` bytes.
-  std::function<absl::Status(int fd, absl::Duration idle,
+  std::function<absl::Status(DataStream& stream, absl::Duration idle,
                              absl::string_view what)>
       receive;
 };
@@ -235,10 +245,22 @@ absl::StatusOr<std::unique_ptr<TcpTransport::Connection>> TcpTransport::Take(
                       std::min(options_.timeout, absl::Seconds(10)), what));
   auto c = std::make_unique<Connection>(fd);
   opened_.fetch_add(1);
+  if (options_.tls == nullptr) {
+    c->set_stream(DataStream::Plain(fd));
+  } else {
+    std::string host, port;
+    SplitHostPort(data_address, &host, &port);
+    TESSERA_ASSIGN_OR_RETURN(
+        std::unique_ptr<DataStream> stream,
+        DataStream::Connect(fd, options_.tls->Get().get(), host,
+                            std::min(options_.timeout, absl::Seconds(10)),
+                            what));
+    c->set_stream(std::move(stream));
+  }
   const std::string preface = DataPreface();
   const iovec part{const_cast<char*>(preface.data()), preface.size()};
   TESSERA_RETURN_IF_ERROR(
-      SendFully(fd, absl::MakeConstSpan(&part, 1), options_.timeout, what));
+      c->stream().Send(absl::MakeConstSpan(&part, 1), options_.timeout, what));
   return c;
 }
 
@@ -290,16 +312,17 @@ absl::Status TcpTransport::CallOnce(const std::string& address,
         Take(data_address, &reused);
     if (!taken.ok()) return taken.status();
     std::unique_ptr<Connection> c = *std::move(taken);
-    const int fd = c->fd();
+    DataStream& stream = c->stream();
     bool replied = false;
-    absl::Status status = SendFully(fd, request, idle, what);
-    if (status.ok() && exchange.send) status = exchange.send(fd, idle, what);
+    absl::Status status = stream.Send(request, idle, what);
+    if (status.ok() && exchange.send)
+      status = exchange.send(stream, idle, what);
     // A write the worker refused before its bytes: its answer is waiting
     // even though the send broke off.
     const absl::Duration reply_wait = status.ok() ? idle : absl::Seconds(1);
     char reply[kDataHeaderBytes];
     absl::Status received =
-        ReceiveFully(fd, reply, sizeof(reply), reply_wait, what);
+        stream.Receive(reply, sizeof(reply), reply_wait, what);
     if (received.ok()) {
       replied = true;
       absl::StatusOr<DataReplyHeader> decoded = DecodeReplyHeader(
@@ -313,14 +336,14 @@ absl::Status TcpTransport::CallOnce(const std::string& address,
         std::string message(decoded->message_bytes, '\0');
         if (!message.empty()) {
           TESSERA_RETURN_IF_ERROR(
-              ReceiveFully(fd, message.data(), message.size(), idle, what));
+              stream.Receive(message.data(), message.size(), idle, what));
         }
         // Still in step unless the send broke off.
         if (status.ok()) Keep(data_address, std::move(c));
         return absl::Status(decoded->code, message);
       }
       if (status.ok()) {
-        status = exchange.receive ? exchange.receive(fd, idle, what)
+        status = exchange.receive ? exchange.receive(stream, idle, what)
                                   : absl::OkStatus();
       }
     } else if (status.ok()) {
@@ -362,11 +385,12 @@ absl::Status TcpTransport::Read(const RemoteShard& shard, const Box& box,
   exchange.op = DataOp::kRead;
   exchange.request = BoxRequest(shard, &box);
   exchange.expected = static_cast<uint64_t>(total * item);
-  exchange.receive = [&](int fd, absl::Duration idle, absl::string_view what) {
+  exchange.receive = [&](DataStream& stream, absl::Duration idle,
+                         absl::string_view what) {
     std::vector<iovec> runs = LandingRuns(target, box.sizes, total, item);
     if (!runs.empty())
-      return ReceiveRuns(fd, std::move(runs), target, idle, what);
-    return ReceiveBuffered(fd, box.sizes, total, item, target, idle, what);
+      return ReceiveRuns(stream, std::move(runs), target, idle, what);
+    return ReceiveBuffered(stream, box.sizes, total, item, target, idle, what);
   };
   return Call(shard.location.address, exchange);
 }
@@ -389,8 +413,9 @@ absl::Status TcpTransport::SendWrite(const RemoteShard& shard, const Box& box,
   exchange.op = DataOp::kWrite;
   exchange.request = BoxRequest(shard, patch ? &box : nullptr);
   exchange.payload_bytes = static_cast<uint64_t>(total * item);
-  exchange.send = [&](int fd, absl::Duration idle, absl::string_view what) {
-    return SendBox(fd, source, box.sizes, total, item, idle, what);
+  exchange.send = [&](DataStream& stream, absl::Duration idle,
+                      absl::string_view what) {
+    return SendBox(stream, source, box.sizes, total, item, idle, what);
   };
   return Call(shard.location.address, exchange);
 }
@@ -411,10 +436,10 @@ absl::Status TcpTransport::ReadRows(absl::Span<const ShardRows> entries,
           out->mutable_rows()->Assign(shard.rows.begin(), shard.rows.end());
         }
         exchange.expected = static_cast<uint64_t>(rows.bytes);
-        exchange.receive = [&](int fd, absl::Duration idle,
+        exchange.receive = [&](DataStream& stream, absl::Duration idle,
                                absl::string_view what) {
           reply->resize(static_cast<size_t>(rows.bytes));
-          return ReceiveFully(fd, reply->data(), reply->size(), idle, what);
+          return stream.Receive(reply->data(), reply->size(), idle, what);
         };
         return Call(first.address, exchange);
       });

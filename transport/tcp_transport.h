@@ -9,6 +9,10 @@
 // one per call in flight; a kept connection the worker has since closed is
 // replaced once, transparently, before any reply byte arrives.
 //
+// With TLS, each connection is mutual TLS 1.3 (transport/data_stream.h); a
+// worker that refuses this client's certificate, or whose own does not
+// verify, fails the call UNAUTHENTICATED.
+//
 // Errors follow transport/shard_transport.h: the worker's own answers as it
 // gives them, UNAVAILABLE when its data port cannot be reached or the
 // connection breaks (a refused capability closes it too). Thread-safe.
@@ -32,7 +36,8 @@
 
 namespace tessera {
 
-class ChannelCache;  // rpc/channel.h
+class ChannelCache;      // rpc/channel.h
+class TlsContextSource;  // rpc/tls_context.h
 
 struct TcpTransportOptions {
   // Most time a call waits with nothing moving before giving up.
@@ -44,6 +49,9 @@ struct TcpTransportOptions {
   // transport's channels.
   std::function<absl::StatusOr<std::string>(const std::string& address)>
       resolve;
+  // Mutual TLS 1.3 to every data port (null: plaintext). The worker's
+  // certificate must name the host of its data address.
+  std::shared_ptr<TlsContextSource> tls;
 };
 
 class TcpTransport : public ShardTransport {

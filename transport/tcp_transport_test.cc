@@ -2,7 +2,9 @@
 // 127.0.0.1: the transport contract, alone and in chains, then what a
 // hostile or careless peer meets: junk, oversized lengths, a capability
 // for another tensor, a write of the wrong size, and a worker with no data
-// port.
+// port; then the same over mutual TLS, with a plaintext client, a
+// certificate from another CA, none at all, a host name the certificate
+// does not carry, and renewed files.
 #include "transport/tcp_transport.h"
 
 #include <netinet/in.h>
@@ -10,8 +12,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "absl/base/internal/endian.h"
@@ -19,6 +23,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rpc/channel.h"
+#include "rpc/tls_context.h"
 #include "transport/tcp_wire.h"
 #include "transport/transport_chain.h"
 #include "transport/transport_contract_test.h"
@@ -381,6 +386,261 @@ TEST_P(DataPortTest, AWorkerWithNoDataPortDeclinesAndTheChainUsesGrpc) {
       forced->Read(shard, WholeBox({64}),
                    ReadTarget::HostArray(out.data(), {64}, {0})),
       StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("tcp")));
+}
+
+// --- Mutual TLS on the data port ---
+
+std::string PkiDir(const std::string& name) {
+  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/pki-", name);
+}
+
+// Certificates from deploy/make-certs.sh, made once per binary: the
+// cluster's CA (worker w0, the user) and another CA.
+void MakePki() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (const char* name : {"cluster", "other"}) {
+      const std::string command =
+          absl::StrCat("/bin/bash ", std::getenv("TEST_SRCDIR"),
+                       "/tessera/deploy/make-certs.sh ", PkiDir(name),
+                       " --workers 1 >/dev/null");
+      ASSERT_EQ(std::system(command.c_str()), 0) << command;
+    }
+  });
+}
+
+// The files of `who` (w0, user) of the `cert` CA, trusting the `ca` CA.
+TlsFiles Files(const std::string& ca, const std::string& cert,
+               const std::string& who) {
+  MakePki();
+  TlsFiles files{PkiDir(ca) + "/ca.crt", "", ""};
+  if (!who.empty()) {
+    files.cert = absl::StrCat(PkiDir(cert), "/", who, ".crt");
+    files.key = absl::StrCat(PkiDir(cert), "/", who, ".key");
+  }
+  return files;
+}
+
+std::shared_ptr<TlsContextSource> Source(
+    const TlsFiles& files, TlsContextSource::Side side,
+    ClientCertPolicy policy = ClientCertPolicy::kRequire,
+    absl::Duration refresh = absl::ZeroDuration()) {
+  absl::StatusOr<std::shared_ptr<TlsContextSource>> source =
+      TlsContextSource::Watch(files, side, policy, refresh);
+  EXPECT_THAT(source.status(), IsOk());
+  return source.ok() ? *source : nullptr;
+}
+
+std::shared_ptr<TlsContextSource> UserTls() {
+  return Source(Files("cluster", "cluster", "user"),
+                TlsContextSource::Side::kClient);
+}
+
+std::shared_ptr<TlsContextSource> WorkerTls() {
+  return Source(Files("cluster", "cluster", "w0"),
+                TlsContextSource::Side::kServer);
+}
+
+std::unique_ptr<ShardTransport> MakeTcpTls(ChannelCache* channels) {
+  TcpTransportOptions options;
+  options.timeout = kTimeout;
+  options.tls = UserTls();
+  return std::make_unique<TcpTransport>(channels, options);
+}
+
+TransportFactory TcpTls() {
+  TransportFactory f{"tcp_tls", &MakeTcpTls};
+  f.data_port = true;
+  f.data_port_tls = &WorkerTls;
+  return f;
+}
+
+INSTANTIATE_TEST_SUITE_P(TcpTls, TransportContractTest,
+                         ::testing::Values(TcpTls(),
+                                           [] {
+                                             TransportFactory f = TcpTls();
+                                             f.name = "tcp_tls_then_grpc";
+                                             f.make = [](ChannelCache* c) {
+                                               DataPlaneOptions options;
+                                               options.timeout = kTimeout;
+                                               options.shared_memory = false;
+                                               options.ucx = false;
+                                               options.tcp_tls = UserTls();
+                                               return TransportChain::Make(
+                                                   c, options);
+                                             };
+                                             return f;
+                                           }()),
+                         FactoryName);
+
+class DataPortTlsTest : public DataPortTest {
+ protected:
+  // Reads shard 1 ({64} int32) into `out` over a new TcpTransport with
+  // `tls` (null: plaintext) from the data port at `data_address` (empty:
+  // the test's).
+  absl::Status ReadWith(std::shared_ptr<TlsContextSource> tls, std::string* out,
+                        std::string data_address = "") {
+    if (data_address.empty())
+      data_address = absl::StrCat("127.0.0.1:", data_port_->port());
+    TcpTransportOptions options;
+    options.timeout = absl::Seconds(10);
+    options.tls = std::move(tls);
+    options.resolve = [=](const std::string&) -> absl::StatusOr<std::string> {
+      return data_address;
+    };
+    TcpTransport tcp(nullptr, options);
+    out->assign(256, '\x5a');
+    return tcp.Read(At(1, {64}, DType::kInt32), WholeBox({64}),
+                    ReadTarget::HostArray(out->data(), {64}, {0}));
+  }
+  const std::string kUntouched = std::string(256, '\x5a');
+};
+
+INSTANTIATE_TEST_SUITE_P(TcpTls, DataPortTlsTest, ::testing::Values(TcpTls()),
+                         FactoryName);
+
+TEST_P(DataPortTlsTest, APlaintextClientIsToldThePortSpeaksTls) {
+  Allocate(1, {64}, DType::kInt32);
+  std::string out;
+  EXPECT_THAT(
+      ReadWith(nullptr, &out),
+      StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("speaks TLS")));
+  EXPECT_EQ(out, kUntouched);
+  // Raw: a plaintext request with a valid capability is answered with the
+  // refusal alone, never a shard byte; junk gets nothing.
+  int fd = Connect();
+  Send(fd,
+       DataPreface() + ReadRequest(Grant(kRightRead), 1, WholeBox({64}), 4));
+  const std::string reply = UntilClosed(fd);
+  ASSERT_GE(reply.size(), kDataHeaderBytes);
+  absl::StatusOr<DataReplyHeader> header =
+      DecodeReplyHeader(reply.substr(0, kDataHeaderBytes), 256);
+  ASSERT_THAT(header.status(), IsOk());
+  EXPECT_EQ(header->code, absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(reply.size(), kDataHeaderBytes + header->message_bytes);
+  fd = Connect();
+  Send(fd, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(UntilClosed(fd), "");
+  const DataPortStats stats = data_port_->Stats();
+  EXPECT_EQ(stats.requests, 0);
+  EXPECT_GE(stats.tls_refused, 3);
+}
+
+TEST_P(DataPortTlsTest, ACertificateFromAnotherCaIsRefused) {
+  Allocate(1, {64}, DType::kInt32);
+  std::string out;
+  // The worker refuses the client's certificate.
+  EXPECT_THAT(ReadWith(Source(Files("cluster", "other", "user"),
+                              TlsContextSource::Side::kClient),
+                       &out),
+              StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("TLS")));
+  EXPECT_EQ(out, kUntouched);
+  // The client refuses the worker's.
+  EXPECT_THAT(ReadWith(Source(Files("other", "other", "user"),
+                              TlsContextSource::Side::kClient),
+                       &out),
+              StatusIs(absl::StatusCode::kUnauthenticated,
+                       HasSubstr("certificate verify failed")));
+  EXPECT_EQ(out, kUntouched);
+  EXPECT_EQ(data_port_->Stats().requests, 0);
+  // The cluster's own user reads.
+  ASSERT_THAT(ReadWith(UserTls(), &out), IsOk());
+  EXPECT_EQ(out, Bytes(1));
+}
+
+TEST_P(DataPortTlsTest, AClientWithoutACertificateNeedsTheOptionalPolicy) {
+  Allocate(1, {64}, DType::kInt32);
+  const std::shared_ptr<TlsContextSource> anonymous =
+      Source(Files("cluster", "", ""), TlsContextSource::Side::kClient);
+  std::string out;
+  EXPECT_THAT(ReadWith(anonymous, &out),
+              StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("TLS")));
+  EXPECT_EQ(out, kUntouched);
+  // --tls_client_cert=optional: let in, its capability still checked.
+  DataPortOptions optional;
+  optional.tls =
+      Source(Files("cluster", "cluster", "w0"), TlsContextSource::Side::kServer,
+             ClientCertPolicy::kOptional);
+  absl::StatusOr<std::unique_ptr<DataPort>> port =
+      DataPort::Start(node_.get(), optional);
+  ASSERT_THAT(port.status(), IsOk());
+  data_port_ = *std::move(port);
+  ASSERT_THAT(ReadWith(anonymous, &out), IsOk());
+  EXPECT_EQ(out, Bytes(1));
+}
+
+TEST_P(DataPortTlsTest, TheWorkersCertificateMustNameTheHostDialled) {
+  Allocate(1, {64}, DType::kInt32);
+  DataPortOptions any;
+  any.listen = "0.0.0.0:0";
+  any.tls = WorkerTls();
+  absl::StatusOr<std::unique_ptr<DataPort>> port =
+      DataPort::Start(node_.get(), any);
+  ASSERT_THAT(port.status(), IsOk());
+  // 127.0.0.2 reaches this host, but w0's certificate names 127.0.0.1.
+  std::string out;
+  EXPECT_THAT(
+      ReadWith(UserTls(), &out, absl::StrCat("127.0.0.2:", (*port)->port())),
+      StatusIs(absl::StatusCode::kUnauthenticated,
+               HasSubstr("IP address mismatch")));
+  EXPECT_EQ(out, kUntouched);
+  EXPECT_EQ((*port)->Stats().requests, 0);
+}
+
+TEST_P(DataPortTlsTest, ATlsClientAtAPlaintextPortFailsSayingSo) {
+  Allocate(1, {64}, DType::kInt32);
+  absl::StatusOr<std::unique_ptr<DataPort>> port =
+      DataPort::Start(node_.get(), DataPortOptions());
+  ASSERT_THAT(port.status(), IsOk());
+  data_port_ = *std::move(port);
+  std::string out;
+  EXPECT_THAT(ReadWith(UserTls(), &out),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("TLS")));
+  EXPECT_EQ(out, kUntouched);
+  EXPECT_EQ(data_port_->Stats().requests, 0);
+}
+
+TEST_P(DataPortTlsTest, NewConnectionsUseTheCertificateFilesAsRenewed) {
+  Allocate(1, {64}, DType::kInt32);
+  // The worker's files in a directory of its own, followed every 1 ms.
+  const std::string dir = PkiDir("renewed");
+  ASSERT_EQ(
+      std::system(absl::StrCat("mkdir -p ", dir, " && cp ", PkiDir("cluster"),
+                               "/ca.crt ", PkiDir("cluster"), "/w0.crt ",
+                               PkiDir("cluster"), "/w0.key ", dir)
+                      .c_str()),
+      0);
+  DataPortOptions followed;
+  followed.tls = Source({dir + "/ca.crt", dir + "/w0.crt", dir + "/w0.key"},
+                        TlsContextSource::Side::kServer,
+                        ClientCertPolicy::kRequire, absl::Milliseconds(1));
+  absl::StatusOr<std::unique_ptr<DataPort>> port =
+      DataPort::Start(node_.get(), followed);
+  ASSERT_THAT(port.status(), IsOk());
+  data_port_ = *std::move(port);
+  std::string out;
+  ASSERT_THAT(ReadWith(UserTls(), &out), IsOk());
+  // A half-written key (a mismatched pair) keeps the last good pair.
+  ASSERT_EQ(std::system(
+                absl::StrCat("cp ", PkiDir("other"), "/w0.key ", dir, "/w0.key")
+                    .c_str()),
+            0);
+  absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_THAT(ReadWith(UserTls(), &out), IsOk());
+  // The whole set renewed from the other CA: the cluster's clients no
+  // longer trust the worker; the other CA's do.
+  ASSERT_EQ(std::system(absl::StrCat("cp ", PkiDir("other"), "/ca.crt ",
+                                     PkiDir("other"), "/w0.crt ", dir)
+                            .c_str()),
+            0);
+  absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_THAT(ReadWith(UserTls(), &out),
+              StatusIs(absl::StatusCode::kUnauthenticated));
+  ASSERT_THAT(ReadWith(Source(Files("other", "other", "user"),
+                              TlsContextSource::Side::kClient),
+                       &out),
+              IsOk());
+  EXPECT_EQ(out, Bytes(1));
 }
 
 }  // namespace

@@ -189,10 +189,7 @@ absl::StatusOr<DataReplyHeader> DecodeReplyHeader(absl::string_view bytes,
   return header;
 }
 
-namespace {
-
-// Waits for `events` on `fd` up to `wait`: 1 ready, 0 timed out, -1 error.
-int Wait(int fd, short events, absl::Duration wait) {
+int PollFor(int fd, short events, absl::Duration wait) {
   const absl::Time deadline = absl::Now() + wait;
   while (true) {
     const int64_t ms =
@@ -204,6 +201,8 @@ int Wait(int fd, short events, absl::Duration wait) {
     if (errno != EINTR) return -1;
   }
 }
+
+namespace {
 
 // Moves the cursor (`at`, `offset`) past `n` bytes of `iov`.
 void Advance(std::vector<iovec>& iov, size_t& at, size_t n) {
@@ -239,7 +238,7 @@ absl::Status MoveAll(int fd, absl::Span<const iovec> spans, short events,
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      const int ready = Wait(fd, events, idle);
+      const int ready = PollFor(fd, events, idle);
       if (ready > 0) continue;
       if (ready == 0) {
         return absl::UnavailableError(absl::StrCat(what, " stopped: nothing ",
@@ -256,7 +255,7 @@ absl::Status MoveAll(int fd, absl::Span<const iovec> spans, short events,
 }  // namespace
 
 bool WaitReadable(int fd, absl::Duration wait) {
-  return Wait(fd, POLLIN, wait) != 0;
+  return PollFor(fd, POLLIN, wait) != 0;
 }
 
 absl::Status ReceiveFully(int fd, absl::Span<const iovec> iov,

@@ -118,6 +118,9 @@ absl::Status SendFully(int fd, absl::Span<const iovec> iov, absl::Duration idle,
 // Waits until `fd` has bytes to read or its peer closed (true), or `wait`
 // passes (false).
 bool WaitReadable(int fd, absl::Duration wait);
+// Waits up to `wait` for poll() `events` on `fd`: 1 ready, 0 timed out, -1
+// error.
+int PollFor(int fd, short events, absl::Duration wait);
 
 }  // namespace tessera
 

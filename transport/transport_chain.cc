@@ -57,10 +57,12 @@ std::unique_ptr<TransportChain> TransportChain::Make(
     links.push_back(Link{std::make_unique<UcxTransport>(channels, ucx), 0,
                          automatic ? options.ucx_min_write_bytes : 0});
   }
-  // Workers' data ports: plaintext, so never under channels that run TLS.
-  if (choice == "tcp" || (automatic && options.tcp && !tls)) {
+  // Workers' data ports: never plaintext under channels that run TLS.
+  if (choice == "tcp" ||
+      (automatic && options.tcp && (!tls || options.tcp_tls != nullptr))) {
     TcpTransportOptions tcp;
     tcp.timeout = std::min(options.timeout, absl::Minutes(1));
+    tcp.tls = options.tcp_tls;
     links.push_back(Link{std::make_unique<TcpTransport>(channels, tcp), 0});
   }
   if (choice == "grpc" || automatic) {

@@ -31,7 +31,8 @@
 
 namespace tessera {
 
-class ChannelCache;  // rpc/channel.h; this header stays free of gRPC
+class ChannelCache;      // rpc/channel.h; this header stays free of gRPC
+class TlsContextSource;  // rpc/tls_context.h
 
 // The transports a chain may use, by name: "auto" (shared memory for
 // workers on this host, else UCX where allowed, else the workers' data
@@ -58,9 +59,12 @@ struct DataPlaneOptions {
   // this host (transport/ucx_common.h UcxReach), and "auto" leaves UCX out
   // when the channels use TLS, since UCX would carry the bytes outside it.
   bool ucx_trusted_fabric = false;
-  // Try workers' data ports (TCP) before gRPC ("auto" only, and only when
-  // the channels run no TLS).
+  // Try workers' data ports (TCP) before gRPC ("auto" only). Under
+  // channels that run TLS, only with `tcp_tls`.
   bool tcp = true;
+  // Mutual TLS to the data ports (a client's or a worker's certificate;
+  // null: plaintext).
+  std::shared_ptr<TlsContextSource> tcp_tls;
   // Keep whole-shard mappings across reads (a client reading the same
   // shards again and again); off: map each piece's span once (a worker
   // pulling reshard pieces).

@@ -63,6 +63,8 @@ struct TransportFactory {
       services;
   // The worker opens a data port (worker/data_port.h) and names it.
   bool data_port = false;
+  // The data port's mutual TLS (null or empty: plaintext).
+  std::function<std::shared_ptr<TlsContextSource>()> data_port_tls;
 };
 
 inline std::string FactoryName(
@@ -107,8 +109,11 @@ class TransportContractTest
     node_->SetIdentity("w0", kWorkerKey);
     service_ = std::make_unique<WorkerService>(node_.get());
     if (GetParam().data_port) {
+      DataPortOptions port_options;
+      if (GetParam().data_port_tls)
+        port_options.tls = GetParam().data_port_tls();
       absl::StatusOr<std::unique_ptr<DataPort>> port =
-          DataPort::Start(node_.get(), DataPortOptions());
+          DataPort::Start(node_.get(), port_options);
       ASSERT_TRUE(port.ok()) << port.status();
       data_port_ = *std::move(port);
       service_->set_data_address(

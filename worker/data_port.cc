@@ -18,6 +18,7 @@
 #include "rpc/listener_guard.h"
 #include "rpc/tcp_socket.h"
 #include "spdlog/spdlog.h"
+#include "transport/data_stream.h"
 #include "transport/tcp_wire.h"
 
 namespace tessera {
@@ -65,12 +66,12 @@ enum class After { kNext, kClose };
 // One connection's requests, served in order.
 class Session {
  public:
-  Session(WorkerNode* node, const DataPortOptions& options, int fd,
+  Session(WorkerNode* node, const DataPortOptions& options, DataStream* stream,
           std::atomic<int64_t>* sent, std::atomic<int64_t>* received,
           std::atomic<int64_t>* meta_in_flight)
       : node_(node),
         options_(options),
-        fd_(fd),
+        stream_(stream),
         sent_(sent),
         received_(received),
         meta_in_flight_(meta_in_flight) {}
@@ -95,7 +96,7 @@ class Session {
 
   WorkerNode* const node_;
   const DataPortOptions& options_;
-  const int fd_;
+  DataStream* const stream_;
   std::atomic<int64_t>* const sent_;
   std::atomic<int64_t>* const received_;
   // Meta bytes held by all connections before their capability is checked.
@@ -106,14 +107,14 @@ bool Session::Run(const std::atomic<bool>& stopping,
                   std::atomic<int64_t>* requests) {
   const absl::Duration stall = options_.stall_timeout;
   char preface[kDataPrefaceBytes];
-  if (!ReceiveFully(fd_, preface, sizeof(preface), stall, "peer").ok())
+  if (!stream_->Receive(preface, sizeof(preface), stall, "peer").ok())
     return false;
   if (!CheckDataPreface(absl::string_view(preface, sizeof(preface))).ok())
     return true;
   while (!stopping.load()) {
-    if (!WaitReadable(fd_, options_.idle_timeout)) return false;
+    if (!stream_->WaitReadable(options_.idle_timeout)) return false;
     char header_bytes[kDataHeaderBytes];
-    if (!ReceiveFully(fd_, header_bytes, sizeof(header_bytes), stall, "peer")
+    if (!stream_->Receive(header_bytes, sizeof(header_bytes), stall, "peer")
              .ok()) {
       return false;
     }
@@ -126,7 +127,7 @@ bool Session::Run(const std::atomic<bool>& stopping,
                       header->meta_bytes);
     if (!lease.ok()) return true;
     std::string meta(header->meta_bytes, '\0');
-    if (!ReceiveFully(fd_, meta.data(), meta.size(), stall, "peer").ok())
+    if (!stream_->Receive(meta.data(), meta.size(), stall, "peer").ok())
       return false;
     absl::StatusOr<v1::DataRequest> request =
         ParseDataRequest(header->op, meta);
@@ -182,7 +183,7 @@ absl::Status Session::Reply(const absl::Status& status,
   parts.push_back({header, sizeof(header)});
   if (!message.empty()) parts.push_back({message.data(), message.size()});
   if (status.ok()) parts.insert(parts.end(), payload.begin(), payload.end());
-  absl::Status sent = SendFully(fd_, parts, options_.stall_timeout, "peer");
+  absl::Status sent = stream_->Send(parts, options_.stall_timeout, "peer");
   // A packed read's bytes follow the header and are counted as they go.
   if (sent.ok() && !payload.empty())
     sent_->fetch_add(static_cast<int64_t>(payload_bytes));
@@ -233,8 +234,9 @@ After Session::Read(const v1::DataRequest& request) {
     // connection, which the reader sees as a broken read.
     if (!reader->Read(first, count, buffer.data()).ok()) return After::kClose;
     const iovec part{buffer.data(), static_cast<size_t>(count * item)};
-    if (!SendFully(fd_, absl::MakeConstSpan(&part, 1), options_.stall_timeout,
-                   "peer")
+    if (!stream_
+             ->Send(absl::MakeConstSpan(&part, 1), options_.stall_timeout,
+                    "peer")
              .ok()) {
       return After::kClose;
     }
@@ -294,8 +296,9 @@ After Session::Write(const v1::DataRequest& request, uint64_t payload_bytes) {
       static_cast<size_t>(std::min<int64_t>(kBufferBytes, expected)), '\0');
   for (int64_t offset = 0; offset < expected;) {
     const int64_t n = std::min<int64_t>(kBufferBytes, expected - offset);
-    if (!ReceiveFully(fd_, buffer.data(), static_cast<size_t>(n),
-                      options_.stall_timeout, "peer")
+    if (!stream_
+             ->Receive(buffer.data(), static_cast<size_t>(n),
+                       options_.stall_timeout, "peer")
              .ok()) {
       return After::kClose;
     }
@@ -310,6 +313,40 @@ After Session::Write(const v1::DataRequest& request, uint64_t payload_bytes) {
   // Written whole: sealed, as a whole WriteShard stream seals it.
   if (!patch) node_->Seal(id);
   return Reply(absl::OkStatus()).ok() ? After::kNext : After::kClose;
+}
+
+// A client that speaks plaintext to a TLS port is told so in the clear (a
+// fixed message, nothing secret) and closed: true when `fd`'s first bytes
+// are the plaintext preface.
+bool AnswerPlaintextClient(int fd, absl::Duration wait) {
+  if (!WaitReadable(fd, wait)) return false;
+  char first[4];
+  if (recv(fd, first, sizeof(first), MSG_PEEK | MSG_DONTWAIT) !=
+          static_cast<ssize_t>(sizeof(first)) ||
+      DataPreface().compare(0, sizeof(first), first, sizeof(first)) != 0) {
+    return false;
+  }
+  const std::string message =
+      "this worker's data port speaks TLS: give the client the cluster's "
+      "--tls_ca (and its --tls_cert and --tls_key)";
+  char header[kDataHeaderBytes];
+  EncodeReplyHeader({absl::StatusCode::kUnauthenticated,
+                     static_cast<uint32_t>(message.size()), 0},
+                    header);
+  const iovec parts[2] = {{header, sizeof(header)},
+                          {const_cast<char*>(message.data()), message.size()}};
+  if (!SendFully(fd, parts, absl::Seconds(1), "peer").ok()) return true;
+  // What the client sent is read and dropped before the close, so that the
+  // close does not reset the connection before the answer is read.
+  shutdown(fd, SHUT_WR);
+  char sink[4096];
+  for (int64_t drained = 0; drained < (int64_t{1} << 20);) {
+    if (!WaitReadable(fd, absl::Seconds(1))) break;
+    const ssize_t n = recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+    if (n <= 0) break;
+    drained += n;
+  }
+  return true;
 }
 
 }  // namespace
@@ -352,12 +389,36 @@ DataPortStats DataPort::Stats() const {
   stats.connections = connections_.load();
   stats.refused = refused_.load();
   stats.dropped = dropped_.load();
+  stats.tls_refused = tls_refused_.load();
   stats.requests = requests_.load();
   stats.bytes_sent = bytes_sent_.load();
   stats.bytes_received = bytes_received_.load();
   absl::MutexLock lock(&open_->mu);
   stats.open = open_->serving;
   return stats;
+}
+
+void DataPort::Serve(int fd) {
+  std::unique_ptr<DataStream> stream;
+  if (options_.tls == nullptr) {
+    stream = DataStream::Plain(fd);
+  } else {
+    if (AnswerPlaintextClient(fd, options_.handshake_timeout)) {
+      tls_refused_.fetch_add(1);
+      return;
+    }
+    absl::StatusOr<std::unique_ptr<DataStream>> accepted = DataStream::Accept(
+        fd, options_.tls->Get().get(), options_.handshake_timeout);
+    if (!accepted.ok()) {
+      tls_refused_.fetch_add(1);
+      spdlog::debug("data port: {}", accepted.status().ToString());
+      return;
+    }
+    stream = *std::move(accepted);
+  }
+  Session session(node_, options_, stream.get(), &bytes_sent_, &bytes_received_,
+                  &meta_in_flight_);
+  if (session.Run(stopping_, &requests_)) dropped_.fetch_add(1);
 }
 
 void DataPort::AcceptLoop() {
@@ -385,11 +446,7 @@ void DataPort::AcceptLoop() {
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     std::thread([this, fd, open = open_] {
-      {
-        Session session(node_, options_, fd, &bytes_sent_, &bytes_received_,
-                        &meta_in_flight_);
-        if (session.Run(stopping_, &requests_)) dropped_.fetch_add(1);
-      }
+      Serve(fd);
       // The port may be destroyed from here on: only `open` is touched.
       absl::MutexLock lock(&open->mu);
       open->fds.erase(fd);

@@ -318,21 +318,17 @@ absl::StatusOr<std::string> WorkerDaemon::Parts::StartDataPort(
         "no data port (--data_listen=off): shard bytes move over gRPC");
     return std::string();
   }
-  if (options.security.tls) {
-    spdlog::info(
-        "no data port: this worker runs TLS and its data port speaks "
-        "plaintext only; shard bytes move over gRPC");
-    return std::string();
-  }
   const std::string listen_host =
       options.listen.substr(0, options.listen.rfind(':'));
   DataPortOptions port_options = options.data_port;
   port_options.listen = options.data_listen.empty()
                             ? absl::StrCat(listen_host, ":0")
                             : options.data_listen;
-  if (absl::Status s =
-          CheckProtectedMode(port_options.listen, !options.token_file.empty(),
-                             options.security.insecure);
+  port_options.tls = options.security.data_server_tls;
+  if (absl::Status s = CheckProtectedMode(
+          port_options.listen,
+          options.security.tls || !options.token_file.empty(),
+          options.security.insecure);
       !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("--data_listen: ", s.message()));
   }
@@ -351,8 +347,10 @@ absl::StatusOr<std::string> WorkerDaemon::Parts::StartDataPort(
       options.advertise.empty() ? options.listen : options.advertise;
   const std::string address =
       absl::StrCat(dialed.substr(0, dialed.rfind(':')), ":", data_port->port());
-  spdlog::info("data port on {} (plaintext), dialed as {}",
-               WithPort(port_options.listen, data_port->port()), address);
+  spdlog::info("data port on {} ({}), dialed as {}",
+               WithPort(port_options.listen, data_port->port()),
+               port_options.tls != nullptr ? "mutual TLS 1.3" : "plaintext",
+               address);
   return address;
 }
 
@@ -470,6 +468,7 @@ absl::Status WorkerDaemon::StartParts() {
   WorkerNodeOptions node_options = o.node;
   node_options.arena = p.arena;
   node_options.channels.credentials = o.security.channel_credentials;
+  node_options.peers.tcp_tls = o.security.data_client_tls;
   bool ucx_allowed = false;
   p.ChooseBulkTransports(o, &node_options, &ucx_allowed);
   p.node = std::make_unique<WorkerNode>(p.store.get(), node_options);
