@@ -3,7 +3,8 @@
 // withstand: each role does exactly what the table allows, bad credentials
 // are refused, and callers without the coordinator's say-so cannot read,
 // write, free or allocate on a worker, claim a worker's name, or commit
-// another principal's put. Every refusal changes nothing.
+// another principal's put. Every refusal changes nothing. Bulk bytes
+// cross the workers' data ports in mutual TLS, never outside it.
 #include "rpc/security.h"
 
 #include <cstdlib>
@@ -480,6 +481,60 @@ TEST_F(SecurityTest, BulkBytesLeaveTlsOnlyWhenTheOperatorSaysSo) {
                         "transport=\"ucx\"");
   }
   EXPECT_EQ(pulled, 2 * 32 * 16 * 4) << "reshard pieces pulled over UCX";
+}
+
+TEST_F(SecurityTest, BulkBytesCrossTheDataPortsInMutualTls) {
+  // Every worker of the suite opens its data port, in TLS.
+  auto admin = Connect(As("admin"));
+  ASSERT_TRUE(admin.ok()) << admin.status();
+  absl::StatusOr<std::vector<WorkerInfo>> workers = (*admin)->Workers();
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  for (const WorkerInfo& w : *workers)
+    EXPECT_FALSE(w.data_address.empty()) << w.name;
+  // A client forcing TCP reads them; `auto` picks TCP too (the shards are
+  // too small for shared memory; UCX stays out under TLS).
+  for (const char* transport : {"tcp", "auto"}) {
+    ClientOptions options = As("admin");
+    options.transport = transport;
+    auto client = Connect(options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    ExpectIntact();
+    absl::StatusOr<HostArray> got = (*client)->Get("t", std::nullopt);
+    ASSERT_TRUE(got.ok()) << transport << ": " << got.status();
+    for (int i = 0; i < 32; ++i) ASSERT_EQ(got->As<int32_t>()[i], i);
+    const DataPlaneStats moved = (*client)->TransferStats();
+    ASSERT_EQ(moved.bytes.count("tcp"), 1u) << transport;
+    EXPECT_EQ(moved.bytes.at("tcp"), 32 * 4) << transport;
+  }
+  // Workers pull reshard pieces from each other over their TLS data ports.
+  TestClusterOptions options = TlsCluster();
+  std::vector<int> metrics = {PickFreePort(), PickFreePort()};
+  options.worker_flags.push_back("--peer_transport=tcp");
+  options.per_worker_flags = [&](int i) {
+    return std::vector<std::string>{
+        absl::StrCat("--metrics_listen=127.0.0.1:", metrics[i])};
+  };
+  auto cluster = TestCluster::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = Client::Connect((*cluster)->coordinator_address(), As("admin"));
+  ASSERT_TRUE(client.ok()) << client.status();
+  InitSpec init;
+  init.kind = InitSpec::Kind::kArange;
+  ASSERT_TRUE((*client)
+                  ->Create("p", {64, 32}, DType::kInt32,
+                           LayoutSpec::Chunk(0, Ranks({0, 1})), init)
+                  .ok());
+  ASSERT_TRUE(
+      (*client)->Reshard("p", LayoutSpec::Chunk(1, Ranks({0, 1}))).ok());
+  absl::StatusOr<HostArray> got = (*client)->Get("p", std::nullopt);
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (int i = 0; i < 64 * 32; ++i) ASSERT_EQ(got->As<int32_t>()[i], i);
+  double pulled = 0;
+  for (int port : metrics) {
+    pulled += MetricSum(FetchMetrics(port), "tessera_transfer_bytes_total",
+                        "transport=\"tcp\"");
+  }
+  EXPECT_EQ(pulled, 2 * 32 * 16 * 4) << "reshard pieces pulled over TLS TCP";
 }
 
 }  // namespace
