@@ -948,6 +948,67 @@ void UcxFigure(Env& env) {
   Add(idle);
 }
 
+// Kills worker `victim` of `cluster` and waits until every shard of
+// `tensor` has its R again; returns the kill, when it was seen dead, when R
+// was restored, the victim's bytes (exactly what the repair must copy),
+// and the repair's own log line.
+struct Repaired {
+  absl::Time killed, dead = absl::InfiniteFuture(),
+                     restored = absl::InfiniteFuture();
+  int64_t victim_bytes = 0;
+  std::string line;
+  // The repair's own time, from its log line ("repaired 'T' version 1: N
+  // new replica(s), B bytes copied, K shard(s) still short, S s (plan ...,
+  // allocate ..., move ..., record ...)"): without the wait for the lease
+  // or the repair pass. From dead to restored when the line says none.
+  double CopySeconds(long long* bytes) const {
+    double seconds = 0;
+    const size_t at = line.find("replica(s), ");
+    const size_t end = line.find("still short, ");
+    if (at != std::string::npos && end != std::string::npos &&
+        std::sscanf(line.c_str() + at, "replica(s), %lld", bytes) == 1 &&
+        std::sscanf(line.c_str() + end, "still short, %lf", &seconds) == 1 &&
+        seconds > 0) {
+      return seconds;
+    }
+    return absl::ToDoubleSeconds(restored - dead);
+  }
+};
+Repaired KillAndRepair(TestCluster& cluster, Client& client,
+                       const std::string& tensor, int victim) {
+  Repaired out;
+  const std::string name = absl::StrCat("w", victim);
+  for (const WorkerInfo& w : ValueOrDie(client.Workers(), "workers")) {
+    if (w.name == name) out.victim_bytes = w.bytes_used;
+  }
+  const size_t log_before = cluster.coordinator_log().size();
+  out.killed = absl::Now();
+  cluster.StopWorker(victim, SIGKILL);
+  while (absl::Now() - out.killed < absl::Seconds(120)) {
+    if (out.dead == absl::InfiniteFuture()) {
+      for (const WorkerInfo& w : ValueOrDie(client.Workers(), "workers")) {
+        if (w.name == name && !w.alive) out.dead = absl::Now();
+      }
+    }
+    const TensorMetadata meta = ValueOrDie(client.Describe(tensor), "describe");
+    bool full = true;
+    for (const ShardInfo& shard : meta.shards) {
+      for (const Replica& r : shard.replicas)
+        full = full && r.available && r.worker != name;
+    }
+    if (full) {
+      out.restored = absl::Now();
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const std::string log = cluster.coordinator_log().substr(log_before);
+  const size_t at = log.rfind(absl::StrCat("repaired '", tensor, "'"));
+  if (at != std::string::npos)
+    out.line = log.substr(at, log.find('\n', at) - at);
+  return out;
+}
+
 // 20. Figure 8's reshard pulls between hosts: each worker on a host of its
 // own (bench/hosts.h: network namespaces on a bridge, veth, MTU 9000),
 // pulling from the others over UCX on TCP (UCX_TLS=tcp, --trusted_fabric,
@@ -995,6 +1056,47 @@ void CrossHostFigure(Env& env) {
       "20.",
       absl::StrCat(size, " rows<->cols between hosts, pulls over UCX on TCP"),
       moved, tcp, 0.8, "TCP x4 between hosts");
+  client.reset();
+  cluster.reset();
+
+  // The same hosts, the workers pulling over their data ports instead; then
+  // the repair of a dead worker's replicas, copied over them too.
+  options.coordinator_flags = {"--insecure", "--lease_ms=2000",
+                               "--heartbeat_ms=200", "--retire_grace_ms=200"};
+  options.worker_prefix = [&hosts](int i) { return hosts.Exec(i); };
+  options.worker_flags = {"--insecure", "--peer_transport=tcp"};
+  cluster = ValueOrDie(TestCluster::Start(options),
+                       "start the cross-host cluster (tcp)");
+  client = ValueOrDie(Client::Connect(cluster->coordinator_address()),
+                      "connect (cross-host cluster, tcp)");
+  const ReshardRounds over_tcp =
+      TimeNewTensorReshards(*client, "reshard_hosts_tcp", env.quick);
+  AddReshardRows(
+      "20.", absl::StrCat(size, " rows<->cols between hosts, pulls over tcp"),
+      over_tcp, tcp * over_tcp.bytes_moved / moved.bytes_moved, 0.8,
+      "TCP x4 between hosts");
+  const int64_t rows = env.quick ? 16384 : 131072;  // 64 or 512 MiB, R=2
+  LayoutSpec spec = LayoutSpec::Chunk(0, Ranks(kWorkers));
+  spec.replicas = 2;
+  ValueOrDie(client->Create("repair_hosts", {rows, 1024}, DType::kFloat32, spec,
+                            InitSpec{InitSpec::Kind::kOnes}),
+             "create the replicated tensor");
+  const Repaired repaired =
+      KillAndRepair(*cluster, *client, "repair_hosts", kWorkers - 1);
+  long long copied = 0;
+  const double copy = repaired.CopySeconds(&copied);
+  const double lost = static_cast<double>(repaired.victim_bytes);
+  const double wire = TcpReference(repaired.victim_bytes, [&hosts](int i) {
+    const int to = (i + 1) % hosts.count();
+    return TcpPair(hosts.ip(to), hosts.path(to), hosts.path(i));
+  });
+  Add({absl::StrFormat("20. repair of a dead worker's %.0f MiB between "
+                       "hosts, over tcp",
+                       lost / (1 << 20)),
+       GBps(lost, copy),
+       absl::StrCat("TCP x4 between hosts ", GBps(lost, wire)), wire / copy,
+       ">= 0.8x", true, 0.8});
+  Info("20. the repair's log line", repaired.line);
 }
 
 // The echo reference's own process: serves until killed, after writing its
@@ -2132,51 +2234,7 @@ void ReplicaFigure(Env& env) {
     });
   }
   absl::SleepFor(absl::Seconds(2));
-  // Kills worker `victim` and waits until every shard of "rep" has its R
-  // again; returns the kill, when it was seen dead, when R was restored,
-  // the victim's bytes (exactly what the repair must copy), and the
-  // repair's own log line.
-  struct Repaired {
-    absl::Time killed, dead = absl::InfiniteFuture(),
-                       restored = absl::InfiniteFuture();
-    int64_t victim_bytes = 0;
-    std::string line;
-  };
-  auto kill_and_repair = [&](int victim) {
-    Repaired out;
-    const std::string name = absl::StrCat("w", victim);
-    for (const WorkerInfo& w : ValueOrDie(client->Workers(), "workers")) {
-      if (w.name == name) out.victim_bytes = w.bytes_used;
-    }
-    const size_t log_before = cluster->coordinator_log().size();
-    out.killed = absl::Now();
-    cluster->StopWorker(victim, SIGKILL);
-    while (absl::Now() - out.killed < absl::Seconds(120)) {
-      if (out.dead == absl::InfiniteFuture()) {
-        for (const WorkerInfo& w : ValueOrDie(client->Workers(), "workers")) {
-          if (w.name == name && !w.alive) out.dead = absl::Now();
-        }
-      }
-      const TensorMetadata meta =
-          ValueOrDie(client->Describe("rep"), "describe");
-      bool full = true;
-      for (const ShardInfo& shard : meta.shards) {
-        for (const Replica& r : shard.replicas)
-          full = full && r.available && r.worker != name;
-      }
-      if (full) {
-        out.restored = absl::Now();
-        break;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    const std::string log = cluster->coordinator_log().substr(log_before);
-    const size_t at = log.rfind("repaired 'rep'");
-    if (at != std::string::npos)
-      out.line = log.substr(at, log.find('\n', at) - at);
-    return out;
-  };
-  const Repaired busy = kill_and_repair(1);
+  const Repaired busy = KillAndRepair(*cluster, *client, "rep", 1);
   absl::SleepFor(absl::Seconds(1));
   stop = true;
   for (std::thread& t : readers) t.join();
@@ -2211,17 +2269,8 @@ void ReplicaFigure(Env& env) {
   // allocate ..., move ..., record ...)"): without the wait for the lease
   // or the repair pass.
   auto report = [&](const std::string& when, const Repaired& r) {
-    double copy = absl::ToDoubleSeconds(r.restored - r.dead);
     long long bytes = 0;
-    double seconds = 0;
-    const size_t at = r.line.find("replica(s), ");
-    const size_t end = r.line.find("still short, ");
-    if (at != std::string::npos && end != std::string::npos &&
-        std::sscanf(r.line.c_str() + at, "replica(s), %lld", &bytes) == 1 &&
-        std::sscanf(r.line.c_str() + end, "still short, %lf", &seconds) == 1 &&
-        seconds > 0) {
-      copy = seconds;
-    }
+    const double copy = r.CopySeconds(&bytes);
     const size_t phases = r.line.find("(plan ");
     Info(
         absl::StrCat("14. repair ", when, ": copied, lost bytes; phases"),
@@ -2247,7 +2296,7 @@ void ReplicaFigure(Env& env) {
   };
   report("under 16 readers", busy);
   // A second worker, nothing else running: the repair's own rate.
-  report("idle", kill_and_repair(2));
+  report("idle", KillAndRepair(*cluster, *client, "rep", 2));
   CHECK_OK(client->Delete("rep"));
 }
 
