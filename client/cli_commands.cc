@@ -745,12 +745,16 @@ absl::Status RunWorkers(const Invocation& inv, std::ostream& out) {
     out << WorkersJson(workers) << "\n";
     return absl::OkStatus();
   }
-  std::vector<std::vector<std::string>> rows = {
-      {"NAME", "RANK", "ADDRESS", "DEVICE", "ALIVE", "BYTES_USED"}};
+  // STATE tells a draining or cordoned worker from a ready one; ZONE is
+  // its failure domain (replicas of a shard go to different zones).
+  std::vector<std::vector<std::string>> rows = {{"NAME", "RANK", "ADDRESS",
+                                                 "DEVICE", "ZONE", "STATE",
+                                                 "ALIVE", "BYTES_USED"}};
   for (const WorkerInfo& w : workers) {
     rows.push_back({w.name, absl::StrCat(w.rank), w.address,
-                    w.device.ToString(), w.alive ? "yes" : "no",
-                    FormatBytes(w.bytes_used)});
+                    w.device.ToString(), w.zone.empty() ? "-" : w.zone,
+                    std::string(WorkerStateName(w.state)),
+                    w.alive ? "yes" : "no", FormatBytes(w.bytes_used)});
   }
   PrintTable(rows, out);
   // Shards kept for another cluster (README "Cluster identity"): rare, and
@@ -1020,16 +1024,26 @@ absl::Status RunDescribe(const Invocation& inv, std::ostream& out) {
       << "Size:      " << FormatBytes(meta.ByteSize()) << "\n"
       << "Shards:    " << meta.shards.size() << "\n";
   if (!meta.pending.empty()) out << "Pending:   " << meta.pending << "\n";
+  // Every replica of every shard, one row each (REPLICA 0 is the first
+  // one placed); without replicas, no REPLICA column.
+  bool replicated = false;
+  for (const ShardInfo& s : meta.shards) replicated |= s.replicas.size() > 1;
   std::vector<std::vector<std::string>> rows = {
       {"SHARD", "BOX", "PLACEMENT", "WORKER", "BYTES", "AVAILABLE", "HANDLE"}};
+  if (replicated) rows[0].insert(rows[0].begin() + 1, "REPLICA");
   for (size_t i = 0; i < meta.shards.size(); ++i) {
     const ShardInfo& s = meta.shards[i];
-    const Replica& shown = ShownReplica(s);
-    rows.push_back({absl::StrCat(i), s.box.ToString(), shown.PlacementString(),
-                    shown.worker,
-                    FormatBytes(s.box.NumElements() *
-                                static_cast<int64_t>(ItemSize(meta.dtype))),
-                    shown.available ? "yes" : "no", meta.HandleString(i)});
+    const std::string bytes = FormatBytes(
+        s.box.NumElements() * static_cast<int64_t>(ItemSize(meta.dtype)));
+    const std::vector<Replica> shown =
+        replicated ? s.replicas : std::vector<Replica>{ShownReplica(s)};
+    for (size_t k = 0; k < shown.size(); ++k) {
+      const Replica& r = shown[k];
+      rows.push_back({absl::StrCat(i), s.box.ToString(), r.PlacementString(),
+                      r.worker, bytes, r.available ? "yes" : "no",
+                      meta.HandleString(i)});
+      if (replicated) rows.back().insert(rows.back().begin() + 1, absl::StrCat(k));
+    }
   }
   PrintTable(rows, out);
   return absl::OkStatus();

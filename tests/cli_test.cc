@@ -454,6 +454,16 @@ TEST_F(CliTest, WorkersJsonListsEveryWorker) {
   Result table = Ok({"workers"});
   EXPECT_THAT(table.out, HasSubstr("w3"));
   EXPECT_THAT(table.out, HasSubstr(cluster_->worker_address(2)));
+  // Each worker's zone and state, as --json says them.
+  EXPECT_THAT(table.out, ::testing::StartsWith("NAME"));
+  EXPECT_THAT(table.out, HasSubstr("ZONE"));
+  EXPECT_THAT(table.out, HasSubstr("STATE"));
+  for (const Json& w : workers.items) {
+    EXPECT_THAT(table.out,
+                ::testing::ContainsRegex(absl::StrCat(
+                    w["name"].Str(), " .* ", w["zone"].Str(), " +ready +yes ")))
+        << table.out;
+  }
 }
 
 TEST_F(CliTest, BytesUsedIsExactAfterCreateAndRm) {
@@ -560,6 +570,19 @@ TEST_F(CliTest, ReplicasAreShownAndEachHoldsTheBytes) {
   d = Describe("rep_t");
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(d["shards"][i]["replicas"].size(), 3u);
+  }
+  // The human form shows every replica, each on its own worker.
+  {
+    const std::string text = Ok({"describe", "rep_t"}).out;
+    EXPECT_THAT(text, HasSubstr("REPLICA"));
+    for (size_t i = 0; i < 2; ++i) {
+      for (const Json& r : d["shards"][i]["replicas"].items) {
+        EXPECT_THAT(text, ::testing::ContainsRegex(absl::StrCat(
+                              "\n", i, " +[0-2] +[^ ]+ +", r["placement"].Str(),
+                              " +", r["worker"].Str(), " ")))
+            << text;
+      }
+    }
   }
   const std::string out_file =
       absl::StrCat(std::getenv("TEST_TMPDIR"), "/rep_t.npy");
