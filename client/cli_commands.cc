@@ -1035,14 +1035,14 @@ absl::Status RunDescribe(const Invocation& inv, std::ostream& out) {
     const ShardInfo& s = meta.shards[i];
     const std::string bytes = FormatBytes(
         s.box.NumElements() * static_cast<int64_t>(ItemSize(meta.dtype)));
-    const std::vector<Replica> shown =
-        replicated ? s.replicas : std::vector<Replica>{ShownReplica(s)};
+    const Replicas shown = replicated ? s.replicas : Replicas{ShownReplica(s)};
     for (size_t k = 0; k < shown.size(); ++k) {
       const Replica& r = shown[k];
       rows.push_back({absl::StrCat(i), s.box.ToString(), r.PlacementString(),
                       r.worker, bytes, r.available ? "yes" : "no",
                       meta.HandleString(i)});
-      if (replicated) rows.back().insert(rows.back().begin() + 1, absl::StrCat(k));
+      if (replicated)
+        rows.back().insert(rows.back().begin() + 1, absl::StrCat(k));
     }
   }
   PrintTable(rows, out);

@@ -33,7 +33,8 @@ Our rules on top of the schema:
     (coordinator --tokens, worker --token_file); its probes are not the
     kubelet's `grpc` probes (plaintext, no client certificate: they cannot
     pass against mutual TLS), and a worker does not advertise its pod IP
-    (no certificate made ahead of time can name it);
+    (--advertise, --data_advertise: no certificate made ahead of time can
+    name it);
   * a daemon serving --metrics_listen (etcd: --listen-metrics-urls) on a
     non-loopback address (plaintext, no authentication) is selected by an
     Ingress NetworkPolicy, and no policy admits every peer to its metrics
@@ -46,6 +47,15 @@ Our rules on top of the schema:
     NAME its --name) with the TLS flags and --token_file when the worker has
     TLS, bounded by drain_limit=SECONDS at least 30 s below the pod's
     terminationGracePeriodSeconds;
+  * a worker's ports (README.md "TCP data ports"): each it listens on beyond
+    loopback (--listen, --data_listen, --health_listen, --metrics_listen) is
+    a containerPort, and the two readers dial (gRPC, data) are ports of its
+    Service, advertised (--advertise, --data_advertise) at the port they
+    listen on; beyond loopback it has --data_listen (else the system picks
+    the data port, which nothing can name); the NetworkPolicies admit its
+    data port from exactly the peers they admit its gRPC port from; under
+    TLS its --data_advertise host is its --advertise host, the name its
+    certificate carries, against which readers check the data port;
   * a daemon's container holds no Kubernetes API token (the pod or its
     ServiceAccount sets automountServiceAccountToken: false, and no
     serviceAccountToken volume is mounted in it);
@@ -87,6 +97,7 @@ anything fails.
 
 import argparse
 import base64
+import json
 import os
 import re
 import shutil
@@ -441,11 +452,13 @@ def check_security(c, text, w, problems):
     pod_ip_vars = {e.get("name") for e in c.get("env") or []
                    if (((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
                        == "status.podIP")}
-    advertise = re.search(r"--advertise=(\S+)", text)
-    if advertise and any(re.search(r"\$\{?\(?" + re.escape(v) + r"\b", advertise.group(1))
-                         for v in pod_ip_vars):
-        problems.add(w, f"{daemon} advertises its pod IP under TLS; no certificate made "
-                        "ahead of time names it: advertise the pod's DNS name")
+    env = container_env(c)
+    for name in ("advertise", "data_advertise"):
+        value = flag(text, name)
+        if value is not None and any(re.search(r"\$\{?\(?" + re.escape(v) + r"\b", expand(value, env))
+                                     for v in pod_ip_vars):
+            problems.add(w, f"{daemon} advertises its pod IP under TLS (--{name}); no certificate "
+                            "made ahead of time names it: advertise the pod's DNS name")
 
 
 ZONE = re.compile(r"^[A-Za-z0-9_.:/-]{1,64}$")
@@ -513,6 +526,132 @@ def check_zone_file(c, spec, path, w, problems):
     if not writers:
         problems.add(w, f"--zone reads {path}, which no initContainer writes (none mounts "
                         f"volume {mount.get('name')!r} writable)")
+
+
+def host_port(value):
+    """(host, port) of HOST:PORT, port an int, or None when the port is not a number."""
+    host, sep, port = (value or "").rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def rule_covers(rule_ports, number, names):
+    """True when a NetworkPolicy rule's `ports` admit TCP port `number` (named `names`)."""
+    if not rule_ports:
+        return True
+    for p in rule_ports:
+        if p.get("protocol", "TCP") != "TCP":
+            continue
+        port = p.get("port")
+        if port is None or port == number or port in names or \
+                (isinstance(port, int) and isinstance(p.get("endPort"), int) and
+                 port <= number <= p["endPort"]):
+            return True
+    return False
+
+
+def admitted_peers(policies, number, names):
+    """The peers the NetworkPolicies that select a pod admit to its port: a set
+    of peers, {"*"} for every pod (also when no policy selects it)."""
+    if not policies:
+        return {"*"}
+    peers = set()
+    for pol in policies:
+        for rule in (pol.get("spec") or {}).get("ingress") or []:
+            if not rule_covers(rule.get("ports"), number, names):
+                continue
+            if not rule.get("from"):
+                peers.add("*")
+            for peer in rule.get("from") or []:
+                peers.add(json.dumps(peer, sort_keys=True))
+    return {"*"} if "*" in peers else peers
+
+
+def peers_text(peers):
+    if "*" in peers:
+        return "every pod"
+    return "; ".join(sorted(peers)) or "none"
+
+
+def check_worker_ports(w, c, where, services, objects, problems):
+    """The ports a worker listens on (gRPC, data, health, metrics) are declared;
+    the ones readers dial are on its Service and advertised at the port they
+    listen on; its data port is admitted from the same peers as its gRPC port
+    and, under TLS, advertised at its gRPC host (README "TCP data ports")."""
+    wc = f"{where} container {c.get('name', '?')}"
+    text = daemon_line(command_text(c))
+    env = container_env(c)
+    declared = {p.get("containerPort"): p.get("name") for p in c.get("ports") or []
+                if p.get("protocol", "TCP") == "TCP"}
+    listen = flag(text, "listen")
+    data_listen = flag(text, "data_listen")
+    listen_hp = host_port(expand(listen or "", env))
+    if data_listen is None and listen_hp and listen_hp[0] and not LOOPBACK.match(listen_hp[0]):
+        problems.add(wc, "tessera-worker has no --data_listen: its data port is one the system "
+                         "picks, which no containerPort, Service or NetworkPolicy can name (give "
+                         "--data_listen=0.0.0.0:PORT, or off)")
+    if data_listen == "off":
+        data_listen = None
+    ports = {}
+    for name in ("listen", "data_listen", "health_listen", "metrics_listen"):
+        hp = host_port(expand(flag(text, name) or "", env))
+        if hp is None or not hp[0] or LOOPBACK.match(hp[0]) or (name == "data_listen" and
+                                                                data_listen is None):
+            continue
+        ports[name] = hp[1]
+        if hp[1] not in declared:
+            problems.add(wc, f"--{name} port {hp[1]} is not a containerPort of the container")
+    # What readers dial: on the Service that names the pods.
+    if w.get("kind") == "StatefulSet":
+        svcs = [services[n] for n in [(w.get("spec") or {}).get("serviceName")] if n in services]
+    else:
+        svcs = [s for s in services.values()
+                if selects((s.get("spec") or {}).get("selector") or {}, pod_labels_of(w))]
+    for name in ("listen", "data_listen"):
+        number = ports.get(name)
+        if number is None:
+            continue
+        for s in svcs:
+            on = [sp for sp in (s.get("spec") or {}).get("ports") or []
+                  if sp.get("protocol", "TCP") == "TCP" and
+                  sp.get("targetPort", sp.get("port")) in (number, declared.get(number))]
+            if not on:
+                problems.add(wc, f"--{name} port {number} is on no port of Service "
+                                 f"{(s.get('metadata') or {}).get('name')}, which lists what "
+                                 "readers dial")
+    for listen_flag, advertise_flag in (("listen", "advertise"), ("data_listen", "data_advertise")):
+        value = flag(text, advertise_flag)
+        hp = host_port(expand(value or "", env))
+        number = ports.get(listen_flag)
+        if hp is not None and number is not None and hp[1] != number:
+            problems.add(wc, f"--{advertise_flag} port {hp[1]} is not --{listen_flag}'s port "
+                             f"{number}: readers dial a port nothing listens on")
+    # Under TLS a reader checks the data port's certificate against the host
+    # of the data address: the gRPC name, which the worker's certificate names.
+    data_advertise = flag(text, "data_advertise")
+    if re.search(r"--tls_ca=", text) and data_listen is not None and data_advertise is not None:
+        grpc_value = expand(flag(text, "advertise") or listen or "", env)
+        data_value = expand(data_advertise, env)
+        grpc_host = (host_port(grpc_value) or (grpc_value, 0))[0]
+        data_host = (host_port(data_value) or (data_value, 0))[0]
+        if data_host.lower() != grpc_host.lower():
+            problems.add(wc, f"--data_advertise host {data_host} is not its --advertise host "
+                             f"{grpc_host}: under TLS readers check the data port's certificate "
+                             "against it; advertise the data port at the gRPC name, which the "
+                             "worker's certificate names")
+    # Readers that reach the gRPC port must reach the data port, and only they.
+    if "listen" in ports and "data_listen" in ports:
+        policies = selecting_policies([o for o in objects if o.get("kind") == "NetworkPolicy"],
+                                      pod_labels_of(w))
+        grpc = admitted_peers(policies, ports["listen"], {declared.get(ports["listen"])} - {None})
+        data = admitted_peers(policies, ports["data_listen"],
+                              {declared.get(ports["data_listen"])} - {None})
+        if grpc != data:
+            problems.add(where, f"the NetworkPolicies admit the data port {ports['data_listen']} "
+                                f"from other peers than the gRPC port {ports['listen']} (gRPC: "
+                                f"{peers_text(grpc)}; data: {peers_text(data)}): readers and "
+                                "peer workers dial both")
 
 
 def api_token_in(c, spec, service_accounts):
@@ -1082,6 +1221,7 @@ def check_rules(objects, problems):
                              f"{daemon} can reach the Kubernetes API: {why}")
             if daemon == "tessera-worker":
                 check_worker(c, spec, where, problems)
+                check_worker_ports(o, c, where, services, objects, problems)
         if o.get("kind") == "StatefulSet":
             svc = (o.get("spec") or {}).get("serviceName")
             if svc not in services:

@@ -156,6 +156,37 @@ broken worker-mounts-token worker.yaml \
             - {name: kube-api, mountPath: /var/run/secrets/kubernetes.io/serviceaccount, readOnly: true}' \
   'it mounts a ServiceAccount token (volume kube-api)'
 
+# The workers' data port (README.md "TCP data ports"): declared, on the
+# Service, advertised at its port and the gRPC name, admitted as gRPC is.
+broken data-port-undeclared worker.yaml '            - {name: data, containerPort: 7072}
+|||' '--data_listen port 7072 is not a containerPort'
+broken data-port-off-service worker.yaml '    - {name: data, port: 7072, targetPort: data}    # bulk bytes over TCP
+|||' '--data_listen port 7072 is on no port of Service tessera-worker'
+# shellcheck disable=SC1003  # the backslash is the text to find
+broken no-data-listen worker.yaml '                --data_listen=0.0.0.0:7072 \
+|||' 'tessera-worker has no --data_listen'
+broken data-advertise-port worker.yaml 'svc.cluster.local:7072"|||svc.cluster.local:7073"' \
+  "--data_advertise port 7073 is not --data_listen's port 7072"
+# shellcheck disable=SC2016  # $(...) is Kubernetes' syntax, not the shell's
+broken data-advertise-other-name worker.yaml \
+  '"$(POD_NAME).tessera-worker.$(POD_NAMESPACE).svc.cluster.local:7072"|||"$(POD_NAME).tessera-data.$(POD_NAMESPACE).svc.cluster.local:7072"' \
+  'is not its --advertise host'
+# shellcheck disable=SC2016
+broken data-advertises-pod-ip worker.yaml \
+  '              value: "$(POD_NAME).tessera-worker.$(POD_NAMESPACE).svc.cluster.local:7072"|||              valueFrom: {fieldRef: {fieldPath: status.podIP}}' \
+  'advertises its pod IP under TLS (--data_advertise)'
+broken data-port-closed networkpolicy.yaml '        - {protocol: TCP, port: data}
+|||' 'admit the data port 7072 from other peers than the gRPC port 7071'
+broken data-port-workers-only networkpolicy.yaml '        - {protocol: TCP, port: data}
+        - {protocol: TCP, port: health}
+|||        - {protocol: TCP, port: health}
+    - from:
+        - podSelector:
+            matchLabels: {app.kubernetes.io/name: tessera, app.kubernetes.io/component: worker}
+      ports:
+        - {protocol: TCP, port: data}
+' 'admit the data port 7072 from other peers than the gRPC port 7071'
+
 # The highly available coordinator: etcd, coordinators on it, workers
 # naming every coordinator.
 broken etcd-two-members etcd.yaml '  replicas: 3|||  replicas: 2' 'etcd runs 2 member(s)'
