@@ -18,7 +18,9 @@
 # token). Without it the daemons run in protected mode: plaintext, no tokens,
 # loopback only.
 #
-# Ports: coordinator $TESSERA_PORT (default 7070), worker i on port+1+i.
+# Ports: coordinator $TESSERA_PORT (default 7070), worker i on port+1+i and
+# its data port (shard bytes over TCP) on port+11+i, as in compose.yaml
+# (port+1+N+i with more than 10 workers); metrics on port+1000 and up.
 # Environment:
 #   TESSERA_CLUSTER=NAME        container/volume name prefix and label (default tessera)
 #   TESSERA_PORT=P              coordinator port (default 7070)
@@ -55,6 +57,7 @@ PORT="${TESSERA_PORT:-7070}"
 IMAGE="${TESSERA_IMAGE_REF:-$TESSERA_IMAGE:latest}"
 CLI="${TESSERA_CLI:-bazel-bin/client/tessera}"
 COORDINATOR="127.0.0.1:$PORT"
+DATA_PORT=$((PORT + 1 + (N > 10 ? N : 10)))  # worker 0's data port
 TIMEOUT="${TESSERA_READY_TIMEOUT:-60}"
 
 if [ -n "$("${PODMAN[@]}" ps -aq --filter "label=io.tessera.cluster=$CLUSTER")" ]; then
@@ -108,11 +111,13 @@ for ((i = 0; i < N; i++)); do
   "${RUN[@]}" --name "$CLUSTER-w$i" --label io.tessera.role=worker \
     ${worker_secure[@]+"${worker_secure[@]}"} "$IMAGE" \
     tessera-worker --coordinator="$COORDINATOR" --listen="127.0.0.1:$((PORT + 1 + i))" \
-    --name="w$i" --rank="$i" --metrics_listen="127.0.0.1:$((PORT + 1001 + i))" \
+    --data_listen="127.0.0.1:$((DATA_PORT + i))" --name="w$i" --rank="$i" \
+    --metrics_listen="127.0.0.1:$((PORT + 1001 + i))" \
     ${SECURE:+"${TLS[@]}" --token_file=/etc/tessera/token} ${TESSERA_WORKER_FLAGS:-} >/dev/null
 done
 echo "coordinator: $COORDINATOR"
 echo "metrics: http://127.0.0.1:$((PORT + 1000))/metrics (coordinator); ports $((PORT + 1001))-$((PORT + 1000 + N)) (workers)"
+echo "workers' data ports: $DATA_PORT-$((DATA_PORT + N - 1))"
 
 workers_json() {
   if [ -x "$CLI" ]; then

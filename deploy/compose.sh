@@ -8,11 +8,12 @@
 #   deploy/compose.sh config                      # the compose file, ports moved
 #
 # Ports: coordinator $TESSERA_PORT (default 7070), worker i on port+1+i,
-# metrics on each gRPC port + 1000 (a copy of compose.yaml with the ports
-# moved). Compose: `docker compose` if it runs, else podman-compose. Some
-# podman-compose releases (Debian 12's 1.0.3) add their project network to
-# every service even with network_mode: host; podman then refuses each
-# container ("cannot set multiple networks"), yet podman-compose exits 0.
+# its data port on port+11+i, metrics on each gRPC port + 1000 (a copy of
+# compose.yaml with the ports moved). Compose: `docker compose` if it runs,
+# else podman-compose. Some podman-compose releases (Debian 12's 1.0.3) add
+# their project network to every service even with network_mode: host;
+# podman then refuses each container ("cannot set multiple networks"), yet
+# podman-compose exits 0.
 # Their dry run shows it, so `up` refuses before starting anything and
 # names deploy/cluster-up.sh, which starts the same cluster with podman.
 set -euo pipefail
@@ -78,5 +79,6 @@ if [ "$1" = up ]; then
     echo "error: compose reported success but $running of 5 containers run" >&2
     exit 1
   fi
-  echo "cluster up: coordinator 127.0.0.1:$PORT, workers on $((PORT + 1))-$((PORT + 4))"
+  echo "cluster up: coordinator 127.0.0.1:$PORT, workers on $((PORT + 1))-$((PORT + 4))," \
+    "data ports $((PORT + 11))-$((PORT + 14))"
 fi

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# deploy/compose.sh as a user meets it: ports move with TESSERA_PORT, a bad
-# port is refused, and where the compose at hand cannot run a host-network
-# file (Debian 12's podman-compose) `up` fails loudly, naming
-# deploy/cluster-up.sh, and starts nothing.
+# deploy/compose.sh as a user meets it: ports (data ports too) move with
+# TESSERA_PORT, a bad port is refused, and where the compose at hand cannot
+# run a host-network file (Debian 12's podman-compose) `up` fails loudly,
+# naming deploy/cluster-up.sh, and starts nothing.
 # Prints "compose_test: N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,9 @@ moved=$(TESSERA_PORT=9100 deploy/compose.sh config)
 check "coordinator on the moved port" grep -q -- "--listen=127.0.0.1:9100" <<<"$moved"
 check "w3 on port+4" grep -q -- "--listen=127.0.0.1:9104" <<<"$moved"
 check "w3's metrics on port+1004" grep -q -- "--metrics_listen=127.0.0.1:10104" <<<"$moved"
+check "workers' data ports on port+11..port+14" \
+  test "$(grep -o -- "--data_listen=[0-9.:]*" <<<"$moved" | tr '\n' ' ')" = \
+  "--data_listen=127.0.0.1:9111 --data_listen=127.0.0.1:9112 --data_listen=127.0.0.1:9113 --data_listen=127.0.0.1:9114 "
 check "workers dial the moved coordinator" \
   test "$(grep -c -- "--coordinator=127.0.0.1:9100" <<<"$moved")" -eq 4
 check "no port of the default left" test "$(grep -c "127.0.0.1:70[0-9][0-9]" <<<"$moved")" -eq 0

@@ -29,7 +29,9 @@
 # deploy/make-certs.sh), which only the coordinators hold: etcd keeps the
 # cluster's secret.
 #
-# Ports: coordinator $TESSERA_PORT (default 7070), worker i on port+1+i;
+# Ports: coordinator $TESSERA_PORT (default 7070), worker i on port+1+i
+# and its data port (shard bytes over TCP) on one the system picks, which
+# start prints;
 # with --ha the second coordinator on port+50, etcd member i on port+100+i
 # (clients) and port+110+i (peers).
 # Extra coordinator flags: $TESSERA_COORDINATOR_FLAGS; worker flags: $TESSERA_WORKER_FLAGS.
@@ -231,9 +233,10 @@ start() {
     echo $! >"$RUN_DIR/w$i.pid"
   done
   # Ready once every worker is listed alive (asked as the user the env line sets up).
+  local list data
   for _ in $(seq 1 200); do
-    alive=$(env "${CLI_ENV[@]}" "$BIN/client/tessera" --coordinator="$COORDINATORS" workers --json 2>/dev/null |
-      grep -o '"alive": true' | wc -l || true)
+    list=$(env "${CLI_ENV[@]}" "$BIN/client/tessera" --coordinator="$COORDINATORS" workers --json 2>/dev/null || true)
+    alive=$(grep -o '"alive": true' <<<"$list" | wc -l || true)
     if [ "$alive" -eq "$n" ]; then
       if [ -n "$ha" ]; then
         echo "local cluster up: coordinators $COORDINATOR and $SECOND_COORDINATOR (metadata in etcd" \
@@ -241,6 +244,11 @@ start() {
       else
         echo "local cluster up: coordinator $COORDINATOR, $n workers (logs in $RUN_DIR)"
       fi
+      # "w0 127.0.0.1:PORT, w1 ...": each worker's data_address (none: --data_listen=off).
+      data=$(sed 's/}, {/}\n{/g' <<<"$list" |
+        sed -n 's/.*"name": "\([^"]*\)".*"data_address": "\([^"][^"]*\)".*/\1 \2/p' | paste -sd , - |
+        sed 's/,/, /g')
+      echo "data ports: ${data:-none}"
       if [ -n "$secure" ]; then
         echo "secured (mutual TLS, tokens in $SECRETS); to use the CLI as admin:"
         env_line
