@@ -30,8 +30,8 @@
 # cluster's secret.
 #
 # Ports: coordinator $TESSERA_PORT (default 7070), worker i on port+1+i
-# and its data port (shard bytes over TCP) on one the system picks, which
-# start prints;
+# (its data port, for shard bytes over TCP, one the system picks: start
+# prints them);
 # with --ha the second coordinator on port+50, etcd member i on port+100+i
 # (clients) and port+110+i (peers).
 # Extra coordinator flags: $TESSERA_COORDINATOR_FLAGS; worker flags: $TESSERA_WORKER_FLAGS.

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # deploy/local_cluster.sh as a user runs it, on ports and a run directory of
-# its own: start 4 workers, the cluster answers with all of them alive, and
-# stop takes the 5 daemons down at once, within 3 s, leaving none running.
-# Then start --ha with 2 workers (3 etcd members, 2 coordinators), plain and
-# with --secure: a tensor created through TESSERA_COORDINATOR as env prints
-# it, the leading coordinator killed (-9), and within 30 s a create through
-# the same TESSERA_COORDINATOR succeeds and ls lists both tensors; stop
-# leaves no etcd member, coordinator or worker of the run.
+# its own: start 4 workers, the cluster answers with all of them alive,
+# each with a data port (workers --json data_address), and stop takes the 5
+# daemons down at once, within 3 s, leaving none running. Then start --ha
+# with 2 workers (3 etcd members, 2 coordinators), plain and with --secure:
+# a tensor created through TESSERA_COORDINATOR as env prints it, both
+# workers with a data port, the leading coordinator killed (-9), and within
+# 30 s a create through the same TESSERA_COORDINATOR succeeds and ls lists
+# both tensors; stop leaves no etcd member, coordinator or worker of the
+# run.
 # Prints "local_cluster_test: N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,9 +20,16 @@ private_workspace
 
 check "start 4 workers" deploy/local_cluster.sh start 4
 pids=$(cat "$TESSERA_RUN_DIR"/*.pid 2>/dev/null)
-alive=$(bazel-bin/client/tessera --coordinator="127.0.0.1:$TESSERA_PORT" workers --json |
-  grep -o '"alive": true' | wc -l)
+list=$(bazel-bin/client/tessera --coordinator="127.0.0.1:$TESSERA_PORT" workers --json)
+alive=$(grep -o '"alive": true' <<<"$list" | wc -l)
 check "4 workers alive (got $alive)" test "$alive" -eq 4
+# data_ports N: workers --json lists N workers with a non-empty data_address.
+data_ports() {
+  local got
+  got=$(grep -o '"data_address": "[^"][^"]*"' <<<"$list" | wc -l)
+  [ "$got" -eq "$1" ] || { echo "workers with a data_address: $got of $1: $list" >&2; return 1; }
+}
+check "4 workers with a data_address" data_ports 4
 check "5 daemons started" test "$(echo "$pids" | wc -w)" -eq 5
 
 start=$(date +%s%N)
@@ -66,6 +75,8 @@ ha_case() {
   check "$how: env names both coordinators ($env_line)" test "${env_line%% TESSERA_TLS_CA=*}" = "$want"
   eval "$env_line"
   check "$how: create ha1" create ha1
+  list=$(bazel-bin/client/tessera workers --json 2>&1)
+  check "$how: 2 workers with a data_address" data_ports 2
   if leads coordinator && ! leads coordinator2; then leader=coordinator other=coordinator2; fi
   if leads coordinator2 && ! leads coordinator; then leader=coordinator2 other=coordinator; fi
   check "$how: one coordinator leads (${leader:-none or both})" test -n "$leader"
