@@ -135,7 +135,7 @@ step image-runs-as-uid-10001 image_user
 step image-has-oci-labels image_labels
 
 # ---- a cluster on free loopback ports -------------------------------------------
-free_port_base() {  # N+2 consecutive free ports on 127.0.0.1, and N+2 more 1000 up (metrics, Prometheus)
+free_port_base() {  # N+2 consecutive free ports on 127.0.0.1, the data ports 11 up, and N+2 more 1000 up (metrics, Prometheus)
   $PY - "$((N_WORKERS + 1))" <<'PYEOF'
 import random, socket, sys
 n = int(sys.argv[1])
@@ -143,7 +143,9 @@ for _ in range(200):
     base = random.randrange(20000, 60000 - n)
     socks = []
     try:
-        for p in [*range(base, base + n + 1), *range(base + 1000, base + 1001 + n)]:
+        # gRPC, the workers' data ports (cluster-up.sh: port + 11 on), metrics
+        for p in [*range(base, base + n + 1), *range(base + 11, base + 11 + n),
+                  *range(base + 1000, base + 1001 + n)]:
             s = socket.socket()
             s.bind(("127.0.0.1", p))
             socks.append(s)
