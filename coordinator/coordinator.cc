@@ -1,6 +1,7 @@
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
+#include <map>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -60,9 +61,26 @@ Coordinator::Coordinator(CoordinatorOptions options,
   if (options_.metrics != nullptr) {
     options_.metrics->AddCollector([this](MetricsRegistry& metrics) {
       int64_t alive = 0;
-      for (const WorkerRecord& w : registry_.List()) alive += w.alive ? 1 : 0;
+      std::map<WorkerState, int64_t> by_state = {{WorkerState::kReady, 0},
+                                                 {WorkerState::kCordoned, 0},
+                                                 {WorkerState::kDraining, 0},
+                                                 {WorkerState::kDead, 0}};
+      for (const WorkerRecord& w : registry_.List()) {
+        alive += w.alive ? 1 : 0;
+        ++by_state[w.state];
+      }
       metrics.Gauge("tessera_workers_alive", "Workers whose lease is current.")
           ->Set(static_cast<double>(alive));
+      // Every state always present, so that an alert on draining or dead
+      // workers sees 0 rather than no series.
+      for (const auto& [state, count] : by_state) {
+        metrics
+            .Gauge("tessera_worker_state",
+                   "Workers known to the coordinator, by state (ready, "
+                   "cordoned, draining, dead).",
+                   {{"state", std::string(WorkerStateName(state))}})
+            ->Set(static_cast<double>(count));
+      }
       int64_t shards = 0;
       const std::vector<TensorSummary> tensors = table_.List();
       for (const TensorSummary& t : tensors) shards += t.num_shards;

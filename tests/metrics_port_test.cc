@@ -277,5 +277,67 @@ TEST_F(MetricsPortTest, AHeaderFloodIsCutOffWithoutGrowingTheWorker) {
             std::string::npos);
 }
 
+// What an operator asks first: which coordinator leads, what state each
+// worker is in (a draining worker is not a ready one), and how many bytes
+// each worker served over which transport.
+TEST_F(MetricsPortTest, OperatorsSeeTheLeaderWorkerStatesAndServedBytes) {
+  std::string scrape = FetchMetrics(coordinator_metrics_port_);
+  EXPECT_EQ(MetricSum(scrape, "tessera_coordinator_leader"), 1) << scrape;
+  const std::map<std::string, double> ready = {
+      {"ready", 1}, {"cordoned", 0}, {"draining", 0}, {"dead", 0}};
+  for (const auto& [state, count] : ready) {
+    // Present even at 0, so that an alert sees the 0.
+    EXPECT_NE(scrape.find(
+                  absl::StrCat("tessera_worker_state{state=\"", state, "\"}")),
+              std::string::npos)
+        << state;
+    EXPECT_EQ(MetricSum(scrape, "tessera_worker_state",
+                        absl::StrCat("state=\"", state, "\"")),
+              count)
+        << state;
+  }
+  auto client = Client::Connect(cluster_->coordinator_address());
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->SetWorkerState("w0", WorkerState::kCordoned).ok());
+  scrape = FetchMetrics(coordinator_metrics_port_);
+  EXPECT_EQ(MetricSum(scrape, "tessera_worker_state", "state=\"cordoned\""), 1);
+  EXPECT_EQ(MetricSum(scrape, "tessera_worker_state", "state=\"ready\""), 0);
+  ASSERT_TRUE((*client)->SetWorkerState("w0", WorkerState::kReady).ok());
+  EXPECT_EQ(MetricSum(FetchMetrics(coordinator_metrics_port_),
+                      "tessera_worker_state", "state=\"ready\""),
+            1);
+
+  // 64 KiB read over gRPC, then over the data port.
+  InitSpec ones;
+  ones.kind = InitSpec::Kind::kOnes;
+  ASSERT_TRUE((*client)
+                  ->Create("served_t", {64, 256}, DType::kFloat32,
+                           LayoutSpec::Chunk(0, Ranks({0})), ones)
+                  .ok());
+  const std::string before = FetchMetrics(metrics_port_);
+  for (const char* transport : {"grpc", "tcp"}) {
+    ClientOptions options;
+    options.transport = transport;
+    auto reader = Client::Connect(cluster_->coordinator_address(), options);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    ASSERT_TRUE((*reader)->Get("served_t", std::nullopt).ok()) << transport;
+  }
+  const std::string after = FetchMetrics(metrics_port_);
+  for (const char* transport : {"grpc", "tcp"}) {
+    const std::string label = absl::StrCat("transport=\"", transport, "\"");
+    EXPECT_EQ(MetricSum(after, "tessera_served_bytes_total", label) -
+                  MetricSum(before, "tessera_served_bytes_total", label),
+              64 * 256 * 4)
+        << transport;
+  }
+  for (const char* transport : {"shm", "ucx"}) {
+    EXPECT_NE(after.find(absl::StrCat("tessera_served_bytes_total{transport=\"",
+                                      transport, "\"}")),
+              std::string::npos)
+        << transport;
+  }
+  ASSERT_TRUE((*client)->Delete("served_t").ok());
+}
+
 }  // namespace
 }  // namespace tessera

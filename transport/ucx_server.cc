@@ -779,6 +779,7 @@ void UcxServer::PostSends() {
         ucp_tag_send_nbx(peer->second.ep, send.data,
                          static_cast<size_t>(send.bytes), send.tag, &param);
     ranges_sent_.fetch_add(1);
+    bytes_sent_.fetch_add(send.bytes);
     if (UCS_PTR_IS_PTR(request)) {
       ++sends_in_flight_;
     } else {

@@ -182,6 +182,8 @@ class UcxServer {
   // Ranges sent to readers so far, ranges packed into staging memory
   // (Stage), and writes received, for tests and reports.
   int64_t RangesSent() const { return ranges_sent_.load(); }
+  // Their bytes.
+  int64_t BytesSent() const { return bytes_sent_.load(); }
   int64_t RangesStaged() const { return ranges_staged_.load(); }
   int64_t WritesReceived() const { return writes_received_.load(); }
   // Reader endpoints kept now (tessera_ucx_peers).
@@ -374,6 +376,7 @@ class UcxServer {
   absl::Time last_close_ = absl::InfinitePast();
 
   std::atomic<int64_t> ranges_sent_{0};
+  std::atomic<int64_t> bytes_sent_{0};
   std::atomic<int64_t> ranges_staged_{0};
   std::atomic<int64_t> writes_received_{0};
   std::atomic<int64_t> peers_count_{0};

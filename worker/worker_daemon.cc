@@ -419,6 +419,20 @@ void WorkerDaemon::Parts::AddWorkerMetrics(const WorkerDaemonOptions& options) {
     m.Gauge("tessera_worker_capacity_bytes",
             "Most shard bytes this worker holds (0: no limit).")
         ->Set(static_cast<double>(capacity));
+    // What this worker sent: to readers, and to peers pulling from it.
+    const std::pair<const char*, int64_t> served[] = {
+        {"grpc", service->served_grpc_bytes()},
+        {"shm", service->served_shm_bytes()},
+        {"tcp", data_port != nullptr ? data_port->Stats().bytes_sent : 0},
+        {"ucx", ucx != nullptr ? ucx->BytesSent() : 0}};
+    for (const auto& [transport, bytes] : served) {
+      m.Counter("tessera_served_bytes_total",
+                "Shard bytes this worker sent to readers and to peers pulling "
+                "from it, by transport (shm: bytes staged for readers; reads "
+                "of a mapped shard are the reader's own and not counted).",
+                {{"transport", transport}})
+          ->Set(static_cast<double>(bytes));
+    }
     const DataPlaneStats moved = node->PeerStats();
     for (const auto& [transport, bytes] : moved.bytes) {
       // Counters read from the chain's own monotonic counts.

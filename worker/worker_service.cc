@@ -441,6 +441,7 @@ grpc::Status WorkerService::StreamRegion(
       if (limit.fired()) return limit.Expired("read");
       return grpc::Status(grpc::StatusCode::CANCELLED, "the reader went away");
     }
+    served_grpc_.fetch_add(count * reader->item(), std::memory_order_relaxed);
   }
   return grpc::Status::OK;
 }
@@ -451,7 +452,10 @@ grpc::Status WorkerService::ReadSmallRegion(
   absl::StatusOr<RegionReader> reader =
       AdmitSmallRead(*node_, *context, *request);
   if (!reader.ok()) return ToGrpcStatus(reader.status());
-  return ToGrpcStatus(reader->ReadAll(response->mutable_data()));
+  absl::Status read = reader->ReadAll(response->mutable_data());
+  if (read.ok())
+    served_grpc_.fetch_add(response->data().size(), std::memory_order_relaxed);
+  return ToGrpcStatus(read);
 }
 
 absl::Status WorkerService::ReadSmall(const grpc::ServerContextBase& context,
@@ -462,7 +466,11 @@ absl::Status WorkerService::ReadSmall(const grpc::ServerContextBase& context,
   TESSERA_RETURN_IF_ERROR(reader.FitsOneMessage());
   // A copy, not a slice over the shard: a unary call has no idle limit, so
   // a reader that never takes its reply would pin the shard's memory.
-  return EncodeChunk(reader, 0, reader.total(), /*over_shard=*/false, response);
+  TESSERA_RETURN_IF_ERROR(EncodeChunk(reader, 0, reader.total(),
+                                      /*over_shard=*/false, response));
+  served_grpc_.fetch_add(reader.total() * reader.item(),
+                         std::memory_order_relaxed);
+  return absl::OkStatus();
 }
 
 absl::Status WorkerService::ReadSmallBatch(
@@ -482,6 +490,7 @@ absl::Status WorkerService::ReadSmallBatch(
     data.push_back(std::move(slice));
   }
   EncodeRegionChunk(0, std::move(data), response);
+  served_grpc_.fetch_add(reads.bytes, std::memory_order_relaxed);
   return absl::OkStatus();
 }
 
@@ -517,7 +526,11 @@ absl::Status WorkerService::ReadRowsInto(const grpc::ServerContextBase& context,
     TESSERA_RETURN_IF_ERROR(Admit(*node_, context, "ReadRows", ids));
     return node_->ReadRows(shards, response->mutable_data());
   }();
-  if (!status.ok()) response->Clear();
+  if (!status.ok()) {
+    response->Clear();
+  } else {
+    served_grpc_.fetch_add(response->data().size(), std::memory_order_relaxed);
+  }
   return status;
 }
 
@@ -594,6 +607,7 @@ grpc::Status WorkerService::StageRead(
     absl::StatusOr<int64_t> bytes =
         (*staged)->Fill(request.first(), request.count(), request.slot());
     if (!bytes.ok()) return ToGrpcStatus(bytes.status());
+    served_shm_.fetch_add(*bytes, std::memory_order_relaxed);
     reply.Clear();
     reply.set_slot(request.slot());
     reply.set_bytes(*bytes);

@@ -53,6 +53,10 @@ class WorkerService final : public v1::Worker::Service {
   // Small reads gRPC holds on the callback API (its gauge; bounded by the
   // node's max_small_reads).
   int small_reads_in_flight() const { return active_small_reads_.load(); }
+  // Shard bytes sent to readers over gRPC (region reads, small reads and
+  // rows), and staged for readers in shared memory (StageRead).
+  int64_t served_grpc_bytes() const { return served_grpc_.load(); }
+  int64_t served_shm_bytes() const { return served_shm_.load(); }
 
   grpc::Status AllocateShards(grpc::ServerContext* context,
                               const v1::AllocateShardsRequest* request,
@@ -161,6 +165,8 @@ class WorkerService final : public v1::Worker::Service {
   std::atomic<int> active_streams_{0};
   // Callback-API small reads gRPC holds (SmallRead).
   std::atomic<int> active_small_reads_{0};
+  mutable std::atomic<int64_t> served_grpc_{0};
+  std::atomic<int64_t> served_shm_{0};
   absl::Mutex mu_;
   std::string data_address_ ABSL_GUARDED_BY(mu_);
 };
