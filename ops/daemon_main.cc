@@ -12,6 +12,9 @@ ABSL_FLAG(std::string, metrics_listen, "",
           "no authentication); :PORT or PORT alone serves on 127.0.0.1; "
           "empty = off");
 ABSL_FLAG(std::string, log_format, "text", "log lines as text or json");
+ABSL_FLAG(std::string, log_level, "info",
+          "the least severe log lines written: trace, debug, info, warn, "
+          "error or off");
 ABSL_FLAG(bool, version, false, "print the version and exit");
 
 namespace tessera {
@@ -24,7 +27,8 @@ std::optional<int> BeginDaemonProcess(const std::string& program) {
     return 0;
   }
   if (absl::Status s =
-          ConfigureLogging(absl::GetFlag(FLAGS_log_format), program);
+          ConfigureLogging(absl::GetFlag(FLAGS_log_format), program,
+                           absl::GetFlag(FLAGS_log_level));
       !s.ok()) {
     return DaemonExit(s, 2);
   }

@@ -17,6 +17,7 @@ using ::tessera::testing::StatusIs;
 using ::testing::ContainsRegex;
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 TEST(LoggingTest, JsonLinesAreOneEscapedObject) {
@@ -32,6 +33,7 @@ TEST(LoggingTest, JsonLinesAreOneEscapedObject) {
               ContainsRegex("\"time\":\"[0-9]+-[0-9]+-[0-9]+T[0-9:.]+Z\""));
   EXPECT_THAT(line,
               HasSubstr(R"("level":"warning","process":"tessera-worker",)"));
+  EXPECT_THAT(line, ContainsRegex(R"("pid":[0-9]+,"thread":[0-9]+,"msg":)"));
   EXPECT_THAT(line, EndsWith("\"}\n"));
   EXPECT_EQ(line.find('\n'), line.size() - 1);  // one line
   EXPECT_THAT(line, HasSubstr(R"("msg":"shard \"a\\b\"\nnext\u0001"})"));
@@ -41,6 +43,28 @@ TEST(LoggingTest, UnknownFormatIsRefused) {
   EXPECT_THAT(
       ConfigureLogging("xml", "p"),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("text or json")));
+}
+
+TEST(LoggingTest, TheLevelDropsLessSevereLines) {
+  std::ostringstream out;
+  auto logger = std::make_shared<spdlog::logger>(
+      "test", std::make_shared<spdlog::sinks::ostream_sink_mt>(out));
+  spdlog::set_default_logger(logger);
+  ASSERT_THAT(ConfigureLogging("text", "p", "warn"), IsOk());
+  spdlog::info("quiet");
+  spdlog::warn("loud");
+  EXPECT_THAT(out.str(), Not(HasSubstr("quiet")));
+  EXPECT_THAT(out.str(), HasSubstr("loud"));
+  ASSERT_THAT(ConfigureLogging("text", "p", "debug"), IsOk());
+  spdlog::debug("detail");
+  EXPECT_THAT(out.str(), HasSubstr("detail"));
+  // A bad level changes nothing.
+  EXPECT_THAT(
+      ConfigureLogging("text", "p", "verbose"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--log_level")));
+  spdlog::debug("still");
+  EXPECT_THAT(out.str(), HasSubstr("still"));
+  ASSERT_THAT(ConfigureLogging("text", "p"), IsOk());  // back to info
 }
 
 }  // namespace

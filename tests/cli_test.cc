@@ -1679,5 +1679,25 @@ TEST_F(CliTest, DaemonHelpListsEveryFlagOnOneLine) {
   }
 }
 
+// --log_level: a level no one knows stops the daemon before it starts
+// (exit 2, naming the flag); --help lists it.
+TEST_F(CliTest, DaemonsTakeALogLevel) {
+  for (const std::string binary :
+       {"worker/tessera-worker", "coordinator/tessera-coordinator"}) {
+    std::string out, err;
+    EXPECT_EQ(TestCluster::Run({TestCluster::BinaryPath(binary),
+                                "--log_level=loud", "--listen=127.0.0.1:0"},
+                               &out, &err),
+              2)
+        << binary;
+    EXPECT_THAT(out + err, HasSubstr("--log_level")) << binary;
+    out.clear();
+    ASSERT_EQ(TestCluster::Run({TestCluster::BinaryPath(binary), "--help=log_"},
+                               &out, &err),
+              0);
+    EXPECT_THAT(out, HasSubstr("--log_level=info")) << out;
+  }
+}
+
 }  // namespace
 }  // namespace tessera
