@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds dist/tessera-VERSION-cpXY-cpXY-linux_x86_64.whl: the Python SDK
 # (import tessera) and the CLI (a `tessera` console script), for
-#   python3 -m venv --system-site-packages VENV   # numpy from Debian's python3-numpy
+#   /usr/bin/python3 -m venv --system-site-packages VENV   # numpy from Debian's python3-numpy
 #   VENV/bin/pip install dist/tessera-*.whl       # no network needed
 # Prints the wheel's path.
 set -euo pipefail

@@ -18,6 +18,8 @@ check "wheel built ($wheel)" test -f "$wheel"
 check "fresh venv" /usr/bin/python3 -m venv --system-site-packages "$work/venv"
 check "pip install --no-index" "$work/venv/bin/pip" install -q --no-index "$wheel"
 check "tessera --version from the venv" "$work/venv/bin/tessera" --version
+check "tessera.__version__ is the CLI's" bash -c "[ \"\$('$work/venv/bin/python' -c \
+  'import tessera; print(tessera.__version__)')\" = \"\$('$work/venv/bin/tessera' --version | cut -d' ' -f2)\" ]"
 
 check "local cluster" deploy/local_cluster.sh start 2
 address="127.0.0.1:$TESSERA_PORT"

@@ -45,6 +45,7 @@
 #include "core/replica_placement.h"
 #include "core/status_macros.h"
 #include "core/tensor_metadata.h"
+#include "ops/version.h"
 #include "rpc/channel.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -1155,6 +1156,10 @@ PYBIND11_MODULE(_tessera, m) {
   m.doc() =
       "tessera's C++ SDK bound for Python; use the `tessera` package, not this "
       "module.";
+  // The release and wire protocol of the SDK this module was built from
+  // (the CLI's and the daemons' --version say the same).
+  m.attr("version") = kVersion;
+  m.attr("wire_protocol") = kWireProtocol;
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {

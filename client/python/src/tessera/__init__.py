@@ -64,6 +64,12 @@ import numpy as np
 
 from . import _tessera
 
+#: The release this package was built from, as ``tessera --version`` and the
+#: daemons' ``--version`` print it; ``__wire_protocol__`` is the protocol they
+#: speak.
+__version__: str = _tessera.version
+__wire_protocol__: str = _tessera.wire_protocol
+
 __all__ = [
     "connect",
     "Client",
