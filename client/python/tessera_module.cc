@@ -463,10 +463,14 @@ class PyClient {
   }
 
   // What this client's data plane moved, by transport (`get --json`'s
-  // "transport" and "fallbacks"), and the bytes landed and sent.
+  // "transport" and "fallbacks"), the bytes read by serving worker (its
+  // "replicas"), and the bytes landed and sent.
   py::dict TransferStats() const {
     const DataPlaneStats stats = client_->TransferStats();
-    py::dict bytes, fallbacks, out;
+    py::dict bytes, fallbacks, served, out;
+    for (const auto& [worker, n] : stats.served) {
+      if (n > 0) served[py::str(worker)] = n;
+    }
     for (const auto& [name, n] : stats.bytes) {
       if (n > 0) bytes[py::str(name)] = n;
     }
@@ -475,6 +479,7 @@ class PyClient {
     }
     out["bytes"] = bytes;
     out["fallbacks"] = fallbacks;
+    out["served"] = served;
     out["landed"] = stats.landed;
     out["sent"] = stats.sent;
     return out;

@@ -500,6 +500,9 @@ def test_connect_forces_a_transport_and_reports_what_it_moved(cluster, name, tra
         assert set(stats["bytes"]) == {transport}
         assert stats["bytes"][transport] >= 2 * arr.nbytes
         assert stats["fallbacks"] == {}
+        # Every byte read is counted once, at the worker that served it.
+        assert set(stats["served"]) <= {"w0", "w1"}, stats["served"]
+        assert sum(stats["served"].values()) == arr.nbytes + arr[3:60, 5:9].nbytes
         c.delete(name)
 
 

@@ -768,9 +768,11 @@ class Client:
 
     def transfer_stats(self) -> Dict[str, Any]:
         """What this client's data plane moved since it connected:
-        ``{"bytes": {transport: N}, "fallbacks": {transport: N}, "landed":
-        N, "sent": N}`` (``get --json``'s ``"transport"`` and
-        ``"fallbacks"``; a transport that moved nothing is left out)."""
+        ``{"bytes": {transport: N}, "fallbacks": {transport: N}, "served":
+        {worker: N}, "landed": N, "sent": N}`` (``get --json``'s
+        ``"transport"``, ``"fallbacks"`` and ``"replicas"``: bytes read from
+        each worker; a transport or worker that moved nothing is left
+        out)."""
         return self._impl.transfer_stats()
 
     def coordinators(self) -> List[CoordinatorInfo]:
