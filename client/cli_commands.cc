@@ -251,6 +251,14 @@ std::string CommandNames() {
   return absl::StrJoin(names, " ");
 }
 
+// "; did you mean 'X'?" when one of `known` is a likely meaning of
+// `typed`; empty otherwise.
+std::string DidYouMean(absl::string_view typed,
+                       const std::vector<std::string>& known) {
+  const std::string guess = ClosestName(typed, known);
+  return guess.empty() ? "" : absl::StrCat("; did you mean '", guess, "'?");
+}
+
 const CommandDef* FindCommand(absl::string_view name) {
   for (const CommandDef& c : Commands()) {
     if (name == c.name) return &c;
@@ -707,10 +715,23 @@ absl::StatusOr<std::string> InputPath(const std::string& path,
   return copy;
 }
 
+// `-` as an output when stdout is a terminal: a usage error, since binary
+// bytes there are no use and can leave it in a mess (as curl says).
+absl::Status RefuseBinaryToTerminal(const std::string& path,
+                                    absl::string_view format) {
+  if (!IsStdio(path) || isatty(STDOUT_FILENO) != 1) return absl::OkStatus();
+  return UsageError(absl::StrCat(
+      "refusing to write binary ", format,
+      " bytes to a terminal: redirect stdout (> FILE, | python3 ...) or give "
+      "a file name instead of -"));
+}
+
 // `-` as an output: a file in `spool`, copied to stdout once complete.
 absl::StatusOr<std::string> OutputPath(const std::string& path,
                                        absl::string_view name,
                                        std::unique_ptr<SpoolDir>* spool) {
+  TESSERA_RETURN_IF_ERROR(
+      RefuseBinaryToTerminal(path, name.substr(name.rfind('.') + 1)));
   if (!IsStdio(path)) return path;
   TESSERA_ASSIGN_OR_RETURN(*spool, SpoolDir::Create());
   return (*spool)->File(name);
@@ -913,6 +934,7 @@ absl::Status RunGet(const Invocation& inv, std::ostream& out) {
   if (output.empty()) {
     return UsageError("--output needs a file name (or - for stdout)");
   }
+  TESSERA_RETURN_IF_ERROR(RefuseBinaryToTerminal(output, "npy"));
   if (inv.Has("region") && inv.Has("shard")) {
     return UsageError("--region and --shard cannot be used together");
   }
@@ -1200,8 +1222,10 @@ absl::Status RunWorker(const Invocation& inv, std::ostream& out) {
   if (action == "cordon") state = WorkerState::kCordoned;
   if (action == "uncordon") state = WorkerState::kReady;
   if (!state.has_value() && action != "rm") {
-    return UsageError(absl::StrCat("unknown worker action '", action,
-                                   "' (drain, cordon, uncordon or rm)"));
+    return UsageError(
+        absl::StrCat("unknown worker action '", action, "'",
+                     DidYouMean(action, {"drain", "cordon", "uncordon", "rm"}),
+                     " (drain, cordon, uncordon or rm)"));
   }
   if (absl::Status s = CheckWorkerName(name); !s.ok()) return UsageError(s);
   double timeout_s = 600;
@@ -1633,9 +1657,12 @@ absl::Status ParseCommandFlag(const std::vector<std::string>& args, size_t* i,
     }
   }
   if (def == nullptr) {
+    std::vector<std::string> known;
+    for (const FlagDef& f : command.flags)
+      known.push_back(absl::StrCat("--", f.name));
     return UsageError(absl::StrCat("unknown flag '", flag, "' for '",
-                                   command.name,
-                                   "' (its flags: ", FlagList(command), ")"));
+                                   command.name, "'", DidYouMean(flag, known),
+                                   " (its flags: ", FlagList(command), ")"));
   }
   const std::string name = def->name;
   std::string value;
@@ -1700,9 +1727,14 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
     TESSERA_ASSIGN_OR_RETURN(const bool known,
                              ParseGlobalFlag(args, &i, nullptr, &inv.global));
     if (!known) {
+      const std::string flag = args[i].substr(0, args[i].find('='));
       return UsageError(absl::StrCat(
-          "unknown flag '", args[i],
-          "' (global flags, before COMMAND: --coordinator=HOST:PORT, "
+          "unknown flag '", args[i], "'",
+          DidYouMean(flag,
+                     {"--coordinator", "--transport", "--timeout", "--tls_ca",
+                      "--tls_cert", "--tls_key", "--token_file", "--verbose",
+                      "--version", "--help"}),
+          " (global flags, before COMMAND: --coordinator=HOST:PORT, "
           "--transport, --timeout, --tls_ca, --tls_cert, --tls_key, "
           "--token_file, --verbose, --version, --help)"));
     }
@@ -1719,8 +1751,11 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
   }
   const CommandDef* command = FindCommand(inv.command);
   if (command == nullptr) {
-    return UsageError(absl::StrCat("unknown command '", inv.command,
-                                   "' (commands: ", CommandNames(), ")"));
+    std::vector<std::string> names;
+    for (const CommandDef& c : Commands()) names.push_back(c.name);
+    return UsageError(absl::StrCat("unknown command '", inv.command, "'",
+                                   DidYouMean(inv.command, names),
+                                   " (commands: ", CommandNames(), ")"));
   }
   bool only_positional = false;
   for (; i < args.size(); ++i) {
@@ -1753,6 +1788,29 @@ std::string OneLine(absl::string_view message) {
   return text;
 }
 
+// A tensor not found by a command that names one: the nearest name the
+// cluster lists, if any is a likely meaning ("get emd" -> emb).
+absl::Status SuggestTensor(const CommandDef& command, const Invocation& inv,
+                           const absl::Status& status) {
+  const absl::string_view name = command.name;
+  if ((name != "get" && name != "describe" && name != "reshard" &&
+       name != "rm") ||
+      inv.positional.empty()) {
+    return status;
+  }
+  const std::string& typed = inv.positional[0];
+  if (!absl::StrContains(status.message(), typed)) return status;
+  absl::StatusOr<std::unique_ptr<Client>> client = Connect(inv);
+  if (!client.ok()) return status;
+  absl::StatusOr<std::vector<TensorInfo>> tensors = (*client)->List(false);
+  if (!tensors.ok()) return status;
+  std::vector<std::string> names;
+  for (const TensorInfo& t : *tensors) names.push_back(t.name);
+  const std::string hint = DidYouMean(typed, names);
+  if (hint.empty()) return status;
+  return absl::Status(status.code(), absl::StrCat(status.message(), hint));
+}
+
 }  // namespace
 
 int RunCli(const std::vector<std::string>& args, const char* env_coordinator,
@@ -1779,7 +1837,9 @@ int RunCli(const std::vector<std::string>& args, const char* env_coordinator,
       deadline = absl::Now() + absl::Seconds(inv.global.timeout_s);
       SetProcessDeadline(deadline);
     }
-    status = FindCommand(inv.command)->run(inv, out);
+    const CommandDef& command = *FindCommand(inv.command);
+    status = command.run(inv, out);
+    if (absl::IsNotFound(status)) status = SuggestTensor(command, inv, status);
     if (!status.ok() && absl::Now() >= deadline) {
       status = absl::DeadlineExceededError(
           absl::StrCat("timed out after ", inv.global.timeout_s,

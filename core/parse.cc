@@ -1,8 +1,11 @@
 #include "core/parse.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -198,6 +201,59 @@ absl::StatusOr<std::vector<ShardText>> ParseShardList(absl::string_view text) {
     shards.push_back(std::move(shard));
   }
   return shards;
+}
+
+namespace {
+
+// Optimal string alignment distance: insertions, deletions, substitutions
+// and swaps of neighbours, each one edit.
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1,
+                                     std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] =
+          std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+}  // namespace
+
+std::string ClosestName(absl::string_view typed,
+                        const std::vector<std::string>& known) {
+  // Names are short; a long one typed is compared with nothing (bounded
+  // work for whatever a user pastes).
+  if (typed.empty() || typed.size() > 256) return "";
+  if (std::find(known.begin(), known.end(), typed) != known.end()) return "";
+  size_t best = 3;
+  std::string guess;
+  bool tie = false;
+  for (const std::string& name : known) {
+    if (name.size() > 256) continue;
+    const size_t distance = EditDistance(typed, name);
+    if (distance >= typed.size()) continue;
+    if (distance < best) {
+      best = distance;
+      guess = name;
+      tie = false;
+    } else if (distance == best) {
+      tie = true;
+    }
+  }
+  if (!guess.empty()) return tie ? "" : guess;
+  for (const std::string& name : known) {
+    if (!absl::StartsWith(name, typed)) continue;
+    if (!guess.empty()) return "";  // more than one
+    guess = name;
+  }
+  return guess;
 }
 
 }  // namespace tessera

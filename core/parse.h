@@ -58,6 +58,15 @@ struct ShardText {
 // "BOX@P;BOX@P;..." (a trailing ';' is tolerated); at least one shard.
 absl::StatusOr<std::vector<ShardText>> ParseShardList(absl::string_view text);
 
+// The one of `known` a user most likely meant by `typed` ("lst" -> "ls",
+// "emd" -> "emb", "--outptu" -> "--output"): the nearest by edit distance
+// (a swap of two neighbours counts as one edit), when it is at most 2
+// edits away and fewer than `typed` has characters; a unique one of
+// `known` that starts with `typed` otherwise. Empty: no good guess (a tie
+// is no guess).
+std::string ClosestName(absl::string_view typed,
+                        const std::vector<std::string>& known);
+
 }  // namespace tessera
 
 #endif  // TESSERA_CORE_PARSE_H_

@@ -115,5 +115,23 @@ TEST(ParseTest, ShardListsSplitOnSemicolonsAndAt) {
   }
 }
 
+TEST(ClosestNameTest, GuessesTyposAndNothingElse) {
+  const std::vector<std::string> commands = {
+      "workers", "create", "put", "get", "describe", "ls", "reshard", "rm"};
+  EXPECT_EQ(ClosestName("lst", commands), "ls");
+  EXPECT_EQ(ClosestName("wokrers", commands), "workers");  // a swap
+  EXPECT_EQ(ClosestName("descibe", commands), "describe");
+  EXPECT_EQ(ClosestName("resh", commands), "reshard");  // a unique prefix
+  EXPECT_EQ(ClosestName("r", commands), "");            // rm or reshard
+  EXPECT_EQ(ClosestName("pet", commands), "");          // put or get: a tie
+  EXPECT_EQ(ClosestName("xyz", commands), "");
+  EXPECT_EQ(ClosestName("ls", commands), "");  // itself: no guess
+  EXPECT_EQ(ClosestName("", commands), "");
+  EXPECT_EQ(ClosestName(std::string(10000, 'x'), commands), "");
+  EXPECT_EQ(ClosestName("emd", {"emb", "weights"}), "emb");
+  EXPECT_EQ(ClosestName("--outptu", {"--output", "--region", "--rows"}),
+            "--output");
+}
+
 }  // namespace
 }  // namespace tessera

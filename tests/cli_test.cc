@@ -1699,5 +1699,52 @@ TEST_F(CliTest, DaemonsTakeALogLevel) {
   }
 }
 
+// Typos get a guess: commands, flags (global and the command's), worker
+// actions, and tensor names the cluster lists. No guess where none is near.
+TEST_F(CliTest, TyposGetADidYouMean) {
+  ExpectError(Tessera({"lst"}), 2,
+              {"unknown command 'lst'", "did you mean 'ls'?"});
+  ExpectError(Tessera({"get", "t", "--outptu=a.npy"}), 2,
+              {"unknown flag '--outptu'", "did you mean '--output'?"});
+  ExpectError(RunTessera({"--coordnator=" + Addr(), "ls"}), 2,
+              {"did you mean '--coordinator'?"});
+  ExpectError(Tessera({"worker", "drian", "w0"}), 2,
+              {"unknown worker action 'drian'", "did you mean 'drain'?"});
+  Result far = Tessera({"frobnicate"});
+  ExpectError(far, 2, {"unknown command 'frobnicate'"});
+  EXPECT_THAT(far.err, Not(HasSubstr("did you mean")));
+  Ok({"create", "typo_emb", "--shape=4", "--dtype=int8", "--chunk_dim=0",
+      "--placements=rank:0"});
+  ExpectError(Tessera({"get", "typo_emd", "--output=" + TempPath("typo.npy")}),
+              1, {"not found", "did you mean 'typo_emb'?"});
+  ExpectError(Tessera({"describe", "typo_xyzzy"}), 1, {"not found"});
+  EXPECT_THAT(Tessera({"describe", "typo_xyzzy"}).err,
+              Not(HasSubstr("did you mean")));
+  Ok({"rm", "typo_emb"});
+}
+
+// `--output=-` on a terminal is refused before anything moves (exit 2), as
+// curl refuses; through a pipe the bytes flow.
+TEST_F(CliTest, BinaryIsNotWrittenToATerminal) {
+  Ok({"create", "tty_t", "--shape=4", "--dtype=int32", "--chunk_dim=0",
+      "--placements=rank:0", "--init=arange"});
+  // script(1) runs the CLI with a pseudo-terminal as its stdout.
+  const std::string command =
+      absl::StrCat(TestCluster::BinaryPath("client/tessera"),
+                   " --coordinator=", Addr(), " get tty_t --output=-");
+  std::string out, err;
+  EXPECT_EQ(TestCluster::Run({"/usr/bin/script", "-qec", command, "/dev/null"},
+                             &out, &err),
+            2)
+      << out << err;
+  EXPECT_THAT(out + err, HasSubstr("refusing to write binary npy bytes to a "
+                                   "terminal"));
+  EXPECT_THAT(out + err, Not(HasSubstr("NUMPY")));
+  Result piped = Tessera({"get", "tty_t", "--output=-"});
+  EXPECT_EQ(piped.code, 0) << piped;
+  EXPECT_THAT(piped.out, HasSubstr("NUMPY"));
+  Ok({"rm", "tty_t"});
+}
+
 }  // namespace
 }  // namespace tessera
