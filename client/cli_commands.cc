@@ -52,6 +52,24 @@ struct FlagDef {
   bool is_bool;
 };
 
+// The flags every command takes, before or after it: one table for the
+// parser's messages, "did you mean" and the completion scripts.
+const std::vector<FlagDef>& GlobalFlags() {
+  static const auto* flags = new std::vector<FlagDef>{
+      {"coordinator", false}, {"transport", false}, {"timeout", false},
+      {"tls_ca", false},      {"tls_cert", false},  {"tls_key", false},
+      {"token_file", false},  {"verbose", true},    {"version", true},
+      {"help", true}};
+  return *flags;
+}
+
+// What `tessera worker ACTION NAME` does to a worker.
+const std::vector<std::string>& WorkerActions() {
+  static const auto* actions =
+      new std::vector<std::string>{"drain", "cordon", "uncordon", "rm"};
+  return *actions;
+}
+
 struct CommandDef {
   const char* name;
   const char* synopsis;  // after "tessera "
@@ -1222,10 +1240,9 @@ absl::Status RunWorker(const Invocation& inv, std::ostream& out) {
   if (action == "cordon") state = WorkerState::kCordoned;
   if (action == "uncordon") state = WorkerState::kReady;
   if (!state.has_value() && action != "rm") {
-    return UsageError(
-        absl::StrCat("unknown worker action '", action, "'",
-                     DidYouMean(action, {"drain", "cordon", "uncordon", "rm"}),
-                     " (drain, cordon, uncordon or rm)"));
+    return UsageError(absl::StrCat("unknown worker action '", action, "'",
+                                   DidYouMean(action, WorkerActions()), " (",
+                                   absl::StrJoin(WorkerActions(), ", "), ")"));
   }
   if (absl::Status s = CheckWorkerName(name); !s.ok()) return UsageError(s);
   double timeout_s = 600;
@@ -1498,6 +1515,9 @@ absl::Status RunCompletion(const Invocation& inv, std::ostream& out) {
   }
   std::vector<std::string> names;
   std::string cases;
+  std::vector<std::string> globals;
+  for (const FlagDef& f : GlobalFlags())
+    globals.push_back(absl::StrCat("--", f.name, f.is_bool ? "" : "="));
   for (const CommandDef& c : Commands()) {
     names.push_back(c.name);
     std::vector<std::string> flags;
@@ -1512,8 +1532,9 @@ absl::Status RunCompletion(const Invocation& inv, std::ostream& out) {
   if (shell == "zsh") out << "autoload -U +X bashcompinit && bashcompinit\n";
   out << "_tessera() {\n"
          "  local cur=\"${COMP_WORDS[COMP_CWORD]}\" cmd=\"\" i flags=\"\"\n"
-         "  local globals=\"--coordinator= --transport= --tls_ca= --tls_cert= "
-         "--tls_key= --token_file= --verbose --version --help\"\n"
+         "  local globals=\""
+      << absl::StrJoin(globals, " ")
+      << "\"\n"
          "  for ((i = 1; i < COMP_CWORD; i++)); do\n"
          "    case \"${COMP_WORDS[i]}\" in -*) ;; *) cmd=\"${COMP_WORDS[i]}\"; "
          "break ;; esac\n"
@@ -1537,6 +1558,24 @@ absl::Status RunCompletion(const Invocation& inv, std::ostream& out) {
          "2>/dev/null\n"
          "  elif [[ \"$cmd\" == completion ]]; then\n"
          "    COMPREPLY=($(compgen -W \"bash zsh\" -- \"$cur\"))\n"
+         // worker ACTION NAME: the actions, then the workers `tessera
+         // workers` lists (not tensors).
+         "  elif [[ \"$cmd\" == worker ]]; then\n"
+         "    local n=0 j\n"
+         "    for ((j = i + 1; j < COMP_CWORD; j++)); do\n"
+         "      [[ \"${COMP_WORDS[j]}\" == -* ]] || n=$((n + 1))\n"
+         "    done\n"
+         "    if ((n == 0)); then\n"
+         "      COMPREPLY=($(compgen -W \""
+      << absl::StrJoin(WorkerActions(), " ")
+      << "\" -- \"$cur\"))\n"
+         "    else\n"
+         "      local workers\n"
+         "      workers=$(timeout 2 \"${COMP_WORDS[0]}\" "
+         "\"${COMP_WORDS[@]:1:i-1}\" workers 2>/dev/null | tail -n +2 | "
+         "cut -d' ' -f1)\n"
+         "      COMPREPLY=($(compgen -W \"$workers\" -- \"$cur\"))\n"
+         "    fi\n"
          "  else\n"
          "    local tensors\n"
          "    tensors=$(timeout 2 \"${COMP_WORDS[0]}\" "
@@ -1728,15 +1767,13 @@ absl::StatusOr<std::optional<Invocation>> ParseCommandLine(
                              ParseGlobalFlag(args, &i, nullptr, &inv.global));
     if (!known) {
       const std::string flag = args[i].substr(0, args[i].find('='));
+      std::vector<std::string> globals;
+      for (const FlagDef& f : GlobalFlags())
+        globals.push_back(absl::StrCat("--", f.name));
       return UsageError(absl::StrCat(
-          "unknown flag '", args[i], "'",
-          DidYouMean(flag,
-                     {"--coordinator", "--transport", "--timeout", "--tls_ca",
-                      "--tls_cert", "--tls_key", "--token_file", "--verbose",
-                      "--version", "--help"}),
-          " (global flags, before COMMAND: --coordinator=HOST:PORT, "
-          "--transport, --timeout, --tls_ca, --tls_cert, --tls_key, "
-          "--token_file, --verbose, --version, --help)"));
+          "unknown flag '", args[i], "'", DidYouMean(flag, globals),
+          " (global flags, before COMMAND: ", absl::StrJoin(globals, ", "),
+          ")"));
     }
   }
   if (i == args.size()) {

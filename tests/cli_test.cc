@@ -1513,9 +1513,9 @@ TEST_F(CliTest, HelpAndVerbose) {
   EXPECT_GT(std::count(r.err.begin(), r.err.end(), '\n'), 1);
 }
 
-// `tessera completion bash`, sourced by bash: commands, a command's flags
-// and the cluster's tensor names complete; zsh gets the same through
-// bashcompinit.
+// `tessera completion bash`, sourced by bash: commands, a command's flags,
+// the global flags, worker actions and workers, and the cluster's tensor
+// names complete; zsh gets the same through bashcompinit.
 TEST_F(CliTest, CompletionScriptCompletesCommandsFlagsAndTensorNames) {
   Ok({"create", "compl_t/one", "--shape=2", "--dtype=int8", "--chunk_dim=0",
       "--placements=w0"});
@@ -1542,6 +1542,14 @@ TEST_F(CliTest, CompletionScriptCompletesCommandsFlagsAndTensorNames) {
   EXPECT_EQ(complete("get x --reg"), "--region=");
   EXPECT_EQ(complete("rm --js"), "--json");
   EXPECT_EQ(complete("completion z"), "zsh");
+  // The global --timeout; worker actions, then workers (not tensors).
+  EXPECT_EQ(complete("--tim"), "--timeout=");
+  EXPECT_EQ(complete("worker dr"), "drain");
+  EXPECT_EQ(complete("worker un"), "uncordon");
+  EXPECT_EQ(complete(absl::StrCat("--coordinator=", Addr(), " worker drain w")),
+            "w0 w1 w2 w3");
+  EXPECT_EQ(complete(absl::StrCat("--coordinator=", Addr(), " worker drain c")),
+            "");  // compl_t/one is a tensor, not a worker
   EXPECT_EQ(
       complete(absl::StrCat("--coordinator=", Addr(), " describe compl_t/")),
       "compl_t/one");
