@@ -5,17 +5,20 @@
 
 PATH is a kustomize directory (default: deploy/k8s) or a YAML file of
 rendered objects. A directory is rendered with `kubectl kustomize` when
-kubectl is installed, else by a built-in renderer that concatenates the
-`resources` of kustomization.yaml (the only key it accepts); with kubectl
-present both run and must agree. deploy/k8s/secrets.example.yaml is checked
-alongside the default base.
+kubectl is installed, else by a built-in renderer that applies the
+`resources`, `components` and `images` of kustomization.yaml (the only keys
+it accepts); with kubectl present both run and must agree.
+deploy/k8s/secrets.example.yaml is checked alongside the default base. A
+directory's optional components (DIR/components/*, kind Component) are each
+rendered onto it too, and what they add or change is checked with the rest.
 
 Every object is then validated against the Kubernetes object schema of
 Debian's python3-kubernetes: it is built into the client's V1* models field
 by field, so unknown fields, wrong types and missing required fields are
 errors. That client (22.6) predates gRPC probes (Kubernetes 1.24); the one
 field it lacks that we use, Probe.grpc {port (required), service}, is added
-below and nothing else.
+below and nothing else. It knows no CRDs: the fields of the Prometheus
+Operator's ServiceMonitor that we allow are listed below (CRD_KINDS).
 
 Our rules on top of the schema:
   * every container has a livenessProbe and a readinessProbe (whose port the
@@ -84,6 +87,13 @@ Our rules on top of the schema:
     day or more), updateStrategy OnDelete and no PodDisruptionBudget; every
     --coordinator= of a worker (daemon, preStop and scripts) names every
     coordinator pod;
+  * every container image of a kustomize directory's manifests is named by
+    an `images:` entry (so `kustomize edit set image` and an overlay's
+    `images:` change them all), and every entry names an image;
+  * a ServiceMonitor selects a Service of the manifests, and each endpoint
+    names a port of it that leads to a daemon's metrics port, path /metrics;
+    a base that offers components holds no ServiceMonitor itself (it would
+    then need the Prometheus Operator's CRD);
   * references hold: a StatefulSet's serviceName, Service and
     PodDisruptionBudget selectors and named targetPorts match a workload; a
     pod's serviceAccountName, and the ServiceAccount subjects (with a
@@ -103,6 +113,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import yaml
 
@@ -122,6 +133,40 @@ GRPC_ACTION = "TesseraGRPCAction"
 EXTRA_FIELDS = {"V1Probe": [("grpc", "grpc", GRPC_ACTION)]}
 EXTRA_MODELS = {GRPC_ACTION: {"required": {"port"}, "fields": {"port": "int", "service": "str"}}}
 
+# Kinds of CRDs, which python3-kubernetes does not know: the fields of the
+# Prometheus Operator's ServiceMonitor (monitoring.coreos.com/v1) that these
+# manifests may use; any other is refused as unknown.
+MONITOR, MONITOR_SPEC, MONITOR_ENDPOINT, NAMESPACES = (
+    "TesseraServiceMonitor", "TesseraServiceMonitorSpec", "TesseraServiceMonitorEndpoint",
+    "TesseraNamespaceSelector")
+CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"): MONITOR}
+EXTRA_MODELS.update({
+    MONITOR: {"required": {"apiVersion", "kind", "metadata", "spec"},
+              "fields": {"apiVersion": "str", "kind": "str", "metadata": "V1ObjectMeta",
+                         "spec": MONITOR_SPEC}},
+    MONITOR_SPEC: {"required": {"selector"},
+                   "fields": {"selector": "V1LabelSelector", "endpoints": f"list[{MONITOR_ENDPOINT}]",
+                              "namespaceSelector": NAMESPACES, "jobLabel": "str",
+                              "targetLabels": "list[str]", "podTargetLabels": "list[str]",
+                              "sampleLimit": "int", "targetLimit": "int", "labelLimit": "int",
+                              "labelNameLengthLimit": "int", "labelValueLengthLimit": "int",
+                              "keepDroppedTargets": "int", "attachMetadata": "object",
+                              "scrapeClass": "str", "scrapeProtocols": "list[str]",
+                              "bodySizeLimit": "str"}},
+    NAMESPACES: {"required": set(), "fields": {"any": "bool", "matchNames": "list[str]"}},
+    MONITOR_ENDPOINT: {"required": set(),
+                       "fields": {"port": "str", "targetPort": "object", "path": "str",
+                                  "scheme": "str", "params": "object", "interval": "str",
+                                  "scrapeTimeout": "str", "honorLabels": "bool",
+                                  "honorTimestamps": "bool", "trackTimestampsStaleness": "bool",
+                                  "tlsConfig": "object", "authorization": "object",
+                                  "basicAuth": "object", "oauth2": "object",
+                                  "bearerTokenSecret": "object", "metricRelabelings": "list[object]",
+                                  "relabelings": "list[object]", "proxyUrl": "str",
+                                  "followRedirects": "bool", "enableHttp2": "bool",
+                                  "filterRunning": "bool"}},
+})
+
 
 class Problems:
     def __init__(self):
@@ -138,23 +183,111 @@ def load_yaml_docs(path):
         return [d for d in yaml.safe_load_all(f) if d is not None]
 
 
-def render_builtin(directory):
-    kfile = next((os.path.join(directory, n) for n in
-                  ("kustomization.yaml", "kustomization.yml", "Kustomization")
+KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+
+
+def kustomization_of(directory):
+    """(path, content) of DIRECTORY's kustomization file."""
+    kfile = next((os.path.join(directory, n) for n in KUSTOMIZATION_FILES
                   if os.path.exists(os.path.join(directory, n))), None)
     if kfile is None:
         raise ValueError(f"{directory}: no kustomization.yaml")
     with open(kfile) as f:
-        k = yaml.safe_load(f) or {}
-    extra = set(k) - {"apiVersion", "kind", "resources"}
+        return kfile, yaml.safe_load(f) or {}
+
+
+def split_image(ref):
+    """(name, tag, digest) of an image reference; a registry's :port is in the name."""
+    name, _, digest = ref.partition("@")
+    tag = None
+    if name.rfind(":") > name.rfind("/"):
+        name, tag = name.rsplit(":", 1)
+    return name, tag, digest or None
+
+
+def containers_of(obj):
+    if not isinstance(obj, dict) or obj.get("kind") not in WORKLOAD_KINDS:
+        return []
+    spec = pod_spec_of(obj) or {}
+    return [c for field in ("initContainers", "containers", "ephemeralContainers")
+            for c in spec.get(field) or [] if isinstance(c, dict)]
+
+
+def apply_images(docs, entries):
+    """kustomize's `images:`: an entry whose name is an image's name (tag and
+    digest aside) gives it newName, newTag or digest."""
+    for e in entries:
+        for o in docs:
+            for c in containers_of(o):
+                name, tag, digest = split_image(str(c.get("image", "")))
+                if name != e.get("name"):
+                    continue
+                name = e.get("newName") or name
+                if e.get("digest"):
+                    tag, digest = None, e["digest"]
+                elif e.get("newTag") is not None:
+                    tag, digest = str(e["newTag"]), None
+                c["image"] = name + (f":{tag}" if tag else "") + (f"@{digest}" if digest else "")
+
+
+def render_builtin(directory, accumulated=None):
+    """The objects of a kustomization: its resources, then its components
+    (each adds to what is there), then its `images:`. A Component is rendered
+    onto `accumulated`, the objects of the kustomization that names it."""
+    kfile, k = kustomization_of(directory)
+    if accumulated is not None and k.get("kind") != "Component":
+        raise ValueError(f"{kfile}: named in `components` but of kind {k.get('kind')}, not Component")
+    extra = set(k) - {"apiVersion", "kind", "resources", "components", "images"}
     if extra:
-        raise ValueError(f"{kfile}: the built-in renderer only concatenates `resources`; "
-                         f"it cannot apply {sorted(extra)} (install kubectl, or keep the base plain)")
-    docs = []
+        raise ValueError(f"{kfile}: the built-in renderer only applies `resources`, `components` "
+                         f"and `images`; it cannot apply {sorted(extra)} (install kubectl, or keep "
+                         "the base plain)")
+    docs = list(accumulated or [])
     for r in k.get("resources") or []:
         p = os.path.join(directory, r)
         docs.extend(render_builtin(p) if os.path.isdir(p) else load_yaml_docs(p))
+    for c in k.get("components") or []:
+        docs = render_builtin(os.path.join(directory, c), docs)
+    seen = set()
+    for o in (o for o in docs if isinstance(o, dict)):
+        key = object_key(o) + (str((o.get("metadata") or {}).get("namespace")),)
+        if key in seen:  # as kustomize refuses it
+            raise ValueError(f"{kfile}: {key[1]}/{key[2]} is in the manifests twice")
+        seen.add(key)
+    apply_images(docs, k.get("images") or [])
     return docs
+
+
+def kustomize_sources(directory):
+    """(the kustomization files' contents, the objects of their resource files
+    as written, before any `images:`) of DIRECTORY and what it includes."""
+    _, k = kustomization_of(directory)
+    kustomizations, docs = [k], []
+    for r in (k.get("resources") or []) + (k.get("components") or []):
+        p = os.path.join(directory, r)
+        if os.path.isdir(p):
+            sub_k, sub_docs = kustomize_sources(p)
+            kustomizations += sub_k
+            docs += sub_docs
+        else:
+            docs += load_yaml_docs(p)
+    return kustomizations, docs
+
+
+def components_of(directory):
+    """The kustomize Components a base offers, in DIRECTORY/components/*."""
+    root = os.path.join(directory, "components")
+    if not os.path.isdir(root):
+        return []
+    out = []
+    for n in sorted(os.listdir(root)):
+        p = os.path.join(root, n)
+        try:
+            if os.path.isdir(p) and kustomization_of(p)[1].get("kind") == "Component":
+                out.append(p)
+        except (OSError, ValueError, yaml.YAMLError):
+            out.append(p)  # rendering it says what is wrong
+    return out
 
 
 def render_kubectl(directory):
@@ -169,7 +302,7 @@ def object_key(o):
     return (str(o.get("apiVersion")), str(o.get("kind")), str(meta.get("name")))
 
 
-def render(path, renderer, problems):
+def render(path, renderer, problems, label=None):
     if os.path.isfile(path):
         return load_yaml_docs(path)
     have_kubectl = shutil.which("kubectl") is not None
@@ -183,9 +316,23 @@ def render(path, renderer, problems):
         b = {object_key(o): o for o in builtin}
         if a != b:
             differ = sorted(set(a) ^ set(b)) or sorted(k for k in a if a[k] != b.get(k))
-            problems.add(path, f"the built-in renderer and kubectl kustomize disagree on {differ}")
+            problems.add(label or path, f"the built-in renderer and kubectl kustomize disagree on {differ}")
         return docs
     return render_builtin(path)
+
+
+def render_with_component(base, component, renderer, problems, label):
+    """The base with one of its components, as an overlay naming both renders it."""
+    with tempfile.TemporaryDirectory(prefix="tessera-k8s-overlay.") as d:
+        with open(os.path.join(d, "kustomization.yaml"), "w") as f:
+            # kustomize takes no absolute paths here.
+            yaml.safe_dump({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                            "resources": [os.path.relpath(base, d)],
+                            "components": [os.path.relpath(component, d)]}, f)
+        try:
+            return render(d, renderer, problems, label)
+        except ValueError as e:
+            raise ValueError(str(e).replace(d, "(an overlay)")) from None
 
 
 # ---- schema --------------------------------------------------------------------
@@ -290,6 +437,11 @@ def validate_schema(obj, where, problems):
     api_version, kind = obj.get("apiVersion"), obj.get("kind")
     if not isinstance(api_version, str) or not isinstance(kind, str):
         problems.add(where, "apiVersion and kind are required")
+        return
+    if (api_version, kind) in CRD_KINDS:
+        if not (obj.get("metadata") or {}).get("name"):
+            problems.add(where, "metadata.name is required")
+        build(obj, CRD_KINDS[(api_version, kind)], where, problems)
         return
     cls = model_class(api_version, kind)
     if cls is None:
@@ -772,6 +924,98 @@ def check_metrics_policies(objects, workloads, problems):
                                      "name the scraper in `from`")
 
 
+def selector_matches(selector, labels):
+    """A LabelSelector (matchLabels, matchExpressions) against labels; {} matches all."""
+    if not all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        key, op, values = e.get("key"), e.get("operator"), e.get("values") or []
+        if not {"In": key in labels and labels[key] in values,
+                "NotIn": labels.get(key) not in values,
+                "Exists": key in labels,
+                "DoesNotExist": key not in labels}.get(op, False):
+            return False
+    return True
+
+
+def check_service_monitors(objects, workloads, problems):
+    """A ServiceMonitor (Prometheus Operator) selects a Service of the manifests
+    by its labels, and each endpoint names a port of that Service that leads to
+    a daemon's metrics port, at /metrics."""
+    services = [o for o in objects if o.get("kind") == "Service"]
+    for m in objects:
+        if m.get("kind") != "ServiceMonitor" or \
+                not str(m.get("apiVersion", "")).startswith("monitoring.coreos.com/"):
+            continue
+        where = f"ServiceMonitor/{(m.get('metadata') or {}).get('name')}"
+        spec = m.get("spec") or {}
+        selector = spec.get("selector") or {}
+        selected = [s for s in services
+                    if selector_matches(selector, (s.get("metadata") or {}).get("labels") or {})]
+        if not selected:
+            problems.add(where, f"selects no Service of the manifests (selector "
+                                f"{json.dumps(selector, sort_keys=True)}): Prometheus scrapes "
+                                "nothing; select the labels of the Service in front of the pods")
+            continue
+        endpoints = spec.get("endpoints") or []
+        if not endpoints:
+            problems.add(where, "has no endpoints: Prometheus scrapes nothing")
+        for i, e in enumerate(endpoints):
+            port = e.get("port")
+            if not isinstance(port, str):
+                problems.add(where, f"endpoints[{i}] names no Service port (port: NAME, the "
+                                    "Service port's name)")
+                continue
+            if e.get("path", "/metrics") != "/metrics":
+                problems.add(where, f"endpoints[{i}] path {e.get('path')}: the daemons serve "
+                                    "metrics at /metrics")
+            for s in selected:
+                sname = (s.get("metadata") or {}).get("name")
+                sports = (s.get("spec") or {}).get("ports") or []
+                sp = next((p for p in sports if p.get("name") == port), None)
+                if sp is None:
+                    problems.add(where, f"endpoints[{i}] port {port!r} is no port of Service "
+                                        f"{sname} (it has {sorted(str(p.get('name')) for p in sports)}): "
+                                        "Prometheus finds no target there")
+                    continue
+                target = sp.get("targetPort", sp.get("port"))
+                sel = (s.get("spec") or {}).get("selector") or {}
+                pods = [w for w in workloads if selects(sel, pod_labels_of(w))]
+                served = any(target == number or target in names
+                             for w in pods for c in (pod_spec_of(w) or {}).get("containers") or []
+                             for number, names in metrics_ports(c))
+                if pods and not served:
+                    problems.add(where, f"endpoints[{i}] port {port!r} of Service {sname} leads to "
+                                        f"no metrics port (--metrics_listen) of its pods (targetPort "
+                                        f"{target!r}): Prometheus would scrape another protocol")
+
+
+def check_images(directory, problems):
+    """Every image of the manifests is named by an `images:` entry, so that
+    `kustomize edit set image` and an overlay's `images:` change them all."""
+    kustomizations, docs = kustomize_sources(directory)
+    entries = [e for k in kustomizations for e in k.get("images") or [] if isinstance(e, dict)]
+    names = {e.get("name") for e in entries}
+    used = set()
+    for o in (o for o in docs if isinstance(o, dict)):
+        where = f"{o.get('kind')}/{(o.get('metadata') or {}).get('name')}"
+        for c in containers_of(o):
+            image = str(c.get("image", ""))
+            name = split_image(image)[0]
+            used.add(name)
+            if name not in names:
+                problems.add(f"{where} container {c.get('name', '?')}",
+                             f"image {image} is covered by no `images:` entry of "
+                             f"kustomization.yaml (none is named {name}): `kustomize edit set "
+                             "image` and an overlay's `images:` would leave it as it is")
+    # An entry may also name what an entry before it renamed the image to.
+    used |= {e.get("newName") for e in entries if e.get("newName")}
+    for n in sorted(str(n) for n in names - used):
+        problems.add(os.path.join(directory, "kustomization.yaml"),
+                     f"`images:` entry {n!r} names no image of the manifests (they use "
+                     f"{sorted(used)})")
+
+
 # ---- the highly available coordinator and its etcd -----------------------------
 
 ETCD = re.compile(r"(?:^|[\s/\"'])etcd(?:\s|$)")
@@ -1251,6 +1495,7 @@ def check_rules(objects, problems):
             if not any(selects(sel, pod_labels_of(w)) for w in workloads):
                 problems.add(f"NetworkPolicy/{name}", "its podSelector matches no workload")
     check_metrics_policies(objects, workloads, problems)
+    check_service_monitors(objects, workloads, problems)
     check_ha(objects, workloads, problems)
     check_rbac(objects, workloads, problems)
     return workloads
@@ -1264,26 +1509,67 @@ def main():
     paths = args.paths or [HERE, os.path.join(HERE, "secrets.example.yaml")]
 
     problems = Problems()
-    objects = []
+    objects, bases = [], []
     for p in paths:
         try:
             docs = render(p, args.renderer, problems)
         except (OSError, ValueError, yaml.YAMLError) as e:
             problems.add(p, f"cannot render: {e}")
             continue
+        mine = []
         for i, d in enumerate(docs):
             if not isinstance(d, dict):
                 problems.add(f"{p}[{i}]", "not a Kubernetes object")
                 continue
             objects.append(d)
+            mine.append(d)
+        if os.path.isdir(p):
+            bases.append((p, mine))
+            try:
+                check_images(p, problems)
+            except (OSError, ValueError, yaml.YAMLError) as e:
+                problems.add(p, f"cannot read its manifests for their images: {e}")
     for o in objects:
         validate_schema(o, f"{o.get('kind')}/{(o.get('metadata') or {}).get('name')}", problems)
     workloads = check_rules(objects, problems)
 
+    # A base's optional components, each rendered onto it: what one adds or
+    # changes is checked with the rest; the base itself needs no CRD.
+    with_components = []
+    for p, docs in bases:
+        components = components_of(p)
+        labels = [os.path.relpath(c, p) for c in components]
+        for o in docs:
+            if components and (o.get("apiVersion"), o.get("kind")) in CRD_KINDS:
+                problems.add(f"{o.get('kind')}/{(o.get('metadata') or {}).get('name')}",
+                             f"is in the base {p}, which then applies only where the CRD of "
+                             f"{o.get('apiVersion')} {o.get('kind')} is installed: keep it in a "
+                             f"component ({', '.join(labels)})")
+        others = [o for o in objects if not any(o is d for d in docs)]
+        base = {object_key(o): o for o in docs}
+        for component, label in zip(components, labels):
+            try:
+                rendered = render_with_component(p, component, args.renderer, problems, label)
+            except (OSError, ValueError, yaml.YAMLError) as e:
+                problems.add(label, f"cannot render the base with it: {e}")
+                continue
+            rendered = [o for o in rendered if isinstance(o, dict)]
+            changed = [o for o in rendered if base.get(object_key(o)) != o]
+            with_components.append(f"{label}: {len(changed)} objects")
+            sub = Problems()
+            for o in changed:
+                validate_schema(o, f"{o.get('kind')}/{(o.get('metadata') or {}).get('name')}", sub)
+            check_rules(rendered + others, sub)
+            seen = set(problems.items)
+            for item in sub.items:
+                if item not in seen:
+                    problems.add(f"with {label}", item)
+
     for line in problems.items:
         print(f"  FAIL {line}")
     n = len(problems.items)
-    print(f"k8s check: {len(objects)} objects ({len(workloads)} workloads), "
+    print(f"k8s check: {len(objects)} objects ({len(workloads)} workloads)"
+          f"{''.join(', ' + w for w in with_components)}, "
           f"{n} problem{'s' if n != 1 else ''}{'' if n else ': ok'}")
     return 1 if n else 0
 

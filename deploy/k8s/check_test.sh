@@ -24,12 +24,13 @@ for renderer in auto builtin; do
 done
 
 # broken NAME FILE "OLD|||NEW" EXPECTED
-#   copies the base, replaces the first OLD by NEW in FILE, and expects
-#   check.py to fail with a message containing EXPECTED.
+#   copies the base (with its components), replaces the first OLD by NEW in
+#   FILE, and expects check.py to fail with a message containing EXPECTED.
 broken() {
   local name="$1" file="$2" edit="$3" expected="$4" dir="$TMP/$1"
   mkdir -p "$dir"
   cp ./*.yaml "$dir/"
+  cp -r components "$dir/"
   if ! $PY - "$dir/$file" "$edit" <<'PYEOF'
 import sys
 path, edit = sys.argv[1], sys.argv[2]
@@ -288,6 +289,74 @@ broken coordinator-etcd-cert-no-key coordinator.yaml '--etcd_cert=/etc/tessera/e
 broken coordinator-tls-to-plaintext-etcd etcd.yaml '--listen-client-urls=https://0.0.0.0:2379 \
                 --advertise-client-urls="https://|||--listen-client-urls=http://0.0.0.0:2379 \
                 --advertise-client-urls="http://' '--etcd_ca speaks TLS to etcd, which serves plaintext'
+
+# Images: every one named by an `images:` entry, so that `kustomize edit set
+# image` and an overlay's `images:` change them all.
+# shellcheck disable=SC2016  # the backquotes are the message's
+broken image-not-in-images worker.yaml 'image: localhost/tessera:latest|||image: tessera:latest' \
+  'image tessera:latest is covered by no `images:` entry'
+# shellcheck disable=SC2016
+broken images-entry-misnamed kustomization.yaml '  - name: localhost/tessera|||  - name: tessera' \
+  'is covered by no `images:` entry of kustomization.yaml (none is named localhost/tessera)'
+broken images-entry-stale kustomization.yaml 'images:
+|||images:
+  - {name: localhost/tessera-worker, newTag: latest}
+' "entry 'localhost/tessera-worker' names no image"
+
+# The optional ServiceMonitors (components/servicemonitor), checked on the
+# base with the component: a Service they select, a metrics port of it.
+SM=components/servicemonitor/servicemonitor.yaml
+broken servicemonitor-selects-nothing $SM \
+  '    matchLabels: {app.kubernetes.io/name: tessera, app.kubernetes.io/component: worker}|||    matchLabels: {app.kubernetes.io/name: tessera, app.kubernetes.io/component: workers}' \
+  'ServiceMonitor/tessera-worker: selects no Service'
+broken servicemonitor-port-unnamed $SM '{port: metrics, path: /metrics, interval: 30s}|||{port: prometheus, path: /metrics, interval: 30s}' \
+  "port 'prometheus' is no port of Service tessera-coordinator"
+broken service-without-metrics-port coordinator.yaml '    - {name: metrics, port: 9090, targetPort: metrics}
+|||' "port 'metrics' is no port of Service tessera-coordinator"
+broken servicemonitor-scrapes-grpc $SM '{port: metrics, path: /metrics, interval: 30s}|||{port: grpc, path: /metrics, interval: 30s}' \
+  "port 'grpc' of Service tessera-coordinator leads to no metrics port"
+broken servicemonitor-path $SM 'path: /metrics|||path: /stats' 'the daemons serve metrics at /metrics'
+broken servicemonitor-unknown-field $SM 'interval: 30s}|||intervall: 30s}' 'intervall: unknown field'
+broken servicemonitor-in-base kustomization.yaml '  - networkpolicy.yaml
+|||  - networkpolicy.yaml
+  - components/servicemonitor/servicemonitor.yaml
+' 'applies only where the CRD of monitoring.coreos.com/v1 ServiceMonitor is installed'
+
+# A user's overlay: its `images:` renames every image, and with the component
+# the ServiceMonitors come along, and pass.
+overlay_checks() {
+  local d="$TMP/overlay" base renderer out got
+  mkdir -p "$d"
+  base=$(realpath --relative-to="$d" .)
+  cat >"$d/kustomization.yaml" <<EOF
+resources: [$base]
+components: [$base/components/servicemonitor]
+images:
+  - {name: localhost/tessera, newName: registry.example:5000/tessera, newTag: v1}
+EOF
+  for renderer in auto builtin; do
+    if ! out=$($PY check.py --renderer=$renderer "$d" secrets.example.yaml 2>&1); then
+      bad "an overlay with images: and components/servicemonitor fails ($renderer): $out"
+      continue
+    fi
+    got=$($PY - "$d" "$renderer" <<'PYEOF3'
+import shutil, sys
+import check
+d, renderer = sys.argv[1], sys.argv[2]
+kubectl = renderer == "auto" and shutil.which("kubectl")
+docs = check.render_kubectl(d) if kubectl else check.render_builtin(d)
+print(" ".join(sorted({c.get("image") for o in docs for c in check.containers_of(o)})),
+      sum(o.get("kind") == "ServiceMonitor" for o in docs))
+PYEOF3
+    )
+    if [ "$got" = "registry.example:5000/tessera:v1 2" ]; then
+      ok "an overlay's images: renames every image; with components/servicemonitor it passes ($renderer)"
+    else
+      bad "an overlay's images: and components/servicemonitor ($renderer): images and ServiceMonitors $got"
+    fi
+  done
+}
+overlay_checks
 
 # verifies CA FILE PURPOSE [NAME]: FILE chains to CA for PURPOSE (sslserver,
 # sslclient) and, given NAME, matches it (an IP address or a DNS name).
