@@ -31,6 +31,7 @@
 #include "core/dtype.h"
 #include "core/errors.h"
 #include "core/init_fill.h"
+#include "core/json.h"
 #include "core/layout_spec.h"
 #include "core/parse.h"
 #include "core/placement.h"
@@ -224,6 +225,14 @@ std::vector<CommandDef> FileCommands() {
        &RunSave,
        "DIR",
        /*more_positional=*/true},
+      {"wait",
+       "wait NAME [--version=N] [--timeout=SECONDS] [--json]",
+       "wait until the tensor's committed version is at least N (default: "
+       "one more than now; at once if it already is) and print it; the "
+       "coordinator answers at the commit (--timeout: give up, exit 1)",
+       1,
+       {{"version", false}, {"timeout", false}, {"json", true}},
+       &RunWait},
       {"worker",
        "worker drain|cordon|uncordon|rm NAME [--timeout=SECONDS]",
        "manage a worker (admin role): drain moves its shards away and waits "
@@ -1267,6 +1276,39 @@ absl::Status RunWorker(const Invocation& inv, std::ostream& out) {
   }
   TESSERA_RETURN_IF_ERROR(client->SetWorkerState(name, *state));
   out << "worker " << name << " is " << WorkerStateName(*state) << "\n";
+  return absl::OkStatus();
+}
+
+absl::Status RunWait(const Invocation& inv, std::ostream& out) {
+  TESSERA_ASSIGN_OR_RETURN(const std::string name, TensorName(inv));
+  std::optional<uint64_t> version;
+  if (std::optional<std::string> v = inv.Get("version"); v.has_value()) {
+    uint64_t n = 0;
+    if (!absl::SimpleAtoi(*v, &n) || n == 0) {
+      return UsageError(
+          absl::StrCat("--version=", *v, ": expected a version, 1 or more"));
+    }
+    version = n;
+  }
+  double timeout_s = 86400;
+  if (std::optional<std::string> t = inv.Get("timeout"); t.has_value()) {
+    if (!absl::SimpleAtod(*t, &timeout_s) || !(timeout_s > 0) ||
+        timeout_s > 86400) {
+      return UsageError(
+          absl::StrCat("--timeout=", *t,
+                       ": expected seconds, more than 0 and at most 86400"));
+    }
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
+  TESSERA_ASSIGN_OR_RETURN(
+      const uint64_t reached,
+      client->WaitForVersion(name, version, absl::Seconds(timeout_s)));
+  if (inv.GetBool("json")) {
+    out << "{\"name\": \"" << JsonEscape(name) << "\", \"version\": " << reached
+        << "}\n";
+  } else {
+    out << reached << "\n";
+  }
   return absl::OkStatus();
 }
 

@@ -84,6 +84,7 @@ absl::Status RunImport(const Invocation& inv, std::ostream& out);
 absl::Status RunLoad(const Invocation& inv, std::ostream& out);
 absl::Status RunSave(const Invocation& inv, std::ostream& out);
 absl::Status RunWorker(const Invocation& inv, std::ostream& out);
+absl::Status RunWait(const Invocation& inv, std::ostream& out);
 absl::Status RunExport(const Invocation& inv, std::ostream& out);
 absl::Status RunCompletion(const Invocation& inv, std::ostream& out);
 

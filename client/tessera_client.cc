@@ -977,4 +977,56 @@ absl::StatusOr<MoveProgress> Client::ReshardProgress(const std::string& name) {
   return progress;
 }
 
+absl::StatusOr<uint64_t> Client::WaitForVersion(const std::string& name,
+                                                std::optional<uint64_t> version,
+                                                absl::Duration timeout) {
+  if (timeout <= absl::ZeroDuration() || timeout > absl::Hours(24)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a wait's timeout is more than 0 and at most 24 h, not ",
+                     absl::FormatDuration(timeout)));
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  v1::WaitForVersionRequest request;
+  request.set_name(name);
+  if (version.has_value()) {
+    request.set_min_version(std::max<uint64_t>(*version, 1));
+  } else {
+    // Fixed here, not by the coordinator, so that a wait carried on at the
+    // next leader waits for the same version.
+    v1::GetTensorRequest get;
+    get.set_name(name);
+    v1::GetTensorResponse got;
+    TESSERA_RETURN_IF_ERROR(Call(ControlCall(*connection_, /*idempotent=*/true),
+                                 [&](grpc::ClientContext* context) {
+                                   return connection_->coordinator()->GetTensor(
+                                       context, get, &got);
+                                 }));
+    request.set_min_version(got.tensor().version() + 1);
+  }
+  while (true) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "timeout: tensor '", name, "' did not reach version ",
+          request.min_version(), " within ", absl::FormatDuration(timeout)));
+    }
+    request.set_timeout_ms(
+        std::max<int64_t>(1, absl::ToInt64Milliseconds(left)));
+    v1::WaitForVersionResponse response;
+    // One attempt per call; a coordinator that went away (a failover, a
+    // restart) is asked again, the next leader found by the channels.
+    CallOptions call = CoordinatorCall(*connection_, /*idempotent=*/false,
+                                       left + absl::Seconds(5));
+    absl::Status status = Call(call, [&](grpc::ClientContext* context) {
+      return connection_->coordinator()->WaitForVersion(context, request,
+                                                        &response);
+    });
+    if (status.ok()) return response.version();
+    if (!absl::IsUnavailable(status)) return status;
+    absl::SleepFor(
+        std::min(absl::Milliseconds(200),
+                 std::max(absl::ZeroDuration(), deadline - absl::Now())));
+  }
+}
+
 }  // namespace tessera

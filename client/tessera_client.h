@@ -254,6 +254,17 @@ class Client {
   // thread can show.
   absl::StatusOr<MoveProgress> ReshardProgress(const std::string& name);
 
+  // Waits until `name`'s committed version is at least `version` (nullopt:
+  // one more than it is now) and returns it; at once if it already is. No
+  // polling: the coordinator answers at the commit. DEADLINE_EXCEEDED
+  // ("timeout") after `timeout`; NOT_FOUND when the tensor is unknown or
+  // deleted meanwhile; RESOURCE_EXHAUSTED ("waiters") when the coordinator
+  // holds --max_waiters waits. Given several coordinators, a wait carries
+  // on at the next leader after a failover, within `timeout`.
+  absl::StatusOr<uint64_t> WaitForVersion(const std::string& name,
+                                          std::optional<uint64_t> version,
+                                          absl::Duration timeout);
+
   const std::string& coordinator_address() const;
 
   // --- GPU. An SDK built without --config=cuda, or a process without a

@@ -104,7 +104,8 @@ std::shared_ptr<const TokenTable> ClusterAuthority::tokens() const {
 }
 
 absl::StatusOr<Principal> ClusterAuthority::Admit(
-    const grpc::ServerContext& context, absl::string_view full_method) const {
+    const grpc::ServerContextBase& context,
+    absl::string_view full_method) const {
   absl::StatusOr<Role> need = RequiredRole(full_method);
   if (!need.ok()) return absl::PermissionDeniedError(need.status().message());
   if (!authorization_) return Principal{"", Role::kAdmin};

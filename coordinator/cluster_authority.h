@@ -25,7 +25,7 @@
 #include "core/tensor_metadata.h"
 
 namespace grpc {
-class ServerContext;
+class ServerContextBase;
 }
 
 namespace tessera {
@@ -53,7 +53,7 @@ class ClusterAuthority {
   // Who is calling `full_method`, if the table lets them:
   // UNAUTHENTICATED without a valid token, PERMISSION_DENIED for a role
   // that may not. Without tokens: an anonymous admin.
-  absl::StatusOr<Principal> Admit(const grpc::ServerContext& context,
+  absl::StatusOr<Principal> Admit(const grpc::ServerContextBase& context,
                                   absl::string_view full_method) const;
   // OK when `principal` may act as worker `worker` (always, without tokens).
   absl::Status CheckWorkerName(const Principal& principal,

@@ -56,7 +56,8 @@ Coordinator::Coordinator(CoordinatorOptions options,
       orchestrator_(&registry_, &table_, &log_, &held_, LimitsOf(options_)),
       checkpoints_(&registry_, &table_, &held_, &orchestrator_),
       reconciler_(&registry_, &table_, &log_, &held_, &held_,
-                  options_.held_check_interval, options_.clock) {
+                  options_.held_check_interval, options_.clock),
+      waiters_(&table_, std::max(1, options_.max_waiters)) {
   retire_thread_ = std::thread([this] { RetireLoop(); });
   if (options_.metrics != nullptr) {
     options_.metrics->AddCollector([this](MetricsRegistry& metrics) {

@@ -34,6 +34,7 @@
 #include "coordinator/metadata_store.h"
 #include "coordinator/orchestrator.h"
 #include "coordinator/tensor_table.h"
+#include "coordinator/version_waiters.h"
 #include "coordinator/worker_control.h"
 #include "coordinator/worker_reconciler.h"
 #include "coordinator/worker_registry.h"
@@ -82,6 +83,9 @@ struct CoordinatorOptions {
   // The most workers known at once, dead ones included (clamped to
   // 1..kMaxWorkersCeiling); a new name beyond gets RESOURCE_EXHAUSTED.
   size_t max_workers = kDefaultMaxWorkers;
+  // The most waits for a version held at once (`tessera wait`); more get
+  // RESOURCE_EXHAUSTED ("waiters").
+  int max_waiters = 10000;
   // The most shards one tensor version may have (at most 2^20).
   int64_t max_shards_per_tensor = kMaxShardsPerTensor;
   // The most coordinator memory the metadata of one tensor version may
@@ -215,6 +219,14 @@ class Coordinator {
   MoveProgress MoveProgressOf(const std::string& name) const {
     return orchestrator_.progress().Progress(name);
   }
+  // Callers waiting for tensors' next versions, answered at the commit.
+  VersionWaiters& waiters() { return waiters_; }
+  // `name`'s committed version; NOT_FOUND unless it is ready.
+  absl::StatusOr<uint64_t> CommittedVersion(const std::string& name) const {
+    absl::StatusOr<TensorMetadataPtr> meta = table_.Get(name);
+    if (!meta.ok()) return meta.status();
+    return (*meta)->version;
+  }
 
   // Checkpoints (Checkpoints::List, Load and Save).
   absl::StatusOr<CheckpointListing> DescribeCheckpoint(const std::string& dir) {
@@ -277,6 +289,9 @@ class Coordinator {
   // forgotten, or a pass that left shards short.
   std::atomic<bool> scan_all_{true};
   std::atomic<int64_t> repair_bytes_{0};
+  // Last, so that every wait ends (UNAVAILABLE) before anything it reads
+  // goes.
+  VersionWaiters waiters_;
 };
 
 }  // namespace tessera

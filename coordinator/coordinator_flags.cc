@@ -51,6 +51,8 @@ ABSL_FLAG(std::string, tokens, "",
 ABSL_FLAG(int64_t, max_workers,
           static_cast<int64_t>(tessera::CoordinatorOptions().max_workers),
           "most workers known at once, dead ones included");
+ABSL_FLAG(int64_t, max_waiters, tessera::CoordinatorOptions().max_waiters,
+          "most `tessera wait` calls held at once (1 to 1000000)");
 ABSL_FLAG(int64_t, max_shards_per_tensor,
           tessera::CoordinatorOptions().max_shards_per_tensor,
           "most shards one tensor version may have");
@@ -119,6 +121,12 @@ absl::StatusOr<CoordinatorDaemonOptions> CoordinatorDaemonOptionsFromFlags() {
   c.pending_lease = absl::GetFlag(FLAGS_pending_lease);
   c.max_workers = static_cast<size_t>(
       std::max<int64_t>(0, absl::GetFlag(FLAGS_max_workers)));
+  const int64_t max_waiters = absl::GetFlag(FLAGS_max_waiters);
+  if (max_waiters < 1 || max_waiters > 1000000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_waiters=", max_waiters, ": expected 1 to 1000000"));
+  }
+  c.max_waiters = static_cast<int>(max_waiters);
   c.max_shards_per_tensor = absl::GetFlag(FLAGS_max_shards_per_tensor);
   c.max_tensor_metadata_bytes = absl::GetFlag(FLAGS_max_tensor_metadata_bytes);
   c.plan_budget = absl::GetFlag(FLAGS_plan_budget);

@@ -60,7 +60,123 @@ CoordinatorService::CoordinatorService(Coordinator* coordinator,
                           ? nullptr
                           : std::make_unique<ClusterAuthority>(
                                 std::nullopt, RandomBytes(32))),
-      authority_(authority != nullptr ? authority : open_authority_.get()) {}
+      authority_(authority != nullptr ? authority : open_authority_.get()) {
+  MarkMethodCallback(
+      v1::WaitForVersionRequest::descriptor()
+          ->file()
+          ->FindServiceByName("Coordinator")
+          ->FindMethodByName("WaitForVersion")
+          ->index(),
+      new grpc::internal::CallbackUnaryHandler<v1::WaitForVersionRequest,
+                                               v1::WaitForVersionResponse>(
+          [this](grpc::CallbackServerContext* context,
+                 const v1::WaitForVersionRequest* request,
+                 v1::WaitForVersionResponse* response) {
+            return WaitForVersion(context, request, response);
+          }));
+}
+
+namespace {
+
+// One wait's call: finished exactly once, by the wait's end or by the
+// caller's cancellation, and never touched after gRPC is done with it.
+class WaitReactor final : public grpc::ServerUnaryReactor {
+ public:
+  // What the wait's end reaches: the call while it lasts.
+  struct Target {
+    absl::Mutex mu;
+    WaitReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
+    v1::WaitForVersionResponse* response ABSL_GUARDED_BY(mu) = nullptr;
+    bool finished ABSL_GUARDED_BY(mu) = false;
+  };
+
+  explicit WaitReactor(v1::WaitForVersionResponse* response)
+      : target_(std::make_shared<Target>()) {
+    absl::MutexLock lock(&target_->mu);
+    target_->reactor = this;
+    target_->response = response;
+  }
+  const std::shared_ptr<Target>& target() const { return target_; }
+  void set_handle(VersionWaiters::Handle handle) {
+    absl::MutexLock lock(&mu_);
+    handle_ = std::move(handle);
+  }
+
+  // Ends the call with `result` unless it already ended.
+  static void End(const std::shared_ptr<Target>& target,
+                  const absl::StatusOr<uint64_t>& result) {
+    WaitReactor* reactor = nullptr;
+    {
+      absl::MutexLock lock(&target->mu);
+      if (target->finished || target->reactor == nullptr) return;
+      target->finished = true;
+      reactor = target->reactor;
+      if (result.ok()) target->response->set_version(*result);
+    }
+    reactor->Finish(ToGrpcStatus(result.status()));
+  }
+
+  void OnCancel() override {
+    {
+      absl::MutexLock lock(&mu_);
+      handle_.Cancel();
+    }
+    End(target_, absl::CancelledError("the caller went away"));
+  }
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&target_->mu);
+      target_->reactor = nullptr;
+    }
+    delete this;
+  }
+
+ private:
+  const std::shared_ptr<Target> target_;
+  absl::Mutex mu_;
+  VersionWaiters::Handle handle_ ABSL_GUARDED_BY(mu_);
+};
+
+// The longest one wait may last.
+constexpr absl::Duration kMaxWait = absl::Hours(24);
+
+}  // namespace
+
+grpc::ServerUnaryReactor* CoordinatorService::WaitForVersion(
+    grpc::CallbackServerContext* context,
+    const v1::WaitForVersionRequest* request,
+    v1::WaitForVersionResponse* response) {
+  auto* reactor = new WaitReactor(response);
+  const std::shared_ptr<WaitReactor::Target> target = reactor->target();
+  absl::Status refused = [&]() -> absl::Status {
+    TESSERA_RETURN_IF_ERROR(Admit(context, "WaitForVersion").status());
+    TESSERA_RETURN_IF_ERROR(CheckTensorName(request->name()));
+    if (request->timeout_ms() <= 0 ||
+        request->timeout_ms() > absl::ToInt64Milliseconds(kMaxWait)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a wait's timeout is 1 ms to ", absl::FormatDuration(kMaxWait),
+          ", not ", request->timeout_ms(), " ms"));
+    }
+    uint64_t least = request->min_version();
+    if (least == 0) {
+      TESSERA_ASSIGN_OR_RETURN(const uint64_t now,
+                               coordinator_->CommittedVersion(request->name()));
+      least = now + 1;
+    }
+    TESSERA_ASSIGN_OR_RETURN(
+        VersionWaiters::Handle handle,
+        coordinator_->waiters().Wait(
+            request->name(), least,
+            absl::Now() + absl::Milliseconds(request->timeout_ms()),
+            [target](absl::StatusOr<uint64_t> result) {
+              WaitReactor::End(target, result);
+            }));
+    reactor->set_handle(std::move(handle));
+    return absl::OkStatus();
+  }();
+  if (!refused.ok()) WaitReactor::End(target, refused);
+  return reactor;
+}
 
 TensorLimits CoordinatorService::SizeLimits() const {
   // The reply's bound needs the workers and the dims the coordinator knows:
@@ -85,7 +201,7 @@ absl::Status CoordinatorService::CheckReplySize(
 }
 
 absl::StatusOr<Principal> CoordinatorService::Admit(
-    grpc::ServerContext* context, const char* method) const {
+    const grpc::ServerContextBase* context, const char* method) const {
   if (serving_gate_) TESSERA_RETURN_IF_ERROR(serving_gate_());
   return authority_->Admit(*context,
                            absl::StrCat("/tessera.v1.Coordinator/", method));

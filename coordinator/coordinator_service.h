@@ -122,8 +122,13 @@ class CoordinatorService final : public v1::Coordinator::Service {
   };
 
   // Every handler starts here: core/auth.h's table decides.
-  absl::StatusOr<Principal> Admit(grpc::ServerContext* context,
+  absl::StatusOr<Principal> Admit(const grpc::ServerContextBase* context,
                                   const char* method) const;
+  // WaitForVersion, on the callback API: a wait holds no thread.
+  grpc::ServerUnaryReactor* WaitForVersion(
+      grpc::CallbackServerContext* context,
+      const v1::WaitForVersionRequest* request,
+      v1::WaitForVersionResponse* response);
   // Grants of `rights` on `meta` for `principal` (revoked with it).
   void AddGrants(
       const TensorMetadata& meta, uint32_t rights, const Principal& principal,

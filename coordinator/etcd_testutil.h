@@ -11,10 +11,10 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
-#include <filesystem>
 #include <string>
 #include <vector>
 

@@ -59,6 +59,38 @@ absl::StatusOr<TensorMetadataPtr> TensorTable::Get(
   return it->second.meta;
 }
 
+void TensorTable::AwaitAny(
+    const std::vector<std::pair<std::string, uint64_t>>& targets,
+    const std::atomic<uint64_t>* wake, uint64_t seen,
+    absl::Time deadline) const {
+  struct Args {
+    const TensorTable* table;
+    const std::vector<std::pair<std::string, uint64_t>>* targets;
+    const std::atomic<uint64_t>* wake;
+    uint64_t seen;
+  } args{this, &targets, wake, seen};
+  // Evaluated by the mutex, with it held, after every change.
+  const absl::Condition met(
+      +[](Args* a) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        if (a->wake->load() != a->seen) return true;
+        for (const auto& [name, least] : *a->targets) {
+          auto it = a->table->tensors_.find(name);
+          if (it == a->table->tensors_.end()) return true;
+          const Entry& entry = it->second;
+          if (entry.state == State::kReady && entry.meta != nullptr &&
+              entry.meta->version >= least) {
+            return true;
+          }
+        }
+        return false;
+      },
+      &args);
+  mu_.LockWhenWithDeadline(met, deadline);
+  mu_.Unlock();
+}
+
+void TensorTable::Nudge() const { absl::MutexLock lock(&mu_); }
+
 std::vector<TensorSummary> TensorTable::List(bool all) const {
   absl::MutexLock lock(&mu_);
   std::vector<TensorSummary> out;

@@ -23,6 +23,7 @@
 #ifndef TESSERA_COORDINATOR_TENSOR_TABLE_H_
 #define TESSERA_COORDINATOR_TENSOR_TABLE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -111,6 +112,19 @@ class TensorTable {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Marks shards whose worker lost them as unavailable.
   void MarkLost(TensorMetadata* meta) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Waits for versions (coordinator/version_waiters.h) ---
+
+  // Blocks until one of `targets` (a name, a least version) is met (the
+  // tensor's committed version reaches it, or the tensor is gone), or
+  // `*wake` differs from `seen`, or `deadline` passes. The condition is
+  // checked again at every change of the table, so a wait sees each
+  // commit as it happens, with no polling.
+  void AwaitAny(const std::vector<std::pair<std::string, uint64_t>>& targets,
+                const std::atomic<uint64_t>* wake, uint64_t seen,
+                absl::Time deadline) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Has AwaitAny check its condition now (after `*wake` changed).
+  void Nudge() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- Read leases ---
   //
