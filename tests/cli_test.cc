@@ -1754,5 +1754,38 @@ TEST_F(CliTest, BinaryIsNotWrittenToATerminal) {
   Ok({"rm", "tty_t"});
 }
 
+// `tessera wait`: at once when the version is there, at the commit of the
+// next one (a reshard from another process), `timeout` and `not found` as
+// CLI.md says, usage errors before anything is asked.
+TEST_F(CliTest, WaitReturnsAtTheCommitOfTheVersion) {
+  Ok({"create", "wait_t", "--shape=8", "--dtype=int32", "--chunk_dim=0",
+      "--placements=rank:0", "--init=arange"});
+  EXPECT_EQ(Ok({"wait", "wait_t", "--version=1"}).out, "1\n");
+  std::thread resharder([] {
+    absl::SleepFor(absl::Milliseconds(500));
+    Ok({"reshard", "wait_t", "--chunk_dim=0", "--placements=rank:1"});
+  });
+  const absl::Time start = absl::Now();
+  Result next = Tessera({"wait", "wait_t", "--json", "--timeout=60"});
+  const absl::Duration waited = absl::Now() - start;
+  resharder.join();
+  EXPECT_EQ(next.code, 0) << next;
+  EXPECT_EQ(next.out, "{\"name\": \"wait_t\", \"version\": 2}\n") << next;
+  EXPECT_GE(waited, absl::Milliseconds(400));
+  ExpectError(Tessera({"wait", "wait_t", "--timeout=0.3"}), 1,
+              {"timeout", "version 2", "not yet 3"});
+  ExpectError(Tessera({"wait", "wait_nothing", "--timeout=1"}), 1,
+              {"not found", "wait_nothing"});
+  ExpectError(Tessera({"wait", "wait_t", "--version=soon"}), 2, {"--version"});
+  ExpectError(Tessera({"wait", "wait_t", "--timeout=-1"}), 2, {"--timeout"});
+  // Deleted while waited on.
+  std::thread remover([] {
+    absl::SleepFor(absl::Milliseconds(300));
+    Ok({"rm", "wait_t"});
+  });
+  ExpectError(Tessera({"wait", "wait_t", "--timeout=30"}), 1, {"not found"});
+  remover.join();
+}
+
 }  // namespace
 }  // namespace tessera

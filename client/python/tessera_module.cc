@@ -556,6 +556,15 @@ class PyClient {
     Check(WithoutGil([&] { return client_->Delete(name); }));
   }
 
+  // Client::WaitForVersion; no timeout: the longest a wait may last (24 h).
+  uint64_t Wait(const std::string& name, std::optional<uint64_t> version,
+                std::optional<double> timeout_s) {
+    const absl::Duration timeout =
+        timeout_s.has_value() ? absl::Seconds(*timeout_s) : absl::Hours(24);
+    return Unwrap(WithoutGil(
+        [&] { return client_->WaitForVersion(name, version, timeout); }));
+  }
+
   void SetWorkerState(const std::string& worker, const std::string& state) {
     const std::optional<WorkerState> parsed = ParseWorkerState(state);
     if (!parsed.has_value() || *parsed == WorkerState::kDead) {
@@ -1231,6 +1240,8 @@ PYBIND11_MODULE(_tessera, m) {
       .def("moved", &PyClient::Moved)
       .def("transfer_stats", &PyClient::TransferStats)
       .def("reshard_progress", &PyClient::ReshardProgress, py::arg("name"))
+      .def("wait", &PyClient::Wait, py::arg("name"),
+           py::arg("version") = py::none(), py::arg("timeout") = py::none())
       .def("load_progress", &PyClient::LoadProgress)
       .def(
           "async_reader",

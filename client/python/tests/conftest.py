@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 import uuid
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import pytest
 
@@ -43,13 +43,14 @@ class Cluster:
     """One coordinator and `num_workers` workers, as real processes."""
 
     def __init__(self, num_workers: int = 4, retire_grace_ms: int = 200,
-                 secure: bool = False) -> None:
+                 secure: bool = False, coordinator_flags: Sequence[str] = ()) -> None:
         self.dir = tempfile.mkdtemp(prefix="tessera_py_")
         self.address = f"127.0.0.1:{free_port()}"
         # secure: mutual TLS and tokens from deploy/make-certs.sh (in
         # self.secrets); the readiness check connects as admin.
         self.secrets = os.path.join(self.dir, "secrets")
         self.admin = {}
+        extra_flags = list(coordinator_flags)
         coordinator_flags: List[str] = []
         if secure:
             subprocess.run(["bash", os.path.join(REPO, "deploy", "make-certs.sh"),
@@ -62,7 +63,7 @@ class Cluster:
             "coordinator",
             [os.path.join(BIN_DIR, "coordinator", "tessera-coordinator"),
              f"--listen={self.address}", f"--retire_grace_ms={retire_grace_ms}"]
-            + coordinator_flags)
+            + coordinator_flags + extra_flags)
         # Checkpoints load from here (each worker's --checkpoint_root).
         self.checkpoint_root = os.path.join(self.dir, "ckpt")
         os.makedirs(self.checkpoint_root)

@@ -824,6 +824,18 @@ class Client:
         """Deletes the tensor and frees its shards. Raises NotFound if absent."""
         self._impl.delete(name)
 
+    def wait(self, name: str, version: Optional[int] = None,
+             timeout: Optional[float] = None) -> int:
+        """Waits until the tensor's committed version is at least ``version``
+        (None: one more than it is now) and returns it, at once if it already
+        is. The coordinator answers at the commit: nothing polls. Raises
+        DeadlineExceeded after ``timeout`` seconds (None: 24 h), NotFound when
+        the tensor is unknown or deleted meanwhile, ResourceExhausted when the
+        coordinator holds its ``--max_waiters`` waits. Given several
+        coordinators, a wait carries on at the next leader after a
+        failover."""
+        return self._impl.wait(name, version, timeout)
+
     def put(self, name: str, array: Any, *, chunk_dim: Optional[int] = None,
             placements: Optional[Placements] = None,
             shards: Optional[Union[str, Iterable[Tuple[Box, str]]]] = None,

@@ -163,6 +163,11 @@ class AsyncClient:
     async def delete(self, name: str) -> None:
         return await self._call(self._client.delete, name)
 
+    async def wait(self, name: str, version: Optional[int] = None,
+                   timeout: Optional[float] = None) -> int:
+        """:meth:`tessera.Client.wait`; cancelling the task ends the wait."""
+        return await self._call(self._client.wait, name, version, timeout)
+
     async def close(self) -> None:
         """Waits for calls in flight, then closes the client."""
         loop = asyncio.get_running_loop()
