@@ -9,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "rpc/openssl_ptr.h"
-#include "spdlog/spdlog.h"
 
 namespace tessera {
 namespace {
@@ -157,30 +156,15 @@ std::shared_ptr<SSL_CTX> TlsContextSource::Get() {
   checked_ = absl::Now();
   absl::StatusOr<TlsMaterial> read =
       LoadTls(files_, /*need_cert=*/side_ == Side::kServer);
-  if (read.ok() && SameMaterial(*read, material_)) {
-    last_error_.clear();
-    return context_;
-  }
+  if (read.ok() && SameMaterial(*read, material_)) return context_;
   absl::StatusOr<std::shared_ptr<SSL_CTX>> made =
       read.ok() ? MakeContext(*read, side_, policy_)
                 : absl::StatusOr<std::shared_ptr<SSL_CTX>>(read.status());
-  if (!made.ok()) {
-    std::string error(made.status().message());
-    if (error != last_error_) {
-      spdlog::warn(
-          "TLS files read again for the data port: {}; keeping the "
-          "certificate read before",
-          error);
-      last_error_ = std::move(error);
-    }
-    return context_;
-  }
-  last_error_.clear();
+  // A read that fails (a half-written file) keeps the last good context;
+  // the daemon's CredentialWatch reports the files' troubles.
+  if (!made.ok()) return context_;
   context_ = *std::move(made);
   material_ = *std::move(read);
-  spdlog::info(
-      "data port TLS: new certificate files in use for new "
-      "connections");
   return context_;
 }
 

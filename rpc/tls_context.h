@@ -43,7 +43,7 @@ class TlsContextSource {
   // Following `files` on disk (a daemon's): read now (an error stops
   // here), then again every `refresh` (zero: never). A later read that
   // fails (a half-written file, a key that no longer matches) keeps the
-  // last good context and is logged once per change.
+  // last good context (the daemon's CredentialWatch reports the files).
   static absl::StatusOr<std::shared_ptr<TlsContextSource>> Watch(
       const TlsFiles& files, Side side, ClientCertPolicy policy,
       absl::Duration refresh);
@@ -65,7 +65,6 @@ class TlsContextSource {
   std::shared_ptr<SSL_CTX> context_ ABSL_GUARDED_BY(mu_);
   TlsMaterial material_ ABSL_GUARDED_BY(mu_);  // what context_ was made of
   absl::Time checked_ ABSL_GUARDED_BY(mu_);
-  std::string last_error_ ABSL_GUARDED_BY(mu_);
 };
 
 // Loads a CA bundle, a certificate chain and its key (as LoadTls checked

@@ -2,7 +2,8 @@
 // members, two coordinators on one prefix (one leads, one stands by), two
 // workers and the CLI given both coordinator addresses.
 //
-// - kill -9 of the leader: the standby leads within its lease, a write is
+// - kill -9 of the leader: the standby leads within its lease, a wait for a
+//   version held by the dead leader carries on at the new one, a write is
 //   acknowledged through the same address list, nothing acknowledged
 //   before is lost, and reads through shard handles taken before go on
 //   while no coordinator leads;
@@ -218,6 +219,17 @@ TEST_F(CoordinatorHaTest, AKilledLeaderIsReplacedAndNothingAcknowledgedIsLost) {
     }
   });
 
+  // A wait for x's next version, held by the leader when it dies: it
+  // carries on at the new leader and returns at the reshard below.
+  absl::StatusOr<uint64_t> waited = absl::UnknownError("not run");
+  std::thread waiter([&] {
+    absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(addresses_);
+    waited = c.ok()
+                 ? (*c)->WaitForVersion("x", std::nullopt, absl::Seconds(120))
+                 : c.status();
+  });
+  absl::SleepFor(absl::Milliseconds(500));
+
   kill(coordinators_[0].pid, SIGKILL);
   waitpid(coordinators_[0].pid, nullptr, 0);
   coordinators_[0].pid = -1;
@@ -249,6 +261,13 @@ TEST_F(CoordinatorHaTest, AKilledLeaderIsReplacedAndNothingAcknowledgedIsLost) {
   EXPECT_TRUE(Eventually([&] {
     return Tessera({"get", "x", "--output=" + dir_ + "/x.npy"}).code == 0;
   }));
+  EXPECT_TRUE(Eventually([&] {
+    return Tessera({"reshard", "x", "--chunk_dim=1", "--placements=w0,w1"})
+               .code == 0;
+  }));
+  waiter.join();
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  EXPECT_EQ(*waited, 2u);
 }
 
 // A standby answers every call UNAVAILABLE naming the leader, and clients

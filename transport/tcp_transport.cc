@@ -261,6 +261,17 @@ absl::StatusOr<std::unique_ptr<TcpTransport::Connection>> TcpTransport::Take(
   const iovec part{const_cast<char*>(preface.data()), preface.size()};
   TESSERA_RETURN_IF_ERROR(
       c->stream().Send(absl::MakeConstSpan(&part, 1), options_.timeout, what));
+  if (options_.tls != nullptr) {
+    // The worker's answer says it took this client's certificate; a
+    // refusal arrives here as its TLS alert (UNAUTHENTICATED).
+    char echo[kDataPrefaceBytes];
+    TESSERA_RETURN_IF_ERROR(
+        c->stream().Receive(echo, sizeof(echo), options_.timeout, what));
+    if (absl::string_view(echo, sizeof(echo)) != preface) {
+      return absl::DataLossError(
+          absl::StrCat(what, ": answered the preface with other bytes"));
+    }
+  }
   return c;
 }
 

@@ -4,7 +4,9 @@
 // gRPC's to copy out of.
 //
 // A connection opens with the client's preface ("TSDP" and the version, 8
-// bytes); then requests follow one after another, each answered in order:
+// bytes), which a TLS data port sends back (so that the client knows its
+// certificate was taken before it sends a request); then requests follow
+// one after another, each answered in order:
 //
 //   request:  op (u32) | meta bytes (u32) | payload bytes (u64) | meta |
 //   payload reply:    code (u32) | message bytes (u32) | payload bytes (u64)

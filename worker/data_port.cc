@@ -111,6 +111,14 @@ bool Session::Run(const std::atomic<bool>& stopping,
     return false;
   if (!CheckDataPreface(absl::string_view(preface, sizeof(preface))).ok())
     return true;
+  // Under TLS the preface is answered in kind: the client learns that its
+  // certificate was taken (TLS 1.3 tells a refusal only after the client's
+  // handshake is done) before it sends a request.
+  if (stream_->tls()) {
+    const iovec echo{preface, sizeof(preface)};
+    if (!stream_->Send(absl::MakeConstSpan(&echo, 1), stall, "peer").ok())
+      return false;
+  }
   while (!stopping.load()) {
     if (!stream_->WaitReadable(options_.idle_timeout)) return false;
     char header_bytes[kDataHeaderBytes];
