@@ -123,8 +123,8 @@ absl::StatusOr<CoordinatorDaemonOptions> CoordinatorDaemonOptionsFromFlags() {
       std::max<int64_t>(0, absl::GetFlag(FLAGS_max_workers)));
   const int64_t max_waiters = absl::GetFlag(FLAGS_max_waiters);
   if (max_waiters < 1 || max_waiters > 1000000) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max_waiters=", max_waiters, ": expected 1 to 1000000"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_waiters=", max_waiters, ": expected 1 to 1000000"));
   }
   c.max_waiters = static_cast<int>(max_waiters);
   c.max_shards_per_tensor = absl::GetFlag(FLAGS_max_shards_per_tensor);
