@@ -993,15 +993,8 @@ absl::StatusOr<uint64_t> Client::WaitForVersion(const std::string& name,
   } else {
     // Fixed here, not by the coordinator, so that a wait carried on at the
     // next leader waits for the same version.
-    v1::GetTensorRequest get;
-    get.set_name(name);
-    v1::GetTensorResponse got;
-    TESSERA_RETURN_IF_ERROR(Call(ControlCall(*connection_, /*idempotent=*/true),
-                                 [&](grpc::ClientContext* context) {
-                                   return connection_->coordinator()->GetTensor(
-                                       context, get, &got);
-                                 }));
-    request.set_min_version(got.tensor().version() + 1);
+    TESSERA_ASSIGN_OR_RETURN(const TensorMetadata now, Describe(name));
+    request.set_min_version(now.version + 1);
   }
   while (true) {
     const absl::Duration left = deadline - absl::Now();

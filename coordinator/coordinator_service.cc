@@ -88,6 +88,9 @@ class WaitReactor final : public grpc::ServerUnaryReactor {
     WaitReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
     v1::WaitForVersionResponse* response ABSL_GUARDED_BY(mu) = nullptr;
     bool finished ABSL_GUARDED_BY(mu) = false;
+    // The wait, to drop when the caller goes. Kept here, not in the
+    // reactor, which gRPC may delete as soon as the call ends.
+    VersionWaiters::Handle handle ABSL_GUARDED_BY(mu);
   };
 
   explicit WaitReactor(v1::WaitForVersionResponse* response)
@@ -97,9 +100,18 @@ class WaitReactor final : public grpc::ServerUnaryReactor {
     target_->response = response;
   }
   const std::shared_ptr<Target>& target() const { return target_; }
-  void set_handle(VersionWaiters::Handle handle) {
-    absl::MutexLock lock(&mu_);
-    handle_ = std::move(handle);
+  // Keeps `handle` for a cancellation; drops the wait at once when the
+  // call already ended (cancelled, or answered, meanwhile).
+  static void Keep(const std::shared_ptr<Target>& target,
+                   VersionWaiters::Handle handle) {
+    {
+      absl::MutexLock lock(&target->mu);
+      if (!target->finished) {
+        target->handle = std::move(handle);
+        return;
+      }
+    }
+    handle.Cancel();
   }
 
   // Ends the call with `result` unless it already ended.
@@ -117,10 +129,12 @@ class WaitReactor final : public grpc::ServerUnaryReactor {
   }
 
   void OnCancel() override {
+    VersionWaiters::Handle handle;
     {
-      absl::MutexLock lock(&mu_);
-      handle_.Cancel();
+      absl::MutexLock lock(&target_->mu);
+      handle = std::move(target_->handle);
     }
+    handle.Cancel();
     End(target_, absl::CancelledError("the caller went away"));
   }
   void OnDone() override {
@@ -133,8 +147,6 @@ class WaitReactor final : public grpc::ServerUnaryReactor {
 
  private:
   const std::shared_ptr<Target> target_;
-  absl::Mutex mu_;
-  VersionWaiters::Handle handle_ ABSL_GUARDED_BY(mu_);
 };
 
 // The longest one wait may last.
@@ -171,7 +183,7 @@ grpc::ServerUnaryReactor* CoordinatorService::WaitForVersion(
             [target](absl::StatusOr<uint64_t> result) {
               WaitReactor::End(target, result);
             }));
-    reactor->set_handle(std::move(handle));
+    WaitReactor::Keep(target, std::move(handle));
     return absl::OkStatus();
   }();
   if (!refused.ok()) WaitReactor::End(target, refused);
