@@ -106,6 +106,13 @@ std::vector<CommandDef> ClusterCommands() {
        0,
        {{"json", true}},
        &RunCoordinators},
+      {"quota",
+       "quota [--json]",
+       "what principals hold against their quotas (bytes of every replica, "
+       "tensor names): an admin sees every principal, others themselves",
+       0,
+       {{"json", true}},
+       &RunQuota},
       {"create",
        "create NAME --shape=D0,D1,.. --dtype=T SPEC [--init=I] [--replicas=R] "
        "[--json]",
@@ -781,6 +788,26 @@ absl::Status RunCoordinators(const Invocation& inv, std::ostream& out) {
   std::vector<std::vector<std::string>> rows = {{"ADDRESS", "ROLE", "ALIVE"}};
   for (const CoordinatorStatus& c : list) {
     rows.push_back({c.address, c.role, c.alive ? "yes" : "no"});
+  }
+  PrintTable(rows, out);
+  return absl::OkStatus();
+}
+
+absl::Status RunQuota(const Invocation& inv, std::ostream& out) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
+  TESSERA_ASSIGN_OR_RETURN(std::vector<QuotaInfo> quotas, client->Quotas());
+  if (inv.GetBool("json")) {
+    out << QuotasJson(quotas) << "\n";
+    return absl::OkStatus();
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"PRINCIPAL", "BYTES", "BYTES_LIMIT", "NAMES", "NAMES_LIMIT"}};
+  for (const QuotaInfo& q : quotas) {
+    rows.push_back(
+        {q.principal, FormatBytes(q.bytes),
+         q.bytes_limit < 0 ? "unlimited" : FormatBytes(q.bytes_limit),
+         absl::StrCat(q.names),
+         q.names_limit < 0 ? "unlimited" : absl::StrCat(q.names_limit)});
   }
   PrintTable(rows, out);
   return absl::OkStatus();

@@ -73,6 +73,7 @@ struct Invocation {
 // to the cluster and prints its result to `out`.
 absl::Status RunWorkers(const Invocation& inv, std::ostream& out);
 absl::Status RunCoordinators(const Invocation& inv, std::ostream& out);
+absl::Status RunQuota(const Invocation& inv, std::ostream& out);
 absl::Status RunCreate(const Invocation& inv, std::ostream& out);
 absl::Status RunPut(const Invocation& inv, std::ostream& out);
 absl::Status RunGet(const Invocation& inv, std::ostream& out);

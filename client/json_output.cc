@@ -98,9 +98,26 @@ std::string DescribeJson(const TensorMetadata& meta) {
               {"shape", Ints(meta.shape)},
               {"dtype", std::string(DTypeName(meta.dtype))},
               {"version", meta.version},
+              {"owner", meta.owner.empty() ? Json(nullptr) : Json(meta.owner)},
               {"shards", std::move(shards)}};
   if (!meta.pending.empty()) out["pending"] = meta.pending;
   return Dumps(out);
+}
+
+std::string QuotasJson(const std::vector<QuotaInfo>& quotas) {
+  Json items = Json::array();
+  // null: unlimited.
+  auto limit = [](int64_t value) {
+    return value < 0 ? Json(nullptr) : Json(value);
+  };
+  for (const QuotaInfo& q : quotas) {
+    items.push_back({{"principal", q.principal},
+                     {"bytes", q.bytes},
+                     {"bytes_limit", limit(q.bytes_limit)},
+                     {"names", q.names},
+                     {"names_limit", limit(q.names_limit)}});
+  }
+  return Dumps(items);
 }
 
 std::string TensorListJson(const std::vector<TensorInfo>& tensors) {

@@ -22,6 +22,9 @@ std::string DescribeJson(const TensorMetadata& meta);
 
 // `ls --json`: [{"name", "shape", "dtype", "version", "num_shards"}, ...].
 std::string TensorListJson(const std::vector<TensorInfo>& tensors);
+// `quota --json`: [{"principal", "bytes", "bytes_limit", "names",
+// "names_limit"}], a limit null where there is none.
+std::string QuotasJson(const std::vector<QuotaInfo>& quotas);
 
 // `workers --json`: [{"name", "rank", "address", "device", "alive",
 // "bytes_used"}, ...].

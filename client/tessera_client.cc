@@ -337,6 +337,22 @@ absl::StatusOr<std::vector<CoordinatorStatus>> Client::Coordinators() {
   return out;
 }
 
+absl::StatusOr<std::vector<QuotaInfo>> Client::Quotas() {
+  v1::GetQuotasRequest request;
+  v1::GetQuotasResponse response;
+  TESSERA_RETURN_IF_ERROR(Call(ControlCall(*connection_, /*idempotent=*/true),
+                               [&](grpc::ClientContext* context) {
+                                 return connection_->coordinator()->GetQuotas(
+                                     context, request, &response);
+                               }));
+  std::vector<QuotaInfo> out;
+  for (const v1::QuotaInfo& q : response.quotas()) {
+    out.push_back({q.principal(), q.bytes(), q.bytes_limit(), q.names(),
+                   q.names_limit()});
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<WorkerInfo>> Client::Workers() {
   v1::ListWorkersRequest request;
   v1::ListWorkersResponse response;

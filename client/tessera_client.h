@@ -40,6 +40,15 @@ namespace tessera {
 class Connection;    // client/connection.h: channels, stubs, data plane
 class DeviceReader;  // client/device_reader.h: CUDA IPC (CUDA builds only)
 
+// What one principal holds against its quota (Client::Quotas).
+struct QuotaInfo {
+  std::string principal;  // "anonymous": the cluster authenticates no one
+  int64_t bytes = 0;       // every replica, mirror and pending new shard
+  int64_t bytes_limit = -1;  // -1: unlimited
+  int64_t names = 0;         // tensor names held, pending ones too
+  int64_t names_limit = -1;  // -1: unlimited
+};
+
 struct TensorInfo {
   std::string name;
   Shape shape;
@@ -112,6 +121,9 @@ class Client {
   // metadata: which leads, which stand by; an address given that is not
   // standing (down) is listed as a standby that is not alive.
   absl::StatusOr<std::vector<CoordinatorStatus>> Coordinators();
+  // What principals hold against their quotas (CLI.md "Quotas (v4)"): an
+  // admin sees every principal, others only themselves.
+  absl::StatusOr<std::vector<QuotaInfo>> Quotas();
   // Worker management (the admin role; CLI.md "Replicas (v3)"): kCordoned,
   // kReady (uncordon) or kDraining. NOT_FOUND for an unknown worker.
   absl::Status SetWorkerState(const std::string& worker, WorkerState state);

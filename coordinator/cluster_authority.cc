@@ -108,7 +108,9 @@ absl::StatusOr<Principal> ClusterAuthority::Admit(
     absl::string_view full_method) const {
   absl::StatusOr<Role> need = RequiredRole(full_method);
   if (!need.ok()) return absl::PermissionDeniedError(need.status().message());
-  if (!authorization_) return Principal{"", Role::kAdmin};
+  // Without tokens every caller is trusted as admin; with mutual TLS it is
+  // named by its certificate's subject CN (whose quota it uses).
+  if (!authorization_) return Principal{PeerCommonName(context), Role::kAdmin};
   const std::string secret = BearerToken(context);
   if (secret.empty()) {
     return absl::UnauthenticatedError(

@@ -95,6 +95,23 @@ Coordinator::Coordinator(CoordinatorOptions options,
           .Gauge("tessera_retired_versions",
                  "Replaced tensor versions waiting to be freed.")
           ->Set(static_cast<double>(table_.NumRetired()));
+      for (const QuotaReport& q : Quotas()) {
+        const std::string principal = PrincipalLabel(q.principal);
+        metrics
+            .Gauge("tessera_quota_bytes",
+                   "Bytes a principal's tensors hold: every replica and "
+                   "mirror, and new shards of changes not committed yet.",
+                   {{"principal", principal}})
+            ->Set(static_cast<double>(q.use.bytes));
+        if (q.limit.bytes >= 0) {
+          metrics
+              .Gauge("tessera_quota_limit_bytes",
+                     "A principal's byte quota (--quotas); absent where "
+                     "unlimited.",
+                     {{"principal", principal}})
+              ->Set(static_cast<double>(q.limit.bytes));
+        }
+      }
       const ExchangeGroups::Stats nccl = orchestrator_.exchange_stats();
       for (const auto& [outcome, count] :
            {std::pair<const char*, int64_t>{"ok", nccl.exchanges},
@@ -344,6 +361,31 @@ HeartbeatResult Coordinator::Heartbeat(const std::string& name,
                                        int64_t bytes_used,
                                        const HeldReport& held) {
   return reconciler_.Heartbeat(name, bytes_used, held);
+}
+
+void Coordinator::SetQuotas(std::shared_ptr<const QuotaTable> quotas) {
+  table_.SetQuotas(std::move(quotas));
+}
+
+std::vector<Coordinator::QuotaReport> Coordinator::Quotas(
+    std::optional<std::string> only) const {
+  const std::shared_ptr<const QuotaTable> quotas = table_.quotas();
+  std::map<std::string, QuotaUse> usage = table_.Usage();
+  if (quotas != nullptr && !only.has_value()) {
+    for (const std::string& name : quotas->Listed()) usage.try_emplace(name);
+  }
+  if (only.has_value()) {
+    const QuotaUse use = usage[*only];
+    usage = {{*only, use}};
+  }
+  std::vector<QuotaReport> out;
+  for (const auto& [principal, use] : usage) {
+    QuotaReport& report = out.emplace_back();
+    report.principal = principal;
+    report.use = use;
+    if (quotas != nullptr) report.limit = quotas->For(principal);
+  }
+  return out;
 }
 
 std::vector<WorkerRecord> Coordinator::ListWorkers() const {

@@ -20,7 +20,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,6 +42,7 @@
 #include "coordinator/worker_registry.h"
 #include "core/layout_spec.h"
 #include "core/metrics.h"
+#include "core/quota.h"
 #include "core/tensor_metadata.h"
 #include "core/transfer.h"
 
@@ -156,6 +159,22 @@ class Coordinator {
   HeartbeatResult Heartbeat(const std::string& name, int64_t bytes_used,
                             const HeldReport& held);
   std::vector<WorkerRecord> ListWorkers() const;
+
+  // --- Quotas (CLI.md "Quotas (v4)") ---
+  // The limits every admission is checked against from now on (null:
+  // none, use is still counted).
+  void SetQuotas(std::shared_ptr<const QuotaTable> quotas);
+  // One principal's use and limits.
+  struct QuotaReport {
+    std::string principal;  // empty: anonymous
+    QuotaUse use;
+    QuotaLimit limit;
+  };
+  // Every principal that owns something or is listed in the quotas, by
+  // name; with `only`, that principal alone (listed even when it holds
+  // nothing).
+  std::vector<QuotaReport> Quotas(
+      std::optional<std::string> only = std::nullopt) const;
 
   // Worker management (CLI.md "Replicas (v3)", the admin role): `state` is
   // kCordoned (no new shards), kReady (uncordon) or kDraining (no new

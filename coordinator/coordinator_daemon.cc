@@ -139,8 +139,10 @@ class CoordinatorDaemon::Parts {
   std::unique_ptr<EtcdMetadataStore> etcd_store;  // until Serve takes it
   std::unique_ptr<Leadership> leadership;
   std::unique_ptr<ClusterAuthority> authority;
-  std::unique_ptr<CredentialWatch> watch;
   std::unique_ptr<Coordinator> coordinator;
+  // After the authority and the coordinator, which its callbacks (--tokens,
+  // --quotas) change: its thread stops before they go.
+  std::unique_ptr<CredentialWatch> watch;
   // After the coordinator, so it stops serving (and calling the
   // coordinator's collector) before the coordinator is destroyed.
   std::unique_ptr<MetricsHttpServer> metrics_server;
@@ -149,6 +151,7 @@ class CoordinatorDaemon::Parts {
   std::unique_ptr<ListenerProbe> probe;
 
   void FollowTokens(const std::string& path);
+  void FollowQuotas(const std::string& path);
   // The metadata store --data_dir or memory give (etcd's is made by Stand).
   std::unique_ptr<MetadataStore> LocalStore(
       const CoordinatorDaemonOptions& options, FileMetadataStore** file_store);
@@ -171,6 +174,24 @@ void CoordinatorDaemon::Parts::FollowTokens(const std::string& path) {
       return;
     }
     spdlog::info("--tokens {} changed: {} principal(s) now", path, count);
+  });
+}
+
+void CoordinatorDaemon::Parts::FollowQuotas(const std::string& path) {
+  watch->WatchFile(path, [path, coordinator = coordinator.get()] {
+    absl::StatusOr<QuotaTable> table = QuotaTable::Load(path);
+    if (!table.ok()) {
+      spdlog::error(
+          "--quotas {} changed but cannot be used ({}); the previous quotas "
+          "stay in force",
+          path, std::string(table.status().message()));
+      return;
+    }
+    const size_t listed = table->Listed().size();
+    const bool others = table->HasDefault();
+    coordinator->SetQuotas(std::make_shared<const QuotaTable>(*std::move(table)));
+    spdlog::info("--quotas {} changed: {} principal(s) listed{}", path, listed,
+                 others ? ", and a quota for the others" : "");
   });
 }
 
@@ -373,6 +394,9 @@ absl::Status CoordinatorDaemon::Serve() {
         after.entries_read - before.entries_read, before.snapshots_read,
         before.entries_read);
   }
+  // Quotas apply from the first call served; the file is followed on disk.
+  p.coordinator->SetQuotas(o.quotas);
+  if (!o.quotas_file.empty()) p.FollowQuotas(o.quotas_file);
   p.service = std::make_unique<CoordinatorService>(p.coordinator.get(),
                                                    p.authority.get());
   // A leader paused past its lease (SIGSTOP, a VM stall) may be deposed

@@ -38,6 +38,10 @@ struct CoordinatorDaemonOptions {
   int64_t recover_truncate_log_at = -1;
   std::string metrics_listen;  // empty: no metrics port
   std::string tokens;          // the --tokens file; empty: no authorization
+  // The --quotas file (followed on disk like --tokens; empty: nothing is
+  // limited) and its limits as read at start (null: none).
+  std::string quotas_file;
+  std::shared_ptr<const QuotaTable> quotas;
   // Leases, limits, repair; `metrics` is filled by Start.
   CoordinatorOptions coordinator;
   // Connection bounds; metrics, credentials and health_listen are filled

@@ -44,6 +44,10 @@ ABSL_FLAG(int64_t, recover_truncate_log_at, -1,
           "log in --data_dir is damaged at this byte offset (it names it): "
           "keep a copy of the log as log.damaged-OFFSET, then drop the "
           "damaged record and every record after it and start");
+ABSL_FLAG(std::string, quotas, "",
+          "file of quotas, one `PRINCIPAL BYTES [NAMES]` per line (BYTES "
+          "with K, M, G, T or `unlimited`; `*`: every principal not "
+          "listed), read again every --reload_interval");
 ABSL_FLAG(std::string, tokens, "",
           "file of principals, one `NAME ROLE SECRET` per line (mode 0600); "
           "turns authorization on");
@@ -107,6 +111,15 @@ absl::StatusOr<CoordinatorDaemonOptions> CoordinatorDaemonOptionsFromFlags() {
   o.recover_truncate_log_at = absl::GetFlag(FLAGS_recover_truncate_log_at);
   o.metrics_listen = MetricsListenFlag();
   o.tokens = absl::GetFlag(FLAGS_tokens);
+  o.quotas_file = absl::GetFlag(FLAGS_quotas);
+  if (!o.quotas_file.empty()) {
+    absl::StatusOr<QuotaTable> quotas = QuotaTable::Load(o.quotas_file);
+    if (!quotas.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--quotas: ", quotas.status().message()));
+    }
+    o.quotas = std::make_shared<const QuotaTable>(*std::move(quotas));
+  }
   o.shutdown_grace = absl::GetFlag(FLAGS_shutdown_grace);
   CoordinatorOptions& c = o.coordinator;
   // A zero or negative count becomes a zero duration, refused by Validate.

@@ -396,6 +396,31 @@ grpc::Status CoordinatorService::ListCoordinators(
   return grpc::Status::OK;
 }
 
+grpc::Status CoordinatorService::GetQuotas(grpc::ServerContext* context,
+                                           const v1::GetQuotasRequest*,
+                                           v1::GetQuotasResponse* response) {
+  absl::StatusOr<Principal> principal = Admit(context, "GetQuotas");
+  if (!principal.ok()) return ToGrpcStatus(principal.status());
+  // An admin sees every principal; others only themselves, so that a
+  // tenant learns nothing of another's.
+  const bool admin = RoleCovers(principal->role, Role::kAdmin);
+  for (const Coordinator::QuotaReport& q : coordinator_->Quotas(
+           admin ? std::nullopt : std::optional<std::string>(principal->name))) {
+    v1::QuotaInfo* info = response->add_quotas();
+    info->set_principal(PrincipalLabel(q.principal));
+    info->set_bytes(q.use.bytes);
+    info->set_bytes_limit(q.limit.bytes);
+    info->set_names(q.use.names);
+    info->set_names_limit(q.limit.names);
+  }
+  if (absl::Status size = CheckReplySize(*response, "the list of quotas", "");
+      !size.ok()) {
+    response->Clear();
+    return ToGrpcStatus(size);
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status CoordinatorService::ListWorkers(
     grpc::ServerContext* context, const v1::ListWorkersRequest*,
     v1::ListWorkersResponse* response) {

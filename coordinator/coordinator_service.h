@@ -40,6 +40,9 @@ class CoordinatorService final : public v1::Coordinator::Service {
   grpc::Status ListCoordinators(
       grpc::ServerContext*, const v1::ListCoordinatorsRequest* request,
       v1::ListCoordinatorsResponse* response) override;
+  grpc::Status GetQuotas(grpc::ServerContext*,
+                         const v1::GetQuotasRequest* request,
+                         v1::GetQuotasResponse* response) override;
 
   // Who answers ListCoordinators: the coordinators of the etcd prefix (the
   // leader first), or this one alone. Set before serving.

@@ -320,6 +320,7 @@ absl::StatusOr<TensorMetadataPtr> Orchestrator::Create(
   meta->requires_grad = args.requires_grad;
   meta->pin_memory = args.pin_memory;
   meta->origin = args.origin;
+  meta->owner = args.owner;
   meta->version = 1;
   meta->incarnation = RandomId();
   // A put's own id: its write grants, commit and abandon name it.
@@ -332,7 +333,10 @@ absl::StatusOr<TensorMetadataPtr> Orchestrator::Create(
                                  absl::StrCat("creating '", args.name, "'"),
                                  args.stop, limits_));
 
-  TESSERA_RETURN_IF_ERROR(table_->ReserveName(args.name, args.owner));
+  // The owner's quota is charged here, with the name: nothing is allocated
+  // past it.
+  TESSERA_RETURN_IF_ERROR(
+      table_->ReserveName(args.name, args.owner, HeldBytes(*meta)));
   const MetadataLog::Ticket ids =
       table_->ReserveIds(absl::MakeSpan(meta->shards));
   bool allocated = false;
@@ -613,6 +617,8 @@ absl::Status Orchestrator::MakeNewShards(
   TESSERA_RETURN_IF_ERROR(CheckCapacity(out->meta));
   // A caller that gave up gets nothing allocated.
   TESSERA_RETURN_IF_ERROR(GaveUp(caller.Check(), what, caller, limits_));
+  // The owner's quota takes the new shards until the change ends.
+  TESSERA_RETURN_IF_ERROR(table_->Charge(next->name, HeldBytes(out->meta), what));
   TESSERA_RETURN_IF_ERROR(log_->Wait(ids));
   out->allocate_start = absl::Now();
   TESSERA_RETURN_IF_ERROR(
@@ -666,6 +672,7 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(
   new_meta->requires_grad = old_meta->requires_grad;
   new_meta->pin_memory = old_meta->pin_memory;
   new_meta->origin = old_meta->origin;
+  new_meta->owner = old_meta->owner;
   new_meta->version = old_meta->version + 1;
   new_meta->incarnation = old_meta->incarnation;
   TESSERA_RETURN_IF_ERROR(

@@ -8,6 +8,7 @@
 #include "core/capability.h"
 #include "core/errors.h"
 #include "core/shard_record.h"
+#include "core/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera {
@@ -24,6 +25,7 @@ void TensorTable::Restore(const MetadataState& state) {
     }
     Entry& entry = tensors_[name];
     entry.state = State::kReady;
+    entry.owner = meta->owner;
     entry.meta = meta;
   }
 }
@@ -194,8 +196,14 @@ void TensorTable::ReleaseIds(absl::Span<const ShardInfo> shards) {
 }
 
 absl::Status TensorTable::ReserveName(const std::string& name,
-                                      const std::string& owner) {
+                                      const std::string& owner,
+                                      int64_t bytes) {
   absl::MutexLock lock(&mu_);
+  if (quotas_ != nullptr && tensors_.count(name) == 0) {
+    TESSERA_RETURN_IF_ERROR(CheckQuota(owner, UseOf(owner), QuotaUse{bytes, 1},
+                                       quotas_->For(owner),
+                                       absl::StrCat("creating '", name, "'")));
+  }
   auto [it, inserted] = tensors_.try_emplace(name);
   if (!inserted && it->second.state == State::kPending) {
     // Invisible to `ls`: say what holds the name, and until when.
@@ -215,6 +223,7 @@ absl::Status TensorTable::ReserveName(const std::string& name,
   it->second.created = options_.clock();
   it->second.kept = it->second.created;
   it->second.owner = owner;
+  it->second.charged = bytes;
   return absl::OkStatus();
 }
 
@@ -222,6 +231,7 @@ TensorTable::Ticket TensorTable::CommitCreate(TensorMetadataPtr meta,
                                               bool pending) {
   absl::MutexLock lock(&mu_);
   Entry& entry = tensors_.at(meta->name);
+  entry.charged = 0;  // its shards are in `meta` now
   if (pending) {
     entry.state = State::kPending;
     // Its lease starts with the reply: allocating may have taken long.
@@ -440,6 +450,7 @@ void TensorTable::StageUpdate(TensorMetadataPtr next, TensorMetadata fresh,
   entry.update_owner = owner;
   entry.update_staged = options_.clock();
   entry.update_kept = entry.update_staged;
+  entry.charged = 0;  // its new shards are in `update_fresh` now
 }
 
 TensorMetadataPtr TensorTable::DropUpdate(Entry* entry) {
@@ -546,6 +557,7 @@ void TensorTable::FinishReshard(const TensorMetadataPtr& new_meta,
   Entry& entry = tensors_.at(new_meta->name);
   entry.busy = false;
   if (!status.ok()) return;
+  entry.charged = 0;  // the new shards are in `meta` now
   const uint64_t old_version = entry.meta->version;
   entry.meta = new_meta;
   Retire(new_meta->name, old_version, std::move(retired));
@@ -554,7 +566,71 @@ void TensorTable::FinishReshard(const TensorMetadataPtr& new_meta,
 void TensorTable::EndReshard(const std::string& name) {
   absl::MutexLock lock(&mu_);
   auto it = tensors_.find(name);
-  if (it != tensors_.end()) it->second.resharding = false;
+  if (it == tensors_.end()) return;
+  it->second.resharding = false;
+  it->second.charged = 0;  // committed, or its new shards are freed
+}
+
+void TensorTable::SetQuotas(std::shared_ptr<const QuotaTable> quotas) {
+  absl::MutexLock lock(&mu_);
+  quotas_ = std::move(quotas);
+}
+
+std::shared_ptr<const QuotaTable> TensorTable::quotas() const {
+  absl::MutexLock lock(&mu_);
+  return quotas_;
+}
+
+int64_t TensorTable::EntryBytes(const Entry& entry) {
+  int64_t bytes = entry.charged;
+  if (entry.meta != nullptr) bytes += HeldBytes(*entry.meta);
+  if (entry.update_fresh != nullptr) bytes += HeldBytes(*entry.update_fresh);
+  return bytes;
+}
+
+QuotaUse TensorTable::UseOf(const std::string& owner) const {
+  QuotaUse use;
+  for (const auto& [name, entry] : tensors_) {
+    if (entry.owner != owner) continue;
+    use.bytes += EntryBytes(entry);
+    ++use.names;
+  }
+  for (const Retirement& r : retirements_) {
+    auto it = tensors_.find(r.name);
+    if (it != tensors_.end() && it->second.owner == owner)
+      use.bytes += HeldBytes(*r.shards);
+  }
+  return use;
+}
+
+std::map<std::string, QuotaUse> TensorTable::Usage() const {
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, QuotaUse> out;
+  for (const auto& [name, entry] : tensors_) {
+    QuotaUse& use = out[entry.owner];
+    use.bytes += EntryBytes(entry);
+    ++use.names;
+  }
+  for (const Retirement& r : retirements_) {
+    auto it = tensors_.find(r.name);
+    if (it != tensors_.end()) out[it->second.owner].bytes += HeldBytes(*r.shards);
+  }
+  return out;
+}
+
+absl::Status TensorTable::Charge(const std::string& name, int64_t bytes,
+                                 absl::string_view what) {
+  absl::MutexLock lock(&mu_);
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) return NotFoundError("tensor", name);
+  Entry& entry = it->second;
+  if (quotas_ != nullptr) {
+    TESSERA_RETURN_IF_ERROR(CheckQuota(entry.owner, UseOf(entry.owner),
+                                       QuotaUse{bytes, 0},
+                                       quotas_->For(entry.owner), what));
+  }
+  entry.charged += bytes;
+  return absl::OkStatus();
 }
 
 absl::Status TensorTable::KeepPending(const std::string& name, uint64_t version,

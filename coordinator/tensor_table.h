@@ -39,6 +39,7 @@
 #include "absl/types/span.h"
 #include "coordinator/metadata_log.h"
 #include "coordinator/reconciliation.h"
+#include "core/quota.h"
 #include "core/tensor_metadata.h"
 
 namespace tessera {
@@ -156,9 +157,12 @@ class TensorTable {
 
   // Sets the name aside (ALREADY_EXISTS when taken); the tensor is
   // invisible until FinishCreate.
-  // `owner` is the principal creating it: only it may commit a put.
+  // `owner` is the principal creating it: only it may commit a put, and
+  // its quota is charged `bytes` (the new shards, every replica) and one
+  // name, in the same step: RESOURCE_EXHAUSTED "quota" when over, with
+  // nothing reserved.
   absl::Status ReserveName(const std::string& name,
-                           const std::string& owner = "")
+                           const std::string& owner = "", int64_t bytes = 0)
       ABSL_LOCKS_EXCLUDED(mu_);
   // The shards are allocated: a put (`pending`) becomes pending at once and
   // needs no record (returns 0); otherwise the tensor's record is enqueued.
@@ -264,6 +268,28 @@ class TensorTable {
                            uint64_t change, const std::string& principal)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // --- Quotas (core/quota.h) ---
+  //
+  // A tensor's bytes count against its owner: every replica of its current
+  // version, a staged update's new shards, the replaced shards not freed
+  // yet, and what a change in progress was admitted for (ReserveName,
+  // Charge) until its shards are in the table. Use is always summed from
+  // the table itself, so it cannot drift from the metadata (after a
+  // recovery or a promotion too).
+
+  // The limits admissions are checked against from now on (null: none).
+  void SetQuotas(std::shared_ptr<const QuotaTable> quotas)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  std::shared_ptr<const QuotaTable> quotas() const ABSL_LOCKS_EXCLUDED(mu_);
+  // What every owner holds now (owners of nothing are absent).
+  std::map<std::string, QuotaUse> Usage() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Admits `bytes` of new shards for the change of `name` begun with
+  // BeginReshard (a new layout, more replicas, an update), counted against
+  // the tensor's owner until the change ends. RESOURCE_EXHAUSTED "quota"
+  // (`what` names the change) when that would pass its limit.
+  absl::Status Charge(const std::string& name, int64_t bytes,
+                      absl::string_view what) ABSL_LOCKS_EXCLUDED(mu_);
+
   // --- Background ---
 
   // Takes the retired versions whose grace is over and the puts abandoned
@@ -319,6 +345,9 @@ class TensorTable {
     std::string update_owner;
     absl::Time update_staged;
     absl::Time update_kept;
+    // Bytes admitted for shards being allocated that are not in `meta` or
+    // `update_fresh` yet (ReserveName, Charge).
+    int64_t charged = 0;
   };
   struct Retirement {
     absl::Time due;
@@ -353,6 +382,11 @@ class TensorTable {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets the leases of every version of `name`.
   void ForgetLeases(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The bytes `entry` holds for its owner (see Quotas), retirements aside.
+  static int64_t EntryBytes(const Entry& entry);
+  // `owner`'s use: its entries and their retirements.
+  QuotaUse UseOf(const std::string& owner) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops `entry`'s staged update, returning its new shards (still
   // referenced) and ending the change.
   static TensorMetadataPtr DropUpdate(Entry* entry);
@@ -370,6 +404,7 @@ class TensorTable {
   absl::flat_hash_set<uint64_t> lost_ ABSL_GUARDED_BY(mu_);
   std::vector<Retirement> retirements_ ABSL_GUARDED_BY(mu_);
   std::map<VersionKey, Leases> leases_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const QuotaTable> quotas_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera

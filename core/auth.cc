@@ -41,6 +41,7 @@ const absl::flat_hash_map<std::string, Role>& MethodTable() {
       {"/tessera.v1.Coordinator/ListTensors", Role::kRead},
       {"/tessera.v1.Coordinator/GetMoveProgress", Role::kRead},
       {"/tessera.v1.Coordinator/WaitForVersion", Role::kRead},
+      {"/tessera.v1.Coordinator/GetQuotas", Role::kRead},
       {"/tessera.v1.Coordinator/CreateTensor", Role::kWrite},
       {"/tessera.v1.Coordinator/CommitTensor", Role::kWrite},
       {"/tessera.v1.Coordinator/KeepPending", Role::kWrite},

@@ -54,6 +54,16 @@ std::vector<Box> TensorMetadata::Boxes() const {
 
 int64_t TensorMetadata::NumElements() const { return ElementCount(shape); }
 
+int64_t HeldBytes(const TensorMetadata& meta) {
+  const int64_t item = static_cast<int64_t>(ItemSize(meta.dtype));
+  int64_t bytes = 0;
+  for (const ShardInfo& shard : meta.shards) {
+    bytes += shard.box.NumElements() * item *
+             static_cast<int64_t>(shard.replicas.size());
+  }
+  return bytes;
+}
+
 int64_t TensorMetadata::ByteSize() const {
   return NumElements() * static_cast<int64_t>(ItemSize(dtype));
 }

@@ -97,6 +97,10 @@ inline constexpr int64_t kMaxOriginBytes = int64_t{64} << 10;
 inline constexpr int64_t kMaxOriginEntry = int64_t{1} << 20;
 absl::Status CheckFileOrigin(const FileOrigin& origin);
 
+// Longest principal name an owner field may hold (a token name, a
+// certificate's CN).
+inline constexpr size_t kMaxOwnerBytes = 1024;
+
 struct TensorMetadata {
   std::string name;
   Shape shape;
@@ -110,6 +114,10 @@ struct TensorMetadata {
   uint64_t incarnation = 0;
   // What a safetensors import recorded (kept by every version).
   FileOrigin origin;
+  // The principal that created the tensor (kept by every version): its
+  // bytes count against that principal's quota. Empty: no one (created
+  // without tokens or client certificates, or before owners were kept).
+  std::string owner;
   // The put or update that made this version, while it can be committed
   // or abandoned (0: none). Its write grants name it; commit and abandon
   // must. Issued with the reply that starts it; never stored.
@@ -130,6 +138,10 @@ struct TensorMetadata {
   // being its shown replica's.
   std::string HandleString(size_t index) const;
 };
+
+// The bytes every replica of every shard `meta` lists takes (what a
+// tensor, or a set of new shards, holds in worker memory).
+int64_t HeldBytes(const TensorMetadata& meta);
 
 // Where a read or write of a shard's bytes goes: one replica, with what a
 // transport needs to reach it.

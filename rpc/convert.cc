@@ -556,6 +556,7 @@ void TensorMetadataToProto(const TensorMetadata& meta,
   out->mutable_properties()->set_pin_memory(meta.pin_memory);
   out->set_version(meta.version);
   out->set_incarnation(meta.incarnation);
+  if (!meta.owner.empty()) out->set_owner(meta.owner);
   if (meta.origin.entry != 0 || meta.origin.scalar ||
       !meta.origin.metadata.empty()) {
     FileOriginToProto(meta.origin, out->mutable_origin());
@@ -610,6 +611,12 @@ absl::StatusOr<TensorMetadata> TensorMetadataFromProto(
   out.version = meta.version();
   out.incarnation = meta.incarnation();
   TESSERA_ASSIGN_OR_RETURN(out.origin, FileOriginFromProto(meta.origin()));
+  if (meta.owner().size() > kMaxOwnerBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("owner: ", meta.owner().size(), " bytes (at most ",
+                     kMaxOwnerBytes, ")"));
+  }
+  out.owner = meta.owner();
   if (meta.has_packed_shards()) {
     if (meta.shards_size() > 0) {
       return absl::InvalidArgumentError(

@@ -304,6 +304,17 @@ std::string BearerToken(const grpc::ServerContextBase& context) {
   return value.substr(sizeof(kBearerPrefix) - 1);
 }
 
+std::string PeerCommonName(const grpc::ServerContextBase& context) {
+  std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  if (auth == nullptr || !auth->IsPeerAuthenticated()) return "";
+  // The property gRPC's TLS layer sets from the verified peer certificate.
+  for (const grpc::string_ref& cn :
+       auth->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME)) {
+    return std::string(cn.data(), cn.size());
+  }
+  return "";
+}
+
 std::string PresentedCapability(const grpc::ServerContextBase& context) {
   return MetadataValue(context, kCapabilityHeader);
 }

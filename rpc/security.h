@@ -116,6 +116,9 @@ void PresentCapability(grpc::ClientContext* context,
 
 // Server side: what the caller presented (empty when nothing).
 std::string BearerToken(const grpc::ServerContextBase& context);
+// The subject CN of the client certificate the caller presented over mutual
+// TLS, checked by the handshake ("" without one).
+std::string PeerCommonName(const grpc::ServerContextBase& context);
 std::string PresentedCapability(const grpc::ServerContextBase& context);
 
 // A TLS handshake that failed (unknown CA, no or expired certificate) shows

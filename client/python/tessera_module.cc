@@ -384,6 +384,8 @@ py::dict MetaDict(const TensorMetadata& meta,
   d["requires_grad"] = meta.requires_grad;
   d["pin_memory"] = meta.pin_memory;
   d["nbytes"] = meta.ByteSize();
+  d["owner"] = meta.owner.empty() ? py::object(py::none())
+                                  : py::object(py::str(meta.owner));
   py::list shards;
   for (size_t i = 0; i < meta.shards.size(); ++i) {
     const ShardHandle* h =
@@ -520,6 +522,26 @@ class PyClient {
       d["address"] = c.address;
       d["role"] = c.role;
       d["alive"] = c.alive;
+      out.append(d);
+    }
+    return out;
+  }
+
+  // What principals hold against their quotas (CLI `quota --json`).
+  py::list Quotas() {
+    std::vector<QuotaInfo> quotas =
+        Unwrap(WithoutGil([&] { return client_->Quotas(); }));
+    py::list out;
+    auto limit = [](int64_t value) {
+      return value < 0 ? py::object(py::none()) : py::object(py::int_(value));
+    };
+    for (const QuotaInfo& q : quotas) {
+      py::dict d;
+      d["principal"] = q.principal;
+      d["bytes"] = q.bytes;
+      d["bytes_limit"] = limit(q.bytes_limit);
+      d["names"] = q.names;
+      d["names_limit"] = limit(q.names_limit);
       out.append(d);
     }
     return out;
@@ -1237,6 +1259,10 @@ PYBIND11_MODULE(_tessera, m) {
       .def("coordinators", &PyClient::Coordinators,
            "The coordinators as dicts {address, role ('leader' or "
            "'standby'), alive}, the leader first.")
+      .def("quotas", &PyClient::Quotas,
+           "What principals hold against their quotas, as dicts {principal, "
+           "bytes, bytes_limit, names, names_limit} (a limit None: "
+           "unlimited).")
       .def("moved", &PyClient::Moved)
       .def("transfer_stats", &PyClient::TransferStats)
       .def("reshard_progress", &PyClient::ReshardProgress, py::arg("name"))

@@ -321,6 +321,9 @@ class TensorMeta:
     pin_memory: bool
     nbytes: int
     shards: List[ShardMeta]
+    # The principal that created it (its bytes count against that
+    # principal's quota); None: no one (a cluster without identities).
+    owner: Optional[str] = None
 
     @property
     def numpy_dtype(self) -> np.dtype:
@@ -778,6 +781,14 @@ class Client:
     def coordinators(self) -> List[CoordinatorInfo]:
         """The coordinators (``connect("A1,A2,A3")``), the leader first."""
         return [CoordinatorInfo(**c) for c in self._impl.coordinators()]
+
+    def quota(self) -> List[Dict[str, Any]]:
+        """What principals hold against their quotas (``tessera quota
+        --json``): ``[{"principal", "bytes", "bytes_limit", "names",
+        "names_limit"}]``, a limit ``None`` where there is none. An admin
+        sees every principal, others only themselves. A change past a quota
+        raises ``ResourceExhausted`` ("quota: ...")."""
+        return self._impl.quotas()
 
     def list(self) -> List[TensorInfo]:
         """Every tensor: name, shape, dtype, version, number of shards."""

@@ -24,7 +24,7 @@ import concurrent.futures
 import functools
 import itertools
 import threading
-from typing import Any, Callable, List, Optional, TypeVar
+from typing import Any, Callable, Dict, List, Optional, TypeVar
 
 from . import Client, ReshardStats, TensorInfo, TensorMeta, UpdateStats, WorkerInfo
 from . import _region_key, _tessera
@@ -83,6 +83,9 @@ class AsyncClient:
 
     async def workers(self) -> List[WorkerInfo]:
         return await self._call(self._client.workers)
+
+    async def quota(self) -> List[Dict[str, Any]]:
+        return await self._call(self._client.quota)
 
     async def list(self) -> List[TensorInfo]:
         return await self._call(self._client.list)
