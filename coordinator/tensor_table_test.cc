@@ -564,5 +564,117 @@ TEST_F(TensorTableTest,
   EXPECT_THAT(r.found, ElementsAre(retired));
 }
 
+// --- Quotas ---
+
+std::shared_ptr<const QuotaTable> Quotas(const std::string& text) {
+  absl::StatusOr<QuotaTable> table = QuotaTable::Parse(text);
+  EXPECT_OK(table);
+  return std::make_shared<const QuotaTable>(*std::move(table));
+}
+
+TEST_F(TensorTableTest, ConcurrentCreatesCannotShareTheRemainingBytes) {
+  // Ten 8-byte tensors fit ann's 80 bytes; 16 threads race for them.
+  table_.SetQuotas(Quotas("ann 80\n"));
+  std::vector<absl::Status> results(16);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 16; ++i) {
+    threads.emplace_back([&, i] {
+      results[i] = table_.ReserveName(absl::StrCat("t", i), "ann", 8);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  int admitted = 0;
+  for (const absl::Status& status : results) {
+    if (status.ok()) {
+      ++admitted;
+    } else {
+      EXPECT_THAT(status, StatusIs(absl::StatusCode::kResourceExhausted,
+                                   HasSubstr("quota: principal 'ann' uses 80 "
+                                             "of its 80 bytes")));
+    }
+  }
+  EXPECT_EQ(admitted, 10);
+  // The refused reserved nothing: no name, no bytes.
+  const std::map<std::string, QuotaUse> usage = table_.Usage();
+  EXPECT_EQ(usage.at("ann").bytes, 80);
+  EXPECT_EQ(usage.at("ann").names, 10);
+  // Another principal is not limited by ann's line (no `*`).
+  EXPECT_OK(table_.ReserveName("bob's", "bob", 1 << 20));
+}
+
+TEST_F(TensorTableTest, ANameQuotaCountsPendingPutsAndAnExistingNameIsNoQuotaError) {
+  table_.SetQuotas(Quotas("* unlimited 2\n"));
+  Create("a", 1, /*pending=*/false, "ann");
+  Create("b", 1, /*pending=*/true, "ann");
+  EXPECT_THAT(table_.ReserveName("c", "ann", 8),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("holds 2 of its 2 tensor names")));
+  EXPECT_THAT(table_.ReserveName("a", "ann", 8),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_OK(table_.ReserveName("c", "bob", 8));
+}
+
+TEST_F(TensorTableTest, UseCountsEveryReplicaAChangeInFlightAndReplacedShards) {
+  // 4 shards of 8 bytes, each on 2 workers: 64 bytes.
+  std::shared_ptr<TensorMetadata> meta = Meta("a", 4);
+  meta->owner = "ann";
+  for (ShardInfo& shard : meta->shards) shard.replicas.push_back(Replica());
+  ASSERT_EQ(HeldBytes(*meta), 64);
+  ASSERT_OK(table_.ReserveName("a", "ann", HeldBytes(*meta)));
+  EXPECT_EQ(table_.Usage().at("ann").bytes, 64);  // admitted, not allocated
+  ASSERT_OK(log_.Wait(table_.ReserveIds(absl::MakeSpan(meta->shards))));
+  ASSERT_OK(log_.Wait(table_.CommitCreate(meta, false)));
+  table_.FinishCreate("a");
+  EXPECT_EQ(table_.Usage().at("ann").bytes, 64);
+
+  // A reshard onto 2 one-replica shards: its new shards count from the
+  // charge, the old ones until they are freed.
+  table_.SetQuotas(Quotas("ann 100\n"));
+  ASSERT_OK(table_.BeginReshard("a", 1));
+  EXPECT_THAT(table_.Charge("a", 40, "resharding 'a'"),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("uses 64 of its 100 bytes; resharding 'a' "
+                                 "needs 40 more")));
+  EXPECT_EQ(table_.Usage().at("ann").bytes, 64);  // the refusal took nothing
+  ASSERT_OK(table_.Charge("a", 16, "resharding 'a'"));
+  EXPECT_EQ(table_.Usage().at("ann").bytes, 80);
+  std::shared_ptr<TensorMetadata> next = Meta("a", 2, 2);
+  next->owner = "ann";
+  ASSERT_OK(log_.Wait(table_.ReserveIds(absl::MakeSpan(next->shards))));
+  absl::StatusOr<TensorTable::Ticket> ticket =
+      table_.CommitReshard(table_.Get("a").value(), next);
+  ASSERT_OK(ticket);
+  table_.FinishReshard(next, *meta, log_.Wait(*ticket));
+  table_.EndReshard("a");
+  EXPECT_EQ(table_.Usage().at("ann").bytes, 16 + 64);  // 64 not freed yet
+  EXPECT_EQ(table_.TakeDue().size(), 1u);  // nobody reads version 1
+  EXPECT_EQ(table_.Usage().at("ann").bytes, 16);
+
+  // A reshard given up releases its charge.
+  ASSERT_OK(table_.BeginReshard("a", 2));
+  ASSERT_OK(table_.Charge("a", 50, "resharding 'a'"));
+  table_.EndReshard("a");
+  EXPECT_EQ(table_.Usage().at("ann").bytes, 16);
+}
+
+TEST_F(TensorTableTest, UseIsRecomputedFromRecoveredMetadata) {
+  MetadataState state;
+  for (const char* name : {"a", "b"}) {
+    std::shared_ptr<TensorMetadata> meta = Meta(name, 3);
+    meta->owner = "ann";
+    state.tensors[name] = meta;
+  }
+  state.tensors["old"] = Meta("old", 1);  // before owners: no one's
+  table_.Restore(state);
+  const std::map<std::string, QuotaUse> usage = table_.Usage();
+  EXPECT_EQ(usage.at("ann").bytes, 48);
+  EXPECT_EQ(usage.at("ann").names, 2);
+  EXPECT_EQ(usage.at("").bytes, 8);
+  table_.SetQuotas(Quotas("ann 50\n"));
+  EXPECT_THAT(table_.ReserveName("c", "ann", 8),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_OK(table_.ReserveName("c", "ann", 2));
+}
+
 }  // namespace
 }  // namespace tessera

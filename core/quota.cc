@@ -1,5 +1,6 @@
 #include "core/quota.h"
 
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -31,8 +32,12 @@ absl::StatusOr<int64_t> ParseQuotaBytes(absl::string_view text) {
     if (shift != 0) digits.remove_suffix(1);
   }
   uint64_t value = 0;
-  if (digits.empty() || !absl::ascii_isdigit(digits.front()) ||
-      !absl::SimpleAtoi(digits, &value) ||
+  // Digits only (SimpleAtoi alone would take signs and spaces).
+  const bool all_digits =
+      !digits.empty() && std::all_of(digits.begin(), digits.end(), [](char c) {
+        return absl::ascii_isdigit(static_cast<unsigned char>(c));
+      });
+  if (!all_digits || !absl::SimpleAtoi(digits, &value) ||
       value > (static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) >>
                shift)) {
     return absl::InvalidArgumentError(
@@ -72,8 +77,8 @@ absl::StatusOr<QuotaTable> QuotaTable::Parse(absl::string_view text) {
     limit.bytes = *bytes;
     if (fields.size() == 3 && absl::AsciiStrToLower(fields[2]) != "unlimited") {
       int64_t names = 0;
-      if (!absl::SimpleAtoi(fields[2], &names) || names < 0 ||
-          !absl::ascii_isdigit(fields[2].front())) {
+      if (!absl::ascii_isdigit(static_cast<unsigned char>(fields[2].front())) ||
+          !absl::SimpleAtoi(fields[2], &names) || names < 0) {
         return bad(absl::StrCat("'", fields[2],
                                 "' is not a count of names (a number or "
                                 "'unlimited')"));
