@@ -432,9 +432,10 @@ TEST_F(CliTest, WorkersJsonListsEveryWorker) {
   ASSERT_EQ(workers.size(), 4u);
   std::map<std::string, const Json*> by_name;
   for (const Json& w : workers.items) {
-    EXPECT_EQ(w.Keys(), (std::vector<std::string>{
-                            "name", "rank", "address", "device", "alive",
-                            "bytes_used", "zone", "data_address", "state"}));
+    EXPECT_EQ(w.Keys(),
+              (std::vector<std::string>{"name", "rank", "address", "device",
+                                        "alive", "bytes_used", "zone",
+                                        "data_address", "labels", "state"}));
     by_name[w["name"].Str()] = &w;
   }
   for (int i = 0; i < 4; ++i) {
@@ -613,7 +614,8 @@ TEST_F(CliTest, DescribeJsonHasEveryField) {
       "--placements=rank:0,rank:1,rank:2,rank:3"});
   Json d = Describe("desc_t");
   EXPECT_EQ(d.Keys(), (std::vector<std::string>{"name", "shape", "dtype",
-                                                "version", "shards"}));
+                                                "version", "owner", "shards"}));
+  EXPECT_EQ(d["owner"].type, Json::Type::kNull);  // no tokens: no one
   EXPECT_EQ(d["name"].Str(), "desc_t");
   EXPECT_EQ(d["shape"].IntList(), (std::vector<int64_t>{10, 20}));
   EXPECT_EQ(d["dtype"].Str(), "float32");

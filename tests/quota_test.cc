@@ -102,9 +102,11 @@ class QuotaTest : public ::testing::Test {
     TestClusterOptions options;
     options.num_workers = 2;
     options.durable = true;
-    options.coordinator_flags = {absl::StrCat("--tokens=", File("tokens")),
-                                 absl::StrCat("--quotas=", File("quotas")),
-                                 "--reload_interval=200ms"};
+    metrics_port_ = PickFreePort();
+    options.coordinator_flags = {
+        absl::StrCat("--tokens=", File("tokens")),
+        absl::StrCat("--quotas=", File("quotas")), "--reload_interval=200ms",
+        absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port_)};
     options.worker_flags = {
         absl::StrCat("--token_file=", TokenFile("workers"))};
     options.client = As("admin");
@@ -128,8 +130,10 @@ class QuotaTest : public ::testing::Test {
   }
 
   static TestCluster* cluster_;
+  static int metrics_port_;
 };
 TestCluster* QuotaTest::cluster_ = nullptr;
+int QuotaTest::metrics_port_ = 0;
 
 // A 1 MiB float32 array (256 Ki elements) in two shards.
 HostArray OneMiB() {
@@ -184,6 +188,13 @@ TEST_F(QuotaTest, SixteenConcurrentPutsUnderTenMiBLeaveExactlyTen) {
   EXPECT_EQ(use["bytes_limit"], 10 * kMiB);
   EXPECT_EQ(use["names"], 10);
   EXPECT_TRUE(use["names_limit"].is_null());
+  // The same on the coordinator's metrics port.
+  const std::string metrics = FetchMetrics(metrics_port_);
+  EXPECT_EQ(MetricSum(metrics, "tessera_quota_bytes", "principal=\"ann\""),
+            10 * kMiB);
+  EXPECT_EQ(
+      MetricSum(metrics, "tessera_quota_limit_bytes", "principal=\"ann\""),
+      10 * kMiB);
 
   // The CLI says who, how much and what, and exits 1.
   const std::string npy = File("one.npy");
