@@ -153,6 +153,7 @@ std::string WorkersJson(const std::vector<WorkerInfo>& workers) {
                      {"bytes_used", w.bytes_used},
                      {"zone", w.zone},
                      {"data_address", w.data_address},
+                     {"labels", Json(w.labels)},
                      {"state", std::string(WorkerStateName(w.state))}});
   }
   return Dumps(items);

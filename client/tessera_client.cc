@@ -159,6 +159,7 @@ absl::StatusOr<WorkerInfo> WorkerInfoFromProto(const v1::WorkerInfo& w) {
   info.device_free_bytes = w.device_free_bytes();
   info.zone = w.zone();
   info.data_address = w.data_address();
+  info.labels = Labels(w.labels().begin(), w.labels().end());
   // A coordinator from before worker states sends none.
   info.state = ParseWorkerState(w.state()).value_or(
       info.alive ? WorkerState::kReady : WorkerState::kDead);

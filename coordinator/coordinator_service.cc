@@ -286,6 +286,12 @@ grpc::Status CoordinatorService::RegisterWorker(
   registration.worker.gpu_uuid = request->gpu_uuid();
   registration.worker.zone = request->zone();
   registration.worker.data_address = request->data_address();
+  if (request->labels_size() > static_cast<int>(kMaxLabels)) {
+    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+        request->labels_size(), " labels (at most ", kMaxLabels, ")")));
+  }
+  registration.worker.labels =
+      Labels(request->labels().begin(), request->labels().end());
   registration.worker.bytes_used = request->bytes_used();
   std::vector<uint64_t> held(request->held_shard_ids().begin(),
                              request->held_shard_ids().end());
@@ -442,6 +448,7 @@ grpc::Status CoordinatorService::ListWorkers(
     info->set_device_free_bytes(w.device_free_bytes);
     info->set_zone(w.zone);
     info->set_data_address(w.data_address);
+    info->mutable_labels()->insert(w.labels.begin(), w.labels.end());
     info->set_state(std::string(WorkerStateName(w.state)));
   }
   // Never fails while names and addresses are checked and max_workers

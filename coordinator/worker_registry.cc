@@ -57,6 +57,9 @@ absl::StatusOr<WorkerInfo> WorkerRegistry::Reserve(
       return s;
     }
   }
+  if (absl::Status s = CheckLabels(registration.worker.labels); !s.ok()) {
+    return s;
+  }
   absl::MutexLock lock(&mu_);
   auto not_reserved = [this, &name]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !reserved_.contains(name);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "core/labels.h"
 #include "core/placement.h"
 
 namespace tessera {
@@ -55,6 +56,9 @@ struct WorkerInfo {
   // Its data port for bulk bytes over TCP (CLI.md "Bulk bytes over TCP");
   // empty: none. Not durable: empty until it registers.
   std::string data_address;
+  // Its --labels (CLI.md "Mirrors (v4)"; mirror groups select workers by
+  // them). Not durable: empty until it registers.
+  Labels labels;
   WorkerState state = WorkerState::kDead;  // not durable
   // Shards it keeps for another cluster (quarantined; not durable).
   int64_t quarantined_shards = 0;

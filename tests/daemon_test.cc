@@ -121,6 +121,62 @@ TEST(DaemonTest, BadOptionsAreRefusedBeforeAnythingStarts) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+TEST(DaemonTest, WorkersAreListedWithTheirLabels) {
+  absl::StatusOr<std::unique_ptr<CoordinatorDaemon>> coordinator =
+      CoordinatorDaemon::Start(SmallCoordinator());
+  ASSERT_OK(coordinator.status());
+  ASSERT_TRUE((*coordinator)->WaitUntilServing(absl::Seconds(1)));
+  WorkerDaemonOptions options;
+  options.coordinator = (*coordinator)->address();
+  options.name = "labelled";
+  options.labels = {{"role", "inference"}, {"pool", "gpu-a"}};
+  absl::StatusOr<std::unique_ptr<WorkerDaemon>> labelled =
+      WorkerDaemon::Start(options);
+  ASSERT_OK(labelled.status());
+  std::unique_ptr<WorkerDaemon> plain =
+      StartWorker((*coordinator)->address(), "plain");
+  ASSERT_NE(plain, nullptr);
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      Client::Connect((*coordinator)->address());
+  ASSERT_OK(client.status());
+  ASSERT_TRUE(Eventually([&] { return Alive(**client) == 2; }));
+  absl::StatusOr<std::vector<WorkerInfo>> workers = (*client)->Workers();
+  ASSERT_OK(workers.status());
+  for (const WorkerInfo& w : *workers) {
+    EXPECT_EQ(w.labels, w.name == "labelled" ? options.labels : Labels())
+        << w.name;
+  }
+
+  // `workers --json` shows them as an object.
+  std::string json;
+  ASSERT_EQ(TestCluster::Run(
+                {TestCluster::BinaryPath("client/tessera"),
+                 absl::StrCat("--coordinator=", (*coordinator)->address()),
+                 "workers", "--json"},
+                &json, nullptr),
+            0);
+  EXPECT_THAT(json, ::testing::HasSubstr(
+                        R"("labels": {"pool": "gpu-a", "role": "inference"})"));
+  EXPECT_THAT(json, ::testing::HasSubstr(R"("labels": {})"));
+
+  // Malformed labels are refused before a worker starts: as an option, and
+  // as a flag (exit 2, naming the flag).
+  options.labels = {{"bad key", "x"}};
+  EXPECT_THAT(WorkerDaemon::Start(options).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("label key 'bad key'")));
+  std::string out, err;
+  EXPECT_EQ(TestCluster::Run({TestCluster::BinaryPath("worker/tessera-worker"),
+                              "--coordinator=127.0.0.1:1", "--labels=role"},
+                             &out, &err),
+            2);
+  EXPECT_THAT(out + err,
+              ::testing::HasSubstr("--labels: 'role' is not KEY=VALUE"));
+  EXPECT_TRUE((*labelled)->Stop(absl::Seconds(1)));
+  EXPECT_TRUE(plain->Stop(absl::Seconds(1)));
+  EXPECT_TRUE((*coordinator)->Stop(absl::Seconds(1)));
+}
+
 TEST(DaemonTest, ARefusedWorkerFailsAndWaitSaysWhy) {
   absl::StatusOr<std::unique_ptr<CoordinatorDaemon>> coordinator =
       CoordinatorDaemon::Start(SmallCoordinator());

@@ -232,6 +232,8 @@ bool Registration::Register(Loop& loop) {
   request.set_gpu_uuid(options_.gpu_uuid);
   request.set_zone(options_.zone);
   request.set_data_address(options_.data_address);
+  request.mutable_labels()->insert(options_.labels.begin(),
+                                   options_.labels.end());
   request.set_capacity_bytes(options_.capacity_bytes);
   request.set_bytes_used(store_->BytesUsed());
   // Shards made since the last heartbeat belong to the cluster served

@@ -33,6 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "core/labels.h"
 #include "core/placement.h"
 #include "rpc/call.h"
 #include "rpc/channel.h"
@@ -51,6 +52,7 @@ struct RegistrationOptions {
   std::string gpu_uuid;         // its GPU's UUID ("GPU-<hex>"); empty: none
   std::string zone;             // its failure domain (--zone); empty: none
   std::string data_address;     // its data port (--data_advertise); empty: none
+  Labels labels;                // its --labels
   int64_t capacity_bytes = 0;   // 0 = unlimited
   absl::Duration rpc_timeout = absl::Seconds(5);
   absl::Duration max_backoff = absl::Seconds(2);

@@ -41,6 +41,7 @@ bool IsWildcardHost(const std::string& address) {
 
 absl::Status WorkerDaemonOptions::Validate() const {
   if (!zone.empty()) TESSERA_RETURN_IF_ERROR(CheckZone(zone));
+  TESSERA_RETURN_IF_ERROR(CheckLabels(labels));
   if (capacity_bytes < 0 || node.chunk_bytes <= 0) {
     return absl::InvalidArgumentError(
         "--capacity_bytes must be >= 0 and --chunk_bytes > 0");
@@ -532,6 +533,7 @@ absl::Status WorkerDaemon::StartParts() {
   registration.device = o.device;
   registration.gpu_uuid = p.gpu_uuid;
   registration.zone = o.zone;
+  registration.labels = o.labels;
   registration.data_address = data_address_;
   registration.capacity_bytes = o.capacity_bytes;
   registration.quarantine_grace = o.quarantine_grace;

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/labels.h"
 #include "core/placement.h"
 #include "ops/daemon_life.h"
 #include "ops/daemon_security.h"
@@ -47,6 +48,7 @@ struct WorkerDaemonOptions {
   std::optional<int32_t> rank;  // empty: the lowest free rank
   Device device;                // cpu by default
   std::string zone;             // empty: none (flags default it to the host)
+  Labels labels;                // --labels: what mirror groups select by
   int64_t capacity_bytes = 0;   // 0: no limit
   int64_t shard_charge_bytes = kShardChargeBytes;
   std::string metrics_listen;  // empty: no metrics port

@@ -34,6 +34,9 @@ ABSL_FLAG(std::string, zone, "",
           "this worker's failure domain (1 to 64 of letters, digits, _ . - : "
           "/); a shard's replicas go to distinct zones where the cluster has "
           "them; default: this host's name");
+ABSL_FLAG(std::string, labels, "",
+          "KEY=VALUE[,KEY=VALUE...]: what mirror groups select this worker "
+          "by (tessera create ... --mirror=SELECTOR)");
 ABSL_FLAG(int64_t, capacity_bytes, 0,
           "most shard bytes this worker holds; 0 = no limit");
 ABSL_FLAG(std::string, advertise, "",
@@ -178,6 +181,12 @@ absl::StatusOr<WorkerDaemonOptions> WorkerDaemonOptionsFromFlags() {
       o.zone = host;
     }
   }
+  absl::StatusOr<Labels> labels = ParseLabels(absl::GetFlag(FLAGS_labels));
+  if (!labels.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--labels: ", labels.status().message()));
+  }
+  o.labels = *std::move(labels);
   o.capacity_bytes = absl::GetFlag(FLAGS_capacity_bytes);
   o.shard_charge_bytes = absl::GetFlag(FLAGS_shard_charge_bytes);
   o.metrics_listen = MetricsListenFlag();

@@ -507,6 +507,9 @@ class PyClient {
       d["zone"] = w.zone;
       d["state"] = std::string(WorkerStateName(w.state));
       d["data_address"] = w.data_address;
+      py::dict labels;
+      for (const auto& [key, value] : w.labels) labels[py::str(key)] = value;
+      d["labels"] = labels;
       out.append(d);
     }
     return out;

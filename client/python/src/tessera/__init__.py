@@ -370,6 +370,8 @@ class WorkerInfo:
     state: str = ""
     # Its TCP data port (HOST:PORT); "" when it has none.
     data_address: str = ""
+    # Its --labels, which mirror groups select workers by.
+    labels: Dict[str, str] = dataclasses.field(default_factory=dict, hash=False)
 
 
 @dataclasses.dataclass(frozen=True)
