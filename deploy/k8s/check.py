@@ -178,9 +178,14 @@ class Problems:
 
 # ---- rendering -----------------------------------------------------------------
 
+# libyaml's loader where PyYAML has it (Debian's does): the same safe
+# subset, ten times faster than the pure-Python one.
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_yaml_docs(path):
     with open(path) as f:
-        return [d for d in yaml.safe_load_all(f) if d is not None]
+        return [d for d in yaml.load_all(f, Loader=SAFE_LOADER) if d is not None]
 
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
@@ -193,7 +198,7 @@ def kustomization_of(directory):
     if kfile is None:
         raise ValueError(f"{directory}: no kustomization.yaml")
     with open(kfile) as f:
-        return kfile, yaml.safe_load(f) or {}
+        return kfile, yaml.load(f, Loader=SAFE_LOADER) or {}
 
 
 def split_image(ref):
@@ -294,7 +299,7 @@ def render_kubectl(directory):
     out = subprocess.run(["kubectl", "kustomize", directory], capture_output=True, text=True)
     if out.returncode != 0:
         raise ValueError(f"kubectl kustomize {directory} failed: {out.stderr.strip()}")
-    return [d for d in yaml.safe_load_all(out.stdout) if d is not None]
+    return [d for d in yaml.load_all(out.stdout, Loader=SAFE_LOADER) if d is not None]
 
 
 def object_key(o):

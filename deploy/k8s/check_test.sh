@@ -26,7 +26,7 @@ done
 # broken NAME FILE "OLD|||NEW" EXPECTED
 #   copies the base (with its components), replaces the first OLD by NEW in
 #   FILE, and expects check.py to fail with a message containing EXPECTED.
-broken() {
+broken_case() {
   local name="$1" file="$2" edit="$3" expected="$4" dir="$TMP/$1"
   mkdir -p "$dir"
   cp ./*.yaml "$dir/"
@@ -52,6 +52,27 @@ PYEOF
     else
       ok "$name ($renderer)"
     fi
+  done
+}
+
+# The cases run one per core at a time (each is a few check.py runs), each
+# into a file of its own; their lines are printed and counted in order once
+# all are done (collect_broken).
+mkdir -p "$TMP/results"
+JOBS=$(nproc 2>/dev/null || echo 2)
+cases=0
+broken() {
+  cases=$((cases + 1))
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
+  broken_case "$@" >"$TMP/results/$(printf %04d "$cases")" 2>&1 &
+}
+collect_broken() {
+  wait
+  local f
+  for f in "$TMP"/results/*; do
+    cat "$f"
+    passed=$((passed + $(grep -c '^  ok ' "$f")))
+    failed=$((failed + $(grep -c '^  FAIL ' "$f")))
   done
 }
 
@@ -321,6 +342,8 @@ broken servicemonitor-in-base kustomization.yaml '  - networkpolicy.yaml
 |||  - networkpolicy.yaml
   - components/servicemonitor/servicemonitor.yaml
 ' 'applies only where the CRD of monitoring.coreos.com/v1 ServiceMonitor is installed'
+
+collect_broken
 
 # A user's overlay: its `images:` renames every image, and with the component
 # the ServiceMonitors come along, and pass.
