@@ -11,8 +11,18 @@ trap 'rm -rf "$TMP"' EXIT
 passed=0
 failed=0
 
-ok() { echo "  ok   $*"; passed=$((passed + 1)); }
-bad() { echo "  FAIL $*"; failed=$((failed + 1)); }
+# A verdict is counted here, or (a broken case running in the background)
+# tallied in its file $TALLY.
+ok() {
+  echo "  ok   $*"
+  passed=$((passed + 1))
+  if [ -n "${TALLY:-}" ]; then echo ok >>"$TALLY"; fi
+}
+bad() {
+  echo "  FAIL $*"
+  failed=$((failed + 1))
+  if [ -n "${TALLY:-}" ]; then echo fail >>"$TALLY"; fi
+}
 
 # Runs check.py on the base and the example Secrets as they are.
 for renderer in auto builtin; do
@@ -64,15 +74,17 @@ cases=0
 broken() {
   cases=$((cases + 1))
   while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
-  broken_case "$@" >"$TMP/results/$(printf %04d "$cases")" 2>&1 &
+  local out
+  out="$TMP/results/$(printf %04d "$cases")"
+  TALLY="$out.tally" broken_case "$@" >"$out.log" 2>&1 &
 }
 collect_broken() {
   wait
   local f
-  for f in "$TMP"/results/*; do
+  for f in "$TMP"/results/*.log; do
     cat "$f"
-    passed=$((passed + $(grep -c '^  ok ' "$f")))
-    failed=$((failed + $(grep -c '^  FAIL ' "$f")))
+    passed=$((passed + $(cat "${f%.log}.tally" 2>/dev/null | grep -cx ok)))
+    failed=$((failed + $(cat "${f%.log}.tally" 2>/dev/null | grep -cx fail)))
   done
 }
 
