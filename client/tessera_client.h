@@ -42,8 +42,8 @@ class DeviceReader;  // client/device_reader.h: CUDA IPC (CUDA builds only)
 
 // What one principal holds against its quota (Client::Quotas).
 struct QuotaInfo {
-  std::string principal;  // "anonymous": the cluster authenticates no one
-  int64_t bytes = 0;       // every replica, mirror and pending new shard
+  std::string principal;     // "anonymous": the cluster authenticates no one
+  int64_t bytes = 0;         // every replica, mirror and pending new shard
   int64_t bytes_limit = -1;  // -1: unlimited
   int64_t names = 0;         // tensor names held, pending ones too
   int64_t names_limit = -1;  // -1: unlimited

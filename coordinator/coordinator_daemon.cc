@@ -189,7 +189,8 @@ void CoordinatorDaemon::Parts::FollowQuotas(const std::string& path) {
     }
     const size_t listed = table->Listed().size();
     const bool others = table->HasDefault();
-    coordinator->SetQuotas(std::make_shared<const QuotaTable>(*std::move(table)));
+    coordinator->SetQuotas(
+        std::make_shared<const QuotaTable>(*std::move(table)));
     spdlog::info("--quotas {} changed: {} principal(s) listed{}", path, listed,
                  others ? ", and a quota for the others" : "");
   });

@@ -411,7 +411,8 @@ grpc::Status CoordinatorService::GetQuotas(grpc::ServerContext* context,
   // tenant learns nothing of another's.
   const bool admin = RoleCovers(principal->role, Role::kAdmin);
   for (const Coordinator::QuotaReport& q : coordinator_->Quotas(
-           admin ? std::nullopt : std::optional<std::string>(principal->name))) {
+           admin ? std::nullopt
+                 : std::optional<std::string>(principal->name))) {
     v1::QuotaInfo* info = response->add_quotas();
     info->set_principal(PrincipalLabel(q.principal));
     info->set_bytes(q.use.bytes);

@@ -618,7 +618,8 @@ absl::Status Orchestrator::MakeNewShards(
   // A caller that gave up gets nothing allocated.
   TESSERA_RETURN_IF_ERROR(GaveUp(caller.Check(), what, caller, limits_));
   // The owner's quota takes the new shards until the change ends.
-  TESSERA_RETURN_IF_ERROR(table_->Charge(next->name, HeldBytes(out->meta), what));
+  TESSERA_RETURN_IF_ERROR(
+      table_->Charge(next->name, HeldBytes(out->meta), what));
   TESSERA_RETURN_IF_ERROR(log_->Wait(ids));
   out->allocate_start = absl::Now();
   TESSERA_RETURN_IF_ERROR(

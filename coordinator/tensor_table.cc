@@ -196,8 +196,7 @@ void TensorTable::ReleaseIds(absl::Span<const ShardInfo> shards) {
 }
 
 absl::Status TensorTable::ReserveName(const std::string& name,
-                                      const std::string& owner,
-                                      int64_t bytes) {
+                                      const std::string& owner, int64_t bytes) {
   absl::MutexLock lock(&mu_);
   if (quotas_ != nullptr && tensors_.count(name) == 0) {
     TESSERA_RETURN_IF_ERROR(CheckQuota(owner, UseOf(owner), QuotaUse{bytes, 1},
@@ -613,7 +612,8 @@ std::map<std::string, QuotaUse> TensorTable::Usage() const {
   }
   for (const Retirement& r : retirements_) {
     auto it = tensors_.find(r.name);
-    if (it != tensors_.end()) out[it->second.owner].bytes += HeldBytes(*r.shards);
+    if (it != tensors_.end())
+      out[it->second.owner].bytes += HeldBytes(*r.shards);
   }
   return out;
 }

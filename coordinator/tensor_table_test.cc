@@ -602,7 +602,8 @@ TEST_F(TensorTableTest, ConcurrentCreatesCannotShareTheRemainingBytes) {
   EXPECT_OK(table_.ReserveName("bob's", "bob", 1 << 20));
 }
 
-TEST_F(TensorTableTest, ANameQuotaCountsPendingPutsAndAnExistingNameIsNoQuotaError) {
+TEST_F(TensorTableTest,
+       ANameQuotaCountsPendingPutsAndAnExistingNameIsNoQuotaError) {
   table_.SetQuotas(Quotas("* unlimited 2\n"));
   Create("a", 1, /*pending=*/false, "ann");
   Create("b", 1, /*pending=*/true, "ann");
@@ -647,7 +648,7 @@ TEST_F(TensorTableTest, UseCountsEveryReplicaAChangeInFlightAndReplacedShards) {
   table_.FinishReshard(next, *meta, log_.Wait(*ticket));
   table_.EndReshard("a");
   EXPECT_EQ(table_.Usage().at("ann").bytes, 16 + 64);  // 64 not freed yet
-  EXPECT_EQ(table_.TakeDue().size(), 1u);  // nobody reads version 1
+  EXPECT_EQ(table_.TakeDue().size(), 1u);              // nobody reads version 1
   EXPECT_EQ(table_.Usage().at("ann").bytes, 16);
 
   // A reshard given up releases its charge.

@@ -18,15 +18,14 @@ bool IsLabelChar(char c, bool key) {
 absl::Status CheckKey(absl::string_view key) {
   if (key.empty() || key.size() > kMaxLabelKeyBytes ||
       !absl::ascii_isalnum(static_cast<unsigned char>(key.front()))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "label key '", key, "' must be 1 to ", kMaxLabelKeyBytes,
-        " characters starting with a letter or digit"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("label key '", key, "' must be 1 to ", kMaxLabelKeyBytes,
+                     " characters starting with a letter or digit"));
   }
   for (char c : key) {
     if (!IsLabelChar(c, /*key=*/true)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("label key '", key,
-                       "' may hold only letters, digits, _ . - and /"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "label key '", key, "' may hold only letters, digits, _ . - and /"));
     }
   }
   return absl::OkStatus();
@@ -52,8 +51,8 @@ absl::Status CheckValue(absl::string_view key, absl::string_view value) {
 
 absl::Status CheckLabels(const Labels& labels) {
   if (labels.size() > kMaxLabels) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        labels.size(), " labels (at most ", kMaxLabels, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(labels.size(), " labels (at most ", kMaxLabels, ")"));
   }
   for (const auto& [key, value] : labels) {
     if (absl::Status s = CheckKey(key); !s.ok()) return s;

@@ -43,7 +43,8 @@ TEST(Labels, RefuseMalformedTextNamingIt) {
   EXPECT_FALSE(ParseLabels(std::string(64, 'k') + "=v").ok());
   EXPECT_FALSE(ParseLabels("k=" + std::string(64, 'v')).ok());
   std::string many;
-  for (int i = 0; i < 33; ++i) absl::StrAppend(&many, i ? "," : "", "k", i, "=v");
+  for (int i = 0; i < 33; ++i)
+    absl::StrAppend(&many, i ? "," : "", "k", i, "=v");
   EXPECT_THAT(ParseLabels(many).status().message(), HasSubstr("at most 32"));
 }
 
@@ -56,7 +57,8 @@ TEST(LabelSelector, AllOrEveryPairMustMatch) {
   EXPECT_TRUE(all->Matches({}));
   EXPECT_EQ(all->ToString(), "all");
 
-  absl::StatusOr<LabelSelector> both = ParseLabelSelector("zone=a,role=inference");
+  absl::StatusOr<LabelSelector> both =
+      ParseLabelSelector("zone=a,role=inference");
   ASSERT_TRUE(both.ok());
   EXPECT_TRUE(both->Matches(inference));
   EXPECT_FALSE(both->Matches(trainer));

@@ -23,11 +23,20 @@ absl::StatusOr<int64_t> ParseQuotaBytes(absl::string_view text) {
   absl::string_view digits = text;
   if (!digits.empty()) {
     switch (absl::ascii_toupper(digits.back())) {
-      case 'K': shift = 10; break;
-      case 'M': shift = 20; break;
-      case 'G': shift = 30; break;
-      case 'T': shift = 40; break;
-      default: break;
+      case 'K':
+        shift = 10;
+        break;
+      case 'M':
+        shift = 20;
+        break;
+      case 'G':
+        shift = 30;
+        break;
+      case 'T':
+        shift = 40;
+        break;
+      default:
+        break;
     }
     if (shift != 0) digits.remove_suffix(1);
   }
@@ -103,17 +112,16 @@ absl::StatusOr<QuotaTable> QuotaTable::Parse(absl::string_view text) {
 absl::StatusOr<QuotaTable> QuotaTable::Load(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read quotas file ", path));
+    return absl::NotFoundError(absl::StrCat("cannot read quotas file ", path));
   }
   std::string text;
   text.resize(kMaxQuotaFileBytes + 1);
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<size_t>(in.gcount()));
   if (static_cast<int64_t>(text.size()) > kMaxQuotaFileBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "quotas file ", path, " is larger than ", kMaxQuotaFileBytes >> 20,
-        " MiB"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("quotas file ", path, " is larger than ",
+                     kMaxQuotaFileBytes >> 20, " MiB"));
   }
   absl::StatusOr<QuotaTable> table = Parse(text);
   if (!table.ok()) {
@@ -149,17 +157,17 @@ absl::Status CheckQuota(absl::string_view principal, const QuotaUse& use,
   };
   if (limit.bytes >= 0 && more.bytes > 0 &&
       add(use.bytes, more.bytes) > limit.bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "quota: principal '", PrincipalLabel(principal), "' uses ", use.bytes,
-        " of its ", limit.bytes, " bytes; ", what, " needs ", more.bytes,
-        " more"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("quota: principal '", PrincipalLabel(principal), "' uses ",
+                     use.bytes, " of its ", limit.bytes, " bytes; ", what,
+                     " needs ", more.bytes, " more"));
   }
   if (limit.names >= 0 && more.names > 0 &&
       add(use.names, more.names) > limit.names) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "quota: principal '", PrincipalLabel(principal), "' holds ", use.names,
-        " of its ", limit.names, " tensor names; ", what, " needs ",
-        more.names, " more"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("quota: principal '", PrincipalLabel(principal),
+                     "' holds ", use.names, " of its ", limit.names,
+                     " tensor names; ", what, " needs ", more.names, " more"));
   }
   return absl::OkStatus();
 }

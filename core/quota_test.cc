@@ -90,8 +90,7 @@ TEST(CheckQuota, AllowsUpToTheLimitAndNamesEverythingPastIt) {
   EXPECT_TRUE(CheckQuota("ann", {20 << 20, 9}, {0, 0}, limit, "x").ok());
   EXPECT_TRUE(
       CheckQuota("ann", {INT64_MAX, 0}, {1, 0}, QuotaLimit{}, "x").ok());
-  EXPECT_FALSE(
-      CheckQuota("ann", {INT64_MAX - 1, 0}, {5, 0}, limit, "x").ok());
+  EXPECT_FALSE(CheckQuota("ann", {INT64_MAX - 1, 0}, {5, 0}, limit, "x").ok());
 }
 
 }  // namespace

@@ -24,6 +24,12 @@ BAZEL_FLAGS=(--jobs="${TESSERA_JOBS:-4}")
 took setup
 bazel build "${BAZEL_FLAGS[@]}" //... || exit 1
 took "bazel build"
+# The fuzzers' clang build (every library source again, under ASan) runs
+# beside the tests at the lowest priority: the tests mostly wait on their
+# daemons, and the build takes only the cores they leave idle.
+mkdir -p fuzz/out
+nice -n 19 fuzz/build.sh >fuzz/out/build.log 2>&1 &
+fuzz_build=$!
 bazel_log=$(mktemp)
 bazel test "${BAZEL_FLAGS[@]}" --test_output=errors //... 2>&1 | tee "$bazel_log"
 rc=${PIPESTATUS[0]}
@@ -35,7 +41,11 @@ fi
 rm -f "$bazel_log"
 took "bazel test"
 
-# Every parser of outside input under libFuzzer, a short run each.
+# Every parser of outside input under libFuzzer, a short run each (run.sh
+# builds again only what the build above did not finish; a failed build is
+# reported there).
+wait "$fuzz_build"
+took "fuzz build (the rest)"
 fuzz_log=$(mktemp)
 fuzz/run.sh 10 2>&1 | tee "$fuzz_log"
 if [ "${PIPESTATUS[0]}" -ne 0 ]; then

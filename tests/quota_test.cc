@@ -65,10 +65,10 @@ struct Cli {
 };
 Cli RunAs(const std::string& principal, const std::string& coordinator,
           std::vector<std::string> args) {
-  std::vector<std::string> argv = {TestCluster::BinaryPath("client/tessera"),
-                                   absl::StrCat("--coordinator=", coordinator),
-                                   absl::StrCat("--token_file=",
-                                                TokenFile(principal))};
+  std::vector<std::string> argv = {
+      TestCluster::BinaryPath("client/tessera"),
+      absl::StrCat("--coordinator=", coordinator),
+      absl::StrCat("--token_file=", TokenFile(principal))};
   argv.insert(argv.end(), args.begin(), args.end());
   Cli cli;
   cli.code = TestCluster::Run(argv, &cli.out, &cli.err);
@@ -91,9 +91,10 @@ class QuotaTest : public ::testing::Test {
     mkdir(Dir().c_str(), 0700);
     std::string tokens;
     for (const auto& [name, role] :
-         std::vector<std::pair<std::string, std::string>>{
-             {"admin", "admin"}, {"ann", "write"}, {"bob", "write"},
-             {"w*", "worker"}}) {
+         std::vector<std::pair<std::string, std::string>>{{"admin", "admin"},
+                                                          {"ann", "write"},
+                                                          {"bob", "write"},
+                                                          {"w*", "worker"}}) {
       absl::StrAppend(&tokens, name, " ", role, " ", Secret(name), "\n");
       Write(TokenFile(name == "w*" ? "workers" : name), Secret(name), 0600);
     }
@@ -117,14 +118,14 @@ class QuotaTest : public ::testing::Test {
   static void TearDownTestSuite() { delete cluster_; }
 
   static std::unique_ptr<Client> Connect(const std::string& principal) {
-    auto client = Client::Connect(cluster_->coordinator_address(),
-                                  As(principal));
+    auto client =
+        Client::Connect(cluster_->coordinator_address(), As(principal));
     EXPECT_TRUE(client.ok()) << client.status();
     return client.ok() ? *std::move(client) : nullptr;
   }
   static std::string Quota(const std::string& principal) {
-    Cli cli = RunAs(principal, cluster_->coordinator_address(),
-                    {"quota", "--json"});
+    Cli cli =
+        RunAs(principal, cluster_->coordinator_address(), {"quota", "--json"});
     EXPECT_EQ(cli.code, 0) << cli.err;
     return cli.out;
   }
@@ -263,15 +264,15 @@ TEST_F(QuotaTest, OwnersAreShownAndEachTenantSeesOnlyItself) {
 
   // Names count: bob may hold 3.
   for (const char* name : {"bobs2", "bobs3"}) {
-    ASSERT_OK(bob->Create(name, {4}, DType::kInt8,
-                          LayoutSpec::Chunk(0, Ranks({0})))
-                  .status());
+    ASSERT_OK(
+        bob->Create(name, {4}, DType::kInt8, LayoutSpec::Chunk(0, Ranks({0})))
+            .status());
   }
-  EXPECT_THAT(bob->Create("bobs4", {4}, DType::kInt8,
-                          LayoutSpec::Chunk(0, Ranks({0})))
-                  .status(),
-              StatusIs(absl::StatusCode::kResourceExhausted,
-                       HasSubstr("holds 3 of its 3 tensor names")));
+  EXPECT_THAT(
+      bob->Create("bobs4", {4}, DType::kInt8, LayoutSpec::Chunk(0, Ranks({0})))
+          .status(),
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               HasSubstr("holds 3 of its 3 tensor names")));
 }
 
 TEST_F(QuotaTest, TheFileIsFollowedAndABrokenOneIsKept) {
@@ -295,8 +296,7 @@ TEST_F(QuotaTest, TheFileIsFollowedAndABrokenOneIsKept) {
   absl::SleepFor(absl::Seconds(1));
   EXPECT_THAT(put("big2"), StatusIs(absl::StatusCode::kResourceExhausted,
                                     HasSubstr("of its 8388608 bytes")));
-  EXPECT_THAT(cluster_->coordinator_log(),
-              HasSubstr("cannot be used (" ));
+  EXPECT_THAT(cluster_->coordinator_log(), HasSubstr("cannot be used ("));
   Write(File("quotas"), "ann 10M\nbob 8M 10\n* 4M 3\n", 0644);
 }
 
@@ -333,12 +333,11 @@ TEST(QuotaFlags, AMalformedFileStopsTheCoordinatorWithExit2) {
 TEST(QuotaTls, TheCertificateNamesThePrincipal) {
   const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/qtls");
   std::string out;
-  ASSERT_EQ(TestCluster::Run(
-                {"/bin/bash",
-                 absl::StrCat(std::getenv("TEST_SRCDIR"),
-                              "/tessera/deploy/make-certs.sh"),
-                 dir, "--workers", "1"},
-                &out, &out),
+  ASSERT_EQ(TestCluster::Run({"/bin/bash",
+                              absl::StrCat(std::getenv("TEST_SRCDIR"),
+                                           "/tessera/deploy/make-certs.sh"),
+                              dir, "--workers", "1"},
+                             &out, &out),
             0)
       << out;
   Write(dir + "/quotas", "user 1K\n", 0644);
@@ -348,12 +347,11 @@ TEST(QuotaTls, TheCertificateNamesThePrincipal) {
   user.tls_key = dir + "/user.key";
   TestClusterOptions options;
   options.num_workers = 1;
-  options.coordinator_flags = {absl::StrCat("--tls_ca=", dir, "/ca.crt"),
-                               absl::StrCat("--tls_cert=", dir,
-                                            "/coordinator.crt"),
-                               absl::StrCat("--tls_key=", dir,
-                                            "/coordinator.key"),
-                               absl::StrCat("--quotas=", dir, "/quotas")};
+  options.coordinator_flags = {
+      absl::StrCat("--tls_ca=", dir, "/ca.crt"),
+      absl::StrCat("--tls_cert=", dir, "/coordinator.crt"),
+      absl::StrCat("--tls_key=", dir, "/coordinator.key"),
+      absl::StrCat("--quotas=", dir, "/quotas")};
   options.worker_flags = {absl::StrCat("--tls_ca=", dir, "/ca.crt"),
                           absl::StrCat("--tls_cert=", dir, "/{name}.crt"),
                           absl::StrCat("--tls_key=", dir, "/{name}.key")};
@@ -366,12 +364,13 @@ TEST(QuotaTls, TheCertificateNamesThePrincipal) {
       "small", {1024}, DType::kInt8, LayoutSpec::Chunk(0, Ranks({0})));
   ASSERT_OK(made);
   EXPECT_EQ((*client)->Describe("small")->owner, "user");
-  EXPECT_THAT((*client)->Create("more", {1}, DType::kInt8,
-                                LayoutSpec::Chunk(0, Ranks({0})))
-                  .status(),
-              StatusIs(absl::StatusCode::kResourceExhausted,
-                       HasSubstr("quota: principal 'user' uses 1024 of its "
-                                 "1024 bytes")));
+  EXPECT_THAT(
+      (*client)
+          ->Create("more", {1}, DType::kInt8, LayoutSpec::Chunk(0, Ranks({0})))
+          .status(),
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               HasSubstr("quota: principal 'user' uses 1024 of its "
+                         "1024 bytes")));
   absl::StatusOr<std::vector<QuotaInfo>> quotas = (*client)->Quotas();
   ASSERT_OK(quotas);
   ASSERT_EQ(quotas->size(), 1u);  // the user is an admin here: all, one
