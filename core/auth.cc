@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/config_lines.h"
 
 namespace tessera {
 namespace {
@@ -112,15 +113,7 @@ std::vector<Principal> TokenTable::principals() const {
 
 absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text) {
   TokenTable table;
-  int line_number = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++line_number;
-    if (size_t hash = line.find('#'); hash != absl::string_view::npos) {
-      line = line.substr(0, hash);
-    }
-    std::vector<absl::string_view> fields =
-        absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
-    if (fields.empty()) continue;
+  for (const auto& [line_number, fields] : ConfigLines(text)) {
     if (fields.size() != 3) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tokens line ", line_number, ": expected NAME ROLE SECRET, got ",

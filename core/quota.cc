@@ -8,7 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
+#include "core/config_lines.h"
 
 namespace tessera {
 
@@ -59,17 +59,9 @@ absl::StatusOr<int64_t> ParseQuotaBytes(absl::string_view text) {
 
 absl::StatusOr<QuotaTable> QuotaTable::Parse(absl::string_view text) {
   QuotaTable table;
-  int line_number = 0;
   size_t lines = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++line_number;
-    if (size_t hash = line.find('#'); hash != absl::string_view::npos) {
-      line = line.substr(0, hash);
-    }
-    std::vector<absl::string_view> fields =
-        absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
-    if (fields.empty()) continue;
-    auto bad = [&](absl::string_view why) {
+  for (const auto& [line_number, fields] : ConfigLines(text)) {
+    auto bad = [&, line_number = line_number](absl::string_view why) {
       return absl::InvalidArgumentError(
           absl::StrCat("quotas line ", line_number, ": ", why));
     };
