@@ -86,8 +86,10 @@ class Session {
   absl::Status Reply(const absl::Status& status,
                      absl::Span<const iovec> payload = {},
                      uint64_t payload_bytes = 0);
-  After Read(const v1::DataRequest& request);
-  After ReadRows(const v1::DataRequest& request);
+  // `principal`: whom the capability was granted to, whose rate the reply
+  // keeps (WorkerNode::PaceRead).
+  After Read(const v1::DataRequest& request, absl::string_view principal);
+  After ReadRows(const v1::DataRequest& request, absl::string_view principal);
   After Write(const v1::DataRequest& request, uint64_t payload_bytes);
   // Replies with an error; keeps the connection if it stays in step.
   After Refuse(const absl::Status& status, After after = After::kNext) {
@@ -152,7 +154,9 @@ bool Session::Run(const std::atomic<bool>& stopping,
     }
     // A valid capability for a shard no longer held is answered (as gRPC
     // answers it); any other refusal closes the connection unanswered.
-    absl::Status admitted = node_->Admit(request->capability(), method, ids);
+    std::string principal;
+    absl::Status admitted =
+        node_->Admit(request->capability(), method, ids, &principal);
     if (!admitted.ok() && !absl::IsNotFound(admitted)) return true;
     requests->fetch_add(1);
     if (!admitted.ok()) {
@@ -164,10 +168,10 @@ bool Session::Run(const std::atomic<bool>& stopping,
     After after = After::kNext;
     switch (header->op) {
       case DataOp::kRead:
-        after = Read(*request);
+        after = Read(*request, principal);
         break;
       case DataOp::kReadRows:
-        after = ReadRows(*request);
+        after = ReadRows(*request, principal);
         break;
       case DataOp::kWrite:
         after = Write(*request, header->payload_bytes);
@@ -198,7 +202,8 @@ absl::Status Session::Reply(const absl::Status& status,
   return sent;
 }
 
-After Session::Read(const v1::DataRequest& request) {
+After Session::Read(const v1::DataRequest& request,
+                    absl::string_view principal) {
   const uint64_t id = request.shard_id();
   const Box box = RequestBox(request);
   absl::StatusOr<RegionReader> reader = node_->OpenRegion(id, box, 0);
@@ -211,6 +216,7 @@ After Session::Read(const v1::DataRequest& request) {
   }
   const int64_t total = reader->total();
   const uint64_t bytes = static_cast<uint64_t>(total * item);
+  node_->PaceRead(principal, static_cast<int64_t>(bytes));
   // Straight out of shard memory when the runs are long enough.
   absl::StatusOr<PinnedShard> pinned = node_->store().Pin(id);
   const std::optional<int64_t> start =
@@ -254,7 +260,8 @@ After Session::Read(const v1::DataRequest& request) {
   return After::kNext;
 }
 
-After Session::ReadRows(const v1::DataRequest& request) {
+After Session::ReadRows(const v1::DataRequest& request,
+                        absl::string_view principal) {
   std::vector<WorkerNode::ShardRows> shards;
   shards.reserve(request.rows_size());
   for (const v1::DataRows& entry : request.rows()) {
@@ -265,6 +272,7 @@ After Session::ReadRows(const v1::DataRequest& request) {
   std::string rows;
   if (absl::Status s = node_->ReadRows(shards, &rows); !s.ok())
     return Refuse(s);
+  node_->PaceRead(principal, static_cast<int64_t>(rows.size()));
   const iovec part{rows.data(), rows.size()};
   return Reply(absl::OkStatus(), absl::MakeConstSpan(&part, 1), rows.size())
                  .ok()

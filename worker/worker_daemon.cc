@@ -420,6 +420,13 @@ void WorkerDaemon::Parts::AddWorkerMetrics(const WorkerDaemonOptions& options) {
     m.Gauge("tessera_worker_capacity_bytes",
             "Most shard bytes this worker holds (0: no limit).")
         ->Set(static_cast<double>(capacity));
+    for (const auto& [principal, seconds] : node->ReadDelays()) {
+      m.Counter("tessera_read_delay_seconds_total",
+                "Seconds this worker held a principal's reads back to "
+                "--principal_read_rate.",
+                {{"principal", principal}})
+          ->Set(seconds);
+    }
     // What this worker sent: to readers, and to peers pulling from it.
     const std::pair<const char*, int64_t> served[] = {
         {"grpc", service->served_grpc_bytes()},

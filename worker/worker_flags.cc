@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "core/placement.h"
+#include "core/quota.h"
 #include "core/replica_placement.h"
 #include "core/status_macros.h"
 #include "ops/daemon_listener.h"
@@ -86,6 +87,10 @@ ABSL_FLAG(std::string, peer_transport, "auto",
           "how reshard pieces are pulled from peers: auto (shared memory on "
           "this host, else UCX, else the peer's data port over TCP, else "
           "gRPC), or shm, ucx, tcp or grpc alone");
+ABSL_FLAG(std::string, principal_read_rate, "0",
+          "bytes per second (K, M, G suffixes) this worker serves each "
+          "principal's reads over gRPC and its data port, at most: a read "
+          "past it is delayed, never refused; 0: no limit");
 ABSL_FLAG(int64_t, chunk_bytes, tessera::kChunkBytes,
           "bytes per data message when streaming regions");
 // Limits (README "Limits"); the defaults are the options' own.
@@ -204,6 +209,15 @@ absl::StatusOr<WorkerDaemonOptions> WorkerDaemonOptionsFromFlags() {
   o.arena.warm_bytes = absl::GetFlag(FLAGS_shard_warm_bytes);
   WorkerNodeOptions& node = o.node;
   node.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  absl::StatusOr<int64_t> read_rate =
+      ParseQuotaBytes(absl::GetFlag(FLAGS_principal_read_rate));
+  if (!read_rate.ok() || *read_rate < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--principal_read_rate: ", read_rate.ok()
+                                       ? "give a rate, or 0 for none"
+                                       : read_rate.status().message()));
+  }
+  node.principal_read_rate = *read_rate;
   node.max_shards_per_request = absl::GetFlag(FLAGS_max_shards_per_request);
   node.max_streams = absl::GetFlag(FLAGS_max_streams);
   node.max_small_reads = absl::GetFlag(FLAGS_max_threads);

@@ -110,7 +110,12 @@ WorkerNode::WorkerNode(ShardStore* store, WorkerNodeOptions options,
       options_(Normalized(std::move(options))),
       checkpoints_(store_, options_.checkpoint_root,
                    [this](uint64_t id) { return TakesWrites(id); }),
-      peers_(std::move(peers)) {
+      peers_(std::move(peers)),
+      pacer_([this] {
+        ReadPacer::Options pacing;
+        pacing.rate = options_.principal_read_rate;
+        return pacing;
+      }()) {
   if (options_.arena != nullptr) {
     staging_ = std::make_unique<StagingPool>(options_.arena, store_,
                                              options_.max_staging_bytes,
@@ -629,6 +634,13 @@ bool WorkerNode::TakesWrites(uint64_t id) const {
 absl::Status WorkerNode::Admit(absl::string_view token,
                                absl::string_view full_method,
                                absl::Span<const uint64_t> ids) const {
+  return Admit(token, full_method, ids, nullptr);
+}
+
+absl::Status WorkerNode::Admit(absl::string_view token,
+                               absl::string_view full_method,
+                               absl::Span<const uint64_t> ids,
+                               std::string* principal) const {
   TESSERA_ASSIGN_OR_RETURN(Right right, RequiredRight(full_method));
   std::string name;
   std::string key;
@@ -649,6 +661,7 @@ absl::Status WorkerNode::Admit(absl::string_view token,
         absl::StrCat("permission denied: the capability does not allow ",
                      full_method.substr(full_method.rfind('/') + 1)));
   }
+  if (principal != nullptr) *principal = capability.principal;
   if (right == kRightOrder) return absl::OkStatus();
   for (uint64_t id : ids) {
     absl::StatusOr<ShardDesc> desc = store_->Describe(id);

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,7 @@
 #include "core/init_fill.h"
 #include "core/layout_spec.h"
 #include "core/limits.h"
+#include "core/read_pacer.h"
 #include "core/stop.h"
 #include "core/transfer.h"
 #include "rpc/channel.h"
@@ -119,6 +121,14 @@ struct WorkerNodeOptions {
   // Where checkpoints are read from (--checkpoint_root): directories a load
   // names are relative to it; empty: this worker reads none.
   std::string checkpoint_root;
+
+  // --- Bandwidth per principal (core/read_pacer.h) ---
+
+  // Bytes per second this worker serves each principal's reads over gRPC
+  // and its data port, at most (--principal_read_rate): a read past it is
+  // delayed, never refused. 0: no limit. Same-host shared memory and UCX
+  // (whose readers copy the bytes themselves) are not paced.
+  int64_t principal_read_rate = 0;
 };
 
 // One shard of an allocation.
@@ -339,6 +349,18 @@ class WorkerNode {
   absl::Status Admit(absl::string_view token, absl::string_view full_method,
                      absl::Span<const uint64_t> ids) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The same, also naming the principal the capability was granted to
+  // (empty: the coordinator's own moves, or a cluster without identities).
+  absl::Status Admit(absl::string_view token, absl::string_view full_method,
+                     absl::Span<const uint64_t> ids,
+                     std::string* principal) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Holds a read of `bytes` for `principal` back to its rate
+  // (options().principal_read_rate; returns at once without one).
+  void PaceRead(absl::string_view principal, int64_t bytes) const {
+    pacer_.Pace(principal, bytes);
+  }
+  // Seconds each principal's reads were held back so far.
+  std::map<std::string, double> ReadDelays() const { return pacer_.Delays(); }
   // Grants of these principals minted before these times are refused from
   // now on (the coordinator's heartbeat answer: principal -> Unix ms).
   void SetRevoked(std::vector<std::pair<std::string, int64_t>> revoked) {
@@ -386,6 +408,8 @@ class WorkerNode {
   std::unique_ptr<ChannelCache> channels_;  // to peers; with the own chain
   std::unique_ptr<ShardTransport> peers_;
   TransportChain* chain_ = nullptr;  // peers_, when the node made it
+  // Holds each principal's reads to options_.principal_read_rate.
+  mutable ReadPacer pacer_;
 };
 
 }  // namespace tessera

@@ -173,20 +173,27 @@ absl::Status CheckRequestTensorName(const std::string& name) {
 
 // Every handler starts here: the caller's capability, checked against
 // core/capability.h's table for `method` and the shards it names.
+// `principal` (when given) learns whom the capability was granted to.
 absl::Status Admit(const WorkerNode& node,
                    const grpc::ServerContextBase& context, const char* method,
-                   absl::Span<const uint64_t> ids = {}) {
+                   absl::Span<const uint64_t> ids = {},
+                   std::string* principal = nullptr) {
   return node.Admit(PresentedCapability(context),
-                    absl::StrCat("/tessera.v1.Worker/", method), ids);
+                    absl::StrCat("/tessera.v1.Worker/", method), ids,
+                    principal);
 }
 
-// A small region read, admitted and opened (both APIs' start).
+// A small region read, admitted and opened (both APIs' start), held to
+// its principal's rate.
 absl::StatusOr<RegionReader> AdmitSmallRead(
     const WorkerNode& node, const grpc::ServerContextBase& context,
     const v1::ReadRegionRequest& request) {
-  TESSERA_RETURN_IF_ERROR(
-      Admit(node, context, "ReadSmallRegion", {request.shard_id()}));
-  return OpenRegion(node, request);
+  std::string principal;
+  TESSERA_RETURN_IF_ERROR(Admit(node, context, "ReadSmallRegion",
+                                {request.shard_id()}, &principal));
+  TESSERA_ASSIGN_OR_RETURN(RegionReader reader, OpenRegion(node, request));
+  node.PaceRead(principal, reader.total() * reader.item());
+  return reader;
 }
 
 // The regions of a coalesced small read, admitted (one capability for
@@ -208,6 +215,8 @@ absl::StatusOr<SmallReads> AdmitSmallReads(
   ids.reserve(count);
   for (const v1::ReadRegionRequest& region : request.regions())
     ids.push_back(region.shard_id());
+  // Served on the callback API only where reads are not paced (the
+  // constructor), so this admits without pacing.
   TESSERA_RETURN_IF_ERROR(Admit(node, context, "ReadSmallRegions", ids));
   SmallReads reads;
   reads.readers.reserve(count);
@@ -271,9 +280,12 @@ WorkerService::WorkerService(WorkerNode* node) : node_(node) {
             return StreamRegion(context, stream);
           }));
   // Shards in host memory: small region reads and row reads on the callback
-  // API (a device store's reads wait on the GPU, which must not hold gRPC's
-  // threads).
-  if (node_->store().Device().has_value()) return;
+  // API (a device store's reads wait on the GPU, and a paced worker's wait
+  // out their principal's rate: neither may hold gRPC's callback threads).
+  if (node_->store().Device().has_value() ||
+      node_->options().principal_read_rate > 0) {
+    return;
+  }
   ServeSmallRead("ReadSmallRegion", &WorkerService::ReadSmall);
   ServeSmallRead("ReadSmallRegions", &WorkerService::ReadSmallBatch);
   ServeSmallRead("ReadRows", &WorkerService::ReadRowsInto);
@@ -418,8 +430,9 @@ grpc::Status WorkerService::StreamRegion(
     return ToGrpcStatus(
         absl::InvalidArgumentError("malformed or missing ReadRegionRequest"));
   }
-  if (absl::Status admitted =
-          Admit(*node_, *context, "ReadRegion", {request.shard_id()});
+  std::string principal;
+  if (absl::Status admitted = Admit(*node_, *context, "ReadRegion",
+                                    {request.shard_id()}, &principal);
       !admitted.ok()) {
     return ToGrpcStatus(admitted);
   }
@@ -433,6 +446,8 @@ grpc::Status WorkerService::StreamRegion(
         EncodeChunk(*reader, next, count, /*over_shard=*/true, &buffer);
     if (!status.ok()) return ToGrpcStatus(status);
     next += count;
+    // Each chunk keeps to the principal's rate (no wait without one).
+    node_->PaceRead(principal, count * reader->item());
     grpc::WriteOptions options;
     if (next >= total) options.set_last_message();
     // Write fails once the reader has gone (cancelled, disconnected) or
@@ -523,8 +538,12 @@ absl::Status WorkerService::ReadRowsInto(const grpc::ServerContextBase& context,
       shards[i].id = in.shard_id();
       shards[i].rows.assign(in.rows().begin(), in.rows().end());
     }
-    TESSERA_RETURN_IF_ERROR(Admit(*node_, context, "ReadRows", ids));
-    return node_->ReadRows(shards, response->mutable_data());
+    std::string principal;
+    TESSERA_RETURN_IF_ERROR(
+        Admit(*node_, context, "ReadRows", ids, &principal));
+    TESSERA_RETURN_IF_ERROR(node_->ReadRows(shards, response->mutable_data()));
+    node_->PaceRead(principal, static_cast<int64_t>(response->data().size()));
+    return absl::OkStatus();
   }();
   if (!status.ok()) {
     response->Clear();
