@@ -2156,6 +2156,122 @@ void FailoverFigure(Env& env, const std::string& root) {
 // 14. Replicas: a replicated put against one replica, the repair of a
 // killed worker's shards against raw TCP, and what 16 readers see while it
 // dies. Its own cluster: 6 workers in 3 zones, a 2 s lease.
+// 22. Tenants: tenant B's 4 KiB reads while tenant A gathers a 256 MiB
+// tensor back to back from 2 threads, over the data ports, on a cluster of
+// its own with tokens. With --principal_read_rate A is held to its rate on
+// each worker; the figure is B's p99 then against B's p99 alone (same
+// cluster, same run). The same against a cluster without pacing says what
+// the pacing buys.
+void TenantFigure(Env& env) {
+  const std::string dir = absl::StrCat(
+      std::getenv("TMPDIR") != nullptr ? std::getenv("TMPDIR") : "/tmp",
+      "/tessera-bench-tenants-", getpid());
+  mkdir(dir.c_str(), 0700);
+  auto secret = [](const std::string& name) {
+    return absl::StrCat(name, "-bench-secret-0123456789");
+  };
+  auto write = [](const std::string& path, const std::string& text) {
+    std::ofstream(path) << text;
+    chmod(path.c_str(), 0600);
+  };
+  write(dir + "/tokens",
+        absl::StrCat("a write ", secret("a"), "\nb write ", secret("b"),
+                     "\nw* worker ", secret("w"), "\n"));
+  write(dir + "/w.token", secret("w"));
+  constexpr int kTenantWorkers = 2;
+  const char* kRate = "100M";  // per principal, per worker
+  const int64_t bulk_rows = env.quick ? 16384 : 65536;  // x 1 KiB float32
+  const absl::Duration duration = absl::Seconds(env.quick ? 2 : 5);
+  // B's p99 alone and with A gathering, and A's GB/s meanwhile.
+  struct Run {
+    Latency alone, shared;
+    double a_gbps = 0;
+  };
+  auto run = [&](bool paced) {
+    TestClusterOptions options;
+    options.num_workers = kTenantWorkers;
+    options.coordinator_flags = {absl::StrCat("--tokens=", dir, "/tokens")};
+    options.worker_flags = {absl::StrCat("--token_file=", dir, "/w.token")};
+    if (paced)
+      options.worker_flags.push_back(
+          absl::StrCat("--principal_read_rate=", kRate));
+    options.client.token = secret("a");
+    std::unique_ptr<TestCluster> cluster =
+        ValueOrDie(TestCluster::Start(options), "start the tenants' cluster");
+    auto connect = [&](const std::string& who) {
+      ClientOptions client;
+      client.token = secret(who);
+      client.transport = "tcp";  // between hosts, as tenants read
+      client.shared_memory = false;
+      return ValueOrDie(Client::Connect(cluster->coordinator_address(), client),
+                        "connect");
+    };
+    std::unique_ptr<Client> a = connect("a");
+    std::unique_ptr<Client> b = connect("b");
+    ValueOrDie(a->Create("bulk", {bulk_rows, 256}, DType::kFloat32,
+                         LayoutSpec::Chunk(0, Ranks(kTenantWorkers)),
+                         InitSpec{InitSpec::Kind::kArange}),
+               "create bulk");
+    ValueOrDie(b->Create("small", {1024}, DType::kFloat32,
+                         LayoutSpec::Chunk(0, Ranks(1)),
+                         InitSpec{InitSpec::Kind::kArange}),
+               "create small");
+    std::vector<char> out(4096);
+    auto read_small = [&](int, int64_t) {
+      return b->GetInto("small", std::nullopt, out.data(), 4096).ok();
+    };
+    Run r;
+    Samples alone;
+    RunCallers(1, duration, read_small, &alone);
+    r.alone = Summarize(alone);
+    std::atomic<bool> stop{false};
+    std::atomic<int64_t> gathered{0};
+    std::vector<std::thread> gatherers;
+    const int64_t bulk_bytes = bulk_rows * 256 * 4;
+    const absl::Time start = absl::Now();
+    for (int t = 0; t < 2; ++t) {
+      gatherers.emplace_back([&] {
+        std::vector<char> buffer(static_cast<size_t>(bulk_bytes));
+        while (!stop.load()) {
+          if (a->GetInto("bulk", std::nullopt, buffer.data(), bulk_bytes).ok())
+            gathered += bulk_bytes;
+        }
+      });
+    }
+    absl::SleepFor(absl::Milliseconds(500));  // A at full flow first
+    Samples shared;
+    RunCallers(1, duration, read_small, &shared);
+    r.shared = Summarize(shared);
+    stop = true;
+    for (std::thread& t : gatherers) t.join();
+    r.a_gbps =
+        gathered.load() / absl::ToDoubleSeconds(absl::Now() - start) / 1e9;
+    return r;
+  };
+  const Run paced = run(true);
+  const Run unpaced = run(false);
+  Add({absl::StrCat("22. tenant B 4 KiB read p99, A gathering at ", kRate,
+                    "/s per worker"),
+       absl::StrFormat("%.0f us", paced.shared.p99_us),
+       absl::StrFormat("B alone %.0f us", paced.alone.p99_us),
+       paced.shared.p99_us / paced.alone.p99_us, "", false, 1.1});
+  Add({"22. tenant B 4 KiB read p50, A at its rate",
+       absl::StrFormat("%.0f us", paced.shared.p50_us),
+       absl::StrFormat("B alone %.0f us", paced.alone.p50_us),
+       paced.shared.p50_us / paced.alone.p50_us});
+  Add({"22. tenant A's gather, paced", GBps(paced.a_gbps * 1e9, 1),
+       absl::StrFormat("cap %.2f GB/s", 2 * 100.0 * (1 << 20) / 1e9),
+       paced.a_gbps / (2 * 100.0 * (1 << 20) / 1e9)});
+  Add({"22. tenant B 4 KiB read p99, A unpaced (no limit)",
+       absl::StrFormat("%.0f us", unpaced.shared.p99_us),
+       absl::StrFormat("B alone %.0f us", unpaced.alone.p99_us),
+       unpaced.shared.p99_us / unpaced.alone.p99_us});
+  Add({"22. tenant A's gather, unpaced", GBps(unpaced.a_gbps * 1e9, 1), "-",
+       0});
+  std::string ignored;
+  TestCluster::Run({"/bin/rm", "-rf", dir}, &ignored, &ignored);
+}
+
 void ReplicaFigure(Env& env) {
   constexpr int kReplicaWorkers = 6;
   constexpr int kLeaseMs = 2000;
@@ -2404,6 +2520,7 @@ int Main(int argc, char** argv) {
   if (wanted(19)) FailoverFigure(env, checkpoint_root);
   if (wanted(14)) ReplicaFigure(env);
   if (wanted(20)) CrossHostFigure(env);
+  if (wanted(22)) TenantFigure(env);
   rmdir(checkpoint_root.c_str());
   PrintTable();
   for (pid_t pid : echo_pids) {
