@@ -109,8 +109,18 @@ absl::StatusOr<Principal> ClusterAuthority::Admit(
   absl::StatusOr<Role> need = RequiredRole(full_method);
   if (!need.ok()) return absl::PermissionDeniedError(need.status().message());
   // Without tokens every caller is trusted as admin; with mutual TLS it is
-  // named by its certificate's subject CN (whose quota it uses).
-  if (!authorization_) return Principal{PeerCommonName(context), Role::kAdmin};
+  // named by its certificate's subject CN (whose quota it uses). A name is
+  // kept in the metadata as its tensors' owner, so it is bounded as the
+  // owner field is (core/tensor_metadata.h).
+  if (!authorization_) {
+    std::string cn = PeerCommonName(context);
+    if (cn.size() > kMaxOwnerBytes) {
+      return absl::UnauthenticatedError(absl::StrCat(
+          "unauthenticated: the client certificate's subject CN is ", cn.size(),
+          " bytes (at most ", kMaxOwnerBytes, ")"));
+    }
+    return Principal{std::move(cn), Role::kAdmin};
+  }
   const std::string secret = BearerToken(context);
   if (secret.empty()) {
     return absl::UnauthenticatedError(

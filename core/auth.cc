@@ -129,6 +129,11 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text) {
           absl::StrCat("tokens line ", line_number,
                        ": the secret is shorter than 16 characters"));
     }
+    if (fields[0].size() > kMaxPrincipalBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tokens line ", line_number, ": a principal's name is at most ",
+          kMaxPrincipalBytes, " characters"));
+    }
     Entry entry{Principal{std::string(fields[0]), *role}, Digest(fields[2])};
     for (const Entry& other : table.entries_) {
       if (other.principal.name == entry.principal.name) {

@@ -36,6 +36,10 @@ absl::StatusOr<Role> RequiredRole(absl::string_view full_method);
 // services and checks each is covered).
 std::vector<std::string> MethodsWithRoles();
 
+// Longest principal name (a token's, a certificate's CN): tensors keep it
+// as their owner (core/tensor_metadata.h kMaxOwnerBytes is the same).
+inline constexpr size_t kMaxPrincipalBytes = 1024;
+
 // An authenticated caller.
 struct Principal {
   std::string name;

@@ -96,5 +96,18 @@ TEST(WorkerBindingTest, ExactOrPrefixPattern) {
   EXPECT_FALSE(PrincipalMayBeWorker("tessera-worker-*", "other-3"));
 }
 
+TEST(TokenTable, APrincipalsNameIsBoundedAsTheOwnerOfItsTensors) {
+  const std::string name(kMaxPrincipalBytes + 1, 'p');
+  absl::StatusOr<TokenTable> table =
+      TokenTable::Parse(name + " write 0123456789abcdefXYZ\n");
+  ASSERT_FALSE(table.ok());
+  EXPECT_NE(table.status().message().find("at most 1024 characters"),
+            std::string::npos)
+      << table.status();
+  EXPECT_TRUE(TokenTable::Parse(std::string(kMaxPrincipalBytes, 'p') +
+                                " write 0123456789abcdefXYZ\n")
+                  .ok());
+}
+
 }  // namespace
 }  // namespace tessera

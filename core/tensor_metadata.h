@@ -99,7 +99,7 @@ absl::Status CheckFileOrigin(const FileOrigin& origin);
 
 // Longest principal name an owner field may hold (a token name, a
 // certificate's CN).
-inline constexpr size_t kMaxOwnerBytes = 1024;
+inline constexpr size_t kMaxOwnerBytes = 1024;  // = kMaxPrincipalBytes
 
 struct TensorMetadata {
   std::string name;
