@@ -37,7 +37,8 @@ Our rules on top of the schema:
     kubelet's `grpc` probes (plaintext, no client certificate: they cannot
     pass against mutual TLS), and a worker does not advertise its pod IP
     (--advertise, --data_advertise: no certificate made ahead of time can
-    name it);
+    name it; its pod's A record, the IP with dashes under
+    NAMESPACE.pod.DOMAIN, which a wildcard names, is a name);
   * a daemon serving --metrics_listen (etcd: --listen-metrics-urls) on a
     non-loopback address (plaintext, no authentication) is selected by an
     Ingress NetworkPolicy, and no policy admits every peer to its metrics
@@ -59,6 +60,15 @@ Our rules on top of the schema:
     data port from exactly the peers they admit its gRPC port from; under
     TLS its --data_advertise host is its --advertise host, the name its
     certificate carries, against which readers check the data port;
+  * a worker's --labels parse as the worker reads them (core/labels.h): at
+    most 32 KEY=VALUE pairs, no key twice, a key 1 to 63 of letters, digits,
+    _ . - / starting with a letter or digit, a value 0 to 63 of letters,
+    digits, _ . -; a $(VAR) in them names an env var of the container, from
+    the downward API (any value) or with a literal value (checked);
+  * a DaemonSet of tessera daemons selects its nodes (a nodeSelector or a
+    required node affinity: never every node of the cluster) and is updated
+    by RollingUpdate with rollingUpdate.maxUnavailable 1 (one node's worker
+    at a time, each drained first);
   * a daemon's container holds no Kubernetes API token (the pod or its
     ServiceAccount sets automountServiceAccountToken: false, and no
     serviceAccountToken volume is mounted in it);
@@ -89,13 +99,18 @@ Our rules on top of the schema:
     coordinator pod;
   * every container image of a kustomize directory's manifests is named by
     an `images:` entry (so `kustomize edit set image` and an overlay's
-    `images:` change them all), and every entry names an image;
+    `images:` change them all), and every entry names an image; a
+    component's images too, and where the base's entry names one, the
+    component's container has the base's image (the base's entry does not
+    reach a component's containers; an overlay's does);
   * a ServiceMonitor selects a Service of the manifests, and each endpoint
     names a port of it that leads to a daemon's metrics port, path /metrics;
     a base that offers components holds no ServiceMonitor itself (it would
     then need the Prometheus Operator's CRD);
-  * references hold: a StatefulSet's serviceName, Service and
-    PodDisruptionBudget selectors and named targetPorts match a workload; a
+  * references hold: a StatefulSet's serviceName, the selector of a
+    StatefulSet, DaemonSet, Deployment or ReplicaSet (its pod template's
+    labels), Service and PodDisruptionBudget selectors and named
+    targetPorts match a workload; a
     pod's serviceAccountName, and the ServiceAccount subjects (with a
     namespace) and roleRef of every RoleBinding and ClusterRoleBinding, name
     objects in the manifests; every Role and ClusterRole is bound, and none
@@ -612,10 +627,25 @@ def check_security(c, text, w, problems):
     env = container_env(c)
     for name in ("advertise", "data_advertise"):
         value = flag(text, name)
-        if value is not None and any(re.search(r"\$\{?\(?" + re.escape(v) + r"\b", expand(value, env))
-                                     for v in pod_ip_vars):
+        if value is None:
+            continue
+        value = expand(value, env)
+        if any(re.search(r"\$\{?\(?" + re.escape(v) + r"\b", value) for v in pod_ip_vars) and \
+                not pod_a_record(value, pod_ip_vars):
             problems.add(w, f"{daemon} advertises its pod IP under TLS (--{name}); no certificate "
-                            "made ahead of time names it: advertise the pod's DNS name")
+                            "made ahead of time names it: advertise the pod's DNS name (its name "
+                            "under a headless Service, or its A record "
+                            "IP-WITH-DASHES.NAMESPACE.pod.DOMAIN, which a wildcard names)")
+
+
+def pod_a_record(value, pod_ip_vars):
+    """True when HOST:PORT is the pod's A record, the pod IP with dashes for
+    its dots (and colons) under NAMESPACE.pod.DOMAIN: the host's first label
+    is a command substitution that rewrites the pod-IP variable with sed or tr."""
+    host = (host_port(value) or (value, 0))[0]
+    m = re.match(r"^\$\(([^()]*)\)\.[^.]+\.pod\.[A-Za-z0-9.${}()_-]+$", host)
+    return bool(m) and re.search(r"\b(sed|tr)\b", m.group(1)) is not None and \
+        any(re.search(r"\$\{?" + re.escape(v) + r"\b", m.group(1)) for v in pod_ip_vars)
 
 
 ZONE = re.compile(r"^[A-Za-z0-9_.:/-]{1,64}$")
@@ -683,6 +713,139 @@ def check_zone_file(c, spec, path, w, problems):
     if not writers:
         problems.add(w, f"--zone reads {path}, which no initContainer writes (none mounts "
                         f"volume {mount.get('name')!r} writable)")
+
+
+# Worker labels (core/labels.h): at most 32 pairs KEY=VALUE, a key 1 to 63 of
+# letters, digits, _ . - / starting with a letter or digit, a value 0 to 63
+# of letters, digits, _ . -; a malformed or repeated one: the worker exits 2.
+LABEL_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,62}$")
+LABEL_VALUE_CHARS = re.compile(r"^[A-Za-z0-9_.-]*$")
+MAX_LABELS, MAX_LABEL_VALUE = 32, 63
+# $(VAR), which the kubelet puts in (command and args), and the shell's
+# ${VAR} and $VAR.
+ENV_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\{([A-Za-z_]\w*)\}"
+                           r"|\$([A-Za-z_]\w*)")
+# What the container runtime sets in every container's environment.
+RUNTIME_ENV = {"HOSTNAME"}
+
+
+def labels_problems(value, c):
+    """Why a worker's --labels=VALUE does not parse, as the worker reads it
+    (core/labels.cc ParseLabels). A $(VAR) (or, in a shell, ${VAR} / $VAR)
+    of an env var the container defines from the downward API stands for a
+    valid value; one with a literal value is put in; one the container does
+    not define is a problem (the kubelet leaves $(VAR) as it is, and the
+    shell runs it as a command)."""
+    out = []  # (why, whether the worker exits 2 on it)
+    env = {e.get("name"): e for e in c.get("env") or []}
+    literal = container_env(c)
+    shell = any(re.search(r"(^|/)(ba|da)?sh$", str(x)) for x in c.get("command") or [])
+    holes = {}  # placeholder -> the reference it stands for
+    reported = {}  # the same, for references already found wrong
+
+    def hole(ref, into):
+        h = f"\x00{len(holes) + len(reported)}\x01"
+        into[h] = ref
+        return h
+
+    def resolve(m):
+        ref, name = m.group(0), next(g for g in m.groups() if g)
+        if not ref.startswith("$(") and not shell:
+            return ref  # no shell: the worker gets the text as it is
+        e = env.get(name)
+        if e is None and (ref.startswith("$(") or name not in RUNTIME_ENV):
+            out.append((f"{ref} names no env var of the container (the kubelet leaves $(VAR) "
+                        "as it is, and a shell runs it as a command)", False))
+            return hole(ref, reported)
+        if e is not None and "value" in e:
+            return literal.get(name, str(e["value"]))
+        source = (e or {}).get("valueFrom") or {}
+        if e is not None and not ({"fieldRef", "resourceFieldRef"} & set(source)):
+            out.append((f"{ref} comes from neither a literal value nor the downward API "
+                        f"({', '.join(sorted(source)) or 'nothing'}): check.py cannot tell it is "
+                        "a label value", False))
+            return hole(ref, reported)
+        return hole(ref, holes)
+
+    def shown(s):
+        for h, ref in list(holes.items()) + list(reported.items()):
+            s = s.replace(h, ref)
+        return s
+
+    text = ENV_REFERENCE.sub(resolve, value)
+    if text == "":
+        return out
+    pairs = text.split(",")
+    if len(pairs) > MAX_LABELS:
+        out.append((f"{len(pairs)} labels (at most {MAX_LABELS})", True))
+    seen = set()
+    for pair in pairs:
+        if "=" not in pair:
+            out.append((f"'{shown(pair)}' is not KEY=VALUE (labels are KEY=VALUE,KEY=VALUE...)",
+                        True))
+            continue
+        key, val = pair.split("=", 1)
+        if any(h in key for h in reported):
+            pass  # said above
+        elif any(h in key for h in holes):
+            out.append((f"label key '{shown(key)}' comes from the environment: write keys out",
+                        False))
+        elif not LABEL_KEY.match(key):
+            out.append((f"label key '{key}' must be 1 to 63 of letters, digits, _ . - and / "
+                        "starting with a letter or digit", True))
+        if key in seen:
+            out.append((f"label '{shown(key)}' is given twice", True))
+        seen.add(key)
+        written = re.sub("\x00\\d+\x01", "", val)
+        if any(h in val for h in reported):
+            continue  # said above
+        if len(written) > MAX_LABEL_VALUE or not LABEL_VALUE_CHARS.match(written):
+            out.append((f"the value of label '{shown(key)}', '{shown(val)}', must be 0 to "
+                        f"{MAX_LABEL_VALUE} of letters, digits, _ . and -", True))
+    return out
+
+
+def check_labels(c, where, problems):
+    """A worker's --labels parse as the worker reads them, else it exits 2."""
+    w = f"{where} container {c.get('name', '?')}"
+    text = daemon_line(command_text(c))
+    for m in re.finditer(r"(?:^|\s)--labels=(\"[^\"]*\"|'[^']*'|\S+)", text):
+        value = m.group(1).strip("\"'")
+        for why, exits in labels_problems(value, c):
+            problems.add(w, f"--labels={value}: {why}{' (the worker exits 2)' if exits else ''}")
+
+
+def check_daemonset(ds, where, problems):
+    """A DaemonSet of tessera workers: on the nodes it names (never every node
+    of the cluster), replaced one node at a time."""
+    spec = ds.get("spec") or {}
+    pod = pod_spec_of(ds) or {}
+    daemons = sorted({d for c in pod.get("containers") or [] for d in [daemon_of(c)] if d})
+    if not daemons:
+        return
+    required = ((((pod.get("affinity") or {}).get("nodeAffinity") or {})
+                 .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+                .get("nodeSelectorTerms") or [])
+    restricted = [term for term in required
+                  if (term or {}).get("matchExpressions") or (term or {}).get("matchFields")]
+    if not pod.get("nodeSelector") and not (required and len(restricted) == len(required)):
+        problems.add(where, f"a DaemonSet of {', '.join(daemons)} without a nodeSelector or a "
+                            "required node affinity runs one on every node of the cluster: "
+                            "select the nodes it belongs on (e.g. nodeSelector "
+                            "tessera.dev/inference: \"true\")")
+    strategy = spec.get("updateStrategy") or {}
+    kind = strategy.get("type", "RollingUpdate")
+    unavailable = (strategy.get("rollingUpdate") or {}).get("maxUnavailable")
+    if kind != "RollingUpdate":
+        problems.add(where, f"updateStrategy {kind}: a DaemonSet of {', '.join(daemons)} is "
+                            "updated by RollingUpdate with rollingUpdate.maxUnavailable: 1 (an "
+                            "update otherwise waits for someone to delete each pod)")
+    elif unavailable != 1:
+        said = "has no rollingUpdate.maxUnavailable" if unavailable is None else \
+            f"rollingUpdate.maxUnavailable is {unavailable!r}, not 1"
+        problems.add(where, f"{said}: a rollout replaces one node's worker at a time, each "
+                            "drained first (two at once can take both replicas of a shard with "
+                            "--replicas=2), so say maxUnavailable: 1")
 
 
 def host_port(value):
@@ -1019,6 +1182,44 @@ def check_images(directory, problems):
         problems.add(os.path.join(directory, "kustomization.yaml"),
                      f"`images:` entry {n!r} names no image of the manifests (they use "
                      f"{sorted(used)})")
+
+
+def check_component_images(base, component, base_docs, rendered, problems):
+    """A component's images: each is named by an `images:` entry (of the base
+    or the component), and where the base's entry names it, the component's
+    container has the image the base's containers have. kustomize applies a
+    kustomization's `images:` to its own resources only: the base's entry
+    never reaches a component's containers, which an overlay's `images:`
+    (applied after its components) renames with the rest."""
+    base_k, _ = kustomize_sources(base)
+    comp_k, comp_docs = kustomize_sources(component)
+    base_entries = [e for k in base_k for e in k.get("images") or [] if isinstance(e, dict)]
+    names = {e.get("name") for k in base_k + comp_k for e in k.get("images") or []
+             if isinstance(e, dict)}
+    for o in (o for o in comp_docs if isinstance(o, dict)):
+        where = f"{o.get('kind')}/{(o.get('metadata') or {}).get('name')}"
+        for c in containers_of(o):
+            image = str(c.get("image", ""))
+            if split_image(image)[0] not in names:
+                problems.add(f"{where} container {c.get('name', '?')}",
+                             f"image {image} is covered by no `images:` entry (of the base or "
+                             "the component): `kustomize edit set image` and an overlay's "
+                             "`images:` would leave it as it is")
+    renamed = {e.get("name") for e in base_entries}
+    base_keys = {object_key(o) for o in base_docs}
+    base_images = sorted({str(c.get("image", "")) for o in base_docs for c in containers_of(o)})
+    for o in rendered:
+        if object_key(o) in base_keys:
+            continue
+        where = f"{o.get('kind')}/{(o.get('metadata') or {}).get('name')}"
+        for c in containers_of(o):
+            image = str(c.get("image", ""))
+            if split_image(image)[0] in renamed and image not in base_images:
+                problems.add(f"{where} container {c.get('name', '?')}",
+                             f"image {image} is not the base's ({', '.join(base_images)}): the "
+                             "base's `images:` entry renames only the base's own containers; "
+                             "set the image in the overlay's `images:`, which renames the "
+                             "component's too")
 
 
 # ---- the highly available coordinator and its etcd -----------------------------
@@ -1471,10 +1672,14 @@ def check_rules(objects, problems):
             if daemon == "tessera-worker":
                 check_worker(c, spec, where, problems)
                 check_worker_ports(o, c, where, services, objects, problems)
+                check_labels(c, where, problems)
         if o.get("kind") == "StatefulSet":
             svc = (o.get("spec") or {}).get("serviceName")
             if svc not in services:
                 problems.add(where, f"serviceName {svc!r} is not a Service in the manifests")
+        if o.get("kind") == "DaemonSet":
+            check_daemonset(o, where, problems)
+        if o.get("kind") in ("StatefulSet", "DaemonSet", "Deployment", "ReplicaSet"):
             sel = ((o.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
             if not selects(sel, pod_labels_of(o)):
                 problems.add(where, "spec.selector does not match the pod template's labels")
@@ -1565,6 +1770,10 @@ def main():
             for o in changed:
                 validate_schema(o, f"{o.get('kind')}/{(o.get('metadata') or {}).get('name')}", sub)
             check_rules(rendered + others, sub)
+            try:
+                check_component_images(p, component, docs, rendered, sub)
+            except (OSError, ValueError, yaml.YAMLError) as e:
+                sub.add(label, f"cannot read its manifests for their images: {e}")
             seen = set(problems.items)
             for item in sub.items:
                 if item not in seen:

@@ -355,23 +355,121 @@ broken servicemonitor-in-base kustomization.yaml '  - networkpolicy.yaml
   - components/servicemonitor/servicemonitor.yaml
 ' 'applies only where the CRD of monitoring.coreos.com/v1 ServiceMonitor is installed'
 
+# The optional DaemonSet of inference workers (components/inference-daemonset),
+# checked on the base with the component: its nodes, its rollout, its
+# workers' --labels, and the rules every workload keeps.
+DS=components/inference-daemonset/daemonset.yaml
+broken ds-every-node $DS '      nodeSelector:
+        tessera.dev/inference: "true"
+|||' 'without a nodeSelector or a required node affinity runs one on every node of the cluster'
+broken ds-preferred-affinity-only $DS '      nodeSelector:
+        tessera.dev/inference: "true"
+|||      affinity:
+        nodeAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+            - weight: 1
+              preference:
+                matchExpressions: [{key: tessera.dev/inference, operator: In, values: ["true"]}]
+' 'without a nodeSelector or a required node affinity runs one on every node of the cluster'
+broken ds-on-delete $DS '    type: RollingUpdate
+    rollingUpdate: {maxUnavailable: 1}|||    type: OnDelete' 'updateStrategy OnDelete: a DaemonSet of tessera-worker is updated by RollingUpdate'
+broken ds-max-unavailable $DS 'rollingUpdate: {maxUnavailable: 1}|||rollingUpdate: {maxUnavailable: "50%"}' \
+  "rollingUpdate.maxUnavailable is '50%', not 1"
+broken ds-max-unavailable-unsaid $DS '    rollingUpdate: {maxUnavailable: 1}
+|||' 'has no rollingUpdate.maxUnavailable: a rollout replaces one node'
+# shellcheck disable=SC2016  # $(...) is Kubernetes' syntax, not the shell's
+broken ds-labels-twice $DS 'role=inference,node=$(NODE_NAME)|||role=inference,role=gpu,node=$(NODE_NAME)' \
+  "label 'role' is given twice (the worker exits 2)"
+# shellcheck disable=SC2016
+broken ds-labels-not-a-pair $DS 'role=inference,node=$(NODE_NAME)|||inference,node=$(NODE_NAME)' \
+  "'inference' is not KEY=VALUE"
+# shellcheck disable=SC2016
+broken ds-labels-bad-key $DS 'role=inference,node=$(NODE_NAME)|||-role=inference,node=$(NODE_NAME)' \
+  "label key '-role' must be 1 to 63 of letters, digits, _ . - and / starting with a letter or digit"
+# shellcheck disable=SC2016
+broken ds-labels-bad-value $DS 'role=inference,node=$(NODE_NAME)|||role=gpu/a100,node=$(NODE_NAME)' \
+  "the value of label 'role', 'gpu/a100', must be 0 to 63"
+# shellcheck disable=SC2016
+broken ds-labels-too-many $DS "role=inference,node=\$(NODE_NAME)|||$(printf 'k%d=v,' $(seq 1 32))node=\$(NODE_NAME)" \
+  '33 labels (at most 32)'
+# shellcheck disable=SC2016
+broken ds-labels-undefined-var $DS 'role=inference,node=$(NODE_NAME)|||role=inference,node=$(NODE)' \
+  '$(NODE) names no env var of the container'
+broken ds-labels-literal-var $DS '{name: NODE_NAME, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}|||{name: NODE_NAME, value: "gpu node 1"}' \
+  "the value of label 'node', 'gpu node 1', must be 0 to 63"
+# shellcheck disable=SC2016  # the message quotes $(NODE_NAME)
+broken ds-labels-var-from-configmap $DS '{name: NODE_NAME, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}|||{name: NODE_NAME, valueFrom: {configMapKeyRef: {name: nodes, key: name}}}' \
+  '$(NODE_NAME) comes from neither a literal value nor the downward API'
+# The rules every workload keeps, on the DaemonSet too.
+broken ds-no-readiness-probe $DS '          readinessProbe:|||          x-readinessProbe:' \
+  'DaemonSet/tessera-worker-inference container worker: no readinessProbe'
+broken ds-no-memory-limit $DS 'limits: {cpu: "4", memory: 8Gi}|||limits: {cpu: "4"}' \
+  'DaemonSet/tessera-worker-inference container worker: no resources.limits.memory'
+broken ds-secret-key-ref $DS '            - {name: POD_IP, valueFrom|||            - {name: T, valueFrom: {secretKeyRef: {name: tessera-worker-token, key: token}}}
+            - {name: POD_IP, valueFrom' 'DaemonSet/tessera-worker-inference container worker: env T comes from a Secret'
+# shellcheck disable=SC2016
+broken ds-no-prestop-drain $DS 'admin worker drain "$POD_NAME"|||admin worker cordon "$POD_NAME"' \
+  'DaemonSet/tessera-worker-inference container worker: tessera-worker has no preStop hook that drains it'
+# shellcheck disable=SC2016  # $(...) and $POD_IP are the pod's shell's
+broken ds-advertises-pod-ip $DS "--advertise=\"\$(echo \$POD_IP | sed 's/[.:]/-/g').\${POD_NAMESPACE}.pod.cluster.local:7071\"|||--advertise=\"\${POD_IP}:7071\"" \
+  'tessera-worker advertises its pod IP under TLS (--advertise)'
+# shellcheck disable=SC2016
+broken ds-a-record-with-dots $DS "--advertise=\"\$(echo \$POD_IP | sed 's/[.:]/-/g')|||--advertise=\"\$(echo \$POD_IP)" \
+  'tessera-worker advertises its pod IP under TLS (--advertise)'
+broken ds-selector-mismatch $DS '    matchLabels: {app.kubernetes.io/name: tessera, app.kubernetes.io/component: inference-worker}|||    matchLabels: {app.kubernetes.io/name: tessera, app.kubernetes.io/component: inference}' \
+  "DaemonSet/tessera-worker-inference: spec.selector does not match the pod template's labels"
+# shellcheck disable=SC2016  # the backquotes are the message's
+broken ds-image-not-in-images $DS 'image: localhost/tessera:latest|||image: tessera:latest' \
+  'image tessera:latest is covered by no `images:` entry (of the base or the component)'
+# shellcheck disable=SC2016
+broken ds-image-not-the-bases kustomization.yaml '    newTag: latest|||    newTag: v2' \
+  "image localhost/tessera:latest is not the base's (localhost/tessera:v2): the base's \`images:\` entry renames only the base's own containers"
+
 collect_broken
 
-# A user's overlay: its `images:` renames every image, and with the component
-# the ServiceMonitors come along, and pass.
+# A required node affinity selects the DaemonSet's nodes as a nodeSelector does.
+affinity_check() {
+  local d="$TMP/affinity" renderer out
+  mkdir -p "$d"
+  cp ./*.yaml "$d/"
+  cp -r components "$d/"
+  $PY - "$d/$DS" <<'PYEOF4'
+import sys
+path = sys.argv[1]
+text = open(path).read()
+old = '      nodeSelector:\n        tessera.dev/inference: "true"\n'
+new = ('      affinity:\n        nodeAffinity:\n          requiredDuringSchedulingIgnoredDuringExecution:\n'
+       '            nodeSelectorTerms:\n'
+       '              - matchExpressions: [{key: tessera.dev/inference, operator: In, values: ["true"]}]\n')
+assert old in text
+open(path, "w").write(text.replace(old, new, 1))
+PYEOF4
+  for renderer in auto builtin; do
+    if out=$($PY check.py --renderer=$renderer "$d" "$d/secrets.example.yaml" 2>&1); then
+      ok "a DaemonSet with a required node affinity in place of its nodeSelector passes ($renderer)"
+    else
+      bad "a DaemonSet with a required node affinity fails ($renderer): $out"
+    fi
+  done
+}
+affinity_check
+
+# A user's overlay: its `images:` renames every image (the inference
+# DaemonSet's too, which the base's entry does not reach), and with the
+# components the ServiceMonitors and the DaemonSet come along, and pass.
 overlay_checks() {
   local d="$TMP/overlay" base renderer out got
   mkdir -p "$d"
   base=$(realpath --relative-to="$d" .)
   cat >"$d/kustomization.yaml" <<EOF
 resources: [$base]
-components: [$base/components/servicemonitor]
+components: [$base/components/servicemonitor, $base/components/inference-daemonset]
 images:
   - {name: localhost/tessera, newName: registry.example:5000/tessera, newTag: v1}
 EOF
   for renderer in auto builtin; do
     if ! out=$($PY check.py --renderer=$renderer "$d" secrets.example.yaml 2>&1); then
-      bad "an overlay with images: and components/servicemonitor fails ($renderer): $out"
+      bad "an overlay with images: and both components fails ($renderer): $out"
       continue
     fi
     got=$($PY - "$d" "$renderer" <<'PYEOF3'
@@ -381,13 +479,14 @@ d, renderer = sys.argv[1], sys.argv[2]
 kubectl = renderer == "auto" and shutil.which("kubectl")
 docs = check.render_kubectl(d) if kubectl else check.render_builtin(d)
 print(" ".join(sorted({c.get("image") for o in docs for c in check.containers_of(o)})),
-      sum(o.get("kind") == "ServiceMonitor" for o in docs))
+      sum(o.get("kind") == "ServiceMonitor" for o in docs),
+      sum(o.get("kind") == "DaemonSet" for o in docs))
 PYEOF3
     )
-    if [ "$got" = "registry.example:5000/tessera:v1 2" ]; then
-      ok "an overlay's images: renames every image; with components/servicemonitor it passes ($renderer)"
+    if [ "$got" = "registry.example:5000/tessera:v1 2 1" ]; then
+      ok "an overlay's images: renames every image; with both components it passes ($renderer)"
     else
-      bad "an overlay's images: and components/servicemonitor ($renderer): images and ServiceMonitors $got"
+      bad "an overlay's images: and both components ($renderer): images, ServiceMonitors and DaemonSets $got"
     fi
   done
 }
@@ -498,7 +597,9 @@ make_secrets_checks() {
   for name in tessera-coordinator tessera-coordinator.test.svc.cluster.local 127.0.0.1; do
     verifies "$d/ca.crt" "$d/coordinator.crt" sslserver "$name" || problems+=("coordinator: not a server for $name")
   done
-  for name in tessera-worker-0.tessera-worker.test.svc.cluster.local tessera-worker-7.tessera-worker.test.svc; do
+  # (and the inference DaemonSet's pods by their A records)
+  for name in tessera-worker-0.tessera-worker.test.svc.cluster.local tessera-worker-7.tessera-worker.test.svc \
+    10-1-2-3.test.pod.cluster.local; do
     verifies "$d/ca.crt" "$d/tessera-worker.crt" sslserver "$name" || problems+=("workers: not a server for $name")
   done
   verifies "$d/ca.crt" "$d/tessera-worker.crt" sslclient || problems+=("workers: not TLS clients")

@@ -18,8 +18,12 @@
 # one certificate for their per-pod DNS names
 # (*.tessera-worker.NAMESPACE.svc[.CLUSTER_DOMAIN]), which is what they
 # advertise, and one principal `tessera-worker-*` (every pod of the
-# StatefulSet is named tessera-worker-I). CLUSTER_DOMAIN is
-# $TESSERA_CLUSTER_DOMAIN, default cluster.local.
+# StatefulSet is named tessera-worker-I). The certificate also names
+# *.NAMESPACE.pod.CLUSTER_DOMAIN, the pods' A records (IP-WITH-DASHES...),
+# which the workers of components/inference-daemonset advertise (a
+# DaemonSet's pods have no per-pod name under a Service; they are named
+# tessera-worker-inference-XXXXX, which the same principal registers).
+# CLUSTER_DOMAIN is $TESSERA_CLUSTER_DOMAIN, default cluster.local.
 #
 # etcd has a CA of its own (OUTDIR/etcd-ca.crt, .key): etcd admits any client
 # certificate of the CA it trusts, and the cluster's CA also signs the
@@ -70,7 +74,8 @@ for name in $(svc tessera-etcd); do etcd_sans+=(--etcd-san "$name"); done
 etcd_sans+=(--etcd-san "*.tessera-etcd.$NS.svc" --etcd-san "*.tessera-etcd.$NS.svc.$DOMAIN")
 "$HERE/../make-certs.sh" "$OUT" --workers 0 --worker-group tessera-worker \
   "${coordinator_sans[@]}" "${etcd_sans[@]}" \
-  --worker-san "*.tessera-worker.$NS.svc" --worker-san "*.tessera-worker.$NS.svc.$DOMAIN" >/dev/null
+  --worker-san "*.tessera-worker.$NS.svc" --worker-san "*.tessera-worker.$NS.svc.$DOMAIN" \
+  --worker-san "*.$NS.pod.$DOMAIN" >/dev/null
 (
   umask 077
   openssl rand -hex 32 | tr -d '\n' >"$OUT/tessera-drain.token"
