@@ -346,6 +346,12 @@ absl::StatusOr<TensorMetadataPtr> Orchestrator::Create(
   });
   // The ids reach the workers only once their high-water mark is durable.
   TESSERA_RETURN_IF_ERROR(log_->Wait(ids));
+  // Checked again at the last moment before anything is allocated: a
+  // caller that gave up meanwhile (placing many shards takes a while) gets
+  // nothing.
+  TESSERA_RETURN_IF_ERROR(GaveUp(args.stop.Check(),
+                                 absl::StrCat("creating '", args.name, "'"),
+                                 args.stop, limits_));
 
   const absl::Time allocate_start = absl::Now();
   TESSERA_RETURN_IF_ERROR(AllocateShards(*meta, args.init, args.pending));
