@@ -124,7 +124,26 @@ for src in "${LIB_SRCS[@]}"; do
 done
 status=0
 
-# 3. Link each target.
+# 3. Link each target, JOBS at a time; lld where it is installed (five
+# times faster than ld.bfd on these ASan binaries).
+LDFLAGS=""
+if command -v ld.lld >/dev/null; then LDFLAGS="-fuse-ld=lld"; fi
+failed_links=$OUT/failed_links
+rm -f "$failed_links"
+# shellcheck disable=SC2317  # run in the background below
+link() {
+  local bin=$1
+  shift
+  echo "link $bin"
+  # Linked aside and renamed: a running fuzzer keeps its binary.
+  # shellcheck disable=SC2086
+  if $CXX -fsanitize=fuzzer $SAN $LDFLAGS -o "$bin.$$.tmp" "$@" "${LIBS[@]}"; then
+    mv "$bin.$$.tmp" "$bin"
+  else
+    rm -f "$bin.$$.tmp"
+    echo "$bin" >>"$failed_links"
+  fi
+}
 for t in "${TARGETS[@]}"; do
   bin=$OUT/$t
   case "$t" in
@@ -146,24 +165,19 @@ for t in "${TARGETS[@]}"; do
     rm -f "$bin"
     status=1
   elif [ "$need" = 1 ]; then
-    echo "link $bin"
-    # Linked aside and renamed: a running fuzzer keeps its binary.
-    # shellcheck disable=SC2086
-    if $CXX -fsanitize=fuzzer $SAN -o "$bin.$$.tmp" "${objs[@]}" "${LIBS[@]}"; then
-      mv "$bin.$$.tmp" "$bin"
-    else
-      rm -f "$bin.$$.tmp"
-      status=1
-    fi
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
+    link "$bin" "${objs[@]}" &
   fi
 done
+wait
+if [ -s "$failed_links" ]; then status=1; fi
 # The seed generator (a plain program; see make_seeds.cc).
 seeds_objs=("$(obj_of fuzz/make_seeds.cc)" "${CORE_OBJS[@]}")
 for src in "$GEN"/proto/*.pb.cc rpc/convert.cc; do seeds_objs+=("$(obj_of "$src")"); done
 if [ ! -f "$OUT/make_seeds" ] || [ "${seeds_objs[0]}" -nt "$OUT/make_seeds" ]; then
   echo "link $OUT/make_seeds"
   # shellcheck disable=SC2086
-  $CXX $SAN -fsanitize=fuzzer-no-link -o "$OUT/make_seeds" "${seeds_objs[@]}" "${LIBS[@]}" ||
+  $CXX $SAN $LDFLAGS -fsanitize=fuzzer-no-link -o "$OUT/make_seeds" "${seeds_objs[@]}" "${LIBS[@]}" ||
     status=1
 fi
 [ "$status" = 0 ] && echo "built: ${TARGETS[*]} in $OUT/"

@@ -9,7 +9,7 @@ PACKAGES=(
   libabsl-dev libspdlog-dev libfmt-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-dev python3-numpy python3-pytest python3-venv python3-tqdm pybind11-dev
-  clang libfuzzer-14-dev libclang-rt-14-dev
+  clang lld libfuzzer-14-dev libclang-rt-14-dev
   podman runc debootstrap catatonit podman-compose python3-kubernetes openssl
   prometheus python3-grpcio curl
   libucx-dev ucx-utils nlohmann-json3-dev python3-torch
