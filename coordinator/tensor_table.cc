@@ -587,35 +587,32 @@ int64_t TensorTable::EntryBytes(const Entry& entry) {
   return bytes;
 }
 
-QuotaUse TensorTable::UseOf(const std::string& owner) const {
-  QuotaUse use;
-  for (const auto& [name, entry] : tensors_) {
-    if (entry.owner != owner) continue;
-    use.bytes += EntryBytes(entry);
-    ++use.names;
-  }
-  for (const Retirement& r : retirements_) {
-    auto it = tensors_.find(r.name);
-    if (it != tensors_.end() && it->second.owner == owner)
-      use.bytes += HeldBytes(*r.shards);
-  }
-  return use;
-}
-
-std::map<std::string, QuotaUse> TensorTable::Usage() const {
-  absl::MutexLock lock(&mu_);
+std::map<std::string, QuotaUse> TensorTable::UsageOf(
+    const std::string* only) const {
   std::map<std::string, QuotaUse> out;
   for (const auto& [name, entry] : tensors_) {
+    if (only != nullptr && entry.owner != *only) continue;
     QuotaUse& use = out[entry.owner];
     use.bytes += EntryBytes(entry);
     ++use.names;
   }
   for (const Retirement& r : retirements_) {
     auto it = tensors_.find(r.name);
-    if (it != tensors_.end())
-      out[it->second.owner].bytes += HeldBytes(*r.shards);
+    if (it == tensors_.end()) continue;
+    if (only != nullptr && it->second.owner != *only) continue;
+    out[it->second.owner].bytes += HeldBytes(*r.shards);
   }
   return out;
+}
+
+QuotaUse TensorTable::UseOf(const std::string& owner) const {
+  std::map<std::string, QuotaUse> use = UsageOf(&owner);
+  return use.empty() ? QuotaUse{} : use.begin()->second;
+}
+
+std::map<std::string, QuotaUse> TensorTable::Usage() const {
+  absl::MutexLock lock(&mu_);
+  return UsageOf(nullptr);
 }
 
 absl::Status TensorTable::Charge(const std::string& name, int64_t bytes,

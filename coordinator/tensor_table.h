@@ -384,7 +384,10 @@ class TensorTable {
   void ForgetLeases(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The bytes `entry` holds for its owner (see Quotas), retirements aside.
   static int64_t EntryBytes(const Entry& entry);
-  // `owner`'s use: its entries and their retirements.
+  // What each owner holds (`only`: that owner alone): its entries and
+  // their retirements. The one sum behind UseOf and Usage.
+  std::map<std::string, QuotaUse> UsageOf(const std::string* only) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   QuotaUse UseOf(const std::string& owner) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops `entry`'s staged update, returning its new shards (still

@@ -5,9 +5,6 @@
 namespace tessera {
 namespace {
 
-// Buckets kept before idle ones are forgotten; principals come from
-// verified capabilities, so this bounds nothing an outsider controls.
-constexpr size_t kForgetAbove = 4096;
 // The delays of at most this many principals are kept for the metrics.
 constexpr size_t kMaxDelays = 4096;
 
@@ -19,7 +16,9 @@ int64_t BurstOf(const ReadPacer::Options& options) {
 }  // namespace
 
 ReadPacer::ReadPacer(Options options)
-    : options_(std::move(options)), burst_(BurstOf(options_)) {}
+    : options_(std::move(options)),
+      burst_(BurstOf(options_)),
+      forget_above_(kForgetAbove) {}
 
 absl::Duration ReadPacer::Reserve(absl::string_view principal, int64_t bytes) {
   if (!enabled() || principal.empty() || bytes <= 0) {
@@ -27,7 +26,12 @@ absl::Duration ReadPacer::Reserve(absl::string_view principal, int64_t bytes) {
   }
   const absl::Time now = options_.clock();
   absl::MutexLock lock(&mu_);
-  if (buckets_.size() > kForgetAbove) ForgetIdle(now);
+  if (buckets_.size() > forget_above_) {
+    ForgetIdle(now);
+    // Not again until the map has doubled: with many principals reading at
+    // once, a read does not walk them all.
+    forget_above_ = std::max(kForgetAbove, 2 * buckets_.size());
+  }
   auto [it, added] = buckets_.try_emplace(principal);
   Bucket& bucket = it->second;
   if (added) {
@@ -42,7 +46,7 @@ absl::Duration ReadPacer::Reserve(absl::string_view principal, int64_t bytes) {
   bucket.tokens -= static_cast<double>(bytes);
   if (bucket.tokens >= 0) return absl::ZeroDuration();
   const double wait = -bucket.tokens / static_cast<double>(options_.rate);
-  auto delay = delays_.find(std::string(principal));
+  auto delay = delays_.find(principal);
   if (delay != delays_.end()) {
     delay->second += wait;
   } else if (delays_.size() < kMaxDelays) {
@@ -58,7 +62,7 @@ void ReadPacer::Pace(absl::string_view principal, int64_t bytes) {
 
 std::map<std::string, double> ReadPacer::Delays() const {
   absl::MutexLock lock(&mu_);
-  return delays_;
+  return std::map<std::string, double>(delays_.begin(), delays_.end());
 }
 
 void ReadPacer::ForgetIdle(absl::Time now) {

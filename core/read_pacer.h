@@ -57,6 +57,10 @@ class ReadPacer {
   // held back are absent).
   std::map<std::string, double> Delays() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Buckets kept before idle ones are forgotten (principals come from
+  // verified capabilities; this bounds the walk, not an outsider).
+  static constexpr size_t kForgetAbove = 4096;
+
  private:
   struct Bucket {
     double tokens = 0;  // bytes; negative: a debt readers are sleeping off
@@ -70,7 +74,9 @@ class ReadPacer {
   const int64_t burst_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Bucket> buckets_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, double> delays_ ABSL_GUARDED_BY(mu_);
+  // ForgetIdle runs when buckets_ grows past this.
+  size_t forget_above_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, double, std::less<>> delays_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera

@@ -51,6 +51,18 @@ std::string TokenFile(const std::string& principal) {
   return File(principal + ".token");
 }
 
+// Writes a --tokens file `tokens` for these principals (NAME, ROLE), each
+// one's secret into its token file (the principal `w*` into "workers").
+void WriteTokens(const std::string& tokens,
+                 const std::vector<std::pair<std::string, std::string>>& who) {
+  std::string text;
+  for (const auto& [name, role] : who) {
+    absl::StrAppend(&text, name, " ", role, " ", Secret(name), "\n");
+    Write(TokenFile(name == "w*" ? "workers" : name), Secret(name), 0600);
+  }
+  Write(tokens, text, 0600);
+}
+
 ClientOptions As(const std::string& principal) {
   ClientOptions options;
   options.token = Secret(principal);
@@ -90,16 +102,10 @@ class QuotaTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     mkdir(Dir().c_str(), 0700);
-    std::string tokens;
-    for (const auto& [name, role] :
-         std::vector<std::pair<std::string, std::string>>{{"admin", "admin"},
-                                                          {"ann", "write"},
-                                                          {"bob", "write"},
-                                                          {"w*", "worker"}}) {
-      absl::StrAppend(&tokens, name, " ", role, " ", Secret(name), "\n");
-      Write(TokenFile(name == "w*" ? "workers" : name), Secret(name), 0600);
-    }
-    Write(File("tokens"), tokens, 0600);
+    WriteTokens(File("tokens"), {{"admin", "admin"},
+                                 {"ann", "write"},
+                                 {"bob", "write"},
+                                 {"w*", "worker"}});
     Write(File("quotas"), "# tenants\nann 10M\n* 4M 3\n", 0644);
     TestClusterOptions options;
     options.num_workers = 2;
@@ -387,14 +393,8 @@ class ReadPacingTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     mkdir(Dir().c_str(), 0700);
-    std::string tokens;
-    for (const auto& [name, role] :
-         std::vector<std::pair<std::string, std::string>>{
-             {"ann", "write"}, {"bob", "write"}, {"w*", "worker"}}) {
-      absl::StrAppend(&tokens, name, " ", role, " ", Secret(name), "\n");
-      Write(TokenFile(name == "w*" ? "workers" : name), Secret(name), 0600);
-    }
-    Write(File("pacing-tokens"), tokens, 0600);
+    WriteTokens(File("pacing-tokens"),
+                {{"ann", "write"}, {"bob", "write"}, {"w*", "worker"}});
     TestClusterOptions options;
     options.num_workers = 2;
     options.coordinator_flags = {
