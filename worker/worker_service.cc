@@ -442,12 +442,13 @@ grpc::Status WorkerService::StreamRegion(
   grpc::ByteBuffer buffer;
   for (int64_t next = 0; next < total;) {
     const int64_t count = std::min(reader->chunk_elements(), total - next);
+    // Each chunk keeps to the principal's rate (no wait without one),
+    // waited out before the chunk is made, so no chunk is held meanwhile.
+    node_->PaceRead(principal, count * reader->item());
     absl::Status status =
         EncodeChunk(*reader, next, count, /*over_shard=*/true, &buffer);
     if (!status.ok()) return ToGrpcStatus(status);
     next += count;
-    // Each chunk keeps to the principal's rate (no wait without one).
-    node_->PaceRead(principal, count * reader->item());
     grpc::WriteOptions options;
     if (next >= total) options.set_last_message();
     // Write fails once the reader has gone (cancelled, disconnected) or
