@@ -1032,7 +1032,12 @@ absl::StatusOr<uint64_t> Client::WaitForVersion(const std::string& name,
                                                         &response);
     });
     if (status.ok()) return response.version();
-    if (!absl::IsUnavailable(status)) return status;
+    // CANCELLED is never this call's own doing (it has no cancel and no
+    // idle timeout): a server that stopped under it, as a standby does
+    // when it takes over.
+    if (!absl::IsUnavailable(status) && !absl::IsCancelled(status)) {
+      return status;
+    }
     absl::SleepFor(
         std::min(absl::Milliseconds(200),
                  std::max(absl::ZeroDuration(), deadline - absl::Now())));

@@ -87,7 +87,10 @@ absl::Status Leadership::Campaign(const absl::Notification& stop,
 
 void Leadership::ReleasePort() {
   if (standby_server_ == nullptr) return;
-  standby_server_->Stop(absl::ZeroDuration());
+  // A grace, however short: a call the standby is answering gets its
+  // UNAVAILABLE, which sends the caller on to this leader, rather than a
+  // CANCELLED it would not try again.
+  standby_server_->Stop(absl::Milliseconds(250));
   standby_server_.reset();
 }
 
