@@ -113,13 +113,20 @@ class CoordinatorHaTest : public ::testing::Test {
   }
 
   // Coordinator `i` on its port, keeping its metadata under etcd `prefix`.
-  void StartCoordinator(int i, const std::string& prefix = "ha") {
+  // `extra`: more flags.
+  void StartCoordinator(int i, const std::string& prefix = "ha",
+                        const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {
+        TestCluster::BinaryPath("coordinator/tessera-coordinator"),
+        absl::StrCat("--listen=127.0.0.1:", ports_[i]),
+        "--metadata=" + etcd_->url(prefix),
+        "--leader_lease=2s",
+        "--lease_ms=3000",
+        "--heartbeat_ms=250",
+        "--snapshot_every=4"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
     Daemon d =
-        Spawn({TestCluster::BinaryPath("coordinator/tessera-coordinator"),
-               absl::StrCat("--listen=127.0.0.1:", ports_[i]),
-               "--metadata=" + etcd_->url(prefix), "--leader_lease=2s",
-               "--lease_ms=3000", "--heartbeat_ms=250", "--snapshot_every=4"},
-              absl::StrCat(dir_, "/coordinator", i, "-", prefix, ".log"));
+        Spawn(argv, absl::StrCat(dir_, "/coordinator", i, "-", prefix, ".log"));
     if (coordinators_.size() <= static_cast<size_t>(i)) {
       coordinators_.resize(static_cast<size_t>(i) + 1);
     }
@@ -268,6 +275,87 @@ TEST_F(CoordinatorHaTest, AKilledLeaderIsReplacedAndNothingAcknowledgedIsLost) {
   waiter.join();
   ASSERT_TRUE(waited.ok()) << waited.status();
   EXPECT_EQ(*waited, 2u);
+}
+
+// Quota use is summed from the metadata by whichever coordinator leads: a
+// new leader admits and refuses exactly as the old one did, and its use
+// equals the bytes the workers hold for the owner.
+TEST_F(CoordinatorHaTest, AfterAFailoverQuotaUseIsTheOwnersBytes) {
+  // Both coordinators again, with quotas for the anonymous principal.
+  const std::string quotas = dir_ + "/quotas";
+  { std::ofstream(quotas) << "* 64K 10\n"; }
+  for (int i = 0; i < 2; ++i) {
+    kill(coordinators_[i].pid, SIGKILL);
+    waitpid(coordinators_[i].pid, nullptr, 0);
+  }
+  for (int i = 0; i < 2; ++i) {
+    StartCoordinator(i, "ha", {"--quotas=" + quotas});
+    if (i == 0) {
+      ASSERT_TRUE(Serving(0)) << ReadFile(coordinators_[0].log);
+    }
+  }
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client,
+                       Client::Connect(addresses_));
+  // What the workers hold, once both have reported to the leader.
+  auto held = [&]() -> int64_t {
+    absl::StatusOr<std::vector<WorkerInfo>> workers = client->Workers();
+    if (!workers.ok() || workers->size() != 2) return -1;
+    int64_t total = 0;
+    for (const WorkerInfo& w : *workers) {
+      if (!w.alive) return -1;
+      total += w.bytes_used;
+    }
+    return total;
+  };
+  auto use = [&]() -> int64_t {
+    absl::StatusOr<std::vector<QuotaInfo>> q = client->Quotas();
+    return q.ok() && q->size() == 1 ? (*q)[0].bytes : -1;
+  };
+  // 16 KiB, twice over (R = 2), and 4 KiB: 36 KiB of 64.
+  for (const auto& [name, flags] :
+       std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"q1", {"--shape=4096", "--replicas=2"}},
+           {"q2", {"--shape=1024"}}}) {
+    std::vector<std::string> args = {"create",
+                                     name,
+                                     "--dtype=float32",
+                                     "--chunk_dim=0",
+                                     "--placements=w0,w1",
+                                     "--init=ones"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    Result made = Tessera(args);
+    ASSERT_EQ(made.code, 0) << made.err;
+  }
+  EXPECT_TRUE(Eventually([&] { return held() == 36 * 1024; }));
+  EXPECT_EQ(use(), 36 * 1024);
+  const std::string refusal =
+      "quota: principal 'anonymous' uses 36864 of its 65536 bytes; creating "
+      "'big' needs 32768 more";
+  Result over = Tessera({"create", "big", "--shape=8192", "--dtype=float32",
+                         "--chunk_dim=0", "--placements=w0,w1"});
+  EXPECT_EQ(over.code, 1);
+  EXPECT_THAT(over.err, HasSubstr(refusal));
+
+  kill(coordinators_[0].pid, SIGKILL);
+  waitpid(coordinators_[0].pid, nullptr, 0);
+  coordinators_[0].pid = -1;
+  ASSERT_TRUE(Serving(1)) << ReadFile(coordinators_[1].log);
+  // The new leader's use is the owner's bytes, and it refuses the same.
+  EXPECT_TRUE(Eventually([&] { return held() == 36 * 1024; }));
+  EXPECT_EQ(use(), 36 * 1024);
+  over = Tessera({"create", "big", "--shape=8192", "--dtype=float32",
+                  "--chunk_dim=0", "--placements=w0,w1"});
+  EXPECT_EQ(over.code, 1);
+  EXPECT_THAT(over.err, HasSubstr(refusal));
+  // A delete there frees room at once.
+  Result removed = Tessera({"rm", "q1"});
+  ASSERT_EQ(removed.code, 0) << removed.err;
+  EXPECT_EQ(use(), 4 * 1024);
+  Result made = Tessera({"create", "big", "--shape=8192", "--dtype=float32",
+                         "--chunk_dim=0", "--placements=w0,w1"});
+  EXPECT_EQ(made.code, 0) << made.err;
+  EXPECT_EQ(use(), 36 * 1024);
+  EXPECT_TRUE(Eventually([&] { return held() == 36 * 1024; }));
 }
 
 // A standby answers every call UNAVAILABLE naming the leader, and clients
