@@ -258,11 +258,23 @@ std::vector<CommandDef> FileCommands() {
        &RunCompletion,
        "bash|zsh"},
       {"export",
-       "export FILE.safetensors (NAME... | --prefix=P) [--metadata=K=V,...] "
-       "[--json]",
-       "write tensors into one .safetensors file",
+       "export (FILE.safetensors | --hf DIR) (NAME... | --prefix=P) "
+       "[--metadata=K=V,...] [--strip_prefix=P] [--max_shard_size=5GB] "
+       "[--overwrite] [--json]",
+       "write tensors into one .safetensors file; with --hf, into a Hugging "
+       "Face sharded directory under the workers' --checkpoint_root "
+       "(model-0000K-of-0000N.safetensors of whole tensors, each file at "
+       "most --max_shard_size, and model.safetensors.index.json), written by "
+       "the workers, names less --strip_prefix; a checkpoint in DIR is "
+       "replaced as save's (--overwrite)",
        1,
-       {{"prefix", false}, {"metadata", false}, {"json", true}},
+       {{"prefix", false},
+        {"metadata", false},
+        {"hf", true},
+        {"strip_prefix", false},
+        {"max_shard_size", false},
+        {"overwrite", true},
+        {"json", true}},
        &RunExport,
        "FILE.safetensors",
        /*more_positional=*/true},
@@ -1508,7 +1520,63 @@ absl::Status RunSave(const Invocation& inv, std::ostream& out) {
   return absl::OkStatus();
 }
 
+// export --hf DIR: the workers write a Hugging Face sharded directory.
+absl::Status RunExportHf(const Invocation& inv, std::ostream& out) {
+  const std::string& dir = inv.positional.at(0);
+  if (dir.empty()) return UsageError("export --hf needs a directory");
+  if (inv.Get("metadata").has_value()) {
+    return UsageError("--metadata is for a one-file export, not --hf");
+  }
+  TESSERA_ASSIGN_OR_RETURN(
+      const NamedTensors named,
+      TensorsNamed(inv, "export",
+                   "tessera export --hf DIR (NAME... | --prefix=P)"));
+  Client::HfExport options;
+  options.strip_prefix = inv.Get("strip_prefix").value_or("");
+  options.overwrite = inv.GetBool("overwrite");
+  if (const std::optional<std::string> size = inv.Get("max_shard_size")) {
+    absl::StatusOr<int64_t> bytes = ParseByteSize(*size);
+    if (!bytes.ok()) {
+      return UsageError(
+          absl::StrCat("--max_shard_size: ", bytes.status().message()));
+    }
+    options.max_file_bytes = *bytes;
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
+  const std::string watched = named.names.empty() ? "" : named.names.front();
+  absl::StatusOr<Client::SaveStats> exported;
+  {
+    Progress progress(
+        absl::StrCat("export ", dir), !inv.GetBool("json"),
+        [&]() -> std::optional<Progress::Sample> {
+          if (watched.empty()) return std::nullopt;
+          absl::StatusOr<MoveProgress> now = client->ReshardProgress(watched);
+          if (!now.ok() || !now->running) return std::nullopt;
+          return Progress::Sample{now->bytes_done, now->bytes_total};
+        });
+    exported =
+        client->ExportHf(dir, named.names, named.prefix.value_or(""), options);
+  }
+  TESSERA_ASSIGN_OR_RETURN(const Client::SaveStats stats, std::move(exported));
+  if (inv.GetBool("json")) {
+    out << SaveJson(dir, stats) << "\n";
+    return absl::OkStatus();
+  }
+  out << "exported " << stats.tensors.size() << " tensor"
+      << (stats.tensors.size() == 1 ? "" : "s") << " into " << dir << ", "
+      << FormatBytes(stats.bytes) << " in " << stats.files << " file"
+      << (stats.files == 1 ? "" : "s") << ", "
+      << FormatRate(stats.bytes, stats.seconds) << "\n";
+  return absl::OkStatus();
+}
+
 absl::Status RunExport(const Invocation& inv, std::ostream& out) {
+  if (inv.GetBool("hf")) return RunExportHf(inv, out);
+  for (const char* only_hf : {"strip_prefix", "max_shard_size", "overwrite"}) {
+    if (inv.Get(only_hf).has_value()) {
+      return UsageError(absl::StrCat("--", only_hf, " is for export --hf DIR"));
+    }
+  }
   const std::string& file = inv.positional.at(0);
   if (file.empty()) return UsageError("export needs a file name (or -)");
   TESSERA_ASSIGN_OR_RETURN(

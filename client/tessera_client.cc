@@ -962,6 +962,25 @@ absl::StatusOr<Client::SaveStats> Client::SaveCheckpoint(
   for (const std::string& name : names) request.add_names(name);
   request.set_prefix(prefix);
   request.set_overwrite(overwrite);
+  return Save(request);
+}
+
+absl::StatusOr<Client::SaveStats> Client::ExportHf(
+    const std::string& dir, const std::vector<std::string>& names,
+    const std::string& prefix, const HfExport& options) {
+  v1::SaveCheckpointRequest request;
+  request.set_dir(dir);
+  for (const std::string& name : names) request.add_names(name);
+  request.set_prefix(prefix);
+  request.set_overwrite(options.overwrite);
+  request.set_hf(true);
+  request.set_strip_prefix(options.strip_prefix);
+  request.set_max_file_bytes(options.max_file_bytes);
+  return Save(request);
+}
+
+absl::StatusOr<Client::SaveStats> Client::Save(
+    const v1::SaveCheckpointRequest& request) {
   v1::SaveCheckpointResponse response;
   TESSERA_RETURN_IF_ERROR(
       Call(LongControlCall(*connection_), [&](grpc::ClientContext* context) {

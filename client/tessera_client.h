@@ -37,6 +37,10 @@
 
 namespace tessera {
 
+namespace v1 {
+class SaveCheckpointRequest;
+}  // namespace v1
+
 class Connection;    // client/connection.h: channels, stubs, data plane
 class DeviceReader;  // client/device_reader.h: CUDA IPC (CUDA builds only)
 
@@ -260,6 +264,21 @@ class Client {
   absl::StatusOr<SaveStats> SaveCheckpoint(
       const std::string& dir, const std::vector<std::string>& names,
       const std::string& prefix = "", bool overwrite = false);
+  // The tensors as a Hugging Face sharded directory `dir` under the
+  // workers' --checkpoint_root (export --hf): model-0000K-of-0000N
+  // .safetensors files of whole tensors, each at most `max_file_bytes` of
+  // data (0: 5 GB) unless one tensor is larger, named less `strip_prefix`,
+  // and model.safetensors.index.json; written by the workers holding the
+  // shards. A checkpoint already in `dir` is replaced as SaveCheckpoint's.
+  struct HfExport {
+    std::string strip_prefix;
+    int64_t max_file_bytes = 0;
+    bool overwrite = false;
+  };
+  absl::StatusOr<SaveStats> ExportHf(const std::string& dir,
+                                     const std::vector<std::string>& names,
+                                     const std::string& prefix,
+                                     const HfExport& options);
 
   // How far the move of `name`'s bytes running now (a reshard, a repair, a
   // load or a save) has got; what a caller waiting on Reshard in another
@@ -315,6 +334,8 @@ class Client {
   absl::StatusOr<TensorMetadata> DescribeInternal(const std::string& name,
                                                   bool lease);
   void ReleaseRead(const std::string& name, uint64_t version);
+  // A save or an export --hf: one call, one reply.
+  absl::StatusOr<SaveStats> Save(const v1::SaveCheckpointRequest& request);
   // Commits the put or update `change` (its reply's change id) that made
   // version `version`, or abandons it: never another client's.
   absl::Status CommitVersion(const std::string& name, uint64_t version,

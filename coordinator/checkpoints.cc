@@ -77,12 +77,13 @@ absl::StatusOr<std::vector<std::string>> Checkpoints::SaveNames(
 absl::StatusOr<Checkpoints::EarlierSave> Checkpoints::FindEarlierSave(
     const SaveArgs& args) {
   EarlierSave found;
+  const char* verb = args.hf ? "export" : "save";
   absl::StatusOr<CheckpointListing> earlier = List(args.dir);
   if (!earlier.ok() && !absl::IsNotFound(earlier.status()) && !args.overwrite) {
     // Files no one can read as a checkpoint are not taken for none: whose
     // they are is unknown.
     return absl::FailedPreconditionError(absl::StrCat(
-        "save: '", args.dir, "' holds what cannot be read as a checkpoint (",
+        verb, ": '", args.dir, "' holds what cannot be read as a checkpoint (",
         earlier.status().message(), "); give --overwrite to replace it"));
   }
   if (!earlier.ok()) return found;
@@ -90,7 +91,7 @@ absl::StatusOr<Checkpoints::EarlierSave> Checkpoints::FindEarlierSave(
       !earlier->save_id.empty() && earlier->saved_by == args.principal;
   if (!own && !args.overwrite) {
     return absl::AlreadyExistsError(
-        absl::StrCat("save: '", args.dir, "' already holds a checkpoint",
+        absl::StrCat(verb, ": '", args.dir, "' already holds a checkpoint",
                      earlier->save_id.empty()
                          ? std::string(" that tessera save did not write")
                          : absl::StrCat(" saved by '", earlier->saved_by, "'"),
@@ -167,7 +168,8 @@ absl::Status Checkpoints::WriteSaveIndex(const SaveArgs& args,
   }
   TESSERA_ASSIGN_OR_RETURN(const WorkerRef writer, DirectoryWorker());
   return Annotate(workers_->WriteCheckpointFile(
-                      writer, args.dir, kTesseraIndexName, tessera_index),
+                      writer, args.dir, kTesseraIndexName, tessera_index,
+                      /*size=*/0),
                   absl::StrCat("writing the index of '", args.dir, "'"));
 }
 
@@ -179,7 +181,7 @@ absl::Status Checkpoints::FinishSave(const SaveArgs& args,
   TESSERA_ASSIGN_OR_RETURN(const WorkerRef writer, DirectoryWorker());
   TESSERA_RETURN_IF_ERROR(
       Annotate(workers_->WriteCheckpointFile(writer, args.dir, kHfIndexName,
-                                             HfIndexJson(listing)),
+                                             HfIndexJson(listing), /*size=*/0),
                absl::StrCat("writing '", args.dir, "/", kHfIndexName, "'")));
   for (const CheckpointEntry& e : listing.entries) {
     for (const StoredPiece& piece : e.pieces) earlier.files.erase(piece.file);
@@ -212,6 +214,22 @@ absl::StatusOr<SaveResult> Checkpoints::Save(const SaveArgs& args) {
     orchestrator_->FillWorkerState(&metas.back());
   }
   TESSERA_ASSIGN_OR_RETURN(EarlierSave earlier, FindEarlierSave(args));
+  if (args.hf) {
+    auto tally = std::make_shared<MoveTally>();
+    progress_->Track(names, tally);
+    auto untrack = absl::MakeCleanup([&] { progress_->Untrack(names, tally); });
+    TESSERA_ASSIGN_OR_RETURN(
+        SaveResult result,
+        ExportHf(args, metas, std::move(earlier), tally.get()));
+    result.tensors = std::move(names);
+    result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    spdlog::info(
+        "exported {} tensor(s) into '{}' (Hugging Face): {} bytes in {} "
+        "file(s), {:.3f} s",
+        result.tensors.size(), args.dir, result.bytes, result.files,
+        result.seconds);
+    return result;
+  }
   SavePlanOptions plan_options;
   plan_options.save_id =
       absl::StrFormat("%08x", absl::Uniform<uint32_t>(absl::BitGen()));
@@ -250,6 +268,94 @@ absl::StatusOr<SaveResult> Checkpoints::Save(const SaveArgs& args) {
   spdlog::info("saved {} tensor(s) into '{}': {} bytes in {} file(s), {:.3f} s",
                result.tensors.size(), args.dir, result.bytes, result.files,
                result.seconds);
+  return result;
+}
+
+absl::StatusOr<SaveResult> Checkpoints::ExportHf(
+    const SaveArgs& args, const std::vector<TensorMetadata>& metas,
+    EarlierSave earlier, MoveTally* tally) {
+  HfExportOptions options;
+  options.export_id =
+      absl::StrFormat("%08x", absl::Uniform<uint32_t>(absl::BitGen()));
+  options.strip_prefix = args.strip_prefix;
+  options.max_file_bytes = args.max_file_bytes;
+  TESSERA_ASSIGN_OR_RETURN(const HfExportPlan plan,
+                           PlanHfExport(metas, options));
+  tally->total = plan.bytes;
+  TESSERA_ASSIGN_OR_RETURN(const WorkerRef writer, DirectoryWorker());
+  // A failure before the renames takes the staging files back out (best
+  // effort: no index names them, and they are hidden).
+  std::vector<std::string> staged;
+  auto drop = absl::MakeCleanup([&] {
+    if (staged.empty()) return;
+    workers_->RemoveCheckpointFiles(writer, args.dir, staged, options.export_id)
+        .IgnoreError();
+  });
+  // Each file made whole in size, its header in, its data zeros...
+  for (const HfExportFile& file : plan.files) {
+    TESSERA_RETURN_IF_ERROR(args.stop.Check());
+    TESSERA_RETURN_IF_ERROR(
+        Annotate(workers_->WriteCheckpointFile(writer, args.dir, file.staging,
+                                               file.header, file.bytes),
+                 absl::StrCat("making '", args.dir, "/", file.name, "'")));
+    staged.push_back(file.staging);
+  }
+  // ... then filled by every worker holding a shard, in parallel.
+  TESSERA_RETURN_IF_ERROR(
+      FanOut(plan.workers.size(), kDefaultFanOut, [&](size_t w) {
+        const HfExportWorker& planned = plan.workers[w];
+        const WorkerRef worker{planned.worker, planned.address};
+        for (const HfExportWrite& write : planned.writes) {
+          TESSERA_RETURN_IF_ERROR(args.stop.Check());
+          const HfExportFile& file = plan.files[write.file];
+          absl::StatusOr<int64_t> written = workers_->WriteShardRuns(
+              worker, args.dir, file.staging, options.export_id, write.shard_id,
+              write.tensor, write.version, write.runs);
+          if (!written.ok()) {
+            return Annotate(written.status(),
+                            absl::StrCat("worker '", worker.name, "' writing '",
+                                         write.tensor, "' into '", args.dir,
+                                         "/", file.name, "'"));
+          }
+          // The worker's reply is input: it must be what was asked.
+          if (*written != write.bytes) {
+            return absl::InternalError(
+                absl::StrCat("worker '", worker.name, "' reports ", *written,
+                             " bytes written for a shard of ", write.bytes));
+          }
+          tally->done += write.bytes;
+        }
+        return absl::OkStatus();
+      }));
+  // Whole: into place, then the index.
+  std::vector<std::pair<std::string, std::string>> renames;
+  for (const HfExportFile& file : plan.files) {
+    renames.emplace_back(file.staging, file.name);
+  }
+  TESSERA_RETURN_IF_ERROR(Annotate(
+      workers_->PublishCheckpointFiles(writer, args.dir, options.export_id,
+                                       renames),
+      absl::StrCat("putting the files of '", args.dir, "' into place")));
+  staged.clear();
+  TESSERA_RETURN_IF_ERROR(
+      Annotate(workers_->WriteCheckpointFile(writer, args.dir, kHfIndexName,
+                                             plan.index, /*size=*/0),
+               absl::StrCat("writing '", args.dir, "/", kHfIndexName, "'")));
+  // An earlier save's own files go (an export's were replaced by name).
+  for (const HfExportFile& file : plan.files) earlier.files.erase(file.name);
+  if (!earlier.files.empty()) {
+    const std::vector<std::string> gone(earlier.files.begin(),
+                                        earlier.files.end());
+    if (absl::Status s = workers_->RemoveCheckpointFiles(writer, args.dir, gone,
+                                                         earlier.save_id);
+        !s.ok()) {
+      spdlog::warn("export '{}': the earlier checkpoint's files stay: {}",
+                   args.dir, s.ToString());
+    }
+  }
+  SaveResult result;
+  result.bytes = plan.bytes;
+  result.files = static_cast<int64_t>(plan.files.size());
   return result;
 }
 

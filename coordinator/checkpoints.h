@@ -22,6 +22,7 @@
 #include "coordinator/worker_control.h"
 #include "coordinator/worker_registry.h"
 #include "core/checkpoint_index.h"
+#include "core/hf_export_plan.h"
 #include "core/layout_spec.h"
 #include "core/load_plan.h"
 #include "core/save_plan.h"
@@ -55,6 +56,11 @@ struct SaveArgs {
   // `overwrite`.
   std::string principal;
   bool overwrite = false;
+  // export --hf: a Hugging Face sharded directory (core/hf_export_plan)
+  // instead of a checkpoint of pieces.
+  bool hf = false;
+  std::string strip_prefix;
+  int64_t max_file_bytes = kHfDefaultFileBytes;
 };
 struct SaveResult {
   std::vector<std::string> tensors;  // in the order asked (else the table's)
@@ -99,6 +105,12 @@ class Checkpoints {
   // the Hugging Face index go in, each whole, and the files of an earlier
   // checkpoint in `dir` are removed. A failure leaves no file of this save
   // that an index names, and an earlier checkpoint as it was.
+  // With `args.hf`, writes them as a Hugging Face sharded directory
+  // instead: every file made under a staging name, filled by the workers
+  // holding the shards (each shard's runs at their row-major place), then
+  // renamed into place (the directory's old index files removed first) and
+  // the index written last. A failure before the renames leaves `dir` as
+  // it was; one after, files no index names.
   absl::StatusOr<SaveResult> Save(const SaveArgs& args);
 
  private:
@@ -126,6 +138,9 @@ class Checkpoints {
                               std::vector<std::vector<std::string>>* written);
   absl::Status WriteSaveIndex(const SaveArgs& args,
                               const CheckpointListing& listing);
+  absl::StatusOr<SaveResult> ExportHf(const SaveArgs& args,
+                                      const std::vector<TensorMetadata>& metas,
+                                      EarlierSave earlier, MoveTally* tally);
   absl::Status FinishSave(const SaveArgs& args,
                           const CheckpointListing& listing,
                           EarlierSave earlier);

@@ -766,6 +766,17 @@ grpc::Status CoordinatorService::SaveCheckpoint(
     args.stop = CallerStop(context);
     args.principal = principal->name;
     args.overwrite = request->overwrite();
+    args.hf = request->hf();
+    args.strip_prefix = request->strip_prefix();
+    if (args.strip_prefix.size() > 255 ||  // a tensor name's bound
+        request->max_file_bytes() < 0) {
+      return absl::InvalidArgumentError(
+          "export: --strip_prefix is longer than a tensor name, or "
+          "--max_shard_size is negative");
+    }
+    if (request->max_file_bytes() > 0) {
+      args.max_file_bytes = request->max_file_bytes();
+    }
     for (const std::string& name : request->names()) {
       TESSERA_RETURN_IF_ERROR(CheckTensorName(name));
       args.names.push_back(name);

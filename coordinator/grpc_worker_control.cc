@@ -203,13 +203,16 @@ absl::StatusOr<std::vector<SavedItem>> GrpcWorkerControl::SaveShards(
   return saved;
 }
 
-absl::Status GrpcWorkerControl::WriteCheckpointFile(
-    const WorkerRef& worker, const std::string& dir, const std::string& name,
-    const std::string& content) {
+absl::Status GrpcWorkerControl::WriteCheckpointFile(const WorkerRef& worker,
+                                                    const std::string& dir,
+                                                    const std::string& name,
+                                                    const std::string& content,
+                                                    int64_t size) {
   v1::WriteCheckpointFileRequest request;
   request.set_dir(dir);
   request.set_name(name);
   request.set_content(content);
+  request.set_size(size);
   v1::WriteCheckpointFileResponse response;
   auto stub = v1::Worker::NewStub(channels_.Get(worker.address));
   return Call(WorkerCall(worker.address, options_.transfer_timeout),
@@ -217,6 +220,56 @@ absl::Status GrpcWorkerControl::WriteCheckpointFile(
                 SignOrder(context, worker.name);
                 return stub->WriteCheckpointFile(context, request, &response);
               });
+}
+
+absl::StatusOr<int64_t> GrpcWorkerControl::WriteShardRuns(
+    const WorkerRef& worker, const std::string& dir, const std::string& file,
+    const std::string& save_id, uint64_t shard_id, const std::string& tensor,
+    uint64_t version, const std::vector<FileRun>& runs) {
+  v1::WriteShardRunsRequest request;
+  request.set_dir(dir);
+  request.set_file(file);
+  request.set_save_id(save_id);
+  request.set_shard_id(shard_id);
+  request.set_tensor(tensor);
+  request.set_version(version);
+  for (const FileRun& run : runs) {
+    v1::FileRun* out = request.add_runs();
+    out->set_file_offset(run.file_offset);
+    out->set_length(run.length);
+    out->set_shard_offset(run.shard_offset);
+  }
+  v1::WriteShardRunsResponse response;
+  auto stub = v1::Worker::NewStub(channels_.Get(worker.address));
+  TESSERA_RETURN_IF_ERROR(
+      Call(WorkerCall(worker.address, options_.transfer_timeout),
+           [&](grpc::ClientContext* context) {
+             SignOrder(context, worker.name);
+             return stub->WriteShardRuns(context, request, &response);
+           }));
+  return response.bytes_written();
+}
+
+absl::Status GrpcWorkerControl::PublishCheckpointFiles(
+    const WorkerRef& worker, const std::string& dir, const std::string& save_id,
+    const std::vector<std::pair<std::string, std::string>>& renames) {
+  v1::PublishCheckpointFilesRequest request;
+  request.set_dir(dir);
+  request.set_save_id(save_id);
+  for (const auto& [from, to] : renames) {
+    v1::PublishCheckpointFilesRequest::Rename* r = request.add_renames();
+    r->set_from(from);
+    r->set_to(to);
+  }
+  v1::PublishCheckpointFilesResponse response;
+  auto stub = v1::Worker::NewStub(channels_.Get(worker.address));
+  // Not tried again: a publish whose reply was lost has renamed its files.
+  CallOptions call = WorkerCall(worker.address, options_.transfer_timeout);
+  call.idempotent = false;
+  return Call(call, [&](grpc::ClientContext* context) {
+    SignOrder(context, worker.name);
+    return stub->PublishCheckpointFiles(context, request, &response);
+  });
 }
 
 absl::Status GrpcWorkerControl::RemoveCheckpointFiles(

@@ -60,7 +60,16 @@ class GrpcWorkerControl : public WorkerControl {
   absl::Status WriteCheckpointFile(const WorkerRef& worker,
                                    const std::string& dir,
                                    const std::string& name,
-                                   const std::string& content) override;
+                                   const std::string& content,
+                                   int64_t size) override;
+  absl::StatusOr<int64_t> WriteShardRuns(
+      const WorkerRef& worker, const std::string& dir, const std::string& file,
+      const std::string& save_id, uint64_t shard_id, const std::string& tensor,
+      uint64_t version, const std::vector<FileRun>& runs) override;
+  absl::Status PublishCheckpointFiles(
+      const WorkerRef& worker, const std::string& dir,
+      const std::string& save_id,
+      const std::vector<std::pair<std::string, std::string>>& renames) override;
   absl::Status RemoveCheckpointFiles(const WorkerRef& worker,
                                      const std::string& dir,
                                      const std::vector<std::string>& names,

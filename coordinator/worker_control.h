@@ -103,11 +103,30 @@ class WorkerControl {
       const std::vector<std::pair<std::string, std::string>>& metadata) {
     return absl::FailedPreconditionError("no checkpoints here");
   }
-  // Has `worker` write file `name` of `dir` whole, or remove `names`.
+  // Has `worker` write file `name` of `dir` whole, or remove `names`. With
+  // `size` larger than `content`, zeros follow up to `size` bytes.
   virtual absl::Status WriteCheckpointFile(const WorkerRef& worker,
                                            const std::string& dir,
                                            const std::string& name,
-                                           const std::string& content) {
+                                           const std::string& content,
+                                           int64_t size) {
+    return absl::FailedPreconditionError("no checkpoints here");
+  }
+  // Has `worker` write `runs` of its shard `shard_id` (of `tensor` at
+  // `version`) into `file` of `dir`, a file of save `save_id`; returns the
+  // bytes written.
+  virtual absl::StatusOr<int64_t> WriteShardRuns(
+      const WorkerRef& worker, const std::string& dir, const std::string& file,
+      const std::string& save_id, uint64_t shard_id, const std::string& tensor,
+      uint64_t version, const std::vector<FileRun>& runs) {
+    return absl::FailedPreconditionError("no checkpoints here");
+  }
+  // Has `worker` rename files of save `save_id` in `dir` into place, the
+  // directory's index files removed first.
+  virtual absl::Status PublishCheckpointFiles(
+      const WorkerRef& worker, const std::string& dir,
+      const std::string& save_id,
+      const std::vector<std::pair<std::string, std::string>>& renames) {
     return absl::FailedPreconditionError("no checkpoints here");
   }
   // Removes those of `names` in `dir` that the save `save_id` wrote (their

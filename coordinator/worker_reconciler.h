@@ -124,8 +124,23 @@ class HeldShardTracker : public WorkerControl {
   absl::Status WriteCheckpointFile(const WorkerRef& worker,
                                    const std::string& dir,
                                    const std::string& name,
-                                   const std::string& content) override {
-    return inner_->WriteCheckpointFile(worker, dir, name, content);
+                                   const std::string& content,
+                                   int64_t size) override {
+    return inner_->WriteCheckpointFile(worker, dir, name, content, size);
+  }
+  absl::StatusOr<int64_t> WriteShardRuns(
+      const WorkerRef& worker, const std::string& dir, const std::string& file,
+      const std::string& save_id, uint64_t shard_id, const std::string& tensor,
+      uint64_t version, const std::vector<FileRun>& runs) override {
+    return inner_->WriteShardRuns(worker, dir, file, save_id, shard_id, tensor,
+                                  version, runs);
+  }
+  absl::Status PublishCheckpointFiles(
+      const WorkerRef& worker, const std::string& dir,
+      const std::string& save_id,
+      const std::vector<std::pair<std::string, std::string>>& renames)
+      override {
+    return inner_->PublishCheckpointFiles(worker, dir, save_id, renames);
   }
   absl::Status RemoveCheckpointFiles(const WorkerRef& worker,
                                      const std::string& dir,

@@ -93,6 +93,8 @@ absl::StatusOr<Right> RequiredRight(absl::string_view full_method) {
       {"/tessera.v1.Worker/SaveShards", kRightOrder},
       {"/tessera.v1.Worker/WriteCheckpointFile", kRightOrder},
       {"/tessera.v1.Worker/RemoveCheckpointFiles", kRightOrder},
+      {"/tessera.v1.Worker/WriteShardRuns", kRightOrder},
+      {"/tessera.v1.Worker/PublishCheckpointFiles", kRightOrder},
       {"/tessera.v1.Worker/NcclUniqueId", kRightOrder},
       {"/tessera.v1.Worker/NcclExchange", kRightOrder},
       {"/tessera.v1.Worker/WriteShard", kRightWrite},

@@ -41,6 +41,9 @@ inline constexpr char kSavePartKey[] = "tessera_save";
 inline constexpr int64_t kMaxCheckpointIndexBytes = int64_t{48} << 20;
 // Most files a directory's index may name.
 inline constexpr int64_t kMaxCheckpointFiles = 4096;
+// Largest file an export makes (a petabyte: past any real tensor, within
+// every file system's bound).
+inline constexpr int64_t kMaxExportFileBytes = int64_t{1} << 50;
 // Most pieces a tessera.json may list, all tensors together.
 inline constexpr int64_t kMaxCheckpointPieces = int64_t{1} << 20;
 // Longest "save_id" or "saved_by" (a principal's name) a tessera.json

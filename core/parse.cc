@@ -1,10 +1,12 @@
 #include "core/parse.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -90,6 +92,39 @@ absl::StatusOr<int64_t> ParseInt64(absl::string_view text) {
         absl::StrCat("'", text, "' is not a 64-bit integer"));
   }
   return v;
+}
+
+absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {
+  static constexpr struct {
+    const char* unit;
+    int64_t scale;
+  } kUnits[] = {{"kib", int64_t{1} << 10},
+                {"mib", int64_t{1} << 20},
+                {"gib", int64_t{1} << 30},
+                {"tib", int64_t{1} << 40},
+                {"kb", 1000},
+                {"mb", 1000 * 1000},
+                {"gb", 1000 * 1000 * 1000},
+                {"tb", int64_t{1000} * 1000 * 1000 * 1000},
+                {"b", 1}};
+  const std::string lower = absl::AsciiStrToLower(text);
+  absl::string_view digits = lower;
+  int64_t scale = 1;
+  for (const auto& u : kUnits) {
+    if (absl::ConsumeSuffix(&digits, u.unit)) {
+      scale = u.scale;
+      break;
+    }
+  }
+  int64_t v = 0;
+  if (digits.empty() || digits.front() == '-' || digits.front() == '+' ||
+      !StrictInt64(digits, &v) || v < 1 ||
+      v > std::numeric_limits<int64_t>::max() / scale) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", text,
+        "' is not a size (digits and a unit such as 500MB, 5GB or 2GiB)"));
+  }
+  return v * scale;
 }
 
 absl::StatusOr<Shape> ParseShape(absl::string_view text) {

@@ -19,6 +19,11 @@ namespace tessera {
 // A strict decimal int64 ("-12"; no spaces, no trailing junk).
 absl::StatusOr<int64_t> ParseInt64(absl::string_view text);
 
+// A size as Hugging Face writes one: digits, then an optional unit (any
+// case) of B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB
+// (powers of 1024): "5GB" is 5 * 10^9 bytes. At least 1, and no overflow.
+absl::StatusOr<int64_t> ParseByteSize(absl::string_view text);
+
 // "10,20": at least one dim, every size an integer >= 0.
 absl::StatusOr<Shape> ParseShape(absl::string_view text);
 

@@ -133,5 +133,19 @@ TEST(ClosestNameTest, GuessesTyposAndNothingElse) {
             "--output");
 }
 
+TEST(ParseTest, ByteSizesTakeHuggingFacesUnits) {
+  EXPECT_EQ(*ParseByteSize("5GB"), int64_t{5} * 1000 * 1000 * 1000);
+  EXPECT_EQ(*ParseByteSize("500mb"), int64_t{500} * 1000 * 1000);
+  EXPECT_EQ(*ParseByteSize("2GiB"), int64_t{2} << 30);
+  EXPECT_EQ(*ParseByteSize("64KiB"), 65536);
+  EXPECT_EQ(*ParseByteSize("10kb"), 10000);
+  EXPECT_EQ(*ParseByteSize("4096"), 4096);
+  EXPECT_EQ(*ParseByteSize("7B"), 7);
+  for (const char* bad : {"", "GB", "0", "-1GB", "+5GB", "5 GB", "5PB", "1.5GB",
+                          "99999999999TB", "5GBB"}) {
+    EXPECT_FALSE(ParseByteSize(bad).ok()) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace tessera

@@ -428,6 +428,105 @@ TEST_F(CheckpointTest, SavesFromFourWorkersAndLoadsOnThreeInAnotherLayout) {
   EXPECT_THAT(r.out, StartsWith("saved 2 tensors into saved/two, "));
 }
 
+// export --hf: the workers holding the shards (cut by columns, so each
+// writes a run per row) write a Hugging Face sharded directory of whole
+// tensors that a plain reader of the public format opens, and that loads
+// back into another layout bit-exact.
+TEST_F(CheckpointTest, ExportsAHuggingFaceDirectoryThatLoadsBackBitExact) {
+  ASSERT_EQ(Tessera({"load", "model", "--chunk_dim=-1",
+                     "--placements=w0,w1,w2,w3", "--prefix=hf/"})
+                .code,
+            0);
+  int64_t total = 0;
+  for (const auto& [name, data] : *bytes_) total += data.size();
+  // embed (6144 bytes) alone; head and the small ones in the second file.
+  Result r = Tessera({"export", "--hf", "exported/one", "--prefix=hf/",
+                      "--strip_prefix=hf/", "--max_shard_size=8KB", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith("{\"dir\": \"exported/one\", \"tensors\": "
+                                "[\"hf/"));
+  EXPECT_THAT(r.out, HasSubstr(absl::StrCat("\"bytes\": ", total,
+                                            ", \"files\": 2, \"seconds\": ")));
+  const std::string dir = Root() + "/exported/one";
+  EXPECT_EQ(Listing(dir),
+            (std::set<std::string>{"model-00001-of-00002.safetensors",
+                                   "model-00002-of-00002.safetensors",
+                                   "model.safetensors.index.json"}));
+  // Read as any Hugging Face loader reads it: the index, then each file.
+  auto expect_plain = [&](int64_t files) {
+    const nlohmann::json index =
+        nlohmann::json::parse(ReadAll(dir + "/model.safetensors.index.json"));
+    EXPECT_EQ(index["metadata"]["total_size"], total);
+    ASSERT_EQ(index["weight_map"].size(), bytes_->size());
+    std::set<std::string> named;
+    for (const auto& [entry, file] : index["weight_map"].items()) {
+      named.insert(file.get<std::string>());
+      std::map<std::string, PlainEntry> in =
+          PlainRead(dir + "/" + file.get<std::string>());
+      ASSERT_EQ(in.count(entry), 1u) << entry;
+      EXPECT_EQ(in[entry].bytes, bytes_->at(entry)) << entry;
+    }
+    EXPECT_EQ(static_cast<int64_t>(named.size()), files);
+  };
+  expect_plain(2);
+  std::map<std::string, PlainEntry> second =
+      PlainRead(dir + "/model-00002-of-00002.safetensors");
+  EXPECT_EQ(second.at("head").shape, (std::vector<int64_t>{40, 24}));
+  EXPECT_EQ(second.at("scale").shape, std::vector<int64_t>{});
+  EXPECT_EQ(second.at("u").dtype, "U16");
+  EXPECT_EQ(PlainRead(dir + "/model-00001-of-00002.safetensors").size(), 1u);
+
+  // Back by rows on two workers.
+  r = Tessera({"load", "exported/one", "--chunk_dim=0", "--placements=w2,w1",
+               "--prefix=back/"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ExpectModel("back/");
+
+  // The directory holds a checkpoint now: replaced only when told.
+  const std::string index_before =
+      ReadAll(dir + "/model.safetensors.index.json");
+  r = Tessera(
+      {"export", "--hf", "exported/one", "--prefix=hf/", "--strip_prefix=hf/"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("already holds a checkpoint"));
+  EXPECT_EQ(ReadAll(dir + "/model.safetensors.index.json"), index_before);
+  r = Tessera({"export", "--hf", "exported/one", "--prefix=hf/",
+               "--strip_prefix=hf/", "--overwrite"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith("exported 6 tensors into exported/one, "));
+  expect_plain(1);
+
+  // Bad input: refused, nothing written.
+  struct Bad {
+    std::vector<std::string> args;
+    int code;
+    std::string says;
+  };
+  for (const Bad& bad : std::vector<Bad>{
+           {{"export", "--hf", "exported/bad", "--prefix=hf/",
+             "--strip_prefix=gpt/"},
+            1,
+            "does not start with 'gpt/'"},
+           {{"export", "--hf", "exported/bad", "--prefix=hf/",
+             "--max_shard_size=lots"},
+            2,
+            "--max_shard_size"},
+           {{"export", "--hf", "exported/bad", "hf/head", "--metadata=a=b"},
+            2,
+            "--metadata"},
+           {{"export", "x.safetensors", "hf/head", "--strip_prefix=hf/"},
+            2,
+            "--strip_prefix is for export --hf"},
+           {{"export", "--hf", "../out", "hf/head"}, 1, "checkpoint_root"},
+           {{"export", "--hf", "exported/bad", "hf/nothing"}, 1, "hf/nothing"},
+       }) {
+    Result got = Tessera(bad.args);
+    EXPECT_EQ(got.code, bad.code) << absl::StrJoin(bad.args, " ") << got.err;
+    EXPECT_THAT(got.err, HasSubstr(bad.says)) << absl::StrJoin(bad.args, " ");
+  }
+  EXPECT_TRUE(Listing(Root() + "/exported/bad").empty());
+}
+
 // A piece whose bytes changed on disk fails its CRC, whether a load reads
 // it whole or in parts on several workers (each worker's part CRC combines
 // into the piece's): exit 1 `checkpoint`, nothing created. Bad names and a

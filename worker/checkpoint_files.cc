@@ -322,7 +322,12 @@ absl::StatusOr<CheckpointListing> CheckpointRoot::List(
     TESSERA_ASSIGN_OR_RETURN(SafetensorsHeader header_read,
                              HeaderOf(fd, absl::StrCat(dir, "/", file)));
     SafetensorsHeader* header = &header_read;
-    if (f == 0) listing.metadata = header->metadata;
+    if (f == 0) {
+      // The tensors' metadata; an export's mark is the files' own.
+      for (auto& pair : header->metadata) {
+        if (pair.first != kSavePartKey) listing.metadata.push_back(pair);
+      }
+    }
     for (SafetensorsEntry& e : header->entries) {
       if (!names.insert(e.name).second) {
         return CheckpointError(absl::StrCat(
@@ -437,6 +442,119 @@ absl::StatusOr<int64_t> CheckpointRoot::WriteFile(
         "checkpoint: syncing '", dir, "': ", std::strerror(errno)));
   }
   return static_cast<int64_t>(st.st_size);
+}
+
+absl::StatusOr<int64_t> CheckpointRoot::WriteRuns(
+    absl::string_view dir, absl::string_view file, absl::string_view save_id,
+    absl::Span<const FileRun> runs, int64_t max_span,
+    const std::function<absl::StatusOr<absl::string_view>(
+        const FileRun& run, std::string* scratch)>& source) const {
+  if (save_id.empty())
+    return CheckpointError("the file to write names no save");
+  TESSERA_RETURN_IF_ERROR(CheckCheckpointFileName(file));
+  const std::string shown = absl::StrCat(dir, "/", file);
+  TESSERA_ASSIGN_OR_RETURN(Fd dir_fd, OpenDir(root_, dir));
+  TESSERA_ASSIGN_OR_RETURN(
+      Fd fd, OpenBeneath(dir_fd.get(), file, O_RDWR | O_NOFOLLOW, shown));
+  TESSERA_ASSIGN_OR_RETURN(SafetensorsHeader header, HeaderOf(fd, shown));
+  const auto mark =
+      std::find_if(header.metadata.begin(), header.metadata.end(),
+                   [](const auto& pair) { return pair.first == kSavePartKey; });
+  if (mark == header.metadata.end() || mark->second != save_id) {
+    return CheckpointError(absl::StrCat("'", shown, "' is not a file of save ",
+                                        save_id, ": it is not written into"));
+  }
+  // Every run inside the data section (the header said how long it is, and
+  // the file was checked to be that long), in file order.
+  const int64_t end = header.data_offset + header.data_bytes;
+  int64_t last_end = header.data_offset;
+  for (const FileRun& r : runs) {
+    if (r.length < 0 || r.file_offset < last_end ||
+        r.file_offset > end - r.length) {
+      return CheckpointError(
+          absl::StrCat("a run of ", r.length, " bytes at ", r.file_offset,
+                       " is not inside the data of '", shown, "' (bytes ",
+                       header.data_offset, " to ", end, ") in file order"));
+    }
+    last_end = r.file_offset + r.length;
+  }
+  int64_t written = 0;
+  std::string scratch;
+  for (const FileRun& run : runs) {
+    for (int64_t at = 0; at < run.length; at += max_span) {
+      const FileRun part{run.file_offset + at,
+                         std::min(max_span, run.length - at),
+                         run.shard_offset + at};
+      TESSERA_ASSIGN_OR_RETURN(absl::string_view bytes, source(part, &scratch));
+      if (static_cast<int64_t>(bytes.size()) != part.length) {
+        return absl::InternalError("a run's bytes are not its length");
+      }
+      size_t done = 0;
+      while (done < bytes.size()) {
+        const ssize_t n =
+            pwrite(fd.get(), bytes.data() + done, bytes.size() - done,
+                   part.file_offset + static_cast<int64_t>(done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "checkpoint: writing '", shown, "': ", std::strerror(errno)));
+        }
+        done += static_cast<size_t>(n);
+      }
+      written += part.length;
+    }
+  }
+  if (fdatasync(fd.get()) != 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "checkpoint: syncing '", shown, "': ", std::strerror(errno)));
+  }
+  return written;
+}
+
+absl::Status CheckpointRoot::Publish(
+    absl::string_view dir, absl::string_view save_id,
+    absl::Span<const std::pair<std::string, std::string>> renames) const {
+  if (save_id.empty())
+    return CheckpointError("the files to publish name no save");
+  for (const auto& [from, to] : renames) {
+    TESSERA_RETURN_IF_ERROR(CheckCheckpointFileName(from));
+    TESSERA_RETURN_IF_ERROR(CheckCheckpointFileName(to));
+    if (!absl::EndsWith(to, ".safetensors")) {
+      return CheckpointError(
+          absl::StrCat("'", to, "' is not a .safetensors file name"));
+    }
+  }
+  TESSERA_ASSIGN_OR_RETURN(Fd dir_fd, OpenDir(root_, dir));
+  // Each file is this save's before anything changes.
+  for (const auto& [from, to] : renames) {
+    const std::string shown = absl::StrCat(dir, "/", from);
+    TESSERA_ASSIGN_OR_RETURN(
+        Fd fd, OpenBeneath(dir_fd.get(), from, O_RDONLY | O_NOFOLLOW, shown));
+    TESSERA_ASSIGN_OR_RETURN(std::string part, SavePartOf(fd, shown));
+    if (part != save_id) {
+      return CheckpointError(
+          absl::StrCat("'", shown, "' is not a file of save ", save_id));
+    }
+  }
+  for (const char* index : {kHfIndexName, kTesseraIndexName}) {
+    if (unlinkat(dir_fd.get(), index, 0) != 0 && errno != ENOENT) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("checkpoint: removing '", dir, "/", index,
+                       "': ", std::strerror(errno)));
+    }
+  }
+  for (const auto& [from, to] : renames) {
+    if (renameat(dir_fd.get(), from.c_str(), dir_fd.get(), to.c_str()) != 0) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("checkpoint: renaming '", dir, "/", from, "' to '", to,
+                       "': ", std::strerror(errno)));
+    }
+  }
+  if (fsync(dir_fd.get()) != 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "checkpoint: syncing '", dir, "': ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckpointRoot::RemoveFiles(absl::string_view dir,

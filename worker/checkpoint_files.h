@@ -68,6 +68,27 @@ class CheckpointRoot {
       absl::string_view dir, absl::string_view name,
       const std::function<absl::Status(int fd)>& fill) const;
 
+  // Writes `runs` (in file order, each inside the data section) into file
+  // `file` of `dir`, which save `save_id` made (its header's
+  // "__metadata__" says so: no other file is ever written into), then syncs
+  // it. `source(run, scratch)` gives each run's bytes (a run longer than
+  // `max_span` comes in parts), either a view of memory it keeps or
+  // `scratch` filled. The file is neither made nor cut here. Returns the
+  // bytes written.
+  absl::StatusOr<int64_t> WriteRuns(
+      absl::string_view dir, absl::string_view file, absl::string_view save_id,
+      absl::Span<const FileRun> runs, int64_t max_span,
+      const std::function<absl::StatusOr<absl::string_view>(
+          const FileRun& run, std::string* scratch)>& source) const;
+
+  // Puts the files of save `save_id` in `dir` into place: the directory's
+  // index files go first (so that no index names a mix of old and new
+  // files), then each `from` (a file of that save) is renamed `to` (a
+  // .safetensors name), then the directory is synced.
+  absl::Status Publish(
+      absl::string_view dir, absl::string_view save_id,
+      absl::Span<const std::pair<std::string, std::string>> renames) const;
+
   // Removes the files `names` of `dir` that the save `save_id` wrote: a
   // safetensors file whose "__metadata__" says that id (plain names only;
   // missing ones are no error). A file not of that save is left alone and

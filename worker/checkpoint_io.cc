@@ -1,6 +1,9 @@
 #include "worker/checkpoint_io.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -188,15 +191,82 @@ absl::StatusOr<CheckpointIo::SavedFile> CheckpointIo::Save(
 
 absl::Status CheckpointIo::WriteIndex(const std::string& dir,
                                       const std::string& name,
-                                      const std::string& content) const {
+                                      const std::string& content,
+                                      int64_t size) const {
   if (static_cast<int64_t>(content.size()) > kMaxCheckpointIndexBytes) {
     return CheckpointError(absl::StrCat("an index file is larger than ",
                                         kMaxCheckpointIndexBytes, " bytes"));
   }
+  // Zeros cost no space until written (a sparse file); the bound keeps the
+  // size within what any file system takes.
+  if (size < 0 || size > kMaxExportFileBytes) {
+    return CheckpointError(absl::StrCat("a file of ", size,
+                                        " bytes is more than one may be (",
+                                        kMaxExportFileBytes, ")"));
+  }
   return root_
-      .WriteFile(dir, name,
-                 [&](int fd) { return WriteFully(fd, content, "checkpoint"); })
+      .WriteFile(
+          dir, name,
+          [&](int fd) -> absl::Status {
+            TESSERA_RETURN_IF_ERROR(WriteFully(fd, content, "checkpoint"));
+            if (size > static_cast<int64_t>(content.size()) &&
+                ftruncate(fd, size) != 0) {
+              return absl::ResourceExhaustedError(absl::StrCat(
+                  "checkpoint: sizing a file: ", std::strerror(errno)));
+            }
+            return absl::OkStatus();
+          })
       .status();
+}
+
+absl::StatusOr<int64_t> CheckpointIo::WriteRuns(
+    const std::string& dir, const std::string& file, const std::string& save_id,
+    uint64_t shard_id, const std::string& tensor, uint64_t version,
+    const std::vector<FileRun>& runs) const {
+  // As a save's: only a sealed shard of the tensor version named.
+  TESSERA_ASSIGN_OR_RETURN(ShardDesc desc, store_->Describe(shard_id));
+  if (desc.tensor != tensor || desc.version > version ||
+      takes_writes_(shard_id)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard ", shard_id, " is not a sealed shard of '", tensor,
+                     "' version ", version));
+  }
+  const int64_t shard_bytes = desc.ByteSize();
+  const int64_t item = ItemSize(desc.dtype);
+  for (const FileRun& r : runs) {
+    if (r.length < 0 || r.shard_offset < 0 ||
+        r.shard_offset > shard_bytes - r.length || r.length % item != 0 ||
+        r.shard_offset % item != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "WriteShardRuns: run (", r.file_offset, ", ", r.length, ", ",
+          r.shard_offset, ") is not whole elements inside the shard of ",
+          shard_bytes, " bytes"));
+    }
+  }
+  absl::StatusOr<PinnedShard> pinned = store_->Pin(shard_id);
+  const Box whole(Shape(desc.box.rank(), 0), desc.box.sizes);
+  return root_.WriteRuns(
+      dir, file, save_id, runs, kSaveChunkBytes,
+      [&](const FileRun& run,
+          std::string* scratch) -> absl::StatusOr<absl::string_view> {
+        if (pinned.ok()) {
+          return absl::string_view(pinned->data + run.shard_offset,
+                                   static_cast<size_t>(run.length));
+        }
+        // Memory the host cannot address (GPU): copied out a run at a time
+        // (a run is at most kSaveChunkBytes).
+        scratch->resize(static_cast<size_t>(run.length));
+        TESSERA_RETURN_IF_ERROR(
+            store_->ReadBox(shard_id, whole, run.shard_offset / item,
+                            run.length / item, scratch->data()));
+        return absl::string_view(*scratch);
+      });
+}
+
+absl::Status CheckpointIo::Publish(
+    const std::string& dir, const std::string& save_id,
+    const std::vector<std::pair<std::string, std::string>>& renames) const {
+  return root_.Publish(dir, save_id, renames);
 }
 
 absl::Status CheckpointIo::Remove(const std::string& dir,

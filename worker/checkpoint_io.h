@@ -62,9 +62,24 @@ class CheckpointIo {
       const StopCondition& stop) const;
 
   // Writes index file `name` in `dir` whole (at most
-  // kMaxCheckpointIndexBytes).
+  // kMaxCheckpointIndexBytes). With `size` larger than `content`, zeros
+  // follow up to `size` bytes (a file whose data workers write next).
   absl::Status WriteIndex(const std::string& dir, const std::string& name,
-                          const std::string& content) const;
+                          const std::string& content, int64_t size = 0) const;
+
+  // Writes `runs` (file order) of shard `shard_id` (sealed, held here, of
+  // `tensor` at `version`) into `dir`/`file`, a file of save `save_id`
+  // (CheckpointRoot::WriteRuns). Returns the bytes written.
+  absl::StatusOr<int64_t> WriteRuns(const std::string& dir,
+                                    const std::string& file,
+                                    const std::string& save_id,
+                                    uint64_t shard_id,
+                                    const std::string& tensor, uint64_t version,
+                                    const std::vector<FileRun>& runs) const;
+  // Renames files of save `save_id` into place (CheckpointRoot::Publish).
+  absl::Status Publish(
+      const std::string& dir, const std::string& save_id,
+      const std::vector<std::pair<std::string, std::string>>& renames) const;
   // Removes files of save `save_id` from `dir` (CheckpointRoot::RemoveFiles).
   absl::Status Remove(const std::string& dir,
                       const std::vector<std::string>& names,

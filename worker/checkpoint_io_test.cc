@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "core/checkpoint_index.h"
+#include "core/safetensors.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -145,6 +147,74 @@ TEST_F(CheckpointIoTest, AnIndexPastItsBoundIsRefused) {
   EXPECT_FALSE(std::filesystem::exists(root_ + "/ck/tessera.json"));
   EXPECT_THAT(io_.WriteIndex("ck", "tessera.json", "{}"), IsOk());
   EXPECT_TRUE(std::filesystem::exists(root_ + "/ck/tessera.json"));
+}
+
+// An export's file: made with its header and zeros, filled by runs of a
+// sealed shard, renamed into place; nothing else is written into or renamed.
+TEST_F(CheckpointIoTest, AnExportWritesRunsOnlyIntoItsOwnFiles) {
+  // Shard 2 (u, [2, 3] int32, 0..5) as the second column of a [2, 4] entry
+  // would hold it: its rows at bytes 4 and 20 of the data.
+  absl::StatusOr<SafetensorsLayout> layout = LayoutSafetensors(
+      {{"u", DType::kInt32, {2, 4}}}, {{"format", "pt"}, {kSavePartKey, "e1"}});
+  ASSERT_THAT(layout.status(), IsOk());
+  const int64_t data = static_cast<int64_t>(layout->header.size());
+  ASSERT_THAT(
+      io_.WriteIndex("ex", ".a.part", layout->header, layout->file_bytes),
+      IsOk());
+  const std::vector<FileRun> runs = {{data + 4, 12, 0}, {data + 20, 12, 12}};
+  EXPECT_THAT(io_.WriteRuns("ex", ".a.part", "e1", 2, "u", 1, runs), IsOk());
+  // Another save's mark, runs past the data or out of order, another
+  // tensor's shard, an unsealed one: refused.
+  EXPECT_THAT(io_.WriteRuns("ex", ".a.part", "e2", 2, "u", 1, runs),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("not a file of save e2")));
+  EXPECT_THAT(
+      io_.WriteRuns("ex", ".a.part", "e1", 2, "u", 1, {{data + 28, 12, 0}}),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("not inside the data")));
+  EXPECT_THAT(io_.WriteRuns("ex", ".a.part", "e1", 2, "u", 1,
+                            {{data + 20, 4, 0}, {data + 4, 4, 4}}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(io_.WriteRuns("ex", ".a.part", "e1", 2, "t", 1, runs),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  unsealed_ = {2};
+  EXPECT_THAT(io_.WriteRuns("ex", ".a.part", "e1", 2, "u", 1, runs),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  unsealed_.clear();
+  // A file of no export is never written into, nor renamed.
+  ASSERT_THAT(io_.WriteIndex("ex", "other.bin", "{}"), IsOk());
+  EXPECT_FALSE(io_.WriteRuns("ex", "other.bin", "e1", 2, "u", 1, runs).ok());
+  EXPECT_FALSE(io_.Publish("ex", "e1", {{"other.bin", "b.safetensors"}}).ok());
+  EXPECT_THAT(io_.Publish("ex", "e1", {{".a.part", "tessera.json"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  // Into place, an earlier index gone first.
+  ASSERT_THAT(io_.WriteIndex("ex", kHfIndexName, "{}"), IsOk());
+  ASSERT_THAT(io_.Publish("ex", "e1", {{".a.part", "a.safetensors"}}), IsOk());
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/ex/" + kHfIndexName));
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/ex/.a.part"));
+  absl::StatusOr<CheckpointListing> listing = io_.List("ex");
+  // No index and only an export's files: an unfinished save, not a model.
+  EXPECT_THAT(listing.status(), StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_THAT(io_.WriteIndex("ex", kHfIndexName,
+                             R"({"weight_map": {"u": "a.safetensors"}})"),
+              IsOk());
+  listing = io_.List("ex");
+  ASSERT_THAT(listing.status(), IsOk());
+  ASSERT_EQ(listing->entries.size(), 1u);
+  // The export's mark is the files' own, not the tensors' metadata.
+  EXPECT_EQ(
+      listing->metadata,
+      (std::vector<std::pair<std::string, std::string>>{{"format", "pt"}}));
+  std::string file(static_cast<size_t>(layout->file_bytes), '\0');
+  {
+    FILE* f = fopen((root_ + "/ex/a.safetensors").c_str(), "rb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(fread(file.data(), 1, file.size(), f), file.size());
+    fclose(f);
+  }
+  std::vector<int32_t> got(8);
+  std::memcpy(got.data(), file.data() + data, 32);
+  EXPECT_EQ(got, (std::vector<int32_t>{0, 0, 1, 2, 0, 3, 4, 5}));
 }
 
 }  // namespace

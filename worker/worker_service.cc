@@ -791,7 +791,57 @@ grpc::Status WorkerService::WriteCheckpointFile(
         node_->Admit(PresentedCapability(*context),
                      "/tessera.v1.Worker/WriteCheckpointFile", {}));
     return node_->checkpoints().WriteIndex(request->dir(), request->name(),
-                                           request->content());
+                                           request->content(), request->size());
+  }());
+}
+
+grpc::Status WorkerService::WriteShardRuns(
+    grpc::ServerContext* context, const v1::WriteShardRunsRequest* request,
+    v1::WriteShardRunsResponse* response) {
+  return ToGrpcStatus([&]() -> absl::Status {
+    TESSERA_RETURN_IF_ERROR(node_->Admit(PresentedCapability(*context),
+                                         "/tessera.v1.Worker/WriteShardRuns",
+                                         {}));
+    constexpr int kMaxRuns = 1 << 20;  // as LoadShard's
+    if (request->runs_size() > kMaxRuns) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "WriteShardRuns: ", request->runs_size(),
+          " runs are more than one order carries (", kMaxRuns, ")"));
+    }
+    std::vector<FileRun> runs;
+    runs.reserve(request->runs_size());
+    for (const v1::FileRun& r : request->runs()) {
+      runs.push_back({r.file_offset(), r.length(), r.shard_offset()});
+    }
+    TESSERA_ASSIGN_OR_RETURN(
+        const int64_t written,
+        node_->checkpoints().WriteRuns(
+            request->dir(), request->file(), request->save_id(),
+            request->shard_id(), request->tensor(), request->version(), runs));
+    response->set_bytes_written(written);
+    return absl::OkStatus();
+  }());
+}
+
+grpc::Status WorkerService::PublishCheckpointFiles(
+    grpc::ServerContext* context,
+    const v1::PublishCheckpointFilesRequest* request,
+    v1::PublishCheckpointFilesResponse*) {
+  return ToGrpcStatus([&]() -> absl::Status {
+    TESSERA_RETURN_IF_ERROR(
+        node_->Admit(PresentedCapability(*context),
+                     "/tessera.v1.Worker/PublishCheckpointFiles", {}));
+    if (request->renames_size() > kMaxCheckpointFiles) {
+      return CheckpointError(
+          absl::StrCat("more than ", kMaxCheckpointFiles, " files to publish"));
+    }
+    std::vector<std::pair<std::string, std::string>> renames;
+    for (const v1::PublishCheckpointFilesRequest::Rename& r :
+         request->renames()) {
+      renames.emplace_back(r.from(), r.to());
+    }
+    return node_->checkpoints().Publish(request->dir(), request->save_id(),
+                                        renames);
   }());
 }
 

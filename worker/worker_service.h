@@ -98,6 +98,13 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status LoadShard(grpc::ServerContext* context,
                          const v1::LoadShardRequest* request,
                          v1::LoadShardResponse* response) override;
+  grpc::Status WriteShardRuns(grpc::ServerContext* context,
+                              const v1::WriteShardRunsRequest* request,
+                              v1::WriteShardRunsResponse* response) override;
+  grpc::Status PublishCheckpointFiles(
+      grpc::ServerContext* context,
+      const v1::PublishCheckpointFilesRequest* request,
+      v1::PublishCheckpointFilesResponse* response) override;
   grpc::Status SaveShards(grpc::ServerContext* context,
                           const v1::SaveShardsRequest* request,
                           v1::SaveShardsResponse* response) override;
