@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -50,18 +52,114 @@ constexpr char kDefaultCoordinator[] = "127.0.0.1:7070";
 
 struct FlagDef {
   const char* name;
-  bool is_bool;
+  bool is_bool;       // --NAME alone; else --NAME=VALUE
+  const char* value;  // the value's placeholder in --help
+  const char* help;
 };
 
 // The flags every command takes, before or after it: one table for the
-// parser's messages, "did you mean" and the completion scripts.
+// parser, its messages, "did you mean", --help and the completion scripts.
 const std::vector<FlagDef>& GlobalFlags() {
   static const auto* flags = new std::vector<FlagDef>{
-      {"coordinator", false}, {"transport", false}, {"timeout", false},
-      {"tls_ca", false},      {"tls_cert", false},  {"tls_key", false},
-      {"token_file", false},  {"verbose", true},    {"version", true},
-      {"help", true}};
+      {"coordinator", false, "HOST:PORT[,HOST:PORT...]",
+       "the coordinators (default $TESSERA_COORDINATOR, then 127.0.0.1:7070)"},
+      {"transport", false, "auto|shm|ucx|tcp|grpc",
+       "how bytes move between workers and this client (default "
+       "$TESSERA_TRANSPORT, then auto)"},
+      {"timeout", false, "SECONDS", "give up on the command after this long"},
+      {"tls_ca", false, "CA.pem",
+       "trust the cluster's CA: TLS (default $TESSERA_TLS_CA)"},
+      {"tls_cert", false, "U.pem",
+       "this client's certificate (default $TESSERA_TLS_CERT)"},
+      {"tls_key", false, "U.key", "its private key (default $TESSERA_TLS_KEY)"},
+      {"token_file", false, "U.token",
+       "this principal's token (default $TESSERA_TOKEN_FILE)"},
+      {"verbose", true, "", "more detail after an error line"},
+      {"version", true, "", "print the version and exit"},
+      {"help", true, "", "this help, or a command's"}};
   return *flags;
+}
+
+// Every command's flags, each once: the parser, its messages, "did you
+// mean", `tessera COMMAND --help` and the completion scripts read them
+// here (a command lists which it takes: Flags below).
+const std::vector<FlagDef>& CommandFlagTable() {
+  static const auto* flags = new std::vector<FlagDef>{
+      {"json", true, "", "print JSON instead of text"},
+      {"shape", false, "D0,D1,..", "the tensor's shape"},
+      {"dtype", false, "T",
+       "element type: float32 float64 float16 bfloat16 int8 uint8 int16 "
+       "int32 int64 bool uint16 uint32 uint64 float8_e4m3fn float8_e5m2"},
+      {"init", false, "I",
+       "the contents: empty (default), zeros, ones, arange, or a fill"},
+      {"chunk_dim", false, "D",
+       "SPEC: split dim D into one chunk per placement (torch.chunk)"},
+      {"placements", false, "P1,P2,..",
+       "SPEC: where each chunk goes (rank:N, NAME, either with /DEVICE)"},
+      {"shards", false, "'BOX@P;BOX@P;...'", "SPEC: every shard explicit"},
+      {"replicas", false, "R", "keep each shard on R distinct workers"},
+      {"input", false, "FILE.npy", "the array to write (- reads stdin)"},
+      {"update", true, "",
+       "write into the existing tensor, as its next version"},
+      {"region", false, "R", "a region: a range per dim, like 0:64,:"},
+      {"output", false, "FILE.npy", "where the array goes (- is stdout)"},
+      {"shard", false, "K", "shard K alone"},
+      {"rows", false, "IDX.npy",
+       "rows of dim 0 by index (a 1-D int32 or int64 .npy)"},
+      {"all", true, "", "changes not committed yet too, and what is pending"},
+      {"prefix", false, "P",
+       "a name prefix: import and load name each tensor P + its entry's "
+       "name; save and export take every tensor whose name starts with P"},
+      {"overwrite", true, "",
+       "replace a checkpoint another principal saved, or one tessera did "
+       "not save"},
+      {"version", false, "N",
+       "the version to wait for (default: one more than now)"},
+      {"timeout", false, "SECONDS", "give up after this long (exit 1)"},
+      {"metadata", false, "K=V,...", "added to the file's __metadata__"},
+      {"hf", true, "",
+       "write a Hugging Face sharded directory DIR instead of one file"},
+      {"strip_prefix", false, "P",
+       "--hf: each entry is its tensor's name less P"},
+      {"max_shard_size", false, "SIZE",
+       "--hf: most data bytes per file, as 500MB, 5GB (default) or 2GiB"}};
+  return *flags;
+}
+
+// The table's entries for `names`, in that order (a name the table lacks
+// is a mistake in this file: it stops the program at its first use).
+std::vector<FlagDef> Flags(std::initializer_list<absl::string_view> names) {
+  std::vector<FlagDef> out;
+  for (absl::string_view name : names) {
+    const std::vector<FlagDef>& table = CommandFlagTable();
+    auto it = std::find_if(table.begin(), table.end(),
+                           [&](const FlagDef& f) { return name == f.name; });
+    if (it == table.end()) {
+      std::fprintf(stderr, "tessera: flag --%s is not in the flag table\n",
+                   std::string(name).c_str());
+      std::abort();
+    }
+    out.push_back(*it);
+  }
+  return out;
+}
+
+// "  --NAME=VALUE   HELP" for each flag, aligned.
+std::string FlagHelp(const std::vector<FlagDef>& flags) {
+  std::vector<std::string> heads;
+  size_t width = 0;
+  for (const FlagDef& f : flags) {
+    heads.push_back(f.is_bool ? absl::StrCat("--", f.name)
+                              : absl::StrCat("--", f.name, "=", f.value));
+    width = std::max(width, heads.back().size());
+  }
+  std::string out;
+  for (size_t i = 0; i < flags.size(); ++i) {
+    absl::StrAppend(&out, "  ", heads[i],
+                    std::string(width - heads[i].size() + 2, ' '),
+                    flags[i].help, "\n");
+  }
+  return out;
 }
 
 // What `tessera worker ACTION NAME` does to a worker.
@@ -94,38 +192,21 @@ constexpr char kSpecHelp[] =
 // The commands on the cluster and its tensors, in help order.
 std::vector<CommandDef> ClusterCommands() {
   return {
-      {"workers",
-       "workers [--json]",
-       "list workers",
-       0,
-       {{"json", true}},
+      {"workers", "workers [--json]", "list workers", 0, Flags({"json"}),
        &RunWorkers},
-      {"coordinators",
-       "coordinators [--json]",
-       "list the coordinators: which leads, which stand by",
-       0,
-       {{"json", true}},
+      {"coordinators", "coordinators [--json]",
+       "list the coordinators: which leads, which stand by", 0, Flags({"json"}),
        &RunCoordinators},
-      {"quota",
-       "quota [--json]",
+      {"quota", "quota [--json]",
        "what principals hold against their quotas (bytes of every replica, "
        "tensor names): an admin sees every principal, others themselves",
-       0,
-       {{"json", true}},
-       &RunQuota},
+       0, Flags({"json"}), &RunQuota},
       {"create",
        "create NAME --shape=D0,D1,.. --dtype=T SPEC [--init=I] [--replicas=R] "
        "[--json]",
-       "allocate a sharded tensor on the workers",
-       1,
-       {{"shape", false},
-        {"dtype", false},
-        {"init", false},
-        {"chunk_dim", false},
-        {"placements", false},
-        {"shards", false},
-        {"replicas", false},
-        {"json", true}},
+       "allocate a sharded tensor on the workers", 1,
+       Flags({"shape", "dtype", "init", "chunk_dim", "placements", "shards",
+              "replicas", "json"}),
        &RunCreate},
       {"put",
        "put NAME --input=FILE.npy (SPEC [--replicas=R] | --update "
@@ -133,60 +214,29 @@ std::vector<CommandDef> ClusterCommands() {
        "scatter a .npy array into a new tensor (--update: into an existing "
        "one, as its next version)",
        1,
-       {{"input", false},
-        {"dtype", false},
-        {"chunk_dim", false},
-        {"placements", false},
-        {"shards", false},
-        {"replicas", false},
-        {"update", true},
-        {"region", false},
-        {"json", true}},
+       Flags({"input", "dtype", "chunk_dim", "placements", "shards", "replicas",
+              "update", "region", "json"}),
        &RunPut},
       {"get",
        "get NAME --output=FILE.npy [--region=R | --shard=K | --rows=IDX.npy] "
        "[--json]",
-       "gather the tensor, a region, shard K or rows of dim 0 into a .npy",
-       1,
-       {{"output", false},
-        {"region", false},
-        {"shard", false},
-        {"rows", false},
-        {"json", true}},
-       &RunGet},
-      {"describe",
-       "describe NAME [--json]",
-       "the tensor's global metadata and its shards",
-       1,
-       {{"json", true}},
+       "gather the tensor, a region, shard K or rows of dim 0 into a .npy", 1,
+       Flags({"output", "region", "shard", "rows", "json"}), &RunGet},
+      {"describe", "describe NAME [--json]",
+       "the tensor's global metadata and its shards", 1, Flags({"json"}),
        &RunDescribe},
-      {"ls",
-       "ls [PREFIX] [--all] [--json]",
+      {"ls", "ls [PREFIX] [--all] [--json]",
        "list tensors, or those whose name starts with PREFIX (--all: puts "
        "not committed yet too, and what is pending of each)",
-       0,
-       {{"json", true}, {"all", true}},
-       &RunList,
-       "PREFIX",
+       0, Flags({"json", "all"}), &RunList, "PREFIX",
        /*more_positional=*/true},
-      {"reshard",
-       "reshard NAME [SPEC] [--replicas=R] [--json]",
+      {"reshard", "reshard NAME [SPEC] [--replicas=R] [--json]",
        "move the tensor to a new sharding, or (SPEC left out) to R replicas "
        "of each shard (version + 1)",
-       1,
-       {{"chunk_dim", false},
-        {"placements", false},
-        {"shards", false},
-        {"replicas", false},
-        {"json", true}},
+       1, Flags({"chunk_dim", "placements", "shards", "replicas", "json"}),
        &RunReshard},
-      {"rm",
-       "rm NAME... [--json]",
-       "delete the tensors and free their shards",
-       1,
-       {{"json", true}},
-       &RunRemove,
-       "NAME",
+      {"rm", "rm NAME... [--json]", "delete the tensors and free their shards",
+       1, Flags({"json"}), &RunRemove, "NAME",
        /*more_positional=*/true},
   };
 }
@@ -196,67 +246,40 @@ std::vector<CommandDef> FileCommands() {
   return {
       {"import",
        "import FILE.safetensors SPEC [--replicas=R] [--prefix=P] [--json]",
-       "one tensor per entry of a .safetensors file (all or nothing)",
-       1,
-       {{"prefix", false},
-        {"chunk_dim", false},
-        {"placements", false},
-        {"shards", false},
-        {"replicas", false},
-        {"json", true}},
-       &RunImport,
-       "FILE.safetensors"},
-      {"load",
-       "load DIR SPEC [--prefix=P] [--replicas=R] [--json]",
+       "one tensor per entry of a .safetensors file (all or nothing)", 1,
+       Flags(
+           {"prefix", "chunk_dim", "placements", "shards", "replicas", "json"}),
+       &RunImport, "FILE.safetensors"},
+      {"load", "load DIR SPEC [--prefix=P] [--replicas=R] [--json]",
        "one tensor per entry of a checkpoint or Hugging Face model directory "
        "under the workers' --checkpoint_root, each worker reading only its "
        "shards' bytes (all or nothing)",
        1,
-       {{"prefix", false},
-        {"chunk_dim", false},
-        {"placements", false},
-        {"shards", false},
-        {"replicas", false},
-        {"json", true}},
-       &RunLoad,
-       "DIR"},
-      {"save",
-       "save DIR (NAME... | --prefix=P) [--overwrite] [--json]",
+       Flags(
+           {"prefix", "chunk_dim", "placements", "shards", "replicas", "json"}),
+       &RunLoad, "DIR"},
+      {"save", "save DIR (NAME... | --prefix=P) [--overwrite] [--json]",
        "save tensors at their current versions into a checkpoint directory "
        "under the workers' --checkpoint_root: each worker writes the shards "
        "it holds into its own file, then the index files go in. A "
        "checkpoint in DIR that another principal saved is replaced only "
        "with --overwrite",
-       1,
-       {{"prefix", false}, {"overwrite", true}, {"json", true}},
-       &RunSave,
-       "DIR",
+       1, Flags({"prefix", "overwrite", "json"}), &RunSave, "DIR",
        /*more_positional=*/true},
-      {"wait",
-       "wait NAME [--version=N] [--timeout=SECONDS] [--json]",
+      {"wait", "wait NAME [--version=N] [--timeout=SECONDS] [--json]",
        "wait until the tensor's committed version is at least N (default: "
        "one more than now; at once if it already is) and print it; the "
        "coordinator answers at the commit (--timeout: give up, exit 1)",
-       1,
-       {{"version", false}, {"timeout", false}, {"json", true}},
-       &RunWait},
-      {"worker",
-       "worker drain|cordon|uncordon|rm NAME [--timeout=SECONDS]",
+       1, Flags({"version", "timeout", "json"}), &RunWait},
+      {"worker", "worker drain|cordon|uncordon|rm NAME [--timeout=SECONDS]",
        "manage a worker (admin role): drain moves its shards away and waits "
        "until it holds none (--timeout, default 600); cordon/uncordon stop "
        "and resume new shards; rm forgets a dead or drained worker",
-       2,
-       {{"timeout", false}},
-       &RunWorker,
-       "drain|cordon|uncordon|rm"},
-      {"completion",
-       "completion bash|zsh",
+       2, Flags({"timeout"}), &RunWorker, "drain|cordon|uncordon|rm"},
+      {"completion", "completion bash|zsh",
        "print a shell completion script: commands, flags and tensor names "
        "(source <(tessera completion bash))",
-       1,
-       {},
-       &RunCompletion,
-       "bash|zsh"},
+       1, Flags({}), &RunCompletion, "bash|zsh"},
       {"export",
        "export (FILE.safetensors | --hf DIR) (NAME... | --prefix=P) "
        "[--metadata=K=V,...] [--strip_prefix=P] [--max_shard_size=5GB] "
@@ -268,15 +291,9 @@ std::vector<CommandDef> FileCommands() {
        "the workers, names less --strip_prefix; a checkpoint in DIR is "
        "replaced as save's (--overwrite)",
        1,
-       {{"prefix", false},
-        {"metadata", false},
-        {"hf", true},
-        {"strip_prefix", false},
-        {"max_shard_size", false},
-        {"overwrite", true},
-        {"json", true}},
-       &RunExport,
-       "FILE.safetensors",
+       Flags({"prefix", "metadata", "hf", "strip_prefix", "max_shard_size",
+              "overwrite", "json"}),
+       &RunExport, "FILE.safetensors",
        /*more_positional=*/true},
   };
 }
@@ -314,18 +331,11 @@ const CommandDef* FindCommand(absl::string_view name) {
 
 std::string MainUsage() {
   std::string out =
-      "usage: tessera [--coordinator=HOST:PORT] [--verbose] "
-      "[--transport=auto|shm|ucx|tcp|grpc] [--timeout=SECONDS] "
-      "[--tls_ca=CA.pem --tls_cert=U.pem --tls_key=U.key] "
-      "[--token_file=U.token] COMMAND [ARGS]\n"
+      "usage: tessera [GLOBAL FLAGS] COMMAND [ARGS]\n"
       "       tessera --version\n\n"
-      "--coordinator defaults to $TESSERA_COORDINATOR, then "
-      "127.0.0.1:7070.\n"
-      "--tls_ca, --tls_cert, --tls_key and --token_file default to "
-      "$TESSERA_TLS_CA,\n$TESSERA_TLS_CERT, $TESSERA_TLS_KEY and "
-      "$TESSERA_TOKEN_FILE.\n--transport (how bytes move between workers "
-      "and this client) defaults to\n$TESSERA_TRANSPORT, then auto.\n\n"
-      "commands:\n";
+      "global flags (before or after the command):\n";
+  out += FlagHelp(GlobalFlags());
+  out += "\ncommands:\n";
   for (const CommandDef& c : Commands()) {
     // A long synopsis gets its own line; the summary goes under it.
     if (std::strlen(c.synopsis) > 60) {
@@ -344,6 +354,10 @@ std::string MainUsage() {
 std::string CommandUsage(const CommandDef& c) {
   std::string out =
       absl::StrCat("usage: tessera ", c.synopsis, "\n\n", c.summary, "\n");
+  if (!c.flags.empty()) {
+    out += "\nflags:\n";
+    out += FlagHelp(c.flags);
+  }
   if (absl::StrContains(c.synopsis, "SPEC")) {
     out += "\n";
     out += kSpecHelp;

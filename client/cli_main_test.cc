@@ -7,12 +7,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/dtype.h"
@@ -169,6 +173,86 @@ TEST(CliMainTest, MalformedSafetensorsIsAnErrorLineBeforeAnyCluster) {
   EXPECT_EQ(outcome.code, 1);
   EXPECT_THAT(outcome.err, HasSubstr("outside the data section"));
   unlink(big.c_str());
+}
+
+// What `tessera ARGS` prints on stdout.
+std::string Stdout(const std::string& args) {
+  std::string out;
+  FILE* pipe = popen((BinaryPath() + " " + args + " 2>/dev/null").c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buffer[4096];
+  size_t n = 0;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0)
+    out.append(buffer, n);
+  pclose(pipe);
+  return out;
+}
+
+// Each "--NAME" in `text`.
+std::set<std::string> FlagsIn(absl::string_view text) {
+  std::set<std::string> flags;
+  for (size_t at = text.find("--"); at != absl::string_view::npos;
+       at = text.find("--", at + 2)) {
+    size_t end = at + 2;
+    while (end < text.size() &&
+           (absl::ascii_islower(text[end]) || text[end] == '_')) {
+      ++end;
+    }
+    if (end > at + 2)
+      flags.insert(std::string(text.substr(at + 2, end - at - 2)));
+  }
+  return flags;
+}
+
+// One flag table: every command's --help lists, under "flags:", exactly
+// the flags its synopsis names (SPEC standing for --chunk_dim,
+// --placements and --shards), each with a line of help, so the synopsis,
+// the parser and the help cannot drift apart. The global flags likewise.
+TEST(CliMainTest, EveryCommandsHelpListsTheFlagsItsSynopsisNames) {
+  const std::string main_help = Stdout("--help");
+  const size_t commands_at = main_help.find("\ncommands:\n");
+  ASSERT_NE(commands_at, std::string::npos) << main_help;
+  const std::string globals = main_help.substr(0, commands_at);
+  for (const char* flag : {"coordinator", "transport", "timeout", "tls_ca",
+                           "tls_cert", "tls_key", "token_file", "verbose"}) {
+    EXPECT_THAT(globals, HasSubstr(absl::StrCat("\n  --", flag)));
+  }
+  std::vector<std::string> commands;
+  for (absl::string_view line :
+       absl::StrSplit(main_help.substr(commands_at + 11), '\n')) {
+    if (line.empty()) break;
+    if (line.size() > 2 && line.substr(0, 2) == "  " &&
+        absl::ascii_islower(line[2])) {
+      commands.emplace_back(line.substr(2, line.find(' ', 2) - 2));
+    }
+  }
+  EXPECT_GE(commands.size(), 17u) << main_help;
+  for (const std::string& command : commands) {
+    const std::string help = Stdout(command + " --help");
+    ASSERT_THAT(help, StartsWith("usage: tessera " + command)) << command;
+    const std::string synopsis = help.substr(0, help.find('\n'));
+    std::set<std::string> named = FlagsIn(synopsis);
+    if (absl::StrContains(synopsis, "SPEC")) {
+      named.insert({"chunk_dim", "placements", "shards"});
+    }
+    std::set<std::string> listed;
+    const size_t flags_at = help.find("\nflags:\n");
+    if (flags_at != std::string::npos) {
+      for (absl::string_view line :
+           absl::StrSplit(help.substr(flags_at + 8), '\n')) {
+        if (line.empty()) break;
+        ASSERT_THAT(std::string(line), StartsWith("  --")) << command;
+        const std::set<std::string> one =
+            FlagsIn(line.substr(0, line.find(' ', 2)));
+        ASSERT_EQ(one.size(), 1u) << line;
+        listed.insert(*one.begin());
+        // A line of help after the flag.
+        EXPECT_GT(line.size(), line.find_first_not_of(' ', line.find(' ', 2)))
+            << line;
+      }
+    }
+    EXPECT_EQ(listed, named) << command << ":\n" << help;
+  }
 }
 
 }  // namespace
