@@ -34,6 +34,7 @@
 #include "core/errors.h"
 #include "core/init_fill.h"
 #include "core/json.h"
+#include "core/labels.h"
 #include "core/layout_spec.h"
 #include "core/parse.h"
 #include "core/placement.h"
@@ -98,6 +99,10 @@ const std::vector<FlagDef>& CommandFlagTable() {
        "SPEC: where each chunk goes (rank:N, NAME, either with /DEVICE)"},
       {"shards", false, "'BOX@P;BOX@P;...'", "SPEC: every shard explicit"},
       {"replicas", false, "R", "keep each shard on R distinct workers"},
+      {"mirror", false, "SELECTOR",
+       "also a whole copy of each shard on every ready worker whose "
+       "--labels match KEY=VALUE[,KEY=VALUE...] (or all); reshard: none "
+       "drops them"},
       {"input", false, "FILE.npy", "the array to write (- reads stdin)"},
       {"update", true, "",
        "write into the existing tensor, as its next version"},
@@ -203,19 +208,21 @@ std::vector<CommandDef> ClusterCommands() {
        0, Flags({"json"}), &RunQuota},
       {"create",
        "create NAME --shape=D0,D1,.. --dtype=T SPEC [--init=I] [--replicas=R] "
+       "[--mirror=SELECTOR] "
        "[--json]",
        "allocate a sharded tensor on the workers", 1,
        Flags({"shape", "dtype", "init", "chunk_dim", "placements", "shards",
-              "replicas", "json"}),
+              "replicas", "mirror", "json"}),
        &RunCreate},
       {"put",
-       "put NAME --input=FILE.npy (SPEC [--replicas=R] | --update "
+       "put NAME --input=FILE.npy (SPEC [--replicas=R] [--mirror=SELECTOR] | "
+       "--update "
        "[--region=R]) [--dtype=T] [--json]",
        "scatter a .npy array into a new tensor (--update: into an existing "
        "one, as its next version)",
        1,
        Flags({"input", "dtype", "chunk_dim", "placements", "shards", "replicas",
-              "update", "region", "json"}),
+              "mirror", "update", "region", "json"}),
        &RunPut},
       {"get",
        "get NAME --output=FILE.npy [--region=R | --shard=K | --rows=IDX.npy] "
@@ -230,10 +237,13 @@ std::vector<CommandDef> ClusterCommands() {
        "not committed yet too, and what is pending of each)",
        0, Flags({"json", "all"}), &RunList, "PREFIX",
        /*more_positional=*/true},
-      {"reshard", "reshard NAME [SPEC] [--replicas=R] [--json]",
+      {"reshard",
+       "reshard NAME [SPEC] [--replicas=R] [--mirror=SELECTOR|none] [--json]",
        "move the tensor to a new sharding, or (SPEC left out) to R replicas "
        "of each shard (version + 1)",
-       1, Flags({"chunk_dim", "placements", "shards", "replicas", "json"}),
+       1,
+       Flags(
+           {"chunk_dim", "placements", "shards", "replicas", "mirror", "json"}),
        &RunReshard},
       {"rm", "rm NAME... [--json]", "delete the tensors and free their shards",
        1, Flags({"json"}), &RunRemove, "NAME",
@@ -245,18 +255,20 @@ std::vector<CommandDef> ClusterCommands() {
 std::vector<CommandDef> FileCommands() {
   return {
       {"import",
-       "import FILE.safetensors SPEC [--replicas=R] [--prefix=P] [--json]",
+       "import FILE.safetensors SPEC [--replicas=R] [--mirror=SELECTOR] "
+       "[--prefix=P] [--json]",
        "one tensor per entry of a .safetensors file (all or nothing)", 1,
-       Flags(
-           {"prefix", "chunk_dim", "placements", "shards", "replicas", "json"}),
+       Flags({"prefix", "chunk_dim", "placements", "shards", "replicas",
+              "mirror", "json"}),
        &RunImport, "FILE.safetensors"},
-      {"load", "load DIR SPEC [--prefix=P] [--replicas=R] [--json]",
+      {"load",
+       "load DIR SPEC [--prefix=P] [--replicas=R] [--mirror=SELECTOR] [--json]",
        "one tensor per entry of a checkpoint or Hugging Face model directory "
        "under the workers' --checkpoint_root, each worker reading only its "
        "shards' bytes (all or nothing)",
        1,
-       Flags(
-           {"prefix", "chunk_dim", "placements", "shards", "replicas", "json"}),
+       Flags({"prefix", "chunk_dim", "placements", "shards", "replicas",
+              "mirror", "json"}),
        &RunLoad, "DIR"},
       {"save", "save DIR (NAME... | --prefix=P) [--overwrite] [--json]",
        "save tensors at their current versions into a checkpoint directory "
@@ -458,6 +470,7 @@ absl::StatusOr<DType> DTypeFlag(const Invocation& inv) {
 // A SPEC as parsed, before it is resolved against a shape.
 struct SpecArgs {
   int32_t replicas = 0;  // --replicas; 0: not given
+  std::string mirror;    // --mirror, as a selector's text; empty: not given
   bool chunk = true;
   int64_t chunk_dim = 0;
   std::vector<Placement> placements;
@@ -474,6 +487,18 @@ absl::StatusOr<int32_t> ReplicasFlag(const Invocation& inv) {
   return static_cast<int32_t>(*r);
 }
 
+// --mirror=SELECTOR (or none), in its canonical text; empty when not given.
+absl::StatusOr<std::string> MirrorFlag(const Invocation& inv) {
+  if (!inv.Has("mirror")) return std::string();
+  const std::string text = *inv.Get("mirror");
+  if (text == "none") return text;
+  absl::StatusOr<LabelSelector> selector = ParseLabelSelector(text);
+  if (!selector.ok()) {
+    return UsageError(Annotate(selector.status(), "--mirror"));
+  }
+  return selector->ToString();
+}
+
 absl::StatusOr<SpecArgs> ParseSpec(const Invocation& inv) {
   const bool chunk = inv.Has("chunk_dim") || inv.Has("placements");
   const bool shards = inv.Has("shards");
@@ -483,6 +508,7 @@ absl::StatusOr<SpecArgs> ParseSpec(const Invocation& inv) {
   }
   SpecArgs spec;
   TESSERA_ASSIGN_OR_RETURN(spec.replicas, ReplicasFlag(inv));
+  TESSERA_ASSIGN_OR_RETURN(spec.mirror, MirrorFlag(inv));
   if (shards) {
     spec.chunk = false;
     TESSERA_ASSIGN_OR_RETURN(
@@ -528,6 +554,7 @@ absl::StatusOr<LayoutSpec> ResolveSpec(const SpecArgs& spec,
     layout = LayoutSpec::Enumerable(std::move(boxes), std::move(placements));
   }
   layout.replicas = spec.replicas;
+  layout.mirror = spec.mirror;
   return layout;
 }
 
@@ -965,10 +992,10 @@ absl::Status RunPut(const Invocation& inv, std::ostream& out) {
     TESSERA_ASSIGN_OR_RETURN(dtype, DTypeFlag(inv));
   }
   if (inv.GetBool("update")) {
-    if (HasSpec(inv) || inv.Has("replicas")) {
+    if (HasSpec(inv) || inv.Has("replicas") || inv.Has("mirror")) {
       return UsageError(
           "put --update keeps the tensor's layout: leave out --chunk_dim, "
-          "--placements, --shards and --replicas");
+          "--placements, --shards, --replicas and --mirror");
     }
     return RunUpdate(inv, name, input, dtype, out);
   }
@@ -1126,8 +1153,10 @@ absl::Status RunDescribe(const Invocation& inv, std::ostream& out) {
       << "Size:      " << FormatBytes(meta.ByteSize()) << "\n"
       << "Shards:    " << meta.shards.size() << "\n";
   if (!meta.pending.empty()) out << "Pending:   " << meta.pending << "\n";
+  if (!meta.mirror.empty()) out << "Mirror:    " << meta.mirror << "\n";
   // Every replica of every shard, one row each (REPLICA 0 is the first
-  // one placed); without replicas, no REPLICA column.
+  // one placed; a mirror copy is "mN"); without replicas, no REPLICA
+  // column.
   bool replicated = false;
   for (const ShardInfo& s : meta.shards) replicated |= s.replicas.size() > 1;
   std::vector<std::vector<std::string>> rows = {
@@ -1143,8 +1172,10 @@ absl::Status RunDescribe(const Invocation& inv, std::ostream& out) {
       rows.push_back({absl::StrCat(i), s.box.ToString(), r.PlacementString(),
                       r.worker, bytes, r.available ? "yes" : "no",
                       meta.HandleString(i)});
-      if (replicated)
-        rows.back().insert(rows.back().begin() + 1, absl::StrCat(k));
+      if (replicated) {
+        rows.back().insert(rows.back().begin() + 1,
+                           r.mirror ? absl::StrCat("m", k) : absl::StrCat(k));
+      }
     }
   }
   PrintTable(rows, out);
@@ -1204,10 +1235,11 @@ absl::Status PrintReshard(const Invocation& inv, const std::string& name,
 absl::Status RunReshard(const Invocation& inv, std::ostream& out) {
   TESSERA_ASSIGN_OR_RETURN(const std::string name, TensorName(inv));
   LayoutSpec spec;
-  if (!HasSpec(inv) && inv.Has("replicas")) {
-    // The same layout with another count: each shard keeps its first
-    // replica's placement.
+  if (!HasSpec(inv) && (inv.Has("replicas") || inv.Has("mirror"))) {
+    // The same layout with another count or mirror group: each shard keeps
+    // its first replica's placement.
     TESSERA_ASSIGN_OR_RETURN(const int32_t replicas, ReplicasFlag(inv));
+    TESSERA_ASSIGN_OR_RETURN(const std::string mirror, MirrorFlag(inv));
     TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
     TESSERA_ASSIGN_OR_RETURN(TensorMetadata meta, client->Describe(name));
     std::vector<Box> boxes;
@@ -1221,6 +1253,7 @@ absl::Status RunReshard(const Invocation& inv, std::ostream& out) {
     }
     spec = LayoutSpec::Enumerable(std::move(boxes), std::move(placements));
     spec.replicas = replicas;
+    spec.mirror = mirror;
     TESSERA_ASSIGN_OR_RETURN(
         ReshardStats stats, ReshardWithProgress(inv, client.get(), name, spec));
     return PrintReshard(inv, name, stats, out);

@@ -82,9 +82,11 @@ std::string DescribeJson(const TensorMetadata& meta) {
     const Replica& shown = ShownReplica(shard);
     Json replicas = Json::array();
     for (const Replica& r : shard.replicas) {
-      replicas.push_back({{"worker", r.worker},
-                          {"placement", r.PlacementString()},
-                          {"available", r.available}});
+      Json replica = {{"worker", r.worker},
+                      {"placement", r.PlacementString()},
+                      {"available", r.available}};
+      if (r.mirror) replica["mirror"] = true;
+      replicas.push_back(std::move(replica));
     }
     shards.push_back({{"offsets", Ints(shard.box.offsets)},
                       {"sizes", Ints(shard.box.sizes)},
@@ -100,6 +102,7 @@ std::string DescribeJson(const TensorMetadata& meta) {
               {"version", meta.version},
               {"owner", meta.owner.empty() ? Json(nullptr) : Json(meta.owner)},
               {"shards", std::move(shards)}};
+  if (!meta.mirror.empty()) out["mirror"] = meta.mirror;
   if (!meta.pending.empty()) out["pending"] = meta.pending;
   return Dumps(out);
 }
@@ -129,6 +132,7 @@ std::string TensorListJson(const std::vector<TensorInfo>& tensors) {
                  {"version", t.version},
                  {"num_shards", t.num_shards},
                  {"replicas", t.replicas}};
+    if (!t.mirror.empty()) item["mirror"] = t.mirror;
     if (!t.pending.empty()) {
       item["pending"] = {
           {"change", t.pending},

@@ -549,6 +549,7 @@ absl::StatusOr<TensorInfo> TensorInfoFromProto(const v1::TensorSummary& t) {
   info.num_shards = t.num_shards();
   // A coordinator from before replicas sends none: one.
   info.replicas = std::max<int64_t>(t.replicas(), 1);
+  info.mirror = t.mirror();
   info.pending = t.pending();
   info.pending_version = t.pending_version();
   info.pending_owner = t.pending_owner();

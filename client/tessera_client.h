@@ -60,6 +60,7 @@ struct TensorInfo {
   uint64_t version = 0;
   int64_t num_shards = 0;
   int64_t replicas = 1;  // workers holding each shard
+  std::string mirror;    // its mirror group's selector; empty: none
   // Listed with List(all): a change not committed yet, "put" (the tensor
   // is not visible yet) or "update" to pending_version, by pending_owner
   // (empty without tokens), begun at pending_since.

@@ -194,8 +194,12 @@ int64_t ShortShards(const TensorMetadata& meta,
   int64_t short_shards = 0;
   for (const ShardInfo& shard : meta.shards) {
     size_t ok = 0;
-    for (const Replica& replica : shard.replicas)
-      ok += replica.available && good.contains(replica.worker) ? 1 : 0;
+    for (const Replica& replica : shard.replicas) {
+      ok +=
+          !replica.mirror && replica.available && good.contains(replica.worker)
+              ? 1
+              : 0;
+    }
     short_shards += ok < want ? 1 : 0;
   }
   return short_shards;
@@ -204,12 +208,47 @@ int64_t ShortShards(const TensorMetadata& meta,
 }  // namespace
 
 void Coordinator::RepairLoop() {
+  absl::Time last_mirror_sync = absl::InfinitePast();
   while (!stop_.WaitForNotificationWithTimeout(options_.repair_interval)) {
     // After a restart, live workers register again within a lease: until
     // then they look dead, and their shards must not be copied.
     if (options_.clock() - started_ < options_.lease) continue;
     RepairNow();
+    // Mirrors follow their groups less often: each pass walks the tensors.
+    constexpr absl::Duration kMirrorSyncInterval = absl::Milliseconds(500);
+    if (absl::Now() - last_mirror_sync >= kMirrorSyncInterval) {
+      SyncMirrorsNow();
+      last_mirror_sync = absl::Now();
+    }
   }
+}
+
+int64_t Coordinator::SyncMirrorsNow() {
+  int64_t behind = 0;
+  for (const TensorSummary& summary : table_.List()) {
+    if (stop_.HasBeenNotified()) break;
+    absl::StatusOr<TensorMetadataPtr> current = table_.Get(summary.name);
+    if (!current.ok()) continue;
+    const TensorMetadata& meta = **current;
+    bool mirrored = !meta.mirror.empty();
+    for (size_t i = 0; i < meta.shards.size() && !mirrored; ++i)
+      mirrored = MirrorCount(meta.shards[i]) > 0;
+    if (!mirrored) continue;
+    TensorMetadata filled = meta;
+    orchestrator_.FillWorkerState(&filled);
+    if (!orchestrator_.MirrorsBehind(filled)) continue;
+    absl::StatusOr<MirrorSyncResult> synced =
+        orchestrator_.SyncMirrors(summary.name);
+    if (!synced.ok()) {
+      // ABORTED: another change of it runs; the next pass tries again.
+      if (!absl::IsAborted(synced.status()) &&
+          !absl::IsNotFound(synced.status())) {
+        spdlog::warn("mirrors: {}", std::string(synced.status().message()));
+      }
+      ++behind;
+    }
+  }
+  return behind;
 }
 
 int64_t Coordinator::RepairNow() {

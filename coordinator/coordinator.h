@@ -192,6 +192,10 @@ class Coordinator {
   // Runs one repair pass now (what the repair thread does every
   // repair_interval): repairs what it can, returns the shards still short.
   int64_t RepairNow();
+  // Brings every mirrored tensor's mirrors in line with its mirror group
+  // (Orchestrator::SyncMirrors): what the repair thread does at most every
+  // kMirrorSyncInterval. Returns the tensors still behind.
+  int64_t SyncMirrorsNow();
 
   // Validates, resolves placements, allocates every shard (all or nothing)
   // and commits version 1, returning once its record is durable (a put's

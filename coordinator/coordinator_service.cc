@@ -600,6 +600,7 @@ grpc::Status CoordinatorService::ListTensors(
     out->set_version(t.version);
     out->set_num_shards(t.num_shards);
     out->set_replicas(t.replicas);
+    out->set_mirror(t.mirror);
     if (t.pending != TensorSummary::Pending::kNone) {
       out->set_pending(t.pending == TensorSummary::Pending::kPut ? "put"
                                                                  : "update");
@@ -740,6 +741,7 @@ grpc::Status CoordinatorService::LoadCheckpoint(
     out->set_version(t->version);
     out->set_num_shards(static_cast<int64_t>(t->shards.size()));
     out->set_replicas(ReplicaCount(*t));
+    out->set_mirror(t->mirror);
   }
   response->set_bytes(result->bytes);
   response->set_bytes_read(result->bytes_read);

@@ -17,6 +17,8 @@
 #include "core/checked_math.h"
 #include "core/errors.h"
 #include "core/fan_out.h"
+#include "core/labels.h"
+#include "core/mirror_plan.h"
 #include "core/region_plan.h"
 #include "core/repair_plan.h"
 #include "core/replica_placement.h"
@@ -266,6 +268,40 @@ absl::Status Orchestrator::PlaceFurtherReplicas(int replicas,
   return absl::OkStatus();
 }
 
+std::vector<std::string> Orchestrator::MirrorGroupNow(
+    const std::string& selector) const {
+  absl::StatusOr<LabelSelector> parsed = ParseLabelSelector(selector);
+  if (!parsed.ok()) return {};  // checked where it came in
+  std::vector<MirrorCandidate> all;
+  for (const WorkerRecord& w : registry_->List()) {
+    all.push_back({w.name, w.labels, w.alive, w.state});
+  }
+  return MirrorGroup(*parsed, all);
+}
+
+absl::Status Orchestrator::PlaceMirrors(const std::string& selector,
+                                        TensorMetadata* meta) const {
+  meta->mirror.clear();
+  if (selector.empty() || selector == "none") return absl::OkStatus();
+  absl::StatusOr<LabelSelector> parsed = ParseLabelSelector(selector);
+  if (!parsed.ok()) return Annotate(parsed.status(), "--mirror");
+  meta->mirror = parsed->ToString();
+  for (const ShardMirrors& shard :
+       PlanMirrors(*meta, MirrorGroupNow(meta->mirror))) {
+    for (const std::string& name : shard.added) {
+      std::optional<WorkerRecord> worker = registry_->Find(name);
+      if (!worker.has_value()) continue;  // gone meanwhile: a later sync
+      Replica& replica = meta->shards[shard.shard].replicas.emplace_back();
+      replica.rank = worker->rank;
+      replica.device = worker->device;
+      replica.worker = worker->name;
+      replica.address = worker->address;
+      replica.mirror = true;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Orchestrator::CheckCapacity(const TensorMetadata& shards) const {
   absl::flat_hash_map<std::string, int64_t> need;
   for (const ShardInfo& shard : shards.shards) {
@@ -327,6 +363,7 @@ absl::StatusOr<TensorMetadataPtr> Orchestrator::Create(
   meta->change = args.pending ? RandomId() : 0;
   TESSERA_RETURN_IF_ERROR(
       PlaceShards(args.spec, std::move(boxes), replicas, meta.get()));
+  TESSERA_RETURN_IF_ERROR(PlaceMirrors(args.spec.mirror, meta.get()));
   TESSERA_RETURN_IF_ERROR(CheckCapacity(*meta));
   // A caller that gave up gets nothing allocated.
   TESSERA_RETURN_IF_ERROR(GaveUp(args.stop.Check(),
@@ -525,7 +562,10 @@ absl::Status Orchestrator::Commit(const std::string& name, uint64_t version,
 }
 
 absl::Status Orchestrator::ForwardReplicas(const TensorMetadata& written) {
-  if (ReplicaCount(written) < 2) return absl::OkStatus();
+  bool one_copy = true;
+  for (const ShardInfo& shard : written.shards)
+    one_copy &= shard.replicas.size() < 2;
+  if (one_copy) return absl::OkStatus();
   TensorMetadata at = written;
   FillWorkerState(&at);
   return mover_.ForwardReplicas(at);
@@ -684,6 +724,9 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(
   new_meta->incarnation = old_meta->incarnation;
   TESSERA_RETURN_IF_ERROR(
       PlaceShards(spec, std::move(boxes), replicas, new_meta.get()));
+  // Without --mirror, the tensor keeps its mirror group; "none" drops it.
+  TESSERA_RETURN_IF_ERROR(PlaceMirrors(
+      spec.mirror.empty() ? old_meta->mirror : spec.mirror, new_meta.get()));
 
   // Sources must be readable before anything is allocated.
   TensorMetadata sources = *old_meta;
@@ -873,6 +916,126 @@ absl::StatusOr<RepairResult> Orchestrator::Repair(const std::string& name) {
       absl::ToDoubleSeconds(move_start - allocate_start),
       absl::ToDoubleSeconds(move_end - move_start),
       absl::ToDoubleSeconds(absl::Now() - move_end));
+  return result;
+}
+
+bool Orchestrator::MirrorsBehind(const TensorMetadata& meta) const {
+  bool any = !meta.mirror.empty();
+  for (size_t i = 0; i < meta.shards.size() && !any; ++i)
+    any = MirrorCount(meta.shards[i]) > 0;
+  if (!any) return false;
+  const std::vector<std::string> group = meta.mirror.empty()
+                                             ? std::vector<std::string>{}
+                                             : MirrorGroupNow(meta.mirror);
+  return !PlanMirrors(meta, group).empty();
+}
+
+absl::StatusOr<MirrorSyncResult> Orchestrator::SyncMirrors(
+    const std::string& name) {
+  const absl::Time start = absl::Now();
+  TESSERA_ASSIGN_OR_RETURN(TensorMetadataPtr old_meta,
+                           table_->BeginReshard(name, 0));
+  auto done = absl::MakeCleanup([&] { table_->EndReshard(name); });
+  TensorMetadata sources = *old_meta;
+  FillWorkerState(&sources);
+  const std::vector<ShardMirrors> plan_mirrors = PlanMirrors(
+      sources, old_meta->mirror.empty() ? std::vector<std::string>{}
+                                        : MirrorGroupNow(old_meta->mirror));
+  MirrorSyncResult result;
+  if (plan_mirrors.empty()) return result;
+
+  // Version N again: each shard's replicas, the mirrors that stay, then
+  // the new ones.
+  auto new_meta = std::make_shared<TensorMetadata>(*old_meta);
+  NewShards fresh(this);
+  fresh.meta = *old_meta;
+  fresh.meta.shards.clear();
+  TensorMetadata retired = *old_meta;
+  retired.shards.clear();
+  const int64_t item = static_cast<int64_t>(ItemSize(old_meta->dtype));
+  struct Slot {
+    size_t shard;
+    size_t replica;  // in new_meta
+  };
+  std::vector<Slot> slots;
+  ReshardPlan plan;
+  for (const ShardMirrors& change : plan_mirrors) {
+    const size_t i = change.shard;
+    const ShardInfo& old_shard = old_meta->shards[i];
+    Replicas& copies = new_meta->shards[i].replicas;
+    copies.clear();
+    for (size_t r = 0; r < old_shard.replicas.size(); ++r) {
+      if (std::find(change.dropped.begin(), change.dropped.end(), r) !=
+          change.dropped.end()) {
+        continue;
+      }
+      copies.push_back(old_shard.replicas[r]);
+    }
+    if (!change.dropped.empty()) {
+      ShardInfo& gone = retired.shards.emplace_back();
+      gone.box = old_shard.box;
+      for (size_t r : change.dropped)
+        gone.replicas.push_back(old_shard.replicas[r]);
+      result.mirrors_dropped += static_cast<int64_t>(change.dropped.size());
+    }
+    if (change.added.empty()) continue;
+    ShardInfo& made = fresh.meta.shards.emplace_back();
+    made.box = old_shard.box;
+    for (const std::string& name_added : change.added) {
+      std::optional<WorkerRecord> worker = registry_->Find(name_added);
+      if (!worker.has_value()) continue;
+      Replica replica;
+      replica.rank = worker->rank;
+      replica.device = worker->device;
+      replica.worker = worker->name;
+      replica.address = worker->address;
+      replica.mirror = true;
+      made.replicas.push_back(replica);
+      slots.push_back({i, copies.size()});
+      copies.push_back(replica);
+      ReshardPiece& piece = plan.pieces.emplace_back();
+      piece.src_shard = i;
+      piece.src_replica = change.source;
+      piece.dst_shard = i;
+      piece.dst_replica = copies.size() - 1;
+      piece.global = old_shard.box;
+      piece.bytes = old_shard.box.NumElements() * item;
+      result.bytes_copied += piece.bytes;
+      ++result.mirrors_made;
+    }
+    if (made.replicas.empty()) fresh.meta.shards.pop_back();
+  }
+  const std::string what = absl::StrCat("filling the mirrors of '", name, "'");
+  if (!fresh.meta.shards.empty()) {
+    // New mirrors are the owner's bytes: charged, as a new replica is.
+    TESSERA_RETURN_IF_ERROR(table_->Charge(name, HeldBytes(fresh.meta), what));
+    const MetadataLog::Ticket ids =
+        table_->ReserveIds(absl::MakeSpan(fresh.meta.shards));
+    size_t slot = 0;
+    for (const ShardInfo& shard : fresh.meta.shards) {
+      for (const Replica& replica : shard.replicas) {
+        new_meta->shards[slots[slot].shard].replicas[slots[slot].replica] =
+            replica;
+        ++slot;
+      }
+    }
+    TESSERA_RETURN_IF_ERROR(Annotate(CheckCapacity(fresh.meta), what));
+    TESSERA_RETURN_IF_ERROR(log_->Wait(ids));
+    TESSERA_RETURN_IF_ERROR(
+        Annotate(AllocateShards(fresh.meta, InitSpec{}, /*writable=*/false,
+                                /*filled_by_copies=*/true),
+                 what));
+    fresh.allocated = true;
+    TESSERA_RETURN_IF_ERROR(
+        Annotate(mover_.MoveFromAnyReplica(sources, *new_meta, plan), what));
+  }
+  TESSERA_RETURN_IF_ERROR(
+      RecordVersion(old_meta, new_meta, std::move(retired), &fresh));
+  spdlog::info(
+      "mirrors of '{}' version {}: {} made ({} bytes copied), {} dropped, "
+      "{:.3f} s",
+      name, new_meta->version, result.mirrors_made, result.bytes_copied,
+      result.mirrors_dropped, absl::ToDoubleSeconds(absl::Now() - start));
   return result;
 }
 

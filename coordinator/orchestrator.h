@@ -97,6 +97,14 @@ struct RepairResult {
   int64_t shards_short = 0;
 };
 
+// What one pass over a mirrored tensor's mirrors did
+// (Orchestrator::SyncMirrors).
+struct MirrorSyncResult {
+  int64_t mirrors_made = 0;     // new mirror copies, each filled by a copy
+  int64_t mirrors_dropped = 0;  // copies on workers that left the group
+  int64_t bytes_copied = 0;
+};
+
 // Version N+1 of an update, allocated and waiting for its caller's writes.
 struct StagedUpdate {
   TensorMetadataPtr meta;
@@ -195,6 +203,18 @@ class Orchestrator {
   // ABORTED while another change of the tensor runs (try again later).
   absl::StatusOr<RepairResult> Repair(const std::string& name);
 
+  // Brings `name`'s mirrors (CLI.md "Mirrors (v4)") in line with its
+  // mirror group now (core/mirror_plan): members that came (registered,
+  // uncordoned) get a copy of each shard, filled from an available copy,
+  // charged to the owner's quota; copies on workers that left (dead,
+  // cordoned, draining, removed) or lost them are retired. Records version
+  // N again, as a repair does; all or nothing. ABORTED while another
+  // change of the tensor runs.
+  absl::StatusOr<MirrorSyncResult> SyncMirrors(const std::string& name);
+  // True when SyncMirrors(name) has something to do for `meta` (its worker
+  // state filled in) now: a cheap check for the repair loop.
+  bool MirrorsBehind(const TensorMetadata& meta) const;
+
   // Fills in each shard's worker address and availability (registry and
   // lost shards).
   void FillWorkerState(TensorMetadata* meta) const;
@@ -212,6 +232,14 @@ class Orchestrator {
                            int replicas, TensorMetadata* meta) const;
   // Places the further replicas of `meta`'s shards, which hold one each.
   absl::Status PlaceFurtherReplicas(int replicas, TensorMetadata* meta) const;
+  // The names of the workers mirror group `selector` (a LabelSelector's
+  // text) takes now (core/mirror_plan MirrorGroup).
+  std::vector<std::string> MirrorGroupNow(const std::string& selector) const;
+  // Sets `meta`'s mirror group to `selector` (a LabelSelector's text, or
+  // empty) and gives each shard, placed and not yet allocated, a mirror on
+  // each member of the group holding no copy of it.
+  absl::Status PlaceMirrors(const std::string& selector,
+                            TensorMetadata* meta) const;
   // The known workers as placement candidates (indices as in `workers`).
   static std::vector<ReplicaCandidate> Candidates(
       const std::vector<WorkerRecord>& workers,

@@ -1,5 +1,6 @@
 #include "coordinator/piece_mover.h"
 
+#include <algorithm>
 #include <functional>
 #include <iterator>
 #include <map>
@@ -58,12 +59,15 @@ bool OnSeparateGpus(
 }  // namespace
 
 absl::Status PieceMover::ForwardReplicas(const TensorMetadata& at) {
-  if (ReplicaCount(at) < 2) return absl::OkStatus();
   const int64_t item = static_cast<int64_t>(ItemSize(at.dtype));
-  const int replicas = static_cast<int>(ReplicaCount(at));
-  // Fan-out: every further replica pulls from the first at once (one
-  // round). Chain: replica r pulls from replica r-1, R-1 rounds.
-  const int rounds = forward_ == ReplicaForward::kChain ? replicas - 1 : 1;
+  // Every copy of a shard: its replicas and its mirrors.
+  size_t copies = 1;
+  for (const ShardInfo& shard : at.shards)
+    copies = std::max(copies, shard.replicas.size());
+  // Fan-out: every further copy pulls from the first at once (one round).
+  // Chain: copy r pulls from copy r-1, one round per copy.
+  const int rounds =
+      forward_ == ReplicaForward::kChain ? static_cast<int>(copies) - 1 : 1;
   for (int round = 0; round < rounds; ++round) {
     ReshardPlan plan;
     for (size_t i = 0; i < at.shards.size(); ++i) {

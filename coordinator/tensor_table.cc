@@ -106,6 +106,7 @@ std::vector<TensorSummary> TensorTable::List(bool all) const {
     summary.version = entry.meta->version;
     summary.num_shards = static_cast<int64_t>(entry.meta->shards.size());
     summary.replicas = ReplicaCount(*entry.meta);
+    summary.mirror = entry.meta->mirror;
     if (all && pending_put) {
       summary.pending = TensorSummary::Pending::kPut;
       summary.pending_version = entry.meta->version;

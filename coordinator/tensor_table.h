@@ -55,6 +55,7 @@ struct TensorSummary {
   uint64_t version = 0;  // the current one (a pending put's: 1)
   int64_t num_shards = 0;
   int64_t replicas = 1;  // workers holding each shard
+  std::string mirror;    // its mirror group (CLI.md "Mirrors (v4)")
   // A change not committed yet (listed with `all`): a put (the tensor is
   // not visible yet) or an update to `pending_version`, by `pending_owner`
   // (empty without tokens), begun at `pending_since`.

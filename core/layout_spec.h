@@ -27,6 +27,10 @@ struct LayoutSpec {
   // Workers holding each shard (core/replica_placement.h): placements[i]
   // names the first. 0: the default (a create's 1, a reshard's current).
   int32_t replicas = 0;
+  // The mirror group (CLI.md "Mirrors (v4)"): a LabelSelector's text;
+  // "none" (a reshard) drops it; empty: a create's none, a reshard's
+  // current.
+  std::string mirror;
 
   static LayoutSpec Chunk(int64_t dim, std::vector<Placement> placements);
   static LayoutSpec Enumerable(std::vector<Box> boxes,

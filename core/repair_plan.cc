@@ -18,13 +18,24 @@ RepairNeeds FindRepairs(
     size_t from = SIZE_MAX;
     for (size_t r = 0; r < replicas.size(); ++r) {
       const Replica& replica = replicas[r];
+      if (replica.mirror) {
+        // Mirrors are never repaired elsewhere (SyncMirrors drops them);
+        // one available is a source, and its worker takes no replica.
+        if (!replica.available || draining(replica.worker)) continue;
+        repair.need.kept.push_back(candidate_of(replica.worker));
+        if (from == SIZE_MAX) from = r;
+        continue;
+      }
       const bool leaves = !replica.available || draining(replica.worker);
       if (leaves) {
         repair.leaving.push_back(r);
       } else {
         repair.need.kept.push_back(candidate_of(replica.worker));
       }
-      if (replica.available && (from == SIZE_MAX || !leaves)) from = r;
+      if (replica.available &&
+          (from == SIZE_MAX || replicas[from].mirror || !leaves)) {
+        from = r;
+      }
     }
     if (repair.leaving.empty()) continue;
     if (from == SIZE_MAX) {  // nothing left to copy from

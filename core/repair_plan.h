@@ -31,8 +31,10 @@ struct RepairNeeds {
 // For every shard of `meta` (worker availability filled in): a replica
 // leaves when it is unavailable or `draining(worker)`; those that stay are
 // kept as `candidate_of(worker)` (the placement candidate index; REQUIRES:
-// one for every worker of a replica that stays). A shard is copied from an
-// available replica, one that stays first.
+// one for every worker of a copy that stays). A shard is copied from an
+// available replica, one that stays first, else an available mirror.
+// Mirror copies never leave here (Orchestrator::SyncMirrors drops them);
+// their workers are kept, so no replica goes where a mirror is.
 RepairNeeds FindRepairs(
     const TensorMetadata& meta,
     const std::function<int(const std::string& worker)>& candidate_of,

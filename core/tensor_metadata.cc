@@ -140,4 +140,10 @@ ShardLocations WriteLocations(const TensorMetadata& meta, size_t index) {
   return out;
 }
 
+int64_t ReplicaCount(const TensorMetadata& meta) {
+  if (meta.shards.empty()) return 1;
+  const ShardInfo& first = meta.shards.front();
+  return static_cast<int64_t>(first.replicas.size() - MirrorCount(first));
+}
+
 }  // namespace tessera

@@ -30,6 +30,10 @@ struct Replica {
   std::string worker;     // worker name
   std::string address;    // worker's gRPC address
   uint64_t shard_id = 0;
+  // A mirror copy (CLI.md "Mirrors (v4)"): kept on a worker of the
+  // tensor's mirror group, listed after the shard's R replicas, never
+  // repaired elsewhere.
+  bool mirror = false;
 
   // "rank:N/DEVICE".
   std::string PlacementString() const;
@@ -37,7 +41,7 @@ struct Replica {
   friend bool operator==(const Replica& a, const Replica& b) {
     return a.rank == b.rank && a.device == b.device && a.worker == b.worker &&
            a.address == b.address && a.shard_id == b.shard_id &&
-           a.available == b.available;
+           a.available == b.available && a.mirror == b.mirror;
   }
   friend bool operator!=(const Replica& a, const Replica& b) {
     return !(a == b);
@@ -118,6 +122,10 @@ struct TensorMetadata {
   // bytes count against that principal's quota. Empty: no one (created
   // without tokens or client certificates, or before owners were kept).
   std::string owner;
+  // The mirror group (a core/labels LabelSelector's text, kept by every
+  // version until a reshard changes it): every shard has a mirror copy on
+  // each ready worker that matches. Empty: none.
+  std::string mirror;
   // The put or update that made this version, while it can be committed
   // or abandoned (0: none). Its write grants name it; commit and abandon
   // must. Issued with the reply that starts it; never stored.
@@ -182,12 +190,15 @@ void NearestFirst(
 // (Orchestrator::Commit), so a client sends each byte once whatever R.
 ShardLocations WriteLocations(const TensorMetadata& meta, size_t index);
 
-// Workers holding each shard of `meta` (every shard has as many): 1 for a
+// R: workers holding each shard of `meta` as a replica (every shard has as
+// many; its mirror copies, listed after them, are not counted): 1 for a
 // tensor without shards.
-inline int64_t ReplicaCount(const TensorMetadata& meta) {
-  return meta.shards.empty()
-             ? 1
-             : static_cast<int64_t>(meta.shards.front().replicas.size());
+int64_t ReplicaCount(const TensorMetadata& meta);
+// The copies of a shard: its R replicas, then its mirrors.
+inline size_t MirrorCount(const ShardInfo& shard) {
+  size_t n = 0;
+  for (const Replica& r : shard.replicas) n += r.mirror ? 1 : 0;
+  return n;
 }
 
 }  // namespace tessera

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/checked_math.h"
 #include "core/checkpoint_index.h"
+#include "core/labels.h"
 #include "core/replica_placement.h"
 #include "core/shard_layout.h"
 #include "core/status_macros.h"
@@ -288,6 +289,7 @@ void PackShards(const std::vector<ShardInfo>& shards,
     for (const Replica& r : s.replicas) {
       if (!r.available)
         out->add_replica_unavailable(out->replica_worker_of_size());
+      if (r.mirror) out->add_replica_mirror(out->replica_worker_of_size());
       out->add_replica_shard_ids(r.shard_id);
       out->add_replica_worker_of(worker_index(r));
     }
@@ -403,6 +405,35 @@ absl::Status UnpackShards(const v1::PackedShardList& packed, size_t rank,
     }
     const auto [i, r] = position[static_cast<size_t>(k)];
     (*shards)[i].replicas[r].available = false;
+  }
+  for (int32_t k : packed.replica_mirror()) {
+    if (k < 0 || k >= next) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kField, ".replica_mirror: ", k, " is not a replica index"));
+    }
+    const auto [i, r] = position[static_cast<size_t>(k)];
+    (*shards)[i].replicas[r].mirror = true;
+  }
+  return absl::OkStatus();
+}
+
+// Each shard's mirror copies come after its replicas, and it has at least
+// one replica.
+absl::Status CheckMirrorOrder(const std::vector<ShardInfo>& shards) {
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const Replicas& copies = shards[i].replicas;
+    bool mirrors = false;
+    for (const Replica& r : copies) {
+      if (mirrors && !r.mirror) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "shards[", i, "]: a replica is listed after a mirror copy"));
+      }
+      mirrors |= r.mirror;
+    }
+    if (!copies.empty() && copies.front().mirror) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shards[", i, "]: only mirror copies, no replica"));
+    }
   }
   return absl::OkStatus();
 }
@@ -557,6 +588,7 @@ void TensorMetadataToProto(const TensorMetadata& meta,
   out->set_version(meta.version);
   out->set_incarnation(meta.incarnation);
   if (!meta.owner.empty()) out->set_owner(meta.owner);
+  if (!meta.mirror.empty()) out->set_mirror(meta.mirror);
   if (meta.origin.entry != 0 || meta.origin.scalar ||
       !meta.origin.metadata.empty()) {
     FileOriginToProto(meta.origin, out->mutable_origin());
@@ -595,6 +627,7 @@ void TensorMetadataToProto(const TensorMetadata& meta,
       replica->set_address(r.address);
       replica->set_shard_id(r.shard_id);
       replica->set_available(r.available);
+      replica->set_mirror(r.mirror);
     }
   }
 }
@@ -617,6 +650,11 @@ absl::StatusOr<TensorMetadata> TensorMetadataFromProto(
                      kMaxOwnerBytes, ")"));
   }
   out.owner = meta.owner();
+  if (!meta.mirror().empty()) {
+    absl::StatusOr<LabelSelector> mirror = ParseLabelSelector(meta.mirror());
+    if (!mirror.ok()) return Annotate(mirror.status(), "mirror");
+    out.mirror = meta.mirror();
+  }
   if (meta.has_packed_shards()) {
     if (meta.shards_size() > 0) {
       return absl::InvalidArgumentError(
@@ -624,6 +662,7 @@ absl::StatusOr<TensorMetadata> TensorMetadataFromProto(
     }
     TESSERA_RETURN_IF_ERROR(
         UnpackShards(meta.packed_shards(), out.shape.size(), &out.shards));
+    TESSERA_RETURN_IF_ERROR(CheckMirrorOrder(out.shards));
     return out;
   }
   out.shards.reserve(meta.shards_size());
@@ -663,9 +702,11 @@ absl::StatusOr<TensorMetadata> TensorMetadataFromProto(
       replica.address = in.address();
       replica.shard_id = in.shard_id();
       replica.available = in.available();
+      replica.mirror = in.mirror();
     }
     out.shards.push_back(std::move(info));
   }
+  TESSERA_RETURN_IF_ERROR(CheckMirrorOrder(out.shards));
   return out;
 }
 
@@ -767,13 +808,20 @@ absl::StatusOr<LayoutSpec> LayoutSpecFromProto(const v1::ShardingSpec& spec) {
   if (spec.replicas() != 0) {
     TESSERA_RETURN_IF_ERROR(CheckReplicaCount(spec.replicas()));
   }
+  // A selector is parsed here, before anything else reads it.
+  if (!spec.mirror().empty() && spec.mirror() != "none") {
+    absl::StatusOr<LabelSelector> mirror = ParseLabelSelector(spec.mirror());
+    if (!mirror.ok()) return Annotate(mirror.status(), "--mirror");
+  }
   TESSERA_ASSIGN_OR_RETURN(LayoutSpec layout, LayoutOfSpec(spec));
   layout.replicas = spec.replicas();
+  layout.mirror = spec.mirror();
   return layout;
 }
 
 void LayoutSpecToProto(const LayoutSpec& spec, v1::ShardingSpec* out) {
   out->set_replicas(spec.replicas);
+  out->set_mirror(spec.mirror);
   if (spec.kind == LayoutSpec::Kind::kChunk) {
     v1::ShardingSpec::Chunk* chunk = out->mutable_chunk();
     chunk->set_dim(spec.chunk_dim);

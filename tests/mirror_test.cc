@@ -1,0 +1,254 @@
+// Mirrors (CLI.md "Mirrors (v4)") on real daemons: a tensor created, put,
+// updated or resharded with --mirror keeps a whole copy of every shard on
+// every ready worker whose --labels match; the copies hold its bytes (read
+// with every replica's worker killed), count in bytes_used and in the
+// owner's quota, follow the group as workers come and go (cordon,
+// uncordon, death, a restart), are never repaired elsewhere, and go with
+// `reshard --mirror=none`.
+#include <signal.h>
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/tessera_client.h"
+#include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/cluster.h"
+
+namespace tessera {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAre;
+
+bool Eventually(const std::function<bool()>& done,
+                absl::Duration timeout = absl::Seconds(20)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (done()) return true;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return done();
+}
+
+// w0 and w1 unlabelled; w2 and w3 serve inference.
+class MirrorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TestClusterOptions options;
+    options.num_workers = 4;
+    options.coordinator_flags = {"--heartbeat_ms=200", "--lease_ms=1500"};
+    options.per_worker_flags = [](int i) {
+      return i >= 2 ? std::vector<std::string>{"--labels=role=inference"}
+                    : std::vector<std::string>{};
+    };
+    ASSERT_OK_AND_ASSIGN(cluster_, TestCluster::Start(options));
+    ASSERT_OK_AND_ASSIGN(client_,
+                         Client::Connect(cluster_->coordinator_address()));
+  }
+
+  struct Cli {
+    int code = -1;
+    std::string out, err;
+  };
+  Cli Tessera(std::vector<std::string> args) {
+    args.insert(args.begin(),
+                {TestCluster::BinaryPath("client/tessera"),
+                 "--coordinator=" + cluster_->coordinator_address()});
+    Cli r;
+    r.code = TestCluster::Run(args, &r.out, &r.err);
+    return r;
+  }
+
+  // Per shard: the workers of its copies, "+" marking a mirror.
+  std::vector<std::vector<std::string>> Copies(const std::string& name) {
+    std::vector<std::vector<std::string>> out;
+    absl::StatusOr<TensorMetadata> meta = client_->Describe(name);
+    if (!meta.ok()) return out;
+    for (const ShardInfo& s : meta->shards) {
+      std::vector<std::string>& copies = out.emplace_back();
+      for (const Replica& r : s.replicas)
+        copies.push_back(r.mirror ? "+" + r.worker : r.worker);
+    }
+    return out;
+  }
+  // bytes_used of each live worker.
+  std::map<std::string, int64_t> Used() {
+    std::map<std::string, int64_t> out;
+    absl::StatusOr<std::vector<WorkerInfo>> workers = client_->Workers();
+    if (!workers.ok()) return out;
+    for (const WorkerInfo& w : *workers) {
+      if (w.alive) out[w.name] = w.bytes_used;
+    }
+    return out;
+  }
+  // The tensor's bytes as a get reads them now (from any copy).
+  std::string Read(const std::string& name) {
+    absl::StatusOr<std::unique_ptr<Client>> fresh =
+        Client::Connect(cluster_->coordinator_address());
+    if (!fresh.ok()) return "";
+    absl::StatusOr<HostArray> got = (*fresh)->Get(name);
+    if (!got.ok()) return got.status().ToString();
+    return std::string(got->data(), static_cast<size_t>(got->num_bytes));
+  }
+
+  static HostArray Floats(int64_t rows, int64_t cols, float base) {
+    HostArray a = HostArray::Allocate(DType::kFloat32, {rows, cols});
+    auto* f = reinterpret_cast<float*>(a.data());
+    for (int64_t i = 0; i < rows * cols; ++i)
+      f[i] = base + static_cast<float>(i);
+    return a;
+  }
+
+  std::unique_ptr<TestCluster> cluster_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(MirrorTest, EveryMatchingWorkerHoldsEveryShardAndServesIt) {
+  // A create: the shards on w0 and w1, a mirror of each on w2 and w3.
+  Cli made = Tessera({"create", "m", "--shape=8,4", "--dtype=float32",
+                      "--chunk_dim=0", "--placements=w0,w1", "--init=arange",
+                      "--mirror=role=inference"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  EXPECT_THAT(Copies("m"), ElementsAre(ElementsAre("w0", "+w2", "+w3"),
+                                       ElementsAre("w1", "+w2", "+w3")));
+  // 128 bytes: each mirror worker holds all of it.
+  EXPECT_EQ(Used(), (std::map<std::string, int64_t>{
+                        {"w0", 64}, {"w1", 64}, {"w2", 128}, {"w3", 128}}));
+  Cli listed = Tessera({"ls", "--json"});
+  ASSERT_EQ(listed.code, 0) << listed.err;
+  const nlohmann::json ls = nlohmann::json::parse(listed.out);
+  ASSERT_EQ(ls.size(), 1u);
+  EXPECT_EQ(ls[0]["replicas"], 1);
+  EXPECT_EQ(ls[0]["mirror"], "role=inference");
+  Cli described = Tessera({"describe", "m", "--json"});
+  ASSERT_EQ(described.code, 0) << described.err;
+  const nlohmann::json d = nlohmann::json::parse(described.out);
+  EXPECT_EQ(d["mirror"], "role=inference");
+  EXPECT_FALSE(d["shards"][0]["replicas"][0].contains("mirror"));
+  EXPECT_EQ(d["shards"][0]["replicas"][1]["mirror"], true);
+  EXPECT_EQ(d["shards"][0]["replicas"][2]["worker"], "w3");
+  // Mirrors are the owner's bytes: quota use is every copy.
+  absl::StatusOr<std::vector<QuotaInfo>> quota = client_->Quotas();
+  ASSERT_OK(quota.status());
+  ASSERT_EQ(quota->size(), 1u);
+  EXPECT_EQ((*quota)[0].bytes, 384);
+
+  // A put: a shard placed on a member needs no mirror there.
+  const HostArray p = Floats(8, 4, 1000);
+  ASSERT_OK(client_
+                ->Put("p", p,
+                      [] {
+                        LayoutSpec spec = LayoutSpec::Chunk(
+                            0, {*ParsePlacement("w0"), *ParsePlacement("w2")});
+                        spec.mirror = "role=inference";
+                        return spec;
+                      }())
+                .status());
+  EXPECT_THAT(Copies("p"), ElementsAre(ElementsAre("w0", "+w2", "+w3"),
+                                       ElementsAre("w2", "+w3")));
+  // An update reaches every mirror: read with the replicas' workers gone.
+  const HostArray next = Floats(8, 4, 5000);
+  ASSERT_OK(client_->Update("p", next).status());
+  const std::string arange = Read("m");
+  cluster_->StopWorker(0, SIGKILL);
+  cluster_->StopWorker(1, SIGKILL);
+  EXPECT_EQ(Read("p"),
+            std::string(next.data(), static_cast<size_t>(next.num_bytes)));
+  EXPECT_EQ(Read("m"), arange);
+  // Mirrors are not repaired elsewhere: w0's and w1's replicas stay lost
+  // (no other worker takes a mirror's place), the mirrors serve.
+  absl::SleepFor(absl::Seconds(3));
+  EXPECT_EQ(Used()["w2"], 256);
+}
+
+TEST_F(MirrorTest, MirrorsFollowTheGroupAsWorkersComeAndGo) {
+  Cli made = Tessera({"create", "m", "--shape=8,4", "--dtype=float32",
+                      "--chunk_dim=0", "--placements=w0,w1", "--init=arange",
+                      "--mirror=role=inference"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  const std::string bytes = Read("m");
+  ASSERT_EQ(bytes.size(), 128u);
+  // Cordoned: w3 leaves the group and drops its mirrors.
+  ASSERT_OK(client_->SetWorkerState("w3", WorkerState::kCordoned));
+  EXPECT_TRUE(Eventually([&] { return Used()["w3"] == 0; })) << Used()["w3"];
+  EXPECT_THAT(Copies("m"),
+              ElementsAre(ElementsAre("w0", "+w2"), ElementsAre("w1", "+w2")));
+  // Uncordoned: it comes back and is filled again, from a copy.
+  ASSERT_OK(client_->SetWorkerState("w3", WorkerState::kReady));
+  EXPECT_TRUE(Eventually([&] { return Used()["w3"] == 128; }));
+  EXPECT_THAT(Copies("m"), ElementsAre(ElementsAre("w0", "+w2", "+w3"),
+                                       ElementsAre("w1", "+w2", "+w3")));
+  // Dead: its mirrors go; restarted (its memory lost), filled again; the
+  // restarted copy holds the tensor's bytes.
+  cluster_->StopWorker(2, SIGKILL);
+  EXPECT_TRUE(Eventually([&] {
+    const auto copies = Copies("m");
+    return copies.size() == 2 && copies[0].size() == 2;
+  }));
+  ASSERT_OK(cluster_->RestartWorker(2));
+  EXPECT_TRUE(Eventually([&] { return Used()["w2"] == 128; }));
+  cluster_->StopWorker(0, SIGKILL);
+  cluster_->StopWorker(1, SIGKILL);
+  cluster_->StopWorker(3, SIGKILL);
+  EXPECT_EQ(Read("m"), bytes);
+}
+
+TEST_F(MirrorTest, AReshardChangesOrDropsTheGroup) {
+  Cli made = Tessera({"create", "m", "--shape=8,4", "--dtype=float32",
+                      "--chunk_dim=0", "--placements=w0,w1", "--init=arange",
+                      "--mirror=role=inference"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  const std::string bytes = Read("m");
+  // The same layout, no mirrors.
+  Cli r = Tessera({"reshard", "m", "--mirror=none"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(Copies("m"), ElementsAre(ElementsAre("w0"), ElementsAre("w1")));
+  EXPECT_TRUE(Eventually([&] {
+    return Used() == std::map<std::string, int64_t>{
+                         {"w0", 64}, {"w1", 64}, {"w2", 0}, {"w3", 0}};
+  }));
+  Cli listed = Tessera({"ls", "--json"});
+  EXPECT_FALSE(nlohmann::json::parse(listed.out)[0].contains("mirror"));
+  // A new layout on every worker.
+  r = Tessera(
+      {"reshard", "m", "--chunk_dim=1", "--placements=w2,w3", "--mirror=all"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(Copies("m"), ElementsAre(ElementsAre("w2", "+w0", "+w1", "+w3"),
+                                       ElementsAre("w3", "+w0", "+w1", "+w2")));
+  EXPECT_EQ(Read("m"), bytes);
+  // Without --mirror, a reshard keeps the group.
+  r = Tessera({"reshard", "m", "--chunk_dim=0", "--placements=w0"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(Copies("m"), ElementsAre(ElementsAre("w0", "+w1", "+w2", "+w3")));
+  EXPECT_EQ(Read("m"), bytes);
+}
+
+TEST_F(MirrorTest, AMalformedSelectorIsAUsageErrorAndMakesNothing) {
+  for (const char* bad : {"--mirror=role", "--mirror=", "--mirror=a=b,a=c",
+                          "--mirror=none,x=y"}) {
+    Cli r = Tessera({"create", "x", "--shape=4", "--dtype=float32",
+                     "--chunk_dim=0", "--placements=w0", bad});
+    EXPECT_EQ(r.code, 2) << bad << r.err;
+    EXPECT_THAT(r.err, HasSubstr("--mirror")) << bad;
+  }
+  EXPECT_TRUE(client_->List()->empty());
+  // A group no worker matches: no mirrors, until one comes.
+  Cli r = Tessera({"create", "x", "--shape=4", "--dtype=float32",
+                   "--chunk_dim=0", "--placements=w0", "--mirror=role=none"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(Copies("x"), ElementsAre(ElementsAre("w0")));
+}
+
+}  // namespace
+}  // namespace tessera
