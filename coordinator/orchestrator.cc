@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -509,7 +511,8 @@ void Orchestrator::FreeShards(const TensorMetadata& meta) {
 }
 
 absl::Status Orchestrator::SealShards(const TensorMetadata& meta,
-                                      ReplicaRange replicas, bool persist) {
+                                      ReplicaRange replicas, bool persist,
+                                      std::set<std::string>* failed_workers) {
   std::map<std::string, std::vector<uint64_t>> by_worker;  // worker name -> ids
   for (const ShardInfo& shard : meta.shards) {
     for (size_t r = replicas.first;
@@ -521,6 +524,7 @@ absl::Status Orchestrator::SealShards(const TensorMetadata& meta,
   if (by_worker.empty()) return absl::OkStatus();
   const std::vector<std::pair<std::string, std::vector<uint64_t>>> seals(
       by_worker.begin(), by_worker.end());
+  absl::Mutex failed_mu;
   return FanOut(seals.size(), kDefaultFanOut, [&](size_t i) {
     const auto& [name, ids] = seals[i];
     std::optional<WorkerRecord> worker = registry_->Find(name);
@@ -529,6 +533,11 @@ absl::Status Orchestrator::SealShards(const TensorMetadata& meta,
             ? workers_->Seal(WorkerRef{worker->name, worker->address}, ids,
                              persist)
             : UnavailableError(absl::StrCat("worker '", name, "'"));
+    if (!sealed.ok() && failed_workers != nullptr) {
+      absl::MutexLock lock(&failed_mu);
+      failed_workers->insert(name);
+      return absl::OkStatus();
+    }
     return Annotate(
         sealed, absl::StrCat("sealing the shards of '", meta.name, "' version ",
                              meta.version, " on worker '", name, "'"));
@@ -541,34 +550,91 @@ absl::Status Orchestrator::Commit(const std::string& name, uint64_t version,
   TESSERA_ASSIGN_OR_RETURN(
       CommitStart start, table_->BeginCommit(name, version, principal, change));
   if (start.done) return absl::OkStatus();  // committed already
+  // Every replica holds the bytes before the change commits; a replica
+  // that fails fails the commit (the client then abandons the change). A
+  // mirror that fails (sealed, filled or persisted) does not: its copy is
+  // freed and counted lost (reads pass it over), and SyncMirrors fills
+  // another.
+  TensorMetadata filled = *start.seal;
+  const size_t replicas = static_cast<size_t>(ReplicaCount(filled));
+  std::vector<uint64_t> lost;
+  TensorMetadata dropped = filled;
+  dropped.shards.clear();
+  // Takes the mirror copies `failed(i, r)` names out of `filled`.
+  auto drop_mirrors = [&](const std::function<bool(size_t, size_t)>& failed) {
+    for (size_t i = 0; i < filled.shards.size(); ++i) {
+      Replicas& copies = filled.shards[i].replicas;
+      for (size_t r = copies.size(); r-- > replicas;) {
+        if (!copies[r].mirror || !failed(i, r)) continue;
+        ShardInfo& gone = dropped.shards.emplace_back();
+        gone.box = filled.shards[i].box;
+        gone.replicas.push_back(copies[r]);
+        lost.push_back(copies[r].shard_id);
+        copies.erase(copies.begin() + static_cast<std::ptrdiff_t>(r));
+      }
+    }
+  };
+  auto drop_on = [&](const std::set<std::string>& workers) {
+    if (workers.empty()) return;
+    drop_mirrors([&](size_t i, size_t r) {
+      return workers.count(filled.shards[i].replicas[r].worker) > 0;
+    });
+  };
   // The change's write grants die here: no write reaches its shards after
   // the commit, through any transport. A shard no longer held fails it.
   // The first replicas hold their final bytes: sealed and persisted. The
-  // others are sealed too (no client write reaches them), but persisted
-  // only once the forward below has filled them.
-  absl::Status status = SealShards(*start.seal, {0, 1}, /*persist=*/true);
+  // other copies are sealed too (no client write reaches them), but
+  // persisted only once the forward below has filled them.
+  absl::Status status = SealShards(filled, {0, 1}, /*persist=*/true);
   if (status.ok()) {
-    status = SealShards(*start.seal, {1, SIZE_MAX}, /*persist=*/false);
+    status = SealShards(filled, {1, replicas}, /*persist=*/false);
   }
-  // Every replica holds the bytes before the change commits; a replica
-  // that fails fails the commit (the client then abandons the change).
-  if (status.ok()) status = ForwardReplicas(*start.seal);
+  std::set<std::string> failed_workers;
   if (status.ok()) {
-    status = SealShards(*start.seal, {1, SIZE_MAX}, /*persist=*/true);
+    SealShards(filled, {replicas, SIZE_MAX}, /*persist=*/false, &failed_workers)
+        .IgnoreError();
+    drop_on(failed_workers);
+  }
+  std::vector<std::pair<size_t, size_t>> failed_mirrors;
+  if (status.ok()) status = ForwardReplicas(filled, &failed_mirrors);
+  if (status.ok() && !failed_mirrors.empty()) {
+    drop_mirrors([&](size_t i, size_t r) {
+      return std::find(failed_mirrors.begin(), failed_mirrors.end(),
+                       std::make_pair(i, r)) != failed_mirrors.end();
+    });
+  }
+  if (status.ok()) {
+    status = SealShards(filled, {1, replicas}, /*persist=*/true);
+  }
+  if (status.ok()) {
+    failed_workers.clear();
+    SealShards(filled, {replicas, SIZE_MAX}, /*persist=*/true, &failed_workers)
+        .IgnoreError();
+    drop_on(failed_workers);
+  }
+  if (status.ok() && !lost.empty()) {
+    table_->AddLost(lost);
+    FreeShards(dropped);
+    spdlog::warn(
+        "commit of '{}' version {}: {} mirror copies could not be filled; "
+        "they are filled again",
+        name, version, lost.size());
   }
   if (status.ok()) status = log_->Wait(table_->RecordCommit(name));
   table_->FinishCommit(name, status);
   return status;
 }
 
-absl::Status Orchestrator::ForwardReplicas(const TensorMetadata& written) {
+absl::Status Orchestrator::ForwardReplicas(
+    const TensorMetadata& written,
+    std::vector<std::pair<size_t, size_t>>* failed_mirrors) {
   bool one_copy = true;
   for (const ShardInfo& shard : written.shards)
     one_copy &= shard.replicas.size() < 2;
   if (one_copy) return absl::OkStatus();
   TensorMetadata at = written;
   FillWorkerState(&at);
-  return mover_.ForwardReplicas(at);
+  return mover_.ForwardReplicas(at, failed_mirrors);
 }
 
 absl::Status Orchestrator::RecordVersion(const TensorMetadataPtr& old_meta,

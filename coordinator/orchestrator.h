@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -256,13 +257,20 @@ class Orchestrator {
   // Frees shards on their workers (best effort; failures are logged).
   void FreeShards(const TensorMetadata& meta);
   // Copies each shard of a written change from its first replica (the one
-  // its client wrote) to the others (PieceMover::ForwardReplicas).
-  absl::Status ForwardReplicas(const TensorMetadata& written);
+  // its client wrote) to the others and its mirrors
+  // (PieceMover::ForwardReplicas; mirrors that fail go to `failed_mirrors`
+  // when given).
+  absl::Status ForwardReplicas(
+      const TensorMetadata& written,
+      std::vector<std::pair<size_t, size_t>>* failed_mirrors = nullptr);
   // Seals shards (their replicas in `replicas`) on their workers, all in
   // parallel: the first failure. `persist`: their bytes are final, and a
   // worker with --store_dir records them.
+  // With `failed_workers`, a worker that fails is added there instead
+  // (and the rest still sealed).
   absl::Status SealShards(const TensorMetadata& meta,
-                          ReplicaRange replicas = {}, bool persist = true);
+                          ReplicaRange replicas = {}, bool persist = true,
+                          std::set<std::string>* failed_workers = nullptr);
   // The shards of a new version that are not taken over from the old one
   // (a reshard's or an update's), as MakeNewShards made them. Until Keep(),
   // destroying it frees them on their workers (if allocated) and releases

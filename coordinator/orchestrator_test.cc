@@ -396,6 +396,54 @@ TEST_F(OrchestratorTest, APutAndItsGrantsCarryTheTensorsIncarnation) {
   EXPECT_NE((*a)->incarnation, (*again)->incarnation);
 }
 
+// A put to a mirrored tensor: a mirror copy its commit cannot fill does not
+// fail the write; it is freed and counted lost (reads pass it over), and
+// SyncMirrors fills another.
+TEST_F(OrchestratorTest, AMirrorThatFailsAtTheCommitDoesNotFailTheWrite) {
+  WorkerRegistration mirror = TestWorker(2, 1 << 20);
+  mirror.worker.labels = {{"role", "inference"}};
+  ASSERT_OK(registry_.Register(mirror));
+  CreateTensorArgs args = Args("p", 4, {0, 1});
+  args.pending = true;
+  args.spec.mirror = "role=inference";
+  absl::StatusOr<TensorMetadataPtr> made = orchestrator_.Create(args);
+  ASSERT_OK(made);
+  ASSERT_EQ((*made)->mirror, "role=inference");
+  for (const ShardInfo& shard : (*made)->shards) {
+    ASSERT_EQ(shard.replicas.size(), 2u);
+    EXPECT_TRUE(shard.replicas[1].mirror);
+    EXPECT_EQ(shard.replicas[1].worker, "w2");
+  }
+  EXPECT_EQ(Held(2).size(), 2u);
+  // w2 fails the commit's first call to it (sealing its copies).
+  workers_.FailNext(WorkerAddress(2), absl::UnavailableError("unplugged"));
+  ASSERT_OK(orchestrator_.Commit("p", 1, "", (*made)->change));
+  TensorMetadata now = **table_.Get("p");
+  orchestrator_.FillWorkerState(&now);
+  int lost = 0;
+  for (const ShardInfo& shard : now.shards) {
+    EXPECT_TRUE(shard.replicas[0].available);
+    lost += shard.replicas[1].available ? 0 : 1;
+  }
+  EXPECT_EQ(lost, 2);
+  EXPECT_THAT(Held(2), IsEmpty());  // the unfilled copies are freed
+  EXPECT_TRUE(orchestrator_.MirrorsBehind(now));
+
+  absl::StatusOr<MirrorSyncResult> synced = orchestrator_.SyncMirrors("p");
+  ASSERT_OK(synced);
+  EXPECT_EQ(synced->mirrors_made, 2);
+  EXPECT_EQ(synced->mirrors_dropped, 2);
+  now = **table_.Get("p");
+  orchestrator_.FillWorkerState(&now);
+  for (const ShardInfo& shard : now.shards) {
+    ASSERT_EQ(shard.replicas.size(), 2u);
+    EXPECT_TRUE(shard.replicas[1].available);
+    EXPECT_TRUE(shard.replicas[1].mirror);
+  }
+  EXPECT_EQ(Held(2).size(), 2u);
+  EXPECT_FALSE(orchestrator_.MirrorsBehind(now));
+}
+
 TEST_F(OrchestratorTest, FillWorkerStateReportsDeadWorkersAndLostShards) {
   auto meta = orchestrator_.Create(Args("a", 4, {0, 1}));
   ASSERT_OK(meta);

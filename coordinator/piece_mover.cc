@@ -58,22 +58,22 @@ bool OnSeparateGpus(
 
 }  // namespace
 
-absl::Status PieceMover::ForwardReplicas(const TensorMetadata& at) {
+absl::Status PieceMover::ForwardReplicas(
+    const TensorMetadata& at,
+    std::vector<std::pair<size_t, size_t>>* failed_mirrors) {
   const int64_t item = static_cast<int64_t>(ItemSize(at.dtype));
-  // Every copy of a shard: its replicas and its mirrors.
-  size_t copies = 1;
-  for (const ShardInfo& shard : at.shards)
-    copies = std::max(copies, shard.replicas.size());
-  // Fan-out: every further copy pulls from the first at once (one round).
-  // Chain: copy r pulls from copy r-1, one round per copy.
+  const size_t replicas = static_cast<size_t>(ReplicaCount(at));
+  // Fan-out: every further replica pulls from the first at once (one
+  // round). Chain: replica r pulls from replica r-1, R-1 rounds.
   const int rounds =
-      forward_ == ReplicaForward::kChain ? static_cast<int>(copies) - 1 : 1;
+      forward_ == ReplicaForward::kChain ? static_cast<int>(replicas) - 1 : 1;
   for (int round = 0; round < rounds; ++round) {
     ReshardPlan plan;
     for (size_t i = 0; i < at.shards.size(); ++i) {
       const ShardInfo& shard = at.shards[i];
       const int64_t bytes = shard.box.NumElements() * item;
       for (size_t r = 1; r < shard.replicas.size(); ++r) {
+        if (shard.replicas[r].mirror) break;  // after the replicas
         const bool chain = forward_ == ReplicaForward::kChain;
         if (chain && r != static_cast<size_t>(round) + 1) continue;
         ReshardPiece& piece = plan.pieces.emplace_back();
@@ -89,6 +89,32 @@ absl::Status PieceMover::ForwardReplicas(const TensorMetadata& at) {
         Annotate(Move(at, at, plan, /*tally=*/nullptr),
                  absl::StrCat("copying '", at.name, "' version ", at.version,
                               " to its other replicas")));
+  }
+  // Mirrors, each from the first replica, in one round.
+  ReshardPlan plan;
+  for (size_t i = 0; i < at.shards.size(); ++i) {
+    const ShardInfo& shard = at.shards[i];
+    for (size_t r = 1; r < shard.replicas.size(); ++r) {
+      if (!shard.replicas[r].mirror) continue;
+      ReshardPiece& piece = plan.pieces.emplace_back();
+      piece.src_shard = piece.dst_shard = i;
+      piece.src_replica = 0;
+      piece.dst_replica = r;
+      piece.global = shard.box;
+      piece.bytes = shard.box.NumElements() * item;
+    }
+  }
+  if (plan.pieces.empty()) return absl::OkStatus();
+  std::vector<size_t> failed;
+  const absl::Status moved = Move(at, at, plan, /*tally=*/nullptr, &failed);
+  if (moved.ok()) return moved;
+  if (failed_mirrors == nullptr || failed.empty()) {
+    return Annotate(moved, absl::StrCat("copying '", at.name, "' version ",
+                                        at.version, " to its mirrors"));
+  }
+  for (size_t k : failed) {
+    failed_mirrors->emplace_back(plan.pieces[k].dst_shard,
+                                 plan.pieces[k].dst_replica);
   }
   return absl::OkStatus();
 }

@@ -71,9 +71,13 @@ class PieceMover {
                                   const TensorMetadata& new_meta,
                                   const ReshardPlan& plan);
   // Copies each shard of `written` (its worker addresses filled in) from its
-  // first replica to the others, per the ReplicaForward mode; the workers
-  // pull.
-  absl::Status ForwardReplicas(const TensorMetadata& written);
+  // first replica to the others, per the ReplicaForward mode, then to its
+  // mirrors; the workers pull. A replica that fails fails it; a mirror that
+  // fails is added to `failed_mirrors` (shard, copy index) when given (else
+  // it fails it too).
+  absl::Status ForwardReplicas(
+      const TensorMetadata& written,
+      std::vector<std::pair<size_t, size_t>>* failed_mirrors = nullptr);
 
  private:
   WorkerRegistry* const registry_;

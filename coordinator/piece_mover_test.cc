@@ -143,5 +143,28 @@ TEST_F(PieceMoverTest, ACommitsCopiesFanOutFromTheFirstOrChain) {
       ElementsAre(Pair("w0", "w1"), Pair("w1", "w2"), Pair("w2", "w3")));
 }
 
+// Mirrors are filled after the replicas, each from the first; one that
+// fails is reported, not the forward's failure, when the caller asks.
+TEST_F(PieceMoverTest, MirrorsFollowTheReplicasAndTheirFailuresAreListed) {
+  TensorMetadata written = OneShard({{0, 1}, {1, 2}, {2, 3}, {3, 4}});
+  written.shards[0].replicas[2].mirror = true;
+  written.shards[0].replicas[3].mirror = true;
+  for (int i = 0; i < 4; ++i) workers_.Hold(WorkerAddress(i), i + 1, kRows);
+  PieceMover chain = Mover(ReplicaForward::kChain);
+  workers_.FailNext(WorkerAddress(3), absl::UnavailableError("unplugged"));
+  std::vector<std::pair<size_t, size_t>> failed;
+  ASSERT_THAT(chain.ForwardReplicas(written, &failed), IsOk());
+  EXPECT_THAT(failed, ElementsAre(Pair(0u, 3u)));
+  // The replica first (a round of its own), then the mirrors from w0.
+  std::vector<std::pair<std::string, std::string>> pairs =
+      Pairs(workers_.transfers());
+  EXPECT_THAT(pairs, ElementsAre(Pair("w0", "w1"), Pair("w0", "w2")));
+  // Without the list, a mirror's failure is the forward's.
+  workers_.FailNext(WorkerAddress(2), absl::UnavailableError("unplugged"));
+  EXPECT_THAT(chain.ForwardReplicas(written),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       ::testing::HasSubstr("mirrors")));
+}
+
 }  // namespace
 }  // namespace tessera

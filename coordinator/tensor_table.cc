@@ -167,6 +167,11 @@ void TensorTable::MarkLost(TensorMetadata* meta) const {
   }
 }
 
+void TensorTable::AddLost(absl::Span<const uint64_t> ids) {
+  absl::MutexLock lock(&mu_);
+  for (uint64_t id : ids) lost_.insert(id);
+}
+
 TensorTable::Ticket TensorTable::ReserveIds(absl::Span<ShardInfo> shards) {
   // Random, so a caller cannot guess another tensor's shards (and an id
   // from before a crash is not handed out again); never one in use. Drawn

@@ -114,6 +114,9 @@ class TensorTable {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Marks shards whose worker lost them as unavailable.
   void MarkLost(TensorMetadata* meta) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Counts the copies `ids` lost (a mirror a commit could not fill): reads
+  // pass them over until they are replaced.
+  void AddLost(absl::Span<const uint64_t> ids) ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- Waits for versions (coordinator/version_waiters.h) ---
 
