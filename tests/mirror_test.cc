@@ -122,9 +122,11 @@ TEST_F(MirrorTest, EveryMatchingWorkerHoldsEveryShardAndServesIt) {
   ASSERT_EQ(made.code, 0) << made.err;
   EXPECT_THAT(Copies("m"), ElementsAre(ElementsAre("w0", "+w2", "+w3"),
                                        ElementsAre("w1", "+w2", "+w3")));
-  // 128 bytes: each mirror worker holds all of it.
-  EXPECT_EQ(Used(), (std::map<std::string, int64_t>{
-                        {"w0", 64}, {"w1", 64}, {"w2", 128}, {"w3", 128}}));
+  // 128 bytes: each mirror worker holds all of it (as reported with the
+  // workers' heartbeats).
+  const std::map<std::string, int64_t> held = {
+      {"w0", 64}, {"w1", 64}, {"w2", 128}, {"w3", 128}};
+  EXPECT_TRUE(Eventually([&] { return Used() == held; }));
   Cli listed = Tessera({"ls", "--json"});
   ASSERT_EQ(listed.code, 0) << listed.err;
   const nlohmann::json ls = nlohmann::json::parse(listed.out);
@@ -169,7 +171,7 @@ TEST_F(MirrorTest, EveryMatchingWorkerHoldsEveryShardAndServesIt) {
   // Mirrors are not repaired elsewhere: w0's and w1's replicas stay lost
   // (no other worker takes a mirror's place), the mirrors serve.
   absl::SleepFor(absl::Seconds(3));
-  EXPECT_EQ(Used()["w2"], 256);
+  EXPECT_TRUE(Eventually([&] { return Used()["w2"] == 256; }));
 }
 
 TEST_F(MirrorTest, MirrorsFollowTheGroupAsWorkersComeAndGo) {

@@ -39,6 +39,7 @@
 #include "core/box.h"
 #include "core/dtype.h"
 #include "core/init_fill.h"
+#include "core/labels.h"
 #include "core/layout_spec.h"
 #include "core/parse.h"
 #include "core/placement.h"
@@ -156,6 +157,8 @@ py::dict InfoDict(const TensorInfo& t) {
   d["version"] = t.version;
   d["num_shards"] = t.num_shards;
   d["replicas"] = t.replicas;
+  d["mirror"] =
+      t.mirror.empty() ? py::object(py::none()) : py::object(py::str(t.mirror));
   return d;
 }
 
@@ -200,11 +203,13 @@ std::vector<Placement> ToPlacements(py::handle obj) {
 }
 
 // A sharding as the Python layer hands it over, resolved later against a
-// shape: ("chunk", dim, placements, R), ("shards", [(ranges, placement),
-// ...], R) or ("text", "BOX@P;BOX@P", R); R: replicas per shard (0: the
+// shape: ("chunk", dim, placements, R, M), ("shards", [(ranges, placement),
+// ...], R, M) or ("text", "BOX@P;BOX@P", R, M); R: replicas per shard (0:
+// the default); M: the mirror group's selector ("none" drops it; "": the
 // default).
 struct SpecArgs {
   int32_t replicas = 0;
+  std::string mirror;
   bool chunk = true;
   int64_t chunk_dim = 0;
   std::vector<Placement> placements;
@@ -215,8 +220,14 @@ SpecArgs ToSpecArgs(py::handle obj) {
   py::tuple t = obj.cast<py::tuple>();
   const std::string kind = t[0].cast<std::string>();
   SpecArgs spec;
-  spec.replicas = t[t.size() - 1].cast<int32_t>();
+  spec.replicas = t[t.size() - 2].cast<int32_t>();
   if (spec.replicas != 0) Check(CheckReplicaCount(spec.replicas));
+  spec.mirror = t[t.size() - 1].cast<std::string>();
+  if (!spec.mirror.empty() && spec.mirror != "none") {
+    absl::StatusOr<LabelSelector> selector = ParseLabelSelector(spec.mirror);
+    if (!selector.ok()) Check(Annotate(selector.status(), "mirror"));
+    spec.mirror = selector->ToString();
+  }
   if (kind == "chunk") {
     spec.chunk_dim = t[1].cast<int64_t>();
     spec.placements = ToPlacements(t[2]);
@@ -246,6 +257,7 @@ absl::StatusOr<LayoutSpec> ResolveSpec(const SpecArgs& spec,
   if (spec.chunk) {
     LayoutSpec layout = LayoutSpec::Chunk(spec.chunk_dim, spec.placements);
     layout.replicas = spec.replicas;
+    layout.mirror = spec.mirror;
     return layout;
   }
   std::vector<Box> boxes;
@@ -256,6 +268,7 @@ absl::StatusOr<LayoutSpec> ResolveSpec(const SpecArgs& spec,
   }
   LayoutSpec layout = LayoutSpec::Enumerable(std::move(boxes), spec.placements);
   layout.replicas = spec.replicas;
+  layout.mirror = spec.mirror;
   return layout;
 }
 
@@ -386,6 +399,8 @@ py::dict MetaDict(const TensorMetadata& meta,
   d["nbytes"] = meta.ByteSize();
   d["owner"] = meta.owner.empty() ? py::object(py::none())
                                   : py::object(py::str(meta.owner));
+  d["mirror"] = meta.mirror.empty() ? py::object(py::none())
+                                    : py::object(py::str(meta.mirror));
   py::list shards;
   for (size_t i = 0; i < meta.shards.size(); ++i) {
     const ShardHandle* h =
@@ -803,6 +818,7 @@ class PyClient {
       info.version = t.version;
       info.num_shards = static_cast<int64_t>(t.shards.size());
       info.replicas = ReplicaCount(t);
+      info.mirror = t.mirror;
       out.append(InfoDict(info));
     }
     return out;

@@ -389,6 +389,40 @@ def test_replicas_keep_each_shard_on_distinct_workers(client, name):
     assert name not in {t.name for t in client.list()}
 
 
+def test_mirror_keeps_a_copy_on_every_matching_worker(client, name):
+    data = np.arange(32, dtype=np.float32).reshape(8, 4)
+    alive = [w for w in client.workers() if w.alive]
+    before = {w.name: w.bytes_used for w in alive}
+    client.put(name, data, chunk_dim=0, placements=["rank:0", "rank:1"],
+               mirror="all")
+    assert client.describe(name).mirror == "all"
+    assert [t.mirror for t in client.list() if t.name == name] == ["all"]
+    assert [t.replicas for t in client.list() if t.name == name] == [1]
+    np.testing.assert_array_equal(client.get(name), data)
+    # Every worker holds the whole tensor (a copy of each shard it does not
+    # hold as a replica): bytes_used grows by its size on each.
+    # (Workers report bytes_used with their heartbeats.)
+    grown = {}
+    for _ in range(100):
+        after = {w.name: w.bytes_used for w in client.workers() if w.alive}
+        grown = {n: after[n] - before[n] for n in before}
+        if grown == {n: data.nbytes for n in before}:
+            break
+        import time
+        time.sleep(0.1)
+    assert grown == {n: data.nbytes for n in before}
+    stats = client.reshard(name, chunk_dim=0, placements=["rank:0", "rank:1"],
+                           mirror="none")
+    assert stats.version == 2
+    assert client.describe(name).mirror is None
+    np.testing.assert_array_equal(client.get(name), data)
+    with pytest.raises(tessera.InvalidArgument, match="mirror"):
+        client.create(name + "-bad", (4,), "int32", placements=["rank:0"],
+                      mirror="role")
+    assert name + "-bad" not in {t.name for t in client.list()}
+    client.delete(name)
+
+
 def test_drain_moves_a_workers_shards_and_uncordon_takes_it_back(client, name):
     data = np.arange(64, dtype=np.float32).reshape(16, 4)
     client.put(name, data, chunk_dim=0, placements=["rank:2", "rank:3"])

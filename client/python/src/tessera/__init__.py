@@ -324,6 +324,8 @@ class TensorMeta:
     # The principal that created it (its bytes count against that
     # principal's quota); None: no one (a cluster without identities).
     owner: Optional[str] = None
+    # Its mirror group's selector; None: not mirrored.
+    mirror: Optional[str] = None
 
     @property
     def numpy_dtype(self) -> np.dtype:
@@ -344,6 +346,9 @@ class TensorInfo:
     version: int
     num_shards: int
     replicas: int = 1  # workers holding each shard
+    # Its mirror group's selector (a copy on every matching worker); None:
+    # not mirrored.
+    mirror: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -853,7 +858,7 @@ class Client:
             placements: Optional[Placements] = None,
             shards: Optional[Union[str, Iterable[Tuple[Box, str]]]] = None,
             dtype: Optional[str] = None, replicas: int = 0,
-            progress: bool = False) -> TensorMeta:
+            mirror: Optional[str] = None, progress: bool = False) -> TensorMeta:
         """Scatters ``array`` into a new sharded tensor ``name`` (shape and dtype from it).
 
         ``progress=True`` shows a tqdm bar of the bytes as they are written
@@ -873,14 +878,15 @@ class Client:
             raise InvalidArgument(
                 "put: a tensor needs at least one dim (got a 0-d array; reshape it to (1,))")
         spec = self._spec(chunk_dim, placements, shards, default_all=True,
-                          replicas=replicas)
+                          replicas=replicas, mirror=mirror)
         with _Progress(self._impl, arr.nbytes, f"put {name}", progress):
             return _meta(self._impl.put(name, arr, dtype, spec))
 
     def create(self, name: str, shape: Sequence[int], dtype: str = "float32", *,
                chunk_dim: Optional[int] = None, placements: Optional[Placements] = None,
                shards: Optional[Union[str, Iterable[Tuple[Box, str]]]] = None,
-               init: str = "empty", replicas: int = 0) -> TensorMeta:
+               init: str = "empty", replicas: int = 0,
+               mirror: Optional[str] = None) -> TensorMeta:
         """Allocates a sharded tensor on the workers, filled per ``init``.
 
         ``init``: ``"empty"`` (the default, as the CLI), ``"zeros"``, ``"ones"``,
@@ -890,7 +896,7 @@ class Client:
         """
         shape = [operator.index(d) for d in shape]
         spec = self._spec(chunk_dim, placements, shards, default_all=True,
-                          replicas=replicas)
+                          replicas=replicas, mirror=mirror)
         return _meta(self._impl.create(name, shape, str(dtype), spec, init))
 
     def get(self, name: str, region: Region = None, *, out: Optional[Any] = None,
@@ -993,6 +999,7 @@ class Client:
                            placements: Optional[Placements] = None,
                            shards: Optional[Union[str, Iterable[Tuple[Box, str]]]] = None,
                            prefix: str = "", replicas: int = 0,
+                           mirror: Optional[str] = None,
                            progress: bool = False) -> List[TensorInfo]:
         """Creates one tensor per entry of the .safetensors file at ``path``.
 
@@ -1007,7 +1014,7 @@ class Client:
         ``progress=True`` shows a tqdm bar of the bytes as they are written.
         """
         spec = self._spec(chunk_dim, placements, shards, default_all=True,
-                          replicas=replicas)
+                          replicas=replicas, mirror=mirror)
         with _Progress(self._impl, None, f"import {path}", progress):
             made = self._impl.import_safetensors(str(path), spec, prefix)
         return [TensorInfo(**t) for t in made]
@@ -1015,7 +1022,8 @@ class Client:
     def load(self, dir: str, *, chunk_dim: Optional[int] = None,
              placements: Optional[Placements] = None,
              shards: Optional[Union[str, Iterable[Tuple[Box, str]]]] = None,
-             prefix: str = "", replicas: int = 0, progress: bool = False) -> LoadStats:
+             prefix: str = "", replicas: int = 0, mirror: Optional[str] = None,
+             progress: bool = False) -> LoadStats:
         """One tensor per entry of checkpoint directory ``dir``, relative to the
         workers' ``--checkpoint_root`` (a Hugging Face model directory: one
         .safetensors file, or several named by model.safetensors.index.json).
@@ -1030,7 +1038,7 @@ class Client:
         of the bytes the workers have landed.
         """
         spec = self._spec(chunk_dim, placements, shards, default_all=True,
-                          replicas=replicas)
+                          replicas=replicas, mirror=mirror)
         with _Progress(self._impl, None, f"load {dir}", progress,
                        sample=self._impl.load_progress):
             d = self._impl.load(str(dir), spec, prefix)
@@ -1094,7 +1102,8 @@ class Client:
     def reshard(self, name: str, *, chunk_dim: Optional[int] = None,
                 placements: Optional[Placements] = None,
                 shards: Optional[Union[str, Iterable[Tuple[Box, str]]]] = None,
-                replicas: int = 0, progress: bool = False) -> ReshardStats:
+                replicas: int = 0, mirror: Optional[str] = None,
+                progress: bool = False) -> ReshardStats:
         """Moves the tensor to a new sharding; data is preserved, version + 1.
 
         Pieces that keep their owner are not moved. Readers of the old version
@@ -1103,7 +1112,7 @@ class Client:
         new shards (the coordinator's count: the workers move them).
         """
         spec = self._spec(chunk_dim, placements, shards, default_all=False,
-                          replicas=replicas)
+                          replicas=replicas, mirror=mirror)
         with _Progress(self._impl, None, f"reshard {name}", progress,
                        sample=lambda: self._impl.reshard_progress(name)):
             return ReshardStats(**self._impl.reshard(name, spec))
@@ -1118,12 +1127,15 @@ class Client:
         return _TESSERA_OF[arr.dtype]
 
     def _spec(self, chunk_dim: Optional[int], placements: Optional[Placements],
-              shards: Any, default_all: bool, replicas: int = 0) -> tuple:
-        """The sharding as the native module takes it; its last item is
+              shards: Any, default_all: bool, replicas: int = 0,
+              mirror: Optional[str] = None) -> tuple:
+        """The sharding as the native module takes it; its last items are
         ``replicas`` (workers per shard; 0: the default, 1 for a new tensor
-        and the current count for a reshard)."""
+        and the current count for a reshard) and ``mirror`` (the mirror
+        group's selector, ``"none"`` to drop it; ``""``: a create's none, a
+        reshard's current)."""
         return self._layout(chunk_dim, placements, shards, default_all) + (
-            operator.index(replicas),)
+            operator.index(replicas), "" if mirror is None else str(mirror))
 
     def _layout(self, chunk_dim: Optional[int], placements: Optional[Placements],
                 shards: Any, default_all: bool) -> tuple:
