@@ -873,6 +873,37 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(
   return result;
 }
 
+absl::Status Orchestrator::FillNewCopies(const TensorMetadata& sources,
+                                         const ReshardPlan& plan,
+                                         const std::vector<CopySlot>& slots,
+                                         const std::string& what,
+                                         TensorMetadata* new_meta,
+                                         NewShards* fresh) {
+  const MetadataLog::Ticket ids =
+      table_->ReserveIds(absl::MakeSpan(fresh->meta.shards));
+  size_t slot = 0;
+  for (const ShardInfo& shard : fresh->meta.shards) {
+    for (const Replica& replica : shard.replicas) {
+      new_meta->shards[slots[slot].shard].replicas[slots[slot].replica] =
+          replica;
+      ++slot;
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(Annotate(CheckCapacity(fresh->meta), what));
+  TESSERA_RETURN_IF_ERROR(log_->Wait(ids));
+  fresh->allocate_start = absl::Now();
+  TESSERA_RETURN_IF_ERROR(
+      Annotate(AllocateShards(fresh->meta, InitSpec{}, /*writable=*/false,
+                              /*filled_by_copies=*/true),
+               what));
+  fresh->allocated = true;
+  fresh->move_start = absl::Now();
+  TESSERA_RETURN_IF_ERROR(
+      Annotate(mover_.MoveFromAnyReplica(sources, *new_meta, plan), what));
+  fresh->move_end = absl::Now();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<RepairResult> Orchestrator::Repair(const std::string& name) {
   const absl::Time start = absl::Now();
   TESSERA_ASSIGN_OR_RETURN(TensorMetadataPtr old_meta,
@@ -910,11 +941,7 @@ absl::StatusOr<RepairResult> Orchestrator::Repair(const std::string& name) {
   TensorMetadata retired = *old_meta;
   retired.shards.clear();
   ReshardPlan plan;
-  struct Slot {
-    size_t shard;
-    size_t replica;
-  };
-  std::vector<Slot> slots;  // where each fresh replica goes in new_meta
+  std::vector<CopySlot> slots;  // where each fresh replica goes in new_meta
   for (size_t t = 0; t < todo.size(); ++t) {
     const ShardRepair& repair = needs.shards[t];
     const size_t i = repair.shard;
@@ -947,29 +974,12 @@ absl::StatusOr<RepairResult> Orchestrator::Repair(const std::string& name) {
     }
   }
   if (plan.pieces.empty()) return result;
-  const MetadataLog::Ticket ids =
-      table_->ReserveIds(absl::MakeSpan(fresh.meta.shards));
-  size_t slot = 0;
-  for (const ShardInfo& shard : fresh.meta.shards) {
-    for (const Replica& replica : shard.replicas) {
-      new_meta->shards[slots[slot].shard].replicas[slots[slot].replica] =
-          replica;
-      ++slot;
-    }
-  }
-  const std::string what = absl::StrCat("repairing '", name, "'");
-  TESSERA_RETURN_IF_ERROR(Annotate(CheckCapacity(fresh.meta), what));
-  TESSERA_RETURN_IF_ERROR(log_->Wait(ids));
-  const absl::Time allocate_start = absl::Now();
-  TESSERA_RETURN_IF_ERROR(
-      Annotate(AllocateShards(fresh.meta, InitSpec{}, /*writable=*/false,
-                              /*filled_by_copies=*/true),
-               what));
-  fresh.allocated = true;
-  const absl::Time move_start = absl::Now();
-  TESSERA_RETURN_IF_ERROR(
-      Annotate(mover_.MoveFromAnyReplica(sources, *new_meta, plan), what));
-  const absl::Time move_end = absl::Now();
+  TESSERA_RETURN_IF_ERROR(FillNewCopies(sources, plan, slots,
+                                        absl::StrCat("repairing '", name, "'"),
+                                        new_meta.get(), &fresh));
+  const absl::Time allocate_start = fresh.allocate_start;
+  const absl::Time move_start = fresh.move_start;
+  const absl::Time move_end = fresh.move_end;
   TESSERA_RETURN_IF_ERROR(
       RecordVersion(old_meta, new_meta, std::move(retired), &fresh));
   spdlog::info(
@@ -1019,11 +1029,7 @@ absl::StatusOr<MirrorSyncResult> Orchestrator::SyncMirrors(
   TensorMetadata retired = *old_meta;
   retired.shards.clear();
   const int64_t item = static_cast<int64_t>(ItemSize(old_meta->dtype));
-  struct Slot {
-    size_t shard;
-    size_t replica;  // in new_meta
-  };
-  std::vector<Slot> slots;
+  std::vector<CopySlot> slots;
   ReshardPlan plan;
   for (const ShardMirrors& change : plan_mirrors) {
     const size_t i = change.shard;
@@ -1075,25 +1081,8 @@ absl::StatusOr<MirrorSyncResult> Orchestrator::SyncMirrors(
   if (!fresh.meta.shards.empty()) {
     // New mirrors are the owner's bytes: charged, as a new replica is.
     TESSERA_RETURN_IF_ERROR(table_->Charge(name, HeldBytes(fresh.meta), what));
-    const MetadataLog::Ticket ids =
-        table_->ReserveIds(absl::MakeSpan(fresh.meta.shards));
-    size_t slot = 0;
-    for (const ShardInfo& shard : fresh.meta.shards) {
-      for (const Replica& replica : shard.replicas) {
-        new_meta->shards[slots[slot].shard].replicas[slots[slot].replica] =
-            replica;
-        ++slot;
-      }
-    }
-    TESSERA_RETURN_IF_ERROR(Annotate(CheckCapacity(fresh.meta), what));
-    TESSERA_RETURN_IF_ERROR(log_->Wait(ids));
     TESSERA_RETURN_IF_ERROR(
-        Annotate(AllocateShards(fresh.meta, InitSpec{}, /*writable=*/false,
-                                /*filled_by_copies=*/true),
-                 what));
-    fresh.allocated = true;
-    TESSERA_RETURN_IF_ERROR(
-        Annotate(mover_.MoveFromAnyReplica(sources, *new_meta, plan), what));
+        FillNewCopies(sources, plan, slots, what, new_meta.get(), &fresh));
   }
   TESSERA_RETURN_IF_ERROR(
       RecordVersion(old_meta, new_meta, std::move(retired), &fresh));

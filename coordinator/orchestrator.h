@@ -312,6 +312,20 @@ class Orchestrator {
                              const StopCondition& caller,
                              const std::string& what, uint64_t old_version,
                              NewShards* out);
+  // Where a new copy of a version (a repair's replica, a mirror) goes in
+  // its new metadata.
+  struct CopySlot {
+    size_t shard;
+    size_t replica;
+  };
+  // Gives `fresh`'s copies ids (written into `new_meta` at `slots`, in
+  // their order), checks capacity, allocates them and has the workers copy
+  // `plan`'s pieces from `sources` into them. `what` prefixes errors.
+  absl::Status FillNewCopies(const TensorMetadata& sources,
+                             const ReshardPlan& plan,
+                             const std::vector<CopySlot>& slots,
+                             const std::string& what, TensorMetadata* new_meta,
+                             NewShards* fresh);
   // `stop`, also stopping once plan_budget has passed from now.
   StopCondition WithBudget(const StopCondition& stop) const;
   // limits_, with max_workers lowered to the workers known now (a layout

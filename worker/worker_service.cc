@@ -700,6 +700,28 @@ grpc::Status WorkerService::FreeShards(grpc::ServerContext* context,
   return ToGrpcStatus(Free(PresentedCapability(*context), *request, response));
 }
 
+namespace {
+
+// An order's file runs, at most kMaxRuns of them.
+absl::StatusOr<std::vector<FileRun>> RunsOf(
+    const google::protobuf::RepeatedPtrField<v1::FileRun>& in,
+    absl::string_view method) {
+  constexpr int kMaxRuns = 1 << 20;
+  if (in.size() > kMaxRuns) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(method, ": ", in.size(),
+                     " runs are more than one order carries (", kMaxRuns, ")"));
+  }
+  std::vector<FileRun> runs;
+  runs.reserve(static_cast<size_t>(in.size()));
+  for (const v1::FileRun& r : in) {
+    runs.push_back({r.file_offset(), r.length(), r.shard_offset()});
+  }
+  return runs;
+}
+
+}  // namespace
+
 grpc::Status WorkerService::ListCheckpoint(
     grpc::ServerContext* context, const v1::ListCheckpointRequest* request,
     v1::ListCheckpointResponse* response) {
@@ -725,17 +747,8 @@ grpc::Status WorkerService::LoadShard(grpc::ServerContext* context,
   return ToGrpcStatus([&]() -> absl::Status {
     TESSERA_RETURN_IF_ERROR(node_->Admit(PresentedCapability(*context),
                                          "/tessera.v1.Worker/LoadShard", {}));
-    constexpr int kMaxRuns = 1 << 20;
-    if (request->runs_size() > kMaxRuns) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "LoadShard: ", request->runs_size(),
-          " runs are more than one order carries (", kMaxRuns, ")"));
-    }
-    std::vector<FileRun> runs;
-    runs.reserve(request->runs_size());
-    for (const v1::FileRun& r : request->runs()) {
-      runs.push_back({r.file_offset(), r.length(), r.shard_offset()});
-    }
+    TESSERA_ASSIGN_OR_RETURN(const std::vector<FileRun> runs,
+                             RunsOf(request->runs(), "LoadShard"));
     TESSERA_ASSIGN_OR_RETURN(
         const LoadedRuns loaded,
         node_->checkpoints().Load(
@@ -802,17 +815,8 @@ grpc::Status WorkerService::WriteShardRuns(
     TESSERA_RETURN_IF_ERROR(node_->Admit(PresentedCapability(*context),
                                          "/tessera.v1.Worker/WriteShardRuns",
                                          {}));
-    constexpr int kMaxRuns = 1 << 20;  // as LoadShard's
-    if (request->runs_size() > kMaxRuns) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "WriteShardRuns: ", request->runs_size(),
-          " runs are more than one order carries (", kMaxRuns, ")"));
-    }
-    std::vector<FileRun> runs;
-    runs.reserve(request->runs_size());
-    for (const v1::FileRun& r : request->runs()) {
-      runs.push_back({r.file_offset(), r.length(), r.shard_offset()});
-    }
+    TESSERA_ASSIGN_OR_RETURN(const std::vector<FileRun> runs,
+                             RunsOf(request->runs(), "WriteShardRuns"));
     TESSERA_ASSIGN_OR_RETURN(
         const int64_t written,
         node_->checkpoints().WriteRuns(
