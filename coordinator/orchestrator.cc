@@ -95,7 +95,10 @@ void ChooseSources(const TensorMetadata& old_meta, ReshardPlan* plan) {
 int64_t PackedDescribeBytesBound(const Shape& shape, int64_t num_shards,
                                  size_t max_workers, int64_t replicas) {
   num_shards = std::max<int64_t>(num_shards, 0);
-  replicas = std::clamp<int64_t>(replicas, 1, kMaxReplicas);
+  // Copies of each shard: its replicas, and a mirror on at most every
+  // worker.
+  replicas = std::clamp<int64_t>(
+      replicas, 1, kMaxReplicas + static_cast<int64_t>(max_workers));
   // Per shard: its id (a uint64), its worker's index and, when unavailable,
   // its index; per dim its offset (below the dim + the number of shards:
   // chunks past the end included) and its size (at most the dim).
@@ -118,7 +121,10 @@ int64_t PackedDescribeBytesBound(const Shape& shape, int64_t num_shards,
 absl::Status CheckLayoutSize(const Shape& shape, int64_t num_shards,
                              const TensorLimits& limits, int64_t spec_rank,
                              int64_t replicas) {
-  replicas = std::clamp<int64_t>(replicas, 1, kMaxReplicas);
+  // Copies of each shard: its replicas, and a mirror on at most every
+  // worker.
+  replicas = std::clamp<int64_t>(
+      replicas, 1, kMaxReplicas + static_cast<int64_t>(limits.max_workers));
   const int64_t max_shards = std::min(limits.max_shards, kMaxShardsPerTensor);
   if (num_shards > max_shards) {
     return absl::ResourceExhaustedError(
@@ -288,8 +294,15 @@ absl::Status Orchestrator::PlaceMirrors(const std::string& selector,
   absl::StatusOr<LabelSelector> parsed = ParseLabelSelector(selector);
   if (!parsed.ok()) return Annotate(parsed.status(), "--mirror");
   meta->mirror = parsed->ToString();
-  for (const ShardMirrors& shard :
-       PlanMirrors(*meta, MirrorGroupNow(meta->mirror))) {
+  const std::vector<std::string> group = MirrorGroupNow(meta->mirror);
+  // Every copy is metadata: the layout's bounds hold with the mirrors in.
+  TESSERA_RETURN_IF_ERROR(Annotate(
+      CheckLayoutSize(meta->shape, static_cast<int64_t>(meta->shards.size()),
+                      CurrentLimits(), 0,
+                      ReplicaCount(*meta) + static_cast<int64_t>(group.size())),
+      absl::StrCat("--mirror=", meta->mirror, " (", group.size(),
+                   " workers)")));
+  for (const ShardMirrors& shard : PlanMirrors(*meta, group)) {
     for (const std::string& name : shard.added) {
       std::optional<WorkerRecord> worker = registry_->Find(name);
       if (!worker.has_value()) continue;  // gone meanwhile: a later sync
@@ -1014,9 +1027,17 @@ absl::StatusOr<MirrorSyncResult> Orchestrator::SyncMirrors(
   auto done = absl::MakeCleanup([&] { table_->EndReshard(name); });
   TensorMetadata sources = *old_meta;
   FillWorkerState(&sources);
-  const std::vector<ShardMirrors> plan_mirrors = PlanMirrors(
-      sources, old_meta->mirror.empty() ? std::vector<std::string>{}
-                                        : MirrorGroupNow(old_meta->mirror));
+  const std::vector<std::string> group = old_meta->mirror.empty()
+                                             ? std::vector<std::string>{}
+                                             : MirrorGroupNow(old_meta->mirror);
+  TESSERA_RETURN_IF_ERROR(Annotate(
+      CheckLayoutSize(
+          old_meta->shape, static_cast<int64_t>(old_meta->shards.size()),
+          CurrentLimits(), 0,
+          ReplicaCount(*old_meta) + static_cast<int64_t>(group.size())),
+      absl::StrCat("the mirrors of '", name, "' on ", group.size(),
+                   " workers")));
+  const std::vector<ShardMirrors> plan_mirrors = PlanMirrors(sources, group);
   MirrorSyncResult result;
   if (plan_mirrors.empty()) return result;
 

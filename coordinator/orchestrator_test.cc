@@ -619,6 +619,17 @@ TEST(CheckLayoutSizeTest, ReplicasCountTowardMemoryAndReplyBounds) {
       StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("to describe")));
   EXPECT_LT(PackedDescribeBytesBound({100}, 10, 4096, 1),
             PackedDescribeBytesBound({100}, 10, 4096, 2));
+  // Mirrors: past 16 copies, up to one more per worker counts.
+  TensorLimits mirrored;
+  mirrored.max_workers = 100;
+  mirrored.max_metadata_bytes =
+      1000 * (kShardMetadataBytes + 16 + 20 * kReplicaMetadataBytes);
+  EXPECT_OK(CheckLayoutSize({1000}, 1000, mirrored, 0, 16));
+  EXPECT_THAT(CheckLayoutSize({1000}, 1000, mirrored, 0, 116),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("(116 replicas each)")));
+  EXPECT_LT(PackedDescribeBytesBound({100}, 10, 100, 16),
+            PackedDescribeBytesBound({100}, 10, 100, 116));
 }
 
 TEST(PackedDescribeBytesBoundTest, GrowsWithShardsDimsAndWorkers) {
