@@ -5,6 +5,7 @@
 // client made under the same name; and a read grant reads only the tensor
 // it was issued for, not a later one of the same name. Every refused attack
 // leaves the data as it was.
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -455,6 +457,36 @@ TEST_F(GrantTest, SavesNeedWriteAndReplaceOnlyWhatTheirPrincipalSaved) {
   struct stat st {};
   ASSERT_EQ(stat(File("ckpt/hf/tessera.json").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0044, 0044u);
+
+  // export --hf is a save to the roles and to what a directory holds: a
+  // reader writes nothing; writer replaces writer2's checkpoint only when
+  // told to, and then the earlier save's files go, the index files first.
+  Client::HfExport hf;
+  EXPECT_EQ(As("reader")->ExportHf("rh", {"saved"}, "", hf).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(access(File("ckpt/rh").c_str(), F_OK), 0);
+  absl::StatusOr<Client::SaveStats> refused =
+      writer->ExportHf("d", {"saved"}, "", hf);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::HasSubstr("'writer2'"));
+  hf.overwrite = true;
+  ASSERT_TRUE(writer->ExportHf("d", {"saved"}, "", hf).ok());
+  std::set<std::string> left;
+  if (DIR* d = opendir(File("ckpt/d").c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.') left.insert(e->d_name);
+    }
+    closedir(d);
+  }
+  EXPECT_EQ(left, (std::set<std::string>{"model-00001-of-00001.safetensors",
+                                         "model.safetensors.index.json"}));
+  ASSERT_EQ(stat(File("ckpt/d/model-00001-of-00001.safetensors").c_str(), &st),
+            0);
+  EXPECT_EQ(st.st_mode & 0044, 0044u);
+  entry.tensor = "exported";
+  ASSERT_TRUE(admin->LoadCheckpoint("d", {entry}).ok());
+  EXPECT_EQ(Contents("exported"), bytes);
 }
 
 }  // namespace
