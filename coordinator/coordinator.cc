@@ -225,7 +225,20 @@ void Coordinator::RepairLoop() {
 
 int64_t Coordinator::SyncMirrorsNow() {
   int64_t behind = 0;
-  for (const TensorSummary& summary : table_.List()) {
+  const std::vector<TensorSummary> tensors = table_.List();
+  // Refusals of tensors gone since are forgotten.
+  if (!mirror_warned_.empty()) {
+    absl::flat_hash_set<std::string> names;
+    for (const TensorSummary& t : tensors) names.insert(t.name);
+    for (auto it = mirror_warned_.begin(); it != mirror_warned_.end();) {
+      if (names.contains(it->first)) {
+        ++it;
+      } else {
+        mirror_warned_.erase(it++);
+      }
+    }
+  }
+  for (const TensorSummary& summary : tensors) {
     if (stop_.HasBeenNotified()) break;
     absl::StatusOr<TensorMetadataPtr> current = table_.Get(summary.name);
     if (!current.ok()) continue;
@@ -240,12 +253,19 @@ int64_t Coordinator::SyncMirrorsNow() {
     absl::StatusOr<MirrorSyncResult> synced =
         orchestrator_.SyncMirrors(summary.name);
     if (!synced.ok()) {
-      // ABORTED: another change of it runs; the next pass tries again.
+      // ABORTED: another change of it runs; the next pass tries again. A
+      // lasting refusal (a quota, a full worker) is logged once, not every
+      // pass.
+      const std::string why(synced.status().message());
       if (!absl::IsAborted(synced.status()) &&
-          !absl::IsNotFound(synced.status())) {
-        spdlog::warn("mirrors: {}", std::string(synced.status().message()));
+          !absl::IsNotFound(synced.status()) &&
+          mirror_warned_[summary.name] != why) {
+        spdlog::warn("mirrors: {}", why);
+        mirror_warned_[summary.name] = why;
       }
       ++behind;
+    } else {
+      mirror_warned_.erase(summary.name);
     }
   }
   return behind;

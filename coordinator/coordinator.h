@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
@@ -285,6 +286,8 @@ class Coordinator {
   void RetireLoop();
   // Repairs every repair_interval; runs on repair_thread_.
   void RepairLoop();
+  // The last refusal logged for each tensor's mirrors (repair thread only).
+  absl::flat_hash_map<std::string, std::string> mirror_warned_;
 
   const CoordinatorOptions options_;
   // Destroyed in reverse: the retire thread stops first, the log drains its

@@ -1,20 +1,36 @@
 #!/usr/bin/env bash
-# Installs every Debian package tessera needs to build, test and run. Idempotent.
+# Installs the Debian packages tessera needs. Idempotent.
+#   scripts/setup.sh          everything: build, every test, fuzzing, benchmarks, deployment
+#   scripts/setup.sh --run    only what building the daemons and the CLI and running
+#                             deploy/demo.sh need (the README's run command)
 set -euo pipefail
 
-PACKAGES=(
+# Building //:tessera and running the demo.
+RUN_PACKAGES=(
   bazel-bootstrap
-  g++ pkg-config cmake
+  g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libcpp-httplib-dev
+  libucx-dev nlohmann-json3-dev
+  python3 python3-numpy openssl
+)
+# Tests, the Python SDK, fuzzing, benchmarks, containers, etcd, Kubernetes checks.
+TEST_PACKAGES=(
+  cmake
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-dev python3-numpy python3-pytest python3-venv python3-tqdm pybind11-dev
+  python3-dev python3-pytest python3-venv python3-tqdm pybind11-dev
   clang lld libfuzzer-14-dev libclang-rt-14-dev
-  podman runc debootstrap catatonit podman-compose python3-kubernetes openssl
+  podman runc debootstrap catatonit podman-compose python3-kubernetes
   prometheus python3-grpcio curl
-  libucx-dev ucx-utils nlohmann-json3-dev python3-torch
+  ucx-utils python3-torch
   etcd-server etcd-client golang-etcd-server-dev
 )
+
+case "${1:-}" in
+  "") PACKAGES=("${RUN_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
+  --run) PACKAGES=("${RUN_PACKAGES[@]}") ;;
+  *) echo "usage: $0 [--run]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do
