@@ -5,13 +5,15 @@
 #                             deploy/demo.sh need (the README's run command)
 set -euo pipefail
 
-# Building //:tessera and running the demo.
+# Building //:tessera (etcd's protos come from golang-etcd-server-dev) and
+# running the demo.
 RUN_PACKAGES=(
   bazel-bootstrap
   g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libcpp-httplib-dev
   libucx-dev nlohmann-json3-dev
+  golang-etcd-server-dev
   python3 python3-numpy openssl
 )
 # Tests, the Python SDK, fuzzing, benchmarks, containers, etcd, Kubernetes checks.
@@ -23,7 +25,7 @@ TEST_PACKAGES=(
   podman runc debootstrap catatonit podman-compose python3-kubernetes
   prometheus python3-grpcio curl
   ucx-utils python3-torch
-  etcd-server etcd-client golang-etcd-server-dev
+  etcd-server etcd-client
 )
 
 case "${1:-}" in

@@ -8,7 +8,10 @@
 #include <signal.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -47,7 +50,12 @@ class MirrorTest : public ::testing::Test {
   void SetUp() override {
     TestClusterOptions options;
     options.num_workers = 4;
-    options.coordinator_flags = {"--heartbeat_ms=200", "--lease_ms=1500"};
+    // Quotas the tests may lower (the file is followed).
+    quotas_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/quotas");
+    WriteQuotas("* 1G\n");
+    options.coordinator_flags = {"--heartbeat_ms=200", "--lease_ms=1500",
+                                 "--quotas=" + quotas_,
+                                 "--reload_interval=200ms"};
     options.per_worker_flags = [](int i) {
       return i >= 2 ? std::vector<std::string>{"--labels=role=inference"}
                     : std::vector<std::string>{};
@@ -110,6 +118,17 @@ class MirrorTest : public ::testing::Test {
     return a;
   }
 
+  void WriteQuotas(const std::string& text) {
+    const std::string temp = quotas_ + ".tmp";
+    std::ofstream(temp) << text;
+    ASSERT_EQ(std::rename(temp.c_str(), quotas_.c_str()), 0);
+  }
+  int64_t QuotaUse() {
+    absl::StatusOr<std::vector<QuotaInfo>> q = client_->Quotas();
+    return q.ok() && q->size() == 1 ? (*q)[0].bytes : -1;
+  }
+
+  std::string quotas_;
   std::unique_ptr<TestCluster> cluster_;
   std::unique_ptr<Client> client_;
 };
@@ -204,6 +223,32 @@ TEST_F(MirrorTest, MirrorsFollowTheGroupAsWorkersComeAndGo) {
   cluster_->StopWorker(1, SIGKILL);
   cluster_->StopWorker(3, SIGKILL);
   EXPECT_EQ(Read("m"), bytes);
+}
+
+// A worker joining the group is charged to the owner's quota before it is
+// filled: over the limit, it is not filled (nothing allocated), until the
+// limit allows it.
+TEST_F(MirrorTest, AWorkerJoiningTheGroupIsChargedToTheQuota) {
+  ASSERT_OK(client_->SetWorkerState("w3", WorkerState::kCordoned));
+  WriteQuotas("* 320\n");
+  absl::SleepFor(absl::Milliseconds(600));  // the file is read again
+  Cli made = Tessera({"create", "m", "--shape=8,4", "--dtype=float32",
+                      "--chunk_dim=0", "--placements=w0,w1", "--init=arange",
+                      "--mirror=role=inference"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  EXPECT_EQ(QuotaUse(), 256);  // 128 in replicas, 128 on w2
+  // w3 would take 128 more: refused while the quota is 320.
+  ASSERT_OK(client_->SetWorkerState("w3", WorkerState::kReady));
+  absl::SleepFor(absl::Seconds(2));
+  EXPECT_EQ(QuotaUse(), 256);
+  EXPECT_THAT(Copies("m"),
+              ElementsAre(ElementsAre("w0", "+w2"), ElementsAre("w1", "+w2")));
+  EXPECT_EQ(Used()["w3"], 0);
+  EXPECT_THAT(cluster_->coordinator_log(), HasSubstr("quota: principal"));
+  // Room again: filled.
+  WriteQuotas("* 1G\n");
+  EXPECT_TRUE(Eventually([&] { return Used()["w3"] == 128; }));
+  EXPECT_EQ(QuotaUse(), 384);
 }
 
 TEST_F(MirrorTest, AReshardChangesOrDropsTheGroup) {
