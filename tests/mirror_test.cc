@@ -207,9 +207,12 @@ TEST_F(MirrorTest, MirrorsFollowTheGroupAsWorkersComeAndGo) {
               ElementsAre(ElementsAre("w0", "+w2"), ElementsAre("w1", "+w2")));
   // Uncordoned: it comes back and is filled again, from a copy.
   ASSERT_OK(client_->SetWorkerState("w3", WorkerState::kReady));
+  // (A worker reports its bytes as soon as they are allocated; the copies
+  // are listed once filled and recorded.)
+  const std::vector<std::vector<std::string>> all_in = {{"w0", "+w2", "+w3"},
+                                                        {"w1", "+w2", "+w3"}};
+  EXPECT_TRUE(Eventually([&] { return Copies("m") == all_in; }));
   EXPECT_TRUE(Eventually([&] { return Used()["w3"] == 128; }));
-  EXPECT_THAT(Copies("m"), ElementsAre(ElementsAre("w0", "+w2", "+w3"),
-                                       ElementsAre("w1", "+w2", "+w3")));
   // Dead: its mirrors go; restarted (its memory lost), filled again; the
   // restarted copy holds the tensor's bytes.
   cluster_->StopWorker(2, SIGKILL);
@@ -218,6 +221,10 @@ TEST_F(MirrorTest, MirrorsFollowTheGroupAsWorkersComeAndGo) {
     return copies.size() == 2 && copies[0].size() == 2;
   }));
   ASSERT_OK(cluster_->RestartWorker(2));
+  EXPECT_TRUE(Eventually([&] {
+    const auto copies = Copies("m");
+    return copies.size() == 2 && copies[0].size() == 3 && copies[1].size() == 3;
+  }));
   EXPECT_TRUE(Eventually([&] { return Used()["w2"] == 128; }));
   cluster_->StopWorker(0, SIGKILL);
   cluster_->StopWorker(1, SIGKILL);
@@ -247,8 +254,8 @@ TEST_F(MirrorTest, AWorkerJoiningTheGroupIsChargedToTheQuota) {
   EXPECT_THAT(cluster_->coordinator_log(), HasSubstr("quota: principal"));
   // Room again: filled.
   WriteQuotas("* 1G\n");
+  EXPECT_TRUE(Eventually([&] { return QuotaUse() == 384; }));
   EXPECT_TRUE(Eventually([&] { return Used()["w3"] == 128; }));
-  EXPECT_EQ(QuotaUse(), 384);
 }
 
 TEST_F(MirrorTest, AReshardChangesOrDropsTheGroup) {
