@@ -2160,7 +2160,8 @@ void FailoverFigure(Env& env, const std::string& root) {
 // tensor back to back from 2 threads, over the data ports, on a cluster of
 // its own with tokens. With --principal_read_rate A is held to its rate on
 // each worker; the figure is B's p99 then against B's p99 alone (same
-// cluster, same run). The same against a cluster without pacing says what
+// cluster, same run: after a warm-up, half before A starts and half after
+// it stops). The same against a cluster without pacing says what
 // the pacing buys.
 void TenantFigure(Env& env) {
   const std::string dir = absl::StrCat(
@@ -2221,9 +2222,11 @@ void TenantFigure(Env& env) {
       return b->GetInto("small", std::nullopt, out.data(), 4096).ok();
     };
     Run r;
-    Samples alone;
-    RunCallers(1, duration, read_small, &alone);
-    r.alone = Summarize(alone);
+    // B alone: after a second of reads that warm its path up, and again
+    // once A has stopped; both halves make the reference.
+    Samples warm_up, alone;
+    RunCallers(1, absl::Seconds(1), read_small, &warm_up);
+    RunCallers(1, duration / 2, read_small, &alone);
     std::atomic<bool> stop{false};
     std::atomic<int64_t> gathered{0};
     std::vector<std::thread> gatherers;
@@ -2246,6 +2249,8 @@ void TenantFigure(Env& env) {
     for (std::thread& t : gatherers) t.join();
     r.a_gbps =
         gathered.load() / absl::ToDoubleSeconds(absl::Now() - start) / 1e9;
+    RunCallers(1, duration / 2, read_small, &alone);
+    r.alone = Summarize(alone);
     return r;
   };
   const Run paced = run(true);
