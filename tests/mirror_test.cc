@@ -252,6 +252,13 @@ TEST_F(MirrorTest, AWorkerJoiningTheGroupIsChargedToTheQuota) {
               ElementsAre(ElementsAre("w0", "+w2"), ElementsAre("w1", "+w2")));
   EXPECT_EQ(Used()["w3"], 0);
   EXPECT_THAT(cluster_->coordinator_log(), HasSubstr("quota: principal"));
+  // A reshard to a larger group is admitted the same way: refused whole.
+  Cli wider = Tessera({"reshard", "m", "--mirror=all"});
+  EXPECT_EQ(wider.code, 1);
+  EXPECT_THAT(wider.err, HasSubstr("quota: principal 'anonymous' uses 256"));
+  EXPECT_THAT(Copies("m"),
+              ElementsAre(ElementsAre("w0", "+w2"), ElementsAre("w1", "+w2")));
+  EXPECT_EQ(QuotaUse(), 256);
   // Room again: filled.
   WriteQuotas("* 1G\n");
   EXPECT_TRUE(Eventually([&] { return QuotaUse() == 384; }));
