@@ -1528,43 +1528,56 @@ absl::StatusOr<NamedTensors> TensorsNamed(const Invocation& inv,
   return out;
 }
 
+// A save or an export --hf into `dir`: `write` runs it while a progress
+// line follows the coordinator's count of the bytes the workers wrote,
+// asked about one of the tensors (the first named; for a prefix, none is
+// known before the reply, so none is drawn); then its report.
+absl::Status WriteDirectory(
+    const Invocation& inv, const std::string& dir, const NamedTensors& named,
+    absl::string_view verb, absl::string_view done, Client& client,
+    const std::function<absl::StatusOr<Client::SaveStats>()>& write,
+    std::ostream& out) {
+  const std::string watched = named.names.empty() ? "" : named.names.front();
+  absl::StatusOr<Client::SaveStats> written;
+  {
+    Progress progress(
+        absl::StrCat(verb, " ", dir), !inv.GetBool("json"),
+        [&]() -> std::optional<Progress::Sample> {
+          if (watched.empty()) return std::nullopt;
+          absl::StatusOr<MoveProgress> now = client.ReshardProgress(watched);
+          if (!now.ok() || !now->running) return std::nullopt;
+          return Progress::Sample{now->bytes_done, now->bytes_total};
+        });
+    written = write();
+  }
+  TESSERA_ASSIGN_OR_RETURN(const Client::SaveStats stats, std::move(written));
+  if (inv.GetBool("json")) {
+    out << SaveJson(dir, stats) << "\n";
+    return absl::OkStatus();
+  }
+  out << done << " " << stats.tensors.size() << " tensor"
+      << (stats.tensors.size() == 1 ? "" : "s") << " into " << dir << ", "
+      << FormatBytes(stats.bytes) << " in " << stats.files << " file"
+      << (stats.files == 1 ? "" : "s") << ", "
+      << FormatRate(stats.bytes, stats.seconds) << "\n";
+  return absl::OkStatus();
+}
+
 absl::Status RunSave(const Invocation& inv, std::ostream& out) {
   const std::string& dir = inv.positional.at(0);
   if (dir.empty()) return UsageError("save needs a directory");
   TESSERA_ASSIGN_OR_RETURN(
       const NamedTensors named,
       TensorsNamed(inv, "save", "tessera save DIR (NAME... | --prefix=P)"));
-  const std::vector<std::string>& names = named.names;
-  const std::optional<std::string>& prefix = named.prefix;
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
-  // Progress: the coordinator's count of the bytes the workers wrote, asked
-  // about one of the tensors (the first named; for a prefix, none is known
-  // before the save answers, so none is drawn).
-  const std::string watched = names.empty() ? "" : names.front();
-  absl::StatusOr<Client::SaveStats> saved;
-  {
-    Progress progress(
-        absl::StrCat("save ", dir), !inv.GetBool("json"),
-        [&]() -> std::optional<Progress::Sample> {
-          if (watched.empty()) return std::nullopt;
-          absl::StatusOr<MoveProgress> now = client->ReshardProgress(watched);
-          if (!now.ok() || !now->running) return std::nullopt;
-          return Progress::Sample{now->bytes_done, now->bytes_total};
-        });
-    saved = client->SaveCheckpoint(dir, names, prefix.value_or(""),
-                                   inv.GetBool("overwrite"));
-  }
-  TESSERA_ASSIGN_OR_RETURN(const Client::SaveStats stats, std::move(saved));
-  if (inv.GetBool("json")) {
-    out << SaveJson(dir, stats) << "\n";
-    return absl::OkStatus();
-  }
-  out << "saved " << stats.tensors.size() << " tensor"
-      << (stats.tensors.size() == 1 ? "" : "s") << " into " << dir << ", "
-      << FormatBytes(stats.bytes) << " in " << stats.files << " file"
-      << (stats.files == 1 ? "" : "s") << ", "
-      << FormatRate(stats.bytes, stats.seconds) << "\n";
-  return absl::OkStatus();
+  return WriteDirectory(
+      inv, dir, named, "save", "saved", *client,
+      [&] {
+        return client->SaveCheckpoint(dir, named.names,
+                                      named.prefix.value_or(""),
+                                      inv.GetBool("overwrite"));
+      },
+      out);
 }
 
 // export --hf DIR: the workers write a Hugging Face sharded directory.
@@ -1590,31 +1603,13 @@ absl::Status RunExportHf(const Invocation& inv, std::ostream& out) {
     options.max_file_bytes = *bytes;
   }
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
-  const std::string watched = named.names.empty() ? "" : named.names.front();
-  absl::StatusOr<Client::SaveStats> exported;
-  {
-    Progress progress(
-        absl::StrCat("export ", dir), !inv.GetBool("json"),
-        [&]() -> std::optional<Progress::Sample> {
-          if (watched.empty()) return std::nullopt;
-          absl::StatusOr<MoveProgress> now = client->ReshardProgress(watched);
-          if (!now.ok() || !now->running) return std::nullopt;
-          return Progress::Sample{now->bytes_done, now->bytes_total};
-        });
-    exported =
-        client->ExportHf(dir, named.names, named.prefix.value_or(""), options);
-  }
-  TESSERA_ASSIGN_OR_RETURN(const Client::SaveStats stats, std::move(exported));
-  if (inv.GetBool("json")) {
-    out << SaveJson(dir, stats) << "\n";
-    return absl::OkStatus();
-  }
-  out << "exported " << stats.tensors.size() << " tensor"
-      << (stats.tensors.size() == 1 ? "" : "s") << " into " << dir << ", "
-      << FormatBytes(stats.bytes) << " in " << stats.files << " file"
-      << (stats.files == 1 ? "" : "s") << ", "
-      << FormatRate(stats.bytes, stats.seconds) << "\n";
-  return absl::OkStatus();
+  return WriteDirectory(
+      inv, dir, named, "export", "exported", *client,
+      [&] {
+        return client->ExportHf(dir, named.names, named.prefix.value_or(""),
+                                options);
+      },
+      out);
 }
 
 absl::Status RunExport(const Invocation& inv, std::ostream& out) {

@@ -243,10 +243,7 @@ int64_t Coordinator::SyncMirrorsNow() {
     absl::StatusOr<TensorMetadataPtr> current = table_.Get(summary.name);
     if (!current.ok()) continue;
     const TensorMetadata& meta = **current;
-    bool mirrored = !meta.mirror.empty();
-    for (size_t i = 0; i < meta.shards.size() && !mirrored; ++i)
-      mirrored = MirrorCount(meta.shards[i]) > 0;
-    if (!mirrored) continue;
+    if (!HasMirrors(meta)) continue;
     TensorMetadata filled = meta;
     orchestrator_.FillWorkerState(&filled);
     if (!orchestrator_.MirrorsBehind(filled)) continue;

@@ -278,8 +278,9 @@ absl::Status Orchestrator::PlaceFurtherReplicas(int replicas,
 
 std::vector<std::string> Orchestrator::MirrorGroupNow(
     const std::string& selector) const {
+  // No selector (or none valid: checked where it came in): no group.
   absl::StatusOr<LabelSelector> parsed = ParseLabelSelector(selector);
-  if (!parsed.ok()) return {};  // checked where it came in
+  if (!parsed.ok()) return {};
   std::vector<MirrorCandidate> all;
   for (const WorkerRecord& w : registry_->List()) {
     all.push_back({w.name, w.labels, w.alive, w.state});
@@ -1009,14 +1010,8 @@ absl::StatusOr<RepairResult> Orchestrator::Repair(const std::string& name) {
 }
 
 bool Orchestrator::MirrorsBehind(const TensorMetadata& meta) const {
-  bool any = !meta.mirror.empty();
-  for (size_t i = 0; i < meta.shards.size() && !any; ++i)
-    any = MirrorCount(meta.shards[i]) > 0;
-  if (!any) return false;
-  const std::vector<std::string> group = meta.mirror.empty()
-                                             ? std::vector<std::string>{}
-                                             : MirrorGroupNow(meta.mirror);
-  return !PlanMirrors(meta, group).empty();
+  if (!HasMirrors(meta)) return false;
+  return !PlanMirrors(meta, MirrorGroupNow(meta.mirror)).empty();
 }
 
 absl::StatusOr<MirrorSyncResult> Orchestrator::SyncMirrors(
@@ -1027,9 +1022,7 @@ absl::StatusOr<MirrorSyncResult> Orchestrator::SyncMirrors(
   auto done = absl::MakeCleanup([&] { table_->EndReshard(name); });
   TensorMetadata sources = *old_meta;
   FillWorkerState(&sources);
-  const std::vector<std::string> group = old_meta->mirror.empty()
-                                             ? std::vector<std::string>{}
-                                             : MirrorGroupNow(old_meta->mirror);
+  const std::vector<std::string> group = MirrorGroupNow(old_meta->mirror);
   TESSERA_RETURN_IF_ERROR(Annotate(
       CheckLayoutSize(
           old_meta->shape, static_cast<int64_t>(old_meta->shards.size()),

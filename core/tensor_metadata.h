@@ -200,6 +200,14 @@ inline size_t MirrorCount(const ShardInfo& shard) {
   for (const Replica& r : shard.replicas) n += r.mirror ? 1 : 0;
   return n;
 }
+// `meta` has a mirror group, or mirror copies still to drop.
+inline bool HasMirrors(const TensorMetadata& meta) {
+  if (!meta.mirror.empty()) return true;
+  for (const ShardInfo& shard : meta.shards) {
+    if (MirrorCount(shard) > 0) return true;
+  }
+  return false;
+}
 
 }  // namespace tessera
 
