@@ -89,11 +89,12 @@ ABSL_FLAG(absl::Duration, pending_lease,
 ABSL_FLAG(int64_t, repair_bytes_per_second, 0,
           "the most bytes per second that repairs copy from surviving "
           "replicas to new ones, on average (0: no limit)");
-ABSL_FLAG(std::string, replica_forward, "fanout",
+ABSL_FLAG(std::string, replica_forward, "relay",
           "how a commit copies a written shard from its first replica to the "
-          "others: fanout (all pull from the first at once) or chain (each "
-          "from the one before it, R-1 rounds; no worker sends more than one "
-          "copy)");
+          "others and its mirrors: relay (a pipeline in chunks, each copy "
+          "passing a chunk on while it receives the next), fanout (all pull "
+          "from the first at once) or chain (each from the one before it, "
+          "R-1 rounds)");
 ABSL_FLAG(bool, repair, true,
           "copy the shards of dead and draining workers from surviving "
           "replicas to other workers until each has its R replicas again "
@@ -146,12 +147,13 @@ absl::StatusOr<CoordinatorDaemonOptions> CoordinatorDaemonOptionsFromFlags() {
   c.repair_bytes_per_second = absl::GetFlag(FLAGS_repair_bytes_per_second);
   c.repair = absl::GetFlag(FLAGS_repair);
   const std::string forward = absl::GetFlag(FLAGS_replica_forward);
-  if (forward != "fanout" && forward != "chain") {
+  if (forward != "relay" && forward != "fanout" && forward != "chain") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--replica_forward=", forward, ": expected fanout or chain"));
+        "--replica_forward=", forward, ": expected relay, fanout or chain"));
   }
-  c.replica_forward =
-      forward == "chain" ? ReplicaForward::kChain : ReplicaForward::kFanOut;
+  c.replica_forward = forward == "chain"    ? ReplicaForward::kChain
+                      : forward == "fanout" ? ReplicaForward::kFanOut
+                                            : ReplicaForward::kRelay;
   TESSERA_RETURN_IF_ERROR(o.Validate());
   const TlsFiles etcd_tls{absl::GetFlag(FLAGS_etcd_ca),
                           absl::GetFlag(FLAGS_etcd_cert),

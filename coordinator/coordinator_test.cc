@@ -79,8 +79,8 @@ class Life {
       return inner_->Seal(a, ids, persist);
     }
     void Reset(const std::string& a) override { inner_->Reset(a); }
-    absl::Status Transfer(const TransferBatch& b) override {
-      return inner_->Transfer(b);
+    absl::Status Transfer(const TransferBatch& b, SentBytes* sent) override {
+      return inner_->Transfer(b, sent);
     }
 
    private:

@@ -149,7 +149,8 @@ void FakeWorkerControl::Reset(const std::string& address) {
   if (it != workers_.end()) ++it->second.counts.reset;
 }
 
-absl::Status FakeWorkerControl::Transfer(const TransferBatch& batch) {
+absl::Status FakeWorkerControl::Transfer(const TransferBatch& batch,
+                                         SentBytes* sent) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(batch.dst_address);
   if (it != workers_.end()) ++it->second.counts.transfer;
@@ -168,6 +169,12 @@ absl::Status FakeWorkerControl::Transfer(const TransferBatch& batch) {
     }
   }
   transfers_.push_back(batch);
+  // No bytes move here: each piece counts its elements as sent.
+  if (sent != nullptr) {
+    for (const TransferPiece& piece : batch.pieces) {
+      (*sent)[batch.src_worker] += piece.DstBox().NumElements();
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -69,7 +69,8 @@ class FakeWorkerControl : public WorkerControl {
   bool Sealed(const std::string& address, uint64_t shard_id) const
       ABSL_LOCKS_EXCLUDED(mu_);
   void Reset(const std::string& address) override ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status Transfer(const TransferBatch& batch) override
+  absl::Status Transfer(const TransferBatch& batch,
+                        SentBytes* sent = nullptr) override
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // The worker takes part in exchanges (a GPU worker with NCCL); others

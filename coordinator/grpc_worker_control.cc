@@ -1,5 +1,7 @@
 #include "coordinator/grpc_worker_control.h"
 
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "core/checkpoint_index.h"
 #include "core/status_macros.h"
@@ -92,20 +94,44 @@ absl::Status GrpcWorkerControl::Seal(const WorkerRef& worker,
               });
 }
 
-absl::Status GrpcWorkerControl::Transfer(const TransferBatch& batch) {
+absl::Status GrpcWorkerControl::Transfer(const TransferBatch& batch,
+                                         SentBytes* sent) {
   v1::TransferRequest request;
   TransferBatchToProto(batch, &request);
-  // The destination reads the pieces from the source with this.
-  request.set_src_capability(authority_->Grant(batch.src_worker, batch.tensor,
-                                               batch.src_version,
-                                               batch.incarnation, kRightRead));
+  // The destination reads the pieces from the source with this (and a
+  // relay hop each copy further up with its own).
+  auto read_grant = [&](const std::string& worker) {
+    return authority_->Grant(worker, batch.tensor, batch.src_version,
+                             batch.incarnation, kRightRead);
+  };
+  request.set_src_capability(read_grant(batch.src_worker));
+  for (v1::RelayUpstream& up : *request.mutable_relay_upstreams()) {
+    up.set_capability(read_grant(up.worker()));
+  }
   v1::TransferResponse response;
   auto stub = v1::Worker::NewStub(channels_.Get(batch.dst_address));
-  return Call(WorkerCall(batch.dst_address, options_.transfer_timeout),
-              [&](grpc::ClientContext* context) {
-                SignOrder(context, batch.dst_worker);
-                return stub->Transfer(context, request, &response);
-              });
+  TESSERA_RETURN_IF_ERROR(
+      Call(WorkerCall(batch.dst_address, options_.transfer_timeout),
+           [&](grpc::ClientContext* context) {
+             SignOrder(context, batch.dst_worker);
+             return stub->Transfer(context, request, &response);
+           }));
+  if (sent == nullptr) return absl::OkStatus();
+  // A worker's reply is input: only the sources it was given, no negative
+  // counts.
+  std::set<std::string> sources = {batch.src_worker};
+  for (const RelayUpstream& up : batch.relay.fallbacks)
+    sources.insert(up.worker);
+  for (const v1::SentBytes& entry : response.sent()) {
+    if (sources.count(entry.worker()) == 0 || entry.bytes() < 0) {
+      return absl::InternalError(absl::StrCat(
+          "worker '", batch.dst_worker, "' reported ", entry.bytes(),
+          " bytes sent by '", entry.worker().substr(0, 64),
+          "', not a source of its order"));
+    }
+    (*sent)[entry.worker()] += entry.bytes();
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<CheckpointListing> GrpcWorkerControl::ListCheckpoint(

@@ -42,7 +42,8 @@ class GrpcWorkerControl : public WorkerControl {
                     bool persist) override;
   absl::StatusOr<int64_t> Free(const WorkerRef& worker,
                                const std::vector<uint64_t>& shard_ids) override;
-  absl::Status Transfer(const TransferBatch& batch) override;
+  absl::Status Transfer(const TransferBatch& batch,
+                        SentBytes* sent = nullptr) override;
   absl::StatusOr<std::string> ExchangeId(const WorkerRef& worker) override;
   absl::StatusOr<int64_t> Exchange(const WorkerRef& worker,
                                    const ExchangePlan& plan,

@@ -1,6 +1,7 @@
 #include "coordinator/piece_mover.h"
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <iterator>
 #include <map>
@@ -16,6 +17,7 @@
 #include "core/errors.h"
 #include "core/fan_out.h"
 #include "core/region_plan.h"
+#include "core/relay_plan.h"
 #include "core/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -56,13 +58,48 @@ bool OnSeparateGpus(
   return true;
 }
 
+// Whether any copy of `meta` is on a GPU: their copies go by NCCL (Move),
+// not by relay.
+bool OnGpus(const TensorMetadata& meta) {
+  for (const ShardInfo& shard : meta.shards) {
+    for (const Replica& copy : shard.replicas) {
+      if (copy.device.kind == Device::Kind::kCuda) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 absl::Status PieceMover::ForwardReplicas(
     const TensorMetadata& at,
-    std::vector<std::pair<size_t, size_t>>* failed_mirrors) {
+    std::vector<std::pair<size_t, size_t>>* failed_mirrors, SentBytes* sent) {
   const int64_t item = static_cast<int64_t>(ItemSize(at.dtype));
   const size_t replicas = static_cast<size_t>(ReplicaCount(at));
+  if (forward_ == ReplicaForward::kRelay && !OnGpus(at)) {
+    // Replicas and mirrors alike: one relay per shard from its first copy.
+    std::vector<RelayCopies> copies;
+    for (size_t i = 0; i < at.shards.size(); ++i) {
+      RelayCopies& shard = copies.emplace_back();
+      shard.shard = i;
+      for (size_t r = 1; r < at.shards[i].replicas.size(); ++r) {
+        shard.destinations.push_back(r);
+      }
+    }
+    std::vector<std::pair<size_t, size_t>> failed;
+    const absl::Status relayed = Relay(at, at, copies, &failed, sent);
+    absl::Status replica_failed;
+    for (const auto& [shard, copy] : failed) {
+      if (copy >= replicas && failed_mirrors != nullptr) {
+        failed_mirrors->emplace_back(shard, copy);
+      } else if (replica_failed.ok()) {
+        replica_failed = relayed;
+      }
+    }
+    return Annotate(replica_failed,
+                    absl::StrCat("copying '", at.name, "' version ", at.version,
+                                 " to its other copies"));
+  }
   // Fan-out: every further replica pulls from the first at once (one
   // round). Chain: replica r pulls from replica r-1, R-1 rounds.
   const int rounds =
@@ -117,6 +154,137 @@ absl::Status PieceMover::ForwardReplicas(
                                  plan.pieces[k].dst_replica);
   }
   return absl::OkStatus();
+}
+
+absl::Status PieceMover::Relay(const TensorMetadata& from,
+                               const TensorMetadata& to,
+                               const std::vector<RelayCopies>& copies,
+                               std::vector<std::pair<size_t, size_t>>* failed,
+                               SentBytes* sent) {
+  static std::atomic<uint64_t> next_relay{
+      static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())) | 1};
+  const int64_t item = static_cast<int64_t>(ItemSize(from.dtype));
+  struct Hop {
+    TransferBatch batch;
+    size_t shard = 0;
+    size_t copy = 0;
+    int depth = 0;
+  };
+  std::vector<Hop> hops;
+  std::map<std::string, int64_t> busy;
+  {
+    absl::MutexLock lock(&busy_mu_);
+    busy = busy_;
+  }
+  auto member = [&](const Replica& copy) {
+    RelayMember m;
+    m.name = copy.worker;
+    m.host = AddressHost(copy.address);
+    const std::optional<WorkerRecord> record = registry_->Find(copy.worker);
+    if (record.has_value()) m.zone = record->zone;
+    auto it = busy.find(copy.worker);
+    m.busy = it == busy.end() ? 0 : it->second;
+    return m;
+  };
+  for (const RelayCopies& shard_copies : copies) {
+    if (shard_copies.destinations.empty()) continue;
+    const ShardInfo& src_shard = from.shards[shard_copies.shard];
+    const ShardInfo& dst_shard = to.shards[shard_copies.shard];
+    const Replica& source = src_shard.replicas[shard_copies.source];
+    const int64_t bytes = src_shard.box.NumElements() * item;
+    const int64_t chunk_bytes = RelayChunkBytes(bytes, item);
+    const int64_t chunks = static_cast<int64_t>(
+        RelayChunks(src_shard.box.sizes, item, chunk_bytes).size());
+    std::vector<RelayMember> members;
+    for (size_t d : shard_copies.destinations) {
+      members.push_back(member(dst_shard.replicas[d]));
+    }
+    const RelayPlan plan = PlanRelay(member(source), members, chunks);
+    const uint64_t id = next_relay.fetch_add(1);
+    const std::vector<int64_t> zeros(src_shard.box.rank(), 0);
+    const std::vector<int64_t> sizes(src_shard.box.sizes.begin(),
+                                     src_shard.box.sizes.end());
+    // A copy of the relay as an upstream: a destination (filling) or the
+    // source.
+    auto upstream = [&](int index) {
+      const Replica& copy =
+          index < 0
+              ? source
+              : dst_shard.replicas
+                    [shard_copies.destinations[static_cast<size_t>(index)]];
+      return RelayUpstream{copy.worker, copy.address, copy.shard_id, "",
+                           index >= 0};
+    };
+    for (int index : plan.order) {
+      const size_t copy_index =
+          shard_copies.destinations[static_cast<size_t>(index)];
+      const Replica& dst = dst_shard.replicas[copy_index];
+      const int parent = plan.parent[static_cast<size_t>(index)];
+      const RelayUpstream src = upstream(parent);
+      Hop& hop = hops.emplace_back();
+      hop.shard = shard_copies.shard;
+      hop.copy = copy_index;
+      TransferBatch& batch = hop.batch;
+      batch.tensor = from.name;
+      batch.src_version = from.version;
+      batch.incarnation = from.incarnation;
+      batch.src_worker = src.worker;
+      batch.src_address = src.address;
+      batch.dst_worker = dst.worker;
+      batch.dst_address = dst.address;
+      TransferPiece& piece = batch.pieces.emplace_back();
+      piece.src_shard_id = src.shard_id;
+      piece.dst_shard_id = dst.shard_id;
+      piece.src_offsets = piece.dst_offsets = zeros;
+      piece.sizes = sizes;
+      batch.relay.id = id;
+      batch.relay.chunk_bytes = chunk_bytes;
+      batch.relay.src_filling = src.filling;
+      for (int up = parent; up >= 0;) {
+        up = plan.parent[static_cast<size_t>(up)];
+        batch.relay.fallbacks.push_back(upstream(up));
+        ++hop.depth;
+      }
+    }
+  }
+  // Parents start before their children, so a bounded fan-out never holds
+  // a hop whose source waits for a slot.
+  std::stable_sort(hops.begin(), hops.end(), [](const Hop& a, const Hop& b) {
+    return a.depth < b.depth;
+  });
+  std::vector<absl::Status> results(hops.size());
+  absl::Mutex sent_mu;
+  FanOut(hops.size(), kDefaultFanOut, [&](size_t i) {
+    const TransferBatch& batch = hops[i].batch;
+    {
+      absl::MutexLock lock(&busy_mu_);
+      ++busy_[batch.src_worker];
+      ++busy_[batch.dst_worker];
+    }
+    SentBytes mine;
+    results[i] = workers_->Transfer(batch, &mine);
+    absl::MutexLock lock(&busy_mu_);
+    for (const std::string* w : {&batch.src_worker, &batch.dst_worker}) {
+      if (--busy_[*w] <= 0) busy_.erase(*w);
+    }
+    if (sent != nullptr && results[i].ok()) {
+      absl::MutexLock sent_lock(&sent_mu);
+      for (const auto& [worker, bytes] : mine) (*sent)[worker] += bytes;
+    }
+    return absl::OkStatus();
+  }).IgnoreError();
+  absl::Status first;
+  for (size_t i = 0; i < hops.size(); ++i) {
+    if (results[i].ok()) continue;
+    const Hop& hop = hops[i];
+    if (failed != nullptr) failed->emplace_back(hop.shard, hop.copy);
+    if (first.ok()) {
+      first = Annotate(
+          results[i], absl::StrCat("relaying shard ", hop.shard, " to worker '",
+                                   hop.batch.dst_worker, "'"));
+    }
+  }
+  return first;
 }
 
 absl::Status PieceMover::MoveFromAnyReplica(const TensorMetadata& old_meta,

@@ -14,10 +14,12 @@
 #define TESSERA_COORDINATOR_PIECE_MOVER_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "coordinator/exchange_groups.h"
 #include "coordinator/move_progress.h"
 #include "coordinator/worker_control.h"
@@ -32,7 +34,19 @@ namespace tessera {
 // it (R-1 rounds, but no worker sends more than one copy: for hosts whose
 // NICs, not memory, bound the copies). On one host the two are within
 // run-to-run noise of each other (bench figure 14).
-enum class ReplicaForward { kFanOut, kChain };
+// The relay (the default): every copy of the same bytes moves as one
+// pipeline per shard (core/relay_plan.h), each further copy pulling from
+// one before it chunk by chunk while that one still fills.
+enum class ReplicaForward { kRelay, kFanOut, kChain };
+
+// One shard's copies filled from one copy of it: the relay's unit. Indices
+// into the shard's replicas: `source` in the metadata read from,
+// `destinations` in the metadata written.
+struct RelayCopies {
+  size_t shard = 0;
+  size_t source = 0;
+  std::vector<size_t> destinations;
+};
 
 // Most bytes of one Transfer: a pair's pieces go in steps of this, so a
 // move's progress advances at least every ~0.1 s at wire speed, and a call
@@ -77,7 +91,17 @@ class PieceMover {
   // it fails it too).
   absl::Status ForwardReplicas(
       const TensorMetadata& written,
-      std::vector<std::pair<size_t, size_t>>* failed_mirrors = nullptr);
+      std::vector<std::pair<size_t, size_t>>* failed_mirrors = nullptr,
+      SentBytes* sent = nullptr);
+  // Fills each of `copies`' destinations in `to` from its source in `from`
+  // (same shards, same boxes) by relay, every shard's hops at once. A
+  // destination whose hop fails is cut out (the hops after it carry on
+  // from further up) and added to `failed` (shard, copy index); the first
+  // such failure is returned. `sent` (optional) adds what each worker sent.
+  absl::Status Relay(const TensorMetadata& from, const TensorMetadata& to,
+                     const std::vector<RelayCopies>& copies,
+                     std::vector<std::pair<size_t, size_t>>* failed,
+                     SentBytes* sent);
 
  private:
   WorkerRegistry* const registry_;
@@ -85,6 +109,9 @@ class PieceMover {
   MoveProgressBoard* const progress_;
   const ReplicaForward forward_;
   ExchangeGroups exchanges_;
+  // Hops each worker takes part in now (the relay puts busy ones later).
+  absl::Mutex busy_mu_;
+  std::map<std::string, int64_t> busy_ ABSL_GUARDED_BY(busy_mu_);
 };
 
 }  // namespace tessera

@@ -64,8 +64,11 @@ class WorkerControl {
   // The worker at `address` (re)started: forget any connection state.
   virtual void Reset(const std::string& address) = 0;
   // Moves every piece of `batch` from its source worker into shards of its
-  // destination worker (one request for the pair).
-  virtual absl::Status Transfer(const TransferBatch& batch) = 0;
+  // destination worker (one request for the pair); a relay hop's upstreams
+  // get their read capabilities here. `sent` (optional) gets what each
+  // source sent for it.
+  virtual absl::Status Transfer(const TransferBatch& batch,
+                                SentBytes* sent = nullptr) = 0;
   // NCCL between GPU workers (core/transfer.h Exchange): a communicator id
   // from `worker`, which hosts its bootstrap, then each member's share of
   // the exchange, all members at once. The defaults decline

@@ -94,8 +94,9 @@ class HeldShardTracker : public WorkerControl {
     return inner_->Seal(worker, shard_ids, persist);
   }
   void Reset(const std::string& address) override { inner_->Reset(address); }
-  absl::Status Transfer(const TransferBatch& batch) override {
-    return inner_->Transfer(batch);
+  absl::Status Transfer(const TransferBatch& batch,
+                        SentBytes* sent = nullptr) override {
+    return inner_->Transfer(batch, sent);
   }
   absl::StatusOr<std::string> ExchangeId(const WorkerRef& worker) override {
     return inner_->ExchangeId(worker);

@@ -6,6 +6,7 @@
 #define TESSERA_CORE_TRANSFER_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,34 @@ struct TransferPiece {
   }
 };
 
+// A copy further up a relay (core/relay_plan.h) than a hop's parent: where
+// the hop carries on from when its parent fails.
+struct RelayUpstream {
+  std::string worker;
+  std::string address;
+  uint64_t shard_id = 0;
+  std::string capability;  // lets the hop read it (minted per worker)
+  bool filling = false;    // a hop of the same relay (else a whole copy)
+};
+
+// Most copies a relay hop may name further up than its parent.
+inline constexpr int kMaxRelayUpstreams = 64;
+
+// A batch that is one hop of a relay: one piece, a whole shard onto a
+// whole shard of the same shape, pulled in chunks of `chunk_bytes`, each
+// only once the source holds it when the source is itself `filling` (a hop
+// of relay `id`). `fallbacks` are the copies further up, nearest first.
+struct RelayHop {
+  uint64_t id = 0;  // 0: not a relay
+  int64_t chunk_bytes = 0;
+  bool src_filling = false;
+  std::vector<RelayUpstream> fallbacks;
+};
+
+// Bytes each worker sent to others (worker name -> bytes): what a move
+// cost each source (CLI.md "Relay", `"sent"`).
+using SentBytes = std::map<std::string, int64_t>;
+
 // Every piece that moves from one worker to another, named with both ends
 // so that a transport needing both ends to act (send/recv) can be driven
 // from one batch.
@@ -49,6 +78,7 @@ struct TransferBatch {
   // Lets the destination read the pieces from the source (a read
   // capability for the source worker, core/capability.h).
   std::string src_capability;
+  RelayHop relay;
 };
 
 // One end of a piece moved by a two-sided exchange (NCCL send/recv): the

@@ -79,6 +79,23 @@ class InProcessTransport : public ShardTransport {
   const NodeMap* const nodes_;
 };
 
+// A relay hop asking its source's node directly.
+class InProcessRelayUpstreams : public RelayUpstreams {
+ public:
+  explicit InProcessRelayUpstreams(const NodeMap* nodes) : nodes_(nodes) {}
+  absl::StatusOr<RelayFillProgress> Await(const RelayUpstream& upstream,
+                                          uint64_t relay,
+                                          int64_t have) override {
+    auto it = nodes_->find(upstream.address);
+    if (it == nodes_->end()) return Unreachable(upstream.address);
+    return it->second->AwaitRelayFill(relay, upstream.shard_id, have,
+                                      absl::Now() + kRelayAwaitSlice);
+  }
+
+ private:
+  const NodeMap* const nodes_;
+};
+
 // The cluster's signer: the coordinator grants with it, the fake workers
 // check with the keys it derives, and orders are signed by it.
 const ClusterAuthority& Authority() {
@@ -91,11 +108,14 @@ const ClusterAuthority& Authority() {
 // directly; it reads from its peers in `nodes`.
 struct FakeWorker {
   FakeWorker(const std::string& name, const NodeMap* nodes)
-      : node(&store, WorkerNodeOptions(),
+      : upstreams(nodes),
+        node(&store, WorkerNodeOptions(),
              std::make_unique<InProcessTransport>(nodes)) {
     node.SetIdentity(name, Authority().WorkerKey(name));
+    node.SetRelayUpstreams(&upstreams);
   }
   HostShardStore store{kCapacity};
+  InProcessRelayUpstreams upstreams;
   WorkerNode node;
   WorkerService service{&node};
 };
@@ -144,10 +164,10 @@ class InProcessWorkerControl : public WorkerControl {
 
   void Reset(const std::string&) override {}
 
-  absl::Status Transfer(const TransferBatch& batch) override {
+  absl::Status Transfer(const TransferBatch& batch, SentBytes* sent) override {
     FakeWorker* dst = Find(batch.dst_address);
     if (dst == nullptr) return Unreachable(batch.dst_address);
-    return dst->node.Transfer(batch).status();
+    return dst->node.Transfer(batch, {}, sent).status();
   }
 
  private:

@@ -8,6 +8,7 @@
 #include "core/checked_math.h"
 #include "core/checkpoint_index.h"
 #include "core/labels.h"
+#include "core/relay_plan.h"
 #include "core/replica_placement.h"
 #include "core/shard_layout.h"
 #include "core/status_macros.h"
@@ -893,9 +894,57 @@ void TransferBatchToProto(const TransferBatch& batch,
                                      piece.dst_offsets.end());
     p->mutable_sizes()->Assign(piece.sizes.begin(), piece.sizes.end());
   }
+  if (batch.relay.id == 0) return;
+  out->set_relay_id(batch.relay.id);
+  out->set_relay_chunk_bytes(batch.relay.chunk_bytes);
+  out->set_src_filling(batch.relay.src_filling);
+  for (const RelayUpstream& up : batch.relay.fallbacks) {
+    v1::RelayUpstream* u = out->add_relay_upstreams();
+    u->set_worker(up.worker);
+    u->set_address(up.address);
+    u->set_shard_id(up.shard_id);
+    u->set_capability(up.capability);
+    u->set_filling(up.filling);
+  }
 }
 
 namespace {
+
+// A relay hop's fields from the wire: one piece, a chunk of whole elements
+// within the relay's bounds, at most kMaxRelayUpstreams upstreams.
+absl::StatusOr<RelayHop> RelayHopFromProto(const v1::TransferRequest& request) {
+  RelayHop hop;
+  if (request.relay_id() == 0) {
+    if (request.relay_upstreams_size() > 0 || request.src_filling()) {
+      return absl::InvalidArgumentError(
+          "relay_upstreams or src_filling without a relay_id");
+    }
+    return hop;
+  }
+  if (request.pieces_size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a relay hop moves one piece, not ", request.pieces_size()));
+  }
+  if (request.relay_chunk_bytes() < 1 ||
+      request.relay_chunk_bytes() > kMaxRelayChunkBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("relay_chunk_bytes ", request.relay_chunk_bytes(),
+                     ": expected 1 to ", kMaxRelayChunkBytes));
+  }
+  if (request.relay_upstreams_size() > kMaxRelayUpstreams) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(request.relay_upstreams_size(),
+                     " relay_upstreams: at most ", kMaxRelayUpstreams));
+  }
+  hop.id = request.relay_id();
+  hop.chunk_bytes = request.relay_chunk_bytes();
+  hop.src_filling = request.src_filling();
+  for (const v1::RelayUpstream& u : request.relay_upstreams()) {
+    hop.fallbacks.push_back(RelayUpstream{u.worker(), u.address(), u.shard_id(),
+                                          u.capability(), u.filling()});
+  }
+  return hop;
+}
 
 // A moved piece's sizes from the wire: none negative.
 absl::Status CheckPieceSizes(
@@ -943,6 +992,7 @@ absl::StatusOr<TransferBatch> TransferBatchFromProto(
     piece.sizes.assign(p.sizes().begin(), p.sizes().end());
     batch.pieces.push_back(std::move(piece));
   }
+  TESSERA_ASSIGN_OR_RETURN(batch.relay, RelayHopFromProto(request));
   return batch;
 }
 

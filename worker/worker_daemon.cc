@@ -18,6 +18,7 @@
 #include "spdlog/spdlog.h"
 #include "transport/transport_chain.h"
 #include "transport/ucx_common.h"
+#include "worker/grpc_relay_upstreams.h"
 #include "worker/host_shard_store.h"
 #include "worker/registration.h"
 #include "worker/shard_files.h"
@@ -113,6 +114,7 @@ class WorkerDaemon::Parts {
   std::unique_ptr<NcclExchange> nccl;
 #endif
   std::unique_ptr<WorkerNode> node;
+  std::unique_ptr<GrpcRelayUpstreams> relay_upstreams;  // over node's channels
   std::unique_ptr<WorkerService> service;
   std::unique_ptr<UcxServer> ucx;
   std::unique_ptr<UcxDataService> ucx_service;
@@ -495,6 +497,9 @@ absl::Status WorkerDaemon::StartParts() {
   p.ChooseBulkTransports(o, &node_options, &ucx_allowed);
   p.node = std::make_unique<WorkerNode>(p.store.get(), node_options);
   node_ = p.node.get();
+  p.relay_upstreams =
+      std::make_unique<GrpcRelayUpstreams>(p.node->peer_channels());
+  p.node->SetRelayUpstreams(p.relay_upstreams.get());
   p.service = std::make_unique<WorkerService>(p.node.get());
   p.StartUcx(o, ucx_allowed);
   TESSERA_ASSIGN_OR_RETURN(data_address_, p.StartDataPort(o));

@@ -5,12 +5,15 @@
 #include <optional>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "core/capability.h"
 #include "core/errors.h"
+#include "core/relay_plan.h"
 #include "core/status_macros.h"
 #include "rpc/channel.h"
 #include "rpc/status.h"
+#include "spdlog/spdlog.h"
 
 namespace tessera {
 namespace {
@@ -441,7 +444,8 @@ absl::StatusOr<std::unique_ptr<StagedRegion>> WorkerNode::OpenStaged(
 }
 
 absl::StatusOr<int64_t> WorkerNode::Transfer(const TransferBatch& batch,
-                                             const StopCondition& stop) {
+                                             const StopCondition& stop,
+                                             SentBytes* sent) {
   // One bound for every read of this order (the peer channels' interceptor
   // cancels calls started under it), not one per piece or per transport.
   const absl::Time deadline =
@@ -457,6 +461,12 @@ absl::StatusOr<int64_t> WorkerNode::Transfer(const TransferBatch& batch,
                        batch.pieces[i].src_shard_id, " onto itself"));
     }
   }
+  // The order's caller going (the coordinator gave up) cancels the reads
+  // in flight too, not only the pieces still to start.
+  Cancellation caller_gone;
+  const CancelWhen watch(cancelled, &caller_gone);
+  const ScopedCancellation cancel_scope(&caller_gone);
+  if (batch.relay.id != 0) return RunRelayHop(batch, deadline, cancelled, sent);
   int64_t bytes = 0;
   TransferBatch remote;
   remote.tensor = batch.tensor;
@@ -486,12 +496,16 @@ absl::StatusOr<int64_t> WorkerNode::Transfer(const TransferBatch& batch,
     }
   }
   if (remote.pieces.empty()) return bytes;
-  // The order's caller going (the coordinator gave up) cancels the reads
-  // in flight too, not only the pieces still to start.
-  Cancellation caller_gone;
-  const CancelWhen watch(cancelled, &caller_gone);
-  const ScopedCancellation cancel_scope(&caller_gone);
   Receiver receiver(store_, deadline, cancelled);
+  TESSERA_ASSIGN_OR_RETURN(int64_t moved,
+                           Pull(remote, receiver, deadline, cancelled));
+  if (sent != nullptr) (*sent)[batch.src_worker] += moved;
+  return bytes + moved;
+}
+
+absl::StatusOr<int64_t> WorkerNode::Pull(
+    const TransferBatch& remote, TransferReceiver& receiver,
+    absl::Time deadline, const std::function<bool()>& cancelled) {
   absl::StatusOr<int64_t> moved = peers_->Transfer(remote, receiver);
   // A source that restarted leaves our channel to it waiting out gRPC's
   // reconnect backoff: connect afresh and pull again (each piece lands
@@ -499,7 +513,7 @@ absl::StatusOr<int64_t> WorkerNode::Transfer(const TransferBatch& batch,
   if (!moved.ok() && IsTransportFailure(moved.status()) &&
       channels_ != nullptr && absl::Now() < deadline &&
       !(cancelled && cancelled())) {
-    channels_->Forget(batch.src_address);
+    channels_->Forget(remote.src_address);
     moved = peers_->Transfer(remote, receiver);
   }
   // The order's deadline passed: whatever the transport made of it (its
@@ -509,7 +523,7 @@ absl::StatusOr<int64_t> WorkerNode::Transfer(const TransferBatch& batch,
        absl::IsDeadlineExceeded(moved.status()) ||
        absl::IsUnavailable(moved.status()))) {
     return absl::DeadlineExceededError(
-        absl::StrCat("pulling from the source worker at ", batch.src_address,
+        absl::StrCat("pulling from the source worker at ", remote.src_address,
                      ": the transfer's deadline passed"));
   }
   if (absl::IsCancelled(moved.status()) && !(cancelled && cancelled())) {
@@ -517,20 +531,131 @@ absl::StatusOr<int64_t> WorkerNode::Transfer(const TransferBatch& batch,
     // deadline passed.
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
-          absl::StrCat("pulling from the source worker at ", batch.src_address,
+          absl::StrCat("pulling from the source worker at ", remote.src_address,
                        ": the transfer's deadline passed"));
     }
     return UnavailableError(absl::StrCat(
-        "source worker at ", batch.src_address, " (it sent nothing for ",
+        "source worker at ", remote.src_address, " (it sent nothing for ",
         absl::FormatDuration(options_.pull_idle_timeout), ")"));
   }
   if (absl::IsUnavailable(moved.status()) ||
       absl::IsDeadlineExceeded(moved.status())) {
-    return UnavailableError(absl::StrCat("source worker at ", batch.src_address,
-                                         " (", moved.status().message(), ")"));
+    return UnavailableError(absl::StrCat("source worker at ",
+                                         remote.src_address, " (",
+                                         moved.status().message(), ")"));
   }
-  TESSERA_RETURN_IF_ERROR(moved.status());
-  return bytes + *moved;
+  return moved;
+}
+
+absl::StatusOr<int64_t> WorkerNode::RunRelayHop(
+    const TransferBatch& batch, absl::Time deadline,
+    const std::function<bool()>& cancelled, SentBytes* sent) {
+  const RelayHop& relay = batch.relay;
+  const TransferPiece& piece = batch.pieces.front();  // one (convert.cc)
+  TESSERA_ASSIGN_OR_RETURN(ShardDesc dst, store_->Describe(piece.dst_shard_id));
+  // A hop copies a whole shard onto a whole shard of its shape: chunk i is
+  // the same box at both ends.
+  const std::vector<int64_t> zeros(dst.box.sizes.size(), 0);
+  if (piece.sizes !=
+          std::vector<int64_t>(dst.box.sizes.begin(), dst.box.sizes.end()) ||
+      piece.src_offsets != zeros || piece.dst_offsets != zeros) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a relay hop copies a whole shard: its piece must cover shard ",
+        piece.dst_shard_id, " whole"));
+  }
+  const int64_t item = static_cast<int64_t>(ItemSize(dst.dtype));
+  const std::vector<Box> chunks = RelayChunks(
+      dst.box.sizes, item, std::max(item, relay.chunk_bytes / item * item));
+  const int64_t count = static_cast<int64_t>(chunks.size());
+  if (relay.src_filling && relay_upstreams_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this worker cannot follow a relay (no way to ask its source)");
+  }
+  TESSERA_RETURN_IF_ERROR(relay_fills_.Begin(relay.id, piece.dst_shard_id));
+  bool done = false;
+  auto finish = absl::MakeCleanup(
+      [&] { relay_fills_.Finish(relay.id, piece.dst_shard_id, done); });
+  // The parent, then the copies further up, nearest first.
+  std::vector<RelayUpstream> upstreams;
+  upstreams.push_back(RelayUpstream{batch.src_worker, batch.src_address,
+                                    piece.src_shard_id, batch.src_capability,
+                                    relay.src_filling});
+  upstreams.insert(upstreams.end(), relay.fallbacks.begin(),
+                   relay.fallbacks.end());
+  Receiver receiver(store_, deadline, cancelled);
+  int64_t next = 0;  // the first chunk not held yet
+  int64_t bytes = 0;
+  absl::Status failed;
+  for (const RelayUpstream& up : upstreams) {
+    if (up.filling && relay_upstreams_ == nullptr) continue;
+    TransferBatch one;
+    one.tensor = batch.tensor;
+    one.src_version = batch.src_version;
+    one.src_capability = up.capability;
+    one.src_worker = up.worker;
+    one.src_address = up.address;
+    one.dst_worker = batch.dst_worker;
+    one.dst_address = batch.dst_address;
+    int64_t held_there = up.filling ? 0 : count;  // chunks the source holds
+    const absl::Time asked_since = absl::Now();
+    failed = absl::OkStatus();
+    while (next < count && failed.ok()) {
+      if (cancelled && cancelled()) {
+        return absl::CancelledError("the caller cancelled the transfer");
+      }
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError("the relay hop's deadline passed");
+      }
+      if (held_there <= next) {
+        absl::StatusOr<RelayFillProgress> there =
+            relay_upstreams_->Await(up, relay.id, next);
+        if (!there.ok()) {
+          failed = there.status();
+        } else if (!there->started) {
+          // Its order has not reached it yet; one that never does is given
+          // up on like a source that stalled.
+          if (absl::Now() - asked_since > options_.pull_idle_timeout) {
+            failed = UnavailableError(absl::StrCat(
+                "relay source worker '", up.worker, "' (it began no fill for ",
+                absl::FormatDuration(options_.pull_idle_timeout), ")"));
+          }
+        } else {
+          held_there = there->done ? count : there->chunks_done;
+        }
+        continue;
+      }
+      const Box& chunk = chunks[static_cast<size_t>(next)];
+      TransferPiece& part = one.pieces.emplace_back();
+      part.src_shard_id = up.shard_id;
+      part.dst_shard_id = piece.dst_shard_id;
+      part.src_offsets = part.dst_offsets = ToShape(chunk.offsets);
+      part.sizes = ToShape(chunk.sizes);
+      absl::StatusOr<int64_t> moved = Pull(one, receiver, deadline, cancelled);
+      one.pieces.clear();
+      if (!moved.ok()) {
+        failed = moved.status();
+        break;
+      }
+      bytes += *moved;
+      if (sent != nullptr) (*sent)[up.worker] += *moved;
+      relay_fills_.Advance(relay.id, piece.dst_shard_id, ++next);
+    }
+    if (next >= count) break;
+    if ((cancelled && cancelled()) || absl::Now() >= deadline) return failed;
+    spdlog::warn(
+        "relay {} into shard {}: source worker '{}' failed at chunk {} of "
+        "{} ({}); carrying on from the next one up",
+        relay.id, piece.dst_shard_id, up.worker, next, count,
+        std::string(failed.message()));
+  }
+  if (next < count) {
+    return Annotate(
+        failed.ok() ? UnavailableError("every relay source") : failed,
+        absl::StrCat("relay hop into shard ", piece.dst_shard_id, " (", next,
+                     " of ", count, " chunks held)"));
+  }
+  done = true;
+  return bytes;
 }
 
 absl::StatusOr<std::string> WorkerNode::ExchangeId() {

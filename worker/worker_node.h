@@ -42,6 +42,7 @@
 #include "transport/transport_chain.h"
 #include "worker/checkpoint_io.h"
 #include "worker/device_exchange.h"
+#include "worker/relay_fills.h"
 #include "worker/shard_store.h"
 #include "worker/staging_pool.h"
 
@@ -310,8 +311,32 @@ class WorkerNode {
   // failure. Every read from the source ends by `stop.deadline` (at the
   // latest options().pull_timeout from now): DEADLINE_EXCEEDED after it;
   // CANCELLED once `stop.cancelled` (checked between pieces) turns true.
+  //
+  // A relay hop (batch.relay.id != 0; core/relay_plan.h) pulls its one
+  // whole-shard piece chunk by chunk, each once its source holds it when the
+  // source is itself filling (asked through the RelayUpstreams), and
+  // records its own progress for the hop after it (AwaitRelayFill). When
+  // its source fails it carries on from the next upstream, from the chunk
+  // it had reached. `sent` (optional) gets the bytes each source sent.
   absl::StatusOr<int64_t> Transfer(const TransferBatch& batch,
-                                   const StopCondition& stop = {});
+                                   const StopCondition& stop = {},
+                                   SentBytes* sent = nullptr);
+
+  // How far relay `relay`'s fill of `shard` here got: answers once it holds
+  // more than `have` chunks, ends, or `until` passes. UNAVAILABLE when the
+  // fill failed.
+  absl::StatusOr<RelayFillProgress> AwaitRelayFill(uint64_t relay,
+                                                   uint64_t shard, int64_t have,
+                                                   absl::Time until) {
+    return relay_fills_.Await(relay, shard, have, until);
+  }
+  // How relay hops here ask their sources (not owned; set before the node
+  // serves; without it, a relay hop whose source is filling is refused).
+  void SetRelayUpstreams(RelayUpstreams* upstreams) {
+    relay_upstreams_ = upstreams;
+  }
+  // The node's channels to its peers (null when its transport was given).
+  ChannelCache* peer_channels() const { return channels_.get(); }
 
   // Bootstraps this worker hosts whose communicator never formed: NCCL's
   // root thread for each waits for its members for the life of the
@@ -386,6 +411,17 @@ class WorkerNode {
  private:
   class Receiver;
   absl::Status NoExchange() const;
+  // Reads `remote`'s pieces from its source into `receiver` (a source
+  // that restarted is dialled afresh once), with the order's failures
+  // named: DEADLINE_EXCEEDED past `deadline`, UNAVAILABLE naming the source.
+  absl::StatusOr<int64_t> Pull(const TransferBatch& remote,
+                               TransferReceiver& receiver, absl::Time deadline,
+                               const std::function<bool()>& cancelled);
+  // A relay hop (Transfer), its calls already bounded by `deadline`.
+  absl::StatusOr<int64_t> RunRelayHop(const TransferBatch& batch,
+                                      absl::Time deadline,
+                                      const std::function<bool()>& cancelled,
+                                      SentBytes* sent);
 
   ShardStore* const store_;
   const WorkerNodeOptions options_;
@@ -405,6 +441,9 @@ class WorkerNode {
   absl::Mutex exchange_mu_;
   absl::flat_hash_set<std::string> unformed_ids_ ABSL_GUARDED_BY(exchange_mu_);
   size_t ids_in_making_ ABSL_GUARDED_BY(exchange_mu_) = 0;
+  // Relay hops filling shards here; how hops ask their sources.
+  RelayFills relay_fills_;
+  RelayUpstreams* relay_upstreams_ = nullptr;
   std::unique_ptr<ChannelCache> channels_;  // to peers; with the own chain
   std::unique_ptr<ShardTransport> peers_;
   TransportChain* chain_ = nullptr;  // peers_, when the node made it

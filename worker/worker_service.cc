@@ -658,9 +658,40 @@ grpc::Status WorkerService::Transfer(grpc::ServerContext* context,
   absl::StatusOr<TransferBatch> batch = TransferBatchFromProto(*request);
   if (!batch.ok()) return ToGrpcStatus(batch.status());
   // The pull ends with the order: at its deadline, or when it is cancelled.
-  absl::StatusOr<int64_t> bytes = node_->Transfer(*batch, CallerStop(context));
+  SentBytes sent;
+  absl::StatusOr<int64_t> bytes =
+      node_->Transfer(*batch, CallerStop(context), &sent);
   if (!bytes.ok()) return ToGrpcStatus(bytes.status());
   response->set_bytes(*bytes);
+  for (const auto& [worker, count] : sent) {
+    v1::SentBytes* entry = response->add_sent();
+    entry->set_worker(worker);
+    entry->set_bytes(count);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::AwaitRelayFill(
+    grpc::ServerContext* context, const v1::AwaitRelayFillRequest* request,
+    v1::AwaitRelayFillResponse* response) {
+  if (absl::Status admitted =
+          Admit(*node_, *context, "AwaitRelayFill", {request->shard_id()});
+      !admitted.ok()) {
+    return ToGrpcStatus(admitted);
+  }
+  // Each waits on a pool thread for at most a second: bounded like streams.
+  const StreamSlot slot(&active_streams_, node_->options().max_streams);
+  if (absl::Status s = slot.status(node_->options().max_streams); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  const absl::Time until = std::min(absl::Now() + kRelayAwaitSlice,
+                                    absl::FromChrono(context->deadline()));
+  absl::StatusOr<RelayFillProgress> progress = node_->AwaitRelayFill(
+      request->relay_id(), request->shard_id(), request->have_chunks(), until);
+  if (!progress.ok()) return ToGrpcStatus(progress.status());
+  response->set_started(progress->started);
+  response->set_chunks_done(progress->chunks_done);
+  response->set_done(progress->done);
   return grpc::Status::OK;
 }
 

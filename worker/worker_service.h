@@ -77,6 +77,9 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status Transfer(grpc::ServerContext* context,
                         const v1::TransferRequest* request,
                         v1::TransferResponse* response) override;
+  grpc::Status AwaitRelayFill(grpc::ServerContext* context,
+                              const v1::AwaitRelayFillRequest* request,
+                              v1::AwaitRelayFillResponse* response) override;
   grpc::Status NcclUniqueId(grpc::ServerContext* context,
                             const v1::NcclUniqueIdRequest* request,
                             v1::NcclUniqueIdResponse* response) override;
