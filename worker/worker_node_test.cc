@@ -6,10 +6,12 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -466,6 +468,126 @@ TEST_P(WorkerNodeTransferTest, UnreachableSourceIsUnavailable) {
   EXPECT_THAT(node_->Transfer(batch).status(),
               StatusIs(absl::StatusCode::kUnavailable,
                        HasSubstr("source worker at 127.0.0.1:1")));
+}
+
+// A relay source whose fill the test drives (what AwaitRelayFill on its
+// worker would answer).
+class DrivenUpstream : public RelayUpstreams {
+ public:
+  absl::StatusOr<RelayFillProgress> Await(const RelayUpstream& upstream,
+                                          uint64_t relay,
+                                          int64_t have) override {
+    ++asked;
+    return fills.Await(relay, upstream.shard_id, have,
+                       absl::Now() + absl::Milliseconds(100));
+  }
+  RelayFills fills;
+  std::atomic<int> asked{0};
+};
+
+// A relay hop: one whole shard, in chunks of 4 rows of 8 int32 (128 bytes).
+TransferBatch RelayBatch(TransferBatch batch, bool src_filling) {
+  batch.pieces.push_back(TransferPiece{1, {0, 0}, 2, {0, 0}, {16, 8}});
+  batch.relay.id = 7;
+  batch.relay.chunk_bytes = 128;
+  batch.relay.src_filling = src_filling;
+  return batch;
+}
+
+std::vector<int32_t> Arange(int n) {
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) out[static_cast<size_t>(i)] = i;
+  return out;
+}
+
+TEST_P(WorkerNodeTransferTest, ARelayHopPullsEveryChunkAndSaysWhoSentIt) {
+  ASSERT_THAT(source_->Allocate({{1, Desc({16, 8})}}, kArange), IsOk());
+  ASSERT_THAT(node_->Allocate({{2, Desc({16, 8})}}, InitSpec{}), IsOk());
+  SentBytes sent;
+  absl::StatusOr<int64_t> bytes =
+      node_->Transfer(RelayBatch(Batch(), /*src_filling=*/false), {}, &sent);
+  ASSERT_THAT(bytes.status(), IsOk());
+  EXPECT_EQ(*bytes, 16 * 8 * 4);
+  EXPECT_EQ(ReadAll(store_, 2, 128), Arange(128));
+  EXPECT_THAT(sent, ::testing::ElementsAre(::testing::Pair("w0", 512)));
+  // The hop after it learns it is done.
+  absl::StatusOr<RelayFillProgress> progress =
+      node_->AwaitRelayFill(7, 2, 0, absl::Now());
+  ASSERT_THAT(progress.status(), IsOk());
+  EXPECT_TRUE(progress->done);
+  EXPECT_EQ(progress->chunks_done, 4);
+}
+
+TEST_P(WorkerNodeTransferTest, ARelayHopWaitsForItsSourcesChunks) {
+  ASSERT_THAT(source_->Allocate({{1, Desc({16, 8})}}, kArange), IsOk());
+  ASSERT_THAT(node_->Allocate({{2, Desc({16, 8})}}, InitSpec{}), IsOk());
+  DrivenUpstream upstream;
+  node_->SetRelayUpstreams(&upstream);
+  ASSERT_THAT(upstream.fills.Begin(7, 1), IsOk());
+  absl::Notification finished;
+  absl::StatusOr<int64_t> bytes;
+  std::thread hop([&] {
+    bytes = node_->Transfer(RelayBatch(Batch(), /*src_filling=*/true));
+    finished.Notify();
+  });
+  // Two chunks held there: the hop takes those two and waits.
+  upstream.fills.Advance(7, 1, 2);
+  absl::Time until = absl::Now() + absl::Seconds(10);
+  absl::StatusOr<RelayFillProgress> mine;
+  do {
+    mine = node_->AwaitRelayFill(7, 2, 1, absl::Now() + absl::Seconds(1));
+  } while (mine.ok() && mine->chunks_done < 2 && absl::Now() < until);
+  ASSERT_THAT(mine.status(), IsOk());
+  EXPECT_EQ(mine->chunks_done, 2);
+  EXPECT_FALSE(
+      finished.WaitForNotificationWithTimeout(absl::Milliseconds(300)));
+  upstream.fills.Advance(7, 1, 4);
+  upstream.fills.Finish(7, 1, /*done=*/true);
+  hop.join();
+  ASSERT_THAT(bytes.status(), IsOk());
+  EXPECT_EQ(ReadAll(store_, 2, 128), Arange(128));
+}
+
+TEST_P(WorkerNodeTransferTest,
+       ARelayHopCarriesOnFromFurtherUpWhenItsSourceFails) {
+  ASSERT_THAT(source_->Allocate({{1, Desc({16, 8})}}, kArange), IsOk());
+  ASSERT_THAT(node_->Allocate({{2, Desc({16, 8})}}, InitSpec{}), IsOk());
+  DrivenUpstream upstream;
+  node_->SetRelayUpstreams(&upstream);
+  // The parent (a hop on a worker that dies after two chunks) and, further
+  // up, the relay's source holding the shard whole.
+  TransferBatch batch = RelayBatch(Batch(), /*src_filling=*/true);
+  batch.relay.fallbacks.push_back(RelayUpstream{
+      "w0", address_, 1, batch.src_capability, /*filling=*/false});
+  ASSERT_THAT(upstream.fills.Begin(7, 1), IsOk());
+  upstream.fills.Advance(7, 1, 2);
+  absl::StatusOr<int64_t> bytes;
+  SentBytes sent;
+  std::thread hop([&] { bytes = node_->Transfer(batch, {}, &sent); });
+  // It holds the two chunks its parent had; then the parent fails.
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  absl::StatusOr<RelayFillProgress> mine;
+  do {
+    mine = node_->AwaitRelayFill(7, 2, 1, absl::Now() + absl::Seconds(1));
+  } while (mine.ok() && mine->chunks_done < 2 && absl::Now() < until);
+  ASSERT_THAT(mine.status(), IsOk());
+  EXPECT_EQ(mine->chunks_done, 2);
+  upstream.fills.Finish(7, 1, /*done=*/false);
+  hop.join();
+  ASSERT_THAT(bytes.status(), IsOk());
+  EXPECT_EQ(*bytes, 512);  // every chunk once: not started over
+  EXPECT_EQ(ReadAll(store_, 2, 128), Arange(128));
+  // Both are the same worker here: what it sent as parent and as source.
+  EXPECT_EQ(sent["w0"], 512);
+}
+
+TEST_P(WorkerNodeTransferTest, ARelayHopOfPartOfAShardIsRefused) {
+  ASSERT_THAT(node_->Allocate({{2, Desc({16, 8})}}, InitSpec{}), IsOk());
+  TransferBatch batch = RelayBatch(Batch(), /*src_filling=*/false);
+  batch.pieces[0].sizes = {8, 8};
+  EXPECT_THAT(
+      node_->Transfer(batch).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("whole shard")));
 }
 
 // A source worker that accepts reads and then sends nothing (alive, and
