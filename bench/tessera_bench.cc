@@ -2312,7 +2312,7 @@ void ReplicaFigure(Env& env) {
     }
     return best;
   };
-  // Every R (R=3 forwarded by a chain and by a fan-out) on a restarted
+  // Every R (R=3 forwarded by a chain, a fan-out and the relay) on a restarted
   // coordinator, in one order and then the reverse, the best of each: the
   // memory one put leaves warm favours whichever runs next, so no R may
   // always run first or last.
@@ -2322,7 +2322,7 @@ void ReplicaFigure(Env& env) {
     double best = 1e9;
   };
   std::vector<Run> runs = {
-      {1, "fanout"}, {2, "fanout"}, {3, "chain"}, {3, "fanout"}};
+      {1, "fanout"}, {2, "fanout"}, {3, "chain"}, {3, "fanout"}, {3, "relay"}};
   for (int round = 0; round < 2; ++round) {
     for (size_t k = 0; k < runs.size(); ++k) {
       Run& run = runs[round == 0 ? k : runs.size() - 1 - k];
@@ -2338,6 +2338,7 @@ void ReplicaFigure(Env& env) {
   put_seconds(3);
   const double one = runs[0].best, two = runs[1].best;
   const double chain = runs[2].best, fan_out = runs[3].best;
+  const double relay = runs[4].best;
   Add({absl::StrCat("14. put ", size, " R=1"), absl::StrFormat("%.3f s", one),
        "-", 0, "", true, 0});
   Add({absl::StrCat("14. put ", size, " R=2"), absl::StrFormat("%.3f s", two),
@@ -2348,6 +2349,9 @@ void ReplicaFigure(Env& env) {
   Add({absl::StrCat("14. put ", size, " R=3 (fan-out)"),
        absl::StrFormat("%.3f s", fan_out),
        absl::StrFormat("chain %.3f s", chain), fan_out / chain, "", false, 0});
+  Add({absl::StrCat("14. put ", size, " R=3 (relay)"),
+       absl::StrFormat("%.3f s", relay), absl::StrFormat("R=1 %.3f s", one),
+       relay / one, "", false, 0});
   CHECK_OK(cluster->RestartCoordinator());
   client = ValueOrDie(Client::Connect(cluster->coordinator_address()),
                       "connect (replicas)");

@@ -120,7 +120,7 @@ struct TensorLimits {
   int64_t max_reply_bytes = kMaxMessageBytes;
   size_t max_workers = kDefaultMaxWorkers;
   absl::Duration plan_budget = absl::Seconds(30);
-  ReplicaForward forward = ReplicaForward::kRelay;
+  ReplicaForward forward = ReplicaForward::kFanOut;
 };
 
 // In-memory bytes the coordinator counts per shard of rank r:
