@@ -193,6 +193,29 @@ TEST_F(MirrorTest, EveryMatchingWorkerHoldsEveryShardAndServesIt) {
   EXPECT_TRUE(Eventually([&] { return Used()["w2"] == 256; }));
 }
 
+TEST_F(MirrorTest, TheRelayFillsAReplicaAndEveryMirrorWithTheWrittenBytes) {
+  ASSERT_OK(cluster_->RestartCoordinator({"--replica_forward=relay"}));
+  ASSERT_OK_AND_ASSIGN(client_,
+                       Client::Connect(cluster_->coordinator_address()));
+  // 4 MiB in one shard: 4 relay chunks, through a replica and two mirrors.
+  LayoutSpec spec = LayoutSpec::Chunk(0, {*ParsePlacement("w0")});
+  spec.replicas = 2;
+  spec.mirror = "role=inference";
+  const HostArray first = Floats(1024, 1024, 1);
+  ASSERT_OK(client_->Put("r", first, spec).status());
+  EXPECT_THAT(Copies("r"), ElementsAre(ElementsAre("w0", "w1", "+w2", "+w3")));
+  const HostArray next = Floats(1024, 1024, 7);
+  ASSERT_OK(client_->Update("r", next).status());
+  // Every copy holds the update: read with all but one gone, each in turn.
+  const std::string want(next.data(), static_cast<size_t>(next.num_bytes));
+  cluster_->StopWorker(0, SIGKILL);
+  EXPECT_EQ(Read("r"), want);  // the replica on w1, or a mirror
+  cluster_->StopWorker(1, SIGKILL);
+  EXPECT_EQ(Read("r"), want);  // a mirror
+  cluster_->StopWorker(2, SIGKILL);
+  EXPECT_EQ(Read("r"), want);  // w3's mirror
+}
+
 TEST_F(MirrorTest, MirrorsFollowTheGroupAsWorkersComeAndGo) {
   Cli made = Tessera({"create", "m", "--shape=8,4", "--dtype=float32",
                       "--chunk_dim=0", "--placements=w0,w1", "--init=arange",
