@@ -34,9 +34,9 @@ namespace tessera {
 // it (R-1 rounds, but no worker sends more than one copy: for hosts whose
 // NICs, not memory, bound the copies). On one host the two are within
 // run-to-run noise of each other (bench figure 14).
-// The relay (not yet the default: see README): every copy of the same bytes moves as one
-// pipeline per shard (core/relay_plan.h), each further copy pulling from
-// one before it chunk by chunk while that one still fills.
+// The relay (not yet the default: see README): every copy of the same bytes
+// moves as one pipeline per shard (core/relay_plan.h), each further copy
+// pulling from one before it chunk by chunk while that one still fills.
 enum class ReplicaForward { kRelay, kFanOut, kChain };
 
 // One shard's copies filled from one copy of it: the relay's unit. Indices
