@@ -311,6 +311,9 @@ TEST_F(CoordinatorHaTest, AfterAFailoverQuotaUseIsTheOwnersBytes) {
     absl::StatusOr<std::vector<QuotaInfo>> q = client->Quotas();
     return q.ok() && q->size() == 1 ? (*q)[0].bytes : -1;
   };
+  // Both workers have found the restarted leader before the first create
+  // (a create placed on a worker not yet re-registered is refused).
+  ASSERT_TRUE(Eventually([&] { return held() == 0; }));
   // 16 KiB, twice over (R = 2), and 4 KiB: 36 KiB of 64.
   for (const auto& [name, flags] :
        std::vector<std::pair<std::string, std::vector<std::string>>>{
