@@ -11,6 +11,26 @@ TESSERA_COPTS = [
 def tessera_cc_library(name, copts = [], **kwargs):
     native.cc_library(name = name, copts = TESSERA_COPTS + copts, **kwargs)
 
+# A library built on CUDA. Its sources find CUDA's headers through copts,
+# which do not spread to its dependents: a --config=cuda build then
+# recompiles only the sources that use CUDA, not every test linking the
+# worker or the SDK (an include path on @cuda would change every dependent's
+# command line).
+CUDA_COPTS = [
+    "-isystem",
+    "external/cuda/include",
+    "-isystem",
+    "external/cuda/include/cccl",
+]
+
+def tessera_cuda_library(name, copts = [], deps = [], **kwargs):
+    tessera_cc_library(
+        name = name,
+        copts = CUDA_COPTS + copts,
+        deps = deps + ["//third_party:cuda_headers"],
+        **kwargs
+    )
+
 def tessera_cc_binary(name, copts = [], **kwargs):
     native.cc_binary(name = name, copts = TESSERA_COPTS + copts, **kwargs)
 

@@ -410,4 +410,15 @@ absl::Status DeviceReader::GatherRegion(const TensorMetadata& meta,
   return absl::OkStatus();
 }
 
+namespace {
+
+absl::StatusOr<std::unique_ptr<DeviceAccess>> MakeDeviceReader(
+    Connection* connection) {
+  TESSERA_RETURN_IF_ERROR(CheckCudaAvailable());
+  return std::make_unique<DeviceReader>(connection);
+}
+
+const bool registered = RegisterDeviceAccess(&MakeDeviceReader);
+
+}  // namespace
 }  // namespace tessera

@@ -33,6 +33,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "client/connection.h"
+#include "client/device_access.h"
 #include "client/device_view.h"
 #include "core/box.h"
 #include "core/box_index.h"
@@ -45,27 +46,20 @@ namespace tessera {
 // CUDA's words (no GPU, no driver).
 absl::Status CheckCudaAvailable();
 
-class DeviceReader {
+class DeviceReader : public DeviceAccess {
  public:
   static constexpr size_t kMaxOpened = 1024;
 
   // `connection` is not owned and outlives the reader.
   explicit DeviceReader(Connection* connection);
-  ~DeviceReader();
+  ~DeviceReader() override;
 
-  // Copies `region` (tensor coordinates, validated) of the tensor `meta`
-  // describes into `dst`, a row-major device array of region.sizes elements
-  // on CUDA device `device`, and waits for the copies.
+  // DeviceAccess:
   absl::Status GatherRegion(const TensorMetadata& meta, const BoxIndex* index,
-                            const Box& region, char* dst, int device);
-
-  // Every shard of `meta` held in GPU memory by a worker on this host,
-  // opened for this process. FAILED_PRECONDITION naming the shard when one
-  // cannot be opened here.
-  absl::StatusOr<std::vector<DeviceShardView>> Map(const TensorMetadata& meta);
-
-  // Bytes copied device to device through CUDA IPC so far.
-  int64_t ipc_bytes() const { return ipc_bytes_.load(); }
+                            const Box& region, char* dst, int device) override;
+  absl::StatusOr<std::vector<DeviceShardView>> Map(
+      const TensorMetadata& meta) override;
+  int64_t ipc_bytes() const override { return ipc_bytes_.load(); }
 
  private:
   struct Opened;

@@ -11,10 +11,8 @@
 #include "absl/synchronization/notification.h"
 #include "client/connection.h"
 #include "client/data_plane.h"
+#include "client/device_access.h"
 #include "client/mapped_file.h"
-#ifdef TESSERA_CUDA
-#include "client/device_reader.h"
-#endif
 #include "core/checked_math.h"
 #include "core/errors.h"
 #include "core/parse.h"
@@ -199,21 +197,22 @@ Client::Client(std::shared_ptr<Connection> connection)
 
 DataPlaneStats Client::TransferStats() const {
   DataPlaneStats stats = connection_->data_plane().Stats();
-#ifdef TESSERA_CUDA
   absl::MutexLock lock(&device_mu_);
   if (device_ != nullptr && device_->ipc_bytes() > 0) {
     stats.bytes["cuda_ipc"] += device_->ipc_bytes();
   }
-#endif
   return stats;
 }
 
-#ifdef TESSERA_CUDA
-absl::StatusOr<DeviceReader*> Client::Device() {
+absl::StatusOr<DeviceAccess*> Client::Device() {
+  const DeviceAccessMaker make = RegisteredDeviceAccess();
+  if (make == nullptr) {
+    return absl::FailedPreconditionError(
+        "this SDK was built without CUDA (build it with --config=cuda)");
+  }
   absl::MutexLock lock(&device_mu_);
   if (device_ == nullptr) {
-    TESSERA_RETURN_IF_ERROR(CheckCudaAvailable());
-    device_ = std::make_shared<DeviceReader>(connection_.get());
+    TESSERA_ASSIGN_OR_RETURN(device_, make(connection_.get()));
   }
   return device_.get();
 }
@@ -221,7 +220,7 @@ absl::StatusOr<DeviceReader*> Client::Device() {
 absl::Status Client::GetIntoDevice(const std::string& name,
                                    const std::optional<Box>& region, void* dst,
                                    int64_t dst_bytes, int device) {
-  TESSERA_ASSIGN_OR_RETURN(DeviceReader * reader, Device());
+  TESSERA_ASSIGN_OR_RETURN(DeviceAccess * reader, Device());
   return ReadWithRetry(
       name,
       [&](const TensorMetadata& meta, const BoxIndex* index) {
@@ -242,7 +241,7 @@ absl::Status Client::GetIntoDevice(const std::string& name,
 
 absl::StatusOr<std::vector<DeviceShardView>> Client::MapDevice(
     const std::string& name) {
-  TESSERA_ASSIGN_OR_RETURN(DeviceReader * reader, Device());
+  TESSERA_ASSIGN_OR_RETURN(DeviceAccess * reader, Device());
   std::vector<DeviceShardView> views;
   TESSERA_RETURN_IF_ERROR(ReadWithRetry(
       name,
@@ -253,23 +252,6 @@ absl::StatusOr<std::vector<DeviceShardView>> Client::MapDevice(
       nullptr));
   return views;
 }
-#else  // an SDK built without CUDA
-absl::StatusOr<DeviceReader*> Client::Device() {
-  return absl::FailedPreconditionError(
-      "this SDK was built without CUDA (build it with --config=cuda)");
-}
-
-absl::Status Client::GetIntoDevice(const std::string&,
-                                   const std::optional<Box>&, void*, int64_t,
-                                   int) {
-  return Device().status();
-}
-
-absl::StatusOr<std::vector<DeviceShardView>> Client::MapDevice(
-    const std::string&) {
-  return Device().status();
-}
-#endif
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
     const std::string& coordinator, ClientOptions options) {

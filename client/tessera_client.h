@@ -42,7 +42,7 @@ class SaveCheckpointRequest;
 }  // namespace v1
 
 class Connection;    // client/connection.h: channels, stubs, data plane
-class DeviceReader;  // client/device_reader.h: CUDA IPC (CUDA builds only)
+class DeviceAccess;  // client/device_access.h: the GPU side (CUDA builds)
 
 // What one principal holds against its quota (Client::Quotas).
 struct QuotaInfo {
@@ -329,7 +329,7 @@ class Client {
  private:
   explicit Client(std::shared_ptr<Connection> connection);
   // The GPU side, made on first use (null without CUDA).
-  absl::StatusOr<DeviceReader*> Device();
+  absl::StatusOr<DeviceAccess*> Device();
   // Describe; with `lease`, the version is held for this read until
   // ReleaseRead (or the coordinator's lease time).
   absl::StatusOr<TensorMetadata> DescribeInternal(const std::string& name,
@@ -394,7 +394,7 @@ class Client {
   // worker, a region outside an old shape); any failure on a cached entry
   // drops it and the read is retried once on fresh metadata.
   mutable absl::Mutex device_mu_;
-  std::shared_ptr<DeviceReader> device_ ABSL_GUARDED_BY(device_mu_);
+  std::shared_ptr<DeviceAccess> device_ ABSL_GUARDED_BY(device_mu_);
   absl::Mutex cache_mu_;
   absl::flat_hash_map<std::string, CachedTensor> metadata_cache_
       ABSL_GUARDED_BY(cache_mu_);

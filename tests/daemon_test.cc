@@ -13,6 +13,7 @@
 #include "coordinator/coordinator_daemon.h"
 #include "coordinator/etcd_testutil.h"
 #include "core/testing/status_matchers.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cluster.h"
 #include "tests/processes.h"
@@ -23,6 +24,7 @@ namespace tessera {
 namespace {
 
 using ::tessera::testing::EtcdCluster;
+using ::testing::HasSubstr;
 using ::tessera::testing::StatusIs;
 
 CoordinatorDaemonOptions SmallCoordinator() {
@@ -85,6 +87,16 @@ TEST(DaemonTest, ACoordinatorAndWorkersInOneProcessServeTensors) {
   absl::StatusOr<HostArray> back = (*client)->Get("t");
   ASSERT_OK(back.status());
   EXPECT_TRUE(SameBytes(array, *back));
+  // This program links no GPU side (//client:gpu_side): device reads say
+  // so, in every build.
+  std::vector<char> device_buffer(8);
+  EXPECT_THAT((*client)->GetIntoDevice("t", std::nullopt, device_buffer.data(),
+                                       8, 0),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("this SDK was built without CUDA")));
+  EXPECT_THAT((*client)->MapDevice("t").status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("this SDK was built without CUDA")));
 
   // A worker stopped in-process is seen dead, as a killed one is.
   ASSERT_TRUE(workers[2]->Stop(absl::ZeroDuration()));
@@ -119,6 +131,14 @@ TEST(DaemonTest, BadOptionsAreRefusedBeforeAnythingStarts) {
   worker.device.kind = Device::Kind::kCuda;
   EXPECT_THAT(WorkerDaemon::Start(worker).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
+  // This program links no GPU side (worker/gpu_support.h): a GPU worker is
+  // refused with what to do, in every build.
+  worker = WorkerDaemonOptions();
+  worker.device.kind = Device::Kind::kCuda;
+  EXPECT_THAT(WorkerDaemon::Start(worker).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("--device=cuda:0: this build has no CUDA "
+                                 "support; run with --device=cpu")));
 }
 
 TEST(DaemonTest, WorkersAreListedWithTheirLabels) {

@@ -18,17 +18,13 @@
 #include "spdlog/spdlog.h"
 #include "transport/transport_chain.h"
 #include "transport/ucx_common.h"
+#include "worker/gpu_support.h"
 #include "worker/grpc_relay_upstreams.h"
 #include "worker/host_shard_store.h"
 #include "worker/registration.h"
 #include "worker/shard_files.h"
 #include "worker/ucx_service.h"
 #include "worker/worker_service.h"
-#ifdef TESSERA_CUDA
-#include "worker/cuda_shard_store.h"
-#include "worker/cuda_status.h"
-#include "worker/nccl_exchange.h"
-#endif
 
 namespace tessera {
 namespace {
@@ -110,9 +106,7 @@ class WorkerDaemon::Parts {
   // Shards found in --store_dir, by the cluster each belongs to.
   absl::flat_hash_map<uint64_t, std::string> reattached;
   ShardFiles::ScanResult scan;
-#ifdef TESSERA_CUDA
-  std::unique_ptr<NcclExchange> nccl;
-#endif
+  std::unique_ptr<DeviceExchange> nccl;
   std::unique_ptr<WorkerNode> node;
   std::unique_ptr<GrpcRelayUpstreams> relay_upstreams;  // over node's channels
   std::unique_ptr<WorkerService> service;
@@ -213,16 +207,21 @@ absl::Status WorkerDaemon::Parts::OpenStore(
     store = std::move(host);
     return absl::OkStatus();
   }
-#ifdef TESSERA_CUDA
-  if (absl::Status s = CheckCudaDevice(device.index); !s.ok()) {
+  const GpuSupport* gpu = RegisteredGpuSupport();
+  if (gpu == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--device=", device.ToString(),
+        ": this build has no CUDA support; run with --device=cpu or use a "
+        "build made with --config=cuda"));
+  }
+  if (absl::Status s = gpu->check_device(device.index); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("--device=", device.ToString(),
                                                ": ", s.message()));
   }
-  store =
-      std::make_unique<CudaShardStore>(device.index, options.capacity_bytes);
+  store = gpu->make_store(device.index, options.capacity_bytes);
   // Tells the coordinator which workers share a GPU, whatever index each
   // sees it under (CUDA_VISIBLE_DEVICES).
-  absl::StatusOr<std::string> uuid = CudaDeviceUuid(device.index);
+  absl::StatusOr<std::string> uuid = gpu->device_uuid(device.index);
   if (uuid.ok()) {
     gpu_uuid = *std::move(uuid);
   } else {
@@ -230,12 +229,6 @@ absl::Status WorkerDaemon::Parts::OpenStore(
                  std::string(uuid.status().message()));
   }
   return absl::OkStatus();
-#else
-  return absl::FailedPreconditionError(absl::StrCat(
-      "--device=", device.ToString(),
-      ": this build has no CUDA support; run with --device=cpu or use a "
-      "build made with --config=cuda"));
-#endif
 }
 
 void WorkerDaemon::Parts::ChooseBulkTransports(
@@ -268,8 +261,9 @@ void WorkerDaemon::Parts::ChooseBulkTransports(
                                    "allows it)"
                                  : "shards are not in host memory");
   }
-#ifdef TESSERA_CUDA
-  if (options.device.kind != Device::Kind::kCuda) return;
+  // Only a GPU store (and so a build with CUDA) gets this far.
+  const GpuSupport* gpu = RegisteredGpuSupport();
+  if (options.device.kind != Device::Kind::kCuda || gpu == nullptr) return;
   if (!options.nccl) {
     spdlog::info("NCCL off (--nccl=false): GPU pieces move through the host");
   } else if (!bulk_fabric_ok) {
@@ -277,14 +271,12 @@ void WorkerDaemon::Parts::ChooseBulkTransports(
         "NCCL off: this worker runs TLS, and NCCL would carry shard bytes "
         "outside it (--trusted_fabric allows it)");
   } else {
-    nccl = std::make_unique<NcclExchange>(
-        static_cast<CudaShardStore*>(store.get()));
+    nccl = gpu->make_exchange(store.get());
     node_options->exchange = nccl.get();
     spdlog::info(
         "NCCL on: reshard pieces between GPU workers move by "
         "send/recv when the coordinator orders an exchange");
   }
-#endif
 }
 
 void WorkerDaemon::Parts::StartUcx(const WorkerDaemonOptions& options,
