@@ -7,6 +7,8 @@
 #
 #   fuzz/build.sh                 build every target into fuzz/out/
 #   FUZZ_JOBS=4 fuzz/build.sh     more parallel compiles (default 2)
+#   FUZZ_UBSAN=all fuzz/build.sh  UBSan on every source, not only the
+#                                 parsers (for long runs by hand)
 set -euo pipefail
 shopt -s nullglob
 cd "$(dirname "$0")/.."
@@ -19,9 +21,22 @@ CXX="${CXX:-clang++}"
 mkdir -p "$OBJ" "$GEN/proto"
 
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+# UBSan adds half again to a compile. The parsers (core/), the RPC field
+# conversion and the targets take it; the service glue around them (gRPC
+# handlers, stores, transports, generated code) is checked by ASan alone,
+# unless FUZZ_UBSAN=all. Linking with $SAN brings both runtimes either way.
+GLUE_SAN="-fsanitize=address -fno-omit-frame-pointer"
+[ "${FUZZ_UBSAN:-}" = all ] && GLUE_SAN=$SAN
 # Line tables are enough for a symbolized crash report, and build faster
 # than full debug info.
 CXXFLAGS="-std=c++17 -gline-tables-only -DSPDLOG_FMT_EXTERNAL -I. -I$GEN -w"
+# Objects built with other flags are built again (the .d checks below see
+# only sources and headers).
+flags="$CXX $CXXFLAGS | $SAN | $GLUE_SAN"
+if [ "$(cat "$OBJ/.flags" 2>/dev/null)" != "$flags" ]; then
+  rm -f "$OBJ"/*.o "$OBJ"/*.o.d
+  echo "$flags" >"$OBJ/.flags"
+fi
 
 # Abseil libraries: the list Bazel links (third_party/BUILD).
 ABSL=$(sed -n '/^ABSL_LIBS = \[/,/^\]/p' third_party/BUILD | grep -o '"[a-z_0-9]*"' | tr -d '"' |
@@ -94,9 +109,9 @@ compile() {
   # The parsers a fuzzer spends its time in (core/) and the targets are
   # optimized; the service glue around them (gRPC handlers, stores) builds
   # at -O0, in half the time, where the fuzzers' time goes to libgrpc.
-  local opt=-O0
-  case "$src" in core/* | fuzz/*) opt=-O1 ;; esac
-  if $CXX $CXXFLAGS $opt $SAN -fsanitize=fuzzer-no-link -MMD -MF "$obj.d" -c "$src" -o "$tmp"; then
+  local opt=-O0 san=$GLUE_SAN
+  case "$src" in core/* | fuzz/*) opt=-O1 san=$SAN ;; rpc/convert.cc) san=$SAN ;; esac
+  if $CXX $CXXFLAGS $opt $san -fsanitize=fuzzer-no-link -MMD -MF "$obj.d" -c "$src" -o "$tmp"; then
     mv "$tmp" "$obj"
   else
     rm -f "$obj" "$tmp"  # never link a stale object
@@ -104,7 +119,7 @@ compile() {
   fi
 }
 export -f compile
-export CXX CXXFLAGS SAN
+export CXX CXXFLAGS SAN GLUE_SAN
 
 pairs=()
 for src in "${LIB_SRCS[@]}" "${TARGETS[@]/#/fuzz/}" fuzz/make_seeds; do

@@ -25,13 +25,16 @@ took setup
 bazel build "${BAZEL_FLAGS[@]}" //... || exit 1
 took "bazel build"
 # The fuzzers' clang build (every library source again, under ASan) runs
-# beside the tests at the lowest priority: the tests mostly wait on their
-# daemons, and the build takes only the cores they leave idle.
+# beside the tests, the Python tests and the deployment checks at the lowest
+# priority: they mostly wait on their daemons, and the build takes only the
+# cores they leave idle.
 mkdir -p fuzz/out
 nice -n 19 fuzz/build.sh >fuzz/out/build.log 2>&1 &
 fuzz_build=$!
 bazel_log=$(mktemp)
-bazel test "${BAZEL_FLAGS[@]}" --test_output=errors //... 2>&1 | tee "$bazel_log"
+# Four tests at once on any machine: they wait on their daemons far more
+# than they compute.
+bazel test "${BAZEL_FLAGS[@]}" --local_test_jobs=4 --test_output=errors //... 2>&1 | tee "$bazel_log"
 rc=${PIPESTATUS[0]}
 while IFS= read -r line; do failures+=("bazel test: $line"); done < <(
   grep -E '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|FLAKY|NO STATUS|INCOMPLETE)' "$bazel_log")
@@ -40,22 +43,6 @@ if [ "$rc" -ne 0 ] && [ "${#failures[@]}" -eq 0 ]; then
 fi
 rm -f "$bazel_log"
 took "bazel test"
-
-# Every parser of outside input under libFuzzer, a short run each (run.sh
-# builds again only what the build above did not finish; a failed build is
-# reported there).
-wait "$fuzz_build"
-took "fuzz build (the rest)"
-fuzz_log=$(mktemp)
-fuzz/run.sh 10 2>&1 | tee "$fuzz_log"
-if [ "${PIPESTATUS[0]}" -ne 0 ]; then
-  rc=1
-  while IFS= read -r line; do failures+=("fuzz: $line"); done < <(
-    grep -E 'FAILED|fuzz build failed|ERROR' "$fuzz_log" | head -8)
-  [ -s "$fuzz_log" ] || failures+=("fuzz: fuzz/run.sh failed with no output")
-fi
-rm -f "$fuzz_log"
-took fuzz
 
 # The Python SDK's tests (pytest) against a real local cluster.
 ./client/python/run_tests.sh bazel-testlogs/client/python/pytest/test.xml
@@ -100,6 +87,22 @@ counted compose_test deploy/compose_test.sh
 counted wheel_test scripts/wheel_test.sh
 counted sdk_install_test scripts/sdk_install_test.sh
 counted container_test deploy/container_test.sh
+
+# Every parser of outside input under libFuzzer, a short run each (run.sh
+# builds again only what the background build did not finish; a failed
+# build is reported there). Longer runs by hand: fuzz/run.sh 60.
+wait "$fuzz_build"
+took "fuzz build (the rest)"
+fuzz_log=$(mktemp)
+fuzz/run.sh 5 2>&1 | tee "$fuzz_log"
+if [ "${PIPESTATUS[0]}" -ne 0 ]; then
+  rc=1
+  while IFS= read -r line; do failures+=("fuzz: $line"); done < <(
+    grep -E 'FAILED|fuzz build failed|ERROR' "$fuzz_log" | head -8)
+  [ -s "$fuzz_log" ] || failures+=("fuzz: fuzz/run.sh failed with no output")
+fi
+rm -f "$fuzz_log"
+took fuzz
 
 # The GPU path must compile even without a GPU (CUDA headers and libraries
 # from /usr/local/cuda). Built last: it relinks bazel-bin/worker/tessera-worker.
