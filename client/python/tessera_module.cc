@@ -873,6 +873,47 @@ class PyClient {
     return d;
   }
 
+  // The named tensors (or those starting with `prefix`) as a Hugging Face
+  // sharded directory under the workers' --checkpoint_root (export --hf).
+  // `max_shard_size`: None (5 GB), bytes as an int, or a size as Hugging
+  // Face writes one ("5GB", "500MiB").
+  py::dict ExportHf(const std::string& dir, py::object names, py::object prefix,
+                    const std::string& strip_prefix, py::object max_shard_size,
+                    bool overwrite) {
+    const std::vector<std::string> list =
+        names.is_none() ? std::vector<std::string>{}
+                        : names.cast<std::vector<std::string>>();
+    const std::string p = prefix.is_none() ? "" : prefix.cast<std::string>();
+    Client::HfExport options;
+    options.strip_prefix = strip_prefix;
+    options.overwrite = overwrite;
+    if (py::isinstance<py::str>(max_shard_size)) {
+      absl::StatusOr<int64_t> bytes =
+          ParseByteSize(max_shard_size.cast<std::string>());
+      if (!bytes.ok()) {
+        Check(absl::InvalidArgumentError(
+            absl::StrCat("max_shard_size: ", bytes.status().message())));
+      }
+      options.max_file_bytes = *bytes;
+    } else if (!max_shard_size.is_none()) {
+      const int64_t bytes = max_shard_size.cast<int64_t>();
+      if (bytes < 1) {
+        Check(absl::InvalidArgumentError(absl::StrCat(
+            "max_shard_size: ", bytes, " is not a size (at least 1 byte)")));
+      }
+      options.max_file_bytes = bytes;
+    }
+    Client::SaveStats stats = Unwrap(
+        WithoutGil([&] { return client_->ExportHf(dir, list, p, options); }));
+    py::dict d;
+    d["dir"] = dir;
+    d["tensors"] = stats.tensors;
+    d["bytes"] = stats.bytes;
+    d["files"] = stats.files;
+    d["seconds"] = stats.seconds;
+    return d;
+  }
+
   // The named tensors (or those starting with `prefix`) into one
   // .safetensors file, gathered straight into its mapping.
   py::dict ExportSafetensors(
@@ -1321,5 +1362,8 @@ PYBIND11_MODULE(_tessera, m) {
            py::arg("prefix"), py::arg("overwrite") = false)
       .def("export_safetensors", &PyClient::ExportSafetensors, py::arg("path"),
            py::arg("names"), py::arg("prefix"), py::arg("metadata"))
+      .def("export_hf", &PyClient::ExportHf, py::arg("dir"), py::arg("names"),
+           py::arg("prefix"), py::arg("strip_prefix"),
+           py::arg("max_shard_size"), py::arg("overwrite"))
       .def("reshard", &PyClient::Reshard, py::arg("name"), py::arg("spec"));
 }

@@ -313,3 +313,61 @@ def test_save_then_load_in_another_layout(cluster, client, name):
     for key in weights:
         client.delete(f"{name}/{key}")
         client.delete(f"back/{name}/{key}")
+
+
+def test_export_hf_writes_a_sharded_directory_that_loads_back(cluster, client, name):
+    """export_hf: the workers write model-0000K-of-0000N.safetensors files of
+    whole tensors (none over max_shard_size unless one tensor is larger) and
+    model.safetensors.index.json naming each tensor's file; the files read
+    back with the reference reader, and load takes the directory back into
+    another layout bit-exact."""
+    rng = np.random.default_rng(9)
+    weights = {"layers.0.w": rng.standard_normal((40, 16)).astype(np.float32),  # 2560 B
+               "layers.1.w": rng.standard_normal((40, 16)).astype(np.float32),
+               "bias": rng.standard_normal(24).astype(np.float32),  # 96 B
+               "step": np.array([3], dtype=np.int64)}
+    for key, arr in weights.items():
+        client.put(f"{name}/{key}", arr, chunk_dim=0, placements=["w0", "w1"])
+    out = f"hf-{name}"
+    stats = client.export_hf(out, prefix=f"{name}/", strip_prefix=f"{name}/",
+                             max_shard_size="3KB")
+    assert isinstance(stats, tessera.SaveStats)
+    assert sorted(stats.tensors) == sorted(f"{name}/{k}" for k in weights)
+    assert stats.bytes == sum(a.nbytes for a in weights.values())
+    root = os.path.join(cluster.checkpoint_root, out)
+    index = json.load(open(os.path.join(root, "model.safetensors.index.json")))
+    assert sorted(index["weight_map"]) == sorted(weights)
+    files = sorted(set(index["weight_map"].values()))
+    n = len(files)
+    assert n >= 2 and stats.files == n  # 5.3 KB of data, 3 KB a file
+    assert files == [f"model-{k:05d}-of-{n:05d}.safetensors" for k in range(1, n + 1)]
+    seen = {}
+    for f in files:
+        tensors, _, _ = st_load(os.path.join(root, f))
+        data = sum(arr.nbytes for _, arr in tensors.values())
+        assert data <= 3000 or len(tensors) == 1
+        for entry, (code, arr) in tensors.items():
+            assert index["weight_map"][entry] == f
+            seen[entry] = (code, arr)
+    assert sorted(seen) == sorted(weights)
+    for key, arr in weights.items():
+        code, back = seen[key]
+        assert code == {"float32": "F32", "int64": "I64"}[str(arr.dtype)]
+        assert np.array_equal(back, arr)
+    loaded = client.load(out, chunk_dim=-1, placements=["w3", "w2", "w1"],
+                         prefix=f"{name}-hf/")
+    assert loaded.bytes == stats.bytes
+    for key, arr in weights.items():
+        assert np.array_equal(client.get(f"{name}-hf/{key}"), arr)
+    # Bad sizes and selections are refused before anything is written.
+    for bad in ("3XB", "0", -1, 0, 2.5):
+        with pytest.raises(tessera.InvalidArgument, match="max_shard_size"):
+            client.export_hf(f"hf-bad-{name}", prefix=f"{name}/", max_shard_size=bad)
+    with pytest.raises(tessera.InvalidArgument, match="not both"):
+        client.export_hf("x", [f"{name}/bias"], prefix="y")
+    with pytest.raises(tessera.NotFound):
+        client.export_hf(f"hf-bad-{name}", [f"{name}/absent"])
+    assert not os.path.exists(os.path.join(cluster.checkpoint_root, f"hf-bad-{name}"))
+    for key in weights:
+        client.delete(f"{name}/{key}")
+        client.delete(f"{name}-hf/{key}")

@@ -1073,6 +1073,41 @@ class Client:
             d = self._impl.save(str(dir), listed, prefix, overwrite)
         return SaveStats(**d)
 
+    def export_hf(self, dir: str, names: Optional[Sequence[str]] = None, *,
+                  prefix: Optional[str] = None, strip_prefix: str = "",
+                  max_shard_size: Union[int, str, None] = None,
+                  overwrite: bool = False, progress: bool = False) -> SaveStats:
+        """Writes tensors as a Hugging Face sharded directory ``dir``,
+        relative to the workers' ``--checkpoint_root`` (``tessera export
+        --hf``).
+
+        Give ``names`` or ``prefix``. The directory gets
+        ``model-0000K-of-0000N.safetensors`` files, each holding whole
+        tensors and at most ``max_shard_size`` bytes of data unless one
+        tensor is larger (bytes as an int, or a size as Hugging Face writes
+        one: ``"5GB"``, ``"500MiB"``; default 5 GB), and
+        ``model.safetensors.index.json``. Entries are the tensor names less
+        ``strip_prefix``. The workers holding the shards write the bytes;
+        none pass through this client. A directory tessera did not write,
+        or another principal's, is replaced only with ``overwrite=True``;
+        else ``AlreadyExists``. ``load`` reads it back in any layout.
+        ``progress=True`` shows a tqdm bar of the bytes written (with
+        ``names``). Needs the write role.
+        """
+        if (names is None) == (prefix is None):
+            raise InvalidArgument("export_hf: give names or prefix, not both or neither")
+        if isinstance(names, str):
+            names = [names]
+        if isinstance(max_shard_size, bool) or not isinstance(max_shard_size, (int, str, type(None))):
+            raise InvalidArgument("export_hf: max_shard_size is bytes (an int) or a size such as '5GB'")
+        listed = None if names is None else [str(n) for n in names]
+        watched = listed[0] if listed else None
+        with _Progress(self._impl, None, f"export {dir}", progress and watched is not None,
+                       sample=lambda: self._impl.reshard_progress(watched)):
+            d = self._impl.export_hf(str(dir), listed, prefix, str(strip_prefix),
+                                     max_shard_size, overwrite)
+        return SaveStats(**d)
+
     def export_safetensors(self, path: str, names: Optional[Sequence[str]] = None, *,
                            prefix: Optional[str] = None,
                            metadata: Optional[dict] = None,
