@@ -1711,11 +1711,11 @@ def check_rules(objects, problems):
     return workloads
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("paths", nargs="*")
     ap.add_argument("--renderer", choices=("auto", "kubectl", "builtin"), default="auto")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     paths = args.paths or [HERE, os.path.join(HERE, "secrets.example.yaml")]
 
     problems = Problems()
