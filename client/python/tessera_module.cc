@@ -862,8 +862,15 @@ class PyClient {
         names.is_none() ? std::vector<std::string>{}
                         : names.cast<std::vector<std::string>>();
     const std::string p = prefix.is_none() ? "" : prefix.cast<std::string>();
-    Client::SaveStats stats = Unwrap(WithoutGil(
-        [&] { return client_->SaveCheckpoint(dir, list, p, overwrite); }));
+    return SaveStatsDict(dir, Unwrap(WithoutGil([&] {
+                           return client_->SaveCheckpoint(dir, list, p,
+                                                          overwrite);
+                         })));
+  }
+
+  // A save's or an export --hf's reply, as SaveStats' fields.
+  static py::dict SaveStatsDict(const std::string& dir,
+                                const Client::SaveStats& stats) {
     py::dict d;
     d["dir"] = dir;
     d["tensors"] = stats.tensors;
@@ -903,15 +910,9 @@ class PyClient {
       }
       options.max_file_bytes = bytes;
     }
-    Client::SaveStats stats = Unwrap(
-        WithoutGil([&] { return client_->ExportHf(dir, list, p, options); }));
-    py::dict d;
-    d["dir"] = dir;
-    d["tensors"] = stats.tensors;
-    d["bytes"] = stats.bytes;
-    d["files"] = stats.files;
-    d["seconds"] = stats.seconds;
-    return d;
+    return SaveStatsDict(dir, Unwrap(WithoutGil([&] {
+                           return client_->ExportHf(dir, list, p, options);
+                         })));
   }
 
   // The named tensors (or those starting with `prefix`) into one
