@@ -120,15 +120,20 @@ absl::Status TransportChain::Read(const RemoteShard& shard, const Box& box,
 absl::Status TransportChain::CountRead(
     const RemoteShard& shard, int64_t bytes,
     const std::function<absl::Status()>& op) {
-  const std::string& address = shard.location.address;
+  // A copy: `shard` may not outlive `op` unchanged.
+  const std::string address = shard.location.address;
   {
     absl::MutexLock lock(&mu_);
     in_flight_[address] += bytes;
   }
   absl::Status status = op();
   absl::MutexLock lock(&mu_);
+  // Never erase end(): that corrupts the map, and a later erase spins
+  // forever (a relay hop was seen at 100 % CPU here).
   auto it = in_flight_.find(address);
-  if ((it->second -= bytes) == 0) in_flight_.erase(it);
+  if (it != in_flight_.end() && (it->second -= bytes) <= 0) {
+    in_flight_.erase(it);
+  }
   if (status.ok() && bytes > 0) served_[shard.location.worker] += bytes;
   return status;
 }
