@@ -120,7 +120,6 @@ absl::Status TransportChain::Read(const RemoteShard& shard, const Box& box,
 absl::Status TransportChain::CountRead(
     const RemoteShard& shard, int64_t bytes,
     const std::function<absl::Status()>& op) {
-  // A copy: `shard` may not outlive `op` unchanged.
   const std::string address = shard.location.address;
   {
     absl::MutexLock lock(&mu_);
@@ -128,8 +127,9 @@ absl::Status TransportChain::CountRead(
   }
   absl::Status status = op();
   absl::MutexLock lock(&mu_);
-  // Never erase end(): that corrupts the map, and a later erase spins
-  // forever (a relay hop was seen at 100 % CPU here).
+  // Never erase end() (undefined behaviour). A relay hop was seen spinning
+  // at 100 % CPU in this erase: the map was already corrupt, by a cause
+  // not yet found (every access here holds mu_ and adds what it takes).
   auto it = in_flight_.find(address);
   if (it != in_flight_.end() && (it->second -= bytes) <= 0) {
     in_flight_.erase(it);

@@ -261,7 +261,7 @@ void WorkerDaemon::Parts::ChooseBulkTransports(
                                    "allows it)"
                                  : "shards are not in host memory");
   }
-  // Only a GPU store (and so a build with CUDA) gets this far.
+  // NCCL only for a GPU store, which only a build with CUDA opens.
   const GpuSupport* gpu = RegisteredGpuSupport();
   if (options.device.kind != Device::Kind::kCuda || gpu == nullptr) return;
   if (!options.nccl) {

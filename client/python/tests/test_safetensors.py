@@ -360,7 +360,7 @@ def test_export_hf_writes_a_sharded_directory_that_loads_back(cluster, client, n
     for key, arr in weights.items():
         assert np.array_equal(client.get(f"{name}-hf/{key}"), arr)
     # Bad sizes and selections are refused before anything is written.
-    for bad in ("3XB", "0", -1, 0, 2.5):
+    for bad in ("3XB", "0", -1, 0, 2.5, 2**70):
         with pytest.raises(tessera.InvalidArgument, match="max_shard_size"):
             client.export_hf(f"hf-bad-{name}", prefix=f"{name}/", max_shard_size=bad)
     with pytest.raises(tessera.InvalidArgument, match="not both"):

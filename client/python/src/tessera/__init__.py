@@ -1098,7 +1098,8 @@ class Client:
             raise InvalidArgument("export_hf: give names or prefix, not both or neither")
         if isinstance(names, str):
             names = [names]
-        if isinstance(max_shard_size, bool) or not isinstance(max_shard_size, (int, str, type(None))):
+        if isinstance(max_shard_size, bool) or not isinstance(max_shard_size, (int, str, type(None))) \
+                or (isinstance(max_shard_size, int) and max_shard_size >= 2**63):
             raise InvalidArgument("export_hf: max_shard_size is bytes (an int) or a size such as '5GB'")
         listed = None if names is None else [str(n) for n in names]
         watched = listed[0] if listed else None
