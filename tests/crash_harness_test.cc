@@ -29,7 +29,9 @@
 // run: they succeed whole or are refused, and no worker dies of it.
 //
 // Short by default (CI); the environment sets a longer run:
-//   TESSERA_CRASH_CYCLES (default 20), TESSERA_CRASH_SEED (default 1).
+//   TESSERA_CRASH_CYCLES (default 20), TESSERA_CRASH_SEED (default 1),
+//   TESSERA_CRASH_FORWARD (the coordinator's --replica_forward; default its
+//   own).
 // scripts/crash_harness.sh runs 200+ cycles. The last line printed is the
 // summary: cycles, changes acknowledged, lost, leaked bytes.
 #include <sched.h>
@@ -773,6 +775,10 @@ void RunHarness(bool store, bool etcd = false) {
   options.coordinator_flags = {
       "--heartbeat_ms=200", "--lease_ms=3000", "--retire_grace_ms=100",
       absl::StrCat("--snapshot_every=", 1 + pick() % 6)};
+  if (const char* forward = std::getenv("TESSERA_CRASH_FORWARD")) {
+    options.coordinator_flags.push_back(
+        absl::StrCat("--replica_forward=", forward));
+  }
   std::unique_ptr<testing::EtcdCluster> members;
   if (etcd) {
     members = std::make_unique<testing::EtcdCluster>(3, "crash-etcd");
