@@ -21,19 +21,16 @@
 #include "absl/strings/str_split.h"
 #include "core/dtype.h"
 #include "core/npy.h"
+#include "core/testing/temp_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
 namespace {
 
+using ::tessera::testing::TempPath;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
-}
 
 std::string BinaryPath() {
   const char* srcdir = std::getenv("TEST_SRCDIR");

@@ -26,6 +26,7 @@
 #include "core/npy.h"
 #include "core/placement.h"
 #include "core/testing/status_matchers.h"
+#include "core/testing/temp_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -33,23 +34,12 @@ namespace tessera {
 namespace {
 
 using ::tessera::testing::IsOk;
+using ::tessera::testing::PathExists;
+using ::tessera::testing::ReadFileToString;
+using ::tessera::testing::WriteStringToFile;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void WriteAll(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out << bytes;
-}
-
-bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
 // The bytes of a safetensors file of `tensors` as LayoutSafetensors lays
 // it out, each entry's byte b being (b * 7 + seed) (bools 0/1).
@@ -132,7 +122,7 @@ const std::vector<SafetensorsTensor>& Model() {
 TEST_F(CliServingTest, ImportThenExportRoundTripsBytes) {
   const std::string in = Path("gpt.safetensors");
   const std::string bytes = SafetensorsBytes(Model(), 3);
-  WriteAll(in, bytes);
+  WriteStringToFile(in, bytes);
   LocalCluster::Result r =
       Tessera({"import", in, "--chunk_dim=0",
                "--placements=rank:0,rank:1,rank:2", "--prefix=gpt/", "--json"});
@@ -169,7 +159,7 @@ TEST_F(CliServingTest, ImportThenExportRoundTripsBytes) {
   r = Tessera({"export", out, "--prefix=gpt/"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, StartsWith("exported 11 tensors into " + out));
-  EXPECT_EQ(ReadAll(out), bytes);
+  EXPECT_EQ(ReadFileToString(out), bytes);
 
   // By names, with --json.
   const std::string two = Path("two.safetensors");
@@ -183,7 +173,7 @@ TEST_F(CliServingTest, ImportThenExportRoundTripsBytes) {
                   "{\"entry\": \"gpt/wte\", \"tensor\": \"gpt/wte\", "
                   "\"shape\": [10, 4], \"dtype\": \"float32\"}], "
                   "\"bytes\": 200, \"file_bytes\": ",
-                  ReadAll(two).size(), ", \"seconds\": ")));
+                  ReadFileToString(two).size(), ", \"seconds\": ")));
   absl::StatusOr<std::unique_ptr<SafetensorsReader>> back =
       SafetensorsReader::Open(two);
   ASSERT_THAT(back.status(), IsOk());
@@ -207,7 +197,7 @@ TEST_F(CliServingTest, ExportKeepsTheImportedFilesOrderAndMetadata) {
   for (int b = 0; b < 23; ++b) data.push_back(static_cast<char>(b * 11 + 1));
   const std::string bytes = RawFile(padded, data);
   const std::string in = Path("ordered.safetensors");
-  WriteAll(in, bytes);
+  WriteStringToFile(in, bytes);
   LocalCluster::Result r =
       Tessera({"import", in, "--chunk_dim=0", "--placements=rank:0,rank:1",
                "--prefix=ord/"});
@@ -216,7 +206,7 @@ TEST_F(CliServingTest, ExportKeepsTheImportedFilesOrderAndMetadata) {
   const std::string out = Path("ordered_out.safetensors");
   r = Tessera({"export", out, "--prefix=ord/"});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(ReadAll(out), bytes);
+  EXPECT_EQ(ReadFileToString(out), bytes);
 
   // --metadata: a new key after the file's, a file key's value replaced.
   const std::string tagged = Path("tagged.safetensors");
@@ -254,7 +244,7 @@ TEST_F(CliServingTest, ExportKeepsTheImportedFilesOrderAndMetadata) {
     SCOPED_TRACE(bad);
     ExpectError(Tessera({"export", none, "--prefix=ord/", bad}), 2,
                 {"--metadata"});
-    EXPECT_FALSE(Exists(none));
+    EXPECT_FALSE(PathExists(none));
   }
   ASSERT_EQ(Tessera({"rm", "ord/z.bias", "ord/a.w", "ord/m.ids", "ord/f.fp8",
                      "ord/new"})
@@ -264,7 +254,7 @@ TEST_F(CliServingTest, ExportKeepsTheImportedFilesOrderAndMetadata) {
 
 TEST_F(CliServingTest, ImportWithShardsSpecResolvesPerEntry) {
   const std::string in = Path("boxes.safetensors");
-  WriteAll(
+  WriteStringToFile(
       in, SafetensorsBytes(
               {{"a", DType::kInt32, {4, 2}}, {"b", DType::kInt32, {6, 3}}}, 5));
   LocalCluster::Result r = Tessera(
@@ -298,7 +288,7 @@ TEST_F(CliServingTest, MalformedFilesExitOneAndCreateNothing) {
   };
   for (const auto& [what, bytes] : bad) {
     const std::string path = Path("bad_" + what + ".safetensors");
-    WriteAll(path, bytes);
+    WriteStringToFile(path, bytes);
     SCOPED_TRACE(what);
     ExpectError(Tessera({"import", path, "--chunk_dim=0", "--placements=rank:0",
                          "--prefix=bad/"}),
@@ -312,9 +302,9 @@ TEST_F(CliServingTest, MalformedFilesExitOneAndCreateNothing) {
 
 TEST_F(CliServingTest, InvalidShardingDimCreatesNothing) {
   const std::string in = Path("dim.safetensors");
-  WriteAll(in, SafetensorsBytes({{"m", DType::kFloat32, {4, 4}},
-                                 {"v", DType::kFloat32, {4}}},
-                                1));
+  WriteStringToFile(in, SafetensorsBytes({{"m", DType::kFloat32, {4, 4}},
+                                          {"v", DType::kFloat32, {4}}},
+                                         1));
   const std::string before = Tensors();
   ExpectError(Tessera({"import", in, "--chunk_dim=1",
                        "--placements=rank:0,rank:1", "--prefix=dim/"}),
@@ -348,10 +338,10 @@ TEST_F(CliServingTest, FailedExportLeavesNoFile) {
   const std::string out = Path("never.safetensors");
   ExpectError(Tessera({"export", out, "exp/a", "exp/missing"}), 1,
               {"not found"});
-  EXPECT_FALSE(Exists(out));
+  EXPECT_FALSE(PathExists(out));
   ExpectError(Tessera({"export", out, "--prefix=nothing-here/"}), 1,
               {"safetensors", "nothing-here/"});
-  EXPECT_FALSE(Exists(out));
+  EXPECT_FALSE(PathExists(out));
 }
 
 // ---- get --rows, put --update, --json, --transport --------------------------
@@ -464,7 +454,7 @@ TEST_F(CliServingTest, GetRowsErrors) {
   ASSERT_THAT(WriteNpyFile(neg, Int64Array({-11})), IsOk());
   ExpectError(Tessera({"get", "rows/e", "--rows=" + neg, "--output=" + out}), 1,
               {"out of bounds"});
-  EXPECT_FALSE(Exists(out));
+  EXPECT_FALSE(PathExists(out));
 
   HostArray floats = HostArray::Allocate(DType::kFloat32, {2});
   std::memset(floats.data(), 0, floats.num_bytes);
@@ -479,13 +469,13 @@ TEST_F(CliServingTest, GetRowsErrors) {
   ExpectError(Tessera({"get", "rows/e", "--rows=" + m, "--output=" + out}), 1,
               {"rows", "1-D"});
   const std::string junk = Path("junk_rows.npy");
-  WriteAll(junk, "not a npy file");
+  WriteStringToFile(junk, "not a npy file");
   ExpectError(Tessera({"get", "rows/e", "--rows=" + junk, "--output=" + out}),
               1, {"rows"});
   ExpectError(Tessera({"get", "rows/e", "--rows=" + Path("absent.npy"),
                        "--output=" + out}),
               1, {"rows"});
-  EXPECT_FALSE(Exists(out));
+  EXPECT_FALSE(PathExists(out));
 
   ExpectError(Tessera({"get", "rows/e", "--rows=" + far, "--region=0:1",
                        "--output=" + out}),
@@ -562,9 +552,9 @@ TEST_F(CliServingTest, InputsThatShrinkWhileReadFailCleanlyAndChangeNothing) {
 
   // import: all or nothing.
   const std::string st = Path("shrinks.safetensors");
-  WriteAll(st, SafetensorsBytes({{"a", DType::kFloat32, {64, 1024}},
-                                 {"b", DType::kFloat32, {64, 1024}}},
-                                5));
+  WriteStringToFile(st, SafetensorsBytes({{"a", DType::kFloat32, {64, 1024}},
+                                          {"b", DType::kFloat32, {64, 1024}}},
+                                         5));
   ExpectError(
       TesseraTruncating(*cluster_, st, 8192, ":connect",
                         {"import", st, "--chunk_dim=0",
@@ -583,7 +573,7 @@ TEST_F(CliServingTest, InputsThatShrinkWhileReadFailCleanlyAndChangeNothing) {
                   *cluster_, idx, 4096, "",
                   {"get", "shrink/rows", "--rows=" + idx, "--output=" + out}),
               1, {"rows", "changed while it was read"});
-  EXPECT_FALSE(Exists(out));
+  EXPECT_FALSE(PathExists(out));
 }
 
 TEST_F(CliServingTest, PutUpdateWholeAndRegion) {
@@ -741,11 +731,11 @@ TEST_F(CliServingTest, FailedGetLeavesNoFileAndKeepsAnOldOne) {
               {"out of bounds"});
   ExpectError(Tessera({"get", "fail/t", "--shard=3", "--output=" + out}), 1,
               {"out of bounds"});
-  EXPECT_FALSE(Exists(out));
-  WriteAll(out, "old contents");
+  EXPECT_FALSE(PathExists(out));
+  WriteStringToFile(out, "old contents");
   ExpectError(Tessera({"get", "fail/t", "--region=-11:", "--output=" + out}), 1,
               {"out of bounds"});
-  EXPECT_EQ(ReadAll(out), "old contents");
+  EXPECT_EQ(ReadFileToString(out), "old contents");
   // Nothing else was left in the directory either.
   LocalCluster::Result ls = LocalCluster::Run(
       {"/bin/sh", "-c",
@@ -822,7 +812,7 @@ Sampled RunSampled(const std::vector<std::string>& argv) {
     }
     usleep(1000);
   }
-  s.err = ReadAll(err_path);
+  s.err = ReadFileToString(err_path);
   return s;
 }
 

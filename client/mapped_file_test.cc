@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/testing/status_matchers.h"
+#include "core/testing/temp_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -21,21 +22,11 @@ namespace tessera {
 namespace {
 
 using ::tessera::testing::IsOk;
+using ::tessera::testing::ReadFileToString;
 using ::tessera::testing::StatusIs;
+using ::tessera::testing::TempPath;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 TEST(MappedInputFileTest, MapsTheWholeFile) {
   const std::string path = TempPath("in.bin");
@@ -131,9 +122,9 @@ TEST(MappedOutputFileTest, CommitRenamesIntoPlaceReplacingAnOldFile) {
       MappedOutputFile::Create(path, 5, "test file");
   ASSERT_THAT(f.status(), IsOk());
   std::memcpy((*f)->data(), "fresh", 5);
-  EXPECT_EQ(ReadAll(path), "old");  // untouched until Commit
+  EXPECT_EQ(ReadFileToString(path), "old");  // untouched until Commit
   ASSERT_THAT((*f)->Commit(), IsOk());
-  EXPECT_EQ(ReadAll(path), "fresh");
+  EXPECT_EQ(ReadFileToString(path), "fresh");
   EXPECT_THAT((*f)->Commit(), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 

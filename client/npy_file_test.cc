@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/npy.h"
 #include "core/testing/status_matchers.h"
+#include "core/testing/temp_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -21,25 +22,11 @@ namespace tessera {
 namespace {
 
 using ::tessera::testing::IsOk;
+using ::tessera::testing::ReadFileToString;
 using ::tessera::testing::StatusIs;
+using ::tessera::testing::TempPath;
+using ::tessera::testing::WriteStringToFile;
 using ::testing::HasSubstr;
-
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void WriteAll(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out << bytes;
-}
 
 HostArray Iota(DType dtype, Shape shape) {
   HostArray a = HostArray::Allocate(dtype, std::move(shape));
@@ -73,7 +60,7 @@ TEST(NpyFileTest, WritesTheHeaderCoreEncodes) {
   HostArray a = Iota(DType::kInt16, {4});
   const std::string path = TempPath("header.npy");
   ASSERT_THAT(WriteNpyFile(path, a), IsOk());
-  const std::string bytes = ReadAll(path);
+  const std::string bytes = ReadFileToString(path);
   const std::string header = EncodeNpyHeader(DType::kInt16, {4});
   EXPECT_EQ(bytes.substr(0, header.size()), header);
   EXPECT_EQ(bytes.size(), header.size() + 8);
@@ -128,20 +115,20 @@ TEST(NpyFileTest, TruncatedAndTooLongFilesAreRefused) {
   HostArray a = Iota(DType::kInt32, {10});
   const std::string path = TempPath("trunc.npy");
   ASSERT_THAT(WriteNpyFile(path, a), IsOk());
-  const std::string bytes = ReadAll(path);
-  WriteAll(path, bytes.substr(0, bytes.size() - 1));
+  const std::string bytes = ReadFileToString(path);
+  WriteStringToFile(path, bytes.substr(0, bytes.size() - 1));
   EXPECT_THAT(
       ReadNpyFile(path, std::nullopt),
       StatusIs(absl::StatusCode::kInvalidArgument,
                ::testing::AllOf(HasSubstr("truncated"), HasSubstr(path))));
-  WriteAll(path, bytes + "x");
+  WriteStringToFile(path, bytes + "x");
   EXPECT_THAT(ReadNpyFile(path, std::nullopt),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        ::testing::AllOf(HasSubstr("longer"), HasSubstr(path))));
-  WriteAll(path, bytes.substr(0, 20));
+  WriteStringToFile(path, bytes.substr(0, 20));
   EXPECT_THAT(ReadNpyFile(path, std::nullopt),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(path)));
-  WriteAll(path, "hello world, not numpy");
+  WriteStringToFile(path, "hello world, not numpy");
   EXPECT_THAT(
       ReadNpyFile(path, std::nullopt),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a .npy")));
@@ -164,7 +151,7 @@ TEST(NpyFileTest, HeaderPromisingMoreThanTheFileIsRefusedBeforeAllocating) {
   const std::string file = HugeHeaderFile();
   ASSERT_EQ(file.size(), 118u);
   const std::string path = TempPath("huge_header.npy");
-  WriteAll(path, file);
+  WriteStringToFile(path, file);
   // Allocating first would throw std::bad_alloc (2^49 bytes): the file's
   // size is checked before.
   EXPECT_THAT(ReadNpyFile(path, std::nullopt),
@@ -195,7 +182,7 @@ TEST(NpyFileTest, APipeDeliveringTheWholeArrayIsRead) {
   HostArray a = Iota(DType::kInt32, {3, 4});
   const std::string file_path = TempPath("pipe_source.npy");
   ASSERT_THAT(WriteNpyFile(file_path, a), IsOk());
-  const std::string bytes = ReadAll(file_path);
+  const std::string bytes = ReadFileToString(file_path);
   const std::string path = TempPath("whole.fifo");
   unlink(path.c_str());
   ASSERT_EQ(mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
@@ -245,7 +232,7 @@ TEST(NpyFileTest, ReadsBigEndianFortranOrder) {
     bytes += static_cast<char>(v);
   }
   const std::string path = TempPath("be_f.npy");
-  WriteAll(path, bytes);
+  WriteStringToFile(path, bytes);
   absl::StatusOr<HostArray> a = ReadNpyFile(path, std::nullopt);
   ASSERT_THAT(a, IsOk());
   EXPECT_EQ(a->dtype, DType::kInt32);
@@ -301,7 +288,7 @@ TEST(OpenNpyFileTest, BigEndianFortranIsConvertedInMemory) {
   bytes += dict;
   for (int v : {0, 2, 1, 3}) bytes += std::string{'\0', static_cast<char>(v)};
   const std::string path = TempPath("be_fortran_open.npy");
-  WriteAll(path, bytes);
+  WriteStringToFile(path, bytes);
   absl::StatusOr<NpyInput> in = OpenNpyFile(path, std::nullopt);
   ASSERT_THAT(in.status(), IsOk());
   EXPECT_FALSE(in->mapped);
@@ -329,9 +316,9 @@ TEST(OpenNpyFileTest, SameChecksAsReadNpyFile) {
   EXPECT_THAT(OpenNpyFile(path, DType::kInt16).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("int16")));
   // Truncated: refused, naming the file.
-  const std::string whole = ReadAll(path);
+  const std::string whole = ReadFileToString(path);
   const std::string cut = TempPath("cut_open.npy");
-  WriteAll(cut, whole.substr(0, whole.size() - 1));
+  WriteStringToFile(cut, whole.substr(0, whole.size() - 1));
   EXPECT_THAT(
       OpenNpyFile(cut, DType::kBFloat16).status(),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("truncated")));
@@ -360,7 +347,7 @@ TEST(NpyFileWriterTest, WritesWhatReadNpyFileReads) {
   // Byte for byte what WriteNpyFile writes.
   const std::string copy = TempPath("writer_copy.npy");
   ASSERT_THAT(WriteNpyFile(copy, *back), IsOk());
-  EXPECT_EQ(ReadAll(copy), ReadAll(path));
+  EXPECT_EQ(ReadFileToString(copy), ReadFileToString(path));
 }
 
 TEST(NpyFileWriterTest, UncommittedLeavesNothingAndEmptyArraysWork) {

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/testing/status_matchers.h"
+#include "core/testing/temp_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -20,7 +21,10 @@ namespace tessera {
 namespace {
 
 using ::tessera::testing::IsOk;
+using ::tessera::testing::ReadFileToString;
 using ::tessera::testing::StatusIs;
+using ::tessera::testing::TempPath;
+using ::tessera::testing::WriteStringToFile;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -31,23 +35,6 @@ std::string File(const std::string& json, const std::string& data = "") {
   uint64_t n = json.size();
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
   return out + json + data;
-}
-
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void WriteAll(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out << bytes;
 }
 
 TEST(SafetensorsDTypeTest, CodesMapBothWays) {
@@ -230,7 +217,7 @@ TEST(ReadSafetensorsHeaderTest, ReadsTheHeaderAloneAndRefusesWhatIsNotOne) {
       R"({"__metadata__":{"tessera_save":"0badf00d"},)"
       R"("w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})";
   const std::string path = TempPath("header.safetensors");
-  WriteAll(path, File(json, std::string(16, 'x')));
+  WriteStringToFile(path, File(json, std::string(16, 'x')));
   int fd = open(path.c_str(), O_RDONLY);
   ASSERT_GE(fd, 0);
   absl::StatusOr<SafetensorsHeader> h = ReadSafetensorsHeader(fd);
@@ -243,7 +230,7 @@ TEST(ReadSafetensorsHeaderTest, ReadsTheHeaderAloneAndRefusesWhatIsNotOne) {
 
   // Cut inside its data, inside its header, inside its length.
   for (size_t keep : {8 + json.size() + 4, size_t{20}, size_t{5}}) {
-    WriteAll(path, File(json, std::string(16, 'x')).substr(0, keep));
+    WriteStringToFile(path, File(json, std::string(16, 'x')).substr(0, keep));
     fd = open(path.c_str(), O_RDONLY);
     ASSERT_GE(fd, 0);
     EXPECT_THAT(ReadSafetensorsHeader(fd).status(),
@@ -359,7 +346,7 @@ TEST(SafetensorsFileTest, WriterThenReaderRoundTrip) {
     EXPECT_FALSE(access(path.c_str(), F_OK) == 0);  // not before Commit
     ASSERT_THAT((*w)->Commit(), IsOk());
   }
-  const std::string bytes = ReadAll(path);
+  const std::string bytes = ReadFileToString(path);
   EXPECT_EQ(static_cast<int64_t>(bytes.size()), layout->file_bytes);
   absl::StatusOr<std::unique_ptr<SafetensorsReader>> r =
       SafetensorsReader::Open(path);
@@ -390,7 +377,7 @@ TEST(SafetensorsFileTest, ReaderErrorsNameTheFile) {
       SafetensorsReader::Open(TempPath("missing.safetensors")).status(),
       StatusIs(absl::StatusCode::kNotFound, HasSubstr("safetensors file")));
   const std::string empty = TempPath("empty.safetensors");
-  WriteAll(empty, "");
+  WriteStringToFile(empty, "");
   EXPECT_THAT(SafetensorsReader::Open(empty).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("safetensors: the file has 0 bytes")));

@@ -21,6 +21,7 @@
 #include "core/init_fill.h"
 #include "core/placement.h"
 #include "core/testing/status_matchers.h"
+#include "core/testing/temp_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -28,22 +29,11 @@ namespace tessera {
 namespace {
 
 using ::tessera::testing::IsOk;
+using ::tessera::testing::PathExists;
+using ::tessera::testing::ReadFileToString;
 using ::tessera::testing::StatusIs;
+using ::tessera::testing::WriteStringToFile;
 using ::testing::HasSubstr;
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void WriteAll(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out << bytes;
-}
-
-bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
 // Byte i of an entry: a pattern that differs per entry (bools stay 0/1).
 char PatternByte(const SafetensorsEntry& e, int64_t i, int seed) {
@@ -160,8 +150,9 @@ TEST_F(SafetensorsIoTest, ImportIsByteExactAndExportWritesTheSameFile) {
   ASSERT_THAT(exported.status(), IsOk());
   EXPECT_EQ(exported->entries.size(), ModelTensors().size());
   EXPECT_EQ(exported->bytes, total);
-  EXPECT_EQ(ReadAll(out), ReadAll(in));
-  EXPECT_EQ(static_cast<int64_t>(ReadAll(out).size()), exported->file_bytes);
+  EXPECT_EQ(ReadFileToString(out), ReadFileToString(in));
+  EXPECT_EQ(static_cast<int64_t>(ReadFileToString(out).size()),
+            exported->file_bytes);
 
   // Export by names: entry names are the tensor names.
   const std::string named = Path("named.safetensors");
@@ -209,7 +200,7 @@ TEST_F(SafetensorsIoTest, MalformedFilesCreateNothing) {
   };
   for (size_t i = 0; i < bad.size(); ++i) {
     const std::string path = Path(absl::StrCat("bad", i, ".safetensors"));
-    WriteAll(path, bad[i]);
+    WriteStringToFile(path, bad[i]);
     EXPECT_THAT(
         ImportSafetensors(*client_, path, LayoutSpec::Chunk(0, Ranks(2)))
             .status(),
@@ -262,7 +253,7 @@ TEST_F(SafetensorsIoTest, ScalarsComeBackAsScalars) {
       ExportSafetensors(*client_, out, SafetensorsSelection::Prefix("sc/"))
           .status(),
       IsOk());
-  EXPECT_EQ(ReadAll(out), ReadAll(in));
+  EXPECT_EQ(ReadFileToString(out), ReadFileToString(in));
   for (const char* name : {"sc/a", "sc/logit_scale", "sc/step"}) {
     ASSERT_THAT(client_->Delete(name), IsOk());
   }
@@ -352,12 +343,12 @@ TEST_F(SafetensorsIoTest, FailedExportLeavesNoFile) {
                         SafetensorsSelection::Names({"ex/a", "ex/nope"}))
           .status(),
       StatusIs(absl::StatusCode::kNotFound, HasSubstr("not found")));
-  EXPECT_FALSE(Exists(out));
+  EXPECT_FALSE(PathExists(out));
   EXPECT_THAT(
       ExportSafetensors(*client_, out, SafetensorsSelection::Prefix("nothing/"))
           .status(),
       StatusIs(absl::StatusCode::kNotFound, HasSubstr("safetensors")));
-  EXPECT_FALSE(Exists(out));
+  EXPECT_FALSE(PathExists(out));
   EXPECT_THAT(ExportSafetensors(*client_, Path("no/such/dir/x.safetensors"),
                                 SafetensorsSelection::Prefix("ex/"))
                   .status(),
@@ -368,7 +359,7 @@ TEST_F(SafetensorsIoTest, FailedExportLeavesNoFile) {
                         SafetensorsSelection::Names({"ex/a", "ex/a"}))
           .status(),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("named twice")));
-  EXPECT_FALSE(Exists(out));
+  EXPECT_FALSE(PathExists(out));
 }
 
 // A gather that fails half way (a worker killed) leaves no file, not even

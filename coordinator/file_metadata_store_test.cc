@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/metadata_store_contract_test.h"
 #include "core/testing/status_matchers.h"
+#include "core/testing/temp_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -19,18 +20,12 @@ namespace tessera {
 namespace {
 
 using ::tessera::testing::IsOk;
+using ::tessera::testing::MakeTempDir;
+using ::tessera::testing::ReadFileToString;
 using ::tessera::testing::StatusIs;
+using ::tessera::testing::WriteStringToFile;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-
-std::string TempDir() {
-  const char* base = getenv("TEST_TMPDIR");
-  std::string pattern =
-      std::string(base != nullptr ? base : "/tmp") + "/store_XXXXXX";
-  std::vector<char> buf(pattern.begin(), pattern.end());
-  buf.push_back('\0');
-  return mkdtemp(buf.data());
-}
 
 MetadataChange TensorChange(const std::string& name, uint64_t version,
                             int num_shards) {
@@ -66,7 +61,7 @@ testing::MetadataStoreFactory FileStoreFactory() {
   testing::MetadataStoreFactory factory;
   factory.name = "File";
   factory.make = [] {
-    return std::make_unique<FileMetadataStore>(TempDir() + "/data");
+    return std::make_unique<FileMetadataStore>(MakeTempDir("store_") + "/data");
   };
   factory.make_faulty = [](testing::FaultPlan* faults) {
     FileOps ops;
@@ -74,7 +69,8 @@ testing::MetadataStoreFactory FileStoreFactory() {
       return faults->Write(fd, data, size);
     };
     ops.sync = [faults](int fd) { return faults->Sync(fd); };
-    return std::make_unique<FileMetadataStore>(TempDir() + "/data", ops);
+    return std::make_unique<FileMetadataStore>(MakeTempDir("store_") + "/data",
+                                               ops);
   };
   factory.reopen = [](std::unique_ptr<MetadataStore> store) {
     auto* file = static_cast<FileMetadataStore*>(store.get());
@@ -92,7 +88,7 @@ INSTANTIATE_TEST_SUITE_P(File, MetadataStoreContractTest,
                          MetadataStoreContractTest::Name);
 
 TEST(FileMetadataStoreTest, NewDirectoryStartsEmpty) {
-  FileMetadataStore store(TempDir() + "/fresh");
+  FileMetadataStore store(MakeTempDir("store_") + "/fresh");
   auto state = store.Load();
   ASSERT_THAT(state.status(), IsOk());
   EXPECT_TRUE(state->tensors.empty());
@@ -100,7 +96,7 @@ TEST(FileMetadataStoreTest, NewDirectoryStartsEmpty) {
 }
 
 TEST(FileMetadataStoreTest, ChangesSurviveAReopen) {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir("store_");
   {
     FileMetadataStore store(dir);
     ASSERT_THAT(store.Load().status(), IsOk());
@@ -128,7 +124,7 @@ TEST(FileMetadataStoreTest, ChangesSurviveAReopen) {
 }
 
 TEST(FileMetadataStoreTest, TornTailIsTruncatedAndEarlierRecordsRecovered) {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir("store_");
   int64_t size_after_two = 0;
   {
     FileMetadataStore store(dir);
@@ -152,7 +148,7 @@ TEST(FileMetadataStoreTest, TornTailIsTruncatedAndEarlierRecordsRecovered) {
 }
 
 TEST(FileMetadataStoreTest, CorruptedLastRecordIsDroppedByItsChecksum) {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir("store_");
   {
     FileMetadataStore store(dir);
     ASSERT_THAT(store.Load().status(), IsOk());
@@ -170,18 +166,6 @@ TEST(FileMetadataStoreTest, CorruptedLastRecordIsDroppedByItsChecksum) {
   ASSERT_THAT(state.status(), IsOk());
   EXPECT_EQ(state->tensors.size(), 1u);
   EXPECT_EQ(state->tensors.count("a"), 1u);
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
 }
 
 // One shard as a coordinator from before replicas described it.
@@ -216,12 +200,12 @@ TEST(FileMetadataStoreTest, DataDirOfOneOwnerPerShardLoadsAsOneReplicaEach) {
   const std::string source =
       absl::StrCat(std::getenv("TEST_SRCDIR"),
                    "/tessera/coordinator/testdata/one_owner_data_dir");
-  const std::string dir = TempDir() + "/data";
+  const std::string dir = MakeTempDir("store_") + "/data";
   ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
   for (const char* name : {"snapshot", "log"}) {
-    const std::string bytes = ReadFile(absl::StrCat(source, "/", name));
+    const std::string bytes = ReadFileToString(absl::StrCat(source, "/", name));
     ASSERT_FALSE(bytes.empty()) << name;
-    WriteFile(absl::StrCat(dir, "/", name), bytes);
+    WriteStringToFile(absl::StrCat(dir, "/", name), bytes);
   }
   auto store = std::make_unique<FileMetadataStore>(dir);
   absl::StatusOr<MetadataState> state = store->Load();
@@ -269,7 +253,7 @@ TEST(FileMetadataStoreTest, DataDirOfOneOwnerPerShardLoadsAsOneReplicaEach) {
 // A log of tensors "a", "b", "c" (one record each); `*b_at` is the byte
 // offset of b's record.
 std::string ThreeRecordLog(int64_t* b_at) {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir("store_");
   FileMetadataStore store(dir);
   EXPECT_THAT(store.Load().status(), IsOk());
   EXPECT_THAT(store.Append(TensorChange("a", 1, 2)), IsOk());
@@ -285,9 +269,9 @@ std::string ThreeRecordLog(int64_t* b_at) {
 TEST(FileMetadataStoreTest, DamageInTheMiddleOfTheLogRefusesToLoad) {
   int64_t b_at = 0;
   const std::string dir = ThreeRecordLog(&b_at);
-  std::string log = ReadFile(dir + "/log");
+  std::string log = ReadFileToString(dir + "/log");
   log[b_at + 12] ^= 0x40;  // a flipped bit in b's payload
-  WriteFile(dir + "/log", log);
+  WriteStringToFile(dir + "/log", log);
   FileMetadataStore store(dir);
   EXPECT_THAT(
       store.Load().status(),
@@ -297,21 +281,21 @@ TEST(FileMetadataStoreTest, DamageInTheMiddleOfTheLogRefusesToLoad) {
                 HasSubstr("1 valid record(s) follow"),
                 HasSubstr(absl::StrCat("--recover_truncate_log_at=", b_at)))));
   // Nothing changed on the disk.
-  EXPECT_EQ(ReadFile(dir + "/log"), log);
+  EXPECT_EQ(ReadFileToString(dir + "/log"), log);
 }
 
 TEST(FileMetadataStoreTest, DamagedLengthInTheMiddleIsFoundByAScan) {
   int64_t b_at = 0;
   const std::string dir = ThreeRecordLog(&b_at);
-  std::string log = ReadFile(dir + "/log");
+  std::string log = ReadFileToString(dir + "/log");
   // A zeroed run over b's header: where c starts is no longer written down.
   for (int i = 0; i < 10; ++i) log[b_at + i] = '\0';
-  WriteFile(dir + "/log", log);
+  WriteStringToFile(dir + "/log", log);
   FileMetadataStore store(dir);
   EXPECT_THAT(store.Load().status(),
               StatusIs(absl::StatusCode::kDataLoss,
                        HasSubstr(absl::StrCat("offset ", b_at))));
-  EXPECT_EQ(ReadFile(dir + "/log"), log);
+  EXPECT_EQ(ReadFileToString(dir + "/log"), log);
 }
 
 TEST(FileMetadataStoreTest, ZeroedTailIsATornTailNotDamage) {
@@ -319,7 +303,8 @@ TEST(FileMetadataStoreTest, ZeroedTailIsATornTailNotDamage) {
   const std::string dir = ThreeRecordLog(&b_at);
   // A crash can leave the file longer than what reached it, as zeros.
   const int64_t size = FileSize(dir + "/log");
-  WriteFile(dir + "/log", ReadFile(dir + "/log") + std::string(4096, '\0'));
+  WriteStringToFile(dir + "/log",
+                    ReadFileToString(dir + "/log") + std::string(4096, '\0'));
   FileMetadataStore store(dir);
   auto state = store.Load();
   ASSERT_THAT(state.status(), IsOk());
@@ -330,9 +315,9 @@ TEST(FileMetadataStoreTest, ZeroedTailIsATornTailNotDamage) {
 TEST(FileMetadataStoreTest, TruncatingAtTheNamedOffsetKeepsACopyOfTheLog) {
   int64_t b_at = 0;
   const std::string dir = ThreeRecordLog(&b_at);
-  std::string log = ReadFile(dir + "/log");
+  std::string log = ReadFileToString(dir + "/log");
   log[b_at + 12] ^= 0x40;
-  WriteFile(dir + "/log", log);
+  WriteStringToFile(dir + "/log", log);
   {
     // Another offset than the damaged one is refused, naming the right one.
     RecoveryOptions wrong;
@@ -352,7 +337,7 @@ TEST(FileMetadataStoreTest, TruncatingAtTheNamedOffsetKeepsACopyOfTheLog) {
     EXPECT_EQ(state->tensors.count("a"), 1u);
     EXPECT_EQ(store.damaged_records_dropped(), 1);
     EXPECT_EQ(FileSize(dir + "/log"), b_at);
-    EXPECT_EQ(ReadFile(absl::StrCat(dir, "/log.damaged-", b_at)), log);
+    EXPECT_EQ(ReadFileToString(absl::StrCat(dir, "/log.damaged-", b_at)), log);
     // The log goes on from the cut.
     ASSERT_THAT(store.Append(TensorChange("d", 1, 1)), IsOk());
   }
@@ -364,7 +349,7 @@ TEST(FileMetadataStoreTest, TruncatingAtTheNamedOffsetKeepsACopyOfTheLog) {
 }
 
 TEST(FileMetadataStoreTest, SnapshotThenLogReplaysToTheSameState) {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir("store_");
   {
     FileMetadataStore store(dir);
     ASSERT_THAT(store.Load().status(), IsOk());
@@ -383,7 +368,7 @@ TEST(FileMetadataStoreTest, SnapshotThenLogReplaysToTheSameState) {
 }
 
 TEST(FileMetadataStoreTest, BrokenSnapshotIsAnErrorNotAnEmptyState) {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir("store_");
   {
     FileMetadataStore store(dir);
     ASSERT_THAT(store.Load().status(), IsOk());
@@ -400,7 +385,7 @@ TEST(FileMetadataStoreTest, BrokenSnapshotIsAnErrorNotAnEmptyState) {
 }
 
 TEST(FileMetadataStoreTest, TwoCoordinatorsCannotShareADirectory) {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir("store_");
   FileMetadataStore first(dir);
   ASSERT_THAT(first.Load().status(), IsOk());
   FileMetadataStore second(dir);
@@ -410,7 +395,7 @@ TEST(FileMetadataStoreTest, TwoCoordinatorsCannotShareADirectory) {
 }
 
 TEST(FileMetadataStoreTest, ABatchIsOneWriteAndComesBackWhole) {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir("store_");
   {
     FileMetadataStore store(dir);
     ASSERT_THAT(store.Load().status(), IsOk());
@@ -430,7 +415,7 @@ TEST(FileMetadataStoreTest, TornBatchKeepsTheRecordsBeforeTheTear) {
   // A crash in the middle of a batch: the records written whole before the
   // tear are recovered (they were never acknowledged, but replaying them is
   // what a log does), the torn one is dropped.
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir("store_");
   {
     FileMetadataStore store(dir);
     ASSERT_THAT(store.Load().status(), IsOk());
@@ -447,7 +432,7 @@ TEST(FileMetadataStoreTest, TornBatchKeepsTheRecordsBeforeTheTear) {
 }
 
 TEST(FileMetadataStoreTest, AppendBeforeLoadIsRefused) {
-  FileMetadataStore store(TempDir());
+  FileMetadataStore store(MakeTempDir("store_"));
   EXPECT_THAT(
       store.Append(TensorChange("a", 1, 1)),
       StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not loaded")));
@@ -461,7 +446,7 @@ TEST(FileMetadataStoreTest,
     return faults.Write(fd, data, size);
   };
   ops.sync = [&](int fd) { return faults.Sync(fd); };
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir("store_");
   FileMetadataStore store(dir, ops);
   ASSERT_THAT(store.Load().status(), IsOk());
   ASSERT_THAT(store.Append(TensorChange("a", 1, 2)), IsOk());
@@ -507,7 +492,7 @@ class ScopedUmask {
 
 TEST(FileMetadataStoreTest, NewDataDirAndEveryFileInItArePrivate) {
   ScopedUmask open_umask(0);
-  const std::string dir = TempDir() + "/data";
+  const std::string dir = MakeTempDir("store_") + "/data";
   {
     FileMetadataStore store(dir);
     ASSERT_THAT(store.Load().status(), IsOk());
@@ -529,7 +514,7 @@ TEST(FileMetadataStoreTest, NewDataDirAndEveryFileInItArePrivate) {
 
 TEST(FileMetadataStoreTest, LooserExistingDataDirIsTightened) {
   ScopedUmask open_umask(0);
-  const std::string dir = TempDir() + "/data";
+  const std::string dir = MakeTempDir("store_") + "/data";
   ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
   {
     std::ofstream log(dir + "/log");
@@ -545,7 +530,7 @@ TEST(FileMetadataStoreTest, LooserExistingDataDirIsTightened) {
 }
 
 TEST(FileMetadataStoreTest, DataDirThatIsAFileIsRefused) {
-  const std::string path = TempDir() + "/file";
+  const std::string path = MakeTempDir("store_") + "/file";
   { std::ofstream file(path); }
   FileMetadataStore store(path);
   EXPECT_THAT(store.Load().status(),
@@ -554,7 +539,7 @@ TEST(FileMetadataStoreTest, DataDirThatIsAFileIsRefused) {
 }
 
 TEST(FileMetadataStoreTest, ClusterIdIsMadeOnceAndKeptInTheDirectory) {
-  const std::string dir = TempDir();
+  const std::string dir = MakeTempDir("store_");
   std::string id;
   {
     FileMetadataStore store(dir);

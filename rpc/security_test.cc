@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/testing/status_matchers.h"
+#include "core/testing/temp_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -17,11 +18,8 @@ namespace {
 
 using ::tessera::testing::IsOk;
 using ::tessera::testing::StatusIs;
+using ::tessera::testing::TempPath;
 using ::testing::HasSubstr;
-
-std::string TempPath(const std::string& name) {
-  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
-}
 
 // A self-signed certificate valid from now + `from` to now + `to`, and its
 // key, written as PEM files NAME.crt and NAME.key.

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/tessera_client.h"
 #include "core/testing/status_matchers.h"
+#include "core/testing/temp_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cluster.h"
@@ -21,7 +22,9 @@
 namespace tessera {
 namespace {
 
+using ::tessera::testing::ReadFileToString;
 using ::tessera::testing::StatusIs;
+using ::tessera::testing::WriteStringToFile;
 using ::testing::HasSubstr;
 
 TestClusterOptions DurableOptions(std::vector<std::string> coordinator_flags) {
@@ -125,18 +128,6 @@ TEST(RestartTest, EveryChangeSurvivesAtEverySnapshotInterval) {
   }
 }
 
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void WriteBytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
-
 // The byte offset of the first record of the metadata log (u32 length, u32
 // checksum, payload) whose payload contains `word`; -1 if none.
 int64_t RecordWith(const std::string& log, const std::string& word) {
@@ -175,12 +166,12 @@ TEST(RestartTest, DamageInTheMiddleOfTheLogStopsTheStartAndFreesNothing) {
   }
   EXPECT_EQ((*cluster)->StopCoordinator(SIGTERM), 0);
   const std::string log_path = (*cluster)->data_dir() + "/log";
-  const std::string intact = ReadBytes(log_path);
+  const std::string intact = ReadFileToString(log_path);
   const int64_t at = RecordWith(intact, "damaged");
   ASSERT_GE(at, 0);
   std::string damaged = intact;
   damaged[intact.find("damaged", at)] ^= 0x01;
-  WriteBytes(log_path, damaged);
+  WriteStringToFile(log_path, damaged);
 
   // On the cluster's address, so that the workers would register with it.
   std::vector<std::string> argv = {"/usr/bin/timeout", "60"};
@@ -191,10 +182,10 @@ TEST(RestartTest, DamageInTheMiddleOfTheLogStopsTheStartAndFreesNothing) {
   const std::string said = out + err;
   EXPECT_THAT(said, HasSubstr(absl::StrCat("damaged at byte offset ", at)));
   EXPECT_THAT(said, HasSubstr(absl::StrCat("--recover_truncate_log_at=", at)));
-  EXPECT_EQ(ReadBytes(log_path), damaged);
+  EXPECT_EQ(ReadFileToString(log_path), damaged);
 
   // Nothing was freed: with the log repaired, every tensor is whole.
-  WriteBytes(log_path, intact);
+  WriteStringToFile(log_path, intact);
   ASSERT_OK((*cluster)->RestartCoordinator());
   {
     auto client = Connect(**cluster);
@@ -213,17 +204,17 @@ TEST(RestartTest, DamageInTheMiddleOfTheLogStopsTheStartAndFreesNothing) {
     }
   }
   EXPECT_EQ((*cluster)->StopCoordinator(SIGTERM), 0);
-  const std::string log = ReadBytes(log_path);
+  const std::string log = ReadFileToString(log_path);
   const int64_t again = RecordWith(log, "damaged_again");
   ASSERT_GE(again, 0);
   damaged = log;
   damaged[log.find("damaged_again", again)] ^= 0x01;
-  WriteBytes(log_path, damaged);
+  WriteStringToFile(log_path, damaged);
   ASSERT_OK((*cluster)->RestartCoordinator(
       {absl::StrCat("--recover_truncate_log_at=", again)}));
-  EXPECT_EQ(
-      ReadBytes(absl::StrCat((*cluster)->data_dir(), "/log.damaged-", again)),
-      damaged);
+  EXPECT_EQ(ReadFileToString(
+                absl::StrCat((*cluster)->data_dir(), "/log.damaged-", again)),
+            damaged);
   auto client = Connect(**cluster);
   ASSERT_NE(client, nullptr);
   // What the log held before the damaged record is kept; after it, gone.
