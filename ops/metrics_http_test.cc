@@ -17,27 +17,16 @@
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rpc/testing/loopback.h"
 
 namespace tessera {
 namespace {
 
+using ::tessera::testing::ConnectToLoopback;
 using ::tessera::testing::IsOk;
 using ::tessera::testing::StatusIs;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-
-int Connect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 // Everything the server sends until it closes, or until `timeout`.
 std::string ReadAll(int fd, absl::Duration timeout = absl::Seconds(10)) {
@@ -56,7 +45,7 @@ std::string ReadAll(int fd, absl::Duration timeout = absl::Seconds(10)) {
 }
 
 std::string Ask(int port, const std::string& request) {
-  const int fd = Connect(port);
+  const int fd = ConnectToLoopback(port);
   if (fd < 0) return "";
   send(fd, request.data(), request.size(), MSG_NOSIGNAL);
   std::string response = ReadAll(fd);
@@ -120,7 +109,7 @@ TEST_F(MetricsHttpTest, AnOversizedRequestIsRefusedBeforeItIsRead) {
   MetricsHttpOptions options;
   options.max_request_bytes = 1024;
   Start(options);
-  const int fd = Connect(port());
+  const int fd = ConnectToLoopback(port());
   ASSERT_GE(fd, 0);
   const std::string start = "GET /metrics HTTP/1.1\r\nX-Flood: ";
   send(fd, start.data(), start.size(), MSG_NOSIGNAL);
@@ -151,7 +140,7 @@ TEST_F(MetricsHttpTest, SlowClientsNeitherStallAScrapeNorStayForever) {
   // Slowloris: headers begun and never finished.
   std::vector<int> slow;
   for (int i = 0; i < 16; ++i) {
-    const int fd = Connect(port());
+    const int fd = ConnectToLoopback(port());
     ASSERT_GE(fd, 0);
     send(fd, "GET /metrics HTTP/1.1\r\nX: a", 27, MSG_NOSIGNAL);
     slow.push_back(fd);
@@ -175,7 +164,7 @@ TEST_F(MetricsHttpTest, MoreClientsThanItHoldsCloseTheOldest) {
   Start(options);
   std::vector<int> idle;
   for (int i = 0; i < 10; ++i) {
-    const int fd = Connect(port());
+    const int fd = ConnectToLoopback(port());
     ASSERT_GE(fd, 0);
     idle.push_back(fd);
   }

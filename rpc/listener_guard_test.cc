@@ -25,25 +25,13 @@
 #include "proto/health.grpc.pb.h"
 #include "rpc/listener_probe.h"
 #include "rpc/server.h"
+#include "rpc/testing/loopback.h"
 
 namespace tessera {
 namespace {
 
+using ::tessera::testing::ConnectToLoopback;
 using ::tessera::testing::IsOk;
-
-int Connect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 // True when the peer closed `fd` (EOF or reset) within `timeout`.
 bool ClosedByPeer(int fd, absl::Duration timeout) {
@@ -138,7 +126,7 @@ TEST(ListenerGuardTest, ConnectionsBeyondTheBoundAreClosedAtOnce) {
   const int port = server->port;
   std::vector<int> clients;
   for (int i = 0; i < 20; ++i) {
-    const int fd = Connect(port);
+    const int fd = ConnectToLoopback(port);
     ASSERT_GE(fd, 0);
     clients.push_back(fd);
   }
@@ -175,7 +163,7 @@ TEST(ListenerGuardTest, APortOutOfDescriptorsAcceptsAgainOnceTheyAreFree) {
     DescriptorsExhausted full;
     ASSERT_EQ(full.full_errno(), EMFILE);
     full.FreeOne();
-    client = Connect(port);  // takes the freed descriptor
+    client = ConnectToLoopback(port);  // takes the freed descriptor
     ASSERT_GE(client, 0);
     // gRPC's accept4 finds no descriptor: the guard closes the connection
     // through its reserve instead of letting the listener stop.
@@ -208,7 +196,7 @@ TEST(ListenerGuardTest, TheProbeNoticesAnUnguardedListenerThatStopped) {
     DescriptorsExhausted full;
     ASSERT_EQ(full.full_errno(), EMFILE);
     full.FreeOne();
-    client = Connect(port);
+    client = ConnectToLoopback(port);
     ASSERT_GE(client, 0);
     // Setup, not an assertion: gRPC tries (and fails) to accept it.
     absl::SleepFor(absl::Milliseconds(500));

@@ -23,11 +23,14 @@
 #include "absl/time/clock.h"
 #include "client/tessera_client.h"
 #include "gtest/gtest.h"
+#include "rpc/testing/loopback.h"
 #include "tests/cluster.h"
 #include "tests/test_arrays.h"
 
 namespace tessera {
 namespace {
+
+using ::tessera::testing::ConnectToLoopback;
 
 // A connection from `source` (an address of the loopback range: another
 // host, as far as the worker can tell) to `address` that sends the HTTP/2
@@ -59,20 +62,8 @@ int ConnectTo(const std::string& address) {
   const size_t colon = address.rfind(':');
   int port = 0;
   if (!absl::SimpleAtoi(address.substr(colon + 1), &port)) return -1;
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
   // A listener that accepts nothing fills its backlog; then connect waits.
-  const timeval timeout{2, 0};
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
+  return ConnectToLoopback(port, absl::Seconds(2));
 }
 
 // Tensor "t", [64, 16] int32 holding 0, 1, 2, ..., on the worker of rank 0.

@@ -24,24 +24,14 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "rpc/testing/loopback.h"
 #include "tests/cluster.h"
 #include "tests/test_arrays.h"
 
 namespace tessera {
 namespace {
 
-int Connect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
+using ::tessera::testing::ConnectToLoopback;
 
 class MetricsPortTest : public ::testing::Test {
  protected:
@@ -166,7 +156,7 @@ TEST_F(MetricsPortTest, SlowClientsDoNotStallAScrape) {
   // half second, for as long as the test runs.
   std::vector<int> slow;
   for (int i = 0; i < 64; ++i) {
-    const int fd = Connect(metrics_port_);
+    const int fd = ConnectToLoopback(metrics_port_);
     ASSERT_GE(fd, 0);
     const std::string start = "GET /metrics HTTP/1.1\r\nX-Slow: ";
     send(fd, start.data(), start.size(), MSG_NOSIGNAL);
@@ -253,7 +243,7 @@ TEST_F(MetricsPortTest, AHeaderFloodIsCutOffWithoutGrowingTheWorker) {
   ASSERT_FALSE(FetchMetrics(metrics_port_).empty());
   // Its heap: the warm blocks of the test before may appear meanwhile.
   const int64_t before = TestCluster::AnonymousResidentBytes(worker);
-  const int fd = Connect(metrics_port_);
+  const int fd = ConnectToLoopback(metrics_port_);
   ASSERT_GE(fd, 0);
   const timeval timeout{20, 0};
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
