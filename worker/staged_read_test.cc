@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/capability.h"
+#include "core/testing/grants.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -31,6 +32,7 @@ namespace tessera {
 namespace {
 
 using ::tessera::testing::IsOk;
+using ::tessera::testing::MintTestGrant;
 using ::tessera::testing::StatusIs;
 using ::testing::HasSubstr;
 
@@ -65,15 +67,7 @@ class StagedReadTest : public ::testing::Test {
     if (server_.server != nullptr) server_.server->Shutdown();
   }
 
-  static std::string Grant() {
-    Capability grant;
-    grant.worker = "w0";
-    grant.tensor = "t";
-    grant.version = 1;
-    grant.rights = kRightRead;
-    grant.expires_ms = absl::ToUnixMillis(absl::Now() + absl::Hours(1));
-    return MintCapability(grant, kKey);
-  }
+  static std::string Grant() { return MintTestGrant(kKey); }
   static constexpr char kKey[] = "staged-read-test-key";
 
   RemoteShard Shard() const {

@@ -18,6 +18,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "core/capability.h"
+#include "core/testing/grants.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -31,6 +32,7 @@ namespace tessera {
 namespace {
 
 using ::tessera::testing::IsOk;
+using ::tessera::testing::MintTestGrant;
 using ::tessera::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -407,13 +409,7 @@ class WorkerNodeTransferTest : public ::testing::TestWithParam<bool> {
     TransferBatch batch;
     batch.src_worker = "w0";
     // What the coordinator grants the destination on the source.
-    Capability grant;
-    grant.worker = "w0";
-    grant.tensor = "t";
-    grant.version = 1;
-    grant.rights = kRightRead;
-    grant.expires_ms = absl::ToUnixMillis(absl::Now() + absl::Hours(1));
-    batch.src_capability = MintCapability(grant, "node-test-key");
+    batch.src_capability = MintTestGrant("node-test-key");
     batch.src_address = address_;
     batch.dst_worker = "w1";
     batch.dst_address = "127.0.0.1:2";

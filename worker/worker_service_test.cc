@@ -22,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "core/auth.h"
 #include "core/capability.h"
+#include "core/testing/grants.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -38,6 +39,7 @@ namespace tessera {
 namespace {
 
 using ::tessera::testing::IsOk;
+using ::tessera::testing::MintTestGrant;
 using ::tessera::testing::StatusIs;
 
 constexpr int64_t kRows = 1024,
@@ -72,13 +74,7 @@ class WorkerServiceTest : public ::testing::Test {
   // What the coordinator would grant on tensor "t" version 1 at w0.
   static std::string Grant(uint32_t rights = kRightRead,
                            const std::string& tensor = "t") {
-    Capability grant;
-    grant.worker = "w0";
-    grant.tensor = tensor;
-    grant.version = 1;
-    grant.rights = rights;
-    grant.expires_ms = absl::ToUnixMillis(absl::Now() + absl::Hours(1));
-    return MintCapability(grant, kKey);
+    return MintTestGrant(kKey, rights, tensor);
   }
   static constexpr char kKey[] = "worker-service-test-key";
 
@@ -531,15 +527,7 @@ class WorkerStreamLimitsTest : public ::testing::Test {
     if (server_.server != nullptr) server_.server->Shutdown();
   }
 
-  static std::string Grant() {
-    Capability grant;
-    grant.worker = "w0";
-    grant.tensor = "t";
-    grant.version = 1;
-    grant.rights = kRightRead;
-    grant.expires_ms = absl::ToUnixMillis(absl::Now() + absl::Hours(1));
-    return MintCapability(grant, kKey);
-  }
+  static std::string Grant() { return MintTestGrant(kKey); }
   static constexpr char kKey[] = "stream-limits-test-key";
 
   // A ReadRegion of the whole shard that reads one chunk, then nothing.
