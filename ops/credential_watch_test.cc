@@ -36,12 +36,8 @@ double ExpirySeconds(MetricsRegistry& registry) {
 class CredentialWatchTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string script = absl::StrCat(std::getenv("TEST_SRCDIR"),
-                                            "/tessera/deploy/make-certs.sh");
-    ASSERT_EQ(std::system(absl::StrCat("/bin/bash ", script, " ", Dir(),
-                                       " --workers 1 >/dev/null 2>&1")
-                              .c_str()),
-              0);
+    const absl::Status made = MakeTestCertificates(Dir(), 1);
+    ASSERT_TRUE(made.ok()) << made;
   }
 
   void SetUp() override {

@@ -63,12 +63,7 @@ std::string ServerCertificate(
 class WatchedTlsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string script = absl::StrCat(std::getenv("TEST_SRCDIR"),
-                                            "/tessera/deploy/make-certs.sh");
-    ASSERT_EQ(std::system(absl::StrCat("/bin/bash ", script, " ", Dir(),
-                                       " --workers 1 >/dev/null 2>&1")
-                              .c_str()),
-              0);
+    ASSERT_THAT(MakeTestCertificates(Dir(), 1), IsOk());
   }
 };
 

@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "client/tessera_client.h"
 #include "core/auth.h"
+#include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.grpc.pb.h"
@@ -29,6 +30,7 @@
 #include "rpc/channel.h"
 #include "rpc/convert.h"
 #include "rpc/security.h"
+#include "rpc/testing/certificates.h"
 #include "tests/cluster.h"
 #include "tests/test_arrays.h"
 
@@ -48,13 +50,7 @@ std::string Token(const std::string& principal) {
 class GrantTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string script = absl::StrCat(std::getenv("TEST_SRCDIR"),
-                                            "/tessera/deploy/make-certs.sh");
-    std::string out;
-    ASSERT_EQ(TestCluster::Run({"/bin/bash", script, Dir(), "--workers", "2"},
-                               &out, &out),
-              0)
-        << out;
+    ASSERT_OK(MakeTestCertificates(Dir(), 2));
     // A second writer: another principal of the same role.
     {
       std::ofstream tokens(File("tokens"), std::ios::app);

@@ -22,6 +22,7 @@
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/worker.grpc.pb.h"
 #include "rpc/channel.h"
+#include "rpc/testing/certificates.h"
 #include "tests/cluster.h"
 #include "tests/test_arrays.h"
 
@@ -71,13 +72,7 @@ TestClusterOptions TlsCluster() {
 class SecurityTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string script = absl::StrCat(std::getenv("TEST_SRCDIR"),
-                                            "/tessera/deploy/make-certs.sh");
-    std::string out;
-    ASSERT_EQ(TestCluster::Run({"/bin/bash", script, Dir(), "--workers", "2"},
-                               &out, &out),
-              0)
-        << out;
+    ASSERT_OK(MakeTestCertificates(Dir(), 2));
     auto cluster = TestCluster::Start(TlsCluster());
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = cluster->release();
@@ -200,14 +195,7 @@ TEST_F(SecurityTest, BadCredentialsAreUnauthenticated) {
   EXPECT_EQ(no_cert.status().code(), absl::StatusCode::kUnauthenticated)
       << no_cert.status();
   // Another CA's certificate.
-  std::string out;
-  ASSERT_EQ(TestCluster::Run({"/bin/bash",
-                              absl::StrCat(std::getenv("TEST_SRCDIR"),
-                                           "/tessera/deploy/make-certs.sh"),
-                              Dir() + "-other", "--workers", "0"},
-                             &out, &out),
-            0)
-      << out;
+  ASSERT_OK(MakeTestCertificates(Dir() + "-other", 0));
   ClientOptions other = As("admin");
   other.tls_ca = Dir() + "-other/ca.crt";
   other.tls_cert = Dir() + "-other/user.crt";
@@ -230,14 +218,8 @@ TEST_F(SecurityTest, BadCredentialsAreUnauthenticated) {
 TEST_F(SecurityTest, TlsMismatchesSayTlsAndWhatToCheck) {
   // Another CA, for a certificate the coordinator does not trust.
   const std::string other = Dir() + "-tls-mismatch";
+  ASSERT_OK(MakeTestCertificates(other, 0));
   std::string out, err;
-  ASSERT_EQ(TestCluster::Run({"/bin/bash",
-                              absl::StrCat(std::getenv("TEST_SRCDIR"),
-                                           "/tessera/deploy/make-certs.sh"),
-                              other, "--workers", "0"},
-                             &out, &err),
-            0)
-      << out << err;
   ClientOptions plain;
   plain.token = *ReadTokenFile(File("admin.token"));
   plain.connect_timeout = absl::Seconds(2);

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -39,6 +40,30 @@ bool AddExtension(X509* cert, X509* issuer, int nid, const std::string& value) {
 }
 
 }  // namespace
+
+absl::Status MakeTestCertificates(const std::string& dir, int workers) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const std::string script =
+      srcdir != nullptr ? absl::StrCat(srcdir, "/tessera/deploy/make-certs.sh")
+                        : "deploy/make-certs.sh";
+  const std::string command =
+      absl::StrCat("/bin/bash ", script, " ", dir, " --workers ", workers,
+                   " 2>&1");
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    return absl::InternalError(absl::StrCat("cannot run ", command));
+  }
+  std::string output;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) {
+    output.append(buffer, n);
+  }
+  if (pclose(pipe) != 0) {
+    return absl::InternalError(
+        absl::StrCat(command, " failed:\n", output));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::string> IssueCertificate(
     const CertificateRequest& request) {

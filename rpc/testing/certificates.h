@@ -1,5 +1,5 @@
-// Test certificates with chosen validity, signed by an existing CA (the one
-// deploy/make-certs.sh made): what a test needs to let a daemon's
+// Test certificates: the set deploy/make-certs.sh makes, and ones with
+// chosen validity signed by its CA: what a test needs to let a daemon's
 // certificate expire while it runs, or to renew it. Test-only.
 #ifndef TESSERA_RPC_TESTING_CERTIFICATES_H_
 #define TESSERA_RPC_TESTING_CERTIFICATES_H_
@@ -10,6 +10,12 @@
 #include "absl/time/time.h"
 
 namespace tessera {
+
+// Runs deploy/make-certs.sh (from the test's runfiles; the test needs it
+// as data) into `dir`: a CA, certificates it signed for the coordinator,
+// workers w0 .. w<workers - 1> and a user, and their tokens. INTERNAL, with
+// the script's output, when it fails.
+absl::Status MakeTestCertificates(const std::string& dir, int workers);
 
 struct CertificateRequest {
   std::string ca_cert;  // PEM file of the CA certificate
