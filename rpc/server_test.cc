@@ -43,9 +43,12 @@ class FreeOnly final : public v1::Worker::Service {
   }
 };
 
-HealthCheckResponse::ServingStatus Check(grpc::health::v1::Health::Stub* stub) {
+// What Health.Check answers for `service` ("": the server as a whole).
+HealthCheckResponse::ServingStatus Check(grpc::health::v1::Health::Stub* stub,
+                                         const std::string& service = "") {
   grpc::ClientContext context;
   HealthCheckRequest request;
+  request.set_service(service);
   HealthCheckResponse response;
   grpc::Status status = stub->Check(&context, request, &response);
   EXPECT_TRUE(status.ok()) << status.error_message();
@@ -129,17 +132,6 @@ TEST(ServerTest, HealthPortAnswersAsTheMainPortAndServesNothingElse) {
   EXPECT_FALSE(health->Check(&after, HealthCheckRequest(), &answer).ok());
 }
 
-HealthCheckResponse::ServingStatus CheckLiveness(
-    grpc::health::v1::Health::Stub* stub) {
-  grpc::ClientContext context;
-  HealthCheckRequest request;
-  request.set_service(kLivenessService);
-  HealthCheckResponse response;
-  grpc::Status status = stub->Check(&context, request, &response);
-  EXPECT_TRUE(status.ok()) << status.error_message();
-  return response.status();
-}
-
 TEST(ServerTest, LivenessIsServingWhileRunningUntilBroken) {
   FreeOnly service;
   ServerOptions options;
@@ -151,16 +143,20 @@ TEST(ServerTest, LivenessIsServingWhileRunningUntilBroken) {
       MakeChannel(WithPort("127.0.0.1:0", server->health_port)));
   // Alive while not yet ready (a worker waiting for its coordinator).
   EXPECT_EQ(Check(health.get()), HealthCheckResponse::NOT_SERVING);
-  EXPECT_EQ(CheckLiveness(health.get()), HealthCheckResponse::SERVING);
+  EXPECT_EQ(Check(health.get(), kLivenessService),
+            HealthCheckResponse::SERVING);
   server->SetServing(true);
-  EXPECT_EQ(CheckLiveness(health.get()), HealthCheckResponse::SERVING);
+  EXPECT_EQ(Check(health.get(), kLivenessService),
+            HealthCheckResponse::SERVING);
   // Broken (its port accepts nothing): nothing is served any more.
   server->SetBroken();
   EXPECT_EQ(Check(health.get()), HealthCheckResponse::NOT_SERVING);
-  EXPECT_EQ(CheckLiveness(health.get()), HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(Check(health.get(), kLivenessService),
+            HealthCheckResponse::NOT_SERVING);
   server->SetServing(true);
   EXPECT_EQ(Check(health.get()), HealthCheckResponse::NOT_SERVING);
-  EXPECT_EQ(CheckLiveness(health.get()), HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(Check(health.get(), kLivenessService),
+            HealthCheckResponse::NOT_SERVING);
   EXPECT_TRUE(server->Stop(absl::ZeroDuration()));
 }
 
