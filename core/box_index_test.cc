@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "core/testing/adversarial_layouts.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -83,26 +84,6 @@ std::vector<Box> RandomBoxes(std::mt19937& rng, size_t rank, size_t n,
       b.sizes.push_back(size(rng));
     }
   }
-  return boxes;
-}
-
-// A random guillotine tiling of `whole` into about n boxes (disjoint).
-std::vector<Box> RandomTiling(std::mt19937& rng, const Box& whole, size_t n) {
-  std::vector<Box> boxes = {whole};
-  for (size_t tries = 0; boxes.size() < n && tries < 20 * n; ++tries) {
-    size_t i = std::uniform_int_distribution<size_t>(0, boxes.size() - 1)(rng);
-    size_t d = std::uniform_int_distribution<size_t>(0, whole.rank() - 1)(rng);
-    Box& b = boxes[i];
-    if (b.sizes[d] < 2) continue;
-    int64_t cut =
-        std::uniform_int_distribution<int64_t>(1, b.sizes[d] - 1)(rng);
-    Box right = b;
-    right.offsets[d] += cut;
-    right.sizes[d] -= cut;
-    b.sizes[d] = cut;
-    boxes.push_back(right);
-  }
-  std::shuffle(boxes.begin(), boxes.end(), rng);
   return boxes;
 }
 

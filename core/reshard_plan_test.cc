@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/sharding_spec.h"
+#include "core/testing/adversarial_layouts.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -149,27 +150,6 @@ TEST(ReshardPlanTest, KeptOnlyWithTheSameWorkers) {
   EXPECT_EQ(plan.pieces[0].src_replica, 0u);
 }
 
-// A random guillotine tiling of `shape` into about n boxes.
-std::vector<Box> RandomTiling(std::mt19937& rng, const Shape& shape, size_t n) {
-  std::vector<Box> boxes = {WholeBox(shape)};
-  for (size_t tries = 0; boxes.size() < n && tries < 20 * n; ++tries) {
-    Box& b =
-        boxes[std::uniform_int_distribution<size_t>(0, boxes.size() - 1)(rng)];
-    const size_t d =
-        std::uniform_int_distribution<size_t>(0, shape.size() - 1)(rng);
-    if (b.sizes[d] < 2) continue;
-    const int64_t cut =
-        std::uniform_int_distribution<int64_t>(1, b.sizes[d] - 1)(rng);
-    Box right = b;
-    right.offsets[d] += cut;
-    right.sizes[d] -= cut;
-    b.sizes[d] = cut;
-    boxes.push_back(right);
-  }
-  std::shuffle(boxes.begin(), boxes.end(), rng);
-  return boxes;
-}
-
 // The plan as the planner defined it before it had an index: every pair
 // tested, old shards taken in order of their start on dim 0.
 std::vector<ReshardPiece> BrutePieces(const std::vector<PlacedBox>& from,
@@ -204,8 +184,8 @@ TEST(ReshardPlanTest, SamePiecesInTheSameOrderAsTestingEveryPair) {
     const size_t rank = 1 + round % 4;
     Shape shape(rank, rank == 1 ? 3000 : 24);
     std::vector<PlacedBox> from, to;
-    std::vector<Box> a = RandomTiling(rng, shape, 150);
-    std::vector<Box> b = RandomTiling(rng, shape, 120);
+    std::vector<Box> a = RandomTiling(rng, WholeBox(shape), 150);
+    std::vector<Box> b = RandomTiling(rng, WholeBox(shape), 120);
     for (size_t i = 0; i < a.size(); ++i)
       from.push_back({a[i], {std::string(1, 'a' + i % 3)}});
     for (size_t j = 0; j < b.size(); ++j)

@@ -1,6 +1,27 @@
 #include "core/testing/adversarial_layouts.h"
 
+#include <algorithm>
+
 namespace tessera {
+
+std::vector<Box> RandomTiling(std::mt19937& rng, const Box& whole, size_t n) {
+  std::vector<Box> boxes = {whole};
+  for (size_t tries = 0; boxes.size() < n && tries < 20 * n; ++tries) {
+    size_t i = std::uniform_int_distribution<size_t>(0, boxes.size() - 1)(rng);
+    size_t d = std::uniform_int_distribution<size_t>(0, whole.rank() - 1)(rng);
+    Box& b = boxes[i];
+    if (b.sizes[d] < 2) continue;
+    int64_t cut =
+        std::uniform_int_distribution<int64_t>(1, b.sizes[d] - 1)(rng);
+    Box right = b;
+    right.offsets[d] += cut;
+    right.sizes[d] -= cut;
+    b.sizes[d] = cut;
+    boxes.push_back(right);
+  }
+  std::shuffle(boxes.begin(), boxes.end(), rng);
+  return boxes;
+}
 
 std::vector<Box> Shells(size_t rank, int64_t m) {
   std::vector<Box> boxes;
