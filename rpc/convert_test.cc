@@ -2,6 +2,9 @@
 // sends, and the errors a malformed one gets.
 #include "rpc/convert.h"
 
+#include <functional>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -157,27 +160,31 @@ TEST(ConvertTest, PackedShardListsReadBackAsThePerShardOnes) {
   }
 }
 
+// `good` with `damage` done to its packed shard list is refused as
+// INVALID_ARGUMENT, the message saying `words`.
+void ExpectPackedRefused(
+    const v1::ShardedTensorMetadata& good, const std::string& words,
+    const std::function<void(v1::PackedShardList&)>& damage) {
+  SCOPED_TRACE(words);
+  v1::ShardedTensorMetadata bad = good;
+  damage(*bad.mutable_packed_shards());
+  EXPECT_THAT(TensorMetadataFromProto(bad),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(words)));
+}
+
 TEST(ConvertTest, MalformedPackedShardListsAreRefused) {
   v1::ShardedTensorMetadata good;
   TensorMetadataToProto(ThreeShards(), &good, ShardEncoding::kPacked);
 
-  v1::ShardedTensorMetadata short_sizes = good;
-  short_sizes.mutable_packed_shards()->mutable_sizes()->RemoveLast();
-  EXPECT_THAT(TensorMetadataFromProto(short_sizes),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("do not describe shards of rank 2")));
+  ExpectPackedRefused(
+      good, "do not describe shards of rank 2",
+      [](v1::PackedShardList& p) { p.mutable_sizes()->RemoveLast(); });
 
-  v1::ShardedTensorMetadata bad_worker = good;
-  bad_worker.mutable_packed_shards()->set_worker_of(2, 9);
-  EXPECT_THAT(TensorMetadataFromProto(bad_worker),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("packed_shards.worker_of[2]")));
+  ExpectPackedRefused(good, "packed_shards.worker_of[2]",
+                      [](v1::PackedShardList& p) { p.set_worker_of(2, 9); });
 
-  v1::ShardedTensorMetadata bad_unavailable = good;
-  bad_unavailable.mutable_packed_shards()->add_unavailable(3);
-  EXPECT_THAT(TensorMetadataFromProto(bad_unavailable),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("3 is not a shard index")));
+  ExpectPackedRefused(good, "3 is not a shard index",
+                      [](v1::PackedShardList& p) { p.add_unavailable(3); });
 
   v1::ShardedTensorMetadata both = good;
   both.add_shards();
@@ -386,35 +393,25 @@ TEST(ConvertTest, MalformedReplicaColumnsAreRefused) {
   TensorMetadataToProto(Replicated(), &good, ShardEncoding::kPacked);
   ASSERT_OK(TensorMetadataFromProto(good));
 
-  v1::ShardedTensorMetadata short_counts = good;
-  short_counts.mutable_packed_shards()->mutable_replica_count()->RemoveLast();
-  EXPECT_THAT(TensorMetadataFromProto(short_counts),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("2 replica counts for 3 shards")));
+  ExpectPackedRefused(
+      good, "2 replica counts for 3 shards",
+      [](v1::PackedShardList& p) { p.mutable_replica_count()->RemoveLast(); });
 
-  v1::ShardedTensorMetadata none = good;
-  none.mutable_packed_shards()->set_replica_count(1, 0);
-  EXPECT_THAT(TensorMetadataFromProto(none),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("packed_shards.replica_count[1]: 0")));
+  ExpectPackedRefused(
+      good, "packed_shards.replica_count[1]: 0",
+      [](v1::PackedShardList& p) { p.set_replica_count(1, 0); });
 
-  v1::ShardedTensorMetadata more = good;
-  more.mutable_packed_shards()->set_replica_count(1, 2);
-  EXPECT_THAT(TensorMetadataFromProto(more),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("7 replicas but 6 replica ids")));
+  ExpectPackedRefused(
+      good, "7 replicas but 6 replica ids",
+      [](v1::PackedShardList& p) { p.set_replica_count(1, 2); });
 
-  v1::ShardedTensorMetadata bad_worker = good;
-  bad_worker.mutable_packed_shards()->set_replica_worker_of(4, -1);
-  EXPECT_THAT(TensorMetadataFromProto(bad_worker),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("packed_shards.replica_worker_of[4]: -1")));
+  ExpectPackedRefused(
+      good, "packed_shards.replica_worker_of[4]: -1",
+      [](v1::PackedShardList& p) { p.set_replica_worker_of(4, -1); });
 
-  v1::ShardedTensorMetadata bad_unavailable = good;
-  bad_unavailable.mutable_packed_shards()->add_replica_unavailable(6);
-  EXPECT_THAT(TensorMetadataFromProto(bad_unavailable),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("6 is not a replica index")));
+  ExpectPackedRefused(
+      good, "6 is not a replica index",
+      [](v1::PackedShardList& p) { p.add_replica_unavailable(6); });
 
   v1::ShardedTensorMetadata bad_device;
   TensorMetadataToProto(Replicated(), &bad_device);
