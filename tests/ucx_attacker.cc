@@ -75,6 +75,15 @@ void Done(void* request, ucs_status_t status, void* user_data) {
   ucp_request_free(request);
 }
 
+// Request parameters whose completion (Done) is recorded in `op`.
+ucp_request_param_t CompletingInto(Op* op) {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = &Done;
+  param.user_data = op;
+  return param;
+}
+
 // Waits up to `timeout` for `request`; "ok", "failed ..." or "timeout".
 std::string Outcome(ucp_worker_h worker, ucs_status_ptr_t request, Op& op,
                     absl::Duration timeout) {
@@ -190,11 +199,7 @@ int main(int argc, char** argv) {
   std::vector<char> got(4096, 0);
   {
     Op op;
-    ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.send = &Done;
-    param.user_data = &op;
+    ucp_request_param_t param = CompletingInto(&op);
     Say(absl::StrCat("read-beyond: ",
                      Outcome(worker,
                              ucp_get_nbx(ep, got.data(), got.size(),
@@ -204,38 +209,25 @@ int main(int argc, char** argv) {
   {
     std::vector<char> junk(64, '\xee');
     Op op;
-    ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.send = &Done;
-    param.user_data = &op;
+    ucp_request_param_t param = CompletingInto(&op);
     std::string outcome = Outcome(
         worker, ucp_put_nbx(ep, junk.data(), junk.size(), base, rkey, &param),
         op, timeout);
     if (outcome == "ok") {
       // A put completes locally: only a flush says it landed.
       Op flushed;
-      ucp_request_param_t flush{};
-      flush.op_attr_mask =
-          UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-      flush.cb.send = &Done;
-      flush.user_data = &flushed;
+      ucp_request_param_t flush = CompletingInto(&flushed);
       outcome = Outcome(worker, ucp_ep_flush_nbx(ep, &flush), flushed, timeout);
     }
     Say(absl::StrCat("write-shard: ", outcome));
   }
   {
     Op op;
-    ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.send = &Done;
-    param.user_data = &op;
-    Say(absl::StrCat("wild-read: ",
-                     Outcome(worker,
-                             ucp_get_nbx(ep, got.data(), 64, 0x1000, rkey,
-                                         &param),
-                             op, timeout)));
+    ucp_request_param_t param = CompletingInto(&op);
+    Say(absl::StrCat(
+        "wild-read: ",
+        Outcome(worker, ucp_get_nbx(ep, got.data(), 64, 0x1000, rkey, &param),
+                op, timeout)));
   }
   // Requests may still be in flight: leave without tearing UCX down.
   _exit(0);
