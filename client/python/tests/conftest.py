@@ -21,6 +21,7 @@ import time
 import uuid
 from typing import List, Optional, Sequence
 
+import numpy as np
 import pytest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
@@ -31,6 +32,20 @@ try:
 except ImportError:
     sys.path.insert(0, os.path.join(BIN_DIR, "client", "python"))
     import tessera  # noqa: F401
+
+
+def random_array(rng, dtype: str, shape, scale: float = 1.0):
+    """Values of tessera dtype `dtype` drawn from `rng`: bools 0/1, floats
+    standard normal times `scale`, integers over their whole range."""
+    if dtype == "bool":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if dtype == "bfloat16":
+        return tessera.float32_to_bfloat16(rng.standard_normal(shape).astype(np.float32))
+    np_dtype = tessera.numpy_dtype(dtype)
+    if np.issubdtype(np_dtype, np.floating):
+        return (rng.standard_normal(shape) * scale).astype(np_dtype)
+    info = np.iinfo(np_dtype)
+    return rng.integers(info.min, info.max, size=shape, endpoint=True, dtype=np_dtype)
 
 
 def free_port() -> int:

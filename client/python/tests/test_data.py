@@ -1,5 +1,6 @@
 """Round trips, regions, out=, handles and metadata against a real cluster."""
 
+import contextlib
 import os
 import re
 import signal
@@ -10,26 +11,29 @@ import numpy as np
 import pytest
 
 import tessera
+from conftest import random_array
 
 RANKS = ["rank:0", "rank:1", "rank:2", "rank:3"]
 
 
-def random_array(rng, dtype, shape):
-    if dtype == "bool":
-        return rng.integers(0, 2, size=shape).astype(bool)
-    if dtype == "bfloat16":
-        return tessera.float32_to_bfloat16(rng.standard_normal(shape).astype(np.float32))
-    np_dtype = tessera.numpy_dtype(dtype)
-    if np.issubdtype(np_dtype, np.floating):
-        return (rng.standard_normal(shape) * 100).astype(np_dtype)
-    info = np.iinfo(np_dtype)
-    return rng.integers(info.min, info.max, size=shape, endpoint=True, dtype=np_dtype)
+@contextlib.contextmanager
+def stopped(cluster, worker, seconds=1.5):
+    """Worker `worker` stopped (SIGSTOP) from now until `seconds` have
+    passed; leaving the block waits until it runs again."""
+    pid = cluster.workers[worker].pid
+    os.kill(pid, signal.SIGSTOP)
+    resume = threading.Timer(seconds, os.kill, (pid, signal.SIGCONT))
+    resume.start()
+    try:
+        yield
+    finally:
+        resume.join()
 
 
 @pytest.mark.parametrize("dtype", list(tessera.DTYPES))
 def test_round_trip_every_dtype(client, name, dtype):
     rng = np.random.default_rng(tessera.DTYPES.index(dtype))
-    array = random_array(rng, dtype, (13, 7))
+    array = random_array(rng, dtype, (13, 7), scale=100)
     # Raw words (bfloat16, float8) name their dtype; the others are numpy's.
     words = dtype in ("bfloat16", "float8_e4m3fn", "float8_e5m2")
     meta = client.put(name, array, chunk_dim=0, placements=RANKS,
@@ -464,14 +468,8 @@ def test_reshard_progress_bar_counts_the_bytes_landed(cluster, client, name, cap
     pytest.importorskip("tqdm")
     a = np.arange(8192 * 1024, dtype=np.float32).reshape(8192, 1024)  # 32 MiB
     client.put(name, a, chunk_dim=0, placements=["w2", "w3"])
-    stopped = cluster.workers[3].pid
-    os.kill(stopped, signal.SIGSTOP)
-    resume = threading.Timer(1.5, os.kill, (stopped, signal.SIGCONT))
-    resume.start()
-    try:
+    with stopped(cluster, 3):
         client.reshard(name, chunk_dim=1, placements=["w0", "w1"], progress=True)
-    finally:
-        resume.join()
     err = capsys.readouterr().err
     assert f"reshard {name}" in err and "32.0M" in err and "100%" in err, err
     # Redrawn while the stopped worker's pieces waited: half of them landed.
@@ -488,26 +486,14 @@ def test_save_and_load_progress_bars_count_the_workers_bytes(cluster, client, na
     pytest.importorskip("tqdm")
     a = np.arange(8192 * 1024, dtype=np.float32).reshape(8192, 1024)  # 32 MiB
     client.put(name, a, chunk_dim=0, placements=["w2", "w3"])
-    stopped = cluster.workers[3].pid
-    os.kill(stopped, signal.SIGSTOP)
-    resume = threading.Timer(1.5, os.kill, (stopped, signal.SIGCONT))
-    resume.start()
-    try:
+    with stopped(cluster, 3):
         client.save(f"progress-{name}", [name], progress=True)
-    finally:
-        resume.join()
     err = capsys.readouterr().err
     assert f"save progress-{name}" in err and "32.0M" in err and "100%" in err, err
     assert re.search(r"save [^:]*: +50%", err), err
-    stopped = cluster.workers[1].pid
-    os.kill(stopped, signal.SIGSTOP)
-    resume = threading.Timer(1.5, os.kill, (stopped, signal.SIGCONT))
-    resume.start()
-    try:
+    with stopped(cluster, 1):
         client.load(f"progress-{name}", chunk_dim=1, placements=["w0", "w1"],
                     prefix="p/", progress=True)
-    finally:
-        resume.join()
     err = capsys.readouterr().err
     assert f"load progress-{name}" in err and "32.0M" in err and "100%" in err, err
     np.testing.assert_array_equal(client.get(f"p/{name}"), a)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tessera
+from conftest import random_array
 
 torch = pytest.importorskip("torch")
 
@@ -22,21 +23,9 @@ TORCH_OF = {
 }
 
 
-def sample(rng, dtype, shape):
-    if dtype == "bool":
-        return rng.integers(0, 2, size=shape).astype(bool)
-    if dtype == "bfloat16":
-        return tessera.float32_to_bfloat16(rng.standard_normal(shape).astype(np.float32))
-    np_dtype = tessera.numpy_dtype(dtype)
-    if np.issubdtype(np_dtype, np.floating):
-        return rng.standard_normal(shape).astype(np_dtype)
-    info = np.iinfo(np_dtype)
-    return rng.integers(info.min, info.max, size=shape, endpoint=True, dtype=np_dtype)
-
-
 @pytest.mark.parametrize("dtype", list(tessera.DTYPES))
 def test_get_torch_every_dtype(client, name, dtype):
-    arr = sample(np.random.default_rng(3), dtype, (9, 5))
+    arr = random_array(np.random.default_rng(3), dtype, (9, 5))
     client.put(name, arr, dtype=dtype, chunk_dim=0, placements=RANKS[:3])
     if dtype not in TORCH_OF:
         # This torch lacks the dtype: a clear error, and numpy still works.
