@@ -96,8 +96,8 @@ absl::StatusOr<std::unique_ptr<UcxServer>> UcxServer::Start(
                                                   *worker, *std::move(address),
                                                   epoll_fd, wake_fd));
   const std::pair<unsigned, ucp_am_recv_callback_t> handlers[] = {
-      {kUcxCheckAm, &UcxServer::OnCheck},
-      {kUcxCheckReleaseAm, &UcxServer::OnCheckRelease},
+      {kUcxCheckAm, &UcxServer::OnCheck</*kRelease=*/false>},
+      {kUcxCheckReleaseAm, &UcxServer::OnCheck</*kRelease=*/true>},
       {kUcxSendAm, &UcxServer::OnSend},
       {kUcxWriteAm, &UcxServer::OnWrite},
       {kUcxGoodbyeAm, &UcxServer::OnGoodbye},
@@ -511,21 +511,13 @@ void UcxServer::OnPeerFailure(void* arg, ucp_ep_h ep, ucs_status_t) {
   if (it != server->peer_of_.end()) server->to_close_.push_back(it->second);
 }
 
+template <bool kRelease>
 ucs_status_t UcxServer::OnCheck(void* arg, const void* header,
                                 size_t header_length, void* /*data*/,
                                 size_t /*length*/,
                                 const ucp_am_recv_param_t* param) {
   static_cast<UcxServer*>(arg)->AnswerCheck(header, header_length, param,
-                                            /*release=*/false);
-  return UCS_OK;
-}
-
-ucs_status_t UcxServer::OnCheckRelease(void* arg, const void* header,
-                                       size_t header_length, void* /*data*/,
-                                       size_t /*length*/,
-                                       const ucp_am_recv_param_t* param) {
-  static_cast<UcxServer*>(arg)->AnswerCheck(header, header_length, param,
-                                            /*release=*/true);
+                                            kRelease);
   return UCS_OK;
 }
 

@@ -259,13 +259,11 @@ class UcxServer {
 
   void Progress();
   void Sweep() ABSL_LOCKS_EXCLUDED(mu_);
+  // kUcxCheckAm (kRelease false) and kUcxCheckReleaseAm (true).
+  template <bool kRelease>
   static ucs_status_t OnCheck(void* arg, const void* header,
                               size_t header_length, void* data, size_t length,
                               const ucp_am_recv_param_t* param);
-  static ucs_status_t OnCheckRelease(void* arg, const void* header,
-                                     size_t header_length, void* data,
-                                     size_t length,
-                                     const ucp_am_recv_param_t* param);
   static ucs_status_t OnSend(void* arg, const void* header,
                              size_t header_length, void* data, size_t length,
                              const ucp_am_recv_param_t* param);

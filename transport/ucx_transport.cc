@@ -1521,6 +1521,20 @@ void UcxTransport::MarkNoUcx(const std::string& address) {
   no_ucx_until_[address] = absl::Now() + options_.no_ucx_ttl;
 }
 
+absl::Status UcxTransport::CheckShard(const RemoteShard& shard) {
+  if (shard.item_bytes < 1 || shard.item_bytes > kMaxItemBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("element size ", shard.item_bytes, " is not in [1, ",
+                     kMaxItemBytes, "]"));
+  }
+  if (NoUcxAt(shard.location.address)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", shard.location.worker, " at ",
+                     shard.location.address, " offers no UCX transport"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<UcxTransport::Lane>>
 UcxTransport::AcquireLane() {
   void* context = nullptr;
@@ -1583,16 +1597,7 @@ void UcxTransport::ReleaseLane(std::unique_ptr<Lane> lane) {
 absl::Status UcxTransport::Read(const RemoteShard& shard, const Box& box,
                                 const ReadTarget& target) {
   TESSERA_RETURN_IF_ERROR(EnsureStarted());
-  if (shard.item_bytes < 1 || shard.item_bytes > kMaxItemBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("element size ", shard.item_bytes, " is not in [1, ",
-                     kMaxItemBytes, "]"));
-  }
-  if (NoUcxAt(shard.location.address)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("worker ", shard.location.worker, " at ",
-                     shard.location.address, " offers no UCX transport"));
-  }
+  TESSERA_RETURN_IF_ERROR(CheckShard(shard));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Lane> lane, AcquireLane());
   absl::Status status = lane->Read(shard, box, target);
   ReleaseLane(std::move(lane));
@@ -1603,17 +1608,7 @@ absl::Status UcxTransport::ReadRows(absl::Span<const ShardRows> entries,
                                     const RowSink& sink) {
   TESSERA_RETURN_IF_ERROR(EnsureStarted());
   for (const ShardRows& entry : entries) {
-    const RemoteShard& shard = entry.shard;
-    if (shard.item_bytes < 1 || shard.item_bytes > kMaxItemBytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("element size ", shard.item_bytes, " is not in [1, ",
-                       kMaxItemBytes, "]"));
-    }
-    if (NoUcxAt(shard.location.address)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("worker ", shard.location.worker, " at ",
-                       shard.location.address, " offers no UCX transport"));
-    }
+    TESSERA_RETURN_IF_ERROR(CheckShard(entry.shard));
   }
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Lane> lane, AcquireLane());
   absl::Status status = lane->ReadRows(entries, sink);
@@ -1628,16 +1623,7 @@ absl::Status UcxTransport::Write(const RemoteShard& shard,
     return absl::FailedPreconditionError(
         "writing through UCX needs the shard's shape");
   }
-  if (shard.item_bytes < 1 || shard.item_bytes > kMaxItemBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("element size ", shard.item_bytes, " is not in [1, ",
-                     kMaxItemBytes, "]"));
-  }
-  if (NoUcxAt(shard.location.address)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("worker ", shard.location.worker, " at ",
-                     shard.location.address, " offers no UCX transport"));
-  }
+  TESSERA_RETURN_IF_ERROR(CheckShard(shard));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Lane> lane, AcquireLane());
   absl::Status status = lane->Write(shard, source);
   ReleaseLane(std::move(lane));

@@ -149,6 +149,10 @@ class UcxTransport : public ShardTransport {
   absl::StatusOr<std::unique_ptr<Lane>> AcquireLane() ABSL_LOCKS_EXCLUDED(mu_);
   void ReleaseLane(std::unique_ptr<Lane> lane) ABSL_LOCKS_EXCLUDED(mu_);
   bool NoUcxAt(const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);
+  // What every call checks of a shard before it takes a lane: an element
+  // size UCX can move (INVALID_ARGUMENT) and a worker not known to lack UCX
+  // (FAILED_PRECONDITION).
+  absl::Status CheckShard(const RemoteShard& shard) ABSL_LOCKS_EXCLUDED(mu_);
   void MarkNoUcx(const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);
 
   ChannelCache* const channels_;
