@@ -225,13 +225,9 @@ absl::Status PieceMover::Relay(const TensorMetadata& from,
       hop.shard = shard_copies.shard;
       hop.copy = copy_index;
       TransferBatch& batch = hop.batch;
-      batch.tensor = from.name;
-      batch.src_version = from.version;
+      batch = TransferBatch::Between(from.name, from.version, src.worker,
+                                     src.address, dst.worker, dst.address);
       batch.incarnation = from.incarnation;
-      batch.src_worker = src.worker;
-      batch.src_address = src.address;
-      batch.dst_worker = dst.worker;
-      batch.dst_address = dst.address;
       TransferPiece& piece = batch.pieces.emplace_back();
       piece.src_shard_id = src.shard_id;
       piece.dst_shard_id = dst.shard_id;
@@ -344,13 +340,10 @@ absl::Status PieceMover::Move(const TensorMetadata& old_meta,
     TransferBatch& batch = batches[{src.worker, dst.worker}];
     indices[{src.worker, dst.worker}].push_back(index);
     if (batch.pieces.empty()) {
-      batch.tensor = old_meta.name;
-      batch.src_version = old_meta.version;
+      batch =
+          TransferBatch::Between(old_meta.name, old_meta.version, src.worker,
+                                 src.address, dst.worker, dst.address);
       batch.incarnation = old_meta.incarnation;
-      batch.src_worker = src.worker;
-      batch.src_address = src.address;
-      batch.dst_worker = dst.worker;
-      batch.dst_address = dst.address;
     }
     TransferPiece& move = batch.pieces.emplace_back();
     move.src_shard_id = src.shard_id;

@@ -2,8 +2,24 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 
 namespace tessera {
+
+TransferBatch TransferBatch::Between(std::string tensor, uint64_t src_version,
+                                     std::string src_worker,
+                                     std::string src_address,
+                                     std::string dst_worker,
+                                     std::string dst_address) {
+  TransferBatch batch;
+  batch.tensor = std::move(tensor);
+  batch.src_version = src_version;
+  batch.src_worker = std::move(src_worker);
+  batch.src_address = std::move(src_address);
+  batch.dst_worker = std::move(dst_worker);
+  batch.dst_address = std::move(dst_address);
+  return batch;
+}
 
 Exchange PlanExchange(absl::Span<const TransferBatch> batches,
                       int64_t item_bytes) {

@@ -79,6 +79,14 @@ struct TransferBatch {
   // capability for the source worker, core/capability.h).
   std::string src_capability;
   RelayHop relay;
+
+  // A batch with no pieces yet that moves pieces of `tensor`, read at
+  // `src_version`, from `src_worker` (reached at `src_address`) to
+  // `dst_worker` (at `dst_address`). The incarnation, the capability and the
+  // relay are left for the caller to set.
+  static TransferBatch Between(std::string tensor, uint64_t src_version,
+                               std::string src_worker, std::string src_address,
+                               std::string dst_worker, std::string dst_address);
 };
 
 // One end of a piece moved by a two-sided exchange (NCCL send/recv): the
