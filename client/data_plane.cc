@@ -190,13 +190,9 @@ absl::Status GatherRegion(Connection& connection, const TensorMetadata& meta,
 
 absl::Status GatherRegion(Connection& connection, const TensorMetadata& meta,
                           const BoxIndex* index, const Box& region, char* out) {
-  const std::function<const Box&(size_t)> box_of = [&](size_t i) -> const Box& {
-    return meta.shards[i].box;
-  };
-  const std::vector<RegionPiece> pieces =
-      index != nullptr && index->size() == meta.shards.size()
-          ? PlanRegion(*index, box_of, region)
-          : PlanRegion(meta.shards.size(), box_of, region);
+  const std::vector<RegionPiece> pieces = PlanRegion(
+      index, meta.shards.size(),
+      [&](size_t i) -> const Box& { return meta.shards[i].box; }, region);
   // Pieces grouped by the worker each is read from first, so each worker
   // serves one stream at a time and all workers stream in parallel.
   struct PieceRead {

@@ -359,13 +359,9 @@ absl::Status DeviceReader::GatherRegion(const TensorMetadata& meta,
                                         const BoxIndex* index,
                                         const Box& region, char* dst,
                                         int device) {
-  const std::function<const Box&(size_t)> box_of = [&](size_t i) -> const Box& {
-    return meta.shards[i].box;
-  };
-  const std::vector<RegionPiece> pieces =
-      index != nullptr && index->size() == meta.shards.size()
-          ? PlanRegion(*index, box_of, region)
-          : PlanRegion(meta.shards.size(), box_of, region);
+  const std::vector<RegionPiece> pieces = PlanRegion(
+      index, meta.shards.size(),
+      [&](size_t i) -> const Box& { return meta.shards[i].box; }, region);
   const int64_t item = static_cast<int64_t>(ItemSize(meta.dtype));
   const Shape region_shape = ToShape(region.sizes);
   CallStream stream;

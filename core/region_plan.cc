@@ -60,6 +60,14 @@ std::vector<RegionPiece> PlanRegion(
   return pieces;
 }
 
+std::vector<RegionPiece> PlanRegion(
+    const BoxIndex* index, size_t count,
+    const std::function<const Box&(size_t)>& box_of, const Box& region) {
+  return index != nullptr && index->size() == count
+             ? PlanRegion(*index, box_of, region)
+             : PlanRegion(count, box_of, region);
+}
+
 int64_t PiecesElements(absl::Span<const RegionPiece> pieces) {
   int64_t total = 0;
   for (const RegionPiece& piece : pieces) total += piece.global.NumElements();

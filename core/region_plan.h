@@ -51,6 +51,12 @@ std::vector<RegionPiece> PlanRegion(
     const BoxIndex& index, const std::function<const Box&(size_t)>& box_of,
     const Box& region);
 
+// Through `index` when it is not null and holds `count` boxes (a BoxIndex
+// built from these `box_of` boxes), else looking at every one of them.
+std::vector<RegionPiece> PlanRegion(
+    const BoxIndex* index, size_t count,
+    const std::function<const Box&(size_t)>& box_of, const Box& region);
+
 // The number of elements in `pieces`.
 int64_t PiecesElements(absl::Span<const RegionPiece> pieces);
 
