@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "core/capability.h"
 #include "core/errors.h"
 #include "core/shard_record.h"
@@ -280,30 +281,29 @@ absl::StatusOr<CommitStart> TensorTable::BeginCommit(
         ": it was replaced, abandoned, or given up after "
         "the coordinator's --pending_timeout (nothing was committed)"));
   };
+  // Starts the commit of the change `owner` made (`doing`: "put" or
+  // "updated"); only `owner` may commit it.
+  const auto start =
+      [&](const std::string& owner, absl::string_view doing,
+          const TensorMetadataPtr& seal) -> absl::StatusOr<CommitStart> {
+    if (owner != principal) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("tensor '", name, "' is being ", doing,
+                       " by another principal; only it may commit"));
+    }
+    entry->busy = true;
+    return CommitStart{false, seal};
+  };
   if (entry->state == State::kPending) {
     if (change == 0 || entry->meta->change != change ||
         entry->meta->version != version) {
       return replaced();
     }
-    if (entry->owner != principal) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("tensor '", name,
-                       "' is being put by another principal; only it may "
-                       "commit"));
-    }
-    entry->busy = true;
-    return CommitStart{false, entry->meta};
+    return start(entry->owner, "put", entry->meta);
   }
   if (entry->update != nullptr && entry->update->version == version &&
       change != 0 && entry->update->change == change) {
-    if (entry->update_owner != principal) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("tensor '", name,
-                       "' is being updated by another principal; only it "
-                       "may commit"));
-    }
-    entry->busy = true;
-    return CommitStart{false, entry->update_fresh};
+    return start(entry->update_owner, "updated", entry->update_fresh);
   }
   // Committed already: a commit tried again after its reply was lost.
   if (change != 0 && entry->meta->change == change &&
