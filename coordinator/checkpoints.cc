@@ -210,8 +210,7 @@ absl::StatusOr<SaveResult> Checkpoints::Save(const SaveArgs& args) {
   });
   for (const std::string& name : names) {
     TESSERA_ASSIGN_OR_RETURN(TensorMetadataPtr meta, table_->GetLeased(name));
-    metas.push_back(*meta);
-    orchestrator_->FillWorkerState(&metas.back());
+    metas.push_back(orchestrator_->WithWorkerState(*meta));
   }
   TESSERA_ASSIGN_OR_RETURN(EarlierSave earlier, FindEarlierSave(args));
   if (args.hf) {

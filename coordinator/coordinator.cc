@@ -244,8 +244,7 @@ int64_t Coordinator::SyncMirrorsNow() {
     if (!current.ok()) continue;
     const TensorMetadata& meta = **current;
     if (!HasMirrors(meta)) continue;
-    TensorMetadata filled = meta;
-    orchestrator_.FillWorkerState(&filled);
+    TensorMetadata filled = orchestrator_.WithWorkerState(meta);
     if (!orchestrator_.MirrorsBehind(filled)) continue;
     absl::StatusOr<MirrorSyncResult> synced =
         orchestrator_.SyncMirrors(summary.name);
@@ -292,8 +291,7 @@ int64_t Coordinator::RepairNow() {
         suspect = suspect || !good.contains(replica.worker);
     }
     if (!suspect) continue;
-    TensorMetadata filled = **current;
-    orchestrator_.FillWorkerState(&filled);
+    TensorMetadata filled = orchestrator_.WithWorkerState(**current);
     const int64_t short_shards = ShortShards(filled, good);
     if (short_shards == 0) continue;
     if (!options_.repair) {
@@ -357,8 +355,7 @@ absl::Status Coordinator::RemoveWorker(const std::string& name) {
   for (const TensorSummary& summary : table_.List(/*all=*/true)) {
     absl::StatusOr<TensorMetadataPtr> current = table_.Get(summary.name);
     if (!current.ok()) continue;
-    TensorMetadata filled = **current;
-    orchestrator_.FillWorkerState(&filled);
+    TensorMetadata filled = orchestrator_.WithWorkerState(**current);
     for (size_t i = 0; i < filled.shards.size(); ++i) {
       bool here = false, elsewhere = false;
       for (const Replica& replica : filled.shards[i].replicas) {
@@ -463,17 +460,13 @@ absl::Status Coordinator::CommitTensor(const std::string& name,
 absl::StatusOr<TensorMetadata> Coordinator::GetTensor(
     const std::string& name) const {
   TESSERA_ASSIGN_OR_RETURN(TensorMetadataPtr meta, table_.Get(name));
-  TensorMetadata out = *meta;
-  orchestrator_.FillWorkerState(&out);
-  return out;
+  return orchestrator_.WithWorkerState(*meta);
 }
 
 absl::StatusOr<TensorMetadata> Coordinator::GetTensorForRead(
     const std::string& name) {
   TESSERA_ASSIGN_OR_RETURN(TensorMetadataPtr meta, table_.GetLeased(name));
-  TensorMetadata out = *meta;
-  orchestrator_.FillWorkerState(&out);
-  return out;
+  return orchestrator_.WithWorkerState(*meta);
 }
 
 void Coordinator::ReleaseRead(const std::string& name, uint64_t version) {

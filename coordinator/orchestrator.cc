@@ -646,8 +646,7 @@ absl::Status Orchestrator::ForwardReplicas(
   for (const ShardInfo& shard : written.shards)
     one_copy &= shard.replicas.size() < 2;
   if (one_copy) return absl::OkStatus();
-  TensorMetadata at = written;
-  FillWorkerState(&at);
+  TensorMetadata at = WithWorkerState(written);
   return mover_.ForwardReplicas(at, failed_mirrors);
 }
 
@@ -715,6 +714,11 @@ void Orchestrator::FillWorkerState(TensorMetadata* meta) const {
     }
   }
   table_->MarkLost(meta);
+}
+
+TensorMetadata Orchestrator::WithWorkerState(TensorMetadata meta) const {
+  FillWorkerState(&meta);
+  return meta;
 }
 
 Orchestrator::NewShards::~NewShards() {
@@ -809,8 +813,7 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(
       spec.mirror.empty() ? old_meta->mirror : spec.mirror, new_meta.get()));
 
   // Sources must be readable before anything is allocated.
-  TensorMetadata sources = *old_meta;
-  FillWorkerState(&sources);
+  TensorMetadata sources = WithWorkerState(*old_meta);
   std::vector<PlacedBox> old_layout(sources.shards.size());
   std::vector<PlacedBox> new_layout(new_meta->shards.size());
   for (size_t i = 0; i < old_layout.size(); ++i)
@@ -923,8 +926,7 @@ absl::StatusOr<RepairResult> Orchestrator::Repair(const std::string& name) {
   TESSERA_ASSIGN_OR_RETURN(TensorMetadataPtr old_meta,
                            table_->BeginReshard(name, 0));
   auto done = absl::MakeCleanup([&] { table_->EndReshard(name); });
-  TensorMetadata sources = *old_meta;
-  FillWorkerState(&sources);
+  TensorMetadata sources = WithWorkerState(*old_meta);
   const std::vector<WorkerRecord> workers = registry_->List();
   absl::flat_hash_map<std::string, int> index;
   const std::vector<ReplicaCandidate> candidates = Candidates(workers, &index);
@@ -1020,8 +1022,7 @@ absl::StatusOr<MirrorSyncResult> Orchestrator::SyncMirrors(
   TESSERA_ASSIGN_OR_RETURN(TensorMetadataPtr old_meta,
                            table_->BeginReshard(name, 0));
   auto done = absl::MakeCleanup([&] { table_->EndReshard(name); });
-  TensorMetadata sources = *old_meta;
-  FillWorkerState(&sources);
+  TensorMetadata sources = WithWorkerState(*old_meta);
   const std::vector<std::string> group = MirrorGroupNow(old_meta->mirror);
   TESSERA_RETURN_IF_ERROR(Annotate(
       CheckLayoutSize(
@@ -1123,8 +1124,7 @@ absl::StatusOr<StagedUpdate> Orchestrator::BeginUpdate(const UpdateArgs& args) {
   }
   // N+1: N's layout on today's addresses; every shard the region meets is
   // new, those it meets in part start as copies of N's.
-  TensorMetadata sources = *old_meta;
-  FillWorkerState(&sources);
+  TensorMetadata sources = WithWorkerState(*old_meta);
   auto new_meta = std::make_shared<TensorMetadata>(sources);
   new_meta->version = old_meta->version + 1;
   new_meta->change = RandomId();  // the update's own id

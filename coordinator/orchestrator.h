@@ -219,6 +219,8 @@ class Orchestrator {
   // Fills in each shard's worker address and availability (registry and
   // lost shards).
   void FillWorkerState(TensorMetadata* meta) const;
+  // `meta` with its worker state filled in (FillWorkerState).
+  TensorMetadata WithWorkerState(TensorMetadata meta) const;
 
   // How far each running move has got (reshards, repairs, and the loads and
   // saves of Checkpoints).
