@@ -114,12 +114,10 @@ absl::StatusOr<CoordinatorDaemonOptions> CoordinatorDaemonOptionsFromFlags() {
   o.tokens = absl::GetFlag(FLAGS_tokens);
   o.quotas_file = absl::GetFlag(FLAGS_quotas);
   if (!o.quotas_file.empty()) {
-    absl::StatusOr<QuotaTable> quotas = QuotaTable::Load(o.quotas_file);
-    if (!quotas.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--quotas: ", quotas.status().message()));
-    }
-    o.quotas = std::make_shared<const QuotaTable>(*std::move(quotas));
+    TESSERA_ASSIGN_OR_RETURN(
+        QuotaTable quotas,
+        FlagValue("--quotas", QuotaTable::Load(o.quotas_file)));
+    o.quotas = std::make_shared<const QuotaTable>(std::move(quotas));
   }
   o.shutdown_grace = absl::GetFlag(FLAGS_shutdown_grace);
   CoordinatorOptions& c = o.coordinator;
@@ -159,12 +157,10 @@ absl::StatusOr<CoordinatorDaemonOptions> CoordinatorDaemonOptionsFromFlags() {
                           absl::GetFlag(FLAGS_etcd_cert),
                           absl::GetFlag(FLAGS_etcd_key)};
   if (!o.metadata.empty() && !etcd_tls.ca.empty()) {
-    absl::StatusOr<TlsMaterial> tls = LoadTls(etcd_tls, /*need_cert=*/false);
-    if (!tls.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--etcd_ca/--etcd_cert/--etcd_key: ", tls.status().message()));
-    }
-    o.etcd_credentials = ChannelCredentialsFor(*tls);
+    TESSERA_ASSIGN_OR_RETURN(const TlsMaterial tls,
+                             FlagValue("--etcd_ca/--etcd_cert/--etcd_key",
+                                       LoadTls(etcd_tls, /*need_cert=*/false)));
+    o.etcd_credentials = ChannelCredentialsFor(tls);
   } else if (!o.metadata.empty() && etcd_tls.enabled()) {
     return absl::InvalidArgumentError(
         "--etcd_cert and --etcd_key need --etcd_ca");

@@ -13,6 +13,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "ops/daemon_security.h"
 #include "rpc/signals.h"
@@ -22,6 +24,15 @@ namespace tessera {
 
 // --metrics_listen, which both daemons have.
 std::string MetricsListenFlag();
+
+// What a flag's text gave (`parsed`), or why not as INVALID_ARGUMENT naming
+// `flag`: "--device: <why>" (a flag at fault: exit 2).
+template <typename T>
+absl::StatusOr<T> FlagValue(absl::string_view flag, absl::StatusOr<T> parsed) {
+  if (parsed.ok()) return parsed;
+  return absl::InvalidArgumentError(
+      absl::StrCat(flag, ": ", parsed.status().message()));
+}
 
 // --version (prints it: exit 0) and --log_format (exit 2 when it is not
 // one); nullopt to go on.

@@ -7,7 +7,6 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "core/placement.h"
 #include "core/quota.h"
@@ -172,12 +171,9 @@ absl::StatusOr<WorkerDaemonOptions> WorkerDaemonOptionsFromFlags() {
   o.data_advertise = absl::GetFlag(FLAGS_data_advertise);
   o.name = absl::GetFlag(FLAGS_name);
   if (absl::GetFlag(FLAGS_rank) >= 0) o.rank = absl::GetFlag(FLAGS_rank);
-  absl::StatusOr<Device> device = ParseDevice(absl::GetFlag(FLAGS_device));
-  if (!device.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device: ", device.status().message()));
-  }
-  o.device = *device;
+  TESSERA_ASSIGN_OR_RETURN(
+      o.device,
+      FlagValue("--device", ParseDevice(absl::GetFlag(FLAGS_device))));
   o.zone = absl::GetFlag(FLAGS_zone);
   if (o.zone.empty()) {
     // The host is the failure domain nobody has to configure.
@@ -186,12 +182,9 @@ absl::StatusOr<WorkerDaemonOptions> WorkerDaemonOptionsFromFlags() {
       o.zone = host;
     }
   }
-  absl::StatusOr<Labels> labels = ParseLabels(absl::GetFlag(FLAGS_labels));
-  if (!labels.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--labels: ", labels.status().message()));
-  }
-  o.labels = *std::move(labels);
+  TESSERA_ASSIGN_OR_RETURN(
+      o.labels,
+      FlagValue("--labels", ParseLabels(absl::GetFlag(FLAGS_labels))));
   o.capacity_bytes = absl::GetFlag(FLAGS_capacity_bytes);
   o.shard_charge_bytes = absl::GetFlag(FLAGS_shard_charge_bytes);
   o.metrics_listen = MetricsListenFlag();
@@ -209,15 +202,14 @@ absl::StatusOr<WorkerDaemonOptions> WorkerDaemonOptionsFromFlags() {
   o.arena.warm_bytes = absl::GetFlag(FLAGS_shard_warm_bytes);
   WorkerNodeOptions& node = o.node;
   node.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
-  absl::StatusOr<int64_t> read_rate =
-      ParseQuotaBytes(absl::GetFlag(FLAGS_principal_read_rate));
-  if (!read_rate.ok() || *read_rate < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--principal_read_rate: ", read_rate.ok()
-                                       ? "give a rate, or 0 for none"
-                                       : read_rate.status().message()));
+  TESSERA_ASSIGN_OR_RETURN(
+      node.principal_read_rate,
+      FlagValue("--principal_read_rate",
+                ParseQuotaBytes(absl::GetFlag(FLAGS_principal_read_rate))));
+  if (node.principal_read_rate < 0) {
+    return absl::InvalidArgumentError(
+        "--principal_read_rate: give a rate, or 0 for none");
   }
-  node.principal_read_rate = *read_rate;
   node.max_shards_per_request = absl::GetFlag(FLAGS_max_shards_per_request);
   node.max_streams = absl::GetFlag(FLAGS_max_streams);
   node.max_small_reads = absl::GetFlag(FLAGS_max_threads);
