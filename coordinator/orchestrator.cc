@@ -90,6 +90,13 @@ void ChooseSources(const TensorMetadata& old_meta, ReshardPlan* plan) {
   }
 }
 
+// `meta` without its shards: what a set of some of them starts from.
+TensorMetadata WithoutShards(const TensorMetadata& meta) {
+  TensorMetadata out = meta;
+  out.shards.clear();
+  return out;
+}
+
 }  // namespace
 
 int64_t PackedDescribeBytesBound(const Shape& shape, int64_t num_shards,
@@ -572,8 +579,7 @@ absl::Status Orchestrator::Commit(const std::string& name, uint64_t version,
   TensorMetadata filled = *start.seal;
   const size_t replicas = static_cast<size_t>(ReplicaCount(filled));
   std::vector<uint64_t> lost;
-  TensorMetadata dropped = filled;
-  dropped.shards.clear();
+  TensorMetadata dropped = WithoutShards(filled);
   // Takes the mirror copies `failed(i, r)` names out of `filled`.
   auto drop_mirrors = [&](const std::function<bool(size_t, size_t)>& failed) {
     for (size_t i = 0; i < filled.shards.size(); ++i) {
@@ -737,8 +743,7 @@ absl::Status Orchestrator::MakeNewShards(
     const TensorMetadata& sources, const ReshardPlan& plan,
     const StopCondition& caller, const std::string& what, uint64_t old_version,
     NewShards* out) {
-  out->meta = *next;
-  out->meta.shards.clear();
+  out->meta = WithoutShards(*next);
   for (size_t j : fresh_index) out->meta.shards.push_back(next->shards[j]);
   const MetadataLog::Ticket ids =
       table_->ReserveIds(absl::MakeSpan(out->meta.shards));
@@ -859,8 +864,7 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(
       absl::StrCat("resharding '", name, "'"), old_meta->version, &fresh));
 
   // Commit N+1; retire N's shards that N+1 does not keep.
-  TensorMetadata retired = *old_meta;
-  retired.shards.clear();
+  TensorMetadata retired = WithoutShards(*old_meta);
   std::vector<bool> kept(old_meta->shards.size(), false);
   for (int64_t k : plan.kept_from) {
     if (k >= 0) kept[k] = true;
@@ -952,10 +956,8 @@ absl::StatusOr<RepairResult> Orchestrator::Repair(const std::string& name) {
   // Version N again, each placed replica in place of one that leaves.
   auto new_meta = std::make_shared<TensorMetadata>(*old_meta);
   NewShards fresh(this);
-  fresh.meta = *old_meta;
-  fresh.meta.shards.clear();
-  TensorMetadata retired = *old_meta;
-  retired.shards.clear();
+  fresh.meta = WithoutShards(*old_meta);
+  TensorMetadata retired = WithoutShards(*old_meta);
   ReshardPlan plan;
   std::vector<CopySlot> slots;  // where each fresh replica goes in new_meta
   for (size_t t = 0; t < todo.size(); ++t) {
@@ -1039,10 +1041,8 @@ absl::StatusOr<MirrorSyncResult> Orchestrator::SyncMirrors(
   // the new ones.
   auto new_meta = std::make_shared<TensorMetadata>(*old_meta);
   NewShards fresh(this);
-  fresh.meta = *old_meta;
-  fresh.meta.shards.clear();
-  TensorMetadata retired = *old_meta;
-  retired.shards.clear();
+  fresh.meta = WithoutShards(*old_meta);
+  TensorMetadata retired = WithoutShards(*old_meta);
   const int64_t item = static_cast<int64_t>(ItemSize(old_meta->dtype));
   std::vector<CopySlot> slots;
   ReshardPlan plan;
