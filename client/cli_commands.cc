@@ -925,7 +925,9 @@ absl::Status RunCreate(const Invocation& inv, std::ostream& out) {
                            client->Create(name, shape, dtype, spec, init));
   const double seconds = SecondsSince(start);
   if (inv.GetBool("json")) {
-    out << TensorJson(meta, meta.ByteSize(), seconds) << "\n";
+    out << TensorJson(meta, meta.ByteSize(), seconds,
+                      client->TransferStats().workers_sent)
+        << "\n";
     return absl::OkStatus();
   }
   out << "created " << meta.name << ": shape " << ShapeToString(meta.shape)
@@ -965,7 +967,7 @@ absl::Status RunUpdate(const Invocation& inv, const std::string& name,
   }
   TESSERA_ASSIGN_OR_RETURN(UpdateStats stats, std::move(updated));
   if (inv.GetBool("json")) {
-    out << UpdateJson(stats) << "\n";
+    out << UpdateJson(stats, client->TransferStats().workers_sent) << "\n";
     return absl::OkStatus();
   }
   out << "updated " << name;
@@ -1023,7 +1025,9 @@ absl::Status RunPut(const Invocation& inv, std::ostream& out) {
   const TensorMetadata& meta = *put;
   const double seconds = SecondsSince(start);
   if (inv.GetBool("json")) {
-    out << TensorJson(meta, array.num_bytes, seconds) << "\n";
+    out << TensorJson(meta, array.num_bytes, seconds,
+                      client->TransferStats().workers_sent)
+        << "\n";
     return absl::OkStatus();
   }
   out << "put " << meta.name << " from " << input_flag << ": shape "
@@ -1427,7 +1431,8 @@ absl::Status RunImport(const Invocation& inv, std::ostream& out) {
   }
   TESSERA_ASSIGN_OR_RETURN(SafetensorsImportResult result, std::move(imported));
   if (inv.GetBool("json")) {
-    out << ImportJson(file, result) << "\n";
+    out << ImportJson(file, result, client->TransferStats().workers_sent)
+        << "\n";
     return absl::OkStatus();
   }
   out << "imported " << result.tensors.size() << " tensor"
@@ -1484,7 +1489,7 @@ absl::Status RunLoad(const Invocation& inv, std::ostream& out) {
   }
   TESSERA_ASSIGN_OR_RETURN(const Client::LoadStats stats, std::move(loaded));
   if (inv.GetBool("json")) {
-    out << LoadJson(dir, stats) << "\n";
+    out << LoadJson(dir, stats, client->TransferStats().workers_sent) << "\n";
     return absl::OkStatus();
   }
   out << "loaded " << stats.tensors.size() << " tensor"

@@ -178,25 +178,28 @@ std::string ReshardJson(const ReshardStats& stats) {
                 {"bytes_moved", stats.bytes_moved},
                 {"bytes_copied_locally", stats.bytes_copied_locally},
                 {"shards_kept", stats.shards_kept},
-                {"seconds", Seconds{stats.seconds}}});
+                {"seconds", Seconds{stats.seconds}},
+                {"sent", Json(stats.sent)}});
 }
 
 std::string TensorJson(const TensorMetadata& meta, int64_t bytes,
-                       double seconds) {
+                       double seconds, const SentBytes& sent) {
   return Dumps({{"name", meta.name},
                 {"shape", Ints(meta.shape)},
                 {"dtype", std::string(DTypeName(meta.dtype))},
                 {"version", meta.version},
                 {"num_shards", meta.shards.size()},
                 {"bytes", bytes},
-                {"seconds", Seconds{seconds}}});
+                {"seconds", Seconds{seconds}},
+                {"sent", Json(sent)}});
 }
 
-std::string UpdateJson(const UpdateStats& stats) {
+std::string UpdateJson(const UpdateStats& stats, const SentBytes& sent) {
   return Dumps({{"version", stats.version},
                 {"bytes_written", stats.bytes_written},
                 {"shards_kept", stats.shards_kept},
-                {"seconds", Seconds{stats.seconds}}});
+                {"seconds", Seconds{stats.seconds}},
+                {"sent", Json(sent)}});
 }
 
 std::string RemoveJson(const std::string& name) {
@@ -240,7 +243,8 @@ std::string GetJson(const std::string& name, const Shape& shape, DType dtype,
 }
 
 std::string ImportJson(const std::string& file,
-                       const SafetensorsImportResult& result) {
+                       const SafetensorsImportResult& result,
+                       const SentBytes& sent) {
   Json tensors = Json::array();
   for (const TensorMetadata& t : result.tensors) {
     tensors.push_back({{"name", t.name},
@@ -252,10 +256,12 @@ std::string ImportJson(const std::string& file,
   return Dumps({{"file", file},
                 {"tensors", std::move(tensors)},
                 {"bytes", result.bytes},
-                {"seconds", Seconds{result.seconds}}});
+                {"seconds", Seconds{result.seconds}},
+                {"sent", Json(sent)}});
 }
 
-std::string LoadJson(const std::string& dir, const Client::LoadStats& stats) {
+std::string LoadJson(const std::string& dir, const Client::LoadStats& stats,
+                     const SentBytes& sent) {
   Json tensors = Json::array();
   for (const TensorInfo& t : stats.tensors) {
     tensors.push_back({{"name", t.name},
@@ -268,7 +274,8 @@ std::string LoadJson(const std::string& dir, const Client::LoadStats& stats) {
                 {"tensors", std::move(tensors)},
                 {"bytes", stats.bytes},
                 {"bytes_read", stats.bytes_read},
-                {"seconds", Seconds{stats.seconds}}});
+                {"seconds", Seconds{stats.seconds}},
+                {"sent", Json(sent)}});
 }
 
 std::string SaveJson(const std::string& dir, const Client::SaveStats& stats) {

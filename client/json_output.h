@@ -32,17 +32,20 @@ std::string CoordinatorsJson(const std::vector<CoordinatorStatus>& list);
 std::string WorkersJson(const std::vector<WorkerInfo>& workers);
 
 // `reshard --json`: {"version", "pieces_moved", "bytes_moved",
-// "bytes_copied_locally", "shards_kept", "seconds"}.
+// "bytes_copied_locally", "shards_kept", "seconds", "sent"}. In every
+// write's and reshard's JSON, "sent": {WORKER: BYTES} is what each worker
+// sent to others to fill replicas and mirrors or move pieces (CLI.md
+// "Relay"); {} when none did.
 std::string ReshardJson(const ReshardStats& stats);
 
 // `create --json` and `put --json`: {"name", "shape", "dtype", "version",
-// "num_shards", "bytes", "seconds"}.
+// "num_shards", "bytes", "seconds", "sent"}.
 std::string TensorJson(const TensorMetadata& meta, int64_t bytes,
-                       double seconds);
+                       double seconds, const SentBytes& sent);
 
 // `put --update --json`: {"version", "bytes_written", "shards_kept",
-// "seconds"}.
-std::string UpdateJson(const UpdateStats& stats);
+// "seconds", "sent"}.
+std::string UpdateJson(const UpdateStats& stats, const SentBytes& sent);
 
 // `rm --json`: {"name", "deleted": true}.
 std::string RemoveJson(const std::string& name);
@@ -60,14 +63,17 @@ std::string GetJson(const std::string& name, const Shape& shape, DType dtype,
                     const DataPlaneStats& moved);
 
 // `import --json`: {"file", "tensors": [{"name", "shape", "dtype",
-// "version", "num_shards"}, ...], "bytes", "seconds"}.
-// `load --json`: {"dir", "tensors", "bytes", "bytes_read", "seconds"}.
-std::string LoadJson(const std::string& dir, const Client::LoadStats& stats);
+// "version", "num_shards"}, ...], "bytes", "seconds", "sent"}.
+// `load --json`: {"dir", "tensors", "bytes", "bytes_read", "seconds",
+// "sent"}.
+std::string LoadJson(const std::string& dir, const Client::LoadStats& stats,
+                     const SentBytes& sent);
 // save --json: {"dir", "tensors": [names], "bytes", "files", "seconds"}.
 std::string SaveJson(const std::string& dir, const Client::SaveStats& stats);
 
 std::string ImportJson(const std::string& file,
-                       const SafetensorsImportResult& result);
+                       const SafetensorsImportResult& result,
+                       const SentBytes& sent);
 
 // `export --json`: {"file", "entries": [{"entry", "tensor", "shape",
 // "dtype"}, ...], "bytes", "file_bytes", "seconds"} (bytes: the data).

@@ -197,6 +197,10 @@ Client::Client(std::shared_ptr<Connection> connection)
 
 DataPlaneStats Client::TransferStats() const {
   DataPlaneStats stats = connection_->data_plane().Stats();
+  {
+    absl::MutexLock lock(&sent_mu_);
+    stats.workers_sent = workers_sent_;
+  }
   absl::MutexLock lock(&device_mu_);
   if (device_ != nullptr && device_->ipc_bytes() > 0) {
     stats.bytes["cuda_ipc"] += device_->ipc_bytes();
@@ -475,12 +479,20 @@ absl::Status Client::CommitVersion(const std::string& name, uint64_t version,
   request.set_abandon(abandon);
   v1::CommitTensorResponse response;
   // A commit forwards the written replicas' bytes to the others.
-  return Call(abandon ? ControlCall(*connection_, /*idempotent=*/false)
-                      : LongControlCall(*connection_),
-              [&](grpc::ClientContext* context) {
-                return connection_->coordinator()->CommitTensor(
-                    context, request, &response);
-              });
+  TESSERA_RETURN_IF_ERROR(
+      Call(abandon ? ControlCall(*connection_, /*idempotent=*/false)
+                   : LongControlCall(*connection_),
+           [&](grpc::ClientContext* context) {
+             return connection_->coordinator()->CommitTensor(context, request,
+                                                             &response);
+           }));
+  CountWorkersSent(SentBytes(response.sent().begin(), response.sent().end()));
+  return absl::OkStatus();
+}
+
+void Client::CountWorkersSent(const SentBytes& sent) {
+  absl::MutexLock lock(&sent_mu_);
+  for (const auto& [worker, bytes] : sent) workers_sent_[worker] += bytes;
 }
 
 absl::StatusOr<TensorMetadata> Client::Describe(const std::string& name) {
@@ -893,6 +905,8 @@ absl::StatusOr<ReshardStats> Client::Reshard(const std::string& name,
   stats.bytes_copied_locally = response.bytes_copied_locally();
   stats.shards_kept = response.shards_kept();
   stats.seconds = response.seconds();
+  stats.sent.insert(response.sent().begin(), response.sent().end());
+  CountWorkersSent(stats.sent);
   return stats;
 }
 
@@ -934,6 +948,7 @@ absl::StatusOr<Client::LoadStats> Client::LoadCheckpoint(
   stats.bytes = response.bytes();
   stats.bytes_read = response.bytes_read();
   stats.seconds = response.seconds();
+  CountWorkersSent(SentBytes(response.sent().begin(), response.sent().end()));
   return stats;
 }
 

@@ -335,6 +335,8 @@ class Client {
   absl::StatusOr<TensorMetadata> DescribeInternal(const std::string& name,
                                                   bool lease);
   void ReleaseRead(const std::string& name, uint64_t version);
+  // Adds a reply's bytes sent by each worker to TransferStats().
+  void CountWorkersSent(const SentBytes& sent);
   // A save or an export --hf: one call, one reply.
   absl::StatusOr<SaveStats> Save(const v1::SaveCheckpointRequest& request);
   // Commits the put or update `change` (its reply's change id) that made
@@ -393,6 +395,8 @@ class Client {
   // entry cannot return other data — it can only fail (a freed shard, a dead
   // worker, a region outside an old shape); any failure on a cached entry
   // drops it and the read is retried once on fresh metadata.
+  mutable absl::Mutex sent_mu_;
+  std::map<std::string, int64_t> workers_sent_ ABSL_GUARDED_BY(sent_mu_);
   mutable absl::Mutex device_mu_;
   std::shared_ptr<DeviceAccess> device_ ABSL_GUARDED_BY(device_mu_);
   absl::Mutex cache_mu_;

@@ -495,8 +495,8 @@ absl::StatusOr<LoadResult> Checkpoints::Load(const LoadArgs& args) {
                            ReadLoadOrders(args, plan, tally.get(), &parts));
   TESSERA_RETURN_IF_ERROR(CheckLoadedPieces(plan, parts, args.dir));
   for (const TensorMetadataPtr& meta : made) {
-    TESSERA_RETURN_IF_ERROR(orchestrator_->Commit(meta->name, meta->version,
-                                                  args.owner, meta->change));
+    TESSERA_RETURN_IF_ERROR(orchestrator_->Commit(
+        meta->name, meta->version, args.owner, meta->change, &result.sent));
   }
   std::move(undo).Cancel();
   result.tensors = std::move(made);

@@ -77,6 +77,7 @@ struct LoadResult {
   int64_t bytes = 0;                       // the tensors' bytes
   int64_t bytes_read = 0;  // what the workers read from the files
   double seconds = 0;
+  SentBytes sent;  // what each worker sent to fill replicas and mirrors
 };
 
 class Checkpoints {

@@ -453,8 +453,8 @@ absl::StatusOr<std::shared_ptr<const TensorMetadata>> Coordinator::CreateTensor(
 absl::Status Coordinator::CommitTensor(const std::string& name,
                                        uint64_t version,
                                        const std::string& principal,
-                                       uint64_t change) {
-  return orchestrator_.Commit(name, version, principal, change);
+                                       uint64_t change, SentBytes* sent) {
+  return orchestrator_.Commit(name, version, principal, change, sent);
 }
 
 absl::StatusOr<TensorMetadata> Coordinator::GetTensor(

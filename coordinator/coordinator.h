@@ -208,9 +208,11 @@ class Coordinator {
   // the shards it wrote on their workers, then makes it visible once its
   // record is durable. Only the principal that began it may (empty: no
   // tokens); `change` must be the one its reply named (TensorTable
-  // BeginCommit).
+  // BeginCommit). `sent` (optional) gets what each worker sent to fill the
+  // replicas and mirrors.
   absl::Status CommitTensor(const std::string& name, uint64_t version,
-                            const std::string& principal, uint64_t change);
+                            const std::string& principal, uint64_t change,
+                            SentBytes* sent = nullptr);
   // Current metadata, with each shard's worker address and availability.
   absl::StatusOr<TensorMetadata> GetTensor(const std::string& name) const;
   // The same, leasing the version for a read (TensorTable "Read leases"):

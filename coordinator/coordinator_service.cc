@@ -522,7 +522,7 @@ grpc::Status CoordinatorService::CreateTensor(
 
 grpc::Status CoordinatorService::CommitTensor(
     grpc::ServerContext* context, const v1::CommitTensorRequest* request,
-    v1::CommitTensorResponse*) {
+    v1::CommitTensorResponse* response) {
   absl::StatusOr<Principal> principal = Admit(context, "CommitTensor");
   if (!principal.ok()) return ToGrpcStatus(principal.status());
   if (request->abandon()) {
@@ -530,9 +530,13 @@ grpc::Status CoordinatorService::CommitTensor(
         coordinator_->Abandon(request->name(), request->version(),
                               principal->name, request->change_id()));
   }
-  return ToGrpcStatus(
+  SentBytes sent;
+  const absl::Status committed =
       coordinator_->CommitTensor(request->name(), request->version(),
-                                 principal->name, request->change_id()));
+                                 principal->name, request->change_id(), &sent);
+  if (committed.ok())
+    response->mutable_sent()->insert(sent.begin(), sent.end());
+  return ToGrpcStatus(committed);
 }
 
 grpc::Status CoordinatorService::KeepPending(
@@ -646,6 +650,7 @@ grpc::Status CoordinatorService::ReshardTensor(
   response->set_bytes_copied_locally(result->bytes_copied_locally);
   response->set_shards_kept(result->shards_kept);
   response->set_seconds(result->seconds);
+  response->mutable_sent()->insert(result->sent.begin(), result->sent.end());
   return grpc::Status::OK;
 }
 
@@ -746,6 +751,7 @@ grpc::Status CoordinatorService::LoadCheckpoint(
   response->set_bytes(result->bytes);
   response->set_bytes_read(result->bytes_read);
   response->set_seconds(result->seconds);
+  response->mutable_sent()->insert(result->sent.begin(), result->sent.end());
   return grpc::Status::OK;
 }
 

@@ -117,17 +117,21 @@ absl::Status GrpcWorkerControl::Transfer(const TransferBatch& batch,
              return stub->Transfer(context, request, &response);
            }));
   if (sent == nullptr) return absl::OkStatus();
-  // A worker's reply is input: only the sources it was given, no negative
-  // counts.
+  // A worker's reply is input: only the sources it was given, each once,
+  // no negative count and none past what one order could move (so totals
+  // cannot overflow).
+  constexpr int64_t kMaxSentPerOrder = int64_t{1} << 50;
   std::set<std::string> sources = {batch.src_worker};
   for (const RelayUpstream& up : batch.relay.fallbacks)
     sources.insert(up.worker);
   for (const v1::SentBytes& entry : response.sent()) {
-    if (sources.count(entry.worker()) == 0 || entry.bytes() < 0) {
+    if (sources.erase(entry.worker()) == 0 || entry.bytes() < 0 ||
+        entry.bytes() > kMaxSentPerOrder) {
       return absl::InternalError(absl::StrCat(
           "worker '", batch.dst_worker, "' reported ", entry.bytes(),
           " bytes sent by '", entry.worker().substr(0, 64),
-          "', not a source of its order"));
+          "', not a source of its order (or not once, or past any order's "
+          "size)"));
     }
     (*sent)[entry.worker()] += entry.bytes();
   }

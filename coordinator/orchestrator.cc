@@ -567,7 +567,7 @@ absl::Status Orchestrator::SealShards(const TensorMetadata& meta,
 
 absl::Status Orchestrator::Commit(const std::string& name, uint64_t version,
                                   const std::string& principal,
-                                  uint64_t change) {
+                                  uint64_t change, SentBytes* sent) {
   TESSERA_ASSIGN_OR_RETURN(
       CommitStart start, table_->BeginCommit(name, version, principal, change));
   if (start.done) return absl::OkStatus();  // committed already
@@ -616,7 +616,7 @@ absl::Status Orchestrator::Commit(const std::string& name, uint64_t version,
     drop_on(failed_workers);
   }
   std::vector<std::pair<size_t, size_t>> failed_mirrors;
-  if (status.ok()) status = ForwardReplicas(filled, &failed_mirrors);
+  if (status.ok()) status = ForwardReplicas(filled, &failed_mirrors, sent);
   if (status.ok() && !failed_mirrors.empty()) {
     drop_mirrors([&](size_t i, size_t r) {
       return std::find(failed_mirrors.begin(), failed_mirrors.end(),
@@ -647,13 +647,13 @@ absl::Status Orchestrator::Commit(const std::string& name, uint64_t version,
 
 absl::Status Orchestrator::ForwardReplicas(
     const TensorMetadata& written,
-    std::vector<std::pair<size_t, size_t>>* failed_mirrors) {
+    std::vector<std::pair<size_t, size_t>>* failed_mirrors, SentBytes* sent) {
   bool one_copy = true;
   for (const ShardInfo& shard : written.shards)
     one_copy &= shard.replicas.size() < 2;
   if (one_copy) return absl::OkStatus();
   TensorMetadata at = WithWorkerState(written);
-  return mover_.ForwardReplicas(at, failed_mirrors);
+  return mover_.ForwardReplicas(at, failed_mirrors, sent);
 }
 
 absl::Status Orchestrator::RecordVersion(const TensorMetadataPtr& old_meta,
@@ -765,7 +765,7 @@ absl::Status Orchestrator::MakeNewShards(
   out->move_start = absl::Now();
   if (!plan.pieces.empty()) {
     TESSERA_RETURN_IF_ERROR(Annotate(
-        mover_.MoveFromAnyReplica(sources, *next, plan),
+        mover_.MoveFromAnyReplica(sources, *next, plan, &out->sent),
         absl::StrCat(what, " (version ", old_version, " is unchanged)")));
   }
   out->move_end = absl::Now();
@@ -882,6 +882,7 @@ absl::StatusOr<ReshardResult> Orchestrator::Reshard(
   result.bytes_copied_locally = plan.bytes_copied_locally;
   result.shards_kept = plan.shards_kept;
   result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  result.sent = fresh.sent;
   spdlog::info(
       "resharded '{}' to version {}: {} piece(s) moved ({} bytes), {} bytes "
       "copied locally, {} shard(s) kept, {:.3f} s (plan {:.3f}, allocate "

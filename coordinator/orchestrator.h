@@ -172,7 +172,8 @@ class Orchestrator {
   // See Coordinator for each operation's contract.
   absl::StatusOr<TensorMetadataPtr> Create(const CreateTensorArgs& args);
   absl::Status Commit(const std::string& name, uint64_t version,
-                      const std::string& principal, uint64_t change);
+                      const std::string& principal, uint64_t change,
+                      SentBytes* sent = nullptr);
   absl::Status Delete(const std::string& name,
                       const std::string& principal = "", bool admin = true,
                       uint64_t incarnation = 0);
@@ -261,10 +262,11 @@ class Orchestrator {
   // Copies each shard of a written change from its first replica (the one
   // its client wrote) to the others and its mirrors
   // (PieceMover::ForwardReplicas; mirrors that fail go to `failed_mirrors`
-  // when given).
+  // when given; `sent`, when given, adds what each worker sent).
   absl::Status ForwardReplicas(
       const TensorMetadata& written,
-      std::vector<std::pair<size_t, size_t>>* failed_mirrors = nullptr);
+      std::vector<std::pair<size_t, size_t>>* failed_mirrors = nullptr,
+      SentBytes* sent = nullptr);
   // Seals shards (their replicas in `replicas`) on their workers, all in
   // parallel: the first failure. `persist`: their bytes are final, and a
   // worker with --store_dir records them.
@@ -288,6 +290,7 @@ class Orchestrator {
     TensorMetadata Keep();
 
     TensorMetadata meta;  // only the new shards
+    SentBytes sent;       // what each worker sent to fill them
     bool allocated = false;
     absl::Time allocate_start, move_start, move_end;
 

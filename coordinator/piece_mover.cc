@@ -69,6 +69,26 @@ bool OnGpus(const TensorMetadata& meta) {
   return false;
 }
 
+// What each worker sent, added from the threads of a fan-out into an
+// optional total.
+class SentTotal {
+ public:
+  explicit SentTotal(SentBytes* total) : total_(total) {}
+  // Where one Transfer counts its bytes (null when no total is kept).
+  SentBytes* ForOne(SentBytes* mine) const {
+    return total_ != nullptr ? mine : nullptr;
+  }
+  void Add(const SentBytes& mine) {
+    if (total_ == nullptr) return;
+    absl::MutexLock lock(&mu_);
+    for (const auto& [worker, bytes] : mine) (*total_)[worker] += bytes;
+  }
+
+ private:
+  SentBytes* const total_;
+  absl::Mutex mu_;
+};
+
 }  // namespace
 
 absl::Status PieceMover::ForwardReplicas(
@@ -122,10 +142,10 @@ absl::Status PieceMover::ForwardReplicas(
       }
     }
     if (plan.pieces.empty()) continue;
-    TESSERA_RETURN_IF_ERROR(
-        Annotate(Move(at, at, plan, /*tally=*/nullptr),
-                 absl::StrCat("copying '", at.name, "' version ", at.version,
-                              " to its other replicas")));
+    TESSERA_RETURN_IF_ERROR(Annotate(
+        Move(at, at, plan, /*tally=*/nullptr, /*failed=*/nullptr, sent),
+        absl::StrCat("copying '", at.name, "' version ", at.version,
+                     " to its other replicas")));
   }
   // Mirrors, each from the first replica, in one round.
   ReshardPlan plan;
@@ -143,7 +163,8 @@ absl::Status PieceMover::ForwardReplicas(
   }
   if (plan.pieces.empty()) return absl::OkStatus();
   std::vector<size_t> failed;
-  const absl::Status moved = Move(at, at, plan, /*tally=*/nullptr, &failed);
+  const absl::Status moved =
+      Move(at, at, plan, /*tally=*/nullptr, &failed, sent);
   if (moved.ok()) return moved;
   if (failed_mirrors == nullptr || failed.empty()) {
     return Annotate(moved, absl::StrCat("copying '", at.name, "' version ",
@@ -249,7 +270,7 @@ absl::Status PieceMover::Relay(const TensorMetadata& from,
     return a.depth < b.depth;
   });
   std::vector<absl::Status> results(hops.size());
-  absl::Mutex sent_mu;
+  SentTotal total(sent);
   FanOut(hops.size(), kDefaultFanOut, [&](size_t i) {
     const TransferBatch& batch = hops[i].batch;
     {
@@ -258,15 +279,14 @@ absl::Status PieceMover::Relay(const TensorMetadata& from,
       ++busy_[batch.dst_worker];
     }
     SentBytes mine;
-    results[i] = workers_->Transfer(batch, &mine);
-    absl::MutexLock lock(&busy_mu_);
-    for (const std::string* w : {&batch.src_worker, &batch.dst_worker}) {
-      if (--busy_[*w] <= 0) busy_.erase(*w);
+    results[i] = workers_->Transfer(batch, total.ForOne(&mine));
+    {
+      absl::MutexLock lock(&busy_mu_);
+      for (const std::string* w : {&batch.src_worker, &batch.dst_worker}) {
+        if (--busy_[*w] <= 0) busy_.erase(*w);
+      }
     }
-    if (sent != nullptr && results[i].ok()) {
-      absl::MutexLock sent_lock(&sent_mu);
-      for (const auto& [worker, bytes] : mine) (*sent)[worker] += bytes;
-    }
+    if (results[i].ok()) total.Add(mine);
     return absl::OkStatus();
   }).IgnoreError();
   absl::Status first;
@@ -285,7 +305,8 @@ absl::Status PieceMover::Relay(const TensorMetadata& from,
 
 absl::Status PieceMover::MoveFromAnyReplica(const TensorMetadata& old_meta,
                                             const TensorMetadata& new_meta,
-                                            const ReshardPlan& plan) {
+                                            const ReshardPlan& plan,
+                                            SentBytes* sent) {
   auto tally = std::make_shared<MoveTally>();
   for (const ReshardPiece& piece : plan.pieces)
     tally->total += piece.global.NumElements() * ItemSize(old_meta.dtype);
@@ -294,7 +315,7 @@ absl::Status PieceMover::MoveFromAnyReplica(const TensorMetadata& old_meta,
   auto untrack = absl::MakeCleanup([&] { progress_->Untrack(moving, tally); });
   std::vector<size_t> failed;
   const absl::Status moved =
-      Move(old_meta, new_meta, plan, tally.get(), &failed);
+      Move(old_meta, new_meta, plan, tally.get(), &failed, sent);
   if (moved.ok() || failed.empty()) return moved;
   // The workers that failed as sources; their replicas are not read again.
   std::set<std::string> gone;
@@ -320,13 +341,14 @@ absl::Status PieceMover::MoveFromAnyReplica(const TensorMetadata& old_meta,
   }
   spdlog::warn("{}; {} piece(s) go on from other replicas",
                std::string(moved.message()), again.pieces.size());
-  return Move(sources, new_meta, again, tally.get());
+  return Move(sources, new_meta, again, tally.get(), /*failed=*/nullptr,
+              sent);
 }
 
 absl::Status PieceMover::Move(const TensorMetadata& old_meta,
                               const TensorMetadata& new_meta,
                               const ReshardPlan& plan, MoveTally* tally,
-                              std::vector<size_t>* failed) {
+                              std::vector<size_t>* failed, SentBytes* sent) {
   // One batch per (source, destination) pair of workers; all batches run in
   // parallel.
   std::map<std::pair<std::string, std::string>, TransferBatch> batches;
@@ -382,6 +404,7 @@ absl::Status PieceMover::Move(const TensorMetadata& old_meta,
     }
   }
   std::vector<absl::Status> results(batches.size());
+  SentTotal total(sent);
   std::vector<const TransferBatch*> order;
   for (const auto& [pair, batch] : batches) order.push_back(&batch);
   // Every batch runs: the pieces of those that fail are reported.
@@ -390,14 +413,16 @@ absl::Status PieceMover::Move(const TensorMetadata& old_meta,
     const int64_t item = static_cast<int64_t>(ItemSize(old_meta.dtype));
     int64_t landed = 0;
     absl::Status status;
+    SentBytes mine;
     for (const TransferBatch& step :
          SplitBatch(batch, item, kProgressStepBytes)) {
-      status = workers_->Transfer(step);
+      status = workers_->Transfer(step, total.ForOne(&mine));
       if (!status.ok()) break;
       const int64_t bytes = BatchBytes(step, item);
       landed += bytes;
       if (tally != nullptr) tally->done += bytes;
     }
+    if (status.ok()) total.Add(mine);
     if (!status.ok()) {
       if (tally != nullptr) tally->done -= landed;
       results[slot] = Annotate(

@@ -73,17 +73,20 @@ class PieceMover {
   // to `tally` (optional) as each Transfer returns; a pair that fails takes
   // its bytes back off (its pieces go again). Every pair runs; the first
   // failure is returned, and `failed` (optional) gets the indices of the
-  // pieces of every pair that failed.
+  // pieces of every pair that failed. `sent` (optional) adds what each
+  // worker sent for the pairs that succeeded.
   absl::Status Move(const TensorMetadata& old_meta,
                     const TensorMetadata& new_meta, const ReshardPlan& plan,
-                    MoveTally* tally, std::vector<size_t>* failed = nullptr);
+                    MoveTally* tally, std::vector<size_t>* failed = nullptr,
+                    SentBytes* sent = nullptr);
   // Move, counted on the progress board under old_meta's name; when
   // Transfers fail, their pieces go once more from other replicas of their
   // source shards (not on a worker that failed as a source), so a replica
   // that dies during a reshard does not fail it.
   absl::Status MoveFromAnyReplica(const TensorMetadata& old_meta,
                                   const TensorMetadata& new_meta,
-                                  const ReshardPlan& plan);
+                                  const ReshardPlan& plan,
+                                  SentBytes* sent = nullptr);
   // Copies each shard of `written` (its worker addresses filled in) from its
   // first replica to the others, per the ReplicaForward mode, then to its
   // mirrors; the workers pull. A replica that fails fails it; a mirror that

@@ -164,6 +164,7 @@ struct ReshardResult {
   int64_t bytes_copied_locally = 0;
   int64_t shards_kept = 0;
   double seconds = 0;
+  SentBytes sent;  // what each worker sent to others for it
 };
 
 }  // namespace tessera

@@ -598,6 +598,21 @@ TEST_F(CliTest, ReplicasAreShownAndEachHoldsTheBytes) {
   }
   EXPECT_EQ(served, 8 * 4 * 4);
   EXPECT_GE(got["replicas"].size(), 2u);  // each shard from one worker
+  // A put and an update with two replicas: each shard's first replica (the
+  // one the client wrote) sends its 64 bytes to the second, once.
+  for (const std::vector<std::string>& write :
+       {std::vector<std::string>{"put", "rep_put", "--input=" + out_file,
+                                 "--chunk_dim=0", "--placements=rank:0,rank:1",
+                                 "--replicas=2", "--json"},
+        std::vector<std::string>{"put", "rep_put", "--input=" + out_file,
+                                 "--update", "--json"}}) {
+    const Json wrote = ParseJsonOrFail(Ok(write).out);
+    EXPECT_EQ(wrote["sent"].Keys(), (std::vector<std::string>{"w0", "w1"}))
+        << write[3];
+    EXPECT_EQ(wrote["sent"]["w0"].Int(), 64) << write[3];
+    EXPECT_EQ(wrote["sent"]["w1"].Int(), 64) << write[3];
+  }
+  Ok({"rm", "rep_put"});
   // Bad counts change nothing.
   ExpectError(Tessera({"create", "rep_bad", "--shape=4", "--dtype=int32",
                        "--chunk_dim=0", "--placements=rank:0", "--replicas=0"}),
@@ -1194,7 +1209,7 @@ TEST_F(CliTest, ReshardJsonAndDataPreserved) {
   EXPECT_EQ(stats.Keys(),
             (std::vector<std::string>{"version", "pieces_moved", "bytes_moved",
                                       "bytes_copied_locally", "shards_kept",
-                                      "seconds"}));
+                                      "seconds", "sent"}));
   EXPECT_EQ(stats["version"].Int(), 2);
   // Old: rows 0:4 on w0, 4:8 on w1. New: cols 0:2 on w1, 2:4 on w2, 4:6 on w3.
   // Pieces: 6, of 4x2 int64 = 64 bytes; only (4:8,0:2) stays on w1.
@@ -1203,6 +1218,11 @@ TEST_F(CliTest, ReshardJsonAndDataPreserved) {
   EXPECT_EQ(stats["bytes_copied_locally"].Int(), 64);
   EXPECT_EQ(stats["shards_kept"].Int(), 0);
   EXPECT_GE(stats["seconds"].Double(), 0.0);
+  // What each worker sent: w0's rows go to w1, w2 and w3 (3 pieces), w1's
+  // to w2 and w3 (its piece for itself is copied in memory).
+  EXPECT_EQ(stats["sent"].Keys(), (std::vector<std::string>{"w0", "w1"}));
+  EXPECT_EQ(stats["sent"]["w0"].Int(), 3 * 64);
+  EXPECT_EQ(stats["sent"]["w1"].Int(), 2 * 64);
   Json d = Describe("reshard_t");
   EXPECT_EQ(d["version"].Int(), 2);
   ASSERT_EQ(d["shards"].size(), 3u);
@@ -1219,6 +1239,7 @@ TEST_F(CliTest, ReshardJsonAndDataPreserved) {
   EXPECT_EQ(stats["shards_kept"].Int(), 3);
   EXPECT_EQ(stats["pieces_moved"].Int(), 0);
   EXPECT_EQ(stats["bytes_moved"].Int(), 0);
+  EXPECT_EQ(stats["sent"].size(), 0u);  // nothing moved, nobody sent
 
   // The human form says what it cost.
   r = Ok({"reshard", "reshard_t", "--chunk_dim=0", "--placements=w0"});

@@ -205,7 +205,19 @@ TEST_F(MirrorTest, TheRelayFillsAReplicaAndEveryMirrorWithTheWrittenBytes) {
   ASSERT_OK(client_->Put("r", first, spec).status());
   EXPECT_THAT(Copies("r"), ElementsAre(ElementsAre("w0", "w1", "+w2", "+w3")));
   const HostArray next = Floats(1024, 1024, 7);
+  const SentBytes before = client_->TransferStats().workers_sent;
   ASSERT_OK(client_->Update("r", next).status());
+  // Each of the three copies received the shard once, and no worker sent
+  // it more than twice (CLI.md "Relay").
+  SentBytes sent = client_->TransferStats().workers_sent;
+  int64_t total = 0;
+  for (auto& [worker, bytes] : sent) {
+    auto it = before.find(worker);
+    if (it != before.end()) bytes -= it->second;
+    EXPECT_LE(bytes, 2 * next.num_bytes) << worker;
+    total += bytes;
+  }
+  EXPECT_EQ(total, 3 * next.num_bytes);
   // Every copy holds the update: read with all but one gone, each in turn.
   const std::string want(next.data(), static_cast<size_t>(next.num_bytes));
   cluster_->StopWorker(0, SIGKILL);

@@ -93,6 +93,11 @@ struct DataPlaneStats {
   // bytes landed in this client's arrays, and bytes taken from them.
   int64_t landed = 0;
   int64_t sent = 0;
+  // Bytes each worker sent to others for this client's writes and
+  // reshards (filling replicas and mirrors, moving pieces), as the
+  // coordinator's replies counted them: the writes' `"sent"` (CLI.md
+  // "Relay"). A client's own count; transports leave it empty.
+  std::map<std::string, int64_t> workers_sent;
 };
 
 class TransportChain : public ShardTransport {

@@ -481,7 +481,8 @@ class PyClient {
 
   // What this client's data plane moved, by transport (`get --json`'s
   // "transport" and "fallbacks"), the bytes read by serving worker (its
-  // "replicas"), and the bytes landed and sent.
+  // "replicas"), the bytes landed and sent, and what each worker sent to
+  // others for this client's writes and reshards (the writes' "sent").
   py::dict TransferStats() const {
     const DataPlaneStats stats = client_->TransferStats();
     py::dict bytes, fallbacks, served, out;
@@ -499,6 +500,7 @@ class PyClient {
     out["served"] = served;
     out["landed"] = stats.landed;
     out["sent"] = stats.sent;
+    out["workers_sent"] = stats.workers_sent;
     return out;
   }
 
@@ -972,6 +974,7 @@ class PyClient {
     d["bytes_copied_locally"] = stats.bytes_copied_locally;
     d["shards_kept"] = stats.shards_kept;
     d["seconds"] = stats.seconds;
+    d["sent"] = stats.sent;  // {worker: bytes}
     return d;
   }
 

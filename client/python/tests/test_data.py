@@ -346,6 +346,9 @@ def test_reshard_chunk_and_enumerable(client, name):
     assert isinstance(stats, tessera.ReshardStats)
     assert stats.version == 2
     assert stats.bytes_moved + stats.bytes_copied_locally == array.nbytes
+    # Rows 0:6 on rank 0 and 6:12 on rank 1, each sent whole to ranks 2 and 3.
+    assert sum(stats.sent.values()) == stats.bytes_moved == array.nbytes
+    assert sorted(stats.sent.values()) == [array.nbytes // 2] * 2
     meta = client.describe(name)
     assert meta.version == 2
     assert [s.rank for s in meta.shards] == [2, 3]

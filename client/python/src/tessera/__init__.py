@@ -392,7 +392,8 @@ class CoordinatorInfo:
 
 @dataclasses.dataclass(frozen=True)
 class ReshardStats:
-    """What a reshard cost: the new version and the data it moved."""
+    """What a reshard cost: the new version and the data it moved;
+    ``sent``: the bytes each worker sent to others ({worker: bytes})."""
 
     version: int
     pieces_moved: int
@@ -400,6 +401,7 @@ class ReshardStats:
     bytes_copied_locally: int
     shards_kept: int
     seconds: float
+    sent: Dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -779,10 +781,12 @@ class Client:
     def transfer_stats(self) -> Dict[str, Any]:
         """What this client's data plane moved since it connected:
         ``{"bytes": {transport: N}, "fallbacks": {transport: N}, "served":
-        {worker: N}, "landed": N, "sent": N}`` (``get --json``'s
-        ``"transport"``, ``"fallbacks"`` and ``"replicas"``: bytes read from
-        each worker; a transport or worker that moved nothing is left
-        out)."""
+        {worker: N}, "landed": N, "sent": N, "workers_sent": {worker: N}}``
+        (``get --json``'s ``"transport"``, ``"fallbacks"`` and
+        ``"replicas"``: bytes read from each worker; a transport or worker
+        that moved nothing is left out). ``"workers_sent"`` is what each
+        worker sent to others for this client's writes and reshards, filling
+        replicas and mirrors (the writes' ``--json`` ``"sent"``)."""
         return self._impl.transfer_stats()
 
     def coordinators(self) -> List[CoordinatorInfo]:
