@@ -29,6 +29,7 @@
 #include "core/testing/temp_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/processes.h"
 
 namespace tessera {
 namespace {
@@ -36,6 +37,7 @@ namespace {
 using ::tessera::testing::IsOk;
 using ::tessera::testing::PathExists;
 using ::tessera::testing::ReadFileToString;
+using ::tessera::testing::TempPath;
 using ::tessera::testing::WriteStringToFile;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -66,24 +68,8 @@ std::string RawFile(const std::string& json, const std::string& data) {
   return out + json + data;
 }
 
-class CliServingTest : public ::testing::Test {
+class CliServingTest : public LocalClusterSuite {
  protected:
-  static void SetUpTestSuite() {
-    auto cluster = LocalCluster::Start(3);
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = cluster->release();
-    auto client = Client::Connect(cluster_->coordinator_address());
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = client->release();
-  }
-  static void TearDownTestSuite() {
-    delete client_;
-    delete cluster_;
-  }
-
-  static std::string Path(const std::string& name) {
-    return absl::StrCat(cluster_->dir(), "/", name);
-  }
   static LocalCluster::Result Tessera(const std::vector<std::string>& args) {
     return cluster_->Tessera(args);
   }
@@ -97,9 +83,6 @@ class CliServingTest : public ::testing::Test {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     for (const std::string& w : words) EXPECT_THAT(r.err, HasSubstr(w));
   }
-
-  static inline LocalCluster* cluster_ = nullptr;
-  static inline Client* client_ = nullptr;
 };
 
 const std::vector<SafetensorsTensor>& Model() {
@@ -772,26 +755,14 @@ TEST_F(CliServingTest, EmptyTrailingShardAndEmptyRegionWriteEmptyFiles) {
 struct Sampled {
   int code = -1;
   int64_t peak_anon_bytes = 0;
-  std::string err;
+  std::string err;  // and what it wrote on stdout
 };
 
 Sampled RunSampled(const std::vector<std::string>& argv) {
-  const std::string err_path = absl::StrCat(
-      std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp",
-      "/sampled.err");
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 2);
-    const int null = open("/dev/null", O_WRONLY);
-    dup2(null, 1);
-    std::vector<char*> args;
-    for (const std::string& a : argv)
-      args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
+  // What the run prints, shown when it fails.
+  const std::string log_path = TempPath("sampled.log");
+  unlink(log_path.c_str());
+  const pid_t pid = SpawnDaemon(argv, log_path);
   Sampled s;
   const std::string status_path = absl::StrCat("/proc/", pid, "/status");
   while (true) {
@@ -812,7 +783,7 @@ Sampled RunSampled(const std::vector<std::string>& argv) {
     }
     usleep(1000);
   }
-  s.err = ReadFileToString(err_path);
+  s.err = ReadFileToString(log_path);
   return s;
 }
 

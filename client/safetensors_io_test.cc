@@ -83,24 +83,8 @@ std::vector<Placement> Ranks(int n) {
   return out;
 }
 
-class SafetensorsIoTest : public ::testing::Test {
+class SafetensorsIoTest : public LocalClusterSuite {
  protected:
-  static void SetUpTestSuite() {
-    auto cluster = LocalCluster::Start(3);
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = cluster->release();
-    auto client = Client::Connect(cluster_->coordinator_address());
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = client->release();
-  }
-  static void TearDownTestSuite() {
-    delete client_;
-    delete cluster_;
-  }
-
-  static std::string Path(const std::string& name) {
-    return absl::StrCat(cluster_->dir(), "/", name);
-  }
   static std::vector<std::string> Names() {
     absl::StatusOr<std::vector<TensorInfo>> list = client_->List();
     EXPECT_THAT(list.status(), IsOk());
@@ -110,9 +94,6 @@ class SafetensorsIoTest : public ::testing::Test {
     std::sort(out.begin(), out.end());
     return out;
   }
-
-  static inline LocalCluster* cluster_ = nullptr;
-  static inline Client* client_ = nullptr;
 };
 
 TEST_F(SafetensorsIoTest, ImportIsByteExactAndExportWritesTheSameFile) {
@@ -367,23 +348,22 @@ TEST_F(SafetensorsIoTest, FailedExportLeavesNoFile) {
 TEST(SafetensorsExportFaultTest, DeadWorkerLeavesNoFile) {
   auto cluster = LocalCluster::Start(2);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  auto client = Client::Connect((*cluster)->coordinator_address());
-  ASSERT_TRUE(client.ok()) << client.status();
-  ASSERT_THAT((*client)
-                  ->Create("f/a", {64}, DType::kFloat32,
-                           LayoutSpec::Chunk(0, Ranks(1)), *ParseInit("arange"))
+  Client& client = (*cluster)->client();
+  ASSERT_THAT(client
+                  .Create("f/a", {64}, DType::kFloat32,
+                          LayoutSpec::Chunk(0, Ranks(1)), *ParseInit("arange"))
                   .status(),
               IsOk());
-  ASSERT_THAT((*client)
-                  ->Create("f/b", {64}, DType::kFloat32,
-                           LayoutSpec::Chunk(0, {*ParsePlacement("rank:1")}),
-                           *ParseInit("arange"))
+  ASSERT_THAT(client
+                  .Create("f/b", {64}, DType::kFloat32,
+                          LayoutSpec::Chunk(0, {*ParsePlacement("rank:1")}),
+                          *ParseInit("arange"))
                   .status(),
               IsOk());
   (*cluster)->KillWorker(1);
   const std::string dir = absl::StrCat((*cluster)->dir(), "/out");
   ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
-  EXPECT_THAT(ExportSafetensors(**client, dir + "/f.safetensors",
+  EXPECT_THAT(ExportSafetensors(client, dir + "/f.safetensors",
                                 SafetensorsSelection::Prefix("f/"))
                   .status(),
               StatusIs(absl::StatusCode::kUnavailable));

@@ -19,6 +19,10 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   if (!cluster.ok()) return cluster.status();
   local->cluster_ = *std::move(cluster);
   local->address_ = local->cluster_->coordinator_address();
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      Client::Connect(local->address_);
+  if (!client.ok()) return client.status();
+  local->client_ = *std::move(client);
   const char* tmp = std::getenv("TEST_TMPDIR");
   std::string dir =
       absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/local_cluster_XXXXXX");
