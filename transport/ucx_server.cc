@@ -176,14 +176,8 @@ absl::StatusOr<UcxKey> UcxServer::Register(uint64_t id, bool write) {
       return key_of(*it->second);
     }
   }
-  absl::StatusOr<UcxPinnedShard> pinned = options_.pin(id);
-  if (!pinned.ok()) {
-    if (absl::IsUnimplemented(pinned.status())) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "shard ", id, " is not in host memory: UCX cannot reach it"));
-    }
-    return pinned.status();
-  }
+  absl::StatusOr<UcxPinnedShard> pinned = PinHostShard(id);
+  if (!pinned.ok()) return pinned.status();
   auto r = std::make_shared<Registration>();
   r->shard_id = id;
   r->write = write;
@@ -250,20 +244,23 @@ void UcxServer::EndLease(uint64_t lease) {
   leases_.erase(it);
 }
 
+absl::StatusOr<UcxPinnedShard> UcxServer::PinHostShard(uint64_t id) const {
+  absl::StatusOr<UcxPinnedShard> pinned = options_.pin(id);
+  if (absl::IsUnimplemented(pinned.status())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shard ", id, " is not in host memory: UCX cannot reach it"));
+  }
+  return pinned;
+}
+
 absl::StatusOr<UcxStaged> UcxServer::Stage(uint64_t id, const Box& box,
                                            int64_t first, int64_t count) {
   if (options_.staging_bytes <= 0 || options_.staging_slot_bytes <= 0 ||
       options_.staging_bytes < options_.staging_slot_bytes) {
     return absl::FailedPreconditionError("this worker stages nothing");
   }
-  absl::StatusOr<UcxPinnedShard> pinned = options_.pin(id);
-  if (!pinned.ok()) {
-    if (absl::IsUnimplemented(pinned.status())) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "shard ", id, " is not in host memory: UCX cannot reach it"));
-    }
-    return pinned.status();
-  }
+  absl::StatusOr<UcxPinnedShard> pinned = PinHostShard(id);
+  if (!pinned.ok()) return pinned.status();
   const Shape& shape = pinned->shape;
   const int64_t item = pinned->item_bytes;
   if (box.rank() != shape.size() || shape.empty()) {

@@ -290,6 +290,9 @@ class UcxServer {
                            size_t length, const ucp_am_recv_param_t* param);
   void AnswerCheck(const void* header, size_t header_length,
                    const ucp_am_recv_param_t* param, bool release);
+  // options_.pin(id), with a shard outside host memory (UNIMPLEMENTED) as
+  // FAILED_PRECONDITION: UCX reaches host memory only.
+  absl::StatusOr<UcxPinnedShard> PinHostShard(uint64_t id) const;
   UcxCheckAnswer Check(uint64_t shard_id, uint64_t nonce, bool release)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Whether `nonce` was a key of shard `shard_id` that died because the

@@ -294,6 +294,11 @@ class UcxTransport::Lane {
   // After a failure with operations of `ops` outstanding: drops the peer,
   // which cancels them, and waits for their callbacks (which touch `ops`).
   void Abandon(const std::string& address, Ops& ops);
+  // After waiting (`waited`) for the operations of `ops` sent to `peer`:
+  // the wait's failure (abandoning `ops`), else their first UCX error as
+  // "<what> to <address>", else OK.
+  absl::Status Settle(Peer& peer, Ops& ops, const absl::Status& waited,
+                      absl::string_view what);
   // Long runs into a host array, or a sink: each run (or stage_bytes of
   // whole box elements) a range.
   absl::Status Ranges(Peer& peer, const Key& key, const RemoteShard& shard,
@@ -886,14 +891,8 @@ absl::StatusOr<UcxCheckAnswer> UcxTransport::Lane::Check(Peer& peer,
       peer, &ops.completed);
   const std::optional<UcxCheckAnswer> answer = Answer(request.request_id);
   awaited_.erase(request.request_id);
-  if (!waited.ok()) {
-    // The send must not outlive `request`: dropping the peer cancels it.
-    Abandon(peer.address, ops);
-    return waited;
-  }
-  if (ops.error != UCS_OK) {
-    return UcxError(absl::StrCat("UCX check to ", peer.address), ops.error);
-  }
+  // The send must not outlive `request`: dropping the peer cancels it.
+  TESSERA_RETURN_IF_ERROR(Settle(peer, ops, waited, "UCX check"));
   return *answer;
 }
 
@@ -917,6 +916,19 @@ absl::Status UcxTransport::Lane::StillHeld(Peer& peer, uint64_t shard_id,
                                               " answered a check with ",
                                               static_cast<uint32_t>(answer)));
   }
+}
+
+absl::Status UcxTransport::Lane::Settle(Peer& peer, Ops& ops,
+                                        const absl::Status& waited,
+                                        absl::string_view what) {
+  if (!waited.ok()) {
+    Abandon(peer.address, ops);
+    return waited;
+  }
+  if (ops.error != UCS_OK) {
+    return UcxError(absl::StrCat(what, " to ", peer.address), ops.error);
+  }
+  return absl::OkStatus();
 }
 
 void UcxTransport::Lane::Abandon(const std::string& address, Ops& ops) {
@@ -1044,13 +1056,7 @@ absl::Status UcxTransport::Lane::Hello(Peer& peer) {
   }
   const std::optional<UcxCheckReply> reply = awaited_[hello.request_id];
   awaited_.erase(hello.request_id);
-  if (!status.ok()) {
-    Abandon(peer.address, ops);
-    return status;
-  }
-  if (ops.error != UCS_OK) {
-    return UcxError(absl::StrCat("UCX hello to ", peer.address), ops.error);
-  }
+  TESSERA_RETURN_IF_ERROR(Settle(peer, ops, status, "UCX hello"));
   if (!reply.has_value() ||
       reply->answer != static_cast<uint32_t>(UcxCheckAnswer::kHeld) ||
       reply->peer == 0) {
