@@ -268,10 +268,7 @@ absl::StatusOr<CommitStart> TensorTable::BeginCommit(
     const std::string& name, uint64_t version, const std::string& principal,
     uint64_t change) {
   absl::MutexLock lock(&mu_);
-  Entry* entry = WaitIdle(name);
-  if (entry == nullptr || entry->state == State::kCreating) {
-    return NotFoundError("tensor", name);
-  }
+  TESSERA_ASSIGN_OR_RETURN(Entry* const entry, WaitIdleCreated(name));
   const auto replaced = [&] {
     return absl::AbortedError(absl::StrCat(
         "tensor '", name,
@@ -324,10 +321,7 @@ absl::StatusOr<TensorMetadataPtr> TensorTable::Abandon(
     const std::string& name, uint64_t version, const std::string& principal,
     uint64_t change) {
   absl::MutexLock lock(&mu_);
-  Entry* entry = WaitIdle(name);
-  if (entry == nullptr || entry->state == State::kCreating) {
-    return NotFoundError("tensor", name);
-  }
+  TESSERA_ASSIGN_OR_RETURN(Entry* const entry, WaitIdleCreated(name));
   const TensorMetadataPtr& made =
       entry->state == State::kPending ? entry->meta : entry->update;
   if (made == nullptr) {
@@ -471,10 +465,7 @@ absl::StatusOr<TensorTable::Ticket> TensorTable::BeginDelete(
     const std::string& name, const std::string& principal, bool admin,
     uint64_t incarnation) {
   absl::MutexLock lock(&mu_);
-  Entry* entry = WaitIdle(name);
-  if (entry == nullptr || entry->state == State::kCreating) {
-    return NotFoundError("tensor", name);
-  }
+  TESSERA_ASSIGN_OR_RETURN(Entry* const entry, WaitIdleCreated(name));
   if (incarnation != 0 && entry->meta->incarnation != incarnation) {
     return absl::NotFoundError(
         absl::StrCat("tensor '", name,
@@ -795,6 +786,15 @@ TensorTable::Entry* TensorTable::WaitIdle(const std::string& name) {
   mu_.Await(absl::Condition(&idle));
   auto it = tensors_.find(name);
   return it == tensors_.end() ? nullptr : &it->second;
+}
+
+absl::StatusOr<TensorTable::Entry*> TensorTable::WaitIdleCreated(
+    const std::string& name) {
+  Entry* entry = WaitIdle(name);
+  if (entry == nullptr || entry->state == State::kCreating) {
+    return NotFoundError("tensor", name);
+  }
+  return entry;
 }
 
 void TensorTable::Unreference(const TensorMetadata& meta) {

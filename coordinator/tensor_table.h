@@ -376,6 +376,10 @@ class TensorTable {
   // Waits (releasing mu_) until `name` is absent or not busy; returns it or
   // null.
   Entry* WaitIdle(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // WaitIdle for a tensor whose creation is done: NotFoundError("tensor",
+  // name) when it is absent or still being created.
+  absl::StatusOr<Entry*> WaitIdleCreated(const std::string& name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The ids of every replica of `meta` are no longer referenced, or lost.
   void Unreference(const TensorMetadata& meta)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
