@@ -566,8 +566,8 @@ absl::Status Orchestrator::SealShards(const TensorMetadata& meta,
 }
 
 absl::Status Orchestrator::Commit(const std::string& name, uint64_t version,
-                                  const std::string& principal,
-                                  uint64_t change, SentBytes* sent) {
+                                  const std::string& principal, uint64_t change,
+                                  SentBytes* sent) {
   TESSERA_ASSIGN_OR_RETURN(
       CommitStart start, table_->BeginCommit(name, version, principal, change));
   if (start.done) return absl::OkStatus();  // committed already
@@ -920,8 +920,8 @@ absl::Status Orchestrator::FillNewCopies(const TensorMetadata& sources,
                what));
   fresh->allocated = true;
   fresh->move_start = absl::Now();
-  TESSERA_RETURN_IF_ERROR(
-      Annotate(mover_.MoveFromAnyReplica(sources, *new_meta, plan), what));
+  TESSERA_RETURN_IF_ERROR(Annotate(
+      mover_.FillCopies(sources, *new_meta, plan, &fresh->sent), what));
   fresh->move_end = absl::Now();
   return absl::OkStatus();
 }

@@ -303,6 +303,45 @@ absl::Status PieceMover::Relay(const TensorMetadata& from,
   return first;
 }
 
+absl::Status PieceMover::FillCopies(const TensorMetadata& sources,
+                                    const TensorMetadata& to,
+                                    const ReshardPlan& plan, SentBytes* sent) {
+  bool relay = forward_ == ReplicaForward::kRelay && !OnGpus(sources) &&
+               !OnGpus(to) && !plan.pieces.empty();
+  std::map<size_t, RelayCopies> by_shard;
+  for (size_t k = 0; relay && k < plan.pieces.size(); ++k) {
+    const ReshardPiece& piece = plan.pieces[k];
+    // A relay copies whole shards onto copies of themselves, from one
+    // source per shard.
+    RelayCopies& shard = by_shard[piece.src_shard];
+    relay = !piece.local && piece.src_shard == piece.dst_shard &&
+            piece.global == sources.shards[piece.src_shard].box &&
+            (shard.destinations.empty() || shard.source == piece.src_replica);
+    shard.shard = piece.src_shard;
+    shard.source = piece.src_replica;
+    shard.destinations.push_back(piece.dst_replica);
+  }
+  if (!relay) return MoveFromAnyReplica(sources, to, plan, sent);
+  std::vector<RelayCopies> copies;
+  for (auto& [index, shard] : by_shard) copies.push_back(std::move(shard));
+  std::vector<std::pair<size_t, size_t>> failed;
+  if (Relay(sources, to, copies, &failed, sent).ok()) return absl::OkStatus();
+  // The copies whose hop failed go again, each from any replica.
+  ReshardPlan again;
+  for (const ReshardPiece& piece : plan.pieces) {
+    if (std::find(failed.begin(), failed.end(),
+                  std::make_pair(piece.dst_shard, piece.dst_replica)) !=
+        failed.end()) {
+      again.pieces.push_back(piece);
+    }
+  }
+  spdlog::warn(
+      "filling copies of '{}': {} relay hop(s) failed; they go again "
+      "from any replica",
+      sources.name, again.pieces.size());
+  return MoveFromAnyReplica(sources, to, again, sent);
+}
+
 absl::Status PieceMover::MoveFromAnyReplica(const TensorMetadata& old_meta,
                                             const TensorMetadata& new_meta,
                                             const ReshardPlan& plan,
@@ -341,8 +380,7 @@ absl::Status PieceMover::MoveFromAnyReplica(const TensorMetadata& old_meta,
   }
   spdlog::warn("{}; {} piece(s) go on from other replicas",
                std::string(moved.message()), again.pieces.size());
-  return Move(sources, new_meta, again, tally.get(), /*failed=*/nullptr,
-              sent);
+  return Move(sources, new_meta, again, tally.get(), /*failed=*/nullptr, sent);
 }
 
 absl::Status PieceMover::Move(const TensorMetadata& old_meta,

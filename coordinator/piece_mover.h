@@ -87,6 +87,15 @@ class PieceMover {
                                   const TensorMetadata& new_meta,
                                   const ReshardPlan& plan,
                                   SentBytes* sent = nullptr);
+  // Fills new whole copies of `sources`' shards (a repair's replicas, a
+  // joining worker's mirrors: `plan`'s pieces, each a whole shard onto a
+  // new copy of the same shard in `to`). In relay mode (host shards) one
+  // relay per shard carries them, so several new copies of a shard cost
+  // its source one send; a copy whose hop fails, and every copy in the
+  // other modes, goes by MoveFromAnyReplica.
+  absl::Status FillCopies(const TensorMetadata& sources,
+                          const TensorMetadata& to, const ReshardPlan& plan,
+                          SentBytes* sent = nullptr);
   // Copies each shard of `written` (its worker addresses filled in) from its
   // first replica to the others, per the ReplicaForward mode, then to its
   // mirrors; the workers pull. A replica that fails fails it; a mirror that

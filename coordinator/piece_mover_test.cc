@@ -143,6 +143,49 @@ TEST_F(PieceMoverTest, ACommitsCopiesFanOutFromTheFirstOrChain) {
       ElementsAre(Pair("w0", "w1"), Pair("w1", "w2"), Pair("w2", "w3")));
 }
 
+// New whole copies of a shard (a repair's, joining mirrors') go as one
+// relay in relay mode: its source sends once, each copy passes it on; in
+// the other modes each copy pulls from the source.
+TEST_F(PieceMoverTest, NewCopiesOfAShardGoAsOneRelay) {
+  const TensorMetadata from = OneShard({{0, 1}});
+  const TensorMetadata to = OneShard({{0, 1}, {2, 3}, {3, 4}});
+  workers_.Hold(WorkerAddress(0), 1, kRows);
+  workers_.Hold(WorkerAddress(2), 3, kRows);
+  workers_.Hold(WorkerAddress(3), 4, kRows);
+  ReshardPlan plan;
+  for (size_t copy : {1, 2}) {
+    ReshardPiece& piece = plan.pieces.emplace_back(WholeShard().pieces[0]);
+    piece.dst_replica = copy;
+  }
+  PieceMover relay = Mover(ReplicaForward::kRelay);
+  ASSERT_THAT(relay.FillCopies(from, to, plan), IsOk());
+  std::vector<std::pair<std::string, std::string>> pairs =
+      Pairs(workers_.transfers());
+  ASSERT_EQ(pairs.size(), 2u);
+  for (const TransferBatch& hop : workers_.transfers())
+    EXPECT_NE(hop.relay.id, 0u);
+  std::sort(pairs.begin(), pairs.end());
+  // w0 sends once; the copy it feeds passes the shard on to the other.
+  EXPECT_TRUE(pairs == (std::vector<std::pair<std::string, std::string>>{
+                           {"w0", "w2"}, {"w2", "w3"}}) ||
+              pairs == (std::vector<std::pair<std::string, std::string>>{
+                           {"w0", "w3"}, {"w3", "w2"}}))
+      << pairs[0].first << ">" << pairs[0].second << " " << pairs[1].first
+      << ">" << pairs[1].second;
+
+  FakeWorkerControl fan_workers;
+  for (int i : {0, 2, 3}) {
+    fan_workers.AddWorker(WorkerAddress(i));
+    fan_workers.Hold(WorkerAddress(i), i == 0 ? 1 : i + 1, kRows);
+  }
+  PieceMover fan_out(&registry_, &fan_workers, &progress_,
+                     ReplicaForward::kFanOut);
+  ASSERT_THAT(fan_out.FillCopies(from, to, plan), IsOk());
+  pairs = Pairs(fan_workers.transfers());
+  std::sort(pairs.begin(), pairs.end());
+  EXPECT_THAT(pairs, ElementsAre(Pair("w0", "w2"), Pair("w0", "w3")));
+}
+
 // Mirrors are filled after the replicas, each from the first; one that
 // fails is reported, not the forward's failure, when the caller asks.
 TEST_F(PieceMoverTest, MirrorsFollowTheReplicasAndTheirFailuresAreListed) {

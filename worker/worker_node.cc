@@ -468,14 +468,10 @@ absl::StatusOr<int64_t> WorkerNode::Transfer(const TransferBatch& batch,
   const ScopedCancellation cancel_scope(&caller_gone);
   if (batch.relay.id != 0) return RunRelayHop(batch, deadline, cancelled, sent);
   int64_t bytes = 0;
-  TransferBatch remote;
-  remote.tensor = batch.tensor;
-  remote.src_version = batch.src_version;
+  TransferBatch remote = TransferBatch::Between(
+      batch.tensor, batch.src_version, batch.src_worker, batch.src_address,
+      batch.dst_worker, batch.dst_address);
   remote.src_capability = batch.src_capability;
-  remote.src_worker = batch.src_worker;
-  remote.src_address = batch.src_address;
-  remote.dst_worker = batch.dst_worker;
-  remote.dst_address = batch.dst_address;
   for (size_t i = 0; i < batch.pieces.size(); ++i) {
     const TransferPiece& piece = batch.pieces[i];
     TESSERA_ASSIGN_OR_RETURN(ShardDesc dst,
@@ -588,14 +584,10 @@ absl::StatusOr<int64_t> WorkerNode::RunRelayHop(
   absl::Status failed;
   for (const RelayUpstream& up : upstreams) {
     if (up.filling && relay_upstreams_ == nullptr) continue;
-    TransferBatch one;
-    one.tensor = batch.tensor;
-    one.src_version = batch.src_version;
+    TransferBatch one =
+        TransferBatch::Between(batch.tensor, batch.src_version, up.worker,
+                               up.address, batch.dst_worker, batch.dst_address);
     one.src_capability = up.capability;
-    one.src_worker = up.worker;
-    one.src_address = up.address;
-    one.dst_worker = batch.dst_worker;
-    one.dst_address = batch.dst_address;
     int64_t held_there = up.filling ? 0 : count;  // chunks the source holds
     const absl::Time asked_since = absl::Now();
     failed = absl::OkStatus();
