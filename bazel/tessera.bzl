@@ -34,11 +34,25 @@ def tessera_cuda_library(name, copts = [], deps = [], **kwargs):
 def tessera_cc_binary(name, copts = [], **kwargs):
     native.cc_binary(name = name, copts = TESSERA_COPTS + copts, **kwargs)
 
-def tessera_cc_test(name, copts = [], deps = [], **kwargs):
+STATUS_MATCHERS = "//core/testing:status_matchers"
+
+def _absolute(label):
+    """LABEL as written from another package (":x" names this package's x)."""
+    if label.startswith(":"):
+        return "//" + native.package_name() + label
+    return label
+
+# Every test uses the status matchers, and a test is one NAME.cc by default.
+# (status_matchers depends only on //third_party, which has no tests: no cycle.)
+def tessera_cc_test(name, copts = [], deps = [], srcs = None, **kwargs):
+    extra = []
+    if STATUS_MATCHERS not in [_absolute(d) for d in deps]:
+        extra = [STATUS_MATCHERS]
     native.cc_test(
         name = name,
+        srcs = srcs if srcs != None else [name + ".cc"],
         copts = TESSERA_COPTS + copts,
-        deps = deps + ["//third_party:gtest_main"],
+        deps = deps + extra + ["//third_party:gtest_main"],
         **kwargs
     )
 
@@ -68,13 +82,13 @@ def tessera_proto_library(name, src, deps = [], grpc = False, visibility = None)
     )
 
 # What every end-to-end test of tests/ links: a real cluster of daemon
-# processes (tests/cluster.h), test arrays, the SDK, core and its matchers.
+# processes (tests/cluster.h), test arrays, the SDK and core (tessera_cc_test
+# adds the matchers).
 CLUSTER_TEST_DEPS = [
     "//tests:cluster",
     "//tests:test_arrays",
     "//client:sdk",
     "//core",
-    "//core/testing:status_matchers",
     "//third_party:absl",
 ]
 
@@ -88,7 +102,6 @@ def tessera_cluster_test(name, deps = [], data = [], size = "large", **kwargs):
     tessera_cc_test(
         name = name,
         size = size,
-        srcs = [name + ".cc"],
         data = CLUSTER_TEST_DAEMONS + data,
         deps = CLUSTER_TEST_DEPS + [d for d in deps if d not in CLUSTER_TEST_DEPS],
         **kwargs
