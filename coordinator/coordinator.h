@@ -118,7 +118,7 @@ struct CoordinatorOptions {
   bool repair = true;
   // How a commit copies what a client wrote to a shard's first replica to
   // the others (bench/RESULTS.md compares the two).
-  ReplicaForward replica_forward = ReplicaForward::kFanOut;
+  ReplicaForward replica_forward = ReplicaForward::kRelay;
 };
 
 // The TensorLimits `options` set (max_reply_bytes clamped to

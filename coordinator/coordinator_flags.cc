@@ -89,12 +89,13 @@ ABSL_FLAG(absl::Duration, pending_lease,
 ABSL_FLAG(int64_t, repair_bytes_per_second, 0,
           "the most bytes per second that repairs copy from surviving "
           "replicas to new ones, on average (0: no limit)");
-ABSL_FLAG(std::string, replica_forward, "fanout",
+ABSL_FLAG(std::string, replica_forward, "relay",
           "how a commit copies a written shard from its first replica to the "
-          "others and its mirrors: fanout (all pull from the first at once), "
-          "chain (each from the one before it, R-1 rounds) or relay (a "
-          "pipeline in chunks, each copy passing a chunk on while it "
-          "receives the next)");
+          "others and its mirrors, and how repairs and joining mirrors fill "
+          "several new copies: relay (a pipeline in chunks, each copy "
+          "passing a chunk on while it receives the next), fanout (all pull "
+          "from the first at once) or chain (each from the one before it, "
+          "R-1 rounds)");
 ABSL_FLAG(bool, repair, true,
           "copy the shards of dead and draining workers from surviving "
           "replicas to other workers until each has its R replicas again "

@@ -965,11 +965,28 @@ absl::StatusOr<RepairResult> Orchestrator::Repair(const std::string& name) {
     const ShardRepair& repair = needs.shards[t];
     const size_t i = repair.shard;
     if (placed[t].size() < repair.leaving.size()) ++result.shards_short;
+    if (placed[t].empty() && repair.promoted.empty()) continue;
+    ShardInfo& retired_shard = retired.shards.emplace_back();
+    retired_shard.box = old_meta->shards[i].box;
+    // A mirror takes a leaving replica's place where it is; its mirror
+    // entry goes (mirrors follow the replicas, so no slot below moves).
+    std::vector<size_t> gone_mirrors;
+    for (const auto& [r, m] : repair.promoted) {
+      retired_shard.replicas.push_back(old_meta->shards[i].replicas[r]);
+      Replica promoted = old_meta->shards[i].replicas[m];
+      promoted.mirror = false;
+      new_meta->shards[i].replicas[r] = promoted;
+      gone_mirrors.push_back(m);
+      ++result.mirrors_promoted;
+    }
+    std::sort(gone_mirrors.rbegin(), gone_mirrors.rend());
+    for (size_t m : gone_mirrors) {
+      new_meta->shards[i].replicas.erase(new_meta->shards[i].replicas.begin() +
+                                         static_cast<ptrdiff_t>(m));
+    }
     if (placed[t].empty()) continue;
     ShardInfo& fresh_shard = fresh.meta.shards.emplace_back();
     fresh_shard.box = old_meta->shards[i].box;
-    ShardInfo& retired_shard = retired.shards.emplace_back();
-    retired_shard.box = old_meta->shards[i].box;
     for (size_t k = 0; k < placed[t].size(); ++k) {
       const WorkerRecord& worker = workers[placed[t][k]];
       Replica replica;
@@ -992,10 +1009,14 @@ absl::StatusOr<RepairResult> Orchestrator::Repair(const std::string& name) {
       ++result.replicas_made;
     }
   }
-  if (plan.pieces.empty()) return result;
-  TESSERA_RETURN_IF_ERROR(FillNewCopies(sources, plan, slots,
-                                        absl::StrCat("repairing '", name, "'"),
-                                        new_meta.get(), &fresh));
+  if (plan.pieces.empty() && result.mirrors_promoted == 0) return result;
+  if (!plan.pieces.empty()) {
+    TESSERA_RETURN_IF_ERROR(FillNewCopies(
+        sources, plan, slots, absl::StrCat("repairing '", name, "'"),
+        new_meta.get(), &fresh));
+  } else {
+    fresh.allocate_start = fresh.move_start = fresh.move_end = absl::Now();
+  }
   const absl::Time allocate_start = fresh.allocate_start;
   const absl::Time move_start = fresh.move_start;
   const absl::Time move_end = fresh.move_end;
@@ -1003,10 +1024,11 @@ absl::StatusOr<RepairResult> Orchestrator::Repair(const std::string& name) {
       RecordVersion(old_meta, new_meta, std::move(retired), &fresh));
   spdlog::info(
       "repaired '{}' version {}: {} new replica(s), {} bytes copied, {} "
-      "shard(s) still short, {:.3f} s (plan {:.3f}, allocate {:.3f}, move "
-      "{:.3f}, record {:.3f})",
+      "mirror(s) made replicas, {} shard(s) still short, {:.3f} s (plan "
+      "{:.3f}, allocate {:.3f}, move {:.3f}, record {:.3f})",
       name, new_meta->version, result.replicas_made, result.bytes_copied,
-      result.shards_short, absl::ToDoubleSeconds(absl::Now() - start),
+      result.mirrors_promoted, result.shards_short,
+      absl::ToDoubleSeconds(absl::Now() - start),
       absl::ToDoubleSeconds(allocate_start - start),
       absl::ToDoubleSeconds(move_start - allocate_start),
       absl::ToDoubleSeconds(move_end - move_start),

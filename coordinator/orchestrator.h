@@ -91,8 +91,9 @@ struct ReplicaRange {
 
 // What one repair of one tensor did (Orchestrator::Repair).
 struct RepairResult {
-  int64_t replicas_made = 0;  // new replicas, each a copy of a survivor
-  int64_t bytes_copied = 0;   // their bytes
+  int64_t replicas_made = 0;     // new replicas, each a copy of a survivor
+  int64_t bytes_copied = 0;      // their bytes
+  int64_t mirrors_promoted = 0;  // mirrors made replicas in place (no copy)
   // Shards still short of replicas: none survives to copy from, or no
   // ready worker has room for a new one yet.
   int64_t shards_short = 0;
@@ -120,7 +121,7 @@ struct TensorLimits {
   int64_t max_reply_bytes = kMaxMessageBytes;
   size_t max_workers = kDefaultMaxWorkers;
   absl::Duration plan_budget = absl::Seconds(30);
-  ReplicaForward forward = ReplicaForward::kFanOut;
+  ReplicaForward forward = ReplicaForward::kRelay;
 };
 
 // In-memory bytes the coordinator counts per shard of rank r:

@@ -37,7 +37,19 @@ RepairNeeds FindRepairs(
         from = r;
       }
     }
-    if (repair.leaving.empty()) continue;
+    // Mirrors that stay take the leaving replicas' places first.
+    for (size_t r = replicas.size(); r-- > 0 && !repair.leaving.empty();) {
+      const Replica& mirror = replicas[r];
+      if (!mirror.mirror || !mirror.available || draining(mirror.worker)) {
+        continue;
+      }
+      repair.promoted.emplace_back(repair.leaving.back(), r);
+      repair.leaving.pop_back();
+    }
+    if (repair.leaving.empty()) {
+      if (!repair.promoted.empty()) out.shards.push_back(std::move(repair));
+      continue;
+    }
     if (from == SIZE_MAX) {  // nothing left to copy from
       ++out.shards_short;
       continue;

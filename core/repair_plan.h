@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/replica_placement.h"
@@ -18,8 +19,11 @@ namespace tessera {
 struct ShardRepair {
   size_t shard = 0;    // index in the tensor's shards
   ShardToRepair need;  // for PlaceRepairs: kept workers, missing, bytes
-  std::vector<size_t> leaving;  // replica indices that leave
+  std::vector<size_t> leaving;  // replica indices that leave, copied anew
   size_t source = 0;            // the replica it is copied from
+  // Replicas that leave whose place an available mirror takes, made a
+  // replica where it is (no copy): (leaving replica, mirror) indices.
+  std::vector<std::pair<size_t, size_t>> promoted;
 };
 
 struct RepairNeeds {
@@ -34,7 +38,11 @@ struct RepairNeeds {
 // one for every worker of a copy that stays). A shard is copied from an
 // available replica, one that stays first, else an available mirror.
 // Mirror copies never leave here (Orchestrator::SyncMirrors drops them);
-// their workers are kept, so no replica goes where a mirror is.
+// their workers are kept, so no replica goes where a mirror is. Instead a
+// replica that leaves is replaced by an available mirror on a worker that
+// stays, when the shard has one: it becomes a replica in place, nothing
+// copied (without it a drain of a worker in a mirror group that spans
+// every worker could never finish).
 RepairNeeds FindRepairs(
     const TensorMetadata& meta,
     const std::function<int(const std::string& worker)>& candidate_of,

@@ -1,6 +1,7 @@
 #include "core/repair_plan.h"
 
 #include <string>
+#include <utility>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -66,6 +67,43 @@ TEST(RepairPlanTest, LostAndDrainingReplicasLeaveAndAStayingOneIsTheSource) {
   EXPECT_THAT(needs.shards[2].need.kept, IsEmpty());
   EXPECT_EQ(needs.shards[2].need.missing, 2);
   EXPECT_EQ(needs.shards[2].source, 0u);
+}
+
+Replica Mirror(const std::string& worker, bool available = true) {
+  Replica r = On(worker, available);
+  r.mirror = true;
+  return r;
+}
+
+// A leaving replica's place goes to a mirror on a worker that stays, made
+// a replica where it is: nothing copied. A mirror that is unavailable or
+// drains takes no place; without one the replica is copied anew.
+TEST(RepairPlanTest, AStayingMirrorTakesALeavingReplicasPlace) {
+  const TensorMetadata meta = Tensor({
+      {On("w0"), Mirror("w1"), Mirror("w2")},            // w0 drains
+      {On("w3", false), On("w4"), Mirror("w1", false)},  // w3 lost
+      {On("w0"), On("w3", false), Mirror("w1"), Mirror("w2")},
+  });
+  const RepairNeeds needs = FindRepairs(
+      meta, CandidateOf, [](const std::string& w) { return w == "w0"; });
+  EXPECT_EQ(needs.shards_short, 0);
+  ASSERT_EQ(needs.shards.size(), 3u);
+  // Shard 0: w2's mirror (the last) takes the place; nothing to copy.
+  EXPECT_THAT(needs.shards[0].promoted,
+              ElementsAre(std::make_pair(size_t{0}, size_t{2})));
+  EXPECT_THAT(needs.shards[0].leaving, IsEmpty());
+  EXPECT_EQ(needs.shards[0].need.missing, 0);
+  // Shard 1: its mirror is unavailable: w3's replica is copied anew, from
+  // the replica on w4.
+  EXPECT_THAT(needs.shards[1].promoted, IsEmpty());
+  EXPECT_THAT(needs.shards[1].leaving, ElementsAre(0u));
+  EXPECT_EQ(needs.shards[1].need.missing, 1);
+  EXPECT_EQ(needs.shards[1].source, 1u);
+  // Shard 2: both replicas leave; both mirrors take their places.
+  EXPECT_THAT(needs.shards[2].promoted,
+              ElementsAre(std::make_pair(size_t{1}, size_t{3}),
+                          std::make_pair(size_t{0}, size_t{2})));
+  EXPECT_THAT(needs.shards[2].leaving, IsEmpty());
 }
 
 TEST(RepairPlanTest, AWholeTensorNeedsNothing) {

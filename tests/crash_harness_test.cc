@@ -1,5 +1,6 @@
 // Crash harness: a seeded random sequence of create / put / reshard / update
-// (whole or regional) / rm, each with one or two replicas per shard, worker
+// (whole or regional) / rm, each with one or two replicas per shard (a
+// quarter of the tensors mirrored on every worker too), worker
 // drains, checkpoint saves (each into a new directory) and loads of saved
 // checkpoints, on
 // a real durable cluster, with the coordinator killed (SIGKILL) at random
@@ -164,11 +165,13 @@ class Harness {
 
  private:
   std::string NewName() { return absl::StrCat("t", next_name_++); }
-  // One replica (two thirds of the time) or two.
+  // One replica (two thirds of the time) or two; a quarter of them also
+  // mirrored on every worker (copies filled and refilled by the relay).
   LayoutSpec RandomSpec() {
     LayoutSpec spec = LayoutSpec::Chunk(static_cast<int64_t>(random_() % 2),
                                         RandomPlacements());
     spec.replicas = random_() % 3 == 0 ? 2 : 1;
+    if (random_() % 4 == 0) spec.mirror = "all";
     return spec;
   }
   std::vector<Placement> RandomPlacements() {

@@ -267,6 +267,26 @@ TEST_F(MirrorTest, MirrorsFollowTheGroupAsWorkersComeAndGo) {
   EXPECT_EQ(Read("m"), bytes);
 }
 
+// A drained worker's replica is taken over by a mirror on a worker that
+// stays: it becomes the replica where it is, nothing is copied, and the
+// drain ends.
+TEST_F(MirrorTest, ADrainHandsAReplicaToAMirrorInPlace) {
+  Cli made =
+      Tessera({"create", "d", "--shape=8,4", "--dtype=float32", "--chunk_dim=0",
+               "--placements=w2", "--init=arange", "--mirror=role=inference"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  const std::string bytes = Read("d");
+  EXPECT_THAT(Copies("d"), ElementsAre(ElementsAre("w2", "+w3")));
+  ASSERT_OK(client_->SetWorkerState("w2", WorkerState::kDraining));
+  EXPECT_TRUE(Eventually([&] { return Used()["w2"] == 0; })) << Used()["w2"];
+  EXPECT_THAT(Copies("d"), ElementsAre(ElementsAre("w3")));
+  // No copy went to a worker outside the group.
+  EXPECT_EQ(Used()["w0"], 0);
+  EXPECT_EQ(Used()["w1"], 0);
+  EXPECT_EQ(Used()["w3"], 128);
+  EXPECT_EQ(Read("d"), bytes);
+}
+
 // A worker joining the group is charged to the owner's quota before it is
 // filled: over the limit, it is not filled (nothing allocated), until the
 // limit allows it.
