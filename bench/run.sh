@@ -34,7 +34,7 @@ trap 'rm -f "$out"' EXIT
 {
   echo "# command: bench/run.sh $* ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(uname -r))"
   echo
-  echo "## Figures 1-4, 7-11, 14, 16-20 and 22 (local cluster; 7: the cost of mutual TLS and tokens; 8: UCX; 9-11: serving and the CLI; 14: replicas, 18, 19, 20 and 22, in clusters of their own; 20: hosts of their own, network namespaces, needs root; 22: tenants, one paced)"
+  echo "## Figures 1-4, 7-11, 14, 16-22 (local cluster; 7: the cost of mutual TLS and tokens; 8: UCX; 9-11: serving and the CLI; 14: replicas, 18-22, in clusters of their own; 20 and 21: hosts of their own, network namespaces, needs root; 21: publishing to mirror hosts over shaped links; 22: tenants, one paced)"
   TESSERA_BIN_DIR="$PWD/bazel-bin" bazel-bin/bench/tessera_bench $quick $transport
   echo
   echo "## Figures 1 and 8 with UCX over TCP only (UCX_TLS=tcp), as between hosts"

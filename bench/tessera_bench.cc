@@ -7,10 +7,11 @@
 // Flags are plain argv: --quick (smaller sizes, for a smoke run), --only=1,3
 // (some figures: 1-4, 7 for the cost of TLS, 8 for UCX, 9 row gathers, 10
 // updates, 11 the CLI's get into a file, 14 replicas: replicated puts,
-// reads while a worker dies, repair), --transport=ucx|grpc|auto|shm
-// (the gather of figure 1 through that transport alone; default: gRPC,
-// same-host shared memory and UCX each), --reps=N (figure 1's gathers per
-// transport, the best kept; default 3), --verbose (each of them on stderr).
+// reads while a worker dies, repair, 21 publishing to mirror hosts),
+// --transport=ucx|grpc|auto|shm (the gather of figure 1 through that transport
+// alone; default: gRPC, same-host shared memory and UCX each), --reps=N (figure
+// 1's gathers per transport, the best kept; default 3), --verbose (each of them
+// on stderr).
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -46,6 +47,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
@@ -1123,6 +1125,133 @@ void CrossHostFigure(Env& env) {
        absl::StrFormat("%.3f s", copy), fresh.Text(repaired.victim_bytes),
        fresh.best / copy, "", true, 0});
   Info("20. the repair's log line", repaired.line);
+}
+
+// 21. Publishing to an inference fleet: a tensor of one shard put on w0
+// with a mirror group of K hosts (K = 1, 2, 4, 8), each worker on a host of
+// its own (bench/hosts.h) whose outgoing link `tc tbf` shapes to
+// kPublishRate, so the wire is the limit and not the 2 cores. Each publish
+// (the put, until its commit) against one link-time: one TCP stream between
+// two of these hosts moving the same bytes. The relay chains the copies, so
+// K copies should take about one link-time and no worker send the tensor
+// more than twice (the writes' "sent"). Then 16 waiters' wake-up after an
+// update's commit.
+void PublishFigure(Env& env) {
+  constexpr int kMirrorHosts = 8;
+  constexpr const char* kPublishRate = "400mbit";
+  absl::StatusOr<std::unique_ptr<NetnsHosts>> made =
+      NetnsHosts::Make(kMirrorHosts + 1);
+  if (!made.ok()) {
+    Info("21. publish to K mirror hosts",
+         absl::StrCat("not run: ", made.status().message()));
+    return;
+  }
+  const NetnsHosts& hosts = **made;
+  for (int i = 0; i < hosts.count(); ++i) {
+    std::vector<std::string> argv = hosts.Exec(i);
+    for (const char* arg :
+         {"tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate",
+          kPublishRate, "burst", "256kb", "latency", "100ms"}) {
+      argv.push_back(arg);
+    }
+    std::string out, err;
+    if (TestCluster::Run(argv, &out, &err) != 0) {
+      Info("21. publish to K mirror hosts",
+           absl::StrCat("not run: tc tbf: ", err));
+      return;
+    }
+  }
+  TestClusterOptions options;
+  options.num_workers = hosts.count();
+  options.coordinator_host = NetnsHosts::BridgeIp();
+  options.coordinator_flags = {"--insecure"};
+  options.worker_host = [&hosts](int i) { return hosts.ip(i); };
+  options.worker_prefix = [&hosts](int i) { return hosts.Exec(i); };
+  options.worker_flags = {"--insecure", "--peer_transport=tcp"};
+  // Worker i (1..8) is in the groups k1, k2, k4, k8 whose size K >= i.
+  options.per_worker_flags = [](int i) {
+    std::vector<std::string> labels;
+    for (int k = 1; k <= kMirrorHosts; k *= 2) {
+      if (i >= 1 && i <= k) labels.push_back(absl::StrCat("k", k, "=1"));
+    }
+    return labels.empty() ? std::vector<std::string>{}
+                          : std::vector<std::string>{absl::StrCat(
+                                "--labels=", absl::StrJoin(labels, ","))};
+  };
+  std::unique_ptr<TestCluster> cluster =
+      ValueOrDie(TestCluster::Start(options), "start the publish cluster");
+  std::unique_ptr<Client> client =
+      ValueOrDie(Client::Connect(cluster->coordinator_address()),
+                 "connect (publish cluster)");
+  const int64_t rows = env.quick ? 8192 : 65536;  // 32 or 256 MiB
+  HostArray array = HostArray::Allocate(DType::kFloat32, {rows, 1024});
+  std::memset(array.data(), 3, static_cast<size_t>(array.num_bytes));
+  const int64_t bytes = array.num_bytes;
+  // One link-time: host 0 sends the bytes to host 1 over one stream.
+  std::unique_ptr<char[]> landing(new char[bytes]);
+  std::memset(landing.get(), 1, static_cast<size_t>(bytes));
+  const double link = RawTcpSeconds(1, bytes, landing.get(), [&hosts](int) {
+    return TcpPair(hosts.ip(1), hosts.path(1), hosts.path(0));
+  });
+  const std::string size = absl::StrFormat("%.0f MiB", bytes / 1048576.0);
+  for (int k = 1; k <= kMirrorHosts; k *= 2) {
+    const std::string name = absl::StrCat("publish_k", k);
+    LayoutSpec spec = LayoutSpec::Chunk(0, Ranks(1));
+    spec.mirror = absl::StrCat("k", k, "=1");
+    const SentBytes before = client->TransferStats().workers_sent;
+    const absl::Time start = absl::Now();
+    ValueOrDie(client->Put(name, array, spec), ("publish " + name).c_str());
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    int64_t most = 0;
+    for (const auto& [worker, sent] : client->TransferStats().workers_sent) {
+      auto it = before.find(worker);
+      most = std::max(most, sent - (it == before.end() ? 0 : it->second));
+    }
+    Add({absl::StrFormat("21. publish %s to %d mirror host%s", size.c_str(), k,
+                         k == 1 ? "" : "s"),
+         absl::StrFormat("%.2f s", seconds),
+         absl::StrFormat("1 link-time %.2f s (%s)", link, kPublishRate),
+         seconds / link, "<= 1.3x", false, 1.3});
+    Add({absl::StrFormat("21. most one worker sent, K=%d", k),
+         absl::StrFormat("%.2fx the tensor", static_cast<double>(most) / bytes),
+         "-", static_cast<double>(most) / bytes, "<= 2x", false, 2.0});
+  }
+  // 16 waiters on the K=8 tensor, each on its own connection, woken by an
+  // update's commit: how long after the writer's commit returned.
+  const std::string name = absl::StrCat("publish_k", kMirrorHosts);
+  constexpr int kWaiters = 16;
+  std::vector<absl::Time> woke(kWaiters, absl::InfinitePast());
+  std::vector<std::thread> waiters;
+  std::atomic<int> ready{0};
+  for (int w = 0; w < kWaiters; ++w) {
+    waiters.emplace_back([&, w] {
+      std::unique_ptr<Client> reader = ValueOrDie(
+          Client::Connect(cluster->coordinator_address()), "connect a waiter");
+      ++ready;
+      if (reader->WaitForVersion(name, 2, absl::Minutes(2)).ok()) {
+        woke[w] = absl::Now();
+      }
+    });
+  }
+  while (ready.load() < kWaiters) absl::SleepFor(absl::Milliseconds(10));
+  absl::SleepFor(absl::Milliseconds(300));  // the waits reach the coordinator
+  std::memset(array.data(), 5, static_cast<size_t>(array.num_bytes));
+  ValueOrDie(client->Update(name, array), "update the published tensor");
+  const absl::Time committed = absl::Now();
+  for (std::thread& t : waiters) t.join();
+  std::vector<double> after_ms;
+  for (absl::Time t : woke) {
+    if (t != absl::InfinitePast()) {
+      after_ms.push_back(absl::ToDoubleMilliseconds(t - committed));
+    }
+  }
+  std::sort(after_ms.begin(), after_ms.end());
+  Info("21. 16 waiters woken after the commit returned (ms: min, median, max)",
+       after_ms.empty()
+           ? std::string("none woke")
+           : absl::StrFormat("%.1f, %.1f, %.1f (%zu woke)", after_ms.front(),
+                             after_ms[after_ms.size() / 2], after_ms.back(),
+                             after_ms.size()));
 }
 
 // The echo reference's own process: serves until killed, after writing its
@@ -2529,6 +2658,7 @@ int Main(int argc, char** argv) {
   if (wanted(19)) FailoverFigure(env, checkpoint_root);
   if (wanted(14)) ReplicaFigure(env);
   if (wanted(20)) CrossHostFigure(env);
+  if (wanted(21)) PublishFigure(env);
   if (wanted(22)) TenantFigure(env);
   rmdir(checkpoint_root.c_str());
   PrintTable();
