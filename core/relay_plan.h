@@ -24,8 +24,10 @@ namespace tessera {
 inline constexpr int64_t kMinRelayChunkBytes = int64_t{1} << 20;
 inline constexpr int64_t kMaxRelayChunkBytes = int64_t{16} << 20;
 // A shard of B bytes goes in about this many chunks (within the bounds
-// above), enough that a chain of 64 adds at most one shard-time.
-inline constexpr int64_t kRelayChunksPerShard = 64;
+// above): a chain of K copies takes (chunks + K - 1) / chunks of one
+// shard-time, so 8 mirrors add about 5 % and a chain of 128 one
+// shard-time (bench figure 21).
+inline constexpr int64_t kRelayChunksPerShard = 128;
 
 // The chunk size for a shard of `bytes` of `item`-byte elements: about
 // bytes / kRelayChunksPerShard, clamped to the bounds, a whole number of

@@ -19,8 +19,8 @@ RelayMember Member(const std::string& name, const std::string& host,
   return RelayMember{name, host, zone, busy};
 }
 
-TEST(RelayChunkBytes, AboutASixtyFourthClampedToWholeElements) {
-  EXPECT_EQ(RelayChunkBytes(int64_t{256} << 20, 4), int64_t{4} << 20);
+TEST(RelayChunkBytes, AboutA128thClampedToWholeElements) {
+  EXPECT_EQ(RelayChunkBytes(int64_t{256} << 20, 4), int64_t{2} << 20);
   EXPECT_EQ(RelayChunkBytes(100, 4), kMinRelayChunkBytes);
   EXPECT_EQ(RelayChunkBytes(int64_t{64} << 30, 2), kMaxRelayChunkBytes);
   EXPECT_EQ(RelayChunkBytes(int64_t{256} << 20, 12) % 12, 0);
