@@ -8,8 +8,16 @@ TESSERA_COPTS = [
     "-Wno-missing-field-initializers",
 ]
 
-def tessera_cc_library(name, copts = [], **kwargs):
-    native.cc_library(name = name, copts = TESSERA_COPTS + copts, **kwargs)
+# A library is NAME.cc and NAME.h by default, each where it exists (a
+# header-only library has no NAME.cc; one that only gathers deps has neither).
+def tessera_cc_library(name, copts = [], srcs = None, hdrs = None, **kwargs):
+    native.cc_library(
+        name = name,
+        srcs = srcs if srcs != None else native.glob([name + ".cc"]),
+        hdrs = hdrs if hdrs != None else native.glob([name + ".h"]),
+        copts = TESSERA_COPTS + copts,
+        **kwargs
+    )
 
 # A library built on CUDA. Its sources find CUDA's headers through copts,
 # which do not spread to its dependents: a --config=cuda build then
