@@ -80,6 +80,14 @@ absl::Status Inconsistent(absl::string_view what) {
       absl::StrCat("worker's UcxData reply is inconsistent: ", what));
 }
 
+// What a call's errors say it was doing: "reading shard 3 from w1
+// (HOST:PORT) over UCX" (`doing` "reading", `toward` "from").
+std::string OverUcx(absl::string_view doing, const ShardLocation& at,
+                    absl::string_view toward) {
+  return absl::StrCat(doing, " shard ", at.shard_id, " ", toward, " ",
+                      at.worker, " (", at.address, ") over UCX");
+}
+
 // Outstanding operations of one call; completions arrive on the lane's
 // thread, inside ucp_worker_progress.
 struct Ops {
@@ -345,6 +353,25 @@ class UcxTransport::Lane {
     return absl::UnavailableError(absl::StrCat(
         "the worker at ", peer.address, " closed its UCX endpoint to us"));
   }
+  // Why the worker refused a call on shard `shard_id`, as every call reads
+  // it: the shard is freed (NOT_FOUND), `key` was withdrawn (ABORTED), or
+  // the worker forgot this lane (UNAVAILABLE); `other` for any other answer.
+  static absl::Status Refusal(UcxCheckAnswer answer, uint64_t shard_id,
+                              const Peer& peer, absl::string_view key,
+                              absl::Status other) {
+    switch (answer) {
+      case UcxCheckAnswer::kFreed:
+        return absl::NotFoundError(absl::StrCat(
+            "shard ", shard_id, " is not held by this worker (freed)"));
+      case UcxCheckAnswer::kStale:
+        return absl::AbortedError(
+            absl::StrCat("the worker withdrew the ", key));
+      case UcxCheckAnswer::kUnknownPeer:
+        return ForgottenError(peer);
+      default:
+        return other;
+    }
+  }
   // A bounce buffer of `bytes`, reused across calls (not zeroed).
   BufferPool::Lease Buffer(size_t bytes) {
     return owner_->buffers_.Take(bytes);
@@ -591,28 +618,20 @@ absl::Status UcxTransport::Lane::ReceiveBatch(Peer& peer, uint64_t registration,
       return status;
     }
     if (answer.has_value() && received.error != UCS_OK) {
-      switch (*answer) {
-        case UcxCheckAnswer::kFreed:
-          return absl::NotFoundError(absl::StrCat(
-              "shard ", shard_id, " is not held by this worker (freed)"));
-        case UcxCheckAnswer::kStale:
-          return absl::AbortedError("the worker withdrew the key");
-        case UcxCheckAnswer::kUnknownPeer:
-          return ForgottenError(peer);
-        case UcxCheckAnswer::kBusy:
-          if (absl::Now() - busy_since >= options_.stall_timeout ||
-              absl::Now() >= deadline_) {
-            return absl::UnavailableError(absl::StrCat(
-                "the worker at ", peer.address, " had no room to send for ",
-                absl::FormatDuration(absl::Now() - busy_since)));
-          }
-          absl::SleepFor(kBusyPause);
-          continue;  // ask again
-        default:
-          return absl::InternalError(
-              absl::StrCat("the worker at ", peer.address, " refused to send ",
-                           ranges.size(), " ranges of shard ", shard_id));
+      if (*answer != UcxCheckAnswer::kBusy) {
+        return Refusal(*answer, shard_id, peer, "key",
+                       absl::InternalError(absl::StrCat(
+                           "the worker at ", peer.address, " refused to send ",
+                           ranges.size(), " ranges of shard ", shard_id)));
       }
+      if (absl::Now() - busy_since >= options_.stall_timeout ||
+          absl::Now() >= deadline_) {
+        return absl::UnavailableError(absl::StrCat(
+            "the worker at ", peer.address, " had no room to send for ",
+            absl::FormatDuration(absl::Now() - busy_since)));
+      }
+      absl::SleepFor(kBusyPause);
+      continue;  // ask again
     }
     if (received.error != UCS_OK) {
       return UcxError(absl::StrCat("UCX receive from ", peer.address),
@@ -901,21 +920,11 @@ absl::Status UcxTransport::Lane::StillHeld(Peer& peer, uint64_t shard_id,
                                            bool release) {
   TESSERA_ASSIGN_OR_RETURN(UcxCheckAnswer answer,
                            Check(peer, shard_id, registration, release));
-  switch (answer) {
-    case UcxCheckAnswer::kHeld:
-      return absl::OkStatus();
-    case UcxCheckAnswer::kFreed:
-      return absl::NotFoundError(absl::StrCat(
-          "shard ", shard_id, " is not held by this worker (freed)"));
-    case UcxCheckAnswer::kStale:
-      return absl::AbortedError("the worker withdrew the key");
-    case UcxCheckAnswer::kUnknownPeer:
-      return ForgottenError(peer);
-    default:
-      return absl::InternalError(absl::StrCat("worker at ", peer.address,
-                                              " answered a check with ",
-                                              static_cast<uint32_t>(answer)));
-  }
+  if (answer == UcxCheckAnswer::kHeld) return absl::OkStatus();
+  return Refusal(answer, shard_id, peer, "key",
+                 absl::InternalError(absl::StrCat(
+                     "worker at ", peer.address, " answered a check with ",
+                     static_cast<uint32_t>(answer))));
 }
 
 absl::Status UcxTransport::Lane::Settle(Peer& peer, Ops& ops,
@@ -1245,9 +1254,7 @@ absl::Status UcxTransport::Lane::Read(const RemoteShard& shard, const Box& box,
                                       const ReadTarget& target) {
   deadline_ = absl::Now() + CallTimeout(options_.timeout);
   const ShardLocation& at = shard.location;
-  const std::string where =
-      absl::StrCat("reading shard ", at.shard_id, " from ", at.worker, " (",
-                   at.address, ") over UCX");
+  const std::string where = OverUcx("reading", at, "from");
   return WithKey(shard, where, [&](Peer& peer, Key& key) -> absl::Status {
     TESSERA_RETURN_IF_ERROR(CheckWithin(box, key.shape, "region"));
     const uint64_t registration = key.registration;
@@ -1275,9 +1282,7 @@ absl::Status UcxTransport::Lane::ReadRows(absl::Span<const ShardRows> entries,
       }
     }
     if (rows.empty()) continue;
-    const std::string where =
-        absl::StrCat("reading rows of shard ", at.shard_id, " from ", at.worker,
-                     " (", at.address, ") over UCX");
+    const std::string where = OverUcx("reading rows of", at, "from");
     TESSERA_RETURN_IF_ERROR(
         WithKey(shard, where, [&](Peer& peer, Key& key) -> absl::Status {
           const int64_t row_bytes = RowBytes(key.shape, key.item_bytes);
@@ -1315,9 +1320,7 @@ absl::Status UcxTransport::Lane::Write(const RemoteShard& shard,
                                        const WriteSource& source) {
   deadline_ = absl::Now() + CallTimeout(options_.timeout);
   const ShardLocation& at = shard.location;
-  const std::string where =
-      absl::StrCat("writing shard ", at.shard_id, " to ", at.worker, " (",
-                   at.address, ") over UCX");
+  const std::string where = OverUcx("writing", at, "to");
   absl::StatusOr<DescribedKey> described = Describe(shard, true);
   if (!described.ok()) return Annotate(described.status(), where);
   if (described->item_bytes != shard.item_bytes ||
@@ -1360,25 +1363,18 @@ absl::Status UcxTransport::Lane::Write(const RemoteShard& shard,
       const int64_t piece_bytes = pieces.front().bytes;
       pieces.pop_front();
       ++answered;
-      switch (answer) {
-        case UcxCheckAnswer::kHeld:
-          source.Sent(piece_bytes);
-          break;
-        case UcxCheckAnswer::kSealed:
-          return absl::PermissionDeniedError(
-              absl::StrCat("permission denied: shard ", at.shard_id,
-                           " is sealed (a committed shard never changes)"));
-        case UcxCheckAnswer::kFreed:
-          return absl::NotFoundError(absl::StrCat(
-              "shard ", at.shard_id, " is not held by this worker (freed)"));
-        case UcxCheckAnswer::kStale:
-          return absl::AbortedError("the worker withdrew the write key");
-        case UcxCheckAnswer::kUnknownPeer:
-          return ForgottenError(peer);
-        default:
-          return absl::InternalError(absl::StrCat(
-              "the worker refused a write of shard ", at.shard_id));
+      if (answer == UcxCheckAnswer::kSealed) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("permission denied: shard ", at.shard_id,
+                         " is sealed (a committed shard never changes)"));
       }
+      if (answer != UcxCheckAnswer::kHeld) {
+        return Refusal(
+            answer, at.shard_id, peer, "write key",
+            absl::InternalError(absl::StrCat(
+                "the worker refused a write of shard ", at.shard_id)));
+      }
+      source.Sent(piece_bytes);
     }
     return absl::OkStatus();
   };
