@@ -119,12 +119,7 @@ int TestCluster::Run(const std::vector<std::string>& argv, std::string* out,
   if (pid == 0) {
     dup2(out_fd, 1);
     dup2(err_fd, 2);
-    std::vector<char*> args;
-    for (const std::string& a : argv)
-      args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
+    ExecOrExit(argv);
   }
   close(out_fd);
   close(err_fd);

@@ -29,14 +29,18 @@ pid_t SpawnDaemon(const std::vector<std::string>& argv,
       dup2(fd, 1);
       dup2(fd, 2);
     }
-    std::vector<char*> args;
-    for (const std::string& a : argv)
-      args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
+    ExecOrExit(argv);
   }
   return pid;
+}
+
+void ExecOrExit(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const std::string& a : argv)
+    args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execv(args[0], args.data());
+  _exit(127);
 }
 
 int PickFreePort() {

@@ -17,6 +17,10 @@ namespace tessera {
 pid_t SpawnDaemon(const std::vector<std::string>& argv,
                   const std::string& log_path, uint64_t open_files = 0);
 
+// In a forked child: becomes `argv` (argv[0] a path), or exits 127 when it
+// cannot be run.
+[[noreturn]] void ExecOrExit(const std::vector<std::string>& argv);
+
 // A free TCP port on 127.0.0.1 (bound and released).
 int PickFreePort();
 
