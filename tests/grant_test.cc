@@ -32,6 +32,7 @@
 #include "rpc/security.h"
 #include "rpc/testing/certificates.h"
 #include "tests/cluster.h"
+#include "tests/pending_put.h"
 #include "tests/test_arrays.h"
 
 namespace tessera {
@@ -134,15 +135,9 @@ class GrantTest : public ::testing::Test {
   static Begun BeginPut(v1::Coordinator::Stub& coordinator,
                         const std::string& name) {
     grpc::ClientContext context;
-    v1::CreateTensorRequest create;
-    create.set_name(name);
-    create.add_shape(8);
-    create.mutable_properties()->set_dtype(v1::INT8);
-    create.mutable_spec()->mutable_chunk()->set_dim(0);
-    create.mutable_spec()->mutable_chunk()->add_placements()->set_rank(0);
-    create.set_pending(true);
     v1::CreateTensorResponse created;
-    grpc::Status status = coordinator.CreateTensor(&context, create, &created);
+    grpc::Status status = coordinator.CreateTensor(
+        &context, PendingPutRequest(name, 8), &created);
     EXPECT_TRUE(status.ok()) << status.error_message();
     Begun out;
     out.meta = *TensorMetadataFromProto(created.tensor());

@@ -15,6 +15,7 @@
 #include "proto/coordinator.grpc.pb.h"
 #include "rpc/channel.h"
 #include "tests/cluster.h"
+#include "tests/pending_put.h"
 #include "tests/test_arrays.h"
 
 namespace tessera {
@@ -26,15 +27,10 @@ v1::CreateTensorResponse BeginPutAt(const std::string& coordinator,
                                     const std::string& name) {
   auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator));
   grpc::ClientContext context;
-  v1::CreateTensorRequest create;
-  create.set_name(name);
-  create.add_shape(8);
-  create.mutable_properties()->set_dtype(v1::INT8);
-  create.mutable_spec()->mutable_chunk()->set_dim(0);
-  create.mutable_spec()->mutable_chunk()->add_placements()->set_rank(0);
-  create.set_pending(true);
   v1::CreateTensorResponse created;
-  EXPECT_TRUE(stub->CreateTensor(&context, create, &created).ok()) << name;
+  EXPECT_TRUE(
+      stub->CreateTensor(&context, PendingPutRequest(name, 8), &created).ok())
+      << name;
   return created;
 }
 

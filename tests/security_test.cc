@@ -24,6 +24,7 @@
 #include "rpc/channel.h"
 #include "rpc/testing/certificates.h"
 #include "tests/cluster.h"
+#include "tests/pending_put.h"
 #include "tests/test_arrays.h"
 
 namespace tessera {
@@ -383,15 +384,9 @@ TEST_F(SecurityTest, OnlyThePutsCreatorCommitsIt) {
   auto writer = v1::Coordinator::NewStub(RawChannel(
       cluster_->coordinator_address(), *ReadTokenFile(File("writer.token"))));
   grpc::ClientContext context;
-  v1::CreateTensorRequest create;
-  create.set_name("pending");
-  create.add_shape(4);
-  create.mutable_properties()->set_dtype(v1::INT8);
-  create.mutable_spec()->mutable_chunk()->set_dim(0);
-  create.mutable_spec()->mutable_chunk()->add_placements()->set_rank(0);
-  create.set_pending(true);
   v1::CreateTensorResponse created;
-  grpc::Status status = writer->CreateTensor(&context, create, &created);
+  grpc::Status status =
+      writer->CreateTensor(&context, PendingPutRequest("pending", 4), &created);
   ASSERT_TRUE(status.ok()) << status.error_message();
   auto admin = v1::Coordinator::NewStub(RawChannel(
       cluster_->coordinator_address(), *ReadTokenFile(File("admin.token"))));
