@@ -36,6 +36,16 @@ ShardDesc Desc(Shape tensor_shape, Box box, DType dtype = DType::kFloat32) {
   return desc;
 }
 
+// Options of a store keeping its shards in files under `dir`
+// (--store_dir); failing to open the directory fails the test.
+HostShardStoreOptions OnDir(const std::string& dir) {
+  HostShardStoreOptions options;
+  absl::StatusOr<std::shared_ptr<ShardFiles>> files = ShardFiles::Open(dir);
+  EXPECT_TRUE(files.ok()) << files.status();
+  if (files.ok()) options.files = *std::move(files);
+  return options;
+}
+
 TEST(HostShardStoreTest, AllocateCountsBytesAndFreeReturnsThem) {
   HostShardStore store;
   ASSERT_THAT(store.Allocate(1, Desc({4, 4}, {{0, 0}, {2, 4}}), InitSpec{}),
@@ -187,19 +197,29 @@ TEST(HostShardStoreTest, OutOfRangeAccessIsAnErrorNotACrash) {
               StatusIs(absl::StatusCode::kNotFound));
 }
 
-TEST(HostShardStoreTest, LargeShardLivesInSharedMemoryUntilFreed) {
-  if (access("/dev/shm", W_OK) != 0)
-    GTEST_SKIP() << "no writable /dev/shm here";
-  HostShardStoreOptions options;
-  options.arena = std::make_shared<SharedMemoryArena>();
-  options.shared_memory_min_bytes = 0;
-  HostShardStore store(options);
+// Every shard in shared memory: a fresh arena and no size threshold.
+// Skipped where /dev/shm is not writable.
+class SharedMemoryStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (access("/dev/shm", W_OK) != 0) {
+      GTEST_SKIP() << "no writable /dev/shm here";
+    }
+    options_.arena = std::make_shared<SharedMemoryArena>();
+    options_.shared_memory_min_bytes = 0;
+  }
+
+  HostShardStoreOptions options_;
+};
+
+TEST_F(SharedMemoryStoreTest, LargeShardLivesInSharedMemoryUntilFreed) {
+  HostShardStore store(options_);
   ASSERT_THAT(store.Allocate(7, Desc({4, 4}, {{0, 0}, {4, 4}}, DType::kInt32),
                              InitSpec{InitSpec::Kind::kArange}),
               IsOk());
   absl::StatusOr<PinnedShard> pinned = store.Pin(7);
   ASSERT_THAT(pinned.status(), IsOk());
-  std::optional<SegmentInfo> segment = options.arena->Find(pinned->data);
+  std::optional<SegmentInfo> segment = options_.arena->Find(pinned->data);
   ASSERT_TRUE(segment.has_value());
   EXPECT_EQ(segment->bytes, 64);
   EXPECT_EQ(pinned->bytes, 64);
@@ -213,7 +233,7 @@ TEST(HostShardStoreTest, LargeShardLivesInSharedMemoryUntilFreed) {
   // Freed: the name is gone at once (the arena no longer names it either),
   // the existing mapping keeps the old bytes.
   ASSERT_THAT(store.Free(7), IsOk());
-  EXPECT_FALSE(options.arena->Find(pinned->data).has_value());
+  EXPECT_FALSE(options_.arena->Find(pinned->data).has_value());
   EXPECT_LT(shm_open(segment->name.c_str(), O_RDONLY, 0), 0);
   EXPECT_EQ(errno, ENOENT);
   EXPECT_EQ(static_cast<const int32_t*>(map)[5], 5);
@@ -224,13 +244,9 @@ TEST(HostShardStoreTest, LargeShardLivesInSharedMemoryUntilFreed) {
 // A freed shard's pages serve the next shard of its size once no reader
 // holds them; an empty shard still reads as zeros. A put's shards, which
 // clients write through their own mappings, are never reused.
-TEST(HostShardStoreTest, FreedShardMemoryServesTheNextShardClearedUnlessAPut) {
-  if (access("/dev/shm", W_OK) != 0)
-    GTEST_SKIP() << "no writable /dev/shm here";
-  HostShardStoreOptions options;
-  options.arena = std::make_shared<SharedMemoryArena>();
-  options.shared_memory_min_bytes = 0;
-  HostShardStore store(options);
+TEST_F(SharedMemoryStoreTest,
+       FreedShardMemoryServesTheNextShardClearedUnlessAPut) {
+  HostShardStore store(options_);
   const ShardDesc desc = Desc({64, 64}, {{0, 0}, {64, 64}}, DType::kInt32);
   ASSERT_THAT(store.Allocate(1, desc, InitSpec{InitSpec::Kind::kArange}),
               IsOk());
@@ -251,7 +267,7 @@ TEST(HostShardStoreTest, FreedShardMemoryServesTheNextShardClearedUnlessAPut) {
   const char* put_pages = store.Pin(3)->data;
   ASSERT_THAT(store.Free(3), IsOk());
   ASSERT_THAT(store.Free(2), IsOk());
-  EXPECT_EQ(options.arena->ParkedBytes(), desc.ByteSize())
+  EXPECT_EQ(options_.arena->ParkedBytes(), desc.ByteSize())
       << "only the non-put shard is parked";
   ASSERT_THAT(store.Allocate(4, desc, InitSpec{}), IsOk());
   EXPECT_NE(store.Pin(4)->data, put_pages);
@@ -262,13 +278,8 @@ TEST(HostShardStoreTest, FreedShardMemoryServesTheNextShardClearedUnlessAPut) {
 // next shard of its size, and they stay mapped at the same address for as
 // long as the registration holds them, released or not. A put's shard is
 // held whole.
-TEST(HostShardStoreTest, PagesHeldMappedStillServeTheNextShard) {
-  if (access("/dev/shm", W_OK) != 0)
-    GTEST_SKIP() << "no writable /dev/shm here";
-  HostShardStoreOptions options;
-  options.arena = std::make_shared<SharedMemoryArena>();
-  options.shared_memory_min_bytes = 0;
-  HostShardStore store(options);
+TEST_F(SharedMemoryStoreTest, PagesHeldMappedStillServeTheNextShard) {
+  HostShardStore store(options_);
   const ShardDesc desc = Desc({64, 64}, {{0, 0}, {64, 64}}, DType::kInt32);
   ASSERT_THAT(store.Allocate(1, desc, InitSpec{InitSpec::Kind::kArange}),
               IsOk());
@@ -280,13 +291,13 @@ TEST(HostShardStoreTest, PagesHeldMappedStillServeTheNextShard) {
   held = absl::UnknownError("the registration turned dead");
   ASSERT_THAT(store.Free(1), IsOk());
   EXPECT_EQ(store.PinnedBytes(), 0);
-  EXPECT_EQ(options.arena->ParkedBytes(), desc.ByteSize());
+  EXPECT_EQ(options_.arena->ParkedBytes(), desc.ByteSize());
   ASSERT_THAT(store.Allocate(2, desc, InitSpec{}), IsOk());
   EXPECT_EQ(store.Pin(2)->data, first);
   ASSERT_THAT(store.Free(2), IsOk());
   // Released (everything), the pages stay mapped for their holder.
-  options.arena->ReleaseIdle(/*everything=*/true);
-  EXPECT_EQ(options.arena->ParkedBytes(), 0);
+  options_.arena->ReleaseIdle(/*everything=*/true);
+  EXPECT_EQ(options_.arena->ParkedBytes(), 0);
   EXPECT_EQ(reinterpret_cast<const volatile int32_t*>(first)[5], 0);
   mapped.reset();
 
@@ -327,14 +338,10 @@ TEST(HostShardStoreTest, WithoutAnArenaLargeShardsArePrivate) {
 TEST(HostShardStoreTest, FilesSurviveTheStoreAndAreCheckedWhenTakenBack) {
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/store";
   {
-    auto files = ShardFiles::Open(dir);
-    ASSERT_TRUE(files.ok()) << files.status();
+    HostShardStore store(OnDir(dir));
     // One store per directory.
     EXPECT_THAT(ShardFiles::Open(dir).status(),
                 StatusIs(absl::StatusCode::kFailedPrecondition));
-    HostShardStoreOptions options;
-    options.files = *files;
-    HostShardStore store(options);
     ShardDesc desc = Desc({4, 4}, {{0, 0}, {2, 4}});
     desc.version = 3;
     desc.incarnation = 9;
@@ -362,11 +369,7 @@ TEST(HostShardStoreTest, FilesSurviveTheStoreAndAreCheckedWhenTakenBack) {
     ASSERT_EQ(pwrite(fd, "x", 1, 5), 1);
     close(fd);
   }
-  auto files = ShardFiles::Open(dir);
-  ASSERT_TRUE(files.ok()) << files.status();
-  HostShardStoreOptions options;
-  options.files = *files;
-  HostShardStore store(options);
+  HostShardStore store(OnDir(dir));
   absl::flat_hash_map<uint64_t, std::string> owners;
   const ShardFiles::ScanResult scan = store.Reattach(&owners);
   EXPECT_EQ(scan.intact.size(), 1u);
@@ -416,11 +419,7 @@ TEST(HostShardStoreTest, ASymlinkedShardFileIsNotTakenBack) {
   const std::string dir =
       std::string(std::getenv("TEST_TMPDIR")) + "/store-symlink";
   {
-    auto files = ShardFiles::Open(dir);
-    ASSERT_TRUE(files.ok()) << files.status();
-    HostShardStoreOptions options;
-    options.files = *files;
-    HostShardStore store(options);
+    HostShardStore store(OnDir(dir));
     ASSERT_THAT(store.Allocate(7, Desc({4, 4}, {{0, 0}, {2, 4}}), InitSpec{}),
                 IsOk());
     ASSERT_THAT(store.Persist(7, "c1"), IsOk());
@@ -431,11 +430,7 @@ TEST(HostShardStoreTest, ASymlinkedShardFileIsNotTakenBack) {
       std::string(std::getenv("TEST_TMPDIR")) + "/elsewhere.data";
   ASSERT_EQ(rename(data.c_str(), elsewhere.c_str()), 0);
   ASSERT_EQ(symlink(elsewhere.c_str(), data.c_str()), 0);
-  auto files = ShardFiles::Open(dir);
-  ASSERT_TRUE(files.ok()) << files.status();
-  HostShardStoreOptions options;
-  options.files = *files;
-  HostShardStore store(options);
+  HostShardStore store(OnDir(dir));
   absl::flat_hash_map<uint64_t, std::string> owners;
   const ShardFiles::ScanResult scan = store.Reattach(&owners);
   EXPECT_TRUE(scan.intact.empty());
