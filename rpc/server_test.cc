@@ -55,6 +55,13 @@ HealthCheckResponse::ServingStatus Check(grpc::health::v1::Health::Stub* stub,
   return response.status();
 }
 
+// `service` served on 127.0.0.1:0, with a health port of its own beside.
+absl::StatusOr<RunningServer> StartWithHealthPort(grpc::Service* service) {
+  ServerOptions options;
+  options.health_listen = "127.0.0.1:0";
+  return StartServer("127.0.0.1:0", {service}, options);
+}
+
 TEST(ServerTest, HealthIsNotServingUntilToldAndAfterStop) {
   FreeOnly service;
   absl::StatusOr<RunningServer> server = StartServer("127.0.0.1:0", {&service});
@@ -104,10 +111,7 @@ TEST(ServerTest, HealthWatchStreamsEachChangeAndEndsAtStop) {
 
 TEST(ServerTest, HealthPortAnswersAsTheMainPortAndServesNothingElse) {
   FreeOnly service;
-  ServerOptions options;
-  options.health_listen = "127.0.0.1:0";
-  absl::StatusOr<RunningServer> server =
-      StartServer("127.0.0.1:0", {&service}, options);
+  absl::StatusOr<RunningServer> server = StartWithHealthPort(&service);
   ASSERT_THAT(server.status(), IsOk());
   ASSERT_GT(server->health_port, 0);
   ASSERT_NE(server->health_port, server->port);
@@ -134,10 +138,7 @@ TEST(ServerTest, HealthPortAnswersAsTheMainPortAndServesNothingElse) {
 
 TEST(ServerTest, LivenessIsServingWhileRunningUntilBroken) {
   FreeOnly service;
-  ServerOptions options;
-  options.health_listen = "127.0.0.1:0";
-  absl::StatusOr<RunningServer> server =
-      StartServer("127.0.0.1:0", {&service}, options);
+  absl::StatusOr<RunningServer> server = StartWithHealthPort(&service);
   ASSERT_THAT(server.status(), IsOk());
   auto health = grpc::health::v1::Health::NewStub(
       MakeChannel(WithPort("127.0.0.1:0", server->health_port)));
