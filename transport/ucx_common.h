@@ -88,6 +88,17 @@ absl::Status GuardMessageIds(ucp_worker_h worker, uint16_t last_id);
 // The worker's own address, to hand to peers.
 absl::StatusOr<std::string> UcpWorkerAddress(ucp_worker_h worker);
 
+// Parameters of a send that calls `done` with `user_data` when it completes
+// later; one that completes at once calls nothing.
+inline ucp_request_param_t SendParam(ucp_send_nbx_callback_t done,
+                                     void* user_data) {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = done;
+  param.user_data = user_data;
+  return param;
+}
+
 // ---- The messages between a reader and a worker (active messages) ----
 //
 // Every request is an active message whose header is one of the structs

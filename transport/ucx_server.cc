@@ -759,11 +759,7 @@ void UcxServer::PostSends() {
     // The pages stay mapped for the send even if the key dies meanwhile;
     // the reader's check after refuses bytes of a shard freed during it.
     auto* sending = new Sending{std::move(send.pages), this};
-    ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.send = &SendDone;
-    param.user_data = sending;
+    const ucp_request_param_t param = SendParam(&SendDone, sending);
     ucs_status_ptr_t request =
         ucp_tag_send_nbx(peer->second.ep, send.data,
                          static_cast<size_t>(send.bytes), send.tag, &param);
@@ -784,11 +780,7 @@ void UcxServer::SendReplies() {
     auto peer = peers_.find(reply.peer);
     if (peer == peers_.end()) continue;  // closed meanwhile: nobody to answer
     auto* body = new UcxCheckReply(reply.body);
-    ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.send = &ReplySent;
-    param.user_data = body;
+    const ucp_request_param_t param = SendParam(&ReplySent, body);
     ucs_status_ptr_t request =
         ucp_am_send_nbx(peer->second.ep, kUcxCheckReplyAm, body, sizeof(*body),
                         nullptr, 0, &param);

@@ -492,10 +492,7 @@ absl::Status UcxTransport::Lane::Ask(Peer& peer, unsigned am,
                                      const void* data, size_t data_bytes,
                                      uint64_t request_id, Ops& ops) {
   awaited_[request_id];
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  param.cb.send = &OpDone;
-  param.user_data = &ops;
+  const ucp_request_param_t param = SendParam(&OpDone, &ops);
   ucs_status_ptr_t sent = ucp_am_send_nbx(peer.ep, am, header, header_bytes,
                                           data, data_bytes, &param);
   if (UCS_PTR_IS_ERR(sent)) {
@@ -1039,10 +1036,7 @@ absl::Status UcxTransport::Lane::Hello(Peer& peer) {
   hello.request_id = ++next_request_;
   Ops ops;
   awaited_[hello.request_id];
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  param.cb.send = &OpDone;
-  param.user_data = &ops;
+  const ucp_request_param_t param = SendParam(&OpDone, &ops);
   ucs_status_ptr_t sent =
       ucp_am_send_nbx(peer.ep, kUcxHelloAm, &hello, sizeof(hello),
                       address_.data(), address_.size(), &param);
