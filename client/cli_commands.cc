@@ -1025,8 +1025,8 @@ absl::Status RunPut(const Invocation& inv, std::ostream& out) {
   const TensorMetadata& meta = *put;
   const double seconds = SecondsSince(start);
   if (inv.GetBool("json")) {
-    out << TensorJson(meta, array.num_bytes, seconds,
-                      client->TransferStats().workers_sent)
+    out << PutJson(meta, array.num_bytes, seconds,
+                   client->TransferStats().workers_sent)
         << "\n";
     return absl::OkStatus();
   }

@@ -182,16 +182,39 @@ std::string ReshardJson(const ReshardStats& stats) {
                 {"sent", Json(stats.sent)}});
 }
 
+namespace {
+
+Json TensorObject(const TensorMetadata& meta, int64_t bytes, double seconds,
+                  const SentBytes& sent) {
+  return {{"name", meta.name},
+          {"shape", Ints(meta.shape)},
+          {"dtype", std::string(DTypeName(meta.dtype))},
+          {"version", meta.version},
+          {"num_shards", meta.shards.size()},
+          {"bytes", bytes},
+          {"seconds", Seconds{seconds}},
+          {"sent", Json(sent)}};
+}
+
+// What crossed between workers in all: every byte one sent another.
+int64_t Relayed(const SentBytes& sent) {
+  int64_t total = 0;
+  for (const auto& [worker, bytes] : sent) total += bytes;
+  return total;
+}
+
+}  // namespace
+
 std::string TensorJson(const TensorMetadata& meta, int64_t bytes,
                        double seconds, const SentBytes& sent) {
-  return Dumps({{"name", meta.name},
-                {"shape", Ints(meta.shape)},
-                {"dtype", std::string(DTypeName(meta.dtype))},
-                {"version", meta.version},
-                {"num_shards", meta.shards.size()},
-                {"bytes", bytes},
-                {"seconds", Seconds{seconds}},
-                {"sent", Json(sent)}});
+  return Dumps(TensorObject(meta, bytes, seconds, sent));
+}
+
+std::string PutJson(const TensorMetadata& meta, int64_t bytes, double seconds,
+                    const SentBytes& sent) {
+  Json out = TensorObject(meta, bytes, seconds, sent);
+  out["relayed_bytes"] = Relayed(sent);
+  return Dumps(out);
 }
 
 std::string UpdateJson(const UpdateStats& stats, const SentBytes& sent) {
@@ -199,7 +222,8 @@ std::string UpdateJson(const UpdateStats& stats, const SentBytes& sent) {
                 {"bytes_written", stats.bytes_written},
                 {"shards_kept", stats.shards_kept},
                 {"seconds", Seconds{stats.seconds}},
-                {"sent", Json(sent)}});
+                {"sent", Json(sent)},
+                {"relayed_bytes", Relayed(sent)}});
 }
 
 std::string RemoveJson(const std::string& name) {

@@ -38,13 +38,18 @@ std::string WorkersJson(const std::vector<WorkerInfo>& workers);
 // "Relay"); {} when none did.
 std::string ReshardJson(const ReshardStats& stats);
 
-// `create --json` and `put --json`: {"name", "shape", "dtype", "version",
-// "num_shards", "bytes", "seconds", "sent"}.
+// `create --json`: {"name", "shape", "dtype", "version", "num_shards",
+// "bytes", "seconds", "sent"}.
 std::string TensorJson(const TensorMetadata& meta, int64_t bytes,
                        double seconds, const SentBytes& sent);
 
+// `put --json`: TensorJson's and "relayed_bytes", what the commit's copies
+// sent between workers in all (the total of "sent").
+std::string PutJson(const TensorMetadata& meta, int64_t bytes, double seconds,
+                    const SentBytes& sent);
+
 // `put --update --json`: {"version", "bytes_written", "shards_kept",
-// "seconds", "sent"}.
+// "seconds", "sent", "relayed_bytes"}.
 std::string UpdateJson(const UpdateStats& stats, const SentBytes& sent);
 
 // `rm --json`: {"name", "deleted": true}.

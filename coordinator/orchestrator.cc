@@ -616,7 +616,9 @@ absl::Status Orchestrator::Commit(const std::string& name, uint64_t version,
     drop_on(failed_workers);
   }
   std::vector<std::pair<size_t, size_t>> failed_mirrors;
-  if (status.ok()) status = ForwardReplicas(filled, &failed_mirrors, sent);
+  if (status.ok()) {
+    status = ForwardReplicas(filled, &failed_mirrors, sent, start.before.get());
+  }
   if (status.ok() && !failed_mirrors.empty()) {
     drop_mirrors([&](size_t i, size_t r) {
       return std::find(failed_mirrors.begin(), failed_mirrors.end(),
@@ -647,13 +649,14 @@ absl::Status Orchestrator::Commit(const std::string& name, uint64_t version,
 
 absl::Status Orchestrator::ForwardReplicas(
     const TensorMetadata& written,
-    std::vector<std::pair<size_t, size_t>>* failed_mirrors, SentBytes* sent) {
+    std::vector<std::pair<size_t, size_t>>* failed_mirrors, SentBytes* sent,
+    const TensorMetadata* before) {
   bool one_copy = true;
   for (const ShardInfo& shard : written.shards)
     one_copy &= shard.replicas.size() < 2;
   if (one_copy) return absl::OkStatus();
   TensorMetadata at = WithWorkerState(written);
-  return mover_.ForwardReplicas(at, failed_mirrors, sent);
+  return mover_.ForwardReplicas(at, failed_mirrors, sent, before);
 }
 
 absl::Status Orchestrator::RecordVersion(const TensorMetadataPtr& old_meta,

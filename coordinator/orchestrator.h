@@ -263,11 +263,12 @@ class Orchestrator {
   // Copies each shard of a written change from its first replica (the one
   // its client wrote) to the others and its mirrors
   // (PieceMover::ForwardReplicas; mirrors that fail go to `failed_mirrors`
-  // when given; `sent`, when given, adds what each worker sent).
+  // when given; `sent`, when given, adds what each worker sent; `before`,
+  // an update's version before, lets copies take only the changes).
   absl::Status ForwardReplicas(
       const TensorMetadata& written,
       std::vector<std::pair<size_t, size_t>>* failed_mirrors = nullptr,
-      SentBytes* sent = nullptr);
+      SentBytes* sent = nullptr, const TensorMetadata* before = nullptr);
   // Seals shards (their replicas in `replicas`) on their workers, all in
   // parallel: the first failure. `persist`: their bytes are final, and a
   // worker with --store_dir records them.

@@ -93,7 +93,8 @@ class SentTotal {
 
 absl::Status PieceMover::ForwardReplicas(
     const TensorMetadata& at,
-    std::vector<std::pair<size_t, size_t>>* failed_mirrors, SentBytes* sent) {
+    std::vector<std::pair<size_t, size_t>>* failed_mirrors, SentBytes* sent,
+    const TensorMetadata* before) {
   const int64_t item = static_cast<int64_t>(ItemSize(at.dtype));
   const size_t replicas = static_cast<size_t>(ReplicaCount(at));
   if (forward_ == ReplicaForward::kRelay && !OnGpus(at)) {
@@ -107,7 +108,7 @@ absl::Status PieceMover::ForwardReplicas(
       }
     }
     std::vector<std::pair<size_t, size_t>> failed;
-    const absl::Status relayed = Relay(at, at, copies, &failed, sent);
+    const absl::Status relayed = Relay(at, at, copies, &failed, sent, before);
     absl::Status replica_failed;
     for (const auto& [shard, copy] : failed) {
       if (copy >= replicas && failed_mirrors != nullptr) {
@@ -181,7 +182,7 @@ absl::Status PieceMover::Relay(const TensorMetadata& from,
                                const TensorMetadata& to,
                                const std::vector<RelayCopies>& copies,
                                std::vector<std::pair<size_t, size_t>>* failed,
-                               SentBytes* sent) {
+                               SentBytes* sent, const TensorMetadata* before) {
   static std::atomic<uint64_t> next_relay{
       static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())) | 1};
   const int64_t item = static_cast<int64_t>(ItemSize(from.dtype));
@@ -207,9 +208,27 @@ absl::Status PieceMover::Relay(const TensorMetadata& from,
     m.busy = it == busy.end() ? 0 : it->second;
     return m;
   };
+  // The version before's shards by where their boxes start (unique in a
+  // layout), when it has the same dtype.
+  std::map<BoxCoords, const ShardInfo*> earlier;
+  if (before != nullptr && before->dtype == from.dtype &&
+      before->incarnation == from.incarnation) {
+    for (const ShardInfo& shard : before->shards) {
+      earlier[shard.box.offsets] = &shard;
+    }
+  }
   for (const RelayCopies& shard_copies : copies) {
     if (shard_copies.destinations.empty()) continue;
     const ShardInfo& src_shard = from.shards[shard_copies.shard];
+    // A worker's copy of the version before of this shard (0: none).
+    auto earlier_on = [&](const Replica& copy) -> uint64_t {
+      auto it = earlier.find(src_shard.box.offsets);
+      if (it == earlier.end() || !(it->second->box == src_shard.box)) return 0;
+      for (const Replica& old : it->second->replicas) {
+        if (old.worker == copy.worker && old.available) return old.shard_id;
+      }
+      return 0;
+    };
     const ShardInfo& dst_shard = to.shards[shard_copies.shard];
     const Replica& source = src_shard.replicas[shard_copies.source];
     const int64_t bytes = src_shard.box.NumElements() * item;
@@ -233,8 +252,8 @@ absl::Status PieceMover::Relay(const TensorMetadata& from,
               ? source
               : dst_shard.replicas
                     [shard_copies.destinations[static_cast<size_t>(index)]];
-      return RelayUpstream{copy.worker, copy.address, copy.shard_id, "",
-                           index >= 0};
+      return RelayUpstream{copy.worker, copy.address, copy.shard_id,
+                           "",          index >= 0,   earlier_on(copy)};
     };
     for (int index : plan.order) {
       const size_t copy_index =
@@ -257,6 +276,8 @@ absl::Status PieceMover::Relay(const TensorMetadata& from,
       batch.relay.id = id;
       batch.relay.chunk_bytes = chunk_bytes;
       batch.relay.src_filling = src.filling;
+      batch.relay.base_shard_id = earlier_on(dst);
+      batch.relay.src_base_shard_id = src.base_shard_id;
       for (int up = parent; up >= 0;) {
         up = plan.parent[static_cast<size_t>(up)];
         batch.relay.fallbacks.push_back(upstream(up));

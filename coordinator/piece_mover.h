@@ -100,20 +100,23 @@ class PieceMover {
   // first replica to the others, per the ReplicaForward mode, then to its
   // mirrors; the workers pull. A replica that fails fails it; a mirror that
   // fails is added to `failed_mirrors` (shard, copy index) when given (else
-  // it fails it too).
+  // it fails it too). `before` (optional): the version an update replaces;
+  // a relayed copy whose worker holds that version's copy of the same
+  // shard gets only the changes (CLI.md "Mirrors (v4)").
   absl::Status ForwardReplicas(
       const TensorMetadata& written,
       std::vector<std::pair<size_t, size_t>>* failed_mirrors = nullptr,
-      SentBytes* sent = nullptr);
+      SentBytes* sent = nullptr, const TensorMetadata* before = nullptr);
   // Fills each of `copies`' destinations in `to` from its source in `from`
   // (same shards, same boxes) by relay, every shard's hops at once. A
   // destination whose hop fails is cut out (the hops after it carry on
   // from further up) and added to `failed` (shard, copy index); the first
   // such failure is returned. `sent` (optional) adds what each worker sent.
+  // `before` (optional): as ForwardReplicas's.
   absl::Status Relay(const TensorMetadata& from, const TensorMetadata& to,
                      const std::vector<RelayCopies>& copies,
                      std::vector<std::pair<size_t, size_t>>* failed,
-                     SentBytes* sent);
+                     SentBytes* sent, const TensorMetadata* before = nullptr);
 
  private:
   WorkerRegistry* const registry_;

@@ -282,25 +282,27 @@ absl::StatusOr<CommitStart> TensorTable::BeginCommit(
   // "updated"); only `owner` may commit it.
   const auto start =
       [&](const std::string& owner, absl::string_view doing,
-          const TensorMetadataPtr& seal) -> absl::StatusOr<CommitStart> {
+          const TensorMetadataPtr& seal,
+          const TensorMetadataPtr& before) -> absl::StatusOr<CommitStart> {
     if (owner != principal) {
       return absl::PermissionDeniedError(
           absl::StrCat("tensor '", name, "' is being ", doing,
                        " by another principal; only it may commit"));
     }
     entry->busy = true;
-    return CommitStart{false, seal};
+    return CommitStart{false, seal, before};
   };
   if (entry->state == State::kPending) {
     if (change == 0 || entry->meta->change != change ||
         entry->meta->version != version) {
       return replaced();
     }
-    return start(entry->owner, "put", entry->meta);
+    return start(entry->owner, "put", entry->meta, nullptr);
   }
   if (entry->update != nullptr && entry->update->version == version &&
       change != 0 && entry->update->change == change) {
-    return start(entry->update_owner, "updated", entry->update_fresh);
+    return start(entry->update_owner, "updated", entry->update_fresh,
+                 entry->meta);
   }
   // Committed already: a commit tried again after its reply was lost.
   if (change != 0 && entry->meta->change == change &&

@@ -73,6 +73,9 @@ struct CommitStart {
   // The shards the change wrote, to seal on their workers before its record
   // is written (null when done).
   TensorMetadataPtr seal;
+  // An update's: the version it replaces, whose copies the relay sends
+  // only the changes to (null for a put).
+  TensorMetadataPtr before;
 };
 
 class TensorTable {

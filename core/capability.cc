@@ -105,6 +105,7 @@ absl::StatusOr<Right> RequiredRight(absl::string_view full_method) {
       {"/tessera.v1.Worker/ReadRows", kRightRead},
       {"/tessera.v1.Worker/StageRead", kRightRead},
       {"/tessera.v1.Worker/AwaitRelayFill", kRightRead},
+      {"/tessera.v1.Worker/ReadShardDelta", kRightRead},
   };
   for (const auto& row : kTable) {
     if (full_method == row.method) return row.right;

@@ -43,6 +43,9 @@ struct RelayUpstream {
   uint64_t shard_id = 0;
   std::string capability;  // lets the hop read it (minted per worker)
   bool filling = false;    // a hop of the same relay (else a whole copy)
+  // Its copy of the earlier version the hop's own copy holds (0: none): the
+  // hop then pulls chunks as changes (ReadShardDelta).
+  uint64_t base_shard_id = 0;
 };
 
 // Most copies a relay hop may name further up than its parent.
@@ -57,6 +60,12 @@ struct RelayHop {
   int64_t chunk_bytes = 0;
   bool src_filling = false;
   std::vector<RelayUpstream> fallbacks;
+  // An update's relay: the destination's and the source's copies of the
+  // version before (0: none). Each chunk then crosses as its changes
+  // (core/delta_codec.h), applied to the destination's copy and checked
+  // against the source's CRC-32; whole when not shorter or a check fails.
+  uint64_t base_shard_id = 0;
+  uint64_t src_base_shard_id = 0;
 };
 
 // Bytes each worker sent to others (worker name -> bytes): what a move

@@ -91,6 +91,14 @@ class InProcessRelayUpstreams : public RelayUpstreams {
     return it->second->AwaitRelayFill(relay, upstream.shard_id, have,
                                       absl::Now() + kRelayAwaitSlice);
   }
+  absl::StatusOr<ShardDelta> ReadDelta(
+      const RelayUpstream& upstream,
+      const ShardDeltaRequest& request) override {
+    auto it = nodes_->find(upstream.address);
+    if (it == nodes_->end()) return Unreachable(upstream.address);
+    return it->second->ReadShardDelta(upstream.shard_id,
+                                      upstream.base_shard_id, request);
+  }
 
  private:
   const NodeMap* const nodes_;

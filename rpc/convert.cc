@@ -905,7 +905,10 @@ void TransferBatchToProto(const TransferBatch& batch,
     u->set_shard_id(up.shard_id);
     u->set_capability(up.capability);
     u->set_filling(up.filling);
+    u->set_base_shard_id(up.base_shard_id);
   }
+  out->set_relay_base_shard_id(batch.relay.base_shard_id);
+  out->set_relay_src_base_shard_id(batch.relay.src_base_shard_id);
 }
 
 namespace {
@@ -915,9 +918,12 @@ namespace {
 absl::StatusOr<RelayHop> RelayHopFromProto(const v1::TransferRequest& request) {
   RelayHop hop;
   if (request.relay_id() == 0) {
-    if (request.relay_upstreams_size() > 0 || request.src_filling()) {
+    if (request.relay_upstreams_size() > 0 || request.src_filling() ||
+        request.relay_base_shard_id() != 0 ||
+        request.relay_src_base_shard_id() != 0) {
       return absl::InvalidArgumentError(
-          "relay_upstreams or src_filling without a relay_id");
+          "relay_upstreams, src_filling or relay base shards without a "
+          "relay_id");
     }
     return hop;
   }
@@ -941,8 +947,11 @@ absl::StatusOr<RelayHop> RelayHopFromProto(const v1::TransferRequest& request) {
   hop.src_filling = request.src_filling();
   for (const v1::RelayUpstream& u : request.relay_upstreams()) {
     hop.fallbacks.push_back(RelayUpstream{u.worker(), u.address(), u.shard_id(),
-                                          u.capability(), u.filling()});
+                                          u.capability(), u.filling(),
+                                          u.base_shard_id()});
   }
+  hop.base_shard_id = request.relay_base_shard_id();
+  hop.src_base_shard_id = request.relay_src_base_shard_id();
   return hop;
 }
 

@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/npy_file.h"
 #include "client/tessera_client.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -226,6 +227,52 @@ TEST_F(MirrorTest, TheRelayFillsAReplicaAndEveryMirrorWithTheWrittenBytes) {
   EXPECT_EQ(Read("r"), want);  // a mirror
   cluster_->StopWorker(2, SIGKILL);
   EXPECT_EQ(Read("r"), want);  // w3's mirror
+}
+
+TEST_F(MirrorTest, AnUpdateRelaysOnlyWhatChanged) {
+  // 4 MiB in one shard, on w0 and w1, mirrored on w2 and w3.
+  LayoutSpec spec = LayoutSpec::Chunk(0, {*ParsePlacement("w0")});
+  spec.replicas = 2;
+  spec.mirror = "role=inference";
+  const HostArray first = Floats(1024, 1024, 1);
+  ASSERT_OK(client_->Put("d", first, spec).status());
+  // 2 % of the elements changed, scattered.
+  HostArray next = Floats(1024, 1024, 1);
+  auto* f = reinterpret_cast<float*>(next.data());
+  int64_t changed = 0;
+  uint64_t state = 12345;
+  for (int64_t i = 0; i < 1024 * 1024; ++i) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    if ((state >> 33) % 50 == 0) {
+      f[i] = -f[i];
+      ++changed;
+    }
+  }
+  const std::string in = absl::StrCat(std::getenv("TEST_TMPDIR"), "/d.npy");
+  ASSERT_OK(WriteNpyFile(in, next));
+  Cli update = Tessera({"put", "d", "--input=" + in, "--update", "--json"});
+  ASSERT_EQ(update.code, 0) << update.err;
+  const nlohmann::json out = nlohmann::json::parse(update.out);
+  // Three copies each took the changes: about 6 bytes a changed element
+  // (a varint gap and count, 4 bytes), under the 8 of its bytes and a
+  // 4-byte offset, and far under a whole copy.
+  const int64_t relayed = out["relayed_bytes"].get<int64_t>();
+  int64_t total = 0;
+  for (const auto& [worker, bytes] : out["sent"].items()) {
+    total += bytes.get<int64_t>();
+  }
+  EXPECT_EQ(relayed, total);
+  EXPECT_GT(relayed, 3 * changed * 4);
+  EXPECT_LE(relayed, 3 * changed * 8);
+  // Every copy holds the update exactly: read with all but one gone.
+  const std::string want(next.data(), static_cast<size_t>(next.num_bytes));
+  EXPECT_EQ(Read("d"), want);
+  cluster_->StopWorker(0, SIGKILL);
+  EXPECT_EQ(Read("d"), want);
+  cluster_->StopWorker(1, SIGKILL);
+  EXPECT_EQ(Read("d"), want);
+  cluster_->StopWorker(2, SIGKILL);
+  EXPECT_EQ(Read("d"), want);  // w3's mirror
 }
 
 TEST_F(MirrorTest, MirrorsFollowTheGroupAsWorkersComeAndGo) {

@@ -46,4 +46,41 @@ absl::StatusOr<RelayFillProgress> GrpcRelayUpstreams::Await(
   return progress;
 }
 
+absl::StatusOr<ShardDelta> GrpcRelayUpstreams::ReadDelta(
+    const RelayUpstream& upstream, const ShardDeltaRequest& request) {
+  v1::ReadShardDeltaRequest wire;
+  wire.set_shard_id(upstream.shard_id);
+  wire.set_base_shard_id(upstream.base_shard_id);
+  wire.set_byte_offset(request.byte_offset);
+  wire.set_bytes(request.bytes);
+  wire.set_max_encoded_bytes(request.max_encoded_bytes);
+  v1::ReadShardDeltaResponse response;
+  grpc::ClientContext context;
+  // Comparing a chunk's two versions takes about a memory pass over them.
+  SetDeadline(&context, CallTimeout(absl::Seconds(30)));
+  PresentCapability(&context, upstream.capability);
+  auto stub = v1::Worker::NewStub(channels_->Get(upstream.address));
+  const grpc::Status status = stub->ReadShardDelta(&context, wire, &response);
+  if (!status.ok()) {
+    return Annotate(FromGrpcStatus(status),
+                    absl::StrCat("reading a chunk's changes from relay source "
+                                 "worker '",
+                                 upstream.worker, "'"));
+  }
+  if (response.encoded() && static_cast<int64_t>(response.changes().size()) >
+                                request.max_encoded_bytes) {
+    return UnavailableError(absl::StrCat(
+        "relay source worker '", upstream.worker, "' (it sent ",
+        response.changes().size(), " bytes of changes for at most ",
+        request.max_encoded_bytes, ")"));
+  }
+  ShardDelta delta;
+  delta.encoded = response.encoded();
+  if (delta.encoded) {
+    delta.changes = std::move(*response.mutable_changes());
+    delta.crc32 = response.crc32();
+  }
+  return delta;
+}
+
 }  // namespace tessera

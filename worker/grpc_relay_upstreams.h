@@ -1,6 +1,7 @@
 // RelayUpstreams over gRPC: a hop asks the worker holding its source how
-// far that copy's fill got (Worker.AwaitRelayFill), with the read
-// capability the order gave it for that worker.
+// far that copy's fill got (Worker.AwaitRelayFill) and for a chunk's
+// changes (Worker.ReadShardDelta), with the read capability the order gave
+// it for that worker.
 #ifndef TESSERA_WORKER_GRPC_RELAY_UPSTREAMS_H_
 #define TESSERA_WORKER_GRPC_RELAY_UPSTREAMS_H_
 
@@ -19,6 +20,9 @@ class GrpcRelayUpstreams : public RelayUpstreams {
   absl::StatusOr<RelayFillProgress> Await(const RelayUpstream& upstream,
                                           uint64_t relay,
                                           int64_t have) override;
+  // A reply is input: changes longer than asked for are refused.
+  absl::StatusOr<ShardDelta> ReadDelta(
+      const RelayUpstream& upstream, const ShardDeltaRequest& request) override;
 
  private:
   ChannelCache* const channels_;

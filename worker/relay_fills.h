@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -66,14 +67,34 @@ class RelayFills {
   size_t running_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// A chunk of a shard as the changes from an earlier version of it
+// (core/delta_codec.h), or not `encoded` when they would not be shorter.
+struct ShardDelta {
+  bool encoded = false;
+  std::string changes;
+  uint32_t crc32 = 0;  // of the chunk's bytes in the later version
+};
+
+// Bytes [byte_offset, byte_offset + bytes) of a shard, as changes no longer
+// than max_encoded_bytes.
+struct ShardDeltaRequest {
+  int64_t byte_offset = 0;
+  int64_t bytes = 0;
+  int64_t max_encoded_bytes = 0;
+};
+
 // How a hop asks the copy it pulls from how far that copy's own fill got
-// (AwaitRelayFill on the worker holding it).
+// (AwaitRelayFill on the worker holding it), and for a chunk of it as the
+// changes from that worker's copy of the earlier version
+// (upstream.base_shard_id; ReadShardDelta).
 class RelayUpstreams {
  public:
   virtual ~RelayUpstreams() = default;
   virtual absl::StatusOr<RelayFillProgress> Await(const RelayUpstream& upstream,
                                                   uint64_t relay,
                                                   int64_t have) = 0;
+  virtual absl::StatusOr<ShardDelta> ReadDelta(
+      const RelayUpstream& upstream, const ShardDeltaRequest& request) = 0;
 };
 
 }  // namespace tessera

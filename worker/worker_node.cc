@@ -8,6 +8,8 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "core/capability.h"
+#include "core/crc32.h"
+#include "core/delta_codec.h"
 #include "core/errors.h"
 #include "core/relay_plan.h"
 #include "core/status_macros.h"
@@ -543,6 +545,53 @@ absl::StatusOr<int64_t> WorkerNode::Pull(
   return moved;
 }
 
+namespace {
+
+// Bytes [offset, offset + bytes) of a shard: in its pinned memory, else a
+// copy (device memory).
+struct ChunkBytes {
+  std::shared_ptr<void> keep_alive;
+  std::string copy;
+  absl::string_view bytes;
+};
+
+absl::StatusOr<ChunkBytes> ReadChunk(ShardStore& store, uint64_t id,
+                                     const ShardDesc& desc, int64_t offset,
+                                     int64_t bytes) {
+  ChunkBytes out;
+  absl::StatusOr<PinnedShard> pinned = store.Pin(id);
+  if (pinned.ok() && offset + bytes <= pinned->bytes) {
+    out.keep_alive = std::move(pinned->keep_alive);
+    out.bytes =
+        absl::string_view(pinned->data + offset, static_cast<size_t>(bytes));
+    return out;
+  }
+  if (!pinned.ok() && !absl::IsUnimplemented(pinned.status())) {
+    return pinned.status();
+  }
+  const int64_t item = static_cast<int64_t>(ItemSize(desc.dtype));
+  out.copy.resize(static_cast<size_t>(bytes));
+  TESSERA_RETURN_IF_ERROR(store.ReadBox(id, WholeBox(desc.box.sizes),
+                                        offset / item, bytes / item,
+                                        out.copy.data()));
+  out.bytes = out.copy;
+  return out;
+}
+
+// Whether `base` is another version of the shard `desc` describes: the
+// same tensor, box and dtype.
+bool SameShard(const ShardDesc& desc, const ShardDesc& base) {
+  return base.tensor.str() == desc.tensor.str() &&
+         base.incarnation == desc.incarnation && base.dtype == desc.dtype &&
+         base.box == desc.box;
+}
+
+// After this many chunks in a row whose changes were not shorter, a hop
+// pulls the rest whole without asking (a whole new content).
+constexpr int kWholeChunksBeforeGivingUp = 4;
+
+}  // namespace
+
 absl::StatusOr<int64_t> WorkerNode::RunRelayHop(
     const TransferBatch& batch, absl::Time deadline,
     const std::function<bool()>& cancelled, SentBytes* sent) {
@@ -573,11 +622,21 @@ absl::StatusOr<int64_t> WorkerNode::RunRelayHop(
       [&] { relay_fills_.Finish(relay.id, piece.dst_shard_id, done); });
   // The parent, then the copies further up, nearest first.
   std::vector<RelayUpstream> upstreams;
-  upstreams.push_back(RelayUpstream{batch.src_worker, batch.src_address,
-                                    piece.src_shard_id, batch.src_capability,
-                                    relay.src_filling});
+  upstreams.push_back(RelayUpstream{
+      batch.src_worker, batch.src_address, piece.src_shard_id,
+      batch.src_capability, relay.src_filling, relay.src_base_shard_id});
   upstreams.insert(upstreams.end(), relay.fallbacks.begin(),
                    relay.fallbacks.end());
+  // An update's relay: chunks cross as their changes from the version
+  // before, which this worker holds too.
+  bool changes = false;
+  if (relay.base_shard_id != 0 && relay_upstreams_ != nullptr) {
+    absl::StatusOr<ShardDesc> base = store_->Describe(relay.base_shard_id);
+    changes = base.ok() && relay.base_shard_id != piece.dst_shard_id &&
+              SameShard(dst, *base);
+  }
+  int64_t patched_chunks = 0;
+  int64_t patched_bytes = 0;  // what the changes took
   Receiver receiver(store_, deadline, cancelled);
   int64_t next = 0;  // the first chunk not held yet
   int64_t bytes = 0;
@@ -589,6 +648,8 @@ absl::StatusOr<int64_t> WorkerNode::RunRelayHop(
                                up.address, batch.dst_worker, batch.dst_address);
     one.src_capability = up.capability;
     int64_t held_there = up.filling ? 0 : count;  // chunks the source holds
+    int whole_in_a_row =
+        changes && up.base_shard_id != 0 ? 0 : kWholeChunksBeforeGivingUp;
     const absl::Time asked_since = absl::Now();
     failed = absl::OkStatus();
     while (next < count && failed.ok()) {
@@ -617,6 +678,33 @@ absl::StatusOr<int64_t> WorkerNode::RunRelayHop(
         continue;
       }
       const Box& chunk = chunks[static_cast<size_t>(next)];
+      if (whole_in_a_row < kWholeChunksBeforeGivingUp) {
+        int64_t flat = 0;  // the chunk's first element (chunks are contiguous)
+        for (size_t d = 0; d < chunk.offsets.size(); ++d) {
+          flat = flat * dst.box.sizes[d] + chunk.offsets[d];
+        }
+        absl::StatusOr<int64_t> patched =
+            PatchChunk(up, piece.dst_shard_id, relay.base_shard_id, item, flat,
+                       chunk.NumElements());
+        if (!patched.ok() && (absl::IsUnavailable(patched.status()) ||
+                              absl::IsDeadlineExceeded(patched.status()))) {
+          failed = patched.status();
+          break;
+        }
+        if (patched.ok() && *patched >= 0) {
+          bytes += chunk.NumElements() * item;
+          if (sent != nullptr) (*sent)[up.worker] += *patched;
+          ++patched_chunks;
+          patched_bytes += *patched;
+          whole_in_a_row = 0;
+          relay_fills_.Advance(relay.id, piece.dst_shard_id, ++next);
+          continue;
+        }
+        // Not shorter, a failed check, or a source that cannot encode
+        // (asked no more): this chunk comes whole.
+        whole_in_a_row =
+            patched.ok() ? whole_in_a_row + 1 : kWholeChunksBeforeGivingUp;
+      }
       TransferPiece& part = one.pieces.emplace_back();
       part.src_shard_id = up.shard_id;
       part.dst_shard_id = piece.dst_shard_id;
@@ -646,8 +734,71 @@ absl::StatusOr<int64_t> WorkerNode::RunRelayHop(
         absl::StrCat("relay hop into shard ", piece.dst_shard_id, " (", next,
                      " of ", count, " chunks held)"));
   }
+  if (changes) {
+    spdlog::debug(
+        "relay {} into shard {}: {} of {} chunks as their changes ({} bytes)",
+        relay.id, piece.dst_shard_id, patched_chunks, count, patched_bytes);
+  }
   done = true;
   return bytes;
+}
+
+absl::StatusOr<ShardDelta> WorkerNode::ReadShardDelta(
+    uint64_t id, uint64_t base_id, const ShardDeltaRequest& request) const {
+  TESSERA_ASSIGN_OR_RETURN(ShardDesc desc, store_->Describe(id));
+  TESSERA_ASSIGN_OR_RETURN(ShardDesc base, store_->Describe(base_id));
+  if (id == base_id || !SameShard(desc, base)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard ", base_id, " is not another version of shard ", id));
+  }
+  const int64_t item = static_cast<int64_t>(ItemSize(desc.dtype));
+  const int64_t offset = request.byte_offset;
+  const int64_t bytes = request.bytes;
+  if (offset < 0 || bytes < 0 || bytes > kMaxRelayChunkBytes ||
+      offset > desc.ByteSize() - bytes || offset % item != 0 ||
+      bytes % item != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bytes [", offset, ", ", offset, " + ", bytes, ") of shard ", id,
+        ": expected whole ", item, "-byte elements within its ",
+        desc.ByteSize(), ", at most ", kMaxRelayChunkBytes));
+  }
+  TESSERA_ASSIGN_OR_RETURN(ChunkBytes next,
+                           ReadChunk(*store_, id, desc, offset, bytes));
+  TESSERA_ASSIGN_OR_RETURN(ChunkBytes old,
+                           ReadChunk(*store_, base_id, base, offset, bytes));
+  ShardDelta delta;
+  std::optional<std::string> changes =
+      EncodeDelta(old.bytes, next.bytes, item,
+                  std::clamp<int64_t>(request.max_encoded_bytes, 0, bytes));
+  if (!changes.has_value()) return delta;
+  delta.encoded = true;
+  delta.changes = *std::move(changes);
+  delta.crc32 = ExtendCrc32(0, next.bytes);
+  return delta;
+}
+
+absl::StatusOr<int64_t> WorkerNode::PatchChunk(const RelayUpstream& up,
+                                               uint64_t dst, uint64_t base,
+                                               int64_t item, int64_t flat,
+                                               int64_t count) {
+  const int64_t offset = flat * item;
+  const int64_t bytes = count * item;
+  // Changes must save something to be worth applying and checking.
+  TESSERA_ASSIGN_OR_RETURN(
+      ShardDelta delta, relay_upstreams_->ReadDelta(
+                            up, ShardDeltaRequest{offset, bytes, bytes - 1}));
+  if (!delta.encoded) return -1;
+  TESSERA_ASSIGN_OR_RETURN(ShardDesc desc, store_->Describe(base));
+  TESSERA_ASSIGN_OR_RETURN(ChunkBytes old,
+                           ReadChunk(*store_, base, desc, offset, bytes));
+  std::string patched(old.bytes);
+  if (!ApplyDelta(delta.changes, item, absl::MakeSpan(patched)).ok() ||
+      ExtendCrc32(0, patched) != delta.crc32) {
+    return -1;
+  }
+  TESSERA_RETURN_IF_ERROR(store_->WriteBox(dst, WholeBox(desc.box.sizes), flat,
+                                           count, patched.data()));
+  return static_cast<int64_t>(delta.changes.size());
 }
 
 absl::StatusOr<std::string> WorkerNode::ExchangeId() {

@@ -330,6 +330,14 @@ class WorkerNode {
                                                    absl::Time until) {
     return relay_fills_.Await(relay, shard, have, until);
   }
+  // Bytes [byte_offset, byte_offset + bytes) of shard `id` as the changes
+  // from the same bytes of `base_id`, another version of the same shard
+  // held here (core/delta_codec.h), when they take at most
+  // max_encoded_bytes (else not `encoded`). INVALID_ARGUMENT when the two
+  // are not versions of one shard, or the range is not whole elements
+  // within it or is longer than kMaxRelayChunkBytes.
+  absl::StatusOr<ShardDelta> ReadShardDelta(
+      uint64_t id, uint64_t base_id, const ShardDeltaRequest& request) const;
   // How relay hops here ask their sources (not owned; set before the node
   // serves; without it, a relay hop whose source is filling is refused).
   void SetRelayUpstreams(RelayUpstreams* upstreams) {
@@ -417,6 +425,14 @@ class WorkerNode {
   absl::StatusOr<int64_t> Pull(const TransferBatch& remote,
                                TransferReceiver& receiver, absl::Time deadline,
                                const std::function<bool()>& cancelled);
+  // Fills `chunk` of shard `dst` (a relay hop's; `flat` its first element,
+  // the shard's row-major memory) from `up` as the changes from the copies
+  // of the earlier version there and here (`base`). The bytes `up` sent,
+  // or -1 when the chunk must come whole (the changes were not shorter, or
+  // the result's CRC-32 differed); an error when `up` failed.
+  absl::StatusOr<int64_t> PatchChunk(const RelayUpstream& up, uint64_t dst,
+                                     uint64_t base, int64_t item, int64_t flat,
+                                     int64_t count);
   // A relay hop (Transfer), its calls already bounded by `deadline`.
   absl::StatusOr<int64_t> RunRelayHop(const TransferBatch& batch,
                                       absl::Time deadline,

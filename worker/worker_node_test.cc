@@ -25,6 +25,7 @@
 #include "proto/worker.grpc.pb.h"
 #include "rpc/server.h"
 #include "transport/shared_memory_arena.h"
+#include "worker/grpc_relay_upstreams.h"
 #include "worker/host_shard_store.h"
 #include "worker/worker_service.h"
 
@@ -477,6 +478,11 @@ class DrivenUpstream : public RelayUpstreams {
     return fills.Await(relay, upstream.shard_id, have,
                        absl::Now() + absl::Milliseconds(100));
   }
+  absl::StatusOr<ShardDelta> ReadDelta(
+      const RelayUpstream& upstream,
+      const ShardDeltaRequest& request) override {
+    return absl::UnimplementedError("a driven source encodes no changes");
+  }
   RelayFills fills;
   std::atomic<int> asked{0};
 };
@@ -575,6 +581,119 @@ TEST_P(WorkerNodeTransferTest,
   EXPECT_EQ(ReadAll(store_, 2, 128), Arange(128));
   // Both are the same worker here: what it sent as parent and as source.
   EXPECT_EQ(sent["w0"], 512);
+}
+
+// An update's relay hop: the source holds version N (shard 1) and N+1
+// (shard 3) of a shard, the destination N (shard 4) and fills N+1 (shard 2).
+class RelayOfChanges {
+ public:
+  // `changed`: elements of N+1 (arange) made negative; `mine`: the
+  // destination's N.
+  RelayOfChanges(WorkerNode& source, ShardStore& source_store, WorkerNode& node,
+                 const std::vector<int>& changed,
+                 const InitSpec& mine = kArange)
+      : upstreams_(node.peer_channels()) {
+    next_ = Arange(128);
+    for (int e : changed) next_[static_cast<size_t>(e)] = -e - 1;
+    EXPECT_THAT(
+        source.Allocate({{1, Desc({16, 8})}, {3, Desc({16, 8})}}, kArange),
+        IsOk());
+    EXPECT_THAT(
+        source_store.Write(
+            3, 0,
+            absl::string_view(reinterpret_cast<const char*>(next_.data()),
+                              next_.size() * 4)),
+        IsOk());
+    EXPECT_THAT(node.Allocate({{4, Desc({16, 8})}}, mine), IsOk());
+    EXPECT_THAT(node.Allocate({{2, Desc({16, 8})}}, InitSpec{}), IsOk());
+    node.SetRelayUpstreams(&upstreams_);
+  }
+  TransferBatch Hop(TransferBatch batch) const {
+    batch.pieces.push_back(TransferPiece{3, {0, 0}, 2, {0, 0}, {16, 8}});
+    batch.relay.id = 7;
+    batch.relay.chunk_bytes = 128;  // 4 chunks of 4 rows
+    batch.relay.base_shard_id = 4;
+    batch.relay.src_base_shard_id = 1;
+    return batch;
+  }
+  const std::vector<int32_t>& next() const { return next_; }
+
+ private:
+  GrpcRelayUpstreams upstreams_;
+  std::vector<int32_t> next_;
+};
+
+TEST_P(WorkerNodeTransferTest, AnUpdatesRelayHopCarriesOnlyTheChanges) {
+  ASSERT_NE(node_->peer_channels(), nullptr);
+  // One element in chunk 0, two in chunk 2; chunks 1 and 3 unchanged.
+  RelayOfChanges relay(*source_, *source_store_, *node_, {5, 70, 90});
+  SentBytes sent;
+  absl::StatusOr<int64_t> bytes =
+      node_->Transfer(relay.Hop(Batch()), {}, &sent);
+  ASSERT_THAT(bytes.status(), IsOk());
+  EXPECT_EQ(*bytes, 512);  // every byte of the shard written here
+  EXPECT_EQ(ReadAll(store_, 2, 128), relay.next());
+  // Each changed element: a one-byte gap, a one-byte count, its 4 bytes.
+  EXPECT_EQ(sent["w0"], 3 * 6);
+}
+
+TEST_P(WorkerNodeTransferTest,
+       ARelayHopWhoseEarlierVersionDiffersGetsWholeBytes) {
+  ASSERT_NE(node_->peer_channels(), nullptr);
+  // The destination's N is zeros, not the source's: the changes applied to
+  // it fail the CRC check, and each chunk comes whole.
+  RelayOfChanges relay(*source_, *source_store_, *node_, {5, 70, 90},
+                       InitSpec{InitSpec::Kind::kZeros});
+  SentBytes sent;
+  absl::StatusOr<int64_t> bytes =
+      node_->Transfer(relay.Hop(Batch()), {}, &sent);
+  ASSERT_THAT(bytes.status(), IsOk());
+  EXPECT_EQ(ReadAll(store_, 2, 128), relay.next());
+  EXPECT_EQ(sent["w0"], 512);
+}
+
+TEST_P(WorkerNodeTransferTest, ARelayHopOfANewContentGetsWholeBytes) {
+  ASSERT_NE(node_->peer_channels(), nullptr);
+  std::vector<int> all(128);
+  for (int e = 0; e < 128; ++e) all[static_cast<size_t>(e)] = e;
+  RelayOfChanges relay(*source_, *source_store_, *node_, all);
+  SentBytes sent;
+  absl::StatusOr<int64_t> bytes =
+      node_->Transfer(relay.Hop(Batch()), {}, &sent);
+  ASSERT_THAT(bytes.status(), IsOk());
+  EXPECT_EQ(ReadAll(store_, 2, 128), relay.next());
+  EXPECT_EQ(sent["w0"], 512);
+}
+
+TEST_P(WorkerNodeTransferTest, ChangesAreReadOnlyBetweenVersionsOfOneShard) {
+  ASSERT_THAT(
+      source_->Allocate(
+          {{1, Desc({16, 8})}, {3, Desc({16, 8})}, {5, Desc({8, 8})}}, kArange),
+      IsOk());
+  const auto read = [&](uint64_t id, uint64_t base, int64_t offset,
+                        int64_t bytes) {
+    return source_
+        ->ReadShardDelta(id, base, ShardDeltaRequest{offset, bytes, bytes})
+        .status();
+  };
+  EXPECT_THAT(read(3, 1, 0, 512), IsOk());
+  EXPECT_THAT(read(3, 5, 0, 256), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("another version")));
+  EXPECT_THAT(read(3, 3, 0, 512), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(read(3, 9, 0, 512), StatusIs(absl::StatusCode::kNotFound));
+  for (auto [offset, bytes] : std::vector<std::pair<int64_t, int64_t>>{
+           {-4, 8}, {0, 516}, {2, 8}, {0, 6}, {512, 4}, {0, -4}}) {
+    EXPECT_THAT(read(3, 1, offset, bytes),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("whole 4-byte elements")))
+        << offset << " " << bytes;
+  }
+  // Unchanged: encoded as nothing, with the CRC-32 of the bytes.
+  absl::StatusOr<ShardDelta> same =
+      source_->ReadShardDelta(3, 1, ShardDeltaRequest{0, 512, 0});
+  ASSERT_THAT(same.status(), IsOk());
+  EXPECT_TRUE(same->encoded);
+  EXPECT_EQ(same->changes, "");
 }
 
 TEST_P(WorkerNodeTransferTest, ARelayHopOfPartOfAShardIsRefused) {

@@ -695,6 +695,31 @@ grpc::Status WorkerService::AwaitRelayFill(
   return grpc::Status::OK;
 }
 
+grpc::Status WorkerService::ReadShardDelta(
+    grpc::ServerContext* context, const v1::ReadShardDeltaRequest* request,
+    v1::ReadShardDeltaResponse* response) {
+  if (absl::Status admitted =
+          Admit(*node_, *context, "ReadShardDelta",
+                {request->shard_id(), request->base_shard_id()});
+      !admitted.ok()) {
+    return ToGrpcStatus(admitted);
+  }
+  // Each holds up to a chunk's changes in memory: bounded like streams.
+  const StreamSlot slot(&active_streams_, node_->options().max_streams);
+  if (absl::Status s = slot.status(node_->options().max_streams); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  absl::StatusOr<ShardDelta> delta = node_->ReadShardDelta(
+      request->shard_id(), request->base_shard_id(),
+      ShardDeltaRequest{request->byte_offset(), request->bytes(),
+                        request->max_encoded_bytes()});
+  if (!delta.ok()) return ToGrpcStatus(delta.status());
+  response->set_encoded(delta->encoded);
+  response->set_changes(std::move(delta->changes));
+  response->set_crc32(delta->crc32);
+  return grpc::Status::OK;
+}
+
 grpc::Status WorkerService::NcclUniqueId(grpc::ServerContext* context,
                                          const v1::NcclUniqueIdRequest*,
                                          v1::NcclUniqueIdResponse* response) {

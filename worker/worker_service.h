@@ -80,6 +80,9 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status AwaitRelayFill(grpc::ServerContext* context,
                               const v1::AwaitRelayFillRequest* request,
                               v1::AwaitRelayFillResponse* response) override;
+  grpc::Status ReadShardDelta(grpc::ServerContext* context,
+                              const v1::ReadShardDeltaRequest* request,
+                              v1::ReadShardDeltaResponse* response) override;
   grpc::Status NcclUniqueId(grpc::ServerContext* context,
                             const v1::NcclUniqueIdRequest* request,
                             v1::NcclUniqueIdResponse* response) override;
