@@ -44,6 +44,13 @@ int WaitExit(pid_t pid) {
 
 }  // namespace
 
+std::vector<std::string> TlsFlags(const std::string& dir,
+                                  const std::string& name) {
+  return {absl::StrCat("--tls_ca=", dir, "/ca.crt"),
+          absl::StrCat("--tls_cert=", dir, "/", name, ".crt"),
+          absl::StrCat("--tls_key=", dir, "/", name, ".key")};
+}
+
 std::string FetchMetrics(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return "";

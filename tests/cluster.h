@@ -47,6 +47,12 @@ struct TestClusterOptions {
   std::function<std::vector<std::string>(int)> worker_prefix;
 };
 
+// The --tls_ca, --tls_cert and --tls_key flags of daemon `name`
+// ("coordinator", "w0", or "{name}" for every worker) with the certificates
+// deploy/make-certs.sh made in `dir`.
+std::vector<std::string> TlsFlags(const std::string& dir,
+                                  const std::string& name);
+
 class TestCluster {
  public:
   static absl::StatusOr<std::unique_ptr<TestCluster>> Start(

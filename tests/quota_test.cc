@@ -354,14 +354,10 @@ TEST(QuotaTls, TheCertificateNamesThePrincipal) {
   user.tls_key = dir + "/user.key";
   TestClusterOptions options;
   options.num_workers = 1;
-  options.coordinator_flags = {
-      absl::StrCat("--tls_ca=", dir, "/ca.crt"),
-      absl::StrCat("--tls_cert=", dir, "/coordinator.crt"),
-      absl::StrCat("--tls_key=", dir, "/coordinator.key"),
-      absl::StrCat("--quotas=", dir, "/quotas")};
-  options.worker_flags = {absl::StrCat("--tls_ca=", dir, "/ca.crt"),
-                          absl::StrCat("--tls_cert=", dir, "/{name}.crt"),
-                          absl::StrCat("--tls_key=", dir, "/{name}.key")};
+  options.coordinator_flags = TlsFlags(dir, "coordinator");
+  options.coordinator_flags.push_back(
+      absl::StrCat("--quotas=", dir, "/quotas"));
+  options.worker_flags = TlsFlags(dir, "{name}");
   options.client = user;
   auto cluster = TestCluster::Start(options);
   ASSERT_OK(cluster);

@@ -71,18 +71,15 @@ ClientOptions As(const std::string& dir, const std::string& token) {
 TestClusterOptions Cluster(const std::string& dir, int metrics_port) {
   TestClusterOptions options;
   options.num_workers = 1;
-  options.coordinator_flags = {
-      absl::StrCat("--tls_ca=", dir, "/ca.crt"),
-      absl::StrCat("--tls_cert=", dir, "/coordinator.crt"),
-      absl::StrCat("--tls_key=", dir, "/coordinator.key"),
-      absl::StrCat("--tokens=", dir, "/tokens"), "--reload_interval=1s"};
-  options.worker_flags = {
-      absl::StrCat("--tls_ca=", dir, "/ca.crt"),
-      absl::StrCat("--tls_cert=", dir, "/w0.crt"),
-      absl::StrCat("--tls_key=", dir, "/w0.key"),
-      absl::StrCat("--token_file=", dir, "/w0.token"),
-      "--reload_interval=1s",
-      absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port)};
+  options.coordinator_flags = TlsFlags(dir, "coordinator");
+  options.coordinator_flags.insert(
+      options.coordinator_flags.end(),
+      {absl::StrCat("--tokens=", dir, "/tokens"), "--reload_interval=1s"});
+  options.worker_flags = TlsFlags(dir, "w0");
+  options.worker_flags.insert(
+      options.worker_flags.end(),
+      {absl::StrCat("--token_file=", dir, "/w0.token"), "--reload_interval=1s",
+       absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port)});
   options.client = As(dir, *ReadTokenFile(dir + "/admin.token"));
   return options;
 }

@@ -56,16 +56,12 @@ ClientOptions As(const std::string& principal, bool cert = true) {
 TestClusterOptions TlsCluster() {
   TestClusterOptions options;
   options.num_workers = 2;
-  options.coordinator_flags = {
-      absl::StrCat("--tls_ca=", File("ca.crt")),
-      absl::StrCat("--tls_cert=", File("coordinator.crt")),
-      absl::StrCat("--tls_key=", File("coordinator.key")),
-      absl::StrCat("--tokens=", File("tokens"))};
-  options.worker_flags = {
-      absl::StrCat("--tls_ca=", File("ca.crt")),
-      absl::StrCat("--tls_cert=", Dir(), "/{name}.crt"),
-      absl::StrCat("--tls_key=", Dir(), "/{name}.key"),
-      absl::StrCat("--token_file=", Dir(), "/{name}.token")};
+  options.coordinator_flags = TlsFlags(Dir(), "coordinator");
+  options.coordinator_flags.push_back(
+      absl::StrCat("--tokens=", File("tokens")));
+  options.worker_flags = TlsFlags(Dir(), "{name}");
+  options.worker_flags.push_back(
+      absl::StrCat("--token_file=", Dir(), "/{name}.token"));
   options.client = As("admin");
   return options;
 }
