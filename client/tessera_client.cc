@@ -471,7 +471,8 @@ absl::StatusOr<TensorMetadata> Client::Put(const std::string& name,
 }
 
 absl::Status Client::CommitVersion(const std::string& name, uint64_t version,
-                                   uint64_t change, bool abandon) {
+                                   uint64_t change, bool abandon,
+                                   int64_t* relayed) {
   v1::CommitTensorRequest request;
   request.set_name(name);
   request.set_version(version);
@@ -486,7 +487,12 @@ absl::Status Client::CommitVersion(const std::string& name, uint64_t version,
              return connection_->coordinator()->CommitTensor(context, request,
                                                              &response);
            }));
-  CountWorkersSent(SentBytes(response.sent().begin(), response.sent().end()));
+  const SentBytes sent(response.sent().begin(), response.sent().end());
+  CountWorkersSent(sent);
+  if (relayed != nullptr) {
+    *relayed = 0;
+    for (const auto& [worker, bytes] : sent) *relayed += bytes;
+  }
   return absl::OkStatus();
 }
 
@@ -874,8 +880,10 @@ absl::StatusOr<UpdateStats> Client::Update(const std::string& name,
       !input.ok()) {
     status = input;
   }
-  if (status.ok())
-    status = CommitVersion(name, next.version, next.change, false);
+  if (status.ok()) {
+    status = CommitVersion(name, next.version, next.change, false,
+                           &stats.relayed_bytes);
+  }
   if (!status.ok()) {
     // Leave nothing half-made: version N stays, N+1's new shards go.
     CommitVersion(name, next.version, next.change, /*abandon=*/true)

@@ -79,6 +79,10 @@ struct UpdateStats {
   int64_t bytes_written = 0;  // bytes sent to the workers
   int64_t shards_kept = 0;    // shards taken over unchanged (no copy)
   double seconds = 0;
+  // What the commit's copies sent between workers in all (replicas and
+  // mirrors: only the changes to those holding version N, CLI.md "Mirrors
+  // (v4)").
+  int64_t relayed_bytes = 0;
 };
 
 // RRef-like handle to one shard of one version of a tensor. ToHere() reads
@@ -340,9 +344,11 @@ class Client {
   // A save or an export --hf: one call, one reply.
   absl::StatusOr<SaveStats> Save(const v1::SaveCheckpointRequest& request);
   // Commits the put or update `change` (its reply's change id) that made
-  // version `version`, or abandons it: never another client's.
+  // version `version`, or abandons it: never another client's. `relayed`
+  // (optional) gets what its copies sent between workers in all.
   absl::Status CommitVersion(const std::string& name, uint64_t version,
-                             uint64_t change, bool abandon);
+                             uint64_t change, bool abandon,
+                             int64_t* relayed = nullptr);
   absl::StatusOr<TensorMetadata> CreateInternal(
       const std::string& name, const Shape& shape, DType dtype,
       const LayoutSpec& spec, const InitSpec& init, bool pending,

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/checkpoint_index.h"
+#include "core/delta_codec.h"
 #include "core/npy.h"
 #include "core/safetensors.h"
 #include "core/shard_record.h"
@@ -837,6 +838,27 @@ void ShardRecordSeeds() {
 }  // namespace
 }  // namespace tessera
 
+namespace tessera {
+namespace {
+
+// delta_codec_fuzzer: [item index][count, 2 bytes][changes].
+void DeltaSeeds() {
+  const std::string ints(4096 * 4, '\0');
+  std::string next = ints;
+  for (size_t i = 0; i < next.size(); i += 200) next[i] = 1;
+  Write("delta_codec_fuzzer", "scattered_i32",
+        std::string("\x02\x00\x10", 3) + *EncodeDelta(ints, next, 4, 1 << 20));
+  const std::string bytes(100, 'a');
+  Write("delta_codec_fuzzer", "whole_u8",
+        std::string("\x00\x64\x00", 3) +
+            *EncodeDelta(bytes, std::string(100, 'b'), 1, 1 << 20));
+  Write("delta_codec_fuzzer", "past_end",
+        std::string("\x01\x04\x00\x03\x02yyyy", 9));
+}
+
+}  // namespace
+}  // namespace tessera
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s CORPUS_DIR\n", argv[0]);
@@ -855,5 +877,6 @@ int main(int argc, char** argv) {
   tessera::MetadataSeeds();
   tessera::CheckpointIndexSeeds();
   tessera::ShardRecordSeeds();
+  tessera::DeltaSeeds();
   return 0;
 }

@@ -795,6 +795,7 @@ class PyClient {
     d["bytes_written"] = stats.bytes_written;
     d["shards_kept"] = stats.shards_kept;
     d["seconds"] = stats.seconds;
+    d["relayed_bytes"] = stats.relayed_bytes;
     return d;
   }
 

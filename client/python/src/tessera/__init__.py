@@ -406,12 +406,16 @@ class ReshardStats:
 
 @dataclasses.dataclass(frozen=True)
 class UpdateStats:
-    """What an update cost: the new version, bytes sent, shards taken over unchanged."""
+    """What an update cost: the new version, bytes sent, shards taken over
+    unchanged, and what its commit's copies sent between workers in all
+    (``put --update --json`` ``"relayed_bytes"``: only the changes to copies
+    that hold version N)."""
 
     version: int
     bytes_written: int
     shards_kept: int
     seconds: float
+    relayed_bytes: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
