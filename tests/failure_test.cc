@@ -181,9 +181,7 @@ TEST(FailureTest, AReplicatedTensorOutlivesAWorker) {
   auto client = Connect(**cluster);
   ASSERT_NE(client, nullptr);
   HostArray data = Iota(DType::kFloat32, {64, 100});
-  LayoutSpec spec = LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}));
-  spec.replicas = 2;
-  ASSERT_OK(client->Put("kept", data, spec));
+  ASSERT_OK(client->Put("kept", data, ReplicatedChunks({0, 1, 2, 3}, 2)));
   ASSERT_OK_AND_ASSIGN(TensorMetadata meta, client->Describe("kept"));
   std::map<std::string, std::string> zone_of = {
       {"w0", "zone-0"}, {"w1", "zone-1"}, {"w2", "zone-0"}, {"w3", "zone-1"}};

@@ -217,8 +217,7 @@ TEST_F(QuotaTest, SixteenConcurrentPutsUnderTenMiBLeaveExactlyTen) {
   EXPECT_TRUE(over.out.empty());
 
   // More replicas of a tensor count too: refused, version unchanged.
-  LayoutSpec twice = LayoutSpec::Chunk(0, Ranks({0, 1}));
-  twice.replicas = 2;
+  const LayoutSpec twice = ReplicatedChunks({0, 1}, 2);
   // (A new layout of 2 replicas is 2 MiB of new shards until the old one
   // is freed.)
   std::string some;

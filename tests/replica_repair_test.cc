@@ -205,9 +205,7 @@ TEST(ReplicaRepairTest, AKilledWorkersShardsAreCopiedUntilRHoldsAgain) {
   auto client = Connect(**cluster);
   ASSERT_NE(client, nullptr);
   const HostArray data = Iota(DType::kFloat32, {500, 1000});  // 2 MB
-  LayoutSpec spec = LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3, 4}));
-  spec.replicas = 2;
-  ASSERT_OK(client->Put("weights", data, spec));
+  ASSERT_OK(client->Put("weights", data, ReplicatedChunks({0, 1, 2, 3, 4}, 2)));
   // A tensor of one replica away from the workers that die is untouched.
   const HostArray lone = Iota(DType::kInt32, {30, 10}, 3);
   ASSERT_OK(client->Put("lone", lone, LayoutSpec::Chunk(0, Ranks({2, 3}))));
@@ -259,9 +257,7 @@ TEST(ReplicaRepairTest, AHungWorkerIsRepairedAndGivesUpItsSurplusWhenItWakes) {
   auto client = Connect(**cluster);
   ASSERT_NE(client, nullptr);
   const HostArray data = Iota(DType::kFloat32, {400, 256}, 7);
-  LayoutSpec spec = LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}));
-  spec.replicas = 2;
-  ASSERT_OK(client->Put("hung", data, spec));
+  ASSERT_OK(client->Put("hung", data, ReplicatedChunks({0, 1, 2, 3}, 2)));
 
   // Hung, not dead: its lease runs on, and reads go to the other replica
   // after ClientOptions::replica_timeout instead of waiting for it.
@@ -290,9 +286,7 @@ TEST(ReplicaRepairTest, RepairAfterACoordinatorRestartFindsWhatIsLeftToDo) {
   auto client = Connect(**cluster);
   ASSERT_NE(client, nullptr);
   const HostArray data = Iota(DType::kInt64, {300, 64}, 2);
-  LayoutSpec spec = LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}));
-  spec.replicas = 3;
-  ASSERT_OK(client->Put("triple", data, spec));
+  ASSERT_OK(client->Put("triple", data, ReplicatedChunks({0, 1, 2, 3}, 3)));
   // The worker dies while the coordinator is down: the restarted one finds
   // the shards short (recomputed from its metadata) and repairs them.
   (*cluster)->StopCoordinator(SIGKILL);
@@ -320,9 +314,7 @@ TEST(ReplicaRepairTest, AClientWritesOnceAndEveryReplicaHoldsTheBytes) {
   auto client = Connect(**cluster);
   ASSERT_NE(client, nullptr);
   HostArray data = Iota(DType::kInt32, {64, 32}, 5);
-  LayoutSpec spec = LayoutSpec::Chunk(0, Ranks({0}));
-  spec.replicas = 3;
-  ASSERT_OK(client->Put("written", data, spec));
+  ASSERT_OK(client->Put("written", data, ReplicatedChunks({0}, 3)));
   // An update of a region, then of the whole tensor: version 3.
   const HostArray patch = Iota(DType::kInt32, {8, 32}, 6);
   ASSERT_OK(client->Update("written", patch, Box{{10, 0}, {8, 32}}).status());
@@ -356,9 +348,7 @@ TEST(ReplicaRepairTest, AReshardGoesOnFromAnotherReplicaWhenASourceDies) {
   auto client = Connect(**cluster);
   ASSERT_NE(client, nullptr);
   const HostArray data = Iota(DType::kFloat32, {256, 64}, 8);
-  LayoutSpec spec = LayoutSpec::Chunk(0, Ranks({0, 1}));
-  spec.replicas = 2;
-  ASSERT_OK(client->Put("moving", data, spec));
+  ASSERT_OK(client->Put("moving", data, ReplicatedChunks({0, 1}, 2)));
   // w0 dies; its lease has not run out, so it still looks available and
   // the reshard's pulls from it fail, then go on from the other replicas.
   (*cluster)->StopWorker(0, SIGKILL);
@@ -392,9 +382,7 @@ TEST(ReplicaRepairTest, DrainMovesEveryShardAndRmForgetsTheWorker) {
   const HostArray one = Iota(DType::kFloat32, {400, 100}, 1);
   ASSERT_OK(client->Put("one", one, LayoutSpec::Chunk(0, Ranks({0, 1, 2, 3}))));
   const HostArray two = Iota(DType::kFloat32, {400, 100}, 2);
-  LayoutSpec spec = LayoutSpec::Chunk(0, Ranks({1, 2, 3, 0}));
-  spec.replicas = 2;
-  ASSERT_OK(client->Put("two", two, spec));
+  ASSERT_OK(client->Put("two", two, ReplicatedChunks({1, 2, 3, 0}, 2)));
 
   // Bad input first: nothing changes.
   EXPECT_EQ(Cli(**cluster, {"worker", "evict", "w1"}).code, 2);
@@ -425,8 +413,7 @@ TEST(ReplicaRepairTest, DrainMovesEveryShardAndRmForgetsTheWorker) {
   ASSERT_OK_AND_ASSIGN(HostArray got_two, client->Get("two"));
   EXPECT_TRUE(SameBytes(got_two, two));
   // A draining worker takes no new replicas: R=3 needs w0, w2 and w3.
-  LayoutSpec three = LayoutSpec::Chunk(0, Ranks({0}));
-  three.replicas = 3;
+  const LayoutSpec three = ReplicatedChunks({0}, 3);
   ASSERT_OK(client->Put("three", one, three));
   ASSERT_OK_AND_ASSIGN(TensorMetadata meta3, client->Describe("three"));
   for (const Replica& r : meta3.shards[0].replicas) EXPECT_NE(r.worker, "w1");

@@ -243,9 +243,7 @@ TEST_F(StoreDirTest, AKilledWorkerServesItsShardsAgainWithoutACopy) {
 
 TEST_F(StoreDirTest, ADamagedShardIsDroppedAndRepairedFromItsReplica) {
   const HostArray data = Iota(DType::kFloat32, {64, 1024}, 9);
-  LayoutSpec spec = LayoutSpec::Chunk(0, Ranks({0, 1, 2}));
-  spec.replicas = 2;
-  ASSERT_OK(client_->Put("d", data, spec));
+  ASSERT_OK(client_->Put("d", data, ReplicatedChunks({0, 1, 2}, 2)));
   cluster_->StopWorker(1, SIGKILL);
   // One of its shard files damaged while it was down, and a file that no
   // committed change wrote.
@@ -279,9 +277,7 @@ TEST_F(StoreDirTest, ADamagedShardIsDroppedAndRepairedFromItsReplica) {
 // lost and repairs it from its replica.
 TEST_F(StoreDirTest, AShardWhoseRecordNamesAnotherTensorIsSetAsideAndRepaired) {
   const HostArray data = Iota(DType::kFloat32, {64, 1024}, 11);
-  LayoutSpec spec = LayoutSpec::Chunk(0, Ranks({0, 1, 2}));
-  spec.replicas = 2;
-  ASSERT_OK(client_->Put("alpha", data, spec));
+  ASSERT_OK(client_->Put("alpha", data, ReplicatedChunks({0, 1, 2}, 2)));
   cluster_->StopWorker(1, SIGKILL);
   int edited = 0;
   for (const std::string& data_file : DataFiles(1)) {

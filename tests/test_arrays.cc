@@ -15,6 +15,12 @@ std::vector<Placement> Ranks(std::initializer_list<int> ranks) {
   return out;
 }
 
+LayoutSpec ReplicatedChunks(std::initializer_list<int> ranks, int replicas) {
+  LayoutSpec spec = LayoutSpec::Chunk(0, Ranks(ranks));
+  spec.replicas = replicas;
+  return spec;
+}
+
 // A row-major array whose element i holds a value derived from i.
 HostArray Iota(DType dtype, const Shape& shape, uint64_t salt) {
   HostArray a = HostArray::Allocate(dtype, shape);

@@ -8,12 +8,16 @@
 
 #include "client/host_array.h"
 #include "core/box.h"
+#include "core/layout_spec.h"
 #include "core/placement.h"
 
 namespace tessera {
 
 // Placements "rank:N" for the given ranks.
 std::vector<Placement> Ranks(std::initializer_list<int> ranks);
+
+// Chunks along dimension 0 over `ranks`, each held by `replicas` workers.
+LayoutSpec ReplicatedChunks(std::initializer_list<int> ranks, int replicas);
 
 // A row-major array with deterministic contents (float32: 0.5 * index + salt;
 // other dtypes: pseudo-random bits seeded by salt; bool: 0 or 1).
