@@ -325,6 +325,11 @@ const std::vector<uint16_t>& HalfUnitTable() {  // k / 2048 as float16
 
 void RandRow(DType dtype, uint64_t seed, int64_t first, int64_t n, char* out) {
   const RandomWord word{Mix(seed ^ 0x7E55E7A5EED5ull)};
+  // Integers: 0 to 99, the high word of word(i) * 100.
+  auto below_100 = [word](int64_t i) {
+    return static_cast<int64_t>(
+        (static_cast<unsigned __int128>(word(i)) * 100) >> 64);
+  };
   switch (dtype) {
     case DType::kFloat32:
       return GenerateRow<float>(first, n, out, [word](int64_t i) {
@@ -357,36 +362,22 @@ void RandRow(DType dtype, uint64_t seed, int64_t first, int64_t n, char* out) {
       });
     case DType::kInt8:
     case DType::kUInt8:
+      return GenerateRow<uint8_t>(first, n, out, [below_100](int64_t i) {
+        return static_cast<uint8_t>(below_100(i));
+      });
     case DType::kInt16:
-    case DType::kInt32:
-    case DType::kInt64:
     case DType::kUInt16:
+      return GenerateRow<int16_t>(first, n, out, [below_100](int64_t i) {
+        return static_cast<int16_t>(below_100(i));
+      });
+    case DType::kInt32:
     case DType::kUInt32:
-    case DType::kUInt64: {
-      auto below_100 = [word](int64_t i) {
-        return static_cast<int64_t>(
-            (static_cast<unsigned __int128>(word(i)) * 100) >> 64);
-      };
-      switch (dtype) {
-        case DType::kInt16:
-        case DType::kUInt16:
-          return GenerateRow<int16_t>(first, n, out, [below_100](int64_t i) {
-            return static_cast<int16_t>(below_100(i));
-          });
-        case DType::kInt32:
-        case DType::kUInt32:
-          return GenerateRow<int32_t>(first, n, out, [below_100](int64_t i) {
-            return static_cast<int32_t>(below_100(i));
-          });
-        case DType::kInt64:
-        case DType::kUInt64:
-          return GenerateRow<int64_t>(first, n, out, below_100);
-        default:
-          return GenerateRow<uint8_t>(first, n, out, [below_100](int64_t i) {
-            return static_cast<uint8_t>(below_100(i));
-          });
-      }
-    }
+      return GenerateRow<int32_t>(first, n, out, [below_100](int64_t i) {
+        return static_cast<int32_t>(below_100(i));
+      });
+    case DType::kInt64:
+    case DType::kUInt64:
+      return GenerateRow<int64_t>(first, n, out, below_100);
     case DType::kBool:
       return GenerateRow<uint8_t>(first, n, out, [word](int64_t i) {
         return static_cast<uint8_t>(word(i) >> 63);
