@@ -89,6 +89,25 @@ def tessera_proto_library(name, src, deps = [], grpc = False, visibility = None)
         visibility = visibility,
     )
 
+# What both daemon libraries (coordinator_daemon, worker_daemon) build on:
+# a daemon's life, listener, TLS and credential reloading, metrics port and
+# process metrics (ops/), and gRPC serving (rpc/).
+DAEMON_DEPS = [
+    "//ops:daemon_life",
+    "//core",
+    "//core:metrics",
+    "//ops:credential_watch",
+    "//ops:daemon_listener",
+    "//ops:daemon_security",
+    "//ops:metrics_http",
+    "//ops:process_metrics",
+    "//rpc:channel",
+    "//rpc:security",
+    "//rpc:server",
+    "//third_party:absl",
+    "//third_party:spdlog",
+]
+
 # What every end-to-end test of tests/ links: a real cluster of daemon
 # processes (tests/cluster.h), test arrays, the SDK and core (tessera_cc_test
 # adds the matchers).
