@@ -598,8 +598,9 @@ TEST_F(CliTest, ReplicasAreShownAndEachHoldsTheBytes) {
   }
   EXPECT_EQ(served, 8 * 4 * 4);
   EXPECT_GE(got["replicas"].size(), 2u);  // each shard from one worker
-  // A put and an update with two replicas: each shard's first replica (the
-  // one the client wrote) sends its 64 bytes to the second, once.
+  // A put with two replicas: each shard's first replica (the one the
+  // client wrote) sends its 64 bytes to the second, once. An update with the
+  // same bytes: only what changed crosses, nothing.
   for (const std::vector<std::string>& write :
        {std::vector<std::string>{"put", "rep_put", "--input=" + out_file,
                                  "--chunk_dim=0", "--placements=rank:0,rank:1",
@@ -607,10 +608,12 @@ TEST_F(CliTest, ReplicasAreShownAndEachHoldsTheBytes) {
         std::vector<std::string>{"put", "rep_put", "--input=" + out_file,
                                  "--update", "--json"}}) {
     const Json wrote = ParseJsonOrFail(Ok(write).out);
+    const int64_t each = write[3] == "--update" ? 0 : 64;
     EXPECT_EQ(wrote["sent"].Keys(), (std::vector<std::string>{"w0", "w1"}))
         << write[3];
-    EXPECT_EQ(wrote["sent"]["w0"].Int(), 64) << write[3];
-    EXPECT_EQ(wrote["sent"]["w1"].Int(), 64) << write[3];
+    EXPECT_EQ(wrote["sent"]["w0"].Int(), each) << write[3];
+    EXPECT_EQ(wrote["sent"]["w1"].Int(), each) << write[3];
+    EXPECT_EQ(wrote["relayed_bytes"].Int(), 2 * each) << write[3];
   }
   Ok({"rm", "rep_put"});
   // Bad counts change nothing.

@@ -783,6 +783,7 @@ absl::StatusOr<int64_t> WorkerNode::PatchChunk(const RelayUpstream& up,
                                                int64_t count) {
   const int64_t offset = flat * item;
   const int64_t bytes = count * item;
+  if (bytes == 0) return -1;  // an empty shard's one chunk: nothing to save
   // Changes must save something to be worth applying and checking.
   TESSERA_ASSIGN_OR_RETURN(
       ShardDelta delta, relay_upstreams_->ReadDelta(

@@ -665,6 +665,30 @@ TEST_P(WorkerNodeTransferTest, ARelayHopOfANewContentGetsWholeBytes) {
   EXPECT_EQ(sent["w0"], 512);
 }
 
+TEST_P(WorkerNodeTransferTest, AnUpdatesRelayHopOfAnEmptyShardHoldsIt) {
+  ASSERT_NE(node_->peer_channels(), nullptr);
+  ASSERT_THAT(
+      source_->Allocate({{1, Desc({0, 8})}, {3, Desc({0, 8})}}, kArange),
+      IsOk());
+  ASSERT_THAT(node_->Allocate({{4, Desc({0, 8})}, {2, Desc({0, 8})}}, kArange),
+              IsOk());
+  GrpcRelayUpstreams upstreams(node_->peer_channels());
+  node_->SetRelayUpstreams(&upstreams);
+  TransferBatch batch = Batch();
+  batch.pieces.push_back(TransferPiece{3, {0, 0}, 2, {0, 0}, {0, 8}});
+  batch.relay.id = 7;
+  batch.relay.chunk_bytes = 128;
+  batch.relay.base_shard_id = 4;
+  batch.relay.src_base_shard_id = 1;
+  absl::StatusOr<int64_t> bytes = node_->Transfer(batch);
+  ASSERT_THAT(bytes.status(), IsOk());
+  EXPECT_EQ(*bytes, 0);
+  absl::StatusOr<RelayFillProgress> progress =
+      node_->AwaitRelayFill(7, 2, 0, absl::Now());
+  ASSERT_THAT(progress.status(), IsOk());
+  EXPECT_TRUE(progress->done);
+}
+
 TEST_P(WorkerNodeTransferTest, ChangesAreReadOnlyBetweenVersionsOfOneShard) {
   ASSERT_THAT(
       source_->Allocate(
