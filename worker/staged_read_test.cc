@@ -25,6 +25,7 @@
 #include "transport/shared_memory.h"
 #include "worker/host_shard_store.h"
 #include "worker/testing/device_like_store.h"
+#include "worker/testing/served_worker.h"
 #include "worker/worker_node.h"
 #include "worker/worker_service.h"
 
@@ -48,12 +49,7 @@ class StagedReadTest : public ::testing::Test {
     options.max_staging_bytes = 64 << 20;
     node_ = std::make_unique<WorkerNode>(store_.get(), options);
     node_->SetIdentity("w0", kKey);
-    service_ = std::make_unique<WorkerService>(node_.get());
-    absl::StatusOr<RunningServer> server =
-        StartServer("127.0.0.1:0", {service_.get()});
-    ASSERT_THAT(server.status(), IsOk());
-    server_ = std::move(*server);
-    address_ = absl::StrCat("127.0.0.1:", server_.port);
+    ASSERT_OK_AND_ASSIGN(served_, ServeWorker(node_.get()));
     ShardDesc desc;
     desc.tensor = "t";
     desc.version = 1;
@@ -63,9 +59,7 @@ class StagedReadTest : public ::testing::Test {
     ASSERT_THAT(store_->Allocate(1, desc, InitSpec{InitSpec::Kind::kArange}),
                 IsOk());
   }
-  void TearDown() override {
-    if (server_.server != nullptr) server_.server->Shutdown();
-  }
+  void TearDown() override { served_.Shutdown(); }
 
   static std::string Grant() { return MintTestGrant(kKey); }
   static constexpr char kKey[] = "staged-read-test-key";
@@ -73,7 +67,7 @@ class StagedReadTest : public ::testing::Test {
   RemoteShard Shard() const {
     RemoteShard shard;
     shard.location.worker = "w0";
-    shard.location.address = address_;
+    shard.location.address = served_.address;
     shard.location.shard_id = 1;
     shard.location.capability = Grant();
     shard.item_bytes = 4;
@@ -98,7 +92,7 @@ class StagedReadTest : public ::testing::Test {
     out->assign(box.NumElements(), -1);
     const std::vector<int64_t> zeros(2, 0);
     return StagedRead(
-        channels_.Get(address_), Shard(), box,
+        channels_.Get(served_.address), Shard(), box,
         ReadTarget::HostArray(reinterpret_cast<char*>(out->data()), box.sizes,
                               zeros),
         options);
@@ -108,9 +102,7 @@ class StagedReadTest : public ::testing::Test {
       std::make_shared<SharedMemoryArena>();
   std::unique_ptr<DeviceLikeStore> store_;
   std::unique_ptr<WorkerNode> node_;
-  std::unique_ptr<WorkerService> service_;
-  RunningServer server_;
-  std::string address_;
+  ServedWorker served_;
   ChannelCache channels_;
 };
 
@@ -212,7 +204,7 @@ TEST_F(StagedReadTest, HostileRequestsAreRefusedAndChangeNothing) {
   const auto refused = [&](const std::string& capability,
                            const v1::StageReadRequest& open,
                            const std::vector<v1::StageReadRequest>& then) {
-    RawStream stream(channels_.Get(address_), capability);
+    RawStream stream(channels_.Get(served_.address), capability);
     v1::StageReadResponse reply;
     if (stream.Send(open) && stream.Receive(&reply)) {
       for (const v1::StageReadRequest& request : then) {
@@ -262,8 +254,8 @@ TEST_F(StagedReadTest, HostileRequestsAreRefusedAndChangeNothing) {
 TEST_F(StagedReadTest, PastTheStagingBudgetTheClientFallsBack) {
   {
     // Two open streams of 2 x 16 MiB slots take the whole 64 MiB budget.
-    RawStream a(channels_.Get(address_), Grant());
-    RawStream b(channels_.Get(address_), Grant());
+    RawStream a(channels_.Get(served_.address), Grant());
+    RawStream b(channels_.Get(served_.address), Grant());
     v1::StageReadResponse reply;
     ASSERT_TRUE(a.Send(Open(16 << 20)) && a.Receive(&reply));
     ASSERT_TRUE(b.Send(Open(16 << 20)) && b.Receive(&reply));

@@ -27,6 +27,7 @@
 #include "transport/shared_memory_arena.h"
 #include "worker/grpc_relay_upstreams.h"
 #include "worker/host_shard_store.h"
+#include "worker/testing/served_worker.h"
 #include "worker/worker_service.h"
 
 namespace tessera {
@@ -391,27 +392,20 @@ class WorkerNodeTransferTest : public ::testing::TestWithParam<bool> {
     node_options.arena = arena_;
     source_ = std::make_unique<WorkerNode>(source_store_.get(), node_options);
     source_->SetIdentity("w0", "node-test-key");
-    service_ = std::make_unique<WorkerService>(source_.get());
-    absl::StatusOr<RunningServer> server =
-        StartServer("127.0.0.1:0", {service_.get()});
-    ASSERT_THAT(server.status(), IsOk());
-    server_ = std::move(*server);
-    address_ = absl::StrCat("127.0.0.1:", server_.port);
+    ASSERT_OK_AND_ASSIGN(served_, ServeWorker(source_.get()));
     WorkerNodeOptions dst_options;
     dst_options.peers.shared_memory = shared_memory;
     dst_options.peers.timeout = absl::Seconds(30);
     node_ = std::make_unique<WorkerNode>(&store_, dst_options);
   }
-  void TearDown() override {
-    if (server_.server != nullptr) server_.server->Shutdown();
-  }
+  void TearDown() override { served_.Shutdown(); }
 
   TransferBatch Batch() {
     TransferBatch batch;
     batch.src_worker = "w0";
     // What the coordinator grants the destination on the source.
     batch.src_capability = MintTestGrant("node-test-key");
-    batch.src_address = address_;
+    batch.src_address = served_.address;
     batch.dst_worker = "w1";
     batch.dst_address = "127.0.0.1:2";
     return batch;
@@ -421,9 +415,7 @@ class WorkerNodeTransferTest : public ::testing::TestWithParam<bool> {
       std::make_shared<SharedMemoryArena>();
   std::unique_ptr<HostShardStore> source_store_;
   std::unique_ptr<WorkerNode> source_;
-  std::unique_ptr<WorkerService> service_;
-  RunningServer server_;
-  std::string address_;
+  ServedWorker served_;
   UnpinnableStore store_;  // the destination: lands through WriteBox
   std::unique_ptr<WorkerNode> node_;
 };
@@ -560,7 +552,7 @@ TEST_P(WorkerNodeTransferTest,
   // up, the relay's source holding the shard whole.
   TransferBatch batch = RelayBatch(Batch(), /*src_filling=*/true);
   batch.relay.fallbacks.push_back(RelayUpstream{
-      "w0", address_, 1, batch.src_capability, /*filling=*/false});
+      "w0", served_.address, 1, batch.src_capability, /*filling=*/false});
   ASSERT_THAT(upstream.fills.Begin(7, 1), IsOk());
   upstream.fills.Advance(7, 1, 2);
   absl::StatusOr<int64_t> bytes;

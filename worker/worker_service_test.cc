@@ -33,6 +33,7 @@
 #include "transport/shared_memory_arena.h"
 #include "worker/device_exchange.h"
 #include "worker/host_shard_store.h"
+#include "worker/testing/served_worker.h"
 #include "worker/worker_node.h"
 
 namespace tessera {
@@ -54,13 +55,8 @@ class WorkerServiceTest : public ::testing::Test {
     node_options_.arena = arena_;
     node_ = std::make_unique<WorkerNode>(store_.get(), node_options_);
     node_->SetIdentity("w0", kKey);
-    service_ = std::make_unique<WorkerService>(node_.get());
-    absl::StatusOr<RunningServer> server =
-        StartServer("127.0.0.1:0", {service_.get()});
-    ASSERT_THAT(server.status(), IsOk());
-    server_ = std::move(*server);
-    address_ = absl::StrCat("127.0.0.1:", server_.port);
-    channel_ = MakeChannel(address_);
+    ASSERT_OK_AND_ASSIGN(served_, ServeWorker(node_.get()));
+    channel_ = MakeChannel(served_.address);
     ShardDesc desc;
     desc.tensor = "t";
     desc.dtype = DType::kInt32;
@@ -69,7 +65,7 @@ class WorkerServiceTest : public ::testing::Test {
     ASSERT_THAT(store_->Allocate(1, desc, InitSpec{InitSpec::Kind::kArange}),
                 IsOk());
   }
-  void TearDown() override { server_.server->Shutdown(); }
+  void TearDown() override { served_.Shutdown(); }
 
   // What the coordinator would grant on tensor "t" version 1 at w0.
   static std::string Grant(uint32_t rights = kRightRead,
@@ -104,9 +100,7 @@ class WorkerServiceTest : public ::testing::Test {
       std::make_shared<SharedMemoryArena>();
   std::unique_ptr<HostShardStore> store_;
   std::unique_ptr<WorkerNode> node_;
-  std::unique_ptr<WorkerService> service_;
-  RunningServer server_;
-  std::string address_;
+  ServedWorker served_;
   std::shared_ptr<grpc::Channel> channel_;
 };
 
@@ -313,7 +307,7 @@ TEST_F(WorkerServiceTest, ConcurrentSmallReadsOfOneWorkerShareCalls) {
   ChannelCache channels;
   GrpcTransport transport(&channels, GrpcTransportOptions{});
   RemoteShard shard;
-  shard.location.address = address_;
+  shard.location.address = served_.address;
   shard.location.shard_id = 1;
   shard.location.capability = Grant();
   shard.item_bytes = 4;
@@ -370,13 +364,13 @@ TEST_F(WorkerServiceTest, IdleCoalescersOfGoneWorkersAreNotKept) {
         ReadTarget::HostArray(reinterpret_cast<char*>(out.data()), row.sizes,
                               {0, 0}));
   };
-  ASSERT_THAT(read_from(address_), IsOk());
+  ASSERT_THAT(read_from(served_.address), IsOk());
   // Workers that came and went (nothing listens there now).
   for (int port : {1, 2, 3}) {
     EXPECT_FALSE(read_from(absl::StrCat("127.0.0.1:", port)).ok());
     EXPECT_EQ(transport.coalescers(), 1u);
   }
-  ASSERT_THAT(read_from(address_), IsOk());
+  ASSERT_THAT(read_from(served_.address), IsOk());
   EXPECT_EQ(transport.coalescers(), 1u);
 }
 
@@ -471,8 +465,8 @@ TEST_F(WorkerServiceTest, AllocateRefusesAnInvalidTensorName) {
   v1::AllocateShardsResponse response;
   for (const std::string& name :
        {std::string(256 << 10, 'n'), std::string("bad name"), std::string()}) {
-    EXPECT_THAT(service_->Allocate(Grant(kRightOrder), OneByteShards(name, 3),
-                                   {}, &response),
+    EXPECT_THAT(served_.service->Allocate(
+                    Grant(kRightOrder), OneByteShards(name, 3), {}, &response),
                 StatusIs(absl::StatusCode::kInvalidArgument,
                          ::testing::HasSubstr("invalid tensor name")));
   }
@@ -482,8 +476,8 @@ TEST_F(WorkerServiceTest, AllocateRefusesAnInvalidTensorName) {
 TEST_F(WorkerServiceTest, ShardsOfOneAllocationShareOneNameString) {
   const std::string name(255, 'n');
   v1::AllocateShardsResponse response;
-  ASSERT_THAT(service_->Allocate(Grant(kRightOrder), OneByteShards(name, 100),
-                                 {}, &response),
+  ASSERT_THAT(served_.service->Allocate(
+                  Grant(kRightOrder), OneByteShards(name, 100), {}, &response),
               IsOk());
   absl::StatusOr<ShardDesc> first = store_->Describe(100);
   absl::StatusOr<ShardDesc> last = store_->Describe(199);
@@ -509,12 +503,8 @@ class WorkerStreamLimitsTest : public ::testing::Test {
     options.max_streams = 2;
     node_ = std::make_unique<WorkerNode>(&store_, options);
     node_->SetIdentity("w0", kKey);
-    service_ = std::make_unique<WorkerService>(node_.get());
-    absl::StatusOr<RunningServer> server =
-        StartServer("127.0.0.1:0", {service_.get()});
-    ASSERT_THAT(server.status(), IsOk());
-    server_ = std::move(*server);
-    channel_ = MakeChannel(absl::StrCat("127.0.0.1:", server_.port));
+    ASSERT_OK_AND_ASSIGN(served_, ServeWorker(node_.get()));
+    channel_ = MakeChannel(served_.address);
     ShardDesc desc;
     desc.tensor = "t";
     desc.version = 1;
@@ -523,9 +513,7 @@ class WorkerStreamLimitsTest : public ::testing::Test {
     desc.box = Box{{0}, {kBigBytes}};
     ASSERT_THAT(store_.Allocate(1, desc, InitSpec{}), IsOk());
   }
-  void TearDown() override {
-    if (server_.server != nullptr) server_.server->Shutdown();
-  }
+  void TearDown() override { served_.Shutdown(); }
 
   static std::string Grant() { return MintTestGrant(kKey); }
   static constexpr char kKey[] = "stream-limits-test-key";
@@ -552,8 +540,7 @@ class WorkerStreamLimitsTest : public ::testing::Test {
 
   HostShardStore store_;
   std::unique_ptr<WorkerNode> node_;
-  std::unique_ptr<WorkerService> service_;
-  RunningServer server_;
+  ServedWorker served_;
   std::shared_ptr<grpc::Channel> channel_;
 };
 
@@ -606,9 +593,9 @@ TEST_F(WorkerStreamLimitsTest, StopEndsAStalledStreamWithinTheGrace) {
   Start(absl::Seconds(30));
   std::unique_ptr<StalledReader> stalled = Stall();
   const absl::Time start = absl::Now();
-  EXPECT_TRUE(server_.Stop(absl::Milliseconds(100)));
+  EXPECT_TRUE(served_.server.Stop(absl::Milliseconds(100)));
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
-  server_.server.reset();
+  served_.server.server.reset();
 }
 
 TEST_F(WorkerServiceTest, CallsWithoutTheRightCapabilityChangeNothing) {
@@ -733,11 +720,8 @@ TEST_F(WorkerServiceTest, ACancelledExchangeStopsTheMembersWait) {
   options.exchange = &nccl;
   WorkerNode node(store_.get(), options);
   node.SetIdentity("w0", kKey);
-  WorkerService service(&node);
-  absl::StatusOr<RunningServer> server = StartServer("127.0.0.1:0", {&service});
-  ASSERT_THAT(server.status(), IsOk());
-  auto stub = v1::Worker::NewStub(
-      MakeChannel(absl::StrCat("127.0.0.1:", server->port)));
+  ASSERT_OK_AND_ASSIGN(ServedWorker served, ServeWorker(&node));
+  auto stub = v1::Worker::NewStub(MakeChannel(served.address));
   const v1::NcclExchangeRequest share = OneSendShare('w');
   grpc::ClientContext context;
   context.AddMetadata(kCapabilityHeader, Grant(kRightOrder));
@@ -753,7 +737,7 @@ TEST_F(WorkerServiceTest, ACancelledExchangeStopsTheMembersWait) {
   ASSERT_TRUE(nccl.done.WaitForNotificationWithTimeout(absl::Seconds(30)))
       << "the member still waits for its peer";
   EXPECT_THAT(nccl.ended, StatusIs(absl::StatusCode::kCancelled));
-  server->Stop(absl::ZeroDuration());
+  served.server.Stop(absl::ZeroDuration());
 }
 
 }  // namespace
@@ -770,8 +754,8 @@ class WorkerSmallReadBoundsTest : public WorkerServiceTest {
 };
 
 TEST_F(WorkerSmallReadBoundsTest, SmallReadsWaitingOnTheirReaderAreBounded) {
-  WorkerService& service = *service_;
-  const std::string& address = address_;
+  WorkerService& service = *served_.service;
+  const std::string& address = served_.address;
   const std::string capability = Grant();
   v1::ReadRegionRequest whole;  // 2 MiB: one message, 32 windows
   whole.set_shard_id(1);
