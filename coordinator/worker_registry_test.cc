@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/time/clock.h"
+#include "coordinator/coordinator_testutil.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -11,17 +12,10 @@
 namespace tessera {
 namespace {
 
+using ::tessera::testing::FakeClock;
 using ::tessera::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-
-// A clock the test advances by hand.
-struct FakeClock {
-  absl::Time now = absl::FromUnixSeconds(1000);
-  Clock AsClock() {
-    return [this] { return now; };
-  }
-};
 
 WorkerRegistration Worker(const std::string& name, std::optional<int32_t> rank,
                           const std::string& address) {
@@ -93,7 +87,7 @@ TEST(WorkerRegistryTest, StateIsReadyWhileTheLeaseHoldsThenDead) {
   ASSERT_OK(registry.Register(Worker("a", 0, "h:1")));
   EXPECT_EQ(registry.Find("a")->state, WorkerState::kReady);
   EXPECT_EQ(registry.List()[0].state, WorkerState::kReady);
-  clock.now += absl::Seconds(6);
+  clock.Advance(absl::Seconds(6));
   EXPECT_EQ(registry.Find("a")->state, WorkerState::kDead);
   EXPECT_EQ(registry.List()[0].state, WorkerState::kDead);
 }
@@ -103,11 +97,11 @@ TEST(WorkerRegistryTest, LeaseExpiresWithoutHeartbeats) {
   WorkerRegistry registry(absl::Seconds(5), clock.AsClock());
   ASSERT_OK(registry.Register(Worker("a", 0, "h:1")));
   EXPECT_TRUE(registry.Find("a")->alive);
-  clock.now += absl::Seconds(4);
+  clock.Advance(absl::Seconds(4));
   EXPECT_TRUE(registry.Heartbeat("a", 10));
-  clock.now += absl::Seconds(5);
+  clock.Advance(absl::Seconds(5));
   EXPECT_TRUE(registry.Find("a")->alive);
-  clock.now += absl::Seconds(1) + absl::Milliseconds(1);
+  clock.Advance(absl::Seconds(1) + absl::Milliseconds(1));
   EXPECT_FALSE(registry.Find("a")->alive);
   EXPECT_EQ(registry.Find("a")->bytes_used, 10);
   EXPECT_FALSE(registry.Heartbeat("unknown", 0));
@@ -123,7 +117,7 @@ TEST(WorkerRegistryTest, RestartedWorkerKeepsItsRank) {
   // Another address while the first is alive: a name clash.
   EXPECT_THAT(registry.Register(Worker("b", std::nullopt, "h:9")).status(),
               StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("alive")));
-  clock.now += absl::Seconds(10);
+  clock.Advance(absl::Seconds(10));
   EXPECT_EQ(*registry.Register(Worker("b", std::nullopt, "h:9")), 1);
   EXPECT_EQ(registry.Find("b")->address, "h:9");
 }
@@ -200,7 +194,7 @@ TEST(WorkerRegistryTest, AbortedReservationLeavesTheWorkerAsItWas) {
   FakeClock clock;
   WorkerRegistry registry(absl::Seconds(5), clock.AsClock());
   ASSERT_OK(registry.Register(Worker("a", std::nullopt, "h:1")));
-  clock.now += absl::Seconds(10);  // dead: may come back elsewhere
+  clock.Advance(absl::Seconds(10));  // dead: may come back elsewhere
   auto moved = registry.Reserve(Worker("a", std::nullopt, "h:2"));
   ASSERT_OK(moved);
   registry.Abort("a");
@@ -245,7 +239,7 @@ TEST(WorkerRegistryTest, NewWorkersBeyondTheMaximumAreRefused) {
   ASSERT_OK(registry.Register(Worker("d", std::nullopt, "h:4")));
   // Dead workers count (their shards may come back), and known names may
   // always register again.
-  clock.now += absl::Seconds(60);
+  clock.Advance(absl::Seconds(60));
   EXPECT_THAT(registry.Register(Worker("e", std::nullopt, "h:5")),
               StatusIs(absl::StatusCode::kResourceExhausted,
                        HasSubstr("3 of them dead")));
