@@ -8,6 +8,12 @@ TESSERA_COPTS = [
     "-Wno-missing-field-initializers",
 ]
 
+# Test code (test bodies and testonly scaffolding) is built for the
+# compile, not the run: it mostly waits on daemons built -O2, and -Og
+# compiles a test file in half the time or less (cli_test.cc: 24 s -> 11 s),
+# a large part of a cold build of the test command.
+TEST_COPTS = ["-Og"]
+
 # A library is NAME.cc and NAME.h by default, each where it exists (a
 # header-only library has no NAME.cc; one that only gathers deps has neither).
 def tessera_cc_library(name, copts = [], srcs = None, hdrs = None, **kwargs):
@@ -15,7 +21,7 @@ def tessera_cc_library(name, copts = [], srcs = None, hdrs = None, **kwargs):
         name = name,
         srcs = srcs if srcs != None else native.glob([name + ".cc"]),
         hdrs = hdrs if hdrs != None else native.glob([name + ".h"]),
-        copts = TESSERA_COPTS + copts,
+        copts = TESSERA_COPTS + (TEST_COPTS if kwargs.get("testonly") else []) + copts,
         **kwargs
     )
 
@@ -59,7 +65,7 @@ def tessera_cc_test(name, copts = [], deps = [], srcs = None, **kwargs):
     native.cc_test(
         name = name,
         srcs = srcs if srcs != None else [name + ".cc"],
-        copts = TESSERA_COPTS + copts,
+        copts = TESSERA_COPTS + TEST_COPTS + copts,
         deps = deps + extra + ["//third_party:gtest_main"],
         **kwargs
     )
