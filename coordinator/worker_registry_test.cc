@@ -26,6 +26,16 @@ WorkerRegistration Worker(const std::string& name, std::optional<int32_t> rank,
   return r;
 }
 
+// A worker's durable record, as Restore reads it back.
+WorkerInfo Record(const std::string& name, int32_t rank,
+                  const std::string& address) {
+  WorkerInfo w;
+  w.name = name;
+  w.rank = rank;
+  w.address = address;
+  return w;
+}
+
 TEST(WorkerRegistryTest, RanksDefaultToTheLowestFree) {
   FakeClock clock;
   WorkerRegistry registry(absl::Seconds(5), clock.AsClock());
@@ -211,10 +221,7 @@ TEST(WorkerRegistryTest, AbortedReservationLeavesTheWorkerAsItWas) {
 TEST(WorkerRegistryTest, RestoredWorkerIsDeadUntilItRegisters) {
   FakeClock clock;
   WorkerRegistry registry(absl::Seconds(5), clock.AsClock());
-  WorkerInfo known;
-  known.name = "a";
-  known.rank = 3;
-  known.address = "h:1";
+  WorkerInfo known = Record("a", 3, "h:1");
   known.capacity_bytes = 100;
   EXPECT_OK(registry.Restore(known));
   EXPECT_FALSE(registry.Find("a")->alive);
@@ -282,10 +289,7 @@ TEST(WorkerRegistryTest, RestoreForgetsRecordsWithBadAddresses) {
   // 33 MiB address alone makes every listing of the workers too large.
   FakeClock clock;
   WorkerRegistry registry(absl::Seconds(5), clock.AsClock());
-  WorkerInfo huge;
-  huge.name = "big";
-  huge.rank = 0;
-  huge.address = std::string(33 << 20, 'a') + ":1";
+  const WorkerInfo huge = Record("big", 0, std::string(33 << 20, 'a') + ":1");
   EXPECT_THAT(registry.Restore(huge),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("longer than 255 bytes")));
