@@ -63,10 +63,11 @@ class Comparer {
     return at / item_;
   }
 
-  // The first element after `from` (which differs) that is equal.
-  int64_t NextSame(int64_t from) const {
+  // The first element after `from` (which differs) that is equal, looking
+  // no further than `stop` (returned when reached).
+  int64_t NextSame(int64_t from, int64_t stop) const {
     int64_t e = from + 1;
-    while (e < elements() &&
+    while (e < stop &&
            std::memcmp(a_ + e * item_, b_ + e * item_, item_) != 0) {
       ++e;
     }
@@ -94,11 +95,17 @@ std::optional<std::string> EncodeDelta(absl::string_view base,
   std::string out;
   int64_t done = 0;  // elements before the next run's gap
   for (int64_t first = compare.NextChanged(0); first < n;) {
-    int64_t end = compare.NextSame(first);
+    // A run reaching `stop` would not fit: the scan ends there (a whole new
+    // content costs a pass over the limit's bytes, not the range's).
+    const int64_t room = limit - static_cast<int64_t>(out.size());
+    if (room < 0) return std::nullopt;
+    const int64_t stop =
+        room / item + 1 >= n - first ? n : first + room / item + 1;
+    int64_t end = compare.NextSame(first, stop);
     int64_t after = compare.NextChanged(end);
     // A gap cheaper to send as values than as a new run joins the two.
-    while (after < n && (after - end) * item <= kRunHeaderBytes) {
-      end = compare.NextSame(after);
+    while (after < n && end < stop && (after - end) * item <= kRunHeaderBytes) {
+      end = compare.NextSame(after, stop);
       after = compare.NextChanged(end);
     }
     PutVarint(static_cast<uint64_t>(first - done), &out);

@@ -106,6 +106,24 @@ TEST(DeltaCodecTest, LongerThanTheLimitIsRefused) {
   EXPECT_FALSE(EncodeDelta(base, one, 4, 5).has_value());
 }
 
+TEST(DeltaCodecTest, ALimitCutsARunThatMergesGaps) {
+  // Every other 2-byte element changed: one run of merged gaps.
+  const std::string base(2000, '\0');
+  std::string next = base;
+  for (size_t i = 0; i < next.size(); i += 4) next[i] = 1;
+  for (int64_t limit : {0, 1, 100, 1000, 2000}) {
+    EXPECT_FALSE(EncodeDelta(base, next, 2, limit).has_value()) << limit;
+  }
+  std::optional<std::string> whole = EncodeDelta(base, next, 2, 2004);
+  ASSERT_TRUE(whole.has_value());
+  EXPECT_EQ(Applied(base, *whole, 2), next);
+  EXPECT_EQ(EncodeDelta(base, next, 2, static_cast<int64_t>(whole->size())),
+            whole);
+  EXPECT_FALSE(
+      EncodeDelta(base, next, 2, static_cast<int64_t>(whole->size()) - 1)
+          .has_value());
+}
+
 TEST(DeltaCodecTest, MismatchedInputsAreRefused) {
   EXPECT_FALSE(EncodeDelta("abcd", "abc", 1, 100).has_value());
   EXPECT_FALSE(EncodeDelta("abc", "abd", 2, 100).has_value());
