@@ -105,6 +105,12 @@ int64_t TotalBytesUsed(Client& client) {
   return total;
 }
 
+std::unique_ptr<Client> Connect(const TestCluster& cluster) {
+  auto client = Client::Connect(cluster.coordinator_address());
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? *std::move(client) : nullptr;
+}
+
 std::string TestCluster::BinaryPath(const std::string& target) {
   if (const char* dir = std::getenv("TESSERA_BIN_DIR");
       dir != nullptr && *dir != '\0') {

@@ -130,6 +130,10 @@ std::string FetchMetrics(int port);
 double MetricSum(const std::string& text, const std::string& metric,
                  const std::string& labels = "");
 
+// A client of `cluster`'s coordinator with default options; null, and the
+// test failing, when it cannot connect.
+std::unique_ptr<Client> Connect(const TestCluster& cluster);
+
 // Sum of bytes_used over every worker, as `workers` reports it.
 int64_t TotalBytesUsed(Client& client);
 

@@ -24,12 +24,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::unique_ptr<Client> Connect(const TestCluster& cluster) {
-  auto client = Client::Connect(cluster.coordinator_address());
-  EXPECT_TRUE(client.ok()) << client.status();
-  return client.ok() ? *std::move(client) : nullptr;
-}
-
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream out;

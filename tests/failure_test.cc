@@ -39,12 +39,6 @@ TestClusterOptions FaultOptions() {
   return options;
 }
 
-std::unique_ptr<Client> Connect(const TestCluster& cluster) {
-  auto client = Client::Connect(cluster.coordinator_address());
-  EXPECT_TRUE(client.ok()) << client.status();
-  return client.ok() ? *std::move(client) : nullptr;
-}
-
 // Waits until `workers` reports `name` as alive == want.
 void WaitAlive(Client& client, const std::string& name, bool want) {
   for (int i = 0; i < 200; ++i) {

@@ -36,12 +36,6 @@ TestClusterOptions DurableOptions(std::vector<std::string> coordinator_flags) {
   return options;
 }
 
-std::unique_ptr<Client> Connect(const TestCluster& cluster) {
-  auto client = Client::Connect(cluster.coordinator_address());
-  EXPECT_TRUE(client.ok()) << client.status();
-  return client.ok() ? *std::move(client) : nullptr;
-}
-
 // The tensors a client lists, and each one's bytes equal to `want`.
 void ExpectExactly(Client& client,
                    const std::map<std::string, HostArray>& want) {
