@@ -6,13 +6,12 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/testing/status_matchers.h"
+#include "core/testing/temp_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/health.grpc.pb.h"
@@ -24,16 +23,11 @@ namespace tessera {
 namespace {
 
 using ::tessera::testing::IsOk;
+using ::tessera::testing::ReadFileToString;
 
 std::string Dir() { return absl::StrCat(std::getenv("TEST_TMPDIR"), "/pki"); }
 std::string File(const std::string& name) {
   return absl::StrCat(Dir(), "/", name);
-}
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // Health/Check on a new connection to `port`, as `target_name` (empty:
@@ -81,7 +75,7 @@ TEST_F(WatchedTlsTest, NewConnectionsPresentTheCertificateOnDiskNow) {
                              File("coordinator.key")};
   WatchedTls client =
       WatchTlsFiles(coordinator, ClientCertPolicy::kRequire, absl::Seconds(1));
-  const std::string before = Read(File("w0.crt"));
+  const std::string before = ReadFileToString(File("w0.crt"));
   EXPECT_EQ(ServerCertificate(server->port, client.channel), before);
   // The host dialled must be named by the certificate; the self-probe does
   // not ask.

@@ -14,7 +14,6 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <sstream>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -24,16 +23,12 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/tessera_client.h"
+#include "core/testing/temp_files.h"
 
 namespace tessera {
 namespace {
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using ::tessera::testing::ReadFileToString;
 
 int WaitExit(pid_t pid) {
   int status = 0;
@@ -111,6 +106,15 @@ std::unique_ptr<Client> Connect(const TestCluster& cluster) {
   return client.ok() ? *std::move(client) : nullptr;
 }
 
+bool Eventually(const std::function<bool()>& done, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (done()) return true;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return done();
+}
+
 std::string TestCluster::BinaryPath(const std::string& target) {
   if (const char* dir = std::getenv("TESSERA_BIN_DIR");
       dir != nullptr && *dir != '\0') {
@@ -137,8 +141,8 @@ int TestCluster::Run(const std::vector<std::string>& argv, std::string* out,
   close(out_fd);
   close(err_fd);
   int code = WaitExit(pid);
-  if (out != nullptr) *out = ReadFile(out_path);
-  if (err != nullptr) *err = ReadFile(err_path);
+  if (out != nullptr) *out = ReadFileToString(out_path);
+  if (err != nullptr) *err = ReadFileToString(err_path);
   unlink(out_path);
   unlink(err_path);
   return code;
@@ -251,7 +255,7 @@ absl::Status TestCluster::WaitAlive(absl::Duration timeout) {
         w.pid = -1;
         return absl::AbortedError(absl::StrCat("worker ", worker_name(i),
                                                " exited while starting:\n",
-                                               ReadFile(w.log)));
+                                               ReadFileToString(w.log)));
       }
     }
     auto client = Client::Connect(coordinator_address_, options);
@@ -282,7 +286,7 @@ absl::Status TestCluster::WaitAlive(absl::Duration timeout) {
   }
   return absl::DeadlineExceededError(
       absl::StrCat("cluster did not come up: ", last.message(),
-                   "\ncoordinator log:\n", ReadFile(coordinator_.log)));
+                   "\ncoordinator log:\n", ReadFileToString(coordinator_.log)));
 }
 
 void TestCluster::StopWorker(int i, int sig) {
@@ -296,7 +300,7 @@ void TestCluster::StopWorker(int i, int sig) {
 absl::Status TestCluster::RestartWorker(int i) {
   StopWorker(i, SIGTERM);
   auto registrations = [&] {
-    const std::string log = ReadFile(workers_[i].log);
+    const std::string log = ReadFileToString(workers_[i].log);
     size_t count = 0;
     for (size_t pos = log.find("registered with coordinator");
          pos != std::string::npos;
@@ -336,11 +340,11 @@ absl::Status TestCluster::RestartCoordinator(
 }
 
 std::string TestCluster::worker_log(int i) const {
-  return ReadFile(workers_[i].log);
+  return ReadFileToString(workers_[i].log);
 }
 
 std::string TestCluster::coordinator_log() const {
-  return ReadFile(coordinator_.log);
+  return ReadFileToString(coordinator_.log);
 }
 
 namespace {

@@ -134,6 +134,10 @@ double MetricSum(const std::string& text, const std::string& metric,
 // test failing, when it cannot connect.
 std::unique_ptr<Client> Connect(const TestCluster& cluster);
 
+// Checks `done` every 100 ms until it holds or `timeout` has passed, and
+// once more then: whether it held.
+bool Eventually(const std::function<bool()>& done, absl::Duration timeout);
+
 // Sum of bytes_used over every worker, as `workers` reports it.
 int64_t TotalBytesUsed(Client& client);
 

@@ -7,13 +7,12 @@
 #include <stdio.h>
 
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 
 #include "client/tessera_client.h"
 #include "core/testing/status_matchers.h"
+#include "core/testing/temp_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cluster.h"
@@ -22,14 +21,8 @@
 namespace tessera {
 namespace {
 
+using ::tessera::testing::ReadFileToString;
 using ::testing::HasSubstr;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
 
 TEST(ClusterIdentityTest, ACoordinatorOfAnotherClusterNeverFreesTheShards) {
   TestClusterOptions options;
@@ -85,12 +78,12 @@ TEST(ClusterIdentityTest, ACoordinatorOfAnotherClusterNeverFreesTheShards) {
   }
   std::string logs;
   for (int i = 0; i < 2; ++i) {
-    logs += ReadFile(std::filesystem::path(data_dir).parent_path() /
-                     ((*cluster)->worker_name(i) + ".log"));
+    logs += ReadFileToString(std::filesystem::path(data_dir).parent_path() /
+                             ((*cluster)->worker_name(i) + ".log"));
   }
   EXPECT_THAT(logs, HasSubstr("quarantined"));
-  EXPECT_THAT(ReadFile(std::filesystem::path(data_dir).parent_path() /
-                       "coordinator.log"),
+  EXPECT_THAT(ReadFileToString(std::filesystem::path(data_dir).parent_path() /
+                               "coordinator.log"),
               HasSubstr("NEW CLUSTER"));
 
   // Their own coordinator returns: the tensor is whole, nothing was lost.
@@ -106,8 +99,8 @@ TEST(ClusterIdentityTest, ACoordinatorOfAnotherClusterNeverFreesTheShards) {
   EXPECT_EQ(TotalBytesUsed(*client), bytes);
   logs.clear();
   for (int i = 0; i < 2; ++i) {
-    logs += ReadFile(std::filesystem::path(data_dir).parent_path() /
-                     ((*cluster)->worker_name(i) + ".log"));
+    logs += ReadFileToString(std::filesystem::path(data_dir).parent_path() /
+                             ((*cluster)->worker_name(i) + ".log"));
   }
   EXPECT_THAT(logs, HasSubstr("rejoined cluster"));
   absl::SleepFor(absl::Milliseconds(600));
@@ -154,8 +147,8 @@ TEST(ClusterIdentityTest, QuarantinedShardsAreFreedAfterTheGrace) {
   auto workers = client->Workers();
   ASSERT_OK(workers);
   EXPECT_EQ((*workers)[0].quarantined_shards, 0);
-  EXPECT_THAT(ReadFile(std::filesystem::path(data_dir).parent_path() /
-                       ((*cluster)->worker_name(0) + ".log")),
+  EXPECT_THAT(ReadFileToString(std::filesystem::path(data_dir).parent_path() /
+                               ((*cluster)->worker_name(0) + ".log")),
               HasSubstr("--quarantine_grace"));
 }
 

@@ -35,15 +35,8 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAre;
 
-bool Eventually(const std::function<bool()>& done,
-                absl::Duration timeout = absl::Seconds(20)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (done()) return true;
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  return done();
-}
+// How long a test waits for what the cluster does by itself.
+constexpr absl::Duration kWait = absl::Seconds(20);
 
 // w0 and w1 unlabelled; w2 and w3 serve inference.
 class MirrorTest : public ::testing::Test {
@@ -146,7 +139,7 @@ TEST_F(MirrorTest, EveryMatchingWorkerHoldsEveryShardAndServesIt) {
   // workers' heartbeats).
   const std::map<std::string, int64_t> held = {
       {"w0", 64}, {"w1", 64}, {"w2", 128}, {"w3", 128}};
-  EXPECT_TRUE(Eventually([&] { return Used() == held; }));
+  EXPECT_TRUE(Eventually([&] { return Used() == held; }, kWait));
   Cli listed = Tessera({"ls", "--json"});
   ASSERT_EQ(listed.code, 0) << listed.err;
   const nlohmann::json ls = nlohmann::json::parse(listed.out);
@@ -191,7 +184,7 @@ TEST_F(MirrorTest, EveryMatchingWorkerHoldsEveryShardAndServesIt) {
   // Mirrors are not repaired elsewhere: w0's and w1's replicas stay lost
   // (no other worker takes a mirror's place), the mirrors serve.
   absl::SleepFor(absl::Seconds(3));
-  EXPECT_TRUE(Eventually([&] { return Used()["w2"] == 256; }));
+  EXPECT_TRUE(Eventually([&] { return Used()["w2"] == 256; }, kWait));
 }
 
 TEST_F(MirrorTest, TheRelayFillsAReplicaAndEveryMirrorWithTheWrittenBytes) {
@@ -284,7 +277,8 @@ TEST_F(MirrorTest, MirrorsFollowTheGroupAsWorkersComeAndGo) {
   ASSERT_EQ(bytes.size(), 128u);
   // Cordoned: w3 leaves the group and drops its mirrors.
   ASSERT_OK(client_->SetWorkerState("w3", WorkerState::kCordoned));
-  EXPECT_TRUE(Eventually([&] { return Used()["w3"] == 0; })) << Used()["w3"];
+  EXPECT_TRUE(Eventually([&] { return Used()["w3"] == 0; }, kWait))
+      << Used()["w3"];
   EXPECT_THAT(Copies("m"),
               ElementsAre(ElementsAre("w0", "+w2"), ElementsAre("w1", "+w2")));
   // Uncordoned: it comes back and is filled again, from a copy.
@@ -293,21 +287,26 @@ TEST_F(MirrorTest, MirrorsFollowTheGroupAsWorkersComeAndGo) {
   // are listed once filled and recorded.)
   const std::vector<std::vector<std::string>> all_in = {{"w0", "+w2", "+w3"},
                                                         {"w1", "+w2", "+w3"}};
-  EXPECT_TRUE(Eventually([&] { return Copies("m") == all_in; }));
-  EXPECT_TRUE(Eventually([&] { return Used()["w3"] == 128; }));
+  EXPECT_TRUE(Eventually([&] { return Copies("m") == all_in; }, kWait));
+  EXPECT_TRUE(Eventually([&] { return Used()["w3"] == 128; }, kWait));
   // Dead: its mirrors go; restarted (its memory lost), filled again; the
   // restarted copy holds the tensor's bytes.
   cluster_->StopWorker(2, SIGKILL);
-  EXPECT_TRUE(Eventually([&] {
-    const auto copies = Copies("m");
-    return copies.size() == 2 && copies[0].size() == 2;
-  }));
+  EXPECT_TRUE(Eventually(
+      [&] {
+        const auto copies = Copies("m");
+        return copies.size() == 2 && copies[0].size() == 2;
+      },
+      kWait));
   ASSERT_OK(cluster_->RestartWorker(2));
-  EXPECT_TRUE(Eventually([&] {
-    const auto copies = Copies("m");
-    return copies.size() == 2 && copies[0].size() == 3 && copies[1].size() == 3;
-  }));
-  EXPECT_TRUE(Eventually([&] { return Used()["w2"] == 128; }));
+  EXPECT_TRUE(Eventually(
+      [&] {
+        const auto copies = Copies("m");
+        return copies.size() == 2 && copies[0].size() == 3 &&
+               copies[1].size() == 3;
+      },
+      kWait));
+  EXPECT_TRUE(Eventually([&] { return Used()["w2"] == 128; }, kWait));
   cluster_->StopWorker(0, SIGKILL);
   cluster_->StopWorker(1, SIGKILL);
   cluster_->StopWorker(3, SIGKILL);
@@ -325,7 +324,8 @@ TEST_F(MirrorTest, ADrainHandsAReplicaToAMirrorInPlace) {
   const std::string bytes = Read("d");
   EXPECT_THAT(Copies("d"), ElementsAre(ElementsAre("w2", "+w3")));
   ASSERT_OK(client_->SetWorkerState("w2", WorkerState::kDraining));
-  EXPECT_TRUE(Eventually([&] { return Used()["w2"] == 0; })) << Used()["w2"];
+  EXPECT_TRUE(Eventually([&] { return Used()["w2"] == 0; }, kWait))
+      << Used()["w2"];
   EXPECT_THAT(Copies("d"), ElementsAre(ElementsAre("w3")));
   // No copy went to a worker outside the group.
   EXPECT_EQ(Used()["w0"], 0);
@@ -363,8 +363,8 @@ TEST_F(MirrorTest, AWorkerJoiningTheGroupIsChargedToTheQuota) {
   EXPECT_EQ(QuotaUse(), 256);
   // Room again: filled.
   WriteQuotas("* 1G\n");
-  EXPECT_TRUE(Eventually([&] { return QuotaUse() == 384; }));
-  EXPECT_TRUE(Eventually([&] { return Used()["w3"] == 128; }));
+  EXPECT_TRUE(Eventually([&] { return QuotaUse() == 384; }, kWait));
+  EXPECT_TRUE(Eventually([&] { return Used()["w3"] == 128; }, kWait));
 }
 
 TEST_F(MirrorTest, AReshardChangesOrDropsTheGroup) {
@@ -377,10 +377,12 @@ TEST_F(MirrorTest, AReshardChangesOrDropsTheGroup) {
   Cli r = Tessera({"reshard", "m", "--mirror=none"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(Copies("m"), ElementsAre(ElementsAre("w0"), ElementsAre("w1")));
-  EXPECT_TRUE(Eventually([&] {
-    return Used() == std::map<std::string, int64_t>{
-                         {"w0", 64}, {"w1", 64}, {"w2", 0}, {"w3", 0}};
-  }));
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return Used() == std::map<std::string, int64_t>{
+                             {"w0", 64}, {"w1", 64}, {"w2", 0}, {"w3", 0}};
+      },
+      kWait));
   Cli listed = Tessera({"ls", "--json"});
   EXPECT_FALSE(nlohmann::json::parse(listed.out)[0].contains("mirror"));
   // A new layout on every worker.

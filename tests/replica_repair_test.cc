@@ -73,16 +73,8 @@ bool FullyReplicated(Client& client, const std::string& name, size_t replicas,
   return true;
 }
 
-// Waits (up to `timeout`) until `done` holds.
-bool Eventually(const std::function<bool()>& done,
-                absl::Duration timeout = absl::Seconds(40)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (done()) return true;
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  return done();
-}
+// How long a test waits for what the cluster does by itself.
+constexpr absl::Duration kWait = absl::Seconds(40);
 
 // Where every replica is and what each worker holds, for failure messages.
 std::string Layout(Client& client) {
@@ -225,34 +217,41 @@ TEST_F(ReplicaRepairTest, AKilledWorkersShardsAreCopiedUntilRHoldsAgain) {
   // Every replica of both tensors (a heartbeat may lag an allocation, so
   // this is computed, not read).
   const int64_t before = 2 * data.num_bytes + lone.num_bytes;
-  ASSERT_TRUE(Eventually([&] { return AliveBytes(*client_) == before; }));
+  ASSERT_TRUE(
+      Eventually([&] { return AliveBytes(*client_) == before; }, kWait));
   const int64_t w0_bytes = BytesOf(*client_, "w0");
   ASSERT_GT(w0_bytes, 0);
 
   Readers readers(cluster_->coordinator_address(), "weights", data, 4);
   absl::SleepFor(absl::Milliseconds(300));
   cluster_->StopWorker(0, SIGKILL);
-  ASSERT_TRUE(Eventually([&] {
-    return FullyReplicated(*client_, "weights", 2, {"w0"});
-  })) << cluster_->coordinator_log();
+  ASSERT_TRUE(Eventually(
+      [&] { return FullyReplicated(*client_, "weights", 2, {"w0"}); }, kWait))
+      << cluster_->coordinator_log();
   // The metrics say so: w0's bytes copied, nothing short any more.
-  EXPECT_TRUE(Eventually([&] {
-    return Metric(metrics, "tessera_repair_bytes_total") ==
-               static_cast<double>(w0_bytes) &&
-           Metric(metrics, "tessera_under_replicated_shards") == 0;
-  })) << FetchMetrics(metrics);
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return Metric(metrics, "tessera_repair_bytes_total") ==
+                   static_cast<double>(w0_bytes) &&
+               Metric(metrics, "tessera_under_replicated_shards") == 0;
+      },
+      kWait))
+      << FetchMetrics(metrics);
   // The survivors hold what they held plus exactly w0's bytes: the repair
   // copied those and nothing else.
-  EXPECT_TRUE(Eventually([&] { return AliveBytes(*client_) == before; }))
+  EXPECT_TRUE(Eventually([&] { return AliveBytes(*client_) == before; }, kWait))
       << AliveBytes(*client_) << " vs " << before << " (w0 held " << w0_bytes
       << ")\n"
       << Layout(*client_) << cluster_->coordinator_log();
 
   // A second worker dies after the repair: R holds again.
   cluster_->StopWorker(1, SIGKILL);
-  ASSERT_TRUE(Eventually([&] {
-    return FullyReplicated(*client_, "weights", 2, {"w0", "w1"});
-  })) << cluster_->coordinator_log();
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return FullyReplicated(*client_, "weights", 2, {"w0", "w1"});
+      },
+      kWait))
+      << cluster_->coordinator_log();
   readers.Stop();
   EXPECT_GT(readers.reads(), 0);
   EXPECT_EQ(readers.failed(), 0) << readers.last_error();
@@ -275,18 +274,21 @@ TEST_F(ReplicaRepairTest,
   Readers readers(cluster_->coordinator_address(), "hung", data, 4);
   absl::SleepFor(absl::Milliseconds(300));
   ASSERT_EQ(kill(cluster_->worker_pid(0), SIGSTOP), 0);
-  const bool repaired =
-      Eventually([&] { return FullyReplicated(*client_, "hung", 2, {"w0"}); });
+  const bool repaired = Eventually(
+      [&] { return FullyReplicated(*client_, "hung", 2, {"w0"}); }, kWait);
   readers.Stop();
   ASSERT_EQ(kill(cluster_->worker_pid(0), SIGCONT), 0);
   ASSERT_TRUE(repaired) << cluster_->coordinator_log();
   EXPECT_GT(readers.reads(), 0);
   EXPECT_EQ(readers.failed(), 0) << readers.last_error();
   // Awake again, w0 holds replicas nothing references any more: freed.
-  EXPECT_TRUE(Eventually([&] {
-    auto w = WorkersByName(*client_)["w0"];
-    return w.alive && w.bytes_used == 0;
-  })) << BytesOf(*client_, "w0");
+  EXPECT_TRUE(Eventually(
+      [&] {
+        auto w = WorkersByName(*client_)["w0"];
+        return w.alive && w.bytes_used == 0;
+      },
+      kWait))
+      << BytesOf(*client_, "w0");
   ASSERT_OK_AND_ASSIGN(HostArray got, client_->Get("hung"));
   EXPECT_TRUE(SameBytes(got, data));
 }
@@ -302,9 +304,9 @@ TEST_F(ReplicaRepairTest, RepairAfterACoordinatorRestartFindsWhatIsLeftToDo) {
   ASSERT_OK(cluster_->RestartCoordinator());
   client_ = Connect(*cluster_);
   ASSERT_NE(client_, nullptr);
-  ASSERT_TRUE(Eventually([&] {
-    return FullyReplicated(*client_, "triple", 3, {"w3"});
-  })) << cluster_->coordinator_log();
+  ASSERT_TRUE(Eventually(
+      [&] { return FullyReplicated(*client_, "triple", 3, {"w3"}); }, kWait))
+      << cluster_->coordinator_log();
   ASSERT_OK_AND_ASSIGN(HostArray got, client_->Get("triple"));
   EXPECT_TRUE(SameBytes(got, data));
 }
@@ -337,9 +339,10 @@ TEST_F(ReplicaRepairTest, AClientWritesOnceAndEveryReplicaHoldsTheBytes) {
   ASSERT_OK_AND_ASSIGN(got, client_->Get("written"));
   EXPECT_TRUE(SameBytes(got, data));
   // Without repair, the one shard stays short once the leases end.
-  EXPECT_TRUE(Eventually([&] {
-    return Metric(metrics, "tessera_under_replicated_shards") == 1;
-  })) << FetchMetrics(metrics);
+  EXPECT_TRUE(Eventually(
+      [&] { return Metric(metrics, "tessera_under_replicated_shards") == 1; },
+      kWait))
+      << FetchMetrics(metrics);
   EXPECT_EQ(Metric(metrics, "tessera_repair_bytes_total"), 0);
 }
 

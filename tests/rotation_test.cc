@@ -11,9 +11,7 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "client/tessera_client.h"
 #include "core/auth.h"
+#include "core/testing/temp_files.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "rpc/channel.h"
@@ -32,12 +31,7 @@
 namespace tessera {
 namespace {
 
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using ::tessera::testing::ReadFileToString;
 
 // Certificates and tokens from deploy/make-certs.sh in a directory of the
 // test's own.
@@ -198,7 +192,7 @@ TEST(RotationTest, RotatedTokensTakeEffectWithoutARestart) {
   const std::string new_reader = "reader-rotated-0123456789abcdef";
   const std::string new_worker = "w0-rotated-0123456789abcdef0123";
   const std::string tokens =
-      absl::StrReplaceAll(Read(dir + "/tokens"),
+      absl::StrReplaceAll(ReadFileToString(dir + "/tokens"),
                           {{old_reader, new_reader}, {old_worker, new_worker}});
   ASSERT_TRUE(ReplaceFile(dir + "/tokens", tokens, 0600).ok());
   ASSERT_TRUE(ReplaceFile(dir + "/w0.token", new_worker + "\n", 0600).ok());

@@ -56,15 +56,8 @@ double Metric(int port, const std::string& metric) {
   return std::strtod(scrape.c_str() + at + metric.size() + 2, nullptr);
 }
 
-bool Eventually(const std::function<bool()>& done,
-                absl::Duration timeout = absl::Seconds(30)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (done()) return true;
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  return done();
-}
+// How long a test waits for what the cluster does by itself.
+constexpr absl::Duration kWait = absl::Seconds(30);
 
 std::vector<std::string> DataFiles(int worker) {
   std::vector<std::string> out;
@@ -165,16 +158,19 @@ TEST_F(StoreDirTest, AKilledWorkerServesItsShardsAgainWithoutACopy) {
   ASSERT_OK(client_->Put("big", big, LayoutSpec::Chunk(0, Ranks({0}))));
   ASSERT_OK_AND_ASSIGN(TensorMetadata before_w, client_->Describe("w"));
   ASSERT_OK_AND_ASSIGN(TensorMetadata before_m, client_->Describe("m"));
-  ASSERT_TRUE(Eventually([&] { return BytesOf("w0") > 0; }));
+  ASSERT_TRUE(Eventually([&] { return BytesOf("w0") > 0; }, kWait));
   const int64_t held = BytesOf("w0");
 
   cluster_->StopWorker(0, SIGKILL);
   ASSERT_OK(cluster_->RestartWorker(0));
   // Its shards serve again: the same bytes under the same handles.
-  ASSERT_TRUE(Eventually([&] {
-    absl::StatusOr<HostArray> got = client_->Get("w");
-    return got.ok() && SameBytes(*got, data);
-  })) << cluster_->worker_log(0);
+  ASSERT_TRUE(Eventually(
+      [&] {
+        absl::StatusOr<HostArray> got = client_->Get("w");
+        return got.ok() && SameBytes(*got, data);
+      },
+      kWait))
+      << cluster_->worker_log(0);
   ASSERT_OK_AND_ASSIGN(HostArray got_m, client_->Get("m"));
   EXPECT_TRUE(SameBytes(got_m, moved));
   // A reader on this host maps the shard's file read-only and copies out
@@ -227,7 +223,7 @@ TEST_F(StoreDirTest, AKilledWorkerServesItsShardsAgainWithoutACopy) {
             static_cast<double>(held));
   EXPECT_EQ(Metric(worker_metrics_[0], "tessera_worker_store_damaged_shards"),
             0);
-  EXPECT_TRUE(Eventually([&] { return BytesOf("w0") == held; }));
+  EXPECT_TRUE(Eventually([&] { return BytesOf("w0") == held; }, kWait));
   EXPECT_THAT(cluster_->worker_log(0), HasSubstr("nothing copied"));
   const double repaired =
       Metric(coordinator_metrics_, "tessera_repair_bytes_total");
@@ -238,7 +234,7 @@ TEST_F(StoreDirTest, AKilledWorkerServesItsShardsAgainWithoutACopy) {
   ASSERT_OK(client_->Delete("m"));
   ASSERT_OK(client_->Delete("c"));
   ASSERT_OK(client_->Delete("big"));
-  EXPECT_TRUE(Eventually([&] { return DataFiles(0).empty(); }));
+  EXPECT_TRUE(Eventually([&] { return DataFiles(0).empty(); }, kWait));
 }
 
 TEST_F(StoreDirTest, ADamagedShardIsDroppedAndRepairedFromItsReplica) {
@@ -257,14 +253,17 @@ TEST_F(StoreDirTest, ADamagedShardIsDroppedAndRepairedFromItsReplica) {
   }
   std::ofstream(StoreDir(1) + "/shards/00000000000000aa.data") << "stray";
   ASSERT_OK(cluster_->RestartWorker(1));
-  EXPECT_TRUE(Eventually([&] {
-    return Metric(worker_metrics_[1], "tessera_worker_store_damaged_shards") ==
-           1;
-  })) << cluster_->worker_log(1);
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return Metric(worker_metrics_[1],
+                      "tessera_worker_store_damaged_shards") == 1;
+      },
+      kWait))
+      << cluster_->worker_log(1);
   EXPECT_THAT(cluster_->worker_log(1), HasSubstr("fail their checksum"));
   EXPECT_THAT(cluster_->worker_log(1), HasSubstr("1 never committed removed"));
   // The damaged shard is copied back from its other replica.
-  EXPECT_TRUE(Eventually([&] { return Repaired("d"); }))
+  EXPECT_TRUE(Eventually([&] { return Repaired("d"); }, kWait))
       << cluster_->coordinator_log();
   ASSERT_OK_AND_ASSIGN(HostArray got, client_->Get("d"));
   EXPECT_TRUE(SameBytes(got, data));
@@ -294,7 +293,7 @@ TEST_F(StoreDirTest, AShardWhoseRecordNamesAnotherTensorIsSetAsideAndRepaired) {
   }
   ASSERT_EQ(edited, 1);
   ASSERT_OK(cluster_->RestartWorker(1));
-  EXPECT_TRUE(Eventually([&] { return Repaired("alpha"); }))
+  EXPECT_TRUE(Eventually([&] { return Repaired("alpha"); }, kWait))
       << cluster_->coordinator_log();
   EXPECT_THAT(cluster_->coordinator_log(), HasSubstr("set aside"));
   EXPECT_THAT(cluster_->worker_log(1), HasSubstr("its files kept in"));
@@ -321,14 +320,17 @@ TEST_F(StoreDirTest, ShardsOfAnotherClusterAreKeptUntilTheirOwnReturns) {
   ASSERT_OK(cluster_->RestartWorker(0));
   auto other = Client::Connect(cluster_->coordinator_address());
   ASSERT_OK(other.status());
-  EXPECT_TRUE(Eventually([&] {
-    absl::StatusOr<std::vector<WorkerInfo>> workers = (*other)->Workers();
-    if (!workers.ok()) return false;
-    for (const WorkerInfo& w : *workers) {
-      if (w.name == "w0") return w.quarantined_shards == 1;
-    }
-    return false;
-  })) << cluster_->worker_log(0);
+  EXPECT_TRUE(Eventually(
+      [&] {
+        absl::StatusOr<std::vector<WorkerInfo>> workers = (*other)->Workers();
+        if (!workers.ok()) return false;
+        for (const WorkerInfo& w : *workers) {
+          if (w.name == "w0") return w.quarantined_shards == 1;
+        }
+        return false;
+      },
+      kWait))
+      << cluster_->worker_log(0);
   EXPECT_THAT(cluster_->worker_log(0), HasSubstr("quarantined"));
   // Its own coordinator returns: the tensor is whole.
   ASSERT_EQ(cluster_->StopCoordinator(SIGTERM), 0);
@@ -337,10 +339,13 @@ TEST_F(StoreDirTest, ShardsOfAnotherClusterAreKeptUntilTheirOwnReturns) {
   ASSERT_OK(cluster_->RestartCoordinator());
   auto own = Client::Connect(cluster_->coordinator_address());
   ASSERT_OK(own.status());
-  EXPECT_TRUE(Eventually([&] {
-    absl::StatusOr<HostArray> got = (*own)->Get("q");
-    return got.ok() && SameBytes(*got, data);
-  })) << cluster_->worker_log(0);
+  EXPECT_TRUE(Eventually(
+      [&] {
+        absl::StatusOr<HostArray> got = (*own)->Get("q");
+        return got.ok() && SameBytes(*got, data);
+      },
+      kWait))
+      << cluster_->worker_log(0);
 }
 
 }  // namespace
@@ -401,7 +406,7 @@ TEST_F(FullStoreDirTest, AStoreThatFillsFailsTheWriteNotTheWorker) {
               testing::StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(client_->Describe("ones").status(),
               testing::StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_TRUE(Eventually([&] { return FreeBytes() == free_before; }))
+  EXPECT_TRUE(Eventually([&] { return FreeBytes() == free_before; }, kWait))
       << FreeBytes() << " bytes free, " << free_before << " before";
   EXPECT_TRUE(DataFiles(0).empty());
 
