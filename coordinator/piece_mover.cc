@@ -182,7 +182,8 @@ absl::Status PieceMover::Relay(const TensorMetadata& from,
                                const TensorMetadata& to,
                                const std::vector<RelayCopies>& copies,
                                std::vector<std::pair<size_t, size_t>>* failed,
-                               SentBytes* sent, const TensorMetadata* before) {
+                               SentBytes* sent, const TensorMetadata* before,
+                               MoveTally* tally) {
   static std::atomic<uint64_t> next_relay{
       static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())) | 1};
   const int64_t item = static_cast<int64_t>(ItemSize(from.dtype));
@@ -307,7 +308,12 @@ absl::Status PieceMover::Relay(const TensorMetadata& from,
         if (--busy_[*w] <= 0) busy_.erase(*w);
       }
     }
-    if (results[i].ok()) total.Add(mine);
+    if (results[i].ok()) {
+      total.Add(mine);
+      if (tally != nullptr) {
+        tally->done += batch.pieces[0].DstBox().NumElements() * item;
+      }
+    }
     return absl::OkStatus();
   }).IgnoreError();
   absl::Status first;
@@ -345,8 +351,19 @@ absl::Status PieceMover::FillCopies(const TensorMetadata& sources,
   if (!relay) return MoveFromAnyReplica(sources, to, plan, sent);
   std::vector<RelayCopies> copies;
   for (auto& [index, shard] : by_shard) copies.push_back(std::move(shard));
+  // Counted on the board as each copy's hop lands, as Move counts a pair's
+  // steps.
+  auto tally = std::make_shared<MoveTally>();
+  for (const ReshardPiece& piece : plan.pieces)
+    tally->total += piece.global.NumElements() * ItemSize(sources.dtype);
+  const std::vector<std::string> moving = {sources.name};
+  progress_->Replace(sources.name, tally);
+  auto untrack = absl::MakeCleanup([&] { progress_->Untrack(moving, tally); });
   std::vector<std::pair<size_t, size_t>> failed;
-  if (Relay(sources, to, copies, &failed, sent).ok()) return absl::OkStatus();
+  if (Relay(sources, to, copies, &failed, sent, /*before=*/nullptr, tally.get())
+          .ok()) {
+    return absl::OkStatus();
+  }
   // The copies whose hop failed go again, each from any replica.
   ReshardPlan again;
   for (const ReshardPiece& piece : plan.pieces) {

@@ -112,11 +112,13 @@ class PieceMover {
   // destination whose hop fails is cut out (the hops after it carry on
   // from further up) and added to `failed` (shard, copy index); the first
   // such failure is returned. `sent` (optional) adds what each worker sent.
-  // `before` (optional): as ForwardReplicas's.
+  // `before` (optional): as ForwardReplicas's. `tally` (optional) adds
+  // each copy's bytes as its hop lands.
   absl::Status Relay(const TensorMetadata& from, const TensorMetadata& to,
                      const std::vector<RelayCopies>& copies,
                      std::vector<std::pair<size_t, size_t>>* failed,
-                     SentBytes* sent, const TensorMetadata* before = nullptr);
+                     SentBytes* sent, const TensorMetadata* before = nullptr,
+                     MoveTally* tally = nullptr);
 
  private:
   WorkerRegistry* const registry_;

@@ -186,6 +186,57 @@ TEST_F(PieceMoverTest, NewCopiesOfAShardGoAsOneRelay) {
   EXPECT_THAT(pairs, ElementsAre(Pair("w0", "w2"), Pair("w0", "w3")));
 }
 
+// Workers whose every Transfer first notes how far the board says the
+// tensor's move has got.
+class BoardWatchingWorkers : public FakeWorkerControl {
+ public:
+  explicit BoardWatchingWorkers(const MoveProgressBoard* board)
+      : board_(board) {}
+  absl::Status Transfer(const TransferBatch& batch, SentBytes* sent) override {
+    {
+      absl::MutexLock lock(&mu_);
+      seen_.push_back(board_->Progress(batch.tensor));
+    }
+    return FakeWorkerControl::Transfer(batch, sent);
+  }
+  std::vector<MoveProgress> seen() {
+    absl::MutexLock lock(&mu_);
+    return seen_;
+  }
+
+ private:
+  const MoveProgressBoard* const board_;
+  absl::Mutex mu_;
+  std::vector<MoveProgress> seen_;
+};
+
+TEST_F(PieceMoverTest, RelayedCopiesAreCountedOnTheProgressBoard) {
+  BoardWatchingWorkers watched(&progress_);
+  for (int i : {0, 2, 3}) {
+    watched.AddWorker(WorkerAddress(i));
+    watched.Hold(WorkerAddress(i), i == 0 ? 1 : i + 1, kRows);
+  }
+  const TensorMetadata from = OneShard({{0, 1}});
+  const TensorMetadata to = OneShard({{0, 1}, {2, 3}, {3, 4}});
+  ReshardPlan plan;
+  for (size_t copy : {1, 2}) {
+    ReshardPiece& piece = plan.pieces.emplace_back(WholeShard().pieces[0]);
+    piece.dst_replica = copy;
+  }
+  PieceMover relay(&registry_, &watched, &progress_, ReplicaForward::kRelay);
+  ASSERT_THAT(relay.FillCopies(from, to, plan), IsOk());
+  // Each hop ran while the fill was on the board, both copies' bytes to
+  // move (the fake lands a hop at once: done is what landed before it).
+  const std::vector<MoveProgress> seen = watched.seen();
+  ASSERT_EQ(seen.size(), 2u);
+  for (const MoveProgress& p : seen) {
+    EXPECT_TRUE(p.running);
+    EXPECT_EQ(p.bytes_total, 2 * kRows);
+    EXPECT_LE(p.bytes_done, kRows);
+  }
+  EXPECT_FALSE(progress_.Progress("t").running);  // counted only meanwhile
+}
+
 // Mirrors are filled after the replicas, each from the first; one that
 // fails is reported, not the forward's failure, when the caller asks.
 TEST_F(PieceMoverTest, MirrorsFollowTheReplicasAndTheirFailuresAreListed) {
