@@ -104,29 +104,31 @@ grpc::ByteBuffer Chunk(int64_t offset, const std::string& data) {
   return grpc::ByteBuffer(&slice, 1);
 }
 
-// What a RegionReceiver's sink was given.
-struct Received {
+// A RegionReceiver of a 12-byte read of 4-byte elements, and what its sink
+// was given. Not movable: the receiver refers to the sink.
+struct Receiving {
+  Receiving() = default;
+  Receiving(const Receiving&) = delete;
+  Receiving& operator=(const Receiving&) = delete;
+
   std::vector<std::pair<int64_t, std::string>> calls;
-  ChunkSink sink() {
-    return [this](int64_t offset, absl::string_view data) {
-      calls.emplace_back(offset, std::string(data));
-      return absl::OkStatus();
-    };
-  }
+  ChunkSink sink = [this](int64_t offset, absl::string_view data) {
+    calls.emplace_back(offset, std::string(data));
+    return absl::OkStatus();
+  };
+  RegionReceiver receiver{12, 4, sink};
 };
 
 TEST(RegionReceiverTest, ChunksThatContinueTheStreamAreDelivered) {
-  Received got;
-  ChunkSink sink = got.sink();
-  RegionReceiver receiver(12, 4, sink);
+  Receiving r;
   grpc::ByteBuffer a = Chunk(0, "abcdefgh"), b = Chunk(8, "ijkl");
-  ASSERT_THAT(receiver.Receive(&a), IsOk());
-  EXPECT_THAT(receiver.Finish(), StatusIs(absl::StatusCode::kDataLoss,
-                                          HasSubstr("after 8 of 12")));
-  ASSERT_THAT(receiver.Receive(&b), IsOk());
-  EXPECT_THAT(receiver.Finish(), IsOk());
-  ASSERT_EQ(got.calls.size(), 2u);
-  EXPECT_EQ(got.calls[1], std::make_pair(int64_t{8}, std::string("ijkl")));
+  ASSERT_THAT(r.receiver.Receive(&a), IsOk());
+  EXPECT_THAT(r.receiver.Finish(), StatusIs(absl::StatusCode::kDataLoss,
+                                            HasSubstr("after 8 of 12")));
+  ASSERT_THAT(r.receiver.Receive(&b), IsOk());
+  EXPECT_THAT(r.receiver.Finish(), IsOk());
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[1], std::make_pair(int64_t{8}, std::string("ijkl")));
 }
 
 TEST(RegionReceiverTest, ChunksThatDoNotFitTheBoxAreDataLossAndNotDelivered) {
@@ -138,14 +140,12 @@ TEST(RegionReceiverTest, ChunksThatDoNotFitTheBoxAreDataLossAndNotDelivered) {
       {0, "abc"},                  // not whole elements
   };
   for (const auto& [offset, data] : lies) {
-    Received got;
-    ChunkSink sink = got.sink();
-    RegionReceiver receiver(12, 4, sink);
+    Receiving r;
     grpc::ByteBuffer message = Chunk(offset, data);
-    EXPECT_THAT(receiver.Receive(&message),
+    EXPECT_THAT(r.receiver.Receive(&message),
                 StatusIs(absl::StatusCode::kDataLoss))
         << offset << " " << data.size();
-    for (const auto& [at, bytes] : got.calls) {
+    for (const auto& [at, bytes] : r.calls) {
       EXPECT_GE(at, 0);
       EXPECT_LE(at + static_cast<int64_t>(bytes.size()), 12);
     }
@@ -153,15 +153,13 @@ TEST(RegionReceiverTest, ChunksThatDoNotFitTheBoxAreDataLossAndNotDelivered) {
 }
 
 TEST(RegionReceiverTest, GarbageIsDataLoss) {
-  Received got;
-  ChunkSink sink = got.sink();
-  RegionReceiver receiver(12, 4, sink);
+  Receiving r;
   grpc::Slice slice(
       std::string("\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"));
   grpc::ByteBuffer message(&slice, 1);
-  EXPECT_THAT(receiver.Receive(&message),
+  EXPECT_THAT(r.receiver.Receive(&message),
               StatusIs(absl::StatusCode::kDataLoss));
-  EXPECT_TRUE(got.calls.empty());
+  EXPECT_TRUE(r.calls.empty());
 }
 
 TEST(RegionReceiverTest, AWholeReplyIsExactlyTheReadOrNothingIsDelivered) {
@@ -172,24 +170,20 @@ TEST(RegionReceiverTest, AWholeReplyIsExactlyTheReadOrNothingIsDelivered) {
       {0, std::string(10, 'x')},  // not whole elements, short
   };
   for (const auto& [offset, data] : lies) {
-    Received got;
-    ChunkSink sink = got.sink();
-    RegionReceiver receiver(12, 4, sink);
+    Receiving r;
     grpc::ByteBuffer message = Chunk(offset, data);
-    EXPECT_THAT(receiver.ReceiveWhole(&message),
+    EXPECT_THAT(r.receiver.ReceiveWhole(&message),
                 StatusIs(absl::StatusCode::kDataLoss,
                          HasSubstr("for a read of 12 bytes")))
         << offset << " " << data.size();
-    EXPECT_TRUE(got.calls.empty()) << offset << " " << data.size();
+    EXPECT_TRUE(r.calls.empty()) << offset << " " << data.size();
   }
-  Received got;
-  ChunkSink sink = got.sink();
-  RegionReceiver receiver(12, 4, sink);
+  Receiving r;
   grpc::ByteBuffer message = Chunk(0, "abcdefghijkl");
-  ASSERT_THAT(receiver.ReceiveWhole(&message), IsOk());
-  EXPECT_THAT(receiver.Finish(), IsOk());
-  ASSERT_EQ(got.calls.size(), 1u);
-  EXPECT_EQ(got.calls[0],
+  ASSERT_THAT(r.receiver.ReceiveWhole(&message), IsOk());
+  EXPECT_THAT(r.receiver.Finish(), IsOk());
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0],
             std::make_pair(int64_t{0}, std::string("abcdefghijkl")));
 }
 

@@ -319,9 +319,8 @@ absl::StatusOr<RegionReader> WorkerNode::OpenRegion(uint64_t id, const Box& box,
   return reader;
 }
 
-absl::Status WorkerNode::ReadRegion(uint64_t id, const Box& box,
-                                    int64_t item_bytes,
-                                    const ReadTarget& target) const {
+absl::StatusOr<RegionReader> WorkerNode::OpenRegionOf(
+    uint64_t id, const Box& box, int64_t item_bytes) const {
   TESSERA_ASSIGN_OR_RETURN(RegionReader reader,
                            OpenRegion(id, box, kChunkBytes));
   if (reader.item() != item_bytes) {
@@ -329,6 +328,14 @@ absl::Status WorkerNode::ReadRegion(uint64_t id, const Box& box,
         absl::StrCat("shard ", id, " has ", reader.item(),
                      "-byte elements, not ", item_bytes));
   }
+  return reader;
+}
+
+absl::Status WorkerNode::ReadRegion(uint64_t id, const Box& box,
+                                    int64_t item_bytes,
+                                    const ReadTarget& target) const {
+  TESSERA_ASSIGN_OR_RETURN(RegionReader reader,
+                           OpenRegionOf(id, box, item_bytes));
   const int64_t total = reader.total();
   std::string chunk(
       static_cast<size_t>(std::min(total, reader.chunk_elements()) *
@@ -426,12 +433,7 @@ absl::StatusOr<std::unique_ptr<StagedRegion>> WorkerNode::OpenStaged(
     return absl::FailedPreconditionError("this worker has no shared memory");
   }
   TESSERA_ASSIGN_OR_RETURN(RegionReader reader,
-                           OpenRegion(id, box, kChunkBytes));
-  if (reader.item() != item_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("shard ", id, " has ", reader.item(),
-                     "-byte elements, not ", item_bytes));
-  }
+                           OpenRegionOf(id, box, item_bytes));
   if (slot_bytes <= 0 || slot_bytes > kMaxStageSlotBytes ||
       slot_bytes % reader.item() != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -678,46 +680,40 @@ absl::StatusOr<int64_t> WorkerNode::RunRelayHop(
         continue;
       }
       const Box& chunk = chunks[static_cast<size_t>(next)];
+      int64_t from_up = -1;  // what `up` sent for the chunk
       if (whole_in_a_row < kWholeChunksBeforeGivingUp) {
-        int64_t flat = 0;  // the chunk's first element (chunks are contiguous)
-        for (size_t d = 0; d < chunk.offsets.size(); ++d) {
-          flat = flat * dst.box.sizes[d] + chunk.offsets[d];
-        }
         absl::StatusOr<int64_t> patched =
-            PatchChunk(up, piece.dst_shard_id, relay.base_shard_id, item, flat,
-                       chunk.NumElements());
+            PatchChunk(up, piece.dst_shard_id, relay.base_shard_id, dst, chunk);
         if (!patched.ok() && (absl::IsUnavailable(patched.status()) ||
                               absl::IsDeadlineExceeded(patched.status()))) {
           failed = patched.status();
           break;
         }
-        if (patched.ok() && *patched >= 0) {
-          bytes += chunk.NumElements() * item;
-          if (sent != nullptr) (*sent)[up.worker] += *patched;
-          ++patched_chunks;
-          patched_bytes += *patched;
-          whole_in_a_row = 0;
-          relay_fills_.Advance(relay.id, piece.dst_shard_id, ++next);
-          continue;
-        }
         // Not shorter, a failed check, or a source that cannot encode
-        // (asked no more): this chunk comes whole.
-        whole_in_a_row =
-            patched.ok() ? whole_in_a_row + 1 : kWholeChunksBeforeGivingUp;
+        // (asked no more): the chunk comes whole.
+        from_up = patched.ok() ? *patched : -1;
+        whole_in_a_row = from_up >= 0   ? 0
+                         : patched.ok() ? whole_in_a_row + 1
+                                        : kWholeChunksBeforeGivingUp;
+        if (from_up >= 0) patched_bytes[0] += 1, patched_bytes[1] += from_up;
       }
-      TransferPiece& part = one.pieces.emplace_back();
-      part.src_shard_id = up.shard_id;
-      part.dst_shard_id = piece.dst_shard_id;
-      part.src_offsets = part.dst_offsets = ToShape(chunk.offsets);
-      part.sizes = ToShape(chunk.sizes);
-      absl::StatusOr<int64_t> moved = Pull(one, receiver, deadline, cancelled);
-      one.pieces.clear();
-      if (!moved.ok()) {
-        failed = moved.status();
-        break;
+      if (from_up < 0) {
+        TransferPiece& part = one.pieces.emplace_back();
+        part.src_shard_id = up.shard_id;
+        part.dst_shard_id = piece.dst_shard_id;
+        part.src_offsets = part.dst_offsets = ToShape(chunk.offsets);
+        part.sizes = ToShape(chunk.sizes);
+        absl::StatusOr<int64_t> moved =
+            Pull(one, receiver, deadline, cancelled);
+        one.pieces.clear();
+        if (!moved.ok()) {
+          failed = moved.status();
+          break;
+        }
+        from_up = *moved;
       }
-      bytes += *moved;
-      if (sent != nullptr) (*sent)[up.worker] += *moved;
+      bytes += chunk.NumElements() * item;
+      if (sent != nullptr) (*sent)[up.worker] += from_up;
       relay_fills_.Advance(relay.id, piece.dst_shard_id, ++next);
     }
     if (next >= count) break;

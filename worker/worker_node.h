@@ -419,6 +419,10 @@ class WorkerNode {
  private:
   class Receiver;
   absl::Status NoExchange() const;
+  // OpenRegion in chunks of kChunkBytes for a reader of `item_bytes`-byte
+  // elements: INVALID_ARGUMENT when the shard's differ.
+  absl::StatusOr<RegionReader> OpenRegionOf(uint64_t id, const Box& box,
+                                            int64_t item_bytes) const;
   // Reads `remote`'s pieces from its source into `receiver` (a source
   // that restarted is dialled afresh once), with the order's failures
   // named: DEADLINE_EXCEEDED past `deadline`, UNAVAILABLE naming the source.

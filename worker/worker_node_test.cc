@@ -378,6 +378,8 @@ TEST(WorkerNodeTest, TransferRefusesAPieceOntoItsOwnShard) {
 }
 
 // A source worker served for real, and a destination node that pulls.
+class RelayOfChanges;
+
 class WorkerNodeTransferTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
@@ -410,6 +412,11 @@ class WorkerNodeTransferTest : public ::testing::TestWithParam<bool> {
     batch.dst_address = "127.0.0.1:2";
     return batch;
   }
+
+  // Runs `relay`'s hop on node_: it must succeed (`*bytes`: what it wrote)
+  // and leave N+1 in shard 2. `*sent`: what each worker sent for it.
+  void RunHop(const RelayOfChanges& relay, SentBytes* sent,
+              int64_t* bytes = nullptr);
 
   std::shared_ptr<SharedMemoryArena> arena_ =
       std::make_shared<SharedMemoryArena>();
@@ -615,16 +622,23 @@ class RelayOfChanges {
   std::vector<int32_t> next_;
 };
 
+void WorkerNodeTransferTest::RunHop(const RelayOfChanges& relay,
+                                    SentBytes* sent, int64_t* bytes) {
+  absl::StatusOr<int64_t> written =
+      node_->Transfer(relay.Hop(Batch()), {}, sent);
+  ASSERT_THAT(written.status(), IsOk());
+  if (bytes != nullptr) *bytes = *written;
+  EXPECT_EQ(ReadAll(store_, 2, 128), relay.next());
+}
+
 TEST_P(WorkerNodeTransferTest, AnUpdatesRelayHopCarriesOnlyTheChanges) {
   ASSERT_NE(node_->peer_channels(), nullptr);
   // One element in chunk 0, two in chunk 2; chunks 1 and 3 unchanged.
   RelayOfChanges relay(*source_, *source_store_, *node_, {5, 70, 90});
   SentBytes sent;
-  absl::StatusOr<int64_t> bytes =
-      node_->Transfer(relay.Hop(Batch()), {}, &sent);
-  ASSERT_THAT(bytes.status(), IsOk());
-  EXPECT_EQ(*bytes, 512);  // every byte of the shard written here
-  EXPECT_EQ(ReadAll(store_, 2, 128), relay.next());
+  int64_t bytes = 0;
+  ASSERT_NO_FATAL_FAILURE(RunHop(relay, &sent, &bytes));
+  EXPECT_EQ(bytes, 512);  // every byte of the shard written here
   // Each changed element: a one-byte gap, a one-byte count, its 4 bytes.
   EXPECT_EQ(sent["w0"], 3 * 6);
 }
@@ -637,10 +651,7 @@ TEST_P(WorkerNodeTransferTest,
   RelayOfChanges relay(*source_, *source_store_, *node_, {5, 70, 90},
                        InitSpec{InitSpec::Kind::kZeros});
   SentBytes sent;
-  absl::StatusOr<int64_t> bytes =
-      node_->Transfer(relay.Hop(Batch()), {}, &sent);
-  ASSERT_THAT(bytes.status(), IsOk());
-  EXPECT_EQ(ReadAll(store_, 2, 128), relay.next());
+  ASSERT_NO_FATAL_FAILURE(RunHop(relay, &sent));
   EXPECT_EQ(sent["w0"], 512);
 }
 
@@ -650,10 +661,7 @@ TEST_P(WorkerNodeTransferTest, ARelayHopOfANewContentGetsWholeBytes) {
   for (int e = 0; e < 128; ++e) all[static_cast<size_t>(e)] = e;
   RelayOfChanges relay(*source_, *source_store_, *node_, all);
   SentBytes sent;
-  absl::StatusOr<int64_t> bytes =
-      node_->Transfer(relay.Hop(Batch()), {}, &sent);
-  ASSERT_THAT(bytes.status(), IsOk());
-  EXPECT_EQ(ReadAll(store_, 2, 128), relay.next());
+  ASSERT_NO_FATAL_FAILURE(RunHop(relay, &sent));
   EXPECT_EQ(sent["w0"], 512);
 }
 
