@@ -588,6 +588,14 @@ bool SameShard(const ShardDesc& desc, const ShardDesc& base) {
          base.box == desc.box;
 }
 
+// Whether `base` (non-zero) is held here as another version of shard `id`.
+bool HoldsEarlierVersion(const ShardStore& store, uint64_t base, uint64_t id,
+                         const ShardDesc& desc) {
+  if (base == 0 || base == id) return false;
+  absl::StatusOr<ShardDesc> held = store.Describe(base);
+  return held.ok() && SameShard(desc, *held);
+}
+
 // After this many chunks in a row whose changes were not shorter, a hop
 // pulls the rest whole without asking (a whole new content).
 constexpr int kWholeChunksBeforeGivingUp = 4;
@@ -631,12 +639,9 @@ absl::StatusOr<int64_t> WorkerNode::RunRelayHop(
                    relay.fallbacks.end());
   // An update's relay: chunks cross as their changes from the version
   // before, which this worker holds too.
-  bool changes = false;
-  if (relay.base_shard_id != 0 && relay_upstreams_ != nullptr) {
-    absl::StatusOr<ShardDesc> base = store_->Describe(relay.base_shard_id);
-    changes = base.ok() && relay.base_shard_id != piece.dst_shard_id &&
-              SameShard(dst, *base);
-  }
+  const bool changes = relay_upstreams_ != nullptr &&
+                       HoldsEarlierVersion(*store_, relay.base_shard_id,
+                                           piece.dst_shard_id, dst);
   int64_t patched_chunks = 0;
   int64_t patched_bytes = 0;  // what the changes took
   Receiver receiver(store_, deadline, cancelled);
@@ -695,7 +700,10 @@ absl::StatusOr<int64_t> WorkerNode::RunRelayHop(
         whole_in_a_row = from_up >= 0   ? 0
                          : patched.ok() ? whole_in_a_row + 1
                                         : kWholeChunksBeforeGivingUp;
-        if (from_up >= 0) patched_bytes[0] += 1, patched_bytes[1] += from_up;
+        if (from_up >= 0) {
+          ++patched_chunks;
+          patched_bytes += from_up;
+        }
       }
       if (from_up < 0) {
         TransferPiece& part = one.pieces.emplace_back();
@@ -775,8 +783,14 @@ absl::StatusOr<ShardDelta> WorkerNode::ReadShardDelta(
 
 absl::StatusOr<int64_t> WorkerNode::PatchChunk(const RelayUpstream& up,
                                                uint64_t dst, uint64_t base,
-                                               int64_t item, int64_t flat,
-                                               int64_t count) {
+                                               const ShardDesc& desc,
+                                               const Box& chunk) {
+  int64_t flat = 0;  // the chunk's first element (chunks are contiguous)
+  for (size_t d = 0; d < chunk.offsets.size(); ++d) {
+    flat = flat * desc.box.sizes[d] + chunk.offsets[d];
+  }
+  const int64_t item = static_cast<int64_t>(ItemSize(desc.dtype));
+  const int64_t count = chunk.NumElements();
   const int64_t offset = flat * item;
   const int64_t bytes = count * item;
   if (bytes == 0) return -1;  // an empty shard's one chunk: nothing to save
@@ -785,7 +799,6 @@ absl::StatusOr<int64_t> WorkerNode::PatchChunk(const RelayUpstream& up,
       ShardDelta delta, relay_upstreams_->ReadDelta(
                             up, ShardDeltaRequest{offset, bytes, bytes - 1}));
   if (!delta.encoded) return -1;
-  TESSERA_ASSIGN_OR_RETURN(ShardDesc desc, store_->Describe(base));
   TESSERA_ASSIGN_OR_RETURN(ChunkBytes old,
                            ReadChunk(*store_, base, desc, offset, bytes));
   std::string patched(old.bytes);

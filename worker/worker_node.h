@@ -429,14 +429,15 @@ class WorkerNode {
   absl::StatusOr<int64_t> Pull(const TransferBatch& remote,
                                TransferReceiver& receiver, absl::Time deadline,
                                const std::function<bool()>& cancelled);
-  // Fills `chunk` of shard `dst` (a relay hop's; `flat` its first element,
-  // the shard's row-major memory) from `up` as the changes from the copies
-  // of the earlier version there and here (`base`). The bytes `up` sent,
-  // or -1 when the chunk must come whole (the changes were not shorter, or
-  // the result's CRC-32 differed); an error when `up` failed.
+  // Fills `chunk` (contiguous in row-major memory) of shard `dst` (a relay
+  // hop's, described by `desc`, which `base` matches) from `up` as the
+  // changes from the copies of the earlier version there and here
+  // (`base`). The bytes `up` sent, or -1 when the chunk must come whole
+  // (the changes were not shorter, or the result's CRC-32 differed); an
+  // error when `up` failed.
   absl::StatusOr<int64_t> PatchChunk(const RelayUpstream& up, uint64_t dst,
-                                     uint64_t base, int64_t item, int64_t flat,
-                                     int64_t count);
+                                     uint64_t base, const ShardDesc& desc,
+                                     const Box& chunk);
   // A relay hop (Transfer), its calls already bounded by `deadline`.
   absl::StatusOr<int64_t> RunRelayHop(const TransferBatch& batch,
                                       absl::Time deadline,
