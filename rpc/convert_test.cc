@@ -302,13 +302,19 @@ TensorMetadata Replicated() {
   return meta;
 }
 
+// `meta` to the wire in `encoding` and back.
+absl::StatusOr<TensorMetadata> RoundTrip(const TensorMetadata& meta,
+                                         ShardEncoding encoding) {
+  v1::ShardedTensorMetadata wire;
+  TensorMetadataToProto(meta, &wire, encoding);
+  return TensorMetadataFromProto(wire);
+}
+
 TEST(ConvertTest, ReplicasTravelInBothEncodings) {
   const TensorMetadata meta = Replicated();
   for (const ShardEncoding encoding :
        {ShardEncoding::kPerShard, ShardEncoding::kPacked}) {
-    v1::ShardedTensorMetadata wire;
-    TensorMetadataToProto(meta, &wire, encoding);
-    absl::StatusOr<TensorMetadata> back = TensorMetadataFromProto(wire);
+    absl::StatusOr<TensorMetadata> back = RoundTrip(meta, encoding);
     ASSERT_OK(back);
     ASSERT_EQ(back->shards.size(), 3u);
     for (size_t i = 0; i < 3; ++i) {
@@ -326,9 +332,7 @@ TEST(ConvertTest, FileOriginTravelsAndIsBounded) {
   meta.origin.entry = 7;
   for (const ShardEncoding encoding :
        {ShardEncoding::kPerShard, ShardEncoding::kPacked}) {
-    v1::ShardedTensorMetadata wire;
-    TensorMetadataToProto(meta, &wire, encoding);
-    absl::StatusOr<TensorMetadata> back = TensorMetadataFromProto(wire);
+    absl::StatusOr<TensorMetadata> back = RoundTrip(meta, encoding);
     ASSERT_OK(back);
     EXPECT_EQ(back->origin, meta.origin);
   }

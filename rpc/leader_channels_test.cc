@@ -53,6 +53,10 @@ class CountingStandby final : public StandbyService {
 };
 
 std::string Local(int port) { return absl::StrCat("127.0.0.1:", port); }
+// The list of two coordinators, `first` and `second` on 127.0.0.1.
+std::string Listed(int first, int second) {
+  return absl::StrCat(Local(first), ",", Local(second));
+}
 
 // A port nothing listens on (bound once, then released).
 int DeadPort() {
@@ -102,8 +106,7 @@ TEST_F(LeaderChannelsTest, AStandbysAnswerSendsTheCallToTheLeaderItNames) {
   standby.SetLeader(Local(leader.port));
   ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<LeaderChannels> leaders,
-      LeaderChannels::Make(
-          absl::StrCat(Local(standing.port), ",", Local(leader.port)), {}));
+      LeaderChannels::Make(Listed(standing.port, leader.port), {}));
   LeaderStubs<v1::Worker> stubs(leaders.get());
   EXPECT_THAT(FreeShards(leaders.get(), &stubs, absl::Seconds(5)), IsOk());
   EXPECT_EQ(standby.calls.load(), 1);
@@ -119,8 +122,7 @@ TEST_F(LeaderChannelsTest, ADeadAddressIsPassedOver) {
   RunningServer leader = StartLeader();
   ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<LeaderChannels> leaders,
-      LeaderChannels::Make(
-          absl::StrCat(Local(DeadPort()), ",", Local(leader.port)), {}));
+      LeaderChannels::Make(Listed(DeadPort(), leader.port), {}));
   LeaderStubs<v1::Worker> stubs(leaders.get());
   EXPECT_THAT(FreeShards(leaders.get(), &stubs, absl::Seconds(5)), IsOk());
   EXPECT_EQ(leader_.calls.load(), 1);
@@ -131,8 +133,7 @@ TEST_F(LeaderChannelsTest, WhileNoOneLeadsAStandbyIsAskedCalmly) {
   RunningServer standing = StartStandby(&standby);
   ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<LeaderChannels> leaders,
-      LeaderChannels::Make(
-          absl::StrCat(Local(standing.port), ",", Local(DeadPort())), {}));
+      LeaderChannels::Make(Listed(standing.port, DeadPort()), {}));
   LeaderStubs<v1::Worker> stubs(leaders.get());
   // Neither serves: the call fails within its timeout with the standby's
   // words, having asked it every 50 ms or so (not thousands of times).
@@ -151,10 +152,8 @@ TEST_F(LeaderChannelsTest, ACoordinatorBackIsFoundAtOnce) {
   ChannelOptions options;
   options.connect_timeout = absl::Seconds(1);
   options.max_reconnect_backoff = absl::Milliseconds(200);
-  ASSERT_OK_AND_ASSIGN(
-      std::unique_ptr<LeaderChannels> leaders,
-      LeaderChannels::Make(absl::StrCat(Local(port), ",", Local(DeadPort())),
-                           options));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LeaderChannels> leaders,
+                       LeaderChannels::Make(Listed(port, DeadPort()), options));
   LeaderStubs<v1::Worker> stubs(leaders.get());
   // Down for a while: gRPC's reconnect backoff has grown. (UNAVAILABLE, or
   // DEADLINE_EXCEEDED when the last try had no time left.)
@@ -177,10 +176,8 @@ TEST_F(LeaderChannelsTest, AStandbyThatTakesOverIsFoundOnItsPort) {
   CountingStandby standby("standby");
   RunningServer standing = StartStandby(&standby);
   const int port = standing.port;
-  ASSERT_OK_AND_ASSIGN(
-      std::unique_ptr<LeaderChannels> leaders,
-      LeaderChannels::Make(absl::StrCat(Local(DeadPort()), ",", Local(port)),
-                           options));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LeaderChannels> leaders,
+                       LeaderChannels::Make(Listed(DeadPort(), port), options));
   LeaderStubs<v1::Worker> stubs(leaders.get());
   std::atomic<bool> stop{false};
   std::thread takeover([&] {
@@ -227,8 +224,7 @@ TEST_F(LeaderChannelsTest, AStandbyThatNamesItselfOrNoLeaderIsPassedOver) {
     if (names_itself) standby.SetLeader(Local(standing.port));
     ASSERT_OK_AND_ASSIGN(
         std::unique_ptr<LeaderChannels> leaders,
-        LeaderChannels::Make(
-            absl::StrCat(Local(standing.port), ",", Local(leader.port)), {}));
+        LeaderChannels::Make(Listed(standing.port, leader.port), {}));
     LeaderStubs<v1::Worker> stubs(leaders.get());
     EXPECT_THAT(FreeShards(leaders.get(), &stubs, absl::Seconds(5)), IsOk());
     EXPECT_EQ(leader_.calls.load() - before, 1);
@@ -247,10 +243,8 @@ TEST_F(LeaderChannelsTest, StandbysThatNameThemselvesAreNotAHotLoop) {
   RunningServer b = StartStandby(&second);
   first.SetLeader(Local(a.port));
   second.SetLeader(Local(b.port));
-  ASSERT_OK_AND_ASSIGN(
-      std::unique_ptr<LeaderChannels> leaders,
-      LeaderChannels::Make(absl::StrCat(Local(a.port), ",", Local(b.port)),
-                           {}));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LeaderChannels> leaders,
+                       LeaderChannels::Make(Listed(a.port, b.port), {}));
   LeaderStubs<v1::Worker> stubs(leaders.get());
   EXPECT_THAT(FreeShards(leaders.get(), &stubs, absl::Seconds(1)),
               StatusIs(absl::StatusCode::kUnavailable));

@@ -72,6 +72,15 @@ class MirrorTest : public ::testing::Test {
     return r;
   }
 
+  // `tessera create` of "m": 8x4 float32 arange, its shards on w0 and w1,
+  // a mirror of each on every worker of role=inference.
+  void CreateMirrored() {
+    Cli made = Tessera({"create", "m", "--shape=8,4", "--dtype=float32",
+                        "--chunk_dim=0", "--placements=w0,w1", "--init=arange",
+                        "--mirror=role=inference"});
+    ASSERT_EQ(made.code, 0) << made.err;
+  }
+
   // Per shard: the workers of its copies, "+" marking a mirror.
   std::vector<std::vector<std::string>> Copies(const std::string& name) {
     std::vector<std::vector<std::string>> out;
@@ -129,10 +138,7 @@ class MirrorTest : public ::testing::Test {
 
 TEST_F(MirrorTest, EveryMatchingWorkerHoldsEveryShardAndServesIt) {
   // A create: the shards on w0 and w1, a mirror of each on w2 and w3.
-  Cli made = Tessera({"create", "m", "--shape=8,4", "--dtype=float32",
-                      "--chunk_dim=0", "--placements=w0,w1", "--init=arange",
-                      "--mirror=role=inference"});
-  ASSERT_EQ(made.code, 0) << made.err;
+  ASSERT_NO_FATAL_FAILURE(CreateMirrored());
   EXPECT_THAT(Copies("m"), ElementsAre(ElementsAre("w0", "+w2", "+w3"),
                                        ElementsAre("w1", "+w2", "+w3")));
   // 128 bytes: each mirror worker holds all of it (as reported with the
@@ -269,10 +275,7 @@ TEST_F(MirrorTest, AnUpdateRelaysOnlyWhatChanged) {
 }
 
 TEST_F(MirrorTest, MirrorsFollowTheGroupAsWorkersComeAndGo) {
-  Cli made = Tessera({"create", "m", "--shape=8,4", "--dtype=float32",
-                      "--chunk_dim=0", "--placements=w0,w1", "--init=arange",
-                      "--mirror=role=inference"});
-  ASSERT_EQ(made.code, 0) << made.err;
+  ASSERT_NO_FATAL_FAILURE(CreateMirrored());
   const std::string bytes = Read("m");
   ASSERT_EQ(bytes.size(), 128u);
   // Cordoned: w3 leaves the group and drops its mirrors.
@@ -341,10 +344,7 @@ TEST_F(MirrorTest, AWorkerJoiningTheGroupIsChargedToTheQuota) {
   ASSERT_OK(client_->SetWorkerState("w3", WorkerState::kCordoned));
   WriteQuotas("* 320\n");
   absl::SleepFor(absl::Milliseconds(600));  // the file is read again
-  Cli made = Tessera({"create", "m", "--shape=8,4", "--dtype=float32",
-                      "--chunk_dim=0", "--placements=w0,w1", "--init=arange",
-                      "--mirror=role=inference"});
-  ASSERT_EQ(made.code, 0) << made.err;
+  ASSERT_NO_FATAL_FAILURE(CreateMirrored());
   EXPECT_EQ(QuotaUse(), 256);  // 128 in replicas, 128 on w2
   // w3 would take 128 more: refused while the quota is 320.
   ASSERT_OK(client_->SetWorkerState("w3", WorkerState::kReady));
@@ -368,10 +368,7 @@ TEST_F(MirrorTest, AWorkerJoiningTheGroupIsChargedToTheQuota) {
 }
 
 TEST_F(MirrorTest, AReshardChangesOrDropsTheGroup) {
-  Cli made = Tessera({"create", "m", "--shape=8,4", "--dtype=float32",
-                      "--chunk_dim=0", "--placements=w0,w1", "--init=arange",
-                      "--mirror=role=inference"});
-  ASSERT_EQ(made.code, 0) << made.err;
+  ASSERT_NO_FATAL_FAILURE(CreateMirrored());
   const std::string bytes = Read("m");
   // The same layout, no mirrors.
   Cli r = Tessera({"reshard", "m", "--mirror=none"});
