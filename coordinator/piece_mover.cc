@@ -89,6 +89,35 @@ class SentTotal {
   absl::Mutex mu_;
 };
 
+// The copies of the version an update replaces (`before`, when given and
+// of `now`'s dtype and incarnation), by shard and worker: what a relay's
+// copies can take changes against.
+class EarlierCopies {
+ public:
+  EarlierCopies(const TensorMetadata* before, const TensorMetadata& now) {
+    if (before == nullptr || before->dtype != now.dtype ||
+        before->incarnation != now.incarnation) {
+      return;
+    }
+    // Where a shard's box starts is unique in a layout.
+    for (const ShardInfo& shard : before->shards) {
+      by_start_[shard.box.offsets] = &shard;
+    }
+  }
+  // `worker`'s available copy of shard `box` in that version (0: none).
+  uint64_t On(const Box& box, const std::string& worker) const {
+    auto it = by_start_.find(box.offsets);
+    if (it == by_start_.end() || !(it->second->box == box)) return 0;
+    for (const Replica& old : it->second->replicas) {
+      if (old.worker == worker && old.available) return old.shard_id;
+    }
+    return 0;
+  }
+
+ private:
+  std::map<BoxCoords, const ShardInfo*> by_start_;
+};
+
 }  // namespace
 
 absl::Status PieceMover::ForwardReplicas(
@@ -209,26 +238,12 @@ absl::Status PieceMover::Relay(const TensorMetadata& from,
     m.busy = it == busy.end() ? 0 : it->second;
     return m;
   };
-  // The version before's shards by where their boxes start (unique in a
-  // layout), when it has the same dtype.
-  std::map<BoxCoords, const ShardInfo*> earlier;
-  if (before != nullptr && before->dtype == from.dtype &&
-      before->incarnation == from.incarnation) {
-    for (const ShardInfo& shard : before->shards) {
-      earlier[shard.box.offsets] = &shard;
-    }
-  }
+  const EarlierCopies earlier(before, from);
   for (const RelayCopies& shard_copies : copies) {
     if (shard_copies.destinations.empty()) continue;
     const ShardInfo& src_shard = from.shards[shard_copies.shard];
-    // A worker's copy of the version before of this shard (0: none).
-    auto earlier_on = [&](const Replica& copy) -> uint64_t {
-      auto it = earlier.find(src_shard.box.offsets);
-      if (it == earlier.end() || !(it->second->box == src_shard.box)) return 0;
-      for (const Replica& old : it->second->replicas) {
-        if (old.worker == copy.worker && old.available) return old.shard_id;
-      }
-      return 0;
+    auto earlier_on = [&](const Replica& copy) {
+      return earlier.On(src_shard.box, copy.worker);
     };
     const ShardInfo& dst_shard = to.shards[shard_copies.shard];
     const Replica& source = src_shard.replicas[shard_copies.source];
