@@ -24,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "client/tessera_client.h"
 #include "core/testing/temp_files.h"
+#include "tests/test_arrays.h"
 
 namespace tessera {
 namespace {
@@ -104,6 +105,17 @@ std::unique_ptr<Client> Connect(const TestCluster& cluster) {
   auto client = Client::Connect(cluster.coordinator_address());
   EXPECT_TRUE(client.ok()) << client.status();
   return client.ok() ? *std::move(client) : nullptr;
+}
+
+absl::Status CreateArange(Client& client, const std::string& name,
+                          const Shape& shape,
+                          std::initializer_list<int> ranks) {
+  InitSpec init;
+  init.kind = InitSpec::Kind::kArange;
+  return client
+      .Create(name, shape, DType::kInt32, LayoutSpec::Chunk(0, Ranks(ranks)),
+              init)
+      .status();
 }
 
 bool Eventually(const std::function<bool()>& done, absl::Duration timeout) {

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -137,6 +138,11 @@ std::unique_ptr<Client> Connect(const TestCluster& cluster);
 // Checks `done` every 100 ms until it holds or `timeout` has passed, and
 // once more then: whether it held.
 bool Eventually(const std::function<bool()>& done, absl::Duration timeout);
+
+// Creates `name` through `client`: int32 values 0, 1, 2, ... of `shape`,
+// in chunks along dim 0 over `ranks`.
+absl::Status CreateArange(Client& client, const std::string& name,
+                          const Shape& shape, std::initializer_list<int> ranks);
 
 // Sum of bytes_used over every worker, as `workers` reports it.
 int64_t TotalBytesUsed(Client& client);

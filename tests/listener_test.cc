@@ -71,12 +71,7 @@ absl::Status CreateArange(const TestCluster& cluster,
                           const ClientOptions& options) {
   auto client = Client::Connect(cluster.coordinator_address(), options);
   if (!client.ok()) return client.status();
-  InitSpec init;
-  init.kind = InitSpec::Kind::kArange;
-  return (*client)
-      ->Create("t", {64, 16}, DType::kInt32, LayoutSpec::Chunk(0, Ranks({0})),
-               init)
-      .status();
+  return ::tessera::CreateArange(**client, "t", {64, 16}, {0});
 }
 
 // Reads "t" back on a new client: OK when every byte is as made.

@@ -118,12 +118,7 @@ TEST(RotationTest, AnExpiredCertificateRenewedOnDiskServesTheShardsAgain) {
   {
     auto client = Client::Connect((*cluster)->coordinator_address(), admin);
     ASSERT_TRUE(client.ok()) << client.status();
-    InitSpec init;
-    init.kind = InitSpec::Kind::kArange;
-    ASSERT_TRUE((*client)
-                    ->Create("t", {32, 8}, DType::kInt32,
-                             LayoutSpec::Chunk(0, Ranks({0})), init)
-                    .ok());
+    ASSERT_TRUE(CreateArange(**client, "t", {32, 8}, {0}).ok());
   }
   // Told beforehand: the metric, and a warning in the log.
   const double left = ExpirySeconds(metrics_port);
@@ -176,12 +171,7 @@ TEST(RotationTest, RotatedTokensTakeEffectWithoutARestart) {
     auto admin = Client::Connect((*cluster)->coordinator_address(),
                                  As(dir, *ReadTokenFile(dir + "/admin.token")));
     ASSERT_TRUE(admin.ok()) << admin.status();
-    InitSpec init;
-    init.kind = InitSpec::Kind::kArange;
-    ASSERT_TRUE((*admin)
-                    ->Create("t", {16, 4}, DType::kInt32,
-                             LayoutSpec::Chunk(0, Ranks({0})), init)
-                    .ok());
+    ASSERT_TRUE(CreateArange(**admin, "t", {16, 4}, {0}).ok());
   }
   auto reader =
       Client::Connect((*cluster)->coordinator_address(), As(dir, old_reader));

@@ -76,12 +76,7 @@ class SecurityTest : public ::testing::Test {
     auto admin = Client::Connect(cluster_->coordinator_address(), As("admin"));
     ASSERT_TRUE(admin.ok()) << admin.status();
     admin_ = admin->release();
-    InitSpec init;
-    init.kind = InitSpec::Kind::kArange;
-    ASSERT_TRUE(admin_
-                    ->Create("t", {8, 4}, DType::kInt32,
-                             LayoutSpec::Chunk(0, Ranks({0, 1})), init)
-                    .ok());
+    ASSERT_TRUE(CreateArange(*admin_, "t", {8, 4}, {0, 1}).ok());
   }
   static void TearDownTestSuite() {
     delete admin_;
@@ -430,12 +425,7 @@ TEST_F(SecurityTest, BulkBytesLeaveTlsOnlyWhenTheOperatorSaysSo) {
   ASSERT_TRUE(trusted.ok()) << trusted.status();
   auto client = Client::Connect((*trusted)->coordinator_address(), over_ucx);
   ASSERT_TRUE(client.ok()) << client.status();
-  InitSpec init;
-  init.kind = InitSpec::Kind::kArange;
-  ASSERT_TRUE((*client)
-                  ->Create("u", {64, 32}, DType::kInt32,
-                           LayoutSpec::Chunk(0, Ranks({0, 1})), init)
-                  .ok());
+  ASSERT_TRUE(CreateArange(**client, "u", {64, 32}, {0, 1}).ok());
   absl::StatusOr<HostArray> got = (*client)->Get("u", std::nullopt);
   ASSERT_TRUE(got.ok()) << got.status();
   for (int i = 0; i < 64 * 32; ++i) ASSERT_EQ(got->As<int32_t>()[i], i);
@@ -491,12 +481,7 @@ TEST_F(SecurityTest, BulkBytesCrossTheDataPortsInMutualTls) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto client = Client::Connect((*cluster)->coordinator_address(), As("admin"));
   ASSERT_TRUE(client.ok()) << client.status();
-  InitSpec init;
-  init.kind = InitSpec::Kind::kArange;
-  ASSERT_TRUE((*client)
-                  ->Create("p", {64, 32}, DType::kInt32,
-                           LayoutSpec::Chunk(0, Ranks({0, 1})), init)
-                  .ok());
+  ASSERT_TRUE(CreateArange(**client, "p", {64, 32}, {0, 1}).ok());
   ASSERT_TRUE(
       (*client)->Reshard("p", LayoutSpec::Chunk(1, Ranks({0, 1}))).ok());
   absl::StatusOr<HostArray> got = (*client)->Get("p", std::nullopt);
