@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/npy.h"
+#include "core/testing/npy_samples.h"
 #include "core/testing/status_matchers.h"
 #include "core/testing/temp_files.h"
 #include "gmock/gmock.h"
@@ -21,6 +22,7 @@
 namespace tessera {
 namespace {
 
+using ::tessera::testing::HugeHeaderNpyFile;
 using ::tessera::testing::IsOk;
 using ::tessera::testing::ReadFileToString;
 using ::tessera::testing::StatusIs;
@@ -134,21 +136,8 @@ TEST(NpyFileTest, TruncatedAndTooLongFilesAreRefused) {
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a .npy")));
 }
 
-// A 118-byte file whose header declares 2^47 float32 elements (512 TiB).
-std::string HugeHeaderFile() {
-  std::string dict =
-      "{'descr': '<f4', 'fortran_order': False, 'shape': (140737488355328,), "
-      "}";
-  dict.append(118 - 10 - dict.size() - 1, ' ');
-  dict.push_back('\n');
-  std::string file("\x93NUMPY\x01\x00", 8);
-  file.push_back(static_cast<char>(dict.size() & 0xff));
-  file.push_back(static_cast<char>(dict.size() >> 8));
-  return file + dict;
-}
-
 TEST(NpyFileTest, HeaderPromisingMoreThanTheFileIsRefusedBeforeAllocating) {
-  const std::string file = HugeHeaderFile();
+  const std::string file = HugeHeaderNpyFile();
   ASSERT_EQ(file.size(), 118u);
   const std::string path = TempPath("huge_header.npy");
   WriteStringToFile(path, file);
@@ -167,7 +156,7 @@ TEST(NpyFileTest, HugeHeaderThroughAPipeAllocatesOnlyWhatArrives) {
   ASSERT_EQ(mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
   std::thread writer([&] {
     std::ofstream out(path, std::ios::binary);
-    out << HugeHeaderFile() << std::string(1000, 'x');
+    out << HugeHeaderNpyFile() << std::string(1000, 'x');
   });
   absl::StatusOr<HostArray> read = ReadNpyFile(path, std::nullopt);
   writer.join();

@@ -8,6 +8,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "core/testing/npy_samples.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -15,6 +16,7 @@
 namespace tessera {
 namespace {
 
+using ::tessera::testing::HugeHeaderNpyFile;
 using ::tessera::testing::IsOk;
 using ::tessera::testing::IsOkAndHolds;
 using ::tessera::testing::StatusIs;
@@ -415,15 +417,7 @@ TEST(NpyTest, DataBytesAreCheckedAgainstTheFileSize) {
 }
 
 TEST(NpyTest, AHeaderDeclaringTwoToThe47ElementsInA118ByteFileIsTruncated) {
-  std::string dict =
-      "{'descr': '<f4', 'fortran_order': False, 'shape': (140737488355328,), "
-      "}";
-  dict.append(118 - 10 - dict.size() - 1, ' ');
-  dict.push_back('\n');
-  std::string file("\x93NUMPY\x01\x00", 8);
-  file.push_back(static_cast<char>(dict.size()));
-  file.push_back(0);
-  file += dict;
+  const std::string file = HugeHeaderNpyFile();
   ASSERT_EQ(file.size(), 118u);
   auto header = ParseNpyHeader(file);
   ASSERT_THAT(header, IsOk());  // a legal header: 2^49 bytes is under the cap
