@@ -62,6 +62,15 @@ class OrchestratorTest : public ::testing::Test {
     return args;
   }
 
+  // A put begun: Args(...) created pending, invisible until committed.
+  absl::StatusOr<TensorMetadataPtr> BeginPut(
+      const std::string& name, int64_t rows,
+      const std::vector<int32_t>& ranks) {
+    CreateTensorArgs put = Args(name, rows, ranks);
+    put.pending = true;
+    return orchestrator_.Create(put);
+  }
+
   std::vector<uint64_t> Held(int i) const {
     return workers_.Held(WorkerAddress(i));
   }
@@ -337,9 +346,7 @@ TEST_F(OrchestratorTest, DeleteWhoseRecordFailsFreesNothing) {
 
 TEST_F(OrchestratorTest,
        APutIsInvisibleUntilCommittedAndReapedIfNeverCommitted) {
-  CreateTensorArgs put = Args("p", 4, {0, 1});
-  put.pending = true;
-  absl::StatusOr<TensorMetadataPtr> made = orchestrator_.Create(put);
+  absl::StatusOr<TensorMetadataPtr> made = BeginPut("p", 4, {0, 1});
   ASSERT_OK(made);
   const uint64_t change = (*made)->change;
   EXPECT_NE(change, 0u);
@@ -356,9 +363,7 @@ TEST_F(OrchestratorTest,
   EXPECT_OK(table_.Get("p"));
   EXPECT_EQ(log_.DurableState().tensors.count("p"), 1u);
 
-  CreateTensorArgs abandoned = Args("q", 2, {2});
-  abandoned.pending = true;
-  made = orchestrator_.Create(abandoned);
+  made = BeginPut("q", 2, {2});  // never committed
   ASSERT_OK(made);
   EXPECT_THAT(Held(2), SizeIs(1));
   clock_.Advance(absl::Minutes(11));
@@ -372,9 +377,7 @@ TEST_F(OrchestratorTest,
 // commit fails, nothing is recorded, and the put stays pending.
 TEST_F(OrchestratorTest,
        ACommitWhoseShardsCannotBeSealedFailsAndRecordsNothing) {
-  CreateTensorArgs put = Args("p", 4, {0, 1});
-  put.pending = true;
-  absl::StatusOr<TensorMetadataPtr> made = orchestrator_.Create(put);
+  absl::StatusOr<TensorMetadataPtr> made = BeginPut("p", 4, {0, 1});
   ASSERT_OK(made);
   workers_.FailNext(WorkerAddress(1), absl::UnavailableError("restarting"));
   EXPECT_THAT(orchestrator_.Commit("p", 1, "", (*made)->change),
