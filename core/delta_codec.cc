@@ -99,8 +99,7 @@ std::optional<std::string> EncodeDelta(absl::string_view base,
     // content costs a pass over the limit's bytes, not the range's).
     const int64_t room = limit - static_cast<int64_t>(out.size());
     if (room < 0) return std::nullopt;
-    const int64_t stop =
-        room / item + 1 >= n - first ? n : first + room / item + 1;
+    const int64_t stop = room / item >= n - first ? n : first + room / item + 1;
     int64_t end = compare.NextSame(first, stop);
     int64_t after = compare.NextChanged(end);
     // A gap cheaper to send as values than as a new run joins the two.

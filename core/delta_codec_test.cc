@@ -124,6 +124,18 @@ TEST(DeltaCodecTest, ALimitCutsARunThatMergesGaps) {
           .has_value());
 }
 
+TEST(DeltaCodecTest, NoLimitIsTheLargestOne) {
+  // INT64_MAX as the limit: no sum past it (a fuzzer's find).
+  const std::string base(100, 'a');
+  const std::string next(100, 'b');
+  for (int64_t item : {1, 2, 4}) {
+    std::optional<std::string> encoding =
+        EncodeDelta(base, next, item, INT64_MAX);
+    ASSERT_TRUE(encoding.has_value());
+    EXPECT_EQ(Applied(base, *encoding, item), next);
+  }
+}
+
 TEST(DeltaCodecTest, MismatchedInputsAreRefused) {
   EXPECT_FALSE(EncodeDelta("abcd", "abc", 1, 100).has_value());
   EXPECT_FALSE(EncodeDelta("abc", "abd", 2, 100).has_value());
