@@ -196,13 +196,6 @@ Json TensorObject(const TensorMetadata& meta, int64_t bytes, double seconds,
           {"sent", Json(sent)}};
 }
 
-// What crossed between workers in all: every byte one sent another.
-int64_t Relayed(const SentBytes& sent) {
-  int64_t total = 0;
-  for (const auto& [worker, bytes] : sent) total += bytes;
-  return total;
-}
-
 }  // namespace
 
 std::string TensorJson(const TensorMetadata& meta, int64_t bytes,
@@ -213,7 +206,7 @@ std::string TensorJson(const TensorMetadata& meta, int64_t bytes,
 std::string PutJson(const TensorMetadata& meta, int64_t bytes, double seconds,
                     const SentBytes& sent) {
   Json out = TensorObject(meta, bytes, seconds, sent);
-  out["relayed_bytes"] = Relayed(sent);
+  out["relayed_bytes"] = TotalSent(sent);
   return Dumps(out);
 }
 
@@ -223,7 +216,7 @@ std::string UpdateJson(const UpdateStats& stats, const SentBytes& sent) {
                 {"shards_kept", stats.shards_kept},
                 {"seconds", Seconds{stats.seconds}},
                 {"sent", Json(sent)},
-                {"relayed_bytes", Relayed(sent)}});
+                {"relayed_bytes", TotalSent(sent)}});
 }
 
 std::string RemoveJson(const std::string& name) {

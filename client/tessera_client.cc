@@ -489,10 +489,7 @@ absl::Status Client::CommitVersion(const std::string& name, uint64_t version,
            }));
   const SentBytes sent(response.sent().begin(), response.sent().end());
   CountWorkersSent(sent);
-  if (relayed != nullptr) {
-    *relayed = 0;
-    for (const auto& [worker, bytes] : sent) *relayed += bytes;
-  }
+  if (relayed != nullptr) *relayed = TotalSent(sent);
   return absl::OkStatus();
 }
 

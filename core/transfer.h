@@ -72,6 +72,13 @@ struct RelayHop {
 // cost each source (CLI.md "Relay", `"sent"`).
 using SentBytes = std::map<std::string, int64_t>;
 
+// What crossed between workers in all (CLI.md `"relayed_bytes"`).
+inline int64_t TotalSent(const SentBytes& sent) {
+  int64_t total = 0;
+  for (const auto& [worker, bytes] : sent) total += bytes;
+  return total;
+}
+
 // Every piece that moves from one worker to another, named with both ends
 // so that a transport needing both ends to act (send/recv) can be driven
 // from one batch.

@@ -801,13 +801,28 @@ absl::StatusOr<int64_t> WorkerNode::PatchChunk(const RelayUpstream& up,
   if (!delta.encoded) return -1;
   TESSERA_ASSIGN_OR_RETURN(ChunkBytes old,
                            ReadChunk(*store_, base, desc, offset, bytes));
-  std::string patched(old.bytes);
-  if (!ApplyDelta(delta.changes, item, absl::MakeSpan(patched)).ok() ||
-      ExtendCrc32(0, patched) != delta.crc32) {
+  // Patched in place where the shard's memory is this process's (one copy
+  // of the chunk), else in a buffer written back. A chunk that fails the
+  // check is pulled whole over whatever the patch left.
+  absl::StatusOr<PinnedShard> pinned = store_->Pin(dst);
+  std::string buffer;
+  absl::Span<char> patched;
+  if (pinned.ok() && offset + bytes <= pinned->bytes) {
+    patched = absl::MakeSpan(pinned->data + offset, static_cast<size_t>(bytes));
+    std::memcpy(patched.data(), old.bytes.data(), old.bytes.size());
+  } else {
+    buffer.assign(old.bytes.data(), old.bytes.size());
+    patched = absl::MakeSpan(buffer);
+  }
+  if (!ApplyDelta(delta.changes, item, patched).ok() ||
+      ExtendCrc32(0, absl::string_view(patched.data(), patched.size())) !=
+          delta.crc32) {
     return -1;
   }
-  TESSERA_RETURN_IF_ERROR(store_->WriteBox(dst, WholeBox(desc.box.sizes), flat,
-                                           count, patched.data()));
+  if (!buffer.empty()) {
+    TESSERA_RETURN_IF_ERROR(store_->WriteBox(dst, WholeBox(desc.box.sizes),
+                                             flat, count, buffer.data()));
+  }
   return static_cast<int64_t>(delta.changes.size());
 }
 
