@@ -118,6 +118,27 @@ class EarlierCopies {
   std::map<BoxCoords, const ShardInfo*> by_start_;
 };
 
+// `plan`'s move of `meta`'s bytes, counted on `board` under its name while
+// this lives (in place of whatever was counted there: a reshard's move
+// replaces any).
+class OnTheBoard {
+ public:
+  OnTheBoard(MoveProgressBoard* board, const TensorMetadata& meta,
+             const ReshardPlan& plan)
+      : board_(board), names_{meta.name} {
+    for (const ReshardPiece& piece : plan.pieces)
+      tally_->total += piece.global.NumElements() * ItemSize(meta.dtype);
+    board_->Replace(meta.name, tally_);
+  }
+  ~OnTheBoard() { board_->Untrack(names_, tally_); }
+  MoveTally* tally() const { return tally_.get(); }
+
+ private:
+  MoveProgressBoard* const board_;
+  const std::vector<std::string> names_;
+  const std::shared_ptr<MoveTally> tally_ = std::make_shared<MoveTally>();
+};
+
 }  // namespace
 
 absl::Status PieceMover::ForwardReplicas(
@@ -368,14 +389,10 @@ absl::Status PieceMover::FillCopies(const TensorMetadata& sources,
   for (auto& [index, shard] : by_shard) copies.push_back(std::move(shard));
   // Counted on the board as each copy's hop lands, as Move counts a pair's
   // steps.
-  auto tally = std::make_shared<MoveTally>();
-  for (const ReshardPiece& piece : plan.pieces)
-    tally->total += piece.global.NumElements() * ItemSize(sources.dtype);
-  const std::vector<std::string> moving = {sources.name};
-  progress_->Replace(sources.name, tally);
-  auto untrack = absl::MakeCleanup([&] { progress_->Untrack(moving, tally); });
+  const OnTheBoard counted(progress_, sources, plan);
   std::vector<std::pair<size_t, size_t>> failed;
-  if (Relay(sources, to, copies, &failed, sent, /*before=*/nullptr, tally.get())
+  if (Relay(sources, to, copies, &failed, sent, /*before=*/nullptr,
+            counted.tally())
           .ok()) {
     return absl::OkStatus();
   }
@@ -399,15 +416,10 @@ absl::Status PieceMover::MoveFromAnyReplica(const TensorMetadata& old_meta,
                                             const TensorMetadata& new_meta,
                                             const ReshardPlan& plan,
                                             SentBytes* sent) {
-  auto tally = std::make_shared<MoveTally>();
-  for (const ReshardPiece& piece : plan.pieces)
-    tally->total += piece.global.NumElements() * ItemSize(old_meta.dtype);
-  const std::vector<std::string> moving = {old_meta.name};
-  progress_->Replace(old_meta.name, tally);  // a reshard's move replaces any
-  auto untrack = absl::MakeCleanup([&] { progress_->Untrack(moving, tally); });
+  const OnTheBoard counted(progress_, old_meta, plan);
   std::vector<size_t> failed;
   const absl::Status moved =
-      Move(old_meta, new_meta, plan, tally.get(), &failed, sent);
+      Move(old_meta, new_meta, plan, counted.tally(), &failed, sent);
   if (moved.ok() || failed.empty()) return moved;
   // The workers that failed as sources; their replicas are not read again.
   std::set<std::string> gone;
@@ -433,7 +445,8 @@ absl::Status PieceMover::MoveFromAnyReplica(const TensorMetadata& old_meta,
   }
   spdlog::warn("{}; {} piece(s) go on from other replicas",
                std::string(moved.message()), again.pieces.size());
-  return Move(sources, new_meta, again, tally.get(), /*failed=*/nullptr, sent);
+  return Move(sources, new_meta, again, counted.tally(), /*failed=*/nullptr,
+              sent);
 }
 
 absl::Status PieceMover::Move(const TensorMetadata& old_meta,
