@@ -12,7 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "core/errors.h"
 #include "core/fan_out.h"
