@@ -390,12 +390,14 @@ class CliTest : public ::testing::Test {
   }
   // The state once the frees of versions replaced just before have landed
   // (a version nobody reads is freed at once, but not in the same call):
-  // two snapshots 300 ms apart that agree.
+  // two snapshots that agree taken further apart than the 2 s within which
+  // bytes_used is current (a heartbeat sent just before a free can report
+  // the bytes for up to one heartbeat after it).
   static State SettledSnapshot() {
     State last = Snapshot();
-    const absl::Time deadline = absl::Now() + absl::Seconds(3);
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
     while (absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(300));
+      absl::SleepFor(absl::Milliseconds(2100));
       State now = Snapshot();
       if (now == last) return now;
       last = std::move(now);
