@@ -29,7 +29,9 @@ GLUE_SAN="-fsanitize=address -fno-omit-frame-pointer"
 [ "${FUZZ_UBSAN:-}" = all ] && GLUE_SAN=$SAN
 # Line tables are enough for a symbolized crash report, and build faster
 # than full debug info.
-CXXFLAGS="-std=c++17 -gline-tables-only -DSPDLOG_FMT_EXTERNAL -I. -I$GEN -w"
+# spdlog's defines as third_party/BUILD has them (its implementation from
+# libspdlog.so, not compiled again in every source that logs).
+CXXFLAGS="-std=c++17 -gline-tables-only -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB -I. -I$GEN -w"
 # Objects built with other flags are built again (the .d checks below see
 # only sources and headers).
 flags="$CXX $CXXFLAGS | $SAN | $GLUE_SAN"
