@@ -5,10 +5,22 @@
 #include "core/errors.h"
 #include "core/status_macros.h"
 #include "proto/worker.grpc.pb.h"
+#include "rpc/call.h"
+#include "rpc/channel.h"
 #include "rpc/security.h"
-#include "rpc/status.h"
 
 namespace tessera {
+namespace {
+
+// Tried once (a failed source is the relay's to fail over from), within
+// `timeout` cut to the caller's deadline.
+CallOptions UpstreamCall(absl::Duration timeout) {
+  CallOptions options;
+  options.timeout = CallTimeout(timeout);
+  return options;
+}
+
+}  // namespace
 
 absl::StatusOr<RelayFillProgress> GrpcRelayUpstreams::Await(
     const RelayUpstream& upstream, uint64_t relay, int64_t have) {
@@ -17,21 +29,21 @@ absl::StatusOr<RelayFillProgress> GrpcRelayUpstreams::Await(
   request.set_relay_id(relay);
   request.set_have_chunks(have);
   v1::AwaitRelayFillResponse response;
-  grpc::ClientContext context;
   // The worker answers within kRelayAwaitSlice; the rest is the network.
-  SetDeadline(&context, CallTimeout(kRelayAwaitSlice + absl::Seconds(4)));
-  PresentCapability(&context, upstream.capability);
-  auto stub = v1::Worker::NewStub(channels_->Get(upstream.address));
-  const grpc::Status status =
-      stub->AwaitRelayFill(&context, request, &response);
-  if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+  const absl::Status status =
+      Call(UpstreamCall(kRelayAwaitSlice + absl::Seconds(4)),
+           [&](grpc::ClientContext* context) {
+             PresentCapability(context, upstream.capability);
+             return v1::Worker::NewStub(channels_->Get(upstream.address))
+                 ->AwaitRelayFill(context, request, &response);
+           });
+  if (absl::IsResourceExhausted(status)) {
     absl::SleepFor(absl::Milliseconds(50));
     return RelayFillProgress{};
   }
   if (!status.ok()) {
-    return Annotate(FromGrpcStatus(status),
-                    absl::StrCat("asking relay source worker '",
-                                 upstream.worker, "' how far it got"));
+    return Annotate(status, absl::StrCat("asking relay source worker '",
+                                         upstream.worker, "' how far it got"));
   }
   // A peer's reply is input: a count it cannot have is a broken peer.
   if (response.chunks_done() < 0) {
@@ -55,14 +67,15 @@ absl::StatusOr<ShardDelta> GrpcRelayUpstreams::ReadDelta(
   wire.set_bytes(request.bytes);
   wire.set_max_encoded_bytes(request.max_encoded_bytes);
   v1::ReadShardDeltaResponse response;
-  grpc::ClientContext context;
   // Comparing a chunk's two versions takes about a memory pass over them.
-  SetDeadline(&context, CallTimeout(absl::Seconds(30)));
-  PresentCapability(&context, upstream.capability);
-  auto stub = v1::Worker::NewStub(channels_->Get(upstream.address));
-  const grpc::Status status = stub->ReadShardDelta(&context, wire, &response);
+  const absl::Status status = Call(
+      UpstreamCall(absl::Seconds(30)), [&](grpc::ClientContext* context) {
+        PresentCapability(context, upstream.capability);
+        return v1::Worker::NewStub(channels_->Get(upstream.address))
+            ->ReadShardDelta(context, wire, &response);
+      });
   if (!status.ok()) {
-    return Annotate(FromGrpcStatus(status),
+    return Annotate(status,
                     absl::StrCat("reading a chunk's changes from relay source "
                                  "worker '",
                                  upstream.worker, "'"));
