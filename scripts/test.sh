@@ -23,15 +23,15 @@ took() {
 
 BAZEL_FLAGS=(--jobs="${TESSERA_JOBS:-4}")
 took setup
-bazel build "${BAZEL_FLAGS[@]}" //... || exit 1
-took "bazel build"
 # The fuzzers' clang build (every library source again, under ASan) runs
-# beside the tests, the Python tests and the deployment checks at the lowest
-# priority: they mostly wait on their daemons, and the build takes only the
-# cores they leave idle.
+# beside everything up to the fuzz runs at the lowest priority: it takes the
+# cores the Bazel build leaves idle (its analysis, its last actions) and
+# those the tests leave (they mostly wait on their daemons).
 mkdir -p fuzz/out
 nice -n 19 fuzz/build.sh >fuzz/out/build.log 2>&1 &
 fuzz_build=$!
+bazel build "${BAZEL_FLAGS[@]}" //... || exit 1
+took "bazel build"
 bazel_log=$(mktemp)
 results=$(mktemp -d)
 # The tests Bazel runs (four at once on any machine: they wait on their
