@@ -26,9 +26,12 @@ took setup
 # The fuzzers' clang build (every library source again, under ASan) runs
 # beside everything up to the fuzz runs at the lowest priority: it takes the
 # cores the Bazel build leaves idle (its analysis, its last actions) and
-# those the tests leave (they mostly wait on their daemons).
+# those the tests leave (they mostly wait on their daemons). Where the
+# kernel schedules sessions as groups (autogroup), nice weighs only within
+# a session: the build gets a session of its own, niced as a whole.
 mkdir -p fuzz/out
-nice -n 19 fuzz/build.sh >fuzz/out/build.log 2>&1 &
+setsid -w bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 fuzz/build.sh' \
+  >fuzz/out/build.log 2>&1 &
 fuzz_build=$!
 bazel build "${BAZEL_FLAGS[@]}" //... || exit 1
 took "bazel build"
