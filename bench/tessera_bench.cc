@@ -1116,8 +1116,8 @@ void CrossHostFigure(Env& env) {
                        "hosts, over tcp, at once (new memory)",
                        lost / (1 << 20)),
        GBps(lost, copy),
-       absl::StrCat("TCP x4 between hosts ", GBps(lost, wire)), wire / copy,
-       "", true, 0});
+       absl::StrCat("TCP x4 between hosts ", GBps(lost, wire)), wire / copy, "",
+       true, 0});
   // New replicas land in memory the workers never touched: on a VM whose
   // balloon takes freed pages back, touching that much is itself a floor.
   const NewMemory fresh = NewMemoryReference(repaired.victim_bytes);
@@ -1132,10 +1132,10 @@ void CrossHostFigure(Env& env) {
   // replicas, so what is left is the transport. The victim comes back
   // empty first, and the tensor's size matches no freed shard.
   CHECK_OK(cluster->RestartWorker(kWorkers - 1));
-  ValueOrDie(client->Create("repair_hosts_warm", {rows + rows / 64, 1024},
-                            DType::kFloat32, spec,
-                            InitSpec{InitSpec::Kind::kOnes}),
-             "create the second replicated tensor");
+  ValueOrDie(
+      client->Create("repair_hosts_warm", {rows + rows / 64, 1024},
+                     DType::kFloat32, spec, InitSpec{InitSpec::Kind::kOnes}),
+      "create the second replicated tensor");
   absl::SleepFor(absl::Seconds(3));
   const Repaired warm =
       KillAndRepair(*cluster, *client, "repair_hosts_warm", kWorkers - 1);
@@ -1143,8 +1143,8 @@ void CrossHostFigure(Env& env) {
   const double warm_copy = warm.CopySeconds(&warm_copied);
   // What the repair copied (its log line), not the victim's bytes_used,
   // which may still count shards it re-attached on its return.
-  const double warm_lost = static_cast<double>(
-      warm_copied > 0 ? warm_copied : warm.victim_bytes);
+  const double warm_lost =
+      static_cast<double>(warm_copied > 0 ? warm_copied : warm.victim_bytes);
   Add({absl::StrFormat("20. repair of a dead worker's %.0f MiB between "
                        "hosts, over tcp, 3 s after the create (warm blocks)",
                        warm_lost / (1 << 20)),

@@ -68,8 +68,8 @@ absl::StatusOr<ShardDelta> GrpcRelayUpstreams::ReadDelta(
   wire.set_max_encoded_bytes(request.max_encoded_bytes);
   v1::ReadShardDeltaResponse response;
   // Comparing a chunk's two versions takes about a memory pass over them.
-  const absl::Status status = Call(
-      UpstreamCall(absl::Seconds(30)), [&](grpc::ClientContext* context) {
+  const absl::Status status =
+      Call(UpstreamCall(absl::Seconds(30)), [&](grpc::ClientContext* context) {
         PresentCapability(context, upstream.capability);
         return v1::Worker::NewStub(channels_->Get(upstream.address))
             ->ReadShardDelta(context, wire, &response);
