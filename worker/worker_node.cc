@@ -805,9 +805,10 @@ absl::StatusOr<int64_t> WorkerNode::PatchChunk(const RelayUpstream& up,
   // of the chunk), else in a buffer written back. A chunk that fails the
   // check is pulled whole over whatever the patch left.
   absl::StatusOr<PinnedShard> pinned = store_->Pin(dst);
+  const bool in_place = pinned.ok() && offset + bytes <= pinned->bytes;
   std::string buffer;
   absl::Span<char> patched;
-  if (pinned.ok() && offset + bytes <= pinned->bytes) {
+  if (in_place) {
     patched = absl::MakeSpan(pinned->data + offset, static_cast<size_t>(bytes));
     std::memcpy(patched.data(), old.bytes.data(), old.bytes.size());
   } else {
@@ -819,7 +820,7 @@ absl::StatusOr<int64_t> WorkerNode::PatchChunk(const RelayUpstream& up,
           delta.crc32) {
     return -1;
   }
-  if (!buffer.empty()) {
+  if (!in_place && bytes > 0) {
     TESSERA_RETURN_IF_ERROR(store_->WriteBox(dst, WholeBox(desc.box.sizes),
                                              flat, count, buffer.data()));
   }
