@@ -6,8 +6,8 @@
 # Prints the wheel's path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# TESSERA_BUILT: built already (scripts/test.sh).
-[ -n "${TESSERA_BUILT:-}" ] || bazel build //client/python:package //client:tessera >&2
+# TESSERA_SKIP_BAZEL: built already (scripts/test.sh), run no bazel.
+[ -n "${TESSERA_SKIP_BAZEL:-}" ] || bazel build //client/python:package //client:tessera >&2
 version=$(sed -n 's/^inline constexpr char kVersion\[\] = "\(.*\)";/\1/p' ops/version.h)
 /usr/bin/python3 scripts/make_wheel.py --package bazel-bin/client/python/tessera \
   --cli bazel-bin/client/tessera --version "$version" --out dist

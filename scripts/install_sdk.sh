@@ -14,8 +14,8 @@ if [ $# -ne 1 ] || [ -z "$1" ]; then
 fi
 mkdir -p "$1"
 prefix=$(cd "$1" && pwd)
-# TESSERA_BUILT: built already (scripts/test.sh).
-[ -n "${TESSERA_BUILT:-}" ] || bazel build //client:libtessera.so >&2
+# TESSERA_SKIP_BAZEL: built already (scripts/test.sh), run no bazel.
+[ -n "${TESSERA_SKIP_BAZEL:-}" ] || bazel build //client:libtessera.so >&2
 version=$(sed -n 's/^inline constexpr char kVersion\[\] = "\(.*\)";/\1/p' ops/version.h)
 
 # The headers: client/tessera_client.h and every header of this tree it

@@ -33,6 +33,10 @@ mkdir -p fuzz/out
 setsid -w bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 fuzz/build.sh' \
   >fuzz/out/build.log 2>&1 &
 fuzz_build=$!
+# In a session of its own it hears no Ctrl-C: stopped with the script
+# however that ends (its process group; nothing once it has ended).
+trap 'kill -- -"$fuzz_build" 2>/dev/null' EXIT
+trap 'exit 130' INT TERM
 bazel build "${BAZEL_FLAGS[@]}" //... || exit 1
 took "bazel build"
 bazel_log=$(mktemp)
@@ -40,12 +44,12 @@ results=$(mktemp -d)
 # The tests Bazel runs (four at once on any machine: they wait on their
 # daemons far more than they compute) in the background, with the Python
 # tests and the deployment checks beside them: all use what the build above
-# made (TESSERA_BUILT: their scripts skip their own bazel build, which would
-# wait for this one's lock). Bazel's output is printed when it ends.
+# made (TESSERA_SKIP_BAZEL, as deploy/build-images.sh takes it: their scripts
+# run no bazel build of their own, which would wait for this one's lock). Bazel's output is printed when it ends.
 bazel_start=$(date +%s)
 bazel test "${BAZEL_FLAGS[@]}" --local_test_jobs=4 --test_output=errors //... >"$bazel_log" 2>&1 &
 bazel_test=$!
-export TESSERA_BUILT=1
+export TESSERA_SKIP_BAZEL=1
 
 # The Python SDK's tests (pytest) against a real local cluster.
 ./client/python/run_tests.sh "$results/pytest.xml"

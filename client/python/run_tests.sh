@@ -10,9 +10,10 @@ cd "$(dirname "$0")/../.."
 junit="${1:-${TMPDIR:-/tmp}/tessera_python_tests.xml}"
 mkdir -p "$(dirname "$junit")"
 
-# TESSERA_BUILT (scripts/test.sh, after its build of //...): nothing to
-# build, and a bazel command would wait for the tests Bazel runs meanwhile.
-if [ -z "${TESSERA_BUILT:-}" ]; then
+# TESSERA_SKIP_BAZEL (scripts/test.sh, after its build of //...): nothing
+# to build, and a bazel command would wait for the tests Bazel runs
+# meanwhile.
+if [ -z "${TESSERA_SKIP_BAZEL:-}" ]; then
   bazel build --jobs="${TESSERA_JOBS:-4}" //client/python:all \
     //client:libtruncate_after_map.so \
     //coordinator:tessera-coordinator //worker:tessera-worker || exit 1
