@@ -201,7 +201,9 @@ TEST(UcxStagingTest, StagingIsBoundedCheckedAndLapses) {
   server.staging_bytes = 4 << 20;
   server.staging_slot_bytes = 1 << 20;
   server.max_stage_bytes = 2 << 20;
-  server.staging_ttl = absl::Milliseconds(100);
+  // Long enough that the four leases below still hold when the fifth asks
+  // on a loaded machine (100 ms was not, with other tests beside it).
+  server.staging_ttl = absl::Seconds(1);
   server.sweep_interval = absl::Milliseconds(20);
   LocalWorker worker(/*ucx=*/true, server);
   UcxServer& ucx = *worker.ucx();
