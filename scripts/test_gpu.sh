@@ -43,7 +43,21 @@ cleanup() {
 }
 trap cleanup EXIT
 
-port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# A free port below the ephemeral range, which ports bound to 0 (the
+# workers' data ports) and outgoing connections draw from.
+port() {
+  /usr/bin/python3 -c '
+import random, socket
+below = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+while True:
+    p = random.randrange(10000, below)
+    try:
+        socket.socket().bind(("127.0.0.1", p))
+        print(p)
+        break
+    except OSError:
+        pass'
+}
 coordinator="127.0.0.1:$(port)"
 bazel-bin/coordinator/tessera-coordinator --listen="$coordinator" \
   >"$dir/coordinator.log" 2>&1 &

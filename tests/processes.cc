@@ -8,6 +8,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <set>
+#include <utility>
+
 namespace tessera {
 
 pid_t SpawnDaemon(const std::vector<std::string>& argv,
@@ -43,8 +49,55 @@ void ExecOrExit(const std::vector<std::string>& argv) {
   _exit(127);
 }
 
+namespace {
+
+// Whether `port` on 127.0.0.1 can be bound now.
+bool CanBind(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  const bool ok =
+      bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return ok;
+}
+
+// The kernel's range for ports bound to 0 and for outgoing connections.
+std::pair<int, int> EphemeralRange() {
+  int lo = 32768, hi = 60999;
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  in >> lo >> hi;
+  return {lo, hi};
+}
+
+}  // namespace
+
 int PickFreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  // Below the ephemeral range: a port the kernel hands out there (a
+  // daemon's data port bound to 0, any outgoing connection) could take the
+  // picked port before the daemon given it binds it. Random, so that tests
+  // running side by side rarely try the same one; never the same twice in a
+  // process.
+  static std::mutex mu;
+  static std::set<int> handed_out;
+  static std::mt19937 random(std::random_device{}());
+  std::lock_guard<std::mutex> lock(mu);
+  const int below = EphemeralRange().first;
+  if (below > 11024) {
+    std::uniform_int_distribution<int> pick(10000, below - 1);
+    for (int attempt = 0; attempt < 1000; ++attempt) {
+      const int port = pick(random);
+      if (handed_out.count(port) == 0 && CanBind(port)) {
+        handed_out.insert(port);
+        return port;
+      }
+    }
+  }
+  // A machine with no room below its ephemeral range: one of those.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -52,7 +105,7 @@ int PickFreePort() {
   bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
   socklen_t len = sizeof(addr);
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  int port = ntohs(addr.sin_port);
+  const int port = ntohs(addr.sin_port);
   close(fd);
   return port;
 }

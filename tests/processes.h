@@ -21,7 +21,8 @@ pid_t SpawnDaemon(const std::vector<std::string>& argv,
 // cannot be run.
 [[noreturn]] void ExecOrExit(const std::vector<std::string>& argv);
 
-// A free TCP port on 127.0.0.1 (bound and released).
+// A free TCP port on 127.0.0.1 (bound and released), below the ephemeral
+// range so that no port bound to 0 or outgoing connection takes it first.
 int PickFreePort();
 
 }  // namespace tessera

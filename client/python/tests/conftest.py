@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -48,7 +49,67 @@ def random_array(rng, dtype: str, shape, scale: float = 1.0):
     return rng.integers(info.min, info.max, size=shape, endpoint=True, dtype=np_dtype)
 
 
+# Workers report bytes_used with their heartbeats (every second), so it is
+# current within 2 s: a heartbeat sampled just before a free can land after
+# the free's own answer and show the freed bytes for up to one heartbeat.
+BYTES_USED_CURRENT_S = 2.0
+
+
+def bytes_used(client) -> dict:
+    """bytes_used by live worker name, as the coordinator reports it now."""
+    return {w.name: w.bytes_used for w in client.workers() if w.alive}
+
+
+def settled_bytes_used(client, timeout: float = 10.0) -> dict:
+    """bytes_used once the frees of earlier work have landed: two readings
+    that agree, taken further apart than the time within which it is
+    current."""
+    last = bytes_used(client)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(BYTES_USED_CURRENT_S + 0.1)
+        now = bytes_used(client)
+        if now == last:
+            return now
+        last = now
+    return last
+
+
+def eventual_bytes_used(client, want, timeout: float = 10.0) -> dict:
+    """bytes_used once it equals `want(reading)`, or the last reading after
+    `timeout` (for the caller's assert to show)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = bytes_used(client)
+        if want(now) or time.monotonic() >= deadline:
+            return now
+        time.sleep(0.1)
+
+
+_handed_out = set()
+
+
 def free_port() -> int:
+    """A free port on 127.0.0.1 below the ephemeral range: one the kernel
+    hands out there (a daemon's data port bound to 0, any outgoing
+    connection) could take it before the daemon given it binds it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            below = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        below = 32768
+    rng = random.SystemRandom()
+    for _ in range(1000 if below > 11024 else 0):
+        port = rng.randrange(10000, below)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

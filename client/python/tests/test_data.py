@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tessera
-from conftest import random_array
+from conftest import eventual_bytes_used, random_array, settled_bytes_used
 
 RANKS = ["rank:0", "rank:1", "rank:2", "rank:3"]
 
@@ -398,8 +398,7 @@ def test_replicas_keep_each_shard_on_distinct_workers(client, name):
 
 def test_mirror_keeps_a_copy_on_every_matching_worker(client, name):
     data = np.arange(32, dtype=np.float32).reshape(8, 4)
-    alive = [w for w in client.workers() if w.alive]
-    before = {w.name: w.bytes_used for w in alive}
+    before = settled_bytes_used(client)
     client.put(name, data, chunk_dim=0, placements=["rank:0", "rank:1"],
                mirror="all")
     assert client.describe(name).mirror == "all"
@@ -408,16 +407,8 @@ def test_mirror_keeps_a_copy_on_every_matching_worker(client, name):
     np.testing.assert_array_equal(client.get(name), data)
     # Every worker holds the whole tensor (a copy of each shard it does not
     # hold as a replica): bytes_used grows by its size on each.
-    # (Workers report bytes_used with their heartbeats.)
-    grown = {}
-    for _ in range(100):
-        after = {w.name: w.bytes_used for w in client.workers() if w.alive}
-        grown = {n: after[n] - before[n] for n in before}
-        if grown == {n: data.nbytes for n in before}:
-            break
-        import time
-        time.sleep(0.1)
-    assert grown == {n: data.nbytes for n in before}
+    want = {n: b + data.nbytes for n, b in before.items()}
+    assert eventual_bytes_used(client, lambda now: now == want) == want
     stats = client.reshard(name, chunk_dim=0, placements=["rank:0", "rank:1"],
                            mirror="none")
     assert stats.version == 2
@@ -451,7 +442,8 @@ def test_drain_moves_a_workers_shards_and_uncordon_takes_it_back(client, name):
     client.put(name, data, chunk_dim=0, placements=["rank:2", "rank:3"])
     client.drain("w3")
     states = {w.name: w for w in client.workers()}
-    assert states["w3"].state == "draining" and states["w3"].bytes_used == 0
+    assert states["w3"].state == "draining"
+    assert eventual_bytes_used(client, lambda now: now["w3"] == 0)["w3"] == 0
     assert all(s.worker != "w3" for s in client.describe(name).shards)
     np.testing.assert_array_equal(client.get(name), data)
     client.uncordon("w3")
