@@ -72,7 +72,7 @@ CoordinatorService::CoordinatorService(Coordinator* coordinator,
           [this](grpc::CallbackServerContext* context,
                  const v1::WaitForVersionRequest* request,
                  v1::WaitForVersionResponse* response) {
-            return WaitForVersion(context, request, response);
+            return StartWaitForVersion(context, request, response);
           }));
 }
 
@@ -154,7 +154,7 @@ constexpr absl::Duration kMaxWait = absl::Hours(24);
 
 }  // namespace
 
-grpc::ServerUnaryReactor* CoordinatorService::WaitForVersion(
+grpc::ServerUnaryReactor* CoordinatorService::StartWaitForVersion(
     grpc::CallbackServerContext* context,
     const v1::WaitForVersionRequest* request,
     v1::WaitForVersionResponse* response) {

@@ -127,8 +127,9 @@ class CoordinatorService final : public v1::Coordinator::Service {
   // Every handler starts here: core/auth.h's table decides.
   absl::StatusOr<Principal> Admit(const grpc::ServerContextBase* context,
                                   const char* method) const;
-  // WaitForVersion, on the callback API: a wait holds no thread.
-  grpc::ServerUnaryReactor* WaitForVersion(
+  // WaitForVersion, on the callback API: a wait holds no thread. (Named
+  // apart from the generated synchronous handler, which it replaces.)
+  grpc::ServerUnaryReactor* StartWaitForVersion(
       grpc::CallbackServerContext* context,
       const v1::WaitForVersionRequest* request,
       v1::WaitForVersionResponse* response);

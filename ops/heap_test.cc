@@ -14,6 +14,10 @@ namespace {
 
 constexpr size_t kMessage = size_t{8} << 20;
 
+// Keeps `block` and its contents observable: a compiler may otherwise drop
+// a malloc/free pair whose memory nobody reads (clang does at -O1).
+void Escape(void* block) { asm volatile("" : : "g"(block) : "memory"); }
+
 // In a child (mallopt is process-wide): after `setup`, frees an 8 MiB block
 // and allocates it again. Exit 0: neither block was mapped on its own and
 // the freed one stayed in the heap (kept); 1: the block was mapped afresh or
@@ -26,11 +30,13 @@ int KeptInChild(Setup setup) {
     char* block = static_cast<char*>(std::malloc(kMessage));
     if (block == nullptr) _exit(2);
     std::memset(block, 1, kMessage);
+    Escape(block);
     const bool mapped_first = mallinfo2().hblkhd >= kMessage;
     std::free(block);
     const bool kept = mallinfo2().fordblks >= kMessage;
     block = static_cast<char*>(std::malloc(kMessage));
     if (block == nullptr) _exit(2);
+    Escape(block);
     const bool mapped_again = mallinfo2().hblkhd >= kMessage;
     std::free(block);
     _exit(!mapped_first && kept && !mapped_again ? 0 : 1);

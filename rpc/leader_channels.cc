@@ -28,6 +28,7 @@ std::chrono::system_clock::time_point ToChrono(absl::Time t) {
 absl::StatusOr<std::unique_ptr<LeaderChannels>> LeaderChannels::Make(
     const std::string& addresses, const ChannelOptions& options) {
   std::unique_ptr<LeaderChannels> out(new LeaderChannels());
+  absl::MutexLock lock(&out->mu_);  // not shared yet; for the analysis
   for (absl::string_view address : absl::StrSplit(addresses, ',')) {
     if (!IsHostPort(address)) {
       return absl::InvalidArgumentError(
@@ -93,8 +94,8 @@ size_t LeaderChannels::Pick(absl::Time deadline, absl::Duration connect_wait) {
       current_ = i;
       return i;
     }
-    i = (i + 1) % channels_.size();
-    if ((passed + 1) % channels_.size() == 0) {
+    i = (i + 1) % size();
+    if ((passed + 1) % size() == 0) {
       absl::SleepFor(std::min(kRoundPause, deadline - absl::Now()));
     }
   }
