@@ -94,74 +94,34 @@ for f in fuzz/*_fuzzer.cc; do TARGETS+=("$(basename "$f" .cc)"); done
 
 obj_of() { echo "$OBJ/$(echo "$1" | sed "s|^$GEN/||; s|/|_|g; s|\.cc$|.o|")"; }
 
-# Whether $1 exists and is newer than everything in its .d file.
-# shellcheck disable=SC2317  # run by xargs below
-fresh() {
-  local out=$1 dep
-  [ -f "$out" ] && [ -f "$out.d" ] || return 1
-  for dep in $(sed 's/^[^:]*://; s/\\$//' "$out.d"); do
-    if [ ! -e "$dep" ] || [ "$dep" -nt "$out" ]; then return 1; fi
-  done
-}
-
-# The common headers (fuzz/pch.h) precompiled, once per set of flags that
-# sources are compiled with (a precompiled header serves only compiles with
-# its own flags). Parsing them was a third of a glue source's or a target's
-# compile (worker_service.cc 5.9 s -> 4.3 s, worker_request_fuzzer.cc 10.4 s
-# -> 6.8 s). core/ and the generated code include few of them and compile
-# no faster, or slower, with one: they go without.
-PCH_CORE=$OBJ/pch_core.pch  # -O1 $SAN: the targets
-PCH_GLUE=$OBJ/pch_glue.pch  # -O0 $GLUE_SAN: the service glue
-# shellcheck disable=SC2317  # run in the background below
-precompile() {
-  local pch=$1
-  shift
-  fresh "$pch" && return 0
-  echo "precompile fuzz/pch.h ($*)"
-  # shellcheck disable=SC2086
-  if ! $CXX $CXXFLAGS "$@" -fsanitize=fuzzer-no-link -x c++-header -MMD -MF "$pch.d" \
-    -c fuzz/pch.h -o "$pch.$$.tmp"; then
-    rm -f "$pch" "$pch.$$.tmp"  # the compiles go on without it
-    return 0
-  fi
-  mv "$pch.$$.tmp" "$pch"
-}
-# shellcheck disable=SC2086
-precompile "$PCH_CORE" -O1 $SAN &
-# shellcheck disable=SC2086
-precompile "$PCH_GLUE" -O0 $GLUE_SAN
-wait
-
-# Compiles $1 into $2 unless $2 is newer than everything in its .d file
-# (the precompiled header among them).
+# Compiles $1 into $2 unless $2 is newer than everything in its .d file.
 # shellcheck disable=SC2317  # run by xargs below
 compile() {
-  local src=$1 obj=$2
-  fresh "$obj" && [ ! "$obj" -ot "$PCH_CORE" ] && [ ! "$obj" -ot "$PCH_GLUE" ] && return 0
+  local src=$1 obj=$2 dep
+  if [ -f "$obj" ] && [ -f "$obj.d" ]; then
+    local stale=0
+    for dep in $(sed 's/^[^:]*://; s/\\$//' "$obj.d"); do
+      if [ ! -e "$dep" ] || [ "$dep" -nt "$obj" ]; then stale=1; break; fi
+    done
+    [ "$stale" = 0 ] && return 0
+  fi
   echo "compile $src"
+  # shellcheck disable=SC2086
   local tmp=$obj.$$.tmp  # unique: two builds may run at once
   # The parsers a fuzzer spends its time in (core/) and the targets are
   # optimized; the service glue around them (gRPC handlers, stores) builds
   # at -O0, in half the time, where the fuzzers' time goes to libgrpc.
-  local opt=-O0 san=$GLUE_SAN pch=$PCH_GLUE
-  case "$src" in
-    core/*) opt=-O1 san=$SAN pch= ;;
-    fuzz/*) opt=-O1 san=$SAN pch=$PCH_CORE ;;
-    rpc/convert.cc) san=$SAN pch= ;;
-    "$GEN"/*) pch= ;;
-  esac
-  local use_pch=()
-  [ -n "$pch" ] && [ -f "$pch" ] && use_pch=(-include-pch "$pch")
-  # shellcheck disable=SC2086
-  if $CXX $CXXFLAGS $opt $san -fsanitize=fuzzer-no-link "${use_pch[@]}" -MMD -MF "$obj.d" -c "$src" -o "$tmp"; then
+  local opt=-O0 san=$GLUE_SAN
+  case "$src" in core/* | fuzz/*) opt=-O1 san=$SAN ;; rpc/convert.cc) san=$SAN ;; esac
+  if $CXX $CXXFLAGS $opt $san -fsanitize=fuzzer-no-link -MMD -MF "$obj.d" -c "$src" -o "$tmp"; then
     mv "$tmp" "$obj"
   else
     rm -f "$obj" "$tmp"  # never link a stale object
     return 1
   fi
 }
-export -f fresh compile
-export CXX CXXFLAGS SAN GLUE_SAN PCH_CORE PCH_GLUE GEN
+export -f compile
+export CXX CXXFLAGS SAN GLUE_SAN
 
 pairs=()
 for src in "${LIB_SRCS[@]}" "${TARGETS[@]/#/fuzz/}" fuzz/make_seeds; do
