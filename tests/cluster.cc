@@ -91,6 +91,16 @@ double MetricSum(const std::string& text, const std::string& metric,
   return total;
 }
 
+int64_t TotalBytesUsedBecomes(Client& client, int64_t want) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(3);
+  int64_t total = TotalBytesUsed(client);
+  while (total != want && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(100));
+    total = TotalBytesUsed(client);
+  }
+  return total;
+}
+
 int64_t TotalBytesUsed(Client& client) {
   auto workers = client.Workers();
   EXPECT_TRUE(workers.ok()) << workers.status();

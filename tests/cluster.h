@@ -146,6 +146,10 @@ absl::Status CreateArange(Client& client, const std::string& name,
 
 // Sum of bytes_used over every worker, as `workers` reports it.
 int64_t TotalBytesUsed(Client& client);
+// TotalBytesUsed once it equals `want`, or its last reading after 3 s:
+// bytes_used is current within 2 s (a heartbeat sampled just before a free
+// can land after the free's own answer).
+int64_t TotalBytesUsedBecomes(Client& client, int64_t want);
 
 // Base fixture: one real cluster and one connected client shared by every
 // test of a suite. A suite picks its cluster by hiding ClusterOptions().

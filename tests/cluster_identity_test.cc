@@ -112,7 +112,7 @@ TEST(ClusterIdentityTest, ACoordinatorOfAnotherClusterNeverFreesTheShards) {
   }
   // And it frees them when told to by its own cluster.
   ASSERT_OK(client->Delete("t"));
-  EXPECT_EQ(TotalBytesUsed(*client), 0);
+  EXPECT_EQ(TotalBytesUsedBecomes(*client, 0), 0);
 }
 
 TEST(ClusterIdentityTest, QuarantinedShardsAreFreedAfterTheGrace) {

@@ -229,7 +229,7 @@ TEST_F(QuotaTest, SixteenConcurrentPutsUnderTenMiBLeaveExactlyTen) {
                        HasSubstr(absl::StrCat("resharding '", some,
                                               "' needs 2097152 more"))));
   EXPECT_EQ(admin->Describe(some)->version, 1u);
-  EXPECT_EQ(TotalBytesUsed(*admin), 10 * kMiB);
+  EXPECT_EQ(TotalBytesUsedBecomes(*admin, 10 * kMiB), 10 * kMiB);
 
   // A delete frees room at once.
   ASSERT_OK(admin->Delete(some));
