@@ -5,11 +5,11 @@
 #                             deploy/demo.sh need (the README's run command)
 set -euo pipefail
 
-# Building //:tessera (etcd's protos come from golang-etcd-server-dev) and
-# running the demo.
+# Building //:tessera (etcd's protos come from golang-etcd-server-dev; Bazel
+# compiles with clang, .bazelrc) and running the demo.
 RUN_PACKAGES=(
   bazel-bootstrap
-  g++ pkg-config
+  clang g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libcpp-httplib-dev
   libucx-dev nlohmann-json3-dev
@@ -21,7 +21,7 @@ TEST_PACKAGES=(
   cmake
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-dev python3-pytest python3-venv python3-tqdm pybind11-dev
-  clang lld libfuzzer-14-dev libclang-rt-14-dev
+  lld libfuzzer-14-dev libclang-rt-14-dev
   podman runc debootstrap catatonit podman-compose python3-kubernetes
   prometheus python3-grpcio curl
   ucx-utils python3-torch
