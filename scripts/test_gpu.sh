@@ -44,19 +44,21 @@ cleanup() {
 trap cleanup EXIT
 
 # A free port below the ephemeral range, which ports bound to 0 (the
-# workers' data ports) and outgoing connections draw from.
+# workers' data ports) and outgoing connections draw from (one of those
+# where there is no room below it).
 port() {
   /usr/bin/python3 -c '
 import random, socket
 below = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-while True:
-    p = random.randrange(10000, below)
-    try:
-        socket.socket().bind(("127.0.0.1", p))
-        print(p)
-        break
-    except OSError:
-        pass'
+candidates = [random.randrange(10000, below) for _ in range(1000)] if below > 11024 else []
+for p in candidates + [0]:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        print(s.getsockname()[1])
+        break'
 }
 coordinator="127.0.0.1:$(port)"
 bazel-bin/coordinator/tessera-coordinator --listen="$coordinator" \

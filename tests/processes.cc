@@ -12,7 +12,6 @@
 #include <mutex>
 #include <random>
 #include <set>
-#include <utility>
 
 namespace tessera {
 
@@ -51,26 +50,29 @@ void ExecOrExit(const std::vector<std::string>& argv) {
 
 namespace {
 
-// Whether `port` on 127.0.0.1 can be bound now.
-bool CanBind(int port) {
+// Binds a socket to `port` on 127.0.0.1 (0: one the kernel picks) and
+// releases it: the port bound, or 0 when it could not be.
+int BindAndRelease(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return false;
+  if (fd < 0) return 0;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = htons(port);
-  const bool ok =
-      bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  socklen_t len = sizeof(addr);
+  const bool bound =
+      bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
   close(fd);
-  return ok;
+  return bound ? ntohs(addr.sin_port) : 0;
 }
 
-// The kernel's range for ports bound to 0 and for outgoing connections.
-std::pair<int, int> EphemeralRange() {
-  int lo = 32768, hi = 60999;
-  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
-  in >> lo >> hi;
-  return {lo, hi};
+// The lowest port of the kernel's range for ports bound to 0 and for
+// outgoing connections.
+int EphemeralLow() {
+  int low = 32768;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> low;
+  return low;
 }
 
 }  // namespace
@@ -85,29 +87,19 @@ int PickFreePort() {
   static std::set<int> handed_out;
   static std::mt19937 random(std::random_device{}());
   std::lock_guard<std::mutex> lock(mu);
-  const int below = EphemeralRange().first;
+  const int below = EphemeralLow();
   if (below > 11024) {
     std::uniform_int_distribution<int> pick(10000, below - 1);
     for (int attempt = 0; attempt < 1000; ++attempt) {
       const int port = pick(random);
-      if (handed_out.count(port) == 0 && CanBind(port)) {
+      if (handed_out.count(port) == 0 && BindAndRelease(port) == port) {
         handed_out.insert(port);
         return port;
       }
     }
   }
   // A machine with no room below its ephemeral range: one of those.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const int port = ntohs(addr.sin_port);
-  close(fd);
-  return port;
+  return BindAndRelease(0);
 }
 
 }  // namespace tessera
