@@ -46,12 +46,14 @@ absl::Status Call(
     }
     status = attempt(&context);
     cancellable.reset();
-    if (options.leaders != nullptr &&
-        options.leaders->After(picked, status,
-                               context.GetServerTrailingMetadata(),
-                               std::min(overall, ProcessDeadline()))) {
-      --tries;  // a standby's answer: the call did not run
-      continue;
+    if (options.leaders != nullptr) {
+      const LeaderChannels::Next next = options.leaders->After(
+          picked, status, context.GetServerTrailingMetadata(),
+          std::min(overall, ProcessDeadline()));
+      if (next != LeaderChannels::Next::kDone) {
+        --tries;  // a standby's answer: the call did not run
+        continue;
+      }
     }
     // Only UNAVAILABLE is worth another try: an expired deadline already
     // spent the caller's time.

@@ -101,18 +101,18 @@ size_t LeaderChannels::Pick(absl::Time deadline, absl::Duration connect_wait) {
   }
 }
 
-bool LeaderChannels::After(
+LeaderChannels::Next LeaderChannels::After(
     size_t i, const grpc::Status& status,
     const std::multimap<grpc::string_ref, grpc::string_ref>& trailers,
     absl::Time deadline) {
-  if (status.ok()) return false;
+  if (status.ok()) return Next::kDone;
   if (IsTransportFailure(status)) {
     PassOver(i);
-    return false;
+    return Next::kDone;
   }
   if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||
       trailers.find(kStandbyTrailer) == trailers.end()) {
-    return false;
+    return Next::kDone;
   }
   std::string leader;
   if (auto it = trailers.find(kLeaderTrailer); it != trailers.end()) {
@@ -129,15 +129,16 @@ bool LeaderChannels::After(
   if (follow) {
     absl::MutexLock lock(&mu_);
     current_ = named_index;
-  } else {
-    // No leader to follow: ask the next listed address (the leader may be
-    // one this standby does not know of yet, or under a name this client
-    // was not given), calmly, so that a round of standbys with no leader
-    // among them is not a hot loop.
-    PassOver(i);
-    absl::SleepFor(std::min(kNoLeaderPause, deadline - absl::Now()));
+    return absl::Now() < deadline ? Next::kFollow : Next::kDone;
   }
-  return absl::Now() < deadline;
+  // No leader to follow: ask the next listed address (the leader may be
+  // one this standby does not know of yet, or under a name this client
+  // was not given), calmly, so that a round of standbys with no leader
+  // among them is not a hot loop.
+  PassOver(i);
+  absl::SleepFor(std::min(kNoLeaderPause, deadline - absl::Now()));
+  return absl::Now() + kMinAttempt <= deadline ? Next::kNoLeader
+                                               : Next::kDone;
 }
 
 void LeaderChannels::PassOver(size_t i) {

@@ -55,12 +55,19 @@ class LeaderChannels {
   // to the current one and fails as unreachable). Returns current().
   size_t Pick(absl::Time deadline, absl::Duration connect_wait)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // What a call to address `i` ended with (`trailers`: its server trailing
-  // metadata). True when it was not run and should go again at once to
-  // the next Pick (a standby answered, and `deadline` is not past).
-  bool After(size_t i, const grpc::Status& status,
+  // What to do after a call to address `i` ended with `status` (`trailers`:
+  // its server trailing metadata).
+  enum class Next {
+    kDone,      // the call ran, or failed in a way another address won't mend
+    kFollow,    // a standby named the leader: ask it at once
+    kNoLeader,  // a standby named none: ask the next address after a pause
+  };
+  // Asks again only while `deadline` leaves time for it: after a standby
+  // that named no leader, at least kMinAttempt.
+  Next After(size_t i, const grpc::Status& status,
              const std::multimap<grpc::string_ref, grpc::string_ref>& trailers,
              absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr absl::Duration kMinAttempt = absl::Milliseconds(50);
   // Calls go to the address after `i` from now on (if `i` is current).
   void PassOver(size_t i) ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -235,7 +235,9 @@ TEST_F(LeaderChannelsTest, AStandbyThatNamesItselfOrNoLeaderIsPassedOver) {
 
 // Two standbys naming each other's address or themselves, and no leader:
 // the call fails at its deadline having asked each a few times a second,
-// not thousands.
+// not thousands. It ends with the last standby's answer (UNAVAILABLE), or,
+// on a loaded machine where that last ask outlived the deadline,
+// DEADLINE_EXCEEDED.
 TEST_F(LeaderChannelsTest, StandbysThatNameThemselvesAreNotAHotLoop) {
   CountingStandby first("standby");
   CountingStandby second("standby");
@@ -246,8 +248,12 @@ TEST_F(LeaderChannelsTest, StandbysThatNameThemselvesAreNotAHotLoop) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<LeaderChannels> leaders,
                        LeaderChannels::Make(Listed(a.port, b.port), {}));
   LeaderStubs<v1::Worker> stubs(leaders.get());
-  EXPECT_THAT(FreeShards(leaders.get(), &stubs, absl::Seconds(1)),
-              StatusIs(absl::StatusCode::kUnavailable));
+  const absl::Status status =
+      FreeShards(leaders.get(), &stubs, absl::Seconds(1));
+  EXPECT_THAT(status.code(),
+              ::testing::AnyOf(absl::StatusCode::kUnavailable,
+                               absl::StatusCode::kDeadlineExceeded))
+      << status;
   EXPECT_GE(first.calls.load(), 2);
   EXPECT_GE(second.calls.load(), 2);
   EXPECT_LE(first.calls.load() + second.calls.load(), 40);
