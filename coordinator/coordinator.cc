@@ -406,12 +406,13 @@ absl::StatusOr<RegisterResult> Coordinator::RegisterWorker(
   return result;
 }
 
-bool Coordinator::Heartbeat(const std::string& name, int64_t bytes_used) {
+bool Coordinator::Heartbeat(const std::string& name,
+                            BytesUsedReading bytes_used) {
   return registry_.Heartbeat(name, bytes_used);
 }
 
 HeartbeatResult Coordinator::Heartbeat(const std::string& name,
-                                       int64_t bytes_used,
+                                       BytesUsedReading bytes_used,
                                        const HeldReport& held) {
   return reconciler_.Heartbeat(name, bytes_used, held);
 }

@@ -154,10 +154,10 @@ class Coordinator {
       const WorkerRegistration& registration,
       const std::vector<uint64_t>& held_shard_ids);
   // False when the worker is unknown and must register again.
-  bool Heartbeat(const std::string& name, int64_t bytes_used);
+  bool Heartbeat(const std::string& name, BytesUsedReading bytes_used);
   // Renews the lease and checks the digest of what the worker holds: asks
   // for its list on a mismatch and frees what no tensor references.
-  HeartbeatResult Heartbeat(const std::string& name, int64_t bytes_used,
+  HeartbeatResult Heartbeat(const std::string& name, BytesUsedReading bytes_used,
                             const HeldReport& held);
   std::vector<WorkerRecord> ListWorkers() const;
 

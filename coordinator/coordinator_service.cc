@@ -293,6 +293,7 @@ grpc::Status CoordinatorService::RegisterWorker(
   registration.worker.labels =
       Labels(request->labels().begin(), request->labels().end());
   registration.worker.bytes_used = request->bytes_used();
+  registration.worker.bytes_used_seq = request->bytes_used_seq();
   std::vector<uint64_t> held(request->held_shard_ids().begin(),
                              request->held_shard_ids().end());
   if (request->held_shard_identities_size() != 0 &&
@@ -340,7 +341,10 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context,
   held.device_total_bytes = request->device_total_bytes();
   held.device_free_bytes = request->device_free_bytes();
   const HeartbeatResult result =
-      coordinator_->Heartbeat(request->name(), request->bytes_used(), held);
+      coordinator_->Heartbeat(
+          request->name(),
+          BytesUsedReading{request->bytes_used(), request->bytes_used_seq()},
+          held);
   response->set_reregister(!result.known);
   response->set_send_held_shards(result.send_held);
   response->mutable_free_shard_ids()->Assign(result.free_shard_ids.begin(),

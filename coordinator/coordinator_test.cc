@@ -66,11 +66,11 @@ class Life {
    public:
     explicit SharedControl(std::shared_ptr<FakeWorkerControl> inner)
         : inner_(std::move(inner)) {}
-    absl::StatusOr<int64_t> Allocate(const WorkerRef& a,
+    absl::StatusOr<BytesUsedReading> Allocate(const WorkerRef& a,
                                      const AllocateBatch& b) override {
       return inner_->Allocate(a, b);
     }
-    absl::StatusOr<int64_t> Free(const WorkerRef& a,
+    absl::StatusOr<BytesUsedReading> Free(const WorkerRef& a,
                                  const std::vector<uint64_t>& ids) override {
       return inner_->Free(a, ids);
     }
@@ -215,7 +215,7 @@ TEST(CoordinatorTest, ReadsDoNotWaitWhileARecordIsBeingWritten) {
               StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(Listed(*life), ElementsAreArray({"a"}));
   EXPECT_EQ(life->ListWorkers().size(), size_t{kWorkers});
-  EXPECT_TRUE(life->Heartbeat("w0", 0));
+  EXPECT_TRUE(life->Heartbeat("w0", {0}));
   store->Release();
   creator.join();
   ASSERT_OK(created);

@@ -78,7 +78,7 @@ absl::StatusOr<FakeWorkerControl::Worker*> FakeWorkerControl::Reach(
   return worker;
 }
 
-absl::StatusOr<int64_t> FakeWorkerControl::Allocate(
+absl::StatusOr<BytesUsedReading> FakeWorkerControl::Allocate(
     const WorkerRef& ref, const AllocateBatch& batch) {
   const std::string& address = ref.address;
   absl::MutexLock lock(&mu_);
@@ -98,10 +98,10 @@ absl::StatusOr<int64_t> FakeWorkerControl::Allocate(
     (*worker)->shards[id] = bytes;
     (*worker)->bytes_used += bytes;
   }
-  return (*worker)->bytes_used;
+  return BytesUsedReading{(*worker)->bytes_used, ++(*worker)->readings};
 }
 
-absl::StatusOr<int64_t> FakeWorkerControl::Free(
+absl::StatusOr<BytesUsedReading> FakeWorkerControl::Free(
     const WorkerRef& ref, const std::vector<uint64_t>& shard_ids) {
   const std::string& address = ref.address;
   absl::MutexLock lock(&mu_);
@@ -116,7 +116,7 @@ absl::StatusOr<int64_t> FakeWorkerControl::Free(
     (*worker)->shards.erase(shard);
     (*worker)->sealed.erase(id);
   }
-  return (*worker)->bytes_used;
+  return BytesUsedReading{(*worker)->bytes_used, ++(*worker)->readings};
 }
 
 absl::Status FakeWorkerControl::Seal(const WorkerRef& ref,

@@ -54,10 +54,10 @@ class FakeWorkerControl : public WorkerControl {
   void Hold(const std::string& address, uint64_t shard_id, int64_t bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  absl::StatusOr<int64_t> Allocate(const WorkerRef& worker,
+  absl::StatusOr<BytesUsedReading> Allocate(const WorkerRef& worker,
                                    const AllocateBatch& batch) override
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<int64_t> Free(const WorkerRef& worker,
+  absl::StatusOr<BytesUsedReading> Free(const WorkerRef& worker,
                                const std::vector<uint64_t>& shard_ids) override
       ABSL_LOCKS_EXCLUDED(mu_);
   // Checks that the worker holds every shard (NOT_FOUND) and marks them
@@ -104,6 +104,7 @@ class FakeWorkerControl : public WorkerControl {
     std::map<uint64_t, int64_t> shards;  // id -> bytes
     std::set<uint64_t> sealed;
     int64_t bytes_used = 0;
+    uint64_t readings = 0;  // numbers its bytes_used readings, as a worker does
     absl::Status fail_next;
     Counts counts;
     bool exchanges = false;

@@ -50,7 +50,7 @@ v1::AllocateShardsRequest AllocateRequestFor(const AllocateBatch& batch) {
   return request;
 }
 
-absl::StatusOr<int64_t> GrpcWorkerControl::Allocate(
+absl::StatusOr<BytesUsedReading> GrpcWorkerControl::Allocate(
     const WorkerRef& worker, const AllocateBatch& batch) {
   const v1::AllocateShardsRequest request = AllocateRequestFor(batch);
   v1::AllocateShardsResponse response;
@@ -61,10 +61,10 @@ absl::StatusOr<int64_t> GrpcWorkerControl::Allocate(
              SignOrder(context, worker.name);
              return stub->AllocateShards(context, request, &response);
            }));
-  return response.bytes_used();
+  return BytesUsedReading{response.bytes_used(), response.bytes_used_seq()};
 }
 
-absl::StatusOr<int64_t> GrpcWorkerControl::Free(
+absl::StatusOr<BytesUsedReading> GrpcWorkerControl::Free(
     const WorkerRef& worker, const std::vector<uint64_t>& shard_ids) {
   v1::FreeShardsRequest request;
   request.mutable_shard_ids()->Assign(shard_ids.begin(), shard_ids.end());
@@ -76,7 +76,7 @@ absl::StatusOr<int64_t> GrpcWorkerControl::Free(
              SignOrder(context, worker.name);
              return stub->FreeShards(context, request, &response);
            }));
-  return response.bytes_used();
+  return BytesUsedReading{response.bytes_used(), response.bytes_used_seq()};
 }
 
 absl::Status GrpcWorkerControl::Seal(const WorkerRef& worker,

@@ -35,12 +35,12 @@ class GrpcWorkerControl : public WorkerControl {
         authority_(authority),
         channels_(std::move(channels)) {}
 
-  absl::StatusOr<int64_t> Allocate(const WorkerRef& worker,
+  absl::StatusOr<BytesUsedReading> Allocate(const WorkerRef& worker,
                                    const AllocateBatch& batch) override;
   absl::Status Seal(const WorkerRef& worker,
                     const std::vector<uint64_t>& shard_ids,
                     bool persist) override;
-  absl::StatusOr<int64_t> Free(const WorkerRef& worker,
+  absl::StatusOr<BytesUsedReading> Free(const WorkerRef& worker,
                                const std::vector<uint64_t>& shard_ids) override;
   absl::Status Transfer(const TransferBatch& batch,
                         SentBytes* sent = nullptr) override;

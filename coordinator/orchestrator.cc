@@ -470,8 +470,8 @@ absl::Status Orchestrator::AllocateShards(const TensorMetadata& meta,
   }
   std::vector<Key> keys;
   for (const auto& [key, batch] : batches) keys.push_back(key);
-  std::vector<absl::StatusOr<int64_t>> results(keys.size(),
-                                               absl::UnknownError(""));
+  std::vector<absl::StatusOr<BytesUsedReading>> results(
+      keys.size(), absl::UnknownError(""));
   // Every batch runs: those that succeed are undone when one fails.
   FanOut(keys.size(), kDefaultFanOut, [&](size_t i) {
     results[i] = workers_->Allocate(
@@ -498,7 +498,7 @@ absl::Status Orchestrator::AllocateShards(const TensorMetadata& meta,
     if (!results[i].ok()) continue;
     std::vector<uint64_t> ids;
     for (const auto& [id, box] : batches[keys[i]].shards) ids.push_back(id);
-    absl::StatusOr<int64_t> freed =
+    absl::StatusOr<BytesUsedReading> freed =
         workers_->Free(WorkerRef{names[keys[i].first], keys[i].first}, ids);
     if (freed.ok()) registry_->SetBytesUsed(names[keys[i].first], *freed);
   }
@@ -518,7 +518,7 @@ void Orchestrator::FreeShards(const TensorMetadata& meta) {
   }
   FanOut(frees.size(), kDefaultFanOut, [&](size_t i) {
     const auto& [worker, ids] = frees[i];
-    absl::StatusOr<int64_t> freed =
+    absl::StatusOr<BytesUsedReading> freed =
         workers_->Free(WorkerRef{worker.name, worker.address}, *ids);
     if (freed.ok()) {
       registry_->SetBytesUsed(worker.name, *freed);

@@ -20,6 +20,7 @@
 #include "core/save_plan.h"
 #include "core/stop.h"
 #include "core/transfer.h"
+#include "core/worker_info.h"
 
 namespace tessera {
 
@@ -50,10 +51,10 @@ struct AllocateBatch {
 class WorkerControl {
  public:
   virtual ~WorkerControl() = default;
-  // Returns the worker's bytes in use afterwards.
-  virtual absl::StatusOr<int64_t> Allocate(const WorkerRef& worker,
-                                           const AllocateBatch& batch) = 0;
-  virtual absl::StatusOr<int64_t> Free(
+  // Return the worker's bytes in use afterwards.
+  virtual absl::StatusOr<BytesUsedReading> Allocate(
+      const WorkerRef& worker, const AllocateBatch& batch) = 0;
+  virtual absl::StatusOr<BytesUsedReading> Free(
       const WorkerRef& worker, const std::vector<uint64_t>& shard_ids) = 0;
   // Seals shards a change wrote (its commit): no write reaches them again;
   // with `persist`, a worker with --store_dir also records them (their

@@ -11,9 +11,9 @@
 
 namespace tessera {
 
-absl::StatusOr<int64_t> HeldShardTracker::Allocate(const WorkerRef& worker,
+absl::StatusOr<BytesUsedReading> HeldShardTracker::Allocate(const WorkerRef& worker,
                                                    const AllocateBatch& batch) {
-  absl::StatusOr<int64_t> result = inner_->Allocate(worker, batch);
+  absl::StatusOr<BytesUsedReading> result = inner_->Allocate(worker, batch);
   // A failed batch is not wanted: if the worker made it anyway (its answer
   // was lost), its digest differs and heartbeats free it.
   if (result.ok()) {
@@ -25,7 +25,7 @@ absl::StatusOr<int64_t> HeldShardTracker::Allocate(const WorkerRef& worker,
   return result;
 }
 
-absl::StatusOr<int64_t> HeldShardTracker::Free(
+absl::StatusOr<BytesUsedReading> HeldShardTracker::Free(
     const WorkerRef& worker, const std::vector<uint64_t>& shard_ids) {
   {
     // Unwanted from now on, whether or not this order reaches the worker.
@@ -144,7 +144,7 @@ absl::StatusOr<RegisterResult> WorkerReconciler::Register(
 }
 
 HeartbeatResult WorkerReconciler::Heartbeat(const std::string& name,
-                                            int64_t bytes_used,
+                                            BytesUsedReading bytes_used,
                                             const HeldReport& held) {
   HeartbeatResult result;
   result.known = registry_->Heartbeat(name, bytes_used);

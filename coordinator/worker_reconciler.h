@@ -82,10 +82,10 @@ class HeldShardTracker : public WorkerControl {
   // `inner` must outlive the tracker.
   explicit HeldShardTracker(WorkerControl* inner) : inner_(inner) {}
 
-  absl::StatusOr<int64_t> Allocate(const WorkerRef& worker,
+  absl::StatusOr<BytesUsedReading> Allocate(const WorkerRef& worker,
                                    const AllocateBatch& batch) override
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<int64_t> Free(const WorkerRef& worker,
+  absl::StatusOr<BytesUsedReading> Free(const WorkerRef& worker,
                                const std::vector<uint64_t>& shard_ids) override
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Seal(const WorkerRef& worker,
@@ -188,7 +188,7 @@ class WorkerReconciler {
       const std::vector<uint64_t>& held_shard_ids) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Renews the worker's lease and checks what it holds (see above).
-  HeartbeatResult Heartbeat(const std::string& name, int64_t bytes_used,
+  HeartbeatResult Heartbeat(const std::string& name, BytesUsedReading bytes_used,
                             const HeldReport& held) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

@@ -175,7 +175,7 @@ class HeldShardsTest : public ::testing::Test {
 
   std::vector<uint64_t> Held() { return workers_.Held(WorkerAddress(0)); }
   HeartbeatResult Beat(bool with_list = false) {
-    return reconciler_.Heartbeat("w0", 0, Report(Held(), with_list));
+    return reconciler_.Heartbeat("w0", {0}, Report(Held(), with_list));
   }
   absl::StatusOr<TensorMetadataPtr> Create(const std::string& name) {
     CreateTensorArgs args;
@@ -205,7 +205,7 @@ TEST_F(HeldShardsTest, AWorkerInStepIsNotAskedForItsList) {
   EXPECT_TRUE(result.known);
   EXPECT_FALSE(result.send_held);
   EXPECT_THAT(result.free_shard_ids, IsEmpty());
-  EXPECT_FALSE(reconciler_.Heartbeat("w9", 0, HeldReport()).known);
+  EXPECT_FALSE(reconciler_.Heartbeat("w9", {0}, HeldReport()).known);
 }
 
 TEST_F(HeldShardsTest, AFreeThatNeverArrivedIsRetriedUntilTheWorkerHasDoneIt) {
@@ -257,7 +257,7 @@ TEST_F(HeldShardsTest, ShardsAfterARegistrationCountFromWhatItKept) {
   auto result = reconciler_.Register(TestWorker(0), {id, 99});
   ASSERT_OK(result);
   EXPECT_THAT(result->free_shard_ids, ElementsAre(99));
-  EXPECT_FALSE(reconciler_.Heartbeat("w0", 0, Report({id})).send_held);
+  EXPECT_FALSE(reconciler_.Heartbeat("w0", {0}, Report({id})).send_held);
 }
 
 }  // namespace

@@ -160,6 +160,7 @@ absl::Status WorkerRegistry::Restore(const WorkerInfo& worker) {
   WorkerRecord record;
   static_cast<WorkerInfo&>(record) = worker;
   record.bytes_used = 0;
+  record.bytes_used_seq = 0;
   record.alive = false;
   record.last_seen = absl::InfinitePast();
   record.registered = false;
@@ -199,19 +200,21 @@ absl::Status WorkerRegistry::Forget(const std::string& name) {
   return absl::OkStatus();
 }
 
-bool WorkerRegistry::Heartbeat(const std::string& name, int64_t bytes_used) {
+bool WorkerRegistry::Heartbeat(const std::string& name,
+                               BytesUsedReading bytes_used) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(name);
   if (it == workers_.end() || !it->second.registered) return false;
   it->second.last_seen = clock_();
-  it->second.bytes_used = bytes_used;
+  TakeBytesUsed(bytes_used, it->second);
   return true;
 }
 
-void WorkerRegistry::SetBytesUsed(const std::string& name, int64_t bytes_used) {
+void WorkerRegistry::SetBytesUsed(const std::string& name,
+                                  BytesUsedReading bytes_used) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(name);
-  if (it != workers_.end()) it->second.bytes_used = bytes_used;
+  if (it != workers_.end()) TakeBytesUsed(bytes_used, it->second);
 }
 
 void WorkerRegistry::SetQuarantined(const std::string& name, int64_t shards,

@@ -114,10 +114,11 @@ class WorkerRegistry {
   absl::Status Forget(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Renews the lease; false when the worker must register (again) first.
-  bool Heartbeat(const std::string& name, int64_t bytes_used)
+  // Both keep the newest of the worker's bytes_used readings
+  // (core/worker_info.h TakeBytesUsed).
+  bool Heartbeat(const std::string& name, BytesUsedReading bytes_used)
       ABSL_LOCKS_EXCLUDED(mu_);
-
-  void SetBytesUsed(const std::string& name, int64_t bytes_used)
+  void SetBytesUsed(const std::string& name, BytesUsedReading bytes_used)
       ABSL_LOCKS_EXCLUDED(mu_);
   // What the worker keeps quarantined for another cluster (its heartbeat).
   void SetQuarantined(const std::string& name, int64_t shards, int64_t bytes)

@@ -108,13 +108,39 @@ TEST(WorkerRegistryTest, LeaseExpiresWithoutHeartbeats) {
   ASSERT_OK(registry.Register(Worker("a", 0, "h:1")));
   EXPECT_TRUE(registry.Find("a")->alive);
   clock.Advance(absl::Seconds(4));
-  EXPECT_TRUE(registry.Heartbeat("a", 10));
+  EXPECT_TRUE(registry.Heartbeat("a", {10}));
   clock.Advance(absl::Seconds(5));
   EXPECT_TRUE(registry.Find("a")->alive);
   clock.Advance(absl::Seconds(1) + absl::Milliseconds(1));
   EXPECT_FALSE(registry.Find("a")->alive);
   EXPECT_EQ(registry.Find("a")->bytes_used, 10);
-  EXPECT_FALSE(registry.Heartbeat("unknown", 0));
+  EXPECT_FALSE(registry.Heartbeat("unknown", {0}));
+}
+
+// Heartbeats and the answers to allocations and frees arrive in any order:
+// a heartbeat read before a free must not bring back the freed bytes.
+TEST(WorkerRegistryTest, AnOlderBytesUsedReadingNeverReplacesANewerOne) {
+  FakeClock clock;
+  WorkerRegistry registry(absl::Seconds(5), clock.AsClock());
+  ASSERT_OK(registry.Register(Worker("a", 0, "h:1")));
+  registry.SetBytesUsed("a", {64, 7});  // a free's answer
+  EXPECT_TRUE(registry.Heartbeat("a", {128, 6}));  // read before the free
+  EXPECT_EQ(registry.Find("a")->bytes_used, 64);
+  EXPECT_TRUE(registry.Find("a")->alive);  // the late heartbeat still counts
+  registry.SetBytesUsed("a", {0, 6});
+  EXPECT_EQ(registry.Find("a")->bytes_used, 64);
+  EXPECT_TRUE(registry.Heartbeat("a", {32, 8}));
+  EXPECT_EQ(registry.Find("a")->bytes_used, 32);
+  // A worker that does not number its readings is taken at its word.
+  registry.SetBytesUsed("a", {16, 0});
+  EXPECT_EQ(registry.Find("a")->bytes_used, 16);
+  // A restarted worker numbers from 1 again: its registration starts over.
+  WorkerRegistration again = Worker("a", 0, "h:1");
+  again.worker.bytes_used = 8;
+  again.worker.bytes_used_seq = 1;
+  ASSERT_OK(registry.Register(again));
+  EXPECT_TRUE(registry.Heartbeat("a", {24, 2}));
+  EXPECT_EQ(registry.Find("a")->bytes_used, 24);
 }
 
 TEST(WorkerRegistryTest, RestartedWorkerKeepsItsRank) {
@@ -160,7 +186,7 @@ TEST(WorkerRegistryTest, ReservedWorkerIsInvisibleUntilCompleted) {
   EXPECT_EQ(reserved->rank, 0);
   EXPECT_TRUE(registry.List().empty());
   EXPECT_FALSE(registry.Find("a").has_value());
-  EXPECT_FALSE(registry.Heartbeat("a", 0));
+  EXPECT_FALSE(registry.Heartbeat("a", {0}));
   // Its rank is set aside meanwhile.
   EXPECT_EQ(*registry.Register(Worker("b", std::nullopt, "h:2")), 1);
   EXPECT_THAT(registry.Register(Worker("c", 0, "h:3")).status(),
@@ -225,7 +251,7 @@ TEST(WorkerRegistryTest, RestoredWorkerIsDeadUntilItRegisters) {
   known.capacity_bytes = 100;
   EXPECT_OK(registry.Restore(known));
   EXPECT_FALSE(registry.Find("a")->alive);
-  EXPECT_FALSE(registry.Heartbeat("a", 0));
+  EXPECT_FALSE(registry.Heartbeat("a", {0}));
   EXPECT_EQ(*registry.Register(Worker("a", std::nullopt, "h:1")), 3);
   EXPECT_TRUE(registry.Find("a")->alive);
 }

@@ -42,6 +42,16 @@ inline std::optional<WorkerState> ParseWorkerState(absl::string_view name) {
   return std::nullopt;
 }
 
+// A worker's bytes_used as read at one moment. Heartbeats and the answers to
+// allocations and frees reach the coordinator in any order; `seq` orders the
+// readings of one worker process (a later reading has a larger one), so a
+// heartbeat sampled before a free never undoes the free's newer figure. 0: a
+// worker that does not number its readings (always taken).
+struct BytesUsedReading {
+  int64_t bytes = 0;
+  uint64_t seq = 0;
+};
+
 struct WorkerInfo {
   std::string name;
   int32_t rank = 0;
@@ -49,6 +59,7 @@ struct WorkerInfo {
   Device device;               // the worker's default device
   int64_t capacity_bytes = 0;  // 0: unlimited
   int64_t bytes_used = 0;      // element bytes of the shards it holds
+  uint64_t bytes_used_seq = 0;  // the reading bytes_used came from (not durable)
   bool alive = false;          // its lease is current (not durable)
   // Its failure domain (--zone, by default its host; core/replica_placement
   // CheckZone). Not durable: empty until it registers.
@@ -71,6 +82,13 @@ struct WorkerInfo {
   // durable, empty until it registers).
   std::string gpu_uuid;
 };
+
+// Takes `reading` into `worker` unless it is older than what `worker` holds.
+inline void TakeBytesUsed(const BytesUsedReading& reading, WorkerInfo& worker) {
+  if (reading.seq != 0 && reading.seq < worker.bytes_used_seq) return;
+  worker.bytes_used = reading.bytes;
+  worker.bytes_used_seq = reading.seq;
+}
 
 }  // namespace tessera
 

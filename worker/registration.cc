@@ -235,7 +235,9 @@ bool Registration::Register(Loop& loop) {
   request.mutable_labels()->insert(options_.labels.begin(),
                                    options_.labels.end());
   request.set_capacity_bytes(options_.capacity_bytes);
-  request.set_bytes_used(store_->BytesUsed());
+  const BytesUsedReading used = store_->ReadBytesUsed();
+  request.set_bytes_used(used.bytes);
+  request.set_bytes_used_seq(used.seq);
   // Shards made since the last heartbeat belong to the cluster served
   // until now; the reply may name another.
   for (uint64_t id : Attribute()) {
@@ -317,7 +319,9 @@ void Registration::Registered(Loop& loop,
 v1::HeartbeatRequest Registration::NextHeartbeat(bool send_held) {
   v1::HeartbeatRequest request;
   request.set_name(options_.name);
-  request.set_bytes_used(store_->BytesUsed());
+  const BytesUsedReading used = store_->ReadBytesUsed();
+  request.set_bytes_used(used.bytes);
+  request.set_bytes_used_seq(used.seq);
   Attribute();
   uint64_t held_xor = 0;
   const std::vector<uint64_t> own = OwnShards();

@@ -5,6 +5,7 @@
 #ifndef TESSERA_WORKER_SHARD_STORE_H_
 #define TESSERA_WORKER_SHARD_STORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -19,6 +20,7 @@
 #include "core/box.h"
 #include "core/dtype.h"
 #include "core/init_fill.h"
+#include "core/worker_info.h"
 
 namespace tessera {
 
@@ -206,6 +208,13 @@ class ShardStore {
 
   // Element bytes of all shards held.
   virtual int64_t BytesUsed() const = 0;
+  // BytesUsed as the coordinator orders it (core/worker_info.h). The number
+  // is drawn before the figure is read: a reading numbered after a change's
+  // own reading was read after the change, so it includes it.
+  BytesUsedReading ReadBytesUsed() const {
+    const uint64_t seq = readings_.fetch_add(1, std::memory_order_acq_rel) + 1;
+    return BytesUsedReading{BytesUsed(), seq};
+  }
   // What counts against the capacity: each shard held charged its element
   // bytes but at least the store's per-shard charge (its bookkeeping), and
   // freed shards whose memory readers still pin, until they let go.
@@ -213,6 +222,9 @@ class ShardStore {
   // The part of ChargedBytes that freed shards still pinned by readers hold.
   virtual int64_t PinnedBytes() const { return 0; }
   virtual std::vector<uint64_t> ShardIds() const = 0;
+
+ private:
+  mutable std::atomic<uint64_t> readings_{0};
 };
 
 }  // namespace tessera

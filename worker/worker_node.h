@@ -411,6 +411,7 @@ class WorkerNode {
   bool TakesWrites(uint64_t id) const ABSL_LOCKS_EXCLUDED(mu_);
 
   int64_t BytesUsed() const { return store_->BytesUsed(); }
+  BytesUsedReading ReadBytesUsed() const { return store_->ReadBytesUsed(); }
 
   // Bytes the node's own data plane read from peers, per transport (empty
   // when the node was given its `peers` transport).

@@ -177,6 +177,25 @@ TEST(WorkerNodeTest, CancelledAllocationLeavesNothing) {
   EXPECT_EQ(node.BytesUsed(), 40);
 }
 
+// The coordinator keeps the reading with the larger number
+// (core/worker_info.h): one taken after a change must carry a larger number
+// than one taken before it.
+TEST(WorkerNodeTest, BytesUsedReadingsAreNumberedInTheOrderTheyAreRead) {
+  HostShardStore store;
+  WorkerNode node(&store, WorkerNodeOptions{});
+  const BytesUsedReading before = node.ReadBytesUsed();
+  ASSERT_THAT(node.Allocate({{1, Desc({10})}}, kArange), IsOk());
+  const BytesUsedReading allocated = node.ReadBytesUsed();
+  ASSERT_THAT(node.Free(std::vector<uint64_t>{1}), IsOk());
+  const BytesUsedReading freed = node.ReadBytesUsed();
+  EXPECT_EQ(before.bytes, 0);
+  EXPECT_EQ(allocated.bytes, 40);
+  EXPECT_EQ(freed.bytes, 0);
+  EXPECT_GT(before.seq, 0u);
+  EXPECT_LT(before.seq, allocated.seq);
+  EXPECT_LT(allocated.seq, freed.seq);
+}
+
 TEST(WorkerNodeTest, AllocateParsesTheInitValueOncePerRequest) {
   // 1000 one-byte shards with a 4 MiB full:V ("1.000...0"): parsing V costs
   // milliseconds, so parsing it per shard would take many seconds.

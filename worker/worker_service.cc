@@ -363,7 +363,9 @@ absl::Status WorkerService::Allocate(absl::string_view capability,
     }
     return node_->Allocate(shards, init, cancelled);
   }();
-  response->set_bytes_used(node_->BytesUsed());
+  const BytesUsedReading used = node_->ReadBytesUsed();
+  response->set_bytes_used(used.bytes);
+  response->set_bytes_used_seq(used.seq);
   return status;
 }
 
@@ -954,7 +956,9 @@ absl::Status WorkerService::Free(absl::string_view capability,
     status = node_->Free(absl::MakeConstSpan(request.shard_ids().data(),
                                              request.shard_ids().size()));
   }
-  response->set_bytes_used(node_->BytesUsed());
+  const BytesUsedReading used = node_->ReadBytesUsed();
+  response->set_bytes_used(used.bytes);
+  response->set_bytes_used_seq(used.seq);
   return status;
 }
 
