@@ -157,7 +157,8 @@ class Coordinator {
   bool Heartbeat(const std::string& name, BytesUsedReading bytes_used);
   // Renews the lease and checks the digest of what the worker holds: asks
   // for its list on a mismatch and frees what no tensor references.
-  HeartbeatResult Heartbeat(const std::string& name, BytesUsedReading bytes_used,
+  HeartbeatResult Heartbeat(const std::string& name,
+                            BytesUsedReading bytes_used,
                             const HeldReport& held);
   std::vector<WorkerRecord> ListWorkers() const;
 

@@ -340,11 +340,9 @@ grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context,
   held.quarantined_bytes = request->quarantined_bytes();
   held.device_total_bytes = request->device_total_bytes();
   held.device_free_bytes = request->device_free_bytes();
-  const HeartbeatResult result =
-      coordinator_->Heartbeat(
-          request->name(),
-          BytesUsedReading{request->bytes_used(), request->bytes_used_seq()},
-          held);
+  const HeartbeatResult result = coordinator_->Heartbeat(
+      request->name(),
+      BytesUsedReading{request->bytes_used(), request->bytes_used_seq()}, held);
   response->set_reregister(!result.known);
   response->set_send_held_shards(result.send_held);
   response->mutable_free_shard_ids()->Assign(result.free_shard_ids.begin(),

@@ -67,11 +67,11 @@ class Life {
     explicit SharedControl(std::shared_ptr<FakeWorkerControl> inner)
         : inner_(std::move(inner)) {}
     absl::StatusOr<BytesUsedReading> Allocate(const WorkerRef& a,
-                                     const AllocateBatch& b) override {
+                                              const AllocateBatch& b) override {
       return inner_->Allocate(a, b);
     }
-    absl::StatusOr<BytesUsedReading> Free(const WorkerRef& a,
-                                 const std::vector<uint64_t>& ids) override {
+    absl::StatusOr<BytesUsedReading> Free(
+        const WorkerRef& a, const std::vector<uint64_t>& ids) override {
       return inner_->Free(a, ids);
     }
     absl::Status Seal(const WorkerRef& a, const std::vector<uint64_t>& ids,

@@ -55,10 +55,10 @@ class FakeWorkerControl : public WorkerControl {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::StatusOr<BytesUsedReading> Allocate(const WorkerRef& worker,
-                                   const AllocateBatch& batch) override
+                                            const AllocateBatch& batch) override
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<BytesUsedReading> Free(const WorkerRef& worker,
-                               const std::vector<uint64_t>& shard_ids) override
+  absl::StatusOr<BytesUsedReading> Free(
+      const WorkerRef& worker, const std::vector<uint64_t>& shard_ids) override
       ABSL_LOCKS_EXCLUDED(mu_);
   // Checks that the worker holds every shard (NOT_FOUND) and marks them
   // sealed.

@@ -35,13 +35,13 @@ class GrpcWorkerControl : public WorkerControl {
         authority_(authority),
         channels_(std::move(channels)) {}
 
-  absl::StatusOr<BytesUsedReading> Allocate(const WorkerRef& worker,
-                                   const AllocateBatch& batch) override;
+  absl::StatusOr<BytesUsedReading> Allocate(
+      const WorkerRef& worker, const AllocateBatch& batch) override;
   absl::Status Seal(const WorkerRef& worker,
                     const std::vector<uint64_t>& shard_ids,
                     bool persist) override;
-  absl::StatusOr<BytesUsedReading> Free(const WorkerRef& worker,
-                               const std::vector<uint64_t>& shard_ids) override;
+  absl::StatusOr<BytesUsedReading> Free(
+      const WorkerRef& worker, const std::vector<uint64_t>& shard_ids) override;
   absl::Status Transfer(const TransferBatch& batch,
                         SentBytes* sent = nullptr) override;
   absl::StatusOr<std::string> ExchangeId(const WorkerRef& worker) override;

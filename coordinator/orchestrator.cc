@@ -470,8 +470,8 @@ absl::Status Orchestrator::AllocateShards(const TensorMetadata& meta,
   }
   std::vector<Key> keys;
   for (const auto& [key, batch] : batches) keys.push_back(key);
-  std::vector<absl::StatusOr<BytesUsedReading>> results(
-      keys.size(), absl::UnknownError(""));
+  std::vector<absl::StatusOr<BytesUsedReading>> results(keys.size(),
+                                                        absl::UnknownError(""));
   // Every batch runs: those that succeed are undone when one fails.
   FanOut(keys.size(), kDefaultFanOut, [&](size_t i) {
     results[i] = workers_->Allocate(

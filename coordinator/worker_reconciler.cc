@@ -11,8 +11,8 @@
 
 namespace tessera {
 
-absl::StatusOr<BytesUsedReading> HeldShardTracker::Allocate(const WorkerRef& worker,
-                                                   const AllocateBatch& batch) {
+absl::StatusOr<BytesUsedReading> HeldShardTracker::Allocate(
+    const WorkerRef& worker, const AllocateBatch& batch) {
   absl::StatusOr<BytesUsedReading> result = inner_->Allocate(worker, batch);
   // A failed batch is not wanted: if the worker made it anyway (its answer
   // was lost), its digest differs and heartbeats free it.

@@ -83,10 +83,10 @@ class HeldShardTracker : public WorkerControl {
   explicit HeldShardTracker(WorkerControl* inner) : inner_(inner) {}
 
   absl::StatusOr<BytesUsedReading> Allocate(const WorkerRef& worker,
-                                   const AllocateBatch& batch) override
+                                            const AllocateBatch& batch) override
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<BytesUsedReading> Free(const WorkerRef& worker,
-                               const std::vector<uint64_t>& shard_ids) override
+  absl::StatusOr<BytesUsedReading> Free(
+      const WorkerRef& worker, const std::vector<uint64_t>& shard_ids) override
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Seal(const WorkerRef& worker,
                     const std::vector<uint64_t>& shard_ids,
@@ -188,8 +188,9 @@ class WorkerReconciler {
       const std::vector<uint64_t>& held_shard_ids) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Renews the worker's lease and checks what it holds (see above).
-  HeartbeatResult Heartbeat(const std::string& name, BytesUsedReading bytes_used,
-                            const HeldReport& held) ABSL_LOCKS_EXCLUDED(mu_);
+  HeartbeatResult Heartbeat(const std::string& name,
+                            BytesUsedReading bytes_used, const HeldReport& held)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   WorkerRegistry* const registry_;

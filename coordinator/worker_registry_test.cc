@@ -123,7 +123,7 @@ TEST(WorkerRegistryTest, AnOlderBytesUsedReadingNeverReplacesANewerOne) {
   FakeClock clock;
   WorkerRegistry registry(absl::Seconds(5), clock.AsClock());
   ASSERT_OK(registry.Register(Worker("a", 0, "h:1")));
-  registry.SetBytesUsed("a", {64, 7});  // a free's answer
+  registry.SetBytesUsed("a", {64, 7});             // a free's answer
   EXPECT_TRUE(registry.Heartbeat("a", {128, 6}));  // read before the free
   EXPECT_EQ(registry.Find("a")->bytes_used, 64);
   EXPECT_TRUE(registry.Find("a")->alive);  // the late heartbeat still counts

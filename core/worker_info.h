@@ -59,8 +59,9 @@ struct WorkerInfo {
   Device device;               // the worker's default device
   int64_t capacity_bytes = 0;  // 0: unlimited
   int64_t bytes_used = 0;      // element bytes of the shards it holds
-  uint64_t bytes_used_seq = 0;  // the reading bytes_used came from (not durable)
-  bool alive = false;          // its lease is current (not durable)
+  // The reading bytes_used came from (BytesUsedReading; not durable).
+  uint64_t bytes_used_seq = 0;
+  bool alive = false;  // its lease is current (not durable)
   // Its failure domain (--zone, by default its host; core/replica_placement
   // CheckZone). Not durable: empty until it registers.
   std::string zone;

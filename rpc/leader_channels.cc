@@ -137,8 +137,7 @@ LeaderChannels::Next LeaderChannels::After(
   // among them is not a hot loop.
   PassOver(i);
   absl::SleepFor(std::min(kNoLeaderPause, deadline - absl::Now()));
-  return absl::Now() + kMinAttempt <= deadline ? Next::kNoLeader
-                                               : Next::kDone;
+  return absl::Now() + kMinAttempt <= deadline ? Next::kNoLeader : Next::kDone;
 }
 
 void LeaderChannels::PassOver(size_t i) {
