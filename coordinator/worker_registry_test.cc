@@ -134,7 +134,8 @@ TEST(WorkerRegistryTest, AnOlderBytesUsedReadingNeverReplacesANewerOne) {
   // A worker that does not number its readings is taken at its word.
   registry.SetBytesUsed("a", {16, 0});
   EXPECT_EQ(registry.Find("a")->bytes_used, 16);
-  // A restarted worker numbers from 1 again: its registration starts over.
+  // A registration starts over, whatever the number (a worker from before
+  // numbered readings, or a clock set back between restarts).
   WorkerRegistration again = Worker("a", 0, "h:1");
   again.worker.bytes_used = 8;
   again.worker.bytes_used_seq = 1;

@@ -45,7 +45,8 @@ inline std::optional<WorkerState> ParseWorkerState(absl::string_view name) {
 // A worker's bytes_used as read at one moment. Heartbeats and the answers to
 // allocations and frees reach the coordinator in any order; `seq` orders the
 // readings of one worker process (a later reading has a larger one), so a
-// heartbeat sampled before a free never undoes the free's newer figure. 0: a
+// heartbeat sampled before a free never undoes the free's newer figure, and
+// a restarted worker's numbers are larger than its previous process's. 0: a
 // worker that does not number its readings (always taken).
 struct BytesUsedReading {
   int64_t bytes = 0;

@@ -96,8 +96,8 @@ class InProcessRelayUpstreams : public RelayUpstreams {
       const ShardDeltaRequest& request) override {
     auto it = nodes_->find(upstream.address);
     if (it == nodes_->end()) return Unreachable(upstream.address);
-    return it->second->ReadShardDelta(upstream.shard_id,
-                                      upstream.base_shard_id, request);
+    return it->second->ReadShardDelta(upstream.shard_id, upstream.base_shard_id,
+                                      request);
   }
 
  private:
@@ -135,18 +135,18 @@ class InProcessWorkerControl : public WorkerControl {
   explicit InProcessWorkerControl(std::map<std::string, FakeWorker*> workers)
       : workers_(std::move(workers)) {}
 
-  absl::StatusOr<int64_t> Allocate(const WorkerRef& worker,
-                                   const AllocateBatch& batch) override {
+  absl::StatusOr<BytesUsedReading> Allocate(
+      const WorkerRef& worker, const AllocateBatch& batch) override {
     FakeWorker* w = Find(worker.address);
     if (w == nullptr) return Unreachable(worker.address);
     v1::AllocateShardsResponse response;
     TESSERA_RETURN_IF_ERROR(w->service.Allocate(Authority().Order(worker.name),
                                                 AllocateRequestFor(batch), {},
                                                 &response));
-    return response.bytes_used();
+    return BytesUsedReading{response.bytes_used(), response.bytes_used_seq()};
   }
 
-  absl::StatusOr<int64_t> Free(
+  absl::StatusOr<BytesUsedReading> Free(
       const WorkerRef& worker,
       const std::vector<uint64_t>& shard_ids) override {
     FakeWorker* w = Find(worker.address);
@@ -156,7 +156,7 @@ class InProcessWorkerControl : public WorkerControl {
     v1::FreeShardsResponse response;
     TESSERA_RETURN_IF_ERROR(
         w->service.Free(Authority().Order(worker.name), request, &response));
-    return response.bytes_used();
+    return BytesUsedReading{response.bytes_used(), response.bytes_used_seq()};
   }
 
   absl::Status Seal(const WorkerRef& worker,

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "core/box.h"
@@ -224,7 +225,12 @@ class ShardStore {
   virtual std::vector<uint64_t> ShardIds() const = 0;
 
  private:
-  mutable std::atomic<uint64_t> readings_{0};
+  // Numbers start at the store's creation time in nanoseconds: a restarted
+  // worker's readings are newer than any its previous process sent (one
+  // reading takes longer than a nanosecond), so a late answer from that
+  // process cannot pass for news. Good until the year 2554.
+  mutable std::atomic<uint64_t> readings_{
+      static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()))};
 };
 
 }  // namespace tessera

@@ -196,6 +196,22 @@ TEST(WorkerNodeTest, BytesUsedReadingsAreNumberedInTheOrderTheyAreRead) {
   EXPECT_LT(allocated.seq, freed.seq);
 }
 
+// A restarted worker (a new store) numbers its readings after every one its
+// previous process sent, so a late answer from that process is never taken
+// over the new one's.
+TEST(WorkerNodeTest, ARestartedWorkersReadingsOutnumberThePreviousProcesss) {
+  uint64_t last_before_restart = 0;
+  {
+    HostShardStore store;
+    WorkerNode node(&store, WorkerNodeOptions{});
+    for (int i = 0; i < 1000; ++i)
+      last_before_restart = node.ReadBytesUsed().seq;
+  }
+  HostShardStore store;
+  WorkerNode node(&store, WorkerNodeOptions{});
+  EXPECT_GT(node.ReadBytesUsed().seq, last_before_restart);
+}
+
 TEST(WorkerNodeTest, AllocateParsesTheInitValueOncePerRequest) {
   // 1000 one-byte shards with a 4 MiB full:V ("1.000...0"): parsing V costs
   // milliseconds, so parsing it per shard would take many seconds.
