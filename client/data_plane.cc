@@ -165,6 +165,11 @@ absl::Status FromAnyReplica(
   return status;
 }
 
+absl::Status NoReplicaAvailable(size_t index) {
+  return absl::UnavailableError(
+      absl::StrCat("no replica of shard ", index, " is available"));
+}
+
 // Reads `in_shard` (shard coordinates) of shard `index` into `target`, from
 // the first of `locations` (Readable's) that serves it.
 absl::Status ReadShardBox(Connection& connection, const TensorMetadata& meta,
@@ -177,8 +182,7 @@ absl::Status ReadShardBox(Connection& connection, const TensorMetadata& meta,
         return connection.data_plane().Read(ShardAt(meta, index, location),
                                             in_shard, target);
       },
-      absl::UnavailableError(
-          absl::StrCat("no replica of shard ", index, " is available")));
+      NoReplicaAvailable(index));
 }
 
 }  // namespace
@@ -457,6 +461,16 @@ absl::Status FetchShard(Connection& connection, const TensorMetadata& meta,
                         size_t index, char* out) {
   return FetchShardBox(connection, meta, index,
                        WholeBox(meta.shards[index].box.sizes), out);
+}
+
+absl::Status ReadFromAnyReplica(
+    Connection& connection, const TensorMetadata& meta, size_t index,
+    int64_t bytes,
+    const std::function<absl::Status(const ShardLocation&)>& read) {
+  TESSERA_ASSIGN_OR_RETURN(const ShardLocations locations,
+                           Readable(connection, meta, index));
+  return FromAnyReplica(connection, meta, index, locations, bytes, read,
+                        NoReplicaAvailable(index));
 }
 
 absl::Status FetchShardBox(Connection& connection, const TensorMetadata& meta,

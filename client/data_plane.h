@@ -8,6 +8,7 @@
 #define TESSERA_CLIENT_DATA_PLANE_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 #include "absl/status/status.h"
@@ -61,6 +62,18 @@ absl::Status FetchShard(Connection& connection, const TensorMetadata& meta,
 // row-major over the sub-box.
 absl::Status FetchShardBox(Connection& connection, const TensorMetadata& meta,
                            size_t index, const Box& in_shard, char* out);
+
+// The one rule by which a read goes from replica to replica, for reads that
+// do not go through the data plane's transports (the GPU side's CUDA IPC):
+// runs `read` at the available replicas of shard `index` (nearest first) in
+// turn until one serves it, as host reads do. `bytes` is what it reads,
+// for the time one replica may take while another could serve it.
+// UNAVAILABLE naming the worker when no replica is available; otherwise the
+// last replica's error, explained.
+absl::Status ReadFromAnyReplica(
+    Connection& connection, const TensorMetadata& meta, size_t index,
+    int64_t bytes,
+    const std::function<absl::Status(const ShardLocation&)>& read);
 
 // The data plane's view of shard `index` of `meta` at `location`.
 RemoteShard ShardAt(const TensorMetadata& meta, size_t index,

@@ -12,6 +12,7 @@
 #include "core/region_plan.h"
 #include "core/status_macros.h"
 #include "proto/worker.grpc.pb.h"
+#include "rpc/call.h"
 #include "rpc/security.h"
 #include "rpc/status.h"
 #include "transport/shared_memory_arena.h"
@@ -234,22 +235,23 @@ absl::StatusOr<std::shared_ptr<DeviceReader::Opened>> DeviceReader::Open(
   if (LocalHostId().empty()) {
     return absl::FailedPreconditionError("no shared memory host id here");
   }
-  grpc::ClientContext context;
-  SetDeadline(&context, connection_->options().rpc_timeout);
-  PresentCapability(&context, shard.location.capability);
   v1::MapShardRequest request;
   request.set_shard_id(shard.location.shard_id);
   request.set_device_handle(true);
   v1::MapShardResponse reply;
-  const grpc::Status rpc = connection_->WorkerStub(shard.location.address)
-                               ->MapShard(&context, request, &reply);
-  if (!rpc.ok()) {
-    absl::Status status = FromGrpcStatus(rpc);
-    if (absl::IsNotFound(status)) {
+  CallOptions call;
+  call.timeout = connection_->options().rpc_timeout;
+  const absl::Status mapped = Call(call, [&](grpc::ClientContext* context) {
+    PresentCapability(context, shard.location.capability);
+    return connection_->WorkerStub(shard.location.address)
+        ->MapShard(context, request, &reply);
+  });
+  if (!mapped.ok()) {
+    if (absl::IsNotFound(mapped)) {
       absl::MutexLock lock(&mu_);
       opened_.erase(key);
     }
-    return status;
+    return mapped;
   }
   if (reply.host_id() != LocalHostId()) {
     return absl::FailedPreconditionError("the worker is on another host");
@@ -330,26 +332,31 @@ absl::StatusOr<std::vector<DeviceShardView>> DeviceReader::Map(
   for (size_t i = 0; i < meta.shards.size(); ++i) {
     const ShardInfo& info = meta.shards[i];
     if (info.box.IsEmpty()) continue;
-    const ShardLocation location = ReadLocations(meta, i).front();
-    const RemoteShard shard = ShardAt(meta, i, location);
-    absl::StatusOr<std::shared_ptr<Opened>> opened = Open(shard);
-    if (!opened.ok()) {
-      return Annotate(
-          opened.status(),
-          absl::StrCat("mapping shard ", i, " of tensor '", meta.name,
-                       "' from worker '", location.worker, "'"));
+    // The first replica, nearest first, that opens here.
+    std::shared_ptr<Opened> opened;
+    std::string worker;
+    const absl::Status status = ReadFromAnyReplica(
+        *connection_, meta, i,
+        info.box.NumElements() * static_cast<int64_t>(ItemSize(meta.dtype)),
+        [&](const ShardLocation& location) -> absl::Status {
+          TESSERA_ASSIGN_OR_RETURN(opened, Open(ShardAt(meta, i, location)));
+          worker = location.worker;
+          return absl::OkStatus();
+        });
+    if (!status.ok()) {
+      return Annotate(status, absl::StrCat("mapping tensor '", meta.name, "'"));
     }
     DeviceShardView view;
     view.index = i;
     view.box = info.box;
-    view.data = (*opened)->data;
-    view.device = (*opened)->device;
-    view.worker = location.worker;
+    view.data = opened->data;
+    view.device = opened->device;
+    view.worker = worker;
     {
       absl::MutexLock lock(&mu_);
-      view.valid_until = (*opened)->valid_until;
+      view.valid_until = opened->valid_until;
     }
-    view.mapping = *opened;
+    view.mapping = std::move(opened);
     views.push_back(std::move(view));
   }
   return views;
@@ -371,28 +378,35 @@ absl::Status DeviceReader::GatherRegion(const TensorMetadata& meta,
   int64_t ipc_bytes = 0;
   for (size_t p = 0; p < pieces.size(); ++p) {
     const RegionPiece& piece = pieces[p];
-    const RemoteShard shard =
-        ShardAt(meta, piece.shard_index,
-                ReadLocations(meta, piece.shard_index).front());
-    absl::StatusOr<std::shared_ptr<Opened>> opened = Open(shard);
-    if (opened.ok()) {
-      TESSERA_RETURN_IF_ERROR(
-          CopyBoxAsync((*opened)->data, shard.shape, piece.in_shard.offsets,
-                       dst, region_shape, piece.in_region.offsets,
-                       piece.in_shard.sizes, item, stream.get()));
-      in_use.push_back(*std::move(opened));
-      ipc_bytes += piece.in_shard.NumElements() * item;
+    const int64_t bytes = piece.in_shard.NumElements() * item;
+    // The first replica, nearest first, that opens here; through the host
+    // when none does but one can be read from there.
+    bool host_readable = false;
+    const absl::Status status = ReadFromAnyReplica(
+        *connection_, meta, piece.shard_index, bytes,
+        [&](const ShardLocation& location) -> absl::Status {
+          const RemoteShard shard = ShardAt(meta, piece.shard_index, location);
+          absl::StatusOr<std::shared_ptr<Opened>> opened = Open(shard);
+          if (!opened.ok()) {
+            // Another host, host memory, a GPU not visible here.
+            host_readable |= absl::IsFailedPrecondition(opened.status());
+            return opened.status();
+          }
+          TESSERA_RETURN_IF_ERROR(
+              CopyBoxAsync((*opened)->data, shard.shape, piece.in_shard.offsets,
+                           dst, region_shape, piece.in_region.offsets,
+                           piece.in_shard.sizes, item, stream.get()));
+          in_use.push_back(*std::move(opened));
+          return absl::OkStatus();
+        });
+    if (status.ok()) {
+      ipc_bytes += bytes;
       continue;
     }
-    if (!absl::IsFailedPrecondition(opened.status())) {
-      return Annotate(opened.status(),
-                      absl::StrCat("reading shard ", piece.shard_index,
-                                   " of tensor '", meta.name, "'"));
-    }
+    if (!host_readable) return status;
     // Not reachable through IPC: through the host, then up.
     const Shape piece_shape = ToShape(piece.in_shard.sizes);
-    TESSERA_RETURN_IF_ERROR(
-        staged[p].Allocate(piece.in_shard.NumElements() * item));
+    TESSERA_RETURN_IF_ERROR(staged[p].Allocate(bytes));
     TESSERA_RETURN_IF_ERROR(FetchShardBox(*connection_, meta, piece.shard_index,
                                           piece.in_shard, staged[p].data()));
     const std::vector<int64_t> zeros(piece_shape.size(), 0);

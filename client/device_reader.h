@@ -6,7 +6,9 @@
 // device to device into the caller's own device buffer. Shards it cannot
 // open that way (another host, host memory, a GPU this process does not
 // see) are read through the host data plane into page-locked memory and
-// copied up.
+// copied up. Each shard is opened from the first of its replicas, nearest
+// first, that opens here: a replica whose worker is gone is passed over by
+// the rule host reads follow (ReadFromAnyReplica).
 //
 // An opened shard is valid until the worker's export hold ends
 // (`valid_until`); a later use renews it with another MapShard, which fails

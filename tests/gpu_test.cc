@@ -4,6 +4,7 @@
 // with --config=cuda and run by scripts/test_gpu.sh on a machine with a GPU.
 #include <cuda_runtime_api.h>
 
+#include <csignal>
 #include <thread>
 #include <vector>
 
@@ -242,6 +243,44 @@ TEST_F(GpuTest, AnExportHoldsDeviceMemoryUntilItEnds) {
   ASSERT_OK_AND_ASSIGN(HostArray back, client_->Get("gpu_hold_next"));
   EXPECT_TRUE(SameBytes(back, array));
   ASSERT_OK(client_->Delete("gpu_hold_next"));
+}
+
+// A device read goes from replica to replica as a host read does: with the
+// worker of each shard's first replica killed (the coordinator has not yet
+// seen it go), every byte still comes device to device from the other.
+// Last in the suite: w0 is restarted, but its shards are gone.
+TEST_F(GpuTest, DeviceReadsFailOverToAnotherReplicaOfTheShard) {
+  const HostArray array = Iota(DType::kFloat32, {1024, 256}, 17);
+  ASSERT_OK(client_->Put("gpu_twice", array, ReplicatedChunks({0, 1}, 2)));
+  ASSERT_OK_AND_ASSIGN(TensorMetadata meta, client_->Describe("gpu_twice"));
+  ASSERT_EQ(meta.shards.size(), 2u);
+  for (const ShardInfo& shard : meta.shards) {
+    ASSERT_EQ(shard.replicas.size(), 2u);
+  }
+  ASSERT_EQ(meta.shards[0].replicas[0].worker, "w0");
+  cluster_->StopWorker(0, SIGKILL);
+  const int64_t before = client_->TransferStats().bytes["cuda_ipc"];
+
+  DeviceBuffer whole(array.num_bytes);
+  ASSERT_OK(client_->GetIntoDevice("gpu_twice", std::nullopt, whole.data(),
+                                   whole.bytes(), 0));
+  EXPECT_TRUE(
+      SameBytes(FromDevice(whole.data(), array.dtype, array.shape), array));
+  EXPECT_EQ(client_->TransferStats().bytes["cuda_ipc"] - before,
+            array.num_bytes);
+
+  ASSERT_OK_AND_ASSIGN(std::vector<DeviceShardView> views,
+                       client_->MapDevice("gpu_twice"));
+  ASSERT_EQ(views.size(), 2u);
+  for (const DeviceShardView& view : views) {
+    EXPECT_EQ(view.worker, "w1");
+    EXPECT_TRUE(
+        SameBytes(FromDevice(view.data, array.dtype, ToShape(view.box.sizes)),
+                  Slice(array, view.box)));
+  }
+  views.clear();
+  ASSERT_OK(cluster_->RestartWorker(0));
+  ASSERT_OK(client_->Delete("gpu_twice"));
 }
 
 }  // namespace
