@@ -92,4 +92,15 @@ absl::Status Call(
                                              status.error_message(), ")"));
 }
 
+absl::Status DataCall(
+    absl::Duration timeout, absl::string_view capability,
+    absl::FunctionRef<grpc::Status(grpc::ClientContext*)> attempt) {
+  CallOptions options;
+  options.timeout = std::max(timeout, absl::ZeroDuration());
+  return Call(options, [&](grpc::ClientContext* context) {
+    PresentCapability(context, capability);
+    return attempt(context);
+  });
+}
+
 }  // namespace tessera

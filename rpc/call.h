@@ -2,7 +2,8 @@
 // decided on status codes, and the mapping of the result to absl::Status
 // with the peer named when it cannot be reached. Every client of a tessera
 // service — the SDK, the coordinator's worker control, a worker's
-// registration — goes through Call.
+// registration, the transports' data-plane calls (DataCall) — goes through
+// Call.
 #ifndef TESSERA_RPC_CALL_H_
 #define TESSERA_RPC_CALL_H_
 
@@ -14,6 +15,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/stop.h"
 #include "rpc/leader_channels.h"
@@ -58,6 +60,17 @@ struct CallOptions {
 // returns the result as an absl::Status.
 absl::Status Call(
     const CallOptions& options,
+    absl::FunctionRef<grpc::Status(grpc::ClientContext*)> attempt);
+
+// A data-plane call to a worker (a transport's read, write, map or staging
+// stream; unary or streaming): one try, since the transports and the data
+// plane above them decide retries; `timeout` from now at most (within the
+// process's deadline; the channel adds the thread's ScopedCallDeadline and
+// cancellation); `capability` presented; the result as Call gives it. An
+// attempt that ends a stream for a reason of its own keeps that reason
+// itself.
+absl::Status DataCall(
+    absl::Duration timeout, absl::string_view capability,
     absl::FunctionRef<grpc::Status(grpc::ClientContext*)> attempt);
 
 }  // namespace tessera

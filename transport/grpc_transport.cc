@@ -12,6 +12,7 @@
 #include "core/checked_math.h"
 #include "core/status_macros.h"
 #include "core/strided_copy.h"
+#include "rpc/call.h"
 #include "rpc/convert.h"
 #include "rpc/security.h"
 #include "rpc/status.h"
@@ -160,16 +161,17 @@ absl::Status ReadSmall(const std::shared_ptr<grpc::Channel>& channel,
                        const v1::ReadRegionRequest& request, int64_t total,
                        int64_t item_bytes, absl::Duration timeout,
                        const ChunkSink& sink, absl::string_view capability) {
-  grpc::ClientContext context;
-  PresentCapability(&context, capability);
-  SetDeadline(&context, timeout);
-  grpc::internal::RpcMethod method(
-      kReadSmallRegionMethod, grpc::internal::RpcMethod::NORMAL_RPC, channel);
   grpc::ByteBuffer response;
-  grpc::Status rpc = grpc::internal::BlockingUnaryCall<v1::ReadRegionRequest,
-                                                       grpc::ByteBuffer>(
-      channel.get(), method, &context, request, &response);
-  if (!rpc.ok()) return FromGrpcStatus(rpc);
+  const absl::Status status =
+      DataCall(timeout, capability, [&](grpc::ClientContext* context) {
+        grpc::internal::RpcMethod method(kReadSmallRegionMethod,
+                                         grpc::internal::RpcMethod::NORMAL_RPC,
+                                         channel);
+        return grpc::internal::BlockingUnaryCall<v1::ReadRegionRequest,
+                                                 grpc::ByteBuffer>(
+            channel.get(), method, context, request, &response);
+      });
+  if (!status.ok()) return status;
   return RegionReceiver(total, item_bytes, sink).ReceiveWhole(&response);
 }
 
@@ -206,18 +208,18 @@ absl::Status GrpcTransport::SendSmallReads(absl::Span<SmallRead* const> reads) {
     deadline = std::min(deadline, read->deadline);
     total += read->bytes;
   }
-  grpc::ClientContext context;
-  PresentCapability(&context, first.capability);
-  context.set_deadline(absl::ToChronoTime(deadline));
-  grpc::internal::RpcMethod method(kReadSmallRegionsMethod,
-                                   grpc::internal::RpcMethod::NORMAL_RPC,
-                                   first.channel);
   grpc::ByteBuffer response;
-  const grpc::Status rpc =
-      grpc::internal::BlockingUnaryCall<v1::ReadSmallRegionsRequest,
-                                        grpc::ByteBuffer>(
-          first.channel.get(), method, &context, request, &response);
-  if (!rpc.ok()) return FromGrpcStatus(rpc);
+  const absl::Status called = DataCall(
+      deadline - absl::Now(), first.capability,
+      [&](grpc::ClientContext* context) {
+        grpc::internal::RpcMethod method(kReadSmallRegionsMethod,
+                                         grpc::internal::RpcMethod::NORMAL_RPC,
+                                         first.channel);
+        return grpc::internal::BlockingUnaryCall<v1::ReadSmallRegionsRequest,
+                                                 grpc::ByteBuffer>(
+            first.channel.get(), method, context, request, &response);
+      });
+  if (!called.ok()) return called;
   // The reply is the reads' bytes one after another: each range goes to
   // its read's sink at that read's own offset. (The receiver lets no byte
   // outside [0, total) through, and every read holds whole elements of one
@@ -407,25 +409,26 @@ absl::Status ReadRegion(const std::shared_ptr<grpc::Channel>& channel,
     if (!absl::IsUnimplemented(status))
       return WithContext(status, context_text);
   }
-  grpc::ClientContext context;
-  SetDeadline(&context, timeout);
-  PresentCapability(&context, capability);
-  grpc::internal::RpcMethod method(
-      kReadRegionMethod, grpc::internal::RpcMethod::SERVER_STREAMING, channel);
-  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
-          channel.get(), method, &context, request));
   RegionReceiver receiver(total, item_bytes, sink);
-  grpc::ByteBuffer message;
   absl::Status sink_status;
-  while (reader->Read(&message)) {
-    sink_status = receiver.Receive(&message);
-    if (!sink_status.ok()) {
-      context.TryCancel();
-      break;
-    }
-  }
-  absl::Status status = FromGrpcStatus(reader->Finish());
+  const absl::Status status =
+      DataCall(timeout, capability, [&](grpc::ClientContext* context) {
+        grpc::internal::RpcMethod method(
+            kReadRegionMethod, grpc::internal::RpcMethod::SERVER_STREAMING,
+            channel);
+        std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+            grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+                channel.get(), method, context, request));
+        grpc::ByteBuffer message;
+        while (reader->Read(&message)) {
+          sink_status = receiver.Receive(&message);
+          if (!sink_status.ok()) {
+            context->TryCancel();
+            break;
+          }
+        }
+        return reader->Finish();
+      });
   if (!sink_status.ok()) return WithContext(sink_status, context_text);
   if (!status.ok()) return WithContext(status, context_text);
   return WithContext(receiver.Finish(), context_text);
@@ -435,33 +438,35 @@ absl::Status WriteShard(v1::Worker::StubInterface* stub, uint64_t shard_id,
                         int64_t size, const ChunkSource& source,
                         absl::Duration timeout, absl::string_view context_text,
                         absl::string_view capability, const Box* part) {
-  grpc::ClientContext context;
-  SetDeadline(&context, timeout);
-  PresentCapability(&context, capability);
   v1::WriteShardResponse response;
-  std::unique_ptr<grpc::ClientWriterInterface<v1::WriteShardRequest>> writer =
-      stub->WriteShard(&context, &response);
-  v1::WriteShardRequest chunk;
-  chunk.set_shard_id(shard_id);
-  if (part != nullptr) {
-    chunk.mutable_box_offsets()->Assign(part->offsets.begin(),
-                                        part->offsets.end());
-    chunk.mutable_box_sizes()->Assign(part->sizes.begin(), part->sizes.end());
-  }
-  int64_t offset = 0;
-  // An empty shard still sends one message so the worker sees the shard id.
-  do {
-    const int64_t n = std::min(kChunkBytes, size - offset);
-    chunk.set_offset(offset);
-    std::string* data = chunk.mutable_data();
-    data->resize(static_cast<size_t>(n));
-    if (n > 0) source(offset, absl::MakeSpan(data->data(), data->size()));
-    if (!writer->Write(chunk))
-      break;  // the server ended the stream: Finish says why
-    offset += n;
-  } while (offset < size);
-  writer->WritesDone();
-  absl::Status status = FromGrpcStatus(writer->Finish());
+  const absl::Status status =
+      DataCall(timeout, capability, [&](grpc::ClientContext* context) {
+        std::unique_ptr<grpc::ClientWriterInterface<v1::WriteShardRequest>>
+            writer = stub->WriteShard(context, &response);
+        v1::WriteShardRequest chunk;
+        chunk.set_shard_id(shard_id);
+        if (part != nullptr) {
+          chunk.mutable_box_offsets()->Assign(part->offsets.begin(),
+                                              part->offsets.end());
+          chunk.mutable_box_sizes()->Assign(part->sizes.begin(),
+                                            part->sizes.end());
+        }
+        int64_t offset = 0;
+        // An empty shard still sends one message so the worker sees the
+        // shard id.
+        do {
+          const int64_t n = std::min(kChunkBytes, size - offset);
+          chunk.set_offset(offset);
+          std::string* data = chunk.mutable_data();
+          data->resize(static_cast<size_t>(n));
+          if (n > 0) source(offset, absl::MakeSpan(data->data(), data->size()));
+          if (!writer->Write(chunk))
+            break;  // the server ended the stream: Finish says why
+          offset += n;
+        } while (offset < size);
+        writer->WritesDone();
+        return writer->Finish();
+      });
   if (!status.ok()) return WithContext(status, context_text);
   if (response.bytes_written() != size) {
     return WithContext(absl::DataLossError(absl::StrCat(
@@ -556,12 +561,12 @@ absl::Status GrpcTransport::ReadRows(absl::Span<const ShardRows> entries,
           out->set_shard_id(shard.shard_id);
           out->mutable_rows()->Assign(shard.rows.begin(), shard.rows.end());
         }
-        grpc::ClientContext context;
-        SetDeadline(&context, CallTimeout(options_.timeout));
-        PresentCapability(&context, first.capability);
         v1::ReadRowsResponse response;
         TESSERA_RETURN_IF_ERROR(
-            FromGrpcStatus(stub->ReadRows(&context, request, &response)));
+            DataCall(CallTimeout(options_.timeout), first.capability,
+                     [&](grpc::ClientContext* context) {
+                       return stub->ReadRows(context, request, &response);
+                     }));
         *reply = std::move(*response.mutable_data());
         return absl::OkStatus();
       });

@@ -23,6 +23,7 @@
 #include "core/status_macros.h"
 #include "core/strided_copy.h"
 #include "proto/worker.grpc.pb.h"
+#include "rpc/call.h"
 #include "rpc/security.h"
 #include "rpc/status.h"
 #include "transport/grpc_transport.h"
@@ -91,18 +92,18 @@ absl::StatusOr<SharedSegment> FindSegment(
     int64_t item_bytes, absl::Duration timeout, absl::string_view capability) {
   if (LocalHostId().empty())
     return absl::FailedPreconditionError("no /dev/shm here");
-  grpc::ClientContext context;
-  SetDeadline(&context, timeout);
-  PresentCapability(&context, capability);
   v1::MapShardRequest request;
   request.set_shard_id(shard_id);
   v1::MapShardResponse response;
-  grpc::Status rpc =
-      v1::Worker::NewStub(channel)->MapShard(&context, request, &response);
-  if (rpc.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+  const absl::Status rpc =
+      DataCall(timeout, capability, [&](grpc::ClientContext* context) {
+        return v1::Worker::NewStub(channel)->MapShard(context, request,
+                                                      &response);
+      });
+  if (absl::IsUnimplemented(rpc)) {
     return absl::FailedPreconditionError("worker does not offer shared memory");
   }
-  if (!rpc.ok()) return FromGrpcStatus(rpc);
+  if (!rpc.ok()) return rpc;
   absl::StatusOr<SharedSegment> segment =
       ValidateMapShardReply(response, LocalHostId(), item_bytes);
   if (!segment.ok()) {

@@ -17,6 +17,7 @@
 #include "core/fan_out.h"
 #include "core/status_macros.h"
 #include "proto/worker.grpc.pb.h"
+#include "rpc/call.h"
 #include "rpc/security.h"
 #include "rpc/status.h"
 #include "transport/shared_memory.h"
@@ -87,15 +88,15 @@ absl::StatusOr<std::shared_ptr<const StagingSegment>> OpenSlots(
 
 // What a failed stream means for the chain: staging that cannot happen here
 // is a FAILED_PRECONDITION (read over gRPC instead).
-absl::Status StreamError(const grpc::Status& status) {
-  switch (status.error_code()) {
-    case grpc::StatusCode::UNIMPLEMENTED:
+absl::Status StreamError(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kUnimplemented:
       return absl::FailedPreconditionError("worker does not stage reads");
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+    case absl::StatusCode::kResourceExhausted:
       return absl::FailedPreconditionError(
-          absl::StrCat("worker cannot stage now: ", status.error_message()));
+          absl::StrCat("worker cannot stage now: ", status.message()));
     default:
-      return FromGrpcStatus(status);
+      return status;
   }
 }
 
@@ -108,81 +109,91 @@ absl::Status StagePart(const std::shared_ptr<grpc::Channel>& channel,
   const int64_t slot_elements =
       std::max<int64_t>(1, std::min(count, options.slot_bytes / item));
   const int64_t slot_bytes = slot_elements * item;
-  grpc::ClientContext context;
-  SetDeadline(&context, options.timeout);
-  PresentCapability(&context, shard.location.capability);
-  auto stream = v1::Worker::NewStub(channel)->StageRead(&context);
-  // Ends the stream and returns the worker's word on it when it has one.
-  const auto finish = [&](absl::Status local) {
-    stream->WritesDone();
-    const grpc::Status rpc = stream->Finish();
-    if (!rpc.ok()) return StreamError(rpc);
-    return local;
-  };
-  v1::StageReadRequest request;
-  request.set_shard_id(shard.location.shard_id);
-  for (size_t d = 0; d < box.rank(); ++d) {
-    request.add_offsets(box.offsets[d]);
-    request.add_sizes(box.sizes[d]);
-  }
-  request.set_slot_bytes(slot_bytes);
-  request.set_item_bytes(item);
-  v1::StageReadResponse reply;
-  if (!stream->Write(request) || !stream->Read(&reply)) {
-    return finish(absl::UnavailableError("staging stream ended early"));
-  }
-  absl::StatusOr<std::shared_ptr<const StagingSegment>> segment =
-      OpenSlots(reply, slot_bytes, options.mappings);
-  if (!segment.ok()) {
-    context.TryCancel();
-    stream->Finish();
-    return segment.status();
-  }
-  const char* const slots = (*segment)->data();
-  struct Chunk {
-    int64_t first;
-    int64_t count;
-    int slot;
-  };
-  std::deque<Chunk> in_flight;
-  int64_t next = first;
-  const int64_t end = first + count;
-  // A slot is asked for again only once its chunk has been copied out, and
-  // the worker fills chunks in order: the two never race.
-  const auto ask = [&](int slot) {
-    const Chunk chunk{next, std::min(slot_elements, end - next), slot};
-    request.Clear();
-    request.set_first(chunk.first);
-    request.set_count(chunk.count);
-    request.set_slot(slot);
-    next += chunk.count;
-    in_flight.push_back(chunk);
-    return stream->Write(request);
-  };
-  for (int slot = 0; slot < 2 && next < end; ++slot) {
-    if (!ask(slot)) return finish(absl::UnavailableError("staging stopped"));
-  }
-  while (!in_flight.empty()) {
-    const Chunk chunk = in_flight.front();
-    in_flight.pop_front();
-    if (!stream->Read(&reply)) {
-      return finish(absl::UnavailableError("staging stream ended early"));
+  // Why this side ended the stream, if it did; `cancelled`: it gave the
+  // stream up, so the worker's word on it is only that.
+  absl::Status local;
+  bool cancelled = false;
+  const auto run =
+      [&](grpc::ClientContext* context,
+          grpc::ClientReaderWriterInterface<v1::StageReadRequest,
+                                            v1::StageReadResponse>* stream)
+      -> absl::Status {
+    const auto give_up = [&](absl::Status why) {
+      context->TryCancel();
+      cancelled = true;
+      return why;
+    };
+    v1::StageReadRequest request;
+    request.set_shard_id(shard.location.shard_id);
+    for (size_t d = 0; d < box.rank(); ++d) {
+      request.add_offsets(box.offsets[d]);
+      request.add_sizes(box.sizes[d]);
     }
-    if (reply.slot() != chunk.slot || reply.bytes() != chunk.count * item) {
-      context.TryCancel();
-      stream->Finish();
-      return Inconsistent(absl::StrCat("slot ", reply.slot(), " with ",
-                                       reply.bytes(), " bytes for slot ",
-                                       chunk.slot, " of ", chunk.count * item));
+    request.set_slot_bytes(slot_bytes);
+    request.set_item_bytes(item);
+    v1::StageReadResponse reply;
+    if (!stream->Write(request) || !stream->Read(&reply)) {
+      return absl::UnavailableError("staging stream ended early");
     }
-    TESSERA_RETURN_IF_ERROR(target.Deliver(box.sizes, chunk.first, chunk.count,
-                                           slots + chunk.slot * slot_bytes,
-                                           static_cast<size_t>(item)));
-    if (next < end && !ask(chunk.slot)) {
-      return finish(absl::UnavailableError("staging stopped"));
+    absl::StatusOr<std::shared_ptr<const StagingSegment>> segment =
+        OpenSlots(reply, slot_bytes, options.mappings);
+    if (!segment.ok()) return give_up(segment.status());
+    const char* const slots = (*segment)->data();
+    struct Chunk {
+      int64_t first;
+      int64_t count;
+      int slot;
+    };
+    std::deque<Chunk> in_flight;
+    int64_t next = first;
+    const int64_t end = first + count;
+    // A slot is asked for again only once its chunk has been copied out,
+    // and the worker fills chunks in order: the two never race.
+    const auto ask = [&](int slot) {
+      const Chunk chunk{next, std::min(slot_elements, end - next), slot};
+      request.Clear();
+      request.set_first(chunk.first);
+      request.set_count(chunk.count);
+      request.set_slot(slot);
+      next += chunk.count;
+      in_flight.push_back(chunk);
+      return stream->Write(request);
+    };
+    for (int slot = 0; slot < 2 && next < end; ++slot) {
+      if (!ask(slot)) return absl::UnavailableError("staging stopped");
     }
-  }
-  return finish(absl::OkStatus());
+    while (!in_flight.empty()) {
+      const Chunk chunk = in_flight.front();
+      in_flight.pop_front();
+      if (!stream->Read(&reply)) {
+        return absl::UnavailableError("staging stream ended early");
+      }
+      if (reply.slot() != chunk.slot || reply.bytes() != chunk.count * item) {
+        return give_up(Inconsistent(absl::StrCat(
+            "slot ", reply.slot(), " with ", reply.bytes(), " bytes for slot ",
+            chunk.slot, " of ", chunk.count * item)));
+      }
+      absl::Status delivered = target.Deliver(
+          box.sizes, chunk.first, chunk.count, slots + chunk.slot * slot_bytes,
+          static_cast<size_t>(item));
+      if (!delivered.ok()) return give_up(std::move(delivered));
+      if (next < end && !ask(chunk.slot)) {
+        return absl::UnavailableError("staging stopped");
+      }
+    }
+    return absl::OkStatus();
+  };
+  const absl::Status rpc =
+      DataCall(options.timeout, shard.location.capability,
+               [&](grpc::ClientContext* context) {
+                 auto stream = v1::Worker::NewStub(channel)->StageRead(context);
+                 local = run(context, stream.get());
+                 if (!cancelled) stream->WritesDone();
+                 return stream->Finish();
+               });
+  // The worker's word on the stream when it has one.
+  if (cancelled || rpc.ok()) return local;
+  return StreamError(rpc);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "core/status_macros.h"
 #include "core/strided_copy.h"
 #include "proto/worker.grpc.pb.h"
+#include "rpc/call.h"
 #include "rpc/channel.h"
 #include "rpc/status.h"
 #include "rpc/tcp_socket.h"
@@ -211,12 +212,14 @@ absl::StatusOr<std::string> TcpTransport::DataAddress(
   } else {
     std::unique_ptr<v1::Worker::Stub> stub =
         v1::Worker::NewStub(channels_->Get(address));
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(
-        absl::Now() + std::min(options_.timeout, absl::Seconds(10))));
     v1::DataAddressResponse response;
-    absl::Status status = FromGrpcStatus(
-        stub->DataAddress(&context, v1::DataAddressRequest(), &response));
+    // No capability: a worker's data address is no secret.
+    const absl::Status status =
+        DataCall(std::min(options_.timeout, absl::Seconds(10)), "",
+                 [&](grpc::ClientContext* context) {
+                   return stub->DataAddress(context, v1::DataAddressRequest(),
+                                            &response);
+                 });
     // A worker that predates data ports has none.
     if (!status.ok() && !absl::IsUnimplemented(status)) return status;
     data_address = response.data_address();

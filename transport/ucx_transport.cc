@@ -21,6 +21,7 @@
 #include "core/status_macros.h"
 #include "core/strided_copy.h"
 #include "proto/ucx.grpc.pb.h"
+#include "rpc/call.h"
 #include "rpc/channel.h"
 #include "rpc/security.h"
 #include "rpc/status.h"
@@ -740,17 +741,15 @@ absl::Status UcxTransport::Lane::Staged(Peer& peer, const Key& key,
     request.set_first(f);
     request.set_count(n);
     v1::UcxStageResponse reply;
-    grpc::ClientContext context;
-    SetDeadline(&context,
-                std::min(options_.timeout, std::max(deadline_ - absl::Now(),
-                                                    absl::ZeroDuration())));
-    PresentCapability(&context, at.capability);
-    const grpc::Status rpc = stub->Stage(&context, request, &reply);
+    const absl::Status rpc =
+        DataCall(std::min(options_.timeout, deadline_ - absl::Now()),
+                 at.capability, [&](grpc::ClientContext* context) {
+                   return stub->Stage(context, request, &reply);
+                 });
     if (!rpc.ok()) {
-      const grpc::StatusCode code = rpc.error_code();
-      const bool cannot = code == grpc::StatusCode::UNIMPLEMENTED ||
-                          code == grpc::StatusCode::FAILED_PRECONDITION;
-      const bool busy = code == grpc::StatusCode::RESOURCE_EXHAUSTED;
+      const bool cannot =
+          absl::IsUnimplemented(rpc) || absl::IsFailedPrecondition(rpc);
+      const bool busy = absl::IsResourceExhausted(rpc);
       if ((cannot || busy) && f == 0) {
         // Nothing delivered yet: the caller reads another way.
         *declined = true;
@@ -770,7 +769,7 @@ absl::Status UcxTransport::Lane::Staged(Peer& peer, const Key& key,
         absl::SleepFor(absl::Milliseconds(1));
         continue;
       }
-      return FromGrpcStatus(rpc);
+      return rpc;
     }
     busy_since = absl::InfiniteFuture();
     // Every field is checked before it is used.
@@ -956,23 +955,22 @@ void UcxTransport::Lane::Abandon(const std::string& address, Ops& ops) {
 absl::StatusOr<DescribedKey> UcxTransport::Lane::Describe(
     const RemoteShard& shard, bool write) {
   const ShardLocation& at = shard.location;
-  grpc::ClientContext context;
-  SetDeadline(&context,
-              std::min(options_.timeout, std::max(deadline_ - absl::Now(),
-                                                  absl::ZeroDuration())));
-  PresentCapability(&context, at.capability);
   v1::UcxDescribeRequest request;
   request.add_shard_ids(at.shard_id);
   request.set_write(write);
   v1::UcxDescribeResponse reply;
-  const grpc::Status rpc = v1::UcxData::NewStub(channels_->Get(at.address))
-                               ->Describe(&context, request, &reply);
-  if (rpc.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+  const absl::Status rpc =
+      DataCall(std::min(options_.timeout, deadline_ - absl::Now()),
+               at.capability, [&](grpc::ClientContext* context) {
+                 return v1::UcxData::NewStub(channels_->Get(at.address))
+                     ->Describe(context, request, &reply);
+               });
+  if (absl::IsUnimplemented(rpc)) {
     owner_->MarkNoUcx(at.address);
     return absl::FailedPreconditionError(absl::StrCat(
         "worker ", at.worker, " at ", at.address, " offers no UCX transport"));
   }
-  if (!rpc.ok()) return FromGrpcStatus(rpc);
+  if (!rpc.ok()) return rpc;
   return ValidateDescribe(reply, at.shard_id);
 }
 
@@ -1429,16 +1427,17 @@ absl::Status UcxTransport::Lane::Write(const RemoteShard& shard,
     return absl::FailedPreconditionError(absl::StrCat(
         where, ": UCX cannot reach the worker: ", status.message()));
   }
-  grpc::ClientContext context;
-  SetDeadline(&context, CallTimeout(options_.timeout));
-  PresentCapability(&context, at.capability);
   v1::UcxFinishWriteRequest request;
   request.set_shard_id(at.shard_id);
   request.set_bytes_written(described->bytes);
   v1::UcxFinishWriteResponse reply;
-  const grpc::Status rpc = v1::UcxData::NewStub(channels_->Get(at.address))
-                               ->FinishWrite(&context, request, &reply);
-  if (!rpc.ok()) return Annotate(FromGrpcStatus(rpc), where);
+  const absl::Status rpc =
+      DataCall(CallTimeout(options_.timeout), at.capability,
+               [&](grpc::ClientContext* context) {
+                 return v1::UcxData::NewStub(channels_->Get(at.address))
+                     ->FinishWrite(context, request, &reply);
+               });
+  if (!rpc.ok()) return Annotate(rpc, where);
   return absl::OkStatus();
 }
 
