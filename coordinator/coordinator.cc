@@ -55,6 +55,7 @@ Coordinator::Coordinator(CoordinatorOptions options,
       table_(TableOptions(options_), &log_),
       orchestrator_(&registry_, &table_, &log_, &held_, LimitsOf(options_)),
       checkpoints_(&registry_, &table_, &held_, &orchestrator_),
+      repairs_(&orchestrator_, &registry_, &table_),
       reconciler_(&registry_, &table_, &log_, &held_, &held_,
                   options_.held_check_interval, options_.clock),
       waiters_(&table_, std::max(1, options_.max_waiters)) {
@@ -245,9 +246,9 @@ int64_t Coordinator::SyncMirrorsNow() {
     const TensorMetadata& meta = **current;
     if (!HasMirrors(meta)) continue;
     TensorMetadata filled = orchestrator_.WithWorkerState(meta);
-    if (!orchestrator_.MirrorsBehind(filled)) continue;
+    if (!repairs_.MirrorsBehind(filled)) continue;
     absl::StatusOr<MirrorSyncResult> synced =
-        orchestrator_.SyncMirrors(summary.name);
+        repairs_.SyncMirrors(summary.name);
     if (!synced.ok()) {
       // ABORTED: another change of it runs; the next pass tries again. A
       // lasting refusal (a quota, a full worker) is logged once, not every
@@ -300,7 +301,7 @@ int64_t Coordinator::RepairNow() {
     }
 
     const absl::Time start = absl::Now();
-    absl::StatusOr<RepairResult> repaired = orchestrator_.Repair(summary.name);
+    absl::StatusOr<RepairResult> repaired = repairs_.Repair(summary.name);
     if (!repaired.ok()) {
       // ABORTED: another change of it runs; the next pass tries again.
       if (!absl::IsAborted(repaired.status()) &&

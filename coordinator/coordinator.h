@@ -6,7 +6,8 @@
 //   WorkerRegistry    membership and leases (worker_registry.h)
 //   WorkerReconciler  registration: durable record, held vs expected shards
 //   TensorTable       tensors, versions, shard ids, retirement (tensor_table.h)
-//   Orchestrator      creates, puts, reshards, repairs, deletes on the workers
+//   Orchestrator      creates, puts, reshards, deletes on the workers
+//   Repairs           replicas and mirrors back where they belong (repairs.h)
 //   Checkpoints       loads and saves checkpoint directories (checkpoints.h)
 //   MetadataLog       the durable record path, with group commit
 //
@@ -36,6 +37,7 @@
 #include "coordinator/metadata_log.h"
 #include "coordinator/metadata_store.h"
 #include "coordinator/orchestrator.h"
+#include "coordinator/repairs.h"
 #include "coordinator/tensor_table.h"
 #include "coordinator/version_waiters.h"
 #include "coordinator/worker_control.h"
@@ -195,7 +197,7 @@ class Coordinator {
   // repair_interval): repairs what it can, returns the shards still short.
   int64_t RepairNow();
   // Brings every mirrored tensor's mirrors in line with its mirror group
-  // (Orchestrator::SyncMirrors): what the repair thread does at most every
+  // (Repairs::SyncMirrors): what the repair thread does at most every
   // kMirrorSyncInterval. Returns the tensors still behind.
   int64_t SyncMirrorsNow();
 
@@ -304,6 +306,7 @@ class Coordinator {
   TensorTable table_;
   Orchestrator orchestrator_;
   Checkpoints checkpoints_;
+  Repairs repairs_;
   WorkerReconciler reconciler_;
   Recovered recovered_;
   std::string cluster_id_;

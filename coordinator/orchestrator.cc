@@ -90,14 +90,22 @@ void ChooseSources(const TensorMetadata& old_meta, ReshardPlan* plan) {
   }
 }
 
-// `meta` without its shards: what a set of some of them starts from.
+}  // namespace
+
+Replica ReplicaOn(const WorkerRecord& worker) {
+  Replica replica;
+  replica.rank = worker.rank;
+  replica.device = worker.device;
+  replica.worker = worker.name;
+  replica.address = worker.address;
+  return replica;
+}
+
 TensorMetadata WithoutShards(const TensorMetadata& meta) {
   TensorMetadata out = meta;
   out.shards.clear();
   return out;
 }
-
-}  // namespace
 
 int64_t PackedDescribeBytesBound(const Shape& shape, int64_t num_shards,
                                  size_t max_workers, int64_t replicas) {
@@ -224,11 +232,7 @@ absl::Status Orchestrator::PlaceShards(const LayoutSpec& spec,
     ShardInfo& shard = meta->shards[i];
     shard.box = std::move(boxes[i]);
     shard.replicas.clear();
-    Replica& replica = shard.replicas.emplace_back();
-    replica.rank = worker.rank;
-    replica.device = worker.device;
-    replica.worker = worker.name;
-    replica.address = worker.address;
+    shard.replicas.push_back(ReplicaOn(worker));
   }
   if (replicas == 1) return absl::OkStatus();
   return PlaceFurtherReplicas(replicas, meta);
@@ -272,12 +276,7 @@ absl::Status Orchestrator::PlaceFurtherReplicas(int replicas,
   for (size_t i = 0; i < placed.size(); ++i) {
     Replicas& holders = meta->shards[i].replicas;
     for (size_t r = 1; r < placed[i].size(); ++r) {
-      const WorkerRecord& worker = workers[placed[i][r]];
-      Replica& replica = holders.emplace_back();
-      replica.rank = worker.rank;
-      replica.device = worker.device;
-      replica.worker = worker.name;
-      replica.address = worker.address;
+      holders.push_back(ReplicaOn(workers[placed[i][r]]));
     }
   }
   return absl::OkStatus();
@@ -314,11 +313,8 @@ absl::Status Orchestrator::PlaceMirrors(const std::string& selector,
     for (const std::string& name : shard.added) {
       std::optional<WorkerRecord> worker = registry_->Find(name);
       if (!worker.has_value()) continue;  // gone meanwhile: a later sync
-      Replica& replica = meta->shards[shard.shard].replicas.emplace_back();
-      replica.rank = worker->rank;
-      replica.device = worker->device;
-      replica.worker = worker->name;
-      replica.address = worker->address;
+      Replica& replica =
+          meta->shards[shard.shard].replicas.emplace_back(ReplicaOn(*worker));
       replica.mirror = true;
     }
   }
@@ -927,212 +923,6 @@ absl::Status Orchestrator::FillNewCopies(const TensorMetadata& sources,
       mover_.FillCopies(sources, *new_meta, plan, &fresh->sent), what));
   fresh->move_end = absl::Now();
   return absl::OkStatus();
-}
-
-absl::StatusOr<RepairResult> Orchestrator::Repair(const std::string& name) {
-  const absl::Time start = absl::Now();
-  TESSERA_ASSIGN_OR_RETURN(TensorMetadataPtr old_meta,
-                           table_->BeginReshard(name, 0));
-  auto done = absl::MakeCleanup([&] { table_->EndReshard(name); });
-  TensorMetadata sources = WithWorkerState(*old_meta);
-  const std::vector<WorkerRecord> workers = registry_->List();
-  absl::flat_hash_map<std::string, int> index;
-  const std::vector<ReplicaCandidate> candidates = Candidates(workers, &index);
-  auto draining = [&](const std::string& worker) {
-    auto it = index.find(worker);
-    return it != index.end() &&
-           workers[it->second].state == WorkerState::kDraining;
-  };
-
-  // Which replicas go, which stay, and where each shard is copied from (an
-  // available replica, one on a ready worker first).
-  RepairResult result;
-  const RepairNeeds needs = FindRepairs(
-      sources, [&](const std::string& worker) { return index.at(worker); },
-      draining);
-  result.shards_short = needs.shards_short;
-  if (needs.shards.empty()) return result;
-  std::vector<ShardToRepair> todo;
-  for (const ShardRepair& shard : needs.shards) todo.push_back(shard.need);
-  TESSERA_ASSIGN_OR_RETURN(std::vector<std::vector<int>> placed,
-                           PlaceRepairs(candidates, todo));
-
-  // Version N again, each placed replica in place of one that leaves.
-  auto new_meta = std::make_shared<TensorMetadata>(*old_meta);
-  NewShards fresh(this);
-  fresh.meta = WithoutShards(*old_meta);
-  TensorMetadata retired = WithoutShards(*old_meta);
-  ReshardPlan plan;
-  std::vector<CopySlot> slots;  // where each fresh replica goes in new_meta
-  for (size_t t = 0; t < todo.size(); ++t) {
-    const ShardRepair& repair = needs.shards[t];
-    const size_t i = repair.shard;
-    if (placed[t].size() < repair.leaving.size()) ++result.shards_short;
-    if (placed[t].empty() && repair.promoted.empty()) continue;
-    ShardInfo& retired_shard = retired.shards.emplace_back();
-    retired_shard.box = old_meta->shards[i].box;
-    // A mirror takes a leaving replica's place where it is; its mirror
-    // entry goes (mirrors follow the replicas, so no slot below moves).
-    std::vector<size_t> gone_mirrors;
-    for (const auto& [r, m] : repair.promoted) {
-      retired_shard.replicas.push_back(old_meta->shards[i].replicas[r]);
-      Replica promoted = old_meta->shards[i].replicas[m];
-      promoted.mirror = false;
-      new_meta->shards[i].replicas[r] = promoted;
-      gone_mirrors.push_back(m);
-      ++result.mirrors_promoted;
-    }
-    std::sort(gone_mirrors.rbegin(), gone_mirrors.rend());
-    for (size_t m : gone_mirrors) {
-      new_meta->shards[i].replicas.erase(new_meta->shards[i].replicas.begin() +
-                                         static_cast<ptrdiff_t>(m));
-    }
-    if (placed[t].empty()) continue;
-    ShardInfo& fresh_shard = fresh.meta.shards.emplace_back();
-    fresh_shard.box = old_meta->shards[i].box;
-    for (size_t k = 0; k < placed[t].size(); ++k) {
-      const WorkerRecord& worker = workers[placed[t][k]];
-      Replica replica;
-      replica.rank = worker.rank;
-      replica.device = worker.device;
-      replica.worker = worker.name;
-      replica.address = worker.address;
-      fresh_shard.replicas.push_back(replica);
-      retired_shard.replicas.push_back(
-          old_meta->shards[i].replicas[repair.leaving[k]]);
-      slots.push_back({i, repair.leaving[k]});
-      ReshardPiece& piece = plan.pieces.emplace_back();
-      piece.src_shard = i;
-      piece.src_replica = repair.source;
-      piece.dst_shard = i;
-      piece.dst_replica = repair.leaving[k];
-      piece.global = old_meta->shards[i].box;
-      piece.bytes = repair.need.bytes;
-      result.bytes_copied += piece.bytes;
-      ++result.replicas_made;
-    }
-  }
-  if (plan.pieces.empty() && result.mirrors_promoted == 0) return result;
-  if (!plan.pieces.empty()) {
-    TESSERA_RETURN_IF_ERROR(FillNewCopies(
-        sources, plan, slots, absl::StrCat("repairing '", name, "'"),
-        new_meta.get(), &fresh));
-  } else {
-    fresh.allocate_start = fresh.move_start = fresh.move_end = absl::Now();
-  }
-  const absl::Time allocate_start = fresh.allocate_start;
-  const absl::Time move_start = fresh.move_start;
-  const absl::Time move_end = fresh.move_end;
-  TESSERA_RETURN_IF_ERROR(
-      RecordVersion(old_meta, new_meta, std::move(retired), &fresh));
-  spdlog::info(
-      "repaired '{}' version {}: {} new replica(s), {} bytes copied, {} "
-      "mirror(s) made replicas, {} shard(s) still short, {:.3f} s (plan "
-      "{:.3f}, allocate {:.3f}, move {:.3f}, record {:.3f})",
-      name, new_meta->version, result.replicas_made, result.bytes_copied,
-      result.mirrors_promoted, result.shards_short,
-      absl::ToDoubleSeconds(absl::Now() - start),
-      absl::ToDoubleSeconds(allocate_start - start),
-      absl::ToDoubleSeconds(move_start - allocate_start),
-      absl::ToDoubleSeconds(move_end - move_start),
-      absl::ToDoubleSeconds(absl::Now() - move_end));
-  return result;
-}
-
-bool Orchestrator::MirrorsBehind(const TensorMetadata& meta) const {
-  if (!HasMirrors(meta)) return false;
-  return !PlanMirrors(meta, MirrorGroupNow(meta.mirror)).empty();
-}
-
-absl::StatusOr<MirrorSyncResult> Orchestrator::SyncMirrors(
-    const std::string& name) {
-  const absl::Time start = absl::Now();
-  TESSERA_ASSIGN_OR_RETURN(TensorMetadataPtr old_meta,
-                           table_->BeginReshard(name, 0));
-  auto done = absl::MakeCleanup([&] { table_->EndReshard(name); });
-  TensorMetadata sources = WithWorkerState(*old_meta);
-  const std::vector<std::string> group = MirrorGroupNow(old_meta->mirror);
-  TESSERA_RETURN_IF_ERROR(Annotate(
-      CheckLayoutSize(
-          old_meta->shape, static_cast<int64_t>(old_meta->shards.size()),
-          CurrentLimits(), 0,
-          ReplicaCount(*old_meta) + static_cast<int64_t>(group.size())),
-      absl::StrCat("the mirrors of '", name, "' on ", group.size(),
-                   " workers")));
-  const std::vector<ShardMirrors> plan_mirrors = PlanMirrors(sources, group);
-  MirrorSyncResult result;
-  if (plan_mirrors.empty()) return result;
-
-  // Version N again: each shard's replicas, the mirrors that stay, then
-  // the new ones.
-  auto new_meta = std::make_shared<TensorMetadata>(*old_meta);
-  NewShards fresh(this);
-  fresh.meta = WithoutShards(*old_meta);
-  TensorMetadata retired = WithoutShards(*old_meta);
-  const int64_t item = static_cast<int64_t>(ItemSize(old_meta->dtype));
-  std::vector<CopySlot> slots;
-  ReshardPlan plan;
-  for (const ShardMirrors& change : plan_mirrors) {
-    const size_t i = change.shard;
-    const ShardInfo& old_shard = old_meta->shards[i];
-    Replicas& copies = new_meta->shards[i].replicas;
-    copies.clear();
-    for (size_t r = 0; r < old_shard.replicas.size(); ++r) {
-      if (std::find(change.dropped.begin(), change.dropped.end(), r) !=
-          change.dropped.end()) {
-        continue;
-      }
-      copies.push_back(old_shard.replicas[r]);
-    }
-    if (!change.dropped.empty()) {
-      ShardInfo& gone = retired.shards.emplace_back();
-      gone.box = old_shard.box;
-      for (size_t r : change.dropped)
-        gone.replicas.push_back(old_shard.replicas[r]);
-      result.mirrors_dropped += static_cast<int64_t>(change.dropped.size());
-    }
-    if (change.added.empty()) continue;
-    ShardInfo& made = fresh.meta.shards.emplace_back();
-    made.box = old_shard.box;
-    for (const std::string& name_added : change.added) {
-      std::optional<WorkerRecord> worker = registry_->Find(name_added);
-      if (!worker.has_value()) continue;
-      Replica replica;
-      replica.rank = worker->rank;
-      replica.device = worker->device;
-      replica.worker = worker->name;
-      replica.address = worker->address;
-      replica.mirror = true;
-      made.replicas.push_back(replica);
-      slots.push_back({i, copies.size()});
-      copies.push_back(replica);
-      ReshardPiece& piece = plan.pieces.emplace_back();
-      piece.src_shard = i;
-      piece.src_replica = change.source;
-      piece.dst_shard = i;
-      piece.dst_replica = copies.size() - 1;
-      piece.global = old_shard.box;
-      piece.bytes = old_shard.box.NumElements() * item;
-      result.bytes_copied += piece.bytes;
-      ++result.mirrors_made;
-    }
-    if (made.replicas.empty()) fresh.meta.shards.pop_back();
-  }
-  const std::string what = absl::StrCat("filling the mirrors of '", name, "'");
-  if (!fresh.meta.shards.empty()) {
-    // New mirrors are the owner's bytes: charged, as a new replica is.
-    TESSERA_RETURN_IF_ERROR(table_->Charge(name, HeldBytes(fresh.meta), what));
-    TESSERA_RETURN_IF_ERROR(
-        FillNewCopies(sources, plan, slots, what, new_meta.get(), &fresh));
-  }
-  TESSERA_RETURN_IF_ERROR(
-      RecordVersion(old_meta, new_meta, std::move(retired), &fresh));
-  spdlog::info(
-      "mirrors of '{}' version {}: {} made ({} bytes copied), {} dropped, "
-      "{:.3f} s",
-      name, new_meta->version, result.mirrors_made, result.bytes_copied,
-      result.mirrors_dropped, absl::ToDoubleSeconds(absl::Now() - start));
-  return result;
 }
 
 absl::StatusOr<StagedUpdate> Orchestrator::BeginUpdate(const UpdateArgs& args) {

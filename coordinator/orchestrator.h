@@ -1,9 +1,10 @@
-// Orchestrator: carries out creates, puts, commits, updates, reshards,
-// repairs and deletes — resolves placements, checks capacity, has the
+// Orchestrator: carries out creates, puts, commits, updates, reshards
+// and deletes — resolves placements, checks capacity, has the
 // workers allocate and free shards (through WorkerControl, one request per
 // worker, all in parallel) and move bytes (through its PieceMover), and
 // records and publishes each change through the TensorTable and the
-// MetadataLog. Checkpoints (checkpoints.h) build on it.
+// MetadataLog. Checkpoints (checkpoints.h) and Repairs (repairs.h) build on
+// it.
 //
 // All or nothing: a create that fails on any worker leaves nothing
 // allocated; a reshard that fails leaves version N intact and frees every
@@ -89,24 +90,6 @@ struct ReplicaRange {
   size_t end = SIZE_MAX;
 };
 
-// What one repair of one tensor did (Orchestrator::Repair).
-struct RepairResult {
-  int64_t replicas_made = 0;     // new replicas, each a copy of a survivor
-  int64_t bytes_copied = 0;      // their bytes
-  int64_t mirrors_promoted = 0;  // mirrors made replicas in place (no copy)
-  // Shards still short of replicas: none survives to copy from, or no
-  // ready worker has room for a new one yet.
-  int64_t shards_short = 0;
-};
-
-// What one pass over a mirrored tensor's mirrors did
-// (Orchestrator::SyncMirrors).
-struct MirrorSyncResult {
-  int64_t mirrors_made = 0;     // new mirror copies, each filled by a copy
-  int64_t mirrors_dropped = 0;  // copies on workers that left the group
-  int64_t bytes_copied = 0;
-};
-
 // Version N+1 of an update, allocated and waiting for its caller's writes.
 struct StagedUpdate {
   TensorMetadataPtr meta;
@@ -154,6 +137,12 @@ absl::Status CheckLayoutSize(const Shape& shape, int64_t num_shards,
                              const TensorLimits& limits, int64_t spec_rank = 0,
                              int64_t replicas = 1);
 
+// A replica of a shard on `worker` (its first copy, not a mirror).
+Replica ReplicaOn(const WorkerRecord& worker);
+
+// `meta` without its shards: what a set of some of them starts from.
+TensorMetadata WithoutShards(const TensorMetadata& meta);
+
 class Orchestrator {
  public:
   // Every pointer must outlive the orchestrator.
@@ -195,29 +184,6 @@ class Orchestrator {
   // Frees retired versions and abandoned puts that are due.
   void FreeDue();
 
-  // Gives each shard of `name`'s current version that lost a replica — its
-  // worker is dead, forgotten or lost it — or has one on a draining worker
-  // a new replica on a ready worker (core/replica_placement PlaceRepairs),
-  // copied from a surviving replica, and records version N again with the
-  // new replicas in place of those (which are retired as a reshard retires
-  // N's shards: freed once N's current readers are done). Copies exactly
-  // the lost shards' bytes. All or nothing, like a reshard: on failure the
-  // tensor is as it was and the new replicas are freed. NOT_FOUND;
-  // ABORTED while another change of the tensor runs (try again later).
-  absl::StatusOr<RepairResult> Repair(const std::string& name);
-
-  // Brings `name`'s mirrors (CLI.md "Mirrors (v4)") in line with its
-  // mirror group now (core/mirror_plan): members that came (registered,
-  // uncordoned) get a copy of each shard, filled from an available copy,
-  // charged to the owner's quota; copies on workers that left (dead,
-  // cordoned, draining, removed) or lost them are retired. Records version
-  // N again, as a repair does; all or nothing. ABORTED while another
-  // change of the tensor runs.
-  absl::StatusOr<MirrorSyncResult> SyncMirrors(const std::string& name);
-  // True when SyncMirrors(name) has something to do for `meta` (its worker
-  // state filled in) now: a cheap check for the repair loop.
-  bool MirrorsBehind(const TensorMetadata& meta) const;
-
   // Fills in each shard's worker address and availability (registry and
   // lost shards).
   void FillWorkerState(TensorMetadata* meta) const;
@@ -229,56 +195,22 @@ class Orchestrator {
   MoveProgressBoard* progress() { return &progress_; }
   const MoveProgressBoard& progress() const { return progress_; }
 
- private:
-  // Resolves spec.placements[i] for every box into `meta->shards` (each
-  // shard's first replica) and places `replicas - 1` more of each
-  // (core/replica_placement.h) on the ready workers.
-  absl::Status PlaceShards(const LayoutSpec& spec, std::vector<Box> boxes,
-                           int replicas, TensorMetadata* meta) const;
-  // Places the further replicas of `meta`'s shards, which hold one each.
-  absl::Status PlaceFurtherReplicas(int replicas, TensorMetadata* meta) const;
-  // The names of the workers mirror group `selector` (a LabelSelector's
-  // text) takes now (core/mirror_plan MirrorGroup).
-  std::vector<std::string> MirrorGroupNow(const std::string& selector) const;
-  // Sets `meta`'s mirror group to `selector` (a LabelSelector's text, or
-  // empty) and gives each shard, placed and not yet allocated, a mirror on
-  // each member of the group holding no copy of it.
-  absl::Status PlaceMirrors(const std::string& selector,
-                            TensorMetadata* meta) const;
+  // The steps a change of a version is made of, for the parts of the
+  // orchestrator that make such changes themselves (Repairs).
+  //
   // The known workers as placement candidates (indices as in `workers`).
   static std::vector<ReplicaCandidate> Candidates(
       const std::vector<WorkerRecord>& workers,
       absl::flat_hash_map<std::string, int>* index);
-  // Refuses shards that would not fit in their workers' capacity.
-  absl::Status CheckCapacity(const TensorMetadata& shards) const;
-  // Allocates `meta`'s shards, one batch per worker in parallel; on failure
-  // frees whatever was allocated.
-  // `writable`: a put's shards, which its client writes once.
-  // `filled_by_copies`: a reshard's, every byte copied in before they are
-  // named to anyone (the workers may hand out reused memory uncleared).
-  absl::Status AllocateShards(const TensorMetadata& meta, const InitSpec& init,
-                              bool writable, bool filled_by_copies = false);
-  // Frees shards on their workers (best effort; failures are logged).
-  void FreeShards(const TensorMetadata& meta);
-  // Copies each shard of a written change from its first replica (the one
-  // its client wrote) to the others and its mirrors
-  // (PieceMover::ForwardReplicas; mirrors that fail go to `failed_mirrors`
-  // when given; `sent`, when given, adds what each worker sent; `before`,
-  // an update's version before, lets copies take only the changes).
-  absl::Status ForwardReplicas(
-      const TensorMetadata& written,
-      std::vector<std::pair<size_t, size_t>>* failed_mirrors = nullptr,
-      SentBytes* sent = nullptr, const TensorMetadata* before = nullptr);
-  // Seals shards (their replicas in `replicas`) on their workers, all in
-  // parallel: the first failure. `persist`: their bytes are final, and a
-  // worker with --store_dir records them.
-  // With `failed_workers`, a worker that fails is added there instead
-  // (and the rest still sealed).
-  absl::Status SealShards(const TensorMetadata& meta,
-                          ReplicaRange replicas = {}, bool persist = true,
-                          std::set<std::string>* failed_workers = nullptr);
+  // The names of the workers mirror group `selector` (a LabelSelector's
+  // text) takes now (core/mirror_plan MirrorGroup).
+  std::vector<std::string> MirrorGroupNow(const std::string& selector) const;
+  // limits_, with max_workers lowered to the workers known now (a layout
+  // can only use those).
+  TensorLimits CurrentLimits() const;
   // The shards of a new version that are not taken over from the old one
-  // (a reshard's or an update's), as MakeNewShards made them. Until Keep(),
+  // (a reshard's, an update's, a repair's), as MakeNewShards or
+  // FillNewCopies made them. Until Keep(),
   // destroying it frees them on their workers (if allocated) and releases
   // their ids: a failed change leaves nothing behind.
   class NewShards {
@@ -307,18 +239,6 @@ class Orchestrator {
   absl::Status RecordVersion(const TensorMetadataPtr& old_meta,
                              const TensorMetadataPtr& new_meta,
                              TensorMetadata retired, NewShards* fresh);
-  // Gives the shards of `next` at `fresh_index` new ids (written back into
-  // `next`), checks capacity and the caller, allocates them (`writable`: an
-  // update's, which its caller writes) and has the workers move `plan`'s
-  // pieces from `sources` into them. `what` ("resharding 'x'") prefixes
-  // errors.
-  absl::Status MakeNewShards(TensorMetadata* next,
-                             absl::Span<const size_t> fresh_index,
-                             bool writable, const TensorMetadata& sources,
-                             const ReshardPlan& plan,
-                             const StopCondition& caller,
-                             const std::string& what, uint64_t old_version,
-                             NewShards* out);
   // Where a new copy of a version (a repair's replica, a mirror) goes in
   // its new metadata.
   struct CopySlot {
@@ -333,11 +253,62 @@ class Orchestrator {
                              const std::vector<CopySlot>& slots,
                              const std::string& what, TensorMetadata* new_meta,
                              NewShards* fresh);
+
+ private:
+  // Resolves spec.placements[i] for every box into `meta->shards` (each
+  // shard's first replica) and places `replicas - 1` more of each
+  // (core/replica_placement.h) on the ready workers.
+  absl::Status PlaceShards(const LayoutSpec& spec, std::vector<Box> boxes,
+                           int replicas, TensorMetadata* meta) const;
+  // Places the further replicas of `meta`'s shards, which hold one each.
+  absl::Status PlaceFurtherReplicas(int replicas, TensorMetadata* meta) const;
+  // Sets `meta`'s mirror group to `selector` (a LabelSelector's text, or
+  // empty) and gives each shard, placed and not yet allocated, a mirror on
+  // each member of the group holding no copy of it.
+  absl::Status PlaceMirrors(const std::string& selector,
+                            TensorMetadata* meta) const;
+  // Refuses shards that would not fit in their workers' capacity.
+  absl::Status CheckCapacity(const TensorMetadata& shards) const;
+  // Allocates `meta`'s shards, one batch per worker in parallel; on failure
+  // frees whatever was allocated.
+  // `writable`: a put's shards, which its client writes once.
+  // `filled_by_copies`: a reshard's, every byte copied in before they are
+  // named to anyone (the workers may hand out reused memory uncleared).
+  absl::Status AllocateShards(const TensorMetadata& meta, const InitSpec& init,
+                              bool writable, bool filled_by_copies = false);
+  // Frees shards on their workers (best effort; failures are logged).
+  void FreeShards(const TensorMetadata& meta);
+  // Copies each shard of a written change from its first replica (the one
+  // its client wrote) to the others and its mirrors
+  // (PieceMover::ForwardReplicas; mirrors that fail go to `failed_mirrors`
+  // when given; `sent`, when given, adds what each worker sent; `before`,
+  // an update's version before, lets copies take only the changes).
+  absl::Status ForwardReplicas(
+      const TensorMetadata& written,
+      std::vector<std::pair<size_t, size_t>>* failed_mirrors = nullptr,
+      SentBytes* sent = nullptr, const TensorMetadata* before = nullptr);
+  // Seals shards (their replicas in `replicas`) on their workers, all in
+  // parallel: the first failure. `persist`: their bytes are final, and a
+  // worker with --store_dir records them.
+  // With `failed_workers`, a worker that fails is added there instead
+  // (and the rest still sealed).
+  absl::Status SealShards(const TensorMetadata& meta,
+                          ReplicaRange replicas = {}, bool persist = true,
+                          std::set<std::string>* failed_workers = nullptr);
+  // Gives the shards of `next` at `fresh_index` new ids (written back into
+  // `next`), checks capacity and the caller, allocates them (`writable`: an
+  // update's, which its caller writes) and has the workers move `plan`'s
+  // pieces from `sources` into them. `what` ("resharding 'x'") prefixes
+  // errors.
+  absl::Status MakeNewShards(TensorMetadata* next,
+                             absl::Span<const size_t> fresh_index,
+                             bool writable, const TensorMetadata& sources,
+                             const ReshardPlan& plan,
+                             const StopCondition& caller,
+                             const std::string& what, uint64_t old_version,
+                             NewShards* out);
   // `stop`, also stopping once plan_budget has passed from now.
   StopCondition WithBudget(const StopCondition& stop) const;
-  // limits_, with max_workers lowered to the workers known now (a layout
-  // can only use those).
-  TensorLimits CurrentLimits() const;
 
   WorkerRegistry* const registry_;
   TensorTable* const table_;

@@ -8,6 +8,7 @@
 
 #include "coordinator/coordinator_testutil.h"
 #include "coordinator/fake_worker_control.h"
+#include "coordinator/repairs.h"
 #include "core/testing/adversarial_layouts.h"
 #include "core/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -83,6 +84,7 @@ class OrchestratorTest : public ::testing::Test {
   WorkerRegistry registry_;
   TensorTable table_;
   Orchestrator orchestrator_;
+  Repairs repairs_{&orchestrator_, &registry_, &table_};
 };
 
 TEST_F(OrchestratorTest, CreateAllocatesOneBatchPerWorkerAndRecordsIt) {
@@ -430,9 +432,9 @@ TEST_F(OrchestratorTest, AMirrorThatFailsAtTheCommitDoesNotFailTheWrite) {
   }
   EXPECT_EQ(lost, 2);
   EXPECT_THAT(Held(2), IsEmpty());  // the unfilled copies are freed
-  EXPECT_TRUE(orchestrator_.MirrorsBehind(now));
+  EXPECT_TRUE(repairs_.MirrorsBehind(now));
 
-  absl::StatusOr<MirrorSyncResult> synced = orchestrator_.SyncMirrors("p");
+  absl::StatusOr<MirrorSyncResult> synced = repairs_.SyncMirrors("p");
   ASSERT_OK(synced);
   EXPECT_EQ(synced->mirrors_made, 2);
   EXPECT_EQ(synced->mirrors_dropped, 2);
@@ -444,7 +446,7 @@ TEST_F(OrchestratorTest, AMirrorThatFailsAtTheCommitDoesNotFailTheWrite) {
     EXPECT_TRUE(shard.replicas[1].mirror);
   }
   EXPECT_EQ(Held(2).size(), 2u);
-  EXPECT_FALSE(orchestrator_.MirrorsBehind(now));
+  EXPECT_FALSE(repairs_.MirrorsBehind(now));
 }
 
 TEST_F(OrchestratorTest, FillWorkerStateReportsDeadWorkersAndLostShards) {

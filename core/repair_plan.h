@@ -1,4 +1,4 @@
-// What a repair of one tensor must do (Orchestrator::Repair), decided from
+// What a repair of one tensor must do (Repairs::Repair), decided from
 // its metadata alone: which replicas leave (their worker is dead, lost them,
 // or drains), which stay, and which replica each shard is copied from.
 #ifndef TESSERA_CORE_REPAIR_PLAN_H_
@@ -37,7 +37,7 @@ struct RepairNeeds {
 // kept as `candidate_of(worker)` (the placement candidate index; REQUIRES:
 // one for every worker of a copy that stays). A shard is copied from an
 // available replica, one that stays first, else an available mirror.
-// Mirror copies never leave here (Orchestrator::SyncMirrors drops them);
+// Mirror copies never leave here (Repairs::SyncMirrors drops them);
 // their workers are kept, so no replica goes where a mirror is. Instead a
 // replica that leaves is replaced by an available mirror on a worker that
 // stays, when the shard has one: it becomes a replica in place, nothing
