@@ -43,6 +43,7 @@
 #include "transport/transport_chain.h"
 #include "worker/data_port.h"
 #include "worker/host_shard_store.h"
+#include "worker/testing/served_worker.h"
 #include "worker/worker_node.h"
 #include "worker/worker_service.h"
 
@@ -107,7 +108,6 @@ class TransportContractTest
     node_options.arena = arena_;
     node_ = std::make_unique<WorkerNode>(store_.get(), node_options);
     node_->SetIdentity("w0", kWorkerKey);
-    service_ = std::make_unique<WorkerService>(node_.get());
     if (GetParam().data_port) {
       DataPortOptions port_options;
       if (GetParam().data_port_tls)
@@ -116,22 +116,24 @@ class TransportContractTest
           DataPort::Start(node_.get(), port_options);
       ASSERT_TRUE(port.ok()) << port.status();
       data_port_ = *std::move(port);
-      service_->set_data_address(
-          absl::StrCat("127.0.0.1:", data_port_->port()));
     }
-    std::vector<grpc::Service*> services = {service_.get()};
+    std::vector<grpc::Service*> services;
     if (GetParam().services) extra_services_ = GetParam().services(node_.get());
     for (const auto& extra : extra_services_) services.push_back(extra.get());
-    absl::StatusOr<RunningServer> server = StartServer("127.0.0.1:0", services);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    address_ = absl::StrCat("127.0.0.1:", server_.port);
+    absl::StatusOr<ServedWorker> served = ServeWorker(node_.get(), services);
+    ASSERT_TRUE(served.ok()) << served.status();
+    served_ = std::move(*served);
+    if (data_port_ != nullptr) {
+      served_.service->set_data_address(
+          absl::StrCat("127.0.0.1:", data_port_->port()));
+    }
+    address_ = served_.address;
     transport_ = GetParam().make(&channels_);
   }
 
   void TearDown() override {
     transport_.reset();
-    if (server_.server != nullptr) server_.server->Shutdown();
+    served_.Shutdown();
     extra_services_.clear();
     data_port_.reset();
   }
@@ -211,9 +213,8 @@ class TransportContractTest
       std::make_shared<SharedMemoryArena>();
   std::unique_ptr<HostShardStore> store_;
   std::unique_ptr<WorkerNode> node_;
-  std::unique_ptr<WorkerService> service_;
   std::unique_ptr<DataPort> data_port_;
-  RunningServer server_;
+  ServedWorker served_;
   std::string address_;
   ChannelCache channels_;
   std::unique_ptr<ShardTransport> transport_;

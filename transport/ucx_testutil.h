@@ -10,18 +10,19 @@
 #include <utility>
 #include <vector>
 
-#include "core/testing/grants.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/capability.h"
 #include "core/dtype.h"
 #include "core/init_fill.h"
+#include "core/testing/grants.h"
 #include "gtest/gtest.h"
 #include "rpc/server.h"
 #include "transport/shard_transport.h"
 #include "transport/shared_memory_arena.h"
 #include "transport/ucx_server.h"
 #include "worker/host_shard_store.h"
+#include "worker/testing/served_worker.h"
 #include "worker/ucx_service.h"
 #include "worker/worker_node.h"
 #include "worker/worker_service.h"
@@ -69,8 +70,7 @@ class LocalWorker {
         }()) {
     node_ = std::make_unique<WorkerNode>(&store_, WorkerNodeOptions{});
     node_->SetIdentity("w0", kKey);
-    service_ = std::make_unique<WorkerService>(node_.get());
-    std::vector<grpc::Service*> services = {service_.get()};
+    std::vector<grpc::Service*> services;
     if (ucx) {
       options.reach.trusted_fabric |= TrustedFabricByEnvironment();
       absl::StatusOr<std::unique_ptr<UcxServer>> started =
@@ -83,13 +83,13 @@ class LocalWorker {
         services.push_back(ucx_service_.get());
       }
     }
-    absl::StatusOr<RunningServer> server = StartServer("127.0.0.1:0", services);
-    EXPECT_TRUE(server.ok()) << server.status();
-    if (server.ok()) server_ = std::move(*server);
-    address_ = absl::StrCat("127.0.0.1:", server_.port);
+    absl::StatusOr<ServedWorker> served = ServeWorker(node_.get(), services);
+    EXPECT_TRUE(served.ok()) << served.status();
+    if (served.ok()) served_ = std::move(*served);
+    address_ = served_.address;
   }
   ~LocalWorker() {
-    if (server_.server != nullptr) server_.server->Shutdown();
+    served_.Shutdown();
     ucx_service_.reset();
     ucx_.reset();
   }
@@ -141,10 +141,9 @@ class LocalWorker {
  private:
   HostShardStore store_;
   std::unique_ptr<WorkerNode> node_;
-  std::unique_ptr<WorkerService> service_;
   std::unique_ptr<UcxServer> ucx_;
   std::unique_ptr<UcxDataService> ucx_service_;
-  RunningServer server_;
+  ServedWorker served_;
   std::string address_;
 };
 

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "rpc/server.h"
@@ -25,8 +26,10 @@ struct ServedWorker {
   }
 };
 
-// Serves `node`, which must outlive the result.
-absl::StatusOr<ServedWorker> ServeWorker(WorkerNode* node);
+// Serves `node`, which must outlive the result, beside `more` services
+// (UCX's, a test's own; not owned, they outlive it too).
+absl::StatusOr<ServedWorker> ServeWorker(
+    WorkerNode* node, const std::vector<grpc::Service*>& more = {});
 
 }  // namespace tessera
 
