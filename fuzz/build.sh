@@ -81,10 +81,11 @@ fi
 
 # 2. Library sources: every .cc of these packages but tests, mains and the
 # daemons' flags and process objects (the fuzzers drive the parts the
-# daemons are made of, with no flags, metrics port or signals).
+# daemons are made of, with no flags, metrics port or signals), and the
+# served worker that tests serve a WorkerNode with.
 LIB_SRCS=()
 for f in core/*.cc rpc/*.cc transport/*.cc worker/*.cc coordinator/*.cc "$GEN"/proto/*.cc \
-  "$GEN"/third_party/etcd/*.cc; do
+  "$GEN"/third_party/etcd/*.cc worker/testing/served_worker.cc; do
   case "$f" in *_test.cc | */main.cc | *_flags.cc | *_daemon.cc) continue ;; esac
   case "$f" in *cuda* | *nccl*) continue ;; esac  # no CUDA toolkit here; host paths only
   LIB_SRCS+=("$f")

@@ -56,6 +56,7 @@
 #include "transport/shared_memory_arena.h"
 #include "worker/host_shard_store.h"
 #include "worker/testing/device_like_store.h"
+#include "worker/testing/served_worker.h"
 #include "worker/worker_node.h"
 #include "worker/worker_service.h"
 
@@ -137,8 +138,8 @@ struct Worker {
   HostShardStore& store;
   std::unique_ptr<CheckingExchange> exchange;  // B's only
   WorkerNode node;
-  std::unique_ptr<WorkerService> service;
-  std::unique_ptr<grpc::Server> server;
+  ServedWorker served;  // its WorkerService, on a port of 127.0.0.1
+  WorkerService* service = nullptr;
   std::string address;
   std::unique_ptr<v1::Worker::Stub> stub;  // to this worker
 
@@ -149,17 +150,11 @@ struct Worker {
         exchange(device ? std::make_unique<CheckingExchange>(&store) : nullptr),
         node(&store, NodeOptions(exchange.get())) {
     node.SetIdentity(name, kKey);
-    service = std::make_unique<WorkerService>(&node);
-    grpc::ServerBuilder builder;
-    ConfigureServerBuilder(&builder);
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port);
-    builder.RegisterService(service.get());
-    server = builder.BuildAndStart();
-    if (server == nullptr || port == 0)
-      fuzz::Fail("cannot start the worker server");
-    address = absl::StrCat("127.0.0.1:", port);
+    absl::StatusOr<ServedWorker> started = ServeWorker(&node);
+    if (!started.ok()) fuzz::Fail("cannot start the worker server");
+    served = *std::move(started);
+    service = served.service.get();
+    address = served.address;
     // Over TCP, as a client reaches it: gRPC's in-process transport keeps
     // both ends of a client stream alive when the server ends it early (a
     // slow leak that is not the worker's), which TCP does not.
