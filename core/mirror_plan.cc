@@ -26,13 +26,19 @@ std::vector<ShardMirrors> PlanMirrors(const TensorMetadata& meta,
     const Replicas& copies = meta.shards[i].replicas;
     ShardMirrors shard;
     shard.shard = i;
+    // While no replica of the shard is available, its available mirrors
+    // stay wherever they are: they may hold its last bytes, which a repair
+    // copies into a new replica before they go.
+    const bool replica_available =
+        std::any_of(copies.begin(), copies.end(),
+                    [](const Replica& c) { return !c.mirror && c.available; });
     // Workers that keep an available copy of the shard.
     absl::flat_hash_set<std::string> holding;
     size_t source = SIZE_MAX;
     for (size_t r = 0; r < copies.size(); ++r) {
       const Replica& c = copies[r];
-      const bool stays =
-          c.available && (!c.mirror || members.contains(c.worker));
+      const bool stays = c.available && (!c.mirror || !replica_available ||
+                                         members.contains(c.worker));
       if (c.mirror && !stays) shard.dropped.push_back(r);
       if (!stays) continue;
       holding.insert(c.worker);

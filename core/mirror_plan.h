@@ -40,7 +40,9 @@ struct ShardMirrors {
 };
 
 // For `meta` (worker availability filled in) and its mirror group now:
-// mirrors on workers outside the group, or unavailable, are dropped; each
+// mirrors that are unavailable are dropped, and so are those on workers
+// outside the group while the shard has an available replica (without one,
+// they may hold its last bytes: they stay for the repair to copy); each
 // member holding no available copy of a shard gets a mirror of it, filled
 // from an available copy (a replica first, then a mirror). A shard with no
 // available copy gets no new mirror. Only shards that change are listed.

@@ -83,6 +83,25 @@ TEST(MirrorPlanTest, MirrorsOutsideTheGroupOrLostAreDropped) {
   EXPECT_THAT(PlanMirrors(meta, {"c"}), IsEmpty());
 }
 
+// A shard with no available replica keeps its available mirrors, in the
+// group or not: they may be its last bytes, which a repair copies first.
+// Once a replica is available again, the mirror outside the group goes.
+TEST(MirrorPlanTest, MirrorsOutsideTheGroupStayWhileNoReplicaIsAvailable) {
+  TensorMetadata meta = TwoShards();
+  meta.shards[0].replicas[0].available = false;  // a lost, b drains
+  meta.shards[0].replicas.push_back(On("b", true));
+  std::vector<ShardMirrors> plan = PlanMirrors(meta, {"c"});
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_THAT(plan[0].dropped, IsEmpty());
+  EXPECT_THAT(plan[0].added, ElementsAre("c"));
+  EXPECT_EQ(plan[0].source, 1u);               // b's mirror
+  meta.shards[0].replicas.push_back(On("c"));  // the repair's new replica
+  plan = PlanMirrors(meta, {"c"});
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_THAT(plan[0].dropped, ElementsAre(1u));
+  EXPECT_THAT(plan[0].added, IsEmpty());
+}
+
 // New mirrors are filled from a replica, else a mirror; a shard with no
 // available copy gets none.
 TEST(MirrorPlanTest, SourcesAreAvailableCopiesReplicasFirst) {

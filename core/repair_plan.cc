@@ -19,11 +19,19 @@ RepairNeeds FindRepairs(
     for (size_t r = 0; r < replicas.size(); ++r) {
       const Replica& replica = replicas[r];
       if (replica.mirror) {
-        // Mirrors are never repaired elsewhere (SyncMirrors drops them);
-        // one available is a source, and its worker takes no replica.
-        if (!replica.available || draining(replica.worker)) continue;
+        // Mirrors are never repaired elsewhere (SyncMirrors drops them).
+        // One available holds the bytes: a source (one on a worker that
+        // stays first), even on a draining worker, where it may be the
+        // shard's last copy. Only one that stays is kept: its worker takes
+        // no replica.
+        if (!replica.available) continue;
+        const bool drains = draining(replica.worker);
+        if (from == SIZE_MAX || (replicas[from].mirror && !drains &&
+                                 draining(replicas[from].worker))) {
+          from = r;
+        }
+        if (drains) continue;
         repair.need.kept.push_back(candidate_of(replica.worker));
-        if (from == SIZE_MAX) from = r;
         continue;
       }
       const bool leaves = !replica.available || draining(replica.worker);

@@ -36,7 +36,8 @@ struct RepairNeeds {
 // leaves when it is unavailable or `draining(worker)`; those that stay are
 // kept as `candidate_of(worker)` (the placement candidate index; REQUIRES:
 // one for every worker of a copy that stays). A shard is copied from an
-// available replica, one that stays first, else an available mirror.
+// available replica, one that stays first, else an available mirror (one
+// that stays first: a mirror on a draining worker may hold the last bytes).
 // Mirror copies never leave here (Repairs::SyncMirrors drops them);
 // their workers are kept, so no replica goes where a mirror is. Instead a
 // replica that leaves is replaced by an available mirror on a worker that

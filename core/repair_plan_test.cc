@@ -106,6 +106,32 @@ TEST(RepairPlanTest, AStayingMirrorTakesALeavingReplicasPlace) {
   EXPECT_THAT(needs.shards[2].leaving, IsEmpty());
 }
 
+// With its replica lost, a shard whose only available copy is a mirror on
+// a draining worker is copied from that mirror (a mirror that stays is
+// preferred); the draining worker takes no place.
+TEST(RepairPlanTest, AMirrorOnADrainingWorkerIsASourceOfLastResort) {
+  const TensorMetadata meta = Tensor({
+      {On("w1", false), Mirror("w0")},                // w0 drains
+      {On("w1", false), Mirror("w0"), Mirror("w2")},  // w2 stays
+      {On("w1", false), Mirror("w0", false)},         // nothing to copy
+  });
+  const RepairNeeds needs = FindRepairs(
+      meta, CandidateOf, [](const std::string& w) { return w == "w0"; });
+  EXPECT_EQ(needs.shards_short, 1);
+  ASSERT_EQ(needs.shards.size(), 2u);
+  EXPECT_EQ(needs.shards[0].shard, 0u);
+  EXPECT_THAT(needs.shards[0].leaving, ElementsAre(0u));
+  EXPECT_THAT(needs.shards[0].promoted, IsEmpty());
+  EXPECT_THAT(needs.shards[0].need.kept, IsEmpty());
+  EXPECT_EQ(needs.shards[0].need.missing, 1);
+  EXPECT_EQ(needs.shards[0].source, 1u);
+  // The mirror on w2 stays: it takes the lost replica's place.
+  EXPECT_EQ(needs.shards[1].shard, 1u);
+  EXPECT_THAT(needs.shards[1].promoted,
+              ElementsAre(std::make_pair(size_t{0}, size_t{2})));
+  EXPECT_THAT(needs.shards[1].leaving, IsEmpty());
+}
+
 TEST(RepairPlanTest, AWholeTensorNeedsNothing) {
   const RepairNeeds needs =
       FindRepairs(Tensor({{On("w0")}, {On("w1"), On("w2")}}), CandidateOf,
