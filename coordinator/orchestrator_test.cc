@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/coordinator_testutil.h"
 #include "coordinator/fake_worker_control.h"
 #include "coordinator/repairs.h"
@@ -447,6 +448,69 @@ TEST_F(OrchestratorTest, AMirrorThatFailsAtTheCommitDoesNotFailTheWrite) {
   }
   EXPECT_EQ(Held(2).size(), 2u);
   EXPECT_FALSE(repairs_.MirrorsBehind(now));
+}
+
+// The crash harness's lost tensor: a shard's replica is lost (its worker
+// came back empty) as the worker of its only mirror begins to drain. That
+// mirror holds the last bytes, and in either order of the repair thread's
+// two passes they are copied before it goes: a repair copies them into a
+// new replica on a ready worker; a mirror sync keeps the mirror and fills
+// a mirror on that worker from it, which the repair then makes the replica.
+TEST_F(OrchestratorTest,
+       AMirrorOnADrainingWorkerThatHoldsTheLastCopyIsCopiedNotDropped) {
+  for (const char* name : {"repair_first", "sync_first"}) {
+    CreateTensorArgs args = Args(name, 4, {1});
+    args.spec.mirror = "all";
+    ASSERT_OK(orchestrator_.Create(args));
+  }
+  auto copies = [&](const std::string& name) {
+    TensorMetadata now = **table_.Get(name);
+    orchestrator_.FillWorkerState(&now);
+    std::vector<std::string> out;
+    for (const Replica& r : now.shards[0].replicas) {
+      out.push_back(absl::StrCat(r.mirror ? "+" : "", r.worker,
+                                 r.available ? "" : " (lost)"));
+    }
+    return out;
+  };
+  // Cordoned, w2 leaves the group: its mirrors go; w0's stay.
+  ASSERT_OK(registry_.SetAdminState("w2", WorkerState::kCordoned));
+  for (const char* name : {"repair_first", "sync_first"}) {
+    ASSERT_OK(repairs_.SyncMirrors(name));
+    ASSERT_THAT(copies(name), ElementsAre("w1", "+w0"));
+  }
+  table_.Reconcile("w1", {});  // w1 came back without its shards
+  ASSERT_OK(registry_.SetAdminState("w0", WorkerState::kDraining));
+
+  // The repair first: w0's mirror is copied into a new replica on w1, the
+  // one ready worker; then the sync takes the mirror.
+  absl::StatusOr<RepairResult> repaired = repairs_.Repair("repair_first");
+  ASSERT_OK(repaired);
+  EXPECT_EQ(repaired->replicas_made, 1);
+  EXPECT_EQ(repaired->shards_short, 0);
+  ASSERT_THAT(workers_.transfers(), SizeIs(1));
+  EXPECT_EQ(workers_.transfers()[0].src_worker, "w0");
+  EXPECT_EQ(workers_.transfers()[0].dst_worker, "w1");
+  EXPECT_THAT(copies("repair_first"), ElementsAre("w1", "+w0"));
+  absl::StatusOr<MirrorSyncResult> synced =
+      repairs_.SyncMirrors("repair_first");
+  ASSERT_OK(synced);
+  EXPECT_EQ(synced->mirrors_dropped, 1);
+  EXPECT_THAT(copies("repair_first"), ElementsAre("w1"));
+
+  // The sync first: the mirror outside the group stays and fills w1's.
+  synced = repairs_.SyncMirrors("sync_first");
+  ASSERT_OK(synced);
+  EXPECT_EQ(synced->mirrors_dropped, 0);
+  EXPECT_EQ(synced->mirrors_made, 1);
+  EXPECT_THAT(copies("sync_first"), ElementsAre("w1 (lost)", "+w0", "+w1"));
+  repaired = repairs_.Repair("sync_first");
+  ASSERT_OK(repaired);
+  EXPECT_EQ(repaired->mirrors_promoted, 1);
+  synced = repairs_.SyncMirrors("sync_first");
+  ASSERT_OK(synced);
+  EXPECT_EQ(synced->mirrors_dropped, 1);
+  EXPECT_THAT(copies("sync_first"), ElementsAre("w1"));
 }
 
 TEST_F(OrchestratorTest, FillWorkerStateReportsDeadWorkersAndLostShards) {
