@@ -130,7 +130,7 @@ TEST_F(DeviceWorkerTest, ReadsOfDeviceShardsFailOverToAnotherReplica) {
   workers_[0].reset();
   const Box region{{500, 10}, {40, 200}};
   const std::vector<int64_t> rows = {0, 511, 512, 1023, 3};
-  for (const std::string transport : {"shm", "grpc", "tcp", "auto"}) {
+  for (const std::string& transport : {"shm", "grpc", "tcp", "auto"}) {
     SCOPED_TRACE(transport);
     std::unique_ptr<Client> reader = Connected(transport);
     ASSERT_NE(reader, nullptr);

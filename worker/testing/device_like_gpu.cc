@@ -1,9 +1,11 @@
 #include "worker/testing/device_like_gpu.h"
 
+#include <cstring>
 #include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/placement.h"
 #include "worker/gpu_support.h"
 #include "worker/testing/device_like_store.h"
 
@@ -24,8 +26,12 @@ const GpuSupport kDeviceLikeGpu = {
       options.capacity_bytes = capacity_bytes;
       return std::make_unique<DeviceLikeStore>(options);
     },
+    // The one its stores report, as the CUDA side derives both from the
+    // same device.
     .device_uuid = [](int index) -> absl::StatusOr<std::string> {
-      return std::string("GPU-00000000-0000-0000-0000-000000000000");
+      unsigned char bytes[16];
+      std::memcpy(bytes, DeviceLikeStore::Uuid().data(), sizeof(bytes));
+      return GpuUuid(bytes);
     },
     .make_exchange = [](ShardStore* store) -> std::unique_ptr<DeviceExchange> {
       return nullptr;

@@ -16,9 +16,11 @@ namespace tessera {
 class DeviceLikeStore : public HostShardStore {
  public:
   using HostShardStore::HostShardStore;
+  // The device's 16 UUID bytes, as CUDA would report them.
+  static std::string Uuid() { return std::string(16, 'u'); }
   std::optional<DeviceInfo> Device() const override {
     DeviceInfo info;
-    info.uuid = std::string(16, 'u');
+    info.uuid = Uuid();
     return info;
   }
   std::optional<DeviceMemory> DeviceMemoryNow() const override {
