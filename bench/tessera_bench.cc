@@ -1097,6 +1097,15 @@ void CrossHostFigure(Env& env) {
       "20.", absl::StrCat(size, " rows<->cols between hosts, pulls over tcp"),
       over_tcp, tcp * over_tcp.bytes_moved / moved.bytes_moved, 0.8,
       "TCP x4 between hosts");
+  {
+    // Where the last round's time went (plan, allocate, move).
+    const std::string log = cluster->coordinator_log();
+    const size_t at = log.rfind("resharded 'reshard_hosts_tcp'");
+    if (at != std::string::npos) {
+      Info("20. the last tcp reshard's log line",
+           log.substr(at, log.find('\n', at) - at));
+    }
+  }
   const int64_t rows = env.quick ? 16384 : 131072;  // 64 or 512 MiB, R=2
   LayoutSpec spec = LayoutSpec::Chunk(0, Ranks(kWorkers));
   spec.replicas = 2;

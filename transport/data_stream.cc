@@ -6,11 +6,14 @@
 #include <openssl/x509v3.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/box_runs.h"
 #include "rpc/tls_context.h"
 #include "transport/tcp_wire.h"
 
@@ -205,6 +208,38 @@ absl::Status DataStream::MoveTls(bool reading, absl::Span<const iovec> iov,
             absl::StrCat(what, ": ", std::strerror(errno)));
       }
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ForEachSpanWindow(
+    char* base, absl::Span<const int64_t> shape,
+    absl::Span<const int64_t> box_offsets, absl::Span<const int64_t> box_sizes,
+    int64_t item, int64_t window_bytes,
+    const std::function<absl::Status(absl::Span<const iovec> spans,
+                                     int64_t bytes)>& fn) {
+  int64_t total = 1;
+  for (int64_t size : box_sizes) total *= size;
+  const int64_t step = std::max<int64_t>(1, window_bytes / item);
+  std::vector<iovec> spans;
+  for (int64_t first = 0; first < total; first += step) {
+    const int64_t count = std::min(step, total - first);
+    spans.clear();
+    ForEachBoxRun(
+        shape, box_offsets, box_sizes, first, count,
+        [&](int64_t array_element, int64_t, int64_t n) {
+          char* at = base + array_element * item;
+          const size_t bytes = static_cast<size_t>(n * item);
+          // Rows that follow one another in memory are one span.
+          if (!spans.empty() && static_cast<char*>(spans.back().iov_base) +
+                                        spans.back().iov_len ==
+                                    at) {
+            spans.back().iov_len += bytes;
+          } else {
+            spans.push_back({at, bytes});
+          }
+        });
+    if (absl::Status s = fn(spans, count * item); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

@@ -18,6 +18,8 @@
 #include <sys/uio.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -58,6 +60,14 @@ class DataStream {
 
   int fd() const { return fd_; }
   bool tls() const { return ssl_ != nullptr; }
+  // Whether a box whose rows are `row_bytes` long moves straight between
+  // its array and this stream, one span per row (else it is packed through
+  // a buffer). Plain streams take a kernel call per IOV_MAX spans, so rows
+  // down to 512 bytes go direct; under TLS every span is a record of its
+  // own, so only rows of a whole record (16 KiB) do.
+  bool MovesRowsDirectly(int64_t row_bytes) const {
+    return row_bytes >= (tls() ? 16384 : 512);
+  }
   // Records are sealed (sent) by the kernel: kernel TLS is on.
   bool kernel_tls_send() const;
 
@@ -69,6 +79,21 @@ class DataStream {
   const int fd_;
   const SslPtr ssl_;  // null: plain
 };
+
+// Walks elements [0, NumElements) of the row-major box `box_sizes` at
+// `box_offsets` of an array of `shape` whose element 0 is at `base`
+// (`item` bytes each) as the spans of array memory they occupy, in order
+// (rows that follow one another joined), a window of about `window_bytes`
+// at a time: `fn(spans, bytes)` gets each
+// window (a view valid during the call) and ends the walk with an error.
+// Windows bound the spans held at once, however many rows a box has.
+// Preconditions: the box lies in the array; item > 0.
+absl::Status ForEachSpanWindow(
+    char* base, absl::Span<const int64_t> shape,
+    absl::Span<const int64_t> box_offsets, absl::Span<const int64_t> box_sizes,
+    int64_t item, int64_t window_bytes,
+    const std::function<absl::Status(absl::Span<const iovec> spans,
+                                     int64_t bytes)>& fn);
 
 }  // namespace tessera
 

@@ -24,10 +24,6 @@
 namespace tessera {
 namespace {
 
-// Reads land in the caller's array run by run when runs average at least
-// this; shorter runs go through a buffer (one recv per tiny run costs more
-// than a copy).
-constexpr int64_t kMinDirectRunBytes = 2048;
 // Bytes received or sent between progress counts, and the buffer of a
 // read or write that cannot use the caller's memory directly.
 constexpr int64_t kStepBytes = int64_t{4} << 20;
@@ -45,58 +41,19 @@ absl::StatusOr<int> Connect(const std::string& data_address,
                       absl::StrCat(what, ": ", fd.status().message()));
 }
 
-// The spans of the caller's array that elements [0, total) of the
-// row-major `box_sizes` land in, when they are long enough to receive
-// into directly; empty otherwise.
-std::vector<iovec> LandingRuns(const ReadTarget& target,
-                               absl::Span<const int64_t> box_sizes,
-                               int64_t total, int64_t item) {
-  std::vector<iovec> runs;
-  if (!target.is_host_array() || total == 0) return runs;
-  if (std::optional<int64_t> start =
-          BoxSpanStart(target.shape(), target.offsets(), box_sizes)) {
-    runs.push_back(
-        {target.data() + *start * item, static_cast<size_t>(total * item)});
-    return runs;
-  }
-  const int64_t row = box_sizes.empty() ? 1 : box_sizes.back();
-  if (row * item < kMinDirectRunBytes) return runs;
-  ForEachBoxRun(target.shape(), target.offsets(), box_sizes, 0, total,
-                [&](int64_t array_element, int64_t, int64_t n) {
-                  runs.push_back({target.data() + array_element * item,
-                                  static_cast<size_t>(n * item)});
-                });
-  return runs;
-}
-
-// Receives `runs` in steps of about kStepBytes, counting each as landed.
-absl::Status ReceiveRuns(DataStream& stream, std::vector<iovec> runs,
-                         const ReadTarget& target, absl::Duration idle,
-                         absl::string_view what) {
-  size_t at = 0;
-  while (at < runs.size()) {
-    std::vector<iovec> step;
-    int64_t bytes = 0;
-    while (at < runs.size() && bytes < kStepBytes) {
-      iovec part = runs[at];
-      const int64_t room = kStepBytes - bytes;
-      if (static_cast<int64_t>(part.iov_len) > room && bytes > 0) break;
-      if (static_cast<int64_t>(part.iov_len) > kStepBytes * 16) {
-        // A huge run in pieces, so progress moves within it.
-        part.iov_len = static_cast<size_t>(kStepBytes * 16);
-        runs[at].iov_base =
-            static_cast<char*>(runs[at].iov_base) + part.iov_len;
-        runs[at].iov_len -= part.iov_len;
-      } else {
-        ++at;
-      }
-      step.push_back(part);
-      bytes += static_cast<int64_t>(part.iov_len);
-    }
-    TESSERA_RETURN_IF_ERROR(stream.Receive(step, idle, what));
-    target.Landed(bytes);
-  }
-  return absl::OkStatus();
+// Receives the box's elements straight into the caller's array, a window
+// of about kStepBytes at a time, counting each as landed.
+absl::Status ReceiveInPlace(DataStream& stream,
+                            absl::Span<const int64_t> box_sizes, int64_t item,
+                            const ReadTarget& target, absl::Duration idle,
+                            absl::string_view what) {
+  return ForEachSpanWindow(
+      target.data(), target.shape(), target.offsets(), box_sizes, item,
+      kStepBytes, [&](absl::Span<const iovec> spans, int64_t bytes) {
+        TESSERA_RETURN_IF_ERROR(stream.Receive(spans, idle, what));
+        target.Landed(bytes);
+        return absl::OkStatus();
+      });
 }
 
 // Receives `total` elements through a buffer into the target.
@@ -118,31 +75,33 @@ absl::Status ReceiveBuffered(DataStream& stream,
 }
 
 // Sends elements [0, total) of the row-major `box_sizes` at
-// source.offsets of source.data: straight from the array when the box is
-// one span of it, else packed through a buffer.
+// source.offsets of source.data: straight from the array when the stream
+// moves its rows directly (or the box is one span of it), else packed
+// through a buffer.
 absl::Status SendBox(DataStream& stream, const WriteSource& source,
                      absl::Span<const int64_t> box_sizes, int64_t total,
                      int64_t item, absl::Duration idle,
                      absl::string_view what) {
   if (total == 0) return absl::OkStatus();
-  std::optional<int64_t> start =
-      BoxSpanStart(source.shape, source.offsets, box_sizes);
+  if ((!box_sizes.empty() &&
+       stream.MovesRowsDirectly(box_sizes.back() * item)) ||
+      BoxSpanStart(source.shape, source.offsets, box_sizes).has_value()) {
+    // The spans are only read from (sendmsg takes iovecs, not const ones).
+    return ForEachSpanWindow(
+        const_cast<char*>(source.data), source.shape, source.offsets, box_sizes,
+        item, kStepBytes, [&](absl::Span<const iovec> spans, int64_t bytes) {
+          TESSERA_RETURN_IF_ERROR(stream.Send(spans, idle, what));
+          source.Sent(bytes);
+          return absl::OkStatus();
+        });
+  }
   const int64_t step = std::max<int64_t>(1, kStepBytes / item);
-  std::string buffer;
-  if (!start.has_value())
-    buffer.resize(static_cast<size_t>(std::min(step, total) * item));
+  std::string buffer(static_cast<size_t>(std::min(step, total) * item), '\0');
   for (int64_t first = 0; first < total;) {
     const int64_t count = std::min(step, total - first);
-    iovec part;
-    if (start.has_value()) {
-      part = {const_cast<char*>(source.data) + (*start + first) * item,
-              static_cast<size_t>(count * item)};
-    } else {
-      CopyBoxToFlatRange(source.data, source.shape, source.offsets, box_sizes,
-                         first, count, buffer.data(),
-                         static_cast<size_t>(item));
-      part = {buffer.data(), static_cast<size_t>(count * item)};
-    }
+    CopyBoxToFlatRange(source.data, source.shape, source.offsets, box_sizes,
+                       first, count, buffer.data(), static_cast<size_t>(item));
+    const iovec part{buffer.data(), static_cast<size_t>(count * item)};
     TESSERA_RETURN_IF_ERROR(
         stream.Send(absl::MakeConstSpan(&part, 1), idle, what));
     source.Sent(count * item);
@@ -401,9 +360,14 @@ absl::Status TcpTransport::Read(const RemoteShard& shard, const Box& box,
   exchange.expected = static_cast<uint64_t>(total * item);
   exchange.receive = [&](DataStream& stream, absl::Duration idle,
                          absl::string_view what) {
-    std::vector<iovec> runs = LandingRuns(target, box.sizes, total, item);
-    if (!runs.empty())
-      return ReceiveRuns(stream, std::move(runs), target, idle, what);
+    // Straight into the caller's array when its runs are long enough.
+    if (target.is_host_array() && total > 0 &&
+        ((!box.sizes.empty() &&
+          stream.MovesRowsDirectly(box.sizes.back() * item)) ||
+         BoxSpanStart(target.shape(), target.offsets(), box.sizes)
+             .has_value())) {
+      return ReceiveInPlace(stream, box.sizes, item, target, idle, what);
+    }
     return ReceiveBuffered(stream, box.sizes, total, item, target, idle, what);
   };
   return Call(shard.location.address, exchange);

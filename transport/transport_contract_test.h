@@ -248,6 +248,35 @@ TEST_P(TransportContractTest, StridedSubBoxesLandInPlace) {
                   {6, 6, 8}, {1, 1, 2});
 }
 
+// Boxes of several MiB whose rows are long (a reshard's pieces): rows a
+// few KiB long, and rows longer than a TLS record, each read from the
+// middle of the shard into the middle of a larger array, and written from
+// the middle of a larger array. A data port moves such rows straight
+// between the arrays, a few MiB at a time, so a box of more than that
+// crosses its windows in the middle of a row.
+TEST_P(TransportContractTest, LongRowsOfLargeBoxesMoveExactly) {
+  Allocate(4, {600, 2100}, DType::kInt32);  // rows of 8400 bytes
+  Allocate(5, {300, 5000}, DType::kInt32);  // rows of 20000 bytes
+  ExpectReadExact(4, {600, 2100}, DType::kInt32, Box{{3, 100}, {590, 1900}},
+                  {600, 2000}, {5, 50});
+  ExpectReadExact(5, {300, 5000}, DType::kInt32, Box{{1, 500}, {290, 4400}},
+                  {291, 4500}, {1, 7});
+  for (const auto& [id, shape] :
+       {std::pair<uint64_t, Shape>{4, {600, 2100}}, {5, {300, 5000}}}) {
+    const Shape src_shape{shape[0] + 3, shape[1] + 11};
+    std::string src(static_cast<size_t>(src_shape[0] * src_shape[1] * 4), '\0');
+    for (size_t i = 0; i < src.size(); ++i)
+      src[i] = static_cast<char>(i * 131 + 7);
+    WriteSource source{src.data(), src_shape, {2, 5}};
+    ASSERT_THAT(transport_->Write(At(id, shape, DType::kInt32), source),
+                ::tessera::testing::IsOk());
+    std::string want(static_cast<size_t>(shape[0] * shape[1] * 4), '\0');
+    CopyBox(src.data(), src_shape, {2, 5}, want.data(), shape, {0, 0}, shape,
+            4);
+    EXPECT_TRUE(Bytes(id) == want) << "shard " << id << " holds other bytes";
+  }
+}
+
 TEST_P(TransportContractTest, SinkReceivesTheBoxInRowMajorOrder) {
   Allocate(2, {64, 48}, DType::kInt16);
   const Box box{{5, 7}, {20, 13}};

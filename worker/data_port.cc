@@ -29,10 +29,8 @@ constexpr char kReadMethod[] = "/tessera.v1.Worker/ReadRegion";
 constexpr char kRowsMethod[] = "/tessera.v1.Worker/ReadRows";
 constexpr char kWriteMethod[] = "/tessera.v1.Worker/WriteShard";
 
-// Runs shorter than this are packed through a buffer rather than sent one
-// span each.
-constexpr int64_t kMinDirectRunBytes = 2048;
-// The buffer of packed reads and of writes.
+// The buffer of packed reads and of writes, and the window of a direct
+// read's spans.
 constexpr int64_t kBufferBytes = int64_t{4} << 20;
 
 // Takes `bytes` of a budget shared by a port's connections while it
@@ -86,6 +84,11 @@ class Session {
   absl::Status Reply(const absl::Status& status,
                      absl::Span<const iovec> payload = {},
                      uint64_t payload_bytes = 0);
+  // An OK reply of `bytes` bytes straight out of `data`, the memory of an
+  // array of `shape`: the elements of `box`, window by window (the first
+  // one sent with the header).
+  absl::Status ReplyFrom(char* data, absl::Span<const int64_t> shape,
+                         const Box& box, int64_t item, uint64_t bytes);
   // `principal`: whom the capability was granted to, whose rate the reply
   // keeps (WorkerNode::PaceRead).
   After Read(const v1::DataRequest& request, absl::string_view principal);
@@ -202,6 +205,27 @@ absl::Status Session::Reply(const absl::Status& status,
   return sent;
 }
 
+absl::Status Session::ReplyFrom(char* data, absl::Span<const int64_t> shape,
+                                const Box& box, int64_t item, uint64_t bytes) {
+  char header[kDataHeaderBytes];
+  EncodeReplyHeader({absl::StatusCode::kOk, 0, bytes}, header);
+  std::vector<iovec> parts;
+  return ForEachSpanWindow(
+      data, shape, box.offsets, box.sizes, item, kBufferBytes,
+      [&](absl::Span<const iovec> spans, int64_t n) {
+        absl::Span<const iovec> out = spans;
+        if (parts.empty()) {  // a small read leaves in one segment
+          parts.push_back({header, sizeof(header)});
+          parts.insert(parts.end(), spans.begin(), spans.end());
+          out = parts;
+        }
+        TESSERA_RETURN_IF_ERROR(
+            stream_->Send(out, options_.stall_timeout, "peer"));
+        sent_->fetch_add(n);
+        return absl::OkStatus();
+      });
+}
+
 After Session::Read(const v1::DataRequest& request,
                     absl::string_view principal) {
   const uint64_t id = request.shard_id();
@@ -219,24 +243,15 @@ After Session::Read(const v1::DataRequest& request,
   node_->PaceRead(principal, static_cast<int64_t>(bytes));
   // Straight out of shard memory when the runs are long enough.
   absl::StatusOr<PinnedShard> pinned = node_->store().Pin(id);
-  const std::optional<int64_t> start =
-      pinned.ok() ? BoxSpanStart(pinned->desc.box.sizes, box.offsets, box.sizes)
-                  : std::nullopt;
-  const bool long_runs =
-      !box.sizes.empty() && box.sizes.back() * item >= kMinDirectRunBytes;
-  if (pinned.ok() && total > 0 && (start.has_value() || long_runs)) {
-    std::vector<iovec> runs;
-    if (start.has_value()) {
-      runs.push_back({pinned->data + *start * item, bytes});
-    } else {
-      ForEachBoxRun(pinned->desc.box.sizes, box.offsets, box.sizes, 0, total,
-                    [&](int64_t array_element, int64_t, int64_t n) {
-                      runs.push_back({pinned->data + array_element * item,
-                                      static_cast<size_t>(n * item)});
-                    });
-    }
-    return Reply(absl::OkStatus(), runs, bytes).ok() ? After::kNext
-                                                     : After::kClose;
+  if (pinned.ok() && total > 0 &&
+      ((!box.sizes.empty() &&
+        stream_->MovesRowsDirectly(box.sizes.back() * item)) ||
+       BoxSpanStart(pinned->desc.box.sizes, box.offsets, box.sizes)
+           .has_value())) {
+    return ReplyFrom(pinned->data, pinned->desc.box.sizes, box, item, bytes)
+                   .ok()
+               ? After::kNext
+               : After::kClose;
   }
   // Packed through a buffer: short runs, or memory the host cannot address.
   if (!Reply(absl::OkStatus(), {}, bytes).ok()) return After::kClose;
