@@ -86,7 +86,10 @@ struct SharedBlock::Index {
   std::vector<ParkedBlock> warm ABSL_GUARDED_BY(mu);
   int64_t warm_bytes ABSL_GUARDED_BY(mu) = 0;
   std::deque<int64_t> wanted ABSL_GUARDED_BY(mu);
-  absl::Time last_allocate ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+  // When a block was last asked for, or the last move of bytes ended; the
+  // moves under way (SharedMemoryArena::Moving).
+  absl::Time last_busy ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+  int moving ABSL_GUARDED_BY(mu) = 0;
   // Bumped when `wanted` or `warm` change other than by the warmer: the
   // warmer, idle at `warm_seen`, plans again only then (not at every
   // release of `mu`, which Allocate and Find take on the serving path).
@@ -94,19 +97,29 @@ struct SharedBlock::Index {
   uint64_t warm_seen ABSL_GUARDED_BY(mu) = 0;
   ArenaCounts counts ABSL_GUARDED_BY(mu);
 
-  // Waits until no block was asked for in kWarmQuiet; false: the arena
-  // closed meanwhile.
+  // Waits until no bytes move and no block was asked for in kWarmQuiet;
+  // false: the arena closed meanwhile.
   bool AwaitQuiet() ABSL_LOCKS_EXCLUDED(mu) {
     absl::MutexLock lock(&mu);
-    while (!closed && absl::Now() < last_allocate + kWarmQuiet) {
-      mu.AwaitWithDeadline(absl::Condition(
-                               +[](Index* i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                                 return i->closed;
-                               },
-                               this),
-                           last_allocate + kWarmQuiet);
+    while (!closed) {
+      if (moving > 0) {
+        mu.Await(absl::Condition(
+            +[](Index* i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+              return i->closed || i->moving == 0;
+            },
+            this));
+      } else if (absl::Now() < last_busy + kWarmQuiet) {
+        mu.AwaitWithDeadline(absl::Condition(
+                                 +[](Index* i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                                   return i->closed || i->moving > 0;
+                                 },
+                                 this),
+                             last_busy + kWarmQuiet);
+      } else {
+        return true;
+      }
     }
-    return !closed;
+    return false;
   }
 
   // What the warmer should do next. The target: the newest wanted sizes,
@@ -378,7 +391,7 @@ std::unique_ptr<SharedBlock> SharedMemoryArena::Allocate(int64_t bytes,
       ++index_->warm_changes;
     }
     if (!reused.has_value()) ++index_->counts.fresh;
-    index_->last_allocate = absl::Now();
+    index_->last_busy = absl::Now();
   }
   if (reused.has_value() && !RenameSegment(reused->name, name)) {
     Release(*reused);  // someone removed its file: the pages are lost
@@ -466,6 +479,17 @@ ArenaCounts SharedMemoryArena::Counts() const {
   ArenaCounts counts = index_->counts;
   counts.warm_bytes = index_->warm_bytes;
   return counts;
+}
+
+std::shared_ptr<void> SharedMemoryArena::Moving() {
+  {
+    absl::MutexLock lock(&index_->mu);
+    ++index_->moving;
+  }
+  return std::shared_ptr<void>(nullptr, [index = index_](void*) {
+    absl::MutexLock lock(&index->mu);
+    if (--index->moving == 0) index->last_busy = absl::Now();
+  });
 }
 
 void SharedMemoryArena::KeepWarm() {

@@ -26,7 +26,8 @@
 // against 0.03 s to copy into it. So, with `warm_bytes` > 0, a low-priority
 // thread keeps blocks of the sizes recently allocated anew populated ahead
 // of need (allocated, zeroed and mapped here), while the process has CPU to
-// spare; the next Allocate of such a size takes one instead of faulting.
+// spare (no allocation and no move of bytes for a second); the next
+// Allocate of such a size takes one instead of faulting.
 //
 // While the arena lives, the worker holds an exclusive flock on a "liveness"
 // segment, so that readers holding a mapping can tell that the
@@ -167,6 +168,12 @@ class SharedMemoryArena {
   // The segment whose block starts at `data`, if one of this arena's blocks
   // does and is not unlinked (a pinned shard's bytes -> what to map).
   std::optional<SegmentInfo> Find(const void* data) const;
+
+  // While the returned token lives, the process moves bytes (serves a
+  // read, pulls a piece): the warmer makes no pages then, nor until a
+  // second after the last such move ends, as after an allocation. Its page
+  // faults would take the cores the copies run on.
+  std::shared_ptr<void> Moving();
 
   // See SegmentInfo::liveness.
   const std::string& liveness() const { return liveness_; }

@@ -243,6 +243,24 @@ int WarmSegments() {
   return count;
 }
 
+// Bytes of memory the warm segments of this process hold now (a segment is
+// made before its pages).
+int64_t WarmSegmentBytes() {
+  int64_t bytes = 0;
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return -1;
+  const std::string mine = absl::StrCat("-", getpid(), "-warm-");
+  while (dirent* entry = readdir(dir)) {
+    struct stat st {};
+    if (std::string(entry->d_name).find(mine) != std::string::npos &&
+        stat(absl::StrCat("/dev/shm/", entry->d_name).c_str(), &st) == 0) {
+      bytes += static_cast<int64_t>(st.st_blocks) * 512;
+    }
+  }
+  closedir(dir);
+  return bytes;
+}
+
 TEST_F(SharedMemoryArenaTest,
        ARecentSizeIsKeptWarmAndServesTheNextBlockZeroed) {
   SharedMemoryArenaOptions options;
@@ -269,6 +287,31 @@ TEST_F(SharedMemoryArenaTest,
   std::unique_ptr<SharedBlock> other = arena.Allocate(2 * kBytes, 3);
   ASSERT_NE(other, nullptr);
   EXPECT_EQ(arena.Counts().fresh, 2);
+}
+
+// Pages made ahead would take the cores a transfer's copies run on.
+TEST_F(SharedMemoryArenaTest, NoWarmBlockIsMadeWhileBytesMove) {
+  SharedMemoryArenaOptions options;
+  options.warm_bytes = 4 * kBytes;
+  SharedMemoryArena arena(options);
+  std::shared_ptr<void> moving = arena.Moving();
+  std::shared_ptr<void> another = arena.Moving();
+  std::unique_ptr<SharedBlock> first = arena.Allocate(kBytes, 1);
+  ASSERT_NE(first, nullptr);
+  // Well past the second of quiet after the allocation.
+  absl::SleepFor(absl::Seconds(2));
+  EXPECT_EQ(arena.Counts().warm_bytes, 0);
+  EXPECT_EQ(WarmSegmentBytes(), 0);
+  moving.reset();  // one move ends; the other goes on
+  absl::SleepFor(absl::Milliseconds(1500));
+  EXPECT_EQ(arena.Counts().warm_bytes, 0);
+  EXPECT_EQ(WarmSegmentBytes(), 0);
+  // The last move ends: the block is made a second after.
+  const absl::Time ended = absl::Now();
+  another.reset();
+  ASSERT_TRUE(WaitForWarmBytes(arena, kBytes)) << "no block of the size made";
+  EXPECT_GE(absl::Now() - ended, absl::Milliseconds(900));
+  EXPECT_EQ(WarmSegmentBytes(), kBytes);
 }
 
 TEST_F(SharedMemoryArenaTest, WarmBytesStayWithinTheirBound) {

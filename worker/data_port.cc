@@ -169,6 +169,7 @@ bool Session::Run(const std::atomic<bool>& stopping,
       continue;
     }
     After after = After::kNext;
+    const std::shared_ptr<void> moving = node_->MovingBytes();
     switch (header->op) {
       case DataOp::kRead:
         after = Read(*request, principal);

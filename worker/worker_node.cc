@@ -456,6 +456,7 @@ absl::StatusOr<int64_t> WorkerNode::Transfer(const TransferBatch& batch,
       std::min(stop.deadline, absl::Now() + options_.pull_timeout);
   const std::function<bool()>& cancelled = stop.cancelled;
   const ScopedCallDeadline scope(deadline);
+  const std::shared_ptr<void> moving = MovingBytes();
   // A piece moves bytes from one shard into another: onto itself it would
   // copy between overlapping ranges, and no reshard asks for that.
   for (size_t i = 0; i < batch.pieces.size(); ++i) {

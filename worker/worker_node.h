@@ -238,6 +238,12 @@ class WorkerNode {
 
   ShardStore& store() const { return *store_; }
   const WorkerNodeOptions& options() const { return options_; }
+  // Held while this worker moves bytes (serves a read, pulls a piece): its
+  // arena then makes no warm pages (SharedMemoryArena::Moving). Null
+  // without an arena.
+  std::shared_ptr<void> MovingBytes() const {
+    return options_.arena != nullptr ? options_.arena->Moving() : nullptr;
+  }
   // Checkpoint I/O under options().checkpoint_root, on this node's shards.
   const CheckpointIo& checkpoints() const { return checkpoints_; }
 

@@ -378,6 +378,7 @@ grpc::Status WorkerService::WriteShard(
     return ToGrpcStatus(s);
   }
   IdleLimit limit(context, node_->options().stream_idle_timeout);
+  const std::shared_ptr<void> moving = node_->MovingBytes();
   v1::WriteShardRequest chunk;
   int64_t written = 0;
   uint64_t shard_id = 0;
@@ -441,6 +442,7 @@ grpc::Status WorkerService::StreamRegion(
   absl::StatusOr<RegionReader> reader = OpenRegion(*node_, request);
   if (!reader.ok()) return ToGrpcStatus(reader.status());
   const int64_t total = reader->total();
+  const std::shared_ptr<void> moving = node_->MovingBytes();
   grpc::ByteBuffer buffer;
   for (int64_t next = 0; next < total;) {
     const int64_t count = std::min(reader->chunk_elements(), total - next);
