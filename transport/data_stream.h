@@ -60,13 +60,18 @@ class DataStream {
 
   int fd() const { return fd_; }
   bool tls() const { return ssl_ != nullptr; }
-  // Whether a box whose rows are `row_bytes` long moves straight between
-  // its array and this stream, one span per row (else it is packed through
-  // a buffer). Plain streams take a kernel call per IOV_MAX spans, so rows
-  // down to 512 bytes go direct; under TLS every span is a record of its
-  // own, so only rows of a whole record (16 KiB) do.
-  bool MovesRowsDirectly(int64_t row_bytes) const {
+  // Whether a box whose rows are `row_bytes` long is sent straight from
+  // its array (one span per row), or received straight into it; else it is
+  // packed through a buffer. A plain stream takes a kernel call per IOV_MAX
+  // spans, so rows down to 512 bytes go direct both ways. Under TLS every
+  // span sent is a record (and a write) of its own, so only rows of a whole
+  // record (16 KiB) are sent direct; a span received is a copy out of the
+  // record already decrypted, so rows of 2 KiB are received direct.
+  bool SendsRowsDirectly(int64_t row_bytes) const {
     return row_bytes >= (tls() ? 16384 : 512);
+  }
+  bool ReceivesRowsDirectly(int64_t row_bytes) const {
+    return row_bytes >= (tls() ? 2048 : 512);
   }
   // Records are sealed (sent) by the kernel: kernel TLS is on.
   bool kernel_tls_send() const;

@@ -76,7 +76,7 @@ absl::Status ReceiveBuffered(DataStream& stream,
 
 // Sends elements [0, total) of the row-major `box_sizes` at
 // source.offsets of source.data: straight from the array when the stream
-// moves its rows directly (or the box is one span of it), else packed
+// sends its rows directly (or the box is one span of it), else packed
 // through a buffer.
 absl::Status SendBox(DataStream& stream, const WriteSource& source,
                      absl::Span<const int64_t> box_sizes, int64_t total,
@@ -84,7 +84,7 @@ absl::Status SendBox(DataStream& stream, const WriteSource& source,
                      absl::string_view what) {
   if (total == 0) return absl::OkStatus();
   if ((!box_sizes.empty() &&
-       stream.MovesRowsDirectly(box_sizes.back() * item)) ||
+       stream.SendsRowsDirectly(box_sizes.back() * item)) ||
       BoxSpanStart(source.shape, source.offsets, box_sizes).has_value()) {
     // The spans are only read from (sendmsg takes iovecs, not const ones).
     return ForEachSpanWindow(
@@ -363,7 +363,7 @@ absl::Status TcpTransport::Read(const RemoteShard& shard, const Box& box,
     // Straight into the caller's array when its runs are long enough.
     if (target.is_host_array() && total > 0 &&
         ((!box.sizes.empty() &&
-          stream.MovesRowsDirectly(box.sizes.back() * item)) ||
+          stream.ReceivesRowsDirectly(box.sizes.back() * item)) ||
          BoxSpanStart(target.shape(), target.offsets(), box.sizes)
              .has_value())) {
       return ReceiveInPlace(stream, box.sizes, item, target, idle, what);

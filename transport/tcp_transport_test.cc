@@ -351,7 +351,8 @@ TEST_P(DataPortTest, AWorkerWhoseDataPortMovedIsAskedAgain) {
       DataPort::Start(node_.get(), DataPortOptions());
   ASSERT_THAT(moved.status(), IsOk());
   data_port_ = *std::move(moved);
-  served_.service->set_data_address(absl::StrCat("127.0.0.1:", data_port_->port()));
+  served_.service->set_data_address(
+      absl::StrCat("127.0.0.1:", data_port_->port()));
   std::fill(out.begin(), out.end(), '\0');
   ASSERT_THAT(transport_->Read(shard, WholeBox({64}),
                                ReadTarget::HostArray(out.data(), {64}, {0})),

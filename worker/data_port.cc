@@ -246,7 +246,7 @@ After Session::Read(const v1::DataRequest& request,
   absl::StatusOr<PinnedShard> pinned = node_->store().Pin(id);
   if (pinned.ok() && total > 0 &&
       ((!box.sizes.empty() &&
-        stream_->MovesRowsDirectly(box.sizes.back() * item)) ||
+        stream_->SendsRowsDirectly(box.sizes.back() * item)) ||
        BoxSpanStart(pinned->desc.box.sizes, box.offsets, box.sizes)
            .has_value())) {
     return ReplyFrom(pinned->data, pinned->desc.box.sizes, box, item, bytes)
