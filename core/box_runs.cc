@@ -68,19 +68,22 @@ void ForEachBoxBlock(absl::Span<const int64_t> array_shape,
 std::optional<int64_t> BoxSpanStart(absl::Span<const int64_t> array_shape,
                                     absl::Span<const int64_t> box_offsets,
                                     absl::Span<const int64_t> box_sizes) {
-  int64_t count = 1;
-  for (int64_t size : box_sizes) count *= size;
-  int blocks = 0;
-  bool contiguous = false;
-  int64_t first = 0;
-  ForEachBoxBlock(
-      array_shape, box_offsets, box_sizes, 0, count,
-      [&](int64_t element, int64_t, int64_t run, int64_t rows, int64_t pitch) {
-        if (blocks++ == 0) first = element;
-        contiguous = rows == 1 || pitch == run;
-      });
-  if (blocks != 1 || !contiguous) return std::nullopt;
-  return first;
+  const size_t rank = array_shape.size();
+  if (rank == 0) return std::nullopt;
+  for (int64_t size : box_sizes) {
+    if (size == 0) return std::nullopt;
+  }
+  // Leading dims of one index, then one dim of any length, then whole dims:
+  // decided from the shape alone, however many rows the box has.
+  size_t first_long = 0;
+  while (first_long < rank && box_sizes[first_long] == 1) ++first_long;
+  for (size_t d = first_long + 1; d < rank; ++d) {
+    if (box_sizes[d] != array_shape[d]) return std::nullopt;
+  }
+  int64_t start = 0;
+  for (size_t d = 0; d < rank; ++d)
+    start = start * array_shape[d] + box_offsets[d];
+  return start;
 }
 
 }  // namespace tessera

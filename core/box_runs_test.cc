@@ -125,6 +125,37 @@ TEST(BoxSpanStartTest, OnlyABoxThatIsOneSpanHasAStart) {
   EXPECT_EQ(BoxSpanStart({3, 4}, {0, 0}, {0, 4}), std::nullopt);  // empty
 }
 
+// Against the runs themselves: a start exactly when every run follows the
+// one before it in memory, and it is where the first run starts.
+TEST(BoxSpanStartTest, AgreesWithTheRunsOfRandomBoxes) {
+  std::mt19937 random(7);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const size_t rank = 1 + random() % 4;
+    std::vector<int64_t> shape(rank), offsets(rank), sizes(rank);
+    int64_t count = 1;
+    for (size_t d = 0; d < rank; ++d) {
+      shape[d] = 1 + static_cast<int64_t>(random() % 4);
+      sizes[d] = static_cast<int64_t>(random() % (shape[d] + 1));
+      offsets[d] = static_cast<int64_t>(random() % (shape[d] - sizes[d] + 1));
+      count *= sizes[d];
+    }
+    std::optional<int64_t> want;
+    bool one_span = count > 0;
+    int64_t next = -1;
+    ForEachBoxRun(shape, offsets, sizes, 0, count,
+                  [&](int64_t element, int64_t, int64_t n) {
+                    if (next < 0) want = element;
+                    if (next >= 0 && element != next) one_span = false;
+                    next = element + n;
+                  });
+    if (!one_span) want = std::nullopt;
+    EXPECT_EQ(BoxSpanStart(shape, offsets, sizes), want)
+        << "shape " << ::testing::PrintToString(shape) << " offsets "
+        << ::testing::PrintToString(offsets) << " sizes "
+        << ::testing::PrintToString(sizes);
+  }
+}
+
 TEST(BoxBlocksTest, WholeArrayIsOneContiguousBlock) {
   EXPECT_THAT(Blocks({3, 4}, {0, 0}, {3, 4}, 0, 12),
               ElementsAre(Block{0, 0, 4, 3, 4}));
