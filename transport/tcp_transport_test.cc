@@ -312,6 +312,27 @@ TEST_P(DataPortTest, RowsAndPatchesMoveOverTheDataPort) {
   EXPECT_GE(data_port_->Stats().requests, 2);
 }
 
+// A patch whose rows are long lands straight in the shard, a few MiB at a
+// time: its windows cross rows in the middle, and the rest of the shard
+// stays as it was.
+TEST_P(DataPortTest, ALongRowedPatchLandsExactlyInPlace) {
+  Allocate(2, {700, 2100}, DType::kInt32);  // rows of 8400 bytes
+  const std::string before = Bytes(2);
+  const Box box{{5, 30}, {600, 2000}};  // 4.8 MB of 8000-byte rows
+  const Shape src_shape{601, 2003};
+  std::string src(static_cast<size_t>(src_shape[0] * src_shape[1] * 4), '\0');
+  for (size_t i = 0; i < src.size(); ++i)
+    src[i] = static_cast<char>(i * 37 + 1);
+  WriteSource source{src.data(), src_shape, {1, 2}};
+  ASSERT_THAT(
+      transport_->WriteBox(At(2, {700, 2100}, DType::kInt32), box, source),
+      IsOk());
+  std::string want = before;
+  CopyBox(src.data(), src_shape, {1, 2}, want.data(), Shape{700, 2100},
+          box.offsets, box.sizes, 4);
+  EXPECT_TRUE(Bytes(2) == want) << "the shard holds other bytes";
+}
+
 TEST_P(DataPortTest, AConnectionTheWorkerClosedWhileIdleIsReplaced) {
   Allocate(1, {64}, DType::kInt32);
   DataPortOptions quick;

@@ -94,6 +94,12 @@ class Session {
   After Read(const v1::DataRequest& request, absl::string_view principal);
   After ReadRows(const v1::DataRequest& request, absl::string_view principal);
   After Write(const v1::DataRequest& request, uint64_t payload_bytes);
+  // A write's `expected` bytes received into a buffer and copied into
+  // shard `id` (into `box` of it for a patch): memory the host cannot
+  // address, or runs too short to receive into one by one. kNext once all
+  // landed (nothing answered yet).
+  After WriteThroughBuffer(uint64_t id, bool patch, const Box& box,
+                           int64_t expected);
   // Replies with an error; keeps the connection if it stays in step.
   After Refuse(const absl::Status& status, After after = After::kNext) {
     return Reply(status).ok() ? after : After::kClose;
@@ -324,6 +330,33 @@ After Session::Write(const v1::DataRequest& request, uint64_t payload_bytes) {
                       "shard ", id, ", which takes ", expected)),
                   After::kClose);
   }
+  // Straight into shard memory when its runs are long enough.
+  const Box target = patch ? box : WholeBox(desc->box.sizes);
+  absl::StatusOr<PinnedShard> pinned = node_->store().Pin(id);
+  if (pinned.ok() && expected > 0 && !target.sizes.empty() &&
+      (stream_->ReceivesRowsDirectly(target.sizes.back() * item) ||
+       BoxSpanStart(pinned->desc.box.sizes, target.offsets, target.sizes)
+           .has_value())) {
+    const absl::Status landed = ForEachSpanWindow(
+        pinned->data, pinned->desc.box.sizes, target.offsets, target.sizes,
+        item, kBufferBytes, [&](absl::Span<const iovec> spans, int64_t n) {
+          TESSERA_RETURN_IF_ERROR(
+              stream_->Receive(spans, options_.stall_timeout, "peer"));
+          received_->fetch_add(n);
+          return absl::OkStatus();
+        });
+    if (!landed.ok()) return After::kClose;
+  } else if (After after = WriteThroughBuffer(id, patch, box, expected);
+             after == After::kClose) {
+    return after;
+  }
+  // Written whole: sealed, as a whole WriteShard stream seals it.
+  if (!patch) node_->Seal(id);
+  return Reply(absl::OkStatus()).ok() ? After::kNext : After::kClose;
+}
+
+After Session::WriteThroughBuffer(uint64_t id, bool patch, const Box& box,
+                                  int64_t expected) {
   std::string buffer(
       static_cast<size_t>(std::min<int64_t>(kBufferBytes, expected)), '\0');
   for (int64_t offset = 0; offset < expected;) {
@@ -342,9 +375,7 @@ After Session::Write(const v1::DataRequest& request, uint64_t payload_bytes) {
     if (!s.ok()) return Refuse(s, After::kClose);
     offset += n;
   }
-  // Written whole: sealed, as a whole WriteShard stream seals it.
-  if (!patch) node_->Seal(id);
-  return Reply(absl::OkStatus()).ok() ? After::kNext : After::kClose;
+  return After::kNext;
 }
 
 // A client that speaks plaintext to a TLS port is told so in the clear (a
