@@ -140,8 +140,9 @@ ABSL_FLAG(int64_t, shard_reuse_bytes,
           "faults; 0 returns freed memory at once");
 ABSL_FLAG(int64_t, shard_warm_bytes, int64_t{512} << 20,
           "most bytes of shared memory kept populated ahead of new host "
-          "shards of the sizes lately allocated, made with spare CPU (a "
-          "first reshard or repair then copies without page faults); at most "
+          "shards of the sizes lately allocated, made with spare CPU (not "
+          "while bytes move; a first reshard or repair then copies without "
+          "page faults); at most "
           "an eighth of --capacity_bytes when that is set, and only while "
           "/dev/shm keeps twice a block free; 0: none");
 ABSL_FLAG(int32_t, max_threads, tessera::ServerOptions().max_threads,
