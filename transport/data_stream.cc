@@ -220,6 +220,10 @@ absl::Status ForEachSpanWindow(
     int64_t item, int64_t window_bytes,
     const std::function<absl::Status(absl::Span<const iovec> spans,
                                      int64_t bytes)>& fn) {
+  if (box_sizes.empty()) {  // a scalar: its one element
+    const iovec one{base, static_cast<size_t>(item)};
+    return fn(absl::MakeConstSpan(&one, 1), item);
+  }
   int64_t total = 1;
   for (int64_t size : box_sizes) total *= size;
   const int64_t step = std::max<int64_t>(1, window_bytes / item);
