@@ -214,6 +214,14 @@ absl::Status DataStream::MoveTls(bool reading, absl::Span<const iovec> iov,
   return absl::OkStatus();
 }
 
+bool DataStream::MovesDirectly(absl::Span<const int64_t> shape,
+                               absl::Span<const int64_t> box_offsets,
+                               absl::Span<const int64_t> box_sizes,
+                               int64_t item, int64_t min_row_bytes) {
+  return (!box_sizes.empty() && box_sizes.back() * item >= min_row_bytes) ||
+         BoxSpanStart(shape, box_offsets, box_sizes).has_value();
+}
+
 absl::Status ForEachSpanWindow(
     char* base, absl::Span<const int64_t> shape,
     absl::Span<const int64_t> box_offsets, absl::Span<const int64_t> box_sizes,

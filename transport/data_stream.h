@@ -60,18 +60,27 @@ class DataStream {
 
   int fd() const { return fd_; }
   bool tls() const { return ssl_ != nullptr; }
-  // Whether a box whose rows are `row_bytes` long is sent straight from
-  // its array (one span per row), or received straight into it; else it is
-  // packed through a buffer. A plain stream takes a kernel call per IOV_MAX
-  // spans, so rows down to 512 bytes go direct both ways. Under TLS every
-  // span sent is a record (and a write) of its own, so only rows of a whole
-  // record (16 KiB) are sent direct; a span received is a copy out of the
-  // record already decrypted, so rows of 2 KiB are received direct.
-  bool SendsRowsDirectly(int64_t row_bytes) const {
-    return row_bytes >= (tls() ? 16384 : 512);
+  // Whether the box `box_sizes` at `box_offsets` of an array of `shape`
+  // (`item`-byte elements) is sent straight from the array, one span per
+  // row, or received straight into it; else it is packed through a buffer.
+  // A box that is one span of its array always goes straight. A plain
+  // stream takes a kernel call per IOV_MAX spans, so rows down to 512 bytes
+  // go direct both ways. Under TLS every span sent is a record (and a
+  // write) of its own, so only rows of a whole record (16 KiB) are sent
+  // direct; a span received is a copy out of the record already decrypted,
+  // so rows of 2 KiB are received direct.
+  bool SendsDirectly(absl::Span<const int64_t> shape,
+                     absl::Span<const int64_t> box_offsets,
+                     absl::Span<const int64_t> box_sizes, int64_t item) const {
+    return MovesDirectly(shape, box_offsets, box_sizes, item,
+                         tls() ? 16384 : 512);
   }
-  bool ReceivesRowsDirectly(int64_t row_bytes) const {
-    return row_bytes >= (tls() ? 2048 : 512);
+  bool ReceivesDirectly(absl::Span<const int64_t> shape,
+                        absl::Span<const int64_t> box_offsets,
+                        absl::Span<const int64_t> box_sizes,
+                        int64_t item) const {
+    return MovesDirectly(shape, box_offsets, box_sizes, item,
+                         tls() ? 2048 : 512);
   }
   // Records are sealed (sent) by the kernel: kernel TLS is on.
   bool kernel_tls_send() const;
@@ -80,6 +89,10 @@ class DataStream {
   DataStream(int fd, SslPtr ssl) : fd_(fd), ssl_(std::move(ssl)) {}
   absl::Status MoveTls(bool reading, absl::Span<const iovec> iov,
                        absl::Duration idle, absl::string_view what);
+  static bool MovesDirectly(absl::Span<const int64_t> shape,
+                            absl::Span<const int64_t> box_offsets,
+                            absl::Span<const int64_t> box_sizes, int64_t item,
+                            int64_t min_row_bytes);
 
   const int fd_;
   const SslPtr ssl_;  // null: plain

@@ -83,9 +83,7 @@ absl::Status SendBox(DataStream& stream, const WriteSource& source,
                      int64_t item, absl::Duration idle,
                      absl::string_view what) {
   if (total == 0) return absl::OkStatus();
-  if ((!box_sizes.empty() &&
-       stream.SendsRowsDirectly(box_sizes.back() * item)) ||
-      BoxSpanStart(source.shape, source.offsets, box_sizes).has_value()) {
+  if (stream.SendsDirectly(source.shape, source.offsets, box_sizes, item)) {
     // The spans are only read from (sendmsg takes iovecs, not const ones).
     return ForEachSpanWindow(
         const_cast<char*>(source.data), source.shape, source.offsets, box_sizes,
@@ -362,10 +360,8 @@ absl::Status TcpTransport::Read(const RemoteShard& shard, const Box& box,
                          absl::string_view what) {
     // Straight into the caller's array when its runs are long enough.
     if (target.is_host_array() && total > 0 &&
-        ((!box.sizes.empty() &&
-          stream.ReceivesRowsDirectly(box.sizes.back() * item)) ||
-         BoxSpanStart(target.shape(), target.offsets(), box.sizes)
-             .has_value())) {
+        stream.ReceivesDirectly(target.shape(), target.offsets(), box.sizes,
+                                item)) {
       return ReceiveInPlace(stream, box.sizes, item, target, idle, what);
     }
     return ReceiveBuffered(stream, box.sizes, total, item, target, idle, what);

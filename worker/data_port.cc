@@ -251,10 +251,8 @@ After Session::Read(const v1::DataRequest& request,
   // Straight out of shard memory when the runs are long enough.
   absl::StatusOr<PinnedShard> pinned = node_->store().Pin(id);
   if (pinned.ok() && total > 0 &&
-      ((!box.sizes.empty() &&
-        stream_->SendsRowsDirectly(box.sizes.back() * item)) ||
-       BoxSpanStart(pinned->desc.box.sizes, box.offsets, box.sizes)
-           .has_value())) {
+      stream_->SendsDirectly(pinned->desc.box.sizes, box.offsets, box.sizes,
+                             item)) {
     return ReplyFrom(pinned->data, pinned->desc.box.sizes, box, item, bytes)
                    .ok()
                ? After::kNext
@@ -334,9 +332,8 @@ After Session::Write(const v1::DataRequest& request, uint64_t payload_bytes) {
   const Box target = patch ? box : WholeBox(desc->box.sizes);
   absl::StatusOr<PinnedShard> pinned = node_->store().Pin(id);
   if (pinned.ok() && expected > 0 && !target.sizes.empty() &&
-      (stream_->ReceivesRowsDirectly(target.sizes.back() * item) ||
-       BoxSpanStart(pinned->desc.box.sizes, target.offsets, target.sizes)
-           .has_value())) {
+      stream_->ReceivesDirectly(pinned->desc.box.sizes, target.offsets,
+                                target.sizes, item)) {
     const absl::Status landed = ForEachSpanWindow(
         pinned->data, pinned->desc.box.sizes, target.offsets, target.sizes,
         item, kBufferBytes, [&](absl::Span<const iovec> spans, int64_t n) {
