@@ -1031,6 +1031,147 @@ Repaired KillAndRepair(TestCluster& cluster, Client& client,
   return out;
 }
 
+// Figure 20 over the data ports: the reshard and the repairs of
+// CrossHostFigure on `hosts`, each worker pulling over tcp. `huge_pages`:
+// each host's /dev/shm a tmpfs of its own on transparent huge pages
+// (huge=within_size, as README's host tuning), so that what shard memory
+// costs on 4 KiB pages (on a VM, touching pages idle for seconds, or new
+// ones) is out of the way of the transport. `tcp_per_byte`: the seconds per
+// byte of 4 raw TCP streams between the hosts.
+void TcpBetweenHosts(Env& env, const NetnsHosts& hosts,
+                     TestClusterOptions options, double tcp_per_byte,
+                     bool huge_pages) {
+  const std::string on = huge_pages ? ", huge pages" : "";
+  options.coordinator_flags = {"--insecure", "--lease_ms=2000",
+                               "--heartbeat_ms=200", "--retire_grace_ms=200"};
+  options.worker_prefix = [&hosts, huge_pages](int i) {
+    std::vector<std::string> argv = hosts.Exec(i);
+    if (huge_pages) {
+      // `ip netns exec` gives the command a mount namespace of its own:
+      // the tmpfs is this worker's alone and goes with it.
+      for (const char* arg :
+           {"/bin/sh", "-c",
+            "mount -t tmpfs -o huge=within_size,size=50% tmpfs /dev/shm && "
+            "exec \"$@\"",
+            "sh"}) {
+        argv.push_back(arg);
+      }
+    }
+    return argv;
+  };
+  options.worker_flags = {"--insecure", "--peer_transport=tcp"};
+  std::unique_ptr<TestCluster> cluster = ValueOrDie(
+      TestCluster::Start(options), "start the cross-host cluster (tcp)");
+  std::unique_ptr<Client> client =
+      ValueOrDie(Client::Connect(cluster->coordinator_address()),
+                 "connect (cross-host cluster, tcp)");
+  const std::string size = env.quick ? "64 MiB" : "1 GiB";
+  const ReshardRounds over_tcp =
+      TimeNewTensorReshards(*client, "reshard_hosts_tcp", env.quick);
+  AddReshardRows(
+      "20.",
+      absl::StrCat(size, " rows<->cols between hosts, pulls over tcp", on),
+      over_tcp, tcp_per_byte * over_tcp.bytes_moved, 0.8,
+      "TCP x4 between hosts");
+  {
+    // The reference sends one cache-hot MiB again and again; the workers
+    // send their pieces from shard memory. The same streams between the
+    // same hosts, each sending its own part of as much touched memory,
+    // tell the wire's share from the memory's (as figure 1 does).
+    const int64_t moved_bytes = over_tcp.bytes_moved;
+    std::unique_ptr<char[]> src(new char[moved_bytes]);
+    std::unique_ptr<char[]> dst(new char[moved_bytes]);
+    std::memset(src.get(), 1, moved_bytes);
+    std::memset(dst.get(), 1, moved_bytes);
+    double from_memory = 1e9;
+    for (int r = 0; r < 3; ++r) {
+      from_memory = std::min(from_memory,
+                             RawTcpSeconds(
+                                 kWorkers, moved_bytes, dst.get(),
+                                 [&hosts](int i) {
+                                   const int to = (i + 1) % hosts.count();
+                                   return TcpPair(hosts.ip(to), hosts.path(to),
+                                                  hosts.path(i));
+                                 },
+                                 src.get()));
+    }
+    Add({absl::StrCat("20. reshard GB/s of moved bytes over tcp", on,
+                      ", again, vs TCP from memory"),
+         GBps(moved_bytes, over_tcp.steady),
+         absl::StrCat("TCP x4 between hosts from memory ",
+                      GBps(moved_bytes, from_memory)),
+         from_memory / over_tcp.steady, "", true, 0});
+  }
+  {
+    // Where the last round's time went (plan, allocate, move).
+    const std::string log = cluster->coordinator_log();
+    const size_t at = log.rfind("resharded 'reshard_hosts_tcp'");
+    if (at != std::string::npos) {
+      Info(absl::StrCat("20. the last tcp reshard's log line", on),
+           log.substr(at, log.find('\n', at) - at));
+    }
+  }
+  const int64_t rows = env.quick ? 16384 : 131072;  // 64 or 512 MiB, R=2
+  LayoutSpec spec = LayoutSpec::Chunk(0, Ranks(kWorkers));
+  spec.replicas = 2;
+  ValueOrDie(client->Create("repair_hosts", {rows, 1024}, DType::kFloat32, spec,
+                            InitSpec{InitSpec::Kind::kOnes}),
+             "create the replicated tensor");
+  const Repaired repaired =
+      KillAndRepair(*cluster, *client, "repair_hosts", kWorkers - 1);
+  long long copied = 0;
+  const double copy = repaired.CopySeconds(&copied);
+  const double lost = static_cast<double>(repaired.victim_bytes);
+  const double wire = TcpReference(repaired.victim_bytes, [&hosts](int i) {
+    const int to = (i + 1) % hosts.count();
+    return TcpPair(hosts.ip(to), hosts.path(to), hosts.path(i));
+  });
+  Add({absl::StrFormat("20. repair of a dead worker's %.0f MiB between "
+                       "hosts, over tcp%s, at once (new memory)",
+                       lost / (1 << 20), on),
+       GBps(lost, copy),
+       absl::StrCat("TCP x4 between hosts ", GBps(lost, wire)), wire / copy, "",
+       true, 0});
+  // New replicas land in memory the workers never touched: on a VM whose
+  // balloon takes freed pages back, touching that much is itself a floor.
+  const NewMemory fresh = NewMemoryReference(repaired.victim_bytes);
+  Add({absl::StrCat("20. repair at once", on,
+                    ", against touching as much new memory"),
+       absl::StrFormat("%.3f s", copy), fresh.Text(repaired.victim_bytes),
+       fresh.best / copy, "", true, 0});
+  Info(absl::StrCat("20. the repair's log line", on, ", at once"),
+       repaired.line);
+
+  // The repair as a cluster meets it once its workers idled a moment after
+  // the tensor's create: their warm blocks (--shard_warm_bytes, made with
+  // the spare CPU for shards of the sizes they lately made) take the new
+  // replicas, so what is left is the transport. The victim comes back
+  // empty first, and the tensor's size matches no freed shard.
+  CHECK_OK(cluster->RestartWorker(kWorkers - 1));
+  ValueOrDie(
+      client->Create("repair_hosts_warm", {rows + rows / 64, 1024},
+                     DType::kFloat32, spec, InitSpec{InitSpec::Kind::kOnes}),
+      "create the second replicated tensor");
+  absl::SleepFor(absl::Seconds(3));
+  const Repaired warm =
+      KillAndRepair(*cluster, *client, "repair_hosts_warm", kWorkers - 1);
+  long long warm_copied = 0;
+  const double warm_copy = warm.CopySeconds(&warm_copied);
+  // What the repair copied (its log line), not the victim's bytes_used,
+  // which may still count shards it re-attached on its return.
+  const double warm_lost =
+      static_cast<double>(warm_copied > 0 ? warm_copied : warm.victim_bytes);
+  Add({absl::StrFormat("20. repair of a dead worker's %.0f MiB between "
+                       "hosts, over tcp%s, 3 s after the create (warm "
+                       "blocks)",
+                       warm_lost / (1 << 20), on),
+       GBps(warm_lost, warm_copy),
+       absl::StrCat("TCP x4 between hosts ", GBps(lost, wire)),
+       wire * warm_lost / lost / warm_copy, ">= 0.8x", true, 0.8});
+  Info(absl::StrCat("20. the repair's log line", on, ", warm blocks"),
+       warm.line);
+}
+
 // 20. Figure 8's reshard pulls between hosts: each worker on a host of its
 // own (bench/hosts.h: network namespaces on a bridge, veth, MTU 9000),
 // pulling from the others over UCX on TCP (UCX_TLS=tcp, --trusted_fabric,
@@ -1082,113 +1223,11 @@ void CrossHostFigure(Env& env) {
   cluster.reset();
 
   // The same hosts, the workers pulling over their data ports instead; then
-  // the repair of a dead worker's replicas, copied over them too.
-  options.coordinator_flags = {"--insecure", "--lease_ms=2000",
-                               "--heartbeat_ms=200", "--retire_grace_ms=200"};
-  options.worker_prefix = [&hosts](int i) { return hosts.Exec(i); };
-  options.worker_flags = {"--insecure", "--peer_transport=tcp"};
-  cluster = ValueOrDie(TestCluster::Start(options),
-                       "start the cross-host cluster (tcp)");
-  client = ValueOrDie(Client::Connect(cluster->coordinator_address()),
-                      "connect (cross-host cluster, tcp)");
-  const ReshardRounds over_tcp =
-      TimeNewTensorReshards(*client, "reshard_hosts_tcp", env.quick);
-  AddReshardRows(
-      "20.", absl::StrCat(size, " rows<->cols between hosts, pulls over tcp"),
-      over_tcp, tcp * over_tcp.bytes_moved / moved.bytes_moved, 0.8,
-      "TCP x4 between hosts");
-  {
-    // The reference sends one cache-hot MiB again and again; the workers
-    // send their pieces from shard memory. The same streams between the
-    // same hosts, each sending its own part of as much touched memory,
-    // tell the wire's share from the memory's (as figure 1 does).
-    const int64_t moved_bytes = over_tcp.bytes_moved;
-    std::unique_ptr<char[]> src(new char[moved_bytes]);
-    std::unique_ptr<char[]> dst(new char[moved_bytes]);
-    std::memset(src.get(), 1, moved_bytes);
-    std::memset(dst.get(), 1, moved_bytes);
-    double from_memory = 1e9;
-    for (int r = 0; r < 3; ++r) {
-      from_memory = std::min(from_memory,
-                             RawTcpSeconds(
-                                 kWorkers, moved_bytes, dst.get(),
-                                 [&hosts](int i) {
-                                   const int to = (i + 1) % hosts.count();
-                                   return TcpPair(hosts.ip(to), hosts.path(to),
-                                                  hosts.path(i));
-                                 },
-                                 src.get()));
-    }
-    Add({"20. reshard GB/s of moved bytes over tcp, again, vs TCP from memory",
-         GBps(moved_bytes, over_tcp.steady),
-         absl::StrCat("TCP x4 between hosts from memory ",
-                      GBps(moved_bytes, from_memory)),
-         from_memory / over_tcp.steady, "", true, 0});
-  }
-  {
-    // Where the last round's time went (plan, allocate, move).
-    const std::string log = cluster->coordinator_log();
-    const size_t at = log.rfind("resharded 'reshard_hosts_tcp'");
-    if (at != std::string::npos) {
-      Info("20. the last tcp reshard's log line",
-           log.substr(at, log.find('\n', at) - at));
-    }
-  }
-  const int64_t rows = env.quick ? 16384 : 131072;  // 64 or 512 MiB, R=2
-  LayoutSpec spec = LayoutSpec::Chunk(0, Ranks(kWorkers));
-  spec.replicas = 2;
-  ValueOrDie(client->Create("repair_hosts", {rows, 1024}, DType::kFloat32, spec,
-                            InitSpec{InitSpec::Kind::kOnes}),
-             "create the replicated tensor");
-  const Repaired repaired =
-      KillAndRepair(*cluster, *client, "repair_hosts", kWorkers - 1);
-  long long copied = 0;
-  const double copy = repaired.CopySeconds(&copied);
-  const double lost = static_cast<double>(repaired.victim_bytes);
-  const double wire = TcpReference(repaired.victim_bytes, [&hosts](int i) {
-    const int to = (i + 1) % hosts.count();
-    return TcpPair(hosts.ip(to), hosts.path(to), hosts.path(i));
-  });
-  Add({absl::StrFormat("20. repair of a dead worker's %.0f MiB between "
-                       "hosts, over tcp, at once (new memory)",
-                       lost / (1 << 20)),
-       GBps(lost, copy),
-       absl::StrCat("TCP x4 between hosts ", GBps(lost, wire)), wire / copy, "",
-       true, 0});
-  // New replicas land in memory the workers never touched: on a VM whose
-  // balloon takes freed pages back, touching that much is itself a floor.
-  const NewMemory fresh = NewMemoryReference(repaired.victim_bytes);
-  Add({"20. repair at once, against touching as much new memory",
-       absl::StrFormat("%.3f s", copy), fresh.Text(repaired.victim_bytes),
-       fresh.best / copy, "", true, 0});
-  Info("20. the repair's log line, at once", repaired.line);
-
-  // The repair as a cluster meets it once its workers idled a moment after
-  // the tensor's create: their warm blocks (--shard_warm_bytes, made with
-  // the spare CPU for shards of the sizes they lately made) take the new
-  // replicas, so what is left is the transport. The victim comes back
-  // empty first, and the tensor's size matches no freed shard.
-  CHECK_OK(cluster->RestartWorker(kWorkers - 1));
-  ValueOrDie(
-      client->Create("repair_hosts_warm", {rows + rows / 64, 1024},
-                     DType::kFloat32, spec, InitSpec{InitSpec::Kind::kOnes}),
-      "create the second replicated tensor");
-  absl::SleepFor(absl::Seconds(3));
-  const Repaired warm =
-      KillAndRepair(*cluster, *client, "repair_hosts_warm", kWorkers - 1);
-  long long warm_copied = 0;
-  const double warm_copy = warm.CopySeconds(&warm_copied);
-  // What the repair copied (its log line), not the victim's bytes_used,
-  // which may still count shards it re-attached on its return.
-  const double warm_lost =
-      static_cast<double>(warm_copied > 0 ? warm_copied : warm.victim_bytes);
-  Add({absl::StrFormat("20. repair of a dead worker's %.0f MiB between "
-                       "hosts, over tcp, 3 s after the create (warm blocks)",
-                       warm_lost / (1 << 20)),
-       GBps(warm_lost, warm_copy),
-       absl::StrCat("TCP x4 between hosts ", GBps(lost, wire)),
-       wire * warm_lost / lost / warm_copy, ">= 0.8x", true, 0.8});
-  Info("20. the repair's log line, warm blocks", warm.line);
+  // the repair of a dead worker's replicas, copied over them too. Once as
+  // the hosts are, once with each host's /dev/shm on transparent huge pages.
+  const double tcp_per_byte = tcp / moved.bytes_moved;
+  TcpBetweenHosts(env, hosts, options, tcp_per_byte, /*huge_pages=*/false);
+  TcpBetweenHosts(env, hosts, options, tcp_per_byte, /*huge_pages=*/true);
 }
 
 // 21. Publishing to an inference fleet: a tensor of one shard put on w0
