@@ -1101,6 +1101,31 @@ void TcpBetweenHosts(Env& env, const NetnsHosts& hosts,
          absl::StrCat("TCP x4 between hosts from memory ",
                       GBps(moved_bytes, from_memory)),
          from_memory / over_tcp.steady, "", true, 0});
+    // A reshard's pulls are all to all: every host sends to the 3 others
+    // and receives from them at once (12 streams), not one stream each.
+    // The same pattern in raw TCP, each stream its own part of as much
+    // touched memory, tells the wire's share from the pattern's.
+    const int streams = kWorkers * (kWorkers - 1);
+    double all_to_all = 1e9;
+    for (int r = 0; r < 3; ++r) {
+      all_to_all = std::min(
+          all_to_all, RawTcpSeconds(
+                          streams, moved_bytes, dst.get(),
+                          [&hosts](int i) {
+                            const int from = i / (kWorkers - 1);
+                            const int to =
+                                (from + 1 + i % (kWorkers - 1)) % kWorkers;
+                            return TcpPair(hosts.ip(to), hosts.path(to),
+                                           hosts.path(from));
+                          },
+                          src.get()));
+    }
+    Add({absl::StrCat("20. reshard GB/s of moved bytes over tcp", on,
+                      ", again, vs TCP all to all from memory"),
+         GBps(moved_bytes, over_tcp.steady),
+         absl::StrCat("TCP x", streams, " between hosts, all to all, from memory ",
+                      GBps(moved_bytes, all_to_all)),
+         all_to_all / over_tcp.steady, "", true, 0});
   }
   {
     // Where the last round's time went (plan, allocate, move).
