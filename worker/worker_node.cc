@@ -20,6 +20,10 @@
 namespace tessera {
 namespace {
 
+// How long a request that needs the registration key waits for the
+// coordinator's reply to the registration (Admit).
+constexpr absl::Duration kRegistrationReplyGrace = absl::Seconds(2);
+
 // Byte offset of `box`'s first element in a row-major array of `shape`.
 int64_t FirstByte(absl::Span<const int64_t> shape, const Box& box,
                   int64_t item) {
@@ -941,6 +945,13 @@ absl::Status WorkerNode::Admit(absl::string_view token,
   std::string key;
   {
     absl::MutexLock lock(&mu_);
+    // The coordinator orders a worker as soon as it has registered it; the
+    // reply with the key may still be on its way here. A request that
+    // comes first waits for it a moment instead of failing.
+    mu_.AwaitWithTimeout(
+        absl::Condition(
+            +[](const std::string* k) { return !k->empty(); }, &key_),
+        kRegistrationReplyGrace);
     name = name_;
     key = key_;
   }

@@ -740,6 +740,48 @@ TEST_F(WorkerServiceTest, ACancelledExchangeStopsTheMembersWait) {
   served.server.Stop(absl::ZeroDuration());
 }
 
+// The coordinator orders a worker as soon as it has registered it, and a
+// client may read at once: a request that comes before the worker has the
+// registration's reply (its key) waits for it, instead of failing.
+TEST_F(WorkerServiceTest, ARequestBeforeTheRegistrationReplyWaitsForIt) {
+  WorkerNode node(store_.get(), node_options_);  // not registered yet
+  ASSERT_OK_AND_ASSIGN(ServedWorker served, ServeWorker(&node));
+  std::thread registration([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    node.SetIdentity("w0", kKey);
+  });
+  std::vector<int32_t> out(kCols, -1);
+  const absl::Status status = ReadRegion(
+      MakeChannel(served.address), 1, Box{{7, 0}, {1, kCols}}, 4,
+      absl::Seconds(30),
+      [&](int64_t offset, absl::string_view data) {
+        std::memcpy(reinterpret_cast<char*>(out.data()) + offset, data.data(),
+                    data.size());
+        return absl::OkStatus();
+      },
+      "", Grant());
+  registration.join();
+  EXPECT_THAT(status, IsOk());
+  EXPECT_EQ(out.front(), At(7, 0));
+  EXPECT_EQ(out.back(), At(7, kCols - 1));
+  served.Shutdown();
+}
+
+// A worker that never gets its registration's reply serves nothing: the
+// request fails as unavailable once the short wait is over.
+TEST_F(WorkerServiceTest, ARequestToAWorkerNeverRegisteredFails) {
+  WorkerNode node(store_.get(), node_options_);
+  ASSERT_OK_AND_ASSIGN(ServedWorker served, ServeWorker(&node));
+  const absl::Status status = ReadRegion(
+      MakeChannel(served.address), 1, Box{{7, 0}, {1, kCols}}, 4,
+      absl::Seconds(30),
+      [](int64_t, absl::string_view) { return absl::OkStatus(); }, "", Grant());
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(std::string(status.message()),
+              ::testing::HasSubstr("not registered with its coordinator"));
+  served.Shutdown();
+}
+
 }  // namespace
 }  // namespace tessera
 
