@@ -1,6 +1,9 @@
 #include "coordinator/etcd_client.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -13,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "core/status_macros.h"
+#include "core/threads.h"
 #include "rpc/channel.h"
 #include "rpc/status.h"
 
@@ -229,7 +233,7 @@ absl::Status EtcdClient::KeepAlive(int64_t id,
     // A member still holding an earlier renewal is skipped.
     if (renewing_[i]->exchange(true)) continue;
     auto attempt = std::make_shared<RenewalTry>();
-    std::thread([stub = lease_[i], busy = renewing_[i], attempt, request,
+    std::optional<std::thread> renewal = TryStartThread([stub = lease_[i], busy = renewing_[i], attempt, request,
                  timeout = options_.timeout] {
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
@@ -247,7 +251,17 @@ absl::Status EtcdClient::KeepAlive(int64_t id,
       attempt->status = answered ? grpc::Status::OK : status;
       attempt->answered = answered;
       attempt->response = std::move(response);
-    }).detach();
+    });
+    if (!renewal.has_value()) {
+      // No thread to be had: this renewal fails (the leader steps down if
+      // it cannot renew in time), the process lives on.
+      renewing_[i]->store(false);
+      last = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          absl::StrCat("no thread for the renewal: ",
+                                       std::strerror(errno)));
+      break;
+    }
+    renewal->detach();
     absl::MutexLock lock(&attempt->mu);
     attempt->mu.AwaitWithTimeout(absl::Condition(&attempt->done), wait);
     if (!attempt->done) {

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
+#include <utility>
 #include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "core/threads.h"
 
 namespace tessera {
 
@@ -35,7 +38,13 @@ absl::Status FanOut(size_t count, size_t limit,
   const size_t helpers = std::min(count, std::max<size_t>(limit, 1));
   std::vector<std::thread> threads;
   threads.reserve(helpers > 0 ? helpers - 1 : 0);
-  for (size_t t = 1; t < helpers; ++t) threads.emplace_back(work);
+  for (size_t t = 1; t < helpers; ++t) {
+    // With no thread to be had, the items are shared by fewer: every one
+    // still runs, since each thread takes the next until none is left.
+    std::optional<std::thread> helper = TryStartThread(work);
+    if (!helper.has_value()) break;
+    threads.push_back(std::move(*helper));
+  }
   work();
   for (std::thread& t : threads) t.join();
   absl::MutexLock lock(&mu);

@@ -2,7 +2,8 @@
 // a shard each, an entry each) at once. At most `limit` run together, the
 // calling thread among them; once an item fails or `stop` says to stop, no
 // further item starts, and the items running finish (each checks the stop
-// itself where it can wait long).
+// itself where it can wait long). When the system gives no more threads,
+// fewer run the items: all of them still run.
 #ifndef TESSERA_CORE_FAN_OUT_H_
 #define TESSERA_CORE_FAN_OUT_H_
 

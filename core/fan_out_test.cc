@@ -7,6 +7,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "core/testing/status_matchers.h"
+#include "core/testing/without_threads.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -35,6 +36,24 @@ TEST(FanOutTest, RunsEveryItemOnceWithinTheLimit) {
       EXPECT_GT(most.load(), 1) << "limit " << limit;
     }
   }
+}
+
+TEST(FanOutTest, EveryItemRunsWhenNoThreadCanBeStarted) {
+  // The calling thread alone takes them all; a std::thread that throws
+  // would leave it with an exception (97).
+  EXPECT_EQ(testing::RunWithoutThreads([] {
+              std::vector<int> ran(200, 0);
+              const absl::Status status = FanOut(ran.size(), 64, [&](size_t i) {
+                ++ran[i];
+                return absl::OkStatus();
+              });
+              if (!status.ok()) return 1;
+              for (int n : ran) {
+                if (n != 1) return 2;
+              }
+              return 0;
+            }),
+            0);
 }
 
 TEST(FanOutTest, NoItemStartsAfterOneFailed) {

@@ -21,7 +21,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -176,7 +178,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   addr.sin_port = htons(static_cast<uint16_t>(world.port->port()));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
-    fuzz::Fail("connect to the data port");
+    fuzz::Fail("connect to the data port", std::strerror(errno));
   // Sent while the worker answers (a reply must not block the stream).
   std::string got;
   size_t sent = 0;

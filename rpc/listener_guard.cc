@@ -21,6 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "core/threads.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera {
@@ -45,29 +46,6 @@ int CallRealAccept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
 
 constexpr int kMaxGuarded = 8;
 constexpr absl::Duration kPruneEvery = absl::Milliseconds(100);
-constexpr absl::Duration kLogEvery = absl::Seconds(10);
-
-// Logs at most once per kLogEvery, saying how many events it stands for.
-class RateLimitedLog {
- public:
-  // True when this event should be logged; `*events` is then the number of
-  // events since the last log, this one included.
-  bool Due(int64_t* events) {
-    const int64_t now = absl::ToUnixMillis(absl::Now());
-    int64_t due = next_ms_.load();
-    pending_.fetch_add(1);
-    if (now < due || !next_ms_.compare_exchange_strong(
-                         due, now + absl::ToInt64Milliseconds(kLogEvery))) {
-      return false;
-    }
-    *events = pending_.exchange(0);
-    return true;
-  }
-
- private:
-  std::atomic<int64_t> next_ms_{0};
-  std::atomic<int64_t> pending_{0};
-};
 
 // A connection's peer host: the address bytes (4 or 16) of its IP, or
 // empty when it has none (the bound per peer does not apply).

@@ -4,10 +4,12 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "core/threads.h"
 #include "rpc/channel.h"
 #include "rpc/listener_guard.h"
 
@@ -108,12 +110,19 @@ bool RunningServer::Stop(absl::Duration grace, absl::Duration margin) {
   const auto deadline =
       std::chrono::system_clock::now() +
       std::chrono::milliseconds(absl::ToInt64Milliseconds(grace));
-  std::thread([grpc_server, deadline, stopped] {
-    grpc_server->Shutdown(deadline);
-    grpc_server->Wait();
-    stopped->Notify();
-  }).detach();
-  if (stopped->WaitForNotificationWithTimeout(grace + margin)) return true;
+  std::optional<std::thread> stopper =
+      TryStartThread([grpc_server, deadline, stopped] {
+        grpc_server->Shutdown(deadline);
+        grpc_server->Wait();
+        stopped->Notify();
+      });
+  if (stopper.has_value()) stopper->detach();
+  // Without a thread to stop it, the server is left to the process's exit
+  // like one whose handlers outlive the grace.
+  if (stopper.has_value() &&
+      stopped->WaitForNotificationWithTimeout(grace + margin)) {
+    return true;
+  }
   // Handlers still run and use the server: it must outlive them, so it is
   // left to the process's exit.
   server.release();

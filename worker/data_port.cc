@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "core/box_runs.h"
 #include "core/dtype.h"
 #include "core/status_macros.h"
+#include "core/threads.h"
 #include "rpc/listener_guard.h"
 #include "rpc/tcp_socket.h"
 #include "spdlog/spdlog.h"
@@ -418,7 +420,14 @@ absl::StatusOr<std::unique_ptr<DataPort>> DataPort::Start(
                 "data");
   std::unique_ptr<DataPort> port(
       new DataPort(node, std::move(options), bound.first, bound.second));
-  port->acceptor_ = std::thread([p = port.get()] { p->AcceptLoop(); });
+  std::optional<std::thread> acceptor =
+      TryStartThread([p = port.get()] { p->AcceptLoop(); });
+  if (!acceptor.has_value()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("data port ", port->port(),
+                     ": no thread for its acceptor: ", std::strerror(errno)));
+  }
+  port->acceptor_ = std::move(*acceptor);
   return port;
 }
 
@@ -502,17 +511,40 @@ void DataPort::AcceptLoop() {
       ++open_->serving;
       open_->fds.insert(fd);
     }
-    connections_.fetch_add(1);
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    std::thread([this, fd, open = open_] {
-      Serve(fd);
-      // The port may be destroyed from here on: only `open` is touched.
-      absl::MutexLock lock(&open->mu);
-      open->fds.erase(fd);
-      close(fd);
-      --open->serving;
-    }).detach();
+    std::optional<std::thread> serving =
+        TryStartThread([this, fd, open = open_] {
+          Serve(fd);
+          // The port may be destroyed from here on: only `open` is touched.
+          absl::MutexLock lock(&open->mu);
+          open->fds.erase(fd);
+          close(fd);
+          --open->serving;
+        });
+    if (serving.has_value()) {
+      connections_.fetch_add(1);
+      serving->detach();
+      continue;
+    }
+    // No thread to serve it (the worker, or its container, is at its limit
+    // of tasks): refused as one over max_connections is; the port goes on.
+    const int error = errno;
+    {
+      absl::MutexLock lock(&open_->mu);
+      open_->fds.erase(fd);
+      --open_->serving;
+    }
+    close(fd);
+    refused_.fetch_add(1);
+    int64_t refused = 0;
+    if (no_thread_log_.Due(&refused)) {
+      spdlog::warn(
+          "data port {}: no thread to serve a connection ({}; the worker is "
+          "at its limit of tasks): refused {} connection(s) since the last "
+          "such message",
+          port_, std::strerror(error), refused);
+    }
   }
 }
 

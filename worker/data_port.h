@@ -13,7 +13,8 @@
 // Hostile peers: a connection that sends anything but the preface and
 // well-formed requests with valid capabilities is closed with nothing
 // written; each connection holds one thread and counts toward
-// `max_connections` (the listener guard also bounds it per peer host);
+// `max_connections` (the listener guard also bounds it per peer host); one
+// that finds the worker at its limit of threads is refused, not fatal;
 // a peer silent for `idle_timeout` between requests, or stalled for
 // `stall_timeout` within one, is dropped. Thread-safe.
 #ifndef TESSERA_WORKER_DATA_PORT_H_
@@ -30,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/threads.h"
 #include "rpc/tls_context.h"
 #include "worker/worker_node.h"
 
@@ -57,7 +59,8 @@ struct DataPortOptions {
 struct DataPortStats {
   int64_t connections = 0;  // accepted
   int64_t open = 0;         // open now
-  int64_t refused = 0;      // closed at once: max_connections open
+  int64_t refused = 0;  // closed at once: max_connections open, or no thread
+                        // could be started to serve it
   int64_t dropped = 0;      // closed for a malformed request or capability
   int64_t tls_refused = 0;  // a TLS handshake failed, or a plaintext client
   int64_t requests = 0;     // admitted (answered or being answered)
@@ -103,6 +106,7 @@ class DataPort {
 
   std::atomic<int64_t> connections_{0};
   std::atomic<int64_t> refused_{0};
+  RateLimitedLog no_thread_log_;
   std::atomic<int64_t> dropped_{0};
   std::atomic<int64_t> tls_refused_{0};
   std::atomic<int64_t> requests_{0};
