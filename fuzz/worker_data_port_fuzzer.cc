@@ -172,13 +172,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
     }
   }
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(world.port->port()));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
-    fuzz::Fail("connect to the data port", std::strerror(errno));
+  // Each input is a connection this side closes first: at hundreds a
+  // second their TIME_WAITs can hold every local port for a moment
+  // (EADDRNOTAVAIL), which says nothing of the worker.
+  int fd = -1;
+  for (const absl::Time until = absl::Now() + absl::Seconds(10);;) {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) fuzz::Fail("socket", std::strerror(errno));
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0)
+      break;
+    const int error = errno;
+    close(fd);
+    if (error != EADDRNOTAVAIL || absl::Now() > until)
+      fuzz::Fail("connect to the data port", std::strerror(error));
+    absl::SleepFor(absl::Milliseconds(50));
+  }
   // Sent while the worker answers (a reply must not block the stream).
   std::string got;
   size_t sent = 0;
