@@ -2246,10 +2246,18 @@ void FailoverFigure(Env& env, const std::string& root) {
   const std::string both =
       absl::StrCat("127.0.0.1:", ports[0], ",127.0.0.1:", ports[1]);
   start(0);
-  std::unique_ptr<Client> client =
-      ValueOrDie(Client::Connect(absl::StrCat("127.0.0.1:", ports[0])),
-                 "connect to the first coordinator");
-  client.reset();
+  // Alone, it leads once it has won its election in etcd; until then it
+  // answers as a standby with no leader (UNAVAILABLE).
+  absl::StatusOr<std::unique_ptr<Client>> first;
+  for (const absl::Time until = absl::Now() + absl::Seconds(30);;) {
+    first = Client::Connect(absl::StrCat("127.0.0.1:", ports[0]));
+    if (first.ok() || !absl::IsUnavailable(first.status()) ||
+        absl::Now() > until) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ValueOrDie(std::move(first), "connect to the first coordinator").reset();
   start(1);
   std::vector<pid_t> workers;
   for (int w = 0; w < 2; ++w) {
