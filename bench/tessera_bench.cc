@@ -2257,7 +2257,9 @@ void FailoverFigure(Env& env, const std::string& root) {
     }
     absl::SleepFor(absl::Milliseconds(100));
   }
-  ValueOrDie(std::move(first), "connect to the first coordinator").reset();
+  std::unique_ptr<Client> client =
+      ValueOrDie(std::move(first), "connect to the first coordinator");
+  client.reset();
   start(1);
   std::vector<pid_t> workers;
   for (int w = 0; w < 2; ++w) {
