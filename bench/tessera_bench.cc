@@ -960,17 +960,19 @@ void UcxFigure(Env& env) {
   for (bool settled = false;
        !settled && absl::Now() - settle_start < absl::Seconds(61);) {
     std::vector<double> at(kWorkers);
-    for (int i = 0; i < kWorkers; ++i) at[i] = CpuSeconds(cluster->worker_pid(i));
+    for (int i = 0; i < kWorkers; ++i)
+      at[i] = CpuSeconds(cluster->worker_pid(i));
     absl::SleepFor(absl::Seconds(2));
     settled = true;
     for (int i = 0; i < kWorkers; ++i) {
       if (CpuSeconds(cluster->worker_pid(i)) - at[i] >= 0.04) settled = false;
     }
   }
-  Info("8. idle worker CPU: settled after the reshards (warm blocks made, "
-       "parked ones released)",
-       absl::StrFormat("%.1f s",
-                       absl::ToDoubleSeconds(absl::Now() - settle_start)));
+  Info(
+      "8. idle worker CPU: settled after the reshards (warm blocks made, "
+      "parked ones released)",
+      absl::StrFormat("%.1f s",
+                      absl::ToDoubleSeconds(absl::Now() - settle_start)));
   std::vector<double> before(kWorkers);
   for (int i = 0; i < kWorkers; ++i)
     before[i] = CpuSeconds(cluster->worker_pid(i));

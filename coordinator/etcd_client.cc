@@ -233,32 +233,34 @@ absl::Status EtcdClient::KeepAlive(int64_t id,
     // A member still holding an earlier renewal is skipped.
     if (renewing_[i]->exchange(true)) continue;
     auto attempt = std::make_shared<RenewalTry>();
-    std::optional<std::thread> renewal = TryStartThread([stub = lease_[i], busy = renewing_[i], attempt, request,
-                 timeout = options_.timeout] {
-      grpc::ClientContext context;
-      context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-      context.set_wait_for_ready(true);
-      etcdserverpb::LeaseKeepAliveResponse response;
-      bool answered = false;
-      auto stream = stub->LeaseKeepAlive(&context);
-      if (stream->Write(request) && stream->Read(&response)) answered = true;
-      stream->WritesDone();
-      context.TryCancel();
-      const grpc::Status status = stream->Finish();
-      busy->store(false);
-      absl::MutexLock lock(&attempt->mu);
-      attempt->done = true;
-      attempt->status = answered ? grpc::Status::OK : status;
-      attempt->answered = answered;
-      attempt->response = std::move(response);
-    });
+    std::optional<std::thread> renewal =
+        TryStartThread([stub = lease_[i], busy = renewing_[i], attempt, request,
+                        timeout = options_.timeout] {
+          grpc::ClientContext context;
+          context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+          context.set_wait_for_ready(true);
+          etcdserverpb::LeaseKeepAliveResponse response;
+          bool answered = false;
+          auto stream = stub->LeaseKeepAlive(&context);
+          if (stream->Write(request) && stream->Read(&response))
+            answered = true;
+          stream->WritesDone();
+          context.TryCancel();
+          const grpc::Status status = stream->Finish();
+          busy->store(false);
+          absl::MutexLock lock(&attempt->mu);
+          attempt->done = true;
+          attempt->status = answered ? grpc::Status::OK : status;
+          attempt->answered = answered;
+          attempt->response = std::move(response);
+        });
     if (!renewal.has_value()) {
       // No thread to be had: this renewal fails (the leader steps down if
       // it cannot renew in time), the process lives on.
       renewing_[i]->store(false);
-      last = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          absl::StrCat("no thread for the renewal: ",
-                                       std::strerror(errno)));
+      last = grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("no thread for the renewal: ", std::strerror(errno)));
       break;
     }
     renewal->detach();

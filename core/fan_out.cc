@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <optional>
-#include <utility>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"

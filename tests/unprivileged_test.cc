@@ -65,8 +65,8 @@ class WorkerCopy {
     }
     base_ = base_template;
     EXPECT_EQ(chmod(base_.c_str(), 0755), 0);
-    std::filesystem::copy_file(
-        TestCluster::BinaryPath("worker/tessera-worker"), binary());
+    std::filesystem::copy_file(TestCluster::BinaryPath("worker/tessera-worker"),
+                               binary());
     EXPECT_EQ(chmod(binary().c_str(), 0755), 0);
   }
   ~WorkerCopy() {
@@ -205,8 +205,8 @@ TEST(UnprivilegedWorkerTest, AWorkerAtItsLimitOfThreadsRefusesConnections) {
   ASSERT_NE(colon, std::string::npos) << data_address;
   sockaddr_in to{};
   to.sin_family = AF_INET;
-  to.sin_port = htons(static_cast<uint16_t>(
-      std::stoi(data_address.substr(colon + 1))));
+  to.sin_port =
+      htons(static_cast<uint16_t>(std::stoi(data_address.substr(colon + 1))));
   to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 
   // Three times the limit of connections, held open.

@@ -59,8 +59,8 @@ struct DataPortOptions {
 struct DataPortStats {
   int64_t connections = 0;  // accepted
   int64_t open = 0;         // open now
-  int64_t refused = 0;  // closed at once: max_connections open, or no thread
-                        // could be started to serve it
+  // Closed at once: max_connections open, or no thread to serve it.
+  int64_t refused = 0;
   int64_t dropped = 0;      // closed for a malformed request or capability
   int64_t tls_refused = 0;  // a TLS handshake failed, or a plaintext client
   int64_t requests = 0;     // admitted (answered or being answered)

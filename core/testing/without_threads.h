@@ -26,8 +26,8 @@ inline int RunWithoutThreads(const std::function<int()>& body) {
     // An unused uid: its task count is this child's alone.
     constexpr uid_t kNobodyElse = 10097;
     if (geteuid() == 0 &&
-        (setgroups(0, nullptr) != 0 || setresgid(kNobodyElse, kNobodyElse,
-                                                 kNobodyElse) != 0 ||
+        (setgroups(0, nullptr) != 0 ||
+         setresgid(kNobodyElse, kNobodyElse, kNobodyElse) != 0 ||
          setresuid(kNobodyElse, kNobodyElse, kNobodyElse) != 0)) {
       _exit(99);
     }
