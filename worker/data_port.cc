@@ -379,8 +379,9 @@ After Session::WriteThroughBuffer(uint64_t id, bool patch, const Box& box,
 
 // A client that speaks plaintext to a TLS port is told so in the clear (a
 // fixed message, nothing secret) and closed: true when `fd`'s first bytes
-// are the plaintext preface.
-bool AnswerPlaintextClient(int fd, absl::Duration wait) {
+// are the plaintext preface (counted on `refused` before it is answered).
+bool AnswerPlaintextClient(int fd, absl::Duration wait,
+                           std::atomic<int64_t>* refused) {
   if (!WaitReadable(fd, wait)) return false;
   char first[4];
   if (recv(fd, first, sizeof(first), MSG_PEEK | MSG_DONTWAIT) !=
@@ -388,6 +389,8 @@ bool AnswerPlaintextClient(int fd, absl::Duration wait) {
       DataPreface().compare(0, sizeof(first), first, sizeof(first)) != 0) {
     return false;
   }
+  // Counted before the answer: a client that has read it sees the count.
+  refused->fetch_add(1);
   const std::string message =
       "this worker's data port speaks TLS: give the client the cluster's "
       "--tls_ca (and its --tls_cert and --tls_key)";
@@ -472,10 +475,8 @@ void DataPort::Serve(int fd) {
   if (options_.tls == nullptr) {
     stream = DataStream::Plain(fd);
   } else {
-    if (AnswerPlaintextClient(fd, options_.handshake_timeout)) {
-      tls_refused_.fetch_add(1);
+    if (AnswerPlaintextClient(fd, options_.handshake_timeout, &tls_refused_))
       return;
-    }
     absl::StatusOr<std::unique_ptr<DataStream>> accepted = DataStream::Accept(
         fd, options_.tls->Get().get(), options_.handshake_timeout);
     if (!accepted.ok()) {
