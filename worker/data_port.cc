@@ -514,6 +514,9 @@ void DataPort::AcceptLoop() {
     }
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    // Counted before its thread runs, so that a peer served and gone is
+    // always in the count.
+    connections_.fetch_add(1);
     std::optional<std::thread> serving =
         TryStartThread([this, fd, open = open_] {
           Serve(fd);
@@ -524,10 +527,10 @@ void DataPort::AcceptLoop() {
           --open->serving;
         });
     if (serving.has_value()) {
-      connections_.fetch_add(1);
       serving->detach();
       continue;
     }
+    connections_.fetch_sub(1);
     // No thread to serve it (the worker, or its container, is at its limit
     // of tasks): refused as one over max_connections is; the port goes on.
     const int error = errno;
