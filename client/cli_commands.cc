@@ -802,24 +802,29 @@ absl::StatusOr<std::string> InputPath(const std::string& path,
   return copy;
 }
 
-// `-` as an output when stdout is a terminal: a usage error, since binary
-// bytes there are no use and can leave it in a mess (as curl says).
+// `-` (or /dev/stdout) as an output when stdout is a terminal: a usage
+// error, since binary bytes there are no use and can leave it in a mess (as
+// curl says).
 absl::Status RefuseBinaryToTerminal(const std::string& path,
                                     absl::string_view format) {
-  if (!IsStdio(path) || isatty(STDOUT_FILENO) != 1) return absl::OkStatus();
+  if (!IsStdoutOutput(path) || isatty(STDOUT_FILENO) != 1) {
+    return absl::OkStatus();
+  }
   return UsageError(absl::StrCat(
       "refusing to write binary ", format,
       " bytes to a terminal: redirect stdout (> FILE, | python3 ...) or give "
-      "a file name instead of -"));
+      "a file name instead of ",
+      path));
 }
 
-// `-` as an output: a file in `spool`, copied to stdout once complete.
+// `-` (or /dev/stdout) as an output: a file in `spool`, copied to stdout
+// once complete.
 absl::StatusOr<std::string> OutputPath(const std::string& path,
                                        absl::string_view name,
                                        std::unique_ptr<SpoolDir>* spool) {
   TESSERA_RETURN_IF_ERROR(
       RefuseBinaryToTerminal(path, name.substr(name.rfind('.') + 1)));
-  if (!IsStdio(path)) return path;
+  if (!IsStdoutOutput(path)) return path;
   TESSERA_ASSIGN_OR_RETURN(*spool, SpoolDir::Create());
   return (*spool)->File(name);
 }
@@ -827,7 +832,7 @@ absl::StatusOr<std::string> OutputPath(const std::string& path,
 // Where a command's report goes: stderr when stdout carries the data.
 std::ostream& ReportTo(const Invocation& inv, const std::string& output,
                        std::ostream& out) {
-  return IsStdio(output) && inv.err != nullptr ? *inv.err : out;
+  return IsStdoutOutput(output) && inv.err != nullptr ? *inv.err : out;
 }
 
 absl::Status RunCoordinators(const Invocation& inv, std::ostream& out) {

@@ -10,13 +10,16 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/fan_out.h"
+#include "core/no_sigpipe.h"
 
 namespace tessera {
 namespace {
@@ -26,6 +29,63 @@ std::string DirName(const std::string& path) {
   if (slash == std::string::npos) return ".";
   if (slash == 0) return "/";
   return path.substr(0, slash);
+}
+
+// Where an output named `path` goes, with `*special` set when it is an
+// existing device, pipe or socket (opened by `path` itself, so that links
+// like /dev/stdout -> /proc/self/fd/1 -> pipe:[N] work). An existing
+// regular file is replaced at the end of its links (the links stay); a
+// name that does not exist yet is created there, or where a dangling link
+// points (relative links read from the link's directory).
+absl::StatusOr<std::string> ResolveOutput(const std::string& path,
+                                          absl::string_view kind,
+                                          bool* special) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) {
+      return MappedFileError(kind, path, "write it", EISDIR);
+    }
+    if (!S_ISREG(st.st_mode)) {
+      *special = true;
+      return path;
+    }
+    if (lstat(path.c_str(), &st) == 0 && !S_ISLNK(st.st_mode)) return path;
+    char* real = realpath(path.c_str(), nullptr);
+    if (real == nullptr) return MappedFileError(kind, path, "follow it", errno);
+    std::string resolved = real;
+    free(real);
+    return resolved;
+  }
+  if (errno != ENOENT) return MappedFileError(kind, path, "look it up", errno);
+  constexpr int kMaxLinks = 40;  // as the kernel's own path walk
+  std::string at = path;
+  for (int links = 0;; ++links) {
+    if (lstat(at.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return at;
+    if (links == kMaxLinks) {
+      return MappedFileError(kind, path, "follow it", ELOOP);
+    }
+    std::vector<char> target(PATH_MAX + 1);
+    const ssize_t got = readlink(at.c_str(), target.data(), target.size());
+    if (got < 0) return MappedFileError(kind, path, "follow it", errno);
+    if (got == 0 || static_cast<size_t>(got) == target.size()) {
+      return MappedFileError(kind, path, "follow it", ENAMETOOLONG);
+    }
+    const std::string next(target.data(), static_cast<size_t>(got));
+    at = next.front() == '/' ? next : absl::StrCat(DirName(at), "/", next);
+  }
+}
+
+// An unnamed temporary file under $TMPDIR (or /tmp): nothing is left of it
+// whatever happens to the process.
+int OpenUnnamedTemporaryFile() {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string dir = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  const int fd = open(dir.c_str(), O_RDWR | O_TMPFILE | O_CLOEXEC, 0600);
+  if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR)) return fd;
+  std::string name = absl::StrCat(dir, "/.tessera-output-XXXXXX");
+  const int named = mkostemp(name.data(), O_CLOEXEC);
+  if (named >= 0) unlink(name.c_str());
+  return named;
 }
 
 // Faults in [data, data + size) of a writable shared mapping, split over
@@ -284,24 +344,45 @@ absl::StatusOr<std::unique_ptr<MappedOutputFile>> MappedOutputFile::Create(
   file->path_ = path;
   file->kind_ = std::string(kind);
   file->size_ = size;
-  // A fresh name next to `path`, created with O_EXCL and mode 0666 so the
-  // umask applies as usual.
-  static std::atomic<uint64_t> counter{0};
-  const size_t slash = path.rfind('/');
-  const std::string base =
-      absl::StrCat(DirName(path), "/.",
-                   path.substr(slash == std::string::npos ? 0 : slash + 1),
-                   ".tmp.", getpid());
-  for (int attempt = 0; attempt < 100 && file->fd_ < 0; ++attempt) {
-    file->temp_path_ = absl::StrCat(base, ".", counter.fetch_add(1));
-    file->fd_ = open(file->temp_path_.c_str(),
-                     O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (file->fd_ < 0 && errno != EEXIST) break;
-  }
-  if (file->fd_ < 0) {
-    const int err = errno;
-    file->temp_path_.clear();
-    return MappedFileError(kind, path, "create it", err);
+  bool special = false;
+  absl::StatusOr<std::string> target = ResolveOutput(path, kind, &special);
+  if (!target.ok()) return target.status();
+  if (special) {
+    // Renaming over /dev/null would replace the device for every process;
+    // a pipe cannot be mapped. So the bytes gather in a temporary file and
+    // are written into it at Commit. Opened now so that a refusal comes
+    // before any byte moves (a FIFO waits here for its reader, as a shell's
+    // redirection would).
+    file->special_fd_ = open(target->c_str(), O_WRONLY | O_CLOEXEC);
+    if (file->special_fd_ < 0) {
+      return MappedFileError(kind, path, "open it for writing", errno);
+    }
+    file->fd_ = OpenUnnamedTemporaryFile();
+    if (file->fd_ < 0) {
+      return MappedFileError(
+          kind, path, "make a temporary file for it under $TMPDIR", errno);
+    }
+  } else {
+    // A fresh name next to the destination, created with O_EXCL and mode
+    // 0666 so the umask applies as usual.
+    file->path_ = *target;
+    static std::atomic<uint64_t> counter{0};
+    const size_t slash = target->rfind('/');
+    const std::string base =
+        absl::StrCat(DirName(*target), "/.",
+                     target->substr(slash == std::string::npos ? 0 : slash + 1),
+                     ".tmp.", getpid());
+    for (int attempt = 0; attempt < 100 && file->fd_ < 0; ++attempt) {
+      file->temp_path_ = absl::StrCat(base, ".", counter.fetch_add(1));
+      file->fd_ = open(file->temp_path_.c_str(),
+                       O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+      if (file->fd_ < 0 && errno != EEXIST) break;
+    }
+    if (file->fd_ < 0) {
+      const int err = errno;
+      file->temp_path_.clear();
+      return MappedFileError(kind, path, "create it", err);
+    }
   }
   // Reserve the blocks now: a full disk fails here, not as a SIGBUS later.
   int rc = posix_fallocate(file->fd_, 0, size);
@@ -332,6 +413,11 @@ absl::Status MappedOutputFile::Commit() {
     munmap(data_, static_cast<size_t>(size_));
     data_ = nullptr;
   }
+  if (special_fd_ >= 0) {
+    absl::Status written = WriteIntoSpecialFile();
+    committed_ = written.ok();
+    return written;
+  }
   const int fd = fd_;
   fd_ = -1;
   if (close(fd) != 0) return MappedFileError(kind_, path_, "write it", errno);
@@ -342,9 +428,43 @@ absl::Status MappedOutputFile::Commit() {
   return absl::OkStatus();
 }
 
+absl::Status MappedOutputFile::WriteIntoSpecialFile() {
+  // A pipe whose reader left answers EPIPE (and SIGPIPE, which must not end
+  // an SDK user's process).
+  ScopedNoSigpipe no_sigpipe;
+  std::vector<char> buffer(size_t{8} << 20);
+  for (int64_t done = 0; done < size_;) {
+    const ssize_t got = pread(
+        fd_, buffer.data(),
+        static_cast<size_t>(std::min<int64_t>(buffer.size(), size_ - done)),
+        done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      return MappedFileError(kind_, path_, "read back its bytes",
+                             got < 0 ? errno : EIO);
+    }
+    for (ssize_t put = 0; put < got;) {
+      const ssize_t wrote = write(special_fd_, buffer.data() + put,
+                                  static_cast<size_t>(got - put));
+      if (wrote < 0 && errno == EINTR) continue;
+      if (wrote <= 0) {
+        return MappedFileError(kind_, path_, "write it",
+                               wrote < 0 ? errno : EIO);
+      }
+      put += wrote;
+    }
+    done += got;
+  }
+  const int fd = special_fd_;
+  special_fd_ = -1;
+  if (close(fd) != 0) return MappedFileError(kind_, path_, "write it", errno);
+  return absl::OkStatus();
+}
+
 MappedOutputFile::~MappedOutputFile() {
   if (data_ != nullptr) munmap(data_, static_cast<size_t>(size_));
   if (fd_ >= 0) close(fd_);
+  if (special_fd_ >= 0) close(special_fd_);
   if (!committed_ && !temp_path_.empty()) unlink(temp_path_.c_str());
 }
 

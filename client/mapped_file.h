@@ -18,7 +18,10 @@
 //    directory, so the rename is atomic) and renamed into place by Commit().
 //    Its blocks are reserved at creation, so a full disk is an error there
 //    rather than a SIGBUS while the mapping is written. Without Commit()
-//    nothing is left behind.
+//    nothing is left behind. A destination that is a symbolic link is
+//    written where the link points (the link stays); one that is a device,
+//    a pipe or a socket (/dev/null, /dev/stdout, a FIFO) is written into,
+//    from a temporary file under $TMPDIR, never replaced.
 //
 // Errors name the file and say what failed, prefixed with `kind` (".npy
 // file", "safetensors file"). A file rewritten in place by another
@@ -81,8 +84,9 @@ absl::Status CheckMappedInput(const void* data, int64_t size);
 
 class MappedOutputFile {
  public:
-  // A temporary file of `size` bytes (> 0) next to `path`, mapped
-  // read-write.
+  // A temporary file of `size` bytes (> 0) next to `path` (or, for a
+  // device or pipe, under $TMPDIR, unlinked at once), mapped read-write. A
+  // directory at `path` is refused here, before any byte is written.
   static absl::StatusOr<std::unique_ptr<MappedOutputFile>> Create(
       const std::string& path, int64_t size, absl::string_view kind);
   // Unmaps and, unless committed, removes the temporary file.
@@ -94,12 +98,15 @@ class MappedOutputFile {
   int64_t size() const { return size_; }
 
   // Unmaps, closes and renames the file to its destination (replacing a
-  // file there).
+  // file there), or writes its bytes into the device or pipe.
   absl::Status Commit();
 
  private:
   MappedOutputFile() = default;
+  absl::Status WriteIntoSpecialFile();
+
   std::string path_;
+  int special_fd_ = -1;  // the device or pipe written at Commit, if any
   std::string kind_;
   std::string temp_path_;
   int fd_ = -1;

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "core/testing/status_matchers.h"
@@ -138,6 +139,108 @@ TEST(MappedOutputFileTest, WithoutCommitNothingIsLeft) {
     (*f)->data()[(1 << 20) - 1] = 'z';
   }
   EXPECT_EQ(rmdir(dir.c_str()), 0) << "the temporary file was left behind";
+}
+
+// A link names where the bytes go; it is not itself replaced (numpy.save
+// and a shell's redirection write through it too).
+TEST(MappedOutputFileTest, ThroughALinkTheFileItPointsToIsWritten) {
+  const std::string dir = TempPath("linked");
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  const std::string real = dir + "/real.bin";
+  std::ofstream(real, std::ios::binary) << "old";
+  ASSERT_EQ(symlink("real.bin", (dir + "/relative.bin").c_str()), 0);
+  ASSERT_EQ(
+      symlink((dir + "/relative.bin").c_str(), (dir + "/chain.bin").c_str()),
+      0);
+  ASSERT_EQ(symlink("new.bin", (dir + "/dangling.bin").c_str()), 0);
+  for (const char* name : {"/chain.bin", "/dangling.bin"}) {
+    absl::StatusOr<std::unique_ptr<MappedOutputFile>> f =
+        MappedOutputFile::Create(dir + name, 5, "test file");
+    ASSERT_THAT(f.status(), IsOk()) << name;
+    std::memcpy((*f)->data(), "fresh", 5);
+    ASSERT_THAT((*f)->Commit(), IsOk()) << name;
+  }
+  EXPECT_EQ(ReadFileToString(real), "fresh");
+  EXPECT_EQ(ReadFileToString(dir + "/new.bin"), "fresh");
+  for (const char* name : {"/chain.bin", "/relative.bin", "/dangling.bin"}) {
+    struct stat st {};
+    ASSERT_EQ(lstat((dir + name).c_str(), &st), 0) << name;
+    EXPECT_TRUE(S_ISLNK(st.st_mode)) << name << " was replaced";
+  }
+  ASSERT_EQ(symlink("loop.bin", (dir + "/loop.bin").c_str()), 0);
+  EXPECT_THAT(
+      MappedOutputFile::Create(dir + "/loop.bin", 5, "test file").status(),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("symbolic links")));
+}
+
+// A FIFO (or /dev/stdout, /dev/null) is written into, never renamed over.
+TEST(MappedOutputFileTest, APipeIsWrittenIntoAndStaysAPipe) {
+  const std::string fifo = TempPath("out.fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  constexpr int64_t kSize = int64_t{3} << 20;  // more than a pipe holds
+  std::string got;
+  std::thread reader([&] {
+    std::ifstream in(fifo, std::ios::binary);
+    got.assign(std::istreambuf_iterator<char>(in), {});
+  });
+  absl::StatusOr<std::unique_ptr<MappedOutputFile>> f =
+      MappedOutputFile::Create(fifo, kSize, "test file");
+  ASSERT_THAT(f.status(), IsOk());
+  for (int64_t i = 0; i < kSize; ++i)
+    (*f)->data()[i] = static_cast<char>(i % 251);
+  EXPECT_THAT((*f)->Commit(), IsOk());
+  reader.join();
+  ASSERT_EQ(got.size(), static_cast<size_t>(kSize));
+  for (int64_t i = 0; i < kSize; i += 4093) {
+    ASSERT_EQ(got[i], static_cast<char>(i % 251)) << i;
+  }
+  struct stat st {};
+  ASSERT_EQ(lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+}
+
+// A reader that leaves makes the commit fail with EPIPE, not end the
+// process with SIGPIPE (an SDK user's process may not ignore it).
+TEST(MappedOutputFileTest, APipeWhoseReaderLeavesIsAnError) {
+  const std::string fifo = TempPath("gone.fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  struct sigaction previous {};
+  struct sigaction fatal {};
+  fatal.sa_handler = SIG_DFL;
+  ASSERT_EQ(sigaction(SIGPIPE, &fatal, &previous), 0);
+  std::thread reader([&] { close(open(fifo.c_str(), O_RDONLY)); });
+  absl::StatusOr<std::unique_ptr<MappedOutputFile>> f =
+      MappedOutputFile::Create(fifo, int64_t{4} << 20, "test file");
+  reader.join();
+  ASSERT_THAT(f.status(), IsOk());
+  EXPECT_THAT((*f)->Commit(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("Broken pipe")));
+  sigaction(SIGPIPE, &previous, nullptr);
+}
+
+TEST(MappedOutputFileTest, AFullDeviceIsAnErrorAndStaysADevice) {
+  struct stat st {};
+  if (stat("/dev/full", &st) != 0 || !S_ISCHR(st.st_mode)) {
+    GTEST_SKIP() << "no /dev/full here";
+  }
+  absl::StatusOr<std::unique_ptr<MappedOutputFile>> f =
+      MappedOutputFile::Create("/dev/full", 4096, "test file");
+  ASSERT_THAT(f.status(), IsOk());
+  EXPECT_THAT((*f)->Commit(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("/dev/full"), HasSubstr("No space"))));
+  ASSERT_EQ(stat("/dev/full", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+}
+
+TEST(MappedOutputFileTest, ADirectoryIsRefusedBeforeAnyByteMoves) {
+  const std::string dir = TempPath("a_dir");
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  EXPECT_THAT(MappedOutputFile::Create(dir, 8, "test file").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("a_dir"), HasSubstr("Is a directory"))));
+  EXPECT_EQ(rmdir(dir.c_str()), 0) << "something was left in it";
 }
 
 TEST(MappedOutputFileTest, Errors) {

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -44,12 +43,6 @@ class ScopedFd {
   ScopedFd(const ScopedFd&) = delete;
   ScopedFd& operator=(const ScopedFd&) = delete;
   int get() const { return fd_; }
-  // Closes now, reporting the error of close().
-  int Close() {
-    const int rc = close(fd_);
-    fd_ = -1;
-    return rc;
-  }
 
  private:
   int fd_;
@@ -71,31 +64,11 @@ int64_t ReadFully(int fd, char* out, int64_t n) {
   return done;
 }
 
-bool WriteFully(int fd, const char* data, int64_t n) {
-  int64_t done = 0;
-  while (done < n) {
-    const ssize_t put = write(fd, data + done, static_cast<size_t>(n - done));
-    if (put < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    done += put;
-  }
-  return true;
-}
-
 // RESOURCE_EXHAUSTED: the array does not fit in this process's memory.
 absl::Status OutOfMemory(const std::string& path, int64_t bytes) {
   return absl::ResourceExhaustedError(
       absl::StrCat("out of memory: reading '", path, "' needs ", bytes,
                    " bytes for its data, more than this machine can give"));
-}
-
-std::string DirName(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
 }
 
 // Whether the file's dtype may be read as `as_dtype` (see ReadNpyFile).
@@ -257,42 +230,14 @@ absl::StatusOr<HostArray> ReadNpyFile(const std::string& path,
 }
 
 absl::Status WriteNpyFile(const std::string& path, const HostArray& array) {
-  const std::string header = EncodeNpyHeader(array.dtype, array.shape);
-  // A fresh name next to `path` (same file system, so rename is atomic),
-  // created with O_EXCL and mode 0666 so the umask applies as usual.
-  static std::atomic<uint64_t> counter{0};
-  const std::string base = absl::StrCat(
-      DirName(path), "/.", path.substr(path.rfind('/') + 1), ".tmp.", getpid());
-  std::string temp_path;
-  int raw_fd = -1;
-  for (int attempt = 0; attempt < 100 && raw_fd < 0; ++attempt) {
-    temp_path = absl::StrCat(base, ".", counter.fetch_add(1));
-    raw_fd =
-        open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (raw_fd < 0 && errno != EEXIST) break;
+  TESSERA_ASSIGN_OR_RETURN(
+      std::unique_ptr<NpyFileWriter> file,
+      NpyFileWriter::Create(path, array.dtype, array.shape));
+  if (array.num_bytes > 0) {
+    std::memcpy(file->data(), array.data(),
+                static_cast<size_t>(array.num_bytes));
   }
-  ScopedFd fd(raw_fd);
-  if (fd.get() < 0) return FileError(path, "create", errno);
-  bool renamed = false;
-  struct Unlinker {
-    const std::string& path;
-    const bool& renamed;
-    ~Unlinker() {
-      if (!renamed) unlink(path.c_str());
-    }
-  } unlinker{temp_path, renamed};
-
-  if (!WriteFully(fd.get(), header.data(),
-                  static_cast<int64_t>(header.size())) ||
-      !WriteFully(fd.get(), array.data(), array.num_bytes)) {
-    return FileError(path, "write", errno);
-  }
-  if (fd.Close() != 0) return FileError(path, "write", errno);
-  if (rename(temp_path.c_str(), path.c_str()) != 0) {
-    return FileError(path, "write", errno);
-  }
-  renamed = true;
-  return absl::OkStatus();
+  return file->Commit();
 }
 
 absl::StatusOr<NpyInput> OpenNpyFile(const std::string& path,

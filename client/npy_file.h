@@ -33,8 +33,8 @@ namespace tessera {
 absl::StatusOr<HostArray> ReadNpyFile(const std::string& path,
                                       std::optional<DType> as_dtype);
 
-// Writes `array` to `path` through a temporary file in the same directory
-// that is renamed into place, so `path` never holds a partial file.
+// Writes `array` to `path` as NpyFileWriter does (renamed into place, so
+// `path` never holds a partial file; a device or pipe is written into).
 absl::Status WriteNpyFile(const std::string& path, const HostArray& array);
 
 // An array from a .npy file, for use where it lies: a regular file in C

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -22,6 +23,14 @@ absl::Status Failed(absl::string_view what, const std::string& path) {
 }
 
 }  // namespace
+
+bool IsStdoutOutput(const std::string& path) {
+  if (IsStdio(path)) return true;
+  struct stat named {};
+  struct stat out {};
+  return stat(path.c_str(), &named) == 0 && fstat(STDOUT_FILENO, &out) == 0 &&
+         named.st_dev == out.st_dev && named.st_ino == out.st_ino;
+}
 
 absl::StatusOr<std::unique_ptr<SpoolDir>> SpoolDir::Create() {
   const char* tmp = std::getenv("TMPDIR");

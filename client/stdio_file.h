@@ -22,6 +22,12 @@ namespace tessera {
 
 inline bool IsStdio(absl::string_view path) { return path == "-"; }
 
+// `-`, or a name of what this process's stdout is open on (/dev/stdout,
+// /dev/fd/1, the file or FIFO it was redirected to): an output that goes to
+// stdout as `-` does, with the command's report on stderr instead of
+// after the bytes (or lost with a file renamed over).
+bool IsStdoutOutput(const std::string& path);
+
 // A directory of this process's own (mode 0700), removed with its files
 // when the SpoolDir goes.
 class SpoolDir {

@@ -21,7 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "core/threads.h"
+#include "core/rate_limited_log.h"
 #include "spdlog/spdlog.h"
 
 namespace tessera {

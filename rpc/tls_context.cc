@@ -2,7 +2,6 @@
 
 #include <openssl/err.h>
 #include <openssl/pem.h>
-#include <signal.h>
 
 #include <utility>
 
@@ -166,28 +165,6 @@ std::shared_ptr<SSL_CTX> TlsContextSource::Get() {
   context_ = *std::move(made);
   material_ = *std::move(read);
   return context_;
-}
-
-ScopedNoSigpipe::ScopedNoSigpipe() {
-  sigset_t pipe;
-  sigemptyset(&pipe);
-  sigaddset(&pipe, SIGPIPE);
-  sigset_t pending;
-  sigpending(&pending);
-  was_pending_ = sigismember(&pending, SIGPIPE) == 1;
-  pthread_sigmask(SIG_BLOCK, &pipe, &old_);
-}
-
-ScopedNoSigpipe::~ScopedNoSigpipe() {
-  if (!was_pending_) {
-    sigset_t pipe;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    const timespec now{0, 0};
-    while (sigtimedwait(&pipe, nullptr, &now) == SIGPIPE) {
-    }
-  }
-  pthread_sigmask(SIG_SETMASK, &old_, nullptr);
 }
 
 }  // namespace tessera

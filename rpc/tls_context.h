@@ -16,7 +16,6 @@
 #define TESSERA_RPC_TLS_CONTEXT_H_
 
 #include <openssl/ssl.h>
-#include <signal.h>
 
 #include <memory>
 #include <string>
@@ -74,22 +73,6 @@ bool UseTlsMaterial(SSL_CTX* ctx, const TlsMaterial& tls);
 // OpenSSL's queued errors as one line ("unknown error" when none), and
 // the queue cleared.
 std::string TakeOpenSslErrors();
-
-// A peer that closes while OpenSSL writes to it (with write(2)) must not
-// end the process with SIGPIPE: blocked on this thread for the scope, and
-// one raised meanwhile taken back. For libraries whose host process may
-// not ignore SIGPIPE.
-class ScopedNoSigpipe {
- public:
-  ScopedNoSigpipe();
-  ~ScopedNoSigpipe();
-  ScopedNoSigpipe(const ScopedNoSigpipe&) = delete;
-  ScopedNoSigpipe& operator=(const ScopedNoSigpipe&) = delete;
-
- private:
-  sigset_t old_;
-  bool was_pending_ = false;
-};
 
 }  // namespace tessera
 

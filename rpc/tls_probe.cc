@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/no_sigpipe.h"
 #include "rpc/openssl_ptr.h"
 #include "rpc/tcp_socket.h"
 #include "rpc/tls_context.h"

@@ -3,6 +3,7 @@
 // shared/CLI.md writes it: exit codes, the single `error: ` line and its
 // words, --json shapes, and data compared with NumPy's semantics.
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -1780,6 +1781,68 @@ TEST_F(CliTest, BinaryIsNotWrittenToATerminal) {
   EXPECT_EQ(piped.code, 0) << piped;
   EXPECT_THAT(piped.out, HasSubstr("NUMPY"));
   Ok({"rm", "tty_t"});
+}
+
+// An output that names a device, a pipe or a link is written through, not
+// replaced: `--output=/dev/null` once replaced the system's /dev/null with
+// a regular file when run as root (the bytes were renamed into place), and
+// `--output=/dev/stdout` appended the report to the bytes.
+TEST_F(CliTest, DevicesPipesAndLinksAreWrittenThroughNotReplaced) {
+  Ok({"create", "dev_t", "--shape=4", "--dtype=int32", "--chunk_dim=0",
+      "--placements=rank:0", "--init=arange"});
+  const auto is_device = [](const char* path) {
+    struct stat st {};
+    return stat(path, &st) == 0 && S_ISCHR(st.st_mode);
+  };
+  ASSERT_TRUE(is_device("/dev/null"));
+
+  // /dev/stdout, redirected to a file (as this test runs the CLI) and
+  // through a pipe: the bytes only, the report on stderr.
+  Result redirected = Tessera({"get", "dev_t", "--output=/dev/stdout"});
+  EXPECT_EQ(redirected.code, 0) << redirected;
+  EXPECT_TRUE(absl::StartsWith(redirected.out, "\x93NUMPY")) << redirected;
+  EXPECT_EQ(redirected.out.size(), 128u + 16u) << redirected;
+  EXPECT_THAT(redirected.err, HasSubstr("got dev_t into /dev/stdout"));
+  EXPECT_EQ(std::memcmp(redirected.out.data() + 128, "\0\0\0\0\1\0\0\0", 8), 0);
+  const std::string piped = TempPath("dev_piped.npy");
+  ASSERT_EQ(
+      std::system(
+          absl::StrCat(TestCluster::BinaryPath("client/tessera"),
+                       " --coordinator=", Addr(),
+                       " get dev_t --output=/dev/stdout 2>/dev/null | cat > ",
+                       piped)
+              .c_str()),
+      0);
+  EXPECT_EQ(ReadOrDie(piped, DType::kInt32).As<int32_t>()[2], 2);
+
+  Result null = Tessera({"get", "dev_t", "--output=/dev/null"});
+  EXPECT_EQ(null.code, 0) << null;
+  EXPECT_TRUE(is_device("/dev/null")) << "/dev/null was replaced";
+  if (is_device("/dev/full")) {
+    ExpectError(Tessera({"get", "dev_t", "--output=/dev/full"}), 1,
+                {"/dev/full", "No space left on device"});
+    EXPECT_TRUE(is_device("/dev/full")) << "/dev/full was replaced";
+  }
+
+  // Through a link: the file it points to changes, the link stays.
+  const std::string dir = TempPath("dev_links");
+  ASSERT_EQ(std::system(absl::StrCat("rm -rf ", dir, " && mkdir ", dir,
+                                     " && echo old > ", dir, "/real.npy",
+                                     " && ln -s real.npy ", dir, "/link.npy")
+                            .c_str()),
+            0);
+  Ok({"get", "dev_t", "--output=" + dir + "/link.npy"});
+  const HostArray got = ReadOrDie(dir + "/real.npy", DType::kInt32);
+  ASSERT_EQ(got.shape, (Shape{4}));
+  EXPECT_EQ(got.As<int32_t>()[3], 3);
+  struct stat st {};
+  ASSERT_EQ(lstat((dir + "/link.npy").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << "the link was replaced";
+
+  // A directory is refused before anything moves.
+  ExpectError(Tessera({"get", "dev_t", "--output=" + dir}), 1,
+              {dir, "Is a directory"});
+  Ok({"rm", "dev_t"});
 }
 
 // `tessera wait`: at once when the version is there, at the commit of the

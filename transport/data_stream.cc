@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/box_runs.h"
+#include "core/no_sigpipe.h"
 #include "core/status_macros.h"
 #include "rpc/tls_context.h"
 #include "transport/tcp_wire.h"

@@ -31,7 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "core/threads.h"
+#include "core/rate_limited_log.h"
 #include "rpc/tls_context.h"
 #include "worker/worker_node.h"
 
