@@ -1,15 +1,7 @@
 #include "core/auth.h"
 
-#include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
@@ -17,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/config_lines.h"
+#include "core/small_file.h"
 
 namespace tessera {
 namespace {
@@ -156,34 +149,16 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text) {
 
 absl::StatusOr<TokenTable> TokenTable::Load(const std::string& path) {
   // The mode is checked on the file that is read (fstat of the open file).
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::NotFoundError(absl::StrCat("cannot read tokens file ", path,
-                                            ": ", std::strerror(errno)));
-  }
-  struct stat st;
-  std::string text;
-  bool read_ok = fstat(fd, &st) == 0;
-  if (read_ok && (st.st_mode & 077) == 0) {
-    char buffer[4096];
-    ssize_t n;
-    while ((n = read(fd, buffer, sizeof(buffer))) > 0) {
-      text.append(buffer, static_cast<size_t>(n));
-      if (text.size() > (1 << 20)) break;
-    }
-    read_ok = n == 0;
-  }
-  close(fd);
-  if (read_ok && (st.st_mode & 077) != 0) {
+  mode_t mode = 0;
+  absl::StatusOr<std::string> text =
+      ReadSmallFile(path, kMaxTokensFileBytes, "tokens file", &mode);
+  if (!text.ok()) return text.status();
+  if ((mode & 077) != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "tokens file ", path,
         " has permissions readable by group or others; chmod 600 it"));
   }
-  if (!read_ok) {
-    return absl::NotFoundError(absl::StrCat("cannot read tokens file ", path,
-                                            " (unreadable or over 1 MiB)"));
-  }
-  absl::StatusOr<TokenTable> table = Parse(text);
+  absl::StatusOr<TokenTable> table = Parse(*text);
   if (!table.ok()) {
     return absl::Status(table.status().code(),
                         absl::StrCat(path, ": ", table.status().message()));
@@ -206,14 +181,10 @@ std::optional<Principal> TokenTable::Authenticate(
 }
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot read token file ", path,
-                                            ": ", std::strerror(errno)));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string secret(absl::StripAsciiWhitespace(text.str()));
+  absl::StatusOr<std::string> text =
+      ReadSmallFile(path, kMaxTokenFileBytes, "token file");
+  if (!text.ok()) return text.status();
+  std::string secret(absl::StripAsciiWhitespace(*text));
   if (secret.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("token file ", path, " is empty"));

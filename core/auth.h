@@ -40,6 +40,10 @@ std::vector<std::string> MethodsWithRoles();
 // as their owner (core/tensor_metadata.h kMaxOwnerBytes is the same).
 inline constexpr size_t kMaxPrincipalBytes = 1024;
 
+// Largest --tokens table and --token_file read (a longer file is not one).
+inline constexpr int64_t kMaxTokensFileBytes = int64_t{1} << 20;
+inline constexpr int64_t kMaxTokenFileBytes = int64_t{64} << 10;
+
 // An authenticated caller.
 struct Principal {
   std::string name;

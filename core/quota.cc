@@ -1,14 +1,13 @@
 #include "core/quota.h"
 
 #include <algorithm>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/config_lines.h"
+#include "core/small_file.h"
 
 namespace tessera {
 
@@ -102,20 +101,10 @@ absl::StatusOr<QuotaTable> QuotaTable::Parse(absl::string_view text) {
 }
 
 absl::StatusOr<QuotaTable> QuotaTable::Load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot read quotas file ", path));
-  }
-  std::string text;
-  text.resize(kMaxQuotaFileBytes + 1);
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
-  if (static_cast<int64_t>(text.size()) > kMaxQuotaFileBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("quotas file ", path, " is larger than ",
-                     kMaxQuotaFileBytes >> 20, " MiB"));
-  }
-  absl::StatusOr<QuotaTable> table = Parse(text);
+  absl::StatusOr<std::string> text =
+      ReadSmallFile(path, kMaxQuotaFileBytes, "quotas file");
+  if (!text.ok()) return text.status();
+  absl::StatusOr<QuotaTable> table = Parse(*text);
   if (!table.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": ", table.status().message()));

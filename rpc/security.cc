@@ -11,29 +11,29 @@
 
 #include <algorithm>
 #include <ctime>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/auth.h"
 #include "core/placement.h"
+#include "core/small_file.h"
 #include "rpc/openssl_ptr.h"
 
 namespace tessera {
 namespace {
 
+// PEM files: a CA bundle is the largest (the system's is about 200 KiB).
+constexpr int64_t kMaxPemFileBytes = int64_t{16} << 20;
+
 absl::StatusOr<std::string> ReadPem(const std::string& path,
                                     absl::string_view what) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::UnauthenticatedError(
-        absl::StrCat("cannot read ", what, " file ", path));
+  absl::StatusOr<std::string> pem =
+      ReadSmallFile(path, kMaxPemFileBytes, absl::StrCat(what, " file"));
+  if (!pem.ok()) {
+    return absl::UnauthenticatedError(pem.status().message());
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return pem;
 }
 
 X509Ptr ParseCert(const std::string& pem) {

@@ -247,6 +247,16 @@ TEST_F(SecurityTest, TlsMismatchesSayTlsAndWhatToCheck) {
             1);
   EXPECT_THAT(err, AllOf(HasSubstr("error: unauthenticated"),
                          HasSubstr("TLS certificate")));
+  // A file that is not one (a device that never ends) is an error at once,
+  // not a CLI that reads until its memory runs out.
+  for (const std::string& flag : {std::string("--token_file=/dev/zero"),
+                                  std::string("--tls_ca=/dev/zero")}) {
+    EXPECT_EQ(TestCluster::Run({cli, coordinator, flag, "ls"}, &out, &err), 1)
+        << flag;
+    EXPECT_THAT(err, AllOf(HasSubstr("/dev/zero holds more than"),
+                           HasSubstr("is it the right file?")))
+        << flag;
+  }
   const std::string down = absl::StrCat("127.0.0.1:", PickFreePort());
   EXPECT_EQ(
       TestCluster::Run({cli, absl::StrCat("--coordinator=", down), token, "ls"},
