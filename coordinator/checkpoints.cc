@@ -79,6 +79,8 @@ absl::StatusOr<Checkpoints::EarlierSave> Checkpoints::FindEarlierSave(
   EarlierSave found;
   const char* verb = args.hf ? "export" : "save";
   absl::StatusOr<CheckpointListing> earlier = List(args.dir);
+  // A DIR the worker cannot use is said as it is: --overwrite would not help.
+  if (IsCheckpointRootError(earlier.status())) return earlier.status();
   if (!earlier.ok() && !absl::IsNotFound(earlier.status()) && !args.overwrite) {
     // Files no one can read as a checkpoint are not taken for none: whose
     // they are is unknown.

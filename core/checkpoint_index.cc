@@ -92,6 +92,15 @@ absl::Status CheckpointError(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", what));
 }
 
+absl::Status CheckpointRootError(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("checkpoint_root: ", what));
+}
+
+bool IsCheckpointRootError(const absl::Status& status) {
+  return absl::IsInvalidArgument(status) &&
+         absl::StartsWith(status.message(), "checkpoint_root: ");
+}
+
 absl::Status CheckCheckpointFileName(absl::string_view name) {
   if (name.empty() || name.size() > 255 || absl::StrContains(name, '/') ||
       absl::StrContains(name, '\0') || name == "." || name == "..") {

@@ -60,6 +60,11 @@ inline constexpr int64_t kMaxCheckpointRank = 64;
 // INVALID_ARGUMENT "checkpoint: <what>".
 absl::Status CheckpointError(absl::string_view what);
 
+// INVALID_ARGUMENT "checkpoint_root: <what>": a DIR this worker cannot use
+// (no --checkpoint_root, or DIR leaves it), as opposed to files in DIR.
+absl::Status CheckpointRootError(absl::string_view what);
+bool IsCheckpointRootError(const absl::Status& status);
+
 // OK when `name` is a plain file name in the directory: 1 to 255 bytes, no
 // '/', not "." or "..".
 absl::Status CheckCheckpointFileName(absl::string_view name);

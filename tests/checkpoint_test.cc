@@ -46,6 +46,7 @@ namespace tessera {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 struct Result {
@@ -322,6 +323,20 @@ TEST_F(CheckpointTest, PathsOutOfTheRootAndBadFilesCreateNothing) {
   EXPECT_THAT(r.err, HasSubstr("checkpoint_root"));
   EXPECT_THAT(r.err, HasSubstr("w4"));
   EXPECT_EQ(Tensors(), before);
+  // A save there says so too, and not that --overwrite would help.
+  ASSERT_EQ(Tessera({"create", "bad_save", "--shape=4", "--dtype=int8",
+                     "--chunk_dim=0", "--placements=w0"})
+                .code,
+            0);
+  for (const Case& c : cases) {
+    if (c.words[0] != "checkpoint_root") continue;
+    SCOPED_TRACE(c.dir);
+    Result saved = Tessera({"save", c.dir, "bad_save"});
+    EXPECT_EQ(saved.code, 1) << saved.err;
+    for (const std::string& w : c.words) EXPECT_THAT(saved.err, HasSubstr(w));
+    EXPECT_THAT(saved.err, Not(HasSubstr("--overwrite")));
+  }
+  EXPECT_EQ(Tessera({"rm", "bad_save"}).code, 0);
 }
 
 // A load on a terminal shows the bytes the workers landed, as the

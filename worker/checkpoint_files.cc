@@ -50,7 +50,7 @@ class Fd {
 };
 
 absl::Status RootError(absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("checkpoint_root: ", what));
+  return CheckpointRootError(what);
 }
 
 // `path` opened beneath `dir_fd`: the kernel refuses anything that leaves
