@@ -36,9 +36,11 @@
 #include "core/json.h"
 #include "core/labels.h"
 #include "core/layout_spec.h"
+#include "core/npy.h"
 #include "core/parse.h"
 #include "core/placement.h"
 #include "core/replica_placement.h"
+#include "core/safetensors.h"
 #include "core/status_macros.h"
 #include "ops/version.h"
 #include "rpc/status.h"
@@ -793,13 +795,12 @@ bool Invocation::GetBool(const std::string& flag) const {
 // `-` as an input: stdin, copied into `spool` first (see stdio_file.h).
 // Returns the path to read.
 absl::StatusOr<std::string> InputPath(const std::string& path,
-                                      absl::string_view name,
-                                      std::unique_ptr<SpoolDir>* spool) {
+                                      const StreamBytes& stream_bytes,
+                                      std::unique_ptr<SpooledInput>* spool) {
   if (!IsStdio(path)) return path;
-  TESSERA_ASSIGN_OR_RETURN(*spool, SpoolDir::Create());
-  const std::string copy = (*spool)->File(name);
-  TESSERA_RETURN_IF_ERROR(CopyFdToFile(STDIN_FILENO, copy));
-  return copy;
+  TESSERA_ASSIGN_OR_RETURN(*spool,
+                           SpooledInput::Copy(STDIN_FILENO, stream_bytes));
+  return (*spool)->path();
 }
 
 // `-` (or /dev/stdout) as an output when stdout is a terminal: a usage
@@ -991,9 +992,9 @@ absl::Status RunPut(const Invocation& inv, std::ostream& out) {
   if (input_flag.empty()) {
     return UsageError("--input needs a file name (or - for stdin)");
   }
-  std::unique_ptr<SpoolDir> spool;
+  std::unique_ptr<SpooledInput> spool;
   TESSERA_ASSIGN_OR_RETURN(const std::string input,
-                           InputPath(input_flag, "stdin.npy", &spool));
+                           InputPath(input_flag, NpyStreamBytes, &spool));
   std::optional<DType> dtype;
   if (inv.Has("dtype")) {
     TESSERA_ASSIGN_OR_RETURN(dtype, DTypeFlag(inv));
@@ -1414,9 +1415,9 @@ absl::Status RunImport(const Invocation& inv, std::ostream& out) {
   TESSERA_ASSIGN_OR_RETURN(const SpecArgs spec_args, ParseSpec(inv));
 
   // The file is checked before the cluster is contacted, as put does.
-  std::unique_ptr<SpoolDir> spool;
+  std::unique_ptr<SpooledInput> spool;
   TESSERA_ASSIGN_OR_RETURN(const std::string path,
-                           InputPath(file, "stdin.safetensors", &spool));
+                           InputPath(file, SafetensorsStreamBytes, &spool));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsReader> reader,
                            SafetensorsReader::Open(path));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));

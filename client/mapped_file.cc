@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/stdio_file.h"
 #include "core/fan_out.h"
 #include "core/no_sigpipe.h"
 
@@ -73,19 +74,6 @@ absl::StatusOr<std::string> ResolveOutput(const std::string& path,
     const std::string next(target.data(), static_cast<size_t>(got));
     at = next.front() == '/' ? next : absl::StrCat(DirName(at), "/", next);
   }
-}
-
-// An unnamed temporary file under $TMPDIR (or /tmp): nothing is left of it
-// whatever happens to the process.
-int OpenUnnamedTemporaryFile() {
-  const char* tmp = std::getenv("TMPDIR");
-  const std::string dir = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
-  const int fd = open(dir.c_str(), O_RDWR | O_TMPFILE | O_CLOEXEC, 0600);
-  if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR)) return fd;
-  std::string name = absl::StrCat(dir, "/.tessera-output-XXXXXX");
-  const int named = mkostemp(name.data(), O_CLOEXEC);
-  if (named >= 0) unlink(name.c_str());
-  return named;
 }
 
 // Faults in [data, data + size) of a writable shared mapping, split over

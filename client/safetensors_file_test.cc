@@ -212,6 +212,36 @@ TEST(ParseSafetensorsTest, BoundsEntriesAndRank) {
 
 // The header from a file by pread: what a parse of the whole file says,
 // and a clear error for a file cut short, a FIFO or too short a file.
+// stdin is taken only as far as its header says.
+TEST(SafetensorsStreamBytesTest, AStreamIsSizedByItsHeader) {
+  const std::string json =
+      R"({"a":{"dtype":"I32","shape":[2],"data_offsets":[0,8]},)"
+      R"("b":{"dtype":"U8","shape":[3],"data_offsets":[8,11]}})";
+  const std::string file = File(json, std::string(11, 'x'));
+  for (size_t cut :
+       {size_t{0}, size_t{7}, size_t{8}, size_t{9}, file.size() - 12}) {
+    absl::StatusOr<std::optional<int64_t>> partial =
+        SafetensorsStreamBytes(file.substr(0, cut));
+    ASSERT_THAT(partial.status(), IsOk()) << cut;
+    EXPECT_FALSE(partial->has_value()) << cut;
+  }
+  absl::StatusOr<std::optional<int64_t>> whole =
+      SafetensorsStreamBytes(file.substr(0, 8 + json.size()));
+  ASSERT_THAT(whole.status(), IsOk());
+  EXPECT_EQ(whole->value(), static_cast<int64_t>(file.size()));
+  // Zeros (cat /dev/zero): a header of 0 bytes that is no JSON object.
+  EXPECT_THAT(SafetensorsStreamBytes(std::string(16, '\0')).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'{'")));
+  // A length past the limit, and entries that do not tile their data.
+  EXPECT_THAT(SafetensorsStreamBytes(std::string(8, '\xff')).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("exceeds the limit")));
+  EXPECT_FALSE(
+      SafetensorsStreamBytes(
+          File(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[4,5]}})"))
+          .ok());
+}
+
 TEST(ReadSafetensorsHeaderTest, ReadsTheHeaderAloneAndRefusesWhatIsNotOne) {
   const std::string json =
       R"({"__metadata__":{"tessera_save":"0badf00d"},)"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -167,6 +168,35 @@ void FortranToC(const char* src, char* dst, const Shape& shape) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::optional<int64_t>> NpyStreamBytes(absl::string_view head) {
+  const size_t magic = std::min(head.size(), kMagicLen);
+  if (head.substr(0, magic) != absl::string_view(kMagic, magic)) {
+    return ParseNpyHeader(head).status();  // "not a .npy file"
+  }
+  if (head.size() < kMagicLen + 2) return std::optional<int64_t>();
+  const bool v1 = head[6] == 1 && head[7] == 0;
+  const bool v2 = (head[6] == 2 || head[6] == 3) && head[7] == 0;
+  if (!v1 && !v2) return ParseNpyHeader(head).status();  // the version
+  const int len_bytes = v1 ? 2 : 4;
+  const size_t prefix = kMagicLen + 2 + len_bytes;
+  if (head.size() < prefix) return std::optional<int64_t>();
+  const size_t header_len = ReadLe(head.data() + 8, len_bytes);
+  if (header_len > kMaxNpyStreamHeaderBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ".npy header of ", header_len, " bytes is longer than the ",
+        kMaxNpyStreamHeaderBytes, " read from a stream"));
+  }
+  if (head.size() - prefix < header_len) return std::optional<int64_t>();
+  TESSERA_ASSIGN_OR_RETURN(const NpyArray header, ParseNpyHeader(head));
+  TESSERA_ASSIGN_OR_RETURN(const int64_t bytes, NpyDataBytes(header));
+  if (bytes > std::numeric_limits<int64_t>::max() -
+                  static_cast<int64_t>(header.data_offset)) {
+    return absl::InvalidArgumentError(".npy array is larger than any file");
+  }
+  return std::optional<int64_t>(static_cast<int64_t>(header.data_offset) +
+                                bytes);
+}
 
 absl::StatusOr<NpyArray> ParseNpyHeader(absl::string_view file_prefix) {
   if (file_prefix.size() < kMagicLen ||

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -38,6 +39,13 @@ DType NpyFileDType(DType dtype);
 // .npy file", "truncated", unsupported descr (named), 0-d arrays, sizes that
 // overflow.
 absl::StatusOr<NpyArray> ParseNpyHeader(absl::string_view file_prefix);
+
+// For a .npy file read as a stream (stdin), from its first bytes `head`: its
+// whole size once `head` holds the header, nullopt before; the header's
+// error as soon as the bytes cannot start a .npy file (or its header is
+// longer than kMaxNpyStreamHeaderBytes, far more than NumPy writes).
+inline constexpr size_t kMaxNpyStreamHeaderBytes = size_t{1} << 20;
+absl::StatusOr<std::optional<int64_t>> NpyStreamBytes(absl::string_view head);
 
 // The number of data bytes after the header.
 absl::StatusOr<int64_t> NpyDataBytes(const NpyArray& header);

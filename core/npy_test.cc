@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -191,6 +192,38 @@ TEST(NpyTest, EncodedHeadersAreByteForByteWhatNumPyWrites) {
         << c.descr << " " << ShapeToString(c.shape);
     EXPECT_EQ(header.size() % 64, 0u);
   }
+}
+
+// stdin is taken only as far as its header says: the size once the header
+// is in, nothing before, an error as soon as the bytes are not a .npy file.
+TEST(NpyTest, AStreamIsSizedByItsHeader) {
+  const std::string header = EncodeNpyHeader(DType::kInt32, Shape{3, 5});
+  for (size_t cut = 0; cut < header.size(); ++cut) {
+    absl::StatusOr<std::optional<int64_t>> partial =
+        NpyStreamBytes(header.substr(0, cut));
+    ASSERT_TRUE(partial.ok()) << cut << ": " << partial.status();
+    EXPECT_FALSE(partial->has_value()) << cut;
+  }
+  absl::StatusOr<std::optional<int64_t>> whole =
+      NpyStreamBytes(header + std::string(7, '\0'));
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->value(), static_cast<int64_t>(header.size()) + 60);
+  // Zeros (cat /dev/zero) and text are refused at their first bytes.
+  for (const std::string& junk :
+       {std::string(1, '\0'), std::string("PK\3\4")}) {
+    absl::StatusOr<std::optional<int64_t>> refused = NpyStreamBytes(junk);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("not a .npy file"),
+              std::string::npos);
+  }
+  EXPECT_FALSE(NpyStreamBytes(std::string("\x93NUMPY\x09\x00", 8)).ok());
+  // A header longer than any NumPy writes is not waited for.
+  std::string huge("\x93NUMPY\x02\x00", 8);
+  huge += std::string("\xff\xff\xff\x7f", 4);
+  absl::StatusOr<std::optional<int64_t>> long_header = NpyStreamBytes(huge);
+  ASSERT_FALSE(long_header.ok());
+  EXPECT_NE(long_header.status().message().find("longer than"),
+            std::string::npos);
 }
 
 TEST(NpyTest, EveryDTypeRoundTripsThroughItsHeader) {

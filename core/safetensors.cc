@@ -370,8 +370,13 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensors(absl::string_view file) {
   return ParseSafetensorsHeader(file, static_cast<int64_t>(file.size()));
 }
 
-absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view file,
-                                                         int64_t file_bytes) {
+namespace {
+
+// ParseSafetensorsHeader; with `stream`, the file's size is not known
+// (file_bytes is then no bound) and the data section is what the entries
+// tile.
+absl::StatusOr<SafetensorsHeader> ParseHeader(absl::string_view file,
+                                              int64_t file_bytes, bool stream) {
   if (file_bytes < 8 || static_cast<int64_t>(file.size()) < 8) {
     return Malformed(absl::StrCat("the file has ", file_bytes,
                                   " bytes, too few for the 8-byte header "
@@ -478,12 +483,45 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view file,
     covered = e.end;
     previous = &e;
   }
-  if (covered != header.data_bytes) {
+  if (stream) {
+    header.data_bytes = covered;
+  } else if (covered != header.data_bytes) {
     return Malformed(absl::StrCat("bytes [", covered, ", ", header.data_bytes,
                                   ") at the end of the data section belong "
                                   "to no entry"));
   }
   return header;
+}
+
+}  // namespace
+
+absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view file,
+                                                         int64_t file_bytes) {
+  return ParseHeader(file, file_bytes, /*stream=*/false);
+}
+
+absl::StatusOr<std::optional<int64_t>> SafetensorsStreamBytes(
+    absl::string_view head) {
+  if (head.size() < 8) return std::optional<int64_t>();
+  const uint64_t n = LoadLittleEndian64(head.data());
+  if (n > static_cast<uint64_t>(kSafetensorsMaxHeaderBytes)) {
+    return Malformed(absl::StrCat("header length ", n, " exceeds the limit of ",
+                                  kSafetensorsMaxHeaderBytes, " bytes"));
+  }
+  if (head.size() > 8 && head[8] != '{') {
+    return Malformed("the header does not start with '{' (not a JSON object)");
+  }
+  if (head.size() - 8 < n) return std::optional<int64_t>();
+  TESSERA_ASSIGN_OR_RETURN(
+      const SafetensorsHeader header,
+      ParseHeader(head.substr(0, 8 + n), std::numeric_limits<int64_t>::max(),
+                  /*stream=*/true));
+  if (header.data_bytes >
+      std::numeric_limits<int64_t>::max() - header.data_offset) {
+    return Malformed(absl::StrCat("its entries end at byte ", header.data_bytes,
+                                  " of the data section, past any file"));
+  }
+  return std::optional<int64_t>(header.data_offset + header.data_bytes);
 }
 
 absl::StatusOr<SafetensorsHeader> ReadSafetensorsHeader(int fd) {

@@ -19,6 +19,7 @@
 #define TESSERA_CORE_SAFETENSORS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -86,6 +87,12 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensors(absl::string_view file);
 // is the file's size.
 absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view head,
                                                          int64_t file_bytes);
+// For a file read as a stream (stdin), from its first bytes `head`: its
+// whole size once `head` holds the header (8 + N + the data its entries
+// tile), nullopt before; the header's error as soon as the bytes cannot
+// start a safetensors file.
+absl::StatusOr<std::optional<int64_t>> SafetensorsStreamBytes(
+    absl::string_view head);
 // The header of the safetensors file open as `fd`, read by pread (never
 // mapped: a file cut short meanwhile is an error, not a fault).
 absl::StatusOr<SafetensorsHeader> ReadSafetensorsHeader(int fd);

@@ -4,11 +4,13 @@
 // promised size). Invariants checked (trap on failure): the header's own
 // data offset lies within the input; NormalizeNpyData agrees with a naive
 // per-element transpose/byte swap; EncodeNpyHeader of what parsed parses
-// back to the same dtype and shape.
+// back to the same dtype and shape; NpyStreamBytes sizes a stream as the
+// header does.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,7 +61,21 @@ std::vector<char> NaiveNormalize(const NpyArray& h,
 void Run(const uint8_t* data, size_t size) {
   const absl::string_view input(reinterpret_cast<const char*>(data), size);
   absl::StatusOr<NpyArray> header = ParseNpyHeader(input);
+  // Read as a stream (stdin), the same bytes size the file as its header
+  // does, or say why not; a stream that gives a size has a header.
+  absl::StatusOr<std::optional<int64_t>> stream = NpyStreamBytes(input);
+  if (stream.ok() && stream->has_value()) {
+    FUZZ_CHECK(header.ok(), "a stream sized without a header");
+  }
   if (!header.ok()) return;
+  if (header->data_offset <= kMaxNpyStreamHeaderBytes + 12) {
+    FUZZ_CHECK(stream.ok() && stream->has_value(),
+               "a header the stream reader does not size");
+    absl::StatusOr<int64_t> data = NpyDataBytes(*header);
+    FUZZ_CHECK(data.ok() && **stream == static_cast<int64_t>(
+                                            header->data_offset) + *data,
+               "the stream's size is not the header's");
+  }
   FUZZ_CHECK(header->data_offset <= size, absl::StrCat(header->data_offset));
   FUZZ_CHECK(!header->shape.empty(), "0-d accepted");
   for (int64_t d : header->shape) FUZZ_CHECK(d >= 0, "negative dim");

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -36,6 +37,11 @@ void Run(const uint8_t* data, size_t size) {
         header.status().ToString());
     return;
   }
+  // Read as a stream (stdin), a whole valid file is sized as it is.
+  absl::StatusOr<std::optional<int64_t>> stream = SafetensorsStreamBytes(file);
+  FUZZ_CHECK(stream.ok() && stream->has_value() &&
+                 **stream == static_cast<int64_t>(size),
+             "a valid file sized otherwise as a stream");
   FUZZ_CHECK(
       header->data_offset >= 8 && header->data_offset + header->data_bytes ==
                                       static_cast<int64_t>(size),

@@ -4,6 +4,7 @@
 // words, --json shapes, and data compared with NumPy's semantics.
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -1781,6 +1782,66 @@ TEST_F(CliTest, BinaryIsNotWrittenToATerminal) {
   EXPECT_EQ(piped.code, 0) << piped;
   EXPECT_THAT(piped.out, HasSubstr("NUMPY"));
   Ok({"rm", "tty_t"});
+}
+
+// stdin is taken only as far as its header says: zeros or a second file
+// piped in by mistake are refused at once instead of filling $TMPDIR, and
+// nothing is left there, even by a CLI killed while it reads.
+TEST_F(CliTest, StdinIsTakenOnlyAsFarAsItsHeaderSays) {
+  Ok({"create", "stdin_src", "--shape=1000", "--dtype=int32", "--chunk_dim=0",
+      "--placements=rank:0", "--init=arange"});
+  const std::string dir = TempPath("stdin_bounds");
+  const std::string spool = dir + "/tmp";
+  ASSERT_EQ(
+      std::system(absl::StrCat("rm -rf ", dir, " && mkdir -p ", spool).c_str()),
+      0);
+  const std::string npy = dir + "/src.npy";
+  Ok({"get", "stdin_src", "--output=" + npy});
+  const std::string t = absl::StrCat("TMPDIR=", spool, " ",
+                                     TestCluster::BinaryPath("client/tessera"),
+                                     " --coordinator=", Addr());
+  const std::string spec = " --chunk_dim=0 --placements=rank:1";
+  const auto run = [&](const std::string& pipeline, std::string* err) {
+    const std::string err_path = dir + "/err";
+    const int rc = std::system(absl::StrCat(pipeline, " 2>", err_path).c_str());
+    std::ifstream in(err_path);
+    err->assign(std::istreambuf_iterator<char>(in), {});
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  };
+  std::string err;
+  EXPECT_EQ(
+      run(absl::StrCat("cat /dev/zero | ", t, " put stdin_z --input=-", spec),
+          &err),
+      1);
+  EXPECT_THAT(err, HasSubstr("reading stdin: not a .npy file"));
+  EXPECT_EQ(run(absl::StrCat("cat ", npy, " ", npy, " | ", t,
+                             " put stdin_twice --input=-", spec),
+                &err),
+            1);
+  EXPECT_THAT(err, HasSubstr("more bytes follow than the 4128"));
+  EXPECT_EQ(run(absl::StrCat("cat /dev/zero | ", t,
+                             " import - --prefix=stdin_z/", spec),
+                &err),
+            1);
+  EXPECT_THAT(err, HasSubstr("reading stdin: safetensors"));
+  // Killed halfway through reading: its copy goes with it.
+  run(absl::StrCat("(head -c 2000 ", npy, "; sleep 3) | timeout -s KILL 1 ", t,
+                   " put stdin_killed --input=-", spec),
+      &err);
+  EXPECT_EQ(
+      run(absl::StrCat("cat ", npy, " | ", t, " put stdin_ok --input=-", spec),
+          &err),
+      0)
+      << err;
+  EXPECT_EQ(
+      std::system(absl::StrCat("test -z \"$(ls -A ", spool, ")\"").c_str()), 0)
+      << "something was left in $TMPDIR";
+  Result listed = Ok({"ls"});
+  EXPECT_THAT(listed.out, HasSubstr("stdin_ok"));
+  EXPECT_THAT(listed.out, Not(HasSubstr("stdin_z")));
+  EXPECT_THAT(listed.out, Not(HasSubstr("stdin_twice")));
+  EXPECT_THAT(listed.out, Not(HasSubstr("stdin_killed")));
+  Ok({"rm", "stdin_src", "stdin_ok"});
 }
 
 // An output that names a device, a pipe or a link is written through, not
