@@ -818,16 +818,17 @@ absl::Status RefuseBinaryToTerminal(const std::string& path,
       path));
 }
 
-// `-` (or /dev/stdout) as an output: a file in `spool`, copied to stdout
-// once complete.
+// `-` (or /dev/stdout) as an output: "-", which the file writers take as
+// stdout (written whole at their commit, from an unnamed temporary file:
+// a failed get writes nothing to stdout, and a killed one leaves nothing
+// behind).
 absl::StatusOr<std::string> OutputPath(const std::string& path,
-                                       absl::string_view name,
-                                       std::unique_ptr<SpoolDir>* spool) {
-  TESSERA_RETURN_IF_ERROR(
-      RefuseBinaryToTerminal(path, name.substr(name.rfind('.') + 1)));
+                                       absl::string_view format,
+                                       std::ostream& out) {
+  TESSERA_RETURN_IF_ERROR(RefuseBinaryToTerminal(path, format));
   if (!IsStdoutOutput(path)) return path;
-  TESSERA_ASSIGN_OR_RETURN(*spool, SpoolDir::Create());
-  return (*spool)->File(name);
+  out.flush();  // anything before the bytes goes first
+  return std::string("-");
 }
 
 // Where a command's report goes: stderr when stdout carries the data.
@@ -1102,9 +1103,8 @@ absl::Status RunGet(const Invocation& inv, std::ostream& out) {
     shape[0] = static_cast<int64_t>(rows.size());
   }
   if (box.has_value()) shape.assign(box->sizes.begin(), box->sizes.end());
-  std::unique_ptr<SpoolDir> spool;
   TESSERA_ASSIGN_OR_RETURN(const std::string path,
-                           OutputPath(output, "get.npy", &spool));
+                           OutputPath(output, "npy", out));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<NpyFileWriter> file,
                            NpyFileWriter::Create(path, meta.dtype, shape));
   const int64_t bytes = file->data_bytes();
@@ -1126,7 +1126,6 @@ absl::Status RunGet(const Invocation& inv, std::ostream& out) {
   }
   if (!status.ok()) return status;  // the file is removed with `file`
   TESSERA_RETURN_IF_ERROR(file->Commit());
-  if (spool != nullptr) TESSERA_RETURN_IF_ERROR(CopyFileToStream(path, out));
   const double seconds = SecondsSince(start);
   std::ostream& report = ReportTo(inv, output, out);
   if (inv.GetBool("json")) {
@@ -1659,9 +1658,8 @@ absl::Status RunExport(const Invocation& inv, std::ostream& out) {
       metadata.emplace_back(std::move(key), std::string(pair.substr(eq + 1)));
     }
   }
-  std::unique_ptr<SpoolDir> spool;
   TESSERA_ASSIGN_OR_RETURN(const std::string path,
-                           OutputPath(file, "stdout.safetensors", &spool));
+                           OutputPath(file, "safetensors", out));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(inv));
   absl::StatusOr<SafetensorsExportResult> exported;
   {
@@ -1676,7 +1674,6 @@ absl::Status RunExport(const Invocation& inv, std::ostream& out) {
                                  metadata);
   }
   TESSERA_ASSIGN_OR_RETURN(SafetensorsExportResult result, std::move(exported));
-  if (spool != nullptr) TESSERA_RETURN_IF_ERROR(CopyFileToStream(path, out));
   std::ostream& report = ReportTo(inv, file, out);
   if (inv.GetBool("json")) {
     report << ExportJson(file, result) << "\n";

@@ -332,16 +332,22 @@ absl::StatusOr<std::unique_ptr<MappedOutputFile>> MappedOutputFile::Create(
   file->path_ = path;
   file->kind_ = std::string(kind);
   file->size_ = size;
-  bool special = false;
-  absl::StatusOr<std::string> target = ResolveOutput(path, kind, &special);
+  const bool stdout_output = path == "-";
+  bool special = stdout_output;
+  absl::StatusOr<std::string> target =
+      stdout_output ? absl::StatusOr<std::string>(path)
+                    : ResolveOutput(path, kind, &special);
   if (!target.ok()) return target.status();
   if (special) {
     // Renaming over /dev/null would replace the device for every process;
     // a pipe cannot be mapped. So the bytes gather in a temporary file and
     // are written into it at Commit. Opened now so that a refusal comes
     // before any byte moves (a FIFO waits here for its reader, as a shell's
-    // redirection would).
-    file->special_fd_ = open(target->c_str(), O_WRONLY | O_CLOEXEC);
+    // redirection would). Stdout is written where it stands (a `>>` file
+    // is appended to).
+    file->special_fd_ = stdout_output
+                            ? fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 0)
+                            : open(target->c_str(), O_WRONLY | O_CLOEXEC);
     if (file->special_fd_ < 0) {
       return MappedFileError(kind, path, "open it for writing", errno);
     }

@@ -21,7 +21,8 @@
 //    nothing is left behind. A destination that is a symbolic link is
 //    written where the link points (the link stays); one that is a device,
 //    a pipe or a socket (/dev/null, /dev/stdout, a FIFO) is written into,
-//    from a temporary file under $TMPDIR, never replaced.
+//    from an unnamed temporary file under $TMPDIR, never replaced; and so
+//    is `-`, this process's stdout.
 //
 // Errors name the file and say what failed, prefixed with `kind` (".npy
 // file", "safetensors file"). A file rewritten in place by another

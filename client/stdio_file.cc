@@ -1,6 +1,5 @@
 #include "client/stdio_file.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -36,35 +35,6 @@ bool IsStdoutOutput(const std::string& path) {
   struct stat out {};
   return stat(path.c_str(), &named) == 0 && fstat(STDOUT_FILENO, &out) == 0 &&
          named.st_dev == out.st_dev && named.st_ino == out.st_ino;
-}
-
-absl::StatusOr<std::unique_ptr<SpoolDir>> SpoolDir::Create() {
-  std::string pattern =
-      absl::StrCat(TemporaryDirectory(), "/tessera-stdio-XXXXXX");
-  std::vector<char> buffer(pattern.begin(), pattern.end());
-  buffer.push_back('\0');
-  if (mkdtemp(buffer.data()) == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot make a directory for '-' under ",
-        pattern.substr(0, pattern.rfind('/')),
-        " (set TMPDIR to a writable directory): ", std::strerror(errno)));
-  }
-  return std::unique_ptr<SpoolDir>(new SpoolDir(buffer.data()));
-}
-
-SpoolDir::~SpoolDir() {
-  if (DIR* dir = opendir(path_.c_str())) {
-    while (dirent* entry = readdir(dir)) {
-      const std::string name = entry->d_name;
-      if (name != "." && name != "..") unlink(File(name).c_str());
-    }
-    closedir(dir);
-  }
-  rmdir(path_.c_str());
-}
-
-std::string SpoolDir::File(absl::string_view name) const {
-  return absl::StrCat(path_, "/", name);
 }
 
 int OpenUnnamedTemporaryFile() {
@@ -141,32 +111,6 @@ absl::StatusOr<std::unique_ptr<SpooledInput>> SpooledInput::Copy(
   }
   if (!status.ok()) return status;
   return spooled;
-}
-
-absl::Status CopyFileToStream(const std::string& path, std::ostream& out) {
-  const int in = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (in < 0) return Failed("cannot open", path);
-  std::vector<char> buffer(kStep);
-  absl::Status status;
-  while (status.ok()) {
-    const ssize_t got = read(in, buffer.data(), buffer.size());
-    if (got == 0) break;
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      status = Failed("reading", path);
-      break;
-    }
-    out.write(buffer.data(), got);
-    if (!out) {
-      status = absl::UnavailableError(
-          "writing stdout failed (the reading end of the pipe closed?)");
-    }
-  }
-  close(in);
-  if (status.ok() && !out.flush()) {
-    status = absl::UnavailableError("writing stdout failed");
-  }
-  return status;
 }
 
 }  // namespace tessera

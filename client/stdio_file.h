@@ -2,11 +2,12 @@
 // safetensors alike), so that the CLI composes in shell pipes.
 //
 // A pipe cannot be mapped, sized ahead or renamed into, and the CLI's file
-// paths rely on all three. So the bytes pass through $TMPDIR (default
-// /tmp), on disk rather than in memory, and a get larger than memory still
-// works: an input is copied into an unnamed file there before it is read;
-// an output is written whole into a private directory there (a failed get
-// writes nothing to stdout) and then copied to stdout.
+// paths rely on all three. So the bytes pass through an unnamed file under
+// $TMPDIR (default /tmp), on disk rather than in memory, so that a get
+// larger than memory still works and nothing is left there however the
+// CLI ends: an input is copied there before it is read (SpooledInput); an
+// output is written there whole and then to stdout (MappedOutputFile takes
+// "-" as stdout), so a failed get writes nothing to stdout.
 #ifndef TESSERA_CLIENT_STDIO_FILE_H_
 #define TESSERA_CLIENT_STDIO_FILE_H_
 
@@ -14,7 +15,6 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <ostream>
 #include <string>
 
 #include "absl/status/status.h"
@@ -30,23 +30,6 @@ inline bool IsStdio(absl::string_view path) { return path == "-"; }
 // stdout as `-` does, with the command's report on stderr instead of
 // after the bytes (or lost with a file renamed over).
 bool IsStdoutOutput(const std::string& path);
-
-// A directory of this process's own (mode 0700), removed with its files
-// when the SpoolDir goes.
-class SpoolDir {
- public:
-  static absl::StatusOr<std::unique_ptr<SpoolDir>> Create();
-  ~SpoolDir();
-  SpoolDir(const SpoolDir&) = delete;
-  SpoolDir& operator=(const SpoolDir&) = delete;
-
-  // The path of `name` in it.
-  std::string File(absl::string_view name) const;
-
- private:
-  explicit SpoolDir(std::string path) : path_(std::move(path)) {}
-  const std::string path_;
-};
 
 // How much of a stream to take, from its first bytes `head`: the whole
 // size once its header says (nullopt before), or the header's error as soon
@@ -81,9 +64,6 @@ class SpooledInput {
   const int fd_;
   const std::string path_;
 };
-
-// Writes the whole file at `path` to `out`, flushed.
-absl::Status CopyFileToStream(const std::string& path, std::ostream& out);
 
 }  // namespace tessera
 

@@ -1786,7 +1786,8 @@ TEST_F(CliTest, BinaryIsNotWrittenToATerminal) {
 
 // stdin is taken only as far as its header says: zeros or a second file
 // piped in by mistake are refused at once instead of filling $TMPDIR, and
-// nothing is left there, even by a CLI killed while it reads.
+// nothing is left there, even by a CLI killed while it reads stdin or
+// writes stdout.
 TEST_F(CliTest, StdinIsTakenOnlyAsFarAsItsHeaderSays) {
   Ok({"create", "stdin_src", "--shape=1000", "--dtype=int32", "--chunk_dim=0",
       "--placements=rank:0", "--init=arange"});
@@ -1833,6 +1834,14 @@ TEST_F(CliTest, StdinIsTakenOnlyAsFarAsItsHeaderSays) {
           &err),
       0)
       << err;
+  // And a get into a pipe no one reads, killed while it writes (4 MiB: more
+  // than the pipe holds).
+  Ok({"create", "stdout_big", "--shape=1048576", "--dtype=int32",
+      "--chunk_dim=0", "--placements=rank:0", "--init=arange"});
+  run(absl::StrCat("timeout -s KILL 1 ", t,
+                   " get stdout_big --output=- | sleep 3"),
+      &err);
+  Ok({"rm", "stdout_big"});
   EXPECT_EQ(
       std::system(absl::StrCat("test -z \"$(ls -A ", spool, ")\"").c_str()), 0)
       << "something was left in $TMPDIR";
