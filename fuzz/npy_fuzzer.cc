@@ -72,9 +72,10 @@ void Run(const uint8_t* data, size_t size) {
     FUZZ_CHECK(stream.ok() && stream->has_value(),
                "a header the stream reader does not size");
     absl::StatusOr<int64_t> data = NpyDataBytes(*header);
-    FUZZ_CHECK(data.ok() && **stream == static_cast<int64_t>(
-                                            header->data_offset) + *data,
-               "the stream's size is not the header's");
+    FUZZ_CHECK(
+        data.ok() &&
+            **stream == static_cast<int64_t>(header->data_offset) + *data,
+        "the stream's size is not the header's");
   }
   FUZZ_CHECK(header->data_offset <= size, absl::StrCat(header->data_offset));
   FUZZ_CHECK(!header->shape.empty(), "0-d accepted");
