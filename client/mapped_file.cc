@@ -12,7 +12,6 @@
 #include <cerrno>
 #include <climits>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -32,12 +31,24 @@ std::string DirName(const std::string& path) {
   return path.substr(0, slash);
 }
 
+// Whether the kernel would refuse to follow the link `link` (lstat `st`)
+// under fs.protected_symlinks: a link in a sticky, world-writable directory
+// (/tmp) made by someone who owns neither it nor the directory. A link
+// followed by hand must obey the same rule, or a link planted in /tmp would
+// aim a root user's output at any file.
+bool PlantedLink(const std::string& link, const struct stat& st) {
+  struct stat dir {};
+  if (stat(DirName(link).c_str(), &dir) != 0) return false;
+  const bool shared = (dir.st_mode & S_ISVTX) != 0 && (dir.st_mode & S_IWOTH);
+  return shared && st.st_uid != geteuid() && st.st_uid != dir.st_uid;
+}
+
 // Where an output named `path` goes, with `*special` set when it is an
 // existing device, pipe or socket (opened by `path` itself, so that links
-// like /dev/stdout -> /proc/self/fd/1 -> pipe:[N] work). An existing
-// regular file is replaced at the end of its links (the links stay); a
-// name that does not exist yet is created there, or where a dangling link
-// points (relative links read from the link's directory).
+// like /dev/stdout -> /proc/self/fd/1 -> pipe:[N] work). Otherwise its
+// links are followed as the kernel would (relative ones from the link's
+// directory): a regular file at their end is replaced (the links stay),
+// and a name that does not exist yet is created there.
 absl::StatusOr<std::string> ResolveOutput(const std::string& path,
                                           absl::string_view kind,
                                           bool* special) {
@@ -50,20 +61,22 @@ absl::StatusOr<std::string> ResolveOutput(const std::string& path,
       *special = true;
       return path;
     }
-    if (lstat(path.c_str(), &st) == 0 && !S_ISLNK(st.st_mode)) return path;
-    char* real = realpath(path.c_str(), nullptr);
-    if (real == nullptr) return MappedFileError(kind, path, "follow it", errno);
-    std::string resolved = real;
-    free(real);
-    return resolved;
+  } else if (errno != ENOENT) {
+    return MappedFileError(kind, path, "look it up", errno);
   }
-  if (errno != ENOENT) return MappedFileError(kind, path, "look it up", errno);
   constexpr int kMaxLinks = 40;  // as the kernel's own path walk
   std::string at = path;
   for (int links = 0;; ++links) {
     if (lstat(at.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return at;
     if (links == kMaxLinks) {
       return MappedFileError(kind, path, "follow it", ELOOP);
+    }
+    if (PlantedLink(at, st)) {
+      return MappedFileError(
+          kind, path,
+          absl::StrCat("follow the link ", at,
+                       " (another user's, in a shared directory)"),
+          EACCES);
     }
     std::vector<char> target(PATH_MAX + 1);
     const ssize_t got = readlink(at.c_str(), target.data(), target.size());

@@ -174,6 +174,33 @@ TEST(MappedOutputFileTest, ThroughALinkTheFileItPointsToIsWritten) {
                HasSubstr("symbolic links")));
 }
 
+// A link another user planted in a shared sticky directory (/tmp) is not
+// followed, as the kernel's fs.protected_symlinks would not: it would aim
+// a root user's output at any file.
+TEST(MappedOutputFileTest, ALinkPlantedInASharedDirectoryIsNotFollowed) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make another's link";
+  const std::string shared = TempPath("shared_tmp");
+  ASSERT_EQ(mkdir(shared.c_str(), 0777), 0);
+  ASSERT_EQ(chmod(shared.c_str(), 01777), 0);
+  const std::string victim = TempPath("victim.bin");
+  std::ofstream(victim, std::ios::binary) << "keep";
+  const std::string planted = shared + "/out.bin";
+  ASSERT_EQ(symlink(victim.c_str(), planted.c_str()), 0);
+  ASSERT_EQ(lchown(planted.c_str(), 10098, 10098), 0);
+  EXPECT_THAT(MappedOutputFile::Create(planted, 5, "test file").status(),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("another user's, in a shared directory")));
+  EXPECT_EQ(ReadFileToString(victim), "keep");
+  // One's own link there is followed.
+  ASSERT_EQ(lchown(planted.c_str(), 0, 0), 0);
+  absl::StatusOr<std::unique_ptr<MappedOutputFile>> f =
+      MappedOutputFile::Create(planted, 5, "test file");
+  ASSERT_THAT(f.status(), IsOk());
+  std::memcpy((*f)->data(), "fresh", 5);
+  ASSERT_THAT((*f)->Commit(), IsOk());
+  EXPECT_EQ(ReadFileToString(victim), "fresh");
+}
+
 // A FIFO (or /dev/stdout, /dev/null) is written into, never renamed over.
 TEST(MappedOutputFileTest, APipeIsWrittenIntoAndStaysAPipe) {
   const std::string fifo = TempPath("out.fifo");
